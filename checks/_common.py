@@ -1,0 +1,70 @@
+"""What every check shares: the failure type with its layer, and the run context."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class CheckFailed(Exception):
+    """A check's verdict: the message is the first error, verbatim; ``layer`` says where the failure belongs."""
+
+    def __init__(self, message: str, layer: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.layer = layer
+        self.details = details or {}
+
+
+class Skip(Exception):
+    """The step does not apply here; the message is the reason."""
+
+
+@dataclass
+class Context:
+    config: dict[str, Any]
+    out: Path
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def outputs(self) -> Path:
+        path = self.out / "outputs"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(obj, handle, indent=2, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def load_sample(path: Path) -> list[dict[str, Any]]:
+    """The identified sample: one JSON object per line with ``id`` and ``text`` (``pair`` for paraphrases)."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckFailed(f"cannot read sample {path.name}: {exc}", "data-loading") from exc
+    items = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CheckFailed(f"{path.name}:{number}: not JSON: {exc}", "data-loading") from exc
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not isinstance(item.get("text"), str):
+            raise CheckFailed(f"{path.name}:{number}: each line needs string fields id and text", "data-loading")
+        items.append(item)
+    ids = [i["id"] for i in items]
+    if len(set(ids)) != len(ids):
+        raise CheckFailed(f"{path.name}: duplicate ids", "data-loading")
+    if not items:
+        raise CheckFailed(f"{path.name}: empty sample", "data-loading")
+    return items

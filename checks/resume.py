@@ -1,0 +1,227 @@
+"""Training resume check: N steps uninterrupted == K steps, checkpoint, restore in a NEW process, continue to N.
+
+A small model with dropout, AdamW, an LR scheduler, a shuffled DataLoader with its own generator, and numpy/python
+randomness in the data pipeline. The checkpoint holds the whole compute state and progress: weights, optimizer,
+scheduler, every RNG (torch, CUDA, numpy, python), the loader generator's state at the start of the epoch and how
+many batches of that epoch were consumed. ``--drop`` restores without a part of it (negative controls).
+
+Run as a script by the runner's interpreter; module level imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+PARTS = ("rng", "optimizer", "sampler")
+SEED = 2024
+
+
+class Trainer:
+    def __init__(self, device: str, seed: int = SEED) -> None:
+        import numpy as np
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, Dataset
+
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        data_rng = np.random.RandomState(0)
+        features = data_rng.normal(size=(96, 16)).astype(np.float32)
+        labels = (features[:, :4].argmax(axis=1)).astype(np.int64)
+
+        class Noisy(Dataset):  # type: ignore[type-arg]
+            """numpy and python randomness in the data pipeline, as augmentation does."""
+
+            def __len__(self) -> int:
+                return len(features)
+
+            def __getitem__(self, index: int) -> tuple[Any, Any]:
+                noise = np.random.normal(scale=0.05, size=16).astype(np.float32)
+                scale = np.float32(1.0 + 0.1 * (random.random() - 0.5))
+                return torch.from_numpy(features[index] * scale + noise), torch.tensor(labels[index])
+
+        self.torch = torch
+        self.device = device
+        self.model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 4)).to(device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-2, weight_decay=0.01)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=4, gamma=0.6)
+        self.generator = torch.Generator()
+        self.generator.manual_seed(seed)
+        self.loader = DataLoader(Noisy(), batch_size=16, shuffle=True, generator=self.generator, num_workers=0)
+        self.step = 0
+        self.epoch = 0
+        self.batch_in_epoch = 0
+        self.epoch_generator_state: Any = None
+        self._batches: Any = None
+
+    def _start_epoch(self) -> None:
+        self.epoch_generator_state = self.generator.get_state().clone()
+        self._batches = iter(self.loader)
+        self.batch_in_epoch = 0
+
+    def train_step(self) -> float:
+        import torch.nn.functional as F  # noqa: N812
+
+        if self._batches is None:
+            self._start_epoch()
+        try:
+            x, y = next(self._batches)
+        except StopIteration:
+            self.epoch += 1
+            self._start_epoch()
+            x, y = next(self._batches)
+        self.batch_in_epoch += 1
+        self.model.train()
+        loss = F.cross_entropy(self.model(x.to(self.device)), y.to(self.device))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        return float(loss.item())
+
+    def state(self) -> dict[str, Any]:
+        import numpy as np
+
+        torch = self.torch
+        return {
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "sampler": {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                        "generator_state_at_epoch_start": self.epoch_generator_state},
+        }
+
+    def restore(self, ckpt: dict[str, Any], drop: tuple[str, ...] = ()) -> None:
+        import numpy as np
+
+        torch = self.torch
+        self.model.load_state_dict(ckpt["model"])
+        self.step = ckpt["step"]
+        if "optimizer" not in drop:
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+            self.scheduler.load_state_dict(ckpt["scheduler"])
+        if "sampler" not in drop:
+            sampler = ckpt["sampler"]
+            self.epoch = sampler["epoch"]
+            self.generator.set_state(sampler["generator_state_at_epoch_start"])
+            self._start_epoch()
+            for _ in range(sampler["batch_in_epoch"]):  # replay the consumed batches of this epoch
+                next(self._batches)
+            self.batch_in_epoch = sampler["batch_in_epoch"]
+        if "rng" not in drop:  # after the replay, which consumed numpy/python randomness
+            rng = ckpt["rng"]
+            torch.set_rng_state(rng["torch"])
+            np.random.set_state(rng["numpy"])
+            random.setstate(rng["python"])
+            if rng.get("cuda") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def describe(ckpt: dict[str, Any]) -> dict[str, Any]:
+    return {"step": ckpt["step"], "model_tensors": len(ckpt["model"]),
+            "optimizer_state_entries": len(ckpt["optimizer"]["state"]), "scheduler": ckpt["scheduler"],
+            "rng": sorted(k for k, v in ckpt["rng"].items() if v is not None), "sampler": {
+                "epoch": ckpt["sampler"]["epoch"], "batch_in_epoch": ckpt["sampler"]["batch_in_epoch"],
+                "generator_state_bytes": int(ckpt["sampler"]["generator_state_at_epoch_start"].numel())}}
+
+
+def _continue(checkpoint: Path, steps: int, device: str, drop: tuple[str, ...], out: Path) -> None:
+    """The NEW process: restore from the checkpoint and continue to ``steps``."""
+    import torch
+
+    trainer = Trainer(device)
+    ckpt = torch.load(checkpoint, map_location=device, weights_only=False)  # our own file, written just before
+    trainer.restore(ckpt, drop)
+    losses = [trainer.train_step() for _ in range(steps - trainer.step)]
+    torch.save(trainer.model.state_dict(), out.with_suffix(".pt"))
+    out.write_text(json.dumps({"losses": losses}), encoding="utf-8")
+
+
+def check(device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] = (), tolerance: float = 0.0) -> dict[str, Any]:
+    """Run the whole comparison; return a verdict with the first diverging step (1-based) or None."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    straight = Trainer(device)
+    reference = [straight.train_step() for _ in range(steps)]
+    final_ref = {k: v.detach().cpu() for k, v in straight.model.state_dict().items()}
+    first = Trainer(device)
+    head = [first.train_step() for _ in range(at)]
+    ckpt_path = folder / "checkpoint.pt"
+    state = first.state()
+    torch.save(state, ckpt_path)
+    out = folder / ("continued" + ("-without-" + "-".join(drop) if drop else "") + ".json")
+    cmd = [sys.executable, "-I", str(Path(__file__).resolve()), "--continue", str(ckpt_path), "--steps", str(steps),
+           "--device", device, "--result", str(out), *[a for part in drop for a in ("--drop", part)]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        lines = [x for x in proc.stderr.splitlines() if x.strip()]
+        return {"passed": False, "error": lines[-1] if lines else f"exit {proc.returncode}", "command": cmd}
+    tail = json.loads(out.read_text(encoding="utf-8"))["losses"]
+    resumed = head + tail
+    final = torch.load(out.with_suffix(".pt"), map_location="cpu", weights_only=True)
+    diverged = None
+    for index, (a, b) in enumerate(zip(reference, resumed, strict=True)):
+        if abs(a - b) > tolerance if tolerance else a != b:
+            diverged = index + 1
+            break
+    weight_diff = max(float((final[k] - final_ref[k]).abs().max()) for k in final_ref)
+    weights_ok = weight_diff <= tolerance if tolerance else all(torch.equal(final[k], final_ref[k]) for k in final_ref)
+    return {"passed": diverged is None and weights_ok, "steps": steps, "checkpoint_at": at, "device": device,
+            "dropped": list(drop), "first_diverging_step": diverged, "final_weights_max_abs": weight_diff,
+            "comparison": "bitwise" if not tolerance else f"abs <= {tolerance}",
+            "losses_uninterrupted": reference, "losses_resumed": resumed, "checkpoint": describe(state),
+            "new_process": True}
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    from ._common import CheckFailed
+
+    cfg = ctx.config.get("resume", {})
+    device = str(ctx.state.get("device", "cpu"))
+    tolerance = 0.0 if device == "cpu" else float(cfg.get("gpu_tolerance", 1e-5))
+    verdict = check(device, int(cfg.get("steps", 12)), int(cfg.get("checkpoint_at", 5)), ctx.out / "resume", (), tolerance)
+    if "error" in verdict:
+        raise CheckFailed(f"resume worker failed: {verdict['error']}", "operator:resume", verdict)
+    if not verdict["passed"]:
+        where = verdict["first_diverging_step"]
+        raise CheckFailed(f"resumed training diverges from the uninterrupted run at step {where} "
+                          f"(final weights max abs {verdict['final_weights_max_abs']:.3g})", "comparison", verdict)
+    return verdict
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--continue", dest="cont", type=Path, help="(worker) checkpoint to restore from")
+    parser.add_argument("--result", type=Path)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--at", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--drop", action="append", choices=PARTS, default=[])
+    parser.add_argument("--folder", type=Path, help="run the whole check here and print its verdict as JSON")
+    args = parser.parse_args(argv)
+    if args.cont:
+        _continue(args.cont, args.steps, args.device, tuple(args.drop), args.result)
+        return 0
+    if args.folder is None:
+        parser.error("give --folder (whole check) or --continue (worker)")
+    verdict = check(args.device, args.steps, args.at, args.folder, tuple(args.drop))
+    verdict.pop("losses_uninterrupted", None)
+    verdict.pop("losses_resumed", None)
+    print(json.dumps(verdict))
+    return 0 if verdict["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The system chain, kept apart from the package inventory: OS to driver to the libraries torch actually loaded.
+
+Each field is read from a fact; one that cannot be read is recorded as {"unavailable": reason}, never dropped.
+The vendor comes from torch.version.cuda / torch.version.hip and the driver, never from the ``torch.cuda`` name.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._common import Context
+
+_LIBS = re.compile(r"(libcudnn[^/]*|libcublas[^/]*|libcudart[^/]*|libnccl[^/]*|libnvrtc[^/]*|libtorch_cuda[^/]*|"
+                   r"libMIOpen[^/]*|libamdhip64[^/]*|librocblas[^/]*|libhipblas[^/]*|libtorch_hip[^/]*|"
+                   r"libgomp[^/]*|libiomp5[^/]*|libmkl[^/]*|libopenblas[^/]*|libtorch_cpu[^/]*|libc10[^/]*)\.so[^/]*$")
+
+
+def unavailable(reason: str) -> dict[str, str]:
+    return {"unavailable": reason}
+
+
+def _cmd_version(name: str, args: list[str]) -> Any:
+    exe = shutil.which(name)
+    if not exe:
+        return unavailable(f"{name} not on PATH")
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return unavailable(f"{name} failed: {exc}")
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    return {"path": exe, "version": lines[-1].strip() if name in ("nvcc", "hipcc") and lines else (lines[0] if lines else "")}
+
+
+def _libc() -> Any:
+    name, version = platform.libc_ver()
+    return f"{name} {version}" if name else unavailable("platform.libc_ver() found none (not glibc?)")
+
+
+def _cpu_model() -> Any:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError as exc:
+        return unavailable(f"/proc/cpuinfo: {exc}")
+    return platform.processor() or unavailable("no model name in /proc/cpuinfo")
+
+
+def loaded_libraries() -> Any:
+    """Shared libraries mapped in THIS process (what torch loaded), not what the system has installed."""
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        return unavailable("/proc/self/maps missing (not Linux)")
+    found = set()
+    for line in maps.read_text(encoding="utf-8", errors="replace").splitlines():
+        path = line.split()[-1] if line.split() else ""
+        if _LIBS.search(path):
+            found.add(path)
+    return sorted(found)
+
+
+def _driver(torch: Any) -> Any:
+    proc_file = Path("/proc/driver/nvidia/version")
+    if proc_file.exists():
+        text = proc_file.read_text(encoding="utf-8", errors="replace")
+        match = re.search(r"Kernel Module\s+([\d.]+)", text)
+        return {"vendor": "nvidia", "version": match.group(1) if match else text.splitlines()[0]}
+    amd = Path("/sys/module/amdgpu/version")
+    if amd.exists():
+        return {"vendor": "amd", "version": amd.read_text(encoding="utf-8").strip()}
+    return unavailable("no NVIDIA (/proc/driver/nvidia/version) or AMD (/sys/module/amdgpu) kernel driver")
+
+
+def _devices(torch: Any) -> Any:
+    devices: list[dict[str, Any]] = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            entry = {"index": index, "name": props.name, "memory_bytes": props.total_memory,
+                     "multiprocessors": props.multi_processor_count}
+            if getattr(torch.version, "hip", None):
+                entry["gcnArchName"] = getattr(props, "gcnArchName", "unavailable")
+            else:
+                entry["capability"] = f"{props.major}.{props.minor}"
+            devices.append(entry)
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        devices.append({"index": 0, "name": "Apple MPS", "kind": "mps"})
+    return devices
+
+
+def vendor(torch_cuda: Any, torch_hip: Any, driver: Any, mps: bool) -> str:
+    if torch_hip:
+        return "amd"
+    if torch_cuda:
+        return "nvidia"
+    if mps:
+        return "apple"
+    if isinstance(driver, dict) and driver.get("vendor"):
+        return f"{driver['vendor']} (driver present, but this torch has no GPU support)"
+    return "none (CPU build of torch)"
+
+
+def _os_name(system: str) -> Any:
+    if system == "Linux":
+        try:
+            return platform.freedesktop_os_release().get("PRETTY_NAME", "Linux")
+        except OSError as exc:
+            return {"name": "Linux", "release_file": unavailable(str(exc))}
+    return platform.platform()
+
+
+def collect() -> dict[str, Any]:
+    import torch
+
+    torch_cuda = torch.version.cuda
+    torch_hip = getattr(torch.version, "hip", None)
+    cudnn: Any
+    try:
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else unavailable("cudnn not available to this torch")
+    except RuntimeError as exc:
+        cudnn = unavailable(str(exc))
+    driver = _driver(torch)
+    mps_ok = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    uname = platform.uname()
+    return {
+        "os": _os_name(uname.system),
+        "kernel": uname.release,
+        "architecture": uname.machine,
+        "libc": _libc(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python_version": sys.version.split()[0],
+        "python_build": sys.version,
+        "python_executable": sys.executable,
+        "torch_version": torch.__version__,
+        "torch_version_cuda": torch_cuda,  # None on CPU and ROCm builds: recorded as is, not guessed
+        "torch_version_hip": torch_hip,
+        "torch_git": getattr(torch.version, "git_version", None),
+        "cudnn_version_loaded": cudnn if torch_cuda else unavailable("not a CUDA build of torch"),
+        "miopen_version_loaded": (cudnn if torch_hip else unavailable("not a ROCm build of torch")),
+        "loaded_libraries": loaded_libraries(),
+        "driver": driver,
+        "vendor": vendor(torch_cuda, torch_hip, driver, mps_ok),
+        "devices": _devices(torch),
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),
+        "HIP_VISIBLE_DEVICES": os.environ.get("HIP_VISIBLE_DEVICES", "(unset)"),
+        "compilers": {"gcc": _cmd_version("gcc", ["--version"]), "nvcc": _cmd_version("nvcc", ["--version"]),
+                      "hipcc": _cmd_version("hipcc", ["--version"])},
+    }
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    chain = collect()
+    ctx.state["system"] = chain
+    return chain

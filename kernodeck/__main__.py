@@ -1,0 +1,196 @@
+"""Command line: ``python -m kernodeck <command>``. The nox sessions are thin wrappers over these commands.
+
+This is the single error boundary: a :class:`KernodeckError` becomes one ``ERROR:`` line and one ``TIP:`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import dossier, lockfile
+from . import lock as locking
+from . import reference as refmod
+from ._fs import sha256_file, write_atomic, write_json
+from ._proc import log
+from .config import Backend, Project, load_project
+from .errors import KernodeckError, ManifestError
+from .platforms import resolve_platform
+from .rebuild import acquire, platform_lock, rebuild
+from .report import Status
+from .verify import Options, verify
+
+
+def _platform_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--platform", help="platform id, e.g. cp311-linux_x86_64-cpu (default: this machine)")
+    parser.add_argument("--variant", help="accelerator variant for this machine (default: per OS/arch in pyproject)")
+
+
+def _rebuild_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto", help="default: uv when available")
+    parser.add_argument("--fresh", action="store_true", help="rebuild even if the current env is up to date")
+    parser.add_argument("--wheelhouse", type=Path, help="install from this folder only, no index (air-gapped)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernodeck", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("lock", help="compile (or --check) the platform's hash-pinned lock")
+    _platform_args(p)
+    p.add_argument("--resolver", choices=list(locking.RESOLVERS), default="pip-tools")
+    p.add_argument("--check", action="store_true", help="exit non-zero, naming what changed, if the lock is stale")
+    p.add_argument("--upgrade", action="store_true", help="re-resolve every pin to the newest allowed")
+    p.add_argument("--all", action="store_true", help="(with --check) every declared platform")
+    p = sub.add_parser("rebuild", help="make (or reuse) a fresh venv from the lock")
+    _platform_args(p)
+    _rebuild_args(p)
+    for name, help_ in (("verify", "lock check, rebuild, checks inside the env, report and dossier"),
+                        ("reference", "make a NEW reference identity from a rebuilt env (needs --new if one exists)")):
+        p = sub.add_parser(name, help=help_)
+        _platform_args(p)
+        _rebuild_args(p)
+        p.add_argument("--out", type=Path, help="dossier folder (default: a new folder under runs/)")
+        p.add_argument("--no-rebuild", action="store_true", help="use the current env as it is")
+        p.add_argument("--python", help="verify this existing interpreter instead (nothing is installed into it)")
+        p.add_argument("--expect-backend", choices=[b.value for b in Backend], help="override the variant's backend")
+        if name == "reference":
+            p.add_argument("--new", action="store_true", help="replace the existing reference (kept in history/)")
+    p = sub.add_parser("compare", help="what differs between two dossiers (Markdown and JSON)")
+    p.add_argument("dirs", nargs=2, type=Path)
+    p.add_argument("--out", type=Path, help="write compare.md and compare.json here")
+    return parser
+
+
+def _options(args: argparse.Namespace) -> Options:
+    return Options(out=args.out, rebuild=not args.no_rebuild, python=args.python, expect_backend=args.expect_backend,
+                   installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse)
+
+
+def cmd_lock(project: Project, args: argparse.Namespace) -> int:
+    if args.check:
+        plats = ([resolve_platform(project, p.id) for p in project.platforms] if args.all
+                 else [resolve_platform(project, args.platform, args.variant)])
+        stale = 0
+        for plat in plats:
+            changes = locking.check_lock(project, plat)
+            if changes:
+                stale += 1
+                print(f"STALE {plat.id}: " + "; ".join(changes))
+            else:
+                print(f"ok    {plat.id}: lock current against its inputs")
+        if stale:
+            first = next(p for p in plats if locking.check_lock(project, p))
+            raise locking.StaleLock(str(locking.lock_path(project, first).relative_to(project.root)),
+                                    locking.check_lock(project, first), first.id)
+        return 0
+    plat = resolve_platform(project, args.platform, args.variant)
+    locking.compile_lock(project, plat, resolver=args.resolver, upgrade=args.upgrade)
+    return 0
+
+
+def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
+    plat = resolve_platform(project, args.platform, args.variant)
+    path = locking.require_current(project, plat)
+    plock = platform_lock(project, plat)
+    acquire(plock, plat)
+    try:
+        result = rebuild(project, plat, path, installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse)
+    finally:
+        plock.release()
+    print(f"{'reused' if result.reused else 'rebuilt'} {plat.id}: {result.reason}")
+    print(f"interpreter: {result.python}")
+    return 0
+
+
+def _summary(report_dict: dict[str, object], folder: Path) -> None:
+    for step in report_dict["steps"]:  # type: ignore[attr-defined]
+        note = step.get("error") or step.get("reason") or ""
+        print(f"  {step['status']:<8} {step['name']:<18} {note[:110]}")
+    print(f"{str(report_dict['status']).upper()}: {folder / 'report.md'}")
+
+
+def cmd_verify(project: Project, args: argparse.Namespace) -> int:
+    plat = resolve_platform(project, args.platform, args.variant)
+    report, folder, _ = verify(project, plat, _options(args))
+    _summary(report.as_dict(), folder)
+    return 0 if report.status is Status.PASSED else 1
+
+
+def cmd_reference(project: Project, args: argparse.Namespace) -> int:
+    plat = resolve_platform(project, args.platform, args.variant)
+    old = None
+    if (project.reference / "manifest.toml").exists():
+        try:
+            old = refmod.load(project)
+        except ManifestError as exc:
+            log(f"kernodeck: the current reference is unusable ({exc}); a new one replaces it")
+        if old is not None and not args.new:
+            raise ManifestError(f"a reference exists ({old.id}); a new identity is made only when asked",
+                                tip="nox -s reference -- --new")
+    opts = _options(args)
+    if opts.out is None:
+        opts.out = project.runs / f"reference-{plat.id}"
+    report, folder, run_ = verify(project, plat, opts, mode="reference")
+    _summary(report.as_dict(), folder)
+    if report.status is not Status.PASSED:
+        raise KernodeckError("the reference run failed; nothing was written to the reference",
+                             tip=f"read {folder / 'report.md'}")
+    steps = {s.name: s for s in report.steps}
+    lock = lockfile.read(locking.lock_path(project, plat))
+    cfg = refmod.sample_config(project)
+    pin = next((p for p in lock.pins if p.name == cfg["weights-package"]), None)
+    if pin is None:
+        raise ManifestError(f"the lock does not pin {cfg['weights-package']}: weights need an exact version and hash")
+    manifest = refmod.build_manifest(
+        project, outputs=folder / "outputs", weights_files=steps["embed"].details["weights_fingerprint"],
+        wheel_hashes=list(pin.hashes), weights_version=pin.version,
+        min_margin=float(steps["criterion"].details["min_margin"]), platform_id=plat.id,
+        lock_digest="sha256:" + sha256_file(locking.lock_path(project, plat)),
+        device=str(steps["backend"].details.get("device", "cpu")), previous=old.id if old else None)
+    if old is not None and old.id == manifest["id"]:
+        print(f"reference unchanged: {old.id} (same content; nothing written)")
+        return 0
+    system = json.loads((folder / "system.json").read_text(encoding="utf-8"))
+    refmod.install(project, manifest, folder / "outputs", (folder / "inventory.txt").read_text(encoding="utf-8"), system)
+    dossier.review_folder(project.reference, project.root)
+    if old is not None:
+        print(f"reference: {old.id} -> {manifest['id']}")
+        for change in refmod.changes(old.manifest, manifest):
+            print(f"  changed: {change}")
+    else:
+        print(f"reference: new {manifest['id']}")
+    return 0
+
+
+def cmd_compare(project: Project, args: argparse.Namespace) -> int:
+    result = dossier.compare(args.dirs[0].resolve(), args.dirs[1].resolve())
+    text = dossier.render_compare(result)
+    if args.out:
+        write_atomic(args.out / "compare.md", text)
+        write_json(args.out / "compare.json", result)
+    print(text)
+    return 0
+
+
+COMMANDS = {"lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        project = load_project(Path.cwd())
+        return COMMANDS[args.command](project, args)
+    except KernodeckError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        if exc.tip:
+            print(f"TIP: {exc.tip}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("ERROR: interrupted; the last good environment and dossier are untouched", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

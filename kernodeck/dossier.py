@@ -1,0 +1,216 @@
+"""The run dossier: a folder another run can use (procedure, inventory, system chain, settings, outputs, report).
+
+Everything written is reviewed first: URL credentials stripped, this machine's package sources and home/project
+paths replaced by placeholders. Credentials are never recorded; the dossier says only how to provide them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .sources import machine_sources, redact_text, secrets_in_environment
+
+CREDENTIALS_HELP = """## Credentials and package sources
+
+Nothing here holds a credential or this machine's package sources. To install from a private index or a mirror,
+provide it at install time only, through the installer's own settings:
+
+- pip: `PIP_INDEX_URL`, `PIP_EXTRA_INDEX_URL`, `PIP_FIND_LINKS`, or a pip.conf / keyring / `~/.netrc` entry;
+- uv: `UV_DEFAULT_INDEX`, `UV_INDEX`, `UV_FIND_LINKS`, or `UV_INDEX_<NAME>_USERNAME` / `_PASSWORD`.
+
+The lock's hashes still decide what is accepted, whatever the source.
+"""
+
+
+def reviewer(root: Path) -> Any:
+    """A function that makes text fit to share: no credential, no local source path, no home or project path."""
+    replacements: list[tuple[str, str]] = []
+    for source in machine_sources():
+        loc = source.location
+        if loc.startswith(("/", "file:")):
+            replacements.append((loc, f"<local {source.kind}>"))
+    replacements.append((str(root), "<project>"))
+    home = os.path.expanduser("~")
+    if home not in ("/", ""):
+        replacements.append((home, "~"))
+    secrets = secrets_in_environment()
+    replacements.sort(key=lambda pair: -len(pair[0]))
+
+    def review(text: str) -> str:
+        text = redact_text(text)
+        for old, new in replacements:
+            text = text.replace(old, new)
+        for secret in secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    return review
+
+
+def review_folder(folder: Path, root: Path) -> None:
+    """Rewrite every text file under ``folder`` through the reviewer (binary outputs are left as they are)."""
+    review = reviewer(root)
+    for path in folder.rglob("*"):
+        if not path.is_file() or path.suffix in (".npy", ".pt", ".safetensors"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        reviewed = review(text)
+        if reviewed != text:
+            path.write_text(reviewed, encoding="utf-8")
+
+
+def procedure(commands: list[str], runner_cmd: str, env_vars: dict[str, str], installer: str, lock_rel: str,
+              platform_id: str, reused: bool) -> str:
+    lines = [
+        "# Procedure", "",
+        f"Platform `{platform_id}`. The exact commands this run executed, in order (paths relative to the project).",
+        "Each one is replayable by hand with plain Python and pip; Kernodeck is not needed to replay.", "",
+    ]
+    if reused:
+        lines += ["The environment was reused (same lock digest, same interpreter); it was built by:", ""]
+    lines += ["```sh", *commands, "```", ""]
+    if installer == "uv":
+        lines += ["uv installed the packages. The same step with pip alone (what the seed procedure runs):", "", "```sh",
+                  "python3 -m venv .venv-rebuild", f".venv-rebuild/bin/python -m pip install --require-hashes --no-deps -r {lock_rel}",
+                  ".venv-rebuild/bin/python -m pip check", ".venv-rebuild/bin/python -m pip freeze --all > installed-after.txt",
+                  "```", ""]
+    shown_env = " ".join(f"{k}={v}" for k, v in sorted(env_vars.items()))
+    lines += ["Then the checks, in one process, by the environment's explicit interpreter, from the project root",
+              "(DOSSIER is this folder; run-config.json in it names the steps and the declared tolerance):",
+              "", "```sh", f"{shown_env} {runner_cmd}", "```", "", CREDENTIALS_HELP]
+    return "\n".join(lines)
+
+
+def _load(folder: Path) -> dict[str, Any]:
+    report = folder / "report.json"
+    if not report.exists():
+        from .errors import KernodeckError
+
+        raise KernodeckError(f"{folder} holds no report.json: not a Kernodeck dossier", tip="nox -s verify -- --out DIR")
+    data: dict[str, Any] = {"report": json.loads(report.read_text(encoding="utf-8"))}
+    for name in ("system.json", "settings.json"):
+        if (folder / name).exists():
+            data[name] = json.loads((folder / name).read_text(encoding="utf-8"))
+    inv = folder / "inventory.txt"
+    data["inventory"] = inv.read_text(encoding="utf-8") if inv.exists() else ""
+    return data
+
+
+def _dict_delta(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    out = {}
+    for key in sorted(set(a) | set(b)):
+        if key in skip:
+            continue
+        if a.get(key) != b.get(key):
+            out[key] = {"a": a.get(key), "b": b.get(key)}
+    return out
+
+
+def compare(dir_a: Path, dir_b: Path) -> dict[str, Any]:
+    """What differs between two dossiers: platform, system chain, inventory, settings, steps, numeric outputs."""
+    from .inventory import diff, parse_freeze
+
+    a, b = _load(dir_a), _load(dir_b)
+    ra, rb = a["report"], b["report"]
+    steps_a = {s["name"]: s["status"] for s in ra.get("steps", [])}
+    steps_b = {s["name"]: s["status"] for s in rb.get("steps", [])}
+    result: dict[str, Any] = {
+        "a": str(dir_a), "b": str(dir_b),
+        "platform": {"a": ra.get("platform"), "b": rb.get("platform"), "same": ra.get("platform") == rb.get("platform")},
+        "status": {"a": ra.get("status"), "b": rb.get("status")},
+        "reference_id": {"a": ra.get("reference_id"), "b": rb.get("reference_id")},
+        "system": _dict_delta(a.get("system.json", {}), b.get("system.json", {}),
+                              skip=("python_executable", "loaded_libraries")),
+        "inventory": diff(parse_freeze(a["inventory"]), parse_freeze(b["inventory"])).as_dict(),
+        "settings": _dict_delta(a.get("settings.json", {}), b.get("settings.json", {})),
+        "steps": {n: {"a": steps_a.get(n), "b": steps_b.get(n)} for n in sorted(set(steps_a) | set(steps_b))
+                  if steps_a.get(n) != steps_b.get(n)},
+        "outputs": _numeric(dir_a / "outputs", dir_b / "outputs"),
+    }
+    return result
+
+
+def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
+    """Per-item cosine and max abs between the two runs' embeddings (.npy read without numpy: float32 little-endian)."""
+    from array import array
+
+    def read(folder: Path) -> tuple[list[str], list[list[float]]] | None:
+        npy, ids = folder / "embeddings.npy", folder / "ids.json"
+        if not npy.exists() or not ids.exists():
+            return None
+        raw = npy.read_bytes()
+        header_len = int.from_bytes(raw[8:10], "little") if raw[6] == 1 else int.from_bytes(raw[8:12], "little")
+        start = (10 if raw[6] == 1 else 12) + header_len
+        header = raw[(10 if raw[6] == 1 else 12):start].decode("latin1")
+        if "'<f4'" not in header or "'fortran_order': False" not in header:
+            return None
+        values = array("f")
+        values.frombytes(raw[start:])
+        names = json.loads(ids.read_text(encoding="utf-8"))
+        dim = len(values) // max(len(names), 1)
+        return names, [list(values[i * dim:(i + 1) * dim]) for i in range(len(names))]
+
+    ea, eb = read(out_a), read(out_b)
+    if ea is None or eb is None:
+        return {"available": False, "reason": "one of the dossiers has no readable float32 embeddings"}
+    if ea[0] != eb[0]:
+        return {"available": False, "reason": "the two runs embedded different ids"}
+    per_item, max_abs = {}, 0.0
+    for name, va, vb in zip(ea[0], ea[1], eb[1], strict=True):
+        dot = sum(x * y for x, y in zip(va, vb, strict=True))
+        na = sum(x * x for x in va) ** 0.5
+        nb = sum(y * y for y in vb) ** 0.5
+        per_item[name] = dot / (na * nb) if na and nb else 0.0
+        max_abs = max(max_abs, max(abs(x - y) for x, y in zip(va, vb, strict=True)))
+    return {"available": True, "items": len(per_item), "max_abs": max_abs, "min_cosine": min(per_item.values()),
+            "per_item_cosine": per_item}
+
+
+def render_compare(result: dict[str, Any]) -> str:
+    lines = ["# Kernodeck compare", "", f"- A: `{result['a']}`", f"- B: `{result['b']}`",
+             f"- platform: `{result['platform']['a']}` vs `{result['platform']['b']}`",
+             f"- status: {result['status']['a']} vs {result['status']['b']}",
+             f"- reference: `{result['reference_id']['a']}` vs `{result['reference_id']['b']}`", ""]
+    out = result["outputs"]
+    lines += ["## Outputs", ""]
+    if out.get("available"):
+        lines.append(f"{out['items']} items; max abs difference {out['max_abs']:.3g}; min per-item cosine {out['min_cosine']:.9f}")
+    else:
+        lines.append(f"not compared: {out.get('reason')}")
+    for section in ("system", "settings", "steps"):
+        lines += ["", f"## {section.capitalize()}", ""]
+        delta = result[section]
+        if not delta:
+            lines.append("no difference")
+        for key, pair in delta.items():
+            lines.append(f"- `{key}`: {json.dumps(pair['a'], default=str)[:200]} → {json.dumps(pair['b'], default=str)[:200]}")
+    inv = result["inventory"]
+    lines += ["", "## Inventory", ""]
+    if not any(inv.values()):
+        lines.append("identical")
+    for name, version in inv["added"].items():
+        lines.append(f"- only in B: {name}=={version}")
+    for name, version in inv["removed"].items():
+        lines.append(f"- only in A: {name}=={version}")
+    for name, pair in inv["changed"].items():
+        lines.append(f"- {name}: {pair['expected']} → {pair['observed']}")
+    return "\n".join(lines) + "\n"
+
+
+def swap_into_place(staging: Path, out: Path) -> None:
+    """Replace ``out`` with the completed ``staging`` folder; the earlier dossier survives any failure before this."""
+    if out.exists():
+        old = out.with_name(f".{out.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+        os.replace(staging, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, out)

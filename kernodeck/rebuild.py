@@ -1,0 +1,229 @@
+"""Rebuild, never copy: a fresh venv per lock, driven only by its explicit interpreter path, promoted when complete.
+
+Layout under ``<venv-root>/<platform-id>/``: each build gets its own ``env-<stamp>`` folder and is never moved (a venv
+is not relocatable: moving it breaks its scripts). It counts only once it holds ``kernodeck-complete.json``; then the
+``CURRENT`` pointer (and a ``current`` symlink on POSIX) is switched atomically. A failed or killed build never
+replaces the last good env, and the next run removes what it left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from . import lockfile
+from ._fs import sha256_file, write_atomic, write_json
+from ._proc import clean_env, log, run, show
+from .config import Project
+from .errors import Busy, CommandFailed, ConfigError, RebuildFailed
+from .platforms import Platform
+from .sources import machine_sources, uv_environment
+
+MARKER = "kernodeck-complete.json"
+INVENTORY = "kernodeck-inventory.txt"
+
+
+@dataclass
+class RebuildResult:
+    env: Path
+    python: Path
+    reused: bool
+    reason: str
+    installer: str
+    lock_digest: str
+    commands: list[str] = field(default_factory=list)
+    inventory: str = ""
+    pip_check: str = ""
+    durations: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["env"], data["python"] = str(self.env), str(self.python)
+        data.pop("inventory")
+        return data
+
+
+def env_python(env: Path) -> Path:
+    return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def platform_dir(project: Project, plat: Platform) -> Path:
+    return project.venv_root / plat.id
+
+
+def platform_lock(project: Project, plat: Platform, timeout: float = 3600) -> FileLock:
+    """One rebuild-or-verify of a platform at a time: a second run waits, it never corrupts the first."""
+    folder = platform_dir(project, plat)
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(folder / ".kernodeck.lock"), timeout=timeout)
+
+
+def acquire(lock: FileLock, plat: Platform) -> None:
+    try:
+        lock.acquire(timeout=0.1)
+    except Timeout:
+        log(f"kernodeck: another run holds {plat.id}; waiting for it")
+        try:
+            lock.acquire()
+        except Timeout:
+            raise Busy(f"another run kept {plat.id} busy past the wait limit") from None
+
+
+def current_env(project: Project, plat: Platform) -> Path | None:
+    pointer = platform_dir(project, plat) / "CURRENT"
+    if not pointer.exists():
+        return None
+    env = platform_dir(project, plat) / pointer.read_text(encoding="utf-8").strip()
+    return env if (env / MARKER).exists() and env_python(env).exists() else None
+
+
+def _marker(env: Path) -> dict[str, object]:
+    try:
+        data = json.loads((env / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def clean_incomplete(project: Project, plat: Platform) -> list[str]:
+    """Remove env folders a killed or failed build left (no completion marker, not current). Caller holds the lock."""
+    folder = platform_dir(project, plat)
+    current = current_env(project, plat)
+    removed = []
+    for child in sorted(folder.glob("env-*")):
+        if child != current and not (child / MARKER).exists():
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child.name)
+    if removed:
+        log(f"kernodeck: removed incomplete build(s) left by an earlier run: {', '.join(removed)}")
+    return removed
+
+
+def _promote(project: Project, plat: Platform, env: Path) -> None:
+    folder = platform_dir(project, plat)
+    write_atomic(folder / "CURRENT", env.name + "\n")
+    if os.name != "nt":
+        tmp_link = folder / ".current.tmp"
+        tmp_link.unlink(missing_ok=True)
+        tmp_link.symlink_to(env.name)
+        os.replace(tmp_link, folder / "current")
+    for child in folder.glob("env-*"):
+        if child != env:
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def uv_available() -> str | None:
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin  # type: ignore[import-not-found,unused-ignore]
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return None
+
+
+def choose_installer(requested: str | None) -> str:
+    if requested in (None, "auto"):
+        return "uv" if uv_available() else "pip"
+    if requested not in ("uv", "pip"):
+        raise ConfigError(f"unknown installer {requested!r}; use uv or pip", tip="nox -s rebuild -- --installer pip")
+    if requested == "uv" and not uv_available():
+        raise ConfigError("uv is not installed here", tip="nox -s rebuild -- --installer pip")
+    return requested
+
+
+def rebuild(
+    project: Project,
+    plat: Platform,
+    lock_file: Path,
+    *,
+    installer: str | None = None,
+    fresh: bool = False,
+    wheelhouse: Path | None = None,
+    base_python: str | None = None,
+) -> RebuildResult:
+    """Make (or reuse) the platform's env from ``lock_file``. Caller holds :func:`platform_lock`."""
+    lock = lockfile.read(lock_file)  # refuse a broken lock before touching anything
+    digest = "sha256:" + sha256_file(lock_file)
+    base = base_python or getattr(sys, "_base_executable", sys.executable)
+    chosen = choose_installer(installer)
+    clean_incomplete(project, plat)
+    current = current_env(project, plat)
+    if current is not None and not fresh and wheelhouse is None:
+        marker = _marker(current)
+        if marker.get("lock_digest") == digest and marker.get("base_python") == base:
+            log(f"kernodeck: reusing {current.relative_to(project.root)} (same lock digest and interpreter)")
+            return RebuildResult(
+                env=current, python=env_python(current), reused=True, installer=str(marker.get("installer", "")),
+                reason="up to date: same lock digest, same base interpreter, complete",
+                lock_digest=digest, commands=list(marker.get("commands", [])),  # type: ignore[arg-type]
+                inventory=(current / INVENTORY).read_text(encoding="utf-8"), pip_check=str(marker.get("pip_check", "")),
+            )
+        reason = "lock or interpreter changed since the current env was built"
+    else:
+        reason = "--fresh given" if fresh and current else ("--wheelhouse given" if wheelhouse else "no complete env yet")
+    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+    env = platform_dir(project, plat) / f"env-{stamp}"
+    python = env_python(env)
+    rel_lock = os.path.relpath(lock_file, project.root)
+    has_pip = any(p.name == "pip" for p in lock.pins)
+    commands: list[str] = []
+    durations: dict[str, float] = {}
+    uv_env = clean_env(uv_environment(machine_sources(base)))
+    # Recorded commands name tools, not this machine's paths to them.
+    display = {base: f"python{plat.python}", uv_available() or "uv": "uv"}
+
+    def step(name: str, argv: list[str], env_vars: dict[str, str] | None = None) -> str:
+        commands.append(show([display.get(a) or _rel(a, project.root) for a in argv]))
+        start = time.perf_counter()
+        try:
+            proc = run(argv, env=env_vars or clean_env(), cwd=project.root)
+        except CommandFailed as exc:
+            raise RebuildFailed(f"{name} failed: {exc.first_error}") from exc
+        finally:
+            durations[name] = round(time.perf_counter() - start, 3)
+        return proc.stdout
+
+    try:
+        if chosen == "uv" and has_pip:
+            step("create", [uv_available() or "uv", "venv", "--quiet", "--python", base, str(env)], uv_env)
+        else:
+            step("create", [base, "-m", "venv", str(env)])
+        offline = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
+        if chosen == "uv":
+            argv = [uv_available() or "uv", "pip", "install", "--python", str(python), "--require-hashes", "--no-deps"]
+            step("install", [*argv, *offline, "-r", rel_lock], uv_env)
+        else:
+            argv = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input", "--progress-bar", "off"]
+            step("install", [*argv, *offline, "-r", rel_lock])
+        pip_check = step("pip-check", [str(python), "-m", "pip", "check"])
+        inventory = step("freeze", [str(python), "-m", "pip", "freeze", "--all"])
+        write_atomic(env / INVENTORY, inventory)
+        write_json(env / MARKER, {
+            "lock": rel_lock, "lock_digest": digest, "platform": plat.id, "base_python": base,
+            "installer": chosen, "commands": commands, "pip_check": pip_check.strip(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        })
+    except BaseException:
+        shutil.rmtree(env, ignore_errors=True)
+        raise
+    _promote(project, plat, env)
+    log(f"kernodeck: promoted {env.relative_to(project.root)}; interpreter: {python}")
+    return RebuildResult(env, python, False, reason, chosen, digest, commands, inventory, pip_check.strip(), durations)
+
+
+def _rel(arg: str, root: Path) -> str:
+    """Commands as recorded: paths inside the project relative to it, so the procedure replays on another machine."""
+    try:
+        return os.path.relpath(arg, root) if os.path.isabs(arg) and Path(os.path.abspath(arg)).is_relative_to(root) else arg
+    except ValueError:
+        return arg

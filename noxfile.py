@@ -1,0 +1,75 @@
+"""Kernodeck sessions: thin wrappers over ``python -m kernodeck``. Tool versions come from pyproject's groups.
+
+    python3 -m pip install nox && nox -s verify     # lock check, rebuild, verify: the main job
+    nox -s tests                                   # the test suite
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["verify"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+
+
+def _install(session: nox.Session, group: str) -> None:
+    session.install(*nox.project.dependency_groups(PYPROJECT, group))
+
+
+def _kernodeck(session: nox.Session, *args: str) -> None:
+    session.run("python", "-m", "kernodeck", *args, *session.posargs)
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Compile this platform's hash-pinned lock (`-- --check` for drift, `--platform ID --resolver uv` for others)."""
+    _install(session, "lock")
+    _kernodeck(session, "lock")
+
+
+@nox.session
+def rebuild(session: nox.Session) -> None:
+    """Make or reuse a fresh venv from the lock (`-- --fresh`, `--installer pip`, `--wheelhouse DIR`)."""
+    _install(session, "run")
+    _kernodeck(session, "rebuild")
+
+
+@nox.session
+def verify(session: nox.Session) -> None:
+    """Lock check, rebuild, then every check inside the env; writes report.json/report.md (`-- --out DIR`)."""
+    _install(session, "run")
+    _kernodeck(session, "verify")
+
+
+@nox.session(default=False)
+def reference(session: nox.Session) -> None:
+    """Make a NEW reference identity from a rebuilt env (`-- --new` when one exists); the old one goes to history/."""
+    _install(session, "run")
+    _kernodeck(session, "reference")
+
+
+@nox.session(default=False)
+def compare(session: nox.Session) -> None:
+    """What differs between two dossiers: `nox -s compare -- DIR_A DIR_B [--out DIR]`."""
+    _install(session, "run")
+    _kernodeck(session, "compare")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite (`-- -m "not slow"` skips the tests that build a real torch environment)."""
+    _install(session, "test")
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(default=False)
+def lint(session: nox.Session) -> None:
+    """ruff and mypy."""
+    _install(session, "lint")
+    _install(session, "run")
+    session.run("ruff", "check", "kernodeck", "checks", "tests", "noxfile.py")
+    session.run("mypy")
