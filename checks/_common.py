@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -45,12 +46,23 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def load_sample(path: Path) -> list[dict[str, Any]]:
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
     """The identified sample: one JSON object per line with ``id`` and ``text`` (``pair`` for paraphrases)."""
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw_bytes = path.read_bytes()
+        raw = raw_bytes.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CheckFailed(f"cannot read sample {path.name}: {exc}", "data-loading") from exc
+    if sha256 and hashlib.sha256(raw_bytes).hexdigest() != sha256:
+        raise CheckFailed(f"sample {path.name} differs from the reference's fingerprint (sha256 {sha256[:12]}...)", "data-loading")
     items = []
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import CheckFailed, Context, Skip, load_sample
+from ._common import CheckFailed, Context, Skip, load_sample, sha256_file
 
 
 def _np() -> Any:
@@ -26,7 +26,7 @@ def _np() -> Any:
 
 def sample(ctx: Context) -> list[dict[str, Any]]:
     if "sample" not in ctx.state:
-        items = load_sample(Path(ctx.config["sample"]))
+        items = load_sample(Path(ctx.config["sample"]), ctx.config.get("sample_sha256"))
         repeat = int(ctx.config.get("sample_repeat", 1))
         if repeat > 1:  # benchmark scaling only: same texts, new ids
             items = [{**it, "id": f"{it['id']}#{r}", "pair": None} for r in range(repeat) for it in items]
@@ -78,6 +78,11 @@ def check_reference(ctx: Context) -> dict[str, Any]:
                           f"{len(ids)} reference ids, {len(sample_ids)} sample ids)", "reference")
     arr = _load_npy(ref / "embeddings.npy", "reference", "reference")
     check_array(arr, rows=len(items), dim=int(ctx.config["model"]["dim"]), what="reference embeddings", layer="reference")
+    # Sound, and also the very outputs the manifest's identity names (not a file swapped in later).
+    expected = ctx.config.get("reference_outputs", {})
+    for name, key in (("embeddings.npy", "embeddings_sha256"), ("ids.json", "ids_sha256")):
+        if expected.get(key) and sha256_file(ref / name) != expected[key]:
+            raise CheckFailed(f"reference {name} differs from the fingerprint in manifest.toml", "reference")
     ctx.state["reference"] = arr
     return {"rows": int(arr.shape[0]), "dim": int(arr.shape[1]), "dtype": str(arr.dtype)}
 

@@ -75,6 +75,9 @@ class Reference:
         return {
             "reference_dir": str(self.folder),
             "sample": str(self.folder / self.manifest["data"]["sample"]),
+            "sample_sha256": self.manifest["data"]["sha256"],
+            "reference_outputs": {"embeddings_sha256": self.manifest["outputs"]["embeddings_sha256"],
+                                  "ids_sha256": self.manifest["outputs"]["ids_sha256"]},
             "model": {"package": weights["module"], "subdir": weights["subdir"], "files": weights["files"],
                       "max_seq_length": params["max_seq_length"], "batch_size": params["batch_size"],
                       "normalize": params["normalize"], "dim": params["dim"], "dtype": params["dtype"]},
@@ -104,9 +107,8 @@ def load(project: Project) -> Reference:
     recorded, actual = manifest.get("id"), identity(manifest)
     if recorded != actual:
         raise ManifestError(f"{where}: recorded id {recorded} does not match its content ({actual}): edited by hand?")
-    sample = folder / manifest["data"]["sample"]
-    if not sample.exists() or sha256_file(sample) != manifest["data"]["sha256"]:
-        raise ManifestError(f"{where}: the sample {manifest['data']['sample']} is missing or differs from its fingerprint")
+    # The sample and the expected outputs are checked against these fingerprints INSIDE the env, by the data-loading
+    # and reference steps, so that a failure there is attributed to its layer.
     return Reference(folder, manifest)
 
 

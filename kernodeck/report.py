@@ -109,7 +109,7 @@ _MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.SKIPPED: "⏭", Stat
 
 def render_markdown(report: Report) -> str:
     lines = [f"# Kernodeck verify: {report.status.upper()}", "", f"- platform: `{report.platform}`"]
-    for key in ("reference_id", "lock", "lock_inputs_digest", "interpreter", "started", "finished"):
+    for key in ("reference_id", "reference_code", "lock", "lock_inputs_digest", "interpreter", "expect_backend", "started", "finished"):
         if key in report.meta:
             lines.append(f"- {key.replace('_', ' ')}: `{report.meta[key]}`")
     lines += ["", "| step | status | time | note |", "|---|---|---|---|"]

@@ -217,6 +217,10 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                     run_config = ref.run_config()
                     run_config.update(reference_dir=_rel(project, ref.folder), sample=_rel(project, Path(run_config["sample"])))
                     run_.meta["reference_id"] = ref.id
+                    code = ref.manifest["code"]["files"]
+                    moved = [f for f, d in code.items() if not (project.root / f).exists() or sha256_file(project.root / f) != d]
+                    run_.meta["reference_code"] = ("same as the reference's" if not moved else
+                                                   "changed since the reference: " + ", ".join(moved))
                 cfg_resume = refmod.sample_config(project).get("resume", {})
                 run_config["resume"] = {"steps": cfg_resume.get("steps", 12), "checkpoint_at": cfg_resume.get("checkpoint-at", 5),
                                         "gpu_tolerance": cfg_resume.get("gpu-tolerance", 1e-5)}
