@@ -66,7 +66,8 @@ class Trainer:
         self._batches = iter(self.loader)
         self.batch_in_epoch = 0
 
-    def train_step(self) -> float:
+    def train_step(self) -> tuple[float, float]:
+        """One step; returns (loss before the update, checksum of the weights after it)."""
         import torch.nn.functional as F  # noqa: N812
 
         if self._batches is None:
@@ -85,7 +86,9 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        return float(loss.item())
+        with self.torch.no_grad():
+            checksum = float(sum(p.double().sum() for p in self.model.parameters()))
+        return float(loss.item()), checksum
 
     def state(self) -> dict[str, Any]:
         import numpy as np
@@ -145,7 +148,7 @@ def _continue(checkpoint: Path, steps: int, device: str, drop: tuple[str, ...], 
     trainer.restore(ckpt, drop)
     losses = [trainer.train_step() for _ in range(steps - trainer.step)]
     torch.save(trainer.model.state_dict(), out.with_suffix(".pt"))
-    out.write_text(json.dumps({"losses": losses}), encoding="utf-8")
+    out.write_text(json.dumps({"trace": losses}), encoding="utf-8")
 
 
 def check(device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] = (), tolerance: float = 0.0) -> dict[str, Any]:
@@ -168,12 +171,14 @@ def check(device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] 
     if proc.returncode != 0:
         lines = [x for x in proc.stderr.splitlines() if x.strip()]
         return {"passed": False, "error": lines[-1] if lines else f"exit {proc.returncode}", "command": cmd}
-    tail = json.loads(out.read_text(encoding="utf-8"))["losses"]
+    tail = [tuple(pair) for pair in json.loads(out.read_text(encoding="utf-8"))["trace"]]
     resumed = head + tail
     final = torch.load(out.with_suffix(".pt"), map_location="cpu", weights_only=True)
     diverged = None
+    # A step diverges when its loss or the weights after its update differ (a lost optimizer state shows in the
+    # update of the first resumed step, before any loss does).
     for index, (a, b) in enumerate(zip(reference, resumed, strict=True)):
-        if abs(a - b) > tolerance if tolerance else a != b:
+        if any(abs(x - y) > tolerance if tolerance else x != y for x, y in zip(a, b, strict=True)):
             diverged = index + 1
             break
     weight_diff = max(float((final[k] - final_ref[k]).abs().max()) for k in final_ref)
@@ -181,7 +186,8 @@ def check(device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] 
     return {"passed": diverged is None and weights_ok, "steps": steps, "checkpoint_at": at, "device": device,
             "dropped": list(drop), "first_diverging_step": diverged, "final_weights_max_abs": weight_diff,
             "comparison": "bitwise" if not tolerance else f"abs <= {tolerance}",
-            "losses_uninterrupted": reference, "losses_resumed": resumed, "checkpoint": describe(state),
+            "losses_uninterrupted": [a[0] for a in reference], "losses_resumed": [b[0] for b in resumed],
+            "checkpoint": describe(state),
             "new_process": True}
 
 

@@ -210,7 +210,11 @@ def swap_into_place(staging: Path, out: Path) -> None:
         old = out.with_name(f".{out.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         os.replace(out, old)
-        os.replace(staging, out)
+        try:
+            os.replace(staging, out)
+        except OSError:
+            os.replace(old, out)  # put the earlier dossier back before reporting the failure
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(staging, out)

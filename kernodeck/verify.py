@@ -267,7 +267,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
         if not run_.failed and python is not None:
             run_checks(run_, python, names, run_config)
         else:
-            run_.not_run([n for n in ("inventory", *names) if n not in {s.name for s in run_.steps}],
+            run_.not_run([n for n in ("rebuild", "inventory", *names) if n not in {s.name for s in run_.steps}],
                          next((s.name for s in run_.steps if s.status is Status.FAILED), "?"))
         report = Report(plat.id, run_.steps, {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         _write_dossier(run_, report, result, lock_path, opts)

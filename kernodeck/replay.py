@@ -1,0 +1,103 @@
+"""replay: clone the current commit into an empty folder and run verify there with a clean environment.
+
+A replay proves the procedure is transferable only if nothing comes from the caller: no venv, no PYTHONPATH, no cwd,
+no uncommitted file. So a dirty tree is refused (or, with --allow-dirty, named in the result), the clone gets its own
+tools venv made from the base interpreter, and the rebuilt env is made from the committed lock, from scratch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._fs import write_json
+from ._proc import log, run
+from .config import Project
+from .errors import CommandFailed, KernodeckError
+
+
+class DirtyTree(KernodeckError):
+    tip = "commit (or stash) them first: a replay of uncommitted work proves nothing; or: nox -s replay -- --allow-dirty"
+
+
+@dataclass
+class ReplayResult:
+    commit: str
+    dirty: list[str]
+    dossier: Path
+    status: str
+    seconds: float
+
+
+def _git(root: Path, *args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout  # noqa: S603,S607
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise KernodeckError(f"git {' '.join(args)} failed in {root}: {getattr(exc, 'stderr', '') or exc}",
+                             tip="replay needs a git checkout with at least one commit") from None
+
+
+def clean_environment() -> dict[str, str]:
+    """The caller's environment without its Python: no venv on PATH, no PYTHON* variables, no VIRTUAL_ENV."""
+    venv = os.environ.get("VIRTUAL_ENV")
+    own_bin = str(Path(sys.prefix) / "bin") if sys.prefix != sys.base_prefix else None
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep)
+            if p and p != own_bin and not (venv and p.startswith(venv)) and "/.nox/" not in p]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "NOX", "KERNODECK_", "PYTEST")) and k != "PATH"}
+    env["PATH"] = os.pathsep.join(path)
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, out: Path | None = None) -> ReplayResult:
+    root = project.root
+    commit = _git(root, "rev-parse", "HEAD").strip()
+    dirty = [line[3:] for line in _git(root, "status", "--porcelain", "--untracked-files=no").splitlines() if line.strip()]
+    if dirty and not allow_dirty:
+        raise DirtyTree(f"uncommitted changes in {len(dirty)} tracked file(s): {', '.join(dirty[:5])}")
+    start = time.perf_counter()
+    dest = Path(out or project.runs / f"replay-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    work = Path(tempfile.mkdtemp(prefix="kernodeck-replay-"))
+    env = clean_environment()
+    base = getattr(sys, "_base_executable", sys.executable)
+    try:
+        clone = work / "clone"
+        run(["git", "clone", "--quiet", "--no-hardlinks", str(root), str(clone)], env=env)
+        run(["git", "-C", str(clone), "checkout", "--quiet", commit], env=env)
+        tools = work / "tools"
+        run([base, "-m", "venv", str(tools)], env=env)
+        groups = tomllib.loads((clone / "pyproject.toml").read_text(encoding="utf-8"))["dependency-groups"]
+        reqs = [r for r in groups["run"] if isinstance(r, str)]
+        tool_python = tools / "bin" / "python"
+        run([tool_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *reqs], env=env)
+        env["PATH"] = os.pathsep.join([str(tools / "bin"), env["PATH"]])
+        dossier = work / "dossier"
+        log("kernodeck: replaying in a clean clone: rebuild + verify from the committed lock")
+        # -E -s: no PYTHON* variables, no user site; cwd is the clone, so `-m kernodeck` is the clone's own code.
+        try:
+            run([tool_python, "-E", "-s", "-m", "kernodeck", "verify", "--fresh", "--out", str(dossier)], env=env, cwd=clone)
+        except CommandFailed as exc:
+            log(f"kernodeck: the replayed verify failed: {exc.first_error}")
+        if not (dossier / "report.json").exists():
+            raise KernodeckError("the replay produced no dossier", tip=f"rerun with --keep and look in {work}")
+        import json
+
+        status = json.loads((dossier / "report.json").read_text(encoding="utf-8"))["status"]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(dossier, dest)
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    result = ReplayResult(commit, dirty, dest, status, round(time.perf_counter() - start, 1))
+    write_json(dest / "replay.json", {"commit": commit, "uncommitted": dirty, "status": status,
+                                      "seconds": result.seconds, "clean_environment": True})
+    return result
