@@ -62,7 +62,9 @@ def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise CheckFailed(f"cannot read sample {path.name}: {exc}", "data-loading") from exc
     if sha256 and hashlib.sha256(raw_bytes).hexdigest() != sha256:
-        raise CheckFailed(f"sample {path.name} differs from the reference's fingerprint (sha256 {sha256[:12]}...)", "data-loading")
+        raise CheckFailed(
+            f"sample {path.name} differs from the reference's fingerprint (sha256 {sha256[:12]}...)", "data-loading"
+        )
     items = []
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():

@@ -19,9 +19,11 @@ def device_for(expected: str, torch: Any) -> tuple[str, str]:
     if expected in ("cuda", "rocm"):
         build = torch.version.cuda if expected == "cuda" else getattr(torch.version, "hip", None)
         if not build:
-            other = "hip" if expected == "cuda" else "cuda"
-            return "", (f"this torch ({torch.__version__}) is not a {expected} build: torch.version.{'cuda' if expected == 'cuda' else 'hip'} "
-                        f"is None (torch.version.{other}={getattr(torch.version, other, None)})")
+            field, other = ("cuda", "hip") if expected == "cuda" else ("hip", "cuda")
+            return "", (
+                f"this torch ({torch.__version__}) is not a {expected} build: torch.version.{field} is None "
+                f"(torch.version.{other}={getattr(torch.version, other, None)})"
+            )
         if not torch.cuda.is_available():
             return "", f"torch.cuda.is_available() is False: no usable {expected} device (driver or visibility)"
         return "cuda:0", ""
@@ -40,8 +42,11 @@ def run(ctx: Context) -> dict[str, Any]:
     expected = ctx.config["expect_backend"]
     device, why = device_for(expected, torch)
     if not device:
-        raise CheckFailed(f"expected backend {expected} is not usable: {why}", "device",
-                          {"expected_backend": expected, "torch": torch.__version__})
+        raise CheckFailed(
+            f"expected backend {expected} is not usable: {why}",
+            "device",
+            {"expected_backend": expected, "torch": torch.__version__},
+        )
     # Independent reference: numpy float64 on the host, from integer-valued inputs (exact in float32 too).
     rng = np.random.default_rng(7)
     a = rng.integers(-8, 8, size=(64, 48)).astype(np.float32)
@@ -65,13 +70,23 @@ def run(ctx: Context) -> dict[str, Any]:
     soft_ref /= soft_ref.sum(axis=1, keepdims=True)
     matmul_err = float(np.abs(product - expected_result).max())
     softmax_err = float(np.abs(softmax - soft_ref).max())
-    details = {"expected_backend": expected, "device": device, "torch": torch.__version__,
-               "torch_version_cuda": torch.version.cuda, "torch_version_hip": getattr(torch.version, "hip", None),
-               "matmul_max_abs_error": matmul_err, "softmax_max_abs_error": softmax_err}
+    details = {
+        "expected_backend": expected,
+        "device": device,
+        "torch": torch.__version__,
+        "torch_version_cuda": torch.version.cuda,
+        "torch_version_hip": getattr(torch.version, "hip", None),
+        "matmul_max_abs_error": matmul_err,
+        "softmax_max_abs_error": softmax_err,
+    }
     # Integer inputs: the float32 product is exact, so any error at all means a broken kernel.
     if matmul_err != 0.0:
-        raise CheckFailed(f"matmul on {device} differs from the numpy result by {matmul_err}", "operator:matmul", details)
+        raise CheckFailed(
+            f"matmul on {device} differs from the numpy result by {matmul_err}", "operator:matmul", details
+        )
     if softmax_err > 1e-6:
-        raise CheckFailed(f"softmax on {device} differs from numpy by {softmax_err} (> 1e-6)", "operator:softmax", details)
+        raise CheckFailed(
+            f"softmax on {device} differs from numpy by {softmax_err} (> 1e-6)", "operator:softmax", details
+        )
     ctx.state["device"] = device
     return details

@@ -73,11 +73,18 @@ def check_reference(ctx: Context) -> dict[str, Any]:
     ids = _load_ids(ref / "ids.json", "reference", "reference")
     sample_ids = [i["id"] for i in items]
     if ids != sample_ids:
-        first = next((k for k, (a, b) in enumerate(zip(ids, sample_ids, strict=False)) if a != b), min(len(ids), len(sample_ids)))
-        raise CheckFailed(f"reference ids do not match the sample (first difference at row {first}; "
-                          f"{len(ids)} reference ids, {len(sample_ids)} sample ids)", "reference")
+        first = next(
+            (k for k, (a, b) in enumerate(zip(ids, sample_ids, strict=False)) if a != b), min(len(ids), len(sample_ids))
+        )
+        raise CheckFailed(
+            f"reference ids do not match the sample (first difference at row {first}; "
+            f"{len(ids)} reference ids, {len(sample_ids)} sample ids)",
+            "reference",
+        )
     arr = _load_npy(ref / "embeddings.npy", "reference", "reference")
-    check_array(arr, rows=len(items), dim=int(ctx.config["model"]["dim"]), what="reference embeddings", layer="reference")
+    check_array(
+        arr, rows=len(items), dim=int(ctx.config["model"]["dim"]), what="reference embeddings", layer="reference"
+    )
     # Sound, and also the very outputs the manifest's identity names (not a file swapped in later).
     expected = ctx.config.get("reference_outputs", {})
     for name, key in (("embeddings.npy", "embeddings_sha256"), ("ids.json", "ids_sha256")):
@@ -128,8 +135,13 @@ def encode(ctx: Context) -> Any:
     model = load_model(ctx)
     texts = [i["text"] for i in sample(ctx)]
     try:
-        arr = model.encode(texts, batch_size=int(cfg["batch_size"]), convert_to_numpy=True,
-                           normalize_embeddings=bool(cfg["normalize"]), show_progress_bar=False)
+        arr = model.encode(
+            texts,
+            batch_size=int(cfg["batch_size"]),
+            convert_to_numpy=True,
+            normalize_embeddings=bool(cfg["normalize"]),
+            show_progress_bar=False,
+        )
     except Exception as exc:
         raise CheckFailed(f"{type(exc).__name__}: {exc}", "operator:encode") from exc
     return np.asarray(arr)
@@ -163,9 +175,14 @@ def embed(ctx: Context) -> dict[str, Any]:
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     ctx.state["first_run"] = arr
     ctx.state["first_run_seconds"] = seconds
-    return {"items": len(items), "seconds": round(seconds, 4), "items_per_s": round(len(items) / seconds, 1),
-            "device": ctx.state.get("device", "cpu"), "written": ["outputs/embeddings.npy", "outputs/ids.json"],
-            "weights_fingerprint": ctx.state.get("weights_fingerprint", {})}
+    return {
+        "items": len(items),
+        "seconds": round(seconds, 4),
+        "items_per_s": round(len(items) / seconds, 1),
+        "device": ctx.state.get("device", "cpu"),
+        "written": ["outputs/embeddings.npy", "outputs/ids.json"],
+        "weights_fingerprint": ctx.state.get("weights_fingerprint", {}),
+    }
 
 
 def reread(ctx: Context) -> dict[str, Any]:
@@ -178,10 +195,19 @@ def reread(ctx: Context) -> dict[str, Any]:
         raise CheckFailed(f"output ids: {len(ids)} ids for {len(expected_ids)} inputs", "output")
     if ids != expected_ids:
         first = next(k for k, (a, b) in enumerate(zip(ids, expected_ids, strict=True)) if a != b)
-        raise CheckFailed(f"output ids are not in input order: row {first} is {ids[first]!r}, expected {expected_ids[first]!r}", "output")
+        raise CheckFailed(
+            f"output ids are not in input order: row {first} is {ids[first]!r}, expected {expected_ids[first]!r}",
+            "output",
+        )
     check_array(arr, rows=len(items), dim=int(ctx.config["model"]["dim"]), what="output embeddings", layer="output")
     ctx.state["reread"] = arr
-    return {"rows": int(arr.shape[0]), "dim": int(arr.shape[1]), "dtype": str(arr.dtype), "finite": True, "ids_in_order": True}
+    return {
+        "rows": int(arr.shape[0]),
+        "dim": int(arr.shape[1]),
+        "dtype": str(arr.dtype),
+        "finite": True,
+        "ids_in_order": True,
+    }
 
 
 def compare(ctx: Context) -> dict[str, Any]:
@@ -190,18 +216,28 @@ def compare(ctx: Context) -> dict[str, Any]:
         raise Skip("making a new reference: nothing to compare against")
     ours, ref = ctx.state["reread"], ctx.state["reference"]
     tol = ctx.config["tolerance"]
-    cos = np.sum(ours.astype(np.float64) * ref, axis=1) / (np.linalg.norm(ours.astype(np.float64), axis=1) * np.linalg.norm(ref.astype(np.float64), axis=1))
+    cos = np.sum(ours.astype(np.float64) * ref, axis=1) / (
+        np.linalg.norm(ours.astype(np.float64), axis=1) * np.linalg.norm(ref.astype(np.float64), axis=1)
+    )
     max_abs = float(np.abs(ours.astype(np.float64) - ref).max())
     ids = [i["id"] for i in sample(ctx)]
     worst = int(np.argmin(cos))
-    details = {"min_cosine": float(cos.min()), "max_abs": max_abs, "worst_id": ids[worst],
-               "cosine_min_allowed": tol["cosine_min"], "max_abs_allowed": tol["max_abs"],
-               "bitwise_equal": bool(np.array_equal(ours, ref)),
-               "per_item_cosine": {i: round(float(c), 9) for i, c in zip(ids, cos, strict=True)}}
+    details = {
+        "min_cosine": float(cos.min()),
+        "max_abs": max_abs,
+        "worst_id": ids[worst],
+        "cosine_min_allowed": tol["cosine_min"],
+        "max_abs_allowed": tol["max_abs"],
+        "bitwise_equal": bool(np.array_equal(ours, ref)),
+        "per_item_cosine": {i: round(float(c), 9) for i, c in zip(ids, cos, strict=True)},
+    }
     if cos.min() < tol["cosine_min"] or max_abs > tol["max_abs"]:
-        raise CheckFailed(f"embeddings differ from the reference beyond tolerance: min cosine {cos.min():.9f} "
-                          f"(allowed >= {tol['cosine_min']}) at {ids[worst]!r}, max abs {max_abs:.3g} (allowed <= {tol['max_abs']})",
-                          "comparison", details)
+        raise CheckFailed(
+            f"embeddings differ from the reference beyond tolerance: min cosine {cos.min():.9f} "
+            f"(allowed >= {tol['cosine_min']}) at {ids[worst]!r}, max abs {max_abs:.3g} (allowed <= {tol['max_abs']})",
+            "comparison",
+            details,
+        )
     return details
 
 
@@ -226,13 +262,21 @@ def criterion(ctx: Context) -> dict[str, Any]:
     items = sample(ctx)
     nearest, margin = neighbours(ctx.state["reread"], items)
     wrong = {i: n for i, n in nearest.items() if n != next(x["pair"] for x in items if x["id"] == i)}
-    details = {"criterion": "each labelled paraphrase's nearest neighbour is its pair", "pairs_checked": len(nearest),
-               "misses": wrong, "min_margin": min(margin.values()) if margin else None}
+    details = {
+        "criterion": "each labelled paraphrase's nearest neighbour is its pair",
+        "pairs_checked": len(nearest),
+        "misses": wrong,
+        "min_margin": min(margin.values()) if margin else None,
+    }
     if not nearest:
         raise CheckFailed("the sample has no labelled paraphrase pairs to judge", "data-loading")
     if wrong:
         first = sorted(wrong)[0]
-        raise CheckFailed(f"{len(wrong)} of {len(nearest)} paraphrases miss their pair, e.g. {first!r} -> {wrong[first]!r}", "comparison", details)
+        raise CheckFailed(
+            f"{len(wrong)} of {len(nearest)} paraphrases miss their pair, e.g. {first!r} -> {wrong[first]!r}",
+            "comparison",
+            details,
+        )
     return details
 
 
@@ -249,7 +293,9 @@ def determinism(ctx: Context) -> dict[str, Any]:
     t_det = time.perf_counter() - start
     third = encode(ctx)
     device = str(ctx.state.get("device", "cpu"))
-    diff = max(float(np.abs(second.astype(np.float64) - first).max()), float(np.abs(third.astype(np.float64) - first).max()))
+    diff = max(
+        float(np.abs(second.astype(np.float64) - first).max()), float(np.abs(third.astype(np.float64) - first).max())
+    )
     identical = bool(np.array_equal(first, second) and np.array_equal(first, third))
     # The cost of the settings: the same work with deterministic algorithms off and autotuning on, then restored.
     settings.apply(deterministic=False)
@@ -261,14 +307,26 @@ def determinism(ctx: Context) -> dict[str, Any]:
         t_free = time.perf_counter() - start
     finally:
         settings.apply(deterministic=True)
-    details = {"device": device, "repeats": 3, "bitwise_identical": identical, "max_abs_between_runs": diff,
-               "seconds_deterministic": round(t_det, 4), "seconds_without_settings": round(t_free, 4),
-               "cost_ratio": round(t_det / t_free, 3) if t_free > 0 else None,
-               "max_abs_without_settings": float(np.abs(free.astype(np.float64) - first).max())}
+    details = {
+        "device": device,
+        "repeats": 3,
+        "bitwise_identical": identical,
+        "max_abs_between_runs": diff,
+        "seconds_deterministic": round(t_det, 4),
+        "seconds_without_settings": round(t_free, 4),
+        "cost_ratio": round(t_det / t_free, 3) if t_free > 0 else None,
+        "max_abs_without_settings": float(np.abs(free.astype(np.float64) - first).max()),
+    }
     if device == "cpu" and not identical:
-        raise CheckFailed(f"two runs on CPU in one process differ (max abs {diff:.3g}); CPU runs must be bitwise identical",
-                          "operator:encode", details)
+        raise CheckFailed(
+            f"two runs on CPU in one process differ (max abs {diff:.3g}); CPU runs must be bitwise identical",
+            "operator:encode",
+            details,
+        )
     if diff > ctx.config["tolerance"]["max_abs"]:
-        raise CheckFailed(f"repeat runs on {device} differ by {diff:.3g} > declared {ctx.config['tolerance']['max_abs']}",
-                          "operator:encode", details)
+        raise CheckFailed(
+            f"repeat runs on {device} differ by {diff:.3g} > declared {ctx.config['tolerance']['max_abs']}",
+            "operator:encode",
+            details,
+        )
     return details

@@ -68,7 +68,7 @@ class Trainer:
 
     def train_step(self) -> tuple[float, float]:
         """One step; returns (loss before the update, checksum of the weights after it)."""
-        import torch.nn.functional as F  # noqa: N812
+        import torch.nn.functional as F
 
         if self._batches is None:
             self._start_epoch()
@@ -99,10 +99,17 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-            "sampler": {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                        "generator_state_at_epoch_start": self.epoch_generator_state},
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            },
+            "sampler": {
+                "epoch": self.epoch,
+                "batch_in_epoch": self.batch_in_epoch,
+                "generator_state_at_epoch_start": self.epoch_generator_state,
+            },
         }
 
     def restore(self, ckpt: dict[str, Any], drop: tuple[str, ...] = ()) -> None:
@@ -132,11 +139,18 @@ class Trainer:
 
 
 def describe(ckpt: dict[str, Any]) -> dict[str, Any]:
-    return {"step": ckpt["step"], "model_tensors": len(ckpt["model"]),
-            "optimizer_state_entries": len(ckpt["optimizer"]["state"]), "scheduler": ckpt["scheduler"],
-            "rng": sorted(k for k, v in ckpt["rng"].items() if v is not None), "sampler": {
-                "epoch": ckpt["sampler"]["epoch"], "batch_in_epoch": ckpt["sampler"]["batch_in_epoch"],
-                "generator_state_bytes": int(ckpt["sampler"]["generator_state_at_epoch_start"].numel())}}
+    return {
+        "step": ckpt["step"],
+        "model_tensors": len(ckpt["model"]),
+        "optimizer_state_entries": len(ckpt["optimizer"]["state"]),
+        "scheduler": ckpt["scheduler"],
+        "rng": sorted(k for k, v in ckpt["rng"].items() if v is not None),
+        "sampler": {
+            "epoch": ckpt["sampler"]["epoch"],
+            "batch_in_epoch": ckpt["sampler"]["batch_in_epoch"],
+            "generator_state_bytes": int(ckpt["sampler"]["generator_state_at_epoch_start"].numel()),
+        },
+    }
 
 
 def _continue(checkpoint: Path, steps: int, device: str, drop: tuple[str, ...], out: Path) -> None:
@@ -151,7 +165,9 @@ def _continue(checkpoint: Path, steps: int, device: str, drop: tuple[str, ...], 
     out.write_text(json.dumps({"trace": losses}), encoding="utf-8")
 
 
-def check(device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] = (), tolerance: float = 0.0) -> dict[str, Any]:
+def check(
+    device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] = (), tolerance: float = 0.0
+) -> dict[str, Any]:
     """Run the whole comparison; return a verdict with the first diverging step (1-based) or None."""
     import torch
 
@@ -165,8 +181,20 @@ def check(device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] 
     state = first.state()
     torch.save(state, ckpt_path)
     out = folder / ("continued" + ("-without-" + "-".join(drop) if drop else "") + ".json")
-    cmd = [sys.executable, "-I", str(Path(__file__).resolve()), "--continue", str(ckpt_path), "--steps", str(steps),
-           "--device", device, "--result", str(out), *[a for part in drop for a in ("--drop", part)]]
+    cmd = [
+        sys.executable,
+        "-I",
+        str(Path(__file__).resolve()),
+        "--continue",
+        str(ckpt_path),
+        "--steps",
+        str(steps),
+        "--device",
+        device,
+        "--result",
+        str(out),
+        *[a for part in drop for a in ("--drop", part)],
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         lines = [x for x in proc.stderr.splitlines() if x.strip()]
@@ -183,12 +211,20 @@ def check(device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] 
             break
     weight_diff = max(float((final[k] - final_ref[k]).abs().max()) for k in final_ref)
     weights_ok = weight_diff <= tolerance if tolerance else all(torch.equal(final[k], final_ref[k]) for k in final_ref)
-    return {"passed": diverged is None and weights_ok, "steps": steps, "checkpoint_at": at, "device": device,
-            "dropped": list(drop), "first_diverging_step": diverged, "final_weights_max_abs": weight_diff,
-            "comparison": "bitwise" if not tolerance else f"abs <= {tolerance}",
-            "losses_uninterrupted": [a[0] for a in reference], "losses_resumed": [b[0] for b in resumed],
-            "checkpoint": describe(state),
-            "new_process": True}
+    return {
+        "passed": diverged is None and weights_ok,
+        "steps": steps,
+        "checkpoint_at": at,
+        "device": device,
+        "dropped": list(drop),
+        "first_diverging_step": diverged,
+        "final_weights_max_abs": weight_diff,
+        "comparison": "bitwise" if not tolerance else f"abs <= {tolerance}",
+        "losses_uninterrupted": [a[0] for a in reference],
+        "losses_resumed": [b[0] for b in resumed],
+        "checkpoint": describe(state),
+        "new_process": True,
+    }
 
 
 def run(ctx: Any) -> dict[str, Any]:
@@ -197,13 +233,19 @@ def run(ctx: Any) -> dict[str, Any]:
     cfg = ctx.config.get("resume", {})
     device = str(ctx.state.get("device", "cpu"))
     tolerance = 0.0 if device == "cpu" else float(cfg.get("gpu_tolerance", 1e-5))
-    verdict = check(device, int(cfg.get("steps", 12)), int(cfg.get("checkpoint_at", 5)), ctx.out / "resume", (), tolerance)
+    verdict = check(
+        device, int(cfg.get("steps", 12)), int(cfg.get("checkpoint_at", 5)), ctx.out / "resume", (), tolerance
+    )
     if "error" in verdict:
         raise CheckFailed(f"resume worker failed: {verdict['error']}", "operator:resume", verdict)
     if not verdict["passed"]:
         where = verdict["first_diverging_step"]
-        raise CheckFailed(f"resumed training diverges from the uninterrupted run at step {where} "
-                          f"(final weights max abs {verdict['final_weights_max_abs']:.3g})", "comparison", verdict)
+        raise CheckFailed(
+            f"resumed training diverges from the uninterrupted run at step {where} "
+            f"(final weights max abs {verdict['final_weights_max_abs']:.3g})",
+            "comparison",
+            verdict,
+        )
     return verdict
 
 

@@ -17,9 +17,11 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # -I drops the script's folder: make `checks` importable
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent.parent)
+)  # -I drops the script's folder: make `checks` importable
 
-from checks._common import CheckFailed, Context, Skip, write_json_atomic  # noqa: E402
+from checks._common import CheckFailed, Context, Skip, write_json_atomic
 
 # step name -> (module, function, title)
 STEPS = {
@@ -74,11 +76,15 @@ def main(argv: list[str] | None = None) -> int:
             result.update(status="skipped", reason=str(exc))
         except CheckFailed as exc:
             result.update(status="failed", error=str(exc), layer=exc.layer, details=exc.details)
-        except Exception as exc:  # noqa: BLE001 - the boundary of the in-env side: keep the first error verbatim
+        except Exception as exc:
             tb = traceback.extract_tb(exc.__traceback__)
             where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-            result.update(status="failed", error=f"{type(exc).__name__}: {exc}", layer=_layer_of(exc),
-                          details={"raised_at": where, "traceback": traceback.format_exc(limit=8)})
+            result.update(
+                status="failed",
+                error=f"{type(exc).__name__}: {exc}",
+                layer=_layer_of(exc),
+                details={"raised_at": where, "traceback": traceback.format_exc(limit=8)},
+            )
         result["duration_s"] = round(time.perf_counter() - start, 4)
         if result["status"] == "failed":
             failed = name

@@ -30,8 +30,12 @@ def _read_back(torch: Any) -> dict[str, Any]:
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(unset)"),
     }
     # torch >= 2.9 adds per-backend fp32_precision knobs beside the legacy TF32 flags.
-    for label, obj in (("cuda.matmul", back.cuda.matmul), ("cudnn", back.cudnn), ("cudnn.conv", getattr(back.cudnn, "conv", None)),
-                       ("mkldnn", getattr(back, "mkldnn", None))):
+    for label, obj in (
+        ("cuda.matmul", back.cuda.matmul),
+        ("cudnn", back.cudnn),
+        ("cudnn.conv", getattr(back.cudnn, "conv", None)),
+        ("mkldnn", getattr(back, "mkldnn", None)),
+    ):
         value = getattr(obj, "fp32_precision", None) if obj is not None else None
         rec[f"{label}.fp32_precision"] = value if value is not None else "unavailable in this torch"
     return rec

@@ -17,9 +17,11 @@ from typing import Any
 
 from ._common import Context
 
-_LIBS = re.compile(r"(libcudnn[^/]*|libcublas[^/]*|libcudart[^/]*|libnccl[^/]*|libnvrtc[^/]*|libtorch_cuda[^/]*|"
-                   r"libMIOpen[^/]*|libamdhip64[^/]*|librocblas[^/]*|libhipblas[^/]*|libtorch_hip[^/]*|"
-                   r"libgomp[^/]*|libiomp5[^/]*|libmkl[^/]*|libopenblas[^/]*|libtorch_cpu[^/]*|libc10[^/]*)\.so[^/]*$")
+_LIBS = re.compile(
+    r"(libcudnn[^/]*|libcublas[^/]*|libcudart[^/]*|libnccl[^/]*|libnvrtc[^/]*|libtorch_cuda[^/]*|"
+    r"libMIOpen[^/]*|libamdhip64[^/]*|librocblas[^/]*|libhipblas[^/]*|libtorch_hip[^/]*|"
+    r"libgomp[^/]*|libiomp5[^/]*|libmkl[^/]*|libopenblas[^/]*|libtorch_cpu[^/]*|libc10[^/]*)\.so[^/]*$"
+)
 
 
 def unavailable(reason: str) -> dict[str, str]:
@@ -35,7 +37,10 @@ def _cmd_version(name: str, args: list[str]) -> Any:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return unavailable(f"{name} failed: {exc}")
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
-    return {"path": exe, "version": lines[-1].strip() if name in ("nvcc", "hipcc") and lines else (lines[0] if lines else "")}
+    return {
+        "path": exe,
+        "version": lines[-1].strip() if name in ("nvcc", "hipcc") and lines else (lines[0] if lines else ""),
+    }
 
 
 def _libc() -> Any:
@@ -83,8 +88,12 @@ def _devices(torch: Any) -> Any:
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
-            entry = {"index": index, "name": props.name, "memory_bytes": props.total_memory,
-                     "multiprocessors": props.multi_processor_count}
+            entry = {
+                "index": index,
+                "name": props.name,
+                "memory_bytes": props.total_memory,
+                "multiprocessors": props.multi_processor_count,
+            }
             if getattr(torch.version, "hip", None):
                 entry["gcnArchName"] = getattr(props, "gcnArchName", "unavailable")
             else:
@@ -124,7 +133,11 @@ def collect() -> dict[str, Any]:
     torch_hip = getattr(torch.version, "hip", None)
     cudnn: Any
     try:
-        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else unavailable("cudnn not available to this torch")
+        cudnn = (
+            torch.backends.cudnn.version()
+            if torch.backends.cudnn.is_available()
+            else unavailable("cudnn not available to this torch")
+        )
     except RuntimeError as exc:
         cudnn = unavailable(str(exc))
     driver = _driver(torch)
@@ -152,8 +165,11 @@ def collect() -> dict[str, Any]:
         "devices": _devices(torch),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),
         "HIP_VISIBLE_DEVICES": os.environ.get("HIP_VISIBLE_DEVICES", "(unset)"),
-        "compilers": {"gcc": _cmd_version("gcc", ["--version"]), "nvcc": _cmd_version("nvcc", ["--version"]),
-                      "hipcc": _cmd_version("hipcc", ["--version"])},
+        "compilers": {
+            "gcc": _cmd_version("gcc", ["--version"]),
+            "nvcc": _cmd_version("nvcc", ["--version"]),
+            "hipcc": _cmd_version("hipcc", ["--version"]),
+        },
     }
 
 

@@ -13,7 +13,15 @@ from .errors import CommandFailed
 from .sources import redact_text
 
 # Variables that would let the caller's Python leak into a child interpreter.
-_LEAKY = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONSAFEPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
+_LEAKY = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "PYTHONSAFEPATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+)
 
 
 def log(message: str) -> None:
@@ -38,7 +46,8 @@ def first_error(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
         low = line.lower()
-        if low.startswith(("error", "fatal", "×")) or "error:" in low or "exception:" in low:
+        # uv prefixes its errors with a multiplication sign (U+00D7)
+        if low.startswith(("error", "fatal", "\u00d7")) or "error:" in low or "exception:" in low:
             return redact_text(line)
     return redact_text(lines[-1]) if lines else "(no output)"
 
@@ -53,7 +62,7 @@ def run(
     """Run ``argv``; print it first; raise :class:`CommandFailed` with the first error on a non-zero exit."""
     args = [str(a) for a in argv]
     log(f"$ {show(args)}")
-    proc = subprocess.run(  # noqa: S603 - an argument list, never a shell
+    proc = subprocess.run(
         args, env=dict(env) if env is not None else None, cwd=cwd, text=True, capture_output=True, check=False
     )
     if proc.returncode != 0:

@@ -66,25 +66,48 @@ def review_folder(folder: Path, root: Path) -> None:
             path.write_text(reviewed, encoding="utf-8")
 
 
-def procedure(commands: list[str], runner_cmd: str, env_vars: dict[str, str], installer: str, lock_rel: str,
-              platform_id: str, reused: bool) -> str:
+def procedure(
+    commands: list[str],
+    runner_cmd: str,
+    env_vars: dict[str, str],
+    installer: str,
+    lock_rel: str,
+    platform_id: str,
+    reused: bool,
+) -> str:
     lines = [
-        "# Procedure", "",
+        "# Procedure",
+        "",
         f"Platform `{platform_id}`. The exact commands this run executed, in order (paths relative to the project).",
-        "Each one is replayable by hand with plain Python and pip; Kernodeck is not needed to replay.", "",
+        "Each one is replayable by hand with plain Python and pip; Kernodeck is not needed to replay.",
+        "",
     ]
     if reused:
         lines += ["The environment was reused (same lock digest, same interpreter); it was built by:", ""]
     lines += ["```sh", *commands, "```", ""]
     if installer == "uv":
-        lines += ["uv installed the packages. The same step with pip alone (what the seed procedure runs):", "", "```sh",
-                  "python3 -m venv .venv-rebuild", f".venv-rebuild/bin/python -m pip install --require-hashes --no-deps -r {lock_rel}",
-                  ".venv-rebuild/bin/python -m pip check", ".venv-rebuild/bin/python -m pip freeze --all > installed-after.txt",
-                  "```", ""]
+        lines += [
+            "uv installed the packages. The same step with pip alone (what the seed procedure runs):",
+            "",
+            "```sh",
+            "python3 -m venv .venv-rebuild",
+            f".venv-rebuild/bin/python -m pip install --require-hashes --no-deps -r {lock_rel}",
+            ".venv-rebuild/bin/python -m pip check",
+            ".venv-rebuild/bin/python -m pip freeze --all > installed-after.txt",
+            "```",
+            "",
+        ]
     shown_env = " ".join(f"{k}={v}" for k, v in sorted(env_vars.items()))
-    lines += ["Then the checks, in one process, by the environment's explicit interpreter, from the project root",
-              "(DOSSIER is this folder; run-config.json in it names the steps and the declared tolerance):",
-              "", "```sh", f"{shown_env} {runner_cmd}", "```", "", CREDENTIALS_HELP]
+    lines += [
+        "Then the checks, in one process, by the environment's explicit interpreter, from the project root",
+        "(DOSSIER is this folder; run-config.json in it names the steps and the declared tolerance):",
+        "",
+        "```sh",
+        f"{shown_env} {runner_cmd}",
+        "```",
+        "",
+        CREDENTIALS_HELP,
+    ]
     return "\n".join(lines)
 
 
@@ -93,7 +116,9 @@ def _load(folder: Path) -> dict[str, Any]:
     if not report.exists():
         from .errors import KernodeckError
 
-        raise KernodeckError(f"{folder} holds no report.json: not a Kernodeck dossier", tip="nox -s verify -- --out DIR")
+        raise KernodeckError(
+            f"{folder} holds no report.json: not a Kernodeck dossier", tip="nox -s verify -- --out DIR"
+        )
     data: dict[str, Any] = {"report": json.loads(report.read_text(encoding="utf-8"))}
     for name in ("system.json", "settings.json"):
         if (folder / name).exists():
@@ -122,16 +147,25 @@ def compare(dir_a: Path, dir_b: Path) -> dict[str, Any]:
     steps_a = {s["name"]: s["status"] for s in ra.get("steps", [])}
     steps_b = {s["name"]: s["status"] for s in rb.get("steps", [])}
     result: dict[str, Any] = {
-        "a": str(dir_a), "b": str(dir_b),
-        "platform": {"a": ra.get("platform"), "b": rb.get("platform"), "same": ra.get("platform") == rb.get("platform")},
+        "a": str(dir_a),
+        "b": str(dir_b),
+        "platform": {
+            "a": ra.get("platform"),
+            "b": rb.get("platform"),
+            "same": ra.get("platform") == rb.get("platform"),
+        },
         "status": {"a": ra.get("status"), "b": rb.get("status")},
         "reference_id": {"a": ra.get("reference_id"), "b": rb.get("reference_id")},
-        "system": _dict_delta(a.get("system.json", {}), b.get("system.json", {}),
-                              skip=("python_executable", "loaded_libraries")),
+        "system": _dict_delta(
+            a.get("system.json", {}), b.get("system.json", {}), skip=("python_executable", "loaded_libraries")
+        ),
         "inventory": diff(parse_freeze(a["inventory"]), parse_freeze(b["inventory"])).as_dict(),
         "settings": _dict_delta(a.get("settings.json", {}), b.get("settings.json", {})),
-        "steps": {n: {"a": steps_a.get(n), "b": steps_b.get(n)} for n in sorted(set(steps_a) | set(steps_b))
-                  if steps_a.get(n) != steps_b.get(n)},
+        "steps": {
+            n: {"a": steps_a.get(n), "b": steps_b.get(n)}
+            for n in sorted(set(steps_a) | set(steps_b))
+            if steps_a.get(n) != steps_b.get(n)
+        },
         "outputs": _numeric(dir_a / "outputs", dir_b / "outputs"),
     }
     return result
@@ -148,14 +182,14 @@ def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
         raw = npy.read_bytes()
         header_len = int.from_bytes(raw[8:10], "little") if raw[6] == 1 else int.from_bytes(raw[8:12], "little")
         start = (10 if raw[6] == 1 else 12) + header_len
-        header = raw[(10 if raw[6] == 1 else 12):start].decode("latin1")
+        header = raw[(10 if raw[6] == 1 else 12) : start].decode("latin1")
         if "'<f4'" not in header or "'fortran_order': False" not in header:
             return None
         values = array("f")
         values.frombytes(raw[start:])
         names = json.loads(ids.read_text(encoding="utf-8"))
         dim = len(values) // max(len(names), 1)
-        return names, [list(values[i * dim:(i + 1) * dim]) for i in range(len(names))]
+        return names, [list(values[i * dim : (i + 1) * dim]) for i in range(len(names))]
 
     ea, eb = read(out_a), read(out_b)
     if ea is None or eb is None:
@@ -169,19 +203,33 @@ def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
         nb = sum(y * y for y in vb) ** 0.5
         per_item[name] = dot / (na * nb) if na and nb else 0.0
         max_abs = max(max_abs, max(abs(x - y) for x, y in zip(va, vb, strict=True)))
-    return {"available": True, "items": len(per_item), "max_abs": max_abs, "min_cosine": min(per_item.values()),
-            "per_item_cosine": per_item}
+    return {
+        "available": True,
+        "items": len(per_item),
+        "max_abs": max_abs,
+        "min_cosine": min(per_item.values()),
+        "per_item_cosine": per_item,
+    }
 
 
 def render_compare(result: dict[str, Any]) -> str:
-    lines = ["# Kernodeck compare", "", f"- A: `{result['a']}`", f"- B: `{result['b']}`",
-             f"- platform: `{result['platform']['a']}` vs `{result['platform']['b']}`",
-             f"- status: {result['status']['a']} vs {result['status']['b']}",
-             f"- reference: `{result['reference_id']['a']}` vs `{result['reference_id']['b']}`", ""]
+    lines = [
+        "# Kernodeck compare",
+        "",
+        f"- A: `{result['a']}`",
+        f"- B: `{result['b']}`",
+        f"- platform: `{result['platform']['a']}` vs `{result['platform']['b']}`",
+        f"- status: {result['status']['a']} vs {result['status']['b']}",
+        f"- reference: `{result['reference_id']['a']}` vs `{result['reference_id']['b']}`",
+        "",
+    ]
     out = result["outputs"]
     lines += ["## Outputs", ""]
     if out.get("available"):
-        lines.append(f"{out['items']} items; max abs difference {out['max_abs']:.3g}; min per-item cosine {out['min_cosine']:.9f}")
+        lines.append(
+            f"{out['items']} items; max abs difference {out['max_abs']:.3g}; "
+            f"min per-item cosine {out['min_cosine']:.9f}"
+        )
     else:
         lines.append(f"not compared: {out.get('reason')}")
     for section in ("system", "settings", "steps"):
@@ -190,7 +238,9 @@ def render_compare(result: dict[str, Any]) -> str:
         if not delta:
             lines.append("no difference")
         for key, pair in delta.items():
-            lines.append(f"- `{key}`: {json.dumps(pair['a'], default=str)[:200]} → {json.dumps(pair['b'], default=str)[:200]}")
+            lines.append(
+                f"- `{key}`: {json.dumps(pair['a'], default=str)[:200]} → {json.dumps(pair['b'], default=str)[:200]}"
+            )
     inv = result["inventory"]
     lines += ["", "## Inventory", ""]
     if not any(inv.values()):

@@ -40,8 +40,11 @@ class InventoryDiff:
         return not (self.added or self.removed or self.changed)
 
     def as_dict(self) -> dict[str, object]:
-        return {"added": self.added, "removed": self.removed,
-                "changed": {k: {"expected": a, "observed": b} for k, (a, b) in self.changed.items()}}
+        return {
+            "added": self.added,
+            "removed": self.removed,
+            "changed": {k: {"expected": a, "observed": b} for k, (a, b) in self.changed.items()},
+        }
 
     def summary(self) -> str:
         parts = [f"+{n}=={v}" for n, v in sorted(self.added.items())]

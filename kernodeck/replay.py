@@ -24,7 +24,9 @@ from .errors import CommandFailed, KernodeckError
 
 
 class DirtyTree(KernodeckError):
-    tip = "commit (or stash) them first: a replay of uncommitted work proves nothing; or: nox -s replay -- --allow-dirty"
+    tip = (
+        "commit (or stash) them first: a replay of uncommitted work proves nothing; or: nox -s replay -- --allow-dirty"
+    )
 
 
 @dataclass
@@ -38,20 +40,28 @@ class ReplayResult:
 
 def _git(root: Path, *args: str) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout  # noqa: S603,S607
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise KernodeckError(f"git {' '.join(args)} failed in {root}: {getattr(exc, 'stderr', '') or exc}",
-                             tip="replay needs a git checkout with at least one commit") from None
+        raise KernodeckError(
+            f"git {' '.join(args)} failed in {root}: {getattr(exc, 'stderr', '') or exc}",
+            tip="replay needs a git checkout with at least one commit",
+        ) from None
 
 
 def clean_environment() -> dict[str, str]:
     """The caller's environment without its Python: no venv on PATH, no PYTHON* variables, no VIRTUAL_ENV."""
     venv = os.environ.get("VIRTUAL_ENV")
     own_bin = str(Path(sys.prefix) / "bin") if sys.prefix != sys.base_prefix else None
-    path = [p for p in os.environ.get("PATH", "").split(os.pathsep)
-            if p and p != own_bin and not (venv and p.startswith(venv)) and "/.nox/" not in p]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "NOX", "KERNODECK_", "PYTEST")) and k != "PATH"}
+    path = [
+        p
+        for p in os.environ.get("PATH", "").split(os.pathsep)
+        if p and p != own_bin and not (venv and p.startswith(venv)) and "/.nox/" not in p
+    ]
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "NOX", "KERNODECK_", "PYTEST")) and k != "PATH"
+    }
     env["PATH"] = os.pathsep.join(path)
     env["PYTHONNOUSERSITE"] = "1"
     return env
@@ -60,7 +70,9 @@ def clean_environment() -> dict[str, str]:
 def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, out: Path | None = None) -> ReplayResult:
     root = project.root
     commit = _git(root, "rev-parse", "HEAD").strip()
-    dirty = [line[3:] for line in _git(root, "status", "--porcelain", "--untracked-files=no").splitlines() if line.strip()]
+    dirty = [
+        line[3:] for line in _git(root, "status", "--porcelain", "--untracked-files=no").splitlines() if line.strip()
+    ]
     if dirty and not allow_dirty:
         raise DirtyTree(f"uncommitted changes in {len(dirty)} tracked file(s): {', '.join(dirty[:5])}")
     start = time.perf_counter()
@@ -83,7 +95,11 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
         log("kernodeck: replaying in a clean clone: rebuild + verify from the committed lock")
         # -E -s: no PYTHON* variables, no user site; cwd is the clone, so `-m kernodeck` is the clone's own code.
         try:
-            run([tool_python, "-E", "-s", "-m", "kernodeck", "verify", "--fresh", "--out", str(dossier)], env=env, cwd=clone)
+            run(
+                [tool_python, "-E", "-s", "-m", "kernodeck", "verify", "--fresh", "--out", str(dossier)],
+                env=env,
+                cwd=clone,
+            )
         except CommandFailed as exc:
             log(f"kernodeck: the replayed verify failed: {exc.first_error}")
         if not (dossier / "report.json").exists():
@@ -98,6 +114,14 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     result = ReplayResult(commit, dirty, dest, status, round(time.perf_counter() - start, 1))
-    write_json(dest / "replay.json", {"commit": commit, "uncommitted": dirty, "status": status,
-                                      "seconds": result.seconds, "clean_environment": True})
+    write_json(
+        dest / "replay.json",
+        {
+            "commit": commit,
+            "uncommitted": dirty,
+            "status": status,
+            "seconds": result.seconds,
+            "clean_environment": True,
+        },
+    )
     return result

@@ -109,7 +109,16 @@ _MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.SKIPPED: "⏭", Stat
 
 def render_markdown(report: Report) -> str:
     lines = [f"# Kernodeck verify: {report.status.upper()}", "", f"- platform: `{report.platform}`"]
-    for key in ("reference_id", "reference_code", "lock", "lock_inputs_digest", "interpreter", "expect_backend", "started", "finished"):
+    for key in (
+        "reference_id",
+        "reference_code",
+        "lock",
+        "lock_inputs_digest",
+        "interpreter",
+        "expect_backend",
+        "started",
+        "finished",
+    ):
         if key in report.meta:
             lines.append(f"- {key.replace('_', ' ')}: `{report.meta[key]}`")
     lines += ["", "| step | status | time | note |", "|---|---|---|---|"]
@@ -128,5 +137,12 @@ def render_markdown(report: Report) -> str:
     lines += ["", "## Details", ""]
     for step in report.steps:
         if step.details:
-            lines += [f"### {step.name}", "", "```json", json.dumps(step.details, indent=2, default=str)[:6000], "```", ""]
+            lines += [
+                f"### {step.name}",
+                "",
+                "```json",
+                json.dumps(step.details, indent=2, default=str)[:6000],
+                "```",
+                "",
+            ]
     return "\n".join(lines) + "\n"

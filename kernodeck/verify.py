@@ -28,11 +28,26 @@ from .platforms import Platform
 from .rebuild import RebuildResult, acquire, current_env, env_python, platform_lock, rebuild
 from .report import Layer, Report, Status, Step
 
-IN_ENV_STEPS = ("settings", "system", "backend", "reference", "embed", "reread", "compare", "criterion", "determinism", "resume")
+IN_ENV_STEPS = (
+    "settings",
+    "system",
+    "backend",
+    "reference",
+    "embed",
+    "reread",
+    "compare",
+    "criterion",
+    "determinism",
+    "resume",
+)
 REFERENCE_STEPS = ("settings", "system", "backend", "embed", "reread", "criterion", "determinism")
 RUNNER_ENV = {
-    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-    "PYTHONHASHSEED": "0", "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "PYTHONHASHSEED": "0",
+    "TOKENIZERS_PARALLELISM": "false",
     # Must be in the environment before CUDA initialises: deterministic cuBLAS workspaces.
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
 }
@@ -66,7 +81,8 @@ class Run:
     def add(self, step: Step) -> Step:
         self.steps.append(step)
         mark = {"passed": "ok", "failed": "FAILED", "skipped": "skipped", "not-run": "not-run"}[str(step.status)]
-        log(f"kernodeck: {step.name}: {mark} ({step.duration_s:.2f}s){' - ' + (step.error or step.reason) if step.error or step.reason else ''}")
+        note = step.error or step.reason
+        log(f"kernodeck: {step.name}: {mark} ({step.duration_s:.2f}s){' - ' + note if note else ''}")
         return step
 
     def not_run(self, names: tuple[str, ...] | list[str], why: str) -> None:
@@ -98,8 +114,15 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     run_.meta["runner_env"] = RUNNER_ENV
     log(f"$ {show(argv)}")
     tail: deque[str] = deque(maxlen=40)
-    with subprocess.Popen(argv, env=clean_env(env_extra), cwd=run_.staging, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,  # noqa: S603
-                          text=True, bufsize=1) as proc:
+    with subprocess.Popen(
+        argv,
+        env=clean_env(env_extra),
+        cwd=run_.staging,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        bufsize=1,
+    ) as proc:
         assert proc.stderr is not None
         for line in proc.stderr:
             tail.append(line.rstrip())
@@ -118,9 +141,15 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
             crashed_at = name
             from ._proc import first_error
 
-            step = Step(name, Status.FAILED, error=f"the check process ended (exit {code}) before this step reported: "
-                        f"{first_error(chr(10).join(tail))}", layer=Layer.ENVIRONMENT, command=run_.meta["runner_command"],
-                        interpreter=str(python))
+            step = Step(
+                name,
+                Status.FAILED,
+                error=f"the check process ended (exit {code}) before this step reported: "
+                f"{first_error(chr(10).join(tail))}",
+                layer=Layer.ENVIRONMENT,
+                command=run_.meta["runner_command"],
+                interpreter=str(python),
+            )
         else:
             step = Step(name, Status.NOT_RUN, reason="an earlier step failed")
         run_.add(step)
@@ -130,22 +159,51 @@ def _inventory_step(run_: Run, lock: lockfile.Lockfile | None, frozen: str, inte
     start = time.perf_counter()
     observed = inventory.parse_freeze(frozen)
     if lock is None:
-        run_.add(Step("inventory", Status.PASSED, title="observed inventory recorded (no lock to compare)",
-                      details={"packages": len(observed)}, duration_s=time.perf_counter() - start))
+        run_.add(
+            Step(
+                "inventory",
+                Status.PASSED,
+                title="observed inventory recorded (no lock to compare)",
+                details={"packages": len(observed)},
+                duration_s=time.perf_counter() - start,
+            )
+        )
         return
     expected = inventory.expected_from_lock(lock)
     delta = inventory.diff(expected, observed)
     details = {"vs_lock": delta.as_dict(), "packages": len(observed), "summary": delta.summary()}
     if intentional:
         details["variant"] = "intentional: an existing interpreter was verified (--python), not a rebuild of the lock"
-        run_.add(Step("inventory", Status.PASSED, title="inventory vs lock (declared variant)", details=details,
-                      duration_s=time.perf_counter() - start))
+        run_.add(
+            Step(
+                "inventory",
+                Status.PASSED,
+                title="inventory vs lock (declared variant)",
+                details=details,
+                duration_s=time.perf_counter() - start,
+            )
+        )
     elif delta.empty:
-        run_.add(Step("inventory", Status.PASSED, title="rebuilt inventory equals the lock", details=details,
-                      duration_s=time.perf_counter() - start))
+        run_.add(
+            Step(
+                "inventory",
+                Status.PASSED,
+                title="rebuilt inventory equals the lock",
+                details=details,
+                duration_s=time.perf_counter() - start,
+            )
+        )
     else:
-        run_.add(Step("inventory", Status.FAILED, error=f"rebuilt inventory differs from the lock: {delta.summary()}",
-                      layer=Layer.INSTALL, details=details, duration_s=time.perf_counter() - start))
+        run_.add(
+            Step(
+                "inventory",
+                Status.FAILED,
+                error=f"rebuilt inventory differs from the lock: {delta.summary()}",
+                layer=Layer.INSTALL,
+                details=details,
+                duration_s=time.perf_counter() - start,
+            )
+        )
 
 
 def _prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, Path]:
@@ -187,18 +245,41 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
             run_.meta["lock"] = str(lock_path.relative_to(project.root))
             run_.meta["lock_digest"] = "sha256:" + sha256_file(lock_path)
             run_.meta["lock_inputs_digest"] = lock_obj.first("inputs-digest")
-            run_.add(Step("lock-check", Status.PASSED, title="lock current against its inputs",
-                          duration_s=time.perf_counter() - t0, details={"lock": run_.meta["lock"]}))
+            run_.add(
+                Step(
+                    "lock-check",
+                    Status.PASSED,
+                    title="lock current against its inputs",
+                    duration_s=time.perf_counter() - t0,
+                    details={"lock": run_.meta["lock"]},
+                )
+            )
         except MissingLockfile as exc:
             if opts.python:
                 run_.add(Step("lock-check", Status.SKIPPED, reason=f"{exc} (verifying an existing interpreter)"))
             else:
                 error = exc
-                run_.add(Step("lock-check", Status.FAILED, error=str(exc), layer=Layer.LOCK, duration_s=time.perf_counter() - t0))
+                run_.add(
+                    Step(
+                        "lock-check",
+                        Status.FAILED,
+                        error=str(exc),
+                        layer=Layer.LOCK,
+                        duration_s=time.perf_counter() - t0,
+                    )
+                )
         except (StaleLock, LockfileError) as exc:
             error = exc
-            run_.add(Step("lock-check", Status.FAILED, error=str(exc), layer=Layer.LOCK, duration_s=time.perf_counter() - t0,
-                          details={"changes": getattr(exc, "changes", [])}))
+            run_.add(
+                Step(
+                    "lock-check",
+                    Status.FAILED,
+                    error=str(exc),
+                    layer=Layer.LOCK,
+                    duration_s=time.perf_counter() - t0,
+                    details={"changes": getattr(exc, "changes", [])},
+                )
+            )
         # 2. the reference (declared before any comparison) must be sound to be used at all
         ref: refmod.Reference | None = None
         if not run_.failed:
@@ -206,25 +287,49 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                 if mode == "reference":
                     cfg = refmod.sample_config(project)
                     run_config: dict[str, Any] = {
-                        "reference_dir": _rel(project, project.reference), "sample": _rel(project, project.reference / "sample.jsonl"),
-                        "model": {"package": cfg["weights-module"], "subdir": cfg["weights-subdir"], "files": {},
-                                  "max_seq_length": cfg["max-seq-length"], "batch_size": cfg["batch-size"],
-                                  "normalize": cfg["normalize"], "dim": cfg["dim"], "dtype": cfg["dtype"]},
-                        "tolerance": {"cosine_min": cfg["tolerance"]["cosine-min"], "max_abs": cfg["tolerance"]["max-abs"]},
-                        "criterion": cfg["criterion"]}
+                        "reference_dir": _rel(project, project.reference),
+                        "sample": _rel(project, project.reference / "sample.jsonl"),
+                        "model": {
+                            "package": cfg["weights-module"],
+                            "subdir": cfg["weights-subdir"],
+                            "files": {},
+                            "max_seq_length": cfg["max-seq-length"],
+                            "batch_size": cfg["batch-size"],
+                            "normalize": cfg["normalize"],
+                            "dim": cfg["dim"],
+                            "dtype": cfg["dtype"],
+                        },
+                        "tolerance": {
+                            "cosine_min": cfg["tolerance"]["cosine-min"],
+                            "max_abs": cfg["tolerance"]["max-abs"],
+                        },
+                        "criterion": cfg["criterion"],
+                    }
                 else:
                     ref = refmod.load(project)
                     run_config = ref.run_config()
-                    run_config.update(reference_dir=_rel(project, ref.folder), sample=_rel(project, Path(run_config["sample"])))
+                    run_config.update(
+                        reference_dir=_rel(project, ref.folder), sample=_rel(project, Path(run_config["sample"]))
+                    )
                     run_.meta["reference_id"] = ref.id
                     code = ref.manifest["code"]["files"]
-                    moved = [f for f, d in code.items() if not (project.root / f).exists() or sha256_file(project.root / f) != d]
-                    run_.meta["reference_code"] = ("same as the reference's" if not moved else
-                                                   "changed since the reference: " + ", ".join(moved))
+                    moved = [
+                        f
+                        for f, d in code.items()
+                        if not (project.root / f).exists() or sha256_file(project.root / f) != d
+                    ]
+                    run_.meta["reference_code"] = (
+                        "same as the reference's" if not moved else "changed since the reference: " + ", ".join(moved)
+                    )
                 cfg_resume = refmod.sample_config(project).get("resume", {})
-                run_config["resume"] = {"steps": cfg_resume.get("steps", 12), "checkpoint_at": cfg_resume.get("checkpoint-at", 5),
-                                        "gpu_tolerance": cfg_resume.get("gpu-tolerance", 1e-5)}
-                run_config.update(expect_backend=backend, mode=mode, sample_repeat=opts.sample_repeat, **opts.extra_config)
+                run_config["resume"] = {
+                    "steps": cfg_resume.get("steps", 12),
+                    "checkpoint_at": cfg_resume.get("checkpoint-at", 5),
+                    "gpu_tolerance": cfg_resume.get("gpu-tolerance", 1e-5),
+                }
+                run_config.update(
+                    expect_backend=backend, mode=mode, sample_repeat=opts.sample_repeat, **opts.extra_config
+                )
             except KernodeckError as exc:
                 error = exc
                 run_.add(Step("reference-manifest", Status.FAILED, error=str(exc), layer=Layer.REFERENCE))
@@ -237,28 +342,57 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                 if opts.python:
                     python = Path(opts.python)
                     frozen = run([python, "-I", "-m", "pip", "freeze", "--all"], env=clean_env(), quiet=True).stdout
-                    run_.add(Step("rebuild", Status.SKIPPED, reason=f"verifying an existing interpreter ({opts.python}); nothing installed"))
+                    run_.add(
+                        Step(
+                            "rebuild",
+                            Status.SKIPPED,
+                            reason=f"verifying an existing interpreter ({opts.python}); nothing installed",
+                        )
+                    )
                 elif not opts.rebuild:
                     env = current_env(project, plat)
                     if env is None:
                         raise KernodeckError(f"no complete environment for {plat.id} to verify", tip="nox -s rebuild")
                     python = env_python(env)
                     frozen = (env / "kernodeck-inventory.txt").read_text(encoding="utf-8")
-                    run_.add(Step("rebuild", Status.SKIPPED, reason="--no-rebuild: using the current environment",
-                                  details={"env": str(env.relative_to(project.root))}))
+                    run_.add(
+                        Step(
+                            "rebuild",
+                            Status.SKIPPED,
+                            reason="--no-rebuild: using the current environment",
+                            details={"env": str(env.relative_to(project.root))},
+                        )
+                    )
                 else:
-                    result = rebuild(project, plat, lock_path, installer=opts.installer, fresh=opts.fresh, wheelhouse=opts.wheelhouse)
+                    result = rebuild(
+                        project, plat, lock_path, installer=opts.installer, fresh=opts.fresh, wheelhouse=opts.wheelhouse
+                    )
                     python, frozen = result.python, result.inventory
-                    run_.add(Step("rebuild", Status.PASSED, title="reused" if result.reused else "rebuilt",
-                                  reason=result.reason, duration_s=time.perf_counter() - t0, details=result.as_dict()))
+                    run_.add(
+                        Step(
+                            "rebuild",
+                            Status.PASSED,
+                            title="reused" if result.reused else "rebuilt",
+                            reason=result.reason,
+                            duration_s=time.perf_counter() - t0,
+                            details=result.as_dict(),
+                        )
+                    )
                 run_.meta["interpreter"] = str(python)
             except KernodeckError as exc:
                 error = exc
                 cause = exc.__cause__
-                run_.add(Step("rebuild", Status.FAILED, error=str(cause.first_error if isinstance(cause, CommandFailed) else exc),
-                              layer=Layer.INSTALL, duration_s=time.perf_counter() - t0,
-                              command=" ".join(cause.argv) if isinstance(cause, CommandFailed) else "",
-                              interpreter=sys.executable))
+                run_.add(
+                    Step(
+                        "rebuild",
+                        Status.FAILED,
+                        error=str(cause.first_error if isinstance(cause, CommandFailed) else exc),
+                        layer=Layer.INSTALL,
+                        duration_s=time.perf_counter() - t0,
+                        command=" ".join(cause.argv) if isinstance(cause, CommandFailed) else "",
+                        interpreter=sys.executable,
+                    )
+                )
         # 4. the observed inventory against the contract
         if not run_.failed:
             _inventory_step(run_, lock_obj, frozen, intentional=bool(opts.python))
@@ -267,14 +401,18 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
         if not run_.failed and python is not None:
             run_checks(run_, python, names, run_config)
         else:
-            run_.not_run([n for n in ("rebuild", "inventory", *names) if n not in {s.name for s in run_.steps}],
-                         next((s.name for s in run_.steps if s.status is Status.FAILED), "?"))
+            run_.not_run(
+                [n for n in ("rebuild", "inventory", *names) if n not in {s.name for s in run_.steps}],
+                next((s.name for s in run_.steps if s.status is Status.FAILED), "?"),
+            )
         report = Report(plat.id, run_.steps, {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         _write_dossier(run_, report, result, lock_path, opts)
         dossier.swap_into_place(staging, final)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise DossierError(f"writing the dossier {final} failed: {exc.strerror or exc}; the earlier one is untouched") from None
+        raise DossierError(
+            f"writing the dossier {final} failed: {exc.strerror or exc}; the earlier one is untouched"
+        ) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -296,17 +434,34 @@ def _write_dossier(run_: Run, report: Report, result: RebuildResult | None, lock
         shutil.copyfile(lock_path, staging / "lock.txt")
     ref_inv = project.reference / "inventory.txt"
     if ref_inv.exists() and (staging / "inventory.txt").exists():
-        delta = inventory.diff(inventory.parse_freeze(ref_inv.read_text(encoding="utf-8")),
-                               inventory.parse_freeze((staging / "inventory.txt").read_text(encoding="utf-8")))
-        write_json(staging / "inventory-vs-reference.json", {
-            **delta.as_dict(), "summary": delta.summary(),
-            "intentional": bool(opts.python) or report.platform != _ref_platform(project),
-            "why": "a declared variant (another platform or an existing interpreter)" if opts.python or report.platform != _ref_platform(project) else ""})
+        delta = inventory.diff(
+            inventory.parse_freeze(ref_inv.read_text(encoding="utf-8")),
+            inventory.parse_freeze((staging / "inventory.txt").read_text(encoding="utf-8")),
+        )
+        write_json(
+            staging / "inventory-vs-reference.json",
+            {
+                **delta.as_dict(),
+                "summary": delta.summary(),
+                "intentional": bool(opts.python) or report.platform != _ref_platform(project),
+                "why": "a declared variant (another platform or an existing interpreter)"
+                if opts.python or report.platform != _ref_platform(project)
+                else "",
+            },
+        )
     commands = list(result.commands) if result else []
-    write_atomic(staging / "procedure.md", dossier.procedure(
-        commands, str(run_.meta.get("runner_command", "(checks not run)")), RUNNER_ENV,
-        result.installer if result else "none", os.path.relpath(lock_path, project.root), report.platform,
-        bool(result and result.reused)))
+    write_atomic(
+        staging / "procedure.md",
+        dossier.procedure(
+            commands,
+            str(run_.meta.get("runner_command", "(checks not run)")),
+            RUNNER_ENV,
+            result.installer if result else "none",
+            os.path.relpath(lock_path, project.root),
+            report.platform,
+            bool(result and result.reused),
+        ),
+    )
     report.write(staging)
     dossier.review_folder(staging, project.root)
 

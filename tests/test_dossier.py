@@ -31,11 +31,14 @@ def test_replay_refuses_a_dirty_tree(tmp_path: Path) -> None:
 
 def test_compare_names_differences(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    for folder, platform, status, torch in ((a, "cp311-linux_x86_64-cpu", "passed", "2.13.0+cpu"),
-                                           (b, "cp311-linux_x86_64-cu130", "failed", "2.14.1")):
+    for folder, platform, status, torch in (
+        (a, "cp311-linux_x86_64-cpu", "passed", "2.13.0+cpu"),
+        (b, "cp311-linux_x86_64-cu130", "failed", "2.14.1"),
+    ):
         folder.mkdir()
-        (folder / "report.json").write_text(json.dumps({"status": status, "platform": platform,
-                                                        "steps": [{"name": "backend", "status": status}]}))
+        (folder / "report.json").write_text(
+            json.dumps({"status": status, "platform": platform, "steps": [{"name": "backend", "status": status}]})
+        )
         (folder / "inventory.txt").write_text(f"torch=={torch}\nnumpy==2.4.6\n")
         (folder / "system.json").write_text(json.dumps({"torch_version": torch}))
     proc = kd(ROOT, "compare", str(a), str(b), "--out", str(tmp_path / "cmp"))

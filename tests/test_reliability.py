@@ -38,7 +38,11 @@ def envs(project: Path) -> list[str]:
 
 
 @pytest.mark.slow
-@rel(1, "a tampered hash in the lockfile, `rebuild --fresh`", "the previous venv, still current and used; no half-install")
+@rel(
+    1,
+    "a tampered hash in the lockfile, `rebuild --fresh`",
+    "the previous venv, still current and used; no half-install",
+)
 @pytest.mark.parametrize("installer", ["uv", "pip"])
 def test_tampered_hash_keeps_the_last_good_env(tmp_path: Path, installer: str) -> None:
     project = own_built(tmp_path)
@@ -61,13 +65,27 @@ def test_tampered_hash_keeps_the_last_good_env(tmp_path: Path, installer: str) -
 
 
 @pytest.mark.slow
-@rel(2, "a rebuild killed (SIGKILL) mid-install", "the last good venv, never replaced; the next run removes the incomplete folder")
+@rel(
+    2,
+    "a rebuild killed (SIGKILL) mid-install",
+    "the last good venv, never replaced; the next run removes the incomplete folder",
+)
 def test_killed_rebuild_is_cleaned_and_never_replaces(tmp_path: Path) -> None:
     project = own_built(tmp_path)
     good = current(project)
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]), PYTHONPATH=str(project))
-    proc = subprocess.Popen([sys.executable, "-m", "kernodeck", "rebuild", "--fresh", "--installer", "pip"], cwd=project,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = dict(
+        os.environ,
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+        PYTHONPATH=str(project),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernodeck", "rebuild", "--fresh", "--installer", "pip"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     site = None
     while time.monotonic() < deadline:  # wait until the installer is writing into the new env
@@ -99,8 +117,14 @@ def test_missing_lockfile_names_platform_and_command(tmp_path: Path) -> None:
 
 
 @rel(5, "a truncated or hand-broken lockfile", "nothing built; the error names the file and line")
-@pytest.mark.parametrize(("cut", "message"), [("continuation", "ends inside a continued line"), ("nohash", "has no --hash"),
-                                              ("garbage", "not a valid requirement")])
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        ("continuation", "ends inside a continued line"),
+        ("nohash", "has no --hash"),
+        ("garbage", "not a valid requirement"),
+    ],
+)
 def test_broken_lockfile_named_with_line(tmp_path: Path, cut: str, message: str) -> None:
     project = copy_project(tmp_path / "p")
     lock = project / LOCK
@@ -122,7 +146,9 @@ def test_broken_lockfile_named_with_line(tmp_path: Path, cut: str, message: str)
     assert "TIP:" in proc.stderr
 
 
-@rel(5, "a truncated or hand-broken reference manifest", "nothing built or compared; the error names the file (and line)")
+@rel(
+    5, "a truncated or hand-broken reference manifest", "nothing built or compared; the error names the file (and line)"
+)
 @pytest.mark.parametrize("damage", ["truncate", "syntax"])
 def test_broken_manifest_named(tmp_path: Path, damage: str) -> None:
     project = copy_project(tmp_path / "p")
@@ -139,16 +165,27 @@ def test_broken_manifest_named(tmp_path: Path, damage: str) -> None:
 
 
 @pytest.mark.slow
-@rel(6, "a reference with NaN/Inf, a wrong shape, another dtype, or ids that do not match the sample",
-     "refused at the reference step, before any embedding or comparison, naming which")
-@pytest.mark.parametrize(("code", "message"), [
-    ("a[2, 7] = np.inf", "non-finite"),
-    ("a = a[:, :100]", "shape (40, 100)"),
-    ("a = a.astype(np.float64)", "dtype float64"),
-    ("import json; p='dossier/reference/ids.json'; i=json.load(open(p)); i[0], i[1] = i[1], i[0]; json.dump(i, open(p, 'w'))",
-     "ids do not match the sample"),
-])
-def test_unsound_reference_refused_before_comparison(built_project: Path, tmp_path: Path, code: str, message: str) -> None:
+@rel(
+    6,
+    "a reference with NaN/Inf, a wrong shape, another dtype, or ids that do not match the sample",
+    "refused at the reference step, before any embedding or comparison, naming which",
+)
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("a[2, 7] = np.inf", "non-finite"),
+        ("a = a[:, :100]", "shape (40, 100)"),
+        ("a = a.astype(np.float64)", "dtype float64"),
+        (
+            "import json; q='dossier/reference/ids.json'; i=json.load(open(q)); i[0], i[1] = i[1], i[0]; "
+            "json.dump(i, open(q, 'w'))",
+            "ids do not match the sample",
+        ),
+    ],
+)
+def test_unsound_reference_refused_before_comparison(
+    built_project: Path, tmp_path: Path, code: str, message: str
+) -> None:
     project = sibling(built_project, tmp_path)
     in_env(project, f"import numpy as np; p='dossier/reference/embeddings.npy'; a=np.load(p); {code}; np.save(p, a)")
     reseal(project)
@@ -161,18 +198,29 @@ def test_unsound_reference_refused_before_comparison(built_project: Path, tmp_pa
 
 
 @pytest.mark.slow
-@rel(10, "credentials in PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, UV_INDEX_URL and in a variant's source",
-     "no file written by lock, rebuild, verify or the dossier holds them")
+@rel(
+    10,
+    "credentials in PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, UV_INDEX_URL and in a variant's source",
+    "no file written by lock, rebuild, verify or the dossier holds them",
+)
 def test_credentials_in_every_source_never_written(tmp_path: Path) -> None:
     project = copy_project(tmp_path / "p")
     pyproject = project / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('index = "https://download.pytorch.org/whl/cpu"',
-                                                       'index = "https://carol:s3cr3t-variant@127.0.0.1:9/whl/cpu"'))
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            'index = "https://download.pytorch.org/whl/cpu"',
+            'index = "https://carol:s3cr3t-variant@127.0.0.1:9/whl/cpu"',
+        )
+    )
     secrets = ("s3cr3t-pip-index", "s3cr3t-pip-extra", "s3cr3t-uv", "s3cr3t-variant")
-    env = dict(os.environ, PIP_RETRIES="0", PIP_TIMEOUT="2",
-               PIP_INDEX_URL="https://alice:s3cr3t-pip-index@pypi.org/simple",
-               PIP_EXTRA_INDEX_URL="https://bob:s3cr3t-pip-extra@127.0.0.1:9/simple",
-               UV_INDEX_URL="https://dave:s3cr3t-uv@pypi.org/simple")
+    env = dict(
+        os.environ,
+        PIP_RETRIES="0",
+        PIP_TIMEOUT="2",
+        PIP_INDEX_URL="https://alice:s3cr3t-pip-index@pypi.org/simple",
+        PIP_EXTRA_INDEX_URL="https://bob:s3cr3t-pip-extra@127.0.0.1:9/simple",
+        UV_INDEX_URL="https://dave:s3cr3t-uv@pypi.org/simple",
+    )
     outputs = []
     for args in (["lock"], ["rebuild", "--installer", "pip"], ["verify", "--out", str(tmp_path / "run")]):
         proc = kd(project, *args, env=env)
@@ -187,8 +235,13 @@ def test_credentials_in_every_source_never_written(tmp_path: Path) -> None:
 
 
 def _tmpfs_available() -> bool:
-    return shutil.which("unshare") is not None and subprocess.run(
-        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True, check=False).returncode == 0
+    return (
+        shutil.which("unshare") is not None
+        and subprocess.run(
+            ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
 
 
 @pytest.mark.slow
@@ -205,18 +258,36 @@ def test_dossier_on_full_or_readonly_disk(built_project: Path, tmp_path: Path, f
     # the earlier dossier fits; a second one does not (full), or the filesystem turns read-only before the run
     limit = size + size // 2 if fault == "full" else size * 3
     after = "true" if fault == "full" else f"mount -o remount,ro {mount}"
-    script = (f"mount -t tmpfs -o size={limit} tmpfs {mount} && cp -a {earlier} {mount}/run && {after} && "
-              f"{sys.executable} -m kernodeck verify --no-rebuild --out {mount}/run; echo rc=$?; "
-              f"sha256sum {mount}/run/report.json {mount}/run/outputs/embeddings.npy; ls -a {mount}")
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-               PYTHONPATH=str(built_project))
-    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=built_project, env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    script = (
+        f"mount -t tmpfs -o size={limit} tmpfs {mount} && cp -a {earlier} {mount}/run && {after} && "
+        f"{sys.executable} -m kernodeck verify --no-rebuild --out {mount}/run; echo rc=$?; "
+        f"sha256sum {mount}/run/report.json {mount}/run/outputs/embeddings.npy; ls -a {mount}"
+    )
+    env = dict(
+        os.environ,
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+        PYTHONPATH=str(built_project),
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script],
+        cwd=built_project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert "rc=2" in proc.stdout, proc.stdout + proc.stderr[-2000:]
-    assert re.search(r"ERROR: (writing the dossier .* failed|cannot write the output folder)", proc.stderr), proc.stderr[-2000:]
+    assert re.search(r"ERROR: (writing the dossier .* failed|cannot write the output folder)", proc.stderr), (
+        proc.stderr[-2000:]
+    )
     assert "TIP:" in proc.stderr
-    expected = subprocess.run(["sha256sum", str(earlier / "report.json"), str(earlier / "outputs/embeddings.npy")],
-                              capture_output=True, text=True, check=True).stdout
+    expected = subprocess.run(
+        ["sha256sum", str(earlier / "report.json"), str(earlier / "outputs/embeddings.npy")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for line in expected.splitlines():
         assert line.split()[0] in proc.stdout  # the earlier dossier's files, byte for byte
     assert ".staging" not in proc.stdout  # nothing half-written left beside it

@@ -28,8 +28,13 @@ def test_overall_empty_is_failed() -> None:
 
 
 def test_report_roundtrip_and_first_failure(tmp_path: Path) -> None:
-    steps = [Step("lock-check", Status.PASSED), Step("compare", Status.FAILED, error="boom", layer="comparison",
-             command="python x", interpreter="/e/bin/python"), Step("criterion", Status.NOT_RUN, reason="earlier")]
+    steps = [
+        Step("lock-check", Status.PASSED),
+        Step(
+            "compare", Status.FAILED, error="boom", layer="comparison", command="python x", interpreter="/e/bin/python"
+        ),
+        Step("criterion", Status.NOT_RUN, reason="earlier"),
+    ]
     report = Report("cp311-linux_x86_64-cpu", steps, {"reference_id": "sha256:1"})
     report.write(tmp_path)
     data = json.loads((tmp_path / "report.json").read_text())
@@ -48,9 +53,16 @@ def test_inventory_diff_and_markers() -> None:
     assert inventory.diff({"a": "1"}, {"a": "1"}).empty
 
 
-@pytest.mark.parametrize(("tag", "expected"), [
-    ("manylinux_2_36_x86_64", "linux_x86_64"), ("manylinux2014_aarch64", "linux_aarch64"),
-    ("macosx_14_0_arm64", "macosx_arm64"), ("win_amd64", "win_amd64"), ("linux_x86_64", "linux_x86_64")])
+@pytest.mark.parametrize(
+    ("tag", "expected"),
+    [
+        ("manylinux_2_36_x86_64", "linux_x86_64"),
+        ("manylinux2014_aarch64", "linux_aarch64"),
+        ("macosx_14_0_arm64", "macosx_arm64"),
+        ("win_amd64", "win_amd64"),
+        ("linux_x86_64", "linux_x86_64"),
+    ],
+)
 def test_os_arch_from_tag(tag: str, expected: str) -> None:
     assert os_arch_from_tag(tag) == expected
 
@@ -78,8 +90,14 @@ def test_redaction() -> None:
 
 
 def test_uv_environment_maps_pip_sources() -> None:
-    env = uv_environment([Source("find-links", "/w"), Source("extra-index-url", "file:///a"), Source("index-url", "https://i/simple")])
-    assert env["UV_FIND_LINKS"] == "/w" and env["UV_INDEX"] == "file:///a" and env["UV_DEFAULT_INDEX"] == "https://i/simple"
+    env = uv_environment(
+        [Source("find-links", "/w"), Source("extra-index-url", "file:///a"), Source("index-url", "https://i/simple")]
+    )
+    assert (
+        env["UV_FIND_LINKS"] == "/w"
+        and env["UV_INDEX"] == "file:///a"
+        and env["UV_DEFAULT_INDEX"] == "https://i/simple"
+    )
     assert env["UV_INDEX_STRATEGY"] == "unsafe-best-match"
     assert uv_environment([]) == {}
 
@@ -94,9 +112,15 @@ def test_reference_identity_stable_and_sensitive() -> None:
     same = json.loads(json.dumps(manifest))
     same["provenance"] = {"commit": "other", "dirty": True}
     assert reference.identity(same) == manifest["id"]  # provenance is not content
-    for table, key, value in [("tolerance", "max_abs", 0.5), ("data", "sha256", "0" * 64),
-                              ("weights", "version", "0.1.1"), ("parameters", "max_seq_length", 128),
-                              ("criterion", "kind", "other"), ("code", "files", {}), ("outputs", "ids_sha256", "x")]:
+    for table, key, value in [
+        ("tolerance", "max_abs", 0.5),
+        ("data", "sha256", "0" * 64),
+        ("weights", "version", "0.1.1"),
+        ("parameters", "max_seq_length", 128),
+        ("criterion", "kind", "other"),
+        ("code", "files", {}),
+        ("outputs", "ids_sha256", "x"),
+    ]:
         changed = json.loads(json.dumps(manifest))
         changed[table][key] = value
         assert reference.identity(changed) != manifest["id"], f"{table}.{key} must change the id"
@@ -106,7 +130,7 @@ def test_reference_identity_stable_and_sensitive() -> None:
 def test_floating_weights_refused(version: str) -> None:
     weights = dict(_manifest()["weights"])  # type: ignore[arg-type]
     weights["version"] = version
-    with pytest.raises(ManifestError, match="version|floating"):
+    with pytest.raises(ManifestError, match=r"version|floating"):
         reference.check_weights(weights, "manifest.toml")
 
 
@@ -127,7 +151,7 @@ def test_manifest_edited_or_broken_is_named(tmp_path: Path) -> None:
     path.write_text(text.replace("max_abs = 0.0001", "max_abs = 0.01"))
     with pytest.raises(ManifestError, match="does not match its content"):
         reference.load(load_project(project_dir))
-    path.write_text(text.replace('[tolerance]', '[tolerance\n'))
+    path.write_text(text.replace("[tolerance]", "[tolerance\n"))
     with pytest.raises(ManifestError, match=r"manifest.toml:\d+: not valid TOML"):
         reference.load(load_project(project_dir))
     path.write_text(text.split("[parameters]")[0])

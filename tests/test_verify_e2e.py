@@ -56,8 +56,21 @@ def test_verify_passes_every_step(built_project: Path, tmp_path: Path) -> None:
     report = read_report(out)
     assert report["status"] == "passed" and report["first_failure"] is None
     assert set(statuses(report).values()) == {"passed"}
-    assert list(statuses(report)) == ["lock-check", "rebuild", "inventory", "settings", "system", "backend", "reference",
-                                      "embed", "reread", "compare", "criterion", "determinism", "resume"]
+    assert list(statuses(report)) == [
+        "lock-check",
+        "rebuild",
+        "inventory",
+        "settings",
+        "system",
+        "backend",
+        "reference",
+        "embed",
+        "reread",
+        "compare",
+        "criterion",
+        "determinism",
+        "resume",
+    ]
     system = json.loads((out / "system.json").read_text())
     assert "torch_version_cuda" in system and "torch_version_hip" in system
     assert system["torch_version_cuda"] is None and system["torch_version_hip"] is None  # a CPU build
@@ -68,8 +81,16 @@ def test_verify_passes_every_step(built_project: Path, tmp_path: Path) -> None:
     assert steps["compare"]["details"]["bitwise_equal"] is True
     settings = json.loads((out / "settings.json").read_text())
     assert settings["deterministic_algorithms"] is True and settings["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-    for name in ("procedure.md", "inventory.txt", "lock.txt", "run-config.json", "outputs/embeddings.npy", "outputs/ids.json",
-                 "report.md", "inventory-vs-reference.json"):
+    for name in (
+        "procedure.md",
+        "inventory.txt",
+        "lock.txt",
+        "run-config.json",
+        "outputs/embeddings.npy",
+        "outputs/ids.json",
+        "report.md",
+        "inventory-vs-reference.json",
+    ):
         assert (out / name).exists(), name
     assert "pip check" in (out / "procedure.md").read_text()
 
@@ -89,9 +110,19 @@ def test_perturbed_reference_fails_at_compare(built_project: Path, tmp_path: Pat
     assert failed["layer"] == "comparison" and "beyond tolerance" in failed["error"] and failed["interpreter"]
 
 
-@pytest.mark.reliability(7, "outputs corrupted (NaN, ids out of order) or truncated between write and reread", "the reread step fails, not the comparison; compare not-run")
-@pytest.mark.parametrize(("fault", "message"), [("nan-embedding", "non-finite"), ("reverse-ids", "not in input order"),
-                                                ("truncate-output", "cannot read embeddings.npy")])
+@pytest.mark.reliability(
+    7,
+    "outputs corrupted (NaN, ids out of order) or truncated between write and reread",
+    "the reread step fails, not the comparison; compare not-run",
+)
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("nan-embedding", "non-finite"),
+        ("reverse-ids", "not in input order"),
+        ("truncate-output", "cannot read embeddings.npy"),
+    ],
+)
 def test_bad_outputs_fail_the_reread_step(built_project: Path, tmp_path: Path, fault: str, message: str) -> None:
     env = dict(os.environ, KERNODECK_FAULT=fault)
     proc = kd(built_project, "verify", "--out", str(tmp_path / "run"), env=env)
@@ -102,7 +133,11 @@ def test_bad_outputs_fail_the_reread_step(built_project: Path, tmp_path: Path, f
     assert statuses(report)["compare"] == "not-run"
 
 
-@pytest.mark.reliability(11, "the expected GPU backend missing (`--expect-backend cuda` on CPU)", "backend failed, later steps not-run, no embedding computed")
+@pytest.mark.reliability(
+    11,
+    "the expected GPU backend missing (`--expect-backend cuda` on CPU)",
+    "backend failed, later steps not-run, no embedding computed",
+)
 def test_expected_gpu_missing_stops_everything(built_project: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = kd(built_project, "verify", "--expect-backend", "cuda", "--out", str(out))
@@ -110,13 +145,19 @@ def test_expected_gpu_missing_stops_everything(built_project: Path, tmp_path: Pa
     report = read_report(out)
     st = statuses(report)
     assert report["first_failure"] == "backend" and st["system"] == "passed"
-    assert all(st[n] == "not-run" for n in ("reference", "embed", "reread", "compare", "criterion", "determinism", "resume"))
+    assert all(
+        st[n] == "not-run" for n in ("reference", "embed", "reread", "compare", "criterion", "determinism", "resume")
+    )
     backend = next(s for s in report["steps"] if s["name"] == "backend")  # type: ignore[union-attr]
     assert backend["layer"] == "device" and "torch.version.cuda" in backend["error"]
     assert not (out / "outputs" / "embeddings.npy").exists()  # no CPU fallback computed anything
 
 
-@pytest.mark.reliability(3, "the lock stale against its inputs (an .in edited)", "verify refuses before rebuilding, naming the change and the lock command; the env untouched")
+@pytest.mark.reliability(
+    3,
+    "the lock stale against its inputs (an .in edited)",
+    "verify refuses before rebuilding, naming the change and the lock command; the env untouched",
+)
 def test_stale_lock_refused_before_rebuilding(built_project: Path, tmp_path: Path) -> None:
     project = sibling(built_project, tmp_path)
     before = (project / ".venv-rebuild/cp311-linux_x86_64-cpu/CURRENT").read_text()
@@ -132,7 +173,9 @@ def test_stale_lock_refused_before_rebuilding(built_project: Path, tmp_path: Pat
     assert (project / ".venv-rebuild/cp311-linux_x86_64-cpu/CURRENT").read_text() == before
 
 
-@pytest.mark.reliability(8, "an unreadable or malformed sample file", "the failure attributed to the data-loading layer")
+@pytest.mark.reliability(
+    8, "an unreadable or malformed sample file", "the failure attributed to the data-loading layer"
+)
 def test_malformed_sample_is_a_data_loading_failure(built_project: Path, tmp_path: Path) -> None:
     project = sibling(built_project, tmp_path)
     (project / "dossier/reference/sample.jsonl").write_bytes(b'{"id": "p01a", "text": \xff\xfe broken\n')
@@ -145,37 +188,64 @@ def test_malformed_sample_is_a_data_loading_failure(built_project: Path, tmp_pat
 
 @pytest.mark.parametrize("drop", ["rng", "optimizer", "sampler"])
 def test_resume_negative_controls_name_the_divergence(built_project: Path, tmp_path: Path, drop: str) -> None:
-    proc = subprocess.run([str(env_python(built_project)), "-I", str(built_project / "checks/resume.py"),
-                           "--folder", str(tmp_path), "--drop", drop], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            str(env_python(built_project)),
+            "-I",
+            str(built_project / "checks/resume.py"),
+            "--folder",
+            str(tmp_path),
+            "--drop",
+            drop,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     verdict = json.loads(proc.stdout)
     assert verdict["passed"] is False and verdict["first_diverging_step"] == 6  # checkpoint at 5: the next step
 
 
 def test_resume_full_state_passes(built_project: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([str(env_python(built_project)), "-I", str(built_project / "checks/resume.py"),
-                           "--folder", str(tmp_path)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [str(env_python(built_project)), "-I", str(built_project / "checks/resume.py"), "--folder", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["first_diverging_step"] is None
 
 
 def test_existing_interpreter_is_a_declared_variant(built_project: Path, tmp_path: Path) -> None:
     python = env_python(built_project)
-    before = subprocess.run([str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True).stdout
+    before = subprocess.run(
+        [str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True
+    ).stdout
     proc = kd(built_project, "verify", "--python", str(python), "--out", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = read_report(tmp_path / "run")
     steps = {s["name"]: s for s in report["steps"]}  # type: ignore[union-attr]
     assert steps["rebuild"]["status"] == "skipped" and "nothing installed" in steps["rebuild"]["reason"]
     assert "intentional" in steps["inventory"]["details"]["variant"]
-    after = subprocess.run([str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True).stdout
+    after = subprocess.run(
+        [str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True
+    ).stdout
     assert before == after
 
 
-@pytest.mark.reliability(10, "credentials in PIP_EXTRA_INDEX_URL / UV_INDEX_URL during verify", "no file of the dossier, no output line holds them")
+@pytest.mark.reliability(
+    10,
+    "credentials in PIP_EXTRA_INDEX_URL / UV_INDEX_URL during verify",
+    "no file of the dossier, no output line holds them",
+)
 def test_credentials_never_reach_the_dossier(built_project: Path, tmp_path: Path) -> None:
-    env = dict(os.environ, PIP_EXTRA_INDEX_URL="https://alice:t0psecret@127.0.0.1:9/simple",
-               UV_INDEX_URL="https://bob:t0psecret2@127.0.0.1:9/simple")
+    env = dict(
+        os.environ,
+        PIP_EXTRA_INDEX_URL="https://alice:t0psecret@127.0.0.1:9/simple",
+        UV_INDEX_URL="https://bob:t0psecret2@127.0.0.1:9/simple",
+    )
     out = tmp_path / "run"
     proc = kd(built_project, "verify", "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -185,7 +255,9 @@ def test_credentials_never_reach_the_dossier(built_project: Path, tmp_path: Path
             assert b"t0psecret" not in path.read_bytes(), path
 
 
-@pytest.mark.reliability(9, "two verify runs of the same platform at once", "both finish correctly (the second waits on a file lock)")
+@pytest.mark.reliability(
+    9, "two verify runs of the same platform at once", "both finish correctly (the second waits on a file lock)"
+)
 def test_two_verifies_at_once_both_finish(built_project: Path, tmp_path: Path) -> None:
     results: dict[str, subprocess.CompletedProcess[str]] = {}
 
@@ -206,8 +278,14 @@ def test_nox_verify_from_a_fresh_copy(tmp_path: Path) -> None:
     """The README's main command, as a user runs it, in an empty copy: nox venv, rebuild from the lock, verify."""
     project = copy_project(tmp_path / "fresh")
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "nox", "-s", "verify", "--", "--out", str(out)], cwd=project,
-                          capture_output=True, text=True, timeout=1500, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nox", "-s", "verify", "--", "--out", str(out)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = read_report(out)
     assert report["status"] == "passed" and statuses(report)["rebuild"] == "passed"
