@@ -59,6 +59,27 @@ def compare(session: nox.Session) -> None:
     _kernodeck(session, "compare")
 
 
+@nox.session(default=False)
+def matrix(session: nox.Session) -> None:
+    """Print the CI matrix of the declared platforms as one line of JSON (`-- --out FILE` also writes it)."""
+    _install(session, "run")
+    _kernodeck(session, "matrix")
+
+
+@nox.session(default=False)
+def wheelhouse(session: nox.Session) -> None:
+    """Download every file of a platform's lock, hash-checked, into .wheelhouse/<id> (`-- --platform ID --out DIR`)."""
+    _install(session, "wheelhouse")
+    _kernodeck(session, "wheelhouse")
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Kernodeck vs the bare tools on the same lock, in one run; writes bench/latest.md and bench/latest.json."""
+    _install(session, "lock")
+    _kernodeck(session, "bench")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (`-- -m "not slow"` skips the tests that build a real torch environment)."""

@@ -46,6 +46,15 @@ def _layer_of(exc: BaseException) -> str:
     return "unknown"
 
 
+def _progress(result: dict[str, object]) -> str:
+    """When the step ended and, for work over items (the embedding), its throughput."""
+    note = f" (ended {time.strftime('%H:%M:%S')}"
+    details = result.get("details")
+    if isinstance(details, dict) and "items_per_s" in details:
+        note += f"; {details.get('items', '?')} items, {details['items_per_s']} items/s"
+    return note + ")"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", type=Path, required=True)
@@ -67,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             result.update(status="not-run", reason=f"an earlier step failed: {failed}")
             write_json_atomic(steps_dir / f"{number:02d}-{name}.json", result)
             continue
-        print(f"[kernodeck] {name}: start", file=sys.stderr, flush=True)
+        print(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
         start = time.perf_counter()
         try:
             details = getattr(importlib.import_module(module_name), func_name)(ctx)
@@ -89,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         if result["status"] == "failed":
             failed = name
         write_json_atomic(steps_dir / f"{number:02d}-{name}.json", result)
-        print(f"[kernodeck] {name}: {result['status']} in {result['duration_s']:.2f}s", file=sys.stderr, flush=True)
+        ended = f"[kernodeck] {name}: {result['status']} in {result['duration_s']:.2f}s{_progress(result)}"
+        print(ended, file=sys.stderr, flush=True)
     # Libraries load lazily (cuDNN at the first convolution, cuBLAS at the first GPU matmul): record the final map.
     if "system" in ctx.state:
         from checks.system import loaded_libraries

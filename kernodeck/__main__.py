@@ -60,6 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="what differs between two dossiers (Markdown and JSON)")
     p.add_argument("dirs", nargs=2, type=Path)
     p.add_argument("--out", type=Path, help="write compare.md and compare.json here")
+    p = sub.add_parser("matrix", help="the CI matrix of the declared platforms, as JSON for GitHub Actions")
+    p.add_argument("--out", type=Path, help="also write it to this file")
+    p.add_argument("--hosted-only", action="store_true", help="leave out self-hosted runners (fork pull requests)")
+    p = sub.add_parser("wheelhouse", help="download every file of a platform's lock, hash-checked, for offline use")
+    _platform_args(p)
+    p.add_argument("--out", type=Path, help="the folder (default: .wheelhouse/<platform-id>)")
+    p = sub.add_parser("bench", help="kernodeck vs the bare tools on the same lock; writes bench/latest.md and .json")
+    _platform_args(p)
+    p.add_argument("--repeat", type=int, default=3, help="timed runs of each command (after one warm-up)")
+    p.add_argument("--pip-repeat", type=int, default=1, help="timed runs of the bare pip install (slow)")
+    p.add_argument("--sizes", default="32,256,2048", help="sample sizes (texts) for verify's scaling")
+    p.add_argument("--keep", action="store_true", help="keep the scratch project under runs/")
     return parser
 
 
@@ -174,7 +186,47 @@ def cmd_compare(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare}
+def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
+    from . import matrix
+
+    built = matrix.build(project, hosted_only=args.hosted_only)
+    if args.out:
+        matrix.write(built, args.out)
+    print(matrix.render(built))
+    return 0
+
+
+def cmd_wheelhouse(project: Project, args: argparse.Namespace) -> int:
+    from . import wheelhouse
+
+    plat = resolve_platform(project, args.platform, args.variant)
+    result = wheelhouse.download(project, plat, args.out)
+    print(f"wheelhouse {plat.id}: {len(result.files)} file(s) in {result.folder}")
+    print(f"offline rebuild: nox -s rebuild -- --platform {plat.id} --wheelhouse {result.folder}")
+    return 0
+
+
+def cmd_bench(project: Project, args: argparse.Namespace) -> int:
+    from . import bench
+
+    plat = resolve_platform(project, args.platform, args.variant)
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        raise KernodeckError(f"--sizes takes numbers separated by commas, not {args.sizes!r}",
+                             tip="--sizes 32,256,2048") from None
+    record = bench.run_bench(project, plat, repeat=args.repeat, pip_repeat=args.pip_repeat, sizes=sizes, keep=args.keep)
+    folder = bench.write(project, record)
+    print(bench.render_markdown(record))
+    missed = [name for name, v in record["verdicts"].items() if not v["met"]]
+    print(f"bench: {folder / 'latest.md'}; targets missed: {', '.join(missed) if missed else 'none'}")
+    return 0
+
+
+COMMANDS = {
+    "lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare,
+    "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "bench": cmd_bench,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

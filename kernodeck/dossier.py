@@ -51,9 +51,9 @@ def reviewer(root: Path) -> Any:
     return review
 
 
-def review_folder(folder: Path, root: Path) -> None:
+def review_folder(folder: Path, root: Path, review: Any = None) -> None:
     """Rewrite every text file under ``folder`` through the reviewer (binary outputs are left as they are)."""
-    review = reviewer(root)
+    review = review or reviewer(root)
     for path in folder.rglob("*"):
         if not path.is_file() or path.suffix in (".npy", ".pt", ".safetensors"):
             continue

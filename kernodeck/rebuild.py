@@ -13,12 +13,14 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from . import lockfile
+from . import wheelhouse as wheels
 from ._fs import sha256_file, write_atomic, write_json
 from ._proc import clean_env, log, run, show
 from .config import Project
@@ -28,6 +30,11 @@ from .sources import machine_sources, uv_environment
 
 MARKER = "kernodeck-complete.json"
 INVENTORY = "kernodeck-inventory.txt"
+# What `python -m venv` seeds (setuptools up to Python 3.11) that the lock may not pin: removed after a pip install.
+VENV_SEEDS = ("setuptools", "wheel")
+# Every way an installer could reach a package source besides the wheelhouse (a wheelhouse install has none).
+_SOURCE_VARS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_INDEX_URL", "UV_DEFAULT_INDEX",
+                "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_FIND_LINKS")
 
 
 @dataclass
@@ -119,6 +126,20 @@ def _promote(project: Project, plat: Platform, env: Path) -> None:
             shutil.rmtree(child, ignore_errors=True)
 
 
+def offline_env() -> dict[str, str]:
+    """The installers' environment for a wheelhouse install: no config file, no index, no network."""
+    env = {k: v for k, v in clean_env().items() if k not in _SOURCE_VARS}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", UV_NO_CONFIG="1", UV_OFFLINE="1", UV_NO_INDEX="1")
+    return env
+
+
+def _seeds_left(env: Path, pinned: set[str]) -> list[str]:
+    """Venv seed distributions present in ``env`` that the lock does not pin."""
+    site = [p for p in env.glob("lib/python*/site-packages")] + [env / "Lib" / "site-packages"]
+    return [name for name in VENV_SEEDS if name not in pinned
+            and any(next(folder.glob(f"{name}-*.dist-info"), None) for folder in site if folder.is_dir())]
+
+
 def uv_available() -> str | None:
     found = shutil.which("uv")
     if found:
@@ -153,8 +174,11 @@ def rebuild(
 ) -> RebuildResult:
     """Make (or reuse) the platform's env from ``lock_file``. Caller holds :func:`platform_lock`."""
     lock = lockfile.read(lock_file)  # refuse a broken lock before touching anything
+    if wheelhouse is not None:
+        wheelhouse = wheelhouse.resolve()
+        wheels.require_complete(lock, wheelhouse, plat)  # a missing file is named before a venv is made
     digest = "sha256:" + sha256_file(lock_file)
-    base = base_python or getattr(sys, "_base_executable", sys.executable)
+    base: str = base_python or str(getattr(sys, "_base_executable", sys.executable))
     chosen = choose_installer(installer)
     clean_incomplete(project, plat)
     current = current_env(project, plat)
@@ -162,15 +186,16 @@ def rebuild(
         marker = _marker(current)
         if marker.get("lock_digest") == digest and marker.get("base_python") == base:
             log(f"kernodeck: reusing {current.relative_to(project.root)} (same lock digest and interpreter)")
+            recorded = marker.get("commands")
             return RebuildResult(
                 env=current, python=env_python(current), reused=True, installer=str(marker.get("installer", "")),
                 reason="up to date: same lock digest, same base interpreter, complete",
-                lock_digest=digest, commands=list(marker.get("commands", [])),  # type: ignore[arg-type]
+                lock_digest=digest, commands=[str(c) for c in recorded] if isinstance(recorded, list) else [],
                 inventory=(current / INVENTORY).read_text(encoding="utf-8"), pip_check=str(marker.get("pip_check", "")),
             )
         reason = "lock or interpreter changed since the current env was built"
     else:
-        reason = "--fresh given" if fresh and current else ("--wheelhouse given" if wheelhouse else "no complete env yet")
+        reason = "--fresh given" if fresh and current else "--wheelhouse given" if wheelhouse else "no complete env yet"
     stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
     env = platform_dir(project, plat) / f"env-{stamp}"
     python = env_python(env)
@@ -178,12 +203,22 @@ def rebuild(
     has_pip = any(p.name == "pip" for p in lock.pins)
     commands: list[str] = []
     durations: dict[str, float] = {}
-    uv_env = clean_env(uv_environment(machine_sources(base)))
+    pip_env = offline_env() if wheelhouse else None
+    # uv reads no pip config: it gets the machine's pip sources, which take a `pip config list` (~0.2 s) to learn;
+    # that runs while the venv is created. pip reads its own config, so the pip path never needs them.
+    pool = ThreadPoolExecutor(max_workers=2)
+    sources = pool.submit(machine_sources, base) if chosen == "uv" and not wheelhouse else None
     # Recorded commands name tools, not this machine's paths to them.
     display = {base: f"python{plat.python}", uv_available() or "uv": "uv"}
+    if wheelhouse is not None and not wheelhouse.is_relative_to(project.root):
+        display[str(wheelhouse)] = "WHEELHOUSE"  # a folder of this machine: named, not located
 
-    def step(name: str, argv: list[str], env_vars: dict[str, str] | None = None) -> str:
+    def record(argv: list[str]) -> None:
         commands.append(show([display.get(a) or _rel(a, project.root) for a in argv]))
+
+    def step(name: str, argv: list[str], env_vars: dict[str, str] | None = None, *, recorded: bool = False) -> str:
+        if not recorded:
+            record(argv)
         start = time.perf_counter()
         try:
             proc = run(argv, env=env_vars or clean_env(), cwd=project.root)
@@ -195,18 +230,29 @@ def rebuild(
 
     try:
         if chosen == "uv" and has_pip:
-            step("create", [uv_available() or "uv", "venv", "--quiet", "--python", base, str(env)], uv_env)
+            # uv venv itself reaches no index: the sources are not needed yet.
+            step("create", [uv_available() or "uv", "venv", "--quiet", "--python", base, str(env)], clean_env(pip_env))
         else:
             step("create", [base, "-m", "venv", str(env)])
         offline = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
         if chosen == "uv":
+            uv_env = offline_env() if sources is None else clean_env(uv_environment(sources.result()))
             argv = [uv_available() or "uv", "pip", "install", "--python", str(python), "--require-hashes", "--no-deps"]
             step("install", [*argv, *offline, "-r", rel_lock], uv_env)
         else:
-            argv = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input", "--progress-bar", "off"]
-            step("install", [*argv, *offline, "-r", rel_lock])
-        pip_check = step("pip-check", [str(python), "-m", "pip", "check"])
-        inventory = step("freeze", [str(python), "-m", "pip", "freeze", "--all"])
+            argv = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input"]
+            argv += ["--progress-bar", "off"]
+            step("install", [*argv, *offline, "-r", rel_lock], pip_env)
+            seeds = _seeds_left(env, {p.name for p in lock.pins})
+            if seeds:
+                step("remove-seeds", [str(python), "-m", "pip", "uninstall", "--yes", *seeds])
+        # Both only read the finished env and each pays pip's start-up: they run side by side, recorded in order.
+        check_argv, freeze_argv = [str(python), "-m", "pip", "check"], [str(python), "-m", "pip", "freeze", "--all"]
+        record(check_argv)
+        record(freeze_argv)
+        checking = pool.submit(step, "pip-check", check_argv, recorded=True)
+        inventory = step("freeze", freeze_argv, recorded=True)
+        pip_check = checking.result()
         write_atomic(env / INVENTORY, inventory)
         write_json(env / MARKER, {
             "lock": rel_lock, "lock_digest": digest, "platform": plat.id, "base_python": base,
@@ -214,8 +260,10 @@ def rebuild(
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
     except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(env, ignore_errors=True)
         raise
+    pool.shutdown(wait=False)
     _promote(project, plat, env)
     log(f"kernodeck: promoted {env.relative_to(project.root)}; interpreter: {python}")
     return RebuildResult(env, python, False, reason, chosen, digest, commands, inventory, pip_check.strip(), durations)
@@ -224,6 +272,7 @@ def rebuild(
 def _rel(arg: str, root: Path) -> str:
     """Commands as recorded: paths inside the project relative to it, so the procedure replays on another machine."""
     try:
-        return os.path.relpath(arg, root) if os.path.isabs(arg) and Path(os.path.abspath(arg)).is_relative_to(root) else arg
+        inside = os.path.isabs(arg) and Path(os.path.abspath(arg)).is_relative_to(root)
+        return os.path.relpath(arg, root) if inside else arg
     except ValueError:
         return arg

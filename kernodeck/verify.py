@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ class Options:
     wheelhouse: Path | None = None
     sample_repeat: int = 1
     extra_config: dict[str, Any] = field(default_factory=dict)
+    steps: tuple[str, ...] | None = None  # only these in-env steps (the benchmark); default: all of the mode's
 
 
 class Run:
@@ -73,16 +75,29 @@ class Run:
         self.project, self.plat, self.staging = project, plat, staging
         self.steps: list[Step] = []
         self.meta: dict[str, Any] = {}
+        self._started: set[str] = set()
+        # The dossier's reviewer asks pip for the machine's sources (~0.2 s): prepared while the steps run.
+        self.review: Future[Any] | None = None
 
     @property
     def failed(self) -> bool:
         return any(s.status is Status.FAILED for s in self.steps)
 
+    def start(self, name: str) -> None:
+        """Long work shows progress: an outside step says when it starts (in-env steps say it from the runner)."""
+        self._started.add(name)
+        log(f"kernodeck: {name}: start ({time.strftime('%H:%M:%S')})")
+
     def add(self, step: Step) -> Step:
         self.steps.append(step)
         mark = {"passed": "ok", "failed": "FAILED", "skipped": "skipped", "not-run": "not-run"}[str(step.status)]
         note = step.error or step.reason
-        log(f"kernodeck: {step.name}: {mark} ({step.duration_s:.2f}s){' - ' + note if note else ''}")
+        timing = f"{step.duration_s:.2f}s"
+        if step.name in self._started:
+            timing += f", ended {time.strftime('%H:%M:%S')}"
+        if "items_per_s" in step.details:
+            timing += f", {step.details.get('items', '?')} items, {step.details['items_per_s']} items/s"
+        log(f"kernodeck: {step.name}: {mark} ({timing}){' - ' + note if note else ''}")
         return step
 
     def not_run(self, names: tuple[str, ...] | list[str], why: str) -> None:
@@ -227,9 +242,12 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
         plat = _interpreter_platform(project, opts.python, plat)
     final, staging = _prepare_out(project, opts.out, plat)
     run_ = Run(project, plat, staging)
+    pool = ThreadPoolExecutor(max_workers=1)
+    run_.review = pool.submit(dossier.reviewer, project.root)
+    pool.shutdown(wait=False)
     backend = opts.expect_backend or str(plat.variant.backend)
     run_.meta.update(started=started, expect_backend=backend, mode=mode)
-    names = REFERENCE_STEPS if mode == "reference" else IN_ENV_STEPS
+    names = opts.steps or (REFERENCE_STEPS if mode == "reference" else IN_ENV_STEPS)
     lock_obj: lockfile.Lockfile | None = None
     lock_path = locking.lock_path(project, plat)
     result: RebuildResult | None = None
@@ -238,6 +256,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     error: KernodeckError | None = None
     try:
         # 1. the lock is current against its inputs, before anything is built
+        run_.start("lock-check")
         t0 = time.perf_counter()
         try:
             locking.require_current(project, plat)
@@ -337,6 +356,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
         python: Path | None = None
         frozen = ""
         if not run_.failed:
+            run_.start("rebuild")
             t0 = time.perf_counter()
             try:
                 if opts.python:
@@ -395,6 +415,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                 )
         # 4. the observed inventory against the contract
         if not run_.failed:
+            run_.start("inventory")
             _inventory_step(run_, lock_obj, frozen, intentional=bool(opts.python))
             write_atomic(staging / "inventory.txt", frozen)
         # 5. the checks inside the environment, one process
@@ -463,7 +484,7 @@ def _write_dossier(run_: Run, report: Report, result: RebuildResult | None, lock
         ),
     )
     report.write(staging)
-    dossier.review_folder(staging, project.root)
+    dossier.review_folder(staging, project.root, run_.review.result() if run_.review else None)
 
 
 def _rel(project: Project, path: Path) -> str:

@@ -1,0 +1,84 @@
+"""The CI matrix: one GitHub Actions job per declared platform (``[[tool.kernodeck.platforms]]`` in pyproject.toml).
+
+    python -m kernodeck matrix            # {"include": [...]} on one line, for `fromJSON()` in a workflow
+
+Each entry names the platform id the sessions take (``--platform``), the runner labels (``runs-on``), the Python
+version to set up, the variant and the backend the probe must find there. A runner label that starts with
+``self-hosted`` is a self-hosted machine (GPUs): its ``runs-on`` is ``[self-hosted, <label>]`` so that a hosted
+runner can never pick the job up.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TypedDict
+
+from ._fs import write_atomic
+from .config import Project
+from .errors import ConfigError
+
+SELF_HOSTED = "self-hosted"
+
+
+class MatrixEntry(TypedDict):
+    platform: str
+    python: str
+    os_arch: str
+    variant: str
+    backend: str
+    runner: str
+    runs_on: list[str]
+    self_hosted: bool
+
+
+class Matrix(TypedDict):
+    include: list[MatrixEntry]
+
+
+def build(project: Project, *, hosted_only: bool = False) -> Matrix:
+    """Every declared platform, in declaration order; refuses a platform without a runner or declared twice.
+
+    ``hosted_only`` leaves out the self-hosted ones: a pull request from a fork must never reach a self-hosted runner.
+    """
+    if not project.platforms:
+        raise ConfigError("pyproject.toml declares no [[tool.kernodeck.platforms]]: the matrix would be empty")
+    include: list[MatrixEntry] = []
+    seen: set[str] = set()
+    for plat in project.platforms:
+        if plat.id in seen:
+            raise ConfigError(f"platform {plat.id} is declared twice in [[tool.kernodeck.platforms]]")
+        seen.add(plat.id)
+        runner = plat.runner.strip()
+        if not runner:
+            raise ConfigError(
+                f"platform {plat.id} has no runner label; CI cannot place it",
+                tip='add runner = "ubuntu-24.04" (or a self-hosted label) to its [[tool.kernodeck.platforms]] entry',
+            )
+        self_hosted = runner.startswith(SELF_HOSTED)
+        if hosted_only and self_hosted:
+            continue
+        include.append(
+            MatrixEntry(
+                platform=plat.id,
+                python=plat.python,
+                os_arch=plat.os_arch,
+                variant=plat.variant,
+                backend=str(project.variant(plat.variant).backend),
+                runner=runner,
+                runs_on=[SELF_HOSTED, runner] if self_hosted and runner != SELF_HOSTED else [runner],
+                self_hosted=self_hosted,
+            )
+        )
+    if not include:
+        raise ConfigError("every declared platform runs on a self-hosted runner: a hosted-only matrix would be empty")
+    return Matrix(include=include)
+
+
+def render(matrix: Matrix) -> str:
+    """One line: GitHub's ``$GITHUB_OUTPUT`` takes ``name=value`` per line."""
+    return json.dumps(matrix, separators=(",", ":"))
+
+
+def write(matrix: Matrix, out: Path) -> None:
+    write_atomic(out, render(matrix) + "\n")

@@ -1,0 +1,95 @@
+"""The CI matrix: every declared platform, as valid JSON GitHub Actions can expand."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kernodeck import matrix
+from kernodeck.config import load_project
+from kernodeck.errors import ConfigError
+from tests.conftest import ROOT, copy_project, kd
+
+
+def _declared(root: Path) -> list[dict[str, str]]:
+    """The declared platforms read straight from pyproject.toml (not through kernodeck)."""
+    data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    return list(data["tool"]["kernodeck"]["platforms"])
+
+
+def test_cli_lists_every_declared_platform_as_json(tmp_path: Path) -> None:
+    project = copy_project(tmp_path / "project")
+    proc = kd(project, "matrix", "--out", str(tmp_path / "matrix.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.strip().splitlines()) == 1, "one line, for $GITHUB_OUTPUT"
+    printed = json.loads(proc.stdout)
+    assert json.loads((tmp_path / "matrix.json").read_text(encoding="utf-8")) == printed
+    declared = _declared(project)
+    ids = [f"cp{p['python'].replace('.', '')}-{p['os-arch']}-{p['variant']}" for p in declared]
+    assert [e["platform"] for e in printed["include"]] == ids
+    data = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    variants = data["tool"]["kernodeck"]["variants"]
+    for entry, plat in zip(printed["include"], declared, strict=True):
+        assert entry["python"] == plat["python"] and entry["variant"] == plat["variant"]
+        assert entry["runner"] == plat["runner"] and entry["backend"] == variants[plat["variant"]]["backend"]
+        assert entry["runs_on"][-1] == plat["runner"]
+
+
+def test_self_hosted_runners_carry_the_self_hosted_label_and_can_be_left_out() -> None:
+    project = load_project(ROOT)
+    full = matrix.build(project)
+    hosted = [e for e in full["include"] if not e["self_hosted"]]
+    for entry in full["include"]:
+        if entry["runner"].startswith("self-hosted"):
+            assert entry["self_hosted"] and entry["runs_on"] == ["self-hosted", entry["runner"]]
+        else:
+            assert not entry["self_hosted"] and entry["runs_on"] == [entry["runner"]]
+    assert any(e["self_hosted"] for e in full["include"]), "the declared platforms include GPU runners"
+    assert matrix.build(project, hosted_only=True)["include"] == hosted
+
+
+def _with_platforms(tmp_path: Path, platforms: str) -> Path:
+    project = copy_project(tmp_path / "project")
+    pyproject = project / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8")
+    head, sep, rest = text.partition("[[tool.kernodeck.platforms]]")
+    assert sep, "pyproject.toml declares platforms"
+    tail = rest[rest.index("\n[tool.", 0) :] if "\n[tool." in rest else ""
+    pyproject.write_text(head + platforms + tail, encoding="utf-8")
+    return project
+
+
+def test_platform_without_runner_is_refused(tmp_path: Path) -> None:
+    project = _with_platforms(
+        tmp_path, '[[tool.kernodeck.platforms]]\npython = "3.11"\nos-arch = "linux_x86_64"\nvariant = "cpu"\n'
+    )
+    proc = kd(project, "matrix")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "ERROR: platform cp311-linux_x86_64-cpu has no runner label" in proc.stderr and "TIP:" in proc.stderr
+
+
+def test_platform_declared_twice_is_refused(tmp_path: Path) -> None:
+    entry = (
+        '[[tool.kernodeck.platforms]]\npython = "3.11"\nos-arch = "linux_x86_64"\nvariant = "cpu"\n'
+        'runner = "ubuntu-24.04"\n'
+    )
+    project = _with_platforms(tmp_path, entry + "\n" + entry)
+    with pytest.raises(ConfigError, match="declared twice"):
+        matrix.build(load_project(project))
+
+
+def test_no_platforms_and_hosted_only_without_hosted_rows_are_refused(tmp_path: Path) -> None:
+    project = _with_platforms(tmp_path / "none", "")
+    with pytest.raises(ConfigError, match="declares no"):
+        matrix.build(load_project(project))
+    gpu_only = _with_platforms(
+        tmp_path / "gpu",
+        '[[tool.kernodeck.platforms]]\npython = "3.11"\n'
+        'os-arch = "linux_x86_64"\nvariant = "cu130"\nrunner = "self-hosted-cuda"\n',
+    )
+    assert matrix.build(load_project(gpu_only))["include"][0]["runs_on"] == ["self-hosted", "self-hosted-cuda"]
+    with pytest.raises(ConfigError, match="hosted-only matrix would be empty"):
+        matrix.build(load_project(gpu_only), hosted_only=True)
