@@ -43,6 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="exit non-zero, naming what changed, if the lock is stale")
     p.add_argument("--upgrade", action="store_true", help="re-resolve every pin to the newest allowed")
     p.add_argument("--all", action="store_true", help="(with --check) every declared platform")
+    p.add_argument("--pylock-only", action="store_true", help="(re)write the PEP 751 twin of the existing lock only")
+    p.add_argument("--upgrade-package", action="append", default=[], metavar="NAME==VER",
+                   help="set one pin (new hashes from PyPI via hashin) without re-resolving; repeatable")
+    p.add_argument("--widen-python", action="append", default=[], metavar="X.Y",
+                   help="add the hashes of the same versions' files for another Python; repeatable")
     p = sub.add_parser("rebuild", help="make (or reuse) a fresh venv from the lock")
     _platform_args(p)
     _rebuild_args(p)
@@ -82,23 +87,28 @@ def _options(args: argparse.Namespace) -> Options:
 
 def cmd_lock(project: Project, args: argparse.Namespace) -> int:
     if args.check:
-        plats = ([resolve_platform(project, p.id) for p in project.platforms] if args.all
-                 else [resolve_platform(project, args.platform, args.variant)])
-        stale = 0
-        for plat in plats:
-            changes = locking.check_lock(project, plat)
-            if changes:
-                stale += 1
-                print(f"STALE {plat.id}: " + "; ".join(changes))
-            else:
-                print(f"ok    {plat.id}: lock current against its inputs")
-        if stale:
-            first = next(p for p in plats if locking.check_lock(project, p))
-            raise locking.StaleLock(str(locking.lock_path(project, first).relative_to(project.root)),
-                                    locking.check_lock(project, first), first.id)
+        plats = ([(resolve_platform(project, p.id), p.lock_on_runner) for p in project.platforms] if args.all
+                 else [(resolve_platform(project, args.platform, args.variant), False)])
+        lines, bad = locking.check_many(project, plats)
+        print("\n".join(lines))
+        if bad:
+            plat = bad[0][0]
+            locking.require_current(project, plat)  # raises the first one's error, with its TIP
+            raise KernodeckError(f"{'; '.join(bad[0][1])}",
+                                 tip=f"nox -s lock -- --platform {plat.id} --pylock-only")
         return 0
     plat = resolve_platform(project, args.platform, args.variant)
-    locking.compile_lock(project, plat, resolver=args.resolver, upgrade=args.upgrade)
+    if args.upgrade_package or args.widen_python:
+        from . import hashpins
+
+        if args.upgrade_package:
+            hashpins.upgrade_packages(project, plat, args.upgrade_package)
+        if args.widen_python:
+            hashpins.widen_python(project, plat, args.widen_python)
+    elif args.pylock_only:
+        locking.write_pylock_only(project, plat)
+    else:
+        locking.compile_lock(project, plat, resolver=args.resolver, upgrade=args.upgrade)
     return 0
 
 

@@ -41,6 +41,9 @@ class DeclaredPlatform:
     os_arch: str
     variant: str
     runner: str
+    # Its lock can be made only on its own runner (its index is reachable only there): `lock --check --all`
+    # reports a missing lock for it as pending instead of failing.
+    lock_on_runner: bool = False
 
     @property
     def id(self) -> str:
@@ -100,7 +103,8 @@ def load_project(root: Path | None = None) -> Project:
             for name, v in tool["variants"].items()
         }
         platforms = tuple(
-            DeclaredPlatform(str(p["python"]), p["os-arch"], p["variant"], p.get("runner", ""))
+            DeclaredPlatform(str(p["python"]), p["os-arch"], p["variant"], p.get("runner", ""),
+                             bool(p.get("lock-on-runner", False)))
             for p in tool.get("platforms", [])
         )
     except (KeyError, ValueError) as exc:

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform as _platform
+import re
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import lockfile
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from . import lockfile, pylock
 from ._fs import sha256_file, sha256_text, write_atomic
 from ._proc import clean_env, log, run, show
 from .config import Project
 from .errors import CommandFailed, ConfigError, LockFailed, LockfileError, MissingLockfile, SourceUnreachable, StaleLock
-from .platforms import UV_PLATFORMS, Platform, current_os_arch, current_python
-from .sources import PYPI, Source, machine_sources, reachable, redact_url, uv_environment
+from .platforms import UV_PLATFORM_ENV, UV_PLATFORMS, Platform, current_os_arch, current_python
+from .sources import PYPI, Source, machine_sources, pip_no_index, reachable, redact_url
 
 RESOLVERS = {"pip-tools": "pip-tools", "uv": "uv"}
 
@@ -40,7 +45,8 @@ def input_files(project: Project, plat: Platform) -> list[str]:
 def resolver_version(project: Project, resolver: str) -> str:
     """The resolver's pinned version (pyproject dependency groups): what the drift check compares against."""
     if resolver not in RESOLVERS:
-        raise ConfigError(f"unknown resolver {resolver!r}; known: {', '.join(RESOLVERS)}", tip="nox -s lock -- --resolver uv")
+        raise ConfigError(f"unknown resolver {resolver!r}; known: {', '.join(RESOLVERS)}",
+                          tip="nox -s lock -- --resolver uv")
     pinned = project.tool_pins.get(RESOLVERS[resolver])
     if not pinned:
         raise ConfigError(f"{resolver} has no == pin in pyproject.toml's [dependency-groups]")
@@ -91,28 +97,105 @@ def _uv_bin() -> str:
         raise ConfigError("uv is not installed here", tip="nox -s lock -- --resolver uv  (installs it)") from None
 
 
-def _command(resolver: str, plat: Platform, inputs: list[str], output: str, extra_index: str | None, upgrade: bool) -> list[str]:
+def _command(
+    resolver: str, plat: Platform, inputs: list[str], output: str, extra_index: str | None, upgrade: bool
+) -> list[str]:
     if resolver == "pip-tools":
         cmd = [sys.executable, "-m", "piptools", "compile", "--generate-hashes", "--allow-unsafe", "--strip-extras"]
         cmd += ["--no-emit-index-url", "--no-emit-find-links", "--no-emit-trusted-host", "--no-header", "--quiet"]
+        if extra_index:
+            cmd += ["--extra-index-url", extra_index]
     else:
+        # uv gets every source through its environment (uv_lock_environment), so none is in an argv or a header.
         cmd = [_uv_bin(), "pip", "compile", "--generate-hashes", "--no-header", "--quiet"]
         cmd += ["--python-version", plat.python, "--python-platform", UV_PLATFORMS[plat.os_arch]]
-    if extra_index:
-        cmd += ["--extra-index-url", extra_index]
     if upgrade:
         cmd.append("--upgrade")
     return [*cmd, "--output-file", output, *inputs]
 
 
-def _public_command(cmd: list[str], output: str, final: str) -> str:
+def uv_lock_environment(plat: Platform, declared: str | None, sources: list[Source], no_index: bool) -> dict[str, str]:
+    """uv's sources for a lock: the default index (PyPI, or the machine's replacement for it) first, then the
+    variant's declared index, then the machine's extra indexes; find-links beside them.
+
+    With several indexes uv takes a version's files (and so its hashes) from the first index that has that version:
+    public sources go first so that a partial local mirror never narrows the lock's hashes (a mirror holding only
+    Linux wheels in front would even make a macOS lock impossible). ``unsafe-best-match`` lets a version that only
+    a later source holds (``torch 2.13.0+cpu``) still be found, as pip does. No user uv.toml is read: the sources
+    are exactly this machine's pip sources, as for pip-tools.
+    """
+    env = {"UV_NO_CONFIG": "1", "UV_INDEX_STRATEGY": "unsafe-best-match", **UV_PLATFORM_ENV.get(plat.os_arch, {})}
+    links = [s.location for s in sources if s.kind == "find-links"]
+    if links:
+        env["UV_FIND_LINKS"] = " ".join(links)
+    if no_index:
+        env["UV_NO_INDEX"] = "1"
+        return env
+    replaced = [s.location for s in sources if s.kind == "index-url"]
+    default = replaced[-1] if replaced else PYPI
+    ordered = [default]
+    if declared and declared.rstrip("/") != default.rstrip("/"):
+        ordered.append(declared)
+    ordered += [s.location for s in sources if s.kind == "extra-index-url" and s.location not in ordered]
+    env["UV_DEFAULT_INDEX"] = default
+    env["UV_INDEX"] = " ".join(ordered)
+    return env
+
+
+def _public_command(cmd: list[str], output: str, final: str, env: dict[str, str] | None = None) -> str:
     """The command as recorded in the header: no interpreter or temp path, no machine source."""
     shown = ["pip-compile", *cmd[4:]] if cmd[1:3] == ["-m", "piptools"] else ["uv", *cmd[1:]]
-    return show([final if c == output else c for c in shown])
+    prefix = [f"{k}={v}" for k, v in sorted((env or {}).items()) if k in ("MACOSX_DEPLOYMENT_TARGET",)]
+    return show([*prefix, *[final if c == output else c for c in shown]])
+
+
+def pylock_path(project: Project, plat: Platform) -> Path:
+    return project.lockfiles / plat.pylock_name
+
+
+def _layer_names(project: Project, plat: Platform) -> set[str]:
+    """The names the variant's torch layer requires (an unreachable index is blamed only for these)."""
+    names: set[str] = set()
+    for line in (project.root / plat.variant.torch_layer).read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        try:
+            names.add(canonicalize_name(Requirement(line).name))
+        except InvalidRequirement:
+            continue
+    return names
+
+
+_FRAME = re.compile(r"^(Traceback \(most recent call last\):|  File \"|    |During handling of|The above exception)")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Impossible|Conflicted|NotFound)\b.*:")
+
+
+def _without_tracebacks(output: str, keep: int = 30) -> str:
+    """The resolver's own messages without the Python tracebacks some resolvers print for a plain "not found"."""
+    lines = [line for line in output.rstrip().splitlines()
+             if line.strip() and not _FRAME.match(line) and not _EXCEPTION_LINE.match(line)]
+    return "\n".join(lines[-keep:])
+
+
+def _reason(exc: CommandFailed) -> str:
+    """The resolver's first error, with uv's "cause:" line after it (its first line alone names no package)."""
+    lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
+    for number, line in enumerate(lines):
+        if line == exc.first_error and number + 1 < len(lines):
+            following = lines[number + 1]
+            if following.startswith(("cause:", "╰─▶")):
+                return f"{line} {following.removeprefix('╰─▶').strip()}"
+    return exc.first_error
+
+
+def _mentions(output: str, names: set[str]) -> bool:
+    low = output.lower().replace("_", "-")
+    return any(name in low for name in names)
 
 
 def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools", upgrade: bool = False) -> Path:
-    """Resolve ``plat``'s inputs into a hash-pinned lock; the old lock stays in place unless all of it succeeded."""
+    """Resolve ``plat``'s inputs into a hash-pinned lock and its PEP 751 twin; on any failure both stay as they were."""
     if resolver == "pip-tools" and (plat.python != current_python() or plat.os_arch != current_os_arch()):
         raise ConfigError(
             f"pip-tools locks only for the machine it runs on ({current_python()}, {current_os_arch()}), not {plat.id}",
@@ -126,17 +209,22 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
     index = plat.variant.index
     extra_index: str | None = None
     source_notes: list[str] = []
-    index_ok, why = (True, "") if index.rstrip("/") == PYPI else reachable(index)
-    if index.rstrip("/") != PYPI:
-        if index_ok:
-            extra_index = index
-            source_notes.append(f"declared-index {redact_url(index)}")
-        else:
-            log(f"kernodeck: declared index {redact_url(index)} is unreachable ({why}); trying this machine's sources")
-            source_notes.append(f"declared-index {redact_url(index)} (unreachable at lock time: {why})")
-    sources = machine_sources()
+    # Three independent probes (two `pip config` runs, one HTTP HEAD): side by side, not one after another.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        probe = pool.submit(lambda: (True, "") if index.rstrip("/") == PYPI else reachable(index))
+        found_sources, found_no_index = pool.submit(machine_sources), pool.submit(pip_no_index)
+        index_ok, why = probe.result()
+        sources, no_index = found_sources.result(), found_no_index.result()
+    if index_ok:
+        extra_index = None if index.rstrip("/") == PYPI else index
+        source_notes.append(f"declared-index {redact_url(index)}")
+    else:
+        log(f"kernodeck: declared index {redact_url(index)} is unreachable ({why}); trying this machine's sources")
+        source_notes.append(f"declared-index {redact_url(index)} (unreachable at lock time: {why})")
     source_notes += [s.redacted() for s in sources]
-    if not any(s.kind == "index-url" for s in sources):
+    if no_index:
+        source_notes.append("no-index (this machine's pip uses no index)")
+    elif not any(s.kind == "index-url" for s in sources):
         source_notes.append(f"index-url {PYPI} (default)")
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -149,44 +237,95 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
             tmp.unlink(missing_ok=True)
     rel_inputs = input_files(project, plat)
     out_rel = str(tmp.relative_to(project.root))
-    cmd = _command(resolver, plat, rel_inputs, out_rel, extra_index, upgrade)
-    env = clean_env(uv_environment(sources) if resolver == "uv" else None)
+    if resolver == "uv":
+        cmd = _command(resolver, plat, rel_inputs, out_rel, None, upgrade)
+        extra = uv_lock_environment(plat, extra_index, sources, no_index)
+    else:
+        cmd = _command(resolver, plat, rel_inputs, out_rel, extra_index, upgrade)
+        extra = {}
+    env = clean_env(extra)
+    prefetch = _prefetch(target, plat, sources, no_index)
     try:
-        run(cmd, env=env, cwd=project.root)
-        body = tmp.read_text(encoding="utf-8")
-    except CommandFailed as exc:
-        if not index_ok and ("torch" in exc.output.lower() or "no matching distribution" in exc.output.lower()):
-            raise SourceUnreachable(
-                f"cannot lock {plat.id}: its torch layer ({plat.variant.torch_layer}) comes from {redact_url(index)}, "
-                f"which is unreachable from here ({why}), and no source configured on this machine provides it",
-                tip=f"run `nox -s lock -- --platform {plat.id}` where {redact_url(index)} can be reached "
-                "(the lock workflow on that platform), or set PIP_EXTRA_INDEX_URL to a mirror of it",
-            ) from None
-        raise LockFailed(f"resolving {plat.id} with {resolver} failed: {exc.first_error}") from None
+        try:
+            run(cmd, env=env, cwd=project.root, quiet=True)
+            body = tmp.read_text(encoding="utf-8")
+        except CommandFailed as exc:
+            if not index_ok and _mentions(exc.output, _layer_names(project, plat)):
+                raise SourceUnreachable(
+                    f"cannot lock {plat.id}: its torch layer ({plat.variant.torch_layer}) comes from "
+                    f"{redact_url(index)}, which is unreachable from here ({why}), "
+                    "and no source configured on this machine provides it",
+                    tip=f"run `nox -s lock -- --platform {plat.id}` where {redact_url(index)} can be reached "
+                    "(the lock workflow on that platform), or set PIP_EXTRA_INDEX_URL to a mirror of it",
+                ) from None
+            log(_without_tracebacks(exc.output))
+            raise LockFailed(f"resolving {plat.id} with {resolver} failed: {_reason(exc)}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        body = _strip_sources(body)
+        _refuse_machine_sources(body, sources, target.name)
+        parsed = lockfile.parse_text(body, target)
+        if not parsed.pins:
+            raise LockFailed(f"{resolver} produced no pins for {plat.id}")
+        header = [
+            ("kernodeck-lock-version", lockfile.FORMAT_VERSION),
+            ("platform", plat.id),
+            ("python", f"{plat.python} (locked with Python {_platform.python_version()} on {current_os_arch()})"),
+            ("variant",
+             f"{plat.variant.name} (backend {plat.variant.backend}, torch layer {plat.variant.torch_layer})"),
+            ("resolver", f"{resolver} {resolver_version(project, resolver)}"),
+            ("command", _public_command(cmd, out_rel, str(target.relative_to(project.root)), extra)),
+            *[("source", note) for note in source_notes],
+            ("packages", str(len(parsed.pins))),
+            *[("input", f"{k} {v}") for k, v in inputs.entries],
+            ("inputs-digest", inputs.digest()),
+        ]
+        text = lockfile.render(header, body)
+        write_pair(project, plat, text, sources, no_index, fetcher=prefetch.finish() if prefetch else None)
+        log(f"kernodeck: wrote {target.relative_to(project.root)} and {plat.pylock_name} "
+            f"({len(parsed.pins)} pins, all hashed)")
+        return target
     finally:
-        tmp.unlink(missing_ok=True)
-    body = _strip_sources(body)
-    _refuse_machine_sources(body, sources, target)
-    parsed = lockfile.parse_text(body, target)
-    if not parsed.pins:
-        raise LockFailed(f"{resolver} produced no pins for {plat.id}")
-    header = [
-        ("kernodeck-lock-version", lockfile.FORMAT_VERSION),
-        ("platform", plat.id),
-        ("python", f"{plat.python} (locked with Python {_platform.python_version()} on {current_os_arch()})"),
-        ("variant", f"{plat.variant.name} (backend {plat.variant.backend}, torch layer {plat.variant.torch_layer})"),
-        ("resolver", f"{resolver} {resolver_version(project, resolver)}"),
-        ("command", _public_command(cmd, out_rel, str(target.relative_to(project.root)))),
-        *[("source", note) for note in source_notes],
-        ("packages", str(len(parsed.pins))),
-        *[("input", f"{k} {v}") for k, v in inputs.entries],
-        ("inputs-digest", inputs.digest()),
-    ]
-    text = lockfile.render(header, body)
+        if prefetch is not None:
+            prefetch.finish().close()
+
+
+def _prefetch(target: Path, plat: Platform, sources: list[Source], no_index: bool) -> pylock.Prefetch | None:
+    """Start reading what the twin will need for the pins the current lock holds (most survive a new lock)."""
+    if not target.exists():
+        return None
+    try:
+        old = lockfile.read(target)
+    except LockfileError:
+        return None
+    return pylock.Prefetch(old.pins, plat, sources, no_index=no_index)
+
+
+def write_pair(project: Project, plat: Platform, text: str, sources: list[Source], no_index: bool,
+               fetcher: pylock.Fetcher | None = None) -> None:
+    """Check a requirements lock's text and build its pylock, then write both; nothing is written if either fails."""
+    target = lock_path(project, plat)
+    lockfile.parse_checked(text, target)
+    pylock_text = pylock.build(text, target, plat, sources, no_index=no_index, fetcher=fetcher)
+    _refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
     write_atomic(target, text)
-    lockfile.read(target)  # what was written must read back
-    log(f"kernodeck: wrote {target.relative_to(project.root)} ({len(parsed.pins)} pins, all hashed)")
-    return target
+    write_atomic(pylock_path(project, plat), pylock_text)
+
+
+def write_pylock_only(project: Project, plat: Platform) -> Path:
+    """(Re)write the PEP 751 lock of the existing requirements lock, without resolving anything."""
+    target = lock_path(project, plat)
+    if not target.exists():
+        raise MissingLockfile(plat.id, str(target.relative_to(project.root)))
+    text = target.read_text(encoding="utf-8")
+    lockfile.read(target)
+    sources = machine_sources()
+    pylock_text = pylock.build(text, target, plat, sources, no_index=pip_no_index())
+    _refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
+    out = pylock_path(project, plat)
+    write_atomic(out, pylock_text)
+    log(f"kernodeck: wrote {out.relative_to(project.root)} for {target.name}")
+    return out
 
 
 def _strip_sources(body: str) -> str:
@@ -198,12 +337,33 @@ def _strip_sources(body: str) -> str:
     return "\n".join(keep).strip("\n") + "\n"
 
 
-def _refuse_machine_sources(body: str, sources: list[Source], target: Path) -> None:
+def _refuse_machine_sources(text: str, sources: list[Source], name: str, allow: str = "") -> None:
+    """Never write one of this machine's sources (or any local URL the project did not declare) into ``name``."""
     for source in sources:
-        if source.location and source.location in body:
-            raise LockFailed(f"the resolver wrote one of this machine's sources into {target.name}; not writing it")
-    if "file://" in body:
-        raise LockFailed(f"the resolver wrote a file:// URL into {target.name}; not writing it")
+        if source.location and source.location.rstrip("/") in text:
+            raise LockFailed(f"one of this machine's sources ended up in {name}; not writing it")
+    stripped = text.replace(allow.rstrip("/"), "") if allow and allow.startswith("file:") else text
+    if "file://" in stripped:
+        raise LockFailed(f"a file:// URL ended up in {name}; not writing it")
+
+
+_VARIANT_DETAIL = re.compile(r"\(backend (?P<backend>\S+), torch layer (?P<layer>\S+)\)")
+
+
+def _variant_changes(lock: lockfile.Lockfile, plat: Platform) -> list[str]:
+    """Name what changed in the variant's declaration, from what the header recorded."""
+    found: list[str] = []
+    sources = lock.header.get("source", [])
+    declared = next((s.split(" ", 2)[1] for s in sources if s.startswith("declared-index ")), None)
+    now = redact_url(plat.variant.index)
+    if declared is not None and declared != now:
+        found.append(f"the variant's index changed: {declared} -> {now}")
+    match = _VARIANT_DETAIL.search(lock.first("variant"))
+    if match and match.group("backend") != str(plat.variant.backend):
+        found.append(f"the variant's backend changed: {match.group('backend')} -> {plat.variant.backend}")
+    if match and match.group("layer") != plat.variant.torch_layer:
+        found.append(f"the variant's torch layer changed: {match.group('layer')} -> {plat.variant.torch_layer}")
+    return found or ["the variant's declaration (backend, torch layer or index) changed"]
 
 
 def check_lock(project: Project, plat: Platform) -> list[str]:
@@ -219,14 +379,15 @@ def check_lock(project: Project, plat: Platform) -> list[str]:
         raise LockfileError(str(target), None, f"unknown resolver {resolver!r} in header")
     current = compute_inputs(project, plat, resolver).as_dict()
     changes: list[str] = []
-    labels = {"variant": "the variant's declaration (backend, torch layer or source)", "python": "the target Python",
-              "os-arch": "the OS/arch", "resolver": "the resolver or its version"}
+    labels = {"python": "the target Python", "os-arch": "the OS/arch", "resolver": "the resolver or its version"}
     for key in sorted(set(recorded) | set(current)):
         old, new = recorded.get(key), current.get(key)
         if old == new:
             continue
         what = labels.get(key, key)
-        if old is None:
+        if key == "variant" and old is not None and new is not None:
+            changes += _variant_changes(lock, plat)
+        elif old is None:
             changes.append(f"{what} is a new input")
         elif new is None:
             changes.append(f"{what} is no longer an input")
@@ -237,8 +398,46 @@ def check_lock(project: Project, plat: Platform) -> list[str]:
     return changes
 
 
+def check_twin(project: Project, plat: Platform) -> list[str]:
+    """Whether the PEP 751 twin was written for the requirements lock as it is now.
+
+    Kept apart from :func:`check_lock` (the input drift that gates rebuild and verify, which never read the
+    pylock): ``lock --check`` reports both.
+    """
+    target, twin = lock_path(project, plat), pylock_path(project, plat)
+    if not twin.exists():
+        return [f"{twin.name} (its PEP 751 lock) is missing"]
+    if pylock.recorded_digest(twin) != sha256_file(target):
+        return [f"{twin.name} was not written for this {target.name}"]
+    return []
+
+
 def require_current(project: Project, plat: Platform) -> Path:
     changes = check_lock(project, plat)
     if changes:
         raise StaleLock(str(lock_path(project, plat).relative_to(project.root)), changes, plat.id)
     return lock_path(project, plat)
+
+
+def check_many(
+    project: Project, plats: list[tuple[Platform, bool]]
+) -> tuple[list[str], list[tuple[Platform, list[str]]]]:
+    """Check several platforms: (lines to print, the stale or missing ones). ``plats`` pairs each platform with
+    whether its lock is made only on its own runner (a missing lock there is reported, not failed)."""
+    lines: list[str] = []
+    bad: list[tuple[Platform, list[str]]] = []
+    for plat, on_runner in plats:
+        try:
+            changes = check_lock(project, plat) + check_twin(project, plat)
+        except MissingLockfile as exc:
+            if on_runner:
+                lines.append(f"pending {plat.id}: no lock committed; it is made on its own runner "
+                             f"(its index {redact_url(plat.variant.index)} is reachable there)")
+                continue
+            changes = [str(exc)]
+        if changes:
+            bad.append((plat, changes))
+            lines.append(f"STALE {plat.id}: " + "; ".join(changes))
+        else:
+            lines.append(f"ok    {plat.id}: lock current against its inputs")
+    return lines, bad

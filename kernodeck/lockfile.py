@@ -84,11 +84,14 @@ def parse_text(text: str, path: Path) -> Lockfile:
     lock = Lockfile(path=path)
     body_lines: list[str] = []
     in_header = True
-    for raw in text.splitlines():
+    packages_line: int | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
         if in_header and raw.startswith("# ") and ": " in raw:
             key, _, value = raw[2:].partition(": ")
             if re.fullmatch(r"[a-z][a-z0-9-]*", key):
                 lock.header.setdefault(key, []).append(value.strip())
+                if key == "packages":
+                    packages_line = number
                 continue
         if in_header and raw.strip() in ("", "#") or raw.startswith("# Kernodeck"):
             continue
@@ -129,7 +132,8 @@ def parse_text(text: str, path: Path) -> Lockfile:
         declared = lock.first("packages")
         if declared and declared.isdigit() and int(declared) != len(lock.pins):
             raise LockfileError(
-                str(path), None, f"header declares {declared} packages but {len(lock.pins)} were found (truncated?)"
+                str(path), packages_line,
+                f"header declares {declared} packages but {len(lock.pins)} were found (truncated or edited by hand?)",
             )
     return lock
 
@@ -139,6 +143,11 @@ def read(path: Path, *, require_header: bool = True) -> Lockfile:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise LockfileError(str(path), None, "not UTF-8 text") from None
+    return parse_checked(text, path, require_header=require_header)
+
+
+def parse_checked(text: str, path: Path, *, require_header: bool = True) -> Lockfile:
+    """Parse, and (by default) require the Kernodeck header and at least one pin: what ``read`` accepts."""
     lock = parse_text(text, path)
     if require_header:
         if lock.first("kernodeck-lock-version") != FORMAT_VERSION:

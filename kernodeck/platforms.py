@@ -22,6 +22,12 @@ UV_PLATFORMS = {
     "macosx_x86_64": "x86_64-apple-darwin",
     "win_amd64": "x86_64-pc-windows-msvc",
 }
+# uv's macOS targets default to macOS 13; torch >= 2.9 ships arm64 wheels for macOS 14 and later only, and the
+# declared macOS runner (macos-14) is macOS 14: resolve for what the runner is.
+UV_PLATFORM_ENV = {
+    "macosx_arm64": {"MACOSX_DEPLOYMENT_TARGET": "14.0"},
+    "macosx_x86_64": {"MACOSX_DEPLOYMENT_TARGET": "14.0"},
+}
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,28 @@ def machine_sources(python: str = sys.executable) -> list[Source]:
     return list(unique.values())
 
 
+_TRUE = ("1", "true", "yes", "y", "on", "t")
+
+
+def pip_no_index(python: str = sys.executable) -> bool:
+    """Whether this machine's pip is told to use no index at all (``PIP_NO_INDEX`` or ``no-index`` in its config)."""
+    if os.environ.get("PIP_NO_INDEX", "").strip().lower() in _TRUE:
+        return True
+    if os.environ.get("UV_NO_INDEX", "").strip().lower() in _TRUE:
+        return True
+    try:
+        out = subprocess.run(
+            [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        if key.rsplit(".", 1)[-1] == "no-index" and value.strip().strip("'\"").lower() in _TRUE:
+            return True
+    return False
+
+
 def secrets_in_environment() -> list[str]:
     """Credential strings present in source variables (for scanning written files in tests and the dossier)."""
     secrets: list[str] = []
