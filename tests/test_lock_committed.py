@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.markers import Marker
 from packaging.pylock import Pylock
 
 from kernodeck import lockfile
@@ -105,3 +106,25 @@ def test_uv_gives_the_committed_cpu_pins_and_hashes(tmp_path: Path) -> None:
     assert made.first("resolver").startswith("uv ")
     assert {p.name: (p.version, set(p.hashes)) for p in made.pins} == \
         {p.name: (p.version, set(p.hashes)) for p in committed.pins}
+
+
+def test_uv_reads_the_committed_pylocks_offline(tmp_path: Path) -> None:
+    """uv takes each committed PEP 751 lock as it is (offline dry run) and honours its `environments`."""
+    import os
+    import subprocess
+
+    from tests._lock_tiny import fresh_venv, uv
+
+    python = fresh_venv(tmp_path / "venv")
+    env = {**os.environ, "UV_NO_CONFIG": "1", "UV_OFFLINE": "1"}
+    for platform_id in LOCKED:
+        path = PROJECT.lockfiles / f"pylock.{platform_id}.toml"
+        proc = subprocess.run([uv(), "pip", "install", "--preview-features", "pylock", "--dry-run", "--python",
+                               str(python), "-r", str(path)], capture_output=True, text=True, timeout=300, env=env)
+        marker = tomllib.loads(path.read_text(encoding="utf-8"))["environments"][0]
+        if Marker(marker).evaluate():  # the lock is for this interpreter's environment
+            assert proc.returncode == 0, proc.stderr
+            installs = {line.split()[1] for line in proc.stderr.splitlines() if line.startswith(" + ")}
+            assert installs == {p.spec for p in lockfile.read(PROJECT.lockfiles / f"{platform_id}.txt").pins}
+        else:
+            assert proc.returncode != 0 and "not supported by the lockfile" in proc.stderr
