@@ -109,7 +109,10 @@ def secrets_in_environment() -> list[str]:
         for loc in os.environ.get(var, "").split():
             match = _USERINFO.search(loc)
             if match:
-                secrets.append(match.group("userinfo"))
+                userinfo = match.group("userinfo")
+                secrets.append(userinfo)
+                if ":" in userinfo:  # user:password -> the password alone is secret too
+                    secrets.append(userinfo.split(":", 1)[1])
     return secrets
 
 
