@@ -60,6 +60,13 @@ def compare(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def replay(session: nox.Session) -> None:
+    """Clone the current commit into an empty folder and rebuild + verify there with a clean environment."""
+    _install(session, "run")
+    _kernodeck(session, "replay")
+
+
+@nox.session(default=False)
 def matrix(session: nox.Session) -> None:
     """Print the CI matrix of the declared platforms as one line of JSON (`-- --out FILE` also writes it)."""
     _install(session, "run")
@@ -85,6 +92,14 @@ def tests(session: nox.Session) -> None:
     """The test suite (`-- -m "not slow"` skips the tests that build a real torch environment)."""
     _install(session, "test")
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(default=False)
+def reliability(session: nox.Session) -> None:
+    """The reliability suite; rewrites README's reliability table from its outcomes."""
+    _install(session, "test")
+    session.run("python", "-m", "pytest", "-m", "reliability", *session.posargs,
+                env={"KERNODECK_RELIABILITY_TABLE": "1"})
 
 
 @nox.session(default=False)

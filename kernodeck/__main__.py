@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from . import dossier, lockfile
@@ -62,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--expect-backend", choices=[b.value for b in Backend], help="override the variant's backend")
         if name == "reference":
             p.add_argument("--new", action="store_true", help="replace the existing reference (kept in history/)")
+    p = sub.add_parser("replay", help="clone the current commit into an empty folder; rebuild + verify there, cleanly")
+    p.add_argument("--allow-dirty", action="store_true", help="replay HEAD anyway and name the uncommitted files")
+    p.add_argument("--keep", action="store_true", help="keep the temporary clone")
+    p.add_argument("--out", type=Path, help="where the replay's dossier goes (default: runs/replay-<stamp>)")
     p = sub.add_parser("compare", help="what differs between two dossiers (Markdown and JSON)")
     p.add_argument("dirs", nargs=2, type=Path)
     p.add_argument("--out", type=Path, help="write compare.md and compare.json here")
@@ -186,7 +191,7 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compare(project: Project, args: argparse.Namespace) -> int:
+def cmd_compare(project: Project | None, args: argparse.Namespace) -> int:
     result = dossier.compare(args.dirs[0].resolve(), args.dirs[1].resolve())
     text = dossier.render_compare(result)
     if args.out:
@@ -194,6 +199,16 @@ def cmd_compare(project: Project, args: argparse.Namespace) -> int:
         write_json(args.out / "compare.json", result)
     print(text)
     return 0
+
+
+def cmd_replay(project: Project, args: argparse.Namespace) -> int:
+    from .replay import replay
+
+    result = replay(project, allow_dirty=args.allow_dirty, keep=args.keep, out=args.out)
+    if result.dirty:
+        print(f"NOTE: replayed HEAD {result.commit[:12]}; uncommitted changes NOT included: {', '.join(result.dirty)}")
+    print(f"replay of {result.commit[:12]} in a clean clone: {result.status.upper()} ({result.seconds}s); dossier: {result.dossier}")
+    return 0 if result.status == "passed" else 1
 
 
 def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
@@ -233,17 +248,18 @@ def cmd_bench(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {
+COMMANDS: dict[str, Callable[[Project, argparse.Namespace], int]] = {
     "lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare,
-    "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "bench": cmd_bench,
+    "replay": cmd_replay, "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "bench": cmd_bench,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        project = load_project(Path.cwd())
-        return COMMANDS[args.command](project, args)
+        if args.command == "compare":  # two dossiers are all it needs: no project
+            return cmd_compare(None, args)
+        return COMMANDS[args.command](load_project(Path.cwd()), args)
     except KernodeckError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         if exc.tip:
