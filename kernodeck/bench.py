@@ -220,6 +220,26 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (Linux), to tell how much others used meanwhile."""
+    try:
+        fields = Path("/proc/stat").read_text(encoding="utf-8").splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    ticks = [int(f) for f in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    try:
+        import resource
+    except ImportError:  # not POSIX: _busy_cpu_seconds() is None there too
+        return 0.0
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _scratch(project: Project) -> Path:
     work = project.runs / f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     work.mkdir(parents=True)
@@ -298,6 +318,7 @@ def run_bench(
         raise BenchError("uv is not installed here; the bench compares against it", tip="nox -s bench")
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     host = machine()
+    wall0, busy0, own0 = time.monotonic(), _busy_cpu_seconds(), _own_cpu_seconds()
     work = _scratch(project)
     log(f"kernodeck bench: scratch project {work}")
     kd = [sys.executable, "-m", "kernodeck"]
@@ -361,6 +382,7 @@ def run_bench(
             "ratio_vs_bare_pip": _ratio(m_rebuild, m_bare_pip),
             "target": TARGETS["rebuild"],
             "commands_recorded": marker.get("commands", []),
+            "kernodeck_steps_s": marker.get("durations_s", {}),
         }
         if built is None:
             raise BenchError("the rebuild left no current environment to verify")
@@ -484,7 +506,7 @@ def run_bench(
         "version": BENCH_VERSION,
         "started": started,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {**host, "load_average_after": machine()["load_average"]},
+        "machine": {**host, "load_average_after": machine()["load_average"], **_others(wall0, busy0, own0)},
         "platform": plat.id,
         "lock": lock_rel,
         "repeat": repeat,
@@ -492,6 +514,16 @@ def run_bench(
         "targets": TARGETS,
         "verdicts": verdicts(rows),
     }
+
+
+def _others(wall0: float, busy0: float | None, own0: float) -> dict[str, Any]:
+    """The CPU other processes took during the bench: a busy neighbour explains noisy rows."""
+    busy1 = _busy_cpu_seconds()
+    if busy0 is None or busy1 is None:
+        return {}
+    others = max(0.0, (busy1 - busy0) - (_own_cpu_seconds() - own0))
+    capacity = (time.monotonic() - wall0) * (os.cpu_count() or 1)
+    return {"others_cpu_s": round(others, 1), "others_share": round(others / capacity, 3) if capacity else None}
 
 
 def _project_at(root: Path) -> Project:
@@ -538,7 +570,8 @@ def render_markdown(record: dict[str, Any]) -> str:
     rb, vf, lk = rows["rebuild"], rows["verify"], rows["lock"]
     lines = [
         f"Measured {record['finished'][:10]} on {host['cpu']}, {host['cores']} cores, {host['os']}, Python "
-        f"{host['python']} (load average {host['load_average']} before, {host['load_average_after']} after); "
+        f"{host['python']} (load average {host['load_average']} before, {host['load_average_after']} after; other "
+        f"processes took {100 * (host.get('others_share') or 0):.0f}% of the machine meanwhile); "
         f"platform `{record['platform']}`, lock `{record['lock']}`; median of {record['repeat']} interleaved runs "
         "after one warm-up each. `nox -s bench` regenerates this.",
         "",
@@ -586,6 +619,16 @@ def render_markdown(record: dict[str, Any]) -> str:
             lk["pip-tools"]["ratio"],
             "—",
         ),
+        "",
+        "Where a kernodeck rebuild's time goes (its last run): "
+        + ", ".join(f"{k} {float(v):.2f}s" for k, v in rb.get("kernodeck_steps_s", {}).items())
+        + " (pip-check and freeze side by side, in the env, as the procedure records them); the rest is the "
+        "interpreter start, kernodeck's imports, the lock check and removing the previous env (the bare side removes "
+        "its own too).",
+        "",
+        "A kernodeck lock does more than the resolver: it asks pip for this machine's sources, checks the declared "
+        "index is reachable, refuses machine sources in the result and writes the PEP 751 twin (each file's URL "
+        "looked up on the public index).",
         "",
         "Checks a full verify runs beyond the bare script's work: "
         + ", ".join(f"{k} {s:.2f}s" for k, s in vf["extra_checks_seconds"].items())

@@ -256,7 +256,7 @@ def rebuild(
         write_atomic(env / INVENTORY, inventory)
         write_json(env / MARKER, {
             "lock": rel_lock, "lock_digest": digest, "platform": plat.id, "base_python": base,
-            "installer": chosen, "commands": commands, "pip_check": pip_check.strip(),
+            "installer": chosen, "commands": commands, "pip_check": pip_check.strip(), "durations_s": durations,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
     except BaseException:
