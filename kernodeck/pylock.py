@@ -40,7 +40,7 @@ from . import __version__, lockfile
 from ._proc import log
 from .errors import LockFailed
 from .platforms import Platform
-from .sources import PYPI, Source, is_local, redact_url
+from .sources import PYPI, Source, is_local, redact_url, strip_credentials
 
 LOCK_VERSION = "1.0"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -400,7 +400,7 @@ def render(lock: lockfile.Lockfile, plat: Platform, files: dict[str, list[DistFi
         if all(f.url.startswith("https://files.pythonhosted.org/") for f in pin_files):
             package["index"] = PYPI
         elif len(hosts) == 1 and plat.variant.index.rstrip("/") != PYPI:
-            package["index"] = plat.variant.index.rstrip("/")
+            package["index"] = strip_credentials(plat.variant.index.rstrip("/"))
         sdists = [_file_data(f) for f in pin_files if not f.is_wheel]
         wheels = [_file_data(f) for f in pin_files if f.is_wheel]
         if sdists:
@@ -427,6 +427,8 @@ def render(lock: lockfile.Lockfile, plat: Platform, files: dict[str, list[DistFi
                 lines.append(f"{key} = {_value(value)}")
     lines += ["", "[tool.kernodeck]", *[f"{k} = {_value(v)}" for k, v in data["tool"]["kernodeck"].items()]]
     text = "\n".join(lines) + "\n"
+    if strip_credentials(text) != text:
+        raise LockFailed(f"the PEP 751 lock for {plat.id} would hold a URL credential; not writing it")
     if tomllib.loads(text) != data:
         raise LockFailed(f"the PEP 751 lock for {plat.id} does not read back as written; not writing it")
     return text
@@ -442,7 +444,7 @@ def _value(value: Any) -> str:
 
 
 def _file_data(entry: DistFile) -> dict[str, Any]:
-    table: dict[str, Any] = {"name": entry.filename, "url": entry.url}
+    table: dict[str, Any] = {"name": entry.filename, "url": strip_credentials(entry.url)}
     if entry.upload_time is not None:
         table["upload-time"] = entry.upload_time.astimezone(_dt.UTC)
     if entry.size:

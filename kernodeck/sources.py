@@ -26,6 +26,12 @@ def redact_url(url: str) -> str:
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", url)
 
 
+def strip_credentials(url: str) -> str:
+    """``https://user:secret@host/x`` -> ``https://host/x``: a URL fit to write into a file meant to be used (the
+    installer gets credentials from its keyring, netrc or variables at install time)."""
+    return _USERINFO.sub(lambda m: m.group("scheme"), url)
+
+
 def redact_text(text: str) -> str:
     """Strip the user:password part of every URL in free text."""
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", text)

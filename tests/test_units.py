@@ -12,7 +12,7 @@ from kernodeck.config import Backend, load_project
 from kernodeck.errors import ManifestError, UnknownVariant
 from kernodeck.platforms import os_arch_from_tag, parse_platform_id, resolve_platform
 from kernodeck.report import Report, Status, Step, overall, render_markdown
-from kernodeck.sources import Source, redact_text, redact_url, uv_environment
+from kernodeck.sources import Source, redact_text, redact_url, strip_credentials, uv_environment
 from tests.conftest import ROOT, copy_project
 
 
@@ -87,6 +87,8 @@ def test_redaction() -> None:
     assert redact_url("file:///opt/pypi/simple") == "<local>"
     assert "s3cret" not in redact_text("ERROR: cannot reach https://u:s3cret@h/x and http://tok@h2/y")
     assert Source("find-links", "/opt/wheels").redacted() == "find-links <local path>"
+    assert strip_credentials("https://u:s3cret@h/whl/cpu/t.whl") == "https://h/whl/cpu/t.whl"
+    assert strip_credentials("https://h/x") == "https://h/x"
 
 
 def test_uv_environment_maps_pip_sources() -> None:
