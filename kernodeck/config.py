@@ -70,8 +70,8 @@ class Project:
             raise UnknownVariant(name, list(self.variants)) from None
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        return json.loads(json.dumps(data, default=str))
+        data: dict[str, Any] = json.loads(json.dumps(asdict(self), default=str))
+        return data
 
 
 def _pins(groups: dict[str, Any]) -> dict[str, str]:

@@ -93,7 +93,7 @@ def parse_text(text: str, path: Path) -> Lockfile:
                 if key == "packages":
                     packages_line = number
                 continue
-        if in_header and raw.strip() in ("", "#") or raw.startswith("# Kernodeck"):
+        if (in_header and raw.strip() in ("", "#")) or raw.startswith("# Kernodeck"):
             continue
         in_header = False
         body_lines.append(raw)
@@ -114,7 +114,8 @@ def parse_text(text: str, path: Path) -> Lockfile:
             raise LockfileError(str(path), number, f"not a valid requirement: {exc}") from None
         specs = list(req.specifier)
         if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version:
-            raise LockfileError(str(path), number, f"{req.name} is not pinned with == (got {req.specifier or 'no version'})")
+            got = req.specifier or "no version"
+            raise LockfileError(str(path), number, f"{req.name} is not pinned with == (got {got})")
         if not hash_tokens:
             raise LockfileError(str(path), number, f"{req.name}=={specs[0].version} has no --hash")
         hashes: list[str] = []

@@ -68,7 +68,7 @@ def machine_sources(python: str = sys.executable) -> list[Source]:
     """The package sources this machine's pip (config files and PIP_* variables) and uv variables point at."""
     found: list[Source] = []
     try:
-        out = subprocess.run(  # noqa: S603
+        out = subprocess.run(
             [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
@@ -145,11 +145,11 @@ def reachable(url: str, timeout: float = 5.0) -> tuple[bool, str]:
     if is_local(url):
         path = Path(url.removeprefix("file://"))
         return (path.exists(), "" if path.exists() else "no such folder")
-    request = urllib.request.Request(url.rstrip("/") + "/", method="HEAD")  # noqa: S310 - http(s) only, checked below
+    request = urllib.request.Request(url.rstrip("/") + "/", method="HEAD")
     if not url.startswith(("http://", "https://")):
         return False, "not an http(s) or file URL"
     try:
-        with urllib.request.urlopen(request, timeout=timeout):  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout):
             return True, ""
     except urllib.error.HTTPError as exc:
         # The host answered: an index root may refuse HEAD or listing and still serve its packages.

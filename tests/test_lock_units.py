@@ -7,11 +7,12 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from kernodeck import lockfile, pylock
 from kernodeck import lock as locking
+from kernodeck import lockfile, pylock
 from kernodeck.config import load_project
 from kernodeck.errors import CommandFailed, LockFailed
 from kernodeck.platforms import parse_platform_id
@@ -75,7 +76,7 @@ SHA_A, SHA_B = "a" * 64, "b" * 64
 
 
 class _Index(http.server.BaseHTTPRequestHandler):
-    requests: list[str] = []
+    requests: ClassVar[list[str]] = []
 
     def log_message(self, *args: object) -> None:  # keep test output quiet
         pass
@@ -145,7 +146,7 @@ def test_fetcher_reads_json_html_redirects_and_caches(index: str) -> None:
 
 
 def test_unreachable_index_is_an_oserror_at_once() -> None:
-    with pytest.raises(OSError, match="127.0.0.1:9"):
+    with pytest.raises(OSError, match=r"127\.0\.0\.1:9"):
         pylock.index_files("http://127.0.0.1:9/simple", "x")
 
 
