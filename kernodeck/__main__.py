@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="the folder (default: .wheelhouse/<platform-id>)")
     p = sub.add_parser("bench", help="kernodeck vs the bare tools on the same lock; writes bench/latest.md and .json")
     _platform_args(p)
-    p.add_argument("--repeat", type=int, default=3, help="timed runs of each command (after one warm-up)")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs of each command (after one warm-up)")
     p.add_argument("--pip-repeat", type=int, default=1, help="timed runs of the bare pip install (slow)")
     p.add_argument("--sizes", default="32,256,2048", help="sample sizes (texts) for verify's scaling")
     p.add_argument("--keep", action="store_true", help="keep the scratch project under runs/")
