@@ -159,7 +159,7 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
     opts = _options(args)
     if opts.out is None:
         opts.out = project.runs / f"reference-{plat.id}"
-    report, folder, run_ = verify(project, plat, opts, mode="reference")
+    report, folder, _ = verify(project, plat, opts, mode="reference")
     _summary(report.as_dict(), folder)
     if report.status is not Status.PASSED:
         raise KernodeckError("the reference run failed; nothing was written to the reference",
@@ -180,7 +180,8 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
         print(f"reference unchanged: {old.id} (same content; nothing written)")
         return 0
     system = json.loads((folder / "system.json").read_text(encoding="utf-8"))
-    refmod.install(project, manifest, folder / "outputs", (folder / "inventory.txt").read_text(encoding="utf-8"), system)
+    inventory_text = (folder / "inventory.txt").read_text(encoding="utf-8")
+    refmod.install(project, manifest, folder / "outputs", inventory_text, system)
     dossier.review_folder(project.reference, project.root)
     if old is not None:
         print(f"reference: {old.id} -> {manifest['id']}")
@@ -207,7 +208,8 @@ def cmd_replay(project: Project, args: argparse.Namespace) -> int:
     result = replay(project, allow_dirty=args.allow_dirty, keep=args.keep, out=args.out)
     if result.dirty:
         print(f"NOTE: replayed HEAD {result.commit[:12]}; uncommitted changes NOT included: {', '.join(result.dirty)}")
-    print(f"replay of {result.commit[:12]} in a clean clone: {result.status.upper()} ({result.seconds}s); dossier: {result.dossier}")
+    print(f"replay of {result.commit[:12]} in a clean clone: {result.status.upper()} ({result.seconds}s)")
+    print(f"dossier: {result.dossier}")
     return 0 if result.status == "passed" else 1
 
 
