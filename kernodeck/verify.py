@@ -273,8 +273,8 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                     details={"lock": run_.meta["lock"]},
                 )
             )
-        except MissingLockfile as exc:
-            if opts.python:
+        except (MissingLockfile, StaleLock, LockfileError) as exc:
+            if isinstance(exc, MissingLockfile) and opts.python:
                 run_.add(Step("lock-check", Status.SKIPPED, reason=f"{exc} (verifying an existing interpreter)"))
             else:
                 error = exc
@@ -285,20 +285,9 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                         error=str(exc),
                         layer=Layer.LOCK,
                         duration_s=time.perf_counter() - t0,
+                        details={"changes": getattr(exc, "changes", [])},
                     )
                 )
-        except (StaleLock, LockfileError) as exc:
-            error = exc
-            run_.add(
-                Step(
-                    "lock-check",
-                    Status.FAILED,
-                    error=str(exc),
-                    layer=Layer.LOCK,
-                    duration_s=time.perf_counter() - t0,
-                    details={"changes": getattr(exc, "changes", [])},
-                )
-            )
         # 2. the reference (declared before any comparison) must be sound to be used at all
         ref: refmod.Reference | None = None
         if not run_.failed:
