@@ -244,7 +244,8 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
         cmd = _command(resolver, plat, rel_inputs, out_rel, extra_index, upgrade)
         extra = {}
     env = clean_env(extra)
-    prefetch = _prefetch(target, plat, sources, no_index)
+    known = pylock.known_files(pylock_path(project, plat))
+    prefetch = _prefetch(target, plat, sources, no_index, known)
     try:
         try:
             run(cmd, env=env, cwd=project.root, quiet=True)
@@ -281,7 +282,7 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
             ("inputs-digest", inputs.digest()),
         ]
         text = lockfile.render(header, body)
-        write_pair(project, plat, text, sources, no_index, fetcher=prefetch.finish() if prefetch else None)
+        write_pair(project, plat, text, sources, no_index, fetcher=prefetch.finish() if prefetch else None, known=known)
         log(f"kernodeck: wrote {target.relative_to(project.root)} and {plat.pylock_name} "
             f"({len(parsed.pins)} pins, all hashed)")
         return target
@@ -290,23 +291,26 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
             prefetch.finish().close()
 
 
-def _prefetch(target: Path, plat: Platform, sources: list[Source], no_index: bool) -> pylock.Prefetch | None:
-    """Start reading what the twin will need for the pins the current lock holds (most survive a new lock)."""
+def _prefetch(target: Path, plat: Platform, sources: list[Source], no_index: bool,
+              known: dict[str, pylock.DistFile]) -> pylock.Prefetch | None:
+    """Start reading what the twin will need for the pins the current lock holds (most survive a new lock), unless
+    the current twin already places every one of their files."""
     if not target.exists():
         return None
     try:
         old = lockfile.read(target)
     except LockfileError:
         return None
-    return pylock.Prefetch(old.pins, plat, sources, no_index=no_index)
+    unplaced = [pin for pin in old.pins if any(h not in known for h in pin.hashes)]
+    return pylock.Prefetch(unplaced, plat, sources, no_index=no_index) if unplaced else None
 
 
 def write_pair(project: Project, plat: Platform, text: str, sources: list[Source], no_index: bool,
-               fetcher: pylock.Fetcher | None = None) -> None:
+               fetcher: pylock.Fetcher | None = None, known: dict[str, pylock.DistFile] | None = None) -> None:
     """Check a requirements lock's text and build its pylock, then write both; nothing is written if either fails."""
     target = lock_path(project, plat)
     lockfile.parse_checked(text, target)
-    pylock_text = pylock.build(text, target, plat, sources, no_index=no_index, fetcher=fetcher)
+    pylock_text = pylock.build(text, target, plat, sources, no_index=no_index, fetcher=fetcher, known=known)
     _refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
     write_atomic(target, text)
     write_atomic(pylock_path(project, plat), pylock_text)

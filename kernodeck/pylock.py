@@ -327,8 +327,28 @@ class Prefetch:
         return self.fetcher
 
 
+def known_files(pylock_file: Path) -> dict[str, DistFile]:
+    """The files an existing PEP 751 lock already places, by sha256: a lock made again reuses them unasked.
+
+    A sha256 names one file's content, so the URL it was found at stays right for it; only new hashes are looked up.
+    """
+    try:
+        data = tomllib.loads(pylock_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+    known: dict[str, DistFile] = {}
+    for package in data.get("packages", []):
+        entries = [*package.get("wheels", []), *([package["sdist"]] if "sdist" in package else [])]
+        for entry in entries:
+            digest, url, name = entry.get("hashes", {}).get("sha256"), entry.get("url"), entry.get("name")
+            if digest and url and name:
+                known[digest] = DistFile(name, url, digest, entry.get("size"), entry.get("upload-time"))
+    return known
+
+
 def locate(
-    pins: list[lockfile.Pin], plat: Platform, machine: list[Source], *, no_index: bool, fetcher: Fetcher | None = None
+    pins: list[lockfile.Pin], plat: Platform, machine: list[Source], *, no_index: bool, fetcher: Fetcher | None = None,
+    known: dict[str, DistFile] | None = None,
 ) -> dict[str, list[DistFile]]:
     """Every locked file of every pin, by sha256, with a public URL. Raises when a locked hash cannot be placed."""
     declared = plat.variant.index.rstrip("/")
@@ -339,8 +359,8 @@ def locate(
 
     def one(pin: lockfile.Pin) -> tuple[str, list[DistFile], list[str]]:
         wanted = set(pin.hashes)
-        placed: dict[str, DistFile] = {}
-        for index in indexes:
+        placed: dict[str, DistFile] = {h: known[h] for h in wanted if known and h in known}
+        for index in indexes if wanted - set(placed) else []:
             try:
                 listed = fetcher.index_files(index, pin.name)
             except OSError:
@@ -454,10 +474,10 @@ def _file_data(entry: DistFile) -> dict[str, Any]:
 
 
 def build(lock_text: str, path: Path, plat: Platform, machine: list[Source], *, no_index: bool,
-          fetcher: Fetcher | None = None) -> str:
+          fetcher: Fetcher | None = None, known: dict[str, DistFile] | None = None) -> str:
     """The pylock text for a requirements lock's text (not yet written)."""
     lock = lockfile.parse_text(lock_text, path)
-    files = locate(lock.pins, plat, machine, no_index=no_index, fetcher=fetcher)
+    files = locate(lock.pins, plat, machine, no_index=no_index, fetcher=fetcher, known=known)
     text = render(lock, plat, files, lock_text)
     log(f"kernodeck: PEP 751 lock for {plat.id}: {len(lock.pins)} packages, "
         f"{sum(len(v) for v in files.values())} files")

@@ -168,3 +168,31 @@ def test_a_hash_no_source_holds_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(LockFailed, match=r"kdtiny-nowhere \(1 hash") as err:
         pylock.locate([pin], CPU, [Source("find-links", str(tmp_path))], no_index=True)
     assert "--pylock-only" in err.value.tip
+
+
+class _NoNetwork(pylock.Fetcher):
+    """A fetcher that records what it was asked and answers nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def index_files(self, index: str, name: str) -> list[pylock.DistFile]:
+        self.asked.append(name)
+        raise OSError("no network in this test")
+
+
+def test_relock_reuses_the_files_its_pylock_already_places() -> None:
+    lock = lockfile.read(ROOT / "lockfiles" / f"{CPU.id}.txt")
+    known = pylock.known_files(ROOT / "lockfiles" / CPU.pylock_name)
+    assert all(h in known for pin in lock.pins for h in pin.hashes)
+    fetcher = _NoNetwork()
+    files = pylock.locate(lock.pins, CPU, [], no_index=False, fetcher=fetcher, known=known)
+    assert fetcher.asked == [] and sum(len(v) for v in files.values()) == sum(len(p.hashes) for p in lock.pins)
+    # a hash the twin does not place is looked up (and here, with no network, refused by name)
+    first = lock.pins[0]
+    changed = lockfile.Pin(first.name, first.version, first.marker, ("0" * 64,), first.line)
+    fetcher = _NoNetwork()
+    with pytest.raises(LockFailed, match=first.name):
+        pylock.locate([changed], CPU, [], no_index=False, fetcher=fetcher, known=known)
+    assert first.name in fetcher.asked
