@@ -171,54 +171,27 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
 
 
 def _inventory_step(run_: Run, lock: lockfile.Lockfile | None, frozen: str, intentional: bool) -> None:
+    """The observed inventory against the lock: equal for a rebuild; a recorded, declared variant for --python."""
     start = time.perf_counter()
     observed = inventory.parse_freeze(frozen)
+    step = Step("inventory", Status.PASSED, details={"packages": len(observed)})
     if lock is None:
-        run_.add(
-            Step(
-                "inventory",
-                Status.PASSED,
-                title="observed inventory recorded (no lock to compare)",
-                details={"packages": len(observed)},
-                duration_s=time.perf_counter() - start,
-            )
-        )
-        return
-    expected = inventory.expected_from_lock(lock)
-    delta = inventory.diff(expected, observed)
-    details = {"vs_lock": delta.as_dict(), "packages": len(observed), "summary": delta.summary()}
-    if intentional:
-        details["variant"] = "intentional: an existing interpreter was verified (--python), not a rebuild of the lock"
-        run_.add(
-            Step(
-                "inventory",
-                Status.PASSED,
-                title="inventory vs lock (declared variant)",
-                details=details,
-                duration_s=time.perf_counter() - start,
-            )
-        )
-    elif delta.empty:
-        run_.add(
-            Step(
-                "inventory",
-                Status.PASSED,
-                title="rebuilt inventory equals the lock",
-                details=details,
-                duration_s=time.perf_counter() - start,
-            )
-        )
+        step.title = "observed inventory recorded (no lock to compare)"
     else:
-        run_.add(
-            Step(
-                "inventory",
-                Status.FAILED,
-                error=f"rebuilt inventory differs from the lock: {delta.summary()}",
-                layer=Layer.INSTALL,
-                details=details,
-                duration_s=time.perf_counter() - start,
+        delta = inventory.diff(inventory.expected_from_lock(lock), observed)
+        step.details.update(vs_lock=delta.as_dict(), summary=delta.summary())
+        if intentional:
+            step.title = "inventory vs lock (declared variant)"
+            step.details["variant"] = (
+                "intentional: an existing interpreter was verified (--python), not a rebuild of the lock"
             )
-        )
+        elif delta.empty:
+            step.title = "rebuilt inventory equals the lock"
+        else:
+            step.status, step.layer = Status.FAILED, Layer.INSTALL
+            step.error = f"rebuilt inventory differs from the lock: {delta.summary()}"
+    step.duration_s = time.perf_counter() - start
+    run_.add(step)
 
 
 def _prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, Path]:

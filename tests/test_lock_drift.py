@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -96,26 +97,26 @@ def test_variant_backend_change_is_named(project: Path) -> None:
     assert _changes(project) == ["the variant's backend changed: cpu -> cuda"]
 
 
-def test_resolver_version_change_is_named(project: Path) -> None:
-    def bump(doc: tomlkit.TOMLDocument) -> None:
-        group = doc["dependency-groups"]["lock"]  # type: ignore[index]
-        for i, item in enumerate(group):  # type: ignore[arg-type]
-            if isinstance(item, str) and item.startswith("pip-tools=="):
-                group[i] = "pip-tools==7.6.3"  # type: ignore[index]
+def _pin(group_name: str, name: str, version: str) -> Callable[[tomlkit.TOMLDocument], None]:
+    """An edit that re-pins ``name`` in a dependency group of pyproject.toml."""
 
-    _edit_pyproject(project, bump)
+    def edit(doc: tomlkit.TOMLDocument) -> None:
+        group = doc["dependency-groups"][group_name]  # type: ignore[index]
+        for i, item in enumerate(group):  # type: ignore[arg-type]
+            if isinstance(item, str) and item.startswith(f"{name}=="):
+                group[i] = f"{name}=={version}"  # type: ignore[index]
+
+    return edit
+
+
+def test_resolver_version_change_is_named(project: Path) -> None:
+    _edit_pyproject(project, _pin("lock", "pip-tools", "7.6.3"))
     assert _changes(project) == ["the resolver or its version changed: pip-tools==7.6.2 -> pip-tools==7.6.3"]
     assert _changes(project, CU130) == []  # made by uv: a pip-tools bump does not touch it
 
 
 def test_uv_version_change_is_named_for_uv_locks(project: Path) -> None:
-    def bump(doc: tomlkit.TOMLDocument) -> None:
-        group = doc["dependency-groups"]["run"]  # type: ignore[index]
-        for i, item in enumerate(group):  # type: ignore[arg-type]
-            if isinstance(item, str) and item.startswith("uv=="):
-                group[i] = "uv==0.14.0"  # type: ignore[index]
-
-    _edit_pyproject(project, bump)
+    _edit_pyproject(project, _pin("run", "uv", "0.14.0"))
     assert _changes(project, CU130) == ["the resolver or its version changed: uv==0.13.9 -> uv==0.14.0"]
     assert _changes(project) == []
 
