@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,19 @@ def log(message: str) -> None:
 
 def show(argv: Sequence[str]) -> str:
     return redact_text(shlex.join(str(a) for a in argv))
+
+
+def uv_available() -> str | None:
+    """The uv binary: on PATH, else the one the ``uv`` Python package ships; None when neither is there."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin  # type: ignore[import-not-found,unused-ignore]
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return None
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

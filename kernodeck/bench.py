@@ -38,11 +38,11 @@ from typing import Any
 from . import lock as locking
 from . import lockfile
 from ._fs import write_atomic, write_json
-from ._proc import clean_env, log, show
+from ._proc import clean_env, log, show, uv_available
 from .config import Project
 from .errors import KernodeckError
 from .platforms import Platform
-from .rebuild import current_env, env_python, uv_available
+from .rebuild import current_env, env_python
 from .sources import machine_sources, uv_environment
 
 BENCH_VERSION = 1

@@ -16,11 +16,11 @@ from packaging.utils import canonicalize_name
 
 from . import lockfile, pylock
 from ._fs import sha256_file, sha256_text, write_atomic
-from ._proc import clean_env, log, run, show
+from ._proc import clean_env, log, run, show, uv_available
 from .config import Project
 from .errors import CommandFailed, ConfigError, LockFailed, LockfileError, MissingLockfile, SourceUnreachable, StaleLock
 from .platforms import UV_PLATFORM_ENV, UV_PLATFORMS, Platform, current_os_arch, current_python
-from .sources import PYPI, Source, machine_sources, pip_no_index, reachable, redact_url
+from .sources import PYPI, Source, machine_sources, pip_config, pip_no_index, reachable, redact_url
 
 RESOLVERS = {"pip-tools": "pip-tools", "uv": "uv"}
 
@@ -86,15 +86,10 @@ def _check_tool(project: Project, resolver: str) -> None:
 
 
 def _uv_bin() -> str:
-    found = shutil.which("uv")
-    if found:
-        return found
-    try:
-        from uv import find_uv_bin  # type: ignore[import-not-found,unused-ignore]
-
-        return str(find_uv_bin())
-    except ImportError:
-        raise ConfigError("uv is not installed here", tip="nox -s lock -- --resolver uv  (installs it)") from None
+    found = uv_available()
+    if found is None:
+        raise ConfigError("uv is not installed here", tip="nox -s lock -- --resolver uv  (installs it)")
+    return found
 
 
 def _command(
@@ -209,12 +204,12 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
     index = plat.variant.index
     extra_index: str | None = None
     source_notes: list[str] = []
-    # Three independent probes (two `pip config` runs, one HTTP HEAD): side by side, not one after another.
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    # Two independent probes (one `pip config` run, one HTTP HEAD): side by side, not one after another.
+    with ThreadPoolExecutor(max_workers=2) as pool:
         probe = pool.submit(lambda: (True, "") if index.rstrip("/") == PYPI else reachable(index))
-        found_sources, found_no_index = pool.submit(machine_sources), pool.submit(pip_no_index)
+        config = pool.submit(pip_config).result()
         index_ok, why = probe.result()
-        sources, no_index = found_sources.result(), found_no_index.result()
+    sources, no_index = machine_sources(config=config), pip_no_index(config=config)
     if index_ok:
         extra_index = None if index.rstrip("/") == PYPI else index
         source_notes.append(f"declared-index {redact_url(index)}")
@@ -323,8 +318,9 @@ def write_pylock_only(project: Project, plat: Platform) -> Path:
         raise MissingLockfile(plat.id, str(target.relative_to(project.root)))
     text = target.read_text(encoding="utf-8")
     lockfile.read(target)
-    sources = machine_sources()
-    pylock_text = pylock.build(text, target, plat, sources, no_index=pip_no_index())
+    config = pip_config()
+    sources = machine_sources(config=config)
+    pylock_text = pylock.build(text, target, plat, sources, no_index=pip_no_index(config=config))
     _refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
     out = pylock_path(project, plat)
     write_atomic(out, pylock_text)

@@ -22,7 +22,7 @@ from filelock import FileLock, Timeout
 from . import lockfile
 from . import wheelhouse as wheels
 from ._fs import sha256_file, write_atomic, write_json
-from ._proc import clean_env, log, run, show
+from ._proc import clean_env, log, run, show, uv_available
 from .config import Project
 from .errors import Busy, CommandFailed, ConfigError, RebuildFailed
 from .platforms import Platform
@@ -138,18 +138,6 @@ def _seeds_left(env: Path, pinned: set[str]) -> list[str]:
     site = [p for p in env.glob("lib/python*/site-packages")] + [env / "Lib" / "site-packages"]
     return [name for name in VENV_SEEDS if name not in pinned
             and any(next(folder.glob(f"{name}-*.dist-info"), None) for folder in site if folder.is_dir())]
-
-
-def uv_available() -> str | None:
-    found = shutil.which("uv")
-    if found:
-        return found
-    try:
-        from uv import find_uv_bin  # type: ignore[import-not-found,unused-ignore]
-
-        return str(find_uv_bin())
-    except (ImportError, FileNotFoundError):
-        return None
 
 
 def choose_installer(requested: str | None) -> str:

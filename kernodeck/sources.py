@@ -64,20 +64,27 @@ _ENV_KEYS = {
 }
 
 
-def machine_sources(python: str = sys.executable) -> list[Source]:
-    """The package sources this machine's pip (config files and PIP_* variables) and uv variables point at."""
-    found: list[Source] = []
+def pip_config(python: str = sys.executable) -> list[tuple[str, str]]:
+    """This machine's pip settings as (option, value) pairs, from ``pip config list`` (files and PIP_* variables)."""
     try:
         out = subprocess.run(
             [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
-        out = ""
+        return []
+    pairs = []
     for line in out.splitlines():
         key, _, value = line.partition("=")
-        name = key.rsplit(".", 1)[-1]
+        pairs.append((key.rsplit(".", 1)[-1], value.strip().strip("'\"")))
+    return pairs
+
+
+def machine_sources(python: str = sys.executable, config: list[tuple[str, str]] | None = None) -> list[Source]:
+    """The package sources this machine's pip (config files and PIP_* variables) and uv variables point at."""
+    found: list[Source] = []
+    for name, value in pip_config(python) if config is None else config:
         if name in _PIP_KEYS:
-            for loc in value.strip().strip("'\"").split():
+            for loc in value.split():
                 found.append(Source(_PIP_KEYS[name], loc))
     for var, kind in _ENV_KEYS.items():
         for loc in os.environ.get(var, "").split():
@@ -89,23 +96,14 @@ def machine_sources(python: str = sys.executable) -> list[Source]:
 _TRUE = ("1", "true", "yes", "y", "on", "t")
 
 
-def pip_no_index(python: str = sys.executable) -> bool:
+def pip_no_index(python: str = sys.executable, config: list[tuple[str, str]] | None = None) -> bool:
     """Whether this machine's pip is told to use no index at all (``PIP_NO_INDEX`` or ``no-index`` in its config)."""
     if os.environ.get("PIP_NO_INDEX", "").strip().lower() in _TRUE:
         return True
     if os.environ.get("UV_NO_INDEX", "").strip().lower() in _TRUE:
         return True
-    try:
-        out = subprocess.run(
-            [python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    for line in out.splitlines():
-        key, _, value = line.partition("=")
-        if key.rsplit(".", 1)[-1] == "no-index" and value.strip().strip("'\"").lower() in _TRUE:
-            return True
-    return False
+    pairs = pip_config(python) if config is None else config
+    return any(name == "no-index" and value.lower() in _TRUE for name, value in pairs)
 
 
 def secrets_in_environment() -> list[str]:
