@@ -7,6 +7,7 @@ paths replaced by placeholders. Credentials are never recorded; the dossier says
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -196,8 +197,14 @@ def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
         return {"available": False, "reason": "one of the dossiers has no readable float32 embeddings"}
     if ea[0] != eb[0]:
         return {"available": False, "reason": "the two runs embedded different ids"}
-    per_item, max_abs = {}, 0.0
+    per_item: dict[str, float] = {}
+    max_abs, non_finite = 0.0, {}
     for name, va, vb in zip(ea[0], ea[1], eb[1], strict=True):
+        bad = {side: sum(1 for x in v if not math.isfinite(x)) for side, v in (("a", va), ("b", vb))}
+        if bad["a"] or bad["b"]:
+            # min/max skip NaN: a non-finite row is counted and named, never folded into the numbers
+            non_finite[name] = {side: n for side, n in bad.items() if n}
+            continue
         dot = sum(x * y for x, y in zip(va, vb, strict=True))
         na = sum(x * x for x in va) ** 0.5
         nb = sum(y * y for y in vb) ** 0.5
@@ -205,9 +212,11 @@ def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
         max_abs = max(max_abs, max(abs(x - y) for x, y in zip(va, vb, strict=True)))
     return {
         "available": True,
-        "items": len(per_item),
-        "max_abs": max_abs,
-        "min_cosine": min(per_item.values()),
+        "items": len(ea[0]),
+        "finite_items": len(per_item),
+        "non_finite_items": non_finite,
+        "max_abs": max_abs if per_item else None,
+        "min_cosine": min(per_item.values()) if per_item else None,
         "per_item_cosine": per_item,
     }
 
@@ -226,10 +235,20 @@ def render_compare(result: dict[str, Any]) -> str:
     out = result["outputs"]
     lines += ["## Outputs", ""]
     if out.get("available"):
-        lines.append(
-            f"{out['items']} items; max abs difference {out['max_abs']:.3g}; "
-            f"min per-item cosine {out['min_cosine']:.9f}"
-        )
+        bad = out.get("non_finite_items") or {}
+        if bad:
+            first = ", ".join(f"`{name}`" for name in list(bad)[:5]) + (" …" if len(bad) > 5 else "")
+            lines.append(
+                f"NON-FINITE values (NaN/Inf) in {len(bad)} of {out['items']} items ({first}): "
+                "those rows are not compared"
+            )
+        if out.get("min_cosine") is None:
+            lines.append("no finite item to compare: max abs difference and min cosine undefined")
+        else:
+            lines.append(
+                f"{out['finite_items']} {'finite ' if bad else ''}items; max abs difference "
+                f"{out['max_abs']:.3g}; min per-item cosine {out['min_cosine']:.9f}"
+            )
     else:
         lines.append(f"not compared: {out.get('reason')}")
     for section in ("system", "settings", "steps"):
