@@ -58,6 +58,104 @@ def _cpu_model() -> Any:
     return platform.processor() or unavailable("no model name in /proc/cpuinfo")
 
 
+# The instruction-set flags that decide which CPU kernels torch (ATen, oneDNN, MKL, sleef) dispatches to.
+_ISA_FLAG = re.compile(
+    r"^(sse4_1|sse4_2|avx|avx2|fma|f16c|avx512.*|avx_vnni.*|avx_ne_convert|amx.*|"
+    r"asimd.*|neon|sve\d*|sme\d*|bf16|i8mm|fphp|dotprod|asimddp)$"
+)
+
+
+def _cpuinfo_fields(text: str) -> dict[str, str]:
+    """The first processor block of /proc/cpuinfo as key -> value (every core of one machine is the same model)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def _hypervisor(flags: set[str]) -> Any:
+    """The hypervisor (a VM, not a container) this machine runs under ("none" on bare metal)."""
+    exe = shutil.which("systemd-detect-virt")
+    if exe:
+        try:
+            out = subprocess.run([exe, "--vm"], capture_output=True, text=True, timeout=10, check=False)
+            name = out.stdout.strip()
+            if name:
+                return name
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        return Path("/sys/hypervisor/type").read_text(encoding="utf-8").strip()
+    except OSError:
+        pass
+    if "hypervisor" in flags:
+        return "present (type not readable)"
+    return "none" if flags else unavailable("no systemd-detect-virt, /sys/hypervisor or cpuinfo flags")
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
+    """What decides the CPU kernels: vendor, family/model/stepping, the ISA flags that matter, the hypervisor."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        except OSError as exc:
+            return _cpu_identity_sysctl() or {"unavailable": f"/proc/cpuinfo: {exc}"}
+    fields = _cpuinfo_fields(cpuinfo)
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return {
+        "vendor": fields.get("vendor_id") or fields.get("CPU implementer") or unavailable("not in /proc/cpuinfo"),
+        "family": fields.get("cpu family") or fields.get("CPU architecture") or unavailable("not in /proc/cpuinfo"),
+        "model": fields.get("model") or fields.get("CPU part") or unavailable("not in /proc/cpuinfo"),
+        "stepping": fields.get("stepping") or fields.get("CPU variant") or unavailable("not in /proc/cpuinfo"),
+        "microcode": fields.get("microcode") or unavailable("not in /proc/cpuinfo"),
+        "isa_flags": sorted(f for f in flags if _ISA_FLAG.match(f)),
+        "hypervisor": _hypervisor(flags),
+    }
+
+
+def _cpu_identity_sysctl() -> dict[str, Any] | None:
+    """macOS: the same record from sysctl (hw.optional.* features set to 1)."""
+    exe = shutil.which("sysctl")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "-a"], capture_output=True, text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    values = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    flags = sorted(
+        key.rsplit(".", 1)[-1].lower()
+        for key, value in values.items()
+        if key.startswith("hw.optional.") and value.strip() == "1"
+    )
+    return {
+        "vendor": values.get("machdep.cpu.vendor") or values.get("machdep.cpu.brand_string") or unavailable("sysctl"),
+        "family": values.get("hw.cpufamily") or unavailable("sysctl"),
+        "model": values.get("machdep.cpu.brand_string") or unavailable("sysctl"),
+        "stepping": values.get("machdep.cpu.stepping") or unavailable("sysctl"),
+        "microcode": values.get("machdep.cpu.microcode_version") or unavailable("sysctl"),
+        "isa_flags": flags,
+        "hypervisor": "present" if values.get("kern.hv_vmm_present", "").strip() == "1" else "none",
+    }
+
+
+def torch_cpu_capability(torch: Any) -> Any:
+    """The CPU kernel level torch itself dispatches to (e.g. AVX512, AVX2, DEFAULT), as torch reports it."""
+    getter = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    if getter is None:
+        return unavailable("torch.backends.cpu.get_cpu_capability missing in this torch")
+    try:
+        return str(getter())
+    except RuntimeError as exc:
+        return unavailable(str(exc))
+
+
 def loaded_libraries() -> Any:
     """Shared libraries mapped in THIS process (what torch loaded), not what the system has installed."""
     maps = Path("/proc/self/maps")
@@ -150,6 +248,8 @@ def collect() -> dict[str, Any]:
         "libc": _libc(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu": cpu_identity(),
+        "torch_cpu_capability": torch_cpu_capability(torch),
         "python_version": sys.version.split()[0],
         "python_build": sys.version,
         "python_executable": sys.executable,

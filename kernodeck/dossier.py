@@ -139,6 +139,25 @@ def _dict_delta(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()
     return out
 
 
+def _flat(data: dict[str, Any]) -> dict[str, Any]:
+    """One level of nesting flattened (``cpu.isa_flags``), so a delta names the field that differs, not the record."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value and "unavailable" not in value:
+            out.update({f"{key}.{sub}": inner for sub, inner in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def _show_pair(key: str, pair: dict[str, Any]) -> str:
+    a, b = pair["a"], pair["b"]
+    if isinstance(a, list) and isinstance(b, list) and all(isinstance(x, str) for x in a + b):
+        only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+        return f"- `{key}`: only in A: {', '.join(only_a) or '-'}; only in B: {', '.join(only_b) or '-'}"
+    return f"- `{key}`: {json.dumps(a, default=str)[:200]} → {json.dumps(b, default=str)[:200]}"
+
+
 def compare(dir_a: Path, dir_b: Path) -> dict[str, Any]:
     """What differs between two dossiers: platform, system chain, inventory, settings, steps, numeric outputs."""
     from .inventory import diff, parse_freeze
@@ -158,8 +177,15 @@ def compare(dir_a: Path, dir_b: Path) -> dict[str, Any]:
         "status": {"a": ra.get("status"), "b": rb.get("status")},
         "reference_id": {"a": ra.get("reference_id"), "b": rb.get("reference_id")},
         "system": _dict_delta(
-            a.get("system.json", {}), b.get("system.json", {}), skip=("python_executable", "loaded_libraries")
+            _flat(a.get("system.json", {})),
+            _flat(b.get("system.json", {})),
+            skip=("python_executable", "loaded_libraries"),
         ),
+        "missing": {
+            name: [side for side, data in (("a", a), ("b", b)) if name not in data]
+            for name in ("system.json", "settings.json")
+            if name not in a or name not in b
+        },
         "inventory": diff(parse_freeze(a["inventory"]), parse_freeze(b["inventory"])).as_dict(),
         "settings": _dict_delta(a.get("settings.json", {}), b.get("settings.json", {})),
         "steps": {
@@ -251,15 +277,20 @@ def render_compare(result: dict[str, Any]) -> str:
             )
     else:
         lines.append(f"not compared: {out.get('reason')}")
+    missing = result.get("missing", {})
     for section in ("system", "settings", "steps"):
         lines += ["", f"## {section.capitalize()}", ""]
+        absent = missing.get(f"{section}.json", [])
+        if absent:
+            # A run that stopped early has no record to compare: say so once instead of listing every field as null.
+            sides = " and ".join(side.upper() for side in absent)
+            lines.append(f"not compared: {section}.json is not in {sides} (that run stopped before its {section} step)")
+            continue
         delta = result[section]
         if not delta:
             lines.append("no difference")
         for key, pair in delta.items():
-            lines.append(
-                f"- `{key}`: {json.dumps(pair['a'], default=str)[:200]} → {json.dumps(pair['b'], default=str)[:200]}"
-            )
+            lines.append(_show_pair(key, pair))
     inv = result["inventory"]
     lines += ["", "## Inventory", ""]
     if not any(inv.values()):

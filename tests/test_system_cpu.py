@@ -1,0 +1,94 @@
+"""What decides the CPU kernels is recorded in system.json, and `compare` names the field that differs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernodeck.dossier import compare, render_compare
+
+X86 = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+stepping\t: 8
+microcode\t: 0x2b000590
+flags\t\t: fpu sse4_1 sse4_2 avx avx2 fma f16c hypervisor smep avx512f avx512_bf16 amx_bf16 amx_tile amx_int8
+
+processor\t: 1
+vendor_id\t: SomethingElse
+"""
+
+ARM = """processor\t: 0
+BogoMIPS\t: 50.00
+Features\t: fp asimd evtstrm aes sha1 asimddp sve sve2 bf16 i8mm
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x1
+CPU part\t: 0xd40
+"""
+
+
+def test_x86_identity_from_cpuinfo() -> None:
+    from checks.system import cpu_identity
+
+    cpu = cpu_identity(X86)
+    assert (cpu["vendor"], cpu["family"], cpu["model"], cpu["stepping"]) == ("GenuineIntel", "6", "143", "8")
+    assert cpu["isa_flags"] == sorted(
+        ["sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"]
+    )
+    assert "smep" not in cpu["isa_flags"] and "fpu" not in cpu["isa_flags"]  # security/legacy flags are not ISA
+    assert cpu["hypervisor"]  # a VM name, "none", or "present (type not readable)": never dropped
+
+
+def test_arm_identity_from_cpuinfo() -> None:
+    from checks.system import cpu_identity
+
+    cpu = cpu_identity(ARM)
+    assert (cpu["vendor"], cpu["model"], cpu["stepping"]) == ("0x41", "0xd40", "0x1")
+    assert {"asimd", "asimddp", "sve", "sve2", "bf16", "i8mm"} <= set(cpu["isa_flags"])
+    assert "aes" not in cpu["isa_flags"]
+
+
+def test_unreadable_fields_are_recorded_with_a_reason() -> None:
+    from checks.system import cpu_identity
+
+    cpu = cpu_identity("processor\t: 0\n")
+    assert cpu["vendor"] == {"unavailable": "not in /proc/cpuinfo"}
+    assert cpu["isa_flags"] == []
+
+
+def _dossier(path: Path, status: str, system: dict[str, object] | None) -> Path:
+    path.mkdir()
+    (path / "report.json").write_text(json.dumps({"status": status, "platform": "p", "steps": []}))
+    if system is not None:
+        (path / "system.json").write_text(json.dumps(system))
+    return path
+
+
+def test_compare_names_the_cpu_fields_that_differ(tmp_path: Path) -> None:
+    base = {"torch_version": "2.13.0+cpu", "cpu": {"vendor": "AuthenticAMD", "isa_flags": ["avx2", "avx512f"]}}
+    other = {
+        "torch_version": "2.13.0+cpu",
+        "cpu": {"vendor": "GenuineIntel", "isa_flags": ["avx2", "amx_tile"]},
+        "torch_cpu_capability": "AVX512",
+    }
+    a = _dossier(tmp_path / "a", "passed", base)
+    b = _dossier(tmp_path / "b", "failed", other)
+    text = render_compare(compare(a, b))
+    assert "- `cpu.isa_flags`: only in A: avx512f; only in B: amx_tile" in text
+    assert '- `cpu.vendor`: "AuthenticAMD" → "GenuineIntel"' in text
+    assert '- `torch_cpu_capability`: null → "AVX512"' in text
+    assert "torch_version" not in text  # equal fields are not listed
+
+    same = render_compare(compare(a, _dossier(tmp_path / "c", "passed", base)))
+    assert "cpu." not in same and "## System\n\nno difference" in same
+
+
+def test_compare_of_a_run_that_stopped_early_lists_no_nulls(tmp_path: Path) -> None:
+    a = _dossier(tmp_path / "a", "passed", {"torch_version": "2.13.0+cpu", "kernel": "6.1", "cpu": {"vendor": "x"}})
+    b = _dossier(tmp_path / "b", "failed", None)
+    text = render_compare(compare(a, b))
+    assert "→ null" not in text
+    assert "not compared: system.json is not in B" in text
