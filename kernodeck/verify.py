@@ -24,7 +24,15 @@ from . import reference as refmod
 from ._fs import sha256_file, write_atomic, write_json
 from ._proc import clean_env, log, run, show
 from .config import Project
-from .errors import CommandFailed, DossierError, KernodeckError, LockfileError, MissingLockfile, StaleLock
+from .errors import (
+    CommandFailed,
+    DossierError,
+    KernodeckError,
+    LockfileError,
+    ManifestError,
+    MissingLockfile,
+    StaleLock,
+)
 from .platforms import Platform
 from .rebuild import RebuildResult, acquire, current_env, env_python, platform_lock, rebuild
 from .report import Layer, Report, Status, Step
@@ -194,6 +202,52 @@ def _inventory_step(run_: Run, lock: lockfile.Lockfile | None, frozen: str, inte
     run_.add(step)
 
 
+def table_differences(declared: dict[str, Any], recorded: dict[str, Any], derived: frozenset[str]) -> list[str]:
+    """Where a recorded copy differs from its declaration: ``key: recorded -> declared``, generic over the keys.
+
+    Keys compare with ``-`` and ``_`` as one (pyproject spells ``cosine-min``, the manifest ``cosine_min``); keys in
+    ``derived`` are written by Kernodeck from the others (a justification) and are not part of the declaration.
+    """
+    want = {k.replace("-", "_"): v for k, v in declared.items()}
+    have = {k.replace("-", "_"): v for k, v in recorded.items() if k.replace("-", "_") not in derived}
+    return [
+        f"{k}: {have.get(k, '(missing)')!r} -> declared {want.get(k, '(not declared)')!r}"
+        for k in sorted(set(want) | set(have))
+        if want.get(k) != have.get(k)
+    ]
+
+
+def require_declared_contract(project: Project, ref: refmod.Reference) -> None:
+    """The tolerance and criterion DECLARED in pyproject are the contract; the manifest only records a copy.
+
+    A manifest whose copy differs is refused (it could have been loosened, id recomputed), and the flip-bound rule
+    of ``nox -s reference`` is applied again: the declared tolerance must not be able to flip a nearest neighbour of
+    the reference (its recorded smallest paraphrase margin).
+    """
+    cfg = refmod.sample_config(project)
+    where = os.path.relpath(ref.folder / "manifest.toml", project.root)
+    differ = table_differences(dict(cfg["tolerance"]), dict(ref.manifest["tolerance"]), frozenset({"justification"}))
+    differ += table_differences(
+        {"kind": cfg["criterion"]}, dict(ref.manifest["criterion"]),
+        frozenset({"description", "reference_min_margin"}),
+    )
+    if differ:
+        raise ManifestError(
+            f"{where}: the reference's tolerance/criterion is not the one declared in pyproject.toml "
+            f"([tool.kernodeck.sample]): {'; '.join(differ)}",
+            tip="make a reference under the declared contract: nox -s reference -- --new",
+        )
+    margin = ref.manifest["criterion"].get("reference_min_margin")
+    bound = refmod.tolerance_bound(float(cfg["tolerance"]["max-abs"]), int(cfg["dim"]))
+    if not isinstance(margin, int | float) or bound >= float(margin) / 2:
+        raise ManifestError(
+            f"{where}: declared max-abs {cfg['tolerance']['max-abs']} allows cosine changes up to {bound:.3g}, "
+            f"not below half the reference's smallest paraphrase margin ({margin}): "
+            "such a tolerance could flip a nearest neighbour",
+            tip="lower tolerance.max-abs in [tool.kernodeck.sample], then: nox -s reference -- --new",
+        )
+
+
 def _prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, Path]:
     final = (out or project.runs / f"{_stamp()}-{plat.id}").resolve()
     try:
@@ -288,6 +342,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                     }
                 else:
                     ref = refmod.load(project)
+                    require_declared_contract(project, ref)
                     run_config = ref.run_config()
                     run_config.update(
                         reference_dir=_rel(project, ref.folder), sample=_rel(project, Path(run_config["sample"]))

@@ -64,3 +64,82 @@ def test_compare_without_non_finite_rows_is_unchanged(tmp_path: Path) -> None:
     out = json.loads((tmp_path / "cmp" / "compare.json").read_text())["outputs"]
     assert out["non_finite_items"] == {} and out["max_abs"] == 0.5 and out["min_cosine"] == pytest.approx(1.0)
     assert "2 items; max abs difference 0.5" in (tmp_path / "cmp" / "compare.md").read_text()
+
+
+# --- item 5: the declared tolerance is the contract, not the manifest's copy -----------------------------------------
+
+TOL_LINE = "tolerance = { cosine-min = 0.9999, max-abs = 1e-4 }"
+
+
+def _edit_manifest(project: Path, **tables: dict[str, object]) -> None:
+    """Edit manifest tables and recompute its id, as an adversary (or a careless hand) would."""
+    import tomllib
+
+    from kernodeck import reference
+    from kernodeck._fs import write_atomic
+
+    path = project / "dossier/reference/manifest.toml"
+    manifest = tomllib.loads(path.read_text())
+    for table, values in tables.items():
+        manifest[table].update(values)
+    manifest["id"] = reference.identity(manifest)
+    write_atomic(path, reference.render(manifest))
+
+
+def _refused(project: Path, out: Path, *needles: str) -> None:
+    proc = kd(project, "verify", "--out", str(out))
+    assert proc.returncode != 0 and "ERROR:" in proc.stderr
+    assert "TIP: " in proc.stderr and "nox -s reference -- --new" in proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    steps = {s["name"]: s for s in report["steps"]}
+    assert report["status"] == "failed" and report["first_failure"] == "reference-manifest"
+    assert steps["reference-manifest"]["layer"] == "reference"
+    assert steps["rebuild"]["status"] == "not-run" and steps["compare"]["status"] == "not-run"
+
+
+def test_contract_table_differences_are_generic() -> None:
+    from kernodeck.verify import table_differences
+
+    declared = {"cosine-min": 0.9999, "max-abs": 1e-4}
+    same = {"cosine_min": 0.9999, "max_abs": 0.0001, "justification": "why"}
+    assert table_differences(declared, same, frozenset({"justification"})) == []
+    loose = {"cosine_min": 0.0, "max_abs": 10.0, "justification": "why"}
+    assert table_differences(declared, loose, frozenset({"justification"})) == [
+        "cosine_min: 0.0 -> declared 0.9999",
+        "max_abs: 10.0 -> declared 0.0001",
+    ]
+    assert table_differences(declared, {"cosine_min": 0.9999}, frozenset()) == [
+        "max_abs: '(missing)' -> declared 0.0001"
+    ]
+    assert table_differences({"kind": "a"}, {"kind": "a", "extra": 1}, frozenset()) == [
+        "extra: 1 -> declared '(not declared)'"
+    ]
+
+
+@rel(
+    42,
+    "the reference manifest's tolerance loosened (cosine-min 0.0, max-abs 10.0), its id recomputed; or its criterion "
+    "changed; or a declared tolerance loose enough to flip a neighbour copied into it",
+    "verify refuses the reference before rebuilding, naming the difference from pyproject's declaration "
+    "(or the flip bound), with `TIP: nox -s reference -- --new`",
+)
+@pytest.mark.parametrize("edit", ["loosened-manifest", "criterion", "flip-bound"])
+def test_verify_holds_the_declared_contract(tmp_path: Path, edit: str) -> None:
+    from tests.conftest import copy_project
+
+    project = copy_project(tmp_path / "project")
+    if edit == "loosened-manifest":
+        _edit_manifest(project, tolerance={"cosine_min": 0.0, "max_abs": 10.0})
+        _refused(project, tmp_path / "run", "cosine_min: 0.0 -> declared 0.9999", "max_abs: 10.0 -> declared 0.0001")
+    elif edit == "criterion":
+        _edit_manifest(project, criterion={"kind": "anything-goes"})
+        _refused(project, tmp_path / "run", "kind: 'anything-goes' -> declared 'paraphrase-nearest-neighbour'")
+    else:
+        # pyproject AND the manifest agree on a tolerance that could flip a nearest neighbour: still refused
+        pyproject = project / "pyproject.toml"
+        assert TOL_LINE in pyproject.read_text()
+        pyproject.write_text(pyproject.read_text().replace(TOL_LINE, TOL_LINE.replace("1e-4", "1e-2")))
+        _edit_manifest(project, tolerance={"max_abs": 1e-2})
+        _refused(project, tmp_path / "run", "could flip a nearest neighbour", "declared max-abs 0.01")
