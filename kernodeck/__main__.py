@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import dossier, lockfile
+from . import dossier, lockfile, outdir
 from . import lock as locking
 from . import reference as refmod
 from ._fs import sha256_file, write_atomic, write_json
@@ -192,12 +193,29 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def _project_here() -> Project | None:
+    """The project in the current folder, if there is one (compare needs none, but must not write into it)."""
+    try:
+        return load_project(Path.cwd())
+    except KernodeckError:
+        return None
+
+
 def cmd_compare(project: Project | None, args: argparse.Namespace) -> int:
     result = dossier.compare(args.dirs[0].resolve(), args.dirs[1].resolve())
     text = dossier.render_compare(result)
     if args.out:
-        write_atomic(args.out / "compare.md", text)
-        write_json(args.out / "compare.json", result)
+        here = _project_here()
+        final = outdir.check(args.out, what="compare's output", tip="nox -s compare -- A B --out NEW-FOLDER",
+                             root=here.root if here else None, allowed=(here.runs,) if here else ())
+        staging = outdir.staging_for(final, "compare")
+        try:
+            write_atomic(staging / "compare.md", text)
+            write_json(staging / "compare.json", result)
+            outdir.swap_into_place(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     print(text)
     return 0
 
@@ -218,7 +236,9 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
 
     built = matrix.build(project, hosted_only=args.hosted_only)
     if args.out:
-        matrix.write(built, args.out)
+        out = outdir.check_file(args.out, what="the matrix", tip="nox -s matrix -- --out matrix.json  (a file)",
+                                root=project.root, allowed=(project.runs,))
+        matrix.write(built, out)
     print(matrix.render(built))
     return 0
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
+from . import outdir
 from .sources import machine_sources, redact_text, secrets_in_environment
 
 CREDENTIALS_HELP = """## Credentials and package sources
@@ -305,16 +305,5 @@ def render_compare(result: dict[str, Any]) -> str:
 
 
 def swap_into_place(staging: Path, out: Path) -> None:
-    """Replace ``out`` with the completed ``staging`` folder; the earlier dossier survives any failure before this."""
-    if out.exists():
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        try:
-            os.replace(staging, out)
-        except OSError:
-            os.replace(old, out)  # put the earlier dossier back before reporting the failure
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging, out)
+    """Replace ``out`` with the completed ``staging`` folder (the one rule lives in :mod:`kernodeck.outdir`)."""
+    outdir.swap_into_place(staging, out)

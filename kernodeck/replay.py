@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import outdir
 from ._fs import write_json
 from ._proc import log, run
 from .config import Project
@@ -69,6 +70,14 @@ def clean_environment() -> dict[str, str]:
 
 def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, out: Path | None = None) -> ReplayResult:
     root = project.root
+    dest = outdir.check(
+        out or project.runs / f"replay-{time.strftime('%Y%m%d-%H%M%S')}",
+        what="the replay's dossier",
+        tip=f"nox -s replay -- --out {os.path.relpath(project.runs, root)}/NAME  "
+        "(or a new or empty folder outside the project)",
+        root=root,
+        allowed=(project.runs,),
+    )
     commit = _git(root, "rev-parse", "HEAD").strip()
     dirty = [
         line[3:] for line in _git(root, "status", "--porcelain", "--untracked-files=no").splitlines() if line.strip()
@@ -76,7 +85,6 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
     if dirty and not allow_dirty:
         raise DirtyTree(f"uncommitted changes in {len(dirty)} tracked file(s): {', '.join(dirty[:5])}")
     start = time.perf_counter()
-    dest = Path(out or project.runs / f"replay-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     work = Path(tempfile.mkdtemp(prefix="kernodeck-replay-"))
     env = clean_environment()
     base = getattr(sys, "_base_executable", sys.executable)
@@ -107,21 +115,21 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
         import json
 
         status = json.loads((dossier / "report.json").read_text(encoding="utf-8"))["status"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(dossier, dest)
+        seconds = round(time.perf_counter() - start, 1)
+        # Staged beside dest and swapped in whole: dest is replaced only when it was empty or a Kernodeck folder.
+        staging = outdir.staging_for(dest, "replay")
+        try:
+            shutil.copytree(dossier, staging, dirs_exist_ok=True)
+            write_json(
+                staging / "replay.json",
+                {"commit": commit, "uncommitted": dirty, "status": status, "seconds": seconds,
+                 "clean_environment": True},
+            )
+            outdir.swap_into_place(staging, dest)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-    result = ReplayResult(commit, dirty, dest, status, round(time.perf_counter() - start, 1))
-    write_json(
-        dest / "replay.json",
-        {
-            "commit": commit,
-            "uncommitted": dirty,
-            "status": status,
-            "seconds": result.seconds,
-            "clean_environment": True,
-        },
-    )
-    return result
+    return ReplayResult(commit, dirty, dest, status, seconds)

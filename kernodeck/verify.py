@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import dossier, inventory, lockfile
+from . import dossier, inventory, lockfile, outdir
 from . import lock as locking
 from . import reference as refmod
 from ._fs import sha256_file, write_atomic, write_json
@@ -250,13 +250,17 @@ def require_declared_contract(project: Project, ref: refmod.Reference) -> None:
 
 def _prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, Path]:
     final = (out or project.runs / f"{_stamp()}-{plat.id}").resolve()
+    if out is not None:
+        final = outdir.check(
+            out,
+            what="the dossier",
+            tip=f"nox -s verify -- --out {os.path.relpath(project.runs, project.root)}/NAME  "
+            "(or a new or empty folder outside the project)",
+            root=project.root,
+            allowed=(project.runs,),
+        )
     try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging = final.parent / f".{final.name}.staging-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        (staging / ".probe").write_bytes(b"ok")
-        (staging / ".probe").unlink()
+        staging = outdir.staging_for(final, "dossier")
     except OSError as exc:
         raise DossierError(f"cannot write the output folder {final}: {exc.strerror or exc}") from None
     return final, staging
@@ -445,7 +449,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
             )
         report = Report(plat.id, run_.steps, {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         _write_dossier(run_, report, result, lock_path, opts)
-        dossier.swap_into_place(staging, final)
+        outdir.swap_into_place(staging, final)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise DossierError(

@@ -23,7 +23,7 @@ from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sd
 from packaging.version import InvalidVersion, Version
 
 from . import lock as locking
-from . import lockfile
+from . import lockfile, outdir
 from ._fs import sha256_file, write_json
 from ._proc import clean_env, log, run, show
 from .config import Project
@@ -179,10 +179,19 @@ def pip_python() -> str:
 
 def download(project: Project, plat: Platform, out: Path | None = None) -> WheelhouseResult:
     """Download every file the lock installs on ``plat`` into ``out``, hash-checked; write the wheelhouse manifest."""
+    folder = outdir.check(
+        out or default_dir(project, plat),
+        what="the wheelhouse",
+        tip=f"nox -s wheelhouse -- --platform {plat.id} --out .wheelhouse/{plat.id}  "
+        "(or a new or empty folder outside the project)",
+        root=project.root,
+        allowed=(project.root / ".wheelhouse", project.runs),
+        signs=(MANIFEST,),
+    )
     lock_file = locking.require_current(project, plat)
     lock = lockfile.read(lock_file)
-    folder = (out or default_dir(project, plat)).resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    outdir.mark(folder, "wheelhouse")
     rel_lock = os.path.relpath(lock_file, project.root)
     argv = [
         pip_python(),

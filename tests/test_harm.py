@@ -1,0 +1,204 @@
+"""Do no harm (issue 11): nothing Kernodeck did not make is removed, replaced or half-written; errors, not tracebacks.
+
+Each case runs what a user runs (``python -m kernodeck ...`` in a project copy) and shows what was kept. The verify
+runs here use a project without lockfiles: verify stops at its first step, quickly and without building torch, but
+(before these fixes) still swapped its dossier into ``--out``, which is exactly the harm shown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import copy_project, kd
+
+rel = pytest.mark.reliability
+
+
+def lockless(tmp_path: Path) -> Path:
+    """A project copy without lockfiles (verify fails at lock-check, fast) and with a git folder of its own."""
+    project = copy_project(tmp_path / "project")
+    for lock in (project / "lockfiles").iterdir():
+        lock.unlink()
+    subprocess.run(["git", "init", "--quiet", str(project)], check=True, capture_output=True)
+    return project
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1, proc.stderr
+    assert "TIP:" in proc.stderr, proc.stderr
+    for word in words:
+        assert word in errors[0], errors[0]
+
+
+# --- 1. --out never replaces what Kernodeck did not make -------------------------------------------------------------
+
+
+@rel(
+    20,
+    "`verify --out` pointed at the project (`.`, a parent, `.git`, `dossier/reference`), a user's folder, or a file",
+    "refused with one ERROR + TIP before anything runs; every file in place; a Kernodeck dossier is still replaced",
+)
+@pytest.mark.parametrize("where", [".", "..", ".git", "dossier/reference", "requirements", "user-folder", "a-file"])
+def test_verify_out_refuses_what_kernodeck_did_not_make(tmp_path: Path, where: str) -> None:
+    project = lockless(tmp_path)
+    (project / "uncommitted.txt").write_text("work in progress\n")
+    user = tmp_path / "user-folder"
+    user.mkdir()
+    (user / "precious.txt").write_text("mine\n")
+    (tmp_path / "a-file").write_text("a file\n")
+    target = {"user-folder": user, "a-file": tmp_path / "a-file"}.get(where, project / where)
+    before_project, before_outside = snapshot(project), snapshot(tmp_path / "user-folder")
+    proc = kd(project, "verify", "--out", str(target))
+    refused(proc, "--out")
+    assert snapshot(project) == before_project
+    assert snapshot(user) == before_outside
+    assert (tmp_path / "a-file").read_text() == "a file\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging left beside
+
+
+@rel(
+    20,
+    "`verify --out` pointed at the project (`.`, a parent, `.git`, `dossier/reference`), a user's folder, or a file",
+    "refused with one ERROR + TIP before anything runs; every file in place; a Kernodeck dossier is still replaced",
+)
+def test_verify_out_replaces_a_previous_dossier_and_accepts_new_or_empty(tmp_path: Path) -> None:
+    project = lockless(tmp_path)
+    empty, fresh, inside = tmp_path / "empty", tmp_path / "new" / "run", project / "runs" / "mine"
+    empty.mkdir()
+    for out in (empty, fresh, inside):
+        proc = kd(project, "verify", "--out", str(out))
+        assert proc.returncode == 2 and "no lockfile" in proc.stderr, proc.stderr  # it ran: lock-check failed
+        report = json.loads((out / "report.json").read_text())
+        assert report["status"] == "failed" and (out / ".kernodeck-folder").is_file()
+    first = (fresh / "report.json").read_bytes()
+    (fresh / "outputs").mkdir(exist_ok=True)
+    (fresh / "outputs" / "stale.bin").write_bytes(b"old")  # replaced whole, not merged
+    proc = kd(project, "verify", "--out", str(fresh))
+    assert proc.returncode == 2 and "no lockfile" in proc.stderr
+    assert (fresh / "report.json").read_bytes() != first and not (fresh / "outputs" / "stale.bin").exists()
+    # a dossier written before the marker existed (report.json with Kernodeck's fields) is still Kernodeck's
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "report.json").write_text(json.dumps({"version": 1, "status": "passed", "platform": "p", "steps": []}))
+    (legacy / "report.md").write_text("# old\n")
+    assert "no lockfile" in kd(project, "verify", "--out", str(legacy)).stderr
+    assert not (legacy / "report.md").read_text().startswith("# old")
+    # ...but a report.json alone, with other content, is not
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "report.json").write_text("[1, 2]\n")
+    refused(kd(project, "verify", "--out", str(fake)), "did not make")
+    assert (fake / "report.json").read_text() == "[1, 2]\n"
+
+
+@rel(
+    21,
+    "`replay --out DIR`, `wheelhouse --out`, `compare --out`, `matrix --out` on a user's folder, a file or the project",
+    "refused with one ERROR + TIP before anything runs (replay no longer removes DIR); the folder untouched",
+)
+@pytest.mark.parametrize("command", ["replay", "wheelhouse", "compare", "matrix"])
+def test_every_writer_applies_the_same_out_rule(tmp_path: Path, command: str) -> None:
+    project = lockless(tmp_path)
+    user = tmp_path / "user-folder"
+    user.mkdir()
+    (user / "precious.txt").write_text("mine\n")
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder in (a, b):
+        folder.mkdir()
+        (folder / "report.json").write_text(json.dumps({"status": "passed", "platform": "p", "steps": []}))
+    lead = {"compare": ["compare", str(a), str(b)]}.get(command, [command])
+    targets = [project / "dossier", project]
+    targets.append(user if command != "matrix" else tmp_path / "a")  # matrix writes one file: a folder is refused
+    if command != "matrix":
+        targets.append(tmp_path / "a-file")
+        (tmp_path / "a-file").write_text("a file\n")
+    before = snapshot(project)
+    for target in targets:
+        proc = kd(project, *lead, "--out", str(target))
+        refused(proc, "--out")
+    assert snapshot(project) == before and (user / "precious.txt").read_text() == "mine\n"
+    if command == "compare":  # and where it may write, it does
+        assert kd(project, *lead, "--out", str(tmp_path / "cmp")).returncode == 0
+        assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["status"]["a"] == "passed"
+        assert kd(project, *lead, "--out", str(tmp_path / "cmp")).returncode == 0  # its own folder: replaced
+
+
+# --- 3. staging leftovers of killed runs -----------------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
+@rel(
+    22,
+    "a verify killed (SIGKILL) while assembling its dossier, then the same `--out` again",
+    "the dead run's `.NAME.staging-<pid>` removed; a live run's, other names and non-Kernodeck names kept",
+)
+def test_killed_verify_leftovers_are_cleaned_only_when_dead(tmp_path: Path) -> None:
+    project = lockless(tmp_path)
+    out = tmp_path / "run"
+    # a real verify process killed with SIGKILL once its staging folder exists
+    code = (
+        "import sys, time; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "from kernodeck.config import load_project; from kernodeck.platforms import resolve_platform;"
+        "from kernodeck import verify; p = load_project(Path(sys.argv[1]));"
+        "verify._prepare_out(p, Path(sys.argv[2]), resolve_platform(p, None, None)); print('staged', flush=True);"
+        "time.sleep(600)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code, str(project), str(out)], stdout=subprocess.PIPE, text=True
+    ) as victim:
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "staged"
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+    killed = tmp_path / f".run.staging-{victim.pid}"
+    assert killed.is_dir()
+    # beside it: a live run's staging (this test's own process stands for it), another dossier's, and lookalikes
+    live = tmp_path / f".run.staging-{os.getpid()}"
+    other = tmp_path / f".other.staging-{_dead_pid()}"
+    lookalike = tmp_path / ".run.staging-notapid"
+    user_file = tmp_path / f".run.staging-{_dead_pid()}.txt"
+    for folder in (live, other, lookalike):
+        folder.mkdir()
+        (folder / "keep").write_text("x")
+    user_file.write_text("x")
+    proc = kd(project, "verify", "--out", str(out))
+    assert "no lockfile" in proc.stderr and "Traceback" not in proc.stderr
+    assert not killed.exists(), "the dead run's staging folder stays forever"
+    assert (live / "keep").exists() and (other / "keep").exists() and (lookalike / "keep").exists()
+    assert user_file.exists() and (out / "report.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".run")) == sorted(
+        [live.name, lookalike.name, user_file.name]
+    )
+
+
+@rel(
+    22,
+    "a verify killed (SIGKILL) while assembling its dossier, then the same `--out` again",
+    "the dead run's `.NAME.staging-<pid>` removed; a live run's, other names and non-Kernodeck names kept",
+)
+def test_a_previous_dossier_parked_by_a_killed_swap_is_put_back(tmp_path: Path) -> None:
+    from kernodeck import outdir
+
+    out = tmp_path / "run"
+    parked = tmp_path / f".run.old-{_dead_pid()}"
+    parked.mkdir()
+    (parked / "report.json").write_text("earlier")
+    outdir.clean_leftovers(out)  # killed between the two renames: the earlier dossier comes back
+    assert (out / "report.json").read_text() == "earlier" and not parked.exists()
