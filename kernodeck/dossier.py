@@ -247,6 +247,33 @@ def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
     }
 
 
+# System fields that name this run, not the chain it ran on.
+_NOT_CHAIN = ("python_executable", "loaded_libraries", "python_build", "cpu_count")
+
+
+def vs_reference(reference: Path, run: Path) -> dict[str, Any]:
+    """This run's inventory and system chain against the reference's (as recorded beside the reference)."""
+    from .inventory import diff, parse_freeze
+
+    out: dict[str, Any] = {}
+    ref_inv, inv = reference / "inventory.txt", run / "inventory.txt"
+    if ref_inv.exists() and inv.exists():
+        out["inventory"] = diff(
+            parse_freeze(ref_inv.read_text(encoding="utf-8")), parse_freeze(inv.read_text(encoding="utf-8"))
+        ).as_dict()
+    ref_sys, sys_ = reference / "system.json", run / "system.json"
+    if ref_sys.exists() and sys_.exists():
+        a = _flat(json.loads(ref_sys.read_text(encoding="utf-8")))
+        b = _flat(json.loads(sys_.read_text(encoding="utf-8")))
+        out["system"] = {
+            k: {"reference": a[k], "this run": b.get(k)}
+            for k in a
+            if k not in _NOT_CHAIN and a[k] != b.get(k)
+        }
+        out["not_in_reference"] = sorted(k for k in b if k not in a and k not in _NOT_CHAIN)
+    return out
+
+
 def render_compare(result: dict[str, Any]) -> str:
     lines = [
         "# Kernodeck compare",

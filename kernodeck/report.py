@@ -106,27 +106,320 @@ class Report:
 
 _MARK = {Status.PASSED: "✅", Status.FAILED: "❌", Status.SKIPPED: "⏭", Status.NOT_RUN: "·"}
 
+# What the report names about the run, in this order (the rest of ``meta`` stays in report.json).
+_META_KEYS = (
+    "reference_id",
+    "reference_code",
+    "lock",
+    "lock_inputs_digest",
+    "interpreter",
+    "expect_backend",
+    "started",
+    "finished",
+)
+
+
+def _num(value: Any) -> str:
+    """A number as people read it: short, but 0.999999 never rounded to 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int) or value == 0:
+        return str(value)
+    if 0.99 < abs(value) < 1:
+        return f"{value:.9f}"
+    return f"{value:.3g}"
+
+
+def _scalar(value: Any) -> str | None:
+    if isinstance(value, bool | int | float):
+        return _num(value)
+    if isinstance(value, str) and len(value) <= 60:
+        return value
+    return None
+
+
+def _generic(details: dict[str, Any], limit: int = 5) -> str:
+    """Fallback for a step without a summariser: its first few scalar details, ``key value``."""
+    parts = [f"{k} {v}" for k, raw in details.items() if (v := _scalar(raw)) is not None and k != "summary"]
+    return ", ".join(parts[:limit])
+
+
+def _compare_one(d: dict[str, Any]) -> str:
+    """One compared output: what was found against what is allowed, whichever measures the step recorded."""
+    parts = []
+    for found, allowed, word, op in (
+        ("max_abs", "max_abs_allowed", "max abs", "≤"),
+        ("min_cosine", "cosine_min_allowed", "min cosine", "≥"),
+        ("max_violation", "atol", "max |a-b| - tol", "≤"),
+        ("share_equal", "min_share", "share equal", "≥"),
+        ("mismatches", None, "mismatches", "="),
+    ):
+        if found in d and d[found] is not None:
+            limit = f" ({op} {_num(d[allowed])})" if allowed and d.get(allowed) is not None else ""
+            parts.append(f"{word} {_num(d[found])}{limit}")
+    if d.get("non_finite_rows"):
+        parts.append(f"non-finite rows {d['non_finite_rows']}")
+    if d.get("worst_id") is not None:
+        parts.append(f"worst `{d['worst_id']}`")
+    if d.get("bitwise_equal") is True:
+        parts.append("bitwise equal")
+    return ", ".join(parts)
+
+
+def _compare(d: dict[str, Any]) -> str:
+    outputs = d.get("outputs")
+    if isinstance(outputs, dict) and outputs and all(isinstance(v, dict) for v in outputs.values()):
+        return "; ".join(
+            f"{name} ({o.get('kind', '?')}): {_compare_one(o) or _generic(o)}" for name, o in outputs.items()
+        )
+    return _compare_one(d)
+
+
+def _criterion(d: dict[str, Any]) -> str:
+    parts = []
+    if "min_margin" in d or "margin" in d:
+        parts.append(f"smallest margin {_num(d.get('min_margin', d.get('margin')))}")
+    if "pairs_checked" in d:
+        parts.append(f"{d['pairs_checked']} pairs checked, {len(d.get('misses') or {})} missed")
+    return ", ".join(parts)
+
+
+def _determinism(d: dict[str, Any]) -> str:
+    if "bitwise_identical" not in d:
+        return ""
+    head = (
+        f"bitwise identical over {d.get('repeats', '?')} runs"
+        if d["bitwise_identical"]
+        else f"max abs between runs {_num(d.get('max_abs_between_runs'))}"
+    )
+    if d.get("cost_ratio") is not None:
+        head += f"; settings cost x{_num(d['cost_ratio'])}"
+    return head
+
+
+def _resume(d: dict[str, Any]) -> str:
+    if "final_weights_max_abs" not in d:
+        return ""
+    last = ""
+    a, b = d.get("losses_uninterrupted") or [], d.get("losses_resumed") or []
+    if a and b:
+        last = f", loss at step {len(a)}: diff {_num(abs(float(a[-1]) - float(b[-1])))}"
+    diverged = d.get("first_diverging_step")
+    return (
+        f"{d.get('steps', '?')} steps, checkpoint at {d.get('checkpoint_at', '?')}, new process: "
+        f"max weight diff at the last step {_num(d['final_weights_max_abs'])} ({d.get('comparison', '?')})"
+        + last
+        + (f"; first diverging step {diverged}" if diverged else "")
+    )
+
+
+def _settings(d: dict[str, Any]) -> str:
+    keys = (
+        ("deterministic_algorithms", "deterministic"),
+        ("cudnn.deterministic", "cudnn.deterministic"),
+        ("cudnn.benchmark", "cudnn.benchmark"),
+        ("cuda.matmul.allow_tf32 (legacy flag)", "tf32 matmul"),
+        ("float32_matmul_precision", "matmul precision"),
+        ("fill_uninitialized_memory", "fill memory"),
+        ("torch.num_threads", "threads"),
+        ("seed", "seed"),
+    )
+    return ", ".join(f"{label} {d[k]}" for k, label in keys if k in d)
+
+
+def _unavail(value: Any) -> str:
+    if isinstance(value, dict) and "unavailable" in value:
+        return "unavailable"
+    if isinstance(value, dict) and "version" in value:
+        return str(value["version"])
+    return "none" if value is None else str(value)
+
+
+def _system(d: dict[str, Any]) -> str:
+    if "torch_version" not in d:
+        return ""
+    devices = d.get("devices") or []
+    names = ", ".join(
+        f"{x.get('name')}"
+        + (f" sm{x['capability']}" if x.get("capability") else "")
+        + (f" {x['gcnArchName']}" if x.get("gcnArchName") else "")
+        for x in devices
+        if isinstance(x, dict)
+    )
+    cpu = d.get("cpu_model", "?")
+    if d.get("torch_cpu_capability") and not isinstance(d["torch_cpu_capability"], dict):
+        cpu = f"{cpu}, {d['torch_cpu_capability']}"
+    return (
+        f"torch {d['torch_version']}, CUDA {_unavail(d.get('torch_version_cuda'))}, "
+        f"HIP {_unavail(d.get('torch_version_hip'))}, device {names or 'cpu'} ({_unavail(cpu)}), "
+        f"driver {_unavail(d.get('driver'))}"
+    )
+
+
+def _rebuild(d: dict[str, Any]) -> str:
+    if "installer" not in d:
+        return ""
+    what = "reused" if d.get("reused") else f"built with {d['installer']}"
+    durations = d.get("durations") or {}
+    timing = ", ".join(f"{k} {_num(v)}s" for k, v in durations.items() if isinstance(v, int | float))
+    return what + (f" ({timing})" if timing else "")
+
+
+def _inventory(d: dict[str, Any]) -> str:
+    return f"{d['packages']} packages" if "packages" in d else ""
+
+
+def _embed(d: dict[str, Any]) -> str:
+    if "items" not in d:
+        return ""
+    return f"{d['items']} items on {d.get('device', '?')}, {_num(d.get('items_per_s'))} items/s"
+
+
+def _reread(d: dict[str, Any]) -> str:
+    if "rows" not in d:
+        return ""
+    return f"{d['rows']} rows x {d.get('dim', '?')} {d.get('dtype', '')}, finite, ids in order"
+
+
+def _backend(d: dict[str, Any]) -> str:
+    names = {"device": "on", "matmul_max_abs_error": "matmul error", "softmax_max_abs_error": "softmax error"}
+    return ", ".join(f"{names[k]} {_num(v)}" for k, v in d.items() if k in names)
+
+
+# step name -> summariser of its details; a step may instead give ``details["summary"]`` (one line) itself.
+SUMMARISERS: dict[str, Any] = {
+    "compare": _compare,
+    "criterion": _criterion,
+    "determinism": _determinism,
+    "resume": _resume,
+    "settings": _settings,
+    "system": _system,
+    "rebuild": _rebuild,
+    "inventory": _inventory,
+    "embed": _embed,
+    "reread": _reread,
+    "backend": _backend,
+}
+
+
+def step_result(step: Step) -> str:
+    """One line: what the step FOUND (an error or a reason when it did not pass), never only what it is for."""
+    if step.status is Status.FAILED:
+        found = ""
+    else:
+        found = step.details.get("summary")
+        if not isinstance(found, str) or not found:
+            summarise = SUMMARISERS.get(step.name)
+            try:
+                found = summarise(step.details) if summarise else ""
+            except (KeyError, TypeError, ValueError, AttributeError):
+                found = ""
+            found = found or _generic(step.details)
+    match step.status:
+        case Status.PASSED:
+            text = found or step.reason or step.title
+        case Status.FAILED:
+            text = step.error or "failed"
+        case Status.SKIPPED | Status.NOT_RUN:
+            text = step.reason
+        case _ as unreachable:
+            assert_never(unreachable)
+    return " ".join(text.split())
+
+
+def _cell(text: str, limit: int = 220) -> str:
+    text = text.replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _differences(report: Report) -> list[str]:
+    """What differs from the reference's environment (recorded in meta by the run), as bullet lines."""
+    vs = report.meta.get("vs_reference")
+    if not isinstance(vs, dict):
+        return ["- no reference environment recorded to compare with"]
+    lines = []
+    inv = vs.get("inventory")
+    if isinstance(inv, dict):
+        parts = [f"+{n}=={v}" for n, v in sorted(inv.get("added", {}).items())]
+        parts += [f"-{n}=={v}" for n, v in sorted(inv.get("removed", {}).items())]
+        parts += [f"{n} {p['expected']} → {p['observed']}" for n, p in sorted(inv.get("changed", {}).items())]
+        counts = (
+            f"{len(inv.get('added', {}))} added, {len(inv.get('removed', {}))} removed, "
+            f"{len(inv.get('changed', {}))} changed"
+        )
+        lines.append(
+            f"- inventory vs the reference's: {'identical' if not parts else counts + ': ' + ', '.join(parts[:12])}"
+            + (" …" if len(parts) > 12 else "")
+        )
+    system = vs.get("system")
+    if system is None:
+        lines.append("- system chain: not compared (no system record in this run or the reference)")
+    if isinstance(system, dict):
+        if not system:
+            lines.append("- system chain: the same as the reference's")
+        for key, pair in list(system.items())[:15]:
+            a, b = pair.get("reference"), pair.get("this run")
+            if isinstance(a, list) and isinstance(b, list):
+                shown = (
+                    f"only in the reference: {', '.join(sorted(set(map(str, a)) - set(map(str, b)))) or '-'}; "
+                    f"only here: {', '.join(sorted(set(map(str, b)) - set(map(str, a)))) or '-'}"
+                )
+            else:
+                shown = f"{_unavail(a)} → {_unavail(b)}"
+            lines.append(f"- system `{key}`: {_cell(shown, 200)}")
+        unrecorded = vs.get("not_in_reference") or []
+        if unrecorded:
+            lines.append(f"- not recorded in the reference (cannot compare): {', '.join(unrecorded)}")
+    return lines or ["- none recorded"]
+
+
+def likely_cause(report: Report, failure: Step) -> str:
+    """Where to look first for a failure: the layer, then what differs from the reference's environment."""
+    vs = report.meta.get("vs_reference") if isinstance(report.meta.get("vs_reference"), dict) else {}
+    inv = vs.get("inventory") or {}
+    inv_keys = [*inv.get("changed", {}), *inv.get("added", {}), *inv.get("removed", {})]
+    system = list((vs.get("system") or {}).keys())
+    if failure.layer in ("lock", "install", "reference", "data-loading", "dossier", "environment"):
+        return f"the {failure.layer} layer, before any numeric comparison: see the first failure below."
+    found = []
+    if inv_keys:
+        found.append(f"packages differ from the reference's inventory ({', '.join(sorted(inv_keys)[:8])})")
+    if system:
+        found.append(f"the system chain differs from the reference's ({', '.join(system[:8])})")
+    if not found:
+        return (
+            "the inventory and the system chain equal the reference's: look at the code, data or weights "
+            f"(reference code: {report.meta.get('reference_code', 'not recorded')})."
+        )
+    return "; ".join(found) + "."
+
 
 def render_markdown(report: Report) -> str:
-    lines = [f"# Kernodeck verify: {report.status.upper()}", "", f"- platform: `{report.platform}`"]
-    for key in (
-        "reference_id",
-        "reference_code",
-        "lock",
-        "lock_inputs_digest",
-        "interpreter",
-        "expect_backend",
-        "started",
-        "finished",
-    ):
+    failure = report.first_failure()
+    counts = {st: sum(1 for s in report.steps if s.status is st) for st in Status}
+    tally = ", ".join(f"{n} {st}" for st, n in counts.items() if n)
+    lines = [f"# Kernodeck verify: {report.status.upper()}", ""]
+    if failure:
+        lines.append(
+            f"**FAILED** at `{failure.name}` (layer: {failure.layer or 'unknown'}): "
+            + _cell(" ".join(failure.error.split()), 300)
+        )
+    else:
+        lines.append(f"**{report.status.upper()}**: {tally} on `{report.platform}`.")
+    lines += ["", f"- platform: `{report.platform}`", f"- steps: {tally}"]
+    for key in _META_KEYS:
         if key in report.meta:
             lines.append(f"- {key.replace('_', ' ')}: `{report.meta[key]}`")
-    lines += ["", "| step | status | time | note |", "|---|---|---|---|"]
+    lines += ["", "## What differs from the reference", ""]
+    lines += _differences(report)
+    if failure:
+        lines += ["", f"**Likely cause**: {likely_cause(report, failure)}"]
+    lines += ["", "## Steps", "", "| step | status | time | result |", "|---|---|---|---|"]
     for step in report.steps:
-        note = step.error or step.reason or step.title
-        note = note.replace("|", "\\|").replace("\n", " ")[:160]
-        lines.append(f"| {step.name} | {_MARK[step.status]} {step.status} | {step.duration_s:.2f}s | {note} |")
-    failure = report.first_failure()
+        lines.append(
+            f"| {step.name} | {_MARK[step.status]} {step.status} | {step.duration_s:.2f}s "
+            f"| {_cell(step_result(step))} |"
+        )
     if failure:
         lines += ["", "## First failure", "", f"- step: `{failure.name}` (layer: {failure.layer or 'unknown'})"]
         if failure.command:
@@ -134,15 +427,18 @@ def render_markdown(report: Report) -> str:
         if failure.interpreter:
             lines.append(f"- interpreter: `{failure.interpreter}`")
         lines += ["", "```", failure.error, "```"]
-    lines += ["", "## Details", ""]
+    lines += ["", "## Details", "", "Every step's recorded details, as in report.json.", ""]
     for step in report.steps:
         if step.details:
             lines += [
-                f"### {step.name}",
+                "<details>",
+                f"<summary>{step.name}</summary>",
                 "",
                 "```json",
                 json.dumps(step.details, indent=2, default=str)[:6000],
                 "```",
+                "",
+                "</details>",
                 "",
             ]
     return "\n".join(lines) + "\n"

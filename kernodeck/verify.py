@@ -187,7 +187,11 @@ def _inventory_step(run_: Run, lock: lockfile.Lockfile | None, frozen: str, inte
         step.title = "observed inventory recorded (no lock to compare)"
     else:
         delta = inventory.diff(inventory.expected_from_lock(lock), observed)
-        step.details.update(vs_lock=delta.as_dict(), summary=delta.summary())
+        step.details.update(
+            vs_lock=delta.as_dict(),
+            summary=f"{len(observed)} packages, "
+            + ("equal to the lock" if delta.empty else f"vs the lock: {delta.summary()}"),
+        )
         if intentional:
             step.title = "inventory vs lock (declared variant)"
             step.details["variant"] = (
@@ -504,6 +508,7 @@ def _write_dossier(run_: Run, report: Report, result: RebuildResult | None, lock
             bool(result and result.reused),
         ),
     )
+    report.meta["vs_reference"] = dossier.vs_reference(project.reference, staging)
     report.write(staging)
     dossier.review_folder(staging, project.root, run_.review.result() if run_.review else None)
 
