@@ -6,6 +6,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import nox
 
 nox.needs_version = ">=2025.2.9"
@@ -16,6 +20,25 @@ nox.options.sessions = ["verify"]
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
 
+def _load_noxsessions() -> object:
+    """This checkout's kernodeck/noxsessions.py, by path: `nox` does not put the noxfile's folder on sys.path, and an
+    installed Kernodeck of another version must not stand in for this one."""
+    path = Path(__file__).parent / "kernodeck" / "noxsessions.py"
+    spec = importlib.util.spec_from_file_location("kernodeck_noxsessions", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+noxsessions = _load_noxsessions()
+
+# Kernodeck's own sessions, through the same API a user's noxfile calls (kernodeck/noxsessions.py): this checkout is
+# Kernodeck, importable as it is (pin=None), and its tool pins are the groups below.
+noxsessions.register(pin=None, groups={"run": "run", "lock": "lock", "wheelhouse": "wheelhouse"})
+
+
 def _install(session: nox.Session, group: str) -> None:
     session.install(*nox.project.dependency_groups(PYPROJECT, group))
 
@@ -24,62 +47,7 @@ def _kernodeck(session: nox.Session, *args: str) -> None:
     session.run("python", "-m", "kernodeck", *args, *session.posargs)
 
 
-@nox.session
-def lock(session: nox.Session) -> None:
-    """Compile this platform's hash-pinned lock (`-- --check` for drift, `--platform ID --resolver uv` for others)."""
-    _install(session, "lock")
-    _kernodeck(session, "lock")
-
-
-@nox.session
-def rebuild(session: nox.Session) -> None:
-    """Make or reuse a fresh venv from the lock (`-- --fresh`, `--installer pip`, `--wheelhouse DIR`)."""
-    _install(session, "run")
-    _kernodeck(session, "rebuild")
-
-
-@nox.session
-def verify(session: nox.Session) -> None:
-    """Lock check, rebuild, then every check inside the env; writes report.json/report.md (`-- --out DIR`)."""
-    _install(session, "run")
-    _kernodeck(session, "verify")
-
-
-@nox.session(default=False)
-def reference(session: nox.Session) -> None:
-    """Make a NEW reference identity from a rebuilt env (`-- --new` when one exists); the old one goes to history/."""
-    _install(session, "run")
-    _kernodeck(session, "reference")
-
-
-@nox.session(default=False)
-def compare(session: nox.Session) -> None:
-    """What differs between two dossiers: `nox -s compare -- DIR_A DIR_B [--out DIR]`."""
-    _install(session, "run")
-    _kernodeck(session, "compare")
-
-
-@nox.session(default=False)
-def replay(session: nox.Session) -> None:
-    """Clone the current commit into an empty folder and rebuild + verify there with a clean environment."""
-    _install(session, "run")
-    _kernodeck(session, "replay")
-
-
-@nox.session(default=False)
-def matrix(session: nox.Session) -> None:
-    """Print the CI matrix of the declared platforms as one line of JSON (`-- --out FILE` also writes it)."""
-    _install(session, "run")
-    _kernodeck(session, "matrix")
-
-
-@nox.session(default=False)
-def wheelhouse(session: nox.Session) -> None:
-    """Download every file of a platform's lock, hash-checked, into .wheelhouse/<id> (`-- --platform ID --out DIR`)."""
-    _install(session, "wheelhouse")
-    _kernodeck(session, "wheelhouse")
-
-
+# Development sessions of this repository (not part of the API).
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Kernodeck vs the bare tools on the same lock, in one run; writes bench/latest.md and bench/latest.json."""

@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pip-repeat", type=int, default=1, help="timed runs of the bare pip install (slow)")
     p.add_argument("--sizes", default="32,256,2048", help="sample sizes (texts) for verify's scaling")
     p.add_argument("--keep", action="store_true", help="keep the scratch project under runs/")
+    p = sub.add_parser("init", help="make this repository a Kernodeck project (noxfile, pyproject, app template, CI)")
+    p.add_argument("--force", action="store_true", help="overwrite files (and a [tool.kernodeck]) that already exist")
     return parser
 
 
@@ -276,11 +278,23 @@ COMMANDS: dict[str, Callable[[Project, argparse.Namespace], int]] = {
 }
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from . import init
+
+    root = Path.cwd()
+    planned = init.init(root, force=args.force)
+    print(f"kernodeck init in {root}:")
+    print("\n".join(init.summary(planned)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "compare":  # two dossiers are all it needs: no project
             return cmd_compare(None, args)
+        if args.command == "init":  # makes the project: none to load yet
+            return cmd_init(args)
         return COMMANDS[args.command](load_project(Path.cwd()), args)
     except KernodeckError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)

@@ -1,0 +1,117 @@
+"""Kernodeck's nox sessions as an API: a project's noxfile registers them in one call.
+
+    import nox
+    from kernodeck import noxsessions
+    noxsessions.register(pin="kernodeck==0.1.0")  # lock rebuild verify reference compare replay matrix wheelhouse
+
+Each session installs the tools the project pins (its ``[dependency-groups]``) and Kernodeck itself into the session's
+own venv, then runs ``python -m kernodeck <session> <posargs>``. Kernodeck comes from ``$KERNODECK_SOURCE`` when set (a
+folder, e.g. a checkout, or a requirement such as ``kernodeck==0.2.0``), else from the noxfile's pin. Nothing of
+Kernodeck goes into the rebuilt env.
+
+This module imports only nox and the standard library, so a noxfile can load it by path from a checkout before
+Kernodeck is installed anywhere (see the noxfile ``kernodeck init`` writes).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import nox
+
+SOURCE_ENV = "KERNODECK_SOURCE"
+
+
+class Spec(NamedTuple):
+    name: str
+    tools: str  # which tool group it installs: "run", "lock" or "wheelhouse"
+    doc: str
+    default: bool  # run by a bare `nox`
+
+
+SESSIONS = (
+    Spec("lock", "lock", "Compile this platform's hash-pinned lock (`-- --check`, `--platform ID --resolver uv`).",
+         default=False),
+    Spec("rebuild", "run", "Make or reuse a fresh venv from the lock (`-- --fresh`, `--installer pip`).",
+         default=False),
+    Spec("verify", "run", "Lock check, rebuild, then every check inside the env; writes the report (`-- --out DIR`).",
+         default=True),
+    Spec("reference", "run", "Make a NEW reference identity from a rebuilt env (`-- --new` when one exists).",
+         default=False),
+    Spec("compare", "run", "What differs between two dossiers: `nox -s compare -- DIR_A DIR_B [--out DIR]`.",
+         default=False),
+    Spec("replay", "run", "Clone the current commit into an empty folder and rebuild + verify there, cleanly.",
+         default=False),
+    Spec("matrix", "run", "Print the CI matrix of the declared platforms as JSON (`-- --out FILE` also writes it).",
+         default=False),
+    Spec("wheelhouse", "wheelhouse", "Download every file of a platform's lock, hash-checked (`-- --platform ID`).",
+         default=False),
+)
+
+# The dependency groups of the project's pyproject.toml that hold the pinned tools (`kernodeck init` writes them).
+GROUPS = {"run": "kernodeck-run", "lock": "kernodeck-lock", "wheelhouse": "kernodeck-wheelhouse"}
+
+
+def kernodeck_source(pin: str | None, environ: dict[str, str] | None = None) -> str | None:
+    """Where a session installs Kernodeck from: ``$KERNODECK_SOURCE`` when set, else ``pin`` (None: do not install)."""
+    env = os.environ if environ is None else environ
+    value = env.get(SOURCE_ENV, "").strip()
+    if not value:
+        return pin
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.is_dir() else value
+
+
+def install_args(source: str, backend: str) -> list[str]:
+    """The install arguments for Kernodeck from ``source``.
+
+    A folder is rebuilt each time (a reused session venv must not keep yesterday's code): its dependencies come with
+    the pinned tools, so only Kernodeck itself is reinstalled. A requirement installs as any other.
+    """
+    if not Path(source).is_dir():
+        return [source]
+    if backend == "uv":
+        return ["--no-deps", "--reinstall-package", "kernodeck", source]
+    return ["--no-deps", "--force-reinstall", source]
+
+
+def _tools(session: nox.Session, groups: dict[str, str], kind: str) -> list[str]:
+    pyproject = nox.project.load_toml("pyproject.toml")
+    name = groups[kind]
+    if name not in pyproject.get("dependency-groups", {}):
+        session.error(f"pyproject.toml has no [dependency-groups] {name}: the pinned tools of `nox -s {session.name}`"
+                      " (TIP: kernodeck init writes them; see README)")
+    return list(nox.project.dependency_groups(pyproject, name))
+
+
+def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..., object]:
+    def body(session: nox.Session) -> None:
+        session.install(*_tools(session, groups, spec.tools))
+        source = kernodeck_source(pin)
+        if source is not None:
+            session.install(*install_args(source, session.venv_backend))
+        session.run("python", "-m", "kernodeck", spec.name, *session.posargs)
+
+    body.__doc__ = spec.doc
+    body.__name__ = body.__qualname__ = spec.name
+    return nox.session(name=spec.name, default=spec.default)(body)
+
+
+def register(*, pin: str | None, groups: dict[str, str] | None = None, only: tuple[str, ...] | None = None) -> None:
+    """Add Kernodeck's sessions to the noxfile being loaded.
+
+    ``pin``: the requirement installed into each session venv when ``$KERNODECK_SOURCE`` is not set (``None``: the
+    project is Kernodeck's own checkout, importable as it is). ``groups``: the dependency groups that pin the tools
+    (default :data:`GROUPS`). ``only``: a subset of the session names.
+    """
+    if nox.options.default_venv_backend is None:
+        nox.options.default_venv_backend = "uv|virtualenv"
+    if nox.options.reuse_venv is None:
+        nox.options.reuse_venv = "yes"
+    chosen = dict(GROUPS if groups is None else groups)
+    for spec in SESSIONS:
+        if only is None or spec.name in only:
+            _session(spec, pin, chosen)
