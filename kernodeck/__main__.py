@@ -184,8 +184,8 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
         return 0
     system = json.loads((folder / "system.json").read_text(encoding="utf-8"))
     inventory_text = (folder / "inventory.txt").read_text(encoding="utf-8")
-    refmod.install(project, manifest, folder / "outputs", inventory_text, system)
-    dossier.review_folder(project.reference, project.root)
+    refmod.install(project, manifest, folder / "outputs", inventory_text, system,
+                   review=lambda staged: dossier.review_folder(staged, project.root))
     if old is not None:
         print(f"reference: {old.id} -> {manifest['id']}")
         for change in refmod.changes(old.manifest, manifest):

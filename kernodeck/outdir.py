@@ -65,9 +65,7 @@ def _check_place(out: Path, final: Path, what: str, tip: str, root: Path | None,
                 f"--out {out} is the project folder or a parent of it; {what} would replace the project",
                 tip=tip,
             )
-        if _within(final, root) and not any(
-            _within(final, a.resolve()) and final != a.resolve() for a in allowed
-        ):
+        if _within(final, root) and not any(_within(final, a.resolve()) and final != a.resolve() for a in allowed):
             places = " or ".join(f"{os.path.relpath(a, root)}/" for a in allowed) or "outside the project"
             raise UnsafeOut(
                 f"--out {out} is inside the project ({os.path.relpath(final, root)}), where {what} would "
@@ -155,13 +153,14 @@ def clean_leftovers(final: Path) -> list[str]:
 
 
 def staging_for(final: Path, kind: str) -> Path:
-    """A fresh, signed staging folder beside ``final`` (after removing dead runs' leftovers)."""
+    """A fresh staging folder beside ``final``, signed as ``kind`` (after removing dead runs' leftovers)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(final)
     staging = final.parent / f".{final.name}.staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)  # our own pid: a folder only this process can have made
     staging.mkdir()
-    mark(staging, kind)
+    if kind:
+        mark(staging, kind)
     return staging
 
 

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ from typing import Any
 import tomlkit
 from packaging.version import InvalidVersion, Version
 
+from . import outdir
 from ._fs import sha256_file, sha256_text, write_atomic
+from ._proc import log
 from .config import Project
 from .errors import ConfigError, ManifestError
 
@@ -101,6 +104,8 @@ class Reference:
 def load(project: Project) -> Reference:
     folder = project.reference
     path = folder / "manifest.toml"
+    if not folder.exists():
+        outdir.clean_leftovers(folder)  # a run killed while swapping the reference in: put the parked one back
     if not path.exists():
         raise ManifestError(
             f"no reference manifest at {path.relative_to(project.root)}",
@@ -271,19 +276,82 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-def install(project: Project, manifest: dict[str, Any], outputs: Path, inventory: str, system: dict[str, Any]) -> None:
-    """Write the new reference; the previous one moves to history/<id>/ first. Files land atomically."""
+GENERATED = ("manifest.toml", "embeddings.npy", "ids.json", "inventory.txt", "system.json")
+
+
+def inconsistency(folder: Path) -> str:
+    """Why ``folder``'s files do not match its own manifest ('' when they do): what a history entry must satisfy."""
+    try:
+        manifest = tomllib.loads((folder / "manifest.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return f"manifest.toml unreadable ({exc})"
+    if manifest.get("id") != identity(manifest):
+        return "manifest.toml's id does not match its content"
+    outputs = manifest.get("outputs") if isinstance(manifest.get("outputs"), dict) else {}
+    for name_key, digest_key in (("embeddings", "embeddings_sha256"), ("ids", "ids_sha256")):
+        name = str(outputs.get(name_key, f"{name_key}?"))
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if sha256_file(path) != outputs.get(digest_key):
+            return f"{name} does not match the manifest's {digest_key}"
+    return ""
+
+
+def install(
+    project: Project,
+    manifest: dict[str, Any],
+    outputs: Path,
+    inventory: str,
+    system: dict[str, Any],
+    review: Callable[[Path], None] | None = None,
+) -> None:
+    """Write the new reference whole: staged in a sibling folder, reviewed, then swapped in by renaming folders.
+
+    The previous reference goes to history/<id>/ only when its files match its own manifest; otherwise nothing of it
+    is copied and ``history/<id>.not-kept.txt`` says why.
+    """
     folder = project.reference
-    old_path = folder / "manifest.toml"
-    if old_path.exists():
-        old = tomllib.loads(old_path.read_text(encoding="utf-8"))
-        keep = folder / "history" / str(old.get("id", "unknown")).replace(":", "-")
-        keep.mkdir(parents=True, exist_ok=True)
-        for name in ("manifest.toml", "embeddings.npy", "ids.json", "inventory.txt", "system.json"):
-            if (folder / name).exists():
-                shutil.copy2(folder / name, keep / name)
-    write_atomic(folder / "embeddings.npy", (outputs / "embeddings.npy").read_bytes())
-    write_atomic(folder / "ids.json", (outputs / "ids.json").read_text(encoding="utf-8"))
-    write_atomic(folder / "inventory.txt", inventory)
-    write_atomic(folder / "system.json", json.dumps(system, indent=2, default=str) + "\n")
-    write_atomic(old_path, render(manifest))
+    outdir.clean_leftovers(folder)  # a killed earlier run: its staging removed, a parked reference put back
+    staging = outdir.staging_for(folder, kind="")
+    try:
+        if folder.is_dir():
+            shutil.copytree(
+                folder,
+                staging,
+                dirs_exist_ok=True,
+                ignore=lambda where, names: [n for n in names if n in GENERATED] if Path(where) == folder else [],
+            )
+        old_path = folder / "manifest.toml"
+        if old_path.exists():
+            try:
+                old_id = str(tomllib.loads(old_path.read_text(encoding="utf-8")).get("id", "unknown"))
+            except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+                old_id = "unknown"
+            slug = old_id.replace(":", "-")
+            keep = staging / "history" / slug
+            why = inconsistency(folder)
+            if why:
+                log(f"kernodeck: the previous reference {old_id} is not kept in history: {why}")
+                write_atomic(
+                    staging / "history" / f"{slug}.not-kept.txt",
+                    f"The reference {old_id} was replaced but not kept here: {why}.\n"
+                    "Its files did not match its own manifest (a half-written reference), so no copy of them can be "
+                    "trusted.\n",
+                )
+            elif not keep.exists():
+                keep.mkdir(parents=True)
+                for name in GENERATED:
+                    if (folder / name).exists():
+                        shutil.copy2(folder / name, keep / name)
+        write_atomic(staging / "embeddings.npy", (outputs / "embeddings.npy").read_bytes())
+        write_atomic(staging / "ids.json", (outputs / "ids.json").read_text(encoding="utf-8"))
+        write_atomic(staging / "inventory.txt", inventory)
+        write_atomic(staging / "system.json", json.dumps(system, indent=2, default=str) + "\n")
+        write_atomic(staging / "manifest.toml", render(manifest))
+        if review is not None:
+            review(staging)
+        outdir.swap_into_place(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

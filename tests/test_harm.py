@@ -202,3 +202,137 @@ def test_a_previous_dossier_parked_by_a_killed_swap_is_put_back(tmp_path: Path) 
     (parked / "report.json").write_text("earlier")
     outdir.clean_leftovers(out)  # killed between the two renames: the earlier dossier comes back
     assert (out / "report.json").read_text() == "earlier" and not parked.exists()
+
+
+# --- 2. a new reference is staged and swapped in whole; history only from a consistent reference ----------------------
+
+
+def _new_reference(project_root: Path, tmp_path: Path) -> tuple[object, dict[str, object], Path]:
+    """The project, a NEW manifest (other embeddings, recomputed id) and its outputs folder: what install receives."""
+    from kernodeck import reference as refmod
+    from kernodeck._fs import sha256_file
+    from kernodeck.config import load_project
+
+    project = load_project(project_root)
+    old = refmod.load(project)
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    raw = bytearray((project.reference / "embeddings.npy").read_bytes())
+    raw[-1] ^= 0x01  # one bit of the last float: new outputs, so a new identity
+    (outputs / "embeddings.npy").write_bytes(bytes(raw))
+    (outputs / "ids.json").write_bytes((project.reference / "ids.json").read_bytes())
+    manifest = json.loads(json.dumps(old.manifest))
+    manifest["outputs"]["embeddings_sha256"] = sha256_file(outputs / "embeddings.npy")
+    manifest["provenance"]["previous_id"] = old.id
+    manifest["id"] = refmod.identity(manifest)
+    return project, manifest, outputs
+
+
+def _consistent(folder: Path) -> bool:
+    """The folder's outputs match its own manifest (what a history entry must be)."""
+    import tomllib
+
+    from kernodeck._fs import sha256_file
+    from kernodeck.reference import identity
+
+    manifest = tomllib.loads((folder / "manifest.toml").read_text())
+    return (
+        manifest["id"] == identity(manifest)
+        and sha256_file(folder / "embeddings.npy") == manifest["outputs"]["embeddings_sha256"]
+        and sha256_file(folder / "ids.json") == manifest["outputs"]["ids_sha256"]
+    )
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL between two writes (a BaseException: no cleanup handler may swallow it)."""
+
+
+@rel(
+    23,
+    "`nox -s reference -- --new` killed between its writes, then run again",
+    "the reference is the old one or the new one, whole; history/<old-id>/ matches its own manifest",
+)
+@pytest.mark.parametrize("after_writes", [1, 2, 3, 4])
+def test_reference_killed_midway_stays_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after_writes: int
+) -> None:
+    from kernodeck import reference as refmod
+
+    project, manifest, outputs = _new_reference(copy_project(tmp_path / "project"), tmp_path)
+    ref = project.reference  # type: ignore[attr-defined]
+    before = snapshot(ref)
+    old_id = str(refmod.load(project).id).replace(":", "-")  # type: ignore[arg-type]
+    real, calls = refmod.write_atomic, []
+
+    def dying(path: Path, data: str | bytes) -> None:
+        calls.append(path)
+        if len(calls) > after_writes:
+            raise Killed
+        real(path, data)
+
+    monkeypatch.setattr(refmod, "write_atomic", dying)
+    with pytest.raises(Killed):
+        refmod.install(project, manifest, outputs, "inventory\n", {"system": 1})  # type: ignore[arg-type]
+    monkeypatch.setattr(refmod, "write_atomic", real)
+    assert snapshot(ref) == before, "a half-new reference"
+    assert _consistent(ref)
+    refmod.install(project, manifest, outputs, "inventory\n", {"system": 1})  # type: ignore[arg-type]
+    assert _consistent(ref) and refmod.load(project).id == manifest["id"]  # type: ignore[arg-type]
+    assert _consistent(ref / "history" / old_id)
+    assert (ref / "history" / old_id / "manifest.toml").read_bytes() == before["manifest.toml"]
+    assert [p.name for p in ref.parent.iterdir() if p.name.startswith(".")] == []
+
+
+@rel(
+    23,
+    "`nox -s reference -- --new` killed between its writes, then run again",
+    "the reference is the old one or the new one, whole; history/<old-id>/ matches its own manifest",
+)
+def test_history_is_never_copied_from_a_reference_that_does_not_match_its_manifest(tmp_path: Path) -> None:
+    from kernodeck import reference as refmod
+
+    project, manifest, outputs = _new_reference(copy_project(tmp_path / "project"), tmp_path)
+    ref = project.reference  # type: ignore[attr-defined]
+    old_id = str(refmod.load(project).id).replace(":", "-")  # type: ignore[arg-type]
+    (ref / "embeddings.npy").write_bytes((outputs / "embeddings.npy").read_bytes())  # a half-new reference
+    refmod.install(project, manifest, outputs, "inventory\n", {"system": 1})  # type: ignore[arg-type]
+    assert _consistent(ref) and refmod.load(project).id == manifest["id"]  # type: ignore[arg-type]
+    assert not (ref / "history" / old_id).exists(), "history holds embeddings that do not match its manifest"
+    note = (ref / "history" / f"{old_id}.not-kept.txt").read_text()
+    assert "embeddings.npy" in note and "does not match" in note
+
+
+# --- 14. relocking unchanged inputs is byte-identical ----------------------------------------------------------------
+
+
+@rel(
+    24,
+    "`nox -s lock` again with unchanged inputs and the same sources, configured in other pip.conf sections",
+    "a byte-identical lock and PEP 751 twin (the `# source:` lines sorted)",
+)
+def test_relock_of_unchanged_inputs_is_byte_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernodeck import lock as locking
+    from kernodeck.config import load_project
+    from kernodeck.platforms import resolve_platform
+    from tests._lock_tiny import offline_sources, tiny_project, tiny_wheels
+
+    wheels = tiny_wheels(tmp_path / "wheels")
+    offline_sources(monkeypatch, wheels, tmp_path / "cache")
+    monkeypatch.delenv("PIP_FIND_LINKS")
+    project = tiny_project(tmp_path / "p")
+    proj = load_project(project)
+    plat = resolve_platform(proj)
+    extra = "http://127.0.0.1:9/extra"  # recorded, never used (no-index)
+    written = []
+    # `pip config list` sorts by section.key: the same two sources come out in the other order
+    for first, second in ((f"extra-index-url = {extra}", f"find-links = {wheels}"),
+                          (f"find-links = {wheels}", f"extra-index-url = {extra}")):
+        conf = tmp_path / "pip.conf"
+        conf.write_text(f"[global]\n{first}\n[install]\n{second}\n")
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+        target = locking.compile_lock(proj, plat, resolver="pip-tools")
+        written.append((target.read_bytes(), locking.pylock_path(proj, plat).read_bytes()))
+    text = written[0][0].decode()
+    assert "# source: extra-index-url" in text and "# source: find-links" in text
+    assert written[0][0].decode().splitlines() == written[1][0].decode().splitlines()
+    assert written[0] == written[1]
