@@ -271,7 +271,8 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
              f"{plat.variant.name} (backend {plat.variant.backend}, torch layer {plat.variant.torch_layer})"),
             ("resolver", f"{resolver} {resolver_version(project, resolver)}"),
             ("command", _public_command(cmd, out_rel, str(target.relative_to(project.root)), extra)),
-            *[("source", note) for note in source_notes],
+            # sorted: the same sources give the same bytes, whatever order this machine's config lists them in
+            *[("source", note) for note in sorted(dict.fromkeys(source_notes))],
             ("packages", str(len(parsed.pins))),
             *[("input", f"{k} {v}") for k, v in inputs.entries],
             ("inputs-digest", inputs.digest()),
