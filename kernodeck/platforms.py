@@ -85,7 +85,13 @@ def parse_platform_id(project: Project, platform_id: str) -> Platform:
 
 
 def resolve_platform(project: Project, platform_id: str | None = None, variant: str | None = None) -> Platform:
-    """The platform to work on: named explicitly, or this machine's with the named or default variant."""
+    """The platform to work on: named explicitly, or this machine's with the named or default variant.
+
+    This machine's platform is the DECLARED one for its OS/arch and variant, with the Python that declaration names,
+    whatever Python runs Kernodeck (nox on 3.12 still verifies cp311; rebuild finds 3.11 on the machine, see
+    :mod:`kernodeck.pythons`). Several declared Pythons: the running one if declared, else the first declared.
+    Nothing declared for this OS/arch and variant: the running Python (an undeclared platform, locked from here).
+    """
     if platform_id:
         return parse_platform_id(project, platform_id)
     os_arch = current_os_arch()
@@ -95,4 +101,11 @@ def resolve_platform(project: Project, platform_id: str | None = None, variant: 
             f"no default variant for {os_arch}; known variants: {', '.join(sorted(project.variants))}",
             tip="name one: nox -s verify -- --variant cpu",
         )
-    return Platform(current_python(), os_arch, project.variant(name))
+    return Platform(declared_python(project, os_arch, name), os_arch, project.variant(name))
+
+
+def declared_python(project: Project, os_arch: str, variant: str) -> str:
+    """The Python a declared platform names for ``os_arch`` and ``variant`` (see :func:`resolve_platform`)."""
+    declared = [p.python for p in project.platforms if p.os_arch == os_arch and p.variant == variant]
+    running = current_python()
+    return running if running in declared or not declared else declared[0]

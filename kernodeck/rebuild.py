@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import lockfile
+from . import lockfile, pythons
 from . import wheelhouse as wheels
 from ._fs import sha256_file, write_atomic, write_json
 from ._proc import clean_env, log, run, show, uv_available
@@ -49,6 +48,8 @@ class RebuildResult:
     inventory: str = ""
     pip_check: str = ""
     durations: dict[str, float] = field(default_factory=dict)
+    # The interpreter the env was made from: the platform's Python found on this machine (path, version, how found).
+    base_python: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -166,7 +167,13 @@ def rebuild(
         wheelhouse = wheelhouse.resolve()
         wheels.require_complete(lock, wheelhouse, plat)  # a missing file is named before a venv is made
     digest = "sha256:" + sha256_file(lock_file)
-    base: str = base_python or str(getattr(sys, "_base_executable", sys.executable))
+    # The platform's Python (cp311 -> 3.11) found on the machine, not whatever runs kernodeck.
+    if base_python:
+        found = {"path": base_python, "version": plat.python, "found_by": "given by the caller"}
+    else:
+        found = pythons.find(plat.python, plat.os_arch).as_dict()
+    base = found["path"]
+    log(f"kernodeck: Python {found['version']} for {plat.id}: {base} (found by: {found['found_by']})")
     chosen = choose_installer(installer)
     clean_incomplete(project, plat)
     current = current_env(project, plat)
@@ -180,6 +187,7 @@ def rebuild(
                 reason="up to date: same lock digest, same base interpreter, complete",
                 lock_digest=digest, commands=[str(c) for c in recorded] if isinstance(recorded, list) else [],
                 inventory=(current / INVENTORY).read_text(encoding="utf-8"), pip_check=str(marker.get("pip_check", "")),
+                base_python=found,
             )
         reason = "lock or interpreter changed since the current env was built"
     else:
@@ -254,7 +262,8 @@ def rebuild(
     pool.shutdown(wait=False)
     _promote(project, plat, env)
     log(f"kernodeck: promoted {env.relative_to(project.root)}; interpreter: {python}")
-    return RebuildResult(env, python, False, reason, chosen, digest, commands, inventory, pip_check.strip(), durations)
+    return RebuildResult(env, python, False, reason, chosen, digest, commands, inventory, pip_check.strip(), durations,
+                         found)
 
 
 def _rel(arg: str, root: Path) -> str:
