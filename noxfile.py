@@ -1,7 +1,9 @@
 """Kernodeck sessions: thin wrappers over ``python -m kernodeck``. Tool versions come from pyproject's groups.
 
-    python3 -m pip install nox && nox -s verify     # lock check, rebuild, verify: the main job
-    nox -s tests                                   # the test suite
+    pipx run nox -s verify     # lock check, rebuild, verify: the main job (or: uvx nox -s verify)
+    pipx run nox -s tests      # the test suite (README: "On a fresh machine", for a machine with neither)
+
+Whatever Python runs nox, the env is rebuilt from the Python the platform declares, found on the machine.
 """
 
 from __future__ import annotations

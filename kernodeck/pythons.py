@@ -88,8 +88,11 @@ class Interpreter:
 class PythonNotFound(KernodeckError):
     """No installed CPython of the platform's version: one ERROR, a TIP saying how to get one."""
 
-    def __init__(self, message: str, version: str, downloads: bool) -> None:
+    def __init__(self, message: str, version: str, downloads: bool, *, explicit: bool = False) -> None:
         super().__init__(message)
+        if explicit:
+            self.tip = f"point {EXPLICIT_VAR} at a CPython {version}, or unset it to let kernodeck find one"
+            return
         self.tip = (
             f"install CPython {version} (`uv python install {version}`, `pyenv install {version}`, or your system's "
             f"python{version} package), or let uv fetch one for this run: {DOWNLOADS_VAR}=1 nox -s verify"
@@ -206,7 +209,7 @@ def find(version: str, os_arch: str, search: Search | None = None) -> Interprete
         if isinstance(found, Interpreter):
             return found
         raise PythonNotFound(f"{EXPLICIT_VAR}={search.explicit} is not a CPython {version} for {os_arch}: {found}",
-                             version, False)
+                             version, False, explicit=True)
     if search.running and f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
         running = _running(version, os_arch)
         if isinstance(running, Interpreter):

@@ -144,6 +144,7 @@ def test_an_explicit_base_python_is_checked_not_skipped(tmp_path: Path) -> None:
     with pytest.raises(PythonNotFound) as err:
         pythons.find(HERE, OS_ARCH, search(tmp_path, explicit=str(wrong), running=True))
     assert str(err.value).startswith(f"KERNODECK_BASE_PYTHON={wrong} is not a CPython {HERE}")
+    assert err.value.tip == f"point KERNODECK_BASE_PYTHON at a CPython {HERE}, or unset it to let kernodeck find one"
 
 
 def test_the_declared_platform_is_chosen_whatever_python_runs(monkeypatch: pytest.MonkeyPatch) -> None:
