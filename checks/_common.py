@@ -5,10 +5,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+_STEP = {"name": ""}
+
+
+def set_step(name: str) -> None:
+    """The step now running (set by the runner): progress lines are named after it."""
+    _STEP["name"] = name
+
+
+def progress(what: str) -> None:
+    """A sub-phase of the running step (``[kernodeck] STEP: WHAT`` on stderr); the orchestrator forwards it."""
+    print(f"[kernodeck] {_STEP['name'] or 'checks'}: {what}", file=sys.stderr, flush=True)
 
 
 class CheckFailed(Exception):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import CheckFailed, Context, Skip, load_sample, sha256_file
+from ._common import CheckFailed, Context, Skip, load_sample, progress, sha256_file
 
 
 def _np() -> Any:
@@ -116,6 +116,7 @@ def load_model(ctx: Context) -> Any:
     wrong = sorted(name for name, digest in expected.items() if found.get(name) != digest)
     if wrong:
         raise CheckFailed(f"weights differ from the reference's fingerprint: {', '.join(wrong)}", "weights")
+    progress("importing sentence-transformers, loading weights")
     from sentence_transformers import SentenceTransformer
 
     device = ctx.state.get("device", "cpu")
@@ -134,6 +135,15 @@ def encode(ctx: Context) -> Any:
     cfg = ctx.config["model"]
     model = load_model(ctx)
     texts = [i["text"] for i in sample(ctx)]
+    batch = int(cfg["batch_size"])
+    batches = -(-len(texts) // batch)
+    seen = [0]
+
+    def batch_done(*_: Any) -> None:  # a forward hook: counts batches without touching what is computed
+        seen[0] += 1
+        progress(f"batch {seen[0]}/{batches} ({min(seen[0] * batch, len(texts))}/{len(texts)} items)")
+
+    hook = model[0].register_forward_hook(batch_done) if len(model) else None
     try:
         arr = model.encode(
             texts,
@@ -144,6 +154,9 @@ def encode(ctx: Context) -> Any:
         )
     except Exception as exc:
         raise CheckFailed(f"{type(exc).__name__}: {exc}", "operator:encode") from exc
+    finally:
+        if hook is not None:
+            hook.remove()
     return np.asarray(arr)
 
 

@@ -228,11 +228,13 @@ def check(
 
 
 def run(ctx: Any) -> dict[str, Any]:
-    from ._common import CheckFailed
+    from ._common import CheckFailed, progress
 
     cfg = ctx.config.get("resume", {})
     device = str(ctx.state.get("device", "cpu"))
     tolerance = 0.0 if device == "cpu" else float(cfg.get("gpu_tolerance", 1e-5))
+    progress(f"training {cfg.get('steps', 12)} steps, then resuming from step {cfg.get('checkpoint_at', 5)} "
+             "in a new process")
     verdict = check(
         device, int(cfg.get("steps", 12)), int(cfg.get("checkpoint_at", 5)), ctx.out / "resume", (), tolerance
     )

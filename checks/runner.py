@@ -21,7 +21,7 @@ sys.path.insert(
     0, str(Path(__file__).resolve().parent.parent)
 )  # -I drops the script's folder: make `checks` importable
 
-from checks._common import CheckFailed, Context, Skip, write_json_atomic
+from checks._common import CheckFailed, Context, Skip, set_step, write_json_atomic
 
 # step name -> (module, function, title)
 STEPS = {
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             write_json_atomic(steps_dir / f"{number:02d}-{name}.json", result)
             continue
         print(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
+        set_step(name)
         start = time.perf_counter()
         try:
             details = getattr(importlib.import_module(module_name), func_name)(ctx)

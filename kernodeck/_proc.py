@@ -7,7 +7,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import CommandFailed
@@ -25,8 +29,53 @@ _LEAKY = (
 )
 
 
+_LOG_LOCK = threading.Lock()
+# Seconds between "still running" lines of a long phase when no terminal shows the tool's own progress (CI logs).
+HEARTBEAT_ENV = "KERNODECK_PROGRESS_INTERVAL"
+DEFAULT_HEARTBEAT_S = 15.0
+
+
 def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    """The one log writer: whole lines, one at a time, whichever thread writes (no two lines ever merge)."""
+    with _LOG_LOCK:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+
+def interactive() -> bool:
+    """A person watching a terminal: the installer's own progress display is shown; otherwise periodic lines."""
+    try:
+        return sys.stderr.isatty() and os.environ.get("CI", "").lower() not in ("1", "true")
+    except (AttributeError, ValueError):
+        return False
+
+
+def heartbeat_interval() -> float:
+    try:
+        return max(0.05, float(os.environ.get(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)))
+    except ValueError:
+        return DEFAULT_HEARTBEAT_S
+
+
+@contextmanager
+def alive(label: str, status: Callable[[], str] | None = None, interval: float | None = None) -> Iterator[None]:
+    """While the body runs, a line every ``interval`` seconds: ``kernodeck: LABEL: still running (Ns; STATUS)``."""
+    every = heartbeat_interval() if interval is None else interval
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            note = status() if status else ""
+            log(f"kernodeck: {label}: still running ({time.monotonic() - start:.0f}s{'; ' + note if note else ''})")
+
+    thread = threading.Thread(target=beat, name=f"kernodeck-alive-{label}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def show(argv: Sequence[str]) -> str:
@@ -85,3 +134,98 @@ def run(
             log(redact_text(output.rstrip()[-4000:]))
         raise CommandFailed(args, proc.returncode, first_error(proc.stderr or proc.stdout or ""), redact_text(output))
     return proc
+
+
+def _last_line(lines: deque[str]) -> str:
+    for line in reversed(lines):
+        text = line.strip()
+        if text:
+            return redact_text(text)[:120]
+    return ""
+
+
+def run_with_progress(
+    argv: Sequence[str | Path],
+    *,
+    label: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run a long command so that it shows it is alive; the same result and errors as :func:`run`.
+
+    On a terminal the tool's own progress display reaches it (through a pseudo-terminal, so the output is still
+    kept for the first error); without one (CI), its output is read line by line and a ``still running`` line
+    with the latest output is logged every few seconds. ``on_line`` sees every output line (forwarding phases).
+    """
+    args = [str(a) for a in argv]
+    log(f"$ {show(args)}")
+    full_env = dict(env) if env is not None else None
+    if interactive() and os.name == "posix":
+        code, output = _run_on_pty(args, full_env, cwd, on_line)
+    else:
+        code, output = _run_piped(args, full_env, cwd, label, on_line)
+    if code != 0:
+        log(redact_text(output.rstrip()[-4000:]))
+        raise CommandFailed(args, code, first_error(output), redact_text(output))
+    return subprocess.CompletedProcess(args, code, output, "")
+
+
+def _run_piped(
+    args: list[str],
+    env: dict[str, str] | None,
+    cwd: Path | None,
+    label: str,
+    on_line: Callable[[str], None] | None,
+) -> tuple[int, str]:
+    kept: list[str] = []
+    recent: deque[str] = deque(maxlen=20)
+    with (
+        subprocess.Popen(
+            args, env=env, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1
+        ) as proc,
+        alive(label, lambda: _last_line(recent)),
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            kept.append(line)
+            recent.append(line)
+            if on_line:
+                on_line(line.rstrip("\n"))
+        code = proc.wait()
+    return code, "".join(kept)
+
+
+def _run_on_pty(
+    args: list[str], env: dict[str, str] | None, cwd: Path | None, on_line: Callable[[str], None] | None
+) -> tuple[int, str]:
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    finally:
+        os.close(slave)
+    chunks: list[bytes] = []
+    pending = b""
+    try:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+            with _LOG_LOCK:
+                sys.stderr.buffer.write(data) if hasattr(sys.stderr, "buffer") else sys.stderr.write(data.decode())
+                sys.stderr.flush()
+            if on_line:
+                pending += data
+                *done, pending = pending.replace(b"\r", b"\n").split(b"\n")
+                for line in done:
+                    on_line(line.decode("utf-8", "replace"))
+    finally:
+        os.close(master)
+        code = proc.wait()
+    return code, b"".join(chunks).decode("utf-8", "replace")

@@ -342,10 +342,12 @@ def run_bench(
             [
                 Remove(bare_uv_dir),
                 [uv, "venv", "--quiet", "--python", base, bare_uv_dir],
-                [uv, "pip", "install", "--python", env_python(bare_uv_dir), "--require-hashes", "-r", lock_rel],
+                [uv, "pip", "install", "--python", env_python(bare_uv_dir), "--require-hashes", "--compile-bytecode",
+                 "-r", lock_rel],
             ],
             uv_env,
-            note="removes the previous env as --fresh does; the machine's pip sources handed to uv, as kernodeck does",
+            note="removes the previous env as --fresh does; the machine's pip sources handed to uv, as kernodeck does; "
+            "bytecode compiled at install on every side (uv --compile-bytecode, pip by default)",
         )
         m_rebuild, m_bare_uv = pair(kd_rebuild, bare_uv, cwd=work, repeat=repeat)
         bare_pip = Side(

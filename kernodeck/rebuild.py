@@ -21,7 +21,7 @@ from filelock import FileLock, Timeout
 from . import lockfile, pythons
 from . import wheelhouse as wheels
 from ._fs import sha256_file, write_atomic, write_json
-from ._proc import clean_env, log, run, show, uv_available
+from ._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
 from .config import Project
 from .errors import Busy, CommandFailed, ConfigError, RebuildFailed
 from .platforms import Platform
@@ -212,12 +212,18 @@ def rebuild(
     def record(argv: list[str]) -> None:
         commands.append(show([display.get(a) or _rel(a, project.root) for a in argv]))
 
-    def step(name: str, argv: list[str], env_vars: dict[str, str] | None = None, *, recorded: bool = False) -> str:
+    def step(
+        name: str, argv: list[str], env_vars: dict[str, str] | None = None, *, recorded: bool = False,
+        long: bool = False,
+    ) -> str:
         if not recorded:
             record(argv)
         start = time.perf_counter()
         try:
-            proc = run(argv, env=env_vars or clean_env(), cwd=project.root)
+            if long:  # the installer: its own progress on a terminal, "still running" lines in CI
+                proc = run_with_progress(argv, label=f"rebuild: {name}", env=env_vars or clean_env(), cwd=project.root)
+            else:
+                proc = run(argv, env=env_vars or clean_env(), cwd=project.root)
         except CommandFailed as exc:
             raise RebuildFailed(f"{name} failed: {exc.first_error}") from exc
         finally:
@@ -233,12 +239,15 @@ def rebuild(
         offline = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
         if chosen == "uv":
             uv_env = offline_env() if sources is None else clean_env(uv_environment(sources.result()))
-            argv = [uv_available() or "uv", "pip", "install", "--python", str(python), "--require-hashes", "--no-deps"]
-            step("install", [*argv, *offline, "-r", rel_lock], uv_env)
+            # --compile-bytecode: the first verify then costs what later ones cost (pip compiles by default).
+            argv = [uv_available() or "uv", "pip", "install", "--python", str(python), "--require-hashes", "--no-deps",
+                    "--compile-bytecode"]
+            step("install", [*argv, *offline, "-r", rel_lock], uv_env, long=True)
         else:
             argv = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input"]
-            argv += ["--progress-bar", "off"]
-            step("install", [*argv, *offline, "-r", rel_lock], pip_env)
+            if not interactive():
+                argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
+            step("install", [*argv, *offline, "-r", rel_lock], pip_env, long=True)
             seeds = _seeds_left(env, {p.name for p in lock.pins})
             if seeds:
                 step("remove-seeds", [str(python), "-m", "pip", "uninstall", "--yes", *seeds])
@@ -246,9 +255,10 @@ def rebuild(
         check_argv, freeze_argv = [str(python), "-m", "pip", "check"], [str(python), "-m", "pip", "freeze", "--all"]
         record(check_argv)
         record(freeze_argv)
-        checking = pool.submit(step, "pip-check", check_argv, recorded=True)
-        inventory = step("freeze", freeze_argv, recorded=True)
-        pip_check = checking.result()
+        with alive("rebuild: pip check and freeze"):
+            checking = pool.submit(step, "pip-check", check_argv, recorded=True)
+            inventory = step("freeze", freeze_argv, recorded=True)
+            pip_check = checking.result()
         write_atomic(env / INVENTORY, inventory)
         write_json(env / MARKER, {
             "lock": rel_lock, "lock_digest": digest, "platform": plat.id, "base_python": base,

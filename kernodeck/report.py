@@ -272,7 +272,8 @@ def _inventory(d: dict[str, Any]) -> str:
 def _embed(d: dict[str, Any]) -> str:
     if "items" not in d:
         return ""
-    return f"{d['items']} items on {d.get('device', '?')}, {_num(d.get('items_per_s'))} items/s"
+    where = f" on {d['device']}" if d.get("device") else ""
+    return f"{d['items']} items{where}, {_num(d.get('items_per_s'))} items/s"
 
 
 def _reread(d: dict[str, Any]) -> str:
@@ -442,3 +443,16 @@ def render_markdown(report: Report) -> str:
                 "",
             ]
     return "\n".join(lines) + "\n"
+
+
+def summary_line(report: Report, path: Path) -> str:
+    """The last line of a run: PASSED/FAILED, the first failure with its layer, the counts, the report's path."""
+    counts = ", ".join(f"{n} {st}" for st in Status if (n := sum(1 for s in report.steps if s.status is st)))
+    failure = report.first_failure()
+    if failure is None:
+        head = f"{report.status.upper()}: {counts}"
+    else:
+        error = " ".join(failure.error.split())
+        error = error if len(error) <= 160 else error[:159] + "…"
+        head = f"FAILED at {failure.name} (layer: {failure.layer or 'unknown'}): {error}; {counts}"
+    return f"{head} — report: {path}"

@@ -22,7 +22,7 @@ from . import dossier, inventory, lockfile, outdir
 from . import lock as locking
 from . import reference as refmod
 from ._fs import sha256_file, write_atomic, write_json
-from ._proc import clean_env, log, run, show
+from ._proc import alive, clean_env, log, run, show
 from .config import Project
 from .errors import (
     CommandFailed,
@@ -35,7 +35,7 @@ from .errors import (
 )
 from .platforms import Platform
 from .rebuild import RebuildResult, acquire, current_env, env_python, platform_lock, rebuild
-from .report import Layer, Report, Status, Step
+from .report import Layer, Report, Status, Step, step_result
 
 IN_ENV_STEPS = (
     "settings",
@@ -99,12 +99,10 @@ class Run:
     def add(self, step: Step) -> Step:
         self.steps.append(step)
         mark = {"passed": "ok", "failed": "FAILED", "skipped": "skipped", "not-run": "not-run"}[str(step.status)]
-        note = step.error or step.reason
+        note = step_result(step)  # what it found, as report.md's line says it
         timing = f"{step.duration_s:.2f}s"
         if step.name in self._started:
             timing += f", ended {time.strftime('%H:%M:%S')}"
-        if "items_per_s" in step.details:
-            timing += f", {step.details.get('items', '?')} items, {step.details['items_per_s']} items/s"
         log(f"kernodeck: {step.name}: {mark} ({timing}){' - ' + note if note else ''}")
         return step
 
@@ -122,6 +120,81 @@ def _interpreter_platform(project: Project, python: str, variant: Platform) -> P
     return Platform(proc.stdout.strip(), variant.os_arch, variant.variant)
 
 
+COLLECT_ENV = "collect_env.txt"
+
+
+@dataclass
+class CollectEnv:
+    """``python -m torch.utils.collect_env`` in the env (the record PyTorch maintainers ask for), run beside the
+    checks; its text goes into the dossier as is (reviewed like every dossier file), or why it is missing."""
+
+    argv: list[str]
+    proc: subprocess.Popen[str] | None
+    error: str = ""
+
+    @classmethod
+    def start(cls, python: Path, cwd: Path) -> CollectEnv:
+        argv = [str(python), "-I", "-m", "torch.utils.collect_env"]
+        log(f"$ {show(argv)} &")
+        try:
+            proc = subprocess.Popen(
+                argv,
+                env=clean_env(RUNNER_ENV),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except OSError as exc:
+            return cls(argv, None, f"could not start: {exc}")
+        return cls(argv, proc)
+
+    def finish(self, path: Path, timeout: float = 300) -> None:
+        head = f"# {show(['python', *self.argv[1:]])}\n"
+        if self.proc is None:
+            write_atomic(path, head + f"not collected: {self.error}\n")
+            return
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            write_atomic(path, head + f"not collected: still running after {timeout:.0f}s (killed)\n")
+            return
+        if self.proc.returncode != 0:
+            from ._proc import first_error
+
+            write_atomic(path, head + f"not collected: exit {self.proc.returncode}: {first_error(err or out)}\n")
+            return
+        write_atomic(path, head + out)
+
+
+class InEnvPhases:
+    """The in-env process's progress lines (``[kernodeck] STEP: WHAT`` on its stderr), forwarded once each.
+
+    A step's end line is not forwarded: the orchestrator reports each step once, from its result file. The latest
+    phase is what the "still running" line names.
+    """
+
+    def __init__(self) -> None:
+        self.step, self.what = "", "starting"
+
+    def feed(self, line: str) -> str | None:
+        if not line.startswith("[kernodeck] "):
+            return None
+        step, sep, what = line.removeprefix("[kernodeck] ").partition(": ")
+        if not sep:
+            return f"kernodeck: {line.removeprefix('[kernodeck] ')}"
+        if what.split(" ", 1)[0] in ("passed", "failed", "skipped", "not-run"):
+            return None
+        self.step, self.what = step, what
+        return f"kernodeck: {step}: {what}"
+
+    def status(self) -> str:
+        return f"{self.step}: {self.what}" if self.step else self.what
+
+
 def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str, Any]) -> None:
     """Run the in-env steps in one process; read back one result file per step."""
     config = {**config, "steps": list(names)}
@@ -137,20 +210,25 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     run_.meta["runner_env"] = RUNNER_ENV
     log(f"$ {show(argv)}")
     tail: deque[str] = deque(maxlen=40)
-    with subprocess.Popen(
-        argv,
-        env=clean_env(env_extra),
-        cwd=run_.staging,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        bufsize=1,
-    ) as proc:
+    phase = InEnvPhases()
+    with (
+        subprocess.Popen(
+            argv,
+            env=clean_env(env_extra),
+            cwd=run_.staging,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        ) as proc,
+        alive("checks", phase.status),
+    ):
         assert proc.stderr is not None
         for line in proc.stderr:
             tail.append(line.rstrip())
-            if line.startswith("[kernodeck]"):
-                log(line.rstrip())
+            shown = phase.feed(line.rstrip())
+            if shown:
+                log(shown)
         code = proc.wait()
     results = {p.name.split("-", 1)[1].removesuffix(".json"): p for p in (run_.staging / "steps").glob("*.json")}
     crashed_at = None
@@ -445,11 +523,21 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
             write_atomic(staging / "inventory.txt", frozen)
         # 5. the checks inside the environment, one process
         if not run_.failed and python is not None:
-            run_checks(run_, python, names, run_config)
+            collected = CollectEnv.start(python, staging)
+            try:
+                run_checks(run_, python, names, run_config)
+            finally:
+                collected.finish(staging / COLLECT_ENV)
         else:
             run_.not_run(
                 [n for n in ("rebuild", "inventory", *names) if n not in {s.name for s in run_.steps}],
                 next((s.name for s in run_.steps if s.status is Status.FAILED), "?"),
+            )
+        if not (staging / COLLECT_ENV).exists():
+            stopped = next((s.name for s in run_.steps if s.status is Status.FAILED), "?")
+            write_atomic(
+                staging / COLLECT_ENV,
+                f"not collected: no environment to run it in (the run stopped at {stopped}, before the checks)\n",
             )
         report = Report(plat.id, run_.steps, {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         _write_dossier(run_, report, result, lock_path, opts)

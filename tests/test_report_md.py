@@ -267,6 +267,8 @@ def test_report_md_of_real_runs(built_project: Path, tmp_path: Path) -> None:
     assert "bitwise identical" in rows["determinism"]["result"]
     assert f"torch {details['system']['torch_version']}" in rows["system"]["result"]
     assert "inventory vs the reference's" in section(md, "What differs from the reference")
+    collected = (out / "collect_env.txt").read_text(encoding="utf-8")  # beside system.json, reviewed like it
+    assert (out / "system.json").exists() and f"PyTorch version: {details['system']['torch_version']}" in collected
 
     out = tmp_path / "fail"
     proc = kd(built_project, "verify", "--no-rebuild", "--expect-backend", "cuda", "--out", str(out))
@@ -275,3 +277,15 @@ def test_report_md_of_real_runs(built_project: Path, tmp_path: Path) -> None:
     rows = table(md)
     assert "at `backend`" in md.split("## ", 1)[0] and rows["backend"]["status"] == "failed"
     assert "Likely cause" in md and rows["compare"]["status"] == "not-run"
+
+
+def test_collect_env_failure_is_recorded_not_hidden(tmp_path: Path) -> None:
+    """Negative control: an interpreter without torch gives a collect_env.txt that says why, never an empty file."""
+    import sys
+
+    from kernodeck.verify import CollectEnv
+
+    CollectEnv.start(Path(sys.executable), tmp_path).finish(tmp_path / "collect_env.txt")
+    text = (tmp_path / "collect_env.txt").read_text(encoding="utf-8")
+    assert text.startswith("# python -I -m torch.utils.collect_env\n")
+    assert "not collected: exit 1: " in text and "torch" in text
