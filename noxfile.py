@@ -1,4 +1,4 @@
-"""Kernodeck sessions: thin wrappers over ``python -m kernodeck``. Tool versions come from pyproject's groups.
+"""Kernodeck sessions: thin wrappers over python -m kernodeck. Tool versions come from pyproject's groups.
 
     pipx run nox -s verify     # lock check, rebuild, verify: the main job (or: uvx nox -s verify)
     pipx run nox -s tests      # the test suite (README: "On a fresh machine", for a machine with neither)
@@ -59,7 +59,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite (`-- -m "not slow"` skips the tests that build a real torch environment)."""
+    """The test suite (-- -m "not slow" skips the tests that build a real torch environment)."""
     _install(session, "test")
     session.run("python", "-m", "pytest", *session.posargs)
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import dossier, lockfile, outdir
+from . import __version__, dossier, lockfile, outdir
 from . import lock as locking
 from . import reference as refmod
 from ._fs import sha256_file, write_atomic, write_json
@@ -21,27 +21,40 @@ from .config import Backend, Project, load_project
 from .errors import KernodeckError, ManifestError
 from .platforms import resolve_platform
 from .rebuild import acquire, platform_lock, rebuild
-from .report import Status
+from .report import Report, Status, summary_line
 from .verify import Options, verify
+
+DESCRIPTION = (
+    "Kernodeck: lock, rebuild and verify reproducible PyTorch environments. The nox sessions "
+    "(nox -s COMMAND -- OPTIONS) are thin wrappers over these commands."
+)
+EPILOG = "On failure a command prints one ERROR: line and a TIP: line naming the next command to run."
 
 
 def _platform_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--platform", help="platform id, e.g. cp311-linux_x86_64-cpu (default: this machine)")
-    parser.add_argument("--variant", help="accelerator variant for this machine (default: per OS/arch in pyproject)")
+    parser.add_argument("--platform", metavar="ID",
+                        help="platform id, e.g. cp311-linux_x86_64-cpu (default: this machine's)")
+    parser.add_argument("--variant", metavar="NAME",
+                        help="accelerator variant for this machine, e.g. cpu or cu130 (default: per OS/arch in "
+                        "pyproject.toml)")
 
 
 def _rebuild_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto", help="default: uv when available")
+    parser.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto",
+                        help="the installer (default: auto, uv when available, else pip)")
     parser.add_argument("--fresh", action="store_true", help="rebuild even if the current env is up to date")
-    parser.add_argument("--wheelhouse", type=Path, help="install from this folder only, no index (air-gapped)")
+    parser.add_argument("--wheelhouse", type=Path, metavar="DIR",
+                        help="install from this folder only, no index (air-gapped; see the wheelhouse command)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kernodeck", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="kernodeck", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"kernodeck {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("lock", help="compile (or --check) the platform's hash-pinned lock")
     _platform_args(p)
-    p.add_argument("--resolver", choices=list(locking.RESOLVERS), default="pip-tools")
+    p.add_argument("--resolver", choices=list(locking.RESOLVERS), default="pip-tools",
+                   help="pip-tools for this machine's platform; uv for another platform from here (default: pip-tools)")
     p.add_argument("--check", action="store_true", help="exit non-zero, naming what changed, if the lock is stale")
     p.add_argument("--upgrade", action="store_true", help="re-resolve every pin to the newest allowed")
     p.add_argument("--all", action="store_true", help="(with --check) every declared platform")
@@ -58,30 +71,37 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
         _platform_args(p)
         _rebuild_args(p)
-        p.add_argument("--out", type=Path, help="dossier folder (default: a new folder under runs/)")
+        p.add_argument("--out", type=Path, metavar="DIR", help="dossier folder (default: a new folder under runs/)")
         p.add_argument("--no-rebuild", action="store_true", help="use the current env as it is")
-        p.add_argument("--python", help="verify this existing interpreter instead (nothing is installed into it)")
-        p.add_argument("--expect-backend", choices=[b.value for b in Backend], help="override the variant's backend")
+        p.add_argument("--python", metavar="PATH",
+                       help="verify this existing interpreter instead (nothing is installed into it)")
+        p.add_argument("--expect-backend", choices=[b.value for b in Backend],
+                       help="the backend that must be usable, with no CPU fallback (default: the variant's)")
         if name == "reference":
             p.add_argument("--new", action="store_true", help="replace the existing reference (kept in history/)")
     p = sub.add_parser("replay", help="clone the current commit into an empty folder; rebuild + verify there, cleanly")
     p.add_argument("--allow-dirty", action="store_true", help="replay HEAD anyway and name the uncommitted files")
     p.add_argument("--keep", action="store_true", help="keep the temporary clone")
-    p.add_argument("--out", type=Path, help="where the replay's dossier goes (default: runs/replay-<stamp>)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="where the replay's dossier goes (default: runs/replay-STAMP)")
     p = sub.add_parser("compare", help="what differs between two dossiers (Markdown and JSON)")
-    p.add_argument("dirs", nargs=2, type=Path)
-    p.add_argument("--out", type=Path, help="write compare.md and compare.json here")
+    p.add_argument("a", type=Path, metavar="A", help="the first dossier folder (e.g. dossier/reference or runs/X)")
+    p.add_argument("b", type=Path, metavar="B", help="the second dossier folder, compared with A")
+    p.add_argument("--out", type=Path, metavar="DIR", help="also write compare.md and compare.json into this folder")
     p = sub.add_parser("matrix", help="the CI matrix of the declared platforms, as JSON for GitHub Actions")
-    p.add_argument("--out", type=Path, help="also write it to this file")
+    p.add_argument("--out", type=Path, metavar="FILE", help="also write it to this file")
     p.add_argument("--hosted-only", action="store_true", help="leave out self-hosted runners (fork pull requests)")
     p = sub.add_parser("wheelhouse", help="download every file of a platform's lock, hash-checked, for offline use")
     _platform_args(p)
-    p.add_argument("--out", type=Path, help="the folder (default: .wheelhouse/<platform-id>)")
+    p.add_argument("--out", type=Path, metavar="DIR", help="the folder (default: .wheelhouse/PLATFORM-ID)")
     p = sub.add_parser("bench", help="kernodeck vs the bare tools on the same lock; writes bench/latest.md and .json")
     _platform_args(p)
-    p.add_argument("--repeat", type=int, default=5, help="timed runs of each command (after one warm-up)")
-    p.add_argument("--pip-repeat", type=int, default=1, help="timed runs of the bare pip install (slow)")
-    p.add_argument("--sizes", default="32,256,2048", help="sample sizes (texts) for verify's scaling")
+    p.add_argument("--repeat", type=int, default=5, metavar="N",
+                   help="timed runs of each command, after one warm-up (default: 5)")
+    p.add_argument("--pip-repeat", type=int, default=1, metavar="N",
+                   help="timed runs of the bare pip install, which is slow (default: 1)")
+    p.add_argument("--sizes", default="32,256,2048", metavar="N,N,...",
+                   help="sample sizes (texts) for verify's scaling (default: 32,256,2048)")
     p.add_argument("--keep", action="store_true", help="keep the scratch project under runs/")
     p = sub.add_parser("init", help="make this repository a Kernodeck project (noxfile, pyproject, app template, CI)")
     p.add_argument("--force", action="store_true", help="overwrite files (and a [tool.kernodeck]) that already exist")
@@ -134,17 +154,15 @@ def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(report_dict: dict[str, object], folder: Path) -> None:
-    for step in report_dict["steps"]:  # type: ignore[attr-defined]
-        note = step.get("error") or step.get("reason") or ""
-        print(f"  {step['status']:<8} {step['name']:<18} {note[:110]}")
-    print(f"{str(report_dict['status']).upper()}: {folder / 'report.md'}")
+def _summary(report: Report, folder: Path) -> None:
+    """One final line: each step was reported once as it ended; this says the verdict and where the report is."""
+    print(summary_line(report, folder / "report.md"))
 
 
 def cmd_verify(project: Project, args: argparse.Namespace) -> int:
     plat = resolve_platform(project, args.platform, args.variant)
     report, folder, _ = verify(project, plat, _options(args))
-    _summary(report.as_dict(), folder)
+    _summary(report, folder)
     return 0 if report.status is Status.PASSED else 1
 
 
@@ -163,7 +181,7 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
     if opts.out is None:
         opts.out = project.runs / f"reference-{plat.id}"
     report, folder, _ = verify(project, plat, opts, mode="reference")
-    _summary(report.as_dict(), folder)
+    _summary(report, folder)
     if report.status is not Status.PASSED:
         raise KernodeckError("the reference run failed; nothing was written to the reference",
                              tip=f"read {folder / 'report.md'}")
@@ -204,7 +222,7 @@ def _project_here() -> Project | None:
 
 
 def cmd_compare(project: Project | None, args: argparse.Namespace) -> int:
-    result = dossier.compare(args.dirs[0].resolve(), args.dirs[1].resolve())
+    result = dossier.compare(args.a.resolve(), args.b.resolve())
     text = dossier.render_compare(result)
     if args.out:
         here = _project_here()

@@ -33,21 +33,21 @@ class Spec(NamedTuple):
 
 
 SESSIONS = (
-    Spec("lock", "lock", "Compile this platform's hash-pinned lock (`-- --check`, `--platform ID --resolver uv`).",
+    Spec("lock", "lock", "Compile this platform's hash-pinned lock (-- --check, --platform ID --resolver uv).",
          default=False),
-    Spec("rebuild", "run", "Make or reuse a fresh venv from the lock (`-- --fresh`, `--installer pip`).",
+    Spec("rebuild", "run", "Make or reuse a fresh venv from the lock (-- --fresh, --installer pip).",
          default=False),
-    Spec("verify", "run", "Lock check, rebuild, then every check inside the env; writes the report (`-- --out DIR`).",
+    Spec("verify", "run", "Lock check, rebuild, then every check inside the env; writes the report (-- --out DIR).",
          default=True),
-    Spec("reference", "run", "Make a NEW reference identity from a rebuilt env (`-- --new` when one exists).",
+    Spec("reference", "run", "Make a NEW reference identity from a rebuilt env (-- --new when one exists).",
          default=False),
-    Spec("compare", "run", "What differs between two dossiers: `nox -s compare -- DIR_A DIR_B [--out DIR]`.",
+    Spec("compare", "run", "What differs between two dossiers: nox -s compare -- A B [--out DIR].",
          default=False),
     Spec("replay", "run", "Clone the current commit into an empty folder and rebuild + verify there, cleanly.",
          default=False),
-    Spec("matrix", "run", "Print the CI matrix of the declared platforms as JSON (`-- --out FILE` also writes it).",
+    Spec("matrix", "run", "Print the CI matrix of the declared platforms as JSON (-- --out FILE also writes it).",
          default=False),
-    Spec("wheelhouse", "wheelhouse", "Download every file of a platform's lock, hash-checked (`-- --platform ID`).",
+    Spec("wheelhouse", "wheelhouse", "Download every file of a platform's lock, hash-checked (-- --platform ID).",
          default=False),
 )
 
