@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("matrix", help="the CI matrix of the declared platforms, as JSON for GitHub Actions")
     p.add_argument("--out", type=Path, metavar="FILE", help="also write it to this file")
     p.add_argument("--hosted-only", action="store_true", help="leave out self-hosted runners (fork pull requests)")
+    p.add_argument("--locked-only", action="store_true",
+                   help="leave out platforms without a committed lock (their verify could only fail)")
+    p.add_argument("--self-hosted-runners", metavar="LABELS",
+                   help="the self-hosted runner labels this repository has, separated by commas or spaces; "
+                   "self-hosted rows for other labels are left out (default: keep every row)")
     p = sub.add_parser("wheelhouse", help="download every file of a platform's lock, hash-checked, for offline use")
     _platform_args(p)
     p.add_argument("--out", type=Path, metavar="DIR", help="the folder (default: .wheelhouse/PLATFORM-ID)")
@@ -254,7 +259,8 @@ def cmd_replay(project: Project, args: argparse.Namespace) -> int:
 def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
     from . import matrix
 
-    built = matrix.build(project, hosted_only=args.hosted_only)
+    built = matrix.build(project, hosted_only=args.hosted_only, locked_only=args.locked_only,
+                         runners=matrix.parse_runners(args.self_hosted_runners))
     if args.out:
         out = outdir.check_file(args.out, what="the matrix", tip="nox -s matrix -- --out matrix.json  (a file)",
                                 root=project.root, allowed=(project.runs,))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from ._fs import write_atomic
+from ._proc import log
 from .config import Project
 from .errors import ConfigError
 
@@ -36,14 +37,25 @@ class Matrix(TypedDict):
     include: list[MatrixEntry]
 
 
-def build(project: Project, *, hosted_only: bool = False) -> Matrix:
+def build(
+    project: Project,
+    *,
+    hosted_only: bool = False,
+    locked_only: bool = False,
+    runners: frozenset[str] | None = None,
+) -> Matrix:
     """Every declared platform, in declaration order; refuses a platform without a runner or declared twice.
 
     ``hosted_only`` leaves out the self-hosted ones: a pull request from a fork must never reach a self-hosted runner.
+    ``locked_only`` leaves out a platform with no committed lock (its verify could only fail: the lock workflow makes
+    it on its runner first). ``runners``: the self-hosted runner labels this repository declares it has (None: take
+    every declared platform as placeable); a self-hosted row for another label would wait in the queue forever.
+    Each platform left out is logged with its reason.
     """
     if not project.platforms:
         raise ConfigError("pyproject.toml declares no [[tool.kernodeck.platforms]]: the matrix would be empty")
     include: list[MatrixEntry] = []
+    left_out: list[str] = []
     seen: set[str] = set()
     for plat in project.platforms:
         if plat.id in seen:
@@ -57,6 +69,14 @@ def build(project: Project, *, hosted_only: bool = False) -> Matrix:
             )
         self_hosted = runner.startswith(SELF_HOSTED)
         if hosted_only and self_hosted:
+            left_out.append(f"{plat.id}: self-hosted ({runner}), and this run takes hosted runners only")
+            continue
+        if self_hosted and runners is not None and runner not in runners:
+            left_out.append(f"{plat.id}: its runner {runner} is not among the self-hosted runners this repository "
+                            f"declares ({', '.join(sorted(runners)) or 'none'})")
+            continue
+        if locked_only and not (project.lockfiles / f"{plat.id}.txt").exists():
+            left_out.append(f"{plat.id}: no committed lock (the lock workflow makes it on its runner)")
             continue
         include.append(
             MatrixEntry(
@@ -70,9 +90,18 @@ def build(project: Project, *, hosted_only: bool = False) -> Matrix:
                 self_hosted=self_hosted,
             )
         )
+    for line in left_out:
+        log(f"kernodeck: matrix: left out {line}")
     if not include:
-        raise ConfigError("every declared platform runs on a self-hosted runner: a hosted-only matrix would be empty")
+        raise ConfigError(f"every declared platform was left out, the matrix would be empty: {'; '.join(left_out)}")
     return Matrix(include=include)
+
+
+def parse_runners(text: str | None) -> frozenset[str] | None:
+    """``--self-hosted-runners`` as a workflow passes it: labels separated by commas or spaces; None when not given."""
+    if text is None:
+        return None
+    return frozenset(label for label in text.replace(",", " ").split() if label)
 
 
 def render(matrix: Matrix) -> str:

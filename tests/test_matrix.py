@@ -91,5 +91,37 @@ def test_no_platforms_and_hosted_only_without_hosted_rows_are_refused(tmp_path: 
         'os-arch = "linux_x86_64"\nvariant = "cu130"\nrunner = "self-hosted-cuda"\n',
     )
     assert matrix.build(load_project(gpu_only))["include"][0]["runs_on"] == ["self-hosted", "self-hosted-cuda"]
-    with pytest.raises(ConfigError, match="hosted-only matrix would be empty"):
+    with pytest.raises(ConfigError, match="matrix would be empty: .*hosted runners only"):
         matrix.build(load_project(gpu_only), hosted_only=True)
+
+
+def test_platforms_without_a_committed_lock_are_left_out_of_verify(capsys: pytest.CaptureFixture[str]) -> None:
+    project = load_project(ROOT)
+    every = [e["platform"] for e in matrix.build(project)["include"]]
+    locked = [e["platform"] for e in matrix.build(project, locked_only=True)["include"]]
+    unlocked = [p for p in every if not (project.lockfiles / f"{p}.txt").exists()]
+    assert unlocked, "a declared platform without a committed lock (rocm64, locked on its runner)"
+    assert locked == [p for p in every if p not in unlocked]
+    assert f"left out {unlocked[0]}: no committed lock" in capsys.readouterr().err
+
+
+def test_self_hosted_rows_only_for_the_runners_the_repository_declares() -> None:
+    project = load_project(ROOT)
+    every = matrix.build(project)["include"]
+    gpu = [e for e in every if e["self_hosted"]]
+    assert len(gpu) >= 2
+    none_declared = matrix.build(project, runners=matrix.parse_runners(""))["include"]
+    assert none_declared == [e for e in every if not e["self_hosted"]]
+    one = matrix.build(project, runners=matrix.parse_runners(f" {gpu[0]['runner']}, other-label "))["include"]
+    assert [e for e in one if e["self_hosted"]] == [gpu[0]]
+    assert matrix.build(project, runners=None)["include"] == every  # not given: every row, as before
+    assert matrix.parse_runners(None) is None
+
+
+def test_matrix_cli_takes_the_filters(tmp_path: Path) -> None:
+    project = copy_project(tmp_path / "project")
+    proc = kd(project, "matrix", "--locked-only", "--self-hosted-runners", "")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["include"]
+    assert rows and not any(e["self_hosted"] for e in rows)
+    assert "left out" in proc.stderr
