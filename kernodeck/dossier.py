@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from . import outdir
+from .errors import KernodeckError
 from .sources import machine_sources, redact_text, secrets_in_environment
 
 CREDENTIALS_HELP = """## Credentials and package sources
@@ -112,21 +114,85 @@ def procedure(
     return "\n".join(lines)
 
 
+class DamagedDossier(KernodeckError):
+    """A dossier file compare cannot read: named, with what is wrong with it."""
+
+    tip = "compare takes two dossier folders written by `nox -s verify`; rerun the verify that made the damaged one"
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DamagedDossier(f"{path} is not UTF-8 text (byte {exc.start}): damaged or not Kernodeck's") from None
+    except OSError as exc:
+        raise DamagedDossier(f"{path} cannot be read: {exc.strerror or exc}") from None
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(_text(path))
+    except json.JSONDecodeError as exc:
+        raise DamagedDossier(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}): truncated?") from None
+    if not isinstance(data, dict):
+        raise DamagedDossier(f"{path} holds a JSON {type(data).__name__}, not the object Kernodeck writes") from None
+    return data
+
+
 def _load(folder: Path) -> dict[str, Any]:
     report = folder / "report.json"
     if not report.exists():
-        from .errors import KernodeckError
-
         raise KernodeckError(
             f"{folder} holds no report.json: not a Kernodeck dossier", tip="nox -s verify -- --out DIR"
         )
-    data: dict[str, Any] = {"report": json.loads(report.read_text(encoding="utf-8"))}
+    data: dict[str, Any] = {"report": _json_object(report)}
+    steps = data["report"].get("steps", [])
+    if not isinstance(steps, list) or not all(isinstance(s, dict) and "name" in s for s in steps):
+        raise DamagedDossier(f"{report} has no list of steps with names: not a Kernodeck report")
     for name in ("system.json", "settings.json"):
         if (folder / name).exists():
-            data[name] = json.loads((folder / name).read_text(encoding="utf-8"))
+            data[name] = _json_object(folder / name)
     inv = folder / "inventory.txt"
-    data["inventory"] = inv.read_text(encoding="utf-8") if inv.exists() else ""
+    data["inventory"] = _text(inv) if inv.exists() else ""
     return data
+
+
+def read_embeddings(folder: Path) -> tuple[list[str], list[list[float]]] | None:
+    """A run's float32 embeddings and ids, read without numpy; None when absent or not float32 C-order.
+
+    A file that is there but empty, truncated or not a .npy is a :class:`DamagedDossier` (an error), never a number.
+    """
+    from array import array
+
+    npy, ids = folder / "embeddings.npy", folder / "ids.json"
+    if not npy.exists() or not ids.exists():
+        return None
+    raw = npy.read_bytes()
+    if len(raw) < 10 or not raw.startswith(b"\x93NUMPY") or raw[6] not in (1, 2, 3):
+        raise DamagedDossier(f"{npy} is empty or not a .npy file ({len(raw)} bytes)")
+    size = 2 if raw[6] == 1 else 4
+    header_len = int.from_bytes(raw[8 : 8 + size], "little")
+    start = 8 + size + header_len
+    if len(raw) < start:
+        raise DamagedDossier(f"{npy} is truncated inside its header ({len(raw)} of {start} header bytes)")
+    header = raw[8 + size : start].decode("latin1")
+    if "'<f4'" not in header or "'fortran_order': False" not in header:
+        return None
+    shape = re.search(r"'shape':\s*\(([0-9,\s]*)\)", header)
+    dims = [int(d) for d in shape.group(1).replace(" ", "").split(",") if d] if shape else []
+    expected = math.prod(dims) * 4 if dims else None
+    if expected is None or len(raw) - start != expected:
+        raise DamagedDossier(
+            f"{npy} is truncated: {len(raw) - start} data bytes where its header's shape "
+            f"{tuple(dims)} needs {expected}"
+        )
+    values = array("f")
+    values.frombytes(raw[start:])
+    names = json.loads(_text(ids))
+    if not isinstance(names, list) or len(names) != (dims[0] if dims else 0):
+        raise DamagedDossier(f"{ids} does not list one id per row of {npy.name} ({dims[0] if dims else 0} rows)")
+    dim = len(values) // max(len(names), 1)
+    return [str(n) for n in names], [list(values[i * dim : (i + 1) * dim]) for i in range(len(names))]
 
 
 def _dict_delta(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -200,25 +266,7 @@ def compare(dir_a: Path, dir_b: Path) -> dict[str, Any]:
 
 def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
     """Per-item cosine and max abs between the two runs' embeddings (.npy read without numpy: float32 little-endian)."""
-    from array import array
-
-    def read(folder: Path) -> tuple[list[str], list[list[float]]] | None:
-        npy, ids = folder / "embeddings.npy", folder / "ids.json"
-        if not npy.exists() or not ids.exists():
-            return None
-        raw = npy.read_bytes()
-        header_len = int.from_bytes(raw[8:10], "little") if raw[6] == 1 else int.from_bytes(raw[8:12], "little")
-        start = (10 if raw[6] == 1 else 12) + header_len
-        header = raw[(10 if raw[6] == 1 else 12) : start].decode("latin1")
-        if "'<f4'" not in header or "'fortran_order': False" not in header:
-            return None
-        values = array("f")
-        values.frombytes(raw[start:])
-        names = json.loads(ids.read_text(encoding="utf-8"))
-        dim = len(values) // max(len(names), 1)
-        return names, [list(values[i * dim : (i + 1) * dim]) for i in range(len(names))]
-
-    ea, eb = read(out_a), read(out_b)
+    ea, eb = read_embeddings(out_a), read_embeddings(out_b)
     if ea is None or eb is None:
         return {"available": False, "reason": "one of the dossiers has no readable float32 embeddings"}
     if ea[0] != eb[0]:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -18,9 +19,18 @@ from . import lockfile, pylock
 from ._fs import sha256_file, sha256_text, write_atomic
 from ._proc import clean_env, log, run, show, uv_available
 from .config import Project
-from .errors import CommandFailed, ConfigError, LockFailed, LockfileError, MissingLockfile, SourceUnreachable, StaleLock
+from .errors import (
+    Busy,
+    CommandFailed,
+    ConfigError,
+    LockFailed,
+    LockfileError,
+    MissingLockfile,
+    SourceUnreachable,
+    StaleLock,
+)
 from .platforms import UV_PLATFORM_ENV, UV_PLATFORMS, Platform, current_os_arch, current_python
-from .sources import PYPI, Source, machine_sources, pip_config, pip_no_index, reachable, redact_url
+from .sources import PYPI, Source, machine_sources, pip_config, pip_no_index, reachable, redact_text, redact_url
 
 RESOLVERS = {"pip-tools": "pip-tools", "uv": "uv"}
 
@@ -190,7 +200,57 @@ def _mentions(output: str, names: set[str]) -> bool:
 
 
 def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools", upgrade: bool = False) -> Path:
-    """Resolve ``plat``'s inputs into a hash-pinned lock and its PEP 751 twin; on any failure both stay as they were."""
+    """Resolve ``plat``'s inputs into a hash-pinned lock and its PEP 751 twin; on any failure both stay as they were.
+
+    One lock of a platform at a time (a file lock, as rebuild takes): a second waits, it never shares the first's
+    ``.compiling`` file.
+    """
+    folder = project.venv_root / plat.id
+    folder.mkdir(parents=True, exist_ok=True)
+    guard = FileLock(str(folder / ".compiling.lock"), timeout=3600)
+    try:
+        guard.acquire(timeout=0.1)
+    except Timeout:
+        log(f"kernodeck: another lock of {plat.id} is running; waiting for it")
+        try:
+            guard.acquire()
+        except Timeout:
+            raise Busy(f"another lock of {plat.id} kept it busy past the wait limit") from None
+    try:
+        return _compile_lock(project, plat, resolver=resolver, upgrade=upgrade)
+    finally:
+        guard.release()
+
+
+def _direct_references(project: Project, plat: Platform) -> None:
+    """Refuse an input line that names a URL, a path or an editable instead of an index package: a lock pins
+    versions and hashes from an index, and the error must name the .in file and line, not the lock."""
+    for rel in input_files(project, plat):
+        for number, raw in enumerate((project.root / rel).read_text(encoding="utf-8").splitlines(), 1):
+            line = re.split(r"(?:^|\s)#", raw, maxsplit=1)[0].strip()
+            what, name = "", ""
+            if line.startswith(("-e ", "--editable")):
+                what = "an editable requirement"
+            elif not line or line.startswith("-"):
+                continue  # options (-r, -c, --hash ...): the resolver reads them
+            else:
+                try:
+                    req = Requirement(line)
+                except InvalidRequirement:
+                    if "://" in line or line.startswith((".", "/", "~")):
+                        what = "a URL or path instead of a requirement"
+                else:
+                    name = req.name
+                    what = "a direct URL requirement" if req.url else ""
+            if what:
+                raise LockFailed(
+                    f"{rel}:{number}: {what} ({redact_text(line)}); a lock pins packages from an index by version "
+                    "and hash, and cannot pin a URL or a local path",
+                    tip=f"replace it with {name or 'NAME'}==VERSION from an index, then: nox -s lock",
+                )
+
+
+def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: bool) -> Path:
     if resolver == "pip-tools" and (plat.python != current_python() or plat.os_arch != current_os_arch()):
         raise ConfigError(
             f"pip-tools locks only for the machine it runs on ({current_python()}, {current_os_arch()}), not {plat.id}",
@@ -200,6 +260,7 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
         raise ConfigError(f"uv cannot resolve for {plat.os_arch}; known: {', '.join(UV_PLATFORMS)}")
     _check_tool(project, resolver)
     inputs = compute_inputs(project, plat, resolver)
+    _direct_references(project, plat)
     target = lock_path(project, plat)
     index = plat.variant.index
     extra_index: str | None = None
@@ -260,7 +321,12 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
             tmp.unlink(missing_ok=True)
         body = _strip_sources(body)
         _refuse_machine_sources(body, sources, target.name)
-        parsed = lockfile.parse_text(body, target)
+        try:
+            parsed = lockfile.parse_text(body, target)
+        except LockfileError as exc:  # the resolver's output, not the committed lock: say so
+            raise LockFailed(
+                f"{resolver}'s output for {plat.id} cannot be locked: {str(exc).split(': ', 1)[-1]}"
+            ) from None
         if not parsed.pins:
             raise LockFailed(f"{resolver} produced no pins for {plat.id}")
         header = [

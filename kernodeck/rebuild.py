@@ -179,7 +179,11 @@ def rebuild(
     current = current_env(project, plat)
     if current is not None and not fresh and wheelhouse is None:
         marker = _marker(current)
-        if marker.get("lock_digest") == digest and marker.get("base_python") == base:
+        reason = "lock or interpreter changed since the current env was built"
+        if not (current / INVENTORY).is_file():
+            reason = f"the current env {current.name} lacks its {INVENTORY} (changed after its build): not reused"
+            log(f"kernodeck: {reason}")
+        elif marker.get("lock_digest") == digest and marker.get("base_python") == base:
             log(f"kernodeck: reusing {current.relative_to(project.root)} (same lock digest and interpreter)")
             recorded = marker.get("commands")
             return RebuildResult(
@@ -189,7 +193,6 @@ def rebuild(
                 inventory=(current / INVENTORY).read_text(encoding="utf-8"), pip_check=str(marker.get("pip_check", "")),
                 base_python=found,
             )
-        reason = "lock or interpreter changed since the current env was built"
     else:
         reason = "--fresh given" if fresh and current else "--wheelhouse given" if wheelhouse else "no complete env yet"
     stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"

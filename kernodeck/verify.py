@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,8 +117,25 @@ def _stamp() -> str:
 
 
 def _interpreter_platform(project: Project, python: str, variant: Platform) -> Platform:
-    proc = run([python, "-I", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"], quiet=True)
-    return Platform(proc.stdout.strip(), variant.os_arch, variant.variant)
+    path = Path(python)
+    tip = "give an existing env's interpreter: nox -s verify -- --python /path/to/env/bin/python"
+    if not path.exists():
+        raise KernodeckError(f"--python {python}: no such file", tip=tip)
+    if path.is_dir():
+        raise KernodeckError(f"--python {python} is a folder, not an interpreter (its bin/python?)", tip=tip)
+    if not os.access(path, os.X_OK):
+        raise KernodeckError(f"--python {python} is not executable", tip=tip)
+    try:
+        proc = run(
+            [python, "-I", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"], quiet=True
+        )
+    except (CommandFailed, OSError) as exc:
+        why = exc.first_error if isinstance(exc, CommandFailed) else (exc.strerror or str(exc))
+        raise KernodeckError(f"--python {python} did not run as a Python interpreter: {why}", tip=tip) from None
+    version = proc.stdout.strip()
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", version):
+        raise KernodeckError(f"--python {python} is not a Python interpreter (it printed {version[:60]!r})", tip=tip)
+    return Platform(version, variant.os_arch, variant.variant)
 
 
 COLLECT_ENV = "collect_env.txt"
@@ -477,6 +495,12 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                     if env is None:
                         raise KernodeckError(f"no complete environment for {plat.id} to verify", tip="nox -s rebuild")
                     python = env_python(env)
+                    if not (env / "kernodeck-inventory.txt").is_file():
+                        raise KernodeckError(
+                            f"{env.relative_to(project.root)} lacks kernodeck-inventory.txt, written when it was "
+                            "built: the environment was changed after its build",
+                            tip="nox -s rebuild -- --fresh",
+                        )
                     frozen = (env / "kernodeck-inventory.txt").read_text(encoding="utf-8")
                     run_.add(
                         Step(
@@ -544,6 +568,13 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
         outdir.swap_into_place(staging, final)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        where = Path(str(exc.filename)) if exc.filename else None
+        if where is not None and staging not in where.parents and final not in (where, *where.parents):
+            # not the dossier: a file the run read (an env's, the project's); name it, not the output folder
+            raise KernodeckError(
+                f"reading {where} failed: {exc.strerror or exc}; no dossier was written",
+                tip="nox -s rebuild -- --fresh  (if the file belongs to the environment), then: nox -s verify",
+            ) from None
         raise DossierError(
             f"writing the dossier {final} failed: {exc.strerror or exc}; the earlier one is untouched"
         ) from None

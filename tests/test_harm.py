@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_project, kd
+from tests.conftest import ROOT, copy_project, kd
 
 rel = pytest.mark.reliability
 
@@ -336,3 +336,135 @@ def test_relock_of_unchanged_inputs_is_byte_identical(tmp_path: Path, monkeypatc
     assert "# source: extra-index-url" in text and "# source: find-links" in text
     assert written[0][0].decode().splitlines() == written[1][0].decode().splitlines()
     assert written[0] == written[1]
+
+
+# --- 13. clear errors instead of tracebacks ---------------------------------------------------------------------------
+
+
+def _dossier(folder: Path) -> Path:
+    """A minimal valid dossier (what compare reads)."""
+    folder.mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({"status": "passed", "platform": "p", "steps": []}))
+    (folder / "inventory.txt").write_text("numpy==2.4.6\n")
+    return folder
+
+
+def _npy(rows: int, dim: int) -> bytes:
+    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {dim}), }}".encode()
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\x00\x00\x80\x3f" * rows * dim
+
+
+@rel(
+    25,
+    "`compare` of a malformed report.json, a JSON list, an empty or truncated .npy, a non-UTF-8 inventory",
+    "one ERROR naming the file and what is wrong with it, and a TIP; no traceback",
+)
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        ("report.json", b'{"status": "passed", '),
+        ("report.json", b"[1, 2, 3]\n"),
+        ("system.json", b"{not json"),
+        ("inventory.txt", b"numpy==2.4.6\n\xff\xfe caf\xe9\n"),
+        ("outputs/embeddings.npy", b""),
+        ("outputs/embeddings.npy", _npy(2, 4)[:70]),
+        ("outputs/embeddings.npy", _npy(2, 4)[:-6]),
+    ],
+    ids=["report-truncated", "report-list", "system-json", "inventory-latin1", "npy-empty", "npy-header-cut",
+         "npy-data-cut"],
+)
+def test_compare_of_damaged_dossiers_is_one_error(tmp_path: Path, damage: str, words: bytes) -> None:
+    a, b = _dossier(tmp_path / "a"), _dossier(tmp_path / "b")
+    for folder in (a, b):
+        (folder / "outputs").mkdir()
+        (folder / "outputs" / "embeddings.npy").write_bytes(_npy(2, 4))
+        (folder / "outputs" / "ids.json").write_text('["x", "y"]')
+    (b / damage).write_bytes(words)
+    proc = kd(ROOT, "compare", str(a), str(b))
+    refused(proc, damage.rsplit("/", 1)[-1])
+    assert str(b) in proc.stderr
+
+
+@rel(
+    26,
+    "`verify --python` given a path that does not exist, a folder, or a program that is not Python",
+    "one ERROR naming the path and what it is, and a TIP; no traceback, nothing written",
+)
+@pytest.mark.parametrize("python", ["/nonexistent/bin/python", "folder", "not-executable", "/bin/true"])
+def test_verify_python_that_is_no_interpreter(tmp_path: Path, python: str) -> None:
+    project = lockless(tmp_path)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "not-executable").write_text("#!/bin/sh\n")
+    path = python if python.startswith("/") else str(tmp_path / python)
+    proc = kd(project, "verify", "--python", path, "--out", str(tmp_path / "run"))
+    refused(proc, path)
+    assert "--python" in proc.stderr.split("TIP:", 1)[1]
+    assert not (tmp_path / "run").exists()
+
+
+@rel(
+    27,
+    "two `nox -s lock` of the same platform at once",
+    "the second waits for the first (a file lock, as rebuild takes); both succeed with the same lock; no traceback",
+)
+def test_two_locks_at_once(tmp_path: Path) -> None:
+    from tests._lock_tiny import tiny_project, tiny_wheels
+
+    wheels = tiny_wheels(tmp_path / "wheels")
+    project = tiny_project(tmp_path / "p")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels),
+               PIP_TOOLS_CACHE_DIR=str(tmp_path / "c1"), UV_CACHE_DIR=str(tmp_path / "c2"),
+               XDG_CACHE_HOME=str(tmp_path / "c3"),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]), PYTHONPATH=str(project))
+    argv = [sys.executable, "-m", "kernodeck", "lock"]
+    procs = [subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for proc, (_, err) in zip(procs, outs, strict=True):
+        assert "Traceback" not in err, err
+        assert proc.returncode == 0, err
+    assert any("waiting for it" in err for _, err in outs), "the two locks ran at the same time"
+    lock = project / "lockfiles" / "cp311-linux_x86_64-cpu.txt"
+    assert "kdtiny-alpha==1.0" in lock.read_text()
+    assert not list((project / "lockfiles").glob(".*.compiling"))
+
+
+@rel(
+    28,
+    "a direct URL requirement (`name @ https://...`) in a requirements .in file, `nox -s lock`",
+    "one ERROR naming the .in file and its line (not the committed lock), and a TIP; the lock untouched",
+)
+@pytest.mark.parametrize("url", ["https://example.invalid/kdtiny_gamma-1.0-py3-none-any.whl", "file:///tmp/x.whl"])
+def test_url_requirement_blames_the_in_file(tmp_path: Path, url: str) -> None:
+    from tests._lock_tiny import tiny_project
+
+    project = tiny_project(tmp_path / "p", base=f"kdtiny-alpha\n# a comment\nkdtiny-gamma @ {url}\n")
+    proc = kd(project, "lock")
+    refused(proc, "requirements/base.in:3", "kdtiny-gamma")
+    assert "cp311-linux_x86_64-cpu.txt" not in proc.stderr.split("TIP:")[0]
+    assert list((project / "lockfiles").iterdir()) == []
+
+
+@rel(
+    29,
+    "the rebuilt env's `kernodeck-inventory.txt` deleted, then `verify --no-rebuild` and `verify`",
+    "the error names the env file (not 'writing the dossier failed'); a plain verify builds a fresh env",
+)
+def test_missing_env_inventory_is_named(tmp_path: Path) -> None:
+    from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel
+    from tests.tinylock import tiny_project as tiny_lock_project
+
+    links = tmp_path / "links"
+    project, plat = tiny_lock_project(tmp_path / "project", [pip_wheel(links), make_wheel(links, "tinya", "1.0")])
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    assert kd(project, "rebuild", env=env).returncode == 0
+    first = current_env(project, plat)
+    (first / "kernodeck-inventory.txt").unlink()
+    proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "run"), env=env)
+    assert "Traceback" not in proc.stderr and "writing the dossier" not in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "kernodeck-inventory.txt" in proc.stderr and "TIP:" in proc.stderr
+    proc = kd(project, "rebuild", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert current_env(project, plat) != first and (current_env(project, plat) / "kernodeck-inventory.txt").exists()
