@@ -57,6 +57,20 @@ def bench(session: nox.Session) -> None:
     _kernodeck(session, "bench")
 
 
+@nox.session(default=False)
+def sbom(session: nox.Session) -> None:
+    """A CycloneDX SBOM of every committed platform lock (-- --out DIR; default runs/sbom)."""
+    _install(session, "run")
+    session.run("python", "-m", "kernodeck", "sbom", *(session.posargs or ["--all"]))
+
+
+@nox.session(default=False)
+def audit(session: nox.Session) -> None:
+    """pip-audit of every committed platform lock; needs the network, says "not checked" where it has none."""
+    _install(session, "audit")
+    session.run("python", "-m", "kernodeck", "audit", *(session.posargs or ["--all"]))
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (-- -m "not slow" skips the tests that build a real torch environment)."""

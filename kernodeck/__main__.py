@@ -19,7 +19,7 @@ from ._fs import sha256_file, write_atomic, write_json
 from ._proc import log
 from .config import Backend, Project, load_project
 from .errors import KernodeckError, ManifestError
-from .platforms import resolve_platform
+from .platforms import Platform, resolve_platform
 from .rebuild import acquire, platform_lock, rebuild
 from .report import Report, Status, summary_line
 from .verify import Options, verify
@@ -99,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("wheelhouse", help="download every file of a platform's lock, hash-checked, for offline use")
     _platform_args(p)
     p.add_argument("--out", type=Path, metavar="DIR", help="the folder (default: .wheelhouse/PLATFORM-ID)")
+    p = sub.add_parser("sbom", help="a CycloneDX SBOM (package URLs, file URLs and hashes) of each platform lock")
+    _platform_args(p)
+    p.add_argument("--all", action="store_true", help="every declared platform that has a committed lock")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="where the SBOMs go, one PLATFORM-ID.cdx.json each (default: runs/sbom)")
+    p = sub.add_parser("audit", help="pip-audit of each platform lock (needs the vulnerability service: network)")
+    _platform_args(p)
+    p.add_argument("--all", action="store_true", help="every declared platform that has a committed lock")
     p = sub.add_parser("bench", help="kernodeck vs the bare tools on the same lock; writes bench/latest.md and .json")
     _platform_args(p)
     p.add_argument("--repeat", type=int, default=5, metavar="N",
@@ -279,6 +287,35 @@ def cmd_wheelhouse(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def _locked_platforms(project: Project, args: argparse.Namespace) -> list[Platform]:
+    if not args.all:
+        return [resolve_platform(project, args.platform, args.variant)]
+    plats = [resolve_platform(project, p.id) for p in project.platforms]
+    return [p for p in plats if locking.lock_path(project, p).exists()]
+
+
+def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
+    from . import sbom
+
+    out_dir = (args.out or project.runs / "sbom").resolve()
+    for plat in _locked_platforms(project, args):
+        lock_file = locking.require_current(project, plat)  # an SBOM of a stale lock would describe nothing real
+        twin = locking.pylock_path(project, plat)
+        target = sbom.write(lock_file, plat.id, out_dir / f"{plat.id}.cdx.json", twin if twin.exists() else None)
+        print(f"sbom {plat.id}: {target}")
+    return 0
+
+
+def cmd_audit(project: Project, args: argparse.Namespace) -> int:
+    from . import audit
+
+    results = [audit.audit_lock(locking.require_current(project, plat), plat.id)
+               for plat in _locked_platforms(project, args)]
+    for result in results:
+        print(result.line())
+    return audit.exit_code(results)
+
+
 def cmd_bench(project: Project, args: argparse.Namespace) -> int:
     from . import bench
 
@@ -298,7 +335,8 @@ def cmd_bench(project: Project, args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[Project, argparse.Namespace], int]] = {
     "lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare,
-    "replay": cmd_replay, "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "bench": cmd_bench,
+    "replay": cmd_replay, "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "bench": cmd_bench, "sbom": cmd_sbom,
+    "audit": cmd_audit,
 }
 
 

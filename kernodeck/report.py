@@ -305,11 +305,11 @@ SUMMARISERS: dict[str, Any] = {
 
 def step_result(step: Step) -> str:
     """One line: what the step FOUND (an error or a reason when it did not pass), never only what it is for."""
-    if step.status is Status.FAILED:
-        found = ""
-    else:
-        found = step.details.get("summary")
-        if not isinstance(found, str) or not found:
+    found = ""
+    if step.status is not Status.FAILED:
+        given = step.details.get("summary")
+        found = given if isinstance(given, str) else ""
+        if not found:
             summarise = SUMMARISERS.get(step.name)
             try:
                 found = summarise(step.details) if summarise else ""
@@ -376,7 +376,8 @@ def _differences(report: Report) -> list[str]:
 
 def likely_cause(report: Report, failure: Step) -> str:
     """Where to look first for a failure: the layer, then what differs from the reference's environment."""
-    vs = report.meta.get("vs_reference") if isinstance(report.meta.get("vs_reference"), dict) else {}
+    recorded = report.meta.get("vs_reference")
+    vs: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     inv = vs.get("inventory") or {}
     inv_keys = [*inv.get("changed", {}), *inv.get("added", {}), *inv.get("removed", {})]
     system = list((vs.get("system") or {}).keys())

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import dossier, inventory, lockfile, outdir
+from . import dossier, inventory, lockfile, outdir, sbom
 from . import lock as locking
 from . import reference as refmod
 from ._fs import sha256_file, write_atomic, write_json
@@ -244,9 +244,9 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
         assert proc.stderr is not None
         for line in proc.stderr:
             tail.append(line.rstrip())
-            shown = phase.feed(line.rstrip())
-            if shown:
-                log(shown)
+            forwarded = phase.feed(line.rstrip())
+            if forwarded:
+                log(forwarded)
         code = proc.wait()
     results = {p.name.split("-", 1)[1].removesuffix(".json"): p for p in (run_.staging / "steps").glob("*.json")}
     crashed_at = None
@@ -597,6 +597,8 @@ def _write_dossier(run_: Run, report: Report, result: RebuildResult | None, lock
             write_json(staging / file, steps[name].details)
     if lock_path.exists():
         shutil.copyfile(lock_path, staging / "lock.txt")
+        twin = locking.pylock_path(project, run_.plat)
+        sbom.write(lock_path, report.platform, staging / "sbom.cdx.json", twin if twin.exists() else None)
     ref_inv = project.reference / "inventory.txt"
     if ref_inv.exists() and (staging / "inventory.txt").exists():
         delta = inventory.diff(

@@ -91,7 +91,7 @@ def test_no_platforms_and_hosted_only_without_hosted_rows_are_refused(tmp_path: 
         'os-arch = "linux_x86_64"\nvariant = "cu130"\nrunner = "self-hosted-cuda"\n',
     )
     assert matrix.build(load_project(gpu_only))["include"][0]["runs_on"] == ["self-hosted", "self-hosted-cuda"]
-    with pytest.raises(ConfigError, match="matrix would be empty: .*hosted runners only"):
+    with pytest.raises(ConfigError, match=r"matrix would be empty: .*hosted runners only"):
         matrix.build(load_project(gpu_only), hosted_only=True)
 
 
