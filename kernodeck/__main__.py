@@ -22,6 +22,7 @@ from .errors import KernodeckError, ManifestError
 from .platforms import Platform, resolve_platform
 from .rebuild import acquire, platform_lock, rebuild
 from .report import Report, Status, summary_line
+from .sources import redact_text
 from .verify import Options, verify
 
 DESCRIPTION = (
@@ -359,9 +360,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_init(args)
         return COMMANDS[args.command](load_project(Path.cwd()), args)
     except KernodeckError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
+        print(redact_text(f"ERROR: {exc}"), file=sys.stderr)
         if exc.tip:
-            print(f"TIP: {exc.tip}", file=sys.stderr)
+            print(redact_text(f"TIP: {exc.tip}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ERROR: interrupted; the last good environment and dossier are untouched", file=sys.stderr)

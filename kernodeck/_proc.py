@@ -37,6 +37,7 @@ DEFAULT_HEARTBEAT_S = 15.0
 
 def log(message: str) -> None:
     """The one log writer: whole lines, one at a time, whichever thread writes (no two lines ever merge)."""
+    message = redact_text(message)  # the console counts as written (CI logs are often public)
     with _LOG_LOCK:
         sys.stderr.write(message + "\n")
         sys.stderr.flush()
@@ -105,14 +106,32 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def first_error(text: str) -> str:
-    """The first line that reads as an error, else the last non-empty line."""
+    """The first line that reads as an error with the causes the tool chained under it (uv's ``cause:`` lines: the
+    first and the root one, e.g. ``Failed to fetch: <url>`` and ``Connection refused``), else the last non-empty
+    line. Redacted: it is printed and may be written."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
+    for number, line in enumerate(lines):
         low = line.lower()
         # uv prefixes its errors with a multiplication sign (U+00D7)
         if low.startswith(("error", "fatal", "\u00d7")) or "error:" in low or "exception:" in low:
-            return redact_text(line)
+            return redact_text(_with_causes(line, lines[number + 1:]))
     return redact_text(lines[-1]) if lines else "(no output)"
+
+
+_CAUSE = ("cause:", "caused by:", "\u2570\u2500\u25b6")  # uv's "cause:" lines, its tree arrow
+
+
+def _with_causes(line: str, following: list[str]) -> str:
+    causes: list[str] = []
+    for nxt in following:
+        low = nxt.lower()
+        prefix = next((p for p in _CAUSE if low.startswith(p)), None)
+        if prefix is None:
+            break
+        causes.append(nxt[len(prefix):].strip())
+    chosen = list(dict.fromkeys([causes[0], causes[-1]])) if causes else []
+    text = " -- ".join([line.rstrip(":"), *chosen])  # spaced: a redacted query never swallows the next cause
+    return text if len(text) <= 600 else text[:597] + "..."
 
 
 def run(

@@ -326,7 +326,7 @@ def run_bench(
     lock_file = locking.lock_path(project, plat)
     lock_rel = str(lock_file.relative_to(project.root))
     env = clean_env()
-    sources = machine_sources(base)
+    sources = machine_sources()
     uv_env = clean_env(uv_environment(sources))
     rows: dict[str, Any] = {}
     try:

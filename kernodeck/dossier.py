@@ -15,12 +15,14 @@ from typing import Any
 
 from . import outdir
 from .errors import KernodeckError
-from .sources import machine_sources, redact_text, secrets_in_environment
+from .sources import SecretInText, check_written, scrub_text
 
 CREDENTIALS_HELP = """## Credentials and package sources
 
-Nothing here holds a credential or this machine's package sources. To install from a private index or a mirror,
-provide it at install time only, through the installer's own settings:
+Nothing here holds a credential or this machine's package sources. The variant's declared public index is named in
+the commands above; a mirror of it (`KERNODECK_INDEX_<VARIANT>`, e.g. `KERNODECK_INDEX_CPU`) is named by its
+variable only. To install from a private index or a mirror, provide it at install time only, through the installer's
+own settings:
 
 - pip: `PIP_INDEX_URL`, `PIP_EXTRA_INDEX_URL`, `PIP_FIND_LINKS`, or a pip.conf / keyring / `~/.netrc` entry;
 - uv: `UV_DEFAULT_INDEX`, `UV_INDEX`, `UV_FIND_LINKS`, or `UV_INDEX_<NAME>_USERNAME` / `_PASSWORD`.
@@ -28,37 +30,48 @@ provide it at install time only, through the installer's own settings:
 The lock's hashes still decide what is accepted, whatever the source.
 """
 
+_BINARY = (".npy", ".pt", ".safetensors")
+
+
+def _public(root: Path) -> list[str]:
+    """The project's declared indexes: public, committed in pyproject.toml, so they may be named."""
+    from .config import load_project
+
+    try:
+        return [v.index for v in load_project(root).variants.values()]
+    except KernodeckError:
+        return []
+
 
 def reviewer(root: Path) -> Any:
-    """A function that makes text fit to share: no credential, no local source path, no home or project path."""
-    replacements: list[tuple[str, str]] = []
-    for source in machine_sources():
-        loc = source.location
-        if loc.startswith(("/", "file:")):
-            replacements.append((loc, f"<local {source.kind}>"))
-    replacements.append((str(root), "<project>"))
+    """A function that makes text fit to share: no credential, no source of this machine (its values read from
+    pip's files and the environment, no pip needed), no home or project path."""
+    public = _public(root)
+    replacements: list[tuple[str, str]] = [(str(root), "<project>")]
     home = os.path.expanduser("~")
     if home not in ("/", ""):
         replacements.append((home, "~"))
-    secrets = secrets_in_environment()
     replacements.sort(key=lambda pair: -len(pair[0]))
 
     def review(text: str) -> str:
-        text = redact_text(text)
+        text = scrub_text(text, public)
         for old, new in replacements:
             text = text.replace(old, new)
-        for secret in secrets:
-            text = text.replace(secret, "***")
         return text
 
+    review.public = public  # type: ignore[attr-defined]
     return review
 
 
 def review_folder(folder: Path, root: Path, review: Any = None) -> None:
-    """Rewrite every text file under ``folder`` through the reviewer (binary outputs are left as they are)."""
+    """Rewrite every text file under ``folder`` through the reviewer (binary outputs are left as they are), then
+    scan each for the values of every source and credential variable: one left fails the write (and the file is
+    removed: it is Kernodeck's own, in a folder not yet in place)."""
     review = review or reviewer(root)
-    for path in folder.rglob("*"):
-        if not path.is_file() or path.suffix in (".npy", ".pt", ".safetensors"):
+    public = getattr(review, "public", None)
+    public = _public(root) if public is None else public
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file() or path.suffix in _BINARY:
             continue
         try:
             text = path.read_text(encoding="utf-8")
@@ -67,6 +80,11 @@ def review_folder(folder: Path, root: Path, review: Any = None) -> None:
         reviewed = review(text)
         if reviewed != text:
             path.write_text(reviewed, encoding="utf-8")
+        try:
+            check_written(reviewed, str(path.relative_to(folder)), public)
+        except SecretInText:
+            path.unlink()
+            raise
 
 
 def procedure(
@@ -77,6 +95,9 @@ def procedure(
     lock_rel: str,
     platform_id: str,
     reused: bool,
+    *,
+    index_args: str = "",
+    index_note: str = "",
 ) -> str:
     lines = [
         "# Procedure",
@@ -85,6 +106,9 @@ def procedure(
         "Each one is replayable by hand with plain Python and pip; Kernodeck is not needed to replay.",
         "",
     ]
+    if index_note:
+        lines += [f"Package sources: PyPI and the variant's index: {index_note}. The lock's hashes decide which file",
+                  "is accepted, whatever index serves it.", ""]
     if reused:
         lines += ["The environment was reused (same lock digest, same interpreter); it was built by:", ""]
     lines += ["```sh", *commands, "```", ""]
@@ -94,7 +118,8 @@ def procedure(
             "",
             "```sh",
             "python3 -m venv .venv-rebuild",
-            f".venv-rebuild/bin/python -m pip install --require-hashes --no-deps -r {lock_rel}",
+            f".venv-rebuild/bin/python -m pip install --require-hashes --no-deps {index_args} -r {lock_rel}".replace(
+                "  ", " "),
             ".venv-rebuild/bin/python -m pip check",
             ".venv-rebuild/bin/python -m pip freeze --all > installed-after.txt",
             "```",

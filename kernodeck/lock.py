@@ -30,7 +30,19 @@ from .errors import (
     StaleLock,
 )
 from .platforms import UV_PLATFORM_ENV, UV_PLATFORMS, Platform, current_os_arch, current_python
-from .sources import PYPI, Source, machine_sources, pip_config, pip_no_index, reachable, redact_text, redact_url
+from .sources import (
+    PYPI,
+    Source,
+    check_written,
+    machine_sources,
+    pip_config,
+    pip_no_index,
+    public_url,
+    reachable,
+    redact_text,
+    redact_url,
+    variant_index,
+)
 
 RESOLVERS = {"pip-tools": "pip-tools", "uv": "uv"}
 
@@ -132,7 +144,7 @@ def uv_lock_environment(plat: Platform, declared: str | None, sources: list[Sour
     env = {"UV_NO_CONFIG": "1", "UV_INDEX_STRATEGY": "unsafe-best-match", **UV_PLATFORM_ENV.get(plat.os_arch, {})}
     links = [s.location for s in sources if s.kind == "find-links"]
     if links:
-        env["UV_FIND_LINKS"] = " ".join(links)
+        env["UV_FIND_LINKS"] = ",".join(links)  # uv's syntax: commas (pip's is whitespace)
     if no_index:
         env["UV_NO_INDEX"] = "1"
         return env
@@ -262,7 +274,8 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
     inputs = compute_inputs(project, plat, resolver)
     _direct_references(project, plat)
     target = lock_path(project, plat)
-    index = plat.variant.index
+    vindex = variant_index(plat.variant.name, plat.variant.index)
+    index = vindex.url  # the declared index, or its mirror (KERNODECK_INDEX_<VARIANT>)
     extra_index: str | None = None
     source_notes: list[str] = []
     # Two independent probes (one `pip config` run, one HTTP HEAD): side by side, not one after another.
@@ -271,12 +284,16 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
         config = pool.submit(pip_config).result()
         index_ok, why = probe.result()
     sources, no_index = machine_sources(config=config), pip_no_index(config=config)
+    # The declared index is public (pyproject): recorded as declared. A mirror is named by its variable, never its URL.
+    declared_note = f"declared-index {public_url(plat.variant.index)}"
+    if vindex.mirror:
+        declared_note += f" (replaced by the mirror in {vindex.var})"
     if index_ok:
         extra_index = None if index.rstrip("/") == PYPI else index
-        source_notes.append(f"declared-index {redact_url(index)}")
+        source_notes.append(declared_note)
     else:
-        log(f"kernodeck: declared index {redact_url(index)} is unreachable ({why}); trying this machine's sources")
-        source_notes.append(f"declared-index {redact_url(index)} (unreachable at lock time: {why})")
+        log(f"kernodeck: {vindex.describe()} is unreachable ({why}); trying this machine's sources")
+        source_notes.append(f"{declared_note} (unreachable at lock time: {redact_url(why)})")
     source_notes += [s.redacted() for s in sources]
     if no_index:
         source_notes.append("no-index (this machine's pip uses no index)")
@@ -310,17 +327,17 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
             if not index_ok and _mentions(exc.output, _layer_names(project, plat)):
                 raise SourceUnreachable(
                     f"cannot lock {plat.id}: its torch layer ({plat.variant.torch_layer}) comes from "
-                    f"{redact_url(index)}, which is unreachable from here ({why}), "
+                    f"{vindex.describe()}, which is unreachable from here ({why}), "
                     "and no source configured on this machine provides it",
-                    tip=f"run `nox -s lock -- --platform {plat.id}` where {redact_url(index)} can be reached "
-                    "(the lock workflow on that platform), or set PIP_EXTRA_INDEX_URL to a mirror of it",
+                    tip=f"run `nox -s lock -- --platform {plat.id}` where {public_url(plat.variant.index)} can be "
+                    f"reached (the lock workflow on that platform), or set {vindex.var} to a mirror of it",
                 ) from None
             log(_without_tracebacks(exc.output))
             raise LockFailed(f"resolving {plat.id} with {resolver} failed: {_reason(exc)}") from None
         finally:
             tmp.unlink(missing_ok=True)
         body = _strip_sources(body)
-        _refuse_machine_sources(body, sources, target.name)
+        _refuse_machine_sources(body, sources, target.name, allow=plat.variant.index)
         try:
             parsed = lockfile.parse_text(body, target)
         except LockfileError as exc:  # the resolver's output, not the committed lock: say so
@@ -336,7 +353,8 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
             ("variant",
              f"{plat.variant.name} (backend {plat.variant.backend}, torch layer {plat.variant.torch_layer})"),
             ("resolver", f"{resolver} {resolver_version(project, resolver)}"),
-            ("command", _public_command(cmd, out_rel, str(target.relative_to(project.root)), extra)),
+            ("command", _public_command([vindex.shown() if c == vindex.url else c for c in cmd], out_rel,
+                                        str(target.relative_to(project.root)), extra)),
             # sorted: the same sources give the same bytes, whatever order this machine's config lists them in
             *[("source", note) for note in sorted(dict.fromkeys(source_notes))],
             ("packages", str(len(parsed.pins))),
@@ -371,6 +389,7 @@ def write_pair(project: Project, plat: Platform, text: str, sources: list[Source
                fetcher: pylock.Fetcher | None = None, known: dict[str, pylock.DistFile] | None = None) -> None:
     """Check a requirements lock's text and build its pylock, then write both; nothing is written if either fails."""
     target = lock_path(project, plat)
+    _refuse_machine_sources(text, sources, target.name, allow=plat.variant.index)  # the header too
     lockfile.parse_checked(text, target)
     pylock_text = pylock.build(text, target, plat, sources, no_index=no_index, fetcher=fetcher, known=known)
     _refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
@@ -405,8 +424,12 @@ def _strip_sources(body: str) -> str:
 
 
 def _refuse_machine_sources(text: str, sources: list[Source], name: str, allow: str = "") -> None:
-    """Never write one of this machine's sources (or any local URL the project did not declare) into ``name``."""
+    """Never write one of this machine's sources (or any local URL the project did not declare) into ``name``, nor
+    any value of a source or credential variable (the full text is scanned, header and body)."""
+    check_written(text, name, public=[allow] if allow else [])
     for source in sources:
+        if source.location.rstrip("/") == allow.rstrip("/"):
+            continue  # the project's declared index, configured on this machine too: public
         if source.location and source.location.rstrip("/") in text:
             raise LockFailed(f"one of this machine's sources ended up in {name}; not writing it")
     stripped = text.replace(allow.rstrip("/"), "") if allow and allow.startswith("file:") else text
@@ -422,7 +445,7 @@ def _variant_changes(lock: lockfile.Lockfile, plat: Platform) -> list[str]:
     found: list[str] = []
     sources = lock.header.get("source", [])
     declared = next((s.split(" ", 2)[1] for s in sources if s.startswith("declared-index ")), None)
-    now = redact_url(plat.variant.index)
+    now = public_url(plat.variant.index)
     if declared is not None and declared != now:
         found.append(f"the variant's index changed: {declared} -> {now}")
     match = _VARIANT_DETAIL.search(lock.first("variant"))

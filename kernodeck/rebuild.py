@@ -25,15 +25,24 @@ from ._proc import alive, clean_env, interactive, log, run, run_with_progress, s
 from .config import Project
 from .errors import Busy, CommandFailed, ConfigError, RebuildFailed
 from .platforms import Platform
-from .sources import machine_sources, uv_environment
+from .sources import (
+    SOURCE_VARS,
+    VariantIndex,
+    index_args,
+    indexes_asked,
+    machine_sources,
+    pip_no_index,
+    reachable,
+    uv_environment,
+    variant_index,
+)
 
 MARKER = "kernodeck-complete.json"
 INVENTORY = "kernodeck-inventory.txt"
 # What `python -m venv` seeds (setuptools up to Python 3.11) that the lock may not pin: removed after a pip install.
 VENV_SEEDS = ("setuptools", "wheel")
 # Every way an installer could reach a package source besides the wheelhouse (a wheelhouse install has none).
-_SOURCE_VARS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_INDEX_URL", "UV_DEFAULT_INDEX",
-                "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_FIND_LINKS")
+_SOURCE_VARS = SOURCE_VARS
 
 
 @dataclass
@@ -50,6 +59,8 @@ class RebuildResult:
     durations: dict[str, float] = field(default_factory=dict)
     # The interpreter the env was made from: the platform's Python found on this machine (path, version, how found).
     base_python: dict[str, str] = field(default_factory=dict)
+    # Where the variant's index came from: "declared" or "mirror (KERNODECK_INDEX_<VARIANT>)"; never a mirror's URL.
+    index: str = ""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -190,6 +201,7 @@ def rebuild(
                 env=current, python=env_python(current), reused=True, installer=str(marker.get("installer", "")),
                 reason="up to date: same lock digest, same base interpreter, complete",
                 lock_digest=digest, commands=[str(c) for c in recorded] if isinstance(recorded, list) else [],
+                index=str(marker.get("index", "")),
                 inventory=(current / INVENTORY).read_text(encoding="utf-8"), pip_check=str(marker.get("pip_check", "")),
                 base_python=found,
             )
@@ -203,12 +215,18 @@ def rebuild(
     commands: list[str] = []
     durations: dict[str, float] = {}
     pip_env = offline_env() if wheelhouse else None
-    # uv reads no pip config: it gets the machine's pip sources, which take a `pip config list` (~0.2 s) to learn;
-    # that runs while the venv is created. pip reads its own config, so the pip path never needs them.
+    # uv reads no pip config: it gets the machine's pip sources (read from pip's files and variables, as pip reads
+    # them). pip reads its own config. Both get the variant's index, or its mirror (KERNODECK_INDEX_<VARIANT>).
     pool = ThreadPoolExecutor(max_workers=2)
-    sources = pool.submit(machine_sources, base) if chosen == "uv" and not wheelhouse else None
-    # Recorded commands name tools, not this machine's paths to them.
-    display = {base: f"python{plat.python}", uv_available() or "uv": "uv"}
+    sources = machine_sources() if not wheelhouse else []
+    no_index = wheelhouse is not None or pip_no_index()
+    vindex = variant_index(plat.variant.name, plat.variant.index)
+    online = [] if no_index else index_args(vindex)
+    # A declared index this machine cannot reach is left out (its sources may hold the files, as the lock allows);
+    # a mirror the user named is always asked. The probe runs while the venv is created.
+    probe = pool.submit(reachable, vindex.url) if online and not vindex.mirror else None
+    # Recorded commands name tools, not this machine's paths to them; a mirror is named by its variable.
+    display = {base: f"python{plat.python}", uv_available() or "uv": "uv", vindex.url: vindex.shown()}
     if wheelhouse is not None and not wheelhouse.is_relative_to(project.root):
         display[str(wheelhouse)] = "WHEELHOUSE"  # a folder of this machine: named, not located
 
@@ -228,7 +246,9 @@ def rebuild(
             else:
                 proc = run(argv, env=env_vars or clean_env(), cwd=project.root)
         except CommandFailed as exc:
-            raise RebuildFailed(f"{name} failed: {exc.first_error}") from exc
+            asked = "" if wheelhouse or name != "install" else (
+                f" (sources asked: {indexes_asked(sources, vindex if online else None, no_index)})")
+            raise RebuildFailed(f"{name} failed: {exc.first_error}{asked}", tip=_failure_tip(current, plat)) from exc
         finally:
             durations[name] = round(time.perf_counter() - start, 3)
         return proc.stdout
@@ -240,17 +260,22 @@ def rebuild(
         else:
             step("create", [base, "-m", "venv", str(env)])
         offline = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
+        if probe is not None and not (answer := probe.result())[0]:
+            log(f"kernodeck: {vindex.describe()} is unreachable ({answer[1]}); installing from this machine's sources "
+                f"and PyPI (set {vindex.var} to a mirror of it if they lack its files)")
+            online = []
         if chosen == "uv":
-            uv_env = offline_env() if sources is None else clean_env(uv_environment(sources.result()))
+            uv_env = offline_env() if wheelhouse else clean_env(
+                {**uv_environment(sources, extra_index=bool(online)), **({"UV_NO_INDEX": "1"} if no_index else {})})
             # --compile-bytecode: the first verify then costs what later ones cost (pip compiles by default).
             argv = [uv_available() or "uv", "pip", "install", "--python", str(python), "--require-hashes", "--no-deps",
                     "--compile-bytecode"]
-            step("install", [*argv, *offline, "-r", rel_lock], uv_env, long=True)
+            step("install", [*argv, *offline, *online, "-r", rel_lock], uv_env, long=True)
         else:
             argv = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input"]
             if not interactive():
                 argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
-            step("install", [*argv, *offline, "-r", rel_lock], pip_env, long=True)
+            step("install", [*argv, *offline, *online, "-r", rel_lock], pip_env, long=True)
             seeds = _seeds_left(env, {p.name for p in lock.pins})
             if seeds:
                 step("remove-seeds", [str(python), "-m", "pip", "uninstall", "--yes", *seeds])
@@ -265,7 +290,8 @@ def rebuild(
         write_atomic(env / INVENTORY, inventory)
         write_json(env / MARKER, {
             "lock": rel_lock, "lock_digest": digest, "platform": plat.id, "base_python": base,
-            "installer": chosen, "commands": commands, "pip_check": pip_check.strip(), "durations_s": durations,
+            "installer": chosen, "commands": commands,
+            "index": _index_note(vindex, wheelhouse), "pip_check": pip_check.strip(), "durations_s": durations,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         })
     except BaseException:
@@ -276,7 +302,24 @@ def rebuild(
     _promote(project, plat, env)
     log(f"kernodeck: promoted {env.relative_to(project.root)}; interpreter: {python}")
     return RebuildResult(env, python, False, reason, chosen, digest, commands, inventory, pip_check.strip(), durations,
-                         found)
+                         found, _index_note(vindex, wheelhouse))
+
+
+def _index_note(index: VariantIndex, wheelhouse: Path | None) -> str:
+    """What the report says of the variant's index: declared, a mirror (named by its variable), or a wheelhouse."""
+    if wheelhouse is not None:
+        return "none (installed from a wheelhouse)"
+    if index.mirror:
+        return f"mirror ({index.var} replaced {index.declared})"
+    return f"declared ({index.declared})"
+
+
+def _failure_tip(previous: Path | None, plat: Platform) -> str:
+    keep = ("the previous good environment is untouched; " if previous is not None
+            else "no environment was kept (none existed before); ")
+    return (f"{keep}fix the cause above (the {plat.variant.name} variant's index, or its mirror in "
+            f"{VariantIndex(plat.variant.name, plat.variant.index).var}, must serve the lock's files), "
+            "then: nox -s rebuild -- --fresh")
 
 
 def _rel(arg: str, root: Path) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import dossier, inventory, lockfile, outdir, sbom
+from . import dossier, inventory, lockfile, outdir, sbom, sources
 from . import lock as locking
 from . import reference as refmod
 from ._fs import sha256_file, write_atomic, write_json
@@ -533,7 +533,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                     Step(
                         "rebuild",
                         Status.FAILED,
-                        error=str(cause.first_error if isinstance(cause, CommandFailed) else exc),
+                        error=str(exc),  # the installer's reason and the sources asked
                         layer=Layer.INSTALL,
                         duration_s=time.perf_counter() - t0,
                         command=" ".join(cause.argv) if isinstance(cause, CommandFailed) else "",
@@ -627,11 +627,23 @@ def _write_dossier(run_: Run, report: Report, result: RebuildResult | None, lock
             os.path.relpath(lock_path, project.root),
             report.platform,
             bool(result and result.reused),
+            **_index_procedure(run_.plat, opts),
         ),
     )
     report.meta["vs_reference"] = dossier.vs_reference(project.reference, staging)
     report.write(staging)
     dossier.review_folder(staging, project.root, run_.review.result() if run_.review else None)
+
+
+def _index_procedure(plat: Platform, opts: Options) -> dict[str, str]:
+    """How procedure.md names the variant's index: the declared URL, or a mirror by its variable only."""
+    if opts.wheelhouse is not None:
+        return {"index_args": "--no-index --find-links WHEELHOUSE", "index_note": "none: a wheelhouse"}
+    index = sources.variant_index(plat.variant.name, plat.variant.index)
+    if index.is_pypi:
+        return {"index_args": "", "index_note": "PyPI itself"}
+    note = index.describe() if index.mirror else f"{index.describe()} (a mirror may replace it: {index.var})"
+    return {"index_args": f"--extra-index-url {index.shown()}", "index_note": note}
 
 
 def _rel(project: Project, path: Path) -> str:

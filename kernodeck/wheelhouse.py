@@ -29,6 +29,7 @@ from ._proc import clean_env, log, run, show
 from .config import Project
 from .errors import CommandFailed, ConfigError, KernodeckError
 from .platforms import Platform, current_os_arch, current_python
+from .sources import index_args, variant_index
 
 MANIFEST = "kernodeck-wheelhouse.json"
 MANIFEST_VERSION = 1
@@ -193,6 +194,8 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
     folder.mkdir(parents=True, exist_ok=True)
     outdir.mark(folder, "wheelhouse")
     rel_lock = os.path.relpath(lock_file, project.root)
+    # The variant's declared index (or its mirror, KERNODECK_INDEX_<VARIANT>) beside the machine's own pip sources.
+    vindex = variant_index(plat.variant.name, plat.variant.index)
     argv = [
         pip_python(),
         "-m",
@@ -207,6 +210,7 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
         "--dest",
         str(folder),
         *target_flags(plat),
+        *index_args(vindex),
         "-r",
         rel_lock,
     ]
@@ -216,13 +220,15 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
     except CommandFailed as exc:
         raise WheelhouseError(
             f"downloading {plat.id}'s lock into {folder} failed: {exc.first_error}",
-            tip="check that this machine reaches the lock's index (pip config), then rerun",
+            tip=f"check that this machine reaches {vindex.describe()} and PyPI (or set {vindex.var} to a mirror), "
+            "then rerun",
         ) from exc
     seconds = time.perf_counter() - start
     found = require_complete(lock, folder, plat)
     files = {spec: path.name for spec, (path, _) in found.items()}
     # Recorded without this machine's paths: the interpreter and the folder are placeholders.
-    command = show(["python", "-m", "pip", *argv[3:]]).replace(str(folder), "WHEELHOUSE")
+    shown = [vindex.shown() if a == vindex.url else a for a in argv[3:]]
+    command = show(["python", "-m", "pip", *shown]).replace(str(folder), "WHEELHOUSE")
     write_json(
         folder / MANIFEST,
         {
@@ -231,6 +237,7 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
             "lock": rel_lock,
             "lock_digest": "sha256:" + sha256_file(lock_file),
             "command": command,
+            "index": f"mirror ({vindex.var})" if vindex.mirror else f"declared ({vindex.declared})",
             "files": {spec: {"file": path.name, "sha256": digest} for spec, (path, digest) in sorted(found.items())},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
