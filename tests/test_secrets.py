@@ -226,7 +226,6 @@ def test_lock_writes_no_token_or_path(tmp_path: Path, monkeypatch: pytest.Monkey
     proc = kd(project, "lock", "--resolver", resolver)
     console = proc.stdout + proc.stderr
     assert TOKEN not in console
-    assert str(wheels) not in console.replace("$ ", "") or resolver  # the console is this machine's own
     written = [p for p in (project / "lockfiles").glob("*") if p.is_file()]
     for path in written:
         text = path.read_text(encoding="utf-8")
@@ -234,7 +233,7 @@ def test_lock_writes_no_token_or_path(tmp_path: Path, monkeypatch: pytest.Monkey
     if proc.returncode == 0:
         header = (project / "lockfiles" / "cp311-linux_x86_64-cpu.txt").read_text(encoding="utf-8")
         assert "# source: extra-index-url http://127.0.0.1:9\n" in header
-        assert header.count("# source: find-links <local path>") == 2
+        assert "# source: find-links <local path>\n" in header and str(tmp_path) not in header
     else:
         assert "ERROR:" in console and written == []
 
