@@ -170,6 +170,7 @@ def run_with_progress(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     on_line: Callable[[str], None] | None = None,
+    quiet: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run a long command so that it shows it is alive; the same result and errors as :func:`run`.
 
@@ -185,7 +186,8 @@ def run_with_progress(
     else:
         code, output = _run_piped(args, full_env, cwd, label, on_line)
     if code != 0:
-        log(redact_text(output.rstrip()[-4000:]))
+        if not quiet:
+            log(redact_text(output.rstrip()[-4000:]))
         raise CommandFailed(args, code, first_error(output), redact_text(output))
     return subprocess.CompletedProcess(args, code, output, "")
 

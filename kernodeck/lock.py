@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 
 from . import lockfile, pylock
 from ._fs import sha256_file, sha256_text, write_atomic
-from ._proc import clean_env, log, run, show, uv_available
+from ._proc import clean_env, log, run_with_progress, show, uv_available
 from .config import Project
 from .errors import (
     Busy,
@@ -321,7 +321,7 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
     prefetch = _prefetch(target, plat, sources, no_index, known)
     try:
         try:
-            run(cmd, env=env, cwd=project.root, quiet=True)
+            run_with_progress(cmd, label=f"lock {plat.id}: {resolver}", env=env, cwd=project.root, quiet=True)
             body = tmp.read_text(encoding="utf-8")
         except CommandFailed as exc:
             if not index_ok and _mentions(exc.output, _layer_names(project, plat)):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import outdir
 from ._fs import write_json
-from ._proc import log, run
+from ._proc import log, run, run_with_progress
 from .config import Project
 from .errors import CommandFailed, KernodeckError
 
@@ -103,8 +103,9 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
         log("kernodeck: replaying in a clean clone: rebuild + verify from the committed lock")
         # -E -s: no PYTHON* variables, no user site; cwd is the clone, so `-m kernodeck` is the clone's own code.
         try:
-            run(
+            run_with_progress(
                 [tool_python, "-E", "-s", "-m", "kernodeck", "verify", "--fresh", "--out", str(dossier)],
+                label="replay: verify",
                 env=env,
                 cwd=clone,
             )

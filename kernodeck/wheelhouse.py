@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 from . import lock as locking
 from . import lockfile, outdir
 from ._fs import sha256_file, write_json
-from ._proc import clean_env, log, run, show
+from ._proc import clean_env, log, run_with_progress, show
 from .config import Project
 from .errors import CommandFailed, ConfigError, KernodeckError
 from .platforms import Platform, current_os_arch, current_python
@@ -216,7 +216,7 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
     ]
     start = time.perf_counter()
     try:
-        run(argv, env=clean_env(), cwd=project.root)
+        run_with_progress(argv, label=f"wheelhouse {plat.id}", env=clean_env(), cwd=project.root)
     except CommandFailed as exc:
         raise WheelhouseError(
             f"downloading {plat.id}'s lock into {folder} failed: {exc.first_error}",
