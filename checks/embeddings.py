@@ -173,19 +173,8 @@ def embed(ctx: Context) -> dict[str, Any]:
     start = time.perf_counter()
     arr = encode(ctx)
     seconds = time.perf_counter() - start
-    # Fault injection for the reliability suite (tests/): a NaN from the model, ids written out of order, or a
-    # file truncated between write and reread. Each must be caught by the reread step, not later.
-    fault = os.environ.get("KERNODECK_FAULT", "")
-    if fault == "nan-embedding":
-        arr = arr.copy()
-        arr[3, 5] = float("nan")
-    elif fault == "reverse-ids":
-        items = list(reversed(items))
     _save_npy(ctx.outputs / "embeddings.npy", arr)
     (ctx.outputs / "ids.json").write_text(json.dumps([i["id"] for i in items]) + "\n", encoding="utf-8")
-    if fault == "truncate-output":
-        path = ctx.outputs / "embeddings.npy"
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     ctx.state["first_run"] = arr
     ctx.state["first_run_seconds"] = seconds
     return {

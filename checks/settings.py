@@ -1,4 +1,4 @@
-"""Determinism settings, applied before any compute and recorded as applied (read back, not as requested)."""
+"""Determinism settings, applied before any compute, then read back: the step fails when torch reports otherwise."""
 
 from __future__ import annotations
 
@@ -7,15 +7,31 @@ import random
 import sys
 from typing import Any
 
-from ._common import Context, progress
+from ._common import CheckFailed, Context, progress
 
 SEED = 1234
+TF32_OFF = "ieee"  # the fp32_precision value that means full float32 (TF32 off)
+# torch >= 2.9: fp32_precision knobs beside the legacy TF32 flags (names below torch.backends). Each is SET to
+# "ieee" where this torch has it; a missing one is recorded as not available, never a failure.
+PRECISION_KNOBS = ("fp32_precision", "cuda.matmul.fp32_precision", "cudnn.conv.fp32_precision")
+NOT_AVAILABLE = "not available in this torch"
+CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")  # the two values cuBLAS documents as deterministic
+
+
+def _knob_owner(torch: Any, name: str) -> Any | None:
+    """The object under torch.backends that holds the knob ``name``, or None when this torch lacks it."""
+    obj: Any = torch.backends
+    for part in name.split(".")[:-1]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj if hasattr(obj, "fp32_precision") else None
 
 
 def _read_back(torch: Any) -> dict[str, Any]:
     back = torch.backends
     rec: dict[str, Any] = {
-        "seed": SEED,
+        "seed": torch.initial_seed(),
         "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "(unset)"),
         "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", "(unset)"),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
@@ -25,25 +41,20 @@ def _read_back(torch: Any) -> dict[str, Any]:
         "cudnn.allow_tf32 (legacy flag)": back.cudnn.allow_tf32,
         "cuda.matmul.allow_tf32 (legacy flag)": back.cuda.matmul.allow_tf32,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "fill_uninitialized_memory": getattr(torch.utils.deterministic, "fill_uninitialized_memory", "unavailable"),
+        "fill_uninitialized_memory": getattr(torch.utils.deterministic, "fill_uninitialized_memory", NOT_AVAILABLE),
         "torch.num_threads": torch.get_num_threads(),
         "torch.num_interop_threads": torch.get_num_interop_threads(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(unset)"),
     }
-    # torch >= 2.9 adds per-backend fp32_precision knobs beside the legacy TF32 flags.
-    for label, obj in (
-        ("cuda.matmul", back.cuda.matmul),
-        ("cudnn", back.cudnn),
-        ("cudnn.conv", getattr(back.cudnn, "conv", None)),
-        ("mkldnn", getattr(back, "mkldnn", None)),
-    ):
-        value = getattr(obj, "fp32_precision", None) if obj is not None else None
-        rec[f"{label}.fp32_precision"] = value if value is not None else "unavailable in this torch"
+    # The knobs set (PRECISION_KNOBS) and, for the record, the ones that inherit from the generic one.
+    for name in (*PRECISION_KNOBS, "cudnn.fp32_precision", "mkldnn.fp32_precision"):
+        owner = _knob_owner(torch, name)
+        rec[name] = owner.fp32_precision if owner is not None else NOT_AVAILABLE
     return rec
 
 
 def apply(deterministic: bool = True) -> dict[str, Any]:
-    """Seed every generator and pin every knob; return what torch reports back."""
+    """Seed every generator and pin every knob; return what was applied, by the read-back record's names."""
     # CUBLAS_WORKSPACE_CONFIG must be set before CUDA initialises: the orchestrator sets it in the process env.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import numpy as np
@@ -58,14 +69,56 @@ def apply(deterministic: bool = True) -> dict[str, Any]:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    applied: dict[str, Any] = {
+        "seed": SEED,
+        "deterministic_algorithms": deterministic,
+        "deterministic_warn_only": False,
+        "cudnn.deterministic": deterministic,
+        "cudnn.benchmark": not deterministic,
+        "cudnn.allow_tf32 (legacy flag)": False,
+        "cuda.matmul.allow_tf32 (legacy flag)": False,
+        "float32_matmul_precision": "highest",
+    }
     if hasattr(torch.utils, "deterministic"):
         torch.utils.deterministic.fill_uninitialized_memory = deterministic
-    return _read_back(torch)
+        applied["fill_uninitialized_memory"] = deterministic
+    for name in PRECISION_KNOBS:  # the generic knob first: the per-backend ones are set after it
+        owner = _knob_owner(torch, name)
+        if owner is not None:
+            owner.fp32_precision = TF32_OFF
+            applied[name] = TF32_OFF
+    return applied
+
+
+def differences(applied: dict[str, Any], record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every knob whose read-back differs from what was applied (and a cuBLAS workspace that is not deterministic)."""
+    differ = {
+        name: {"applied": value, "read_back": record.get(name, NOT_AVAILABLE)}
+        for name, value in applied.items()
+        if record.get(name, NOT_AVAILABLE) != value
+    }
+    if record.get("CUBLAS_WORKSPACE_CONFIG") not in CUBLAS_DETERMINISTIC:
+        differ["CUBLAS_WORKSPACE_CONFIG"] = {
+            "applied": " or ".join(CUBLAS_DETERMINISTIC),
+            "read_back": record.get("CUBLAS_WORKSPACE_CONFIG"),
+        }
+    return differ
 
 
 def run(ctx: Context) -> dict[str, Any]:
     if "torch" not in sys.modules:
         progress("importing torch")  # seconds on a cold start: the longest silence of a first verify
-    record = apply(deterministic=True)
+    import torch
+
+    applied = apply(deterministic=True)
+    record = _read_back(torch)
+    differ = differences(applied, record)
+    record["verified"] = [*sorted(applied), "CUBLAS_WORKSPACE_CONFIG"]
+    record["not_available"] = [name for name in PRECISION_KNOBS if name not in applied]
     ctx.state["settings"] = record
+    if differ:
+        shown = "; ".join(f"{k}: applied {v['applied']!r}, read back {v['read_back']!r}" for k, v in differ.items())
+        raise CheckFailed(
+            f"determinism settings did not hold: {shown}", "environment", {**record, "differences": differ}
+        )
     return record

@@ -221,8 +221,6 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     runner = run_.project.root / "checks" / "runner.py"
     argv = [str(python), "-I", str(runner), "--config", str(cfg_path)]
     env_extra = dict(RUNNER_ENV)
-    if os.environ.get("KERNODECK_FAULT"):
-        env_extra["KERNODECK_FAULT"] = os.environ["KERNODECK_FAULT"]
     shown = [os.path.relpath(a, run_.project.root) if os.path.isabs(a) else a for a in argv[:-1]]
     run_.meta["runner_command"] = show([*shown, "DOSSIER/run-config.json"])
     run_.meta["runner_env"] = RUNNER_ENV

@@ -15,6 +15,7 @@ from kernodeck import reference
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.config import load_project
 from tests.conftest import copy_project, kd, read_report, statuses
+from tests.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject
 
 pytestmark = pytest.mark.slow
 AFTER_COMPARE = ("criterion", "determinism", "resume")
@@ -124,8 +125,9 @@ def test_perturbed_reference_fails_at_compare(built_project: Path, tmp_path: Pat
     ],
 )
 def test_bad_outputs_fail_the_reread_step(built_project: Path, tmp_path: Path, fault: str, message: str) -> None:
-    env = dict(os.environ, KERNODECK_FAULT=fault)
-    proc = kd(built_project, "verify", "--out", str(tmp_path / "run"), env=env)
+    project = sibling(built_project, tmp_path)
+    inject(project, *OUTPUT_FAULTS[fault])
+    proc = kd(project, "verify", "--out", str(tmp_path / "run"))
     assert proc.returncode == 1
     report = read_report(tmp_path / "run")
     step = next(s for s in report["steps"] if s["name"] == "reread")  # type: ignore[union-attr]
@@ -294,7 +296,9 @@ def test_nox_verify_from_a_fresh_copy(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("fault", "layer"), [("transfer", "transfer-to-device"), ("operator", "operator:matmul")])
 def test_failure_attributed_to_its_layer(built_project: Path, tmp_path: Path, fault: str, layer: str) -> None:
-    proc = kd(built_project, "verify", "--out", str(tmp_path / "run"), env=dict(os.environ, KERNODECK_FAULT=fault))
+    project = sibling(built_project, tmp_path)
+    inject(project, *BACKEND_FAULTS[fault])
+    proc = kd(project, "verify", "--out", str(tmp_path / "run"))
     assert proc.returncode == 1
     report = read_report(tmp_path / "run")
     step = next(s for s in report["steps"] if s["name"] == "backend")  # type: ignore[union-attr]
