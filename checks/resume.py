@@ -2,8 +2,10 @@
 
 A small model with dropout, AdamW, an LR scheduler, a shuffled DataLoader with its own generator, and numpy/python
 randomness in the data pipeline. The checkpoint holds the whole compute state and progress: weights, optimizer,
-scheduler, every RNG (torch, CUDA, numpy, python), the loader generator's state at the start of the epoch and how
-many batches of that epoch were consumed. ``--drop`` restores without a part of it (negative controls).
+scheduler, every RNG (torch, every CUDA/ROCm device, MPS, numpy, python), the loader generator's state at the start of
+the epoch and how many batches of that epoch were consumed. ``--drop`` restores without a part of it (negative
+controls). RNG states are CPU ByteTensors wherever the model runs: the checkpoint is loaded onto the CPU and only the
+model's tensors are moved to the device. The worker process applies the same determinism settings as the runner.
 
 Run as a script by the runner's interpreter; module level imports only the standard library.
 """
@@ -11,6 +13,8 @@ Run as a script by the runner's interpreter; module level imports only the stand
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import random
 import subprocess
@@ -91,20 +95,13 @@ class Trainer:
         return float(loss.item()), checksum
 
     def state(self) -> dict[str, Any]:
-        import numpy as np
-
         torch = self.torch
         return {
             "step": self.step,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "numpy": np.random.get_state(),
-                "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            },
+            "rng": rng_state(torch),
             "sampler": {
                 "epoch": self.epoch,
                 "batch_in_epoch": self.batch_in_epoch,
@@ -113,10 +110,8 @@ class Trainer:
         }
 
     def restore(self, ckpt: dict[str, Any], drop: tuple[str, ...] = ()) -> None:
-        import numpy as np
-
         torch = self.torch
-        self.model.load_state_dict(ckpt["model"])
+        self.model.load_state_dict({k: v.to(self.device) for k, v in ckpt["model"].items()})
         self.step = ckpt["step"]
         if "optimizer" not in drop:
             self.optimizer.load_state_dict(ckpt["optimizer"])
@@ -130,12 +125,76 @@ class Trainer:
                 next(self._batches)
             self.batch_in_epoch = sampler["batch_in_epoch"]
         if "rng" not in drop:  # after the replay, which consumed numpy/python randomness
-            rng = ckpt["rng"]
-            torch.set_rng_state(rng["torch"])
-            np.random.set_state(rng["numpy"])
-            random.setstate(rng["python"])
-            if rng.get("cuda") is not None and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(rng["cuda"])
+            restore_rng(torch, ckpt["rng"])
+
+
+def _mps_available(torch: Any) -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def rng_state(torch: Any) -> dict[str, Any]:
+    """Every generator's state, each a CPU ByteTensor (as torch returns them) or a plain Python/numpy value."""
+    import numpy as np
+
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,  # every device (ROCm too)
+        "mps": torch.mps.get_rng_state() if _mps_available(torch) else None,
+    }
+
+
+def restore_rng(torch: Any, rng: dict[str, Any]) -> None:
+    """Set every generator back. torch.set_rng_state and friends take CPU ByteTensors only."""
+    import numpy as np
+
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    if rng.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    if rng.get("mps") is not None and _mps_available(torch):
+        torch.mps.set_rng_state(rng["mps"])
+
+
+def load_checkpoint(path: Path, device: str) -> dict[str, Any]:
+    """Load onto the CPU (RNG and generator states must stay CPU ByteTensors), then move the model to ``device``.
+
+    The optimizer's state stays on the CPU here: Optimizer.load_state_dict casts it to each parameter's device
+    (keeping AdamW's ``step`` counters where the optimizer expects them).
+    """
+    import torch
+
+    ckpt: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)  # our own file, just written
+    ckpt["model"] = {k: v.to(device) for k, v in ckpt["model"].items()}
+    return ckpt
+
+
+def apply_settings() -> dict[str, Any]:
+    """The runner's determinism settings, applied in this process too; fail when they do not hold.
+
+    Loaded by explicit path (this file runs as a script with -I): no project folder is put on sys.path.
+    """
+    here = Path(__file__).resolve().parent
+    name = "_kernodeck_checks"  # a private name: never an installed package's
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, here / "__init__.py", submodule_search_locations=[str(here)]
+        )
+        assert spec is not None and spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[name] = package
+        spec.loader.exec_module(package)
+    settings = importlib.import_module(f"{name}.settings")
+    import torch
+
+    applied = settings.apply(deterministic=True)
+    differ = settings.differences(applied, settings._read_back(torch))
+    if differ:
+        raise SystemExit(f"determinism settings did not hold in the resume worker: {sorted(differ)}")
+    return applied
 
 
 def describe(ckpt: dict[str, Any]) -> dict[str, Any]:
@@ -157,12 +216,12 @@ def _continue(checkpoint: Path, steps: int, device: str, drop: tuple[str, ...], 
     """The NEW process: restore from the checkpoint and continue to ``steps``."""
     import torch
 
+    applied = apply_settings()
     trainer = Trainer(device)
-    ckpt = torch.load(checkpoint, map_location=device, weights_only=False)  # our own file, written just before
-    trainer.restore(ckpt, drop)
+    trainer.restore(load_checkpoint(checkpoint, device), drop)
     losses = [trainer.train_step() for _ in range(steps - trainer.step)]
     torch.save(trainer.model.state_dict(), out.with_suffix(".pt"))
-    out.write_text(json.dumps({"trace": losses}), encoding="utf-8")
+    out.write_text(json.dumps({"trace": losses, "settings_applied": sorted(applied)}), encoding="utf-8")
 
 
 def check(
@@ -199,7 +258,8 @@ def check(
     if proc.returncode != 0:
         lines = [x for x in proc.stderr.splitlines() if x.strip()]
         return {"passed": False, "error": lines[-1] if lines else f"exit {proc.returncode}", "command": cmd}
-    tail = [tuple(pair) for pair in json.loads(out.read_text(encoding="utf-8"))["trace"]]
+    worker = json.loads(out.read_text(encoding="utf-8"))
+    tail = [tuple(pair) for pair in worker["trace"]]
     resumed = head + tail
     final = torch.load(out.with_suffix(".pt"), map_location="cpu", weights_only=True)
     diverged = None
@@ -224,6 +284,7 @@ def check(
         "losses_resumed": [b[0] for b in resumed],
         "checkpoint": describe(state),
         "new_process": True,
+        "worker_settings_verified": worker["settings_applied"],
     }
 
 
@@ -266,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.folder is None:
         parser.error("give --folder (whole check) or --continue (worker)")
+    apply_settings()
     verdict = check(args.device, args.steps, args.at, args.folder, tuple(args.drop))
     verdict.pop("losses_uninterrupted", None)
     verdict.pop("losses_resumed", None)

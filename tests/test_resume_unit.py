@@ -1,0 +1,115 @@
+"""The resume checkpoint, unit by unit, with the env's own torch (issue 11, "Resume on GPU").
+
+No GPU here: the ``meta`` device stands in for cuda/mps. ``torch.load(map_location=<device>)`` moves EVERY tensor,
+RNG states included, while torch.set_rng_state and Generator.set_state take CPU ByteTensors only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+PLATFORM = "cp311-linux_x86_64-cpu"
+
+
+def in_env(project: Path, code: str, *args: str) -> dict[str, Any]:
+    """CODE run by the env's own interpreter (-I), the project's checks importable; it prints one JSON line."""
+    python = project / ".venv-rebuild" / PLATFORM / "current" / "bin" / "python"
+    prelude = f"import sys, json\nsys.path.insert(0, {str(project)!r})\n"
+    proc = subprocess.run(
+        [str(python), "-I", "-c", prelude + textwrap.dedent(code), *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+ROUND_TRIP = """
+    from pathlib import Path
+    import torch
+    from checks import resume
+
+    path = Path(sys.argv[1])
+    first = resume.Trainer("cpu")
+    for _ in range(7):  # into the second epoch: the sampler replay is exercised too
+        first.train_step()
+    torch.save(first.state(), path)
+    expected = torch.rand(4).tolist()  # what the torch generator yields right after the checkpoint
+
+    def restore(ckpt):
+        trainer = resume.Trainer("meta")  # the model on another device type
+        try:
+            trainer.restore(ckpt)
+        except (TypeError, RuntimeError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    # The old load: every tensor, RNG states included, moved to the device.
+    old_error = restore(torch.load(path, map_location="meta", weights_only=False))
+    # The fixed load: onto the CPU, then only the model moved.
+    ckpt = resume.load_checkpoint(path, "meta")
+    new_error = restore(ckpt)
+    print(json.dumps({
+        "old_error": old_error,
+        "new_error": new_error,
+        "model_devices": sorted({str(v.device) for v in ckpt["model"].values()}),
+        "rng_devices": sorted({str(ckpt["rng"]["torch"].device),
+                               str(ckpt["sampler"]["generator_state_at_epoch_start"].device)}),
+        "rng_dtype": str(ckpt["rng"]["torch"].dtype),
+        "stream_after_restore": torch.rand(4).tolist(),
+        "expected_stream": expected,
+        "rng_parts": sorted(ckpt["rng"]),
+    }))
+"""
+
+
+@pytest.mark.reliability(
+    60,
+    "a resume checkpoint loaded with map_location of another device type (meta standing in for cuda/mps)",
+    "RNG and loader-generator states stay CPU ByteTensors; only the model moves; the torch stream resumes exactly",
+)
+def test_checkpoint_round_trips_through_another_device_type(built_project: Path, tmp_path: Path) -> None:
+    out = in_env(built_project, ROUND_TRIP, str(tmp_path / "checkpoint.pt"))
+    # What the old code did fails exactly as the issue reports ...
+    assert out["old_error"] is not None and "ByteTensor" in out["old_error"], out["old_error"]
+    # ... and the fixed load restores into a model on that device.
+    assert out["new_error"] is None
+    assert out["model_devices"] == ["meta"] and out["rng_devices"] == ["cpu"] and out["rng_dtype"] == "torch.uint8"
+    assert out["stream_after_restore"] == out["expected_stream"]
+    assert out["rng_parts"] == ["cuda", "mps", "numpy", "python", "torch"]  # MPS saved beside every CUDA device
+
+
+STANDALONE = """
+    import subprocess
+    proc = subprocess.run([sys.executable, "-I", "checks/resume.py", "--folder", sys.argv[1]],
+                          capture_output=True, text=True)
+    print(proc.stdout.strip().splitlines()[-1] if proc.returncode in (0, 1) and proc.stdout.strip()
+          else json.dumps({"exit": proc.returncode, "stderr": proc.stderr[-2000:]}))
+"""
+
+
+def test_resume_worker_applies_the_determinism_settings(built_project: Path, tmp_path: Path) -> None:
+    verdict = in_env(built_project, STANDALONE, str(tmp_path / "resume"))
+    assert verdict.get("passed") is True, verdict
+    assert verdict["first_diverging_step"] is None and verdict["comparison"] == "bitwise"
+    for knob in ("deterministic_algorithms", "cudnn.deterministic", "fp32_precision", "cuda.matmul.fp32_precision"):
+        assert knob in verdict["worker_settings_verified"], knob
+
+
+DROPPED = STANDALONE.replace('"--folder", sys.argv[1]]', '"--folder", sys.argv[1], "--drop", "rng"]')
+
+
+def test_resume_without_rng_state_diverges(built_project: Path, tmp_path: Path) -> None:
+    """The negative control of the worker: restored without the RNG states, the resumed run must diverge."""
+    verdict = in_env(built_project, DROPPED, str(tmp_path / "resume"))
+    assert verdict.get("passed") is False and verdict["first_diverging_step"] is not None, verdict
