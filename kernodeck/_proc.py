@@ -228,7 +228,21 @@ def _run_on_pty(
     finally:
         os.close(slave)
     chunks: list[bytes] = []
-    pending = b""
+    pending, shown = b"", b""
+
+    def show_redacted(final: bool = False) -> None:
+        # Whole lines (a progress bar redraws with \r) pass through redaction, so a URL credential is never shown
+        # even when a read splits it; a line still growing waits for the next read.
+        nonlocal shown
+        cut = len(shown) if final else max(shown.rfind(b"\n"), shown.rfind(b"\r")) + 1
+        if cut <= 0 and len(shown) < 65536:
+            return
+        cut = cut if cut > 0 else len(shown)
+        text, shown = redact_text(shown[:cut].decode("utf-8", "replace")), shown[cut:]
+        with _LOG_LOCK:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
     try:
         while True:
             try:
@@ -238,15 +252,15 @@ def _run_on_pty(
             if not data:
                 break
             chunks.append(data)
-            with _LOG_LOCK:
-                sys.stderr.buffer.write(data) if hasattr(sys.stderr, "buffer") else sys.stderr.write(data.decode())
-                sys.stderr.flush()
+            shown += data
+            show_redacted()
             if on_line:
                 pending += data
                 *done, pending = pending.replace(b"\r", b"\n").split(b"\n")
                 for line in done:
                     on_line(line.decode("utf-8", "replace"))
     finally:
+        show_redacted(final=True)
         os.close(master)
         code = proc.wait()
     return code, b"".join(chunks).decode("utf-8", "replace")

@@ -186,3 +186,18 @@ def test_bytecode_compiled_at_install_by_either_installer(tmp_path: Path, instal
     commands = json.loads((built / rebuild.MARKER).read_text(encoding="utf-8"))["commands"]
     install = next(c for c in commands if " install " in c)
     assert ("--compile-bytecode" in install) == (installer == "uv")  # pip compiles by default
+
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")
+def test_terminal_passthrough_is_redacted_even_when_a_read_splits_a_url(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_proc, "interactive", lambda: True)
+    child = (
+        "import sys, time; w = sys.stdout.write; w('Fetching https://user:s3cr'); sys.stdout.flush(); time.sleep(0.2);"
+        " w('et@mirror.invalid/simple done\\n'); sys.stdout.flush()"
+    )
+    _proc.run_with_progress([sys.executable, "-c", child], label="install")
+    shown = "\n".join(line for line in capfd.readouterr().err.splitlines() if not line.startswith("$ "))
+    assert "Fetching https://***@mirror.invalid/simple done" in shown and "s3cr" not in shown
