@@ -39,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 from . import __version__, lockfile
 from ._proc import log
 from .errors import LockFailed
-from .platforms import Platform
+from .platforms import UV_PLATFORM_ENV, Platform
 from .sources import PYPI, Source, is_local, redact_url, strip_credentials
 
 LOCK_VERSION = "1.0"
@@ -434,6 +434,11 @@ def render(lock: lockfile.Lockfile, plat: Platform, files: dict[str, list[DistFi
         "requirements-lock-sha256": hashlib.sha256(lock_text.encode("utf-8")).hexdigest(),
         "version": __version__,
     }}
+    target = UV_PLATFORM_ENV.get(plat.os_arch, {}).get("MACOSX_DEPLOYMENT_TARGET")
+    if target:
+        # uv targets macOS 13.0 unless told otherwise (MACOSX_DEPLOYMENT_TARGET), and the macOS 14 wheels this lock
+        # holds (torch's arm64 wheels) are then refused: the lock says which macOS it was made for.
+        data["tool"]["kernodeck"]["macos-deployment-target"] = target
     lines = [f"# PEP 751 lock for {plat.id}, written by Kernodeck beside {plat.lock_name} (same pins, same hashes); "
              "do not edit by hand."]
     lines += [f"{key} = {_value(data[key])}" for key in ("lock-version", "environments", "requires-python",
