@@ -150,8 +150,9 @@ def _compare_one(d: dict[str, Any]) -> str:
     for found, allowed, word, op in (
         ("max_abs", "max_abs_allowed", "max abs", "≤"),
         ("min_cosine", "cosine_min_allowed", "min cosine", "≥"),
-        ("max_violation", "atol", "max |a-b| - tol", "≤"),
-        ("share_equal", "min_share", "share equal", "≥"),
+        ("values_over", None, "values over atol + rtol*|ref|", "="),
+        ("equal_share", "min_share_allowed", "share of equal rows", "≥"),
+        ("unequal_rows", None, "unequal rows", "="),
         ("mismatches", None, "mismatches", "="),
     ):
         if found in d and d[found] is not None:
@@ -170,7 +171,8 @@ def _compare(d: dict[str, Any]) -> str:
     outputs = d.get("outputs")
     if isinstance(outputs, dict) and outputs and all(isinstance(v, dict) for v in outputs.values()):
         return "; ".join(
-            f"{name} ({o.get('kind', '?')}): {_compare_one(o) or _generic(o)}" for name, o in outputs.items()
+            f"{name} ({o.get('kind', '?')}): {o.get('summary') or _compare_one(o) or _generic(o)}"
+            for name, o in outputs.items()
         )
     return _compare_one(d)
 
@@ -187,10 +189,15 @@ def _criterion(d: dict[str, Any]) -> str:
 def _determinism(d: dict[str, Any]) -> str:
     if "bitwise_identical" not in d:
         return ""
+    between = d.get("max_abs_between_runs")
+    outputs = d.get("outputs")
+    if between is None and isinstance(outputs, dict):  # one record per declared output
+        each = [o.get("max_abs_between_runs", 0.0) for o in outputs.values() if isinstance(o, dict)]
+        between = max(each) if each else None
     head = (
         f"bitwise identical over {d.get('repeats', '?')} runs"
         if d["bitwise_identical"]
-        else f"max abs between runs {_num(d.get('max_abs_between_runs'))}"
+        else f"max abs between runs {_num(between)}"
     )
     if d.get("cost_ratio") is not None:
         head += f"; settings cost x{_num(d['cost_ratio'])}"
@@ -374,6 +381,18 @@ def _differences(report: Report) -> list[str]:
     return lines or ["- none recorded"]
 
 
+def _inventory_vs_reference(report: Report) -> str:
+    """The inventory row's second half: packages added / removed / changed against the reference's inventory."""
+    vs = report.meta.get("vs_reference")
+    inv = vs.get("inventory") if isinstance(vs, dict) else None
+    if not isinstance(inv, dict):
+        return ""
+    counts = [len(inv.get(k) or {}) for k in ("added", "removed", "changed")]
+    if not any(counts):
+        return "; vs the reference's: identical"
+    return "; vs the reference's: {} added, {} removed, {} changed".format(*counts)
+
+
 def likely_cause(report: Report, failure: Step) -> str:
     """Where to look first for a failure: the layer, then what differs from the reference's environment."""
     recorded = report.meta.get("vs_reference")
@@ -418,10 +437,10 @@ def render_markdown(report: Report) -> str:
         lines += ["", f"**Likely cause**: {likely_cause(report, failure)}"]
     lines += ["", "## Steps", "", "| step | status | time | result |", "|---|---|---|---|"]
     for step in report.steps:
-        lines.append(
-            f"| {step.name} | {_MARK[step.status]} {step.status} | {step.duration_s:.2f}s "
-            f"| {_cell(step_result(step))} |"
-        )
+        result = step_result(step)
+        if step.name == "inventory" and step.status is Status.PASSED:
+            result += _inventory_vs_reference(report)
+        lines.append(f"| {step.name} | {_MARK[step.status]} {step.status} | {step.duration_s:.2f}s | {_cell(result)} |")
     if failure:
         lines += ["", "## First failure", "", f"- step: `{failure.name}` (layer: {failure.layer or 'unknown'})"]
         if failure.command:

@@ -139,7 +139,7 @@ def test_passing_report_leads_with_verdict_and_gives_each_steps_numbers() -> Non
     system = rows["system"]["result"]
     for part in ("torch 2.13.0+cpu", "CUDA none", "HIP none", "AMD EPYC, AVX512", "driver unavailable"):
         assert part in system
-    assert rows["inventory"]["result"] == "87 packages, equal to the lock"
+    assert rows["inventory"]["result"] == "87 packages, equal to the lock; vs the reference's: identical"
     diff = section(md, "What differs from the reference")
     assert "inventory vs the reference's: identical" in diff and "system chain: the same" in diff
     assert "Likely cause" not in md
@@ -170,6 +170,7 @@ def test_failing_report_names_first_failure_and_likely_cause() -> None:
     rows = table(md)
     assert rows["compare"]["status"] == "failed" and "beyond tolerance" in rows["compare"]["result"]
     assert {rows[n]["status"] for n in ("criterion", "determinism", "resume")} == {"not-run"}
+    assert rows["inventory"]["result"].endswith("; vs the reference's: 0 added, 0 removed, 1 changed")
     diff = section(md, "What differs from the reference")
     assert "torch 2.13.0 → 2.14.1" in diff and "0 added, 0 removed, 1 changed" in diff
     assert "only in the reference: avx512f" in diff and "Intel Xeon → AMD EPYC" in diff
@@ -205,14 +206,28 @@ def test_step_summary_wins_and_unknown_steps_fall_back_to_their_scalars() -> Non
                         "cosine_min_allowed": 0.9999,
                         "worst_id": "a",
                     },
-                    "labels": {"kind": "exact", "mismatches": 0},
+                    "labels": {"kind": "exact", "unequal_rows": 0, "equal_share": 1.0},
+                    "votes": {"kind": "agreement", "summary": "0.9800 of rows agree (allowed >= 0.95)"},
                 }
             },
         )
     )
-    assert (
-        "embeddings (cosine): max abs 1e-06 (≤ 0.0001)" in per_output and "labels (exact): mismatches 0" in per_output
+    assert "embeddings (cosine): max abs 1e-06 (≤ 0.0001)" in per_output
+    assert "labels (exact): share of equal rows 1, unequal rows 0" in per_output
+    assert "votes (agreement): 0.9800 of rows agree (allowed >= 0.95)" in per_output  # the output's own line first
+    # determinism recorded per output: the largest difference between runs is named
+    det = step_result(
+        Step(
+            "determinism",
+            Status.PASSED,
+            details={
+                "bitwise_identical": False,
+                "repeats": 3,
+                "outputs": {"a": {"max_abs_between_runs": 2e-7}, "b": {"max_abs_between_runs": 5e-6}},
+            },
+        )
     )
+    assert det == "max abs between runs 5e-06"
 
 
 def test_result_column_never_hides_a_failure_behind_details() -> None:
@@ -261,9 +276,14 @@ def test_report_md_of_real_runs(built_project: Path, tmp_path: Path) -> None:
     assert "PASSED" in md.split("## ", 1)[0]
     compare = rows["compare"]["result"]
     assert found(r"max abs " + NUMBER, compare) == pytest.approx(details["compare"]["max_abs"], rel=1e-2, abs=1e-12)
-    assert f"worst `{details['compare']['worst_id']}`" in compare
-    margin = found(r"smallest margin " + NUMBER, rows["criterion"]["result"])
-    assert margin == pytest.approx(details["criterion"]["min_margin"], rel=1e-2)
+    assert found(r"min cosine " + NUMBER, compare) == pytest.approx(details["compare"]["min_cosine"], abs=1e-9)
+    assert details["compare"]["worst_id"] in compare
+    criterion = details["criterion"]
+    if isinstance(criterion.get("summary"), str):  # the application's own line, as it gave it
+        assert rows["criterion"]["result"] == " ".join(criterion["summary"].split())
+    else:
+        margin = found(r"smallest margin " + NUMBER, rows["criterion"]["result"])
+        assert margin == pytest.approx(criterion["min_margin"], rel=1e-2)
     assert "bitwise identical" in rows["determinism"]["result"]
     assert f"torch {details['system']['torch_version']}" in rows["system"]["result"]
     assert "inventory vs the reference's" in section(md, "What differs from the reference")
