@@ -40,7 +40,7 @@ from . import __version__, lockfile
 from ._proc import log
 from .errors import LockFailed
 from .platforms import UV_PLATFORM_ENV, Platform
-from .sources import PYPI, Source, is_local, redact_url, strip_credentials
+from .sources import PYPI, Source, is_local, redact_url, strip_credentials, variant_index
 
 LOCK_VERSION = "1.0"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -353,6 +353,9 @@ def locate(
     """Every locked file of every pin, by sha256, with a public URL. Raises when a locked hash cannot be placed."""
     declared = plat.variant.index.rstrip("/")
     indexes = [] if no_index else _public_indexes(plat)
+    # A mirror of the variant's index (KERNODECK_INDEX_<VARIANT>) is read for hashes it alone can place; the URL
+    # written is the file's under the declared index, never the mirror's.
+    mirror = None if no_index else variant_index(plat.variant.name, plat.variant.index).mirror
     local_locations = _local_locations(plat, machine)
     fetcher = fetcher or Fetcher()
     unreachable = fetcher.unreachable
@@ -368,6 +371,15 @@ def locate(
             for entry in listed:
                 if entry.sha256 in wanted and entry.sha256 not in placed:
                     placed[entry.sha256] = entry
+        missing = wanted - set(placed)
+        if missing and mirror and declared != PYPI:
+            try:
+                for entry in fetcher.index_files(mirror, pin.name):
+                    if entry.sha256 in missing:
+                        url = f"{declared}/{urllib.parse.quote(entry.filename)}"
+                        placed[entry.sha256] = DistFile(entry.filename, url, entry.sha256, entry.size)
+            except OSError:
+                pass
         missing = wanted - set(placed)
         if missing and declared != PYPI:
             # Not on a reachable public index: name it under the declared index (PyTorch's indexes serve files

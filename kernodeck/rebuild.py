@@ -225,6 +225,7 @@ def rebuild(
     # A declared index this machine cannot reach is left out (its sources may hold the files, as the lock allows);
     # a mirror the user named is always asked. The probe runs while the venv is created.
     probe = pool.submit(reachable, vindex.url) if online and not vindex.mirror else None
+    skipped = ""  # why the declared index was left out, when it was
     # Recorded commands name tools, not this machine's paths to them; a mirror is named by its variable.
     display = {base: f"python{plat.python}", uv_available() or "uv": "uv", vindex.url: vindex.shown()}
     if wheelhouse is not None and not wheelhouse.is_relative_to(project.root):
@@ -247,7 +248,7 @@ def rebuild(
                 proc = run(argv, env=env_vars or clean_env(), cwd=project.root)
         except CommandFailed as exc:
             asked = "" if wheelhouse or name != "install" else (
-                f" (sources asked: {indexes_asked(sources, vindex if online else None, no_index)})")
+                f" (sources: {indexes_asked(sources, None if no_index else vindex, no_index, skipped)})")
             raise RebuildFailed(f"{name} failed: {exc.first_error}{asked}", tip=_failure_tip(current, plat)) from exc
         finally:
             durations[name] = round(time.perf_counter() - start, 3)
@@ -263,7 +264,7 @@ def rebuild(
         if probe is not None and not (answer := probe.result())[0]:
             log(f"kernodeck: {vindex.describe()} is unreachable ({answer[1]}); installing from this machine's sources "
                 f"and PyPI (set {vindex.var} to a mirror of it if they lack its files)")
-            online = []
+            online, skipped = [], answer[1]
         if chosen == "uv":
             uv_env = offline_env() if wheelhouse else clean_env(
                 {**uv_environment(sources, extra_index=bool(online)), **({"UV_NO_INDEX": "1"} if no_index else {})})

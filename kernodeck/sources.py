@@ -265,7 +265,8 @@ def uv_environment(sources: list[Source], extra_index: bool = False) -> dict[str
     return env
 
 
-def indexes_asked(sources: list[Source], index: VariantIndex | None, no_index: bool = False) -> str:
+def indexes_asked(sources: list[Source], index: VariantIndex | None, no_index: bool = False,
+                  unreachable: str = "") -> str:
     """The sources an install asked, as an error may name them (hosts, never paths or credentials)."""
     asked: list[str] = []
     replaced = [s for s in sources if s.kind == "index-url"]
@@ -277,7 +278,8 @@ def indexes_asked(sources: list[Source], index: VariantIndex | None, no_index: b
     else:
         asked.append(PYPI)
     if index is not None and not index.is_pypi:
-        asked.append(index.describe())
+        asked.append(f"{index.describe()} (not asked: unreachable from here, {unreachable})" if unreachable
+                     else index.describe())
     for source in sources:
         if source.kind != "index-url":
             asked.append(f"this machine's {source.redacted()}")

@@ -145,8 +145,13 @@ class LocalIndex:
 
     @property
     def url(self) -> str:
+        return self.url_with()
+
+    def url_with(self, path_prefix: str = "") -> str:
+        """The index URL; ``path_prefix`` (e.g. a fake token) goes before ``/simple`` and is ignored when serving."""
         assert self._server is not None, "the index is not serving"
-        return f"http://127.0.0.1:{self._server.server_address[1]}/simple"
+        prefix = f"/{path_prefix.strip('/')}" if path_prefix else ""
+        return f"http://127.0.0.1:{self._server.server_address[1]}{prefix}/simple"
 
     def _page(self, project: str) -> bytes | None:
         if project not in self.projects:
@@ -169,6 +174,8 @@ class LocalIndex:
                 path = urllib.parse.urlsplit(self.path).path
                 index.requests.append(path)
                 parts = [p for p in path.split("/") if p]
+                if "simple" in parts:  # a prefix before simple/ (a token in the path, cloudsmith style) is accepted
+                    parts = parts[parts.index("simple"):]
                 if len(parts) == 2 and parts[0] == "simple":
                     body = index._page(str(canonicalize_name(parts[1])))
                     if body is None:

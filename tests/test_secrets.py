@@ -252,7 +252,7 @@ def test_failed_rebuild_names_sources_and_keeps_reason(tmp_path: Path, monkeypat
     assert proc.returncode != 0
     error = next(line for line in proc.stderr.splitlines() if line.startswith("ERROR:"))
     tip = next(line for line in proc.stderr.splitlines() if line.startswith("TIP:"))
-    assert "kdtiny" in error and "sources asked" in error and "find-links <local path>" in error, error
+    assert "kdtiny" in error and "(sources: " in error and "find-links <local path>" in error, error
     assert "none existed" in tip and "untouched" not in tip, tip
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     assert kd(project, "rebuild", "--installer", "uv").returncode == 0
@@ -269,3 +269,57 @@ def test_command_failed_output_is_redacted(monkeypatch: pytest.MonkeyPatch, no_p
     with pytest.raises(CommandFailed) as caught:
         run(["sh", "-c", f"echo 'error: Failed to fetch: {PATH_URL}x/' >&2; exit 3"], quiet=True)
     assert TOKEN not in caught.value.first_error and TOKEN not in caught.value.output
+
+
+# --- a mirror of the variant's index: lock, rebuild, and the negative control ------------------------------------
+
+
+@pytest.mark.reliability(
+    121,
+    "KERNODECK_INDEX_CPU=<a mirror on 127.0.0.1, a token QTOKEN42 in its path> replacing an unreachable declared "
+    "index, for `lock` (pip-tools and uv) and `rebuild --fresh`; then the same rebuild without the mirror",
+    "lock and rebuild take the torch layer from the mirror; the lock names the declared index and the mirror's "
+    "variable only (no URL, port or token); the PEP 751 twin places the file under the declared index; without "
+    "the mirror one ERROR names the variant's index as unreachable and the previous env is untouched",
+)
+def test_mirror_replaces_the_variant_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests._fresh import LocalIndex
+
+    cache = tmp_path / "cache"
+    wheels = tiny_wheels(tmp_path / "wheels")
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    torch_wheel = next(wheels.glob("kdtiny_torch-*.whl"))
+    torch_wheel = torch_wheel.rename(layer / torch_wheel.name)  # only the mirror holds the torch layer
+    offline_sources(monkeypatch, wheels, cache)
+    monkeypatch.delenv("PIP_NO_INDEX")
+    project = tiny_project(tmp_path / "p")
+    nothing = LocalIndex([], projects=())  # stands in for PyPI: answers 404 for every name, at once
+    mirror = LocalIndex([torch_wheel])
+    with nothing.serving(), mirror.serving():
+        port = mirror.url.split(":")[2].split("/")[0]
+        monkeypatch.setenv("PIP_INDEX_URL", nothing.url)
+        monkeypatch.setenv("KERNODECK_INDEX_CPU", mirror.url_with(TOKEN))  # a token in the path (pip appends the
+        # project name to the whole URL string, so a query-string token only works with uv)
+        for resolver in RESOLVERS:
+            proc = kd(project, "lock", "--resolver", resolver)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            assert TOKEN not in proc.stdout + proc.stderr
+        lock_text = (project / "lockfiles" / "cp311-linux_x86_64-cpu.txt").read_text(encoding="utf-8")
+        twin = (project / "lockfiles" / "pylock.cp311-linux_x86_64-cpu.toml").read_text(encoding="utf-8")
+        assert "kdtiny-torch==1.0" in lock_text
+        assert "(replaced by the mirror in KERNODECK_INDEX_CPU)" in lock_text
+        assert f'url = "http://127.0.0.1:9/simple/{torch_wheel.name}"' in twin
+        for text in (lock_text, twin):
+            assert TOKEN not in text and f":{port}" not in text
+        proc = kd(project, "rebuild", "--fresh", "--installer", "uv")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert TOKEN not in proc.stdout + proc.stderr
+        assert any(r.startswith("/files/kdtiny_torch") for r in mirror.requests)
+        monkeypatch.delenv("KERNODECK_INDEX_CPU")
+        proc = kd(project, "rebuild", "--fresh", "--installer", "uv")
+    assert proc.returncode != 0
+    error = next(line for line in proc.stderr.splitlines() if line.startswith("ERROR:"))
+    tip = next(line for line in proc.stderr.splitlines() if line.startswith("TIP:"))
+    assert "the cpu variant's index http://127.0.0.1:9/simple (not asked: unreachable" in error, error
+    assert "kdtiny-torch" in error and "KERNODECK_INDEX_CPU" in tip and "untouched" in tip, (error, tip)
