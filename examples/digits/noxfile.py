@@ -1,3 +1,6 @@
+# /// script
+# dependencies = ["nox>=2025.2.9"]
+# ///
 """Kernodeck sessions for this project (`nox -l` lists them): nox -s lock && nox -s reference && nox -s verify
 
 Kernodeck is imported here from beside nox (`pip install kernodeck nox`), else from the checkout $KERNODECK_SOURCE
@@ -29,3 +32,6 @@ except ModuleNotFoundError:  # not installed beside nox: the session module of t
     _spec.loader.exec_module(noxsessions)
 
 noxsessions.register(pin=KERNODECK)
+
+if __name__ == "__main__":  # `uv run noxfile.py -s verify` / `pipx run noxfile.py -s verify`: nox from the block above
+    nox.main()
