@@ -1,8 +1,10 @@
 """replay: clone the current commit into an empty folder and run verify there with a clean environment.
 
 A replay proves the procedure is transferable only if nothing comes from the caller: no venv, no PYTHONPATH, no cwd,
-no uncommitted file. So a dirty tree is refused (or, with --allow-dirty, named in the result), the clone gets its own
-tools venv made from the base interpreter, and the rebuilt env is made from the committed lock, from scratch.
+no uncommitted file, and no package configuration of this machine (see :func:`clean_environment`): only the declared
+indexes, PyPI and the documented mirrors can serve a file. So a dirty tree is refused (or, with --allow-dirty, named
+in the result), the clone gets its own tools venv made from the base interpreter, and the rebuilt env is made from
+the committed lock, from scratch, with the platform's Python found on this machine.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import outdir
+from . import outdir, pythons
 from ._fs import write_json
-from ._proc import log, run, run_with_progress
+from ._proc import log, run, run_with_progress, uv_available
 from .config import Project
 from .errors import CommandFailed, KernodeckError
+from .platforms import resolve_platform
 
 
 class DirtyTree(KernodeckError):
@@ -49,8 +52,34 @@ def _git(root: Path, *args: str) -> str:
         ) from None
 
 
-def clean_environment() -> dict[str, str]:
-    """The caller's environment without its Python: no venv on PATH, no PYTHON* variables, no VIRTUAL_ENV."""
+# A machine with no package configuration lacks these: pip's, uv's and XDG's settings, a caller's Python, venv, conda,
+# nox or pytest, and Kernodeck's own switches, except the documented ones passed below.
+_DROP = ("PIP_", "UV_", "XDG_", "PYTHON", "VIRTUAL_ENV", "CONDA", "NOX", "PYTEST", "PYENV_VERSION", "KERNODECK_")
+# Passed through: each variant's documented mirror (KERNODECK_INDEX_<VARIANT>) and the platform Python's switches.
+_PASS_PREFIXES = ("KERNODECK_INDEX_",)
+_PASS = (pythons.EXPLICIT_VAR, pythons.DOWNLOADS_VAR, "KERNODECK_VARIANT")
+
+
+def _uv_cache() -> str | None:
+    """The caller's uv cache folder: files by hash, never a source (kept as a speed-up, like a download cache)."""
+    uv = uv_available()
+    if uv is None:
+        return None
+    try:
+        proc = subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
+
+
+def clean_environment(home: Path, base_python: str | None = None) -> dict[str, str]:
+    """A machine with no package configuration: an empty HOME and config folders, ``PIP_CONFIG_FILE=/dev/null`` (pip
+    reads no file, /etc/pip.conf included), ``UV_NO_CONFIG=1``, no ``PIP_*``/``UV_*`` variable, no caller's Python or
+    venv on PATH. Only the declared indexes, PyPI and the documented mirrors (``KERNODECK_INDEX_<VARIANT>``) can
+    serve a file. Kept: PATH's tools, proxies and CA settings (network, not packages), a netrc (credentials only),
+    the uv cache (files by hash), and the platform's Python found here (``KERNODECK_BASE_PYTHON``)."""
     venv = os.environ.get("VIRTUAL_ENV")
     own_bin = str(Path(sys.prefix) / "bin") if sys.prefix != sys.base_prefix else None
     path = [
@@ -61,10 +90,29 @@ def clean_environment() -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "NOX", "KERNODECK_", "PYTEST")) and k != "PATH"
+        if k != "PATH" and (not k.startswith(_DROP) or k.startswith(_PASS_PREFIXES) or k in _PASS)
     }
-    env["PATH"] = os.pathsep.join(path)
-    env["PYTHONNOUSERSITE"] = "1"
+    for folder in (".config", ".cache", ".local/share", ".xdg-config-dirs"):
+        (home / folder).mkdir(parents=True, exist_ok=True)
+    netrc = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_CONFIG_DIRS=str(home / ".xdg-config-dirs"),  # no /etc/xdg/pip/pip.conf, no /etc/xdg/uv/uv.toml
+        XDG_CACHE_HOME=str(home / ".cache"),
+        XDG_DATA_HOME=str(home / ".local/share"),
+        PIP_CONFIG_FILE=os.devnull,
+        UV_NO_CONFIG="1",
+        PYTHONNOUSERSITE="1",
+        PATH=os.pathsep.join(path),
+    )
+    if os.path.isfile(netrc):
+        env["NETRC"] = netrc
+    cache = _uv_cache()
+    if cache:
+        env["UV_CACHE_DIR"] = cache
+    if base_python and pythons.EXPLICIT_VAR not in env:
+        env[pythons.EXPLICIT_VAR] = base_python
     return env
 
 
@@ -85,8 +133,11 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
     if dirty and not allow_dirty:
         raise DirtyTree(f"uncommitted changes in {len(dirty)} tracked file(s): {', '.join(dirty[:5])}")
     start = time.perf_counter()
+    # The platform's Python is found here, with this machine's HOME (pyenv, uv-managed Pythons), and handed over.
+    plat = resolve_platform(project)
+    base_python = pythons.find(plat.python, plat.os_arch).path
     work = Path(tempfile.mkdtemp(prefix="kernodeck-replay-"))
-    env = clean_environment()
+    env = clean_environment(work / "home", base_python)
     base = getattr(sys, "_base_executable", sys.executable)
     try:
         clone = work / "clone"
@@ -124,7 +175,10 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
             write_json(
                 staging / "replay.json",
                 {"commit": commit, "uncommitted": dirty, "status": status, "seconds": seconds,
-                 "clean_environment": True},
+                 "clean_environment": True,
+                 "package_configuration": "none: empty HOME and config folders, PIP_CONFIG_FILE=/dev/null, "
+                                          "no PIP_*/UV_* variable",
+                 "mirrors": sorted(k for k in env if k.startswith(_PASS_PREFIXES))},
             )
             outdir.swap_into_place(staging, dest)
         except BaseException:
