@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -66,13 +67,31 @@ def test_compare_two_runs_same_platform_zero_delta(built_project: Path, tmp_path
 
 @pytest.mark.slow
 def test_replay_passes_on_a_clean_commit(tmp_path: Path) -> None:
+    """The replay reads no package configuration of this machine: the locked torch file (which this machine's pip
+    sources hold) comes only from the KERNODECK_INDEX_CPU mirror; without the mirror the same replay fails."""
+    from tests._fresh import LocalIndex
+    from tests.test_fresh_machine import _torch_file
+
     project = git_repo(tmp_path)
-    proc = kd(project, "replay", "--out", str(tmp_path / "replayed"), timeout=1500)
+    mirror = LocalIndex([_torch_file(tmp_path)])
+    with mirror.serving():
+        proc = kd(project, "replay", "--out", str(tmp_path / "replayed"), timeout=1500,
+                  env={**os.environ, "KERNODECK_INDEX_CPU": mirror.url})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert read_report(tmp_path / "replayed")["status"] == "passed"
+    assert any(r.startswith("/files/torch-") for r in mirror.requests)
     meta = json.loads((tmp_path / "replayed" / "replay.json").read_text())
     assert meta["uncommitted"] == [] and meta["clean_environment"] is True
+    assert meta["mirrors"] == ["KERNODECK_INDEX_CPU"]
     assert not (project / ".venv-rebuild").exists()  # everything happened in the clone
+
+    # Negative control: no mirror. This machine's pip configuration holds the file, but the replay does not read it.
+    proc = kd(project, "replay", "--out", str(tmp_path / "no-mirror"), timeout=1500)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = read_report(tmp_path / "no-mirror")
+    assert report["status"] == "failed" and report["first_failure"] == "rebuild"
+    rebuild = next(s for s in report["steps"] if s["name"] == "rebuild")  # type: ignore[union-attr]
+    assert "torch" in rebuild["error"] and "2.13.0+cpu" in rebuild["error"], rebuild["error"]
 
 
 @pytest.mark.slow
