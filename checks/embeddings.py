@@ -308,7 +308,8 @@ def determinism(ctx: Context) -> dict[str, Any]:
         free = encode(ctx)
         t_free = time.perf_counter() - start
     finally:
-        settings.apply(deterministic=True)
+        restored = settings.apply(deterministic=True)
+    differ = settings.differences(restored, settings.read_back(torch))  # what the later steps (resume) rely on
     details = {
         "device": device,
         "repeats": 3,
@@ -330,5 +331,12 @@ def determinism(ctx: Context) -> dict[str, Any]:
             f"repeat runs on {device} differ by {diff:.3g} > declared {ctx.config['tolerance']['max_abs']}",
             "operator:encode",
             details,
+        )
+    if differ:
+        shown = "; ".join(f"{k}: applied {v['applied']!r}, read back {v['read_back']!r}" for k, v in differ.items())
+        raise CheckFailed(
+            f"determinism settings did not hold after the cost run: {shown}",
+            "environment",
+            {**details, "differences": differ},
         )
     return details

@@ -191,7 +191,7 @@ def apply_settings() -> dict[str, Any]:
     import torch
 
     applied = settings.apply(deterministic=True)
-    differ = settings.differences(applied, settings._read_back(torch))
+    differ = settings.differences(applied, settings.read_back(torch))
     if differ:
         raise SystemExit(f"determinism settings did not hold in the resume worker: {sorted(differ)}")
     return applied

@@ -28,7 +28,7 @@ def _knob_owner(torch: Any, name: str) -> Any | None:
     return obj if hasattr(obj, "fp32_precision") else None
 
 
-def _read_back(torch: Any) -> dict[str, Any]:
+def read_back(torch: Any) -> dict[str, Any]:
     back = torch.backends
     rec: dict[str, Any] = {
         "seed": torch.initial_seed(),
@@ -111,7 +111,7 @@ def run(ctx: Context) -> dict[str, Any]:
     import torch
 
     applied = apply(deterministic=True)
-    record = _read_back(torch)
+    record = read_back(torch)
     differ = differences(applied, record)
     record["verified"] = [*sorted(applied), "CUBLAS_WORKSPACE_CONFIG"]
     record["not_available"] = [name for name in PRECISION_KNOBS if name not in applied]

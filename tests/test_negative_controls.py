@@ -268,3 +268,26 @@ def test_non_identical_runs_fail_the_determinism_step(built_project: Path, tmp_p
     assert "two runs on CPU in one process differ" in step["error"]
     assert step["details"]["bitwise_identical"] is False and step["details"]["max_abs_between_runs"] > 0
     assert statuses(report)["compare"] == "passed"
+
+
+@pytest.mark.reliability(
+    65,
+    "the determinism settings not restored after the determinism step's cost run (without them)",
+    "the determinism step fails in layer environment, naming the knob; resume not-run",
+)
+@pytest.mark.slow
+def test_settings_not_restored_fail_the_determinism_step(built_project: Path, tmp_path: Path) -> None:
+    project = sibling(built_project, tmp_path)
+    # apply: 1st by the settings step, 2nd (off) and 3rd (restore) by the determinism step; the 3rd does not hold.
+    body = """
+        _calls.append(1)
+        if len(_calls) > 2:
+            import torch
+            torch.backends.cudnn.benchmark = True
+    """
+    inject(project, "settings", "_calls = []\n" + wrap_after("apply", body))
+    report = _verify(project, tmp_path / "run")
+    step = failed_step(report, "determinism")
+    assert report["first_failure"] == "determinism" and step["layer"] == "environment", step
+    assert "did not hold after the cost run: cudnn.benchmark: applied False, read back True" in step["error"]
+    assert statuses(report)["settings"] == "passed" and statuses(report)["resume"] == "not-run"
