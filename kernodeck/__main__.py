@@ -11,19 +11,21 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import __version__, dossier, lockfile, outdir
-from . import lock as locking
-from . import reference as refmod
-from ._fs import sha256_file, write_atomic, write_json
-from ._proc import log
+from . import __version__
 from .config import Backend, Project, load_project
 from .errors import KernodeckError, ManifestError
 from .platforms import Platform, resolve_platform
-from .rebuild import acquire, platform_lock, rebuild
-from .report import Report, Status, summary_line
 from .sources import redact_text
-from .verify import Options, verify
+
+# Each command imports what it uses when it runs: `--help` or `lock --check` must not pay for verify's, rebuild's
+# and the pylock's imports (measured with `python -X importtime -m kernodeck lock --check`).
+if TYPE_CHECKING:
+    from .report import Report
+    from .verify import Options
+
+RESOLVERS = ("pip-tools", "uv")  # kernodeck.lock.RESOLVERS's keys (tests/test_speed.py keeps them equal)
 
 DESCRIPTION = (
     "Kernodeck: lock, rebuild and verify reproducible PyTorch environments. The nox sessions "
@@ -54,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("lock", help="compile (or --check) the platform's hash-pinned lock")
     _platform_args(p)
-    p.add_argument("--resolver", choices=list(locking.RESOLVERS), default="pip-tools",
+    p.add_argument("--resolver", choices=list(RESOLVERS), default="pip-tools",
                    help="pip-tools for this machine's platform; uv for another platform from here (default: pip-tools)")
     p.add_argument("--check", action="store_true", help="exit non-zero, naming what changed, if the lock is stale")
     p.add_argument("--upgrade", action="store_true", help="re-resolve every pin to the newest allowed")
@@ -108,26 +110,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit", help="pip-audit of each platform lock (needs the vulnerability service: network)")
     _platform_args(p)
     p.add_argument("--all", action="store_true", help="every declared platform that has a committed lock")
-    p = sub.add_parser("bench", help="kernodeck vs the bare tools on the same lock; writes bench/latest.md and .json")
-    _platform_args(p)
-    p.add_argument("--repeat", type=int, default=5, metavar="N",
-                   help="timed runs of each command, after one warm-up (default: 5)")
-    p.add_argument("--pip-repeat", type=int, default=1, metavar="N",
-                   help="timed runs of the bare pip install, which is slow (default: 1)")
-    p.add_argument("--sizes", default="32,256,2048", metavar="N,N,...",
-                   help="sample sizes (texts) for verify's scaling (default: 32,256,2048)")
-    p.add_argument("--keep", action="store_true", help="keep the scratch project under runs/")
     p = sub.add_parser("init", help="make this repository a Kernodeck project (noxfile, pyproject, app template, CI)")
     p.add_argument("--force", action="store_true", help="overwrite files (and a [tool.kernodeck]) that already exist")
     return parser
 
 
 def _options(args: argparse.Namespace) -> Options:
+    from .verify import Options
+
     return Options(out=args.out, rebuild=not args.no_rebuild, python=args.python, expect_backend=args.expect_backend,
                    installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse)
 
 
 def cmd_lock(project: Project, args: argparse.Namespace) -> int:
+    from . import lock as locking
+
     if args.check:
         plats = ([(resolve_platform(project, p.id), p.lock_on_runner) for p in project.platforms] if args.all
                  else [(resolve_platform(project, args.platform, args.variant), False)])
@@ -155,6 +152,9 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
+    from . import lock as locking
+    from .rebuild import acquire, platform_lock, rebuild
+
     plat = resolve_platform(project, args.platform, args.variant)
     path = locking.require_current(project, plat)
     plock = platform_lock(project, plat)
@@ -169,11 +169,16 @@ def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
 
 
 def _summary(report: Report, folder: Path) -> None:
+    from .report import summary_line
+
     """One final line: each step was reported once as it ended; this says the verdict and where the report is."""
     print(summary_line(report, folder / "report.md"))
 
 
 def cmd_verify(project: Project, args: argparse.Namespace) -> int:
+    from .report import Status
+    from .verify import verify
+
     plat = resolve_platform(project, args.platform, args.variant)
     report, folder, _ = verify(project, plat, _options(args))
     _summary(report, folder)
@@ -181,6 +186,14 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_reference(project: Project, args: argparse.Namespace) -> int:
+    from . import dossier, lockfile
+    from . import lock as locking
+    from . import reference as refmod
+    from ._fs import sha256_file
+    from ._proc import log
+    from .report import Status
+    from .verify import verify
+
     plat = resolve_platform(project, args.platform, args.variant)
     old = None
     if (project.reference / "manifest.toml").exists():
@@ -236,6 +249,9 @@ def _project_here() -> Project | None:
 
 
 def cmd_compare(project: Project | None, args: argparse.Namespace) -> int:
+    from . import dossier, outdir
+    from ._fs import write_atomic, write_json
+
     result = dossier.compare(args.a.resolve(), args.b.resolve())
     text = dossier.render_compare(result)
     if args.out:
@@ -266,7 +282,7 @@ def cmd_replay(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
-    from . import matrix
+    from . import matrix, outdir
 
     built = matrix.build(project, hosted_only=args.hosted_only, locked_only=args.locked_only,
                          runners=matrix.parse_runners(args.self_hosted_runners))
@@ -289,6 +305,8 @@ def cmd_wheelhouse(project: Project, args: argparse.Namespace) -> int:
 
 
 def _locked_platforms(project: Project, args: argparse.Namespace) -> list[Platform]:
+    from . import lock as locking
+
     if not args.all:
         return [resolve_platform(project, args.platform, args.variant)]
     plats = [resolve_platform(project, p.id) for p in project.platforms]
@@ -296,6 +314,7 @@ def _locked_platforms(project: Project, args: argparse.Namespace) -> list[Platfo
 
 
 def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
+    from . import lock as locking
     from . import sbom
 
     out_dir = (args.out or project.runs / "sbom").resolve()
@@ -309,6 +328,7 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
 
 def cmd_audit(project: Project, args: argparse.Namespace) -> int:
     from . import audit
+    from . import lock as locking
 
     results = [audit.audit_lock(locking.require_current(project, plat), plat.id)
                for plat in _locked_platforms(project, args)]
@@ -317,26 +337,9 @@ def cmd_audit(project: Project, args: argparse.Namespace) -> int:
     return audit.exit_code(results)
 
 
-def cmd_bench(project: Project, args: argparse.Namespace) -> int:
-    from . import bench
-
-    plat = resolve_platform(project, args.platform, args.variant)
-    try:
-        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    except ValueError:
-        raise KernodeckError(f"--sizes takes numbers separated by commas, not {args.sizes!r}",
-                             tip="--sizes 32,256,2048") from None
-    record = bench.run_bench(project, plat, repeat=args.repeat, pip_repeat=args.pip_repeat, sizes=sizes, keep=args.keep)
-    folder = bench.write(project, record)
-    print(bench.render_markdown(record))
-    missed = [name for name, v in record["verdicts"].items() if not v["met"]]
-    print(f"bench: {folder / 'latest.md'}; targets missed: {', '.join(missed) if missed else 'none'}")
-    return 0
-
-
 COMMANDS: dict[str, Callable[[Project, argparse.Namespace], int]] = {
     "lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare,
-    "replay": cmd_replay, "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "bench": cmd_bench, "sbom": cmd_sbom,
+    "replay": cmd_replay, "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "sbom": cmd_sbom,
     "audit": cmd_audit,
 }
 
