@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform as _platform
 import re
 import shutil
@@ -11,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, Timeout
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -94,6 +92,8 @@ def lock_path(project: Project, plat: Platform) -> Path:
 
 
 def _check_tool(project: Project, resolver: str) -> None:
+    import importlib.metadata  # here: only a lock reads installed versions, a lock check does not
+
     dist = RESOLVERS[resolver]
     pinned = resolver_version(project, resolver)
     try:
@@ -217,6 +217,8 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
     One lock of a platform at a time (a file lock, as rebuild takes): a second waits, it never shares the first's
     ``.compiling`` file.
     """
+    from filelock import FileLock, Timeout  # here: a lock check (every rebuild and verify) takes no file lock
+
     folder = project.venv_root / plat.id
     folder.mkdir(parents=True, exist_ok=True)
     guard = FileLock(str(folder / ".compiling.lock"), timeout=3600)

@@ -87,9 +87,46 @@ def _tools(session: nox.Session, groups: dict[str, str], kind: str) -> list[str]
     return list(nox.project.dependency_groups(pyproject, name))
 
 
+def tools_kind(spec: Spec, posargs: list[str]) -> str:
+    """The tool group a run needs: ``lock --check`` only reads files (Kernodeck's own dependencies, the run group)."""
+    return "run" if spec.name == "lock" and "--check" in posargs else spec.tools
+
+
+# Run by the session's own interpreter: which of the pinned requirements (NAME==VERSION) it lacks, one a line.
+_MISSING = """
+import sys
+from importlib.metadata import PackageNotFoundError, version
+missing = []
+for req in sys.argv[1:]:
+    name, sep, want = req.partition("==")
+    try:
+        ok = bool(sep) and version(name.strip()) == want.strip()
+    except PackageNotFoundError:
+        ok = False
+    if not ok:
+        missing.append(req)
+print("\\n".join(missing))
+"""
+
+
+def install_tools(session: nox.Session, wanted: list[str]) -> list[str]:
+    """Install the pinned tools unless the (reused) session venv already holds each at its pinned version.
+
+    Asking the venv costs one interpreter start; the installer's own start is seconds with pip (nox's virtualenv
+    backend) on every command, for nothing when the venv is already right. Returns what was missing (installed).
+    """
+    output = session.run("python", "-c", _MISSING, *wanted, silent=True, log=False)
+    missing = [line for line in str(output or "").splitlines() if line.strip()]
+    if missing:
+        session.install(*wanted)
+    else:
+        session.log(f"the {len(wanted)} pinned tools are installed in this venv; not reinstalling")
+    return missing
+
+
 def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..., object]:
     def body(session: nox.Session) -> None:
-        session.install(*_tools(session, groups, spec.tools))
+        install_tools(session, _tools(session, groups, tools_kind(spec, list(session.posargs))))
         source = kernodeck_source(pin)
         if source is not None:
             session.install(*install_args(source, session.venv_backend))

@@ -12,21 +12,18 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import hashlib
-import http.client
 import json
 import os
+import re
 import threading
 import tomllib
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tomlkit
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -41,6 +38,11 @@ from ._proc import log
 from .errors import LockFailed
 from .platforms import UV_PLATFORM_ENV, Platform
 from .sources import PYPI, Source, is_local, redact_url, strip_credentials, variant_index
+
+# http.client, urllib.request (ssl) and tomlkit are imported where used: every lock check reads a twin's digest, and
+# they cost more than the check.
+if TYPE_CHECKING:
+    import http.client
 
 LOCK_VERSION = "1.0"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -164,6 +166,10 @@ class Fetcher:
 
     def _get(self, url: str, redirects: int = 5) -> tuple[int, str, bytes, str]:
         """(status, content type, body, final URL)."""
+        import http.client
+        import urllib.error
+        import urllib.request
+
         headers = {"Accept": f"{SIMPLE_JSON}, text/html;q=0.1", "User-Agent": f"kernodeck/{__version__}"}
         if self._proxied:  # urllib knows the proxy variables; http.client does not
             request = urllib.request.Request(url, headers=headers)
@@ -471,12 +477,27 @@ def render(lock: lockfile.Lockfile, plat: Platform, files: dict[str, list[DistFi
     return text
 
 
+_PLAIN = re.compile(r"[ !#-\[\]-~]*")  # printable ASCII but for '"' and '\\': a TOML basic string as it is
+
+
 def _value(value: Any) -> str:
-    """One TOML value (inline tables for dicts), each scalar formatted by tomlkit."""
+    """One TOML value (inline tables for dicts), each scalar formatted by tomlkit.
+
+    Plain ASCII strings, integers and UTC times, nearly all of a pylock's ~5000 scalars, are written as tomlkit writes them without
+    building an item for each (a third of a relock's own time); the parse-back in :func:`render` checks the result.
+    """
     if isinstance(value, dict):
         return "{" + ", ".join(f"{key} = {_value(v)}" for key, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, str) and _PLAIN.fullmatch(value):
+        return f'"{value}"'
+    if type(value) is int:
+        return str(value)
+    if isinstance(value, _dt.datetime) and value.utcoffset() == _dt.timedelta(0):
+        return value.isoformat().removesuffix("+00:00") + "Z"  # upload times, always UTC here
+    import tomlkit
+
     return str(tomlkit.item(value).as_string())
 
 

@@ -15,9 +15,7 @@ import configparser
 import os
 import re
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -401,6 +399,9 @@ def scrub_text(text: str, public: Iterable[str] = ()) -> str:
 
 def reachable(url: str, timeout: float = 5.0) -> tuple[bool, str]:
     """Whether an index answers, quickly: a lock must say "unreachable", never hang on retries."""
+    import urllib.error  # imported here: urllib.request pulls in ssl and http.client, which most commands never use
+    import urllib.request
+
     if is_local(url):
         path = Path(url.removeprefix("file://"))
         return (path.exists(), "" if path.exists() else "no such folder")

@@ -1,0 +1,124 @@
+"""What keeps the everyday commands cheap (issue 16): what a command imports, what a session installs.
+
+No time is asserted here (speed is measured by `nox -s bench`); these tests pin the mechanisms, each with the case
+that must still do the work.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import packaging
+
+from kernodeck import lock, noxsessions
+from kernodeck.__main__ import RESOLVERS
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("ssl", "http.client", "urllib.request", "tomlkit", "filelock", "importlib.metadata", "kernodeck.verify",
+         "kernodeck.rebuild", "kernodeck.dossier", "kernodeck.report")
+
+
+def _modules_after(args: list[str], cwd: Path) -> tuple[int, set[str]]:
+    code = ("import json, sys\nfrom kernodeck.__main__ import main\nrc = main(sys.argv[1:])\n"
+            "print(json.dumps([rc, sorted(sys.modules)]))")
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, check=False)
+    rc, modules = json.loads(proc.stdout.strip().splitlines()[-1])
+    return rc, set(modules)
+
+
+def test_lock_check_imports_neither_the_network_nor_the_other_commands() -> None:
+    rc, modules = _modules_after(["lock", "--check"], ROOT)
+    assert rc == 0
+    assert not modules & set(HEAVY), modules & set(HEAVY)
+    # The same process, when it does build the PEP 751 twin's text, does import what that needs: the list above is
+    # what laziness saved, not modules that are never used.
+    code = ("import sys\nfrom kernodeck import pylock\npylock._value({'a': 1.5})\n"
+            "print('tomlkit' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "True"
+
+
+def test_parser_resolvers_are_the_lock_modules() -> None:
+    assert set(RESOLVERS) == set(lock.RESOLVERS)
+
+
+class _Session:
+    """What install_tools uses of a nox session; runs the probe with this interpreter as the session's python."""
+
+    def __init__(self) -> None:
+        self.installed: list[tuple[str, ...]] = []
+        self.logged: list[str] = []
+
+    def run(self, *args: str, **kwargs: Any) -> str:
+        assert args[0] == "python" and kwargs.get("silent") is True
+        proc = subprocess.run([sys.executable, *args[1:]], capture_output=True, text=True, check=True)
+        return proc.stdout
+
+    def install(self, *args: str) -> None:
+        self.installed.append(args)
+
+    def log(self, message: str) -> None:
+        self.logged.append(message)
+
+
+def test_session_installs_only_when_a_pinned_tool_is_missing_or_another_version() -> None:
+    present = f"packaging=={packaging.__version__}"
+    session = _Session()
+    assert noxsessions.install_tools(session, [present]) == []  # type: ignore[arg-type]
+    assert session.installed == [] and "not reinstalling" in session.logged[0]
+    for wanted in (["packaging==0.0.1"], [present, "no-such-dist-kernodeck-test==1.0"], ["packaging"]):
+        session = _Session()
+        missing = noxsessions.install_tools(session, wanted)  # type: ignore[arg-type]
+        assert missing and session.installed == [tuple(wanted)], wanted
+
+
+def test_only_lock_check_narrows_the_tools() -> None:
+    specs = {spec.name: spec for spec in noxsessions.SESSIONS}
+    assert noxsessions.tools_kind(specs["lock"], ["--check"]) == "run"
+    assert noxsessions.tools_kind(specs["lock"], ["--check", "--all"]) == "run"
+    assert noxsessions.tools_kind(specs["lock"], []) == "lock"
+    assert noxsessions.tools_kind(specs["lock"], ["--platform", "x", "--resolver", "uv"]) == "lock"
+    assert noxsessions.tools_kind(specs["wheelhouse"], ["--check"]) == "wheelhouse"
+
+
+def test_pylock_scalars_are_written_as_tomlkit_writes_them() -> None:
+    import datetime as dt
+
+    import tomlkit
+
+    from kernodeck import pylock
+
+    utc, plus_one = dt.UTC, dt.timezone(dt.timedelta(hours=1))
+    values: list[object] = [
+        "numpy", "", "https://files.pythonhosted.org/packages/ab/cd/torch-2.13.0%2Bcpu-cp311-none-any.whl", "a'b ~[]{}",
+        'quote " inside', "back\\slash", "tab\there", "new\nline", "é", "\x7f", 0, 12345678901, True, False, 1.5,
+        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=utc), dt.datetime(2024, 1, 2, 3, 4, 5, 120, tzinfo=utc),
+        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=plus_one),
+    ]
+    for value in values:
+        assert pylock._value(value) == tomlkit.item(value).as_string(), value
+
+
+def test_committed_twins_render_to_the_same_bytes() -> None:
+    """The twin of each committed lock, rendered again from the files it places, is byte-identical (no network)."""
+    from kernodeck import lockfile, pylock
+    from kernodeck.config import load_project
+    from kernodeck.platforms import resolve_platform
+
+    project = load_project(ROOT)
+    checked = 0
+    for declared in project.platforms:
+        plat = resolve_platform(project, declared.id)
+        lock_file, twin = project.lockfiles / plat.lock_name, project.lockfiles / plat.pylock_name
+        if not (lock_file.exists() and twin.exists()):
+            continue
+        text = lock_file.read_text(encoding="utf-8")
+        lock_ = lockfile.parse_text(text, lock_file)
+        files = pylock.locate(lock_.pins, plat, [], no_index=True, known=pylock.known_files(twin))
+        assert pylock.render(lock_, plat, files, text) == twin.read_text(encoding="utf-8"), plat.id
+        checked += 1
+    assert checked >= 2
