@@ -483,8 +483,9 @@ _PLAIN = re.compile(r"[ !#-\[\]-~]*")  # printable ASCII but for '"' and '\\': a
 def _value(value: Any) -> str:
     """One TOML value (inline tables for dicts), each scalar formatted by tomlkit.
 
-    Plain ASCII strings, integers and UTC times, nearly all of a pylock's ~5000 scalars, are written as tomlkit writes them without
-    building an item for each (a third of a relock's own time); the parse-back in :func:`render` checks the result.
+    Plain ASCII strings, integers and UTC times, nearly all of a pylock's ~5000 scalars, are written as tomlkit
+    writes them without building an item for each (a third of a relock's own time); the parse-back in
+    :func:`render` checks the result.
     """
     if isinstance(value, dict):
         return "{" + ", ".join(f"{key} = {_value(v)}" for key, v in value.items()) + "}"
