@@ -294,8 +294,13 @@ def _backend(d: dict[str, Any]) -> str:
     return ", ".join(f"{names[k]} {_num(v)}" for k, v in d.items() if k in names)
 
 
+def _lock_check(d: dict[str, Any]) -> str:
+    return f"{d['lock']} current against its inputs" if "lock" in d else ""
+
+
 # step name -> summariser of its details; a step may instead give ``details["summary"]`` (one line) itself.
 SUMMARISERS: dict[str, Any] = {
+    "lock-check": _lock_check,
     "compare": _compare,
     "criterion": _criterion,
     "determinism": _determinism,
@@ -402,6 +407,12 @@ def likely_cause(report: Report, failure: Step) -> str:
     system = list((vs.get("system") or {}).keys())
     if failure.layer in ("lock", "install", "reference", "data-loading", "dossier", "environment"):
         return f"the {failure.layer} layer, before any numeric comparison: see the first failure below."
+    if failure.layer in ("device", "transfer-to-device"):
+        backend = report.meta.get("expect_backend", "the expected backend")
+        return (
+            f"the device layer: {backend} is not usable with this torch build, driver and devices (the system step "
+            "records torch.version.cuda / hip, the driver and the devices); nothing was computed on another device."
+        )
     found = []
     if inv_keys:
         found.append(f"packages differ from the reference's inventory ({', '.join(sorted(inv_keys)[:8])})")

@@ -54,7 +54,13 @@ SYSTEM = {
 
 def passing() -> Report:
     steps = [
-        Step("lock-check", Status.PASSED, title="lock current against its inputs", duration_s=0.05),
+        Step(
+            "lock-check",
+            Status.PASSED,
+            title="lock current against its inputs",
+            duration_s=0.05,
+            details={"lock": "lockfiles/cp311-linux_x86_64-cpu.txt"},
+        ),
         Step(
             "rebuild",
             Status.PASSED,
@@ -140,6 +146,7 @@ def test_passing_report_leads_with_verdict_and_gives_each_steps_numbers() -> Non
     for part in ("torch 2.13.0+cpu", "CUDA none", "HIP none", "AMD EPYC, AVX512", "driver unavailable"):
         assert part in system
     assert rows["inventory"]["result"] == "87 packages, equal to the lock; vs the reference's: identical"
+    assert rows["lock-check"]["result"] == "lockfiles/cp311-linux_x86_64-cpu.txt current against its inputs"
     diff = section(md, "What differs from the reference")
     assert "inventory vs the reference's: identical" in diff and "system chain: the same" in diff
     assert "Likely cause" not in md
@@ -177,6 +184,16 @@ def test_failing_report_names_first_failure_and_likely_cause() -> None:
     assert "not recorded in the reference (cannot compare): torch_cpu_capability" in diff
     cause = re.search(r"\*\*Likely cause\*\*: (.*)", md)
     assert cause and "torch" in cause.group(1) and "cpu.isa_flags" in cause.group(1)
+
+
+def test_device_failure_points_at_the_device_layer_not_the_code() -> None:
+    report = passing()
+    report.meta["expect_backend"] = "cuda"
+    backend = Step("backend", Status.FAILED, error="expected backend cuda is not usable", layer="device")
+    report.steps = [*report.steps[:5], backend, *[Step(s.name, Status.NOT_RUN) for s in report.steps[5:]]]
+    cause = re.search(r"\*\*Likely cause\*\*: (.*)", render_markdown(report))
+    assert cause and cause.group(1).startswith("the device layer: cuda is not usable")
+    assert "code, data or weights" not in cause.group(1)
 
 
 def test_failure_with_nothing_different_points_at_code_and_data() -> None:
