@@ -61,7 +61,7 @@ UNITS = {"verify": "x", "rebuild": "x", "lock-uv": "x", "lock-check": "s"}
 LOCK_UV_PLATFORM = "cp311-linux_x86_64-cu130"
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 PROJECT_ITEMS = ("pyproject.toml", "noxfile.py", "kernodeck", "checks", "requirements", "lockfiles", "dossier", "bench")
-SCALING_STEPS = ("settings", "backend", "embed", "reread", "determinism")
+SCALING_STEPS = ("settings", "backend", "application", "reread", "determinism")
 
 # The bare script: one process doing the sample work of verify and nothing else (no report, no other checks).
 BARE_SCRIPT = """
@@ -438,15 +438,19 @@ def run_bench(
         rows["rebuild"]["kernodeck_steps_s"] = marker.get("durations_s", {})
 
         # --- verify ----------------------------------------------------------------------------------------------
-        from kernodeck.reference import sample_config
+        from kernodeck import application, reference
         from kernodeck.verify import RUNNER_ENV
 
-        cfg = sample_config(load_project(work))
+        app = application.load(work)  # this repository's application: the MiniLM embedding
+        if app.weights is None or "embeddings" not in app.outputs:
+            raise BenchError("the bare script measures this repository's MiniLM embedding application")
+        tol = app.outputs["embeddings"].tolerance
+        dim = int(reference.load(load_project(work)).manifest["outputs"]["embeddings"]["shape"][1])
         bare_cfg = json.dumps({
-            "module": cfg["weights-module"], "subdir": cfg["weights-subdir"], "max_seq_length": cfg["max-seq-length"],
-            "batch_size": cfg["batch-size"], "normalize": cfg["normalize"], "dim": cfg["dim"],
-            "sample": "dossier/reference/sample.jsonl", "reference": "dossier/reference", "out": "runs/bare-out",
-            "cosine_min": cfg["tolerance"]["cosine-min"], "max_abs": cfg["tolerance"]["max-abs"],
+            "module": app.weights.module, "subdir": app.weights.subdir, "max_seq_length": app.params["max-seq-length"],
+            "batch_size": app.params["batch-size"], "normalize": app.params["normalize"], "dim": dim,
+            "sample": app.sample, "reference": "dossier/reference", "out": "runs/bare-out",
+            "cosine_min": tol["cosine-min"], "max_abs": tol["max-abs"],
         })
         script = work / "bare_verify.py"
         write_atomic(script, BARE_SCRIPT.lstrip())
@@ -537,8 +541,8 @@ def _scaling(work: Path, plat: Platform, sizes: Sequence[int], env: dict[str, st
         points.append({
             "texts": size,
             "seconds": round(measure.median, 2),
-            "embed_step_s": round(float(steps["embed"]["duration_s"]), 2),
-            "embed_items_per_s": steps["embed"].get("details", {}).get("items_per_s"),
+            "embed_step_s": round(float(steps["application"]["duration_s"]), 2),
+            "embed_items_per_s": steps["application"].get("details", {}).get("items_per_s"),
             "determinism_step_s": round(float(steps["determinism"]["duration_s"]), 2),
             "determinism_texts": det.get("subset_items", det.get("items", size)),
         })

@@ -186,7 +186,9 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_reference(project: Project, args: argparse.Namespace) -> int:
-    from . import dossier, lockfile
+    from packaging.utils import canonicalize_name
+
+    from . import application, dossier, lockfile
     from . import lock as locking
     from . import reference as refmod
     from ._fs import sha256_file
@@ -213,17 +215,21 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
         raise KernodeckError("the reference run failed; nothing was written to the reference",
                              tip=f"read {folder / 'report.md'}")
     steps = {s.name: s for s in report.steps}
-    lock = lockfile.read(locking.lock_path(project, plat))
-    cfg = refmod.sample_config(project)
-    pin = next((p for p in lock.pins if p.name == cfg["weights-package"]), None)
-    if pin is None:
-        raise ManifestError(f"the lock does not pin {cfg['weights-package']}: weights need an exact version and hash")
+    app = application.load(project.root)
+    weights = None
+    if app.weights is not None:
+        lock = lockfile.read(locking.lock_path(project, plat))
+        pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
+        if pin is None:
+            raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")
+        weights = {"version": pin.version, "wheel_sha256": list(pin.hashes),
+                   "files": steps["application"].details.get("weights_fingerprint", {})}
+    criterion = steps["criterion"].details if "criterion" in steps and steps["criterion"].details else None
     manifest = refmod.build_manifest(
-        project, outputs=folder / "outputs", weights_files=steps["embed"].details["weights_fingerprint"],
-        wheel_hashes=list(pin.hashes), weights_version=pin.version,
-        min_margin=float(steps["criterion"].details["min_margin"]), platform_id=plat.id,
+        project, outputs=folder / "outputs", criterion=criterion, weights=weights, platform_id=plat.id,
         lock_digest="sha256:" + sha256_file(locking.lock_path(project, plat)),
-        device=str(steps["backend"].details.get("device", "cpu")), previous=old.id if old else None)
+        device=str(steps["backend"].details.get("device", "cpu")),
+        previous=old.id if old else refmod.recorded_id(project))
     if old is not None and old.id == manifest["id"]:
         print(f"reference unchanged: {old.id} (same content; nothing written)")
         return 0

@@ -189,7 +189,9 @@ def read_embeddings(folder: Path) -> tuple[list[str], list[list[float]]] | None:
     """
     from array import array
 
-    npy, ids = folder / "embeddings.npy", folder / "ids.json"
+    npy, ids = folder / "embeddings.npy", folder / "embeddings.ids.json"
+    if not ids.exists():
+        ids = folder / "ids.json"  # a dossier from before the application contract (one ids file)
     if not npy.exists() or not ids.exists():
         return None
     raw = npy.read_bytes()

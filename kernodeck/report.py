@@ -284,6 +284,12 @@ def _embed(d: dict[str, Any]) -> str:
 
 
 def _reread(d: dict[str, Any]) -> str:
+    outputs = d.get("outputs")
+    if isinstance(outputs, dict) and outputs:
+        shapes = "; ".join(
+            f"{name} {'x'.join(str(n) for n in o.get('shape', []))} {o.get('dtype', '')}" for name, o in outputs.items()
+        )
+        return f"{shapes}, finite, ids in order"
     if "rows" not in d:
         return ""
     return f"{d['rows']} rows x {d.get('dim', '?')} {d.get('dtype', '')}, finite, ids in order"
@@ -310,6 +316,7 @@ SUMMARISERS: dict[str, Any] = {
     "rebuild": _rebuild,
     "inventory": _inventory,
     "embed": _embed,
+    "application": _embed,
     "reread": _reread,
     "backend": _backend,
 }

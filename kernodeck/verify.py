@@ -1,7 +1,8 @@
 """verify: lock check, rebuild (or reuse), inventory, then the in-env checks in ONE process; report and dossier.
 
-Outside steps run here; inside steps run in ``checks/runner.py`` by the env's explicit interpreter and come back as
-one JSON file each. The dossier is assembled in a staging folder and swapped in only when complete.
+Outside steps run here; inside steps run in ``kernodeck/inenv/runner.py`` (shipped in this distribution, run by
+path) by the env's explicit interpreter and come back as one JSON file each. The dossier is assembled in a staging
+folder and swapped in only when complete.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import dossier, inventory, lockfile, outdir, sbom, sources
+from . import application, dossier, inventory, lockfile, outdir, sbom, sources
 from . import lock as locking
 from . import reference as refmod
 from ._fs import sha256_file, write_atomic, write_json
@@ -43,14 +44,16 @@ IN_ENV_STEPS = (
     "system",
     "backend",
     "reference",
-    "embed",
+    "application",
     "reread",
     "compare",
     "criterion",
     "determinism",
     "resume",
 )
-REFERENCE_STEPS = ("settings", "system", "backend", "embed", "reread", "criterion", "determinism")
+REFERENCE_STEPS = ("settings", "system", "backend", "application", "reread", "criterion", "determinism")
+# The in-env side ships inside this distribution and runs by path; nothing of Kernodeck is installed into the env.
+RUNNER = Path(__file__).resolve().parent / "inenv" / "runner.py"
 RUNNER_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -218,11 +221,11 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     config = {**config, "steps": list(names)}
     cfg_path = run_.staging / "run-config.json"
     write_json(cfg_path, config)
-    runner = run_.project.root / "checks" / "runner.py"
+    runner = RUNNER
     argv = [str(python), "-I", str(runner), "--config", str(cfg_path)]
     env_extra = dict(RUNNER_ENV)
-    shown = [os.path.relpath(a, run_.project.root) if os.path.isabs(a) else a for a in argv[:-1]]
-    run_.meta["runner_command"] = show([*shown, "DOSSIER/run-config.json"])
+    shown_argv = [_shown(run_.project.root, a) for a in argv[:-1]]
+    run_.meta["runner_command"] = show([*shown_argv, "DOSSIER/run-config.json"])
     run_.meta["runner_env"] = RUNNER_ENV
     log(f"$ {show(argv)}")
     tail: deque[str] = deque(maxlen=40)
@@ -300,50 +303,29 @@ def _inventory_step(run_: Run, lock: lockfile.Lockfile | None, frozen: str, inte
     run_.add(step)
 
 
-def table_differences(declared: dict[str, Any], recorded: dict[str, Any], derived: frozenset[str]) -> list[str]:
-    """Where a recorded copy differs from its declaration: ``key: recorded -> declared``, generic over the keys.
+def require_declared_contract(project: Project, ref: refmod.Reference, app: application.Application) -> None:
+    """The application DECLARED in pyproject is the contract; the manifest only records a copy.
 
-    Keys compare with ``-`` and ``_`` as one (pyproject spells ``cosine-min``, the manifest ``cosine_min``); keys in
-    ``derived`` are written by Kernodeck from the others (a justification) and are not part of the declaration.
+    A manifest whose copy differs (an output's kind, dtype, tolerance or justification, the entry, criterion, params
+    or sample) is refused: it could have been loosened and its id recomputed. Where the flip-bound rule applies (a
+    criterion judging nearest neighbours of a cosine output), it is applied again with the declared tolerance.
     """
-    want = {k.replace("-", "_"): v for k, v in declared.items()}
-    have = {k.replace("-", "_"): v for k, v in recorded.items() if k.replace("-", "_") not in derived}
-    return [
-        f"{k}: {have.get(k, '(missing)')!r} -> declared {want.get(k, '(not declared)')!r}"
-        for k in sorted(set(want) | set(have))
-        if want.get(k) != have.get(k)
-    ]
-
-
-def require_declared_contract(project: Project, ref: refmod.Reference) -> None:
-    """The tolerance and criterion DECLARED in pyproject are the contract; the manifest only records a copy.
-
-    A manifest whose copy differs is refused (it could have been loosened, id recomputed), and the flip-bound rule
-    of ``nox -s reference`` is applied again: the declared tolerance must not be able to flip a nearest neighbour of
-    the reference (its recorded smallest paraphrase margin).
-    """
-    cfg = refmod.sample_config(project)
     where = os.path.relpath(ref.folder / "manifest.toml", project.root)
-    differ = table_differences(dict(cfg["tolerance"]), dict(ref.manifest["tolerance"]), frozenset({"justification"}))
-    differ += table_differences(
-        {"kind": cfg["criterion"]}, dict(ref.manifest["criterion"]),
-        frozenset({"description", "reference_min_margin"}),
-    )
+    differ = refmod.declaration_differences(ref.manifest, app)
     if differ:
         raise ManifestError(
-            f"{where}: the reference's tolerance/criterion is not the one declared in pyproject.toml "
-            f"([tool.kernodeck.sample]): {'; '.join(differ)}",
+            f"{where}: the reference's contract is not the one declared in pyproject.toml "
+            f"([tool.kernodeck.application]): {'; '.join(differ)}",
             tip="make a reference under the declared contract: nox -s reference -- --new",
         )
-    margin = ref.manifest["criterion"].get("reference_min_margin")
-    bound = refmod.tolerance_bound(float(cfg["tolerance"]["max-abs"]), int(cfg["dim"]))
-    if not isinstance(margin, int | float) or bound >= float(margin) / 2:
-        raise ManifestError(
-            f"{where}: declared max-abs {cfg['tolerance']['max-abs']} allows cosine changes up to {bound:.3g}, "
-            f"not below half the reference's smallest paraphrase margin ({margin}): "
-            "such a tolerance could flip a nearest neighbour",
-            tip="lower tolerance.max-abs in [tool.kernodeck.sample], then: nox -s reference -- --new",
-        )
+    bound = (ref.manifest.get("criterion") or {}).get("flip_bound")
+    if isinstance(bound, dict):
+        name = str(bound.get("output"))
+        shapes = {n: list(rec["shape"]) for n, rec in ref.manifest["outputs"].items()}
+        try:
+            refmod.flip_bound(app, {"margin": bound.get("reference_min_margin"), "neighbours_of": name}, shapes)
+        except ManifestError as exc:
+            raise ManifestError(f"{where}: {exc}", tip=exc.tip) from None
 
 
 def _prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, Path]:
@@ -421,36 +403,17 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
         ref: refmod.Reference | None = None
         if not run_.failed:
             try:
+                app = application.load(project.root)
                 if mode == "reference":
-                    cfg = refmod.sample_config(project)
-                    run_config: dict[str, Any] = {
-                        "reference_dir": _rel(project, project.reference),
-                        "sample": _rel(project, project.reference / "sample.jsonl"),
-                        "model": {
-                            "package": cfg["weights-module"],
-                            "subdir": cfg["weights-subdir"],
-                            "files": {},
-                            "max_seq_length": cfg["max-seq-length"],
-                            "batch_size": cfg["batch-size"],
-                            "normalize": cfg["normalize"],
-                            "dim": cfg["dim"],
-                            "dtype": cfg["dtype"],
-                        },
-                        "tolerance": {
-                            "cosine_min": cfg["tolerance"]["cosine-min"],
-                            "max_abs": cfg["tolerance"]["max-abs"],
-                        },
-                        "criterion": cfg["criterion"],
-                    }
+                    run_config: dict[str, Any] = {"application": app.run_config(), "reference": None}
+                    code_files = list(app.code)
                 else:
                     ref = refmod.load(project)
-                    require_declared_contract(project, ref)
-                    run_config = ref.run_config()
-                    run_config.update(
-                        reference_dir=_rel(project, ref.folder), sample=_rel(project, Path(run_config["sample"]))
-                    )
+                    require_declared_contract(project, ref, app)
+                    run_config = ref.run_config(project)
                     run_.meta["reference_id"] = ref.id
-                    code = ref.manifest["code"]["files"]
+                    code = ref.manifest["application"]["code"]
+                    code_files = list(code)
                     moved = [
                         f
                         for f, d in code.items()
@@ -459,14 +422,22 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                     run_.meta["reference_code"] = (
                         "same as the reference's" if not moved else "changed since the reference: " + ", ".join(moved)
                     )
-                cfg_resume = refmod.sample_config(project).get("resume", {})
+                run_.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs), "code": code_files}
+                cfg_resume = application.tool_table(project.root, "resume")
                 run_config["resume"] = {
                     "steps": cfg_resume.get("steps", 12),
                     "checkpoint_at": cfg_resume.get("checkpoint-at", 5),
                     "gpu_tolerance": cfg_resume.get("gpu-tolerance", 1e-5),
                 }
+                cfg_det = application.tool_table(project.root, "determinism")
+                if "max-records" in cfg_det:
+                    run_config["determinism_records"] = int(cfg_det["max-records"])
                 run_config.update(
-                    expect_backend=backend, mode=mode, sample_repeat=opts.sample_repeat, **opts.extra_config
+                    project_root=str(project.root),
+                    expect_backend=backend,
+                    mode=mode,
+                    sample_repeat=opts.sample_repeat,
+                    **opts.extra_config,
                 )
             except KernodeckError as exc:
                 error = exc
@@ -644,9 +615,12 @@ def _index_procedure(plat: Platform, opts: Options) -> dict[str, str]:
     return {"index_args": f"--extra-index-url {index.shown()}", "index_note": note}
 
 
-def _rel(project: Project, path: Path) -> str:
-    """Paths in run-config.json are relative to the project root (the runner resolves them there)."""
-    return os.path.relpath(path, project.root)
+def _shown(root: Path, arg: str) -> str:
+    """An argument as the report shows it: relative to the project when inside it (this repository's own runner)."""
+    if not os.path.isabs(arg):
+        return arg
+    rel = os.path.relpath(arg, root)
+    return arg if rel.startswith("..") else rel
 
 
 def _ref_platform(project: Project) -> str:

@@ -162,7 +162,7 @@ def test_offline_env_drops_every_source(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_item_work_prints_its_throughput(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from checks.runner import _progress
+    from kernodeck.inenv.runner import _progress
 
     embed = {"status": "passed", "details": {"items": 40, "seconds": 0.5, "items_per_s": 80.0}}
     assert re.fullmatch(r" \(ended \d\d:\d\d:\d\d; 40 items, 80\.0 items/s\)", _progress(embed))

@@ -68,7 +68,7 @@ def test_compare_without_non_finite_rows_is_unchanged(tmp_path: Path) -> None:
 
 # --- item 5: the declared tolerance is the contract, not the manifest's copy -----------------------------------------
 
-TOL_LINE = "tolerance = { cosine-min = 0.9999, max-abs = 1e-4 }"
+TOL_LINE = "max-abs = 1e-4\n"
 
 
 def _edit_manifest(project: Path, **tables: dict[str, object]) -> None:
@@ -81,7 +81,10 @@ def _edit_manifest(project: Path, **tables: dict[str, object]) -> None:
     path = project / "dossier/reference/manifest.toml"
     manifest = tomllib.loads(path.read_text())
     for table, values in tables.items():
-        manifest[table].update(values)
+        target = manifest
+        for part in table.split("."):
+            target = target[part]
+        target.update(values)
     manifest["id"] = reference.identity(manifest)
     write_atomic(path, reference.render(manifest))
 
@@ -100,7 +103,7 @@ def _refused(project: Path, out: Path, *needles: str) -> None:
 
 
 def test_contract_table_differences_are_generic() -> None:
-    from kernodeck.verify import table_differences
+    from kernodeck.reference import table_differences
 
     declared = {"cosine-min": 0.9999, "max-abs": 1e-4}
     same = {"cosine_min": 0.9999, "max_abs": 0.0001, "justification": "why"}
@@ -131,15 +134,15 @@ def test_verify_holds_the_declared_contract(tmp_path: Path, edit: str) -> None:
 
     project = copy_project(tmp_path / "project")
     if edit == "loosened-manifest":
-        _edit_manifest(project, tolerance={"cosine_min": 0.0, "max_abs": 10.0})
+        _edit_manifest(project, **{"outputs.embeddings": {"cosine-min": 0.0, "max-abs": 10.0}})
         _refused(project, tmp_path / "run", "cosine_min: 0.0 -> declared 0.9999", "max_abs: 10.0 -> declared 0.0001")
     elif edit == "criterion":
-        _edit_manifest(project, criterion={"kind": "anything-goes"})
-        _refused(project, tmp_path / "run", "kind: 'anything-goes' -> declared 'paraphrase-nearest-neighbour'")
+        _edit_manifest(project, application={"criterion": "checks/anything_goes.py:criterion"})
+        _refused(project, tmp_path / "run", "criterion: 'checks/anything_goes.py:criterion' -> declared 'checks/app.py")
     else:
         # pyproject AND the manifest agree on a tolerance that could flip a nearest neighbour: still refused
         pyproject = project / "pyproject.toml"
         assert TOL_LINE in pyproject.read_text()
         pyproject.write_text(pyproject.read_text().replace(TOL_LINE, TOL_LINE.replace("1e-4", "1e-2")))
-        _edit_manifest(project, tolerance={"max_abs": 1e-2})
+        _edit_manifest(project, **{"outputs.embeddings": {"max-abs": 1e-2}})
         _refused(project, tmp_path / "run", "could flip a nearest neighbour", "declared max-abs 0.01")

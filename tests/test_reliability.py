@@ -156,7 +156,7 @@ def test_broken_manifest_named(tmp_path: Path, damage: str) -> None:
     project = copy_project(tmp_path / "p")
     path = project / "dossier/reference/manifest.toml"
     text = path.read_text()
-    path.write_text(text[: len(text) // 3] if damage == "truncate" else text.replace("[tolerance]", "[tolerance"))
+    path.write_text(text[: len(text) // 3] if damage == "truncate" else text.replace("[data]", "[data"))
     proc = kd(project, "verify", "--out", str(tmp_path / "run"))
     assert proc.returncode == 2
     assert "ERROR: dossier/reference/manifest.toml" in proc.stderr
@@ -179,7 +179,7 @@ def test_broken_manifest_named(tmp_path: Path, damage: str) -> None:
         ("a = a[:, :100]", "shape (40, 100)"),
         ("a = a.astype(np.float64)", "dtype float64"),
         (
-            "import json; q='dossier/reference/ids.json'; i=json.load(open(q)); i[0], i[1] = i[1], i[0]; "
+            "import json; q='dossier/reference/embeddings.ids.json'; i=json.load(open(q)); i[0], i[1] = i[1], i[0]; "
             "json.dump(i, open(q, 'w'))",
             "ids do not match the sample",
         ),
@@ -196,7 +196,7 @@ def test_unsound_reference_refused_before_comparison(
     report = read_report(tmp_path / "run")
     step = next(s for s in report["steps"] if s["name"] == "reference")  # type: ignore[union-attr]
     assert report["first_failure"] == "reference" and step["layer"] == "reference" and message in step["error"]
-    assert all(statuses(report)[n] == "not-run" for n in ("embed", "reread", "compare"))
+    assert all(statuses(report)[n] == "not-run" for n in ("application", "reread", "compare"))
 
 
 @pytest.mark.slow

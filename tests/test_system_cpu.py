@@ -31,7 +31,7 @@ CPU part\t: 0xd40
 
 
 def test_x86_identity_from_cpuinfo() -> None:
-    from checks.system import cpu_identity
+    from kernodeck.inenv.system import cpu_identity
 
     cpu = cpu_identity(X86)
     assert (cpu["vendor"], cpu["family"], cpu["model"], cpu["stepping"]) == ("GenuineIntel", "6", "143", "8")
@@ -43,7 +43,7 @@ def test_x86_identity_from_cpuinfo() -> None:
 
 
 def test_arm_identity_from_cpuinfo() -> None:
-    from checks.system import cpu_identity
+    from kernodeck.inenv.system import cpu_identity
 
     cpu = cpu_identity(ARM)
     assert (cpu["vendor"], cpu["model"], cpu["stepping"]) == ("0x41", "0xd40", "0x1")
@@ -52,7 +52,7 @@ def test_arm_identity_from_cpuinfo() -> None:
 
 
 def test_unreadable_fields_are_recorded_with_a_reason() -> None:
-    from checks.system import cpu_identity
+    from kernodeck.inenv.system import cpu_identity
 
     cpu = cpu_identity("processor\t: 0\n")
     assert cpu["vendor"] == {"unavailable": "not in /proc/cpuinfo"}

@@ -115,16 +115,23 @@ def test_reference_identity_stable_and_sensitive() -> None:
     same["provenance"] = {"commit": "other", "dirty": True}
     assert reference.identity(same) == manifest["id"]  # provenance is not content
     for table, key, value in [
-        ("tolerance", "max_abs", 0.5),
+        ("outputs.embeddings", "max-abs", 0.5),
+        ("outputs.embeddings", "kind", "allclose"),
+        ("outputs.embeddings", "justification", "other"),
+        ("outputs.embeddings", "ids_sha256", "x"),
+        ("outputs.embeddings", "shape", [40, 383]),
         ("data", "sha256", "0" * 64),
         ("weights", "version", "0.1.1"),
-        ("parameters", "max_seq_length", 128),
-        ("criterion", "kind", "other"),
-        ("code", "files", {}),
-        ("outputs", "ids_sha256", "x"),
+        ("application", "params", {"batch-size": 8}),
+        ("application", "entry", "checks/other.py:run"),
+        ("application", "code", {}),
+        ("criterion", "margin", 0.5),
     ]:
         changed = json.loads(json.dumps(manifest))
-        changed[table][key] = value
+        target = changed
+        for part in table.split("."):
+            target = target[part]
+        target[key] = value
         assert reference.identity(changed) != manifest["id"], f"{table}.{key} must change the id"
 
 
@@ -150,13 +157,13 @@ def test_manifest_edited_or_broken_is_named(tmp_path: Path) -> None:
     project_dir = copy_project(tmp_path / "p")
     path = project_dir / "dossier/reference/manifest.toml"
     text = path.read_text()
-    path.write_text(text.replace("max_abs = 0.0001", "max_abs = 0.01"))
+    path.write_text(text.replace("max-abs = 0.0001", "max-abs = 0.01"))
     with pytest.raises(ManifestError, match="does not match its content"):
         reference.load(load_project(project_dir))
-    path.write_text(text.replace("[tolerance]", "[tolerance\n"))
+    path.write_text(text.replace("[data]", "[data\n"))
     with pytest.raises(ManifestError, match=r"manifest.toml:\d+: not valid TOML"):
         reference.load(load_project(project_dir))
-    path.write_text(text.split("[parameters]")[0])
+    path.write_text(text.split("[data]")[0])
     with pytest.raises(ManifestError, match="missing"):
         reference.load(load_project(project_dir))
 

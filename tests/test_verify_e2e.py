@@ -18,6 +18,7 @@ from tests.conftest import copy_project, kd, read_report, statuses
 from tests.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject
 
 pytestmark = pytest.mark.slow
+RESUME = Path(__file__).resolve().parent.parent / "kernodeck" / "inenv" / "resume.py"
 AFTER_COMPARE = ("criterion", "determinism", "resume")
 
 
@@ -39,8 +40,8 @@ def reseal(project: Path) -> None:
 
     manifest = tomllib.loads(path.read_text())
     ref = project / "dossier/reference"
-    manifest["outputs"]["embeddings_sha256"] = sha256_file(ref / "embeddings.npy")
-    manifest["outputs"]["ids_sha256"] = sha256_file(ref / "ids.json")
+    manifest["outputs"]["embeddings"]["sha256"] = sha256_file(ref / "embeddings.npy")
+    manifest["outputs"]["embeddings"]["ids_sha256"] = sha256_file(ref / "embeddings.ids.json")
     manifest["id"] = reference.identity(manifest)
     write_atomic(path, reference.render(manifest))
     assert reference.load(load_project(project)).id == manifest["id"]
@@ -65,7 +66,7 @@ def test_verify_passes_every_step(built_project: Path, tmp_path: Path) -> None:
         "system",
         "backend",
         "reference",
-        "embed",
+        "application",
         "reread",
         "compare",
         "criterion",
@@ -91,7 +92,7 @@ def test_verify_passes_every_step(built_project: Path, tmp_path: Path) -> None:
         "lock.txt",
         "run-config.json",
         "outputs/embeddings.npy",
-        "outputs/ids.json",
+        "outputs/embeddings.ids.json",
         "report.md",
         "inventory-vs-reference.json",
     ):
@@ -122,7 +123,7 @@ def test_perturbed_reference_fails_at_compare(built_project: Path, tmp_path: Pat
 @pytest.mark.parametrize(
     ("fault", "message"),
     [
-        ("nan-embedding", "non-finite"),
+        ("nan-output", "non-finite"),
         ("reverse-ids", "not in input order"),
         ("truncate-output", "cannot read embeddings.npy"),
     ],
@@ -151,7 +152,8 @@ def test_expected_gpu_missing_stops_everything(built_project: Path, tmp_path: Pa
     st = statuses(report)
     assert report["first_failure"] == "backend" and st["system"] == "passed"
     assert all(
-        st[n] == "not-run" for n in ("reference", "embed", "reread", "compare", "criterion", "determinism", "resume")
+        st[n] == "not-run"
+        for n in ("reference", "application", "reread", "compare", "criterion", "determinism", "resume")
     )
     backend = next(s for s in report["steps"] if s["name"] == "backend")  # type: ignore[union-attr]
     assert backend["layer"] == "device" and "torch.version.cuda" in backend["error"]
@@ -197,7 +199,7 @@ def test_resume_negative_controls_name_the_divergence(built_project: Path, tmp_p
         [
             str(env_python(built_project)),
             "-I",
-            str(built_project / "checks/resume.py"),
+            str(RESUME),
             "--folder",
             str(tmp_path),
             "--drop",
@@ -214,7 +216,7 @@ def test_resume_negative_controls_name_the_divergence(built_project: Path, tmp_p
 
 def test_resume_full_state_passes(built_project: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [str(env_python(built_project)), "-I", str(built_project / "checks/resume.py"), "--folder", str(tmp_path)],
+        [str(env_python(built_project)), "-I", str(RESUME), "--folder", str(tmp_path)],
         capture_output=True,
         text=True,
         check=False,
@@ -307,4 +309,4 @@ def test_failure_attributed_to_its_layer(built_project: Path, tmp_path: Path, fa
     step = next(s for s in report["steps"] if s["name"] == "backend")  # type: ignore[union-attr]
     assert report["first_failure"] == "backend" and step["layer"] == layer
     assert step["error"].startswith(("RuntimeError", "AssertionError"))  # torch's first error, verbatim
-    assert step["interpreter"].endswith("bin/python") and "checks/runner.py" in step["command"]
+    assert step["interpreter"].endswith("bin/python") and "kernodeck/inenv/runner.py" in step["command"]

@@ -1,12 +1,14 @@
-"""What every check shares: the failure type with its layer, and the run context."""
+"""What every in-env step shares: the failure type with its layer, the run context, files read and written."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import sys
 import tempfile
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,7 +71,7 @@ def sha256_file(path: Path) -> str:
 
 
 def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
-    """The identified sample: one JSON object per line with ``id`` and ``text`` (``pair`` for paraphrases)."""
+    """The identified sample: one JSON object per line, each with a unique string ``id`` (the rest is the app's)."""
     try:
         raw_bytes = path.read_bytes()
         raw = raw_bytes.decode("utf-8")
@@ -87,8 +89,8 @@ def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
             raise CheckFailed(f"{path.name}:{number}: not JSON: {exc}", "data-loading") from exc
-        if not isinstance(item, dict) or not isinstance(item.get("id"), str) or not isinstance(item.get("text"), str):
-            raise CheckFailed(f"{path.name}:{number}: each line needs string fields id and text", "data-loading")
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            raise CheckFailed(f"{path.name}:{number}: each line needs a string field id", "data-loading")
         items.append(item)
     ids = [i["id"] for i in items]
     if len(set(ids)) != len(ids):
@@ -96,3 +98,20 @@ def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
     if not items:
         raise CheckFailed(f"{path.name}: empty sample", "data-loading")
     return items
+
+
+def load_file(path: Path, name: str) -> types.ModuleType:
+    """Load a module from an explicit file path, without putting its folder (or anything else) on sys.path."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CheckFailed(f"cannot load {path.name}: not a Python file", "application")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module

@@ -1,21 +1,30 @@
-"""The sample application: embed an identified sample, write it, REREAD it from disk, then judge it.
+"""The declared application, run and judged generically: entry, outputs written, REREAD from disk, then compared.
 
-Steps (each its own result): reference (the committed expected outputs are sound), embed, reread (structure from
-the files on disk), compare (declared tolerance), criterion (the business criterion), determinism (repeat runs).
+Steps (each its own result): reference (the committed expected outputs are sound), application (the entry on the
+identified sample; outputs written), reread (structure from the files on disk), compare (each output under its
+declared tolerance kind), criterion (the application's own check on the reread outputs), determinism (the entry
+rerun in this process). Nothing here knows what the application computes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._common import CheckFailed, Context, Skip, load_sample, progress, sha256_file
+from . import tolerance
+from ._common import CheckFailed, Context, Skip, load_file, load_sample, progress, sha256_file
+
+# Determinism reruns the entry twice more (and once without the settings); above this many records it reruns a
+# fixed subset (the first records, in sample order), stated in the step's details.
+DETERMINISM_RECORDS = 64
 
 
 def _np() -> Any:
@@ -24,26 +33,23 @@ def _np() -> Any:
     return np
 
 
+def _app_cfg(ctx: Context) -> dict[str, Any]:
+    return dict(ctx.config["application"])
+
+
 def sample(ctx: Context) -> list[dict[str, Any]]:
     if "sample" not in ctx.state:
-        items = load_sample(Path(ctx.config["sample"]), ctx.config.get("sample_sha256"))
+        cfg = _app_cfg(ctx)
+        items = load_sample(Path(cfg["sample"]), cfg.get("sample_sha256"))
         repeat = int(ctx.config.get("sample_repeat", 1))
-        if repeat > 1:  # benchmark scaling only: same texts, new ids
-            items = [{**it, "id": f"{it['id']}#{r}", "pair": None} for r in range(repeat) for it in items]
+        if repeat > 1:  # benchmark scaling only: the same records again under new ids
+            items = [{**it, "id": f"{it['id']}#{r}"} for r in range(repeat) for it in items]
         ctx.state["sample"] = items
     return ctx.state["sample"]
 
 
-def check_array(arr: Any, *, rows: int, dim: int, what: str, layer: str) -> None:
-    np = _np()
-    if arr.dtype != np.float32:
-        raise CheckFailed(f"{what}: dtype {arr.dtype}, expected float32", layer)
-    if arr.ndim != 2 or arr.shape != (rows, dim):
-        raise CheckFailed(f"{what}: shape {tuple(arr.shape)}, expected ({rows}, {dim})", layer)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        where = sorted({int(i) for i in np.argwhere(bad)[:, 0]})[:5]
-        raise CheckFailed(f"{what}: {int(bad.sum())} non-finite values (NaN/Inf), rows {where}", layer)
+def _ids(items: list[dict[str, Any]]) -> list[str]:
+    return [str(i["id"]) for i in items]
 
 
 def _load_npy(path: Path, what: str, layer: str) -> Any:
@@ -64,100 +70,116 @@ def _load_ids(path: Path, what: str, layer: str) -> list[str]:
     return ids
 
 
+def _first_difference(a: list[str], b: list[str]) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def check_structure(arr: Any, *, dtype: str, rows: int, shape: tuple[int, ...] | None, what: str, layer: str) -> None:
+    """dtype, shape (rows first) and finiteness, each named when wrong; non-finite values counted, never hidden."""
+    np = _np()
+    if str(arr.dtype) != dtype:
+        raise CheckFailed(f"{what}: dtype {arr.dtype}, expected {dtype}", layer)
+    if arr.ndim < 1 or arr.shape[0] != rows or (shape is not None and tuple(arr.shape) != shape):
+        expected = shape if shape is not None else f"({rows}, ...)"
+        raise CheckFailed(f"{what}: shape {tuple(arr.shape)}, expected {expected}", layer)
+    if np.issubdtype(arr.dtype, np.inexact):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            where = sorted({int(i) for i in np.argwhere(bad)[:, 0]})[:5]
+            raise CheckFailed(f"{what}: {int(bad.sum())} non-finite values (NaN/Inf), rows {where}", layer)
+
+
+# --- the reference -------------------------------------------------------------------------------------------------
+
+
 def check_reference(ctx: Context) -> dict[str, Any]:
     """Refuse an unsound reference BEFORE any comparison: NaN/Inf, wrong shape or dtype, ids not the sample's."""
-    ref = Path(ctx.config["reference_dir"])
-    if ctx.config.get("mode") == "reference":
+    if ctx.config.get("mode") == "reference" or not ctx.config.get("reference"):
         raise Skip("making a new reference: there is no earlier one to check against")
-    items = sample(ctx)
-    ids = _load_ids(ref / "ids.json", "reference", "reference")
-    sample_ids = [i["id"] for i in items]
-    if ids != sample_ids:
-        first = next(
-            (k for k, (a, b) in enumerate(zip(ids, sample_ids, strict=False)) if a != b), min(len(ids), len(sample_ids))
+    ref = ctx.config["reference"]
+    folder = Path(ref["dir"])
+    sample_ids = _ids(sample(ctx))
+    declared = _app_cfg(ctx)["outputs"]
+    missing = sorted(set(declared) - set(ref["outputs"]))
+    if missing:
+        raise CheckFailed(f"the reference has no output {', '.join(missing)} (declared in pyproject)", "reference")
+    arrays, details = {}, {}
+    for name, decl in declared.items():
+        rec = ref["outputs"][name]
+        ids = _load_ids(folder / rec["ids"], f"reference {name}", "reference")
+        if ids != sample_ids:
+            raise CheckFailed(
+                f"reference {name} ids do not match the sample (first difference at row "
+                f"{_first_difference(ids, sample_ids)}; {len(ids)} reference ids, {len(sample_ids)} sample ids)",
+                "reference",
+            )
+        arr = _load_npy(folder / rec["file"], f"reference {name}", "reference")
+        check_structure(
+            arr,
+            dtype=decl["dtype"],
+            rows=len(sample_ids),
+            shape=tuple(rec["shape"]),
+            what=f"reference {name}",
+            layer="reference",
         )
-        raise CheckFailed(
-            f"reference ids do not match the sample (first difference at row {first}; "
-            f"{len(ids)} reference ids, {len(sample_ids)} sample ids)",
-            "reference",
-        )
-    arr = _load_npy(ref / "embeddings.npy", "reference", "reference")
-    check_array(
-        arr, rows=len(items), dim=int(ctx.config["model"]["dim"]), what="reference embeddings", layer="reference"
-    )
-    # Sound, and also the very outputs the manifest's identity names (not a file swapped in later).
-    expected = ctx.config.get("reference_outputs", {})
-    for name, key in (("embeddings.npy", "embeddings_sha256"), ("ids.json", "ids_sha256")):
-        if expected.get(key) and sha256_file(ref / name) != expected[key]:
-            raise CheckFailed(f"reference {name} differs from the fingerprint in manifest.toml", "reference")
-    ctx.state["reference"] = arr
-    return {"rows": int(arr.shape[0]), "dim": int(arr.shape[1]), "dtype": str(arr.dtype)}
+        # Sound, and also the very files the manifest's identity names (not a file swapped in later).
+        for key, file in (("sha256", rec["file"]), ("ids_sha256", rec["ids"])):
+            if sha256_file(folder / file) != rec[key]:
+                raise CheckFailed(f"reference {file} differs from the fingerprint in manifest.toml", "reference")
+        arrays[name] = arr
+        details[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype)}
+    ctx.state["reference"] = arrays
+    return {"outputs": details, "rows": len(sample_ids)}
 
 
-def _fingerprint(model_dir: Path) -> dict[str, str]:
-    out = {}
-    for path in sorted(model_dir.rglob("*")):
-        if path.is_file() and path.name != ".gitattributes" and "__pycache__" not in path.parts:
-            out[path.relative_to(model_dir).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
+# --- the entry -----------------------------------------------------------------------------------------------------
 
 
-def load_model(ctx: Context) -> Any:
-    if "model" in ctx.state:
-        return ctx.state["model"]
-    cfg = ctx.config["model"]
-    try:
-        package = importlib.import_module(cfg["package"])
-    except ImportError as exc:
-        raise CheckFailed(f"ImportError: {exc}", "environment") from exc
-    model_dir = Path(package.__file__).resolve().parent / cfg["subdir"]
-    found = _fingerprint(model_dir)
-    expected = cfg.get("files") or {}
-    wrong = sorted(name for name, digest in expected.items() if found.get(name) != digest)
-    if wrong:
-        raise CheckFailed(f"weights differ from the reference's fingerprint: {', '.join(wrong)}", "weights")
-    progress("importing sentence-transformers, loading weights")
-    from sentence_transformers import SentenceTransformer
+@dataclass
+class App:
+    """What the entry is handed: ``run(app)``. It imports nothing of Kernodeck; this object is the whole contract."""
 
-    device = ctx.state.get("device", "cpu")
-    try:
-        model = SentenceTransformer(str(model_dir), device=device, local_files_only=True)
-    except TypeError:  # older sentence-transformers without local_files_only
-        model = SentenceTransformer(str(model_dir), device=device)
-    model.max_seq_length = int(cfg["max_seq_length"])
-    ctx.state["model"] = model
-    ctx.state["weights_fingerprint"] = found
-    return model
+    records: list[dict[str, Any]]
+    params: dict[str, Any]
+    device: str
+    root: Path
+    weights: Path | None
+    declared: dict[str, Any]
+    folder: Path | None  # where outputs are written; None: kept in memory only (determinism reruns)
+    written: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
 
+    def progress(self, done: int, total: int, what: str = "") -> None:
+        """A progress line, ``[kernodeck] application: WHAT DONE/TOTAL`` on stderr (the orchestrator forwards it)."""
+        progress(f"{what} {done}/{total}".strip())
 
-def encode(ctx: Context) -> Any:
-    np = _np()
-    cfg = ctx.config["model"]
-    model = load_model(ctx)
-    texts = [i["text"] for i in sample(ctx)]
-    batch = int(cfg["batch_size"])
-    batches = -(-len(texts) // batch)
-    seen = [0]
+    def fail(self, message: str, layer: str = "application") -> None:
+        """Stop with a verdict attributed to a layer (e.g. "data-loading", "weights", "operator:forward")."""
+        raise CheckFailed(message, layer)
 
-    def batch_done(*_: Any) -> None:  # a forward hook: counts batches without touching what is computed
-        seen[0] += 1
-        progress(f"batch {seen[0]}/{batches} ({min(seen[0] * batch, len(texts))}/{len(texts)} items)")
-
-    hook = model[0].register_forward_hook(batch_done) if len(model) else None
-    try:
-        arr = model.encode(
-            texts,
-            batch_size=int(cfg["batch_size"]),
-            convert_to_numpy=True,
-            normalize_embeddings=bool(cfg["normalize"]),
-            show_progress_bar=False,
-        )
-    except Exception as exc:
-        raise CheckFailed(f"{type(exc).__name__}: {exc}", "operator:encode") from exc
-    finally:
-        if hook is not None:
-            hook.remove()
-    return np.asarray(arr)
+    def write(self, name: str, array: Any, ids: list[str]) -> None:
+        """Write one declared output: an array with one row per id. Each declared output exactly once."""
+        np = _np()
+        if name not in self.declared:
+            raise CheckFailed(f"the entry wrote {name!r}, which pyproject does not declare", "application")
+        if name in self.written:
+            raise CheckFailed(f"the entry wrote {name!r} twice", "application")
+        arr, ids = np.asarray(array), [str(i) for i in ids]
+        self.written[name] = (arr, ids)
+        if self.folder is None:
+            return
+        # Fault injection for the reliability suite (tests/): a NaN in an output, ids written out of order, or a
+        # file truncated between write and reread. Each must be caught by the reread step, not later.
+        fault = os.environ.get("KERNODECK_FAULT", "") if len(self.written) == 1 else ""
+        if fault == "nan-output" and np.issubdtype(arr.dtype, np.inexact):
+            arr = arr.copy()
+            arr.reshape(arr.shape[0], -1)[min(3, arr.shape[0] - 1), 0] = np.nan
+        elif fault == "reverse-ids":
+            ids = list(reversed(ids))
+        _save_npy(self.folder / f"{name}.npy", arr)
+        _write_text(self.folder / f"{name}.ids.json", json.dumps(ids) + "\n")
+        if fault == "truncate-output":
+            path = self.folder / f"{name}.npy"
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 def _save_npy(path: Path, arr: Any) -> None:
@@ -168,170 +190,277 @@ def _save_npy(path: Path, arr: Any) -> None:
     os.replace(tmp, path)
 
 
-def embed(ctx: Context) -> dict[str, Any]:
+def _write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def _function(ctx: Context, target: dict[str, str], what: str) -> Any:
+    """The application's function, from its file loaded by path (each file once per process)."""
+    path = Path(ctx.config["project_root"]) / target["file"]
+    name = "kernodeck_app_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    if not path.is_file():
+        raise CheckFailed(f"the {what} file {target['file']} does not exist", "application")
+    try:
+        module = load_file(path, name)
+    except CheckFailed:
+        raise
+    except ImportError as exc:
+        raise CheckFailed(f"{target['file']}: ImportError: {exc}", "environment") from exc
+    except Exception as exc:
+        raise CheckFailed(f"{target['file']} failed to load: {type(exc).__name__}: {exc}", "application") from exc
+    func = getattr(module, target["function"], None)
+    if not callable(func):
+        raise CheckFailed(f"{target['file']} has no function {target['function']}", "application")
+    return func
+
+
+def _fingerprint(folder: Path) -> dict[str, str]:
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != ".gitattributes" and "__pycache__" not in path.parts:
+            out[path.relative_to(folder).as_posix()] = sha256_file(path)
+    return out
+
+
+def weights(ctx: Context) -> Path | None:
+    """The declared weights folder, fingerprinted file by file against the reference (found without importing)."""
+    cfg = _app_cfg(ctx).get("weights")
+    if not cfg:
+        return None
+    if "weights" in ctx.state:
+        return Path(ctx.state["weights"])
+    spec = importlib.util.find_spec(cfg["module"])
+    if spec is None or not (spec.submodule_search_locations or spec.origin):
+        raise CheckFailed(f"the weights package {cfg['module']} is not installed in this env", "environment")
+    base = Path(next(iter(spec.submodule_search_locations or [])) if spec.submodule_search_locations else spec.origin)
+    folder = (base if base.is_dir() else base.parent) / cfg.get("subdir", ".")
+    if not folder.is_dir():
+        raise CheckFailed(f"the weights folder {cfg['module']}/{cfg.get('subdir', '.')} does not exist", "weights")
+    progress(f"fingerprinting the weights in {cfg['module']}/{cfg.get('subdir', '.')} (loading weights follows)")
+    found = _fingerprint(folder)
+    expected = cfg.get("files") or {}
+    wrong = sorted(name for name, digest in expected.items() if found.get(name) != digest)
+    if wrong:
+        raise CheckFailed(f"weights differ from the reference's fingerprint: {', '.join(wrong)}", "weights")
+    try:
+        version = importlib.metadata.version(cfg["package"])
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    ctx.state.update(weights=str(folder), weights_fingerprint=found, weights_version=version)
+    return folder
+
+
+def _call_entry(ctx: Context, records: list[dict[str, Any]], folder: Path | None) -> App:
+    """Seed and pin every knob (the same state for every call), then run the entry; its failures keep their layer."""
+    from . import settings
+
+    cfg = _app_cfg(ctx)
+    entry = _function(ctx, cfg["entry"], "entry")
+    app = App(
+        records=[dict(r) for r in records],
+        params=dict(cfg.get("params") or {}),
+        device=str(ctx.state.get("device", "cpu")),
+        root=Path(ctx.config["project_root"]),
+        weights=weights(ctx),
+        declared=cfg["outputs"],
+        folder=folder,
+    )
+    settings.apply(deterministic=ctx.state.get("deterministic", True))
+    try:
+        entry(app)
+    except CheckFailed:
+        raise
+    except ImportError as exc:
+        raise CheckFailed(f"ImportError: {exc}", "environment") from exc
+    except MemoryError as exc:
+        raise CheckFailed(f"MemoryError: {exc}", "device") from exc
+    except Exception as exc:
+        raise CheckFailed(f"the entry raised {type(exc).__name__}: {exc}", "application") from exc
+    missing = sorted(set(cfg["outputs"]) - set(app.written))
+    if missing:
+        raise CheckFailed(f"the entry did not write {', '.join(missing)} (declared in pyproject)", "application")
+    return app
+
+
+def run_entry(ctx: Context) -> dict[str, Any]:
     items = sample(ctx)
     start = time.perf_counter()
-    arr = encode(ctx)
+    app = _call_entry(ctx, items, ctx.outputs)
     seconds = time.perf_counter() - start
-    _save_npy(ctx.outputs / "embeddings.npy", arr)
-    (ctx.outputs / "ids.json").write_text(json.dumps([i["id"] for i in items]) + "\n", encoding="utf-8")
-    ctx.state["first_run"] = arr
-    ctx.state["first_run_seconds"] = seconds
-    return {
+    ctx.state["first_run"] = {name: arr for name, (arr, _) in app.written.items()}
+    details: dict[str, Any] = {
         "items": len(items),
         "seconds": round(seconds, 4),
-        "items_per_s": round(len(items) / seconds, 1),
-        "device": ctx.state.get("device", "cpu"),
-        "written": ["outputs/embeddings.npy", "outputs/ids.json"],
-        "weights_fingerprint": ctx.state.get("weights_fingerprint", {}),
+        "items_per_s": round(len(items) / seconds, 1) if seconds > 0 else None,
+        "device": app.device,
+        "written": sorted(f"outputs/{n}.npy" for n in app.written),
     }
+    if "weights_fingerprint" in ctx.state:
+        details.update(
+            weights_fingerprint=ctx.state["weights_fingerprint"], weights_version=ctx.state["weights_version"]
+        )
+    return details
+
+
+# --- reread, compare, criterion --------------------------------------------------------------------------------------
 
 
 def reread(ctx: Context) -> dict[str, Any]:
-    """Structure first, from the files on disk: count, dims, dtype, finite, ids in the input order."""
-    items = sample(ctx)
-    arr = _load_npy(ctx.outputs / "embeddings.npy", "output", "output")
-    ids = _load_ids(ctx.outputs / "ids.json", "output", "output")
-    expected_ids = [i["id"] for i in items]
-    if len(ids) != len(expected_ids):
-        raise CheckFailed(f"output ids: {len(ids)} ids for {len(expected_ids)} inputs", "output")
-    if ids != expected_ids:
-        first = next(k for k, (a, b) in enumerate(zip(ids, expected_ids, strict=True)) if a != b)
-        raise CheckFailed(
-            f"output ids are not in input order: row {first} is {ids[first]!r}, expected {expected_ids[first]!r}",
-            "output",
+    """Structure first, from the files on disk: every declared output, dtype, shape, finite, ids in input order."""
+    expected_ids = _ids(sample(ctx))
+    declared = _app_cfg(ctx)["outputs"]
+    ref = ctx.config.get("reference") if ctx.config.get("mode") != "reference" else None
+    written = sorted(p.name.removesuffix(".npy") for p in ctx.outputs.glob("*.npy"))
+    if sorted(declared) != written:
+        raise CheckFailed(f"outputs on disk {written}, declared {sorted(declared)}", "output")
+    arrays, details = {}, {}
+    for name, decl in declared.items():
+        arr = _load_npy(ctx.outputs / f"{name}.npy", f"output {name}", "output")
+        ids = _load_ids(ctx.outputs / f"{name}.ids.json", f"output {name}", "output")
+        if len(ids) != len(expected_ids):
+            raise CheckFailed(f"output {name}: {len(ids)} ids for {len(expected_ids)} inputs", "output")
+        if ids != expected_ids:
+            first = _first_difference(ids, expected_ids)
+            raise CheckFailed(
+                f"output {name} ids are not in input order: row {first} is {ids[first]!r}, "
+                f"expected {expected_ids[first]!r}",
+                "output",
+            )
+        shape = tuple(ref["outputs"][name]["shape"]) if ref and name in ref["outputs"] else None
+        check_structure(
+            arr, dtype=decl["dtype"], rows=len(expected_ids), shape=shape, what=f"output {name}", layer="output"
         )
-    check_array(arr, rows=len(items), dim=int(ctx.config["model"]["dim"]), what="output embeddings", layer="output")
-    ctx.state["reread"] = arr
-    return {
-        "rows": int(arr.shape[0]),
-        "dim": int(arr.shape[1]),
-        "dtype": str(arr.dtype),
-        "finite": True,
-        "ids_in_order": True,
-    }
+        arrays[name] = arr
+        details[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype), "finite": True, "ids_in_order": True}
+    ctx.state["reread"] = arrays
+    return {"outputs": details, "rows": len(expected_ids)}
 
 
 def compare(ctx: Context) -> dict[str, Any]:
-    np = _np()
     if ctx.config.get("mode") == "reference":
         raise Skip("making a new reference: nothing to compare against")
-    ours, ref = ctx.state["reread"], ctx.state["reference"]
-    tol = ctx.config["tolerance"]
-    cos = np.sum(ours.astype(np.float64) * ref, axis=1) / (
-        np.linalg.norm(ours.astype(np.float64), axis=1) * np.linalg.norm(ref.astype(np.float64), axis=1)
-    )
-    max_abs = float(np.abs(ours.astype(np.float64) - ref).max())
-    ids = [i["id"] for i in sample(ctx)]
-    worst = int(np.argmin(cos))
-    details = {
-        "min_cosine": float(cos.min()),
-        "max_abs": max_abs,
-        "worst_id": ids[worst],
-        "cosine_min_allowed": tol["cosine_min"],
-        "max_abs_allowed": tol["max_abs"],
-        "bitwise_equal": bool(np.array_equal(ours, ref)),
-        "per_item_cosine": {i: round(float(c), 9) for i, c in zip(ids, cos, strict=True)},
+    ids = _ids(sample(ctx))
+    declared = _app_cfg(ctx)["outputs"]
+    verdicts = {
+        name: tolerance.compare(decl, ctx.state["reread"][name], ctx.state["reference"][name], ids)
+        for name, decl in declared.items()
     }
-    if cos.min() < tol["cosine_min"] or max_abs > tol["max_abs"]:
+    details: dict[str, Any] = {"outputs": verdicts}
+    if len(verdicts) == 1:  # the one output's numbers at the top level too
+        details.update(next(iter(verdicts.values())))
+    failed = [name for name, v in verdicts.items() if not v["passed"]]
+    if failed:
         raise CheckFailed(
-            f"embeddings differ from the reference beyond tolerance: min cosine {cos.min():.9f} "
-            f"(allowed >= {tol['cosine_min']}) at {ids[worst]!r}, max abs {max_abs:.3g} (allowed <= {tol['max_abs']})",
+            "; ".join(
+                f"{name} differs from the reference beyond tolerance: {verdicts[name]['summary']}" for name in failed
+            ),
             "comparison",
             details,
         )
     return details
-
-
-def neighbours(arr: Any, items: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, float]]:
-    """Each paraphrase's nearest neighbour (cosine, itself excluded) and its margin over the runner-up."""
-    np = _np()
-    unit = arr.astype(np.float64) / np.linalg.norm(arr.astype(np.float64), axis=1, keepdims=True)
-    sims = unit @ unit.T
-    np.fill_diagonal(sims, -np.inf)
-    ids = [i["id"] for i in items]
-    nearest, margin = {}, {}
-    for row, item in enumerate(items):
-        if not item.get("pair"):
-            continue
-        order = np.argsort(-sims[row])
-        nearest[item["id"]] = ids[int(order[0])]
-        margin[item["id"]] = float(sims[row, order[0]] - sims[row, order[1]])
-    return nearest, margin
 
 
 def criterion(ctx: Context) -> dict[str, Any]:
+    """The application's own check (the business criterion), on the outputs REREAD from disk."""
+    cfg = _app_cfg(ctx)
+    if not cfg.get("criterion"):
+        raise Skip("no criterion declared ([tool.kernodeck.application] criterion)")
+    func = _function(ctx, cfg["criterion"], "criterion")
     items = sample(ctx)
-    nearest, margin = neighbours(ctx.state["reread"], items)
-    wrong = {i: n for i, n in nearest.items() if n != next(x["pair"] for x in items if x["id"] == i)}
-    details = {
-        "criterion": "each labelled paraphrase's nearest neighbour is its pair",
-        "pairs_checked": len(nearest),
-        "misses": wrong,
-        "min_margin": min(margin.values()) if margin else None,
-    }
-    if not nearest:
-        raise CheckFailed("the sample has no labelled paraphrase pairs to judge", "data-loading")
-    if wrong:
-        first = sorted(wrong)[0]
-        raise CheckFailed(
-            f"{len(wrong)} of {len(nearest)} paraphrases miss their pair, e.g. {first!r} -> {wrong[first]!r}",
-            "comparison",
-            details,
-        )
+    outputs = {name: arr.copy() for name, arr in ctx.state["reread"].items()}
+    try:
+        result = func(outputs, _ids(items), [dict(r) for r in items], dict(cfg.get("params") or {}))
+    except CheckFailed:
+        raise
+    except Exception as exc:
+        raise CheckFailed(f"the criterion raised {type(exc).__name__}: {exc}", "application") from exc
+    if not isinstance(result, dict) or not isinstance(result.get("passed"), bool):
+        raise CheckFailed("the criterion must return a dict with a bool 'passed' and a 'summary'", "application")
+    details = json.loads(json.dumps(result, default=str))
+    margin = details.get("margin")
+    if margin is not None and not isinstance(margin, int | float):
+        raise CheckFailed(f"the criterion's margin must be a number or None, not {margin!r}", "application")
+    if not result["passed"]:
+        raise CheckFailed(f"criterion failed: {result.get('summary', '')}", "comparison", details)
     return details
 
 
-def determinism(ctx: Context) -> dict[str, Any]:
-    """Run the sample twice more in this process; on CPU the runs must be bitwise identical. Record the cost."""
-    np = _np()
-    import torch
+# --- determinism ---------------------------------------------------------------------------------------------------
 
+
+def determinism(ctx: Context) -> dict[str, Any]:
+    """Rerun the entry twice in this process (a fixed subset for large samples): on CPU, bitwise identical outputs.
+
+    Then once without the determinism settings, to record what they cost.
+    """
     from . import settings
 
-    first = ctx.state["first_run"]
+    items = sample(ctx)
+    limit = int(ctx.config.get("determinism_records", DETERMINISM_RECORDS))
+    subset = items[:limit]
+    whole = len(subset) == len(items)
     start = time.perf_counter()
-    second = encode(ctx)
+    second = _call_entry(ctx, subset, None).written
     t_det = time.perf_counter() - start
-    third = encode(ctx)
-    device = str(ctx.state.get("device", "cpu"))
-    diff = max(
-        float(np.abs(second.astype(np.float64) - first).max()), float(np.abs(third.astype(np.float64) - first).max())
-    )
-    identical = bool(np.array_equal(first, second) and np.array_equal(first, third))
-    # The cost of the settings: the same work with deterministic algorithms off and autotuning on, then restored.
-    settings.apply(deterministic=False)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    third = _call_entry(ctx, subset, None).written
+    ctx.state["deterministic"] = False
     try:
         start = time.perf_counter()
-        free = encode(ctx)
+        free = _call_entry(ctx, subset, None).written
         t_free = time.perf_counter() - start
     finally:
+        ctx.state["deterministic"] = True
         restored = settings.apply(deterministic=True)
+    import torch
+
     differ = settings.differences(restored, settings.read_back(torch))  # what the later steps (resume) rely on
+    device = str(ctx.state.get("device", "cpu"))
+    runs = [second, third] + ([{n: (a, []) for n, a in ctx.state["first_run"].items()}] if whole else [])
+    per_output: dict[str, Any] = {}
+    identical = True
+    for name in _app_cfg(ctx)["outputs"]:
+        base = second[name][0]
+        same = all(r[name][0].shape == base.shape and bool(_np().array_equal(r[name][0], base)) for r in runs[1:])
+        identical &= same
+        per_output[name] = {
+            "bitwise_identical": same,
+            "max_abs_between_runs": max(tolerance.max_abs(r[name][0], base) for r in runs[1:]),
+            "max_abs_without_settings": tolerance.max_abs(free[name][0], base),
+        }
     details = {
         "device": device,
-        "repeats": 3,
+        "records": len(subset),
+        "of": len(items),
+        "subset": "the whole sample" if whole else f"the first {len(subset)} records in sample order",
+        "repeats": len(runs),
         "bitwise_identical": identical,
-        "max_abs_between_runs": diff,
+        "outputs": per_output,
         "seconds_deterministic": round(t_det, 4),
         "seconds_without_settings": round(t_free, 4),
         "cost_ratio": round(t_det / t_free, 3) if t_free > 0 else None,
-        "max_abs_without_settings": float(np.abs(free.astype(np.float64) - first).max()),
     }
     if device == "cpu" and not identical:
+        moved = [n for n, v in per_output.items() if not v["bitwise_identical"]]
         raise CheckFailed(
-            f"two runs on CPU in one process differ (max abs {diff:.3g}); CPU runs must be bitwise identical",
-            "operator:encode",
+            f"runs of the entry on CPU in one process differ ({', '.join(moved)}); CPU runs must be bitwise identical",
+            "operator",
             details,
         )
-    if diff > ctx.config["tolerance"]["max_abs"]:
-        raise CheckFailed(
-            f"repeat runs on {device} differ by {diff:.3g} > declared {ctx.config['tolerance']['max_abs']}",
-            "operator:encode",
-            details,
-        )
+    if device != "cpu":
+        declared = _app_cfg(ctx)["outputs"]
+        ids = _ids(subset)
+        for name in declared:
+            for other in runs[1:]:
+                verdict = tolerance.compare(declared[name], other[name][0], second[name][0], ids)
+                if not verdict["passed"]:
+                    raise CheckFailed(
+                        f"repeat runs on {device} differ beyond the declared tolerance of {name}: {verdict['summary']}",
+                        "operator",
+                        details,
+                    )
     if differ:
         shown = "; ".join(f"{k}: applied {v['applied']!r}, read back {v['read_back']!r}" for k, v in differ.items())
         raise CheckFailed(

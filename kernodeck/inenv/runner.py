@@ -1,40 +1,56 @@
-"""Run the requested checks in order, in ONE process inside the rebuilt env, writing each result as it finishes.
+"""Run the requested steps in order, in ONE process inside the rebuilt env, writing each result as it finishes.
 
-    <venv>/bin/python -I checks/runner.py --config DOSSIER/run-config.json
+    <venv>/bin/python -I <kernodeck>/inenv/runner.py --config DOSSIER/run-config.json
 
-Importing torch and sentence-transformers costs seconds, so every check shares this process. A result file is
-written per step (``steps/NN-name.json``) the moment it ends: if the process dies, the earlier results stay and the
-orchestrator marks the rest. After a failure, later steps are written as not-run and nothing more is computed.
+This file ships inside the kernodeck distribution and runs by path; nothing of Kernodeck is installed into the env.
+It loads its sibling files as a package from their folder and the application's entry by its file path: nothing
+is put on sys.path (``-I`` keeps the caller's PYTHONPATH, user site and cwd out, so a ``numpy/`` folder in the
+project is never imported in place of the env's numpy). Importing torch and the application's libraries costs
+seconds, so every step shares this process. A result file is written per step (``steps/NN-name.json``) the moment
+it ends: if the process dies, the earlier results stay and the orchestrator marks the rest. After a failure, later
+steps are written as not-run and nothing more is computed.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import sys
 import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parent.parent)
-)  # -I drops the script's folder: make `checks` importable
+HERE = Path(__file__).resolve().parent
+PACKAGE = "kernodeck_inenv"  # the siblings, loaded from HERE; never the orchestrator's ``kernodeck`` package
 
-from checks._common import CheckFailed, Context, Skip, set_step, write_json_atomic
+
+def _load_siblings() -> None:
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, HERE / "__init__.py", submodule_search_locations=[str(HERE)]
+    )
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = package
+    spec.loader.exec_module(package)
+
+
+_load_siblings()
+from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 
 # step name -> (module, function, title)
 STEPS = {
-    "settings": ("checks.settings", "run", "determinism settings applied before any compute"),
-    "system": ("checks.system", "run", "system chain (OS, driver, CUDA/ROCm, devices, loaded libraries)"),
-    "backend": ("checks.backend", "run", "expected backend usable; small computation matches numpy"),
-    "reference": ("checks.embeddings", "check_reference", "reference outputs sound (shape, dtype, finite, ids)"),
-    "embed": ("checks.embeddings", "embed", "embed the identified sample; write outputs"),
-    "reread": ("checks.embeddings", "reread", "reread outputs from disk: count, dims, dtype, finite, id order"),
-    "compare": ("checks.embeddings", "compare", "compare with the reference under the declared tolerance"),
-    "criterion": ("checks.embeddings", "criterion", "business criterion: paraphrases find their pair"),
-    "determinism": ("checks.embeddings", "determinism", "repeat runs in one process; cost of the settings"),
-    "resume": ("checks.resume", "run", "training resume in a new process matches the uninterrupted run"),
+    "settings": ("settings", "run", "determinism settings applied before any compute"),
+    "system": ("system", "run", "system chain (OS, driver, CUDA/ROCm, devices, loaded libraries)"),
+    "backend": ("backend", "run", "expected backend usable; small computation matches numpy"),
+    "reference": ("application", "check_reference", "reference outputs sound (count, shape, dtype, finite, ids)"),
+    "application": ("application", "run_entry", "the application's entry on the identified sample; outputs written"),
+    "reread": ("application", "reread", "outputs reread from disk: count, dtype, finite, shape, id order"),
+    "compare": ("application", "compare", "each output against the reference under its declared tolerance kind"),
+    "criterion": ("application", "criterion", "the application's criterion on the reread outputs"),
+    "determinism": ("application", "determinism", "the entry rerun in one process; cost of the settings"),
+    "resume": ("resume", "run", "training resume in a new process matches the uninterrupted run"),
 }
 
 
@@ -60,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
     config = json.loads(args.config.read_text(encoding="utf-8"))
-    root = Path(__file__).resolve().parent.parent
-    for key in ("reference_dir", "sample"):  # relative to the project root that holds this runner
-        if key in config:
-            config[key] = str(root / config[key])
+    root = Path(config["project_root"])  # paths in the config are relative to the project's root
+    config["application"]["sample"] = str(root / config["application"]["sample"])
+    if config.get("reference"):
+        config["reference"]["dir"] = str(root / config["reference"]["dir"])
     out = args.config.resolve().parent  # results go beside the config: the run's dossier folder
     steps_dir = out / "steps"
     steps_dir.mkdir(parents=True, exist_ok=True)
@@ -80,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         set_step(name)
         start = time.perf_counter()
         try:
-            details = getattr(importlib.import_module(module_name), func_name)(ctx)
+            details = getattr(importlib.import_module(f"{PACKAGE}.{module_name}"), func_name)(ctx)
             result.update(status="passed", details=details)
         except Skip as exc:
             result.update(status="skipped", reason=str(exc))
@@ -103,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(ended, file=sys.stderr, flush=True)
     # Libraries load lazily (cuDNN at the first convolution, cuBLAS at the first GPU matmul): record the final map.
     if "system" in ctx.state:
-        from checks.system import loaded_libraries
+        from kernodeck_inenv.system import loaded_libraries
 
         write_json_atomic(out / "loaded-libraries-after-run.json", loaded_libraries())
     return 1 if failed else 0
