@@ -220,9 +220,9 @@ def _new_reference(project_root: Path, tmp_path: Path) -> tuple[object, dict[str
     raw = bytearray((project.reference / "embeddings.npy").read_bytes())
     raw[-1] ^= 0x01  # one bit of the last float: new outputs, so a new identity
     (outputs / "embeddings.npy").write_bytes(bytes(raw))
-    (outputs / "ids.json").write_bytes((project.reference / "ids.json").read_bytes())
+    (outputs / "embeddings.ids.json").write_bytes((project.reference / "embeddings.ids.json").read_bytes())
     manifest = json.loads(json.dumps(old.manifest))
-    manifest["outputs"]["embeddings_sha256"] = sha256_file(outputs / "embeddings.npy")
+    manifest["outputs"]["embeddings"]["sha256"] = sha256_file(outputs / "embeddings.npy")
     manifest["provenance"]["previous_id"] = old.id
     manifest["id"] = refmod.identity(manifest)
     return project, manifest, outputs
@@ -238,8 +238,8 @@ def _consistent(folder: Path) -> bool:
     manifest = tomllib.loads((folder / "manifest.toml").read_text())
     return (
         manifest["id"] == identity(manifest)
-        and sha256_file(folder / "embeddings.npy") == manifest["outputs"]["embeddings_sha256"]
-        and sha256_file(folder / "ids.json") == manifest["outputs"]["ids_sha256"]
+        and sha256_file(folder / "embeddings.npy") == manifest["outputs"]["embeddings"]["sha256"]
+        and sha256_file(folder / "embeddings.ids.json") == manifest["outputs"]["embeddings"]["ids_sha256"]
     )
 
 
