@@ -360,7 +360,8 @@ GENERATED = ("manifest.toml", "inventory.txt", "system.json")
 
 def _output_files(manifest: dict[str, Any]) -> list[tuple[str, str | None]]:
     """(file, its sha256 in the manifest) for each expected output and its ids (format 1: embeddings and ids)."""
-    outputs = manifest.get("outputs") if isinstance(manifest.get("outputs"), dict) else {}
+    raw = manifest.get("outputs")
+    outputs: dict[str, Any] = raw if isinstance(raw, dict) else {}
     if manifest.get("format") == 1:
         return [(str(outputs.get(k, f"{k}?")), outputs.get(f"{k}_sha256")) for k in ("embeddings", "ids")]
     files: list[tuple[str, str | None]] = []
