@@ -199,6 +199,8 @@ def _determinism(d: dict[str, Any]) -> str:
         if d["bitwise_identical"]
         else f"max abs between runs {_num(between)}"
     )
+    if isinstance(d.get("records"), int) and isinstance(d.get("of"), int) and d["records"] < d["of"]:
+        head += f" of {d.get('subset', 'a subset')} ({d['records']} of {d['of']} records)"
     if d.get("cost_ratio") is not None:
         head += f"; settings cost x{_num(d['cost_ratio'])}"
     return head

@@ -205,3 +205,13 @@ def test_the_distribution_ships_the_inenv_side() -> None:
     from kernodeck import verify
 
     assert verify.RUNNER == ROOT / "kernodeck" / "inenv" / "runner.py" and verify.RUNNER.is_file()
+
+
+def test_a_bounded_determinism_run_says_so_in_the_report() -> None:
+    from kernodeck.report import Status, Step, step_result
+
+    details = {"bitwise_identical": True, "repeats": 2, "records": 64, "of": 2048, "subset": "the first 64 records"}
+    line = step_result(Step("determinism", Status.PASSED, details=details))
+    assert "the first 64 records (64 of 2048 records)" in line
+    whole = step_result(Step("determinism", Status.PASSED, details={**details, "records": 40, "of": 40}))
+    assert "records" not in whole
