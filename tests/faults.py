@@ -1,6 +1,7 @@
 """Fault injection for the tests, never in the shipped checks: the test edits a COPY of the project's check file.
 
-``inject(project, "embeddings", CODE)`` appends CODE to the copy's ``checks/embeddings.py``. It runs when the runner
+``inject(project, "application", CODE)`` appends CODE to the copy's ``kernodeck/inenv/application.py`` (the in-env
+steps; ``"app"`` is the project's own ``checks/app.py``). It runs when the runner
 imports the module, after the module's own definitions, so it can wrap a step function by name; the runner looks each
 step up at call time and so calls the wrapper. The shipped files, and any other project, are untouched.
 """
@@ -14,8 +15,10 @@ MARK = "# --- fault injected by a test (tests/faults.py) ---"
 
 
 def check_file(project: Path, module: str) -> Path:
-    """The copy's file of the in-env check module ``module`` (e.g. "embeddings")."""
-    path = project / "checks" / f"{module}.py"
+    """The copy's file of the in-env module ``module`` (e.g. "application"), or of the project's app (``"app"``)."""
+    path = project / "kernodeck" / "inenv" / f"{module}.py"
+    if not path.is_file():
+        path = project / "checks" / f"{module}.py"
     assert path.is_file(), f"no check module {module!r} at {path}"
     return path
 
@@ -54,10 +57,10 @@ def wrap_around(function: str, setup: str, teardown: str) -> str:
 # The faults the reliability suite uses, by name: (module, code appended).
 OUTPUT_FAULTS = {
     # a NaN from the model, as the reread step must catch it
-    "nan-embedding": (
-        "embeddings",
+    "nan-output": (
+        "application",
         wrap_after(
-            "embed",
+            "run_entry",
             """
             _arr = _np().load(args[0].outputs / "embeddings.npy")
             _arr[3, 5] = float("nan")
@@ -67,20 +70,20 @@ OUTPUT_FAULTS = {
     ),
     # ids written out of order
     "reverse-ids": (
-        "embeddings",
+        "application",
         wrap_after(
-            "embed",
+            "run_entry",
             """
-            _ids = json.loads((args[0].outputs / "ids.json").read_text(encoding="utf-8"))
-            (args[0].outputs / "ids.json").write_text(json.dumps(_ids[::-1]) + "\\n", encoding="utf-8")
+            _ids = json.loads((args[0].outputs / "embeddings.ids.json").read_text(encoding="utf-8"))
+            (args[0].outputs / "embeddings.ids.json").write_text(json.dumps(_ids[::-1]) + "\\n", encoding="utf-8")
             """,
         ),
     ),
     # the output file truncated between write and reread
     "truncate-output": (
-        "embeddings",
+        "application",
         wrap_after(
-            "embed",
+            "run_entry",
             """
             _path = args[0].outputs / "embeddings.npy"
             _path.write_bytes(_path.read_bytes()[: _path.stat().st_size // 2])

@@ -79,8 +79,8 @@ def test_shipped_code_holds_no_fault_hook() -> None:
 def test_fault_variable_changes_nothing_in_env(built_project: Path) -> None:
     code = """
         from pathlib import Path
-        from checks._common import Context
-        from checks import backend
+        from kernodeck.inenv._common import Context
+        from kernodeck.inenv import backend
         ctx = Context(config={"expect_backend": "cpu"}, out=Path("."))
         print(json.dumps(backend.run(ctx)))
     """
@@ -94,8 +94,8 @@ def test_fault_variable_changes_nothing_in_env(built_project: Path) -> None:
 SETTINGS_RUN = """
     from pathlib import Path
     import torch
-    from checks._common import CheckFailed, Context
-    from checks import settings
+    from kernodeck.inenv._common import CheckFailed, Context
+    from kernodeck.inenv import settings
     {tamper}
     try:
         record = settings.run(Context(config={{}}, out=Path(".")))
@@ -178,16 +178,16 @@ def test_settings_step_fails_end_to_end(built_project: Path, tmp_path: Path) -> 
     step = failed_step(report, "settings")
     assert report["first_failure"] == "settings" and step["layer"] == "environment"
     assert "cudnn.benchmark: applied False, read back True" in step["error"]
-    assert statuses(report)["embed"] == "not-run"
+    assert statuses(report)["application"] == "not-run"
 
 
 @pytest.mark.reliability(
     62,
     "a weights file of the installed model tampered (negative control)",
-    "the embed step fails in layer weights, naming the file; nothing compared",
+    "the application step fails in layer weights, naming the file; nothing compared",
 )
 @pytest.mark.slow
-def test_tampered_weights_fail_the_embed_step(built_project: Path, tmp_path: Path) -> None:
+def test_tampered_weights_fail_the_application_step(built_project: Path, tmp_path: Path) -> None:
     project = copy_project(tmp_path / "project")
     # The env hard-linked (cheap, same files), then ONE file replaced by a new one: the built env stays intact.
     subprocess.run(["cp", "-al", str(built_project / ".venv-rebuild"), str(project / ".venv-rebuild")], check=True)
@@ -200,8 +200,8 @@ def test_tampered_weights_fail_the_embed_step(built_project: Path, tmp_path: Pat
     weights.unlink()
     weights.write_bytes(bytes(data))
     report = _verify(project, tmp_path / "run")
-    step = failed_step(report, "embed")
-    assert report["first_failure"] == "embed" and step["layer"] == "weights", step
+    step = failed_step(report, "application")
+    assert report["first_failure"] == "application" and step["layer"] == "weights", step
     assert "model.safetensors" in step["error"]
     assert statuses(report)["compare"] == "not-run"
     original = next((built_project / ".venv-rebuild").glob(f"{PLATFORM}/current/lib/python*/site-packages/"
@@ -213,7 +213,7 @@ def _reseal_sample(project: Path) -> None:
     """Give the edited sample a consistent manifest (a NEW identity), as `nox -s reference -- --new` would."""
     path = project / "dossier/reference/manifest.toml"
     manifest = tomllib.loads(path.read_text(encoding="utf-8"))
-    manifest["data"]["sha256"] = sha256_file(project / "dossier/reference" / manifest["data"]["sample"])
+    manifest["data"]["sha256"] = sha256_file(project / manifest["data"]["sample"])
     manifest["id"] = reference.identity(manifest)
     write_atomic(path, reference.render(manifest))
     assert reference.load(load_project(project)).id == manifest["id"]
@@ -248,25 +248,29 @@ def test_mislabelled_pair_fails_the_criterion(built_project: Path, tmp_path: Pat
 @pytest.mark.slow
 def test_non_identical_runs_fail_the_determinism_step(built_project: Path, tmp_path: Path) -> None:
     project = sibling(built_project, tmp_path)
-    # Every encode after the first (the one embed writes) moves one value by one float32 step.
+    # Every run of the entry after the first (the one written to disk) moves one value by one float32 step.
     inject(
         project,
-        "embeddings",
+        "app",
         "_calls = []\n" + wrap_after(
-            "encode",
+            "run",
             """
+            import numpy as _numpy
             _calls.append(1)
             if len(_calls) > 1:
-                result = result.copy()
-                result[0, 0] = _np().nextafter(result[0, 0], _np().float32(2))
+                _arr, _ids = args[0].written["embeddings"]
+                _arr = _arr.copy()
+                _arr[0, 0] = _numpy.nextafter(_arr[0, 0], _numpy.float32(2))
+                args[0].written["embeddings"] = (_arr, _ids)
             """,
         ),
     )
     report = _verify(project, tmp_path / "run")
     step = failed_step(report, "determinism")
-    assert report["first_failure"] == "determinism" and step["layer"] == "operator:encode", step
-    assert "two runs on CPU in one process differ" in step["error"]
-    assert step["details"]["bitwise_identical"] is False and step["details"]["max_abs_between_runs"] > 0
+    assert report["first_failure"] == "determinism" and step["layer"] == "operator", step
+    assert "runs of the entry on CPU in one process differ (embeddings)" in step["error"]
+    assert step["details"]["bitwise_identical"] is False
+    assert step["details"]["outputs"]["embeddings"]["max_abs_between_runs"] > 0
     assert statuses(report)["compare"] == "passed"
 
 

@@ -167,19 +167,8 @@ class App:
         self.written[name] = (arr, ids)
         if self.folder is None:
             return
-        # Fault injection for the reliability suite (tests/): a NaN in an output, ids written out of order, or a
-        # file truncated between write and reread. Each must be caught by the reread step, not later.
-        fault = os.environ.get("KERNODECK_FAULT", "") if len(self.written) == 1 else ""
-        if fault == "nan-output" and np.issubdtype(arr.dtype, np.inexact):
-            arr = arr.copy()
-            arr.reshape(arr.shape[0], -1)[min(3, arr.shape[0] - 1), 0] = np.nan
-        elif fault == "reverse-ids":
-            ids = list(reversed(ids))
         _save_npy(self.folder / f"{name}.npy", arr)
         _write_text(self.folder / f"{name}.ids.json", json.dumps(ids) + "\n")
-        if fault == "truncate-output":
-            path = self.folder / f"{name}.npy"
-            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 def _save_npy(path: Path, arr: Any) -> None:
