@@ -282,7 +282,8 @@ def test_non_identical_runs_fail_the_determinism_step(built_project: Path, tmp_p
 @pytest.mark.slow
 def test_settings_not_restored_fail_the_determinism_step(built_project: Path, tmp_path: Path) -> None:
     project = sibling(built_project, tmp_path)
-    # apply: 1st by the settings step, 2nd (off) and 3rd (restore) by the determinism step; the 3rd does not hold.
+    # apply: 1st by the settings step, 2nd before the application's run; from the 3rd on (the determinism step's
+    # reruns, its cost run without the settings and its restore) the settings do not hold.
     body = """
         _calls.append(1)
         if len(_calls) > 2:

@@ -37,7 +37,7 @@ def in_env(project: Path, code: str, *args: str) -> dict[str, Any]:
 ROUND_TRIP = """
     from pathlib import Path
     import torch
-    from checks import resume
+    from kernodeck.inenv import resume
 
     path = Path(sys.argv[1])
     first = resume.Trainer("cpu")
@@ -91,7 +91,7 @@ def test_checkpoint_round_trips_through_another_device_type(built_project: Path,
 
 STANDALONE = """
     import subprocess
-    proc = subprocess.run([sys.executable, "-I", "checks/resume.py", "--folder", sys.argv[1]],
+    proc = subprocess.run([sys.executable, "-I", "kernodeck/inenv/resume.py", "--folder", sys.argv[1]],
                           capture_output=True, text=True)
     print(proc.stdout.strip().splitlines()[-1] if proc.returncode in (0, 1) and proc.stdout.strip()
           else json.dumps({"exit": proc.returncode, "stderr": proc.stderr[-2000:]}))
