@@ -61,7 +61,8 @@ def nox_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nox]:
 
 
 def _ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
-    assert proc.returncode == 0, f"{what} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, f"{what} failed (exit {proc.returncode}):\n{tail}"
 
 
 def env_python(project: Path) -> Path:
