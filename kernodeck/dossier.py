@@ -107,8 +107,8 @@ def procedure(
         "",
     ]
     if index_note:
-        lines += [f"Package sources: PyPI and the variant's index: {index_note}. The lock's hashes decide which file",
-                  "is accepted, whatever index serves it.", ""]
+        lines += ["Package sources: PyPI and the variant's index:", f"{index_note}.",
+                  "The lock's hashes decide which file is accepted, whatever index serves it.", ""]
     if reused:
         lines += ["The environment was reused (same lock digest, same interpreter); it was built by:", ""]
     lines += ["```sh", *commands, "```", ""]

@@ -358,8 +358,8 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
             ("variant",
              f"{plat.variant.name} (backend {plat.variant.backend}, torch layer {plat.variant.torch_layer})"),
             ("resolver", f"{resolver} {resolver_version(project, resolver)}"),
-            ("command", _public_command([vindex.shown() if c == vindex.url else c for c in cmd], out_rel,
-                                        str(target.relative_to(project.root)), extra)),
+            ("command", vindex.expandable(_public_command([vindex.shown() if c == vindex.url else c for c in cmd],
+                                                          out_rel, str(target.relative_to(project.root)), extra))),
             # sorted: the same sources give the same bytes, whatever order this machine's config lists them in
             *[("source", note) for note in sorted(dict.fromkeys(source_notes))],
             ("packages", str(len(parsed.pins))),

@@ -32,6 +32,7 @@ from .sources import (
     indexes_asked,
     machine_sources,
     pip_no_index,
+    public_url,
     reachable,
     uv_environment,
     variant_index,
@@ -232,7 +233,7 @@ def rebuild(
         display[str(wheelhouse)] = "WHEELHOUSE"  # a folder of this machine: named, not located
 
     def record(argv: list[str]) -> None:
-        commands.append(show([display.get(a) or _rel(a, project.root) for a in argv]))
+        commands.append(vindex.expandable(show([display.get(a) or _rel(a, project.root) for a in argv])))
 
     def step(
         name: str, argv: list[str], env_vars: dict[str, str] | None = None, *, recorded: bool = False,
@@ -311,8 +312,8 @@ def _index_note(index: VariantIndex, wheelhouse: Path | None) -> str:
     if wheelhouse is not None:
         return "none (installed from a wheelhouse)"
     if index.mirror:
-        return f"mirror ({index.var} replaced {index.declared})"
-    return f"declared ({index.declared})"
+        return f"mirror ({index.var} replaced {public_url(index.declared)})"
+    return f"declared ({public_url(index.declared)})"
 
 
 def _failure_tip(previous: Path | None, plat: Platform) -> str:

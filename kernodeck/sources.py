@@ -232,6 +232,10 @@ class VariantIndex:
         """The index as a recorded command shows it: the declared URL, or the variable holding the mirror."""
         return f"${self.var}" if self.mirror else public_url(self.declared)
 
+    def expandable(self, command: str) -> str:
+        """A recorded (shlex-quoted) command with the mirror's variable left for the shell to expand."""
+        return command.replace(f"'${self.var}'", f'"${self.var}"') if self.mirror else command
+
 
 def variant_index(variant: str, declared: str) -> VariantIndex:
     mirror = os.environ.get(mirror_var(variant), "").strip() or None

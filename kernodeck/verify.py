@@ -612,7 +612,8 @@ def _index_procedure(plat: Platform, opts: Options) -> dict[str, str]:
     if index.is_pypi:
         return {"index_args": "", "index_note": "PyPI itself"}
     note = index.describe() if index.mirror else f"{index.describe()} (a mirror may replace it: {index.var})"
-    return {"index_args": f"--extra-index-url {index.shown()}", "index_note": note}
+    shown = f'"{index.shown()}"' if index.mirror else index.shown()
+    return {"index_args": f"--extra-index-url {shown}", "index_note": note}
 
 
 def _shown(root: Path, arg: str) -> str:

@@ -29,7 +29,7 @@ from ._proc import clean_env, log, run_with_progress, show
 from .config import Project
 from .errors import CommandFailed, ConfigError, KernodeckError
 from .platforms import Platform, current_os_arch, current_python
-from .sources import index_args, variant_index
+from .sources import index_args, public_url, reachable, variant_index
 
 MANIFEST = "kernodeck-wheelhouse.json"
 MANIFEST_VERSION = 1
@@ -196,6 +196,12 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
     rel_lock = os.path.relpath(lock_file, project.root)
     # The variant's declared index (or its mirror, KERNODECK_INDEX_<VARIANT>) beside the machine's own pip sources.
     vindex = variant_index(plat.variant.name, plat.variant.index)
+    online = index_args(vindex)
+    if online and not vindex.mirror and not (answer := reachable(vindex.url))[0]:
+        # pip would retry an unreachable index for every file; this machine's own sources may hold them
+        log(f"kernodeck: {vindex.describe()} is unreachable ({answer[1]}); downloading from this machine's sources "
+            f"and PyPI (set {vindex.var} to a mirror of it if they lack its files)")
+        online = []
     argv = [
         pip_python(),
         "-m",
@@ -210,7 +216,7 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
         "--dest",
         str(folder),
         *target_flags(plat),
-        *index_args(vindex),
+        *online,
         "-r",
         rel_lock,
     ]
@@ -228,7 +234,7 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
     files = {spec: path.name for spec, (path, _) in found.items()}
     # Recorded without this machine's paths: the interpreter and the folder are placeholders.
     shown = [vindex.shown() if a == vindex.url else a for a in argv[3:]]
-    command = show(["python", "-m", "pip", *shown]).replace(str(folder), "WHEELHOUSE")
+    command = vindex.expandable(show(["python", "-m", "pip", *shown]).replace(str(folder), "WHEELHOUSE"))
     write_json(
         folder / MANIFEST,
         {
@@ -237,7 +243,7 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
             "lock": rel_lock,
             "lock_digest": "sha256:" + sha256_file(lock_file),
             "command": command,
-            "index": f"mirror ({vindex.var})" if vindex.mirror else f"declared ({vindex.declared})",
+            "index": f"mirror ({vindex.var})" if vindex.mirror else f"declared ({public_url(vindex.declared)})",
             "files": {spec: {"file": path.name, "sha256": digest} for spec, (path, digest) in sorted(found.items())},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },

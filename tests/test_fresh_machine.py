@@ -80,6 +80,16 @@ def test_fresh_machine_rebuilds_and_verifies_from_pypi_and_a_mirror(tmp_path: Pa
     assert "untouched" not in tip and "none existed" in tip, tip
     assert any(r.startswith("/simple/torch") for r in empty.requests)
 
+    # Without any mirror, where the declared index cannot be reached (this machine; not a CI runner): one ERROR
+    # names the variant's index.
+    from kernodeck.sources import reachable
+
+    declared = "https://download.pytorch.org/whl/cpu"
+    if not reachable(declared)[0]:
+        proc = run_nox(project, fresh_env(tmp_path / "home"), "-s", "rebuild", "--", "--fresh")
+        error = next(line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("ERROR:"))
+        assert proc.returncode != 0 and f"the cpu variant's index {declared}" in error, error
+
     mirror = LocalIndex([torch_file])
     with mirror.serving():
         env = fresh_env(tmp_path / "home", KERNODECK_INDEX_CPU=mirror.url)
@@ -95,7 +105,7 @@ def test_fresh_machine_rebuilds_and_verifies_from_pypi_and_a_mirror(tmp_path: Pa
     rebuild_step = next(s for s in report["steps"] if s["name"] == "rebuild")
     assert "mirror (KERNODECK_INDEX_CPU" in rebuild_step["details"]["index"]
     procedure = (dossier / "procedure.md").read_text(encoding="utf-8")
-    assert "$KERNODECK_INDEX_CPU" in procedure and "mirror" in procedure
+    assert '--extra-index-url "$KERNODECK_INDEX_CPU"' in procedure and "mirror" in procedure  # the shell expands it
     # The mirror's URL (its port) is written nowhere: not in the dossier, not in the project.
     port = mirror.url.split(":")[2].split("/")[0]
     leaked = [p for p in _written(project) if f"127.0.0.1:{port}".encode() in p.read_bytes()]

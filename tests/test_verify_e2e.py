@@ -250,16 +250,19 @@ def test_existing_interpreter_is_a_declared_variant(built_project: Path, tmp_pat
 def test_credentials_never_reach_the_dossier(built_project: Path, tmp_path: Path) -> None:
     env = dict(
         os.environ,
-        PIP_EXTRA_INDEX_URL="https://alice:t0psecret@127.0.0.1:9/simple",
+        PIP_EXTRA_INDEX_URL="https://alice:t0psecret@127.0.0.1:9/simple http://127.0.0.1:9/simple?access_token=QTOKEN42",
         UV_INDEX_URL="https://bob:t0psecret2@127.0.0.1:9/simple",
+        UV_INDEX="http://127.0.0.1:9/QTOKEN43/simple",  # a token in the path, cloudsmith style
     )
     out = tmp_path / "run"
     proc = kd(built_project, "verify", "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "t0psecret" not in proc.stderr + proc.stdout
+    for secret in ("t0psecret", "QTOKEN42", "QTOKEN43"):
+        assert secret not in proc.stderr + proc.stdout
     for path in out.rglob("*"):
         if path.is_file():
-            assert b"t0psecret" not in path.read_bytes(), path
+            data = path.read_bytes()
+            assert b"t0psecret" not in data and b"QTOKEN4" not in data, path
 
 
 @pytest.mark.reliability(
