@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import dossier, sources
+from kernodeck import dossier
 from kernodeck._proc import first_error
 from kernodeck.errors import CommandFailed
 from kernodeck.sources import (
@@ -170,8 +170,13 @@ def test_dossier_scrubs_pip_conf_sources_without_pip(tmp_path: Path, monkeypatch
     folder.mkdir()
     (folder / "procedure.md").write_text(f"pip install --find-links {a} -i {PATH_URL}\n/srv/other-wheels\n",
                                          encoding="utf-8")
-    monkeypatch.setattr(sources, "_split", sources._split)  # the module works without pip: no subprocess at all
-    monkeypatch.setenv("PATH", "")
+    import subprocess
+
+    def no_subprocess(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the reviewer ran a subprocess (pip): it must read pip's files itself")
+
+    monkeypatch.setattr(subprocess, "run", no_subprocess)  # the verify session's Python has no pip
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
     dossier.review_folder(folder, tmp_path / "project")
     text = (folder / "procedure.md").read_text(encoding="utf-8")
     assert str(a) not in text and "/srv/other-wheels" not in text and TOKEN not in text
