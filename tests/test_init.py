@@ -122,6 +122,23 @@ def test_init_adds_only_missing_gitignore_lines(tmp_path: Path) -> None:
     assert {"/.venv-rebuild/", "/.nox/"} <= set(lines)
 
 
+def test_scaffolded_gitignore_ignores_kernodecks_transient_folders(tmp_path: Path) -> None:
+    """A killed run's staging/parked folders (kernodeck/outdir.py) and README's fallback bootstrap venv are ignored by
+    git; the project's own files beside them are not (checked by git itself, not by reading the patterns)."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert _init(tmp_path).returncode == 0
+    transient = [".nox-bootstrap/bin/python", "runs/.pass.staging-4242/report.json", "runs/.pass.old-4242/report.json",
+                 "dossier/.reference.staging-17/manifest.toml", "dossier/.reference.old-17/manifest.toml"]
+    kept = ["dossier/reference/manifest.toml", "checks/app.py", "notes.staging-1/x.txt", "nox-bootstrap/x.txt"]
+    for name in transient + kept:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x", encoding="utf-8")
+    proc = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--non-matching", *transient, *kept],
+                          cwd=tmp_path, text=True, capture_output=True, check=False)
+    ignored = {line.split("\t")[1]: bool(line.split("\t")[0].split(":")[-1]) for line in proc.stdout.splitlines()}
+    assert ignored == {**dict.fromkeys(transient, True), **dict.fromkeys(kept, False)}, proc.stdout
+
+
 def test_template_tool_pins_are_this_repositorys() -> None:
     """The groups init writes pin the same tools as Kernodeck's own (a lock records its resolver's version)."""
     import nox.project
