@@ -13,7 +13,8 @@ removed (a shared uv cache folder is kept, as a speed-up only: it holds files by
 kept in memory only, never written.
 
 ``machine_file``: a file with a given sha256 found in THIS machine's pip sources (read at import time, before the
-hermetic fixture drops the variables). Its location is never printed or written.
+hermetic fixture drops the variables). Its location is never printed or written. ``torch_file``: the torch file a
+committed cpu lock pins (for a mirror that stands in for the PyTorch index).
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from kernodeck import lockfile
 
 # The caller's environment as it was before any fixture ran (the hermetic fixture removes PIP_*/UV_* per test).
 _ORIGINAL_ENV = dict(os.environ)
@@ -112,6 +116,36 @@ def machine_file(filename_prefix: str, sha256: str) -> Path | None:
                 if path.is_file() and _sha256(path) == sha256:
                     return path
     return None
+
+
+CPU_LOCK = "cp311-linux_x86_64-cpu"
+
+
+def torch_file(cache: Path, lockfiles: Path = Path(__file__).resolve().parents[1] / "lockfiles") -> Path:
+    """The torch file the cpu lock in ``lockfiles`` pins (this checkout's by default): from this machine's pip
+    sources, else downloaded into ``cache`` from the URL the PEP 751 twin names (a CI runner reaches the PyTorch
+    index); never located in anything written."""
+    import tomllib
+
+    pin = next(p for p in lockfile.read(lockfiles / f"{CPU_LOCK}.txt").pins if p.name == "torch")
+    for digest in sorted(pin.hashes):
+        found = machine_file(f"torch-{pin.version}-", digest)
+        if found is not None:
+            return found
+    twin = tomllib.loads((lockfiles / f"pylock.{CPU_LOCK}.toml").read_text(encoding="utf-8"))
+    package = next(p for p in twin["packages"] if p["name"] == "torch")
+    wheel = next(w for w in package["wheels"] if w["hashes"]["sha256"] in pin.hashes)
+    target = cache / wheel["name"]
+    try:
+        with urllib.request.urlopen(wheel["url"], timeout=60) as response, target.open("wb") as out:
+            digest = hashlib.sha256()
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as exc:
+        pytest.skip(f"the lock's torch file is neither in this machine's pip sources nor downloadable: {exc}")
+    assert digest.hexdigest() == wheel["hashes"]["sha256"]
+    return target
 
 
 def _sha256(path: Path) -> str:

@@ -7,47 +7,15 @@ Real ``nox`` subprocesses in a copy of the project, as a user runs them.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from kernodeck import lockfile
-from tests._fresh import LocalIndex, fresh_env, machine_file, run_nox
+from tests._fresh import LocalIndex, fresh_env, run_nox, torch_file
 from tests.conftest import ROOT, copy_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
-
-LOCK = ROOT / "lockfiles" / "cp311-linux_x86_64-cpu.txt"
-PYLOCK = ROOT / "lockfiles" / "pylock.cp311-linux_x86_64-cpu.toml"
-
-
-def _torch_file(cache: Path) -> Path:
-    """The torch file the lock pins: from this machine's pip sources, else downloaded from the URL the PEP 751 twin
-    names (a CI runner reaches the PyTorch index); never located in anything written."""
-    pin = next(p for p in lockfile.read(LOCK).pins if p.name == "torch")
-    for digest in sorted(pin.hashes):
-        found = machine_file(f"torch-{pin.version}-", digest)
-        if found is not None:
-            return found
-    import tomllib
-
-    twin = tomllib.loads(PYLOCK.read_text(encoding="utf-8"))
-    package = next(p for p in twin["packages"] if p["name"] == "torch")
-    wheel = next(w for w in package["wheels"] if w["hashes"]["sha256"] in pin.hashes)
-    target = cache / wheel["name"]
-    try:
-        with urllib.request.urlopen(wheel["url"], timeout=60) as response, target.open("wb") as out:
-            digest_obj = hashlib.sha256()
-            while chunk := response.read(1 << 20):
-                digest_obj.update(chunk)
-                out.write(chunk)
-    except OSError as exc:
-        pytest.skip(f"the lock's torch file is neither in this machine's pip sources nor downloadable: {exc}")
-    assert digest_obj.hexdigest() == wheel["hashes"]["sha256"]
-    return target
 
 
 def _written(project: Path) -> list[Path]:
@@ -63,7 +31,7 @@ def _written(project: Path) -> list[Path]:
     "and its mirror variable, keeps uv's reason and says no previous environment existed",
 )
 def test_fresh_machine_rebuilds_and_verifies_from_pypi_and_a_mirror(tmp_path: Path) -> None:
-    torch_file = _torch_file(tmp_path)
+    locked_torch = torch_file(tmp_path)
     project = copy_project(tmp_path / "project")
 
     # Negative control first (fast: resolution fails before any download): a mirror without the locked torch file.
@@ -90,14 +58,14 @@ def test_fresh_machine_rebuilds_and_verifies_from_pypi_and_a_mirror(tmp_path: Pa
         error = next(line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("ERROR:"))
         assert proc.returncode != 0 and f"the cpu variant's index {declared}" in error, error
 
-    mirror = LocalIndex([torch_file])
+    mirror = LocalIndex([locked_torch])
     with mirror.serving():
         env = fresh_env(tmp_path / "home", KERNODECK_INDEX_CPU=mirror.url)
         rebuilt = run_nox(project, env, "-s", "rebuild", "--", "--fresh")
         assert rebuilt.returncode == 0, (rebuilt.stdout + rebuilt.stderr)[-4000:]
         verified = run_nox(project, env, "-s", "verify", "--", "--out", "runs/fresh")
         assert verified.returncode == 0, (verified.stdout + verified.stderr)[-4000:]
-    assert f"/files/{torch_file.name}" in [r.replace("%2B", "+") for r in mirror.requests]
+    assert f"/files/{locked_torch.name}" in [r.replace("%2B", "+") for r in mirror.requests]
 
     dossier = project / "runs" / "fresh"
     report = json.loads((dossier / "report.json").read_text(encoding="utf-8"))

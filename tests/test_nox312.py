@@ -21,7 +21,7 @@ import pytest
 
 from kernodeck import platforms, pythons
 from kernodeck.config import load_project
-from tests._fresh import LocalIndex, fresh_env
+from tests._fresh import LocalIndex, fresh_env, torch_file
 from tests.conftest import ROOT, copy_project, read_report, statuses
 
 NOX = load_project(ROOT).tool_pins["nox"]
@@ -61,9 +61,7 @@ def test_readme_fallback_on_a_312_machine_verifies_the_cp311_platform(tmp_path: 
     python3 = tmp_path / "bin" / "python3"
     python3.parent.mkdir()
     python3.symlink_to(py312.path)
-    from tests.test_fresh_machine import _torch_file
-
-    mirror = LocalIndex([_torch_file(tmp_path)])
+    mirror = LocalIndex([torch_file(tmp_path)])
     with mirror.serving():
         env = fresh_env(tmp_path / "home", KERNODECK_INDEX_CPU=mirror.url)
         # This test's tools venv (nox, uv) leaves PATH: the machine has python3 (3.12) and nothing else of ours.
