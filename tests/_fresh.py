@@ -119,9 +119,10 @@ def machine_file(filename_prefix: str, sha256: str) -> Path | None:
 
 
 CPU_LOCK = "cp311-linux_x86_64-cpu"
+LOCKFILES = Path(__file__).resolve().parents[1] / "lockfiles"
 
 
-def torch_file(cache: Path, lockfiles: Path = Path(__file__).resolve().parents[1] / "lockfiles") -> Path:
+def torch_file(cache: Path, lockfiles: Path = LOCKFILES) -> Path:
     """The torch file the cpu lock in ``lockfiles`` pins (this checkout's by default): from this machine's pip
     sources, else downloaded into ``cache`` from the URL the PEP 751 twin names (a CI runner reaches the PyTorch
     index); never located in anything written."""
