@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import packaging
+import pytest
 
 from kernodeck import lock, noxsessions
 from kernodeck.__main__ import RESOLVERS
@@ -122,3 +123,47 @@ def test_committed_twins_render_to_the_same_bytes() -> None:
         assert pylock.render(lock_, plat, files, text) == twin.read_text(encoding="utf-8"), plat.id
         checked += 1
     assert checked >= 2
+
+
+# --- the resume check's new process, started early (needs the real env: slow) --------------------------------------
+
+WORKER = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from kernodeck.inenv import resume
+
+folder, drop = Path(sys.argv[2]), tuple(a for a in sys.argv[3:] if a)
+idle = resume.Worker()  # never given an order: it must exit on end of input, without training
+start = time.perf_counter()
+idle.close()
+early = resume.Worker()
+time.sleep(1)  # this process does other work meanwhile (the runner: the application's step)
+verdict = resume.check("cpu", 12, 5, folder, drop, worker=early)
+print(json.dumps({"idle_exit": idle.proc.returncode, "early_exit": early.proc.returncode,
+                  "passed": verdict["passed"], "first": verdict["first_diverging_step"],
+                  "settings": verdict.get("worker_settings_verified", []),
+                  "continued": sorted(p.name for p in folder.glob("continued*.json"))}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drop", ["", "rng", "optimizer", "sampler"])
+def test_resume_worker_started_early_restores_only_what_the_checkpoint_holds(
+    built_project: Path, tmp_path: Path, drop: str
+) -> None:
+    """Started before the checkpoint exists, the new process still restores exactly (bitwise) from a full checkpoint,
+    and each negative control (a part of the state dropped) still diverges at the first resumed step."""
+    python = built_project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current" / "bin" / "python"
+    proc = subprocess.run([str(python), "-I", "-c", WORKER, str(built_project), str(tmp_path / "r"), drop],
+                          cwd=built_project, capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["idle_exit"] == 0 and out["early_exit"] == 0
+    assert "deterministic_algorithms" in out["settings"]
+    if drop:
+        assert out["passed"] is False and out["first"] == 6, out  # checkpoint at 5: the next step
+        assert out["continued"] == [f"continued-without-{drop}.json"]
+    else:
+        assert out["passed"] is True and out["first"] is None, out
+        assert out["continued"] == ["continued.json"]

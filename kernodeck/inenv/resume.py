@@ -212,11 +212,11 @@ def describe(ckpt: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _continue(checkpoint: Path, steps: int, device: str, drop: tuple[str, ...], out: Path) -> None:
+def _continue(checkpoint: Path, steps: int, device: str, drop: tuple[str, ...], out: Path,
+              applied: dict[str, Any]) -> None:
     """The NEW process: restore from the checkpoint and continue to ``steps``."""
     import torch
 
-    applied = apply_settings()
     trainer = Trainer(device)
     trainer.restore(load_checkpoint(checkpoint, device), drop)
     losses = [trainer.train_step() for _ in range(steps - trainer.step)]
@@ -224,40 +224,80 @@ def _continue(checkpoint: Path, steps: int, device: str, drop: tuple[str, ...], 
     out.write_text(json.dumps({"trace": losses, "settings_applied": sorted(applied)}), encoding="utf-8")
 
 
-def check(
-    device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] = (), tolerance: float = 0.0
-) -> dict[str, Any]:
-    """Run the whole comparison; return a verdict with the first diverging step (1-based) or None."""
-    import torch
+class Worker:
+    """The check's NEW process, started before there is a checkpoint: it imports torch and applies the determinism
+    settings (seconds) while this process works (the runner starts it before the application's step), then waits
+    for its one order on stdin: the checkpoint's path, how far to train, what to drop. Nothing else passes to it:
+    every trainer state it uses comes from the checkpoint, and its Trainer is made after the order arrives.
+    """
 
-    folder.mkdir(parents=True, exist_ok=True)
-    straight = Trainer(device)
-    reference = [straight.train_step() for _ in range(steps)]
-    final_ref = {k: v.detach().cpu() for k, v in straight.model.state_dict().items()}
-    first = Trainer(device)
-    head = [first.train_step() for _ in range(at)]
-    ckpt_path = folder / "checkpoint.pt"
-    state = first.state()
-    torch.save(state, ckpt_path)
-    out = folder / ("continued" + ("-without-" + "-".join(drop) if drop else "") + ".json")
-    cmd = [
-        sys.executable,
-        "-I",
-        str(Path(__file__).resolve()),
-        "--continue",
-        str(ckpt_path),
-        "--steps",
-        str(steps),
-        "--device",
-        device,
-        "--result",
-        str(out),
-        *[a for part in drop for a in ("--drop", part)],
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        lines = [x for x in proc.stderr.splitlines() if x.strip()]
-        return {"passed": False, "error": lines[-1] if lines else f"exit {proc.returncode}", "command": cmd}
+    def __init__(self) -> None:
+        self.cmd = [sys.executable, "-I", str(Path(__file__).resolve()), "--serve"]
+        self.proc = subprocess.Popen(
+            self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def run(self, order: dict[str, Any]) -> tuple[int, str]:
+        """Give the order and wait: (exit status, stderr). A worker that already died reports its own error."""
+        _, err = self.proc.communicate(json.dumps(order) + "\n")
+        return self.proc.returncode, err
+
+    def close(self) -> None:
+        """No order will come (an earlier step failed): end of input, and the worker exits without training."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.communicate("", timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+
+
+def _serve() -> int:
+    """(worker) Import torch and apply the settings now; then restore and continue as the order on stdin says."""
+    import torch  # noqa: F401  (the cost this process is started early for)
+
+    applied = apply_settings()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # closed without an order: the runner stopped before the resume step
+    order = json.loads(line)
+    _continue(Path(order["checkpoint"]), int(order["steps"]), str(order["device"]), tuple(order["drop"]),
+              Path(order["result"]), applied)
+    return 0
+
+
+def check(
+    device: str, steps: int, at: int, folder: Path, drop: tuple[str, ...] = (), tolerance: float = 0.0,
+    worker: Worker | None = None,
+) -> dict[str, Any]:
+    """Run the whole comparison; return a verdict with the first diverging step (1-based) or None.
+
+    ``worker``: the new process, if the caller started it earlier; otherwise it is started here, first, so that its
+    start overlaps the uninterrupted run. Either way it is the same kind of process and order.
+    """
+    worker = worker or Worker()
+    try:
+        import torch
+
+        folder.mkdir(parents=True, exist_ok=True)
+        straight = Trainer(device)
+        reference = [straight.train_step() for _ in range(steps)]
+        final_ref = {k: v.detach().cpu() for k, v in straight.model.state_dict().items()}
+        first = Trainer(device)
+        head = [first.train_step() for _ in range(at)]
+        ckpt_path = folder / "checkpoint.pt"
+        state = first.state()
+        torch.save(state, ckpt_path)
+        out = folder / ("continued" + ("-without-" + "-".join(drop) if drop else "") + ".json")
+        order = {"checkpoint": str(ckpt_path), "steps": steps, "device": device, "result": str(out), "drop": list(drop)}
+    except BaseException:
+        worker.close()
+        raise
+    code, err = worker.run(order)
+    if code != 0:
+        lines = [x for x in err.splitlines() if x.strip()]
+        return {"passed": False, "error": lines[-1] if lines else f"exit {code}",
+                "command": [*worker.cmd, "<", json.dumps(order)]}
     worker = json.loads(out.read_text(encoding="utf-8"))
     tail = [tuple(pair) for pair in worker["trace"]]
     resumed = head + tail
@@ -297,7 +337,8 @@ def run(ctx: Any) -> dict[str, Any]:
     progress(f"training {cfg.get('steps', 12)} steps, then resuming from step {cfg.get('checkpoint_at', 5)} "
              "in a new process")
     verdict = check(
-        device, int(cfg.get("steps", 12)), int(cfg.get("checkpoint_at", 5)), ctx.out / "resume", (), tolerance
+        device, int(cfg.get("steps", 12)), int(cfg.get("checkpoint_at", 5)), ctx.out / "resume", (), tolerance,
+        worker=ctx.state.pop("resume_worker", None),
     )
     if "error" in verdict:
         raise CheckFailed(f"resume worker failed: {verdict['error']}", "operator:resume", verdict)
@@ -315,6 +356,7 @@ def run(ctx: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--continue", dest="cont", type=Path, help="(worker) checkpoint to restore from")
+    parser.add_argument("--serve", action="store_true", help="(worker) start now, read the order from stdin")
     parser.add_argument("--result", type=Path)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--at", type=int, default=5)
@@ -322,8 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drop", action="append", choices=PARTS, default=[])
     parser.add_argument("--folder", type=Path, help="run the whole check here and print its verdict as JSON")
     args = parser.parse_args(argv)
-    if args.cont:
-        _continue(args.cont, args.steps, args.device, tuple(args.drop), args.result)
+    if args.serve:
+        return _serve()
+    if args.cont:  # by hand: the worker's work with its order as arguments
+        _continue(args.cont, args.steps, args.device, tuple(args.drop), args.result, apply_settings())
         return 0
     if args.folder is None:
         parser.error("give --folder (whole check) or --continue (worker)")

@@ -92,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             result.update(status="not-run", reason=f"an earlier step failed: {failed}")
             write_json_atomic(steps_dir / f"{number:02d}-{name}.json", result)
             continue
+        if name == "application" and "resume" in config["steps"]:
+            # The resume check's new process needs only torch: started now, it imports torch and applies the
+            # settings while this process runs the application, and waits for its order (resume.Worker).
+            ctx.state["resume_worker"] = importlib.import_module(f"{PACKAGE}.resume").Worker()
         print(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
         set_step(name)
         start = time.perf_counter()
@@ -117,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(steps_dir / f"{number:02d}-{name}.json", result)
         ended = f"[kernodeck] {name}: {result['status']} in {result['duration_s']:.2f}s{_progress(result)}"
         print(ended, file=sys.stderr, flush=True)
+    if "resume_worker" in ctx.state:  # started, never given its order (an earlier step failed)
+        ctx.state.pop("resume_worker").close()
     # Libraries load lazily (cuDNN at the first convolution, cuBLAS at the first GPU matmul): record the final map.
     if "system" in ctx.state:
         from kernodeck_inenv.system import loaded_libraries
