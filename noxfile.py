@@ -37,8 +37,8 @@ def _load_noxsessions() -> object:
 noxsessions = _load_noxsessions()
 
 # Kernodeck's own sessions, through the same API a user's noxfile calls (kernodeck/noxsessions.py): this checkout is
-# Kernodeck, importable as it is (pin=None), and its tool pins are the groups below.
-noxsessions.register(pin=None, groups={"run": "run", "lock": "lock", "wheelhouse": "wheelhouse"})
+# Kernodeck, importable as it is (pin=None), and its tool pins are the plain-named groups below (OWN_GROUPS).
+noxsessions.register(pin=None, groups=noxsessions.OWN_GROUPS)
 
 
 def _install(session: nox.Session, group: str) -> None:

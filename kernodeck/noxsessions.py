@@ -10,7 +10,9 @@ folder, e.g. a checkout, or a requirement such as ``kernodeck==0.2.0``), else fr
 Kernodeck goes into the rebuilt env.
 
 This module imports only nox and the standard library, so a noxfile can load it by path from a checkout before
-Kernodeck is installed anywhere (see the noxfile ``kernodeck init`` writes).
+Kernodeck is installed anywhere (see the noxfile ``kernodeck init`` writes). Only the sessions need nox: the group
+names and where Kernodeck comes from (:func:`tool_groups`, :func:`kernodeck_source`, :func:`install_args`) are also
+used by ``kernodeck replay``, inside a session venv that has no nox.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import nox
+if TYPE_CHECKING:
+    import nox
 
 SOURCE_ENV = "KERNODECK_SOURCE"
 
@@ -53,6 +56,17 @@ SESSIONS = (
 
 # The dependency groups of the project's pyproject.toml that hold the pinned tools (`kernodeck init` writes them).
 GROUPS = {"run": "kernodeck-run", "lock": "kernodeck-lock", "wheelhouse": "kernodeck-wheelhouse"}
+# Kernodeck's own checkout pins the same tools under plain names (its noxfile registers the sessions with these).
+OWN_GROUPS = {"run": "run", "lock": "lock", "wheelhouse": "wheelhouse"}
+
+
+def tool_groups(pyproject: dict[str, Any]) -> dict[str, str]:
+    """The tool groups a project's pyproject pins: :data:`GROUPS` (what ``kernodeck init`` writes), else, when it has
+    none of those but its run group is there, :data:`OWN_GROUPS` (Kernodeck's own checkout)."""
+    present = pyproject.get("dependency-groups", {})
+    if GROUPS["run"] not in present and OWN_GROUPS["run"] in present:
+        return dict(OWN_GROUPS)
+    return dict(GROUPS)
 
 
 def kernodeck_source(pin: str | None, environ: dict[str, str] | None = None) -> str | None:
@@ -79,6 +93,8 @@ def install_args(source: str, backend: str) -> list[str]:
 
 
 def _tools(session: nox.Session, groups: dict[str, str], kind: str) -> list[str]:
+    import nox
+
     pyproject = nox.project.load_toml("pyproject.toml")
     name = groups[kind]
     if name not in pyproject.get("dependency-groups", {}):
@@ -130,10 +146,14 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
         source = kernodeck_source(pin)
         if source is not None:
             session.install(*install_args(source, session.venv_backend))
-        session.run("python", "-m", "kernodeck", spec.name, *session.posargs)
+        # the replay installs, in its clean clone, the Kernodeck this session installed: it reads the same variable
+        env = {SOURCE_ENV: source} if source is not None else {}
+        session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env)
 
     body.__doc__ = spec.doc
     body.__name__ = body.__qualname__ = spec.name
+    import nox
+
     return nox.session(name=spec.name, default=spec.default)(body)
 
 
@@ -144,6 +164,8 @@ def register(*, pin: str | None, groups: dict[str, str] | None = None, only: tup
     project is Kernodeck's own checkout, importable as it is). ``groups``: the dependency groups that pin the tools
     (default :data:`GROUPS`). ``only``: a subset of the session names.
     """
+    import nox
+
     if nox.options.default_venv_backend is None:
         nox.options.default_venv_backend = "uv|virtualenv"
     if nox.options.reuse_venv is None:

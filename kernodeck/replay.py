@@ -5,6 +5,12 @@ no uncommitted file, and no package configuration of this machine (see :func:`cl
 indexes, PyPI and the documented mirrors can serve a file. So a dirty tree is refused (or, with --allow-dirty, named
 in the result), the clone gets its own tools venv made from the base interpreter, and the rebuilt env is made from
 the committed lock, from scratch, with the platform's Python found on this machine.
+
+The tools venv gets the project's pinned run group (``kernodeck-run`` in a project ``kernodeck init`` made, ``run`` in
+Kernodeck's own checkout: :func:`kernodeck.noxsessions.tool_groups`) and, in a user's project, Kernodeck itself from
+``$KERNODECK_SOURCE`` (a folder or a requirement; the nox session sets it to what it installed), else the installed
+version, as the nox sessions install it (:func:`kernodeck.noxsessions.install_args`). Kernodeck's own checkout runs
+the clone's own code.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import outdir, pythons
+from . import noxsessions, outdir, pythons
 from ._fs import write_json
 from ._proc import log, run, run_with_progress, uv_available
 from .config import Project
@@ -72,6 +78,31 @@ def _uv_cache() -> str | None:
     if proc.returncode != 0:
         return None
     return proc.stdout.strip() or None
+
+
+def _own_checkout(clone: Path, pyproject: dict[str, object]) -> bool:
+    """The project is Kernodeck itself: ``python -m kernodeck`` in the clone runs the clone's own code."""
+    project = pyproject.get("project")
+    return isinstance(project, dict) and project.get("name") == "kernodeck" and (clone / "kernodeck").is_dir()
+
+
+def kernodeck_install(environ: dict[str, str] | None = None) -> list[str]:
+    """The pip arguments that install, into a user project's replay tools venv, the Kernodeck running now:
+    ``$KERNODECK_SOURCE`` when set (a folder or a requirement), else this version from the package index."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        pin = f"kernodeck=={version('kernodeck')}"
+    except PackageNotFoundError:
+        pin = None
+    source = noxsessions.kernodeck_source(pin, environ)
+    if source is None:
+        raise KernodeckError(
+            "this Kernodeck is not installed as a package, so the replay cannot install it in the clean clone",
+            tip=f"export {noxsessions.SOURCE_ENV}=/path/to/a/kernodeck/checkout (or kernodeck==VERSION), "
+            "then: nox -s replay",
+        )
+    return noxsessions.install_args(source, "pip")
 
 
 def clean_environment(home: Path, base_python: str | None = None) -> dict[str, str]:
@@ -145,14 +176,24 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
         run(["git", "-C", str(clone), "checkout", "--quiet", commit], env=env)
         tools = work / "tools"
         run([base, "-m", "venv", str(tools)], env=env)
-        groups = tomllib.loads((clone / "pyproject.toml").read_text(encoding="utf-8"))["dependency-groups"]
-        reqs = [r for r in groups["run"] if isinstance(r, str)]
+        pyproject = tomllib.loads((clone / "pyproject.toml").read_text(encoding="utf-8"))
+        group = noxsessions.tool_groups(pyproject)["run"]
+        reqs = [r for r in pyproject.get("dependency-groups", {}).get(group, []) if isinstance(r, str)]
+        if not reqs:
+            raise KernodeckError(
+                f"pyproject.toml has no [dependency-groups] {group}: the pinned tools the replay installs",
+                tip="kernodeck init writes them (see README: Use it in your project); commit them, then: nox -s replay",
+            )
         tool_python = tools / "bin" / "python"
-        run([tool_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *reqs], env=env)
+        pip: list[str | Path] = [tool_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        run([*pip, *reqs], env=env)
+        if not _own_checkout(clone, pyproject):
+            run([*pip, *kernodeck_install()], env=env)
         env["PATH"] = os.pathsep.join([str(tools / "bin"), env["PATH"]])
         dossier = work / "dossier"
         log("kernodeck: replaying in a clean clone: rebuild + verify from the committed lock")
-        # -E -s: no PYTHON* variables, no user site; cwd is the clone, so `-m kernodeck` is the clone's own code.
+        # -E -s: no PYTHON* variables, no user site; cwd is the clone, so `-m kernodeck` is the clone's own code in
+        # Kernodeck's checkout, the Kernodeck installed above in a user's project.
         try:
             run_with_progress(
                 [tool_python, "-E", "-s", "-m", "kernodeck", "verify", "--fresh", "--out", str(dossier)],
