@@ -538,7 +538,11 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         where = Path(str(exc.filename)) if exc.filename else None
-        if where is not None and staging not in where.parents and final not in (where, *where.parents):
+        # a copy names its source first and its destination second (shutil.copyfile on a full disk): either one
+        # inside the dossier makes it a dossier write
+        named = [Path(str(f)) for f in (exc.filename, getattr(exc, "filename2", None)) if f]
+        into_dossier = any(staging in p.parents or final in (p, *p.parents) for p in named)
+        if where is not None and not into_dossier:
             # not the dossier: a file the run read (an env's, the project's); name it, not the output folder
             raise KernodeckError(
                 f"reading {where} failed: {exc.strerror or exc}; no dossier was written",
