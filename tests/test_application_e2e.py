@@ -131,3 +131,27 @@ def test_project_folders_never_shadow_the_env(built_project: Path, tmp_path: Pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "was imported" not in proc.stderr
     assert set(statuses(read_report(out)).values()) == {"passed"}
+
+
+def test_the_dossier_replays_by_hand_from_the_project_root(built_project: Path, tmp_path: Path) -> None:
+    """procedure.md's last command, as a person runs it: the dossier's run-config (project root redacted), the env's
+    interpreter, the runner by its path, from the project root."""
+    import subprocess
+
+    from tests.test_verify_e2e import env_python
+
+    out = tmp_path / "run"
+    proc = kd(built_project, "verify", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads((out / "run-config.json").read_text())
+    assert config["project_root"] == "<project>"  # the dossier names no path of this machine
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    (replay / "run-config.json").write_text(json.dumps({**config, "steps": ["settings", "backend", "reference",
+                                                                          "application", "reread", "compare"]}))
+    config_path = str(replay / "run-config.json")
+    argv = [str(env_python(built_project)), "-I", "kernodeck/inenv/runner.py", "--config", config_path]
+    done = subprocess.run(argv, cwd=built_project, capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads(p.read_text()) for p in sorted((replay / "steps").glob("*.json"))]
+    assert [r["status"] for r in results] == ["passed"] * 6 and results[-1]["name"] == "compare"

@@ -77,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
     config = json.loads(args.config.read_text(encoding="utf-8"))
-    root = Path(config["project_root"])  # paths in the config are relative to the project's root
+    # Paths in the config are relative to the project's root. A dossier's copy has the root redacted ("<project>"):
+    # replayed by hand from the project root (procedure.md), the current folder is the root.
+    root = Path(config.get("project_root", ""))
+    if not root.is_absolute() or not root.is_dir():
+        root = Path.cwd()
+    config["project_root"] = str(root)
     config["application"]["sample"] = str(root / config["application"]["sample"])
     if config.get("reference"):
         config["reference"]["dir"] = str(root / config["reference"]["dir"])
