@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import packaging
 import pytest
@@ -48,16 +47,12 @@ def test_parser_resolvers_are_the_lock_modules() -> None:
 
 
 class _Session:
-    """What install_tools uses of a nox session; runs the probe with this interpreter as the session's python."""
+    """What install_tools uses of a nox session."""
 
-    def __init__(self) -> None:
+    def __init__(self, location: Path | None) -> None:
+        self.virtualenv = type("Venv", (), {"location": str(location) if location else None})()
         self.installed: list[tuple[str, ...]] = []
         self.logged: list[str] = []
-
-    def run(self, *args: str, **kwargs: Any) -> str:
-        assert args[0] == "python" and kwargs.get("silent") is True
-        proc = subprocess.run([sys.executable, *args[1:]], capture_output=True, text=True, check=True)
-        return proc.stdout
 
     def install(self, *args: str) -> None:
         self.installed.append(args)
@@ -66,15 +61,26 @@ class _Session:
         self.logged.append(message)
 
 
-def test_session_installs_only_when_a_pinned_tool_is_missing_or_another_version() -> None:
-    present = f"packaging=={packaging.__version__}"
-    session = _Session()
-    assert noxsessions.install_tools(session, [present]) == []  # type: ignore[arg-type]
+def test_installed_reads_a_real_venv() -> None:
+    """This test's own venv, made by nox's installer: its dist-info names give the versions importlib reports."""
+    assert f"packaging=={packaging.__version__}" in noxsessions.installed(Path(sys.prefix))
+    assert f"pytest=={pytest.__version__}" in noxsessions.installed(Path(sys.prefix))
+
+
+def test_session_installs_only_when_a_pinned_tool_is_missing_or_another_version(tmp_path: Path) -> None:
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    for info in ("packaging-26.4.dist-info", "Pip_Tools-7.6.2.dist-info", "uv-0.13.9.dist-info"):
+        (site / info).mkdir(parents=True)
+    present = ["packaging==26.4", "pip-tools==7.6.2", "uv==0.13.9"]
+    session = _Session(tmp_path / "venv")
+    assert noxsessions.install_tools(session, present) == []  # type: ignore[arg-type]
     assert session.installed == [] and "not reinstalling" in session.logged[0]
-    for wanted in (["packaging==0.0.1"], [present, "no-such-dist-kernodeck-test==1.0"], ["packaging"]):
-        session = _Session()
+    for wanted in (["packaging==26.5"], [*present, "hashin==1.0.5"], ["packaging"], ["packaging>=26"]):
+        session = _Session(tmp_path / "venv")
         missing = noxsessions.install_tools(session, wanted)  # type: ignore[arg-type]
         assert missing and session.installed == [tuple(wanted)], wanted
+    session = _Session(None)  # a session without a venv of its own: nothing known, everything installed
+    assert noxsessions.install_tools(session, present) == present and session.installed == [tuple(present)]  # type: ignore[arg-type]
 
 
 def test_only_lock_check_narrows_the_tools() -> None:
