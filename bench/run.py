@@ -345,10 +345,9 @@ def _verify_argv(plat: Platform, out: Path, steps: Sequence[str], extra: dict[st
 
 def _verify_steps(spec_json: str) -> int:
     """``verify --no-rebuild`` limited to some in-env steps, on another sample (the scaling rows)."""
+    from kernodeck import reference
     from kernodeck.report import Status
     from kernodeck.verify import Options, verify
-
-    from kernodeck import reference
 
     spec = json.loads(spec_json)
     project = load_project(Path.cwd())
