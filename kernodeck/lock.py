@@ -404,6 +404,7 @@ def write_pair(project: Project, plat: Platform, text: str, sources: list[Source
     """Check a requirements lock's text and build its pylock, then write both; nothing is written if either fails."""
     target = lock_path(project, plat)
     _refuse_machine_sources(text, sources, target.name, allow=plat.variant.index)  # the header too
+    text = lockfile.seal(text)  # Kernodeck's own edit: the body digest follows it
     lockfile.parse_checked(text, target)
     pylock_text = pylock.build(text, target, plat, sources, no_index=no_index, fetcher=fetcher, known=known)
     _refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
@@ -420,9 +421,10 @@ def write_pylock_only(project: Project, plat: Platform) -> Path:
     lockfile.read(target)
     config = pip_config()
     sources = machine_sources(config=config)
-    pylock_text = pylock.build(text, target, plat, sources, no_index=pip_no_index(config=config))
-    _refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
     out = pylock_path(project, plat)
+    pylock_text = pylock.build(text, target, plat, sources, no_index=pip_no_index(config=config),
+                               known=pylock.known_files(out))
+    _refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
     write_atomic(out, pylock_text)
     log(f"kernodeck: wrote {out.relative_to(project.root)} for {target.name}")
     return out
@@ -511,9 +513,14 @@ def check_twin(project: Project, plat: Platform) -> list[str]:
     target, twin = lock_path(project, plat), pylock_path(project, plat)
     if not twin.exists():
         return [f"{twin.name} (its PEP 751 lock) is missing"]
-    if pylock.recorded_digest(twin) != sha256_file(target):
-        return [f"{twin.name} was not written for this {target.name}"]
-    return []
+    return twin_disagreements(target, twin)
+
+
+def twin_disagreements(target: Path, twin: Path) -> list[str]:
+    """The twin holds the requirements lock's pins and hashes and was written for its exact text."""
+    found = [] if pylock.recorded_digest(twin) == sha256_file(target) else [
+        f"{twin.name} was not written for this {target.name}"]
+    return found + pylock.disagreements(twin, lockfile.read(target))
 
 
 def require_current(project: Project, plat: Platform) -> Path:

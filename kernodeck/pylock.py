@@ -368,14 +368,24 @@ def locate(
 
     def one(pin: lockfile.Pin) -> tuple[str, list[DistFile], list[str]]:
         wanted = set(pin.hashes)
-        placed: dict[str, DistFile] = {h: known[h] for h in wanted if known and h in known}
+        # A file is placed by its hash AND its name and version: a pin edited by hand (numpy==2.0.0 with the hashes
+        # of numpy 2.4.6) must never be written as version 2.0.0 beside files named numpy-2.4.6.
+        elsewhere: dict[str, str] = {}
+
+        def fits(entry: DistFile) -> bool:
+            if _matches(entry.filename, pin.name, pin.version):
+                return True
+            elsewhere[entry.sha256] = entry.filename
+            return False
+
+        placed: dict[str, DistFile] = {h: known[h] for h in wanted if known and h in known and fits(known[h])}
         for index in indexes if wanted - set(placed) else []:
             try:
                 listed = fetcher.index_files(index, pin.name)
             except OSError:
                 continue
             for entry in listed:
-                if entry.sha256 in wanted and entry.sha256 not in placed:
+                if entry.sha256 in wanted and entry.sha256 not in placed and fits(entry):
                     placed[entry.sha256] = entry
         missing = wanted - set(placed)
         if missing and mirror and declared != PYPI:
@@ -395,6 +405,13 @@ def locate(
                     url = f"{declared}/{urllib.parse.quote(filename)}"
                     placed[digest] = DistFile(filename, url, digest, size or None)
         missing = wanted - set(placed)
+        wrong = sorted(h for h in missing if h in elsewhere)
+        if wrong:
+            raise LockFailed(
+                f"{pin.spec}: its hash sha256:{wrong[0][:16]}… is the file {elsewhere[wrong[0]]}, not a file of "
+                f"{pin.name} {pin.version} ({len(wrong)} such hash(es)): the lock was edited by hand?",
+                tip=f"nox -s lock -- --platform {plat.id}   (or --upgrade-package {pin.name}==VERSION)",
+            )
         return pin.name, sorted(placed.values(), key=lambda f: f.filename), sorted(missing)
 
     try:
@@ -531,3 +548,29 @@ def recorded_digest(pylock_path: Path) -> str | None:
         return None
     value = data.get("tool", {}).get("kernodeck", {}).get("requirements-lock-sha256")
     return value if isinstance(value, str) else None
+
+
+def disagreements(pylock_path: Path, lock: lockfile.Lockfile, limit: int = 5) -> list[str]:
+    """Where the PEP 751 twin and the requirements lock disagree: a package only in one, another version, other
+    hashes. Empty when they hold the same pins and hashes."""
+    try:
+        data = tomllib.loads(pylock_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return [f"{pylock_path.name} cannot be read: {exc}"]
+    twin: dict[str, tuple[str, set[str]]] = {}
+    for package in data.get("packages", []):
+        entries = [*package.get("wheels", []), *([package["sdist"]] if "sdist" in package else [])]
+        hashes = {str(e.get("hashes", {}).get("sha256", "")) for e in entries}
+        twin[canonicalize_name(str(package.get("name", "")))] = (str(package.get("version", "")), hashes)
+    pins = {p.name: (p.version, set(p.hashes)) for p in lock.pins}
+    found: list[str] = []
+    for name in sorted(set(pins) | set(twin)):
+        if name not in twin:
+            found.append(f"{name} is pinned in {lock.path.name} but not in {pylock_path.name}")
+        elif name not in pins:
+            found.append(f"{name} is in {pylock_path.name} but not pinned in {lock.path.name}")
+        elif pins[name][0] != twin[name][0]:
+            found.append(f"{name}: {pins[name][0]} in {lock.path.name}, {twin[name][0]} in {pylock_path.name}")
+        elif pins[name][1] != twin[name][1]:
+            found.append(f"{name} {pins[name][0]}: other hashes in {lock.path.name} than in {pylock_path.name}")
+    return found[:limit] + ([f"… and {len(found) - limit} more"] if len(found) > limit else [])

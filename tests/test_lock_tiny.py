@@ -158,7 +158,8 @@ def test_pylock_refuses_a_hash_it_cannot_place(tmp_path: Path, wheels: Path) -> 
     text = target.read_text(encoding="utf-8")
     digest = re.search(r"kdtiny-beta==2.0 \\\n    --hash=sha256:([0-9a-f]{64})", text)
     assert digest
-    target.write_text(text.replace(digest.group(1), "0" * 64), encoding="utf-8")
+    # resealed, so that the pylock writer is what is tried (an unsealed edit is refused first: body-digest)
+    target.write_text(lockfile.seal(text.replace(digest.group(1), "0" * 64)), encoding="utf-8")
     proc = kd(project, "lock", "--pylock-only")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "kdtiny-beta" in proc.stderr and "URL is unknown" in proc.stderr

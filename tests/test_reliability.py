@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kernodeck import lockfile
 from tests.conftest import copy_project, kd, read_report, statuses
 from tests.test_verify_e2e import in_env, reseal, sibling
 
@@ -53,7 +54,9 @@ def test_tampered_hash_keeps_the_last_good_env(tmp_path: Path, installer: str) -
     assert entry and "--hash=sha256:" in entry.group(0)
     # every file of mdurl gets a wrong hash (one right hash among several would still be accepted)
     tampered = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, entry.group(0))
-    lock.write_text(text.replace(entry.group(0), tampered))
+    # resealed (its body digest recomputed), so that the installer's own hash check is what is tried here; an
+    # unsealed edit is refused before any install (tests/test_lies.py::test_hand_edited_lock_is_refused)
+    lock.write_text(lockfile.seal(text.replace(entry.group(0), tampered)))
     proc = kd(project, "rebuild", "--fresh", "--installer", installer)
     assert proc.returncode == 2
     assert "ERROR: install failed" in proc.stderr and "mdurl" in proc.stderr.lower()
