@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="verify this existing interpreter instead (nothing is installed into it)")
         p.add_argument("--expect-backend", choices=[b.value for b in Backend],
                        help="the backend that must be usable, with no CPU fallback (default: the variant's)")
+        p.add_argument("--strict", action="store_true",
+                       help="with --python: any difference from the lock (or no lock) fails, not a declared variant")
         if name == "reference":
             p.add_argument("--new", action="store_true", help="replace the existing reference (kept in history/)")
     p = sub.add_parser("replay", help="clone the current commit into an empty folder; rebuild + verify there, cleanly")
@@ -119,7 +121,7 @@ def _options(args: argparse.Namespace) -> Options:
     from .verify import Options
 
     return Options(out=args.out, rebuild=not args.no_rebuild, python=args.python, expect_backend=args.expect_backend,
-                   installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse)
+                   installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse, strict=args.strict)
 
 
 def cmd_lock(project: Project, args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import lockfile, pythons
+from . import inventory, lockfile, pythons
 from . import wheelhouse as wheels
 from ._fs import sha256_file, write_atomic, write_json
 from ._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
@@ -172,8 +172,14 @@ def rebuild(
     fresh: bool = False,
     wheelhouse: Path | None = None,
     base_python: str | None = None,
+    observe_reused: bool = True,
 ) -> RebuildResult:
-    """Make (or reuse) the platform's env from ``lock_file``. Caller holds :func:`platform_lock`."""
+    """Make (or reuse) the platform's env from ``lock_file``. Caller holds :func:`platform_lock`.
+
+    A reused env is observed first (its own interpreter lists its packages and checks its files against their
+    RECORD): one changed or damaged since it was built is refused, never reported up to date. ``verify`` passes
+    ``observe_reused=False`` because its inventory step makes that same observation and reports it.
+    """
     lock = lockfile.read(lock_file)  # refuse a broken lock before touching anything
     if wheelhouse is not None:
         wheelhouse = wheelhouse.resolve()
@@ -196,6 +202,8 @@ def rebuild(
             reason = f"the current env {current.name} lacks its {INVENTORY} (changed after its build): not reused"
             log(f"kernodeck: {reason}")
         elif marker.get("lock_digest") == digest and marker.get("base_python") == base:
+            if observe_reused:
+                _require_intact(current, lock)
             log(f"kernodeck: reusing {current.relative_to(project.root)} (same lock digest and interpreter)")
             recorded = marker.get("commands")
             return RebuildResult(
@@ -322,6 +330,18 @@ def _failure_tip(previous: Path | None, plat: Platform) -> str:
     return (f"{keep}fix the cause above (the {plat.variant.name} variant's index, or its mirror in "
             f"{VariantIndex(plat.variant.name, plat.variant.index).var}, must serve the lock's files), "
             "then: nox -s rebuild -- --fresh")
+
+
+def _require_intact(env: Path, lock: lockfile.Lockfile) -> None:
+    """The env as it is NOW equals the lock and its files match their RECORD; else it is not reused."""
+    seen = inventory.observe(env_python(env))
+    delta = inventory.diff(inventory.expected_from_lock(lock), seen.packages)
+    if seen.damaged or not delta.empty:
+        what = seen.damage_summary() if seen.damaged else f"packages differ from the lock: {delta.summary()}"
+        raise RebuildFailed(
+            f"the current environment {env.name} was changed after it was built ({what}); it is not reused",
+            tip="nox -s rebuild -- --fresh",
+        )
 
 
 def _rel(arg: str, root: Path) -> str:

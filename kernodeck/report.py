@@ -20,6 +20,14 @@ class Status(enum.StrEnum):
     NOT_RUN = "not-run"  # an earlier step failed
 
 
+class Verdict(enum.StrEnum):
+    """The run's top-level status (``report.json`` "status"): what a pass established, never more."""
+
+    PASSED = "passed"  # every step passed AND the env was shown to be the lock's (observed inventory equals it)
+    PASSED_UNLOCKED = "passed-unlocked"  # every check passed, but the env is NOT shown to be the lock's (--python)
+    FAILED = "failed"
+
+
 class Layer(enum.StrEnum):
     """Where a failure belongs, so the diagnosis aims at that layer and not at the whole rebuild."""
 
@@ -80,10 +88,34 @@ class Report:
     platform: str
     steps: list[Step]
     meta: dict[str, Any] = field(default_factory=dict)
+    # What a passing run did NOT establish (e.g. --python: the env differs from the lock); empty for a rebuild.
+    not_established: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
         return overall(self.steps)
+
+    @property
+    def verdict(self) -> Verdict:
+        match self.status:
+            case Status.FAILED | Status.NOT_RUN:
+                return Verdict.FAILED
+            case Status.PASSED | Status.SKIPPED:
+                return Verdict.PASSED_UNLOCKED if self.not_established else Verdict.PASSED
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def verdict_line(self) -> str:
+        match self.verdict:
+            case Verdict.PASSED:
+                return "passed: the environment is the lock's (observed inventory equals it) and every check passed"
+            case Verdict.PASSED_UNLOCKED:
+                return "every check passed, but NOT established: " + "; ".join(self.not_established)
+            case Verdict.FAILED:
+                failure = self.first_failure()
+                return f"failed at {failure.name if failure else 'an unrun step'}"
+            case _ as unreachable:
+                assert_never(unreachable)
 
     def first_failure(self) -> Step | None:
         return next((s for s in self.steps if s.status is Status.FAILED), None)
@@ -92,7 +124,8 @@ class Report:
         failure = self.first_failure()
         return {
             "version": REPORT_VERSION,
-            "status": str(self.status),
+            "status": str(self.verdict),
+            "verdict": {"line": self.verdict_line(), "not_established": self.not_established},
             "platform": self.platform,
             "first_failure": failure.name if failure else None,
             "steps": [s.as_dict() for s in self.steps],
@@ -439,14 +472,15 @@ def render_markdown(report: Report) -> str:
     failure = report.first_failure()
     counts = {st: sum(1 for s in report.steps if s.status is st) for st in Status}
     tally = ", ".join(f"{n} {st}" for st, n in counts.items() if n)
-    lines = [f"# Kernodeck verify: {report.status.upper()}", ""]
+    lines = [f"# Kernodeck verify: {report.verdict.upper()}", ""]
     if failure:
         lines.append(
             f"**FAILED** at `{failure.name}` (layer: {failure.layer or 'unknown'}): "
             + _cell(" ".join(failure.error.split()), 300)
         )
     else:
-        lines.append(f"**{report.status.upper()}**: {tally} on `{report.platform}`.")
+        lines.append(f"**{report.verdict.upper()}**: {tally} on `{report.platform}`.")
+    lines += ["", f"- verdict: {report.verdict_line()}"]
     lines += ["", f"- platform: `{report.platform}`", f"- steps: {tally}"]
     for key in _META_KEYS:
         if key in report.meta:
@@ -490,7 +524,9 @@ def summary_line(report: Report, path: Path) -> str:
     counts = ", ".join(f"{n} {st}" for st in Status if (n := sum(1 for s in report.steps if s.status is st)))
     failure = report.first_failure()
     if failure is None:
-        head = f"{report.status.upper()}: {counts}"
+        head = f"{report.verdict.upper()}: {counts}"
+        if report.not_established:
+            head += f" ({report.verdict_line()})"
     else:
         error = " ".join(failure.error.split())
         error = error if len(error) <= 160 else error[:159] + "…"

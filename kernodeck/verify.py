@@ -78,6 +78,7 @@ class Options:
     sample_repeat: int = 1
     extra_config: dict[str, Any] = field(default_factory=dict)
     steps: tuple[str, ...] | None = None  # only these in-env steps (the benchmark); default: all of the mode's
+    strict: bool = False  # with --python: any difference from the lock (or no lock) fails instead of being recorded
 
 
 class Run:
@@ -87,6 +88,7 @@ class Run:
         self.project, self.plat, self.staging = project, plat, staging
         self.steps: list[Step] = []
         self.meta: dict[str, Any] = {}
+        self.not_established: list[str] = []  # what a pass of this run would NOT establish (the verdict says it)
         self._started: set[str] = set()
         # The dossier's reviewer asks pip for the machine's sources (~0.2 s): prepared while the steps run.
         self.review: Future[Any] | None = None
@@ -275,32 +277,64 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
         run_.add(step)
 
 
-def _inventory_step(run_: Run, lock: lockfile.Lockfile | None, frozen: str, intentional: bool) -> None:
-    """The observed inventory against the lock: equal for a rebuild; a recorded, declared variant for --python."""
+def _inventory_step(
+    run_: Run, lock: lockfile.Lockfile | None, python: Path, intentional: bool, strict: bool = False
+) -> tuple[inventory.Observation | None, KernodeckError | None]:
+    """What the env holds NOW, observed by its own interpreter, against the lock; and whether its files are intact.
+
+    Equal for a rebuild or a reused env; a recorded, declared variant for --python. Damaged files (missing, or of
+    another size than their distribution's RECORD says) fail in every mode: an env that lost files is not the one
+    that was installed.
+    """
     start = time.perf_counter()
-    observed = inventory.parse_freeze(frozen)
-    step = Step("inventory", Status.PASSED, details={"packages": len(observed)})
+    fresh = "nox -s rebuild -- --fresh"
+    try:
+        seen = inventory.observe(python)
+    except KernodeckError as exc:
+        run_.add(Step("inventory", Status.FAILED, error=str(exc), layer=Layer.INSTALL, interpreter=str(python),
+                      duration_s=time.perf_counter() - start, details={"tip": exc.tip}))
+        return None, exc
+    step = Step("inventory", Status.PASSED, details=seen.as_dict(), interpreter=str(python))
+    failure: KernodeckError | None = None
+    tip = fresh if not intentional else f"repair or recreate the environment of {python} (nothing is installed into it)"
+    if seen.damaged:
+        failure = KernodeckError(
+            f"the environment's installed files do not match their RECORD: {seen.damage_summary()}", tip=tip
+        )
     if lock is None:
         step.title = "observed inventory recorded (no lock to compare)"
     else:
-        delta = inventory.diff(inventory.expected_from_lock(lock), observed)
+        delta = inventory.diff(inventory.expected_from_lock(lock), seen.packages)
         step.details.update(
             vs_lock=delta.as_dict(),
-            summary=f"{len(observed)} packages, "
+            summary=f"{len(seen.packages)} packages, "
             + ("equal to the lock" if delta.empty else f"vs the lock: {delta.summary()}"),
         )
-        if intentional:
+        if intentional and not delta.empty and strict:
+            failure = failure or KernodeckError(
+                f"--strict: the environment of {python} differs from the lock: {delta.summary()}",
+                tip="verify without --strict to record the difference as a declared variant, or: nox -s verify",
+            )
+        elif intentional and not delta.empty:
             step.title = "inventory vs lock (declared variant)"
             step.details["variant"] = (
                 "intentional: an existing interpreter was verified (--python), not a rebuild of the lock"
             )
+            run_.not_established.append(
+                f"that the environment is the lock's ({len(delta.added)} added, {len(delta.removed)} missing, "
+                f"{len(delta.changed)} changed vs {run_.meta.get('lock', 'the lock')}: {delta.summary()[:300]})"
+            )
         elif delta.empty:
-            step.title = "rebuilt inventory equals the lock"
-        else:
-            step.status, step.layer = Status.FAILED, Layer.INSTALL
-            step.error = f"rebuilt inventory differs from the lock: {delta.summary()}"
+            step.title = "observed inventory equals the lock"
+        elif failure is None:
+            failure = KernodeckError(f"the environment's observed inventory differs from the lock: {delta.summary()}",
+                                     tip=fresh)
+    if failure is not None:
+        step.status, step.layer, step.error = Status.FAILED, Layer.INSTALL, str(failure)
+        step.details["tip"] = failure.tip
     step.duration_s = time.perf_counter() - start
     run_.add(step)
+    return seen, failure
 
 
 def require_declared_contract(project: Project, ref: refmod.Reference, app: application.Application) -> None:
@@ -370,8 +404,17 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
         run_.start("lock-check")
         t0 = time.perf_counter()
         try:
-            locking.require_current(project, plat)
+            locking.require_current(project, plat)  # also refuses a body that no longer matches its digest
             lock_obj = lockfile.read(lock_path)
+            twin = locking.pylock_path(project, plat)
+            disagree = locking.twin_disagreements(lock_path, twin) if twin.exists() else []
+            if disagree:
+                mismatch = LockfileError(
+                    str(lock_path.relative_to(project.root)), None,
+                    f"it and its PEP 751 twin {twin.name} disagree: {'; '.join(disagree)}",
+                )
+                mismatch.tip = f"nox -s lock -- --platform {plat.id}   (writes both again)"
+                raise mismatch
             run_.meta["lock"] = str(lock_path.relative_to(project.root))
             run_.meta["lock_digest"] = "sha256:" + sha256_file(lock_path)
             run_.meta["lock_inputs_digest"] = lock_obj.first("inputs-digest")
@@ -379,14 +422,15 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                 Step(
                     "lock-check",
                     Status.PASSED,
-                    title="lock current against its inputs",
+                    title="lock current against its inputs; its pins match their digest and its PEP 751 twin",
                     duration_s=time.perf_counter() - t0,
                     details={"lock": run_.meta["lock"]},
                 )
             )
         except (MissingLockfile, StaleLock, LockfileError) as exc:
-            if isinstance(exc, MissingLockfile) and opts.python:
+            if isinstance(exc, MissingLockfile) and opts.python and not opts.strict:
                 run_.add(Step("lock-check", Status.SKIPPED, reason=f"{exc} (verifying an existing interpreter)"))
+                run_.not_established.append(f"anything about the packages: no lock for {plat.id} to compare with")
             else:
                 error = exc
                 run_.add(
@@ -444,14 +488,12 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                 run_.add(Step("reference-manifest", Status.FAILED, error=str(exc), layer=Layer.REFERENCE))
         # 3. rebuild (or reuse, or an existing interpreter)
         python: Path | None = None
-        frozen = ""
         if not run_.failed:
             run_.start("rebuild")
             t0 = time.perf_counter()
             try:
                 if opts.python:
                     python = Path(opts.python)
-                    frozen = run([python, "-I", "-m", "pip", "freeze", "--all"], env=clean_env(), quiet=True).stdout
                     run_.add(
                         Step(
                             "rebuild",
@@ -470,7 +512,6 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                             "built: the environment was changed after its build",
                             tip="nox -s rebuild -- --fresh",
                         )
-                    frozen = (env / "kernodeck-inventory.txt").read_text(encoding="utf-8")
                     run_.add(
                         Step(
                             "rebuild",
@@ -481,9 +522,10 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                     )
                 else:
                     result = rebuild(
-                        project, plat, lock_path, installer=opts.installer, fresh=opts.fresh, wheelhouse=opts.wheelhouse
+                        project, plat, lock_path, installer=opts.installer, fresh=opts.fresh,
+                        wheelhouse=opts.wheelhouse, observe_reused=False,  # the inventory step observes it
                     )
-                    python, frozen = result.python, result.inventory
+                    python = result.python
                     run_.add(
                         Step(
                             "rebuild",
@@ -510,10 +552,14 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                     )
                 )
         # 4. the observed inventory against the contract
-        if not run_.failed:
+        if not run_.failed and python is not None:
             run_.start("inventory")
-            _inventory_step(run_, lock_obj, frozen, intentional=bool(opts.python))
-            write_atomic(staging / "inventory.txt", frozen)
+            seen, failure = _inventory_step(
+                run_, lock_obj, python, intentional=bool(opts.python), strict=opts.strict
+            )
+            error = error or failure
+            if seen is not None:
+                write_atomic(staging / "inventory.txt", seen.text)
         # 5. the checks inside the environment, one process
         if not run_.failed and python is not None:
             collected = CollectEnv.start(python, staging)
@@ -532,7 +578,12 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                 staging / COLLECT_ENV,
                 f"not collected: no environment to run it in (the run stopped at {stopped}, before the checks)\n",
             )
-        report = Report(plat.id, run_.steps, {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        report = Report(
+            plat.id,
+            run_.steps,
+            {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+            not_established=run_.not_established,
+        )
         _write_dossier(run_, report, result, lock_path, opts)
         outdir.swap_into_place(staging, final)
     except OSError as exc:
