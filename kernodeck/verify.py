@@ -622,7 +622,9 @@ def _write_dossier(run_: Run, report: Report, result: RebuildResult | None, lock
     if lock_path.exists():
         shutil.copyfile(lock_path, staging / "lock.txt")
         twin = locking.pylock_path(project, run_.plat)
-        sbom.write(lock_path, report.platform, staging / "sbom.cdx.json", twin if twin.exists() else None)
+        checked = "lock-check" in steps and steps["lock-check"].status is Status.PASSED
+        if checked:  # an SBOM only of a lock that passed its check (a refused one is named in the report instead)
+            sbom.write(lock_path, report.platform, staging / "sbom.cdx.json", twin if twin.exists() else None)
     ref_inv = project.reference / "inventory.txt"
     if ref_inv.exists() and (staging / "inventory.txt").exists():
         delta = inventory.diff(
