@@ -77,7 +77,7 @@ def test_sbom_is_the_same_bytes_for_the_same_lock(tmp_path: Path) -> None:
     first = sbom.render(_document(lock))
     assert first == sbom.render(_document(lock))
     changed = tmp_path / lock.name
-    changed.write_text(lock.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    changed.write_text(lockfile.seal(lock.read_text(encoding="utf-8") + "\n"), encoding="utf-8")  # resealed
     assert sbom.build(changed, lock.stem)["serialNumber"] != json.loads(first)["serialNumber"]
 
 
