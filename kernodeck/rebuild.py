@@ -20,7 +20,7 @@ from filelock import FileLock, Timeout
 
 from . import inventory, lockfile, pythons
 from . import wheelhouse as wheels
-from ._fs import sha256_file, write_atomic, write_json
+from ._fs import sha256_file, write_atomic
 from ._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
 from .config import Project
 from .errors import Busy, CommandFailed, ConfigError, RebuildFailed
@@ -28,6 +28,7 @@ from .platforms import Platform
 from .sources import (
     SOURCE_VARS,
     VariantIndex,
+    check_written,
     index_args,
     indexes_asked,
     machine_sources,
@@ -297,13 +298,17 @@ def rebuild(
             checking = pool.submit(step, "pip-check", check_argv, recorded=True)
             inventory = step("freeze", freeze_argv, recorded=True)
             pip_check = checking.result()
-        write_atomic(env / INVENTORY, inventory)
-        write_json(env / MARKER, {
+        marker_text = json.dumps({
             "lock": rel_lock, "lock_digest": digest, "platform": plat.id, "base_python": base,
             "installer": chosen, "commands": commands,
             "index": _index_note(vindex, wheelhouse), "pip_check": pip_check.strip(), "durations_s": durations,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        })
+        }, indent=2) + "\n"
+        for path, text in ((env / INVENTORY, inventory), (env / MARKER, marker_text)):
+            # The scan the lock and the dossier use: no source or credential value, nor the declared index's secret.
+            check_written(text, str(path.relative_to(project.root)), public=[public_url(vindex.declared)],
+                          declared=[vindex.declared])
+            write_atomic(path, text)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(env, ignore_errors=True)

@@ -342,11 +342,13 @@ def _values(value: str, origin: str, public: set[str], commas: bool = False) -> 
     return out
 
 
-def needles(public: Iterable[str] = ()) -> list[Needle]:
+def needles(public: Iterable[str] = (), declared: Iterable[str] = ()) -> list[Needle]:
     """The values of every source and credential variable and of pip's configured sources (every file, every
-    section): none may appear in a written file. ``public`` URLs (PyPI, the project's declared indexes) may."""
+    section): none may appear in a written file. ``public`` URLs (PyPI, the project's declared indexes) may.
+    ``declared`` URLs (the project's indexes as pyproject.toml spells them) add their secret parts: userinfo, query."""
     allowed = {p.rstrip("/") for p in (*_PUBLIC, *public)}
-    found: list[Needle] = []
+    found: list[Needle] = [Needle(p, "a declared index's userinfo or query", part=True)
+                           for url in declared for p in _secret_parts(url)]
     for var, value in sorted(os.environ.items()):
         if var in _ENV_KEYS:
             found += _values(value, var, allowed, commas=var == "UV_FIND_LINKS")
@@ -368,9 +370,10 @@ class SecretInText(KernodeckError):
            "(never the value); meanwhile unset the variable or source named above")
 
 
-def check_written(text: str, name: str, public: Iterable[str] = ()) -> None:
-    """Refuse to write ``text`` to ``name`` if it holds a value of a source or credential variable."""
-    for needle in needles(public):
+def check_written(text: str, name: str, public: Iterable[str] = (), declared: Iterable[str] = ()) -> None:
+    """Refuse to write ``text`` to ``name`` if it holds a value of a source or credential variable (or a secret part
+    of a ``declared`` index URL)."""
+    for needle in needles(public, declared):
         if needle.value in text:
             what = "a path" if needle.local else "a secret part" if needle.part else "the URL"
             raise SecretInText(f"{what} of a package source or credential ({needle.origin}) ended up in {name}; "
