@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     steps_dir.mkdir(parents=True, exist_ok=True)
     ctx = Context(config=config, out=out)
     failed = None
+    worker_due = "resume" in config["steps"]
     for number, name in enumerate(config["steps"], start=1):
         module_name, func_name, title = STEPS[name]
         result: dict[str, object] = {"name": name, "title": title, "interpreter": sys.executable}
@@ -98,9 +99,12 @@ def main(argv: list[str] | None = None) -> int:
             result.update(status="not-run", reason=f"an earlier step failed: {failed}")
             write_json_atomic(steps_dir / f"{number:02d}-{name}.json", result)
             continue
-        if name == "application" and "resume" in config["steps"]:
-            # The resume check's new process needs only torch: started now, it imports torch and applies the
-            # settings while this process runs the application, and waits for its order (resume.Worker).
+        if worker_due and name != "settings":
+            # The resume check's new process needs only torch: started once this process has imported torch, it
+            # imports torch and applies the settings while this process imports and runs the application (its
+            # imports are single-threaded; measured: started with the application, it slowed the multi-threaded
+            # encoding and the determinism reruns), then waits for its order (resume.Worker).
+            worker_due = False
             ctx.state["resume_worker"] = importlib.import_module(f"{PACKAGE}.resume").Worker()
         print(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
         set_step(name)
