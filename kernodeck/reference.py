@@ -341,18 +341,30 @@ def render(manifest: dict[str, Any]) -> str:
 
 
 def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two manifests, by section: ``application: params.batch-size, code`` (leaf paths)."""
     out = []
     for key in sorted(set(old) | set(new)):
-        if key in ("id", "provenance"):
+        if key in ("id", "provenance") or old.get(key) == new.get(key):
             continue
-        if old.get(key) != new.get(key):
-            sub_old, sub_new = old.get(key) or {}, new.get(key) or {}
-            if isinstance(sub_old, dict) and isinstance(sub_new, dict):
-                fields = sorted(k for k in set(sub_old) | set(sub_new) if sub_old.get(k) != sub_new.get(k))
-                out.append(f"{key}: {', '.join(fields)}")
-            else:
-                out.append(key)
+        sub_old, sub_new = old.get(key), new.get(key)
+        if isinstance(sub_old, dict) and isinstance(sub_new, dict):
+            out.append(f"{key}: {', '.join(_leaf_changes(sub_old, sub_new))}")
+        else:
+            out.append(key)
     return out
+
+
+def _leaf_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    found: list[str] = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            found.extend(_leaf_changes(a, b, f"{prefix}{k}."))
+        else:
+            found.append(f"{prefix}{k}")
+    return found
 
 
 GENERATED = ("manifest.toml", "inventory.txt", "system.json")

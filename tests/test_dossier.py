@@ -111,7 +111,7 @@ def test_reference_new_identity_only_when_asked(built_project: Path, tmp_path: P
     new_text = manifest.read_text()
     new_id = new_text.split('id = "', 1)[1].split('"', 1)[0]
     assert new_id != old_id and f"reference: {old_id} -> {new_id}" in made.stdout
-    assert "changed: parameters: batch_size" in made.stdout and f'previous_id = "{old_id}"' in new_text
+    assert "changed: application: params.batch-size" in made.stdout and f'previous_id = "{old_id}"' in new_text
     kept = project / "dossier/reference/history" / old_id.replace(":", "-") / "manifest.toml"
     assert kept.read_text() == before
     again = kd(project, "reference", "--new")
