@@ -117,7 +117,7 @@ def test_another_application_is_declared_referenced_and_verified(built_project: 
 
 
 @pytest.mark.reliability(
-    60,
+    37,
     "a `numpy/` folder (and a `checks/` one) at the project root that would shadow the env's packages",
     "never imported: the in-env runner puts nothing of the project on sys.path; the entry is loaded by its file path",
 )

@@ -24,7 +24,7 @@ def _written(project: Path) -> list[Path]:
 
 
 @pytest.mark.reliability(
-    120,
+    41,
     "a fresh machine: `nox -s rebuild -- --fresh` with PIP_CONFIG_FILE=/dev/null, an empty HOME and no "
     "PIP_*/UV_* source (the torch file lived only in this machine's find-links); then the mirror holding no torch file",
     "rebuild and verify pass from PyPI plus the mirror; without the file, one ERROR names the variant's index "

@@ -48,7 +48,7 @@ def refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
 
 
 @rel(
-    20,
+    13,
     "`verify --out` pointed at the project (`.`, a parent, `.git`, `dossier/reference`), a user's folder, or a file",
     "refused with one ERROR + TIP before anything runs; every file in place; a Kernodeck dossier is still replaced",
 )
@@ -71,7 +71,7 @@ def test_verify_out_refuses_what_kernodeck_did_not_make(tmp_path: Path, where: s
 
 
 @rel(
-    20,
+    13,
     "`verify --out` pointed at the project (`.`, a parent, `.git`, `dossier/reference`), a user's folder, or a file",
     "refused with one ERROR + TIP before anything runs; every file in place; a Kernodeck dossier is still replaced",
 )
@@ -106,7 +106,7 @@ def test_verify_out_replaces_a_previous_dossier_and_accepts_new_or_empty(tmp_pat
 
 
 @rel(
-    21,
+    14,
     "`replay --out DIR`, `wheelhouse --out`, `compare --out`, `matrix --out` on a user's folder, a file or the project",
     "refused with one ERROR + TIP before anything runs (replay no longer removes DIR); the folder untouched",
 )
@@ -146,7 +146,7 @@ def _dead_pid() -> int:
 
 
 @rel(
-    22,
+    15,
     "a verify killed (SIGKILL) while assembling its dossier, then the same `--out` again",
     "the dead run's `.NAME.staging-<pid>` removed; a live run's, other names and non-Kernodeck names kept",
 )
@@ -189,7 +189,7 @@ def test_killed_verify_leftovers_are_cleaned_only_when_dead(tmp_path: Path) -> N
 
 
 @rel(
-    22,
+    15,
     "a verify killed (SIGKILL) while assembling its dossier, then the same `--out` again",
     "the dead run's `.NAME.staging-<pid>` removed; a live run's, other names and non-Kernodeck names kept",
 )
@@ -248,7 +248,7 @@ class Killed(BaseException):
 
 
 @rel(
-    23,
+    16,
     "`nox -s reference -- --new` killed between its writes, then run again",
     "the reference is the old one or the new one, whole; history/<old-id>/ matches its own manifest",
 )
@@ -284,7 +284,7 @@ def test_reference_killed_midway_stays_whole(
 
 
 @rel(
-    23,
+    16,
     "`nox -s reference -- --new` killed between its writes, then run again",
     "the reference is the old one or the new one, whole; history/<old-id>/ matches its own manifest",
 )
@@ -306,7 +306,7 @@ def test_history_is_never_copied_from_a_reference_that_does_not_match_its_manife
 
 
 @rel(
-    24,
+    17,
     "`nox -s lock` again with unchanged inputs and the same sources, configured in other pip.conf sections",
     "a byte-identical lock and PEP 751 twin (the `# source:` lines sorted)",
 )
@@ -356,7 +356,7 @@ def _npy(rows: int, dim: int) -> bytes:
 
 
 @rel(
-    25,
+    18,
     "`compare` of a malformed report.json, a JSON list, an empty or truncated .npy, a non-UTF-8 inventory",
     "one ERROR naming the file and what is wrong with it, and a TIP; no traceback",
 )
@@ -387,7 +387,7 @@ def test_compare_of_damaged_dossiers_is_one_error(tmp_path: Path, damage: str, w
 
 
 @rel(
-    26,
+    19,
     "`verify --python` given a path that does not exist, a folder, or a program that is not Python",
     "one ERROR naming the path and what it is, and a TIP; no traceback, nothing written",
 )
@@ -404,7 +404,7 @@ def test_verify_python_that_is_no_interpreter(tmp_path: Path, python: str) -> No
 
 
 @rel(
-    27,
+    20,
     "two `nox -s lock` of the same platform at once",
     "the second waits for the first (a file lock, as rebuild takes); both succeed with the same lock; no traceback",
 )
@@ -432,7 +432,7 @@ def test_two_locks_at_once(tmp_path: Path) -> None:
 
 
 @rel(
-    28,
+    21,
     "a direct URL requirement (`name @ https://...`) in a requirements .in file, `nox -s lock`",
     "one ERROR naming the .in file and its line (not the committed lock), and a TIP; the lock untouched",
 )
@@ -448,7 +448,7 @@ def test_url_requirement_blames_the_in_file(tmp_path: Path, url: str) -> None:
 
 
 @rel(
-    29,
+    22,
     "the rebuilt env's `kernodeck-inventory.txt` deleted, then `verify --no-rebuild` and `verify`",
     "the error names the env file (not 'writing the dossier failed'); a plain verify builds a fresh env",
 )

@@ -31,7 +31,7 @@ def _dossier(folder: Path, rows: list[list[float]]) -> None:
 
 
 @rel(
-    45,
+    28,
     "`nox -s compare` where one dossier has NaN rows (37 of 40)",
     "the non-finite rows counted and named; never `max abs difference 0; min cosine 1.0`",
 )
@@ -122,7 +122,7 @@ def test_contract_table_differences_are_generic() -> None:
 
 
 @rel(
-    42,
+    25,
     "the reference manifest's tolerance loosened (cosine-min 0.0, max-abs 10.0), its id recomputed; or its criterion "
     "changed; or a declared tolerance loose enough to flip a neighbour copied into it",
     "verify refuses the reference before rebuilding, naming the difference from pyproject's declaration "
@@ -194,7 +194,7 @@ def _site(python: Path) -> Path:
 
 @pytest.mark.slow
 @rel(
-    40,
+    23,
     "packages installed into the current env after it was built (`pip install` of an added and a changed package; "
     "an editable install), then `verify` and `verify -- --no-rebuild`",
     "the inventory step observes the env by its own interpreter and fails naming what was added or changed; "
@@ -241,7 +241,7 @@ def test_changed_env_fails_at_inventory(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @rel(
-    41,
+    24,
     "files of the current env damaged after it was built (`torch/__init__.py` deleted)",
     "detected before any check runs, as an install-layer failure naming the file, with "
     "`TIP: nox -s rebuild -- --fresh` (which repairs it); `rebuild` no longer reuses it as complete",
@@ -286,7 +286,7 @@ def test_verdict_model() -> None:
 
 @pytest.mark.slow
 @rel(
-    44,
+    27,
     "`verify -- --python PATH` on an env that is not the lock's (a package added), or with no lock at all",
     "the top-level status is `passed-unlocked` with a verdict naming what was not established (exit 0, documented); "
     "`--strict` fails on any difference from the lock, or on a missing lock",
@@ -319,7 +319,7 @@ def test_existing_interpreter_verdict_and_strict(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @rel(
-    46,
+    29,
     "a declared tolerance loose enough to flip a nearest neighbour (max-abs 1e-2), then `nox -s reference -- --new`",
     "the new reference is refused, naming the bound and the margin; the committed reference untouched",
 )
@@ -358,7 +358,7 @@ def _lock_refused(project: Path, tmp_path: Path, *needles: str) -> None:
 
 
 @rel(
-    43,
+    26,
     "a lock edited by hand: `numpy==2.4.6` -> `2.0.0` (old hashes kept), the same edit with its digest recomputed, "
     "or the PEP 751 twin's version edited",
     "`lock --check` and verify's lock-check fail before anything is built: the body no longer matches the header's "

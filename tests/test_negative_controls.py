@@ -61,7 +61,7 @@ def failed_step(report: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 @pytest.mark.reliability(
-    43,
+    31,
     "`KERNODECK_FAULT` left set in a shell",
     "no effect: the shipped checks hold no test hook; faults are injected by the tests into copies",
 )
@@ -119,7 +119,7 @@ def test_settings_set_tf32_off_in_both_apis(built_project: Path) -> None:
 
 
 @pytest.mark.reliability(
-    41,
+    30,
     "a determinism setting that does not hold on read-back (a torch ignoring it)",
     "the settings step fails in layer environment, naming the knob, applied and read-back values",
 )
@@ -165,7 +165,7 @@ def _verify(project: Path, out: Path) -> dict[str, Any]:
 
 
 @pytest.mark.reliability(
-    61,
+    32,
     "a determinism setting reverted right after it was applied (negative control)",
     "verify fails at the settings step; nothing computed after it",
 )
@@ -182,7 +182,7 @@ def test_settings_step_fails_end_to_end(built_project: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.reliability(
-    62,
+    33,
     "a weights file of the installed model tampered (negative control)",
     "the application step fails in layer weights, naming the file; nothing compared",
 )
@@ -220,7 +220,7 @@ def _reseal_sample(project: Path) -> None:
 
 
 @pytest.mark.reliability(
-    63,
+    34,
     "a paraphrase pair mislabelled in the sample (negative control)",
     "the criterion step fails in layer comparison, naming the item and its real neighbour",
 )
@@ -241,7 +241,7 @@ def test_mislabelled_pair_fails_the_criterion(built_project: Path, tmp_path: Pat
 
 
 @pytest.mark.reliability(
-    64,
+    35,
     "repeat runs in one process that are not identical (negative control)",
     "the determinism step fails on CPU, with the difference between the runs",
 )
@@ -275,7 +275,7 @@ def test_non_identical_runs_fail_the_determinism_step(built_project: Path, tmp_p
 
 
 @pytest.mark.reliability(
-    65,
+    36,
     "the determinism settings not restored after the determinism step's cost run (without them)",
     "the determinism step fails in layer environment, naming the knob; resume not-run",
 )

@@ -74,7 +74,7 @@ ROUND_TRIP = """
 
 
 @pytest.mark.reliability(
-    60,
+    38,
     "a resume checkpoint loaded with map_location of another device type (meta standing in for cuda/mps)",
     "RNG and loader-generator states stay CPU ByteTensors; only the model moves; the torch stream resumes exactly",
 )

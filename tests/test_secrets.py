@@ -202,7 +202,7 @@ def test_needles_cover_pip_conf_in_every_section(tmp_path: Path, monkeypatch: py
 
 
 @pytest.mark.reliability(
-    112,
+    39,
     "`nox -s lock` with PIP_EXTRA_INDEX_URL=https://host/simple?access_token=QTOKEN42, then a token in the "
     "URL path; a pip.conf listing find-links one per line",
     "the lock header records scheme and host only; no written file and no console line holds the token or "
@@ -280,7 +280,7 @@ def test_command_failed_output_is_redacted(monkeypatch: pytest.MonkeyPatch, no_p
 
 
 @pytest.mark.reliability(
-    121,
+    40,
     "KERNODECK_INDEX_CPU=<a mirror on 127.0.0.1, a token QTOKEN42 in its path> replacing an unreachable declared "
     "index, for `lock` (pip-tools and uv) and `rebuild --fresh`; then the same rebuild without the mirror",
     "lock and rebuild take the torch layer from the mirror; the lock names the declared index and the mirror's "
