@@ -18,7 +18,6 @@ from ._fs import sha256_file, sha256_text, write_atomic
 from ._proc import clean_env, log, run_with_progress, show, uv_available
 from .config import Project
 from .errors import (
-    Busy,
     CommandFailed,
     ConfigError,
     LockFailed,
@@ -217,19 +216,14 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
     One lock of a platform at a time (a file lock, as rebuild takes): a second waits, it never shares the first's
     ``.compiling`` file.
     """
-    from filelock import FileLock, Timeout  # here: a lock check (every rebuild and verify) takes no file lock
+    from filelock import FileLock  # here: a lock check (every rebuild and verify) takes no file lock
+
+    from .rebuild import acquire
 
     folder = project.venv_root / plat.id
     folder.mkdir(parents=True, exist_ok=True)
     guard = FileLock(str(folder / ".compiling.lock"), timeout=3600)
-    try:
-        guard.acquire(timeout=0.1)
-    except Timeout:
-        log(f"kernodeck: another lock of {plat.id} is running; waiting for it")
-        try:
-            guard.acquire()
-        except Timeout:
-            raise Busy(f"another lock of {plat.id} kept it busy past the wait limit") from None
+    acquire(guard, plat, who="lock")
     try:
         return _compile_lock(project, plat, resolver=resolver, upgrade=upgrade)
     finally:

@@ -86,15 +86,16 @@ def platform_lock(project: Project, plat: Platform, timeout: float = 3600) -> Fi
     return FileLock(str(folder / ".kernodeck.lock"), timeout=timeout)
 
 
-def acquire(lock: FileLock, plat: Platform) -> None:
+def acquire(lock: FileLock, plat: Platform, who: str = "run") -> None:
+    """Take ``lock``; while another ``who`` (a run, a lock) of the platform holds it, say so once and wait."""
     try:
         lock.acquire(timeout=0.1)
     except Timeout:
-        log(f"kernodeck: another run holds {plat.id}; waiting for it")
+        log(f"kernodeck: another {who} of {plat.id} is running; waiting for it")
         try:
             lock.acquire()
         except Timeout:
-            raise Busy(f"another run kept {plat.id} busy past the wait limit") from None
+            raise Busy(f"another {who} of {plat.id} kept it busy past the wait limit") from None
 
 
 def current_env(project: Project, plat: Platform) -> Path | None:
