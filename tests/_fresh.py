@@ -38,6 +38,7 @@ import pytest
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from kernodeck import lockfile
+from kernodeck._fs import sha256_file
 
 # The caller's environment as it was before any fixture ran (the hermetic fixture removes PIP_*/UV_* per test).
 _ORIGINAL_ENV = dict(os.environ)
@@ -113,7 +114,7 @@ def machine_file(filename_prefix: str, sha256: str) -> Path | None:
             if not candidate_dir.is_dir():
                 continue
             for path in sorted(candidate_dir.glob(f"{filename_prefix}*")):
-                if path.is_file() and _sha256(path) == sha256:
+                if path.is_file() and sha256_file(path) == sha256:
                     return path
     return None
 
@@ -149,14 +150,6 @@ def torch_file(cache: Path, lockfiles: Path = LOCKFILES) -> Path:
     return target
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # --- a PEP 503 index on 127.0.0.1 ------------------------------------------------------------------------------------
 
 
@@ -170,7 +163,7 @@ class LocalIndex:
     """A PEP 503 simple index on 127.0.0.1: ``/simple/<project>/`` lists the given files with their hashes."""
 
     def __init__(self, files: list[Path], *, projects: tuple[str, ...] = ()) -> None:
-        self.files: dict[str, _Served] = {path.name: _Served(path, _sha256(path)) for path in files}
+        self.files: dict[str, _Served] = {path.name: _Served(path, sha256_file(path)) for path in files}
         self.projects: dict[str, list[str]] = {str(canonicalize_name(p)): [] for p in projects}
         for filename in self.files:
             project = str(parse_wheel_filename(filename)[0])
