@@ -84,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --python: any difference from the lock (or no lock) fails, not a declared variant")
         if name == "reference":
             p.add_argument("--new", action="store_true", help="replace the existing reference (kept in history/)")
+        else:
+            p.add_argument("--allow-code-change", action="store_true",
+                           help="run the checks although a declared code file differs from the reference's; "
+                           "the verdict is then passed-with-changed-code (exit 1), never passed")
     p = sub.add_parser("replay", help="clone the current commit into an empty folder; rebuild + verify there, cleanly")
     p.add_argument("--allow-dirty", action="store_true", help="replay HEAD anyway and name the uncommitted files")
     p.add_argument("--keep", action="store_true", help="keep the temporary clone")
@@ -121,7 +125,8 @@ def _options(args: argparse.Namespace) -> Options:
     from .verify import Options
 
     return Options(out=args.out, rebuild=not args.no_rebuild, python=args.python, expect_backend=args.expect_backend,
-                   installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse, strict=args.strict)
+                   installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse, strict=args.strict,
+                   allow_code_change=bool(getattr(args, "allow_code_change", False)))
 
 
 def cmd_lock(project: Project, args: argparse.Namespace) -> int:
@@ -134,7 +139,7 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
         print("\n".join(lines))
         if bad:
             plat = bad[0][0]
-            locking.require_current(project, plat)  # raises the first one's error, with its TIP
+            locking.require_checked(project, plat)  # raises the first one's error, with its TIP (as verify does)
             raise KernodeckError(f"{'; '.join(bad[0][1])}",
                                  tip=f"nox -s lock -- --platform {plat.id} --pylock-only")
         return 0
@@ -158,7 +163,7 @@ def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
     from .rebuild import acquire, platform_lock, rebuild
 
     plat = resolve_platform(project, args.platform, args.variant)
-    path = locking.require_current(project, plat)
+    path = locking.require_checked(project, plat)  # the lock check of lock --check and verify, twin included
     plock = platform_lock(project, plat)
     acquire(plock, plat)
     try:
@@ -170,21 +175,30 @@ def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(report: Report, folder: Path) -> None:
+def _summary(report: Report, folder: Path, *, tip: bool = True) -> None:
+    """One final line: each step was reported once as it ended; this says the verdict and where the report is.
+
+    A failed in-env step that knows the next command (``details["tip"]``: a changed code file, a criterion unable to
+    fail) adds its ``TIP:`` line.
+    """
     from .report import summary_line
 
-    """One final line: each step was reported once as it ended; this says the verdict and where the report is."""
     print(summary_line(report, folder / "report.md"))
+    failure = report.first_failure()
+    next_command = failure.details.get("tip") if failure is not None and tip else None
+    if isinstance(next_command, str) and next_command:
+        print(redact_text(f"TIP: {next_command}"), file=sys.stderr)
 
 
 def cmd_verify(project: Project, args: argparse.Namespace) -> int:
-    from .report import Status
+    from .report import Verdict
     from .verify import verify
 
     plat = resolve_platform(project, args.platform, args.variant)
     report, folder, _ = verify(project, plat, _options(args))
     _summary(report, folder)
-    return 0 if report.status is Status.PASSED else 1
+    # passed-unlocked (--python) is a documented pass; passed-with-changed-code is not
+    return 0 if report.verdict in (Verdict.PASSED, Verdict.PASSED_UNLOCKED) else 1
 
 
 def cmd_reference(project: Project, args: argparse.Namespace) -> int:
@@ -212,10 +226,15 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
     if opts.out is None:
         opts.out = project.runs / f"reference-{plat.id}"
     report, folder, _ = verify(project, plat, opts, mode="reference")
-    _summary(report, folder)
+    _summary(report, folder, tip=False)  # a failure's TIP comes with the ERROR below
     if report.status is not Status.PASSED:
-        raise KernodeckError("the reference run failed; nothing was written to the reference",
-                             tip=f"read {folder / 'report.md'}")
+        failure = report.first_failure()
+        tip = failure.details.get("tip") if failure is not None else None
+        raise KernodeckError(
+            "the reference run failed"
+            + (f" at {failure.name}: {' '.join(failure.error.split())}" if failure is not None else "")
+            + "; nothing was written to the reference",
+            tip=tip if isinstance(tip, str) and tip else f"read {folder / 'report.md'}")
     steps = {s.name: s for s in report.steps}
     app = application.load(project.root)
     weights = None

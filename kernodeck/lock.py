@@ -518,10 +518,33 @@ def twin_disagreements(target: Path, twin: Path) -> list[str]:
 
 
 def require_current(project: Project, plat: Platform) -> Path:
+    """The lock, current against its inputs (input drift only; the twin is :func:`require_checked`'s)."""
     changes = check_lock(project, plat)
     if changes:
         raise StaleLock(str(lock_path(project, plat).relative_to(project.root)), changes, plat.id)
     return lock_path(project, plat)
+
+
+def require_checked(project: Project, plat: Platform) -> Path:
+    """THE lock check of ``lock --check``, ``rebuild`` and ``verify``: the lock exists, its body matches its digest,
+    it is current against its inputs, and its PEP 751 twin exists and was written for it (same pins and hashes).
+
+    Raises the first problem with its TIP: MissingLockfile, LockfileError (a broken body), StaleLock (inputs
+    changed) or LockfileError (the twin missing or stale).
+    """
+    target = require_current(project, plat)
+    problems = check_twin(project, plat)
+    if problems:
+        twin = pylock_path(project, plat)
+        error = LockfileError(
+            str(target.relative_to(project.root)), None, f"its PEP 751 twin {twin.name}: {'; '.join(problems)}"
+        )
+        # the twin alone is off (missing, or edited while its lock is the one it was written for): write it again
+        alone = not twin.exists() or pylock.recorded_digest(twin) == sha256_file(target)
+        error.tip = (f"nox -s lock -- --platform {plat.id} --pylock-only   (writes the twin of the lock as it is)"
+                     if alone else f"nox -s lock -- --platform {plat.id}   (writes both again)")
+        raise error
+    return target
 
 
 def check_many(

@@ -76,12 +76,18 @@ class Reference:
     def id(self) -> str:
         return str(self.manifest["id"])
 
-    def run_config(self, project: Project) -> dict[str, Any]:
-        """What the in-env steps need from the reference (paths relative to the project root)."""
+    def run_config(self, project: Project, declared: Application | None = None) -> dict[str, Any]:
+        """What the in-env steps need from the reference (paths relative to the project root).
+
+        ``reference.code``: the fingerprint each declared code file must have (:func:`code_expected`);
+        ``criterion.margin``: the reference's recorded margin (the flip bound is derived again in the env from it).
+        """
         app = self.manifest["application"]
         weights = self.manifest.get("weights")
         outputs = self.manifest["outputs"]
+        margin = (self.manifest.get("criterion") or {}).get("margin")
         return {
+            "criterion": {"margin": margin if isinstance(margin, int | float) and not isinstance(margin, bool) else None},
             "application": {
                 "entry": _target(app["entry"]),
                 "criterion": _target(app["criterion"]) if app.get("criterion") else None,
@@ -93,12 +99,23 @@ class Reference:
             },
             "reference": {
                 "dir": os.path.relpath(self.folder, project.root),
+                "code": code_expected(self.manifest, declared),
                 "outputs": {
                     name: {k: rec[k] for k in ("file", "sha256", "ids", "ids_sha256", "shape")}
                     for name, rec in outputs.items()
                 },
             },
         }
+
+
+def code_expected(manifest: dict[str, Any], declared: Application | None) -> dict[str, str]:
+    """Each code file and the sha256 it must have: the reference's fingerprints, and "" (matches no file) for a file
+    declared now (entry, criterion, ``code``) that the reference did not fingerprint."""
+    recorded = manifest["application"].get("code") or {}
+    expected = {str(f): str(d) for f, d in recorded.items()} if isinstance(recorded, dict) else {}
+    for rel in declared.code if declared is not None else ():
+        expected.setdefault(rel, "")
+    return expected
 
 
 def _target(text: str) -> dict[str, str]:

@@ -25,6 +25,8 @@ class Verdict(enum.StrEnum):
 
     PASSED = "passed"  # every step passed AND the env was shown to be the lock's (observed inventory equals it)
     PASSED_UNLOCKED = "passed-unlocked"  # every check passed, but the env is NOT shown to be the lock's (--python)
+    # every check passed on code that differs from the reference's (--allow-code-change): not a pass, exit 1
+    PASSED_WITH_CHANGED_CODE = "passed-with-changed-code"
     FAILED = "failed"
 
 
@@ -90,6 +92,8 @@ class Report:
     meta: dict[str, Any] = field(default_factory=dict)
     # What a passing run did NOT establish (e.g. --python: the env differs from the lock); empty for a rebuild.
     not_established: list[str] = field(default_factory=list)
+    # Code files that differ from the reference's fingerprint (verify --allow-code-change): never a pass.
+    changed_code: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
@@ -101,6 +105,8 @@ class Report:
             case Status.FAILED | Status.NOT_RUN:
                 return Verdict.FAILED
             case Status.PASSED | Status.SKIPPED:
+                if self.changed_code:
+                    return Verdict.PASSED_WITH_CHANGED_CODE
                 return Verdict.PASSED_UNLOCKED if self.not_established else Verdict.PASSED
             case _ as unreachable:
                 assert_never(unreachable)
@@ -111,6 +117,12 @@ class Report:
                 return "passed: the environment is the lock's (observed inventory equals it) and every check passed"
             case Verdict.PASSED_UNLOCKED:
                 return "every check passed, but NOT established: " + "; ".join(self.not_established)
+            case Verdict.PASSED_WITH_CHANGED_CODE:
+                return (
+                    "NOT a pass: the checks ran on code that differs from the reference's (--allow-code-change): "
+                    + ", ".join(self.changed_code)
+                    + "; if the change is intended: nox -s reference -- --new"
+                )
             case Verdict.FAILED:
                 failure = self.first_failure()
                 return f"failed at {failure.name if failure else 'an unrun step'}"
@@ -125,7 +137,11 @@ class Report:
         return {
             "version": REPORT_VERSION,
             "status": str(self.verdict),
-            "verdict": {"line": self.verdict_line(), "not_established": self.not_established},
+            "verdict": {
+                "line": self.verdict_line(),
+                "not_established": self.not_established,
+                "changed_code": self.changed_code,
+            },
             "platform": self.platform,
             "first_failure": failure.name if failure else None,
             "steps": [s.as_dict() for s in self.steps],
@@ -525,7 +541,7 @@ def summary_line(report: Report, path: Path) -> str:
     failure = report.first_failure()
     if failure is None:
         head = f"{report.verdict.upper()}: {counts}"
-        if report.not_established:
+        if report.not_established or report.changed_code:
             head += f" ({report.verdict_line()})"
     else:
         error = " ".join(failure.error.split())

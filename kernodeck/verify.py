@@ -51,7 +51,8 @@ IN_ENV_STEPS = (
     "determinism",
     "resume",
 )
-REFERENCE_STEPS = ("settings", "system", "backend", "application", "reread", "criterion", "determinism")
+# compare, making a reference: each declared tolerance shown able to fail on the new outputs (nothing to compare yet)
+REFERENCE_STEPS = ("settings", "system", "backend", "application", "reread", "compare", "criterion", "determinism")
 # The in-env side ships inside this distribution and runs by path; nothing of Kernodeck is installed into the env.
 RUNNER = Path(__file__).resolve().parent / "inenv" / "runner.py"
 RUNNER_ENV = {
@@ -79,6 +80,7 @@ class Options:
     extra_config: dict[str, Any] = field(default_factory=dict)
     steps: tuple[str, ...] | None = None  # only these in-env steps (the benchmark); default: all of the mode's
     strict: bool = False  # with --python: any difference from the lock (or no lock) fails instead of being recorded
+    allow_code_change: bool = False  # run the checks on code that differs from the reference's; never a pass
 
 
 class Run:
@@ -89,6 +91,7 @@ class Run:
         self.steps: list[Step] = []
         self.meta: dict[str, Any] = {}
         self.not_established: list[str] = []  # what a pass of this run would NOT establish (the verdict says it)
+        self.changed_code: list[str] = []  # code files that differ from the reference's (--allow-code-change only)
         self._started: set[str] = set()
         # The dossier's reviewer asks pip for the machine's sources (~0.2 s): prepared while the steps run.
         self.review: Future[Any] | None = None
@@ -362,6 +365,36 @@ def require_declared_contract(project: Project, ref: refmod.Reference, app: appl
             raise ManifestError(f"{where}: {exc}", tip=exc.tip) from None
 
 
+class CodeChanged(ManifestError):
+    """A declared code file differs from the reference's fingerprint: the reference no longer describes the code."""
+
+    def __init__(self, where: str, changed: list[str]) -> None:
+        super().__init__(
+            f"{where}: code differs from the reference's fingerprint: {', '.join(changed)} "
+            "(verify -- --allow-code-change runs the checks anyway, never as a pass)"
+        )
+        self.changed = changed
+        self.tip = "nox -s reference -- --new   (if the change is intended: a new reference for this code)"
+
+
+def require_reference_code(
+    project: Project, ref: refmod.Reference, app: application.Application, *, allow: bool
+) -> list[str]:
+    """The declared code files (entry, criterion, ``code``) that differ from the reference's fingerprints, sorted: a
+    file changed or missing, or declared now but not fingerprinted by the reference.
+
+    Refused (CodeChanged, before anything is built) unless ``allow``: then they are returned for the verdict, which
+    names them and is never ``passed``. The in-env reference step checks the same fingerprints again.
+    """
+    recorded = refmod.code_expected(ref.manifest, app)
+    moved = sorted(
+        f for f, d in recorded.items() if not (project.root / f).is_file() or sha256_file(project.root / f) != d
+    )
+    if moved and not allow:
+        raise CodeChanged(os.path.relpath(ref.folder / "manifest.toml", project.root), moved)
+    return moved
+
+
 def _prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, Path]:
     final = (out or project.runs / f"{_stamp()}-{plat.id}").resolve()
     if out is not None:
@@ -404,17 +437,9 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
         run_.start("lock-check")
         t0 = time.perf_counter()
         try:
-            locking.require_current(project, plat)  # also refuses a body that no longer matches its digest
+            # the one check `lock --check` and `rebuild` make too: body digest, inputs, PEP 751 twin present and equal
+            locking.require_checked(project, plat)
             lock_obj = lockfile.read(lock_path)
-            twin = locking.pylock_path(project, plat)
-            disagree = locking.twin_disagreements(lock_path, twin) if twin.exists() else []
-            if disagree:
-                mismatch = LockfileError(
-                    str(lock_path.relative_to(project.root)), None,
-                    f"it and its PEP 751 twin {twin.name} disagree: {'; '.join(disagree)}",
-                )
-                mismatch.tip = f"nox -s lock -- --platform {plat.id}   (writes both again)"
-                raise mismatch
             run_.meta["lock"] = str(lock_path.relative_to(project.root))
             run_.meta["lock_digest"] = "sha256:" + sha256_file(lock_path)
             run_.meta["lock_inputs_digest"] = lock_obj.first("inputs-digest")
@@ -454,17 +479,15 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                 else:
                     ref = refmod.load(project)
                     require_declared_contract(project, ref, app)
-                    run_config = ref.run_config(project)
+                    run_config = ref.run_config(project, app)
                     run_.meta["reference_id"] = ref.id
-                    code = ref.manifest["application"]["code"]
-                    code_files = list(code)
-                    moved = [
-                        f
-                        for f, d in code.items()
-                        if not (project.root / f).exists() or sha256_file(project.root / f) != d
-                    ]
+                    code_files = list(ref.manifest["application"]["code"])
+                    moved = require_reference_code(project, ref, app, allow=opts.allow_code_change)
+                    run_.changed_code = moved
+                    run_config["allow_code_change"] = opts.allow_code_change
                     run_.meta["reference_code"] = (
-                        "same as the reference's" if not moved else "changed since the reference: " + ", ".join(moved)
+                        "same as the reference's" if not moved
+                        else "changed since the reference (--allow-code-change): " + ", ".join(moved)
                     )
                 run_.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs), "code": code_files}
                 cfg_resume = application.tool_table(project.root, "resume")
@@ -583,6 +606,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
             run_.steps,
             {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
             not_established=run_.not_established,
+            changed_code=run_.changed_code,
         )
         _write_dossier(run_, report, result, lock_path, opts)
         outdir.swap_into_place(staging, final)

@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import tempfile
 import time
@@ -98,6 +99,7 @@ def check_reference(ctx: Context) -> dict[str, Any]:
         raise Skip("making a new reference: there is no earlier one to check against")
     ref = ctx.config["reference"]
     folder = Path(ref["dir"])
+    code = code_check(ctx)
     sample_ids = _ids(sample(ctx))
     declared = _app_cfg(ctx)["outputs"]
     missing = sorted(set(declared) - set(ref["outputs"]))
@@ -129,7 +131,30 @@ def check_reference(ctx: Context) -> dict[str, Any]:
         arrays[name] = arr
         details[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype)}
     ctx.state["reference"] = arrays
-    return {"outputs": details, "rows": len(sample_ids)}
+    return {"outputs": details, "rows": len(sample_ids), "code": code,
+            "sample_sha256": _app_cfg(ctx).get("sample_sha256")}
+
+
+CODE_TIP = "nox -s reference -- --new   (if the change is intended: a new reference for this code)"
+
+
+def code_check(ctx: Context) -> dict[str, Any]:
+    """The declared code files (entry, criterion, ``code``) are the reference's, by their sha256 fingerprints.
+
+    A changed or missing file fails here, named, unless the run was told ``--allow-code-change``: then the files are
+    recorded as changed and the orchestrator's verdict can never be ``passed``.
+    """
+    recorded: dict[str, str] = dict(ctx.config["reference"].get("code") or {})
+    root = Path(ctx.config["project_root"])
+    changed = sorted(f for f, digest in recorded.items() if not (root / f).is_file() or sha256_file(root / f) != digest)
+    result = {"files": sorted(recorded), "changed": changed, "allowed": bool(ctx.config.get("allow_code_change"))}
+    if changed and not result["allowed"]:
+        raise CheckFailed(
+            f"code differs from the reference's fingerprint: {', '.join(changed)}",
+            "reference",
+            {"code": result, "tip": CODE_TIP},
+        )
+    return result
 
 
 # --- the entry -----------------------------------------------------------------------------------------------------
@@ -328,11 +353,48 @@ def reread(ctx: Context) -> dict[str, Any]:
     return {"outputs": details, "rows": len(expected_ids)}
 
 
+TOLERANCE_TIP = "declare a tolerance a moved output can exceed ([tool.kernodeck.application.outputs]), then: " \
+    "nox -s reference -- --new"
+
+
+def tolerance_controls(ctx: Context, base: dict[str, Any]) -> dict[str, Any]:
+    """Each declared tolerance shown able to fail: the reference moved just past it fails ``tolerance.compare``."""
+    from . import controls
+
+    ids = _ids(sample(ctx))
+    found = {
+        name: controls.tolerance_controls(tolerance.compare, decl, base[name], ids)
+        for name, decl in _app_cfg(ctx)["outputs"].items()
+    }
+    unable = {
+        f"{name} {key}": r["summary"]
+        for name, f in found.items()
+        for key, r in f["moved_past"].items()
+        if not r["failed_compare"]
+    }
+    if unable:
+        raise CheckFailed(
+            "a declared tolerance is unable to fail: the reference moved just past it still passes compare ("
+            + "; ".join(f"{what}: {why}" for what, why in unable.items())
+            + ")",
+            "reference",
+            {"tolerance_controls": found, "tip": TOLERANCE_TIP},
+        )
+    return found
+
+
 def compare(ctx: Context) -> dict[str, Any]:
+    """Each output against the reference under its declared kind; first, each tolerance is shown able to fail.
+
+    Making a reference there is nothing to compare with: only the tolerances are shown able to fail, on this run's
+    outputs (the reference to be).
+    """
     if ctx.config.get("mode") == "reference":
-        raise Skip("making a new reference: nothing to compare against")
+        found = tolerance_controls(ctx, ctx.state["reread"])
+        return {"summary": "no reference yet; each declared tolerance shown able to fail", "tolerance_controls": found}
     ids = _ids(sample(ctx))
     declared = _app_cfg(ctx)["outputs"]
+    found = tolerance_controls(ctx, ctx.state["reference"])
     verdicts = {
         name: tolerance.compare(decl, ctx.state["reread"][name], ctx.state["reference"][name], ids)
         for name, decl in declared.items()
@@ -340,6 +402,7 @@ def compare(ctx: Context) -> dict[str, Any]:
     details: dict[str, Any] = {"outputs": verdicts}
     if len(verdicts) == 1:  # the one output's numbers at the top level too
         details.update(next(iter(verdicts.values())))
+    details["tolerance_controls"] = found
     failed = [name for name, v in verdicts.items() if not v["passed"]]
     if failed:
         raise CheckFailed(
@@ -352,32 +415,121 @@ def compare(ctx: Context) -> dict[str, Any]:
     return details
 
 
-def criterion(ctx: Context) -> dict[str, Any]:
-    """The application's own check (the business criterion), on the outputs REREAD from disk."""
-    cfg = _app_cfg(ctx)
-    if not cfg.get("criterion"):
-        raise Skip("no criterion declared ([tool.kernodeck.application] criterion)")
-    func = _function(ctx, cfg["criterion"], "criterion")
-    items = sample(ctx)
-    outputs = {name: arr.copy() for name, arr in ctx.state["reread"].items()}
+def _judge(func: Any, outputs: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    """One call of the application's criterion on ``outputs``; its answer checked for shape (a dict, bool passed)."""
     try:
-        result = func(outputs, _ids(items), [dict(r) for r in items], dict(cfg.get("params") or {}))
+        result = func({n: a.copy() for n, a in outputs.items()}, _ids(items), [dict(r) for r in items], dict(params))
     except CheckFailed:
         raise
     except Exception as exc:
         raise CheckFailed(f"the criterion raised {type(exc).__name__}: {exc}", "application") from exc
     if not isinstance(result, dict) or not isinstance(result.get("passed"), bool):
         raise CheckFailed("the criterion must return a dict with a bool 'passed' and a 'summary'", "application")
+    return result
+
+
+CRITERION_TIP = (
+    "make the criterion judge the outputs (it must fail on rows permuted against their ids, noise or a constant), "
+    "then: nox -s reference -- --new"
+)
+
+
+def criterion(ctx: Context) -> dict[str, Any]:
+    """The application's own check (the business criterion), on the outputs REREAD from disk; then shown able to fail.
+
+    The same criterion runs on generic corruptions of the reference outputs (controls.py): one that passes them all
+    is unable to fail, and fails this step. Where the criterion judges nearest neighbours of a cosine output (it
+    returns ``neighbours_of`` and a margin), the flip bound is derived here again from the declared max-abs, the
+    output's dimension and the smaller of this run's and the reference's margin, whatever the manifest says.
+    """
+    from . import controls
+
+    cfg = _app_cfg(ctx)
+    if not cfg.get("criterion"):
+        raise Skip("no criterion declared ([tool.kernodeck.application] criterion)")
+    func = _function(ctx, cfg["criterion"], "criterion")
+    items = sample(ctx)
+    params = dict(cfg.get("params") or {})
+    result = _judge(func, ctx.state["reread"], items, params)
     details = json.loads(json.dumps(result, default=str))
     margin = details.get("margin")
-    if margin is not None and not isinstance(margin, int | float):
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)):
         raise CheckFailed(f"the criterion's margin must be a number or None, not {margin!r}", "application")
+    if margin is not None and not math.isfinite(margin):
+        raise CheckFailed(f"the criterion's margin is non-finite ({margin!r})", "application", details)
     if not result["passed"]:
         raise CheckFailed(f"criterion failed: {result.get('summary', '')}", "comparison", details)
+    # Corruptions of the reference outputs (this run's when making the reference): each must be judged by the code.
+    base = ctx.state.get("reference") or ctx.state["reread"]
+
+    def judge(outputs: dict[str, Any]) -> tuple[bool, str]:
+        answer = _judge(func, outputs, items, params)
+        return bool(answer["passed"]), str(answer.get("summary", ""))
+
+    found = controls.criterion_controls(judge, base)
+    details["controls"] = found
+    if not found["able_to_fail"]:
+        raise CheckFailed(
+            "the criterion is unable to fail: it passed on every corruption of the reference outputs ("
+            + "; ".join(f"{how}: {r['summary'] or 'passed'}" for how, r in found["corruptions"].items())
+            + ")",
+            "application",
+            {**details, "tip": CRITERION_TIP},
+        )
+    bound = _flip_bound(ctx, details)
+    if bound is not None:
+        details["flip_bound"] = bound
     return details
 
 
+def _flip_bound(ctx: Context, details: dict[str, Any]) -> dict[str, Any] | None:
+    """2*sqrt(dim)*max-abs < margin/2 for the cosine output the criterion judges by nearest neighbours (the twin of
+    kernodeck.reference.flip_bound, which the orchestrator applies when it writes the manifest)."""
+    name, margin = details.get("neighbours_of"), details.get("margin")
+    declared = _app_cfg(ctx)["outputs"]
+    if not name or margin is None or declared.get(name, {}).get("kind") != "cosine":
+        return None
+    ref = ctx.config.get("reference") if ctx.config.get("mode") != "reference" else None
+    recorded = (ctx.config.get("criterion") or {}).get("margin") if ref else None
+    margins = [float(margin)] + ([float(recorded)] if isinstance(recorded, int | float) else [])
+    smallest = min(margins)
+    shape = ref["outputs"][name]["shape"] if ref and name in ref["outputs"] else list(ctx.state["reread"][name].shape)
+    dim = int(math.prod(shape[1:])) if len(shape) > 1 else 1
+    max_abs = float(declared[name]["max-abs"])
+    bound = 2 * math.sqrt(dim) * max_abs
+    record = {
+        "output": name,
+        "rule": "2*sqrt(dim)*max-abs < margin/2: no nearest neighbour can flip inside the tolerance",
+        "dim": dim,
+        "bound": bound,
+        "margin": smallest,
+        "margins": {"this run": float(margin), **({"reference": float(recorded)} if len(margins) > 1 else {})},
+    }
+    if not (bound < smallest / 2):
+        raise CheckFailed(
+            f"declared max-abs {max_abs:g} of {name} allows cosine changes up to {bound:.3g}, not below half the "
+            f"smallest nearest-neighbour margin ({smallest:.3g}): such a tolerance could flip a nearest neighbour",
+            "reference",
+            {**details, "flip_bound": record,
+             "tip": f"lower max-abs in [tool.kernodeck.application.outputs.{name}], then: nox -s reference -- --new"},
+        )
+    return record
+
+
 # --- determinism ---------------------------------------------------------------------------------------------------
+
+
+def non_finite_runs(runs: dict[str, dict[str, tuple[Any, list[str]]]]) -> list[str]:
+    """``run: output (N values)`` for each rerun's output holding NaN or Inf: named, never a silent difference."""
+    from . import controls
+
+    found = []
+    for run_name, written in runs.items():
+        for name, (arr, _) in written.items():
+            count = controls.non_finite(arr)
+            if count:
+                found.append(f"{run_name}: {name} ({count} values)")
+    return found
 
 
 def determinism(ctx: Context) -> dict[str, Any]:
@@ -408,6 +560,11 @@ def determinism(ctx: Context) -> dict[str, Any]:
     differ = settings.differences(restored, settings.read_back(torch))  # what the later steps (resume) rely on
     device = str(ctx.state.get("device", "cpu"))
     runs = [second, third] + ([{n: (a, []) for n, a in ctx.state["first_run"].items()}] if whole else [])
+    bad = non_finite_runs({"rerun 1": second, "rerun 2": third, "the run without the settings": free})
+    if bad:
+        raise CheckFailed(
+            f"determinism: non-finite values (NaN/Inf) in {'; '.join(bad)}", "operator", {"non_finite": bad}
+        )
     per_output: dict[str, Any] = {}
     identical = True
     for name in _app_cfg(ctx)["outputs"]:

@@ -6,9 +6,32 @@ later step is not-run, so that no CPU number is ever mistaken for a GPU one.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ._common import CheckFailed, Context
+
+SOFTMAX_TOLERANCE = 1e-6
+
+
+def judge(device: str, details: dict[str, Any]) -> None:
+    """Fail on a broken kernel: any matmul error (integer inputs: the float32 product is exact), a softmax error over
+    its tolerance, or a NaN/Inf anywhere (named non-finite: ``nan > 1e-6`` is False and must never pass)."""
+    matmul_err, softmax_err = details["matmul_max_abs_error"], details["softmax_max_abs_error"]
+    for op, err in (("matmul", matmul_err), ("softmax", softmax_err)):
+        if not math.isfinite(err):
+            raise CheckFailed(
+                f"{op} on {device}: non-finite result (NaN/Inf; max abs error {err})", f"operator:{op}", details
+            )
+    if not (matmul_err == 0.0):
+        raise CheckFailed(
+            f"matmul on {device} differs from the numpy result by {matmul_err}", "operator:matmul", details
+        )
+    if not (softmax_err <= SOFTMAX_TOLERANCE):
+        raise CheckFailed(
+            f"softmax on {device} differs from numpy by {softmax_err} (> {SOFTMAX_TOLERANCE})", "operator:softmax",
+            details,
+        )
 
 
 def device_for(expected: str, torch: Any) -> tuple[str, str]:
@@ -64,8 +87,10 @@ def run(ctx: Context) -> dict[str, Any]:
     logits = a[:4, :8].astype(np.float64) / 10
     soft_ref = np.exp(logits - logits.max(axis=1, keepdims=True))
     soft_ref /= soft_ref.sum(axis=1, keepdims=True)
-    matmul_err = float(np.abs(product - expected_result).max())
-    softmax_err = float(np.abs(softmax - soft_ref).max())
+    with np.errstate(invalid="ignore"):
+        # a NaN anywhere makes the max NaN (np.max propagates it), then judge() names it non-finite
+        matmul_err = float(np.abs(product.astype(np.float64) - expected_result).max())
+        softmax_err = float(np.abs(softmax - soft_ref).max())
     details = {
         "expected_backend": expected,
         "device": device,
@@ -75,14 +100,6 @@ def run(ctx: Context) -> dict[str, Any]:
         "matmul_max_abs_error": matmul_err,
         "softmax_max_abs_error": softmax_err,
     }
-    # Integer inputs: the float32 product is exact, so any error at all means a broken kernel.
-    if matmul_err != 0.0:
-        raise CheckFailed(
-            f"matmul on {device} differs from the numpy result by {matmul_err}", "operator:matmul", details
-        )
-    if softmax_err > 1e-6:
-        raise CheckFailed(
-            f"softmax on {device} differs from numpy by {softmax_err} (> 1e-6)", "operator:softmax", details
-        )
+    judge(device, details)
     ctx.state["device"] = device
     return details

@@ -16,6 +16,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import math
 import os
 import random
 import subprocess
@@ -303,17 +304,15 @@ def check(
     tail = [tuple(pair) for pair in worker["trace"]]
     resumed = head + tail
     final = torch.load(out.with_suffix(".pt"), map_location="cpu", weights_only=True)
-    diverged = None
-    # A step diverges when its loss or the weights after its update differ (a lost optimizer state shows in the
-    # update of the first resumed step, before any loss does).
-    for index, (a, b) in enumerate(zip(reference, resumed, strict=True)):
-        if any(abs(x - y) > tolerance if tolerance else x != y for x, y in zip(a, b, strict=True)):
-            diverged = index + 1
-            break
-    weight_diff = max(float((final[k] - final_ref[k]).abs().max()) for k in final_ref)
-    weights_ok = weight_diff <= tolerance if tolerance else all(torch.equal(final[k], final_ref[k]) for k in final_ref)
+    diverged = first_divergence(reference, resumed, tolerance)
+    weight_diffs = [float((final[k].double() - final_ref[k].double()).abs().max()) for k in final_ref]
+    weights_ok = weights_within(weight_diffs, tolerance) and (
+        bool(tolerance) or all(torch.equal(final[k], final_ref[k]) for k in final_ref))
+    weight_diff = worst(weight_diffs)
+    bad = non_finite_steps(reference, resumed, weight_diffs)
     return {
-        "passed": diverged is None and weights_ok,
+        "passed": diverged is None and weights_ok and not bad,
+        "non_finite": bad,
         "steps": steps,
         "checkpoint_at": at,
         "device": device,
@@ -327,6 +326,47 @@ def check(
         "new_process": True,
         "worker_settings_verified": worker["settings_applied"],
     }
+
+
+def first_divergence(
+    reference: list[tuple[float, float]], resumed: list[tuple[float, float]], tolerance: float
+) -> int | None:
+    """The first step (1-based) whose loss or weight checksum differs; a NaN or Inf on either side diverges.
+
+    A step diverges when its loss or the weights after its update differ (a lost optimizer state shows in the update
+    of the first resumed step, before any loss does). Written ``not (|x-y| <= tol)``: NaN never compares within.
+    """
+    for index, (a, b) in enumerate(zip(reference, resumed, strict=True)):
+        for x, y in zip(a, b, strict=True):
+            same = (abs(x - y) <= tolerance) if tolerance else (x == y)
+            if not (math.isfinite(x) and math.isfinite(y) and same):
+                return index + 1
+    return None
+
+
+def worst(values: list[float]) -> float:
+    """The largest value, NaN if any is NaN (Python's max() depends on the order where a NaN is)."""
+    return float("nan") if any(math.isnan(v) for v in values) else max(values, default=0.0)
+
+
+def weights_within(diffs: list[float], tolerance: float) -> bool:
+    """Every final weight difference is finite and within ``tolerance`` (0: exactly equal)."""
+    return all(math.isfinite(d) and d <= tolerance for d in diffs)
+
+
+def non_finite_steps(
+    reference: list[tuple[float, float]], resumed: list[tuple[float, float]], weight_diffs: list[float]
+) -> list[str]:
+    """Where a NaN or Inf appeared: which run and step (loss or weight checksum), or the final weights."""
+    found = [
+        f"{name} step {index + 1}"
+        for name, trace in (("uninterrupted", reference), ("resumed", resumed))
+        for index, pair in enumerate(trace)
+        if not all(math.isfinite(v) for v in pair)
+    ]
+    if not all(math.isfinite(d) for d in weight_diffs):
+        found.append("the final weights")
+    return found[:10]
 
 
 def run(ctx: Any) -> dict[str, Any]:
@@ -343,6 +383,8 @@ def run(ctx: Any) -> dict[str, Any]:
     )
     if "error" in verdict:
         raise CheckFailed(f"resume worker failed: {verdict['error']}", "operator:resume", verdict)
+    if verdict["non_finite"]:
+        raise CheckFailed(f"resume: non-finite values (NaN/Inf) in {verdict['non_finite']}", "comparison", verdict)
     if not verdict["passed"]:
         where = verdict["first_diverging_step"]
         raise CheckFailed(

@@ -15,15 +15,18 @@ KINDS = ("cosine", "allclose", "exact", "agreement")
 
 
 def max_abs(a: Any, b: Any) -> float:
-    """Largest |a-b| over finite pairs (0.0 when the shapes differ or nothing is comparable: see the callers)."""
+    """Largest |a-b|: inf when the shapes differ, NaN when any value on either side is NaN or Inf (a non-finite
+    difference never hides in a max: callers test it with ``not (value <= limit)`` or name it non-finite)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.size == 0:
         return float("inf") if a.shape != b.shape else 0.0
     if a.dtype == np.bool_ or b.dtype == np.bool_:
         return float(np.count_nonzero(a != b) > 0)
-    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    finite = np.isfinite(diff)
-    return float(diff[finite].max()) if finite.any() else 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    if not np.isfinite(diff).all():
+        return float("nan")
+    return float(diff.max())
 
 
 def _rows(arr: Any) -> Any:
@@ -71,7 +74,7 @@ def compare(declared: dict[str, Any], ours: Any, ref: Any, ids: list[str]) -> di
         details["summary"] = "equal" if passed else f"{len(unequal)} of {len(ids)} rows differ, first {unequal[0]!r}"
     else:
         need = float(declared["min-share"])
-        passed = share >= need
+        passed = bool(share >= need)
         details["min_share_allowed"] = need
         details["summary"] = f"{share:.4f} of rows agree (allowed >= {need})"
     details["passed"] = passed
@@ -89,7 +92,11 @@ def _cosine(declared: dict[str, Any], ours: Any, ref: Any, ids: list[str]) -> di
     worst_abs = max_abs(a, b)
     worst = int(np.argmin(cos)) if cos.size else 0
     need_cos, need_abs = float(declared["cosine-min"]), float(declared["max-abs"])
-    passed = bool(cos.size == 0 or cos.min() >= need_cos) and worst_abs <= need_abs
+    if not np.isfinite(cos).all() or not np.isfinite(worst_abs):
+        return {"kind": "cosine", "passed": False, "non_finite": {"cosine": True},
+                "summary": "non-finite cosine or difference (values too large for float64?)"}
+    # written so that a NaN can only fail: `not (x <= limit)`, never `x > limit`
+    passed = bool(np.all(cos >= need_cos)) and bool(worst_abs <= need_abs)
     min_cos = float(cos.min()) if cos.size else 1.0
     return {
         "kind": "cosine",
@@ -113,9 +120,10 @@ def _max(values: Any) -> float:
 def _allclose(declared: dict[str, Any], ours: Any, ref: Any, ids: list[str]) -> dict[str, Any]:
     a, b = _rows(ours).astype(np.float64), _rows(ref).astype(np.float64)
     rtol, atol = float(declared["rtol"]), float(declared["atol"])
-    diff = np.abs(a - b)
-    allowed = atol + rtol * np.abs(b)
-    over = diff > allowed
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - b)
+        allowed = atol + rtol * np.abs(b)
+    over = ~(diff <= allowed)  # NaN (an overflowed difference) counts as over, never as within
     rows_over = [ids[i] for i in np.flatnonzero(over.any(axis=1))]
     with np.errstate(divide="ignore", invalid="ignore"):
         excess = np.where(allowed > 0, diff / allowed, np.where(diff > 0, np.inf, 0.0))

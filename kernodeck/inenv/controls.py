@@ -1,0 +1,202 @@
+"""Negative controls run beside the real checks: a check that cannot fail proves nothing (stdlib + numpy only).
+
+- The criterion is also run on generic corruptions of the reference outputs (:func:`corruptions`): rows permuted
+  against their ids by a fixed seed, noise of the same scale, a constant. It must fail on at least one; a criterion
+  that passes them all is *unable to fail*.
+- Each declared tolerance is shown able to fail: the reference with one value moved just past it
+  (:func:`moved_past`) must fail the very comparison code the compare step uses (``tolerance.compare``).
+- Every numeric verdict here and in the other steps treats NaN and Inf as a failure named "non-finite": a
+  comparison is written ``not (err <= tol)`` (:func:`exceeds`), never ``err > tol``, which is False for NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+SEED = 20260  # the corruptions are the same on every machine and every run
+CORRUPTIONS = ("permuted", "noise", "constant")
+
+
+def exceeds(value: float, limit: float) -> bool:
+    """``value`` is over ``limit``, or is not a finite number at all (NaN compares False with everything)."""
+    return not (math.isfinite(value) and value <= limit)
+
+
+def non_finite(values: Any) -> int:
+    """How many entries of ``values`` (an array or a sequence of numbers) are NaN or Inf."""
+    arr = np.asarray(values)
+    if arr.dtype == object:
+        arr = arr.astype(np.float64)
+    if not np.issubdtype(arr.dtype, np.inexact):
+        return 0
+    return int(np.count_nonzero(~np.isfinite(arr)))
+
+
+def _permutation(rows: int, rng: Any) -> Any:
+    order = rng.permutation(rows)
+    if rows > 1 and bool((order == np.arange(rows)).all()):
+        order = np.roll(order, 1)  # never the identity: every row must land on another id
+    return order
+
+
+def corrupt(arr: Any, how: str, rng: Any) -> Any:
+    """One generic corruption of an output: same dtype and shape, no knowledge of what the output means."""
+    arr = np.asarray(arr)
+    if how == "permuted":
+        return arr[_permutation(arr.shape[0], rng)] if arr.ndim else arr.copy()
+    if arr.dtype == np.bool_:
+        return rng.random(arr.shape) < 0.5 if how == "noise" else np.full_like(arr, not bool(arr.flat[0]))
+    if np.issubdtype(arr.dtype, np.integer):
+        low, high = (int(arr.min()), int(arr.max())) if arr.size else (0, 1)
+        if how == "noise":  # values drawn from the output's own range
+            return rng.integers(low, high + 1, size=arr.shape).astype(arr.dtype)
+        values, counts = np.unique(arr, return_counts=True)
+        return np.full_like(arr, values[int(np.argmax(counts))] if values.size else 0)
+    ref = arr.astype(np.float64)
+    finite = ref[np.isfinite(ref)]
+    mean = float(finite.mean()) if finite.size else 0.0
+    scale = float(finite.std()) if finite.size else 1.0
+    if how == "noise":  # the output replaced by noise of its own mean and spread
+        return (mean + (scale or 1.0) * rng.standard_normal(arr.shape)).astype(arr.dtype)
+    if how == "constant":
+        return np.full_like(arr, mean)
+    raise ValueError(f"unknown corruption {how!r}")
+
+
+def corruptions(outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each corruption applied to every output at once (one seed, the same permutation for every output)."""
+    found: dict[str, dict[str, Any]] = {}
+    for how in CORRUPTIONS:
+        rng = np.random.default_rng(SEED)
+        found[how] = {name: corrupt(arr, how, rng if how != "permuted" else np.random.default_rng(SEED))
+                      for name, arr in outputs.items()}
+    return found
+
+
+def criterion_controls(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[str, Any]) -> dict[str, Any]:
+    """Run ``judge`` (the criterion: outputs -> (passed, summary)) on each corruption of ``outputs``.
+
+    A corruption the criterion raises on counts as failed (it did not say passed). ``able_to_fail`` is whether at
+    least one corruption failed.
+    """
+    results: dict[str, Any] = {}
+    for how, corrupted in corruptions(outputs).items():
+        try:
+            passed, summary = judge(corrupted)
+        except Exception as exc:  # the criterion's own error on garbage: it did not pass
+            passed, summary = False, f"raised {type(exc).__name__}: {exc}"
+        results[how] = {"passed": bool(passed), "summary": " ".join(str(summary).split())[:200]}
+    return {"corruptions": results, "able_to_fail": any(not r["passed"] for r in results.values())}
+
+
+# --- tolerances ------------------------------------------------------------------------------------------------------
+
+
+def _cast(values: Any, like: Any) -> Any | None:
+    """``values`` (float64) in ``like``'s dtype, or None when it cannot be held there (non-finite, overflow)."""
+    if not np.isfinite(values).all():
+        return None
+    if np.issubdtype(like.dtype, np.integer):
+        info = np.iinfo(like.dtype)
+        rounded = np.where(values >= like.astype(np.float64), np.ceil(values), np.floor(values))
+        if rounded.min() < info.min or rounded.max() > info.max:
+            return None
+        return rounded.astype(like.dtype)
+    cast = values.astype(like.dtype)
+    return cast if np.isfinite(cast).all() else None
+
+
+def _index(arr: Any) -> tuple[int, ...]:
+    """The element moved: the one of largest magnitude (moved by a relative tolerance, it moves the most)."""
+    flat = np.abs(arr.astype(np.float64)).ravel()
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(flat)) if flat.size else 0, arr.shape))
+
+
+def _nudged(arr: Any, where: tuple[int, ...], by: float) -> Any | None:
+    """``arr`` with one value moved up by ``by`` (at least to the next representable value)."""
+    moved = arr.astype(np.float64).copy()
+    moved[where] += by
+    out = _cast(moved, arr)
+    if out is not None and out[where] == arr[where]:  # below the dtype's resolution: the next value up
+        out = out.copy()
+        out[where] = np.nextafter(arr[where], np.inf) if np.issubdtype(arr.dtype, np.inexact) else arr[where] + 1
+    return out
+
+
+def _different_rows(arr: Any, count: int) -> Any:
+    """``arr`` with its first ``count`` rows changed (each value moved to another one)."""
+    out = arr.copy()
+    if arr.dtype == np.bool_:
+        out[:count] = ~arr[:count]
+    elif np.issubdtype(arr.dtype, np.integer):
+        info = np.iinfo(arr.dtype)
+        out[:count] = np.where(arr[:count] == info.max, arr[:count] - 1, arr[:count] + 1)
+    else:
+        out[:count] = np.nextafter(arr[:count], np.where(arr[:count] > 0, -np.inf, np.inf))
+    return out
+
+
+def _rotated(arr: Any, cosine: float) -> Any | None:
+    """``arr`` with its first row turned to ``cosine`` against itself (same norm); None when no row can turn."""
+    rows = arr.reshape(arr.shape[0], -1).astype(np.float64)
+    if not rows.size:
+        return None
+    row = rows[0]
+    norm = float(np.linalg.norm(row))
+    if norm == 0:
+        return None
+    unit = row / norm
+    other = np.random.default_rng(SEED).standard_normal(row.shape)
+    other -= other.dot(unit) * unit  # orthogonal to the row (a 1-D row has no such direction: turned over)
+    size = float(np.linalg.norm(other))
+    cosine = max(-1.0, min(1.0, cosine))
+    sine = math.sqrt(max(0.0, 1.0 - cosine * cosine)) if size > 0 else 0.0
+    turned = norm * (cosine * unit + (sine * other / size if size > 0 else 0.0))
+    out = rows.copy()
+    out[0] = turned
+    return _cast(out.reshape(arr.shape), arr)
+
+
+def moved_past(declared: dict[str, Any], ref: Any) -> dict[str, Any | None]:
+    """For each declared tolerance of an output, the reference moved just past it (None: no such move exists)."""
+    ref = np.asarray(ref)
+    kind = declared["kind"]
+    if ref.size == 0:
+        return {}
+    where = _index(ref)
+    if kind == "cosine":
+        max_abs, cos_min = float(declared["max-abs"]), float(declared["cosine-min"])
+        past = cos_min - max(0.5 * (1.0 - cos_min), 1e-6)
+        return {"max-abs": _nudged(ref, where, 1.5 * max_abs), "cosine-min": _rotated(ref, past)}
+    if kind == "allclose":
+        allowed = float(declared["atol"]) + float(declared["rtol"]) * abs(float(ref[where]))
+        return {"atol + rtol*|ref|": _nudged(ref, where, 1.5 * allowed)}
+    if kind == "exact":
+        return {"exact": _different_rows(ref, 1)}
+    if kind == "agreement":
+        rows = ref.shape[0]
+        count = math.floor((1.0 - float(declared["min-share"])) * rows) + 1
+        return {"min-share": _different_rows(ref, count) if count <= rows else None}
+    raise ValueError(f"unknown tolerance kind {kind!r}")
+
+
+def tolerance_controls(
+    compare: Callable[[dict[str, Any], Any, Any, list[str]], dict[str, Any]],
+    declared: dict[str, Any],
+    ref: Any,
+    ids: list[str],
+) -> dict[str, Any]:
+    """Each declared tolerance of one output shown able to fail: ``compare`` (the compare step's own code) on the
+    reference moved just past it must say not passed. ``able_to_fail`` is False if any of them passed."""
+    results: dict[str, Any] = {}
+    for key, moved in moved_past(declared, ref).items():
+        if moved is None:
+            results[key] = {"failed_compare": False, "summary": "no finite value lies past this tolerance"}
+            continue
+        verdict = compare(declared, moved, ref, ids)
+        results[key] = {"failed_compare": not verdict["passed"], "summary": str(verdict.get("summary", ""))[:200]}
+    return {"moved_past": results, "able_to_fail": all(r["failed_compare"] for r in results.values())}
