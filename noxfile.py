@@ -19,8 +19,6 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["verify"]
 
-PYPROJECT = nox.project.load_toml("pyproject.toml")
-
 
 def _load_noxsessions() -> object:
     """This checkout's kernodeck/noxsessions.py, by path: `nox` does not put the noxfile's folder on sys.path, and an
@@ -35,6 +33,7 @@ def _load_noxsessions() -> object:
 
 
 noxsessions = _load_noxsessions()
+PYPROJECT = noxsessions.load_pyproject()  # a TOML syntax error: one ERROR line, exit 2
 
 # Kernodeck's own sessions, through the same API a user's noxfile calls (kernodeck/noxsessions.py): this checkout is
 # Kernodeck, importable as it is (pin=None), and its tool pins are the plain-named groups below (OWN_GROUPS).

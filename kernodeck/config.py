@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import enum
+import functools
 import json
+import re
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, UnknownVariant
+from .sources import malformed, require_valid_sources
 
 
 class Backend(enum.StrEnum):
@@ -84,8 +87,95 @@ def _pins(groups: dict[str, Any]) -> dict[str, str]:
     return pins
 
 
+SCHEMA = "schema/tool-kernodeck.schema.json"  # inside the package: the published shape of [tool.kernodeck]
+_TYPES = {"string": "a string", "integer": "a whole number", "number": "a number", "boolean": "true or false",
+          "array": "an array", "object": "a table"}
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of ``[tool.kernodeck]`` shipped in the package (also usable by editors and validate-pyproject)."""
+    from importlib import resources
+
+    data: dict[str, Any] = json.loads((resources.files("kernodeck") / SCHEMA).read_text(encoding="utf-8"))
+    return data
+
+
+@functools.cache
+def _validator() -> Any:
+    import fastjsonschema  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+    return fastjsonschema.compile(schema())
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _expected(definition: dict[str, Any], rule: str) -> str:
+    """What a schema node expects, in words: its type (or values) and its description."""
+    description = str(definition.get("description", ""))
+    if rule == "type":
+        kind = _TYPES.get(str(definition.get("type")), str(definition.get("type")))
+        return f"{kind} ({description})" if description and not description.startswith(kind) else description or kind
+    return description or f"a value that satisfies {rule}"
+
+
+def schema_error(exc: Any, pyproject: Path) -> ConfigError:
+    """One fastjsonschema error as one line: the key path, the value and what is expected; the TIP names the file."""
+    key = "tool.kernodeck" + str(exc.name).removeprefix("data")
+    definition: dict[str, Any] = exc.definition if isinstance(exc.definition, dict) else {}
+    value = exc.value
+    if exc.rule == "required" and isinstance(value, dict):
+        missing = next((k for k in exc.rule_definition if k not in value), "?")
+        wanted = definition.get("properties", {}).get(missing, {})
+        expected = _expected(wanted, "type") if "type" in wanted else str(wanted.get("description", "a value"))
+        message = f"{key}: {missing} is missing: expected {expected}"
+    elif exc.rule == "additionalProperties" and isinstance(value, dict):
+        extra = sorted(set(value) - set(definition.get("properties", {})))
+        known = ", ".join(definition.get("properties", {}))
+        message = f"{key}: unknown key {', '.join(extra)} (known: {known})"
+    elif exc.rule == "propertyNames" and isinstance(value, dict):
+        pattern = re.compile(str(exc.rule_definition.get("pattern", ".*")))
+        bad = next((k for k in value if not pattern.search(str(k))), "?")
+        message = f"{key}: the name {bad!r} is not allowed: expected letters, digits, '-' or '_' ({pattern.pattern})"
+    elif exc.rule == "minProperties":
+        message = f"{key} = {_shown(value)}: expected {_expected(definition, exc.rule)}, at least one"
+    else:
+        message = f"{key} = {_shown(value)}: expected {_expected(definition, exc.rule)}"
+    return ConfigError(message, tip=f"fix {key.split('[')[0]} in {pyproject} (the schema: kernodeck/{SCHEMA})")
+
+
+def toml_error(exc: tomllib.TOMLDecodeError, path: Path) -> ConfigError:
+    """A TOML syntax error as one line naming the file, the line and the column."""
+    text = str(exc)
+    where = re.search(r"\(at line (\d+), column (\d+)\)", text)
+    reason = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", text)
+    at = f"line {where.group(1)}, column {where.group(2)}" if where else "end of file" if "end of" in text else ""
+    return ConfigError(f"{path}{', ' + at if at else ''}: invalid TOML: {reason}",
+                       tip=f"fix the TOML syntax {'at ' + at + ' ' if at else ''}of {path}, then rerun")
+
+
+def validate(tool: object, pyproject: Path) -> None:
+    """Check ``[tool.kernodeck]`` against the shipped schema, then what a schema cannot say (an index URL that does
+    not parse). Raises one :class:`ConfigError` for the first problem."""
+    import fastjsonschema  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+    try:
+        _validator()(tool)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        raise schema_error(exc, pyproject) from None
+    assert isinstance(tool, dict)
+    for name, variant in tool["variants"].items():
+        why = malformed(variant["index"]) if "://" in variant["index"] else ""
+        if why:
+            raise ConfigError(f"tool.kernodeck.variants.{name}.index = {_shown(variant['index'])}: a malformed URL "
+                              f"({why}): expected an index URL", tip=f"fix it in {pyproject}")
+
+
 def load_project(root: Path | None = None) -> Project:
-    """Read ``[tool.kernodeck]`` from ``root/pyproject.toml`` (root defaults to the current folder)."""
+    """Read ``[tool.kernodeck]`` from ``root/pyproject.toml`` (root defaults to the current folder), validated against
+    the shipped schema; then refuse a malformed URL in any package source pip or uv would read."""
     root = (root or Path.cwd()).resolve()
     pyproject = root / "pyproject.toml"
     try:
@@ -93,22 +183,19 @@ def load_project(root: Path | None = None) -> Project:
     except FileNotFoundError:
         raise ConfigError(f"no pyproject.toml in {root}", tip="run from the project's root folder") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{pyproject}: {exc}") from None
+        raise toml_error(exc, pyproject) from None
     tool = data.get("tool", {}).get("kernodeck")
     if not isinstance(tool, dict):
         raise ConfigError(f"{pyproject} has no [tool.kernodeck] table")
-    try:
-        variants = {
-            name: Variant(name, Backend(v["backend"]), v["torch-layer"], v["index"])
-            for name, v in tool["variants"].items()
-        }
-        platforms = tuple(
-            DeclaredPlatform(str(p["python"]), p["os-arch"], p["variant"], p.get("runner", ""),
-                             bool(p.get("lock-on-runner", False)))
-            for p in tool.get("platforms", [])
-        )
-    except (KeyError, ValueError) as exc:
-        raise ConfigError(f"{pyproject}: bad [tool.kernodeck] variant or platform entry: {exc}") from None
+    validate(tool, pyproject)
+    require_valid_sources()
+    variants = {
+        name: Variant(name, Backend(v["backend"]), v["torch-layer"], v["index"]) for name, v in tool["variants"].items()
+    }
+    platforms = tuple(
+        DeclaredPlatform(p["python"], p["os-arch"], p["variant"], p.get("runner", ""), p.get("lock-on-runner", False))
+        for p in tool.get("platforms", [])
+    )
     for plat in platforms:
         if plat.variant not in variants:
             raise UnknownVariant(plat.variant, list(variants))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -93,10 +94,28 @@ def install_args(source: str, backend: str) -> list[str]:
     return ["--no-deps", "--force-reinstall", source]
 
 
+def load_pyproject(path: str = "pyproject.toml") -> dict[str, Any]:
+    """The project's pyproject.toml; a TOML syntax error ends nox with one ERROR line naming the file, line and column
+    (and a TIP), never a traceback from the noxfile."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        where = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        at = f"line {where.group(1)}, column {where.group(2)}" if where else "end of file"
+        reason = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", str(exc))
+        full = os.path.abspath(path)
+        print(f"ERROR: {full}, {at}: invalid TOML: {reason}\nTIP: fix the TOML syntax at {at} of {full}, then rerun",
+              file=sys.stderr)
+        raise SystemExit(2) from None  # a configuration error: exit 2, as `python -m kernodeck` says it
+
+
 def _tools(session: nox.Session, groups: dict[str, str], kind: str) -> list[str]:
     import nox
 
-    pyproject = nox.project.load_toml("pyproject.toml")
+    pyproject = load_pyproject()
     name = groups[kind]
     if name not in pyproject.get("dependency-groups", {}):
         session.error(f"pyproject.toml has no [dependency-groups] {name}: the pinned tools of `nox -s {session.name}`"
@@ -181,6 +200,8 @@ def register(*, pin: str | None, groups: dict[str, str] | None = None, only: tup
     """
     import nox
 
+    if os.path.exists("pyproject.toml"):
+        load_pyproject()  # a broken pyproject.toml: one ERROR when the noxfile loads, before any session
     if nox.options.default_venv_backend is None:
         nox.options.default_venv_backend = "uv|virtualenv"
     if nox.options.reuse_venv is None:

@@ -19,6 +19,7 @@ import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import KernodeckError
 
@@ -41,8 +42,18 @@ _ENV_KEYS = {
 }
 SOURCE_VARS = tuple(_ENV_KEYS)
 MIRROR_PREFIX = "KERNODECK_INDEX_"
-# Credential variables: uv's per-index ones, pip's client certificate, any *TOKEN*/*PASSWORD* of pip, uv or Kernodeck.
-_CREDENTIAL_VAR = re.compile(r"^(PIP|UV|KERNODECK)_\w*(PASSWORD|TOKEN|SECRET|CLIENT_CERT)\w*$")
+# Other variables holding a URL pip or uv fetches from (uv's Python download mirrors, publish targets; the proxies
+# both honour): never written either, and their userinfo never shown.
+_URL_VARS = ("PIP_INDEX", "PIP_PROXY", "UV_PYTHON_INSTALL_MIRROR", "UV_PYPY_INSTALL_MIRROR",
+             "UV_PYTHON_DOWNLOADS_JSON_URL", "UV_PUBLISH_URL", "UV_PUBLISH_CHECK_URL",
+             "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+# Credential variables: uv's per-index ones (UV_INDEX_<NAME>_USERNAME/_PASSWORD), pip's client certificate, any
+# *TOKEN*/*PASSWORD* of pip, uv or Kernodeck.
+_CREDENTIAL_VAR = re.compile(r"^(PIP|UV|KERNODECK)_\w*(PASSWORD|TOKEN|SECRET|CLIENT_CERT|USERNAME)\w*$")
+# uv's settings (uv.toml, [tool.uv], and their [pip] table) that name a URL or a folder uv reads packages from.
+_UV_KEYS = ("index-url", "extra-index-url", "find-links", "python-install-mirror", "pypy-install-mirror",
+            "python-downloads-json-url", "publish-url", "check-url")
+_DEFAULT_PORT = {"http": 80, "https": 443}
 
 
 def redact_url(url: str) -> str:
@@ -65,11 +76,15 @@ def public_url(url: str) -> str:
 
 
 def host_of(url: str) -> str:
-    """``https://u:p@host:8443/tok/simple?x`` -> ``https://host:8443``: all that is recorded of a remote source."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}" if host else "<remote>"
+    """``https://u:p@host:8443/tok/simple?x`` -> ``https://host:8443``: all that is recorded of a remote source
+    (``<remote>`` for a URL that does not parse: nothing of it is shown)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "<remote>"
+    shown_port = f":{port}" if port and port != _DEFAULT_PORT.get(parts.scheme.lower()) else ""
+    return f"{parts.scheme.lower()}://{host}{shown_port}" if host else "<remote>"
 
 
 def _redact_generic(text: str) -> str:
@@ -79,6 +94,11 @@ def _redact_generic(text: str) -> str:
 
 def is_local(location: str) -> bool:
     return location.startswith(("file:", "/", ".", "~")) or bool(re.match(r"^[A-Za-z]:[\\/]", location))
+
+
+def _is_path(location: str) -> bool:
+    """A local folder or file, as pip and uv take one (``wheels`` relative to the current folder included)."""
+    return is_local(location) or "://" not in location
 
 
 @dataclass(frozen=True)
@@ -169,6 +189,84 @@ def _uv_index_url(entry: str) -> str:
     """``UV_INDEX`` entries may be ``name=url``."""
     name, sep, url = entry.partition("=")
     return url if sep and "://" not in name and not is_local(name) else entry
+
+
+# --- uv's configuration files (docs.astral.sh/uv/concepts/configuration-files) -----------------------------------
+
+
+def uv_config_files(cwd: Path | None = None) -> list[Path]:
+    """Every uv configuration file uv may read here: ``UV_CONFIG_FILE``, the project's (``uv.toml`` or a
+    ``pyproject.toml`` with ``[tool.uv]`` in the nearest folder up from ``cwd`` that has one), the user's and the
+    system's. All of them, whatever ``UV_NO_CONFIG`` says: a source is kept secret wherever uv could find it."""
+    files: list[Path] = []
+    if os.environ.get("UV_CONFIG_FILE"):
+        files.append(Path(os.environ["UV_CONFIG_FILE"]))
+    folder = (cwd or Path.cwd()).resolve()
+    for parent in (folder, *folder.parents):
+        found = [f for f in (parent / "uv.toml", parent / "pyproject.toml") if f.is_file()]
+        if (parent / "uv.toml").is_file() or any(_has_tool_uv(f) for f in found if f.name == "pyproject.toml"):
+            files += found
+            break
+    home = Path(os.path.expanduser("~"))
+    if os.name == "nt":
+        files.append(Path(os.environ.get("APPDATA", home)) / "uv" / "uv.toml")
+        files.append(Path(os.environ.get("SYSTEMDRIVE", "C:") + "\\") / "ProgramData" / "uv" / "uv.toml")
+    else:
+        files.append(Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "uv" / "uv.toml")
+        dirs = os.environ.get("XDG_CONFIG_DIRS") or "/etc/xdg"
+        files += [Path(d) / "uv" / "uv.toml" for d in dirs.split(os.pathsep) if d]
+        files.append(Path("/etc/uv/uv.toml"))
+    return list(dict.fromkeys(files))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}  # uv itself refuses a broken file; nothing of it can reach a text
+
+
+def _has_tool_uv(pyproject: Path) -> bool:
+    try:
+        return "[tool.uv" in pyproject.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _uv_settings_urls(table: dict[str, Any], where: str) -> list[tuple[str, str]]:
+    """(origin, value) of each source a uv settings table names: its keys, its ``[pip]`` table, ``[[index]]``."""
+    found: list[tuple[str, str]] = []
+    for scope, settings in (("", table), ("pip.", table.get("pip"))):
+        if not isinstance(settings, dict):
+            continue
+        for key in _UV_KEYS:
+            values = settings.get(key)
+            for value in values if isinstance(values, list) else [values]:
+                if isinstance(value, str) and value.strip():
+                    found.append((f"{where} {scope}{key}", value))
+    indexes = table.get("index")
+    for entry in indexes if isinstance(indexes, list) else []:
+        for key in ("url", "publish-url"):
+            if isinstance(entry, dict) and isinstance(entry.get(key), str):
+                found.append((f"{where} index.{key}", entry[key]))
+    return found
+
+
+def uv_config_sources(cwd: Path | None = None) -> list[tuple[str, str]]:
+    """(origin, value) of every source in every uv configuration file uv may read here."""
+    found: list[tuple[str, str]] = []
+    for path in uv_config_files(cwd):
+        if not path.is_file():
+            continue
+        data = _read_toml(path)
+        if path.name == "pyproject.toml":
+            data = data.get("tool", {}).get("uv", {})
+            if not isinstance(data, dict):
+                continue
+        found += _uv_settings_urls(data, f"uv configuration {path}")
+    return found
 
 
 def machine_sources(config: list[tuple[str, str]] | None = None) -> list[Source]:
@@ -299,68 +397,231 @@ class Needle:
     origin: str
     local: bool = False
     part: bool = False  # a secret part of a URL (userinfo, password, query, token-like path segment)
+    shown: str = ""  # what the console shows instead (a remote source's scheme and host, or a mirror's variable)
+
+
+@dataclass(frozen=True)
+class Base:
+    """A secret source URL, normalised (scheme and host lower-cased, the default port filled in, the path
+    percent-decoded without its trailing slash): every URL under it, however spelt, is secret."""
+
+    scheme: str
+    host: str
+    port: int | None
+    path: str
+    origin: str = ""
+
+    def holds(self, other: Base) -> bool:
+        same = (self.scheme, self.host, self.port) == (other.scheme, other.host, other.port)
+        return same and (other.path == self.path or other.path.startswith(self.path + "/"))
+
+
+def normalise(url: str) -> Base | None:
+    """``HTTP://Mirror.Corp:80/a%2Db/simple/`` -> ``Base("http", "mirror.corp", 80, "/a-b/simple")``; None for a
+    URL that does not parse (a bad port, an unclosed ``[``) or has no host."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port
+        host = parts.hostname or ""
+    except ValueError:
+        return None
+    if not host:
+        return None
+    scheme = parts.scheme.lower()
+    path = urllib.parse.unquote(parts.path).rstrip("/")
+    return Base(scheme, host, port or _DEFAULT_PORT.get(scheme), path)
+
+
+def malformed(url: str) -> str:
+    """Why a remote source URL cannot be used ("" when it can): the reason only, never the value."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        return "an unbalanced [ or ] in its host"
+    try:
+        parts.port  # noqa: B018 (urllib checks the port when it is read)
+    except ValueError:
+        return "its port is not a number from 0 to 65535"
+    if not parts.hostname:
+        return "no host"
+    return ""
 
 
 _TOKENISH = re.compile(r"^(?=[^/]*\d)(?=[^/]*[A-Za-z])[A-Za-z0-9_\-.~%=+]{8,}$")
+# A path segment without digits still reads as a token when it is long and mixes cases with no word separator
+# (``AbCdEfGhIjKlMnOpQrSt``); ``sentence-transformers`` or ``simple`` do not.
+_MIXED_TOKEN = re.compile(r"^(?=[^/]*[a-z])(?=[^/]*[A-Z])[A-Za-z0-9_~]{12,}$")
 _VERSIONISH = re.compile(r"^(v?\d+([._-]\d+)*|[a-z]+\d+(\.\d+)*)$")
 
 
+def _encodings(value: str) -> list[str]:
+    """A value as it may be spelt in a URL: as given, percent-decoded, percent-encoded."""
+    plain = urllib.parse.unquote(value)
+    return list(dict.fromkeys((value, plain, urllib.parse.quote(plain, safe=""), urllib.parse.quote(plain))))
+
+
 def _secret_parts(url: str) -> list[str]:
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return []
     found: list[str] = []
     userinfo = parts.netloc.rpartition("@")[0]
     if userinfo:
         found.append(userinfo)
         user, _, password = userinfo.partition(":")
-        found += [password, urllib.parse.unquote(password), user if len(user) >= 8 else ""]
+        found += [*_encodings(password), *(_encodings(user) if len(user) >= 8 else [])]
     if parts.query:
         found.append(parts.query)
-        found += [v for _, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
+        found += [e for _, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) for e in _encodings(v)]
     if parts.fragment:
         found.append(parts.fragment)
-    found += [seg for seg in parts.path.split("/") if _TOKENISH.match(seg) and not _VERSIONISH.match(seg)]
+    for segment in parts.path.split("/"):
+        plain = urllib.parse.unquote(segment)
+        if (_TOKENISH.match(segment) or _MIXED_TOKEN.match(plain)) and not _VERSIONISH.match(plain):
+            found += _encodings(segment)
     return [p for p in dict.fromkeys(found) if len(p) >= 4]
 
 
-def _values(value: str, origin: str, public: set[str], commas: bool = False) -> list[Needle]:
-    out: list[Needle] = []
+def _spellings(url: str, base: Base) -> list[str]:
+    """The URL's host and path as a text may spell them, without scheme or userinfo: the host as given and
+    lower-cased; the default port dropped or added; the path as given, decoded or encoded; no trailing slash."""
+    parts = urllib.parse.urlsplit(url.strip())
+    given_host = parts.netloc.rpartition("@")[2].rsplit(":", 1)[0] if parts.port else parts.netloc.rpartition("@")[2]
+    hosts = dict.fromkeys((given_host, given_host.lower(), base.host))
+    default = _DEFAULT_PORT.get(base.scheme)
+    ports = {f":{base.port}" if base.port else ""}
+    if base.port == default:
+        ports |= {"", f":{default}"}
+    paths = dict.fromkeys(p.rstrip("/") for p in _encodings(parts.path.rstrip("/") or "/") + [urllib.parse.quote(
+        base.path, safe="/")])
+    return [f"{h}{p}{path}" for h in hosts for p in sorted(ports) for path in paths if path]
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """What must never be written, read once from every source: plain needles and normalised URL bases."""
+
+    needles: tuple[Needle, ...]
+    bases: tuple[Base, ...]
+    public: tuple[Base, ...]
+
+    def secret_base(self, url: str) -> Base | None:
+        """The secret source a URL in a text lies under (the most specific of the secret and public ones wins)."""
+        found = normalise(url)
+        if found is None:
+            return None
+        secret = max((b for b in self.bases if b.holds(found)), key=lambda b: len(b.path), default=None)
+        if secret is None:
+            return None
+        public = max((len(b.path) for b in self.public if b.holds(found)), default=-1)
+        return secret if len(secret.path) > public else None
+
+
+def source_values() -> list[tuple[str, str, bool]]:
+    """(origin, value, comma-separated) of every package source pip or uv reads here: their variables
+    (``PIP_*``, ``UV_*``, proxies), ``KERNODECK_INDEX_*``, pip's files (every file, every section), uv's files."""
+    found: list[tuple[str, str, bool]] = []
+    for var, value in sorted(os.environ.items()):
+        if var in _ENV_KEYS or var in _URL_VARS or var.startswith(MIRROR_PREFIX):
+            found.append((var, value, var == "UV_FIND_LINKS"))
+    for section, key, value in _file_items():
+        if key in _PIP_KEYS or key in ("index", "proxy"):
+            found.append((f"pip configuration [{section}] {key}", value, False))
+    found += [(origin, value, False) for origin, value in uv_config_sources()]
+    return found
+
+
+def _values(value: str, origin: str, public: tuple[Base, ...], commas: bool = False) -> tuple[list[Needle], list[Base]]:
+    needles_: list[Needle] = []
+    bases: list[Base] = []
     for loc in _split(value, commas=commas):
         loc = _uv_index_url(loc)
-        if is_local(loc):
+        if _is_path(loc):
             path = loc.removeprefix("file://").rstrip("/") or loc
-            out += [Needle(v, origin, local=True) for v in dict.fromkeys((loc.rstrip("/"), path)) if len(v) >= 4]
+            spelt = (loc.rstrip("/"), path, urllib.parse.unquote(path))
+            needles_ += [Needle(v, origin, local=True) for v in dict.fromkeys(spelt) if len(v) >= 4]
             continue
-        bare = loc.rstrip("/")
         parts = _secret_parts(loc)
-        has_path = bool(urllib.parse.urlsplit(loc).path.strip("/"))
-        if bare not in public and (has_path or parts) and len(bare) >= 4:
-            out.append(Needle(bare, origin))
-            plain = public_url(loc).rstrip("/")  # the same URL without its userinfo and query: not written either
-            if plain != bare and plain not in public and has_path:
-                out.append(Needle(plain, origin))
-        out += [Needle(p, origin, part=True) for p in parts]
-    return out
+        needles_ += [Needle(p, origin, part=True) for p in parts]
+        base = normalise(loc)
+        if base is None:  # a malformed value: all of it is secret (the command refuses it, naming the variable)
+            needles_.append(Needle(loc, origin, part=True))
+            continue
+        base = Base(base.scheme, base.host, base.port, base.path, origin)
+        if not base.path or any(p.holds(base) and p.path == base.path for p in public):
+            continue  # a host alone, or a public index, may be named
+        bases.append(base)
+        shown = f"${origin}" if origin.startswith(MIRROR_PREFIX) else f"{host_of(loc).split('://', 1)[-1]}/***"
+        needles_ += [Needle(s, origin, shown=shown) for s in _spellings(loc, base) if len(s) >= 4]
+    return needles_, bases
+
+
+_CACHE: dict[tuple[object, ...], Secrets] = {}
+
+
+def _signature() -> tuple[object, ...]:
+    """What the secrets are read from: the variables, the current folder and the config files' stats."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items()
+                       if k.startswith(("PIP_", "UV_", "KERNODECK_", "XDG_", "HOME", "APPDATA", "PROGRAMDATA"))
+                       or k in _URL_VARS))
+    stats: list[tuple[str, int, int]] = []
+    for path in (*pip_config_files(), *uv_config_files()):
+        try:
+            st = path.stat()
+            stats.append((str(path), st.st_mtime_ns, st.st_size))
+        except OSError:
+            continue
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = ""
+    return env, cwd, tuple(stats)
+
+
+def secrets(public: Iterable[str] = (), declared: Iterable[str] = ()) -> Secrets:
+    """Every source and credential value of this machine (:func:`source_values`, credential variables) and the
+    secret parts of the ``declared`` indexes; ``public`` URLs (PyPI, the project's declared indexes) may be named.
+    Read once per change of the variables or files (each printed line is redacted with it)."""
+    public, declared = tuple(public), tuple(declared)
+    key = (_signature(), public, declared)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    allowed = tuple(b for b in (normalise(p) for p in (*_PUBLIC, *public)) if b is not None)
+    mirror_public = tuple(b for b in (normalise(p) for p in _PUBLIC) if b is not None)
+    found: list[Needle] = [Needle(p, "a declared index's userinfo or query", part=True)
+                           for url in declared for p in _secret_parts(url)]
+    bases: list[Base] = []
+    for origin, value, commas in source_values():
+        # a mirror's URL is never written, even when it is a declared index's
+        more, under = _values(value, origin, mirror_public if origin.startswith(MIRROR_PREFIX) else allowed, commas)
+        found += more
+        bases += under
+    for var, value in sorted(os.environ.items()):
+        if _CREDENTIAL_VAR.match(var) and len(value.strip()) >= 4:
+            found += [Needle(v, var, part=True) for v in _encodings(value.strip())]
+    unique = {(n.value, n.local): n for n in found}
+    result = Secrets(tuple(sorted(unique.values(), key=lambda n: -len(n.value))), tuple(dict.fromkeys(bases)), allowed)
+    if len(_CACHE) > 64:
+        _CACHE.clear()
+    _CACHE[key] = result
+    return result
 
 
 def needles(public: Iterable[str] = (), declared: Iterable[str] = ()) -> list[Needle]:
-    """The values of every source and credential variable and of pip's configured sources (every file, every
-    section): none may appear in a written file. ``public`` URLs (PyPI, the project's declared indexes) may.
-    ``declared`` URLs (the project's indexes as pyproject.toml spells them) add their secret parts: userinfo, query."""
-    allowed = {p.rstrip("/") for p in (*_PUBLIC, *public)}
-    found: list[Needle] = [Needle(p, "a declared index's userinfo or query", part=True)
-                           for url in declared for p in _secret_parts(url)]
-    for var, value in sorted(os.environ.items()):
-        if var in _ENV_KEYS:
-            found += _values(value, var, allowed, commas=var == "UV_FIND_LINKS")
-        elif var.startswith(MIRROR_PREFIX):
-            found += _values(value, var, set(_PUBLIC))  # a mirror's URL is never written, even without secrets
-        elif _CREDENTIAL_VAR.match(var) and len(value.strip()) >= 4:
-            found.append(Needle(value.strip(), var, part=True))
-    for section, key, value in _file_items():
-        if key in _PIP_KEYS:
-            found += _values(value, f"pip configuration ({section}.{key})", allowed)
-    unique = {(n.value, n.local): n for n in found}
-    return sorted(unique.values(), key=lambda n: -len(n.value))
+    """The plain values that may not appear in a written file (see :func:`secrets`)."""
+    return list(secrets(public, declared).needles)
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"`<>]+")
+
+
+def _urls(text: str) -> Iterable[tuple[int, int, str]]:
+    """(start, end, url) of each URL in a text, trailing punctuation left out."""
+    for match in _URL_IN_TEXT.finditer(text):
+        url = match.group(0).rstrip(".,;:)]}")
+        yield match.start(), match.start() + len(url), url
 
 
 class SecretInText(KernodeckError):
@@ -371,28 +632,38 @@ class SecretInText(KernodeckError):
 
 
 def check_written(text: str, name: str, public: Iterable[str] = (), declared: Iterable[str] = ()) -> None:
-    """Refuse to write ``text`` to ``name`` if it holds a value of a source or credential variable (or a secret part
-    of a ``declared`` index URL)."""
-    for needle in needles(public, declared):
+    """Refuse to write ``text`` to ``name`` if it holds a value of a source or credential variable in any spelling
+    (or a secret part of a ``declared`` index URL)."""
+    found = secrets(public, declared)
+    for needle in found.needles:
         if needle.value in text:
             what = "a path" if needle.local else "a secret part" if needle.part else "the URL"
             raise SecretInText(f"{what} of a package source or credential ({needle.origin}) ended up in {name}; "
                                "not writing it")
+    for _, _, url in _urls(text):
+        base = found.secret_base(url)
+        if base is not None:
+            raise SecretInText(f"the URL of a package source ({base.origin}) ended up in {name}; not writing it")
 
 
 def redact_text(text: str, public: Iterable[str] = ()) -> str:
-    """Text fit to print: URL userinfo and query strings masked, every source or credential value replaced (a remote
-    source by its host, a secret part by ``***``). Local paths stay (the console is this machine's own)."""
-    for needle in needles(public):
+    """Text fit to print: URL userinfo and query strings masked, every source or credential value replaced in any
+    spelling (a remote source by its scheme and host, a mirror by its variable, a secret part by ``***``). Local
+    paths stay (the console is this machine's own)."""
+    found = secrets(public)
+    pieces: list[str] = []
+    last = 0
+    for start, end, url in _urls(text):
+        base = found.secret_base(url)
+        if base is not None:
+            shown = f"${base.origin}" if base.origin.startswith(MIRROR_PREFIX) else f"{host_of(url)}/***"
+            pieces += [text[last:start], shown]
+            last = end
+    text = "".join([*pieces, text[last:]])
+    for needle in found.needles:
         if needle.local or needle.value not in text:
             continue
-        if needle.part:
-            shown = "***"
-        elif needle.origin.startswith(MIRROR_PREFIX):
-            shown = f"${needle.origin}"  # a mirror is named by its variable, never its URL or host
-        else:
-            shown = f"{host_of(needle.value)}/***"
-        text = text.replace(needle.value, shown)
+        text = text.replace(needle.value, "***" if needle.part else needle.shown or "***")
     return _redact_generic(text)
 
 
@@ -402,6 +673,24 @@ def scrub_text(text: str, public: Iterable[str] = ()) -> str:
         if needle.local and needle.value in text:
             text = text.replace(needle.value, f"<local source: {needle.origin}>")
     return redact_text(text, public)
+
+
+class MalformedSource(KernodeckError):
+    """A source variable or configuration entry whose URL does not parse: named, its value never shown."""
+
+
+def require_valid_sources() -> None:
+    """Refuse a malformed URL in any source pip or uv would read (one ERROR naming where it is, not its value),
+    before an installer turns it into a traceback or prints it."""
+    for origin, value, commas in source_values():
+        for loc in _split(value, commas=commas):
+            loc = _uv_index_url(loc)
+            why = "" if _is_path(loc) else malformed(loc)
+            if why:
+                where = origin if " " in origin else f"the variable {origin}"
+                fix = f"fix or unset {origin}" if " " not in origin else f"fix that entry ({origin})"
+                raise MalformedSource(f"{where} holds a malformed URL: {why} (its value is not shown)",
+                                      tip=f"{fix}, then rerun")
 
 
 def reachable(url: str, timeout: float = 5.0) -> tuple[bool, str]:
