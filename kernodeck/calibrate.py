@@ -108,8 +108,11 @@ def plan(flags: set[str] | None, cpus: int, backend: str, arch: str) -> list[Var
     """Every variation, in run order: the declared settings first (it also finds the margins)."""
     plan_: list[Variation] = [Variation("declared", "the declared settings (torch's own threads and CPU level)")]
     plan_.append(Variation("threads-1", "1 thread", threads=1))
-    plan_.append(Variation(f"threads-{cpus}", f"{cpus} threads (this machine's count)", threads=cpus,
-                           available=cpus > 1, why="this machine has one CPU" if cpus <= 1 else ""))
+    if cpus > 1:
+        plan_.append(Variation(f"threads-{cpus}", f"{cpus} threads (this machine's count)", threads=cpus))
+    else:
+        plan_.append(Variation("threads-all", "this machine's thread count", available=False,
+                               why="this machine has one CPU: the same as threads-1"))
     x86 = arch in ("x86_64", "amd64", "AMD64", "i686")
     for level, needs in ISA_LEVELS:
         name, what = f"isa-{level}", f"ATEN_CPU_CAPABILITY={level}"
