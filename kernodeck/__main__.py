@@ -116,6 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit", help="pip-audit of each platform lock (needs the vulnerability service: network)")
     _platform_args(p)
     p.add_argument("--all", action="store_true", help="every declared platform that has a committed lock")
+    p = sub.add_parser("calibrate", help="measure the noise and the margin of use of each output; propose tolerances")
+    _platform_args(p)
+    p.add_argument("--out", type=Path, metavar="DIR", help="the calibration folder (default: a new one under runs/)")
+    p.add_argument("--write", action="store_true", help="write the proposed tolerances into pyproject.toml")
+    p = sub.add_parser("drift", help="the pairwise drift map of several dossiers' outputs (table and heatmap)")
+    p.add_argument("dossiers", type=Path, nargs="+", metavar="DOSSIER", help="two or more dossier folders")
+    p.add_argument("--out", type=Path, metavar="DIR", help="where drift.md/json/svg go (default: under runs/)")
+    p.add_argument("--python", type=Path, metavar="PATH",
+                   help="an interpreter with numpy to compare with (default: this platform's rebuilt env)")
     p = sub.add_parser("init", help="make this repository a Kernodeck project (noxfile, pyproject, app template, CI)")
     p.add_argument("--force", action="store_true", help="overwrite files (and a [tool.kernodeck]) that already exist")
     return parser
@@ -364,10 +373,45 @@ def cmd_audit(project: Project, args: argparse.Namespace) -> int:
     return audit.exit_code(results)
 
 
+def cmd_calibrate(project: Project, args: argparse.Namespace) -> int:
+    from .calibrate import calibrate, render
+
+    plat = resolve_platform(project, args.platform, args.variant)
+    result, folder = calibrate(project, plat, args.out, write=args.write)
+    print(render(result))
+    print(f"calibration: {folder / 'calibration.md'} (picture: {folder / 'calibration.svg'})")
+    return 0
+
+
+def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
+    from . import application, drift
+    from .rebuild import current_env, env_python
+
+    folders = [d.resolve() for d in args.dossiers]
+    declared = ({n: o.declared() for n, o in application.load(project.root).outputs.items()} if project
+                else drift.declared_from(folders))
+    if not declared:
+        raise KernodeckError("no declared outputs: run drift in the project, or give dossiers with run-config.json",
+                             tip="cd PROJECT && nox -s drift -- A B C")
+    python = args.python
+    if python is None and project is not None:
+        env = current_env(project, resolve_platform(project, None))
+        python = env_python(env) if env is not None else None
+    if python is None:
+        raise KernodeckError("drift compares with an interpreter that has numpy: no rebuilt env here",
+                             tip="nox -s rebuild  (then nox -s drift again), or: nox -s drift -- ... --python PATH")
+    out = args.out or drift.default_out(project.runs if project else None)
+    data, folder = drift.drift(folders, out, python, declared, root=project.root if project else None,
+                               allowed=(project.runs,) if project else ())
+    print(drift.render(data))
+    print(f"drift map: {folder / 'drift.md'} (heatmap: {folder / 'drift.svg'})")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[Project, argparse.Namespace], int]] = {
     "lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare,
     "replay": cmd_replay, "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "sbom": cmd_sbom,
-    "audit": cmd_audit,
+    "audit": cmd_audit, "calibrate": cmd_calibrate,
 }
 
 
@@ -388,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compare(None, args)
         if args.command == "init":  # makes the project: none to load yet
             return cmd_init(args)
+        if args.command == "drift":  # dossiers and an interpreter with numpy; the project only when there is one
+            return cmd_drift(_project_here(), args)
         return COMMANDS[args.command](load_project(Path.cwd()), args)
     except KernodeckError as exc:
         print(redact_text(f"ERROR: {exc}"), file=sys.stderr)

@@ -52,6 +52,10 @@ SESSIONS = (
          default=False),
     Spec("matrix", "run", "Print the CI matrix of the declared platforms as JSON (-- --out FILE also writes it).",
          default=False),
+    Spec("calibrate", "run", "Measure each output's noise and margin of use; propose tolerances (-- --out DIR, --write).",
+         default=False),
+    Spec("drift", "run", "Pairwise drift map of several dossiers' outputs: nox -s drift -- A B C [--out DIR].",
+         default=False),
     Spec("wheelhouse", "wheelhouse", "Download every file of a platform's lock, hash-checked (-- --platform ID).",
          default=False),
 )

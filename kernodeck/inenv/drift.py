@@ -1,0 +1,84 @@
+"""Pairwise numbers between the outputs of several dossiers, inside an env that has numpy (the rebuilt one).
+
+    <venv>/bin/python -I <kernodeck>/inenv/drift.py --config drift-config.json
+
+The config names the dossier folders, the declared outputs (kind and tolerance) and the result file. Every pair is
+compared by ``tolerance.compare`` (the one comparison implementation, the same as verify's), the second dossier of
+a pair standing as the reference; its distances are read by ``calibrate.numbers``, as calibrate reads its noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PACKAGE = "kernodeck_inenv"
+
+
+def _load_siblings() -> None:
+    if PACKAGE in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(PACKAGE, HERE / "__init__.py", submodule_search_locations=[str(HERE)])
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = package
+    spec.loader.exec_module(package)
+
+
+def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:
+    import numpy as np
+
+    try:
+        arr = np.load(folder / "outputs" / f"{name}.npy", allow_pickle=False)
+        ids = json.loads((folder / "outputs" / f"{name}.ids.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, EOFError) as exc:
+        return f"cannot read outputs/{name}: {type(exc).__name__}: {exc}"
+    return arr, [str(i) for i in ids]
+
+
+def pairwise(folders: list[Path], declared: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{output: {"i,j": {"passed", "summary", "numbers"} or {"error"}}}`` for every pair i < j."""
+    _load_siblings()
+    from kernodeck_inenv import tolerance
+    from kernodeck_inenv.calibrate import numbers
+
+    result: dict[str, Any] = {}
+    for name, decl in declared.items():
+        loaded = [_read(folder, name) for folder in folders]
+        cells: dict[str, Any] = {}
+        for i in range(len(folders)):
+            for j in range(i + 1, len(folders)):
+                a, b = loaded[i], loaded[j]
+                if isinstance(a, str) or isinstance(b, str):
+                    cells[f"{i},{j}"] = {"error": a if isinstance(a, str) else b}
+                    continue
+                if a[1] != b[1]:
+                    cells[f"{i},{j}"] = {"error": "the two dossiers hold other ids (or another order)"}
+                    continue
+                verdict = tolerance.compare(decl, a[0], b[0], a[1])
+                cells[f"{i},{j}"] = {"passed": bool(verdict["passed"]), "summary": verdict["summary"],
+                                     "numbers": numbers(verdict)}
+        result[name] = cells
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", type=Path, required=True)
+    args = parser.parse_args(argv)
+    config = json.loads(args.config.read_text(encoding="utf-8"))
+    _load_siblings()
+    from kernodeck_inenv._common import write_json_atomic
+
+    found = pairwise([Path(f) for f in config["dossiers"]], config["outputs"])
+    write_json_atomic(Path(config["result"]), found)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
