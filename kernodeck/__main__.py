@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, metavar="DIR", help="also write compare.md and compare.json into this folder")
     p = sub.add_parser("matrix", help="the CI matrix of the declared platforms, as JSON for GitHub Actions")
     p.add_argument("--out", type=Path, metavar="FILE", help="also write it to this file")
+    p.add_argument("--format", choices=["github", "gitlab", "slurm"], default="github",
+                   help="github: JSON for fromJSON(); gitlab: a .gitlab-ci.yml parallel:matrix job; slurm: an sbatch "
+                   "array script (default: github; see docs/engines.md)")
     p.add_argument("--hosted-only", action="store_true", help="leave out self-hosted runners (fork pull requests)")
     p.add_argument("--locked-only", action="store_true",
                    help="leave out platforms without a committed lock (their verify could only fail)")
@@ -318,10 +321,19 @@ def cmd_replay(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
-    from . import matrix, outdir
+    from . import engines, matrix, outdir
 
     built = matrix.build(project, hosted_only=args.hosted_only, locked_only=args.locked_only,
                          runners=matrix.parse_runners(args.self_hosted_runners))
+    if args.format != "github":  # another engine's file: written as it is and printed whole
+        text = engines.render(engines.Format(args.format), built)
+        if args.out:
+            from ._fs import write_atomic
+
+            write_atomic(outdir.check_file(args.out, what="the matrix", tip="nox -s matrix -- --out FILE",
+                                           root=project.root, allowed=(project.runs,)), text)
+        print(text, end="")
+        return 0
     if args.out:
         out = outdir.check_file(args.out, what="the matrix", tip="nox -s matrix -- --out matrix.json  (a file)",
                                 root=project.root, allowed=(project.runs,))

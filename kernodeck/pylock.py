@@ -5,6 +5,10 @@ requires. File names and URLs come from the public sources only: PyPI's JSON sim
 sha256, as hashin matches PyPI's JSON) and the variant's declared index. A file only this machine's sources hold
 (e.g. ``torch 2.13.0+cpu`` from a local find-links folder) is named by its file name under the variant's declared
 index, never by its local path: the machine's sources stay out of every written file.
+
+Every pylock is read by the standard parser, :mod:`packaging.pylock` (:func:`read`, which validates it against the
+PEP), and written by a TOML writer (:func:`dumps`, tomlkit) from a :class:`packaging.pylock.Pylock`; docs/pep751.md
+says why the file list still comes from this module's own index client rather than ``uv pip compile``.
 """
 
 from __future__ import annotations
@@ -14,16 +18,18 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import re
 import threading
 import tomllib
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.markers import Marker
+from packaging.pylock import Package, PackageSdist, PackageWheel, Pylock, PylockValidationError
+from packaging.specifiers import SpecifierSet
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -35,7 +41,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import __version__, lockfile
 from ._proc import log
-from .errors import LockFailed
+from .errors import LockFailed, LockfileError
 from .platforms import UV_PLATFORM_ENV, Platform
 from .sources import PYPI, Source, is_local, redact_url, strip_credentials, variant_index
 
@@ -43,6 +49,7 @@ from .sources import PYPI, Source, is_local, redact_url, strip_credentials, vari
 # they cost more than the check.
 if TYPE_CHECKING:
     import http.client
+    import ssl
 
 LOCK_VERSION = "1.0"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -145,15 +152,51 @@ def _local_dir(location: str) -> Path:
     return Path(location)
 
 
+def ca_bundle(environ: dict[str, str] | None = None, pip_settings: dict[str, str] | None = None) -> str | None:
+    """The CA bundle pip and uv would trust: pip's ``cert`` (``PIP_CERT`` or a pip configuration file), else
+    ``SSL_CERT_FILE`` (uv's and OpenSSL's variable), else ``REQUESTS_CA_BUNDLE``; None: the system's store."""
+    env = os.environ if environ is None else environ
+    if pip_settings is None:
+        from .sources import pip_config
+
+        pip_settings = dict(pip_config())
+    for value in (pip_settings.get("cert"), env.get("SSL_CERT_FILE"), env.get("REQUESTS_CA_BUNDLE")):
+        if value and Path(value).expanduser().is_file():
+            return str(Path(value).expanduser())
+    return None
+
+
+def netrc_auth(host: str, environ: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """(login, password) for ``host`` from the netrc file pip (requests) and uv read: ``$NETRC``, else ``~/.netrc``."""
+    import netrc
+
+    env = os.environ if environ is None else environ
+    path = Path(env["NETRC"]).expanduser() if env.get("NETRC") else Path.home() / ".netrc"
+    if not path.is_file():
+        return None
+    try:
+        entry = netrc.netrc(str(path)).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return None
+    if not entry:
+        return None
+    login, _, password = entry
+    return login, password or ""
+
+
 class Fetcher:
     """Reads project pages of simple indexes over one kept-alive connection per host.
 
     Sequential and kept alive on purpose: 66 pages take ~0.5 s this way, while parallel fresh connections were
-    measured here at ~6 s (most waited ~5 s each, connection setup under concurrency).
+    measured here at ~6 s (most waited ~5 s each, connection setup under concurrency). It trusts the CA bundle pip
+    and uv are told to trust (:func:`ca_bundle`) and sends the netrc credentials they would send (:func:`netrc_auth`)
+    to a host whose URL carries none.
     """
 
     def __init__(self, timeout: float = _TIMEOUT) -> None:
         self.timeout = timeout
+        self.cafile = ca_bundle()
+        self._context: ssl.SSLContext | None = None
         self._conns: dict[tuple[str, str], http.client.HTTPConnection] = {}
         self._pages: dict[tuple[str, str], list[DistFile]] = {}
         self.unreachable: dict[str, str] = {}  # index -> why; an index that failed once is not asked again
@@ -167,30 +210,37 @@ class Fetcher:
     def _get(self, url: str, redirects: int = 5) -> tuple[int, str, bytes, str]:
         """(status, content type, body, final URL)."""
         import http.client
+        import ssl
         import urllib.error
         import urllib.request
 
         headers = {"Accept": f"{SIMPLE_JSON}, text/html;q=0.1", "User-Agent": f"kernodeck/{__version__}"}
+        parts = urllib.parse.urlsplit(url)
+        user, password = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
+        if not (user or password) and (found := netrc_auth(parts.hostname or "")):
+            user, password = found
+        if user or password:
+            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        if self._context is None:  # loading a CA bundle costs ~10 ms: once per fetcher
+            self._context = ssl.create_default_context(cafile=self.cafile)
+        context = self._context
         if self._proxied:  # urllib knows the proxy variables; http.client does not
-            request = urllib.request.Request(url, headers=headers)
+            bare = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+            request = urllib.request.Request(bare, headers=headers)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
                     return 200, response.headers.get("Content-Type", ""), response.read(), response.geturl()
             except urllib.error.HTTPError as exc:
                 return exc.code, "", b"", url
-        parts = urllib.parse.urlsplit(url)
         key = (parts.scheme, parts.netloc)
         for attempt in range(2):  # a kept-alive connection the server closed meanwhile is reopened once
             conn = self._conns.get(key)
             if conn is None:
                 host = parts.hostname or ""
-                cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-                conn = cls(host, parts.port, timeout=self.timeout)
-                if parts.username or parts.password:
-                    token = base64.b64encode(
-                        f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
-                        .encode()).decode()
-                    headers["Authorization"] = f"Basic {token}"
+                if parts.scheme == "https":
+                    conn = http.client.HTTPSConnection(host, parts.port, timeout=self.timeout, context=context)
+                else:
+                    conn = http.client.HTTPConnection(host, parts.port, timeout=self.timeout)
                 self._conns[key] = conn
             path = parts.path + (f"?{parts.query}" if parts.query else "")
             try:
@@ -339,16 +389,15 @@ def known_files(pylock_file: Path) -> dict[str, DistFile]:
     A sha256 names one file's content, so the URL it was found at stays right for it; only new hashes are looked up.
     """
     try:
-        data = tomllib.loads(pylock_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = read(pylock_file)
+    except LockfileError:
         return {}
     known: dict[str, DistFile] = {}
-    for package in data.get("packages", []):
-        entries = [*package.get("wheels", []), *([package["sdist"]] if "sdist" in package else [])]
-        for entry in entries:
-            digest, url, name = entry.get("hashes", {}).get("sha256"), entry.get("url"), entry.get("name")
-            if digest and url and name:
-                known[digest] = DistFile(name, url, digest, entry.get("size"), entry.get("upload-time"))
+    for package in data.packages:
+        for entry in package_files(package):
+            digest = entry.hashes.get("sha256")
+            if digest and entry.url and entry.name:
+                known[digest] = DistFile(entry.name, entry.url, digest, entry.size, entry.upload_time)
     return known
 
 
@@ -433,60 +482,50 @@ def locate(
 
 
 def render(lock: lockfile.Lockfile, plat: Platform, files: dict[str, list[DistFile]], lock_text: str) -> str:
-    """The pylock text (keys in the PEP's order, packages and files sorted, so that diffs stay small).
+    """The pylock text: a :class:`packaging.pylock.Pylock` (validated by packaging) written by :func:`dumps`.
 
-    Every value is formatted by tomlkit; the tables around them are laid out here, because building ~800 inline
-    tables as tomlkit items costs more than the resolver (0.4 s against 0.05 s). The text is parsed back and must
-    equal the data it was made from.
+    Packages and files are sorted, so that diffs stay small and the same lock always gives the same bytes. The text
+    is read back by :func:`read` and must hold the data it was made from.
     """
-    data: dict[str, Any] = {
-        "lock-version": LOCK_VERSION,
-        "environments": [environment_marker(plat)],
-        "requires-python": f"=={plat.python}.*",
-        "created-by": "kernodeck",
-        "packages": [],
-    }
+    packages = []
     for pin in sorted(lock.pins, key=lambda p: p.name):
-        package: dict[str, Any] = {"name": pin.name, "version": pin.version}
-        if pin.marker:
-            package["marker"] = pin.marker
         pin_files = files[pin.name]
         hosts = {f.url.split("/", 3)[2] for f in pin_files}
+        index = None
         if all(f.url.startswith("https://files.pythonhosted.org/") for f in pin_files):
-            package["index"] = PYPI
+            index = PYPI
         elif len(hosts) == 1 and plat.variant.index.rstrip("/") != PYPI:
-            package["index"] = strip_credentials(plat.variant.index.rstrip("/"))
-        sdists = [_file_data(f) for f in pin_files if not f.is_wheel]
-        wheels = [_file_data(f) for f in pin_files if f.is_wheel]
-        if sdists:
-            package["sdist"] = sdists[0]
-        if wheels:
-            package["wheels"] = wheels
-        data["packages"].append(package)
-    data["tool"] = {"kernodeck": {
+            index = strip_credentials(plat.variant.index.rstrip("/"))
+        sdists = [f for f in pin_files if not f.is_wheel]
+        wheels = [PackageWheel(**_file_fields(f)) for f in pin_files if f.is_wheel]
+        packages.append(Package(
+            name=canonicalize_name(pin.name), version=Version(pin.version),
+            marker=Marker(pin.marker) if pin.marker else None, index=index,
+            sdist=PackageSdist(**_file_fields(sdists[0])) if sdists else None, wheels=wheels or None,
+        ))
+    tool: dict[str, Any] = {
         "platform": plat.id,
         "requirements-lock": plat.lock_name,
         "requirements-lock-sha256": hashlib.sha256(lock_text.encode("utf-8")).hexdigest(),
         "version": __version__,
-    }}
+    }
     target = UV_PLATFORM_ENV.get(plat.os_arch, {}).get("MACOSX_DEPLOYMENT_TARGET")
     if target:
         # uv targets macOS 13.0 unless told otherwise (MACOSX_DEPLOYMENT_TARGET), and the macOS 14 wheels this lock
         # holds (torch's arm64 wheels) are then refused: the lock says which macOS it was made for.
-        data["tool"]["kernodeck"]["macos-deployment-target"] = target
-    lines = [f"# PEP 751 lock for {plat.id}, written by Kernodeck beside {plat.lock_name} (same pins, same hashes); "
-             "do not edit by hand."]
-    lines += [f"{key} = {_value(data[key])}" for key in ("lock-version", "environments", "requires-python",
-                                                          "created-by")]
-    for package in data["packages"]:
-        lines += ["", "[[packages]]"]
-        for key, value in package.items():
-            if key == "wheels":
-                lines += ["wheels = [", *[f"    {_value(w)}," for w in value], "]"]
-            else:
-                lines.append(f"{key} = {_value(value)}")
-    lines += ["", "[tool.kernodeck]", *[f"{k} = {_value(v)}" for k, v in data["tool"]["kernodeck"].items()]]
-    text = "\n".join(lines) + "\n"
+        tool["macos-deployment-target"] = target
+    made = Pylock(
+        lock_version=Version(LOCK_VERSION), environments=[Marker(environment_marker(plat))],
+        requires_python=SpecifierSet(f"=={plat.python}.*"), created_by="kernodeck", packages=packages,
+        tool={"kernodeck": tool},
+    )
+    data = made.to_dict()  # asdict deep-copies ~5000 values: once (a third of a second)
+    try:
+        Pylock.from_dict(data)  # what made.validate() does, without a second to_dict()
+    except PylockValidationError as exc:
+        raise LockFailed(f"the PEP 751 lock for {plat.id} is not valid ({exc}); not writing it") from None
+    text = dumps(data, f"PEP 751 lock for {plat.id}, written by Kernodeck beside {plat.lock_name} (same pins, same "
+                       "hashes); do not edit by hand.")
     if strip_credentials(text) != text:
         raise LockFailed(f"the PEP 751 lock for {plat.id} would hold a URL credential; not writing it")
     if tomllib.loads(text) != data:
@@ -494,39 +533,89 @@ def render(lock: lockfile.Lockfile, plat: Platform, files: dict[str, list[DistFi
     return text
 
 
-_PLAIN = re.compile(r"[ !#-\[\]-~]*")  # printable ASCII but for '"' and '\\': a TOML basic string as it is
+def _file_fields(entry: DistFile) -> dict[str, Any]:
+    return {
+        "name": entry.filename, "url": strip_credentials(entry.url), "size": entry.size or None,
+        "upload_time": entry.upload_time.astimezone(_dt.UTC) if entry.upload_time is not None else None,
+        "hashes": {"sha256": entry.sha256},
+    }
 
 
-def _value(value: Any) -> str:
-    """One TOML value (inline tables for dicts), each scalar formatted by tomlkit.
+# The order of a file's keys in the tables Kernodeck writes (the PEP's data model puts upload-time before url; the
+# committed locks were written in this order and stay byte-identical).
+_FILE_KEYS = ("name", "url", "path", "upload-time", "size", "hashes")
 
-    Plain ASCII strings, integers and UTC times, nearly all of a pylock's ~5000 scalars, are written as tomlkit
-    writes them without building an item for each (a third of a relock's own time); the parse-back in
-    :func:`render` checks the result.
-    """
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{key} = {_value(v)}" for key, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    if isinstance(value, str) and _PLAIN.fullmatch(value):
-        return f'"{value}"'
-    if type(value) is int:
-        return str(value)
-    if isinstance(value, _dt.datetime) and value.utcoffset() == _dt.timedelta(0):
-        return value.isoformat().removesuffix("+00:00") + "Z"  # upload times, always UTC here
+
+def _inline(table: dict[str, Any]) -> Any:
     import tomlkit
 
-    return str(tomlkit.item(value).as_string())
+    inline = tomlkit.inline_table()
+    for key in sorted(table, key=lambda k: _FILE_KEYS.index(k) if k in _FILE_KEYS else len(_FILE_KEYS)):
+        value = table[key]
+        inline.append(key, _inline(value) if isinstance(value, dict) else value)
+    return inline
 
 
-def _file_data(entry: DistFile) -> dict[str, Any]:
-    table: dict[str, Any] = {"name": entry.filename, "url": strip_credentials(entry.url)}
-    if entry.upload_time is not None:
-        table["upload-time"] = entry.upload_time.astimezone(_dt.UTC)
-    if entry.size:
-        table["size"] = entry.size
-    table["hashes"] = {"sha256": entry.sha256}
-    return table
+def dumps(lock: Pylock | Mapping[str, Any], header: str) -> str:
+    """The TOML text of a pylock (or of its ``to_dict()``), written by tomlkit: top-level keys, one ``[[packages]]``
+    table each, a file as an inline table (the wheels one per line), then ``[tool.*]``. Deterministic: the same data
+    gives the same bytes."""
+    import tomlkit
+
+    data = dict(lock.to_dict() if isinstance(lock, Pylock) else lock)
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment(header))
+    for key, value in data.items():
+        if key not in ("packages", "tool"):
+            doc.add(key, value)
+    packages = tomlkit.aot()
+    for package in data["packages"]:
+        table = tomlkit.table()
+        for key, value in package.items():
+            if key == "sdist":
+                table.add(key, _inline(value))
+            elif key == "wheels":
+                wheels = tomlkit.array()
+                wheels.extend(_inline(w) for w in value)
+                table.add(key, wheels.multiline(True))
+            else:
+                table.add(key, value)
+        packages.append(table)
+    doc.add(tomlkit.nl())
+    doc.add("packages", packages)
+    if data.get("tool"):
+        tool = tomlkit.table(is_super_table=True)
+        for name, section in data["tool"].items():
+            tool.add(name, section)
+        doc.add("tool", tool)
+    return tomlkit.dumps(doc)
+
+
+def read(pylock_path: Path) -> Pylock:
+    """A pylock read and validated by :mod:`packaging.pylock`; raises :class:`LockfileError` naming what is wrong.
+
+    Read once per file state (path, size, mtime): a lock check reads the twin's digest and its packages.
+    """
+    try:
+        stat = pylock_path.stat()
+        key = (str(pylock_path), stat.st_size, stat.st_mtime_ns)
+        if key not in _READ:
+            _READ.clear()
+            _READ[key] = Pylock.from_dict(tomllib.loads(pylock_path.read_text(encoding="utf-8")))
+        return _READ[key]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockfileError(pylock_path.name, None, f"cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LockfileError(pylock_path.name, None, f"is not TOML: {exc}") from None
+    except PylockValidationError as exc:
+        raise LockfileError(pylock_path.name, None, f"is not a valid PEP 751 lock: {exc}") from None
+
+
+_READ: dict[tuple[str, int, int], Pylock] = {}
+
+
+def package_files(package: Package) -> list[PackageWheel | PackageSdist]:
+    return [*(package.wheels or ()), *([package.sdist] if package.sdist else [])]
 
 
 def build(lock_text: str, path: Path, plat: Platform, machine: list[Source], *, no_index: bool,
@@ -542,11 +631,11 @@ def build(lock_text: str, path: Path, plat: Platform, machine: list[Source], *, 
 
 def recorded_digest(pylock_path: Path) -> str | None:
     """The requirements-lock digest a pylock was written for (None when it records none or cannot be read)."""
-    try:  # tomllib, not tomlkit: every lock check (rebuild, verify) reads this; tomlkit is ~6x slower here
-        data = tomllib.loads(pylock_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    try:
+        tool = read(pylock_path).tool or {}
+    except LockfileError:
         return None
-    value = data.get("tool", {}).get("kernodeck", {}).get("requirements-lock-sha256")
+    value = tool.get("kernodeck", {}).get("requirements-lock-sha256")
     return value if isinstance(value, str) else None
 
 
@@ -554,14 +643,13 @@ def disagreements(pylock_path: Path, lock: lockfile.Lockfile, limit: int = 5) ->
     """Where the PEP 751 twin and the requirements lock disagree: a package only in one, another version, other
     hashes. Empty when they hold the same pins and hashes."""
     try:
-        data = tomllib.loads(pylock_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return [f"{pylock_path.name} cannot be read: {exc}"]
+        data = read(pylock_path)
+    except LockfileError as exc:
+        return [str(exc)]
     twin: dict[str, tuple[str, set[str]]] = {}
-    for package in data.get("packages", []):
-        entries = [*package.get("wheels", []), *([package["sdist"]] if "sdist" in package else [])]
-        hashes = {str(e.get("hashes", {}).get("sha256", "")) for e in entries}
-        twin[canonicalize_name(str(package.get("name", "")))] = (str(package.get("version", "")), hashes)
+    for package in data.packages:
+        hashes = {str(e.hashes.get("sha256", "")) for e in package_files(package)}
+        twin[package.name] = (str(package.version or ""), hashes)
     pins = {p.name: (p.version, set(p.hashes)) for p in lock.pins}
     found: list[str] = []
     for name in sorted(set(pins) | set(twin)):

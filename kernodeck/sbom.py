@@ -10,7 +10,6 @@ from the lock's digest).
 from __future__ import annotations
 
 import json
-import tomllib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -36,18 +35,19 @@ def purl(name: str, version: str, index: str | None = None) -> str:
 
 
 def _twin_files(pylock_file: Path) -> dict[str, dict[str, Any]]:
-    """{canonical name: {"index": str | None, "files": {sha256: url}}} from a PEP 751 lock; empty when absent."""
+    """{canonical name: {"index": str | None, "files": {sha256: url}}} from a PEP 751 lock (read and validated by
+    packaging.pylock); empty when absent or not a valid pylock."""
+    from .errors import LockfileError
+    from .pylock import package_files, read
+
     try:
-        data = tomllib.loads(pylock_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = read(pylock_file)
+    except LockfileError:
         return {}
     out: dict[str, dict[str, Any]] = {}
-    for package in data.get("packages", []):
-        entries = [*package.get("wheels", []), *([package["sdist"]] if "sdist" in package else [])]
-        files = {
-            e["hashes"]["sha256"]: e["url"] for e in entries if e.get("url") and e.get("hashes", {}).get("sha256")
-        }
-        out[canonicalize_name(package["name"])] = {"index": package.get("index"), "files": files}
+    for package in data.packages:
+        files = {e.hashes["sha256"]: e.url for e in package_files(package) if e.url and e.hashes.get("sha256")}
+        out[package.name] = {"index": package.index, "files": files}
     return out
 
 
