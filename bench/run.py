@@ -346,7 +346,7 @@ def _verify_argv(plat: Platform, out: Path, steps: Sequence[str], extra: dict[st
 def _verify_steps(spec_json: str) -> int:
     """``verify --no-rebuild`` limited to some in-env steps, on another sample (the scaling rows)."""
     from kernodeck import reference
-    from kernodeck.report import Status
+    from kernodeck.report import Status, overall
     from kernodeck.verify import Options, verify
 
     spec = json.loads(spec_json)
@@ -360,7 +360,8 @@ def _verify_steps(spec_json: str) -> int:
         extra["reference"] = None
     opts = Options(out=Path(spec["out"]), rebuild=False, steps=tuple(spec["steps"]), extra_config=extra)
     report, _, _ = verify(project, plat, opts)
-    return 0 if report.status is Status.PASSED else 1
+    # a timing run of some steps: they must pass, but it stands on no claim of a verify (no compare, no resume...)
+    return 0 if overall(report.steps) is Status.PASSED else 1
 
 
 def _nox() -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -297,14 +296,9 @@ def cmd_compare(project: Project | None, args: argparse.Namespace) -> int:
         here = _project_here()
         final = outdir.check(args.out, what="compare's output", tip="nox -s compare -- A B --out NEW-FOLDER",
                              root=here.root if here else None, allowed=(here.runs,) if here else ())
-        staging = outdir.staging_for(final, "compare")
-        try:
+        with outdir.staged(final, "compare") as staging:
             write_atomic(staging / "compare.md", text)
             write_json(staging / "compare.json", result)
-            outdir.swap_into_place(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
     print(text)
     return 0
 
@@ -337,7 +331,7 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
     if args.out:
         out = outdir.check_file(args.out, what="the matrix", tip="nox -s matrix -- --out matrix.json  (a file)",
                                 root=project.root, allowed=(project.runs,))
-        matrix.write(built, out)
+        matrix.write(built, out)  # with its sidecar record: a later --out there may replace it
     print(matrix.render(built))
     return 0
 

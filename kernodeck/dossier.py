@@ -408,4 +408,4 @@ def render_compare(result: dict[str, Any]) -> str:
 
 def swap_into_place(staging: Path, out: Path) -> None:
     """Replace ``out`` with the completed ``staging`` folder (the one rule lives in :mod:`kernodeck.outdir`)."""
-    outdir.swap_into_place(staging, out)
+    outdir.swap_into_place(staging, out, guard=True)

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import TypedDict
 
-from ._fs import write_atomic
+from . import outdir
 from ._proc import log
 from .config import Project
 from .errors import ConfigError
@@ -110,4 +110,5 @@ def render(matrix: Matrix) -> str:
 
 
 def write(matrix: Matrix, out: Path) -> None:
-    write_atomic(out, render(matrix) + "\n")
+    """Write the matrix to ``out`` (checked by :func:`kernodeck.outdir.check_file`), signed by its sidecar record."""
+    outdir.write_file(out, render(matrix) + "\n", "matrix")

@@ -1,18 +1,26 @@
-"""Output folders Kernodeck may replace: the one rule every writer calls, so that nothing it did not make is removed.
+"""Output folders and files Kernodeck may replace: the one rule every writer calls, so nothing it did not make is lost.
 
 A folder Kernodeck makes and may later replace (a dossier, a replay's dossier, a wheelhouse, compare's output) holds
-the marker file ``.kernodeck-folder``. An ``--out`` is accepted only when
+the marker file ``.kernodeck-folder``, written last (atomically) when the folder is complete: a JSON record of the
+folder's kind and of every file Kernodeck put there, by relative path with its sha256. An ``--out`` is accepted only
+when
 
-- it does not exist yet, or is an empty folder, or holds that marker (or, for dossiers written before the marker, a
-  ``report.json`` with Kernodeck's report fields beside a ``report.md``);
+- it does not exist yet, or is an empty folder, or holds exactly the files its marker lists, each unchanged: a file
+  added (a notebook, figures), or a listed file edited since, refuses the ``--out`` with one ERROR naming them, and
+  nothing is removed. A marker that is not such a record (made by hand, or by a Kernodeck from before the list) is
+  not trusted: the folder is treated as the user's;
 - it is not a file;
 - it is outside the project, or inside one of the folders the project gives to outputs (``runs/`` and, for a
   wheelhouse, ``.wheelhouse/``): never the project root, a parent of it, ``.git``, the reference or the sources.
 
-A folder is replaced by building it in a sibling staging folder ``.NAME.staging-<pid>`` and swapping it in by two
-renames (the previous one parked as ``.NAME.old-<pid>`` for that instant). Leftovers of a killed run are recognised
-by that pattern and removed on the next run of the same ``--out`` only when their process is gone; a parked
-previous folder whose run died between the two renames is put back.
+A single file ``--out`` (the matrix) is replaced only when Kernodeck wrote it: beside it, the sidecar
+``.NAME.kernodeck-file`` records its kind and sha256; a file without that record, or changed since, is refused.
+
+A folder is replaced by building it in a sibling staging folder ``.NAME.staging-<pid>`` (:func:`staged`) and swapping
+it in by two renames (the previous one parked as ``.NAME.old-<pid>`` for that instant, checked once more before it
+is removed). Leftovers of a killed run are recognised by that pattern and removed on the next run of the same
+``--out`` only when their process is gone; a parked previous folder whose run died between the two renames is put
+back.
 """
 
 from __future__ import annotations
@@ -21,36 +29,133 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+from ._fs import sha256_file, sha256_text, write_atomic
 from ._proc import log
 from .errors import KernodeckError
 
 MARKER = ".kernodeck-folder"
+MARKER_VERSION = 2
+FILE_SUFFIX = ".kernodeck-file"  # the sidecar of a single file Kernodeck wrote: ``.NAME.kernodeck-file``
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>staging|old)-(?P<pid>[0-9]+)$")
+_SHOWN = 5  # files named in a refusal; the rest are counted
 
 
 class UnsafeOut(KernodeckError):
     """An output path Kernodeck would have to destroy something it did not make to use."""
 
 
-def _signed(folder: Path) -> bool:
-    """A folder Kernodeck made: its marker, or a report.json with Kernodeck's report fields beside report.md."""
-    if (folder / MARKER).is_file():
-        return True
-    report = folder / "report.json"
-    if not report.is_file() or not (folder / "report.md").is_file():
-        return False
+@dataclass(frozen=True)
+class Listing:
+    """What a marker says Kernodeck wrote into its folder: the kind and each file's sha256 by relative path."""
+
+    kind: str
+    files: dict[str, str]
+
+
+def _read_listing(folder: Path) -> Listing | None:
+    """The folder's marker as Kernodeck writes it, or None (absent, unreadable, hand-made, or without a file list)."""
     try:
-        data = json.loads(report.read_text(encoding="utf-8"))
+        data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and {"version", "status", "platform", "steps"} <= set(data)
+        return None
+    if not isinstance(data, dict) or data.get("made_by") != "kernodeck" or data.get("version") != MARKER_VERSION:
+        return None
+    files, kind = data.get("files"), data.get("kind")
+    if not isinstance(kind, str) or not isinstance(files, dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) and _safe_rel(k) for k, v in files.items()):
+        return None
+    return Listing(kind, dict(files))
+
+
+def _safe_rel(rel: str) -> bool:
+    parts = Path(rel).parts
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts and rel != MARKER
+
+
+def _walk(folder: Path, keep: frozenset[str] | None = None) -> Iterator[tuple[str, Path]]:
+    """Every entry under ``folder`` (files, links, folders), by relative POSIX path; links are never followed.
+
+    With ``keep``, a folder whose path is not in it is yielded but not entered: named once, it stands for all it
+    holds.
+    """
+    for here, dirs, files in os.walk(folder):
+        base = Path(here)
+        for name in sorted(dirs):
+            rel = (base / name).relative_to(folder).as_posix()
+            yield rel, base / name
+        if keep is not None:
+            dirs[:] = [d for d in dirs if (base / d).relative_to(folder).as_posix() in keep]
+        for name in sorted(files):
+            yield (base / name).relative_to(folder).as_posix(), base / name
+
+
+def foreign(folder: Path) -> list[str]:
+    """What in ``folder`` Kernodeck did not write or that changed since: empty when Kernodeck may replace it.
+
+    Each entry is a relative path (a folder Kernodeck made none of: once, ``NAME/``), with `` (changed since
+    Kernodeck wrote it)`` or `` (missing)`` where it applies. A folder with no trusted marker is all foreign (its
+    marker included), unless it is empty.
+    """
+    if not folder.is_dir():
+        return []
+    listing = _read_listing(folder)
+    files = listing.files if listing is not None else {}
+    parents = frozenset(p.as_posix() for rel in files for p in Path(rel).parents if p != Path("."))
+    found: list[str] = []
+    for rel, path in _walk(folder, parents):
+        if rel == MARKER and listing is not None and path.is_file() and not path.is_symlink():
+            continue
+        if path.is_dir() and not path.is_symlink():
+            if rel not in parents:
+                found.append(rel + "/")
+            continue
+        if rel not in files or path.is_symlink() or not path.is_file():
+            found.append(rel)
+        elif "sha256:" + sha256_file(path) != files[rel]:
+            found.append(f"{rel} (changed since Kernodeck wrote it)")
+    found += [f"{rel} (missing)" for rel in sorted(files) if not (folder / rel).is_file()]
+    return found
+
+
+def _name_some(items: list[str]) -> str:
+    shown = ", ".join(items[:_SHOWN])
+    return shown + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
+
+
+def _refuse_foreign(out: Path, final: Path, what: str, tip: str) -> None:
+    """Refuse ``final`` when replacing it would lose what Kernodeck did not write (a listed file gone loses nothing)."""
+    kept = [f for f in foreign(final) if not f.endswith(" (missing)")]
+    if not kept:
+        return
+    if _read_listing(final) is not None:
+        why = "Kernodeck did not write, or changed since it wrote them"
+    elif (final / MARKER).exists():
+        why = f"Kernodeck did not write (its {MARKER} is not one Kernodeck wrote: no list of its files)"
+    else:
+        why = f"Kernodeck did not write (no {MARKER} lists them)"
+    count = f"{len(kept)} {'entry' if len(kept) == 1 else 'entries'}"
+    raise UnsafeOut(
+        f"--out {out} holds {count} {why}: {_name_some(kept)}; {what} would replace them, so nothing was written "
+        "and nothing removed",
+        tip=f"{tip}; or move those files out of {out} first",
+    )
 
 
 def mark(folder: Path, kind: str) -> None:
-    """Sign ``folder`` as one Kernodeck made (and so may replace)."""
-    (folder / MARKER).write_text(json.dumps({"made_by": "kernodeck", "kind": kind}) + "\n", encoding="utf-8")
+    """Sign ``folder`` as Kernodeck's: list every file in it with its sha256, in a marker written last, atomically."""
+    files = {
+        rel: "sha256:" + sha256_file(path)
+        for rel, path in _walk(folder)
+        if rel != MARKER and path.is_file() and not path.is_symlink()
+    }
+    record = {"made_by": "kernodeck", "version": MARKER_VERSION, "kind": kind, "files": files}
+    write_atomic(folder / MARKER, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def _within(path: Path, folder: Path) -> bool:
@@ -81,35 +186,74 @@ def check(
     tip: str,
     root: Path | None = None,
     allowed: tuple[Path, ...] = (),
-    signs: tuple[str, ...] = (),
 ) -> Path:
     """Resolve ``out`` and refuse it unless Kernodeck may write (and later replace) a folder there.
 
     ``root`` is the project (None when the command needs none); ``allowed`` are the project's own output folders,
-    under which an ``--out`` may sit (never one of them itself); ``signs`` are other file names that show a folder
-    is one this writer made (a wheelhouse's manifest).
+    under which an ``--out`` may sit (never one of them itself). An existing folder is accepted when empty or when it
+    holds exactly what its marker lists, unchanged (:func:`foreign`).
     """
     final = out.expanduser().resolve()
     _check_place(out, final, what, tip, root, allowed)
     if final.exists() and not final.is_dir():
         raise UnsafeOut(f"--out {out} is an existing file, not a folder; {what} is a folder", tip=tip)
-    signed = _signed(final) or any((final / name).is_file() for name in signs)
-    if final.is_dir() and any(final.iterdir()) and not signed:
-        raise UnsafeOut(
-            f"--out {out} is a folder Kernodeck did not make (not empty, no {MARKER} or Kernodeck report.json); "
-            f"{what} would replace what it holds",
-            tip=tip,
-        )
+    _refuse_foreign(out, final, what, tip)
     return final
 
 
+def _sidecar(final: Path) -> Path:
+    return final.with_name(f".{final.name}{FILE_SUFFIX}")
+
+
+def _file_record(final: Path) -> dict[str, str] | None:
+    """The sidecar record of a file Kernodeck wrote, or None (absent, or not one Kernodeck writes)."""
+    try:
+        data = json.loads(_sidecar(final).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("made_by") != "kernodeck" or not isinstance(data.get("sha256"), str):
+        return None
+    return {k: v for k, v in data.items() if isinstance(v, str)}
+
+
+def file_is_ours(final: Path) -> bool:
+    """``final`` is a file Kernodeck wrote and nobody changed since (its sidecar names its content)."""
+    record = _file_record(final)
+    if record is None or not final.is_file() or final.is_symlink():
+        return False
+    digest = "sha256:" + sha256_file(final)
+    # the previous digest too: a run killed between writing the sidecar and the file leaves the earlier file
+    return digest in (record["sha256"], record.get("previous"))
+
+
 def check_file(out: Path, *, what: str, tip: str, root: Path | None = None, allowed: tuple[Path, ...] = ()) -> Path:
-    """Resolve ``out`` for a single file Kernodeck writes (atomically): never a folder, never a project file."""
+    """Resolve ``out`` for a single file Kernodeck writes: never a folder, never a project file, never a file it did
+    not write (or that changed since it wrote it)."""
     final = out.expanduser().resolve()
     _check_place(out, final, what, tip, root, allowed)
     if final.is_dir():
         raise UnsafeOut(f"--out {out} is a folder; {what} is one file", tip=tip)
+    side = _sidecar(final)
+    if (final.exists() or final.is_symlink()) and not file_is_ours(final):
+        why = "changed since Kernodeck wrote it" if _file_record(final) else f"no {side.name} record beside it"
+        raise UnsafeOut(
+            f"--out {out} is a file Kernodeck did not write ({why}); {what} would replace it, so nothing was written",
+            tip=f"{tip}; or move {out} away first",
+        )
+    if not final.exists() and side.exists() and _file_record(final) is None:
+        raise UnsafeOut(f"--out {out}: {side} exists and is not a record Kernodeck wrote; it would be replaced",
+                        tip=f"{tip}; or move {side} away first")
     return final
+
+
+def write_file(final: Path, data: str, kind: str) -> None:
+    """Write ``final`` atomically with its sidecar record (so a later run may replace it: :func:`check_file`)."""
+    previous = _file_record(final)
+    record = {"made_by": "kernodeck", "kind": kind, "sha256": "sha256:" + sha256_text(data)}
+    if previous is not None and file_is_ours(final):
+        record["previous"] = "sha256:" + sha256_file(final)
+    write_atomic(_sidecar(final), json.dumps(record, sort_keys=True) + "\n")
+    write_atomic(final, data)
 
 
 def _alive(pid: int) -> bool:
@@ -152,29 +296,68 @@ def clean_leftovers(final: Path) -> list[str]:
     return removed
 
 
-def staging_for(final: Path, kind: str) -> Path:
-    """A fresh staging folder beside ``final``, signed as ``kind`` (after removing dead runs' leftovers)."""
+def staging_for(final: Path) -> Path:
+    """A fresh staging folder beside ``final`` (after removing dead runs' leftovers)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(final)
     staging = final.parent / f".{final.name}.staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)  # our own pid: a folder only this process can have made
     staging.mkdir()
-    if kind:
-        mark(staging, kind)
     return staging
 
 
-def swap_into_place(staging: Path, out: Path) -> None:
-    """Replace ``out`` with the completed ``staging`` folder; the earlier one survives any failure before this."""
+def swap_into_place(staging: Path, out: Path, *, guard: bool = True) -> None:
+    """Replace ``out`` with the completed ``staging`` folder; the earlier one survives any failure before this.
+
+    ``guard``: the earlier folder, once parked, is checked again (:func:`foreign`): a file put there since the run
+    began is not lost, the folder goes back and the swap is refused. Off only for a writer that carries the
+    earlier folder's other files over itself (the reference).
+    """
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         shutil.rmtree(old, ignore_errors=True)
         os.replace(out, old)
         try:
+            if guard:
+                _refuse_foreign(out, old, "the new folder", "rerun with another --out")
             os.replace(staging, out)
-        except OSError:
+        except (OSError, UnsafeOut):
             os.replace(old, out)  # put the earlier folder back before reporting the failure
             raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(staging, out)
+
+
+@dataclass
+class Staged:
+    """A folder being written beside its final place: :meth:`commit` signs it and swaps it in whole."""
+
+    final: Path
+    kind: str  # "" writes no marker (the reference, a project folder with its own manifest)
+    path: Path
+
+    @classmethod
+    def begin(cls, final: Path, kind: str) -> Staged:
+        return cls(final, kind, staging_for(final))
+
+    def commit(self) -> None:
+        if self.kind:
+            mark(self.path, self.kind)  # last, over the finished content
+        swap_into_place(self.path, self.final, guard=bool(self.kind))
+
+    def abandon(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+@contextmanager
+def staged(final: Path, kind: str) -> Iterator[Path]:
+    """Yield a staging folder for ``final``; at the end, sign it as ``kind`` and swap it in whole; on error, remove
+    it and leave ``final`` as it was."""
+    stage = Staged.begin(final, kind)
+    try:
+        yield stage.path
+        stage.commit()
+    except BaseException:
+        stage.abandon()
+        raise

@@ -447,7 +447,9 @@ def install(
     folder = project.reference
     outdir.clean_leftovers(folder)  # a killed earlier run: its staging removed, a parked reference put back
     generated = generated_files(folder)  # what the previous reference's manifest names (Kernodeck wrote them)
-    staging = outdir.staging_for(folder, kind="")
+    # no marker, no guard: the reference is the project's folder; its other files are carried over just below
+    stage = outdir.Staged.begin(folder, kind="")
+    staging = stage.path
     try:
         if folder.is_dir():
             shutil.copytree(
@@ -486,7 +488,7 @@ def install(
         write_atomic(staging / "manifest.toml", render(manifest))
         if review is not None:
             review(staging)
-        outdir.swap_into_place(staging, folder)
+        stage.commit()
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        stage.abandon()
         raise

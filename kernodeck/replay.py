@@ -210,8 +210,7 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
         status = json.loads((dossier / "report.json").read_text(encoding="utf-8"))["status"]
         seconds = round(time.perf_counter() - start, 1)
         # Staged beside dest and swapped in whole: dest is replaced only when it was empty or a Kernodeck folder.
-        staging = outdir.staging_for(dest, "replay")
-        try:
+        with outdir.staged(dest, "replay") as staging:
             shutil.copytree(dossier, staging, dirs_exist_ok=True)
             write_json(
                 staging / "replay.json",
@@ -221,10 +220,6 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
                                           "no PIP_*/UV_* variable",
                  "mirrors": sorted(k for k in env if k.startswith(_PASS_PREFIXES))},
             )
-            outdir.swap_into_place(staging, dest)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import enum
 import json
+import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
 
 from ._fs import write_atomic, write_json
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: the claims a pass stands on (``claims``), the verdict derived from them
 
 
 class Status(enum.StrEnum):
@@ -73,7 +75,11 @@ class Step:
 
 
 def overall(steps: list[Step]) -> Status:
-    """Passed only when no step failed or was left unrun; a skipped step carries its reason."""
+    """The steps alone: passed when no step failed or was left unrun (a skipped step carries its reason).
+
+    Not the verdict: a run passes only when every claim it stands on is established (:meth:`Report.verdict`); this
+    is what the benchmark's partial runs ask, and the first half of the verdict.
+    """
     for step in steps:
         match step.status:
             case Status.FAILED | Status.NOT_RUN:
@@ -83,6 +89,173 @@ def overall(steps: list[Step]) -> Status:
             case _ as unreachable:
                 assert_never(unreachable)
     return Status.PASSED if steps else Status.FAILED
+
+
+class ClaimState(enum.StrEnum):
+    """Whether a claim was established, and if not, why not."""
+
+    ESTABLISHED = "established"
+    CONTRADICTED = "contradicted"  # the step ran, and its own record says the claim does not hold
+    NOT_RECORDED = "not-recorded"  # the step ran but recorded no such evidence (its details lack the key)
+    STEP_FAILED = "step-failed"
+    STEP_NOT_RUN = "step-not-run"
+    STEP_SKIPPED = "step-skipped"
+    STEP_ABSENT = "step-absent"  # no such step in the run at all
+
+
+def _empty_delta(v: Any) -> bool:
+    return isinstance(v, dict) and all(k in v and not v[k] for k in ("added", "removed", "changed"))
+
+
+def _finite_at_most(v: Any, limit: float) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v <= limit
+
+
+def _all_outputs_passed(d: dict[str, Any]) -> bool:
+    outputs = d.get("outputs")
+    return (
+        d.get("passed") is True
+        and isinstance(outputs, dict)
+        and bool(outputs)
+        and all(isinstance(o, dict) and o.get("passed") is True for o in outputs.values())
+    )
+
+
+def _deterministic(d: dict[str, Any]) -> bool:
+    repeats, outputs = d.get("repeats"), d.get("outputs")
+    if not isinstance(repeats, int) or repeats < 2 or not isinstance(outputs, dict) or not outputs:
+        return False
+    # On CPU a pass means bitwise identical runs; elsewhere the step held each output to its declared tolerance.
+    return d.get("device") != "cpu" or d.get("bitwise_identical") is True
+
+
+def _backend_works(d: dict[str, Any]) -> bool:
+    return (
+        isinstance(d.get("device"), str)
+        and bool(d["device"])
+        and bool(d.get("expected_backend"))
+        and d.get("matmul_max_abs_error") == 0.0
+        and _finite_at_most(d.get("softmax_max_abs_error"), 1e-6)
+    )
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One claim a pass stands on: the step that establishes it, the key of its details that records the evidence,
+    and the test of that evidence (given the step's whole details; the key is known to be present)."""
+
+    id: str
+    text: str
+    step: str
+    key: str
+    holds: Callable[[dict[str, Any]], bool]
+    modes: frozenset[str] = frozenset({"verify", "reference"})
+    # The step does not record ``key`` yet (another change adds it): until then a run without the key shows the
+    # claim "not-recorded" but is not failed for it. Set False once the step writes the key (the strict verdict).
+    pending: bool = False
+    # A declared variant (verify --python: an existing interpreter, not a rebuild) may leave this claim
+    # unestablished; the verdict is then passed-unlocked, naming what was not established.
+    variant: bool = False
+
+
+VERIFY = frozenset({"verify"})
+
+# THE table: every claim, in the order the report shows them. Adjust a step or key here, nowhere else.
+CLAIMS: tuple[ClaimSpec, ...] = (
+    ClaimSpec("lock-current", "the lock is current against its inputs, its pins and its PEP 751 twin",
+              "lock-check", "lock", lambda d: isinstance(d["lock"], str) and bool(d["lock"]), variant=True),
+    ClaimSpec("env-packages", "the environment's packages are exactly the lock's",
+              "inventory", "vs_lock", lambda d: _empty_delta(d["vs_lock"]), variant=True),
+    ClaimSpec("env-files-unchanged", "no file of the environment added, removed or changed since it was built",
+              "inventory", "files_unchanged", lambda d: d["files_unchanged"] is True, pending=True, variant=True),
+    ClaimSpec("reference-current", "the reference describes this code, data and weights",
+              "reference", "code_unchanged", lambda d: d["code_unchanged"] is True, modes=VERIFY, pending=True),
+    ClaimSpec("outputs-within-tolerance", "each output is within its declared tolerance of the reference",
+              "compare", "outputs", _all_outputs_passed, modes=VERIFY),
+    ClaimSpec("criterion-met", "the application's criterion is met",
+              "criterion", "passed", lambda d: d["passed"] is True),
+    ClaimSpec("criterion-able-to-fail", "the criterion fails on corrupted outputs (it is able to fail)",
+              "criterion", "able_to_fail", lambda d: d["able_to_fail"] is True, pending=True),
+    ClaimSpec("deterministic", "repeated runs give the same outputs (bitwise on CPU)",
+              "determinism", "repeats", _deterministic),
+    ClaimSpec("resume", "training resumed from a checkpoint in a new process matches an uninterrupted run",
+              "resume", "passed", lambda d: d["passed"] is True, modes=VERIFY),
+    ClaimSpec("backend", "the expected backend computes correctly (matmul exact, softmax within 1e-6)",
+              "backend", "device", _backend_works),
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim as this run left it: established by ``step`` (its details' ``key``), or why not."""
+
+    id: str
+    text: str
+    step: str
+    key: str
+    state: ClaimState
+    why: str = ""
+    binding: bool = True  # False: a pending key not recorded yet, shown but not yet required by the verdict
+    variant: bool = False
+
+    @property
+    def established(self) -> bool:
+        return self.state is ClaimState.ESTABLISHED
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "claim": self.text,
+            "step": self.step,
+            "key": self.key,
+            "state": str(self.state),
+            "established": self.established,
+            "why": self.why,
+            "binding": self.binding,
+        }
+
+
+def _claim_state(spec: ClaimSpec, step: Step | None) -> tuple[ClaimState, str]:
+    if step is None:
+        return ClaimState.STEP_ABSENT, f"no {spec.step} step in this run"
+    match step.status:
+        case Status.FAILED:
+            return ClaimState.STEP_FAILED, f"{spec.step} failed"
+        case Status.NOT_RUN:
+            return ClaimState.STEP_NOT_RUN, f"{spec.step} was not run ({step.reason or 'an earlier step failed'})"
+        case Status.SKIPPED:
+            return ClaimState.STEP_SKIPPED, f"{spec.step} was skipped ({step.reason or 'no reason given'})"
+        case Status.PASSED:
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    if spec.key not in step.details:
+        return ClaimState.NOT_RECORDED, f"{spec.step} recorded no {spec.key}"
+    try:
+        holds = spec.holds(step.details)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        holds = False
+    if not holds:
+        return ClaimState.CONTRADICTED, f"{spec.step} records {spec.key} = {_claim_value(step.details[spec.key])}"
+    return ClaimState.ESTABLISHED, ""
+
+
+def _claim_value(value: Any) -> str:
+    text = json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def evaluate_claims(steps: list[Step], mode: str = "verify") -> list[Claim]:
+    """Every claim of ``mode``, each established or not by the LAST step of its name (a step repeated counts once)."""
+    by_name = {s.name: s for s in steps}
+    out: list[Claim] = []
+    for spec in CLAIMS:
+        if mode not in spec.modes:
+            continue
+        state, why = _claim_state(spec, by_name.get(spec.step))
+        binding = not (spec.pending and state is ClaimState.NOT_RECORDED)
+        out.append(Claim(spec.id, spec.text, spec.step, spec.key, state, why, binding, spec.variant))
+    return out
 
 
 @dataclass
@@ -96,15 +269,33 @@ class Report:
     changed_code: list[str] = field(default_factory=list)
 
     @property
+    def mode(self) -> str:
+        """Which claims the run stands on: ``verify`` (every claim) or ``reference`` (no reference to compare with)."""
+        mode = self.meta.get("mode")
+        return mode if mode in ("verify", "reference") else "verify"
+
+    @property
+    def claims(self) -> list[Claim]:
+        return evaluate_claims(self.steps, self.mode)
+
+    def unestablished(self) -> list[Claim]:
+        """The binding claims this run did not establish: any one of them, and the run has not passed."""
+        return [c for c in self.claims if c.binding and not c.established]
+
+    @property
     def status(self) -> Status:
-        return overall(self.steps)
+        """Passed exactly when the verdict is a pass (of either kind): from the claims, never from the steps alone."""
+        return Status.PASSED if self.verdict in (Verdict.PASSED, Verdict.PASSED_UNLOCKED) else Status.FAILED
 
     @property
     def verdict(self) -> Verdict:
-        match self.status:
+        match overall(self.steps):
             case Status.FAILED | Status.NOT_RUN:
                 return Verdict.FAILED
             case Status.PASSED | Status.SKIPPED:
+                missing = self.unestablished()
+                if missing and not (self.not_established and all(c.variant for c in missing)):
+                    return Verdict.FAILED
                 if self.changed_code:
                     return Verdict.PASSED_WITH_CHANGED_CODE
                 return Verdict.PASSED_UNLOCKED if self.not_established else Verdict.PASSED
@@ -125,7 +316,12 @@ class Report:
                 )
             case Verdict.FAILED:
                 failure = self.first_failure()
-                return f"failed at {failure.name if failure else 'an unrun step'}"
+                if failure is not None or overall(self.steps) is not Status.PASSED:
+                    return f"failed at {failure.name if failure else 'an unrun step'}"
+                missing = self.unestablished()
+                return "every step passed, but NOT established: " + "; ".join(
+                    f"{c.text} ({c.why})" for c in missing
+                )
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -146,6 +342,7 @@ class Report:
             "first_failure": failure.name if failure else None,
             "steps": [s.as_dict() for s in self.steps],
             **self.meta,
+            "claims": [c.as_dict() for c in self.claims],
         }
 
     def write(self, out: Path) -> None:
@@ -484,6 +681,31 @@ def likely_cause(report: Report, failure: Step) -> str:
     return "; ".join(found) + "."
 
 
+_CLAIM_MARK = {
+    ClaimState.ESTABLISHED: "✅",
+    ClaimState.CONTRADICTED: "❌",
+    ClaimState.NOT_RECORDED: "·",
+    ClaimState.STEP_FAILED: "❌",
+    ClaimState.STEP_NOT_RUN: "·",
+    ClaimState.STEP_SKIPPED: "⏭",
+    ClaimState.STEP_ABSENT: "·",
+}
+
+
+def _claims_table(report: Report) -> list[str]:
+    """What the verdict stands on: each claim, the step (and details key) that established it, or why not."""
+    lines = ["", "## Claims", "", f"A {report.mode} passes only when every claim below is established.", "",
+             "| claim | established by | state |", "|---|---|---|"]
+    for claim in report.claims:
+        state = f"{_CLAIM_MARK[claim.state]} {claim.state}"
+        if claim.why:
+            state += f": {claim.why}"
+        if not claim.binding:
+            state += " (not yet required: the step does not record it yet)"
+        lines.append(f"| {_cell(claim.text, 120)} | `{claim.step}` ({claim.key}) | {_cell(state, 200)} |")
+    return lines
+
+
 def render_markdown(report: Report) -> str:
     failure = report.first_failure()
     counts = {st: sum(1 for s in report.steps if s.status is st) for st in Status}
@@ -501,6 +723,7 @@ def render_markdown(report: Report) -> str:
     for key in _META_KEYS:
         if key in report.meta:
             lines.append(f"- {key.replace('_', ' ')}: `{report.meta[key]}`")
+    lines += _claims_table(report)
     lines += ["", "## What differs from the reference", ""]
     lines += _differences(report)
     if failure:
@@ -541,7 +764,7 @@ def summary_line(report: Report, path: Path) -> str:
     failure = report.first_failure()
     if failure is None:
         head = f"{report.verdict.upper()}: {counts}"
-        if report.not_established or report.changed_code:
+        if report.not_established or report.changed_code or report.verdict is Verdict.FAILED:
             head += f" ({report.verdict_line()})"
     else:
         error = " ".join(failure.error.split())

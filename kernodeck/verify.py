@@ -395,7 +395,7 @@ def require_reference_code(
     return moved
 
 
-def _prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, Path]:
+def _prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, outdir.Staged]:
     final = (out or project.runs / f"{_stamp()}-{plat.id}").resolve()
     if out is not None:
         final = outdir.check(
@@ -407,10 +407,10 @@ def _prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Pa
             allowed=(project.runs,),
         )
     try:
-        staging = outdir.staging_for(final, "dossier")
+        stage = outdir.Staged.begin(final, "dossier")
     except OSError as exc:
         raise DossierError(f"cannot write the output folder {final}: {exc.strerror or exc}") from None
-    return final, staging
+    return final, stage
 
 
 def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "verify") -> tuple[Report, Path, Run]:
@@ -418,7 +418,8 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if opts.python:
         plat = _interpreter_platform(project, opts.python, plat)
-    final, staging = _prepare_out(project, opts.out, plat)
+    final, stage = _prepare_out(project, opts.out, plat)
+    staging = stage.path
     run_ = Run(project, plat, staging)
     pool = ThreadPoolExecutor(max_workers=1)
     run_.review = pool.submit(dossier.reviewer, project.root)
@@ -609,9 +610,9 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
             changed_code=run_.changed_code,
         )
         _write_dossier(run_, report, result, lock_path, opts)
-        outdir.swap_into_place(staging, final)
+        stage.commit()  # signed with the list of its files, then swapped in whole
     except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
+        stage.abandon()
         where = Path(str(exc.filename)) if exc.filename else None
         # a copy names its source first and its destination second (shutil.copyfile on a full disk): either one
         # inside the dossier makes it a dossier write
@@ -627,7 +628,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
             f"writing the dossier {final} failed: {exc.strerror or exc}; the earlier one is untouched"
         ) from None
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        stage.abandon()
         raise
     finally:
         plock.release()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -178,8 +179,26 @@ def pip_python() -> str:
     )
 
 
+def _carry_over(folder: Path, staging: Path) -> None:
+    """The earlier wheelhouse's files (already checked as Kernodeck's own) into ``staging``, linked where the
+    filesystem can: pip finds them there with the lock's hash and downloads only what is new."""
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        if path.name in (outdir.MARKER, MANIFEST) or not path.is_file() or path.is_symlink():
+            continue
+        try:
+            os.link(path, staging / path.name)
+        except OSError:
+            shutil.copy2(path, staging / path.name)
+
+
 def download(project: Project, plat: Platform, out: Path | None = None) -> WheelhouseResult:
-    """Download every file the lock installs on ``plat`` into ``out``, hash-checked; write the wheelhouse manifest."""
+    """Download every file the lock installs on ``plat`` into ``out``, hash-checked; write the wheelhouse manifest.
+
+    Staged beside ``out`` and swapped in whole, signed with the list of its files; a failed download is swapped in
+    too (what came is kept for the next run, which then downloads only the rest), and the error raised after.
+    """
     folder = outdir.check(
         out or default_dir(project, plat),
         what="the wheelhouse",
@@ -187,12 +206,9 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
         "(or a new or empty folder outside the project)",
         root=project.root,
         allowed=(project.root / ".wheelhouse", project.runs),
-        signs=(MANIFEST,),
     )
     lock_file = locking.require_current(project, plat)
     lock = lockfile.read(lock_file)
-    folder.mkdir(parents=True, exist_ok=True)
-    outdir.mark(folder, "wheelhouse")
     rel_lock = os.path.relpath(lock_file, project.root)
     # The variant's declared index (or its mirror, KERNODECK_INDEX_<VARIANT>) beside the machine's own pip sources.
     vindex = variant_index(plat.variant.name, plat.variant.index)
@@ -202,52 +218,68 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
         log(f"kernodeck: {vindex.describe()} is unreachable ({answer[1]}); downloading from this machine's sources "
             f"and PyPI (set {vindex.var} to a mirror of it if they lack its files)")
         online = []
-    argv = [
-        pip_python(),
-        "-m",
-        "pip",
-        "download",
-        "--require-hashes",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--no-input",
-        "--progress-bar=off",
-        "--disable-pip-version-check",
-        "--dest",
-        str(folder),
-        *target_flags(plat),
-        *online,
-        "-r",
-        rel_lock,
-    ]
-    start = time.perf_counter()
-    try:
-        run_with_progress(argv, label=f"wheelhouse {plat.id}", env=clean_env(), cwd=project.root)
-    except CommandFailed as exc:
-        raise WheelhouseError(
-            f"downloading {plat.id}'s lock into {folder} failed: {exc.first_error}",
-            tip=f"check that this machine reaches {vindex.describe()} and PyPI (or set {vindex.var} to a mirror), "
-            "then rerun",
-        ) from exc
-    seconds = time.perf_counter() - start
-    found = require_complete(lock, folder, plat)
+    failure: WheelhouseError | None = None
+    with outdir.staged(folder, "wheelhouse") as staging:
+        _carry_over(folder, staging)
+        argv = [
+            pip_python(),
+            "-m",
+            "pip",
+            "download",
+            "--require-hashes",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--no-input",
+            "--progress-bar=off",
+            "--disable-pip-version-check",
+            "--dest",
+            str(staging),
+            *target_flags(plat),
+            *online,
+            "-r",
+            rel_lock,
+        ]
+        start = time.perf_counter()
+        try:
+            run_with_progress(argv, label=f"wheelhouse {plat.id}", env=clean_env(), cwd=project.root)
+        except CommandFailed as exc:
+            failure = WheelhouseError(
+                f"downloading {plat.id}'s lock into {folder} failed: {exc.first_error}",
+                tip=f"check that this machine reaches {vindex.describe()} and PyPI (or set {vindex.var} to a mirror), "
+                "then rerun",
+            )
+            failure.__cause__ = exc
+        seconds = time.perf_counter() - start
+        found, missing = match(lock, staging, marker_environment(plat))
+        if failure is None and missing:
+            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+            failure = WheelhouseError(
+                f"the wheelhouse {folder} lacks {len(missing)} file(s) of {lock.path.name} "
+                f"(no file with the lock's hash): {shown}",
+                tip=f"nox -s wheelhouse -- --platform {plat.id} --out {folder}   (where an index can be reached)",
+            )
+        # Recorded without this machine's paths: the interpreter and the folder are placeholders.
+        shown_argv = [vindex.shown() if a == vindex.url else a for a in argv[3:]]
+        command = vindex.expandable(show(["python", "-m", "pip", *shown_argv]).replace(str(staging), "WHEELHOUSE"))
+        if failure is None:
+            write_json(
+                staging / MANIFEST,
+                {
+                    "version": MANIFEST_VERSION,
+                    "platform": plat.id,
+                    "lock": rel_lock,
+                    "lock_digest": "sha256:" + sha256_file(lock_file),
+                    "command": command,
+                    "index": f"mirror ({vindex.var})" if vindex.mirror else f"declared ({public_url(vindex.declared)})",
+                    "files": {
+                        spec: {"file": path.name, "sha256": digest} for spec, (path, digest) in sorted(found.items())
+                    },
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                },
+            )
+    if failure is not None:
+        raise failure
     files = {spec: path.name for spec, (path, _) in found.items()}
-    # Recorded without this machine's paths: the interpreter and the folder are placeholders.
-    shown = [vindex.shown() if a == vindex.url else a for a in argv[3:]]
-    command = vindex.expandable(show(["python", "-m", "pip", *shown]).replace(str(folder), "WHEELHOUSE"))
-    write_json(
-        folder / MANIFEST,
-        {
-            "version": MANIFEST_VERSION,
-            "platform": plat.id,
-            "lock": rel_lock,
-            "lock_digest": "sha256:" + sha256_file(lock_file),
-            "command": command,
-            "index": f"mirror ({vindex.var})" if vindex.mirror else f"declared ({public_url(vindex.declared)})",
-            "files": {spec: {"file": path.name, "sha256": digest} for spec, (path, digest) in sorted(found.items())},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        },
-    )
     log(
         f"kernodeck: wheelhouse {folder}: {len(files)} file(s), every one matching a hash of {rel_lock} "
         f"({seconds:.1f}s)"

@@ -84,24 +84,15 @@ def test_verify_out_replaces_a_previous_dossier_and_accepts_new_or_empty(tmp_pat
         assert proc.returncode == 2 and "no lockfile" in proc.stderr, proc.stderr  # it ran: lock-check failed
         report = json.loads((out / "report.json").read_text())
         assert report["status"] == "failed" and (out / ".kernodeck-folder").is_file()
-    first = (fresh / "report.json").read_bytes()
-    (fresh / "outputs").mkdir(exist_ok=True)
-    (fresh / "outputs" / "stale.bin").write_bytes(b"old")  # replaced whole, not merged
-    proc = kd(project, "verify", "--out", str(fresh))
+    first = (fresh / "report.json").stat().st_ino
+    proc = kd(project, "verify", "--out", str(fresh))  # its own untouched dossier: replaced whole
     assert proc.returncode == 2 and "no lockfile" in proc.stderr
-    assert (fresh / "report.json").read_bytes() != first and not (fresh / "outputs" / "stale.bin").exists()
-    # a dossier written before the marker existed (report.json with Kernodeck's fields) is still Kernodeck's
-    legacy = tmp_path / "legacy"
-    legacy.mkdir()
-    (legacy / "report.json").write_text(json.dumps({"version": 1, "status": "passed", "platform": "p", "steps": []}))
-    (legacy / "report.md").write_text("# old\n")
-    assert "no lockfile" in kd(project, "verify", "--out", str(legacy)).stderr
-    assert not (legacy / "report.md").read_text().startswith("# old")
-    # ...but a report.json alone, with other content, is not
+    assert (fresh / "report.json").stat().st_ino != first
+    # what Kernodeck did not write is never replaced (tests/test_nothing_lost.py: added files, edits, old dossiers)
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / "report.json").write_text("[1, 2]\n")
-    refused(kd(project, "verify", "--out", str(fake)), "did not make")
+    refused(kd(project, "verify", "--out", str(fake)), "did not write")
     assert (fake / "report.json").read_text() == "[1, 2]\n"
 
 

@@ -270,9 +270,13 @@ def test_damaged_env_is_an_install_failure(tmp_path: Path) -> None:
 
 def test_verdict_model() -> None:
     from kernodeck.report import Report, Status, Step, Verdict
+    from tests._reports import complete_steps
 
-    steps = [Step("inventory", Status.PASSED), Step("compare", Status.PASSED)]
+    steps = complete_steps()
     assert Report("p", steps).verdict is Verdict.PASSED
+    steps = complete_steps()  # --python: the env is not the lock's, declared
+    steps[1].details["vs_lock"] = {"added": {"six": "1.0.0"}, "removed": {}, "changed": {}}
+    assert Report("p", steps).verdict is Verdict.FAILED  # undeclared, the same record fails
     unlocked = Report("p", steps, not_established=["that the environment is the lock's (+six==1.0.0)"])
     assert unlocked.verdict is Verdict.PASSED_UNLOCKED and unlocked.status is Status.PASSED
     assert unlocked.as_dict()["status"] == "passed-unlocked" and "+six==1.0.0" in unlocked.verdict_line()

@@ -14,6 +14,7 @@ from kernodeck import _proc
 from kernodeck.errors import CommandFailed
 from kernodeck.report import Report, Status, Step, summary_line
 from kernodeck.verify import InEnvPhases
+from tests._reports import complete_steps
 from tests.conftest import kd
 
 
@@ -122,8 +123,8 @@ def test_in_env_phases_forwarded_once_and_end_lines_left_to_the_orchestrator() -
 
 
 def test_final_summary_line() -> None:
-    ok = Report("p", [Step("a", Status.PASSED), Step("b", Status.SKIPPED, reason="r")])
-    assert summary_line(ok, Path("runs/x/report.md")) == "PASSED: 1 passed, 1 skipped — report: runs/x/report.md"
+    ok = Report("p", [*complete_steps(), Step("b", Status.SKIPPED, reason="r")])
+    assert summary_line(ok, Path("runs/x/report.md")) == "PASSED: 8 passed, 1 skipped — report: runs/x/report.md"
     bad = Report(
         "p",
         [

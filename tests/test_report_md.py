@@ -68,7 +68,15 @@ def passing() -> Report:
             reason="up to date",
             details={"installer": "uv", "reused": True, "durations": {}},
         ),
-        Step("inventory", Status.PASSED, details={"packages": 87, "summary": "87 packages, equal to the lock"}),
+        Step(
+            "inventory",
+            Status.PASSED,
+            details={
+                "packages": 87,
+                "summary": "87 packages, equal to the lock",
+                "vs_lock": {"added": {}, "removed": {}, "changed": {}},
+            },
+        ),
         Step(
             "settings",
             Status.PASSED,
@@ -81,28 +89,48 @@ def passing() -> Report:
         ),
         Step("system", Status.PASSED, details=SYSTEM),
         Step(
+            "backend",
+            Status.PASSED,
+            details={"expected_backend": "cpu", "device": "cpu", "matmul_max_abs_error": 0.0,
+                     "softmax_max_abs_error": 2e-8},
+        ),
+        Step("reference", Status.PASSED, details={"rows": 40}),
+        Step(
             "compare",
             Status.PASSED,
             details={
-                "min_cosine": 0.99999994,
-                "max_abs": 2.3e-7,
-                "worst_id": "para-07",
-                "cosine_min_allowed": 0.9999,
-                "max_abs_allowed": 1e-4,
-                "bitwise_equal": False,
-                "per_item_cosine": {"para-07": 0.99999994},
+                "passed": True,
+                "outputs": {
+                    "embeddings": {
+                        "kind": "cosine",
+                        "passed": True,
+                        "min_cosine": 0.99999994,
+                        "max_abs": 2.3e-7,
+                        "worst_id": "para-07",
+                        "cosine_min_allowed": 0.9999,
+                        "max_abs_allowed": 1e-4,
+                        "bitwise_equal": False,
+                        "per_item_cosine": {"para-07": 0.99999994},
+                    }
+                },
             },
         ),
-        Step("criterion", Status.PASSED, details={"pairs_checked": 10, "misses": {}, "min_margin": 0.0412}),
+        Step(
+            "criterion",
+            Status.PASSED,
+            details={"passed": True, "pairs_checked": 10, "misses": {}, "min_margin": 0.0412},
+        ),
         Step(
             "determinism",
             Status.PASSED,
-            details={"repeats": 3, "bitwise_identical": True, "max_abs_between_runs": 0.0, "cost_ratio": 1.05},
+            details={"repeats": 3, "bitwise_identical": True, "max_abs_between_runs": 0.0, "cost_ratio": 1.05,
+                     "device": "cpu", "outputs": {"embeddings": {"bitwise_identical": True}}},
         ),
         Step(
             "resume",
             Status.PASSED,
             details={
+                "passed": True,
                 "steps": 12,
                 "checkpoint_at": 5,
                 "first_diverging_step": None,
@@ -154,10 +182,11 @@ def test_passing_report_leads_with_verdict_and_gives_each_steps_numbers() -> Non
 
 def failing() -> Report:
     report = passing()
-    compare = report.steps[5]
+    at = [s.name for s in report.steps].index("compare")
+    compare = report.steps[at]
     compare.status, compare.layer = Status.FAILED, "comparison"
     compare.error = "embeddings differ from the reference beyond tolerance: min cosine 0.99 at 'para-07'"
-    for step in report.steps[6:]:
+    for step in report.steps[at + 1 :]:
         step.status, step.reason, step.details = Status.NOT_RUN, "an earlier step failed", {}
     report.meta["vs_reference"] = {
         "inventory": {"added": {}, "removed": {}, "changed": {"torch": {"expected": "2.13.0", "observed": "2.14.1"}}},
@@ -190,7 +219,8 @@ def test_device_failure_points_at_the_device_layer_not_the_code() -> None:
     report = passing()
     report.meta["expect_backend"] = "cuda"
     backend = Step("backend", Status.FAILED, error="expected backend cuda is not usable", layer="device")
-    report.steps = [*report.steps[:5], backend, *[Step(s.name, Status.NOT_RUN) for s in report.steps[5:]]]
+    at = [s.name for s in report.steps].index("backend")
+    report.steps = [*report.steps[:at], backend, *[Step(s.name, Status.NOT_RUN) for s in report.steps[at + 1 :]]]
     cause = re.search(r"\*\*Likely cause\*\*: (.*)", render_markdown(report))
     assert cause and cause.group(1).startswith("the device layer: cuda is not usable")
     assert "code, data or weights" not in cause.group(1)

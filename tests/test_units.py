@@ -180,12 +180,16 @@ def test_reviewer_strips_paths_and_secrets(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_swap_into_place_keeps_old_on_failure(tmp_path: Path) -> None:
+    from kernodeck import outdir
+
     out = tmp_path / "out"
     out.mkdir()
     (out / "report.json").write_text("old")
+    outdir.mark(out, "dossier")  # Kernodeck's own folder: the only kind a swap replaces
     staging = tmp_path / ".out.staging"
     staging.mkdir()
     (staging / "report.json").write_text("new")
+    outdir.mark(staging, "dossier")
     dossier.swap_into_place(staging, out)
     assert (out / "report.json").read_text() == "new" and not staging.exists()
     with pytest.raises(OSError):

@@ -134,3 +134,33 @@ def test_pip_target_flags() -> None:
     assert "--platform=manylinux2014_x86_64" in wheelhouse.target_flags(linux)
     with pytest.raises(ConfigError, match="pip cannot download for"):
         wheelhouse.target_flags(Platform("3.11", "solaris_sparc", linux.variant))
+
+
+def test_a_wheelhouse_is_reused_whole_and_never_loses_a_user_file(tiny: Tiny, tmp_path: Path) -> None:
+    """Downloaded again over itself: replaced (earlier files carried over); with a user's file in it: refused."""
+    project, _, links, pins = tiny
+    house = tmp_path / "house"
+    _download(project, links, house)
+    _download(project, links, house)  # its own untouched folder: accepted
+    listing = json.loads((house / ".kernodeck-folder").read_text(encoding="utf-8"))
+    assert listing["kind"] == "wheelhouse" and wheelhouse.MANIFEST in listing["files"]
+    assert len([f for f in listing["files"] if f.endswith(".whl")]) == len(pins)
+    (house / "README.txt").write_text("my notes on this wheelhouse\n")
+    proc = kd(project, "wheelhouse", "--out", str(house), env=offline_env(PIP_FIND_LINKS=str(links)))
+    assert proc.returncode == 2 and "README.txt" in proc.stderr and "nothing removed" in proc.stderr
+    assert (house / "README.txt").read_text() == "my notes on this wheelhouse\n"
+
+
+def test_a_failed_download_keeps_what_came_for_the_next_run(tiny: Tiny, tmp_path: Path) -> None:
+    project, _, links, _ = tiny
+    held = tmp_path / "held.whl"
+    shutil.move(links / "tinyb-2.0-py3-none-any.whl", held)
+    house = tmp_path / "house"
+    proc = kd(project, "wheelhouse", "--out", str(house), env=offline_env(PIP_FIND_LINKS=str(links)))
+    assert proc.returncode == 2 and "tinyb" in proc.stderr
+    # whatever came is kept, signed as Kernodeck's (without a manifest: not a wheelhouse a rebuild would take)
+    assert (house / ".kernodeck-folder").exists() and not (house / wheelhouse.MANIFEST).exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".house")] == []
+    shutil.move(held, links / "tinyb-2.0-py3-none-any.whl")
+    _download(project, links, house)  # the partial one is Kernodeck's: completed in place of it
+    assert (house / wheelhouse.MANIFEST).exists()
