@@ -1,0 +1,128 @@
+"""Issue 25, day one in a user's repository: the quick start as written, reused session venvs, the user's own line
+in a failure, every declared output compared, exit codes through nox, no leftovers in the project.
+
+Fast tests here; the real quick start (README's block run literally) and the regression example's compare are the
+slow tests at the end.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+
+import nox
+import nox._options
+import pytest
+
+from kernodeck import init, noxsessions
+
+
+def _dist(tmp_path: Path, direct_url: dict[str, object] | None) -> metadata.Distribution:
+    info = tmp_path / "site" / "kernodeck-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kernodeck\nVersion: 0.1.0\n", encoding="utf-8")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(json.dumps(direct_url), encoding="utf-8")
+    return metadata.PathDistribution(info)
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "expected"),
+    [
+        ({"url": "file:///home/me/kernodeck", "dir_info": {}}, "/home/me/kernodeck"),
+        ({"url": "file:///home/me/kernodeck", "dir_info": {"editable": True}}, "/home/me/kernodeck"),
+        ({"url": "file:///tmp/w/kernodeck-0.1.0-py3-none-any.whl", "archive_info": {}},
+         "/tmp/w/kernodeck-0.1.0-py3-none-any.whl"),
+        ({"url": "https://example.org/kernodeck.git", "vcs_info": {"vcs": "git", "commit_id": "abc123"}},
+         "kernodeck @ git+https://example.org/kernodeck.git@abc123"),
+        ({"url": "https://example.org/kernodeck-0.1.0.tar.gz", "archive_info": {}},
+         "kernodeck @ https://example.org/kernodeck-0.1.0.tar.gz"),
+        (None, "kernodeck==0.1.0"),  # from an index: no direct_url.json, the same version from the index
+    ],
+)
+def test_installed_source_reads_pep610_direct_url(tmp_path: Path, direct_url: dict[str, object] | None,
+                                                  expected: str) -> None:
+    assert noxsessions.installed_source(_dist(tmp_path, direct_url)) == expected
+
+
+def test_sessions_install_the_kernodeck_beside_nox_unless_overridden(tmp_path: Path) -> None:
+    beside = lambda: "/opt/kernodeck-checkout"  # noqa: E731
+    # the quick start: no variable, Kernodeck installed beside nox from a folder -> that folder, not the bare pin
+    assert noxsessions.kernodeck_source("kernodeck==0.1.0", {}, beside) == "/opt/kernodeck-checkout"
+    assert noxsessions.kernodeck_source("kernodeck==0.1.0", {}, lambda: None) == "kernodeck==0.1.0"
+    assert noxsessions.kernodeck_source(None, {}, beside) is None  # Kernodeck's own checkout installs nothing
+    override = {"KERNODECK_SOURCE": str(tmp_path)}
+    assert noxsessions.kernodeck_source("kernodeck==0.1.0", override, beside) == str(tmp_path)
+
+
+def test_init_says_which_kernodeck_the_sessions_install_and_what_comes_next(tmp_path: Path) -> None:
+    lines = init.summary([], {"KERNODECK_SOURCE": str(tmp_path)})
+    text = "\n".join(lines)
+    assert f"install Kernodeck from {tmp_path.resolve()} ($KERNODECK_SOURCE)" in text
+    # the template passes as it is: the sessions come first; edits then need a NEW reference
+    assert text.index(init.NEXT) < text.index("then edit") < text.index("reference -- --new")
+
+
+class _Venv:
+    def __init__(self, location: Path | None) -> None:
+        self.location = str(location) if location else None
+
+
+class _Session:
+    venv_backend = "virtualenv"
+
+    def __init__(self, location: Path | None) -> None:
+        self.virtualenv = _Venv(location)
+        self.installed: list[tuple[str, ...]] = []
+        self.logged: list[str] = []
+
+    def install(self, *args: str) -> None:
+        self.installed.append(args)
+        if self.virtualenv.location:  # as pip would: the dist-info appears
+            site = Path(self.virtualenv.location) / "lib" / "python3.11" / "site-packages"
+            (site / "kernodeck-0.1.0.dist-info").mkdir(parents=True, exist_ok=True)
+
+    def log(self, message: str) -> None:
+        self.logged.append(message)
+
+
+def test_reused_session_venv_reinstalls_kernodeck_only_when_its_source_changed(tmp_path: Path) -> None:
+    source = tmp_path / "checkout"
+    (source / "kernodeck").mkdir(parents=True)
+    (source / "pyproject.toml").write_text("[project]\nname = 'kernodeck'\n", encoding="utf-8")
+    module = source / "kernodeck" / "x.py"
+    module.write_text("A = 1\n", encoding="utf-8")
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    session = _Session(venv)
+    assert noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
+    assert session.installed == [("--no-deps", "--force-reinstall", str(source))]
+    assert not noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
+    assert len(session.installed) == 1 and "not reinstalling" in session.logged[-1]
+    module.write_text("A = 2  # edited\n", encoding="utf-8")  # yesterday's code must not stay
+    assert noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
+    (source / "kernodeck" / "new.py").write_text("", encoding="utf-8")
+    assert noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
+    assert not noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
+    # another source (a requirement) is another install; a venv without the distribution always installs
+    assert noxsessions.install_kernodeck(session, "kernodeck==0.1.0")  # type: ignore[arg-type]
+    for info in venv.glob("lib/*/site-packages/kernodeck-*.dist-info"):
+        info.rmdir()
+    assert noxsessions.install_kernodeck(session, "kernodeck==0.1.0")  # type: ignore[arg-type]
+
+
+def test_register_reuses_venvs_under_current_nox_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nox's defaults are "no"/"virtualenv", not None: register() must still choose reuse and uv."""
+    fresh = nox._options.NoxfileOptions()
+    assert fresh.reuse_venv == "no" and fresh.default_venv_backend == "virtualenv"
+    monkeypatch.setattr(nox, "options", fresh)
+    noxsessions.register(pin="kernodeck==0.1.0", only=())
+    assert (fresh.reuse_venv, fresh.default_venv_backend) == ("yes", "uv|virtualenv")
+    # a noxfile's own choice stays
+    mine = nox._options.NoxfileOptions()
+    mine.reuse_venv = "never"
+    mine.default_venv_backend = "venv"
+    monkeypatch.setattr(nox, "options", mine)
+    noxsessions.register(pin="kernodeck==0.1.0", only=())
+    assert (mine.reuse_venv, mine.default_venv_backend) == ("never", "venv")
