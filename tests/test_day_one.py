@@ -126,3 +126,102 @@ def test_register_reuses_venvs_under_current_nox_defaults(monkeypatch: pytest.Mo
     monkeypatch.setattr(nox, "options", mine)
     noxsessions.register(pin="kernodeck==0.1.0", only=())
     assert (mine.reuse_venv, mine.default_venv_backend) == ("never", "venv")
+
+
+# --- the user's own errors keep their place (item 4) ------------------------------------------------------------------
+
+USER_APP = '''def _epochs(params):
+    return params["epoch"]
+
+
+def run(app):
+    total = _epochs(app.params)
+    return total
+'''
+
+
+def test_an_exception_in_the_users_code_names_the_users_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernodeck.inenv import _common, application
+
+    app_file = tmp_path / "checks" / "app.py"
+    app_file.parent.mkdir()
+    app_file.write_text(USER_APP, encoding="utf-8")
+    module = _common.load_file(app_file, "kernodeck_test_user_app")
+    # this test stands for Kernodeck's in-env caller: its frame is trimmed as _call_entry's would be
+    monkeypatch.setattr(_common, "HERE", Path(__file__).resolve().parent)
+    with pytest.raises(KeyError) as caught:
+        module.run(type("App", (), {"params": {}})())
+    failure = application._raised("the entry", caught.value, tmp_path)
+    assert str(failure) == "the entry raised KeyError: 'epoch' at checks/app.py:2 in _epochs"
+    assert failure.layer == "application" and failure.details["raised_at"] == "checks/app.py:2 in _epochs"
+    trace = failure.details["traceback"].splitlines()
+    assert trace == ["  checks/app.py:6 in run", "    total = _epochs(app.params)",
+                     "  checks/app.py:2 in _epochs", '    return params["epoch"]', "KeyError: 'epoch'"]
+
+
+def test_an_exception_outside_the_project_has_no_user_line(tmp_path: Path) -> None:
+    from kernodeck.inenv import _common
+
+    try:
+        json.loads("{")
+    except ValueError as exc:
+        where = _common.user_traceback(exc, tmp_path)
+    assert "raised_at" not in where and "JSONDecodeError" in where["traceback"]
+
+
+# --- leftovers (item 7) -----------------------------------------------------------------------------------------------
+
+
+def test_the_in_env_runner_writes_no_bytecode_into_the_project(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    user = tmp_path / "checks" / "app.py"
+    user.parent.mkdir()
+    user.write_text("def run(app):\n    return 1\n", encoding="utf-8")
+    code = ("import runpy, sys; from pathlib import Path; runpy.run_path(sys.argv[1]);"
+            " from kernodeck_inenv._common import load_file; load_file(Path(sys.argv[2]), 'user_app')")
+    runner = ROOT / "kernodeck" / "inenv" / "runner.py"
+    subprocess.run([sys.executable, "-I", "-c", code, str(runner), str(user)], check=True, timeout=60)
+    assert not (user.parent / "__pycache__").exists()
+    # the control: the same load without the runner's setting leaves __pycache__/ in the project
+    control = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+               " from kernodeck.inenv._common import load_file; load_file(Path(sys.argv[2]), 'user_app')")
+    subprocess.run([sys.executable, "-I", "-c", control, str(ROOT), str(user)], check=True, timeout=60)
+    assert (user.parent / "__pycache__").is_dir()
+
+
+def test_a_rerun_on_a_subset_must_write_one_row_per_given_record() -> None:
+    import numpy as np
+
+    from kernodeck.inenv import application
+    from kernodeck.inenv._common import CheckFailed
+
+    records = [{"id": f"r{i}"} for i in range(3)]
+    good = {"x": (np.zeros((3, 2)), ["r0", "r1", "r2"])}
+    assert application._rows_for(records, good) is good
+    whole_sample = {"x": (np.zeros((5, 2)), ["r0", "r1", "r2", "r3", "r4"])}  # ignores app.records
+    with pytest.raises(CheckFailed, match="given 3 records, the entry wrote 5 rows of x"):
+        application._rows_for(records, whole_sample)
+    other_ids = {"x": (np.zeros((3, 2)), ["r0", "r2", "r1"])}
+    with pytest.raises(CheckFailed, match="not the ids given"):
+        application._rows_for(records, other_ids)
+
+
+def test_provenance_in_a_repository_without_commits_says_so(tmp_path: Path) -> None:
+    import subprocess
+
+    from kernodeck import reference
+
+    assert reference.git_revision(tmp_path)["commit"] == "unavailable (not a git checkout)"
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert reference.git_revision(tmp_path) == {
+        "commit": "none (a git repository without commits: nothing is committed yet)", "dirty": True}
+    (tmp_path / "a.txt").write_text("a\n", encoding="utf-8")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    found = reference.git_revision(tmp_path)
+    assert len(found["commit"]) == 40 and found["dirty"] is False
