@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import nox
 import nox._options
@@ -96,20 +97,20 @@ def test_reused_session_venv_reinstalls_kernodeck_only_when_its_source_changed(t
     venv = tmp_path / "venv"
     venv.mkdir()
     session = _Session(venv)
-    assert noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
+    assert noxsessions.install_kernodeck(session, str(source))
     assert session.installed == [("--no-deps", "--force-reinstall", str(source))]
-    assert not noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
+    assert not noxsessions.install_kernodeck(session, str(source))
     assert len(session.installed) == 1 and "not reinstalling" in session.logged[-1]
     module.write_text("A = 2  # edited\n", encoding="utf-8")  # yesterday's code must not stay
-    assert noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
+    assert noxsessions.install_kernodeck(session, str(source))
     (source / "kernodeck" / "new.py").write_text("", encoding="utf-8")
-    assert noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
-    assert not noxsessions.install_kernodeck(session, str(source))  # type: ignore[arg-type]
+    assert noxsessions.install_kernodeck(session, str(source))
+    assert not noxsessions.install_kernodeck(session, str(source))
     # another source (a requirement) is another install; a venv without the distribution always installs
-    assert noxsessions.install_kernodeck(session, "kernodeck==0.1.0")  # type: ignore[arg-type]
+    assert noxsessions.install_kernodeck(session, "kernodeck==0.1.0")
     for info in venv.glob("lib/*/site-packages/kernodeck-*.dist-info"):
         info.rmdir()
-    assert noxsessions.install_kernodeck(session, "kernodeck==0.1.0")  # type: ignore[arg-type]
+    assert noxsessions.install_kernodeck(session, "kernodeck==0.1.0")
 
 
 def test_register_reuses_venvs_under_current_nox_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,3 +226,88 @@ def test_provenance_in_a_repository_without_commits_says_so(tmp_path: Path) -> N
     subprocess.run([*git, "commit", "-qm", "a"], check=True)
     found = reference.git_revision(tmp_path)
     assert len(found["commit"]) == 40 and found["dirty"] is False
+
+
+# --- compare: every declared output under its kind (item 3) ----------------------------------------------------------
+
+DECLARED = {
+    "vectors": {"kind": "cosine", "dtype": "float32", "cosine-min": 0.999, "max-abs": 1e-3, "justification": "j"},
+    "values": {"kind": "allclose", "dtype": "float32", "rtol": 1e-4, "atol": 1e-4, "justification": "j"},
+    "labels": {"kind": "exact", "dtype": "int64", "justification": "j"},
+    "votes": {"kind": "agreement", "dtype": "int64", "min-share": 0.5, "justification": "j"},
+}
+
+
+def _declared_dossier(folder: Path, outputs: dict[str, object], shift: float = 0.0) -> Path:
+    import numpy as np
+
+    out = folder / "outputs"
+    out.mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({"status": "passed", "platform": "p", "steps": []}))
+    (folder / "run-config.json").write_text(json.dumps({"application": {"outputs": outputs}}))
+    ids = ["r0", "r1", "r2", "r3"]
+    arrays = {
+        "vectors": np.arange(12, dtype=np.float32).reshape(4, 3) + 1,
+        "values": np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32) + np.float32(shift),
+        "labels": np.array([0, 1, 2, 3], dtype=np.int64),
+        "votes": np.array([1, 1, 0, 0], dtype=np.int64),
+    }
+    for name in outputs:
+        np.save(out / f"{name}.npy", arrays[name])
+        (out / f"{name}.ids.json").write_text(json.dumps(ids))
+    return folder
+
+
+def _compare(tmp_path: Path, a: Path, b: Path, *extra: str) -> tuple[dict[str, Any], str]:
+    """``kernodeck compare`` run from ``tmp_path`` (no project there), Kernodeck from this checkout."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = tmp_path / "cmp"
+    proc = subprocess.run([sys.executable, "-m", "kernodeck", "compare", str(a), str(b), "--out", str(out), *extra],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True, capture_output=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((out / "compare.json").read_text())["outputs"], (out / "compare.md").read_text()
+
+
+def test_compare_judges_every_declared_output_under_its_kind(tmp_path: Path) -> None:
+    import sys
+
+    a = _declared_dossier(tmp_path / "a", DECLARED)
+    b = _declared_dossier(tmp_path / "b", DECLARED)
+    out, text = _compare(tmp_path, a, b, "--python", sys.executable)
+    assert set(out["per_output"]) == set(DECLARED)
+    for name, kind in (("vectors", "cosine"), ("values", "allclose"), ("labels", "exact"), ("votes", "agreement")):
+        verdict = out["per_output"][name]
+        assert verdict["compared"] and verdict["kind"] == kind and verdict["passed"], verdict
+        assert f"- `{name}` ({kind}): within its declared tolerance" in text
+    # beyond the declared allclose tolerance: said so, under the same code verify uses
+    c = _declared_dossier(tmp_path / "c", DECLARED, shift=0.01)
+    out, text = _compare(tmp_path, a, c, "--python", sys.executable)
+    assert out["per_output"]["values"]["passed"] is False
+    assert "- `values` (allclose): BEYOND its declared tolerance: 4 values in 4 rows exceed" in text
+
+
+def test_compare_says_when_the_declared_outputs_differ(tmp_path: Path) -> None:
+    import sys
+
+    a = _declared_dossier(tmp_path / "a", {k: DECLARED[k] for k in ("values", "labels")})
+    other = {"values": {**DECLARED["values"], "atol": 1e-2}, "votes": DECLARED["votes"]}
+    b = _declared_dossier(tmp_path / "b", other)
+    out, text = _compare(tmp_path, a, b, "--python", sys.executable)
+    assert out["only_in_a"] == ["labels"] and out["only_in_b"] == ["votes"]
+    assert out["declared_differently"] == ["values"] and set(out["per_output"]) == {"values"}
+    assert "DIFFERENT DECLARED OUTPUTS: only in A: labels; only in B: votes (not compared)" in text
+    assert "`values` is declared differently in A and B" in text
+
+
+def test_compare_without_an_env_to_compare_in_says_so(tmp_path: Path) -> None:
+    a = _declared_dossier(tmp_path / "a", DECLARED)
+    b = _declared_dossier(tmp_path / "b", DECLARED)
+    out, text = _compare(tmp_path, a, b)  # tmp_path is no project: no rebuilt env
+    assert out["available"] is False and out["per_output"] == {}
+    assert "not compared: no rebuilt env here to compare in" in text
