@@ -311,3 +311,34 @@ def test_compare_without_an_env_to_compare_in_says_so(tmp_path: Path) -> None:
     out, text = _compare(tmp_path, a, b)  # tmp_path is no project: no rebuilt env
     assert out["available"] is False and out["per_output"] == {}
     assert "not compared: no rebuilt env here to compare in" in text
+
+
+# --- a lock refused for its body digest names what changed (item 6, second half) -------------------------------------
+
+
+def test_a_lock_refused_for_its_digest_names_the_pins_that_changed_against_the_twin(tmp_path: Path) -> None:
+    import re
+    import shutil
+
+    from kernodeck import lockfile
+    from kernodeck.errors import LockfileError
+    from tests.conftest import ROOT
+
+    source = ROOT / "examples" / "regression" / "lockfiles"
+    lock = tmp_path / "cp311-linux_x86_64-cpu.txt"
+    shutil.copy(source / lock.name, lock)
+    lockfile.read(lock)  # the control: as committed, it is accepted
+    committed = lock.read_text(encoding="utf-8")
+    # a bad merge: one hash of numpy replaced, the digest left as it was
+    first_hash = re.search(r"numpy==2\.4\.6 \\\n\s+--hash=sha256:([0-9a-f]{64})", committed)
+    assert first_hash is not None
+    lock.write_text(committed.replace(first_hash.group(1), "0" * 64), encoding="utf-8")
+    with pytest.raises(LockfileError, match="no longer match the header's body-digest") as without_twin:
+        lockfile.read(lock)
+    assert "numpy" not in str(without_twin.value)  # no twin beside it: nothing to name the change against
+    shutil.copy(source / f"pylock.{lock.stem}.toml", tmp_path)
+    with pytest.raises(LockfileError) as refused:
+        lockfile.read(lock)
+    message = str(refused.value)
+    assert f"Against pylock.{lock.stem}.toml: numpy 2.4.6: other hashes in {lock.name}" in message
+    assert "scikit-learn" not in message and "torch" not in message  # only what changed
