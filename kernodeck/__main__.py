@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", type=Path, metavar="A", help="the first dossier folder (e.g. dossier/reference or runs/X)")
     p.add_argument("b", type=Path, metavar="B", help="the second dossier folder, compared with A")
     p.add_argument("--out", type=Path, metavar="DIR", help="also write compare.md and compare.json into this folder")
+    p.add_argument("--python", metavar="PATH", help="an interpreter with numpy to compare the outputs in "
+                   "(default: this project's rebuilt env of the dossiers' platform)")
     p = sub.add_parser("matrix", help="the CI matrix of the declared platforms, as JSON for GitHub Actions")
     p.add_argument("--out", type=Path, metavar="FILE", help="also write it to this file")
     p.add_argument("--format", choices=["github", "gitlab", "slurm"], default="github",
@@ -290,7 +292,12 @@ def cmd_compare(project: Project | None, args: argparse.Namespace) -> int:
     from . import dossier, outdir
     from ._fs import write_atomic, write_json
 
-    result = dossier.compare(args.a.resolve(), args.b.resolve())
+    from .compare import env_python_for, platform_of
+
+    a, b = args.a.resolve(), args.b.resolve()
+    platforms = [found for folder in (b, a) if (found := platform_of(folder))]
+    python = Path(args.python) if args.python else env_python_for(platforms)
+    result = dossier.compare(a, b, python)
     text = dossier.render_compare(result)
     if args.out:
         here = _project_here()

@@ -251,8 +251,10 @@ def _show_pair(key: str, pair: dict[str, Any]) -> str:
     return f"- `{key}`: {json.dumps(a, default=str)[:200]} → {json.dumps(b, default=str)[:200]}"
 
 
-def compare(dir_a: Path, dir_b: Path) -> dict[str, Any]:
-    """What differs between two dossiers: platform, system chain, inventory, settings, steps, numeric outputs."""
+def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, Any]:
+    """What differs between two dossiers: platform, system chain, inventory, settings, steps, and every declared
+    output under its kind (:func:`kernodeck.compare.compare_outputs`, in ``python``: an interpreter with numpy)."""
+    from .compare import compare_outputs
     from .inventory import diff, parse_freeze
 
     a, b = _load(dir_a), _load(dir_b)
@@ -286,13 +288,16 @@ def compare(dir_a: Path, dir_b: Path) -> dict[str, Any]:
             for n in sorted(set(steps_a) | set(steps_b))
             if steps_a.get(n) != steps_b.get(n)
         },
-        "outputs": _numeric(dir_a / "outputs", dir_b / "outputs"),
+        "outputs": compare_outputs(dir_a, dir_b, python),
     }
+    if result["outputs"] is None:  # dossiers from before the application contract: no declaration, no kind
+        result["outputs"] = _numeric(dir_a / "outputs", dir_b / "outputs")
     return result
 
 
 def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
-    """Per-item cosine and max abs between the two runs' embeddings (.npy read without numpy: float32 little-endian)."""
+    """Per-item cosine and max abs between two undeclared runs' embeddings (dossiers from before the application
+    contract declared no kind: no verdict, only the numbers; .npy read without numpy: float32 little-endian)."""
     ea, eb = read_embeddings(out_a), read_embeddings(out_b)
     if ea is None or eb is None:
         return {"available": False, "reason": "one of the dossiers has no readable float32 embeddings"}
@@ -362,7 +367,11 @@ def render_compare(result: dict[str, Any]) -> str:
     ]
     out = result["outputs"]
     lines += ["## Outputs", ""]
-    if out.get("available"):
+    if "per_output" in out:  # declared outputs, each under its kind
+        from .compare import render
+
+        lines += render(out)
+    elif out.get("available"):
         bad = out.get("non_finite_items") or {}
         if bad:
             first = ", ".join(f"`{name}`" for name in list(bad)[:5]) + (" …" if len(bad) > 5 else "")

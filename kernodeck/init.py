@@ -42,6 +42,7 @@ PYPROJECT = "pyproject.toml"
 GITIGNORE = ".gitignore"
 GROUP_PREFIX = "kernodeck-"
 NEXT = "nox -s lock && nox -s reference && nox -s verify"
+NEXT_EDITED = "nox -s lock && nox -s reference -- --new && nox -s verify"
 
 
 class Action(enum.StrEnum):
@@ -207,8 +208,27 @@ def init(root: Path, *, force: bool = False) -> list[Planned]:
     return planned
 
 
-def summary(planned: list[Planned]) -> list[str]:
+def source_line(environ: dict[str, str] | None = None) -> str:
+    """Which Kernodeck the nox sessions will install (:func:`kernodeck.noxsessions.kernodeck_source`), in words."""
+    from . import noxsessions
+
+    env = os.environ if environ is None else environ
+    pin = _values()["PIN"]
+    source = noxsessions.kernodeck_source(pin, env)
+    if env.get(noxsessions.SOURCE_ENV, "").strip():
+        why = f"${noxsessions.SOURCE_ENV}"
+    elif source != pin:
+        why = "where the Kernodeck beside nox was installed from"
+    else:
+        why = "the noxfile's pin"
+    return f"the nox sessions install Kernodeck from {source} ({why})"
+
+
+def summary(planned: list[Planned], environ: dict[str, str] | None = None) -> list[str]:
+    """What init did, and what comes next: the template passes as it is, so the sessions first, then the edits."""
     lines = [f"  {_verb(p.action):<12} {p.path}" for p in planned]
-    return [*lines, "next: edit requirements/base.in, checks/app.py and [tool.kernodeck.application] (tolerances with"
-            " their justification), then:", f"  {NEXT}"]
+    return [*lines, source_line(environ),
+            "next: the template application passes as it is; from this folder:", f"  {NEXT}",
+            "then edit requirements/base.in, checks/app.py and [tool.kernodeck.application] (tolerances with their"
+            " justification) and make your own reference:", f"  {NEXT_EDITED}"]
 

@@ -184,8 +184,22 @@ def check_seal(text: str, lock: Lockfile) -> None:
         raise LockfileError(
             str(lock.path), number,
             f"the pins no longer match the header's {BODY_DIGEST} ({recorded[:19]}…, the body is {actual[:19]}…): "
-            "edited by hand? Locks change only through `nox -s lock` (or its --upgrade-package / --widen-python)",
+            f"edited by hand?{_against_twin(lock)} Locks change only through `nox -s lock` (or its --upgrade-package"
+            " / --widen-python)",
         )
+
+
+def _against_twin(lock: Lockfile) -> str:
+    """What changed, named against the PEP 751 twin written with the lock (a merge or a bad copy shows here)."""
+    twin = lock.path.with_name(f"pylock.{lock.path.stem}.toml")
+    if not twin.is_file():
+        return ""
+    from .pylock import disagreements
+
+    found = disagreements(twin, lock)
+    if not found:
+        return f" Its pins and hashes still match {twin.name} (was the twin edited too?)."
+    return f" Against {twin.name}: {'; '.join(found)}."
 
 
 def read(path: Path, *, require_header: bool = True) -> Lockfile:

@@ -6,8 +6,9 @@
 
 Each session installs the tools the project pins (its ``[dependency-groups]``) and Kernodeck itself into the session's
 own venv, then runs ``python -m kernodeck <session> <posargs>``. Kernodeck comes from ``$KERNODECK_SOURCE`` when set (a
-folder, e.g. a checkout, or a requirement such as ``kernodeck==0.2.0``), else from the noxfile's pin. Nothing of
-Kernodeck goes into the rebuilt env.
+folder, e.g. a checkout, or a requirement such as ``kernodeck==0.2.0``), else from where the Kernodeck installed beside
+nox came from (its PEP 610 ``direct_url.json``: a folder, a wheel, a VCS URL; from an index: its version), else from
+the noxfile's pin. Nothing of Kernodeck goes into the rebuilt env.
 
 This module imports only nox and the standard library, so a noxfile can load it by path from a checkout before
 Kernodeck is installed anywhere (see the noxfile ``kernodeck init`` writes). Only the sessions need nox: the group
@@ -17,10 +18,15 @@ used by ``kernodeck replay``, inside a session venv that has no nox.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import sys
 from collections.abc import Callable
+from importlib import metadata
+from urllib.parse import urlsplit, urlunsplit
+from urllib.request import url2pathname
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -75,12 +81,39 @@ def tool_groups(pyproject: dict[str, Any]) -> dict[str, str]:
     return dict(GROUPS)
 
 
-def kernodeck_source(pin: str | None, environ: dict[str, str] | None = None) -> str | None:
-    """Where a session installs Kernodeck from: ``$KERNODECK_SOURCE`` when set, else ``pin`` (None: do not install)."""
+def installed_source(dist: metadata.Distribution | None = None) -> str | None:
+    """Where the installed Kernodeck (``dist``; default: the one this Python imports) came from, as something a
+    session venv can install: its folder or archive for a local install, ``kernodeck @ URL`` for a remote or VCS one
+    (PEP 610 ``direct_url.json``), else (from an index) ``kernodeck==VERSION``. None when Kernodeck is not installed.
+    """
+    if dist is None:
+        try:
+            dist = metadata.distribution("kernodeck")
+        except metadata.PackageNotFoundError:
+            return None
+    text = dist.read_text("direct_url.json")
+    if not text:
+        return f"kernodeck=={dist.version}"
+    info = json.loads(text)
+    url = str(info.get("url", ""))
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return url2pathname(parts.path)
+    vcs = info.get("vcs_info")
+    if isinstance(vcs, dict) and vcs.get("vcs"):
+        commit = vcs.get("commit_id") or vcs.get("requested_revision")
+        url = f"{vcs['vcs']}+{url}" + (f"@{commit}" if commit else "")
+    return f"kernodeck @ {url}"
+
+
+def kernodeck_source(pin: str | None, environ: dict[str, str] | None = None,
+                     beside: Callable[[], str | None] = installed_source) -> str | None:
+    """Where a session installs Kernodeck from: ``$KERNODECK_SOURCE`` when set; else, unless ``pin`` is None
+    (Kernodeck's own checkout: do not install), the Kernodeck installed beside nox (``beside()``), else ``pin``."""
     env = os.environ if environ is None else environ
     value = env.get(SOURCE_ENV, "").strip()
     if not value:
-        return pin
+        return None if pin is None else (beside() or pin)
     path = Path(value).expanduser()
     return str(path.resolve()) if path.is_dir() else value
 
@@ -88,8 +121,9 @@ def kernodeck_source(pin: str | None, environ: dict[str, str] | None = None) -> 
 def install_args(source: str, backend: str) -> list[str]:
     """The install arguments for Kernodeck from ``source``.
 
-    A folder is rebuilt each time (a reused session venv must not keep yesterday's code): its dependencies come with
-    the pinned tools, so only Kernodeck itself is reinstalled. A requirement installs as any other.
+    A folder is rebuilt each time it is installed (a reused session venv must not keep yesterday's code): its
+    dependencies come with the pinned tools, so only Kernodeck itself is reinstalled. A wheel or a requirement
+    installs as any other.
     """
     if not Path(source).is_dir():
         return [source]
@@ -114,6 +148,51 @@ def load_pyproject(path: str = "pyproject.toml") -> dict[str, Any]:
         print(f"ERROR: {full}, {at}: invalid TOML: {reason}\nTIP: fix the TOML syntax at {at} of {full}, then rerun",
               file=sys.stderr)
         raise SystemExit(2) from None  # a configuration error: exit 2, as `python -m kernodeck` says it
+
+
+# In a session venv: the fingerprint of the Kernodeck source installed there (see :func:`install_kernodeck`).
+STAMP = "kernodeck-source.json"
+
+
+def source_fingerprint(source: str) -> str:
+    """What must be unchanged for an installed Kernodeck to stand for ``source``: a folder's packaging files and
+    every file of its ``kernodeck`` package (path, size, mtime), an archive's size and mtime, a requirement's text."""
+    path = Path(source)
+    entries: list[list[object]] = [[source]]
+    if path.is_dir():
+        files = [path / name for name in ("pyproject.toml", "setup.cfg", "setup.py")]
+        package = path / "kernodeck"
+        if package.is_dir():
+            files += sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        for file in files:
+            if file.is_file():
+                stat = file.stat()
+                entries.append([file.relative_to(path).as_posix(), stat.st_size, stat.st_mtime_ns])
+    elif path.is_file():
+        stat = path.stat()
+        entries.append([stat.st_size, stat.st_mtime_ns])
+    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
+
+
+def install_kernodeck(session: nox.Session, source: str) -> bool:
+    """Install Kernodeck from ``source`` unless this (reused) venv already holds it from the same, unchanged source.
+
+    A folder's reinstall builds a wheel (seconds) on every command otherwise. Returns whether it installed.
+    """
+    location = getattr(session.virtualenv, "location", None)
+    venv = Path(location) if location else None
+    stamp = venv / STAMP if venv is not None else None
+    wanted = source_fingerprint(source)
+    have = any(req.startswith("kernodeck==") for req in installed(venv)) if venv is not None else False
+    if stamp is not None and have and stamp.is_file() and stamp.read_text(encoding="utf-8").strip() == wanted:
+        session.log(f"Kernodeck from {source} is installed in this venv, unchanged; not reinstalling")
+        return False
+    session.install(*install_args(source, session.venv_backend))
+    if stamp is not None and stamp.parent.is_dir():
+        tmp = stamp.with_name(f".{STAMP}.tmp")
+        tmp.write_text(wanted + "\n", encoding="utf-8")
+        os.replace(tmp, stamp)
+    return True
 
 
 def _tools(session: nox.Session, groups: dict[str, str], kind: str) -> list[str]:
@@ -183,7 +262,7 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
         install_tools(session, _tools(session, groups, tools_kind(spec, list(session.posargs))))
         source = kernodeck_source(pin)
         if source is not None:
-            session.install(*install_args(source, session.venv_backend))
+            install_kernodeck(session, source)
         # the replay installs, in its clean clone, the Kernodeck this session installed: it reads the same variable
         env = {SOURCE_ENV: source} if source is not None else {}
         session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env)
@@ -195,21 +274,32 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
     return nox.session(name=spec.name, default=spec.default)(body)
 
 
+def _unset_in_noxfile(options: object, name: str) -> bool:
+    """Whether the noxfile left ``nox.options.<name>`` at nox's default: nox records where each value came from
+    (``provenance`` in current nox, whose defaults are "virtualenv"/"no"); an older nox left it None."""
+    provenance = getattr(options, "provenance", None)
+    if callable(provenance):
+        return int(provenance(name)) == 0  # nox._option_set.Source.DEFAULT
+    return getattr(options, name, None) is None
+
+
 def register(*, pin: str | None, groups: dict[str, str] | None = None, only: tuple[str, ...] | None = None) -> None:
     """Add Kernodeck's sessions to the noxfile being loaded.
 
-    ``pin``: the requirement installed into each session venv when ``$KERNODECK_SOURCE`` is not set (``None``: the
-    project is Kernodeck's own checkout, importable as it is). ``groups``: the dependency groups that pin the tools
-    (default :data:`GROUPS`). ``only``: a subset of the session names.
+    ``pin``: the requirement installed into each session venv when neither ``$KERNODECK_SOURCE`` is set nor Kernodeck
+    is installed beside nox (``None``: the project is Kernodeck's own checkout, importable as it is). ``groups``: the
+    dependency groups that pin the tools (default :data:`GROUPS`). ``only``: a subset of the session names.
+
+    Session venvs are reused (``reuse_venv = "yes"``) and made by uv when it is there (``"uv|virtualenv"``), as
+    Kernodeck's own noxfile does, unless the noxfile set these itself; the command line still overrides both.
     """
     import nox
 
     if os.path.exists("pyproject.toml"):
         load_pyproject()  # a broken pyproject.toml: one ERROR when the noxfile loads, before any session
-    if nox.options.default_venv_backend is None:
-        nox.options.default_venv_backend = "uv|virtualenv"
-    if nox.options.reuse_venv is None:
-        nox.options.reuse_venv = "yes"
+    for name, value in (("default_venv_backend", "uv|virtualenv"), ("reuse_venv", "yes")):
+        if _unset_in_noxfile(nox.options, name):
+            setattr(nox.options, name, value)
     chosen = dict(GROUPS if groups is None else groups)
     for spec in SESSIONS:
         if only is None or spec.name in only:

@@ -218,16 +218,21 @@ def code_fingerprint(project: Project, files: list[str] | tuple[str, ...]) -> di
 
 
 def git_revision(root: Path) -> dict[str, Any]:
+    """The commit the project is at and whether its tree differs from it, said plainly where there is none."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout
+        git("rev-parse", "--git-dir")
     except (OSError, subprocess.CalledProcessError):
         return {"commit": "unavailable (not a git checkout)", "dirty": True}
-    return {"commit": commit, "dirty": bool(status.strip())}
+    try:
+        commit = git("rev-parse", "--verify", "--quiet", "HEAD").strip()
+    except subprocess.CalledProcessError:
+        commit = ""
+    if not commit:  # `git init` done, nothing committed yet: the files are not at any commit
+        return {"commit": "none (a git repository without commits: nothing is committed yet)", "dirty": True}
+    return {"commit": commit, "dirty": bool(git("status", "--porcelain").strip())}
 
 
 def tolerance_bound(max_abs: float, dim: int) -> float:

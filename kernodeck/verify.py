@@ -113,6 +113,9 @@ class Run:
         if step.name in self._started:
             timing += f", ended {time.strftime('%H:%M:%S')}"
         log(f"kernodeck: {step.name}: {mark} ({timing}){' - ' + note if note else ''}")
+        trace = step.details.get("traceback") if step.status is Status.FAILED else None
+        if isinstance(trace, str):  # the failing line of the user's code, as pytest shows a failing test
+            log("\n".join(f"    {line}" for line in trace.splitlines()))
         return step
 
     def not_run(self, names: tuple[str, ...] | list[str], why: str) -> None:

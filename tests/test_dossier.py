@@ -60,8 +60,9 @@ def test_compare_two_runs_same_platform_zero_delta(built_project: Path, tmp_path
     proc = kd(built_project, "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    assert result["outputs"]["available"] and result["outputs"]["max_abs"] == 0.0
-    assert result["outputs"]["min_cosine"] == pytest.approx(1.0, abs=1e-12)
+    embeddings = result["outputs"]["per_output"]["embeddings"]  # under its declared kind, in the rebuilt env
+    assert result["outputs"]["available"] and embeddings["kind"] == "cosine" and embeddings["max_abs"] == 0.0
+    assert embeddings["min_cosine"] == pytest.approx(1.0, abs=1e-12) and embeddings["passed"] is True
     assert result["inventory"] == {"added": {}, "removed": {}, "changed": {}} and result["steps"] == {}
 
 

@@ -3,9 +3,10 @@
 # ///
 """Kernodeck sessions for this project (`nox -l` lists them): nox -s lock && nox -s reference && nox -s verify
 
-Kernodeck is imported here from beside nox (`pip install kernodeck nox`), else from the checkout $KERNODECK_SOURCE
-names; each session installs it into its own venv from $KERNODECK_SOURCE (a folder or a requirement) when set, else
-as pinned below. Nothing of Kernodeck goes into the rebuilt env. Written by `kernodeck init`.
+Kernodeck is imported here from beside nox (`pip install nox kernodeck`, or a checkout or wheel of it), else from the
+checkout $KERNODECK_SOURCE names. Each session installs the same Kernodeck into its own (reused) venv: from
+$KERNODECK_SOURCE (a folder or a requirement) when set, else from where the one beside nox was installed from, else as
+pinned below. Nothing of Kernodeck goes into the rebuilt env. Written by `kernodeck init`.
 """
 
 from __future__ import annotations

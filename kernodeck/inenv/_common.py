@@ -115,3 +115,39 @@ def load_file(path: Path, name: str) -> types.ModuleType:
         del sys.modules[name]
         raise
     return module
+
+
+HERE = Path(__file__).resolve().parent
+USER_FRAMES = 6  # the last frames shown of an exception raised in the application's code
+
+
+def user_traceback(exc: BaseException, root: Path) -> dict[str, str]:
+    """Where the application's own code raised ``exc``, as pytest shows a failing test: ``raised_at`` (the deepest
+    frame in a project file, ``path:line in function``) and ``traceback`` (the last frames from the first one outside
+    Kernodeck's in-env code, then the exception), with project paths relative to ``root``."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    while frames and Path(frames[0].filename).resolve().parent == HERE:
+        frames.pop(0)  # Kernodeck's call into the application: not the user's
+    root = root.resolve()
+
+    def shown(filename: str) -> str:
+        path = Path(filename).resolve()
+        return path.relative_to(root).as_posix() if path.is_relative_to(root) else filename
+
+    ours = [f for f in frames if Path(f.filename).resolve().is_relative_to(root)]
+    out: dict[str, str] = {}
+    if ours:
+        last = ours[-1]
+        out["raised_at"] = f"{shown(last.filename)}:{last.lineno} in {last.name}"
+    lines = []
+    for frame in frames[-USER_FRAMES:]:
+        lines.append(f"  {shown(frame.filename)}:{frame.lineno} in {frame.name}")
+        if frame.line:
+            lines.append(f"    {frame.line.strip()}")
+    lines.append(f"{type(exc).__name__}: {exc}")
+    if len(frames) > USER_FRAMES:
+        lines.insert(0, f"  ... {len(frames) - USER_FRAMES} earlier frame(s)")
+    out["traceback"] = "\n".join(lines)
+    return out

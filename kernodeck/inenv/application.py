@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import tolerance
-from ._common import CheckFailed, Context, Skip, load_file, load_sample, progress, sha256_file
+from ._common import CheckFailed, Context, Skip, load_file, load_sample, progress, sha256_file, user_traceback
 
 # Determinism reruns the entry twice more (and once without the settings); above this many records it reruns a
 # fixed subset (the first records, in sample order), stated in the step's details.
@@ -267,6 +267,14 @@ def weights(ctx: Context) -> Path | None:
     return folder
 
 
+def _raised(what: str, exc: Exception, root: Path) -> CheckFailed:
+    """The application's own exception as a verdict that keeps its place: the user's file:line in the message, the
+    last frames of its traceback (trimmed of Kernodeck's) in the details."""
+    where = user_traceback(exc, root)
+    at = f" at {where['raised_at']}" if "raised_at" in where else ""
+    return CheckFailed(f"{what} raised {type(exc).__name__}: {exc}{at}", "application", where)
+
+
 def _call_entry(ctx: Context, records: list[dict[str, Any]], folder: Path | None) -> App:
     """Seed and pin every knob (the same state for every call), then run the entry; its failures keep their layer."""
     from . import settings
@@ -292,7 +300,7 @@ def _call_entry(ctx: Context, records: list[dict[str, Any]], folder: Path | None
     except MemoryError as exc:
         raise CheckFailed(f"MemoryError: {exc}", "device") from exc
     except Exception as exc:
-        raise CheckFailed(f"the entry raised {type(exc).__name__}: {exc}", "application") from exc
+        raise _raised("the entry", exc, app.root) from exc
     missing = sorted(set(cfg["outputs"]) - set(app.written))
     if missing:
         raise CheckFailed(f"the entry did not write {', '.join(missing)} (declared in pyproject)", "application")
@@ -422,7 +430,7 @@ def _judge(func: Any, outputs: dict[str, Any], items: list[dict[str, Any]], para
     except CheckFailed:
         raise
     except Exception as exc:
-        raise CheckFailed(f"the criterion raised {type(exc).__name__}: {exc}", "application") from exc
+        raise _raised("the criterion", exc, Path(ctx.config["project_root"])) from exc
     if not isinstance(result, dict) or not isinstance(result.get("passed"), bool):
         raise CheckFailed("the criterion must return a dict with a bool 'passed' and a 'summary'", "application")
     return result
@@ -532,6 +540,22 @@ def non_finite_runs(runs: dict[str, dict[str, tuple[Any, list[str]]]]) -> list[s
     return found
 
 
+def _rows_for(records: list[dict[str, Any]], written: dict[str, tuple[Any, list[str]]]) -> dict[str, Any]:
+    """A rerun's outputs, once each is known to hold one row per given record, in order: an entry that ignores
+    ``app.records`` (always the whole sample) would otherwise compare its own full outputs and pass."""
+    want = _ids(records)
+    for name, (arr, ids) in written.items():
+        rows = int(arr.shape[0]) if arr.ndim else 0
+        if ids != want or rows != len(want):
+            raise CheckFailed(
+                f"given {len(want)} records, the entry wrote {rows} rows of {name} for {len(ids)} ids"
+                f"{'' if ids == want else ' (not the ids given)'}: it must write one row per record of app.records",
+                "application",
+                {"output": name, "records_given": len(want), "rows_written": rows, "ids_written": len(ids)},
+            )
+    return written
+
+
 def determinism(ctx: Context) -> dict[str, Any]:
     """Rerun the entry twice in this process (a fixed subset for large samples): on CPU, bitwise identical outputs.
 
@@ -544,13 +568,13 @@ def determinism(ctx: Context) -> dict[str, Any]:
     subset = items[:limit]
     whole = len(subset) == len(items)
     start = time.perf_counter()
-    second = _call_entry(ctx, subset, None).written
+    second = _rows_for(subset, _call_entry(ctx, subset, None).written)
     t_det = time.perf_counter() - start
-    third = _call_entry(ctx, subset, None).written
+    third = _rows_for(subset, _call_entry(ctx, subset, None).written)
     ctx.state["deterministic"] = False
     try:
         start = time.perf_counter()
-        free = _call_entry(ctx, subset, None).written
+        free = _rows_for(subset, _call_entry(ctx, subset, None).written)
         t_free = time.perf_counter() - start
     finally:
         ctx.state["deterministic"] = True

@@ -38,6 +38,9 @@ def _load_siblings() -> None:
 
 
 _load_siblings()
+# The application's files are loaded by path from the user's project: compiling them must leave no __pycache__/
+# there (the orchestrator's files and the env's libraries were compiled when they were installed).
+sys.dont_write_bytecode = True
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 
 # step name -> (module, function, title)
