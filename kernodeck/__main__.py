@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pip-tools for this machine's platform; uv for another platform from here (default: pip-tools)")
     p.add_argument("--check", action="store_true", help="exit non-zero, naming what changed, if the lock is stale")
     p.add_argument("--upgrade", action="store_true", help="re-resolve every pin to the newest allowed")
+    p.add_argument("--as-of", metavar="DATE",
+                   help="resolve only files uploaded before DATE (YYYY-MM-DD, UTC); overrides resolve-as-of")
     p.add_argument("--all", action="store_true", help="(with --check) every declared platform")
     p.add_argument("--pylock-only", action="store_true", help="(re)write the PEP 751 twin of the existing lock only")
     p.add_argument("--upgrade-package", action="append", default=[], metavar="NAME==VER",
@@ -149,7 +151,7 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
     elif args.pylock_only:
         locking.write_pylock_only(project, plat)
     else:
-        locking.compile_lock(project, plat, resolver=args.resolver, upgrade=args.upgrade)
+        locking.compile_lock(project, plat, resolver=args.resolver, upgrade=args.upgrade, as_of=args.as_of)
     return 0
 
 
