@@ -114,6 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit", help="pip-audit of each platform lock (needs the vulnerability service: network)")
     _platform_args(p)
     p.add_argument("--all", action="store_true", help="every declared platform that has a committed lock")
+    p = sub.add_parser("upgrade", help="relock every pin (optionally --as-of DATE), print the lock diff, verify the "
+                       "new env against the existing reference")
+    _platform_args(p)
+    p.add_argument("--as-of", metavar="DATE", help="resolve as of DATE (YYYY-MM-DD, UTC) instead of the latest")
+    p.add_argument("--resolver", choices=list(RESOLVERS), help="default: the one the current lock was made with")
+    p.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto", help="the env's installer")
+    p.add_argument("--out", type=Path, metavar="DIR", help="the upgrade's folder (default: runs/upgrade-STAMP-ID)")
+    p = sub.add_parser("bisect", help="which changed pins move the outputs out of tolerance: --good OLD --bad NEW")
+    _platform_args(p)
+    p.add_argument("--good", type=Path, required=True, metavar="LOCK", help="the lock whose env is within tolerance")
+    p.add_argument("--bad", type=Path, required=True, metavar="LOCK", help="the lock whose env is not")
+    p.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto", help="the envs' installer")
+    p.add_argument("--out", type=Path, metavar="DIR", help="the bisect's folder (default: runs/bisect-STAMP-ID)")
     p = sub.add_parser("init", help="make this repository a Kernodeck project (noxfile, pyproject, app template, CI)")
     p.add_argument("--force", action="store_true", help="overwrite files (and a [tool.kernodeck]) that already exist")
     return parser
@@ -347,10 +360,34 @@ def cmd_audit(project: Project, args: argparse.Namespace) -> int:
     return audit.exit_code(results)
 
 
+def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
+    from .upgrade import render_drift, upgrade
+
+    plat = resolve_platform(project, args.platform, args.variant)
+    result = upgrade(project, plat, as_of=args.as_of, resolver=args.resolver, installer=args.installer, out=args.out)
+    print(render_drift(result.drift, title=f"Against the reference: {plat.id}"))
+    print(f"upgrade {plat.id}: {'criterion still holds' if result.drift.holds else 'OUT OF TOLERANCE'}; "
+          f"new lock {result.lock.relative_to(project.root)}, old one kept in {result.old_lock}; "
+          f"report {result.folder / 'upgrade.md'}")
+    if not result.drift.holds:
+        print(f"next: nox -s bisect -- --platform {plat.id} --good {result.old_lock} "
+              f"--bad {result.lock.relative_to(project.root)}")
+    return 0 if result.drift.holds else 1
+
+
+def cmd_bisect(project: Project, args: argparse.Namespace) -> int:
+    from .bisect import bisect_locks
+
+    plat = resolve_platform(project, args.platform, args.variant)
+    result = bisect_locks(project, plat, args.good, args.bad, installer=args.installer, out=args.out)
+    print(result.markdown)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[Project, argparse.Namespace], int]] = {
     "lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare,
     "replay": cmd_replay, "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "sbom": cmd_sbom,
-    "audit": cmd_audit,
+    "audit": cmd_audit, "upgrade": cmd_upgrade, "bisect": cmd_bisect,
 }
 
 
