@@ -33,7 +33,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import lockdiff, lockfile
-from ._fs import write_atomic, write_json
+from ._fs import sha256_file, write_atomic, write_json
 from ._proc import log
 from .config import Project
 from .errors import KernodeckError
@@ -269,6 +269,7 @@ class TrialRecord:
     seconds: float
     note: str
     drift: Drift | None
+    rebuilt: bool = True  # False: the platform's current env was the new lock's and was used as it is
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,7 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     """Find the changes from ``good_path`` to ``bad_path`` that move the application's outputs out of tolerance."""
     from . import application, outdir
     from . import reference as refmod
-    from .rebuild import platform_lock, rebuild
+    from .rebuild import MARKER, current_env, env_python, platform_lock, rebuild
     from .verify import Run, require_declared_contract, run_checks
 
     good, bad = lockfile.read(good_path), lockfile.read(bad_path)
@@ -313,39 +314,60 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     def names_of(subset: frozenset[int]) -> set[str]:
         return {name for i in subset for name in groups[i].names}
 
+    bad_digest = "sha256:" + sha256_file(bad_path)
+
+    def new_lock_env() -> Path | None:
+        """The platform's current env when it was built from the new lock (as ``upgrade`` leaves it): used as it is."""
+        env = current_env(project, plat)
+        if env is None:
+            return None
+        try:
+            marker = json.loads((env / MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return env if marker.get("lock_digest") == bad_digest else None
+
     def probe(subset: frozenset[int]) -> Outcome:
         number = len(records) + 1
         names = names_of(subset)
-        shown = ", ".join(sorted(names)) if len(subset) < len(groups) else f"all {len(names)} changes (the new lock)"
-        log(f"kernodeck: bisect [{number}/≤{limit}]: old lock + {shown}: rebuild + application + compare")
+        whole = len(subset) == len(groups)
+        shown = f"all {len(names)} changes (the new lock)" if whole else ", ".join(sorted(names))
         trial = folder / f"try-{number:02d}"
         (trial / "lockfiles").mkdir(parents=True)
         lock_path = trial / "lockfiles" / plat.lock_name
         write_atomic(lock_path, intermediate_lock(good, bad, names, f"old lock + new pins of {shown}"))
+        reuse = new_lock_env() if whole else None
+        log(f"kernodeck: bisect [{number}/≤{limit}]: old lock + {shown}: "
+            f"{'the current env (built from the new lock)' if reuse else 'rebuild'} + application + compare")
         scratch = dataclasses.replace(project, venv_root=trial / "venv", lockfiles=trial / "lockfiles", runs=trial)
         t0 = time.perf_counter()
-        guard = platform_lock(scratch, plat)
+        guard = platform_lock(project if reuse else scratch, plat)
         guard.acquire()
         try:
             try:
-                built = rebuild(scratch, plat, lock_path, installer=installer, fresh=True, observe_reused=False)
+                if reuse is not None:
+                    python = env_python(reuse)
+                else:
+                    python = rebuild(scratch, plat, lock_path, installer=installer, fresh=True,
+                                     observe_reused=False).python
             except KernodeckError as exc:
                 note = f"cannot be installed consistently: {str(exc).splitlines()[0][:300]}"
                 records.append(TrialRecord(number, tuple(sorted(names)), Outcome.SKIPPED,
                                            time.perf_counter() - t0, note, None))
                 log(f"kernodeck: bisect [{number}]: skipped: {note}")
                 return Outcome.SKIPPED
-            if number == 1 and len(subset) == len(groups):
-                regroup(built.python)
+            if number == 1 and whole:
+                regroup(python)
             run_ = Run(project, plat, trial)
-            run_checks(run_, built.python, STEPS, config)
+            run_checks(run_, python, STEPS, config)
         finally:
             guard.release()
             shutil.rmtree(trial / "venv", ignore_errors=True)  # the env is not kept: its lock is, beside its steps
         drift = Drift.from_steps([s.as_dict() for s in run_.steps])
         outcome = _outcome_of(drift)
         numbers = "; ".join(o.summary for o in drift.outputs) or drift.failure
-        records.append(TrialRecord(number, tuple(sorted(names)), outcome, time.perf_counter() - t0, numbers, drift))
+        records.append(TrialRecord(number, tuple(sorted(names)), outcome, time.perf_counter() - t0, numbers, drift,
+                                   rebuilt=reuse is None))
         log(f"kernodeck: bisect [{number}]: {outcome} ({time.perf_counter() - t0:.1f}s): {numbers}")
         return outcome
 
@@ -371,11 +393,12 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     write_json(folder / "bisect.json", {
         "version": 1, "platform": plat.id, "verdict": str(result.verdict),
         "culprit": [list(groups[i].names) for i in result.culprit], "alone": result.alone,
-        "candidates": [list(groups[i].names) for i in result.candidates], "rebuilds": len(records),
+        "candidates": [list(groups[i].names) for i in result.candidates], "envs": len(records),
+        "rebuilds": sum(r.rebuilt for r in records),
         "bound": bound(max(len(groups), 1)),
         "groups": [list(g.names) for g in groups],
         "trials": [{"number": r.number, "moved": list(r.moved), "outcome": str(r.outcome),
-                    "seconds": round(r.seconds, 2), "note": r.note} for r in records],
+                    "seconds": round(r.seconds, 2), "note": r.note, "rebuilt": r.rebuilt} for r in records],
     })
     return BisectResult(result, tuple(groups), tuple(records), folder, markdown)
 
@@ -385,7 +408,8 @@ def render(result: SearchResult, groups: list[Group], records: list[TrialRecord]
     """The bisect's report: the verdict, the culprit with its numbers, and every env tried."""
     lines = [f"## Bisect of {platform}", "",
              f"From `{d.old.label}` to `{d.new.label}`: {len(d.changes)} changed packages in {len(groups)} groups; "
-             f"{len(records)} env(s) built (bound for one culprit: {bound(max(len(groups), 1))}).", ""]
+             f"{len(records)} env(s) tried, {sum(r.rebuilt for r in records)} rebuilt (bound for one culprit: "
+             f"{bound(max(len(groups), 1))}, or one less when the current env is the new lock's).", ""]
     match result.verdict:
         case Verdict.FOUND:
             names = " + ".join(groups[i].label() for i in result.culprit)
