@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pip-tools for this machine's platform; uv for another platform from here (default: pip-tools)")
     p.add_argument("--check", action="store_true", help="exit non-zero, naming what changed, if the lock is stale")
     p.add_argument("--upgrade", action="store_true", help="re-resolve every pin to the newest allowed")
+    p.add_argument("--as-of", metavar="DATE",
+                   help="resolve only files uploaded before DATE (YYYY-MM-DD, UTC); overrides resolve-as-of")
     p.add_argument("--all", action="store_true", help="(with --check) every declared platform")
     p.add_argument("--pylock-only", action="store_true", help="(re)write the PEP 751 twin of the existing lock only")
     p.add_argument("--upgrade-package", action="append", default=[], metavar="NAME==VER",
@@ -129,6 +131,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, metavar="DIR", help="where drift.md/json/svg go (default: under runs/)")
     p.add_argument("--python", type=Path, metavar="PATH",
                    help="an interpreter with numpy to compare with (default: this platform's rebuilt env)")
+    p = sub.add_parser("upgrade", help="relock every pin (optionally --as-of DATE), print the lock diff, verify the "
+                       "new env against the existing reference")
+    _platform_args(p)
+    p.add_argument("--as-of", metavar="DATE", help="resolve as of DATE (YYYY-MM-DD, UTC) instead of the latest")
+    p.add_argument("--resolver", choices=list(RESOLVERS), help="default: the one the current lock was made with")
+    p.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto", help="the env's installer")
+    p.add_argument("--out", type=Path, metavar="DIR", help="the upgrade's folder (default: runs/upgrade-STAMP-ID)")
+    p = sub.add_parser("bisect", help="which changed pins move the outputs out of tolerance: --good OLD --bad NEW")
+    _platform_args(p)
+    p.add_argument("--good", type=Path, required=True, metavar="LOCK", help="the lock whose env is within tolerance")
+    p.add_argument("--bad", type=Path, required=True, metavar="LOCK", help="the lock whose env is not")
+    p.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto", help="the envs' installer")
+    p.add_argument("--out", type=Path, metavar="DIR", help="the bisect's folder (default: runs/bisect-STAMP-ID)")
     p = sub.add_parser("init", help="make this repository a Kernodeck project (noxfile, pyproject, app template, CI)")
     p.add_argument("--force", action="store_true", help="overwrite files (and a [tool.kernodeck]) that already exist")
     return parser
@@ -167,7 +182,7 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
     elif args.pylock_only:
         locking.write_pylock_only(project, plat)
     else:
-        locking.compile_lock(project, plat, resolver=args.resolver, upgrade=args.upgrade)
+        locking.compile_lock(project, plat, resolver=args.resolver, upgrade=args.upgrade, as_of=args.as_of)
     return 0
 
 
@@ -418,13 +433,36 @@ def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
                                allowed=(project.runs,) if project else ())
     print(drift.render(data))
     print(f"drift map: {folder / 'drift.md'} (heatmap: {folder / 'drift.svg'})")
+
+
+def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
+    from .upgrade import render_drift, upgrade
+
+    plat = resolve_platform(project, args.platform, args.variant)
+    result = upgrade(project, plat, as_of=args.as_of, resolver=args.resolver, installer=args.installer, out=args.out)
+    print(render_drift(result.drift, title=f"Against the reference: {plat.id}"))
+    print(f"upgrade {plat.id}: {'criterion still holds' if result.drift.holds else 'OUT OF TOLERANCE'}; "
+          f"new lock {result.lock.relative_to(project.root)}, old one kept in {result.old_lock}; "
+          f"report {result.folder / 'upgrade.md'}")
+    if not result.drift.holds:
+        print(f"next: nox -s bisect -- --platform {plat.id} --good {result.old_lock} "
+              f"--bad {result.lock.relative_to(project.root)}")
+    return 0 if result.drift.holds else 1
+
+
+def cmd_bisect(project: Project, args: argparse.Namespace) -> int:
+    from .bisect import bisect_locks
+
+    plat = resolve_platform(project, args.platform, args.variant)
+    result = bisect_locks(project, plat, args.good, args.bad, installer=args.installer, out=args.out)
+    print(result.markdown)
     return 0
 
 
 COMMANDS: dict[str, Callable[[Project, argparse.Namespace], int]] = {
     "lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare,
     "replay": cmd_replay, "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "sbom": cmd_sbom,
-    "audit": cmd_audit, "calibrate": cmd_calibrate,
+    "audit": cmd_audit, "calibrate": cmd_calibrate, "upgrade": cmd_upgrade, "bisect": cmd_bisect,
 }
 
 

@@ -65,6 +65,8 @@ class Project:
     default_variant: dict[str, str]
     platforms: tuple[DeclaredPlatform, ...]
     tool_pins: dict[str, str]
+    # `resolve-as-of`: resolve only what was uploaded before this date (kernodeck.lock.as_of_instant checks it).
+    resolve_as_of: str | None = None
 
     def variant(self, name: str) -> Variant:
         try:
@@ -210,4 +212,5 @@ def load_project(root: Path | None = None) -> Project:
         default_variant=dict(tool.get("default-variant", {})),
         platforms=platforms,
         tool_pins=_pins(data.get("dependency-groups", {})),
+        resolve_as_of=str(tool["resolve-as-of"]) if "resolve-as-of" in tool else None,
     )

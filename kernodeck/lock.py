@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import platform as _platform
 import re
 import shutil
@@ -72,7 +73,39 @@ def resolver_version(project: Project, resolver: str) -> str:
     return pinned
 
 
-def compute_inputs(project: Project, plat: Platform, resolver: str) -> LockInputs:
+AS_OF_KEY = "resolve-as-of"
+
+
+def as_of_instant(value: str, *, now: _dt.datetime | None = None) -> str:
+    """A resolution date (``YYYY-MM-DD``, or ``YYYY-MM-DDTHH:MM:SSZ``) as the UTC instant both resolvers take: only
+    files uploaded before it are candidates (uv ``--exclude-newer``, pip-compile ``--uploaded-prior-to``).
+
+    A date means its midnight in UTC, never the machine's local time, so every machine draws the same line. A date
+    still to come is refused: files uploaded between now and then would make the same inputs lock differently.
+    """
+    text = value.strip()
+    try:
+        if len(text) == 10:
+            instant = _dt.datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=_dt.UTC)
+        else:
+            instant = _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC)
+    except ValueError:
+        raise ConfigError(f"{AS_OF_KEY} {value!r} is not a date (YYYY-MM-DD, or YYYY-MM-DDTHH:MM:SSZ in UTC)",
+                          tip="nox -s lock -- --as-of 2026-11-01") from None
+    if instant > (now or _dt.datetime.now(_dt.UTC)):
+        raise ConfigError(f"{AS_OF_KEY} {value!r} is in the future: what is uploaded until then would change the "
+                          "lock of the same inputs", tip="give a date that has passed, e.g. yesterday's")
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def effective_as_of(project: Project, override: str | None) -> str | None:
+    """The resolution date a lock is made with: ``--as-of`` when given, else pyproject's ``resolve-as-of``."""
+    value = override or project.resolve_as_of
+    return as_of_instant(value) if value else None
+
+
+def compute_inputs(project: Project, plat: Platform, resolver: str, as_of: str | None = None) -> LockInputs:
+    """``as_of``: the resolution instant (:func:`as_of_instant`), an input when there is one."""
     entries: list[tuple[str, str]] = []
     for rel in input_files(project, plat):
         path = project.root / rel
@@ -83,6 +116,8 @@ def compute_inputs(project: Project, plat: Platform, resolver: str) -> LockInput
     entries.append(("python", plat.python))
     entries.append(("os-arch", plat.os_arch))
     entries.append(("resolver", f"{resolver}=={resolver_version(project, resolver)}"))
+    if as_of:
+        entries.append((AS_OF_KEY, as_of))
     return LockInputs(tuple(entries))
 
 
@@ -114,17 +149,25 @@ def _uv_bin() -> str:
 
 
 def _command(
-    resolver: str, plat: Platform, inputs: list[str], output: str, extra_index: str | None, upgrade: bool
+    resolver: str, plat: Platform, inputs: list[str], output: str, extra_index: str | None, upgrade: bool,
+    as_of: str | None = None, exempt: tuple[str, ...] = (),
 ) -> list[str]:
     if resolver == "pip-tools":
         cmd = [sys.executable, "-m", "piptools", "compile", "--generate-hashes", "--allow-unsafe", "--strip-extras"]
         cmd += ["--no-emit-index-url", "--no-emit-find-links", "--no-emit-trusted-host", "--no-header", "--quiet"]
         if extra_index:
             cmd += ["--extra-index-url", extra_index]
+        if as_of:
+            cmd += ["--uploaded-prior-to", as_of]  # pip-tools >= 7.6 with pip >= 26.0; local files are not dated
     else:
         # uv gets every source through its environment (uv_lock_environment), so none is in an argv or a header.
         cmd = [_uv_bin(), "pip", "compile", "--generate-hashes", "--no-header", "--quiet"]
         cmd += ["--python-version", plat.python, "--python-platform", UV_PLATFORMS[plat.os_arch]]
+        if as_of:
+            cmd += ["--exclude-newer", as_of]
+            # uv drops a file with no upload time (download.pytorch.org publishes none); a name the torch layer pins
+            # with == has one version whatever the date, so it is exempt.
+            cmd += [arg for name in exempt for arg in ("--exclude-newer-package", f"{name}=false")]
     if upgrade:
         cmd.append("--upgrade")
     return [*cmd, "--output-file", output, *inputs]
@@ -210,8 +253,11 @@ def _mentions(output: str, names: set[str]) -> bool:
     return any(name in low for name in names)
 
 
-def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools", upgrade: bool = False) -> Path:
+def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools", upgrade: bool = False,
+                 as_of: str | None = None) -> Path:
     """Resolve ``plat``'s inputs into a hash-pinned lock and its PEP 751 twin; on any failure both stay as they were.
+
+    ``as_of``: resolve as of this date (overrides pyproject's ``resolve-as-of``; see :func:`as_of_instant`).
 
     One lock of a platform at a time (a file lock, as rebuild takes): a second waits, it never shares the first's
     ``.compiling`` file.
@@ -225,7 +271,7 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
     guard = FileLock(str(folder / ".compiling.lock"), timeout=3600)
     acquire(guard, plat, who="lock")
     try:
-        return _compile_lock(project, plat, resolver=resolver, upgrade=upgrade)
+        return _compile_lock(project, plat, resolver=resolver, upgrade=upgrade, as_of=as_of)
     finally:
         guard.release()
 
@@ -258,7 +304,23 @@ def _direct_references(project: Project, plat: Platform) -> None:
                 )
 
 
-def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: bool) -> Path:
+def _pinned_layer_names(project: Project, plat: Platform) -> tuple[str, ...]:
+    """The names the torch layer pins with ``==`` (one version whatever the resolution date)."""
+    names: list[str] = []
+    for line in (project.root / plat.variant.torch_layer).read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if [s.operator for s in req.specifier] == ["=="]:
+            names.append(canonicalize_name(req.name))
+    return tuple(sorted(set(names)))
+
+
+def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: bool, as_of: str | None) -> Path:
     if resolver == "pip-tools" and (plat.python != current_python() or plat.os_arch != current_os_arch()):
         raise ConfigError(
             f"pip-tools locks only for the machine it runs on ({current_python()}, {current_os_arch()}), not {plat.id}",
@@ -267,7 +329,8 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
     if resolver == "uv" and plat.os_arch not in UV_PLATFORMS:
         raise ConfigError(f"uv cannot resolve for {plat.os_arch}; known: {', '.join(UV_PLATFORMS)}")
     _check_tool(project, resolver)
-    inputs = compute_inputs(project, plat, resolver)
+    instant = effective_as_of(project, as_of)
+    inputs = compute_inputs(project, plat, resolver, instant)
     _direct_references(project, plat)
     target = lock_path(project, plat)
     vindex = variant_index(plat.variant.name, plat.variant.index)
@@ -307,10 +370,10 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
     rel_inputs = input_files(project, plat)
     out_rel = str(tmp.relative_to(project.root))
     if resolver == "uv":
-        cmd = _command(resolver, plat, rel_inputs, out_rel, None, upgrade)
+        cmd = _command(resolver, plat, rel_inputs, out_rel, None, upgrade, instant, _pinned_layer_names(project, plat))
         extra = uv_lock_environment(plat, extra_index, sources, no_index)
     else:
-        cmd = _command(resolver, plat, rel_inputs, out_rel, extra_index, upgrade)
+        cmd = _command(resolver, plat, rel_inputs, out_rel, extra_index, upgrade, instant)
         extra = {}
     env = clean_env(extra)
     # What the twin will reuse (the files the current twin places) and a prefetch of what it lacks are read while
@@ -352,6 +415,7 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
             ("variant",
              f"{plat.variant.name} (backend {plat.variant.backend}, torch layer {plat.variant.torch_layer})"),
             ("resolver", f"{resolver} {resolver_version(project, resolver)}"),
+            *([(AS_OF_KEY, f"{instant} (only files uploaded before it)")] if instant else []),
             ("command", vindex.expandable(_public_command([vindex.shown() if c == vindex.url else c for c in cmd],
                                                           out_rel, str(target.relative_to(project.root)), extra))),
             # sorted: the same sources give the same bytes, whatever order this machine's config lists them in
@@ -477,9 +541,11 @@ def check_lock(project: Project, plat: Platform) -> list[str]:
     resolver = resolver_entry.split("==", 1)[0] or "pip-tools"
     if resolver not in RESOLVERS:
         raise LockfileError(str(target), None, f"unknown resolver {resolver!r} in header")
-    current = compute_inputs(project, plat, resolver).as_dict()
+    declared_as_of = as_of_instant(project.resolve_as_of) if project.resolve_as_of else None
+    current = compute_inputs(project, plat, resolver, declared_as_of or recorded.get(AS_OF_KEY)).as_dict()
     changes: list[str] = []
-    labels = {"python": "the target Python", "os-arch": "the OS/arch", "resolver": "the resolver or its version"}
+    labels = {"python": "the target Python", "os-arch": "the OS/arch", "resolver": "the resolver or its version",
+              AS_OF_KEY: "the resolution date (resolve-as-of)"}
     for key in sorted(set(recorded) | set(current)):
         old, new = recorded.get(key), current.get(key)
         if old == new:
@@ -491,7 +557,7 @@ def check_lock(project: Project, plat: Platform) -> list[str]:
             changes.append(f"{what} is a new input")
         elif new is None:
             changes.append(f"{what} is no longer an input")
-        elif key in ("python", "resolver", "os-arch"):
+        elif key in ("python", "resolver", "os-arch", AS_OF_KEY):
             changes.append(f"{what} changed: {old} -> {new}")
         else:
             changes.append(f"{what} changed")

@@ -64,6 +64,10 @@ SESSIONS = (
          default=False),
     Spec("wheelhouse", "wheelhouse", "Download every file of a platform's lock, hash-checked (-- --platform ID).",
          default=False),
+    Spec("upgrade", "lock", "Relock (-- --as-of DATE), print the lock diff, verify against the reference.",
+         default=False),
+    Spec("bisect", "run", "Which changed pins move the outputs: -- --good OLD_LOCK --bad NEW_LOCK.",
+         default=False),
 )
 
 # The dependency groups of the project's pyproject.toml that hold the pinned tools (`kernodeck init` writes them).

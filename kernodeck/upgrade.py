@@ -1,0 +1,217 @@
+"""``nox -s upgrade``: relock (optionally as of a date), show the lock diff, then verify the new env against the
+EXISTING reference, so the user reads per output whether the upgrade still computes what the reference computed.
+
+Nothing of the old lock is lost until the user commits: the new lock (and its PEP 751 twin) take the lockfiles' place
+(verify, rebuild and CI read them there), and the old pair is kept in the upgrade's folder under ``runs/`` (``old/``),
+beside the Markdown diff and the verify dossier. ``git diff lockfiles/`` shows the same change; ``git checkout`` or
+the copy in ``old/`` undoes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import lock as locking
+from . import lockdiff, lockfile
+from ._fs import write_atomic, write_json
+from ._proc import log
+from .config import Project
+from .errors import KernodeckError, MissingLockfile
+from .platforms import Platform
+
+
+@dataclass(frozen=True)
+class OutputDrift:
+    """One output's numbers against the reference, under its declared tolerance."""
+
+    name: str
+    kind: str
+    passed: bool
+    max_abs: float | None
+    min_cosine: float | None
+    agreement: float | None  # share of rows equal (agreement and exact kinds)
+    allowed: str
+    summary: str
+
+    @classmethod
+    def from_compare(cls, name: str, d: dict[str, Any]) -> OutputDrift:
+        """From one entry of the compare step's ``outputs`` (kernodeck/inenv/tolerance.py's numbers)."""
+        kind = str(d.get("kind", "?"))
+        if kind == "cosine":
+            allowed = f"cosine >= {d.get('cosine_min_allowed')}, max abs <= {d.get('max_abs_allowed')}"
+        elif kind == "allclose":
+            allowed = f"|a-b| <= {d.get('atol')} + {d.get('rtol')}*|ref|"
+        elif kind == "agreement":
+            allowed = f"agreement >= {d.get('min_share_allowed')}"
+        else:
+            allowed = "equal"
+
+        def num(key: str) -> float | None:
+            value = d.get(key)
+            return float(value) if isinstance(value, int | float) else None
+
+        return cls(name=name, kind=kind, passed=bool(d.get("passed")), max_abs=num("max_abs"),
+                   min_cosine=num("min_cosine"), agreement=num("equal_share"), allowed=allowed,
+                   summary=str(d.get("summary", "")))
+
+
+@dataclass(frozen=True)
+class Drift:
+    """What a run of the application computed against the reference: per output, the criterion, the verdict."""
+
+    outputs: tuple[OutputDrift, ...]
+    criterion: tuple[bool, str] | None  # (passed, summary); None when it did not run
+    failure: str  # the first failed step and its error, when the outputs could not be compared (else "")
+
+    @property
+    def holds(self) -> bool:
+        """Every output within its tolerance and the criterion (if declared and run) still holds."""
+        return (not self.failure and bool(self.outputs) and all(o.passed for o in self.outputs)
+                and (self.criterion is None or self.criterion[0]))
+
+    @classmethod
+    def from_steps(cls, steps: list[dict[str, Any]]) -> Drift:
+        """From a report's steps (``report.json``'s ``steps``, or the bisect's in-env steps)."""
+        by_name = {s["name"]: s for s in steps}
+        compare = by_name.get("compare", {})
+        outputs = (compare.get("details") or {}).get("outputs") or {}
+        drifts = tuple(OutputDrift.from_compare(n, d) for n, d in sorted(outputs.items()))
+        crit = by_name.get("criterion")
+        criterion = None
+        if crit is not None and crit.get("status") in ("passed", "failed") and crit.get("details"):
+            criterion = (crit["status"] == "passed", str(crit["details"].get("summary", crit.get("error", ""))))
+        failed = next((s for s in steps if s.get("status") == "failed" and s["name"] not in ("compare", "criterion")),
+                      None)
+        failure = f"{failed['name']}: {failed.get('error', '')}" if failed else ""
+        if not drifts and not failure:
+            failure = "the outputs were not compared (no compare step ran)"
+        return cls(drifts, criterion, failure)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def render_drift(drift: Drift, *, title: str = "Against the reference") -> str:
+    """The drift table as Markdown: per output max abs / cosine / agreement against its tolerance, then the verdict."""
+    lines = [f"### {title}", ""]
+    if drift.outputs:
+        lines += ["| output | kind | max abs | min cosine | agreement | tolerance | within |",
+                  "|---|---|---|---|---|---|---|"]
+        for o in drift.outputs:
+            lines.append(f"| {o.name} | {o.kind} | {_fmt(o.max_abs, '.3g')} | {_fmt(o.min_cosine, '.9f')} "
+                         f"| {_fmt(o.agreement, '.4f')} | {o.allowed} | {'yes' if o.passed else '**NO**'} |")
+        lines.append("")
+    if drift.failure:
+        lines.append(f"Not compared: {drift.failure}")
+    if drift.criterion is not None:
+        lines.append(f"Criterion: {'holds' if drift.criterion[0] else '**does not hold**'} ({drift.criterion[1]})")
+    verdict = ("the criterion still holds: every output within tolerance" if drift.holds
+               else "**out of tolerance: the outputs moved beyond it (or a check failed)**")
+    lines.append(f"Verdict: {verdict}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class UpgradeResult:
+    platform: str
+    lock: Path  # the new lock, in the lockfiles folder
+    old_lock: Path  # the kept copy of the old one
+    folder: Path  # runs/upgrade-…: old/, lock-diff.md, upgrade.md, upgrade.json, verify/
+    diff: lockdiff.LockDiff
+    drift: Drift
+    markdown: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": 1, "platform": self.platform, "lock": str(self.lock), "old_lock": str(self.old_lock),
+            "holds": self.drift.holds,
+            "changes": [{"name": c.name, "kind": str(c.kind), "old": c.old, "new": c.new} for c in self.diff.changes],
+            "body_digest": {"old": self.diff.old.body_digest, "new": self.diff.new.body_digest},
+            "outputs": [o.__dict__ for o in self.drift.outputs],
+            "criterion": list(self.drift.criterion) if self.drift.criterion else None,
+            "failure": self.drift.failure,
+        }
+
+
+def recorded_resolver(lock: lockfile.Lockfile) -> str:
+    """The resolver the lock was made with (its header), so the relock is checked against the same input."""
+    name = lock.first("resolver").split(" ", 1)[0]
+    return name if name in locking.RESOLVERS else "pip-tools"
+
+
+def _keep_declared_date(project: Project, as_of: str | None, old_dir: Path) -> None:
+    """A project that declares ``resolve-as-of`` gets the new date there (its old pyproject kept in ``old/``): the
+    declared date binds the drift check, so a lock of another date would be stale the moment it is written."""
+    if not as_of or not project.resolve_as_of or project.resolve_as_of == as_of:
+        return
+    import tomlkit
+
+    path = project.root / "pyproject.toml"
+    text = path.read_text(encoding="utf-8")
+    write_atomic(old_dir / "pyproject.toml", text)
+    doc = tomlkit.parse(text)
+    doc["tool"]["kernodeck"]["resolve-as-of"] = as_of
+    write_atomic(path, tomlkit.dumps(doc))
+    log(f"kernodeck: pyproject.toml: resolve-as-of {project.resolve_as_of} -> {as_of} (the old file is in {old_dir})")
+
+
+def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resolver: str | None = None,
+            installer: str | None = None, out: Path | None = None) -> UpgradeResult:
+    """Relock ``plat`` (every pin re-resolved), diff it against the old lock, verify it against the reference."""
+    from . import outdir
+    from .verify import Options, verify
+
+    target = locking.lock_path(project, plat)
+    if not target.exists():
+        raise MissingLockfile(plat.id, str(target.relative_to(project.root)))
+    old = lockfile.read(target)  # a broken old lock is named before anything changes
+    if as_of:
+        locking.as_of_instant(as_of)  # a bad date is refused before anything is written
+    folder = out or project.runs / f"upgrade-{time.strftime('%Y%m%d-%H%M%S')}-{plat.id}"
+    folder = outdir.check(folder, what="the upgrade's folder", tip="nox -s upgrade -- --out NEW-FOLDER",
+                          root=project.root, allowed=(project.runs,))
+    if folder.exists() and any(folder.iterdir()):  # its old/ must never be overwritten with a newer lock
+        raise outdir.UnsafeOut(f"{folder} is not empty; an upgrade keeps the old lock in a folder of its own",
+                               tip="nox -s upgrade -- --out NEW-FOLDER  (or leave --out out)")
+    old_dir = folder / "old"
+    old_dir.mkdir(parents=True, exist_ok=True)
+    outdir.mark(folder, "upgrade")
+    old_copy = old_dir / target.name
+    shutil.copy2(target, old_copy)
+    twin = locking.pylock_path(project, plat)
+    if twin.exists():
+        shutil.copy2(twin, old_dir / twin.name)
+    log(f"kernodeck: upgrade {plat.id}: the old lock is kept in {old_copy}")
+    _keep_declared_date(project, as_of, old_dir)
+    if as_of and project.resolve_as_of:
+        from .config import load_project
+
+        project = load_project(project.root)
+    locking.compile_lock(project, plat, resolver=resolver or recorded_resolver(old), upgrade=True, as_of=as_of)
+    rel = str(target.relative_to(project.root))
+    d = lockdiff.diff(old, lockfile.read(target), old_label=f"{rel} (before; kept in old/)", new_label=rel)
+    diff_md = lockdiff.render_markdown(d, title=f"Lock diff: {plat.id}")
+    write_atomic(folder / "lock-diff.md", diff_md)
+    print(diff_md)
+    report_steps: list[dict[str, Any]]
+    try:
+        report, _, _ = verify(project, plat, Options(out=folder / "verify", installer=installer))
+        report_steps = [s.as_dict() for s in report.steps]
+    except KernodeckError as exc:  # verify wrote its dossier; the drift table says where it stopped
+        report_json = folder / "verify" / "report.json"
+        import json
+
+        report_steps = (json.loads(report_json.read_text(encoding="utf-8"))["steps"] if report_json.exists()
+                        else [{"name": "verify", "status": "failed", "error": str(exc)}])
+    drift = Drift.from_steps(report_steps)
+    drift_md = render_drift(drift, title=f"Against the reference: {plat.id}")
+    markdown = f"## Upgrade of {plat.id}\n\n{diff_md}\n{drift_md}"
+    result = UpgradeResult(plat.id, target, old_copy, folder, d, drift, markdown)
+    write_atomic(folder / "upgrade.md", markdown)
+    write_json(folder / "upgrade.json", result.as_dict())
+    return result
