@@ -21,7 +21,7 @@ other processes took meanwhile. Rows:
 - verify's cost as the sample grows (``--sizes`` texts: the reference sample cycled, fresh ids), with the line it
   grows along (least squares: fixed cost + cost per text).
 
-Writes ``bench/latest.json`` and ``bench/latest.md`` and README's section between the bench markers, from that one
+Writes ``bench/latest.json`` and ``bench/latest.md`` and docs/speed.md's section between the bench markers, from that one
 run. No test asserts a time: speed is judged here only.
 """
 
@@ -644,12 +644,12 @@ def render_markdown(record: dict[str, Any]) -> str:
 
 
 def write(root: Path, record: dict[str, Any], out: Path | None = None) -> Path:
-    """bench/latest.json, bench/latest.md and README's section between the bench markers, from one record."""
+    """bench/latest.json, bench/latest.md and docs/speed.md's section between the bench markers, from one record."""
     folder = out or root / "bench"
     write_json(folder / "latest.json", record)
     text = render_markdown(record)
     write_atomic(folder / "latest.md", "# Kernodeck bench: latest run\n\n" + text)
-    readme = root / "README.md"
+    readme = root / "docs" / "speed.md"
     block = f"{README_START}\n{text}{README_END}"
     current = readme.read_text(encoding="utf-8") if readme.exists() else ""
     if README_START in current and README_END in current:

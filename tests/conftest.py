@@ -81,7 +81,7 @@ def built_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 # --- The reliability table: produced by the suite itself ------------------------------------------------------------
 # Tests marked @pytest.mark.reliability(case, "what is tried", "what was kept") are collected; with
-# KERNODECK_RELIABILITY_TABLE=1 (the `nox -s reliability` session) the README section between the markers below is
+# KERNODECK_RELIABILITY_TABLE=1 (the `nox -s reliability` session) docs/reliability.md's section between the markers is
 # rewritten from their outcomes, so the table is never typed by hand.
 _RELIABILITY: dict[str, dict[str, object]] = {}
 README_START, README_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
@@ -132,7 +132,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "",
         README_END,
     ]
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "reliability.md"
     text = readme.read_text(encoding="utf-8")
     block = "\n".join(lines)
     if README_START in text and README_END in text:

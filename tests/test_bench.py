@@ -97,7 +97,8 @@ def test_bare_lock_command_is_the_header_command_runnable() -> None:
 
 def test_readme_section_is_replaced_between_markers_or_added(tmp_path: Path) -> None:
     project_root = copy_project(tmp_path / "project")
-    readme = project_root / "README.md"
+    readme = project_root / "docs" / "speed.md"
+    readme.parent.mkdir(exist_ok=True)
     readme.write_text("# Title\n\nintro\n", encoding="utf-8")
     bench.write(project_root, _record(2.0, 1.1, 3.0, 2.0))
     first = readme.read_text(encoding="utf-8")

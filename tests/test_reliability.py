@@ -1,4 +1,5 @@
-"""The reliability suite: each case shows the failure, then what was kept. README's table comes from these markers."""
+"""The reliability suite: each case shows the failure, then what was kept; docs/reliability.md's table comes from
+these markers."""
 
 from __future__ import annotations
 
