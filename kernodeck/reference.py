@@ -86,8 +86,9 @@ class Reference:
         weights = self.manifest.get("weights")
         outputs = self.manifest["outputs"]
         margin = (self.manifest.get("criterion") or {}).get("margin")
+        numeric = isinstance(margin, int | float) and not isinstance(margin, bool)
         return {
-            "criterion": {"margin": margin if isinstance(margin, int | float) and not isinstance(margin, bool) else None},
+            "criterion": {"margin": margin if numeric else None},
             "application": {
                 "entry": _target(app["entry"]),
                 "criterion": _target(app["criterion"]) if app.get("criterion") else None,

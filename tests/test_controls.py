@@ -138,7 +138,8 @@ APP = '''
 import numpy as np
 
 def run(app):
-    app.write("labels", np.array([int(r["label"]) for r in app.records], dtype=np.int64), [r["id"] for r in app.records])
+    labels = np.array([int(r["label"]) for r in app.records], dtype=np.int64)
+    app.write("labels", labels, [r["id"] for r in app.records])
 
 def criterion(outputs, ids, records, params):
     truth = np.array([int(r["label"]) for r in records], dtype=np.int64)
@@ -200,7 +201,7 @@ def test_flip_bound_is_derived_in_the_env_whatever_the_manifest_holds(tmp_path: 
     loose = {"emb": {**COSINE, "max-abs": 0.05}}  # no flip_bound table anywhere: still refused
     ctx = _ctx(tmp_path / "b", "neighbours", {"emb": emb}, loose, ref)
     ctx.state["reference"] = {"emb": emb}
-    with pytest.raises(CheckFailed, match="declared max-abs 0.05 of emb allows cosine changes up to 1.96"):
+    with pytest.raises(CheckFailed, match=r"declared max-abs 0\.05 of emb allows cosine changes up to 1\.96"):
         application.criterion(ctx)
     # the reference's recorded margin counts when it is the smaller one
     ctx = _ctx(tmp_path / "c", "neighbours", {"emb": emb}, ok, ref)
@@ -219,7 +220,7 @@ def test_compare_step_refuses_a_tolerance_that_cannot_fail(tmp_path: Path) -> No
     assert details["passed"] is True and details["tolerance_controls"]["emb"]["able_to_fail"] is True
     ctx = _ctx(tmp_path / "b", "criterion", {"emb": arr}, {"emb": {**COSINE, "max-abs": INF}}, ref)
     ctx.state["reference"] = {"emb": arr.copy()}
-    with pytest.raises(CheckFailed, match="a declared tolerance is unable to fail.*emb max-abs"):
+    with pytest.raises(CheckFailed, match=r"a declared tolerance is unable to fail.*emb max-abs"):
         application.compare(ctx)
     making = _ctx(tmp_path / "c", "criterion", {"emb": arr}, {"emb": {**COSINE, "max-abs": INF}})
     with pytest.raises(CheckFailed, match="unable to fail"):  # `nox -s reference` refuses it too
@@ -237,7 +238,7 @@ def test_reference_step_names_changed_code_files(tmp_path: Path) -> None:
                               "allow_code_change": allowed}, out=tmp_path)
         assert application.code_check(ctx) == {"files": sorted(code), "changed": changed, "allowed": allowed}
     ctx = Context(config={"project_root": str(tmp_path), "reference": {"code": {"app.py": "0" * 64}}}, out=tmp_path)
-    with pytest.raises(CheckFailed, match="code differs from the reference's fingerprint: app.py") as caught:
+    with pytest.raises(CheckFailed, match=r"code differs from the reference's fingerprint: app\.py") as caught:
         application.code_check(ctx)
     assert caught.value.layer == "reference" and "nox -s reference -- --new" in caught.value.details["tip"]
 

@@ -233,3 +233,61 @@ def test_nan_in_the_backend_probe_is_non_finite(built_project: Path, tmp_path: P
     assert report["first_failure"] == "backend" and step["layer"] == "operator:softmax", step
     assert "softmax on cpu: non-finite" in step["error"] and statuses(report)["application"] == "not-run"
     assert json.dumps(step["details"]).count("NaN") >= 1
+
+
+@pytest.mark.slow
+@rel(
+    57,
+    "a NaN only in the determinism step's run without the settings (the settings' cost run)",
+    "the determinism step fails, named non-finite, naming the run and the output (no max abs hides it)",
+)
+def test_nan_in_the_settings_cost_run_is_non_finite(built_project: Path, tmp_path: Path) -> None:
+    from tests.faults import inject, wrap_after
+
+    project = _sibling(built_project, tmp_path)
+    # calls of the entry: the application's, two reruns, then the run without the settings (the 4th)
+    inject(project, "app", "_calls = []\n" + wrap_after(
+        "run",
+        """
+        _calls.append(1)
+        if len(_calls) == 4:
+            _arr, _ids = args[0].written["embeddings"]
+            _arr = _arr.copy()
+            _arr[1, 2] = float("nan")
+            args[0].written["embeddings"] = (_arr, _ids)
+        """,
+    ))
+    _refingerprint(project)
+    out = tmp_path / "run"
+    proc = kd(project, "verify", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = read_report(out)
+    step = next(s for s in report["steps"] if s["name"] == "determinism")  # type: ignore[union-attr]
+    assert report["first_failure"] == "determinism", step
+    assert "non-finite" in step["error"] and "the run without the settings: embeddings (1 values)" in step["error"]
+    assert statuses(report)["criterion"] == "passed"
+
+
+TINY_AGREEMENT = "min-share = 1.0"
+
+
+@pytest.mark.slow
+@rel(
+    56,
+    "a declared tolerance that cannot fail (`min-share = 0.0` of an agreement output), then `nox -s reference -- --new`",
+    "the reference is refused at the compare step: the output moved past the tolerance still passes compare (named), "
+    "ERROR + TIP; nothing written",
+)
+def test_reference_refuses_a_tolerance_unable_to_fail(built_project: Path, tmp_path: Path) -> None:
+    from tests.test_application_e2e import _tiny_project
+
+    project = _tiny_project(built_project, tmp_path)
+    pyproject = project / "pyproject.toml"
+    assert pyproject.read_text().count(TINY_AGREEMENT) == 1
+    pyproject.write_text(pyproject.read_text().replace(TINY_AGREEMENT, "min-share = 0.0"))
+    manifest = (project / "dossier/reference/manifest.toml").read_bytes()
+    proc = kd(project, "reference", "--new", "--out", str(tmp_path / "ref"))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "ERROR: the reference run failed at compare: a declared tolerance is unable to fail" in proc.stderr
+    assert "labels min-share" in proc.stderr and "TIP: declare a tolerance a moved output can exceed" in proc.stderr
+    assert (project / "dossier/reference/manifest.toml").read_bytes() == manifest
