@@ -93,7 +93,7 @@ _TYPES = {"string": "a string", "integer": "a whole number", "number": "a number
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema of ``[tool.kernodeck]`` shipped in the package (also usable by editors and validate-pyproject)."""
+    """The JSON Schema of ``[tool.kernodeck]`` shipped in the package (editors and validate-pyproject can use it)."""
     from importlib import resources
 
     data: dict[str, Any] = json.loads((resources.files("kernodeck") / SCHEMA).read_text(encoding="utf-8"))
@@ -170,7 +170,8 @@ def validate(tool: object, pyproject: Path) -> None:
         why = malformed(variant["index"]) if "://" in variant["index"] else ""
         if why:
             raise ConfigError(f"tool.kernodeck.variants.{name}.index = {_shown(variant['index'])}: a malformed URL "
-                              f"({why}): expected an index URL", tip=f"fix it in {pyproject}")
+                              f"({why}): expected an index URL",
+                              tip=f"fix tool.kernodeck.variants.{name}.index in {pyproject}")
 
 
 def load_project(root: Path | None = None) -> Project:
