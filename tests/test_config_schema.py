@@ -122,10 +122,15 @@ def test_schema_is_a_valid_draft7_schema_and_shipped() -> None:
     assert Draft7Validator(schema()).is_valid(_tool())
     data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "schema/*.json" in data["tool"]["setuptools"]["package-data"]["kernodeck"]  # in the wheel and sdist
-    pins = [p for group in ("run",) for p in data["dependency-groups"][group] if str(p).startswith("fastjsonschema==")]
-    assert pins and any(d.startswith("fastjsonschema") for d in data["project"]["dependencies"])
-    template = tomllib.loads(init.render(init.template("pyproject.toml.tmpl"), init._values()))
-    assert pins[0] in template["dependency-groups"]["kernodeck-run"]  # an init-made project's sessions have it
+
+
+def test_shipped_validator_is_the_schema_compiled() -> None:
+    """kernodeck/_tool_schema.py is fastjsonschema's code for the shipped schema, regenerated after each edit (the
+    failure says how); it imports no fastjsonschema, so neither Kernodeck nor a user's session venv needs it."""
+    from tests._schema_code import CODE, render
+
+    assert CODE.read_text(encoding="utf-8") == render(), "out of date: run python -m tests._schema_code"
+    assert "import fastjsonschema" not in render() and "from fastjsonschema" not in render()
 
 
 def test_schema_error_json_value_is_shown_as_toml_reads(tmp_path: Path) -> None:
