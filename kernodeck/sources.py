@@ -201,8 +201,11 @@ def uv_config_files(cwd: Path | None = None) -> list[Path]:
     files: list[Path] = []
     if os.environ.get("UV_CONFIG_FILE"):
         files.append(Path(os.environ["UV_CONFIG_FILE"]))
-    folder = (cwd or Path.cwd()).resolve()
-    for parent in (folder, *folder.parents):
+    try:
+        folder = (cwd or Path.cwd()).resolve()
+    except OSError:  # the current folder was removed: no project file to find
+        folder = None
+    for parent in (folder, *folder.parents) if folder else ():
         found = [f for f in (parent / "uv.toml", parent / "pyproject.toml") if f.is_file()]
         if (parent / "uv.toml").is_file() or any(_has_tool_uv(f) for f in found if f.name == "pyproject.toml"):
             files += found
@@ -601,7 +604,8 @@ def secrets(public: Iterable[str] = (), declared: Iterable[str] = ()) -> Secrets
         found += more
         bases += under
     for var, value in sorted(os.environ.items()):
-        if _CREDENTIAL_VAR.match(var) and len(value.strip()) >= 4:
+        # a user name is secret only when it is long enough not to be a common word ("user", "admin", "__token__")
+        if _CREDENTIAL_VAR.match(var) and len(value.strip()) >= (10 if var.endswith("USERNAME") else 4):
             found += [Needle(v, var, part=True) for v in _encodings(value.strip())]
     unique = {(n.value, n.local): n for n in found}
     result = Secrets(tuple(sorted(unique.values(), key=lambda n: -len(n.value))), tuple(dict.fromkeys(bases)), allowed)

@@ -183,6 +183,8 @@ def test_named_index_credentials_are_secret(monkeypatch: pytest.MonkeyPatch, bar
         with pytest.raises(SecretInText):
             check_written(text, "report.md")
     assert {"deploy-bot-user", "p@ss/w0rd", "p%40ss%2Fw0rd"} <= {n.value for n in needles()}
+    monkeypatch.setenv("UV_INDEX_PRIVATE_USERNAME", "__token__")  # a common word: not a needle (every "__token__"
+    check_written("username __token__", "report.md")  # in a text would refuse the write)
 
 
 # --- a malformed URL: one ERROR naming where, never the value ----------------------------------------------------
@@ -310,3 +312,53 @@ def test_malformed_source_is_one_error(command: str, tmp_path: Path) -> None:
         assert any(line.startswith("TIP:") for line in lines)
         assert "[bad" not in proc.stderr + proc.stdout and "44x3" not in proc.stderr + proc.stdout
     shutil.rmtree(project / "lockfiles")
+
+
+@pytest.mark.slow
+@pytest.mark.reliability(
+    65,
+    "a passing lock (pip-tools and uv) and `rebuild --fresh` with secret sources set everywhere at once: the mirror "
+    "KERNODECK_INDEX_CPU spelt with a percent-encoded, digit-free path token and a trailing slash; a uv.toml "
+    "(UV_CONFIG_FILE) index and a user pip.conf extra index, each under a token path on a loopback index",
+    "lock and rebuild still pass (the torch layer from the mirror); neither token nor any spelling of the sources "
+    "reaches the console, the lock, its PEP 751 twin or the env's marker and inventory",
+)
+def test_passing_run_with_secret_sources_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests._fresh import LocalIndex
+
+    wheels = tiny_wheels(tmp_path / "wheels")
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    torch_wheel = next(wheels.glob("kdtiny_torch-*.whl"))
+    torch_wheel = torch_wheel.rename(layer / torch_wheel.name)  # only the mirror holds the torch layer
+    offline_sources(monkeypatch, wheels, tmp_path / "cache")
+    monkeypatch.delenv("PIP_NO_INDEX")
+    project = tiny_project(tmp_path / "p")
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "no-xdg"))
+    nothing = LocalIndex([], projects=())  # answers 404 for every name: stands in for PyPI and the private indexes
+    mirror = LocalIndex([torch_wheel])
+    tokens = ("QqMirrorPathTokenNoDigits", "UvTomlPathTokenNoDigits", "PipConfPathTokenNoDigits")
+    with nothing.serving(), mirror.serving():
+        monkeypatch.setenv("PIP_INDEX_URL", nothing.url)
+        encoded = mirror.url_with(tokens[0]).replace(tokens[0], "%51" + tokens[0][1:])  # Q percent-encoded
+        monkeypatch.setenv("KERNODECK_INDEX_CPU", encoded + "/")
+        conf = _write(tmp_path / "conf" / "uv.toml",
+                      f'[[index]]\nname = "corp"\nurl = "{nothing.url_with(tokens[1])}/"\n')
+        monkeypatch.setenv("UV_CONFIG_FILE", str(conf))
+        monkeypatch.delenv("PIP_CONFIG_FILE")
+        _write(home / ".config" / "pip" / "pip.conf", f"[install]\nextra-index-url = {nothing.url_with(tokens[2])}\n")
+        procs = [kd(project, "lock", "--resolver", resolver) for resolver in ("pip-tools", "uv")]
+        procs.append(kd(project, "rebuild", "--fresh", "--installer", "uv"))
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert any(r.startswith("/files/kdtiny_torch") for r in mirror.requests)
+    written = [*(project / "lockfiles").glob("*"), *(project / ".venv-rebuild").glob("*/current/kernodeck-*")]
+    assert len(written) >= 4, written
+    for token in (*tokens, "QqMirror", "%51qMirror"):
+        for proc in procs:
+            assert token not in proc.stdout + proc.stderr, token
+        for path in written:
+            assert token not in path.read_text(encoding="utf-8"), (path.name, token)
