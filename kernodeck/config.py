@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import functools
 import json
 import re
 import tomllib
@@ -11,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, UnknownVariant
+from .errors import ConfigError, SchemaViolation, UnknownVariant
 from .sources import malformed, require_valid_sources
 
 
@@ -95,18 +94,11 @@ _TYPES = {"string": "a string", "integer": "a whole number", "number": "a number
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema of ``[tool.kernodeck]`` shipped in the package (also usable by editors and validate-pyproject)."""
+    """The JSON Schema of ``[tool.kernodeck]`` shipped in the package (editors and validate-pyproject can use it)."""
     from importlib import resources
 
     data: dict[str, Any] = json.loads((resources.files("kernodeck") / SCHEMA).read_text(encoding="utf-8"))
     return data
-
-
-@functools.cache
-def _validator() -> Any:
-    import fastjsonschema  # type: ignore[import-not-found,import-untyped,unused-ignore]
-
-    return fastjsonschema.compile(schema())
 
 
 def _shown(value: object) -> str:
@@ -123,7 +115,7 @@ def _expected(definition: dict[str, Any], rule: str) -> str:
     return description or f"a value that satisfies {rule}"
 
 
-def schema_error(exc: Any, pyproject: Path) -> ConfigError:
+def schema_error(exc: SchemaViolation, pyproject: Path) -> ConfigError:
     """One fastjsonschema error as one line: the key path, the value and what is expected; the TIP names the file."""
     key = "tool.kernodeck" + str(exc.name).removeprefix("data")
     definition: dict[str, Any] = exc.definition if isinstance(exc.definition, dict) else {}
@@ -142,9 +134,9 @@ def schema_error(exc: Any, pyproject: Path) -> ConfigError:
         bad = next((k for k in value if not pattern.search(str(k))), "?")
         message = f"{key}: the name {bad!r} is not allowed: expected letters, digits, '-' or '_' ({pattern.pattern})"
     elif exc.rule == "minProperties":
-        message = f"{key} = {_shown(value)}: expected {_expected(definition, exc.rule)}, at least one"
+        message = f"{key} = {_shown(value)}: expected {_expected(definition, 'minProperties')}, at least one"
     else:
-        message = f"{key} = {_shown(value)}: expected {_expected(definition, exc.rule)}"
+        message = f"{key} = {_shown(value)}: expected {_expected(definition, exc.rule or '')}"
     return ConfigError(message, tip=f"fix {key.split('[')[0]} in {pyproject} (the schema: kernodeck/{SCHEMA})")
 
 
@@ -161,18 +153,19 @@ def toml_error(exc: tomllib.TOMLDecodeError, path: Path) -> ConfigError:
 def validate(tool: object, pyproject: Path) -> None:
     """Check ``[tool.kernodeck]`` against the shipped schema, then what a schema cannot say (an index URL that does
     not parse). Raises one :class:`ConfigError` for the first problem."""
-    import fastjsonschema  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    from . import _tool_schema  # the schema compiled to code (tests/_schema_code.py): no compile at each load
 
     try:
-        _validator()(tool)
-    except fastjsonschema.JsonSchemaValueException as exc:
+        _tool_schema.validate(tool)
+    except SchemaViolation as exc:
         raise schema_error(exc, pyproject) from None
     assert isinstance(tool, dict)
     for name, variant in tool["variants"].items():
         why = malformed(variant["index"]) if "://" in variant["index"] else ""
         if why:
             raise ConfigError(f"tool.kernodeck.variants.{name}.index = {_shown(variant['index'])}: a malformed URL "
-                              f"({why}): expected an index URL", tip=f"fix it in {pyproject}")
+                              f"({why}): expected an index URL",
+                              tip=f"fix tool.kernodeck.variants.{name}.index in {pyproject}")
 
 
 def load_project(root: Path | None = None) -> Project:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KernodeckError(Exception):
     """Base for errors the user can act on; ``tip`` names the next command to run."""
@@ -79,3 +81,23 @@ class DossierError(KernodeckError):
 
 class Busy(KernodeckError):
     tip = "wait for the other run to finish, then rerun"
+
+
+class SchemaViolation(ValueError):
+    """Raised by the generated ``[tool.kernodeck]`` validator (kernodeck/_tool_schema.py, fastjsonschema's code and
+    its exception's signature); :func:`kernodeck.config.schema_error` turns it into one :class:`ConfigError`."""
+
+    def __init__(self, message: str, value: object = None, name: str | None = None,
+                 definition: object = None, rule: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.value = value
+        self.name = name
+        self.definition = definition
+        self.rule = rule
+
+    @property
+    def rule_definition(self) -> Any:
+        if not self.rule or not isinstance(self.definition, dict):
+            return None
+        return self.definition.get(self.rule)

@@ -201,8 +201,11 @@ def uv_config_files(cwd: Path | None = None) -> list[Path]:
     files: list[Path] = []
     if os.environ.get("UV_CONFIG_FILE"):
         files.append(Path(os.environ["UV_CONFIG_FILE"]))
-    folder = (cwd or Path.cwd()).resolve()
-    for parent in (folder, *folder.parents):
+    try:
+        folder = (cwd or Path.cwd()).resolve()
+    except OSError:  # the current folder was removed: no project file to find
+        folder = None
+    for parent in (folder, *folder.parents) if folder else ():
         found = [f for f in (parent / "uv.toml", parent / "pyproject.toml") if f.is_file()]
         if (parent / "uv.toml").is_file() or any(_has_tool_uv(f) for f in found if f.name == "pyproject.toml"):
             files += found
@@ -493,8 +496,8 @@ def _spellings(url: str, base: Base) -> list[str]:
     ports = {f":{base.port}" if base.port else ""}
     if base.port == default:
         ports |= {"", f":{default}"}
-    paths = dict.fromkeys(p.rstrip("/") for p in _encodings(parts.path.rstrip("/") or "/") + [urllib.parse.quote(
-        base.path, safe="/")])
+    spelt = [*_encodings(parts.path.rstrip("/") or "/"), urllib.parse.quote(base.path, safe="/")]
+    paths = dict.fromkeys(p.rstrip("/") for p in spelt)
     return [f"{h}{p}{path}" for h in hosts for p in sorted(ports) for path in paths if path]
 
 
@@ -532,7 +535,9 @@ def source_values() -> list[tuple[str, str, bool]]:
     return found
 
 
-def _values(value: str, origin: str, public: tuple[Base, ...], commas: bool = False) -> tuple[list[Needle], list[Base]]:
+def _values(
+    value: str, origin: str, public: tuple[Base, ...], commas: bool = False
+) -> tuple[list[Needle], list[Base]]:
     needles_: list[Needle] = []
     bases: list[Base] = []
     for loc in _split(value, commas=commas):
@@ -599,7 +604,8 @@ def secrets(public: Iterable[str] = (), declared: Iterable[str] = ()) -> Secrets
         found += more
         bases += under
     for var, value in sorted(os.environ.items()):
-        if _CREDENTIAL_VAR.match(var) and len(value.strip()) >= 4:
+        # a user name is secret only when it is long enough not to be a common word ("user", "admin", "__token__")
+        if _CREDENTIAL_VAR.match(var) and len(value.strip()) >= (10 if var.endswith("USERNAME") else 4):
             found += [Needle(v, var, part=True) for v in _encodings(value.strip())]
     unique = {(n.value, n.local): n for n in found}
     result = Secrets(tuple(sorted(unique.values(), key=lambda n: -len(n.value))), tuple(dict.fromkeys(bases)), allowed)
@@ -631,19 +637,46 @@ class SecretInText(KernodeckError):
            "(never the value); meanwhile unset the variable or source named above")
 
 
+def _set_aside(text: str, found: Secrets) -> tuple[str, list[str], Base | None]:
+    """The text with each URL under a secret source replaced by how it may be shown, and each public URL set aside
+    (a numbered placeholder; it is scanned for secret parts only: a machine source may share its host and path under
+    another scheme); the public URLs; the first secret source found."""
+    out: list[str] = []
+    kept: list[str] = []
+    first: Base | None = None
+    last = 0
+    for start, end, url in _urls(text):
+        base = found.secret_base(url)
+        normal = normalise(url)
+        if base is not None:
+            first = first or base
+            shown = f"${base.origin}" if base.origin.startswith(MIRROR_PREFIX) else f"{host_of(url)}/***"
+        elif normal is not None and any(b.holds(normal) for b in found.public):
+            shown = f"\x00{len(kept)}\x00"
+            kept.append(url)
+        else:
+            continue
+        out += [text[last:start], shown]
+        last = end
+    return "".join([*out, text[last:]]), kept, first
+
+
+def _restore(text: str, kept: list[str]) -> str:
+    return re.sub(r"\x00(\d+)\x00", lambda m: kept[int(m.group(1))], text) if kept else text
+
+
 def check_written(text: str, name: str, public: Iterable[str] = (), declared: Iterable[str] = ()) -> None:
     """Refuse to write ``text`` to ``name`` if it holds a value of a source or credential variable in any spelling
     (or a secret part of a ``declared`` index URL)."""
     found = secrets(public, declared)
+    masked, _, base = _set_aside(text, found)
+    if base is not None:
+        raise SecretInText(f"the URL of a package source ({base.origin}) ended up in {name}; not writing it")
     for needle in found.needles:
-        if needle.value in text:
+        if needle.value in (text if needle.part or needle.local else masked):
             what = "a path" if needle.local else "a secret part" if needle.part else "the URL"
             raise SecretInText(f"{what} of a package source or credential ({needle.origin}) ended up in {name}; "
                                "not writing it")
-    for _, _, url in _urls(text):
-        base = found.secret_base(url)
-        if base is not None:
-            raise SecretInText(f"the URL of a package source ({base.origin}) ended up in {name}; not writing it")
 
 
 def redact_text(text: str, public: Iterable[str] = ()) -> str:
@@ -651,20 +684,16 @@ def redact_text(text: str, public: Iterable[str] = ()) -> str:
     spelling (a remote source by its scheme and host, a mirror by its variable, a secret part by ``***``). Local
     paths stay (the console is this machine's own)."""
     found = secrets(public)
-    pieces: list[str] = []
-    last = 0
-    for start, end, url in _urls(text):
-        base = found.secret_base(url)
-        if base is not None:
-            shown = f"${base.origin}" if base.origin.startswith(MIRROR_PREFIX) else f"{host_of(url)}/***"
-            pieces += [text[last:start], shown]
-            last = end
-    text = "".join([*pieces, text[last:]])
+    text, kept, _ = _set_aside(text, found)
     for needle in found.needles:
-        if needle.local or needle.value not in text:
+        if needle.local:
             continue
-        text = text.replace(needle.value, "***" if needle.part else needle.shown or "***")
-    return _redact_generic(text)
+        shown = "***" if needle.part else needle.shown or "***"
+        if needle.value in text:
+            text = text.replace(needle.value, shown)
+        if needle.part:
+            kept = [url.replace(needle.value, shown) for url in kept]
+    return _redact_generic(_restore(text, kept))
 
 
 def scrub_text(text: str, public: Iterable[str] = ()) -> str:
