@@ -644,7 +644,8 @@ def render_markdown(record: dict[str, Any]) -> str:
         row("`nox -s lock -- --check` (whole) vs `python -m kernodeck lock --check` (the check alone)",
             rows["lock_check"], _mark(v["lock-check"]) + " (whole command)"),
         row("`nox -s lock -- --check` (whole) in a `kernodeck init`-made project (`pip install nox /path/to/kernodeck`)"
-            " vs the same in this repository", rows["lock_check_init"], _mark(v["lock-check-init"]) + " (whole command)"),
+            " vs the same in this repository", rows["lock_check_init"],
+            _mark(v["lock-check-init"]) + " (whole command)"),
         "",
     ]
     steps = rows["verify"].get("kernodeck_steps_s", {})

@@ -24,10 +24,10 @@ import os
 import re
 from collections.abc import Callable
 from importlib import metadata
-from urllib.parse import urlsplit, urlunsplit
-from urllib.request import url2pathname
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 if TYPE_CHECKING:
     import nox
