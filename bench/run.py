@@ -16,6 +16,7 @@ other processes took meanwhile. Rows:
 - ``nox -s lock -- --platform P --resolver uv`` vs the ``uv pip compile`` command its header records (same inputs,
   seeded with the same lock);
 - ``nox -s lock -- --check`` whole, against its 1 s target (and the check alone, ``python -m kernodeck lock --check``);
+- the same in a ``kernodeck init``-made project (``pip install nox /path/to/kernodeck``), against its 0.5 s target;
 - the first ``nox -s verify`` on a fresh ``git clone`` (session venv, env rebuilt from the warm cache, every check)
   against the next one there;
 - verify's cost as the sample grows (``--sizes`` texts: the reference sample cycled, fresh ids), with the line it
@@ -56,8 +57,8 @@ from kernodeck.sources import PYPI, Source, index_args, machine_sources, reachab
 
 BENCH_VERSION = 2
 # Ratios (Kernodeck over bare) except lock-check, which is seconds for the whole command.
-TARGETS = {"verify": 1.25, "rebuild": 1.1, "lock-uv": 1.3, "lock-check": 1.0}
-UNITS = {"verify": "x", "rebuild": "x", "lock-uv": "x", "lock-check": "s"}
+TARGETS = {"verify": 1.25, "rebuild": 1.1, "lock-uv": 1.3, "lock-check": 1.0, "lock-check-init": 0.5}
+UNITS = {"verify": "x", "rebuild": "x", "lock-uv": "x", "lock-check": "s", "lock-check-init": "s"}
 LOCK_UV_PLATFORM = "cp311-linux_x86_64-cu130"
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 PROJECT_ITEMS = ("pyproject.toml", "noxfile.py", "kernodeck", "checks", "requirements", "lockfiles", "dossier", "bench")
@@ -474,6 +475,7 @@ def run_bench(
         inner_check = Side("python -m kernodeck lock --check", [[*kd, "lock", "--check"]], env,
                            note="the check alone, without nox")
         rows["lock_check"] = pair(kd_check, inner_check, cwd=work, repeat=repeat)
+        rows["lock_check_init"] = init_made_lock_check(project.root, work, env, repeat=repeat)
 
         # --- lock with uv ----------------------------------------------------------------------------------------
         lock_plat = resolve_platform(project, LOCK_UV_PLATFORM)
@@ -512,6 +514,38 @@ def run_bench(
         "targets": TARGETS,
         "verdicts": verdicts(rows),
     }
+
+
+def init_made_lock_check(root: Path, work: Path, env: dict[str, str], *, repeat: int) -> dict[str, Any]:
+    """``nox -s lock -- --check`` in a project made as README's quick start makes one, against this repository's.
+
+    Untimed setup, under ``work``: a venv with ``pip install nox /path/to/kernodeck`` (a copy of this checkout's
+    distribution files, this machine's pip configuration as it is), ``git init``, ``kernodeck init``, ``nox -s lock``.
+    The user's shell has no ``KERNODECK_SOURCE``: the sessions find the Kernodeck installed beside nox.
+    """
+    made = work / "init-made"
+    source, venv, project = made / "kernodeck", made / "venv", made / "project"
+    source.mkdir(parents=True)
+    for item in ("pyproject.toml", "README.md", "kernodeck"):
+        if (root / item).is_dir():
+            shutil.copytree(root / item, source / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(root / item, source / item)
+    base = getattr(sys, "_base_executable", sys.executable)
+    user = {k: v for k, v in env.items() if k not in ("KERNODECK_SOURCE", "PYTHONPATH", "VIRTUAL_ENV")}
+    user["PATH"] = os.pathsep.join([str(venv / "bin"), user.get("PATH", "")])
+    project.mkdir()
+    log("bench: an init-made project: pip install nox kernodeck, kernodeck init, nox -s lock (untimed)")
+    _run([base, "-m", "venv", venv], cwd=made, env=user)
+    _run([venv / "bin" / "pip", "install", "--quiet", "nox", source], cwd=made, env=user)
+    _run(["git", "init", "-q"], cwd=project, env=user)
+    _run([venv / "bin" / "kernodeck", "init"], cwd=project, env=user)
+    _run([venv / "bin" / "nox", "-s", "lock"], cwd=project, env=user)
+    theirs = Side("init-made project: nox -s lock -- --check",
+                  [[venv / "bin" / "nox", "-f", project / "noxfile.py", "-s", "lock", "--", "--check"]], user,
+                  note="Kernodeck installed beside nox from a folder; session venv reused, Kernodeck not reinstalled")
+    ours = Side("this repository: nox -s lock -- --check", [[*_nox(), "-s", "lock", "--", "--check"]], env)
+    return pair(theirs, ours, cwd=work, repeat=repeat)
 
 
 def _lock_env(plat: Platform, sources: list[Source]) -> dict[str, str]:
@@ -570,6 +604,7 @@ def verdicts(rows: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "rebuild": rows["rebuild"]["ratio"],
         "lock-uv": rows["lock_uv"]["ratio"],
         "lock-check": rows["lock_check"]["kernodeck"]["median_s"],
+        "lock-check-init": rows["lock_check_init"]["kernodeck"]["median_s"],
     }
     return {
         name: {"measured": value, "unit": UNITS[name], "target": TARGETS[name], "met": value <= TARGETS[name]}
@@ -609,6 +644,9 @@ def render_markdown(record: dict[str, Any]) -> str:
             "--generate-hashes --python-platform …` its header records", rows["lock_uv"], _mark(v["lock-uv"])),
         row("`nox -s lock -- --check` (whole) vs `python -m kernodeck lock --check` (the check alone)",
             rows["lock_check"], _mark(v["lock-check"]) + " (whole command)"),
+        row("`nox -s lock -- --check` (whole) in a `kernodeck init`-made project (`pip install nox /path/to/kernodeck`)"
+            " vs the same in this repository", rows["lock_check_init"],
+            _mark(v["lock-check-init"]) + " (whole command)"),
         "",
     ]
     steps = rows["verify"].get("kernodeck_steps_s", {})

@@ -306,7 +306,6 @@ def _project_here() -> Project | None:
 def cmd_compare(project: Project | None, args: argparse.Namespace) -> int:
     from . import dossier, outdir
     from ._fs import write_atomic, write_json
-
     from .compare import env_python_for, platform_of
 
     a, b = args.a.resolve(), args.b.resolve()

@@ -212,7 +212,7 @@ def source_line(environ: dict[str, str] | None = None) -> str:
     """Which Kernodeck the nox sessions will install (:func:`kernodeck.noxsessions.kernodeck_source`), in words."""
     from . import noxsessions
 
-    env = os.environ if environ is None else environ
+    env = dict(os.environ) if environ is None else environ
     pin = _values()["PIN"]
     source = noxsessions.kernodeck_source(pin, env)
     if env.get(noxsessions.SOURCE_ENV, "").strip():

@@ -25,10 +25,10 @@ import re
 import sys
 from collections.abc import Callable
 from importlib import metadata
-from urllib.parse import urlsplit, urlunsplit
-from urllib.request import url2pathname
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 if TYPE_CHECKING:
     import nox
@@ -261,7 +261,16 @@ def install_tools(session: nox.Session, wanted: list[str]) -> list[str]:
     return missing
 
 
+def passed_through(code: int | None) -> int | None:
+    """The exit code a session hands on as nox's own, where nox would say 1 for any failure: 2 (an ``ERROR:`` with a
+    ``TIP:``: the lock, reference or env cannot be trusted), 3 (audit: not checked), 130 (interrupted). None for 1
+    (a check failed), which is nox's failure code already, and for a failure without a code."""
+    return code if code is not None and code not in (0, 1) else None
+
+
 def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..., object]:
+    import nox.command
+
     def body(session: nox.Session) -> None:
         install_tools(session, _tools(session, groups, tools_kind(spec, list(session.posargs))))
         source = kernodeck_source(pin)
@@ -269,7 +278,14 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
             install_kernodeck(session, source)
         # the replay installs, in its clean clone, the Kernodeck this session installed: it reads the same variable
         env = {SOURCE_ENV: source} if source is not None else {}
-        session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env)
+        try:
+            session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env)
+        except nox.command.CommandFailed as exc:
+            code = passed_through(getattr(exc, "return_code", None))
+            if code is None:
+                raise  # 1 (a check failed): nox's own failure, exit 1
+            session.log(f"kernodeck exited {code}: nox exits {code} too (README: exit codes); later sessions not run")
+            raise SystemExit(code) from None
 
     body.__doc__ = spec.doc
     body.__name__ = body.__qualname__ = spec.name

@@ -30,6 +30,7 @@ def _record(rebuild: float, verify: float, lock_uv: float, check_s: float) -> di
         "verify": {**_row(verify), "kernodeck_steps_s": {"embed": 2.0, "resume": 2.2}},
         "lock_uv": _row(lock_uv),
         "lock_check": _row(check_s / 0.2, kd=check_s),
+        "lock_check_init": _row(1.0, kd=check_s / 2),  # an init-made project's, against its 0.5 s target
         "cold": {"cold": _side(40.0), "warm": _side(10.0), "ratio": 4.0, "cold_steps_s": {}},
         "scaling": {
             "steps": list(bench.SCALING_STEPS),

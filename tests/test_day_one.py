@@ -342,3 +342,33 @@ def test_a_lock_refused_for_its_digest_names_the_pins_that_changed_against_the_t
     message = str(refused.value)
     assert f"Against pylock.{lock.stem}.toml: numpy 2.4.6: other hashes in {lock.name}" in message
     assert "scikit-learn" not in message and "torch" not in message  # only what changed
+
+
+# --- exit codes through nox (item 7 of the issue) --------------------------------------------------------------------
+
+
+def test_passed_through_codes() -> None:
+    assert [noxsessions.passed_through(c) for c in (None, 0, 1, 2, 3, 130)] == [None, None, None, 2, 3, 130]
+
+
+def test_nox_exits_2_where_kernodeck_says_error_and_tip(tmp_path: Path) -> None:
+    """A real `nox -s verify` in an init-made project (the session run in place: no venv, nothing installed)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNODECK_SOURCE": str(ROOT),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    subprocess.run([sys.executable, "-m", "kernodeck", "init"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=60)
+    in_place = [sys.executable, "-m", "nox", "--force-venv-backend", "none", "--no-install"]
+    proc = subprocess.run([*in_place, "-s", "verify", "--", "--out", str(tmp_path)], cwd=tmp_path, env=env,
+                          text=True, capture_output=True, timeout=120, check=False)
+    said = proc.stdout + proc.stderr
+    assert "ERROR: --out" in said and "TIP: " in said
+    assert proc.returncode == 2, proc.stderr[-2000:]  # nox alone would say 1
+    listed = subprocess.run([*in_place, "-l"], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=120,
+                            check=False)
+    assert listed.returncode == 0
