@@ -245,3 +245,23 @@ def test_write_proposal_keeps_comments_and_records_the_numbers(tmp_path: Path) -
     assert "noise 1e-06" in table["justification"]
     cal.write_proposal(pyproject, result)  # again: one calibration paragraph, not two
     assert pyproject.read_text(encoding="utf-8").count("Calibrated by") == 1
+
+
+def test_only_tolerance_edits_are_calibrated_without_a_new_reference() -> None:
+    assert cal.tolerance_only([])
+    assert cal.tolerance_only(["outputs.logits.rtol: 0.001 -> declared 1e-07",
+                               "outputs.emb.cosine_min: 0.9999 -> declared 0.9", "outputs.emb.justification: 'a' -> 'b'"])
+    assert not cal.tolerance_only(["outputs.logits.kind: 'allclose' -> declared 'exact'"])
+    assert not cal.tolerance_only(["outputs.logits.dtype: 'float32' -> declared 'float64'"])
+    assert not cal.tolerance_only(["application.params: {} -> declared {'seed': 1}"])
+    assert not cal.tolerance_only(["output extra: not in the reference"])
+
+
+def test_top1_worst_case_closes_the_smallest_lead_and_no_more() -> None:
+    ref = np.array([[3.0, 1.0, 0.0], [2.0, 1.9, 0.0], [0.0, 5.0, 1.0]], dtype=np.float32)
+    worst = inenv_cal.top1_worst_case(ref)
+    assert (inenv_cal.top1(worst) != inenv_cal.top1(ref)).tolist() == [False, True, False]
+    assert float(np.abs(worst - ref).max()) == pytest.approx(0.05, rel=1e-3)  # half the 0.1 lead
+    found = inenv_cal.margin_of("x", {"kind": "allclose", "rtol": 0.0, "atol": 1e-3}, {"x": ref},
+                                ["a", "b", "c"], lambda outputs: True)
+    assert found["fails"]["max_abs"] == pytest.approx(0.05, rel=1e-3) and "worst_case" in found
