@@ -130,7 +130,8 @@ def plan(flags: set[str] | None, cpus: int, backend: str, arch: str) -> list[Var
                                    why=f"this CPU lacks {', '.join(lacking)}"))
         else:
             plan_.append(Variation(name, what, isa=level))
-    plan_.append(Variation("nondeterministic", "deterministic algorithms off (cudnn.benchmark on)", deterministic=False))
+    plan_.append(Variation("nondeterministic", "deterministic algorithms off (cudnn.benchmark on)",
+                           deterministic=False))
     gpu = backend in ("cuda", "rocm")
     plan_.append(Variation("tf32", "TF32 on (the declared settings have it off)", tf32=True, available=gpu,
                            why="" if gpu else f"TF32 is a GPU matmul mode; the backend here is {backend}"))
@@ -228,7 +229,9 @@ def _sig(value: float, digits: int = 2) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def proposed_tolerance(kind: Kind, tolerance: dict[str, float], by_axis: dict[str, float | None]) -> dict[str, float] | None:
+def proposed_tolerance(
+    kind: Kind, tolerance: dict[str, float], by_axis: dict[str, float | None]
+) -> dict[str, float] | None:
     """The declared table's keys at the proposal (two significant digits), or None where an axis has no proposal."""
     if any(v is None for v in by_axis.values()):
         return None
@@ -528,21 +531,21 @@ def write_proposal(pyproject: Path, cal: Calibration) -> list[str]:
     import tomlkit
 
     doc = tomlkit.parse(pyproject.read_text(encoding="utf-8"))
-    outputs = doc["tool"]["kernodeck"]["application"]["outputs"]  # type: ignore[index]
+    outputs = doc["tool"]["kernodeck"]["application"]["outputs"]
     changed = []
     for out in cal.outputs:
         if not out.proposed_tolerance:
             continue
-        table = outputs[out.name]  # type: ignore[index]
+        table = outputs[out.name]
         for key, value in out.proposed_tolerance.items():
-            table[key] = value  # type: ignore[index]
+            table[key] = value
         measured = "; ".join(
             f"{a.label}: noise {_g(a.noise)} over {len(a.noise_by_variation)} variations, margin {_g(a.margin)}"
             f" ({a.margin_source or 'not found'}), set to {_g(a.proposal)}"
             for a in out.axes)
-        text = str(table.get("justification", "")).split("\n\nCalibrated", 1)[0]  # type: ignore[union-attr]
+        text = str(table.get("justification", "")).split("\n\nCalibrated", 1)[0]
         text += (f"\n\nCalibrated by `nox -s calibrate` on {cal.platform} ({cal.started}): {measured}.")
-        table["justification"] = tomlkit.string(text, multiline=True)  # type: ignore[index]
+        table["justification"] = tomlkit.string(text, multiline=True)
         changed.append(out.name)
     write_atomic(pyproject, tomlkit.dumps(doc))
     if changed:

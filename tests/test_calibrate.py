@@ -16,7 +16,7 @@ from kernodeck import svg
 from kernodeck.application import Kind
 from kernodeck.inenv import calibrate as inenv_cal
 
-inenv_cal._load_siblings()  # noqa: SLF001 - the in-env side loads tolerance.py as its sibling package
+inenv_cal._load_siblings()  # the in-env side loads tolerance.py as its sibling package
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -250,7 +250,8 @@ def test_write_proposal_keeps_comments_and_records_the_numbers(tmp_path: Path) -
 def test_only_tolerance_edits_are_calibrated_without_a_new_reference() -> None:
     assert cal.tolerance_only([])
     assert cal.tolerance_only(["outputs.logits.rtol: 0.001 -> declared 1e-07",
-                               "outputs.emb.cosine_min: 0.9999 -> declared 0.9", "outputs.emb.justification: 'a' -> 'b'"])
+                               "outputs.emb.cosine_min: 0.9999 -> declared 0.9",
+                               "outputs.emb.justification: 'a' -> 'b'"])
     assert not cal.tolerance_only(["outputs.logits.kind: 'allclose' -> declared 'exact'"])
     assert not cal.tolerance_only(["outputs.logits.dtype: 'float32' -> declared 'float64'"])
     assert not cal.tolerance_only(["application.params: {} -> declared {'seed': 1}"])

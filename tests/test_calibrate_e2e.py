@@ -36,7 +36,8 @@ def _kd(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
-    assert proc.returncode == 0, f"{what} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
+    tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"{what} failed (exit {proc.returncode}):\n{tail}"
 
 
 def test_calibrate_and_drift_on_digits(tmp_path: Path) -> None:

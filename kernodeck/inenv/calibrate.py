@@ -204,7 +204,7 @@ def margin_of(
         def fails(candidate: Any) -> bool:
             try:
                 return not test({**refs, name: candidate})
-            except Exception:  # noqa: BLE001 - a criterion that breaks on the perturbed output rejects it
+            except Exception:  # a criterion that breaks on the perturbed output rejects it
                 return True
 
         return fails
@@ -226,14 +226,16 @@ def margin_of(
         if fails_at(ref):
             record.update(test=test_name, found=False, why="the reference outputs themselves fail this test")
             return record
-        if is_float(ref):
-            noise = direction(ref)
-            search = bisect_scale(lambda s, f=fails_at, z=noise: f(add_noise(ref, z, s)))
-            make = (lambda s, z=noise: add_noise(ref, z, s))
+        noise = direction(ref) if is_float(ref) else None
+
+        def make(amount: float, noise: Any = noise) -> Any:
+            return add_noise(ref, noise, amount) if noise is not None else change_rows(ref, int(amount))
+
+        if noise is not None:
+            search = bisect_scale(lambda s, f=fails_at: f(make(s)))
             unit = "scale of added Gaussian noise, in units of the reference's RMS"
         else:
-            search = bisect_rows(lambda k, f=fails_at: f(change_rows(ref, k)), ref.shape[0])
-            make = (lambda k: change_rows(ref, k))
+            search = bisect_rows(lambda k, f=fails_at: f(make(k)), ref.shape[0])
             unit = "rows given another label"
         if search["fails"] is None:
             record.setdefault("not_found", []).append(f"{test_name}: still passes at {search['passes']} ({unit})")
@@ -294,7 +296,7 @@ def _step(out: Path, number: int, name: str, func: Callable[[], dict[str, Any]])
         result.update(status="skipped", reason=str(exc))
     except CheckFailed as exc:
         result.update(status="failed", error=str(exc), layer=exc.layer, details=exc.details)
-    except Exception as exc:  # noqa: BLE001 - recorded as the step's failure, like runner.py does
+    except Exception as exc:  # recorded as the step's failure, as runner.py does
         result.update(status="failed", error=f"{type(exc).__name__}: {exc}", layer="unknown",
                       details={"traceback": traceback.format_exc(limit=8)})
     result["duration_s"] = round(time.perf_counter() - start, 4)
