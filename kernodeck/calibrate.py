@@ -155,7 +155,8 @@ def axes(kind: Kind, tolerance: dict[str, float]) -> list[AxisSpec]:
                 AxisSpec("one_minus_cos", "1 - min cosine", 1.0 - float(tolerance["cosine-min"]))]
     if kind is Kind.ALLCLOSE:
         # |a-b| / (atol + rtol*|ref|) at its largest: 1.0 is the declared bound; a proposal scales atol and rtol
-        return [AxisSpec("allclose_ratio", "allclose ratio: max of abs(a-b) / (atol + rtol*abs(ref))", 1.0)]
+        return [AxisSpec("allclose_ratio", "allclose ratio: max of abs(a-b) / (atol + rtol*abs(ref))", 1.0),
+                AxisSpec("max_abs", "max abs (shown for reading; the ratio is judged)", None)]
     if kind is Kind.AGREEMENT:
         return [AxisSpec("disagreement", "share of rows that differ", 1.0 - float(tolerance["min-share"]))]
     if kind is Kind.EXACT:
@@ -277,7 +278,8 @@ def analyse_output(
             source = source or margin.get("test", "")
         floor = float(resolution.get(spec.key, 0.0))
         proposal = propose(worst, floor, edge)
-        by_axis[spec.key] = proposal if kind is not Kind.EXACT else None
+        if spec.declared is not None:  # an axis shown for reading only proposes nothing
+            by_axis[spec.key] = proposal if kind is not Kind.EXACT else None
         judged = verdict(spec.declared, worst, edge) if spec.declared is not None else None
         calibrated.append(Axis(spec.key, spec.label, spec.declared, worst, per, floor, edge, source, proposal, judged))
     if not found:

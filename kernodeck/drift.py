@@ -124,7 +124,7 @@ def cell_text(kind: str, nums: dict[str, float]) -> str:
     if "unmeasurable" in nums:
         return "unmeasurable"
     if kind == "cosine":
-        return f"abs {nums['max_abs']:.2g} cos {1 - nums['one_minus_cos']:.7f}"
+        return f"abs {nums['max_abs']:.2g}, 1 - cos {nums['one_minus_cos']:.2g}"
     if kind == "allclose":
         return f"abs {nums['max_abs']:.2g} ({nums['allclose_ratio']:.2g} of tol)"
     return f"agree {1 - nums['disagreement']:.4f}"

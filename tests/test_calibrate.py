@@ -152,6 +152,8 @@ def test_allclose_proposal_scales_atol_and_rtol_together() -> None:
     out = cal.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3}, noise, margin)
     assert out.axes[0].verdict is cal.Verdict.OK and out.axes[0].proposal == pytest.approx(1.0)
     assert out.proposed_tolerance == {"rtol": 1e-3, "atol": 1e-3}
+    shown = out.axes[1]
+    assert shown.key == "max_abs" and shown.declared is None and shown.verdict is None and shown.margin == 0.2
     tight = cal.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3},
                                {"threads-1": {"max_abs": 5e-3, "allclose_ratio": 2.5}}, margin)
     assert tight.axes[0].verdict is cal.Verdict.TOO_TIGHT
