@@ -519,7 +519,7 @@ def chart_data(cal: Calibration) -> list[svg.Panel]:
         for a in out.axes:
             panels.append(svg.Panel(
                 title=f"{out.name}: {a.label} ({a.verdict or '-'})",
-                points=[(name, value) for name, value in sorted(a.noise_by_variation.items())],
+                points=list(a.noise_by_variation.items()),  # in run order
                 margin=a.margin,
                 declared=a.declared,
                 proposal=a.proposal,
