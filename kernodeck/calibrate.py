@@ -250,6 +250,22 @@ def proposed_tolerance(
     assert_never(kind)
 
 
+def flip_limit(key: str, flip: dict[str, Any]) -> tuple[float, str] | None:
+    """Below this distance no nearest neighbour can flip (``flip`` is the reference's flip-bound record: its smallest
+    nearest-neighbour lead m and the output's dim).
+
+    max abs d moves any cosine by at most 2*sqrt(dim)*d (``reference.tolerance_bound``), a lead by twice that: below
+    m/(4*sqrt(dim)). A row within cosine c of its reference moved by at most sqrt(2(1-c)) as a unit vector, so any
+    cosine between two rows by at most 2*sqrt(2(1-c)) and a lead by twice that: below 1-c = m**2/32.
+    """
+    lead, dim = float(flip["reference_min_margin"]), float(flip["dim"])
+    if key == "max_abs":
+        return lead / (4 * math.sqrt(dim)), f"flip bound: lead {lead:.3g} / (4*sqrt({dim:.0f}))"
+    if key == "one_minus_cos":
+        return lead**2 / 32, f"flip bound: lead {lead:.3g} squared / 32"
+    return None
+
+
 def analyse_output(
     name: str,
     kind: Kind,
@@ -270,12 +286,9 @@ def analyse_output(
         worst = max(per.values(), default=0.0)
         edge: float | None = float(fails[spec.key]) if spec.key in fails else None
         source = margin.get("test", "") if edge is not None else ""
-        if flip is not None and spec.key == "max_abs":
-            limit = float(flip["reference_min_margin"]) / (4 * math.sqrt(float(flip["dim"])))
-            if edge is None or limit < edge:
-                edge, source = limit, f"flip bound: margin {flip['reference_min_margin']:.3g}/(4*sqrt({flip['dim']}))"
-        if kind is Kind.ALLCLOSE and edge is not None:
-            source = source or margin.get("test", "")
+        bound = flip_limit(spec.key, flip) if flip is not None else None
+        if bound is not None and (edge is None or bound[0] < edge):
+            edge, source = bound
         floor = float(resolution.get(spec.key, 0.0))
         proposal = propose(worst, floor, edge)
         if spec.declared is not None:  # an axis shown for reading only proposes nothing

@@ -144,6 +144,31 @@ def test_flip_bound_lowers_the_max_abs_margin() -> None:
     limit = 0.32 / (4 * math.sqrt(384))
     assert out.axes[0].margin == pytest.approx(limit) and out.axes[0].margin_source.startswith("flip bound")
     assert out.axes[0].verdict is cal.Verdict.TOO_LOOSE  # 1e-2 is above the flip bound (~4e-3)
+    assert out.axes[1].margin == pytest.approx(0.32**2 / 32)  # tighter than the random direction's 0.4
+    assert out.axes[1].verdict is cal.Verdict.OK  # 1 - 0.9999 = 1e-4 < 3.2e-3
+
+
+def test_cosine_flip_bound_holds_on_real_vectors() -> None:
+    """No nearest neighbour flips when every row stays within 1 - c < lead**2/32 of its reference (random trials)."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        ref = rng.standard_normal((6, 5))
+        ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+        sims = ref @ ref.T
+        np.fill_diagonal(sims, -np.inf)
+        top = np.sort(sims, axis=1)
+        lead = float((top[:, -1] - top[:, -2]).min())
+        limit, _ = cal.flip_limit("one_minus_cos", {"reference_min_margin": lead, "dim": 5}) or (0.0, "")
+        angle = math.acos(1 - limit * 0.999)
+        moved = np.empty_like(ref)
+        for i, row in enumerate(ref):  # rotate each row by just under the allowed angle, in a random direction
+            other = rng.standard_normal(5)
+            other -= other @ row * row
+            other /= np.linalg.norm(other)
+            moved[i] = math.cos(angle) * row + math.sin(angle) * other
+        new = moved @ moved.T
+        np.fill_diagonal(new, -np.inf)
+        assert (np.argmax(new, axis=1) == np.argmax(sims, axis=1)).all()
 
 
 def test_allclose_proposal_scales_atol_and_rtol_together() -> None:
