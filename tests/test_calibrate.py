@@ -293,3 +293,16 @@ def test_top1_worst_case_closes_the_smallest_lead_and_no_more() -> None:
     found = inenv_cal.margin_of("x", {"kind": "allclose", "rtol": 0.0, "atol": 1e-3}, {"x": ref},
                                 ["a", "b", "c"], lambda outputs: True)
     assert found["fails"]["max_abs"] == pytest.approx(0.05, rel=1e-3) and "worst_case" in found
+
+
+def test_calibrate_without_a_reference_says_what_to_run(tmp_path: Path) -> None:
+    import shutil
+
+    from tests.conftest import copy_project, kd
+
+    project = copy_project(tmp_path / "p")
+    shutil.rmtree(project / "dossier" / "reference")
+    proc = kd(project, "calibrate")
+    assert proc.returncode == 2, proc.stderr
+    assert "ERROR: no reference manifest" in proc.stderr and "TIP: make the reference first" in proc.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())  # nothing half-written
