@@ -32,6 +32,11 @@ class Dossier:
     folder: Path
     chain: dict[str, str]
 
+    @property
+    def outputs(self) -> Path:
+        """A run's outputs/ folder; the committed reference keeps its outputs beside its manifest."""
+        return self.folder / "outputs" if (self.folder / "outputs").is_dir() else self.folder
+
 
 def _json(path: Path) -> dict[str, Any]:
     try:
@@ -87,9 +92,9 @@ def load(folders: list[Path]) -> list[Dossier]:
                              tip="nox -s drift -- runs/A runs/B [runs/C ...]  (or a calibration's variations/*)")
     found = []
     for folder in folders:
-        if not (folder / "outputs").is_dir():
-            raise KernodeckError(f"{folder} is not a dossier with outputs/ (a verify run or a calibrate variation)",
-                                 tip="nox -s drift -- runs/A runs/B")
+        if not (folder / "outputs").is_dir() and not (folder / "manifest.toml").is_file():
+            raise KernodeckError(f"{folder} is not a dossier with outputs/ (a verify run or a calibrate variation) "
+                                 "nor a reference", tip="nox -s drift -- runs/A runs/B")
         found.append(Dossier(folder.name, folder.resolve(), chain(folder)))
     labels = [d.label for d in found]
     if len(set(labels)) != len(labels):  # same folder names from different parents: number them
@@ -205,7 +210,7 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
                          allowed=allowed)
     staging = outdir.staging_for(final, "drift")
     try:
-        config = {"dossiers": [str(d.folder) for d in dossiers], "outputs": declared,
+        config = {"dossiers": [str(d.outputs) for d in dossiers], "outputs": declared,
                   "result": str(staging / "pairwise.json")}
         write_json(staging / "drift-config.json", config)
         argv = [str(python), "-I", str(IN_ENV), "--config", str(staging / "drift-config.json")]
