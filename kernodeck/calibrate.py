@@ -502,7 +502,7 @@ def render(cal: Calibration) -> str:
     for out in cal.outputs:
         lines += [f"### `{out.name}` ({out.kind}): {out.overall()}", "",
                   f"Declared: {', '.join(f'{k} = {v}' for k, v in out.tolerance.items())}. "
-                  f"Margin of use from: {out.margin_test or 'none found'}.", "",
+                  f"Margin of use searched with: {out.margin_test or 'nothing that applies'}.", "",
                   "| number | noise (must pass) | worst variation | margin (must fail) | proposal | "
                   "proposal / noise | margin / proposal | declared | verdict |",
                   "|---|---|---|---|---|---|---|---|---|"]

@@ -81,8 +81,24 @@ def chain(folder: Path) -> dict[str, str]:
 
 
 def explain(a: dict[str, str], b: dict[str, str]) -> str:
-    """The system-chain difference of two runs, ``key: a vs b`` for each that differs."""
-    differ = [f"{key}: {a.get(key, '?')} vs {b.get(key, '?')}" for key in a if a.get(key) != b.get(key)]
+    """The system-chain difference of two runs, ``key: a vs b`` for each that differs and both recorded; ISA flags
+    as what only one side has."""
+    differ, unrecorded = [], []
+    for key in a:
+        left, right = a.get(key, "?"), b.get(key, "?")
+        if left == right:
+            continue
+        if "?" in (left, right):
+            unrecorded.append(key)
+        elif key == "ISA flags":
+            only_a = sorted(set(left.split()) - set(right.split()))
+            only_b = sorted(set(right.split()) - set(left.split()))
+            differ.append(f"ISA flags: only the first has {' '.join(only_a) or 'none more'}, "
+                          f"only the second {' '.join(only_b) or 'none more'}")
+        else:
+            differ.append(f"{key}: {left} vs {right}")
+    if unrecorded:
+        differ.append(f"(not recorded by both: {', '.join(unrecorded)})")
     return "; ".join(differ) if differ else "no difference in the recorded chain"
 
 

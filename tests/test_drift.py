@@ -124,3 +124,13 @@ def test_the_committed_reference_can_be_one_of_the_dossiers(three: list[Path], t
     (same,) = drift.drift([ref, three[0]], tmp_path / "map2", Path(sys.executable), DECLARED)[0]["outputs"]["labels"][
         "pairs"]
     assert same["mark"] == "within" and same["numbers"]["disagreement"] == 0
+
+
+def test_explain_names_what_differs_and_what_one_side_did_not_record() -> None:
+    a = {"CPU": "AMD EPYC", "ISA flags": "avx2 avx512f avx512_vp2intersect", "threads": "?", "torch": "2.13"}
+    b = {"CPU": "Xeon", "ISA flags": "avx2 avx512f amx_tile", "threads": "2", "torch": "2.13"}
+    text = drift.explain(a, b)
+    assert "CPU: AMD EPYC vs Xeon" in text
+    assert "only the first has avx512_vp2intersect, only the second amx_tile" in text
+    assert "(not recorded by both: threads)" in text and "torch" not in text
+    assert drift.explain(a, dict(a)) == "no difference in the recorded chain"
