@@ -183,7 +183,7 @@ def propose(noise: float, floor: float, margin: float | None) -> float | None:
     return math.sqrt(low * margin)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Axis:
     key: str
     label: str
@@ -205,7 +205,7 @@ class Axis:
                 "margin_over_proposal": (self.margin / self.proposal) if self.margin else None}
 
 
-@dataclass
+@dataclass(frozen=True)
 class OutputCalibration:
     name: str
     kind: Kind
@@ -304,7 +304,7 @@ def analyse_output(
 # --- running it ----------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class VariationRun:
     variation: Variation
     folder: str  # relative to the calibration folder
@@ -337,7 +337,7 @@ def _in_env(python: Path, folder: Path, config: dict[str, Any], variation: Varia
     return proc.returncode, time.perf_counter() - start, "\n".join(lines[-5:])
 
 
-@dataclass
+@dataclass(frozen=True)
 class Calibration:
     platform: str
     reference_id: str

@@ -139,7 +139,7 @@ def heatmap(maps: list[Heatmap]) -> str:
         for i, label in enumerate(hm.labels):
             parts.append(_text(left - 6, y + i * cell + cell / 2 + 4, label, 10, "end"))
             parts.append(_text(left + i * cell + cell / 2, y + n * cell + 14, str(i + 1), 10, "middle"))
-            parts.append(_text(left - 6 - 0, y + i * cell + cell / 2 + 16, f"({i + 1})", 9, "end", "#666"))
+            parts.append(_text(left - 6, y + i * cell + cell / 2 + 16, f"({i + 1})", 9, "end", "#666"))
         for (i, j), (text, ratio) in sorted(hm.cells.items()):
             x, cy = left + j * cell, y + i * cell
             parts.append(f'<rect class="cell" x="{x}" y="{cy:.1f}" width="{cell - 2}" height="{cell - 2}" '
