@@ -130,7 +130,8 @@ def plan(flags: set[str] | None, cpus: int, backend: str, arch: str) -> list[Var
                                    why=f"this CPU lacks {', '.join(lacking)}"))
         else:
             plan_.append(Variation(name, what, isa=level))
-    plan_.append(Variation("nondeterministic", "deterministic algorithms off (cudnn.benchmark on)", deterministic=False))
+    plan_.append(Variation("nondeterministic", "deterministic algorithms off (cudnn.benchmark on)",
+                           deterministic=False))
     gpu = backend in ("cuda", "rocm")
     plan_.append(Variation("tf32", "TF32 on (the declared settings have it off)", tf32=True, available=gpu,
                            why="" if gpu else f"TF32 is a GPU matmul mode; the backend here is {backend}"))
@@ -154,7 +155,8 @@ def axes(kind: Kind, tolerance: dict[str, float]) -> list[AxisSpec]:
                 AxisSpec("one_minus_cos", "1 - min cosine", 1.0 - float(tolerance["cosine-min"]))]
     if kind is Kind.ALLCLOSE:
         # |a-b| / (atol + rtol*|ref|) at its largest: 1.0 is the declared bound; a proposal scales atol and rtol
-        return [AxisSpec("allclose_ratio", "max |a-b| / (atol + rtol*|ref|)", 1.0)]
+        return [AxisSpec("allclose_ratio", "allclose ratio: max of abs(a-b) / (atol + rtol*abs(ref))", 1.0),
+                AxisSpec("max_abs", "max abs (shown for reading; the ratio is judged)", None)]
     if kind is Kind.AGREEMENT:
         return [AxisSpec("disagreement", "share of rows that differ", 1.0 - float(tolerance["min-share"]))]
     if kind is Kind.EXACT:
@@ -181,7 +183,7 @@ def propose(noise: float, floor: float, margin: float | None) -> float | None:
     return math.sqrt(low * margin)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Axis:
     key: str
     label: str
@@ -203,7 +205,7 @@ class Axis:
                 "margin_over_proposal": (self.margin / self.proposal) if self.margin else None}
 
 
-@dataclass
+@dataclass(frozen=True)
 class OutputCalibration:
     name: str
     kind: Kind
@@ -228,7 +230,9 @@ def _sig(value: float, digits: int = 2) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def proposed_tolerance(kind: Kind, tolerance: dict[str, float], by_axis: dict[str, float | None]) -> dict[str, float] | None:
+def proposed_tolerance(
+    kind: Kind, tolerance: dict[str, float], by_axis: dict[str, float | None]
+) -> dict[str, float] | None:
     """The declared table's keys at the proposal (two significant digits), or None where an axis has no proposal."""
     if any(v is None for v in by_axis.values()):
         return None
@@ -244,6 +248,22 @@ def proposed_tolerance(kind: Kind, tolerance: dict[str, float], by_axis: dict[st
     if kind is Kind.EXACT:
         return None  # exact has no number to move; a noise above zero makes it too tight (use agreement)
     assert_never(kind)
+
+
+def flip_limit(key: str, flip: dict[str, Any]) -> tuple[float, str] | None:
+    """Below this distance no nearest neighbour can flip (``flip`` is the reference's flip-bound record: its smallest
+    nearest-neighbour lead m and the output's dim).
+
+    max abs d moves any cosine by at most 2*sqrt(dim)*d (``reference.tolerance_bound``), a lead by twice that: below
+    m/(4*sqrt(dim)). A row within cosine c of its reference moved by at most sqrt(2(1-c)) as a unit vector, so any
+    cosine between two rows by at most 2*sqrt(2(1-c)) and a lead by twice that: below 1-c = m**2/32.
+    """
+    lead, dim = float(flip["reference_min_margin"]), float(flip["dim"])
+    if key == "max_abs":
+        return lead / (4 * math.sqrt(dim)), f"flip bound: lead {lead:.3g} / (4*sqrt({dim:.0f}))"
+    if key == "one_minus_cos":
+        return lead**2 / 32, f"flip bound: lead {lead:.3g} squared / 32"
+    return None
 
 
 def analyse_output(
@@ -266,15 +286,13 @@ def analyse_output(
         worst = max(per.values(), default=0.0)
         edge: float | None = float(fails[spec.key]) if spec.key in fails else None
         source = margin.get("test", "") if edge is not None else ""
-        if flip is not None and spec.key == "max_abs":
-            limit = float(flip["reference_min_margin"]) / (4 * math.sqrt(float(flip["dim"])))
-            if edge is None or limit < edge:
-                edge, source = limit, f"flip bound: margin {flip['reference_min_margin']:.3g}/(4*sqrt({flip['dim']}))"
-        if kind is Kind.ALLCLOSE and edge is not None:
-            source = source or margin.get("test", "")
+        bound = flip_limit(spec.key, flip) if flip is not None else None
+        if bound is not None and (edge is None or bound[0] < edge):
+            edge, source = bound
         floor = float(resolution.get(spec.key, 0.0))
         proposal = propose(worst, floor, edge)
-        by_axis[spec.key] = proposal if kind is not Kind.EXACT else None
+        if spec.declared is not None:  # an axis shown for reading only proposes nothing
+            by_axis[spec.key] = proposal if kind is not Kind.EXACT else None
         judged = verdict(spec.declared, worst, edge) if spec.declared is not None else None
         calibrated.append(Axis(spec.key, spec.label, spec.declared, worst, per, floor, edge, source, proposal, judged))
     if not found:
@@ -286,7 +304,7 @@ def analyse_output(
 # --- running it ----------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class VariationRun:
     variation: Variation
     folder: str  # relative to the calibration folder
@@ -319,7 +337,7 @@ def _in_env(python: Path, folder: Path, config: dict[str, Any], variation: Varia
     return proc.returncode, time.perf_counter() - start, "\n".join(lines[-5:])
 
 
-@dataclass
+@dataclass(frozen=True)
 class Calibration:
     platform: str
     reference_id: str
@@ -327,6 +345,7 @@ class Calibration:
     outputs: list[OutputCalibration]
     margins: dict[str, Any]
     started: str
+    declared_differs: list[str] = field(default_factory=list)  # from the reference's record (tolerances only)
 
     def as_dict(self) -> dict[str, Any]:
         def axis(a: Axis) -> dict[str, Any]:
@@ -337,6 +356,7 @@ class Calibration:
             "platform": self.platform,
             "reference_id": self.reference_id,
             "started": self.started,
+            "declared_differs_from_reference": self.declared_differs,
             "variations": [
                 {**asdict(v.variation), "folder": v.folder, "status": v.status, "seconds": round(v.seconds, 2),
                  "error": v.error, "observed": v.observed, "outputs": v.outputs}
@@ -361,7 +381,12 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
     lock_path = locking.require_current(project, plat)
     app = application.load(project.root)
     ref = refmod.load(project)
-    require_declared_contract(project, ref, app)
+    differ = refmod.declaration_differences(ref.manifest, app)
+    if not tolerance_only(differ):
+        require_declared_contract(project, ref, app)  # raises: another output, kind, dtype, entry or sample
+    elif differ:
+        log(f"kernodeck: calibrate: judging the tolerance pyproject declares now (the reference recorded another: "
+            f"{'; '.join(differ)})")
     final = (out or project.runs / f"calibrate-{time.strftime('%Y%m%d-%H%M%S')}-{plat.id}").resolve()
     if out is not None:
         final = outdir.check(out, what="the calibration", tip="nox -s calibrate -- --out runs/NAME",
@@ -373,6 +398,8 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
         python = rebuild(project, plat, lock_path).python
         base = {**ref.run_config(project), "project_root": str(project.root), "mode": "verify",
                 "expect_backend": str(plat.variant.backend)}
+        # the numbers are measured under the DECLARED tolerance (the one judged), whatever the reference recorded
+        base["application"]["outputs"] = {n: o.declared() for n, o in app.outputs.items()}
         variations = plan(cpu_flags(), os.cpu_count() or 1, str(plat.variant.backend), os.uname().machine)
         runs: list[VariationRun] = []
         margin_file = staging / "margins.json"
@@ -401,7 +428,7 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
                      if r.status == "passed" and name in r.outputs}
             results.append(analyse_output(name, output.kind, output.tolerance, noise, margins["outputs"][name],
                                           flip if isinstance(flip, dict) and flip.get("output") == name else None))
-        result = Calibration(plat.id, ref.id, runs, results, margins, started)
+        result = Calibration(plat.id, ref.id, runs, results, margins, started, differ)
         write_json(staging / "calibration.json", result.as_dict())
         write_atomic(staging / "calibration.md", render(result))
         write_atomic(staging / "calibration.svg", svg.calibration_chart(chart_data(result)))
@@ -414,6 +441,19 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
     if write:
         write_proposal(project.root / "pyproject.toml", result)
     return result, final
+
+
+TOLERANCE_KEYS = frozenset({"rtol", "atol", "max-abs", "cosine-min", "min-share", "justification"})
+
+
+def tolerance_only(differences: list[str]) -> bool:
+    """Whether the declaration differs from the reference's record only in tolerance numbers or justifications
+    (``outputs.NAME.KEY: ...`` lines): what calibrate judges may be edited without a new reference."""
+    for line in differences:
+        parts = line.split(":", 1)[0].split(".")
+        if len(parts) != 3 or parts[0] != "outputs" or parts[2].replace("_", "-") not in TOLERANCE_KEYS:
+            return False
+    return True
 
 
 def _read_variation(variation: Variation, folder: Path, rel: str, code: int, seconds: float, tail: str) -> VariationRun:
@@ -447,6 +487,8 @@ def render(cal: Calibration) -> str:
     lines = [f"# Calibration of the declared tolerances ({cal.platform})", "",
              f"Reference `{cal.reference_id}`; started {cal.started}. Each variation ran the application in its own "
              "process in the rebuilt env, against the reference outputs.", "",
+             *([f"The declared tolerance differs from the reference's record: {'; '.join(cal.declared_differs)}. "
+                "It is the declared one that is judged here.", ""] if cal.declared_differs else []),
              "## Variations", "", "| variation | what | status | threads after the entry | CPU level | seconds |",
              "|---|---|---|---|---|---|"]
     for r in cal.variations:
@@ -460,7 +502,7 @@ def render(cal: Calibration) -> str:
     for out in cal.outputs:
         lines += [f"### `{out.name}` ({out.kind}): {out.overall()}", "",
                   f"Declared: {', '.join(f'{k} = {v}' for k, v in out.tolerance.items())}. "
-                  f"Margin of use from: {out.margin_test or 'none found'}.", "",
+                  f"Margin of use searched with: {out.margin_test or 'nothing that applies'}.", "",
                   "| number | noise (must pass) | worst variation | margin (must fail) | proposal | "
                   "proposal / noise | margin / proposal | declared | verdict |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -490,7 +532,7 @@ def chart_data(cal: Calibration) -> list[svg.Panel]:
         for a in out.axes:
             panels.append(svg.Panel(
                 title=f"{out.name}: {a.label} ({a.verdict or '-'})",
-                points=[(name, value) for name, value in sorted(a.noise_by_variation.items())],
+                points=list(a.noise_by_variation.items()),  # in run order
                 margin=a.margin,
                 declared=a.declared,
                 proposal=a.proposal,
@@ -504,21 +546,21 @@ def write_proposal(pyproject: Path, cal: Calibration) -> list[str]:
     import tomlkit
 
     doc = tomlkit.parse(pyproject.read_text(encoding="utf-8"))
-    outputs = doc["tool"]["kernodeck"]["application"]["outputs"]  # type: ignore[index]
+    outputs = doc["tool"]["kernodeck"]["application"]["outputs"]
     changed = []
     for out in cal.outputs:
         if not out.proposed_tolerance:
             continue
-        table = outputs[out.name]  # type: ignore[index]
+        table = outputs[out.name]
         for key, value in out.proposed_tolerance.items():
-            table[key] = value  # type: ignore[index]
+            table[key] = value
         measured = "; ".join(
             f"{a.label}: noise {_g(a.noise)} over {len(a.noise_by_variation)} variations, margin {_g(a.margin)}"
             f" ({a.margin_source or 'not found'}), set to {_g(a.proposal)}"
             for a in out.axes)
-        text = str(table.get("justification", "")).split("\n\nCalibrated", 1)[0]  # type: ignore[union-attr]
+        text = str(table.get("justification", "")).split("\n\nCalibrated", 1)[0]
         text += (f"\n\nCalibrated by `nox -s calibrate` on {cal.platform} ({cal.started}): {measured}.")
-        table["justification"] = tomlkit.string(text, multiline=True)  # type: ignore[index]
+        table["justification"] = tomlkit.string(text, multiline=True)
         changed.append(out.name)
     write_atomic(pyproject, tomlkit.dumps(doc))
     if changed:

@@ -32,6 +32,11 @@ class Dossier:
     folder: Path
     chain: dict[str, str]
 
+    @property
+    def outputs(self) -> Path:
+        """A run's outputs/ folder; the committed reference keeps its outputs beside its manifest."""
+        return self.folder / "outputs" if (self.folder / "outputs").is_dir() else self.folder
+
 
 def _json(path: Path) -> dict[str, Any]:
     try:
@@ -76,8 +81,24 @@ def chain(folder: Path) -> dict[str, str]:
 
 
 def explain(a: dict[str, str], b: dict[str, str]) -> str:
-    """The system-chain difference of two runs, ``key: a vs b`` for each that differs."""
-    differ = [f"{key}: {a.get(key, '?')} vs {b.get(key, '?')}" for key in a if a.get(key) != b.get(key)]
+    """The system-chain difference of two runs, ``key: a vs b`` for each that differs and both recorded; ISA flags
+    as what only one side has."""
+    differ, unrecorded = [], []
+    for key in a:
+        left, right = a.get(key, "?"), b.get(key, "?")
+        if left == right:
+            continue
+        if "?" in (left, right):
+            unrecorded.append(key)
+        elif key == "ISA flags":
+            only_a = sorted(set(left.split()) - set(right.split()))
+            only_b = sorted(set(right.split()) - set(left.split()))
+            differ.append(f"ISA flags: only the first has {' '.join(only_a) or 'none more'}, "
+                          f"only the second {' '.join(only_b) or 'none more'}")
+        else:
+            differ.append(f"{key}: {left} vs {right}")
+    if unrecorded:
+        differ.append(f"(not recorded by both: {', '.join(unrecorded)})")
     return "; ".join(differ) if differ else "no difference in the recorded chain"
 
 
@@ -87,9 +108,9 @@ def load(folders: list[Path]) -> list[Dossier]:
                              tip="nox -s drift -- runs/A runs/B [runs/C ...]  (or a calibration's variations/*)")
     found = []
     for folder in folders:
-        if not (folder / "outputs").is_dir():
-            raise KernodeckError(f"{folder} is not a dossier with outputs/ (a verify run or a calibrate variation)",
-                                 tip="nox -s drift -- runs/A runs/B")
+        if not (folder / "outputs").is_dir() and not (folder / "manifest.toml").is_file():
+            raise KernodeckError(f"{folder} is not a dossier with outputs/ (a verify run or a calibrate variation) "
+                                 "nor a reference", tip="nox -s drift -- runs/A runs/B")
         found.append(Dossier(folder.name, folder.resolve(), chain(folder)))
     labels = [d.label for d in found]
     if len(set(labels)) != len(labels):  # same folder names from different parents: number them
@@ -124,7 +145,7 @@ def cell_text(kind: str, nums: dict[str, float]) -> str:
     if "unmeasurable" in nums:
         return "unmeasurable"
     if kind == "cosine":
-        return f"abs {nums['max_abs']:.2g} cos {1 - nums['one_minus_cos']:.7f}"
+        return f"abs {nums['max_abs']:.2g}, 1 - cos {nums['one_minus_cos']:.2g}"
     if kind == "allclose":
         return f"abs {nums['max_abs']:.2g} ({nums['allclose_ratio']:.2g} of tol)"
     return f"agree {1 - nums['disagreement']:.4f}"
@@ -205,7 +226,7 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
                          allowed=allowed)
     staging = outdir.staging_for(final, "drift")
     try:
-        config = {"dossiers": [str(d.folder) for d in dossiers], "outputs": declared,
+        config = {"dossiers": [str(d.outputs) for d in dossiers], "outputs": declared,
                   "result": str(staging / "pairwise.json")}
         write_json(staging / "drift-config.json", config)
         argv = [str(python), "-I", str(IN_ENV), "--config", str(staging / "drift-config.json")]

@@ -57,7 +57,6 @@ def calibration_chart(panels: list[Panel]) -> str:
             t = (math.log10(value) - low) / (high - low)
             return PLOT_LEFT + max(0.0, min(1.0, t)) * (PLOT_RIGHT - PLOT_LEFT)
 
-        top = y
         parts.append(_text(10, y, panel.title, 13))
         y += 10
         rows = max(1, len(panel.points))
@@ -80,7 +79,7 @@ def calibration_chart(panels: list[Panel]) -> str:
             x = xpos(panel.margin)
             parts.append(f'<line class="margin" x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{bottom:.1f}" '
                          f'stroke="{RED}" stroke-width="3"/>')
-            parts.append(_text(x, top + 2, f"margin {panel.margin:.3g}", 10, "middle", RED))
+            parts.append(_text(x, bottom + 48, f"margin {panel.margin:.3g}", 10, "middle", RED))
         if panel.declared is not None:
             x = xpos(panel.declared)
             parts.append(f'<line class="declared" x1="{x:.1f}" y1="{y - 4:.1f}" x2="{x:.1f}" y2="{bottom + 2:.1f}" '
@@ -91,7 +90,7 @@ def calibration_chart(panels: list[Panel]) -> str:
             parts.append(f'<line class="proposal" x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{bottom:.1f}" '
                          f'stroke="{GREEN}" stroke-width="2"/>')
             parts.append(_text(x, bottom + 36, f"proposal {panel.proposal:.3g}", 10, "middle", GREEN))
-        y = bottom + 56
+        y = bottom + 74
     legend = ("blue: noise of each variation against the reference (hollow: equal); red: margin of use; "
               "dashed: declared tolerance; green: proposal")
     parts.append(_text(10, y, legend, 10, fill="#444"))
@@ -140,7 +139,7 @@ def heatmap(maps: list[Heatmap]) -> str:
         for i, label in enumerate(hm.labels):
             parts.append(_text(left - 6, y + i * cell + cell / 2 + 4, label, 10, "end"))
             parts.append(_text(left + i * cell + cell / 2, y + n * cell + 14, str(i + 1), 10, "middle"))
-            parts.append(_text(left - 6 - 0, y + i * cell + cell / 2 + 16, f"({i + 1})", 9, "end", "#666"))
+            parts.append(_text(left - 6, y + i * cell + cell / 2 + 16, f"({i + 1})", 9, "end", "#666"))
         for (i, j), (text, ratio) in sorted(hm.cells.items()):
             x, cy = left + j * cell, y + i * cell
             parts.append(f'<rect class="cell" x="{x}" y="{cy:.1f}" width="{cell - 2}" height="{cell - 2}" '

@@ -16,7 +16,7 @@ from kernodeck import svg
 from kernodeck.application import Kind
 from kernodeck.inenv import calibrate as inenv_cal
 
-inenv_cal._load_siblings()  # noqa: SLF001 - the in-env side loads tolerance.py as its sibling package
+inenv_cal._load_siblings()  # the in-env side loads tolerance.py as its sibling package
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -144,6 +144,31 @@ def test_flip_bound_lowers_the_max_abs_margin() -> None:
     limit = 0.32 / (4 * math.sqrt(384))
     assert out.axes[0].margin == pytest.approx(limit) and out.axes[0].margin_source.startswith("flip bound")
     assert out.axes[0].verdict is cal.Verdict.TOO_LOOSE  # 1e-2 is above the flip bound (~4e-3)
+    assert out.axes[1].margin == pytest.approx(0.32**2 / 32)  # tighter than the random direction's 0.4
+    assert out.axes[1].verdict is cal.Verdict.OK  # 1 - 0.9999 = 1e-4 < 3.2e-3
+
+
+def test_cosine_flip_bound_holds_on_real_vectors() -> None:
+    """No nearest neighbour flips when every row stays within 1 - c < lead**2/32 of its reference (random trials)."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        ref = rng.standard_normal((6, 5))
+        ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+        sims = ref @ ref.T
+        np.fill_diagonal(sims, -np.inf)
+        top = np.sort(sims, axis=1)
+        lead = float((top[:, -1] - top[:, -2]).min())
+        limit, _ = cal.flip_limit("one_minus_cos", {"reference_min_margin": lead, "dim": 5}) or (0.0, "")
+        angle = math.acos(1 - limit * 0.999)
+        moved = np.empty_like(ref)
+        for i, row in enumerate(ref):  # rotate each row by just under the allowed angle, in a random direction
+            other = rng.standard_normal(5)
+            other -= other @ row * row
+            other /= np.linalg.norm(other)
+            moved[i] = math.cos(angle) * row + math.sin(angle) * other
+        new = moved @ moved.T
+        np.fill_diagonal(new, -np.inf)
+        assert (np.argmax(new, axis=1) == np.argmax(sims, axis=1)).all()
 
 
 def test_allclose_proposal_scales_atol_and_rtol_together() -> None:
@@ -152,6 +177,8 @@ def test_allclose_proposal_scales_atol_and_rtol_together() -> None:
     out = cal.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3}, noise, margin)
     assert out.axes[0].verdict is cal.Verdict.OK and out.axes[0].proposal == pytest.approx(1.0)
     assert out.proposed_tolerance == {"rtol": 1e-3, "atol": 1e-3}
+    shown = out.axes[1]
+    assert shown.key == "max_abs" and shown.declared is None and shown.verdict is None and shown.margin == 0.2
     tight = cal.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3},
                                {"threads-1": {"max_abs": 5e-3, "allclose_ratio": 2.5}}, margin)
     assert tight.axes[0].verdict is cal.Verdict.TOO_TIGHT
@@ -245,3 +272,37 @@ def test_write_proposal_keeps_comments_and_records_the_numbers(tmp_path: Path) -
     assert "noise 1e-06" in table["justification"]
     cal.write_proposal(pyproject, result)  # again: one calibration paragraph, not two
     assert pyproject.read_text(encoding="utf-8").count("Calibrated by") == 1
+
+
+def test_only_tolerance_edits_are_calibrated_without_a_new_reference() -> None:
+    assert cal.tolerance_only([])
+    assert cal.tolerance_only(["outputs.logits.rtol: 0.001 -> declared 1e-07",
+                               "outputs.emb.cosine_min: 0.9999 -> declared 0.9",
+                               "outputs.emb.justification: 'a' -> 'b'"])
+    assert not cal.tolerance_only(["outputs.logits.kind: 'allclose' -> declared 'exact'"])
+    assert not cal.tolerance_only(["outputs.logits.dtype: 'float32' -> declared 'float64'"])
+    assert not cal.tolerance_only(["application.params: {} -> declared {'seed': 1}"])
+    assert not cal.tolerance_only(["output extra: not in the reference"])
+
+
+def test_top1_worst_case_closes_the_smallest_lead_and_no_more() -> None:
+    ref = np.array([[3.0, 1.0, 0.0], [2.0, 1.9, 0.0], [0.0, 5.0, 1.0]], dtype=np.float32)
+    worst = inenv_cal.top1_worst_case(ref)
+    assert (inenv_cal.top1(worst) != inenv_cal.top1(ref)).tolist() == [False, True, False]
+    assert float(np.abs(worst - ref).max()) == pytest.approx(0.05, rel=1e-3)  # half the 0.1 lead
+    found = inenv_cal.margin_of("x", {"kind": "allclose", "rtol": 0.0, "atol": 1e-3}, {"x": ref},
+                                ["a", "b", "c"], lambda outputs: True)
+    assert found["fails"]["max_abs"] == pytest.approx(0.05, rel=1e-3) and "worst_case" in found
+
+
+def test_calibrate_without_a_reference_says_what_to_run(tmp_path: Path) -> None:
+    import shutil
+
+    from tests.conftest import copy_project, kd
+
+    project = copy_project(tmp_path / "p")
+    shutil.rmtree(project / "dossier" / "reference")
+    proc = kd(project, "calibrate")
+    assert proc.returncode == 2, proc.stderr
+    assert "ERROR: no reference manifest" in proc.stderr and "TIP: make the reference first" in proc.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())  # nothing half-written

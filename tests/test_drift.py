@@ -109,3 +109,28 @@ def test_cli_outside_a_project_reads_the_declaration_from_the_dossiers(
     assert (tmp_path / "cli" / "drift.svg").is_file()
     assert main(["drift", str(three[0]), "--python", sys.executable]) == 2
     assert "at least two" in capsys.readouterr().err
+
+
+def test_the_committed_reference_can_be_one_of_the_dossiers(three: list[Path], tmp_path: Path) -> None:
+    """A reference keeps its outputs beside manifest.toml (no outputs/ folder): drift reads them there."""
+    ref = tmp_path / "reference"
+    ref.mkdir()
+    for item in (three[0] / "outputs").iterdir():
+        (ref / item.name).write_bytes(item.read_bytes())
+    (ref / "manifest.toml").write_text("format = 1\n", encoding="utf-8")
+    data, _ = drift.drift([ref, three[2]], tmp_path / "map", Path(sys.executable), DECLARED)
+    (row,) = data["outputs"]["emb"]["pairs"]
+    assert row["a"] == "reference" and row["mark"] == "BEYOND"
+    (same,) = drift.drift([ref, three[0]], tmp_path / "map2", Path(sys.executable), DECLARED)[0]["outputs"]["labels"][
+        "pairs"]
+    assert same["mark"] == "within" and same["numbers"]["disagreement"] == 0
+
+
+def test_explain_names_what_differs_and_what_one_side_did_not_record() -> None:
+    a = {"CPU": "AMD EPYC", "ISA flags": "avx2 avx512f avx512_vp2intersect", "threads": "?", "torch": "2.13"}
+    b = {"CPU": "Xeon", "ISA flags": "avx2 avx512f amx_tile", "threads": "2", "torch": "2.13"}
+    text = drift.explain(a, b)
+    assert "CPU: AMD EPYC vs Xeon" in text
+    assert "only the first has avx512_vp2intersect, only the second amx_tile" in text
+    assert "(not recorded by both: threads)" in text and "torch" not in text
+    assert drift.explain(a, dict(a)) == "no difference in the recorded chain"

@@ -2,9 +2,10 @@
 
     <venv>/bin/python -I <kernodeck>/inenv/drift.py --config drift-config.json
 
-The config names the dossier folders, the declared outputs (kind and tolerance) and the result file. Every pair is
-compared by ``tolerance.compare`` (the one comparison implementation, the same as verify's), the second dossier of
-a pair standing as the reference; its distances are read by ``calibrate.numbers``, as calibrate reads its noise.
+The config names each dossier's outputs folder, the declared outputs (kind and tolerance) and the result file.
+Every pair is compared by ``tolerance.compare`` (the one comparison implementation, the same as verify's), the
+second dossier of a pair standing as the reference; its distances are read by ``calibrate.numbers``, as calibrate
+reads its noise.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:
     import numpy as np
 
     try:
-        arr = np.load(folder / "outputs" / f"{name}.npy", allow_pickle=False)
-        ids = json.loads((folder / "outputs" / f"{name}.ids.json").read_text(encoding="utf-8"))
+        arr = np.load(folder / f"{name}.npy", allow_pickle=False)
+        ids = json.loads((folder / f"{name}.ids.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, EOFError) as exc:
-        return f"cannot read outputs/{name}: {type(exc).__name__}: {exc}"
+        return f"cannot read {name}.npy: {type(exc).__name__}: {exc}"
     return arr, [str(i) for i in ids]
 
 
