@@ -44,7 +44,7 @@ class OutputDrift:
         if kind == "cosine":
             allowed = f"cosine >= {d.get('cosine_min_allowed')}, max abs <= {d.get('max_abs_allowed')}"
         elif kind == "allclose":
-            allowed = f"|a-b| <= {d.get('atol')} + {d.get('rtol')}*|ref|"
+            allowed = f"abs(a-b) <= {d.get('atol')} + {d.get('rtol')}*abs(ref)"
         elif kind == "agreement":
             allowed = f"agreement >= {d.get('min_share_allowed')}"
         else:
@@ -92,6 +92,11 @@ class Drift:
         return cls(drifts, criterion, failure)
 
 
+def cell(text: str) -> str:
+    """Text for a Markdown table cell: a ``|`` (as in ``|ref|``) would end the cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
@@ -104,7 +109,7 @@ def render_drift(drift: Drift, *, title: str = "Against the reference") -> str:
                   "|---|---|---|---|---|---|---|"]
         for o in drift.outputs:
             lines.append(f"| {o.name} | {o.kind} | {_fmt(o.max_abs, '.3g')} | {_fmt(o.min_cosine, '.9f')} "
-                         f"| {_fmt(o.agreement, '.4f')} | {o.allowed} | {'yes' if o.passed else '**NO**'} |")
+                         f"| {_fmt(o.agreement, '.4f')} | {cell(o.allowed)} | {'yes' if o.passed else '**NO**'} |")
         lines.append("")
     if drift.failure:
         lines.append(f"Not compared: {drift.failure}")
