@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resolver", choices=list(RESOLVERS), help="default: the one the current lock was made with")
     p.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto", help="the env's installer")
     p.add_argument("--out", type=Path, metavar="DIR", help="the upgrade's folder (default: runs/upgrade-STAMP-ID)")
+    p.add_argument("--pr-body", type=Path, metavar="DIR",
+                   help="(relock workflow) write DIR/pr-body.md, the pull request body of the per-platform upgrade "
+                   "folders in DIR, print it, and stop; --all-platforms names the platforms expected")
+    p.add_argument("--all-platforms", default="", metavar="IDS", help="with --pr-body: the platforms expected")
     p = sub.add_parser("bisect", help="which changed pins move the outputs out of tolerance: --good OLD --bad NEW")
     _platform_args(p)
     p.add_argument("--good", type=Path, required=True, metavar="LOCK", help="the lock whose env is within tolerance")
@@ -435,8 +439,17 @@ def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
-    from .upgrade import render_drift, upgrade
+    from .upgrade import pr_body, render_drift, upgrade
 
+    if args.pr_body:
+        expected = [p for p in args.all_platforms.replace(",", " ").split() if p]
+        found = sorted(p.name for p in args.pr_body.iterdir() if p.is_dir()) if args.pr_body.is_dir() else []
+        from ._fs import write_atomic
+
+        body = pr_body(expected or found, args.pr_body, as_of=args.as_of or "")
+        write_atomic(args.pr_body / "pr-body.md", body)
+        print(body, end="")
+        return 0
     plat = resolve_platform(project, args.platform, args.variant)
     result = upgrade(project, plat, as_of=args.as_of, resolver=args.resolver, installer=args.installer, out=args.out)
     print(render_drift(result.drift, title=f"Against the reference: {plat.id}"))

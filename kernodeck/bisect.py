@@ -38,7 +38,7 @@ from ._proc import log
 from .config import Project
 from .errors import KernodeckError
 from .platforms import Platform
-from .upgrade import Drift, render_drift
+from .upgrade import Drift, cell, render_drift
 
 # The in-env steps a bisection needs: settings and backend (the run's device and pinned knobs), the reference read
 # back, the application, its outputs reread and compared, and the criterion.
@@ -438,5 +438,5 @@ def render(result: SearchResult, groups: list[Group], records: list[TrialRecord]
     every = {c.name for c in d.changes}
     for r in records:
         moved = "all (the new lock)" if set(r.moved) == every else ", ".join(r.moved)
-        lines.append(f"| try-{r.number:02d} | {moved} | {r.outcome} | {r.seconds:.1f} | {r.note} |")
+        lines.append(f"| try-{r.number:02d} | {moved} | {r.outcome} | {r.seconds:.1f} | {cell(r.note)} |")
     return "\n".join(lines) + "\n"

@@ -153,5 +153,6 @@ def render_markdown(d: LockDiff, *, title: str = "Lock diff") -> str:
     for change in d.changes:
         name = f"**{change.name}**" if change.stack else change.name
         lines.append(f"| {name} | {_word(change.kind)} | {change.arrow()} |")
-    lines += ["", f"{summary(d)}. Bold: torch and its accelerator stack."]
+    legend = " Bold: torch and its accelerator stack." if any(c.stack for c in d.changes) else ""
+    lines += ["", f"{summary(d)}.{legend}"]
     return "\n".join(lines) + "\n"

@@ -44,7 +44,7 @@ class OutputDrift:
         if kind == "cosine":
             allowed = f"cosine >= {d.get('cosine_min_allowed')}, max abs <= {d.get('max_abs_allowed')}"
         elif kind == "allclose":
-            allowed = f"|a-b| <= {d.get('atol')} + {d.get('rtol')}*|ref|"
+            allowed = f"abs(a-b) <= {d.get('atol')} + {d.get('rtol')}*abs(ref)"
         elif kind == "agreement":
             allowed = f"agreement >= {d.get('min_share_allowed')}"
         else:
@@ -92,6 +92,11 @@ class Drift:
         return cls(drifts, criterion, failure)
 
 
+def cell(text: str) -> str:
+    """Text for a Markdown table cell: a ``|`` (as in ``|ref|``) would end the cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
@@ -104,7 +109,7 @@ def render_drift(drift: Drift, *, title: str = "Against the reference") -> str:
                   "|---|---|---|---|---|---|---|"]
         for o in drift.outputs:
             lines.append(f"| {o.name} | {o.kind} | {_fmt(o.max_abs, '.3g')} | {_fmt(o.min_cosine, '.9f')} "
-                         f"| {_fmt(o.agreement, '.4f')} | {o.allowed} | {'yes' if o.passed else '**NO**'} |")
+                         f"| {_fmt(o.agreement, '.4f')} | {cell(o.allowed)} | {'yes' if o.passed else '**NO**'} |")
         lines.append("")
     if drift.failure:
         lines.append(f"Not compared: {drift.failure}")
@@ -215,3 +220,52 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     write_atomic(folder / "upgrade.md", markdown)
     write_json(folder / "upgrade.json", result.as_dict())
     return result
+
+
+PR_BODY_LIMIT = 60_000  # characters; GitHub's limit for a pull request body is 65,536
+
+
+def pr_body(platforms: list[str], folder: Path, *, as_of: str = "", run_url: str = "") -> str:
+    """The relock pull request's body: one line per platform, then each platform's lock diff and drift table.
+
+    ``folder`` holds one sub-folder per platform (the relock workflow's artifacts) with what ``upgrade`` wrote
+    (``upgrade.json``, ``upgrade.md``) and, where it ran, ``bisect.md``. A platform with no ``upgrade.json`` is
+    named as failed: its job did not get as far as a verified lock.
+    """
+    import json
+
+    lines = [f"## Relock {'as of ' + as_of if as_of else 'to the latest versions'}", ""]
+    if run_url:
+        lines += [f"Made by {run_url}.", ""]
+    lines += ["| platform | packages changed | against the reference |", "|---|---|---|"]
+    details: list[str] = []
+    for plat in platforms:
+        sub = folder / plat
+        summary_file = sub / "upgrade.json"
+        if not summary_file.is_file():
+            lines.append(f"| {plat} | — | **no result**: its upgrade job failed before a verified lock (see the run) |")
+            continue
+        data = json.loads(summary_file.read_text(encoding="utf-8"))
+        changes = data.get("changes", [])
+        counts: dict[str, int] = {}
+        for change in changes:
+            counts[change["kind"]] = counts.get(change["kind"], 0) + 1
+        changed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
+        if data.get("holds"):
+            verdict = "within tolerance, criterion holds"
+        else:
+            verdict = "**OUT OF TOLERANCE**" + (f" ({cell(data['failure'])})" if data.get("failure") else "")
+            if (sub / "bisect.json").is_file():
+                found = json.loads((sub / "bisect.json").read_text(encoding="utf-8"))
+                culprit = " + ".join("/".join(group) for group in found.get("culprit", []))
+                verdict += f"; bisect: {culprit or found.get('verdict', '?')}"
+        lines.append(f"| {plat} | {changed} | {verdict} |")
+        block = (sub / "upgrade.md").read_text(encoding="utf-8") if (sub / "upgrade.md").is_file() else ""
+        if (sub / "bisect.md").is_file():
+            block += "\n" + (sub / "bisect.md").read_text(encoding="utf-8")
+        details += ["", f"<details><summary>{plat}</summary>", "", block.strip(), "", "</details>"]
+    closing = ["", "The old locks are in git: review the diff, then merge to take the new pins (CI verifies them)."]
+    if len("\n".join([*lines, *details, *closing])) > PR_BODY_LIMIT:  # GitHub refuses a longer body
+        details = ["", "Each platform's lock diff and drift table are too long for this page: they are in the run's "
+                   "job summaries and its relock-PLATFORM artifacts."]
+    return "\n".join([*lines, *details, *closing]) + "\n"

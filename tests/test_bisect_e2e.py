@@ -65,7 +65,7 @@ def write_wheel(folder: Path, name: str, version: str, module: str, requires: tu
 
 
 class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -42,7 +42,7 @@ def test_one_output_out_of_tolerance_fails_and_is_named() -> None:
     drift = Drift.from_steps(_steps({"embeddings": COSINE_OK, "logits": ALLCLOSE_BAD}))
     assert not drift.holds
     text = render_drift(drift)
-    assert "| logits | allclose | 0.5 | — | — | |a-b| <= 0.001 + 0.001*|ref| | **NO** |" in text
+    assert "| logits | allclose | 0.5 | — | — | abs(a-b) <= 0.001 + 0.001*abs(ref) | **NO** |" in text
     assert "out of tolerance" in text
 
 
@@ -57,3 +57,11 @@ def test_a_run_that_stopped_before_compare_is_not_a_pass() -> None:
     assert drift.failure == "rebuild: install failed: no matching distribution"
     assert "Not compared: rebuild" in render_drift(drift)
     assert not Drift.from_steps([{"name": "lock-check", "status": "passed"}]).holds  # nothing compared: no pass
+
+
+def test_a_pipe_in_a_cell_is_escaped_so_the_table_keeps_its_columns() -> None:
+    from kernodeck.upgrade import cell
+
+    assert cell("first 'r0'; |ref| * 1e-6\nmore") == "first 'r0'; \\|ref\\| * 1e-6 more"
+    row = render_drift(Drift.from_steps(_steps({"logits": ALLCLOSE_BAD}))).splitlines()[4]
+    assert row.replace("\\|", "").count("|") == 8  # 7 columns
