@@ -49,7 +49,7 @@ SESSIONS = (
          default=False),
     Spec("replay", "run", "Clone the current commit into an empty folder and rebuild + verify there, cleanly.",
          default=False),
-    Spec("matrix", "run", "Print the CI matrix of the declared platforms (-- --format github|gitlab|slurm, --out FILE).",
+    Spec("matrix", "run", "Print the CI matrix of the platforms (-- --format github|gitlab|slurm, --out FILE).",
          default=False),
     Spec("export", "run", "Write a Dockerfile or Apptainer file of a platform's env (-- --format F --out DIR).",
          default=False),
