@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--self-hosted-runners", metavar="LABELS",
                    help="the self-hosted runner labels this repository has, separated by commas or spaces; "
                    "self-hosted rows for other labels are left out (default: keep every row)")
+    p = sub.add_parser("export", help="a Dockerfile or Apptainer definition of the platform's env (verify inside)")
+    _platform_args(p)
+    p.add_argument("--format", choices=["dockerfile", "apptainer"], default="dockerfile",
+                   help="dockerfile (Dockerfile) or apptainer (kernodeck.def); default: dockerfile")
+    p.add_argument("--out", type=Path, metavar="DIR", required=True,
+                   help="the folder to write the file into (outside the project, or under runs/)")
     p = sub.add_parser("wheelhouse", help="download every file of a platform's lock, hash-checked, for offline use")
     _platform_args(p)
     p.add_argument("--out", type=Path, metavar="DIR", help="the folder (default: .wheelhouse/PLATFORM-ID)")
@@ -361,6 +367,17 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(project: Project, args: argparse.Namespace) -> int:
+    from . import export, outdir
+
+    plat = resolve_platform(project, args.platform, args.variant)
+    folder = outdir.check_file(args.out / "x", what="the container file", root=project.root, allowed=(project.runs,),
+                               tip="nox -s export -- --format dockerfile --out runs/export").parent
+    path = export.write(export.Format(args.format), project, plat, folder)
+    print(f"wrote {path} for {plat.id}")
+    return 0
+
+
 def cmd_wheelhouse(project: Project, args: argparse.Namespace) -> int:
     from . import wheelhouse
 
@@ -473,7 +490,7 @@ def cmd_bisect(project: Project, args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[Project, argparse.Namespace], int]] = {
     "lock": cmd_lock, "rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference, "compare": cmd_compare,
-    "replay": cmd_replay, "matrix": cmd_matrix, "wheelhouse": cmd_wheelhouse, "sbom": cmd_sbom,
+    "replay": cmd_replay, "matrix": cmd_matrix, "export": cmd_export, "wheelhouse": cmd_wheelhouse, "sbom": cmd_sbom,
     "audit": cmd_audit, "calibrate": cmd_calibrate, "upgrade": cmd_upgrade, "bisect": cmd_bisect,
 }
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import outdir
 from .errors import KernodeckError
+from .export import pip_steps
 from .sources import SecretInText, check_written, scrub_text
 
 CREDENTIALS_HELP = """## Credentials and package sources
@@ -117,10 +118,7 @@ def procedure(
             "uv installed the packages. The same step with pip alone (what the seed procedure runs):",
             "",
             "```sh",
-            "python3 -m venv .venv-rebuild",
-            f".venv-rebuild/bin/python -m pip install --require-hashes --no-deps {index_args} -r {lock_rel}".replace(
-                "  ", " "),
-            ".venv-rebuild/bin/python -m pip check",
+            *pip_steps(lock_rel, index_args),  # the same commands `nox -s export` puts in a container
             ".venv-rebuild/bin/python -m pip freeze --all > installed-after.txt",
             "```",
             "",

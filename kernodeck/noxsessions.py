@@ -2,7 +2,7 @@
 
     import nox
     from kernodeck import noxsessions
-    noxsessions.register(pin="kernodeck==0.1.0")  # lock rebuild verify reference compare replay matrix wheelhouse
+    noxsessions.register(pin="kernodeck==0.1.0")  # lock rebuild verify reference compare replay matrix export ...
 
 Each session installs the tools the project pins (its ``[dependency-groups]``) and Kernodeck itself into the session's
 own venv, then runs ``python -m kernodeck <session> <posargs>``. Kernodeck comes from ``$KERNODECK_SOURCE`` when set (a
@@ -56,7 +56,9 @@ SESSIONS = (
          default=False),
     Spec("replay", "run", "Clone the current commit into an empty folder and rebuild + verify there, cleanly.",
          default=False),
-    Spec("matrix", "run", "Print the CI matrix of the declared platforms as JSON (-- --out FILE also writes it).",
+    Spec("matrix", "run", "Print the CI matrix of the platforms (-- --format github|gitlab|slurm, --out FILE).",
+         default=False),
+    Spec("export", "run", "Write a Dockerfile or Apptainer file of a platform's env (-- --format F --out DIR).",
          default=False),
     Spec("calibrate", "run",
          "Each output's noise and margin of use, measured; proposed tolerances (-- --out DIR --write).", default=False),

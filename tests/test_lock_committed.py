@@ -127,4 +127,7 @@ def test_uv_reads_the_committed_pylocks_offline(tmp_path: Path) -> None:
             installs = {line.split()[1] for line in proc.stderr.splitlines() if line.startswith(" + ")}
             assert installs == {p.spec for p in lockfile.read(PROJECT.lockfiles / f"{platform_id}.txt").pins}
         else:
-            assert proc.returncode != 0 and "not supported by the lockfile" in proc.stderr
+            # refused: another platform's environment, or another Python's (requires-python, checked first)
+            assert proc.returncode != 0 and ("not supported by the lockfile" in proc.stderr
+                                             or "incompatible with the `pylock.toml`'s Python requirement"
+                                             in proc.stderr), proc.stderr
