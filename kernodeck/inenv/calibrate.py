@@ -216,7 +216,7 @@ def margin_of(
         base = top1(ref)
         tests.append(
             (
-                "stand-in: the top-1 column of each row unchanged (the criterion does not react to this output)",
+                "stand-in: the top-1 column of each row unchanged (no criterion reacts to this output)",
                 lambda outs: bool((top1(outs[name]) == base).all()),
             )
         )
