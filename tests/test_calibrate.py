@@ -306,3 +306,14 @@ def test_calibrate_without_a_reference_says_what_to_run(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "ERROR: no reference manifest" in proc.stderr and "TIP: make the reference first" in proc.stderr
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())  # nothing half-written
+
+
+def test_calibrate_out_on_the_projects_sources_is_refused(tmp_path: Path) -> None:
+    from tests.conftest import copy_project, kd
+
+    project = copy_project(tmp_path / "p")
+    before = sorted(p.name for p in (project / "checks").iterdir())
+    proc = kd(project, "calibrate", "--out", str(project / "checks"))
+    assert proc.returncode == 2 and "ERROR:" in proc.stderr and "TIP: nox -s calibrate -- --out" in proc.stderr
+    assert sorted(p.name for p in (project / "checks").iterdir()) == before
+    assert not (project / ".venv-rebuild").exists()  # refused before any rebuild

@@ -134,3 +134,17 @@ def test_explain_names_what_differs_and_what_one_side_did_not_record() -> None:
     assert "only the first has avx512_vp2intersect, only the second amx_tile" in text
     assert "(not recorded by both: threads)" in text and "torch" not in text
     assert drift.explain(a, dict(a)) == "no difference in the recorded chain"
+
+
+def test_out_on_a_users_folder_is_refused_and_left_untouched(
+    three: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user = tmp_path / "user-folder"
+    user.mkdir()
+    (user / "precious.txt").write_text("mine\n", encoding="utf-8")
+    assert main(["drift", *map(str, three), "--out", str(user), "--python", sys.executable]) == 2
+    err = capsys.readouterr().err
+    assert "ERROR:" in err and "TIP:" in err
+    assert sorted(p.name for p in user.iterdir()) == ["precious.txt"]
+    assert main(["drift", *map(str, three), "--out", str(tmp_path / "map"), "--python", sys.executable]) == 0
+    assert main(["drift", *map(str, three), "--out", str(tmp_path / "map"), "--python", sys.executable]) == 0

@@ -216,7 +216,7 @@ def margin_of(
         base = top1(ref)
         tests.append(
             (
-                "stand-in: the top-1 column of each row unchanged (the criterion does not react to this output)",
+                "stand-in: the top-1 column of each row unchanged (no criterion reacts to this output)",
                 lambda outs: bool((top1(outs[name]) == base).all()),
             )
         )
@@ -275,9 +275,18 @@ def _patch_settings(variation: dict[str, Any]) -> None:
         if variation.get("threads"):
             torch.set_num_threads(int(variation["threads"]))
         if variation.get("tf32"):
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-            torch.set_float32_matmul_precision("high")
+            # the knobs settings.apply set to "ieee", back to TF32 (the new API where this torch has it, as the
+            # declared settings use it; the legacy flags otherwise: torch refuses a mix of the two)
+            owners = [settings._knob_owner(torch, knob) for knob in settings.PRECISION_KNOBS]
+            if any(owner is not None for owner in owners):
+                for owner in owners:
+                    if owner is not None:
+                        owner.fp32_precision = "tf32"
+            else:
+                torch.backends.cuda.matmul.allow_tf32 = True
+                torch.backends.cudnn.allow_tf32 = True
+                torch.set_float32_matmul_precision("high")
+            applied = {**applied, "tf32": "on (the variation)"}
         return applied
 
     settings.apply = apply  # type: ignore[assignment]
