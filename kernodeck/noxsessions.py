@@ -128,7 +128,7 @@ def install_args(source: str, backend: str) -> list[str]:
 
 
 # In a session venv: the fingerprint of the Kernodeck source installed there (see :func:`install_kernodeck`).
-STAMP = "kernodeck-source.json"
+STAMP = "kernodeck-source.sha256"
 
 
 def source_fingerprint(source: str) -> str:
