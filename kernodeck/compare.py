@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,43 @@ from .errors import CommandFailed, KernodeckError
 SCRIPT = Path(__file__).resolve().parent / "inenv" / "compare_outputs.py"
 
 
-def declared_outputs(folder: Path) -> dict[str, dict[str, Any]] | None:
-    """The outputs a dossier's run declared (name -> kind and tolerance), or None for a dossier without them."""
-    path = folder / "run-config.json"
+# What a reference manifest records of an output besides its declaration (files and digests).
+_RECORDED = ("file", "sha256", "ids", "ids_sha256", "shape")
+
+
+def _manifest(folder: Path) -> dict[str, Any] | None:
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = tomllib.loads((folder / "manifest.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
+    return data if isinstance(data.get("outputs"), dict) else None
+
+
+def reference_report(folder: Path) -> dict[str, Any] | None:
+    """A reference folder (``dossier/reference``) seen as a dossier: what its manifest says of its platform and id."""
+    manifest = _manifest(folder)
+    if manifest is None:
+        return None
+    platform = manifest.get("environment", {}).get("platform")
+    return {"status": "reference", "platform": platform, "reference_id": manifest.get("id"), "steps": []}
+
+
+def outputs_folder(folder: Path) -> Path:
+    """Where a dossier's outputs are: ``outputs/`` in a run's dossier, the folder itself in a reference."""
+    return folder / "outputs" if (folder / "outputs").is_dir() or not (folder / "manifest.toml").is_file() else folder
+
+
+def declared_outputs(folder: Path) -> dict[str, dict[str, Any]] | None:
+    """The outputs a dossier declared (name -> kind and tolerance): a run's ``run-config.json``, a reference's
+    ``manifest.toml``; None for a dossier without them."""
+    try:
+        config = json.loads((folder / "run-config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
     outputs = config.get("application", {}).get("outputs") if isinstance(config, dict) else None
+    if outputs is None and (manifest := _manifest(folder)) is not None:
+        outputs = {name: {k: v for k, v in table.items() if k not in _RECORDED}
+                   for name, table in manifest["outputs"].items() if isinstance(table, dict)}
     return outputs if isinstance(outputs, dict) and outputs else None
 
 
@@ -62,7 +92,7 @@ def compare_outputs(dir_a: Path, dir_b: Path, python: Path | None) -> dict[str, 
         return result
     with tempfile.TemporaryDirectory(prefix="kernodeck-compare-") as tmp:
         request = Path(tmp) / "request.json"
-        write_atomic(request, json.dumps({"a": str(dir_a / "outputs"), "b": str(dir_b / "outputs"),
+        write_atomic(request, json.dumps({"a": str(outputs_folder(dir_a)), "b": str(outputs_folder(dir_b)),
                                           "outputs": {n: da[n] for n in common}}))
         try:
             proc = run([python, "-I", SCRIPT, request])

@@ -163,12 +163,15 @@ def _json_object(path: Path) -> dict[str, Any]:
 
 
 def _load(folder: Path) -> dict[str, Any]:
+    from .compare import reference_report
+
     report = folder / "report.json"
-    if not report.exists():
+    as_reference = None if report.exists() else reference_report(folder)  # dossier/reference: its manifest
+    if not report.exists() and as_reference is None:
         raise KernodeckError(
             f"{folder} holds no report.json: not a Kernodeck dossier", tip="nox -s verify -- --out DIR"
         )
-    data: dict[str, Any] = {"report": _json_object(report)}
+    data: dict[str, Any] = {"report": as_reference if as_reference is not None else _json_object(report)}
     steps = data["report"].get("steps", [])
     if not isinstance(steps, list) or not all(isinstance(s, dict) and "name" in s for s in steps):
         raise DamagedDossier(f"{report} has no list of steps with names: not a Kernodeck report")

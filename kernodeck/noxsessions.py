@@ -157,7 +157,7 @@ def load_pyproject(path: str = "pyproject.toml") -> dict[str, Any]:
 
 
 # In a session venv: the fingerprint of the Kernodeck source installed there (see :func:`install_kernodeck`).
-STAMP = "kernodeck-source.json"
+STAMP = "kernodeck-source.sha256"
 
 
 def source_fingerprint(source: str) -> str:

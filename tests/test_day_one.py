@@ -17,6 +17,7 @@ import nox._options
 import pytest
 
 from kernodeck import init, noxsessions
+from tests.conftest import ROOT as ROOT_DIR
 
 
 def _dist(tmp_path: Path, direct_url: dict[str, object] | None) -> metadata.Distribution:
@@ -372,3 +373,26 @@ def test_nox_exits_2_where_kernodeck_says_error_and_tip(tmp_path: Path) -> None:
     listed = subprocess.run([*in_place, "-l"], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=120,
                             check=False)
     assert listed.returncode == 0
+
+
+def test_compare_takes_a_reference_folder_as_its_manifest_declares_it(tmp_path: Path) -> None:
+    import shutil
+    import sys
+
+    source = ROOT_DIR / "examples" / "regression" / "dossier" / "reference"
+    ref = tmp_path / "reference"
+    shutil.copytree(source, ref)
+    run = tmp_path / "run"
+    outputs = {"predictions": {"kind": "allclose", "dtype": "float32", "rtol": 1e-4, "atol": 1e-4},
+               "band": {"kind": "exact", "dtype": "int64"}}
+    (run / "outputs").mkdir(parents=True)
+    (run / "report.json").write_text(json.dumps({"status": "passed", "platform": "cp311-linux_x86_64-cpu",
+                                                 "steps": []}))
+    (run / "run-config.json").write_text(json.dumps({"application": {"outputs": outputs}}))
+    for name in outputs:
+        shutil.copy(source / f"{name}.npy", run / "outputs")
+        shutil.copy(source / f"{name}.ids.json", run / "outputs")
+    out, text = _compare(tmp_path, ref, run, "--python", sys.executable)
+    assert set(out["per_output"]) == {"predictions", "band"} and out["declared_differently"] == []
+    assert all(v["compared"] and v["passed"] and v["bitwise_equal"] for v in out["per_output"].values())
+    assert "- status: reference vs passed" in text

@@ -1,0 +1,153 @@
+"""Issue 25, item 9: start from green, proven, as a new user does it.
+
+README's "Use it in your project" block runs LITERALLY: in an empty git repository, ``pip install nox
+/path/to/kernodeck && kernodeck init`` (a venv of its own, this machine's pip configuration as it is: nothing is
+written about it), then ``nox -s lock && nox -s reference && nox -s verify`` with no ``KERNODECK_SOURCE``: the
+sessions must find the Kernodeck installed beside nox by themselves. The same venv then adopts a project whose
+application is a regression (examples/regression, ``allclose``), and compares two of its dossiers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, read_report, statuses
+
+pytestmark = pytest.mark.slow
+rel = pytest.mark.reliability
+
+LEFT_BEHIND = shutil.ignore_patterns(".nox", ".venv-rebuild", "runs", "__pycache__", ".wheelhouse", "*.egg-info",
+                                     "build")
+
+
+class User:
+    """A shell with the venv of ``pip install nox /path/to/kernodeck`` first on PATH, and nothing else set."""
+
+    def __init__(self, work: Path) -> None:
+        # a checkout of Kernodeck outside this one (pip builds a folder in place: nothing is written into this one)
+        self.checkout = work / "kernodeck"
+        self.checkout.mkdir()
+        for item in ("pyproject.toml", "README.md", "kernodeck"):
+            src = ROOT / item
+            if src.is_dir():
+                shutil.copytree(src, self.checkout / item, ignore=LEFT_BEHIND)
+            else:
+                shutil.copy2(src, self.checkout / item)
+        self.venv = work / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(self.venv)], check=True, timeout=300)
+        self.env = {k: v for k, v in os.environ.items() if k not in ("KERNODECK_SOURCE", "PYTHONPATH", "VIRTUAL_ENV")}
+        self.env["PATH"] = os.pathsep.join([str(self.venv / "bin"), os.environ["PATH"]])
+
+    def sh(self, cwd: Path, *argv: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), cwd=cwd, env=self.env, text=True, capture_output=True, timeout=timeout,
+                              check=False)
+
+
+def _bytecode(project: Path) -> list[Path]:
+    """``__pycache__/`` folders in the user's own files (not in the venvs and run folders Kernodeck makes)."""
+    made = {".nox", ".venv-rebuild", "runs", ".git"}
+    return [p for p in project.rglob("__pycache__") if not made & set(p.relative_to(project).parts)]
+
+
+def _ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
+    tail = f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"{what} failed (exit {proc.returncode}):\n{tail}"
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
+    work = tmp_path_factory.mktemp("quickstart")
+    shell = User(work)
+    # README: pip install nox /path/to/kernodeck && kernodeck init
+    _ok(shell.sh(work, "pip", "install", "nox", str(shell.checkout), timeout=900), "pip install nox kernodeck")
+    yield shell
+
+
+@rel(
+    80,
+    "README's \"Use it in your project\" run literally: an empty git repository, `pip install nox /path/to/kernodeck "
+    "&& kernodeck init`, then `nox -s lock`, `nox -s reference`, `nox -s verify` with no KERNODECK_SOURCE",
+    "a passed verify: the sessions install the Kernodeck beside nox (its direct_url.json), no `__pycache__/` left in "
+    "the project, provenance says the repository has no commit yet; the user's failing line shown, exit 1 / 2",
+)
+def test_readme_quick_start_runs_literally(user: User, tmp_path: Path) -> None:
+    project = tmp_path / "my-project"
+    project.mkdir()
+    _ok(user.sh(project, "git", "init", "-q"), "git init")
+    init = user.sh(project, "kernodeck", "init")
+    _ok(init, "kernodeck init")
+    assert f"install Kernodeck from {user.checkout}" in init.stdout
+    for session in ("lock", "reference"):
+        _ok(user.sh(project, "nox", "-s", session), f"nox -s {session}")
+    proc = user.sh(project, "nox", "-s", "verify", "--", "--out", str(tmp_path / "dossier"))
+    _ok(proc, "nox -s verify")
+    report = read_report(tmp_path / "dossier")
+    assert report["status"] == "passed" and set(statuses(report).values()) == {"passed"}
+    assert not _bytecode(project), "bytecode written into the user's project"
+    manifest = tomllib.loads((project / "dossier" / "reference" / "manifest.toml").read_text(encoding="utf-8"))
+    assert manifest["provenance"]["commit"].startswith("none (a git repository without commits")
+    # warm: the session venvs are reused, Kernodeck not reinstalled (bench/run.py measures the time)
+    start = time.perf_counter()
+    check = user.sh(project, "nox", "-s", "lock", "--", "--check")
+    took = time.perf_counter() - start
+    _ok(check, "nox -s lock -- --check")
+    assert "Reusing existing virtual environment" in check.stderr + check.stdout
+    assert "not reinstalling" in check.stderr + check.stdout, f"{took:.2f}s"
+    # exit 2 through nox: an ERROR with a TIP (an --out that would replace the project)
+    refused = user.sh(project, "nox", "-s", "verify", "--", "--out", str(project))
+    assert refused.returncode == 2 and "TIP: " in refused.stdout + refused.stderr
+    # the user's own failing line: a KeyError in the entry, named with its file:line and frames, exit 1
+    app = project / "checks" / "app.py"
+    text = app.read_text(encoding="utf-8")
+    bug = "def _epochs(params: Any) -> int:\n    return int(params['epoch'])\n\n\ndef run(app: Any) -> None:"
+    assert text.count("def run(app: Any) -> None:") == 1 and text.count("    params = app.params\n") == 1
+    app.write_text(text.replace("def run(app: Any) -> None:", bug).replace(
+        "    params = app.params\n", "    params = app.params\n    _epochs(params)\n"), encoding="utf-8")
+    broken = user.sh(project, "nox", "-s", "verify", "--", "--no-rebuild", "--out", str(tmp_path / "broken"))
+    said = broken.stdout + broken.stderr
+    assert broken.returncode == 1, said[-3000:]
+    keyerror = next(line for line in said.splitlines() if "KeyError: 'epoch'" in line and " at " in line)
+    assert "checks/app.py:" in keyerror and "in _epochs" in keyerror
+    assert "    return int(params['epoch'])" in said  # the user's line, as pytest shows it
+    assert "kernodeck_inenv" not in said and "inenv/application.py" not in said  # Kernodeck's frames trimmed
+    assert not _bytecode(project)
+
+
+@rel(
+    81,
+    "a regression project (examples/regression: an MLP on make_friedman1, `allclose` predictions and `exact` bands) "
+    "adopted from a copy, verified twice, then `nox -s compare` between the two dossiers",
+    "a passed verify with the R² criterion, and compare judges EVERY declared output under its kind (predictions "
+    "allclose, band exact), never 'not compared'",
+)
+def test_regression_example_adopted_and_compared(user: User, tmp_path: Path) -> None:
+    project = tmp_path / "regression"
+    shutil.copytree(ROOT / "examples" / "regression", project, ignore=LEFT_BEHIND)
+    first, second = tmp_path / "first", tmp_path / "second"
+    _ok(user.sh(project, "nox", "-s", "verify", "--", "--out", str(first)), "nox -s verify")
+    report = read_report(first)
+    assert report["status"] == "passed" and set(statuses(report).values()) == {"passed"}
+    criterion = next(s for s in report["steps"] if s["name"] == "criterion")  # type: ignore[union-attr]
+    assert "test R²" in json.dumps(criterion.get("details", {}), ensure_ascii=False)
+    _ok(user.sh(project, "nox", "-s", "verify", "--", "--no-rebuild", "--out", str(second)), "nox -s verify again")
+    cmp = tmp_path / "cmp"
+    _ok(user.sh(project, "nox", "-s", "compare", "--", str(first), str(second), "--out", str(cmp)), "nox -s compare")
+    outputs = json.loads((cmp / "compare.json").read_text(encoding="utf-8"))["outputs"]
+    declared = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    names = set(declared["tool"]["kernodeck"]["application"]["outputs"])
+    assert names == {"predictions", "band"} and set(outputs["per_output"]) == names
+    assert outputs["per_output"]["predictions"]["kind"] == "allclose"
+    assert outputs["per_output"]["band"]["kind"] == "exact"
+    assert all(v["compared"] and v["passed"] for v in outputs["per_output"].values()), outputs
+    text = (cmp / "compare.md").read_text(encoding="utf-8")
+    assert "not compared" not in text.split("## System")[0]
