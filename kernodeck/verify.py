@@ -289,7 +289,9 @@ def _inventory_step(
     """
     start = time.perf_counter()
     fresh = "nox -s rebuild -- --fresh"
-    env = None if intentional else python.parent.parent  # a rebuilt env: <env>/bin/python
+    built = python.parent.parent  # a rebuilt env: <env>/bin/python
+    # an interpreter Kernodeck did not build (--python) has no snapshot to hold its files to
+    env = None if intentional and not (built / envfiles.SNAPSHOT).is_file() else built
     files: envfiles.Findings | None = None
     try:
         if env is not None:
@@ -316,18 +318,20 @@ def _inventory_step(
         )
         if files.damaged:
             step.details["damaged"] = files.damaged
-        if not files.clean:
+        if not files.clean and (not intentional or strict or files.damaged):
             failure = KernodeckError(f"the environment's files are not the ones built from the lock: "
                                      f"{'; '.join(files.problems())}", tip=tip)
     elif seen.damaged:
         failure = KernodeckError(
             f"the environment's installed files do not match their RECORD: {seen.damage_summary()}", tip=tip
         )
-    if intentional:
-        run_.not_established.append(
-            "that every file of the environment is the lock's and unchanged since a build (an existing interpreter "
-            "has no build snapshot; only its packages' RECORD sizes were checked)"
-        )
+    # --python: what is not established about the files, said once (beside the packages' difference, if any)
+    files_note = ""
+    if intentional and files is None:
+        files_note = ("nor that every file is the lock's and unchanged since a build (an interpreter Kernodeck did "
+                      "not build has no build snapshot; only its packages' RECORD sizes were checked)")
+    elif intentional and files is not None and not files.clean and failure is None:
+        files_note = f"nor that its files are the build's ({'; '.join(files.problems())[:300]})"
     if lock is None:
         step.title = "observed inventory recorded (no lock to compare)"
     else:
@@ -340,8 +344,9 @@ def _inventory_step(
                else "; files differ from the build"),
         )
         if intentional and not delta.empty and strict:
-            failure = failure or KernodeckError(
-                f"--strict: the environment of {python} differs from the lock: {delta.summary()}",
+            failure = KernodeckError(
+                f"--strict: the environment of {python} differs from the lock: {delta.summary()}"
+                + (f"; {failure}" if failure else ""),
                 tip="verify without --strict to record the difference as a declared variant, or: nox -s verify",
             )
         elif intentional and not delta.empty:
@@ -352,7 +357,9 @@ def _inventory_step(
             run_.not_established.append(
                 f"that the environment is the lock's ({len(delta.added)} added, {len(delta.removed)} missing, "
                 f"{len(delta.changed)} changed vs {run_.meta.get('lock', 'the lock')}: {delta.summary()[:300]})"
+                + (f"; {files_note}" if files_note else "")
             )
+            files_note = ""
         elif delta.empty:
             step.title = "observed inventory equals the lock" + (" file by file" if files and files.clean else "")
         else:
@@ -360,6 +367,9 @@ def _inventory_step(
             failure = KernodeckError(
                 f"the environment's observed inventory differs from the lock: {delta.summary()}"
                 + (f"; {failure}" if failure else ""), tip=fresh)
+    if files_note and failure is None:
+        run_.not_established.append("that the environment is the lock's file by file: " + files_note.removeprefix(
+            "nor that "))
     if failure is not None:
         step.status, step.layer, step.error = Status.FAILED, Layer.INSTALL, str(failure)
         step.details["tip"] = failure.tip
