@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,9 +94,13 @@ class Observation:
         return "; ".join(parts)
 
 
-def observe(python: Path | str, *, hashes: bool = False) -> Observation:
-    """Ask the env's interpreter (``-I``: nothing of the caller on its path) what it holds and whether it is intact."""
-    argv = [str(python), "-I", str(OBSERVER), *(["--hashes"] if hashes else [])]
+def observe(python: Path | str, *, hashes: bool = False, files: bool = True) -> Observation:
+    """Ask the env's interpreter (``-I``: nothing of the caller on its path) what it holds and whether it is intact.
+
+    ``files=False``: the packages only; a rebuilt env's files are held by :mod:`kernodeck.envfiles` instead, from
+    outside the env (its snapshot and every RECORD), which costs less and which nothing inside the env can sway.
+    """
+    argv = [str(python), "-I", str(OBSERVER), *(["--hashes"] if hashes else []), *([] if files else ["--no-files"])]
     try:
         proc = run(argv, env=clean_env(), quiet=True)
         data = json.loads(proc.stdout)
@@ -148,6 +154,28 @@ def observe(python: Path | str, *, hashes: bool = False) -> Observation:
         seconds=float(data.get("seconds", 0.0)),
         text="\n".join(blocks) + "\n",
     )
+
+
+def bytecode_validator(python: Path | str) -> Callable[[list[tuple[str, str]]], list[tuple[str, str]]]:
+    """Check bytecode files against their sources with the env's own interpreter (``observe.py --bytecode``)."""
+
+    def validate(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        with tempfile.TemporaryDirectory(prefix="kernodeck-bytecode-") as tmp:
+            listing = Path(tmp) / "bytecode.json"
+            listing.write_text(json.dumps(pairs), encoding="utf-8")
+            try:
+                proc = run([str(python), "-I", str(OBSERVER), "--bytecode", str(listing)], env=clean_env(), quiet=True)
+                return [(str(a), str(b)) for a, b in json.loads(proc.stdout)]
+            except CommandFailed as exc:
+                raise KernodeckError(
+                    f"the environment's interpreter {python} cannot check its bytecode: {exc.first_error}",
+                    tip="nox -s rebuild -- --fresh",
+                ) from exc
+            except ValueError:
+                raise KernodeckError(f"the environment's interpreter {python} gave no readable bytecode check",
+                                     tip="nox -s rebuild -- --fresh") from None
+
+    return validate
 
 
 @dataclass

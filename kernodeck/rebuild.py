@@ -18,12 +18,12 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import inventory, lockfile, pythons
+from . import envfiles, inventory, lockfile, pythons
 from . import wheelhouse as wheels
 from ._fs import sha256_file, write_atomic
 from ._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
 from .config import Project
-from .errors import Busy, CommandFailed, ConfigError, RebuildFailed
+from .errors import Busy, CommandFailed, ConfigError, KernodeckError, RebuildFailed
 from .platforms import Platform
 from .sources import (
     SOURCE_VARS,
@@ -43,6 +43,10 @@ MARKER = "kernodeck-complete.json"
 INVENTORY = "kernodeck-inventory.txt"
 # What `python -m venv` seeds (setuptools up to Python 3.11) that the lock may not pin: removed after a pip install.
 VENV_SEEDS = ("setuptools", "wheel")
+# Bytecode is not compiled at install: measured here (docs/env-integrity.md), compiling all of it costs the rebuild
+# far more than the first verify saves by importing the part it needs already compiled. What the interpreter writes
+# later is held by envfiles (bytecode of an owned module, checked against its source before it is kept).
+COMPILE_AT_INSTALL = False
 # Every way an installer could reach a package source besides the wheelhouse (a wheelhouse install has none).
 _SOURCE_VARS = SOURCE_VARS
 
@@ -63,6 +67,9 @@ class RebuildResult:
     base_python: dict[str, str] = field(default_factory=dict)
     # Where the variant's index came from: "declared" or "mirror (KERNODECK_INDEX_<VARIANT>)"; never a mirror's URL.
     index: str = ""
+    # A fresh build's file checks: files_snapshot (file, sha256, entries, owned_by_record) and record_digests (files,
+    # bytes, workers, seconds, mismatched); a reused env's, from its completion record.
+    files: dict[str, object] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -200,8 +207,9 @@ def rebuild(
     if current is not None and not fresh and wheelhouse is None:
         marker = _marker(current)
         reason = "lock or interpreter changed since the current env was built"
-        if not (current / INVENTORY).is_file():
-            reason = f"the current env {current.name} lacks its {INVENTORY} (changed after its build): not reused"
+        if not (current / INVENTORY).is_file() or not (current / envfiles.SNAPSHOT).is_file():
+            lacks = INVENTORY if not (current / INVENTORY).is_file() else envfiles.SNAPSHOT
+            reason = f"the current env {current.name} lacks its {lacks} (changed after its build): not reused"
             log(f"kernodeck: {reason}")
         elif marker.get("lock_digest") == digest and marker.get("base_python") == base:
             if observe_reused:
@@ -214,7 +222,7 @@ def rebuild(
                 lock_digest=digest, commands=[str(c) for c in recorded] if isinstance(recorded, list) else [],
                 index=str(marker.get("index", "")),
                 inventory=(current / INVENTORY).read_text(encoding="utf-8"), pip_check=str(marker.get("pip_check", "")),
-                base_python=found,
+                base_python=found, files={k: marker[k] for k in ("files_snapshot", "record_digests") if k in marker},
             )
     else:
         reason = "--fresh given" if fresh and current else "--wheelhouse given" if wheelhouse else "no complete env yet"
@@ -279,12 +287,14 @@ def rebuild(
         if chosen == "uv":
             uv_env = offline_env() if wheelhouse else clean_env(
                 {**uv_environment(sources, extra_index=bool(online)), **({"UV_NO_INDEX": "1"} if no_index else {})})
-            # --compile-bytecode: the first verify then costs what later ones cost (pip compiles by default).
+            # --link-mode copy: the env's files are its own, never the cache's (a hard link would let an edit of one
+            # env edit the cache and every env linked to it). No bytecode compiled: see COMPILE_AT_INSTALL.
             argv = [uv_available() or "uv", "pip", "install", "--python", str(python), "--require-hashes", "--no-deps",
-                    "--compile-bytecode"]
+                    "--link-mode", "copy", *(["--compile-bytecode"] if COMPILE_AT_INSTALL else [])]
             step("install", [*argv, *offline, *online, "-r", rel_lock], uv_env, long=True)
         else:
-            argv = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input"]
+            argv = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
+                    *([] if COMPILE_AT_INSTALL else ["--no-compile"])]
             if not interactive():
                 argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
             step("install", [*argv, *offline, *online, "-r", rel_lock], pip_env, long=True)
@@ -299,11 +309,12 @@ def rebuild(
             checking = pool.submit(step, "pip-check", check_argv, recorded=True)
             inventory = step("freeze", freeze_argv, recorded=True)
             pip_check = checking.result()
+        files = _seal(env, lock, durations, plat)
         marker_text = json.dumps({
             "lock": rel_lock, "lock_digest": digest, "platform": plat.id, "base_python": base,
             "installer": chosen, "commands": commands,
             "index": _index_note(vindex, wheelhouse), "pip_check": pip_check.strip(), "durations_s": durations,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **files,
         }, indent=2) + "\n"
         for path, text in ((env / INVENTORY, inventory), (env / MARKER, marker_text)):
             # The scan the lock and the dossier use: no source or credential value, nor the declared index's secret.
@@ -318,7 +329,7 @@ def rebuild(
     _promote(project, plat, env)
     log(f"kernodeck: promoted {env.relative_to(project.root)}; interpreter: {python}")
     return RebuildResult(env, python, False, reason, chosen, digest, commands, inventory, pip_check.strip(), durations,
-                         found, _index_note(vindex, wheelhouse))
+                         found, _index_note(vindex, wheelhouse), files)
 
 
 def _index_note(index: VariantIndex, wheelhouse: Path | None) -> str:
@@ -338,12 +349,63 @@ def _failure_tip(previous: Path | None, plat: Platform) -> str:
             "then: nox -s rebuild -- --fresh")
 
 
+def _seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: Platform) -> dict[str, object]:
+    """Hold the finished env to its lock file by file, then snapshot it; what the completion record says of it.
+
+    Every file a RECORD lists is hashed against its digest (in parallel threads), every file must be owned by a locked
+    distribution's RECORD or be one the venv tool writes, and none may be shared (a hard link). Only then is each
+    entry's stat written to the snapshot that every verify compares against.
+    """
+    start = time.perf_counter()
+    entries = envfiles.scan(env)
+    records = envfiles.read_records(env, {p.name for p in lock.pins})
+    found = envfiles.Findings(entries=len(entries))
+    envfiles.ownership(env, entries, records, found)
+    digests = envfiles.check_record_digests(env, records)
+    if digests.mismatched:
+        few = ", ".join(digests.mismatched[:3]) + (f" (+{len(digests.mismatched) - 3} more)"
+                                                   if len(digests.mismatched) > 3 else "")
+        raise RebuildFailed(
+            f"installed files differ from their RECORD digest: {few}; the installer's cache may hold a damaged copy",
+            tip="uv cache clean <the package named above> (or: pip cache purge), then: nox -s rebuild -- --fresh",
+        )
+    problems = found.problems()
+    if problems:
+        raise RebuildFailed(f"the new environment is not the lock's, file by file: {'; '.join(problems)}",
+                            tip=f"report it with the lock {plat.id}; then: nox -s rebuild -- --fresh")
+    digest = envfiles.write_snapshot(env, entries, {"locked": sorted({p.name for p in lock.pins}),
+                                                    "owned_by_record": found.owned})
+    durations["files"] = round(time.perf_counter() - start, 3)
+    return {"files_snapshot": {"file": envfiles.SNAPSHOT, "sha256": digest, "entries": len(entries),
+                               "owned_by_record": found.owned},
+            "record_digests": digests.as_dict()}
+
+
+def snapshot_digest(env: Path) -> str | None:
+    """The snapshot digest the env's completion record holds (None when the record predates snapshots)."""
+    files = _marker(env).get("files_snapshot")
+    return str(files.get("sha256")) if isinstance(files, dict) and files.get("sha256") else None
+
+
+def check_files(env: Path, lock: lockfile.Lockfile) -> envfiles.Findings:
+    """The every-file checks of a rebuilt env against its lock and its build's snapshot."""
+    return envfiles.check(env, {p.name for p in lock.pins}, snapshot_digest(env) or "",
+                          inventory.bytecode_validator(env_python(env)))
+
+
 def _require_intact(env: Path, lock: lockfile.Lockfile) -> None:
-    """The env as it is NOW equals the lock and its files match their RECORD; else it is not reused."""
-    seen = inventory.observe(env_python(env))
-    delta = inventory.diff(inventory.expected_from_lock(lock), seen.packages)
-    if seen.damaged or not delta.empty:
-        what = seen.damage_summary() if seen.damaged else f"packages differ from the lock: {delta.summary()}"
+    """The env as it is NOW equals the lock, file by file, as at its build; else it is not reused."""
+    found = check_files(env, lock)  # before the env's interpreter runs: a dropped .pth is named, not run first
+    try:
+        seen = inventory.observe(env_python(env), files=False)
+        delta = inventory.diff(inventory.expected_from_lock(lock), seen.packages)
+    except KernodeckError:
+        if found.clean:
+            raise
+        delta = inventory.InventoryDiff()  # the files named below are the cause (a dropped module may break it)
+    if not delta.empty or not found.clean:
+        what = "; ".join(([f"packages differ from the lock: {delta.summary()}"] if not delta.empty else [])
+                         + found.problems())
         raise RebuildFailed(
             f"the current environment {env.name} was changed after it was built ({what}); it is not reused",
             tip="nox -s rebuild -- --fresh",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import application, dossier, inventory, lockfile, outdir, sbom, sources
+from . import application, dossier, envfiles, inventory, lockfile, outdir, sbom, sources
 from . import lock as locking
 from . import reference as refmod
 from ._fs import sha256_file, write_atomic, write_json
@@ -36,7 +36,7 @@ from .errors import (
     StaleLock,
 )
 from .platforms import Platform
-from .rebuild import RebuildResult, acquire, current_env, env_python, platform_lock, rebuild
+from .rebuild import RebuildResult, acquire, current_env, env_python, platform_lock, rebuild, snapshot_digest
 from .report import Layer, Report, Status, Step, step_result
 
 IN_ENV_STEPS = (
@@ -286,27 +286,58 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
 def _inventory_step(
     run_: Run, lock: lockfile.Lockfile | None, python: Path, intentional: bool, strict: bool = False
 ) -> tuple[inventory.Observation | None, KernodeckError | None]:
-    """What the env holds NOW, observed by its own interpreter, against the lock; and whether its files are intact.
+    """What the env holds NOW against the lock: its packages (observed by its own interpreter) and every file.
 
-    Equal for a rebuild or a reused env; a recorded, declared variant for --python. Damaged files (missing, or of
-    another size than their distribution's RECORD says) fail in every mode: an env that lost files is not the one
-    that was installed.
+    Equal for a rebuild or a reused env; a recorded, declared variant for --python. A rebuilt env's files are held
+    from outside it (kernodeck/envfiles.py), before its interpreter runs: each owned by a locked distribution's RECORD
+    or written by the venv tool, none shared, none added, removed or changed since the build's snapshot (bytecode the
+    interpreter wrote since is checked against its source). Damaged files fail in every mode.
     """
     start = time.perf_counter()
     fresh = "nox -s rebuild -- --fresh"
+    built = python.parent.parent  # a rebuilt env: <env>/bin/python
+    # an interpreter Kernodeck did not build (--python) has no snapshot to hold its files to
+    env = None if intentional and not (built / envfiles.SNAPSHOT).is_file() else built
+    files: envfiles.Findings | None = None
     try:
-        seen = inventory.observe(python)
+        if env is not None:
+            locked = {p.name for p in lock.pins} if lock is not None else None
+            files = envfiles.check(env, locked or (), snapshot_digest(env) or "", inventory.bytecode_validator(python))
+        seen = inventory.observe(python, files=env is None)
     except KernodeckError as exc:
-        run_.add(Step("inventory", Status.FAILED, error=str(exc), layer=Layer.INSTALL, interpreter=str(python),
-                      duration_s=time.perf_counter() - start, details={"tip": exc.tip}))
-        return None, exc
+        cause = exc
+        if files is not None and not files.clean:  # the files are the cause (a dropped module may break observing)
+            cause = KernodeckError(f"the environment's files are not the ones built from the lock: "
+                                   f"{'; '.join(files.problems())}", tip=fresh)
+        run_.add(Step("inventory", Status.FAILED, error=str(cause), layer=Layer.INSTALL, interpreter=str(python),
+                      duration_s=time.perf_counter() - start,
+                      details={"tip": cause.tip, **({"files": files.as_dict()} if files is not None else {})}))
+        return None, cause
     step = Step("inventory", Status.PASSED, details=seen.as_dict(), interpreter=str(python))
     failure: KernodeckError | None = None
     tip = fresh if not intentional else f"repair or recreate the environment of {python} (nothing is installed into it)"
-    if seen.damaged:
+    if files is not None:
+        step.details.pop("files_checked", None)
+        step.details.update(
+            integrity="every file under the env: owned by a locked RECORD, not shared, unchanged since the build",
+            files=files.as_dict(),
+        )
+        if files.damaged:
+            step.details["damaged"] = files.damaged
+        if not files.clean and (not intentional or strict or files.damaged):
+            failure = KernodeckError(f"the environment's files are not the ones built from the lock: "
+                                     f"{'; '.join(files.problems())}", tip=tip)
+    elif seen.damaged:
         failure = KernodeckError(
             f"the environment's installed files do not match their RECORD: {seen.damage_summary()}", tip=tip
         )
+    # --python: what is not established about the files, said once (beside the packages' difference, if any)
+    files_note = ""
+    if intentional and files is None:
+        files_note = ("nor that every file is the lock's and unchanged since a build (an interpreter Kernodeck did "
+                      "not build has no build snapshot; only its packages' RECORD sizes were checked)")
+    elif intentional and files is not None and not files.clean and failure is None:
+        files_note = f"nor that its files are the build's ({'; '.join(files.problems())[:300]})"
     if lock is None:
         step.title = "observed inventory recorded (no lock to compare)"
     else:
@@ -314,11 +345,14 @@ def _inventory_step(
         step.details.update(
             vs_lock=delta.as_dict(),
             summary=f"{len(seen.packages)} packages, "
-            + ("equal to the lock" if delta.empty else f"vs the lock: {delta.summary()}"),
+            + ("equal to the lock" if delta.empty else f"vs the lock: {delta.summary()}")
+            + ("" if files is None else f"; {files.entries} files, unchanged since the build" if files.clean
+               else "; files differ from the build"),
         )
         if intentional and not delta.empty and strict:
-            failure = failure or KernodeckError(
-                f"--strict: the environment of {python} differs from the lock: {delta.summary()}",
+            failure = KernodeckError(
+                f"--strict: the environment of {python} differs from the lock: {delta.summary()}"
+                + (f"; {failure}" if failure else ""),
                 tip="verify without --strict to record the difference as a declared variant, or: nox -s verify",
             )
         elif intentional and not delta.empty:
@@ -329,12 +363,19 @@ def _inventory_step(
             run_.not_established.append(
                 f"that the environment is the lock's ({len(delta.added)} added, {len(delta.removed)} missing, "
                 f"{len(delta.changed)} changed vs {run_.meta.get('lock', 'the lock')}: {delta.summary()[:300]})"
+                + (f"; {files_note}" if files_note else "")
             )
+            files_note = ""
         elif delta.empty:
-            step.title = "observed inventory equals the lock"
-        elif failure is None:
-            failure = KernodeckError(f"the environment's observed inventory differs from the lock: {delta.summary()}",
-                                     tip=fresh)
+            step.title = "observed inventory equals the lock" + (" file by file" if files and files.clean else "")
+        else:
+            # the packages first: what was installed or removed is the cause the files follow from
+            failure = KernodeckError(
+                f"the environment's observed inventory differs from the lock: {delta.summary()}"
+                + (f"; {failure}" if failure else ""), tip=fresh)
+    if files_note and failure is None:
+        run_.not_established.append("that the environment is the lock's file by file: " + files_note.removeprefix(
+            "nor that "))
     if failure is not None:
         step.status, step.layer, step.error = Status.FAILED, Layer.INSTALL, str(failure)
         step.details["tip"] = failure.tip

@@ -170,8 +170,9 @@ def test_on_a_terminal_the_installer_sees_one_and_its_output_is_still_kept(
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_bytecode_compiled_at_install_by_either_installer(tmp_path: Path, installer: str) -> None:
-    """The first verify costs what later ones cost: both installers leave .pyc files (uv given --compile-bytecode)."""
+def test_no_bytecode_compiled_at_install_and_no_file_shared(tmp_path: Path, installer: str) -> None:
+    """Neither installer compiles bytecode at install (the whole job, rebuild then first verify, costs less: see
+    docs/env-integrity.md), and no file of the env is linked to the installer's cache (uv given --link-mode copy)."""
     from kernodeck import rebuild
     from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
 
@@ -182,11 +183,12 @@ def test_bytecode_compiled_at_install_by_either_installer(tmp_path: Path, instal
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     assert proc.returncode == 0, proc.stderr
     built = current_env(project, plat)
-    compiled = list(built.glob("lib/python*/site-packages/tinya/__pycache__/__init__.*.pyc"))
-    assert compiled, f"{installer} left tinya uncompiled"
+    assert not list(built.glob("lib/python*/site-packages/tinya/__pycache__/*.pyc")), f"{installer} compiled tinya"
     commands = json.loads((built / rebuild.MARKER).read_text(encoding="utf-8"))["commands"]
     install = next(c for c in commands if " install " in c)
-    assert ("--compile-bytecode" in install) == (installer == "uv")  # pip compiles by default
+    assert ("--link-mode copy" in install) == (installer == "uv") and "--compile-bytecode" not in install
+    assert ("--no-compile" in install) == (installer == "pip")
+    assert all(p.stat().st_nlink == 1 for p in built.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 

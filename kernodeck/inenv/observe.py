@@ -4,6 +4,7 @@ Runs inside the env and imports nothing from Kernodeck (only the standard librar
 every distribution on the interpreter's path (name, version, direct URL / editable from ``direct_url.json``, where it
 lives) and, for each, the files its ``RECORD`` lists that are missing or have another size than recorded. With
 ``--hashes`` every file's content is also hashed against its RECORD digest (about 40x slower: measured in README).
+With ``--no-files`` no file is looked at (a rebuilt env's files are checked from outside it: kernodeck/envfiles.py).
 """
 
 from __future__ import annotations
@@ -33,11 +34,16 @@ def _direct_url(dist: metadata.Distribution) -> dict[str, object] | None:
     return {"url": url, "editable": bool((data.get("dir_info") or {}).get("editable"))}
 
 
-def _damage(dist: metadata.Distribution, hashes: bool) -> tuple[list[str], int, int]:
-    """Files RECORD lists that are missing, of another size or (with ``hashes``) another digest."""
+def _damage(dist: metadata.Distribution, hashes: bool, files: bool = True) -> tuple[list[str], int, int]:
+    """Files RECORD lists that are missing, of another size or (with ``hashes``) another digest.
+
+    ``files=False`` (``--no-files``): only whether a RECORD is there; the orchestrator checks the files themselves.
+    """
     record = dist.read_text("RECORD")
     if record is None:
         return [], 0, -1
+    if not files:
+        return [], 0, 0
     base = str(dist.locate_file(""))
     bad, checked, hashed = [], 0, 0
     for row in csv.reader(record.splitlines()):
@@ -65,13 +71,65 @@ def _damage(dist: metadata.Distribution, hashes: bool) -> tuple[list[str], int, 
     return bad, checked, hashed
 
 
+def _bytecode_of_source(item: list[str]) -> str:
+    """Why the bytecode file ``item[0]`` is not what this interpreter compiles from ``item[1]`` ("" when it is)."""
+    import importlib.util
+    import marshal
+
+    pyc, src = item
+    try:
+        with open(pyc, "rb") as fh:
+            data = fh.read()
+        with open(src, "rb") as fh:
+            source = fh.read()
+        st = os.stat(src)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    if data[:4] != importlib.util.MAGIC_NUMBER:
+        return "another interpreter's bytecode"
+    flags = int.from_bytes(data[4:8], "little")
+    if flags & 1:  # hash-based: the source's hash is in the header
+        if data[8:16] != importlib.util.source_hash(source):
+            return "its header names another source"
+    elif (int.from_bytes(data[8:12], "little"), int.from_bytes(data[12:16], "little")) != (
+        int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF
+    ):
+        return "its header names another source"
+    level = 2 if ".opt-2." in pyc else 1 if ".opt-1." in pyc else 0
+    try:
+        code = compile(source, src, "exec", dont_inherit=True, optimize=level)
+        same = marshal.loads(data[16:]) == code  # code objects compare by value: bytecode, constants, names
+    except (SyntaxError, ValueError, EOFError, TypeError):
+        return "not loadable bytecode"
+    return "" if same else "not the bytecode of its source"
+
+
+def bytecode_main(listing: str) -> None:
+    """``--bytecode FILE``: FILE is a JSON list of [pyc, source] pairs; prints the list of [pyc, why] that fail."""
+    with open(listing, encoding="utf-8") as fh:
+        pairs = json.load(fh)
+    workers = min(len(pairs) // 200 + 1, os.cpu_count() or 1)
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(_bytecode_of_source, pairs, chunksize=64))
+    else:
+        results = [_bytecode_of_source(pair) for pair in pairs]
+    print(json.dumps([[pair[0], why] for pair, why in zip(pairs, results, strict=True) if why]))
+
+
 def main() -> None:
+    if "--bytecode" in sys.argv[1:]:
+        bytecode_main(sys.argv[sys.argv.index("--bytecode") + 1])
+        return
     hashes = "--hashes" in sys.argv[1:]
+    look = "--no-files" not in sys.argv[1:]
     start = time.perf_counter()
     dists, files, hashed = [], 0, 0
     for dist in metadata.distributions():
         name = dist.metadata["Name"] if dist.metadata else None
-        bad, checked, size = _damage(dist, hashes)
+        bad, checked, size = _damage(dist, hashes, look)
         files += checked
         hashed += max(size, 0)
         dists.append(
@@ -91,7 +149,7 @@ def main() -> None:
                 "distributions": dists,
                 "files_checked": files,
                 "bytes_hashed": hashed,
-                "depth": "size+hash" if hashes else "size",
+                "depth": "size+hash" if hashes else "size" if look else "none (checked outside the env)",
                 "seconds": round(time.perf_counter() - start, 3),
             }
         )
