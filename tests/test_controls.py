@@ -310,3 +310,13 @@ def test_resume_comparison_nan_is_non_finite_and_diverges() -> None:
     assert resume.non_finite_steps(trace, trace, [0.0]) == []
     assert not resume.weights_within([0.0, NAN], 1e-5) and resume.weights_within([0.0, 1e-6], 1e-5)
     assert math.isnan(resume.worst([NAN, 1.0])) and math.isnan(resume.worst([1.0, NAN])) and resume.worst([1.0]) == 1.0
+
+
+@pytest.mark.parametrize(("share", "rows"), [(0.75, 8), (0.99, 360), (0.7, 10), (1.0, 3), (0.5, 2)])
+def test_agreement_is_moved_just_below_min_share(share: float, rows: int) -> None:
+    arr = np.arange(rows, dtype=np.int64)
+    declared = {**AGREEMENT, "min-share": share}
+    moved = controls.moved_past(declared, arr)["min-share"]
+    changed = int((moved != arr).sum())
+    assert (rows - changed) / rows < share <= (rows - changed + 1) / rows  # the fewest rows that fail it
+    assert tolerance.compare(declared, moved, arr, _ids(rows))["passed"] is False
