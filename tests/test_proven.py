@@ -274,7 +274,8 @@ TINY_AGREEMENT = "min-share = 1.0"
 @pytest.mark.slow
 @rel(
     56,
-    "a declared tolerance that cannot fail (`min-share = 0.0` of an agreement output), then `nox -s reference -- --new`",
+    "a declared tolerance that cannot fail (`min-share = 0.0` of an agreement output), then "
+    "`nox -s reference -- --new`",
     "the reference is refused at the compare step: the output moved past the tolerance still passes compare (named), "
     "ERROR + TIP; nothing written",
 )

@@ -180,7 +180,7 @@ def moved_past(declared: dict[str, Any], ref: Any) -> dict[str, Any | None]:
     if kind == "agreement":
         rows, need = ref.shape[0], float(declared["min-share"])
         count = max(0, math.floor((1.0 - need) * rows))
-        while count <= rows and (rows - count) / rows >= need:  # the fewest changed rows below min-share (no float slip)
+        while count <= rows and (rows - count) / rows >= need:  # the fewest rows below min-share (no float slip)
             count += 1
         return {"min-share": _different_rows(ref, count) if count <= rows else None}
     raise ValueError(f"unknown tolerance kind {kind!r}")
