@@ -82,6 +82,7 @@ def test_changed_code_fails_at_the_reference(tmp_path: Path, edit: str) -> None:
     steps = {s["name"]: s for s in report["steps"]}  # type: ignore[union-attr]
     assert report["first_failure"] == "reference-manifest" and steps["reference-manifest"]["layer"] == "reference"
     assert named in steps["reference-manifest"]["error"]
+    assert steps["reference-manifest"]["details"]["changed_code"] == [named]
     assert steps["rebuild"]["status"] == "not-run" and steps["compare"]["status"] == "not-run"
 
 
