@@ -250,7 +250,7 @@ def flip_bound(app: Application, criterion: dict[str, Any], shapes: dict[str, li
     max_abs = app.outputs[name].tolerance["max-abs"]
     dim = int(math.prod(shapes[name][1:])) if len(shapes[name]) > 1 else 1
     bound = tolerance_bound(max_abs, dim)
-    if bound >= float(margin) / 2:
+    if not (bound < float(margin) / 2):  # a NaN margin (edited in) is refused, never a pass
         raise ManifestError(
             f"declared max-abs {max_abs} of {name} allows cosine changes up to {bound:.3g}, not below half the "
             f"reference's smallest nearest-neighbour margin ({float(margin):.3g}): such a tolerance could flip a "

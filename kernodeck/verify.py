@@ -553,7 +553,9 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
                 )
             except KernodeckError as exc:
                 error = exc
-                run_.add(Step("reference-manifest", Status.FAILED, error=str(exc), layer=Layer.REFERENCE))
+                found = {"changed_code": exc.changed} if isinstance(exc, CodeChanged) else {}
+                run_.add(Step("reference-manifest", Status.FAILED, error=str(exc), layer=Layer.REFERENCE,
+                              details={**found, "tip": exc.tip}))
         # 3. rebuild (or reuse, or an existing interpreter)
         python: Path | None = None
         if not run_.failed:

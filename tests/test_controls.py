@@ -310,3 +310,54 @@ def test_resume_comparison_nan_is_non_finite_and_diverges() -> None:
     assert resume.non_finite_steps(trace, trace, [0.0]) == []
     assert not resume.weights_within([0.0, NAN], 1e-5) and resume.weights_within([0.0, 1e-6], 1e-5)
     assert math.isnan(resume.worst([NAN, 1.0])) and math.isnan(resume.worst([1.0, NAN])) and resume.worst([1.0]) == 1.0
+
+
+@pytest.mark.parametrize(("share", "rows"), [(0.75, 8), (0.99, 360), (0.7, 10), (1.0, 3), (0.5, 2)])
+def test_agreement_is_moved_just_below_min_share(share: float, rows: int) -> None:
+    arr = np.arange(rows, dtype=np.int64)
+    declared = {**AGREEMENT, "min-share": share}
+    moved = controls.moved_past(declared, arr)["min-share"]
+    changed = int((moved != arr).sum())
+    assert (rows - changed) / rows < share <= (rows - changed + 1) / rows  # the fewest rows that fail it
+    assert tolerance.compare(declared, moved, arr, _ids(rows))["passed"] is False
+
+
+def test_a_nan_margin_never_passes_the_flip_bound(tmp_path: Path) -> None:
+    from kernodeck import application as declared_app
+    from kernodeck import reference
+    from kernodeck.errors import ManifestError
+    from tests.conftest import ROOT
+
+    app = declared_app.load(ROOT)
+    with pytest.raises(ManifestError, match="could flip a nearest neighbour"):  # `nan >= x` was False: a pass
+        reference.flip_bound(app, {"margin": NAN, "neighbours_of": "embeddings"}, {"embeddings": [40, 384]})
+    # in the env: a NaN recorded in the manifest is no margin at all; this run's finite margin decides
+    emb = _unit_rows(24, 384)
+    ref = {"dir": str(tmp_path), "outputs": {"emb": {"shape": [24, 384]}}}
+    ctx = _ctx(tmp_path, "neighbours", {"emb": emb}, {"emb": {**COSINE, "max-abs": 1e-5}}, ref)
+    ctx.state["reference"] = {"emb": emb}
+    ctx.config["criterion"] = {"margin": NAN}
+    assert application.criterion(ctx)["flip_bound"]["margin"] == 0.05
+
+
+RESUME_WITH_NAN = """
+    from pathlib import Path
+    from kernodeck.inenv import resume
+    _step = resume.Trainer.train_step
+    def train_step(self):
+        loss, checksum = _step(self)
+        return (float("nan") if self.step == 3 else loss), checksum
+    resume.Trainer.train_step = train_step  # the uninterrupted run (this process) only: the worker is another
+    resume.apply_settings()
+    verdict = resume.check("cpu", 6, 2, Path(sys.argv[1]))
+    print(json.dumps({"passed": verdict["passed"], "non_finite": verdict["non_finite"],
+                      "diverged": verdict["first_diverging_step"]}))
+"""
+
+
+@pytest.mark.slow
+def test_resume_with_a_nan_loss_is_non_finite(built_project: Path, tmp_path: Path) -> None:
+    from tests.test_resume_unit import in_env
+
+    out = in_env(built_project, RESUME_WITH_NAN, str(tmp_path / "resume"))
+    assert out == {"passed": False, "non_finite": ["uninterrupted step 3"], "diverged": 3}

@@ -82,6 +82,7 @@ def test_changed_code_fails_at_the_reference(tmp_path: Path, edit: str) -> None:
     steps = {s["name"]: s for s in report["steps"]}  # type: ignore[union-attr]
     assert report["first_failure"] == "reference-manifest" and steps["reference-manifest"]["layer"] == "reference"
     assert named in steps["reference-manifest"]["error"]
+    assert steps["reference-manifest"]["details"]["changed_code"] == [named]
     assert steps["rebuild"]["status"] == "not-run" and steps["compare"]["status"] == "not-run"
 
 
@@ -274,7 +275,8 @@ TINY_AGREEMENT = "min-share = 1.0"
 @pytest.mark.slow
 @rel(
     56,
-    "a declared tolerance that cannot fail (`min-share = 0.0` of an agreement output), then `nox -s reference -- --new`",
+    "a declared tolerance that cannot fail (`min-share = 0.0` of an agreement output), then "
+    "`nox -s reference -- --new`",
     "the reference is refused at the compare step: the output moved past the tolerance still passes compare (named), "
     "ERROR + TIP; nothing written",
 )

@@ -499,7 +499,8 @@ def _flip_bound(ctx: Context, details: dict[str, Any]) -> dict[str, Any] | None:
         return None
     ref = ctx.config.get("reference") if ctx.config.get("mode") != "reference" else None
     recorded = (ctx.config.get("criterion") or {}).get("margin") if ref else None
-    margins = [float(margin)] + ([float(recorded)] if isinstance(recorded, int | float) else [])
+    usable = isinstance(recorded, int | float) and not isinstance(recorded, bool) and math.isfinite(recorded)
+    margins = [float(margin)] + ([float(recorded)] if usable else [])  # this run's margin is always finite here
     smallest = min(margins)
     shape = ref["outputs"][name]["shape"] if ref and name in ref["outputs"] else list(ctx.state["reread"][name].shape)
     dim = int(math.prod(shape[1:])) if len(shape) > 1 else 1

@@ -178,8 +178,10 @@ def moved_past(declared: dict[str, Any], ref: Any) -> dict[str, Any | None]:
     if kind == "exact":
         return {"exact": _different_rows(ref, 1)}
     if kind == "agreement":
-        rows = ref.shape[0]
-        count = math.floor((1.0 - float(declared["min-share"])) * rows) + 1
+        rows, need = ref.shape[0], float(declared["min-share"])
+        count = max(0, math.floor((1.0 - need) * rows))
+        while count <= rows and (rows - count) / rows >= need:  # the fewest rows below min-share (no float slip)
+            count += 1
         return {"min-share": _different_rows(ref, count) if count <= rows else None}
     raise ValueError(f"unknown tolerance kind {kind!r}")
 
