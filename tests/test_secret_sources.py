@@ -218,6 +218,7 @@ def test_malformed_in_a_config_file_names_the_file(monkeypatch: pytest.MonkeyPat
 
 def test_valid_and_relative_sources_pass(monkeypatch: pytest.MonkeyPatch, bare_machine: Path) -> None:
     monkeypatch.setenv("PIP_FIND_LINKS", "wheels ./more /abs/wheels file:///srv/w")
+    monkeypatch.setenv("UV_DEFAULT_INDEX", "file:///srv/local-index")
     monkeypatch.setenv("UV_INDEX", "private=https://u:p@idx.example.com:8443/simple")
     monkeypatch.setenv("PIP_INDEX_URL", "http://[::1]:8080/simple")
     require_valid_sources()
@@ -362,3 +363,49 @@ def test_passing_run_with_secret_sources_everywhere(tmp_path: Path, monkeypatch:
             assert token not in proc.stdout + proc.stderr, token
         for path in written:
             assert token not in path.read_text(encoding="utf-8"), (path.name, token)
+
+
+VALUES = ["https://[bad/simple", "https://h.example:44x3/simple", "http://127.0.0.1:99999/x", "https:///x",
+          "https://h.example/simple", "http://[::1]:8080/simple", "https://u:p@h.example:8443/s", "wheels", "/abs",
+          "file:///srv/wheels", "file:/srv/index"]
+
+
+def test_nox_sessions_check_the_same_variables_alike() -> None:
+    """The session module (stdlib only, it runs before Kernodeck is installed) names the same source variables and
+    judges a URL as kernodeck.sources does."""
+    from kernodeck import noxsessions
+    from kernodeck.sources import SOURCE_VARS, malformed
+
+    assert set(noxsessions.SOURCE_URL_VARS) == set(SOURCE_VARS)
+    for value in VALUES:
+        bad = noxsessions.malformed_source_var({"PIP_EXTRA_INDEX_URL": value}) == "PIP_EXTRA_INDEX_URL"
+        assert bad == bool("://" in value and malformed(value)), value
+
+
+@pytest.mark.reliability(
+    66,
+    "PIP_EXTRA_INDEX_URL='https://[bad/simple' (then UV_INDEX with a port :44x3) for `nox -s matrix` in a project "
+    "whose session venv is new: nox's `uv venv` or the session's tool install read it first (pip's ValueError "
+    "traceback; uv's error quoting the value)",
+    "one ERROR naming the variable, never its value, and a TIP when the noxfile loads, before any venv or install; "
+    "exit 2; no traceback",
+)
+@pytest.mark.parametrize(("var", "value"), [("PIP_EXTRA_INDEX_URL", "https://[bad/simple"),
+                                            ("UV_INDEX", "corp=https://idx.example.com:44x3/Sekr1t/simple")])
+def test_malformed_source_through_nox(var: str, value: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import copy_project
+
+    project = copy_project(tmp_path / "p")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env[var] = value
+    proc = subprocess.run([sys.executable, "-m", "nox", "-s", "matrix"], cwd=project, env=env, text=True,
+                          capture_output=True, timeout=300, check=False)
+    console = proc.stdout + proc.stderr
+    errors = [line for line in console.splitlines() if line.startswith("ERROR:")]
+    assert proc.returncode == 2 and "Traceback" not in console, console[-2000:]
+    assert len(errors) == 1 and var in errors[0] and "malformed URL" in errors[0], errors
+    assert "[bad" not in console and "44x3" not in console and "Sekr1t" not in console
+    assert not list((project / ".nox").glob("*/lib/python*/site-packages/packaging")), "tools were installed first"
