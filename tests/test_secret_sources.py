@@ -257,18 +257,31 @@ def _nothing_secret(proc: object, out: Path, *secrets: str) -> None:
 @pytest.mark.reliability(
     60,
     "KERNODECK_INDEX_CPU=http://127.0.0.1:80/AbCdEfGhIjKlMnOpQrSt/simple (a path token without digits, the default "
-    "port spelt out) for a verify whose install must fetch from it; uv prints the URL without :80",
-    "the verify fails cleanly (ERROR naming the mirror by its variable); neither the token nor the URL reaches the "
-    "console, report.json, report.md or procedure.md",
+    "port spelt out) for a verify whose install must fetch from it, with uv (it prints the URL without :80) and with "
+    "pip (a user pip.conf adding an index under another token path)",
+    "the verify fails cleanly (ERROR naming the mirror by its variable); neither token nor URL reaches the console, "
+    "report.json, report.md or procedure.md",
 )
-def test_mirror_without_default_port_never_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_mirror_without_default_port_never_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   installer: str) -> None:
     project, out = _lock_tiny(tmp_path, monkeypatch)
     monkeypatch.setenv("KERNODECK_INDEX_CPU", MIRROR)
-    proc = kd(project, "verify", "--out", str(out), "--installer", "uv")
+    extra = ""
+    if installer == "pip":
+        home = tmp_path / "home"
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+        monkeypatch.delenv("PIP_CONFIG_FILE")
+        extra = "PipConfTokenNoDigits"
+        _write(home / ".config" / "pip" / "pip.conf", f"[install]\nextra-index-url = https://127.0.0.1/{extra}/\n")
+        monkeypatch.setenv("PIP_RETRIES", "0")
+        monkeypatch.setenv("PIP_TIMEOUT", "1")
+    proc = kd(project, "verify", "--out", str(out), "--installer", installer)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    error = next(line for line in proc.stderr.splitlines() if line.startswith("ERROR:"))
+    error = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")][-1]  # pip prints its own first
     assert "KERNODECK_INDEX_CPU" in error, error
-    _nothing_secret(proc, out, TOKEN, "127.0.0.1:80/", "127.0.0.1/Ab")
+    _nothing_secret(proc, out, TOKEN, "127.0.0.1:80/", "127.0.0.1/Ab", *([extra] if extra else []))
 
 
 @pytest.mark.slow
