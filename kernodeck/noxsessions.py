@@ -201,6 +201,43 @@ def install_kernodeck(session: nox.Session, source: str) -> bool:
     return True
 
 
+# The variables pip and uv read an index or find-links URL from (kernodeck.sources reads the same, and their files).
+SOURCE_URL_VARS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_INDEX_URL", "UV_DEFAULT_INDEX",
+                   "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_FIND_LINKS")
+
+
+def malformed_source_var(environ: dict[str, str] | None = None) -> str | None:
+    """The first source variable (pip's, uv's, ``KERNODECK_INDEX_*``) holding a URL that does not parse (an unclosed
+    ``[``, a port such as ``:44x3``, no host): nox's ``uv venv`` or the session's tool install would end in pip's
+    traceback or uv's error quoting the value."""
+    import urllib.parse
+
+    env = os.environ if environ is None else environ
+    for var in [*SOURCE_URL_VARS, *sorted(v for v in env if v.startswith("KERNODECK_INDEX_"))]:
+        for entry in re.split(r"[\s,]+", env.get(var, "").strip()):
+            name, sep, url = entry.partition("=")
+            url = url if sep and "://" not in name else entry  # UV_INDEX takes name=url
+            if "://" not in url or url.startswith("file:"):
+                continue  # a local path or file: URL
+            try:
+                parts = urllib.parse.urlsplit(url)
+                if parts.port is not None or parts.hostname:
+                    continue
+            except ValueError:
+                pass
+            return var
+    return None
+
+
+def require_valid_source_vars() -> None:
+    """One ERROR naming a malformed source variable (never its value), before any installer reads it."""
+    bad = malformed_source_var()
+    if bad:
+        print(f"ERROR: the variable {bad} holds a malformed URL (its value is not shown)\n"
+              f"TIP: fix or unset {bad}, then rerun", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _tools(session: nox.Session, groups: dict[str, str], kind: str) -> list[str]:
     import nox
 
@@ -319,6 +356,7 @@ def register(*, pin: str | None, groups: dict[str, str] | None = None, only: tup
 
     if os.path.exists("pyproject.toml"):
         load_pyproject()  # a broken pyproject.toml: one ERROR when the noxfile loads, before any session
+    require_valid_source_vars()  # before nox makes a session venv (uv venv reads UV_INDEX) or installs into it
     for name, value in (("default_venv_backend", "uv|virtualenv"), ("reuse_venv", "yes")):
         if _unset_in_noxfile(nox.options, name):
             setattr(nox.options, name, value)

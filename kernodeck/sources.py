@@ -437,6 +437,8 @@ def normalise(url: str) -> Base | None:
 
 def malformed(url: str) -> str:
     """Why a remote source URL cannot be used ("" when it can): the reason only, never the value."""
+    if is_local(url.strip()):
+        return ""  # a path or a file: URL (no host)
     try:
         parts = urllib.parse.urlsplit(url.strip())
     except ValueError:

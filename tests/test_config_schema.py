@@ -97,6 +97,10 @@ def test_each_schema_error_is_one_clear_line(path: str, value: object, said: str
     assert "\n" not in message and str(folder / "pyproject.toml") in caught.value.tip, caught.value.tip
 
 
+def test_a_file_index_is_valid(tmp_path: Path) -> None:
+    load_project(_project(tmp_path, _set("variants.cpu.index", "file:///srv/local-index/simple")))
+
+
 def test_output_names_and_variant_names_are_checked(tmp_path: Path) -> None:
     def bad_name(tool: Any) -> None:
         tool["application"]["outputs"]["my outputs"] = tool["application"]["outputs"]["embeddings"]

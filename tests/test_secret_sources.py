@@ -218,6 +218,7 @@ def test_malformed_in_a_config_file_names_the_file(monkeypatch: pytest.MonkeyPat
 
 def test_valid_and_relative_sources_pass(monkeypatch: pytest.MonkeyPatch, bare_machine: Path) -> None:
     monkeypatch.setenv("PIP_FIND_LINKS", "wheels ./more /abs/wheels file:///srv/w")
+    monkeypatch.setenv("UV_DEFAULT_INDEX", "file:///srv/local-index")
     monkeypatch.setenv("UV_INDEX", "private=https://u:p@idx.example.com:8443/simple")
     monkeypatch.setenv("PIP_INDEX_URL", "http://[::1]:8080/simple")
     require_valid_sources()
@@ -256,18 +257,31 @@ def _nothing_secret(proc: object, out: Path, *secrets: str) -> None:
 @pytest.mark.reliability(
     60,
     "KERNODECK_INDEX_CPU=http://127.0.0.1:80/AbCdEfGhIjKlMnOpQrSt/simple (a path token without digits, the default "
-    "port spelt out) for a verify whose install must fetch from it; uv prints the URL without :80",
-    "the verify fails cleanly (ERROR naming the mirror by its variable); neither the token nor the URL reaches the "
-    "console, report.json, report.md or procedure.md",
+    "port spelt out) for a verify whose install must fetch from it, with uv (it prints the URL without :80) and with "
+    "pip (a user pip.conf adding an index under another token path)",
+    "the verify fails cleanly (ERROR naming the mirror by its variable); neither token nor URL reaches the console, "
+    "report.json, report.md or procedure.md",
 )
-def test_mirror_without_default_port_never_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_mirror_without_default_port_never_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   installer: str) -> None:
     project, out = _lock_tiny(tmp_path, monkeypatch)
     monkeypatch.setenv("KERNODECK_INDEX_CPU", MIRROR)
-    proc = kd(project, "verify", "--out", str(out), "--installer", "uv")
+    extra = ""
+    if installer == "pip":
+        home = tmp_path / "home"
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+        monkeypatch.delenv("PIP_CONFIG_FILE")
+        extra = "PipConfTokenNoDigits"
+        _write(home / ".config" / "pip" / "pip.conf", f"[install]\nextra-index-url = https://127.0.0.1/{extra}/\n")
+        monkeypatch.setenv("PIP_RETRIES", "0")
+        monkeypatch.setenv("PIP_TIMEOUT", "1")
+    proc = kd(project, "verify", "--out", str(out), "--installer", installer)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    error = next(line for line in proc.stderr.splitlines() if line.startswith("ERROR:"))
+    error = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")][-1]  # pip prints its own first
     assert "KERNODECK_INDEX_CPU" in error, error
-    _nothing_secret(proc, out, TOKEN, "127.0.0.1:80/", "127.0.0.1/Ab")
+    _nothing_secret(proc, out, TOKEN, "127.0.0.1:80/", "127.0.0.1/Ab", *([extra] if extra else []))
 
 
 @pytest.mark.slow
@@ -362,3 +376,49 @@ def test_passing_run_with_secret_sources_everywhere(tmp_path: Path, monkeypatch:
             assert token not in proc.stdout + proc.stderr, token
         for path in written:
             assert token not in path.read_text(encoding="utf-8"), (path.name, token)
+
+
+VALUES = ["https://[bad/simple", "https://h.example:44x3/simple", "http://127.0.0.1:99999/x", "https:///x",
+          "https://h.example/simple", "http://[::1]:8080/simple", "https://u:p@h.example:8443/s", "wheels", "/abs",
+          "file:///srv/wheels", "file:/srv/index"]
+
+
+def test_nox_sessions_check_the_same_variables_alike() -> None:
+    """The session module (stdlib only, it runs before Kernodeck is installed) names the same source variables and
+    judges a URL as kernodeck.sources does."""
+    from kernodeck import noxsessions
+    from kernodeck.sources import SOURCE_VARS, malformed
+
+    assert set(noxsessions.SOURCE_URL_VARS) == set(SOURCE_VARS)
+    for value in VALUES:
+        bad = noxsessions.malformed_source_var({"PIP_EXTRA_INDEX_URL": value}) == "PIP_EXTRA_INDEX_URL"
+        assert bad == bool("://" in value and malformed(value)), value
+
+
+@pytest.mark.reliability(
+    66,
+    "PIP_EXTRA_INDEX_URL='https://[bad/simple' (then UV_INDEX with a port :44x3) for `nox -s matrix` in a project "
+    "whose session venv is new: nox's `uv venv` or the session's tool install read it first (pip's ValueError "
+    "traceback; uv's error quoting the value)",
+    "one ERROR naming the variable, never its value, and a TIP when the noxfile loads, before any venv or install; "
+    "exit 2; no traceback",
+)
+@pytest.mark.parametrize(("var", "value"), [("PIP_EXTRA_INDEX_URL", "https://[bad/simple"),
+                                            ("UV_INDEX", "corp=https://idx.example.com:44x3/Sekr1t/simple")])
+def test_malformed_source_through_nox(var: str, value: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import copy_project
+
+    project = copy_project(tmp_path / "p")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env[var] = value
+    proc = subprocess.run([sys.executable, "-m", "nox", "-s", "matrix"], cwd=project, env=env, text=True,
+                          capture_output=True, timeout=300, check=False)
+    console = proc.stdout + proc.stderr
+    errors = [line for line in console.splitlines() if line.startswith("ERROR:")]
+    assert proc.returncode == 2 and "Traceback" not in console, console[-2000:]
+    assert len(errors) == 1 and var in errors[0] and "malformed URL" in errors[0], errors
+    assert "[bad" not in console and "44x3" not in console and "Sekr1t" not in console
+    assert not list((project / ".nox").glob("*/lib/python*/site-packages/packaging")), "tools were installed first"
