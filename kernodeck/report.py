@@ -110,9 +110,10 @@ def _finite_at_most(v: Any, limit: float) -> bool:
 
 
 def _all_outputs_passed(d: dict[str, Any]) -> bool:
+    """Every declared output within its tolerance (one output's verdict is repeated at the top level: it must agree)."""
     outputs = d.get("outputs")
     return (
-        d.get("passed") is True
+        d.get("passed", True) is True
         and isinstance(outputs, dict)
         and bool(outputs)
         and all(isinstance(o, dict) and o.get("passed") is True for o in outputs.values())
