@@ -25,7 +25,7 @@ class Status(enum.StrEnum):
 class Verdict(enum.StrEnum):
     """The run's top-level status (``report.json`` "status"): what a pass established, never more."""
 
-    PASSED = "passed"  # every step passed AND the env was shown to be the lock's (observed inventory equals it)
+    PASSED = "passed"  # every step passed AND every claim a pass stands on was established (CLAIMS)
     PASSED_UNLOCKED = "passed-unlocked"  # every check passed, but the env is NOT shown to be the lock's (--python)
     FAILED = "failed"
 
@@ -302,7 +302,12 @@ class Report:
     def verdict_line(self) -> str:
         match self.verdict:
             case Verdict.PASSED:
-                return "passed: the environment is the lock's (observed inventory equals it) and every check passed"
+                held = [c for c in self.claims if c.established]
+                return (
+                    "passed: the environment is the lock's (observed inventory equals it) and every check passed; "
+                    f"{len(held)} claims established"
+                    + (f" ({len(self.claims) - len(held)} not yet required)" if len(held) < len(self.claims) else "")
+                )
             case Verdict.PASSED_UNLOCKED:
                 return "every check passed, but NOT established: " + "; ".join(self.not_established)
             case Verdict.FAILED:
