@@ -25,7 +25,7 @@ class Status(enum.StrEnum):
 class Verdict(enum.StrEnum):
     """The run's top-level status (``report.json`` "status"): what a pass established, never more."""
 
-    PASSED = "passed"  # every step passed AND the env was shown to be the lock's (observed inventory equals it)
+    PASSED = "passed"  # every step passed AND every claim a pass stands on was established (CLAIMS)
     PASSED_UNLOCKED = "passed-unlocked"  # every check passed, but the env is NOT shown to be the lock's (--python)
     # every check passed on code that differs from the reference's (--allow-code-change): not a pass, exit 1
     PASSED_WITH_CHANGED_CODE = "passed-with-changed-code"
@@ -112,9 +112,10 @@ def _finite_at_most(v: Any, limit: float) -> bool:
 
 
 def _all_outputs_passed(d: dict[str, Any]) -> bool:
+    """Every declared output within its tolerance (one output's verdict is repeated at the top level: it must agree)."""
     outputs = d.get("outputs")
     return (
-        d.get("passed") is True
+        d.get("passed", True) is True
         and isinstance(outputs, dict)
         and bool(outputs)
         and all(isinstance(o, dict) and o.get("passed") is True for o in outputs.values())
@@ -305,7 +306,12 @@ class Report:
     def verdict_line(self) -> str:
         match self.verdict:
             case Verdict.PASSED:
-                return "passed: the environment is the lock's (observed inventory equals it) and every check passed"
+                held = [c for c in self.claims if c.established]
+                return (
+                    "passed: the environment is the lock's (observed inventory equals it) and every check passed; "
+                    f"{len(held)} claims established"
+                    + (f" ({len(self.claims) - len(held)} not yet required)" if len(held) < len(self.claims) else "")
+                )
             case Verdict.PASSED_UNLOCKED:
                 return "every check passed, but NOT established: " + "; ".join(self.not_established)
             case Verdict.PASSED_WITH_CHANGED_CODE:

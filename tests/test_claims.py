@@ -186,6 +186,18 @@ def test_a_reference_run_stands_on_the_claims_it_can_establish() -> None:
     assert ref.verdict is Verdict.FAILED
 
 
+def test_outputs_claim_needs_every_output_of_several() -> None:
+    """With several outputs the compare step records each one's verdict only (no top-level ``passed``)."""
+    steps = complete_steps()
+    compare = next(s for s in steps if s.name == "compare")
+    compare.details = {"outputs": {"logits": {"passed": True}, "labels": {"passed": True}}}
+    assert Report("p", steps).verdict is Verdict.PASSED
+    compare.details["outputs"]["labels"]["passed"] = False
+    assert claim(Report("p", steps), "outputs-within-tolerance").state is ClaimState.CONTRADICTED
+    compare.details["outputs"]["labels"] = {"kind": "agreement"}  # a verdict without its pass: no evidence
+    assert Report("p", steps).verdict is Verdict.FAILED
+
+
 def test_the_last_record_of_a_step_decides() -> None:
     steps = [*complete_steps(), Step("compare", Status.PASSED, details={"passed": False, "outputs": {}})]
     assert Report("p", steps).verdict is Verdict.FAILED
