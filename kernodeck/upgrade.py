@@ -115,8 +115,12 @@ def render_drift(drift: Drift, *, title: str = "Against the reference") -> str:
         lines.append(f"Not compared: {drift.failure}")
     if drift.criterion is not None:
         lines.append(f"Criterion: {'holds' if drift.criterion[0] else '**does not hold**'} ({drift.criterion[1]})")
-    verdict = ("the criterion still holds: every output within tolerance" if drift.holds
-               else "**out of tolerance: the outputs moved beyond it (or a check failed)**")
+    if drift.holds:
+        verdict = "the criterion still holds: every output within tolerance"
+    elif drift.failure:
+        verdict = f"**not verified: {drift.failure.split(':', 1)[0]} failed before the outputs were compared**"
+    else:
+        verdict = "**out of tolerance: the outputs (or the criterion) moved beyond it**"
     lines.append(f"Verdict: {verdict}")
     return "\n".join(lines) + "\n"
 
