@@ -469,14 +469,20 @@ def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
         return 0
     plat = resolve_platform(project, args.platform, args.variant)
     result = upgrade(project, plat, as_of=args.as_of, resolver=args.resolver, installer=args.installer, out=args.out)
-    print(render_drift(result.drift, title=f"Against the reference: {plat.id}"))
-    print(f"upgrade {plat.id}: {'criterion still holds' if result.drift.holds else 'OUT OF TOLERANCE'}; "
-          f"new lock {result.lock.relative_to(project.root)}, old one kept in {result.old_lock}; "
-          f"report {result.folder / 'upgrade.md'}")
-    if not result.drift.holds:
-        print(f"next: nox -s bisect -- --platform {plat.id} --good {result.old_lock} "
-              f"--bad {result.lock.relative_to(project.root)}")
-    return 0 if result.drift.holds else 1
+    drift = result.drift
+    print(render_drift(drift, title=f"Against the reference: {plat.id}"))
+    state = ("criterion still holds" if drift.holds else
+             f"NOT VERIFIED ({drift.failure.split(':', 1)[0]} failed)" if drift.failure else "OUT OF TOLERANCE")
+    print(f"upgrade {plat.id}: {state}; new lock {result.lock.relative_to(project.root)}, old one kept in "
+          f"{result.old_lock}; report {result.folder / 'upgrade.md'}")
+    if drift.holds:
+        return 0
+    if drift.failure:  # 3: a check failed before the comparison (the report names it); no bisect of numbers
+        print(f"next: read {result.folder / 'verify' / 'report.md'}")
+        return 3
+    print(f"next: nox -s bisect -- --platform {plat.id} --good {result.old_lock} "
+          f"--bad {result.lock.relative_to(project.root)}")
+    return 1
 
 
 def cmd_bisect(project: Project, args: argparse.Namespace) -> int:

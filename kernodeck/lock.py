@@ -330,6 +330,9 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
         raise ConfigError(f"uv cannot resolve for {plat.os_arch}; known: {', '.join(UV_PLATFORMS)}")
     _check_tool(project, resolver)
     instant = effective_as_of(project, as_of)
+    if as_of and project.resolve_as_of and instant != as_of_instant(project.resolve_as_of):
+        log(f"kernodeck: WARNING: pyproject.toml declares {AS_OF_KEY} = {project.resolve_as_of!r}: `lock --check` "
+            f"will report this lock (as of {instant}) as stale until the declared date is {as_of!r}")
     inputs = compute_inputs(project, plat, resolver, instant)
     _direct_references(project, plat)
     target = lock_path(project, plat)

@@ -115,8 +115,12 @@ def render_drift(drift: Drift, *, title: str = "Against the reference") -> str:
         lines.append(f"Not compared: {drift.failure}")
     if drift.criterion is not None:
         lines.append(f"Criterion: {'holds' if drift.criterion[0] else '**does not hold**'} ({drift.criterion[1]})")
-    verdict = ("the criterion still holds: every output within tolerance" if drift.holds
-               else "**out of tolerance: the outputs moved beyond it (or a check failed)**")
+    if drift.holds:
+        verdict = "the criterion still holds: every output within tolerance"
+    elif drift.failure:
+        verdict = f"**not verified: {drift.failure.split(':', 1)[0]} failed before the outputs were compared**"
+    else:
+        verdict = "**out of tolerance: the outputs (or the criterion) moved beyond it**"
     lines.append(f"Verdict: {verdict}")
     return "\n".join(lines) + "\n"
 
@@ -197,7 +201,13 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
         from .config import load_project
 
         project = load_project(project.root)
-    locking.compile_lock(project, plat, resolver=resolver or recorded_resolver(old), upgrade=True, as_of=as_of)
+    try:
+        locking.compile_lock(project, plat, resolver=resolver or recorded_resolver(old), upgrade=True, as_of=as_of)
+    except BaseException:
+        kept = old_dir / "pyproject.toml"
+        if kept.exists():  # the declared date goes back with the lock that failed to change
+            write_atomic(project.root / "pyproject.toml", kept.read_text(encoding="utf-8"))
+        raise
     rel = str(target.relative_to(project.root))
     d = lockdiff.diff(old, lockfile.read(target), old_label=f"{rel} (before; kept in old/)", new_label=rel)
     diff_md = lockdiff.render_markdown(d, title=f"Lock diff: {plat.id}")

@@ -130,3 +130,34 @@ def test_a_dated_relock_against_pypi_is_byte_identical(tmp_path: Path, monkeypat
     locking.compile_lock(proj, plat, resolver=resolver, upgrade=True, as_of="2024-07-01")
     assert pins(target) == {"packaging": "24.1"}
     assert target.read_bytes() != first
+
+
+def test_upgrade_moves_a_declared_date_and_puts_it_back_when_the_relock_fails(
+        tmp_path: Path, wheels: Path) -> None:
+    from kernodeck import upgrade
+    from kernodeck.errors import KernodeckError
+
+    root = tiny_project(tmp_path / "p")
+    _declare(root, "2021-03-04")
+    proj = load_project(root)
+    plat = resolve_platform(proj)
+    target = locking.compile_lock(proj, plat, resolver="uv")
+    lock_before, pyproject_before = target.read_bytes(), (root / "pyproject.toml").read_text(encoding="utf-8")
+    # A relock to another date writes the new date where the project declares one, the old file kept.
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    upgrade._keep_declared_date(proj, "2022-01-01", kept)
+    assert load_project(root).resolve_as_of == "2022-01-01"
+    assert (kept / "pyproject.toml").read_text(encoding="utf-8") == pyproject_before
+    (root / "pyproject.toml").write_text(pyproject_before, encoding="utf-8")
+    # When the relock fails (its only source emptied), the declared date goes back and the lock is untouched.
+    for wheel in wheels.glob("*.whl"):
+        wheel.unlink()
+    with pytest.raises(KernodeckError):
+        upgrade.upgrade(load_project(root), plat, as_of="2022-01-01")
+    assert (root / "pyproject.toml").read_text(encoding="utf-8") == pyproject_before
+    assert target.read_bytes() == lock_before
+    folder = next((root / "runs").glob("upgrade-*"))
+    assert (folder / "old" / target.name).read_bytes() == lock_before
+    with pytest.raises(KernodeckError, match="not empty"):  # an upgrade's folder is never reused: its old/ is kept
+        upgrade.upgrade(load_project(root), plat, out=folder)

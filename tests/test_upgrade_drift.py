@@ -43,7 +43,7 @@ def test_one_output_out_of_tolerance_fails_and_is_named() -> None:
     assert not drift.holds
     text = render_drift(drift)
     assert "| logits | allclose | 0.5 | — | — | abs(a-b) <= 0.001 + 0.001*abs(ref) | **NO** |" in text
-    assert "out of tolerance" in text
+    assert "**out of tolerance: the outputs (or the criterion) moved beyond it**" in text
 
 
 def test_a_failing_criterion_fails_even_within_tolerance() -> None:
@@ -56,6 +56,7 @@ def test_a_run_that_stopped_before_compare_is_not_a_pass() -> None:
     assert not drift.holds
     assert drift.failure == "rebuild: install failed: no matching distribution"
     assert "Not compared: rebuild" in render_drift(drift)
+    assert "**not verified: rebuild failed before the outputs were compared**" in render_drift(drift)
     assert not Drift.from_steps([{"name": "lock-check", "status": "passed"}]).holds  # nothing compared: no pass
 
 

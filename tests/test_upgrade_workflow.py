@@ -65,7 +65,8 @@ def _upgrade_step_env(tmp_path: Path, exit_code: int) -> tuple[dict[str, str], P
     return env, out, summary
 
 
-@pytest.mark.parametrize(("code", "job_ok", "bisects"), [(0, True, False), (1, True, True), (2, False, False)])
+@pytest.mark.parametrize(("code", "job_ok", "bisects"), [(0, True, False), (1, True, True), (3, True, False),
+                                                       (2, False, False)])
 def test_upgrade_job_reports_out_of_tolerance_and_fails_on_errors(tmp_path: Path, code: int, job_ok: bool,
                                                                   bisects: bool) -> None:
     job = _yaml(RELOCK)["jobs"]["upgrade"]
