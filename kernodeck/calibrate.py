@@ -20,7 +20,6 @@ import enum
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -391,7 +390,8 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
     if out is not None:
         final = outdir.check(out, what="the calibration", tip="nox -s calibrate -- --out runs/NAME",
                              root=project.root, allowed=(project.runs,))
-    staging = outdir.staging_for(final, "calibration")
+    stage = outdir.Staged.begin(final, "calibration")  # signed with the list of its files, swapped in whole
+    staging = stage.path
     plock = platform_lock(project, plat)
     acquire(plock, plat)
     try:
@@ -432,9 +432,9 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
         write_json(staging / "calibration.json", result.as_dict())
         write_atomic(staging / "calibration.md", render(result))
         write_atomic(staging / "calibration.svg", svg.calibration_chart(chart_data(result)))
-        outdir.swap_into_place(staging, final)
+        stage.commit()
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        stage.abandon()
         raise
     finally:
         plock.release()
