@@ -453,6 +453,7 @@ def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
                                allowed=(project.runs,) if project else ())
     print(drift.render(data))
     print(f"drift map: {folder / 'drift.md'} (heatmap: {folder / 'drift.svg'})")
+    return 0
 
 
 def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:

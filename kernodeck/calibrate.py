@@ -20,7 +20,6 @@ import enum
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -290,15 +289,42 @@ def analyse_output(
         if bound is not None and (edge is None or bound[0] < edge):
             edge, source = bound
         floor = float(resolution.get(spec.key, 0.0))
-        proposal = propose(worst, floor, edge)
+        proposal = propose(worst, floor, edge) if kind is not Kind.EXACT else None  # exact has no number to move
         if spec.declared is not None:  # an axis shown for reading only proposes nothing
-            by_axis[spec.key] = proposal if kind is not Kind.EXACT else None
+            by_axis[spec.key] = proposal
         judged = verdict(spec.declared, worst, edge) if spec.declared is not None else None
         calibrated.append(Axis(spec.key, spec.label, spec.declared, worst, per, floor, edge, source, proposal, judged))
     if not found:
         notes.append(f"no margin of use found: {margin.get('why', 'not searched')}")
+    if kind is Kind.EXACT and calibrated:
+        notes.append(exact_note(calibrated[0], margin))
     return OutputCalibration(name, kind, dict(tolerance), calibrated, str(margin.get("test", "")),
                              proposed_tolerance(kind, tolerance, by_axis), notes)
+
+
+def _rows(share: float, rows: int | None) -> str:
+    return f"{round(share * rows)} of {rows} rows" if rows else f"a share of {share:.3g} of the rows"
+
+
+def exact_note(axis: Axis, margin: dict[str, Any]) -> str:
+    """What calibrate can say of an ``exact`` output, in rows: the noise (rows that differed in the worst variation),
+    the margin (rows changed until the criterion fails), and why there is no tolerance to propose."""
+    rows = margin.get("rows")
+    if not isinstance(rows, int) or rows <= 0:  # an older record: one row is the resolution
+        rows = round(1 / axis.floor) if axis.floor > 0 else None
+    if axis.noise > 0:
+        worst = max(axis.noise_by_variation, key=lambda k: axis.noise_by_variation[k])
+        said = (f"exact: no tolerance to propose. {_rows(axis.noise, rows)} differed ({worst}), so exact fails on "
+                "another machine: declare kind = \"agreement\" with a min-share (calibrate then proposes one)")
+    else:
+        said = (f"exact: no tolerance to propose. No variation changed a row (0 of {rows or '?'} rows differed in "
+                f"{len(axis.noise_by_variation)} variations), so exact holds on this machine")
+    if axis.margin is not None:
+        said += f"; the criterion fails once {_rows(axis.margin, rows)} change"
+    elif "the application's criterion: still passes" in str(margin.get("why", "")):
+        said += ("; the criterion does not react to this output (it still passes with every row changed): exact is "
+                 "the only check that fails a changed row")
+    return said + "."
 
 
 # --- running it ----------------------------------------------------------------------------------------------------
@@ -391,7 +417,8 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
     if out is not None:
         final = outdir.check(out, what="the calibration", tip="nox -s calibrate -- --out runs/NAME",
                              root=project.root, allowed=(project.runs,))
-    staging = outdir.staging_for(final, "calibration")
+    stage = outdir.Staged.begin(final, "calibration")  # signed with the list of its files, swapped in whole
+    staging = stage.path
     plock = platform_lock(project, plat)
     acquire(plock, plat)
     try:
@@ -432,9 +459,9 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
         write_json(staging / "calibration.json", result.as_dict())
         write_atomic(staging / "calibration.md", render(result))
         write_atomic(staging / "calibration.svg", svg.calibration_chart(chart_data(result)))
-        outdir.swap_into_place(staging, final)
+        stage.commit()
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        stage.abandon()
         raise
     finally:
         plock.release()
@@ -501,7 +528,7 @@ def render(cal: Calibration) -> str:
     lines += ["", "## Per output", ""]
     for out in cal.outputs:
         lines += [f"### `{out.name}` ({out.kind}): {out.overall()}", "",
-                  f"Declared: {', '.join(f'{k} = {v}' for k, v in out.tolerance.items())}. "
+                  f"Declared: {', '.join(f'{k} = {v}' for k, v in out.tolerance.items()) or 'every row equal'}. "
                   f"Margin of use searched with: {out.margin_test or 'nothing that applies'}.", "",
                   "| number | noise (must pass) | worst variation | margin (must fail) | proposal | "
                   "proposal / noise | margin / proposal | declared | verdict |",
@@ -512,7 +539,7 @@ def render(cal: Calibration) -> str:
             lines.append(
                 f"| {a.label} | {_g(a.noise)} | {worst if a.noise > 0 else 'all equal'} | {_g(a.margin)} | "
                 f"{_g(a.proposal)} | {_g(ratios['proposal_over_noise'])} | {_g(ratios['margin_over_proposal'])} | "
-                f"{_g(a.declared)} | {a.verdict.says() if a.verdict else '-'} |")
+                f"{_g(a.declared)} | {_says(a)} |")
         if out.proposed_tolerance:
             lines += ["", "Proposed: " + ", ".join(f"`{k} = {v}`" for k, v in out.proposed_tolerance.items())]
         for note in out.notes:
@@ -524,6 +551,14 @@ def render(cal: Calibration) -> str:
     lines += ["Noise below the dtype's resolution counts as that resolution when the proposal is made "
               "(one unit in the last place; one row for labels).", ""]
     return "\n".join(lines)
+
+
+def _says(axis: Axis) -> str:
+    if axis.verdict is None:
+        return "-"
+    if axis.verdict is Verdict.OK and axis.margin is None:
+        return "ok: at or above the noise (no margin of use to judge it against)"
+    return axis.verdict.says()
 
 
 def chart_data(cal: Calibration) -> list[svg.Panel]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -224,7 +223,8 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
     dossiers = load(folders)
     final = outdir.check(out, what="the drift map", tip="nox -s drift -- A B C --out runs/NAME", root=root,
                          allowed=allowed)
-    staging = outdir.staging_for(final, "drift")
+    stage = outdir.Staged.begin(final, "drift")  # signed with the list of its files, swapped in whole
+    staging = stage.path
     try:
         config = {"dossiers": [str(d.outputs) for d in dossiers], "outputs": declared,
                   "result": str(staging / "pairwise.json")}
@@ -243,9 +243,9 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
         write_json(staging / "drift.json", data)
         write_atomic(staging / "drift.md", render(data))
         write_atomic(staging / "drift.svg", svg.heatmap(heatmaps(data)))
-        outdir.swap_into_place(staging, final)
+        stage.commit()
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        stage.abandon()
         raise
     return data, final
 

@@ -192,6 +192,45 @@ def test_exact_labels_with_noise_are_too_tight_and_get_no_number() -> None:
     assert noisy.overall() == "too tight"
 
 
+def test_exact_output_is_counted_in_rows_and_says_plainly_there_is_no_tolerance_to_propose() -> None:
+    """The regression example's bands: the criterion (R² of the predictions) never reads them. In-env, a criterion
+    that ignores a label output finds no margin; the orchestrator says so in rows, proposes nothing, and a noise of
+    a few rows makes exact too tight."""
+    band = np.arange(120, dtype=np.int64) % 4
+    refs = {"band": band, "predictions": np.linspace(1.0, 26.0, 120, dtype=np.float32)}
+    ids = [str(i) for i in range(120)]
+    searched = inenv_cal.margin_of("band", {"kind": "exact"}, refs, ids, lambda outputs: True)
+    assert not searched["found"] and searched["rows"] == 120 and searched["test"] == "the application's criterion"
+    assert "still passes at 120" in searched["why"]
+    quiet = cal.analyse_output("band", Kind.EXACT, {}, {"declared": {"disagreement": 0.0},
+                                                        "isa-default": {"disagreement": 0.0}}, searched)
+    (axis,) = quiet.axes
+    assert quiet.overall() == "ok" and quiet.proposed_tolerance is None and axis.proposal is None
+    said = quiet.notes[-1]
+    assert said.startswith("exact: no tolerance to propose") and "0 of 120 rows differed in 2 variations" in said
+    assert "does not react to this output" in said
+    text = cal.render(_calibration([quiet]))
+    assert "Declared: every row equal" in text and "no margin of use to judge it against" in text
+    assert "between the noise and the margin" not in text
+
+    # a criterion that reads the bands: the margin in rows; 3 rows of noise make exact too tight
+    def use(outputs: dict[str, Any]) -> bool:
+        return bool((outputs["band"] == band).mean() >= 0.95)
+
+    searched = inenv_cal.margin_of("band", {"kind": "exact"}, refs, ids, use)
+    assert searched["found"] and searched["search"]["fails"] == 7  # 7 of 120 changed: 0.9417 < 0.95
+    noisy = cal.analyse_output("band", Kind.EXACT, {}, {"isa-avx2": {"disagreement": 3 / 120}}, searched)
+    assert noisy.overall() == "too tight" and noisy.proposed_tolerance is None and noisy.axes[0].proposal is None
+    said = noisy.notes[-1]
+    assert "3 of 120 rows differed (isa-avx2)" in said and "agreement" in said
+    assert "the criterion fails once 7 of 120 rows change" in said
+    assert "TOO TIGHT" in cal.render(_calibration([noisy]))
+
+
+def _calibration(outputs: list[cal.OutputCalibration]) -> cal.Calibration:
+    return cal.Calibration("cp311-test", "sha256:0", [], outputs, {}, "now")
+
+
 def test_no_margin_found_is_a_note_not_a_verdict_of_loose() -> None:
     out = cal.analyse_output("labels", Kind.AGREEMENT, {"min-share": 0.5}, {"declared": {"disagreement": 0.0}},
                              {"found": False, "why": "no test of use applies", "resolution": {"disagreement": 0.01}})

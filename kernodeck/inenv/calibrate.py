@@ -198,7 +198,7 @@ def margin_of(
     from kernodeck_inenv import tolerance
 
     ref = refs[name]
-    record: dict[str, Any] = {"output": name, "kind": declared["kind"], "seed": SEED}
+    record: dict[str, Any] = {"output": name, "kind": declared["kind"], "seed": SEED, "rows": int(ref.shape[0])}
 
     def judged(test: Callable[[dict[str, Any]], bool]) -> Callable[[Any], bool]:
         def fails(candidate: Any) -> bool:
@@ -255,7 +255,8 @@ def margin_of(
                 record["fails"] = {k: min(v, record["worst_case"].get(k, v)) for k, v in record["fails"].items()}
                 record["perturbation"] += "; and the worst case: the smallest top-1 lead closed (whichever is smaller)"
         return record
-    record.update(found=False, why="; ".join(record.get("not_found", [])) or "no test of use applies to this output")
+    record.update(found=False, why="; ".join(record.get("not_found", [])) or "no test of use applies to this output",
+                  test="; ".join(test_name for test_name, _ in tests))
     return record
 
 
