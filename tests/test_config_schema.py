@@ -83,6 +83,8 @@ BAD = [
     ("application.outputs.embeddings.dtype", "float", 'embeddings.dtype = "float": expected a dtype name'),
     ("application.outputs.embeddings.justification", _DELETE, "embeddings: justification is missing"),
     ("application.outputs.embeddings.tolerance", 1, "embeddings: unknown key tolerance"),
+    ("resolve-as-of", "latest", 'tool.kernodeck.resolve-as-of = "latest": expected a resolution date'),
+    ("resolve-as-of", "2026-11", 'tool.kernodeck.resolve-as-of = "2026-11": expected a resolution date'),
 ]
 
 
@@ -219,3 +221,9 @@ def test_toml_syntax_error_through_nox_and_the_cli(tmp_path: Path) -> None:
 
 def shutil_noxfile(project: Path) -> None:
     (project / "noxfile.py").write_text((ROOT / "noxfile.py").read_text(encoding="utf-8"), encoding="utf-8")
+
+
+
+@pytest.mark.parametrize("value", ["2026-11-01", "2026-11-01T12:30:00Z"])
+def test_a_resolve_as_of_date_is_valid(value: str, tmp_path: Path) -> None:
+    assert load_project(_project(tmp_path, _set("resolve-as-of", value))).resolve_as_of == value
