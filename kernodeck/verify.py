@@ -324,6 +324,7 @@ def _inventory_step(
         step.details.update(
             integrity="every file under the env: owned by a locked RECORD, not shared, unchanged since the build",
             files=files.as_dict(),
+            files_unchanged=files.clean,  # the claim env-files-unchanged (kernodeck/report.py CLAIMS)
         )
         if files.damaged:
             step.details["damaged"] = files.damaged

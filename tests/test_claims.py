@@ -157,13 +157,19 @@ def test_a_claim_whose_key_is_absent_is_not_established(claim_id: str, monkeypat
     assert Report("p", steps).verdict is Verdict.FAILED
 
 
-def test_pending_claims_are_the_three_keys_not_written_yet() -> None:
-    """The integrator's switch: these become required (pending=False) when their steps record the keys."""
-    assert {(s.step, s.key) for s in CLAIMS if s.pending} == {
-        ("inventory", "files_unchanged"),
-        ("reference", "code_unchanged"),
-        ("criterion", "able_to_fail"),
-    }
+def test_no_claim_is_pending_every_step_records_its_key() -> None:
+    """The three keys the claims first waited for (files_unchanged, code_unchanged, able_to_fail) are written by
+    their steps (verify's inventory, the in-env reference and criterion steps): every claim is required."""
+    assert [s.id for s in CLAIMS if s.pending] == []
+
+
+def test_changed_code_allowed_is_never_a_pass_and_names_the_files() -> None:
+    steps = complete_steps()
+    next(s for s in steps if s.name == "reference").details["code_unchanged"] = False
+    allowed = Report("p", steps, changed_code=["checks/app.py"])
+    assert allowed.verdict is Verdict.PASSED_WITH_CHANGED_CODE and allowed.status is Status.FAILED
+    assert "checks/app.py" in allowed.verdict_line()
+    assert Report("p", steps).verdict is Verdict.FAILED  # the same record without the run's list: failed
 
 
 def test_a_declared_variant_passes_unlocked_only_on_the_environment_claims() -> None:

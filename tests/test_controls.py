@@ -149,6 +149,9 @@ def criterion(outputs, ids, records, params):
 def anything_goes(outputs, ids, records, params):
     return {"passed": True, "summary": "always", "margin": None}
 
+def keyerror(outputs, ids, records, params):
+    return {"passed": True, "summary": str(params["epoch"])}
+
 def nan_margin(outputs, ids, records, params):
     return {"passed": True, "summary": "x", "margin": float("nan")}
 
@@ -184,11 +187,22 @@ def test_criterion_step_records_its_controls_and_refuses_one_unable_to_fail(tmp_
     good = {"labels": np.arange(24, dtype=np.int64) % 3}
     details = application.criterion(_ctx(tmp_path, "criterion", good, LABELS))
     assert details["controls"]["able_to_fail"] is True and details["summary"] == "accuracy 1.00"
+    assert details["able_to_fail"] is True  # the key the claim criterion-able-to-fail reads (kernodeck/report.py)
     with pytest.raises(CheckFailed, match="the criterion is unable to fail") as caught:
         application.criterion(_ctx(tmp_path / "b", "anything_goes", good, LABELS))
     assert caught.value.layer == "application" and "nox -s reference -- --new" in caught.value.details["tip"]
     with pytest.raises(CheckFailed, match="margin is non-finite"):
         application.criterion(_ctx(tmp_path / "c", "nan_margin", good, LABELS))
+
+
+def test_a_criterion_that_raises_shows_the_users_line(tmp_path: Path) -> None:
+    """The user's criterion raising (a KeyError of theirs) is the application's error with its file:line, not a
+    NameError of Kernodeck's (red team, h11: _judge named a ctx it was not given); a criterion that judges passes."""
+    good = {"labels": np.arange(24, dtype=np.int64) % 3}
+    with pytest.raises(CheckFailed, match=r"the criterion raised KeyError: 'epoch' at .*app\.py:\d+") as caught:
+        application.criterion(_ctx(tmp_path, "keyerror", good, LABELS))
+    assert caught.value.layer == "application"
+    assert application.criterion(_ctx(tmp_path / "ok", "criterion", good, LABELS))["passed"] is True
 
 
 def test_flip_bound_is_derived_in_the_env_whatever_the_manifest_holds(tmp_path: Path) -> None:

@@ -131,7 +131,9 @@ def check_reference(ctx: Context) -> dict[str, Any]:
         arrays[name] = arr
         details[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype)}
     ctx.state["reference"] = arrays
+    # code_unchanged: the claim reference-current (every declared code file fingerprinted and the reference's)
     return {"outputs": details, "rows": len(sample_ids), "code": code,
+            "code_unchanged": bool(code["files"]) and not code["changed"],
             "sample_sha256": _app_cfg(ctx).get("sample_sha256")}
 
 
@@ -423,14 +425,16 @@ def compare(ctx: Context) -> dict[str, Any]:
     return details
 
 
-def _judge(func: Any, outputs: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+def _judge(
+    func: Any, outputs: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any], root: Path
+) -> dict[str, Any]:
     """One call of the application's criterion on ``outputs``; its answer checked for shape (a dict, bool passed)."""
     try:
         result = func({n: a.copy() for n, a in outputs.items()}, _ids(items), [dict(r) for r in items], dict(params))
     except CheckFailed:
         raise
     except Exception as exc:
-        raise _raised("the criterion", exc, Path(ctx.config["project_root"])) from exc
+        raise _raised("the criterion", exc, root) from exc
     if not isinstance(result, dict) or not isinstance(result.get("passed"), bool):
         raise CheckFailed("the criterion must return a dict with a bool 'passed' and a 'summary'", "application")
     return result
@@ -458,7 +462,8 @@ def criterion(ctx: Context) -> dict[str, Any]:
     func = _function(ctx, cfg["criterion"], "criterion")
     items = sample(ctx)
     params = dict(cfg.get("params") or {})
-    result = _judge(func, ctx.state["reread"], items, params)
+    root = Path(ctx.config["project_root"])
+    result = _judge(func, ctx.state["reread"], items, params, root)
     details = json.loads(json.dumps(result, default=str))
     margin = details.get("margin")
     if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)):
@@ -471,11 +476,12 @@ def criterion(ctx: Context) -> dict[str, Any]:
     base = ctx.state.get("reference") or ctx.state["reread"]
 
     def judge(outputs: dict[str, Any]) -> tuple[bool, str]:
-        answer = _judge(func, outputs, items, params)
+        answer = _judge(func, outputs, items, params, root)
         return bool(answer["passed"]), str(answer.get("summary", ""))
 
     found = controls.criterion_controls(judge, base)
     details["controls"] = found
+    details["able_to_fail"] = found["able_to_fail"]  # the claim criterion-able-to-fail
     if not found["able_to_fail"]:
         raise CheckFailed(
             "the criterion is unable to fail: it passed on every corruption of the reference outputs ("
