@@ -360,7 +360,9 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
         print(text, end="")
         return 0
     if args.out:
-        out = outdir.check_file(args.out, what="the matrix", tip="nox -s matrix -- --out matrix.json  (a file)",
+        # the TIP names a place the check accepts (under runs/), not one it refuses in turn
+        runs = project.runs.relative_to(project.root) if project.runs.is_relative_to(project.root) else project.runs
+        out = outdir.check_file(args.out, what="the matrix", tip=f"nox -s matrix -- --out {runs}/matrix.json",
                                 root=project.root, allowed=(project.runs,))
         matrix.write(built, out)  # with its sidecar record: a later --out there may replace it
     print(matrix.render(built))

@@ -38,6 +38,21 @@ def test_cli_lists_every_declared_platform_as_json(tmp_path: Path) -> None:
         assert entry["runs_on"][-1] == plat["runner"]
 
 
+def test_matrix_out_over_a_user_file_is_refused_and_its_tip_is_accepted(tmp_path: Path) -> None:
+    """Red team (h11): --out over a user's notes.txt is refused, the file kept; the TIP's own --out then works (it
+    named --out matrix.json, inside the project, which the same check refuses: a TIP that loops)."""
+    project = copy_project(tmp_path / "project")
+    notes = project / "notes.txt"
+    notes.write_text("my notes\n", encoding="utf-8")
+    proc = kd(project, "matrix", "--out", "notes.txt")
+    assert proc.returncode == 2 and notes.read_text(encoding="utf-8") == "my notes\n", proc.stderr
+    tip = next(line for line in proc.stderr.splitlines() if line.startswith("TIP: "))
+    assert tip == "TIP: nox -s matrix -- --out runs/matrix.json", tip
+    again = kd(project, "matrix", "--out", "runs/matrix.json")
+    assert again.returncode == 0 and (project / "runs" / "matrix.json").is_file(), again.stderr
+    assert kd(project, "matrix", "--out", "runs/matrix.json").returncode == 0  # its own file: replaced
+
+
 def test_self_hosted_runners_carry_the_self_hosted_label_and_can_be_left_out() -> None:
     project = load_project(ROOT)
     full = matrix.build(project)
