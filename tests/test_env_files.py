@@ -428,3 +428,12 @@ def test_same_size_edit_in_torch_then_fresh_rebuild_passes(real: Path, tmp_path:
     assert proc.returncode == 0, proc.stderr[-3000:]
     inv = next(s for s in read_report(tmp_path / "good")["steps"] if s["name"] == "inventory")  # type: ignore[union-attr]
     assert inv["status"] == "passed" and inv["details"]["files"]["snapshot"] == "compared"
+
+
+def test_report_details_are_bounded_and_counted() -> None:
+    found = envfiles.Findings(entries=5, added=[f"lib/x{i}.py" for i in range(300)], changed={"a": "mode"})
+    data = found.as_dict()
+    assert len(data["added"]) == envfiles.DETAILS_LIMIT < 300  # type: ignore[arg-type]
+    assert data["counts"] == {"foreign": 0, "shared": 0, "added": 300, "removed": 0, "changed": 1}
+    assert not found.clean and found.problems() == [
+        "added since the build: lib/x0.py, lib/x1.py, lib/x2.py (+297 more)", "changed since the build: a (mode)"]
