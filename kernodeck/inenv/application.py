@@ -423,14 +423,18 @@ def compare(ctx: Context) -> dict[str, Any]:
     return details
 
 
-def _judge(func: Any, outputs: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
-    """One call of the application's criterion on ``outputs``; its answer checked for shape (a dict, bool passed)."""
+def _judge(
+    func: Any, outputs: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any], root: Path
+) -> dict[str, Any]:
+    """One call of the application's criterion on ``outputs``; its answer checked for shape (a dict, bool passed).
+
+    An exception in it carries the user's frame (file:line under ``root``, the project)."""
     try:
         result = func({n: a.copy() for n, a in outputs.items()}, _ids(items), [dict(r) for r in items], dict(params))
     except CheckFailed:
         raise
     except Exception as exc:
-        raise _raised("the criterion", exc, Path(ctx.config["project_root"])) from exc
+        raise _raised("the criterion", exc, root) from exc
     if not isinstance(result, dict) or not isinstance(result.get("passed"), bool):
         raise CheckFailed("the criterion must return a dict with a bool 'passed' and a 'summary'", "application")
     return result
@@ -458,7 +462,8 @@ def criterion(ctx: Context) -> dict[str, Any]:
     func = _function(ctx, cfg["criterion"], "criterion")
     items = sample(ctx)
     params = dict(cfg.get("params") or {})
-    result = _judge(func, ctx.state["reread"], items, params)
+    root = Path(ctx.config["project_root"])
+    result = _judge(func, ctx.state["reread"], items, params, root)
     details = json.loads(json.dumps(result, default=str))
     margin = details.get("margin")
     if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)):
@@ -471,7 +476,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
     base = ctx.state.get("reference") or ctx.state["reread"]
 
     def judge(outputs: dict[str, Any]) -> tuple[bool, str]:
-        answer = _judge(func, outputs, items, params)
+        answer = _judge(func, outputs, items, params, root)
         return bool(answer["passed"]), str(answer.get("summary", ""))
 
     found = controls.criterion_controls(judge, base)
