@@ -84,6 +84,11 @@ def test_an_exact_output_marks_any_changed_row_beyond(three: list[Path], tmp_pat
     assert labels[("a", "c")]["share_of_tolerance"] > 1
     text = (folder / "drift.md").read_text(encoding="utf-8")
     assert "## `labels` (exact; declared every row equal): 2 of 3 pairs beyond the tolerance" in text
+    # drift.json is standard JSON (no Infinity): the infinite share of a zero tolerance is written as "inf"
+    written = json.loads((folder / "drift.json").read_text(encoding="utf-8"),
+                         parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
+    shares = {(r["a"], r["b"]): r["share_of_tolerance"] for r in written["outputs"]["labels"]["pairs"]}
+    assert shares[("a", "c")] == "inf" and shares[("a", "b")] == 0
 
 
 def test_identical_runs_are_within_and_name_no_difference(tmp_path: Path) -> None:
