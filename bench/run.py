@@ -25,8 +25,8 @@ other processes took meanwhile. Rows:
 - verify's cost as the sample grows (``--sizes`` texts: the reference sample cycled, fresh ids), with the line it
   grows along (least squares: fixed cost + cost per text).
 
-Writes ``bench/latest.json`` and ``bench/latest.md`` and docs/speed.md's section between the bench markers, from that one
-run. No test asserts a time: speed is judged here only.
+Writes ``bench/latest.json`` and ``bench/latest.md`` and docs/speed.md's section between the bench markers, from that
+one run. No test asserts a time: speed is judged here only.
 """
 
 from __future__ import annotations

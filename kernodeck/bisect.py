@@ -294,6 +294,10 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     from .verify import Run, require_declared_contract, run_checks
 
     good, bad = lockfile.read(good_path), lockfile.read(bad_path)
+    for name, lock in (("--good", good), ("--bad", bad)):
+        if lock.first("platform") != plat.id:  # another platform's pins would build an env for nothing here
+            raise KernodeckError(f"{name} {lock.path} is the lock of {lock.first('platform') or 'no platform'}, "
+                                 f"not of {plat.id}", tip=f"nox -s bisect -- --platform {lock.first('platform')} ...")
     d = lockdiff.diff(good, bad, old_label=str(good_path), new_label=str(bad_path))
     ref = refmod.load(project)
     require_declared_contract(project, ref, application.load(project.root))

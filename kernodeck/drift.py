@@ -9,6 +9,7 @@ device, threads, determinism, TF32), read from each dossier's records. Outputs: 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import time
@@ -183,6 +184,18 @@ def table(dossiers: list[Dossier], declared: dict[str, dict[str, Any]], numbers:
                                              for d in dossiers], "outputs": outputs}
 
 
+def json_safe(value: Any) -> Any:
+    """drift.json in standard JSON: a share of a zero tolerance (an exact output with a changed row) is infinite, and
+    JSON has no Infinity; it is written as the string "inf" (the row's mark says BEYOND)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def render(data: dict[str, Any]) -> str:
     lines = ["# Drift map", "", "| # | dossier | CPU | CPU kernel level | torch | device | threads | deterministic |",
              "|---|---|---|---|---|---|---|---|"]
@@ -191,7 +204,7 @@ def render(data: dict[str, Any]) -> str:
         lines.append(f"| {n} | {d['label']} | {c['CPU']} | {c['CPU kernel level']} | {c['torch']} | {c['device']} | "
                      f"{c['threads']} | {c['deterministic algorithms']} |")
     for name, out in data["outputs"].items():
-        declared = ", ".join(f"{k} = {v}" for k, v in out["declared"].items())
+        declared = ", ".join(f"{k} = {v}" for k, v in out["declared"].items()) or "every row equal"  # exact
         beyond = sum(1 for r in out["pairs"] if r["mark"] == "BEYOND")
         lines += ["", f"## `{name}` ({out['kind']}; declared {declared}): "
                   f"{beyond} of {len(out['pairs'])} pairs beyond the tolerance", "",
@@ -240,7 +253,7 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
         numbers = json.loads((staging / "pairwise.json").read_text(encoding="utf-8"))
         data = table(dossiers, declared, numbers)
         data["made"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        write_json(staging / "drift.json", data)
+        write_json(staging / "drift.json", json_safe(data))
         write_atomic(staging / "drift.md", render(data))
         write_atomic(staging / "drift.svg", svg.heatmap(heatmaps(data)))
         stage.commit()

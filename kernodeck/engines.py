@@ -175,6 +175,10 @@ def slurm(matrix: Matrix) -> str:
     if gpu:
         header += ["# A GPU platform is in the array: each task asks for one GPU (sbatch directives are array-wide).",
                    "#SBATCH --gres=gpu:1"]
+    # Which node each task needs: with several machine types, submit each group to its partition, e.g.
+    # `sbatch --array=0,1 --partition=x86 THIS-FILE` and `sbatch --array=2 --partition=arm THIS-FILE`.
+    header += ["# Array tasks (index: platform, node machine type):",
+               *(f"#   {i}: {e['platform']} ({SLURM_MACHINES[e['os_arch']]})" for i, e in enumerate(entries))]
     platforms = " ".join(shlex.quote(e["platform"]) for e in entries)
     machines = " ".join(shlex.quote(SLURM_MACHINES[e["os_arch"]]) for e in entries)
     lock_check, verify = verify_commands("PLATFORM")

@@ -66,6 +66,8 @@ _PYTHON_LINK = re.compile(r"bin/python(3(\.\d+)?)?")
 # An entry as stat saw it: kind (f file, d folder, l link, o other), size, mtime_ns, ctime_ns, inode, mode, links,
 # a link's target ("" otherwise). A list, not a record: 40k of them are read and compared on every verify.
 Entry = list[object]
+# At most this many paths per list in report.json (the counts say how many there are).
+DETAILS_LIMIT = 200
 _FIELDS = ("kind", "size", "mtime_ns", "ctime_ns", "inode", "mode", "links", "target")
 
 
@@ -263,20 +265,20 @@ class Findings:
             out.append("changed since the build: " + few([f"{p} ({w})" for p, w in sorted(self.changed.items())]))
         return out
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self, limit: int = DETAILS_LIMIT) -> dict[str, object]:
+        """The report's record; each list cut at ``limit`` entries (its full length in ``counts``)."""
+        lists = {"foreign": self.foreign, "shared": self.shared, "added": self.added, "removed": self.removed}
         return {
             "entries": self.entries,
             "owned_by_record": self.owned,
-            "foreign": self.foreign,
+            **{key: value[:limit] for key, value in lists.items()},
             "without_record": self.without_record,
-            "damaged": self.damaged,
-            "shared": self.shared,
+            "damaged": {name: files[:limit] for name, files in self.damaged.items()},
             "snapshot": self.snapshot or "compared",
-            "added": self.added,
-            "removed": self.removed,
-            "changed": self.changed,
+            "changed": dict(sorted(self.changed.items())[:limit]),
+            "counts": {**{key: len(value) for key, value in lists.items()}, "changed": len(self.changed)},
             "bytecode_since_build": {"files": self.bytecode_later, "checked_now": self.bytecode_checked_now,
-                                     "not_its_source": self.bad_bytecode},
+                                     "not_its_source": self.bad_bytecode[:limit]},
             "seconds": round(self.seconds, 3),
         }
 

@@ -105,7 +105,16 @@ def resolve_platform(project: Project, platform_id: str | None = None, variant: 
 
 
 def declared_python(project: Project, os_arch: str, variant: str) -> str:
-    """The Python a declared platform names for ``os_arch`` and ``variant`` (see :func:`resolve_platform`)."""
+    """The Python a declared platform names for ``os_arch`` and ``variant`` (see :func:`resolve_platform`).
+
+    Among several, those with a committed lock come first (cp312 declared ``lock-on-runner`` beside a locked cp311:
+    nox on Ubuntu 24.04's 3.12 still verifies the locked cp311); among those, the running Python, else the first.
+    """
     declared = [p.python for p in project.platforms if p.os_arch == os_arch and p.variant == variant]
     running = current_python()
-    return running if running in declared or not declared else declared[0]
+    if not declared:
+        return running
+    kind = project.variant(variant)
+    locked = [py for py in declared if (project.lockfiles / Platform(py, os_arch, kind).lock_name).is_file()]
+    candidates = locked or declared
+    return running if running in candidates else candidates[0]

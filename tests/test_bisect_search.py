@@ -127,3 +127,17 @@ def test_an_intermediate_lock_is_the_old_one_with_the_new_pins_of_the_subset(tmp
     assert lock.first("platform") == old.first("platform")
     same = lockfile.parse_checked(bisect.intermediate_lock(old, new, set(), "nothing moved"), tmp_path / "s.txt")
     assert same.versions() == old.versions()
+
+
+def test_a_lock_of_another_platform_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+    from kernodeck.config import load_project
+    from kernodeck.errors import KernodeckError
+    from kernodeck.platforms import resolve_platform
+    from tests.conftest import ROOT
+
+    project = load_project(ROOT)
+    good, bad = write_lock(tmp_path / "old.txt", OLD), write_lock(tmp_path / "new.txt", NEW)  # cp311 linux cpu
+    other = resolve_platform(project, "cp311-macosx_arm64-mps")
+    with pytest.raises(KernodeckError, match="is the lock of cp311-linux_x86_64-cpu, not of cp311-macosx_arm64-mps"):
+        bisect.bisect_locks(project, other, good, bad, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

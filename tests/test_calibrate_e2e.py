@@ -1,9 +1,12 @@
-"""calibrate and drift end to end on a copy of examples/digits, run as a user runs them (`python -m kernodeck`).
+"""calibrate and drift end to end on copies of examples/digits and examples/regression, run as a user runs them
+(`python -m kernodeck`).
 
 The copy declares a logits tolerance far tighter than the thread/ISA noise and a labels tolerance far looser than the
 margin of use (the criterion's accuracy floor): the negative controls, reported "too tight" and "too loose" from
 real measurements. Then `--write` puts the proposal into the copy's pyproject (comments kept), and drift maps three
-of the calibration's variation dossiers. Needs this machine's package sources for the rebuild (pip's own config).
+of the calibration's variation dossiers. The regression copy declares its predictions' tolerance above the margin of
+use (too loose), and its bands are exact: counted in rows, no tolerance proposed. Needs this machine's package sources
+for the rebuild (pip's own config).
 """
 
 from __future__ import annotations
@@ -90,3 +93,41 @@ def test_calibrate_and_drift_on_digits(tmp_path: Path) -> None:
     assert any("CPU kernel level" in e for e in explained) and any("threads" in e for e in explained)
     assert "## `logits`" in proc.stdout
     ET.fromstring((project / "runs" / "drift" / "drift.svg").read_text(encoding="utf-8"))
+
+
+def test_calibrate_on_regression_loose_allclose_and_exact_bands(tmp_path: Path) -> None:
+    project = tmp_path / "regression"
+    shutil.copytree(ROOT / "examples" / "regression", project, ignore=LEFT_BEHIND)
+    pyproject = project / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8")
+    # rtol = atol = 10 lets a prediction move by 10 or more: the R² floor fails long before (the negative control)
+    loose = text.replace("rtol = 1e-4\natol = 1e-4", "rtol = 10.0\natol = 10.0")
+    assert loose != text
+    pyproject.write_text(loose, encoding="utf-8")
+
+    proc = _kd(project, "calibrate", "--out", "runs/cal")
+    _ok(proc, "calibrate")
+    folder = project / "runs" / "cal"
+    data = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
+    predictions, band = data["outputs"]["predictions"], data["outputs"]["band"]
+    assert predictions["verdict"] == "too loose", predictions
+    assert predictions["margin_test"] == "the application's criterion"
+    ratio = predictions["axes"][0]
+    assert ratio["noise"] < 1 and ratio["margin"] < 1  # both far below the declared 10 + 10*|y|
+    assert ratio["proposal_over_noise"] > 1 and ratio["margin_over_proposal"] > 1
+    assert predictions["proposed"]["rtol"] < 10.0
+    assert band["kind"] == "exact" and band["proposed"] is None and band["axes"][0]["proposal"] is None
+    assert band["verdict"] in ("ok", "too tight")  # too tight only where this machine changed a band
+    said = band["notes"][-1]
+    assert said.startswith("exact: no tolerance to propose") and "of 120 rows" in said
+    assert "does not react to this output" in said  # the R² criterion never reads the bands
+    table = (folder / "calibration.md").read_text(encoding="utf-8")
+    assert "TOO LOOSE" in table and "Declared: every row equal" in table
+
+    variations = sorted((folder / "variations").iterdir())
+    chosen = [v for v in variations if v.name.split("-", 1)[1] in ("declared", "threads-1", "isa-default")]
+    proc = _kd(project, "drift", *map(str, chosen), "--out", "runs/drift")
+    _ok(proc, "drift")
+    drift = json.loads((project / "runs" / "drift" / "drift.json").read_text(encoding="utf-8"))
+    assert len(drift["outputs"]["band"]["pairs"]) == 3
+    assert "## `band` (exact; declared every row equal)" in proc.stdout

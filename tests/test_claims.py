@@ -30,6 +30,8 @@ from kernodeck.report import (
 from tests._reports import EVIDENCE, complete_steps
 from tests.conftest import kd, read_report
 
+rel = pytest.mark.reliability
+
 IDS = [spec.id for spec in CLAIMS]
 
 # claim id -> a change of its step's details that makes the evidence say the claim does NOT hold
@@ -267,3 +269,30 @@ def test_a_real_passing_report_establishes_its_claims(built_project: Path, tmp_p
     # the same real run with one step taken out of its record: not a pass
     steps = [Step.from_dict(s) for s in data["steps"] if s["name"] != "determinism"]
     assert Report(data["platform"], steps, {"mode": "verify"}).verdict is Verdict.FAILED
+
+
+@pytest.mark.slow
+@rel(
+    77,
+    "a check silently dropped from a run: `resume` taken out of verify's step list (in the project's Kernodeck copy)",
+    "every step that ran passed, yet FAILED (exit 1): the claim `resume` is `step-absent`, named in the verdict",
+)
+def test_a_dropped_check_cannot_pass(built_project: Path, tmp_path: Path) -> None:
+    from tests.test_verify_e2e import sibling
+
+    project = sibling(built_project, tmp_path)
+    verify_py = project / "kernodeck" / "verify.py"
+    text = verify_py.read_text()
+    assert '    "resume",\n)' in text
+    verify_py.write_text(text.replace('    "resume",\n)', ")", 1))
+    out = tmp_path / "run"
+    proc = kd(project, "verify", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = read_report(out)
+    assert report["status"] == "failed" and report["first_failure"] is None
+    assert all(s["status"] == "passed" for s in report["steps"])  # type: ignore[index, union-attr]
+    assert "resume" not in {s["name"] for s in report["steps"]}  # type: ignore[index, union-attr]
+    states = {c["id"]: c["state"] for c in report["claims"]}  # type: ignore[index, union-attr]
+    assert states["resume"] == "step-absent"
+    assert "NOT established" in report["verdict"]["line"]  # type: ignore[index]
+    assert "FAILED: " in proc.stdout and "no resume step in this run" in proc.stdout

@@ -161,6 +161,21 @@ def test_an_exception_in_the_users_code_names_the_users_line(tmp_path: Path, mon
                      "  checks/app.py:2 in _epochs", '    return params["epoch"]', "KeyError: 'epoch'"]
 
 
+def test_an_exception_in_the_users_criterion_names_the_users_line(tmp_path: Path) -> None:
+    """The criterion is called through _judge (also for the able-to-fail controls): its exception keeps the frame."""
+    from kernodeck.inenv import _common, application
+
+    app_file = tmp_path / "checks" / "app.py"
+    app_file.parent.mkdir()
+    app_file.write_text("def criterion(outputs, ids, records, params):\n    return outputs[\"missing\"]\n",
+                        encoding="utf-8")
+    module = _common.load_file(app_file, "kernodeck_test_user_criterion")
+    with pytest.raises(application.CheckFailed) as caught:
+        application._judge(module.criterion, {}, [{"id": "a"}], {}, tmp_path)
+    assert str(caught.value) == "the criterion raised KeyError: 'missing' at checks/app.py:2 in criterion"
+    assert caught.value.details["raised_at"] == "checks/app.py:2 in criterion"
+
+
 def test_an_exception_outside_the_project_has_no_user_line(tmp_path: Path) -> None:
     from kernodeck.inenv import _common
 

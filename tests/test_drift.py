@@ -75,6 +75,22 @@ def test_pairwise_table_marks_each_cell_and_names_the_difference(three: list[Pat
     assert json.loads((folder / "drift.json").read_text(encoding="utf-8"))["version"] == drift.VERSION
 
 
+def test_an_exact_output_marks_any_changed_row_beyond(three: list[Path], tmp_path: Path) -> None:
+    exact = {**DECLARED, "labels": {"kind": "exact", "dtype": "int64"}}  # the regression example's bands
+    data, folder = drift.drift(three, tmp_path / "map", Path(sys.executable), exact)
+    labels = {(r["a"], r["b"]): r for r in data["outputs"]["labels"]["pairs"]}
+    assert labels[("a", "b")]["mark"] == "within" and labels[("a", "b")]["share_of_tolerance"] == 0
+    assert labels[("a", "c")]["mark"] == "BEYOND" and labels[("b", "c")]["mark"] == "BEYOND"
+    assert labels[("a", "c")]["share_of_tolerance"] > 1
+    text = (folder / "drift.md").read_text(encoding="utf-8")
+    assert "## `labels` (exact; declared every row equal): 2 of 3 pairs beyond the tolerance" in text
+    # drift.json is standard JSON (no Infinity): the infinite share of a zero tolerance is written as "inf"
+    written = json.loads((folder / "drift.json").read_text(encoding="utf-8"),
+                         parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
+    shares = {(r["a"], r["b"]): r["share_of_tolerance"] for r in written["outputs"]["labels"]["pairs"]}
+    assert shares[("a", "c")] == "inf" and shares[("a", "b")] == 0
+
+
 def test_identical_runs_are_within_and_name_no_difference(tmp_path: Path) -> None:
     emb = np.ones((20, 8), dtype=np.float32)
     labels = np.zeros(20, dtype=np.int64)

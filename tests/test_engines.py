@@ -129,7 +129,9 @@ def _slurm_script(tmp_path: Path) -> tuple[Path, list[str]]:
 def test_slurm_array_runs_one_verify_per_platform_into_one_folder(tmp_path: Path) -> None:
     script, linux = _slurm_script(tmp_path)
     assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
-    assert f"#SBATCH --array=0-{len(linux) - 1}" in script.read_text(encoding="utf-8")
+    text = script.read_text(encoding="utf-8")
+    assert f"#SBATCH --array=0-{len(linux) - 1}" in text
+    assert all(f"#   {i}: {plat} (" in text for i, plat in enumerate(linux)), "the header lists each task's platform"
     env = _stubs(tmp_path)
     linux_x86 = [p for p in linux if "-linux_x86_64-" in p]
     proc = subprocess.run(["sbatch", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,

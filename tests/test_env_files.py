@@ -460,3 +460,12 @@ def test_the_envs_interpreter_never_runs_over_a_dropped_file(tmp_path: Path, mon
     assert seen is None and failure is not None and "zz-hook.pth" in str(failure), failure
     assert failure.tip == "nox -s rebuild -- --fresh" and "observe" not in calls
     assert run_.steps[-1].status.value == "failed" and run_.steps[-1].details["files"]["foreign"]
+
+
+def test_report_details_are_bounded_and_counted() -> None:
+    found = envfiles.Findings(entries=5, added=[f"lib/x{i}.py" for i in range(300)], changed={"a": "mode"})
+    data = found.as_dict()
+    assert len(data["added"]) == envfiles.DETAILS_LIMIT < 300  # type: ignore[arg-type]
+    assert data["counts"] == {"foreign": 0, "shared": 0, "added": 300, "removed": 0, "changed": 1}
+    assert not found.clean and found.problems() == [
+        "added since the build: lib/x0.py, lib/x1.py, lib/x2.py (+297 more)", "changed since the build: a (mode)"]

@@ -25,14 +25,14 @@ from kernodeck.platforms import Platform, current_os_arch, current_python
 from tests.conftest import ROOT
 from tests.tinylock import make_wheel, offline_env
 
-COMMITTED = sorted((ROOT / "lockfiles").glob("pylock.*.toml"))
+COMMITTED = sorted((ROOT / "lockfiles").glob("pylock.*.toml")) + sorted(ROOT.glob("examples/*/lockfiles/pylock.*.toml"))
 
 
 def _header(text: str) -> str:
     return text.splitlines()[0].removeprefix("# ")
 
 
-@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(ROOT)))
 def test_committed_twin_is_what_the_standard_reader_and_the_writer_give(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     lock = pylock.read(path)
@@ -42,7 +42,7 @@ def test_committed_twin_is_what_the_standard_reader_and_the_writer_give(path: Pa
 
 
 def test_committed_twins_exist() -> None:
-    assert len(COMMITTED) >= 3
+    assert len(COMMITTED) >= 10
 
 
 def test_writer_is_deterministic_and_reads_back(tmp_path: Path) -> None:

@@ -151,8 +151,14 @@ def test_the_declared_platform_is_chosen_whatever_python_runs(monkeypatch: pytes
     project = load_project(ROOT)
     monkeypatch.setattr(platforms, "current_os_arch", lambda: "linux_x86_64")
     monkeypatch.setattr(platforms, "current_python", lambda: "3.12")
+    # cp312-linux_x86_64-cpu is declared lock-on-runner (no committed lock): the locked cp311 is chosen
+    assert not (project.lockfiles / "cp312-linux_x86_64-cpu.txt").exists()
     assert platforms.resolve_platform(project).id == "cp311-linux_x86_64-cpu"
+    # cu130 is locked for 3.11, 3.12 and 3.13: the running Python's own lock
+    assert platforms.resolve_platform(project, variant="cu130").id == "cp312-linux_x86_64-cu130"
+    monkeypatch.setattr(platforms, "current_python", lambda: "3.10")  # not declared: the first locked one
     assert platforms.resolve_platform(project, variant="cu130").id == "cp311-linux_x86_64-cu130"
+    monkeypatch.setattr(platforms, "current_python", lambda: "3.12")
     # nothing declared for this OS/arch: the running Python (an undeclared platform, locked from here)
     monkeypatch.setattr(platforms, "current_os_arch", lambda: "linux_aarch64")
     assert platforms.resolve_platform(project).id == "cp312-linux_aarch64-cpu"

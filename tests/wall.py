@@ -145,7 +145,8 @@ def application_files(root: Path) -> list[Path]:
 def breaches(root: Path) -> list[Breach]:
     """Every breach under ``root``, one per module, rule and imported top-level package (the shortest name first)."""
     graph = Graph(root)
-    found = [*orchestrator_breaches(graph), *inenv_breaches(graph), *application_breaches(root, application_files(root))]
+    found = [*orchestrator_breaches(graph), *inenv_breaches(graph),
+             *application_breaches(root, application_files(root))]
     seen: set[tuple[str, str, str]] = set()
     kept = []
     for breach in sorted(found, key=lambda b: (b.chain[0], b.rule, len(b.chain[-1]), b.chain)):

@@ -428,7 +428,9 @@ def compare(ctx: Context) -> dict[str, Any]:
 def _judge(
     func: Any, outputs: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any], root: Path
 ) -> dict[str, Any]:
-    """One call of the application's criterion on ``outputs``; its answer checked for shape (a dict, bool passed)."""
+    """One call of the application's criterion on ``outputs``; its answer checked for shape (a dict, bool passed).
+
+    An exception in it carries the user's frame (file:line under ``root``, the project)."""
     try:
         result = func({n: a.copy() for n, a in outputs.items()}, _ids(items), [dict(r) for r in items], dict(params))
     except CheckFailed:
