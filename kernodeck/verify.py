@@ -334,10 +334,10 @@ def _inventory_step(
     # --python: what is not established about the files, said once (beside the packages' difference, if any)
     files_note = ""
     if intentional and files is None:
-        files_note = ("nor that every file is the lock's and unchanged since a build (an interpreter Kernodeck did "
-                      "not build has no build snapshot; only its packages' RECORD sizes were checked)")
+        files_note = ("every file of the environment is the lock's and unchanged since a build (an interpreter "
+                      "Kernodeck did not build has no build snapshot; only its packages' RECORD sizes were checked)")
     elif intentional and files is not None and not files.clean and failure is None:
-        files_note = f"nor that its files are the build's ({'; '.join(files.problems())[:300]})"
+        files_note = f"the environment's files are the build's ({'; '.join(files.problems())[:300]})"
     if lock is None:
         step.title = "observed inventory recorded (no lock to compare)"
     else:
@@ -363,7 +363,7 @@ def _inventory_step(
             run_.not_established.append(
                 f"that the environment is the lock's ({len(delta.added)} added, {len(delta.removed)} missing, "
                 f"{len(delta.changed)} changed vs {run_.meta.get('lock', 'the lock')}: {delta.summary()[:300]})"
-                + (f"; {files_note}" if files_note else "")
+                + (f"; nor that {files_note}" if files_note else "")
             )
             files_note = ""
         elif delta.empty:
@@ -374,8 +374,7 @@ def _inventory_step(
                 f"the environment's observed inventory differs from the lock: {delta.summary()}"
                 + (f"; {failure}" if failure else ""), tip=fresh)
     if files_note and failure is None:
-        run_.not_established.append("that the environment is the lock's file by file: " + files_note.removeprefix(
-            "nor that "))
+        run_.not_established.append(f"that {files_note}")
     if failure is not None:
         step.status, step.layer, step.error = Status.FAILED, Layer.INSTALL, str(failure)
         step.details["tip"] = failure.tip
