@@ -6,7 +6,6 @@ This is the single error boundary: a :class:`KernodeckError` becomes one ``ERROR
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import Backend, Project, load_project
-from .errors import KernodeckError, ManifestError
+from .errors import KernodeckError
 from .platforms import Platform, resolve_platform
 from .sources import redact_text
 
@@ -240,68 +239,25 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_reference(project: Project, args: argparse.Namespace) -> int:
-    from packaging.utils import canonicalize_name
-
-    from . import application, dossier, lockfile
-    from . import lock as locking
     from . import reference as refmod
-    from ._fs import sha256_file
-    from ._proc import log
-    from .report import Status
     from .verify import verify
 
     plat = resolve_platform(project, args.platform, args.variant)
-    old = None
-    if (project.reference / "manifest.toml").exists():
-        try:
-            old = refmod.load(project)
-        except ManifestError as exc:
-            log(f"kernodeck: the current reference is unusable ({exc}); a new one replaces it")
-        if old is not None and not args.new:
-            raise ManifestError(f"a reference exists ({old.id}); a new identity is made only when asked",
-                                tip="nox -s reference -- --new")
+    old = refmod.current(project, new=args.new)
     opts = _options(args)
     if opts.out is None:
         opts.out = project.runs / f"reference-{plat.id}"
     report, folder, _ = verify(project, plat, opts, mode="reference")
     _summary(report, folder, tip=False)  # a failure's TIP comes with the ERROR below
-    if report.status is not Status.PASSED:
-        failure = report.first_failure()
-        tip = failure.details.get("tip") if failure is not None else None
-        raise KernodeckError(
-            "the reference run failed"
-            + (f" at {failure.name}: {' '.join(failure.error.split())}" if failure is not None else "")
-            + "; nothing was written to the reference",
-            tip=tip if isinstance(tip, str) and tip else f"read {folder / 'report.md'}")
-    steps = {s.name: s for s in report.steps}
-    app = application.load(project.root)
-    weights = None
-    if app.weights is not None:
-        lock = lockfile.read(locking.lock_path(project, plat))
-        pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
-        if pin is None:
-            raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")
-        weights = {"version": pin.version, "wheel_sha256": list(pin.hashes),
-                   "files": steps["application"].details.get("weights_fingerprint", {})}
-    criterion = steps["criterion"].details if "criterion" in steps and steps["criterion"].details else None
-    manifest = refmod.build_manifest(
-        project, outputs=folder / "outputs", criterion=criterion, weights=weights, platform_id=plat.id,
-        lock_digest="sha256:" + sha256_file(locking.lock_path(project, plat)),
-        device=str(steps["backend"].details.get("device", "cpu")),
-        previous=old.id if old else refmod.recorded_id(project))
-    if old is not None and old.id == manifest["id"]:
-        print(f"reference unchanged: {old.id} (same content; nothing written)")
-        return 0
-    system = json.loads((folder / "system.json").read_text(encoding="utf-8"))
-    inventory_text = (folder / "inventory.txt").read_text(encoding="utf-8")
-    refmod.install(project, manifest, folder / "outputs", inventory_text, system,
-                   review=lambda staged: dossier.review_folder(staged, project.root))
-    if old is not None:
-        print(f"reference: {old.id} -> {manifest['id']}")
-        for change in refmod.changes(old.manifest, manifest):
+    made = refmod.create(project, plat, report, folder, old)
+    if made.unchanged:
+        print(f"reference unchanged: {made.new_id} (same content; nothing written)")
+    elif made.old_id is not None:
+        print(f"reference: {made.old_id} -> {made.new_id}")
+        for change in made.changes:
             print(f"  changed: {change}")
     else:
-        print(f"reference: new {manifest['id']}")
+        print(f"reference: new {made.new_id}")
     return 0
 
 
