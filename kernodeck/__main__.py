@@ -175,10 +175,7 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
         lines, bad = locking.check_many(project, plats)
         print("\n".join(lines))
         if bad:
-            plat = bad[0][0]
-            locking.require_checked(project, plat)  # raises the first one's error, with its TIP (as verify does)
-            raise KernodeckError(f"{'; '.join(bad[0][1])}",
-                                 tip=f"nox -s lock -- --platform {plat.id} --pylock-only")
+            locking.raise_first(project, bad)
         return 0
     plat = resolve_platform(project, args.platform, args.variant)
     if args.upgrade_package or args.widen_python:
@@ -388,22 +385,11 @@ def cmd_calibrate(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
-    from . import application, drift
-    from .rebuild import current_env, env_python
+    from . import drift
 
     folders = [d.resolve() for d in args.dossiers]
-    declared = ({n: o.declared() for n, o in application.load(project.root).outputs.items()} if project
-                else drift.declared_from(folders))
-    if not declared:
-        raise KernodeckError("no declared outputs: run drift in the project, or give dossiers with run-config.json",
-                             tip="cd PROJECT && nox -s drift -- A B C")
-    python = args.python
-    if python is None and project is not None:
-        env = current_env(project, resolve_platform(project, None))
-        python = env_python(env) if env is not None else None
-    if python is None:
-        raise KernodeckError("drift compares with an interpreter that has numpy: no rebuilt env here",
-                             tip="nox -s rebuild  (then nox -s drift again), or: nox -s drift -- ... --python PATH")
+    declared = drift.declared_outputs(project, folders)
+    python = drift.interpreter(project, args.python)
     out = args.out or drift.default_out(project.runs if project else None)
     data, folder = drift.drift(folders, out, python, declared, root=project.root if project else None,
                                allowed=(project.runs,) if project else ())
@@ -413,33 +399,16 @@ def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
-    from .upgrade import pr_body, render_drift, upgrade
+    from .upgrade import outcome, upgrade, write_pr_body
 
     if args.pr_body:
-        expected = [p for p in args.all_platforms.replace(",", " ").split() if p]
-        found = sorted(p.name for p in args.pr_body.iterdir() if p.is_dir()) if args.pr_body.is_dir() else []
-        from ._fs import write_atomic
-
-        body = pr_body(expected or found, args.pr_body, as_of=args.as_of or "")
-        write_atomic(args.pr_body / "pr-body.md", body)
-        print(body, end="")
+        print(write_pr_body(args.pr_body, args.all_platforms, as_of=args.as_of or ""), end="")
         return 0
     plat = resolve_platform(project, args.platform, args.variant)
     result = upgrade(project, plat, as_of=args.as_of, resolver=args.resolver, installer=args.installer, out=args.out)
-    drift = result.drift
-    print(render_drift(drift, title=f"Against the reference: {plat.id}"))
-    state = ("criterion still holds" if drift.holds else
-             f"NOT VERIFIED ({drift.failure.split(':', 1)[0]} failed)" if drift.failure else "OUT OF TOLERANCE")
-    print(f"upgrade {plat.id}: {state}; new lock {result.lock.relative_to(project.root)}, old one kept in "
-          f"{result.old_lock}; report {result.folder / 'upgrade.md'}")
-    if drift.holds:
-        return 0
-    if drift.failure:  # 3: a check failed before the comparison (the report names it); no bisect of numbers
-        print(f"next: read {result.folder / 'verify' / 'report.md'}")
-        return 3
-    print(f"next: nox -s bisect -- --platform {plat.id} --good {result.old_lock} "
-          f"--bad {result.lock.relative_to(project.root)}")
-    return 1
+    text, code = outcome(result, plat, project.root)
+    print(text)
+    return code
 
 
 def cmd_bisect(project: Project, args: argparse.Namespace) -> int:
