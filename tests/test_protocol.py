@@ -170,3 +170,34 @@ def test_the_protocol_needs_only_the_standard_library(tmp_path: Path) -> None:
     protocol_copy = tmp_path / "kernodeck" / "inenv" / "protocol.py"
     protocol_copy.write_text(protocol_copy.read_text(encoding="utf-8") + "\nimport numpy\n", encoding="utf-8")
     assert any("in-env module that needs numpy" in str(b) for b in wall.breaches(tmp_path))
+
+
+def verify_config_keys(source: str) -> set[str]:
+    """The run-config keys verify.py writes: ``run_config["k"] = …``, ``run_config.update(k=…)``,
+    ``{**config, "k": …}``."""
+    keys: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                and (_is_config(node.value) or getattr(node.value, "id", "") == "run_config")):
+            keys.add(_const(node.slice) or "?")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update"
+              and getattr(node.func.value, "id", "") == "run_config"):
+            keys.update(k.arg for k in node.keywords if k.arg)
+        elif isinstance(node, ast.Dict) and any(k is None and _is_config(v) for k, v in zip(node.keys, node.values,
+                                                                                              strict=True)):
+            keys.update(_const(k) or "?" for k in node.keys if k is not None)  # {**config, "steps": …}
+    return keys
+
+
+def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) -> None:
+    from kernodeck import application
+    from kernodeck import reference as refmod
+    from kernodeck.config import load_project
+    from tests.conftest import copy_project
+
+    project = load_project(copy_project(tmp_path / "p"))
+    app = application.load(project.root)
+    written = verify_config_keys((ROOT / "kernodeck" / "verify.py").read_text(encoding="utf-8"))
+    assert {"steps", "project_root", "mode", "resume"} <= written
+    assert {*refmod.load(project).run_config(project, app), *written} <= protocol.CONFIG_KEYS
+    assert verify_config_keys('run_config.update(modus="x")\nrun_config["projekt"] = 1\n') == {"modus", "projekt"}
