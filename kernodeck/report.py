@@ -12,14 +12,11 @@ from typing import Any, assert_never
 
 from ._fs import write_atomic, write_json
 
+# one definition for both sides of the wall (re-exported: the orchestrator's modules import them from here)
+from .inenv.protocol import Layer as Layer
+from .inenv.protocol import Status as Status
+
 REPORT_VERSION = 2  # 2: the claims a pass stands on (``claims``), the verdict derived from them
-
-
-class Status(enum.StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    SKIPPED = "skipped"  # with a reason
-    NOT_RUN = "not-run"  # an earlier step failed
 
 
 class Verdict(enum.StrEnum):
@@ -30,22 +27,6 @@ class Verdict(enum.StrEnum):
     # every check passed on code that differs from the reference's (--allow-code-change): not a pass, exit 1
     PASSED_WITH_CHANGED_CODE = "passed-with-changed-code"
     FAILED = "failed"
-
-
-class Layer(enum.StrEnum):
-    """Where a failure belongs, so the diagnosis aims at that layer and not at the whole rebuild."""
-
-    LOCK = "lock"
-    INSTALL = "install"
-    ENVIRONMENT = "environment"
-    DEVICE = "device"
-    DATA_LOADING = "data-loading"
-    REFERENCE = "reference"
-    TRANSFER = "transfer-to-device"
-    OPERATOR = "operator"
-    OUTPUT = "output"
-    COMPARISON = "comparison"
-    DOSSIER = "dossier"
 
 
 @dataclass

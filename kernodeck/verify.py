@@ -35,24 +35,14 @@ from .errors import (
     MissingLockfile,
     StaleLock,
 )
+from .inenv.protocol import STATUSES, StepName
 from .platforms import Platform
 from .rebuild import RebuildResult, acquire, current_env, env_python, platform_lock, rebuild, snapshot_digest
 from .report import Layer, Report, Status, Step, step_result
 
-IN_ENV_STEPS = (
-    "settings",
-    "system",
-    "backend",
-    "reference",
-    "application",
-    "reread",
-    "compare",
-    "criterion",
-    "determinism",
-    "resume",
-)
+IN_ENV_STEPS = tuple(step.value for step in StepName)  # the wall's protocol: every in-env step, in run order
 # compare, making a reference: each declared tolerance shown able to fail on the new outputs (nothing to compare yet)
-REFERENCE_STEPS = ("settings", "system", "backend", "application", "reread", "compare", "criterion", "determinism")
+REFERENCE_STEPS = tuple(step for step in IN_ENV_STEPS if step not in (StepName.REFERENCE, StepName.RESUME))
 # The in-env side ships inside this distribution and runs by path; nothing of Kernodeck is installed into the env.
 RUNNER = Path(__file__).resolve().parent / "inenv" / "runner.py"
 RUNNER_ENV = {
@@ -215,7 +205,7 @@ class InEnvPhases:
         step, sep, what = line.removeprefix("[kernodeck] ").partition(": ")
         if not sep:
             return f"kernodeck: {line.removeprefix('[kernodeck] ')}"
-        if what.split(" ", 1)[0] in ("passed", "failed", "skipped", "not-run"):
+        if what.split(" ", 1)[0] in STATUSES:
             return None
         self.step, self.what = step, what
         return f"kernodeck: {step}: {what}"
