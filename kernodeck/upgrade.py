@@ -189,7 +189,6 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
                                tip="nox -s upgrade -- --out NEW-FOLDER  (or leave --out out)")
     old_dir = folder / "old"
     old_dir.mkdir(parents=True, exist_ok=True)
-    outdir.mark(folder, "upgrade")
     old_copy = old_dir / target.name
     shutil.copy2(target, old_copy)
     twin = locking.pylock_path(project, plat)
@@ -197,6 +196,7 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
         shutil.copy2(twin, old_dir / twin.name)
     log(f"kernodeck: upgrade {plat.id}: the old lock is kept in {old_copy}")
     _keep_declared_date(project, as_of, old_dir)
+    outdir.mark(folder, "upgrade")  # signed again at the end: it lists every file Kernodeck wrote there
     if as_of and project.resolve_as_of:
         from .config import load_project
 
@@ -229,6 +229,7 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     result = UpgradeResult(plat.id, target, old_copy, folder, d, drift, markdown)
     write_atomic(folder / "upgrade.md", markdown)
     write_json(folder / "upgrade.json", result.as_dict())
+    outdir.mark(folder, "upgrade")
     return result
 
 
