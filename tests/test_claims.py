@@ -41,15 +41,27 @@ CONTRADICT: dict[str, list[dict[str, Any]]] = {
         {"vs_lock": {"added": {"six": "1.0.0"}, "removed": {}, "changed": {}}},
         {"vs_lock": {"added": {}, "removed": {}}},  # a delta that does not say what changed is no evidence
     ],
-    "env-files-unchanged": [{"files_unchanged": False}, {"files_unchanged": "yes"}],
-    "reference-current": [{"code_unchanged": False}],
+    "env-files-unchanged": [
+        {"files": {**EVIDENCE["inventory"]["files"], "counts": {**EVIDENCE["inventory"]["files"]["counts"],
+                                                                  "added": 1}}},
+        {"files": {**EVIDENCE["inventory"]["files"], "snapshot": "none"}},
+        {"files": {**EVIDENCE["inventory"]["files"], "without_record": ["torch"]}},
+        {"files": {**EVIDENCE["inventory"]["files"], "damaged": {"torch": ["torch/__init__.py"]}}},
+        {"files": {**EVIDENCE["inventory"]["files"],
+                   "bytecode_since_build": {"files": 1, "checked_now": 1, "not_its_source": ["x.pyc"]}}},
+        {"files": "yes"},
+    ],
+    "reference-current": [
+        {"code": {"files": {"checks/app.py": "0" * 64}, "changed": ["checks/app.py"], "allowed": True}},
+        {"code": {"files": {}, "changed": []}},  # no file fingerprinted: no evidence
+    ],
     "outputs-within-tolerance": [
         {"outputs": {"embeddings": {"passed": False}}},
         {"outputs": {}},
         {"passed": False},
     ],
     "criterion-met": [{"passed": False}, {"passed": "true"}],
-    "criterion-able-to-fail": [{"able_to_fail": False}],
+    "criterion-able-to-fail": [{"controls": {"able_to_fail": False}}, {"controls": {}}],
     "deterministic": [{"repeats": 1}, {"bitwise_identical": False}, {"outputs": {}}],
     "resume": [{"passed": False}],
     "backend": [
@@ -159,13 +171,10 @@ def test_a_claim_whose_key_is_absent_is_not_established(claim_id: str, monkeypat
     assert Report("p", steps).verdict is Verdict.FAILED
 
 
-def test_pending_claims_are_the_three_keys_not_written_yet() -> None:
-    """The integrator's switch: these become required (pending=False) when their steps record the keys."""
-    assert {(s.step, s.key) for s in CLAIMS if s.pending} == {
-        ("inventory", "files_unchanged"),
-        ("reference", "code_unchanged"),
-        ("criterion", "able_to_fail"),
-    }
+def test_no_claim_is_pending_every_key_is_written() -> None:
+    """Every claim's step records its key (h1: inventory files, h2: reference code and criterion controls): none is
+    shown without being required."""
+    assert [s.id for s in CLAIMS if s.pending] == []
 
 
 def test_a_declared_variant_passes_unlocked_only_on_the_environment_claims() -> None:
@@ -207,7 +216,7 @@ def test_the_last_record_of_a_step_decides() -> None:
 
 def test_markdown_shows_the_claims_table() -> None:
     steps = complete_steps()
-    steps[1].details.pop("files_unchanged")
+    steps[1].details.pop("files")
     steps = [s for s in steps if s.name != "resume"]
     md = render_markdown(Report("p", steps))
     assert md.startswith("# Kernodeck verify: FAILED")
@@ -217,7 +226,7 @@ def test_markdown_shows_the_claims_table() -> None:
     assert len(rows) == len(IDS)
     assert any("`compare` (outputs)" in r and "✅ established" in r for r in rows)
     assert any("`resume` (passed)" in r and "step-absent: no resume step in this run" in r for r in rows)
-    assert any("`inventory` (files_unchanged)" in r and "not-recorded" in r for r in rows)
+    assert any("`inventory` (files)" in r and "not-recorded" in r for r in rows)
     assert "every step passed, but NOT established" in md
 
 
