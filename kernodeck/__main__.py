@@ -6,7 +6,6 @@ This is the single error boundary: a :class:`KernodeckError` becomes one ``ERROR
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import Backend, Project, load_project
-from .errors import KernodeckError, ManifestError
+from .errors import KernodeckError
 from .platforms import Platform, resolve_platform
 from .sources import redact_text
 
@@ -176,10 +175,7 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
         lines, bad = locking.check_many(project, plats)
         print("\n".join(lines))
         if bad:
-            plat = bad[0][0]
-            locking.require_checked(project, plat)  # raises the first one's error, with its TIP (as verify does)
-            raise KernodeckError(f"{'; '.join(bad[0][1])}",
-                                 tip=f"nox -s lock -- --platform {plat.id} --pylock-only")
+            locking.raise_first(project, bad)
         return 0
     plat = resolve_platform(project, args.platform, args.variant)
     if args.upgrade_package or args.widen_python:
@@ -240,68 +236,25 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_reference(project: Project, args: argparse.Namespace) -> int:
-    from packaging.utils import canonicalize_name
-
-    from . import application, dossier, lockfile
-    from . import lock as locking
     from . import reference as refmod
-    from ._fs import sha256_file
-    from ._proc import log
-    from .report import Status
     from .verify import verify
 
     plat = resolve_platform(project, args.platform, args.variant)
-    old = None
-    if (project.reference / "manifest.toml").exists():
-        try:
-            old = refmod.load(project)
-        except ManifestError as exc:
-            log(f"kernodeck: the current reference is unusable ({exc}); a new one replaces it")
-        if old is not None and not args.new:
-            raise ManifestError(f"a reference exists ({old.id}); a new identity is made only when asked",
-                                tip="nox -s reference -- --new")
+    old = refmod.current(project, new=args.new)
     opts = _options(args)
     if opts.out is None:
         opts.out = project.runs / f"reference-{plat.id}"
     report, folder, _ = verify(project, plat, opts, mode="reference")
     _summary(report, folder, tip=False)  # a failure's TIP comes with the ERROR below
-    if report.status is not Status.PASSED:
-        failure = report.first_failure()
-        tip = failure.details.get("tip") if failure is not None else None
-        raise KernodeckError(
-            "the reference run failed"
-            + (f" at {failure.name}: {' '.join(failure.error.split())}" if failure is not None else "")
-            + "; nothing was written to the reference",
-            tip=tip if isinstance(tip, str) and tip else f"read {folder / 'report.md'}")
-    steps = {s.name: s for s in report.steps}
-    app = application.load(project.root)
-    weights = None
-    if app.weights is not None:
-        lock = lockfile.read(locking.lock_path(project, plat))
-        pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
-        if pin is None:
-            raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")
-        weights = {"version": pin.version, "wheel_sha256": list(pin.hashes),
-                   "files": steps["application"].details.get("weights_fingerprint", {})}
-    criterion = steps["criterion"].details if "criterion" in steps and steps["criterion"].details else None
-    manifest = refmod.build_manifest(
-        project, outputs=folder / "outputs", criterion=criterion, weights=weights, platform_id=plat.id,
-        lock_digest="sha256:" + sha256_file(locking.lock_path(project, plat)),
-        device=str(steps["backend"].details.get("device", "cpu")),
-        previous=old.id if old else refmod.recorded_id(project))
-    if old is not None and old.id == manifest["id"]:
-        print(f"reference unchanged: {old.id} (same content; nothing written)")
-        return 0
-    system = json.loads((folder / "system.json").read_text(encoding="utf-8"))
-    inventory_text = (folder / "inventory.txt").read_text(encoding="utf-8")
-    refmod.install(project, manifest, folder / "outputs", inventory_text, system,
-                   review=lambda staged: dossier.review_folder(staged, project.root))
-    if old is not None:
-        print(f"reference: {old.id} -> {manifest['id']}")
-        for change in refmod.changes(old.manifest, manifest):
+    made = refmod.create(project, plat, report, folder, old)
+    if made.unchanged:
+        print(f"reference unchanged: {made.new_id} (same content; nothing written)")
+    elif made.old_id is not None:
+        print(f"reference: {made.old_id} -> {made.new_id}")
+        for change in made.changes:
             print(f"  changed: {change}")
     else:
-        print(f"reference: new {manifest['id']}")
+        print(f"reference: new {made.new_id}")
     return 0
 
 
@@ -434,22 +387,11 @@ def cmd_calibrate(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
-    from . import application, drift
-    from .rebuild import current_env, env_python
+    from . import drift
 
     folders = [d.resolve() for d in args.dossiers]
-    declared = ({n: o.declared() for n, o in application.load(project.root).outputs.items()} if project
-                else drift.declared_from(folders))
-    if not declared:
-        raise KernodeckError("no declared outputs: run drift in the project, or give dossiers with run-config.json",
-                             tip="cd PROJECT && nox -s drift -- A B C")
-    python = args.python
-    if python is None and project is not None:
-        env = current_env(project, resolve_platform(project, None))
-        python = env_python(env) if env is not None else None
-    if python is None:
-        raise KernodeckError("drift compares with an interpreter that has numpy: no rebuilt env here",
-                             tip="nox -s rebuild  (then nox -s drift again), or: nox -s drift -- ... --python PATH")
+    declared = drift.declared_outputs(project, folders)
+    python = drift.interpreter(project, args.python)
     out = args.out or drift.default_out(project.runs if project else None)
     data, folder = drift.drift(folders, out, python, declared, root=project.root if project else None,
                                allowed=(project.runs,) if project else ())
@@ -459,33 +401,16 @@ def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
-    from .upgrade import pr_body, render_drift, upgrade
+    from .upgrade import outcome, upgrade, write_pr_body
 
     if args.pr_body:
-        expected = [p for p in args.all_platforms.replace(",", " ").split() if p]
-        found = sorted(p.name for p in args.pr_body.iterdir() if p.is_dir()) if args.pr_body.is_dir() else []
-        from ._fs import write_atomic
-
-        body = pr_body(expected or found, args.pr_body, as_of=args.as_of or "")
-        write_atomic(args.pr_body / "pr-body.md", body)
-        print(body, end="")
+        print(write_pr_body(args.pr_body, args.all_platforms, as_of=args.as_of or ""), end="")
         return 0
     plat = resolve_platform(project, args.platform, args.variant)
     result = upgrade(project, plat, as_of=args.as_of, resolver=args.resolver, installer=args.installer, out=args.out)
-    drift = result.drift
-    print(render_drift(drift, title=f"Against the reference: {plat.id}"))
-    state = ("criterion still holds" if drift.holds else
-             f"NOT VERIFIED ({drift.failure.split(':', 1)[0]} failed)" if drift.failure else "OUT OF TOLERANCE")
-    print(f"upgrade {plat.id}: {state}; new lock {result.lock.relative_to(project.root)}, old one kept in "
-          f"{result.old_lock}; report {result.folder / 'upgrade.md'}")
-    if drift.holds:
-        return 0
-    if drift.failure:  # 3: a check failed before the comparison (the report names it); no bisect of numbers
-        print(f"next: read {result.folder / 'verify' / 'report.md'}")
-        return 3
-    print(f"next: nox -s bisect -- --platform {plat.id} --good {result.old_lock} "
-          f"--bad {result.lock.relative_to(project.root)}")
-    return 1
+    text, code = outcome(result, plat, project.root)
+    print(text)
+    return code
 
 
 def cmd_bisect(project: Project, args: argparse.Namespace) -> int:

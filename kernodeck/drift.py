@@ -20,6 +20,7 @@ from typing import Any
 from . import outdir, svg
 from ._fs import write_atomic, write_json
 from ._proc import clean_env, first_error, log, show
+from .config import Project
 from .errors import KernodeckError
 
 IN_ENV = Path(__file__).resolve().parent / "inenv" / "drift.py"
@@ -277,3 +278,29 @@ def declared_from(folders: list[Path]) -> dict[str, dict[str, Any]] | None:
 def default_out(runs: Path | None) -> Path:
     base = runs if runs is not None else Path.cwd()
     return base / f"drift-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+def declared_outputs(project: Project | None, folders: list[Path]) -> dict[str, dict[str, Any]]:
+    """The declared outputs to compare: the project's declaration, else the first dossier's record of it."""
+    from . import application
+
+    declared = ({n: o.declared() for n, o in application.load(project.root).outputs.items()} if project
+                else declared_from(folders))
+    if not declared:
+        raise KernodeckError("no declared outputs: run drift in the project, or give dossiers with run-config.json",
+                             tip="cd PROJECT && nox -s drift -- A B C")
+    return declared
+
+
+def interpreter(project: Project | None, python: Path | None) -> Path:
+    """The interpreter that computes the numbers (it needs numpy): ``python``, else the project's rebuilt env's."""
+    if python is None and project is not None:
+        from .platforms import resolve_platform
+        from .rebuild import current_env, env_python
+
+        env = current_env(project, resolve_platform(project, None))
+        python = env_python(env) if env is not None else None
+    if python is None:
+        raise KernodeckError("drift compares with an interpreter that has numpy: no rebuilt env here",
+                             tip="nox -s rebuild  (then nox -s drift again), or: nox -s drift -- ... --python PATH")
+    return python

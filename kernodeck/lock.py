@@ -10,6 +10,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -21,6 +22,7 @@ from .config import Project
 from .errors import (
     CommandFailed,
     ConfigError,
+    KernodeckError,
     LockFailed,
     LockfileError,
     MissingLockfile,
@@ -637,3 +639,11 @@ def check_many(
         else:
             lines.append(f"ok    {plat.id}: lock current against its inputs")
     return lines, bad
+
+
+def raise_first(project: Project, bad: list[tuple[Platform, list[str]]]) -> NoReturn:
+    """The error for ``check_many``'s first stale platform: the lock check's own (with its TIP, as verify's), else
+    what the check found there."""
+    plat, found = bad[0]
+    require_checked(project, plat)
+    raise KernodeckError("; ".join(found), tip=f"nox -s lock -- --platform {plat.id} --pylock-only")

@@ -155,10 +155,10 @@ def offline_env() -> dict[str, str]:
     return env
 
 
-def _seeds_left(env: Path, pinned: set[str]) -> list[str]:
+def _seeds_left(env: Path, pinned: set[str], seeds: tuple[str, ...] = VENV_SEEDS) -> list[str]:
     """Venv seed distributions present in ``env`` that the lock does not pin."""
     site = [p for p in env.glob("lib/python*/site-packages")] + [env / "Lib" / "site-packages"]
-    return [name for name in VENV_SEEDS if name not in pinned
+    return [name for name in seeds if name not in pinned
             and any(next(folder.glob(f"{name}-*.dist-info"), None) for folder in site if folder.is_dir())]
 
 
@@ -309,6 +309,13 @@ def rebuild(
             checking = pool.submit(step, "pip-check", check_argv, recorded=True)
             inventory = step("freeze", freeze_argv, recorded=True)
             pip_check = checking.result()
+        unlocked = [] if has_pip else _seeds_left(env, {p.name for p in lock.pins}, ("pip", *VENV_SEEDS))
+        if unlocked:
+            # A lock without pip: the pip `python -m venv` seeded served check and freeze, and goes now, so that every
+            # file of the env is a locked distribution's (envfiles); the freeze record drops its lines too.
+            step("remove-pip", [str(python), "-m", "pip", "uninstall", "--yes", *unlocked])
+            inventory = "".join(line for line in inventory.splitlines(keepends=True)
+                                if line.split("==", 1)[0].strip().lower() not in unlocked)
         files = _seal(env, lock, durations, plat)
         marker_text = json.dumps({
             "lock": rel_lock, "lock_digest": digest, "platform": plat.id, "base_python": base,

@@ -23,14 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import tomlkit
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import application, outdir
+from . import application, dossier, lockfile, outdir
+from . import lock as locking
 from ._fs import sha256_file, sha256_text, write_atomic
 from ._proc import log
 from .application import Application, Kind
 from .config import Project
-from .errors import ManifestError
+from .errors import KernodeckError, ManifestError
+from .platforms import Platform
+from .report import Report, Status, Step
 
 FORMAT = 2
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -498,3 +502,73 @@ def install(
     except BaseException:
         stage.abandon()
         raise
+
+
+def current(project: Project, *, new: bool) -> Reference | None:
+    """The reference a new one would replace: none, or an unusable one (logged), or, only when asked (``new``), the
+    current one; making a new identity is never implicit."""
+    if not (project.reference / "manifest.toml").exists():
+        return None
+    try:
+        old = load(project)
+    except ManifestError as exc:
+        log(f"kernodeck: the current reference is unusable ({exc}); a new one replaces it")
+        return None
+    if not new:
+        raise ManifestError(f"a reference exists ({old.id}); a new identity is made only when asked",
+                            tip="nox -s reference -- --new")
+    return old
+
+
+@dataclass(frozen=True)
+class Created:
+    """What ``create`` did: ``changes`` is empty for a first reference; ``unchanged`` when nothing was written."""
+
+    new_id: str
+    old_id: str | None
+    unchanged: bool
+    changes: tuple[str, ...]
+
+
+def _weights_record(
+    project: Project, plat: Platform, app: Application, steps: dict[str, Step]
+) -> dict[str, Any] | None:
+    """The declared weights as the lock pins them (exact version, wheel hashes) and as the run fingerprinted them."""
+    if app.weights is None:
+        return None
+    lock = lockfile.read(locking.lock_path(project, plat))
+    pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
+    if pin is None:
+        raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")
+    return {"version": pin.version, "wheel_sha256": list(pin.hashes),
+            "files": steps["application"].details.get("weights_fingerprint", {})}
+
+
+def create(project: Project, plat: Platform, report: Report, folder: Path, old: Reference | None) -> Created:
+    """The new reference from a reference-mode run (``report``, its dossier ``folder``), written whole by ``install``
+    when its identity differs from ``old``'s; a failed run writes nothing."""
+    if report.status is not Status.PASSED:
+        failure = report.first_failure()
+        tip = failure.details.get("tip") if failure is not None else None
+        raise KernodeckError(
+            "the reference run failed"
+            + (f" at {failure.name}: {' '.join(failure.error.split())}" if failure is not None else "")
+            + "; nothing was written to the reference",
+            tip=tip if isinstance(tip, str) and tip else f"read {folder / 'report.md'}")
+    steps = {s.name: s for s in report.steps}
+    app = application.load(project.root)
+    weights = _weights_record(project, plat, app, steps)
+    criterion = steps["criterion"].details if "criterion" in steps and steps["criterion"].details else None
+    manifest = build_manifest(
+        project, outputs=folder / "outputs", criterion=criterion, weights=weights, platform_id=plat.id,
+        lock_digest="sha256:" + sha256_file(locking.lock_path(project, plat)),
+        device=str(steps["backend"].details.get("device", "cpu")),
+        previous=old.id if old else recorded_id(project))
+    if old is not None and old.id == manifest["id"]:
+        return Created(new_id=old.id, old_id=old.id, unchanged=True, changes=())
+    system = json.loads((folder / "system.json").read_text(encoding="utf-8"))
+    inventory_text = (folder / "inventory.txt").read_text(encoding="utf-8")
+    install(project, manifest, folder / "outputs", inventory_text, system,
+            review=lambda staged: dossier.review_folder(staged, project.root))
+    return Created(new_id=manifest["id"], old_id=old.id if old else None, unchanged=False,
+                   changes=tuple(changes(old.manifest, manifest)) if old is not None else ())

@@ -12,14 +12,11 @@ from typing import Any, assert_never
 
 from ._fs import write_atomic, write_json
 
+# one definition for both sides of the wall (re-exported: the orchestrator's modules import them from here)
+from .inenv.protocol import Layer as Layer
+from .inenv.protocol import Status as Status
+
 REPORT_VERSION = 2  # 2: the claims a pass stands on (``claims``), the verdict derived from them
-
-
-class Status(enum.StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    SKIPPED = "skipped"  # with a reason
-    NOT_RUN = "not-run"  # an earlier step failed
 
 
 class Verdict(enum.StrEnum):
@@ -30,22 +27,6 @@ class Verdict(enum.StrEnum):
     # every check passed on code that differs from the reference's (--allow-code-change): not a pass, exit 1
     PASSED_WITH_CHANGED_CODE = "passed-with-changed-code"
     FAILED = "failed"
-
-
-class Layer(enum.StrEnum):
-    """Where a failure belongs, so the diagnosis aims at that layer and not at the whole rebuild."""
-
-    LOCK = "lock"
-    INSTALL = "install"
-    ENVIRONMENT = "environment"
-    DEVICE = "device"
-    DATA_LOADING = "data-loading"
-    REFERENCE = "reference"
-    TRANSFER = "transfer-to-device"
-    OPERATOR = "operator"
-    OUTPUT = "output"
-    COMPARISON = "comparison"
-    DOSSIER = "dossier"
 
 
 @dataclass
@@ -122,6 +103,30 @@ def _all_outputs_passed(d: dict[str, Any]) -> bool:
     )
 
 
+def _files_unchanged(files: Any) -> bool:
+    """The inventory step's every-file record (kernodeck/envfiles.py): compared with the build's snapshot, nothing
+    foreign, shared, added, removed or changed, no distribution without its RECORD, nothing damaged, no bytecode
+    that is not its source's."""
+    if not isinstance(files, dict) or files.get("snapshot") != "compared":
+        return False
+    counts = files.get("counts")
+    bytecode = files.get("bytecode_since_build")
+    return (
+        isinstance(counts, dict)
+        and {"foreign", "shared", "added", "removed", "changed"} <= set(counts)
+        and all(v == 0 for v in counts.values())
+        and files.get("without_record") == []
+        and files.get("damaged") == {}
+        and isinstance(bytecode, dict)
+        and bytecode.get("not_its_source") == []
+    )
+
+
+def _code_unchanged(code: Any) -> bool:
+    """The in-env reference step's record of the declared code files against the reference's fingerprints."""
+    return isinstance(code, dict) and bool(code.get("files")) and code.get("changed") == []
+
+
 def _deterministic(d: dict[str, Any]) -> bool:
     repeats, outputs = d.get("repeats"), d.get("outputs")
     if not isinstance(repeats, int) or repeats < 2 or not isinstance(outputs, dict) or not outputs:
@@ -168,15 +173,16 @@ CLAIMS: tuple[ClaimSpec, ...] = (
     ClaimSpec("env-packages", "the environment's packages are exactly the lock's",
               "inventory", "vs_lock", lambda d: _empty_delta(d["vs_lock"]), variant=True),
     ClaimSpec("env-files-unchanged", "no file of the environment added, removed or changed since it was built",
-              "inventory", "files_unchanged", lambda d: d["files_unchanged"] is True, variant=True),
+              "inventory", "files", lambda d: _files_unchanged(d["files"]), variant=True),
     ClaimSpec("reference-current", "the reference describes this code, data and weights",
-              "reference", "code_unchanged", lambda d: d["code_unchanged"] is True, modes=VERIFY),
+              "reference", "code", lambda d: _code_unchanged(d["code"]), modes=VERIFY),
     ClaimSpec("outputs-within-tolerance", "each output is within its declared tolerance of the reference",
               "compare", "outputs", _all_outputs_passed, modes=VERIFY),
     ClaimSpec("criterion-met", "the application's criterion is met",
               "criterion", "passed", lambda d: d["passed"] is True),
     ClaimSpec("criterion-able-to-fail", "the criterion fails on corrupted outputs (it is able to fail)",
-              "criterion", "able_to_fail", lambda d: d["able_to_fail"] is True),
+              "criterion", "controls", lambda d: isinstance(d["controls"], dict)
+              and d["controls"].get("able_to_fail") is True),
     ClaimSpec("deterministic", "repeated runs give the same outputs (bitwise on CPU)",
               "determinism", "repeats", _deterministic),
     ClaimSpec("resume", "training resumed from a checkpoint in a new process matches an uninterrupted run",

@@ -189,7 +189,6 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
                                tip="nox -s upgrade -- --out NEW-FOLDER  (or leave --out out)")
     old_dir = folder / "old"
     old_dir.mkdir(parents=True, exist_ok=True)
-    outdir.mark(folder, "upgrade")
     old_copy = old_dir / target.name
     shutil.copy2(target, old_copy)
     twin = locking.pylock_path(project, plat)
@@ -197,6 +196,7 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
         shutil.copy2(twin, old_dir / twin.name)
     log(f"kernodeck: upgrade {plat.id}: the old lock is kept in {old_copy}")
     _keep_declared_date(project, as_of, old_dir)
+    outdir.mark(folder, "upgrade")  # signed again at the end: it lists every file Kernodeck wrote there
     if as_of and project.resolve_as_of:
         from .config import load_project
 
@@ -229,6 +229,7 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     result = UpgradeResult(plat.id, target, old_copy, folder, d, drift, markdown)
     write_atomic(folder / "upgrade.md", markdown)
     write_json(folder / "upgrade.json", result.as_dict())
+    outdir.mark(folder, "upgrade")
     return result
 
 
@@ -279,3 +280,31 @@ def pr_body(platforms: list[str], folder: Path, *, as_of: str = "", run_url: str
         details = ["", "Each platform's lock diff and drift table are too long for this page: they are in the run's "
                    "job summaries and its relock-PLATFORM artifacts."]
     return "\n".join([*lines, *details, *closing]) + "\n"
+
+
+def write_pr_body(folder: Path, platforms: str, *, as_of: str = "") -> str:
+    """``pr-body.md`` in ``folder`` (the downloaded per-platform upgrade folders): the platforms named in
+    ``platforms`` (comma or space separated), else every subfolder found."""
+    expected = [p for p in platforms.replace(",", " ").split() if p]
+    found = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    body = pr_body(expected or found, folder, as_of=as_of)
+    write_atomic(folder / "pr-body.md", body)
+    return body
+
+
+def outcome(result: UpgradeResult, plat: Platform, root: Path) -> tuple[str, int]:
+    """What ``upgrade`` prints and its exit code: 0 when the criterion still holds; 3 when a check failed before the
+    comparison (the report names it; no bisect of numbers); 1 when out of tolerance, naming the bisect to run."""
+    drift = result.drift
+    state = ("criterion still holds" if drift.holds else
+             f"NOT VERIFIED ({drift.failure.split(':', 1)[0]} failed)" if drift.failure else "OUT OF TOLERANCE")
+    lines = [render_drift(drift, title=f"Against the reference: {plat.id}"),
+             f"upgrade {plat.id}: {state}; new lock {result.lock.relative_to(root)}, old one kept in "
+             f"{result.old_lock}; report {result.folder / 'upgrade.md'}"]
+    if drift.holds:
+        return "\n".join(lines), 0
+    if drift.failure:
+        return "\n".join([*lines, f"next: read {result.folder / 'verify' / 'report.md'}"]), 3
+    lines.append(f"next: nox -s bisect -- --platform {plat.id} --good {result.old_lock} "
+                 f"--bad {result.lock.relative_to(root)}")
+    return "\n".join(lines), 1

@@ -35,24 +35,14 @@ from .errors import (
     MissingLockfile,
     StaleLock,
 )
+from .inenv.protocol import STATUSES, StepName
 from .platforms import Platform
 from .rebuild import RebuildResult, acquire, current_env, env_python, platform_lock, rebuild, snapshot_digest
 from .report import Layer, Report, Status, Step, step_result
 
-IN_ENV_STEPS = (
-    "settings",
-    "system",
-    "backend",
-    "reference",
-    "application",
-    "reread",
-    "compare",
-    "criterion",
-    "determinism",
-    "resume",
-)
+IN_ENV_STEPS = tuple(step.value for step in StepName)  # the wall's protocol: every in-env step, in run order
 # compare, making a reference: each declared tolerance shown able to fail on the new outputs (nothing to compare yet)
-REFERENCE_STEPS = ("settings", "system", "backend", "application", "reread", "compare", "criterion", "determinism")
+REFERENCE_STEPS = tuple(step for step in IN_ENV_STEPS if step not in (StepName.REFERENCE, StepName.RESUME))
 # The in-env side ships inside this distribution and runs by path; nothing of Kernodeck is installed into the env.
 RUNNER = Path(__file__).resolve().parent / "inenv" / "runner.py"
 RUNNER_ENV = {
@@ -215,7 +205,7 @@ class InEnvPhases:
         step, sep, what = line.removeprefix("[kernodeck] ").partition(": ")
         if not sep:
             return f"kernodeck: {line.removeprefix('[kernodeck] ')}"
-        if what.split(" ", 1)[0] in ("passed", "failed", "skipped", "not-run"):
+        if what.split(" ", 1)[0] in STATUSES:
             return None
         self.step, self.what = step, what
         return f"kernodeck: {step}: {what}"
@@ -324,7 +314,6 @@ def _inventory_step(
         step.details.update(
             integrity="every file under the env: owned by a locked RECORD, not shared, unchanged since the build",
             files=files.as_dict(),
-            files_unchanged=files.clean,  # the claim env-files-unchanged (kernodeck/report.py CLAIMS)
         )
         if files.damaged:
             step.details["damaged"] = files.damaged
@@ -338,10 +327,10 @@ def _inventory_step(
     # --python: what is not established about the files, said once (beside the packages' difference, if any)
     files_note = ""
     if intentional and files is None:
-        files_note = ("nor that every file is the lock's and unchanged since a build (an interpreter Kernodeck did "
-                      "not build has no build snapshot; only its packages' RECORD sizes were checked)")
+        files_note = ("every file of the environment is the lock's and unchanged since a build (an interpreter "
+                      "Kernodeck did not build has no build snapshot; only its packages' RECORD sizes were checked)")
     elif intentional and files is not None and not files.clean and failure is None:
-        files_note = f"nor that its files are the build's ({'; '.join(files.problems())[:300]})"
+        files_note = f"the environment's files are the build's ({'; '.join(files.problems())[:300]})"
     if lock is None:
         step.title = "observed inventory recorded (no lock to compare)"
     else:
@@ -367,7 +356,7 @@ def _inventory_step(
             run_.not_established.append(
                 f"that the environment is the lock's ({len(delta.added)} added, {len(delta.removed)} missing, "
                 f"{len(delta.changed)} changed vs {run_.meta.get('lock', 'the lock')}: {delta.summary()[:300]})"
-                + (f"; {files_note}" if files_note else "")
+                + (f"; nor that {files_note}" if files_note else "")
             )
             files_note = ""
         elif delta.empty:
@@ -378,8 +367,7 @@ def _inventory_step(
                 f"the environment's observed inventory differs from the lock: {delta.summary()}"
                 + (f"; {failure}" if failure else ""), tip=fresh)
     if files_note and failure is None:
-        run_.not_established.append("that the environment is the lock's file by file: " + files_note.removeprefix(
-            "nor that "))
+        run_.not_established.append(f"that {files_note}")
     if failure is not None:
         step.status, step.layer, step.error = Status.FAILED, Layer.INSTALL, str(failure)
         step.details["tip"] = failure.tip

@@ -6,14 +6,17 @@ from typing import Any
 
 from kernodeck.report import Status, Step
 
-# step name -> the details that establish its claims (kernodeck/report.py CLAIMS), pending keys included
+# step name -> the details that establish its claims (kernodeck/report.py CLAIMS)
 EVIDENCE: dict[str, dict[str, Any]] = {
     "lock-check": {"lock": "lockfiles/cp311-linux_x86_64-cpu.txt"},
-    "inventory": {"vs_lock": {"added": {}, "removed": {}, "changed": {}}, "files_unchanged": True},
+    "inventory": {"vs_lock": {"added": {}, "removed": {}, "changed": {}},
+                  "files": {"snapshot": "compared", "without_record": [], "damaged": {},
+                            "counts": {"foreign": 0, "shared": 0, "added": 0, "removed": 0, "changed": 0},
+                            "bytecode_since_build": {"files": 0, "checked_now": 0, "not_its_source": []}}},
     "backend": {"expected_backend": "cpu", "device": "cpu", "matmul_max_abs_error": 0.0, "softmax_max_abs_error": 2e-8},
-    "reference": {"rows": 40, "code_unchanged": True},
+    "reference": {"rows": 40, "code": {"files": {"checks/app.py": "0" * 64}, "changed": [], "allowed": False}},
     "compare": {"passed": True, "outputs": {"embeddings": {"kind": "cosine", "passed": True}}},
-    "criterion": {"passed": True, "able_to_fail": True},
+    "criterion": {"passed": True, "controls": {"able_to_fail": True}},
     "determinism": {"device": "cpu", "repeats": 3, "bitwise_identical": True, "outputs": {"embeddings": {}}},
     "resume": {"passed": True},
 }

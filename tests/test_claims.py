@@ -41,15 +41,27 @@ CONTRADICT: dict[str, list[dict[str, Any]]] = {
         {"vs_lock": {"added": {"six": "1.0.0"}, "removed": {}, "changed": {}}},
         {"vs_lock": {"added": {}, "removed": {}}},  # a delta that does not say what changed is no evidence
     ],
-    "env-files-unchanged": [{"files_unchanged": False}, {"files_unchanged": "yes"}],
-    "reference-current": [{"code_unchanged": False}],
+    "env-files-unchanged": [
+        {"files": {**EVIDENCE["inventory"]["files"], "counts": {**EVIDENCE["inventory"]["files"]["counts"],
+                                                                  "added": 1}}},
+        {"files": {**EVIDENCE["inventory"]["files"], "snapshot": "none"}},
+        {"files": {**EVIDENCE["inventory"]["files"], "without_record": ["torch"]}},
+        {"files": {**EVIDENCE["inventory"]["files"], "damaged": {"torch": ["torch/__init__.py"]}}},
+        {"files": {**EVIDENCE["inventory"]["files"],
+                   "bytecode_since_build": {"files": 1, "checked_now": 1, "not_its_source": ["x.pyc"]}}},
+        {"files": "yes"},
+    ],
+    "reference-current": [
+        {"code": {"files": {"checks/app.py": "0" * 64}, "changed": ["checks/app.py"], "allowed": True}},
+        {"code": {"files": {}, "changed": []}},  # no file fingerprinted: no evidence
+    ],
     "outputs-within-tolerance": [
         {"outputs": {"embeddings": {"passed": False}}},
         {"outputs": {}},
         {"passed": False},
     ],
     "criterion-met": [{"passed": False}, {"passed": "true"}],
-    "criterion-able-to-fail": [{"able_to_fail": False}],
+    "criterion-able-to-fail": [{"controls": {"able_to_fail": False}}, {"controls": {}}],
     "deterministic": [{"repeats": 1}, {"bitwise_identical": False}, {"outputs": {}}],
     "resume": [{"passed": False}],
     "backend": [
@@ -159,19 +171,10 @@ def test_a_claim_whose_key_is_absent_is_not_established(claim_id: str, monkeypat
     assert Report("p", steps).verdict is Verdict.FAILED
 
 
-def test_no_claim_is_pending_every_step_records_its_key() -> None:
-    """The three keys the claims first waited for (files_unchanged, code_unchanged, able_to_fail) are written by
-    their steps (verify's inventory, the in-env reference and criterion steps): every claim is required."""
+def test_no_claim_is_pending_every_key_is_written() -> None:
+    """Every claim's step records its key (h1: inventory files, h2: reference code and criterion controls): none is
+    shown without being required."""
     assert [s.id for s in CLAIMS if s.pending] == []
-
-
-def test_changed_code_allowed_is_never_a_pass_and_names_the_files() -> None:
-    steps = complete_steps()
-    next(s for s in steps if s.name == "reference").details["code_unchanged"] = False
-    allowed = Report("p", steps, changed_code=["checks/app.py"])
-    assert allowed.verdict is Verdict.PASSED_WITH_CHANGED_CODE and allowed.status is Status.FAILED
-    assert "checks/app.py" in allowed.verdict_line()
-    assert Report("p", steps).verdict is Verdict.FAILED  # the same record without the run's list: failed
 
 
 def test_a_declared_variant_passes_unlocked_only_on_the_environment_claims() -> None:
@@ -213,7 +216,7 @@ def test_the_last_record_of_a_step_decides() -> None:
 
 def test_markdown_shows_the_claims_table() -> None:
     steps = complete_steps()
-    steps[1].details.pop("files_unchanged")
+    steps[1].details.pop("files")
     steps = [s for s in steps if s.name != "resume"]
     md = render_markdown(Report("p", steps))
     assert md.startswith("# Kernodeck verify: FAILED")
@@ -223,7 +226,7 @@ def test_markdown_shows_the_claims_table() -> None:
     assert len(rows) == len(IDS)
     assert any("`compare` (outputs)" in r and "✅ established" in r for r in rows)
     assert any("`resume` (passed)" in r and "step-absent: no resume step in this run" in r for r in rows)
-    assert any("`inventory` (files_unchanged)" in r and "not-recorded" in r for r in rows)
+    assert any("`inventory` (files)" in r and "not-recorded" in r for r in rows)
     assert "every step passed, but NOT established" in md
 
 
@@ -296,3 +299,18 @@ def test_a_dropped_check_cannot_pass(built_project: Path, tmp_path: Path) -> Non
     assert states["resume"] == "step-absent"
     assert "NOT established" in report["verdict"]["line"]  # type: ignore[index]
     assert "FAILED: " in proc.stdout and "no resume step in this run" in proc.stdout
+
+
+def test_changed_code_allowed_stays_passed_with_changed_code_naming_the_files() -> None:
+    """--allow-code-change: the reference claim is not established (the code changed), and the verdict is the one that
+    names the files (passed-with-changed-code, never a pass), not a bare 'failed' (red team, h11)."""
+    steps = complete_steps()
+    next(s for s in steps if s.name == "reference").details["code"] = {
+        "files": ["checks/app.py"], "changed": ["checks/app.py"], "allowed": True}
+    allowed = Report("p", steps, changed_code=["checks/app.py"])
+    assert claim(allowed, "reference-current").state is ClaimState.CONTRADICTED
+    assert allowed.verdict is Verdict.PASSED_WITH_CHANGED_CODE and allowed.status is Status.FAILED
+    assert "checks/app.py" in allowed.verdict_line()
+    assert Report("p", steps).verdict is Verdict.FAILED  # the same record without the run's list: failed
+    steps = [s for s in steps if s.name != "resume"]  # the changed code excuses no other claim
+    assert Report("p", steps, changed_code=["checks/app.py"]).verdict is Verdict.FAILED

@@ -469,3 +469,62 @@ def test_report_details_are_bounded_and_counted() -> None:
     assert data["counts"] == {"foreign": 0, "shared": 0, "added": 300, "removed": 0, "changed": 1}
     assert not found.clean and found.problems() == [
         "added since the build: lib/x0.py, lib/x1.py, lib/x2.py (+297 more)", "changed since the build: a (mode)"]
+
+
+# --- the inventory step's record (what report.json says; the claims are built from it) ------------------------------
+
+
+def _step_on(env: Path, lock: rebuild.lockfile.Lockfile, tmp_path: Path, *, intentional: bool = False,
+             strict: bool = False) -> tuple[dict[str, object], list[str], str]:
+    from kernodeck.verify import Run, _inventory_step
+
+    run_ = Run(None, None, tmp_path)  # type: ignore[arg-type]
+    _, failure = _inventory_step(run_, lock, env / "bin" / "python", intentional=intentional, strict=strict)
+    step = run_.steps[-1]
+    return {"status": str(step.status), **step.details}, run_.not_established, str(failure or "")
+
+
+def _fake_env_runnable(tmp_path: Path) -> tuple[Path, rebuild.lockfile.Lockfile]:
+    import sys
+
+    env, lock = _fake_env(tmp_path)
+    cfg = env / "pyvenv.cfg"
+    cfg.write_text(f"home = {Path(sys._base_executable).parent}\ninclude-system-site-packages = false\n"
+                   f"version_info = {sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}\n")
+    # the snapshot was taken with the earlier pyvenv.cfg: seal again
+    from types import SimpleNamespace
+
+    (env / envfiles.SNAPSHOT).unlink()
+    sealed = rebuild._seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+    (env / rebuild.MARKER).write_text(json.dumps(sealed))
+    return env, lock
+
+
+def test_inventory_step_records_the_file_claim(tmp_path: Path) -> None:
+    env, lock = _fake_env_runnable(tmp_path)
+    details, missing, failure = _step_on(env, lock, tmp_path)
+    assert details["status"] == "passed" and failure == "" and missing == []
+    files = details["files"]
+    assert files["snapshot"] == "compared" and set(files["counts"].values()) == {0}  # type: ignore[index,union-attr]
+    assert files["foreign"] == [] and files["without_record"] == [] and files["shared"] == []  # type: ignore[index]
+    assert "files, unchanged since the build" in str(details["summary"])
+    # a dropped sitecustomize that breaks the interpreter's report: the files are named, not the broken report
+    site = _site(env)
+    (site / "sitecustomize.py").write_text("print('garbage')\n")
+    details, _, failure = _step_on(env, lock, tmp_path)
+    assert details["status"] == "failed" and "sitecustomize.py" in failure and "no locked distribution owns" in failure
+
+
+def test_inventory_step_for_an_existing_interpreter(tmp_path: Path) -> None:
+    env, lock = _fake_env_runnable(tmp_path)
+    details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
+    assert details["status"] == "passed" and missing == [] and failure == ""  # built by Kernodeck: files held too
+    (_site(env) / "extra_mod.py").write_text("X = 1\n")
+    details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
+    assert details["status"] == "passed" and len(missing) == 1 and "extra_mod.py" in missing[0]
+    details, _, failure = _step_on(env, lock, tmp_path, intentional=True, strict=True)
+    assert details["status"] == "failed" and "extra_mod.py" in failure
+    (env / envfiles.SNAPSHOT).unlink()  # an interpreter Kernodeck did not build: nothing to hold its files to
+    details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
+    assert details["status"] == "passed" and "files" not in details
+    assert len(missing) == 1 and "no build snapshot" in missing[0]

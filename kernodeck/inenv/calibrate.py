@@ -320,6 +320,7 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
     _load_siblings()
     from kernodeck_inenv import application, backend, settings, system, tolerance
     from kernodeck_inenv._common import Context, write_json_atomic
+    from kernodeck_inenv.protocol import StepName
 
     variation = dict(config["variation"])
     if variation.get("threads"):
@@ -340,12 +341,12 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
         return record
 
     steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("settings", settings_step),
-        ("system", lambda: system.run(ctx)),
-        ("backend", lambda: backend.run(ctx)),
-        ("reference", lambda: application.check_reference(ctx)),
-        ("application", lambda: application.run_entry(ctx)),
-        ("reread", lambda: application.reread(ctx)),
+        (StepName.SETTINGS, settings_step),
+        (StepName.SYSTEM, lambda: system.run(ctx)),
+        (StepName.BACKEND, lambda: backend.run(ctx)),
+        (StepName.REFERENCE, lambda: application.check_reference(ctx)),
+        (StepName.APPLICATION, lambda: application.run_entry(ctx)),
+        (StepName.REREAD, lambda: application.reread(ctx)),
     ]
     noise: dict[str, Any] = {"variation": variation, "outputs": {}}
     for number, (name, func) in enumerate(steps, start=1):

@@ -42,34 +42,41 @@ _load_siblings()
 # there (the orchestrator's files and the env's libraries were compiled when they were installed).
 sys.dont_write_bytecode = True
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
+from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, StepName, step_file  # noqa: E402
 
 # step name -> (module, function, title)
-STEPS = {
-    "settings": ("settings", "run", "determinism settings applied before any compute"),
-    "system": ("system", "run", "system chain (OS, driver, CUDA/ROCm, devices, loaded libraries)"),
-    "backend": ("backend", "run", "expected backend usable; small computation matches numpy"),
-    "reference": ("application", "check_reference", "reference outputs sound (count, shape, dtype, finite, ids)"),
-    "application": ("application", "run_entry", "the application's entry on the identified sample; outputs written"),
-    "reread": ("application", "reread", "outputs reread from disk: count, dtype, finite, shape, id order"),
-    "compare": ("application", "compare", "each output against the reference under its declared tolerance kind"),
-    "criterion": ("application", "criterion", "the application's criterion on the reread outputs"),
-    "determinism": ("application", "determinism", "the entry rerun in one process; cost of the settings"),
-    "resume": ("resume", "run", "training resume in a new process matches the uninterrupted run"),
+STEPS: dict[str, tuple[str, str, str]] = {
+    StepName.SETTINGS: ("settings", "run", "determinism settings applied before any compute"),
+    StepName.SYSTEM: ("system", "run", "system chain (OS, driver, CUDA/ROCm, devices, loaded libraries)"),
+    StepName.BACKEND: ("backend", "run", "expected backend usable; small computation matches numpy"),
+    StepName.REFERENCE: (
+        "application", "check_reference",
+        "reference outputs sound (count, shape, dtype, finite, ids)",
+    ),
+    StepName.APPLICATION: (
+        "application", "run_entry",
+        "the application's entry on the identified sample; outputs written",
+    ),
+    StepName.REREAD: ("application", "reread", "outputs reread from disk: count, dtype, finite, shape, id order"),
+    StepName.COMPARE: ("application", "compare", "each output against the reference under its declared tolerance kind"),
+    StepName.CRITERION: ("application", "criterion", "the application's criterion on the reread outputs"),
+    StepName.DETERMINISM: ("application", "determinism", "the entry rerun in one process; cost of the settings"),
+    StepName.RESUME: ("resume", "run", "training resume in a new process matches the uninterrupted run"),
 }
 
 
 def _layer_of(exc: BaseException) -> str:
     if isinstance(exc, ImportError):
-        return "environment"
+        return Layer.ENVIRONMENT
     if isinstance(exc, (MemoryError,)):
-        return "device"
-    return "unknown"
+        return Layer.DEVICE
+    return Layer.UNKNOWN
 
 
 def _progress(result: dict[str, object]) -> str:
     """When the step ended and, for work over items (the embedding), its throughput."""
     note = f" (ended {time.strftime('%H:%M:%S')}"
-    details = result.get("details")
+    details = result.get(StepKey.DETAILS)
     if isinstance(details, dict) and "items_per_s" in details:
         note += f"; {details.get('items', '?')} items, {details['items_per_s']} items/s"
     return note + ")"
@@ -82,27 +89,27 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads(args.config.read_text(encoding="utf-8"))
     # Paths in the config are relative to the project's root. A dossier's copy has the root redacted ("<project>"):
     # replayed by hand from the project root (procedure.md), the current folder is the root.
-    root = Path(config.get("project_root", ""))
+    root = Path(config.get(ConfigKey.PROJECT_ROOT, ""))
     if not root.is_absolute() or not root.is_dir():
         root = Path.cwd()
-    config["project_root"] = str(root)
-    config["application"]["sample"] = str(root / config["application"]["sample"])
-    if config.get("reference"):
-        config["reference"]["dir"] = str(root / config["reference"]["dir"])
+    config[ConfigKey.PROJECT_ROOT] = str(root)
+    config[ConfigKey.APPLICATION]["sample"] = str(root / config[ConfigKey.APPLICATION]["sample"])
+    if config.get(ConfigKey.REFERENCE):
+        config[ConfigKey.REFERENCE]["dir"] = str(root / config[ConfigKey.REFERENCE]["dir"])
     out = args.config.resolve().parent  # results go beside the config: the run's dossier folder
-    steps_dir = out / "steps"
+    steps_dir = out / STEPS_DIR
     steps_dir.mkdir(parents=True, exist_ok=True)
     ctx = Context(config=config, out=out)
     failed = None
-    worker_due = "resume" in config["steps"]
-    for number, name in enumerate(config["steps"], start=1):
+    worker_due = StepName.RESUME in config[ConfigKey.STEPS]
+    for number, name in enumerate(config[ConfigKey.STEPS], start=1):
         module_name, func_name, title = STEPS[name]
-        result: dict[str, object] = {"name": name, "title": title, "interpreter": sys.executable}
+        result: dict[str, object] = {StepKey.NAME: name, StepKey.TITLE: title, StepKey.INTERPRETER: sys.executable}
         if failed:
-            result.update(status="not-run", reason=f"an earlier step failed: {failed}")
-            write_json_atomic(steps_dir / f"{number:02d}-{name}.json", result)
+            result.update({StepKey.STATUS: Status.NOT_RUN, StepKey.REASON: f"an earlier step failed: {failed}"})
+            write_json_atomic(steps_dir / step_file(number, name), result)
             continue
-        if worker_due and name != "settings":
+        if worker_due and name != StepName.SETTINGS:
             # The resume check's new process needs only torch: started once this process has imported torch, it
             # imports torch and applies the settings while this process imports and runs the application (its
             # imports are single-threaded; measured: started with the application, it slowed the multi-threaded
@@ -114,25 +121,27 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         try:
             details = getattr(importlib.import_module(f"{PACKAGE}.{module_name}"), func_name)(ctx)
-            result.update(status="passed", details=details)
+            result.update({StepKey.STATUS: Status.PASSED, StepKey.DETAILS: details})
         except Skip as exc:
-            result.update(status="skipped", reason=str(exc))
+            result.update({StepKey.STATUS: Status.SKIPPED, StepKey.REASON: str(exc)})
         except CheckFailed as exc:
-            result.update(status="failed", error=str(exc), layer=exc.layer, details=exc.details)
+            result.update({StepKey.STATUS: Status.FAILED, StepKey.ERROR: str(exc), StepKey.LAYER: exc.layer,
+                           StepKey.DETAILS: exc.details})
         except Exception as exc:
             tb = traceback.extract_tb(exc.__traceback__)
             where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-            result.update(
-                status="failed",
-                error=f"{type(exc).__name__}: {exc}",
-                layer=_layer_of(exc),
-                details={"raised_at": where, "traceback": traceback.format_exc(limit=8)},
-            )
-        result["duration_s"] = round(time.perf_counter() - start, 4)
-        if result["status"] == "failed":
+            result.update({
+                StepKey.STATUS: Status.FAILED,
+                StepKey.ERROR: f"{type(exc).__name__}: {exc}",
+                StepKey.LAYER: _layer_of(exc),
+                StepKey.DETAILS: {"raised_at": where, "traceback": traceback.format_exc(limit=8)},
+            })
+        result[StepKey.DURATION_S] = round(time.perf_counter() - start, 4)
+        if result[StepKey.STATUS] == Status.FAILED:
             failed = name
-        write_json_atomic(steps_dir / f"{number:02d}-{name}.json", result)
-        ended = f"[kernodeck] {name}: {result['status']} in {result['duration_s']:.2f}s{_progress(result)}"
+        write_json_atomic(steps_dir / step_file(number, name), result)
+        ended = f"[kernodeck] {name}: {result[StepKey.STATUS]} in {result[StepKey.DURATION_S]:.2f}s"
+        ended += _progress(result)
         print(ended, file=sys.stderr, flush=True)
     if "resume_worker" in ctx.state:  # started, never given its order (an earlier step failed)
         ctx.state.pop("resume_worker").close()

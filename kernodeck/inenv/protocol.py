@@ -1,0 +1,117 @@
+"""The wall's protocol: the names and JSON keys both sides of it share, defined once.
+
+The orchestrator writes ``run-config.json`` and reads one ``steps/NN-name.json`` per step; the runner (inside the
+rebuilt env) reads the first and writes the others. Both import this module: the orchestrator as
+``kernodeck.inenv.protocol``, the runner as its sibling ``kernodeck_inenv.protocol`` (runner.py). It imports only the
+standard library, so the orchestrator may import it (tests/wall.py) and the env's Python may run it.
+
+A layer says where a failure belongs. A check may refine it after a colon (``operator:matmul``); the part before the
+colon is always one of ``Layer`` (``is_layer``).
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+
+if sys.version_info >= (3, 11):  # noqa: UP036 (the env may run an older Python than the orchestrator)
+    from enum import StrEnum
+else:  # an env's Python may be older than the orchestrator's
+
+    class StrEnum(str, enum.Enum):
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+class StepName(StrEnum):
+    """The in-env steps, in the order they run."""
+
+    SETTINGS = "settings"
+    SYSTEM = "system"
+    BACKEND = "backend"
+    REFERENCE = "reference"
+    APPLICATION = "application"
+    REREAD = "reread"
+    COMPARE = "compare"
+    CRITERION = "criterion"
+    DETERMINISM = "determinism"
+    RESUME = "resume"
+
+
+class Status(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # with a reason
+    NOT_RUN = "not-run"  # an earlier step failed
+
+
+class Layer(StrEnum):
+    """Where a failure belongs, so the diagnosis aims at that layer and not at the whole rebuild."""
+
+    LOCK = "lock"
+    INSTALL = "install"
+    ENVIRONMENT = "environment"
+    DEVICE = "device"
+    DATA_LOADING = "data-loading"
+    REFERENCE = "reference"
+    WEIGHTS = "weights"
+    APPLICATION = "application"
+    TRANSFER = "transfer-to-device"
+    OPERATOR = "operator"
+    OUTPUT = "output"
+    COMPARISON = "comparison"
+    DOSSIER = "dossier"
+    UNKNOWN = "unknown"  # an exception no check attributed (the runner's last resort)
+
+
+STEP_NAMES = frozenset(s.value for s in StepName)
+STATUSES = frozenset(s.value for s in Status)
+LAYERS = frozenset(layer.value for layer in Layer)
+
+
+def is_layer(value: str) -> bool:
+    """A layer, possibly refined after a colon (``operator:matmul``)."""
+    return value.partition(":")[0] in LAYERS
+
+
+class ConfigKey(StrEnum):
+    """The top-level keys of ``run-config.json`` (written by the orchestrator, read by the in-env steps)."""
+
+    STEPS = "steps"
+    PROJECT_ROOT = "project_root"
+    MODE = "mode"  # "verify" or "reference"
+    APPLICATION = "application"
+    REFERENCE = "reference"
+    CRITERION = "criterion"
+    EXPECT_BACKEND = "expect_backend"
+    ALLOW_CODE_CHANGE = "allow_code_change"
+    RESUME = "resume"
+    DETERMINISM_RECORDS = "determinism_records"
+    SAMPLE_REPEAT = "sample_repeat"
+    MARGIN_FILE = "margin_file"  # calibrate's first variation: where the margins of use go
+    VARIATION = "variation"  # calibrate: the legitimate settings this process varies
+
+
+class StepKey(StrEnum):
+    """The keys of one step's result file (``steps/NN-name.json``)."""
+
+    NAME = "name"
+    TITLE = "title"
+    INTERPRETER = "interpreter"
+    STATUS = "status"
+    REASON = "reason"
+    ERROR = "error"
+    LAYER = "layer"
+    DETAILS = "details"
+    DURATION_S = "duration_s"
+
+
+CONFIG_KEYS = frozenset(k.value for k in ConfigKey)
+STEP_KEYS = frozenset(k.value for k in StepKey)
+STEPS_DIR = "steps"  # beside run-config.json
+RUN_CONFIG = "run-config.json"
+
+
+def step_file(number: int, name: str) -> str:
+    """A step's result file, under ``STEPS_DIR``: numbered in run order."""
+    return f"{number:02d}-{name}.json"
