@@ -299,3 +299,16 @@ def test_a_dropped_check_cannot_pass(built_project: Path, tmp_path: Path) -> Non
     assert states["resume"] == "step-absent"
     assert "NOT established" in report["verdict"]["line"]  # type: ignore[index]
     assert "FAILED: " in proc.stdout and "no resume step in this run" in proc.stdout
+
+
+def test_changed_code_is_named_never_passed_and_excuses_nothing_else() -> None:
+    """--allow-code-change: the reference claim is contradicted; the verdict names the files and is not a pass."""
+    steps = complete_steps()
+    next(s for s in steps if s.name == "reference").details["code"] = {
+        "files": {"checks/app.py": "0" * 64}, "changed": ["checks/app.py"], "allowed": True}
+    assert Report("p", steps).verdict is Verdict.FAILED  # without the run's own record of the allowed change
+    allowed = Report("p", steps, changed_code=["checks/app.py"])
+    assert allowed.verdict is Verdict.PASSED_WITH_CHANGED_CODE and allowed.status is Status.FAILED
+    assert "checks/app.py" in allowed.verdict_line()
+    steps = [s for s in steps if s.name != "resume"]  # any other claim missing: failed, as ever
+    assert Report("p", steps, changed_code=["checks/app.py"]).verdict is Verdict.FAILED
