@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -24,7 +24,7 @@ from . import lockfile
 from ._proc import log
 from .config import Project
 from .errors import ConfigError, LockFailed, MissingLockfile
-from .lock import input_files, lock_path, write_pair
+from .lock import input_files, lock_path, requirements_in, write_pair
 from .platforms import Platform
 from .sources import machine_sources, pip_no_index
 
@@ -135,16 +135,7 @@ def _with_header(lines: list[str], edited: str, packages: int) -> list[str]:
 def _direct_specs(project: Project, plat: Platform, name: str) -> list[tuple[str, Requirement]]:
     found: list[tuple[str, Requirement]] = []
     for rel in input_files(project, plat):
-        for raw in (project.root / rel).read_text(encoding="utf-8").splitlines():
-            line = raw.split("#", 1)[0].strip()
-            if not line or line.startswith("-"):
-                continue
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if canonicalize_name(req.name) == name:
-                found.append((rel, req))
+        found += [(rel, req) for req in requirements_in(project.root / rel) if canonicalize_name(req.name) == name]
     return found
 
 

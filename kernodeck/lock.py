@@ -306,19 +306,25 @@ def _direct_references(project: Project, plat: Platform) -> None:
                 )
 
 
-def _pinned_layer_names(project: Project, plat: Platform) -> tuple[str, ...]:
-    """The names the torch layer pins with ``==`` (one version whatever the resolution date)."""
-    names: list[str] = []
-    for line in (project.root / plat.variant.torch_layer).read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
+def requirements_in(path: Path) -> list[Requirement]:
+    """The requirements of a ``.in`` file, comments, options (``-r``, ``--index-url`` …) and unparsable lines left
+    out (the resolver names those itself)."""
+    found: list[Requirement] = []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
         if not line or line.startswith("-"):
             continue
         try:
-            req = Requirement(line)
+            found.append(Requirement(line))
         except InvalidRequirement:
             continue
-        if [s.operator for s in req.specifier] == ["=="]:
-            names.append(canonicalize_name(req.name))
+    return found
+
+
+def _pinned_layer_names(project: Project, plat: Platform) -> tuple[str, ...]:
+    """The names the torch layer pins with ``==`` (one version whatever the resolution date)."""
+    names = [canonicalize_name(req.name) for req in requirements_in(project.root / plat.variant.torch_layer)
+             if [s.operator for s in req.specifier] == ["=="]]
     return tuple(sorted(set(names)))
 
 

@@ -301,16 +301,14 @@ def test_a_dropped_check_cannot_pass(built_project: Path, tmp_path: Path) -> Non
     assert "FAILED: " in proc.stdout and "no resume step in this run" in proc.stdout
 
 
-def test_changed_code_allowed_stays_passed_with_changed_code_naming_the_files() -> None:
-    """--allow-code-change: the reference claim is not established (the code changed), and the verdict is the one that
-    names the files (passed-with-changed-code, never a pass), not a bare 'failed' (red team, h11)."""
+def test_changed_code_is_named_never_passed_and_excuses_nothing_else() -> None:
+    """--allow-code-change: the reference claim is contradicted; the verdict names the files and is not a pass."""
     steps = complete_steps()
     next(s for s in steps if s.name == "reference").details["code"] = {
-        "files": ["checks/app.py"], "changed": ["checks/app.py"], "allowed": True}
+        "files": {"checks/app.py": "0" * 64}, "changed": ["checks/app.py"], "allowed": True}
+    assert Report("p", steps).verdict is Verdict.FAILED  # without the run's own record of the allowed change
     allowed = Report("p", steps, changed_code=["checks/app.py"])
-    assert claim(allowed, "reference-current").state is ClaimState.CONTRADICTED
     assert allowed.verdict is Verdict.PASSED_WITH_CHANGED_CODE and allowed.status is Status.FAILED
     assert "checks/app.py" in allowed.verdict_line()
-    assert Report("p", steps).verdict is Verdict.FAILED  # the same record without the run's list: failed
-    steps = [s for s in steps if s.name != "resume"]  # the changed code excuses no other claim
+    steps = [s for s in steps if s.name != "resume"]  # any other claim missing: failed, as ever
     assert Report("p", steps, changed_code=["checks/app.py"]).verdict is Verdict.FAILED
