@@ -124,8 +124,10 @@ def run(app):
 def criterion(outputs, ids, records, params):
     import numpy as np
 
-    finite = bool(np.isfinite(outputs["values"]).all())
-    return {"passed": finite, "summary": "every value finite" if finite else "non-finite values"}
+    # the values grow with x (any positive scale keeps that): rows permuted against their ids, or a constant, do not
+    values = outputs["values"][np.argsort([float(r["x"]) for r in records]), 0]
+    rising = bool(np.isfinite(values).all() and (np.diff(values) > 0).all())
+    return {"passed": rising, "summary": "values rise with x" if rising else "values do not rise with x"}
 '''
 
 
