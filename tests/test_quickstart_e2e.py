@@ -113,7 +113,13 @@ def test_readme_quick_start_runs_literally(user: User, tmp_path: Path) -> None:
     assert text.count("def run(app: Any) -> None:") == 1 and text.count("    params = app.params\n") == 1
     app.write_text(text.replace("def run(app: Any) -> None:", bug).replace(
         "    params = app.params\n", "    params = app.params\n    _epochs(params)\n"), encoding="utf-8")
-    broken = user.sh(project, "nox", "-s", "verify", "--", "--no-rebuild", "--out", str(tmp_path / "broken"))
+    # a changed code file stops verify before anything runs, naming it (exit 2; the reference no longer describes it)
+    stopped = user.sh(project, "nox", "-s", "verify", "--", "--no-rebuild", "--out", str(tmp_path / "stopped"))
+    assert stopped.returncode == 2 and "checks/app.py" in stopped.stderr + stopped.stdout
+    assert "TIP: nox -s reference -- --new" in stopped.stderr + stopped.stdout
+    # run anyway (never a pass): the entry's own error, with the user's line
+    broken = user.sh(project, "nox", "-s", "verify", "--", "--no-rebuild", "--allow-code-change", "--out",
+                     str(tmp_path / "broken"))
     said = broken.stdout + broken.stderr
     assert broken.returncode == 1, said[-3000:]
     keyerror = next(line for line in said.splitlines() if "KeyError: 'epoch'" in line and " at " in line)

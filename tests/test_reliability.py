@@ -3,6 +3,7 @@ these markers."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -55,9 +56,20 @@ def test_tampered_hash_keeps_the_last_good_env(tmp_path: Path, installer: str) -
     assert entry and "--hash=sha256:" in entry.group(0)
     # every file of mdurl gets a wrong hash (one right hash among several would still be accepted)
     tampered = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, entry.group(0))
-    # resealed (its body digest recomputed), so that the installer's own hash check is what is tried here; an
-    # unsealed edit is refused before any install (tests/test_lies.py::test_hand_edited_lock_is_refused)
-    lock.write_text(lockfile.seal(text.replace(entry.group(0), tampered)))
+    # resealed (its body digest recomputed) and its PEP 751 twin forged to match, so that the installer's own hash
+    # check is what is tried here; an unsealed edit, or a twin that disagrees, is refused before any install
+    # (tests/test_lies.py::test_hand_edited_lock_is_refused, tests/test_proven.py case 55)
+    forged = lockfile.seal(text.replace(entry.group(0), tampered))
+    lock.write_text(forged)
+    twin = project / "lockfiles" / f"pylock.{PLATFORM}.toml"
+    twin_text = twin.read_text()
+    block = re.search(r'^name = "mdurl"\n.*?(?=^\[\[packages\]\])', twin_text, re.M | re.S)
+    assert block and 'sha256 = "' in block.group(0)
+    forged_twin = twin_text.replace(block.group(0), re.sub(r'sha256 = "[0-9a-f]{64}"', 'sha256 = "' + "0" * 64 + '"',
+                                                           block.group(0)))
+    twin.write_text(re.sub(r'requirements-lock-sha256 = "[0-9a-f]{64}"',
+                           f'requirements-lock-sha256 = "{hashlib.sha256(forged.encode()).hexdigest()}"', forged_twin))
+    assert kd(project, "lock", "--check").returncode == 0  # the forgery passes every check of the lock itself
     proc = kd(project, "rebuild", "--fresh", "--installer", installer)
     assert proc.returncode == 2
     assert "ERROR: install failed" in proc.stderr and "mdurl" in proc.stderr.lower()
@@ -65,6 +77,7 @@ def test_tampered_hash_keeps_the_last_good_env(tmp_path: Path, installer: str) -
     assert current(project) == good and envs(project) == [good]
     # and the last good env is what a later verify uses (the lock is still not stale: its inputs did not change)
     lock.write_text(text)
+    twin.write_text(twin_text)
     verify = kd(project, "verify", "--out", str(tmp_path / "run"))
     assert verify.returncode == 0, verify.stderr[-2000:]
     assert statuses(read_report(tmp_path / "run"))["rebuild"] == "passed" and current(project) == good
