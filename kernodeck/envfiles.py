@@ -425,11 +425,10 @@ def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validat
     ownership(env, entries, records, found)
     if snap is not None:
         # the env's interpreter checks bytecode only over files its locked RECORDs own: a dropped .pth or
-        # sitecustomize.py would run in it first (the env is refused for those files; its later bytecode is left
-        # unchecked and unkept, not named: the next build starts over)
+        # sitecustomize.py would run in it first (then that bytecode stays "not checked against its source")
         trusted = not (found.foreign or found.without_record or found.missing or found.wrong_size or found.shared
                        or found.changed or found.removed)
-        _later_bytecode(env, entries, records, found, validate, trusted)
+        _later_bytecode(env, entries, records, found, validate if trusted else None)
     found.seconds = time.perf_counter() - start
     return found
 
@@ -443,8 +442,7 @@ def _read_kept(env: Path) -> dict[str, Entry]:
 
 
 def _later_bytecode(
-    env: Path, entries: dict[str, Entry], records: Records, found: Findings, validate: Validator | None,
-    trusted: bool = True,
+    env: Path, entries: dict[str, Entry], records: Records, found: Findings, validate: Validator | None
 ) -> None:
     """Take out of ``found.added`` the bytecode written since the build, each checked against its source."""
     tag = _bytecode_tag(env)
@@ -462,9 +460,6 @@ def _later_bytecode(
     kept = _read_kept(env)
     pending = sorted(p for p in later if kept.get(p) != entries[p])
     found.bytecode_later = len(later)
-    if not trusted:
-        found.added = [p for p in found.added if p not in later and p not in folders]
-        return
     if pending:
         if validate is None:
             found.bad_bytecode = [f"{p} (not checked against its source)" for p in pending]

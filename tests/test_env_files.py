@@ -451,7 +451,6 @@ def test_the_envs_interpreter_never_runs_over_a_dropped_file(tmp_path: Path, mon
     (_site(env) / "zz-hook.pth").write_text("import os\n")
     bad = envfiles.check(env, ["tinya", "tinyb"], rebuild.snapshot_digest(env), validate)
     assert not bad.clean and len(calls) == 1, calls  # the .pth is found and the interpreter was not started
-    assert "zz-hook.pth" in "; ".join(bad.problems()) and not bad.bad_bytecode  # named once, no unchecked noise
 
     monkeypatch.setattr(inventory, "bytecode_validator", lambda python: validate)
     monkeypatch.setattr(inventory, "observe", lambda *a, **k: calls.append("observe") or pytest.fail("env ran"))
