@@ -424,11 +424,7 @@ def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validat
     records = read_records(env, locked)
     ownership(env, entries, records, found)
     if snap is not None:
-        # the env's interpreter checks bytecode only over files its locked RECORDs own: a dropped .pth or
-        # sitecustomize.py would run in it first (then that bytecode stays "not checked against its source")
-        trusted = not (found.foreign or found.without_record or found.missing or found.wrong_size or found.shared
-                       or found.changed or found.removed)
-        _later_bytecode(env, entries, records, found, validate if trusted else None)
+        _later_bytecode(env, entries, records, found, validate)
     found.seconds = time.perf_counter() - start
     return found
 

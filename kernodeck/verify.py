@@ -293,9 +293,6 @@ def _inventory_step(
         if env is not None:
             locked = {p.name for p in lock.pins} if lock is not None else None
             files = envfiles.check(env, locked or (), snapshot_digest(env) or "", inventory.bytecode_validator(python))
-            if not files.clean and (not intentional or strict or files.damaged):
-                # refused before the env's interpreter runs: a dropped .pth or sitecustomize.py would run first
-                raise KernodeckError("the environment's files are not the ones built from the lock", tip=fresh)
         seen = inventory.observe(python, files=env is None)
     except KernodeckError as exc:
         cause = exc

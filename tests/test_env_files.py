@@ -430,37 +430,6 @@ def test_same_size_edit_in_torch_then_fresh_rebuild_passes(real: Path, tmp_path:
     assert inv["status"] == "passed" and inv["details"]["files"]["snapshot"] == "compared"
 
 
-def test_the_envs_interpreter_never_runs_over_a_dropped_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A .pth or sitecustomize.py runs in every start of the env's interpreter (``-I`` keeps site): the bytecode check
-    and verify's package observation must not start it once a file no locked RECORD owns is found (red team, h11)."""
-    from types import SimpleNamespace
-
-    from kernodeck import verify
-
-    env, lock = _fake_env(tmp_path)
-    _genuine_bytecode(_site(env) / "tinya" / "__init__.py")
-    calls: list[object] = []
-
-    def validate(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        calls.append(pairs)
-        return []
-
-    good = envfiles.check(env, ["tinya", "tinyb"], rebuild.snapshot_digest(env), validate)
-    assert good.clean and len(calls) == 1  # control: genuine later bytecode is checked by the env's interpreter
-    (env / envfiles.BYTECODE).unlink()
-    (_site(env) / "zz-hook.pth").write_text("import os\n")
-    bad = envfiles.check(env, ["tinya", "tinyb"], rebuild.snapshot_digest(env), validate)
-    assert not bad.clean and len(calls) == 1, calls  # the .pth is found and the interpreter was not started
-
-    monkeypatch.setattr(inventory, "bytecode_validator", lambda python: validate)
-    monkeypatch.setattr(inventory, "observe", lambda *a, **k: calls.append("observe") or pytest.fail("env ran"))
-    run_ = verify.Run(SimpleNamespace(), SimpleNamespace(id="tiny"), tmp_path)  # type: ignore[arg-type]
-    seen, failure = verify._inventory_step(run_, lock, env / "bin" / "python", intentional=False)
-    assert seen is None and failure is not None and "zz-hook.pth" in str(failure), failure
-    assert failure.tip == "nox -s rebuild -- --fresh" and "observe" not in calls
-    assert run_.steps[-1].status.value == "failed" and run_.steps[-1].details["files"]["foreign"]
-
-
 def test_report_details_are_bounded_and_counted() -> None:
     found = envfiles.Findings(entries=5, added=[f"lib/x{i}.py" for i in range(300)], changed={"a": "mode"})
     data = found.as_dict()
