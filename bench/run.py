@@ -49,13 +49,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernodeck import lockfile
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import clean_env, log, show, uv_available
-from kernodeck.config import Project, load_project
+from kernodeck.env.rebuild import current_env, env_python
 from kernodeck.errors import KernodeckError
-from kernodeck.platforms import Platform, resolve_platform
-from kernodeck.rebuild import current_env, env_python
+from kernodeck.lock import lockfile
+from kernodeck.project.config import Project, load_project
+from kernodeck.project.platforms import Platform, resolve_platform
 from kernodeck.sources import PYPI, Source, index_args, machine_sources, reachable, uv_environment, variant_index
 
 BENCH_VERSION = 2
@@ -349,9 +349,9 @@ def _verify_argv(plat: Platform, out: Path, steps: Sequence[str], extra: dict[st
 
 def _verify_steps(spec_json: str) -> int:
     """``verify --no-rebuild`` limited to some in-env steps, on another sample (the scaling rows)."""
-    from kernodeck import reference
-    from kernodeck.report import Status, overall
+    from kernodeck.dossier import reference
     from kernodeck.verify import Options, verify
+    from kernodeck.verify.report import Status, overall
 
     spec = json.loads(spec_json)
     project = load_project(Path.cwd())
@@ -459,7 +459,8 @@ def run_bench(
         rows["rebuild"]["kernodeck_steps_s"] = marker.get("durations_s", {})
 
         # --- verify ----------------------------------------------------------------------------------------------
-        from kernodeck import application, reference
+        from kernodeck.dossier import reference
+        from kernodeck.project import application
         from kernodeck.verify import RUNNER_ENV
 
         app = application.load(work)  # this repository's application: the MiniLM embedding

@@ -11,19 +11,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
-from .config import Backend, Project, load_project
-from .errors import KernodeckError
-from .platforms import Platform, resolve_platform
-from .sources import redact_text
+from kernodeck import __version__
+from kernodeck.errors import KernodeckError
+from kernodeck.project.config import Backend, Project, load_project
+from kernodeck.project.platforms import Platform, resolve_platform
+from kernodeck.sources import redact_text
 
 # Each command imports what it uses when it runs: `--help` or `lock --check` must not pay for verify's, rebuild's
 # and the pylock's imports (measured with `python -X importtime -m kernodeck lock --check`).
 if TYPE_CHECKING:
-    from .report import Report
-    from .verify import Options
+    from kernodeck.verify import Options
+    from kernodeck.verify.report import Report
 
-RESOLVERS = ("pip-tools", "uv")  # kernodeck.lock.RESOLVERS's keys (tests/test_speed.py keeps them equal)
+RESOLVERS = ("pip-tools", "uv")  # kernodeck.lock.RESOLVERS's keys (tests/unit/test_speed.py keeps them equal)
 
 DESCRIPTION = (
     "Kernodeck: lock, rebuild and verify reproducible PyTorch environments. The nox sessions "
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> Options:
-    from .verify import Options
+    from kernodeck.verify import Options
 
     return Options(out=args.out, rebuild=not args.no_rebuild, python=args.python, expect_backend=args.expect_backend,
                    installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse, strict=args.strict,
@@ -167,7 +167,7 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 def cmd_lock(project: Project, args: argparse.Namespace) -> int:
-    from . import lock as locking
+    from kernodeck import lock as locking
 
     if args.check:
         plats = ([(resolve_platform(project, p.id), p.lock_on_runner) for p in project.platforms] if args.all
@@ -179,7 +179,7 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
         return 0
     plat = resolve_platform(project, args.platform, args.variant)
     if args.upgrade_package or args.widen_python:
-        from . import hashpins
+        from kernodeck.lock import hashpins
 
         if args.upgrade_package:
             hashpins.upgrade_packages(project, plat, args.upgrade_package)
@@ -193,8 +193,8 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
-    from . import lock as locking
-    from .rebuild import acquire, platform_lock, rebuild
+    from kernodeck import lock as locking
+    from kernodeck.env.rebuild import acquire, platform_lock, rebuild
 
     plat = resolve_platform(project, args.platform, args.variant)
     path = locking.require_checked(project, plat)  # the lock check of lock --check and verify, twin included
@@ -215,7 +215,7 @@ def _summary(report: Report, folder: Path, *, tip: bool = True) -> None:
     A failed in-env step that knows the next command (``details["tip"]``: a changed code file, a criterion unable to
     fail) adds its ``TIP:`` line.
     """
-    from .report import summary_line
+    from kernodeck.verify.report import summary_line
 
     print(summary_line(report, folder / "report.md"))
     failure = report.first_failure()
@@ -225,8 +225,8 @@ def _summary(report: Report, folder: Path, *, tip: bool = True) -> None:
 
 
 def cmd_verify(project: Project, args: argparse.Namespace) -> int:
-    from .report import Verdict
-    from .verify import verify
+    from kernodeck.verify import verify
+    from kernodeck.verify.report import Verdict
 
     plat = resolve_platform(project, args.platform, args.variant)
     report, folder, _ = verify(project, plat, _options(args))
@@ -236,8 +236,8 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_reference(project: Project, args: argparse.Namespace) -> int:
-    from . import reference as refmod
-    from .verify import verify
+    from kernodeck.dossier import reference as refmod
+    from kernodeck.verify import verify
 
     plat = resolve_platform(project, args.platform, args.variant)
     old = refmod.current(project, new=args.new)
@@ -267,9 +267,9 @@ def _project_here() -> Project | None:
 
 
 def cmd_compare(project: Project | None, args: argparse.Namespace) -> int:
-    from . import dossier, outdir
-    from ._fs import write_atomic, write_json
-    from .compare import env_python_for, platform_of
+    from kernodeck import dossier, outdir
+    from kernodeck._fs import write_atomic, write_json
+    from kernodeck.dossier.judge import env_python_for, platform_of
 
     a, b = args.a.resolve(), args.b.resolve()
     platforms = [found for folder in (b, a) if (found := platform_of(folder))]
@@ -288,7 +288,7 @@ def cmd_compare(project: Project | None, args: argparse.Namespace) -> int:
 
 
 def cmd_replay(project: Project, args: argparse.Namespace) -> int:
-    from .replay import replay
+    from kernodeck.dossier.replay import replay
 
     result = replay(project, allow_dirty=args.allow_dirty, keep=args.keep, out=args.out)
     if result.dirty:
@@ -299,14 +299,15 @@ def cmd_replay(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
-    from . import engines, matrix, outdir
+    from kernodeck import outdir
+    from kernodeck.ci import engines, matrix
 
     built = matrix.build(project, hosted_only=args.hosted_only, locked_only=args.locked_only,
                          runners=matrix.parse_runners(args.self_hosted_runners))
     if args.format != "github":  # another engine's file: written as it is and printed whole
         text = engines.render(engines.Format(args.format), built)
         if args.out:
-            from ._fs import write_atomic
+            from kernodeck._fs import write_atomic
 
             write_atomic(outdir.check_file(args.out, what="the matrix", tip="nox -s matrix -- --out FILE",
                                            root=project.root, allowed=(project.runs,)), text)
@@ -323,7 +324,8 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_export(project: Project, args: argparse.Namespace) -> int:
-    from . import export, outdir
+    from kernodeck import outdir
+    from kernodeck.dossier import export
 
     plat = resolve_platform(project, args.platform, args.variant)
     folder = outdir.check_file(args.out / "x", what="the container file", root=project.root, allowed=(project.runs,),
@@ -334,7 +336,7 @@ def cmd_export(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_wheelhouse(project: Project, args: argparse.Namespace) -> int:
-    from . import wheelhouse
+    from kernodeck.env import wheelhouse
 
     plat = resolve_platform(project, args.platform, args.variant)
     result = wheelhouse.download(project, plat, args.out)
@@ -344,7 +346,7 @@ def cmd_wheelhouse(project: Project, args: argparse.Namespace) -> int:
 
 
 def _locked_platforms(project: Project, args: argparse.Namespace) -> list[Platform]:
-    from . import lock as locking
+    from kernodeck import lock as locking
 
     if not args.all:
         return [resolve_platform(project, args.platform, args.variant)]
@@ -353,8 +355,8 @@ def _locked_platforms(project: Project, args: argparse.Namespace) -> list[Platfo
 
 
 def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
-    from . import lock as locking
-    from . import sbom
+    from kernodeck import lock as locking
+    from kernodeck.dossier import sbom
 
     out_dir = (args.out or project.runs / "sbom").resolve()
     for plat in _locked_platforms(project, args):
@@ -366,8 +368,8 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_audit(project: Project, args: argparse.Namespace) -> int:
-    from . import audit
-    from . import lock as locking
+    from kernodeck import lock as locking
+    from kernodeck.lock import audit
 
     results = [audit.audit_lock(locking.require_current(project, plat), plat.id)
                for plat in _locked_platforms(project, args)]
@@ -377,7 +379,7 @@ def cmd_audit(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(project: Project, args: argparse.Namespace) -> int:
-    from .calibrate import calibrate, render
+    from kernodeck.measure.calibrate import calibrate, render
 
     plat = resolve_platform(project, args.platform, args.variant)
     result, folder = calibrate(project, plat, args.out, write=args.write)
@@ -387,7 +389,7 @@ def cmd_calibrate(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
-    from . import drift
+    from kernodeck.measure import drift
 
     folders = [d.resolve() for d in args.dossiers]
     declared = drift.declared_outputs(project, folders)
@@ -401,7 +403,7 @@ def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
-    from .upgrade import outcome, upgrade, write_pr_body
+    from kernodeck.lock.upgrade import outcome, upgrade, write_pr_body
 
     if args.pr_body:
         print(write_pr_body(args.pr_body, args.all_platforms, as_of=args.as_of or ""), end="")
@@ -414,7 +416,7 @@ def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(project: Project, args: argparse.Namespace) -> int:
-    from .bisect import bisect_locks
+    from kernodeck.lock.bisect import bisect_locks
 
     plat = resolve_platform(project, args.platform, args.variant)
     result = bisect_locks(project, plat, args.good, args.bad, installer=args.installer, out=args.out)
@@ -430,7 +432,7 @@ COMMANDS: dict[str, Callable[[Project, argparse.Namespace], int]] = {
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from . import init
+    from kernodeck.project import init
 
     root = Path.cwd()
     planned = init.init(root, force=args.force)

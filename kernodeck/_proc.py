@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import CommandFailed
-from .sources import redact_text
+from kernodeck.errors import CommandFailed
+from kernodeck.sources import redact_text
 
 # Variables that would let the caller's Python leak into a child interpreter.
 _LEAKY = (

@@ -84,8 +84,8 @@ class Busy(KernodeckError):
 
 
 class SchemaViolation(ValueError):
-    """Raised by the generated ``[tool.kernodeck]`` validator (kernodeck/_tool_schema.py, fastjsonschema's code and
-    its exception's signature); :func:`kernodeck.config.schema_error` turns it into one :class:`ConfigError`."""
+    """Raised by the generated ``[tool.kernodeck]`` validator (project/_tool_schema.py, fastjsonschema's code and
+    its exception's signature); :func:`kernodeck.project.config.schema_error` turns it into one :class:`ConfigError`."""
 
     def __init__(self, message: str, value: object = None, name: str | None = None,
                  definition: object = None, rule: str | None = None) -> None:

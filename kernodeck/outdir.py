@@ -34,9 +34,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._fs import sha256_file, sha256_text, write_atomic
-from ._proc import log
-from .errors import KernodeckError
+from kernodeck._fs import sha256_file, sha256_text, write_atomic
+from kernodeck._proc import log
+from kernodeck.errors import KernodeckError
 
 MARKER = ".kernodeck-folder"
 MARKER_VERSION = 2

@@ -37,8 +37,8 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from kernodeck import lockfile
 from kernodeck._fs import sha256_file
+from kernodeck.lock import lockfile
 
 # The caller's environment as it was before any fixture ran (the hermetic fixture removes PIP_*/UV_* per test).
 _ORIGINAL_ENV = dict(os.environ)

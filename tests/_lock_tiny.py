@@ -110,6 +110,6 @@ def fresh_venv(folder: Path, *, with_pip: bool = False) -> Path:
 
 
 def pins(lock_path: Path) -> dict[str, str]:
-    from kernodeck import lockfile
+    from kernodeck.lock import lockfile
 
     return lockfile.read(lock_path).versions()

@@ -16,10 +16,10 @@ import zipfile
 from pathlib import Path
 
 from kernodeck import lock as locking
-from kernodeck import lockfile
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.config import load_project
-from kernodeck.platforms import Platform, resolve_platform
+from kernodeck.lock import lockfile
+from kernodeck.project.config import load_project
+from kernodeck.project.platforms import Platform, resolve_platform
 from kernodeck.sources import Source
 from tests.conftest import copy_project
 

@@ -139,7 +139,7 @@ def application_breaches(root: Path, files: list[Path]) -> list[Breach]:
 
 def application_files(root: Path) -> list[Path]:
     return sorted([*root.glob("checks/*.py"), *root.glob("examples/*/checks/*.py"),
-                   *(root / "kernodeck" / "templates" / "checks").rglob("*.py.tmpl")])
+                   *(root / "kernodeck" / "project" / "templates" / "checks").rglob("*.py.tmpl")])
 
 
 def breaches(root: Path) -> list[Breach]:

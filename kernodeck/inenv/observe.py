@@ -4,7 +4,7 @@ Runs inside the env and imports nothing from Kernodeck (only the standard librar
 every distribution on the interpreter's path (name, version, direct URL / editable from ``direct_url.json``, where it
 lives) and, for each, the files its ``RECORD`` lists that are missing or have another size than recorded. With
 ``--hashes`` every file's content is also hashed against its RECORD digest (about 40x slower: measured in README).
-With ``--no-files`` no file is looked at (a rebuilt env's files are checked from outside it: kernodeck/envfiles.py).
+With ``--no-files`` no file is looked at (a rebuilt env's files are checked from outside it: kernodeck/env/envfiles.py).
 """
 
 from __future__ import annotations

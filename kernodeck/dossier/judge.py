@@ -1,0 +1,155 @@
+"""``nox -s compare``: every declared output of two dossiers compared under its declared kind.
+
+The verdicts come from the one comparison verify uses (``kernodeck/inenv/tolerance.py``), run by
+``inenv/compare_outputs.py`` in a rebuilt env's interpreter: numpy lives there, the orchestrator has none. Each
+dossier's declaration is its ``run-config.json`` (what its run was told to write and how to compare it); a pair that
+declares other outputs, or the same output otherwise, is said so before any number.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from kernodeck._fs import write_atomic
+from kernodeck._proc import run
+from kernodeck.errors import CommandFailed, KernodeckError
+
+SCRIPT = Path(__file__).resolve().parents[1] / "inenv" / "compare_outputs.py"
+
+
+# What a reference manifest records of an output besides its declaration (files and digests).
+_RECORDED = ("file", "sha256", "ids", "ids_sha256", "shape")
+
+
+def _manifest(folder: Path) -> dict[str, Any] | None:
+    try:
+        data = tomllib.loads((folder / "manifest.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return data if isinstance(data.get("outputs"), dict) else None
+
+
+def reference_report(folder: Path) -> dict[str, Any] | None:
+    """A reference folder (``dossier/reference``) seen as a dossier: what its manifest says of its platform and id."""
+    manifest = _manifest(folder)
+    if manifest is None:
+        return None
+    platform = manifest.get("environment", {}).get("platform")
+    return {"status": "reference", "platform": platform, "reference_id": manifest.get("id"), "steps": []}
+
+
+def outputs_folder(folder: Path) -> Path:
+    """Where a dossier's outputs are: ``outputs/`` in a run's dossier, the folder itself in a reference."""
+    return folder / "outputs" if (folder / "outputs").is_dir() or not (folder / "manifest.toml").is_file() else folder
+
+
+def declared_outputs(folder: Path) -> dict[str, dict[str, Any]] | None:
+    """The outputs a dossier declared (name -> kind and tolerance): a run's ``run-config.json``, a reference's
+    ``manifest.toml``; None for a dossier without them."""
+    try:
+        config = json.loads((folder / "run-config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    outputs = config.get("application", {}).get("outputs") if isinstance(config, dict) else None
+    if outputs is None and (manifest := _manifest(folder)) is not None:
+        outputs = {name: {k: v for k, v in table.items() if k not in _RECORDED}
+                   for name, table in manifest["outputs"].items() if isinstance(table, dict)}
+    return outputs if isinstance(outputs, dict) and outputs else None
+
+
+def _strip(table: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in table.items() if k != "justification"}  # the reasoning may be reworded, not the rule
+
+
+def compare_outputs(dir_a: Path, dir_b: Path, python: Path | None) -> dict[str, Any] | None:
+    """Each output the two dossiers declare, B against A under A's declared kind; None when neither declares any.
+
+    ``python``: an interpreter with numpy (a rebuilt env's). Without one nothing is compared, and the result says so.
+    """
+    da, db = declared_outputs(dir_a), declared_outputs(dir_b)
+    if da is None and db is None:
+        return None
+    da, db = da or {}, db or {}
+    common = [name for name in da if name in db]
+    result: dict[str, Any] = {
+        "available": False,
+        "declared": {"a": sorted(da), "b": sorted(db)},
+        "only_in_a": sorted(set(da) - set(db)),
+        "only_in_b": sorted(set(db) - set(da)),
+        "declared_differently": sorted(n for n in common if _strip(da[n]) != _strip(db[n])),
+        "per_output": {},
+    }
+    if not common:
+        result["reason"] = "the two dossiers declare no output in common"
+        return result
+    if python is None:
+        result["reason"] = ("no rebuilt env here to compare in (the comparison runs where numpy is: "
+                            "`nox -s rebuild` makes one, or pass --python PATH)")
+        return result
+    with tempfile.TemporaryDirectory(prefix="kernodeck-compare-") as tmp:
+        request = Path(tmp) / "request.json"
+        write_atomic(request, json.dumps({"a": str(outputs_folder(dir_a)), "b": str(outputs_folder(dir_b)),
+                                          "outputs": {n: da[n] for n in common}}))
+        try:
+            proc = run([python, "-I", SCRIPT, request])
+        except CommandFailed as exc:
+            raise KernodeckError(f"comparing the outputs in {python} failed: {exc}",
+                                 tip="nox -s rebuild, then: nox -s compare -- A B") from exc
+    result["per_output"] = json.loads(proc.stdout)
+    result["available"] = True
+    result["python"] = str(python)
+    return result
+
+
+def platform_of(folder: Path) -> str | None:
+    """The platform id a dossier's report names, if it names one."""
+    try:
+        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    found = report.get("platform") if isinstance(report, dict) else None
+    return found if isinstance(found, str) and found else None
+
+
+def env_python_for(platform_ids: list[str]) -> Path | None:
+    """A rebuilt env's interpreter of the project in the current folder, for the first of the platforms it has."""
+    from kernodeck.env import rebuild
+    from kernodeck.project.config import load_project
+    from kernodeck.project.platforms import resolve_platform
+
+    try:
+        project = load_project(Path.cwd())
+    except KernodeckError:
+        return None
+    for platform_id in platform_ids:
+        try:
+            env = rebuild.current_env(project, resolve_platform(project, platform_id))
+        except KernodeckError:
+            continue
+        if env is not None:
+            return rebuild.env_python(env)
+    return None
+
+
+def render(result: dict[str, Any]) -> list[str]:
+    """The Markdown lines of the outputs section."""
+    lines: list[str] = []
+    if result["only_in_a"] or result["only_in_b"]:
+        lines.append(f"DIFFERENT DECLARED OUTPUTS: only in A: {', '.join(result['only_in_a']) or '-'}; "
+                     f"only in B: {', '.join(result['only_in_b']) or '-'} (not compared)")
+    for name in result["declared_differently"]:
+        lines.append(f"`{name}` is declared differently in A and B (kind or tolerance): compared under A's")
+    if not result["available"]:
+        lines.append(f"not compared: {result['reason']}")
+        return lines
+    for name, verdict in result["per_output"].items():
+        if not verdict.get("compared"):
+            lines.append(f"- `{name}` ({verdict.get('kind')}): {verdict['summary']}")
+            continue
+        word = "within" if verdict["passed"] else "BEYOND"
+        lines.append(f"- `{name}` ({verdict['kind']}): {word} its declared tolerance: {verdict['summary']}")
+    return lines

@@ -1,0 +1,519 @@
+"""Every file of a rebuilt env, held to the lock: owned by a locked distribution's RECORD, unchanged since the build.
+
+Runs on the orchestrator's side (``os.scandir`` and ``stat`` only; nothing of the env is imported or executed), so a
+``.pth`` or ``sitecustomize.py`` dropped into the env cannot change what it reports. Three checks:
+
+- **ownership**: each file under the env's prefix is listed by the ``RECORD`` of a locked distribution, or is one of
+  the few things the venv tool or the interpreter writes (:func:`allowed`); anything else is named. A locked
+  distribution without a ``RECORD`` is named too (its files could not be held to anything).
+- **snapshot**: at build time, once the install is complete, every entry's ``lstat`` (kind, size, mtime_ns,
+  ctime_ns, inode, mode, link count, a link's target) is written to :data:`SNAPSHOT`; every verify stats the env
+  again and names what was added, removed or changed. Any write, ``chmod``, ``rename`` or ``touch`` sets the ctime to
+  the clock's now, and no user-space call can set it back: docs/env-integrity.md says why this is sound and what it
+  does not cover.
+- **no shared file**: a regular file with more than one link shares its content with another place (the installer's
+  cache, another env): editing one edits the other, so it is refused.
+
+At build time (:func:`check_record_digests`) every file a RECORD lists with a digest is hashed once against it, in
+parallel, before the snapshot is taken: the snapshot starts from files proven to be the wheels' own.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+SNAPSHOT = "kernodeck-files.json"
+SNAPSHOT_VERSION = 1
+# Bytecode the interpreter wrote after the build (no bytecode is compiled at install), each file checked once
+# against what this interpreter compiles from its unchanged source, then kept here with its stat.
+BYTECODE = "kernodeck-bytecode.json"
+# Kernodeck's own records at the env's root, written after the snapshot: held by the snapshot's digest (in the
+# completion record) and by the checks that read them, not listed in the snapshot itself.
+OWN_RECORDS = frozenset({"kernodeck-complete.json", "kernodeck-inventory.txt", SNAPSHOT, BYTECODE})
+
+# What the venv tools write that no RECORD lists (python -m venv, uv venv), by exact path under the prefix.
+VENV_FILES = frozenset({
+    "pyvenv.cfg",
+    # uv venv: a .gitignore ("*"), a cache-directory tag and its (empty) lock file
+    ".gitignore", "CACHEDIR.TAG", ".lock",
+    # activation scripts of both tools (POSIX)
+    "bin/activate", "bin/activate.csh", "bin/activate.fish", "bin/Activate.ps1", "bin/activate.ps1",
+    "bin/activate.nu", "bin/activate.xsh", "bin/activate.bat", "bin/activate_this.py", "bin/deactivate.bat",
+    "bin/pydoc.bat",
+    # Windows
+    "Scripts/python.exe", "Scripts/pythonw.exe", "Scripts/activate", "Scripts/activate.bat", "Scripts/Activate.ps1",
+    "Scripts/deactivate.bat",
+})
+# Folders the venv tools or pip make even when empty (pip's headers folder of a venv: include/site/python3.X).
+VENV_DIRS = frozenset({"bin", "include", "lib", "Scripts", "Lib", "Include", "include/site"})
+_VENV_DIR = re.compile(r"include/(site/)?python\d+\.\d+")
+# The interpreter links a POSIX venv holds (bin/python, bin/python3, bin/python3.11).
+_PYTHON_LINK = re.compile(r"bin/python(3(\.\d+)?)?")
+
+# An entry as stat saw it: kind (f file, d folder, l link, o other), size, mtime_ns, ctime_ns, inode, mode, links,
+# a link's target ("" otherwise). A list, not a record: 40k of them are read and compared on every verify.
+Entry = list[object]
+# At most this many paths per list in report.json (the counts say how many there are).
+DETAILS_LIMIT = 200
+_FIELDS = ("kind", "size", "mtime_ns", "ctime_ns", "inode", "mode", "links", "target")
+
+
+def scan(env: Path) -> dict[str, Entry]:
+    """Every entry under ``env`` (links not followed), by its path relative to ``env`` ('/'-separated)."""
+    out: dict[str, Entry] = {}
+    stack = [("", str(env))]
+    while stack:
+        rel, folder = stack.pop()
+        with os.scandir(folder) as entries:
+            for item in entries:
+                name = rel + item.name
+                if not rel and item.name in OWN_RECORDS:
+                    continue
+                st = item.stat(follow_symlinks=False)
+                mode = st.st_mode
+                target = ""
+                if stat.S_ISDIR(mode):
+                    kind = "d"
+                    stack.append((name + "/", item.path))
+                elif stat.S_ISREG(mode):
+                    kind = "f"
+                elif stat.S_ISLNK(mode):
+                    kind, target = "l", os.readlink(item.path)
+                else:
+                    kind = "o"
+                out[name] = [kind, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, st.st_nlink, target]
+    return out
+
+
+@dataclass
+class Records:
+    """What the RECORDs of an env's distributions list, resolved to paths under the env."""
+
+    owned: dict[str, str] = field(default_factory=dict)  # path under env -> canonical name of the owning dist
+    digests: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # path -> (algo=b64digest, size)
+    without_record: list[str] = field(default_factory=list)  # locked distributions whose RECORD is missing
+    outside: dict[str, list[str]] = field(default_factory=dict)  # dist -> RECORD paths that leave the env
+
+
+def site_dirs(env: Path) -> list[str]:
+    """The env's site-packages folders, relative to ``env``."""
+    found = [f"lib/{p.name}/site-packages" for p in sorted((env / "lib").glob("python*"))
+             if (p / "site-packages").is_dir() and not (env / "lib").is_symlink()]
+    if (env / "Lib" / "site-packages").is_dir():
+        found.append("Lib/site-packages")
+    return found
+
+
+def read_records(env: Path, locked: Iterable[str] | None) -> Records:
+    """Parse the RECORD of every distribution in the env's site-packages; ``locked``: the names that may own files.
+
+    A distribution not in ``locked`` owns nothing (its files are foreign); ``None`` lets every distribution own its
+    files (an existing interpreter, verified as a declared variant).
+    """
+    allowed = None if locked is None else set(locked)
+    out = Records()
+    root = os.path.abspath(env)
+    for site in site_dirs(env):
+        base = env / site
+        for info in sorted(base.glob("*.dist-info")):
+            name = canonicalize_name(info.name[: -len(".dist-info")].split("-")[0])
+            if allowed is not None and name not in allowed:
+                continue
+            try:
+                text = (info / "RECORD").read_text(encoding="utf-8")
+            except OSError:
+                out.without_record.append(name)
+                continue
+            for row in csv.reader(text.splitlines()):
+                if not row or not row[0]:
+                    continue
+                if ".." in row[0] or row[0].startswith("/") or "\\" in row[0] or "./" in row[0]:
+                    full = os.path.normpath(os.path.join(base, row[0]))
+                    if not full.startswith(root + os.sep):
+                        out.outside.setdefault(name, []).append(row[0])
+                        continue
+                    rel = full[len(root) + 1:].replace(os.sep, "/")
+                else:
+                    rel = f"{site}/{row[0]}"
+                out.owned[rel] = name
+                if len(row) >= 3 and row[1]:
+                    out.digests[rel] = (row[1], int(row[2]) if row[2].isdigit() else None)
+        for egg in sorted(base.glob("*.egg-info")):  # an old-style install: no RECORD at all
+            name = canonicalize_name(egg.name.split("-")[0].removesuffix(".egg"))
+            if allowed is None or name in allowed:
+                out.without_record.append(name)
+    out.without_record.sort()
+    return out
+
+
+def _bytecode_tag(env: Path) -> str:
+    """The interpreter's cache tag (``cpython-311``), read from the env's pyvenv.cfg."""
+    try:
+        text = (env / "pyvenv.cfg").read_text(encoding="utf-8")
+    except OSError:
+        return "cpython-3"
+    match = re.search(r"^\s*version(?:_info)?\s*=\s*(\d+)\.(\d+)", text, re.MULTILINE)
+    impl = re.search(r"^\s*implementation\s*=\s*(\w+)", text, re.MULTILINE)
+    name = (impl.group(1) if impl else "CPython").lower()
+    return f"{name}-{match.group(1)}{match.group(2)}" if match else f"{name}-3"
+
+
+def allowed(rel: str, entry: Entry, owned: dict[str, str], tag: str) -> bool:
+    """Whether a path no RECORD lists is something the venv tool or the interpreter writes.
+
+    Exactly: :data:`VENV_FILES`; ``bin/python``, ``bin/python3``, ``bin/python3.X`` as links; ``lib64`` as a link to
+    ``lib``; bytecode ``__pycache__/<stem>.<tag>.pyc`` (or ``.opt-1.pyc``/``.opt-2.pyc``) of an OWNED ``<stem>.py``
+    in the folder above, for this interpreter's tag only.
+    """
+    kind = entry[0]
+    if rel in VENV_FILES:
+        return kind == "f"
+    if _PYTHON_LINK.fullmatch(rel):
+        return kind in ("l", "f")
+    if rel == "lib64":
+        return kind == "l" and entry[7] == "lib"
+    folder, _, name = rel.rpartition("/")
+    if kind == "f" and folder.endswith("__pycache__") and name.endswith(".pyc"):
+        stem, dot, rest = name[:-4].partition(f".{tag}")
+        if dot and rest in ("", ".opt-1", ".opt-2"):
+            parent = folder[: -len("__pycache__")]
+            return f"{parent}{stem}.py" in owned
+    return False
+
+
+@dataclass
+class Findings:
+    """What the every-file checks found; empty lists mean the env is the lock's, file by file."""
+
+    entries: int = 0
+    owned: int = 0
+    foreign: list[str] = field(default_factory=list)  # not owned by a locked RECORD nor allowed
+    without_record: list[str] = field(default_factory=list)
+    missing: dict[str, list[str]] = field(default_factory=dict)  # dist -> RECORD files not in the env
+    wrong_size: dict[str, list[str]] = field(default_factory=dict)  # dist -> "path (size N, RECORD says M)"
+    shared: list[str] = field(default_factory=list)  # regular files with more than one link
+    bytecode_later: int = 0  # bytecode files written since the build, each checked against its source
+    bytecode_checked_now: int = 0  # of those, checked by this run (the others were checked by an earlier one)
+    bad_bytecode: list[str] = field(default_factory=list)  # "path (why)": not what the interpreter compiles
+    added: list[str] = field(default_factory=list)  # vs the snapshot
+    removed: list[str] = field(default_factory=list)
+    changed: dict[str, str] = field(default_factory=dict)  # path -> which fields moved
+    snapshot: str = ""  # "" when compared; else why not (missing, unreadable)
+    seconds: float = 0.0
+    site: str = ""  # the site-packages folder under the env: paths in it are named as their RECORD names them
+
+    def short(self, rel: str) -> str:
+        return rel[len(self.site) + 1:] if self.site and rel.startswith(self.site + "/") else rel
+
+    @property
+    def damaged(self) -> dict[str, list[str]]:
+        """RECORD files missing or of another size, by distribution (the inventory's ``damaged``)."""
+        out: dict[str, list[str]] = {}
+        for source in (self.missing, self.wrong_size):
+            for name, files in source.items():
+                out.setdefault(name, []).extend(self.short(f) for f in files)
+        return {k: sorted(v) for k, v in sorted(out.items())}
+
+    @property
+    def unchanged(self) -> bool:
+        return not (self.added or self.removed or self.changed or self.snapshot or self.bad_bytecode)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.foreign or self.without_record or self.missing or self.wrong_size or self.shared) and (
+            self.unchanged
+        )
+
+    def problems(self, limit: int = 3) -> list[str]:
+        """One phrase per kind of problem, naming the first files."""
+        def few(items: list[str]) -> str:
+            more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+            return ", ".join(self.short(i) for i in items[:limit]) + more
+
+        out = []
+        if self.without_record:
+            out.append(f"locked distribution(s) without a RECORD: {few(self.without_record)}")
+        if self.damaged:
+            out.append("installed files do not match their RECORD: " + "; ".join(
+                f"{name}: {few(files)}" for name, files in self.damaged.items()))
+        if self.foreign:
+            out.append(f"{len(self.foreign)} file(s) no locked distribution owns: {few(self.foreign)}")
+        if self.shared:
+            out.append(f"{len(self.shared)} file(s) shared with another place (hard links): {few(self.shared)}")
+        if self.snapshot:
+            out.append(self.snapshot)
+        if self.bad_bytecode:
+            out.append(f"bytecode written since the build that is not its source's: {few(self.bad_bytecode)}")
+        if self.added:
+            out.append(f"added since the build: {few(self.added)}")
+        if self.removed:
+            out.append(f"removed since the build: {few(self.removed)}")
+        if self.changed:
+            out.append("changed since the build: " + few([f"{p} ({w})" for p, w in sorted(self.changed.items())]))
+        return out
+
+    def as_dict(self, limit: int = DETAILS_LIMIT) -> dict[str, object]:
+        """The report's record; each list cut at ``limit`` entries (its full length in ``counts``)."""
+        lists = {"foreign": self.foreign, "shared": self.shared, "added": self.added, "removed": self.removed}
+        return {
+            "entries": self.entries,
+            "owned_by_record": self.owned,
+            **{key: value[:limit] for key, value in lists.items()},
+            "without_record": self.without_record,
+            "damaged": {name: files[:limit] for name, files in self.damaged.items()},
+            "snapshot": self.snapshot or "compared",
+            "changed": dict(sorted(self.changed.items())[:limit]),
+            "counts": {**{key: len(value) for key, value in lists.items()}, "changed": len(self.changed)},
+            "bytecode_since_build": {"files": self.bytecode_later, "checked_now": self.bytecode_checked_now,
+                                     "not_its_source": self.bad_bytecode[:limit]},
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _fold(paths: list[str], entries: dict[str, Entry]) -> list[str]:
+    """Name a foreign folder once (``evil/``), not each file in it."""
+    folders = {p for p in paths if entries.get(p, ["?"])[0] == "d"}
+    out = []
+    for path in sorted(paths):
+        parts = path.split("/")
+        if any("/".join(parts[:i]) in folders for i in range(1, len(parts))):
+            continue
+        out.append(path + "/" if path in folders else path)
+    return out
+
+
+def ownership(env: Path, entries: dict[str, Entry], records: Records, into: Findings) -> None:
+    """Fill ``into`` with the foreign, missing, wrong-size and hard-linked files of ``entries``."""
+    owned, tag = records.owned, _bytecode_tag(env)
+    into.site = next(iter(site_dirs(env)), "")
+    keep: set[str] = set(VENV_DIRS) | {s for site in site_dirs(env) for s in _ancestors(site + "/x")}
+    foreign: list[str] = []
+    parents: set[str] = set()
+    for rel, entry in entries.items():
+        kind = entry[0]
+        if kind == "d":
+            continue
+        if kind == "f" and int(entry[6]) > 1:  # type: ignore[call-overload]
+            into.shared.append(rel)
+        if rel in owned or allowed(rel, entry, owned, tag):
+            parents.add(rel.rpartition("/")[0])
+        else:
+            foreign.append(rel)
+    for parent in parents:
+        keep.update(_ancestors(parent + "/x"))
+    foreign += [rel for rel, entry in entries.items()
+                if entry[0] == "d" and rel not in keep and not _VENV_DIR.fullmatch(rel)]
+    into.foreign = _fold(foreign, entries)
+    into.shared.sort()
+    into.owned = sum(1 for rel in owned if rel in entries)
+    for rel, name in owned.items():
+        seen = entries.get(rel)
+        if seen is None:
+            into.missing.setdefault(name, []).append(f"{rel} (missing)")
+            continue
+        want = records.digests.get(rel)
+        if want and want[1] is not None and seen[0] == "f" and seen[1] != want[1]:
+            into.wrong_size.setdefault(name, []).append(f"{rel} (size {seen[1]}, RECORD says {want[1]})")
+    into.without_record = list(records.without_record)
+
+
+def _ancestors(rel: str) -> list[str]:
+    parts = rel.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _same(old: Entry | None, new: Entry) -> bool:
+    """Equal entries; for folders only kind, inode and mode: their size and times move with what they list, and
+    every entry they list is compared itself."""
+    if old is None:
+        return False
+    if old[0] == "d" and new[0] == "d":
+        return (old[4], old[5]) == (new[4], new[5])
+    return old == new
+
+
+def compare(before: dict[str, Entry], now: dict[str, Entry], into: Findings) -> None:
+    """Added, removed and changed entries between the build's snapshot and now."""
+    into.added = sorted(set(now) - set(before))
+    into.removed = sorted(set(before) - set(now))
+    for rel, old in before.items():
+        new = now.get(rel)
+        if new is None or new == old:
+            continue
+        if _same(old, new):
+            continue
+        moved = [f for f, a, b in zip(_FIELDS, old, new, strict=True) if a != b]
+        if "size" in moved:
+            moved[moved.index("size")] = f"size {old[1]} -> {new[1]}"
+        into.changed[rel] = ", ".join(moved)
+
+
+def write_snapshot(env: Path, entries: dict[str, Entry], extra: dict[str, object]) -> str:
+    """Write :data:`SNAPSHOT` atomically; returns its sha256 (the completion record holds it)."""
+    from kernodeck._fs import write_atomic
+
+    text = json.dumps({"version": SNAPSHOT_VERSION, **extra, "entries": entries}, separators=(",", ":")) + "\n"
+    write_atomic(env / SNAPSHOT, text)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_snapshot(env: Path, digest: str | None) -> tuple[dict[str, object] | None, str]:
+    """The build's snapshot, or None and why not (missing, unreadable, not the one the completion record names)."""
+    try:
+        raw = (env / SNAPSHOT).read_bytes()
+    except OSError:
+        return None, f"the env lacks {SNAPSHOT}, written when it was built: its files cannot be held to the build"
+    if digest is not None and hashlib.sha256(raw).hexdigest() != digest:
+        return None, f"{SNAPSHOT} is not the one written at the build (its digest differs from the completion record)"
+    try:
+        data = json.loads(raw)
+        if data.get("version") != SNAPSHOT_VERSION or not isinstance(data.get("entries"), dict):
+            raise ValueError
+    except (ValueError, AttributeError):
+        return None, f"{SNAPSHOT} is unreadable"
+    return data, ""
+
+
+Validator = Callable[[list[tuple[str, str]]], list[tuple[str, str]]]
+
+
+def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validate: Validator | None) -> Findings:
+    """Every file of a rebuilt env: owned, not shared, unchanged since its build's snapshot.
+
+    Bytecode the interpreter wrote since the build (``__pycache__/<stem>.<tag>.pyc`` of an owned ``<stem>.py`` that
+    did not change) is the one addition accepted, once ``validate`` (run by the env's interpreter) found each file to
+    be what that interpreter compiles from its source; such files are then kept in :data:`BYTECODE` with their stat, so
+    a later run checks only what is new or moved.
+
+    When nothing but such kept bytecode differs from the snapshot, the ownership the build proved still holds (the same
+    paths, the same RECORD files, the same locked names): it is not worked out again, which keeps a verify cheap.
+    """
+    start = time.perf_counter()
+    found = Findings()
+    locked = sorted(set(locked))
+    entries = scan(env)
+    found.entries = len(entries)
+    found.site = next(iter(site_dirs(env)), "")
+    snap, why = read_snapshot(env, snapshot_digest)
+    if snap is None:
+        found.snapshot = why
+    else:
+        before: dict[str, Entry] = snap["entries"]  # type: ignore[assignment]
+        compare(before, entries, found)
+        kept = _read_kept(env)
+        found.bytecode_later = sum(1 for p in found.added if p.endswith(".pyc") and p in kept)
+        unexplained = [p for p in found.added if not _same(kept.get(p), entries[p])]
+        if not (unexplained or found.removed or found.changed) and snap.get("locked") == locked:
+            found.owned = int(snap.get("owned_by_record", 0))  # type: ignore[call-overload]
+            found.added = []
+            found.seconds = time.perf_counter() - start
+            return found
+    records = read_records(env, locked)
+    ownership(env, entries, records, found)
+    if snap is not None:
+        _later_bytecode(env, entries, records, found, validate)
+    found.seconds = time.perf_counter() - start
+    return found
+
+
+def _read_kept(env: Path) -> dict[str, Entry]:
+    try:
+        kept = json.loads((env / BYTECODE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def _later_bytecode(
+    env: Path, entries: dict[str, Entry], records: Records, found: Findings, validate: Validator | None
+) -> None:
+    """Take out of ``found.added`` the bytecode written since the build, each checked against its source."""
+    tag = _bytecode_tag(env)
+    changed_sources = {p for p in (*found.changed, *found.removed) if p.endswith(".py")}
+    later = {
+        p for p in found.added
+        if p.endswith(".pyc") and allowed(p, entries[p], records.owned, tag)
+        and _source_of(p) not in changed_sources
+    }
+    # a __pycache__ folder made since the build that holds only such bytecode goes with it
+    folders = {p for p in found.added if entries[p][0] == "d" and p.rpartition("/")[2] == "__pycache__"}
+    for path in found.added:
+        if path not in later and path not in folders:
+            folders.discard(path.rpartition("/")[0])
+    kept = _read_kept(env)
+    pending = sorted(p for p in later if kept.get(p) != entries[p])
+    found.bytecode_later = len(later)
+    if pending:
+        if validate is None:
+            found.bad_bytecode = [f"{p} (not checked against its source)" for p in pending]
+        else:
+            bad = validate([(str(env / p), str(env / _source_of(p))) for p in pending])
+            root = str(env) + os.sep
+            found.bad_bytecode = sorted(f"{p.removeprefix(root)} ({why})" for p, why in bad)
+            found.bytecode_checked_now = len(pending)
+    if later and not found.bad_bytecode:
+        from kernodeck._fs import write_atomic
+
+        keep = {p: entries[p] for p in sorted(later | folders)}
+        if keep != kept:
+            write_atomic(env / BYTECODE, json.dumps(keep, separators=(",", ":")) + "\n")
+    found.added = [p for p in found.added if p not in later and p not in folders]
+
+
+def _source_of(pyc: str) -> str:
+    folder, _, name = pyc.rpartition("/")
+    return f"{folder[: -len('__pycache__')]}{name.split('.')[0]}.py"
+
+
+@dataclass
+class DigestCheck:
+    files: int
+    bytes: int
+    workers: int
+    seconds: float
+    mismatched: list[str]  # "path (why)"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"files": self.files, "bytes": self.bytes, "workers": self.workers, "seconds": round(self.seconds, 3),
+                "mismatched": self.mismatched}
+
+
+def _digest_ok(path: str, want: str) -> str:
+    algo, _, expected = want.partition("=")
+    try:
+        digest = hashlib.new(algo)
+    except ValueError:
+        return f"unknown digest {algo!r}"
+    try:
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)  # hashlib lets the GIL go on blocks this size: threads hash in parallel
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    got = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    return "" if got == expected else "content differs from RECORD"
+
+
+def check_record_digests(env: Path, records: Records, workers: int | None = None) -> DigestCheck:
+    """Hash every file a RECORD lists with a digest against it, in parallel threads (once, at build time)."""
+    start = time.perf_counter()
+    workers = workers or min(32, (os.cpu_count() or 1) + 2)
+    items = sorted(records.digests.items())
+    size = sum(want_size or 0 for _, (_, want_size) in items)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(lambda item: _digest_ok(str(env / item[0]), item[1][0]), items, chunksize=64))
+    bad = [f"{rel} ({why})" for (rel, _), why in zip(items, results, strict=True) if why]
+    return DigestCheck(len(items), size, workers, time.perf_counter() - start, bad)

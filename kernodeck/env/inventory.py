@@ -1,0 +1,230 @@
+"""Inventories: what an env holds, OBSERVED by its own interpreter, compared with the lock (the contract) or another.
+
+The observation (``kernodeck/inenv/observe.py``, run by the env's interpreter with ``-I``) reads every distribution's
+metadata, so editable installs (``-e``) and direct references (``name @ url``) are part of the comparison, and checks
+each distribution's installed files against its ``RECORD`` (present, same size). It is taken on every verify, never
+read back from what was saved when the env was built.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.markers import Marker
+from packaging.utils import canonicalize_name
+
+from kernodeck._proc import clean_env, run
+from kernodeck.errors import CommandFailed, KernodeckError
+from kernodeck.lock.lockfile import Lockfile
+
+OBSERVER = Path(__file__).resolve().parents[1] / "inenv" / "observe.py"
+
+# What a venv holds by construction (its installer), not by the lock's choice.
+BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
+
+
+def parse_freeze(text: str) -> dict[str, str]:
+    """Freeze lines -> {canonical name: version}; ``name @ url`` keeps ``@ url``; an editable keeps ``-e url``.
+
+    An editable's name comes from pip's comment line before it (``# Editable install ... (name==1.0)``) or from its
+    ``#egg=name`` fragment.
+    """
+    found: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            match = re.search(r"\(([A-Za-z0-9._-]+)==[^)]*\)", line)
+            pending = match.group(1) if match else pending
+            continue
+        if line.startswith(("-e ", "--editable ")):
+            url = line.split(None, 1)[1].strip()
+            egg = re.search(r"[#&]egg=([A-Za-z0-9._-]+)", url)
+            name = egg.group(1) if egg else pending
+            if name:
+                found[canonicalize_name(name)] = "-e " + url
+            pending = ""
+            continue
+        pending = ""
+        if " @ " in line:
+            name, _, ref = line.partition(" @ ")
+            found[canonicalize_name(name)] = "@ " + ref.strip()
+        elif "==" in line:
+            name, _, version = line.partition("==")
+            found[canonicalize_name(name)] = version.strip()
+    return found
+
+
+@dataclass
+class Observation:
+    """An environment as its own interpreter sees it now."""
+
+    packages: dict[str, str]  # canonical name -> version, "@ url" (direct reference) or "-e url" (editable)
+    damaged: dict[str, list[str]]  # name -> installed files that do not match its RECORD
+    unrecorded: list[str]  # distributions without a RECORD (their files cannot be checked)
+    shadowed: dict[str, list[str]]  # a name found more than once on the path: the later locations
+    files_checked: int
+    depth: str
+    seconds: float
+    text: str  # the inventory in freeze form (inventory.txt)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "packages": len(self.packages),
+            "files_checked": self.files_checked,
+            "integrity": f"installed files vs RECORD ({self.depth})",
+            "observe_s": self.seconds,
+            **({"damaged": self.damaged} if self.damaged else {}),
+            **({"without_record": self.unrecorded} if self.unrecorded else {}),
+            **({"shadowed": self.shadowed} if self.shadowed else {}),
+        }
+
+    def damage_summary(self, limit: int = 3) -> str:
+        parts = []
+        for name, files in sorted(self.damaged.items()):
+            more = f" (+{len(files) - limit} more)" if len(files) > limit else ""
+            parts.append(f"{name}: {', '.join(files[:limit])}{more}")
+        return "; ".join(parts)
+
+
+def observe(python: Path | str, *, hashes: bool = False, files: bool = True) -> Observation:
+    """Ask the env's interpreter (``-I``: nothing of the caller on its path) what it holds and whether it is intact.
+
+    ``files=False``: the packages only; a rebuilt env's files are held by :mod:`kernodeck.env.envfiles` instead, from
+    outside the env (its snapshot and every RECORD), which costs less and which nothing inside the env can sway.
+    """
+    argv = [str(python), "-I", str(OBSERVER), *(["--hashes"] if hashes else []), *([] if files else ["--no-files"])]
+    try:
+        proc = run(argv, env=clean_env(), quiet=True)
+        data = json.loads(proc.stdout)
+    except CommandFailed as exc:
+        raise KernodeckError(
+            f"the environment's interpreter {python} cannot report its own packages: {exc.first_error}",
+            tip="nox -s rebuild -- --fresh",
+        ) from exc
+    except ValueError:
+        raise KernodeckError(
+            f"the environment's interpreter {python} gave no readable inventory", tip="nox -s rebuild -- --fresh"
+        ) from None
+    packages: dict[str, str] = {}
+    damaged: dict[str, list[str]] = {}
+    shadowed: dict[str, list[str]] = {}
+    unrecorded: list[str] = []
+    lines: list[str] = []
+    for dist in data["distributions"]:
+        name = canonicalize_name(str(dist["name"]))
+        if name in packages:  # the first on the path is the one imported; a later one is recorded, not counted
+            shadowed.setdefault(name, []).append(f"{dist['version']} at {dist['location']}")
+            continue
+        direct = dist.get("direct_url")
+        if direct and direct.get("editable"):
+            packages[name] = "-e " + str(direct["url"])
+            lines += [f"# Editable install ({dist['name']}=={dist['version']})", f"-e {direct['url']}"]
+        elif direct:
+            packages[name] = "@ " + str(direct["url"])
+            lines.append(f"{dist['name']} @ {direct['url']}")
+        else:
+            packages[name] = str(dist["version"])
+            lines.append(f"{dist['name']}=={dist['version']}")
+        if dist.get("damaged"):
+            damaged[name] = list(dist["damaged"])
+        if not dist.get("record"):
+            unrecorded.append(name)
+    blocks: list[str] = []  # freeze order: by name, an editable's comment line kept above its -e line
+    for line in lines:
+        if blocks and blocks[-1].startswith("# Editable"):
+            blocks[-1] += "\n" + line
+        else:
+            blocks.append(line)
+    blocks.sort(key=lambda b: b.removeprefix("# Editable install (").lower())
+    return Observation(
+        packages=packages,
+        damaged=damaged,
+        unrecorded=sorted(unrecorded),
+        shadowed=shadowed,
+        files_checked=int(data.get("files_checked", 0)),
+        depth=str(data.get("depth", "size")),
+        seconds=float(data.get("seconds", 0.0)),
+        text="\n".join(blocks) + "\n",
+    )
+
+
+def bytecode_validator(python: Path | str) -> Callable[[list[tuple[str, str]]], list[tuple[str, str]]]:
+    """Check bytecode files against their sources with the env's own interpreter (``observe.py --bytecode``)."""
+
+    def validate(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        with tempfile.TemporaryDirectory(prefix="kernodeck-bytecode-") as tmp:
+            listing = Path(tmp) / "bytecode.json"
+            listing.write_text(json.dumps(pairs), encoding="utf-8")
+            try:
+                proc = run([str(python), "-I", str(OBSERVER), "--bytecode", str(listing)], env=clean_env(), quiet=True)
+                return [(str(a), str(b)) for a, b in json.loads(proc.stdout)]
+            except CommandFailed as exc:
+                raise KernodeckError(
+                    f"the environment's interpreter {python} cannot check its bytecode: {exc.first_error}",
+                    tip="nox -s rebuild -- --fresh",
+                ) from exc
+            except ValueError:
+                raise KernodeckError(f"the environment's interpreter {python} gave no readable bytecode check",
+                                     tip="nox -s rebuild -- --fresh") from None
+
+    return validate
+
+
+@dataclass
+class InventoryDiff:
+    added: dict[str, str] = field(default_factory=dict)  # in the observed, not the expected
+    removed: dict[str, str] = field(default_factory=dict)  # expected, not observed
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (expected, observed)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "added": self.added,
+            "removed": self.removed,
+            "changed": {k: {"expected": a, "observed": b} for k, (a, b) in self.changed.items()},
+        }
+
+    def summary(self) -> str:
+        def pin(name: str, value: str) -> str:
+            return f"{name} {value}" if value.startswith(("@ ", "-e ")) else f"{name}=={value}"
+
+        parts = [f"+{pin(n, v)}" for n, v in sorted(self.added.items())]
+        parts += [f"-{pin(n, v)}" for n, v in sorted(self.removed.items())]
+        parts += [f"{n} {a} -> {b}" for n, (a, b) in sorted(self.changed.items())]
+        return ", ".join(parts) if parts else "identical"
+
+
+def diff(expected: dict[str, str], observed: dict[str, str], ignore: frozenset[str] = frozenset()) -> InventoryDiff:
+    result = InventoryDiff()
+    for name in sorted(set(expected) | set(observed)):
+        if name in ignore:
+            continue
+        exp, obs = expected.get(name), observed.get(name)
+        if exp is None and obs is not None:
+            result.added[name] = obs
+        elif obs is None and exp is not None:
+            result.removed[name] = exp
+        elif exp != obs and exp is not None and obs is not None:
+            result.changed[name] = (exp, obs)
+    return result
+
+
+def expected_from_lock(lock: Lockfile, environment: dict[str, str] | None = None) -> dict[str, str]:
+    """The pins that apply to an environment (markers evaluated; default: this interpreter's)."""
+    out = {}
+    for pin in lock.pins:
+        if pin.marker and not Marker(pin.marker).evaluate(environment):
+            continue
+        out[pin.name] = pin.version
+    return out

@@ -1,0 +1,229 @@
+"""Kernodeck lockfiles: a pip-compatible, hash-pinned requirements file with a header that records how it was made.
+
+The header is comments, so peers (``pip install --require-hashes -r``, ``pip-sync``, ``uv pip sync``) read the file
+unchanged. Parsing here is strict: a broken or truncated file is named with its line, never half-trusted. The header's
+last line, ``# body-digest: sha256:…``, is the digest of everything after the header (the pins): a body edited by
+hand no longer matches it, and the lock is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from kernodeck._fs import sha256_text
+from kernodeck.errors import LockfileError
+
+FORMAT_VERSION = "1"
+_HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})$")
+BODY_DIGEST = "body-digest"
+_SOURCE_OPTIONS = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host")
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str  # canonical name
+    version: str
+    marker: str
+    hashes: tuple[str, ...]
+    line: int
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass
+class Lockfile:
+    path: Path
+    header: dict[str, list[str]] = field(default_factory=dict)
+    pins: list[Pin] = field(default_factory=list)
+    body: str = ""
+
+    def first(self, key: str, default: str = "") -> str:
+        values = self.header.get(key)
+        return values[0] if values else default
+
+    def versions(self) -> dict[str, str]:
+        return {p.name: p.version for p in self.pins}
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        """The recorded inputs as name -> fingerprint (the drift check compares these)."""
+        out: dict[str, str] = {}
+        for entry in self.header.get("input", []):
+            name, _, value = entry.rpartition(" ")
+            out[name] = value
+        return out
+
+
+def _logical_lines(text: str, path: Path) -> list[tuple[int, str]]:
+    """Join backslash continuations; keep the number of each logical line's first physical line."""
+    out: list[tuple[int, str]] = []
+    buf: list[str] = []
+    start = 0
+    lines = text.splitlines()
+    for number, raw in enumerate(lines, start=1):
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not buf:
+            start = number
+        if line.endswith("\\"):
+            buf.append(line[:-1].strip())
+            if number == len(lines):
+                raise LockfileError(str(path), number, "file ends inside a continued line (truncated?)")
+            continue
+        buf.append(line.strip())
+        joined = " ".join(part for part in buf if part)
+        if joined:
+            out.append((start, joined))
+        buf = []
+    return out
+
+
+def parse_text(text: str, path: Path) -> Lockfile:
+    lock = Lockfile(path=path)
+    body_lines: list[str] = []
+    in_header = True
+    packages_line: int | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if in_header and raw.startswith("# ") and ": " in raw:
+            key, _, value = raw[2:].partition(": ")
+            if re.fullmatch(r"[a-z][a-z0-9-]*", key):
+                lock.header.setdefault(key, []).append(value.strip())
+                if key == "packages":
+                    packages_line = number
+                continue
+        if (in_header and raw.strip() in ("", "#")) or raw.startswith("# Kernodeck"):
+            continue
+        in_header = False
+        body_lines.append(raw)
+    lock.body = "\n".join(body_lines) + "\n"
+    logical = _logical_lines(text, path)
+    seen: set[str] = set()
+    for number, line in logical:
+        tokens = line.split()
+        if tokens[0] in _SOURCE_OPTIONS or tokens[0].split("=")[0] in _SOURCE_OPTIONS:
+            raise LockfileError(str(path), number, f"holds a package source ({tokens[0]}); sources never go in a lock")
+        if tokens[0].startswith("-"):
+            raise LockfileError(str(path), number, f"unexpected option {tokens[0]!r}")
+        req_tokens = [t for t in tokens if not t.startswith("--hash")]
+        hash_tokens = [t for t in tokens if t.startswith("--hash")]
+        try:
+            req = Requirement(" ".join(req_tokens))
+        except InvalidRequirement as exc:
+            raise LockfileError(str(path), number, f"not a valid requirement: {exc}") from None
+        specs = list(req.specifier)
+        if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version:
+            got = req.specifier or "no version"
+            raise LockfileError(str(path), number, f"{req.name} is not pinned with == (got {got})")
+        if not hash_tokens:
+            raise LockfileError(str(path), number, f"{req.name}=={specs[0].version} has no --hash")
+        hashes: list[str] = []
+        for token in hash_tokens:
+            match = _HASH.match(token)
+            if not match:
+                raise LockfileError(str(path), number, f"{req.name}: malformed hash {token!r}")
+            hashes.append(match.group(1))
+        name = canonicalize_name(req.name)
+        if name in seen:
+            raise LockfileError(str(path), number, f"{name} is pinned twice")
+        seen.add(name)
+        lock.pins.append(Pin(name, specs[0].version, str(req.marker or ""), tuple(hashes), number))
+    if lock.header:
+        declared = lock.first("packages")
+        if declared and declared.isdigit() and int(declared) != len(lock.pins):
+            raise LockfileError(
+                str(path), packages_line,
+                f"header declares {declared} packages but {len(lock.pins)} were found (truncated or edited by hand?)",
+            )
+    return lock
+
+
+def split(text: str) -> tuple[list[str], str]:
+    """(header lines, body): the header runs to its closing ``#`` line (as :func:`render` writes it)."""
+    lines = text.splitlines(keepends=True)
+    for number, line in enumerate(lines):
+        if line.rstrip("\r\n") == "#":
+            return [entry.rstrip("\r\n") for entry in lines[: number + 1]], "".join(lines[number + 1 :])
+        if not line.startswith("# "):
+            break
+    return [], text
+
+
+def body_digest(body: str) -> str:
+    return "sha256:" + sha256_text(body)
+
+
+def seal(text: str) -> str:
+    """Record (or refresh) the digest of the lock's body as the header's last line; the rest stays byte-identical.
+
+    Only Kernodeck's own writers call this (``nox -s lock``, ``--upgrade-package``, ``--widen-python``).
+    """
+    header, body = split(text)
+    if not header:
+        return text
+    kept = [line for line in header[:-1] if not line.startswith(f"# {BODY_DIGEST}: ")]
+    return "\n".join([*kept, f"# {BODY_DIGEST}: {body_digest(body)}", header[-1]]) + "\n" + body
+
+
+def check_seal(text: str, lock: Lockfile) -> None:
+    """The body is the one the header's digest was recorded for; else the lock was edited by hand."""
+    recorded = lock.first(BODY_DIGEST)
+    number = next((n for n, line in enumerate(text.splitlines(), 1) if line.startswith(f"# {BODY_DIGEST}: ")), None)
+    if not recorded:
+        raise LockfileError(
+            str(lock.path), None,
+            f"the header records no {BODY_DIGEST} (made by an older Kernodeck, or its header edited by hand)",
+        )
+    actual = body_digest(split(text)[1])
+    if recorded != actual:
+        raise LockfileError(
+            str(lock.path), number,
+            f"the pins no longer match the header's {BODY_DIGEST} ({recorded[:19]}…, the body is {actual[:19]}…): "
+            f"edited by hand?{_against_twin(lock)} Locks change only through `nox -s lock` (or its --upgrade-package"
+            " / --widen-python)",
+        )
+
+
+def _against_twin(lock: Lockfile) -> str:
+    """What changed, named against the PEP 751 twin written with the lock (a merge or a bad copy shows here)."""
+    twin = lock.path.with_name(f"pylock.{lock.path.stem}.toml")
+    if not twin.is_file():
+        return ""
+    from kernodeck.lock.pylock import disagreements
+
+    found = disagreements(twin, lock)
+    if not found:
+        return f" Its pins and hashes still match {twin.name} (was the twin edited too?)."
+    return f" Against {twin.name}: {'; '.join(found)}."
+
+
+def read(path: Path, *, require_header: bool = True) -> Lockfile:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise LockfileError(str(path), None, "not UTF-8 text") from None
+    return parse_checked(text, path, require_header=require_header)
+
+
+def parse_checked(text: str, path: Path, *, require_header: bool = True) -> Lockfile:
+    """Parse, and (by default) require the Kernodeck header and at least one pin: what ``read`` accepts."""
+    lock = parse_text(text, path)
+    if require_header:
+        if lock.first("kernodeck-lock-version") != FORMAT_VERSION:
+            raise LockfileError(str(path), 1, "missing or unknown kernodeck header (not made by `nox -s lock`?)")
+        if not lock.pins:
+            raise LockfileError(str(path), None, "no pinned packages")
+        check_seal(text, lock)
+    return lock
+
+
+def render(header: list[tuple[str, str]], body: str) -> str:
+    lines = ["# Kernodeck lockfile: generated by `nox -s lock`; do not edit by hand (see README, 'Locks')."]
+    lines += [f"# {key}: {value}" for key, value in header]
+    lines.append("#")
+    return seal("\n".join(lines) + "\n" + body.lstrip("\n"))

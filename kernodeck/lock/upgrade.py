@@ -1,0 +1,310 @@
+"""``nox -s upgrade``: relock (optionally as of a date), show the lock diff, then verify the new env against the
+EXISTING reference, so the user reads per output whether the upgrade still computes what the reference computed.
+
+Nothing of the old lock is lost until the user commits: the new lock (and its PEP 751 twin) take the lockfiles' place
+(verify, rebuild and CI read them there), and the old pair is kept in the upgrade's folder under ``runs/`` (``old/``),
+beside the Markdown diff and the verify dossier. ``git diff lockfiles/`` shows the same change; ``git checkout`` or
+the copy in ``old/`` undoes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernodeck import lock as locking
+from kernodeck._fs import write_atomic, write_json
+from kernodeck._proc import log
+from kernodeck.errors import KernodeckError, MissingLockfile
+from kernodeck.lock import lockdiff, lockfile
+from kernodeck.project.config import Project
+from kernodeck.project.platforms import Platform
+
+
+@dataclass(frozen=True)
+class OutputDrift:
+    """One output's numbers against the reference, under its declared tolerance."""
+
+    name: str
+    kind: str
+    passed: bool
+    max_abs: float | None
+    min_cosine: float | None
+    agreement: float | None  # share of rows equal (agreement and exact kinds)
+    allowed: str
+    summary: str
+
+    @classmethod
+    def from_compare(cls, name: str, d: dict[str, Any]) -> OutputDrift:
+        """From one entry of the compare step's ``outputs`` (kernodeck/inenv/tolerance.py's numbers)."""
+        kind = str(d.get("kind", "?"))
+        if kind == "cosine":
+            allowed = f"cosine >= {d.get('cosine_min_allowed')}, max abs <= {d.get('max_abs_allowed')}"
+        elif kind == "allclose":
+            allowed = f"abs(a-b) <= {d.get('atol')} + {d.get('rtol')}*abs(ref)"
+        elif kind == "agreement":
+            allowed = f"agreement >= {d.get('min_share_allowed')}"
+        else:
+            allowed = "equal"
+
+        def num(key: str) -> float | None:
+            value = d.get(key)
+            return float(value) if isinstance(value, int | float) else None
+
+        return cls(name=name, kind=kind, passed=bool(d.get("passed")), max_abs=num("max_abs"),
+                   min_cosine=num("min_cosine"), agreement=num("equal_share"), allowed=allowed,
+                   summary=str(d.get("summary", "")))
+
+
+@dataclass(frozen=True)
+class Drift:
+    """What a run of the application computed against the reference: per output, the criterion, the verdict."""
+
+    outputs: tuple[OutputDrift, ...]
+    criterion: tuple[bool, str] | None  # (passed, summary); None when it did not run
+    failure: str  # the first failed step and its error, when the outputs could not be compared (else "")
+
+    @property
+    def holds(self) -> bool:
+        """Every output within its tolerance and the criterion (if declared and run) still holds."""
+        return (not self.failure and bool(self.outputs) and all(o.passed for o in self.outputs)
+                and (self.criterion is None or self.criterion[0]))
+
+    @classmethod
+    def from_steps(cls, steps: list[dict[str, Any]]) -> Drift:
+        """From a report's steps (``report.json``'s ``steps``, or the bisect's in-env steps)."""
+        by_name = {s["name"]: s for s in steps}
+        compare = by_name.get("compare", {})
+        outputs = (compare.get("details") or {}).get("outputs") or {}
+        drifts = tuple(OutputDrift.from_compare(n, d) for n, d in sorted(outputs.items()))
+        crit = by_name.get("criterion")
+        criterion = None
+        if crit is not None and crit.get("status") in ("passed", "failed") and crit.get("details"):
+            criterion = (crit["status"] == "passed", str(crit["details"].get("summary", crit.get("error", ""))))
+        failed = next((s for s in steps if s.get("status") == "failed" and s["name"] not in ("compare", "criterion")),
+                      None)
+        failure = f"{failed['name']}: {failed.get('error', '')}" if failed else ""
+        if not drifts and not failure:
+            failure = "the outputs were not compared (no compare step ran)"
+        return cls(drifts, criterion, failure)
+
+
+def cell(text: str) -> str:
+    """Text for a Markdown table cell: a ``|`` (as in ``|ref|``) would end the cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def render_drift(drift: Drift, *, title: str = "Against the reference") -> str:
+    """The drift table as Markdown: per output max abs / cosine / agreement against its tolerance, then the verdict."""
+    lines = [f"### {title}", ""]
+    if drift.outputs:
+        lines += ["| output | kind | max abs | min cosine | agreement | tolerance | within |",
+                  "|---|---|---|---|---|---|---|"]
+        for o in drift.outputs:
+            lines.append(f"| {o.name} | {o.kind} | {_fmt(o.max_abs, '.3g')} | {_fmt(o.min_cosine, '.9f')} "
+                         f"| {_fmt(o.agreement, '.4f')} | {cell(o.allowed)} | {'yes' if o.passed else '**NO**'} |")
+        lines.append("")
+    if drift.failure:
+        lines.append(f"Not compared: {drift.failure}")
+    if drift.criterion is not None:
+        lines.append(f"Criterion: {'holds' if drift.criterion[0] else '**does not hold**'} ({drift.criterion[1]})")
+    if drift.holds:
+        verdict = "the criterion still holds: every output within tolerance"
+    elif drift.failure:
+        verdict = f"**not verified: {drift.failure.split(':', 1)[0]} failed before the outputs were compared**"
+    else:
+        verdict = "**out of tolerance: the outputs (or the criterion) moved beyond it**"
+    lines.append(f"Verdict: {verdict}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class UpgradeResult:
+    platform: str
+    lock: Path  # the new lock, in the lockfiles folder
+    old_lock: Path  # the kept copy of the old one
+    folder: Path  # runs/upgrade-…: old/, lock-diff.md, upgrade.md, upgrade.json, verify/
+    diff: lockdiff.LockDiff
+    drift: Drift
+    markdown: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": 1, "platform": self.platform, "lock": str(self.lock), "old_lock": str(self.old_lock),
+            "holds": self.drift.holds,
+            "changes": [{"name": c.name, "kind": str(c.kind), "old": c.old, "new": c.new} for c in self.diff.changes],
+            "body_digest": {"old": self.diff.old.body_digest, "new": self.diff.new.body_digest},
+            "outputs": [o.__dict__ for o in self.drift.outputs],
+            "criterion": list(self.drift.criterion) if self.drift.criterion else None,
+            "failure": self.drift.failure,
+        }
+
+
+def recorded_resolver(lock: lockfile.Lockfile) -> str:
+    """The resolver the lock was made with (its header), so the relock is checked against the same input."""
+    name = lock.first("resolver").split(" ", 1)[0]
+    return name if name in locking.RESOLVERS else "pip-tools"
+
+
+def _keep_declared_date(project: Project, as_of: str | None, old_dir: Path) -> None:
+    """A project that declares ``resolve-as-of`` gets the new date there (its old pyproject kept in ``old/``): the
+    declared date binds the drift check, so a lock of another date would be stale the moment it is written."""
+    if not as_of or not project.resolve_as_of or project.resolve_as_of == as_of:
+        return
+    import tomlkit
+
+    path = project.root / "pyproject.toml"
+    text = path.read_text(encoding="utf-8")
+    write_atomic(old_dir / "pyproject.toml", text)
+    doc = tomlkit.parse(text)
+    doc["tool"]["kernodeck"]["resolve-as-of"] = as_of
+    write_atomic(path, tomlkit.dumps(doc))
+    log(f"kernodeck: pyproject.toml: resolve-as-of {project.resolve_as_of} -> {as_of} (the old file is in {old_dir})")
+
+
+def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resolver: str | None = None,
+            installer: str | None = None, out: Path | None = None) -> UpgradeResult:
+    """Relock ``plat`` (every pin re-resolved), diff it against the old lock, verify it against the reference."""
+    from kernodeck import outdir
+    from kernodeck.verify import Options, verify
+
+    target = locking.lock_path(project, plat)
+    if not target.exists():
+        raise MissingLockfile(plat.id, str(target.relative_to(project.root)))
+    old = lockfile.read(target)  # a broken old lock is named before anything changes
+    if as_of:
+        locking.as_of_instant(as_of)  # a bad date is refused before anything is written
+    folder = out or project.runs / f"upgrade-{time.strftime('%Y%m%d-%H%M%S')}-{plat.id}"
+    folder = outdir.check(folder, what="the upgrade's folder", tip="nox -s upgrade -- --out NEW-FOLDER",
+                          root=project.root, allowed=(project.runs,))
+    if folder.exists() and any(folder.iterdir()):  # its old/ must never be overwritten with a newer lock
+        raise outdir.UnsafeOut(f"{folder} is not empty; an upgrade keeps the old lock in a folder of its own",
+                               tip="nox -s upgrade -- --out NEW-FOLDER  (or leave --out out)")
+    old_dir = folder / "old"
+    old_dir.mkdir(parents=True, exist_ok=True)
+    old_copy = old_dir / target.name
+    shutil.copy2(target, old_copy)
+    twin = locking.pylock_path(project, plat)
+    if twin.exists():
+        shutil.copy2(twin, old_dir / twin.name)
+    log(f"kernodeck: upgrade {plat.id}: the old lock is kept in {old_copy}")
+    _keep_declared_date(project, as_of, old_dir)
+    outdir.mark(folder, "upgrade")  # signed again at the end: it lists every file Kernodeck wrote there
+    if as_of and project.resolve_as_of:
+        from kernodeck.project.config import load_project
+
+        project = load_project(project.root)
+    try:
+        locking.compile_lock(project, plat, resolver=resolver or recorded_resolver(old), upgrade=True, as_of=as_of)
+    except BaseException:
+        kept = old_dir / "pyproject.toml"
+        if kept.exists():  # the declared date goes back with the lock that failed to change
+            write_atomic(project.root / "pyproject.toml", kept.read_text(encoding="utf-8"))
+        raise
+    rel = str(target.relative_to(project.root))
+    d = lockdiff.diff(old, lockfile.read(target), old_label=f"{rel} (before; kept in old/)", new_label=rel)
+    diff_md = lockdiff.render_markdown(d, title=f"Lock diff: {plat.id}")
+    write_atomic(folder / "lock-diff.md", diff_md)
+    print(diff_md)
+    report_steps: list[dict[str, Any]]
+    try:
+        report, _, _ = verify(project, plat, Options(out=folder / "verify", installer=installer))
+        report_steps = [s.as_dict() for s in report.steps]
+    except KernodeckError as exc:  # verify wrote its dossier; the drift table says where it stopped
+        report_json = folder / "verify" / "report.json"
+        import json
+
+        report_steps = (json.loads(report_json.read_text(encoding="utf-8"))["steps"] if report_json.exists()
+                        else [{"name": "verify", "status": "failed", "error": str(exc)}])
+    drift = Drift.from_steps(report_steps)
+    drift_md = render_drift(drift, title=f"Against the reference: {plat.id}")
+    markdown = f"## Upgrade of {plat.id}\n\n{diff_md}\n{drift_md}"
+    result = UpgradeResult(plat.id, target, old_copy, folder, d, drift, markdown)
+    write_atomic(folder / "upgrade.md", markdown)
+    write_json(folder / "upgrade.json", result.as_dict())
+    outdir.mark(folder, "upgrade")
+    return result
+
+
+PR_BODY_LIMIT = 60_000  # characters; GitHub's limit for a pull request body is 65,536
+
+
+def pr_body(platforms: list[str], folder: Path, *, as_of: str = "", run_url: str = "") -> str:
+    """The relock pull request's body: one line per platform, then each platform's lock diff and drift table.
+
+    ``folder`` holds one sub-folder per platform (the relock workflow's artifacts) with what ``upgrade`` wrote
+    (``upgrade.json``, ``upgrade.md``) and, where it ran, ``bisect.md``. A platform with no ``upgrade.json`` is
+    named as failed: its job did not get as far as a verified lock.
+    """
+    import json
+
+    lines = [f"## Relock {'as of ' + as_of if as_of else 'to the latest versions'}", ""]
+    if run_url:
+        lines += [f"Made by {run_url}.", ""]
+    lines += ["| platform | packages changed | against the reference |", "|---|---|---|"]
+    details: list[str] = []
+    for plat in platforms:
+        sub = folder / plat
+        summary_file = sub / "upgrade.json"
+        if not summary_file.is_file():
+            lines.append(f"| {plat} | — | **no result**: its upgrade job failed before a verified lock (see the run) |")
+            continue
+        data = json.loads(summary_file.read_text(encoding="utf-8"))
+        changes = data.get("changes", [])
+        counts: dict[str, int] = {}
+        for change in changes:
+            counts[change["kind"]] = counts.get(change["kind"], 0) + 1
+        changed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
+        if data.get("holds"):
+            verdict = "within tolerance, criterion holds"
+        else:
+            verdict = "**OUT OF TOLERANCE**" + (f" ({cell(data['failure'])})" if data.get("failure") else "")
+            if (sub / "bisect.json").is_file():
+                found = json.loads((sub / "bisect.json").read_text(encoding="utf-8"))
+                culprit = " + ".join("/".join(group) for group in found.get("culprit", []))
+                verdict += f"; bisect: {culprit or found.get('verdict', '?')}"
+        lines.append(f"| {plat} | {changed} | {verdict} |")
+        block = (sub / "upgrade.md").read_text(encoding="utf-8") if (sub / "upgrade.md").is_file() else ""
+        if (sub / "bisect.md").is_file():
+            block += "\n" + (sub / "bisect.md").read_text(encoding="utf-8")
+        details += ["", f"<details><summary>{plat}</summary>", "", block.strip(), "", "</details>"]
+    closing = ["", "The old locks are in git: review the diff, then merge to take the new pins (CI verifies them)."]
+    if len("\n".join([*lines, *details, *closing])) > PR_BODY_LIMIT:  # GitHub refuses a longer body
+        details = ["", "Each platform's lock diff and drift table are too long for this page: they are in the run's "
+                   "job summaries and its relock-PLATFORM artifacts."]
+    return "\n".join([*lines, *details, *closing]) + "\n"
+
+
+def write_pr_body(folder: Path, platforms: str, *, as_of: str = "") -> str:
+    """``pr-body.md`` in ``folder`` (the downloaded per-platform upgrade folders): the platforms named in
+    ``platforms`` (comma or space separated), else every subfolder found."""
+    expected = [p for p in platforms.replace(",", " ").split() if p]
+    found = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    body = pr_body(expected or found, folder, as_of=as_of)
+    write_atomic(folder / "pr-body.md", body)
+    return body
+
+
+def outcome(result: UpgradeResult, plat: Platform, root: Path) -> tuple[str, int]:
+    """What ``upgrade`` prints and its exit code: 0 when the criterion still holds; 3 when a check failed before the
+    comparison (the report names it; no bisect of numbers); 1 when out of tolerance, naming the bisect to run."""
+    drift = result.drift
+    state = ("criterion still holds" if drift.holds else
+             f"NOT VERIFIED ({drift.failure.split(':', 1)[0]} failed)" if drift.failure else "OUT OF TOLERANCE")
+    lines = [render_drift(drift, title=f"Against the reference: {plat.id}"),
+             f"upgrade {plat.id}: {state}; new lock {result.lock.relative_to(root)}, old one kept in "
+             f"{result.old_lock}; report {result.folder / 'upgrade.md'}"]
+    if drift.holds:
+        return "\n".join(lines), 0
+    if drift.failure:
+        return "\n".join([*lines, f"next: read {result.folder / 'verify' / 'report.md'}"]), 3
+    lines.append(f"next: nox -s bisect -- --platform {plat.id} --good {result.old_lock} "
+                 f"--bad {result.lock.relative_to(root)}")
+    return "\n".join(lines), 1

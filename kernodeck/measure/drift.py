@@ -1,0 +1,307 @@
+"""drift: the pairwise map of several runs' outputs (CI's platforms, or calibrate's variations).
+
+For each declared output, every pair of dossiers is compared under the declared tolerance by ``inenv/drift.py``
+(``tolerance.compare``, run by an interpreter that has numpy: the rebuilt env), each cell marked within or beyond
+the tolerance and explained by what differs in the two runs' system chain (CPU model and kernel level, torch build,
+device, threads, determinism, TF32), read from each dossier's records. Outputs: drift.md, drift.json, drift.svg.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernodeck import outdir
+from kernodeck._fs import write_atomic, write_json
+from kernodeck._proc import clean_env, first_error, log, show
+from kernodeck.errors import KernodeckError
+from kernodeck.measure import svg
+from kernodeck.project.config import Project
+
+IN_ENV = Path(__file__).resolve().parents[1] / "inenv" / "drift.py"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Dossier:
+    label: str
+    folder: Path
+    chain: dict[str, str]
+
+    @property
+    def outputs(self) -> Path:
+        """A run's outputs/ folder; the committed reference keeps its outputs beside its manifest."""
+        return self.folder / "outputs" if (self.folder / "outputs").is_dir() else self.folder
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _step(folder: Path, name: str) -> dict[str, Any]:
+    for path in sorted((folder / "steps").glob(f"*-{name}.json")):
+        return _json(path).get("details") or {}
+    return {}
+
+
+def chain(folder: Path) -> dict[str, str]:
+    """What decides the numbers, as one line each: read from system.json, settings.json, the backend step and, for
+    calibrate's variations, noise.json (what actually ran: an application may pin its own threads)."""
+    system, settings = _json(folder / "system.json"), _json(folder / "settings.json")
+    observed = _json(folder / "noise.json").get("observed", {})
+    variation = settings.get("variation") or {}
+    cpu = system.get("cpu") if isinstance(system.get("cpu"), dict) else {}
+    flags = [f for f in (cpu or {}).get("isa_flags", []) if str(f).startswith(("avx", "amx", "sve", "neon", "fma"))]
+    torch = str(system.get("torch_version", "?"))
+    if system.get("torch_version_cuda"):
+        torch += f" (CUDA {system['torch_version_cuda']})"
+    if system.get("torch_version_hip"):
+        torch += f" (ROCm {system['torch_version_hip']})"
+    level = observed.get("torch_cpu_capability", system.get("torch_cpu_capability", "?"))
+    threads = observed.get("torch.num_threads_after_entry", settings.get("torch.num_threads", "?"))
+    deterministic = observed.get("deterministic_algorithms", settings.get("deterministic_algorithms", "?"))
+    return {
+        "CPU": str(system.get("cpu_model", "?")),
+        "ISA flags": " ".join(sorted(flags)) or "?",
+        "CPU kernel level": str(level),
+        "torch": torch,
+        "device": str(observed.get("device") or _step(folder, "backend").get("device", "?")),
+        "threads": str(threads),
+        "deterministic algorithms": str(deterministic),
+        "TF32": "on" if variation.get("tf32") else str(settings.get("float32_matmul_precision", "?")),
+    }
+
+
+def explain(a: dict[str, str], b: dict[str, str]) -> str:
+    """The system-chain difference of two runs, ``key: a vs b`` for each that differs and both recorded; ISA flags
+    as what only one side has."""
+    differ, unrecorded = [], []
+    for key in a:
+        left, right = a.get(key, "?"), b.get(key, "?")
+        if left == right:
+            continue
+        if "?" in (left, right):
+            unrecorded.append(key)
+        elif key == "ISA flags":
+            only_a = sorted(set(left.split()) - set(right.split()))
+            only_b = sorted(set(right.split()) - set(left.split()))
+            differ.append(f"ISA flags: only the first has {' '.join(only_a) or 'none more'}, "
+                          f"only the second {' '.join(only_b) or 'none more'}")
+        else:
+            differ.append(f"{key}: {left} vs {right}")
+    if unrecorded:
+        differ.append(f"(not recorded by both: {', '.join(unrecorded)})")
+    return "; ".join(differ) if differ else "no difference in the recorded chain"
+
+
+def load(folders: list[Path]) -> list[Dossier]:
+    if len(folders) < 2:
+        raise KernodeckError("drift needs at least two dossiers to compare",
+                             tip="nox -s drift -- runs/A runs/B [runs/C ...]  (or a calibration's variations/*)")
+    found = []
+    for folder in folders:
+        if not (folder / "outputs").is_dir() and not (folder / "manifest.toml").is_file():
+            raise KernodeckError(f"{folder} is not a dossier with outputs/ (a verify run or a calibrate variation) "
+                                 "nor a reference", tip="nox -s drift -- runs/A runs/B")
+        found.append(Dossier(folder.name, folder.resolve(), chain(folder)))
+    labels = [d.label for d in found]
+    if len(set(labels)) != len(labels):  # same folder names from different parents: number them
+        found = [Dossier(f"{n + 1}:{d.label}", d.folder, d.chain) for n, d in enumerate(found)]
+    return found
+
+
+def ratio(kind: str, tolerance: dict[str, float], nums: dict[str, float]) -> float | None:
+    """The largest share of the declared tolerance a pair uses (1.0 = at the bound); None when unmeasurable."""
+    if "unmeasurable" in nums:
+        return None
+    shares = []
+    if kind == "cosine":
+        shares.append(_share(nums["max_abs"], float(tolerance["max-abs"])))
+        shares.append(_share(nums["one_minus_cos"], 1.0 - float(tolerance["cosine-min"])))
+    elif kind == "allclose":
+        shares.append(nums["allclose_ratio"])
+    elif kind == "agreement":
+        shares.append(_share(nums["disagreement"], 1.0 - float(tolerance["min-share"])))
+    else:
+        shares.append(_share(nums["disagreement"], 0.0))
+    return max(shares)
+
+
+def _share(value: float, bound: float) -> float:
+    if bound <= 0:
+        return 0.0 if value <= 0 else float("inf")
+    return value / bound
+
+
+def cell_text(kind: str, nums: dict[str, float]) -> str:
+    if "unmeasurable" in nums:
+        return "unmeasurable"
+    if kind == "cosine":
+        return f"abs {nums['max_abs']:.2g}, 1 - cos {nums['one_minus_cos']:.2g}"
+    if kind == "allclose":
+        return f"abs {nums['max_abs']:.2g} ({nums['allclose_ratio']:.2g} of tol)"
+    return f"agree {1 - nums['disagreement']:.4f}"
+
+
+def short_text(kind: str, nums: dict[str, float]) -> str:
+    """For a heatmap cell: the one number that fits."""
+    if "unmeasurable" in nums:
+        return "n/a"
+    if kind == "cosine":
+        return f"{nums['max_abs']:.1e}"
+    if kind == "allclose":
+        return f"{nums['max_abs']:.1e}"
+    return f"{1 - nums['disagreement']:.3f}"
+
+
+def table(dossiers: list[Dossier], declared: dict[str, dict[str, Any]], numbers: dict[str, Any]) -> dict[str, Any]:
+    """drift.json's body: per output the pairs with their numbers, mark and explanation."""
+    outputs: dict[str, Any] = {}
+    for name, decl in declared.items():
+        tol = {k: v for k, v in decl.items() if k not in ("kind", "dtype", "justification")}
+        rows = []
+        for key, cell in sorted(numbers.get(name, {}).items(), key=lambda kv: tuple(map(int, kv[0].split(",")))):
+            i, j = map(int, key.split(","))
+            row: dict[str, Any] = {"a": dossiers[i].label, "b": dossiers[j].label, "i": i, "j": j,
+                                   "differs_in": explain(dossiers[i].chain, dossiers[j].chain)}
+            if "error" in cell:
+                row.update(mark="not compared", error=cell["error"], share_of_tolerance=None)
+            else:
+                share = ratio(decl["kind"], tol, cell["numbers"])
+                row.update(numbers=cell["numbers"], summary=cell["summary"], share_of_tolerance=share,
+                           mark="within" if cell["passed"] else "BEYOND")
+            rows.append(row)
+        outputs[name] = {"kind": decl["kind"], "declared": tol, "pairs": rows}
+    return {"version": VERSION, "dossiers": [{"label": d.label, "folder": str(d.folder), "chain": d.chain}
+                                             for d in dossiers], "outputs": outputs}
+
+
+def json_safe(value: Any) -> Any:
+    """drift.json in standard JSON: a share of a zero tolerance (an exact output with a changed row) is infinite, and
+    JSON has no Infinity; it is written as the string "inf" (the row's mark says BEYOND)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = ["# Drift map", "", "| # | dossier | CPU | CPU kernel level | torch | device | threads | deterministic |",
+             "|---|---|---|---|---|---|---|---|"]
+    for n, d in enumerate(data["dossiers"], start=1):
+        c = d["chain"]
+        lines.append(f"| {n} | {d['label']} | {c['CPU']} | {c['CPU kernel level']} | {c['torch']} | {c['device']} | "
+                     f"{c['threads']} | {c['deterministic algorithms']} |")
+    for name, out in data["outputs"].items():
+        declared = ", ".join(f"{k} = {v}" for k, v in out["declared"].items()) or "every row equal"  # exact
+        beyond = sum(1 for r in out["pairs"] if r["mark"] == "BEYOND")
+        lines += ["", f"## `{name}` ({out['kind']}; declared {declared}): "
+                  f"{beyond} of {len(out['pairs'])} pairs beyond the tolerance", "",
+                  "| pair | numbers | share of tolerance | mark | what differs |", "|---|---|---|---|---|"]
+        for r in out["pairs"]:
+            nums = cell_text(out["kind"], r["numbers"]) if "numbers" in r else r.get("error", "")
+            share = "-" if r["share_of_tolerance"] is None else f"{r['share_of_tolerance']:.2g}"
+            lines.append(f"| {r['i'] + 1}-{r['j'] + 1} | {nums} | {share} | {r['mark']} | {r['differs_in']} |")
+    return "\n".join(lines) + "\n"
+
+
+def heatmaps(data: dict[str, Any]) -> list[svg.Heatmap]:
+    labels = [d["label"] for d in data["dossiers"]]
+    maps = []
+    for name, out in data["outputs"].items():
+        cells: dict[tuple[int, int], tuple[str, float | None]] = {}
+        for i in range(len(labels)):
+            cells[(i, i)] = ("-", 0.0)
+        for r in out["pairs"]:
+            text = short_text(out["kind"], r["numbers"]) if "numbers" in r else "n/a"
+            cells[(r["i"], r["j"])] = cells[(r["j"], r["i"])] = (text, r["share_of_tolerance"])
+        maps.append(svg.Heatmap(f"{name} ({out['kind']})", labels, cells))
+    return maps
+
+
+def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict[str, Any]],
+          root: Path | None = None, allowed: tuple[Path, ...] = ()) -> tuple[dict[str, Any], Path]:
+    """Compare every pair of ``folders`` with ``python`` (an interpreter with numpy); write drift.md/json/svg."""
+    dossiers = load(folders)
+    final = outdir.check(out, what="the drift map", tip="nox -s drift -- A B C --out runs/NAME", root=root,
+                         allowed=allowed)
+    stage = outdir.Staged.begin(final, "drift")  # signed with the list of its files, swapped in whole
+    staging = stage.path
+    try:
+        config = {"dossiers": [str(d.outputs) for d in dossiers], "outputs": declared,
+                  "result": str(staging / "pairwise.json")}
+        write_json(staging / "drift-config.json", config)
+        argv = [str(python), "-I", str(IN_ENV), "--config", str(staging / "drift-config.json")]
+        log(f"$ {show(argv)}")
+        proc = subprocess.run(argv, env=clean_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              check=False)
+        if proc.returncode != 0 or not (staging / "pairwise.json").exists():
+            raise KernodeckError(
+                f"the pairwise comparison failed (exit {proc.returncode}): {first_error(proc.stderr or proc.stdout)}",
+                tip="nox -s rebuild  (drift compares with the rebuilt env's numpy), or: --python PATH")
+        numbers = json.loads((staging / "pairwise.json").read_text(encoding="utf-8"))
+        data = table(dossiers, declared, numbers)
+        data["made"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        write_json(staging / "drift.json", json_safe(data))
+        write_atomic(staging / "drift.md", render(data))
+        write_atomic(staging / "drift.svg", svg.heatmap(heatmaps(data)))
+        stage.commit()
+    except BaseException:
+        stage.abandon()
+        raise
+    return data, final
+
+
+def declared_from(folders: list[Path]) -> dict[str, dict[str, Any]] | None:
+    """The declared outputs recorded in the first dossier that has them (its run-config.json), for use outside a
+    project (a CI job that downloaded the dossiers)."""
+    for folder in folders:
+        config = _json(folder / "run-config.json")
+        outputs = (config.get("application") or {}).get("outputs")
+        if isinstance(outputs, dict) and outputs:
+            return outputs
+    return None
+
+
+def default_out(runs: Path | None) -> Path:
+    base = runs if runs is not None else Path.cwd()
+    return base / f"drift-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+def declared_outputs(project: Project | None, folders: list[Path]) -> dict[str, dict[str, Any]]:
+    """The declared outputs to compare: the project's declaration, else the first dossier's record of it."""
+    from kernodeck.project import application
+
+    declared = ({n: o.declared() for n, o in application.load(project.root).outputs.items()} if project
+                else declared_from(folders))
+    if not declared:
+        raise KernodeckError("no declared outputs: run drift in the project, or give dossiers with run-config.json",
+                             tip="cd PROJECT && nox -s drift -- A B C")
+    return declared
+
+
+def interpreter(project: Project | None, python: Path | None) -> Path:
+    """The interpreter that computes the numbers (it needs numpy): ``python``, else the project's rebuilt env's."""
+    if python is None and project is not None:
+        from kernodeck.env.rebuild import current_env, env_python
+        from kernodeck.project.platforms import resolve_platform
+
+        env = current_env(project, resolve_platform(project, None))
+        python = env_python(env) if env is not None else None
+    if python is None:
+        raise KernodeckError("drift compares with an interpreter that has numpy: no rebuilt env here",
+                             tip="nox -s rebuild  (then nox -s drift again), or: nox -s drift -- ... --python PATH")
+    return python

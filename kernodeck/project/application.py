@@ -1,0 +1,198 @@
+"""The declared application: ``[tool.kernodeck.application]`` in pyproject.toml, read and checked outside the env.
+
+Kernodeck verifies any application that follows a small contract: an entry function in a file of the project, the
+sample it reads (JSON lines with a unique string ``id``), the files that make up its identity, free parameters,
+optional weights shipped in an installed package, and named outputs, each compared under a declared tolerance kind.
+Nothing here imports the application or torch; the in-env side (``kernodeck/inenv/``) runs it.
+"""
+
+from __future__ import annotations
+
+import enum
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, assert_never
+
+from kernodeck.errors import ConfigError
+
+TABLE = "[tool.kernodeck.application]"
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+
+
+class Kind(enum.StrEnum):
+    """How an output is compared with the reference."""
+
+    COSINE = "cosine"  # per-row cosine >= cosine-min AND max |a-b| <= max-abs (embeddings)
+    ALLCLOSE = "allclose"  # |a-b| <= atol + rtol*|b| elementwise (logits, tensors)
+    EXACT = "exact"  # equal (integers, labels)
+    AGREEMENT = "agreement"  # share of equal rows >= min-share (labels)
+
+
+def tolerance_fields(kind: Kind) -> tuple[str, ...]:
+    """The tolerance keys a kind needs (and the only ones it accepts)."""
+    if kind is Kind.COSINE:
+        return ("cosine-min", "max-abs")
+    if kind is Kind.ALLCLOSE:
+        return ("rtol", "atol")
+    if kind is Kind.EXACT:
+        return ()
+    if kind is Kind.AGREEMENT:
+        return ("min-share",)
+    assert_never(kind)
+
+
+@dataclass(frozen=True)
+class Target:
+    """``"path/to/file.py:function"``: a function in a file of the project, loaded by path inside the env."""
+
+    file: str
+    function: str
+
+    @classmethod
+    def parse(cls, text: object, key: str) -> Target:
+        if not isinstance(text, str) or text.count(":") != 1:
+            raise ConfigError(f'{TABLE} {key} = {text!r}: expected "path/to/file.py:function"')
+        file, function = text.split(":")
+        if (
+            not file.endswith(".py")
+            or not function.isidentifier()
+            or Path(file).is_absolute()
+            or ".." in Path(file).parts
+        ):
+            raise ConfigError(f"{TABLE} {key} = {text!r}: a .py file inside the project and a function name")
+        return cls(Path(file).as_posix(), function)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.function}"
+
+    def as_config(self) -> dict[str, str]:
+        return {"file": self.file, "function": self.function}
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str
+    kind: Kind
+    dtype: str
+    tolerance: dict[str, float]
+    justification: str
+
+    def declared(self) -> dict[str, Any]:
+        """The output's contract as declared: what the reference manifest records and a verify must find again."""
+        return {"kind": str(self.kind), "dtype": self.dtype, **self.tolerance, "justification": self.justification}
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weights shipped inside an installed package: fingerprinted file by file; the lock pins the package's hash."""
+
+    package: str  # the distribution name, as the lock pins it
+    module: str  # the import name (found without importing it)
+    subdir: str
+
+    def as_config(self) -> dict[str, str]:
+        return {"package": self.package, "module": self.module, "subdir": self.subdir}
+
+
+@dataclass(frozen=True)
+class Application:
+    entry: Target
+    criterion: Target | None
+    sample: str
+    code: tuple[str, ...]
+    params: dict[str, Any]
+    weights: Weights | None
+    outputs: dict[str, Output] = field(default_factory=dict)
+
+    def run_config(self) -> dict[str, Any]:
+        """What the in-env runner needs of the declaration (paths relative to the project root)."""
+        return {
+            "entry": self.entry.as_config(),
+            "criterion": self.criterion.as_config() if self.criterion else None,
+            "sample": self.sample,
+            "params": self.params,
+            "weights": self.weights.as_config() if self.weights else None,
+            "outputs": {name: out.declared() for name, out in self.outputs.items()},
+        }
+
+
+def _output(name: str, raw: object) -> Output:
+    where = f"[tool.kernodeck.application.outputs.{name}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a table")
+    if not name.replace("-", "_").isidentifier():
+        raise ConfigError(f"{where}: an output name is letters, digits, '-' and '_' (it names outputs/{name}.npy)")
+    try:
+        kind = Kind(str(raw.get("kind")))
+    except ValueError:
+        raise ConfigError(
+            f"{where}: kind {raw.get('kind')!r} is not one of {', '.join(k.value for k in Kind)}"
+        ) from None
+    dtype = raw.get("dtype")
+    if dtype not in DTYPES:
+        raise ConfigError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    needed = tolerance_fields(kind)
+    extra = sorted(set(raw) - {"kind", "dtype", "justification", *needed})
+    if extra:
+        raise ConfigError(
+            f"{where}: {', '.join(extra)} not used by kind {kind} (it takes: {', '.join(needed) or 'none'})"
+        )
+    tolerance: dict[str, float] = {}
+    for key in needed:
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: kind {kind} needs a number {key}")
+        tolerance[key] = float(value)
+    bounds = {"cosine-min": (-1.0, 1.0), "min-share": (0.0, 1.0)}
+    for key, value in tolerance.items():
+        low, high = bounds.get(key, (0.0, float("inf")))
+        if not low <= value <= high:
+            raise ConfigError(f"{where}: {key} = {value} is outside [{low}, {high}]")
+    justification = raw.get("justification")
+    if not isinstance(justification, str) or not justification.strip():
+        raise ConfigError(f"{where}: give a justification: why this tolerance is right for the output's use")
+    return Output(name, kind, str(dtype), tolerance, justification.strip())
+
+
+def from_table(table: object) -> Application:
+    if not isinstance(table, dict):
+        raise ConfigError(
+            f"pyproject.toml has no {TABLE} table", tip="declare the application (see README: Use it in your project)"
+        )
+    entry = Target.parse(table.get("entry"), "entry")
+    criterion = Target.parse(table["criterion"], "criterion") if table.get("criterion") else None
+    sample = table.get("sample")
+    if not isinstance(sample, str) or not sample:
+        raise ConfigError(f'{TABLE} sample: the JSON-lines file of records (each with a unique string "id")')
+    code = table.get("code", [entry.file])
+    if not isinstance(code, list) or not all(isinstance(c, str) for c in code):
+        raise ConfigError(f"{TABLE} code: a list of files fingerprinted into the reference id")
+    code = list(dict.fromkeys([entry.file, *([criterion.file] if criterion else []), *code]))
+    params = table.get("params", {})
+    if not isinstance(params, dict):
+        raise ConfigError(f"{TABLE} params must be a table")
+    weights = None
+    raw_w = table.get("weights")
+    if raw_w is not None:
+        if not isinstance(raw_w, dict) or not isinstance(raw_w.get("package"), str):
+            raise ConfigError(f'{TABLE} weights: {{ package = "dist-name", module = "import_name", subdir = "..." }}')
+        package = raw_w["package"]
+        weights = Weights(package, str(raw_w.get("module", package.replace("-", "_"))), str(raw_w.get("subdir", ".")))
+    outputs_raw = table.get("outputs")
+    if not isinstance(outputs_raw, dict) or not outputs_raw:
+        raise ConfigError(f"{TABLE} declares no outputs: add [tool.kernodeck.application.outputs.NAME] with its kind")
+    outputs = {name: _output(name, raw) for name, raw in outputs_raw.items()}
+    return Application(entry, criterion, sample, tuple(code), dict(params), weights, outputs)
+
+
+def load(root: Path) -> Application:
+    data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    return from_table(data.get("tool", {}).get("kernodeck", {}).get("application"))
+
+
+def tool_table(root: Path, name: str) -> dict[str, Any]:
+    """Another ``[tool.kernodeck.NAME]`` table (resume, determinism), empty when absent."""
+    data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    table = data.get("tool", {}).get("kernodeck", {}).get(name, {})
+    return dict(table) if isinstance(table, dict) else {}

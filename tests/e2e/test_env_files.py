@@ -1,0 +1,498 @@
+"""Every file of a rebuilt env is the lock's and unchanged since its build (kernodeck/env/envfiles.py).
+
+Fast tests on a tiny hermetic lock (wheels built here, no index): each check fails on its bad input, naming it, and
+passes on a clean build. The same checks on the real torch env, through ``verify``, are the slow cases at the end.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import marshal
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kernodeck.env import envfiles, inventory, rebuild
+from kernodeck.project.platforms import Platform
+from tests.conftest import copy_project, kd, read_report, statuses
+from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
+
+rel = pytest.mark.reliability
+Tiny = tuple[Path, Platform, dict[str, str]]
+FRESH_TIP = "TIP: nox -s rebuild -- --fresh"
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Tiny:
+    """A tiny project rebuilt once (uv, offline): (project, platform, the installers' environment)."""
+    links = tmp_path / "links"
+    wheels = [pip_wheel(links), make_wheel(links, "tinya", "1.0"), make_wheel(links, "tinyb", "2.0")]
+    project, plat = tiny_project(tmp_path / "project", wheels)
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    proc = kd(project, "rebuild", "--installer", "uv", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return project, plat, env
+
+
+def _site(env_dir: Path) -> Path:
+    return next(env_dir.glob("lib/python*/site-packages"))
+
+
+def _same_size_edit(path: Path) -> None:
+    """Change one byte, keep the size, put the old mtime back (what ``touch -r`` would hide from an mtime check)."""
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[0] = ord("#") if data[0] != ord("#") else ord("\n")
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+
+
+def _forged_bytecode(source: Path) -> Path:
+    """A .pyc for ``source`` whose header matches the source (mtime, size) but whose code is another's."""
+    st = source.stat()
+    code = compile("VERSION = 'forged'\n", str(source), "exec")
+    header = importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little")
+    header += (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    tag = f"{importlib.util.cache_from_source(str(source)).rsplit('.', 2)[-2]}"
+    target = source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+    target.parent.mkdir(exist_ok=True)
+    target.write_bytes(header + marshal.dumps(code))
+    return target
+
+
+def _genuine_bytecode(source: Path) -> Path:
+    import py_compile
+
+    return Path(py_compile.compile(str(source), cfile=importlib.util.cache_from_source(str(source)), doraise=True))
+
+
+# Each tampering of a built env, and the words its one-line error must hold.
+TAMPER: dict[str, tuple[Callable[[Path, Path], None], list[str]]] = {
+    "pth dropped": (lambda env, tmp: (_site(env) / "zz-evil.pth").write_text("import os\n"),
+                    ["no locked distribution owns", "zz-evil.pth"]),
+    "sitecustomize dropped": (lambda env, tmp: (_site(env) / "sitecustomize.py").write_text("print(1)\n"),
+                              ["no locked distribution owns", "sitecustomize.py"]),
+    "extra module": (lambda env, tmp: (_site(env) / "extra_mod.py").write_text("X = 1\n"),
+                     ["no locked distribution owns", "extra_mod.py"]),
+    "extra file in a package": (lambda env, tmp: (_site(env) / "tinya" / "helper.py").write_text("X = 1\n"),
+                                ["no locked distribution owns", "tinya/helper.py"]),
+    "extra package folder": (lambda env, tmp: ((_site(env) / "evilpkg").mkdir(),
+                                               (_site(env) / "evilpkg" / "__init__.py").write_text("")),
+                             ["no locked distribution owns", "evilpkg/"]),
+    "same-size edit": (lambda env, tmp: _same_size_edit(_site(env) / "tinya" / "__init__.py"),
+                       ["changed since the build", "tinya/__init__.py (ctime_ns"]),
+    "RECORD removed": (lambda env, tmp: (_site(env) / "tinya-1.0.dist-info" / "RECORD").unlink(),
+                       ["without a RECORD: tinya"]),
+    "hard link": (lambda env, tmp: os.link(_site(env) / "tinyb" / "__init__.py", tmp / "elsewhere.py"),
+                  ["shared with another place (hard links)", "tinyb/__init__.py"]),
+    "file removed": (lambda env, tmp: (_site(env) / "tinyb" / "__init__.py").unlink(),
+                     ["tinyb/__init__.py (missing)", "removed since the build"]),
+    "mode changed": (lambda env, tmp: (_site(env) / "tinya" / "__init__.py").chmod(0o777),
+                     ["changed since the build", "tinya/__init__.py (ctime_ns, mode)"]),
+    "forged bytecode": (lambda env, tmp: _forged_bytecode(_site(env) / "tinya" / "__init__.py") and None,
+                        ["bytecode written since the build that is not its source's",
+                         "not the bytecode of its source"]),
+    "bytecode of another interpreter": (
+        lambda env, tmp: (_site(env) / "tinya" / "__pycache__").mkdir() or (
+            _site(env) / "tinya" / "__pycache__" / "__init__.cpython-27.pyc").write_bytes(b"x"),
+        ["no locked distribution owns", "tinya/__pycache__/__init__.cpython-27.pyc"]),
+}
+
+
+def _fake_env(root: Path) -> tuple[Path, rebuild.lockfile.Lockfile]:
+    """A venv-shaped folder with two installed distributions and their RECORDs, sealed as a rebuild seals an env."""
+    import sys
+    from types import SimpleNamespace
+
+    from kernodeck.lock.lockfile import Lockfile, Pin
+
+    env = root / "env"
+    site = env / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").symlink_to(sys.executable)
+    (env / "pyvenv.cfg").write_text(f"home = /x\nversion_info = {sys.version_info[0]}.{sys.version_info[1]}.0\n")
+    for name, version in (("tinya", "1.0"), ("tinyb", "2.0")):
+        files = {f"{name}/__init__.py": f"VERSION = {version!r}\n", f"{name}-{version}.dist-info/METADATA":
+                 f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
+        record = ""
+        for path, text in files.items():
+            (site / path).parent.mkdir(parents=True, exist_ok=True)
+            (site / path).write_text(text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+            record += f"{path},sha256={digest},{len(text.encode())}\n"
+        (site / f"{name}-{version}.dist-info" / "RECORD").write_text(record + f"{name}-{version}.dist-info/RECORD,,\n")
+    lock = Lockfile(path=root / "lock.txt", pins=[Pin("tinya", "1.0", "", (), 1), Pin("tinyb", "2.0", "", (), 2)])
+    sealed = rebuild._seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+    (env / rebuild.MARKER).write_text(json.dumps(sealed))
+    return env, lock
+
+
+@pytest.mark.parametrize("case", sorted(TAMPER))
+def test_each_check_fails_on_its_tampering(tmp_path: Path, case: str) -> None:
+    """In process, on a hand-made env: the clean one passes, each tampering is found and named."""
+    env, lock = _fake_env(tmp_path)
+    clean = rebuild.check_files(env, lock)
+    assert clean.clean and clean.problems() == [] and clean.owned == 6, clean.problems()
+    tamper, words = TAMPER[case]
+    tamper(env, tmp_path)
+    found = rebuild.check_files(env, lock)
+    line = "; ".join(found.problems())
+    assert not found.clean
+    for word in words:
+        assert word in line, line
+
+
+@pytest.mark.slow
+@rel(
+    46,
+    "a tiny rebuilt env tampered with after its build, one way at a time: a .pth, a sitecustomize.py, an extra "
+    "module, package file or folder, a same-size edit with its mtime put back, a RECORD removed, a hard link, a file "
+    "removed, a chmod, forged bytecode; then `rebuild` (which reuses only an intact env)",
+    "each is refused with one ERROR line naming the file and the cause (not owned by a locked RECORD, changed since "
+    "the build's snapshot, shared, missing) and `TIP: nox -s rebuild -- --fresh`; the fresh rebuild is reused again",
+)
+@pytest.mark.parametrize("case", sorted(TAMPER))
+def test_tampered_env_is_named_and_fresh_rebuild_repairs_it(tiny: Tiny, tmp_path: Path, case: str) -> None:
+    project, plat, env = tiny
+    built = current_env(project, plat)
+    tamper, words = TAMPER[case]
+    tamper(built, tmp_path)
+    proc = kd(project, "rebuild", env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "was changed after it was built" in errors[0], proc.stderr[-2000:]
+    for word in words:
+        assert word in errors[0], errors[0]
+    assert FRESH_TIP in proc.stderr
+    if case == "same-size edit":  # the TIP repairs it, and the repaired env is reused as intact
+        assert kd(project, "rebuild", "--fresh", env=env).returncode == 0
+        again = kd(project, "rebuild", env=env)
+        assert again.returncode == 0 and "reusing" in again.stderr, again.stderr[-2000:]
+
+
+def test_clean_build_passes_every_check_and_holds_no_shared_file(tiny: Tiny) -> None:
+    project, plat, _ = tiny
+    built = current_env(project, plat)
+    marker = json.loads((built / rebuild.MARKER).read_text(encoding="utf-8"))
+    lock = rebuild.lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
+    found = rebuild.check_files(built, lock)
+    assert found.clean and found.problems() == [], found.problems()
+    assert found.entries == marker["files_snapshot"]["entries"] > 0
+    assert marker["record_digests"]["files"] > 0 and marker["record_digests"]["mismatched"] == []
+    install = next(c for c in marker["commands"] if " install " in c)
+    assert "--link-mode copy" in install and "--compile-bytecode" not in install
+    regular = [p for p in built.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert regular and all(p.stat().st_nlink == 1 for p in regular)
+
+
+@rel(
+    48,
+    "bytecode written into the env after its build: the interpreter's own (py_compile of an owned module) and a "
+    "forged one (header matching the source's mtime and size, other code)",
+    "the genuine file is checked once against what the env's interpreter compiles from the unchanged source and "
+    "kept (kernodeck-bytecode.json, later runs compare its stat only); the forged one is refused, named",
+)
+def test_bytecode_written_since_the_build(tiny: Tiny) -> None:
+    project, plat, env = tiny
+    built = current_env(project, plat)
+    lock = rebuild.lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
+    pyc = _genuine_bytecode(_site(built) / "tinya" / "__init__.py")
+    first = rebuild.check_files(built, lock)
+    assert first.clean, first.problems()
+    assert (first.bytecode_later, first.bytecode_checked_now) == (1, 1)
+    kept = json.loads((built / envfiles.BYTECODE).read_text(encoding="utf-8"))
+    assert str(pyc.relative_to(built)) in kept
+    second = rebuild.check_files(built, lock)
+    assert second.clean and second.bytecode_checked_now == 0  # kept: compared by stat only
+    assert kd(project, "rebuild", env=env).returncode == 0
+    _forged_bytecode(_site(built) / "tinyb" / "__init__.py")
+    third = rebuild.check_files(built, lock)
+    assert not third.clean
+    assert third.bad_bytecode == [
+        f"{_site(built).relative_to(built)}/tinyb/__pycache__/{pyc.name} (not the bytecode of its source)"
+    ]
+    # a kept file replaced afterwards is checked again, not trusted by its name
+    _forged_bytecode(_site(built) / "tinya" / "__init__.py")
+    fourth = rebuild.check_files(built, lock)
+    assert any("tinya/__pycache__" in b for b in fourth.bad_bytecode), fourth.problems()
+
+
+def _bad_wheel(folder: Path, name: str, how: str) -> Path:
+    """A wheel whose RECORD lies: a wrong digest of the same size, or a file it does not list."""
+    wheel = make_wheel(folder / "src", name, "1.0")
+    out = folder / wheel.name
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith("RECORD"):
+                text = data.decode()
+                if how == "digest":
+                    other = base64.urlsafe_b64encode(hashlib.sha256(b"other").digest()).rstrip(b"=").decode()
+                    text = "\n".join(
+                        f"{r.split(',')[0]},sha256={other},{r.split(',')[2]}" if r.startswith(f"{name}/") else r
+                        for r in text.splitlines()) + "\n"
+                data = text.encode()
+            dst.writestr(info, data)
+        if how == "unlisted":
+            dst.writestr(f"{name}/unlisted.py", "X = 1\n")
+    return out
+
+
+@rel(
+    47,
+    "a wheel whose installed files do not match its RECORD (a digest of the same size that differs; a file the RECORD "
+    "does not list), rebuilt with `rebuild --fresh`",
+    "the build checks every installed file against its RECORD digest once (in parallel threads) and every file's "
+    "owner before it writes the snapshot: the rebuild fails, naming the file; the previous env is kept",
+)
+def test_build_refuses_files_that_are_not_their_record(tmp_path: Path) -> None:
+    words = ["differ from their RECORD digest", "tinyc/__init__.py (content differs from RECORD)", "uv cache clean"]
+    links = tmp_path / "links"
+    wheels = [pip_wheel(links), _bad_wheel(links, "tinyc", "digest")]
+    project, plat = tiny_project(tmp_path / "project", wheels)
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    proc = kd(project, "rebuild", env=env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]) == 1, proc.stderr[-2000:]
+    for word in words:
+        assert word in proc.stderr, proc.stderr[-2000:]
+    assert not (project / ".venv-rebuild" / plat.id / "CURRENT").exists()  # nothing promoted
+
+
+@pytest.mark.parametrize("case", ["extra module", "RECORD removed", "hard link"])
+def test_seal_refuses_an_env_that_is_not_the_locks(tmp_path: Path, case: str) -> None:
+    """The build's own check (before the snapshot is written): a file no locked RECORD owns, a locked distribution
+    without RECORD, a shared file, each refuses the build."""
+    from types import SimpleNamespace
+
+    from kernodeck.errors import RebuildFailed
+
+    env, lock = _fake_env(tmp_path)
+    (env / envfiles.SNAPSHOT).unlink()
+    tamper, words = TAMPER[case]
+    tamper(env, tmp_path)
+    with pytest.raises(RebuildFailed) as info:
+        rebuild._seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+    for word in words:
+        assert word in str(info.value) or word == "changed since the build", str(info.value)
+    assert not (env / envfiles.SNAPSHOT).exists()
+
+
+def test_ownership_rules_exactly(tmp_path: Path) -> None:
+    """The allow-list, entry by entry: what the venv tools and the interpreter write, and nothing near it."""
+    owned = {"lib/python3.11/site-packages/a/mod.py": "a"}
+    f: envfiles.Entry = ["f", 1, 0, 0, 1, 0o100644, 1, ""]
+    link = ["l", 1, 0, 0, 1, 0o120777, 1, "/usr/bin/python3.11"]
+    ok = [("pyvenv.cfg", f), ("bin/activate", f), ("bin/python", link), ("bin/python3.11", link),
+          ("lib64", ["l", 3, 0, 0, 1, 0o120777, 1, "lib"]),
+          ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-311.pyc", f),
+          ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-311.opt-1.pyc", f)]
+    refused = [("bin/evil", f), ("pyvenv.cfg", link), ("lib64", ["l", 3, 0, 0, 1, 0o120777, 1, "/tmp"]),
+               ("lib/python3.11/site-packages/a/__pycache__/other.cpython-311.pyc", f),
+               ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-312.pyc", f),
+               ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-311.opt-3.pyc", f),
+               ("lib/python3.11/site-packages/a/mod.cpython-311.pyc", f),
+               ("lib/python3.11/site-packages/x.pth", f), ("lib/python3.11/site-packages/sitecustomize.py", f)]
+    for path, entry in ok:
+        assert envfiles.allowed(path, entry, owned, "cpython-311"), path
+    for path, entry in refused:
+        assert not envfiles.allowed(path, entry, owned, "cpython-311"), path
+
+
+def test_snapshot_not_the_builds_is_refused(tiny: Tiny) -> None:
+    """A snapshot rewritten after the build (so that a change would match it) differs from the completion record's
+    digest: no comparison is trusted, the env is refused."""
+    project, plat, env = tiny
+    built = current_env(project, plat)
+    (_site(built) / "tinya" / "__init__.py").write_text("VERSION = 'x'\n")
+    data = json.loads((built / envfiles.SNAPSHOT).read_text(encoding="utf-8"))
+    data["entries"] = envfiles.scan(built)
+    (built / envfiles.SNAPSHOT).write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    proc = kd(project, "rebuild", env=env)
+    assert proc.returncode == 2 and "is not the one written at the build" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_observe_without_files_reads_no_record_rows(tiny: Tiny) -> None:
+    project, plat, _ = tiny
+    python = rebuild.env_python(current_env(project, plat))
+    assert inventory.observe(python).files_checked > 0
+    light = inventory.observe(python, files=False)
+    assert light.files_checked == 0 and light.packages == inventory.observe(python).packages
+
+
+# --- the real env (torch), through verify ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the project with its real env rebuilt (this machine's package sources)."""
+    project = copy_project(tmp_path_factory.mktemp("envfiles") / "project")
+    proc = kd(project, "rebuild")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return project
+
+
+def _real_site(project: Path) -> Path:
+    return _site((project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current").resolve())
+
+
+def _verify_fails_at_inventory(project: Path, out: Path, *words: str) -> dict[str, object]:
+    proc = kd(project, "verify", "--no-rebuild", "--out", str(out))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1, proc.stderr[-2000:]
+    for word in words:
+        assert word in errors[0], errors[0]
+    assert FRESH_TIP in proc.stderr
+    report = read_report(out)
+    assert report["first_failure"] == "inventory" and statuses(report)["settings"] == "not-run"
+    return report
+
+
+@pytest.mark.slow
+@rel(
+    42,
+    "a `.pth`, a `sitecustomize.py` and an extra module dropped into the real env's site-packages (their code would "
+    "run in every check), then `verify -- --no-rebuild`",
+    "the inventory step (every file owned by a locked RECORD, checked from outside the env before its interpreter "
+    "runs) fails naming the three files; nothing of the env runs; `rebuild --fresh` repairs it",
+)
+def test_dropped_code_fails_verify(real: Path, tmp_path: Path) -> None:
+    site = _real_site(real)
+    (site / "zz-hook.pth").write_text("import os; os.environ['HOOKED'] = '1'\n")
+    (site / "sitecustomize.py").write_text("import os\n")
+    (site / "extra_module.py").write_text("X = 1\n")
+    report = _verify_fails_at_inventory(real, tmp_path / "out", "zz-hook.pth", "sitecustomize.py", "extra_module.py")
+    inv = next(s for s in report["steps"] if s["name"] == "inventory")  # type: ignore[union-attr]
+    files = inv["details"]["files"]
+    assert {"zz-hook.pth", "sitecustomize.py", "extra_module.py"} <= {p.rsplit("/", 1)[-1] for p in files["foreign"]}
+    assert kd(real, "rebuild", "--fresh").returncode == 0
+
+
+@pytest.mark.slow
+@rel(
+    44,
+    "torch's `RECORD` removed from the real env (its files would no longer be checked), then `verify -- --no-rebuild`",
+    "refused: `locked distribution(s) without a RECORD: torch`, and every torch file is named as owned by no locked "
+    "RECORD; `rebuild --fresh` repairs it",
+)
+def test_record_removed_fails_verify(real: Path, tmp_path: Path) -> None:
+    record = next(_real_site(real).glob("torch-*.dist-info")) / "RECORD"
+    record.unlink()
+    _verify_fails_at_inventory(real, tmp_path / "out", "without a RECORD: torch", "no locked distribution owns")
+    assert kd(real, "rebuild", "--fresh").returncode == 0
+
+
+@pytest.mark.slow
+@rel(
+    45,
+    "a file of the real env hard-linked from another place (as uv's default link mode leaves every file shared with "
+    "its cache), then `verify -- --no-rebuild`",
+    "rebuilds install with `--link-mode copy` (no file of a fresh env has a second link); a shared file is refused, "
+    "named; `rebuild --fresh` repairs it",
+)
+def test_shared_file_fails_verify(real: Path, tmp_path: Path) -> None:
+    site = _real_site(real)
+    regular = [p for p in site.joinpath("torch").rglob("*.py")][:200]
+    assert regular and all(p.stat().st_nlink == 1 for p in regular)  # copied, not linked from the cache
+    os.link(site / "torch" / "version.py", tmp_path / "linked.py")
+    _verify_fails_at_inventory(real, tmp_path / "out", "shared with another place (hard links)", "torch/version.py")
+    assert kd(real, "rebuild", "--fresh").returncode == 0
+
+
+@pytest.mark.slow
+@rel(
+    43,
+    "a same-size edit of a `.py` inside torch in the real env (one byte, mtime put back), then `verify`, then the "
+    "TIP it gives (`nox -s rebuild -- --fresh`), then `verify` again",
+    "refused at inventory (`changed since the build: torch/functional.py (ctime_ns)`); the fresh rebuild copies "
+    "clean files (the installer's cache was never linked to the env, so the edit did not reach it) and the next "
+    "verify passes: no loop",
+)
+def test_same_size_edit_in_torch_then_fresh_rebuild_passes(real: Path, tmp_path: Path) -> None:
+    target = _real_site(real) / "torch" / "functional.py"
+    clean = target.read_bytes()
+    _same_size_edit(target)
+    _verify_fails_at_inventory(real, tmp_path / "bad", "changed since the build", "torch/functional.py (ctime_ns")
+    assert kd(real, "rebuild", "--fresh").returncode == 0
+    assert (_real_site(real) / "torch" / "functional.py").read_bytes() == clean
+    proc = kd(real, "verify", "--no-rebuild", "--out", str(tmp_path / "good"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    inv = next(s for s in read_report(tmp_path / "good")["steps"] if s["name"] == "inventory")  # type: ignore[union-attr]
+    assert inv["status"] == "passed" and inv["details"]["files"]["snapshot"] == "compared"
+
+
+def test_report_details_are_bounded_and_counted() -> None:
+    found = envfiles.Findings(entries=5, added=[f"lib/x{i}.py" for i in range(300)], changed={"a": "mode"})
+    data = found.as_dict()
+    assert len(data["added"]) == envfiles.DETAILS_LIMIT < 300  # type: ignore[arg-type]
+    assert data["counts"] == {"foreign": 0, "shared": 0, "added": 300, "removed": 0, "changed": 1}
+    assert not found.clean and found.problems() == [
+        "added since the build: lib/x0.py, lib/x1.py, lib/x2.py (+297 more)", "changed since the build: a (mode)"]
+
+
+# --- the inventory step's record (what report.json says; the claims are built from it) ------------------------------
+
+
+def _step_on(env: Path, lock: rebuild.lockfile.Lockfile, tmp_path: Path, *, intentional: bool = False,
+             strict: bool = False) -> tuple[dict[str, object], list[str], str]:
+    from kernodeck.verify import Run, _inventory_step
+
+    run_ = Run(None, None, tmp_path)  # type: ignore[arg-type]
+    _, failure = _inventory_step(run_, lock, env / "bin" / "python", intentional=intentional, strict=strict)
+    step = run_.steps[-1]
+    return {"status": str(step.status), **step.details}, run_.not_established, str(failure or "")
+
+
+def _fake_env_runnable(tmp_path: Path) -> tuple[Path, rebuild.lockfile.Lockfile]:
+    import sys
+
+    env, lock = _fake_env(tmp_path)
+    cfg = env / "pyvenv.cfg"
+    cfg.write_text(f"home = {Path(sys._base_executable).parent}\ninclude-system-site-packages = false\n"
+                   f"version_info = {sys.version_info[0]}.{sys.version_info[1]}.{sys.version_info[2]}\n")
+    # the snapshot was taken with the earlier pyvenv.cfg: seal again
+    from types import SimpleNamespace
+
+    (env / envfiles.SNAPSHOT).unlink()
+    sealed = rebuild._seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+    (env / rebuild.MARKER).write_text(json.dumps(sealed))
+    return env, lock
+
+
+def test_inventory_step_records_the_file_claim(tmp_path: Path) -> None:
+    env, lock = _fake_env_runnable(tmp_path)
+    details, missing, failure = _step_on(env, lock, tmp_path)
+    assert details["status"] == "passed" and failure == "" and missing == []
+    files = details["files"]
+    assert files["snapshot"] == "compared" and set(files["counts"].values()) == {0}  # type: ignore[index,union-attr]
+    assert files["foreign"] == [] and files["without_record"] == [] and files["shared"] == []  # type: ignore[index]
+    assert "files, unchanged since the build" in str(details["summary"])
+    # a dropped sitecustomize that breaks the interpreter's report: the files are named, not the broken report
+    site = _site(env)
+    (site / "sitecustomize.py").write_text("print('garbage')\n")
+    details, _, failure = _step_on(env, lock, tmp_path)
+    assert details["status"] == "failed" and "sitecustomize.py" in failure and "no locked distribution owns" in failure
+
+
+def test_inventory_step_for_an_existing_interpreter(tmp_path: Path) -> None:
+    env, lock = _fake_env_runnable(tmp_path)
+    details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
+    assert details["status"] == "passed" and missing == [] and failure == ""  # built by Kernodeck: files held too
+    (_site(env) / "extra_mod.py").write_text("X = 1\n")
+    details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
+    assert details["status"] == "passed" and len(missing) == 1 and "extra_mod.py" in missing[0]
+    details, _, failure = _step_on(env, lock, tmp_path, intentional=True, strict=True)
+    assert details["status"] == "failed" and "extra_mod.py" in failure
+    (env / envfiles.SNAPSHOT).unlink()  # an interpreter Kernodeck did not build: nothing to hold its files to
+    details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
+    assert details["status"] == "passed" and "files" not in details
+    assert len(missing) == 1 and "no build snapshot" in missing[0]

@@ -1,0 +1,157 @@
+"""The relock workflow: schema and zizmor clean, its PR body from a tested function, its jobs' logic run locally."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernodeck.lock.upgrade import PR_BODY_LIMIT, pr_body
+from tests.e2e.test_workflows import (
+    _SHA_PIN,
+    FAKE_NOX,
+    WORKFLOWS,
+    _bash,
+    _git,
+    _relocked_origin,
+    _step,
+    _yaml,
+    schema_check,
+    zizmor,
+)
+
+RELOCK = WORKFLOWS / "relock.yml"
+
+
+def test_relock_workflow_is_schema_valid_and_zizmor_clean() -> None:
+    proc = schema_check(RELOCK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for persona in ("regular", "auditor"):
+        proc = zizmor(RELOCK, persona)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_relock_workflow_least_privilege_schedule_and_steps() -> None:
+    text = RELOCK.read_text(encoding="utf-8")
+    assert re.search(r"^permissions: \{\}$", text, re.M)
+    uses = [line for line in text.splitlines() if re.match(r"^\s*(-\s*)?uses:", line)]
+    assert uses and all(_SHA_PIN.match(line) for line in uses)
+    assert text.count("persist-credentials: false") == text.count("actions/checkout@")
+    assert text.count("contents: write") == 1 and text.count("pull-requests: write") == 1
+    for line in text.splitlines():  # expressions reach scripts only through env
+        if "${{" in line:
+            assert not line.lstrip().startswith(("run:", "echo", "nox", "git", "gh ")), line
+    data = _yaml(RELOCK)
+    triggers = data.get("on") or data.get(True)  # YAML 1.1 reads a bare `on` as true
+    assert "schedule" in triggers and "workflow_dispatch" in triggers
+    assert "--locked-only" in text and "runs-on: ${{ matrix.runs_on }}" in text
+
+
+def _upgrade_step_env(tmp_path: Path, exit_code: int) -> tuple[dict[str, str], Path, Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nox").write_text(
+        "#!/bin/sh\nmkdir -p runs/relock/$PLATFORM\necho '## Upgrade of '$PLATFORM > runs/relock/$PLATFORM/upgrade.md\n"
+        f"exit {exit_code}\n", encoding="utf-8")
+    (bin_dir / "nox").chmod(0o755)
+    out, summary = tmp_path / "output", tmp_path / "summary"
+    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]]), "PLATFORM": "cp311-x",
+           "AS_OF": "2026-11-01", "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)}
+    return env, out, summary
+
+
+@pytest.mark.parametrize(("code", "job_ok", "bisects"), [(0, True, False), (1, True, True), (3, True, False),
+                                                       (2, False, False)])
+def test_upgrade_job_reports_out_of_tolerance_and_fails_on_errors(tmp_path: Path, code: int, job_ok: bool,
+                                                                  bisects: bool) -> None:
+    job = _yaml(RELOCK)["jobs"]["upgrade"]
+    step = _step(job, "relock, diff, verify against the reference")
+    env, out, summary = _upgrade_step_env(tmp_path, code)
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = _bash(step["run"], work, env)
+    assert (proc.returncode == 0) is job_ok, proc.stdout + proc.stderr
+    assert f"status={code}" in out.read_text(encoding="utf-8")
+    assert "## Upgrade of cp311-x" in summary.read_text(encoding="utf-8")  # the drift table in the job summary
+    condition = _step(job, "bisect what moved the outputs")["if"]
+    assert condition == "${{ steps.upgrade.outputs.status == '1' }}" and bisects is (code == 1)
+
+
+def _platform_result(folder: Path, platform: str, *, holds: bool, culprit: list[list[str]] | None = None) -> None:
+    sub = folder / platform
+    sub.mkdir(parents=True)
+    data = {"version": 1, "platform": platform, "holds": holds, "failure": "",
+            "changes": [{"name": "numpy", "kind": "upgraded", "old": "2.3.5", "new": "2.4.0"},
+                        {"name": "six", "kind": "removed", "old": "1.16.0", "new": None}]}
+    (sub / "upgrade.json").write_text(json.dumps(data), encoding="utf-8")
+    (sub / "upgrade.md").write_text(f"## Upgrade of {platform}\n\n| values | allclose |\n", encoding="utf-8")
+    if culprit is not None:
+        (sub / "bisect.json").write_text(json.dumps({"verdict": "found", "culprit": culprit}), encoding="utf-8")
+        (sub / "bisect.md").write_text(f"## Bisect of {platform}\n", encoding="utf-8")
+
+
+def test_pr_body_names_each_platform_its_changes_verdict_and_bisect(tmp_path: Path) -> None:
+    _platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
+    _platform_result(tmp_path, "cp311-macosx_arm64-mps", holds=False, culprit=[["numpy"]])
+    body = pr_body(["cp311-linux_x86_64-cpu", "cp311-macosx_arm64-mps", "cp311-linux_x86_64-cu130"], tmp_path,
+                   as_of="2026-11-01", run_url="https://github.com/o/r/actions/runs/1")
+    assert body.startswith("## Relock as of 2026-11-01\n")
+    assert "| cp311-linux_x86_64-cpu | 1 removed, 1 upgraded | within tolerance, criterion holds |" in body
+    assert "| cp311-macosx_arm64-mps | 1 removed, 1 upgraded | **OUT OF TOLERANCE**; bisect: numpy |" in body
+    assert "| cp311-linux_x86_64-cu130 | — | **no result**" in body  # its job failed: said, not hidden
+    assert "<details><summary>cp311-macosx_arm64-mps</summary>" in body and "## Bisect of cp311-macosx" in body
+
+
+def test_pr_body_over_githubs_limit_keeps_the_table_only(tmp_path: Path) -> None:
+    _platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
+    (tmp_path / "cp311-linux_x86_64-cpu" / "upgrade.md").write_text("x" * (PR_BODY_LIMIT + 10), encoding="utf-8")
+    body = pr_body(["cp311-linux_x86_64-cpu"], tmp_path)
+    assert len(body) < PR_BODY_LIMIT and "too long for this page" in body
+    assert "| cp311-linux_x86_64-cpu |" in body
+
+
+@pytest.mark.slow
+@pytest.mark.reliability(94, "the relock workflow's propose job in a scratch clone: one platform's new lock and "
+                         "upgrade report as artifacts, a second platform whose job failed",
+                         "the locks check, the PR is opened with --body-file, the body names both platforms")
+def test_propose_job_opens_one_pr_whose_body_is_the_generated_one(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    origin, runner, platform = _relocked_origin(tmp_path, monkeypatch)
+    job = _yaml(RELOCK)["jobs"]["propose"]
+    temp = tmp_path / "runner-temp"
+    found = temp / "relock"
+    for rel in (f"lockfiles/{platform}.txt", f"lockfiles/pylock.{platform}.toml"):
+        (found / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(runner / rel, found / rel)
+    _platform_result(found / "runs" / "relock", platform, holds=True)
+    clone = tmp_path / "propose"
+    _git(tmp_path, "clone", "--quiet", str(origin), str(clone))
+    bin_dir, gh_log = tmp_path / "bin", tmp_path / "gh.log"
+    bin_dir.mkdir()
+    gh = f"#!/bin/sh\necho \"$*\" >> \"{gh_log}\"\n"
+    for name, text in (("nox", FAKE_NOX.format(python=sys.executable)), ("gh", gh)):
+        (bin_dir / name).write_text(text, encoding="utf-8")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]]), "RUNNER_TEMP": str(temp),
+           "PLATFORMS": f"{platform} cp311-linux_x86_64-cu130", "AS_OF": "2026-11-01",
+           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"), "GH_TOKEN": "dummy", "OWN_TOKEN": "true",
+           "RUN_ID": "42", "BASE": "main"}
+    for name in ("take the new locks", "every lock reads back and matches its inputs", "the pull request's body",
+                 "open a pull request"):
+        proc = _bash(_step(job, name)["run"], clone, env)
+        assert proc.returncode == 0, f"{name}: {proc.stdout}{proc.stderr}"
+    calls = gh_log.read_text(encoding="utf-8").splitlines()
+    assert calls[0] == "auth setup-git"
+    assert calls[1].startswith("pr create --base main --head kernodeck/relock-42 --title relock: as of 2026-11-01")
+    body = (found / "runs" / "relock" / "pr-body.md").read_text(encoding="utf-8")
+    assert f"--body-file {found / 'runs' / 'relock' / 'pr-body.md'}" in calls[1]
+    assert f"| {platform} | 1 removed, 1 upgraded | within tolerance" in body
+    assert "| cp311-linux_x86_64-cu130 | — | **no result**" in body
+    assert "## Relock as of 2026-11-01" in (tmp_path / "summary").read_text(encoding="utf-8")
+    files = _git(origin, "diff", "--name-only", "main", "kernodeck/relock-42").split()
+    assert sorted(files) == sorted([f"lockfiles/{platform}.txt", f"lockfiles/pylock.{platform}.toml"])

@@ -1,0 +1,210 @@
+"""The application contract: the declaration, the tolerance kinds (each with a negative control), the flip bound."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernodeck.dossier import reference
+from kernodeck.errors import ConfigError, ManifestError
+from kernodeck.inenv import tolerance
+from kernodeck.project import application
+from kernodeck.project.config import load_project
+
+ROOT = Path(__file__).resolve().parents[2]
+IDS = [f"r{i}" for i in range(6)]
+
+
+def _declared_table() -> dict[str, Any]:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return copy.deepcopy(data["tool"]["kernodeck"]["application"])
+
+
+# --- the declaration -------------------------------------------------------------------------------------------------
+
+
+def test_this_repository_declares_its_application_like_any_user() -> None:
+    app = application.load(ROOT)
+    assert str(app.entry) == "checks/app.py:run" and str(app.criterion) == "checks/app.py:criterion"
+    assert app.outputs["embeddings"].kind is application.Kind.COSINE
+    assert app.outputs["embeddings"].tolerance == {"cosine-min": 0.9999, "max-abs": 1e-4}
+    assert "checks/app.py" in app.code and app.weights is not None
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.update(entry="checks/app.py"), "path/to/file.py:function"),
+        (lambda t: t.update(entry="../elsewhere.py:run"), "inside the project"),
+        (lambda t: t.pop("sample"), "sample"),
+        (lambda t: t.update(outputs={}), "declares no outputs"),
+        (lambda t: t["outputs"]["embeddings"].update(kind="close-enough"), "is not one of"),
+        (lambda t: t["outputs"]["embeddings"].pop("max-abs"), "needs a number max-abs"),
+        (lambda t: t["outputs"]["embeddings"].update(rtol=0.1), "rtol not used by kind cosine"),
+        (lambda t: t["outputs"]["embeddings"].update(dtype="float33"), "dtype"),
+        (lambda t: t["outputs"]["embeddings"].update(justification=" "), "justification"),
+        (lambda t: t["outputs"]["embeddings"].update({"cosine-min": 1.5}), "outside"),
+    ],
+)
+def test_bad_declarations_are_named(edit: Any, message: str) -> None:
+    table = _declared_table()
+    application.from_table(table)  # the control: the declaration as committed is accepted
+    edit(table)
+    with pytest.raises(ConfigError, match=message):
+        application.from_table(table)
+
+
+def test_each_kind_takes_its_tolerance_fields() -> None:
+    base = {"dtype": "float32", "justification": "why"}
+    cases = {
+        "cosine": {"cosine-min": 0.99, "max-abs": 1e-3},
+        "allclose": {"rtol": 1e-5, "atol": 1e-6},
+        "exact": {},
+        "agreement": {"min-share": 0.98},
+    }
+    for kind, tol in cases.items():
+        table = {"entry": "app.py:run", "sample": "s.jsonl", "outputs": {"x": {**base, "kind": kind, **tol}}}
+        assert application.from_table(table).outputs["x"].tolerance == tol
+
+
+# --- the tolerance kinds, each with a negative control ----------------------------------------------------------------
+
+
+def _verdict(decl: dict[str, Any], ours: Any, ref: Any) -> dict[str, Any]:
+    return tolerance.compare(decl, np.asarray(ours), np.asarray(ref), IDS)
+
+
+def test_cosine_passes_within_and_fails_beyond() -> None:
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(6, 8)).astype(np.float32)
+    decl = {"kind": "cosine", "cosine-min": 0.9999, "max-abs": 1e-4}
+    assert _verdict(decl, ref + np.float32(1e-6), ref)["passed"]
+    moved = ref.copy()
+    moved[2, 3] += 1e-3  # cosine still ~1, but max abs beyond
+    verdict = _verdict(decl, moved, ref)
+    assert not verdict["passed"] and verdict["max_abs"] > 1e-4
+    turned = ref.copy()
+    turned[4] = -turned[4]  # same magnitudes, opposite direction
+    verdict = _verdict({**decl, "max-abs": 100.0}, turned, ref)
+    assert not verdict["passed"] and verdict["worst_id"] == "r4" and verdict["min_cosine"] < 0
+
+
+def test_allclose_passes_within_and_fails_beyond() -> None:
+    ref = np.linspace(-3, 3, 24, dtype=np.float32).reshape(6, 4)
+    decl = {"kind": "allclose", "rtol": 1e-3, "atol": 1e-5}
+    assert _verdict(decl, ref * np.float32(1 + 5e-4), ref)["passed"]
+    moved = ref.copy()
+    moved[5, 0] *= 1.01
+    verdict = _verdict(decl, moved, ref)
+    assert not verdict["passed"] and verdict["rows_over"] == ["r5"] and verdict["values_over"] == 1
+
+
+def test_exact_passes_equal_and_fails_one_change() -> None:
+    ref = np.arange(6, dtype=np.int64)
+    decl = {"kind": "exact"}
+    assert _verdict(decl, ref.copy(), ref)["passed"]
+    moved = ref.copy()
+    moved[1] = 9
+    verdict = _verdict(decl, moved, ref)
+    assert not verdict["passed"] and verdict["first_unequal"] == ["r1"]
+
+
+def test_agreement_passes_at_the_share_and_fails_below() -> None:
+    ref = np.array([0, 1, 2, 3, 4, 5])
+    decl = {"kind": "agreement", "min-share": 5 / 6}
+    one_off = ref.copy()
+    one_off[0] = 7
+    assert _verdict(decl, one_off, ref)["passed"]
+    two_off = one_off.copy()
+    two_off[1] = 7
+    verdict = _verdict(decl, two_off, ref)
+    assert not verdict["passed"] and math.isclose(verdict["equal_share"], 4 / 6)
+
+
+@pytest.mark.parametrize(
+    "decl",
+    [
+        {"kind": "cosine", "cosine-min": -1.0, "max-abs": 1e9},
+        {"kind": "allclose", "rtol": 1e9, "atol": 1e9},
+        {"kind": "agreement", "min-share": 0.0},
+    ],
+)
+def test_non_finite_values_are_reported_never_hidden(decl: dict[str, Any]) -> None:
+    ref = np.ones((6, 3), dtype=np.float32)
+    assert _verdict(decl, ref.copy(), ref)["passed"]  # the control: the loosest tolerance passes finite values
+    bad = ref.copy()
+    bad[3, 1] = np.nan
+    verdict = _verdict(decl, bad, ref)
+    assert not verdict["passed"] and verdict["non_finite"]["output"] == ["r3"] and "non-finite" in verdict["summary"]
+    verdict = _verdict(decl, ref, bad)
+    assert not verdict["passed"] and verdict["non_finite"]["reference"] == ["r3"]
+
+
+def test_shape_mismatch_fails_every_kind() -> None:
+    for decl in ({"kind": "exact"}, {"kind": "cosine", "cosine-min": 0.0, "max-abs": 1.0}):
+        verdict = _verdict(decl, np.zeros((6, 3)), np.zeros((6, 4)))
+        assert not verdict["passed"] and "shape" in verdict["summary"]
+
+
+# --- the reference: flip bound, declaration drift, shapes ----------------------------------------------------------
+
+
+def test_flip_bound_applies_only_to_nearest_neighbours_of_a_cosine_output() -> None:
+    app = application.load(ROOT)
+    crit = {"passed": True, "margin": 0.3, "neighbours_of": "embeddings"}
+    record = reference.flip_bound(app, crit, {"embeddings": [40, 384]})
+    assert record is not None and record["bound"] == pytest.approx(2 * math.sqrt(384) * 1e-4)
+    with pytest.raises(ManifestError, match="could flip a nearest neighbour"):
+        reference.flip_bound(app, {**crit, "margin": 0.005}, {"embeddings": [40, 384]})
+    # Not a nearest-neighbour criterion (e.g. an accuracy margin): the rule does not apply.
+    assert reference.flip_bound(app, {"passed": True, "margin": 0.005}, {"embeddings": [40, 384]}) is None
+
+
+def test_a_declaration_that_moved_since_the_reference_is_named() -> None:
+    manifest = reference.load(load_project(ROOT)).manifest
+    app = application.load(ROOT)
+    assert reference.declaration_differences(manifest, app) == []
+    table = _declared_table()
+    table["outputs"]["embeddings"]["max-abs"] = 1e-2
+    table["params"]["batch-size"] = 8
+    found = reference.declaration_differences(manifest, application.from_table(table))
+    assert any("outputs.embeddings.max_abs: 0.0001 -> declared 0.01" in f for f in found)
+    assert any("application.params" in f for f in found)
+
+
+def test_npy_shape_read_without_numpy(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.zeros((5, 7, 2), dtype=np.float32))
+    assert reference.npy_shape(tmp_path / "a.npy") == [5, 7, 2]
+    (tmp_path / "b.npy").write_text(json.dumps([1, 2]))
+    with pytest.raises(ManifestError, match=r"not a \.npy"):
+        reference.npy_shape(tmp_path / "b.npy")
+
+
+def test_the_distribution_ships_the_inenv_side() -> None:
+    """Everything run inside the env ships in the distribution: every package folder under kernodeck/ is listed."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(data["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "kernodeck").rglob("__init__.py")
+    }
+    assert "kernodeck.inenv" in folders and folders <= listed
+    from kernodeck import verify
+
+    assert verify.RUNNER == ROOT / "kernodeck" / "inenv" / "runner.py" and verify.RUNNER.is_file()
+
+
+def test_a_bounded_determinism_run_says_so_in_the_report() -> None:
+    from kernodeck.verify.report import Status, Step, step_result
+
+    details = {"bitwise_identical": True, "repeats": 2, "records": 64, "of": 2048, "subset": "the first 64 records"}
+    line = step_result(Step("determinism", Status.PASSED, details=details))
+    assert "the first 64 records (64 of 2048 records)" in line
+    whole = step_result(Step("determinism", Status.PASSED, details={**details, "records": 40, "of": 40}))
+    assert "records" not in whole

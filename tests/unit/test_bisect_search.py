@@ -1,0 +1,143 @@
+"""The bisect's search over change groups with a fake probe, its grouping and its intermediate locks."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kernodeck.lock import bisect, lockdiff, lockfile
+from kernodeck.lock.bisect import Outcome, Verdict
+from tests.unit.test_lockdiff import NEW, OLD, write_lock
+
+
+def _fake(bad: Callable[[frozenset[int]], bool], skip: Callable[[frozenset[int]], bool] = lambda s: False,
+          ) -> tuple[Callable[[frozenset[int]], Outcome], list[frozenset[int]]]:
+    calls: list[frozenset[int]] = []
+
+    def probe(subset: frozenset[int]) -> Outcome:
+        assert subset not in calls, f"{sorted(subset)} built twice"
+        assert subset, "the old lock is the reference's env: never rebuilt"
+        calls.append(subset)
+        if skip(subset):
+            return Outcome.SKIPPED
+        return Outcome.BAD if bad(subset) else Outcome.GOOD
+
+    return probe, calls
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 16, 33])
+def test_one_culprit_is_found_alone_within_the_bound(n: int) -> None:
+    for culprit in range(n):
+        probe, calls = _fake(lambda s, c=culprit: c in s)  # type: ignore[misc]
+        result = bisect.search(n, probe)
+        assert (result.verdict, result.culprit, result.alone) == (Verdict.FOUND, (culprit,), True)
+        # the new lock's env, then the bisection (ceil(log2 n)); one more only to build the culprit alone when the
+        # bisection did not already build it alone
+        search_part = [c for c in calls if c != frozenset({culprit})]
+        assert len(search_part) <= math.ceil(math.log2(n)) + 1 if n > 1 else len(calls) == 1
+        assert len(calls) <= bisect.bound(n) == (math.ceil(math.log2(n)) if n > 1 else 0) + 2
+        assert result.rebuilds == len(calls)
+
+
+def test_no_culprit_when_the_new_lock_is_within_tolerance() -> None:
+    probe, calls = _fake(lambda s: False)
+    result = bisect.search(6, probe)
+    assert result.verdict is Verdict.NO_CULPRIT and result.culprit == () and len(calls) == 1
+
+
+def test_no_changes_builds_nothing() -> None:
+    probe, calls = _fake(lambda s: True)
+    assert bisect.search(0, probe).verdict is Verdict.NO_CHANGES and calls == []
+
+
+def test_two_changes_needed_together_are_both_named() -> None:
+    for a, b in itertools.combinations(range(7), 2):
+        probe, _ = _fake(lambda s, a=a, b=b: a in s and b in s)  # type: ignore[misc]
+        result = bisect.search(7, probe)
+        assert (result.verdict, result.culprit, result.alone) == (Verdict.FOUND, (a, b), True)
+
+
+def test_either_of_two_culprits_names_the_first_alone() -> None:
+    probe, _ = _fake(lambda s: 2 in s or 5 in s)
+    result = bisect.search(8, probe)
+    assert (result.culprit, result.alone) == ((2,), True)
+
+
+def test_an_inconsistent_combination_is_skipped_and_the_search_goes_around_it() -> None:
+    probe, calls = _fake(lambda s: 5 in s, skip=lambda s: s == frozenset(range(4)))  # the first half cannot install
+    result = bisect.search(8, probe)
+    assert (result.verdict, result.culprit) == (Verdict.FOUND, (5,))
+    assert frozenset(range(4)) in calls
+    assert Outcome.SKIPPED in {t.outcome for t in result.trials}
+
+
+def test_only_skips_between_good_and_bad_leave_it_ambiguous() -> None:
+    probe, _ = _fake(lambda s: 3 in s, skip=lambda s: 0 < len(s) < 4 and s != frozenset({3}))
+    result = bisect.search(4, probe)
+    assert result.verdict is Verdict.AMBIGUOUS and result.candidates == (0, 1, 2, 3)
+
+
+def test_an_unbuildable_new_lock_is_said_so() -> None:
+    probe, _ = _fake(lambda s: True, skip=lambda s: len(s) == 5)
+    assert bisect.search(5, probe).verdict is Verdict.BAD_UNBUILDABLE
+
+
+def test_the_budget_stops_a_search() -> None:
+    probe, calls = _fake(lambda s: 3 in s)
+    result = bisect.search(16, probe, budget=2)
+    assert result.verdict is Verdict.OVER_BUDGET and len(calls) == 2
+
+
+def _change(name: str, old: str | None, new: str | None) -> lockdiff.PackageChange:
+    kind = lockdiff.Kind.ADDED if old is None else lockdiff.Kind.REMOVED if new is None else lockdiff.Kind.UPGRADED
+    return lockdiff.PackageChange(name, kind, old, new)
+
+
+def test_groups_join_a_new_version_with_the_new_version_it_requires() -> None:
+    changes = (_change("a", "1", "2"), _change("b", "1", "2"), _change("c", "1", "2"), _change("d", None, "1"),
+               _change("e", "1", "2"), _change("f", "1", None))
+    requires = {
+        "a": ["b>=2", "d"],  # needs the new b, and d which the old lock lacks: together
+        "c": ["b>=1"],  # the old b satisfies it: c moves alone
+        "e": ["f>=9; python_version < '3'"],  # a marker false here: ignored
+    }
+    env = {"python_version": "3.11", "python_full_version": "3.11.7", "sys_platform": "linux",
+           "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    groups = bisect.group_changes(changes, {"a": "1", "b": "1", "c": "1", "e": "1", "f": "1"}, requires, env)
+    assert [g.names for g in groups] == [("a", "b", "d"), ("c",), ("e",), ("f",)]
+    assert groups[0].label() == "a 1 → 2 + b 1 → 2 + d — → 1"
+
+
+def test_an_intermediate_lock_is_the_old_one_with_the_new_pins_of_the_subset(tmp_path: Path) -> None:
+    old = lockfile.read(write_lock(tmp_path / "old.txt", OLD))
+    new = lockfile.read(write_lock(tmp_path / "new.txt", NEW))
+    text = bisect.intermediate_lock(old, new, {"numpy", "triton", "six"}, "old lock + numpy, six, triton")
+    lock = lockfile.parse_checked(text, tmp_path / "mid.txt")  # sealed and complete: rebuild reads it as any lock
+    versions = lock.versions()
+    assert versions["numpy"] == NEW["numpy"] and versions["triton"] == NEW["triton"] and "six" not in versions
+    assert versions["torch"] == OLD["torch"] and versions["scipy"] == OLD["scipy"]
+    new_hashes = {p.name: p.hashes for p in new.pins}
+    assert next(p for p in lock.pins if p.name == "numpy").hashes == new_hashes["numpy"]
+    assert lock.first("bisect") == "old lock + numpy, six, triton"
+    assert lock.first("platform") == old.first("platform")
+    same = lockfile.parse_checked(bisect.intermediate_lock(old, new, set(), "nothing moved"), tmp_path / "s.txt")
+    assert same.versions() == old.versions()
+
+
+def test_a_lock_of_another_platform_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+    from kernodeck.errors import KernodeckError
+    from kernodeck.project.config import load_project
+    from kernodeck.project.platforms import resolve_platform
+    from tests.conftest import ROOT
+
+    project = load_project(ROOT)
+    good, bad = write_lock(tmp_path / "old.txt", OLD), write_lock(tmp_path / "new.txt", NEW)  # cp311 linux cpu
+    other = resolve_platform(project, "cp311-macosx_arm64-mps")
+    with pytest.raises(KernodeckError, match="is the lock of cp311-linux_x86_64-cpu, not of cp311-macosx_arm64-mps"):
+        bisect.bisect_locks(project, other, good, bad, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,101 @@
+"""The CLI parses and calls: the logic it called moved into its modules (reference.current/create, upgrade.outcome and
+write_pr_body, drift.declared_outputs and interpreter) and is tested there, without a rebuilt env."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernodeck.dossier import reference
+from kernodeck.errors import KernodeckError, ManifestError
+from kernodeck.lock import upgrade
+from kernodeck.lock.lockdiff import LockDiff, LockSide
+from kernodeck.measure import drift
+from kernodeck.project.config import load_project
+from kernodeck.project.platforms import resolve_platform
+from kernodeck.verify.report import Report, Status, Step
+from tests.conftest import copy_project
+from tests.e2e.test_upgrade_workflow import _platform_result
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_no_command_holds_more_than_a_screen_of_logic() -> None:
+    tree = ast.parse((ROOT / "kernodeck" / "__main__.py").read_text(encoding="utf-8"))
+    lengths = {f.name: (f.end_lineno or f.lineno) - f.lineno for f in tree.body
+               if isinstance(f, ast.FunctionDef) and f.name.startswith("cmd_")}
+    assert lengths and max(lengths.values()) <= 25, lengths
+
+
+def test_a_reference_is_replaced_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = load_project(copy_project(tmp_path / "p"))
+    with pytest.raises(ManifestError, match="a new identity is made only when asked") as refused:
+        reference.current(project, new=False)
+    assert refused.value.tip == "nox -s reference -- --new"
+    old = reference.current(project, new=True)
+    assert old is not None and old.id.startswith("sha256:")
+    (project.reference / "manifest.toml").write_text("id = [\n", encoding="utf-8")  # unusable: replaced, logged
+    assert reference.current(project, new=False) is None
+    assert "the current reference is unusable" in capsys.readouterr().err
+    shutil.rmtree(project.reference)
+    assert reference.current(project, new=False) is None
+
+
+def test_a_failed_reference_run_writes_nothing(tmp_path: Path) -> None:
+    project = load_project(copy_project(tmp_path / "p"))
+    before = (project.reference / "manifest.toml").read_bytes()
+    plat = resolve_platform(project, None)
+    failed = Step("backend", Status.FAILED, error="no  device\nfound", layer="device", details={"tip": "nox -s x"})
+    report = Report(platform=plat.id, steps=[Step("settings", Status.PASSED), failed])
+    with pytest.raises(KernodeckError, match="failed at backend: no device found; nothing was written") as raised:
+        reference.create(project, plat, report, tmp_path / "run", None)
+    assert raised.value.tip == "nox -s x"
+    assert (project.reference / "manifest.toml").read_bytes() == before
+
+
+def _result(tmp_path: Path, drift_: upgrade.Drift) -> upgrade.UpgradeResult:
+    side = LockSide(label="old", body_digest="a", as_of="", packages=0)
+    return upgrade.UpgradeResult(platform="cp311-linux_x86_64-cpu", lock=tmp_path / "lockfiles" / "new.txt",
+                                 old_lock=tmp_path / "runs" / "old.txt", folder=tmp_path / "runs" / "up",
+                                 diff=LockDiff(side, side, (), 0), drift=drift_, markdown="")
+
+
+@pytest.mark.parametrize(("outputs", "failure", "code", "said"), [
+    ((True,), "", 0, "criterion still holds"),
+    ((False,), "", 1, "OUT OF TOLERANCE"),
+    ((), "backend: no device", 3, "NOT VERIFIED (backend failed)"),
+])
+def test_the_upgrade_outcome_names_the_next_command(tmp_path: Path, outputs: tuple[bool, ...], failure: str,
+                                                    code: int, said: str) -> None:
+    project = load_project(copy_project(tmp_path / "p"))
+    plat = resolve_platform(project, None)
+    drifts = tuple(upgrade.OutputDrift("embeddings", "cosine", ok, 0.0, 1.0, None, "cosine >= 0.99", "")
+                   for ok in outputs)
+    result = _result(project.root, upgrade.Drift(drifts, None, failure))
+    text, exit_code = upgrade.outcome(result, plat, project.root)
+    assert exit_code == code and f"upgrade {plat.id}: {said}; new lock lockfiles/new.txt" in text
+    assert text.startswith(f"### Against the reference: {plat.id}\n")
+    assert ("next: nox -s bisect -- --platform" in text) == (code == 1)
+    assert ("next: read " in text) == (code == 3)
+
+
+def test_the_pr_body_is_written_for_the_named_platforms(tmp_path: Path) -> None:
+    _platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
+    body = upgrade.write_pr_body(tmp_path, "cp311-linux_x86_64-cpu, cp311-linux_x86_64-cu130")
+    assert (tmp_path / "pr-body.md").read_text(encoding="utf-8") == body
+    assert "| cp311-linux_x86_64-cu130 | — | **no result**" in body  # named, not found: said
+    assert "cp311-linux_x86_64-cu130" not in upgrade.write_pr_body(tmp_path, "")  # none named: the folders found
+
+
+def test_drift_needs_declared_outputs_and_an_interpreter(tmp_path: Path) -> None:
+    with pytest.raises(KernodeckError, match="no declared outputs") as none:
+        drift.declared_outputs(None, [tmp_path])
+    assert none.value.tip == "cd PROJECT && nox -s drift -- A B C"
+    project = load_project(copy_project(tmp_path / "p"))
+    assert "embeddings" in drift.declared_outputs(project, [])
+    assert drift.interpreter(None, Path("/some/python")) == Path("/some/python")
+    with pytest.raises(KernodeckError, match="no rebuilt env here"):
+        drift.interpreter(None, None)

@@ -1,0 +1,376 @@
+"""Issue 19, "Passed means proven": checks that cannot fail are refused, NaN never passes, one lock check for all.
+
+Unit tests of the in-env side (numpy only, no torch: the test session has numpy) and of the orchestrator's rules.
+Each check is shown failing on bad input and passing on good input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernodeck.inenv import application, backend, controls, resume, tolerance
+from kernodeck.inenv._common import CheckFailed, Context
+
+NAN, INF = float("nan"), float("inf")
+COSINE = {"kind": "cosine", "dtype": "float32", "cosine-min": 0.9999, "max-abs": 1e-4}
+ALLCLOSE = {"kind": "allclose", "dtype": "float32", "rtol": 1e-3, "atol": 1e-3}
+EXACT = {"kind": "exact", "dtype": "int64"}
+AGREEMENT = {"kind": "agreement", "dtype": "int64", "min-share": 0.99}
+
+
+def _unit_rows(rows: int = 24, dim: int = 16, seed: int = 3) -> Any:
+    arr = np.random.default_rng(seed).standard_normal((rows, dim))
+    return (arr / np.linalg.norm(arr, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _ids(n: int) -> list[str]:
+    return [f"r{i:02d}" for i in range(n)]
+
+
+# --- the criterion's controls ----------------------------------------------------------------------------------------
+
+
+def test_corruptions_keep_shape_and_dtype_and_move_every_row() -> None:
+    outputs = {"emb": _unit_rows(), "labels": np.arange(24, dtype=np.int64) % 3, "flag": np.arange(24) % 2 == 0}
+    found = controls.corruptions(outputs)
+    assert list(found) == ["permuted", "noise", "constant"]
+    for corrupted in found.values():
+        for name, arr in corrupted.items():
+            assert arr.shape == outputs[name].shape and arr.dtype == outputs[name].dtype, name
+    order = [int(np.flatnonzero((outputs["emb"] == row).all(axis=1))[0]) for row in found["permuted"]["emb"]]
+    assert order != list(range(24)) and sorted(order) == list(range(24))  # a permutation, never the identity
+    assert np.array_equal(found["permuted"]["labels"], outputs["labels"][order])  # one permutation for all outputs
+    assert len(np.unique(found["constant"]["emb"])) == 1
+    assert controls.corruptions(outputs)["noise"]["emb"].tobytes() == found["noise"]["emb"].tobytes()  # fixed seed
+    two = controls.corrupt(np.array([1.0, 2.0]), "permuted", np.random.default_rng(0))
+    assert two.tolist() == [2.0, 1.0]
+
+
+def _accuracy(outputs: dict[str, Any]) -> tuple[bool, str]:
+    truth = np.arange(24, dtype=np.int64) % 3
+    accuracy = float((outputs["labels"] == truth).mean())
+    return accuracy >= 0.9, f"accuracy {accuracy:.2f}"
+
+
+def test_a_criterion_that_judges_is_able_to_fail() -> None:
+    found = controls.criterion_controls(_accuracy, {"labels": np.arange(24, dtype=np.int64) % 3})
+    assert found["able_to_fail"] is True
+    assert found["corruptions"]["permuted"]["passed"] is False
+
+
+@pytest.mark.parametrize("criterion", ["always", "raises-never"])
+def test_a_criterion_that_always_passes_is_unable_to_fail(criterion: str) -> None:
+    def always(outputs: dict[str, Any]) -> tuple[bool, str]:
+        return True, "fine"
+
+    def raises_never(outputs: dict[str, Any]) -> tuple[bool, str]:
+        return bool(np.isfinite(outputs["labels"]).all()), "finite"
+
+    judge = always if criterion == "always" else raises_never
+    found = controls.criterion_controls(judge, {"labels": np.arange(24, dtype=np.int64) % 3})
+    assert found["able_to_fail"] is False
+    assert {r["passed"] for r in found["corruptions"].values()} == {True}
+
+
+def test_a_criterion_raising_on_garbage_counts_as_failed() -> None:
+    def picky(outputs: dict[str, Any]) -> tuple[bool, str]:
+        if len(np.unique(outputs["labels"])) == 1:
+            raise ZeroDivisionError("one class")
+        return True, "fine"
+
+    found = controls.criterion_controls(picky, {"labels": np.arange(24, dtype=np.int64) % 3})
+    assert found["able_to_fail"] is True and "ZeroDivisionError" in found["corruptions"]["constant"]["summary"]
+
+
+# --- each tolerance able to fail -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("declared", "arr"),
+    [
+        (COSINE, _unit_rows()),
+        (ALLCLOSE, _unit_rows() * 30),
+        (EXACT, np.arange(24, dtype=np.int64) % 3),
+        (AGREEMENT, np.arange(24, dtype=np.int64) % 3),
+        ({**COSINE, "cosine-min": -1.0}, _unit_rows()),  # cosine-min admits all, but a turned row exceeds max-abs
+        ({**ALLCLOSE, "rtol": 0.0, "atol": 0.0}, _unit_rows()),  # zero tolerance: the next float is past it
+    ],
+)
+def test_a_declared_tolerance_is_able_to_fail(declared: dict[str, Any], arr: Any) -> None:
+    ids = _ids(arr.shape[0])
+    assert tolerance.compare(declared, arr, arr, ids)["passed"] is True  # the reference itself passes
+    found = controls.tolerance_controls(tolerance.compare, declared, arr, ids)
+    assert found["able_to_fail"] is True, found
+    assert all(r["failed_compare"] for r in found["moved_past"].values())
+
+
+def test_the_cosine_row_is_turned_just_below_cosine_min() -> None:
+    ref = _unit_rows()
+    turned = controls.moved_past({**COSINE, "max-abs": 10.0}, ref)["cosine-min"]
+    verdict = tolerance.compare({**COSINE, "max-abs": 10.0}, turned, ref, _ids(24))
+    assert verdict["passed"] is False and 0.9998 < verdict["min_cosine"] < 0.9999
+
+
+@pytest.mark.parametrize(
+    ("declared", "key"),
+    [
+        ({**ALLCLOSE, "atol": INF}, "atol + rtol*|ref|"),
+        ({**AGREEMENT, "min-share": 0.0}, "min-share"),
+        ({**COSINE, "max-abs": INF}, "max-abs"),
+    ],
+)
+def test_a_tolerance_that_cannot_fail_is_named(declared: dict[str, Any], key: str) -> None:
+    arr = _unit_rows() if declared["kind"] != "agreement" else np.arange(24, dtype=np.int64) % 3
+    found = controls.tolerance_controls(tolerance.compare, declared, arr, _ids(24))
+    assert found["able_to_fail"] is False and found["moved_past"][key]["failed_compare"] is False
+
+
+# --- the in-env steps, on a fake context -----------------------------------------------------------------------------
+
+APP = '''
+import numpy as np
+
+def run(app):
+    labels = np.array([int(r["label"]) for r in app.records], dtype=np.int64)
+    app.write("labels", labels, [r["id"] for r in app.records])
+
+def criterion(outputs, ids, records, params):
+    truth = np.array([int(r["label"]) for r in records], dtype=np.int64)
+    acc = float((outputs["labels"] == truth).mean())
+    return {"passed": acc >= 0.9, "summary": f"accuracy {acc:.2f}", "margin": acc - 0.9}
+
+def anything_goes(outputs, ids, records, params):
+    return {"passed": True, "summary": "always", "margin": None}
+
+def keyerror(outputs, ids, records, params):
+    return {"passed": True, "summary": str(params["epoch"])}
+
+def nan_margin(outputs, ids, records, params):
+    return {"passed": True, "summary": "x", "margin": float("nan")}
+
+def neighbours(outputs, ids, records, params):
+    emb = outputs["emb"]
+    unit = bool(np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-3)) and len(np.unique(emb[:, 0])) > 1
+    return {"passed": unit, "summary": "unit rows", "margin": 0.05, "neighbours_of": "emb"}
+'''
+
+
+def _ctx(tmp_path: Path, function: str, outputs: dict[str, Any], declared: dict[str, Any],
+         reference: dict[str, Any] | None = None) -> Context:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "app.py").write_text(APP, encoding="utf-8")
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text("".join(json.dumps({"id": f"r{i:02d}", "label": i % 3}) + "\n" for i in range(24)))
+    config: dict[str, Any] = {
+        "project_root": str(tmp_path),
+        "mode": "verify" if reference else "reference",
+        "application": {"sample": str(sample), "criterion": {"file": "app.py", "function": function},
+                        "outputs": declared, "params": {}},
+        "reference": reference,
+    }
+    ctx = Context(config=config, out=tmp_path / "out")
+    ctx.state["reread"] = outputs
+    return ctx
+
+
+LABELS = {"labels": {"kind": "exact", "dtype": "int64"}}
+
+
+def test_criterion_step_records_its_controls_and_refuses_one_unable_to_fail(tmp_path: Path) -> None:
+    good = {"labels": np.arange(24, dtype=np.int64) % 3}
+    details = application.criterion(_ctx(tmp_path, "criterion", good, LABELS))
+    assert details["controls"]["able_to_fail"] is True and details["summary"] == "accuracy 1.00"
+    with pytest.raises(CheckFailed, match="the criterion is unable to fail") as caught:
+        application.criterion(_ctx(tmp_path / "b", "anything_goes", good, LABELS))
+    assert caught.value.layer == "application" and "nox -s reference -- --new" in caught.value.details["tip"]
+    with pytest.raises(CheckFailed, match="margin is non-finite"):
+        application.criterion(_ctx(tmp_path / "c", "nan_margin", good, LABELS))
+
+
+def test_a_criterion_that_raises_shows_the_users_line(tmp_path: Path) -> None:
+    """The user's criterion raising (a KeyError of theirs) is the application's error with its file:line, not a
+    NameError of Kernodeck's (red team, h11: _judge named a ctx it was not given); a criterion that judges passes."""
+    good = {"labels": np.arange(24, dtype=np.int64) % 3}
+    with pytest.raises(CheckFailed, match=r"the criterion raised KeyError: 'epoch' at .*app\.py:\d+") as caught:
+        application.criterion(_ctx(tmp_path, "keyerror", good, LABELS))
+    assert caught.value.layer == "application"
+    assert application.criterion(_ctx(tmp_path / "ok", "criterion", good, LABELS))["passed"] is True
+
+
+def test_flip_bound_is_derived_in_the_env_whatever_the_manifest_holds(tmp_path: Path) -> None:
+    emb = _unit_rows(24, 384)
+    ok = {"emb": {**COSINE, "max-abs": 1e-5}}  # 2*sqrt(384)*1e-5 = 3.9e-4 < 0.05/2
+    ref = {"dir": str(tmp_path), "outputs": {"emb": {"shape": [24, 384]}}}
+    ctx = _ctx(tmp_path, "neighbours", {"emb": emb}, ok, ref)
+    ctx.state["reference"] = {"emb": emb}
+    assert application.criterion(ctx)["flip_bound"]["dim"] == 384
+    loose = {"emb": {**COSINE, "max-abs": 0.05}}  # no flip_bound table anywhere: still refused
+    ctx = _ctx(tmp_path / "b", "neighbours", {"emb": emb}, loose, ref)
+    ctx.state["reference"] = {"emb": emb}
+    with pytest.raises(CheckFailed, match=r"declared max-abs 0\.05 of emb allows cosine changes up to 1\.96"):
+        application.criterion(ctx)
+    # the reference's recorded margin counts when it is the smaller one
+    ctx = _ctx(tmp_path / "c", "neighbours", {"emb": emb}, ok, ref)
+    ctx.state["reference"] = {"emb": emb}
+    ctx.config["criterion"] = {"margin": 1e-4}
+    with pytest.raises(CheckFailed, match=r"margin \(0.0001\)"):
+        application.criterion(ctx)
+
+
+def test_compare_step_refuses_a_tolerance_that_cannot_fail(tmp_path: Path) -> None:
+    arr = _unit_rows()
+    ref = {"dir": str(tmp_path), "outputs": {"emb": {"shape": [24, 16]}}}
+    ctx = _ctx(tmp_path, "criterion", {"emb": arr}, {"emb": COSINE}, ref)
+    ctx.state["reference"] = {"emb": arr.copy()}
+    details = application.compare(ctx)
+    assert details["passed"] is True and details["tolerance_controls"]["emb"]["able_to_fail"] is True
+    ctx = _ctx(tmp_path / "b", "criterion", {"emb": arr}, {"emb": {**COSINE, "max-abs": INF}}, ref)
+    ctx.state["reference"] = {"emb": arr.copy()}
+    with pytest.raises(CheckFailed, match=r"a declared tolerance is unable to fail.*emb max-abs"):
+        application.compare(ctx)
+    making = _ctx(tmp_path / "c", "criterion", {"emb": arr}, {"emb": {**COSINE, "max-abs": INF}})
+    with pytest.raises(CheckFailed, match="unable to fail"):  # `nox -s reference` refuses it too
+        application.compare(making)
+
+
+def test_reference_step_names_changed_code_files(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text("x = 1\n")
+    digest = hashlib.sha256(b"x = 1\n").hexdigest()
+    for code, allowed, changed in (
+        ({"app.py": digest}, False, []),
+        ({"app.py": "0" * 64, "gone.py": digest}, True, ["app.py", "gone.py"]),
+    ):
+        ctx = Context(config={"project_root": str(tmp_path), "reference": {"code": code},
+                              "allow_code_change": allowed}, out=tmp_path)
+        assert application.code_check(ctx) == {"files": sorted(code), "changed": changed, "allowed": allowed}
+    ctx = Context(config={"project_root": str(tmp_path), "reference": {"code": {"app.py": "0" * 64}}}, out=tmp_path)
+    with pytest.raises(CheckFailed, match=r"code differs from the reference's fingerprint: app\.py") as caught:
+        application.code_check(ctx)
+    assert caught.value.layer == "reference" and "nox -s reference -- --new" in caught.value.details["tip"]
+
+
+# --- NaN and Inf: a failure named non-finite, in every numeric check ------------------------------------------------
+
+
+def test_exceeds_is_true_for_nan_and_inf() -> None:
+    assert controls.exceeds(NAN, 1e-6) and controls.exceeds(INF, 1e-6) and controls.exceeds(2e-6, 1e-6)
+    assert not controls.exceeds(1e-6, 1e-6) and not controls.exceeds(0.0, 0.0)
+    assert controls.non_finite([1.0, NAN, INF]) == 2 and controls.non_finite(np.arange(3)) == 0
+
+
+def _probe(matmul: float, softmax: float) -> dict[str, Any]:
+    return {"matmul_max_abs_error": matmul, "softmax_max_abs_error": softmax}
+
+
+@pytest.mark.parametrize(("matmul", "softmax", "op"), [(0.0, NAN, "softmax"), (NAN, 0.0, "matmul"),
+                                                       (0.0, INF, "softmax")])
+def test_backend_probe_nan_is_non_finite(matmul: float, softmax: float, op: str) -> None:
+    with pytest.raises(CheckFailed, match=f"{op} on cpu: non-finite") as caught:
+        backend.judge("cpu", _probe(matmul, softmax))
+    assert caught.value.layer == f"operator:{op}"
+
+
+def test_backend_probe_judges_finite_errors() -> None:
+    backend.judge("cpu", _probe(0.0, 1e-7))  # passes
+    with pytest.raises(CheckFailed, match="softmax on cpu differs"):
+        backend.judge("cpu", _probe(0.0, 2e-6))
+    with pytest.raises(CheckFailed, match="matmul on cpu differs"):
+        backend.judge("cpu", _probe(1.0, 0.0))
+
+
+def test_tolerance_compare_nan_is_non_finite_for_every_kind() -> None:
+    ids = _ids(24)
+    for declared, arr in ((COSINE, _unit_rows()), (ALLCLOSE, _unit_rows()), (EXACT, _unit_rows()),
+                          ({**AGREEMENT, "min-share": 0.0}, _unit_rows())):
+        bad = arr.copy()
+        bad[3, 2] = NAN
+        for ours, ref in ((bad, arr), (arr, bad)):
+            verdict = tolerance.compare(declared, ours, ref, ids)
+            assert verdict["passed"] is False and "non-finite" in verdict["summary"], declared
+        assert tolerance.compare(declared, arr, arr, ids)["passed"] is True
+    assert math.isnan(tolerance.max_abs(np.array([1.0, NAN]), np.array([1.0, 1.0])))
+    assert tolerance.max_abs(np.array([1.0, 3.0]), np.array([1.0, 1.0])) == 2.0
+    huge = np.full((2, 2), 1e308)  # a difference that overflows float64: never within
+    assert tolerance.compare(ALLCLOSE, huge, -huge, ["a", "b"])["passed"] is False
+
+
+def test_determinism_reruns_with_nan_are_non_finite() -> None:
+    clean = {"emb": (_unit_rows(), ["a"])}
+    assert application.non_finite_runs({"rerun 1": clean}) == []
+    bad = _unit_rows()
+    bad[0, 0] = NAN
+    found = application.non_finite_runs({"rerun 1": clean, "the run without the settings": {"emb": (bad, ["a"])}})
+    assert found == ["the run without the settings: emb (1 values)"]
+
+
+def test_resume_comparison_nan_is_non_finite_and_diverges() -> None:
+    trace = [(1.0, 2.0), (0.5, 2.5)]
+    assert resume.first_divergence(trace, trace, 0.0) is None
+    assert resume.first_divergence(trace, trace, 1e-5) is None
+    with_nan = [(1.0, 2.0), (NAN, 2.5)]
+    for tol in (0.0, 1e-5):  # `abs(nan - x) > tol` was False: the NaN step passed with a tolerance
+        assert resume.first_divergence(with_nan, with_nan, tol) == 2
+        assert resume.first_divergence(trace, with_nan, tol) == 2
+    assert resume.non_finite_steps(trace, with_nan, [0.0]) == ["resumed step 2"]
+    assert resume.non_finite_steps(trace, trace, [0.0, NAN]) == ["the final weights"]
+    assert resume.non_finite_steps(trace, trace, [0.0]) == []
+    assert not resume.weights_within([0.0, NAN], 1e-5) and resume.weights_within([0.0, 1e-6], 1e-5)
+    assert math.isnan(resume.worst([NAN, 1.0])) and math.isnan(resume.worst([1.0, NAN])) and resume.worst([1.0]) == 1.0
+
+
+@pytest.mark.parametrize(("share", "rows"), [(0.75, 8), (0.99, 360), (0.7, 10), (1.0, 3), (0.5, 2)])
+def test_agreement_is_moved_just_below_min_share(share: float, rows: int) -> None:
+    arr = np.arange(rows, dtype=np.int64)
+    declared = {**AGREEMENT, "min-share": share}
+    moved = controls.moved_past(declared, arr)["min-share"]
+    changed = int((moved != arr).sum())
+    assert (rows - changed) / rows < share <= (rows - changed + 1) / rows  # the fewest rows that fail it
+    assert tolerance.compare(declared, moved, arr, _ids(rows))["passed"] is False
+
+
+def test_a_nan_margin_never_passes_the_flip_bound(tmp_path: Path) -> None:
+    from kernodeck.dossier import reference
+    from kernodeck.errors import ManifestError
+    from kernodeck.project import application as declared_app
+    from tests.conftest import ROOT
+
+    app = declared_app.load(ROOT)
+    with pytest.raises(ManifestError, match="could flip a nearest neighbour"):  # `nan >= x` was False: a pass
+        reference.flip_bound(app, {"margin": NAN, "neighbours_of": "embeddings"}, {"embeddings": [40, 384]})
+    # in the env: a NaN recorded in the manifest is no margin at all; this run's finite margin decides
+    emb = _unit_rows(24, 384)
+    ref = {"dir": str(tmp_path), "outputs": {"emb": {"shape": [24, 384]}}}
+    ctx = _ctx(tmp_path, "neighbours", {"emb": emb}, {"emb": {**COSINE, "max-abs": 1e-5}}, ref)
+    ctx.state["reference"] = {"emb": emb}
+    ctx.config["criterion"] = {"margin": NAN}
+    assert application.criterion(ctx)["flip_bound"]["margin"] == 0.05
+
+
+RESUME_WITH_NAN = """
+    from pathlib import Path
+    from kernodeck.inenv import resume
+    _step = resume.Trainer.train_step
+    def train_step(self):
+        loss, checksum = _step(self)
+        return (float("nan") if self.step == 3 else loss), checksum
+    resume.Trainer.train_step = train_step  # the uninterrupted run (this process) only: the worker is another
+    resume.apply_settings()
+    verdict = resume.check("cpu", 6, 2, Path(sys.argv[1]))
+    print(json.dumps({"passed": verdict["passed"], "non_finite": verdict["non_finite"],
+                      "diverged": verdict["first_diverging_step"]}))
+"""
+
+
+@pytest.mark.slow
+def test_resume_with_a_nan_loss_is_non_finite(built_project: Path, tmp_path: Path) -> None:
+    from tests.unit.test_resume import in_env
+
+    out = in_env(built_project, RESUME_WITH_NAN, str(tmp_path / "resume"))
+    assert out == {"passed": False, "non_finite": ["uninterrupted step 3"], "diverged": 3}
