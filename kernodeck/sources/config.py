@@ -12,6 +12,7 @@ import configparser
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,15 @@ _UV_KEYS = ("index-url", "extra-index-url", "find-links", "python-install-mirror
 
 # The content of each configuration file read so far, by path: (its stat when read, its bytes or None).
 _CONTENT: dict[str, tuple[tuple[int, int, int, int], bytes | None]] = {}
+# A file changed this close to the moment it was read may change again within the same coarse timestamp (a clock
+# tick, a filesystem's granularity) and keep its stat: such a file is read again each time, as git does with a
+# "racily clean" entry, until its change is older than this.
+_RACY_NS = 100_000_000
 
 
 def config_bytes(path: Path) -> bytes | None:
     """A configuration file's content (None when it is absent or unreadable), read again only when its stat
-    (inode, size, modification and change times) differs from when it was read."""
+    (inode, size, modification and change times) differs from when it was read, or it had just changed then."""
     try:
         st = path.stat()
     except OSError:
@@ -62,7 +67,10 @@ def config_bytes(path: Path) -> bytes | None:
         data: bytes | None = path.read_bytes()
     except OSError:
         data = None
-    _CONTENT[str(path)] = (key, data)
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS:
+        _CONTENT[str(path)] = (key, data)
+    else:
+        _CONTENT.pop(str(path), None)
     return data
 
 

@@ -18,6 +18,7 @@ from kernodeck.errors import KernodeckError
 from kernodeck.sources.config import (
     MIRROR_PREFIX,
     URL_VARS,
+    config_bytes,
     pip_config_files,
     source_values,
     split_values,
@@ -144,22 +145,18 @@ _CACHE: dict[tuple[object, ...], Secrets] = {}
 
 
 def _signature() -> tuple[object, ...]:
-    """What the secrets are read from: the variables, the current folder and the config files' stats."""
+    """What the secrets are read from: the variables, the current folder and the config files' contents (each
+    read once while its stat stays the same, :func:`config_bytes`: a changed file changes the signature)."""
     env = tuple(sorted((k, v) for k, v in os.environ.items()
                        if k.startswith(("PIP_", "UV_", "KERNODECK_", "XDG_", "HOME", "APPDATA", "PROGRAMDATA"))
                        or k in URL_VARS))
-    stats: list[tuple[str, int, int]] = []
-    for path in (*pip_config_files(), *uv_config_files()):
-        try:
-            st = path.stat()
-            stats.append((str(path), st.st_mtime_ns, st.st_size))
-        except OSError:
-            continue
+    files = dict.fromkeys((*pip_config_files(), *uv_config_files()))
+    contents = tuple((str(path), data) for path in files if (data := config_bytes(path)) is not None)
     try:
         cwd = os.getcwd()
     except OSError:
         cwd = ""
-    return env, cwd, tuple(stats)
+    return env, cwd, contents
 
 
 def secrets(public: Iterable[str] = (), declared: Iterable[str] = ()) -> Secrets:
