@@ -1,7 +1,7 @@
 """What must never be written: every value of a source or credential of this machine, in every spelling, and the
 checks and rewrites of a text against them.
 
-:func:`secrets` reads them (kept while the variables, the current folder and the configuration files' stats stay
+:func:`secrets` reads them (kept while the variables, the current folder and the configuration files' contents stay
 the same); a caller writing many files reads them once and hands the :class:`Secrets` to :func:`check_written`,
 :func:`scrub_text` and :func:`redact_text` (``secrets=``), which then read nothing.
 """
