@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from kernodeck.dossier.judge import compare_outputs
+from kernodeck.dossier.judge import render as render_outputs
 from kernodeck.dossier.read import load, read_embeddings
 
 
@@ -43,7 +45,6 @@ def _show_pair(key: str, pair: dict[str, Any]) -> str:
 def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, Any]:
     """What differs between two dossiers: platform, system chain, inventory, settings, steps, and every declared
     output under its kind (:func:`.judge.compare_outputs`, in ``python``: an interpreter with numpy)."""
-    from kernodeck.dossier.judge import compare_outputs
     from kernodeck.env.inventory import diff, parse_freeze
 
     a, b = load(dir_a), load(dir_b)
@@ -158,9 +159,7 @@ def render_compare(result: dict[str, Any]) -> str:
     out = result["outputs"]
     lines += ["## Outputs", ""]
     if "per_output" in out:  # declared outputs, each under its kind
-        from kernodeck.dossier.judge import render
-
-        lines += render(out)
+        lines += render_outputs(out)
     elif out.get("available"):
         bad = out.get("non_finite_items") or {}
         if bad:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck import tips
+from kernodeck.dossier.judge import reference_report
 from kernodeck.errors import KernodeckError
 
 
@@ -41,8 +42,6 @@ def _json_object(path: Path) -> dict[str, Any]:
 def load(folder: Path) -> dict[str, Any]:
     """A dossier's report (or a reference's, from its manifest), system and settings records and inventory, each
     checked to be what Kernodeck writes (:class:`DamagedDossier` otherwise)."""
-    from kernodeck.dossier.judge import reference_report
-
     report = folder / "report.json"
     as_reference = None if report.exists() else reference_report(folder)  # dossier/reference: its manifest
     if not report.exists() and as_reference is None:
