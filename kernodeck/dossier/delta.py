@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernodeck.dossier.judge import compare_outputs
 from kernodeck.dossier.judge import render as render_outputs
 from kernodeck.dossier.read import load, read_embeddings
+
+if TYPE_CHECKING:
+    from kernodeck.env.inventory import InventoryDiff
 
 
 def _dict_delta(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -121,20 +124,28 @@ def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
 _NOT_CHAIN = ("python_executable", "loaded_libraries", "python_build", "cpu_count")
 
 
-def vs_reference(reference: Path, run: Path) -> dict[str, Any]:
-    """This run's inventory and system chain against the reference's (as recorded beside the reference)."""
+def vs_reference(
+    reference: Path, run: Path, *, inventory_delta: InventoryDiff | None = None, system: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """This run's inventory and system chain against the reference's (as recorded beside the reference).
+
+    A caller that already has them passes the run's ``inventory_delta`` against the reference's inventory and its
+    ``system`` record (the system step's details): neither is then computed or read again from ``run``.
+    """
     from kernodeck.env.inventory import diff, parse_freeze
 
     out: dict[str, Any] = {}
     ref_inv, inv = reference / "inventory.txt", run / "inventory.txt"
-    if ref_inv.exists() and inv.exists():
+    if inventory_delta is not None:
+        out["inventory"] = inventory_delta.as_dict()
+    elif ref_inv.exists() and inv.exists():
         out["inventory"] = diff(
             parse_freeze(ref_inv.read_text(encoding="utf-8")), parse_freeze(inv.read_text(encoding="utf-8"))
         ).as_dict()
     ref_sys, sys_ = reference / "system.json", run / "system.json"
-    if ref_sys.exists() and sys_.exists():
+    if ref_sys.exists() and (system is not None or sys_.exists()):
         a = _flat(json.loads(ref_sys.read_text(encoding="utf-8")))
-        b = _flat(json.loads(sys_.read_text(encoding="utf-8")))
+        b = _flat(system if system is not None else json.loads(sys_.read_text(encoding="utf-8")))
         out["system"] = {
             k: {"reference": a[k], "this run": b.get(k)}
             for k in a

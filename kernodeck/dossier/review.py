@@ -8,7 +8,7 @@ then scans each file for the values of every source and credential variable: one
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,14 +66,15 @@ class Reviewer:
         return text
 
 
-def reviewer(root: Path, secrets: Any = None) -> Reviewer:
-    """The reviewer of a dossier of the project at ``root`` (``secrets``: the machine's sources, when already read)."""
+def reviewer(root: Path, secrets: Any = None, *, public: Iterable[str] | None = None) -> Reviewer:
+    """The reviewer of a dossier of the project at ``root`` (``secrets``: the machine's sources, when already read;
+    ``public``: the project's declared indexes, when its pyproject.toml is already read)."""
     replacements: list[tuple[str, str]] = [(str(root), "<project>")]
     home = os.path.expanduser("~")
     if home not in ("/", ""):
         replacements.append((home, "~"))
     replacements.sort(key=lambda pair: -len(pair[0]))
-    return Reviewer(tuple(_public(root)), tuple(replacements), secrets)
+    return Reviewer(tuple(_public(root) if public is None else public), tuple(replacements), secrets)
 
 
 def review_folder(

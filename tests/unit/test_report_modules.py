@@ -143,3 +143,38 @@ def test_review_passes_secrets_through_only_when_given(
         assert all("secrets" not in c for c in rec.calls)
     else:  # read once by the caller: the same object reaches both
         assert all(c.get("secrets") is given for c in rec.calls)
+
+
+def test_the_reviewer_takes_the_declared_indexes_already_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_pyproject(root: Path) -> list[str]:
+        raise AssertionError("pyproject.toml read again")
+
+    monkeypatch.setattr(review_mod, "_public", no_pyproject)
+    given = dossier.reviewer(tmp_path, public=["https://download.pytorch.org/whl/cpu"])
+    assert given.public == ("https://download.pytorch.org/whl/cpu",)
+    with pytest.raises(AssertionError, match="read again"):  # nothing given: it reads the project's declaration
+        dossier.reviewer(tmp_path)
+
+
+def test_vs_reference_takes_the_delta_and_system_already_had(tmp_path: Path) -> None:
+    from kernodeck.env.inventory import diff
+
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    ref.mkdir()
+    run.mkdir()
+    (ref / "inventory.txt").write_text("numpy==2.0\ntorch==2.13.0\n", encoding="utf-8")
+    (ref / "system.json").write_text('{"driver": "550", "cpu": {"model": "a"}}', encoding="utf-8")
+    (run / "inventory.txt").write_text("numpy==2.1\ntorch==2.13.0\n", encoding="utf-8")
+    (run / "system.json").write_text('{"driver": "560", "cpu": {"model": "a"}}', encoding="utf-8")
+    read = dossier.vs_reference(ref, run)
+    assert read["inventory"]["changed"] == {"numpy": {"expected": "2.0", "observed": "2.1"}}
+    assert read["system"] == {"driver": {"reference": "550", "this run": "560"}}
+    delta = diff({"numpy": "2.0", "torch": "2.13.0"}, {"numpy": "2.1", "torch": "2.13.0"})
+    system = {"driver": "560", "cpu": {"model": "a"}}
+    for name in ("inventory.txt", "system.json"):
+        (run / name).unlink()  # given what it needs, vs_reference reads nothing of the run
+    assert dossier.vs_reference(ref, run, inventory_delta=delta, system=system) == read
+    # negative control: what is given is what is used (another system record, another difference)
+    other = dossier.vs_reference(ref, run, inventory_delta=delta, system={**system, "driver": "570"})
+    assert other["system"] == {"driver": {"reference": "550", "this run": "570"}}
+    assert "inventory" not in dossier.vs_reference(ref, run)  # nor guessed when neither is given nor on disk
