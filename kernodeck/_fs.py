@@ -1,4 +1,7 @@
-"""Atomic writes: every artefact is written to a temporary file in its folder, then renamed into place."""
+"""Atomic writes and digests: every artefact is written to a temporary file in its folder, then renamed into place;
+the sha256 of a file or a text is computed here, once for the orchestrator (the in-env side, which imports nothing of
+Kernodeck, has its twin in ``kernodeck/inenv/_common.py``). A whole folder is staged by :func:`kernodeck.outdir.staged`.
+"""
 
 from __future__ import annotations
 
@@ -27,10 +30,12 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 
 def write_json(path: Path, obj: Any) -> None:
+    """``obj`` as indented JSON, written atomically (:func:`write_atomic`)."""
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -39,4 +44,5 @@ def sha256_file(path: Path) -> str:
 
 
 def sha256_text(text: str) -> str:
+    """The hex sha256 of ``text`` encoded as UTF-8."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

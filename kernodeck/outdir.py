@@ -331,7 +331,10 @@ def swap_into_place(staging: Path, out: Path, *, guard: bool = True) -> None:
 
 @dataclass
 class Staged:
-    """A folder being written beside its final place: :meth:`commit` signs it and swaps it in whole."""
+    """A folder being written beside its final place: :meth:`commit` signs it and swaps it in whole.
+
+    What :func:`staged` drives; a writer stages through :func:`staged` (commit on success, abandon on any error),
+    not by calling these itself."""
 
     final: Path
     kind: str  # "" writes no marker (the reference, a project folder with its own manifest)

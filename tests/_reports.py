@@ -6,7 +6,7 @@ from typing import Any
 
 from kernodeck.verify.report import Status, Step
 
-# step name -> the details that establish its claims (kernodeck/verify/report.py CLAIMS)
+# step name -> the details that establish its claims (kernodeck/verify/claims.py CLAIMS)
 EVIDENCE: dict[str, dict[str, Any]] = {
     "lock-check": {"lock": "lockfiles/cp311-linux_x86_64-cpu.txt"},
     "inventory": {"vs_lock": {"added": {}, "removed": {}, "changed": {}},

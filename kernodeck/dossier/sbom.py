@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from packaging.utils import canonicalize_name
@@ -20,6 +20,9 @@ from packaging.utils import canonicalize_name
 from kernodeck import __version__
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.lock import lockfile
+
+if TYPE_CHECKING:
+    from packaging.pylock import Pylock
 
 SPEC_VERSION = "1.6"
 PYPI = "https://pypi.org/simple"
@@ -35,16 +38,10 @@ def purl(name: str, version: str, index: str | None = None) -> str:
     return base
 
 
-def _twin_files(pylock_file: Path) -> dict[str, dict[str, Any]]:
-    """{canonical name: {"index": str | None, "files": {sha256: url}}} from a PEP 751 lock (read and validated by
-    packaging.pylock); empty when absent or not a valid pylock."""
-    from kernodeck.errors import LockfileError
-    from kernodeck.lock.pylock import package_files, read
+def _placed(data: Pylock) -> dict[str, dict[str, Any]]:
+    """{canonical name: {"index": str | None, "files": {sha256: url}}} from a PEP 751 lock."""
+    from kernodeck.lock.pylock import package_files
 
-    try:
-        data = read(pylock_file)
-    except LockfileError:
-        return {}
     out: dict[str, dict[str, Any]] = {}
     for package in data.packages:
         files = {e.hashes["sha256"]: e.url for e in package_files(package) if e.url and e.hashes.get("sha256")}
@@ -52,37 +49,65 @@ def _twin_files(pylock_file: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def build(lock_file: Path, platform: str, pylock_file: Path | None = None) -> dict[str, Any]:
-    """The CycloneDX document for ``lock_file`` (a Kernodeck lock), its files placed by ``pylock_file``."""
-    lock = lockfile.read(lock_file)
-    digest = sha256_file(lock_file)
-    twin = _twin_files(pylock_file) if pylock_file is not None else {}
-    components = []
-    for pin in sorted(lock.pins, key=lambda p: (p.name, p.version, p.marker)):
-        placed = twin.get(pin.name, {})
-        urls: dict[str, str] = placed.get("files", {})
-        ref = purl(pin.name, pin.version, placed.get("index"))
-        component: dict[str, Any] = {
-            "type": "library",
-            "bom-ref": ref if not pin.marker else f"{ref}#{pin.marker}",
-            "name": pin.name,
-            "version": pin.version,
-            "purl": ref,
-        }
-        hashes = [h.removeprefix("sha256:") for h in pin.hashes]
-        loose = [h for h in hashes if h not in urls]
-        if loose:
-            component["hashes"] = [{"alg": "SHA-256", "content": h} for h in loose]
-        refs = [
-            {"type": "distribution", "url": urls[h], "hashes": [{"alg": "SHA-256", "content": h}]}
-            for h in hashes
-            if h in urls
-        ]
-        if refs:
-            component["externalReferences"] = refs
-        if pin.marker:
-            component["properties"] = [{"name": "kernodeck:marker", "value": pin.marker}]
-        components.append(component)
+def _twin_files(pylock_file: Path) -> dict[str, dict[str, Any]]:
+    """:func:`_placed` of the PEP 751 lock at ``pylock_file`` (read and validated by packaging.pylock); empty when
+    absent or not a valid pylock."""
+    from kernodeck.errors import LockfileError
+    from kernodeck.lock.pylock import read
+
+    try:
+        return _placed(read(pylock_file))
+    except LockfileError:
+        return {}
+
+
+def _component(pin: lockfile.Pin, placed: dict[str, Any]) -> dict[str, Any]:
+    """One pin as a CycloneDX component: its purl, and each accepted file's URL where the twin places it."""
+    urls: dict[str, str] = placed.get("files", {})
+    ref = purl(pin.name, pin.version, placed.get("index"))
+    component: dict[str, Any] = {
+        "type": "library",
+        "bom-ref": ref if not pin.marker else f"{ref}#{pin.marker}",
+        "name": pin.name,
+        "version": pin.version,
+        "purl": ref,
+    }
+    hashes = [h.removeprefix("sha256:") for h in pin.hashes]
+    loose = [h for h in hashes if h not in urls]
+    if loose:
+        component["hashes"] = [{"alg": "SHA-256", "content": h} for h in loose]
+    refs = [
+        {"type": "distribution", "url": urls[h], "hashes": [{"alg": "SHA-256", "content": h}]}
+        for h in hashes
+        if h in urls
+    ]
+    if refs:
+        component["externalReferences"] = refs
+    if pin.marker:
+        component["properties"] = [{"name": "kernodeck:marker", "value": pin.marker}]
+    return component
+
+
+def build(
+    lock_file: Path,
+    platform: str,
+    pylock_file: Path | None = None,
+    *,
+    lock: lockfile.Lockfile | None = None,
+    digest: str | None = None,
+    twin: Pylock | None = None,
+) -> dict[str, Any]:
+    """The CycloneDX document for ``lock_file`` (a Kernodeck lock), its files placed by ``pylock_file``.
+
+    A caller that already read them (a verify's run context) passes the parsed ``lock``, its sha256 ``digest`` (hex,
+    with or without ``sha256:``) and the parsed PEP 751 ``twin``: then nothing is read again (``pylock_file`` still
+    names the twin in the document).
+    """
+    lock = lock if lock is not None else lockfile.read(lock_file)
+    digest = (digest if digest is not None else sha256_file(lock_file)).removeprefix("sha256:")
+    placed = _placed(twin) if twin is not None else _twin_files(pylock_file) if pylock_file is not None else {}
+    pins = sorted(lock.pins, key=lambda p: (p.name, p.version, p.marker))
+    components = [_component(pin, placed.get(pin.name, {})) for pin in pins]
     return {
         "bomFormat": "CycloneDX",
         "specVersion": SPEC_VERSION,
@@ -95,7 +120,7 @@ def build(lock_file: Path, platform: str, pylock_file: Path | None = None) -> di
                 {"name": "kernodeck:platform", "value": platform},
                 {"name": "kernodeck:lock", "value": lock_file.name},
                 {"name": "kernodeck:lock-sha256", "value": digest},
-                {"name": "kernodeck:pylock", "value": pylock_file.name if twin and pylock_file else "(none)"},
+                {"name": "kernodeck:pylock", "value": pylock_file.name if placed and pylock_file else "(none)"},
             ],
         },
         "components": components,
@@ -104,9 +129,20 @@ def build(lock_file: Path, platform: str, pylock_file: Path | None = None) -> di
 
 
 def render(document: dict[str, Any]) -> str:
+    """The document as written: indented JSON, keys in the order built (the same bytes for the same lock)."""
     return json.dumps(document, indent=2, sort_keys=False) + "\n"
 
 
-def write(lock_file: Path, platform: str, out: Path, pylock_file: Path | None = None) -> Path:
-    write_atomic(out, render(build(lock_file, platform, pylock_file)))
+def write(
+    lock_file: Path,
+    platform: str,
+    out: Path,
+    pylock_file: Path | None = None,
+    *,
+    lock: lockfile.Lockfile | None = None,
+    digest: str | None = None,
+    twin: Pylock | None = None,
+) -> Path:
+    """Write the SBOM of ``lock_file`` to ``out`` atomically (``lock``, ``digest``, ``twin``: as :func:`build`)."""
+    write_atomic(out, render(build(lock_file, platform, pylock_file, lock=lock, digest=digest, twin=twin)))
     return out

@@ -7,7 +7,6 @@ end-to-end test shows the claims in a real report (and a real report with a step
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -89,11 +88,6 @@ def claim(report: Report, claim_id: str) -> rep.Claim:
     return next(c for c in report.claims if c.id == claim_id)
 
 
-def strict(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the verdict becomes once every step records its keys: no claim pending."""
-    monkeypatch.setattr(rep, "CLAIMS", tuple(dataclasses.replace(s, pending=False) for s in CLAIMS))
-
-
 def test_every_claim_is_tested_and_named_once() -> None:
     assert set(CONTRADICT) == set(IDS) and len(IDS) == len(set(IDS))
     assert {s.step for s in CLAIMS} <= set(EVIDENCE)
@@ -148,33 +142,24 @@ def test_a_claim_whose_evidence_says_otherwise_is_contradicted(claim_id: str, ch
     step.details.update(change)
     report = Report("p", steps)
     found = claim(report, claim_id)
-    assert found.state is ClaimState.CONTRADICTED and found.binding, found
+    assert found.state is ClaimState.CONTRADICTED and not found.established, found
     assert report.verdict is Verdict.FAILED
     # and the good value passes (negative and positive control on the same record)
     assert Report("p", complete_steps()).verdict is Verdict.PASSED
 
 
 @pytest.mark.parametrize("claim_id", IDS)
-def test_a_claim_whose_key_is_absent_is_not_established(claim_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_claim_whose_key_is_absent_is_not_established(claim_id: str) -> None:
+    """A step that stops recording its evidence fails the run: every claim is required, none only shown."""
     spec = spec_of(claim_id)
     steps = complete_steps()
     next(s for s in steps if s.name == spec.step).details.pop(spec.key)
     report = Report("p", steps)
     found = claim(report, claim_id)
     assert found.state is ClaimState.NOT_RECORDED and not found.established
-    if spec.pending:  # a key its step does not write yet: shown, not yet required
-        assert not found.binding and report.verdict is Verdict.PASSED
-        assert "not yet required" in render_markdown(report)
-    else:
-        assert found.binding and report.verdict is Verdict.FAILED
-    strict(monkeypatch)  # once no claim is pending, the same run fails
-    assert Report("p", steps).verdict is Verdict.FAILED
-
-
-def test_no_claim_is_pending_every_key_is_written() -> None:
-    """Every claim's step records its key (h1: inventory files, h2: reference code and criterion controls): none is
-    shown without being required."""
-    assert [s.id for s in CLAIMS if s.pending] == []
+    assert report.verdict is Verdict.FAILED and found in report.unestablished()
+    assert f"{spec.step} recorded no {spec.key}" in report.verdict_line()
+    assert "binding" not in report.as_dict()["claims"][IDS.index(claim_id)]
 
 
 def test_a_declared_variant_passes_unlocked_only_on_the_environment_claims() -> None:
@@ -262,11 +247,8 @@ def test_a_real_passing_report_establishes_its_claims(built_project: Path, tmp_p
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((out / "report.json").read_text())
     assert data["status"] == "passed" and data["version"] == REPORT_VERSION
-    for c in data["claims"]:
-        assert c["established"] or not c["binding"], c
-    assert {c["id"] for c in data["claims"] if c["established"]} >= {
-        s.id for s in CLAIMS if not s.pending
-    }
+    assert all(c["established"] for c in data["claims"]), data["claims"]
+    assert {c["id"] for c in data["claims"]} == {s.id for s in CLAIMS}
     md = (out / "report.md").read_text()
     assert "| the environment's packages are exactly the lock's | `inventory` (vs_lock) | ✅ established |" in md
     # the same real run with one step taken out of its record: not a pass

@@ -82,6 +82,34 @@ def test_sbom_is_the_same_bytes_for_the_same_lock(tmp_path: Path) -> None:
     assert sbom.build(changed, lock.stem)["serialNumber"] != json.loads(first)["serialNumber"]
 
 
+
+def test_sbom_from_what_the_caller_read_is_the_same_and_reads_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verify's run context passes the lock, its digest and its twin it already read: the same document, no read."""
+    from kernodeck.dossier.sbom import sha256_file
+    from kernodeck.lock import pylock
+
+    lock_path = LOCKS[0]
+    twin_path = lock_path.with_name(f"pylock.{lock_path.stem}.toml")
+    expected = sbom.render(_document(lock_path))
+    lock, digest, twin = lockfile.read(lock_path), "sha256:" + sha256_file(lock_path), pylock.read(twin_path)
+
+    def no_read(*args: object, **kwargs: object) -> None:
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(lockfile, "read", no_read)
+    monkeypatch.setattr(pylock, "read", no_read)
+    monkeypatch.setattr(sbom, "sha256_file", no_read)
+    given = sbom.write(lock_path, lock_path.stem, tmp_path / "x.cdx.json", twin_path, lock=lock, digest=digest,
+                       twin=twin)
+    assert given.read_text(encoding="utf-8") == expected
+    # negative control: another digest is another SBOM (the digest given is the one used)
+    other = sbom.build(lock_path, lock_path.stem, twin_path, lock=lock, digest="0" * 64, twin=twin)
+    assert other["serialNumber"] != json.loads(expected)["serialNumber"]
+    with pytest.raises(AssertionError, match="read again"):  # nothing given: it reads (here, the guard fires)
+        sbom.build(lock_path, lock_path.stem)
+
 @pytest.mark.parametrize(
     ("damage", "where"),
     [

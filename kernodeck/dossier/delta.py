@@ -1,0 +1,216 @@
+"""What differs between two dossiers (``nox -s compare``: :func:`compare`, :func:`render_compare`) and between a run
+and its reference (:func:`vs_reference`, the report's "What differs from the reference")."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernodeck.dossier.judge import compare_outputs
+from kernodeck.dossier.judge import render as render_outputs
+from kernodeck.dossier.read import load, read_embeddings
+
+if TYPE_CHECKING:
+    from kernodeck.env.inventory import InventoryDiff
+
+
+def _dict_delta(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    out = {}
+    for key in sorted(set(a) | set(b)):
+        if key in skip:
+            continue
+        if a.get(key) != b.get(key):
+            out[key] = {"a": a.get(key), "b": b.get(key)}
+    return out
+
+
+def _flat(data: dict[str, Any]) -> dict[str, Any]:
+    """One level of nesting flattened (``cpu.isa_flags``), so a delta names the field that differs, not the record."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value and "unavailable" not in value:
+            out.update({f"{key}.{sub}": inner for sub, inner in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def _show_pair(key: str, pair: dict[str, Any]) -> str:
+    a, b = pair["a"], pair["b"]
+    if isinstance(a, list) and isinstance(b, list) and all(isinstance(x, str) for x in a + b):
+        only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+        return f"- `{key}`: only in A: {', '.join(only_a) or '-'}; only in B: {', '.join(only_b) or '-'}"
+    return f"- `{key}`: {json.dumps(a, default=str)[:200]} → {json.dumps(b, default=str)[:200]}"
+
+
+def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, Any]:
+    """What differs between two dossiers: platform, system chain, inventory, settings, steps, and every declared
+    output under its kind (:func:`.judge.compare_outputs`, in ``python``: an interpreter with numpy)."""
+    from kernodeck.env.inventory import diff, parse_freeze
+
+    a, b = load(dir_a), load(dir_b)
+    ra, rb = a["report"], b["report"]
+    steps_a = {s["name"]: s["status"] for s in ra.get("steps", [])}
+    steps_b = {s["name"]: s["status"] for s in rb.get("steps", [])}
+    result: dict[str, Any] = {
+        "a": str(dir_a),
+        "b": str(dir_b),
+        "platform": {
+            "a": ra.get("platform"),
+            "b": rb.get("platform"),
+            "same": ra.get("platform") == rb.get("platform"),
+        },
+        "status": {"a": ra.get("status"), "b": rb.get("status")},
+        "reference_id": {"a": ra.get("reference_id"), "b": rb.get("reference_id")},
+        "system": _dict_delta(
+            _flat(a.get("system.json", {})),
+            _flat(b.get("system.json", {})),
+            skip=("python_executable", "loaded_libraries"),
+        ),
+        "missing": {
+            name: [side for side, data in (("a", a), ("b", b)) if name not in data]
+            for name in ("system.json", "settings.json")
+            if name not in a or name not in b
+        },
+        "inventory": diff(parse_freeze(a["inventory"]), parse_freeze(b["inventory"])).as_dict(),
+        "settings": _dict_delta(a.get("settings.json", {}), b.get("settings.json", {})),
+        "steps": {
+            n: {"a": steps_a.get(n), "b": steps_b.get(n)}
+            for n in sorted(set(steps_a) | set(steps_b))
+            if steps_a.get(n) != steps_b.get(n)
+        },
+        "outputs": compare_outputs(dir_a, dir_b, python),
+    }
+    if result["outputs"] is None:  # dossiers from before the application contract: no declaration, no kind
+        result["outputs"] = _numeric(dir_a / "outputs", dir_b / "outputs")
+    return result
+
+
+def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
+    """Per-item cosine and max abs between two undeclared runs' embeddings (dossiers from before the application
+    contract declared no kind: no verdict, only the numbers; .npy read without numpy: float32 little-endian)."""
+    ea, eb = read_embeddings(out_a), read_embeddings(out_b)
+    if ea is None or eb is None:
+        return {"available": False, "reason": "one of the dossiers has no readable float32 embeddings"}
+    if ea[0] != eb[0]:
+        return {"available": False, "reason": "the two runs embedded different ids"}
+    per_item: dict[str, float] = {}
+    max_abs, non_finite = 0.0, {}
+    for name, va, vb in zip(ea[0], ea[1], eb[1], strict=True):
+        bad = {side: sum(1 for x in v if not math.isfinite(x)) for side, v in (("a", va), ("b", vb))}
+        if bad["a"] or bad["b"]:
+            # min/max skip NaN: a non-finite row is counted and named, never folded into the numbers
+            non_finite[name] = {side: n for side, n in bad.items() if n}
+            continue
+        dot = sum(x * y for x, y in zip(va, vb, strict=True))
+        na = sum(x * x for x in va) ** 0.5
+        nb = sum(y * y for y in vb) ** 0.5
+        per_item[name] = dot / (na * nb) if na and nb else 0.0
+        max_abs = max(max_abs, max(abs(x - y) for x, y in zip(va, vb, strict=True)))
+    return {
+        "available": True,
+        "items": len(ea[0]),
+        "finite_items": len(per_item),
+        "non_finite_items": non_finite,
+        "max_abs": max_abs if per_item else None,
+        "min_cosine": min(per_item.values()) if per_item else None,
+        "per_item_cosine": per_item,
+    }
+
+
+# System fields that name this run, not the chain it ran on.
+_NOT_CHAIN = ("python_executable", "loaded_libraries", "python_build", "cpu_count")
+
+
+def vs_reference(
+    reference: Path, run: Path, *, inventory_delta: InventoryDiff | None = None, system: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """This run's inventory and system chain against the reference's (as recorded beside the reference).
+
+    A caller that already has them passes the run's ``inventory_delta`` against the reference's inventory and its
+    ``system`` record (the system step's details): neither is then computed or read again from ``run``.
+    """
+    from kernodeck.env.inventory import diff, parse_freeze
+
+    out: dict[str, Any] = {}
+    ref_inv, inv = reference / "inventory.txt", run / "inventory.txt"
+    if inventory_delta is not None:
+        out["inventory"] = inventory_delta.as_dict()
+    elif ref_inv.exists() and inv.exists():
+        out["inventory"] = diff(
+            parse_freeze(ref_inv.read_text(encoding="utf-8")), parse_freeze(inv.read_text(encoding="utf-8"))
+        ).as_dict()
+    ref_sys, sys_ = reference / "system.json", run / "system.json"
+    if ref_sys.exists() and (system is not None or sys_.exists()):
+        a = _flat(json.loads(ref_sys.read_text(encoding="utf-8")))
+        b = _flat(system if system is not None else json.loads(sys_.read_text(encoding="utf-8")))
+        out["system"] = {
+            k: {"reference": a[k], "this run": b.get(k)}
+            for k in a
+            if k not in _NOT_CHAIN and a[k] != b.get(k)
+        }
+        out["not_in_reference"] = sorted(k for k in b if k not in a and k not in _NOT_CHAIN)
+    return out
+
+
+def render_compare(result: dict[str, Any]) -> str:
+    """compare.md: what :func:`compare` found, section by section."""
+    lines = [
+        "# Kernodeck compare",
+        "",
+        f"- A: `{result['a']}`",
+        f"- B: `{result['b']}`",
+        f"- platform: `{result['platform']['a']}` vs `{result['platform']['b']}`",
+        f"- status: {result['status']['a']} vs {result['status']['b']}",
+        f"- reference: `{result['reference_id']['a']}` vs `{result['reference_id']['b']}`",
+        "",
+    ]
+    out = result["outputs"]
+    lines += ["## Outputs", ""]
+    if "per_output" in out:  # declared outputs, each under its kind
+        lines += render_outputs(out)
+    elif out.get("available"):
+        bad = out.get("non_finite_items") or {}
+        if bad:
+            first = ", ".join(f"`{name}`" for name in list(bad)[:5]) + (" …" if len(bad) > 5 else "")
+            lines.append(
+                f"NON-FINITE values (NaN/Inf) in {len(bad)} of {out['items']} items ({first}): "
+                "those rows are not compared"
+            )
+        if out.get("min_cosine") is None:
+            lines.append("no finite item to compare: max abs difference and min cosine undefined")
+        else:
+            lines.append(
+                f"{out['finite_items']} {'finite ' if bad else ''}items; max abs difference "
+                f"{out['max_abs']:.3g}; min per-item cosine {out['min_cosine']:.9f}"
+            )
+    else:
+        lines.append(f"not compared: {out.get('reason')}")
+    missing = result.get("missing", {})
+    for section in ("system", "settings", "steps"):
+        lines += ["", f"## {section.capitalize()}", ""]
+        absent = missing.get(f"{section}.json", [])
+        if absent:
+            # A run that stopped early has no record to compare: say so once instead of listing every field as null.
+            sides = " and ".join(side.upper() for side in absent)
+            lines.append(f"not compared: {section}.json is not in {sides} (that run stopped before its {section} step)")
+            continue
+        delta = result[section]
+        if not delta:
+            lines.append("no difference")
+        for key, pair in delta.items():
+            lines.append(_show_pair(key, pair))
+    inv = result["inventory"]
+    lines += ["", "## Inventory", ""]
+    if not any(inv.values()):
+        lines.append("identical")
+    for name, version in inv["added"].items():
+        lines.append(f"- only in B: {name}=={version}")
+    for name, version in inv["removed"].items():
+        lines.append(f"- only in A: {name}=={version}")
+    for name, pair in inv["changed"].items():
+        lines.append(f"- {name}: {pair['expected']} → {pair['observed']}")
+    return "\n".join(lines) + "\n"
+

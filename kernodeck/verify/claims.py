@@ -1,0 +1,204 @@
+"""The claims a pass stands on: THE table (:data:`CLAIMS`) and how a run's steps establish each claim, or why not.
+
+Each claim names the step that establishes it and the key of that step's ``details`` that records the evidence; a
+claim is established only when that step passed AND its record holds the evidence (docs/outputs-and-claims.md).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+from kernodeck.verify.record import Status, Step
+
+
+class ClaimState(enum.StrEnum):
+    """Whether a claim was established, and if not, why not."""
+
+    ESTABLISHED = "established"
+    CONTRADICTED = "contradicted"  # the step ran, and its own record says the claim does not hold
+    NOT_RECORDED = "not-recorded"  # the step ran but recorded no such evidence (its details lack the key)
+    STEP_FAILED = "step-failed"
+    STEP_NOT_RUN = "step-not-run"
+    STEP_SKIPPED = "step-skipped"
+    STEP_ABSENT = "step-absent"  # no such step in the run at all
+
+
+def _empty_delta(v: Any) -> bool:
+    return isinstance(v, dict) and all(k in v and not v[k] for k in ("added", "removed", "changed"))
+
+
+def _finite_at_most(v: Any, limit: float) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v <= limit
+
+
+def _all_outputs_passed(d: dict[str, Any]) -> bool:
+    """Every declared output within its tolerance (one output's verdict is repeated at the top level: it must agree)."""
+    outputs = d.get("outputs")
+    return (
+        d.get("passed", True) is True
+        and isinstance(outputs, dict)
+        and bool(outputs)
+        and all(isinstance(o, dict) and o.get("passed") is True for o in outputs.values())
+    )
+
+
+def _files_unchanged(files: Any) -> bool:
+    """The inventory step's every-file record (kernodeck/env/envfiles.py): compared with the build's snapshot, nothing
+    foreign, shared, added, removed or changed, no distribution without its RECORD, nothing damaged, no bytecode
+    that is not its source's."""
+    if not isinstance(files, dict) or files.get("snapshot") != "compared":
+        return False
+    counts = files.get("counts")
+    bytecode = files.get("bytecode_since_build")
+    return (
+        isinstance(counts, dict)
+        and {"foreign", "shared", "added", "removed", "changed"} <= set(counts)
+        and all(v == 0 for v in counts.values())
+        and files.get("without_record") == []
+        and files.get("damaged") == {}
+        and isinstance(bytecode, dict)
+        and bytecode.get("not_its_source") == []
+    )
+
+
+def _code_unchanged(code: Any) -> bool:
+    """The in-env reference step's record of the declared code files against the reference's fingerprints."""
+    return isinstance(code, dict) and bool(code.get("files")) and code.get("changed") == []
+
+
+def _deterministic(d: dict[str, Any]) -> bool:
+    repeats, outputs = d.get("repeats"), d.get("outputs")
+    if not isinstance(repeats, int) or repeats < 2 or not isinstance(outputs, dict) or not outputs:
+        return False
+    # On CPU a pass means bitwise identical runs; elsewhere the step held each output to its declared tolerance.
+    return d.get("device") != "cpu" or d.get("bitwise_identical") is True
+
+
+def _backend_works(d: dict[str, Any]) -> bool:
+    return (
+        isinstance(d.get("device"), str)
+        and bool(d["device"])
+        and bool(d.get("expected_backend"))
+        and d.get("matmul_max_abs_error") == 0.0
+        and _finite_at_most(d.get("softmax_max_abs_error"), 1e-6)
+    )
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One claim a pass stands on: the step that establishes it, the key of its details that records the evidence,
+    and the test of that evidence (given the step's whole details; the key is known to be present)."""
+
+    id: str
+    text: str
+    step: str
+    key: str
+    holds: Callable[[dict[str, Any]], bool]
+    modes: frozenset[str] = frozenset({"verify", "reference"})
+    # A declared variant (verify --python: an existing interpreter, not a rebuild) may leave this claim
+    # unestablished; the verdict is then passed-unlocked, naming what was not established.
+    variant: bool = False
+
+
+VERIFY = frozenset({"verify"})
+
+# THE table: every claim, in the order the report shows them. Adjust a step or key here, nowhere else.
+CLAIMS: tuple[ClaimSpec, ...] = (
+    ClaimSpec("lock-current", "the lock is current against its inputs, its pins and its PEP 751 twin",
+              "lock-check", "lock", lambda d: isinstance(d["lock"], str) and bool(d["lock"]), variant=True),
+    ClaimSpec("env-packages", "the environment's packages are exactly the lock's",
+              "inventory", "vs_lock", lambda d: _empty_delta(d["vs_lock"]), variant=True),
+    ClaimSpec("env-files-unchanged", "no file of the environment added, removed or changed since it was built",
+              "inventory", "files", lambda d: _files_unchanged(d["files"]), variant=True),
+    ClaimSpec("reference-current", "the reference describes this code, data and weights",
+              "reference", "code", lambda d: _code_unchanged(d["code"]), modes=VERIFY),
+    ClaimSpec("outputs-within-tolerance", "each output is within its declared tolerance of the reference",
+              "compare", "outputs", _all_outputs_passed, modes=VERIFY),
+    ClaimSpec("criterion-met", "the application's criterion is met",
+              "criterion", "passed", lambda d: d["passed"] is True),
+    ClaimSpec("criterion-able-to-fail", "the criterion fails on corrupted outputs (it is able to fail)",
+              "criterion", "controls", lambda d: isinstance(d["controls"], dict)
+              and d["controls"].get("able_to_fail") is True),
+    ClaimSpec("deterministic", "repeated runs give the same outputs (bitwise on CPU)",
+              "determinism", "repeats", _deterministic),
+    ClaimSpec("resume", "training resumed from a checkpoint in a new process matches an uninterrupted run",
+              "resume", "passed", lambda d: d["passed"] is True, modes=VERIFY),
+    ClaimSpec("backend", "the expected backend computes correctly (matmul exact, softmax within 1e-6)",
+              "backend", "device", _backend_works),
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim as this run left it: established by ``step`` (its details' ``key``), or why not."""
+
+    id: str
+    text: str
+    step: str
+    key: str
+    state: ClaimState
+    why: str = ""
+    variant: bool = False
+
+    @property
+    def established(self) -> bool:
+        return self.state is ClaimState.ESTABLISHED
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "claim": self.text,
+            "step": self.step,
+            "key": self.key,
+            "state": str(self.state),
+            "established": self.established,
+            "why": self.why,
+        }
+
+
+def _claim_state(spec: ClaimSpec, step: Step | None) -> tuple[ClaimState, str]:
+    if step is None:
+        return ClaimState.STEP_ABSENT, f"no {spec.step} step in this run"
+    match step.status:
+        case Status.FAILED:
+            return ClaimState.STEP_FAILED, f"{spec.step} failed"
+        case Status.NOT_RUN:
+            return ClaimState.STEP_NOT_RUN, f"{spec.step} was not run ({step.reason or 'an earlier step failed'})"
+        case Status.SKIPPED:
+            return ClaimState.STEP_SKIPPED, f"{spec.step} was skipped ({step.reason or 'no reason given'})"
+        case Status.PASSED:
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    if spec.key not in step.details:
+        return ClaimState.NOT_RECORDED, f"{spec.step} recorded no {spec.key}"
+    try:
+        holds = spec.holds(step.details)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        holds = False
+    if not holds:
+        return ClaimState.CONTRADICTED, f"{spec.step} records {spec.key} = {_claim_value(step.details[spec.key])}"
+    return ClaimState.ESTABLISHED, ""
+
+
+def _claim_value(value: Any) -> str:
+    text = json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def evaluate_claims(steps: list[Step], mode: str = "verify") -> list[Claim]:
+    """Every claim of ``mode``, each established or not by the LAST step of its name (a step repeated counts once)."""
+    by_name = {s.name: s for s in steps}
+    out: list[Claim] = []
+    for spec in CLAIMS:
+        if mode not in spec.modes:
+            continue
+        state, why = _claim_state(spec, by_name.get(spec.step))
+        out.append(Claim(spec.id, spec.text, spec.step, spec.key, state, why, spec.variant))
+    return out
+
