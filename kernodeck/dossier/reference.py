@@ -531,6 +531,14 @@ class Created:
     unchanged: bool
     changes: tuple[str, ...]
 
+    def lines(self) -> list[str]:
+        """What ``reference`` prints: the identity made (or kept) and what changed from the previous one."""
+        if self.unchanged:
+            return [f"reference unchanged: {self.new_id} (same content; nothing written)"]
+        if self.old_id is not None:
+            return [f"reference: {self.old_id} -> {self.new_id}", *(f"  changed: {c}" for c in self.changes)]
+        return [f"reference: new {self.new_id}"]
+
 
 def _weights_record(
     project: Project, plat: Platform, app: Application, steps: dict[str, Step]
