@@ -121,3 +121,11 @@ def test_drift_needs_declared_outputs_and_an_interpreter(tmp_path: Path) -> None
     assert drift.interpreter(None, Path("/some/python")) == Path("/some/python")
     with pytest.raises(KernodeckError, match="no rebuilt env here"):
         drift.interpreter(None, None)
+
+
+def test_what_reference_prints_names_the_identity_and_the_changes() -> None:
+    made = reference.Created(new_id="sha256:b", old_id="sha256:a", unchanged=False, changes=("outputs: x", "data"))
+    assert made.lines() == ["reference: sha256:a -> sha256:b", "  changed: outputs: x", "  changed: data"]
+    assert reference.Created("sha256:b", None, False, ()).lines() == ["reference: new sha256:b"]
+    kept = reference.Created("sha256:a", "sha256:a", True, ()).lines()
+    assert kept == ["reference unchanged: sha256:a (same content; nothing written)"]
