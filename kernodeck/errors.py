@@ -1,8 +1,13 @@
-"""Errors the user can act on. The CLI's single boundary turns them into one ``ERROR:`` line and one ``TIP:`` line."""
+"""Errors the user can act on. The CLI's single boundary turns them into one ``ERROR:`` line and one ``TIP:`` line.
+
+Every error class of the package lives here, each TIP's command from :mod:`kernodeck.tips`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from kernodeck import tips
 
 
 class KernodeckError(Exception):
@@ -23,13 +28,13 @@ class ConfigError(KernodeckError):
 class UnknownVariant(ConfigError):
     def __init__(self, name: str, known: list[str]) -> None:
         super().__init__(f"unknown variant {name!r}; known variants: {', '.join(sorted(known))}")
-        self.tip = f"nox -s verify -- --variant {sorted(known)[0]}"
+        self.tip = tips.nox("verify", "--variant", sorted(known)[0])
 
 
 class MissingLockfile(KernodeckError):
     def __init__(self, platform_id: str, path: str) -> None:
         super().__init__(f"no lockfile for platform {platform_id} (expected {path})")
-        self.tip = f"nox -s lock -- --platform {platform_id}"
+        self.tip = tips.nox("lock", "--platform", platform_id)
 
 
 class LockfileError(KernodeckError):
@@ -38,14 +43,14 @@ class LockfileError(KernodeckError):
     def __init__(self, path: str, line: int | None, problem: str) -> None:
         where = f"{path}:{line}" if line else path
         super().__init__(f"{where}: {problem}")
-        self.tip = "regenerate it: nox -s lock"
+        self.tip = f"regenerate it: {tips.LOCK}"
 
 
 class StaleLock(KernodeckError):
     def __init__(self, path: str, changes: list[str], platform_id: str) -> None:
         super().__init__(f"lockfile {path} is stale: {'; '.join(changes)}")
         self.changes = changes
-        self.tip = f"nox -s lock -- --platform {platform_id}"
+        self.tip = tips.nox("lock", "--platform", platform_id)
 
 
 class SourceUnreachable(KernodeckError):
@@ -53,7 +58,7 @@ class SourceUnreachable(KernodeckError):
 
 
 class LockFailed(KernodeckError):
-    tip = "read the resolver's error above, fix requirements/*.in, then: nox -s lock"
+    tip = f"read the resolver's error above, fix requirements/*.in, then: {tips.LOCK}"
 
 
 class CommandFailed(KernodeckError):
@@ -68,19 +73,34 @@ class CommandFailed(KernodeckError):
 
 
 class RebuildFailed(KernodeckError):
-    tip = "the previous good environment is untouched; fix the cause, then: nox -s rebuild -- --fresh"
+    tip = f"the previous good environment is untouched; fix the cause, then: {tips.REBUILD_FRESH}"
 
 
 class ManifestError(KernodeckError):
-    tip = "fix dossier/reference/manifest.toml or make a new reference: nox -s reference -- --new"
+    tip = f"fix dossier/reference/manifest.toml or make a new reference: {tips.NEW_REFERENCE}"
 
 
 class DossierError(KernodeckError):
-    tip = "check that the output folder is writable and has free space, then rerun: nox -s verify"
+    tip = f"check that the output folder is writable and has free space, then rerun: {tips.VERIFY}"
 
 
 class Busy(KernodeckError):
     tip = "wait for the other run to finish, then rerun"
+
+
+class DirtyTree(KernodeckError):
+    """replay refused: tracked files differ from the commit it would replay."""
+
+    tip = ("commit (or stash) them first: a replay of uncommitted work proves nothing; or: "
+           + tips.nox("replay", "--allow-dirty"))
+
+
+class WouldOverwrite(KernodeckError):
+    """init refused: files it would write exist (nothing was written)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__(f"kernodeck init would overwrite {', '.join(paths)}; nothing was written")
+        self.tip = "kernodeck init --force   (overwrites them; commit or move your versions first)"
 
 
 class SchemaViolation(ValueError):

@@ -52,7 +52,7 @@ SESSIONS = (
          default=True),
     Spec("reference", "run", "Make a NEW reference identity from a rebuilt env (-- --new when one exists).",
          default=False),
-    Spec("compare", "run", "What differs between two dossiers: nox -s compare -- A B [--out DIR].",
+    Spec("compare", "run", "What differs between two dossiers (-- A B [--out DIR]).",
          default=False),
     Spec("replay", "run", "Clone the current commit into an empty folder and rebuild + verify there, cleanly.",
          default=False),
@@ -62,7 +62,7 @@ SESSIONS = (
          default=False),
     Spec("calibrate", "run",
          "Each output's noise and margin of use, measured; proposed tolerances (-- --out DIR --write).", default=False),
-    Spec("drift", "run", "Pairwise drift map of several dossiers' outputs: nox -s drift -- A B C [--out DIR].",
+    Spec("drift", "run", "Pairwise drift map of several dossiers' outputs (-- A B C [--out DIR]).",
          default=False),
     Spec("wheelhouse", "wheelhouse", "Download every file of a platform's lock, hash-checked (-- --platform ID).",
          default=False),
@@ -244,8 +244,8 @@ def _tools(session: nox.Session, groups: dict[str, str], kind: str) -> list[str]
     pyproject = load_pyproject()
     name = groups[kind]
     if name not in pyproject.get("dependency-groups", {}):
-        session.error(f"pyproject.toml has no [dependency-groups] {name}: the pinned tools of `nox -s {session.name}`"
-                      " (TIP: kernodeck init writes them; see README)")
+        session.error(f"pyproject.toml has no [dependency-groups] {name}: the pinned tools of the {session.name} "
+                      "session (TIP: kernodeck init writes them; see README)")
     return list(nox.project.dependency_groups(pyproject, name))
 
 

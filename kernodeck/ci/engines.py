@@ -17,11 +17,16 @@ from __future__ import annotations
 import enum
 import json
 import shlex
+from pathlib import Path
 from typing import assert_never
 
+from kernodeck import tips
 from kernodeck._proc import log
 from kernodeck.ci.matrix import Matrix, MatrixEntry
+from kernodeck.ci.matrix import render as render_github
+from kernodeck.ci.matrix import write as write_github
 from kernodeck.errors import ConfigError
+from kernodeck.project.config import Project
 
 # Where each verify writes its dossier (the GitHub workflow uses the same folder): one folder for all platforms.
 DOSSIERS = "runs/ci"
@@ -42,9 +47,7 @@ class Format(enum.StrEnum):
 def render(fmt: Format, matrix: Matrix) -> str:
     """The matrix as the engine ``fmt`` takes it (the text of the file, newline-terminated)."""
     if fmt is Format.GITHUB:
-        from kernodeck.ci.matrix import render as github
-
-        return github(matrix) + "\n"
+        return render_github(matrix) + "\n"
     if fmt is Format.GITLAB:
         return gitlab(matrix)
     if fmt is Format.SLURM:
@@ -88,7 +91,8 @@ def gitlab(matrix: Matrix) -> str:
         *(_shell(cmd) for cmd in verify_commands("$PLATFORM")),
     ]
     lines = [
-        "# Written by `nox -s matrix -- --format gitlab` from [[tool.kernodeck.platforms]] in pyproject.toml:",
+        f"# Written by `{tips.nox('matrix', '--format', 'gitlab')}` from [[tool.kernodeck.platforms]] in "
+        "pyproject.toml:",
         "# regenerate it rather than edit it. One job per platform (parallel:matrix); a row's RUNNER is its job tag.",
         "stages:",
         '  - "verify"',
@@ -114,7 +118,7 @@ def gitlab(matrix: Matrix) -> str:
         "    paths:",
         f"      - {_q(DOSSIERS + '/$PLATFORM')}",
         "",
-        "# Every platform's dossier in one folder, for `nox -s compare` and the drift map.",
+        f"# Every platform's dossier in one folder, for `{tips.nox('compare')}` and the drift map.",
         "kernodeck-dossiers:",
         '  stage: "collect"',
         '  image: "python:3.11-slim"',
@@ -147,7 +151,7 @@ def slurm_entries(matrix: Matrix) -> list[MatrixEntry]:
             log(f"kernodeck: matrix: slurm: left out {entry['platform']}: {entry['os_arch']} is not a Linux node")
     if not kept:
         raise ConfigError("no declared platform is a Linux one: a Slurm array would be empty",
-                          tip="nox -s matrix -- --format github  (hosted runners for the others)")
+                          tip=f"{tips.nox('matrix', '--format', 'github')}  (hosted runners for the others)")
     return kept
 
 
@@ -164,7 +168,8 @@ def slurm(matrix: Matrix) -> str:
     gpu = any(e["backend"] in GPU_BACKENDS for e in entries)
     header = [
         "#!/bin/bash",
-        "# Written by `nox -s matrix -- --format slurm` from [[tool.kernodeck.platforms]] in pyproject.toml:",
+        f"# Written by `{tips.nox('matrix', '--format', 'slurm')}` from [[tool.kernodeck.platforms]] in "
+        "pyproject.toml:",
         "# regenerate it rather than edit it. Submit from the project's checkout: sbatch THIS-FILE",
         "#SBATCH --job-name=kernodeck-verify",
         f"#SBATCH --array=0-{len(entries) - 1}",
@@ -208,7 +213,7 @@ def slurm(matrix: Matrix) -> str:
         "else",
         "  " + _slurm_line([*verify[:-2], "--out", "OUT"]),
         "fi",
-        'echo "kernodeck: compare two dossiers with: nox -s compare -- $OUT/<platform-a> $OUT/<platform-b>"',
+        f'echo "kernodeck: compare two dossiers with: {tips.nox("compare", "$OUT/<platform-a>", "$OUT/<platform-b>")}"',
     ]
     return "\n".join([*header, "", *body]) + "\n"
 
@@ -220,3 +225,28 @@ def _slurm_line(cmd: list[str]) -> str:
     """One job step: ``srun`` (so that Slurm accounts and signals it) of the nox command, the variables expanded."""
     words = ['"$NOX"' if arg == "nox" else _VARS.get(arg, shlex.quote(arg)) for arg in cmd]
     return "srun " + " ".join(words)
+
+
+def emit(project: Project, built: Matrix, fmt: Format, out: Path | None) -> str:
+    """What ``matrix`` prints; with ``out``, also written there (a file Kernodeck may replace, checked first).
+
+    GitHub's one line is written with its sidecar record (a later ``--out`` there may replace it); another engine's
+    file is written as it is and printed whole.
+    """
+    from kernodeck import outdir
+
+    if fmt is not Format.GITHUB:
+        text = render(fmt, built)
+        if out:
+            from kernodeck._fs import write_atomic
+
+            write_atomic(outdir.check_file(out, what="the matrix", tip=tips.nox("matrix", "--out", "FILE"),
+                                           root=project.root, allowed=(project.runs,)), text)
+        return text
+    if out:
+        # the TIP names a place the check accepts (under runs/), not one it refuses in turn
+        runs = project.runs.relative_to(project.root) if project.runs.is_relative_to(project.root) else project.runs
+        target = outdir.check_file(out, what="the matrix", tip=tips.nox("matrix", "--out", f"{runs}/matrix.json"),
+                                   root=project.root, allowed=(project.runs,))
+        write_github(built, target)
+    return render_github(built) + "\n"

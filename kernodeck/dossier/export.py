@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 from typing import assert_never
 
-from kernodeck import __version__
+from kernodeck import __version__, tips
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -63,7 +63,7 @@ def image(plat: Platform) -> str:
     if plat.os_arch not in DOCKER_PLATFORMS:
         raise ConfigError(
             f"platform {plat.id} runs on {plat.os_arch}: a container is Linux ({', '.join(DOCKER_PLATFORMS)})",
-            tip="nox -s export -- --platform cp311-linux_x86_64-cpu --format dockerfile --out DIR",
+            tip=tips.nox("export", "--platform", "cp311-linux_x86_64-cpu", "--format", "dockerfile", "--out", "DIR"),
         )
     return f"python:{plat.python}-slim"
 
@@ -115,7 +115,8 @@ def dockerfile(project: Project, plat: Platform) -> str:
     lines = [
         "# syntax=docker/dockerfile:1",
         f"# {plat.id}: the lock installed with pip alone, --require-hashes, into a fresh venv; `verify --python` runs",
-        "# when the container runs. Written by `nox -s export -- --format dockerfile`; regenerate rather than edit.",
+        f"# when the container runs. Written by `{tips.nox('export', '--format', 'dockerfile')}`; regenerate rather "
+        "than edit.",
         f"#   docker build -f THIS-FILE -t kernodeck-{plat.id} .      (from the project folder)",
         f'#   docker run --rm -v "$PWD/runs:{WORKDIR}/runs" kernodeck-{plat.id}'
         + ("   (add --gpus all)" if plat.variant.backend.value in ("cuda", "rocm") else ""),
@@ -154,7 +155,8 @@ def apptainer(project: Project, plat: Platform) -> str:
         "",
         "%help",
         f"    {plat.id}: the lock installed with pip alone, --require-hashes, into a fresh venv; `verify --python`",
-        "    runs when the container runs. Written by `nox -s export -- --format apptainer`: regenerate, do not edit.",
+        f"    runs when the container runs. Written by `{tips.nox('export', '--format', 'apptainer')}`: regenerate, "
+        "do not edit.",
         "    apptainer build kernodeck.sif THIS-FILE        (from the project folder)",
         f"    apptainer run --writable-tmpfs{flag} kernodeck.sif",
         "",
@@ -197,7 +199,7 @@ def write(fmt: Format, project: Project, plat: Platform, out: Path) -> Path:
 
     if not (project.lockfiles / plat.lock_name).is_file():
         raise ConfigError(f"no committed lock for {plat.id}: the container would install nothing verified",
-                          tip=f"nox -s lock -- --platform {plat.id}")
+                          tip=tips.nox("lock", "--platform", plat.id))
     text = render(fmt, project, plat)
     path = out / FILE_NAMES[fmt]
     write_atomic(path, text)

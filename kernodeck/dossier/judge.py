@@ -12,11 +12,15 @@ import json
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kernodeck import tips
 from kernodeck._fs import write_atomic
 from kernodeck._proc import run
 from kernodeck.errors import CommandFailed, KernodeckError
+
+if TYPE_CHECKING:
+    from kernodeck.project.config import Project
 
 SCRIPT = Path(__file__).resolve().parents[1] / "inenv" / "compare_outputs.py"
 
@@ -88,7 +92,7 @@ def compare_outputs(dir_a: Path, dir_b: Path, python: Path | None) -> dict[str, 
         return result
     if python is None:
         result["reason"] = ("no rebuilt env here to compare in (the comparison runs where numpy is: "
-                            "`nox -s rebuild` makes one, or pass --python PATH)")
+                            f"`{tips.REBUILD}` makes one, or pass --python PATH)")
         return result
     with tempfile.TemporaryDirectory(prefix="kernodeck-compare-") as tmp:
         request = Path(tmp) / "request.json"
@@ -98,7 +102,7 @@ def compare_outputs(dir_a: Path, dir_b: Path, python: Path | None) -> dict[str, 
             proc = run([python, "-I", SCRIPT, request])
         except CommandFailed as exc:
             raise KernodeckError(f"comparing the outputs in {python} failed: {exc}",
-                                 tip="nox -s rebuild, then: nox -s compare -- A B") from exc
+                                 tip=f"{tips.REBUILD}, then: {tips.nox('compare', 'A', 'B')}") from exc
     result["per_output"] = json.loads(proc.stdout)
     result["available"] = True
     result["python"] = str(python)
@@ -153,3 +157,16 @@ def render(result: dict[str, Any]) -> list[str]:
         word = "within" if verdict["passed"] else "BEYOND"
         lines.append(f"- `{name}` ({verdict['kind']}): {word} its declared tolerance: {verdict['summary']}")
     return lines
+
+
+def write(out: Path, text: str, result: dict[str, Any], here: Project | None) -> None:
+    """compare.md and compare.json into the folder ``out``, staged and swapped in whole; ``here`` is the project of
+    the current folder, if any: its files are never written over (only its runs/ may hold the folder)."""
+    from kernodeck import outdir
+    from kernodeck._fs import write_json
+
+    final = outdir.check(out, what="compare's output", tip=tips.nox("compare", "A", "B", "--out", "NEW-FOLDER"),
+                         root=here.root if here else None, allowed=(here.runs,) if here else ())
+    with outdir.staged(final, "compare") as staging:
+        write_atomic(staging / "compare.md", text)
+        write_json(staging / "compare.json", result)

@@ -25,19 +25,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernodeck import noxsessions, outdir
+from kernodeck import noxsessions, outdir, tips
 from kernodeck._fs import write_json
 from kernodeck._proc import log, run, run_with_progress, uv_available
 from kernodeck.env import pythons
 from kernodeck.errors import CommandFailed, KernodeckError
+from kernodeck.errors import DirtyTree as DirtyTree
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import resolve_platform
-
-
-class DirtyTree(KernodeckError):
-    tip = (
-        "commit (or stash) them first: a replay of uncommitted work proves nothing; or: nox -s replay -- --allow-dirty"
-    )
 
 
 @dataclass
@@ -101,7 +96,7 @@ def kernodeck_install(environ: dict[str, str] | None = None) -> list[str]:
         raise KernodeckError(
             "this Kernodeck is not installed as a package, so the replay cannot install it in the clean clone",
             tip=f"export {noxsessions.SOURCE_ENV}=/path/to/a/kernodeck/checkout (or kernodeck==VERSION), "
-            "then: nox -s replay",
+            f"then: {tips.nox('replay')}",
         )
     return noxsessions.install_args(source, "pip")
 
@@ -153,7 +148,7 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
     dest = outdir.check(
         out or project.runs / f"replay-{time.strftime('%Y%m%d-%H%M%S')}",
         what="the replay's dossier",
-        tip=f"nox -s replay -- --out {os.path.relpath(project.runs, root)}/NAME  "
+        tip=f"{tips.nox('replay', '--out', f'{os.path.relpath(project.runs, root)}/NAME')}  "
         "(or a new or empty folder outside the project)",
         root=root,
         allowed=(project.runs,),
@@ -183,7 +178,8 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
         if not reqs:
             raise KernodeckError(
                 f"pyproject.toml has no [dependency-groups] {group}: the pinned tools the replay installs",
-                tip="kernodeck init writes them (see README: Use it in your project); commit them, then: nox -s replay",
+                tip="kernodeck init writes them (see README: Use it in your project); commit them, then: "
+                + tips.nox("replay"),
             )
         tool_python = tools / "bin" / "python"
         pip: list[str | Path] = [tool_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]

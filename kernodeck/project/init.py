@@ -22,9 +22,10 @@ import tomlkit
 import tomlkit.exceptions
 from tomlkit.container import Container
 
-from kernodeck import __version__
+from kernodeck import __version__, tips
 from kernodeck._fs import write_atomic
-from kernodeck.errors import ConfigError, KernodeckError
+from kernodeck.errors import ConfigError
+from kernodeck.errors import WouldOverwrite as WouldOverwrite
 from kernodeck.project.platforms import current_os_arch
 
 # template (under kernodeck/project/templates) -> where it goes in the project
@@ -41,8 +42,8 @@ FILES = {
 PYPROJECT = "pyproject.toml"
 GITIGNORE = ".gitignore"
 GROUP_PREFIX = "kernodeck-"
-NEXT = "nox -s lock && nox -s reference && nox -s verify"
-NEXT_EDITED = "nox -s lock && nox -s reference -- --new && nox -s verify"
+NEXT = f"{tips.LOCK} && {tips.nox('reference')} && {tips.VERIFY}"
+NEXT_EDITED = f"{tips.LOCK} && {tips.NEW_REFERENCE} && {tips.VERIFY}"
 
 
 class Action(enum.StrEnum):
@@ -57,12 +58,6 @@ class Planned:
     path: str  # relative to the project root
     action: Action
     text: str
-
-
-class WouldOverwrite(KernodeckError):
-    def __init__(self, paths: list[str]) -> None:
-        super().__init__(f"kernodeck init would overwrite {', '.join(paths)}; nothing was written")
-        self.tip = "kernodeck init --force   (overwrites them; commit or move your versions first)"
 
 
 def template(name: str) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from packaging import tags
 
+from kernodeck import tips
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import Project, Variant
 
@@ -78,7 +79,7 @@ def parse_platform_id(project: Project, platform_id: str) -> Platform:
     if not match:
         raise ConfigError(
             f"bad platform id {platform_id!r}: expected <python>-<os_arch>-<variant>, e.g. cp311-linux_x86_64-cpu",
-            tip="nox -s matrix  (lists the declared platforms)",
+            tip=f"{tips.nox('matrix')}  (lists the declared platforms)",
         )
     python = f"{match.group('py')}.{match.group('minor')}"
     return Platform(python, match.group("os_arch"), project.variant(match.group("variant")))
@@ -99,7 +100,7 @@ def resolve_platform(project: Project, platform_id: str | None = None, variant: 
     if not name:
         raise ConfigError(
             f"no default variant for {os_arch}; known variants: {', '.join(sorted(project.variants))}",
-            tip="name one: nox -s verify -- --variant cpu",
+            tip=f"name one: {tips.nox('verify', '--variant', 'cpu')}",
         )
     return Platform(declared_python(project, os_arch, name), os_arch, project.variant(name))
 

@@ -1,0 +1,175 @@
+"""A new reference's manifest, built from the declaration and a reference run's outputs: the code fingerprints, the
+commit, the weights as the lock pins them, the output shapes (read from the .npy headers) and the flip bound that
+refuses a tolerance loose enough to flip a nearest neighbour."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from kernodeck import lock as locking
+from kernodeck import tips
+from kernodeck._fs import sha256_file
+from kernodeck.dossier.manifest import FORMAT, check_weights, identity
+from kernodeck.errors import ManifestError
+from kernodeck.lock import lockfile
+from kernodeck.project import application
+from kernodeck.project.application import Application, Kind
+from kernodeck.project.config import Project
+from kernodeck.project.platforms import Platform
+from kernodeck.verify.report import Step
+
+
+def code_fingerprint(project: Project, files: list[str] | tuple[str, ...]) -> dict[str, str]:
+    return {rel: sha256_file(project.root / rel) for rel in files}
+
+
+def git_revision(root: Path) -> dict[str, Any]:
+    """The commit the project is at and whether its tree differs from it, said plainly where there is none."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    try:
+        git("rev-parse", "--git-dir")
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unavailable (not a git checkout)", "dirty": True}
+    try:
+        commit = git("rev-parse", "--verify", "--quiet", "HEAD").strip()
+    except subprocess.CalledProcessError:
+        commit = ""
+    if not commit:  # `git init` done, nothing committed yet: the files are not at any commit
+        return {"commit": "none (a git repository without commits: nothing is committed yet)", "dirty": True}
+    return {"commit": commit, "dirty": bool(git("status", "--porcelain").strip())}
+
+
+def tolerance_bound(max_abs: float, dim: int) -> float:
+    """The largest change of a cosine similarity that a per-component deviation of ``max_abs`` can cause."""
+    return 2 * math.sqrt(dim) * max_abs
+
+
+def flip_bound(app: Application, criterion: dict[str, Any], shapes: dict[str, list[int]]) -> dict[str, Any] | None:
+    """Where it applies (a criterion judging nearest neighbours of a cosine output, with its smallest margin), refuse
+    a max-abs loose enough to flip a nearest neighbour: its bound on any cosine must stay below half that margin."""
+    name, margin = criterion.get("neighbours_of"), criterion.get("margin")
+    if not name or margin is None or name not in app.outputs or app.outputs[name].kind is not Kind.COSINE:
+        return None
+    max_abs = app.outputs[name].tolerance["max-abs"]
+    dim = int(math.prod(shapes[name][1:])) if len(shapes[name]) > 1 else 1
+    bound = tolerance_bound(max_abs, dim)
+    if not (bound < float(margin) / 2):  # a NaN margin (edited in) is refused, never a pass
+        raise ManifestError(
+            f"declared max-abs {max_abs} of {name} allows cosine changes up to {bound:.3g}, not below half the "
+            f"reference's smallest nearest-neighbour margin ({float(margin):.3g}): such a tolerance could flip a "
+            "nearest neighbour",
+            tip=f"lower max-abs in [tool.kernodeck.application.outputs.{name}], then: {tips.NEW_REFERENCE}",
+        )
+    return {
+        "output": name,
+        "rule": "2*sqrt(dim)*max-abs < margin/2: no nearest neighbour can flip inside the tolerance",
+        "dim": dim,
+        "bound": bound,
+        "reference_min_margin": float(margin),
+    }
+
+
+def build_manifest(
+    project: Project,
+    *,
+    outputs: Path,
+    criterion: dict[str, Any] | None,
+    weights: dict[str, Any] | None,
+    platform_id: str,
+    lock_digest: str,
+    device: str,
+    previous: str | None,
+) -> dict[str, Any]:
+    """The new reference's manifest, from the declaration and the reference run's outputs (in ``outputs``).
+
+    ``weights``: {"version", "wheel_sha256", "files"} when the application declares weights."""
+    app = application.load(project.root)
+    sample = project.root / app.sample
+    items = [json.loads(line) for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out_records: dict[str, Any] = {}
+    shapes: dict[str, list[int]] = {}
+    for name, decl in app.outputs.items():
+        shapes[name] = npy_shape(outputs / f"{name}.npy")
+        out_records[name] = {
+            **decl.declared(),
+            "file": f"{name}.npy",
+            "sha256": sha256_file(outputs / f"{name}.npy"),
+            "ids": f"{name}.ids.json",
+            "ids_sha256": sha256_file(outputs / f"{name}.ids.json"),
+            "shape": shapes[name],
+        }
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "application": {
+            "entry": str(app.entry),
+            "criterion": str(app.criterion) if app.criterion else "",
+            "params": app.params,
+            "code": code_fingerprint(project, app.code),
+        },
+        "data": {"sample": app.sample, "sha256": sha256_file(sample), "items": len(items)},
+    }
+    if app.weights is not None:
+        if weights is None:
+            raise ManifestError(f"the reference run recorded no weights for {app.weights.package}")
+        manifest["weights"] = {
+            **app.weights.as_config(),
+            "version": weights["version"],
+            "wheel_sha256": weights["wheel_sha256"],
+            "files": weights["files"],
+        }
+        check_weights(manifest["weights"], "the new reference")
+    manifest["outputs"] = out_records
+    if criterion is not None:
+        record: dict[str, Any] = {
+            "summary": str(criterion.get("summary", "")),
+            "margin": criterion.get("margin") if criterion.get("margin") is not None else "none",
+        }
+        bound = flip_bound(app, criterion, shapes)
+        if bound is not None:
+            record["flip_bound"] = bound
+        manifest["criterion"] = record
+    manifest["environment"] = {
+        "platform": platform_id,
+        "lock_digest": lock_digest,
+        "device": device,
+        "inventory": "inventory.txt",
+        "system": "system.json",
+    }
+    manifest["provenance"] = {**git_revision(project.root), "previous_id": previous or ""}
+    manifest["id"] = identity(manifest)
+    return manifest
+
+
+def npy_shape(path: Path) -> list[int]:
+    """The shape in a .npy header (read without numpy, which the orchestrator does not have)."""
+    import ast
+
+    raw = path.read_bytes()[:4096]
+    if raw[:6] != b"\x93NUMPY":
+        raise ManifestError(f"{path.name} is not a .npy file")
+    size = 2 if raw[6] == 1 else 4
+    length = int.from_bytes(raw[8 : 8 + size], "little")
+    header = ast.literal_eval(raw[8 + size : 8 + size + length].decode("latin1"))
+    return [int(n) for n in header["shape"]]
+
+
+def weights_record(
+    project: Project, plat: Platform, app: Application, steps: dict[str, Step]
+) -> dict[str, Any] | None:
+    """The declared weights as the lock pins them (exact version, wheel hashes) and as the run fingerprinted them."""
+    if app.weights is None:
+        return None
+    lock = lockfile.read(locking.lock_path(project, plat))
+    pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
+    if pin is None:
+        raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")
+    return {"version": pin.version, "wheel_sha256": list(pin.hashes),
+            "files": steps["application"].details.get("weights_fingerprint", {})}
