@@ -233,7 +233,7 @@ def _observation(data: dict[str, Any]) -> Observation:
             unrecorded.append(name)
     blocks: list[str] = []  # freeze order: by name, an editable's comment line kept above its -e line
     for line in lines:
-        if blocks and blocks[-1].startswith("# Editable"):
+        if blocks and blocks[-1].startswith("# Editable") and "\n" not in blocks[-1]:  # its -e line only
             blocks[-1] += "\n" + line
         else:
             blocks.append(line)
