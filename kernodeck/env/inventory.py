@@ -74,7 +74,7 @@ def parse_freeze(text: str) -> dict[str, str]:
 
 @dataclass
 class Observation:
-    """An environment as its own interpreter sees it now."""
+    """An environment's distributions as observed now (by its own interpreter, or read from outside a rebuilt env)."""
 
     packages: dict[str, str]  # canonical name -> version, "@ url" (direct reference) or "-e url" (editable)
     damaged: dict[str, list[str]]  # name -> installed files that do not match its RECORD

@@ -414,7 +414,8 @@ def test_observed_from_outside_is_the_envs_own_report(tiny: Tiny, tmp_path: Path
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
         (info / "RECORD").write_text(f"{info.name}/METADATA,,\n")
     marker = tmp_path / "ran"
-    (site / "zz-paths.pth").write_text(f"# a comment\n{extra}\nimport pathlib; pathlib.Path({str(marker)!r}).write_text('ran')\n")
+    hook = f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')"
+    (site / "zz-paths.pth").write_text(f"# a comment\n{extra}\n{hook}\n")
     outside, inside = inventory.observe(python, files=False), inventory.observe_inside(python, files=False)
     assert not marker.exists()
     assert outside.depth == inside.depth == "none (checked outside the env)"
