@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name
 
 from kernodeck import tips
 from kernodeck._proc import clean_env, run
+from kernodeck.env.records import site_dirs
 from kernodeck.errors import CommandFailed, KernodeckError
 from kernodeck.lock.lockfile import Lockfile
 
@@ -159,8 +160,6 @@ def observe_outside(env: Path) -> Observation:
 def search_path(env: Path) -> list[Path]:
     """The env's site-packages folders, each followed by the folders its ``.pth`` files name (read as text; a line
     ``site`` would execute is neither run nor followed), in the order ``site`` adds them."""
-    from kernodeck.env.envfiles import site_dirs
-
     found: list[Path] = []
     for site in site_dirs(env):
         folder = env / site
