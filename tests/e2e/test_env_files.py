@@ -428,6 +428,32 @@ def test_observed_from_outside_is_the_envs_own_report(tiny: Tiny, tmp_path: Path
     assert marker.read_text() == "ran"  # control: the import line is code that an ordinary start runs
 
 
+@pytest.mark.parametrize("system_site", [False, True])
+def test_observe_without_site_sees_what_site_would_add(tmp_path: Path, system_site: bool) -> None:
+    """observe.py under ``-I -S`` lists the distributions the same script lists with ``site`` on (``-I``, what the
+    observation was before), in a venv with and without the base's site-packages, and a ``.pth`` path line."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv),  # type: ignore[attr-defined]
+                    *(["--system-site-packages"] if system_site else [])], check=True)
+    python, extra = venv / "bin" / "python", tmp_path / "extra"
+    info = extra / "extdist-3.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: extdist\nVersion: 3.0\n")
+    (_site(venv) / "zz-paths.pth").write_text(f"{extra}\n")
+
+    def listed(*flags: str) -> list[tuple[str, str]]:
+        proc = subprocess.run([str(python), *flags, str(inventory.OBSERVER), "--no-files"], capture_output=True,
+                              text=True, check=True, env={"PATH": os.environ.get("PATH", "")})
+        return [(d["name"], d["location"]) for d in json.loads(proc.stdout)["distributions"]]
+
+    with_site, without = listed("-I"), listed("-I", "-S")
+    assert without == with_site and ("extdist", str(extra)) in without
+    assert any(location.startswith(sys.base_prefix) for _, location in without) is system_site
+
+
 # --- the real env (torch), through verify ---------------------------------------------------------------------------
 
 
