@@ -523,10 +523,10 @@ def test_dropped_startup_code_does_not_run_in_verify(real: Path, tmp_path: Path)
     for marker in markers.values():
         marker.unlink()
     report = _verify_fails_at_inventory(real, tmp_path / "out", "zz-hook.pth", "sitecustomize.py")
+    assert not any(m.exists() for m in markers.values()), "verify --no-rebuild ran the planted code"
     inv = next(s for s in report["steps"] if s["name"] == "inventory")  # type: ignore[union-attr]
     assert inv["details"]["vs_lock"] == {"added": {}, "removed": {}, "changed": {}}
     assert inv["details"]["files"]["bytecode_since_build"]["not_checked"] >= 1
-    assert not any(m.exists() for m in markers.values()), "verify --no-rebuild ran the planted code"
     proc = kd(real, "verify", "--out", str(tmp_path / "rebuilt"))
     assert proc.returncode == 2 and "zz-hook.pth" in proc.stderr, proc.stderr[-2000:]
     assert read_report(tmp_path / "rebuilt")["first_failure"] == "inventory"
