@@ -3,46 +3,46 @@
 Runs on the orchestrator's side (``os.scandir`` and ``stat`` only; nothing of the env is imported or executed), so a
 ``.pth`` or ``sitecustomize.py`` dropped into the env cannot change what it reports. Three checks:
 
+The env's interpreter is started (to check bytecode written since the build, :func:`check`) only once every other
+file is known to be the build's.
+
 - **ownership**: each file under the env's prefix is listed by the ``RECORD`` of a locked distribution, or is one of
   the few things the venv tool or the interpreter writes (:func:`allowed`); anything else is named. A locked
   distribution without a ``RECORD`` is named too (its files could not be held to anything).
-- **snapshot**: at build time, once the install is complete, every entry's ``lstat`` (kind, size, mtime_ns,
-  ctime_ns, inode, mode, link count, a link's target) is written to :data:`SNAPSHOT`; every verify stats the env
-  again and names what was added, removed or changed. Any write, ``chmod``, ``rename`` or ``touch`` sets the ctime to
-  the clock's now, and no user-space call can set it back: docs/env-integrity.md says why this is sound and what it
-  does not cover.
+- **snapshot** (:mod:`kernodeck.env.snapshot`): at build time every entry's ``lstat`` is written; every verify
+  stats the env again and names what was added, removed or changed.
 - **no shared file**: a regular file with more than one link shares its content with another place (the installer's
   cache, another env): editing one edits the other, so it is refused.
 
-At build time (:func:`check_record_digests`) every file a RECORD lists with a digest is hashed once against it, in
-parallel, before the snapshot is taken: the snapshot starts from files proven to be the wheels' own.
+At build time (:func:`kernodeck.env.records.check_record_digests`) every file a RECORD lists with a digest is hashed
+once against it, in parallel, before the snapshot is taken. The names of both modules are re-exported here.
 """
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
 import json
 import os
 import re
-import stat
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
-
-SNAPSHOT = "kernodeck-files.json"
-SNAPSHOT_VERSION = 1
-# Bytecode the interpreter wrote after the build (no bytecode is compiled at install), each file checked once
-# against what this interpreter compiles from its unchanged source, then kept here with its stat.
-BYTECODE = "kernodeck-bytecode.json"
-# Kernodeck's own records at the env's root, written after the snapshot: held by the snapshot's digest (in the
-# completion record) and by the checks that read them, not listed in the snapshot itself.
-OWN_RECORDS = frozenset({"kernodeck-complete.json", "kernodeck-inventory.txt", SNAPSHOT, BYTECODE})
+from kernodeck.env.records import DigestCheck as DigestCheck
+from kernodeck.env.records import Records as Records
+from kernodeck.env.records import check_record_digests as check_record_digests
+from kernodeck.env.records import read_records as read_records
+from kernodeck.env.records import site_dirs as site_dirs
+from kernodeck.env.snapshot import BYTECODE as BYTECODE
+from kernodeck.env.snapshot import OWN_RECORDS as OWN_RECORDS
+from kernodeck.env.snapshot import SNAPSHOT as SNAPSHOT
+from kernodeck.env.snapshot import SNAPSHOT_VERSION as SNAPSHOT_VERSION
+from kernodeck.env.snapshot import Entry as Entry
+from kernodeck.env.snapshot import compare as compare
+from kernodeck.env.snapshot import read_snapshot as read_snapshot
+from kernodeck.env.snapshot import same as same
+from kernodeck.env.snapshot import scan as scan
+from kernodeck.env.snapshot import write_snapshot as write_snapshot
 
 # What the venv tools write that no RECORD lists (python -m venv, uv venv), by exact path under the prefix.
 VENV_FILES = frozenset({
@@ -63,100 +63,8 @@ _VENV_DIR = re.compile(r"include/(site/)?python\d+\.\d+")
 # The interpreter links a POSIX venv holds (bin/python, bin/python3, bin/python3.11).
 _PYTHON_LINK = re.compile(r"bin/python(3(\.\d+)?)?")
 
-# An entry as stat saw it: kind (f file, d folder, l link, o other), size, mtime_ns, ctime_ns, inode, mode, links,
-# a link's target ("" otherwise). A list, not a record: 40k of them are read and compared on every verify.
-Entry = list[object]
 # At most this many paths per list in report.json (the counts say how many there are).
 DETAILS_LIMIT = 200
-_FIELDS = ("kind", "size", "mtime_ns", "ctime_ns", "inode", "mode", "links", "target")
-
-
-def scan(env: Path) -> dict[str, Entry]:
-    """Every entry under ``env`` (links not followed), by its path relative to ``env`` ('/'-separated)."""
-    out: dict[str, Entry] = {}
-    stack = [("", str(env))]
-    while stack:
-        rel, folder = stack.pop()
-        with os.scandir(folder) as entries:
-            for item in entries:
-                name = rel + item.name
-                if not rel and item.name in OWN_RECORDS:
-                    continue
-                st = item.stat(follow_symlinks=False)
-                mode = st.st_mode
-                target = ""
-                if stat.S_ISDIR(mode):
-                    kind = "d"
-                    stack.append((name + "/", item.path))
-                elif stat.S_ISREG(mode):
-                    kind = "f"
-                elif stat.S_ISLNK(mode):
-                    kind, target = "l", os.readlink(item.path)
-                else:
-                    kind = "o"
-                out[name] = [kind, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, st.st_nlink, target]
-    return out
-
-
-@dataclass
-class Records:
-    """What the RECORDs of an env's distributions list, resolved to paths under the env."""
-
-    owned: dict[str, str] = field(default_factory=dict)  # path under env -> canonical name of the owning dist
-    digests: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # path -> (algo=b64digest, size)
-    without_record: list[str] = field(default_factory=list)  # locked distributions whose RECORD is missing
-    outside: dict[str, list[str]] = field(default_factory=dict)  # dist -> RECORD paths that leave the env
-
-
-def site_dirs(env: Path) -> list[str]:
-    """The env's site-packages folders, relative to ``env``."""
-    found = [f"lib/{p.name}/site-packages" for p in sorted((env / "lib").glob("python*"))
-             if (p / "site-packages").is_dir() and not (env / "lib").is_symlink()]
-    if (env / "Lib" / "site-packages").is_dir():
-        found.append("Lib/site-packages")
-    return found
-
-
-def read_records(env: Path, locked: Iterable[str] | None) -> Records:
-    """Parse the RECORD of every distribution in the env's site-packages; ``locked``: the names that may own files.
-
-    A distribution not in ``locked`` owns nothing (its files are foreign); ``None`` lets every distribution own its
-    files (an existing interpreter, verified as a declared variant).
-    """
-    allowed = None if locked is None else set(locked)
-    out = Records()
-    root = os.path.abspath(env)
-    for site in site_dirs(env):
-        base = env / site
-        for info in sorted(base.glob("*.dist-info")):
-            name = canonicalize_name(info.name[: -len(".dist-info")].split("-")[0])
-            if allowed is not None and name not in allowed:
-                continue
-            try:
-                text = (info / "RECORD").read_text(encoding="utf-8")
-            except OSError:
-                out.without_record.append(name)
-                continue
-            for row in csv.reader(text.splitlines()):
-                if not row or not row[0]:
-                    continue
-                if ".." in row[0] or row[0].startswith("/") or "\\" in row[0] or "./" in row[0]:
-                    full = os.path.normpath(os.path.join(base, row[0]))
-                    if not full.startswith(root + os.sep):
-                        out.outside.setdefault(name, []).append(row[0])
-                        continue
-                    rel = full[len(root) + 1:].replace(os.sep, "/")
-                else:
-                    rel = f"{site}/{row[0]}"
-                out.owned[rel] = name
-                if len(row) >= 3 and row[1]:
-                    out.digests[rel] = (row[1], int(row[2]) if row[2].isdigit() else None)
-        for egg in sorted(base.glob("*.egg-info")):  # an old-style install: no RECORD at all
-            name = canonicalize_name(egg.name.split("-")[0].removesuffix(".egg"))
-            if allowed is None or name in allowed:
-                out.without_record.append(name)
-    out.without_record.sort()
-    return out
 
 
 def _bytecode_tag(env: Path) -> str:
@@ -208,6 +116,7 @@ class Findings:
     bytecode_later: int = 0  # bytecode files written since the build, each checked against its source
     bytecode_checked_now: int = 0  # of those, checked by this run (the others were checked by an earlier one)
     bad_bytecode: list[str] = field(default_factory=list)  # "path (why)": not what the interpreter compiles
+    bytecode_unchecked: int = 0  # written since the build, not checked: the env's other files were not the build's
     added: list[str] = field(default_factory=list)  # vs the snapshot
     removed: list[str] = field(default_factory=list)
     changed: dict[str, str] = field(default_factory=dict)  # path -> which fields moved
@@ -229,7 +138,15 @@ class Findings:
 
     @property
     def unchanged(self) -> bool:
-        return not (self.added or self.removed or self.changed or self.snapshot or self.bad_bytecode)
+        return not (self.added or self.removed or self.changed or self.snapshot or self.bad_bytecode
+                    or self.bytecode_unchecked)
+
+    @property
+    def trusted(self) -> bool:
+        """Every file but the bytecode written since the build is the build's: owned, intact, unshared, unchanged;
+        only then may the env's interpreter start (to check that bytecode against its sources)."""
+        return not (self.foreign or self.without_record or self.missing or self.wrong_size or self.shared
+                    or self.added or self.removed or self.changed or self.snapshot)
 
     @property
     def clean(self) -> bool:
@@ -257,6 +174,9 @@ class Findings:
             out.append(self.snapshot)
         if self.bad_bytecode:
             out.append(f"bytecode written since the build that is not its source's: {few(self.bad_bytecode)}")
+        if self.bytecode_unchecked:
+            out.append(f"{self.bytecode_unchecked} bytecode file(s) written since the build not checked against their "
+                       "source (the env's interpreter is not started over files that are not the build's)")
         if self.added:
             out.append(f"added since the build: {few(self.added)}")
         if self.removed:
@@ -278,6 +198,7 @@ class Findings:
             "changed": dict(sorted(self.changed.items())[:limit]),
             "counts": {**{key: len(value) for key, value in lists.items()}, "changed": len(self.changed)},
             "bytecode_since_build": {"files": self.bytecode_later, "checked_now": self.bytecode_checked_now,
+                                     "not_checked": self.bytecode_unchecked,
                                      "not_its_source": self.bad_bytecode[:limit]},
             "seconds": round(self.seconds, 3),
         }
@@ -335,58 +256,6 @@ def _ancestors(rel: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _same(old: Entry | None, new: Entry) -> bool:
-    """Equal entries; for folders only kind, inode and mode: their size and times move with what they list, and
-    every entry they list is compared itself."""
-    if old is None:
-        return False
-    if old[0] == "d" and new[0] == "d":
-        return (old[4], old[5]) == (new[4], new[5])
-    return old == new
-
-
-def compare(before: dict[str, Entry], now: dict[str, Entry], into: Findings) -> None:
-    """Added, removed and changed entries between the build's snapshot and now."""
-    into.added = sorted(set(now) - set(before))
-    into.removed = sorted(set(before) - set(now))
-    for rel, old in before.items():
-        new = now.get(rel)
-        if new is None or new == old:
-            continue
-        if _same(old, new):
-            continue
-        moved = [f for f, a, b in zip(_FIELDS, old, new, strict=True) if a != b]
-        if "size" in moved:
-            moved[moved.index("size")] = f"size {old[1]} -> {new[1]}"
-        into.changed[rel] = ", ".join(moved)
-
-
-def write_snapshot(env: Path, entries: dict[str, Entry], extra: dict[str, object]) -> str:
-    """Write :data:`SNAPSHOT` atomically; returns its sha256 (the completion record holds it)."""
-    from kernodeck._fs import write_atomic
-
-    text = json.dumps({"version": SNAPSHOT_VERSION, **extra, "entries": entries}, separators=(",", ":")) + "\n"
-    write_atomic(env / SNAPSHOT, text)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def read_snapshot(env: Path, digest: str | None) -> tuple[dict[str, object] | None, str]:
-    """The build's snapshot, or None and why not (missing, unreadable, not the one the completion record names)."""
-    try:
-        raw = (env / SNAPSHOT).read_bytes()
-    except OSError:
-        return None, f"the env lacks {SNAPSHOT}, written when it was built: its files cannot be held to the build"
-    if digest is not None and hashlib.sha256(raw).hexdigest() != digest:
-        return None, f"{SNAPSHOT} is not the one written at the build (its digest differs from the completion record)"
-    try:
-        data = json.loads(raw)
-        if data.get("version") != SNAPSHOT_VERSION or not isinstance(data.get("entries"), dict):
-            raise ValueError
-    except (ValueError, AttributeError):
-        return None, f"{SNAPSHOT} is unreadable"
-    return data, ""
-
-
 Validator = Callable[[list[tuple[str, str]]], list[tuple[str, str]]]
 
 
@@ -396,7 +265,9 @@ def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validat
     Bytecode the interpreter wrote since the build (``__pycache__/<stem>.<tag>.pyc`` of an owned ``<stem>.py`` that
     did not change) is the one addition accepted, once ``validate`` (run by the env's interpreter) found each file to
     be what that interpreter compiles from its source; such files are then kept in :data:`BYTECODE` with their stat, so
-    a later run checks only what is new or moved.
+    a later run checks only what is new or moved. ``validate`` is called only when every other file is the build's
+    (:meth:`Findings.trusted`): over a foreign or changed file the env's interpreter is not started at all, and the
+    pending bytecode is counted as not checked.
 
     When nothing but such kept bytecode differs from the snapshot, the ownership the build proved still holds (the same
     paths, the same RECORD files, the same locked names): it is not worked out again, which keeps a verify cheap.
@@ -412,10 +283,10 @@ def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validat
         found.snapshot = why
     else:
         before: dict[str, Entry] = snap["entries"]  # type: ignore[assignment]
-        compare(before, entries, found)
+        found.added, found.removed, found.changed = compare(before, entries)
         kept = _read_kept(env)
         found.bytecode_later = sum(1 for p in found.added if p.endswith(".pyc") and p in kept)
-        unexplained = [p for p in found.added if not _same(kept.get(p), entries[p])]
+        unexplained = [p for p in found.added if not same(kept.get(p), entries[p])]
         if not (unexplained or found.removed or found.changed) and snap.get("locked") == locked:
             found.owned = int(snap.get("owned_by_record", 0))  # type: ignore[call-overload]
             found.added = []
@@ -456,64 +327,22 @@ def _later_bytecode(
     kept = _read_kept(env)
     pending = sorted(p for p in later if kept.get(p) != entries[p])
     found.bytecode_later = len(later)
-    if pending:
-        if validate is None:
-            found.bad_bytecode = [f"{p} (not checked against its source)" for p in pending]
-        else:
-            bad = validate([(str(env / p), str(env / _source_of(p))) for p in pending])
-            root = str(env) + os.sep
-            found.bad_bytecode = sorted(f"{p.removeprefix(root)} ({why})" for p, why in bad)
-            found.bytecode_checked_now = len(pending)
-    if later and not found.bad_bytecode:
+    found.added = [p for p in found.added if p not in later and p not in folders]
+    if pending and (validate is None or not found.trusted):
+        found.bytecode_unchecked = len(pending)  # named once, by count: a first verify writes thousands
+    elif pending and validate is not None:
+        bad = validate([(str(env / p), str(env / _source_of(p))) for p in pending])
+        root = str(env) + os.sep
+        found.bad_bytecode = sorted(f"{p.removeprefix(root)} ({why})" for p, why in bad)
+        found.bytecode_checked_now = len(pending)
+    if later and not found.bad_bytecode and not found.bytecode_unchecked:
         from kernodeck._fs import write_atomic
 
         keep = {p: entries[p] for p in sorted(later | folders)}
         if keep != kept:
             write_atomic(env / BYTECODE, json.dumps(keep, separators=(",", ":")) + "\n")
-    found.added = [p for p in found.added if p not in later and p not in folders]
 
 
 def _source_of(pyc: str) -> str:
     folder, _, name = pyc.rpartition("/")
     return f"{folder[: -len('__pycache__')]}{name.split('.')[0]}.py"
-
-
-@dataclass
-class DigestCheck:
-    files: int
-    bytes: int
-    workers: int
-    seconds: float
-    mismatched: list[str]  # "path (why)"
-
-    def as_dict(self) -> dict[str, object]:
-        return {"files": self.files, "bytes": self.bytes, "workers": self.workers, "seconds": round(self.seconds, 3),
-                "mismatched": self.mismatched}
-
-
-def _digest_ok(path: str, want: str) -> str:
-    algo, _, expected = want.partition("=")
-    try:
-        digest = hashlib.new(algo)
-    except ValueError:
-        return f"unknown digest {algo!r}"
-    try:
-        with open(path, "rb") as handle:
-            while block := handle.read(1 << 20):
-                digest.update(block)  # hashlib lets the GIL go on blocks this size: threads hash in parallel
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}"
-    got = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
-    return "" if got == expected else "content differs from RECORD"
-
-
-def check_record_digests(env: Path, records: Records, workers: int | None = None) -> DigestCheck:
-    """Hash every file a RECORD lists with a digest against it, in parallel threads (once, at build time)."""
-    start = time.perf_counter()
-    workers = workers or min(32, (os.cpu_count() or 1) + 2)
-    items = sorted(records.digests.items())
-    size = sum(want_size or 0 for _, (_, want_size) in items)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda item: _digest_ok(str(env / item[0]), item[1][0]), items, chunksize=64))
-    bad = [f"{rel} ({why})" for (rel, _), why in zip(items, results, strict=True) if why]
-    return DigestCheck(len(items), size, workers, time.perf_counter() - start, bad)

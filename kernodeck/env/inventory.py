@@ -1,28 +1,39 @@
-"""Inventories: what an env holds, OBSERVED by its own interpreter, compared with the lock (the contract) or another.
+"""Inventories: what an env holds, observed NOW, compared with the lock (the contract) or another.
 
-The observation (``kernodeck/inenv/observe.py``, run by the env's interpreter with ``-I``) reads every distribution's
-metadata, so editable installs (``-e``) and direct references (``name @ url``) are part of the comparison, and checks
-each distribution's installed files against its ``RECORD`` (present, same size). It is taken on every verify, never
-read back from what was saved when the env was built.
+The observation reads every distribution's metadata, so editable installs (``-e``) and direct references
+(``name @ url``) are part of the comparison. It is taken on every verify, never read back from what was saved when
+the env was built. A rebuilt env is read from outside (``*.dist-info`` files; its files are held by
+:mod:`kernodeck.env.envfiles`); another interpreter (``--python``) reports itself (``kernodeck/inenv/observe.py``, run
+with ``-I -S`` so that no code of its site-packages runs) and checks each distribution's installed files against its
+``RECORD`` (present, same size). The env's interpreter never starts with its ``site``: docs/env-integrity.md.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
 import re
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
+from kernodeck import tips
 from kernodeck._proc import clean_env, run
+from kernodeck.env.records import site_dirs
 from kernodeck.errors import CommandFailed, KernodeckError
 from kernodeck.lock.lockfile import Lockfile
 
 OBSERVER = Path(__file__).resolve().parents[1] / "inenv" / "observe.py"
+# How the env's interpreter is started: -I (no PYTHON* variable, no user site, no script folder on the path) and -S
+# (no site: no .pth line executed, no sitecustomize/usercustomize imported, site-packages not on sys.path).
+SAFE_FLAGS = ("-I", "-S")
 
 # What a venv holds by construction (its installer), not by the lock's choice.
 BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
@@ -64,7 +75,7 @@ def parse_freeze(text: str) -> dict[str, str]:
 
 @dataclass
 class Observation:
-    """An environment as its own interpreter sees it now."""
+    """An environment's distributions as observed now (by its own interpreter, or read from outside a rebuilt env)."""
 
     packages: dict[str, str]  # canonical name -> version, "@ url" (direct reference) or "-e url" (editable)
     damaged: dict[str, list[str]]  # name -> installed files that do not match its RECORD
@@ -95,24 +106,106 @@ class Observation:
 
 
 def observe(python: Path | str, *, hashes: bool = False, files: bool = True) -> Observation:
-    """Ask the env's interpreter (``-I``: nothing of the caller on its path) what it holds and whether it is intact.
+    """What an env holds: its distributions (and, with ``files``, whether their files match each ``RECORD``).
 
-    ``files=False``: the packages only; a rebuilt env's files are held by :mod:`kernodeck.env.envfiles` instead, from
-    outside the env (its snapshot and every RECORD), which costs less and which nothing inside the env can sway.
+    ``files=False`` is a rebuilt env (``<env>/bin/python``) whose files :mod:`kernodeck.env.envfiles` holds from
+    outside: its packages are read from outside too (:func:`observe_outside`), and its interpreter is not started,
+    so nothing dropped into it (a ``.pth``, a ``sitecustomize.py``) runs before those files are known clean.
+    Otherwise the env's own interpreter reports (:func:`observe_inside`), started so that no code of its
+    site-packages can run.
     """
-    argv = [str(python), "-I", str(OBSERVER), *(["--hashes"] if hashes else []), *([] if files else ["--no-files"])]
+    env = Path(python).parent.parent
+    if not files and not hashes and (env / "pyvenv.cfg").is_file():
+        return observe_outside(env)
+    return observe_inside(python, hashes=hashes, files=files)
+
+
+def observe_inside(python: Path | str, *, hashes: bool = False, files: bool = True) -> Observation:
+    """Ask the env's interpreter, with ``-I -S``: nothing of the caller on its path (``-I``), no ``site`` (``-S``):
+    no ``.pth`` line executed, no ``sitecustomize``/``usercustomize`` imported, site-packages not on ``sys.path``;
+    observe.py reads the folders ``site`` would add without importing from them."""
+    argv = [str(python), *SAFE_FLAGS, str(OBSERVER), *(["--hashes"] if hashes else []),
+            *([] if files else ["--no-files"])]
     try:
         proc = run(argv, env=clean_env(), quiet=True)
         data = json.loads(proc.stdout)
     except CommandFailed as exc:
         raise KernodeckError(
             f"the environment's interpreter {python} cannot report its own packages: {exc.first_error}",
-            tip="nox -s rebuild -- --fresh",
+            tip=tips.REBUILD_FRESH,
         ) from exc
     except ValueError:
         raise KernodeckError(
-            f"the environment's interpreter {python} gave no readable inventory", tip="nox -s rebuild -- --fresh"
+            f"the environment's interpreter {python} gave no readable inventory", tip=tips.REBUILD_FRESH
         ) from None
+    return _observation(data)
+
+
+def observe_outside(env: Path) -> Observation:
+    """A rebuilt env's distributions read from outside it: each ``*.dist-info``/``*.egg-info`` folder of its
+    site-packages (and of the folders its ``.pth`` files name as paths) by :class:`importlib.metadata.PathDistribution`,
+    which reads files and runs nothing. The same record as :func:`observe_inside` with ``files=False``."""
+    start = time.perf_counter()
+    dists = []
+    for folder in search_path(env):
+        try:
+            infos = sorted(p for p in folder.iterdir() if p.suffix in (".dist-info", ".egg-info") and p.is_dir())
+        except OSError:
+            continue
+        dists += [_distribution(importlib.metadata.PathDistribution(info)) for info in infos]
+    return _observation({"distributions": dists, "files_checked": 0, "depth": "none (checked outside the env)",
+                         "seconds": round(time.perf_counter() - start, 3)})
+
+
+def search_path(env: Path) -> list[Path]:
+    """The env's site-packages folders, each followed by the folders its ``.pth`` files name (read as text; a line
+    ``site`` would execute is neither run nor followed), in the order ``site`` adds them."""
+    found: list[Path] = []
+    for site in site_dirs(env):
+        folder = env / site
+        found.append(folder)
+        for pth in sorted(folder.glob("*.pth")):
+            if pth.name.startswith("."):
+                continue
+            try:
+                lines = pth.read_text(encoding="utf-8-sig").splitlines()
+            except (OSError, UnicodeDecodeError):
+                continue
+            for line in lines:
+                if not line.strip() or line.startswith(("#", "import ", "import\t")):
+                    continue
+                named = Path(os.path.abspath(folder / line.rstrip()))
+                if named.is_dir():
+                    found.append(named)
+    return list(dict.fromkeys(found))
+
+
+def _distribution(dist: importlib.metadata.PathDistribution) -> dict[str, object]:
+    """One distribution as observe.py reports it (name, version, direct URL, location, whether it has a RECORD)."""
+    location = str(dist.locate_file(""))
+    try:
+        name = dist.metadata["Name"]
+    except (OSError, TypeError, ValueError):  # no METADATA/PKG-INFO to read
+        name = None
+    direct: dict[str, object] | None = None
+    raw = dist.read_text("direct_url.json")
+    if raw:
+        try:
+            data = json.loads(raw)
+            url = str(data.get("url", ""))
+            vcs = data.get("vcs_info") or {}
+            if vcs.get("commit_id"):
+                url = f"{vcs.get('vcs', 'git')}+{url}@{vcs['commit_id']}"
+            direct = {"url": url, "editable": bool((data.get("dir_info") or {}).get("editable"))}
+        except (ValueError, AttributeError):
+            direct = {"url": "(unreadable direct_url.json)", "editable": False}
+    return {"name": name or f"(no name: {location})", "version": dist.version if name else "",
+            "direct_url": direct, "location": location, "record": dist.read_text("RECORD") is not None,
+            "damaged": []}
+
+
+def _observation(data: dict[str, Any]) -> Observation:
+    """The record of observe.py's JSON (or the same shape read from outside)."""
     packages: dict[str, str] = {}
     damaged: dict[str, list[str]] = {}
     shadowed: dict[str, list[str]] = {}
@@ -139,7 +232,7 @@ def observe(python: Path | str, *, hashes: bool = False, files: bool = True) -> 
             unrecorded.append(name)
     blocks: list[str] = []  # freeze order: by name, an editable's comment line kept above its -e line
     for line in lines:
-        if blocks and blocks[-1].startswith("# Editable"):
+        if blocks and blocks[-1].startswith("# Editable") and "\n" not in blocks[-1]:  # its -e line only
             blocks[-1] += "\n" + line
         else:
             blocks.append(line)
@@ -157,23 +250,27 @@ def observe(python: Path | str, *, hashes: bool = False, files: bool = True) -> 
 
 
 def bytecode_validator(python: Path | str) -> Callable[[list[tuple[str, str]]], list[tuple[str, str]]]:
-    """Check bytecode files against their sources with the env's own interpreter (``observe.py --bytecode``)."""
+    """Check bytecode files against their sources with the env's own interpreter (``observe.py --bytecode``), started
+    with ``-I -S``: compiling a source by path needs nothing of site-packages, so none of its code runs.
+
+    :func:`kernodeck.env.envfiles.check` calls it only when every other file of the env is the build's."""
 
     def validate(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
         with tempfile.TemporaryDirectory(prefix="kernodeck-bytecode-") as tmp:
             listing = Path(tmp) / "bytecode.json"
             listing.write_text(json.dumps(pairs), encoding="utf-8")
             try:
-                proc = run([str(python), "-I", str(OBSERVER), "--bytecode", str(listing)], env=clean_env(), quiet=True)
+                argv = [str(python), *SAFE_FLAGS, str(OBSERVER), "--bytecode", str(listing)]
+                proc = run(argv, env=clean_env(), quiet=True)
                 return [(str(a), str(b)) for a, b in json.loads(proc.stdout)]
             except CommandFailed as exc:
                 raise KernodeckError(
                     f"the environment's interpreter {python} cannot check its bytecode: {exc.first_error}",
-                    tip="nox -s rebuild -- --fresh",
+                    tip=tips.REBUILD_FRESH,
                 ) from exc
             except ValueError:
                 raise KernodeckError(f"the environment's interpreter {python} gave no readable bytecode check",
-                                     tip="nox -s rebuild -- --fresh") from None
+                                     tip=tips.REBUILD_FRESH) from None
 
     return validate
 

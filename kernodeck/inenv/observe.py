@@ -1,10 +1,15 @@
-"""What an environment really holds, observed by its OWN interpreter: ``<env>/bin/python -I observe.py``.
+"""What an environment really holds, observed by its OWN interpreter: ``<env>/bin/python -I -S observe.py``.
 
 Runs inside the env and imports nothing from Kernodeck (only the standard library). Prints one JSON object:
 every distribution on the interpreter's path (name, version, direct URL / editable from ``direct_url.json``, where it
 lives) and, for each, the files its ``RECORD`` lists that are missing or have another size than recorded. With
 ``--hashes`` every file's content is also hashed against its RECORD digest (about 40x slower: measured in README).
 With ``--no-files`` no file is looked at (a rebuilt env's files are checked from outside it: kernodeck/env/envfiles.py).
+
+Started with ``-S``: no code of the env's site-packages runs in it (no ``.pth`` line is executed, no
+``sitecustomize``/``usercustomize`` imported) and site-packages is never put on ``sys.path`` (nothing there can shadow
+a module this script or the standard library imports). The folders ``site`` would add are worked out here as
+``site`` does (:func:`search_path`) and only READ, for their distributions' metadata.
 """
 
 from __future__ import annotations
@@ -104,6 +109,59 @@ def _bytecode_of_source(item: list[str]) -> str:
     return "" if same else "not the bytecode of its source"
 
 
+def _venv_prefixes() -> list[str]:
+    """The prefixes whose site-packages ``site`` would add, as ``site.venv`` works them out (under ``-S`` the
+    interpreter's ``sys.prefix`` is still the base's: ``site`` is what moves it to a venv's folder)."""
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    venv = os.path.dirname(exe_dir)
+    conf = next((c for c in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(venv, "pyvenv.cfg"))
+                 if os.path.isfile(c)), None)
+    if conf is None:
+        return [sys.prefix, sys.exec_prefix]
+    system_site = "true"
+    with open(conf, encoding="utf-8") as fh:
+        for line in fh:
+            key, sep, value = line.partition("=")
+            if sep and key.strip().lower() == "include-system-site-packages":
+                system_site = value.strip().lower()
+    return [venv, *([sys.base_prefix, sys.base_exec_prefix] if system_site == "true" else [])]
+
+
+def _pth_folders(site_dir: str) -> list[str]:
+    """The folders the ``.pth`` files of ``site_dir`` name, read as text: a line ``site`` would execute
+    (``import ...``) is not run, and not followed."""
+    try:
+        names = sorted(n for n in os.listdir(site_dir) if n.endswith(".pth") and not n.startswith("."))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            with open(os.path.join(site_dir, name), encoding="utf-8-sig") as fh:
+                lines = fh.read().splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            if not line.strip() or line.startswith("#") or line.startswith(("import ", "import\t")):
+                continue
+            folder = os.path.abspath(os.path.join(site_dir, line.rstrip()))
+            if os.path.isdir(folder):
+                found.append(folder)
+    return found
+
+
+def search_path() -> list[str]:
+    """Where ``site`` would look (the standard library's folders, then each site-packages folder and the folders its
+    ``.pth`` files name), without running ``site``: read only, never put on ``sys.path``."""
+    import site  # under -S importing it runs nothing (its main() is not called)
+
+    path = list(sys.path)
+    for folder in site.getsitepackages(_venv_prefixes()):
+        if os.path.isdir(folder):
+            path += [folder, *_pth_folders(folder)]
+    return list(dict.fromkeys(path))
+
+
 def bytecode_main(listing: str) -> None:
     """``--bytecode FILE``: FILE is a JSON list of [pyc, source] pairs; prints the list of [pyc, why] that fail."""
     with open(listing, encoding="utf-8") as fh:
@@ -127,7 +185,7 @@ def main() -> None:
     look = "--no-files" not in sys.argv[1:]
     start = time.perf_counter()
     dists, files, hashed = [], 0, 0
-    for dist in metadata.distributions():
+    for dist in metadata.distributions(path=search_path()):
         name = dist.metadata["Name"] if dist.metadata else None
         bad, checked, size = _damage(dist, hashes, look)
         files += checked

@@ -328,6 +328,132 @@ def test_observe_without_files_reads_no_record_rows(tiny: Tiny) -> None:
     assert light.files_checked == 0 and light.packages == inventory.observe(python).packages
 
 
+# --- code dropped into the env never runs before its files are known clean -----------------------------------------
+
+
+def _plant(site: Path, kind: str, marker: Path) -> Path:
+    """Start-up code that writes ``marker`` when the env's interpreter runs it: a ``.pth`` import line, or a
+    ``sitecustomize.py``."""
+    code = f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')\n"
+    target = site / ("zz-hook.pth" if kind == "pth" else "sitecustomize.py")
+    target.write_text(code)
+    return target
+
+
+def _started_as_usual(python: Path) -> None:
+    """The env's interpreter started the way every check starts it (``site`` on)."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_", "UV_"))}
+    subprocess.run([str(python), "-c", "pass"], env={**env, "PYTHONDONTWRITEBYTECODE": "1"}, check=True)
+
+
+@rel(
+    58,
+    "a `.pth` whose import line, or a `sitecustomize.py` that, writes a marker file, dropped into a tiny rebuilt "
+    "env beside bytecode written since the build (which the env's interpreter checks); then `rebuild` (its reuse "
+    "check), verify's inventory step, and the observation an existing interpreter gets",
+    "refused, naming the file, and the marker is never written: the packages are read from outside the env, the "
+    "bytecode check (the interpreter, `-I -S`) does not start over a foreign file (`1 bytecode file(s) ... not "
+    "checked`), an existing interpreter reports itself with `-I -S`; control: the same env started as usual writes it",
+)
+@pytest.mark.parametrize("kind", ["pth", "sitecustomize"])
+def test_dropped_startup_code_never_runs(tiny: Tiny, tmp_path: Path, kind: str) -> None:
+    project, plat, env = tiny
+    built = current_env(project, plat)
+    python = rebuild.env_python(built)
+    lock = rebuild.lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
+    _genuine_bytecode(_site(built) / "tinya" / "__init__.py")  # what the env's interpreter would be started to check
+    marker = tmp_path / "ran"
+    planted = _plant(_site(built), kind, marker)
+    _started_as_usual(python)
+    assert marker.read_text() == "ran"  # control: the planted code runs in an ordinary start
+    marker.unlink()
+    proc = kd(project, "rebuild", env=env)
+    assert not marker.exists(), "rebuild's reuse check ran the planted code"
+    assert proc.returncode == 2 and planted.name in proc.stderr and FRESH_TIP in proc.stderr, proc.stderr[-2000:]
+    assert "1 bytecode file(s) written since the build not checked" in proc.stderr
+    details, _, failure = _step_on(built, lock, tmp_path)
+    assert not marker.exists(), "verify's inventory step ran the planted code"
+    assert details["status"] == "failed" and planted.name in failure and "no locked distribution owns" in failure
+    assert details["vs_lock"] == {"added": {}, "removed": {}, "changed": {}}  # the packages, read from outside
+    assert details["files"]["bytecode_since_build"] == {  # type: ignore[index]
+        "files": 1, "checked_now": 0, "not_checked": 1, "not_its_source": []}
+    inside = inventory.observe(python)  # an existing interpreter reports itself, started with -I -S
+    assert inside.files_checked > 0 and inside.packages == inventory.observe(python, files=False).packages
+    assert not marker.exists(), "the env's own observation ran the planted code"
+    planted.unlink()  # gone: the bytecode is checked by the env's interpreter and the env is reused
+    again = kd(project, "rebuild", env=env)
+    assert again.returncode == 0 and "reusing" in again.stderr, again.stderr[-2000:]
+    found = rebuild.check_files(built, lock)
+    assert found.clean and found.bytecode_later == 1 and found.bytecode_unchecked == 0 and not marker.exists()
+
+
+@rel(
+    59,
+    "a rebuilt env's packages read from outside it (each `*.dist-info` by importlib.metadata), against what its own "
+    "interpreter reports: a direct reference, an editable install, a `.pth` naming another folder (holding a "
+    "distribution and a second copy of a locked one) beside an import line that writes a marker",
+    "the same record (packages, editable/direct URLs, the shadowed copy, the freeze text); the `.pth`'s folder is "
+    "followed and its import line neither run nor followed by either; control: an ordinary start runs it",
+)
+def test_observed_from_outside_is_the_envs_own_report(tiny: Tiny, tmp_path: Path) -> None:
+    project, plat, _ = tiny
+    built = current_env(project, plat)
+    python, site = rebuild.env_python(built), _site(built)
+    (next(site.glob("tinyb-*.dist-info")) / "direct_url.json").write_text(
+        json.dumps({"url": "file:///wheels/tinyb-2.0-py3-none-any.whl", "archive_info": {}}))
+    local = site / "localapp-0.1.dist-info"
+    local.mkdir()
+    (local / "METADATA").write_text("Metadata-Version: 2.1\nName: localapp\nVersion: 0.1\n")
+    (local / "direct_url.json").write_text(json.dumps({"url": "file:///src/localapp", "dir_info": {"editable": True}}))
+    extra = tmp_path / "extra"
+    for name, version in (("extdist", "3.0"), ("tinya", "0.9")):
+        info = extra / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "RECORD").write_text(f"{info.name}/METADATA,,\n")
+    marker = tmp_path / "ran"
+    hook = f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')"
+    (site / "zz-paths.pth").write_text(f"# a comment\n{extra}\n{hook}\n")
+    outside, inside = inventory.observe(python, files=False), inventory.observe_inside(python, files=False)
+    assert not marker.exists()
+    assert outside.depth == inside.depth == "none (checked outside the env)"
+    assert (outside.packages, outside.unrecorded, outside.text) == (inside.packages, inside.unrecorded, inside.text)
+    assert outside.shadowed == inside.shadowed == {"tinya": [f"0.9 at {extra}"]}
+    assert outside.packages["extdist"] == "3.0" and outside.packages["tinya"] == "1.0"
+    assert outside.packages["tinyb"] == "@ file:///wheels/tinyb-2.0-py3-none-any.whl"
+    assert outside.packages["localapp"] == "-e file:///src/localapp" and outside.unrecorded == ["localapp"]
+    _started_as_usual(python)
+    assert marker.read_text() == "ran"  # control: the import line is code that an ordinary start runs
+
+
+@pytest.mark.parametrize("system_site", [False, True])
+def test_observe_without_site_sees_what_site_would_add(tmp_path: Path, system_site: bool) -> None:
+    """observe.py under ``-I -S`` lists the distributions the same script lists with ``site`` on (``-I``, what the
+    observation was before), in a venv with and without the base's site-packages, and a ``.pth`` path line."""
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv),  # type: ignore[attr-defined]
+                    *(["--system-site-packages"] if system_site else [])], check=True)
+    python, extra = venv / "bin" / "python", tmp_path / "extra"
+    info = extra / "extdist-3.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: extdist\nVersion: 3.0\n")
+    (_site(venv) / "zz-paths.pth").write_text(f"{extra}\n")
+
+    def listed(*flags: str) -> list[tuple[str, str]]:
+        proc = subprocess.run([str(python), *flags, str(inventory.OBSERVER), "--no-files"], capture_output=True,
+                              text=True, check=True, env={"PATH": os.environ.get("PATH", "")})
+        return [(d["name"], d["location"]) for d in json.loads(proc.stdout)["distributions"]]
+
+    with_site, without = listed("-I"), listed("-I", "-S")
+    assert without == with_site and ("extdist", str(extra)) in without
+    assert any(location.startswith(sys.base_prefix) for _, location in without) is system_site
+
+
 # --- the real env (torch), through verify ---------------------------------------------------------------------------
 
 
@@ -375,6 +501,42 @@ def test_dropped_code_fails_verify(real: Path, tmp_path: Path) -> None:
     files = inv["details"]["files"]
     assert {"zz-hook.pth", "sitecustomize.py", "extra_module.py"} <= {p.rsplit("/", 1)[-1] for p in files["foreign"]}
     assert kd(real, "rebuild", "--fresh").returncode == 0
+
+
+@pytest.mark.slow
+@rel(
+    49,
+    "a `.pth` and a `sitecustomize.py` that each write a marker file when run, dropped into the real env beside "
+    "bytecode written since the build; then `verify -- --no-rebuild`, `verify` and `rebuild`",
+    "each refuses at the files, naming both; neither marker is written (the env's interpreter is not started before "
+    "the files are known clean) and the package comparison is still reported; control: the env's interpreter started "
+    "as usual writes both; once they are gone the bytecode is checked and the env reused",
+)
+def test_dropped_startup_code_does_not_run_in_verify(real: Path, tmp_path: Path) -> None:
+    site = _real_site(real)
+    python = site.parents[2] / "bin" / "python"
+    _genuine_bytecode(site / "torch" / "version.py")
+    markers = {kind: tmp_path / f"ran-{kind}" for kind in ("pth", "sitecustomize")}
+    planted = [_plant(site, kind, marker) for kind, marker in markers.items()]
+    _started_as_usual(python)
+    assert all(m.read_text() == "ran" for m in markers.values())  # control: an ordinary start runs both
+    for marker in markers.values():
+        marker.unlink()
+    report = _verify_fails_at_inventory(real, tmp_path / "out", "zz-hook.pth", "sitecustomize.py")
+    assert not any(m.exists() for m in markers.values()), "verify --no-rebuild ran the planted code"
+    inv = next(s for s in report["steps"] if s["name"] == "inventory")  # type: ignore[union-attr]
+    assert inv["details"]["vs_lock"] == {"added": {}, "removed": {}, "changed": {}}
+    assert inv["details"]["files"]["bytecode_since_build"]["not_checked"] >= 1
+    proc = kd(real, "verify", "--out", str(tmp_path / "rebuilt"))
+    assert proc.returncode == 2 and "zz-hook.pth" in proc.stderr, proc.stderr[-2000:]
+    assert read_report(tmp_path / "rebuilt")["first_failure"] == "inventory"
+    proc = kd(real, "rebuild")
+    assert proc.returncode == 2 and "sitecustomize.py" in proc.stderr and "not reused" in proc.stderr
+    assert not any(m.exists() for m in markers.values()), "verify or rebuild ran the planted code"
+    for path in planted:
+        path.unlink()
+    proc = kd(real, "rebuild")
+    assert proc.returncode == 0 and "reusing" in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -1,0 +1,121 @@
+"""What the ``RECORD`` files of a rebuilt env's distributions list, and the build-time check of their digests.
+
+At build time (:func:`check_record_digests`) every file a RECORD lists with a digest is hashed once against it, in
+parallel, before the snapshot is taken: the snapshot starts from files proven to be the wheels' own.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import os
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+
+@dataclass
+class Records:
+    """What the RECORDs of an env's distributions list, resolved to paths under the env."""
+
+    owned: dict[str, str] = field(default_factory=dict)  # path under env -> canonical name of the owning dist
+    digests: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # path -> (algo=b64digest, size)
+    without_record: list[str] = field(default_factory=list)  # locked distributions whose RECORD is missing
+    outside: dict[str, list[str]] = field(default_factory=dict)  # dist -> RECORD paths that leave the env
+
+
+def site_dirs(env: Path) -> list[str]:
+    """The env's site-packages folders, relative to ``env``."""
+    found = [f"lib/{p.name}/site-packages" for p in sorted((env / "lib").glob("python*"))
+             if (p / "site-packages").is_dir() and not (env / "lib").is_symlink()]
+    if (env / "Lib" / "site-packages").is_dir():
+        found.append("Lib/site-packages")
+    return found
+
+
+def read_records(env: Path, locked: Iterable[str] | None) -> Records:
+    """Parse the RECORD of every distribution in the env's site-packages; ``locked``: the names that may own files.
+
+    A distribution not in ``locked`` owns nothing (its files are foreign); ``None`` lets every distribution own its
+    files (an existing interpreter, verified as a declared variant).
+    """
+    allowed = None if locked is None else set(locked)
+    out = Records()
+    root = os.path.abspath(env)
+    for site in site_dirs(env):
+        base = env / site
+        for info in sorted(base.glob("*.dist-info")):
+            name = canonicalize_name(info.name[: -len(".dist-info")].split("-")[0])
+            if allowed is not None and name not in allowed:
+                continue
+            try:
+                text = (info / "RECORD").read_text(encoding="utf-8")
+            except OSError:
+                out.without_record.append(name)
+                continue
+            for row in csv.reader(text.splitlines()):
+                if not row or not row[0]:
+                    continue
+                if ".." in row[0] or row[0].startswith("/") or "\\" in row[0] or "./" in row[0]:
+                    full = os.path.normpath(os.path.join(base, row[0]))
+                    if not full.startswith(root + os.sep):
+                        out.outside.setdefault(name, []).append(row[0])
+                        continue
+                    rel = full[len(root) + 1:].replace(os.sep, "/")
+                else:
+                    rel = f"{site}/{row[0]}"
+                out.owned[rel] = name
+                if len(row) >= 3 and row[1]:
+                    out.digests[rel] = (row[1], int(row[2]) if row[2].isdigit() else None)
+        for egg in sorted(base.glob("*.egg-info")):  # an old-style install: no RECORD at all
+            name = canonicalize_name(egg.name.split("-")[0].removesuffix(".egg"))
+            if allowed is None or name in allowed:
+                out.without_record.append(name)
+    out.without_record.sort()
+    return out
+
+
+@dataclass
+class DigestCheck:
+    files: int
+    bytes: int
+    workers: int
+    seconds: float
+    mismatched: list[str]  # "path (why)"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"files": self.files, "bytes": self.bytes, "workers": self.workers, "seconds": round(self.seconds, 3),
+                "mismatched": self.mismatched}
+
+
+def _digest_ok(path: str, want: str) -> str:
+    algo, _, expected = want.partition("=")
+    try:
+        digest = hashlib.new(algo)
+    except ValueError:
+        return f"unknown digest {algo!r}"
+    try:
+        with open(path, "rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)  # hashlib lets the GIL go on blocks this size: threads hash in parallel
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    got = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    return "" if got == expected else "content differs from RECORD"
+
+
+def check_record_digests(env: Path, records: Records, workers: int | None = None) -> DigestCheck:
+    """Hash every file a RECORD lists with a digest against it, in parallel threads (once, at build time)."""
+    start = time.perf_counter()
+    workers = workers or min(32, (os.cpu_count() or 1) + 2)
+    items = sorted(records.digests.items())
+    size = sum(want_size or 0 for _, (_, want_size) in items)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(lambda item: _digest_ok(str(env / item[0]), item[1][0]), items, chunksize=64))
+    bad = [f"{rel} ({why})" for (rel, _), why in zip(items, results, strict=True) if why]
+    return DigestCheck(len(items), size, workers, time.perf_counter() - start, bad)
