@@ -14,7 +14,7 @@ from typing import NoReturn
 from kernodeck import tips
 from kernodeck._fs import sha256_file
 from kernodeck.errors import KernodeckError, LockfileError, MissingLockfile, StaleLock
-from kernodeck.lock import lockfile, pylock
+from kernodeck.lock import lockfile, twin
 from kernodeck.lock.inputs import AS_OF_KEY, RESOLVERS, as_of_instant, compute_inputs, lock_path, pylock_path
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -79,17 +79,17 @@ def check_twin(project: Project, plat: Platform) -> list[str]:
     Kept apart from :func:`check_lock` (the input drift that gates rebuild and verify, which never read the
     pylock): ``lock --check`` reports both.
     """
-    target, twin = lock_path(project, plat), pylock_path(project, plat)
-    if not twin.exists():
-        return [f"{twin.name} (its PEP 751 lock) is missing"]
-    return twin_disagreements(target, twin)
+    target, pylock_file = lock_path(project, plat), pylock_path(project, plat)
+    if not pylock_file.exists():
+        return [f"{pylock_file.name} (its PEP 751 lock) is missing"]
+    return twin_disagreements(target, pylock_file)
 
 
-def twin_disagreements(target: Path, twin: Path) -> list[str]:
+def twin_disagreements(target: Path, pylock_file: Path) -> list[str]:
     """The twin holds the requirements lock's pins and hashes and was written for its exact text."""
-    found = [] if pylock.recorded_digest(twin) == sha256_file(target) else [
-        f"{twin.name} was not written for this {target.name}"]
-    return found + pylock.disagreements(twin, lockfile.read(target))
+    found = [] if twin.recorded_digest(pylock_file) == sha256_file(target) else [
+        f"{pylock_file.name} was not written for this {target.name}"]
+    return found + twin.disagreements(pylock_file, lockfile.read(target).hashed(), target.name)
 
 
 def require_current(project: Project, plat: Platform) -> Path:
@@ -110,10 +110,8 @@ def require_checked(project: Project, plat: Platform) -> Path:
     target = require_current(project, plat)
     problems = check_twin(project, plat)
     if problems:
-        twin = pylock_path(project, plat)
-        error = LockfileError(
-            str(target.relative_to(project.root)), None, f"its PEP 751 twin {twin.name}: {'; '.join(problems)}"
-        )
+        error = LockfileError(str(target.relative_to(project.root)), None,
+                              f"its PEP 751 twin {pylock_path(project, plat).name}: {'; '.join(problems)}")
         # The lock passed its own checks (body digest, inputs): the twin is written again from it. A lock edited by
         # hand and resealed is refused there, naming the pins whose hashes are another version's files.
         error.tip = (tips.nox("lock", "--platform", plat.id, "--pylock-only")

@@ -52,6 +52,10 @@ class Lockfile:
     def versions(self) -> dict[str, str]:
         return {p.name: p.version for p in self.pins}
 
+    def hashed(self) -> dict[str, tuple[str, set[str]]]:
+        """name -> (version, sha256 hashes): what the PEP 751 twin must hold the same."""
+        return {p.name: (p.version, set(p.hashes)) for p in self.pins}
+
     @property
     def inputs(self) -> dict[str, str]:
         """The recorded inputs as name -> fingerprint (the drift check compares these)."""
@@ -197,7 +201,7 @@ def _against_twin(lock: Lockfile) -> str:
         return ""
     from kernodeck.lock.twin import disagreements  # here: a lock read without a broken digest never reads its twin
 
-    found = disagreements(twin, {p.name: (p.version, set(p.hashes)) for p in lock.pins}, lock.path.name)
+    found = disagreements(twin, lock.hashed(), lock.path.name)
     if not found:
         return f" Its pins and hashes still match {twin.name} (was the twin edited too?)."
     return f" Against {twin.name}: {'; '.join(found)}."

@@ -190,5 +190,4 @@ def build(lock_text: str, path: Path, plat: Platform, machine: list[Source], *, 
 def disagreements(pylock_path: Path, lock: lockfile.Lockfile, limit: int = 5) -> list[str]:
     """Where the PEP 751 twin and the requirements lock disagree: a package only in one, another version, other
     hashes. Empty when they hold the same pins and hashes."""
-    pins = {p.name: (p.version, set(p.hashes)) for p in lock.pins}
-    return twin.disagreements(pylock_path, pins, lock.path.name, limit)
+    return twin.disagreements(pylock_path, lock.hashed(), lock.path.name, limit)
