@@ -33,6 +33,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from kernodeck import tips
 from kernodeck._proc import clean_env, run, uv_available
 from kernodeck.errors import CommandFailed, KernodeckError
 from kernodeck.sources import redact_text
@@ -95,7 +96,7 @@ class PythonNotFound(KernodeckError):
             return
         self.tip = (
             f"install CPython {version} (`uv python install {version}`, `pyenv install {version}`, or your system's "
-            f"python{version} package), or let uv fetch one for this run: {DOWNLOADS_VAR}=1 nox -s verify"
+            f"python{version} package), or let uv fetch one for this run: {DOWNLOADS_VAR}=1 {tips.VERIFY}"
         )
         if downloads:
             self.tip = (f"uv could not install Python {version} here; install CPython {version} yourself "

@@ -23,15 +23,15 @@ from packaging.markers import Marker, default_environment
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from kernodeck import lock as locking
-from kernodeck import outdir
+from kernodeck import outdir, tips
 from kernodeck._fs import sha256_file, write_json
 from kernodeck._proc import clean_env, log, run_with_progress, show
 from kernodeck.errors import CommandFailed, ConfigError, KernodeckError
 from kernodeck.lock import lockfile
+from kernodeck.lock.check import require_current
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python
-from kernodeck.sources import index_args, public_url, reachable, variant_index
+from kernodeck.sources import VariantIndex, index_args, public_url, reachable, variant_index
 
 MANIFEST = "kernodeck-wheelhouse.json"
 MANIFEST_VERSION = 1
@@ -150,20 +150,23 @@ def match(
     return found, missing
 
 
+def _lacking(lock: lockfile.Lockfile, folder: Path, plat: Platform, missing: list[str]) -> WheelhouseError:
+    shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    return WheelhouseError(
+        f"the wheelhouse {folder} lacks {len(missing)} file(s) of {lock.path.name} "
+        f"(no file with the lock's hash): {shown}",
+        tip=tips.nox("wheelhouse", "--platform", plat.id, "--out", str(folder)) + "   (where an index can be reached)",
+    )
+
+
 def require_complete(lock: lockfile.Lockfile, folder: Path, plat: Platform) -> dict[str, tuple[Path, str]]:
     """Refuse a wheelhouse that lacks a file of the lock before anything is installed from it."""
     if not folder.is_dir():
-        raise WheelhouseError(
-            f"the wheelhouse {folder} does not exist", tip=f"nox -s wheelhouse -- --platform {plat.id} --out {folder}"
-        )
+        raise WheelhouseError(f"the wheelhouse {folder} does not exist",
+                              tip=tips.nox("wheelhouse", "--platform", plat.id, "--out", str(folder)))
     found, missing = match(lock, folder, marker_environment(plat))
     if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        raise WheelhouseError(
-            f"the wheelhouse {folder} lacks {len(missing)} file(s) of {lock.path.name} "
-            f"(no file with the lock's hash): {shown}",
-            tip=f"nox -s wheelhouse -- --platform {plat.id} --out {folder}   (where an index can be reached)",
-        )
+        raise _lacking(lock, folder, plat, missing)
     return found
 
 
@@ -176,7 +179,7 @@ def pip_python() -> str:
         return base
     raise ConfigError(
         "pip is not installed beside kernodeck; the wheelhouse is downloaded with pip",
-        tip="nox -s wheelhouse  (installs the pinned tools)",
+        tip=f"{tips.nox('wheelhouse')}  (installs the pinned tools)",
     )
 
 
@@ -194,6 +197,43 @@ def _carry_over(folder: Path, staging: Path) -> None:
             shutil.copy2(path, staging / path.name)
 
 
+def _online(vindex: VariantIndex) -> list[str]:
+    """The installer options naming the variant's index; none when it is PyPI or unreachable (pip would retry an
+    unreachable index for every file; this machine's own sources may hold them)."""
+    online = index_args(vindex)
+    if online and not vindex.mirror and not (answer := reachable(vindex.url))[0]:
+        log(f"kernodeck: {vindex.describe()} is unreachable ({answer[1]}); downloading from this machine's sources "
+            f"and PyPI (set {vindex.var} to a mirror of it if they lack its files)")
+        return []
+    return online
+
+
+def _argv(plat: Platform, staging: Path, online: list[str], rel_lock: str) -> list[str]:
+    """``pip download`` of the lock as a file: hash-checked, no dependency of its own, wheels only."""
+    return [
+        pip_python(), "-m", "pip", "download",
+        "--require-hashes", "--no-deps", "--only-binary=:all:", "--no-input", "--progress-bar=off",
+        "--disable-pip-version-check", "--dest", str(staging),
+        *target_flags(plat), *online, "-r", rel_lock,
+    ]
+
+
+def _fetch(project: Project, plat: Platform, argv: list[str], folder: Path,
+           vindex: VariantIndex) -> WheelhouseError | None:
+    """Run the download; its failure is returned (what came is kept), not raised."""
+    try:
+        run_with_progress(argv, label=f"wheelhouse {plat.id}", env=clean_env(), cwd=project.root)
+    except CommandFailed as exc:
+        failure = WheelhouseError(
+            f"downloading {plat.id}'s lock into {folder} failed: {exc.first_error}",
+            tip=f"check that this machine reaches {vindex.describe()} and PyPI (or set {vindex.var} to a mirror), "
+            "then rerun",
+        )
+        failure.__cause__ = exc
+        return failure
+    return None
+
+
 def download(project: Project, plat: Platform, out: Path | None = None) -> WheelhouseResult:
     """Download every file the lock installs on ``plat`` into ``out``, hash-checked; write the wheelhouse manifest.
 
@@ -203,86 +243,44 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
     folder = outdir.check(
         out or default_dir(project, plat),
         what="the wheelhouse",
-        tip=f"nox -s wheelhouse -- --platform {plat.id} --out .wheelhouse/{plat.id}  "
-        "(or a new or empty folder outside the project)",
+        tip=tips.nox("wheelhouse", "--platform", plat.id, "--out", f".wheelhouse/{plat.id}")
+        + "  (or a new or empty folder outside the project)",
         root=project.root,
         allowed=(project.root / ".wheelhouse", project.runs),
     )
-    lock_file = locking.require_current(project, plat)
+    lock_file = require_current(project, plat)
     lock = lockfile.read(lock_file)
     rel_lock = os.path.relpath(lock_file, project.root)
     # The variant's declared index (or its mirror, KERNODECK_INDEX_<VARIANT>) beside the machine's own pip sources.
     vindex = variant_index(plat.variant.name, plat.variant.index)
-    online = index_args(vindex)
-    if online and not vindex.mirror and not (answer := reachable(vindex.url))[0]:
-        # pip would retry an unreachable index for every file; this machine's own sources may hold them
-        log(f"kernodeck: {vindex.describe()} is unreachable ({answer[1]}); downloading from this machine's sources "
-            f"and PyPI (set {vindex.var} to a mirror of it if they lack its files)")
-        online = []
-    failure: WheelhouseError | None = None
+    online = _online(vindex)
     with outdir.staged(folder, "wheelhouse") as staging:
         _carry_over(folder, staging)
-        argv = [
-            pip_python(),
-            "-m",
-            "pip",
-            "download",
-            "--require-hashes",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--no-input",
-            "--progress-bar=off",
-            "--disable-pip-version-check",
-            "--dest",
-            str(staging),
-            *target_flags(plat),
-            *online,
-            "-r",
-            rel_lock,
-        ]
+        argv = _argv(plat, staging, online, rel_lock)
         start = time.perf_counter()
-        try:
-            run_with_progress(argv, label=f"wheelhouse {plat.id}", env=clean_env(), cwd=project.root)
-        except CommandFailed as exc:
-            failure = WheelhouseError(
-                f"downloading {plat.id}'s lock into {folder} failed: {exc.first_error}",
-                tip=f"check that this machine reaches {vindex.describe()} and PyPI (or set {vindex.var} to a mirror), "
-                "then rerun",
-            )
-            failure.__cause__ = exc
+        failure = _fetch(project, plat, argv, folder, vindex)
         seconds = time.perf_counter() - start
         found, missing = match(lock, staging, marker_environment(plat))
         if failure is None and missing:
-            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-            failure = WheelhouseError(
-                f"the wheelhouse {folder} lacks {len(missing)} file(s) of {lock.path.name} "
-                f"(no file with the lock's hash): {shown}",
-                tip=f"nox -s wheelhouse -- --platform {plat.id} --out {folder}   (where an index can be reached)",
-            )
+            failure = _lacking(lock, folder, plat, missing)
         # Recorded without this machine's paths: the interpreter and the folder are placeholders.
         shown_argv = [vindex.shown() if a == vindex.url else a for a in argv[3:]]
         command = vindex.expandable(show(["python", "-m", "pip", *shown_argv]).replace(str(staging), "WHEELHOUSE"))
         if failure is None:
-            write_json(
-                staging / MANIFEST,
-                {
-                    "version": MANIFEST_VERSION,
-                    "platform": plat.id,
-                    "lock": rel_lock,
-                    "lock_digest": "sha256:" + sha256_file(lock_file),
-                    "command": command,
-                    "index": f"mirror ({vindex.var})" if vindex.mirror else f"declared ({public_url(vindex.declared)})",
-                    "files": {
-                        spec: {"file": path.name, "sha256": digest} for spec, (path, digest) in sorted(found.items())
-                    },
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                },
-            )
+            write_json(staging / MANIFEST, {
+                "version": MANIFEST_VERSION,
+                "platform": plat.id,
+                "lock": rel_lock,
+                "lock_digest": "sha256:" + sha256_file(lock_file),
+                "command": command,
+                "index": f"mirror ({vindex.var})" if vindex.mirror else f"declared ({public_url(vindex.declared)})",
+                "files": {spec: {"file": path.name, "sha256": digest}
+                          for spec, (path, digest) in sorted(found.items())},
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            })
     if failure is not None:
         raise failure
     files = {spec: path.name for spec, (path, _) in found.items()}
-    log(
-        f"kernodeck: wheelhouse {folder}: {len(files)} file(s), every one matching a hash of {rel_lock} "
-        f"({seconds:.1f}s)"
-    )
+    log(f"kernodeck: wheelhouse {folder}: {len(files)} file(s), every one matching a hash of {rel_lock} "
+        f"({seconds:.1f}s)")
     return WheelhouseResult(folder, files, command, round(seconds, 3))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
 
+from kernodeck import tips
 from kernodeck._proc import clean_env, first_error, log, show
 from kernodeck.errors import KernodeckError
 
@@ -110,7 +111,7 @@ def audit_lock(lock_file: Path, platform: str, python: str | None = None) -> Aud
         proc = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=1800, check=False)
         text = proc.stderr + proc.stdout
         if "No module named pip_audit" in text:
-            raise KernodeckError("pip-audit is not installed in this environment", tip="nox -s audit")
+            raise KernodeckError("pip-audit is not installed in this environment", tip=tips.nox("audit"))
         if out.exists() and out.stat().st_size:
             try:
                 return parse(platform, json.loads(out.read_text(encoding="utf-8")))
@@ -119,7 +120,7 @@ def audit_lock(lock_file: Path, platform: str, python: str | None = None) -> Aud
         if any(marker in text for marker in _NO_NETWORK):
             return AuditResult(platform, AuditStatus.NOT_CHECKED, reason=f"no network ({first_error(text)[:200]})")
         raise KernodeckError(f"pip-audit failed on {lock_file.name} (exit {proc.returncode}): {first_error(text)}",
-                             tip="nox -s audit -- --platform " + platform)
+                             tip=tips.nox("audit", "--platform", platform))
 
 
 def exit_code(results: list[AuditResult]) -> int:

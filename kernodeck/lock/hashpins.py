@@ -20,9 +20,12 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from kernodeck import tips
 from kernodeck._proc import log
 from kernodeck.errors import ConfigError, LockFailed, MissingLockfile
-from kernodeck.lock import input_files, lock_path, lockfile, requirements_in, write_pair
+from kernodeck.lock import lockfile
+from kernodeck.lock.inputs import input_files, lock_path, requirements_in
+from kernodeck.lock.write import write_pair
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.sources import machine_sources, pip_no_index
@@ -35,10 +38,11 @@ def _hashin_version(project: Project) -> str:
     try:
         installed = importlib.metadata.version("hashin")
     except importlib.metadata.PackageNotFoundError:
-        raise ConfigError("hashin is not installed here", tip="nox -s lock -- --upgrade-package NAME==VER") from None
+        raise ConfigError("hashin is not installed here",
+                          tip=tips.nox("lock", "--upgrade-package", "NAME==VER")) from None
     if pinned and installed != pinned:
         raise ConfigError(f"hashin {installed} is installed but pyproject.toml pins {pinned}",
-                          tip="nox -s lock -- ...  (installs the pinned tools)")
+                          tip=tips.nox("lock", "...") + "  (installs the pinned tools)")
     return installed
 
 
@@ -79,7 +83,7 @@ def _release(name: str, version: str) -> list[dict[str, Any]]:
         data = hashin.get_package_data(name, hashin.DEFAULT_INDEX_URL)
     except hashin.PackageNotFoundError:
         raise LockFailed(f"{name} is not on PyPI; hashin reads only PyPI's JSON API",
-                         tip="re-resolve instead: nox -s lock -- --upgrade") from None
+                         tip="re-resolve instead: " + tips.nox("lock", "--upgrade")) from None
     except (hashin.PackageError, urllib.error.URLError, OSError, ValueError) as exc:
         raise LockFailed(f"PyPI's JSON API did not answer for {name}: {exc}",
                          tip="check that https://pypi.org can be reached, then rerun") from None
@@ -162,14 +166,14 @@ def upgrade_packages(project: Project, plat: Platform, specs: list[str]) -> list
         version = version.strip()
         if not sep or not name or not version:
             raise ConfigError(f"--upgrade-package wants NAME==VERSION, got {spec!r}",
-                              tip="nox -s lock -- --upgrade-package idna==3.10")
+                              tip=tips.nox("lock", "--upgrade-package", "idna==3.10"))
         if name not in pins:
             raise LockFailed(f"{name} is not pinned in {target.name}; --upgrade-package changes an existing pin "
-                             "(a new package needs a resolution)", tip="add it to an .in file, then: nox -s lock")
+                             "(a new package needs a resolution)", tip=f"add it to an .in file, then: {tips.LOCK}")
         for rel, req in _direct_specs(project, plat, name):
             if not req.specifier.contains(version, prereleases=True):
                 raise LockFailed(f"{name}=={version} is outside {rel}'s `{req}`",
-                                 tip=f"change {rel} first, then: nox -s lock -- --upgrade")
+                                 tip=f"change {rel} first, then: {tips.nox('lock', '--upgrade')}")
         wanted.append((name, version))
     lines = text.splitlines()
     changed: list[str] = []

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernodeck import lock as locking
+from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.errors import KernodeckError, MissingLockfile
 from kernodeck.lock import lockdiff, lockfile
+from kernodeck.lock.compile import compile_lock
+from kernodeck.lock.inputs import RESOLVERS, as_of_instant, lock_path, pylock_path
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 
@@ -150,7 +152,7 @@ class UpgradeResult:
 def recorded_resolver(lock: lockfile.Lockfile) -> str:
     """The resolver the lock was made with (its header), so the relock is checked against the same input."""
     name = lock.first("resolver").split(" ", 1)[0]
-    return name if name in locking.RESOLVERS else "pip-tools"
+    return name if name in RESOLVERS else "pip-tools"
 
 
 def _keep_declared_date(project: Project, as_of: str | None, old_dir: Path) -> None:
@@ -175,23 +177,23 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     from kernodeck import outdir
     from kernodeck.verify import Options, verify
 
-    target = locking.lock_path(project, plat)
+    target = lock_path(project, plat)
     if not target.exists():
         raise MissingLockfile(plat.id, str(target.relative_to(project.root)))
     old = lockfile.read(target)  # a broken old lock is named before anything changes
     if as_of:
-        locking.as_of_instant(as_of)  # a bad date is refused before anything is written
+        as_of_instant(as_of)  # a bad date is refused before anything is written
     folder = out or project.runs / f"upgrade-{time.strftime('%Y%m%d-%H%M%S')}-{plat.id}"
-    folder = outdir.check(folder, what="the upgrade's folder", tip="nox -s upgrade -- --out NEW-FOLDER",
+    folder = outdir.check(folder, what="the upgrade's folder", tip=tips.nox("upgrade", "--out", "NEW-FOLDER"),
                           root=project.root, allowed=(project.runs,))
     if folder.exists() and any(folder.iterdir()):  # its old/ must never be overwritten with a newer lock
         raise outdir.UnsafeOut(f"{folder} is not empty; an upgrade keeps the old lock in a folder of its own",
-                               tip="nox -s upgrade -- --out NEW-FOLDER  (or leave --out out)")
+                               tip=tips.nox("upgrade", "--out", "NEW-FOLDER") + "  (or leave --out out)")
     old_dir = folder / "old"
     old_dir.mkdir(parents=True, exist_ok=True)
     old_copy = old_dir / target.name
     shutil.copy2(target, old_copy)
-    twin = locking.pylock_path(project, plat)
+    twin = pylock_path(project, plat)
     if twin.exists():
         shutil.copy2(twin, old_dir / twin.name)
     log(f"kernodeck: upgrade {plat.id}: the old lock is kept in {old_copy}")
@@ -202,7 +204,7 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
 
         project = load_project(project.root)
     try:
-        locking.compile_lock(project, plat, resolver=resolver or recorded_resolver(old), upgrade=True, as_of=as_of)
+        compile_lock(project, plat, resolver=resolver or recorded_resolver(old), upgrade=True, as_of=as_of)
     except BaseException:
         kept = old_dir / "pyproject.toml"
         if kept.exists():  # the declared date goes back with the lock that failed to change
@@ -305,6 +307,6 @@ def outcome(result: UpgradeResult, plat: Platform, root: Path) -> tuple[str, int
         return "\n".join(lines), 0
     if drift.failure:
         return "\n".join([*lines, f"next: read {result.folder / 'verify' / 'report.md'}"]), 3
-    lines.append(f"next: nox -s bisect -- --platform {plat.id} --good {result.old_lock} "
-                 f"--bad {result.lock.relative_to(root)}")
+    lines.append("next: " + tips.nox("bisect", "--platform", plat.id, "--good", str(result.old_lock),
+                                     "--bad", str(result.lock.relative_to(root))))
     return "\n".join(lines), 1

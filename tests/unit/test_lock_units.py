@@ -13,7 +13,7 @@ import pytest
 
 from kernodeck import lock as locking
 from kernodeck.errors import CommandFailed, LockFailed
-from kernodeck.lock import lockfile, pylock
+from kernodeck.lock import lockfile, pylock, resolvers
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
 from kernodeck.sources import PYPI, Source
@@ -48,7 +48,7 @@ def test_uv_no_index_and_macos_target() -> None:
 
 
 def test_uv_command_holds_no_source() -> None:
-    cmd = locking._command("uv", MPS, ["requirements/base.in"], "out.txt", "https://x.example/simple", False)
+    cmd = resolvers.command("uv", MPS, ["requirements/base.in"], "out.txt", "https://x.example/simple", False)
     assert not [c for c in cmd if "index" in c or "find-links" in c or "x.example" in c]
     assert cmd[cmd.index("--python-platform") + 1] == "aarch64-apple-darwin"
 
@@ -58,7 +58,7 @@ def test_tracebacks_are_dropped_from_resolver_output() -> None:
               "Traceback (most recent call last):\n  File \"/x/pip.py\", line 3, in resolve\n    raise X\n"
               "pip._vendor.resolvelib.resolvers.ResolutionImpossible: [x]\n"
               "pip._internal.exceptions.DistributionNotFound: No matching distribution found for torch==9\n")
-    kept = locking._without_tracebacks(output)
+    kept = resolvers.without_tracebacks(output)
     assert kept == "  ERROR: Could not find a version that satisfies the requirement torch==9"
 
 
@@ -66,8 +66,8 @@ def test_uv_reason_carries_its_cause_line() -> None:
     output = ("error: No solution found when resolving dependencies\n"
               "  cause: Because only kdtiny-beta<=2.0 is available and you require kdtiny-beta>=3, ...\n")
     exc = CommandFailed(["uv"], 1, "error: No solution found when resolving dependencies", output)
-    assert locking._reason(exc).endswith("cause: Because only kdtiny-beta<=2.0 is available and you require "
-                                         "kdtiny-beta>=3, ...")
+    assert resolvers.reason(exc).endswith("cause: Because only kdtiny-beta<=2.0 is available and you require "
+                                          "kdtiny-beta>=3, ...")
 
 
 # ---- the index reader, against a local HTTP server ------------------------------------------------------------

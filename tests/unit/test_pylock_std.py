@@ -18,6 +18,7 @@ import pytest
 from packaging.pylock import Pylock
 from packaging.version import Version
 
+from kernodeck._fs import sha256_file
 from kernodeck.dossier import sbom
 from kernodeck.errors import LockfileError
 from kernodeck.lock import lockfile, pylock
@@ -110,7 +111,7 @@ def _local_twin(tmp_path: Path, *, tamper: bool = False) -> Path:
     files: dict[str, list[pylock.DistFile]] = {}
     for wheel in wheels:
         name, version = wheel.name.split("-")[:2]
-        digest = pylock._sha256(wheel)
+        digest = sha256_file(wheel)
         if tamper and name == "kdtinyb":
             digest = "0" * 64
         lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}")

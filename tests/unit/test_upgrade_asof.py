@@ -12,7 +12,7 @@ import tomlkit
 
 from kernodeck import lock as locking
 from kernodeck.errors import ConfigError
-from kernodeck.lock import lockfile
+from kernodeck.lock import lockfile, resolvers
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from tests._lock_tiny import offline_sources, pins, tiny_project, tiny_wheels
@@ -47,12 +47,12 @@ def test_both_resolvers_get_the_date(tmp_path: Path, resolver: str) -> None:
     project = load_project(tiny_project(tmp_path / "p"))
     plat = resolve_platform(project)
     flag = {"pip-tools": "--uploaded-prior-to", "uv": "--exclude-newer"}[resolver]
-    with_date = locking._command(resolver, plat, ["a.in"], "out.txt", None, False, "2024-06-01T00:00:00Z",
-                                 ("kdtiny-torch",))
+    with_date = resolvers.command(resolver, plat, ["a.in"], "out.txt", None, False, "2024-06-01T00:00:00Z",
+                                  ("kdtiny-torch",))
     assert with_date[with_date.index(flag) + 1] == "2024-06-01T00:00:00Z"
     if resolver == "uv":
         assert with_date[with_date.index("--exclude-newer-package") + 1] == "kdtiny-torch=false"
-    without = locking._command(resolver, plat, ["a.in"], "out.txt", None, False)
+    without = resolvers.command(resolver, plat, ["a.in"], "out.txt", None, False)
     assert flag not in without and "--exclude-newer-package" not in without
 
 

@@ -1,0 +1,228 @@
+"""No import cycle among Kernodeck's modules (issue 20 named one: lock -> rebuild -> wheelhouse -> lock).
+
+Module-level imports only: what runs when a module is imported (its top level, top-level ``if``/``try``/``with``
+blocks and class bodies). An import inside a function runs when it is called, and one under ``if TYPE_CHECKING:``
+never runs: neither counts here. An import needs the module it takes names or a submodule from; importing ``a.b.c``
+also runs ``a.b``'s ``__init__`` first (which may re-export from its submodules). The whole package has no cycle
+between the modules imports need; the lock package has none even counting the ``__init__`` each import runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import wall
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runs_at_import(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements of a module body that run when the module is imported."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            test = node.test
+            checking = (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+                isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+            yield from _runs_at_import(node.orelse if checking else [*node.body, *node.orelse])
+        elif isinstance(node, ast.Try):
+            yield from _runs_at_import([*node.body, *node.orelse, *node.finalbody,
+                                        *(s for h in node.handlers for s in h.body)])
+        elif isinstance(node, ast.With | ast.ClassDef):
+            yield from _runs_at_import(node.body)
+
+
+def _names(module: str, path: Path) -> Iterator[tuple[str, str | None]]:
+    """(module name, name taken from it or None) for each import that runs when ``module`` is imported."""
+    for node in _runs_at_import(ast.parse(path.read_text(encoding="utf-8"), str(path)).body):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, None) for alias in node.names)
+            continue
+        base = node.module or ""
+        if node.level:
+            here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+            here = here[: len(here) - node.level + 1]
+            base = ".".join([*here, base] if base else here)
+        yield from ((base, alias.name) for alias in node.names)
+
+
+def import_graph(root: Path, package: str = "kernodeck", *, inits: bool = True) -> dict[str, set[str]]:
+    """Each module of ``package`` under ``root`` -> the modules of the package its import runs.
+
+    An import needs the module it names; ``from m import f`` needs ``m`` finished (``f`` defined), while
+    ``from pkg import sub`` of a submodule needs ``pkg.sub``. ``inits``: also the ``__init__`` of each package above
+    a needed module, which runs first when that package is not being imported already (the importer's own are).
+    """
+    paths = {_module(root, p): p for p in sorted((root / package).rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        needed: set[str] = set()
+        for base, taken in _names(module, path):
+            name = f"{base}.{taken}" if taken and f"{base}.{taken}" in paths else base
+            while name and name not in paths:
+                name = name.rpartition(".")[0]  # `import a.b` where b is not a module: a
+            if not name:
+                continue
+            if name != module:
+                needed.add(name)
+            parent = name.rpartition(".")[0]
+            while inits and parent and parent != package:
+                if parent in paths and parent != module and not module.startswith(parent + "."):
+                    needed.add(parent)
+                parent = parent.rpartition(".")[0]
+        graph[module] = needed
+    return graph
+
+
+def groups(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected groups of more than one module: each module of a group imports, through the others,
+    itself (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle of each group, as the shortest path from its first module back to itself."""
+    return [_path(graph, min(group), group) for group in groups(graph)]
+
+
+def _path(graph: dict[str, set[str]], start: str, group: set[str]) -> list[str]:
+    """The shortest way from ``start`` back to itself inside ``group``."""
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for target in sorted(graph[node] & group):
+            if target == start:
+                return [*paths[node], start]
+            if target not in paths:
+                paths[target] = [*paths[node], target]
+                queue.append(target)
+    raise AssertionError(f"no way back to {start} in {sorted(group)}")
+
+
+def test_kernodeck_has_no_import_cycle() -> None:
+    graph = import_graph(ROOT, inits=False)
+    assert "kernodeck.lock.check" in graph["kernodeck.env.wheelhouse"]  # the graph sees the imports it must see
+    assert "kernodeck.lock" not in graph["kernodeck.env.wheelhouse"]  # `from kernodeck.lock import lockfile`
+    assert cycles(graph) == []
+
+
+def test_no_cycle_through_locking_even_by_a_package_init() -> None:
+    """Counting the ``__init__`` that an import runs first: the lock package and the env modules that use it (the
+    cycle issue 20 named) are in no cycle. Other packages' cycles of this kind are their owners' to break."""
+    graph = import_graph(ROOT)
+    assert "kernodeck.lock" in graph["kernodeck.env.wheelhouse"]  # the graph sees the __init__ an import runs
+    touching = [cycle for group, cycle in zip(groups(graph), cycles(graph), strict=True)
+                if any(m.startswith(("kernodeck.lock", "kernodeck.env.wheelhouse", "kernodeck.env.pythons"))
+                       for m in group)]
+    assert touching == []
+
+
+def test_the_lock_is_made_below_the_env() -> None:
+    """The edge that closed issue 20's cycle is gone, even as a lazy import: compiling a lock takes its file lock
+    from kernodeck._busy, and reaches no module of kernodeck.env through any import (tests/wall.py follows them
+    all)."""
+    reached = wall.Graph(ROOT).reach("kernodeck.lock.compile")
+    assert "kernodeck._busy" in reached
+    assert not [name for name in reached if name.startswith("kernodeck.env")], reached
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of the package to plant imports in."""
+    shutil.copytree(ROOT / "kernodeck", tmp_path / "kernodeck", ignore=shutil.ignore_patterns("__pycache__", "*.json",
+                                                                                          "templates"))
+    assert _new_groups(tmp_path, inits=True) == []
+    return tmp_path
+
+
+def _plant(tree: Path, rel: str, line: str) -> None:
+    path = tree / "kernodeck" / rel
+    text = path.read_text(encoding="utf-8")
+    head, sep, rest = text.partition("from __future__ import annotations\n")
+    assert sep, rel
+    path.write_text(head + sep + line + "\n" + rest, encoding="utf-8")
+
+
+@functools.cache
+def _groups_here(*, inits: bool) -> list[set[str]]:
+    return groups(import_graph(ROOT, inits=inits))
+
+
+def _new_groups(tree: Path, *, inits: bool) -> list[set[str]]:
+    before = _groups_here(inits=inits)
+    return [group for group in groups(import_graph(tree, inits=inits)) if group not in before]
+
+
+@pytest.mark.parametrize(("rel", "line", "members"), [
+    # issue 20's cycle, planted back at module level: rebuild -> wheelhouse -> lock.check -> lock.inputs -> rebuild
+    ("lock/inputs.py", "from kernodeck.env.rebuild import acquire", {"kernodeck.env.rebuild", "kernodeck.lock.inputs"}),
+    ("lock/lockfile.py", "from kernodeck.lock import pylock", {"kernodeck.lock.lockfile", "kernodeck.lock.pylock"}),
+    # a name the package's __init__ defines, taken by a module its __init__ imports
+    ("lock/inputs.py", "from kernodeck.lock import compile_lock", {"kernodeck.lock", "kernodeck.lock.inputs"}),
+    ("lock/lockfile.py", "try:\n    from kernodeck.lock import check\nexcept ImportError:\n    pass",
+     {"kernodeck.lock.lockfile", "kernodeck.lock.check"}),
+])
+def test_a_planted_cycle_is_found(tree: Path, rel: str, line: str, members: set[str]) -> None:
+    _plant(tree, rel, line)
+    found = _new_groups(tree, inits=False)
+    assert len(found) == 1 and members <= found[0], found
+    cycle = cycles(import_graph(tree, inits=False))[0]
+    assert cycle[0] == cycle[-1] and set(cycle) <= found[0], cycle
+
+
+def test_a_planted_cycle_through_a_package_init_is_found(tree: Path) -> None:
+    """wheelhouse imports lock.check, which runs lock/__init__ first, which imports compile: a compile that needs
+    wheelhouse at import time closes a cycle that only the __init__ edges show."""
+    _plant(tree, "lock/compile.py", "from kernodeck.env.wheelhouse import download")
+    assert _new_groups(tree, inits=False) == []
+    found = _new_groups(tree, inits=True)
+    assert len(found) == 1 and {"kernodeck.lock", "kernodeck.lock.compile", "kernodeck.env.wheelhouse"} <= found[0]
+
+
+@pytest.mark.parametrize("line", [
+    "def later() -> None:\n    from kernodeck.env.rebuild import acquire",  # runs when called, not when imported
+    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kernodeck.env.rebuild import acquire",
+])
+def test_a_lazy_import_is_no_cycle(tree: Path, line: str) -> None:
+    _plant(tree, "lock/inputs.py", line)
+    assert _new_groups(tree, inits=True) == []
