@@ -16,6 +16,7 @@ from typing import Any
 
 from . import application, tolerance
 from ._common import progress, set_step
+from .arrays import _np
 
 SEED = 20260  # the fixed seed of every perturbation: the same direction in every run
 GRID = 10.0  # the coarse search multiplies the scale by this until the criterion fails
@@ -61,12 +62,6 @@ def add_noise(ref: Any, noise: Any, scale: float) -> Any:
     """The reference plus ``scale`` times the noise, in the reference's dtype (what a run would have written)."""
     np = _np()
     return (ref.astype(np.float64) + scale * noise).astype(ref.dtype)
-
-
-def _np() -> Any:
-    import numpy as np
-
-    return np
 
 
 def change_rows(ref: Any, count: int, seed: int = SEED) -> Any:
@@ -232,7 +227,6 @@ def margin_of(
     record.update(found=False, why="; ".join(record.get("not_found", [])) or "no test of use applies to this output",
                   test="; ".join(test_name for test_name, _ in tests))
     return record
-
 
 
 def margins(ctx: Any) -> dict[str, Any]:

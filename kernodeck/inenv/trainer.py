@@ -20,6 +20,8 @@ SEED = 2024
 
 
 class Trainer:
+    """The run, one ``train_step`` at a time; ``state()`` is its checkpoint, ``restore`` continues from one."""
+
     def __init__(self, device: str, seed: int = SEED) -> None:
         import numpy as np
         import torch
