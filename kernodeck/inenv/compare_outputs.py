@@ -5,13 +5,14 @@
 REQUEST: ``{"a": DIR, "b": DIR, "outputs": {name: declared table}}`` (the folders hold ``NAME.npy`` and
 ``NAME.ids.json``). Prints ``{name: verdict}`` as JSON: B is compared with A as verify compares a run with its
 reference. Runs in a rebuilt env (numpy is there; the orchestrator has none) and imports nothing of Kernodeck but
-its sibling tolerance.py, loaded by path.
+its sibling tolerance.py, from this folder loaded as the package ``kernodeck_inenv`` (_package.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,8 @@ sys.dont_write_bytecode = True
 
 
 def _tolerance() -> Any:
-    spec = importlib.util.spec_from_file_location("kernodeck_inenv_tolerance", Path(__file__).with_name("tolerance.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    runpy.run_path(str(Path(__file__).with_name("_package.py")))  # this folder as kernodeck_inenv (the one loader)
+    return importlib.import_module("kernodeck_inenv.tolerance")
 
 
 def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:

@@ -4,31 +4,20 @@
 
 The config names each dossier's outputs folder, the declared outputs (kind and tolerance) and the result file.
 Every pair is compared by ``tolerance.compare`` (the one comparison implementation, the same as verify's), the
-second dossier of a pair standing as the reference; its distances are read by ``calibrate.numbers``, as calibrate
+second dossier of a pair standing as the reference; its distances are read by ``margin.numbers``, as calibrate
 reads its noise.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-PACKAGE = "kernodeck_inenv"
-
-
-def _load_siblings() -> None:
-    if PACKAGE in sys.modules:
-        return
-    spec = importlib.util.spec_from_file_location(PACKAGE, HERE / "__init__.py", submodule_search_locations=[str(HERE)])
-    assert spec is not None and spec.loader is not None
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[PACKAGE] = package
-    spec.loader.exec_module(package)
 
 
 def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:
@@ -44,9 +33,9 @@ def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:
 
 def pairwise(folders: list[Path], declared: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """``{output: {"i,j": {"passed", "summary", "numbers"} or {"error"}}}`` for every pair i < j."""
-    _load_siblings()
+    runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
     from kernodeck_inenv import tolerance
-    from kernodeck_inenv.calibrate import numbers
+    from kernodeck_inenv.margin import numbers
 
     result: dict[str, Any] = {}
     for name, decl in declared.items():
@@ -73,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
     config = json.loads(args.config.read_text(encoding="utf-8"))
-    _load_siblings()
+    runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
     from kernodeck_inenv._common import write_json_atomic
 
     found = pairwise([Path(f) for f in config["dossiers"]], config["outputs"])

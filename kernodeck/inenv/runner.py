@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import os
+import runpy
 import sys
 import time
 import traceback
@@ -26,18 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PACKAGE = "kernodeck_inenv"  # the siblings, loaded from HERE; never the orchestrator's ``kernodeck`` package
 
-
-def _load_siblings() -> None:
-    spec = importlib.util.spec_from_file_location(
-        PACKAGE, HERE / "__init__.py", submodule_search_locations=[str(HERE)]
-    )
-    assert spec is not None and spec.loader is not None
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[PACKAGE] = package
-    spec.loader.exec_module(package)
-
-
-_load_siblings()
+runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
 # The application's files are loaded by path from the user's project: compiling them must leave no __pycache__/
 # there (the orchestrator's files and the env's libraries were compiled when they were installed).
 sys.dont_write_bytecode = True
@@ -49,18 +38,15 @@ STEPS: dict[str, tuple[str, str, str]] = {
     StepName.SETTINGS: ("settings", "run", "determinism settings applied before any compute"),
     StepName.SYSTEM: ("system", "run", "system chain (OS, driver, CUDA/ROCm, devices, loaded libraries)"),
     StepName.BACKEND: ("backend", "run", "expected backend usable; small computation matches numpy"),
-    StepName.REFERENCE: (
-        "application", "check_reference",
-        "reference outputs sound (count, shape, dtype, finite, ids)",
-    ),
+    StepName.REFERENCE: ("reference", "check_reference", "reference outputs sound (count, shape, dtype, finite, ids)"),
     StepName.APPLICATION: (
         "application", "run_entry",
         "the application's entry on the identified sample; outputs written",
     ),
-    StepName.REREAD: ("application", "reread", "outputs reread from disk: count, dtype, finite, shape, id order"),
-    StepName.COMPARE: ("application", "compare", "each output against the reference under its declared tolerance kind"),
-    StepName.CRITERION: ("application", "criterion", "the application's criterion on the reread outputs"),
-    StepName.DETERMINISM: ("application", "determinism", "the entry rerun in one process; cost of the settings"),
+    StepName.REREAD: ("judge", "reread", "outputs reread from disk: count, dtype, finite, shape, id order"),
+    StepName.COMPARE: ("judge", "compare", "each output against the reference under its declared tolerance kind"),
+    StepName.CRITERION: ("judge", "criterion", "the application's criterion on the reread outputs"),
+    StepName.DETERMINISM: ("determinism", "run", "the entry rerun in one process; cost of the settings"),
     StepName.RESUME: ("resume", "run", "training resume in a new process matches the uninterrupted run"),
 }
 

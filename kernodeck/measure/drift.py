@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernodeck import outdir
+from kernodeck import outdir, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import clean_env, first_error, log, show
 from kernodeck.errors import KernodeckError
@@ -106,13 +106,14 @@ def explain(a: dict[str, str], b: dict[str, str]) -> str:
 
 def load(folders: list[Path]) -> list[Dossier]:
     if len(folders) < 2:
-        raise KernodeckError("drift needs at least two dossiers to compare",
-                             tip="nox -s drift -- runs/A runs/B [runs/C ...]  (or a calibration's variations/*)")
+        raise KernodeckError(
+            "drift needs at least two dossiers to compare",
+            tip=f"{tips.nox('drift', 'runs/A', 'runs/B', '[runs/C ...]')}  (or a calibration's variations/*)")
     found = []
     for folder in folders:
         if not (folder / "outputs").is_dir() and not (folder / "manifest.toml").is_file():
             raise KernodeckError(f"{folder} is not a dossier with outputs/ (a verify run or a calibrate variation) "
-                                 "nor a reference", tip="nox -s drift -- runs/A runs/B")
+                                 "nor a reference", tip=tips.nox("drift", "runs/A", "runs/B"))
         found.append(Dossier(folder.name, folder.resolve(), chain(folder)))
     labels = [d.label for d in found]
     if len(set(labels)) != len(labels):  # same folder names from different parents: number them
@@ -236,8 +237,8 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
           root: Path | None = None, allowed: tuple[Path, ...] = ()) -> tuple[dict[str, Any], Path]:
     """Compare every pair of ``folders`` with ``python`` (an interpreter with numpy); write drift.md/json/svg."""
     dossiers = load(folders)
-    final = outdir.check(out, what="the drift map", tip="nox -s drift -- A B C --out runs/NAME", root=root,
-                         allowed=allowed)
+    final = outdir.check(out, what="the drift map", tip=tips.nox("drift", "A", "B", "C", "--out", "runs/NAME"),
+                         root=root, allowed=allowed)
     stage = outdir.Staged.begin(final, "drift")  # signed with the list of its files, swapped in whole
     staging = stage.path
     try:
@@ -251,7 +252,7 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
         if proc.returncode != 0 or not (staging / "pairwise.json").exists():
             raise KernodeckError(
                 f"the pairwise comparison failed (exit {proc.returncode}): {first_error(proc.stderr or proc.stdout)}",
-                tip="nox -s rebuild  (drift compares with the rebuilt env's numpy), or: --python PATH")
+                tip=f"{tips.REBUILD}  (drift compares with the rebuilt env's numpy), or: --python PATH")
         numbers = json.loads((staging / "pairwise.json").read_text(encoding="utf-8"))
         data = table(dossiers, declared, numbers)
         data["made"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -289,7 +290,7 @@ def declared_outputs(project: Project | None, folders: list[Path]) -> dict[str, 
                 else declared_from(folders))
     if not declared:
         raise KernodeckError("no declared outputs: run drift in the project, or give dossiers with run-config.json",
-                             tip="cd PROJECT && nox -s drift -- A B C")
+                             tip=f"cd PROJECT && {tips.nox('drift', 'A', 'B', 'C')}")
     return declared
 
 
@@ -302,6 +303,7 @@ def interpreter(project: Project | None, python: Path | None) -> Path:
         env = current_env(project, resolve_platform(project, None))
         python = env_python(env) if env is not None else None
     if python is None:
-        raise KernodeckError("drift compares with an interpreter that has numpy: no rebuilt env here",
-                             tip="nox -s rebuild  (then nox -s drift again), or: nox -s drift -- ... --python PATH")
+        raise KernodeckError(
+            "drift compares with an interpreter that has numpy: no rebuilt env here",
+            tip=f"{tips.REBUILD}  (then {tips.nox('drift')} again), or: {tips.nox('drift', '...', '--python', 'PATH')}")
     return python

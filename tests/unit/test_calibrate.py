@@ -11,12 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernodeck.inenv import calibrate as inenv_cal
+from kernodeck.inenv import margin
 from kernodeck.measure import calibrate as cal
 from kernodeck.measure import svg
 from kernodeck.project.application import Kind
-
-inenv_cal._load_siblings()  # the in-env side loads tolerance.py as its sibling package
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -26,20 +24,20 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 @pytest.mark.parametrize("threshold", [3.7e-3, 2.5e-7, 41.0])
 def test_bisect_scale_finds_a_known_threshold(threshold: float) -> None:
-    found = inenv_cal.bisect_scale(lambda s: s >= threshold)
+    found = margin.bisect_scale(lambda s: s >= threshold)
     assert found["passes"] < threshold <= found["fails"]
     assert found["fails"] / found["passes"] < 1.001
 
 
 def test_bisect_scale_says_when_nothing_fails() -> None:
-    found = inenv_cal.bisect_scale(lambda s: False)
-    assert found["fails"] is None and found["passes"] >= inenv_cal.LAST_SCALE / inenv_cal.GRID
+    found = margin.bisect_scale(lambda s: False)
+    assert found["fails"] is None and found["passes"] >= margin.LAST_SCALE / margin.GRID
 
 
 @pytest.mark.parametrize("k", [1, 7, 100])
 def test_bisect_rows_finds_the_smallest_failing_count(k: int) -> None:
-    assert inenv_cal.bisect_rows(lambda n: n >= k, 100)["fails"] == k
-    assert inenv_cal.bisect_rows(lambda n: False, 100)["fails"] is None
+    assert margin.bisect_rows(lambda n: n >= k, 100)["fails"] == k
+    assert margin.bisect_rows(lambda n: False, 100)["fails"] is None
 
 
 def _refs() -> dict[str, Any]:
@@ -55,7 +53,7 @@ def test_margin_of_a_float_output_is_where_the_criterion_starts_failing() -> Non
     def use(outputs: dict[str, Any]) -> bool:  # a user who tolerates any component moving by < 0.05
         return bool(np.abs(outputs["emb"].astype(np.float64) - refs["emb"]).max() < 0.05)
 
-    found = inenv_cal.margin_of("emb", declared, refs, ids, use)
+    found = margin.margin_of("emb", declared, refs, ids, use)
     assert found["found"] and found["test"] == "the application's criterion"
     assert found["passes"]["max_abs"] < 0.05 <= found["fails"]["max_abs"] < 0.0501
     assert 0 < found["fails"]["one_minus_cos"] < 1
@@ -70,7 +68,7 @@ def test_margin_of_labels_counts_changed_rows() -> None:
     def use(outputs: dict[str, Any]) -> bool:  # accuracy against the truth >= 0.9 (the reference is perfect)
         return bool((outputs["labels"] == truth).mean() >= 0.9)
 
-    found = inenv_cal.margin_of("labels", {"kind": "agreement", "min-share": 0.99}, refs, ids, use)
+    found = margin.margin_of("labels", {"kind": "agreement", "min-share": 0.99}, refs, ids, use)
     assert found["found"] and found["search"]["fails"] == 11
     assert found["fails"]["disagreement"] == pytest.approx(0.11)
     assert found["resolution"]["disagreement"] == pytest.approx(0.01)
@@ -79,7 +77,7 @@ def test_margin_of_labels_counts_changed_rows() -> None:
 def test_a_criterion_that_ignores_the_output_falls_back_to_the_top1_stand_in() -> None:
     refs = _refs()
     ids = [str(i) for i in range(40)]
-    found = inenv_cal.margin_of("emb", {"kind": "allclose", "rtol": 1e-3, "atol": 1e-3}, refs, ids,
+    found = margin.margin_of("emb", {"kind": "allclose", "rtol": 1e-3, "atol": 1e-3}, refs, ids,
                                 lambda outputs: True)
     assert found["found"] and found["test"].startswith("stand-in: the top-1")
     gaps = np.sort(refs["emb"], axis=1)
@@ -90,7 +88,7 @@ def test_a_criterion_that_ignores_the_output_falls_back_to_the_top1_stand_in() -
 
 def test_a_reference_failing_its_own_criterion_has_no_margin() -> None:
     refs = _refs()
-    found = inenv_cal.margin_of("labels", {"kind": "exact"}, refs, [str(i) for i in range(100)], lambda o: False)
+    found = margin.margin_of("labels", {"kind": "exact"}, refs, [str(i) for i in range(100)], lambda o: False)
     assert not found["found"] and "reference outputs themselves fail" in found["why"]
 
 
@@ -199,7 +197,7 @@ def test_exact_output_is_counted_in_rows_and_says_plainly_there_is_no_tolerance_
     band = np.arange(120, dtype=np.int64) % 4
     refs = {"band": band, "predictions": np.linspace(1.0, 26.0, 120, dtype=np.float32)}
     ids = [str(i) for i in range(120)]
-    searched = inenv_cal.margin_of("band", {"kind": "exact"}, refs, ids, lambda outputs: True)
+    searched = margin.margin_of("band", {"kind": "exact"}, refs, ids, lambda outputs: True)
     assert not searched["found"] and searched["rows"] == 120 and searched["test"] == "the application's criterion"
     assert "still passes at 120" in searched["why"]
     quiet = cal.analyse_output("band", Kind.EXACT, {}, {"declared": {"disagreement": 0.0},
@@ -217,7 +215,7 @@ def test_exact_output_is_counted_in_rows_and_says_plainly_there_is_no_tolerance_
     def use(outputs: dict[str, Any]) -> bool:
         return bool((outputs["band"] == band).mean() >= 0.95)
 
-    searched = inenv_cal.margin_of("band", {"kind": "exact"}, refs, ids, use)
+    searched = margin.margin_of("band", {"kind": "exact"}, refs, ids, use)
     assert searched["found"] and searched["search"]["fails"] == 7  # 7 of 120 changed: 0.9417 < 0.95
     noisy = cal.analyse_output("band", Kind.EXACT, {}, {"isa-avx2": {"disagreement": 3 / 120}}, searched)
     assert noisy.overall() == "too tight" and noisy.proposed_tolerance is None and noisy.axes[0].proposal is None
@@ -326,10 +324,10 @@ def test_only_tolerance_edits_are_calibrated_without_a_new_reference() -> None:
 
 def test_top1_worst_case_closes_the_smallest_lead_and_no_more() -> None:
     ref = np.array([[3.0, 1.0, 0.0], [2.0, 1.9, 0.0], [0.0, 5.0, 1.0]], dtype=np.float32)
-    worst = inenv_cal.top1_worst_case(ref)
-    assert (inenv_cal.top1(worst) != inenv_cal.top1(ref)).tolist() == [False, True, False]
+    worst = margin.top1_worst_case(ref)
+    assert (margin.top1(worst) != margin.top1(ref)).tolist() == [False, True, False]
     assert float(np.abs(worst - ref).max()) == pytest.approx(0.05, rel=1e-3)  # half the 0.1 lead
-    found = inenv_cal.margin_of("x", {"kind": "allclose", "rtol": 0.0, "atol": 1e-3}, {"x": ref},
+    found = margin.margin_of("x", {"kind": "allclose", "rtol": 0.0, "atol": 1e-3}, {"x": ref},
                                 ["a", "b", "c"], lambda outputs: True)
     assert found["fails"]["max_abs"] == pytest.approx(0.05, rel=1e-3) and "worst_case" in found
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernodeck.inenv import application, backend, controls, resume, tolerance
+from kernodeck.inenv import backend, controls, determinism, judge, reference, resume, tolerance
 from kernodeck.inenv._common import CheckFailed, Context
 
 NAN, INF = float("nan"), float("inf")
@@ -185,13 +185,13 @@ LABELS = {"labels": {"kind": "exact", "dtype": "int64"}}
 
 def test_criterion_step_records_its_controls_and_refuses_one_unable_to_fail(tmp_path: Path) -> None:
     good = {"labels": np.arange(24, dtype=np.int64) % 3}
-    details = application.criterion(_ctx(tmp_path, "criterion", good, LABELS))
+    details = judge.criterion(_ctx(tmp_path, "criterion", good, LABELS))
     assert details["controls"]["able_to_fail"] is True and details["summary"] == "accuracy 1.00"
     with pytest.raises(CheckFailed, match="the criterion is unable to fail") as caught:
-        application.criterion(_ctx(tmp_path / "b", "anything_goes", good, LABELS))
+        judge.criterion(_ctx(tmp_path / "b", "anything_goes", good, LABELS))
     assert caught.value.layer == "application" and "nox -s reference -- --new" in caught.value.details["tip"]
     with pytest.raises(CheckFailed, match="margin is non-finite"):
-        application.criterion(_ctx(tmp_path / "c", "nan_margin", good, LABELS))
+        judge.criterion(_ctx(tmp_path / "c", "nan_margin", good, LABELS))
 
 
 def test_a_criterion_that_raises_shows_the_users_line(tmp_path: Path) -> None:
@@ -199,9 +199,9 @@ def test_a_criterion_that_raises_shows_the_users_line(tmp_path: Path) -> None:
     NameError of Kernodeck's (red team, h11: _judge named a ctx it was not given); a criterion that judges passes."""
     good = {"labels": np.arange(24, dtype=np.int64) % 3}
     with pytest.raises(CheckFailed, match=r"the criterion raised KeyError: 'epoch' at .*app\.py:\d+") as caught:
-        application.criterion(_ctx(tmp_path, "keyerror", good, LABELS))
+        judge.criterion(_ctx(tmp_path, "keyerror", good, LABELS))
     assert caught.value.layer == "application"
-    assert application.criterion(_ctx(tmp_path / "ok", "criterion", good, LABELS))["passed"] is True
+    assert judge.criterion(_ctx(tmp_path / "ok", "criterion", good, LABELS))["passed"] is True
 
 
 def test_flip_bound_is_derived_in_the_env_whatever_the_manifest_holds(tmp_path: Path) -> None:
@@ -210,18 +210,18 @@ def test_flip_bound_is_derived_in_the_env_whatever_the_manifest_holds(tmp_path: 
     ref = {"dir": str(tmp_path), "outputs": {"emb": {"shape": [24, 384]}}}
     ctx = _ctx(tmp_path, "neighbours", {"emb": emb}, ok, ref)
     ctx.state["reference"] = {"emb": emb}
-    assert application.criterion(ctx)["flip_bound"]["dim"] == 384
+    assert judge.criterion(ctx)["flip_bound"]["dim"] == 384
     loose = {"emb": {**COSINE, "max-abs": 0.05}}  # no flip_bound table anywhere: still refused
     ctx = _ctx(tmp_path / "b", "neighbours", {"emb": emb}, loose, ref)
     ctx.state["reference"] = {"emb": emb}
     with pytest.raises(CheckFailed, match=r"declared max-abs 0\.05 of emb allows cosine changes up to 1\.96"):
-        application.criterion(ctx)
+        judge.criterion(ctx)
     # the reference's recorded margin counts when it is the smaller one
     ctx = _ctx(tmp_path / "c", "neighbours", {"emb": emb}, ok, ref)
     ctx.state["reference"] = {"emb": emb}
     ctx.config["criterion"] = {"margin": 1e-4}
     with pytest.raises(CheckFailed, match=r"margin \(0.0001\)"):
-        application.criterion(ctx)
+        judge.criterion(ctx)
 
 
 def test_compare_step_refuses_a_tolerance_that_cannot_fail(tmp_path: Path) -> None:
@@ -229,15 +229,15 @@ def test_compare_step_refuses_a_tolerance_that_cannot_fail(tmp_path: Path) -> No
     ref = {"dir": str(tmp_path), "outputs": {"emb": {"shape": [24, 16]}}}
     ctx = _ctx(tmp_path, "criterion", {"emb": arr}, {"emb": COSINE}, ref)
     ctx.state["reference"] = {"emb": arr.copy()}
-    details = application.compare(ctx)
+    details = judge.compare(ctx)
     assert details["passed"] is True and details["tolerance_controls"]["emb"]["able_to_fail"] is True
     ctx = _ctx(tmp_path / "b", "criterion", {"emb": arr}, {"emb": {**COSINE, "max-abs": INF}}, ref)
     ctx.state["reference"] = {"emb": arr.copy()}
     with pytest.raises(CheckFailed, match=r"a declared tolerance is unable to fail.*emb max-abs"):
-        application.compare(ctx)
+        judge.compare(ctx)
     making = _ctx(tmp_path / "c", "criterion", {"emb": arr}, {"emb": {**COSINE, "max-abs": INF}})
     with pytest.raises(CheckFailed, match="unable to fail"):  # `nox -s reference` refuses it too
-        application.compare(making)
+        judge.compare(making)
 
 
 def test_reference_step_names_changed_code_files(tmp_path: Path) -> None:
@@ -249,10 +249,10 @@ def test_reference_step_names_changed_code_files(tmp_path: Path) -> None:
     ):
         ctx = Context(config={"project_root": str(tmp_path), "reference": {"code": code},
                               "allow_code_change": allowed}, out=tmp_path)
-        assert application.code_check(ctx) == {"files": sorted(code), "changed": changed, "allowed": allowed}
+        assert reference.code_check(ctx) == {"files": sorted(code), "changed": changed, "allowed": allowed}
     ctx = Context(config={"project_root": str(tmp_path), "reference": {"code": {"app.py": "0" * 64}}}, out=tmp_path)
     with pytest.raises(CheckFailed, match=r"code differs from the reference's fingerprint: app\.py") as caught:
-        application.code_check(ctx)
+        reference.code_check(ctx)
     assert caught.value.layer == "reference" and "nox -s reference -- --new" in caught.value.details["tip"]
 
 
@@ -303,10 +303,10 @@ def test_tolerance_compare_nan_is_non_finite_for_every_kind() -> None:
 
 def test_determinism_reruns_with_nan_are_non_finite() -> None:
     clean = {"emb": (_unit_rows(), ["a"])}
-    assert application.non_finite_runs({"rerun 1": clean}) == []
+    assert determinism.non_finite_runs({"rerun 1": clean}) == []
     bad = _unit_rows()
     bad[0, 0] = NAN
-    found = application.non_finite_runs({"rerun 1": clean, "the run without the settings": {"emb": (bad, ["a"])}})
+    found = determinism.non_finite_runs({"rerun 1": clean, "the run without the settings": {"emb": (bad, ["a"])}})
     assert found == ["the run without the settings: emb (1 values)"]
 
 
@@ -350,7 +350,7 @@ def test_a_nan_margin_never_passes_the_flip_bound(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path, "neighbours", {"emb": emb}, {"emb": {**COSINE, "max-abs": 1e-5}}, ref)
     ctx.state["reference"] = {"emb": emb}
     ctx.config["criterion"] = {"margin": NAN}
-    assert application.criterion(ctx)["flip_bound"]["margin"] == 0.05
+    assert judge.criterion(ctx)["flip_bound"]["margin"] == 0.05
 
 
 RESUME_WITH_NAN = """

@@ -1,0 +1,136 @@
+"""The determinism step: the entry rerun in this process (a fixed subset for large samples), bitwise identical on CPU
+and within the declared tolerance elsewhere; then once without the settings, to record what they cost."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import tolerance
+from ._common import CheckFailed, Context
+from .application import _app_cfg, _call_entry, _ids, _rows_for, sample
+from .arrays import _np
+
+# Determinism reruns the entry twice more (and once without the settings); above this many records it reruns a
+# fixed subset (the first records, in sample order), stated in the step's details.
+DETERMINISM_RECORDS = 64
+Written = dict[str, tuple[Any, list[str]]]  # one run's outputs: name -> (array, ids)
+
+
+def non_finite_runs(runs: dict[str, Written]) -> list[str]:
+    """``run: output (N values)`` for each rerun's output holding NaN or Inf: named, never a silent difference."""
+    from . import controls
+
+    found = []
+    for run_name, written in runs.items():
+        for name, (arr, _) in written.items():
+            count = controls.non_finite(arr)
+            if count:
+                found.append(f"{run_name}: {name} ({count} values)")
+    return found
+
+
+def _reruns(ctx: Context, subset: list[dict[str, Any]]) -> dict[str, Any]:
+    """The entry twice more with the settings, once without them (timed), then the settings restored and read back."""
+    from . import settings
+
+    start = time.perf_counter()
+    second = _rows_for(subset, _call_entry(ctx, subset, None).written)
+    t_det = time.perf_counter() - start
+    third = _rows_for(subset, _call_entry(ctx, subset, None).written)
+    ctx.state["deterministic"] = False
+    try:
+        start = time.perf_counter()
+        free = _rows_for(subset, _call_entry(ctx, subset, None).written)
+        t_free = time.perf_counter() - start
+    finally:
+        ctx.state["deterministic"] = True
+        restored = settings.apply(deterministic=True)
+    import torch
+
+    differ = settings.differences(restored, settings.read_back(torch))  # what the later steps (resume) rely on
+    return {"second": second, "third": third, "free": free, "t_det": t_det, "t_free": t_free, "differ": differ}
+
+
+def _per_output(ctx: Context, runs: list[Written], free: Written) -> tuple[dict[str, Any], bool]:
+    """Each output's repeats against the first rerun: bitwise identical, and how far apart (with and without the
+    settings); and whether every output was identical."""
+    second = runs[0]
+    per_output: dict[str, Any] = {}
+    identical = True
+    for name in _app_cfg(ctx)["outputs"]:
+        base = second[name][0]
+        same = all(r[name][0].shape == base.shape and bool(_np().array_equal(r[name][0], base)) for r in runs[1:])
+        identical &= same
+        per_output[name] = {
+            "bitwise_identical": same,
+            "max_abs_between_runs": max(tolerance.max_abs(r[name][0], base) for r in runs[1:]),
+            "max_abs_without_settings": tolerance.max_abs(free[name][0], base),
+        }
+    return per_output, identical
+
+
+def _judge_repeats(ctx: Context, runs: list[Written], subset: list[dict[str, Any]], details: dict[str, Any]) -> None:
+    """On CPU the repeats must be bitwise identical; on a device, within each output's declared tolerance."""
+    device = details["device"]
+    if device == "cpu" and not details["bitwise_identical"]:
+        moved = [n for n, v in details["outputs"].items() if not v["bitwise_identical"]]
+        raise CheckFailed(
+            f"runs of the entry on CPU in one process differ ({', '.join(moved)}); CPU runs must be bitwise identical",
+            "operator",
+            details,
+        )
+    if device != "cpu":
+        declared = _app_cfg(ctx)["outputs"]
+        ids = _ids(subset)
+        for name in declared:
+            for other in runs[1:]:
+                verdict = tolerance.compare(declared[name], other[name][0], runs[0][name][0], ids)
+                if not verdict["passed"]:
+                    raise CheckFailed(
+                        f"repeat runs on {device} differ beyond the declared tolerance of {name}: {verdict['summary']}",
+                        "operator",
+                        details,
+                    )
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    """Rerun the entry twice in this process (a fixed subset for large samples): on CPU, bitwise identical outputs.
+
+    Then once without the determinism settings, to record what they cost.
+    """
+    items = sample(ctx)
+    limit = int(ctx.config.get("determinism_records", DETERMINISM_RECORDS))
+    subset = items[:limit]
+    whole = len(subset) == len(items)
+    got = _reruns(ctx, subset)
+    second, third, free, t_det, t_free = got["second"], got["third"], got["free"], got["t_det"], got["t_free"]
+    runs = [second, third] + ([{n: (a, []) for n, a in ctx.state["first_run"].items()}] if whole else [])
+    bad = non_finite_runs({"rerun 1": second, "rerun 2": third, "the run without the settings": free})
+    if bad:
+        raise CheckFailed(
+            f"determinism: non-finite values (NaN/Inf) in {'; '.join(bad)}", "operator", {"non_finite": bad}
+        )
+    per_output, identical = _per_output(ctx, runs, free)
+    details = {
+        "device": str(ctx.state.get("device", "cpu")),
+        "records": len(subset),
+        "of": len(items),
+        "subset": "the whole sample" if whole else f"the first {len(subset)} records in sample order",
+        "repeats": len(runs),
+        "bitwise_identical": identical,
+        "outputs": per_output,
+        "seconds_deterministic": round(t_det, 4),
+        "seconds_without_settings": round(t_free, 4),
+        "cost_ratio": round(t_det / t_free, 3) if t_free > 0 else None,
+    }
+    _judge_repeats(ctx, runs, subset, details)
+    if got["differ"]:
+        differ = got["differ"]
+        shown = "; ".join(f"{k}: applied {v['applied']!r}, read back {v['read_back']!r}" for k, v in differ.items())
+        raise CheckFailed(
+            f"determinism settings did not hold after the cost run: {shown}",
+            "environment",
+            {**details, "differences": differ},
+        )
+    return details

@@ -1,0 +1,198 @@
+"""The outputs judged: reread from disk (structure first), compared with the reference under each declared tolerance
+kind, then the application's own criterion on them; each tolerance and the criterion shown able to fail."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from . import tolerance
+from ._common import CheckFailed, Context, Skip
+from .application import _app_cfg, _function, _ids, _judge, sample
+from .arrays import _first_difference, _load_ids, _load_npy, check_structure
+
+
+def reread(ctx: Context) -> dict[str, Any]:
+    """Structure first, from the files on disk: every declared output, dtype, shape, finite, ids in input order."""
+    expected_ids = _ids(sample(ctx))
+    declared = _app_cfg(ctx)["outputs"]
+    ref = ctx.config.get("reference") if ctx.config.get("mode") != "reference" else None
+    written = sorted(p.name.removesuffix(".npy") for p in ctx.outputs.glob("*.npy"))
+    if sorted(declared) != written:
+        raise CheckFailed(f"outputs on disk {written}, declared {sorted(declared)}", "output")
+    arrays, details = {}, {}
+    for name, decl in declared.items():
+        arr = _load_npy(ctx.outputs / f"{name}.npy", f"output {name}", "output")
+        ids = _load_ids(ctx.outputs / f"{name}.ids.json", f"output {name}", "output")
+        if len(ids) != len(expected_ids):
+            raise CheckFailed(f"output {name}: {len(ids)} ids for {len(expected_ids)} inputs", "output")
+        if ids != expected_ids:
+            first = _first_difference(ids, expected_ids)
+            raise CheckFailed(
+                f"output {name} ids are not in input order: row {first} is {ids[first]!r}, "
+                f"expected {expected_ids[first]!r}",
+                "output",
+            )
+        shape = tuple(ref["outputs"][name]["shape"]) if ref and name in ref["outputs"] else None
+        check_structure(
+            arr, dtype=decl["dtype"], rows=len(expected_ids), shape=shape, what=f"output {name}", layer="output"
+        )
+        arrays[name] = arr
+        details[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype), "finite": True, "ids_in_order": True}
+    ctx.state["reread"] = arrays
+    return {"outputs": details, "rows": len(expected_ids)}
+
+
+TOLERANCE_TIP = "declare a tolerance a moved output can exceed ([tool.kernodeck.application.outputs]), then: " \
+    "nox -s reference -- --new"
+
+
+def tolerance_controls(ctx: Context, base: dict[str, Any]) -> dict[str, Any]:
+    """Each declared tolerance shown able to fail: the reference moved just past it fails ``tolerance.compare``."""
+    from . import controls
+
+    ids = _ids(sample(ctx))
+    found = {
+        name: controls.tolerance_controls(tolerance.compare, decl, base[name], ids)
+        for name, decl in _app_cfg(ctx)["outputs"].items()
+    }
+    unable = {
+        f"{name} {key}": r["summary"]
+        for name, f in found.items()
+        for key, r in f["moved_past"].items()
+        if not r["failed_compare"]
+    }
+    if unable:
+        raise CheckFailed(
+            "a declared tolerance is unable to fail: the reference moved just past it still passes compare ("
+            + "; ".join(f"{what}: {why}" for what, why in unable.items())
+            + ")",
+            "reference",
+            {"tolerance_controls": found, "tip": TOLERANCE_TIP},
+        )
+    return found
+
+
+def compare(ctx: Context) -> dict[str, Any]:
+    """Each output against the reference under its declared kind; first, each tolerance is shown able to fail.
+
+    Making a reference there is nothing to compare with: only the tolerances are shown able to fail, on this run's
+    outputs (the reference to be).
+    """
+    if ctx.config.get("mode") == "reference":
+        found = tolerance_controls(ctx, ctx.state["reread"])
+        return {"summary": "no reference yet; each declared tolerance shown able to fail", "tolerance_controls": found}
+    ids = _ids(sample(ctx))
+    declared = _app_cfg(ctx)["outputs"]
+    found = tolerance_controls(ctx, ctx.state["reference"])
+    verdicts = {
+        name: tolerance.compare(decl, ctx.state["reread"][name], ctx.state["reference"][name], ids)
+        for name, decl in declared.items()
+    }
+    details: dict[str, Any] = {"outputs": verdicts}
+    if len(verdicts) == 1:  # the one output's numbers at the top level too
+        details.update(next(iter(verdicts.values())))
+    details["tolerance_controls"] = found
+    failed = [name for name, v in verdicts.items() if not v["passed"]]
+    if failed:
+        raise CheckFailed(
+            "; ".join(
+                f"{name} differs from the reference beyond tolerance: {verdicts[name]['summary']}" for name in failed
+            ),
+            "comparison",
+            details,
+        )
+    return details
+
+
+CRITERION_TIP = (
+    "make the criterion judge the outputs (it must fail on rows permuted against their ids, noise or a constant), "
+    "then: nox -s reference -- --new"
+)
+
+
+def criterion(ctx: Context) -> dict[str, Any]:
+    """The application's own check (the business criterion), on the outputs REREAD from disk; then shown able to fail.
+
+    The same criterion runs on generic corruptions of the reference outputs (controls.py): one that passes them all
+    is unable to fail, and fails this step. Where the criterion judges nearest neighbours of a cosine output (it
+    returns ``neighbours_of`` and a margin), the flip bound is derived here again from the declared max-abs, the
+    output's dimension and the smaller of this run's and the reference's margin, whatever the manifest says.
+    """
+    from . import controls
+
+    cfg = _app_cfg(ctx)
+    if not cfg.get("criterion"):
+        raise Skip("no criterion declared ([tool.kernodeck.application] criterion)")
+    func = _function(ctx, cfg["criterion"], "criterion")
+    items = sample(ctx)
+    params = dict(cfg.get("params") or {})
+    root = Path(ctx.config["project_root"])
+    result = _judge(func, ctx.state["reread"], items, params, root)
+    details = json.loads(json.dumps(result, default=str))
+    margin = details.get("margin")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)):
+        raise CheckFailed(f"the criterion's margin must be a number or None, not {margin!r}", "application")
+    if margin is not None and not math.isfinite(margin):
+        raise CheckFailed(f"the criterion's margin is non-finite ({margin!r})", "application", details)
+    if not result["passed"]:
+        raise CheckFailed(f"criterion failed: {result.get('summary', '')}", "comparison", details)
+    # Corruptions of the reference outputs (this run's when making the reference): each must be judged by the code.
+    base = ctx.state.get("reference") or ctx.state["reread"]
+
+    def judge(outputs: dict[str, Any]) -> tuple[bool, str]:
+        answer = _judge(func, outputs, items, params, root)
+        return bool(answer["passed"]), str(answer.get("summary", ""))
+
+    found = controls.criterion_controls(judge, base)
+    details["controls"] = found
+    if not found["able_to_fail"]:
+        raise CheckFailed(
+            "the criterion is unable to fail: it passed on every corruption of the reference outputs ("
+            + "; ".join(f"{how}: {r['summary'] or 'passed'}" for how, r in found["corruptions"].items())
+            + ")",
+            "application",
+            {**details, "tip": CRITERION_TIP},
+        )
+    bound = _flip_bound(ctx, details)
+    if bound is not None:
+        details["flip_bound"] = bound
+    return details
+
+
+def _flip_bound(ctx: Context, details: dict[str, Any]) -> dict[str, Any] | None:
+    """2*sqrt(dim)*max-abs < margin/2 for the cosine output the criterion judges by nearest neighbours (the twin of
+    kernodeck.dossier.reference.flip_bound, which the orchestrator applies when it writes the manifest)."""
+    name, margin = details.get("neighbours_of"), details.get("margin")
+    declared = _app_cfg(ctx)["outputs"]
+    if not name or margin is None or declared.get(name, {}).get("kind") != "cosine":
+        return None
+    ref = ctx.config.get("reference") if ctx.config.get("mode") != "reference" else None
+    recorded = (ctx.config.get("criterion") or {}).get("margin") if ref else None
+    usable = isinstance(recorded, int | float) and not isinstance(recorded, bool) and math.isfinite(recorded)
+    margins = [float(margin)] + ([float(recorded)] if usable else [])  # this run's margin is always finite here
+    smallest = min(margins)
+    shape = ref["outputs"][name]["shape"] if ref and name in ref["outputs"] else list(ctx.state["reread"][name].shape)
+    dim = int(math.prod(shape[1:])) if len(shape) > 1 else 1
+    max_abs = float(declared[name]["max-abs"])
+    bound = 2 * math.sqrt(dim) * max_abs
+    record = {
+        "output": name,
+        "rule": "2*sqrt(dim)*max-abs < margin/2: no nearest neighbour can flip inside the tolerance",
+        "dim": dim,
+        "bound": bound,
+        "margin": smallest,
+        "margins": {"this run": float(margin), **({"reference": float(recorded)} if len(margins) > 1 else {})},
+    }
+    if not (bound < smallest / 2):
+        raise CheckFailed(
+            f"declared max-abs {max_abs:g} of {name} allows cosine changes up to {bound:.3g}, not below half the "
+            f"smallest nearest-neighbour margin ({smallest:.3g}): such a tolerance could flip a nearest neighbour",
+            "reference",
+            {**details, "flip_bound": record,
+             "tip": f"lower max-abs in [tool.kernodeck.application.outputs.{name}], then: nox -s reference -- --new"},
+        )
+    return record
+

@@ -1,0 +1,166 @@
+"""calibrate's variations: each source of legitimate variation this machine offers (or why it cannot), and one
+variation's in-env process (``inenv/calibrate.py``), read back from the dossier-shaped folder it leaves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernodeck._fs import write_json
+from kernodeck._proc import clean_env, log, show
+
+IN_ENV = Path(__file__).resolve().parents[1] / "inenv" / "calibrate.py"
+# x86 kernel levels torch dispatches to, with the /proc/cpuinfo flags each needs (ATen's own cpu feature checks).
+ISA_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("default", ()),
+    ("avx2", ("avx2", "fma")),
+    ("avx512", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
+)
+
+
+@dataclass(frozen=True)
+class Variation:
+    """One source of legitimate variation; ``available`` False with ``why`` when this machine cannot offer it."""
+
+    name: str
+    what: str
+    threads: int | None = None
+    isa: str | None = None  # ATEN_CPU_CAPABILITY; None: torch's own choice
+    deterministic: bool = True
+    tf32: bool = False
+    available: bool = True
+    why: str = ""
+
+    def env(self) -> dict[str, str]:
+        extra: dict[str, str] = {}
+        if self.isa is not None:
+            extra["ATEN_CPU_CAPABILITY"] = self.isa
+        if self.threads is not None:
+            extra["OMP_NUM_THREADS"] = str(self.threads)
+        return extra
+
+    def config(self) -> dict[str, Any]:
+        return {"name": self.name, "threads": self.threads, "isa": self.isa, "deterministic": self.deterministic,
+                "tf32": self.tf32}
+
+
+def cpu_flags(text: str | None = None) -> set[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo (None where there is none to read: not Linux)."""
+    if text is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        except OSError:
+            return None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def plan(flags: set[str] | None, cpus: int, backend: str, arch: str) -> list[Variation]:
+    """Every variation, in run order: the declared settings first (it also finds the margins)."""
+    plan_: list[Variation] = [Variation("declared", "the declared settings (torch's own threads and CPU level)")]
+    plan_.append(Variation("threads-1", "1 thread", threads=1))
+    if cpus > 1:
+        plan_.append(Variation(f"threads-{cpus}", f"{cpus} threads (this machine's count)", threads=cpus))
+    else:
+        plan_.append(Variation("threads-all", "this machine's thread count", available=False,
+                               why="this machine has one CPU: the same as threads-1"))
+    x86 = arch in ("x86_64", "amd64", "AMD64", "i686")
+    for level, needs in ISA_LEVELS:
+        name, what = f"isa-{level}", f"ATEN_CPU_CAPABILITY={level}"
+        if not x86:
+            if level == "default":
+                plan_.append(Variation(name, what, isa=level))
+            else:
+                plan_.append(Variation(name, what, isa=level, available=False, why=f"an x86 level; this CPU is {arch}"))
+            continue
+        lacking = sorted(set(needs) - flags) if flags is not None else list(needs)
+        if flags is None and needs:
+            plan_.append(Variation(name, what, isa=level, available=False, why="no /proc/cpuinfo to read flags from"))
+        elif lacking:
+            plan_.append(Variation(name, what, isa=level, available=False,
+                                   why=f"this CPU lacks {', '.join(lacking)}"))
+        else:
+            plan_.append(Variation(name, what, isa=level))
+    plan_.append(Variation("nondeterministic", "deterministic algorithms off (cudnn.benchmark on)",
+                           deterministic=False))
+    gpu = backend in ("cuda", "rocm")
+    plan_.append(Variation("tf32", "TF32 on (the declared settings have it off)", tf32=True, available=gpu,
+                           why="" if gpu else f"TF32 is a GPU matmul mode; the backend here is {backend}"))
+    return plan_
+
+
+@dataclass(frozen=True)
+class VariationRun:
+    variation: Variation
+    folder: str  # relative to the calibration folder
+    status: str  # passed | failed | unavailable
+    seconds: float = 0.0
+    error: str = ""
+    observed: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Variation) -> tuple[int, float, str]:
+    """One variation's process; returns its exit code, seconds and the tail of its stderr."""
+    from kernodeck.verify import RUNNER_ENV
+
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "run-config.json", config)
+    argv = [str(python), "-I", str(IN_ENV), "--config", str(folder / "run-config.json")]
+    env = clean_env(RUNNER_ENV)
+    for var in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.pop(var, None)  # the declared run is torch's own choice, never the caller's leftovers
+    env.update(variation.env())
+    shown = " ".join(f"{k}={v}" for k, v in variation.env().items())
+    log(f"$ {shown + ' ' if shown else ''}{show(argv)}")
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=False)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    return proc.returncode, time.perf_counter() - start, "\n".join(lines[-5:])
+
+
+def read_variation(variation: Variation, folder: Path, rel: str, code: int, seconds: float, tail: str) -> VariationRun:
+    noise_file = folder / "noise.json"
+    if not noise_file.exists():
+        return VariationRun(variation, rel, "failed", seconds, f"the process ended (exit {code}): {tail[-400:]}")
+    noise = json.loads(noise_file.read_text(encoding="utf-8"))
+    if "failed" in noise:
+        return VariationRun(variation, rel, "failed", seconds,
+                            f"{noise['failed']['step']}: {noise['failed']['error'][:400]}")
+    run = VariationRun(variation, rel, "passed", seconds, observed=noise.get("observed", {}),
+                       outputs=noise["outputs"])
+    log(f"kernodeck: calibrate: {variation.name}: done in {seconds:.1f}s ("
+        + "; ".join(f"{n}: {_numbers_text(o['numbers'])}" for n, o in run.outputs.items()) + ")")
+    return run
+
+
+def _numbers_text(nums: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3g}" for k, v in nums.items())
+
+
+def run_all(python: Path, staging: Path, base: dict[str, Any], variations: list[Variation],
+            margin_file: Path) -> list[VariationRun]:
+    """Each variation in its own process, in plan order, under ``staging/variations/NN-name``; the first one that
+    runs also searches the margins of use into ``margin_file``. An unavailable one is listed with its reason."""
+    runs: list[VariationRun] = []
+    for number, variation in enumerate(variations):
+        rel = f"variations/{number:02d}-{variation.name}"
+        if not variation.available:
+            log(f"kernodeck: calibrate: {variation.name}: unavailable ({variation.why})")
+            runs.append(VariationRun(variation, rel, "unavailable", error=variation.why))
+            continue
+        log(f"kernodeck: calibrate: {variation.name}: {variation.what}")
+        config = {**base, "variation": variation.config()}
+        if not runs or all(r.status == "unavailable" for r in runs):
+            config["margin_file"] = str(margin_file)
+        code, seconds, tail = run_in_env(python, staging / rel, config, variation)
+        runs.append(read_variation(variation, staging / rel, rel, code, seconds, tail))
+    return runs
