@@ -1,6 +1,7 @@
 """Errors the user can act on. The CLI's single boundary turns them into one ``ERROR:`` line and one ``TIP:`` line.
 
-Every error class of the package lives here, each TIP's command from :mod:`kernodeck.tips`.
+Every error class of the package lives here (but ``env.pythons.PythonNotFound``, whose TIP names that module's
+variables), each TIP's command from :mod:`kernodeck.tips`; the modules that raise them import them from here.
 """
 
 from __future__ import annotations
@@ -121,3 +122,28 @@ class SchemaViolation(ValueError):
         if not self.rule or not isinstance(self.definition, dict):
             return None
         return self.definition.get(self.rule)
+
+
+class UnsafeOut(KernodeckError):
+    """An output path Kernodeck would have to destroy something it did not make to use."""
+
+
+class WheelhouseError(KernodeckError):
+    """A wheelhouse that cannot serve the lock: a file missing, or the download failed."""
+
+
+class MalformedSource(KernodeckError):
+    """A source variable or configuration entry whose URL does not parse: named, its value never shown."""
+
+
+class SecretInText(KernodeckError):
+    """A source or credential of this machine ended up in a text about to be written or shown."""
+
+    tip = ("nothing was written; this is a Kernodeck bug: report it with the file's name "
+           "(never the value); meanwhile unset the variable or source named above")
+
+
+class DamagedDossier(KernodeckError):
+    """A dossier file compare cannot read: named, with what is wrong with it."""
+
+    tip = f"compare takes two dossier folders written by `{tips.VERIFY}`; rerun the verify that made the damaged one"

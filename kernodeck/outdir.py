@@ -36,17 +36,13 @@ from pathlib import Path
 
 from kernodeck._fs import sha256_file, sha256_text, write_atomic
 from kernodeck._proc import log
-from kernodeck.errors import KernodeckError
+from kernodeck.errors import UnsafeOut
 
 MARKER = ".kernodeck-folder"
 MARKER_VERSION = 2
 FILE_SUFFIX = ".kernodeck-file"  # the sidecar of a single file Kernodeck wrote: ``.NAME.kernodeck-file``
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>staging|old)-(?P<pid>[0-9]+)$")
 _SHOWN = 5  # files named in a refusal; the rest are counted
-
-
-class UnsafeOut(KernodeckError):
-    """An output path Kernodeck would have to destroy something it did not make to use."""
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,7 @@ from typing import Any
 
 from kernodeck import tips
 from kernodeck.dossier.judge import reference_report
-from kernodeck.errors import KernodeckError
-
-
-class DamagedDossier(KernodeckError):
-    """A dossier file compare cannot read: named, with what is wrong with it."""
-
-    tip = f"compare takes two dossier folders written by `{tips.VERIFY}`; rerun the verify that made the damaged one"
+from kernodeck.errors import DamagedDossier, KernodeckError
 
 
 def _text(path: Path) -> str:

@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 from kernodeck import outdir, tips
 from kernodeck._fs import sha256_file, write_json
 from kernodeck._proc import clean_env, log, run_with_progress, show
-from kernodeck.errors import CommandFailed, ConfigError, KernodeckError
+from kernodeck.errors import CommandFailed, ConfigError, WheelhouseError
 from kernodeck.lock import lockfile
 from kernodeck.lock.check import require_current
 from kernodeck.project.config import Project
@@ -54,10 +54,6 @@ _MARKERS = {
     "macosx_x86_64": ("darwin", "Darwin", "x86_64", "posix"),
     "win_amd64": ("win32", "Windows", "AMD64", "nt"),
 }
-
-
-class WheelhouseError(KernodeckError):
-    """A wheelhouse that cannot serve the lock: a file missing, or the download failed."""
 
 
 @dataclass(frozen=True)

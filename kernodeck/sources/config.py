@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernodeck.errors import KernodeckError
+from kernodeck.errors import MalformedSource
 from kernodeck.sources.urls import host_of, is_local, is_path, malformed
 
 # pip's option names of a package source, and the variables that set sources for pip and uv.
@@ -282,10 +282,6 @@ def source_values() -> list[tuple[str, str, bool]]:
             found.append((f"pip configuration [{section}] {key}", value, False))
     found += [(origin, value, False) for origin, value in uv_config_sources()]
     return found
-
-
-class MalformedSource(KernodeckError):
-    """A source variable or configuration entry whose URL does not parse: named, its value never shown."""
 
 
 def require_valid_sources() -> None:

@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kernodeck.errors import KernodeckError
+from kernodeck.errors import SecretInText
 from kernodeck.sources.config import (
     MIRROR_PREFIX,
     URL_VARS,
@@ -206,13 +206,6 @@ def _urls(text: str) -> Iterable[tuple[int, int, str]]:
     for match in _URL_IN_TEXT.finditer(text):
         url = match.group(0).rstrip(".,;:)]}")
         yield match.start(), match.start() + len(url), url
-
-
-class SecretInText(KernodeckError):
-    """A source or credential of this machine ended up in a text about to be written or shown."""
-
-    tip = ("nothing was written; this is a Kernodeck bug: report it with the file's name "
-           "(never the value); meanwhile unset the variable or source named above")
 
 
 def _set_aside(text: str, found: Secrets) -> tuple[str, list[str], Base | None]:
