@@ -20,7 +20,7 @@ from kernodeck.project.platforms import Platform
 from kernodeck.verify.context import Options, RunContext, given
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Report, Status
-from kernodeck.verify.steps.inenv import COLLECT_ENV, RUNNER_ENV
+from kernodeck.verify.steps.in_env import COLLECT_ENV, RUNNER_ENV
 
 _BINARY = (".npy", ".pt", ".safetensors")  # outputs left as they are (dossier.review_folder's rule)
 

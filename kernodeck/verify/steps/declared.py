@@ -77,41 +77,41 @@ def require_reference_code(
 
 
 def _against_reference(ctx: RunContext, run: Run, app: application.Application) -> tuple[dict[str, Any], list[str]]:
-    """Verify mode: the reference must be sound and hold the declared contract and code; its runner config."""
+    """Verify mode: the reference must be sound and hold the declared contract and code; the runner's config."""
     if isinstance(ctx.reference, KernodeckError):
         raise ctx.reference
     ref = ctx.reference
     require_declared_contract(ctx.project, ref, app)
-    config = ref.run_config(ctx.project, app)
+    run_config = ref.run_config(ctx.project, app)
     run.meta["reference_id"] = ref.id
     moved = require_reference_code(ctx.project, ref, app, allow=ctx.opts.allow_code_change)
     run.changed_code = moved
-    config["allow_code_change"] = ctx.opts.allow_code_change
+    run_config["allow_code_change"] = ctx.opts.allow_code_change
     run.meta["reference_code"] = ("same as the reference's" if not moved
                                   else "changed since the reference (--allow-code-change): " + ", ".join(moved))
-    return config, list(ref.manifest["application"]["code"])
+    return run_config, list(ref.manifest["application"]["code"])
 
 
 def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
     """What the in-env runner is given: the application, the reference (verify mode) and the checks' settings."""
     app = ctx.declaration.application()
     if ctx.mode == "reference":
-        config: dict[str, Any] = {"application": app.run_config(), "reference": None}
+        run_config: dict[str, Any] = {"application": app.run_config(), "reference": None}
         code_files = list(app.code)
     else:
-        config, code_files = _against_reference(ctx, run, app)
+        run_config, code_files = _against_reference(ctx, run, app)
     run.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs), "code": code_files}
     resume, det = ctx.declaration.resume, ctx.declaration.determinism
-    config["resume"] = {
+    run_config["resume"] = {
         "steps": resume.get("steps", 12),
         "checkpoint_at": resume.get("checkpoint-at", 5),
         "gpu_tolerance": resume.get("gpu-tolerance", 1e-5),
     }
     if "max-records" in det:
-        config["determinism_records"] = int(det["max-records"])
-    config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
+        run_config["determinism_records"] = int(det["max-records"])
+    run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
                   sample_repeat=ctx.opts.sample_repeat, **ctx.opts.extra_config)
-    return config
+    return run_config
 
 
 def declared_contract(ctx: RunContext, run: Run) -> Step | None:
