@@ -9,6 +9,7 @@ judges it, so each failure is still reported by its own step, in the order the s
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import tomllib
 from dataclasses import dataclass, field
@@ -129,14 +130,8 @@ def _lock_input(project: Project, plat: Platform) -> LockInput:
             twin = pylock.read(twin_path)  # the lock check's own read of the twin (pylock caches it per file state)
         except LockfileError:
             twin = None
-    digest = "sha256:" + _sha256(raw) if raw is not None else ""
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest() if raw is not None else ""
     return LockInput(path, twin_path, raw, digest, parsed, twin)
-
-
-def _sha256(raw: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(raw).hexdigest()
 
 
 def _reference(project: Project) -> tuple[refmod.Reference | KernodeckError, str | None]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,6 @@ class Run:
         self.not_established: list[str] = []  # what a pass of this run would NOT establish (the verdict says it)
         self.changed_code: list[str] = []  # code files that differ from the reference's (--allow-code-change only)
         self._started: set[str] = set()
-        self.review: Future[Any] | None = None  # kept for callers that prepare a reviewer beside the run
         self.error: KernodeckError | None = None  # the first error a step failed with (raised at the run's end)
         # What the steps hand on, in the order they run (data flows one way: lock -> env -> checks -> dossier).
         self.lock: Lockfile | None = None  # the lock, once its check passed

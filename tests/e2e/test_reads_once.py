@@ -25,12 +25,14 @@ READCOUNT = ROOT / "tests" / "readcount.py"
 LOCK = "lockfiles/cp311-linux_x86_64-cpu.txt"
 INPUTS = ("pyproject.toml", LOCK, "lockfiles/pylock.cp311-linux_x86_64-cpu.toml", "dossier/reference/manifest.toml")
 # Reads inside functions that still take a path instead of the context's objects (not this pipeline's code):
-# the CLI loads the Project before verify starts; the one lock check shared with `lock --check` (kernodeck.lock)
-# reads the lock and hashes it again; the SBOM (kernodeck.dossier.sbom) too.
+# the CLI loads the Project before verify starts (and validates the machine's sources, uv's [tool.uv] in
+# pyproject.toml among them); the one lock check shared with `lock --check` (kernodeck.lock) reads the lock and
+# hashes it again; the SBOM (kernodeck.dossier.sbom) too.
 ELSEWHERE = ("kernodeck.project.config:load_project < kernodeck.__main__:main", ":require_checked <",
              "kernodeck.dossier.sbom:build")
 # Until kernodeck.sources' redaction takes the secrets read once (secrets=), each scan of a written file reads the
-# machine's pip/uv configuration again, pyproject.toml's [tool.uv] with it.
+# machine's pip/uv configuration again, pyproject.toml's [tool.uv] with it. Measured with that keyword (the sources
+# branch), no read is left outside the CLI's load_project.
 if "secrets" not in inspect.signature(sources.check_written).parameters:
     ELSEWHERE += ("kernodeck.sources:",)
 
