@@ -8,21 +8,35 @@ replaces the last good env, and the next run removes what it left.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from filelock import FileLock, Timeout
-
+from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
-from kernodeck.env import envfiles, inventory, pythons
+from kernodeck.env import envfiles, pythons
 from kernodeck.env import wheelhouse as wheels
-from kernodeck.errors import Busy, CommandFailed, ConfigError, KernodeckError, RebuildFailed
+from kernodeck.env.envdirs import MARKER as MARKER
+from kernodeck.env.envdirs import acquire as acquire
+from kernodeck.env.envdirs import clean_incomplete as clean_incomplete
+from kernodeck.env.envdirs import current_env as current_env
+from kernodeck.env.envdirs import env_python as env_python
+from kernodeck.env.envdirs import marker as _marker
+from kernodeck.env.envdirs import platform_dir as platform_dir
+from kernodeck.env.envdirs import platform_lock as platform_lock
+from kernodeck.env.envdirs import promote as _promote
+from kernodeck.env.sealing import check_files as check_files
+from kernodeck.env.sealing import require_intact as _require_intact
+from kernodeck.env.sealing import seal as _seal
+from kernodeck.env.sealing import snapshot_digest as snapshot_digest
+from kernodeck.errors import CommandFailed, ConfigError, RebuildFailed
 from kernodeck.lock import lockfile
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -40,7 +54,6 @@ from kernodeck.sources import (
     variant_index,
 )
 
-MARKER = "kernodeck-complete.json"
 INVENTORY = "kernodeck-inventory.txt"
 # What `python -m venv` seeds (setuptools up to Python 3.11) that the lock may not pin: removed after a pip install.
 VENV_SEEDS = ("setuptools", "wheel")
@@ -79,76 +92,6 @@ class RebuildResult:
         return data
 
 
-def env_python(env: Path) -> Path:
-    return env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
-def platform_dir(project: Project, plat: Platform) -> Path:
-    return project.venv_root / plat.id
-
-
-def platform_lock(project: Project, plat: Platform, timeout: float = 3600) -> FileLock:
-    """One rebuild-or-verify of a platform at a time: a second run waits, it never corrupts the first."""
-    folder = platform_dir(project, plat)
-    folder.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(folder / ".kernodeck.lock"), timeout=timeout)
-
-
-def acquire(lock: FileLock, plat: Platform, who: str = "run") -> None:
-    """Take ``lock``; while another ``who`` (a run, a lock) of the platform holds it, say so once and wait."""
-    try:
-        lock.acquire(timeout=0.1)
-    except Timeout:
-        log(f"kernodeck: another {who} of {plat.id} is running; waiting for it")
-        try:
-            lock.acquire()
-        except Timeout:
-            raise Busy(f"another {who} of {plat.id} kept it busy past the wait limit") from None
-
-
-def current_env(project: Project, plat: Platform) -> Path | None:
-    pointer = platform_dir(project, plat) / "CURRENT"
-    if not pointer.exists():
-        return None
-    env = platform_dir(project, plat) / pointer.read_text(encoding="utf-8").strip()
-    return env if (env / MARKER).exists() and env_python(env).exists() else None
-
-
-def _marker(env: Path) -> dict[str, object]:
-    try:
-        data = json.loads((env / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def clean_incomplete(project: Project, plat: Platform) -> list[str]:
-    """Remove env folders a killed or failed build left (no completion marker, not current). Caller holds the lock."""
-    folder = platform_dir(project, plat)
-    current = current_env(project, plat)
-    removed = []
-    for child in sorted(folder.glob("env-*")):
-        if child != current and not (child / MARKER).exists():
-            shutil.rmtree(child, ignore_errors=True)
-            removed.append(child.name)
-    if removed:
-        log(f"kernodeck: removed incomplete build(s) left by an earlier run: {', '.join(removed)}")
-    return removed
-
-
-def _promote(project: Project, plat: Platform, env: Path) -> None:
-    folder = platform_dir(project, plat)
-    write_atomic(folder / "CURRENT", env.name + "\n")
-    if os.name != "nt":
-        tmp_link = folder / ".current.tmp"
-        tmp_link.unlink(missing_ok=True)
-        tmp_link.symlink_to(env.name)
-        os.replace(tmp_link, folder / "current")
-    for child in folder.glob("env-*"):
-        if child != env:
-            shutil.rmtree(child, ignore_errors=True)
-
-
 def offline_env() -> dict[str, str]:
     """The installers' environment for a wheelhouse install: no config file, no index, no network."""
     env = {k: v for k, v in clean_env().items() if k not in _SOURCE_VARS}
@@ -167,10 +110,43 @@ def choose_installer(requested: str | None) -> str:
     if requested in (None, "auto"):
         return "uv" if uv_available() else "pip"
     if requested not in ("uv", "pip"):
-        raise ConfigError(f"unknown installer {requested!r}; use uv or pip", tip="nox -s rebuild -- --installer pip")
+        raise ConfigError(f"unknown installer {requested!r}; use uv or pip",
+                          tip=tips.nox("rebuild", "--installer", "pip"))
     if requested == "uv" and not uv_available():
-        raise ConfigError("uv is not installed here", tip="nox -s rebuild -- --installer pip")
+        raise ConfigError("uv is not installed here", tip=tips.nox("rebuild", "--installer", "pip"))
     return requested
+
+
+def _base_python(plat: Platform, given: str | None) -> dict[str, str]:
+    """The platform's Python (cp311 -> 3.11) found on the machine, not whatever runs kernodeck."""
+    if given:
+        return {"path": given, "version": plat.python, "found_by": "given by the caller"}
+    return pythons.find(plat.python, plat.os_arch).as_dict()
+
+
+def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str, found: dict[str, str], *,
+           observe: bool) -> RebuildResult | str:
+    """The current env when it is up to date (same lock digest and interpreter, complete); else why it is not."""
+    marker = _marker(current)
+    if not (current / INVENTORY).is_file() or not (current / envfiles.SNAPSHOT).is_file():
+        lacks = INVENTORY if not (current / INVENTORY).is_file() else envfiles.SNAPSHOT
+        reason = f"the current env {current.name} lacks its {lacks} (changed after its build): not reused"
+        log(f"kernodeck: {reason}")
+        return reason
+    if marker.get("lock_digest") != digest or marker.get("base_python") != found["path"]:
+        return "lock or interpreter changed since the current env was built"
+    if observe:
+        _require_intact(current, lock)
+    log(f"kernodeck: reusing {current.relative_to(project.root)} (same lock digest and interpreter)")
+    recorded = marker.get("commands")
+    return RebuildResult(
+        env=current, python=env_python(current), reused=True, installer=str(marker.get("installer", "")),
+        reason="up to date: same lock digest, same base interpreter, complete",
+        lock_digest=digest, commands=[str(c) for c in recorded] if isinstance(recorded, list) else [],
+        index=str(marker.get("index", "")),
+        inventory=(current / INVENTORY).read_text(encoding="utf-8"), pip_check=str(marker.get("pip_check", "")),
+        base_python=found, files={k: marker[k] for k in ("files_snapshot", "record_digests") if k in marker},
+    )
 
 
 def rebuild(
@@ -183,161 +159,194 @@ def rebuild(
     wheelhouse: Path | None = None,
     base_python: str | None = None,
     observe_reused: bool = True,
+    lock: lockfile.Lockfile | None = None,
+    digest: str | None = None,
+    secrets: Any = None,
 ) -> RebuildResult:
     """Make (or reuse) the platform's env from ``lock_file``. Caller holds :func:`platform_lock`.
 
     A reused env is observed first (its own interpreter lists its packages and checks its files against their
     RECORD): one changed or damaged since it was built is refused, never reported up to date. ``verify`` passes
-    ``observe_reused=False`` because its inventory step makes that same observation and reports it.
+    ``observe_reused=False`` because its inventory step makes that same observation and reports it, and the lock it
+    read once (``lock``, its ``digest``) and the secret needles (``secrets``: kernodeck.sources' Secrets) so that
+    nothing is read again; without them they are read here.
     """
-    lock = lockfile.read(lock_file)  # refuse a broken lock before touching anything
+    lock = lock if lock is not None else lockfile.read(lock_file)  # refuse a broken lock before touching anything
     if wheelhouse is not None:
         wheelhouse = wheelhouse.resolve()
         wheels.require_complete(lock, wheelhouse, plat)  # a missing file is named before a venv is made
-    digest = "sha256:" + sha256_file(lock_file)
-    # The platform's Python (cp311 -> 3.11) found on the machine, not whatever runs kernodeck.
-    if base_python:
-        found = {"path": base_python, "version": plat.python, "found_by": "given by the caller"}
-    else:
-        found = pythons.find(plat.python, plat.os_arch).as_dict()
-    base = found["path"]
-    log(f"kernodeck: Python {found['version']} for {plat.id}: {base} (found by: {found['found_by']})")
+    digest = digest or "sha256:" + sha256_file(lock_file)
+    found = _base_python(plat, base_python)
+    log(f"kernodeck: Python {found['version']} for {plat.id}: {found['path']} (found by: {found['found_by']})")
     chosen = choose_installer(installer)
     clean_incomplete(project, plat)
     current = current_env(project, plat)
     if current is not None and not fresh and wheelhouse is None:
-        marker = _marker(current)
-        reason = "lock or interpreter changed since the current env was built"
-        if not (current / INVENTORY).is_file() or not (current / envfiles.SNAPSHOT).is_file():
-            lacks = INVENTORY if not (current / INVENTORY).is_file() else envfiles.SNAPSHOT
-            reason = f"the current env {current.name} lacks its {lacks} (changed after its build): not reused"
-            log(f"kernodeck: {reason}")
-        elif marker.get("lock_digest") == digest and marker.get("base_python") == base:
-            if observe_reused:
-                _require_intact(current, lock)
-            log(f"kernodeck: reusing {current.relative_to(project.root)} (same lock digest and interpreter)")
-            recorded = marker.get("commands")
-            return RebuildResult(
-                env=current, python=env_python(current), reused=True, installer=str(marker.get("installer", "")),
-                reason="up to date: same lock digest, same base interpreter, complete",
-                lock_digest=digest, commands=[str(c) for c in recorded] if isinstance(recorded, list) else [],
-                index=str(marker.get("index", "")),
-                inventory=(current / INVENTORY).read_text(encoding="utf-8"), pip_check=str(marker.get("pip_check", "")),
-                base_python=found, files={k: marker[k] for k in ("files_snapshot", "record_digests") if k in marker},
-            )
+        reused = _reuse(project, current, lock, digest, found, observe=observe_reused)
+        if isinstance(reused, RebuildResult):
+            return reused
+        reason = reused
     else:
         reason = "--fresh given" if fresh and current else "--wheelhouse given" if wheelhouse else "no complete env yet"
-    stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
-    env = platform_dir(project, plat) / f"env-{stamp}"
-    python = env_python(env)
-    rel_lock = os.path.relpath(lock_file, project.root)
-    has_pip = any(p.name == "pip" for p in lock.pins)
-    commands: list[str] = []
-    durations: dict[str, float] = {}
-    pip_env = offline_env() if wheelhouse else None
-    # uv reads no pip config: it gets the machine's pip sources (read from pip's files and variables, as pip reads
-    # them). pip reads its own config. Both get the variant's index, or its mirror (KERNODECK_INDEX_<VARIANT>).
-    pool = ThreadPoolExecutor(max_workers=2)
-    sources = machine_sources() if not wheelhouse else []
-    no_index = wheelhouse is not None or pip_no_index()
-    vindex = variant_index(plat.variant.name, plat.variant.index)
-    online = [] if no_index else index_args(vindex)
-    # A declared index this machine cannot reach is left out (its sources may hold the files, as the lock allows);
-    # a mirror the user named is always asked. The probe runs while the venv is created.
-    probe = pool.submit(reachable, vindex.url) if online and not vindex.mirror else None
-    skipped = ""  # why the declared index was left out, when it was
-    # Recorded commands name tools, not this machine's paths to them; a mirror is named by its variable.
-    display = {base: f"python{plat.python}", uv_available() or "uv": "uv", vindex.url: vindex.shown()}
-    if wheelhouse is not None and not wheelhouse.is_relative_to(project.root):
-        display[str(wheelhouse)] = "WHEELHOUSE"  # a folder of this machine: named, not located
+    build = _Build(project, plat, os.path.relpath(lock_file, project.root), lock, digest, chosen, wheelhouse, found,
+                   current, secrets)
+    return build.run(reason)
 
-    def record(argv: list[str]) -> None:
-        commands.append(vindex.expandable(show([display.get(a) or _rel(a, project.root) for a in argv])))
 
-    def step(
-        name: str, argv: list[str], env_vars: dict[str, str] | None = None, *, recorded: bool = False,
-        long: bool = False,
-    ) -> str:
+class _Build:
+    """One fresh env: created in its own folder, installed from the lock, checked, sealed, then promoted."""
+
+    def __init__(self, project: Project, plat: Platform, rel_lock: str, lock: lockfile.Lockfile, digest: str,
+                 chosen: str, wheelhouse: Path | None, found: dict[str, str], current: Path | None,
+                 secrets: Any) -> None:
+        self.project, self.plat, self.rel_lock, self.lock, self.digest = project, plat, rel_lock, lock, digest
+        self.chosen, self.wheelhouse, self.found, self.current, self.secrets = (chosen, wheelhouse, found, current,
+                                                                                 secrets)
+        stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+        self.env = platform_dir(project, plat) / f"env-{stamp}"
+        self.python = env_python(self.env)
+        self.has_pip = any(p.name == "pip" for p in lock.pins)
+        self.commands: list[str] = []
+        self.durations: dict[str, float] = {}
+        self.pip_env = offline_env() if wheelhouse else None
+        # uv reads no pip config: it gets the machine's pip sources (read from pip's files and variables, as pip
+        # reads them). pip reads its own config. Both get the variant's index, or its mirror (KERNODECK_INDEX_<V>).
+        self.pool = ThreadPoolExecutor(max_workers=2)
+        self.sources = machine_sources() if not wheelhouse else []
+        self.no_index = wheelhouse is not None or pip_no_index()
+        self.vindex = variant_index(plat.variant.name, plat.variant.index)
+        self.online = [] if self.no_index else index_args(self.vindex)
+        # A declared index this machine cannot reach is left out (its sources may hold the files, as the lock
+        # allows); a mirror the user named is always asked. The probe runs while the venv is created.
+        self.probe: Future[tuple[bool, str]] | None = (
+            self.pool.submit(reachable, self.vindex.url) if self.online and not self.vindex.mirror else None)
+        self.skipped = ""  # why the declared index was left out, when it was
+        # Recorded commands name tools, not this machine's paths to them; a mirror is named by its variable.
+        self.display = {found["path"]: f"python{plat.python}", uv_available() or "uv": "uv",
+                        self.vindex.url: self.vindex.shown()}
+        if wheelhouse is not None and not wheelhouse.is_relative_to(project.root):
+            self.display[str(wheelhouse)] = "WHEELHOUSE"  # a folder of this machine: named, not located
+
+    def record(self, argv: list[str]) -> None:
+        self.commands.append(self.vindex.expandable(
+            show([self.display.get(a) or _rel(a, self.project.root) for a in argv])))
+
+    def step(self, name: str, argv: list[str], env_vars: dict[str, str] | None = None, *, recorded: bool = False,
+             long: bool = False) -> str:
         if not recorded:
-            record(argv)
+            self.record(argv)
         start = time.perf_counter()
         try:
             if long:  # the installer: its own progress on a terminal, "still running" lines in CI
-                proc = run_with_progress(argv, label=f"rebuild: {name}", env=env_vars or clean_env(), cwd=project.root)
+                proc = run_with_progress(argv, label=f"rebuild: {name}", env=env_vars or clean_env(),
+                                         cwd=self.project.root)
             else:
-                proc = run(argv, env=env_vars or clean_env(), cwd=project.root)
+                proc = run(argv, env=env_vars or clean_env(), cwd=self.project.root)
         except CommandFailed as exc:
-            asked = "" if wheelhouse or name != "install" else (
-                f" (sources: {indexes_asked(sources, None if no_index else vindex, no_index, skipped)})")
-            raise RebuildFailed(f"{name} failed: {exc.first_error}{asked}", tip=_failure_tip(current, plat)) from exc
+            vindex = None if self.no_index else self.vindex
+            asked = "" if self.wheelhouse or name != "install" else (
+                f" (sources: {indexes_asked(self.sources, vindex, self.no_index, self.skipped)})")
+            raise RebuildFailed(f"{name} failed: {exc.first_error}{asked}",
+                                tip=_failure_tip(self.current, self.plat)) from exc
         finally:
-            durations[name] = round(time.perf_counter() - start, 3)
+            self.durations[name] = round(time.perf_counter() - start, 3)
         return proc.stdout
 
-    try:
-        if chosen == "uv" and has_pip:
+    def run(self, reason: str) -> RebuildResult:
+        try:
+            self.create()
+            self.install()
+            freeze, pip_check = self.check_and_freeze()
+            files = _seal(self.env, self.lock, self.durations, self.plat)
+            self.write_records(freeze, pip_check, files)
+        except BaseException:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            shutil.rmtree(self.env, ignore_errors=True)
+            raise
+        self.pool.shutdown(wait=False)
+        _promote(self.project, self.plat, self.env)
+        log(f"kernodeck: promoted {self.env.relative_to(self.project.root)}; interpreter: {self.python}")
+        return RebuildResult(self.env, self.python, False, reason, self.chosen, self.digest, self.commands, freeze,
+                             pip_check.strip(), self.durations, self.found, _index_note(self.vindex, self.wheelhouse),
+                             files)
+
+    def create(self) -> None:
+        base = self.found["path"]
+        if self.chosen == "uv" and self.has_pip:
             # uv venv itself reaches no index: the sources are not needed yet.
-            step("create", [uv_available() or "uv", "venv", "--quiet", "--python", base, str(env)], clean_env(pip_env))
+            self.step("create", [uv_available() or "uv", "venv", "--quiet", "--python", base, str(self.env)],
+                      clean_env(self.pip_env))
         else:
-            step("create", [base, "-m", "venv", str(env)])
-        offline = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse else []
-        if probe is not None and not (answer := probe.result())[0]:
-            log(f"kernodeck: {vindex.describe()} is unreachable ({answer[1]}); installing from this machine's sources "
-                f"and PyPI (set {vindex.var} to a mirror of it if they lack its files)")
-            online, skipped = [], answer[1]
-        if chosen == "uv":
-            uv_env = offline_env() if wheelhouse else clean_env(
-                {**uv_environment(sources, extra_index=bool(online)), **({"UV_NO_INDEX": "1"} if no_index else {})})
+            self.step("create", [base, "-m", "venv", str(self.env)])
+        if self.probe is not None and not (answer := self.probe.result())[0]:
+            log(f"kernodeck: {self.vindex.describe()} is unreachable ({answer[1]}); installing from this machine's "
+                f"sources and PyPI (set {self.vindex.var} to a mirror of it if they lack its files)")
+            self.online, self.skipped = [], answer[1]
+
+    def install(self) -> None:
+        offline = ["--no-index", "--find-links", str(self.wheelhouse)] if self.wheelhouse else []
+        if self.chosen == "uv":
+            uv_env = offline_env() if self.wheelhouse else clean_env(
+                {**uv_environment(self.sources, extra_index=bool(self.online)),
+                 **({"UV_NO_INDEX": "1"} if self.no_index else {})})
             # --link-mode copy: the env's files are its own, never the cache's (a hard link would let an edit of one
             # env edit the cache and every env linked to it). No bytecode compiled: see COMPILE_AT_INSTALL.
-            argv = [uv_available() or "uv", "pip", "install", "--python", str(python), "--require-hashes", "--no-deps",
-                    "--link-mode", "copy", *(["--compile-bytecode"] if COMPILE_AT_INSTALL else [])]
-            step("install", [*argv, *offline, *online, "-r", rel_lock], uv_env, long=True)
-        else:
-            argv = [str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
-                    *([] if COMPILE_AT_INSTALL else ["--no-compile"])]
-            if not interactive():
-                argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
-            step("install", [*argv, *offline, *online, "-r", rel_lock], pip_env, long=True)
-            seeds = _seeds_left(env, {p.name for p in lock.pins})
-            if seeds:
-                step("remove-seeds", [str(python), "-m", "pip", "uninstall", "--yes", *seeds])
-        # Both only read the finished env and each pays pip's start-up: they run side by side, recorded in order.
-        check_argv, freeze_argv = [str(python), "-m", "pip", "check"], [str(python), "-m", "pip", "freeze", "--all"]
-        record(check_argv)
-        record(freeze_argv)
+            argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
+                    "--no-deps", "--link-mode", "copy", *(["--compile-bytecode"] if COMPILE_AT_INSTALL else [])]
+            self.step("install", [*argv, *offline, *self.online, "-r", self.rel_lock], uv_env, long=True)
+            return
+        argv = [str(self.python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
+                *([] if COMPILE_AT_INSTALL else ["--no-compile"])]
+        if not interactive():
+            argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
+        self.step("install", [*argv, *offline, *self.online, "-r", self.rel_lock], self.pip_env, long=True)
+        seeds = _seeds_left(self.env, {p.name for p in self.lock.pins})
+        if seeds:
+            self.step("remove-seeds", [str(self.python), "-m", "pip", "uninstall", "--yes", *seeds])
+
+    def check_and_freeze(self) -> tuple[str, str]:
+        """pip check and freeze (side by side: both only read the finished env, recorded in order); pip dropped
+        when the lock does not pin it."""
+        check_argv = [str(self.python), "-m", "pip", "check"]
+        freeze_argv = [str(self.python), "-m", "pip", "freeze", "--all"]
+        self.record(check_argv)
+        self.record(freeze_argv)
         with alive("rebuild: pip check and freeze"):
-            checking = pool.submit(step, "pip-check", check_argv, recorded=True)
-            inventory = step("freeze", freeze_argv, recorded=True)
+            checking = self.pool.submit(self.step, "pip-check", check_argv, recorded=True)
+            freeze = self.step("freeze", freeze_argv, recorded=True)
             pip_check = checking.result()
-        unlocked = [] if has_pip else _seeds_left(env, {p.name for p in lock.pins}, ("pip", *VENV_SEEDS))
+        unlocked = [] if self.has_pip else _seeds_left(self.env, {p.name for p in self.lock.pins},
+                                                       ("pip", *VENV_SEEDS))
         if unlocked:
             # A lock without pip: the pip `python -m venv` seeded served check and freeze, and goes now, so that every
             # file of the env is a locked distribution's (envfiles); the freeze record drops its lines too.
-            step("remove-pip", [str(python), "-m", "pip", "uninstall", "--yes", *unlocked])
-            inventory = "".join(line for line in inventory.splitlines(keepends=True)
+            self.step("remove-pip", [str(self.python), "-m", "pip", "uninstall", "--yes", *unlocked])
+            freeze = "".join(line for line in freeze.splitlines(keepends=True)
                                 if line.split("==", 1)[0].strip().lower() not in unlocked)
-        files = _seal(env, lock, durations, plat)
+        return freeze, pip_check
+
+    def write_records(self, freeze: str, pip_check: str, files: dict[str, object]) -> None:
         marker_text = json.dumps({
-            "lock": rel_lock, "lock_digest": digest, "platform": plat.id, "base_python": base,
-            "installer": chosen, "commands": commands,
-            "index": _index_note(vindex, wheelhouse), "pip_check": pip_check.strip(), "durations_s": durations,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **files,
+            "lock": self.rel_lock, "lock_digest": self.digest, "platform": self.plat.id,
+            "base_python": self.found["path"], "installer": self.chosen, "commands": self.commands,
+            "index": _index_note(self.vindex, self.wheelhouse), "pip_check": pip_check.strip(),
+            "durations_s": self.durations, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **files,
         }, indent=2) + "\n"
-        for path, text in ((env / INVENTORY, inventory), (env / MARKER, marker_text)):
+        declared = self.vindex.declared
+        for path, text in ((self.env / INVENTORY, freeze), (self.env / MARKER, marker_text)):
             # The scan the lock and the dossier use: no source or credential value, nor the declared index's secret.
-            check_written(text, str(path.relative_to(project.root)), public=[public_url(vindex.declared)],
-                          declared=[vindex.declared])
+            check_written(text, str(path.relative_to(self.project.root)), public=[public_url(declared)],
+                          declared=[declared], **_given(self.secrets))
             write_atomic(path, text)
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        shutil.rmtree(env, ignore_errors=True)
-        raise
-    pool.shutdown(wait=False)
-    _promote(project, plat, env)
-    log(f"kernodeck: promoted {env.relative_to(project.root)}; interpreter: {python}")
-    return RebuildResult(env, python, False, reason, chosen, digest, commands, inventory, pip_check.strip(), durations,
-                         found, _index_note(vindex, wheelhouse), files)
+
+
+# kernodeck.sources' check_written takes ``secrets=`` (read once by the caller) where that keyword exists; until then
+# each call reads this machine's sources itself, as before.
+_TAKE_SECRETS = "secrets" in inspect.signature(check_written).parameters
+
+
+def _given(secrets: Any) -> dict[str, Any]:
+    return {"secrets": secrets} if secrets is not None and _TAKE_SECRETS else {}
 
 
 def _index_note(index: VariantIndex, wheelhouse: Path | None) -> str:
@@ -354,70 +363,7 @@ def _failure_tip(previous: Path | None, plat: Platform) -> str:
             else "no environment was kept (none existed before); ")
     return (f"{keep}fix the cause above (the {plat.variant.name} variant's index, or its mirror in "
             f"{VariantIndex(plat.variant.name, plat.variant.index).var}, must serve the lock's files), "
-            "then: nox -s rebuild -- --fresh")
-
-
-def _seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: Platform) -> dict[str, object]:
-    """Hold the finished env to its lock file by file, then snapshot it; what the completion record says of it.
-
-    Every file a RECORD lists is hashed against its digest (in parallel threads), every file must be owned by a locked
-    distribution's RECORD or be one the venv tool writes, and none may be shared (a hard link). Only then is each
-    entry's stat written to the snapshot that every verify compares against.
-    """
-    start = time.perf_counter()
-    entries = envfiles.scan(env)
-    records = envfiles.read_records(env, {p.name for p in lock.pins})
-    found = envfiles.Findings(entries=len(entries))
-    envfiles.ownership(env, entries, records, found)
-    digests = envfiles.check_record_digests(env, records)
-    if digests.mismatched:
-        few = ", ".join(digests.mismatched[:3]) + (f" (+{len(digests.mismatched) - 3} more)"
-                                                   if len(digests.mismatched) > 3 else "")
-        raise RebuildFailed(
-            f"installed files differ from their RECORD digest: {few}; the installer's cache may hold a damaged copy",
-            tip="uv cache clean <the package named above> (or: pip cache purge), then: nox -s rebuild -- --fresh",
-        )
-    problems = found.problems()
-    if problems:
-        raise RebuildFailed(f"the new environment is not the lock's, file by file: {'; '.join(problems)}",
-                            tip=f"report it with the lock {plat.id}; then: nox -s rebuild -- --fresh")
-    digest = envfiles.write_snapshot(env, entries, {"locked": sorted({p.name for p in lock.pins}),
-                                                    "owned_by_record": found.owned})
-    durations["files"] = round(time.perf_counter() - start, 3)
-    return {"files_snapshot": {"file": envfiles.SNAPSHOT, "sha256": digest, "entries": len(entries),
-                               "owned_by_record": found.owned},
-            "record_digests": digests.as_dict()}
-
-
-def snapshot_digest(env: Path) -> str | None:
-    """The snapshot digest the env's completion record holds (None when the record predates snapshots)."""
-    files = _marker(env).get("files_snapshot")
-    return str(files.get("sha256")) if isinstance(files, dict) and files.get("sha256") else None
-
-
-def check_files(env: Path, lock: lockfile.Lockfile) -> envfiles.Findings:
-    """The every-file checks of a rebuilt env against its lock and its build's snapshot."""
-    return envfiles.check(env, {p.name for p in lock.pins}, snapshot_digest(env) or "",
-                          inventory.bytecode_validator(env_python(env)))
-
-
-def _require_intact(env: Path, lock: lockfile.Lockfile) -> None:
-    """The env as it is NOW equals the lock, file by file, as at its build; else it is not reused."""
-    found = check_files(env, lock)  # before the env's interpreter runs: a dropped .pth is named, not run first
-    try:
-        seen = inventory.observe(env_python(env), files=False)
-        delta = inventory.diff(inventory.expected_from_lock(lock), seen.packages)
-    except KernodeckError:
-        if found.clean:
-            raise
-        delta = inventory.InventoryDiff()  # the files named below are the cause (a dropped module may break it)
-    if not delta.empty or not found.clean:
-        what = "; ".join(([f"packages differ from the lock: {delta.summary()}"] if not delta.empty else [])
-                         + found.problems())
-        raise RebuildFailed(
-            f"the current environment {env.name} was changed after it was built ({what}); it is not reused",
-            tip="nox -s rebuild -- --fresh",
-        )
+            f"then: {tips.REBUILD_FRESH}")
 
 
 def _rel(arg: str, root: Path) -> str:

@@ -266,7 +266,7 @@ def test_a_dropped_check_cannot_pass(built_project: Path, tmp_path: Path) -> Non
     from tests.e2e.test_verify_e2e import sibling
 
     project = sibling(built_project, tmp_path)
-    verify_py = project / "kernodeck" / "verify" / "__init__.py"
+    verify_py = project / "kernodeck" / "verify" / "steps" / "in_env.py"  # where the in-env step list is
     text = verify_py.read_text()
     every = "IN_ENV_STEPS = tuple(step.value for step in StepName)"
     assert every in text

@@ -1,0 +1,78 @@
+"""A rebuilt env held to its lock file by file: sealed when built (every file owned by a locked distribution's
+RECORD, its digest checked, none shared), its snapshot recorded, and checked against that snapshot before reuse.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kernodeck import tips
+from kernodeck.env import envfiles, inventory
+from kernodeck.env.envdirs import env_python, marker
+from kernodeck.errors import KernodeckError, RebuildFailed
+from kernodeck.lock import lockfile
+from kernodeck.project.platforms import Platform
+
+
+def seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: Platform) -> dict[str, object]:
+    """Hold the finished env to its lock file by file, then snapshot it; what the completion record says of it.
+
+    Every file a RECORD lists is hashed against its digest (in parallel threads), every file must be owned by a locked
+    distribution's RECORD or be one the venv tool writes, and none may be shared (a hard link). Only then is each
+    entry's stat written to the snapshot that every verify compares against.
+    """
+    start = time.perf_counter()
+    entries = envfiles.scan(env)
+    records = envfiles.read_records(env, {p.name for p in lock.pins})
+    found = envfiles.Findings(entries=len(entries))
+    envfiles.ownership(env, entries, records, found)
+    digests = envfiles.check_record_digests(env, records)
+    if digests.mismatched:
+        few = ", ".join(digests.mismatched[:3]) + (f" (+{len(digests.mismatched) - 3} more)"
+                                                   if len(digests.mismatched) > 3 else "")
+        raise RebuildFailed(
+            f"installed files differ from their RECORD digest: {few}; the installer's cache may hold a damaged copy",
+            tip=f"uv cache clean <the package named above> (or: pip cache purge), then: {tips.REBUILD_FRESH}",
+        )
+    problems = found.problems()
+    if problems:
+        raise RebuildFailed(f"the new environment is not the lock's, file by file: {'; '.join(problems)}",
+                            tip=f"report it with the lock {plat.id}; then: {tips.REBUILD_FRESH}")
+    digest = envfiles.write_snapshot(env, entries, {"locked": sorted({p.name for p in lock.pins}),
+                                                    "owned_by_record": found.owned})
+    durations["files"] = round(time.perf_counter() - start, 3)
+    return {"files_snapshot": {"file": envfiles.SNAPSHOT, "sha256": digest, "entries": len(entries),
+                               "owned_by_record": found.owned},
+            "record_digests": digests.as_dict()}
+
+
+def snapshot_digest(env: Path) -> str | None:
+    """The snapshot digest the env's completion record holds (None when the record predates snapshots)."""
+    files = marker(env).get("files_snapshot")
+    return str(files.get("sha256")) if isinstance(files, dict) and files.get("sha256") else None
+
+
+def check_files(env: Path, lock: lockfile.Lockfile) -> envfiles.Findings:
+    """The every-file checks of a rebuilt env against its lock and its build's snapshot."""
+    return envfiles.check(env, {p.name for p in lock.pins}, snapshot_digest(env) or "",
+                          inventory.bytecode_validator(env_python(env)))
+
+
+def require_intact(env: Path, lock: lockfile.Lockfile) -> None:
+    """The env as it is NOW equals the lock, file by file, as at its build; else it is not reused."""
+    found = check_files(env, lock)  # before the env's interpreter runs: a dropped .pth is named, not run first
+    try:
+        seen = inventory.observe(env_python(env), files=False)
+        delta = inventory.diff(inventory.expected_from_lock(lock), seen.packages)
+    except KernodeckError:
+        if found.clean:
+            raise
+        delta = inventory.InventoryDiff()  # the files named below are the cause (a dropped module may break it)
+    if not delta.empty or not found.clean:
+        what = "; ".join(([f"packages differ from the lock: {delta.summary()}"] if not delta.empty else [])
+                         + found.problems())
+        raise RebuildFailed(
+            f"the current environment {env.name} was changed after it was built ({what}); it is not reused",
+            tip=tips.REBUILD_FRESH,
+        )

@@ -1,0 +1,115 @@
+"""One small loop drives verify's steps over one run context, as nox's ``workflow.execute`` drives its tasks.
+
+A step is an :class:`Entry`: a name and a function of the context and the run's state that returns the step it
+made (or ``None`` when it added its own, as the in-env phase adds one per check, or has nothing to show). The loop
+applies the rules once: a step after a failed one is not run (each step it would have made is shown ``not-run``),
+progress is logged when a step starts and ends, and a step that raises one of the errors it may fail with becomes a
+``failed`` step holding that error, the first of which the run raises at its end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernodeck._proc import log
+from kernodeck.errors import KernodeckError
+from kernodeck.project.config import Project
+from kernodeck.project.platforms import Platform
+from kernodeck.verify.report import Layer, Status, Step, step_result
+
+if TYPE_CHECKING:
+    from kernodeck.env.rebuild import RebuildResult
+    from kernodeck.lock.lockfile import Lockfile
+    from kernodeck.verify.context import RunContext
+
+
+class Run:
+    """One verify (or reference) run's state: the steps so far, what they found, never computed past a failure."""
+
+    def __init__(self, project: Project, plat: Platform, staging: Path) -> None:
+        self.project, self.plat, self.staging = project, plat, staging
+        self.steps: list[Step] = []
+        self.meta: dict[str, Any] = {}
+        self.not_established: list[str] = []  # what a pass of this run would NOT establish (the verdict says it)
+        self.changed_code: list[str] = []  # code files that differ from the reference's (--allow-code-change only)
+        self._started: set[str] = set()
+        self.error: KernodeckError | None = None  # the first error a step failed with (raised at the run's end)
+        # What the steps hand on, in the order they run (data flows one way: lock -> env -> checks -> dossier).
+        self.lock: Lockfile | None = None  # the lock, once its check passed
+        self.run_config: dict[str, Any] = {}  # what the in-env runner is given
+        self.python: Path | None = None  # the env's interpreter, once rebuilt, reused or given
+        self.result: RebuildResult | None = None  # the rebuild's record, when this run rebuilt (or reused) it
+        self.t0 = time.perf_counter()  # when the current step started
+
+    @property
+    def failed(self) -> bool:
+        return any(s.status is Status.FAILED for s in self.steps)
+
+    def elapsed(self) -> float:
+        """Seconds since the current step started."""
+        return time.perf_counter() - self.t0
+
+    def fail(self, error: KernodeckError) -> None:
+        """Record the error a step failed with; the first one is what the run raises."""
+        self.error = self.error or error
+
+    def start(self, name: str) -> None:
+        """Long work shows progress: an outside step says when it starts (in-env steps say it from the runner)."""
+        self._started.add(name)
+        log(f"kernodeck: {name}: start ({time.strftime('%H:%M:%S')})")
+
+    def add(self, step: Step) -> Step:
+        self.steps.append(step)
+        mark = {"passed": "ok", "failed": "FAILED", "skipped": "skipped", "not-run": "not-run"}[str(step.status)]
+        note = step_result(step)  # what it found, as report.md's line says it
+        timing = f"{step.duration_s:.2f}s"
+        if step.name in self._started:
+            timing += f", ended {time.strftime('%H:%M:%S')}"
+        log(f"kernodeck: {step.name}: {mark} ({timing}){' - ' + note if note else ''}")
+        trace = step.details.get("traceback") if step.status is Status.FAILED else None
+        if isinstance(trace, str):  # the failing line of the user's code, as pytest shows a failing test
+            log("\n".join(f"    {line}" for line in trace.splitlines()))
+        return step
+
+    def not_run(self, names: tuple[str, ...] | list[str], why: str) -> None:
+        for name in names:
+            self.steps.append(Step(name, Status.NOT_RUN, reason=f"an earlier step failed: {why}"))
+
+
+Act = Callable[["RunContext", Run], "Step | None"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One step of the pipeline."""
+
+    name: str
+    act: Act
+    layer: Layer  # where a failure it raises belongs
+    shows: Callable[[RunContext], tuple[str, ...]]  # the steps it reports (each shown not-run after a failure)
+    announce: bool = True  # log when it starts (the in-env steps say it themselves)
+    fails_on: tuple[type[KernodeckError], ...] = (KernodeckError,)  # other errors end the run, no report
+
+
+def drive(ctx: RunContext, run: Run, entries: Sequence[Entry]) -> None:
+    """Run ``entries`` in order over ``ctx``; after the first failed step, the rest are shown not-run."""
+    for entry in entries:
+        if run.failed:
+            stopped = next(s.name for s in run.steps if s.status is Status.FAILED)
+            run.not_run([n for n in entry.shows(ctx) if n not in {s.name for s in run.steps}], stopped)
+            continue
+        if entry.announce:
+            run.start(entry.name)
+        run.t0 = time.perf_counter()
+        try:
+            step = entry.act(ctx, run)
+        except entry.fails_on as exc:
+            run.fail(exc)
+            step = Step(entry.name, Status.FAILED, error=str(exc), layer=entry.layer, duration_s=run.elapsed(),
+                        details={"tip": exc.tip} if exc.tip else {})
+        if step is not None:
+            run.add(step)

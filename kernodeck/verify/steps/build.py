@@ -1,0 +1,96 @@
+"""The rebuild step: make (or reuse) the platform's env from the lock as read, or take the interpreter given.
+
+Also what ``--python`` is checked for before a run starts: an existing, runnable Python interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from kernodeck import tips
+from kernodeck._proc import run as run_command
+from kernodeck.env.rebuild import INVENTORY, current_env, env_python, rebuild
+from kernodeck.errors import CommandFailed, KernodeckError
+from kernodeck.project.config import Project
+from kernodeck.project.platforms import Platform
+from kernodeck.verify.context import RunContext
+from kernodeck.verify.pipeline import Run
+from kernodeck.verify.report import Layer, Status, Step
+
+
+def interpreter_platform(project: Project, python: str, variant: Platform) -> Platform:
+    """The platform of an existing interpreter (``--python``): its Python version, this machine's OS/arch/variant."""
+    path = Path(python)
+    tip = f"give an existing env's interpreter: {tips.nox('verify', '--python', '/path/to/env/bin/python')}"
+    if not path.exists():
+        raise KernodeckError(f"--python {python}: no such file", tip=tip)
+    if path.is_dir():
+        raise KernodeckError(f"--python {python} is a folder, not an interpreter (its bin/python?)", tip=tip)
+    if not os.access(path, os.X_OK):
+        raise KernodeckError(f"--python {python} is not executable", tip=tip)
+    try:
+        proc = run_command(
+            [python, "-I", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"], quiet=True
+        )
+    except (CommandFailed, OSError) as exc:
+        why = exc.first_error if isinstance(exc, CommandFailed) else (exc.strerror or str(exc))
+        raise KernodeckError(f"--python {python} did not run as a Python interpreter: {why}", tip=tip) from None
+    version = proc.stdout.strip()
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", version):
+        raise KernodeckError(f"--python {python} is not a Python interpreter (it printed {version[:60]!r})", tip=tip)
+    return Platform(version, variant.os_arch, variant.variant)
+
+
+def _current(ctx: RunContext, run: Run) -> Step:
+    """--no-rebuild: the current env as it is (its build record must be there)."""
+    env = current_env(ctx.project, ctx.plat)
+    if env is None:
+        raise KernodeckError(f"no complete environment for {ctx.plat.id} to verify", tip=tips.REBUILD)
+    run.python = env_python(env)
+    if not (env / INVENTORY).is_file():
+        raise KernodeckError(
+            f"{env.relative_to(ctx.project.root)} lacks {INVENTORY}, written when it was built: the environment was "
+            "changed after its build",
+            tip=tips.REBUILD_FRESH,
+        )
+    return Step("rebuild", Status.SKIPPED, reason="--no-rebuild: using the current environment",
+                details={"env": str(env.relative_to(ctx.project.root))})
+
+
+def _rebuilt(ctx: RunContext, run: Run) -> Step:
+    opts = ctx.opts
+    assert ctx.lock.parsed is not None  # the lock-check step passed
+    result = rebuild(
+        ctx.project, ctx.plat, ctx.lock.path, installer=opts.installer, fresh=opts.fresh, wheelhouse=opts.wheelhouse,
+        observe_reused=False,  # the inventory step observes it
+        lock=ctx.lock.parsed, digest=ctx.lock.digest, secrets=ctx.install_secrets,
+    )
+    run.python, run.result = result.python, result
+    return Step("rebuild", Status.PASSED, title="reused" if result.reused else "rebuilt", reason=result.reason,
+                duration_s=run.elapsed(), details=result.as_dict())
+
+
+def build(ctx: RunContext, run: Run) -> Step:
+    """``rebuild``: skipped for --python (nothing is installed) and --no-rebuild; else rebuilt or reused."""
+    try:
+        if ctx.opts.python:
+            run.python = Path(ctx.opts.python)
+            step = Step("rebuild", Status.SKIPPED,
+                        reason=f"verifying an existing interpreter ({ctx.opts.python}); nothing installed")
+        elif not ctx.opts.rebuild:
+            step = _current(ctx, run)
+        else:
+            step = _rebuilt(ctx, run)
+        run.meta["interpreter"] = str(run.python)
+    except KernodeckError as exc:
+        run.fail(exc)
+        cause = exc.__cause__
+        return Step("rebuild", Status.FAILED,
+                    error=str(exc),  # the installer's reason and the sources asked
+                    layer=Layer.INSTALL, duration_s=run.elapsed(),
+                    command=" ".join(cause.argv) if isinstance(cause, CommandFailed) else "",
+                    interpreter=sys.executable)
+    return step

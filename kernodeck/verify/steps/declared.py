@@ -1,0 +1,126 @@
+"""The declared contract: the application declared in pyproject and the reference it is checked against.
+
+Judged before anything is built: a reference whose copy of the contract differs from the declaration, or whose code
+fingerprints no longer describe the code, is refused (``reference-manifest`` fails; nothing else runs). Its product
+is the in-env runner's configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kernodeck import tips
+from kernodeck._fs import sha256_file
+from kernodeck.dossier import reference as refmod
+from kernodeck.errors import KernodeckError, ManifestError
+from kernodeck.project import application
+from kernodeck.project.config import Project
+from kernodeck.verify.context import RunContext
+from kernodeck.verify.pipeline import Run
+from kernodeck.verify.report import Layer, Status, Step
+
+
+def require_declared_contract(project: Project, ref: refmod.Reference, app: application.Application) -> None:
+    """The application DECLARED in pyproject is the contract; the manifest only records a copy.
+
+    A manifest whose copy differs (an output's kind, dtype, tolerance or justification, the entry, criterion, params
+    or sample) is refused: it could have been loosened and its id recomputed. Where the flip-bound rule applies (a
+    criterion judging nearest neighbours of a cosine output), it is applied again with the declared tolerance.
+    """
+    where = os.path.relpath(ref.folder / "manifest.toml", project.root)
+    differ = refmod.declaration_differences(ref.manifest, app)
+    if differ:
+        raise ManifestError(
+            f"{where}: the reference's contract is not the one declared in pyproject.toml "
+            f"([tool.kernodeck.application]): {'; '.join(differ)}",
+            tip=f"make a reference under the declared contract: {tips.NEW_REFERENCE}",
+        )
+    bound = (ref.manifest.get("criterion") or {}).get("flip_bound")
+    if isinstance(bound, dict):
+        name = str(bound.get("output"))
+        shapes = {n: list(rec["shape"]) for n, rec in ref.manifest["outputs"].items()}
+        try:
+            refmod.flip_bound(app, {"margin": bound.get("reference_min_margin"), "neighbours_of": name}, shapes)
+        except ManifestError as exc:
+            raise ManifestError(f"{where}: {exc}", tip=exc.tip) from None
+
+
+class CodeChanged(ManifestError):
+    """A declared code file differs from the reference's fingerprint: the reference no longer describes the code."""
+
+    def __init__(self, where: str, changed: list[str]) -> None:
+        super().__init__(
+            f"{where}: code differs from the reference's fingerprint: {', '.join(changed)} "
+            "(verify -- --allow-code-change runs the checks anyway, never as a pass)"
+        )
+        self.changed = changed
+        self.tip = f"{tips.NEW_REFERENCE}   (if the change is intended: a new reference for this code)"
+
+
+def require_reference_code(
+    project: Project, ref: refmod.Reference, app: application.Application, *, allow: bool
+) -> list[str]:
+    """The declared code files (entry, criterion, ``code``) that differ from the reference's fingerprints, sorted: a
+    file changed or missing, or declared now but not fingerprinted by the reference.
+
+    Refused (CodeChanged, before anything is built) unless ``allow``: then they are returned for the verdict, which
+    names them and is never ``passed``. The in-env reference step checks the same fingerprints again.
+    """
+    recorded = refmod.code_expected(ref.manifest, app)
+    moved = sorted(
+        f for f, d in recorded.items() if not (project.root / f).is_file() or sha256_file(project.root / f) != d
+    )
+    if moved and not allow:
+        raise CodeChanged(os.path.relpath(ref.folder / "manifest.toml", project.root), moved)
+    return moved
+
+
+def _against_reference(ctx: RunContext, run: Run, app: application.Application) -> tuple[dict[str, Any], list[str]]:
+    """Verify mode: the reference must be sound and hold the declared contract and code; the runner's config."""
+    if isinstance(ctx.reference, KernodeckError):
+        raise ctx.reference
+    ref = ctx.reference
+    require_declared_contract(ctx.project, ref, app)
+    run_config = ref.run_config(ctx.project, app)
+    run.meta["reference_id"] = ref.id
+    moved = require_reference_code(ctx.project, ref, app, allow=ctx.opts.allow_code_change)
+    run.changed_code = moved
+    run_config["allow_code_change"] = ctx.opts.allow_code_change
+    run.meta["reference_code"] = ("same as the reference's" if not moved
+                                  else "changed since the reference (--allow-code-change): " + ", ".join(moved))
+    return run_config, list(ref.manifest["application"]["code"])
+
+
+def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
+    """What the in-env runner is given: the application, the reference (verify mode) and the checks' settings."""
+    app = ctx.declaration.application()
+    if ctx.mode == "reference":
+        run_config: dict[str, Any] = {"application": app.run_config(), "reference": None}
+        code_files = list(app.code)
+    else:
+        run_config, code_files = _against_reference(ctx, run, app)
+    run.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs), "code": code_files}
+    resume, det = ctx.declaration.resume, ctx.declaration.determinism
+    run_config["resume"] = {
+        "steps": resume.get("steps", 12),
+        "checkpoint_at": resume.get("checkpoint-at", 5),
+        "gpu_tolerance": resume.get("gpu-tolerance", 1e-5),
+    }
+    if "max-records" in det:
+        run_config["determinism_records"] = int(det["max-records"])
+    run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
+                  sample_repeat=ctx.opts.sample_repeat, **ctx.opts.extra_config)
+    return run_config
+
+
+def declared_contract(ctx: RunContext, run: Run) -> Step | None:
+    """The ``reference-manifest`` step: shown only when it fails (its success is the reference id in the report)."""
+    try:
+        run.run_config = runner_config(ctx, run)
+    except KernodeckError as exc:
+        run.fail(exc)
+        found = {"changed_code": exc.changed} if isinstance(exc, CodeChanged) else {}
+        return Step("reference-manifest", Status.FAILED, error=str(exc), layer=Layer.REFERENCE,
+                    details={**found, "tip": exc.tip})
+    return None

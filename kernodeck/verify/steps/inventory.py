@@ -1,0 +1,157 @@
+"""The inventory step: what the env holds NOW against the lock, its packages and every file.
+
+Equal for a rebuild or a reused env; a recorded, declared variant for --python. A rebuilt env's files are held from
+outside it (env/envfiles.py), before its interpreter runs: each owned by a locked distribution's RECORD or written by
+the venv tool, none shared, none added, removed or changed since the build's snapshot (bytecode the interpreter wrote
+since is checked against its source). Damaged files fail in every mode.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kernodeck import tips
+from kernodeck._fs import write_atomic
+from kernodeck.env import envfiles, inventory
+from kernodeck.env.rebuild import snapshot_digest
+from kernodeck.errors import KernodeckError
+from kernodeck.lock import lockfile
+from kernodeck.verify.context import RunContext
+from kernodeck.verify.pipeline import Run
+from kernodeck.verify.report import Layer, Status, Step
+
+
+def _not_the_build(files: envfiles.Findings, tip: str) -> KernodeckError:
+    return KernodeckError(f"the environment's files are not the ones built from the lock: "
+                          f"{'; '.join(files.problems())}", tip=tip)
+
+
+def _files_note(intentional: bool, files: envfiles.Findings | None, failure: KernodeckError | None) -> str:
+    """--python: what is not established about the files, said once (beside the packages' difference, if any)."""
+    if intentional and files is None:
+        return ("every file of the environment is the lock's and unchanged since a build (an interpreter "
+                "Kernodeck did not build has no build snapshot; only its packages' RECORD sizes were checked)")
+    if intentional and files is not None and not files.clean and failure is None:
+        return f"the environment's files are the build's ({'; '.join(files.problems())[:300]})"
+    return ""
+
+
+def _files_verdict(step: Step, files: envfiles.Findings | None, seen: inventory.Observation, *, intentional: bool,
+                   strict: bool, tip: str) -> KernodeckError | None:
+    """The files' part of the step: recorded in its details; the failure they cause, if any."""
+    if files is None:
+        if seen.damaged:
+            return KernodeckError(
+                f"the environment's installed files do not match their RECORD: {seen.damage_summary()}", tip=tip
+            )
+        return None
+    step.details.pop("files_checked", None)
+    step.details.update(
+        integrity="every file under the env: owned by a locked RECORD, not shared, unchanged since the build",
+        files=files.as_dict(),
+    )
+    if files.damaged:
+        step.details["damaged"] = files.damaged
+    if not files.clean and (not intentional or strict or files.damaged):
+        return _not_the_build(files, tip)
+    return None
+
+
+def _against_lock(run_: Run, step: Step, lock: lockfile.Lockfile, seen: inventory.Observation,
+                  files: envfiles.Findings | None, failure: KernodeckError | None, python: Path, *,
+                  intentional: bool, strict: bool, files_note: str) -> tuple[KernodeckError | None, str]:
+    """The packages against the lock: the step's title and summary; the failure (packages first); the files' note
+    left to say (said here, beside the packages' difference, when there is one)."""
+    delta = inventory.diff(inventory.expected_from_lock(lock), seen.packages)
+    step.details.update(
+        vs_lock=delta.as_dict(),
+        summary=f"{len(seen.packages)} packages, "
+        + ("equal to the lock" if delta.empty else f"vs the lock: {delta.summary()}")
+        + ("" if files is None else f"; {files.entries} files, unchanged since the build" if files.clean
+           else "; files differ from the build"),
+    )
+    if intentional and not delta.empty and strict:
+        return KernodeckError(
+            f"--strict: the environment of {python} differs from the lock: {delta.summary()}"
+            + (f"; {failure}" if failure else ""),
+            tip=f"verify without --strict to record the difference as a declared variant, or: {tips.VERIFY}",
+        ), files_note
+    if intentional and not delta.empty:
+        step.title = "inventory vs lock (declared variant)"
+        step.details["variant"] = (
+            "intentional: an existing interpreter was verified (--python), not a rebuild of the lock"
+        )
+        run_.not_established.append(
+            f"that the environment is the lock's ({len(delta.added)} added, {len(delta.removed)} missing, "
+            f"{len(delta.changed)} changed vs {run_.meta.get('lock', 'the lock')}: {delta.summary()[:300]})"
+            + (f"; nor that {files_note}" if files_note else "")
+        )
+        return failure, ""
+    if delta.empty:
+        step.title = "observed inventory equals the lock" + (" file by file" if files and files.clean else "")
+        return failure, files_note
+    # the packages first: what was installed or removed is the cause the files follow from
+    return KernodeckError(f"the environment's observed inventory differs from the lock: {delta.summary()}"
+                          + (f"; {failure}" if failure else ""), tip=tips.REBUILD_FRESH), files_note
+
+
+def _observe(run_: Run, lock: lockfile.Lockfile | None, python: Path, intentional: bool, start: float
+             ) -> tuple[inventory.Observation | None, envfiles.Findings | None, KernodeckError | None]:
+    """The env's files (a rebuilt env's, from outside it, first), then its packages by its own interpreter."""
+    built = python.parent.parent  # a rebuilt env: <env>/bin/python
+    # an interpreter Kernodeck did not build (--python) has no snapshot to hold its files to
+    env = None if intentional and not (built / envfiles.SNAPSHOT).is_file() else built
+    files: envfiles.Findings | None = None
+    try:
+        if env is not None:
+            locked = {p.name for p in lock.pins} if lock is not None else None
+            files = envfiles.check(env, locked or (), snapshot_digest(env) or "", inventory.bytecode_validator(python))
+        return inventory.observe(python, files=env is None), files, None
+    except KernodeckError as exc:
+        cause = exc
+        if files is not None and not files.clean:  # the files are the cause (a dropped module may break observing)
+            cause = _not_the_build(files, tips.REBUILD_FRESH)
+        run_.add(Step("inventory", Status.FAILED, error=str(cause), layer=Layer.INSTALL, interpreter=str(python),
+                      duration_s=time.perf_counter() - start,
+                      details={"tip": cause.tip, **({"files": files.as_dict()} if files is not None else {})}))
+        return None, files, cause
+
+
+def inventory_step(
+    run_: Run, lock: lockfile.Lockfile | None, python: Path, intentional: bool, strict: bool = False
+) -> tuple[inventory.Observation | None, KernodeckError | None]:
+    """Observe the env and hold it to the lock; add the ``inventory`` step to ``run_``: (what was seen, the failure)."""
+    start = time.perf_counter()
+    seen, files, cause = _observe(run_, lock, python, intentional, start)
+    if seen is None:
+        return None, cause
+    step = Step("inventory", Status.PASSED, details=seen.as_dict(), interpreter=str(python))
+    tip = (tips.REBUILD_FRESH if not intentional
+           else f"repair or recreate the environment of {python} (nothing is installed into it)")
+    failure = _files_verdict(step, files, seen, intentional=intentional, strict=strict, tip=tip)
+    files_note = _files_note(intentional, files, failure)
+    if lock is None:
+        step.title = "observed inventory recorded (no lock to compare)"
+    else:
+        failure, files_note = _against_lock(run_, step, lock, seen, files, failure, python, intentional=intentional,
+                                            strict=strict, files_note=files_note)
+    if files_note and failure is None:
+        run_.not_established.append(f"that {files_note}")
+    if failure is not None:
+        step.status, step.layer, step.error = Status.FAILED, Layer.INSTALL, str(failure)
+        step.details["tip"] = failure.tip
+    step.duration_s = time.perf_counter() - start
+    run_.add(step)
+    return seen, failure
+
+
+def inventory_entry(ctx: RunContext, run: Run) -> None:
+    """The pipeline's ``inventory``: the step, and the observed inventory written into the dossier."""
+    assert run.python is not None  # the rebuild step gave it
+    seen, failure = inventory_step(run, run.lock, run.python, intentional=bool(ctx.opts.python),
+                                   strict=ctx.opts.strict)
+    if failure is not None:
+        run.fail(failure)
+    if seen is not None:
+        write_atomic(ctx.staging / "inventory.txt", seen.text)

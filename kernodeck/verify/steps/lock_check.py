@@ -1,0 +1,34 @@
+"""The lock-check step: the lock is current against its inputs, before anything is built."""
+
+from __future__ import annotations
+
+from kernodeck import lock as locking
+from kernodeck.errors import LockfileError, MissingLockfile, StaleLock
+from kernodeck.verify.context import RunContext
+from kernodeck.verify.pipeline import Run
+from kernodeck.verify.report import Layer, Status, Step
+
+
+def lock_check(ctx: RunContext, run: Run) -> Step:
+    """THE lock check ``lock --check`` and ``rebuild`` make too: body digest, inputs, PEP 751 twin present and equal.
+
+    With ``--python`` and no lock, skipped: what a pass would not establish is said instead.
+    """
+    try:
+        locking.require_checked(ctx.project, ctx.plat)
+        if ctx.lock.parsed is None:  # checked above; read once into the context before it
+            raise LockfileError(str(ctx.lock.path), None, "could not be read as checked")
+    except (MissingLockfile, StaleLock, LockfileError) as exc:
+        if isinstance(exc, MissingLockfile) and ctx.opts.python and not ctx.opts.strict:
+            run.not_established.append(f"anything about the packages: no lock for {ctx.plat.id} to compare with")
+            return Step("lock-check", Status.SKIPPED, reason=f"{exc} (verifying an existing interpreter)")
+        run.fail(exc)
+        return Step("lock-check", Status.FAILED, error=str(exc), layer=Layer.LOCK, duration_s=run.elapsed(),
+                    details={"changes": getattr(exc, "changes", [])})
+    run.lock = ctx.lock.parsed
+    run.meta["lock"] = str(ctx.lock.path.relative_to(ctx.project.root))
+    run.meta["lock_digest"] = ctx.lock.digest
+    run.meta["lock_inputs_digest"] = ctx.lock.parsed.first("inputs-digest")
+    return Step("lock-check", Status.PASSED,
+                title="lock current against its inputs; its pins match their digest and its PEP 751 twin",
+                duration_s=run.elapsed(), details={"lock": run.meta["lock"]})

@@ -1,0 +1,143 @@
+"""The run's dossier, written from the run context and the steps' records (no input read again), then reviewed.
+
+It is assembled in a staging folder (outdir.Staged) and swapped in only when complete; every text file passes the
+review (no credential, no source of this machine, no home or project path) before it is put in place.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from kernodeck import dossier, outdir, sources, tips
+from kernodeck._fs import write_atomic, write_json
+from kernodeck.dossier import sbom
+from kernodeck.env import inventory
+from kernodeck.errors import DossierError
+from kernodeck.project.config import Project
+from kernodeck.project.platforms import Platform
+from kernodeck.verify.context import Options, RunContext, given
+from kernodeck.verify.pipeline import Run
+from kernodeck.verify.report import Report, Status
+from kernodeck.verify.steps.in_env import COLLECT_ENV, RUNNER_ENV
+
+_BINARY = (".npy", ".pt", ".safetensors")  # outputs left as they are (dossier.review_folder's rule)
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, outdir.Staged]:
+    """The dossier's final folder and its staging folder (refused: a folder Kernodeck may not write over)."""
+    final = (out or project.runs / f"{_stamp()}-{plat.id}").resolve()
+    if out is not None:
+        final = outdir.check(
+            out,
+            what="the dossier",
+            tip=f"{tips.nox('verify', '--out', os.path.relpath(project.runs, project.root) + '/NAME')}  "
+            "(or a new or empty folder outside the project)",
+            root=project.root,
+            allowed=(project.runs,),
+        )
+    try:
+        stage = outdir.Staged.begin(final, "dossier")
+    except OSError as exc:
+        raise DossierError(f"cannot write the output folder {final}: {exc.strerror or exc}") from None
+    return final, stage
+
+
+def index_procedure(plat: Platform, opts: Options) -> dict[str, str]:
+    """How procedure.md names the variant's index: the declared URL, or a mirror by its variable only."""
+    if opts.wheelhouse is not None:
+        return {"index_args": "--no-index --find-links WHEELHOUSE", "index_note": "none: a wheelhouse"}
+    index = sources.variant_index(plat.variant.name, plat.variant.index)
+    if index.is_pypi:
+        return {"index_args": "", "index_note": "PyPI itself"}
+    note = index.describe() if index.mirror else f"{index.describe()} (a mirror may replace it: {index.var})"
+    shown = f'"{index.shown()}"' if index.mirror else index.shown()
+    return {"index_args": f"--extra-index-url {shown}", "index_note": note}
+
+
+def _vs_reference_inventory(ctx: RunContext, report: Report) -> None:
+    """inventory-vs-reference.json: this run's observed inventory against the reference's recorded one."""
+    seen = ctx.staging / "inventory.txt"
+    if ctx.reference_inventory is None or not seen.exists():
+        return
+    delta = inventory.diff(inventory.parse_freeze(ctx.reference_inventory),
+                           inventory.parse_freeze(seen.read_text(encoding="utf-8")))
+    variant = bool(ctx.opts.python) or report.platform != ctx.reference_platform
+    write_json(ctx.staging / "inventory-vs-reference.json", {
+        **delta.as_dict(),
+        "summary": delta.summary(),
+        "intentional": variant,
+        "why": "a declared variant (another platform or an existing interpreter)" if variant else "",
+    })
+
+
+def _procedure(ctx: RunContext, run: Run, report: Report) -> str:
+    result = run.result
+    return dossier.procedure(
+        list(result.commands) if result else [],
+        str(run.meta.get("runner_command", "(checks not run)")),
+        RUNNER_ENV,
+        result.installer if result else "none",
+        os.path.relpath(ctx.lock.path, ctx.project.root),
+        report.platform,
+        bool(result and result.reused),
+        **index_procedure(ctx.plat, ctx.opts),
+    )
+
+
+def write_dossier(ctx: RunContext, run: Run, report: Report) -> None:
+    """Every file of the dossier beside the steps' own (outputs, step files), then the report; then the review."""
+    staging = ctx.staging
+    if not (staging / COLLECT_ENV).exists():
+        stopped = next((s.name for s in run.steps if s.status is Status.FAILED), "?")
+        write_atomic(staging / COLLECT_ENV,
+                     f"not collected: no environment to run it in (the run stopped at {stopped}, before the checks)\n")
+    steps = {s.name: s for s in report.steps}
+    for name, file in (("system", "system.json"), ("settings", "settings.json")):
+        if name in steps and steps[name].details:
+            write_json(staging / file, steps[name].details)
+    if ctx.lock.raw is not None:
+        write_atomic(staging / "lock.txt", ctx.lock.raw)
+        if "lock-check" in steps and steps["lock-check"].status is Status.PASSED:
+            # an SBOM only of a lock that passed its check (a refused one is named in the report instead)
+            twin = ctx.lock.twin_path
+            sbom.write(ctx.lock.path, report.platform, staging / "sbom.cdx.json", twin if twin.exists() else None)
+    _vs_reference_inventory(ctx, report)
+    write_atomic(staging / "procedure.md", _procedure(ctx, run, report))
+    report.meta["vs_reference"] = dossier.vs_reference(ctx.project.reference, staging)
+    report.write(staging)
+    review_folder(ctx)
+
+
+def review_folder(ctx: RunContext) -> None:
+    """Every text file of the staged dossier through the review, then scanned for every source and credential value
+    (the secrets read once into the context): one left fails the write and the file is removed (Kernodeck's own, in
+    a folder not yet in place). As :func:`kernodeck.dossier.review_folder`, without reading pyproject again."""
+    public = [v.index for v in ctx.project.variants.values()]  # declared, committed: they may be named
+    replacements = [(str(ctx.project.root), "<project>")]
+    home = os.path.expanduser("~")
+    if home not in ("/", ""):
+        replacements.append((home, "~"))
+    replacements.sort(key=lambda pair: -len(pair[0]))
+    for path in sorted(ctx.staging.rglob("*")):
+        if not path.is_file() or path.suffix in _BINARY:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        reviewed = sources.scrub_text(text, public, **given(ctx.secrets))
+        for old, new in replacements:
+            reviewed = reviewed.replace(old, new)
+        if reviewed != text:
+            path.write_text(reviewed, encoding="utf-8")
+        try:
+            sources.check_written(reviewed, str(path.relative_to(ctx.staging)), public, **given(ctx.secrets))
+        except sources.SecretInText:
+            path.unlink()
+            raise

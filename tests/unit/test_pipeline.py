@@ -1,0 +1,81 @@
+"""verify's loop (kernodeck/verify/pipeline.py): stop at the first failure, the rest not-run, a raising step failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from kernodeck.errors import ConfigError, KernodeckError
+from kernodeck.verify.pipeline import Entry, Run, drive
+from kernodeck.verify.report import Layer, Status, Step
+
+CTX: Any = SimpleNamespace(names=("a", "b"))  # the loop hands the context on; these steps read only its names
+
+
+def _run(tmp_path: Path) -> Run:
+    return Run(None, None, tmp_path)  # type: ignore[arg-type]
+
+
+def passes(name: str) -> Entry:
+    return Entry(name, lambda ctx, run: Step(name, Status.PASSED), Layer.ENVIRONMENT, lambda ctx: (name,))
+
+
+def raises(name: str, error: KernodeckError) -> Entry:
+    def act(ctx: Any, run: Run) -> Step:
+        raise error
+
+    return Entry(name, act, Layer.INSTALL, lambda ctx: (name,))
+
+
+def test_every_step_runs_when_none_fails(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    drive(CTX, run, [passes("one"), passes("two"), Entry("many", lambda ctx, run: None, Layer.ENVIRONMENT,
+                                                          lambda ctx: ctx.names)])
+    assert [(s.name, s.status) for s in run.steps] == [("one", Status.PASSED), ("two", Status.PASSED)]
+    assert run.error is None and not run.failed
+
+
+def test_a_failed_step_leaves_the_rest_not_run(tmp_path: Path) -> None:
+    """A step that returns a failed Step: every later step (and each step a phase would have made) is not-run."""
+    run = _run(tmp_path)
+    failing = Entry("two", lambda ctx, run: Step("two", Status.FAILED, error="broken"), Layer.LOCK,
+                    lambda ctx: ("two",))
+    ran: list[str] = []
+
+    def later(ctx: Any, run: Run) -> Step:
+        ran.append("three")  # must never run
+        return Step("three", Status.PASSED)
+
+    drive(CTX, run, [passes("one"), failing, Entry("three", later, Layer.INSTALL, lambda ctx: ("three",)),
+                     Entry("checks", later, Layer.ENVIRONMENT, lambda ctx: ctx.names)])
+    assert ran == []
+    assert [(s.name, str(s.status)) for s in run.steps] == [
+        ("one", "passed"), ("two", "failed"), ("three", "not-run"), ("a", "not-run"), ("b", "not-run")]
+    assert all(s.reason == "an earlier step failed: two" for s in run.steps[2:])
+
+
+def test_a_raising_step_fails_with_the_first_error(tmp_path: Path) -> None:
+    """A step that raises becomes failed, holding its error, layer and tip; the run keeps the FIRST error."""
+    run = _run(tmp_path)
+    first = ConfigError("the first cause", tip="nox -s lock")
+    drive(CTX, run, [raises("one", first), raises("two", KernodeckError("a later one"))])
+    one = run.steps[0]
+    assert (one.name, one.status, one.error, one.layer) == ("one", Status.FAILED, "the first cause", "install")
+    assert one.details == {"tip": "nox -s lock"} and one.duration_s >= 0
+    assert run.steps[1].status is Status.NOT_RUN
+    assert run.error is first
+    run.fail(KernodeckError("recorded after"))  # the first error stays the one the run raises
+    assert run.error is first
+
+
+def test_an_error_a_step_does_not_fail_on_ends_the_run(tmp_path: Path) -> None:
+    """Negative control of the catch: an error outside ``fails_on`` is not turned into a step (as before: no report)."""
+    run = _run(tmp_path)
+    entry = Entry("lock-check", raises("x", ConfigError("input gone")).act, Layer.LOCK, lambda ctx: ("lock-check",),
+                  fails_on=())
+    with pytest.raises(ConfigError, match="input gone"):
+        drive(CTX, run, [entry, passes("two")])
+    assert run.steps == []
