@@ -56,7 +56,7 @@ from kernodeck.errors import KernodeckError
 from kernodeck.lock import lockfile
 from kernodeck.project.config import Project, load_project
 from kernodeck.project.platforms import Platform, resolve_platform
-from kernodeck.sources import PYPI, Source, index_args, machine_sources, reachable, uv_environment, variant_index
+from kernodeck.sources import PYPI, Source, index_args, index_of, machine_sources, reachable, uv_environment
 
 BENCH_VERSION = 2
 # Ratios (Kernodeck over bare) except lock-check, which is seconds for the whole command.
@@ -422,7 +422,7 @@ def run_bench(
     lock_rel = str((project.lockfiles / plat.lock_name).relative_to(project.root))
     env = clean_env()
     sources = machine_sources()
-    vindex = variant_index(plat.variant.name, plat.variant.index)
+    vindex = index_of(plat.variant)
     # The bare install names the variant's index as Kernodeck does: only when it answers (Kernodeck leaves an
     # unreachable declared index out and installs from this machine's sources).
     online = index_args(vindex) if reachable(vindex.url)[0] else []

@@ -31,7 +31,7 @@ from kernodeck.lock import lockfile
 from kernodeck.lock.check import require_current
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python
-from kernodeck.sources import VariantIndex, index_args, public_url, reachable, variant_index
+from kernodeck.sources import VariantIndex, index_args, index_of, public_url, reachable
 
 MANIFEST = "kernodeck-wheelhouse.json"
 MANIFEST_VERSION = 1
@@ -248,7 +248,7 @@ def download(project: Project, plat: Platform, out: Path | None = None) -> Wheel
     lock = lockfile.read(lock_file)
     rel_lock = os.path.relpath(lock_file, project.root)
     # The variant's declared index (or its mirror, KERNODECK_INDEX_<VARIANT>) beside the machine's own pip sources.
-    vindex = variant_index(plat.variant.name, plat.variant.index)
+    vindex = index_of(plat.variant)
     online = _online(vindex)
     with outdir.staged(folder, "wheelhouse") as staging:
         _carry_over(folder, staging)

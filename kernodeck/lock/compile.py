@@ -44,13 +44,13 @@ from kernodeck.sources import (
     PYPI,
     Source,
     VariantIndex,
+    index_of,
     machine_sources,
     pip_config,
     pip_no_index,
     public_url,
     reachable,
     redact_url,
-    variant_index,
 )
 
 
@@ -114,7 +114,7 @@ def _instant(project: Project, as_of: str | None) -> str | None:
 
 
 def _find_sources(plat: Platform) -> _Sources:
-    vindex = variant_index(plat.variant.name, plat.variant.index)
+    vindex = index_of(plat.variant)
     index = vindex.url  # the declared index, or its mirror (KERNODECK_INDEX_<VARIANT>)
     # Two independent probes (one `pip config` run, one HTTP HEAD): side by side, not one after another.
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -16,7 +16,7 @@ from kernodeck.errors import LockFailed
 from kernodeck.lock import lockfile
 from kernodeck.lock.index import DistFile, Fetcher, file_matches, local_files
 from kernodeck.project.platforms import Platform
-from kernodeck.sources import PYPI, Source, is_local, redact_url, variant_index
+from kernodeck.sources import PYPI, Source, index_of, is_local, redact_url
 
 
 def _public_indexes(plat: Platform) -> list[str]:
@@ -137,7 +137,7 @@ def locate(
     known: dict[str, DistFile] | None = None,
 ) -> dict[str, list[DistFile]]:
     """Every locked file of every pin, by sha256, with a public URL. Raises when a locked hash cannot be placed."""
-    vindex = variant_index(plat.variant.name, plat.variant.index)
+    vindex = index_of(plat.variant)
     indexes = [] if no_index else _public_indexes(plat)
     fetcher = fetcher or Fetcher()
     # A mirror of the variant's index (KERNODECK_INDEX_<VARIANT>) is read for hashes it alone can place; the URL
