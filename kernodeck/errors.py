@@ -147,3 +147,15 @@ class DamagedDossier(KernodeckError):
     """A dossier file compare cannot read: named, with what is wrong with it."""
 
     tip = f"compare takes two dossier folders written by `{tips.VERIFY}`; rerun the verify that made the damaged one"
+
+
+class CodeChanged(ManifestError):
+    """A declared code file differs from the reference's fingerprint: the reference no longer describes the code."""
+
+    def __init__(self, where: str, changed: list[str]) -> None:
+        super().__init__(
+            f"{where}: code differs from the reference's fingerprint: {', '.join(changed)} "
+            "(verify -- --allow-code-change runs the checks anyway, never as a pass)"
+        )
+        self.changed = changed
+        self.tip = f"{tips.NEW_REFERENCE}   (if the change is intended: a new reference for this code)"

@@ -73,7 +73,6 @@ def test_the_converted_modules_ask_tips_for_every_command() -> None:
     assert offenders == [], offenders
 
 
-@pytest.mark.xfail(strict=False, reason="until the other branches merge")
 def test_no_orchestrator_module_spells_a_command_by_hand() -> None:
     offenders = [hit for path in _orchestrator() for hit in literal_commands(path)]
     print("\n".join(offenders))

@@ -13,7 +13,7 @@ from typing import Any
 from kernodeck import tips
 from kernodeck._fs import sha256_file
 from kernodeck.dossier import reference as refmod
-from kernodeck.errors import KernodeckError, ManifestError
+from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
 from kernodeck.project import application
 from kernodeck.project.config import Project
 from kernodeck.verify.context import RunContext
@@ -44,18 +44,6 @@ def require_declared_contract(project: Project, ref: refmod.Reference, app: appl
             refmod.flip_bound(app, {"margin": bound.get("reference_min_margin"), "neighbours_of": name}, shapes)
         except ManifestError as exc:
             raise ManifestError(f"{where}: {exc}", tip=exc.tip) from None
-
-
-class CodeChanged(ManifestError):
-    """A declared code file differs from the reference's fingerprint: the reference no longer describes the code."""
-
-    def __init__(self, where: str, changed: list[str]) -> None:
-        super().__init__(
-            f"{where}: code differs from the reference's fingerprint: {', '.join(changed)} "
-            "(verify -- --allow-code-change runs the checks anyway, never as a pass)"
-        )
-        self.changed = changed
-        self.tip = f"{tips.NEW_REFERENCE}   (if the change is intended: a new reference for this code)"
 
 
 def require_reference_code(
