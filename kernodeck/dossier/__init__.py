@@ -22,13 +22,13 @@ from __future__ import annotations
 from kernodeck.dossier.delta import compare as compare
 from kernodeck.dossier.delta import render_compare as render_compare
 from kernodeck.dossier.delta import vs_reference as vs_reference
-from kernodeck.dossier.read import DamagedDossier as DamagedDossier
 from kernodeck.dossier.read import read_embeddings as read_embeddings
 from kernodeck.dossier.review import CREDENTIALS_HELP as CREDENTIALS_HELP
 from kernodeck.dossier.review import Reviewer as Reviewer
 from kernodeck.dossier.review import procedure as procedure
 from kernodeck.dossier.review import review_folder as review_folder
 from kernodeck.dossier.review import reviewer as reviewer
+from kernodeck.errors import DamagedDossier as DamagedDossier
 
 # The one rule for replacing a folder (guarded: a file put in the earlier folder since the run began is never lost).
 from kernodeck.outdir import swap_into_place as swap_into_place

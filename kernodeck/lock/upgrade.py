@@ -18,7 +18,7 @@ from typing import Any
 from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
-from kernodeck.errors import KernodeckError, MissingLockfile
+from kernodeck.errors import KernodeckError, MissingLockfile, UnsafeOut
 from kernodeck.lock import lockdiff, lockfile
 from kernodeck.lock.compile import compile_lock
 from kernodeck.lock.inputs import RESOLVERS, as_of_instant, lock_path, pylock_path
@@ -187,7 +187,7 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     folder = outdir.check(folder, what="the upgrade's folder", tip=tips.nox("upgrade", "--out", "NEW-FOLDER"),
                           root=project.root, allowed=(project.runs,))
     if folder.exists() and any(folder.iterdir()):  # its old/ must never be overwritten with a newer lock
-        raise outdir.UnsafeOut(f"{folder} is not empty; an upgrade keeps the old lock in a folder of its own",
+        raise UnsafeOut(f"{folder} is not empty; an upgrade keeps the old lock in a folder of its own",
                                tip=tips.nox("upgrade", "--out", "NEW-FOLDER") + "  (or leave --out out)")
     old_dir = folder / "old"
     old_dir.mkdir(parents=True, exist_ok=True)

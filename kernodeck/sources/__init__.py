@@ -15,10 +15,10 @@ they are. Every text Kernodeck writes is checked against the values of every sou
 
 from __future__ import annotations
 
+from kernodeck.errors import MalformedSource, SecretInText
 from kernodeck.sources.config import (
     MIRROR_PREFIX,
     SOURCE_VARS,
-    MalformedSource,
     Source,
     config_bytes,
     machine_sources,
@@ -41,7 +41,6 @@ from kernodeck.sources.index import (
 )
 from kernodeck.sources.redaction import (
     Needle,
-    SecretInText,
     Secrets,
     check_written,
     needles,

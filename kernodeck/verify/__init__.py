@@ -15,6 +15,7 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck._proc import log
 from kernodeck.env.rebuild import acquire, platform_lock
+from kernodeck.errors import CodeChanged as CodeChanged
 from kernodeck.errors import DossierError, KernodeckError
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -26,7 +27,6 @@ from kernodeck.verify.pipeline import drive
 from kernodeck.verify.report import Report
 from kernodeck.verify.steps import STEPS
 from kernodeck.verify.steps.build import interpreter_platform
-from kernodeck.verify.steps.declared import CodeChanged as CodeChanged
 from kernodeck.verify.steps.declared import require_declared_contract as require_declared_contract
 from kernodeck.verify.steps.declared import require_reference_code as require_reference_code
 from kernodeck.verify.steps.in_env import COLLECT_ENV as COLLECT_ENV
