@@ -1,11 +1,13 @@
 """Run ``python -m kernodeck ARGS`` in this process, counting every file it opens for reading.
 
-``python tests/readcount.py COUNTS.json [--twice MODULE:FUNCTION] -- ARGS`` (in the project folder): a
+``python tests/readcount.py COUNTS.json [--twice MODULE:FUNCTION | --reread MODULE:FUNCTION PATH] -- ARGS`` (in the
+project folder): a
 ``sys.addaudithook`` hook sees every ``open`` (``open()``, ``Path.read_text``, ``os.open``) of every thread. Written to
 COUNTS.json when the command ends: ``{path: {who: count}}`` for every file opened for reading that is not Python
 source, ``who`` being the Kernodeck functions on the stack at that open (``module:function``, innermost first).
 ``--twice`` wraps FUNCTION so each call runs it twice: the planted second read the counter must catch (the negative
-control).
+control). ``--reread`` wraps FUNCTION so each call also reads PATH again: the plant for a file whose reader keeps one
+parse per file state (calling that reader twice reads nothing).
 """
 
 from __future__ import annotations
@@ -47,14 +49,18 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         READS.setdefault(name, Counter())[_who()] += 1
 
 
-def _plant(target: str) -> None:
+def _plant(target: str, reread: str = "") -> None:
     module_name, _, name = target.partition(":")
     module = importlib.import_module(module_name)
     original = getattr(module, name)
 
     @functools.wraps(original)
     def twice(*args: Any, **kwargs: Any) -> Any:
-        original(*args, **kwargs)
+        if reread:
+            with open(reread, "rb") as handle:  # the planted second read of PATH, inside FUNCTION
+                handle.read()
+        else:
+            original(*args, **kwargs)
         return original(*args, **kwargs)
 
     setattr(module, name, twice)
@@ -66,6 +72,8 @@ def main(argv: list[str]) -> int:
     options, args = rest[:split], rest[split + 1 :]
     if options[:1] == ["--twice"]:
         _plant(options[1])
+    elif options[:1] == ["--reread"]:
+        _plant(options[1], options[2])
     from kernodeck.__main__ import main as kernodeck_main
 
     sys.addaudithook(_hook)

@@ -11,11 +11,10 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kernodeck.dossier.export import pip_steps
 from kernodeck.errors import KernodeckError
-from kernodeck.sources import SecretInText, check_written, scrub_text
+from kernodeck.sources import SecretInText, Secrets, check_written, scrub_text
 
 CREDENTIALS_HELP = """## Credentials and package sources
 
@@ -44,12 +43,6 @@ def _public(root: Path) -> list[str]:
 
 
 
-def _given(secrets: Any) -> dict[str, Any]:
-    """``secrets=`` for the redaction functions, only when the caller read them once (kernodeck.sources' ``Secrets``);
-    otherwise each call reads this machine's sources itself."""
-    return {} if secrets is None else {"secrets": secrets}
-
-
 @dataclass(frozen=True)
 class Reviewer:
     """Makes text fit to share: no credential, no source of this machine (its values read from pip's files and the
@@ -57,16 +50,16 @@ class Reviewer:
 
     public: tuple[str, ...]  # the project's declared indexes: public, so they may be named
     replacements: tuple[tuple[str, str], ...]  # (path, placeholder), longest path first
-    secrets: Any = None  # kernodeck.sources' Secrets, read once by the caller; None: read at each call
+    secrets: Secrets | None = None  # read once by the caller; None: read at each call
 
     def __call__(self, text: str) -> str:
-        text = scrub_text(text, self.public, **_given(self.secrets))
+        text = scrub_text(text, self.public, secrets=self.secrets)
         for old, new in self.replacements:
             text = text.replace(old, new)
         return text
 
 
-def reviewer(root: Path, secrets: Any = None, *, public: Iterable[str] | None = None) -> Reviewer:
+def reviewer(root: Path, secrets: Secrets | None = None, *, public: Iterable[str] | None = None) -> Reviewer:
     """The reviewer of a dossier of the project at ``root`` (``secrets``: the machine's sources, when already read;
     ``public``: the project's declared indexes, when its pyproject.toml is already read)."""
     replacements: list[tuple[str, str]] = [(str(root), "<project>")]
@@ -78,13 +71,22 @@ def reviewer(root: Path, secrets: Any = None, *, public: Iterable[str] | None = 
 
 
 def review_folder(
-    folder: Path, root: Path, review: Callable[[str], str] | None = None, *, secrets: Any = None
+    folder: Path,
+    root: Path,
+    review: Callable[[str], str] | None = None,
+    *,
+    secrets: Secrets | None = None,
+    public: Iterable[str] | None = None,
 ) -> None:
     """Rewrite every text file under ``folder`` through the reviewer (binary outputs are left as they are), then
     scan each for the values of every source and credential variable: one left fails the write (and the file is
-    removed: it is Kernodeck's own, in a folder not yet in place)."""
-    review = review or reviewer(root, secrets)
-    public = review.public if isinstance(review, Reviewer) else tuple(_public(root))
+    removed: it is Kernodeck's own, in a folder not yet in place). ``secrets`` and ``public`` (the project's declared
+    indexes): as the caller already read them (a verify's run context); else read here."""
+    review = review or reviewer(root, secrets, public=public)
+    if isinstance(review, Reviewer):
+        public = review.public
+    elif public is None:
+        public = tuple(_public(root))
     if secrets is None and isinstance(review, Reviewer):
         secrets = review.secrets
     for path in sorted(folder.rglob("*")):
@@ -98,7 +100,7 @@ def review_folder(
         if reviewed != text:
             path.write_text(reviewed, encoding="utf-8")
         try:
-            check_written(reviewed, str(path.relative_to(folder)), public, **_given(secrets))
+            check_written(reviewed, str(path.relative_to(folder)), public, secrets=secrets)
         except SecretInText:
             path.unlink()
             raise

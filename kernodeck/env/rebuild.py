@@ -8,7 +8,6 @@ replaces the last good env, and the next run removes what it left.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -16,7 +15,6 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic
@@ -42,6 +40,7 @@ from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.sources import (
     SOURCE_VARS,
+    Secrets,
     VariantIndex,
     check_written,
     index_args,
@@ -161,7 +160,7 @@ def rebuild(
     observe_reused: bool = True,
     lock: lockfile.Lockfile | None = None,
     digest: str | None = None,
-    secrets: Any = None,
+    secrets: Secrets | None = None,
 ) -> RebuildResult:
     """Make (or reuse) the platform's env from ``lock_file``. Caller holds :func:`platform_lock`.
 
@@ -198,7 +197,7 @@ class _Build:
 
     def __init__(self, project: Project, plat: Platform, rel_lock: str, lock: lockfile.Lockfile, digest: str,
                  chosen: str, wheelhouse: Path | None, found: dict[str, str], current: Path | None,
-                 secrets: Any) -> None:
+                 secrets: Secrets | None) -> None:
         self.project, self.plat, self.rel_lock, self.lock, self.digest = project, plat, rel_lock, lock, digest
         self.chosen, self.wheelhouse, self.found, self.current, self.secrets = (chosen, wheelhouse, found, current,
                                                                                  secrets)
@@ -336,17 +335,8 @@ class _Build:
         for path, text in ((self.env / INVENTORY, freeze), (self.env / MARKER, marker_text)):
             # The scan the lock and the dossier use: no source or credential value, nor the declared index's secret.
             check_written(text, str(path.relative_to(self.project.root)), public=[public_url(declared)],
-                          declared=[declared], **_given(self.secrets))
+                          declared=[declared], secrets=self.secrets)
             write_atomic(path, text)
-
-
-# kernodeck.sources' check_written takes ``secrets=`` (read once by the caller) where that keyword exists; until then
-# each call reads this machine's sources itself, as before.
-_TAKE_SECRETS = "secrets" in inspect.signature(check_written).parameters
-
-
-def _given(secrets: Any) -> dict[str, Any]:
-    return {"secrets": secrets} if secrets is not None and _TAKE_SECRETS else {}
 
 
 def _index_note(index: VariantIndex, wheelhouse: Path | None) -> str:

@@ -14,10 +14,12 @@ The names other packages use are re-exported here (``locking.require_checked``, 
 
 from __future__ import annotations
 
+from kernodeck.lock.check import LockRead as LockRead
 from kernodeck.lock.check import check_lock as check_lock
 from kernodeck.lock.check import check_many as check_many
 from kernodeck.lock.check import check_twin as check_twin
 from kernodeck.lock.check import raise_first as raise_first
+from kernodeck.lock.check import read_lock as read_lock
 from kernodeck.lock.check import require_checked as require_checked
 from kernodeck.lock.check import require_current as require_current
 from kernodeck.lock.check import twin_disagreements as twin_disagreements

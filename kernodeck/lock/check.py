@@ -7,9 +7,13 @@ neither the network nor the resolvers.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
+
+from packaging.pylock import Pylock
 
 from kernodeck import tips
 from kernodeck._fs import sha256_file
@@ -23,6 +27,46 @@ from kernodeck.sources import public_url, redact_url
 _VARIANT_DETAIL = re.compile(r"\(backend (?P<backend>\S+), torch layer (?P<layer>\S+)\)")
 _LABELS = {"python": "the target Python", "os-arch": "the OS/arch", "resolver": "the resolver or its version",
            AS_OF_KEY: "the resolution date (resolve-as-of)"}
+
+
+@dataclass(frozen=True)
+class LockRead:
+    """A platform's lock and its PEP 751 twin as read ONCE (verify's run context): its bytes (copied into the
+    dossier), digest, parsed pins and twin, or why each was refused. :func:`require_checked` takes it and reads
+    neither file again."""
+
+    path: Path
+    twin_path: Path
+    raw: bytes | None  # None: there is no lock
+    digest: str  # "sha256:..." of ``raw``; "" without a lock
+    parsed: lockfile.Lockfile | None  # None: missing or refused (``error`` says why)
+    error: LockfileError | None  # why a lock that exists was refused
+    twin: Pylock | None  # read and validated by packaging.pylock; None: missing or refused (``twin_error``)
+    twin_error: LockfileError | None  # why a twin that exists was refused
+
+
+def read_lock(project: Project, plat: Platform) -> LockRead:
+    """Read the platform's lock and its twin once; a missing or refused one is kept for the check to report."""
+    path, twin_path = lock_path(project, plat), pylock_path(project, plat)
+    raw = path.read_bytes() if path.is_file() else None
+    parsed, error = None, None
+    if raw is not None:
+        try:
+            # newlines as Path.read_text gives them (what lockfile.read parses)
+            text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+            parsed = lockfile.parse_checked(text, path)
+        except UnicodeDecodeError:
+            error = LockfileError(str(path), None, "not UTF-8 text")
+        except LockfileError as exc:
+            error = exc
+    data, twin_error = None, None
+    if twin_path.is_file():
+        try:
+            data = twin.read(twin_path)
+        except LockfileError as exc:
+            twin_error = exc
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest() if raw is not None else ""
+    return LockRead(path, twin_path, raw, digest, parsed, error, data, twin_error)
 
 
 def _variant_changes(lock: lockfile.Lockfile, plat: Platform) -> list[str]:
@@ -41,12 +85,24 @@ def _variant_changes(lock: lockfile.Lockfile, plat: Platform) -> list[str]:
     return found or ["the variant's declaration (backend, torch layer or index) changed"]
 
 
-def check_lock(project: Project, plat: Platform) -> list[str]:
-    """What changed since the lock was made (empty when it is current). Raises if the lock is missing or broken."""
+def _parsed(project: Project, plat: Platform, read: LockRead | None) -> lockfile.Lockfile:
+    """The lock, parsed (from ``read`` when given, else from its file); raises if it is missing or broken."""
     target = lock_path(project, plat)
-    if not target.exists():
+    if (read.raw is None) if read is not None else not target.exists():
         raise MissingLockfile(plat.id, str(target.relative_to(project.root)))
-    lock = lockfile.read(target)
+    if read is None:
+        return lockfile.read(target)
+    if read.parsed is None:
+        raise read.error or LockfileError(str(target), None, "could not be read")
+    return read.parsed
+
+
+def check_lock(project: Project, plat: Platform, *, read: LockRead | None = None) -> list[str]:
+    """What changed since the lock was made (empty when it is current). Raises if the lock is missing or broken.
+
+    ``read``: the lock as already read (nothing is read again); else it is read from its file."""
+    target = lock_path(project, plat)
+    lock = _parsed(project, plat, read)
     recorded = lock.inputs
     resolver_entry = recorded.get("resolver", "")
     resolver = resolver_entry.split("==", 1)[0] or "pip-tools"
@@ -73,16 +129,24 @@ def check_lock(project: Project, plat: Platform) -> list[str]:
     return changes
 
 
-def check_twin(project: Project, plat: Platform) -> list[str]:
-    """Whether the PEP 751 twin was written for the requirements lock as it is now.
+def check_twin(project: Project, plat: Platform, *, read: LockRead | None = None) -> list[str]:
+    """Whether the PEP 751 twin was written for the requirements lock as it is now (``read``: both as already read).
 
     Kept apart from :func:`check_lock` (the input drift that gates rebuild and verify, which never read the
     pylock): ``lock --check`` reports both.
     """
     target, pylock_file = lock_path(project, plat), pylock_path(project, plat)
-    if not pylock_file.exists():
+    missing = (read.twin is None and read.twin_error is None) if read is not None else not pylock_file.exists()
+    if missing:
         return [f"{pylock_file.name} (its PEP 751 lock) is missing"]
-    return twin_disagreements(target, pylock_file)
+    if read is None:
+        return twin_disagreements(target, pylock_file)
+    pins = _parsed(project, plat, read).hashed()
+    if read.twin is None:  # refused: as twin_disagreements says of a twin it cannot read
+        return [f"{pylock_file.name} was not written for this {target.name}", str(read.twin_error)]
+    found = [] if twin.digest_of(read.twin) == read.digest.removeprefix("sha256:") else [
+        f"{pylock_file.name} was not written for this {target.name}"]
+    return found + twin.compare(read.twin, pylock_file.name, pins, target.name)
 
 
 def twin_disagreements(target: Path, pylock_file: Path) -> list[str]:
@@ -92,23 +156,25 @@ def twin_disagreements(target: Path, pylock_file: Path) -> list[str]:
     return found + twin.disagreements(pylock_file, lockfile.read(target).hashed(), target.name)
 
 
-def require_current(project: Project, plat: Platform) -> Path:
+def require_current(project: Project, plat: Platform, *, read: LockRead | None = None) -> Path:
     """The lock, current against its inputs (input drift only; the twin is :func:`require_checked`'s)."""
-    changes = check_lock(project, plat)
+    changes = check_lock(project, plat, read=read)
     if changes:
         raise StaleLock(str(lock_path(project, plat).relative_to(project.root)), changes, plat.id)
     return lock_path(project, plat)
 
 
-def require_checked(project: Project, plat: Platform) -> Path:
+def require_checked(project: Project, plat: Platform, *, read: LockRead | None = None) -> Path:
     """THE lock check of ``lock --check``, ``rebuild`` and ``verify``: the lock exists, its body matches its digest,
     it is current against its inputs, and its PEP 751 twin exists and was written for it (same pins and hashes).
+    ``read``: the lock and twin as the caller already read them (:func:`read_lock`; verify's run context): neither
+    file is read again. Without it (``lock --check``, ``rebuild``) both are read here.
 
     Raises the first problem with its TIP: MissingLockfile, LockfileError (a broken body), StaleLock (inputs
     changed) or LockfileError (the twin missing or stale).
     """
-    target = require_current(project, plat)
-    problems = check_twin(project, plat)
+    target = require_current(project, plat, read=read)
+    problems = check_twin(project, plat, read=read)
     if problems:
         error = LockfileError(str(target.relative_to(project.root)), None,
                               f"its PEP 751 twin {pylock_path(project, plat).name}: {'; '.join(problems)}")

@@ -69,10 +69,14 @@ def known_files(pylock_file: Path) -> dict[str, DistFile]:
 def recorded_digest(pylock_path: Path) -> str | None:
     """The requirements-lock digest a pylock was written for (None when it records none or cannot be read)."""
     try:
-        tool = read(pylock_path).tool or {}
+        return digest_of(read(pylock_path))
     except LockfileError:
         return None
-    value = tool.get("kernodeck", {}).get("requirements-lock-sha256")
+
+
+def digest_of(data: Pylock) -> str | None:
+    """The requirements-lock digest (hex sha256) a pylock already read was written for (None: it records none)."""
+    value = (data.tool or {}).get("kernodeck", {}).get("requirements-lock-sha256")
     return value if isinstance(value, str) else None
 
 
@@ -84,6 +88,11 @@ def disagreements(pylock_path: Path, pins: Pins, lock_name: str, limit: int = 5)
         data = read(pylock_path)
     except LockfileError as exc:
         return [str(exc)]
+    return compare(data, pylock_path.name, pins, lock_name, limit)
+
+
+def compare(data: Pylock, twin_name: str, pins: Pins, lock_name: str, limit: int = 5) -> list[str]:
+    """:func:`disagreements` of a pylock already read (``twin_name``: its file's name)."""
     twin: dict[str, tuple[str, set[str]]] = {}
     for package in data.packages:
         hashes = {str(e.hashes.get("sha256", "")) for e in package_files(package)}
@@ -91,11 +100,11 @@ def disagreements(pylock_path: Path, pins: Pins, lock_name: str, limit: int = 5)
     found: list[str] = []
     for name in sorted(set(pins) | set(twin)):
         if name not in twin:
-            found.append(f"{name} is pinned in {lock_name} but not in {pylock_path.name}")
+            found.append(f"{name} is pinned in {lock_name} but not in {twin_name}")
         elif name not in pins:
-            found.append(f"{name} is in {pylock_path.name} but not pinned in {lock_name}")
+            found.append(f"{name} is in {twin_name} but not pinned in {lock_name}")
         elif pins[name][0] != twin[name][0]:
-            found.append(f"{name}: {pins[name][0]} in {lock_name}, {twin[name][0]} in {pylock_path.name}")
+            found.append(f"{name}: {pins[name][0]} in {lock_name}, {twin[name][0]} in {twin_name}")
         elif pins[name][1] != twin[name][1]:
-            found.append(f"{name} {pins[name][0]}: other hashes in {lock_name} than in {pylock_path.name}")
+            found.append(f"{name} {pins[name][0]}: other hashes in {lock_name} than in {twin_name}")
     return found[:limit] + ([f"… and {len(found) - limit} more"] if len(found) > limit else [])

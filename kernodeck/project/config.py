@@ -6,12 +6,13 @@ import enum
 import json
 import re
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernodeck.errors import ConfigError, SchemaViolation, UnknownVariant
 from kernodeck.sources import malformed, require_valid_sources
+from kernodeck.sources.config import config_bytes
 
 
 class Backend(enum.StrEnum):
@@ -66,6 +67,9 @@ class Project:
     tool_pins: dict[str, str]
     # `resolve-as-of`: resolve only what was uploaded before this date (kernodeck.lock.as_of_instant checks it).
     resolve_as_of: str | None = None
+    # The ``[tool.kernodeck]`` table as read (validated): a run takes its other tables (application, resume,
+    # determinism) from here instead of reading pyproject.toml again.
+    tool: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def variant(self, name: str) -> Variant:
         try:
@@ -75,6 +79,7 @@ class Project:
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(json.dumps(asdict(self), default=str))
+        data.pop("tool")  # the table as read, not a setting of its own
         return data
 
 
@@ -175,10 +180,12 @@ def load_project(root: Path | None = None) -> Project:
     the shipped schema; then refuse a malformed URL in any package source pip or uv would read."""
     root = (root or Path.cwd()).resolve()
     pyproject = root / "pyproject.toml"
-    try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    # read once: through the sources' content cache, where the check of uv's [tool.uv] below finds it again
+    raw = config_bytes(pyproject) if pyproject.is_file() else None
+    if raw is None:
         raise ConfigError(f"no pyproject.toml in {root}", tip="run from the project's root folder") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"))
     except tomllib.TOMLDecodeError as exc:
         raise toml_error(exc, pyproject) from None
     tool = data.get("tool", {}).get("kernodeck")
@@ -208,4 +215,5 @@ def load_project(root: Path | None = None) -> Project:
         platforms=platforms,
         tool_pins=_pins(data.get("dependency-groups", {})),
         resolve_as_of=str(tool["resolve-as-of"]) if "resolve-as-of" in tool else None,
+        tool=tool,
     )

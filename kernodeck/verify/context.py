@@ -1,7 +1,8 @@
 """The run context: everything one verify (or reference) run reads, read ONCE, into typed records.
 
-pyproject's ``[tool.kernodeck]`` tables (the application declaration, resume, determinism), the platform's lock (its
-bytes, text, parsed pins and digest) and its PEP 751 twin, the reference manifest and its inventory, and the secret
+pyproject's ``[tool.kernodeck]`` tables (the application declaration, resume, determinism: from the Project, which
+holds the table as the CLI read it), the platform's lock (its bytes, parsed pins and digest) and its PEP 751 twin
+(:func:`kernodeck.lock.read_lock`), the reference manifest and its inventory, and the secret
 needles every written file is scanned for. The steps and the dossier writer take these objects, never a path to read
 again. A missing or broken input is not an error here: it is kept (as ``None`` or as the error) for the step that
 judges it, so each failure is still reported by its own step, in the order the steps run.
@@ -9,20 +10,14 @@ judges it, so each failure is still reported by its own step, in the order the s
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.pylock import Pylock
-
 from kernodeck import lock as locking
 from kernodeck import sources
 from kernodeck.dossier import reference as refmod
-from kernodeck.errors import KernodeckError, LockfileError
-from kernodeck.lock import lockfile, pylock
+from kernodeck.errors import KernodeckError
 from kernodeck.project import application
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -61,18 +56,6 @@ class Declaration:
 
 
 @dataclass(frozen=True)
-class LockInput:
-    """The platform's lock as read once: bytes (copied into the dossier), text, pins, digest; and its twin."""
-
-    path: Path
-    twin_path: Path
-    raw: bytes | None  # None: there is no lock (the lock-check step names it)
-    digest: str  # "sha256:..." of ``raw``; "" without a lock
-    parsed: lockfile.Lockfile | None  # None: missing or refused (the lock-check step says why)
-    twin: Pylock | None  # the PEP 751 twin, read and validated by packaging.pylock; None: missing or invalid
-
-
-@dataclass(frozen=True)
 class RunContext:
     """One run's inputs, read once after the platform's lock is held (nothing changes them while the run holds it)."""
 
@@ -84,7 +67,7 @@ class RunContext:
     names: tuple[str, ...]  # the in-env steps this run asks for, in order
     backend: str  # the backend the probe must find
     declaration: Declaration
-    lock: LockInput
+    lock: locking.LockRead  # the lock and its twin as read (the lock check takes them, reading neither again)
     reference: refmod.Reference | KernodeckError  # the error: refused or missing (the declared-contract step says)
     reference_inventory: str | None  # the reference's recorded inventory.txt, when it has one
     secrets: sources.Secrets  # what the dossier's files are scanned for (the project's declared indexes public)
@@ -99,8 +82,8 @@ class RunContext:
 
 
 def _declaration(project: Project) -> Declaration:
-    data = tomllib.loads((project.root / "pyproject.toml").read_text(encoding="utf-8"))
-    tool = data.get("tool", {}).get("kernodeck", {})
+    """The declaration's tables from ``[tool.kernodeck]`` as the CLI's load of the Project read it (not read again)."""
+    tool = project.tool
 
     def table(name: str) -> dict[str, Any]:
         found = tool.get(name, {})
@@ -111,27 +94,6 @@ def _declaration(project: Project) -> Declaration:
                            table("determinism"))
     except KernodeckError as exc:
         return Declaration(None, exc, table("resume"), table("determinism"))
-
-
-def _lock_input(project: Project, plat: Platform) -> LockInput:
-    path, twin_path = locking.lock_path(project, plat), locking.pylock_path(project, plat)
-    raw = path.read_bytes() if path.is_file() else None
-    parsed = None
-    if raw is not None:
-        try:
-            # newlines as Path.read_text gives them (what lockfile.read parses)
-            text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
-            parsed = lockfile.parse_checked(text, path)
-        except (UnicodeDecodeError, LockfileError):
-            parsed = None
-    twin = None
-    if twin_path.is_file():
-        try:
-            twin = pylock.read(twin_path)  # the lock check's own read of the twin (pylock caches it per file state)
-        except LockfileError:
-            twin = None
-    digest = "sha256:" + hashlib.sha256(raw).hexdigest() if raw is not None else ""
-    return LockInput(path, twin_path, raw, digest, parsed, twin)
 
 
 def _reference(project: Project) -> tuple[refmod.Reference | KernodeckError, str | None]:
@@ -151,19 +113,8 @@ def load(project: Project, plat: Platform, opts: Options, *, mode: str, staging:
     return RunContext(
         project=project, plat=plat, opts=opts, mode=mode, staging=staging, names=names,
         backend=opts.expect_backend or str(plat.variant.backend),
-        declaration=_declaration(project), lock=_lock_input(project, plat),
+        declaration=_declaration(project), lock=locking.read_lock(project, plat),
         reference=ref, reference_inventory=ref_inventory,
         secrets=sources.secrets([v.index for v in project.variants.values()]),
         install_secrets=sources.secrets([sources.public_url(vindex.declared)], [vindex.declared]),
     )
-
-
-# --- the secrets, given to the functions that take them --------------------------------------------------------------
-# kernodeck.sources' check_written / scrub_text / redact_text take ``secrets=`` (read once here) where that keyword
-# exists; until then each call reads this machine's sources itself, as before.
-_TAKE_SECRETS = "secrets" in inspect.signature(sources.check_written).parameters
-
-
-def given(secrets: sources.Secrets | None) -> dict[str, Any]:
-    """``secrets=`` for a redaction call, when given and the sources' functions take it."""
-    return {"secrets": secrets} if secrets is not None and _TAKE_SECRETS else {}

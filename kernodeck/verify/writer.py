@@ -17,12 +17,10 @@ from kernodeck.env import inventory
 from kernodeck.errors import DossierError
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
-from kernodeck.verify.context import Options, RunContext, given
+from kernodeck.verify.context import Options, RunContext
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Report, Status
 from kernodeck.verify.steps.in_env import COLLECT_ENV, RUNNER_ENV
-
-_BINARY = (".npy", ".pt", ".safetensors")  # outputs left as they are (dossier.review_folder's rule)
 
 
 def _stamp() -> str:
@@ -105,39 +103,20 @@ def write_dossier(ctx: RunContext, run: Run, report: Report) -> None:
         write_atomic(staging / "lock.txt", ctx.lock.raw)
         if "lock-check" in steps and steps["lock-check"].status is Status.PASSED:
             # an SBOM only of a lock that passed its check (a refused one is named in the report instead)
-            twin = ctx.lock.twin_path
-            sbom.write(ctx.lock.path, report.platform, staging / "sbom.cdx.json", twin if twin.exists() else None)
+            # of the lock, its digest and its twin as read into the context (neither file read again)
+            lock = ctx.lock
+            sbom.write(lock.path, report.platform, staging / "sbom.cdx.json",
+                       lock.twin_path if lock.twin is not None else None,
+                       lock=lock.parsed, digest=lock.digest, twin=lock.twin)
     _vs_reference_inventory(ctx, report)
     write_atomic(staging / "procedure.md", _procedure(ctx, run, report))
     report.meta["vs_reference"] = dossier.vs_reference(ctx.project.reference, staging)
     report.write(staging)
-    review_folder(ctx)
+    review(ctx)
 
 
-def review_folder(ctx: RunContext) -> None:
-    """Every text file of the staged dossier through the review, then scanned for every source and credential value
-    (the secrets read once into the context): one left fails the write and the file is removed (Kernodeck's own, in
-    a folder not yet in place). As :func:`kernodeck.dossier.review_folder`, without reading pyproject again."""
+def review(ctx: RunContext) -> None:
+    """Every text file of the staged dossier through the dossier's review, with the project's declared indexes (from
+    the Project as loaded) and the secrets read once into the context: nothing is read again."""
     public = [v.index for v in ctx.project.variants.values()]  # declared, committed: they may be named
-    replacements = [(str(ctx.project.root), "<project>")]
-    home = os.path.expanduser("~")
-    if home not in ("/", ""):
-        replacements.append((home, "~"))
-    replacements.sort(key=lambda pair: -len(pair[0]))
-    for path in sorted(ctx.staging.rglob("*")):
-        if not path.is_file() or path.suffix in _BINARY:
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            continue
-        reviewed = sources.scrub_text(text, public, **given(ctx.secrets))
-        for old, new in replacements:
-            reviewed = reviewed.replace(old, new)
-        if reviewed != text:
-            path.write_text(reviewed, encoding="utf-8")
-        try:
-            sources.check_written(reviewed, str(path.relative_to(ctx.staging)), public, **given(ctx.secrets))
-        except sources.SecretInText:
-            path.unlink()
-            raise
+    dossier.review_folder(ctx.staging, ctx.project.root, secrets=ctx.secrets, public=public)

@@ -139,10 +139,8 @@ def test_review_passes_secrets_through_only_when_given(
     (folder / "embeddings.npy").write_bytes(b"\x93NUMPY")  # binary outputs are not reviewed
     dossier.review_folder(folder, tmp_path, secrets=given)
     assert [c["fn"] for c in rec.calls] == ["scrub_text", "check_written"]
-    if given is None:  # each call reads this machine's sources itself, as before
-        assert all("secrets" not in c for c in rec.calls)
-    else:  # read once by the caller: the same object reaches both
-        assert all(c.get("secrets") is given for c in rec.calls)
+    # None: each call reads this machine's sources itself; else read once by the caller: the same object reaches both
+    assert all(c["secrets"] is given for c in rec.calls)
 
 
 def test_the_reviewer_takes_the_declared_indexes_already_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from kernodeck import sources
+from kernodeck.dossier import review as review_mod
 from kernodeck.verify import writer
 
 TOKEN = "QTOKEN42"
@@ -34,7 +35,7 @@ def staged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_review_scrubs_sources_and_paths(staged: Any) -> None:
     report = staged.staging / "report.md"
     report.write_text(f"installed from {QUERY_URL} in {staged.project.root}/x\n", encoding="utf-8")
-    writer.review_folder(staged)
+    writer.review(staged)
     text = report.read_text(encoding="utf-8")
     assert TOKEN not in text and "<project>/x" in text and str(staged.project.root) not in text
     assert TOKEN.encode() in (staged.staging / "outputs" / "embeddings.npy").read_bytes()
@@ -44,7 +45,7 @@ def test_a_secret_the_scrub_misses_fails_the_write(staged: Any, monkeypatch: pyt
     """Negative control: with a scrub that misses it, the scan still refuses the file and removes it."""
     report = staged.staging / "report.md"
     report.write_text(f"token {TOKEN}\n", encoding="utf-8")
-    monkeypatch.setattr(sources, "scrub_text", lambda text, *args, **kwargs: text)
+    monkeypatch.setattr(review_mod, "scrub_text", lambda text, *args, **kwargs: text)
     with pytest.raises(sources.SecretInText):
-        writer.review_folder(staged)
+        writer.review(staged)
     assert not report.exists()

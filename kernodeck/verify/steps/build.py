@@ -33,7 +33,7 @@ def interpreter_platform(project: Project, python: str, variant: Platform) -> Pl
         raise KernodeckError(f"--python {python} is not executable", tip=tip)
     try:
         proc = run_command(
-            [python, "-I", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"], quiet=True
+            [python, "-I", "-S", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"], quiet=True
         )
     except (CommandFailed, OSError) as exc:
         why = exc.first_error if isinstance(exc, CommandFailed) else (exc.strerror or str(exc))

@@ -15,8 +15,8 @@ def lock_check(ctx: RunContext, run: Run) -> Step:
     With ``--python`` and no lock, skipped: what a pass would not establish is said instead.
     """
     try:
-        locking.require_checked(ctx.project, ctx.plat)
-        if ctx.lock.parsed is None:  # checked above; read once into the context before it
+        locking.require_checked(ctx.project, ctx.plat, read=ctx.lock)  # the lock and twin as read into the context
+        if ctx.lock.parsed is None:  # a lock that passed the check was parsed
             raise LockfileError(str(ctx.lock.path), None, "could not be read as checked")
     except (MissingLockfile, StaleLock, LockfileError) as exc:
         if isinstance(exc, MissingLockfile) and ctx.opts.python and not ctx.opts.strict:
