@@ -14,6 +14,8 @@ import os
 import stat
 from pathlib import Path
 
+from kernodeck._fs import sha256_text
+
 SNAPSHOT = "kernodeck-files.json"
 SNAPSHOT_VERSION = 1
 # Bytecode the interpreter wrote after the build (no bytecode is compiled at install), each file checked once
@@ -86,7 +88,7 @@ def write_snapshot(env: Path, entries: dict[str, Entry], extra: dict[str, object
 
     text = json.dumps({"version": SNAPSHOT_VERSION, **extra, "entries": entries}, separators=(",", ":")) + "\n"
     write_atomic(env / SNAPSHOT, text)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256_text(text)
 
 
 def read_snapshot(env: Path, digest: str | None) -> tuple[dict[str, object] | None, str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import hashlib
 import json
 import os
 import urllib.parse
@@ -30,6 +29,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from kernodeck import __version__
+from kernodeck._fs import sha256_file
 from kernodeck.sources import is_local, redact_url
 
 # http.client, urllib.request and ssl are imported where used: every lock check imports this module (through the
@@ -276,11 +276,7 @@ def _sha256(path: Path) -> str:
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     if key in _HASHED:
         return _HASHED[key]
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    _HASHED[key] = digest.hexdigest()
+    _HASHED[key] = sha256_file(path)
     return _HASHED[key]
 
 

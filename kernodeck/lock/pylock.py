@@ -12,7 +12,6 @@ says why the file list still comes from Kernodeck's own index client rather than
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +24,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from kernodeck import __version__
+from kernodeck._fs import sha256_text
 from kernodeck._proc import log
 from kernodeck.errors import LockFailed
 from kernodeck.lock import lockfile, twin
@@ -91,7 +91,7 @@ def render(lock: lockfile.Lockfile, plat: Platform, files: dict[str, list[DistFi
     tool: dict[str, Any] = {
         "platform": plat.id,
         "requirements-lock": plat.lock_name,
-        "requirements-lock-sha256": hashlib.sha256(lock_text.encode("utf-8")).hexdigest(),
+        "requirements-lock-sha256": sha256_text(lock_text),
         "version": __version__,
     }
     target = UV_PLATFORM_ENV.get(plat.os_arch, {}).get("MACOSX_DEPLOYMENT_TARGET")
