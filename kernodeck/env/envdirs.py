@@ -12,11 +12,11 @@ import os
 import shutil
 from pathlib import Path
 
-from filelock import FileLock, Timeout
+from filelock import FileLock
 
+from kernodeck._busy import acquire as acquire
 from kernodeck._fs import write_atomic
 from kernodeck._proc import log
-from kernodeck.errors import Busy
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 
@@ -36,18 +36,6 @@ def platform_lock(project: Project, plat: Platform, timeout: float = 3600) -> Fi
     folder = platform_dir(project, plat)
     folder.mkdir(parents=True, exist_ok=True)
     return FileLock(str(folder / ".kernodeck.lock"), timeout=timeout)
-
-
-def acquire(lock: FileLock, plat: Platform, who: str = "run") -> None:
-    """Take ``lock``; while another ``who`` (a run, a lock) of the platform holds it, say so once and wait."""
-    try:
-        lock.acquire(timeout=0.1)
-    except Timeout:
-        log(f"kernodeck: another {who} of {plat.id} is running; waiting for it")
-        try:
-            lock.acquire()
-        except Timeout:
-            raise Busy(f"another {who} of {plat.id} kept it busy past the wait limit") from None
 
 
 def current_env(project: Project, plat: Platform) -> Path | None:
