@@ -108,9 +108,7 @@ def install(
     outdir.clean_leftovers(folder)  # a killed earlier run: its staging removed, a parked reference put back
     generated = generated_files(folder)  # what the previous reference's manifest names (Kernodeck wrote them)
     # no marker, no guard: the reference is the project's folder; its other files are carried over just below
-    stage = outdir.Staged.begin(folder, kind="")
-    staging = stage.path
-    try:
+    with outdir.staged(folder, "") as staging:
         if folder.is_dir():
             shutil.copytree(
                 folder,
@@ -148,10 +146,6 @@ def install(
         write_atomic(staging / "manifest.toml", render(manifest))
         if review is not None:
             review(staging)
-        stage.commit()
-    except BaseException:
-        stage.abandon()
-        raise
 
 
 def current(project: Project, *, new: bool) -> Reference | None:

@@ -64,28 +64,23 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
     if out is not None:
         final = outdir.check(out, what="the calibration", tip=tips.nox("calibrate", "--out", "runs/NAME"),
                              root=project.root, allowed=(project.runs,))
-    stage = outdir.Staged.begin(final, "calibration")  # signed with the list of its files, swapped in whole
-    staging = stage.path
     plock = platform_lock(project, plat)
     acquire(plock, plat)
     try:
-        python = rebuild(project, plat, lock_path).python
-        base = {**ref.run_config(project), "project_root": str(project.root), "mode": "verify",
-                "expect_backend": str(plat.variant.backend)}
-        # the numbers are measured under the DECLARED tolerance (the one judged), whatever the reference recorded
-        base["application"]["outputs"] = {n: o.declared() for n, o in app.outputs.items()}
-        variations = plan(cpu_flags(), os.cpu_count() or 1, str(plat.variant.backend), os.uname().machine)
-        runs = run_all(python, staging, base, variations, staging / "margins.json")
-        margins = _margins(staging / "margins.json", runs)
-        flip = (ref.manifest.get("criterion") or {}).get("flip_bound")
-        result = Calibration(plat.id, ref.id, runs, _analyse(app, runs, margins, flip), margins, started, differ)
-        write_json(staging / "calibration.json", result.as_dict())
-        write_atomic(staging / "calibration.md", render(result))
-        write_atomic(staging / "calibration.svg", svg.calibration_chart(chart_data(result)))
-        stage.commit()
-    except BaseException:
-        stage.abandon()
-        raise
+        with outdir.staged(final, "calibration") as staging:  # signed with the list of its files, swapped in whole
+            python = rebuild(project, plat, lock_path).python
+            base = {**ref.run_config(project), "project_root": str(project.root), "mode": "verify",
+                    "expect_backend": str(plat.variant.backend)}
+            # the numbers are measured under the DECLARED tolerance (the one judged), whatever the reference recorded
+            base["application"]["outputs"] = {n: o.declared() for n, o in app.outputs.items()}
+            variations = plan(cpu_flags(), os.cpu_count() or 1, str(plat.variant.backend), os.uname().machine)
+            runs = run_all(python, staging, base, variations, staging / "margins.json")
+            margins = _margins(staging / "margins.json", runs)
+            flip = (ref.manifest.get("criterion") or {}).get("flip_bound")
+            result = Calibration(plat.id, ref.id, runs, _analyse(app, runs, margins, flip), margins, started, differ)
+            write_json(staging / "calibration.json", result.as_dict())
+            write_atomic(staging / "calibration.md", render(result))
+            write_atomic(staging / "calibration.svg", svg.calibration_chart(chart_data(result)))
     finally:
         plock.release()
     if write:

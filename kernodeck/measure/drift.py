@@ -239,9 +239,7 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
     dossiers = load(folders)
     final = outdir.check(out, what="the drift map", tip=tips.nox("drift", "A", "B", "C", "--out", "runs/NAME"),
                          root=root, allowed=allowed)
-    stage = outdir.Staged.begin(final, "drift")  # signed with the list of its files, swapped in whole
-    staging = stage.path
-    try:
+    with outdir.staged(final, "drift") as staging:  # signed with the list of its files, swapped in whole
         config = {"dossiers": [str(d.outputs) for d in dossiers], "outputs": declared,
                   "result": str(staging / "pairwise.json")}
         write_json(staging / "drift-config.json", config)
@@ -259,10 +257,6 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
         write_json(staging / "drift.json", json_safe(data))
         write_atomic(staging / "drift.md", render(data))
         write_atomic(staging / "drift.svg", svg.heatmap(heatmaps(data)))
-        stage.commit()
-    except BaseException:
-        stage.abandon()
-        raise
     return data, final
 
 
