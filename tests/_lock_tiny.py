@@ -24,12 +24,14 @@ UNREACHABLE = "http://127.0.0.1:9/simple"  # port 9 (discard): refused at once, 
 _STAMP = (2020, 1, 1, 0, 0, 0)
 
 
-def write_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
-    """A minimal valid pure-Python wheel (METADATA, WHEEL, RECORD) for ``name==version``."""
+def write_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = (), *,
+                module: str | None = None) -> Path:
+    """A minimal valid pure-Python wheel (METADATA, WHEEL, RECORD) for ``name==version``, byte-reproducible; its
+    package ``__init__`` is ``module`` (default: ``VERSION = '<version>'``)."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
     files = {
-        f"{dist}/__init__.py": f"VERSION = {version!r}\n".encode(),
+        f"{dist}/__init__.py": (f"VERSION = {version!r}\n" if module is None else module).encode(),
         f"{info}/METADATA": ("Metadata-Version: 2.1\n" f"Name: {name}\n" f"Version: {version}\n"
                              + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: kernodeck-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",

@@ -11,7 +11,6 @@ four. The project locks with only the 1.0 wheels published, makes its reference,
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import html
 import json
@@ -21,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import zipfile
 from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -33,35 +31,12 @@ import tomlkit
 
 from kernodeck.lock import bisect as bisecting
 from kernodeck.lock import lockfile
+from tests._lock_tiny import write_wheel
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
 PLATFORM = "cp311-linux_x86_64-cpu"
-_STAMP = (2020, 1, 1, 0, 0, 0)
-
-
-def write_wheel(folder: Path, name: str, version: str, module: str, requires: tuple[str, ...] = ()) -> Path:
-    """A pure-Python wheel of ``name==version`` whose package ``__init__`` is ``module`` (byte-reproducible)."""
-    dist = name.replace("-", "_")
-    info = f"{dist}-{version}.dist-info"
-    files = {
-        f"{dist}/__init__.py": module.encode(),
-        f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-                             + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: kernodeck-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-              f"{len(data)}" for path, data in files.items()]
-    files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{dist}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for path, data in files.items():
-            entry = zipfile.ZipInfo(path, date_time=_STAMP)
-            entry.external_attr = 0o644 << 16
-            archive.writestr(entry, data)
-    return target
 
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -182,12 +157,12 @@ def upgraded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, A
     index = LoopbackIndex(work / "index")
     try:
         for version in ("1.0", "2.0"):
-            write_wheel(wheels / version, "kdfixture-alpha", version, SHIFT,
-                        ("kdfixture-beta>=2.0",) if version == "2.0" else ())
+            write_wheel(wheels / version, "kdfixture-alpha", version,
+                        ("kdfixture-beta>=2.0",) if version == "2.0" else (), module=SHIFT)
             for name in ("kdfixture-beta", "kdfixture-gamma"):
-                write_wheel(wheels / version, name, version, SHIFT)
+                write_wheel(wheels / version, name, version, module=SHIFT)
             write_wheel(wheels / version, "kdfixture-scale", version,
-                        SCALE.format(factor="1.0" if version == "1.0" else "1.25"))
+                        module=SCALE.format(factor="1.0" if version == "1.0" else "1.25"))
         index.publish(*sorted((wheels / "1.0").glob("*.whl")))
         project = fixture_project(work / "project", index.url)
         _ok(kd(project, "lock", "--resolver", "uv"), "lock")
