@@ -46,10 +46,24 @@ _ORIGINAL_ENV = dict(os.environ)
 _DROP_PREFIXES = ("PIP_", "UV_", "KERNODECK_", "XDG_", "PYTHON", "VIRTUAL_ENV", "CONDA", "PYENV_VERSION", "NOX_")
 
 
+# The suite's own uv cache (set once per session by conftest, inside pytest's base folder): every LocalIndex serves on
+# a new port, so uv keeps a new unpacked torch (~0.7 GB) per test; in the suite's folder they go with it, never into
+# this machine's cache (where they stayed: 24 GB after a few runs).
+_SUITE_UV_CACHE: list[str] = []
+
+
+def use_suite_uv_cache(folder: Path) -> None:
+    """Share ``folder`` as the uv cache of every fresh machine of this session (conftest calls it once)."""
+    _SUITE_UV_CACHE[:] = [str(folder)]
+
+
 def uv_cache_dir() -> str | None:
-    """This machine's uv cache (shared to keep a fresh-machine test fast: it is content-addressed, not a source)."""
+    """The uv cache fresh machines share to stay fast (content-addressed, never a source): the caller's UV_CACHE_DIR
+    when set, else the suite's own folder, else this machine's cache."""
     if _ORIGINAL_ENV.get("UV_CACHE_DIR"):
         return _ORIGINAL_ENV["UV_CACHE_DIR"]
+    if _SUITE_UV_CACHE:
+        return _SUITE_UV_CACHE[0]
     base = _ORIGINAL_ENV.get("XDG_CACHE_HOME") or os.path.join(_ORIGINAL_ENV.get("HOME", "/"), ".cache")
     return os.path.join(base, "uv")
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import _fresh
+
 ROOT = Path(__file__).resolve().parent.parent
 # What a copy of the project needs (never the rebuilt envs, runs or caches).
 PROJECT_ITEMS = ("pyproject.toml", "noxfile.py", "kernodeck", "checks", "requirements", "lockfiles", "dossier")
@@ -27,6 +29,29 @@ def hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
             "KERNODECK_FAULT",
         ):
             monkeypatch.delenv(var, raising=False)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Free disk where the run writes (the slow tests rebuild real envs: ~1.2 GB each, removed as each passes)."""
+    free = shutil.disk_usage(config._tmp_path_factory.getbasetemp()).free  # type: ignore[attr-defined]
+    return f"kernodeck: {free / 2**30:.1f} GiB free for the run's folders"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def suite_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Fresh machines share one uv cache inside pytest's base folder, removed with it when the run passes."""
+    _fresh.use_suite_uv_cache(tmp_path_factory.getbasetemp() / "uv-cache")
+
+
+@pytest.fixture(scope="module")
+def module_tmp(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A folder for a module's shared fixtures (a rebuilt env is ~1.2 GB: its files are copies, never links),
+    removed when the module ends with no test failed, as pytest removes a passed test's tmp_path."""
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    failed = request.session.testsfailed
+    yield path
+    if request.session.testsfailed == failed:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def copy_project(dest: Path) -> Path:

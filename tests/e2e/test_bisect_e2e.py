@@ -150,9 +150,9 @@ def _ok(proc: Any, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def upgraded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any, Any]]:
+def upgraded(module_tmp: Path) -> Iterator[tuple[Path, Any, Any]]:
     """The fixture project after its reference (1.0 wheels) and an upgrade (2.0 wheels published)."""
-    work = tmp_path_factory.mktemp("bisect")
+    work = module_tmp
     wheels = work / "wheels"
     index = LoopbackIndex(work / "index")
     try:

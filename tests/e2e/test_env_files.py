@@ -458,9 +458,9 @@ def test_observe_without_site_sees_what_site_would_add(tmp_path: Path, system_si
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def real(module_tmp: Path) -> Path:
     """A copy of the project with its real env rebuilt (this machine's package sources)."""
-    project = copy_project(tmp_path_factory.mktemp("envfiles") / "project")
+    project = copy_project(module_tmp / "project")
     proc = kd(project, "rebuild")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return project

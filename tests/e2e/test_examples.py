@@ -56,8 +56,9 @@ class Nox:
 
 
 @pytest.fixture(scope="module")
-def nox_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nox]:
-    yield Nox(tmp_path_factory.mktemp("examples"))
+def nox_run(module_tmp: Path) -> Iterator[Nox]:
+    (module_tmp / "examples").mkdir()
+    yield Nox(module_tmp / "examples")
 
 
 def _ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
@@ -101,9 +102,9 @@ def test_template_from_init_to_a_passing_verify(nox_run: Nox, tmp_path: Path) ->
 
 
 @pytest.fixture(scope="module")
-def digits(nox_run: Nox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+def digits(nox_run: Nox, module_tmp: Path) -> Iterator[tuple[Path, Path]]:
     """examples/digits copied outside the repository, verified once: (project, dossier)."""
-    work = tmp_path_factory.mktemp("digits")
+    work = module_tmp / "digits"
     project = work / "digits"
     shutil.copytree(EXAMPLE, project, ignore=LEFT_BEHIND)
     out = work / "pass"

@@ -65,8 +65,8 @@ def _ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
-    work = tmp_path_factory.mktemp("quickstart")
+def user(module_tmp: Path) -> Iterator[User]:
+    work = module_tmp
     shell = User(work)
     # README: pip install nox /path/to/kernodeck && kernodeck init
     _ok(shell.sh(work, "pip", "install", "nox", str(shell.checkout), timeout=900), "pip install nox kernodeck")
