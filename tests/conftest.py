@@ -34,7 +34,8 @@ def hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     """Free disk where the run writes (the slow tests rebuild real envs: ~1.2 GB each, removed as each passes)."""
     free = shutil.disk_usage(config._tmp_path_factory.getbasetemp()).free  # type: ignore[attr-defined]
-    return f"kernodeck: {free / 2**30:.1f} GiB free for the run's folders"
+    return (f"kernodeck: {free / 2**30:.1f} GiB free for the run's folders (the whole suite took up to 7.5 GiB at once "
+            "on 2026-12-01, all of it given back when it passed)")
 
 
 @pytest.fixture(scope="session", autouse=True)
