@@ -252,6 +252,18 @@ class LocalIndex:
             self._server.shutdown()
             self._server.server_close()
             thread.join(timeout=10)
+            self._forget_cached()
+
+    def _forget_cached(self) -> None:
+        """uv caches a registry file under its index's URL, and this index's port dies with it: what uv kept from it is
+        never used again. Drop it from the suite's own cache (a torch is 0.7 GB); never from a cache the suite does
+        not own."""
+        served = sorted(project for project, files in self.projects.items() if files)
+        uv = Path(sys.executable).with_name("uv")
+        if not served or not _SUITE_UV_CACHE or uv_cache_dir() != _SUITE_UV_CACHE[0] or not uv.exists():
+            return
+        subprocess.run([str(uv), "cache", "clean", "--cache-dir", _SUITE_UV_CACHE[0], *served],
+                       capture_output=True, timeout=300, check=False)
 
 
 def fetch(url: str) -> str:
