@@ -70,13 +70,13 @@ def test_compare_two_runs_same_platform_zero_delta(built_project: Path, tmp_path
 def test_replay_passes_on_a_clean_commit(tmp_path: Path) -> None:
     """The replay reads no package configuration of this machine: the locked torch file (which this machine's pip
     sources hold) comes only from the KERNODECK_INDEX_CPU mirror; without the mirror the same replay fails."""
-    from tests._fresh import LocalIndex, torch_file
+    from tests._fresh import LocalIndex, torch_file, uv_cache_dir
 
     project = git_repo(tmp_path)
     mirror = LocalIndex([torch_file(tmp_path)])
-    with mirror.serving():
+    with mirror.serving():  # the replay keeps the caller's uv cache: the suite's, where the mirror's torch is dropped
         proc = kd(project, "replay", "--out", str(tmp_path / "replayed"), timeout=1500,
-                  env={**os.environ, "KERNODECK_INDEX_CPU": mirror.url})
+                  env={**os.environ, "KERNODECK_INDEX_CPU": mirror.url, "UV_CACHE_DIR": str(uv_cache_dir())})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert read_report(tmp_path / "replayed")["status"] == "passed"
     assert any(r.startswith("/files/torch-") for r in mirror.requests)
