@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import html
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -176,8 +177,12 @@ class _Served:
 class LocalIndex:
     """A PEP 503 simple index on 127.0.0.1: ``/simple/<project>/`` lists the given files with their hashes."""
 
-    def __init__(self, files: list[Path], *, projects: tuple[str, ...] = ()) -> None:
+    def __init__(self, files: list[Path], *, projects: tuple[str, ...] = (),
+                 upload_times: dict[str, str] | None = None) -> None:
+        """``upload_times`` (file name -> ``YYYY-MM-DDTHH:MM:SSZ``): the pages are PEP 700 JSON (API 1.1), with each
+        file's upload time, to a client that accepts JSON, as PyPI serves them; else HTML, undated."""
         self.files: dict[str, _Served] = {path.name: _Served(path, sha256_file(path)) for path in files}
+        self.upload_times = upload_times
         self.projects: dict[str, list[str]] = {str(canonicalize_name(p)): [] for p in projects}
         for filename in self.files:
             project = str(parse_wheel_filename(filename)[0])
@@ -204,6 +209,13 @@ class LocalIndex:
         )
         return f"<!DOCTYPE html><html><body>\n{links}</body></html>\n".encode()
 
+    def _json_page(self, project: str) -> bytes | None:
+        if project not in self.projects or self.upload_times is None:
+            return None
+        files = [{"filename": f, "url": f"/files/{urllib.parse.quote(f)}", "hashes": {"sha256": self.files[f].sha256},
+                  "upload-time": self.upload_times[f]} for f in sorted(self.projects[project])]
+        return json.dumps({"meta": {"api-version": "1.1"}, "name": project, "files": files}).encode()
+
     @contextmanager
     def serving(self) -> Iterator[LocalIndex]:
         index = self
@@ -219,12 +231,16 @@ class LocalIndex:
                 if "simple" in parts:  # a prefix before simple/ (a token in the path, cloudsmith style) is accepted
                     parts = parts[parts.index("simple"):]
                 if len(parts) == 2 and parts[0] == "simple":
-                    body = index._page(str(canonicalize_name(parts[1])))
+                    name = str(canonicalize_name(parts[1]))
+                    dated = "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
+                    body = index._json_page(name) if dated else None
+                    kind = "application/vnd.pypi.simple.v1+json" if body is not None else "text/html"
+                    body = body if body is not None else index._page(name)
                     if body is None:
                         self.send_error(404)
                         return
                     self.send_response(200)
-                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)

@@ -32,6 +32,7 @@ from kernodeck.lock.resolvers import (
     check_tool,
     command,
     mentions,
+    no_candidate,
     public_command,
     reason,
     uv_lock_environment,
@@ -77,6 +78,11 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
         guard.release()
 
 
+# The header's last `source` line, the same on every machine: which local sources, how many and in which order, are
+# this machine's, so none is named; every file's hash is pinned, whichever source served it.
+MACHINE_SOURCES_NOTE = "plus this machine's own pip/uv sources, if any (never recorded: each file is pinned by hash)"
+
+
 @dataclass(frozen=True)
 class _Sources:
     """Where a lock's files may come from: the variant's index (reachable or not) and this machine's pip sources."""
@@ -92,6 +98,11 @@ class _Sources:
     def extra_index(self) -> str | None:
         """The variant's index handed to the resolver: none for PyPI, nor when it cannot be reached."""
         return None if not self.index_ok or self.vindex.url.rstrip("/") == PYPI else self.vindex.url
+
+    @property
+    def declared_extra(self) -> str | None:
+        """The variant's index as every machine's recorded command names it: none for PyPI, reachable or not."""
+        return None if self.vindex.url.rstrip("/") == PYPI else self.vindex.url
 
 
 def _refuse_target(project: Project, plat: Platform, resolver: str) -> None:
@@ -122,22 +133,18 @@ def _find_sources(plat: Platform) -> _Sources:
         config = pool.submit(pip_config).result()
         index_ok, why = probe.result()
     sources, no_index = machine_sources(config=config), pip_no_index(config=config)
-    # The declared index is public (pyproject): recorded as declared. A mirror is named by its variable, never its URL.
+    # The header records only what is the same on every machine (the lock's bytes must not depend on where it was
+    # made): the declared index (public, in pyproject; a mirror named by its variable, never its URL) and PyPI.
+    # This machine's own sources, and whether the declared index could be reached, are logged here, never written.
     declared_note = f"declared-index {public_url(vindex.declared)}"
     if vindex.mirror:
         declared_note += f" (replaced by the mirror in {vindex.var})"
-    notes: list[str] = []
-    if index_ok:
-        notes.append(declared_note)
-    else:
+    if not index_ok:
         log(f"kernodeck: {vindex.describe()} is unreachable ({why}); trying this machine's sources")
-        notes.append(f"{declared_note} (unreachable at lock time: {redact_url(why)})")
-    notes += [s.redacted() for s in sources]
-    if no_index:
-        notes.append("no-index (this machine's pip uses no index)")
-    elif not any(s.kind == "index-url" for s in sources):
-        notes.append(f"index-url {PYPI} (default)")
-    return _Sources(vindex, index_ok, why, sources, no_index, tuple(notes))
+    seen = [s.redacted() for s in sources] + (["no-index"] if no_index else [])
+    log(f"kernodeck: this machine's sources for the lock (not recorded in it): {', '.join(seen) or 'none'}")
+    notes = (declared_note, f"pypi {PYPI}", MACHINE_SOURCES_NOTE)
+    return _Sources(vindex, index_ok, why, sources, no_index, notes)
 
 
 def _seeded(target: Path) -> Path:
@@ -152,14 +159,23 @@ def _seeded(target: Path) -> Path:
     return tmp
 
 
+def _unseeded(target: Path) -> Path:
+    """The resolver's output file, empty: nothing of the current lock is preferred."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.compiling")
+    tmp.unlink(missing_ok=True)
+    return tmp
+
+
 def _resolve(project: Project, plat: Platform, resolver: str, cmd: list[str], extra: dict[str, str], tmp: Path,
-             found: _Sources) -> tuple[str, lockfile.Lockfile]:
+             found: _Sources, instant: str | None = None) -> tuple[str, lockfile.Lockfile]:
     """Run the resolver; its output (no source option, none of this machine's sources) and that output parsed."""
     try:
         run_with_progress(cmd, label=f"lock {plat.id}: {resolver}", env=clean_env(extra), cwd=project.root,
                           quiet=True)
         body = tmp.read_text(encoding="utf-8")
     except CommandFailed as exc:
+        _refuse_dated(plat, resolver, exc, instant, found, layer_names(project, plat))
         if not found.index_ok and mentions(exc.output, layer_names(project, plat)):
             raise SourceUnreachable(
                 f"cannot lock {plat.id}: its torch layer ({plat.variant.torch_layer}) comes from "
@@ -182,6 +198,23 @@ def _resolve(project: Project, plat: Platform, resolver: str, cmd: list[str], ex
     if not parsed.pins:
         raise LockFailed(f"{resolver} produced no pins for {plat.id}")
     return body, parsed
+
+
+def _refuse_dated(plat: Platform, resolver: str, exc: CommandFailed, instant: str | None, found: _Sources,
+                  layer: set[str]) -> None:
+    """A dated resolution that left a package with no file: say which package and which date (not the network).
+
+    Only where the date can be the cause: a torch-layer package while the variant's index is unreachable is the
+    unreachable index's error (its files on this machine carry no date)."""
+    missing = no_candidate(exc.output) if instant else None
+    if missing is None or (missing in layer and not found.index_ok):
+        return
+    log(without_tracebacks(exc.output))
+    raise LockFailed(
+        f"cannot lock {plat.id} as of {instant}: no file of {missing} uploaded before that date satisfies the "
+        f"requirements ({resolver}: {reason(exc)})",
+        tip=f"{tips.nox('lock', '--as-of', 'LATER-DATE')}, or relax {missing}'s requirement in requirements/*.in",
+    ) from None
 
 
 def _header(project: Project, plat: Platform, resolver: str, instant: str | None, shown: str, found: _Sources,
@@ -210,7 +243,8 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
     refuse_direct_references(project, plat)
     target = lock_path(project, plat)
     found = _find_sources(plat)
-    tmp = _seeded(target)
+    # A dated resolution is one from scratch as of that date: the current pins (maybe newer than it) seed nothing.
+    tmp = _seeded(target) if instant is None else _unseeded(target)
     rel_inputs, out_rel = input_files(project, plat), str(tmp.relative_to(project.root))
     if resolver == "uv":
         cmd = command(resolver, plat, rel_inputs, out_rel, None, upgrade, instant, pinned_layer_names(project, plat))
@@ -218,15 +252,19 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
     else:
         cmd = command(resolver, plat, rel_inputs, out_rel, found.extra_index, upgrade, instant)
         extra = {}
+    # The header records the command as it runs where the declared index is reachable, whether or not it is from
+    # here: what this machine could reach is not part of the lock.
+    recorded = cmd if resolver == "uv" else command(resolver, plat, rel_inputs, out_rel, found.declared_extra,
+                                                    upgrade, instant)
     # What the twin will reuse (the files the current twin places) and a prefetch of what it lacks are read while
     # the resolver runs: nothing the resolver is given depends on them, and parsing a twin costs ~0.1-0.2 s.
     side = ThreadPoolExecutor(max_workers=1)
     early = side.submit(_twin_inputs, project, plat, target, found.machine, found.no_index)
     side.shutdown(wait=False)
     try:
-        body, parsed = _resolve(project, plat, resolver, cmd, extra, tmp, found)
+        body, parsed = _resolve(project, plat, resolver, cmd, extra, tmp, found, instant)
         vindex = found.vindex
-        shown = vindex.expandable(public_command([vindex.shown() if c == vindex.url else c for c in cmd],
+        shown = vindex.expandable(public_command([vindex.shown() if c == vindex.url else c for c in recorded],
                                                  out_rel, str(target.relative_to(project.root)), extra))
         text = lockfile.render(_header(project, plat, resolver, instant, shown, found, len(parsed.pins), inputs), body)
         known, prefetch = early.result()

@@ -132,3 +132,23 @@ def mentions(output: str, names: set[str]) -> bool:
     """Whether the resolver's output names one of ``names`` (canonical names; ``_`` read as ``-``)."""
     low = output.lower().replace("_", "-")
     return any(name in low for name in names)
+
+
+# What each resolver says when no file of a package fits (a date, a specifier or a source leaves none): pip/pip-tools
+# name the requirement, uv the package.
+_NO_CANDIDATE = (
+    re.compile(r"Could not find a version that (?:satisfies the requirement|matches) ([A-Za-z0-9][A-Za-z0-9._-]*)"),
+    re.compile(r"No matching distribution found for ([A-Za-z0-9][A-Za-z0-9._-]*)"),
+    re.compile(r"there (?:are|is) no versions? of ([A-Za-z0-9][A-Za-z0-9._-]*)"),
+    re.compile(r"Because only ([A-Za-z0-9][A-Za-z0-9._-]*?)[<>=!~ ]"),
+    re.compile(r"Because ([A-Za-z0-9][A-Za-z0-9._-]*) was not found in the package registry"),
+)
+
+
+def no_candidate(output: str) -> str | None:
+    """The package the resolver found no fitting file of (canonical name), or None when it says no such thing."""
+    for pattern in _NO_CANDIDATE:
+        match = pattern.search(output)
+        if match:
+            return match.group(1).lower().replace("_", "-").replace(".", "-")
+    return None

@@ -43,8 +43,13 @@ def test_lock_is_strict_and_holds_no_machine_source(platform_id: str) -> None:
     for needle in ("file://", "/opt/", "/home/", "/root/", "/tmp/", "s3cret"):
         assert needle not in text, needle
     assert not USERINFO.search(text)
-    for source in lock.header.get("source", []):
-        assert source.split(" ", 1)[1].startswith(("https://", "<local path>")), source
+    # The same on every machine: the declared index, PyPI, and one fixed line for this machine's own sources.
+    from kernodeck.lock.compile import MACHINE_SOURCES_NOTE
+
+    sources = lock.header.get("source", [])
+    assert MACHINE_SOURCES_NOTE in sources and len(sources) == 3, sources
+    for source in sources:
+        assert source == MACHINE_SOURCES_NOTE or source.split(" ", 1)[1].startswith("https://"), source
 
 
 @pytest.mark.parametrize("platform_id", LOCKED)

@@ -51,7 +51,7 @@ def test_lock_holds_no_source_and_checks_clean(tmp_path: Path, wheels: Path, res
     text = target.read_text(encoding="utf-8")
     assert str(wheels) not in text and "file://" not in text
     assert not re.search(r"^\s*(-i|-f|--index-url|--extra-index-url|--find-links)\b", text, re.M)
-    assert "# source: find-links <local path>" in text
+    assert "# source: find-links" not in text and "<local path>" not in text  # this machine's sources: one fixed line
     proj = load_project(project)
     assert locking.check_lock(proj, resolve_platform(proj)) == []
 
@@ -77,7 +77,7 @@ def test_credentials_in_pip_variables_reach_no_written_file(tmp_path: Path, whee
     assert leaked == [], f"credentials written into {leaked}"
     if outcome == "locked":
         text = (project / "lockfiles" / "cp311-linux_x86_64-cpu.txt").read_text(encoding="utf-8")
-        assert "# source: index-url https://127.0.0.1:9\n" in text  # scheme and host only: no userinfo, no path
+        assert "# source: index-url" not in text  # this machine's index: not even its host is recorded
     else:
         assert not list((project / "lockfiles").iterdir())
 

@@ -241,8 +241,8 @@ def test_lock_writes_no_token_or_path(tmp_path: Path, monkeypatch: pytest.Monkey
         assert TOKEN not in text and str(wheels) not in text and "empty-wheels" not in text, path.name
     if proc.returncode == 0:
         header = (project / "lockfiles" / "cp311-linux_x86_64-cpu.txt").read_text(encoding="utf-8")
-        assert "# source: extra-index-url http://127.0.0.1:9\n" in header
-        assert "# source: find-links <local path>\n" in header and str(tmp_path) not in header
+        assert "# source: extra-index-url" not in header and "# source: index-url" not in header  # not the machine's
+        assert "# source: find-links" not in header and str(tmp_path) not in header
     else:
         assert "ERROR:" in console and written == []
 

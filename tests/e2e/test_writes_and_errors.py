@@ -298,35 +298,44 @@ def test_history_is_never_copied_from_a_reference_that_does_not_match_its_manife
 
 @rel(
     17,
-    "`nox -s lock` again with unchanged inputs and the same sources, configured in other pip.conf sections",
-    "a byte-identical lock and PEP 751 twin (the `# source:` lines sorted)",
+    "`nox -s lock` again with unchanged inputs under two different pip configurations (other find-links folders "
+    "holding the same wheels, an extra index, other pip.conf sections and order), with pip-tools and with uv",
+    "a byte-identical lock and PEP 751 twin: the header names the declared index and PyPI, and this machine's "
+    "sources only as one fixed line (no kind, count, order or reachability of them)",
 )
-def test_relock_of_unchanged_inputs_is_byte_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("resolver", ["pip-tools", "uv"])
+def test_relock_of_unchanged_inputs_is_byte_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      resolver: str) -> None:
     from kernodeck import lock as locking
+    from kernodeck.lock.compile import MACHINE_SOURCES_NOTE
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
     from tests._lock_tiny import offline_sources, tiny_project, tiny_wheels
 
     wheels = tiny_wheels(tmp_path / "wheels")
+    other = tiny_wheels(tmp_path / "another-machine" / "wheelhouse")  # the same bytes, elsewhere
     offline_sources(monkeypatch, wheels, tmp_path / "cache")
     monkeypatch.delenv("PIP_FIND_LINKS")
     project = tiny_project(tmp_path / "p")
     proj = load_project(project)
     plat = resolve_platform(proj)
-    extra = "http://127.0.0.1:9/extra"  # recorded, never used (no-index)
+    extra = "http://127.0.0.1:9/extra"  # never asked (no-index)
+    configs = (f"[global]\nfind-links = {wheels}\n",
+               f"[global]\nextra-index-url = {extra}\n[install]\nfind-links = {other}\n    {wheels}\n")
     written = []
-    # `pip config list` sorts by section.key: the same two sources come out in the other order
-    for first, second in ((f"extra-index-url = {extra}", f"find-links = {wheels}"),
-                          (f"find-links = {wheels}", f"extra-index-url = {extra}")):
+    for config in configs:
         conf = tmp_path / "pip.conf"
-        conf.write_text(f"[global]\n{first}\n[install]\n{second}\n")
+        conf.write_text(config)
         monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
-        target = locking.compile_lock(proj, plat, resolver="pip-tools")
+        locking.lock_path(proj, plat).unlink(missing_ok=True)  # each lock from nothing, as on another machine
+        target = locking.compile_lock(proj, plat, resolver=resolver)
         written.append((target.read_bytes(), locking.pylock_path(proj, plat).read_bytes()))
     text = written[0][0].decode()
-    assert "# source: extra-index-url" in text and "# source: find-links" in text
+    assert f"# source: {MACHINE_SOURCES_NOTE}\n" in text and "<local path>" not in text
+    assert "unreachable" not in text and "# source: find-links" not in text and "# source: extra-index" not in text
     assert written[0][0].decode().splitlines() == written[1][0].decode().splitlines()
     assert written[0] == written[1]
+    assert locking.check_lock(proj, plat) == []
 
 
 # --- 13. clear errors instead of tracebacks ---------------------------------------------------------------------------

@@ -161,3 +161,40 @@ def test_upgrade_moves_a_declared_date_and_puts_it_back_when_the_relock_fails(
     assert (folder / "old" / target.name).read_bytes() == lock_before
     with pytest.raises(KernodeckError, match="not empty"):  # an upgrade's folder is never reused: its old/ is kept
         upgrade.upgrade(load_project(root), plat, out=folder)
+
+
+def _dated_index(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The tiny wheels with upload times: alpha and beta 1.0 in 2020, beta 2.0 in 2022, the 'torch' layer in 2020."""
+    folder = tiny_wheels(tmp_path / "dated")
+    times = {"kdtiny_alpha-1.0": "2020-01-01", "kdtiny_beta-1.0": "2020-06-01", "kdtiny_beta-2.0": "2022-01-01",
+             "kdtiny_torch-1.0": "2020-01-01"}
+    return folder, {f"{stem}-py3-none-any.whl": f"{day}T00:00:00Z" for stem, day in times.items()}
+
+
+@pytest.mark.parametrize("resolver", RESOLVERS)
+def test_a_dated_lock_starts_from_scratch_and_names_package_and_date(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     resolver: str) -> None:
+    """`lock --as-of DATE` without --upgrade over pins newer than DATE resolves from scratch; a DATE before every
+    upload (a loopback PEP 700 index with upload times) is one error naming the package and the date."""
+    from kernodeck.errors import LockFailed
+    from tests._fresh import LocalIndex
+
+    folder, times = _dated_index(tmp_path)
+    _pypi_only(monkeypatch, tmp_path / "cache")
+    index = LocalIndex(sorted(folder.glob("*.whl")), upload_times=times)
+    with index.serving():
+        monkeypatch.setenv("PIP_INDEX_URL", index.url)
+        root = tiny_project(tmp_path / "p", index=index.url)
+        proj = load_project(root)
+        plat = resolve_platform(proj)
+        target = locking.compile_lock(proj, plat, resolver=resolver)
+        assert pins(target)["kdtiny-beta"] == "2.0"  # the latest, undated
+        locking.compile_lock(proj, plat, resolver=resolver, as_of="2021-01-01")  # no --upgrade
+        assert pins(target) == {"kdtiny-alpha": "1.0", "kdtiny-beta": "1.0", "kdtiny-torch": "1.0"}
+        before = target.read_bytes()
+        with pytest.raises(LockFailed) as caught:
+            locking.compile_lock(proj, plat, resolver=resolver, as_of="2019-06-01")
+    message = str(caught.value)
+    assert "kdtiny-alpha" in message and "2019-06-01T00:00:00Z" in message, message
+    assert "unreachable" not in message and "--as-of" in caught.value.tip, message
+    assert target.read_bytes() == before
