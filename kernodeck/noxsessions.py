@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import nox
 
 SOURCE_ENV = "KERNODECK_SOURCE"
+CALLER_ENV = "KERNODECK_CALLER_DIR"  # kernodeck.cli.dispatch.CALLER_ENV (not imported: nox loads this module alone)
 
 
 class Spec(NamedTuple):
@@ -317,6 +318,7 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
             install_kernodeck(session, source)
         # the replay installs, in its clean clone, the Kernodeck this session installed: it reads the same variable
         env = {SOURCE_ENV: source} if source is not None else {}
+        env[CALLER_ENV] = str(session.invoked_from)  # a relative path option is the caller's (nox runs from here)
         try:
             session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env)
         except nox.command.CommandFailed as exc:

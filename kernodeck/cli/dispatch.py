@@ -4,6 +4,7 @@ lists them, then the group's function with the project it needs."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from kernodeck import __version__
@@ -19,6 +20,9 @@ EPILOG = "On failure a command prints one ERROR: line and a TIP: line naming the
 # The order --help lists the commands in.
 ORDER = ("lock", "rebuild", "verify", "reference", "replay", "compare", "matrix", "export", "wheelhouse", "sbom",
          "audit", "calibrate", "drift", "upgrade", "bisect", "init")
+# Set by the nox sessions to the folder nox was run from (nox runs a session in the noxfile's folder): a relative path
+# an option is given is the caller's, as in any command line.
+CALLER_ENV = "KERNODECK_CALLER_DIR"
 PARSERS: dict[str, Parser] = {**locking.PARSERS, **running.PARSERS, **dossiers.PARSERS}
 COMMANDS: dict[str, Command] = {**locking.COMMANDS, **running.COMMANDS, **dossiers.COMMANDS}
 
@@ -35,6 +39,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command with the project of the current folder (or what a command that needs none gets)."""
+    args = from_caller(args, caller_folder())
     no_project = dossiers.NO_PROJECT.get(args.command)
     project = no_project() if no_project is not None else load_project(Path.cwd())
     return COMMANDS[args.command](project, args)
+
+
+def caller_folder(environ: dict[str, str] | None = None) -> Path:
+    """The folder the user ran the command from: nox's invocation folder through a session, else this process's."""
+    value = (os.environ if environ is None else environ).get(CALLER_ENV)
+    return Path(value) if value else Path.cwd()
+
+
+def _anchored(value: Path, folder: Path) -> Path:
+    return value if value.is_absolute() else folder / value
+
+
+def from_caller(args: argparse.Namespace, folder: Path) -> argparse.Namespace:
+    """Every path option (a ``Path`` value, or ``--python`` given as a path) made absolute from ``folder``, so that
+    no later change of folder (a session's, a subprocess's) reads it from elsewhere. A bare ``--python`` name
+    (``python3``) is left to the search path."""
+    for key, value in vars(args).items():
+        if isinstance(value, Path):
+            setattr(args, key, _anchored(value, folder))
+        elif isinstance(value, list) and value and all(isinstance(item, Path) for item in value):
+            setattr(args, key, [_anchored(item, folder) for item in value])
+    python = getattr(args, "python", None)
+    if isinstance(python, str) and os.sep in python:
+        args.python = str(_anchored(Path(python), folder))
+    return args

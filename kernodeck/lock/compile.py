@@ -140,7 +140,7 @@ def _find_sources(plat: Platform) -> _Sources:
     if vindex.mirror:
         declared_note += f" (replaced by the mirror in {vindex.var})"
     if not index_ok:
-        log(f"kernodeck: {vindex.describe()} is unreachable ({why}); trying this machine's sources")
+        log(f"kernodeck: {vindex.describe()} is unreachable ({redact_url(why)}); trying this machine's sources")
     seen = [s.redacted() for s in sources] + (["no-index"] if no_index else [])
     log(f"kernodeck: this machine's sources for the lock (not recorded in it): {', '.join(seen) or 'none'}")
     notes = (declared_note, f"pypi {PYPI}", MACHINE_SOURCES_NOTE)

@@ -25,8 +25,11 @@ def interpreter_platform(project: Project, python: str, variant: Platform) -> Pl
     """The platform of an existing interpreter (``--python``): its Python version, this machine's OS/arch/variant."""
     path = Path(python)
     tip = f"give an existing env's interpreter: {tips.nox('verify', '--python', '/path/to/env/bin/python')}"
-    if not path.exists():
-        raise KernodeckError(f"--python {python}: no such file", tip=tip)
+    if not path.exists():  # the CLI made a relative path absolute from the caller's folder: this is the one looked at
+        raise KernodeckError(f"--python {python}: no such file",
+                             tip=f"{path} does not exist (a relative path is read from the folder the command is run "
+                             f"in); give an existing env's interpreter: "
+                             f"{tips.nox('verify', '--python', '/path/to/env/bin/python')}")
     if path.is_dir():
         raise KernodeckError(f"--python {python} is a folder, not an interpreter (its bin/python?)", tip=tip)
     if not os.access(path, os.X_OK):
@@ -77,7 +80,7 @@ def build(ctx: RunContext, run: Run) -> Step:
     """``rebuild``: skipped for --python (nothing is installed) and --no-rebuild; else rebuilt or reused."""
     try:
         if ctx.opts.python:
-            run.python = Path(ctx.opts.python)
+            run.python = Path(ctx.opts.python).absolute()  # the in-env runner starts in the staging folder
             step = Step("rebuild", Status.SKIPPED,
                         reason=f"verifying an existing interpreter ({ctx.opts.python}); nothing installed")
         elif not ctx.opts.rebuild:
