@@ -202,3 +202,19 @@ def evaluate_claims(steps: list[Step], mode: str = "verify") -> list[Claim]:
         out.append(Claim(spec.id, spec.text, spec.step, spec.key, state, why, spec.variant))
     return out
 
+
+
+# THE skipped-step rule (docs/outputs-and-claims.md, "Skipped steps"): a step a claim rests on, skipped, leaves its
+# claim unestablished (`step-skipped`), so the run cannot pass; of the steps no claim rests on, only these may be
+# skipped in a pass, each for the reason given (the summary line repeats it). Any other skipped step fails the verdict.
+SKIPPABLE: dict[str, str] = {
+    "rebuild": "nothing is installed under --no-rebuild (the current env) or --python (an existing interpreter); "
+               "the env's proof still runs: the inventory step compares every package and file with the lock",
+    "reference": "a new reference is being made (`reference`): there is no earlier one to check against",
+}
+
+
+def unexcused_skips(steps: list[Step], mode: str = "verify") -> list[Step]:
+    """The skipped steps no claim of ``mode`` rests on and :data:`SKIPPABLE` does not allow: each one fails a run."""
+    claimed = {spec.step for spec in CLAIMS if mode in spec.modes}
+    return [s for s in steps if s.status is Status.SKIPPED and s.name not in SKIPPABLE and s.name not in claimed]

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernodeck.verify.claims import ClaimState
+from kernodeck.verify.claims import SKIPPABLE, ClaimState
 from kernodeck.verify.record import Status, Step, Verdict
 from kernodeck.verify.summaries import fmt_value, step_result
 
@@ -199,6 +199,8 @@ def summary_line(report: Report, path: Path) -> str:
         head = f"{report.verdict.upper()}: {counts}"
         if report.not_established or report.changed_code or report.verdict is Verdict.FAILED:
             head += f" ({report.verdict_line()})"
+        elif allowed := [s for s in report.steps if s.status is Status.SKIPPED and s.name in SKIPPABLE]:
+            head += " (" + "; ".join(f"{s.name} skipped, allowed in a pass: {SKIPPABLE[s.name]}" for s in allowed) + ")"
     else:
         error = " ".join(failure.error.split())
         error = error if len(error) <= 160 else error[:159] + "…"

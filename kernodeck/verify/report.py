@@ -20,6 +20,7 @@ from kernodeck.verify.claims import Claim as Claim
 from kernodeck.verify.claims import ClaimSpec as ClaimSpec
 from kernodeck.verify.claims import ClaimState as ClaimState
 from kernodeck.verify.claims import evaluate_claims as evaluate_claims
+from kernodeck.verify.claims import unexcused_skips
 from kernodeck.verify.markdown import likely_cause as likely_cause
 from kernodeck.verify.markdown import render_markdown as render_markdown
 from kernodeck.verify.markdown import summary_line as summary_line
@@ -77,6 +78,8 @@ class Report:
                     missing = [c for c in missing if c.id != "reference-current"]
                 if missing and not (self.not_established and all(c.variant for c in missing)):
                     return Verdict.FAILED
+                if unexcused_skips(self.steps, self.mode):
+                    return Verdict.FAILED
                 if self.changed_code:
                     return Verdict.PASSED_WITH_CHANGED_CODE
                 return Verdict.PASSED_UNLOCKED if self.not_established else Verdict.PASSED
@@ -104,7 +107,9 @@ class Report:
                     return f"failed at {failure.name if failure else 'an unrun step'}"
                 missing = self.unestablished()
                 return "every step passed, but NOT established: " + "; ".join(
-                    f"{c.text} ({c.why})" for c in missing
+                    [f"{c.text} ({c.why})" for c in missing]
+                    + [f"{s.name} was skipped ({s.reason or 'no reason given'}), which a pass may not skip"
+                       for s in unexcused_skips(self.steps, self.mode)]
                 )
             case _ as unreachable:
                 assert_never(unreachable)

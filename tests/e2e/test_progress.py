@@ -123,8 +123,18 @@ def test_in_env_phases_forwarded_once_and_end_lines_left_to_the_orchestrator() -
 
 
 def test_final_summary_line() -> None:
-    ok = Report("p", [*complete_steps(), Step("b", Status.SKIPPED, reason="r")])
-    assert summary_line(ok, Path("runs/x/report.md")) == "PASSED: 8 passed, 1 skipped — report: runs/x/report.md"
+    from kernodeck.verify.claims import SKIPPABLE
+
+    ok = Report("p", [*complete_steps(), Step("rebuild", Status.SKIPPED, reason="--no-rebuild")])
+    assert summary_line(ok, Path("runs/x/report.md")) == (
+        f"PASSED: 8 passed, 1 skipped (rebuild skipped, allowed in a pass: {SKIPPABLE['rebuild']}) — report: "
+        "runs/x/report.md")
+    # The skipped-step rule: a step no claim rests on and SKIPPABLE does not name cannot be skipped in a pass.
+    odd = Report("p", [*complete_steps(), Step("b", Status.SKIPPED, reason="r")])
+    assert odd.status is Status.FAILED and odd.verdict.value == "failed"
+    assert summary_line(odd, Path("r.md")) == (
+        "FAILED: 8 passed, 1 skipped (every step passed, but NOT established: b was skipped (r), which a pass may "
+        "not skip) — report: r.md")
     bad = Report(
         "p",
         [
