@@ -47,7 +47,7 @@ def _install(session: nox.Session, group: str) -> None:
 # Development sessions of this repository (not part of the API).
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Kernodeck vs the bare tools doing the same work, in one run; writes bench/latest.* and README's speed table."""
+    """Kernodeck vs the bare tools doing the same work, in one run; writes bench/latest.* and docs/speed.md's table."""
     _install(session, "bench")
     session.run("python", "-m", "bench.run", *session.posargs)
 
@@ -75,7 +75,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def reliability(session: nox.Session) -> None:
-    """The reliability suite; rewrites README's reliability table from its outcomes."""
+    """The reliability suite; rewrites docs/reliability.md's table from its outcomes."""
     _install(session, "test")
     session.run("python", "-m", "pytest", "-m", "reliability", *session.posargs,
                 env={"KERNODECK_RELIABILITY_TABLE": "1"})

@@ -12,6 +12,7 @@ from kernodeck.cli.dispatch import build_parser as build_parser
 from kernodeck.cli.dispatch import dispatch
 from kernodeck.cli.locking import RESOLVERS as RESOLVERS
 from kernodeck.errors import KernodeckError
+from kernodeck.exitcodes import ExitCode
 from kernodeck.sources import redact_text
 
 
@@ -23,10 +24,10 @@ def main(argv: list[str] | None = None) -> int:
         print(redact_text(f"ERROR: {exc}"), file=sys.stderr)
         if exc.tip:
             print(redact_text(f"TIP: {exc.tip}"), file=sys.stderr)
-        return 2
+        return ExitCode.ERROR
     except KeyboardInterrupt:
         print("ERROR: interrupted; the last good environment and dossier are untouched", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":
