@@ -1,5 +1,5 @@
 """Every exit code Kernodeck's commands, sessions and generated scripts use, with what each means: THE table
-(docs/sessions.md's exit-code table is generated from it, see :mod:`kernodeck.cli.docpage`)."""
+(docs/sessions.md's exit-code table is generated from it, see :mod:`kernodeck.docpage`)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.cli import dispatch, docpage
+from kernodeck import docpage
+from kernodeck.cli import dispatch
 from kernodeck.noxsessions import SESSIONS
 
 ROOT = Path(__file__).resolve().parents[2]

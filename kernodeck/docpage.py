@@ -3,7 +3,7 @@
 error path) and the exit codes (:data:`kernodeck.exitcodes.MEANINGS`); in docs/locks.md the declared platforms and
 their committed locks.
 
-``python -m kernodeck.cli.docpage`` rewrites the pages' generated blocks; ``--check`` exits 1 when they differ from
+``python -m kernodeck.docpage`` rewrites the pages' generated blocks; ``--check`` exits 1 when they differ from
 the code (tests/unit/test_docpage.py runs it).
 """
 
@@ -20,7 +20,7 @@ from kernodeck._fs import write_atomic
 from kernodeck.cli.dispatch import ORDER, build_parser
 from kernodeck.exitcodes import MEANINGS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "sessions.md"
 NOXFILE = ROOT / "noxfile.py"
 
@@ -130,7 +130,7 @@ BLOCKS = PAGES[PAGE]
 def render(text: str, blocks: dict[str, Callable[[], str]] | None = None, name_: str = PAGE.name) -> str:
     """``text`` with each generated block (between its ``<!-- generated:NAME -->`` markers) written from the code."""
     for name, make in (BLOCKS if blocks is None else blocks).items():
-        begin, end = f"<!-- generated:{name} (python -m kernodeck.cli.docpage) -->", f"<!-- /generated:{name} -->"
+        begin, end = f"<!-- generated:{name} (python -m kernodeck.docpage) -->", f"<!-- /generated:{name} -->"
         if begin not in text or end not in text:
             raise ValueError(f"{name_} lacks the markers of its generated block {name!r}: {begin} … {end}")
         head, rest = text.split(begin, 1)
@@ -139,7 +139,7 @@ def render(text: str, blocks: dict[str, Callable[[], str]] | None = None, name_:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernodeck.cli.docpage", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m kernodeck.docpage", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the page differs from the code")
     args = parser.parse_args(argv)
     differ = []
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             write_atomic(page, wanted)
             print(f"wrote {page.relative_to(ROOT)}")
     if args.check and differ:
-        print(f"{', '.join(differ)} differ from the code; run: python -m kernodeck.cli.docpage", file=sys.stderr)
+        print(f"{', '.join(differ)} differ from the code; run: python -m kernodeck.docpage", file=sys.stderr)
         return 1
     return 0
 
