@@ -72,6 +72,11 @@ SESSIONS = (
          default=False),
 )
 
+# The sessions whose stdout is data another tool reads (`nox -s matrix -- --format gitlab > .gitlab-ci.yml`): their
+# command's stderr is left on nox's own stderr instead of merged into stdout (nox's default), so that Kernodeck's lines
+# ("left out ...") never land in the redirected file. nox's own log lines go to stderr already.
+DATA_ON_STDOUT = frozenset({"matrix", "export"})
+
 # The dependency groups of the project's pyproject.toml that hold the pinned tools (`kernodeck init` writes them).
 GROUPS = {"run": "kernodeck-run", "lock": "kernodeck-lock", "wheelhouse": "kernodeck-wheelhouse"}
 # Kernodeck's own checkout pins the same tools under plain names (its noxfile registers the sessions with these).
@@ -307,6 +312,12 @@ def passed_through(code: int | None) -> int | None:
     return code if code is not None and code not in (0, 1) else None
 
 
+def stream_args(name: str) -> dict[str, None]:
+    """``session.run``'s stream arguments for the session ``name``: ``stderr=None`` (the command writes to nox's own
+    stderr) for a session whose stdout is data (:data:`DATA_ON_STDOUT`); none otherwise (nox merges the two)."""
+    return {"stderr": None} if name in DATA_ON_STDOUT else {}
+
+
 def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..., object]:
     import nox.command
 
@@ -318,7 +329,7 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
         # the replay installs, in its clean clone, the Kernodeck this session installed: it reads the same variable
         env = {SOURCE_ENV: source} if source is not None else {}
         try:
-            session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env)
+            session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env, **stream_args(spec.name))
         except nox.command.CommandFailed as exc:
             code = passed_through(getattr(exc, "return_code", None))
             if code is None:
