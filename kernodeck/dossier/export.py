@@ -200,7 +200,7 @@ def apptainer(project: Project, plat: Platform, tools_src: str, override: str | 
         "",
         "%runscript",
         '    out="$PWD/kernodeck-dossier"',
-        f"    cd {WORKDIR}",
+        f"    cd {WORKDIR} || exit 1",
         "    exec " + " ".join(shlex.quote(a) for a in verify) + ' "$out" "$@"',
     ]
     return "\n".join(lines) + "\n"
