@@ -148,7 +148,8 @@ def dockerignore(project: Project, plat: Platform, tools_rel: str) -> str:
     """``Dockerfile.dockerignore`` (BuildKit reads it beside the Dockerfile): the context sends only what is copied,
     never runs/, the rebuilt envs or .git."""
     allowed = [tools_rel, *project_items(project, plat)]
-    return ("# Written by `nox -s export`: the build context is the project; only what the Dockerfile copies is sent.\n"
+    return (f"# Written by `{tips.nox('export', '--format', 'dockerfile')}`: the build context is the project; only "
+            "what the Dockerfile copies is sent.\n"
             "*\n" + "".join(f"!{item}\n" for item in allowed) + "**/__pycache__\n")
 
 
