@@ -312,10 +312,12 @@ def passed_through(code: int | None) -> int | None:
     return code if code is not None and code not in (0, 1) else None
 
 
-def stream_args(name: str) -> dict[str, None]:
-    """``session.run``'s stream arguments for the session ``name``: ``stderr=None`` (the command writes to nox's own
-    stderr) for a session whose stdout is data (:data:`DATA_ON_STDOUT`); none otherwise (nox merges the two)."""
-    return {"stderr": None} if name in DATA_ON_STDOUT else {}
+def stderr_for(name: str) -> int | None:
+    """``session.run``'s ``stderr=`` for the session ``name``: None (the command writes to nox's own stderr) for a
+    session whose stdout is data (:data:`DATA_ON_STDOUT`), else nox's default, merged into stdout."""
+    import subprocess
+
+    return None if name in DATA_ON_STDOUT else subprocess.STDOUT
 
 
 def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..., object]:
@@ -329,7 +331,8 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
         # the replay installs, in its clean clone, the Kernodeck this session installed: it reads the same variable
         env = {SOURCE_ENV: source} if source is not None else {}
         try:
-            session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env, **stream_args(spec.name))
+            session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env,
+                        stderr=stderr_for(spec.name))
         except nox.command.CommandFailed as exc:
             code = passed_through(getattr(exc, "return_code", None))
             if code is None:

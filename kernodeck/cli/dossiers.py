@@ -100,13 +100,13 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
 
 def cmd_export(project: Project, args: argparse.Namespace) -> int:
     from kernodeck import outdir
-    from kernodeck.dossier import export
+    from kernodeck.dossier import export, toolpins
 
     plat = resolve_platform(project, args.platform, args.variant)
     folder = outdir.check_file(args.out / "x", what="the container file", root=project.root, allowed=(project.runs,),
                                tip=tips.nox("export", "--format", "dockerfile", "--out", "runs/export")).parent
     path = export.write(export.Format(args.format), project, plat, folder, args.base_image)
-    print(f"wrote {path} for {plat.id} (and {path.parent / export.toolpins.FILE_NAME} beside it)")
+    print(f"wrote {path} for {plat.id} (and {path.parent / toolpins.FILE_NAME} beside it)")
     return 0
 
 

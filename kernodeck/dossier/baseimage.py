@@ -41,8 +41,8 @@ class BaseImage:
         if self.pinned:
             return f"# base image pinned by digest ({self.origin})"
         return (f"# base image: {self.reference} is a floating tag ({self.origin}): the OS, libc and Python under it\n"
-                "# change with time. Pin it: image = \"NAME@sha256:DIGEST\" in [[tool.kernodeck.platforms]] (the digest:\n"
-                f"# docker buildx imagetools inspect {self.reference}), or export -- --base-image NAME@sha256:DIGEST")
+                '# change with time. Pin it: image = "NAME@sha256:DIGEST" in [[tool.kernodeck.platforms]]\n'
+                f"# (digest: docker buildx imagetools inspect {self.reference}), or --base-image NAME@sha256:DIGEST")
 
 
 def resolve(project: Project, plat: Platform, override: str | None = None) -> BaseImage:

@@ -78,7 +78,7 @@ def project_items(project: Project, plat: Platform) -> list[str]:
     """What verify reads, relative to the project, outermost first: pyproject.toml and the noxfile, the lock inputs'
     folders, the lockfiles, the reference, the application's code folders and sample (and a top-level ``data/``),
     and Kernodeck itself when it is vendored. Never tests, docs, outputs, envs or caches."""
-    wanted = ["pyproject.toml", "noxfile.py", "data", project.lockfiles, project.reference]
+    wanted: list[str | Path] = ["pyproject.toml", "noxfile.py", "data", project.lockfiles, project.reference]
     wanted += [Path(req).parent if Path(req).parent != Path() else req
                for req in (*project.requirements, plat.variant.torch_layer)]
     try:

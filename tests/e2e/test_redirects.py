@@ -135,9 +135,9 @@ def test_the_consumers_refuse_a_file_with_a_merged_diagnostic(project: tuple[Pat
     shutil.copytree(root, merged, ignore=shutil.ignore_patterns(".nox", "runs"))
     sessions = merged / "kernodeck" / "noxsessions.py"
     text = sessions.read_text(encoding="utf-8")
-    assert 'DATA_ON_STDOUT = frozenset({"matrix", "export"})' in text
-    sessions.write_text(text.replace('DATA_ON_STDOUT = frozenset({"matrix", "export"})', "DATA_ON_STDOUT = frozenset()"),
-                        encoding="utf-8")
+    fixed = 'DATA_ON_STDOUT = frozenset({"matrix", "export"})'
+    assert fixed in text
+    sessions.write_text(text.replace(fixed, "DATA_ON_STDOUT = frozenset()"), encoding="utf-8")
     for line in (line for line in doc_commands("matrix") if " > " in line):
         assert run_doc_line(merged, line, shim).returncode == 0
         target = merged / line.rsplit(" > ", 1)[1].strip()
@@ -150,12 +150,12 @@ def test_the_consumers_refuse_a_file_with_a_merged_diagnostic(project: tuple[Pat
             assert github_problems(target)[0].startswith("not JSON")
 
 
-def test_stream_args_leave_stderr_apart_only_for_data_sessions() -> None:
+def test_stderr_is_left_apart_only_for_data_sessions() -> None:
     from kernodeck import noxsessions
 
     assert {s.name for s in noxsessions.SESSIONS} >= noxsessions.DATA_ON_STDOUT
-    assert noxsessions.stream_args("matrix") == {"stderr": None} == noxsessions.stream_args("export")
-    assert noxsessions.stream_args("verify") == {}
+    assert noxsessions.stderr_for("matrix") is None and noxsessions.stderr_for("export") is None
+    assert noxsessions.stderr_for("verify") == subprocess.STDOUT  # nox's default: merged
 
 
 # --- export ----------------------------------------------------------------------------------------------------------
