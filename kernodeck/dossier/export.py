@@ -69,7 +69,8 @@ def image(project: Project, plat: Platform, override: str | None = None) -> Base
     if plat.os_arch not in DOCKER_PLATFORMS:
         raise ConfigError(
             f"platform {plat.id} runs on {plat.os_arch}: a container is Linux ({', '.join(DOCKER_PLATFORMS)})",
-            tip=tips.nox("export", "--platform", "cp311-linux_x86_64-cpu", "--format", "dockerfile", "--out", "DIR"),
+            tip=tips.nox("export", "--platform", "cp311-linux_x86_64-cpu", "--format", "dockerfile", "--out",
+                         "runs/export"),
         )
     return baseimage.resolve(project, plat, override)
 
