@@ -86,6 +86,23 @@ def slurm_problems(path: Path) -> list[str]:
     return problems
 
 
+def gitlab_script_problems(path: Path) -> list[str]:
+    """shellcheck's warnings on each job's ``script:`` (the lines GitLab runs in the job's shell, sh here)."""
+    from ruamel.yaml import YAML
+
+    doc = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    problems = []
+    for name, job in doc.items():
+        if isinstance(job, dict) and "script" in job:
+            script = path.with_name(f"{path.name}.{name}.sh")
+            script.write_text("".join(f"{line}\n" for line in job["script"]), encoding="utf-8")
+            lint = subprocess.run([tool("shellcheck"), "-s", "sh", "-S", "warning", str(script)], capture_output=True,
+                                  text=True, check=False)
+            if lint.returncode != 0:
+                problems.append(lint.stdout)
+    return problems
+
+
 def github_problems(path: Path) -> list[str]:
     text = path.read_text(encoding="utf-8")
     try:
@@ -118,6 +135,7 @@ def test_every_documented_matrix_redirect_gives_a_file_its_consumer_accepts(proj
             checked = gitlab_schema(target)
             assert checked.returncode == 0, checked.stdout + checked.stderr
             assert text == engines.gitlab(matrix.build(load_project(root), locked_only=True))
+            assert gitlab_script_problems(target) == []
         elif "--format slurm" in line:
             assert slurm_problems(target) == [], line
         else:
@@ -223,3 +241,21 @@ def test_hadolint_and_shellcheck_find_what_they_must(tmp_path: Path) -> None:
     script.write_text('out="$PWD/x"\ncd /project\nexec echo "$out"\n', encoding="utf-8")
     assert subprocess.run([tool("shellcheck"), "-s", "sh", "-S", "warning", str(script)], capture_output=True,
                           check=False).returncode != 0
+
+
+def test_the_documented_hashin_command_is_the_one_export_asks_for(project: tuple[Path, Path]) -> None:
+    """The tools file of this repository is current with its run group, and the command docs/engines.md and the
+    file's header show to make it is the one export's TIP gives when the file is missing."""
+    root, _shim = project
+    committed = ROOT / ".github" / "requirements" / "run.txt"
+    toolpins.hashed_file(load_project(ROOT))  # raises when the run group and the file drift apart
+    copy = root.parent / "no-tools-file"
+    copy_project(copy)
+    from kernodeck.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        toolpins.hashed_file(load_project(copy))
+    tip = caught.value.tip
+    assert tip.startswith("python -m hashin -r .github/requirements/run.txt ")
+    assert f"`{tip}`" in " ".join(DOCS.read_text(encoding="utf-8").split())
+    assert f"Made with: {tip}\n" in committed.read_text(encoding="utf-8")
