@@ -3,8 +3,9 @@ writes beside the Dockerfile, from the project's committed hash-pinned copy of i
 
 The run group (``[dependency-groups] kernodeck-run``, ``run`` in Kernodeck's checkout) pins versions only; its hashes
 live in ``.github/requirements/<group>.txt`` (beside the hash-pinned nox CI installs, kept current by the same
-dependabot entry), made once with hashin (in the lock group) and the group's pins::
+dependabot entry), made once with hashin (in the lock group) and the group's pins (hashin amends an existing file)::
 
+    mkdir -p .github/requirements && touch .github/requirements/kernodeck-run.txt
     python -m hashin -r .github/requirements/kernodeck-run.txt packaging==26.4 tomlkit==0.15.2 ...
 
 Export refuses a file that misses a pin of the group, holds it at another version, or has a requirement without a
@@ -80,9 +81,10 @@ def hashed_file(project: Project) -> str:
         wanted = [*wanted, f"kernodeck=={__version__}"]
     path = project.root / FOLDER / f"{name}.txt"
     make = f"python -m hashin -r {FOLDER}/{name}.txt {' '.join(wanted)}"
-    if not path.is_file():
+    if not path.is_file():  # hashin amends a file: it must exist first
         raise ConfigError(f"no {FOLDER}/{name}.txt: the hash-pinned [dependency-groups] {name} the container installs "
-                          "its tools from (pip --require-hashes)", tip=make)
+                          "its tools from (pip --require-hashes)",
+                          tip=f"mkdir -p {FOLDER} && touch {FOLDER}/{name}.txt && {make}")
     text = path.read_text(encoding="utf-8")
     try:
         have = requirements(text)

@@ -256,6 +256,28 @@ def test_the_documented_hashin_command_is_the_one_export_asks_for(project: tuple
     with pytest.raises(ConfigError) as caught:
         toolpins.hashed_file(load_project(copy))
     tip = caught.value.tip
-    assert tip.startswith("python -m hashin -r .github/requirements/run.txt ")
+    make = tip.rsplit(" && ", 1)[1]
+    assert make.startswith("python -m hashin -r .github/requirements/run.txt ")
     assert f"`{tip}`" in " ".join(DOCS.read_text(encoding="utf-8").split())
-    assert f"Made with: {tip}\n" in committed.read_text(encoding="utf-8")
+    assert f"Made with: {make}\n" in committed.read_text(encoding="utf-8")
+
+
+@pytest.mark.network
+def test_the_tip_makes_the_tools_file_export_accepts(tmp_path: Path) -> None:
+    """The missing-file TIP, run as written (hashin asks PyPI), makes the file this repository commits."""
+    root = copy_project(tmp_path / "project")
+    from kernodeck.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        toolpins.hashed_file(load_project(root))
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
+    proc = subprocess.run(["bash", "-c", caught.value.tip], cwd=root, env=env, capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    made = toolpins.requirements(toolpins.hashed_file(load_project(root)))
+    committed = toolpins.requirements((ROOT / ".github" / "requirements" / "run.txt").read_text(encoding="utf-8"))
+    assert made == committed
+    hashes = [set(re.findall(r"sha256:[0-9a-f]{64}", path.read_text(encoding="utf-8")))
+              for path in (root / ".github/requirements/run.txt", ROOT / ".github/requirements/run.txt")]
+    assert hashes[0] == hashes[1]

@@ -83,7 +83,8 @@ def test_tools_file_must_pin_the_run_group_with_hashes(tmp_path: Path) -> None:
     hashed.unlink()
     proc = kd(root, "export", "--out", "runs/e")
     assert proc.returncode == 2 and "ERROR: no .github/requirements/run.txt" in proc.stderr, proc.stderr
-    assert "TIP: python -m hashin -r .github/requirements/run.txt" in proc.stderr
+    assert ("TIP: mkdir -p .github/requirements && touch .github/requirements/run.txt && python -m hashin -r "
+            ".github/requirements/run.txt packaging==26.4") in proc.stderr
     assert not (root / "runs" / "e" / "Dockerfile").exists()
 
 
