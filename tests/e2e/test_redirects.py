@@ -281,3 +281,34 @@ def test_the_tip_makes_the_tools_file_export_accepts(tmp_path: Path) -> None:
     hashes = [set(re.findall(r"sha256:[0-9a-f]{64}", path.read_text(encoding="utf-8")))
               for path in (root / ".github/requirements/run.txt", ROOT / ".github/requirements/run.txt")]
     assert hashes[0] == hashes[1]
+
+
+def _image_project(root: Path, dockerfile: str, dest: Path, *, drop: str = "") -> Path:
+    """The image's /project as the Dockerfile's COPY lines make it from the build context (the project)."""
+    import shutil
+
+    for src, target in (args.split() for word, args in _instructions(dockerfile) if word == "COPY"):
+        if not target.startswith("/project/") or src == drop:
+            continue
+        out = dest / target.removeprefix("/project/")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (root / src).is_dir() else shutil.copy2)(root / src, out)
+    return dest
+
+
+def test_the_lean_image_holds_what_the_lock_check_reads(project: tuple[Path, Path], tmp_path: Path) -> None:
+    """verify's first step, the lock check, passes in the image's /project as the COPY list makes it; without the
+    lock inputs' folder it fails (negative control: the check can see a missing input)."""
+    root, shim = project
+    line = next(line for line in doc_commands("export") if "dockerfile" in line)
+    assert run_doc_line(root, line, shim).returncode == 0
+    dockerfile = (root / "runs" / "export" / "Dockerfile").read_text(encoding="utf-8")
+    lean = _image_project(root, dockerfile, tmp_path / "lean")
+    assert not {"tests", "docs", "examples", "bench", "runs", ".github"} & {p.name for p in lean.iterdir()}
+    from tests.conftest import kd
+
+    checked = kd(lean, "lock", "--check", "--platform", "cp311-linux_x86_64-cpu")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    missing = _image_project(root, dockerfile, tmp_path / "missing", drop="requirements")
+    refused = kd(missing, "lock", "--check", "--platform", "cp311-linux_x86_64-cpu")
+    assert refused.returncode != 0 and "requirements/base.in does not exist" in refused.stderr, refused.stderr
