@@ -312,3 +312,32 @@ def test_the_lean_image_holds_what_the_lock_check_reads(project: tuple[Path, Pat
     missing = _image_project(root, dockerfile, tmp_path / "missing", drop="requirements")
     refused = kd(missing, "lock", "--check", "--platform", "cp311-linux_x86_64-cpu")
     assert refused.returncode != 0 and "requirements/base.in does not exist" in refused.stderr, refused.stderr
+
+
+@pytest.mark.slow
+def test_verify_passes_in_the_image_layout_and_records_the_base_image(
+    built_project: Path, project: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """What the container runs, without Docker: its CMD's verify, in /project as the COPY list makes it, on the env
+    the lock installs (the suite's rebuilt one), with the ENV the Dockerfile sets; the dossier's system chain names
+    the pinned base image."""
+    root, shim = project
+    digest = "sha256:" + "5" * 64
+    line = next(line for line in doc_commands("export") if "dockerfile" in line)
+    assert run_doc_line(root, f"{line} --base-image python:3.11-slim@{digest}", shim).returncode == 0
+    dockerfile = (root / "runs" / "export" / "Dockerfile").read_text(encoding="utf-8")
+    env_line = next(args for word, args in _instructions(dockerfile) if word == "ENV")
+    image = dict(shlex.split(item)[0].split("=", 1) for item in env_line.split())["KERNODECK_BASE_IMAGE"]
+    assert image == f"python:3.11-slim@{digest}"
+    cmd = json.loads(next(args for word, args in _instructions(dockerfile) if word == "CMD"))
+    python = built_project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current" / "bin" / "python"
+    argv = [a if a != "/project/.venv-rebuild/bin/python" else str(python) for a in cmd[3:]]  # after -m kernodeck
+    lean = _image_project(root, dockerfile, tmp_path / "project")
+    from tests.conftest import kd
+
+    env = {**os.environ, "KERNODECK_BASE_IMAGE": image}
+    proc = kd(lean, *argv, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    dossier = lean / argv[argv.index("--out") + 1]
+    system = json.loads((dossier / "system.json").read_text(encoding="utf-8"))
+    assert system["container_image"] == {"reference": image, "pinned_by_digest": True, "digest": digest}
