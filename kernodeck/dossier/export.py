@@ -170,9 +170,9 @@ def apptainer(project: Project, plat: Platform, tools_src: str, override: str | 
     flag = {"cuda": " --nv", "rocm": " --rocm"}.get(plat.variant.backend.value, "")
     verify = verify_command(plat)[:-1]
     lines = [
-        base.comment(),
         "Bootstrap: docker",
         f"From: {base.reference}",
+        base.comment(),
         "",
         "%labels",
         f"    org.opencontainers.image.base.name {base.reference}",
