@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,8 +23,9 @@ import pytest
 
 from kernodeck.ci import engines, matrix
 from kernodeck.dossier import toolpins
+from kernodeck.errors import ConfigError
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project
+from tests.conftest import ROOT, copy_project, kd
 
 DOCS = ROOT / "docs" / "engines.md"
 BIN = Path(sys.executable).parent
@@ -55,8 +57,6 @@ def run_doc_line(project: Path, line: str, shim: Path) -> subprocess.CompletedPr
 @pytest.fixture(scope="module")
 def project(module_tmp: Path) -> Iterator[tuple[Path, Path]]:
     root = copy_project(module_tmp / "project")
-    import shutil
-
     shutil.copytree(ROOT / ".github" / "requirements", root / ".github" / "requirements")
     shim = module_tmp / "shim"
     shim.mkdir()
@@ -147,8 +147,6 @@ def test_the_consumers_refuse_a_file_with_a_merged_diagnostic(project: tuple[Pat
     """Negative controls: the same redirects with nox merging stderr (the session's stream arguments removed in a
     copy) give files every checker refuses."""
     root, shim = project
-    import shutil
-
     merged = tmp_path / "merged"
     shutil.copytree(root, merged, ignore=shutil.ignore_patterns(".nox", "runs"))
     sessions = merged / "kernodeck" / "noxsessions.py"
@@ -251,8 +249,6 @@ def test_the_documented_hashin_command_is_the_one_export_asks_for(project: tuple
     toolpins.hashed_file(load_project(ROOT))  # raises when the run group and the file drift apart
     copy = root.parent / "no-tools-file"
     copy_project(copy)
-    from kernodeck.errors import ConfigError
-
     with pytest.raises(ConfigError) as caught:
         toolpins.hashed_file(load_project(copy))
     tip = caught.value.tip
@@ -266,8 +262,6 @@ def test_the_documented_hashin_command_is_the_one_export_asks_for(project: tuple
 def test_the_tip_makes_the_tools_file_export_accepts(tmp_path: Path) -> None:
     """The missing-file TIP, run as written (hashin asks PyPI), makes the file this repository commits."""
     root = copy_project(tmp_path / "project")
-    from kernodeck.errors import ConfigError
-
     with pytest.raises(ConfigError) as caught:
         toolpins.hashed_file(load_project(root))
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
@@ -285,8 +279,6 @@ def test_the_tip_makes_the_tools_file_export_accepts(tmp_path: Path) -> None:
 
 def _image_project(root: Path, dockerfile: str, dest: Path, *, drop: str = "") -> Path:
     """The image's /project as the Dockerfile's COPY lines make it from the build context (the project)."""
-    import shutil
-
     for src, target in (args.split() for word, args in _instructions(dockerfile) if word == "COPY"):
         if not target.startswith("/project/") or src == drop:
             continue
@@ -305,8 +297,6 @@ def test_the_lean_image_holds_what_the_lock_check_reads(project: tuple[Path, Pat
     dockerfile = (root / "runs" / "export" / "Dockerfile").read_text(encoding="utf-8")
     lean = _image_project(root, dockerfile, tmp_path / "lean")
     assert not {"tests", "docs", "examples", "bench", "runs", ".github"} & {p.name for p in lean.iterdir()}
-    from tests.conftest import kd
-
     checked = kd(lean, "lock", "--check", "--platform", "cp311-linux_x86_64-cpu")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     missing = _image_project(root, dockerfile, tmp_path / "missing", drop="requirements")
@@ -333,8 +323,6 @@ def test_verify_passes_in_the_image_layout_and_records_the_base_image(
     python = built_project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current" / "bin" / "python"
     argv = [a if a != "/project/.venv-rebuild/bin/python" else str(python) for a in cmd[3:]]  # after -m kernodeck
     lean = _image_project(root, dockerfile, tmp_path / "project")
-    from tests.conftest import kd
-
     env = {**os.environ, "KERNODECK_BASE_IMAGE": image}
     proc = kd(lean, *argv, env=env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
