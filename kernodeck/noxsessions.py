@@ -73,6 +73,11 @@ SESSIONS = (
          default=False),
 )
 
+# The sessions whose stdout is data another tool reads (`nox -s matrix -- --format gitlab > .gitlab-ci.yml`): their
+# command's stderr is left on nox's own stderr instead of merged into stdout (nox's default), so that Kernodeck's lines
+# ("left out ...") never land in the redirected file. nox's own log lines go to stderr already.
+DATA_ON_STDOUT = frozenset({"matrix", "export"})
+
 # The dependency groups of the project's pyproject.toml that hold the pinned tools (`kernodeck init` writes them).
 GROUPS = {"run": "kernodeck-run", "lock": "kernodeck-lock", "wheelhouse": "kernodeck-wheelhouse"}
 # Kernodeck's own checkout pins the same tools under plain names (its noxfile registers the sessions with these).
@@ -308,6 +313,14 @@ def passed_through(code: int | None) -> int | None:
     return code if code is not None and code not in (0, 1) else None
 
 
+def stderr_for(name: str) -> int | None:
+    """``session.run``'s ``stderr=`` for the session ``name``: None (the command writes to nox's own stderr) for a
+    session whose stdout is data (:data:`DATA_ON_STDOUT`), else nox's default, merged into stdout."""
+    import subprocess
+
+    return None if name in DATA_ON_STDOUT else subprocess.STDOUT
+
+
 def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..., object]:
     import nox.command
 
@@ -320,7 +333,8 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
         env = {SOURCE_ENV: source} if source is not None else {}
         env[CALLER_ENV] = str(session.invoked_from)  # a relative path option is the caller's (nox runs from here)
         try:
-            session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env)
+            session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env,
+                        stderr=stderr_for(spec.name))
         except nox.command.CommandFailed as exc:
             code = passed_through(getattr(exc, "return_code", None))
             if code is None:

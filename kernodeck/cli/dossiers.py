@@ -39,7 +39,11 @@ def _export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["dockerfile", "apptainer"], default="dockerfile",
                    help="dockerfile (Dockerfile) or apptainer (kernodeck.def); default: dockerfile")
     p.add_argument("--out", type=Path, metavar="DIR", required=True,
-                   help="the folder to write the file into (outside the project, or under runs/)")
+                   help="the folder to write the file into, with the hashed tools file beside it (under runs/; "
+                   "apptainer: also outside the project)")
+    p.add_argument("--base-image", metavar="REF",
+                   help="the base image, pinned by digest: NAME:TAG@sha256:DIGEST (default: the platform's declared "
+                   "image, else python:X.Y-slim, a floating tag)")
 
 
 def _calibrate(p: argparse.ArgumentParser) -> None:
@@ -96,13 +100,13 @@ def cmd_matrix(project: Project, args: argparse.Namespace) -> int:
 
 def cmd_export(project: Project, args: argparse.Namespace) -> int:
     from kernodeck import outdir
-    from kernodeck.dossier import export
+    from kernodeck.dossier import export, toolpins
 
     plat = resolve_platform(project, args.platform, args.variant)
     folder = outdir.check_file(args.out / "x", what="the container file", root=project.root, allowed=(project.runs,),
                                tip=tips.nox("export", "--format", "dockerfile", "--out", "runs/export")).parent
-    path = export.write(export.Format(args.format), project, plat, folder)
-    print(f"wrote {path} for {plat.id}")
+    path = export.write(export.Format(args.format), project, plat, folder, args.base_image)
+    print(f"wrote {path} for {plat.id} (and {path.parent / toolpins.FILE_NAME} beside it)")
     return 0
 
 

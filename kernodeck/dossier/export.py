@@ -3,11 +3,14 @@
     python -m kernodeck export --format dockerfile --out DIR [--platform ID]
     python -m kernodeck export --format apptainer --out DIR [--platform ID]
 
-Both start from the platform's Python image (``python:3.11-slim`` for cp311), copy the project in, install the
+Both start from the platform's base image (:mod:`kernodeck.dossier.baseimage`: pinned by digest, or a floating tag
+said to be one; no ``--platform`` in ``FROM``: the target is chosen at build time), install Kernodeck's tools in their
+own venv with ``--require-hashes`` from the hashed file written beside (:mod:`kernodeck.dossier.toolpins`), copy only
+what verify reads (:func:`project_items`; a ``Dockerfile.dockerignore`` beside allows nothing else), install the
 platform's lock with pip alone, ``--require-hashes``, into a fresh venv (the same commands ``procedure.md`` records for
-a replay by hand: both come from :func:`pip_steps`), install Kernodeck beside it in its own venv, and run
-``verify --python`` on the env's interpreter when the container runs (a GPU exists at run time, not at build time).
-Nothing is built here; the files name only the declared public indexes, never this machine's sources.
+a replay by hand: both come from :func:`pip_steps`), and run ``verify --python`` on the env's interpreter when the
+container runs (a GPU exists at run time, not at build time). Nothing is built here; the files name only the declared
+public indexes, never this machine's sources.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import shlex
 from pathlib import Path
 from typing import assert_never
 
-from kernodeck import __version__, tips
+from kernodeck import tips
+from kernodeck.dossier import baseimage, toolpins
+from kernodeck.dossier.baseimage import BaseImage
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -28,11 +33,11 @@ VENV = ".venv-rebuild"
 # Inside the container: the project, and Kernodeck's own venv (the orchestrator never lives in the rebuilt env).
 WORKDIR = "/project"
 TOOLS_VENV = "/opt/kernodeck"
-# Docker's name of each Linux OS/arch a container can be (a macOS platform has no container).
+# The hashed tools file inside the image.
+TOOLS_FILE = f"/opt/{toolpins.FILE_NAME}"
+# Docker's name of each Linux OS/arch a container can be (a macOS platform has no container): what `docker build
+# --platform` takes, written in the file's comment (never in FROM: hadolint DL3029).
 DOCKER_PLATFORMS = {"linux_x86_64": "linux/amd64", "linux_aarch64": "linux/arm64"}
-# What is never copied into the image: Kernodeck's outputs, envs, caches and version control.
-_SKIP = {"runs", ".venv-rebuild", ".nox", ".git", ".wheelhouse", "__pycache__", ".mypy_cache", ".ruff_cache",
-         ".pytest_cache", "Dockerfile", "kernodeck.def"}
 
 
 class Format(enum.StrEnum):
@@ -58,78 +63,95 @@ def pip_steps(lock_rel: str, index: str, *, venv: str = VENV) -> list[str]:
     ]
 
 
-def image(plat: Platform) -> str:
-    """The platform's Python image: ``python:<X.Y>-slim`` (Debian; glibc, so manylinux wheels install)."""
+def image(project: Project, plat: Platform, override: str | None = None) -> BaseImage:
+    """The platform's base image (:func:`kernodeck.dossier.baseimage.resolve`); a platform no container can be is
+    refused first."""
     if plat.os_arch not in DOCKER_PLATFORMS:
         raise ConfigError(
             f"platform {plat.id} runs on {plat.os_arch}: a container is Linux ({', '.join(DOCKER_PLATFORMS)})",
-            tip=tips.nox("export", "--platform", "cp311-linux_x86_64-cpu", "--format", "dockerfile", "--out", "DIR"),
+            tip=tips.nox("export", "--platform", "cp311-linux_x86_64-cpu", "--format", "dockerfile", "--out",
+                         "runs/export"),
         )
-    return f"python:{plat.python}-slim"
+    return baseimage.resolve(project, plat, override)
 
 
-def project_items(project: Project) -> list[str]:
-    """The project's top-level files and folders the container needs (not its outputs, envs or caches)."""
-    skip = _SKIP | {project.runs.name, project.venv_root.name}
-    return sorted(p.name for p in project.root.iterdir() if p.name not in skip and not p.name.startswith("."))
+def project_items(project: Project, plat: Platform) -> list[str]:
+    """What verify reads, relative to the project, outermost first: pyproject.toml and the noxfile, the lock inputs'
+    folders, the lockfiles, the reference, the application's code folders and sample (and a top-level ``data/``),
+    and Kernodeck itself when it is vendored. Never tests, docs, outputs, envs or caches."""
+    wanted: list[str | Path] = ["pyproject.toml", "noxfile.py", "data", project.lockfiles, project.reference]
+    wanted += [Path(req).parent if Path(req).parent != Path() else req
+               for req in (*project.requirements, plat.variant.torch_layer)]
+    try:
+        from kernodeck.project import application
 
-
-def kernodeck_install(project: Project) -> list[str]:
-    """pip arguments installing Kernodeck into its own venv: this checkout when the project is Kernodeck itself,
-    else the version that writes the file; with the pinned tools of the project's run group."""
-    own = (project.root / "kernodeck" / "__init__.py").is_file()
-    return [*run_group(project), *(["--no-deps", "."] if own else [f"kernodeck=={__version__}"])]
-
-
-def run_group(project: Project) -> list[str]:
-    """The requirements of the tools' run group (``kernodeck-run``, or ``run`` in Kernodeck's checkout), includes
-    followed."""
-    import tomllib
-
-    from kernodeck.noxsessions import tool_groups
-
-    data = tomllib.loads((project.root / "pyproject.toml").read_text(encoding="utf-8"))
-    groups = data.get("dependency-groups", {})
-
-    def expand(name: str, seen: tuple[str, ...] = ()) -> list[str]:
-        if name in seen:
-            raise ConfigError(f"[dependency-groups] {name} includes itself")
-        out: list[str] = []
-        for item in groups.get(name, []):
-            out += expand(item["include-group"], (*seen, name)) if isinstance(item, dict) else [str(item)]
-        return out
-
-    return expand(tool_groups(data)["run"])
+        app = application.load(project.root)
+        targets = [app.entry, *([app.criterion] if app.criterion else [])]
+        wanted += [Path(file).parent if Path(file).parent != Path() else file
+                   for file in (*(t.file for t in targets), *app.code)]
+        wanted.append(app.sample)
+    except ConfigError:
+        pass  # no application declared: verify then says so itself
+    if toolpins.vendored(project):
+        wanted.append("kernodeck")
+    root = project.root.resolve()
+    found = sorted({(root / p).resolve().relative_to(root).as_posix() for p in wanted
+                    if (root / p).exists() and (root / p).resolve().is_relative_to(root)})
+    return [p for p in found if p != "." and not any(p.startswith(f"{q}/") for q in found)]
 
 
 def verify_command(plat: Platform) -> list[str]:
-    """What the container runs: verify of the env's interpreter, strict (the env was installed from the lock)."""
+    """What the container runs: verify of the env's interpreter, strict (the env was installed from the lock). From
+    the project folder, ``-m`` imports a vendored Kernodeck (``/project/kernodeck``) before the one installed."""
     return [f"{TOOLS_VENV}/bin/python", "-m", "kernodeck", "verify", "--platform", plat.id,
             "--python", f"{WORKDIR}/{VENV}/bin/python", "--strict", "--out", f"runs/container/{plat.id}"]
 
 
-def dockerfile(project: Project, plat: Platform) -> str:
-    """A Dockerfile: build with the project as context, run with ``runs/`` mounted to keep the dossier."""
-    base = image(plat)  # refuses a platform no container can be, before anything else is looked up
-    lock_rel = f"{project.lockfiles.relative_to(project.root).as_posix()}/{plat.lock_name}"
+def tools_install() -> str:
+    """Kernodeck's own venv and its tools, every file hash-checked (pip checks that every dependency is pinned)."""
+    return (f"python3 -m venv {TOOLS_VENV} && {TOOLS_VENV}/bin/python -m pip install --require-hashes "
+            f"-r {TOOLS_FILE}")
+
+
+def _lock_rel(project: Project, plat: Platform) -> str:
+    return f"{project.lockfiles.relative_to(project.root).as_posix()}/{plat.lock_name}"
+
+
+def dockerfile(project: Project, plat: Platform, tools_rel: str, override: str | None = None) -> str:
+    """A Dockerfile: build with the project as context (``tools_rel``: the hashed tools file, relative to it), run
+    with ``runs/`` mounted to keep the dossier."""
+    base = image(project, plat, override)  # refuses a platform no container can be, before anything else
     lines = [
         "# syntax=docker/dockerfile:1",
         f"# {plat.id}: the lock installed with pip alone, --require-hashes, into a fresh venv; `verify --python` runs",
         f"# when the container runs. Written by `{tips.nox('export', '--format', 'dockerfile')}`; regenerate rather "
         "than edit.",
-        f"#   docker build -f THIS-FILE -t kernodeck-{plat.id} .      (from the project folder)",
+        f"#   docker build --platform {DOCKER_PLATFORMS[plat.os_arch]} -f THIS-FILE -t kernodeck-{plat.id} .      "
+        "(from the project folder)",
         f'#   docker run --rm -v "$PWD/runs:{WORKDIR}/runs" kernodeck-{plat.id}'
         + ("   (add --gpus all)" if plat.variant.backend.value in ("cuda", "rocm") else ""),
-        f"FROM --platform={DOCKER_PLATFORMS[plat.os_arch]} {base}",
-        "ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1",
+        base.comment(),
+        f"FROM {base.reference}",
+        f'LABEL org.opencontainers.image.base.name="{base.reference}" kernodeck.platform="{plat.id}"',
+        "ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1 "
+        f'{baseimage.ENV_VAR}="{base.reference}"',
         f"WORKDIR {WORKDIR}",
-        *(f"COPY {item} {WORKDIR}/{item}" for item in project_items(project)),
-        *(f"RUN {step}" for step in pip_steps(lock_rel, index_args(plat))),
-        f"RUN python3 -m venv {TOOLS_VENV} && {TOOLS_VENV}/bin/python -m pip install "
-        + " ".join(shlex.quote(a) for a in kernodeck_install(project)),
+        f"COPY {tools_rel} {TOOLS_FILE}",
+        f"RUN {tools_install()}",
+        *(f"COPY {item} {WORKDIR}/{item}" for item in project_items(project, plat)),
+        *(f"RUN {step}" for step in pip_steps(_lock_rel(project, plat), index_args(plat))),
         "CMD " + _json_argv(verify_command(plat)),
     ]
     return "\n".join(lines) + "\n"
+
+
+def dockerignore(project: Project, plat: Platform, tools_rel: str) -> str:
+    """``Dockerfile.dockerignore`` (BuildKit reads it beside the Dockerfile): the context sends only what is copied,
+    never runs/, the rebuilt envs or .git."""
+    allowed = [tools_rel, *project_items(project, plat)]
+    return (f"# Written by `{tips.nox('export', '--format', 'dockerfile')}`: the build context is the project; only "
+            "what the Dockerfile copies is sent.\n"
+            "*\n" + "".join(f"!{item}\n" for item in allowed) + "**/__pycache__\n")
 
 
 def _json_argv(argv: list[str]) -> str:
@@ -138,18 +160,22 @@ def _json_argv(argv: list[str]) -> str:
     return json.dumps(argv)
 
 
-def apptainer(project: Project, plat: Platform) -> str:
+def apptainer(project: Project, plat: Platform, tools_src: str, override: str | None = None) -> str:
     """An Apptainer definition: ``apptainer build kernodeck.sif THIS-FILE`` from the project folder, then
     ``apptainer run --writable-tmpfs kernodeck.sif`` (``--nv`` for CUDA, ``--rocm`` for ROCm); the dossier is
-    written under the folder it is run from."""
-    lock_rel = f"{project.lockfiles.relative_to(project.root).as_posix()}/{plat.lock_name}"
+    written under the folder it is run from. ``tools_src``: the hashed tools file (relative to the project, or
+    absolute)."""
+    base = image(project, plat, override)
+    lock_rel = _lock_rel(project, plat)
     flag = {"cuda": " --nv", "rocm": " --rocm"}.get(plat.variant.backend.value, "")
     verify = verify_command(plat)[:-1]
     lines = [
         "Bootstrap: docker",
-        f"From: {image(plat)}",
+        f"From: {base.reference}",
+        base.comment(),
         "",
         "%labels",
+        f"    org.opencontainers.image.base.name {base.reference}",
         f"    kernodeck.platform {plat.id}",
         f"    kernodeck.lock {lock_rel}",
         "",
@@ -161,22 +187,22 @@ def apptainer(project: Project, plat: Platform) -> str:
         f"    apptainer run --writable-tmpfs{flag} kernodeck.sif",
         "",
         "%files",
-        *(f"    {item} {WORKDIR}/{item}" for item in project_items(project)),
+        f"    {tools_src} {TOOLS_FILE}",
+        *(f"    {item} {WORKDIR}/{item}" for item in project_items(project, plat)),
         "",
         "%environment",
-        "    export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1",
+        f"    export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 {baseimage.ENV_VAR}={base.reference}",
         "",
         "%post",
         "    set -eu",
         "    export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1",
+        f"    {tools_install()}",
         f"    cd {WORKDIR}",
         *(f"    {step}" for step in pip_steps(lock_rel, index_args(plat))),
-        f"    python3 -m venv {TOOLS_VENV}",
-        f"    {TOOLS_VENV}/bin/python -m pip install " + " ".join(shlex.quote(a) for a in kernodeck_install(project)),
         "",
         "%runscript",
         '    out="$PWD/kernodeck-dossier"',
-        f"    cd {WORKDIR}",
+        f"    cd {WORKDIR} || exit 1",
         "    exec " + " ".join(shlex.quote(a) for a in verify) + ' "$out" "$@"',
     ]
     return "\n".join(lines) + "\n"
@@ -185,22 +211,43 @@ def apptainer(project: Project, plat: Platform) -> str:
 FILE_NAMES = {Format.DOCKERFILE: "Dockerfile", Format.APPTAINER: "kernodeck.def"}
 
 
-def render(fmt: Format, project: Project, plat: Platform) -> str:
+def render(fmt: Format, project: Project, plat: Platform, tools_src: str, override: str | None = None) -> str:
     if fmt is Format.DOCKERFILE:
-        return dockerfile(project, plat)
+        return dockerfile(project, plat, tools_src, override)
     if fmt is Format.APPTAINER:
-        return apptainer(project, plat)
+        return apptainer(project, plat, tools_src, override)
     assert_never(fmt)
 
 
-def write(fmt: Format, project: Project, plat: Platform, out: Path) -> Path:
-    """Write the file into the folder ``out`` (made if missing); returns its path."""
+def tools_source(fmt: Format, project: Project, out: Path) -> str:
+    """Where the file names the hashed tools file written into ``out``: relative to the project (Docker's build
+    context is the project, so ``out`` must be inside it), or absolute for Apptainer when ``out`` is outside."""
+    path = out.resolve() / toolpins.FILE_NAME
+    root = project.root.resolve()
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix()
+    if fmt is Format.DOCKERFILE:
+        raise ConfigError(f"{out} is outside the project: Docker's build context is the project, and the Dockerfile "
+                          f"copies {toolpins.FILE_NAME} from beside it",
+                          tip=tips.nox("export", "--format", "dockerfile", "--out", "runs/export"))
+    if fmt is Format.APPTAINER:
+        return str(path)
+    assert_never(fmt)
+
+
+def write(fmt: Format, project: Project, plat: Platform, out: Path, base_image: str | None = None) -> Path:
+    """Write the file into the folder ``out`` (made if missing), with the hashed tools file (and for Docker the
+    ``Dockerfile.dockerignore``) beside it; returns the file's path."""
     from kernodeck._fs import write_atomic
 
     if not (project.lockfiles / plat.lock_name).is_file():
         raise ConfigError(f"no committed lock for {plat.id}: the container would install nothing verified",
                           tip=tips.nox("lock", "--platform", plat.id))
-    text = render(fmt, project, plat)
+    tools_src = tools_source(fmt, project, out)
+    text = render(fmt, project, plat, tools_src, base_image)  # refuses a bad platform or image before writing
+    toolpins.write_beside(project, out)
+    if fmt is Format.DOCKERFILE:
+        write_atomic(out / f"{FILE_NAMES[fmt]}.dockerignore", dockerignore(project, plat, tools_src))
     path = out / FILE_NAMES[fmt]
     write_atomic(path, text)
     return path

@@ -273,7 +273,23 @@ def collect() -> dict[str, Any]:
     }
 
 
+# Set by a container `nox -s export` wrote (ENV in the Dockerfile, %environment in Apptainer): the base image it was
+# built from, pinned by digest where the project pinned it (kernodeck.dossier.baseimage.ENV_VAR names the same).
+CONTAINER_IMAGE_ENV = "KERNODECK_BASE_IMAGE"
+
+
+def container(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The container image this run is in, from the container's own metadata; nothing outside such a container."""
+    reference = (os.environ if environ is None else environ).get(CONTAINER_IMAGE_ENV, "").strip()
+    if not reference:
+        return {}
+    pinned = "@sha256:" in reference
+    return {"container_image": {"reference": reference, "pinned_by_digest": pinned,
+                                "digest": reference.rsplit("@", 1)[1] if pinned else None}}
+
+
 def run(ctx: Context) -> dict[str, Any]:
     chain = collect()
+    chain.update(container())
     ctx.state["system"] = chain
     return chain

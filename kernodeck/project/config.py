@@ -47,6 +47,8 @@ class DeclaredPlatform:
     # Its lock can be made only on its own runner (its index is reachable only there): `lock --check --all`
     # reports a missing lock for it as pending instead of failing.
     lock_on_runner: bool = False
+    # The container base `nox -s export` writes (NAME:TAG or NAME@sha256:DIGEST); "" for the platform's Python image.
+    image: str = ""
 
     @property
     def id(self) -> str:
@@ -197,7 +199,8 @@ def load_project(root: Path | None = None) -> Project:
         name: Variant(name, Backend(v["backend"]), v["torch-layer"], v["index"]) for name, v in tool["variants"].items()
     }
     platforms = tuple(
-        DeclaredPlatform(p["python"], p["os-arch"], p["variant"], p.get("runner", ""), p.get("lock-on-runner", False))
+        DeclaredPlatform(p["python"], p["os-arch"], p["variant"], p.get("runner", ""), p.get("lock-on-runner", False),
+                         p.get("image", ""))
         for p in tool.get("platforms", [])
     )
     for plat in platforms:

@@ -1,13 +1,15 @@
 """`nox -s export`: a Dockerfile and an Apptainer definition of a platform's env, checked without building anything.
 
-No Docker or Apptainer here (and hadolint is not on PyPI): the files are parsed into their instructions and
-sections, and the install commands they hold must be the very commands procedure.md records for a replay by hand.
+No Docker or Apptainer here: the files are parsed into their instructions and sections, and the install commands
+they hold must be the very commands procedure.md records for a replay by hand. hadolint and shellcheck run on the
+documented exports in tests/e2e/test_redirects.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -57,7 +59,7 @@ def parse_apptainer(text: str) -> tuple[dict[str, str], dict[str, list[str]]]:
                 raise ValueError(f"section %{current} twice")
             sections[current] = []
         elif current is None:
-            if line.strip():
+            if line.strip() and not line.startswith("#"):
                 key, sep, value = line.partition(":")
                 if not sep:
                     raise ValueError(f"not a header line: {line!r}")
@@ -81,21 +83,22 @@ def recorded_install(project_root: Path, plat_id: str) -> list[str]:
 
 def test_dockerfile_installs_the_lock_as_procedure_md_records_and_verifies(tmp_path: Path) -> None:
     project = copy_project(tmp_path / "project")
+    shutil.copytree(ROOT / ".github" / "requirements", project / ".github" / "requirements")
     plat_id = "cp311-linux_x86_64-cpu"
-    proc = kd(project, "export", "--format", "dockerfile", "--platform", plat_id, "--out", str(tmp_path / "out"))
+    proc = kd(project, "export", "--format", "dockerfile", "--platform", plat_id, "--out", "runs/out")
     assert proc.returncode == 0, proc.stderr
-    instructions = parse_dockerfile((tmp_path / "out" / "Dockerfile").read_text(encoding="utf-8"))
+    instructions = parse_dockerfile((project / "runs" / "out" / "Dockerfile").read_text(encoding="utf-8"))
     words = [w for w, _ in instructions]
-    assert words[0] == "FROM" and instructions[0][1] == "--platform=linux/amd64 python:3.11-slim"
+    assert words[0] == "FROM" and instructions[0][1] == "python:3.11-slim"
     for word, args in instructions:
         if word == "COPY":
             src, dest = args.split()
-            assert (project / src).exists() and dest == f"/project/{src}"
-            assert src not in ("runs", ".venv-rebuild", ".nox", ".git")
+            assert (project / src).exists()
+            assert dest == ("/opt/kernodeck-tools.txt" if src == "runs/out/kernodeck-tools.txt" else f"/project/{src}")
     runs = [args for word, args in instructions if word == "RUN"]
     expected = recorded_install(project, plat_id)
     assert "--require-hashes" in expected[1] and "-r lockfiles/cp311-linux_x86_64-cpu.txt" in expected[1]
-    assert runs[:3] == expected, "the container installs exactly as procedure.md records"
+    assert runs[1:4] == expected, "the container installs exactly as procedure.md records"
     cmd = json.loads(dict(instructions)["CMD"])
     assert cmd[1:4] == ["-m", "kernodeck", "verify"] and "--strict" in cmd
     assert cmd[cmd.index("--python") + 1] == "/project/.venv-rebuild/bin/python"
@@ -109,12 +112,13 @@ def test_apptainer_definition_installs_the_same_commands(tmp_path: Path) -> None
     path = export.write(export.Format.APPTAINER, project, plat, tmp_path)
     header, sections = parse_apptainer(path.read_text(encoding="utf-8"))
     assert header == {"Bootstrap": "docker", "From": "python:3.11-slim"}
+    assert f"{tmp_path / 'kernodeck-tools.txt'} /opt/kernodeck-tools.txt" in sections["files"]
     assert {"files", "post", "runscript", "labels", "help", "environment"} <= set(sections)
     post = sections["post"]
     expected = recorded_install(ROOT, plat.id)
     assert post[post.index("cd /project") + 1:][:3] == expected
     assert "--extra-index-url" not in expected[1], "cu130's torch comes from PyPI: no other index"
-    for line in sections["files"]:
+    for line in sections["files"][1:]:
         src, dest = line.split()
         assert (ROOT / src).exists() and dest == f"/project/{src}"
     run = sections["runscript"][-1]
@@ -128,22 +132,29 @@ def test_the_checks_fail_on_a_file_that_drifts_from_procedure_md(tmp_path: Path)
     Dockerfile; an unindented section line is no Apptainer definition."""
     project = load_project(ROOT)
     plat = resolve_platform(project, "cp311-linux_x86_64-cpu")
-    text = export.dockerfile(project, plat)
+    text = export.dockerfile(project, plat, "runs/export/kernodeck-tools.txt")
     runs = [a for w, a in parse_dockerfile(text.replace(" --require-hashes", "")) if w == "RUN"]
     assert runs[:3] != recorded_install(ROOT, plat.id)
     with pytest.raises(ValueError, match="not a Dockerfile instruction"):
         parse_dockerfile(text.replace("RUN python3 -m venv", "run-it python3 -m venv", 1))
     with pytest.raises(ValueError, match="not indented"):
-        parse_apptainer(export.apptainer(project, plat).replace("    cd /project", "cd /project", 1))
+        parse_apptainer(export.apptainer(project, plat, "/x/kernodeck-tools.txt").replace("    cd /project",
+                                                                                           "cd /project", 1))
 
 
 def test_every_format_and_the_refusals(tmp_path: Path) -> None:
     project = load_project(ROOT)
+    copy = load_project(copy_project(tmp_path / "project"))
+    (copy.root / ".github").mkdir()
+    shutil.copytree(ROOT / ".github" / "requirements", copy.root / ".github" / "requirements")
     for fmt in export.Format:
-        plat = resolve_platform(project, "cp311-linux_x86_64-cpu")
-        assert export.write(fmt, project, plat, tmp_path / fmt.value).name == export.FILE_NAMES[fmt]
+        plat = resolve_platform(copy, "cp311-linux_x86_64-cpu")
+        assert export.write(fmt, copy, plat, copy.runs / fmt.value).name == export.FILE_NAMES[fmt]
     with pytest.raises(ConfigError, match="a container is Linux"):
-        export.dockerfile(project, resolve_platform(project, "cp311-macosx_arm64-mps"))
+        export.dockerfile(project, resolve_platform(project, "cp311-macosx_arm64-mps"), "t.txt")
+    with pytest.raises(ConfigError, match="outside the project: Docker's build context"):
+        export.write(export.Format.DOCKERFILE, project, resolve_platform(project, "cp311-linux_x86_64-cpu"),
+                     tmp_path / "outside")
     with pytest.raises(ConfigError, match="no committed lock"):
         export.write(export.Format.DOCKERFILE, project, resolve_platform(project, "cp311-linux_x86_64-rocm64"),
                      tmp_path / "rocm")
@@ -160,5 +171,5 @@ def test_no_machine_source_in_the_files() -> None:
     project = load_project(ROOT)
     plat = resolve_platform(project, "cp311-linux_x86_64-cpu")
     for fmt in export.Format:
-        urls = re.findall(r"https?://\S+", export.render(fmt, project, plat))
+        urls = re.findall(r"https?://\S+", export.render(fmt, project, plat, "t.txt"))
         assert urls == ["https://download.pytorch.org/whl/cpu"], urls
