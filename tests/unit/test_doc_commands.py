@@ -23,6 +23,7 @@ import ast
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -239,6 +240,8 @@ def run_here(block: Block, workdir: Path | None = None) -> list[str]:
     if workdir is None:  # pragma: no cover - the docs have no unmarked block today; the tests below give one
         raise AssertionError(f"{block.where}: an unmarked block to run needs a work folder")
     project = workdir if (workdir / "pyproject.toml").exists() else copy_project(workdir)
+    if not (project / ".github" / "requirements").exists():  # export's hashed tools file (copy_project skips .github)
+        shutil.copytree(ROOT / ".github" / "requirements", project / ".github" / "requirements")
     script = block.text
     for placeholder, value in PLACEHOLDERS.items():
         script = script.replace(placeholder, value)
