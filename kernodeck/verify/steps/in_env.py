@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck._fs import write_atomic, write_json
-from kernodeck._proc import alive, clean_env, first_error, log, show
-from kernodeck.inenv.protocol import STATUSES, StepName
+from kernodeck._proc import alive, first_error, log, show
+from kernodeck.env import start
+from kernodeck.inenv.protocol import HASH_SEED, STATUSES, StepName
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Layer, Status, Step
@@ -32,7 +33,7 @@ RUNNER_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
-    "PYTHONHASHSEED": "0",
+    "PYTHONHASHSEED": HASH_SEED,
     "TOKENIZERS_PARALLELISM": "false",
     # Must be in the environment before CUDA initialises: deterministic cuBLAS workspaces.
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
@@ -53,12 +54,12 @@ class CollectEnv:
 
     @classmethod
     def start(cls, python: Path, cwd: Path) -> CollectEnv:
-        argv = [str(python), "-I", "-m", "torch.utils.collect_env"]
+        argv = start.argv(python, "-m", "torch.utils.collect_env")
         log(f"$ {show(argv)} &")
         try:
             proc = subprocess.Popen(
                 argv,
-                env=clean_env(RUNNER_ENV),
+                env=start.environ(RUNNER_ENV),
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -118,7 +119,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     cfg_path = run_.staging / "run-config.json"
     write_json(cfg_path, config)
     runner = RUNNER
-    argv = [str(python), "-I", str(runner), "--config", str(cfg_path)]
+    argv = start.argv(python, str(runner), "--config", str(cfg_path))
     env_extra = dict(RUNNER_ENV)
     shown_argv = [_shown(run_.project.root, a) for a in argv[:-1]]
     run_.meta["runner_command"] = show([*shown_argv, "DOSSIER/run-config.json"])
@@ -129,7 +130,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     with (
         subprocess.Popen(
             argv,
-            env=clean_env(env_extra),
+            env=start.environ(env_extra),
             cwd=run_.staging,
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,

@@ -1,0 +1,31 @@
+"""How the env's interpreter is started for the in-env processes: ``-I``'s isolation with the recorded settings in
+effect.
+
+``-I`` is ``-E -P -s``, and ``-E`` ignores every ``PYTHON*`` variable, ``PYTHONHASHSEED`` included: the seed the run
+records would not be the one in effect (hash randomisation on). So the in-env processes (the runner, collect_env,
+calibrate's variations, drift and compare's numpy scripts; the runner starts the resume worker the same way) start
+with ``-s -P`` (no user site, neither the script's folder nor the current one on ``sys.path``) in an environment that
+holds no ``PYTHON*`` variable but the ones the run sets: what ``-E`` would have ignored is not there to be read. The
+settings step reads each back (``sys.flags``, the seed in effect, the ``PYTHON*`` names it sees).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from kernodeck._proc import clean_env
+
+FLAGS = ("-s", "-P")
+
+
+def argv(python: str | os.PathLike[str], *args: str) -> list[str]:
+    """The command line of an in-env process: the env's interpreter, the isolation flags, then ``args``."""
+    return [str(python), *FLAGS, *args]
+
+
+def environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The in-env process's environment: the caller's without any ``PYTHON*`` variable, plus ``extra``."""
+    env = {k: v for k, v in clean_env().items() if not k.startswith("PYTHON")}
+    env.update(extra or {})
+    return env
