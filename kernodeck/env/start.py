@@ -12,7 +12,8 @@ settings step reads each back (``sys.flags``, the seed in effect, the ``PYTHON*`
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 
 from kernodeck._proc import clean_env
 
@@ -29,3 +30,22 @@ def environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in clean_env().items() if not k.startswith("PYTHON")}
     env.update(extra or {})
     return env
+
+
+# The variables torch, its BLAS/OpenMP/oneDNN backends, CUDA/ROCm/NCCL and the dynamic loader read: each one the
+# in-env processes get is part of the run's record (they change numerics, or load code).
+RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_",
+                     "DNNL_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_", "HIP_", "ROCM_", "HSA_")
+PRELOAD = "LD_PRELOAD"
+
+
+def recorded(env: Mapping[str, str], redact: Callable[[str], str] = str) -> dict[str, str]:
+    """The variables of ``env`` the record holds (names and values, each value through ``redact``), sorted."""
+    return {name: redact(env[name]) for name in sorted(env) if name.startswith(RECORDED_PREFIXES)}
+
+
+def undeclared_preload(env: Mapping[str, str], declared: list[str]) -> list[str]:
+    """The libraries ``LD_PRELOAD`` names (colon- or space-separated, as ld.so reads it) that no declared entry
+    matches, by path or by file name: code no lock describes, loaded into every in-env process."""
+    names = [entry for entry in re.split(r"[:\s]+", env.get(PRELOAD, "")) if entry]
+    return [name for name in names if name not in declared and os.path.basename(name) not in declared]

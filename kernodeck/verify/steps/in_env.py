@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import alive, first_error, log, show
 from kernodeck.env import start
+from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import HASH_SEED, STATUSES, StepName
+from kernodeck.sources import redact_text
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Layer, Status, Step
@@ -178,11 +181,35 @@ def _shown(root: Path, arg: str) -> str:
     return arg if rel.startswith("..") else rel
 
 
+def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> None:
+    """LD_PRELOAD names a library no declaration allows: no in-env process starts (it would load it)."""
+    error = KernodeckError(
+        f"LD_PRELOAD loads {', '.join(undeclared)} into every in-env process: code no lock describes; not started",
+        tip=f"unset LD_PRELOAD, or declare it in pyproject.toml ([tool.kernodeck.environment] ld-preload = "
+            f"[\"{os.path.basename(undeclared[0])}\"]), then: {tips.VERIFY}")
+    run.fail(error)
+    run.add(Step(names[0], Status.FAILED, error=str(error), layer=Layer.ENVIRONMENT,
+                 details={"tip": error.tip, "variables": run.meta["variables"]}))
+    for name in names[1:]:
+        run.add(Step(name, Status.NOT_RUN, reason="an earlier step failed"))
+
+
 def checks(ctx: RunContext, run: Run) -> None:
     """The pipeline's in-env phase: every check the run asks for, in one process, with collect_env beside it."""
     assert run.python is not None  # the rebuild step gave it
+    # what the in-env processes get of the variables that change numerics or load code: recorded (redacted)
+    env = start.environ(RUNNER_ENV)
+    run.meta["variables"] = start.recorded(env, lambda value: redact_text(value, secrets=ctx.secrets))
+    declared = ctx.project.tool.get("environment", {}).get("ld-preload", [])
+    undeclared = start.undeclared_preload(env, list(declared))
+    if undeclared:
+        _refuse_preload(run, ctx.names, undeclared)
+        return
     collected = CollectEnv.start(run.python, ctx.staging)
     try:
         run_checks(run, run.python, ctx.names, run.run_config)
     finally:
         collected.finish(ctx.staging / COLLECT_ENV)
+    for step in run.steps:  # the system record (system.json, kept with a reference) holds them, compared with its
+        if step.name == StepName.SYSTEM and step.details:
+            step.details["variables"] = run.meta["variables"]
