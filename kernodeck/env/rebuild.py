@@ -19,7 +19,7 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
-from kernodeck.env import binding, envfiles, pythons
+from kernodeck.env import binding, envfiles, inventory, pythons
 from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER as MARKER
 from kernodeck.env.envdirs import acquire as acquire
@@ -263,6 +263,8 @@ class _Build:
             self.create()
             self.install()
             freeze, pip_check = self.check_and_freeze()
+            installed = inventory.parse_freeze(freeze)  # a pin whose marker excludes this machine was not installed
+            self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
             files = _seal(self.env, self.lock, self.durations, self.plat)
             self.write_records(freeze, pip_check, files)
         except BaseException:
