@@ -122,6 +122,17 @@ def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
 
 # System fields that name this run, not the chain it ran on.
 _NOT_CHAIN = ("python_executable", "loaded_libraries", "python_build", "cpu_count")
+VARIABLES = "variables"  # the in-env processes' variables (kernodeck/env/start.py), compared by name on their own
+UNSET = "(unset)"
+
+
+def _variables(ref: dict[str, Any], run: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each variable set differently here and in the reference (one side unset included), by name."""
+    a, b = ref.get(VARIABLES), run.get(VARIABLES)
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return {}
+    return {name: {"reference": a.get(name, UNSET), "this run": b.get(name, UNSET)}
+            for name in sorted({*a, *b}) if a.get(name, UNSET) != b.get(name, UNSET)}
 
 
 def vs_reference(
@@ -144,14 +155,20 @@ def vs_reference(
         ).as_dict()
     ref_sys, sys_ = reference / "system.json", run / "system.json"
     if ref_sys.exists() and (system is not None or sys_.exists()):
-        a = _flat(json.loads(ref_sys.read_text(encoding="utf-8")))
-        b = _flat(system if system is not None else json.loads(sys_.read_text(encoding="utf-8")))
+        raw_a = json.loads(ref_sys.read_text(encoding="utf-8"))
+        raw_b = system if system is not None else json.loads(sys_.read_text(encoding="utf-8"))
+        a = {k: v for k, v in _flat(raw_a).items() if k.split(".", 1)[0] != VARIABLES}
+        b = {k: v for k, v in _flat(raw_b).items() if k.split(".", 1)[0] != VARIABLES}
         out["system"] = {
             k: {"reference": a[k], "this run": b.get(k)}
             for k in a
             if k not in _NOT_CHAIN and a[k] != b.get(k)
         }
         out["not_in_reference"] = sorted(k for k in b if k not in a and k not in _NOT_CHAIN)
+        if isinstance(raw_a.get(VARIABLES), dict) and isinstance(raw_b.get(VARIABLES), dict):
+            out[VARIABLES] = _variables(raw_a, raw_b)
+        elif isinstance(raw_b.get(VARIABLES), dict):
+            out["not_in_reference"].append(VARIABLES)
     return out
 
 

@@ -146,7 +146,8 @@ def procedure(
     shown_env = " ".join(f"{k}={v}" for k, v in sorted(env_vars.items()))
     lines += [
         "Then the checks, in one process, by the environment's explicit interpreter, from the project root",
-        "(DOSSIER is this folder; run-config.json in it names the steps and the declared tolerance):",
+        "(DOSSIER is this folder; run-config.json in it names the steps and the declared tolerance), in a shell with",
+        "no PYTHON* variable set but those shown (`-s -P` is `-I` without `-E`, which would ignore PYTHONHASHSEED):",
         "",
         "```sh",
         f"{shown_env} {runner_cmd}",

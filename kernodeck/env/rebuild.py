@@ -19,7 +19,7 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
-from kernodeck.env import envfiles, pythons
+from kernodeck.env import binding, envfiles, inventory, pythons
 from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER as MARKER
 from kernodeck.env.envdirs import acquire as acquire
@@ -134,6 +134,11 @@ def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str
         return reason
     if marker.get("lock_digest") != digest or marker.get("base_python") != found["path"]:
         return "lock or interpreter changed since the current env was built"
+    unbound = binding.problems(marker, lock)
+    if unbound:  # the same digest, but the record of what was installed does not hold the lock's wheels
+        reason = f"the current env {current.name} is not the lock's ({'; '.join(unbound[:2])}): not reused"
+        log(f"kernodeck: {reason}")
+        return reason
     if observe:
         _require_intact(current, lock)
     log(f"kernodeck: reusing {current.relative_to(project.root)} (same lock digest and interpreter)")
@@ -206,6 +211,8 @@ class _Build:
         self.python = env_python(self.env)
         self.has_pip = any(p.name == "pip" for p in lock.pins)
         self.commands: list[str] = []
+        self.wheels: dict[str, binding.Wheel] = {}
+        self.hash_source = binding.HashSource.VERIFIED
         self.durations: dict[str, float] = {}
         self.pip_env = offline_env() if wheelhouse else None
         # uv reads no pip config: it gets the machine's pip sources (read from pip's files and variables, as pip
@@ -256,6 +263,8 @@ class _Build:
             self.create()
             self.install()
             freeze, pip_check = self.check_and_freeze()
+            installed = inventory.parse_freeze(freeze)  # a pin whose marker excludes this machine was not installed
+            self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
             files = _seal(self.env, self.lock, self.durations, self.plat)
             self.write_records(freeze, pip_check, files)
         except BaseException:
@@ -293,12 +302,21 @@ class _Build:
             argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
                     "--no-deps", "--link-mode", "copy", *(["--compile-bytecode"] if COMPILE_AT_INSTALL else [])]
             self.step("install", [*argv, *offline, *self.online, "-r", self.rel_lock], uv_env, long=True)
+            self.wheels = binding.from_verified(self.lock)  # uv reports no file hash: the sets it verified
             return
         argv = [str(self.python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
                 *([] if COMPILE_AT_INSTALL else ["--no-compile"])]
         if not interactive():
             argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
-        self.step("install", [*argv, *offline, *self.online, "-r", self.rel_lock], self.pip_env, long=True)
+        # pip's installation report: the sha256 of each wheel it installed (the env is bound to them)
+        report = self.env.parent / f".{self.env.name}-install-report.json"
+        try:
+            self.step("install", [*argv, "--report", str(report), *offline, *self.online, "-r", self.rel_lock],
+                      self.pip_env, long=True)
+            self.wheels = binding.from_pip_report(json.loads(report.read_text(encoding="utf-8")), self.lock)
+            self.hash_source = binding.HashSource.REPORT
+        finally:
+            report.unlink(missing_ok=True)
         seeds = _seeds_left(self.env, {p.name for p in self.lock.pins})
         if seeds:
             self.step("remove-seeds", [str(self.python), "-m", "pip", "uninstall", "--yes", *seeds])
@@ -330,6 +348,7 @@ class _Build:
             "base_python": self.found["path"], "installer": self.chosen, "commands": self.commands,
             "index": _index_note(self.vindex, self.wheelhouse), "pip_check": pip_check.strip(),
             "durations_s": self.durations, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **files,
+            **binding.record(self.lock, self.wheels, self.hash_source),
         }, indent=2) + "\n"
         declared = self.vindex.declared
         for path, text in ((self.env / INVENTORY, freeze), (self.env / MARKER, marker_text)):

@@ -109,6 +109,9 @@ class StepKey(StrEnum):
 CONFIG_KEYS = frozenset(k.value for k in ConfigKey)
 STEP_KEYS = frozenset(k.value for k in StepKey)
 STEPS_DIR = "steps"  # beside run-config.json
+# PYTHONHASHSEED of every in-env process (set by the orchestrator, which starts them so that it holds: no -E/-I);
+# the settings step reads back the seed in effect.
+HASH_SEED = "0"
 RUN_CONFIG = "run-config.json"
 
 

@@ -57,9 +57,11 @@ class Worker:
     """
 
     def __init__(self) -> None:
-        self.cmd = [sys.executable, "-I", str(Path(__file__).resolve()), "--serve"]
+        # started as the runner was (-s -P, no PYTHON* variable but the hash seed): the seed holds here too
+        self.cmd = [sys.executable, "-s", "-P", str(Path(__file__).resolve()), "--serve"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
         self.proc = subprocess.Popen(
-            self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
 
     def run(self, order: dict[str, Any]) -> tuple[int, str]:

@@ -1,10 +1,11 @@
 """Run the requested steps in order, in ONE process inside the rebuilt env, writing each result as it finishes.
 
-    <venv>/bin/python -I <kernodeck>/inenv/runner.py --config DOSSIER/run-config.json
+    <venv>/bin/python -s -P <kernodeck>/inenv/runner.py --config DOSSIER/run-config.json
 
 This file ships inside the kernodeck distribution and runs by path; nothing of Kernodeck is installed into the env.
 It loads its sibling files as a package from their folder and the application's entry by its file path: nothing
-is put on sys.path (``-I`` keeps the caller's PYTHONPATH, user site and cwd out, so a ``numpy/`` folder in the
+is put on sys.path (``-s -P`` and an environment without PYTHON* variables but the hash seed keep the caller's
+PYTHONPATH, user site and cwd out, as ``-I`` would without ignoring PYTHONHASHSEED, so a ``numpy/`` folder in the
 project is never imported in place of the env's numpy). Importing torch and the application's libraries costs
 seconds, so every step shares this process. A result file is written per step (``steps/NN-name.json``) the moment
 it ends: if the process dies, the earlier results stay and the orchestrator marks the rest. After a failure, later

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ._common import CheckFailed, Context, progress
+from .protocol import HASH_SEED
 
 SEED = 1234
 TF32_OFF = "ieee"  # the fp32_precision value that means full float32 (TF32 off)
@@ -28,11 +29,38 @@ def _knob_owner(torch: Any, name: str) -> Any | None:
     return obj if hasattr(obj, "fp32_precision") else None
 
 
+def hash_seed_in_effect() -> str:
+    """The str/bytes hash seed this interpreter uses, as it reports it: "0" when hash randomisation is off (the
+    variable read, not ignored by -E/-I), a nonzero seed the interpreter read, else "random"."""
+    if not sys.flags.hash_randomization:
+        return "0"
+    value = os.environ.get("PYTHONHASHSEED", "")
+    return value if value.isdigit() and not sys.flags.ignore_environment else "random"
+
+
+def process_start() -> dict[str, Any]:
+    """What the process's start applied (the orchestrator's -s -P and environment), read back from the interpreter."""
+    return {
+        "hash_seed": hash_seed_in_effect(),
+        "isolation.no_user_site": bool(sys.flags.no_user_site),
+        "isolation.safe_path": bool(sys.flags.safe_path),
+        # what -E would have ignored: the start leaves none but the seed, so none is read
+        "PYTHON* variables besides PYTHONHASHSEED": sorted(
+            k for k in os.environ if k.startswith("PYTHON") and k != "PYTHONHASHSEED"),
+    }
+
+
+PROCESS_START = {"hash_seed": HASH_SEED, "isolation.no_user_site": True, "isolation.safe_path": True,
+                 "PYTHON* variables besides PYTHONHASHSEED": []}
+
+
 def read_back(torch: Any) -> dict[str, Any]:
     back = torch.backends
     rec: dict[str, Any] = {
         "seed": torch.initial_seed(),
         "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "(unset)"),
+        **process_start(),
+        "hash_randomization": sys.flags.hash_randomization,
         "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", "(unset)"),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -70,6 +98,7 @@ def apply(deterministic: bool = True) -> dict[str, Any]:
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     applied: dict[str, Any] = {
+        **PROCESS_START,  # applied by how the process was started (kernodeck/env/start.py), read back like the rest
         "seed": SEED,
         "deterministic_algorithms": deterministic,
         "deterministic_warn_only": False,

@@ -19,7 +19,8 @@ from typing import Any
 
 from kernodeck import outdir, tips
 from kernodeck._fs import write_atomic, write_json
-from kernodeck._proc import clean_env, first_error, log, show
+from kernodeck._proc import first_error, log, show
+from kernodeck.env import start
 from kernodeck.errors import KernodeckError
 from kernodeck.measure import svg
 from kernodeck.project.config import Project
@@ -243,9 +244,9 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
         config = {"dossiers": [str(d.outputs) for d in dossiers], "outputs": declared,
                   "result": str(staging / "pairwise.json")}
         write_json(staging / "drift-config.json", config)
-        argv = [str(python), "-I", str(IN_ENV), "--config", str(staging / "drift-config.json")]
+        argv = start.argv(python, str(IN_ENV), "--config", str(staging / "drift-config.json"))
         log(f"$ {show(argv)}")
-        proc = subprocess.run(argv, env=clean_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        proc = subprocess.run(argv, env=start.environ(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               check=False)
         if proc.returncode != 0 or not (staging / "pairwise.json").exists():
             raise KernodeckError(

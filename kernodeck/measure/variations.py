@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck._fs import write_json
-from kernodeck._proc import clean_env, log, show
+from kernodeck._proc import log, show
+from kernodeck.env import start as inenv_start
 
 IN_ENV = Path(__file__).resolve().parents[1] / "inenv" / "calibrate.py"
 # x86 kernel levels torch dispatches to, with the /proc/cpuinfo flags each needs (ATen's own cpu feature checks).
@@ -113,8 +114,8 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
 
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "run-config.json", config)
-    argv = [str(python), "-I", str(IN_ENV), "--config", str(folder / "run-config.json")]
-    env = clean_env(RUNNER_ENV)
+    argv = inenv_start.argv(python, str(IN_ENV), "--config", str(folder / "run-config.json"))
+    env = inenv_start.environ(RUNNER_ENV)
     for var in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.pop(var, None)  # the declared run is torch's own choice, never the caller's leftovers
     env.update(variation.env())

@@ -73,6 +73,13 @@ def _differences(report: Report) -> list[str]:
         unrecorded = vs.get("not_in_reference") or []
         if unrecorded:
             lines.append(f"- not recorded in the reference (cannot compare): {', '.join(unrecorded)}")
+    variables = vs.get("variables")  # the in-env processes' LD_*, ATEN_*, TORCH_*, OMP_*, MKL_*, CUDA_*, ... variables
+    if isinstance(variables, dict):
+        if not variables:
+            lines.append("- variables (LD_*, ATEN_*, TORCH_*, OMP_*, MKL_*, CUDA_*, ...): the same as the reference's")
+        for name, pair in variables.items():
+            lines.append(f"- variable `{name}`: {_cell(str(pair.get('reference')), 90)} → "
+                         f"{_cell(str(pair.get('this run')), 90)}")
     return lines or ["- none recorded"]
 
 

@@ -138,6 +138,8 @@ def test_the_dossier_replays_by_hand_from_the_project_root(built_project: Path, 
     interpreter, the runner by its path, from the project root."""
     import subprocess
 
+    from kernodeck.env import start
+    from kernodeck.verify import RUNNER_ENV
     from tests.e2e.test_verify_e2e import env_python
 
     out = tmp_path / "run"
@@ -150,8 +152,10 @@ def test_the_dossier_replays_by_hand_from_the_project_root(built_project: Path, 
     (replay / "run-config.json").write_text(json.dumps({**config, "steps": ["settings", "backend", "reference",
                                                                           "application", "reread", "compare"]}))
     config_path = str(replay / "run-config.json")
-    argv = [str(env_python(built_project)), "-I", "kernodeck/inenv/runner.py", "--config", config_path]
-    done = subprocess.run(argv, cwd=built_project, capture_output=True, text=True, check=False, timeout=600)
+    # as procedure.md shows it: the runner's variables, -s -P, no other PYTHON* variable
+    argv = start.argv(env_python(built_project), "kernodeck/inenv/runner.py", "--config", config_path)
+    done = subprocess.run(argv, cwd=built_project, capture_output=True, text=True, check=False, timeout=600,
+                          env=start.environ(RUNNER_ENV))
     assert done.returncode == 0, done.stderr[-3000:]
     results = [json.loads(p.read_text()) for p in sorted((replay / "steps").glob("*.json"))]
     assert [r["status"] for r in results] == ["passed"] * 6 and results[-1]["name"] == "compare"

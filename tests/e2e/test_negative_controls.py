@@ -7,7 +7,6 @@ hand), never by a hook in the shipped checks.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import textwrap
 import tomllib
@@ -18,6 +17,7 @@ import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import reference
+from kernodeck.env import start
 from kernodeck.project.config import load_project
 from tests.conftest import ROOT, copy_project, kd, read_report, statuses
 from tests.faults import inject, wrap_after
@@ -38,14 +38,17 @@ def sibling(built: Path, tmp_path: Path) -> Path:
 
 
 def in_env(project: Path, code: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run CODE with the env's own interpreter (-I), the project's checks importable; CODE prints one JSON line."""
+    """Run CODE with the env's own interpreter, started as the in-env processes are (kernodeck/env/start.py; ``env``
+    added to the runner's variables), the project's checks importable; CODE prints one JSON line."""
+    from kernodeck.verify import RUNNER_ENV
+
     prelude = f"import sys, json\nsys.path.insert(0, {str(project)!r})\n"
     proc = subprocess.run(
-        [str(env_python(project)), "-I", "-c", prelude + textwrap.dedent(code)],
+        start.argv(env_python(project), "-c", prelude + textwrap.dedent(code)),
         cwd=project,
         capture_output=True,
         text=True,
-        env=env,
+        env=start.environ({**RUNNER_ENV, **(env or {})}),
         check=False,
         timeout=300,
     )
@@ -85,7 +88,7 @@ def test_fault_variable_changes_nothing_in_env(built_project: Path) -> None:
         print(json.dumps(backend.run(ctx)))
     """
     for fault in ("transfer", "operator"):
-        details = in_env(built_project, code, env=dict(os.environ, KERNODECK_FAULT=fault))
+        details = in_env(built_project, code, env={"KERNODECK_FAULT": fault})
         assert details["matmul_max_abs_error"] == 0.0 and details["device"] == "cpu"
 
 

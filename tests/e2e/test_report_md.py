@@ -361,5 +361,5 @@ def test_collect_env_failure_is_recorded_not_hidden(tmp_path: Path) -> None:
 
     CollectEnv.start(Path(sys.executable), tmp_path).finish(tmp_path / "collect_env.txt")
     text = (tmp_path / "collect_env.txt").read_text(encoding="utf-8")
-    assert text.startswith("# python -I -m torch.utils.collect_env\n")
+    assert text.startswith("# python -s -P -m torch.utils.collect_env\n")
     assert "not collected: exit 1: " in text and "torch" in text

@@ -13,7 +13,9 @@ import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import reference
+from kernodeck.env import start
 from kernodeck.project.config import load_project
+from kernodeck.verify import RUNNER_ENV
 from tests.conftest import copy_project, kd, read_report, statuses
 from tests.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject
 
@@ -201,15 +203,8 @@ def test_malformed_sample_is_a_data_loading_failure(built_project: Path, tmp_pat
 @pytest.mark.parametrize("drop", ["rng", "optimizer", "sampler"])
 def test_resume_negative_controls_name_the_divergence(built_project: Path, tmp_path: Path, drop: str) -> None:
     proc = subprocess.run(
-        [
-            str(env_python(built_project)),
-            "-I",
-            str(RESUME),
-            "--folder",
-            str(tmp_path),
-            "--drop",
-            drop,
-        ],
+        start.argv(env_python(built_project), str(RESUME), "--folder", str(tmp_path), "--drop", drop),
+        env=start.environ(RUNNER_ENV),  # as the runner starts it: the hash seed in effect
         capture_output=True,
         text=True,
         check=False,
@@ -221,7 +216,8 @@ def test_resume_negative_controls_name_the_divergence(built_project: Path, tmp_p
 
 def test_resume_full_state_passes(built_project: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [str(env_python(built_project)), "-I", str(RESUME), "--folder", str(tmp_path)],
+        start.argv(env_python(built_project), str(RESUME), "--folder", str(tmp_path)),
+        env=start.environ(RUNNER_ENV),
         capture_output=True,
         text=True,
         check=False,

@@ -19,11 +19,16 @@ PLATFORM = "cp311-linux_x86_64-cpu"
 
 
 def in_env(project: Path, code: str, *args: str) -> dict[str, Any]:
-    """CODE run by the env's own interpreter (-I), the project's checks importable; it prints one JSON line."""
+    """CODE run by the env's own interpreter, started as the in-env processes are (kernodeck/env/start.py), the
+    project's checks importable; it prints one JSON line."""
+    from kernodeck.env import start
+    from kernodeck.verify import RUNNER_ENV
+
     python = project / ".venv-rebuild" / PLATFORM / "current" / "bin" / "python"
     prelude = f"import sys, json\nsys.path.insert(0, {str(project)!r})\n"
     proc = subprocess.run(
-        [str(python), "-I", "-c", prelude + textwrap.dedent(code), *args],
+        start.argv(python, "-c", prelude + textwrap.dedent(code), *args),
+        env=start.environ(RUNNER_ENV),
         cwd=project,
         capture_output=True,
         text=True,
@@ -91,7 +96,7 @@ def test_checkpoint_round_trips_through_another_device_type(built_project: Path,
 
 STANDALONE = """
     import subprocess
-    proc = subprocess.run([sys.executable, "-I", "kernodeck/inenv/resume.py", "--folder", sys.argv[1]],
+    proc = subprocess.run([sys.executable, "-s", "-P", "kernodeck/inenv/resume.py", "--folder", sys.argv[1]],
                           capture_output=True, text=True)
     print(proc.stdout.strip().splitlines()[-1] if proc.returncode in (0, 1) and proc.stdout.strip()
           else json.dumps({"exit": proc.returncode, "stderr": proc.stderr[-2000:]}))

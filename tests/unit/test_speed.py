@@ -16,6 +16,8 @@ import pytest
 
 from kernodeck import lock, noxsessions
 from kernodeck.__main__ import RESOLVERS
+from kernodeck.env import start
+from kernodeck.verify import RUNNER_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("ssl", "http.client", "urllib.request", "tomlkit", "filelock", "importlib.metadata", "kernodeck.verify",
@@ -145,8 +147,9 @@ def test_resume_worker_started_early_restores_only_what_the_checkpoint_holds(
     """Started before the checkpoint exists, the new process still restores exactly (bitwise) from a full checkpoint,
     and each negative control (a part of the state dropped) still diverges at the first resumed step."""
     python = built_project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current" / "bin" / "python"
-    proc = subprocess.run([str(python), "-I", "-c", WORKER, str(built_project), str(tmp_path / "r"), drop],
-                          cwd=built_project, capture_output=True, text=True, check=False, timeout=600)
+    proc = subprocess.run(start.argv(python, "-c", WORKER, str(built_project), str(tmp_path / "r"), drop),
+                          env=start.environ(RUNNER_ENV), cwd=built_project, capture_output=True, text=True,
+                          check=False, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["idle_exit"] == 0 and out["early_exit"] == 0

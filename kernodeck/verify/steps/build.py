@@ -12,6 +12,8 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck._proc import run as run_command
+from kernodeck.env import binding
+from kernodeck.env.envdirs import marker
 from kernodeck.env.rebuild import INVENTORY, current_env, env_python, rebuild
 from kernodeck.errors import CommandFailed, KernodeckError
 from kernodeck.project.config import Project
@@ -59,7 +61,10 @@ def _current(ctx: RunContext, run: Run) -> Step:
             "changed after its build",
             tip=tips.REBUILD_FRESH,
         )
-    return Step("rebuild", Status.SKIPPED, reason="--no-rebuild: using the current environment",
+    assert ctx.lock.parsed is not None  # the lock-check step passed
+    # the env is the lock's only if it was built from this lock body and its wheels' hashes are the lock's
+    binding.require_bound(marker(env), ctx.lock.parsed, str(env.relative_to(ctx.project.root)))
+    return Step("rebuild", Status.SKIPPED, reason="--no-rebuild: using the current environment, built from this lock",
                 details={"env": str(env.relative_to(ctx.project.root))})
 
 

@@ -15,9 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
-from kernodeck._proc import alive, clean_env, first_error, log, show
-from kernodeck.inenv.protocol import STATUSES, StepName
+from kernodeck._proc import alive, first_error, log, show
+from kernodeck.env import start
+from kernodeck.errors import KernodeckError
+from kernodeck.inenv.protocol import HASH_SEED, STATUSES, StepName
+from kernodeck.sources import redact_text
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Layer, Status, Step
@@ -32,7 +36,7 @@ RUNNER_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
-    "PYTHONHASHSEED": "0",
+    "PYTHONHASHSEED": HASH_SEED,
     "TOKENIZERS_PARALLELISM": "false",
     # Must be in the environment before CUDA initialises: deterministic cuBLAS workspaces.
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
@@ -53,12 +57,12 @@ class CollectEnv:
 
     @classmethod
     def start(cls, python: Path, cwd: Path) -> CollectEnv:
-        argv = [str(python), "-I", "-m", "torch.utils.collect_env"]
+        argv = start.argv(python, "-m", "torch.utils.collect_env")
         log(f"$ {show(argv)} &")
         try:
             proc = subprocess.Popen(
                 argv,
-                env=clean_env(RUNNER_ENV),
+                env=start.environ(RUNNER_ENV),
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -118,7 +122,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     cfg_path = run_.staging / "run-config.json"
     write_json(cfg_path, config)
     runner = RUNNER
-    argv = [str(python), "-I", str(runner), "--config", str(cfg_path)]
+    argv = start.argv(python, str(runner), "--config", str(cfg_path))
     env_extra = dict(RUNNER_ENV)
     shown_argv = [_shown(run_.project.root, a) for a in argv[:-1]]
     run_.meta["runner_command"] = show([*shown_argv, "DOSSIER/run-config.json"])
@@ -129,7 +133,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     with (
         subprocess.Popen(
             argv,
-            env=clean_env(env_extra),
+            env=start.environ(env_extra),
             cwd=run_.staging,
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
@@ -177,11 +181,35 @@ def _shown(root: Path, arg: str) -> str:
     return arg if rel.startswith("..") else rel
 
 
+def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> None:
+    """LD_PRELOAD names a library no declaration allows: no in-env process starts (it would load it)."""
+    error = KernodeckError(
+        f"LD_PRELOAD loads {', '.join(undeclared)} into every in-env process: code no lock describes; not started",
+        tip=f"unset LD_PRELOAD, or declare it in pyproject.toml ([tool.kernodeck.environment] ld-preload = "
+            f"[\"{os.path.basename(undeclared[0])}\"]), then: {tips.VERIFY}")
+    run.fail(error)
+    run.add(Step(names[0], Status.FAILED, error=str(error), layer=Layer.ENVIRONMENT,
+                 details={"tip": error.tip, "variables": run.meta["variables"]}))
+    for name in names[1:]:
+        run.add(Step(name, Status.NOT_RUN, reason="an earlier step failed"))
+
+
 def checks(ctx: RunContext, run: Run) -> None:
     """The pipeline's in-env phase: every check the run asks for, in one process, with collect_env beside it."""
     assert run.python is not None  # the rebuild step gave it
+    # what the in-env processes get of the variables that change numerics or load code: recorded (redacted)
+    env = start.environ(RUNNER_ENV)
+    run.meta["variables"] = start.recorded(env, lambda value: redact_text(value, secrets=ctx.secrets))
+    declared = ctx.project.tool.get("environment", {}).get("ld-preload", [])
+    undeclared = start.undeclared_preload(env, list(declared))
+    if undeclared:
+        _refuse_preload(run, ctx.names, undeclared)
+        return
     collected = CollectEnv.start(run.python, ctx.staging)
     try:
         run_checks(run, run.python, ctx.names, run.run_config)
     finally:
         collected.finish(ctx.staging / COLLECT_ENV)
+    for step in run.steps:  # the system record (system.json, kept with a reference) holds them, compared with its
+        if step.name == StepName.SYSTEM and step.details:
+            step.details["variables"] = run.meta["variables"]

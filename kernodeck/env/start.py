@@ -1,0 +1,51 @@
+"""How the env's interpreter is started for the in-env processes: ``-I``'s isolation with the recorded settings in
+effect.
+
+``-I`` is ``-E -P -s``, and ``-E`` ignores every ``PYTHON*`` variable, ``PYTHONHASHSEED`` included: the seed the run
+records would not be the one in effect (hash randomisation on). So the in-env processes (the runner, collect_env,
+calibrate's variations, drift and compare's numpy scripts; the runner starts the resume worker the same way) start
+with ``-s -P`` (no user site, neither the script's folder nor the current one on ``sys.path``) in an environment that
+holds no ``PYTHON*`` variable but the ones the run sets: what ``-E`` would have ignored is not there to be read. The
+settings step reads each back (``sys.flags``, the seed in effect, the ``PYTHON*`` names it sees).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+
+from kernodeck._proc import clean_env
+
+FLAGS = ("-s", "-P")
+
+
+def argv(python: str | os.PathLike[str], *args: str) -> list[str]:
+    """The command line of an in-env process: the env's interpreter, the isolation flags, then ``args``."""
+    return [str(python), *FLAGS, *args]
+
+
+def environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The in-env process's environment: the caller's without any ``PYTHON*`` variable, plus ``extra``."""
+    env = {k: v for k, v in clean_env().items() if not k.startswith("PYTHON")}
+    env.update(extra or {})
+    return env
+
+
+# The variables torch, its BLAS/OpenMP/oneDNN backends, CUDA/ROCm/NCCL and the dynamic loader read: each one the
+# in-env processes get is part of the run's record (they change numerics, or load code).
+RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_",
+                     "DNNL_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_", "HIP_", "ROCM_", "HSA_")
+PRELOAD = "LD_PRELOAD"
+
+
+def recorded(env: Mapping[str, str], redact: Callable[[str], str] = str) -> dict[str, str]:
+    """The variables of ``env`` the record holds (names and values, each value through ``redact``), sorted."""
+    return {name: redact(env[name]) for name in sorted(env) if name.startswith(RECORDED_PREFIXES)}
+
+
+def undeclared_preload(env: Mapping[str, str], declared: list[str]) -> list[str]:
+    """The libraries ``LD_PRELOAD`` names (colon- or space-separated, as ld.so reads it) that no declared entry
+    matches, by path or by file name: code no lock describes, loaded into every in-env process."""
+    names = [entry for entry in re.split(r"[:\s]+", env.get(PRELOAD, "")) if entry]
+    return [name for name in names if name not in declared and os.path.basename(name) not in declared]

@@ -1,0 +1,92 @@
+"""The variables that change numerics or load code are part of the record (kernodeck/env/start.py): recorded for the
+in-env processes, each difference from the reference's named, and an undeclared LD_PRELOAD fails the run before any
+in-env process starts. The LD_PRELOAD cases run verify on a tiny hermetic env (no torch: the checks themselves then
+fail at `settings`, for that reason, past the gate)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
+
+import pytest
+
+from kernodeck.dossier.delta import vs_reference
+from kernodeck.env import start
+from kernodeck.sources import redact_text
+from kernodeck.verify.markdown import _differences
+from tests.conftest import kd, read_report, statuses
+from tests.tinylock import make_wheel, offline_env, pip_wheel, tiny_project
+
+if TYPE_CHECKING:
+    from kernodeck.verify.report import Report
+
+LIB = "libm.so.6"  # a library every Linux has: loading it changes nothing, the record and the gate are what is tried
+
+
+def test_recorded_names_every_family_and_redacts() -> None:
+    env = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_NUM_THREADS": "1", "LD_PRELOAD": LIB, "OMP_NUM_THREADS": "2",
+           "CUDA_VISIBLE_DEVICES": "0", "NCCL_DEBUG": "INFO", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+           "TORCH_HOME": "https://user:secret@host/x", "HOME": "/root", "PATH": "/bin", "HIP_VISIBLE_DEVICES": "0"}
+    got = start.recorded(env, lambda value: redact_text(value))
+    assert sorted(got) == sorted(k for k in env if k not in ("HOME", "PATH"))
+    assert "secret" not in got["TORCH_HOME"] and got["ATEN_CPU_CAPABILITY"] == "avx2"
+
+
+@pytest.mark.parametrize(
+    ("preload", "declared", "undeclared"),
+    [
+        ("", [], []),
+        (LIB, [], [LIB]),
+        (f"/usr/lib/{LIB}", [LIB], []),  # declared by file name
+        (f"/opt/a.so:{LIB} /opt/b.so", [LIB, "/opt/b.so"], ["/opt/a.so"]),  # colon or space separated
+    ],
+)
+def test_undeclared_preload(preload: str, declared: list[str], undeclared: list[str]) -> None:
+    assert start.undeclared_preload({"LD_PRELOAD": preload} if preload else {}, declared) == undeclared
+
+
+def test_a_variable_difference_is_named_in_the_report(tmp_path: Path) -> None:
+    """ATEN_CPU_CAPABILITY set here, not in the reference: a difference, named by the variable."""
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    for folder, variables in ((ref, {"OMP_NUM_THREADS": "2"}), (run, {"OMP_NUM_THREADS": "2",
+                                                                      "ATEN_CPU_CAPABILITY": "default"})):
+        folder.mkdir()
+        (folder / "system.json").write_text(json.dumps({"os": "Linux", "variables": variables}), encoding="utf-8")
+    vs = vs_reference(ref, run)
+    assert vs["variables"] == {"ATEN_CPU_CAPABILITY": {"reference": "(unset)", "this run": "default"}}
+    assert vs["system"] == {} and vs["not_in_reference"] == []
+    lines = _differences(cast("Report", SimpleNamespace(meta={"vs_reference": vs})))
+    assert "- variable `ATEN_CPU_CAPABILITY`: (unset) → default" in lines
+    # control: the same variables on both sides name no variable
+    (run / "system.json").write_text(json.dumps({"os": "Linux", "variables": {"OMP_NUM_THREADS": "2"}}))
+    same = _differences(cast("Report", SimpleNamespace(meta={"vs_reference": vs_reference(ref, run)})))
+    assert not any("variable `" in line for line in same) and any("the same as the reference" in x for x in same)
+
+
+def test_ld_preload_fails_unless_declared(tmp_path: Path) -> None:
+    links = tmp_path / "links"
+    project, _ = tiny_project(tmp_path / "project", [pip_wheel(links), make_wheel(links, "tinya", "1.0")])
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    assert kd(project, "rebuild", "--installer", "uv", env=env).returncode == 0
+    preloaded = {**env, "LD_PRELOAD": LIB}
+
+    proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "undeclared"), env=preloaded)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and f"LD_PRELOAD loads {LIB}" in errors[0], proc.stderr[-2000:]
+    assert "[tool.kernodeck.environment] ld-preload" in proc.stderr
+    report = read_report(tmp_path / "undeclared")
+    assert report["first_failure"] == "settings" and statuses(report)["inventory"] == "passed"
+    assert report["variables"]["LD_PRELOAD"] == LIB  # type: ignore[index]
+    assert not (tmp_path / "undeclared" / "steps").exists()  # no in-env process ran
+
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text(encoding="utf-8")
+                         + f'\n[tool.kernodeck.environment]\nld-preload = ["{LIB}"]\n', encoding="utf-8")
+    proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "declared"), env=preloaded)
+    report = read_report(tmp_path / "declared")
+    assert "LD_PRELOAD" not in proc.stderr.split("ERROR:", 1)[-1].splitlines()[0], proc.stderr[-2000:]
+    assert report["variables"]["LD_PRELOAD"] == LIB  # type: ignore[index]
+    assert (tmp_path / "declared" / "steps").is_dir()  # the checks started (and failed: this env has no torch)

@@ -1,0 +1,175 @@
+"""Every setting settings.json reports is read back where it applies: for each, a run where it is NOT applied is
+caught by its read-back (kernodeck/inenv/settings.py), the table below holding one such run per setting.
+
+The settings step runs in a process started as the orchestrator starts the in-env processes (kernodeck/env/start.py:
+``-s -P``, no ``PYTHON*`` variable but the hash seed) with a stand-in torch whose every knob starts at the opposite of
+what the step sets, and which can be told to ignore one setter (a torch that drops the request). The process-start
+settings are not applied by starting the process otherwise: with ``-I`` (what hid PYTHONHASHSEED), without ``-s``,
+without ``-P``, with a ``PYTHON*`` variable left in.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernodeck.env import start
+from kernodeck.verify import RUNNER_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A torch whose knobs start at the opposite of what the settings step sets; FAKE_TORCH_DROP names (by the read-back
+# record's name) the one setting this torch ignores.
+FAKE_TORCH = '''
+import os
+import types
+
+DROP = os.environ.get("FAKE_TORCH_DROP", "")
+
+
+class Knobs:
+    def __init__(self, names, **values):
+        object.__setattr__(self, "_names", names)
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key, value):
+        if self._names.get(key) != DROP:
+            object.__setattr__(self, key, value)
+
+
+_state = {"seed": 42, "det": False, "warn_only": True, "precision": "medium"}
+
+
+def manual_seed(seed):
+    if DROP != "seed":
+        _state["seed"] = seed
+
+
+def initial_seed():
+    return _state["seed"]
+
+
+def use_deterministic_algorithms(mode, warn_only=False):
+    if DROP != "deterministic_algorithms":
+        _state["det"] = mode
+    if DROP != "deterministic_warn_only":
+        _state["warn_only"] = warn_only
+
+
+def are_deterministic_algorithms_enabled():
+    return _state["det"]
+
+
+def is_deterministic_algorithms_warn_only_enabled():
+    return _state["warn_only"]
+
+
+def set_float32_matmul_precision(value):
+    if DROP != "float32_matmul_precision":
+        _state["precision"] = value
+
+
+def get_float32_matmul_precision():
+    return _state["precision"]
+
+
+def get_num_threads():
+    return 1
+
+
+def get_num_interop_threads():
+    return 1
+
+
+backends = Knobs({"fp32_precision": "fp32_precision"}, fp32_precision="tf32")
+backends.cudnn = Knobs(
+    {"deterministic": "cudnn.deterministic", "benchmark": "cudnn.benchmark",
+     "allow_tf32": "cudnn.allow_tf32 (legacy flag)", "fp32_precision": "cudnn.fp32_precision"},
+    deterministic=False, benchmark=True, allow_tf32=True, fp32_precision="tf32")
+backends.cudnn.conv = Knobs({"fp32_precision": "cudnn.conv.fp32_precision"}, fp32_precision="tf32")
+backends.cuda = types.SimpleNamespace(matmul=Knobs(
+    {"allow_tf32": "cuda.matmul.allow_tf32 (legacy flag)", "fp32_precision": "cuda.matmul.fp32_precision"},
+    allow_tf32=True, fp32_precision="tf32"))
+backends.mkldnn = Knobs({"fp32_precision": "mkldnn.fp32_precision"}, fp32_precision="tf32")
+utils = types.SimpleNamespace(deterministic=Knobs(
+    {"fill_uninitialized_memory": "fill_uninitialized_memory"}, fill_uninitialized_memory=False))
+'''
+
+RUN = """
+    import json, sys
+    sys.path[:0] = [sys.argv[1], sys.argv[2]]
+    from pathlib import Path
+    from kernodeck.inenv._common import CheckFailed, Context
+    from kernodeck.inenv import settings
+    try:
+        record = settings.run(Context(config={}, out=Path(".")))
+        print(json.dumps({"status": "passed", "record": record}, default=str))
+    except CheckFailed as exc:
+        print(json.dumps({"status": "failed", "error": str(exc), "differences": sorted(exc.details["differences"])}))
+"""
+
+
+@dataclass(frozen=True)
+class NotApplied:
+    """One way a setting is not applied: the fake torch drops its setter, or the process is started otherwise."""
+
+    drop: str = ""
+    flags: tuple[str, ...] = start.FLAGS
+    env: dict[str, str] = field(default_factory=dict)
+
+
+TORCH_KNOBS = ("seed", "deterministic_algorithms", "deterministic_warn_only", "cudnn.deterministic", "cudnn.benchmark",
+               "cudnn.allow_tf32 (legacy flag)", "cuda.matmul.allow_tf32 (legacy flag)", "float32_matmul_precision",
+               "fill_uninitialized_memory", "fp32_precision", "cuda.matmul.fp32_precision", "cudnn.conv.fp32_precision")
+# One row per setting settings.json reports as verified: how a run does not apply it.
+TABLE: dict[str, NotApplied] = {
+    **{name: NotApplied(drop=name) for name in TORCH_KNOBS},
+    "hash_seed": NotApplied(flags=("-I",)),  # what the runner did: -I ignores PYTHONHASHSEED
+    "isolation.no_user_site": NotApplied(flags=("-P",)),
+    "isolation.safe_path": NotApplied(flags=("-s",)),
+    "PYTHON* variables besides PYTHONHASHSEED": NotApplied(env={"PYTHONDONTWRITEBYTECODE": "1"}),
+    "CUBLAS_WORKSPACE_CONFIG": NotApplied(env={"CUBLAS_WORKSPACE_CONFIG": ":0:0"}),  # left by the caller
+}
+
+
+def _run(tmp_path: Path, how: NotApplied) -> dict[str, Any]:
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True, exist_ok=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH, encoding="utf-8")
+    env = start.environ({**RUNNER_ENV, **how.env, **({"FAKE_TORCH_DROP": how.drop} if how.drop else {})})
+    proc = subprocess.run([sys.executable, *how.flags, "-c", textwrap.dedent(RUN), str(fake), str(ROOT)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(out, dict)
+    return out
+
+
+def test_applied_as_started_every_setting_reads_back(tmp_path: Path) -> None:
+    """Control: started as the orchestrator starts it, every setting holds; the table has a row for each one."""
+    out = _run(tmp_path, NotApplied())
+    assert out["status"] == "passed", out
+    record = out["record"]
+    assert sorted(record["verified"]) == sorted(TABLE)
+    assert record["hash_seed"] == "0" and record["hash_randomization"] == 0 and record["PYTHONHASHSEED"] == "0"
+
+
+@pytest.mark.parametrize("setting", sorted(TABLE))
+def test_a_setting_not_applied_is_caught_by_its_read_back(tmp_path: Path, setting: str) -> None:
+    out = _run(tmp_path, TABLE[setting])
+    assert out["status"] == "failed" and out["differences"] == [setting], out
+    assert f"{setting}: applied" in out["error"]
+
+
+def test_minus_i_leaves_hash_randomisation_on(tmp_path: Path) -> None:
+    """What was recorded before: PYTHONHASHSEED=0 in the environment, yet hash randomisation on under -I."""
+    out = _run(tmp_path, TABLE["hash_seed"])
+    assert "hash_seed: applied '0', read back 'random'" in out["error"]
