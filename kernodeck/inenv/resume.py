@@ -86,6 +86,10 @@ def _serve() -> int:
     if not line.strip():
         return 0  # closed without an order: the runner stopped before the resume step
     order = json.loads(line)
+    if order.get("inenv_sha256"):  # the runner's fingerprints of Kernodeck's in-env files: this process's too
+        sources = sys.modules["kernodeck_inenv"].__loader__
+        sources.ran(Path(__file__).resolve())
+        sources.expect(order["inenv_sha256"])
     _continue(Path(order["checkpoint"]), int(order["steps"]), str(order["device"]), tuple(order["drop"]),
               Path(order["result"]), applied)
     return 0
@@ -115,6 +119,9 @@ def check(
         torch.save(state, ckpt_path)
         out = folder / ("continued" + ("-without-" + "-".join(drop) if drop else "") + ".json")
         order = {"checkpoint": str(ckpt_path), "steps": steps, "device": device, "result": str(out), "drop": list(drop)}
+        expected = getattr(getattr(sys.modules.get("kernodeck_inenv"), "__loader__", None), "expected", None)
+        if expected:
+            order["inenv_sha256"] = expected
     except BaseException:
         worker.close()
         raise

@@ -1,0 +1,231 @@
+"""Code runs only from verified bytes, in a closed world (kernodeck/inenv/_package.py, verified.py, world.py).
+
+Each case runs the in-env side as the runner does (this folder loaded by path as ``kernodeck_inenv``), in a new
+process of this interpreter (numpy is all it needs: the env's place is taken by this venv), on a tiny project in
+tmp_path: a planted timestamp-valid ``.pyc`` never runs (with the control that the plain import path runs it), and
+every file the application reads is the env's, the stdlib's or declared, or its step fails naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import marshal
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernodeck.project import application
+from kernodeck.verify.steps.in_env import inenv_fingerprints
+
+ROOT = Path(__file__).resolve().parents[2]
+INENV = ROOT / "kernodeck" / "inenv"
+PLANT = "open({marker!r}, 'w').write('the planted bytecode ran')\n"
+
+
+def _python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
+    return subprocess.run([sys.executable, "-I", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+def plant_pyc(source: Path, evil: str) -> Path:
+    """A ``__pycache__`` file for ``source`` whose header carries the source's mtime and size (timestamp-valid: the
+    standard source loader takes it instead of the source) but whose code is ``evil``."""
+    stat = source.stat()
+    code = compile(source.read_text() + "\n" + evil, str(source), "exec")
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    cached.parent.mkdir(exist_ok=True)
+    header = importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little")
+    header += (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    cached.write_bytes(header + marshal.dumps(code))
+    return cached
+
+
+# --- 1. verified bytes ----------------------------------------------------------------------------------------------
+
+
+def test_a_planted_pyc_of_the_entry_never_runs_and_the_plain_import_path_would_run_it(tmp_path: Path) -> None:
+    app = tmp_path / "checks" / "app.py"
+    app.parent.mkdir()
+    app.write_text("def run(app):\n    return 'source'\n")
+    marker = tmp_path / "marker"
+    plant_pyc(app, PLANT.format(marker=str(marker)))
+    digest = hashlib.sha256(app.read_bytes()).hexdigest()
+
+    control = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('app', sys.argv[1]); "
+               "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)")
+    assert _python("-c", control, str(app), cwd=tmp_path).returncode == 0
+    assert marker.is_file()  # the control: the old way (spec_from_file_location + exec_module) ran the .pyc
+    marker.unlink()
+
+    ours = ("import runpy, sys; from pathlib import Path; runpy.run_path(sys.argv[1]);"
+            " from kernodeck_inenv._common import load_file;"
+            " print(load_file(Path(sys.argv[2]), 'user_app', sys.argv[3]).run(None))")
+    done = _python("-c", ours, str(INENV / "_package.py"), str(app), digest, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "source" and not marker.exists()
+
+    # The bytes are checked against the fingerprint: another file's digest refuses it, nothing of it runs.
+    app.write_text(PLANT.format(marker=str(marker)) + app.read_text())
+    done = _python("-c", ours, str(INENV / "_package.py"), str(app), digest, cwd=tmp_path)
+    assert done.returncode != 0 and "is not the file fingerprinted for this run" in done.stderr
+    assert not marker.exists()
+
+
+def _inenv_copy(tmp_path: Path) -> Path:
+    """Kernodeck's in-env folder as it reaches an env (a checkout, or an installed distribution's site-packages)."""
+    folder = tmp_path / "inenv"
+    folder.mkdir()
+    for path in INENV.glob("*.py"):
+        shutil.copy2(path, folder / path.name)
+    return folder
+
+
+def test_a_planted_pyc_of_an_inenv_module_never_runs_and_the_plain_import_path_would_run_it(tmp_path: Path) -> None:
+    folder = _inenv_copy(tmp_path)
+    marker = tmp_path / "marker"
+    plant_pyc(folder / "tolerance.py", PLANT.format(marker=str(marker)))
+
+    control = "import sys; sys.path.insert(0, sys.argv[1]); import inenv.tolerance"
+    assert _python("-c", control, str(tmp_path), cwd=tmp_path).returncode == 0
+    assert marker.is_file()  # the control: a plain import of the package ran the planted bytecode
+    marker.unlink()
+
+    ours = ("import runpy, sys, json; runpy.run_path(sys.argv[1]); import kernodeck_inenv.tolerance as t;"
+            " sources = sys.modules['kernodeck_inenv'].__loader__; sources.expect(json.loads(sys.argv[2]));"
+            " print(t.__file__)")
+    expected = json.dumps(inenv_fingerprints())
+    done = _python("-c", ours, str(folder / "_package.py"), expected, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(folder / "tolerance.py") and not marker.exists()
+    assert not list(folder.glob("__pycache__/_common*"))  # nothing written either
+
+    # The orchestrator's fingerprints are checked: a sibling that is not those bytes is refused, by name.
+    (folder / "tolerance.py").write_text((folder / "tolerance.py").read_text() + "\n# changed\n")
+    done = _python("-c", ours, str(folder / "_package.py"), expected, cwd=tmp_path)
+    assert done.returncode != 0 and "tolerance.py" in done.stderr and "not the bytes the orchestrator" in done.stderr
+
+
+def test_the_run_config_carries_every_inenv_file_fingerprint() -> None:
+    found = inenv_fingerprints()
+    assert {"runner.py", "_package.py", "verified.py", "world.py", "tolerance.py"} <= set(found)
+    assert found["world.py"] == hashlib.sha256((INENV / "world.py").read_bytes()).hexdigest()
+
+
+# --- 2. a closed world ----------------------------------------------------------------------------------------------
+
+HARNESS = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import application
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+try:
+    run = application._function(ctx, config["application"]["entry"], "entry")
+    run(None)
+    crit = application._function(ctx, config["application"]["criterion"], "criterion")
+    application._judge(crit, {}, [{"id": "a"}], {}, Path(config["project_root"]))
+    print(json.dumps({"status": "passed"}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc), "details": exc.details}))
+"""
+
+APP = """import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+def run(app):
+    sys.path.insert(0, str(ROOT / "src"))
+    import mypkg.util
+
+    (ROOT / "scratch.txt").write_text("written by the entry")  # its own output, then read: not an input
+    assert (ROOT / "scratch.txt").read_text() == "written by the entry"
+    return mypkg.util.VALUE
+
+
+def criterion(outputs, ids, records, params):
+    labels = (ROOT / "data" / "extra.csv").read_text()
+    return {"passed": bool(labels), "summary": labels.strip()}
+"""
+
+
+def _closed_project(tmp_path: Path, **declared: list[str]) -> dict[str, Any]:
+    root = tmp_path / "project"
+    (root / "src" / "mypkg").mkdir(parents=True)
+    (root / "data").mkdir()
+    (root / "app.py").write_text(APP)
+    (root / "src" / "mypkg" / "__init__.py").write_text("")
+    (root / "src" / "mypkg" / "util.py").write_text("VALUE = 1\n")
+    (root / "data" / "extra.csv").write_text("label\n1\n")
+    (root / "sample.jsonl").write_text('{"id": "a"}\n')
+    table = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", **declared,
+             "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
+    app = application.from_table(table, root)
+    config = {"project_root": str(root), "application": {**app.run_config(), "sample": str(root / "sample.jsonl"),
+                                                          "sources": app.fingerprints(root)}}
+    return config
+
+
+def _run(tmp_path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    (tmp_path / "harness.py").write_text(HARNESS)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir(exist_ok=True)
+    done = _python(str(tmp_path / "harness.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_declared_globs_are_accepted(tmp_path: Path) -> None:
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    assert set(config["application"]["sources"]) == {"app.py", "src/mypkg/__init__.py", "src/mypkg/util.py",
+                                                     "data/extra.csv"}
+    assert _run(tmp_path, config) == {"status": "passed"}
+
+
+def test_an_undeclared_project_module_imported_through_sys_path_is_refused(tmp_path: Path) -> None:
+    result = _run(tmp_path, _closed_project(tmp_path, data=["data/extra.csv"]))
+    assert result["status"] == "failed"
+    assert result["error"].startswith("the entry read files that are not declared sources:")
+    assert "src/mypkg/util.py (imported)" in result["error"] and "src/mypkg/__init__.py (imported)" in result["error"]
+    assert 'code = ["src/mypkg/__init__.py", "src/mypkg/util.py"]' in result["error"]
+    assert "scratch.txt" not in result["error"]  # written by the application in this run: an output
+    assert {f["declare"] for f in result["details"]["undeclared"]} == {"code"}
+
+
+def test_an_undeclared_csv_opened_by_the_criterion_is_refused(tmp_path: Path) -> None:
+    result = _run(tmp_path, _closed_project(tmp_path, code=["src/mypkg/*.py"]))
+    assert result["status"] == "failed"
+    assert result["error"].startswith("the criterion read files that are not declared sources: data/extra.csv (opened)")
+    assert 'declare data = ["data/extra.csv"]' in result["error"]
+
+
+def test_a_planted_pyc_of_a_declared_project_module_never_runs(tmp_path: Path) -> None:
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    marker = tmp_path / "marker"
+    plant_pyc(Path(config["project_root"]) / "src/mypkg/util.py", PLANT.format(marker=str(marker)))
+    assert _run(tmp_path, config) == {"status": "passed"}
+    assert not marker.exists()
+    # A declared module changed after it was fingerprinted is not run.
+    util = Path(config["project_root"]) / "src/mypkg/util.py"
+    util.write_text(PLANT.format(marker=str(marker)) + "VALUE = 2\n")
+    result = _run(tmp_path, config)
+    assert result["status"] == "failed" and "src/mypkg/util.py is not the file fingerprinted" in result["error"]
+    assert not marker.exists()
+
+
+def test_a_glob_that_matches_nothing_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(application.ConfigError, match="matches no file"):
+        _closed_project(tmp_path, code=["src/other/**/*.py"])
