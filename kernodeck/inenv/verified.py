@@ -87,12 +87,15 @@ class ProjectSources(importlib.abc.MetaPathFinder):
     """Imports from outside the env and the standard library (``trusted`` says which paths are theirs), found as the
     standard path finder finds them, loaded from their verified source bytes instead of any bytecode."""
 
-    def __init__(self, trusted: Callable[[str], bool], expected: Mapping[str, str], shown: Callable[[str], str]) -> None:
-        self.trusted, self.expected, self.shown = trusted, expected, shown
+    def __init__(self, trusted: Callable[[str], bool], expected: Mapping[str, str], shown: Callable[[str], str],
+                 active: Callable[[], bool]) -> None:
+        self.trusted, self.expected, self.shown, self.active = trusted, expected, shown, active
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
+        if not self.active():  # only the application's code (world.window) imports through here
+            return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.origin is None or not spec.has_location:
             return spec
@@ -113,8 +116,7 @@ class ProjectSources(importlib.abc.MetaPathFinder):
 
 
 def install(finder: ProjectSources) -> None:
-    """``finder`` ahead of the standard path finder (once per process)."""
-    if any(isinstance(f, ProjectSources) for f in sys.meta_path):
-        return
+    """``finder`` ahead of the standard path finder, in place of an earlier one (another run's declarations)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ProjectSources)]
     at = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder), len(sys.meta_path))
     sys.meta_path.insert(at, finder)

@@ -139,7 +139,7 @@ def _shown(root: Path) -> Any:
 def finder(ctx: Context) -> verified.ProjectSources:
     """The import finder for the application's own modules, expecting the declared fingerprints."""
     sources = {path: digest for path, digest in declared(ctx).items() if digest}
-    return verified.ProjectSources(trusted, sources, _shown(Path(ctx.config["project_root"])))
+    return verified.ProjectSources(trusted, sources, _shown(Path(ctx.config["project_root"])), lambda: _ON[0])
 
 
 @contextmanager

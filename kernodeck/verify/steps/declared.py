@@ -15,7 +15,6 @@ from kernodeck import tips
 from kernodeck._fs import sha256_file
 from kernodeck.dossier import reference as refmod
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
-from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.project import application
 from kernodeck.project.config import Project
 from kernodeck.verify.context import RunContext
@@ -111,7 +110,7 @@ def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: application.A
     fingerprints (``application.sources``, read now: with ``--allow-code-change`` they may differ from the
     reference's) and Kernodeck's own in-env files' (``inenv_sha256``)."""
     run_config["application"]["sources"] = app.fingerprints(root)
-    run_config[ConfigKey.INENV_SHA256] = inenv_fingerprints()
+    run_config.update(inenv_sha256=inenv_fingerprints())
 
 
 def declared_contract(ctx: RunContext, run: Run) -> Step | None:
