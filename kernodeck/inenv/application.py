@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._common import CheckFailed, Context, load_file, load_sample, progress, sha256_file, user_traceback
 from . import world
+from ._common import CheckFailed, Context, load_file, load_sample, progress, sha256_file, user_traceback
 from .arrays import _np, _save_npy, _write_text
 
 

@@ -190,17 +190,16 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
 
 
 def _advice(files: list[dict[str, str]]) -> str:
-    asks = []
-    for key in ("code", "data"):
-        listed = [f['file'] for f in files if f["declare"] == key]
-        if listed:
-            asks.append(f"{key} = {json_list(listed)}")
-    outside = [f["file"] for f in files if f["declare"] == "outside the project"]
-    advice = f"declare {' and '.join(asks)} in [tool.kernodeck.application] (globs accepted, e.g. \"src/mypkg/**/*.py\")"
-    if outside:
-        advice += ("; a file outside the project and the env cannot be declared: move it into the project and "
-                   "declare it, or ship it in a package the lock pins")
-    return advice if asks else advice.split("; ", 1)[1]
+    asks = [f"{key} = {json_list([f['file'] for f in files if f['declare'] == key])}"
+            for key in ("code", "data") if any(f["declare"] == key for f in files)]
+    advice = []
+    if asks:
+        advice.append(f"declare {' and '.join(asks)} in [tool.kernodeck.application] "
+                      '(globs accepted, e.g. "src/mypkg/**/*.py")')
+    if any(f["declare"] == "outside the project" for f in files):
+        advice.append("a file outside the project and the env cannot be declared: move it into the project and "
+                      "declare it, or ship it in a package the lock pins")
+    return "; ".join(advice)
 
 
 def json_list(items: list[str]) -> str:

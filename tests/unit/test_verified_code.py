@@ -43,7 +43,8 @@ def plant_pyc(source: Path, evil: str) -> Path:
     cached = Path(importlib.util.cache_from_source(str(source)))
     cached.parent.mkdir(exist_ok=True)
     header = importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little")
-    header += (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    header += (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+    header += (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
     cached.write_bytes(header + marshal.dumps(code))
     return cached
 
