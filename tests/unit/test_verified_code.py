@@ -120,6 +120,20 @@ def test_the_run_config_carries_every_inenv_file_fingerprint() -> None:
     assert found["world.py"] == hashlib.sha256((INENV / "world.py").read_bytes()).hexdigest()
 
 
+def test_the_runner_checks_the_inenv_files_against_the_run_configs_fingerprints(tmp_path: Path) -> None:
+    config = {"steps": [], "project_root": str(tmp_path), "application": {"sample": "s.jsonl"}, "reference": None,
+              "inenv_sha256": inenv_fingerprints()}
+    (tmp_path / "run-config.json").write_text(json.dumps(config))
+    argv = [str(INENV / "runner.py"), "--config", str(tmp_path / "run-config.json")]
+    done = _python(*argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    # the negative: one fingerprint that is not the file's bytes stops the runner before any step, naming the file
+    config["inenv_sha256"] = {**config["inenv_sha256"], "runner.py": "0" * 64}
+    (tmp_path / "run-config.json").write_text(json.dumps(config))
+    done = _python(*argv, cwd=tmp_path)
+    assert done.returncode == 1 and "in-env file(s) runner.py" in done.stderr and "not the bytes" in done.stderr
+
+
 # --- 2. a closed world ----------------------------------------------------------------------------------------------
 
 HARNESS = """
