@@ -74,6 +74,13 @@ class VerifiedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """A script of this folder the interpreter ran by path (compiled from its source): its digest, for the check."""
         self._record(path.name, hashlib.sha256(path.read_bytes()).hexdigest())
 
+    def check(self, script: Path, expected: Mapping[str, str] | None) -> None:
+        """What a script run by path calls once it has the orchestrator's fingerprints (``inenv_sha256``, or None
+        where it was given none): its own digest recorded, then every file checked (:meth:`expect`)."""
+        self.ran(script)
+        if expected:
+            self.expect(expected)
+
     def _record(self, name: str, digest: str) -> None:
         self.digests[name] = digest
         if self.expected is not None and self.expected.get(name) != digest:

@@ -91,10 +91,8 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
     from kernodeck_inenv.margin import margins, numbers
     from kernodeck_inenv.protocol import ConfigKey, StepName
 
-    sources = sys.modules["kernodeck_inenv"].__loader__  # verified bytes only (_package.py), as in runner.py
-    sources.ran(Path(__file__).resolve())
-    if config.get(ConfigKey.INENV_SHA256):
-        sources.expect(config[ConfigKey.INENV_SHA256])
+    # verified bytes only (_package.py), as in runner.py
+    sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), config.get(ConfigKey.INENV_SHA256))
     variation = dict(config["variation"])
     if variation.get("threads"):
         # Before torch starts its pools; the patched settings.apply sets it again before each entry call.

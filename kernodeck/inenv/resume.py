@@ -86,10 +86,8 @@ def _serve() -> int:
     if not line.strip():
         return 0  # closed without an order: the runner stopped before the resume step
     order = json.loads(line)
-    if order.get("inenv_sha256"):  # the runner's fingerprints of Kernodeck's in-env files: this process's too
-        sources = sys.modules["kernodeck_inenv"].__loader__
-        sources.ran(Path(__file__).resolve())
-        sources.expect(order["inenv_sha256"])
+    # the runner's fingerprints of Kernodeck's in-env files: this process's too (_package.py)
+    sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), order.get("inenv_sha256"))
     _continue(Path(order["checkpoint"]), int(order["steps"]), str(order["device"]), tuple(order["drop"]),
               Path(order["result"]), applied)
     return 0

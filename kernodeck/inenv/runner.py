@@ -75,10 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads(args.config.read_text(encoding="utf-8"))
     # Kernodeck's in-env files run only as the bytes the orchestrator fingerprinted (_package.py): those loaded so far
     # are checked now, before any step; each later one before it runs.
-    sources = sys.modules[PACKAGE].__loader__
-    sources.ran(Path(__file__).resolve())
-    if config.get(ConfigKey.INENV_SHA256):
-        sources.expect(config[ConfigKey.INENV_SHA256])
+    sys.modules[PACKAGE].__loader__.check(Path(__file__).resolve(), config.get(ConfigKey.INENV_SHA256))
     # Paths in the config are relative to the project's root. A dossier's copy has the root redacted ("<project>"):
     # replayed by hand from the project root (procedure.md), the current folder is the root.
     root = Path(config.get(ConfigKey.PROJECT_ROOT, ""))

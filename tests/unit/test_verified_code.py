@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from kernodeck._fs import inenv_fingerprints
 from kernodeck.project import application
-from kernodeck.verify.steps.in_env import inenv_fingerprints
 
 ROOT = Path(__file__).resolve().parents[2]
 INENV = ROOT / "kernodeck" / "inenv"
@@ -132,6 +132,25 @@ def test_the_runner_checks_the_inenv_files_against_the_run_configs_fingerprints(
     (tmp_path / "run-config.json").write_text(json.dumps(config))
     done = _python(*argv, cwd=tmp_path)
     assert done.returncode == 1 and "in-env file(s) runner.py" in done.stderr and "not the bytes" in done.stderr
+
+
+@pytest.mark.parametrize("script", ["compare_outputs.py", "drift.py"])
+def test_the_other_inenv_scripts_check_their_fingerprints_too(tmp_path: Path, script: str) -> None:
+    """Every script run by path takes the orchestrator's fingerprints the same way (runner.py above; calibrate.py and
+    resume.py's worker through the same call): the right ones run, one wrong one stops it before its work."""
+    def run(fingerprints: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        config: dict[str, Any] = {"outputs": {}, "inenv_sha256": fingerprints}
+        config.update({"a": str(tmp_path), "b": str(tmp_path)} if script == "compare_outputs.py"
+                      else {"dossiers": [], "result": str(tmp_path / "pairwise.json")})
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        args = [str(tmp_path / "config.json")] if script == "compare_outputs.py" else ["--config",
+                                                                                     str(tmp_path / "config.json")]
+        return _python(str(INENV / script), *args, cwd=tmp_path)
+
+    good = run(inenv_fingerprints())
+    assert good.returncode == 0, good.stderr
+    bad = run({**inenv_fingerprints(), "tolerance.py": "0" * 64})
+    assert bad.returncode != 0 and "in-env file(s) tolerance.py" in bad.stderr
 
 
 # --- 2. a closed world ----------------------------------------------------------------------------------------------

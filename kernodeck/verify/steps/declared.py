@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck import tips
-from kernodeck._fs import sha256_file
+from kernodeck._fs import inenv_fingerprints, sha256_file
 from kernodeck.dossier import reference as refmod
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
 from kernodeck.project import application
@@ -20,7 +20,6 @@ from kernodeck.project.config import Project
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Layer, Status, Step
-from kernodeck.verify.steps.in_env import inenv_fingerprints
 
 
 def require_declared_contract(project: Project, ref: refmod.Reference, app: application.Application) -> None:

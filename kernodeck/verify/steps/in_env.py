@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernodeck._fs import sha256_file, write_atomic, write_json
+from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import alive, clean_env, first_error, log, show
 from kernodeck.inenv.protocol import STATUSES, StepName
 from kernodeck.verify.context import RunContext
@@ -27,12 +27,6 @@ IN_ENV_STEPS = tuple(step.value for step in StepName)  # the wall's protocol: ev
 REFERENCE_STEPS = tuple(step for step in IN_ENV_STEPS if step not in (StepName.REFERENCE, StepName.RESUME))
 # The in-env side ships inside this distribution and runs by path; nothing of Kernodeck is installed into the env.
 RUNNER = Path(__file__).resolve().parents[2] / "inenv" / "runner.py"
-
-
-def inenv_fingerprints() -> dict[str, str]:
-    """Each in-env file's sha256 as this orchestrator reads it (``run-config.json``'s ``inenv_sha256``): the in-env
-    side runs only these bytes (kernodeck/inenv/_package.py), never a ``__pycache__`` beside them."""
-    return {path.name: sha256_file(path) for path in sorted(RUNNER.parent.glob("*.py"))}
 
 
 RUNNER_ENV = {
