@@ -9,9 +9,7 @@ every file the application reads is the env's, the stdlib's or declared, or its 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import marshal
 import os
 import shutil
 import subprocess
@@ -23,30 +21,16 @@ import pytest
 
 from kernodeck._fs import inenv_fingerprints
 from kernodeck.project import application
+from tests.planted import PLANT, plant_pyc
 
 ROOT = Path(__file__).resolve().parents[2]
 INENV = ROOT / "kernodeck" / "inenv"
-PLANT = "open({marker!r}, 'w').write('the planted bytecode ran')\n"
 
 
 def _python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
     return subprocess.run([sys.executable, "-I", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           check=False, timeout=120)
-
-
-def plant_pyc(source: Path, evil: str) -> Path:
-    """A ``__pycache__`` file for ``source`` whose header carries the source's mtime and size (timestamp-valid: the
-    standard source loader takes it instead of the source) but whose code is ``evil``."""
-    stat = source.stat()
-    code = compile(source.read_text() + "\n" + evil, str(source), "exec")
-    cached = Path(importlib.util.cache_from_source(str(source)))
-    cached.parent.mkdir(exist_ok=True)
-    header = importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little")
-    header += (int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-    header += (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
-    cached.write_bytes(header + marshal.dumps(code))
-    return cached
 
 
 # --- 1. verified bytes ----------------------------------------------------------------------------------------------
