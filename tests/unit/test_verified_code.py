@@ -244,6 +244,21 @@ def test_a_planted_pyc_of_a_declared_project_module_never_runs(tmp_path: Path) -
     assert not marker.exists()
 
 
+def test_project_bytecode_without_source_is_never_imported(tmp_path: Path) -> None:
+    """A sourceless ``mypkg/util.pyc`` (the import machinery runs such a file when no ``util.py`` is there): refused at
+    the import, before it runs, naming the file."""
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    util = Path(config["project_root"]) / "src/mypkg/util.py"
+    marker = tmp_path / "marker"
+    util.write_text(PLANT.format(marker=str(marker)) + "VALUE = 1\n")
+    compiled = plant_pyc(util, "")
+    compiled.rename(util.with_suffix(".pyc"))
+    util.unlink()
+    result = _run(tmp_path, config)
+    assert result["status"] == "failed" and not marker.exists()
+    assert "imports src/mypkg/util.pyc (bytecode without its source" in result["error"]
+
+
 def test_a_glob_that_matches_nothing_is_refused(tmp_path: Path) -> None:
     with pytest.raises(application.ConfigError, match="matches no file"):
         _closed_project(tmp_path, code=["src/other/**/*.py"])
