@@ -30,6 +30,7 @@ runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv
 # Nothing this process compiles leaves a __pycache__ (set by _package.py too): the application's files and
 # Kernodeck's are compiled from their verified bytes (verified.py, _package.py), never from bytecode.
 sys.dont_write_bytecode = True
+from kernodeck_inenv import world  # noqa: E402
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, StepName, step_file  # noqa: E402
 
@@ -109,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         set_step(name)
         start = time.perf_counter()
         try:
+            world.forget()
             details = getattr(importlib.import_module(f"{PACKAGE}.{module_name}"), func_name)(ctx)
+            world.settle()  # the closed world's verdict fails the step even where the step's code caught it
             result.update({StepKey.STATUS: Status.PASSED, StepKey.DETAILS: details})
         except Skip as exc:
             result.update({StepKey.STATUS: Status.SKIPPED, StepKey.REASON: str(exc)})

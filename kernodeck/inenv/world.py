@@ -40,6 +40,7 @@ _BY = [""]  # who runs now: "the entry", "the criterion"
 _READ: dict[str, str] = {}  # this window's files read: path -> who
 _WRITTEN: set[str] = set()  # every file written while the application ran, this process
 _INSTALLED = [False]
+_PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
 
 def _forms(path: str) -> set[str]:
@@ -213,8 +214,24 @@ def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
         return
     named = ", ".join(f"{f['file']} ({f['how']})" for f in files[:8]) + (" ..." if len(files) > 8 else "")
     tip = "nox -s reference -- --new   (after declaring them: the reference then fingerprints them)"
-    raise CheckFailed(
+    verdict = CheckFailed(
         f"{who} read files that are not declared sources: {named}: {_advice(files)}",
         Layer.APPLICATION,
         {"undeclared": files, "tip": tip},
     )
+    _PENDING.append(verdict)
+    raise verdict
+
+
+def settle() -> None:
+    """Called by the step loop when a step's code returned: a verdict of this step that its own code swallowed (a
+    control that counts any error of the criterion as a rejection, the margin search) still fails the step."""
+    pending = list(_PENDING)
+    _PENDING.clear()
+    if pending:
+        raise pending[0]
+
+
+def forget() -> None:
+    """Called by the step loop before a step: the verdicts of an earlier step were reported with it."""
+    _PENDING.clear()

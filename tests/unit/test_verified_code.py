@@ -143,15 +143,23 @@ HARNESS = """
 import json, runpy, sys
 from pathlib import Path
 runpy.run_path(sys.argv[1])
-from kernodeck_inenv import application
+import numpy as np
+from kernodeck_inenv import application, controls, world
 from kernodeck_inenv._common import CheckFailed, Context
 config = json.loads(Path(sys.argv[2]).read_text())
 ctx = Context(config=config, out=Path(sys.argv[3]))
 try:
+    world.forget()
     run = application._function(ctx, config["application"]["entry"], "entry")
     run(None)
     crit = application._function(ctx, config["application"]["criterion"], "criterion")
-    application._judge(crit, {}, [{"id": "a"}], {}, Path(config["project_root"]))
+    if "--controls" in sys.argv:  # the criterion only on corruptions, through the controls (as judge.criterion)
+        judge = lambda outputs: tuple(application._judge(crit, outputs, [{"id": "a"}], {}, Path(config["project_root"])
+                                                          ).get(k) for k in ("passed", "summary"))
+        print(json.dumps(controls.criterion_controls(judge, {"x": np.zeros((1, 2))})), file=sys.stderr)
+    else:
+        application._judge(crit, {}, [{"id": "a"}], {}, Path(config["project_root"]))
+    world.settle()  # as the step loop does once the step's code returned
     print(json.dumps({"status": "passed"}))
 except CheckFailed as exc:
     print(json.dumps({"status": "failed", "error": str(exc), "details": exc.details}))
@@ -195,12 +203,12 @@ def _closed_project(tmp_path: Path, **declared: list[str]) -> dict[str, Any]:
     return config
 
 
-def _run(tmp_path: Path, config: dict[str, Any]) -> dict[str, Any]:
+def _run(tmp_path: Path, config: dict[str, Any], *flags: str) -> dict[str, Any]:
     (tmp_path / "harness.py").write_text(HARNESS)
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "out").mkdir(exist_ok=True)
     done = _python(str(tmp_path / "harness.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path)
+                   str(tmp_path / "out"), *flags, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -228,6 +236,17 @@ def test_an_undeclared_csv_opened_by_the_criterion_is_refused(tmp_path: Path) ->
     assert result["status"] == "failed"
     assert result["error"].startswith("the criterion read files that are not declared sources: data/extra.csv (opened)")
     assert 'declare data = ["data/extra.csv"]' in result["error"]
+
+
+def test_a_verdict_swallowed_by_the_controls_still_fails_the_step(tmp_path: Path) -> None:
+    """The able-to-fail controls count any error of the criterion as a rejection: the closed world's verdict is one
+    the step loop settles all the same (world.settle), so reading an undeclared file there is no way around it."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    result = _run(tmp_path, config, "--controls")
+    assert result["status"] == "failed" and "the criterion read files" in result["error"]
+    assert "data/extra.csv (opened)" in result["error"]
+    config = _closed_project(tmp_path / "declared", code=["src/mypkg/*.py"], data=["data/extra.csv"])
+    assert _run(tmp_path, config, "--controls") == {"status": "passed"}  # the control: declared, it passes
 
 
 def test_a_planted_pyc_of_a_declared_project_module_never_runs(tmp_path: Path) -> None:
