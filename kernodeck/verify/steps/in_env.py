@@ -27,8 +27,6 @@ IN_ENV_STEPS = tuple(step.value for step in StepName)  # the wall's protocol: ev
 REFERENCE_STEPS = tuple(step for step in IN_ENV_STEPS if step not in (StepName.REFERENCE, StepName.RESUME))
 # The in-env side ships inside this distribution and runs by path; nothing of Kernodeck is installed into the env.
 RUNNER = Path(__file__).resolve().parents[2] / "inenv" / "runner.py"
-
-
 RUNNER_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
