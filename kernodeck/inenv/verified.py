@@ -103,7 +103,8 @@ class ProjectSources(importlib.abc.MetaPathFinder):
         if self.trusted(origin):
             return spec
         if isinstance(spec.loader, importlib.machinery.SourceFileLoader):
-            spec.loader = _SourceBytes(self.expected.get(origin), self.shown(origin))
+            digest = self.expected.get(origin) or self.expected.get(os.path.realpath(origin))
+            spec.loader = _SourceBytes(digest, self.shown(origin))
             spec.cached = None
             return spec
         what = "bytecode without its source" if origin.endswith(".pyc") else "compiled code"

@@ -122,17 +122,25 @@ def declared(ctx: Context) -> dict[str, str]:
     if "declared_sources" not in ctx.state:
         root = Path(ctx.config["project_root"])
         app = ctx.config["application"]
-        found = {os.path.normpath(root / rel): str(digest) for rel, digest in (app.get("sources") or {}).items()}
-        found.setdefault(os.path.normpath(app["sample"]), "")
+        found: dict[str, str] = {}
+        for rel, digest in [*(app.get("sources") or {}).items(), (app["sample"], "")]:
+            for form in _forms(str(root / rel)):  # as given and resolved: a root reached through a link
+                found.setdefault(form, str(digest))
         ctx.state["declared_sources"] = found
     result: dict[str, str] = ctx.state["declared_sources"]
     return result
 
 
 def _shown(root: Path) -> Any:
+    """A path as a message names it: relative to the project root (as given or resolved) when inside it."""
+    roots = sorted(_forms(str(root)))
+
     def shown(path: str) -> str:
-        rel = os.path.relpath(path, root)
-        return path if rel.startswith("..") else Path(rel).as_posix()
+        for base in roots:
+            rel = os.path.relpath(path, base)
+            if not rel.startswith(".."):
+                return Path(rel).as_posix()
+        return path
 
     return shown
 

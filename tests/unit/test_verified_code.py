@@ -221,6 +221,21 @@ def test_declared_globs_are_accepted(tmp_path: Path) -> None:
     assert _run(tmp_path, config) == {"status": "passed"}
 
 
+def test_a_project_reached_through_a_link_is_judged_by_its_files(tmp_path: Path) -> None:
+    """The application resolves its own paths (``Path(__file__).resolve()``) while the root is given through a link
+    (macOS's /tmp, a mounted checkout): the same files, so the declared ones pass and are still checked."""
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    link = tmp_path / "link"
+    link.symlink_to(config["project_root"], target_is_directory=True)
+    linked = _closed_project(tmp_path / "again", code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    linked["project_root"] = str(link)
+    linked["application"]["sample"] = str(link / "sample.jsonl")
+    assert _run(tmp_path, linked) == {"status": "passed"}
+    (Path(config["project_root"]) / "src/mypkg/util.py").write_text("VALUE = 2\n")  # not the fingerprinted bytes
+    result = _run(tmp_path, linked)
+    assert result["status"] == "failed" and result["error"].startswith("src/mypkg/util.py is not the file fingerp")
+
+
 def test_an_undeclared_project_module_imported_through_sys_path_is_refused(tmp_path: Path) -> None:
     result = _run(tmp_path, _closed_project(tmp_path, data=["data/extra.csv"]))
     assert result["status"] == "failed"
