@@ -46,3 +46,12 @@ def sha256_file(path: Path) -> str:
 def sha256_text(text: str) -> str:
     """The hex sha256 of ``text`` encoded as UTF-8."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+INENV = Path(__file__).resolve().parent / "inenv"  # what runs inside a rebuilt env, by path (kernodeck/inenv/)
+
+
+def inenv_fingerprints() -> dict[str, str]:
+    """Each in-env file's sha256 as this orchestrator reads it (``inenv_sha256`` in what an in-env script is given):
+    the in-env side runs only these bytes (kernodeck/inenv/_package.py), never a ``__pycache__`` beside them."""
+    return {path.name: sha256_file(path) for path in sorted(INENV.glob("*.py"))}

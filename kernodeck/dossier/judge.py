@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernodeck import tips
-from kernodeck._fs import write_atomic
+from kernodeck._fs import inenv_fingerprints, write_atomic
 from kernodeck._proc import run
 from kernodeck.errors import CommandFailed, KernodeckError
 
@@ -97,7 +97,8 @@ def compare_outputs(dir_a: Path, dir_b: Path, python: Path | None) -> dict[str, 
     with tempfile.TemporaryDirectory(prefix="kernodeck-compare-") as tmp:
         request = Path(tmp) / "request.json"
         write_atomic(request, json.dumps({"a": str(outputs_folder(dir_a)), "b": str(outputs_folder(dir_b)),
-                                          "outputs": {n: da[n] for n in common}}))
+                                          "outputs": {n: da[n] for n in common},
+                                          "inenv_sha256": inenv_fingerprints()}))
         try:
             proc = run([python, "-I", SCRIPT, request])
         except CommandFailed as exc:

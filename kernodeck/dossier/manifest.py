@@ -107,10 +107,10 @@ class Reference:
 
 def code_expected(manifest: dict[str, Any], declared: Application | None) -> dict[str, str]:
     """Each code file and the sha256 it must have: the reference's fingerprints, and "" (matches no file) for a file
-    declared now (entry, criterion, ``code``) that the reference did not fingerprint."""
+    declared now (entry, criterion, ``code``, ``data``) that the reference did not fingerprint."""
     recorded = manifest["application"].get("code") or {}
     expected = {str(f): str(d) for f, d in recorded.items()} if isinstance(recorded, dict) else {}
-    for rel in declared.code if declared is not None else ():
+    for rel in declared.sources if declared is not None else ():
         expected.setdefault(rel, "")
     return expected
 

@@ -112,7 +112,7 @@ def build_manifest(
             "entry": str(app.entry),
             "criterion": str(app.criterion) if app.criterion else "",
             "params": app.params,
-            "code": code_fingerprint(project, app.code),
+            "code": code_fingerprint(project, app.sources),
         },
         "data": {"sample": app.sample, "sha256": sha256_file(sample), "items": len(items)},
     }

@@ -182,6 +182,20 @@ class Created:
         return [f"reference: new {self.new_id}"]
 
 
+def require_sources_as_run(project: Project, app: application.Application, folder: Path) -> None:
+    """The declared sources the manifest fingerprints now are the bytes the in-env side ran (the run's
+    ``run-config.json``: ``application.sources``, checked file by file before each ran): a file changed during the
+    reference run (or declared since) is refused, so the reference never describes code that did not make it."""
+    config = folder / "run-config.json"
+    ran = json.loads(config.read_text(encoding="utf-8"))["application"].get("sources") if config.is_file() else None
+    now, ran = app.fingerprints(project.root), ran or {}
+    moved = sorted(f for f in {*now, *ran} if ran.get(f) != now.get(f))
+    if moved:
+        raise KernodeckError(
+            f"the declared sources changed during the reference run: {', '.join(moved)}; nothing was written to "
+            "the reference", tip=tips.NEW_REFERENCE)
+
+
 def create(project: Project, plat: Platform, report: Report, folder: Path, old: Reference | None) -> Created:
     """The new reference from a reference-mode run (``report``, its dossier ``folder``), written whole by ``install``
     when its identity differs from ``old``'s; a failed run writes nothing."""
@@ -195,6 +209,7 @@ def create(project: Project, plat: Platform, report: Report, folder: Path, old: 
             tip=tip if isinstance(tip, str) and tip else f"read {folder / 'report.md'}")
     steps = {s.name: s for s in report.steps}
     app = application.load(project.root)
+    require_sources_as_run(project, app, folder)
     weights = weights_record(project, plat, app, steps)
     criterion = steps["criterion"].details if "criterion" in steps and steps["criterion"].details else None
     manifest = build_manifest(

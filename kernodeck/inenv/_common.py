@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import sys
@@ -102,21 +101,12 @@ def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
     return items
 
 
-def load_file(path: Path, name: str) -> types.ModuleType:
-    """Load a module from an explicit file path, without putting its folder (or anything else) on sys.path."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise CheckFailed(f"cannot load {path.name}: not a Python file", Layer.APPLICATION)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+def load_file(path: Path, name: str, sha256: str | None = None, shown: str = "") -> types.ModuleType:
+    """Load a module from an explicit file path, without putting its folder (or anything else) on sys.path: read once,
+    checked against ``sha256`` when given, compiled from those bytes (never a ``__pycache__``: verified.py)."""
+    from .verified import load_source
+
+    return load_source(path, name, sha256, shown)
 
 
 HERE = Path(__file__).resolve().parent

@@ -6,30 +6,115 @@ shadow the env's numpy). Each runs THIS file by its path::
 
     runpy.run_path(str(HERE / "_package.py"))  # then: from kernodeck_inenv.tolerance import compare
 
-which loads this folder's ``__init__.py`` as ``kernodeck_inenv`` with this folder as its search location: the
-siblings are then ``kernodeck_inenv.<module>`` (they import each other relatively), never the orchestrator's
-``kernodeck`` package. Loading again is a no-op. Standard library only.
+which loads this folder's ``__init__.py`` as ``kernodeck_inenv``: the siblings are then ``kernodeck_inenv.<module>``
+(they import each other relatively), never the orchestrator's ``kernodeck`` package. Loading again is a no-op.
+Standard library only.
+
+Code runs only from verified bytes: the package's loader (:class:`VerifiedSources`, first on ``sys.meta_path``) reads
+each sibling ONCE, records the sha256 of those bytes, and compiles and executes exactly them. No ``__pycache__`` is
+read or written (a timestamp-valid ``.pyc`` planted beside a sibling, in a checkout or in an installed Kernodeck's
+site-packages, would otherwise run instead of the source). A script given the orchestrator's fingerprints of this
+folder (``run-config.json``'s ``inenv_sha256``) calls :meth:`VerifiedSources.expect`: the files already loaded are
+checked then, every later one before it runs. The scripts run by path (runner.py, this file) are compiled from their
+source by the interpreter itself (running a file by path never reads bytecode); their digests are recorded too.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
+import types
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 PACKAGE = "kernodeck_inenv"
+
+
+class VerifiedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """This folder's ``*.py`` files as the package ``kernodeck_inenv``: each read once, hashed, compiled from those
+    bytes (the package's own ``__loader__``: ``sys.modules["kernodeck_inenv"].__loader__``)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.digests: dict[str, str] = {}  # file name -> sha256 of the bytes compiled (or run by path)
+        self.expected: dict[str, str] | None = None
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == PACKAGE:
+            file, package = self.folder / "__init__.py", True
+        elif fullname.startswith(PACKAGE + ".") and "." not in fullname[len(PACKAGE) + 1 :]:
+            file, package = self.folder / (fullname[len(PACKAGE) + 1 :] + ".py"), False
+        else:
+            return None
+        if not file.is_file():
+            return None  # the package's __path__ is empty: nothing else can find a sibling (no sourceless .pyc)
+        spec = importlib.util.spec_from_file_location(
+            fullname, file, loader=self, submodule_search_locations=[] if package else None
+        )
+        assert spec is not None
+        spec.cached = None  # no bytecode file belongs to it
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        assert module.__spec__ is not None and module.__spec__.origin is not None
+        path = Path(module.__spec__.origin)
+        source = path.read_bytes()  # the one read: these bytes are hashed and compiled
+        self._record(path.name, hashlib.sha256(source).hexdigest())
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)
+
+    def ran(self, path: Path) -> None:
+        """A script of this folder the interpreter ran by path (compiled from its source): its digest, for the check."""
+        self._record(path.name, hashlib.sha256(path.read_bytes()).hexdigest())
+
+    def check(self, script: Path, expected: Mapping[str, str] | None) -> None:
+        """What a script run by path calls once it has the orchestrator's fingerprints (``inenv_sha256``, or None
+        where it was given none): its own digest recorded, then every file checked (:meth:`expect`)."""
+        self.ran(script)
+        if expected:
+            self.expect(expected)
+
+    def _record(self, name: str, digest: str) -> None:
+        self.digests[name] = digest
+        if self.expected is not None and self.expected.get(name) != digest:
+            raise ImportError(self._differs([name]))
+
+    def expect(self, expected: Mapping[str, str]) -> None:
+        """The orchestrator's fingerprints of this folder: every file loaded so far must match, and each later one
+        before it runs (ImportError naming the files otherwise)."""
+        self.expected = {str(k): str(v) for k, v in expected.items()}
+        wrong = sorted(name for name, digest in self.digests.items() if self.expected.get(name) != digest)
+        if wrong:
+            raise ImportError(self._differs(wrong))
+
+    def _differs(self, names: list[str]) -> str:
+        return (
+            f"Kernodeck's in-env file(s) {', '.join(names)} in {self.folder} are not the bytes the orchestrator "
+            "fingerprinted for this run (changed during the run, or not Kernodeck's)"
+        )
 
 
 def load() -> None:
     """This folder as the package ``kernodeck_inenv`` in ``sys.modules`` (once per process)."""
     if PACKAGE in sys.modules:
         return
+    sys.dont_write_bytecode = True  # nothing this process compiles leaves a __pycache__ behind
     here = Path(__file__).resolve().parent
-    spec = importlib.util.spec_from_file_location(PACKAGE, here / "__init__.py", submodule_search_locations=[str(here)])
-    assert spec is not None and spec.loader is not None
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[PACKAGE] = package
-    spec.loader.exec_module(package)
+    sources = VerifiedSources(here)
+    sys.meta_path.insert(0, sources)
+    sources.ran(here / "_package.py")
+    try:
+        importlib.import_module(PACKAGE)
+    except BaseException:
+        sys.meta_path.remove(sources)
+        raise
 
 
 load()  # what running this file by path is for

@@ -9,15 +9,18 @@ application computes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import world
 from ._common import CheckFailed, Context, load_file, load_sample, progress, sha256_file, user_traceback
 from .arrays import _np, _save_npy, _write_text
 
@@ -86,8 +89,10 @@ def _function(ctx: Context, target: dict[str, str], what: str) -> Any:
     name = "kernodeck_app_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
     if not path.is_file():
         raise CheckFailed(f"the {what} file {target['file']} does not exist", "application")
+    sha256 = world.declared(ctx).get(os.path.normpath(path)) or None
     try:
-        module = load_file(path, name)
+        with world.window(ctx, f"the {what}"):
+            module = load_file(path, name, sha256, target["file"])
     except CheckFailed:
         raise
     except ImportError as exc:
@@ -97,7 +102,19 @@ def _function(ctx: Context, target: dict[str, str], what: str) -> Any:
     func = getattr(module, target["function"], None)
     if not callable(func):
         raise CheckFailed(f"{target['file']} has no function {target['function']}", "application")
-    return func
+    return _recorded(ctx, func, f"the {what}")
+
+
+def _recorded(ctx: Context, func: Any, who: str) -> Any:
+    """The application's function, each call inside a closed-world window (world.py): whoever calls it (the entry's
+    runs, the criterion's, its controls and margin search), what it opens or imports is recorded and judged."""
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with world.window(ctx, who):
+            return func(*args, **kwargs)
+
+    return call
 
 
 def _fingerprint(folder: Path) -> dict[str, str]:

@@ -62,6 +62,7 @@ def _patch_settings(variation: dict[str, Any]) -> None:
 
 
 def _step(out: Path, number: int, name: str, func: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    from kernodeck_inenv import world
     from kernodeck_inenv._common import CheckFailed, Skip, set_step, write_json_atomic
 
     set_step(name)
@@ -69,7 +70,10 @@ def _step(out: Path, number: int, name: str, func: Callable[[], dict[str, Any]])
     result: dict[str, Any] = {"name": name, "interpreter": sys.executable}
     start = time.perf_counter()
     try:
-        result.update(status="passed", details=func())
+        world.forget()
+        details = func()
+        world.settle()  # the closed world's verdict fails the step even where the step's code caught it (runner.py)
+        result.update(status="passed", details=details)
     except Skip as exc:
         result.update(status="skipped", reason=str(exc))
     except CheckFailed as exc:
@@ -89,8 +93,10 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
     from kernodeck_inenv import application, backend, judge, reference, settings, system, tolerance
     from kernodeck_inenv._common import Context, write_json_atomic
     from kernodeck_inenv.margin import margins, numbers
-    from kernodeck_inenv.protocol import StepName
+    from kernodeck_inenv.protocol import ConfigKey, StepName
 
+    # verified bytes only (_package.py), as in runner.py
+    sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), config.get(ConfigKey.INENV_SHA256))
     variation = dict(config["variation"])
     if variation.get("threads"):
         # Before torch starts its pools; the patched settings.apply sets it again before each entry call.

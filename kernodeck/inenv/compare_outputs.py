@@ -20,8 +20,10 @@ from typing import Any
 sys.dont_write_bytecode = True
 
 
-def _tolerance() -> Any:
+def _tolerance(expected: dict[str, str] | None = None) -> Any:
     runpy.run_path(str(Path(__file__).with_name("_package.py")))  # this folder as kernodeck_inenv (the one loader)
+    # verified bytes only (_package.py): the orchestrator's fingerprints, checked before tolerance.py runs
+    sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), expected)
     return importlib.import_module("kernodeck_inenv.tolerance")
 
 
@@ -44,7 +46,7 @@ def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:
 
 
 def compare(request: dict[str, Any]) -> dict[str, Any]:
-    tolerance = _tolerance()
+    tolerance = _tolerance(request.get("inenv_sha256"))
     out: dict[str, Any] = {}
     for name, declared in request["outputs"].items():
         a, b = _read(Path(request["a"]), name), _read(Path(request["b"]), name)

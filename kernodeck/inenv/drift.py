@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = json.loads(args.config.read_text(encoding="utf-8"))
     runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
+    # verified bytes only (_package.py): the orchestrator's fingerprints, checked before any sibling runs
+    sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), config.get("inenv_sha256"))
     from kernodeck_inenv._common import write_json_atomic
 
     found = pairwise([Path(f) for f in config["dossiers"]], config["outputs"])

@@ -88,6 +88,8 @@ def _serve() -> int:
     if not line.strip():
         return 0  # closed without an order: the runner stopped before the resume step
     order = json.loads(line)
+    # the runner's fingerprints of Kernodeck's in-env files: this process's too (_package.py)
+    sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), order.get("inenv_sha256"))
     _continue(Path(order["checkpoint"]), int(order["steps"]), str(order["device"]), tuple(order["drop"]),
               Path(order["result"]), applied)
     return 0
@@ -117,6 +119,9 @@ def check(
         torch.save(state, ckpt_path)
         out = folder / ("continued" + ("-without-" + "-".join(drop) if drop else "") + ".json")
         order = {"checkpoint": str(ckpt_path), "steps": steps, "device": device, "result": str(out), "drop": list(drop)}
+        expected = getattr(getattr(sys.modules.get("kernodeck_inenv"), "__loader__", None), "expected", None)
+        if expected:
+            order["inenv_sha256"] = expected
     except BaseException:
         worker.close()
         raise

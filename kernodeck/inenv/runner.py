@@ -27,10 +27,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PACKAGE = "kernodeck_inenv"  # the siblings, loaded from HERE; never the orchestrator's ``kernodeck`` package
 
-runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
-# The application's files are loaded by path from the user's project: compiling them must leave no __pycache__/
-# there (the orchestrator's files and the env's libraries were compiled when they were installed).
+runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv, from verified bytes (the one loader)
+# Nothing this process compiles leaves a __pycache__ (set by _package.py too): the application's files and
+# Kernodeck's are compiled from their verified bytes (verified.py, _package.py), never from bytecode.
 sys.dont_write_bytecode = True
+from kernodeck_inenv import world  # noqa: E402
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, StepName, step_file  # noqa: E402
 
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
     config = json.loads(args.config.read_text(encoding="utf-8"))
+    # Kernodeck's in-env files run only as the bytes the orchestrator fingerprinted (_package.py): those loaded so far
+    # are checked now, before any step; each later one before it runs.
+    sys.modules[PACKAGE].__loader__.check(Path(__file__).resolve(), config.get(ConfigKey.INENV_SHA256))
     # Paths in the config are relative to the project's root. A dossier's copy has the root redacted ("<project>"):
     # replayed by hand from the project root (procedure.md), the current folder is the root.
     root = Path(config.get(ConfigKey.PROJECT_ROOT, ""))
@@ -107,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         set_step(name)
         start = time.perf_counter()
         try:
+            world.forget()
             details = getattr(importlib.import_module(f"{PACKAGE}.{module_name}"), func_name)(ctx)
+            world.settle()  # the closed world's verdict fails the step even where the step's code caught it
             result.update({StepKey.STATUS: Status.PASSED, StepKey.DETAILS: details})
         except Skip as exc:
             result.update({StepKey.STATUS: Status.SKIPPED, StepKey.REASON: str(exc)})

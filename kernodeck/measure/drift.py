@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck import outdir, tips
-from kernodeck._fs import write_atomic, write_json
+from kernodeck._fs import inenv_fingerprints, write_atomic, write_json
 from kernodeck._proc import first_error, log, show
 from kernodeck.env import start
 from kernodeck.errors import KernodeckError
@@ -242,7 +242,7 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
                          root=root, allowed=allowed)
     with outdir.staged(final, "drift") as staging:  # signed with the list of its files, swapped in whole
         config = {"dossiers": [str(d.outputs) for d in dossiers], "outputs": declared,
-                  "result": str(staging / "pairwise.json")}
+                  "result": str(staging / "pairwise.json"), "inenv_sha256": inenv_fingerprints()}
         write_json(staging / "drift-config.json", config)
         argv = start.argv(python, str(IN_ENV), "--config", str(staging / "drift-config.json"))
         log(f"$ {show(argv)}")

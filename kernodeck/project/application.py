@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
 
+from kernodeck._fs import sha256_file
 from kernodeck.errors import ConfigError
 
 TABLE = "[tool.kernodeck.application]"
@@ -104,6 +105,17 @@ class Application:
     params: dict[str, Any]
     weights: Weights | None
     outputs: dict[str, Output] = field(default_factory=dict)
+    data: tuple[str, ...] = ()  # data files the application reads (besides the sample), globs expanded
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Every declared file the application may read besides the sample: ``code`` then ``data``, each
+        fingerprinted into the reference; the in-env closed world refuses any other file outside the env."""
+        return tuple(dict.fromkeys([*self.code, *self.data]))
+
+    def fingerprints(self, root: Path) -> dict[str, str]:
+        """Each declared source's sha256 as read now ("" for a missing file: it matches no bytes)."""
+        return {rel: sha256_file(root / rel) if (root / rel).is_file() else "" for rel in self.sources}
 
     def run_config(self) -> dict[str, Any]:
         """What the in-env runner needs of the declaration (paths relative to the project root)."""
@@ -155,7 +167,32 @@ def _output(name: str, raw: object) -> Output:
     return Output(name, kind, str(dtype), tolerance, justification.strip())
 
 
-def from_table(table: object) -> Application:
+GLOB = frozenset("*?[")
+
+
+def expand(patterns: list[str], key: str, root: Path | None) -> list[str]:
+    """``code``/``data`` entries as files relative to the root: a glob (``src/mypkg/**/*.py``) is expanded, sorted,
+    never into ``__pycache__``; one that matches no file is refused. Without a root, entries are kept as written."""
+    files: list[str] = []
+    for pattern in patterns:
+        path = Path(pattern)
+        if path.is_absolute() or ".." in path.parts:
+            raise ConfigError(f"{TABLE} {key}: {pattern!r} is not a path inside the project")
+        if root is None or not GLOB & set(pattern):
+            files.append(path.as_posix())
+            continue
+        found = sorted(
+            p.relative_to(root).as_posix()
+            for p in root.glob(pattern)
+            if p.is_file() and "__pycache__" not in p.relative_to(root).parts
+        )
+        if not found:
+            raise ConfigError(f"{TABLE} {key}: {pattern!r} matches no file")
+        files += found
+    return files
+
+
+def from_table(table: object, root: Path | None = None) -> Application:
     if not isinstance(table, dict):
         raise ConfigError(
             f"pyproject.toml has no {TABLE} table", tip="declare the application (see README: Use it in your project)"
@@ -168,7 +205,10 @@ def from_table(table: object) -> Application:
     code = table.get("code", [entry.file])
     if not isinstance(code, list) or not all(isinstance(c, str) for c in code):
         raise ConfigError(f"{TABLE} code: a list of files fingerprinted into the reference id")
-    code = list(dict.fromkeys([entry.file, *([criterion.file] if criterion else []), *code]))
+    code = list(dict.fromkeys([entry.file, *([criterion.file] if criterion else []), *expand(code, "code", root)]))
+    data = table.get("data", [])
+    if not isinstance(data, list) or not all(isinstance(d, str) for d in data):
+        raise ConfigError(f"{TABLE} data: a list of files (globs accepted) fingerprinted into the reference id")
     params = table.get("params", {})
     if not isinstance(params, dict):
         raise ConfigError(f"{TABLE} params must be a table")
@@ -183,12 +223,13 @@ def from_table(table: object) -> Application:
     if not isinstance(outputs_raw, dict) or not outputs_raw:
         raise ConfigError(f"{TABLE} declares no outputs: add [tool.kernodeck.application.outputs.NAME] with its kind")
     outputs = {name: _output(name, raw) for name, raw in outputs_raw.items()}
-    return Application(entry, criterion, sample, tuple(code), dict(params), weights, outputs)
+    return Application(entry, criterion, sample, tuple(code), dict(params), weights, outputs,
+                       tuple(expand(data, "data", root)))
 
 
 def load(root: Path) -> Application:
     data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-    return from_table(data.get("tool", {}).get("kernodeck", {}).get("application"))
+    return from_table(data.get("tool", {}).get("kernodeck", {}).get("application"), root)
 
 
 def tool_table(root: Path, name: str) -> dict[str, Any]:

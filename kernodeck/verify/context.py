@@ -90,7 +90,7 @@ def _declaration(project: Project) -> Declaration:
         return dict(found) if isinstance(found, dict) else {}
 
     try:
-        return Declaration(application.from_table(tool.get("application")), None, table("resume"),
+        return Declaration(application.from_table(tool.get("application"), project.root), None, table("resume"),
                            table("determinism"))
     except KernodeckError as exc:
         return Declaration(None, exc, table("resume"), table("determinism"))

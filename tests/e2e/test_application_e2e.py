@@ -14,6 +14,7 @@ from kernodeck.dossier import reference
 from kernodeck.project.config import load_project
 from tests.conftest import kd, read_report, statuses
 from tests.e2e.test_verify_e2e import in_env, sibling
+from tests.planted import PLANT, plant_pyc
 
 pytestmark = pytest.mark.slow
 
@@ -126,10 +127,15 @@ def test_project_folders_never_shadow_the_env(built_project: Path, tmp_path: Pat
     for name in ("numpy", "torch", "kernodeck_inenv"):
         (project / name).mkdir(exist_ok=True)
         (project / name / "__init__.py").write_text(f"raise ImportError('the project folder {name}/ was imported')\n")
+    # A timestamp-valid bytecode file beside the entry and beside an in-env module of Kernodeck (the project's copy
+    # the runner runs from): neither runs (tests/unit/test_verified_code.py shows the plain import path would).
+    marker = tmp_path / "planted-ran"
+    plant_pyc(project / "checks" / "app.py", PLANT.format(marker=str(marker)))
+    plant_pyc(project / "kernodeck" / "inenv" / "tolerance.py", PLANT.format(marker=str(marker)))
     out = tmp_path / "run"
     proc = kd(project, "verify", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "was imported" not in proc.stderr
+    assert "was imported" not in proc.stderr and not marker.exists()
     assert set(statuses(read_report(out)).values()) == {"passed"}
 
 

@@ -204,10 +204,11 @@ def test_the_in_env_runner_writes_no_bytecode_into_the_project(tmp_path: Path) -
     runner = ROOT / "kernodeck" / "inenv" / "runner.py"
     subprocess.run([sys.executable, "-I", "-c", code, str(runner), str(user)], check=True, timeout=60)
     assert not (user.parent / "__pycache__").exists()
-    # the control: the same load without the runner's setting leaves __pycache__/ in the project
-    control = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
-               " from kernodeck.inenv._common import load_file; load_file(Path(sys.argv[2]), 'user_app')")
-    subprocess.run([sys.executable, "-I", "-c", control, str(ROOT), str(user)], check=True, timeout=60)
+    # the control: the import machinery's own load by path (what load_file did before it compiled verified bytes)
+    # leaves __pycache__/ in the project
+    control = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('user_app', sys.argv[1]);"
+               " s.loader.exec_module(importlib.util.module_from_spec(s))")
+    subprocess.run([sys.executable, "-I", "-c", control, str(user)], check=True, timeout=60)
     assert (user.parent / "__pycache__").is_dir()
 
 

@@ -4,6 +4,7 @@ write_pr_body, drift.declared_outputs and interpreter) and is tested there, with
 from __future__ import annotations
 
 import ast
+import json
 import shutil
 from pathlib import Path
 
@@ -103,6 +104,25 @@ def test_a_failed_reference_run_writes_nothing(tmp_path: Path) -> None:
         reference.create(project, plat, report, tmp_path / "run", None)
     assert raised.value.tip == "nox -s x"
     assert (project.reference / "manifest.toml").read_bytes() == before
+
+
+def test_a_reference_is_refused_when_its_sources_changed_during_the_run(tmp_path: Path) -> None:
+    """The manifest fingerprints the declared sources as the in-env side ran them (the run's run-config.json)."""
+    from kernodeck.project import application
+
+    project = load_project(copy_project(tmp_path / "p"))
+    app = application.load(project.root)
+    run = tmp_path / "run"
+    run.mkdir()
+    config = {"application": {"sources": app.fingerprints(project.root)}}
+    (run / "run-config.json").write_text(json.dumps(config), encoding="utf-8")
+    reference.require_sources_as_run(project, app, run)  # the control: the bytes that ran are the files now
+    (project.root / "checks" / "app.py").write_text("# changed while the run ran\n", encoding="utf-8")
+    with pytest.raises(KernodeckError, match=r"sources changed during the reference run: checks/app.py; nothing was"):
+        reference.require_sources_as_run(project, app, run)
+    (run / "run-config.json").unlink()  # no record of what ran: nothing is taken on trust
+    with pytest.raises(KernodeckError, match="sources changed during the reference run"):
+        reference.require_sources_as_run(project, app, run)
 
 
 def _result(tmp_path: Path, drift_: upgrade.Drift) -> upgrade.UpgradeResult:

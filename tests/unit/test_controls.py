@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from kernodeck.inenv import backend, controls, determinism, judge, reference, resume, tolerance
-from kernodeck.inenv._common import CheckFailed, Context
+from kernodeck.inenv._common import CheckFailed, Context, sha256_file
 
 NAN, INF = float("nan"), float("inf")
 COSINE = {"kind": "cosine", "dtype": "float32", "cosine-min": 0.9999, "max-abs": 1e-4}
@@ -172,7 +172,7 @@ def _ctx(tmp_path: Path, function: str, outputs: dict[str, Any], declared: dict[
         "project_root": str(tmp_path),
         "mode": "verify" if reference else "reference",
         "application": {"sample": str(sample), "criterion": {"file": "app.py", "function": function},
-                        "outputs": declared, "params": {}},
+                        "outputs": declared, "params": {}, "sources": {"app.py": sha256_file(tmp_path / "app.py")}},
         "reference": reference,
     }
     ctx = Context(config=config, out=tmp_path / "out")

@@ -8,10 +8,11 @@ is the in-env runner's configuration.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from kernodeck import tips
-from kernodeck._fs import sha256_file
+from kernodeck._fs import inenv_fingerprints, sha256_file
 from kernodeck.dossier import reference as refmod
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
 from kernodeck.project import application
@@ -85,7 +86,7 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
     app = ctx.declaration.application()
     if ctx.mode == "reference":
         run_config: dict[str, Any] = {"application": app.run_config(), "reference": None}
-        code_files = list(app.code)
+        code_files = list(app.sources)
     else:
         run_config, code_files = _against_reference(ctx, run, app)
     run.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs), "code": code_files}
@@ -99,7 +100,16 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
         run_config["determinism_records"] = int(det["max-records"])
     run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
                   sample_repeat=ctx.opts.sample_repeat, **ctx.opts.extra_config)
+    add_in_env_inputs(run_config, ctx.project.root, app)
     return run_config
+
+
+def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: application.Application) -> None:
+    """What the in-env side checks the code it runs against (verified bytes, a closed world): the declared sources'
+    fingerprints (``application.sources``, read now: with ``--allow-code-change`` they may differ from the
+    reference's) and Kernodeck's own in-env files' (``inenv_sha256``)."""
+    run_config["application"]["sources"] = app.fingerprints(root)
+    run_config.update(inenv_sha256=inenv_fingerprints())
 
 
 def declared_contract(ctx: RunContext, run: Run) -> Step | None:

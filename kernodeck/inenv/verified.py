@@ -1,0 +1,123 @@
+"""The application's code runs only from verified bytes: each file read once, its sha256 checked against the
+declared fingerprint, then compiled from exactly those bytes and executed. No ``__pycache__`` is read or written.
+
+Two ways the application's code is loaded, both here:
+
+- its entry and criterion files, by path (:func:`load_source`, through ``_common.load_file``);
+- the modules it imports itself from outside the env and the standard library (a ``src/`` it put on ``sys.path``):
+  :class:`ProjectSources`, ahead of the standard path finder, finds them as that finder does and loads them from
+  their source bytes; a bytecode file without source or a compiled extension there is never run.
+
+The import machinery's own source loader would read a timestamp-valid ``__pycache__/*.pyc`` instead of the source
+(``sys.dont_write_bytecode`` stops writing, not reading), so a planted one ran in place of the fingerprinted file.
+Kernodeck's own in-env files are loaded the same way by ``_package.py``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import types
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ._common import CheckFailed
+from .protocol import Layer
+
+TIP = "nox -s reference -- --new   (if the change is intended: a new reference for this code)"
+
+
+def read_verified(path: Path, sha256: str | None, shown: str) -> bytes:
+    """The file's bytes, read once; with a fingerprint, only when they are its bytes (CheckFailed otherwise)."""
+    source = path.read_bytes()
+    if sha256 is not None and hashlib.sha256(source).hexdigest() != sha256:
+        raise CheckFailed(
+            f"{shown} is not the file fingerprinted for this run (sha256 {sha256[:12]}...): it changed, so it is "
+            "not run",
+            Layer.APPLICATION,
+            {"file": shown, "expected_sha256": sha256, "tip": TIP},
+        )
+    return source
+
+
+def _run(module: types.ModuleType, source: bytes, path: Path) -> None:
+    exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)
+
+
+def load_source(path: Path, name: str, sha256: str | None = None, shown: str = "") -> types.ModuleType:
+    """The module ``name`` from the file ``path``: read once, checked against ``sha256`` when given, compiled from
+    those bytes; nothing is put on sys.path and no bytecode is read or written."""
+    if name in sys.modules:
+        return sys.modules[name]
+    source = read_verified(path, sha256, shown or path.name)
+    spec = importlib.util.spec_from_loader(name, loader=None, origin=str(path))
+    assert spec is not None
+    spec.has_location = True
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    try:
+        _run(module, source, path)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+class _SourceBytes(importlib.abc.Loader):
+    """One module of the project, from its source bytes (checked when the file is a declared source)."""
+
+    def __init__(self, sha256: str | None, shown: str) -> None:
+        self.sha256, self.shown = sha256, shown
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        assert module.__spec__ is not None and module.__spec__.origin is not None
+        path = Path(module.__spec__.origin)
+        _run(module, read_verified(path, self.sha256, self.shown), path)
+
+
+class ProjectSources(importlib.abc.MetaPathFinder):
+    """Imports from outside the env and the standard library (``trusted`` says which paths are theirs), found as the
+    standard path finder finds them, loaded from their verified source bytes instead of any bytecode."""
+
+    def __init__(self, trusted: Callable[[str], bool], expected: Mapping[str, str], shown: Callable[[str], str],
+                 active: Callable[[], bool]) -> None:
+        self.trusted, self.expected, self.shown, self.active = trusted, expected, shown, active
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not self.active():  # only the application's code (world.window) imports through here
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.origin is None or not spec.has_location:
+            return spec
+        origin = os.path.normpath(spec.origin)
+        if self.trusted(origin):
+            return spec
+        if isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            digest = self.expected.get(origin) or self.expected.get(os.path.realpath(origin))
+            spec.loader = _SourceBytes(digest, self.shown(origin))
+            spec.cached = None
+            return spec
+        what = "bytecode without its source" if origin.endswith(".pyc") else "compiled code"
+        raise CheckFailed(
+            f"the application imports {self.shown(origin)} ({what}, outside the env and the declared sources): "
+            "code that neither the lock nor a declared source describes is never run",
+            Layer.APPLICATION,
+            {"file": self.shown(origin), "module": fullname},
+        )
+
+
+def install(finder: ProjectSources) -> None:
+    """``finder`` ahead of the standard path finder, in place of an earlier one (another run's declarations)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ProjectSources)]
+    at = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder), len(sys.meta_path))
+    sys.meta_path.insert(at, finder)

@@ -1,0 +1,245 @@
+"""A closed world: every file the application opens or imports is accounted for, or the step that ran it fails.
+
+While the application's own code runs (its files loaded, its entry called, its criterion called: a :func:`window`),
+one audit hook (``sys.addaudithook``, installed once) records every file opened for reading (``open``: ``open()``,
+``os.open``, ``io.open_code`` of each imported source or bytecode file) and every file written. At the window's end,
+each file read is one of:
+
+- in the env (``sys.prefix``: every file there is the lock's, proven by the inventory step),
+- in the base interpreter's standard library (never its ``site-packages``: that is no part of a venv),
+- Kernodeck's in-env files (verified bytes, ``_package.py``), the system's pseudo-files (``/proc``, ``/sys``, ``/dev``)
+  and this run's dossier folder,
+- a declared source: ``code`` and ``data`` (globs accepted, each file fingerprinted into the reference), the sample,
+- written by the application in this run before it read it (its outputs, not inputs),
+
+or it is undeclared: the step fails naming the file and the declaration to add (``code`` for Python, ``data`` for
+anything else). Modules imported in the window whose file is none of these (a compiled extension in the project) are
+named too. Cheap by design: the hook returns at once outside a window and for any event but ``open``/``os.rename``,
+and drops a trusted path with one prefix test before anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from . import verified
+from ._common import CheckFailed, Context
+from .protocol import Layer
+
+HERE = str(Path(__file__).resolve().parent)
+PSEUDO = ("/proc", "/sys", "/dev")  # the system's state (the system step records it), not files of the application
+
+_ON = [False]
+_BY = [""]  # who runs now: "the entry", "the criterion"
+_READ: dict[str, str] = {}  # this window's files read: path -> who
+_WRITTEN: set[str] = set()  # every file written while the application ran, this process
+_INSTALLED = [False]
+_PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
+
+
+def _forms(path: str) -> set[str]:
+    return {os.path.normpath(os.path.abspath(path)), os.path.realpath(path)}
+
+
+def _roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(trusted prefixes, untrusted ones inside them): the env, the base stdlib less its site-packages, Kernodeck's
+    in-env folder, the pseudo file systems."""
+    env = _forms(sys.prefix) | _forms(sys.exec_prefix)
+    stdlib: set[str] = set()
+    for key in ("stdlib", "platstdlib"):
+        stdlib |= _forms(sysconfig.get_path(key))
+    trusted = env | stdlib | {HERE, *PSEUDO}
+    inside = {
+        os.path.join(lib, name)
+        for lib in stdlib
+        for name in ("site-packages", "dist-packages")
+        if not any((lib + os.sep).startswith(e + os.sep) for e in env)  # a venv's base: not the env's own
+    }
+    return tuple(t.rstrip(os.sep) + os.sep for t in trusted), tuple(u + os.sep for u in inside)
+
+
+TRUSTED, UNTRUSTED = _roots()
+
+
+def trusted(path: str) -> bool:
+    """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system."""
+    return path.startswith(TRUSTED) and not path.startswith(UNTRUSTED)
+
+
+def _path(file: Any) -> str | None:
+    try:
+        path = os.fsdecode(file)
+    except TypeError:
+        return None
+    return os.path.normpath(path if path.startswith(os.sep) else os.path.join(os.getcwd(), path))
+
+
+def _opened(file: Any, mode: Any, flags: Any) -> None:
+    if isinstance(file, int):
+        return  # an open file descriptor: its file was opened (and recorded) before
+    path = _path(file)
+    if path is None or trusted(path):
+        return
+    if isinstance(mode, str):
+        reads, writes = "r" in mode, any(c in mode for c in "wax+")
+    else:  # os.open: the flags say
+        flags = int(flags or 0)
+        access = flags & os.O_ACCMODE
+        reads = access != os.O_WRONLY and not flags & os.O_TRUNC
+        writes = access != os.O_RDONLY or bool(flags & (os.O_CREAT | os.O_TRUNC | os.O_APPEND))
+    if reads and path not in _WRITTEN and path not in _READ and os.path.isfile(path):
+        _READ[path] = _BY[0]
+    if writes:
+        _WRITTEN.add(path)
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if not _ON[0]:
+        return
+    if event == "open":
+        _opened(*args[:3])
+    elif event == "os.rename":  # also os.replace: a file written then moved into place is still an output
+        src, dst = _path(args[0]), _path(args[1])
+        if src in _WRITTEN and dst is not None:
+            _WRITTEN.add(dst)
+
+
+def _install() -> None:
+    if not _INSTALLED[0]:
+        sys.addaudithook(_hook)
+        _INSTALLED[0] = True
+
+
+def declared(ctx: Context) -> dict[str, str]:
+    """The declared sources as absolute paths: ``code`` and ``data`` files with their sha256, the sample (no digest
+    here: load_sample checks it)."""
+    if "declared_sources" not in ctx.state:
+        root = Path(ctx.config["project_root"])
+        app = ctx.config["application"]
+        found: dict[str, str] = {}
+        for rel, digest in [*(app.get("sources") or {}).items(), (app["sample"], "")]:
+            for form in _forms(str(root / rel)):  # as given and resolved: a root reached through a link
+                found.setdefault(form, str(digest))
+        ctx.state["declared_sources"] = found
+    result: dict[str, str] = ctx.state["declared_sources"]
+    return result
+
+
+def _shown(root: Path) -> Any:
+    """A path as a message names it: relative to the project root (as given or resolved) when inside it."""
+    roots = sorted(_forms(str(root)))
+
+    def shown(path: str) -> str:
+        for base in roots:
+            rel = os.path.relpath(path, base)
+            if not rel.startswith(".."):
+                return Path(rel).as_posix()
+        return path
+
+    return shown
+
+
+def finder(ctx: Context) -> verified.ProjectSources:
+    """The import finder for the application's own modules, expecting the declared fingerprints."""
+    sources = {path: digest for path, digest in declared(ctx).items() if digest}
+    return verified.ProjectSources(trusted, sources, _shown(Path(ctx.config["project_root"])), lambda: _ON[0])
+
+
+@contextmanager
+def window(ctx: Context, who: str) -> Iterator[None]:
+    """The application's code runs inside: what it reads is recorded; on a normal exit, anything undeclared fails."""
+    if _ON[0]:  # nested (the entry's file loaded while its call is recorded): the outer window judges
+        yield
+        return
+    _install()
+    verified.install(finder(ctx))
+    before = set(sys.modules)
+    _READ.clear()
+    _BY[0], _ON[0] = who, True
+    try:
+        yield
+    finally:
+        _ON[0] = False
+    judge(ctx, who, {name for name in sys.modules if name not in before})
+
+
+def _declaration(rel: str) -> str:
+    return "code" if rel.endswith((".py", ".pyc", ".so", ".pyd")) else "data"
+
+
+def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
+    """Each file read in the window (or imported in it) that is not trusted, declared, written this run or in the
+    run's folder: ``{"file", "how", "by", "declare"}``."""
+    known = declared(ctx)
+    out_dir = str(ctx.out.resolve()) + os.sep
+    root = Path(ctx.config["project_root"])
+    shown = _shown(root)
+    modules = {}
+    for name in new_modules:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(file, str):
+            modules[os.path.normpath(os.path.abspath(file))] = name
+    found: dict[str, dict[str, str]] = {}
+    candidates = {**{p: _BY[0] for p in modules}, **_READ}
+    for path, by in candidates.items():
+        if trusted(path) or path in known or path in _WRITTEN or path.startswith(out_dir):
+            continue
+        if os.path.realpath(path) in known or trusted(os.path.realpath(path)):
+            continue
+        rel = shown(path)
+        found[path] = {"file": rel, "how": "imported" if path in modules else "opened", "by": by or "the application",
+                       "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
+    return [found[p] for p in sorted(found)]
+
+
+def _advice(files: list[dict[str, str]]) -> str:
+    asks = [f"{key} = {json_list([f['file'] for f in files if f['declare'] == key])}"
+            for key in ("code", "data") if any(f["declare"] == key for f in files)]
+    advice = []
+    if asks:
+        advice.append(f"declare {' and '.join(asks)} in [tool.kernodeck.application] "
+                      '(globs accepted, e.g. "src/mypkg/**/*.py")')
+    if any(f["declare"] == "outside the project" for f in files):
+        advice.append("a file outside the project and the env cannot be declared: move it into the project and "
+                      "declare it, or ship it in a package the lock pins")
+    return "; ".join(advice)
+
+
+def json_list(items: list[str]) -> str:
+    return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+
+
+def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
+    """The window's verdict: CheckFailed naming every undeclared file and the declaration to add."""
+    files = strangers(ctx, new_modules)
+    if not files:
+        return
+    named = ", ".join(f"{f['file']} ({f['how']})" for f in files[:8]) + (" ..." if len(files) > 8 else "")
+    tip = "nox -s reference -- --new   (after declaring them: the reference then fingerprints them)"
+    verdict = CheckFailed(
+        f"{who} read files that are not declared sources: {named}: {_advice(files)}",
+        Layer.APPLICATION,
+        {"undeclared": files, "tip": tip},
+    )
+    _PENDING.append(verdict)
+    raise verdict
+
+
+def settle() -> None:
+    """Called by the step loop when a step's code returned: a verdict of this step that its own code swallowed (a
+    control that counts any error of the criterion as a rejection, the margin search) still fails the step."""
+    pending = list(_PENDING)
+    _PENDING.clear()
+    if pending:
+        raise pending[0]
+
+
+def forget() -> None:
+    """Called by the step loop before a step: the verdicts of an earlier step were reported with it."""
+    _PENDING.clear()

@@ -1,0 +1,298 @@
+"""Code runs only from verified bytes, in a closed world (kernodeck/inenv/_package.py, verified.py, world.py).
+
+Each case runs the in-env side as the runner does (this folder loaded by path as ``kernodeck_inenv``), in a new
+process of this interpreter (numpy is all it needs: the env's place is taken by this venv), on a tiny project in
+tmp_path: a planted timestamp-valid ``.pyc`` never runs (with the control that the plain import path runs it), and
+every file the application reads is the env's, the stdlib's or declared, or its step fails naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernodeck._fs import inenv_fingerprints
+from kernodeck.project import application
+from tests.planted import PLANT, plant_pyc
+
+ROOT = Path(__file__).resolve().parents[2]
+INENV = ROOT / "kernodeck" / "inenv"
+
+
+def _python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
+    return subprocess.run([sys.executable, "-I", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+# --- 1. verified bytes ----------------------------------------------------------------------------------------------
+
+
+def test_a_planted_pyc_of_the_entry_never_runs_and_the_plain_import_path_would_run_it(tmp_path: Path) -> None:
+    app = tmp_path / "checks" / "app.py"
+    app.parent.mkdir()
+    app.write_text("def run(app):\n    return 'source'\n")
+    marker = tmp_path / "marker"
+    plant_pyc(app, PLANT.format(marker=str(marker)))
+    digest = hashlib.sha256(app.read_bytes()).hexdigest()
+
+    control = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('app', sys.argv[1]); "
+               "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)")
+    assert _python("-c", control, str(app), cwd=tmp_path).returncode == 0
+    assert marker.is_file()  # the control: the old way (spec_from_file_location + exec_module) ran the .pyc
+    marker.unlink()
+
+    ours = ("import runpy, sys; from pathlib import Path; runpy.run_path(sys.argv[1]);"
+            " from kernodeck_inenv._common import load_file;"
+            " print(load_file(Path(sys.argv[2]), 'user_app', sys.argv[3]).run(None))")
+    done = _python("-c", ours, str(INENV / "_package.py"), str(app), digest, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "source" and not marker.exists()
+
+    # The bytes are checked against the fingerprint: another file's digest refuses it, nothing of it runs.
+    app.write_text(PLANT.format(marker=str(marker)) + app.read_text())
+    done = _python("-c", ours, str(INENV / "_package.py"), str(app), digest, cwd=tmp_path)
+    assert done.returncode != 0 and "is not the file fingerprinted for this run" in done.stderr
+    assert not marker.exists()
+
+
+def _inenv_copy(tmp_path: Path) -> Path:
+    """Kernodeck's in-env folder as it reaches an env (a checkout, or an installed distribution's site-packages)."""
+    folder = tmp_path / "inenv"
+    folder.mkdir()
+    for path in INENV.glob("*.py"):
+        shutil.copy2(path, folder / path.name)
+    return folder
+
+
+def test_a_planted_pyc_of_an_inenv_module_never_runs_and_the_plain_import_path_would_run_it(tmp_path: Path) -> None:
+    folder = _inenv_copy(tmp_path)
+    marker = tmp_path / "marker"
+    plant_pyc(folder / "tolerance.py", PLANT.format(marker=str(marker)))
+
+    control = "import sys; sys.path.insert(0, sys.argv[1]); import inenv.tolerance"
+    assert _python("-c", control, str(tmp_path), cwd=tmp_path).returncode == 0
+    assert marker.is_file()  # the control: a plain import of the package ran the planted bytecode
+    marker.unlink()
+
+    ours = ("import runpy, sys, json; runpy.run_path(sys.argv[1]); import kernodeck_inenv.tolerance as t;"
+            " sources = sys.modules['kernodeck_inenv'].__loader__; sources.expect(json.loads(sys.argv[2]));"
+            " print(t.__file__)")
+    expected = json.dumps(inenv_fingerprints())
+    done = _python("-c", ours, str(folder / "_package.py"), expected, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(folder / "tolerance.py") and not marker.exists()
+    assert not list(folder.glob("__pycache__/_common*"))  # nothing written either
+
+    # The orchestrator's fingerprints are checked: a sibling that is not those bytes is refused, by name.
+    (folder / "tolerance.py").write_text((folder / "tolerance.py").read_text() + "\n# changed\n")
+    done = _python("-c", ours, str(folder / "_package.py"), expected, cwd=tmp_path)
+    assert done.returncode != 0 and "tolerance.py" in done.stderr and "not the bytes the orchestrator" in done.stderr
+
+
+def test_the_run_config_carries_every_inenv_file_fingerprint() -> None:
+    found = inenv_fingerprints()
+    assert {"runner.py", "_package.py", "verified.py", "world.py", "tolerance.py"} <= set(found)
+    assert found["world.py"] == hashlib.sha256((INENV / "world.py").read_bytes()).hexdigest()
+
+
+def test_the_runner_checks_the_inenv_files_against_the_run_configs_fingerprints(tmp_path: Path) -> None:
+    config = {"steps": [], "project_root": str(tmp_path), "application": {"sample": "s.jsonl"}, "reference": None,
+              "inenv_sha256": inenv_fingerprints()}
+    (tmp_path / "run-config.json").write_text(json.dumps(config))
+    argv = [str(INENV / "runner.py"), "--config", str(tmp_path / "run-config.json")]
+    done = _python(*argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    # the negative: one fingerprint that is not the file's bytes stops the runner before any step, naming the file
+    config["inenv_sha256"] = {**config["inenv_sha256"], "runner.py": "0" * 64}
+    (tmp_path / "run-config.json").write_text(json.dumps(config))
+    done = _python(*argv, cwd=tmp_path)
+    assert done.returncode == 1 and "in-env file(s) runner.py" in done.stderr and "not the bytes" in done.stderr
+
+
+@pytest.mark.parametrize("script", ["compare_outputs.py", "drift.py"])
+def test_the_other_inenv_scripts_check_their_fingerprints_too(tmp_path: Path, script: str) -> None:
+    """Every script run by path takes the orchestrator's fingerprints the same way (runner.py above; calibrate.py and
+    resume.py's worker through the same call): the right ones run, one wrong one stops it before its work."""
+    def run(fingerprints: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        config: dict[str, Any] = {"outputs": {}, "inenv_sha256": fingerprints}
+        config.update({"a": str(tmp_path), "b": str(tmp_path)} if script == "compare_outputs.py"
+                      else {"dossiers": [], "result": str(tmp_path / "pairwise.json")})
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        args = [str(tmp_path / "config.json")] if script == "compare_outputs.py" else ["--config",
+                                                                                     str(tmp_path / "config.json")]
+        return _python(str(INENV / script), *args, cwd=tmp_path)
+
+    good = run(inenv_fingerprints())
+    assert good.returncode == 0, good.stderr
+    bad = run({**inenv_fingerprints(), "tolerance.py": "0" * 64})
+    assert bad.returncode != 0 and "in-env file(s) tolerance.py" in bad.stderr
+
+
+# --- 2. a closed world ----------------------------------------------------------------------------------------------
+
+HARNESS = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+import numpy as np
+from kernodeck_inenv import application, controls, world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+try:
+    world.forget()
+    run = application._function(ctx, config["application"]["entry"], "entry")
+    run(None)
+    crit = application._function(ctx, config["application"]["criterion"], "criterion")
+    if "--controls" in sys.argv:  # the criterion only on corruptions, through the controls (as judge.criterion)
+        judge = lambda outputs: tuple(application._judge(crit, outputs, [{"id": "a"}], {}, Path(config["project_root"])
+                                                          ).get(k) for k in ("passed", "summary"))
+        print(json.dumps(controls.criterion_controls(judge, {"x": np.zeros((1, 2))})), file=sys.stderr)
+    else:
+        application._judge(crit, {}, [{"id": "a"}], {}, Path(config["project_root"]))
+    world.settle()  # as the step loop does once the step's code returned
+    print(json.dumps({"status": "passed"}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc), "details": exc.details}))
+"""
+
+APP = """import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+def run(app):
+    sys.path.insert(0, str(ROOT / "src"))
+    import mypkg.util
+
+    (ROOT / "scratch.txt").write_text("written by the entry")  # its own output, then read: not an input
+    assert (ROOT / "scratch.txt").read_text() == "written by the entry"
+    return mypkg.util.VALUE
+
+
+def criterion(outputs, ids, records, params):
+    labels = (ROOT / "data" / "extra.csv").read_text()
+    return {"passed": bool(labels), "summary": labels.strip()}
+"""
+
+
+def _closed_project(tmp_path: Path, **declared: list[str]) -> dict[str, Any]:
+    root = tmp_path / "project"
+    (root / "src" / "mypkg").mkdir(parents=True)
+    (root / "data").mkdir()
+    (root / "app.py").write_text(APP)
+    (root / "src" / "mypkg" / "__init__.py").write_text("")
+    (root / "src" / "mypkg" / "util.py").write_text("VALUE = 1\n")
+    (root / "data" / "extra.csv").write_text("label\n1\n")
+    (root / "sample.jsonl").write_text('{"id": "a"}\n')
+    table = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", **declared,
+             "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
+    app = application.from_table(table, root)
+    config = {"project_root": str(root), "application": {**app.run_config(), "sample": str(root / "sample.jsonl"),
+                                                          "sources": app.fingerprints(root)}}
+    return config
+
+
+def _run(tmp_path: Path, config: dict[str, Any], *flags: str) -> dict[str, Any]:
+    (tmp_path / "harness.py").write_text(HARNESS)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir(exist_ok=True)
+    done = _python(str(tmp_path / "harness.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), *flags, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_declared_globs_are_accepted(tmp_path: Path) -> None:
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    assert set(config["application"]["sources"]) == {"app.py", "src/mypkg/__init__.py", "src/mypkg/util.py",
+                                                     "data/extra.csv"}
+    assert _run(tmp_path, config) == {"status": "passed"}
+
+
+def test_a_project_reached_through_a_link_is_judged_by_its_files(tmp_path: Path) -> None:
+    """The application resolves its own paths (``Path(__file__).resolve()``) while the root is given through a link
+    (macOS's /tmp, a mounted checkout): the same files, so the declared ones pass and are still checked."""
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    link = tmp_path / "link"
+    link.symlink_to(config["project_root"], target_is_directory=True)
+    linked = _closed_project(tmp_path / "again", code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    linked["project_root"] = str(link)
+    linked["application"]["sample"] = str(link / "sample.jsonl")
+    assert _run(tmp_path, linked) == {"status": "passed"}
+    (Path(config["project_root"]) / "src/mypkg/util.py").write_text("VALUE = 2\n")  # not the fingerprinted bytes
+    result = _run(tmp_path, linked)
+    assert result["status"] == "failed" and result["error"].startswith("src/mypkg/util.py is not the file fingerp")
+
+
+def test_an_undeclared_project_module_imported_through_sys_path_is_refused(tmp_path: Path) -> None:
+    result = _run(tmp_path, _closed_project(tmp_path, data=["data/extra.csv"]))
+    assert result["status"] == "failed"
+    assert result["error"].startswith("the entry read files that are not declared sources:")
+    assert "src/mypkg/util.py (imported)" in result["error"] and "src/mypkg/__init__.py (imported)" in result["error"]
+    assert 'code = ["src/mypkg/__init__.py", "src/mypkg/util.py"]' in result["error"]
+    assert "scratch.txt" not in result["error"]  # written by the application in this run: an output
+    assert {f["declare"] for f in result["details"]["undeclared"]} == {"code"}
+
+
+def test_an_undeclared_csv_opened_by_the_criterion_is_refused(tmp_path: Path) -> None:
+    result = _run(tmp_path, _closed_project(tmp_path, code=["src/mypkg/*.py"]))
+    assert result["status"] == "failed"
+    assert result["error"].startswith("the criterion read files that are not declared sources: data/extra.csv (opened)")
+    assert 'declare data = ["data/extra.csv"]' in result["error"]
+
+
+def test_a_verdict_swallowed_by_the_controls_still_fails_the_step(tmp_path: Path) -> None:
+    """The able-to-fail controls count any error of the criterion as a rejection: the closed world's verdict is one
+    the step loop settles all the same (world.settle), so reading an undeclared file there is no way around it."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    result = _run(tmp_path, config, "--controls")
+    assert result["status"] == "failed" and "the criterion read files" in result["error"]
+    assert "data/extra.csv (opened)" in result["error"]
+    config = _closed_project(tmp_path / "declared", code=["src/mypkg/*.py"], data=["data/extra.csv"])
+    assert _run(tmp_path, config, "--controls") == {"status": "passed"}  # the control: declared, it passes
+
+
+def test_a_planted_pyc_of_a_declared_project_module_never_runs(tmp_path: Path) -> None:
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    marker = tmp_path / "marker"
+    plant_pyc(Path(config["project_root"]) / "src/mypkg/util.py", PLANT.format(marker=str(marker)))
+    assert _run(tmp_path, config) == {"status": "passed"}
+    assert not marker.exists()
+    # A declared module changed after it was fingerprinted is not run.
+    util = Path(config["project_root"]) / "src/mypkg/util.py"
+    util.write_text(PLANT.format(marker=str(marker)) + "VALUE = 2\n")
+    result = _run(tmp_path, config)
+    assert result["status"] == "failed" and "src/mypkg/util.py is not the file fingerprinted" in result["error"]
+    assert not marker.exists()
+
+
+def test_project_bytecode_without_source_is_never_imported(tmp_path: Path) -> None:
+    """A sourceless ``mypkg/util.pyc`` (the import machinery runs such a file when no ``util.py`` is there): refused at
+    the import, before it runs, naming the file."""
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    util = Path(config["project_root"]) / "src/mypkg/util.py"
+    marker = tmp_path / "marker"
+    util.write_text(PLANT.format(marker=str(marker)) + "VALUE = 1\n")
+    compiled = plant_pyc(util, "")
+    compiled.rename(util.with_suffix(".pyc"))
+    util.unlink()
+    result = _run(tmp_path, config)
+    assert result["status"] == "failed" and not marker.exists()
+    assert "imports src/mypkg/util.pyc (bytecode without its source" in result["error"]
+
+
+def test_a_glob_that_matches_nothing_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(application.ConfigError, match="matches no file"):
+        _closed_project(tmp_path, code=["src/other/**/*.py"])
