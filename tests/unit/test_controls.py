@@ -509,3 +509,41 @@ def test_resume_with_a_nan_loss_is_non_finite(built_project: Path, tmp_path: Pat
 
     out = in_env(built_project, RESUME_WITH_NAN, str(tmp_path / "resume"))
     assert out == {"passed": False, "non_finite": ["uninterrupted step 3"], "diverged": 3}
+
+
+@pytest.mark.parametrize("where", [".", "examples/digits", "examples/regression"])
+def test_the_examples_criteria_pass_the_bar_on_their_committed_references(where: str) -> None:
+    """Issue 29: each shipped criterion fails the permuted rows AND the noise on its own reference outputs (numpy only,
+    the criterion loaded by its path), and some perturbation of its outputs breaks it."""
+    import importlib.util
+    import tomllib
+
+    from tests.conftest import ROOT
+
+    project = ROOT / where
+    table = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]
+    app = table["application"]
+    file, function = app["criterion"].split(":")
+    spec = importlib.util.spec_from_file_location(f"kernodeck_test_{project.name}_app", project / file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    records = [json.loads(line) for line in (project / app["sample"]).read_text(encoding="utf-8").splitlines()
+               if line.strip()]
+    ids = [str(r["id"]) for r in records]
+    outputs = {name: np.load(project / "dossier/reference" / f"{name}.npy") for name in app["outputs"]}
+
+    def judged(outs: dict[str, Any]) -> tuple[bool, str]:
+        answer = getattr(module, function)({k: v.copy() for k, v in outs.items()}, ids, records, app["params"])
+        return bool(answer["passed"]), str(answer["summary"])
+
+    assert judged(outputs)[0] is True
+    found = controls.criterion_controls(judged, outputs)
+    assert found["cannot_see"] == [] and {"permuted", "noise"} <= set(found["failed"]), found
+    assert found["able_to_fail"] is True
+    from kernodeck.inenv import margin
+
+    broken = [name for name, decl in app["outputs"].items()
+              if margin.margin_of(name, decl, outputs, ids, lambda outs: judged(outs)[0], stand_in=False,
+                                  first=judge.POWER_FIRST, bisections=judge.POWER_BISECTIONS).get("found")]
+    assert broken, "no perturbation of any output breaks the criterion"
