@@ -149,7 +149,7 @@ def _unable(found: dict[str, Any]) -> str:
         text += f"; it fails only {', '.join(controls.WHAT[how] for how in failed)}"
     margins = found.get("noise_margin") or {}
     if margins and not any(m.get("found") for m in margins.values()):
-        text += "; no added noise up to 1000x the outputs' RMS (no rows changed) breaks it"
+        text += "; no perturbation of an output breaks it (added noise up to 1000x its RMS, or every label changed)"
     return text
 
 

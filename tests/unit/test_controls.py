@@ -285,8 +285,8 @@ def test_criterion_step_shows_its_power_and_refuses_one_that_sees_only_a_constan
     error = str(caught.value)
     assert error.startswith("the criterion is unable to fail: it cannot see rows permuted against their ids (it "
                             "passed them: finite, one row per id, some spread); the outputs replaced by noise"), error
-    assert error.endswith("; it fails only the outputs replaced by a constant; no added noise up to 1000x the "
-                          "outputs' RMS (no rows changed) breaks it"), error
+    assert error.endswith("; it fails only the outputs replaced by a constant; no perturbation of an output breaks "
+                          "it (added noise up to 1000x its RMS, or every label changed)"), error
     assert caught.value.layer == "application" and "permuted against their ids" in caught.value.details["tip"]
     assert caught.value.details["controls"]["noise_margin"]["labels"]["found"] is False
 
