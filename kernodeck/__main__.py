@@ -1,7 +1,8 @@
 """Command line: ``python -m kernodeck <command>``. The nox sessions are thin wrappers over these commands.
 
 It parses and calls (the commands live in :mod:`kernodeck.cli`, one module per group) and is the single error
-boundary: a :class:`KernodeckError` becomes one ``ERROR:`` line and one ``TIP:`` line.
+boundary: a :class:`KernodeckError` becomes one ``ERROR:`` line and one ``TIP:`` line (a command line argparse
+refuses too: :class:`kernodeck.errors.UsageError`, exit 2).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from kernodeck.cli.dispatch import build_parser as build_parser
-from kernodeck.cli.dispatch import dispatch
+from kernodeck.cli.dispatch import dispatch, parse
 from kernodeck.cli.locking import RESOLVERS as RESOLVERS
 from kernodeck.errors import KernodeckError
 from kernodeck.exitcodes import ExitCode
@@ -17,9 +18,8 @@ from kernodeck.sources import redact_text
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        return dispatch(args)
+        return dispatch(parse(argv))
     except KernodeckError as exc:
         print(redact_text(f"ERROR: {exc}"), file=sys.stderr)
         if exc.tip:

@@ -22,6 +22,15 @@ class KernodeckError(Exception):
             self.tip = tip
 
 
+class UsageError(KernodeckError):
+    """A command line argparse refuses (an unknown option, a value not among the choices): one ERROR line, not the
+    usage text."""
+
+    def __init__(self, command: str | None, problem: str) -> None:
+        super().__init__(f"kernodeck{' ' + command if command else ''}: {problem}")
+        self.tip = tips.usage(command)
+
+
 class ConfigError(KernodeckError):
     tip = "check [tool.kernodeck] in pyproject.toml"
 

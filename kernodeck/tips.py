@@ -20,6 +20,14 @@ def nox(session: str, *args: str) -> str:
     return f"nox -s {session}" + (f" -- {' '.join(args)}" if args else "")
 
 
+def usage(command: str | None) -> str:
+    """The help of ``command`` (of every command without one): a session any project has through nox, the others'
+    (init, and sbom and audit, which are sessions of Kernodeck's own noxfile only) directly."""
+    if command in SESSIONS:
+        return nox(command, "--help")
+    return f"python -m kernodeck {command} --help" if command else "python -m kernodeck --help"
+
+
 # The TIPs most errors give, named once.
 LOCK = nox("lock")
 LOCK_CHECK = nox("lock", "--check")

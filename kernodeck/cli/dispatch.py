@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from kernodeck import __version__
 from kernodeck.cli import dossiers, locking, running
 from kernodeck.cli.common import Command, Parser
+from kernodeck.errors import UsageError
 from kernodeck.project.config import load_project
 
 DESCRIPTION = (
@@ -27,14 +29,31 @@ PARSERS: dict[str, Parser] = {**locking.PARSERS, **running.PARSERS, **dossiers.P
 COMMANDS: dict[str, Command] = {**locking.COMMANDS, **running.COMMANDS, **dossiers.COMMANDS}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose refusals go through the one error boundary (ERROR + TIP, exit 2) instead of printing
+    the usage text; each command's parser is one too (argparse makes subparsers of the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self.prog.removeprefix("kernodeck").strip() or None, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kernodeck", description=DESCRIPTION, epilog=EPILOG)
+    parser = _Parser(prog="kernodeck", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"kernodeck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in ORDER:
         help_, add_options = PARSERS[name]
         add_options(sub.add_parser(name, help=help_))
     return parser
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line parsed, or UsageError naming the command it was for (an unknown option of ``verify`` is
+    refused as verify's, with verify's help as the TIP)."""
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:
+        raise UsageError(args.command, f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ refuses a tolerance loose enough to flip a nearest neighbour."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 import subprocess
@@ -143,7 +144,9 @@ def build_manifest(
         "inventory": "inventory.txt",
         "system": "system.json",
     }
-    manifest["provenance"] = {**git_revision(project.root), "previous_id": previous or ""}
+    # when it was made (UTC): the lineage a verify shows, and how a rollback to an older reference is seen
+    created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    manifest["provenance"] = {**git_revision(project.root), "previous_id": previous or "", "created": created}
     manifest["id"] = identity(manifest)
     return manifest
 

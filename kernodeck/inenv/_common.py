@@ -71,6 +71,14 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (a list is an array)."""
+    for kind, name in ((bool, "boolean"), (str, "string"), (list, "array"), (int | float, "number")):
+        if isinstance(value, kind):
+            return name
+    return "null"
+
+
 def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
     """The identified sample: one JSON object per line, each with a unique string ``id`` (the rest is the app's)."""
     try:
@@ -83,6 +91,7 @@ def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
             f"sample {path.name} differs from the reference's fingerprint (sha256 {sha256[:12]}...)", Layer.DATA_LOADING
         )
     items = []
+    first_line: dict[str, int] = {}  # each id's line: a duplicate is named with both lines
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
@@ -90,12 +99,22 @@ def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
             raise CheckFailed(f"{path.name}:{number}: not JSON: {exc}", Layer.DATA_LOADING) from exc
-        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-            raise CheckFailed(f"{path.name}:{number}: each line needs a string field id", Layer.DATA_LOADING)
+        if not isinstance(item, dict):
+            raise CheckFailed(
+                f"{path.name}:{number}: not a JSON object but a JSON {_json_kind(item)} (each line is an object with "
+                'a string field "id")',
+                Layer.DATA_LOADING,
+            )
+        if not isinstance(item.get("id"), str):
+            found = f"its id is {json.dumps(item['id'])}" if "id" in item else "it has no field id"
+            raise CheckFailed(f"{path.name}:{number}: each line needs a string field id ({found})", Layer.DATA_LOADING)
+        if item["id"] in first_line:
+            raise CheckFailed(
+                f"{path.name}:{number}: duplicate id {json.dumps(item['id'])} (first on line {first_line[item['id']]})",
+                Layer.DATA_LOADING,
+            )
+        first_line[item["id"]] = number
         items.append(item)
-    ids = [i["id"] for i in items]
-    if len(set(ids)) != len(ids):
-        raise CheckFailed(f"{path.name}: duplicate ids", Layer.DATA_LOADING)
     if not items:
         raise CheckFailed(f"{path.name}: empty sample", Layer.DATA_LOADING)
     return items

@@ -1,8 +1,10 @@
 """Negative controls run beside the real checks: a check that cannot fail proves nothing (stdlib + numpy only).
 
 - The criterion is also run on generic corruptions of the reference outputs (:func:`corruptions`): rows permuted
-  against their ids by a fixed seed, noise of the same scale, a constant. It must fail on at least one; a criterion
-  that passes them all is *unable to fail*.
+  against their ids by a fixed seed, noise of the same scale, a constant. It must fail on the first two
+  (``REQUIRED``): a criterion that passes either cannot see it, and is *unable to fail* even where it fails the
+  constant (a check of the spread alone sees that one). Its margin against added noise is measured beside
+  (judge.py, with margin.py's search: the one calibrate runs).
 - Each declared tolerance is shown able to fail: the reference with one value moved just past it
   (:func:`moved_past`) must fail the very comparison code the compare step uses (``tolerance.compare``).
 - Every numeric verdict here and in the other steps treats NaN and Inf as a failure named "non-finite": a
@@ -19,6 +21,16 @@ import numpy as np
 
 SEED = 20260  # the corruptions are the same on every machine and every run
 CORRUPTIONS = ("permuted", "noise", "constant")
+# What a criterion must fail to be able to fail: rows moved against their ids (it must tie each row to its input) and
+# the outputs replaced by noise of their own mean and standard deviation (it must judge the values). The constant
+# alone is trivial: finiteness, a row count and a spread above zero see it and nothing else.
+REQUIRED = ("permuted", "noise")
+WHAT = {
+    "permuted": "rows permuted against their ids",
+    "noise": "the outputs replaced by noise of their own mean and standard deviation",
+    "constant": "the outputs replaced by a constant",
+}
+CANDIDATES = 16  # fixed-seed permutations tried: the one moving the most rows' values is the corruption
 
 
 def exceeds(value: float, limit: float) -> bool:
@@ -67,30 +79,73 @@ def corrupt(arr: Any, how: str, rng: Any) -> Any:
     raise ValueError(f"unknown corruption {how!r}")
 
 
+def _moved_rows(outputs: dict[str, Any], order: Any) -> int:
+    """How many rows ``order`` gives another value in at least one output (a row swapped with an equal one is not)."""
+    moved = np.zeros(len(order), dtype=bool)
+    for arr in outputs.values():
+        flat = np.asarray(arr).reshape(len(order), -1)
+        moved |= ~(flat[order] == flat).all(axis=1)
+    return int(moved.sum())
+
+
+def permutation(outputs: dict[str, Any]) -> Any | None:
+    """The rows' permutation of the ``permuted`` corruption, one for every output: of CANDIDATES fixed-seed
+    permutations (never the identity), the first that moves the most rows' values. Few distinct labels make a random
+    permutation swap many equal rows, which any criterion would rightly pass. None: the outputs' rows differ in
+    number (each is then permuted on its own)."""
+    sizes = {np.asarray(arr).shape[0] if np.asarray(arr).ndim else -1 for arr in outputs.values()}
+    if len(sizes) != 1 or min(sizes) < 1:
+        return None
+    rows = sizes.pop()
+    rng = np.random.default_rng(SEED)
+    best, most = None, -1
+    for _ in range(CANDIDATES):
+        order = _permutation(rows, rng)
+        moved = _moved_rows(outputs, order)
+        if moved > most:
+            best, most = order, moved
+    return best
+
+
 def corruptions(outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each corruption applied to every output at once (one seed, the same permutation for every output)."""
     found: dict[str, dict[str, Any]] = {}
+    order = permutation(outputs)
     for how in CORRUPTIONS:
         rng = np.random.default_rng(SEED)
+        if how == "permuted" and order is not None:
+            found[how] = {name: np.asarray(arr)[order] for name, arr in outputs.items()}
+            continue
         found[how] = {name: corrupt(arr, how, rng if how != "permuted" else np.random.default_rng(SEED))
                       for name, arr in outputs.items()}
     return found
 
 
+def _same(a: Any, b: Any) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 def criterion_controls(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[str, Any]) -> dict[str, Any]:
     """Run ``judge`` (the criterion: outputs -> (passed, summary)) on each corruption of ``outputs``.
 
-    A corruption the criterion raises on counts as failed (it did not say passed). ``able_to_fail`` is whether at
-    least one corruption failed.
+    A corruption the criterion raises on counts as failed (it did not say passed). ``cannot_see``: the REQUIRED
+    corruptions it passed (one that leaves every output bitwise unchanged, e.g. one row permuted, does not apply and
+    is not required). ``able_to_fail``: it failed at least one corruption and cannot_see is empty.
     """
     results: dict[str, Any] = {}
     for how, corrupted in corruptions(outputs).items():
+        applies = not all(_same(corrupted[name], arr) for name, arr in outputs.items())
         try:
             passed, summary = judge(corrupted)
         except Exception as exc:  # the criterion's own error on garbage: it did not pass
             passed, summary = False, f"raised {type(exc).__name__}: {exc}"
-        results[how] = {"passed": bool(passed), "summary": " ".join(str(summary).split())[:200]}
-    return {"corruptions": results, "able_to_fail": any(not r["passed"] for r in results.values())}
+        results[how] = {"passed": bool(passed), "summary": " ".join(str(summary).split())[:200],
+                        "required": how in REQUIRED, "applies": applies}
+    failed = [how for how, r in results.items() if not r["passed"]]
+    cannot_see = [how for how in REQUIRED if results[how]["applies"] and results[how]["passed"]]
+    return {"corruptions": results, "failed": failed, "cannot_see": cannot_see,
+            "able_to_fail": bool(failed) and not cannot_see}
 
 
 # --- tolerances ------------------------------------------------------------------------------------------------------

@@ -108,18 +108,60 @@ def compare(ctx: Context) -> dict[str, Any]:
 
 
 CRITERION_TIP = (
-    "make the criterion judge the outputs (it must fail on rows permuted against their ids, noise or a constant), "
-    "then: nox -s reference -- --new"
+    "make the criterion judge the outputs against the sample (it must fail on rows permuted against their ids and on "
+    "noise of the outputs' own scale, not only on a constant), then: nox -s reference -- --new"
 )
+# The criterion's margin against added noise (margin.py's search, the one calibrate runs): from 1e-6 x the output's
+# RMS (float32's resolution is ~1e-7 of it), bracketed within 2% (7 halvings of a x10 bracket): ~15 criterion calls
+# per output.
+POWER_FIRST = 1e-6
+POWER_BISECTIONS = 7
+
+
+def _noise_margins(ctx: Context, judge: Any, base: dict[str, Any]) -> dict[str, Any]:
+    """Each output's smallest perturbation (the others as they are) that breaks the criterion: added Gaussian noise
+    in units of the output's RMS for a float output, rows given another value for a label output."""
+    from . import margin
+
+    ids = _ids(sample(ctx))
+    found: dict[str, Any] = {}
+    for name, decl in _app_cfg(ctx)["outputs"].items():
+        rec = margin.margin_of(name, decl, base, ids, lambda outputs: bool(judge(outputs)[0]), stand_in=False,
+                               first=POWER_FIRST, bisections=POWER_BISECTIONS)
+        if rec.get("found"):
+            found[name] = {"found": True, "perturbation": rec["perturbation"], "breaks_at": rec["search"]["fails"],
+                           "passes_at": rec["search"]["passes"], "evaluations": rec["search"]["evaluations"],
+                           "distances": rec["fails"]}
+        else:
+            found[name] = {"found": False, "why": rec.get("why", "")}
+    return found
+
+
+def _unable(found: dict[str, Any]) -> str:
+    """What a criterion unable to fail cannot see, each with its own answer, and the little it does see."""
+    from . import controls
+
+    results, failed = found["corruptions"], found["failed"]
+    blind = [how for how, r in results.items() if r["passed"] and (how in found["cannot_see"] or not failed)]
+    text = "the criterion is unable to fail: it cannot see " + "; ".join(
+        f"{controls.WHAT[how]} (it passed them: {results[how]['summary'] or 'passed'})" for how in blind)
+    if failed:
+        text += f"; it fails only {', '.join(controls.WHAT[how] for how in failed)}"
+    margins = found.get("noise_margin") or {}
+    if margins and not any(m.get("found") for m in margins.values()):
+        text += "; no perturbation of an output breaks it (added noise up to 1000x its RMS, or every label changed)"
+    return text
 
 
 def criterion(ctx: Context) -> dict[str, Any]:
     """The application's own check (the business criterion), on the outputs REREAD from disk; then shown able to fail.
 
-    The same criterion runs on generic corruptions of the reference outputs (controls.py): one that passes them all
-    is unable to fail, and fails this step. Where the criterion judges nearest neighbours of a cosine output (it
-    returns ``neighbours_of`` and a margin), the flip bound is derived here again from the declared max-abs, the
-    output's dimension and the smaller of this run's and the reference's margin, whatever the manifest says.
+    The same criterion runs on generic corruptions of the reference outputs (controls.py): one that passes rows
+    permuted against their ids or the outputs replaced by noise of their own scale is unable to fail, and fails this
+    step; its margin against added noise is measured for the report (:func:`_noise_margins`). Where the criterion
+    judges nearest neighbours of a cosine output (it returns ``neighbours_of`` and a margin), the flip bound is
+    derived here again from the declared max-abs, the output's dimension and the smaller of this run's and the
+    reference's margin, whatever the manifest says.
     """
     from . import controls
 
@@ -147,15 +189,10 @@ def criterion(ctx: Context) -> dict[str, Any]:
         return bool(answer["passed"]), str(answer.get("summary", ""))
 
     found = controls.criterion_controls(judge, base)
+    found["noise_margin"] = _noise_margins(ctx, judge, base)
     details["controls"] = found
     if not found["able_to_fail"]:
-        raise CheckFailed(
-            "the criterion is unable to fail: it passed on every corruption of the reference outputs ("
-            + "; ".join(f"{how}: {r['summary'] or 'passed'}" for how, r in found["corruptions"].items())
-            + ")",
-            "application",
-            {**details, "tip": CRITERION_TIP},
-        )
+        raise CheckFailed(_unable(found), "application", {**details, "tip": CRITERION_TIP})
     bound = _flip_bound(ctx, details)
     if bound is not None:
         details["flip_bound"] = bound

@@ -112,13 +112,16 @@ def top1_worst_case(ref: Any) -> Any:
     return out.reshape(ref.shape).astype(ref.dtype)
 
 
-def bisect_scale(fails: Callable[[float], bool]) -> dict[str, Any]:
-    """The smallest noise scale at which ``fails`` holds: a coarse x10 search, then bisection in log space.
+def bisect_scale(
+    fails: Callable[[float], bool], *, first: float = FIRST_SCALE, bisections: int = BISECTIONS
+) -> dict[str, Any]:
+    """The smallest noise scale at which ``fails`` holds: a coarse x10 search from ``first``, then ``bisections``
+    halvings of the bracket in log space.
 
     ``fails(0)`` must be False (checked by the caller). Returns the bracket ``passes``/``fails`` (None: not found
     up to LAST_SCALE) and how many evaluations it took.
     """
-    passes, scale, calls = 0.0, FIRST_SCALE, 0
+    passes, scale, calls = 0.0, first, 0
     while scale <= LAST_SCALE:
         calls += 1
         if fails(scale):
@@ -127,7 +130,7 @@ def bisect_scale(fails: Callable[[float], bool]) -> dict[str, Any]:
     else:
         return {"passes": passes, "fails": None, "evaluations": calls}
     low, high = (passes if passes > 0 else scale / GRID), scale
-    for _ in range(BISECTIONS):
+    for _ in range(bisections):
         mid = math.sqrt(low * high)
         calls += 1
         if fails(mid):
@@ -159,12 +162,18 @@ def margin_of(
     refs: dict[str, Any],
     ids: list[str],
     use: Callable[[dict[str, Any]], bool] | None,
+    *,
+    stand_in: bool = True,
+    first: float = FIRST_SCALE,
+    bisections: int = BISECTIONS,
 ) -> dict[str, Any]:
     """The margin of use of one output: the smallest perturbation of its reference that ``use`` rejects.
 
     ``use(outputs)`` is True when the outputs still serve (the application's criterion); the other outputs stay at
-    their reference. A float output whose criterion never reacts falls back to a stand-in: the top-1 column of each
-    row unchanged (the decision a label would be derived from), said so in ``test``.
+    their reference. A float output whose criterion never reacts falls back to a stand-in (unless ``stand_in`` is
+    False: the criterion's own power is measured): the top-1 column of each row unchanged (the decision a label would
+    be derived from), said so in ``test``. ``first`` and ``bisections``: where the noise search starts and how finely
+    it brackets (:func:`bisect_scale`).
     """
     ref = refs[name]
     record: dict[str, Any] = {"output": name, "kind": declared["kind"], "seed": SEED, "rows": int(ref.shape[0])}
@@ -181,7 +190,7 @@ def margin_of(
     tests: list[tuple[str, Callable[[dict[str, Any]], bool]]] = []
     if use is not None:
         tests.append(("the application's criterion", use))
-    if is_float(ref) and ref.ndim == 2 and ref.shape[1] > 1:
+    if stand_in and is_float(ref) and ref.ndim == 2 and ref.shape[1] > 1:
         base = top1(ref)
         tests.append(
             (
@@ -201,7 +210,7 @@ def margin_of(
             return add_noise(ref, noise, amount) if noise is not None else change_rows(ref, int(amount))
 
         if noise is not None:
-            search = bisect_scale(lambda s, f=fails_at: f(make(s)))
+            search = bisect_scale(lambda s, f=fails_at: f(make(s)), first=first, bisections=bisections)
             unit = "scale of added Gaussian noise, in units of the reference's RMS"
         else:
             search = bisect_rows(lambda k, f=fails_at: f(make(k)), ref.shape[0])

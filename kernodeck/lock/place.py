@@ -148,15 +148,44 @@ def locate(
         results = [placer.place(pin) for pin in pins]
     finally:
         fetcher.close()
-    unplaced = [(name, missing) for name, _, missing in results if missing]
+    unplaced = [(pin, missing) for pin, (_, _, missing) in zip(pins, results, strict=True) if missing]
     if unplaced:
-        name, missing = unplaced[0]
-        why = "; ".join(f"{redact_url(i)} unreachable ({w})" for i, w in fetcher.unreachable.items()) or (
-            "no public index lists them" if indexes else "no index may be used here (no-index)")
-        raise LockFailed(
-            f"cannot write the PEP 751 lock for {plat.id}: {len(unplaced)} package(s) have locked files whose URL is "
-            f"unknown, first {name} ({len(missing)} hash(es), e.g. sha256:{missing[0][:16]}…): {why}",
-            tip=f"rerun where pypi.org (and {redact_url(placer.declared)}) can be reached: "
-                + tips.nox("lock", "--platform", plat.id, "--pylock-only"),
-        )
+        raise _unplaced(plat, placer, unplaced, known or {}, asked=bool(indexes))
     return {name: files for name, files, _ in results}
+
+
+def _unplaced(
+    plat: Platform, placer: _Placer, unplaced: list[tuple[lockfile.Pin, list[str]]], known: dict[str, DistFile],
+    *, asked: bool,
+) -> LockFailed:
+    """Why locked hashes have no file: said by what is known, the network blamed only when it is the cause.
+
+    A hash the current twin does not place while it places the pin's other hashes was added to the lock after the
+    twin was written (by hand, or a lock edited without its resolver); a hash every index was asked for and none
+    lists names no published file of the pin. Only where an index could not be reached is the answer unknown.
+    """
+    pin, missing = unplaced[0]
+    head = (f"cannot write the PEP 751 lock for {plat.id}: {len(unplaced)} package(s) have locked hashes no file is "
+            f"known for, first {pin.name} ({len(missing)} hash(es), e.g. sha256:{missing[0][:16]}…)")
+    relock = tips.nox("lock", "--platform", plat.id)
+    added = sum(1 for h in pin.hashes if h in known) > 0
+    facts = []
+    if added:
+        facts.append("the current twin places the pin's other hashes but not this one: it was added to the lock "
+                     "after the twin was written (by hand?); a lock's hashes come from its resolver")
+    unreachable = placer.fetcher.unreachable
+    if unreachable:
+        facts.append("it could not be looked up: " + "; ".join(
+            f"{redact_url(i)} unreachable ({w})" for i, w in unreachable.items()))
+    elif asked:
+        facts.append(f"no file of {pin.name} {pin.version} that pypi.org"
+                     + (f" or {redact_url(placer.declared)}" if placer.declared != PYPI else "")
+                     + " lists has it: not the hash of a published file (edited by hand, or a file withdrawn?)")
+    else:
+        facts.append("no index may be used here (no-index) and no local copy has it")
+    if (unreachable or not asked) and not added:  # the lookup itself could not be made: where it can, rerun
+        tip = (f"rerun where pypi.org (and {redact_url(placer.declared)}) can be reached: "
+               + tips.nox("lock", "--platform", plat.id, "--pylock-only"))
+    else:
+        tip = f"restore the lock's hashes (git checkout the lock) or make it again: {relock}"
+    return LockFailed(f"{head}: {'; '.join(facts)}", tip=tip)

@@ -121,7 +121,8 @@ CLAIMS: tuple[ClaimSpec, ...] = (
               "compare", "outputs", _all_outputs_passed, modes=VERIFY),
     ClaimSpec("criterion-met", "the application's criterion is met",
               "criterion", "passed", lambda d: d["passed"] is True),
-    ClaimSpec("criterion-able-to-fail", "the criterion fails on corrupted outputs (it is able to fail)",
+    ClaimSpec("criterion-able-to-fail", "the criterion fails on rows permuted against their ids and on noise of the "
+              "outputs' own scale (it is able to fail)",
               "criterion", "controls", lambda d: isinstance(d["controls"], dict)
               and d["controls"].get("able_to_fail") is True),
     ClaimSpec("deterministic", "repeated runs give the same outputs (bitwise on CPU)",

@@ -35,11 +35,26 @@ def _cell(text: str, limit: int = 220) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _lineage(report: Report) -> dict[str, Any]:
+    found = report.meta.get("reference_lineage")
+    return found if isinstance(found, dict) else {}
+
+
+def _lineage_line(report: Report) -> list[str]:
+    """The reference's id, when it was made and with which lock (kernodeck.dossier.lineage)."""
+    found = _lineage(report)
+    if not found:
+        return []
+    return [f"- reference lineage: `{found.get('id')}`, made {found.get('created') or 'at a date not recorded'}, "
+            f"with lock `{found.get('lock_digest') or 'not recorded'}`"]
+
+
 def _differences(report: Report) -> list[str]:
     """What differs from the reference's environment (recorded in meta by the run), as bullet lines."""
+    lineage = [f"- {line}" for line in _lineage(report).get("differences") or []]
     vs = report.meta.get("vs_reference")
     if not isinstance(vs, dict):
-        return ["- no reference environment recorded to compare with"]
+        return [*lineage, "- no reference environment recorded to compare with"]
     lines = []
     inv = vs.get("inventory")
     if isinstance(inv, dict):
@@ -80,7 +95,7 @@ def _differences(report: Report) -> list[str]:
         for name, pair in variables.items():
             lines.append(f"- variable `{name}`: {_cell(str(pair.get('reference')), 90)} → "
                          f"{_cell(str(pair.get('this run')), 90)}")
-    return lines or ["- none recorded"]
+    return lineage + lines or ["- none recorded"]
 
 
 def _inventory_vs_reference(report: Report) -> str:
@@ -163,6 +178,7 @@ def render_markdown(report: Report) -> str:
     for key in _META_KEYS:
         if key in report.meta:
             lines.append(f"- {key.replace('_', ' ')}: `{report.meta[key]}`")
+    lines += _lineage_line(report)
     lines += _claims_table(report)
     lines += ["", "## What differs from the reference", ""]
     lines += _differences(report)

@@ -77,7 +77,26 @@ def _criterion(d: dict[str, Any]) -> str:
         parts.append(f"smallest margin {fmt_number(d.get('min_margin', d.get('margin')))}")
     if "pairs_checked" in d:
         parts.append(f"{d['pairs_checked']} pairs checked, {len(d.get('misses') or {})} missed")
-    return ", ".join(parts)
+    return ", ".join(parts + _criterion_power(d.get("controls")))
+
+
+def _noise_margin(name: str, m: dict[str, Any]) -> str:
+    rows = "rows" in str(m.get("perturbation", ""))
+    if not m.get("found"):
+        return f"{name} none found"
+    return f"{name} {m['breaks_at']} rows changed" if rows else f"{name} noise of {fmt_number(m['breaks_at'])}x its RMS"
+
+
+def _criterion_power(controls: Any) -> list[str]:
+    """Which corruptions the criterion failed, and the smallest perturbation of each output that breaks it."""
+    if not isinstance(controls, dict) or not isinstance(controls.get("failed"), list):
+        return []
+    failed = controls["failed"]
+    parts = [f"fails {', '.join(map(str, failed))}" if failed else "fails no corruption"]
+    margins = controls.get("noise_margin")
+    if isinstance(margins, dict) and margins:
+        parts.append("breaks at " + "; ".join(_noise_margin(n, m) for n, m in margins.items() if isinstance(m, dict)))
+    return parts
 
 
 def _determinism(d: dict[str, Any]) -> str:

@@ -81,3 +81,53 @@ def test_nox_session_help_has_no_markup() -> None:
     docs += re.findall(r'@nox.session[^\n]*\ndef \w+\([^)]*\)[^\n]*\n\s+"""(.*?)"""', text, flags=re.S)
     assert len(docs) > len(noxsessions.SESSIONS)
     assert [d for d in docs if MARKUP.search(d)] == []
+
+
+# A command line argparse refuses: one ERROR line naming the command, one TIP naming its help, exit 2; never the
+# usage text argparse prints by itself.
+REFUSED = [
+    (["verify", "--bogus"], "ERROR: kernodeck verify: unrecognized arguments: --bogus", "TIP: nox -s verify -- --help"),
+    (["verify", "--expect-backend", "tpu"], "ERROR: kernodeck verify: argument --expect-backend: invalid choice: "
+     "'tpu'", "TIP: nox -s verify -- --help"),
+    (["reference", "--out"], "ERROR: kernodeck reference: argument --out: expected one argument",
+     "TIP: nox -s reference -- --help"),
+    (["nope"], "ERROR: kernodeck: argument COMMAND: invalid choice: 'nope'", "TIP: python -m kernodeck --help"),
+    ([], "ERROR: kernodeck: the following arguments are required: COMMAND", "TIP: python -m kernodeck --help"),
+    (["init", "--bogus"], "ERROR: kernodeck init: unrecognized arguments: --bogus",
+     "TIP: python -m kernodeck init --help"),
+]
+
+
+@pytest.mark.parametrize(("args", "error", "tip"), REFUSED, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_a_refused_command_line_is_one_error_and_a_tip(
+    args: list[str], error: str, tip: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kernodeck.__main__ import main
+
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == "" and len(lines) == 2, err
+    assert lines[0].startswith(error) and lines[1] == tip, err
+    assert "usage:" not in err
+
+
+def test_a_refused_option_through_the_real_command_is_one_error_and_a_tip() -> None:
+    """What a user runs (and what nox -s verify -- --bogus runs): rc 2, no usage text, nothing read or run."""
+    proc = kd(ROOT, "verify", "--bogus", env={"PATH": ""})
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.splitlines() == [
+        "ERROR: kernodeck verify: unrecognized arguments: --bogus", "TIP: nox -s verify -- --help"]
+
+
+def test_argparse_alone_would_print_its_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """The control: a plain parser with the same option exits through SystemExit with the usage text, which the
+    boundary above replaces; and the parser still takes a valid choice."""
+    from kernodeck.cli.dispatch import parse
+
+    plain = argparse.ArgumentParser(prog="kernodeck verify")
+    plain.add_argument("--expect-backend", choices=["cpu", "cuda"])
+    with pytest.raises(SystemExit):
+        plain.parse_args(["--expect-backend", "tpu"])
+    assert "usage: kernodeck verify" in capsys.readouterr().err
+    assert parse(["verify", "--expect-backend", "cuda"]).expect_backend == "cuda"

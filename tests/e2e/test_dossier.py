@@ -118,3 +118,8 @@ def test_reference_new_identity_only_when_asked(built_project: Path, tmp_path: P
     again = kd(project, "reference", "--new")
     assert again.returncode == 0 and f"reference unchanged: {new_id}" in again.stdout
     assert kd(project, "verify", "--out", str(tmp_path / "run")).returncode == 0  # the new reference verifies
+    # its lineage: made now (UTC), with the lock verify checked, nothing newer in its history
+    created = new_text.split('created = "', 1)[1].split('"', 1)[0]
+    lineage = json.loads((tmp_path / "run" / "report.json").read_text())["reference_lineage"]
+    assert lineage["id"] == new_id and lineage["created"] == created and created.endswith("+00:00")
+    assert lineage["differences"] == [] and lineage["previous_id"] == old_id

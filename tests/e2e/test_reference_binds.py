@@ -132,18 +132,25 @@ def _sibling(built: Path, tmp_path: Path) -> Path:
 
 ALWAYS = '''    return {
         "passed": not misses,'''
+# finite values, one row per id, a spread above zero: nothing that ties a row to its input or judges its values
+VACUOUS = ("bool(__import__('numpy').isfinite(outputs['embeddings']).all()) and len(outputs['embeddings']) == "
+           "len(ids) and float(__import__('numpy').ptp(outputs['embeddings'])) > 0")
 
 
 @pytest.mark.slow
 @rel(
     50,
-    "the criterion edited to return passed unconditionally (and the manifest's code fingerprint recomputed)",
-    "verify fails at the criterion step: unable to fail on rows permuted against their ids, noise or a constant "
-    "(each named); `nox -s reference -- --new` refuses it with ERROR + TIP; nothing written",
+    "the criterion edited to check only finite values, the row count and a spread above zero (and the manifest's "
+    "code fingerprint recomputed)",
+    "verify fails at the criterion step: it fails only the constant and cannot see rows permuted against their ids "
+    "nor noise of the outputs' own scale (each named); `nox -s reference -- --new` refuses it with ERROR + TIP; "
+    "nothing written",
 )
 def test_a_criterion_unable_to_fail_is_refused(built_project: Path, tmp_path: Path) -> None:
+    """Issue 29's nearly vacuous criterion: it fails the constant corruption, which the former rule took for able
+    to fail; it passes the permuted rows and the noise."""
     project = _sibling(built_project, tmp_path)
-    _edit_app(project, ALWAYS, ALWAYS.replace("not misses", "True"))
+    _edit_app(project, ALWAYS, ALWAYS.replace("not misses", VACUOUS))
     _refingerprint(project)
     out = tmp_path / "run"
     proc = kd(project, "verify", "--out", str(out))
@@ -151,8 +158,11 @@ def test_a_criterion_unable_to_fail_is_refused(built_project: Path, tmp_path: Pa
     report = read_report(out)
     step = next(s for s in report["steps"] if s["name"] == "criterion")  # type: ignore[union-attr]
     assert report["first_failure"] == "criterion" and statuses(report)["compare"] == "passed"
-    assert step["error"].startswith("the criterion is unable to fail") and step["layer"] == "application"
-    assert set(step["details"]["controls"]["corruptions"]) == {"permuted", "noise", "constant"}
+    assert step["error"].startswith("the criterion is unable to fail: it cannot see rows permuted against their ids")
+    assert "it fails only the outputs replaced by a constant" in step["error"] and step["layer"] == "application"
+    controls = step["details"]["controls"]
+    assert controls["failed"] == ["constant"] and controls["cannot_see"] == ["permuted", "noise"]
+    assert controls["noise_margin"]["embeddings"]["found"] is False
     assert "TIP: make the criterion judge the outputs" in proc.stderr
     manifest = (project / "dossier/reference/manifest.toml").read_bytes()
     proc = kd(project, "reference", "--new", "--out", str(tmp_path / "ref"))

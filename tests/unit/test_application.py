@@ -208,3 +208,37 @@ def test_a_bounded_determinism_run_says_so_in_the_report() -> None:
     assert "the first 64 records (64 of 2048 records)" in line
     whole = step_result(Step("determinism", Status.PASSED, details={**details, "records": 40, "of": 40}))
     assert "records" not in whole
+
+
+# --- the sample (read inside the env) --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (['{"id": "a"}', "[1, 2, 3]"], 'sample.jsonl:2: not a JSON object but a JSON array (each line is an object'),
+        (['"a"'], "sample.jsonl:1: not a JSON object but a JSON string"),
+        (["null"], "sample.jsonl:1: not a JSON object but a JSON null"),
+        (['{"id": 7}'], "sample.jsonl:1: each line needs a string field id (its id is 7)"),
+        (['{"text": "x"}'], "sample.jsonl:1: each line needs a string field id (it has no field id)"),
+        (['{"id": "a"}', '{"id": "b"}', "", '{"id": "a"}'], 'sample.jsonl:4: duplicate id "a" (first on line 1)'),
+    ],
+)
+def test_a_bad_sample_line_is_named_for_what_it_is(tmp_path: Path, lines: list[str], message: str) -> None:
+    from kernodeck.inenv._common import CheckFailed, load_sample
+
+    path = tmp_path / "sample.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(CheckFailed) as refused:
+        load_sample(path)
+    assert str(refused.value).startswith(message), refused.value
+    assert refused.value.layer == "data-loading"
+
+
+def test_a_sample_of_objects_with_unique_string_ids_is_read(tmp_path: Path) -> None:
+    """The control: the same reader takes a good sample (and ids that differ only in case are distinct)."""
+    from kernodeck.inenv._common import load_sample
+
+    path = tmp_path / "sample.jsonl"
+    path.write_text('{"id": "a", "x": [1, 2]}\n\n{"id": "A"}\n', encoding="utf-8")
+    assert [item["id"] for item in load_sample(path)] == ["a", "A"]

@@ -86,7 +86,75 @@ def test_a_criterion_raising_on_garbage_counts_as_failed() -> None:
         return True, "fine"
 
     found = controls.criterion_controls(picky, {"labels": np.arange(24, dtype=np.int64) % 3})
-    assert found["able_to_fail"] is True and "ZeroDivisionError" in found["corruptions"]["constant"]["summary"]
+    assert found["corruptions"]["constant"]["passed"] is False
+    assert "ZeroDivisionError" in found["corruptions"]["constant"]["summary"]
+    # raising on the constant alone is failing a trivial corruption only: it cannot see the other two
+    assert found["failed"] == ["constant"] and found["able_to_fail"] is False
+
+    def strict(outputs: dict[str, Any]) -> tuple[bool, str]:
+        if not np.array_equal(outputs["labels"], np.arange(24) % 3):
+            raise ValueError("labels moved")
+        return True, "fine"
+
+    found = controls.criterion_controls(strict, {"labels": np.arange(24, dtype=np.int64) % 3})
+    assert found["failed"] == ["permuted", "noise", "constant"] and found["able_to_fail"] is True
+
+
+def _vacuous(outputs: dict[str, Any]) -> tuple[bool, str]:
+    """Issue 29's nearly vacuous criterion: finite values, the row count, a spread above zero; nothing else."""
+    emb = outputs["emb"]
+    ok = bool(np.isfinite(emb).all()) and emb.shape[0] == 24 and float(np.ptp(emb)) > 0
+    return ok, "finite, 24 rows, some spread"
+
+
+def _in_range(outputs: dict[str, Any]) -> tuple[bool, str]:
+    """Sees values out of the reference's range (noise), not rows moved against their ids."""
+    emb, ref = outputs["emb"], _unit_rows()
+    ok = bool((emb >= ref.min() - 1e-6).all() and (emb <= ref.max() + 1e-6).all())
+    return ok, "in range" if ok else "out of range"
+
+
+def test_a_criterion_failing_only_trivial_corruptions_is_unable_to_fail() -> None:
+    """The bar: both the permuted rows AND the noise must fail; the constant alone, or the noise alone, is not enough.
+    Each criterion here fails something, which the former rule (any one corruption) counted as able to fail."""
+    outputs = {"emb": _unit_rows()}
+    vacuous = controls.criterion_controls(_vacuous, outputs)
+    assert vacuous["failed"] == ["constant"] and vacuous["cannot_see"] == ["permuted", "noise"]
+    assert vacuous["able_to_fail"] is False
+    ranged = controls.criterion_controls(_in_range, outputs)
+    assert ranged["failed"] == ["noise"] and ranged["cannot_see"] == ["permuted"]
+    assert ranged["able_to_fail"] is False
+    assert [h for h, r in vacuous["corruptions"].items() if r["required"]] == list(controls.REQUIRED)
+
+
+def test_a_corruption_that_changes_nothing_is_not_required() -> None:
+    """One row: a permutation cannot move it, so the criterion is not asked to see it (it still must see noise)."""
+    one = {"emb": _unit_rows(1, 4)}
+
+    def near(outputs: dict[str, Any]) -> tuple[bool, str]:
+        return bool(np.abs(outputs["emb"] - one["emb"]).max() < 1e-3), "near"
+
+    found = controls.criterion_controls(near, one)
+    assert found["corruptions"]["permuted"]["applies"] is False and found["corruptions"]["permuted"]["passed"]
+    assert found["cannot_see"] == [] and found["able_to_fail"] is True
+    assert controls.criterion_controls(lambda o: (True, "always"), one)["able_to_fail"] is False
+
+
+def test_the_permutation_moves_the_most_rows_of_few_labels() -> None:
+    """Eight rows of three labels (tests/e2e/test_application_e2e.py's tiny application): the first fixed-seed
+    permutation moved only two labels, so accuracy >= 0.75 passed it; the chosen one moves as many as any candidate."""
+    labels = np.array([0, 2, 1, 2, 0, 2, 1, 0], dtype=np.int64)
+    outputs = {"labels": labels}
+    first = controls._permutation(8, np.random.default_rng(controls.SEED))
+    chosen = controls.permutation(outputs)
+    assert chosen is not None
+    assert controls._moved_rows(outputs, chosen) > controls._moved_rows(outputs, first)
+    rng = np.random.default_rng(controls.SEED)
+    best = max(controls._moved_rows(outputs, controls._permutation(8, rng)) for _ in range(controls.CANDIDATES))
+    assert controls._moved_rows(outputs, chosen) == best
+    accuracy = controls.criterion_controls(
+        lambda o: (float((o["labels"] == labels).mean()) >= 0.75, "accuracy"), outputs)
+    assert accuracy["corruptions"]["permuted"]["passed"] is False and accuracy["able_to_fail"] is True
 
 
 # --- each tolerance able to fail -------------------------------------------------------------------------------------
@@ -155,10 +223,20 @@ def keyerror(outputs, ids, records, params):
 def nan_margin(outputs, ids, records, params):
     return {"passed": True, "summary": "x", "margin": float("nan")}
 
+def spread(outputs, ids, records, params):
+    labels = outputs["labels"]
+    ok = bool(np.isfinite(labels).all()) and len(labels) == len(ids) and float(labels.std()) > 0
+    return {"passed": ok, "summary": "finite, one row per id, some spread", "margin": None}
+
 def neighbours(outputs, ids, records, params):
-    emb = outputs["emb"]
-    unit = bool(np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-3)) and len(np.unique(emb[:, 0])) > 1
-    return {"passed": unit, "summary": "unit rows", "margin": 0.05, "neighbours_of": "emb"}
+    # each row near the unit row it should be (the test's _unit_rows, seed 3): rows moved or noise are seen
+    emb = outputs["emb"].astype(np.float64)
+    want = np.random.default_rng(3).standard_normal(emb.shape)
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    with np.errstate(all="ignore"):
+        cos = (emb * want).sum(axis=1) / np.linalg.norm(emb, axis=1)
+    unit = bool(np.isfinite(cos).all() and (cos >= 0.99).all())
+    return {"passed": unit, "summary": "the expected unit rows", "margin": 0.05, "neighbours_of": "emb"}
 '''
 
 
@@ -192,6 +270,63 @@ def test_criterion_step_records_its_controls_and_refuses_one_unable_to_fail(tmp_
     assert caught.value.layer == "application" and "nox -s reference -- --new" in caught.value.details["tip"]
     with pytest.raises(CheckFailed, match="margin is non-finite"):
         judge.criterion(_ctx(tmp_path / "c", "nan_margin", good, LABELS))
+
+
+def test_criterion_step_shows_its_power_and_refuses_one_that_sees_only_a_constant(tmp_path: Path) -> None:
+    """The report's record: which corruptions failed and the margin (the fewest labels changed that break accuracy
+    >= 0.9 on 24 rows is 3); the nearly vacuous criterion is refused, naming what it cannot see."""
+    good = {"labels": np.arange(24, dtype=np.int64) % 3}
+    found = judge.criterion(_ctx(tmp_path, "criterion", good, LABELS))["controls"]
+    assert found["failed"] == ["permuted", "noise", "constant"] and found["cannot_see"] == []
+    margin = found["noise_margin"]["labels"]
+    assert margin["found"] is True and (margin["passes_at"], margin["breaks_at"]) == (2, 3), margin
+    with pytest.raises(CheckFailed) as caught:
+        judge.criterion(_ctx(tmp_path / "b", "spread", good, LABELS))
+    error = str(caught.value)
+    assert error.startswith("the criterion is unable to fail: it cannot see rows permuted against their ids (it "
+                            "passed them: finite, one row per id, some spread); the outputs replaced by noise"), error
+    assert error.endswith("; it fails only the outputs replaced by a constant; no perturbation of an output breaks "
+                          "it (added noise up to 1000x its RMS, or every label changed)"), error
+    assert caught.value.layer == "application" and "permuted against their ids" in caught.value.details["tip"]
+    assert caught.value.details["controls"]["noise_margin"]["labels"]["found"] is False
+
+
+def test_the_report_line_shows_the_corruptions_failed_and_the_margin(tmp_path: Path) -> None:
+    from kernodeck.verify.summaries import SUMMARISERS
+
+    good = {"labels": np.arange(24, dtype=np.int64) % 3}
+    details = judge.criterion(_ctx(tmp_path, "criterion", good, LABELS))
+    details.pop("summary")  # the application's own line would be shown instead
+    assert SUMMARISERS["criterion"](details) == (
+        "smallest margin 0.1, fails permuted, noise, constant, breaks at labels 3 rows changed")
+    weak = {**details, "controls": {**details["controls"], "failed": ["constant"],
+                                    "noise_margin": {"labels": {"found": False, "why": "never"}}}}
+    assert SUMMARISERS["criterion"](weak).endswith("fails constant, breaks at labels none found")
+    emb = {"controls": {"failed": [], "noise_margin": {"emb": {
+        "found": True, "perturbation": "scale of added Gaussian noise, in units of the reference's RMS",
+        "breaks_at": 1.4142}}}}
+    assert SUMMARISERS["criterion"](emb) == "fails no corruption, breaks at emb noise of 1.41x its RMS"
+
+
+def test_the_noise_margin_of_a_float_output_is_calibrates_search(tmp_path: Path) -> None:
+    """A float output's margin: margin.py's bisection (the one calibrate runs), here coarser: within 2%."""
+    from kernodeck.inenv import margin
+
+    emb = _unit_rows(24, 8)
+    found: list[float] = []
+
+    def close(outputs: dict[str, Any]) -> tuple[bool, str]:
+        found.append(1.0)
+        return bool(np.abs(outputs["emb"].astype(np.float64) - emb).max() <= 0.05), "within 0.05"
+
+    ctx = _ctx(tmp_path, "criterion", {"emb": emb}, {"emb": COSINE})
+    record = judge._noise_margins(ctx, close, {"emb": emb})["emb"]
+    assert record["found"] is True and "RMS" in record["perturbation"]
+    assert record["passes_at"] < record["breaks_at"] <= record["passes_at"] * 1.03
+    noise = margin.direction(emb)
+    assert np.abs(margin.add_noise(emb, noise, record["breaks_at"]).astype(np.float64) - emb).max() > 0.05
+    assert np.abs(margin.add_noise(emb, noise, record["passes_at"]).astype(np.float64) - emb).max() <= 0.05
+    assert record["evaluations"] == len(found) - 1 <= 17  # one more call: the unperturbed outputs
 
 
 def test_a_criterion_that_raises_shows_the_users_line(tmp_path: Path) -> None:
@@ -374,3 +509,41 @@ def test_resume_with_a_nan_loss_is_non_finite(built_project: Path, tmp_path: Pat
 
     out = in_env(built_project, RESUME_WITH_NAN, str(tmp_path / "resume"))
     assert out == {"passed": False, "non_finite": ["uninterrupted step 3"], "diverged": 3}
+
+
+@pytest.mark.parametrize("where", [".", "examples/digits", "examples/regression"])
+def test_the_examples_criteria_pass_the_bar_on_their_committed_references(where: str) -> None:
+    """Issue 29: each shipped criterion fails the permuted rows AND the noise on its own reference outputs (numpy only,
+    the criterion loaded by its path), and some perturbation of its outputs breaks it."""
+    import importlib.util
+    import tomllib
+
+    from tests.conftest import ROOT
+
+    project = ROOT / where
+    table = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]
+    app = table["application"]
+    file, function = app["criterion"].split(":")
+    spec = importlib.util.spec_from_file_location(f"kernodeck_test_{project.name}_app", project / file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    records = [json.loads(line) for line in (project / app["sample"]).read_text(encoding="utf-8").splitlines()
+               if line.strip()]
+    ids = [str(r["id"]) for r in records]
+    outputs = {name: np.load(project / "dossier/reference" / f"{name}.npy") for name in app["outputs"]}
+
+    def judged(outs: dict[str, Any]) -> tuple[bool, str]:
+        answer = getattr(module, function)({k: v.copy() for k, v in outs.items()}, ids, records, app["params"])
+        return bool(answer["passed"]), str(answer["summary"])
+
+    assert judged(outputs)[0] is True
+    found = controls.criterion_controls(judged, outputs)
+    assert found["cannot_see"] == [] and {"permuted", "noise"} <= set(found["failed"]), found
+    assert found["able_to_fail"] is True
+    from kernodeck.inenv import margin
+
+    broken = [name for name, decl in app["outputs"].items()
+              if margin.margin_of(name, decl, outputs, ids, lambda outs: judged(outs)[0], stand_in=False,
+                                  first=judge.POWER_FIRST, bisections=judge.POWER_BISECTIONS).get("found")]
+    assert broken, "no perturbation of any output breaks the criterion"

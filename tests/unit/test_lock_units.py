@@ -196,3 +196,62 @@ def test_relock_reuses_the_files_its_pylock_already_places() -> None:
     with pytest.raises(LockFailed, match=first.name):
         pylock.locate([changed], CPU, [], no_index=False, fetcher=fetcher, known=known)
     assert first.name in fetcher.asked
+
+
+class _Unreachable(pylock.Fetcher):
+    """A fetcher for which every index is out of reach (as the real one records it)."""
+
+    def index_files(self, index: str, name: str) -> list[pylock.DistFile]:
+        self.unreachable[index] = "no network in this test"
+        raise OSError(self.unreachable[index])
+
+
+class _Lists(pylock.Fetcher):
+    """A fetcher whose indexes answer, listing ``files`` for every name."""
+
+    def __init__(self, files: list[pylock.DistFile]) -> None:
+        super().__init__()
+        self.files = files
+
+    def index_files(self, index: str, name: str) -> list[pylock.DistFile]:
+        return self.files
+
+
+def _first_pin_and_twin() -> tuple[lockfile.Pin, dict[str, pylock.DistFile]]:
+    lock = lockfile.read(ROOT / "lockfiles" / f"{CPU.id}.txt")
+    return lock.pins[0], pylock.known_files(ROOT / "lockfiles" / CPU.pylock_name)
+
+
+def test_a_hash_added_by_hand_is_named_as_such_not_blamed_on_the_network() -> None:
+    """--pylock-only after a hash was added to a pin the twin places: the cause is the added hash, even offline."""
+    pin, known = _first_pin_and_twin()
+    added = lockfile.Pin(pin.name, pin.version, pin.marker, (*pin.hashes, "0" * 64), pin.line)
+    with pytest.raises(LockFailed) as refused:
+        pylock.locate([added], CPU, [], no_index=False, fetcher=_Unreachable(), known=known)
+    message, tip = str(refused.value), refused.value.tip
+    assert f"first {pin.name} (1 hash(es), e.g. sha256:0000000000000000" in message
+    assert "added to the lock after the twin was written (by hand?)" in message
+    assert tip.endswith(f"nox -s lock -- --platform {CPU.id}") and "reached" not in tip, tip
+
+
+def test_a_hash_no_reachable_index_lists_is_not_a_published_file() -> None:
+    """Every index answered and none lists the hash among the pin's files: no network to blame."""
+    pin, known = _first_pin_and_twin()
+    stranger = lockfile.Pin(pin.name, pin.version, pin.marker, ("0" * 64,), pin.line)
+    listed = [known[h] for h in pin.hashes]
+    with pytest.raises(LockFailed) as refused:
+        pylock.locate([stranger], CPU, [], no_index=False, fetcher=_Lists(listed), known={})
+    assert f"no file of {pin.name} {pin.version} that pypi.org" in str(refused.value)
+    assert "not the hash of a published file" in str(refused.value) and "unreachable" not in str(refused.value)
+    assert "reached" not in refused.value.tip and "--pylock-only" not in refused.value.tip
+
+
+def test_the_network_is_named_only_when_it_is_the_cause() -> None:
+    """The control: a hash nothing known places and no index could be asked for: rerun where they can be reached."""
+    pin, _ = _first_pin_and_twin()
+    stranger = lockfile.Pin(pin.name, pin.version, pin.marker, ("0" * 64,), pin.line)
+    with pytest.raises(LockFailed) as refused:
+        pylock.locate([stranger], CPU, [], no_index=False, fetcher=_Unreachable(), known={})
+    assert "unreachable (no network in this test)" in str(refused.value)
+    assert "added to the lock" not in str(refused.value)
+    assert "can be reached" in refused.value.tip and "--pylock-only" in refused.value.tip

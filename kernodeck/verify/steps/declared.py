@@ -13,6 +13,7 @@ from typing import Any
 
 from kernodeck import tips
 from kernodeck._fs import inenv_fingerprints, sha256_file
+from kernodeck.dossier import lineage
 from kernodeck.dossier import reference as refmod
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
 from kernodeck.project import application
@@ -73,6 +74,8 @@ def _against_reference(ctx: RunContext, run: Run, app: application.Application) 
     require_declared_contract(ctx.project, ref, app)
     run_config = ref.run_config(ctx.project, app)
     run.meta["reference_id"] = ref.id
+    # its id, date and lock, and a newer reference in its history: named in the report's differences
+    run.meta["reference_lineage"] = lineage.lineage(ref, ctx.lock.digest).as_dict()
     moved = require_reference_code(ctx.project, ref, app, allow=ctx.opts.allow_code_change)
     run.changed_code = moved
     run_config["allow_code_change"] = ctx.opts.allow_code_change

@@ -1,0 +1,108 @@
+"""The reference's lineage (kernodeck/dossier/lineage.py): the lock it was made with against this run's, and a newer
+reference in its history (a rollback), each named; each rule with the case where it must stay silent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kernodeck.dossier import lineage
+from kernodeck.dossier.manifest import Reference, identity, render
+
+LOCK, OTHER = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+
+
+def _manifest(name: str, previous: str = "", lock: str = LOCK, created: str = "") -> dict[str, Any]:
+    """A minimal manifest whose content (and so its id) differs by ``name``."""
+    manifest: dict[str, Any] = {
+        "format": 2,
+        "application": {"entry": "app.py:run", "params": {"name": name}},
+        "environment": {"platform": "cp311-linux_x86_64-cpu", "lock_digest": lock},
+        "provenance": {"commit": "c", "dirty": False, "previous_id": previous,
+                       **({"created": created} if created else {})},
+    }
+    manifest["id"] = identity(manifest)
+    return manifest
+
+
+def _keep(folder: Path, manifest: dict[str, Any]) -> None:
+    entry = folder / "history" / str(manifest["id"]).replace(":", "-")
+    entry.mkdir(parents=True)
+    (entry / "manifest.toml").write_text(render(manifest), encoding="utf-8")
+
+
+def _lineage(folder: Path, current: dict[str, Any], lock: str = LOCK) -> lineage.Lineage:
+    return lineage.lineage(Reference(folder, current), lock)
+
+
+def test_a_reference_made_with_another_lock_is_named(tmp_path: Path) -> None:
+    current = _manifest("a")
+    assert _lineage(tmp_path, current).differences() == []  # the control: the same lock, nothing to name
+    found = _lineage(tmp_path, current, OTHER)
+    assert found.differences() == [f"the reference was made with another lock: {LOCK} (this run's lock: {OTHER})"]
+    assert found.as_dict()["lock_digest"] == LOCK and found.as_dict()["this_run_lock_digest"] == OTHER
+    unrecorded = _manifest("a", lock="")
+    assert _lineage(tmp_path, unrecorded).differences() == [
+        "the reference records no lock digest: the lock it was made with cannot be compared"]
+
+
+def test_a_rollback_to_an_older_history_manifest_is_named_by_the_chain(tmp_path: Path) -> None:
+    """No dates (references made before they were recorded): B's previous is A, so A in use is a rollback."""
+    a = _manifest("a")
+    b = _manifest("b", previous=a["id"], lock=OTHER)
+    _keep(tmp_path, a)
+    _keep(tmp_path, b)
+    found = _lineage(tmp_path, a)
+    assert [m.id for m in found.newer] == [b["id"]]
+    slug = str(b["id"]).replace(":", "-")
+    assert found.differences() == [
+        f"the reference is older than history/{slug} ({b['id']}): rolled back to an older reference"]
+    # the control: B in use, A in its history, is the normal order
+    assert _lineage(tmp_path, b, OTHER).differences() == []
+
+
+def test_a_reference_made_again_with_older_content_is_not_a_rollback(tmp_path: Path) -> None:
+    """A -> B -> A again (`reference --new` on reverted code: the same id, its previous is B): not rolled back."""
+    a = _manifest("a")
+    b = _manifest("b", previous=a["id"])
+    _keep(tmp_path, a)
+    _keep(tmp_path, b)
+    again = _manifest("a", previous=b["id"])
+    assert again["id"] == a["id"]
+    assert _lineage(tmp_path, again).newer == ()
+
+
+def test_dates_decide_where_both_are_recorded(tmp_path: Path) -> None:
+    """A history entry made later than the reference in use, with no chain between them: still named."""
+    current = _manifest("a", created="2026-11-01T10:00:00+00:00")
+    later = _manifest("b", created="2026-11-20T10:00:00+00:00")
+    earlier = _manifest("c", created="2026-10-01T10:00:00+00:00")
+    _keep(tmp_path, later)
+    _keep(tmp_path, earlier)
+    found = _lineage(tmp_path, current)
+    assert [m.id for m in found.newer] == [later["id"]]
+    assert ", made 2026-11-20T10:00:00+00:00): rolled back" in found.differences()[0]
+
+
+def test_a_history_entry_whose_id_does_not_match_its_content_counts_for_nothing(tmp_path: Path) -> None:
+    a = _manifest("a")
+    forged = _manifest("b", previous=a["id"])
+    forged["application"]["params"]["name"] = "edited"  # its id no longer matches
+    _keep(tmp_path, forged)
+    assert lineage.history(tmp_path) == [] and _lineage(tmp_path, a).newer == ()
+
+
+def test_the_report_names_the_lineage_and_its_differences() -> None:
+    from kernodeck.verify.markdown import render_markdown
+    from kernodeck.verify.report import Report
+
+    a = _manifest("a")
+    older = lineage.Made.of(_manifest("b", previous=a["id"], created="2026-11-20T10:00:00+00:00"), "history/x")
+    record = lineage.Lineage(lineage.Made.of(a, "current"), (older,), OTHER).as_dict()
+    text = render_markdown(Report("cp311-linux_x86_64-cpu", [], {"reference_lineage": record}))
+    assert f"- reference lineage: `{a['id']}`, made at a date not recorded, with lock `{LOCK}`" in text
+    differs = text.split("## What differs from the reference", 1)[1].split("##", 1)[0]
+    assert f"- the reference was made with another lock: {LOCK} (this run's lock: {OTHER})" in differs
+    assert "- the reference is older than history/x" in differs
+    plain = render_markdown(Report("cp311-linux_x86_64-cpu", [], {}))
+    assert "reference lineage" not in plain and "rolled back" not in plain
