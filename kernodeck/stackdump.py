@@ -173,7 +173,7 @@ def _step_layer(step: str) -> str:
 
 def _thread_lines(thread: Thread, root: Path, main: bool) -> list[str]:
     label = "main thread" if main else "thread"
-    lines = [f"-- {label} {thread.ident}{' (received the signal)' if thread.current else ''} --"]
+    lines = [f"-- {label} {thread.ident} --"]
     ours = [f for f in thread.frames if is_user(f, root)]
     for frame in ours:
         src = _source_line(frame)

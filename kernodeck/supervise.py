@@ -259,7 +259,7 @@ def _stop(proc: subprocess.Popen[str], why: _Expired, folder: Path, root: Path) 
     with suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=GRACE_S)
     deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline and _group_alive(proc.pid):
+    while time.monotonic() < deadline and _group_alive(proc.pid, asked):
         time.sleep(0.1)
     _signal_group(proc.pid, signal.SIGKILL)  # whatever is left of the group, workers included
     files = [p for p in sorted(folder.glob("*.txt")) if p.stem.isdigit() and int(p.stem) in asked]
@@ -305,5 +305,18 @@ def _answered(path: Path) -> bool:
         return True
 
 
-def _group_alive(pgid: int) -> bool:
-    return _signal_group(pgid, 0)
+def _group_alive(pgid: int, known: set[int]) -> bool:
+    """Some process of the group still runs (a zombie does not count: its parent is gone and init reaps it)."""
+    if not _signal_group(pgid, 0):
+        return False
+    if not Path("/proc/self/stat").exists():
+        return True
+    return any(_running(pid) for pid in known)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")

@@ -4,11 +4,14 @@ lists them, then the group's function with the project it needs."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from kernodeck import __version__
 from kernodeck.cli import dossiers, locking, running
 from kernodeck.cli.common import Command, Parser
+from kernodeck.errors import KernodeckError
+from kernodeck.project import deadlines
 from kernodeck.project.config import load_project
 
 DESCRIPTION = (
@@ -16,6 +19,8 @@ DESCRIPTION = (
     "(the options after --) are thin wrappers over these commands."
 )
 EPILOG = "On failure a command prints one ERROR: line and a TIP: line naming the next command to run."
+# The commands that run the application in the env: each takes --deadline-scale (kernodeck/supervise.py).
+RUN_THE_APPLICATION = ("verify", "reference", "replay", "calibrate", "upgrade", "bisect")
 # The order --help lists the commands in.
 ORDER = ("lock", "rebuild", "verify", "reference", "replay", "compare", "matrix", "export", "wheelhouse", "sbom",
          "audit", "calibrate", "drift", "upgrade", "bisect", "init")
@@ -29,12 +34,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in ORDER:
         help_, add_options = PARSERS[name]
-        add_options(sub.add_parser(name, help=help_))
+        command = sub.add_parser(name, help=help_)
+        add_options(command)
+        if name in RUN_THE_APPLICATION:
+            command.add_argument("--deadline-scale", type=_scale, metavar="X",
+                                 help="multiply every deadline of [tool.kernodeck.deadlines] by X (slower hardware; "
+                                 f"also ${deadlines.SCALE_ENV})")
     return parser
+
+
+def _scale(raw: str) -> float:
+    try:
+        return deadlines.parse_scale(raw)
+    except KernodeckError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command with the project of the current folder (or what a command that needs none gets)."""
+    if getattr(args, "deadline_scale", None) is not None:  # through the environment: replay's verify inherits it
+        os.environ[deadlines.SCALE_ENV] = repr(args.deadline_scale)
     no_project = dossiers.NO_PROJECT.get(args.command)
     project = no_project() if no_project is not None else load_project(Path.cwd())
     return COMMANDS[args.command](project, args)

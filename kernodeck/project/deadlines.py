@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kernodeck import tips
@@ -74,15 +75,20 @@ def parse_scale(raw: str, where: str = "--deadline-scale") -> float:
     return value
 
 
-def load(tool: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Deadlines:
-    """The deadlines a run keeps: pyproject's table (validated by the schema) over the defaults, scaled."""
-    table = dict(tool.get("deadlines") or {})
+def check_names(table: Mapping[str, Any], pyproject: Path | None) -> None:
+    """Each key of ``[tool.kernodeck.deadlines]`` names an in-env step or ``stall`` (the schema checks the values)."""
     known = sorted(STEP_NAMES | {STALL})
     unknown = sorted(set(table) - set(known))
     if unknown:
-        raise ConfigError(f"[tool.kernodeck.deadlines] has {', '.join(unknown)}, which is not an in-env step "
-                          f"nor stall; known: {', '.join(known)}",
-                          tip="fix [tool.kernodeck.deadlines] in pyproject.toml (see docs/report.md, \"A hang\")")
+        raise ConfigError(f"tool.kernodeck.deadlines.{unknown[0]}: not an in-env step nor stall; expected one of "
+                          f"{', '.join(known)}",
+                          tip=f"fix tool.kernodeck.deadlines in {pyproject or 'pyproject.toml'}")
+
+
+def load(tool: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Deadlines:
+    """The deadlines a run keeps: pyproject's table (validated by the schema) over the defaults, scaled."""
+    table = dict(tool.get("deadlines") or {})
+    check_names(table, None)
     scale = scale_from_env(environ)
     steps = {name: float(table.get(name, DEFAULTS.get(name, DEFAULT_STEP_S))) * scale for name in STEP_NAMES}
     return Deadlines(steps, float(table.get(STALL, DEFAULT_STALL_S)) * scale, scale)
