@@ -22,8 +22,11 @@ import hashlib
 import json
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -307,6 +310,56 @@ def passed_through(code: int | None) -> int | None:
     return code if code is not None and code not in (0, 1) else None
 
 
+# The sessions that run the application in the env: a signal to nox is handed to the command (forwarding_signals).
+RUN_THE_APPLICATION = frozenset({"verify", "reference", "replay", "calibrate", "upgrade", "bisect"})
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc; empty where there is none)."""
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[1] == str(pid):
+            found.append(int(entry))
+    return found
+
+
+@contextmanager
+def forwarding_signals() -> Iterator[None]:
+    """While the body runs, SIGTERM and SIGINT to this process are handed to its children and nothing else.
+
+    nox alone dies on SIGTERM and leaves its command running, and SIGTERMs it 0.3 s after a SIGINT: a command that
+    runs the application needs seconds to take every stack and write the interrupted record (kernodeck/supervise.py),
+    and reads a second signal as "stop at once". Where children cannot be listed (no /proc) nox keeps its own way.
+    Also used by ``kernodeck replay`` for its verify (this module is the one both may import).
+    """
+    if not os.path.isdir("/proc") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children_of(os.getpid()):
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..., object]:
     import nox.command
 
@@ -318,7 +371,8 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
         # the replay installs, in its clean clone, the Kernodeck this session installed: it reads the same variable
         env = {SOURCE_ENV: source} if source is not None else {}
         try:
-            session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env)
+            with forwarding_signals() if spec.name in RUN_THE_APPLICATION else nullcontext():
+                session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env)
         except nox.command.CommandFailed as exc:
             code = passed_through(getattr(exc, "return_code", None))
             if code is None:

@@ -11,6 +11,7 @@ from kernodeck import __version__
 from kernodeck.cli import dossiers, locking, running
 from kernodeck.cli.common import Command, Parser
 from kernodeck.errors import KernodeckError
+from kernodeck.noxsessions import RUN_THE_APPLICATION
 from kernodeck.project import deadlines
 from kernodeck.project.config import load_project
 
@@ -19,8 +20,6 @@ DESCRIPTION = (
     "(the options after --) are thin wrappers over these commands."
 )
 EPILOG = "On failure a command prints one ERROR: line and a TIP: line naming the next command to run."
-# The commands that run the application in the env: each takes --deadline-scale (kernodeck/supervise.py).
-RUN_THE_APPLICATION = ("verify", "reference", "replay", "calibrate", "upgrade", "bisect")
 # The order --help lists the commands in.
 ORDER = ("lock", "rebuild", "verify", "reference", "replay", "compare", "matrix", "export", "wheelhouse", "sbom",
          "audit", "calibrate", "drift", "upgrade", "bisect", "init")
@@ -36,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         help_, add_options = PARSERS[name]
         command = sub.add_parser(name, help=help_)
         add_options(command)
-        if name in RUN_THE_APPLICATION:
+        if name in RUN_THE_APPLICATION:  # each takes --deadline-scale (kernodeck/supervise.py)
             command.add_argument("--deadline-scale", type=_scale, metavar="X",
                                  help="multiply every deadline of [tool.kernodeck.deadlines] by X (slower hardware; "
                                  f"also ${deadlines.SCALE_ENV})")
