@@ -195,8 +195,10 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
             reader.start()
             expired = _watch(proc, lines, progress, tail, deadlines, signals, on_line)
             stopped = _stop(proc, expired, folder, root) if expired is not None else None
-            reader.join(timeout=GRACE_S)
             code = proc.wait()
+            reader.join(timeout=GRACE_S)  # a child that kept the pipe open was killed with the group
+            if proc.stderr is not None and not reader.is_alive():
+                proc.stderr.close()
     finally:
         if procs and procs[0].poll() is None:  # an error here: never leave the run behind
             _signal_group(procs[0].pid, signal.SIGKILL)
