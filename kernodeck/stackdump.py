@@ -143,10 +143,10 @@ def diagnose(step: str, processes: list[ProcessStacks], runner_pid: int, root: P
     worker = next((p for p in children if any(_DATA in f.file.replace(os.sep, "/")
                                                for t in p.threads for f in t.frames)), None)
     if worker is not None or any(_DATA in f for f in files):
-        found = first_user_frame(worker.main_thread(), root) if worker else None
-        return Diagnosis(Layer.DATA_LOADING, (found or frame).where(root) if (found or frame) else "", user_frames)
+        chosen = (first_user_frame(worker.main_thread(), root) if worker else None) or frame
+        return Diagnosis(Layer.DATA_LOADING, chosen.where(root) if chosen else "", user_frames)
     where = frame.where(root) if frame else ""
-    if any(_inside(f.file, INENV) and f.func == "load_file" for f in frames):
+    if any(f.func == "exec_module" or (_inside(f.file, INENV) and f.func == "load_file") for f in frames):
         return Diagnosis(Layer.IMPORT, where, user_frames)
     if frame is not None and any(t in _source_line(frame) for t in _TRANSFER):
         return Diagnosis(Layer.TRANSFER, where, user_frames)
