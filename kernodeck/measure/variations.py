@@ -138,7 +138,9 @@ def stopped_variation(variation: Variation, folder: Path, rel: str, seconds: flo
     stacks = f"{rel}/steps/{step}.stacks.txt"
     write_atomic(folder / "steps" / f"{step}.stacks.txt", stopped.stacks)
     log(f"kernodeck: calibrate: {variation.name}: {stopped.kind} in {step}: {stopped.message(stacks)}")
-    return VariationRun(variation, rel, "failed", seconds, f"{step}: {stopped.message(stacks)}")
+    at = f" at {stopped.user_frame}" if stopped.user_frame else ""
+    return VariationRun(variation, rel, "failed", seconds,
+                        f"{step} {stopped.kind}: layer {stopped.layer}{at}; {stopped.message(stacks)}")
 
 
 def read_variation(variation: Variation, folder: Path, rel: str, code: int, seconds: float, tail: str) -> VariationRun:

@@ -163,7 +163,7 @@ def test_a_hang_is_a_finding(built_project: Path, tmp_path: Path, app: str, limi
     assert not any(_running(pid) for pid in pids), "a process of the run was left"
     limit = limits.get("application", limits["stall"])
     assert took < 240 + limit + 15  # the steps before it (a few dozen seconds), then deadline + 15 s at most
-    assert f"FAILED at application (layer: {layer})" in proc.stderr
+    assert f"FAILED at application (layer: {layer})" in proc.stdout
     assert "steps/application.stacks.txt" in (out / "report.md").read_text()
     if kind == "stalled":  # the progress line showed the stall as it grew, before the deadline
         lines = [ln for ln in proc.stderr.splitlines() if "application: no progress for" in ln]
