@@ -314,43 +314,20 @@ def passed_through(code: int | None) -> int | None:
 RUN_THE_APPLICATION = frozenset({"verify", "reference", "replay", "calibrate", "upgrade", "bisect"})
 
 
-def children_of(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Linux's /proc; empty where there is none)."""
-    found: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and fields[1] == str(pid):
-            found.append(int(entry))
-    return found
-
-
 @contextmanager
 def forwarding_signals() -> Iterator[None]:
-    """While the body runs, SIGTERM and SIGINT to this process are handed to its children and nothing else.
-
-    nox alone dies on SIGTERM and leaves its command running, and SIGTERMs it 0.3 s after a SIGINT: a command that
-    runs the application needs seconds to take every stack and write the interrupted record (kernodeck/supervise.py),
-    and reads a second signal as "stop at once". Where children cannot be listed (no /proc) nox keeps its own way.
-    Also used by ``kernodeck replay`` for its verify (this module is the one both may import).
-    """
+    """While the body runs, SIGTERM and SIGINT to this process go to its children (nox alone dies on SIGTERM and
+    leaves its command running, or SIGTERMs it 0.3 s after a SIGINT): the command takes every stack and writes the
+    interrupted record (kernodeck/supervise.py). Without /proc nox keeps its own way. ``kernodeck replay`` uses it."""
     if not os.path.isdir("/proc") or threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def forward(signum: int, _frame: object) -> None:
-        for child in children_of(os.getpid()):
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(child, signum)
+    def forward(signum: int, _frame: object) -> None:  # to each process whose parent is this one
+        for entry in [e for e in os.listdir("/proc") if e.isdigit()]:
+            with suppress(OSError), open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                if handle.read().rpartition(")")[2].split()[1:2] == [str(os.getpid())]:
+                    os.kill(int(entry), signum)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -4,15 +4,12 @@ lists them, then the group's function with the project it needs."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from kernodeck import __version__
 from kernodeck.cli import dossiers, locking, running
 from kernodeck.cli.common import Command, Parser
 from kernodeck.errors import KernodeckError
-from kernodeck.noxsessions import RUN_THE_APPLICATION
-from kernodeck.project import deadlines
 from kernodeck.project.config import load_project
 
 DESCRIPTION = (
@@ -28,6 +25,9 @@ COMMANDS: dict[str, Command] = {**locking.COMMANDS, **running.COMMANDS, **dossie
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kernodeck.noxsessions import RUN_THE_APPLICATION  # stdlib only, as deadlines: small, needed to parse
+    from kernodeck.project.deadlines import SCALE_ENV
+
     parser = argparse.ArgumentParser(prog="kernodeck", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"kernodeck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -38,11 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name in RUN_THE_APPLICATION:  # each takes --deadline-scale (kernodeck/supervise.py)
             command.add_argument("--deadline-scale", type=_scale, metavar="X",
                                  help="multiply every deadline of [tool.kernodeck.deadlines] by X (slower hardware; "
-                                 f"also ${deadlines.SCALE_ENV})")
+                                 f"also ${SCALE_ENV})")
     return parser
 
 
 def _scale(raw: str) -> float:
+    from kernodeck.project import deadlines
+
     try:
         return deadlines.parse_scale(raw)
     except KernodeckError as exc:
@@ -52,7 +54,11 @@ def _scale(raw: str) -> float:
 def dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command with the project of the current folder (or what a command that needs none gets)."""
     if getattr(args, "deadline_scale", None) is not None:  # through the environment: replay's verify inherits it
-        os.environ[deadlines.SCALE_ENV] = repr(args.deadline_scale)
+        import os
+
+        from kernodeck.project.deadlines import SCALE_ENV
+
+        os.environ[SCALE_ENV] = repr(args.deadline_scale)
     no_project = dossiers.NO_PROJECT.get(args.command)
     project = no_project() if no_project is not None else load_project(Path.cwd())
     return COMMANDS[args.command](project, args)
