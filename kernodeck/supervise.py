@@ -141,16 +141,15 @@ class _Signals:
     def handle(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         now = time.monotonic()
-        if not self.received:
+        if not self.received:  # the watch loop logs it: a handler must not take the log's lock (the loop may hold it)
             self.received, self.first_t = name, now
-            log(f"kernodeck: {name} received: taking the stacks and stopping the run (a second signal stops at once)")
             return
         if now - self.first_t < 1.0:  # the same Ctrl-C seen twice (the terminal's group and a forwarding parent)
             return
         pgid = self.pgid_of()
         if pgid is not None:
             _signal_group(pgid, signal.SIGKILL)
-        log(f"kernodeck: a second {name}: stopped at once (no dossier)")
+        os.write(2, f"kernodeck: a second {name}: stopped at once (no dossier)\n".encode())
         os._exit(128 + signum)
 
     @contextmanager
@@ -245,6 +244,8 @@ def _watch(proc: subprocess.Popen[str], lines: queue.Queue[str | None], progress
         ran = time.monotonic() - progress.step_t0
         snapshot = (progress.step, ran, progress.silent(), progress.last_what)
         if signals.received:
+            log(f"kernodeck: {signals.received} received: taking the stacks and stopping the run (a second signal "
+                "stops at once)")
             return _Expired(Stop.INTERRUPTED, 0.0, *snapshot, signal=signals.received)
         if progress.step and ran > deadlines.step(progress.step):
             return _Expired(Stop.TIMED_OUT, deadlines.step(progress.step), *snapshot)
