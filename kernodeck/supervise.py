@@ -195,6 +195,7 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
             expired = _watch(proc, lines, progress, tail, deadlines, signals, on_line)
             stopped = _stop(proc, expired, folder, root) if expired is not None else None
             code = proc.wait()
+            _signal_group(proc.pid, signal.SIGKILL)  # what the run left behind in its group (none when it is tidy)
             reader.join(timeout=GRACE_S)  # a child that kept the pipe open was killed with the group
             if proc.stderr is not None and not reader.is_alive():
                 proc.stderr.close()
@@ -229,6 +230,7 @@ class _Expired:
 def _watch(proc: subprocess.Popen[str], lines: queue.Queue[str | None], progress: _Progress, tail: deque[str],
            deadlines: Deadlines, signals: _Signals, on_line: Callable[[str], None] | None) -> _Expired | None:
     """Forward the process's lines until it ends (None) or a deadline, a stall or a signal stops it."""
+    exited = 0.0
     while True:
         try:
             line = lines.get(timeout=_POLL_S)
@@ -236,6 +238,10 @@ def _watch(proc: subprocess.Popen[str], lines: queue.Queue[str | None], progress
             line = ""
         if line is None:
             return None
+        if not line and proc.poll() is not None:  # ended, but a child it left may hold the pipe open
+            exited = exited or time.monotonic()
+            if time.monotonic() - exited > 1.0:
+                return None
         if line:
             tail.append(line)
             progress.feed(line)

@@ -48,6 +48,12 @@ FAKE_RUNNER = textwrap.dedent('''\
         print("[kernodeck] application: batch 1/8", file=sys.stderr, flush=True)
         if MODE == "ends":
             return
+        if MODE == "leaves":  # a child left behind, holding stderr open, and the runner ends
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(3600)
+            open("pids.txt", "a").write(f"{pid}\\n")
+            os._exit(0)
         if MODE == "deaf":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
         lock = mp.Lock()
@@ -128,6 +134,16 @@ def test_a_process_that_ends_is_not_stopped(tmp_path: Path) -> None:
                       root=project)
     assert ended.stopped is None and ended.code == 0
     assert ended.tail[-1] == "[kernodeck] application: batch 1/8"
+
+
+def test_a_run_that_ends_leaving_a_child_is_not_a_hang_and_leaves_nothing(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    start = time.monotonic()
+    ended = supervise(_argv(project, "leaves"), env=dict(os.environ), cwd=project, deadlines=Deadlines(stall=30.0),
+                      root=project)
+    assert time.monotonic() - start < 15 and ended.stopped is None and ended.code == 0
+    time.sleep(0.3)
+    assert not any(_running(pid) for pid in _pids(project))
 
 
 def test_a_step_past_its_deadline_is_timed_out_although_it_makes_progress(tmp_path: Path) -> None:
