@@ -177,29 +177,32 @@ def test_sigterm_during_the_application_is_an_interrupted_record(built_project: 
     out = tmp_path / "run"
     full = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             "PYTHONPATH": str(project)}
-    proc = subprocess.Popen([sys.executable, "-m", "kernodeck", "verify", "--allow-code-change", "--out", str(out)],
-                            cwd=project, env=full, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    seen, kept = threading.Event(), []
+    argv = [sys.executable, "-m", "kernodeck", "verify", "--allow-code-change", "--out", str(out)]
+    with subprocess.Popen(argv, cwd=project, env=full, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                          start_new_session=True) as proc:
+        seen, kept = threading.Event(), []
 
-    def follow() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            kept.append(line)
-            if "application: batch 0/1" in line:
-                seen.set()
+        def follow() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                kept.append(line)
+                if "application: batch 0/1" in line:
+                    seen.set()
 
-    threading.Thread(target=follow, daemon=True).start()
-    try:
-        assert seen.wait(400), "".join(kept)[-3000:]
-        time.sleep(1)
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        assert time.monotonic() - start < 20  # within a few seconds, not the stall's 900
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        try:
+            assert seen.wait(400), "".join(kept)[-3000:]
+            time.sleep(1)
+            start = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+            assert time.monotonic() - start < 20  # within a few seconds, not the stall's 900
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            reader.join(timeout=30)
     assert proc.returncode == 1, "".join(kept)[-3000:]
     report = read_report(out)
     assert report["status"] == "interrupted" and report["interrupted"]["signal"] == "SIGTERM"
