@@ -226,5 +226,7 @@ def test_deadlines_are_run_policy_not_the_reference_identity(built_project: Path
     out = tmp_path / "run"
     proc = kd(project, "verify", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert set(statuses(read_report(out)).values()) == {"passed"}
+    report = read_report(out)
+    assert set(statuses(report).values()) == {"passed"}
+    assert report["deadlines"]["steps_s"]["application"] == 900  # type: ignore[index]
     assert "no progress for" not in proc.stderr

@@ -67,6 +67,7 @@ def test_run_checks_keeps_earlier_steps_and_names_the_stalled_one(project: Path,
     run_ = Run(loaded, resolve_platform(loaded, None, None), staging)
     in_env.run_checks(run_, Path(sys.executable), ("settings", "application", "compare"), {})
     steps = {s.name: s for s in run_.steps}
+    assert run_.meta["deadlines"]["stall_s"] == 2  # the policy it ran under, recorded in the report
     assert steps["settings"].status is Status.PASSED  # kept
     stopped = steps["application"]
     assert stopped.status is Status.FAILED and stopped.layer == "application"

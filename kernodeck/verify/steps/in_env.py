@@ -132,8 +132,10 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
         if forwarded:
             log(forwarded)
 
-    ended = supervise(argv, env=clean_env(env_extra), cwd=run_.staging, deadlines=deadlines.load(run_.project.tool),
-                      root=run_.project.root, on_line=forward)
+    limits = deadlines.load(run_.project.tool)
+    run_.meta["deadlines"] = limits.as_dict()  # run policy, recorded; not part of the reference's identity
+    ended = supervise(argv, env=clean_env(env_extra), cwd=run_.staging, deadlines=limits, root=run_.project.root,
+                      on_line=forward)
     code, tail = ended.code, ended.tail
     results = {p.name.split("-", 1)[1].removesuffix(".json"): p for p in (run_.staging / "steps").glob("*.json")}
     crashed_at = None
