@@ -166,7 +166,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
 
 def stopped_step(run_: Run, name: str, stopped: Stopped, python: Path) -> Step:
     """The step a deadline, a stall or a signal stopped: failed, what stopped it, the layer, the user's line; every
-    stack in ``steps/<step>.stacks.txt``. An interruption is the run's error (the verdict says ``interrupted``)."""
+    stack in ``steps/<step>.stacks.txt``. An interruption also marks the run: its verdict is ``interrupted``."""
     stacks = f"steps/{name}.stacks.txt"
     write_atomic(run_.staging / stacks, stopped.stacks)
     error = stopped.message(stacks)
