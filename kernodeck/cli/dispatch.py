@@ -25,8 +25,7 @@ COMMANDS: dict[str, Command] = {**locking.COMMANDS, **running.COMMANDS, **dossie
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernodeck.noxsessions import RUN_THE_APPLICATION  # stdlib only, as deadlines: small, needed to parse
-    from kernodeck.project.deadlines import SCALE_ENV
+    from kernodeck.project.deadlines import COMMANDS, SCALE_ENV  # small (the protocol, errors): needed to parse
 
     parser = argparse.ArgumentParser(prog="kernodeck", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"kernodeck {__version__}")
@@ -35,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         help_, add_options = PARSERS[name]
         command = sub.add_parser(name, help=help_)
         add_options(command)
-        if name in RUN_THE_APPLICATION:  # each takes --deadline-scale (kernodeck/supervise.py)
+        if name in COMMANDS:  # each takes --deadline-scale (kernodeck/supervise.py)
             command.add_argument("--deadline-scale", type=_scale, metavar="X",
                                  help="multiply every deadline of [tool.kernodeck.deadlines] by X (slower hardware; "
                                  f"also ${SCALE_ENV})")

@@ -21,6 +21,9 @@ from kernodeck.errors import ConfigError
 from kernodeck.inenv.protocol import STEP_NAMES
 
 SCALE_ENV = "KERNODECK_DEADLINE_SCALE"
+# The commands that run the application in the env: each takes --deadline-scale; their nox sessions hand a signal on
+# (noxsessions.RUN_THE_APPLICATION, which imports nothing of Kernodeck, holds the same names: tested).
+COMMANDS = ("verify", "reference", "replay", "calibrate", "upgrade", "bisect")
 STALL = "stall"
 # Generous: a healthy run on a slow 2-core machine beside another job never trips them (the MiniLM application
 # takes about a minute there; the longest silent phase, importing torch and the model, well under five).

@@ -55,6 +55,12 @@ def test_the_cli_takes_deadline_scale_on_the_commands_that_run_the_application()
         parser.parse_args(["lock", "--deadline-scale", "2"])  # lock runs no application
 
 
+def test_the_commands_that_take_a_scale_are_the_sessions_that_forward_signals() -> None:
+    from kernodeck import noxsessions
+
+    assert set(deadlines.COMMANDS) == noxsessions.RUN_THE_APPLICATION
+
+
 FORWARDER = textwrap.dedent('''\
     import subprocess, sys, time
     from kernodeck import noxsessions
