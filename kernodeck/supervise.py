@@ -30,7 +30,7 @@ from types import FrameType
 from typing import Any
 
 from kernodeck import stackdump
-from kernodeck._proc import alive, log, show
+from kernodeck._proc import alive, heartbeat_interval, log, show
 from kernodeck.inenv.protocol import STACKS_DIR_ENV, STACKS_SIGNAL, STATUSES
 from kernodeck.project.deadlines import Deadlines
 
@@ -183,9 +183,10 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
     procs: list[subprocess.Popen[str]] = []
     signals = _Signals(lambda: procs[0].pid if procs else None)
     lines: queue.Queue[str | None] = queue.Queue()
+    note_after = min(2 * heartbeat_interval(), deadlines.stall / 4)  # a silence of two heartbeats is shown
     log(f"$ {show(argv)}")
     try:
-        with signals.installed(), alive(label, lambda: progress.status(min(60.0, deadlines.stall / 4))):
+        with signals.installed(), alive(label, lambda: progress.status(note_after)):
             proc = subprocess.Popen(list(argv), env=dict(full_env), cwd=cwd, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
                                     start_new_session=True)  # its own group: stopped whole, workers included

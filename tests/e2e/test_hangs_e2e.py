@@ -87,9 +87,9 @@ def run(app):
     pass
 '''
 
-# application deadline (s) and stall (s): the steps before the application (importing torch) stay well inside both
-SMALL = {"application": 25, "stall": 120}
-STALL = {"stall": 30}
+# The application's deadline (s); the stall stays at its default: on a loaded 2-core machine the weights' loading
+# alone was silent for 80 s (a stall is tested on real processes in tests/unit/test_supervise.py).
+SMALL = {"application": 25}
 
 
 def _hanging(built: Path, tmp_path: Path, app: str, limits: dict[str, int]) -> Path:
@@ -123,7 +123,7 @@ def _running(pid: int) -> bool:
     [
         (DATALOADER, SMALL, "timed-out", "data-loading", 2),
         (HOOK, SMALL, "timed-out", "operator:slow_hook", 0),
-        (BUSY, STALL, "stalled", "application", 0),
+        (BUSY, SMALL, "timed-out", "application", 0),
         (IMPORT, SMALL, "timed-out", "import", 0),
     ],
     ids=["dataloader-worker-blocked", "forward-hook-sleeps", "busy-loop", "import-blocked"],
@@ -161,11 +161,10 @@ def test_a_hang_is_a_finding(built_project: Path, tmp_path: Path, app: str, limi
     assert len(pids) >= 1 + children  # the runner, and each DataLoader worker, answered
     assert stacks.count("a child (forked from") >= children
     assert not any(_running(pid) for pid in pids), "a process of the run was left"
-    limit = limits.get("application", limits["stall"])
-    assert took < 240 + limit + 15  # the steps before it (a few dozen seconds), then deadline + 15 s at most
+    assert took < 240 + limits["application"] + 15  # the steps before it (a few dozen seconds), then deadline + 15 s at most
     assert f"FAILED at application (layer: {layer})" in proc.stdout
     assert "steps/application.stacks.txt" in (out / "report.md").read_text()
-    if kind == "stalled":  # the progress line showed the stall as it grew, before the deadline
+    if app is BUSY:  # the progress line showed the silence as it grew, before the deadline
         lines = [ln for ln in proc.stderr.splitlines() if "application: no progress for" in ln]
         assert any("(last: batch 0/1)" in ln for ln in lines), proc.stderr[-3000:]
         seconds = [int(ln.split("no progress for ")[1].split(" s")[0]) for ln in lines]
@@ -229,4 +228,4 @@ def test_deadlines_are_run_policy_not_the_reference_identity(built_project: Path
     report = read_report(out)
     assert set(statuses(report).values()) == {"passed"}
     assert report["deadlines"]["steps_s"]["application"] == 900  # type: ignore[index]
-    assert "no progress for" not in proc.stderr
+    assert "timed-out" not in proc.stderr and "stalled" not in proc.stderr
