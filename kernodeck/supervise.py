@@ -35,6 +35,7 @@ from kernodeck.inenv.protocol import STACKS_DIR_ENV, STACKS_SIGNAL, STATUSES
 from kernodeck.project.deadlines import Deadlines
 
 GRACE_S = 3.0  # between SIGTERM and SIGKILL
+_KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # Windows has no SIGKILL: its SIGTERM ends a process outright
 ANSWER_S = 3.0  # the longest wait for the stacks the processes were asked for
 _POLL_S = 0.2
 
@@ -148,7 +149,7 @@ class _Signals:
             return
         pgid = self.pgid_of()
         if pgid is not None:
-            _signal_group(pgid, signal.SIGKILL)
+            _signal_group(pgid, _KILL)
         os.write(2, f"kernodeck: a second {name}: stopped at once (no dossier)\n".encode())
         os._exit(128 + signum)
 
@@ -166,8 +167,14 @@ class _Signals:
 
 
 def _signal_group(pgid: int, signum: int) -> bool:
+    """Signal the run's whole process group (where there are none, Windows: the runner itself; 0 only asks)."""
     try:
-        os.killpg(pgid, signum)
+        if hasattr(os, "killpg"):
+            os.killpg(pgid, signum)
+        elif signum:
+            os.kill(pgid, signum)
+        else:
+            return False
     except (ProcessLookupError, PermissionError):
         return False
     return True
@@ -196,13 +203,13 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
             expired = _watch(proc, lines, progress, tail, deadlines, signals, on_line)
             stopped = _stop(proc, expired, folder, root) if expired is not None else None
             code = proc.wait()
-            _signal_group(proc.pid, signal.SIGKILL)  # what the run left behind in its group (none when it is tidy)
+            _signal_group(proc.pid, _KILL)  # what the run left behind in its group (none when it is tidy)
             reader.join(timeout=GRACE_S)  # a child that kept the pipe open was killed with the group
             if proc.stderr is not None and not reader.is_alive():
                 proc.stderr.close()
     finally:
         if procs and procs[0].poll() is None:  # an error here: never leave the run behind
-            _signal_group(procs[0].pid, signal.SIGKILL)
+            _signal_group(procs[0].pid, _KILL)
             procs[0].wait()
         shutil.rmtree(folder, ignore_errors=True)
     return Supervised(code, list(tail), stopped)
@@ -271,7 +278,7 @@ def _stop(proc: subprocess.Popen[str], why: _Expired, folder: Path, root: Path) 
     deadline = time.monotonic() + GRACE_S
     while time.monotonic() < deadline and _group_alive(proc.pid, asked):
         time.sleep(0.1)
-    _signal_group(proc.pid, signal.SIGKILL)  # whatever is left of the group, workers included
+    _signal_group(proc.pid, _KILL)  # whatever is left of the group, workers included
     files = [p for p in sorted(folder.glob("*.txt")) if p.stem.isdigit() and int(p.stem) in asked]
     processes = [stackdump.parse(p.read_text(encoding="utf-8", errors="replace")) for p in files]
     processes = [p for p in processes if p.threads or p.pid == proc.pid]
@@ -284,8 +291,10 @@ def _stop(proc: subprocess.Popen[str], why: _Expired, folder: Path, root: Path) 
 
 def _ask_stacks(pgid: int, folder: Path) -> set[int]:
     """Send the stacks signal to each process of the group that registered; wait until their files stop growing."""
-    signum = getattr(signal, STACKS_SIGNAL)
+    signum = getattr(signal, STACKS_SIGNAL, None)
     asked: set[int] = set()
+    if signum is None or not hasattr(os, "getpgid"):
+        return asked  # no such signal here (Windows): the processes are stopped without their stacks
     for path in folder.glob("*.txt"):
         pid = int(path.stem)
         try:
