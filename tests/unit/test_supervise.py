@@ -56,9 +56,10 @@ FAKE_RUNNER = textwrap.dedent('''\
             os._exit(0)
         if MODE == "deaf":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
-        lock = mp.Lock()
+        how = mp.get_context("spawn" if MODE == "spawns" else "fork")
+        lock = how.Lock()
         lock.acquire()
-        child = mp.get_context("fork").Process(target=blocked, args=(lock,))
+        child = how.Process(target=blocked, args=(lock,))
         child.start()
         open("pids.txt", "a").write(f"{child.pid}\\n")
         n = 0
@@ -125,6 +126,19 @@ def test_a_stall_stops_the_group_with_every_stack(tmp_path: Path) -> None:
     assert not _running(runner) and not _running(child)  # no process of the run left
     assert not [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("kernodeck-stacks-*")
                 if (p / f"{runner}.txt").exists()]  # the supervisor's folder is gone
+
+
+def test_a_spawned_child_gives_its_stacks_too(tmp_path: Path) -> None:
+    """multiprocessing's spawn (macOS's default) starts a new interpreter that imports the runner as its main module:
+    the hook installed at import registers it."""
+    project = _project(tmp_path)
+    ended = supervise(_argv(project, "spawns"), env=dict(os.environ), cwd=project, deadlines=Deadlines(stall=4.0),
+                      root=project)
+    assert ended.stopped is not None and ended.stopped.kind is Stop.STALLED
+    runner, child = _pids(project)
+    assert f"== process {child}: a child (started from {runner}) ==" in ended.stopped.stacks
+    assert f"app.py:{_line('LINE-CHILD-BLOCKED')} in blocked" in ended.stopped.stacks
+    assert not _running(runner) and not _running(child)
 
 
 def test_a_process_that_ends_is_not_stopped(tmp_path: Path) -> None:
