@@ -27,7 +27,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, assert_never
 
 from kernodeck import stackdump
 from kernodeck._proc import alive, heartbeat_interval, log, show
@@ -75,6 +75,8 @@ class Stopped:
                 what = f"stalled: no progress for {self.silent_s:.0f} s after {last}"
             case Stop.INTERRUPTED:
                 what = f"interrupted by {self.signal} after {self.ran_s:.0f} s"
+            case _ as unreachable:
+                assert_never(unreachable)
         return f"{what}; layer {self.layer}{at}" + (f"; every stack in {stacks_file}" if stacks_file else "")
 
     def details(self, stacks_file: str) -> dict[str, Any]:
