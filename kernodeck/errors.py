@@ -41,6 +41,10 @@ class UnknownVariant(ConfigError):
         self.tip = tips.nox("verify", "--variant", sorted(known)[0])
 
 
+class Interrupted(KernodeckError):
+    """SIGTERM/SIGINT stopped a command that runs the application; what it ran so far is recorded (with stacks)."""
+
+
 class MissingLockfile(KernodeckError):
     def __init__(self, platform_id: str, path: str) -> None:
         super().__init__(f"no lockfile for platform {platform_id} (expected {path})")

@@ -22,8 +22,12 @@ import hashlib
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -41,36 +45,25 @@ class Spec(NamedTuple):
     name: str
     tools: str  # which tool group it installs: "run", "lock" or "wheelhouse"
     doc: str
-    default: bool  # run by a bare `nox`
+    default: bool = False  # run by a bare `nox`
 
 
 SESSIONS = (
-    Spec("lock", "lock", "Compile this platform's hash-pinned lock (-- --check, --platform ID --resolver uv).",
-         default=False),
-    Spec("rebuild", "run", "Make or reuse a fresh venv from the lock (-- --fresh, --installer pip).",
-         default=False),
+    Spec("lock", "lock", "Compile this platform's hash-pinned lock (-- --check, --platform ID --resolver uv)."),
+    Spec("rebuild", "run", "Make or reuse a fresh venv from the lock (-- --fresh, --installer pip)."),
     Spec("verify", "run", "Lock check, rebuild, then every check inside the env; writes the report (-- --out DIR).",
          default=True),
-    Spec("reference", "run", "Make a NEW reference identity from a rebuilt env (-- --new when one exists).",
-         default=False),
-    Spec("compare", "run", "What differs between two dossiers (-- A B [--out DIR]).",
-         default=False),
-    Spec("replay", "run", "Clone the current commit into an empty folder and rebuild + verify there, cleanly.",
-         default=False),
-    Spec("matrix", "run", "Print the CI matrix of the platforms (-- --format github|gitlab|slurm, --out FILE).",
-         default=False),
-    Spec("export", "run", "Write a Dockerfile or Apptainer file of a platform's env (-- --format F --out DIR).",
-         default=False),
+    Spec("reference", "run", "Make a NEW reference identity from a rebuilt env (-- --new when one exists)."),
+    Spec("compare", "run", "What differs between two dossiers (-- A B [--out DIR])."),
+    Spec("replay", "run", "Clone the current commit into an empty folder and rebuild + verify there, cleanly."),
+    Spec("matrix", "run", "Print the CI matrix of the platforms (-- --format github|gitlab|slurm, --out FILE)."),
+    Spec("export", "run", "Write a Dockerfile or Apptainer file of a platform's env (-- --format F --out DIR)."),
     Spec("calibrate", "run",
-         "Each output's noise and margin of use, measured; proposed tolerances (-- --out DIR --write).", default=False),
-    Spec("drift", "run", "Pairwise drift map of several dossiers' outputs (-- A B C [--out DIR]).",
-         default=False),
-    Spec("wheelhouse", "wheelhouse", "Download every file of a platform's lock, hash-checked (-- --platform ID).",
-         default=False),
-    Spec("upgrade", "lock", "Relock (-- --as-of DATE), print the lock diff, verify against the reference.",
-         default=False),
-    Spec("bisect", "run", "Which changed pins move the outputs: -- --good OLD_LOCK --bad NEW_LOCK.",
-         default=False),
+         "Each output's noise and margin of use, measured; proposed tolerances (-- --out DIR --write)."),
+    Spec("drift", "run", "Pairwise drift map of several dossiers' outputs (-- A B C [--out DIR])."),
+    Spec("wheelhouse", "wheelhouse", "Download every file of a platform's lock, hash-checked (-- --platform ID)."),
+    Spec("upgrade", "lock", "Relock (-- --as-of DATE), print the lock diff, verify against the reference."),
+    Spec("bisect", "run", "Which changed pins move the outputs: -- --good OLD_LOCK --bad NEW_LOCK."),
 )
 
 # The sessions whose stdout is data another tool reads (`nox -s matrix -- --format gitlab > .gitlab-ci.yml`): their
@@ -314,11 +307,35 @@ def passed_through(code: int | None) -> int | None:
 
 
 def stderr_for(name: str) -> int | None:
-    """``session.run``'s ``stderr=`` for the session ``name``: None (the command writes to nox's own stderr) for a
-    session whose stdout is data (:data:`DATA_ON_STDOUT`), else nox's default, merged into stdout."""
-    import subprocess
-
+    """``session.run``'s ``stderr=``: nox's own stderr for a :data:`DATA_ON_STDOUT` session, else merged (nox's)."""
     return None if name in DATA_ON_STDOUT else subprocess.STDOUT
+
+
+# The sessions that run the application in the env: a signal to nox is handed to the command (forwarding_signals).
+RUN_THE_APPLICATION = frozenset({"verify", "reference", "replay", "calibrate", "upgrade", "bisect"})
+
+
+@contextmanager
+def forwarding_signals() -> Iterator[None]:
+    """While the body runs, SIGTERM and SIGINT to this process go to its children (nox alone dies on SIGTERM and
+    leaves its command running, or SIGTERMs it 0.3 s after a SIGINT): the command takes every stack and writes the
+    interrupted record (kernodeck/supervise.py). Without /proc nox keeps its own way. ``kernodeck replay`` uses it."""
+    if not os.path.isdir("/proc") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, _frame: object) -> None:  # to each process whose parent is this one
+        for entry in [e for e in os.listdir("/proc") if e.isdigit()]:
+            with suppress(OSError), open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                if handle.read().rpartition(")")[2].split()[1:2] == [str(os.getpid())]:
+                    os.kill(int(entry), signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..., object]:
@@ -333,8 +350,9 @@ def _session(spec: Spec, pin: str | None, groups: dict[str, str]) -> Callable[..
         env = {SOURCE_ENV: source} if source is not None else {}
         env[CALLER_ENV] = str(session.invoked_from)  # a relative path option is the caller's (nox runs from here)
         try:
-            session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env,
-                        stderr=stderr_for(spec.name))
+            with forwarding_signals() if spec.name in RUN_THE_APPLICATION else nullcontext():
+                session.run("python", "-m", "kernodeck", spec.name, *session.posargs, env=env,
+                            stderr=stderr_for(spec.name))
         except nox.command.CommandFailed as exc:
             code = passed_through(getattr(exc, "return_code", None))
             if code is None:

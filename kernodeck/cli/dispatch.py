@@ -11,7 +11,7 @@ from typing import NoReturn
 from kernodeck import __version__
 from kernodeck.cli import dossiers, locking, running
 from kernodeck.cli.common import Command, Parser
-from kernodeck.errors import UsageError
+from kernodeck.errors import KernodeckError, UsageError
 from kernodeck.project.config import load_project
 
 DESCRIPTION = (
@@ -38,12 +38,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kernodeck.project.deadlines import COMMANDS, SCALE_ENV  # small (the protocol, errors): needed to parse
+
     parser = _Parser(prog="kernodeck", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"kernodeck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in ORDER:
         help_, add_options = PARSERS[name]
-        add_options(sub.add_parser(name, help=help_))
+        command = sub.add_parser(name, help=help_)
+        add_options(command)
+        if name in COMMANDS:  # each takes --deadline-scale (kernodeck/supervise.py)
+            command.add_argument("--deadline-scale", type=_scale, metavar="X",
+                                 help="multiply every deadline of [tool.kernodeck.deadlines] by X (slower hardware; "
+                                 f"also ${SCALE_ENV})")
     return parser
 
 
@@ -56,9 +63,24 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _scale(raw: str) -> float:
+    from kernodeck.project import deadlines
+
+    try:
+        return deadlines.parse_scale(raw)
+    except KernodeckError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command with the project of the current folder (or what a command that needs none gets)."""
     args = from_caller(args, caller_folder())
+    if getattr(args, "deadline_scale", None) is not None:  # through the environment: replay's verify inherits it
+        import os
+
+        from kernodeck.project.deadlines import SCALE_ENV
+
+        os.environ[SCALE_ENV] = repr(args.deadline_scale)
     no_project = dossiers.NO_PROJECT.get(args.command)
     project = no_project() if no_project is not None else load_project(Path.cwd())
     return COMMANDS[args.command](project, args)

@@ -192,12 +192,13 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
         # -E -s: no PYTHON* variables, no user site; cwd is the clone, so `-m kernodeck` is the clone's own code in
         # Kernodeck's checkout, the Kernodeck installed above in a user's project.
         try:
-            run_with_progress(
-                [tool_python, "-E", "-s", "-m", "kernodeck", "verify", "--fresh", "--out", str(dossier)],
-                label="replay: verify",
-                env=env,
-                cwd=clone,
-            )
+            with noxsessions.forwarding_signals():  # a signal reaches the verify, which records the run as interrupted
+                run_with_progress(
+                    [tool_python, "-E", "-s", "-m", "kernodeck", "verify", "--fresh", "--out", str(dossier)],
+                    label="replay: verify",
+                    env=env,
+                    cwd=clone,
+                )
         except CommandFailed as exc:
             log(f"kernodeck: the replayed verify failed: {exc.first_error}")
         if not (dossier / "report.json").exists():

@@ -91,6 +91,9 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
     """The steps a variation needs, in this process; ``noise.json`` holds each output's numbers (or the failure)."""
     runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
     from kernodeck_inenv import application, backend, judge, reference, settings, system, tolerance
+    from kernodeck_inenv.stackhooks import install as install_stacks
+
+    install_stacks()  # the supervisor may ask this process (and each child it forks) for its stacks
     from kernodeck_inenv._common import Context, write_json_atomic
     from kernodeck_inenv.margin import margins, numbers
     from kernodeck_inenv.protocol import ConfigKey, StepName

@@ -62,6 +62,7 @@ class Layer(StrEnum):
     COMPARISON = "comparison"
     DOSSIER = "dossier"
     UNKNOWN = "unknown"  # an exception no check attributed (the runner's last resort)
+    IMPORT = "import"  # a step stopped (deadline, stall) while the application's files were being imported
 
 
 STEP_NAMES = frozenset(s.value for s in StepName)
@@ -114,6 +115,11 @@ STEPS_DIR = "steps"  # beside run-config.json
 # the settings step reads back the seed in effect.
 HASH_SEED = "0"
 RUN_CONFIG = "run-config.json"
+# A stuck in-env process is asked for its stacks before it is stopped (docs/report.md, "A hang"): every process of
+# the run that imports Kernodeck's in-env side (the runner, each child it or torch forks or spawns) registers
+# faulthandler on this signal, writing to ``<STACKS_DIR_ENV>/<pid>.txt``; the folder is the supervisor's.
+STACKS_DIR_ENV = "KERNODECK_STACKS_DIR"
+STACKS_SIGNAL = "SIGUSR1"
 
 
 def step_file(number: int, name: str) -> str:

@@ -34,6 +34,10 @@ sys.dont_write_bytecode = True
 from kernodeck_inenv import world  # noqa: E402
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, StepName, step_file  # noqa: E402
+from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
+
+# At import, not in main(): a child that multiprocessing spawns imports this file as its main module (its stacks too).
+install_stacks()
 
 # step name -> (module, function, title)
 STEPS: dict[str, tuple[str, str, str]] = {

@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic, write_json
 from kernodeck._proc import log
-from kernodeck.errors import KernodeckError
+from kernodeck.errors import Interrupted, KernodeckError
 from kernodeck.lock import lockdiff, lockfile
 from kernodeck.lock.bisect_search import Group as Group
 from kernodeck.lock.bisect_search import Outcome as Outcome
@@ -205,6 +205,10 @@ class _Trials:
                 self.regroup(python)
             run_ = Run(self.project, self.plat, trial)
             run_checks(run_, python, STEPS, self.config)
+            if run_.meta.get("interrupted"):  # a signal: no further trial; this one's steps and stacks stay
+                raise Interrupted(f"the bisect was interrupted ({run_.meta['interrupted']['signal']}) during trial "
+                                  f"{trial.name}; its steps and stacks are in {trial / 'steps'}",
+                                  tip=tips.nox("bisect", "--good", "OLD_LOCK", "--bad", "NEW_LOCK"))
         finally:
             guard.release()
             shutil.rmtree(trial / "venv", ignore_errors=True)

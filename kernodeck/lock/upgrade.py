@@ -18,7 +18,7 @@ from typing import Any
 from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
-from kernodeck.errors import KernodeckError, MissingLockfile, UnsafeOut
+from kernodeck.errors import Interrupted, KernodeckError, MissingLockfile, UnsafeOut
 from kernodeck.lock import lockdiff, lockfile
 from kernodeck.lock.compile import compile_lock
 from kernodeck.lock.inputs import RESOLVERS, as_of_instant, lock_path, pylock_path
@@ -216,9 +216,11 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     write_atomic(folder / "lock-diff.md", diff_md)
     print(diff_md)
     report_steps: list[dict[str, Any]]
+    interrupted = False
     try:
         report, _, _ = verify(project, plat, Options(out=folder / "verify", installer=installer))
         report_steps = [s.as_dict() for s in report.steps]
+        interrupted = bool(report.meta.get("interrupted"))
     except KernodeckError as exc:  # verify wrote its dossier; the drift table says where it stopped
         report_json = folder / "verify" / "report.json"
         import json
@@ -232,6 +234,9 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     write_atomic(folder / "upgrade.md", markdown)
     write_json(folder / "upgrade.json", result.as_dict())
     outdir.mark(folder, "upgrade")
+    if interrupted:  # recorded as far as it ran (the stopped step's stacks in verify/steps/); nothing runs after it
+        raise Interrupted(f"the upgrade's verify was interrupted; its dossier is {folder / 'verify'}",
+                          tip=tips.nox("upgrade"))
     return result
 
 

@@ -34,7 +34,7 @@ from kernodeck.measure import svg
 from kernodeck.measure.analysis import OutputCalibration, Verdict, analyse_output, flip_limit, propose, verdict
 from kernodeck.measure.calibration import Calibration, chart_data, render, write_proposal
 from kernodeck.measure.variations import VariationRun, cpu_flags, plan, run_all
-from kernodeck.project import application
+from kernodeck.project import application, deadlines
 from kernodeck.project.application import Application
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -76,7 +76,7 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
             base["application"]["outputs"] = {n: o.declared() for n, o in app.outputs.items()}
             add_in_env_inputs(base, project.root, app)  # verified bytes and a closed world, as in verify
             variations = plan(cpu_flags(), os.cpu_count() or 1, str(plat.variant.backend), os.uname().machine)
-            runs = run_all(python, staging, base, variations, staging / "margins.json")
+            runs = run_all(python, staging, base, variations, staging / "margins.json", deadlines.load(project.tool))
             margins = _margins(staging / "margins.json", runs)
             flip = (ref.manifest.get("criterion") or {}).get("flip_bound")
             result = Calibration(plat.id, ref.id, runs, _analyse(app, runs, margins, flip), margins, started, differ)

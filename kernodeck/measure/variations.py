@@ -4,15 +4,16 @@ variation's in-env process (``inenv/calibrate.py``), read back from the dossier-
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernodeck._fs import write_json
+from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log, show
 from kernodeck.env import start as inenv_start
+from kernodeck.project.deadlines import Deadlines
+from kernodeck.supervise import Stop, Stopped, supervise
 
 IN_ENV = Path(__file__).resolve().parents[1] / "inenv" / "calibrate.py"
 # x86 kernel levels torch dispatches to, with the /proc/cpuinfo flags each needs (ATen's own cpu feature checks).
@@ -108,8 +109,10 @@ class VariationRun:
     outputs: dict[str, Any] = field(default_factory=dict)
 
 
-def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Variation) -> tuple[int, float, str]:
-    """One variation's process; returns its exit code, seconds and the tail of its stderr."""
+def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Variation,
+               limits: Deadlines) -> tuple[int, float, str, Stopped | None]:
+    """One variation's process, supervised (deadlines, stall, signals); its exit code, seconds, the tail of its
+    stderr, and why it was stopped (None: it ended by itself)."""
     from kernodeck.verify import RUNNER_ENV
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -120,12 +123,25 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
         env.pop(var, None)  # the declared run is torch's own choice, never the caller's leftovers
     env.update(variation.env())
     shown = " ".join(f"{k}={v}" for k, v in variation.env().items())
-    log(f"$ {shown + ' ' if shown else ''}{show(argv)}")
+    if shown:
+        log(f"kernodeck: calibrate: {variation.name}: with {shown}")
     start = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    return proc.returncode, time.perf_counter() - start, "\n".join(lines[-5:])
+    ended = supervise(argv, env=env, cwd=folder, deadlines=limits, root=Path(config["project_root"]),
+                      label=f"calibrate {variation.name}")
+    lines = [ln for ln in ended.tail if ln.strip()]
+    return ended.code, time.perf_counter() - start, "\n".join(lines[-5:]), ended.stopped
+
+
+def stopped_variation(variation: Variation, folder: Path, rel: str, seconds: float, stopped: Stopped) -> VariationRun:
+    """A variation a deadline, a stall or a signal stopped: named with its step, layer and the user's line; every
+    stack in its folder's ``steps/<step>.stacks.txt``."""
+    step = stopped.step or "checks"
+    stacks = f"{rel}/steps/{step}.stacks.txt"
+    write_atomic(folder / "steps" / f"{step}.stacks.txt", stopped.stacks)
+    log(f"kernodeck: calibrate: {variation.name}: {stopped.kind} in {step}: {stopped.message(stacks)}")
+    at = f" at {stopped.user_frame}" if stopped.user_frame else ""
+    return VariationRun(variation, rel, "failed", seconds,
+                        f"{step} {stopped.kind}: layer {stopped.layer}{at}; {stopped.message(stacks)}")
 
 
 def read_variation(variation: Variation, folder: Path, rel: str, code: int, seconds: float, tail: str) -> VariationRun:
@@ -148,10 +164,11 @@ def _numbers_text(nums: dict[str, float]) -> str:
 
 
 def run_all(python: Path, staging: Path, base: dict[str, Any], variations: list[Variation],
-            margin_file: Path) -> list[VariationRun]:
+            margin_file: Path, limits: Deadlines) -> list[VariationRun]:
     """Each variation in its own process, in plan order, under ``staging/variations/NN-name``; the first one that
     runs also searches the margins of use into ``margin_file``. An unavailable one is listed with its reason."""
     runs: list[VariationRun] = []
+    interrupted = ""
     for number, variation in enumerate(variations):
         rel = f"variations/{number:02d}-{variation.name}"
         if not variation.available:
@@ -162,6 +179,14 @@ def run_all(python: Path, staging: Path, base: dict[str, Any], variations: list[
         config = {**base, "variation": variation.config()}
         if not runs or all(r.status == "unavailable" for r in runs):
             config["margin_file"] = str(margin_file)
-        code, seconds, tail = run_in_env(python, staging / rel, config, variation)
-        runs.append(read_variation(variation, staging / rel, rel, code, seconds, tail))
+        if interrupted:
+            runs.append(VariationRun(variation, rel, "failed", error=f"not run: {interrupted}"))
+            continue
+        code, seconds, tail, stopped = run_in_env(python, staging / rel, config, variation, limits)
+        if stopped is None:
+            runs.append(read_variation(variation, staging / rel, rel, code, seconds, tail))
+            continue
+        runs.append(stopped_variation(variation, staging / rel, rel, seconds, stopped))
+        if stopped.kind is Stop.INTERRUPTED:
+            interrupted = f"the calibration was interrupted ({stopped.signal}) during {variation.name}"
     return runs

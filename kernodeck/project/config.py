@@ -175,6 +175,9 @@ def validate(tool: object, pyproject: Path) -> None:
             raise ConfigError(f"tool.kernodeck.variants.{name}.index = {_shown(variant['index'])}: a malformed URL "
                               f"({why}): expected an index URL",
                               tip=f"fix tool.kernodeck.variants.{name}.index in {pyproject}")
+    from kernodeck.project.deadlines import check_names
+
+    check_names(tool.get("deadlines") or {}, pyproject)
 
 
 def load_project(root: Path | None = None) -> Project:

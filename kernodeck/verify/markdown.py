@@ -117,6 +117,10 @@ def likely_cause(report: Report, failure: Step) -> str:
     inv = vs.get("inventory") or {}
     inv_keys = [*inv.get("changed", {}), *inv.get("added", {}), *inv.get("removed", {})]
     system = list((vs.get("system") or {}).keys())
+    if failure.details.get("stopped"):  # a hang or a cancellation (kernodeck/supervise.py)
+        at = failure.details.get("user_frame") or "no frame of the project's code"
+        return (f"the run was stopped ({failure.details['stopped']}) in the {failure.layer} layer at {at}: "
+                f"every thread of every process is in {failure.details.get('stacks')}, the project's frames first.")
     if failure.layer in ("lock", "install", "reference", "data-loading", "dossier", "environment"):
         return f"the {failure.layer} layer, before any numeric comparison: see the first failure below."
     if failure.layer in ("device", "transfer-to-device"):
@@ -227,5 +231,6 @@ def summary_line(report: Report, path: Path) -> str:
     else:
         error = " ".join(failure.error.split())
         error = error if len(error) <= 160 else error[:159] + "…"
-        head = f"FAILED at {failure.name} (layer: {failure.layer or 'unknown'}): {error}; {counts}"
+        word = "INTERRUPTED" if report.verdict is Verdict.INTERRUPTED else "FAILED"
+        head = f"{word} at {failure.name} (layer: {failure.layer or 'unknown'}): {error}; {counts}"
     return f"{head} — report: {path}"

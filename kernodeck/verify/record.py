@@ -23,6 +23,7 @@ class Verdict(enum.StrEnum):
     # every check passed on code that differs from the reference's (--allow-code-change): not a pass, exit 1
     PASSED_WITH_CHANGED_CODE = "passed-with-changed-code"
     FAILED = "failed"
+    INTERRUPTED = "interrupted"  # SIGTERM/SIGINT stopped the run: the step it stopped is kept with every stack
 
 
 @dataclass

@@ -69,6 +69,8 @@ class Report:
 
     @property
     def verdict(self) -> Verdict:
+        if self.meta.get("interrupted"):  # a cancelled run (supervise.py): never a pass, never a finding of its own
+            return Verdict.INTERRUPTED
         match overall(self.steps):
             case Status.FAILED | Status.NOT_RUN:
                 return Verdict.FAILED
@@ -101,6 +103,9 @@ class Report:
                     + ", ".join(self.changed_code)
                     + f"; if the change is intended: {tips.NEW_REFERENCE}"
                 )
+            case Verdict.INTERRUPTED:
+                failure = self.first_failure()
+                return f"interrupted during {failure.name if failure else 'the run'} (every stack kept)"
             case Verdict.FAILED:
                 failure = self.first_failure()
                 if failure is not None or overall(self.steps) is not Status.PASSED:

@@ -86,6 +86,9 @@ BAD = [
     ("application.outputs.embeddings.tolerance", 1, "embeddings: unknown key tolerance"),
     ("resolve-as-of", "latest", 'tool.kernodeck.resolve-as-of = "latest": expected a resolution date'),
     ("resolve-as-of", "2026-11", 'tool.kernodeck.resolve-as-of = "2026-11": expected a resolution date'),
+    ("deadlines", {"application": 0}, "tool.kernodeck.deadlines.application = 0: expected a number of seconds > 0"),
+    ("deadlines", {"stall": "60"}, 'tool.kernodeck.deadlines.stall = "60": expected a number'),
+    ("deadlines", {"aplication": 60}, "tool.kernodeck.deadlines.aplication: not an in-env step nor stall"),
 ]
 
 

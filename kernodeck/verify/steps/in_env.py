@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
-from kernodeck._proc import alive, first_error, log, show
+from kernodeck._proc import first_error, log, show
 from kernodeck.env import start
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import HASH_SEED, STATUSES, StepName
+from kernodeck.project import deadlines
 from kernodeck.sources import redact_text
+from kernodeck.supervise import Stop, Stopped, supervise
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Layer, Status, Step
@@ -127,28 +128,18 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     shown_argv = [_shown(run_.project.root, a) for a in argv[:-1]]
     run_.meta["runner_command"] = show([*shown_argv, "DOSSIER/run-config.json"])
     run_.meta["runner_env"] = RUNNER_ENV
-    log(f"$ {show(argv)}")
-    tail: deque[str] = deque(maxlen=40)
     phase = InEnvPhases()
-    with (
-        subprocess.Popen(
-            argv,
-            env=start.environ(env_extra),
-            cwd=run_.staging,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
-        ) as proc,
-        alive("checks", phase.status),
-    ):
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            tail.append(line.rstrip())
-            forwarded = phase.feed(line.rstrip())
-            if forwarded:
-                log(forwarded)
-        code = proc.wait()
+
+    def forward(line: str) -> None:
+        forwarded = phase.feed(line)
+        if forwarded:
+            log(forwarded)
+
+    limits = deadlines.load(run_.project.tool)
+    run_.meta["deadlines"] = limits.as_dict()  # run policy, recorded; not part of the reference's identity
+    ended = supervise(argv, env=start.environ(env_extra), cwd=run_.staging, deadlines=limits, root=run_.project.root,
+                      on_line=forward)
+    code, tail = ended.code, ended.tail
     results = {p.name.split("-", 1)[1].removesuffix(".json"): p for p in (run_.staging / "steps").glob("*.json")}
     crashed_at = None
     for name in names:
@@ -157,6 +148,9 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
             step.command = step.command or run_.meta["runner_command"]
             if step.status is Status.FAILED:
                 step.interpreter = str(python)
+        elif crashed_at is None and not run_.failed and ended.stopped is not None:
+            crashed_at = name
+            step = stopped_step(run_, name, ended.stopped, python)
         elif crashed_at is None and not run_.failed:
             crashed_at = name
             step = Step(
@@ -171,6 +165,20 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
         else:
             step = Step(name, Status.NOT_RUN, reason="an earlier step failed")
         run_.add(step)
+
+
+def stopped_step(run_: Run, name: str, stopped: Stopped, python: Path) -> Step:
+    """The step a deadline, a stall or a signal stopped: failed, what stopped it, the layer, the user's line; every
+    stack in ``steps/<step>.stacks.txt``. An interruption also marks the run: its verdict is ``interrupted``."""
+    stacks = f"steps/{name}.stacks.txt"
+    write_atomic(run_.staging / stacks, stopped.stacks)
+    error = stopped.message(stacks)
+    if stopped.kind is Stop.INTERRUPTED:
+        run_.meta["interrupted"] = {"signal": stopped.signal, "step": name}
+    details = {**stopped.details(stacks), "tip": tips.VERIFY if stopped.kind is Stop.INTERRUPTED else
+               f"read {stacks} (the project's own frames first), fix the blockage, then: {tips.VERIFY}"}
+    return Step(name, Status.FAILED, error=error, layer=stopped.layer, duration_s=round(stopped.ran_s, 2),
+                command=run_.meta["runner_command"], interpreter=str(python), details=details)
 
 
 def _shown(root: Path, arg: str) -> str:
@@ -209,7 +217,7 @@ def checks(ctx: RunContext, run: Run) -> None:
     try:
         run_checks(run, run.python, ctx.names, run.run_config)
     finally:
-        collected.finish(ctx.staging / COLLECT_ENV)
+        collected.finish(ctx.staging / COLLECT_ENV, timeout=5 if "interrupted" in run.meta else 300)
     for step in run.steps:  # the system record (system.json, kept with a reference) holds them, compared with its
         if step.name == StepName.SYSTEM and step.details:
             step.details["variables"] = run.meta["variables"]

@@ -1,0 +1,343 @@
+"""The one place an in-env process is started and waited on: deadlines, stall detection, cancellation, stacks.
+
+verify, reference, upgrade and replay (through verify), bisect's trials and each calibrate variation start their
+in-env process through :func:`supervise`. It runs in its own process group; its stderr's ``[kernodeck] STEP: WHAT``
+lines are its progress events (a phase, a step's start or end, each ``app.progress``). A step that outlives its
+deadline, a silence longer than ``stall``, or a SIGTERM/SIGINT to this process stops it the same way: every
+process of the run that registered (``kernodeck/inenv/stackhooks.py``) is asked for its stacks, then the whole
+group gets SIGTERM, then SIGKILL after a short grace; no process of the run is left. The caller writes the record
+from the :class:`Stopped` it gets back. A second signal stops everything at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, assert_never
+
+from kernodeck import stackdump
+from kernodeck._proc import alive, heartbeat_interval, log, show
+from kernodeck.inenv.protocol import STACKS_DIR_ENV, STACKS_SIGNAL, STATUSES
+from kernodeck.project.deadlines import Deadlines
+
+GRACE_S = 3.0  # between SIGTERM and SIGKILL
+_KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # Windows has no SIGKILL: its SIGTERM ends a process outright
+ANSWER_S = 3.0  # the longest wait for the stacks the processes were asked for
+_POLL_S = 0.2
+
+
+class Stop(enum.StrEnum):
+    """Why the supervisor stopped the in-env process."""
+
+    TIMED_OUT = "timed-out"  # a step outlived its deadline
+    STALLED = "stalled"  # no progress event for ``stall`` seconds
+    INTERRUPTED = "interrupted"  # SIGTERM or SIGINT to the command
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A stopped run as the report tells it."""
+
+    kind: Stop
+    step: str  # the step that was running ("" before the first one started)
+    ran_s: float  # how long that step had run
+    silent_s: float  # since the last progress event
+    limit_s: float  # the deadline that expired (0 when interrupted)
+    last_progress: str
+    signal: str  # the signal that interrupted (interrupted only)
+    layer: str
+    user_frame: str
+    user_frames: tuple[str, ...]
+    stacks: str  # steps/<step>.stacks.txt's text
+    pids: tuple[int, ...]  # every process that answered (the runner and its children)
+
+    def message(self, stacks_file: str = "") -> str:
+        last = f"'{self.last_progress}'" if self.last_progress else "the start"
+        at = f" at {self.user_frame}" if self.user_frame else ""
+        match self.kind:
+            case Stop.TIMED_OUT:
+                what = f"timed-out: still running after {self.ran_s:.0f} s (deadline {self.limit_s:.0f} s)"
+            case Stop.STALLED:
+                what = f"stalled: no progress for {self.silent_s:.0f} s after {last}"
+            case Stop.INTERRUPTED:
+                what = f"interrupted by {self.signal} after {self.ran_s:.0f} s"
+            case _ as unreachable:
+                assert_never(unreachable)
+        return f"{what}; layer {self.layer}{at}" + (f"; every stack in {stacks_file}" if stacks_file else "")
+
+    def details(self, stacks_file: str) -> dict[str, Any]:
+        return {"stopped": str(self.kind), "ran_s": round(self.ran_s, 1), "silent_s": round(self.silent_s, 1),
+                "deadline_s": self.limit_s, "last_progress": self.last_progress, "signal": self.signal,
+                "user_frame": self.user_frame, "user_frames": list(self.user_frames), "stacks": stacks_file,
+                "processes": list(self.pids)}
+
+
+@dataclass
+class Supervised:
+    """The in-env process's end: its exit code, its last stderr lines, and why it was stopped (None: it ended)."""
+
+    code: int
+    tail: list[str]
+    stopped: Stopped | None = None
+
+
+@dataclass
+class _Progress:
+    """What the process said last: the step running, its phase, when each began."""
+
+    step: str = ""
+    what: str = "starting"
+    step_t0: float = field(default_factory=time.monotonic)
+    last_t: float = field(default_factory=time.monotonic)
+
+    def feed(self, line: str) -> None:
+        if not line.startswith("[kernodeck] "):
+            return
+        now = time.monotonic()
+        self.last_t = now
+        step, sep, what = line.removeprefix("[kernodeck] ").partition(": ")
+        if not sep:
+            return
+        head = what.split(" ", 1)[0]
+        if head == "start":
+            self.step, self.step_t0, self.what = step, now, "start"
+        elif head not in STATUSES:
+            self.step, self.what = step, what
+
+    @property
+    def last_what(self) -> str:
+        return f"{self.step}: {self.what}" if self.step else ""
+
+    def silent(self) -> float:
+        return time.monotonic() - self.last_t
+
+    def status(self, stall_note_after: float) -> str:
+        """The progress line's note: the phase, and a growing silence once it is worth reading."""
+        where = f"{self.step}: " if self.step else ""
+        silent = self.silent()
+        if silent >= stall_note_after:
+            return f"{where}no progress for {silent:.0f} s (last: {self.what})"
+        return f"{where}{self.what}"
+
+
+class _Signals:
+    """SIGTERM/SIGINT while the in-env process runs: the first asks for the record, a second stops at once."""
+
+    def __init__(self, pgid_of: Callable[[], int | None]) -> None:
+        self.pgid_of, self.received = pgid_of, ""
+        self.first_t = 0.0
+
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        now = time.monotonic()
+        if not self.received:  # the watch loop logs it: a handler must not take the log's lock (the loop may hold it)
+            self.received, self.first_t = name, now
+            return
+        if now - self.first_t < 1.0:  # the same Ctrl-C seen twice (the terminal's group and a forwarding parent)
+            return
+        pgid = self.pgid_of()
+        if pgid is not None:
+            _signal_group(pgid, _KILL)
+        os.write(2, f"kernodeck: a second {name}: stopped at once (no dossier)\n".encode())
+        os._exit(128 + signum)
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signal handlers belong to the main thread; a caller in another thread keeps its own
+            return
+        old = {s: signal.signal(s, self.handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Signal the run's whole process group (where there are none, Windows: the runner itself; 0 only asks)."""
+    try:
+        if hasattr(os, "killpg"):
+            os.killpg(pgid, signum)
+        elif signum:
+            os.kill(pgid, signum)
+        else:
+            return False
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlines: Deadlines, root: Path,
+              label: str = "checks", on_line: Callable[[str], None] | None = None) -> Supervised:
+    """Run ``argv`` (an in-env process), logged first; stop it on a deadline, a stall or a signal."""
+    folder = Path(tempfile.mkdtemp(prefix="kernodeck-stacks-"))
+    full_env = {**env, STACKS_DIR_ENV: str(folder)}
+    tail: deque[str] = deque(maxlen=40)
+    progress = _Progress()
+    procs: list[subprocess.Popen[str]] = []
+    signals = _Signals(lambda: procs[0].pid if procs else None)
+    lines: queue.Queue[str | None] = queue.Queue()
+    note_after = min(2 * heartbeat_interval(), deadlines.stall / 4)  # a silence of two heartbeats is shown
+    log(f"$ {show(argv)}")
+    try:
+        with signals.installed(), alive(label, lambda: progress.status(note_after)):
+            proc = subprocess.Popen(list(argv), env=dict(full_env), cwd=cwd, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
+                                    start_new_session=True)  # its own group: stopped whole, workers included
+            procs.append(proc)
+            reader = threading.Thread(target=_read, args=(proc, lines), name="kernodeck-inenv-stderr", daemon=True)
+            reader.start()
+            expired = _watch(proc, lines, progress, tail, deadlines, signals, on_line)
+            stopped = _stop(proc, expired, folder, root) if expired is not None else None
+            code = proc.wait()
+            _signal_group(proc.pid, _KILL)  # what the run left behind in its group (none when it is tidy)
+            reader.join(timeout=GRACE_S)  # a child that kept the pipe open was killed with the group
+            if proc.stderr is not None and not reader.is_alive():
+                proc.stderr.close()
+    finally:
+        if procs and procs[0].poll() is None:  # an error here: never leave the run behind
+            _signal_group(procs[0].pid, _KILL)
+            procs[0].wait()
+        shutil.rmtree(folder, ignore_errors=True)
+    return Supervised(code, list(tail), stopped)
+
+
+def _read(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+@dataclass(frozen=True)
+class _Expired:
+    """What expired, and where the process was then (its last step, phase and silence)."""
+
+    kind: Stop
+    limit_s: float
+    step: str
+    ran_s: float
+    silent_s: float
+    last_progress: str
+    signal: str = ""
+
+
+def _watch(proc: subprocess.Popen[str], lines: queue.Queue[str | None], progress: _Progress, tail: deque[str],
+           deadlines: Deadlines, signals: _Signals, on_line: Callable[[str], None] | None) -> _Expired | None:
+    """Forward the process's lines until it ends (None) or a deadline, a stall or a signal stops it."""
+    exited = 0.0
+    while True:
+        try:
+            line = lines.get(timeout=_POLL_S)
+        except queue.Empty:
+            line = ""
+        if line is None:
+            return None
+        if not line and proc.poll() is not None:  # ended, but a child it left may hold the pipe open
+            exited = exited or time.monotonic()
+            if time.monotonic() - exited > 1.0:
+                return None
+        if line:
+            tail.append(line)
+            progress.feed(line)
+            if on_line:
+                on_line(line)
+        ran = time.monotonic() - progress.step_t0
+        snapshot = (progress.step, ran, progress.silent(), progress.last_what)
+        if signals.received:
+            log(f"kernodeck: {signals.received} received: taking the stacks and stopping the run (a second signal "
+                "stops at once)")
+            return _Expired(Stop.INTERRUPTED, 0.0, *snapshot, signal=signals.received)
+        if progress.step and ran > deadlines.step(progress.step):
+            return _Expired(Stop.TIMED_OUT, deadlines.step(progress.step), *snapshot)
+        if progress.silent() > deadlines.stall:
+            return _Expired(Stop.STALLED, deadlines.stall, *snapshot)
+
+
+def _stop(proc: subprocess.Popen[str], why: _Expired, folder: Path, root: Path) -> Stopped:
+    """Ask every registered process of the group for its stacks, then stop the group; what the record needs."""
+    log(f"kernodeck: {why.step or 'checks'}: {why.kind}: asking every process of the run for its stacks, "
+        "then stopping them")
+    asked = _ask_stacks(proc.pid, folder)
+    _signal_group(proc.pid, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=GRACE_S)
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and _group_alive(proc.pid, asked):
+        time.sleep(0.1)
+    _signal_group(proc.pid, _KILL)  # whatever is left of the group, workers included
+    files = [p for p in sorted(folder.glob("*.txt")) if p.stem.isdigit() and int(p.stem) in asked]
+    processes = [stackdump.parse(p.read_text(encoding="utf-8", errors="replace")) for p in files]
+    processes = [p for p in processes if p.threads or p.pid == proc.pid]
+    found = stackdump.diagnose(why.step, processes, proc.pid, root)
+    stopped = Stopped(why.kind, why.step, why.ran_s, why.silent_s, why.limit_s, why.last_progress, why.signal,
+                      found.layer, found.user_frame, found.user_frames, "", tuple(p.pid for p in processes))
+    headline = f"{why.step or 'checks'}: {stopped.message()}"
+    return dataclasses.replace(stopped, stacks=stackdump.render(processes, proc.pid, root, headline))
+
+
+def _ask_stacks(pgid: int, folder: Path) -> set[int]:
+    """Send the stacks signal to each process of the group that registered; wait until their files stop growing."""
+    signum = getattr(signal, STACKS_SIGNAL, None)
+    asked: set[int] = set()
+    if signum is None or not hasattr(os, "getpgid"):
+        return asked  # no such signal here (Windows): the processes are stopped without their stacks
+    for path in folder.glob("*.txt"):
+        pid = int(path.stem)
+        try:
+            if os.getpgid(pid) != pgid:
+                continue  # a pid reused by another process since
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            continue
+        asked.add(pid)
+    sizes: dict[int, int] = {}
+    stable_since = time.monotonic()
+    end = time.monotonic() + ANSWER_S
+    while time.monotonic() < end:
+        time.sleep(0.1)
+        now = {pid: (folder / f"{pid}.txt").stat().st_size for pid in asked if (folder / f"{pid}.txt").exists()}
+        if now != sizes:
+            sizes, stable_since = now, time.monotonic()
+        elif all(_answered(folder / f"{pid}.txt") for pid in asked) and time.monotonic() - stable_since > 0.3:
+            break
+    return asked
+
+
+def _answered(path: Path) -> bool:
+    try:
+        return "(most recent call first)" in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+
+
+def _group_alive(pgid: int, known: set[int]) -> bool:
+    """Some process of the group still runs (a zombie does not count: its parent is gone and init reaps it)."""
+    if not _signal_group(pgid, 0):
+        return False
+    if not Path("/proc/self/stat").exists():
+        return True
+    return any(_running(pid) for pid in known)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")

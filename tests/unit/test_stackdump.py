@@ -1,0 +1,94 @@
+"""kernodeck/stackdump.py: faulthandler's dumps read back; the layer and the user's frame a stopped run is named by."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernodeck.stackdump import INENV, Frame, diagnose, is_user, parse, render
+
+SITE = "/env/lib/python3.11/site-packages"
+
+
+def _dump(pid: int, parent: int, how: str, *threads: list[tuple[str, int, str]]) -> str:
+    lines = [f"# pid {pid} parent {parent} {how}: python runner.py"]
+    for number, frames in enumerate(threads):
+        lines.append(f"{'Current thread' if number == 0 else 'Thread'} 0x{number + 1:016x} (most recent call first):")
+        lines += [f'  File "{file}", line {line} in {func}' for file, line, func in frames]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _runner(root: Path, *inner: tuple[str, int, str]) -> list[tuple[str, int, str]]:
+    """A main thread: ``inner`` frames (most recent first) over Kernodeck's runner."""
+    return [*inner, (str(INENV / "application.py"), 170, "_call_entry"), (str(INENV / "runner.py"), 120, "main"),
+            (str(INENV / "runner.py"), 160, "<module>")]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "app.py").write_text("x = 1\ny = batch.to(device)\nz = 3\n", encoding="utf-8")
+    return tmp_path
+
+
+def test_the_operator_layer_names_the_users_function_under_a_module_call(root: Path) -> None:
+    app = str(root / "checks" / "app.py")
+    text = _dump(10, 1, "started", _runner(root, ("/usr/lib/python3.11/time.py", 1, "sleep"), (app, 3, "slow_hook"),
+                                           (f"{SITE}/torch/nn/modules/module.py", 1790, "_call_impl"), (app, 1, "run")))
+    found = diagnose("application", [parse(text)], 10, root)
+    assert found.layer == "operator:slow_hook" and found.user_frame == "checks/app.py:3"
+
+
+def test_a_worker_blocked_in_the_dataset_is_data_loading_with_the_workers_line(root: Path) -> None:
+    app = str(root / "checks" / "app.py")
+    main = _dump(10, 1, "started", _runner(root, (f"{SITE}/torch/utils/data/dataloader.py", 1100, "_try_get_data"),
+                                           (app, 1, "run")))
+    worker = _dump(11, 10, "forked", [(app, 3, "__getitem__"), (f"{SITE}/torch/utils/data/_utils/worker.py", 300,
+                                                                 "_worker_loop"), (app, 1, "run"),
+                                      (str(INENV / "runner.py"), 160, "<module>")])
+    found = diagnose("application", [parse(main), parse(worker)], 10, root)
+    assert found.layer == "data-loading" and found.user_frame == "checks/app.py:3"  # the worker's, not the loop's
+    assert found.user_frames == ("pid 10: checks/app.py:1 in run", "pid 11: checks/app.py:3 in __getitem__")
+    shown = render([parse(worker), parse(main)], 10, root, "application: timed-out")
+    assert shown.index("== process 10: the in-env runner ==") < shown.index("== process 11: a child (forked from 10)")
+    assert "checks/app.py:3 in __getitem__    # z = 3" in shown  # the user's frame first, with its source line
+    assert "runner.py" not in shown and "frame(s) of Kernodeck's in-env runner trimmed" in shown
+
+
+@pytest.mark.parametrize(
+    ("inner", "step", "layer"),
+    [
+        ([("APP", 1, "<module>"), ("<frozen importlib._bootstrap_external>", 940, "exec_module")], "application",
+         "import"),
+        ([("APP", 2, "run")], "application", "transfer-to-device"),  # line 2 reads batch.to(device)
+        ([(f"{SITE}/torch/serialization.py", 1000, "load"), ("APP", 1, "run")], "application", "weights"),
+        ([("APP", 1, "criterion")], "criterion", "comparison"),
+        ([("APP", 1, "run")], "application", "application"),
+        ([("APP", 3, "run")], "determinism", "application"),
+    ],
+    ids=["import", "transfer", "weights", "comparison", "application", "determinism"],
+)
+def test_the_layer_comes_from_the_stack_else_the_step(root: Path, inner: list[tuple[str, int, str]], step: str,
+                                                      layer: str) -> None:
+    app = str(root / "checks" / "app.py")
+    frames = [(app if f == "APP" else f, line, func) for f, line, func in inner]
+    found = diagnose(step, [parse(_dump(10, 1, "started", _runner(root, *frames)))], 10, root)
+    assert found.layer == layer
+
+
+def test_user_frames_are_the_projects_own_code_only(root: Path) -> None:
+    assert is_user(Frame(str(root / "checks" / "app.py"), 1, "run"), root)
+    # the negative controls: an env inside the project, Kernodeck's in-env code, a frozen module, another folder
+    assert not is_user(Frame(str(root / ".venv-rebuild" / "x" / "lib" / "site-packages" / "torch" / "a.py"), 1, "f"),
+                       root)
+    assert not is_user(Frame(str(INENV / "runner.py"), 1, "main"), root)
+    assert not is_user(Frame("<frozen importlib._bootstrap>", 1, "_load"), root)
+    assert not is_user(Frame("/usr/lib/python3.11/threading.py", 1, "wait"), root)
+
+
+def test_a_second_dump_replaces_the_first() -> None:
+    once = _dump(10, 1, "started", [("/a.py", 1, "f")])
+    twice = once + once.split("\n", 1)[1].replace("line 1", "line 2")
+    assert [f.line for t in parse(twice).threads for f in t.frames] == [2]
