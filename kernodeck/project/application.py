@@ -2,7 +2,7 @@
 
 Kernodeck verifies any application that follows a small contract: an entry function in a file of the project, the
 sample it reads (JSON lines with a unique string ``id``), the files that make up its identity, free parameters,
-optional weights shipped in an installed package, and named outputs, each compared under a declared tolerance kind.
+optional weights and data (a wheel the lock pins, a Hugging Face snapshot, a URL, a folder: project/assets.py), and named outputs, each compared under a declared tolerance kind.
 Nothing here imports the application or torch; the in-env side (``kernodeck/inenv/``) runs it.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, assert_never
 
 from kernodeck.errors import ConfigError
+from kernodeck.project.assets import Source, parse, parse_data
 
 TABLE = "[tool.kernodeck.application]"
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
@@ -84,26 +85,15 @@ class Output:
 
 
 @dataclass(frozen=True)
-class Weights:
-    """Weights shipped inside an installed package: fingerprinted file by file; the lock pins the package's hash."""
-
-    package: str  # the distribution name, as the lock pins it
-    module: str  # the import name (found without importing it)
-    subdir: str
-
-    def as_config(self) -> dict[str, str]:
-        return {"package": self.package, "module": self.module, "subdir": self.subdir}
-
-
-@dataclass(frozen=True)
 class Application:
     entry: Target
     criterion: Target | None
     sample: str
     code: tuple[str, ...]
     params: dict[str, Any]
-    weights: Weights | None
+    weights: Source | None
     outputs: dict[str, Output] = field(default_factory=dict)
+    data: dict[str, Source] = field(default_factory=dict)  # [...application.data.NAME]: app.data[NAME] in the env
 
     def run_config(self) -> dict[str, Any]:
         """What the in-env runner needs of the declaration (paths relative to the project root)."""
@@ -113,6 +103,7 @@ class Application:
             "sample": self.sample,
             "params": self.params,
             "weights": self.weights.as_config() if self.weights else None,
+            "data": {name: src.as_config() for name, src in self.data.items()},
             "outputs": {name: out.declared() for name, out in self.outputs.items()},
         }
 
@@ -172,18 +163,13 @@ def from_table(table: object) -> Application:
     params = table.get("params", {})
     if not isinstance(params, dict):
         raise ConfigError(f"{TABLE} params must be a table")
-    weights = None
-    raw_w = table.get("weights")
-    if raw_w is not None:
-        if not isinstance(raw_w, dict) or not isinstance(raw_w.get("package"), str):
-            raise ConfigError(f'{TABLE} weights: {{ package = "dist-name", module = "import_name", subdir = "..." }}')
-        package = raw_w["package"]
-        weights = Weights(package, str(raw_w.get("module", package.replace("-", "_"))), str(raw_w.get("subdir", ".")))
+    weights = parse("weights", table["weights"]) if table.get("weights") is not None else None
     outputs_raw = table.get("outputs")
     if not isinstance(outputs_raw, dict) or not outputs_raw:
         raise ConfigError(f"{TABLE} declares no outputs: add [tool.kernodeck.application.outputs.NAME] with its kind")
     outputs = {name: _output(name, raw) for name, raw in outputs_raw.items()}
-    return Application(entry, criterion, sample, tuple(code), dict(params), weights, outputs)
+    data = parse_data(table.get("data"))
+    return Application(entry, criterion, sample, tuple(code), dict(params), weights, outputs, data)
 
 
 def load(root: Path) -> Application:
