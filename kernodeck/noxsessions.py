@@ -49,6 +49,8 @@ SESSIONS = (
          default=False),
     Spec("rebuild", "run", "Make or reuse a fresh venv from the lock (-- --fresh, --installer pip).",
          default=False),
+    Spec("fetch", "run", "Download every declared url source (weights, data) into the cache, hash-checked.",
+         default=False),
     Spec("verify", "run", "Lock check, rebuild, then every check inside the env; writes the report (-- --out DIR).",
          default=True),
     Spec("reference", "run", "Make a NEW reference identity from a rebuilt env (-- --new when one exists).",

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, assert_never
 
+from kernodeck import tips
 from kernodeck.errors import ConfigError
+from kernodeck.sources.redaction import declare_token_variables
 
 APP = "tool.kernodeck.application"
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -137,7 +139,7 @@ class Source:
             return (f"huggingface-cli download {self.declared['hf']} --revision {self.declared['revision']}"
                     + (f" {include}" if include else ""))
         if self.kind is SourceKind.URL:
-            return "nox -s fetch"
+            return tips.FETCH
         if self.kind is SourceKind.PATH:
             return f"place the files at {self.declared['path']} (variables expanded at run time)"
         if self.kind is SourceKind.PACKAGE:
@@ -170,8 +172,10 @@ def parse(role: str, raw: object, pyproject: Path | str = "pyproject.toml") -> S
             raise _refuse(f"{where}.{key}", f"{raw[key]!r}: expected a non-empty string", tip)
     var = raw.get("token-env")
     if var is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
-        raise _refuse(f"{where}.token-env", f"{var!r}: expected the NAME of an environment variable, e.g. HF_TOKEN "
+        raise _refuse(f"{where}.token-env", "expected the NAME of an environment variable, e.g. HF_TOKEN "
                       "(never the token itself)", tip)
+    if var is not None:
+        declare_token_variables([var])  # its value is a credential: never printed, never written
     if kind is SourceKind.HF:
         _check_hf(where, raw, tip, pyproject)
     elif kind is SourceKind.URL:

@@ -92,7 +92,7 @@ BAD = [
     ("application.weights", {"url": "https://user:s3cretTok3n@h.example/w.bin", "sha256": "0" * 64},
      "https://h.example/w.bin carries credentials"),
     ("application.weights", {"hf": "org/name", "revision": "0" * 40, "token-env": "hf_abc 123"},
-     "weights.token-env: 'hf_abc 123': expected the NAME of an environment variable"),
+     "weights.token-env: expected the NAME of an environment variable"),
     ("application.data", {"eval": {"hf": "org/ds", "revision": "v1"}},
      "tool.kernodeck.application.data.eval.revision 'v1' can move"),
     ("application.data", {"bad name": {"path": "/d"}}, "tool.kernodeck.application.data: the name 'bad name'"),
