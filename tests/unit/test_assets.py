@@ -1,0 +1,177 @@
+"""Weights and data from where users keep them (issue 31): the declaration refused when it could float, each source
+found and fingerprinted inside the env (a real Hugging Face cache read by huggingface_hub itself, a path with
+``${VAR}``, the content-addressed cache of ``nox -s fetch``), and no token anywhere."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernodeck.errors import ConfigError
+from kernodeck.inenv import locate
+from kernodeck.inenv._common import CheckFailed
+from kernodeck.project import assets
+from kernodeck.project.assets import SourceKind
+from tests.conftest import ROOT
+from tests.hfcache import write_snapshot
+
+REPO = "sentence-transformers/all-MiniLM-L6-v2"
+COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
+TOKEN = "hf_S3cr3tT0kenValue9876"  # noqa: S105 (a test's fake token: it must appear nowhere)
+FILES = {"config.json": b'{"hidden_size": 4}\n', "model.safetensors": b"\x00weights\x01" * 64,
+         "1_Pooling/config.json": b'{"pooling_mode_mean_tokens": true}\n'}
+
+
+def _hf(**extra: Any) -> dict[str, Any]:
+    return {"kind": "hf", "hf": REPO, "revision": COMMIT, **extra}
+
+
+def _locate(cfg: dict[str, Any], env: dict[str, str], root: Path) -> dict[str, Any]:
+    """``locate.locate`` in a fresh interpreter with ``env`` (huggingface_hub reads HF_HUB_CACHE when imported, as in
+    the rebuilt env): {"path", "files"} or {"error", "layer"}."""
+    code = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from kernodeck.inenv import locate
+        from kernodeck.inenv._common import CheckFailed
+        try:
+            where, found = locate.locate(json.loads(sys.argv[1]), __import__("pathlib").Path({str(root)!r}),
+                                         "weights", "weights")
+            print(json.dumps({{"path": str(where), "files": found}}))
+        except CheckFailed as exc:
+            print(json.dumps({{"error": str(exc), "layer": exc.layer}}))
+    """)
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "UV_"))}
+    full.update(HF_HUB_OFFLINE="1", **env)
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], capture_output=True, text=True, env=full,
+                          check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --- the declaration ------------------------------------------------------------------------------------------------
+
+
+def test_a_branch_revision_names_the_commit_it_points_to_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_snapshot(tmp_path / "hub", REPO, FILES, COMMIT)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ConfigError) as caught:
+        assets.parse("weights", {"hf": REPO, "revision": "main"})
+    assert "weights.revision 'main' can move" in str(caught.value)
+    assert f'set revision = "{COMMIT}"' in caught.value.tip, caught.value.tip
+    # negative control: the commit itself is accepted, and recorded as declared
+    src = assets.parse("weights", {"hf": REPO, "revision": COMMIT, "files": ["*.json"], "token-env": "HF_TOKEN"})
+    assert src.kind is SourceKind.HF
+    assert src.as_config() == {"kind": "hf", "hf": REPO, "revision": COMMIT, "include": ["*.json"],
+                               "token_env": "HF_TOKEN"}
+    assert src.fetch_command() == f"huggingface-cli download {REPO} --revision {COMMIT} --include '*.json'"
+
+
+def test_no_secret_in_a_declaration_error_or_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_TOKEN", TOKEN)
+    with pytest.raises(ConfigError) as caught:
+        assets.parse("weights", {"url": f"https://u:{TOKEN}@h.example/w.bin?sig={TOKEN}", "sha256": "0" * 64})
+    assert TOKEN not in str(caught.value) + caught.value.tip and "https://h.example/w.bin" in str(caught.value)
+    src = assets.parse("weights", {"url": "https://h.example/w.bin", "sha256": "0" * 64, "token-env": "MODEL_TOKEN"})
+    said = json.dumps([src.as_config(), src.provenance(), src.access(), src.fetch_command()])
+    assert TOKEN not in said and "MODEL_TOKEN" in said
+    # the declared variable's value is now a secret the redaction removes from any line
+    from kernodeck.sources import redact_text
+
+    assert TOKEN not in redact_text(f"Authorization: Bearer {TOKEN}")
+
+
+# --- hf: a real hub cache read by huggingface_hub ------------------------------------------------------------------
+
+
+def test_hf_snapshot_found_by_huggingface_hub_and_every_file_checked(tmp_path: Path) -> None:
+    hub = tmp_path / "hub"
+    snapshot = write_snapshot(hub, REPO, FILES, COMMIT)
+    env = {"HF_HUB_CACHE": str(hub)}
+    first = _locate(_hf(), env, tmp_path)
+    assert first.get("path") == str(snapshot), first
+    expected = {rel: hashlib.sha256(data).hexdigest() for rel, data in FILES.items()}
+    assert first["files"] == expected
+    assert _locate(_hf(files=expected), env, tmp_path)["files"] == expected  # unchanged: passes
+    # HF_HOME is honoured as well (its hub/ folder)
+    assert _locate(_hf(), {"HF_HOME": str(tmp_path)}, tmp_path).get("path") == str(snapshot)
+    # another commit is not in the cache: fails at weights with the command that fetches it
+    other = _locate(_hf(revision="1" * 40), env, tmp_path)
+    assert other["layer"] == "weights" and f"huggingface-cli download {REPO} --revision {'1' * 40}" in other["error"]
+
+    blob = (snapshot / "model.safetensors").resolve()
+    blob.write_bytes(blob.read_bytes()[:-1] + b"\x02")  # a blob edited
+    changed = _locate(_hf(files=expected), env, tmp_path)
+    assert changed["layer"] == "weights" and "model.safetensors (changed)" in changed["error"], changed
+
+
+@pytest.mark.parametrize("edit", ["removed", "added"])
+def test_hf_snapshot_file_removed_or_added_fails(edit: str, tmp_path: Path) -> None:
+    hub = tmp_path / "hub"
+    snapshot = write_snapshot(hub, REPO, FILES, COMMIT)
+    expected = {rel: hashlib.sha256(data).hexdigest() for rel, data in FILES.items()}
+    if edit == "removed":
+        (snapshot / "1_Pooling" / "config.json").unlink()
+        said = "1_Pooling/config.json (missing)"
+    else:
+        (snapshot / "extra.bin").write_bytes(b"dropped in")
+        said = "extra.bin (added)"
+    result = _locate(_hf(files=expected), {"HF_HUB_CACHE": str(hub)}, tmp_path)
+    assert result.get("layer") == "weights" and said in result["error"], result
+
+
+def test_an_env_without_huggingface_hub_names_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # an import of it fails, as in an env that lacks it
+    with pytest.raises(CheckFailed) as caught:
+        locate.locate(_hf(), tmp_path, "weights", "weights")
+    assert caught.value.layer == "environment" and "add huggingface-hub to the project's requirements" in str(
+        caught.value)
+
+
+# --- path and url ---------------------------------------------------------------------------------------------------
+
+
+def test_path_source_expands_variables_at_run_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    models = tmp_path / "shared" / "minilm"
+    models.mkdir(parents=True)
+    (models / "w.bin").write_bytes(b"w" * 10)
+    cfg = {"kind": "path", "path": "${MODELS}/minilm"}
+    monkeypatch.delenv("MODELS", raising=False)
+    with pytest.raises(CheckFailed) as caught:
+        locate.locate(cfg, tmp_path, "weights", "weights")
+    assert "the variable MODELS is not set" in str(caught.value) and caught.value.layer == "weights"
+    monkeypatch.setenv("MODELS", str(tmp_path / "shared"))
+    where, found = locate.locate(cfg, tmp_path, "weights", "weights")
+    assert where == models and found == {"w.bin": hashlib.sha256(b"w" * 10).hexdigest()}
+    src = assets.parse("weights", {"path": "${MODELS}/minilm"})
+    assert src.provenance() == "${MODELS}/minilm"  # the unexpanded form is recorded
+    (models / "w.bin").write_bytes(b"x" * 10)
+    with pytest.raises(CheckFailed) as caught:
+        locate.locate({**cfg, "files": found}, tmp_path, "weights", "weights")
+    assert "w.bin (changed)" in str(caught.value)
+
+
+def test_url_source_is_read_from_the_cache_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "cache"))
+    data = b"weights" * 100
+    digest = hashlib.sha256(data).hexdigest()
+    cfg = {"kind": "url", "url": "https://h.example/files/w.bin", "sha256": digest}
+    with pytest.raises(CheckFailed) as caught:
+        locate.locate(cfg, tmp_path, "weights", "weights")
+    assert "nox -s fetch" in str(caught.value) and caught.value.layer == "weights"
+    place = tmp_path / "cache" / "sha256" / digest / "w.bin"
+    place.parent.mkdir(parents=True)
+    place.write_bytes(data)
+    assert locate.locate({**cfg, "files": {"w.bin": digest}}, tmp_path, "weights", "weights")[1] == {"w.bin": digest}
+    place.write_bytes(data + b"!")
+    with pytest.raises(CheckFailed, match=r"w\.bin \(changed\)"):
+        locate.locate({**cfg, "files": {"w.bin": digest}}, tmp_path, "weights", "weights")
