@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def write_snapshot(cache: Path, repo: str, files: dict[str, bytes], commit: str, ref: str = "main") -> Path:
-    """The snapshot folder of ``repo`` at ``commit`` in the hub cache ``cache`` (``HF_HUB_CACHE``), holding ``files``."""
+    """The snapshot folder of ``repo`` at ``commit`` in the hub cache ``cache`` (HF_HUB_CACHE), holding ``files``."""
     base = cache / f"models--{repo.replace('/', '--')}"
     (base / "refs").mkdir(parents=True, exist_ok=True)
     (base / "refs" / ref).write_text(commit, encoding="utf-8")

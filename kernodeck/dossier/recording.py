@@ -132,8 +132,8 @@ def build_manifest(
             name: {**src.as_config(), **source_record(src), "files": prints.get(name, {})}
             for name, src in sorted(app.data.items())
         }
-        for name, record in manifest["data"]["sources"].items():
-            check_weights(record, f"the new reference's data {name}")
+        for name, rec in manifest["data"]["sources"].items():
+            check_weights(rec, f"the new reference's data {name}")
     manifest["outputs"] = out_records
     if criterion is not None:
         record: dict[str, Any] = {

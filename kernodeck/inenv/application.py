@@ -9,6 +9,7 @@ application computes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._common import CheckFailed, Context, load_file, load_sample, progress, sha256_file, user_traceback
+from ._common import CheckFailed, Context, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
 from .locate import locate
 
@@ -112,10 +113,8 @@ def weights(ctx: Context) -> Path | None:
     folder, found = locate(cfg, Path(ctx.config["project_root"]), "weights", "weights")
     version = "unknown"
     if cfg.get("kind", "package") == "package":
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             version = importlib.metadata.version(cfg["package"])
-        except importlib.metadata.PackageNotFoundError:
-            pass
     ctx.state.update(weights=str(folder), weights_fingerprint=found, weights_version=version)
     return folder
 

@@ -2,7 +2,8 @@
 
 Kernodeck verifies any application that follows a small contract: an entry function in a file of the project, the
 sample it reads (JSON lines with a unique string ``id``), the files that make up its identity, free parameters,
-optional weights and data (a wheel the lock pins, a Hugging Face snapshot, a URL, a folder: project/assets.py), and named outputs, each compared under a declared tolerance kind.
+optional weights and data (a wheel the lock pins, a Hugging Face snapshot, a URL, a folder: project/assets.py), and
+named outputs, each compared under a declared tolerance kind.
 Nothing here imports the application or torch; the in-env side (``kernodeck/inenv/``) runs it.
 """
 

@@ -25,7 +25,7 @@ from tests.hfcache import write_snapshot
 
 REPO = "sentence-transformers/all-MiniLM-L6-v2"
 COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
-TOKEN = "hf_S3cr3tT0kenValue9876"  # noqa: S105 (a test's fake token: it must appear nowhere)
+TOKEN = "hf_S3cr3tT0kenValue9876"  # a fake token: it must appear nowhere
 FILES = {"config.json": b'{"hidden_size": 4}\n', "model.safetensors": b"\x00weights\x01" * 64,
          "1_Pooling/config.json": b'{"pooling_mode_mean_tokens": true}\n'}
 

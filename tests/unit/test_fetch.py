@@ -16,7 +16,7 @@ import tomlkit
 
 from tests.conftest import ROOT, kd
 
-TOKEN = "tok_L00pbackS3cretValue42"  # noqa: S105 (a test's fake token: it must appear nowhere)
+TOKEN = "tok_L00pbackS3cretValue42"  # a fake token: it must appear nowhere
 DATA = b"\x00\x01weights" * 4096
 DIGEST = hashlib.sha256(DATA).hexdigest()
 
