@@ -143,7 +143,7 @@ class Source:
         if self.kind is SourceKind.PATH:
             return f"place the files at {self.declared['path']} (variables expanded at run time)"
         if self.kind is SourceKind.PACKAGE:
-            return "nox -s rebuild"
+            return tips.REBUILD
         assert_never(self.kind)
 
 
