@@ -175,3 +175,53 @@ def test_url_source_is_read_from_the_cache_only(tmp_path: Path, monkeypatch: pyt
     place.write_bytes(data + b"!")
     with pytest.raises(CheckFailed, match=r"w\.bin \(changed\)"):
         locate.locate({**cfg, "files": {"w.bin": digest}}, tmp_path, "weights", "weights")
+
+
+# --- the reference manifest ------------------------------------------------------------------------------------------
+
+
+def _manifest_with(weights: dict[str, Any]) -> dict[str, Any]:
+    import tomllib
+
+    from kernodeck.dossier import reference
+
+    manifest = tomllib.loads((ROOT / "dossier/reference/manifest.toml").read_text(encoding="utf-8"))
+    manifest["weights"] = weights
+    manifest["id"] = reference.identity(manifest)
+    return manifest
+
+
+def test_the_manifest_pins_a_source_and_its_id_covers_the_identity() -> None:
+    import tomllib
+
+    from kernodeck.dossier import reference
+    from kernodeck.errors import ManifestError
+    from kernodeck.project import application
+
+    files = {"model.safetensors": "a" * 64}
+    record = {"kind": "hf", "hf": REPO, "revision": COMMIT, "files": files, "provenance": f"https://huggingface.co/{REPO}",
+              "fetch": f"huggingface-cli download {REPO} --revision {COMMIT}",
+              "access": {"variable": "HF_TOKEN", "for": "gated"}}
+    reference.check_weights(record, "m")  # a pinned source passes
+    for bad, said in [({"revision": "main"}, "not a 40-hex commit"), ({"files": {}}, "carries no file digests"),
+                      ({"files": {"w": "nothex"}}, "not a sha256 for w"), ({"kind": "ftp"}, "unknown source kind")]:
+        with pytest.raises(ManifestError, match=said):
+            reference.check_weights({**record, **bad}, "m")
+    url = {"kind": "url", "url": "https://h.example/w.bin", "sha256": "b" * 64, "files": {"w.bin": "c" * 64}}
+    with pytest.raises(ManifestError, match="not its declared sha256"):
+        reference.check_weights(url, "m")
+    # another revision is another reference
+    assert _manifest_with(record)["id"] != _manifest_with({**record, "revision": "1" * 40})["id"]
+    # the declaration and the recorded source must agree (else the reference is refused before anything runs)
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]["application"]
+    app = application.from_table({**table, "weights": {"hf": REPO, "revision": COMMIT}})
+    assert not [d for d in reference.declaration_differences(_manifest_with(record), app) if d.startswith("weights")]
+    moved = application.from_table({**table, "weights": {"hf": REPO, "revision": "1" * 40}})
+    differ = reference.declaration_differences(_manifest_with(record), moved)
+    assert any(d.startswith("weights.revision") for d in differ), differ
+    # the runner is told the declaration and the digests, not the provenance or access
+    ref = reference.Reference(ROOT / "dossier/reference", _manifest_with(record))
+    from kernodeck.project.config import load_project
+
+    told = ref.run_config(load_project(ROOT), app)["application"]["weights"]
+    assert told == {"kind": "hf", "hf": REPO, "revision": COMMIT, "files": files}
