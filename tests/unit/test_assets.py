@@ -225,3 +225,17 @@ def test_the_manifest_pins_a_source_and_its_id_covers_the_identity() -> None:
 
     told = ref.run_config(load_project(ROOT), app)["application"]["weights"]
     assert told == {"kind": "hf", "hf": REPO, "revision": COMMIT, "files": files}
+
+
+def test_the_init_template_shows_the_four_forms_and_each_parses() -> None:
+    import tomllib
+
+    from kernodeck.project import init
+
+    text = init.render(init.template("pyproject.toml.tmpl"), init._values())
+    lines = [line.removeprefix("# ") for line in text.splitlines() if line.startswith("# weights = {")]
+    kinds = set()
+    for line in lines:
+        filled = line.split("  #")[0].replace("<40-hex commit>", COMMIT).replace("<64 hex>", "0" * 64)
+        kinds.add(assets.parse("weights", tomllib.loads(filled)["weights"]).kind)
+    assert kinds == set(SourceKind)
