@@ -10,9 +10,11 @@ application computes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import time
 from dataclasses import dataclass, field
@@ -128,6 +130,16 @@ def data(ctx: Context) -> dict[str, Path]:
             found[name], prints[name] = locate(cfg, Path(ctx.config["project_root"]), f"data {name}", "data-loading")
         ctx.state.update(data=found, data_fingerprint=prints)
     return dict(ctx.state["data"])
+
+
+def with_data(func: Any, ctx: Context) -> Any:
+    """The criterion, handed ``data=`` (``app.data``'s mapping, name -> Path) when it takes that keyword; a criterion
+    of four arguments is called as before."""
+    try:
+        takes = "data" in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return func
+    return functools.partial(func, data=data(ctx)) if takes else func
 
 
 def declared_paths(ctx: Context) -> tuple[Path, ...]:

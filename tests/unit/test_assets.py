@@ -239,3 +239,33 @@ def test_the_init_template_shows_the_four_forms_and_each_parses() -> None:
         filled = line.split("  #")[0].replace("<40-hex commit>", COMMIT).replace("<64 hex>", "0" * 64)
         kinds.add(assets.parse("weights", tomllib.loads(filled)["weights"]).kind)
     assert kinds == set(SourceKind)
+
+
+def test_data_sources_reach_the_entry_and_a_criterion_that_asks(tmp_path: Path) -> None:
+    from kernodeck.inenv import application as inenv_app
+    from kernodeck.inenv._common import Context
+
+    (tmp_path / "data" / "eval").mkdir(parents=True)
+    (tmp_path / "data" / "eval" / "labels.json").write_text("[1, 0]", encoding="utf-8")
+    cfg = {"data": {"eval": {"kind": "path", "path": "data/eval"}}}
+    ctx = Context({"application": cfg, "project_root": str(tmp_path)}, tmp_path / "out")
+    assert inenv_app.data(ctx) == {"eval": tmp_path / "data" / "eval"}
+    assert set(ctx.state["data_fingerprint"]["eval"]) == {"labels.json"}
+    assert inenv_app.declared_paths(ctx) == (tmp_path / "data" / "eval",)
+
+    def four(outputs: Any, ids: Any, records: Any, params: Any) -> Any:
+        return "four"
+
+    def five(outputs: Any, ids: Any, records: Any, params: Any, data: Any) -> Any:
+        return data
+
+    assert inenv_app.with_data(four, ctx)(1, 2, 3, 4) == "four"
+    assert inenv_app.with_data(five, ctx)(1, 2, 3, 4) == {"eval": tmp_path / "data" / "eval"}
+    # against the reference, an edited data file fails in its layer
+    fresh = Context({"application": {"data": {"eval": {**cfg["data"]["eval"],
+                                                         "files": ctx.state["data_fingerprint"]["eval"]}}},
+                     "project_root": str(tmp_path)}, tmp_path / "out")
+    (tmp_path / "data" / "eval" / "labels.json").write_text("[0, 1]", encoding="utf-8")
+    with pytest.raises(CheckFailed) as caught:
+        inenv_app.data(fresh)
+    assert caught.value.layer == "data-loading" and "labels.json (changed)" in str(caught.value)
