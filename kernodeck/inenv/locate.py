@@ -10,6 +10,7 @@ the source's layer (``weights`` or ``data``). Standard library only (huggingface
 
 from __future__ import annotations
 
+import concurrent.futures
 import fnmatch
 import importlib.util
 import os
@@ -44,15 +45,18 @@ def fingerprint(where: Path, include: list[str] | None = None) -> dict[str, str]
     """Every file of a folder (or the one file), relative path -> sha256; ``include``: only files matching a glob."""
     if where.is_file():
         return {where.name: sha256_file(where)}
-    out = {}
+    chosen: dict[str, Path] = {}
     for path in sorted(where.rglob("*")):
         if not path.is_file() or path.name in _SKIPPED or "__pycache__" in path.parts:
             continue
         rel = path.relative_to(where).as_posix()
         if include and not any(fnmatch.fnmatch(rel, glob) for glob in include):
             continue
-        out[rel] = sha256_file(path)
-    return out
+        chosen[rel] = path
+    # files hashed in parallel: hashlib releases the GIL, so threads read and hash several files at once
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        digests = list(pool.map(sha256_file, chosen.values()))
+    return dict(zip(chosen, digests, strict=True))
 
 
 def _package(cfg: dict[str, Any], layer: str) -> Path:
