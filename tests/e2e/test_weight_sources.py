@@ -20,6 +20,7 @@ from tests.hfcache import folder_files, write_snapshot
 PLATFORM = "cp311-linux_x86_64-cpu"
 REPO = "sentence-transformers/all-MiniLM-L6-v2"
 COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
+TOKEN = "hf_E2eS3cr3tT0kenValue1234"  # a fake token: it must appear in no line and no file
 
 
 def _hf_project(built: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
@@ -32,12 +33,15 @@ def _hf_project(built: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]
     files = {rel: data for rel, data in folder_files(model).items() if rel != ".gitattributes"}
     snapshot = write_snapshot(tmp_path / "hub", REPO, files, COMMIT)
     doc = tomlkit.parse((project / "pyproject.toml").read_text(encoding="utf-8"))
-    doc["tool"]["kernodeck"]["application"]["weights"] = {"hf": REPO, "revision": COMMIT}  # type: ignore[index]
+    doc["tool"]["kernodeck"]["application"]["weights"] = {"hf": REPO, "revision": COMMIT,  # type: ignore[index]
+                                                           "token-env": "HF_TOKEN"}
     write_atomic(project / "pyproject.toml", tomlkit.dumps(doc))
     path = project / "dossier/reference/manifest.toml"
     manifest = tomllib.loads(path.read_text(encoding="utf-8"))
     package_files = dict(manifest["weights"]["files"])
-    manifest["weights"] = {"kind": "hf", "hf": REPO, "revision": COMMIT, "files": package_files,
+    manifest["weights"] = {"kind": "hf", "hf": REPO, "revision": COMMIT, "token_env": "HF_TOKEN",
+                           "files": package_files,
+                           "access": {"variable": "HF_TOKEN", "for": "gated on the Hub"},
                            "provenance": f"https://huggingface.co/{REPO}",
                            "fetch": f"huggingface-cli download {REPO} --revision {COMMIT}"}
     manifest["id"] = reference.identity(manifest)
@@ -49,7 +53,7 @@ def _hf_project(built: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]
 def test_minilm_from_a_hub_snapshot_passes_against_the_package_reference(built_project: Path, tmp_path: Path) -> None:
     project, snapshot, package_files = _hf_project(built_project, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "UV_"))}
-    env["HF_HUB_CACHE"] = str(snapshot.parents[2])
+    env.update(HF_HUB_CACHE=str(snapshot.parents[2]), HF_TOKEN=TOKEN)
     proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "run"), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = read_report(tmp_path / "run")
@@ -58,6 +62,11 @@ def test_minilm_from_a_hub_snapshot_passes_against_the_package_reference(built_p
     assert statuses(report)["compare"] == "passed"  # the same numbers, against the same reference outputs
     config = json.loads((tmp_path / "run" / "run-config.json").read_text(encoding="utf-8"))
     assert config["application"]["weights"]["revision"] == COMMIT
+    assert TOKEN not in proc.stdout + proc.stderr
+    written = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert written and not [p for p in written if TOKEN.encode() in p.read_bytes()]
+    procedure = (tmp_path / "run" / "procedure.md").read_text(encoding="utf-8")
+    assert f"huggingface-cli download {REPO} --revision {COMMIT}" in procedure and "set HF_TOKEN" in procedure
 
     blob = (snapshot / "model.safetensors").resolve()
     data = bytearray(blob.read_bytes())
