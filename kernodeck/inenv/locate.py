@@ -103,6 +103,8 @@ def _path(cfg: dict[str, Any], root: Path, layer: str) -> Path:
 
 def _url(cfg: dict[str, Any], layer: str) -> Path:
     path = cached_file(str(cfg["sha256"]), url_name(cfg))
+    if not path.is_file() and cfg.get("fetch_error"):
+        raise CheckFailed(str(cfg["fetch_error"]), layer)  # the orchestrator's fetch, just before the checks
     if not path.is_file():
         raise CheckFailed(f"{url_name(cfg)} (sha256 {cfg['sha256'][:12]}...) is not in the cache {cache_root()}: "
                           "fetch it: nox -s fetch", layer)

@@ -115,7 +115,7 @@ def fetch_one(src: Source, timeout: float = 60) -> Fetched:
                          tip=f"check the network, then: {tips.FETCH}") from None
     if digest.hexdigest() != want:
         part.unlink(missing_ok=True)
-        raise FetchError(f"{src.where}: weights: {shown} has sha256 {digest.hexdigest()}, not the declared {want}; "
+        raise FetchError(f"{src.where}: {shown} has sha256 {digest.hexdigest()}, not the declared {want}; "
                          "the download was removed", tip=f"check {src.where}.sha256 (or the URL), then: {tips.FETCH}")
     os.replace(part, final)
     return Fetched(src.role, final, downloaded=True)

@@ -104,3 +104,31 @@ def test_fetch_with_the_token_then_without_then_a_wrong_hash(server: str, tmp_pa
 
     for path in _written(tmp_path):  # nothing fetch wrote holds the token
         assert TOKEN.encode() not in path.read_bytes(), path
+
+
+def test_verify_fetches_a_missing_file_and_a_wrong_hash_fails_at_weights(
+    server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernodeck.inenv import locate
+    from kernodeck.inenv._common import CheckFailed
+    from kernodeck.project import application
+    from kernodeck.verify.steps.declared import _prefetch
+
+    monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MODEL_TOKEN", TOKEN)
+    table = application.load(ROOT)
+    for digest, fails in ((DIGEST, False), ("e" * 64, True)):
+        weights = {"url": server, "sha256": digest, "token-env": "MODEL_TOKEN"}
+        app = application.load(_project(tmp_path / digest[:4], weights))
+        assert app.outputs == table.outputs
+        config = app.run_config()
+        _prefetch(app, config)
+        if not fails:
+            assert "fetch_error" not in config["weights"]
+            assert locate.locate(config["weights"], tmp_path, "weights", "weights")[1] == {"w.bin": DIGEST}
+            continue
+        with pytest.raises(CheckFailed) as caught:
+            locate.locate(config["weights"], tmp_path, "weights", "weights")
+        assert caught.value.layer == "weights" and f"not the declared {'e' * 64}" in str(caught.value)
+        assert TOKEN not in str(caught.value)
+    assert _written(tmp_path / "cache") == [tmp_path / "cache" / "sha256" / DIGEST / "w.bin"]  # nothing else left

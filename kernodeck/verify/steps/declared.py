@@ -15,6 +15,7 @@ from kernodeck._fs import sha256_file
 from kernodeck.dossier import reference as refmod
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
 from kernodeck.project import application
+from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
@@ -89,6 +90,7 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
     else:
         run_config, code_files = _against_reference(ctx, run, app)
     run.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs), "code": code_files}
+    _prefetch(app, run_config["application"])
     resume, det = ctx.declaration.resume, ctx.declaration.determinism
     run_config["resume"] = {
         "steps": resume.get("steps", 12),
@@ -100,6 +102,22 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
     run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
                   sample_repeat=ctx.opts.sample_repeat, **ctx.opts.extra_config)
     return run_config
+
+
+def _prefetch(app: application.Application, config: dict[str, Any]) -> None:
+    """A url source missing from the cache is fetched now (where the network allows); why it could not be is handed
+    to the in-env side, which fails in the source's layer with it (a wrong hash: at ``weights``)."""
+    from kernodeck.project import fetch
+
+    found = [(app.weights, config.get("weights"))] if app.weights is not None else []
+    found += [(src, (config.get("data") or {}).get(name)) for name, src in app.data.items()]
+    for src, cfg in found:
+        if src.kind is not SourceKind.URL or not isinstance(cfg, dict):
+            continue
+        try:
+            fetch.fetch_one(src)
+        except fetch.FetchError as exc:
+            cfg["fetch_error"] = f"{exc} (TIP: {exc.tip})"
 
 
 def declared_contract(ctx: RunContext, run: Run) -> Step | None:
