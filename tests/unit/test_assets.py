@@ -269,3 +269,46 @@ def test_data_sources_reach_the_entry_and_a_criterion_that_asks(tmp_path: Path) 
     with pytest.raises(CheckFailed) as caught:
         inenv_app.data(fresh)
     assert caught.value.layer == "data-loading" and "labels.json (changed)" in str(caught.value)
+
+
+def test_a_new_reference_records_kind_identity_provenance_and_access(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+    import tomllib
+
+    import tomlkit
+
+    from kernodeck.dossier import reference
+    from kernodeck.project.config import load_project
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    project = tmp_path / "project"
+    project.mkdir()
+    for item in ("pyproject.toml", "checks", "dossier"):
+        (shutil.copytree if (ROOT / item).is_dir() else shutil.copy2)(ROOT / item, project / item)
+    doc = tomlkit.parse((project / "pyproject.toml").read_text(encoding="utf-8"))
+    app_table = doc["tool"]["kernodeck"]["application"]  # type: ignore[index]
+    app_table["weights"] = {"hf": REPO, "revision": COMMIT, "files": ["*.json"], "token-env": "HF_TOKEN"}
+    app_table["data"] = {"eval": {"path": "${EVAL_DATA}/eval"}}
+    (project / "pyproject.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
+    weights = {"files": {"config.json": "a" * 64}}
+    manifest = reference.build_manifest(
+        load_project(project), outputs=ROOT / "dossier/reference", criterion=None, weights=weights,
+        platform_id="p", lock_digest="sha256:" + "0" * 64, device="cpu", previous=None,
+        data={"eval": {"labels.json": "b" * 64}})
+    recorded = manifest["weights"]
+    assert recorded["kind"] == "hf" and recorded["revision"] == COMMIT and recorded["include"] == ["*.json"]
+    assert recorded["files"] == {"config.json": "a" * 64}
+    assert recorded["provenance"] == f"https://huggingface.co/{REPO}"
+    assert recorded["access"]["variable"] == "HF_TOKEN" and "accept its licence" in recorded["access"]["for"]
+    assert recorded["fetch"] == f"huggingface-cli download {REPO} --revision {COMMIT} --include '*.json'"
+    eval_ = manifest["data"]["sources"]["eval"]
+    assert eval_["provenance"] == "${EVAL_DATA}/eval" and eval_["files"] == {"labels.json": "b" * 64}
+    text = reference.render(manifest)
+    assert TOKEN not in text and tomllib.loads(text)["id"] == manifest["id"] == reference.identity(manifest)
+    with pytest.raises(Exception, match="carries no file digests"):  # a run that fingerprinted nothing
+        reference.build_manifest(
+            load_project(project), outputs=ROOT / "dossier/reference", criterion=None, weights={"files": {}},
+            platform_id="p", lock_digest="sha256:" + "0" * 64, device="cpu", previous=None,
+            data={"eval": {"labels.json": "b" * 64}})
