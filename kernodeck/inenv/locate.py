@@ -11,8 +11,11 @@ the source's layer (``weights`` or ``data``). Standard library only (huggingface
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import fnmatch
+import hashlib
 import importlib.util
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -41,10 +44,11 @@ def url_name(cfg: dict[str, Any]) -> str:
     return name
 
 
-def fingerprint(where: Path, include: list[str] | None = None) -> dict[str, str]:
-    """Every file of a folder (or the one file), relative path -> sha256; ``include``: only files matching a glob."""
+def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool = False) -> dict[str, str]:
+    """Every file of a folder (or the one file), relative path -> sha256; ``include``: only files matching a glob;
+    ``remember``: reuse the digest of a file unchanged since it was last hashed (its stat)."""
     if where.is_file():
-        return {where.name: sha256_file(where)}
+        return _hashed(where, {where.name: where}) if remember else {where.name: sha256_file(where)}
     chosen: dict[str, Path] = {}
     for path in sorted(where.rglob("*")):
         if not path.is_file() or path.name in _SKIPPED or "__pycache__" in path.parts:
@@ -53,10 +57,38 @@ def fingerprint(where: Path, include: list[str] | None = None) -> dict[str, str]
         if include and not any(fnmatch.fnmatch(rel, glob) for glob in include):
             continue
         chosen[rel] = path
-    # files hashed in parallel: hashlib releases the GIL, so threads read and hash several files at once
+    if not remember:
+        return {rel: sha256_file(path) for rel, path in chosen.items()}
+    return _hashed(where, chosen)
+
+
+def _stat_key(path: Path) -> list[int]:
+    st = path.stat()  # through a link: the blob's own size, times and inode
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _hashed(where: Path, chosen: dict[str, Path]) -> dict[str, str]:
+    """Each file's sha256, reusing the digest of a file whose stat (size, mtime, ctime, inode) is the one recorded when
+    it was last hashed (as the env's own files are proven: any write changes ctime); the rest hashed in parallel
+    (hashlib releases the GIL). The stat records live in the cache (``CACHE/stat/``), never beside the files."""
+    record = cache_root() / "stat" / (hashlib.sha256(str(where.resolve()).encode()).hexdigest()[:32] + ".json")
+    try:
+        known = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    keys = {rel: _stat_key(path) for rel, path in chosen.items()}
+    found = {rel: str(known[rel][4]) for rel in chosen
+             if isinstance(known.get(rel), list) and len(known[rel]) == 5 and known[rel][:4] == keys[rel]}
+    todo = [rel for rel in chosen if rel not in found]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        digests = list(pool.map(sha256_file, chosen.values()))
-    return dict(zip(chosen, digests, strict=True))
+        found.update(zip(todo, pool.map(sha256_file, [chosen[rel] for rel in todo]), strict=True))
+    if todo or set(known) != set(chosen):
+        with contextlib.suppress(OSError):  # a read-only cache only costs the next run its hashing
+            record.parent.mkdir(parents=True, exist_ok=True)
+            tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({rel: [*keys[rel], found[rel]] for rel in chosen}), encoding="utf-8")
+            os.replace(tmp, record)
+    return {rel: found[rel] for rel in chosen}
 
 
 def _package(cfg: dict[str, Any], layer: str) -> Path:
@@ -138,7 +170,8 @@ def locate(cfg: dict[str, Any], root: Path, what: str, layer: str) -> tuple[Path
     where = resolve(cfg, root, layer)
     progress(f"fingerprinting {what} ({cfg.get('kind', 'package')} source)")
     include = cfg.get("include") if cfg.get("kind") == "hf" else None
-    found = fingerprint(where, include)
+    # a package's files are the env's, proven by the inventory's own stat snapshot: hashed here without a record
+    found = fingerprint(where, include, remember=cfg.get("kind", "package") != "package")
     if not found:
         raise CheckFailed(f"{what}: {where} holds no file", layer)
     expected = cfg.get("files")

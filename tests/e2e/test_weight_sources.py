@@ -53,7 +53,7 @@ def _hf_project(built: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]
 def test_minilm_from_a_hub_snapshot_passes_against_the_package_reference(built_project: Path, tmp_path: Path) -> None:
     project, snapshot, package_files = _hf_project(built_project, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "UV_"))}
-    env.update(HF_HUB_CACHE=str(snapshot.parents[2]), HF_TOKEN=TOKEN)
+    env.update(HF_HUB_CACHE=str(snapshot.parents[2]), HF_TOKEN=TOKEN, KERNODECK_CACHE=str(tmp_path / "kd-cache"))
     proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "run"), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = read_report(tmp_path / "run")

@@ -50,7 +50,7 @@ def _locate(cfg: dict[str, Any], env: dict[str, str], root: Path) -> dict[str, A
             print(json.dumps({{"error": str(exc), "layer": exc.layer}}))
     """)
     full = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "UV_"))}
-    full.update(HF_HUB_OFFLINE="1", **env)
+    full.update(HF_HUB_OFFLINE="1", KERNODECK_CACHE=str(root / "kd-cache"), **env)
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], capture_output=True, text=True, env=full,
                           check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -141,6 +141,7 @@ def test_an_env_without_huggingface_hub_names_the_package(monkeypatch: pytest.Mo
 
 
 def test_path_source_expands_variables_at_run_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "kd-cache"))
     models = tmp_path / "shared" / "minilm"
     models.mkdir(parents=True)
     (models / "w.bin").write_bytes(b"w" * 10)
@@ -241,7 +242,10 @@ def test_the_init_template_shows_the_four_forms_and_each_parses() -> None:
     assert kinds == set(SourceKind)
 
 
-def test_data_sources_reach_the_entry_and_a_criterion_that_asks(tmp_path: Path) -> None:
+def test_data_sources_reach_the_entry_and_a_criterion_that_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "kd-cache"))
     from kernodeck.inenv import application as inenv_app
     from kernodeck.inenv._common import Context
 
@@ -312,3 +316,31 @@ def test_a_new_reference_records_kind_identity_provenance_and_access(
             load_project(project), outputs=ROOT / "dossier/reference", criterion=None, weights={"files": {}},
             platform_id="p", lock_digest="sha256:" + "0" * 64, device="cpu", previous=None,
             data={"eval": {"labels.json": "b" * 64}})
+
+
+def test_an_unchanged_snapshot_is_proven_by_its_stat_and_only_a_changed_file_rehashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "kd-cache"))
+    snapshot = write_snapshot(tmp_path / "hub", REPO, FILES, COMMIT)
+    hashed: list[str] = []
+    real = locate.sha256_file
+
+    def counting(path: Path) -> str:
+        hashed.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(locate, "sha256_file", counting)
+    first = locate.fingerprint(snapshot, remember=True)
+    assert sorted(hashed) == sorted(Path(rel).name for rel in FILES)
+    hashed.clear()
+    assert locate.fingerprint(snapshot, remember=True) == first and hashed == []  # the stat proves them unchanged
+    blob = (snapshot / "model.safetensors").resolve()
+    before = blob.stat()
+    blob.write_bytes(blob.read_bytes()[:-1] + b"\x09")  # same size; mtime put back: only ctime tells
+    os.utime(blob, ns=(before.st_atime_ns, before.st_mtime_ns))
+    again = locate.fingerprint(snapshot, remember=True)
+    assert hashed == ["model.safetensors"] and again["model.safetensors"] != first["model.safetensors"]
+    assert {k: v for k, v in again.items() if k != "model.safetensors"} == {
+        k: v for k, v in first.items() if k != "model.safetensors"}
+    assert not list(snapshot.parents[2].rglob("*.json.*tmp")) and list((tmp_path / "kd-cache" / "stat").iterdir())
