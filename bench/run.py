@@ -468,8 +468,9 @@ def run_bench(
             raise BenchError("the bare script measures this repository's MiniLM embedding application")
         tol = app.outputs["embeddings"].tolerance
         dim = int(reference.load(load_project(work)).manifest["outputs"]["embeddings"]["shape"][1])
+        weights = app.weights.as_config()  # a package source: {package, module, subdir}
         bare_cfg = json.dumps({
-            "module": app.weights.module, "subdir": app.weights.subdir, "max_seq_length": app.params["max-seq-length"],
+            "module": weights["module"], "subdir": weights["subdir"], "max_seq_length": app.params["max-seq-length"],
             "batch_size": app.params["batch-size"], "normalize": app.params["normalize"], "dim": dim,
             "sample": app.sample, "reference": "dossier/reference", "out": "runs/bare-out",
             "cosine_min": tol["cosine-min"], "max_abs": tol["max-abs"],

@@ -51,6 +51,7 @@ class Spec(NamedTuple):
 SESSIONS = (
     Spec("lock", "lock", "Compile this platform's hash-pinned lock (-- --check, --platform ID --resolver uv)."),
     Spec("rebuild", "run", "Make or reuse a fresh venv from the lock (-- --fresh, --installer pip)."),
+    Spec("fetch", "run", "Download every declared url source (weights, data) into the cache, hash-checked."),
     Spec("verify", "run", "Lock check, rebuild, then every check inside the env; writes the report (-- --out DIR).",
          default=True),
     Spec("reference", "run", "Make a NEW reference identity from a rebuilt env (-- --new when one exists)."),
@@ -67,8 +68,7 @@ SESSIONS = (
 )
 
 # The sessions whose stdout is data another tool reads (`nox -s matrix -- --format gitlab > .gitlab-ci.yml`): their
-# command's stderr is left on nox's own stderr instead of merged into stdout (nox's default), so that Kernodeck's lines
-# ("left out ...") never land in the redirected file. nox's own log lines go to stderr already.
+# command's stderr stays on nox's stderr (not merged into stdout), so Kernodeck's lines never land in the file.
 DATA_ON_STDOUT = frozenset({"matrix", "export"})
 
 # The dependency groups of the project's pyproject.toml that hold the pinned tools (`kernodeck init` writes them).

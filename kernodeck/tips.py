@@ -8,8 +8,8 @@ registers (tests/unit/test_tips.py holds the two lists together), so a renamed s
 from __future__ import annotations
 
 # The sessions noxsessions.SESSIONS registers in any project, and those only Kernodeck's own noxfile has.
-SESSIONS = frozenset({"lock", "rebuild", "verify", "reference", "compare", "replay", "matrix", "export", "calibrate",
-                      "drift", "wheelhouse", "upgrade", "bisect"})
+SESSIONS = frozenset({"lock", "rebuild", "fetch", "verify", "reference", "compare", "replay", "matrix", "export",
+                      "calibrate", "drift", "wheelhouse", "upgrade", "bisect"})
 OWN_SESSIONS = frozenset({"bench", "sbom", "audit", "tests", "reliability", "lint"})
 
 
@@ -35,3 +35,4 @@ REBUILD = nox("rebuild")
 REBUILD_FRESH = nox("rebuild", "--fresh")
 VERIFY = nox("verify")
 NEW_REFERENCE = nox("reference", "--new")
+FETCH = nox("fetch")

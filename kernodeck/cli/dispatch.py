@@ -20,7 +20,8 @@ DESCRIPTION = (
 )
 EPILOG = "On failure a command prints one ERROR: line and a TIP: line naming the next command to run."
 # The order --help lists the commands in.
-ORDER = ("lock", "rebuild", "verify", "reference", "replay", "compare", "matrix", "export", "wheelhouse", "sbom",
+ORDER = ("lock", "rebuild", "fetch", "verify", "reference", "replay", "compare", "matrix", "export", "wheelhouse",
+         "sbom",
          "audit", "calibrate", "drift", "upgrade", "bisect", "init")
 # Set by the nox sessions to the folder nox was run from (nox runs a session in the noxfile's folder): a relative path
 # an option is given is the caller's, as in any command line.

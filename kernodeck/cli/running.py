@@ -55,8 +55,13 @@ def _replay(p: argparse.ArgumentParser) -> None:
                    help="where the replay's dossier goes (default: runs/replay-STAMP)")
 
 
+def _fetch(p: argparse.ArgumentParser) -> None:
+    del p  # no options: every declared url source of the project
+
+
 PARSERS: dict[str, Parser] = {
     "rebuild": ("make (or reuse) a fresh venv from the lock", _rebuild),
+    "fetch": ("download every declared url source (weights, data) into the cache, hash-checked", _fetch),
     "verify": ("lock check, rebuild, checks inside the env, report and dossier", _verify),
     "reference": ("make a NEW reference identity from a rebuilt env (needs --new if one exists)", _reference),
     "replay": ("clone the current commit into an empty folder; rebuild + verify there, cleanly", _replay),
@@ -141,5 +146,17 @@ def cmd_replay(project: Project, args: argparse.Namespace) -> int:
     return 0 if result.status == "passed" else 1
 
 
+def cmd_fetch(project: Project, args: argparse.Namespace) -> int:
+    del args
+    from kernodeck.project.fetch import fetch
+
+    done = fetch(project)
+    for item in done:
+        print(f"{item.role}: {item.path}" + ("" if item.downloaded else " (already in the cache)"))
+    if not done:
+        print("no url source is declared: nothing to fetch")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {"rebuild": cmd_rebuild, "verify": cmd_verify, "reference": cmd_reference,
-                                "replay": cmd_replay}
+                                "replay": cmd_replay, "fetch": cmd_fetch}

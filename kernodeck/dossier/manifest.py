@@ -43,8 +43,31 @@ def _line_of(exc: tomllib.TOMLDecodeError) -> str:
     return match.group(1) if match else "?"
 
 
+def _check_source(record: dict[str, Any], where: str) -> None:
+    """Refuse a recorded hf, url or path source that can float: no commit, no sha256, no per-file digest."""
+    kind = str(record.get("kind"))
+    what = record.get("hf") or record.get("url") or record.get("path") or kind
+    if kind == "hf" and not re.fullmatch(r"[0-9a-f]{40}", str(record.get("revision", ""))):
+        raise ManifestError(f"{where}: {what} has revision {record.get('revision')!r}, not a 40-hex commit")
+    if kind == "url" and not _HEX.match(str(record.get("sha256", ""))):
+        raise ManifestError(f"{where}: {what} carries no sha256")
+    if kind not in ("hf", "url", "path"):
+        raise ManifestError(f"{where}: unknown source kind {kind!r}")
+    files = record.get("files") or {}
+    if not isinstance(files, dict) or not files:
+        raise ManifestError(f"{where}: {what} carries no file digests (a name alone can change)")
+    bad = [f for f, d in files.items() if not isinstance(d, str) or not _HEX.match(d)]
+    if bad:
+        raise ManifestError(f"{where}: file digest is not a sha256 for {', '.join(bad)}")
+    if kind == "url" and list(files.values()) != [record["sha256"]]:
+        raise ManifestError(f"{where}: {what}'s file digest is not its declared sha256")
+
+
 def check_weights(weights: dict[str, Any], where: str) -> None:
-    """Refuse a weights reference that can float: no exact version, a name like "latest", or no digest."""
+    """Refuse a weights (or data) reference that can float: no exact version, a name like "latest", or no digest."""
+    if "kind" in weights:
+        _check_source(weights, where)
+        return
     version = str(weights.get("version", ""))
     name = str(weights.get("package", ""))
     if not name:
@@ -91,7 +114,9 @@ class Reference:
                 "sample": self.manifest["data"]["sample"],
                 "sample_sha256": self.manifest["data"]["sha256"],
                 "params": app.get("params", {}),
-                "weights": {k: weights[k] for k in ("package", "module", "subdir", "files")} if weights else None,
+                "weights": _source_config(weights) if weights else None,
+                "data": {name: _source_config(rec)
+                         for name, rec in (self.manifest["data"].get("sources") or {}).items()},
                 "outputs": {name: _declared(rec) for name, rec in outputs.items()},
             },
             "reference": {
@@ -103,6 +128,19 @@ class Reference:
                 },
             },
         }
+
+
+def _source_config(record: dict[str, Any]) -> dict[str, Any]:
+    """What the in-env side needs of a recorded source: the declaration and the per-file digests."""
+    if "kind" not in record:
+        return {k: record[k] for k in ("package", "module", "subdir", "files")}
+    return {k: v for k, v in record.items() if k not in ("provenance", "fetch", "access")}
+
+
+def _declared_source(record: dict[str, Any]) -> dict[str, Any]:
+    """A recorded source's declaration (what pyproject must still say): without what the run derived."""
+    return {k: v for k, v in record.items()
+            if k not in ("provenance", "fetch", "access", "files", "version", "wheel_sha256")}
 
 
 def code_expected(manifest: dict[str, Any], declared: Application | None) -> dict[str, str]:
@@ -162,6 +200,16 @@ def declaration_differences(manifest: dict[str, Any], app: Application) -> list[
     out += [f"application.{d}" for d in table_differences(declared_app, rec_app, frozenset())]
     found = table_differences({"sample": app.sample}, {"sample": manifest["data"]["sample"]}, frozenset())
     out += [f"data.{d}" for d in found]
+    # another revision, file, hash, path or package is another reference
+    weights = manifest.get("weights")
+    declared_w = app.weights.as_config() if app.weights else {}
+    out += [f"weights.{d}" for d in table_differences(declared_w, _declared_source(weights) if weights else {},
+                                                        frozenset())]
+    recorded_data = manifest["data"].get("sources") or {}
+    for name in sorted(set(recorded_data) | set(app.data)):
+        want = app.data[name].as_config() if name in app.data else {}
+        have = _declared_source(recorded_data[name]) if name in recorded_data else {}
+        out += [f"data.{name}.{d}" for d in table_differences(want, have, frozenset())]
     return out
 
 
@@ -193,6 +241,8 @@ def load(project: Project) -> Reference:
             raise ManifestError(f"{where}: [outputs.{name}] lacks {', '.join(missing)} (truncated?)")
     if "weights" in manifest:
         check_weights(manifest["weights"], where)
+    for name, record in (manifest["data"].get("sources") or {}).items():
+        check_weights(record, f"{where} [data.sources.{name}]")
     recorded, actual = manifest.get("id"), identity(manifest)
     if recorded != actual:
         raise ManifestError(f"{where}: recorded id {recorded} does not match its content ({actual}): edited by hand?")

@@ -21,6 +21,7 @@ from kernodeck.errors import ManifestError
 from kernodeck.lock import lockfile
 from kernodeck.project import application
 from kernodeck.project.application import Application, Kind
+from kernodeck.project.assets import Source, SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify.report import Step
@@ -88,10 +89,12 @@ def build_manifest(
     lock_digest: str,
     device: str,
     previous: str | None,
+    data: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The new reference's manifest, from the declaration and the reference run's outputs (in ``outputs``).
 
-    ``weights``: {"version", "wheel_sha256", "files"} when the application declares weights."""
+    ``weights``: {"version", "wheel_sha256", "files"} when the application declares weights in a package, {"files"}
+    for the other sources; ``data``: each data source's per-file digests."""
     app = application.load(project.root)
     sample = project.root / app.sample
     items = [json.loads(line) for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -119,14 +122,19 @@ def build_manifest(
     }
     if app.weights is not None:
         if weights is None:
-            raise ManifestError(f"the reference run recorded no weights for {app.weights.package}")
-        manifest["weights"] = {
-            **app.weights.as_config(),
-            "version": weights["version"],
-            "wheel_sha256": weights["wheel_sha256"],
-            "files": weights["files"],
-        }
+            raise ManifestError(f"the reference run recorded no weights for {app.weights.role}")
+        manifest["weights"] = {**app.weights.as_config(), **weights}
+        if app.weights.kind is not SourceKind.PACKAGE:
+            manifest["weights"].update(source_record(app.weights))
         check_weights(manifest["weights"], "the new reference")
+    if app.data:
+        prints = (data or {})
+        manifest["data"]["sources"] = {
+            name: {**src.as_config(), **source_record(src), "files": prints.get(name, {})}
+            for name, src in sorted(app.data.items())
+        }
+        for name, rec in manifest["data"]["sources"].items():
+            check_weights(rec, f"the new reference's data {name}")
     manifest["outputs"] = out_records
     if criterion is not None:
         record: dict[str, Any] = {
@@ -170,9 +178,21 @@ def weights_record(
     """The declared weights as the lock pins them (exact version, wheel hashes) and as the run fingerprinted them."""
     if app.weights is None:
         return None
+    files = steps["application"].details.get("weights_fingerprint", {})
+    if app.weights.kind is not SourceKind.PACKAGE:
+        return {"files": files}
     lock = lockfile.read(locking.lock_path(project, plat))
     pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
     if pin is None:
         raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")
-    return {"version": pin.version, "wheel_sha256": list(pin.hashes),
-            "files": steps["application"].details.get("weights_fingerprint", {})}
+    return {"version": pin.version, "wheel_sha256": list(pin.hashes), "files": files}
+
+
+def source_record(src: Source) -> dict[str, Any]:
+    """What the manifest says of a source beyond its declaration: where it comes from (nothing secret), the command
+    that fetches it, and who may read it (the variable's NAME, never its value)."""
+    record: dict[str, Any] = {"provenance": src.provenance(), "fetch": src.fetch_command()}
+    access = src.access()
+    if access is not None:
+        record["access"] = access
+    return record

@@ -214,6 +214,7 @@ def create(project: Project, plat: Platform, report: Report, folder: Path, old: 
     criterion = steps["criterion"].details if "criterion" in steps and steps["criterion"].details else None
     manifest = build_manifest(
         project, outputs=folder / "outputs", criterion=criterion, weights=weights, platform_id=plat.id,
+        data=steps["application"].details.get("data_fingerprint"),
         lock_digest="sha256:" + sha256_file(locking.lock_path(project, plat)),
         device=str(steps["backend"].details.get("device", "cpu")),
         previous=old.id if old else recorded_id(project))

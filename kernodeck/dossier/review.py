@@ -117,6 +117,7 @@ def procedure(
     *,
     index_args: str = "",
     index_note: str = "",
+    sources: tuple[str, ...] = (),
 ) -> str:
     """procedure.md: the commands this run executed, the same install with pip alone where uv installed, the checks'
     command line, and how to provide credentials (never recorded)."""
@@ -143,6 +144,9 @@ def procedure(
             "```",
             "",
         ]
+    if sources:  # project/assets.py: each declared weights or data source, its fetch command and its access
+        lines += ["The weights and data, put where the checks find them before they run (a token is supplied by the",
+                  "variable named, never recorded):", "", "```sh", *sources, "```", ""]
     shown_env = " ".join(f"{k}={v}" for k, v in sorted(env_vars.items()))
     lines += [
         "Then the checks, in one process, by the environment's explicit interpreter, from the project root",

@@ -9,10 +9,12 @@ application computes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import inspect
 import json
 import os
 import time
@@ -21,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from . import world
-from ._common import CheckFailed, Context, load_file, load_sample, progress, sha256_file, user_traceback
+from ._common import CheckFailed, Context, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
+from .locate import locate
 
 
 def _app_cfg(ctx: Context) -> dict[str, Any]:
@@ -57,6 +60,7 @@ class App:
     root: Path
     weights: Path | None
     declared: dict[str, Any]
+    data: dict[str, Path]
     folder: Path | None  # where outputs are written; None: kept in memory only (determinism reruns)
     written: dict[str, tuple[Any, list[str]]] = field(default_factory=dict)
 
@@ -117,40 +121,48 @@ def _recorded(ctx: Context, func: Any, who: str) -> Any:
     return call
 
 
-def _fingerprint(folder: Path) -> dict[str, str]:
-    out = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != ".gitattributes" and "__pycache__" not in path.parts:
-            out[path.relative_to(folder).as_posix()] = sha256_file(path)
-    return out
-
-
 def weights(ctx: Context) -> Path | None:
-    """The declared weights folder, fingerprinted file by file against the reference (found without importing)."""
+    """The declared weights (any source kind: locate.py), fingerprinted file by file against the reference."""
     cfg = _app_cfg(ctx).get("weights")
     if not cfg:
         return None
     if "weights" in ctx.state:
         return Path(ctx.state["weights"])
-    spec = importlib.util.find_spec(cfg["module"])
-    if spec is None or not (spec.submodule_search_locations or spec.origin):
-        raise CheckFailed(f"the weights package {cfg['module']} is not installed in this env", "environment")
-    base = Path(next(iter(spec.submodule_search_locations or [])) if spec.submodule_search_locations else spec.origin)
-    folder = (base if base.is_dir() else base.parent) / cfg.get("subdir", ".")
-    if not folder.is_dir():
-        raise CheckFailed(f"the weights folder {cfg['module']}/{cfg.get('subdir', '.')} does not exist", "weights")
-    progress(f"fingerprinting the weights in {cfg['module']}/{cfg.get('subdir', '.')} (loading weights follows)")
-    found = _fingerprint(folder)
-    expected = cfg.get("files") or {}
-    wrong = sorted(name for name, digest in expected.items() if found.get(name) != digest)
-    if wrong:
-        raise CheckFailed(f"weights differ from the reference's fingerprint: {', '.join(wrong)}", "weights")
-    try:
-        version = importlib.metadata.version(cfg["package"])
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
+    folder, found = locate(cfg, Path(ctx.config["project_root"]), "weights", "weights")
+    version = "unknown"
+    if cfg.get("kind", "package") == "package":
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            version = importlib.metadata.version(cfg["package"])
     ctx.state.update(weights=str(folder), weights_fingerprint=found, weights_version=version)
     return folder
+
+
+def data(ctx: Context) -> dict[str, Path]:
+    """The declared data sources (``app.data[NAME]``), each fingerprinted file by file against the reference."""
+    if "data" not in ctx.state:
+        found: dict[str, Path] = {}
+        prints: dict[str, dict[str, str]] = {}
+        for name, cfg in sorted((_app_cfg(ctx).get("data") or {}).items()):
+            found[name], prints[name] = locate(cfg, Path(ctx.config["project_root"]), f"data {name}", "data-loading")
+        ctx.state.update(data=found, data_fingerprint=prints)
+    return dict(ctx.state["data"])
+
+
+def with_data(func: Any, ctx: Context) -> Any:
+    """The criterion, handed ``data=`` (``app.data``'s mapping, name -> Path) when it takes that keyword; a criterion
+    of four arguments is called as before."""
+    try:
+        takes = "data" in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return func
+    return functools.partial(func, data=data(ctx)) if takes else func
+
+
+def declared_paths(ctx: Context) -> tuple[Path, ...]:
+    """Every folder or file the declared weights and data resolved to: what the application may open beyond its
+    code and sample (a closed-world check asks here)."""
+    paths = [Path(ctx.state["weights"])] if "weights" in ctx.state else []
+    return (*paths, *dict(ctx.state.get("data") or {}).values())
 
 
 def _raised(what: str, exc: Exception, root: Path) -> CheckFailed:
@@ -174,6 +186,7 @@ def _call_entry(ctx: Context, records: list[dict[str, Any]], folder: Path | None
         root=Path(ctx.config["project_root"]),
         weights=weights(ctx),
         declared=cfg["outputs"],
+        data=data(ctx),
         folder=folder,
     )
     settings.apply(deterministic=ctx.state.get("deterministic", True))
@@ -210,6 +223,8 @@ def run_entry(ctx: Context) -> dict[str, Any]:
         details.update(
             weights_fingerprint=ctx.state["weights_fingerprint"], weights_version=ctx.state["weights_version"]
         )
+    if ctx.state.get("data_fingerprint"):
+        details["data_fingerprint"] = ctx.state["data_fingerprint"]
     return details
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import tolerance
 from ._common import CheckFailed, Context, Skip
-from .application import _app_cfg, _function, _ids, _judge, sample
+from .application import _app_cfg, _function, _ids, _judge, sample, with_data
 from .arrays import _first_difference, _load_ids, _load_npy, check_structure
 
 
@@ -168,7 +168,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
     cfg = _app_cfg(ctx)
     if not cfg.get("criterion"):
         raise Skip("no criterion declared ([tool.kernodeck.application] criterion)")
-    func = _function(ctx, cfg["criterion"], "criterion")
+    func = with_data(_function(ctx, cfg["criterion"], "criterion"), ctx)
     items = sample(ctx)
     params = dict(cfg.get("params") or {})
     root = Path(ctx.config["project_root"])

@@ -9,11 +9,12 @@ each file read is one of:
 - in the base interpreter's standard library (never its ``site-packages``: that is no part of a venv),
 - Kernodeck's in-env files (verified bytes, ``_package.py``), the system's pseudo-files (``/proc``, ``/sys``, ``/dev``)
   and this run's dossier folder,
-- a declared source: ``code`` and ``data`` (globs accepted, each file fingerprinted into the reference), the sample,
+- a declared source: ``code`` and ``files`` (globs accepted, each file fingerprinted into the reference), the sample,
+  a ``weights`` or ``data.NAME`` source (checked file by file at its own step),
 - written by the application in this run before it read it (its outputs, not inputs),
 
-or it is undeclared: the step fails naming the file and the declaration to add (``code`` for Python, ``data`` for
-anything else). Modules imported in the window whose file is none of these (a compiled extension in the project) are
+or it is undeclared: the step fails naming the file and the declaration to add (``code`` for Python, ``files`` for
+anything else in the project, a ``data.NAME`` source outside it). Modules imported in the window whose file is none of these (a compiled extension in the project) are
 named too. Cheap by design: the hook returns at once outside a window and for any event but ``open``/``os.rename``,
 and drops a trusted path with one prefix test before anything else.
 """
@@ -117,7 +118,7 @@ def _install() -> None:
 
 
 def declared(ctx: Context) -> dict[str, str]:
-    """The declared sources as absolute paths: ``code`` and ``data`` files with their sha256, the sample (no digest
+    """The declared sources as absolute paths: ``code`` and ``files`` files with their sha256, the sample (no digest
     here: load_sample checks it)."""
     if "declared_sources" not in ctx.state:
         root = Path(ctx.config["project_root"])
@@ -169,8 +170,20 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     judge(ctx, who, {name for name in sys.modules if name not in before})
 
 
+def _in_sources(ctx: Context, path: str) -> bool:
+    """Whether ``path`` is a declared weights or data source's file (``weights`` and ``data.NAME``, resolved and
+    checked file by file at their own step before the application runs: ``application.declared_paths``)."""
+    found = [ctx.state["weights"]] if ctx.state.get("weights") else []
+    found += list(dict(ctx.state.get("data") or {}).values())
+    for source in map(str, found):
+        for form in _forms(source):
+            if path == form or path.startswith(form.rstrip(os.sep) + os.sep):
+                return True
+    return False
+
+
 def _declaration(rel: str) -> str:
-    return "code" if rel.endswith((".py", ".pyc", ".so", ".pyd")) else "data"
+    return "code" if rel.endswith((".py", ".pyc", ".so", ".pyd")) else "files"
 
 
 def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
@@ -192,6 +205,8 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
             continue
         if os.path.realpath(path) in known or trusted(os.path.realpath(path)):
             continue
+        if _in_sources(ctx, path):
+            continue
         rel = shown(path)
         found[path] = {"file": rel, "how": "imported" if path in modules else "opened", "by": by or "the application",
                        "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
@@ -200,14 +215,14 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
 
 def _advice(files: list[dict[str, str]]) -> str:
     asks = [f"{key} = {json_list([f['file'] for f in files if f['declare'] == key])}"
-            for key in ("code", "data") if any(f["declare"] == key for f in files)]
+            for key in ("code", "files") if any(f["declare"] == key for f in files)]
     advice = []
     if asks:
         advice.append(f"declare {' and '.join(asks)} in [tool.kernodeck.application] "
                       '(globs accepted, e.g. "src/mypkg/**/*.py")')
     if any(f["declare"] == "outside the project" for f in files):
-        advice.append("a file outside the project and the env cannot be declared: move it into the project and "
-                      "declare it, or ship it in a package the lock pins")
+        advice.append("a file outside the project and the env is declared as a source: "
+                      '[tool.kernodeck.application.data.NAME] path = "${VAR}/..." (or url, hf; docs/application.md)')
     return "; ".join(advice)
 
 

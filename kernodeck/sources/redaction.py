@@ -29,7 +29,15 @@ from kernodeck.sources.urls import DEFAULT_PORT, PUBLIC, Base, host_of, is_path,
 
 # Credential variables: uv's per-index ones (UV_INDEX_<NAME>_USERNAME/_PASSWORD), pip's client certificate, any
 # *TOKEN*/*PASSWORD* of pip, uv or Kernodeck.
-_CREDENTIAL_VAR = re.compile(r"^(PIP|UV|KERNODECK)_\w*(PASSWORD|TOKEN|SECRET|CLIENT_CERT|USERNAME)\w*$")
+# Hugging Face's (HF_TOKEN) too, and the variables a project names as a weights or data source's token-env
+# (:func:`declare_token_variables`).
+_CREDENTIAL_VAR = re.compile(r"^(PIP|UV|KERNODECK|HF)_\w*(PASSWORD|TOKEN|SECRET|CLIENT_CERT|USERNAME)\w*$")
+_TOKEN_VARS: set[str] = set()
+
+
+def declare_token_variables(names: Iterable[str]) -> None:
+    """Variables whose values are credentials (a source's ``token-env``, read at load): never written or printed."""
+    _TOKEN_VARS.update(names)
 
 
 @dataclass(frozen=True)
@@ -148,8 +156,8 @@ def _signature() -> tuple[object, ...]:
     """What the secrets are read from: the variables, the current folder and the config files' contents (each
     read once while its stat stays the same, :func:`config_bytes`: a changed file changes the signature)."""
     env = tuple(sorted((k, v) for k, v in os.environ.items()
-                       if k.startswith(("PIP_", "UV_", "KERNODECK_", "XDG_", "HOME", "APPDATA", "PROGRAMDATA"))
-                       or k in URL_VARS))
+                       if k.startswith(("PIP_", "UV_", "KERNODECK_", "XDG_", "HOME", "APPDATA", "PROGRAMDATA", "HF_"))
+                       or k in URL_VARS or k in _TOKEN_VARS))
     files = dict.fromkeys((*pip_config_files(), *uv_config_files()))
     contents = tuple((str(path), data) for path in files if (data := config_bytes(path)) is not None)
     try:
@@ -180,7 +188,8 @@ def secrets(public: Iterable[str] = (), declared: Iterable[str] = ()) -> Secrets
         bases += under
     for var, value in sorted(os.environ.items()):
         # a user name is secret only when it is long enough not to be a common word ("user", "admin", "__token__")
-        if _CREDENTIAL_VAR.match(var) and len(value.strip()) >= (10 if var.endswith("USERNAME") else 4):
+        credential = _CREDENTIAL_VAR.match(var) or var in _TOKEN_VARS
+        if credential and len(value.strip()) >= (10 if var.endswith("USERNAME") else 4):
             found += [Needle(v, var, part=True) for v in _encodings(value.strip())]
     unique = {(n.value, n.local): n for n in found}
     result = Secrets(tuple(sorted(unique.values(), key=lambda n: -len(n.value))), tuple(dict.fromkeys(bases)), allowed)

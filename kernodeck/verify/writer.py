@@ -15,6 +15,7 @@ from kernodeck._fs import write_atomic, write_json
 from kernodeck.dossier import sbom
 from kernodeck.env import inventory
 from kernodeck.errors import DossierError
+from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify.context import Options, RunContext
@@ -85,7 +86,23 @@ def _procedure(ctx: RunContext, run: Run, report: Report) -> str:
         report.platform,
         bool(result and result.reused),
         **index_procedure(ctx.plat, ctx.opts),
+        sources=_source_lines(ctx),
     )
+
+
+def _source_lines(ctx: RunContext) -> tuple[str, ...]:
+    """Each declared weights or data source's fetch command, its access as a comment (the variable's name only)."""
+    app = ctx.declaration.app
+    if app is None:
+        return ()
+    lines = []
+    for src in ([app.weights] if app.weights else []) + [app.data[n] for n in sorted(app.data)]:
+        if src.kind is SourceKind.PACKAGE:
+            continue  # installed with the lock: the commands above
+        access = src.access()
+        lines.append(f"# {src.role}: {src.provenance()}" + (f" ({access['for']})" if access else ""))
+        lines.append(src.fetch_command())
+    return tuple(lines)
 
 
 def write_dossier(ctx: RunContext, run: Run, report: Report) -> None:

@@ -76,7 +76,26 @@ BAD = [
      '"path/to/file.py:function"'),
     ("application.code", "checks/app.py", "tool.kernodeck.application.code = \"checks/app.py\": expected an array"),
     ("application.params", [1], "tool.kernodeck.application.params = [1]: expected a table"),
-    ("application.weights.package", _DELETE, "tool.kernodeck.application.weights: package is missing"),
+    ("application.weights.package", _DELETE, "tool.kernodeck.application.weights: declare exactly one source of "
+     "package, hf, url, path (found: none)"),
+    # issue 31: weights and data sources that could float or are ambiguous
+    ("application.weights", {"hf": "org/name", "revision": "main"},
+     "tool.kernodeck.application.weights.revision 'main' can move: pin the 40-hex commit of org/name"),
+    ("application.weights", {"url": "https://h.example/w.bin"}, "tool.kernodeck.application.weights.sha256: missing"),
+    ("application.weights", {"url": "https://h.example/w.bin", "sha256": "A1"},
+     "tool.kernodeck.application.weights.sha256: missing or not 64 lowercase hex"),
+    ("application.weights", {"package": "p", "path": "/m"}, "declare exactly one source of package, hf, url, path "
+     "(found: package, path)"),
+    ("application.weights", {"path": "/m", "sha256": "0" * 64}, "tool.kernodeck.application.weights: unknown key "
+     "sha256 for a path source"),
+    ("application.weights", {"path": "/m", "revison": "x"}, "tool.kernodeck.application.weights: unknown key revison"),
+    ("application.weights", {"url": "https://user:s3cretTok3n@h.example/w.bin", "sha256": "0" * 64},
+     "https://h.example/w.bin carries credentials"),
+    ("application.weights", {"hf": "org/name", "revision": "0" * 40, "token-env": "hf_abc 123"},
+     "weights.token-env: expected the NAME of an environment variable"),
+    ("application.data", {"eval": {"hf": "org/ds", "revision": "v1"}},
+     "tool.kernodeck.application.data.eval.revision 'v1' can move"),
+    ("application.data", {"bad name": {"path": "/d"}}, "tool.kernodeck.application.data: the name 'bad name'"),
     ("application.outputs", {}, "tool.kernodeck.application.outputs = {}: expected a table of named outputs"),
     ("application.outputs.embeddings.kind", "cos", 'embeddings.kind = "cos": expected one of "cosine"'),
     ("application.outputs.embeddings.max-abs", True, "embeddings.max-abs = true: expected a number"),

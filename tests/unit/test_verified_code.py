@@ -215,7 +215,7 @@ def _run(tmp_path: Path, config: dict[str, Any], *flags: str) -> dict[str, Any]:
 
 
 def test_declared_globs_are_accepted(tmp_path: Path) -> None:
-    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], files=["data/*.csv"])
     assert set(config["application"]["sources"]) == {"app.py", "src/mypkg/__init__.py", "src/mypkg/util.py",
                                                      "data/extra.csv"}
     assert _run(tmp_path, config) == {"status": "passed"}
@@ -224,10 +224,10 @@ def test_declared_globs_are_accepted(tmp_path: Path) -> None:
 def test_a_project_reached_through_a_link_is_judged_by_its_files(tmp_path: Path) -> None:
     """The application resolves its own paths (``Path(__file__).resolve()``) while the root is given through a link
     (macOS's /tmp, a mounted checkout): the same files, so the declared ones pass and are still checked."""
-    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], files=["data/*.csv"])
     link = tmp_path / "link"
     link.symlink_to(config["project_root"], target_is_directory=True)
-    linked = _closed_project(tmp_path / "again", code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    linked = _closed_project(tmp_path / "again", code=["src/mypkg/**/*.py"], files=["data/*.csv"])
     linked["project_root"] = str(link)
     linked["application"]["sample"] = str(link / "sample.jsonl")
     assert _run(tmp_path, linked) == {"status": "passed"}
@@ -237,7 +237,7 @@ def test_a_project_reached_through_a_link_is_judged_by_its_files(tmp_path: Path)
 
 
 def test_an_undeclared_project_module_imported_through_sys_path_is_refused(tmp_path: Path) -> None:
-    result = _run(tmp_path, _closed_project(tmp_path, data=["data/extra.csv"]))
+    result = _run(tmp_path, _closed_project(tmp_path, files=["data/extra.csv"]))
     assert result["status"] == "failed"
     assert result["error"].startswith("the entry read files that are not declared sources:")
     assert "src/mypkg/util.py (imported)" in result["error"] and "src/mypkg/__init__.py (imported)" in result["error"]
@@ -250,7 +250,7 @@ def test_an_undeclared_csv_opened_by_the_criterion_is_refused(tmp_path: Path) ->
     result = _run(tmp_path, _closed_project(tmp_path, code=["src/mypkg/*.py"]))
     assert result["status"] == "failed"
     assert result["error"].startswith("the criterion read files that are not declared sources: data/extra.csv (opened)")
-    assert 'declare data = ["data/extra.csv"]' in result["error"]
+    assert 'declare files = ["data/extra.csv"]' in result["error"]
 
 
 def test_a_verdict_swallowed_by_the_controls_still_fails_the_step(tmp_path: Path) -> None:
@@ -260,12 +260,12 @@ def test_a_verdict_swallowed_by_the_controls_still_fails_the_step(tmp_path: Path
     result = _run(tmp_path, config, "--controls")
     assert result["status"] == "failed" and "the criterion read files" in result["error"]
     assert "data/extra.csv (opened)" in result["error"]
-    config = _closed_project(tmp_path / "declared", code=["src/mypkg/*.py"], data=["data/extra.csv"])
+    config = _closed_project(tmp_path / "declared", code=["src/mypkg/*.py"], files=["data/extra.csv"])
     assert _run(tmp_path, config, "--controls") == {"status": "passed"}  # the control: declared, it passes
 
 
 def test_a_planted_pyc_of_a_declared_project_module_never_runs(tmp_path: Path) -> None:
-    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], files=["data/*.csv"])
     marker = tmp_path / "marker"
     plant_pyc(Path(config["project_root"]) / "src/mypkg/util.py", PLANT.format(marker=str(marker)))
     assert _run(tmp_path, config) == {"status": "passed"}
@@ -281,7 +281,7 @@ def test_a_planted_pyc_of_a_declared_project_module_never_runs(tmp_path: Path) -
 def test_project_bytecode_without_source_is_never_imported(tmp_path: Path) -> None:
     """A sourceless ``mypkg/util.pyc`` (the import machinery runs such a file when no ``util.py`` is there): refused at
     the import, before it runs, naming the file."""
-    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], data=["data/*.csv"])
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], files=["data/*.csv"])
     util = Path(config["project_root"]) / "src/mypkg/util.py"
     marker = tmp_path / "marker"
     util.write_text(PLANT.format(marker=str(marker)) + "VALUE = 1\n")

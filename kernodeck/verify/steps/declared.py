@@ -17,6 +17,7 @@ from kernodeck.dossier import lineage
 from kernodeck.dossier import reference as refmod
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
 from kernodeck.project import application
+from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
@@ -93,6 +94,7 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
     else:
         run_config, code_files = _against_reference(ctx, run, app)
     run.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs), "code": code_files}
+    _prefetch(app, run_config["application"])
     resume, det = ctx.declaration.resume, ctx.declaration.determinism
     run_config["resume"] = {
         "steps": resume.get("steps", 12),
@@ -113,6 +115,22 @@ def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: application.A
     reference's) and Kernodeck's own in-env files' (``inenv_sha256``)."""
     run_config["application"]["sources"] = app.fingerprints(root)
     run_config.update(inenv_sha256=inenv_fingerprints())
+
+
+def _prefetch(app: application.Application, config: dict[str, Any]) -> None:
+    """A url source missing from the cache is fetched now (where the network allows); why it could not be is handed
+    to the in-env side, which fails in the source's layer with it (a wrong hash: at ``weights``)."""
+    from kernodeck.project import fetch
+
+    found = [(app.weights, config.get("weights"))] if app.weights is not None else []
+    found += [(src, (config.get("data") or {}).get(name)) for name, src in app.data.items()]
+    for src, cfg in found:
+        if src.kind is not SourceKind.URL or not isinstance(cfg, dict):
+            continue
+        try:
+            fetch.fetch_one(src)
+        except fetch.FetchError as exc:
+            cfg["fetch_error"] = f"{exc} (TIP: {exc.tip})"
 
 
 def declared_contract(ctx: RunContext, run: Run) -> Step | None:

