@@ -45,13 +45,14 @@ def test_an_unknown_name_is_refused() -> None:
 
 def test_the_cli_takes_deadline_scale_on_the_commands_that_run_the_application() -> None:
     from kernodeck.cli.dispatch import build_parser
+    from kernodeck.errors import UsageError
 
     parser = build_parser()
     assert parser.parse_args(["verify", "--deadline-scale", "2.5"]).deadline_scale == 2.5
     assert parser.parse_args(["bisect", "--good", "a", "--bad", "b", "--deadline-scale", "3"]).deadline_scale == 3
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="--deadline-scale must be a number > 0"):  # one ERROR + TIP, not usage
         parser.parse_args(["verify", "--deadline-scale", "0"])
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="unrecognized arguments: --deadline-scale"):
         parser.parse_args(["lock", "--deadline-scale", "2"])  # lock runs no application
 
 
