@@ -47,6 +47,14 @@ def test_undeclared_preload(preload: str, declared: list[str], undeclared: list[
     assert start.undeclared_preload({"LD_PRELOAD": preload} if preload else {}, declared) == undeclared
 
 
+def test_an_audit_library_is_refused_like_a_preloaded_one() -> None:
+    """LD_AUDIT: ld.so loads its libraries into every process (red team of issue 29: a verify passed with one that
+    ran in every in-env process, recorded as a variable only). Refused unless declared, like LD_PRELOAD."""
+    assert start.undeclared_preload({"LD_AUDIT": "/tmp/x/libaudit.so"}, []) == ["/tmp/x/libaudit.so"]
+    assert start.undeclared_preload({"LD_AUDIT": "/tmp/x/libaudit.so:/opt/b.so"}, ["libaudit.so"]) == ["/opt/b.so"]
+    assert start.undeclared_preload({"LD_AUDIT": "/opt/b.so", "LD_PRELOAD": "/opt/b.so"}, []) == ["/opt/b.so"]
+
+
 def test_a_variable_difference_is_named_in_the_report(tmp_path: Path) -> None:
     """ATEN_CPU_CAPABILITY set here, not in the reference: a difference, named by the variable."""
     ref, run = tmp_path / "ref", tmp_path / "run"
