@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from kernodeck import tips
+from kernodeck.errors import KernodeckError
 from kernodeck.cli.common import Command, Parser, platform_args
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform, resolve_platform
@@ -128,6 +129,9 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.dossier import sbom
 
     out_dir = (args.out or project.runs / "sbom").resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise KernodeckError(f"--out {out_dir} is a file, not a folder: the SBOMs are written into a folder",
+                             tip=tips.nox("sbom", "--out", "runs/sbom"))
     for plat in _locked_platforms(project, args):
         lock_file = locking.require_current(project, plat)  # an SBOM of a stale lock would describe nothing real
         twin = locking.pylock_path(project, plat)

@@ -35,8 +35,12 @@ def environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 # The variables torch, its BLAS/OpenMP/oneDNN backends, CUDA/ROCm/NCCL and the dynamic loader read: each one the
 # in-env processes get is part of the run's record (they change numerics, or load code).
 RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_",
-                     "DNNL_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_", "HIP_", "ROCM_", "HSA_")
+                     "DNNL_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_", "HIP_", "ROCM_", "HSA_",
+                     # numpy's SIMD dispatch (NPY_DISABLE_CPU_FEATURES moves np.sin's last bits), torch.compile's own
+                     # (TORCHINDUCTOR_*, TORCHDYNAMO_*: not TORCH_*), TF32 forced under cuBLAS/cuDNN, glibc's ifuncs
+                     "NPY_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "NVIDIA_TF32_OVERRIDE", "GLIBC_TUNABLES")
 PRELOAD = "LD_PRELOAD"
+AUDIT = "LD_AUDIT"  # ld.so loads each library it names into every process too, before the program's own code
 
 
 def recorded(env: Mapping[str, str], redact: Callable[[str], str] = str) -> dict[str, str]:
@@ -45,7 +49,9 @@ def recorded(env: Mapping[str, str], redact: Callable[[str], str] = str) -> dict
 
 
 def undeclared_preload(env: Mapping[str, str], declared: list[str]) -> list[str]:
-    """The libraries ``LD_PRELOAD`` names (colon- or space-separated, as ld.so reads it) that no declared entry
-    matches, by path or by file name: code no lock describes, loaded into every in-env process."""
+    """The libraries ``LD_PRELOAD`` names (colon- or space-separated, as ld.so reads it) and ``LD_AUDIT`` names
+    (colon-separated) that no declared entry matches, by path or by file name: code no lock describes, loaded into
+    every in-env process."""
     names = [entry for entry in re.split(r"[:\s]+", env.get(PRELOAD, "")) if entry]
+    names += [entry for entry in env.get(AUDIT, "").split(":") if entry and entry not in names]
     return [name for name in names if name not in declared and os.path.basename(name) not in declared]

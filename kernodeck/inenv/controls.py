@@ -133,6 +133,18 @@ def criterion_controls(judge: Callable[[dict[str, Any]], tuple[bool, str]], outp
     corruptions it passed (one that leaves every output bitwise unchanged, e.g. one row permuted, does not apply and
     is not required). ``able_to_fail``: it failed at least one corruption and cannot_see is empty.
     """
+    def unchanged(when: str) -> str:
+        """Why the criterion did not pass ``outputs`` themselves ("" when it did)."""
+        try:
+            passed, summary = judge(outputs)
+        except Exception as exc:
+            return f"{when}, it raised {type(exc).__name__}: {exc}"
+        return "" if passed else f"{when}, it failed them ({' '.join(str(summary).split())[:200]})"
+
+    # The uncorrupted outputs, before and after the corruptions: a criterion that does not pass them both times
+    # (state kept between calls, arguments changed in place, randomness) fails the corruptions for another reason
+    # than their content, and its failures prove nothing.
+    inconsistent = unchanged("judged again before the corruptions")
     results: dict[str, Any] = {}
     for how, corrupted in corruptions(outputs).items():
         applies = not all(_same(corrupted[name], arr) for name, arr in outputs.items())
@@ -142,10 +154,11 @@ def criterion_controls(judge: Callable[[dict[str, Any]], tuple[bool, str]], outp
             passed, summary = False, f"raised {type(exc).__name__}: {exc}"
         results[how] = {"passed": bool(passed), "summary": " ".join(str(summary).split())[:200],
                         "required": how in REQUIRED, "applies": applies}
+    inconsistent = inconsistent or unchanged("judged again after the corruptions")
     failed = [how for how, r in results.items() if not r["passed"]]
     cannot_see = [how for how in REQUIRED if results[how]["applies"] and results[how]["passed"]]
-    return {"corruptions": results, "failed": failed, "cannot_see": cannot_see,
-            "able_to_fail": bool(failed) and not cannot_see}
+    return {"corruptions": results, "failed": failed, "cannot_see": cannot_see, "inconsistent": inconsistent,
+            "able_to_fail": bool(failed) and not cannot_see and not inconsistent}
 
 
 # --- tolerances ------------------------------------------------------------------------------------------------------

@@ -142,6 +142,11 @@ def _unable(found: dict[str, Any]) -> str:
     from . import controls
 
     results, failed = found["corruptions"], found["failed"]
+    if found.get("inconsistent"):
+        return ("the criterion is unable to fail: it does not pass the same outputs it passed (the reference's, "
+                f"unchanged) when {found['inconsistent']}: its answer is not a function "
+                "of the outputs (state kept between calls, arguments changed in place, randomness), so its failures "
+                "on corrupted outputs prove nothing")
     blind = [how for how, r in results.items() if r["passed"] and (how in found["cannot_see"] or not failed)]
     text = "the criterion is unable to fail: it cannot see " + "; ".join(
         f"{controls.WHAT[how]} (it passed them: {results[how]['summary'] or 'passed'})" for how in blind)

@@ -68,8 +68,19 @@ def _roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
 TRUSTED, UNTRUSTED = _roots()
 
 
+_PSEUDO_SEP = tuple(p + os.sep for p in PSEUDO)
+
+
+def resolved(path: str) -> str:
+    """``path``, resolved when it is under a pseudo file system: ``/proc/self/root/...``, ``/proc/self/cwd/...``,
+    ``/proc/<pid>/fd/N`` and ``/dev/fd/N`` are links to ordinary files, never the system's state."""
+    return os.path.realpath(path) if path.startswith(_PSEUDO_SEP) else path
+
+
 def trusted(path: str) -> bool:
-    """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system."""
+    """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system
+    (a pseudo path that links to an ordinary file is judged by that file)."""
+    path = resolved(path)
     return path.startswith(TRUSTED) and not path.startswith(UNTRUSTED)
 
 
@@ -87,13 +98,17 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
     path = _path(file)
     if path is None or trusted(path):
         return
+    path = resolved(path)
+    # Written by the application: a file it creates or truncates. Appending to (or opening for update) a file that
+    # was there before leaves its earlier bytes an input: "a+"/"r+" read them, and they are not its output.
     if isinstance(mode, str):
-        reads, writes = "r" in mode, any(c in mode for c in "wax+")
+        reads = "r" in mode or "+" in mode
+        writes = "w" in mode or "x" in mode or ("a" in mode and not os.path.exists(path))
     else:  # os.open: the flags say
         flags = int(flags or 0)
         access = flags & os.O_ACCMODE
         reads = access != os.O_WRONLY and not flags & os.O_TRUNC
-        writes = access != os.O_RDONLY or bool(flags & (os.O_CREAT | os.O_TRUNC | os.O_APPEND))
+        writes = bool(flags & os.O_TRUNC) or (bool(flags & os.O_CREAT) and not os.path.exists(path))
     if reads and path not in _WRITTEN and path not in _READ and os.path.isfile(path):
         _READ[path] = _BY[0]
     if writes:
@@ -197,11 +212,13 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     for name in new_modules:
         file = getattr(sys.modules.get(name), "__file__", None)
         if isinstance(file, str):
-            modules[os.path.normpath(os.path.abspath(file))] = name
+            modules[resolved(os.path.normpath(os.path.abspath(file)))] = name
     found: dict[str, dict[str, str]] = {}
     candidates = {**{p: _BY[0] for p in modules}, **_READ}
     for path, by in candidates.items():
-        if trusted(path) or path in known or path in _WRITTEN or path.startswith(out_dir):
+        # a file read before the application wrote it was an input (its reads after its own write are not recorded)
+        written = path in _WRITTEN and path not in _READ
+        if trusted(path) or path in known or written or path.startswith(out_dir):
             continue
         if os.path.realpath(path) in known or trusted(os.path.realpath(path)):
             continue

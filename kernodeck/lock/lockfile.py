@@ -212,6 +212,8 @@ def read(path: Path, *, require_header: bool = True) -> Lockfile:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise LockfileError(str(path), None, "not UTF-8 text") from None
+    except OSError as exc:  # a missing file, a folder: one ERROR + TIP, never a traceback
+        raise LockfileError(str(path), None, f"cannot be read as a lockfile ({exc.strerror or exc})") from None
     return parse_checked(text, path, require_header=require_header)
 
 

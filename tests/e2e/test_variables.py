@@ -47,6 +47,14 @@ def test_undeclared_preload(preload: str, declared: list[str], undeclared: list[
     assert start.undeclared_preload({"LD_PRELOAD": preload} if preload else {}, declared) == undeclared
 
 
+def test_an_audit_library_is_refused_like_a_preloaded_one() -> None:
+    """LD_AUDIT: ld.so loads its libraries into every process (red team of issue 29: a verify passed with one that
+    ran in every in-env process, recorded as a variable only). Refused unless declared, like LD_PRELOAD."""
+    assert start.undeclared_preload({"LD_AUDIT": "/tmp/x/libaudit.so"}, []) == ["/tmp/x/libaudit.so"]
+    assert start.undeclared_preload({"LD_AUDIT": "/tmp/x/libaudit.so:/opt/b.so"}, ["libaudit.so"]) == ["/opt/b.so"]
+    assert start.undeclared_preload({"LD_AUDIT": "/opt/b.so", "LD_PRELOAD": "/opt/b.so"}, []) == ["/opt/b.so"]
+
+
 def test_a_variable_difference_is_named_in_the_report(tmp_path: Path) -> None:
     """ATEN_CPU_CAPABILITY set here, not in the reference: a difference, named by the variable."""
     ref, run = tmp_path / "ref", tmp_path / "run"
@@ -90,3 +98,11 @@ def test_ld_preload_fails_unless_declared(tmp_path: Path) -> None:
     assert "LD_PRELOAD" not in proc.stderr.split("ERROR:", 1)[-1].splitlines()[0], proc.stderr[-2000:]
     assert report["variables"]["LD_PRELOAD"] == LIB  # type: ignore[index]
     assert (tmp_path / "declared" / "steps").is_dir()  # the checks started (and failed: this env has no torch)
+
+
+def test_the_variables_that_move_numerics_outside_torchs_prefixes_are_recorded() -> None:
+    """Red team of issue 29 (point 6): each of these passed a verify unrecorded; NPY_DISABLE_CPU_FEATURES=X86_V3
+    changes numpy's np.sin in the last bits on an AVX2 machine."""
+    env = {"NPY_DISABLE_CPU_FEATURES": "X86_V3", "TORCHINDUCTOR_FREEZING": "1", "TORCHDYNAMO_DISABLE": "1",
+           "NVIDIA_TF32_OVERRIDE": "1", "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2_Usable", "HOME": "/root"}
+    assert sorted(start.recorded(env)) == sorted(k for k in env if k != "HOME")

@@ -547,3 +547,27 @@ def test_the_examples_criteria_pass_the_bar_on_their_committed_references(where:
               if margin.margin_of(name, decl, outputs, ids, lambda outs: judged(outs)[0], stand_in=False,
                                   first=judge.POWER_FIRST, bisections=judge.POWER_BISECTIONS).get("found")]
     assert broken, "no perturbation of any output breaks the criterion"
+
+
+@pytest.mark.parametrize("kind", ["first-call", "consumes-state", "raises-later"])
+def test_a_criterion_that_does_not_pass_the_same_outputs_twice_is_unable_to_fail(kind: str) -> None:
+    """Red team of issue 29 (point 5): a criterion that passes its first call whatever the outputs (and fails every
+    later one: state kept between calls) failed each corruption, so it counted as able to fail, and verify PASSED with
+    it. Its answer on the unchanged outputs, before and after the corruptions, must be a pass too."""
+    labels = np.arange(24, dtype=np.int64) % 3
+    calls: list[int] = []
+
+    def stateful(outputs: dict[str, Any]) -> tuple[bool, str]:
+        calls.append(1)
+        if kind == "raises-later" and len(calls) > 2:
+            raise KeyError("min-accuracy")  # e.g. a param popped by the first call
+        if kind == "consumes-state":  # passes the outputs it was first given and the next call, then fails all
+            return len(calls) <= 2, "stateful"
+        return len(calls) == 1, "first call"
+
+    stateful({"labels": labels})  # the real criterion call, as judge.criterion makes it first
+    found = controls.criterion_controls(stateful, {"labels": labels})
+    assert found["able_to_fail"] is False and found["inconsistent"], found
+    strict = controls.criterion_controls(lambda o: (bool(np.array_equal(o["labels"], labels)), "equal"),
+                                         {"labels": labels})
+    assert strict["able_to_fail"] is True and strict["inconsistent"] == ""

@@ -106,3 +106,11 @@ def test_committed_lock_cut_anywhere_inside_a_pin_is_refused(tmp_path: Path) -> 
         with pytest.raises(LockfileError) as err:
             lockfile.read(path)
         assert str(err.value).startswith(f"{path}:"), str(err.value)
+
+
+@pytest.mark.parametrize("make", [lambda p: p / "missing.txt", lambda p: p])
+def test_a_path_that_is_not_a_readable_file_is_a_lockfile_error(tmp_path: Path, make: object) -> None:
+    """A missing lock or a folder given as one (bisect --good/--bad): LockfileError (ERROR + TIP), no traceback."""
+    path = make(tmp_path)  # type: ignore[operator]
+    with pytest.raises(LockfileError, match="cannot be read as a lockfile"):
+        lockfile.read(path)

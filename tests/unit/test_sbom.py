@@ -190,3 +190,15 @@ def test_audit_reports_what_it_could_and_could_not_check(
     assert result.status is status
     assert line in result.line()
     assert audit.exit_code([result]) == code
+
+
+def test_sbom_out_that_is_a_file_is_one_error_and_tip(tmp_path: Path) -> None:
+    """--out naming a file: ERROR + TIP, no traceback, the file untouched (red team, issue 29 point 8)."""
+    project = copy_project(tmp_path / "project")
+    out = tmp_path / "a-file"
+    out.write_text("keep\n", encoding="utf-8")
+    proc = kd(project, "sbom", "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "ERROR:" in proc.stderr and "is a file, not a folder" in proc.stderr and "TIP: nox -s sbom" in proc.stderr
+    assert out.read_text(encoding="utf-8") == "keep\n"

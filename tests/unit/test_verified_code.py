@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import py_compile
 import shutil
 import subprocess
 import sys
@@ -296,3 +297,56 @@ def test_project_bytecode_without_source_is_never_imported(tmp_path: Path) -> No
 def test_a_glob_that_matches_nothing_is_refused(tmp_path: Path) -> None:
     with pytest.raises(application.ConfigError, match="matches no file"):
         _closed_project(tmp_path, code=["src/other/**/*.py"])
+
+
+# --- red team of issue 29: other ways to read an undeclared file -------------------------------------------------------
+
+SNEAKY = {
+    # a pseudo file system's link to an ordinary file of the project
+    "proc_root": 'open("/proc/self/root" + str(ROOT / "data" / "extra.csv")).read()',
+    "proc_cwd": '(os.chdir(ROOT), open("/proc/self/cwd/data/extra.csv").read())',
+    # opened for update: "a+" reads the earlier bytes; appending first does not make them an output
+    "append_plus": '(lambda f: (f.seek(0), f.read()))(open(ROOT / "data" / "extra.csv", "a+"))',
+    "append_then_read": '(open(ROOT / "data" / "extra.csv", "ab").close(), (ROOT / "data" / "extra.csv").read_text())',
+    "read_then_append": '((ROOT / "data" / "extra.csv").read_text(), open(ROOT / "data" / "extra.csv", "ab").close())',
+    "rdonly_creat": 'os.read(os.open(str(ROOT / "data" / "extra.csv"), os.O_RDONLY | os.O_CREAT), 9)',
+}
+
+
+@pytest.mark.parametrize("how", sorted(SNEAKY))
+def test_an_undeclared_file_read_another_way_is_refused(tmp_path: Path, how: str) -> None:
+    """Each of these read data/extra.csv (undeclared) and passed the closed world: the file is named all the same."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    app = Path(config["project_root"]) / "app.py"
+    app.write_text(APP.replace("import sys\n", "import os, sys\n", 1).replace(
+        '    labels = (ROOT / "data" / "extra.csv").read_text()\n',
+        f"    {SNEAKY[how]}\n    labels = 'x'\n"))
+    config["application"]["sources"] = application.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}},
+        Path(config["project_root"])).fingerprints(Path(config["project_root"]))
+    result = _run(tmp_path, config)
+    assert result["status"] == "failed", (how, result)
+    assert "data/extra.csv (opened)" in result["error"], result["error"]
+
+
+def test_a_module_imported_through_proc_self_root_is_judged_and_its_planted_pyc_never_runs(tmp_path: Path) -> None:
+    """sys.path through /proc/self/root reached the project as a trusted pseudo path: the standard loader then ran a
+    planted timestamp-valid .pyc in place of the source. Now the module is the project's file: undeclared, refused."""
+    config = _closed_project(tmp_path, data=["data/extra.csv"])
+    root = Path(config["project_root"])
+    app = root / "app.py"
+    app.write_text(APP.replace('sys.path.insert(0, str(ROOT / "src"))',
+                               'sys.path.insert(0, "/proc/self/root" + str(ROOT / "src"))'))
+    util = root / "src" / "mypkg" / "util.py"
+    util.write_text("VALUE = 9\n")
+    py_compile.compile(str(util), doraise=True)  # a timestamp-valid pyc of other bytes of the same size
+    stat = util.stat()
+    util.write_text("VALUE = 1\n")
+    os.utime(util, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    config["application"]["sources"] = application.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "data": ["data/extra.csv"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    result = _run(tmp_path, config)
+    assert result["status"] == "failed", result
+    assert "src/mypkg/util.py (imported)" in result["error"], result["error"]

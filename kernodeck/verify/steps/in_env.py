@@ -189,11 +189,18 @@ def _shown(root: Path, arg: str) -> str:
     return arg if rel.startswith("..") else rel
 
 
+def _loader_variables(run: Run) -> str:
+    """The variables through which ld.so loads libraries into every process, as this run has them."""
+    present = [name for name in (start.PRELOAD, start.AUDIT) if name in run.meta.get("variables", {})]
+    return " and ".join(present) or start.PRELOAD
+
+
 def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> None:
     """LD_PRELOAD names a library no declaration allows: no in-env process starts (it would load it)."""
     error = KernodeckError(
-        f"LD_PRELOAD loads {', '.join(undeclared)} into every in-env process: code no lock describes; not started",
-        tip=f"unset LD_PRELOAD, or declare it in pyproject.toml ([tool.kernodeck.environment] ld-preload = "
+        f"{_loader_variables(run)} loads {', '.join(undeclared)} into every in-env process: code no lock describes; "
+        "not started",
+        tip=f"unset {_loader_variables(run)}, or declare it in pyproject.toml ([tool.kernodeck.environment] ld-preload = "
             f"[\"{os.path.basename(undeclared[0])}\"]), then: {tips.VERIFY}")
     run.fail(error)
     run.add(Step(names[0], Status.FAILED, error=str(error), layer=Layer.ENVIRONMENT,
