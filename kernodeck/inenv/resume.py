@@ -56,8 +56,10 @@ class Worker:
     every trainer state it uses comes from the checkpoint, and its Trainer is made after the order arrives.
     """
 
-    def __init__(self) -> None:
-        self.cmd = [sys.executable, "-I", str(Path(__file__).resolve()), "--serve"]
+    def __init__(self, script: Path | None = None) -> None:
+        # ``script``: another in-env script served the same way (resume_app.py, the application's own resume): every
+        # new process of a resume check starts here, with the same interpreter and flags.
+        self.cmd = [sys.executable, "-I", str(script or Path(__file__).resolve()), "--serve"]
         self.proc = subprocess.Popen(
             self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )

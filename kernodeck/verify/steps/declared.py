@@ -95,6 +95,8 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
         "checkpoint_at": resume.get("checkpoint-at", 5),
         "gpu_tolerance": resume.get("gpu-tolerance", 1e-5),
     }
+    if ctx.declaration.app_resume is not None:
+        run_config["resume_application"] = ctx.declaration.app_resume.run_config()
     if "max-records" in det:
         run_config["determinism_records"] = int(det["max-records"])
     run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
