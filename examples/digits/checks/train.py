@@ -1,4 +1,4 @@
-"""The digits classifier's own training, resumable: Kernodeck's application resume (``[tool.kernodeck.application.resume]``).
+"""The digits classifier's own training, resumable: Kernodeck's application resume (its resume-application step).
 
 ``train(app, steps, save_at, resume_from)`` trains the digits CNN (with dropout, Adam and a step LR schedule, the
 batches shuffled by the loader's own generator) for ``steps`` global steps; at step ``save_at`` it saves a checkpoint
