@@ -1,7 +1,9 @@
 """User projects end to end, from copies outside the repository, run as a user runs them: `nox -s ...`.
 
 - the template: `kernodeck init` in an empty git repository, then lock + reference + verify pass before any edit;
-- examples/digits: verify passes from a copy, and fails at compare once its reference is perturbed beyond tolerance.
+- examples/digits: verify passes from a copy, and fails at compare once its reference is perturbed beyond tolerance;
+  its own training resumes bitwise in a new process, each dropped piece of state is seen, a blind resume declaration
+  is refused and a train that forgets its optimizer state fails (resume-application, on the same env).
 
 Kernodeck comes from ``$KERNODECK_SOURCE``, a copy of this checkout's distribution files (so nothing is built inside
 the checkout). The nox session venvs (the pinned tools + Kernodeck) are shared by every test here through one
