@@ -45,6 +45,15 @@ def test_the_digits_example_declares_its_resume() -> None:
     assert config["outputs"]["weights"]["kind"] == "allclose" and config["controls"] == ["optimizer", "rng", "loader"]
 
 
+def test_the_lightning_example_declares_its_resume_with_its_own_train() -> None:
+    data = tomllib.loads((ROOT / "examples" / "lightning" / "pyproject.toml").read_text(encoding="utf-8"))
+    contract = resume.from_table(data["tool"]["kernodeck"]["application"]["resume"])
+    assert contract is not None and str(contract.entry) == "checks/train.py:train"
+    train = (ROOT / "examples" / "lightning" / "checks" / "train.py").read_text(encoding="utf-8")
+    assert "ckpt_path=" in train and all(f'"{d}"' in train for d in resume.Drop)  # each control honoured
+    assert "lightning" in (ROOT / "examples" / "lightning" / "requirements" / "base.in").read_text(encoding="utf-8")
+
+
 def test_no_resume_declared_is_none_and_controls_default_to_every_piece() -> None:
     assert resume.from_table(None) is None
     table = _digits_table()
