@@ -36,6 +36,7 @@ class StepName(StrEnum):
     CRITERION = "criterion"
     DETERMINISM = "determinism"
     RESUME = "resume"
+    RESUME_APPLICATION = "resume-application"  # the application's own train, resumed in a new process
 
 
 class Status(StrEnum):
@@ -87,6 +88,7 @@ class ConfigKey(StrEnum):
     EXPECT_BACKEND = "expect_backend"
     ALLOW_CODE_CHANGE = "allow_code_change"
     RESUME = "resume"
+    RESUME_APPLICATION = "resume_application"  # [tool.kernodeck.application.resume], when declared
     DETERMINISM_RECORDS = "determinism_records"
     SAMPLE_REPEAT = "sample_repeat"
     MARGIN_FILE = "margin_file"  # calibrate's first variation: where the margins of use go

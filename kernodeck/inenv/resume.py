@@ -56,9 +56,11 @@ class Worker:
     every trainer state it uses comes from the checkpoint, and its Trainer is made after the order arrives.
     """
 
-    def __init__(self) -> None:
-        # started as the runner was (-s -P, no PYTHON* variable but the hash seed): the seed holds here too
-        self.cmd = [sys.executable, "-s", "-P", str(Path(__file__).resolve()), "--serve"]
+    def __init__(self, script: Path | None = None) -> None:
+        # ``script``: another in-env script served the same way (resume_app.py, the application's own resume): every
+        # new process of a resume check starts here, started as the runner was (-s -P, no PYTHON* variable but the
+        # hash seed): the seed holds here too
+        self.cmd = [sys.executable, "-s", "-P", str(script or Path(__file__).resolve()), "--serve"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
         self.proc = subprocess.Popen(
             self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env

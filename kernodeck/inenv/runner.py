@@ -54,6 +54,9 @@ STEPS: dict[str, tuple[str, str, str]] = {
     StepName.CRITERION: ("judge", "criterion", "the application's criterion on the reread outputs"),
     StepName.DETERMINISM: ("determinism", "run", "the entry rerun in one process; cost of the settings"),
     StepName.RESUME: ("resume", "run", "training resume in a new process matches the uninterrupted run"),
+    StepName.RESUME_APPLICATION: (
+        "resume_app", "run", "the application's own training resumed in a new process matches its uninterrupted run",
+    ),
 }
 
 

@@ -123,7 +123,11 @@ class Application:
 
 
 def _output(name: str, raw: object) -> Output:
-    where = f"[tool.kernodeck.application.outputs.{name}]"
+    return output_from_table(name, raw, f"[tool.kernodeck.application.outputs.{name}]")
+
+
+def output_from_table(name: str, raw: object, where: str) -> Output:
+    """One declared output (its kind, dtype, tolerance, justification); ``where`` names its table in errors."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a table")
     if not name.replace("-", "_").isidentifier():

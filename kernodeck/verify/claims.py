@@ -212,6 +212,8 @@ SKIPPABLE: dict[str, str] = {
     "rebuild": "nothing is installed under --no-rebuild (the current env) or --python (an existing interpreter); "
                "the env's proof still runs: the inventory step compares every package and file with the lock",
     "reference": "a new reference is being made (`reference`): there is no earlier one to check against",
+    "resume-application": "the application declares no resume of its own ([tool.kernodeck.application.resume]); "
+                          "the env's generic resume exercise still runs (`resume`)",
 }
 
 

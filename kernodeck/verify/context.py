@@ -19,6 +19,7 @@ from kernodeck import sources
 from kernodeck.dossier import reference as refmod
 from kernodeck.errors import KernodeckError
 from kernodeck.project import application
+from kernodeck.project import resume as resume_contract
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 
@@ -47,6 +48,8 @@ class Declaration:
     error: KernodeckError | None
     resume: dict[str, Any]
     determinism: dict[str, Any]
+    # [tool.kernodeck.application.resume]: the application's own resume (None: not declared, or refused with app)
+    app_resume: resume_contract.ResumeContract | None = None
 
     def application(self) -> application.Application:
         """The declared application, or the error that refused it (raised by the step that needs it)."""
@@ -90,8 +93,10 @@ def _declaration(project: Project) -> Declaration:
         return dict(found) if isinstance(found, dict) else {}
 
     try:
-        return Declaration(application.from_table(tool.get("application"), project.root), None, table("resume"),
-                           table("determinism"))
+        app = application.from_table(tool.get("application"), project.root)
+        raw = tool.get("application")
+        resumed = resume_contract.from_table(raw.get("resume") if isinstance(raw, dict) else None)
+        return Declaration(app, None, table("resume"), table("determinism"), resumed)
     except KernodeckError as exc:
         return Declaration(None, exc, table("resume"), table("determinism"))
 

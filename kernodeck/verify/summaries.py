@@ -135,6 +135,23 @@ def _resume(d: dict[str, Any]) -> str:
     )
 
 
+def _resume_application(d: dict[str, Any]) -> str:
+    """The application's own resume: its end state, where the loss curves part, the progress, the controls."""
+    if "max_abs_at_end" not in d:
+        return ""
+    parting = d.get("first_parting_step")
+    counters = d.get("counters_resumed") or {}
+    controls = d.get("controls") or {}
+    seen = [name for name, c in controls.items() if isinstance(c, dict) and c.get("seen")]
+    return (
+        f"train {d.get('steps', '?')} steps, checkpoint at {d.get('checkpoint_at', '?')}, resumed in a new process: "
+        f"end state max diff {fmt_number(d['max_abs_at_end'])}{' (bitwise)' if d.get('bitwise') else ''}, "
+        + (f"loss curves part at step {parting}" if parting else "loss curves the same")
+        + (", progress " + " ".join(f"{k} {fmt_number(v)}" for k, v in counters.items()) if counters else "")
+        + (f"; each dropped piece seen ({', '.join(seen)})" if seen else "")
+    )
+
+
 def _settings(d: dict[str, Any]) -> str:
     keys = (
         ("deterministic_algorithms", "deterministic"),
@@ -226,6 +243,7 @@ SUMMARISERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "criterion": _criterion,
     "determinism": _determinism,
     "resume": _resume,
+    "resume-application": _resume_application,
     "settings": _settings,
     "system": _system,
     "rebuild": _rebuild,

@@ -1,7 +1,9 @@
 """User projects end to end, from copies outside the repository, run as a user runs them: `nox -s ...`.
 
 - the template: `kernodeck init` in an empty git repository, then lock + reference + verify pass before any edit;
-- examples/digits: verify passes from a copy, and fails at compare once its reference is perturbed beyond tolerance.
+- examples/digits: verify passes from a copy, and fails at compare once its reference is perturbed beyond tolerance;
+  its own training resumes bitwise in a new process, each dropped piece of state is seen, a blind resume declaration
+  is refused and a train that forgets its optimizer state fails (resume-application, on the same env).
 
 Kernodeck comes from ``$KERNODECK_SOURCE``, a copy of this checkout's distribution files (so nothing is built inside
 the checkout). The nox session venvs (the pinned tools + Kernodeck) are shared by every test here through one
@@ -10,6 +12,7 @@ the checkout). The nox session venvs (the pinned tools + Kernodeck) are shared b
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -18,6 +21,7 @@ import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,6 +128,100 @@ def test_digits_example_verifies_from_a_copy(digits: tuple[Path, Path]) -> None:
     sample = (EXAMPLE / "data" / "sample.jsonl").read_text(encoding="utf-8").splitlines()
     ids = json.loads((out / "outputs" / "labels.ids.json").read_text(encoding="utf-8"))
     assert ids == [json.loads(line)["id"] for line in sample]
+
+
+def test_digits_resume_application_is_bitwise_and_sees_each_dropped_piece(digits: tuple[Path, Path]) -> None:
+    _, out = digits
+    steps = {s["name"]: s for s in read_report(out)["steps"]}  # type: ignore[union-attr]
+    found = steps["resume-application"]
+    assert found["status"] == "passed" and steps["resume"]["status"] == "passed"  # the generic one is kept
+    details = found["details"]
+    assert details["bitwise"] is True and details["max_abs_at_end"] == 0.0 and details["first_parting_step"] is None
+    assert details["counters_resumed"] == details["counters_uninterrupted"] == {"step": 50, "epoch": 2, "loader": 4}
+    assert details["counters_at_checkpoint"]["step"] == 30 and details["new_process"] is True
+    # each dropped piece of state fails the comparison: the loss curves part after the checkpoint, the end state
+    # moves beyond the declared atol (the loader also leaves the progress counters behind)
+    controls = details["controls"]
+    assert sorted(controls) == ["loader", "optimizer", "rng"]
+    for drop, control in controls.items():
+        assert control["seen"] is True and control["first_parting_step"] > 30, (drop, control)
+        assert control["max_abs_at_end"] > 1e-3 and any(s.startswith("weights") for s in control["declaration_sees"])
+    assert any(s.startswith("progress epoch") for s in controls["loader"]["declaration_sees"])
+    assert (out / "resume-application" / "resumed" / "weights.npy").is_file()
+    assert (out / "resume-application" / "uninterrupted" / "weights.npy").is_file()
+
+
+FORGETFUL = """
+import importlib.util
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location("digits_train_forgetful", Path(__file__).with_name("train.py"))
+_train = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_train)
+
+
+class _Forgets:  # a restore that never loads the optimizer's state, whatever Kernodeck asks
+    resume_drop = "optimizer"
+
+    def __init__(self, app):
+        self._app = app
+
+    def __getattr__(self, name):
+        return getattr(self._app, name)
+
+
+def train(app, steps, save_at, resume_from):
+    return _train.train(_Forgets(app) if resume_from is not None else app, steps, save_at, resume_from)
+"""
+
+
+def _resume_application_step(project: Path, folder: Path, table: dict[str, Any], mode: str) -> dict[str, Any]:
+    """The resume-application step alone (after settings), run by the env's interpreter as verify's runner runs."""
+    from kernodeck._proc import clean_env
+    from kernodeck.project import application
+    from kernodeck.project import resume as resume_contract
+    from kernodeck.verify.steps.in_env import RUNNER, RUNNER_ENV
+
+    tool = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]
+    contract = resume_contract.from_table(table)
+    assert contract is not None
+    config = {"steps": ["settings", "resume-application"], "project_root": str(project), "mode": mode,
+              "application": application.from_table(tool["application"]).run_config(), "reference": None,
+              "resume_application": contract.run_config()}
+    folder.mkdir()
+    write_atomic(folder / "run-config.json", json.dumps(config))
+    proc = subprocess.run([str(env_python(project)), "-I", str(RUNNER), "--config", str(folder / "run-config.json")],
+                          env=clean_env(RUNNER_ENV), cwd=folder, text=True, capture_output=True, timeout=900,
+                          check=False)
+    result = folder / "steps" / "02-resume-application.json"
+    assert result.is_file(), proc.stderr[-3000:]
+    found: dict[str, Any] = json.loads(result.read_text(encoding="utf-8"))
+    return found
+
+
+def test_digits_resume_refuses_a_blind_declaration_and_a_train_that_forgets(
+    digits: tuple[Path, Path], tmp_path: Path
+) -> None:
+    project, _ = digits
+    declared = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    table = declared["tool"]["kernodeck"]["application"]["resume"]
+    # A tolerance no lost optimizer or RNG state exceeds (0.119 and 0.028 measured): the declaration cannot see them,
+    # and making a reference with it is refused as a vacuous criterion is.
+    blind = copy.deepcopy(table)
+    blind["controls"] = ["optimizer", "rng"]
+    blind["outputs"]["weights"]["atol"] = 1.0
+    step = _resume_application_step(project, tmp_path / "blind", blind, "reference")
+    assert step["status"] == "failed" and step["layer"] == "reference", step.get("error")
+    assert "unable to fail" in step["error"] and "optimizer" in step["error"] and "rng" in step["error"]
+    assert step["details"]["bitwise"] is True  # the real resume itself was faithful
+    assert "nox -s reference -- --new" in step["details"]["tip"]
+    # A train that never restores the optimizer's state: the step fails, naming where the curves part.
+    (project / "checks" / "forgetful.py").write_text(FORGETFUL, encoding="utf-8")
+    forgetful = {**copy.deepcopy(table), "entry": "checks/forgetful.py:train", "controls": ["rng"]}
+    step = _resume_application_step(project, tmp_path / "forgetful", forgetful, "verify")
+    assert step["status"] == "failed" and step["layer"] == "comparison", step.get("error")
+    assert "weights" in step["error"] and step["details"]["first_parting_step"] > 30
+    assert step["details"]["bitwise"] is False
 
 
 def test_digits_perturbed_reference_fails_at_compare(nox_run: Nox, digits: tuple[Path, Path], tmp_path: Path) -> None:

@@ -101,6 +101,8 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
         "checkpoint_at": resume.get("checkpoint-at", 5),
         "gpu_tolerance": resume.get("gpu-tolerance", 1e-5),
     }
+    if ctx.declaration.app_resume is not None:
+        run_config["resume_application"] = ctx.declaration.app_resume.run_config()
     if "max-records" in det:
         run_config["determinism_records"] = int(det["max-records"])
     run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
@@ -114,6 +116,10 @@ def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: application.A
     fingerprints (``application.sources``, read now: with ``--allow-code-change`` they may differ from the
     reference's) and Kernodeck's own in-env files' (``inenv_sha256``)."""
     run_config["application"]["sources"] = app.fingerprints(root)
+    resumed = (run_config.get("resume_application") or {}).get("entry")
+    if isinstance(resumed, dict):  # the application's train: its bytes checked as read now (its run compares with
+        rel = str(resumed["file"])  # itself, not with the reference, so the reference's identity does not hold it)
+        run_config["application"]["sources"].setdefault(rel, sha256_file(root / rel) if (root / rel).is_file() else "")
     run_config.update(inenv_sha256=inenv_fingerprints())
 
 

@@ -1,0 +1,299 @@
+"""The application's own resume: its ``train`` to N uninterrupted == to K with a checkpoint, resumed in a NEW process.
+
+``[tool.kernodeck.application.resume]`` declares ``entry`` (``train(app, steps, save_at, resume_from)``), ``steps``
+(N), ``checkpoint-at`` (K), the end-state ``outputs`` with their tolerance kinds and the ``controls``. This process
+runs train uninterrupted to N, then to K saving a checkpoint through the application's own mechanism into
+``app.checkpoint_dir``; a new process (resume.Worker: the same interpreter and flags as the generic resume's, the
+same determinism settings) loads the entry again and resumes from that folder to N. They must agree: every declared
+output under its kind, the loss curve step by step (bitwise on a CPU, ``gpu-tolerance`` on a GPU) and the progress
+counters train returns (``step``, ``epoch``, ``loader``, and any other it names).
+
+Negative controls: the resume again, once per declared control, with ``app.resume_drop`` naming the piece of state
+train must leave out of its restore (optimizer, rng, loader). The declaration (outputs under their tolerance, the
+counters) must see each: one that passes a dropped piece is unable to fail and is refused (layer ``reference``).
+
+Run as a script by the runner's interpreter (the worker); module level imports only the standard library and its
+siblings, loaded as the package ``kernodeck_inenv`` by _package.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import runpy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
+from kernodeck_inenv._common import CheckFailed, Context, progress  # noqa: E402
+from kernodeck_inenv.protocol import ConfigKey, Layer  # noqa: E402
+
+COUNTERS = ("step", "epoch", "loader")  # the progress train must return; any other key it returns is compared too
+TIP = ("declare resume outputs (or a tolerance) that a dropped piece of state moves, or list only the pieces your "
+       "train restores in controls ([tool.kernodeck.application.resume]), then: nox -s reference -- --new")
+
+
+@dataclass
+class TrainApp:
+    """What train is handed: ``train(app, steps, save_at, resume_from)``. It imports nothing of Kernodeck."""
+
+    params: dict[str, Any]
+    device: str
+    root: Path
+    checkpoint_dir: Path  # where train saves its checkpoint (save_at), with its own mechanism
+    resume_drop: str | None  # a negative control: the piece of state to leave out of the restore, or None
+    declared: dict[str, Any]
+    losses: dict[int, float] = field(default_factory=dict)
+    written: dict[str, Any] = field(default_factory=dict)
+
+    def progress(self, done: int, total: int, what: str = "") -> None:
+        progress(f"{what} {done}/{total}".strip())
+
+    def log(self, step: int, loss: float) -> None:
+        """The loss of global step ``step`` (1-based, counted from the run's very start, resumed or not)."""
+        self.losses[int(step)] = float(loss)
+
+    def write(self, name: str, array: Any) -> None:
+        """One declared end-state output (e.g. the final weights, flattened), once."""
+        import numpy as np
+
+        if name not in self.declared:
+            raise CheckFailed(f"train wrote {name!r}, which [tool.kernodeck.application.resume] does not declare",
+                              Layer.APPLICATION)
+        if name in self.written:
+            raise CheckFailed(f"train wrote {name!r} twice", Layer.APPLICATION)
+        self.written[name] = np.array(array, copy=True)
+
+
+@dataclass
+class Trained:
+    """One call of train: its end-state outputs, its loss curve, its progress counters."""
+
+    outputs: dict[str, Any]
+    losses: dict[int, float]
+    counters: dict[str, int]
+
+
+def _train_function(ctx: Context, entry: dict[str, str]) -> Any:
+    """The entry, loaded by path through the application loader (application._function): from its verified bytes,
+    each call inside a closed-world window judged against the run's declared sources."""
+    from kernodeck_inenv.application import _function
+
+    return _function(ctx, entry, "resume entry")
+
+
+def call_train(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str, folder: Path, steps: int,
+               save_at: int | None, resume_from: Path | None, drop: str | None) -> Trained:
+    """One call of the application's train; its failures keep their layer (the user's file:line in the message)."""
+    from kernodeck_inenv import settings
+    from kernodeck_inenv.application import _raised
+
+    root = Path(ctx.config[ConfigKey.PROJECT_ROOT])
+    train = _train_function(ctx, cfg["entry"])
+    folder.mkdir(parents=True, exist_ok=True)
+    app = TrainApp(dict(params), device, root, folder, drop, cfg["outputs"])
+    settings.apply(deterministic=True)
+    try:
+        counters = train(app, steps, save_at, resume_from)
+    except CheckFailed:
+        raise
+    except ImportError as exc:
+        raise CheckFailed(f"ImportError: {exc}", Layer.ENVIRONMENT) from exc
+    except Exception as exc:
+        raise _raised("the resume entry", exc, root) from exc
+    missing = sorted(set(cfg["outputs"]) - set(app.written))
+    if missing:
+        raise CheckFailed(f"train did not write {', '.join(missing)} (declared in the resume contract)",
+                          Layer.APPLICATION)
+    if not isinstance(counters, dict) or any(k not in counters for k in COUNTERS) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in counters.values()):
+        raise CheckFailed(f"train must return its progress counters, whole numbers {list(COUNTERS)} at least; "
+                          f"it returned {counters!r}", Layer.APPLICATION)
+    if counters["step"] != steps:
+        raise CheckFailed(f"train was asked for {steps} steps and returned step {counters['step']}", Layer.APPLICATION)
+    return Trained(app.written, app.losses, dict(counters))
+
+
+def first_parting(straight: dict[int, float], resumed: dict[int, float], steps: int, tolerance: float) -> int | None:
+    """The first step (1-based) whose loss differs, is missing on either side, or is not finite."""
+    for step in range(1, steps + 1):
+        a, b = straight.get(step), resumed.get(step)
+        if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+            return step
+        if not ((abs(a - b) <= tolerance) if tolerance else a == b):
+            return step
+    return None
+
+
+def judge(cfg: dict[str, Any], straight: Trained, head: Trained, resumed: Trained, tolerance: float) -> dict[str, Any]:
+    """The resumed run against the uninterrupted one: outputs under their kinds, the loss curve, the counters."""
+    import numpy as np
+    from kernodeck_inenv import tolerance as kinds
+
+    outputs = {}
+    for name, decl in cfg["outputs"].items():
+        ours, ref = resumed.outputs[name], straight.outputs[name]
+        rows = int(ref.shape[0]) if ref.ndim else 1
+        verdict = kinds.compare(decl, ours, ref, [str(i) for i in range(rows)])
+        verdict["max_abs"] = kinds.max_abs(ours, ref)
+        verdict["bitwise"] = bool(ours.dtype == ref.dtype and ours.shape == ref.shape and np.array_equal(ours, ref))
+        outputs[name] = verdict
+    curve = {**{s: v for s, v in head.losses.items() if s <= cfg["checkpoint_at"]},
+             **{s: v for s, v in resumed.losses.items() if s > cfg["checkpoint_at"]}}
+    parting = first_parting(straight.losses, curve, cfg["steps"], tolerance)
+    counters_differ = sorted(k for k in set(straight.counters) | set(resumed.counters)
+                             if straight.counters.get(k) != resumed.counters.get(k))
+    seen = [f"{n}: {v['summary']}" for n, v in outputs.items() if not v["passed"]]
+    seen += [f"progress {k}: {resumed.counters.get(k)} resumed, {straight.counters.get(k)} uninterrupted"
+             for k in counters_differ]
+    return {
+        "passed": not seen and parting is None,
+        "declaration_sees": seen,  # what the declared outputs and counters saw (the controls' measure)
+        "outputs": outputs,
+        "max_abs_at_end": max((v["max_abs"] for v in outputs.values()), default=0.0),
+        "bitwise": all(v["bitwise"] for v in outputs.values()),
+        "first_parting_step": parting,
+        "counters_uninterrupted": straight.counters,
+        "counters_resumed": resumed.counters,
+        "counters_at_checkpoint": head.counters,
+        "losses_uninterrupted": [straight.losses.get(s) for s in range(1, cfg["steps"] + 1)],
+        "losses_resumed": [curve.get(s) for s in range(1, cfg["steps"] + 1)],
+    }
+
+
+def _resume_in_new_process(worker: Any, order: dict[str, Any]) -> Trained:
+    """The resumed run in its NEW process (a resume.Worker, as the generic resume's); its result read back."""
+    import numpy as np
+
+    code, err = worker.run(order)
+    if code != 0:
+        lines = [x for x in err.splitlines() if x.strip()]
+        raise CheckFailed(f"the resumed run's process failed: {lines[-1] if lines else f'exit {code}'}",
+                          Layer.APPLICATION, {"command": [*worker.cmd, "<", json.dumps(order)], "stderr": lines[-12:]})
+    result = Path(order["result"])
+    found = json.loads(result.read_text(encoding="utf-8"))
+    if "error" in found:
+        raise CheckFailed(found["error"], found["layer"], found.get("details") or {})
+    outputs = {name: np.load(result.parent / f"{name}.npy", allow_pickle=False) for name in order["cfg"]["outputs"]}
+    return Trained(outputs, {int(k): float(v) for k, v in found["losses"].items()}, found["counters"])
+
+
+def _keep(folder: Path, trained: Trained) -> None:
+    """A run's end-state outputs, ``NAME.npy`` in its folder of the dossier (what compare and drift read)."""
+    import numpy as np
+    from kernodeck_inenv.arrays import _save_npy
+
+    for name, arr in trained.outputs.items():
+        _save_npy(folder / f"{name}.npy", np.asarray(arr))
+
+
+def _serve() -> int:
+    """(worker) Apply the settings now; then load the entry, resume as the order on stdin says, write the result."""
+    from kernodeck_inenv._common import write_json_atomic
+    from kernodeck_inenv.resume import apply_settings
+
+    sys.dont_write_bytecode = True  # the application's files are loaded by path: no __pycache__ in the project
+    apply_settings()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0
+    order = json.loads(line)
+    # the runner's fingerprints of Kernodeck's in-env files: this process's too (_package.py), as resume.py's worker
+    sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), order.get("inenv_sha256"))
+    result = Path(order["result"])
+    ctx = Context(config={ConfigKey.PROJECT_ROOT: order["root"], ConfigKey.APPLICATION: order["app"]},
+                  out=Path(order["out"]))
+    try:
+        trained = call_train(order["cfg"], ctx, order["params"], order["device"], result.parent,
+                             int(order["cfg"]["steps"]), None, Path(order["resume_from"]), order["drop"])
+    except CheckFailed as exc:
+        write_json_atomic(result, {"error": str(exc), "layer": exc.layer, "details": exc.details})
+        return 0
+    _keep(result.parent, trained)
+    write_json_atomic(result, {"losses": {str(k): v for k, v in trained.losses.items()}, "counters": trained.counters})
+    return 0
+
+
+def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str, folder: Path,
+          drops: tuple[str | None, ...]) -> dict[str, Any]:
+    """The uninterrupted run, the run to K with its checkpoint, then one resumed run (new process) per entry of
+    ``drops`` (None: the real resume; a piece: a control). Verdicts by drop (``"none"`` for the real one)."""
+    from kernodeck_inenv.resume import Worker
+
+    steps, at = int(cfg["steps"]), int(cfg["checkpoint_at"])
+    tolerance = 0.0 if device == "cpu" else float(cfg.get("gpu_tolerance", 1e-5))
+    # Each resumed run's new process, started now: it imports torch and applies the settings while this one trains;
+    # it learns what to resume from only when the checkpoint exists (its order on stdin).
+    workers = [Worker(HERE / "resume_app.py") for _ in drops]
+    expected = getattr(getattr(sys.modules.get("kernodeck_inenv"), "__loader__", None), "expected", None)
+    try:
+        progress(f"train uninterrupted to step {steps}")
+        straight = call_train(cfg, ctx, params, device, folder / "uninterrupted", steps, None, None, None)
+        _keep(folder / "uninterrupted", straight)
+        progress(f"train to step {at}, saving a checkpoint")
+        checkpoint = folder / "checkpoint"
+        head = call_train(cfg, ctx, params, device, checkpoint, at, at, None, None)
+        if not any(checkpoint.iterdir()):
+            raise CheckFailed(f"train(app, {at}, save_at={at}, None) saved nothing into app.checkpoint_dir",
+                              Layer.APPLICATION)
+        verdicts = {}
+        for drop, worker in zip(drops, workers, strict=True):
+            name = "resumed" + (f"-without-{drop}" if drop else "")
+            progress(f"resume from step {at} to {steps} in a new process"
+                     + (f" without the {drop} state" if drop else ""))
+            order = {"cfg": cfg, "root": ctx.config[ConfigKey.PROJECT_ROOT], "params": params, "device": device,
+                     "drop": drop, "resume_from": str(checkpoint), "result": str(folder / name / "result.json"),
+                     "app": ctx.config[ConfigKey.APPLICATION], "out": str(ctx.out), "inenv_sha256": expected}
+            verdicts[drop or "none"] = judge(cfg, straight, head, _resume_in_new_process(worker, order), tolerance)
+        return verdicts
+    finally:
+        for worker in workers:  # those never given an order (a failure before): end of input, and they exit
+            worker.close()
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    from ._common import CheckFailed, Skip  # the package's own (the runner's; the tests import it as kernodeck.inenv)
+
+    cfg = ctx.config.get(ConfigKey.RESUME_APPLICATION)
+    if not cfg:
+        raise Skip("no resume of the application declared ([tool.kernodeck.application.resume])")
+    app_cfg = ctx.config[ConfigKey.APPLICATION]
+    controls = tuple(cfg.get("controls") or ())
+    verdicts = check(cfg, ctx, dict(app_cfg.get("params") or {}),
+                     str(ctx.state.get("device", "cpu")), ctx.out / "resume-application", (None, *controls))
+    real = verdicts.pop("none")
+    details = {k: v for k, v in real.items() if k != "declaration_sees"}
+    details.update(steps=cfg["steps"], checkpoint_at=cfg["checkpoint_at"], new_process=True,
+                   comparison="bitwise loss curve" if str(ctx.state.get("device", "cpu")) == "cpu"
+                   else f"loss curve abs <= {cfg.get('gpu_tolerance', 1e-5)}")
+    details["controls"] = {drop: {"seen": not v["passed"] and bool(v["declaration_sees"]),
+                                  "declaration_sees": v["declaration_sees"],
+                                  "first_parting_step": v["first_parting_step"],
+                                  "max_abs_at_end": v["max_abs_at_end"]}
+                           for drop, v in verdicts.items()}
+    if not real["passed"]:
+        why = real["declaration_sees"] or [f"the loss curves part at step {real['first_parting_step']}"]
+        raise CheckFailed(f"the application's resumed training differs from its uninterrupted run: {'; '.join(why)}",
+                          Layer.COMPARISON, details)
+    blind = [drop for drop, v in details["controls"].items() if not v["seen"]]
+    if blind:
+        raise CheckFailed(
+            "the resume declaration is unable to fail: with "
+            + ", ".join(f"the {d} state dropped" for d in blind)
+            + " its outputs and progress counters still agree with the uninterrupted run",
+            Layer.REFERENCE, {**details, "tip": TIP},
+        )
+    return details
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--serve"]:
+        raise SystemExit("usage: resume_app.py --serve (the resume-application step's new process)")
+    status = _serve()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # the result is written: tearing down torch checks nothing

@@ -1,0 +1,203 @@
+"""The application's own resume (issue 36): the contract as declared, and the in-env judgement of a resumed run.
+
+No torch here (the test session has numpy): the judgement is fed recorded runs. The real train, its checkpoint and
+its new process run in tests/e2e/test_examples.py on the digits example's env.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernodeck.errors import ConfigError
+from kernodeck.inenv import resume_app
+from kernodeck.inenv._common import CheckFailed, Context, Skip
+from kernodeck.project import resume
+from kernodeck.project.config import load_project
+from kernodeck.verify.record import Status, Step
+from kernodeck.verify.summaries import step_result
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS = ROOT / "examples" / "digits"
+
+
+def _digits_table() -> dict[str, Any]:
+    data = tomllib.loads((DIGITS / "pyproject.toml").read_text(encoding="utf-8"))
+    return copy.deepcopy(data["tool"]["kernodeck"]["application"]["resume"])
+
+
+# --- the contract ----------------------------------------------------------------------------------------------------
+
+
+def test_the_digits_example_declares_its_resume() -> None:
+    contract = resume.from_table(_digits_table())
+    assert contract is not None
+    assert str(contract.entry) == "checks/train.py:train" and (contract.steps, contract.checkpoint_at) == (50, 30)
+    assert contract.controls == (resume.Drop.OPTIMIZER, resume.Drop.RNG, resume.Drop.LOADER)
+    assert contract.outputs["weights"].tolerance == {"rtol": 0.0, "atol": 1e-6}
+    config = contract.run_config()
+    assert config["entry"] == {"file": "checks/train.py", "function": "train"}
+    assert config["outputs"]["weights"]["kind"] == "allclose" and config["controls"] == ["optimizer", "rng", "loader"]
+
+
+def test_the_lightning_example_declares_its_resume_with_its_own_train() -> None:
+    data = tomllib.loads((ROOT / "examples" / "lightning" / "pyproject.toml").read_text(encoding="utf-8"))
+    contract = resume.from_table(data["tool"]["kernodeck"]["application"]["resume"])
+    assert contract is not None and str(contract.entry) == "checks/train.py:train"
+    train = (ROOT / "examples" / "lightning" / "checks" / "train.py").read_text(encoding="utf-8")
+    assert "ckpt_path=" in train and all(f'"{d}"' in train for d in resume.Drop)  # each control honoured
+    assert "lightning" in (ROOT / "examples" / "lightning" / "requirements" / "base.in").read_text(encoding="utf-8")
+
+
+def test_no_resume_declared_is_none_and_controls_default_to_every_piece() -> None:
+    assert resume.from_table(None) is None
+    table = _digits_table()
+    del table["controls"]
+    contract = resume.from_table(table)
+    assert contract is not None and contract.controls == tuple(resume.Drop)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.update(entry="checks/train.py"), "path/to/file.py:function"),
+        (lambda t: t.update({"checkpoint-at": 50}), "must be below steps"),
+        (lambda t: t.update(steps=1), "at least 2"),
+        (lambda t: t.update(steps=True), "whole number"),
+        (lambda t: t.update(outputs={}), "declares no outputs"),
+        (lambda t: t["outputs"]["weights"].update(kind="roughly"), "is not one of"),
+        (lambda t: t["outputs"]["weights"].pop("atol"), r"resume\.outputs\.weights.*needs a number atol"),
+        (lambda t: t.update(controls=["optimizer", "weights"]), "controls"),
+        (lambda t: t.update(controls=[]), "at least one piece"),
+        (lambda t: t.update(controls=["rng", "rng"]), "each once"),
+        (lambda t: t.update({"gpu-tolerance": -1}), "gpu-tolerance"),
+    ],
+)
+def test_bad_resume_declarations_are_named(edit: Any, message: str) -> None:
+    table = _digits_table()
+    resume.from_table(table)  # the control: the example's declaration is accepted
+    edit(table)
+    with pytest.raises(ConfigError, match=message):
+        resume.from_table(table)
+
+
+def test_every_drop_is_described() -> None:
+    assert {resume.describe(d) for d in resume.Drop} and len({resume.describe(d) for d in resume.Drop}) == 3
+
+
+def test_the_schema_accepts_the_table_and_refuses_a_stray_key(tmp_path: Path) -> None:
+    from kernodeck.errors import KernodeckError
+
+    text = (DIGITS / "pyproject.toml").read_text(encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text(text, encoding="utf-8")
+    assert load_project(tmp_path).tool["application"]["resume"]["steps"] == 50
+    (tmp_path / "pyproject.toml").write_text(
+        text.replace("checkpoint-at = 30", "checkpoint-at = 30\nsave-every = 3"), encoding="utf-8")
+    with pytest.raises(KernodeckError, match="save-every"):
+        load_project(tmp_path)
+
+
+# --- the judgement ---------------------------------------------------------------------------------------------------
+
+CFG: dict[str, Any] = {
+    "steps": 6, "checkpoint_at": 3,
+    "outputs": {"weights": {"kind": "allclose", "dtype": "float32", "rtol": 0.0, "atol": 1e-6}},
+}
+LOSSES = {1: 2.0, 2: 1.5, 3: 1.2, 4: 1.0, 5: 0.9, 6: 0.8}
+WEIGHTS = np.linspace(-1, 1, 12, dtype=np.float32)
+COUNTERS = {"step": 6, "epoch": 2, "loader": 0}
+
+
+def _run(losses: dict[int, float], weights: Any = WEIGHTS, **counters: int) -> resume_app.Trained:
+    return resume_app.Trained({"weights": np.asarray(weights)}, dict(losses), {**COUNTERS, **counters})
+
+
+HEAD = _run({s: v for s, v in LOSSES.items() if s <= 3}, step=3, epoch=1, loader=1)
+
+
+def test_a_faithful_resume_passes_bitwise() -> None:
+    verdict = resume_app.judge(CFG, _run(LOSSES), HEAD, _run({s: v for s, v in LOSSES.items() if s > 3}), 0.0)
+    assert verdict["passed"] and verdict["bitwise"] and verdict["max_abs_at_end"] == 0.0
+    assert verdict["first_parting_step"] is None and verdict["declaration_sees"] == []
+    assert verdict["losses_resumed"] == verdict["losses_uninterrupted"]
+
+
+@pytest.mark.parametrize(
+    ("resumed", "parting", "seen"),
+    [
+        # a lost optimizer state: the first resumed step's loss and the end state move
+        (_run({4: 1.0, 5: 0.95, 6: 0.85}, WEIGHTS + 1e-3), 5, "weights"),
+        # a lost loader position: other batches, and the progress counters say so
+        (_run({4: 1.1, 5: 0.9, 6: 0.8}, WEIGHTS, epoch=1, loader=3), 4, "progress epoch"),
+        # a step the resumed run never logged
+        (_run({4: 1.0, 6: 0.8}), 5, None),
+        # a NaN loss never compares equal
+        (_run({4: 1.0, 5: float("nan"), 6: 0.8}), 5, None),
+    ],
+)
+def test_a_resume_that_parts_fails_and_says_where(resumed: resume_app.Trained, parting: int, seen: str | None) -> None:
+    verdict = resume_app.judge(CFG, _run(LOSSES), HEAD, resumed, 0.0)
+    assert not verdict["passed"] and verdict["first_parting_step"] == parting
+    if seen is None:
+        assert verdict["declaration_sees"] == []  # only the loss curve saw it: a control would call this blind
+    else:
+        assert any(s.startswith(seen) for s in verdict["declaration_sees"]), verdict["declaration_sees"]
+
+
+def test_on_a_gpu_the_curve_is_compared_under_the_declared_tolerance() -> None:
+    near = {s: v + (1e-7 if s > 3 else 0.0) for s, v in LOSSES.items() if s > 3}
+    assert resume_app.judge(CFG, _run(LOSSES), HEAD, _run(near), 1e-5)["passed"]
+    assert resume_app.judge(CFG, _run(LOSSES), HEAD, _run(near), 0.0)["first_parting_step"] == 4
+
+
+def test_the_step_skips_when_nothing_is_declared(tmp_path: Path) -> None:
+    ctx = Context(config={"application": {"params": {}}, "project_root": str(tmp_path)}, out=tmp_path)
+    with pytest.raises(Skip, match=r"application\.resume"):
+        resume_app.run(ctx)
+
+
+def _step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verdicts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The step over recorded verdicts (the real and one per control), as check() would return them."""
+    monkeypatch.setattr(resume_app, "check", lambda *a, **k: copy.deepcopy(verdicts))
+    cfg = {**CFG, "controls": [k for k in verdicts if k != "none"], "entry": {"file": "t.py", "function": "train"}}
+    ctx = Context(config={"application": {"params": {}}, "project_root": str(tmp_path),
+                          "resume_application": cfg}, out=tmp_path)
+    return resume_app.run(ctx)
+
+
+def _verdict(resumed: resume_app.Trained) -> dict[str, Any]:
+    return resume_app.judge(CFG, _run(LOSSES), HEAD, resumed, 0.0)
+
+
+FAITHFUL = _run({s: v for s, v in LOSSES.items() if s > 3})
+NO_OPTIMIZER = _run({4: 1.0, 5: 0.95, 6: 0.85}, WEIGHTS + 1e-3)
+NO_LOADER = _run({4: 1.1, 5: 0.9, 6: 0.8}, WEIGHTS, epoch=1, loader=3)
+BLIND = _run({4: 1.0, 5: 0.95, 6: 0.85}, WEIGHTS + 1e-7)  # the curve parts, the declared end state cannot see it
+
+
+def test_the_step_passes_when_each_control_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    details = _step(tmp_path, monkeypatch, {"none": _verdict(FAITHFUL), "optimizer": _verdict(NO_OPTIMIZER),
+                                            "loader": _verdict(NO_LOADER)})
+    assert {k: v["seen"] for k, v in details["controls"].items()} == {"optimizer": True, "loader": True}
+    line = step_result(Step("resume-application", Status.PASSED, details=details))
+    assert "end state max diff 0.0 (bitwise)" in line and "loss curves the same" in line
+    assert "progress step 6 epoch 2 loader 0" in line and "each dropped piece seen (optimizer, loader)" in line
+
+
+def test_a_declaration_blind_to_a_dropped_piece_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(CheckFailed, match="unable to fail: with the rng state dropped") as caught:
+        _step(tmp_path, monkeypatch, {"none": _verdict(FAITHFUL), "optimizer": _verdict(NO_OPTIMIZER),
+                                      "rng": _verdict(BLIND)})
+    assert caught.value.layer == "reference" and "nox -s reference -- --new" in caught.value.details["tip"]
+    assert caught.value.details["controls"]["rng"]["first_parting_step"] == 5  # the curve saw it; the contract not
+
+
+def test_a_resume_that_differs_fails_at_comparison(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(CheckFailed, match="differs from its uninterrupted run: weights") as caught:
+        _step(tmp_path, monkeypatch, {"none": _verdict(NO_OPTIMIZER), "optimizer": _verdict(NO_OPTIMIZER)})
+    assert caught.value.layer == "comparison"
