@@ -29,6 +29,7 @@ class StepName(StrEnum):
     SETTINGS = "settings"
     SYSTEM = "system"
     BACKEND = "backend"
+    EXTENSIONS = "extensions"
     REFERENCE = "reference"
     APPLICATION = "application"
     REREAD = "reread"
@@ -58,6 +59,7 @@ class Layer(StrEnum):
     APPLICATION = "application"
     TRANSFER = "transfer-to-device"
     OPERATOR = "operator"
+    EXTENSION_ABI = "extension-abi"  # a compiled extension built for another torch/CUDA (undefined symbol, library)
     OUTPUT = "output"
     COMPARISON = "comparison"
     DOSSIER = "dossier"
@@ -90,6 +92,7 @@ class ConfigKey(StrEnum):
     SAMPLE_REPEAT = "sample_repeat"
     MARGIN_FILE = "margin_file"  # calibrate's first variation: where the margins of use go
     VARIATION = "variation"  # calibrate: the legitimate settings this process varies
+    EXTENSIONS = "extensions"  # the compiled extensions found from outside and the declared smoke checks
 
 
 class StepKey(StrEnum):

@@ -17,6 +17,7 @@ from typing import Any
 
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import alive, clean_env, first_error, log, show
+from kernodeck.env import extensions
 from kernodeck.inenv.protocol import STATUSES, StepName
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
@@ -177,11 +178,24 @@ def _shown(root: Path, arg: str) -> str:
     return arg if rel.startswith("..") else rel
 
 
+def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
+    """The compiled extensions found from outside the env before it runs, and the declared smoke checks."""
+    found = extensions.discover(python.parent.parent)
+    names = ", ".join(f"{e.distribution} {e.version}" for e in found.extensions) or "none"
+    log(f"kernodeck: extensions: found {names} (shared objects linking libtorch/libc10, torch's own excepted)")
+    declared = ctx.project.tool.get("extensions")
+    return {**found.as_config(),
+            "declared": {str(k): dict(v) for k, v in declared.items()} if isinstance(declared, dict) else {}}
+
+
 def checks(ctx: RunContext, run: Run) -> None:
     """The pipeline's in-env phase: every check the run asks for, in one process, with collect_env beside it."""
     assert run.python is not None  # the rebuild step gave it
+    config = run.run_config
+    if StepName.EXTENSIONS in ctx.names:
+        config = {**config, "extensions": extensions_config(ctx, run.python)}
     collected = CollectEnv.start(run.python, ctx.staging)
     try:
-        run_checks(run, run.python, ctx.names, run.run_config)
+        run_checks(run, run.python, ctx.names, config)
     finally:
         collected.finish(ctx.staging / COLLECT_ENV)
