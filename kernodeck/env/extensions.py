@@ -24,7 +24,6 @@ from typing import Any
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
-
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -125,7 +124,7 @@ def _dynamic(elf: ELFFile) -> tuple[list[str], set[str]]:
     needed: list[str] = []
     for section in elf.iter_sections():
         if isinstance(section, DynamicSection):
-            needed += [tag.needed for tag in section.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+            needed += [str(getattr(tag, "needed", "")) for tag in section.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
     defined: set[str] = set()
     dynsym = elf.get_section_by_name(".dynsym")
     if dynsym is not None:

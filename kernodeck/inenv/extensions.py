@@ -50,9 +50,8 @@ def _minor(version: str) -> str:
 
 def likely_cause(built: dict[str, str], running: dict[str, Any]) -> str:
     """What the extension was built for against what this env runs, and what to do."""
-    runs = f"torch {running['torch']} / " + (
-        f"CUDA {running['cuda']}" if running.get("cuda") else f"HIP {running['hip']}" if running.get("hip") else "no CUDA"
-    )
+    gpu = f"CUDA {running['cuda']}" if running.get("cuda") else f"HIP {running['hip']}" if running.get("hip") else ""
+    runs = f"torch {running['torch']} / {gpu or 'no CUDA'}"
     if built.get("torch") or built.get("cuda") or built.get("rocm"):
         parts = [f"torch {built['torch']}" if built.get("torch") else "", f"CUDA {built['cuda']}"
                  if built.get("cuda") else "", f"ROCm {built['rocm']}" if built.get("rocm") else ""]

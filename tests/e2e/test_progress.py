@@ -124,7 +124,7 @@ def test_in_env_phases_forwarded_once_and_end_lines_left_to_the_orchestrator() -
 
 def test_final_summary_line() -> None:
     ok = Report("p", [*complete_steps(), Step("b", Status.SKIPPED, reason="r")])
-    assert summary_line(ok, Path("runs/x/report.md")) == "PASSED: 8 passed, 1 skipped — report: runs/x/report.md"
+    assert summary_line(ok, Path("runs/x/report.md")) == "PASSED: 9 passed, 1 skipped — report: runs/x/report.md"
     bad = Report(
         "p",
         [

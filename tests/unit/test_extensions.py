@@ -91,7 +91,7 @@ def fake_env(root: Path, *, broken: bool = False, rpath: bool = True, label: str
     so = f"kdext/_C{sysconfig.get_config_var('EXT_SUFFIX')}"
     _gcc(*(["-DBROKEN"] if broken else []), f"-I{sysconfig.get_paths()['include']}", "-o", str(site / so),
          str(root / "ext.c"), f"-L{site / 'torch/lib'}", "-lc10",
-         *([f"-Wl,-rpath,$ORIGIN/../torch/lib"] if rpath else []))
+         *(["-Wl,-rpath,$ORIGIN/../torch/lib"] if rpath else []))
     _dist(site, "kdext", f"1.0{label}", ["kdext/__init__.py", so], requires=requires)
     # the numpy the step's comparison uses, without copying it: a .pth naming this interpreter's site-packages
     (site / "host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")

@@ -1,0 +1,133 @@
+"""Compiled extensions (issue 33) with a REAL torch extension: a small C++ op built here with
+``torch.utils.cpp_extension`` into a wheel (once per module, twice: sound, and calling a c10 function libtorch does
+not export), installed beside the real rebuilt env's torch, found from outside by its DT_NEEDED and judged by the
+runner's ``extensions`` step with real libtorch: imported and smoke-checked; an ABI break named with its demangled
+symbol; a smoke check disagreeing with its pure-PyTorch reference.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kernodeck.env import extensions
+from tests.unit.test_extensions import run_step
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")]
+
+OPS = r"""
+#include <torch/extension.h>
+#ifdef KDEXT_BROKEN
+namespace c10 { void kernodeck_not_exported(); }
+#endif
+torch::Tensor scaled_add(torch::Tensor a, torch::Tensor b, double alpha) {
+#ifdef KDEXT_BROKEN
+  c10::kernodeck_not_exported();
+#endif
+  return a + alpha * b;
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled_add", &scaled_add, "a + alpha * b"); }
+"""
+SETUP = """
+import os
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+broken = [("KDEXT_BROKEN", "1")] if os.environ.get("KDEXT_BROKEN") == "1" else []
+setup(name="kdext-ops", version=os.environ["KDEXT_VERSION"], packages=["kdext"],
+      ext_modules=[CppExtension("kdext._C", ["kdext/ops.cpp"], define_macros=broken)],
+      cmdclass={"build_ext": BuildExtension})
+"""
+SMOKE = """
+import torch
+
+
+def smoke(ext, device):
+    a = torch.arange(6, dtype=torch.float32, device=device).reshape(2, 3)
+    b = torch.full((2, 3), 2.0, device=device)
+    return {"output": ext.scaled_add(a, b, 0.5), "reference": a + ALPHA * b, "path": "compiled"}
+"""
+DECLARED = {"kdext": {"module": "kdext._C", "smoke": "checks/ext.py:smoke", "rtol": 1e-6, "atol": 1e-6,
+                      "path": "compiled"}}
+
+
+def _build(python: Path, work: Path, version: str, broken: bool) -> Path:
+    """The wheel of kdext-ops, compiled against the env's torch by its own cpp_extension."""
+    src = work / f"src-{version}"
+    (src / "kdext").mkdir(parents=True)
+    (src / "kdext" / "__init__.py").write_text("", encoding="utf-8")
+    (src / "kdext" / "ops.cpp").write_text(OPS, encoding="utf-8")
+    (src / "setup.py").write_text(SETUP, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) and k != "PYTHONPATH"}
+    env.update(KDEXT_VERSION=version, KDEXT_BROKEN="1" if broken else "0", MAX_JOBS="2", PIP_NO_INDEX="1",
+               PIP_CONFIG_FILE=os.devnull, PYTHONDONTWRITEBYTECODE="1")
+    out = work / "wheels"
+    proc = subprocess.run([str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out),
+                           str(src)], cwd=src, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return next(out.glob(f"kdext_ops-{version.replace('+', '+')}-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def wheels(built_project: Path, module_tmp: Path) -> dict[str, Path]:
+    python = next(built_project.glob(".venv-rebuild/*/current/bin/python"))
+    return {"sound": _build(python, module_tmp, "1.0+pt213cpu", broken=False),
+            "broken": _build(python, module_tmp, "1.0+pt25cu124", broken=True)}
+
+
+def _env_with(wheel: Path, built_project: Path, root: Path) -> Path:
+    """A venv seeing the rebuilt env's packages (a .pth) with the wheel installed in its own site-packages."""
+    env = root / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, capture_output=True)
+    site = next((env / "lib").glob("python*/site-packages"))
+    torch_site = next(built_project.glob(".venv-rebuild/*/current/lib/python*/site-packages"))
+    (site / "rebuilt.pth").write_text(f"{torch_site.resolve()}\n", encoding="utf-8")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    return env
+
+
+def _project(root: Path, alpha: str) -> None:
+    (root / "checks").mkdir(parents=True, exist_ok=True)
+    (root / "checks" / "ext.py").write_text(SMOKE.replace("ALPHA", alpha), encoding="utf-8")
+
+
+def test_a_real_extension_is_found_imported_and_smoke_checked(wheels: dict[str, Path], built_project: Path,
+                                                               tmp_path: Path) -> None:
+    env = _env_with(wheels["sound"], built_project, tmp_path)
+    found = extensions.discover(env, cuobjdump="")
+    (ext,) = found.extensions
+    (obj,) = ext.objects
+    assert ext.distribution == "kdext-ops" and obj.module == "kdext._C"
+    assert {"libc10.so", "libtorch.so"} <= set(obj.links), obj.links  # what cpp_extension links
+    assert ext.built_for["torch"] == "2.13"
+    _project(tmp_path, "0.5")
+    result = run_step(env, tmp_path, DECLARED)
+    assert result["status"] == "passed", result
+    (record,) = result["details"]["extensions"]
+    assert record["objects"][0]["imported"] is True and record["torch_matches"] is True
+    assert result["details"]["smoke"]["kdext"]["max_abs"] == 0.0
+    assert result["details"]["smoke"]["kdext"]["path"] == "compiled"
+
+    # the negative control: its reference computed with another alpha disagrees, naming the extension
+    _project(tmp_path, "0.25")
+    result = run_step(env, tmp_path, DECLARED)
+    assert result["status"] == "failed" and result["layer"] == "operator:kdext", result
+    assert result["error"].startswith("extension kdext: smoke output differs from its pure-PyTorch reference")
+
+
+def test_a_real_extension_calling_what_libtorch_does_not_export_is_an_abi_break(
+        wheels: dict[str, Path], built_project: Path, tmp_path: Path) -> None:
+    env = _env_with(wheels["broken"], built_project, tmp_path)
+    result = run_step(env, tmp_path)
+    assert result["status"] == "failed" and result["layer"] == "extension-abi", result
+    error = result["error"]
+    assert error.startswith("extension kdext-ops: _C.") and "undefined symbol" in error
+    assert "c10::kernodeck_not_exported()" in error and "_ZN3c1022kernodeck_not_exportedEv" in error
+    assert "built for torch 2.5 / CUDA 12.4 (version label +pt25cu124); this env runs torch 2.13" in error
