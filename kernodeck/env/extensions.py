@@ -13,6 +13,7 @@ Mach-O (macOS) and PE (Windows) objects are not read: they are named under ``not
 from __future__ import annotations
 
 import csv
+import hashlib
 import re
 import shutil
 import subprocess
@@ -24,8 +25,9 @@ from typing import Any
 from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from packaging.pylock import Pylock
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from kernodeck._proc import log, show
 from kernodeck.env.records import site_dirs
@@ -67,12 +69,26 @@ class Extension:
 
 
 @dataclass(frozen=True)
+class BuiltHere:
+    """A lock pin installed from its sdist, built at install (none of the lock's wheels carries its tags)."""
+
+    name: str
+    version: str
+    tags: tuple[str, ...]  # the installed WHEEL's tags (a wheel built here: e.g. cp311-cp311-linux_x86_64)
+    generator: str  # the WHEEL's Generator: the build backend that made it, e.g. "setuptools (80.9.0)"
+    sdist: str  # the lock's sdist it was built from
+    sdist_sha256: str
+    record_sha256: str  # sha256 of its installed RECORD, which holds the sha256 of every file the built wheel held
+
+
+@dataclass(frozen=True)
 class Discovery:
     """What the env's RECORDs hold: the extensions, and the objects that could not be read (Mach-O, damaged)."""
 
     extensions: tuple[Extension, ...]
     not_read: tuple[str, ...] = ()
     cuobjdump: str = ""  # its path, when the CUDA architectures were read
+    built_here: tuple[BuiltHere, ...] = ()
 
     def as_config(self) -> dict[str, Any]:
         """As the in-env step reads it from run-config.json."""
@@ -80,6 +96,7 @@ class Discovery:
             "discovered": [asdict(e) for e in self.extensions],
             "not_read": list(self.not_read),
             "cuobjdump": self.cuobjdump or None,
+            "built_here": [asdict(b) for b in self.built_here],
         }
 
 
@@ -209,15 +226,55 @@ def _metadata(info: Path) -> tuple[str, str, list[str]]:
     return str(meta.get("Name", "")), str(meta.get("Version", "")), list(meta.get_all("Requires-Dist") or [])
 
 
-def discover(env: Path, cuobjdump: str | None = None) -> Discovery:
-    """Every distribution of the env at ``env`` holding shared objects that link torch (torch's own excepted)."""
+def _wheel_file(info: Path) -> tuple[tuple[str, ...], str]:
+    """(tags, generator) of an installed distribution's WHEEL file."""
+    try:
+        meta = HeaderParser().parsestr((info / "WHEEL").read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return (), ""
+    return tuple(str(t) for t in meta.get_all("Tag") or []), str(meta.get("Generator", ""))
+
+
+def built_here(info: Path, name: str, version: str, twin: Pylock | None) -> BuiltHere | None:
+    """The distribution at ``info`` if the lock's twin shows it was built from its sdist: it has an sdist and none of
+    its wheels carries the installed tags (PyPI takes no ``linux_x86_64`` wheel: one built here has that tag)."""
+    if twin is None:
+        return None
+    pin = next((p for p in twin.packages if canonicalize_name(p.name) == canonicalize_name(name)
+                and (p.version is None or str(p.version) == version)), None)
+    if pin is None or pin.sdist is None:
+        return None
+    tags, generator = _wheel_file(info)
+    locked: set[str] = set()
+    for wheel in pin.wheels or ():
+        if wheel.name:
+            try:
+                locked |= {str(t) for t in parse_wheel_filename(wheel.name)[3]}
+            except InvalidWheelFilename:
+                continue
+    if tags and set(tags) & locked:
+        return None
+    try:
+        record = hashlib.sha256((info / "RECORD").read_bytes()).hexdigest()
+    except OSError:
+        record = ""
+    return BuiltHere(name, version, tags, generator, pin.sdist.name or "", str(pin.sdist.hashes.get("sha256", "")),
+                     record)
+
+
+def discover(env: Path, cuobjdump: str | None = None, twin: Pylock | None = None) -> Discovery:
+    """Every distribution of the env at ``env`` holding shared objects that link torch (torch's own excepted), and
+    the lock's pins (``twin``: its PEP 751 twin) that were built here from their sdist."""
     tool = shutil.which("cuobjdump") if cuobjdump is None else cuobjdump
     found: list[Extension] = []
     not_read: list[str] = []
+    built: list[BuiltHere] = []
     for site_rel in site_dirs(env):
         site = env / site_rel
         for info in sorted(site.glob("*.dist-info")):
             name, version, requires = _metadata(info)
+            if (made := built_here(info, name, version, twin)) is not None:
+                built.append(made)
             if canonicalize_name(name) in TORCH_OWN:
                 continue
             objects: list[SharedObject] = []
@@ -231,4 +288,4 @@ def discover(env: Path, cuobjdump: str | None = None) -> Discovery:
                     objects.append(got)
             if objects:
                 found.append(Extension(name, version, tuple(objects), built_for(version, requires, objects)))
-    return Discovery(tuple(found), tuple(not_read), tool or "")
+    return Discovery(tuple(found), tuple(not_read), tool or "", tuple(built))

@@ -248,6 +248,10 @@ def run(ctx: Context) -> dict[str, Any]:
         records.append({"distribution": dist, "version": ext["version"], "built_for": built, "says": says,
                         "torch_matches": matches, "objects": objects})
     smoke = {name: _smoke(ctx, name, decl, device, running, by_package) for name, decl in declared.items()}
+    tools = (ctx.state.get("system") or {}).get("build_chain") or {}
+    built_here = [{**b, "build_chain": tools} for b in cfg.get("built_here") or []]
+    here = "; ".join(f"built here from {b['sdist']}: {b['name']} {b['version']} ({b['generator'] or 'generator ?'})"
+                     for b in built_here)
     if not records and not smoke:
         summary = "no compiled extension in the env (no shared object links libtorch or libc10)"
     else:
@@ -257,5 +261,6 @@ def run(ctx: Context) -> dict[str, Any]:
         parts += [f"smoke {n}: max abs {s['max_abs']:.3g} on {s['device']}" + (f", path {s['path']}" if s['path']
                                                                                else "") for n, s in smoke.items()]
         summary = "; ".join(parts)
-    return {"summary": summary, "running": running, "extensions": records, "smoke": smoke,
+    summary += f"; {here}" if here else ""
+    return {"summary": summary, "running": running, "extensions": records, "smoke": smoke, "built_here": built_here,
             "not_read": list(cfg.get("not_read") or []), "device": device, "device_capability": capability}

@@ -98,9 +98,9 @@ def fake_env(root: Path, *, broken: bool = False, rpath: bool = True, label: str
     return env
 
 
-def run_step(env: Path, root: Path, declared: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_step(env: Path, root: Path, declared: dict[str, Any] | None = None, twin: Any = None) -> dict[str, Any]:
     """The real runner, by path, in the fake env, with only the extensions step; its result file."""
-    found = extensions.discover(env, cuobjdump="")
+    found = extensions.discover(env, cuobjdump="", twin=twin)
     (root / "sample.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
     config = {"steps": ["extensions"], "project_root": str(root), "mode": "verify", "expect_backend": "cpu",
               "application": {"sample": "sample.jsonl"}, "reference": None,
@@ -243,3 +243,40 @@ def test_cuobjdumps_listing_is_read_for_arches_and_ptx(tmp_path: Path) -> None:
                     "echo 'ELF file    2: x.2.sm_90a.cubin'; else echo 'PTX file    1: x.1.compute_90.ptx'; fi\n")
     tool.chmod(0o755)
     assert extensions.cuda_arches(tmp_path / "x.so", str(tool)) == (("sm_80", "sm_90a"), ("compute_90",))
+
+
+def _twin(wheels: list[str]) -> Any:
+    from packaging.pylock import Pylock
+
+    def file(name: str) -> dict[str, Any]:
+        return {"name": name, "url": f"https://files.example.org/{name}", "hashes": {"sha256": "ab" * 32}}
+
+    return Pylock.from_dict({"lock-version": "1.0", "created-by": "tests", "packages": [
+        {"name": "kdbuilt", "version": "1.0", "sdist": file("kdbuilt-1.0.tar.gz"), "wheels": [file(w) for w in wheels]},
+    ]})
+
+
+def test_a_pin_built_here_from_its_sdist_is_named_with_its_generator_and_digests(tmp_path: Path) -> None:
+    env = fake_env(tmp_path)
+    site = next(env.glob("lib/python*/site-packages"))
+    (site / "kdbuilt").mkdir()
+    (site / "kdbuilt" / "__init__.py").write_text("", encoding="utf-8")
+    _dist(site, "kdbuilt", "1.0", ["kdbuilt/__init__.py"])
+    info = site / "kdbuilt-1.0.dist-info"
+    (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: setuptools (80.9.0)\nRoot-Is-Purelib: false\n"
+                                "Tag: cp311-cp311-linux_x86_64\n", encoding="utf-8")
+    # the lock holds only a manylinux wheel: the installed linux_x86_64 one was built here
+    found = extensions.discover(env, cuobjdump="", twin=_twin(["kdbuilt-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"]))
+    (made,) = found.built_here
+    assert (made.name, made.version, made.generator, made.sdist) == ("kdbuilt", "1.0", "setuptools (80.9.0)",
+                                                                      "kdbuilt-1.0.tar.gz")
+    assert made.tags == ("cp311-cp311-linux_x86_64",) and made.sdist_sha256 == "ab" * 32
+    assert made.record_sha256 == hashlib.sha256((info / "RECORD").read_bytes()).hexdigest()
+    assert found.as_config()["built_here"][0]["name"] == "kdbuilt"
+    result = run_step(env, tmp_path, twin=_twin(["kdbuilt-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"]))
+    assert result["status"] == "passed", result
+    assert "built here from kdbuilt-1.0.tar.gz: kdbuilt 1.0 (setuptools (80.9.0))" in result["details"]["summary"]
+    # the control: a locked wheel carrying the installed tag was downloaded, not built here
+    assert extensions.discover(env, cuobjdump="", twin=_twin(["kdbuilt-1.0-cp311-cp311-linux_x86_64.whl"])
+                               ).built_here == ()
+    assert extensions.discover(env, cuobjdump="").built_here == ()  # no twin: nothing to tell it by

@@ -180,7 +180,7 @@ def _shown(root: Path, arg: str) -> str:
 
 def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
     """The compiled extensions found from outside the env before it runs, and the declared smoke checks."""
-    found = extensions.discover(python.parent.parent)
+    found = extensions.discover(python.parent.parent, twin=ctx.lock.twin)
     names = ", ".join(f"{e.distribution} {e.version}" for e in found.extensions) or "none"
     log(f"kernodeck: extensions: found {names} (shared objects linking libtorch/libc10, torch's own excepted)")
     declared = ctx.project.tool.get("extensions")
