@@ -1,12 +1,15 @@
 """Compiled extensions (issue 33) with a REAL torch extension: a small C++ op built here with
-``torch.utils.cpp_extension`` into a wheel (once per module, twice: sound, and calling a c10 function libtorch does
-not export), installed beside the real rebuilt env's torch, found from outside by its DT_NEEDED and judged by the
+``torch.utils.cpp_extension`` into a wheel (once per module, twice: sound, and its op calling a c10 function libtorch
+does not export), installed beside the real rebuilt env's torch, found from outside by its DT_NEEDED and judged by the
 runner's ``extensions`` step with real libtorch: imported and smoke-checked; an ABI break named with its demangled
-symbol; a smoke check disagreeing with its pure-PyTorch reference.
+symbol; a smoke check disagreeing with its pure-PyTorch reference. Then through a whole ``verify --python`` of that
+env (a declared variant: the wheel is not the lock's): the report lists the extension and its smoke check, or stops
+at ``extensions`` with the layer ``extension-abi``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,31 +20,36 @@ from pathlib import Path
 import pytest
 
 from kernodeck.env import extensions
+from tests.conftest import copy_project, kd, read_report, statuses
 from tests.unit.test_extensions import run_step
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")]
 
 OPS = r"""
 #include <torch/extension.h>
-#ifdef KDEXT_BROKEN
-namespace c10 { void kernodeck_not_exported(); }
-#endif
-torch::Tensor scaled_add(torch::Tensor a, torch::Tensor b, double alpha) {
-#ifdef KDEXT_BROKEN
-  c10::kernodeck_not_exported();
-#endif
-  return a + alpha * b;
-}
+torch::Tensor scaled_add(torch::Tensor a, torch::Tensor b, double alpha) { return a + alpha * b; }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled_add", &scaled_add, "a + alpha * b"); }
+"""
+# The same package and module, its op calling a c10 function libtorch does not export (beside one it does, so that
+# the linker keeps libc10 as needed). Without torch's headers it compiles in seconds, not a minute.
+BROKEN_OPS = r"""
+#include <Python.h>
+namespace c10 { struct Allocator; Allocator* GetCPUAllocator(); void kernodeck_not_exported(); }
+static PyObject* scaled_add(PyObject*, PyObject*) {
+  c10::kernodeck_not_exported();
+  return PyLong_FromVoidPtr(c10::GetCPUAllocator());
+}
+static PyMethodDef methods[] = {{"scaled_add", scaled_add, METH_VARARGS, "broken"}, {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mod); }
 """
 SETUP = """
 import os
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
-broken = [("KDEXT_BROKEN", "1")] if os.environ.get("KDEXT_BROKEN") == "1" else []
 setup(name="kdext-ops", version=os.environ["KDEXT_VERSION"], packages=["kdext"],
-      ext_modules=[CppExtension("kdext._C", ["kdext/ops.cpp"], define_macros=broken)],
+      ext_modules=[CppExtension("kdext._C", ["kdext/ops.cpp"])],
       cmdclass={"build_ext": BuildExtension})
 """
 SMOKE = """
@@ -62,16 +70,16 @@ def _build(python: Path, work: Path, version: str, broken: bool) -> Path:
     src = work / f"src-{version}"
     (src / "kdext").mkdir(parents=True)
     (src / "kdext" / "__init__.py").write_text("", encoding="utf-8")
-    (src / "kdext" / "ops.cpp").write_text(OPS, encoding="utf-8")
+    (src / "kdext" / "ops.cpp").write_text(BROKEN_OPS if broken else OPS, encoding="utf-8")
     (src / "setup.py").write_text(SETUP, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) and k != "PYTHONPATH"}
-    env.update(KDEXT_VERSION=version, KDEXT_BROKEN="1" if broken else "0", MAX_JOBS="2", PIP_NO_INDEX="1",
+    env.update(KDEXT_VERSION=version, MAX_JOBS="2", PIP_NO_INDEX="1", PIP_NO_CACHE_DIR="1",
                PIP_CONFIG_FILE=os.devnull, PYTHONDONTWRITEBYTECODE="1")
     out = work / "wheels"
     proc = subprocess.run([str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out),
                            str(src)], cwd=src, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return next(out.glob(f"kdext_ops-{version.replace('+', '+')}-*.whl"))
+    return next(out.glob(f"kdext_ops-{version}-*.whl"))
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +113,7 @@ def test_a_real_extension_is_found_imported_and_smoke_checked(wheels: dict[str, 
     (ext,) = found.extensions
     (obj,) = ext.objects
     assert ext.distribution == "kdext-ops" and obj.module == "kdext._C"
-    assert {"libc10.so", "libtorch.so"} <= set(obj.links), obj.links  # what cpp_extension links
+    assert {"libc10.so", "libtorch_cpu.so"} <= set(obj.links), obj.links  # what cpp_extension links (as needed)
     assert ext.built_for["torch"] == "2.13"
     _project(tmp_path, "0.5")
     result = run_step(env, tmp_path, DECLARED)
@@ -131,3 +139,47 @@ def test_a_real_extension_calling_what_libtorch_does_not_export_is_an_abi_break(
     assert error.startswith("extension kdext-ops: _C.") and "undefined symbol" in error
     assert "c10::kernodeck_not_exported()" in error and "_ZN3c1022kernodeck_not_exportedEv" in error
     assert "built for torch 2.5 / CUDA 12.4 (version label +pt25cu124); this env runs torch 2.13" in error
+
+
+def _declaring_project(root: Path) -> Path:
+    """A copy of the project declaring the extension's smoke check."""
+    project = copy_project(root / "project")
+    _project(project, "0.5")
+    with (project / "pyproject.toml").open("a", encoding="utf-8") as handle:
+        handle.write('\n[tool.kernodeck.extensions.kdext]\nmodule = "kdext._C"\nsmoke = "checks/ext.py:smoke"\n'
+                     'rtol = 1e-6\natol = 1e-6\npath = "compiled"\n')
+    return project
+
+
+def test_verify_reports_the_extension_found_imported_and_smoke_checked(wheels: dict[str, Path], built_project: Path,
+                                                                        tmp_path: Path) -> None:
+    env = _env_with(wheels["sound"], built_project, tmp_path)
+    project = _declaring_project(tmp_path)
+    out = tmp_path / "run"
+    proc = kd(project, "verify", "--python", str(env / "bin" / "python"), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = read_report(out)
+    assert report["status"] == "passed-unlocked"  # the wheel is not the lock's: a declared variant
+    steps = {s["name"]: s for s in report["steps"]}  # type: ignore[union-attr]
+    ext = steps["extensions"]
+    assert ext["status"] == "passed" and ext["details"]["extensions"][0]["distribution"] == "kdext-ops"
+    assert ext["details"]["smoke"]["kdext"]["max_abs"] == 0.0
+    assert next(c for c in report["claims"] if c["id"] == "extensions")["established"]  # type: ignore[union-attr]
+    assert "kdext-ops 1.0+pt213cpu: 1 module(s) imported, built for torch 2.13; smoke kdext" in (
+        out / "report.md").read_text()
+    chain = json.loads((out / "system.json").read_text())["build_chain"]
+    assert {"gcc", "g++", "nvcc", "ninja", "CUDA_HOME", "ROCM_PATH", "TORCH_CUDA_ARCH_LIST"} <= set(chain)
+
+
+def test_verify_stops_at_extensions_on_an_abi_break(wheels: dict[str, Path], built_project: Path,
+                                                     tmp_path: Path) -> None:
+    env = _env_with(wheels["broken"], built_project, tmp_path)
+    project = _declaring_project(tmp_path)
+    out = tmp_path / "run"
+    proc = kd(project, "verify", "--python", str(env / "bin" / "python"), "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = read_report(out)
+    assert report["first_failure"] == "extensions" and statuses(report)["application"] == "not-run"
+    failed = next(s for s in report["steps"] if s["name"] == "extensions")  # type: ignore[union-attr]
+    assert failed["layer"] == "extension-abi" and "c10::kernodeck_not_exported()" in failed["error"]
+    assert "**Likely cause**: the extension-abi layer" in (out / "report.md").read_text()
