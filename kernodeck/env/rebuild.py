@@ -282,8 +282,14 @@ class _Build:
                 f"sources and PyPI (set {self.vindex.var} to a mirror of it if they lack its files)")
             self.online, self.skipped = [], answer[1]
 
+    def only_binary(self) -> bool:
+        """The platform declares ``only-binary``: no pin may be built here from its sdist."""
+        return any(p.id == self.plat.id and p.only_binary for p in self.project.platforms)
+
     def install(self) -> None:
         offline = ["--no-index", "--find-links", str(self.wheelhouse)] if self.wheelhouse else []
+        binary = ([] if not self.only_binary() else ["--no-build"] if self.chosen == "uv"
+                  else ["--only-binary", ":all:"])
         if self.chosen == "uv":
             uv_env = offline_env() if self.wheelhouse else clean_env(
                 {**uv_environment(self.sources, extra_index=bool(self.online)),
@@ -292,13 +298,13 @@ class _Build:
             # env edit the cache and every env linked to it). No bytecode compiled: see COMPILE_AT_INSTALL.
             argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
                     "--no-deps", "--link-mode", "copy", *(["--compile-bytecode"] if COMPILE_AT_INSTALL else [])]
-            self.step("install", [*argv, *offline, *self.online, "-r", self.rel_lock], uv_env, long=True)
+            self.step("install", [*argv, *binary, *offline, *self.online, "-r", self.rel_lock], uv_env, long=True)
             return
         argv = [str(self.python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
                 *([] if COMPILE_AT_INSTALL else ["--no-compile"])]
         if not interactive():
             argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
-        self.step("install", [*argv, *offline, *self.online, "-r", self.rel_lock], self.pip_env, long=True)
+        self.step("install", [*argv, *binary, *offline, *self.online, "-r", self.rel_lock], self.pip_env, long=True)
         seeds = _seeds_left(self.env, {p.name for p in self.lock.pins})
         if seeds:
             self.step("remove-seeds", [str(self.python), "-m", "pip", "uninstall", "--yes", *seeds])

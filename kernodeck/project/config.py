@@ -47,6 +47,9 @@ class DeclaredPlatform:
     # Its lock can be made only on its own runner (its index is reachable only there): `lock --check --all`
     # reports a missing lock for it as pending instead of failing.
     lock_on_runner: bool = False
+    # Its env is installed from wheels only (pip --only-binary :all:, uv --no-build): a pin with no wheel for it fails
+    # the rebuild instead of being built here from its sdist.
+    only_binary: bool = False
 
     @property
     def id(self) -> str:
@@ -197,7 +200,8 @@ def load_project(root: Path | None = None) -> Project:
         name: Variant(name, Backend(v["backend"]), v["torch-layer"], v["index"]) for name, v in tool["variants"].items()
     }
     platforms = tuple(
-        DeclaredPlatform(p["python"], p["os-arch"], p["variant"], p.get("runner", ""), p.get("lock-on-runner", False))
+        DeclaredPlatform(p["python"], p["os-arch"], p["variant"], p.get("runner", ""), p.get("lock-on-runner", False),
+                         p.get("only-binary", False))
         for p in tool.get("platforms", [])
     )
     for plat in platforms:
