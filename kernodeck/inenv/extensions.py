@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ._common import CheckFailed, Context, load_file, progress
+from ._common import CheckFailed, Context, load_file, progress, user_traceback
 from .protocol import ConfigKey, Layer
 
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
@@ -214,8 +214,12 @@ def _smoke(ctx: Context, name: str, decl: dict[str, Any], device: str, running: 
     progress(f"smoke check {name}")
     module = _import(name, decl["module"], decl["module"], built.get(decl["module"].split(".")[0], {}), running)
     file, _, func = str(decl["smoke"]).partition(":")
-    code = load_file(Path(ctx.config[ConfigKey.PROJECT_ROOT]) / file, f"kernodeck_extension_smoke_{name}")
-    result = getattr(code, func)(module, device)
+    root = Path(ctx.config[ConfigKey.PROJECT_ROOT])
+    try:
+        result = getattr(load_file(root / file, f"kernodeck_extension_smoke_{name}"), func)(module, device)
+    except Exception as exc:  # the project's code: its own line, as the application's failures show it
+        raise CheckFailed(f"extension {name}: its smoke check {decl['smoke']} raised {type(exc).__name__}: {exc}",
+                          f"{Layer.OPERATOR}:{name}", user_traceback(exc, root)) from exc
     return {"module": decl["module"], "smoke": decl["smoke"], "device": device, **compare(name, result, decl)}
 
 

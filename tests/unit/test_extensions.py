@@ -280,3 +280,27 @@ def test_a_pin_built_here_from_its_sdist_is_named_with_its_generator_and_digests
     assert extensions.discover(env, cuobjdump="", twin=_twin(["kdbuilt-1.0-cp311-cp311-linux_x86_64.whl"])
                                ).built_here == ()
     assert extensions.discover(env, cuobjdump="").built_here == ()  # no twin: nothing to tell it by
+
+
+def test_a_smoke_check_that_raises_fails_naming_the_extension_and_its_line(tmp_path: Path) -> None:
+    env = fake_env(tmp_path)
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "ext.py").write_text("def smoke(ext, device):\n    return ext.add(1.0)\n", encoding="utf-8")
+    declared = {"kdext": {"module": "kdext._C", "smoke": "checks/ext.py:smoke", "rtol": 0.0, "atol": 0.0}}
+    result = run_step(env, tmp_path, declared)
+    assert result["status"] == "failed" and result["layer"] == "operator:kdext", result
+    assert result["error"].startswith("extension kdext: its smoke check checks/ext.py:smoke raised TypeError")
+    assert result["details"]["raised_at"] == "checks/ext.py:2 in smoke"
+
+
+def test_report_md_names_the_extension_abi_layer_and_its_cause() -> None:
+    from kernodeck.verify.markdown import likely_cause
+    from kernodeck.verify.report import Report, Status, Step
+
+    cause = "built for torch 2.5 / CUDA 12.4 (version label +pt25cu124); this env runs torch 2.13.0+cpu / no CUDA"
+    failed = Step("extensions", Status.FAILED, error="extension kdext: ...", layer="extension-abi",
+                  details={"likely_cause": cause})
+    said = likely_cause(Report("p", [failed]), failed)
+    assert said == f"the extension-abi layer: a compiled extension does not match this env's torch/CUDA: {cause}."
+    other = Step("extensions", Status.FAILED, error="x", layer="operator:kdext")
+    assert "extension-abi" not in likely_cause(Report("p", [other]), other)
