@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path
@@ -173,6 +175,18 @@ def cuda_arches(path: Path, cuobjdump: str) -> tuple[tuple[str, ...], tuple[str,
     return found[0], found[1]
 
 
+def find_cuobjdump(environ: Mapping[str, str]) -> str:
+    """``cuobjdump`` on PATH, else in the CUDA toolkit ``CUDA_HOME``/``CUDA_PATH`` names ("" when none)."""
+    found = shutil.which("cuobjdump", path=environ.get("PATH"))
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        candidate = Path(environ.get(var) or "/nonexistent") / "bin" / "cuobjdump"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return ""
+
+
 def read_object(site: Path, rel: str, cuobjdump: str) -> SharedObject | None | str:
     """The object at ``site/rel`` if it links torch; None if it does not; a string saying why it was not read."""
     path = site / rel
@@ -265,7 +279,7 @@ def built_here(info: Path, name: str, version: str, twin: Pylock | None) -> Buil
 def discover(env: Path, cuobjdump: str | None = None, twin: Pylock | None = None) -> Discovery:
     """Every distribution of the env at ``env`` holding shared objects that link torch (torch's own excepted), and
     the lock's pins (``twin``: its PEP 751 twin) that were built here from their sdist."""
-    tool = shutil.which("cuobjdump") if cuobjdump is None else cuobjdump
+    tool = find_cuobjdump(os.environ) if cuobjdump is None else cuobjdump
     found: list[Extension] = []
     not_read: list[str] = []
     built: list[BuiltHere] = []

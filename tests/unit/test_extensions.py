@@ -304,3 +304,14 @@ def test_report_md_names_the_extension_abi_layer_and_its_cause() -> None:
     assert said == f"the extension-abi layer: a compiled extension does not match this env's torch/CUDA: {cause}."
     other = Step("extensions", Status.FAILED, error="x", layer="operator:kdext")
     assert "extension-abi" not in likely_cause(Report("p", [other]), other)
+
+
+def test_cuobjdump_is_found_on_path_or_in_the_cuda_toolkit(tmp_path: Path) -> None:
+    toolkit = tmp_path / "cuda" / "bin"
+    toolkit.mkdir(parents=True)
+    assert extensions.find_cuobjdump({"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path / "cuda")}) == ""
+    (toolkit / "cuobjdump").write_text("#!/bin/sh\n")
+    (toolkit / "cuobjdump").chmod(0o755)
+    assert extensions.find_cuobjdump({"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path / "cuda")}) == str(
+        toolkit / "cuobjdump")
+    assert extensions.find_cuobjdump({"PATH": str(toolkit)}) == str(toolkit / "cuobjdump")
