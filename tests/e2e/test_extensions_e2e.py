@@ -2,9 +2,10 @@
 ``torch.utils.cpp_extension`` into a wheel (once per module, twice: sound, and its op calling a c10 function libtorch
 does not export), installed beside the real rebuilt env's torch, found from outside by its DT_NEEDED and judged by the
 runner's ``extensions`` step with real libtorch: imported and smoke-checked; an ABI break named with its demangled
-symbol; a smoke check disagreeing with its pure-PyTorch reference. Then through a whole ``verify --python`` of that
-env (a declared variant: the wheel is not the lock's): the report lists the extension and its smoke check, or stops
-at ``extensions`` with the layer ``extension-abi``.
+symbol; a smoke check disagreeing with its pure-PyTorch reference. Then through a whole ``verify``: the sound wheel
+locked from its local find-links folder, the env rebuilt with it, ``passed`` with the extension and its smoke check in
+the report; the broken one through ``verify --python`` of an env holding it stops at ``extensions``, layer
+``extension-abi``.
 """
 
 from __future__ import annotations
@@ -151,15 +152,48 @@ def _declaring_project(root: Path) -> Path:
     return project
 
 
+def _locked(root: Path, wheel: Path) -> None:
+    """The project's lock with the extension's wheel added (from its find-links folder), as `nox -s lock` writes a
+    lock: the base layer names it, the header holds the inputs, the PEP 751 twin places every file."""
+    from kernodeck import lock as locking
+    from kernodeck._fs import sha256_file
+    from kernodeck.lock import lockfile
+    from kernodeck.lock.twin import known_files
+    from kernodeck.project.config import load_project
+    from kernodeck.project.platforms import resolve_platform
+    from kernodeck.sources import Source
+
+    project = load_project(root)
+    plat = resolve_platform(project)
+    with (root / project.requirements[0]).open("a", encoding="utf-8") as handle:
+        handle.write("kdext-ops\n")
+    committed = locking.lock_path(project, plat).read_text(encoding="utf-8").splitlines(keepends=True)
+    body = "".join(line for line in committed if not line.startswith("#"))
+    body += f"kdext-ops=={wheel.name.split('-')[1]} \\\n    --hash=sha256:{sha256_file(wheel)}\n"
+    inputs = locking.compute_inputs(project, plat, "pip-tools")
+    header = [("kernodeck-lock-version", lockfile.FORMAT_VERSION), ("platform", plat.id), ("python", plat.python),
+              ("variant", plat.variant.name),
+              ("resolver", f"pip-tools {locking.resolver_version(project, 'pip-tools')}"),
+              ("command", "written by tests/e2e/test_extensions_e2e.py"),
+              ("packages", str(sum(1 for ln in body.splitlines() if ln[:1].isalnum() and "==" in ln))),
+              *[("input", f"{k} {v}") for k, v in inputs.entries], ("inputs-digest", inputs.digest())]
+    locking.write_pair(project, plat, lockfile.render(header, body), [Source("find-links", str(wheel.parent))], True,
+                       known=known_files(locking.pylock_path(project, plat)))
+    assert locking.check_lock(project, plat) == []
+
+
 def test_verify_reports_the_extension_found_imported_and_smoke_checked(wheels: dict[str, Path], built_project: Path,
                                                                         tmp_path: Path) -> None:
-    env = _env_with(wheels["sound"], built_project, tmp_path)
+    """The extension locked from a local find-links folder: verify rebuilds the env with it and passes."""
     project = _declaring_project(tmp_path)
+    _locked(project, wheels["sound"])
     out = tmp_path / "run"
-    proc = kd(project, "verify", "--python", str(env / "bin" / "python"), "--out", str(out))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["UV_FIND_LINKS"] = str(wheels["sound"].parent)  # beside this machine's sources: the extension's folder
+    proc = kd(project, "verify", "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = read_report(out)
-    assert report["status"] == "passed-unlocked"  # the wheel is not the lock's: a declared variant
+    assert report["status"] == "passed", report["verdict"]
     steps = {s["name"]: s for s in report["steps"]}  # type: ignore[union-attr]
     ext = steps["extensions"]
     assert ext["status"] == "passed" and ext["details"]["extensions"][0]["distribution"] == "kdext-ops"
