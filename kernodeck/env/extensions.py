@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import mmap
 import os
 import re
 import shutil
@@ -22,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
+from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
 from packaging.pylock import Pylock
 from packaging.requirements import InvalidRequirement, Requirement
@@ -138,19 +139,29 @@ def built_for(version: str, requires: list[str], objects: list[SharedObject]) ->
     return found
 
 
-def _dynamic(elf: ELFFile) -> tuple[list[str], set[str]]:
-    """(DT_NEEDED entries, names of the defined dynamic symbols)."""
-    needed: list[str] = []
-    for section in elf.iter_sections():
-        if isinstance(section, DynamicSection):
-            needed += [str(getattr(tag, "needed", "")) for tag in section.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
-    defined: set[str] = set()
+def _needed(elf: ELFFile) -> list[str]:
+    """Its DT_NEEDED entries (read first: most objects of an env do not link torch and are left there)."""
+    # the PT_DYNAMIC segment: a few program headers to read, where finding the section parses every section header
+    for segment in elf.iter_segments("PT_DYNAMIC"):
+        if isinstance(segment, DynamicSegment):
+            return [str(getattr(t, "needed", "")) for t in segment.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+    return []
+
+
+def _names_torch(handle: BinaryIO) -> bool:
+    """Whether the file holds the name of a torch library anywhere: a DT_NEEDED entry is a string of its dynamic
+    string table, so an object without one links no torch (a byte search, where parsing its ELF costs far more)."""
+    with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return data.find(b"libc10") >= 0 or data.find(b"libtorch") >= 0
+
+
+def _exports(elf: ELFFile, name: str) -> bool:
+    """Whether its dynamic symbol table defines ``name``."""
     dynsym = elf.get_section_by_name(".dynsym")
-    if dynsym is not None:
-        for sym in dynsym.iter_symbols():  # type: ignore[attr-defined]
-            if sym["st_shndx"] != "SHN_UNDEF" and sym.name:
-                defined.add(sym.name)
-    return needed, defined
+    if dynsym is None:
+        return False
+    found = dynsym.get_symbol_by_name(name)  # type: ignore[attr-defined]
+    return any(sym["st_shndx"] != "SHN_UNDEF" for sym in found or [])
 
 
 def _comment(elf: ELFFile) -> str:
@@ -195,21 +206,20 @@ def read_object(site: Path, rel: str, cuobjdump: str) -> SharedObject | None | s
             magic = handle.read(4)
             if magic in _MACHO_MAGIC:
                 return f"{rel}: Mach-O (load commands are not read)"
-            if magic != _ELF_MAGIC:
+            if magic != _ELF_MAGIC or not _names_torch(handle):
                 return None
             handle.seek(0)
             elf = ELFFile(handle)
-            needed, defined = _dynamic(elf)
+            needed = _needed(elf)
+            links = tuple(n for n in needed if TORCH_LIB.match(n))
+            if not links:
+                return None
+            stem = Path(rel).name.split(".", 1)[0]
+            exports = _exports(elf, f"PyInit_{stem}")
             compiler = _comment(elf)
     except (OSError, ELFError) as exc:
         return f"{rel}: {exc}"
-    links = tuple(n for n in needed if TORCH_LIB.match(n))
-    if not links:
-        return None
-    stem = Path(rel).name.split(".", 1)[0]
-    module = None
-    if f"PyInit_{stem}" in defined:
-        module = ".".join([*Path(rel).parent.parts, stem]).lstrip(".")
+    module = ".".join([*Path(rel).parent.parts, stem]).lstrip(".") if exports else None
     arches: tuple[str, ...] | None = None
     ptx: tuple[str, ...] = ()
     if cuobjdump:
