@@ -14,6 +14,8 @@ EVIDENCE: dict[str, dict[str, Any]] = {
                             "counts": {"foreign": 0, "shared": 0, "added": 0, "removed": 0, "changed": 0},
                             "bytecode_since_build": {"files": 0, "checked_now": 0, "not_its_source": []}}},
     "backend": {"expected_backend": "cpu", "device": "cpu", "matmul_max_abs_error": 0.0, "softmax_max_abs_error": 2e-8},
+    "extensions": {"extensions": [{"distribution": "kdext", "objects": [{"module": "kdext._C", "imported": True}]}],
+                   "smoke": {"kdext": {"max_abs": 0.0}}},
     "reference": {"rows": 40, "code": {"files": {"checks/app.py": "0" * 64}, "changed": [], "allowed": False}},
     "compare": {"passed": True, "outputs": {"embeddings": {"kind": "cosine", "passed": True}}},
     "criterion": {"passed": True, "controls": {"able_to_fail": True}},

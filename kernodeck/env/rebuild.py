@@ -291,8 +291,14 @@ class _Build:
                 f"sources and PyPI (set {self.vindex.var} to a mirror of it if they lack its files)")
             self.online, self.skipped = [], answer[1]
 
+    def only_binary(self) -> bool:
+        """The platform declares ``only-binary``: no pin may be built here from its sdist."""
+        return any(p.id == self.plat.id and p.only_binary for p in self.project.platforms)
+
     def install(self) -> None:
         offline = ["--no-index", "--find-links", str(self.wheelhouse)] if self.wheelhouse else []
+        binary = ([] if not self.only_binary() else ["--no-build"] if self.chosen == "uv"
+                  else ["--only-binary", ":all:"])
         if self.chosen == "uv":
             uv_env = offline_env() if self.wheelhouse else clean_env(
                 {**uv_environment(self.sources, extra_index=bool(self.online)),
@@ -301,7 +307,7 @@ class _Build:
             # env edit the cache and every env linked to it). No bytecode compiled: see COMPILE_AT_INSTALL.
             argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
                     "--no-deps", "--link-mode", "copy", *(["--compile-bytecode"] if COMPILE_AT_INSTALL else [])]
-            self.step("install", [*argv, *offline, *self.online, "-r", self.rel_lock], uv_env, long=True)
+            self.step("install", [*argv, *binary, *offline, *self.online, "-r", self.rel_lock], uv_env, long=True)
             self.wheels = binding.from_verified(self.lock)  # uv reports no file hash: the sets it verified
             return
         argv = [str(self.python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
@@ -311,7 +317,7 @@ class _Build:
         # pip's installation report: the sha256 of each wheel it installed (the env is bound to them)
         report = self.env.parent / f".{self.env.name}-install-report.json"
         try:
-            self.step("install", [*argv, "--report", str(report), *offline, *self.online, "-r", self.rel_lock],
+            self.step("install", [*argv, *binary, "--report", str(report), *offline, *self.online, "-r", self.rel_lock],
                       self.pip_env, long=True)
             self.wheels = binding.from_pip_report(json.loads(report.read_text(encoding="utf-8")), self.lock)
             self.hash_source = binding.HashSource.REPORT

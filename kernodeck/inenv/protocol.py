@@ -29,6 +29,7 @@ class StepName(StrEnum):
     SETTINGS = "settings"
     SYSTEM = "system"
     BACKEND = "backend"
+    EXTENSIONS = "extensions"
     REFERENCE = "reference"
     APPLICATION = "application"
     REREAD = "reread"
@@ -59,6 +60,7 @@ class Layer(StrEnum):
     APPLICATION = "application"
     TRANSFER = "transfer-to-device"
     OPERATOR = "operator"
+    EXTENSION_ABI = "extension-abi"  # a compiled extension built for another torch/CUDA (undefined symbol, library)
     OUTPUT = "output"
     COMPARISON = "comparison"
     DOSSIER = "dossier"
@@ -94,6 +96,7 @@ class ConfigKey(StrEnum):
     MARGIN_FILE = "margin_file"  # calibrate's first variation: where the margins of use go
     VARIATION = "variation"  # calibrate: the legitimate settings this process varies
     INENV_SHA256 = "inenv_sha256"  # {file name: sha256} of Kernodeck's in-env files, as the orchestrator read them
+    EXTENSIONS = "extensions"  # the compiled extensions found from outside and the declared smoke checks
 
 
 class StepKey(StrEnum):

@@ -44,6 +44,7 @@ STEPS: dict[str, tuple[str, str, str]] = {
     StepName.SETTINGS: ("settings", "run", "determinism settings applied before any compute"),
     StepName.SYSTEM: ("system", "run", "system chain (OS, driver, CUDA/ROCm, devices, loaded libraries)"),
     StepName.BACKEND: ("backend", "run", "expected backend usable; small computation matches numpy"),
+    StepName.EXTENSIONS: ("extensions", "run", "compiled extensions imported, matched to their chain, smoke-checked"),
     StepName.REFERENCE: ("reference", "check_reference", "reference outputs sound (count, shape, dtype, finite, ids)"),
     StepName.APPLICATION: (
         "application", "run_entry",

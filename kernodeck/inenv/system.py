@@ -43,6 +43,15 @@ def _cmd_version(name: str, args: list[str]) -> Any:
     }
 
 
+def build_chain() -> dict[str, Any]:
+    """What compiles a torch extension on this machine (torch.utils.cpp_extension's tools and the variables it reads):
+    recorded beside the chain an extension found in the env was built for."""
+    tools = {name: _cmd_version(name, ["--version"]) for name in ("gcc", "g++", "nvcc", "hipcc", "ninja")}
+    variables = {name: os.environ.get(name, "(unset)")
+                 for name in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "TORCH_CUDA_ARCH_LIST", "CXX", "CC")}
+    return {**tools, **variables}
+
+
 def _libc() -> Any:
     name, version = platform.libc_ver()
     return f"{name} {version}" if name else unavailable("platform.libc_ver() found none (not glibc?)")
@@ -270,6 +279,7 @@ def collect() -> dict[str, Any]:
             "nvcc": _cmd_version("nvcc", ["--version"]),
             "hipcc": _cmd_version("hipcc", ["--version"]),
         },
+        "build_chain": build_chain(),
     }
 
 

@@ -49,6 +49,9 @@ class DeclaredPlatform:
     lock_on_runner: bool = False
     # The container base `nox -s export` writes (NAME:TAG or NAME@sha256:DIGEST); "" for the platform's Python image.
     image: str = ""
+    # Its env is installed from wheels only (pip --only-binary :all:, uv --no-build): a pin with no wheel for it fails
+    # the rebuild instead of being built here from its sdist.
+    only_binary: bool = False
 
     @property
     def id(self) -> str:
@@ -206,7 +209,7 @@ def load_project(root: Path | None = None) -> Project:
     }
     platforms = tuple(
         DeclaredPlatform(p["python"], p["os-arch"], p["variant"], p.get("runner", ""), p.get("lock-on-runner", False),
-                         p.get("image", ""))
+                         p.get("image", ""), p.get("only-binary", False))
         for p in tool.get("platforms", [])
     )
     for plat in platforms:

@@ -79,6 +79,20 @@ def _deterministic(d: dict[str, Any]) -> bool:
     return d.get("device") != "cpu" or d.get("bitwise_identical") is True
 
 
+def _extensions_sound(d: dict[str, Any]) -> bool:
+    """Every compiled extension found imported each of its modules, and every declared smoke check recorded its
+    comparison (an env with none records empty lists: nothing to break)."""
+    found, smoke = d["extensions"], d.get("smoke", {})
+    return (
+        isinstance(found, list)
+        and isinstance(smoke, dict)
+        and all(isinstance(e, dict) and isinstance(e.get("objects"), list)
+                and all(o.get("imported") is True for o in e["objects"] if isinstance(o, dict) and o.get("module"))
+                for e in found)
+        and all(isinstance(s, dict) and _finite_at_most(s.get("max_abs"), float("inf")) for s in smoke.values())
+    )
+
+
 def _backend_works(d: dict[str, Any]) -> bool:
     return (
         isinstance(d.get("device"), str)
@@ -131,6 +145,8 @@ CLAIMS: tuple[ClaimSpec, ...] = (
               "resume", "passed", lambda d: d["passed"] is True, modes=VERIFY),
     ClaimSpec("backend", "the expected backend computes correctly (matmul exact, softmax within 1e-6)",
               "backend", "device", _backend_works),
+    ClaimSpec("extensions", "every compiled extension in the env imports against this torch; declared smoke checks "
+              "agree with their references", "extensions", "extensions", _extensions_sound),
 )
 
 

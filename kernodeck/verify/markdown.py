@@ -129,6 +129,9 @@ def likely_cause(report: Report, failure: Step) -> str:
             f"the device layer: {backend} is not usable with this torch build, driver and devices (the system step "
             "records torch.version.cuda / hip, the driver and the devices); nothing was computed on another device."
         )
+    if str(failure.layer).partition(":")[0] == "extension-abi":
+        said = failure.details.get("likely_cause") or "rebuild it against this torch, or pin the torch it was built for"
+        return f"the extension-abi layer: a compiled extension does not match this env's torch/CUDA: {said}."
     found = []
     if inv_keys:
         found.append(f"packages differ from the reference's inventory ({', '.join(sorted(inv_keys)[:8])})")

@@ -69,6 +69,11 @@ CONTRADICT: dict[str, list[dict[str, Any]]] = {
         {"matmul_max_abs_error": 1e-3},
         {"device": ""},
     ],
+    "extensions": [
+        {"extensions": [{"distribution": "kdext", "objects": [{"module": "kdext._C", "imported": False}]}]},
+        {"smoke": {"kdext": {"max_abs": math.nan}}},
+        {"extensions": "kdext"},
+    ],
 }
 
 

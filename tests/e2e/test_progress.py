@@ -127,13 +127,13 @@ def test_final_summary_line() -> None:
 
     ok = Report("p", [*complete_steps(), Step("rebuild", Status.SKIPPED, reason="--no-rebuild")])
     assert summary_line(ok, Path("runs/x/report.md")) == (
-        f"PASSED: 8 passed, 1 skipped (rebuild skipped, allowed in a pass: {SKIPPABLE['rebuild']}) — report: "
+        f"PASSED: 9 passed, 1 skipped (rebuild skipped, allowed in a pass: {SKIPPABLE['rebuild']}) — report: "
         "runs/x/report.md")
     # The skipped-step rule: a step no claim rests on and SKIPPABLE does not name cannot be skipped in a pass.
     odd = Report("p", [*complete_steps(), Step("b", Status.SKIPPED, reason="r")])
     assert odd.status is Status.FAILED and odd.verdict.value == "failed"
     assert summary_line(odd, Path("r.md")) == (
-        "FAILED: 8 passed, 1 skipped (every step passed, but NOT established: b was skipped (r), which a pass may "
+        "FAILED: 9 passed, 1 skipped (every step passed, but NOT established: b was skipped (r), which a pass may "
         "not skip) — report: r.md")
     bad = Report(
         "p",

@@ -96,6 +96,7 @@ def passing() -> Report:
             details={"expected_backend": "cpu", "device": "cpu", "matmul_max_abs_error": 0.0,
                      "softmax_max_abs_error": 2e-8},
         ),
+        Step("extensions", Status.PASSED, details=EVIDENCE["extensions"]),
         Step("reference", Status.PASSED, details={"rows": 40, "code": EVIDENCE["reference"]["code"]}),
         Step(
             "compare",

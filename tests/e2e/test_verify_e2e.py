@@ -67,6 +67,7 @@ def test_verify_passes_every_step(built_project: Path, tmp_path: Path) -> None:
         "settings",
         "system",
         "backend",
+        "extensions",
         "reference",
         "application",
         "reread",

@@ -17,7 +17,7 @@ from typing import Any
 from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import first_error, log, show
-from kernodeck.env import start
+from kernodeck.env import extensions, start
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import HASH_SEED, STATUSES, StepName
 from kernodeck.project import deadlines
@@ -209,6 +209,16 @@ def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> 
         run.add(Step(name, Status.NOT_RUN, reason="an earlier step failed"))
 
 
+def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
+    """The compiled extensions found from outside the env before it runs, and the declared smoke checks."""
+    found = extensions.discover(python.parent.parent, twin=ctx.lock.twin)
+    names = ", ".join(f"{e.distribution} {e.version}" for e in found.extensions) or "none"
+    log(f"kernodeck: extensions: found {names} (shared objects linking libtorch/libc10, torch's own excepted)")
+    declared = ctx.project.tool.get("extensions")
+    return {**found.as_config(),
+            "declared": {str(k): dict(v) for k, v in declared.items()} if isinstance(declared, dict) else {}}
+
+
 def checks(ctx: RunContext, run: Run) -> None:
     """The pipeline's in-env phase: every check the run asks for, in one process, with collect_env beside it."""
     assert run.python is not None  # the rebuild step gave it
@@ -220,9 +230,12 @@ def checks(ctx: RunContext, run: Run) -> None:
     if undeclared:
         _refuse_preload(run, ctx.names, undeclared)
         return
+    config = run.run_config
+    if StepName.EXTENSIONS in ctx.names:
+        config = {**config, "extensions": extensions_config(ctx, run.python)}
     collected = CollectEnv.start(run.python, ctx.staging)
     try:
-        run_checks(run, run.python, ctx.names, run.run_config)
+        run_checks(run, run.python, ctx.names, config)
     finally:
         collected.finish(ctx.staging / COLLECT_ENV, timeout=5 if "interrupted" in run.meta else 300)
     for step in run.steps:  # the system record (system.json, kept with a reference) holds them, compared with its

@@ -1,0 +1,219 @@
+"""Compiled extensions (issue 33) with a REAL torch extension: a small C++ op built here with
+``torch.utils.cpp_extension`` into a wheel (once per module, twice: sound, and its op calling a c10 function libtorch
+does not export), installed beside the real rebuilt env's torch, found from outside by its DT_NEEDED and judged by the
+runner's ``extensions`` step with real libtorch: imported and smoke-checked; an ABI break named with its demangled
+symbol; a smoke check disagreeing with its pure-PyTorch reference. Then through a whole ``verify``: the sound wheel
+locked from its local find-links folder, the env rebuilt with it, ``passed`` with the extension and its smoke check in
+the report; the broken one through ``verify --python`` of an env holding it stops at ``extensions``, layer
+``extension-abi``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kernodeck.env import extensions
+from tests.conftest import copy_project, kd, read_report, statuses
+from tests.unit.test_extensions import run_step
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")]
+
+OPS = r"""
+#include <torch/extension.h>
+torch::Tensor scaled_add(torch::Tensor a, torch::Tensor b, double alpha) { return a + alpha * b; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled_add", &scaled_add, "a + alpha * b"); }
+"""
+# The same package and module, its op calling a c10 function libtorch does not export (beside one it does, so that
+# the linker keeps libc10 as needed). Without torch's headers it compiles in seconds, not a minute.
+BROKEN_OPS = r"""
+#include <Python.h>
+namespace c10 { struct Allocator; Allocator* GetCPUAllocator(); void kernodeck_not_exported(); }
+static PyObject* scaled_add(PyObject*, PyObject*) {
+  c10::kernodeck_not_exported();
+  return PyLong_FromVoidPtr(c10::GetCPUAllocator());
+}
+static PyMethodDef methods[] = {{"scaled_add", scaled_add, METH_VARARGS, "broken"}, {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&mod); }
+"""
+SETUP = """
+import os
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+setup(name="kdext-ops", version=os.environ["KDEXT_VERSION"], packages=["kdext"],
+      ext_modules=[CppExtension("kdext._C", ["kdext/ops.cpp"])],
+      cmdclass={"build_ext": BuildExtension})
+"""
+SMOKE = """
+import torch
+
+
+def smoke(ext, device):
+    a = torch.arange(6, dtype=torch.float32, device=device).reshape(2, 3)
+    b = torch.full((2, 3), 2.0, device=device)
+    return {"output": ext.scaled_add(a, b, 0.5), "reference": a + ALPHA * b, "path": "compiled"}
+"""
+DECLARED = {"kdext": {"module": "kdext._C", "smoke": "checks/ext.py:smoke", "rtol": 1e-6, "atol": 1e-6,
+                      "path": "compiled"}}
+
+
+def _build(python: Path, work: Path, version: str, broken: bool) -> Path:
+    """The wheel of kdext-ops, compiled against the env's torch by its own cpp_extension."""
+    src = work / f"src-{version}"
+    (src / "kdext").mkdir(parents=True)
+    (src / "kdext" / "__init__.py").write_text("", encoding="utf-8")
+    (src / "kdext" / "ops.cpp").write_text(BROKEN_OPS if broken else OPS, encoding="utf-8")
+    (src / "setup.py").write_text(SETUP, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) and k != "PYTHONPATH"}
+    env.update(KDEXT_VERSION=version, MAX_JOBS="2", PIP_NO_INDEX="1", PIP_NO_CACHE_DIR="1",
+               PIP_CONFIG_FILE=os.devnull, PYTHONDONTWRITEBYTECODE="1")
+    out = work / "wheels"
+    proc = subprocess.run([str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(out),
+                           str(src)], cwd=src, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return next(out.glob(f"kdext_ops-{version}-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def wheels(built_project: Path, module_tmp: Path) -> dict[str, Path]:
+    python = next(built_project.glob(".venv-rebuild/*/current/bin/python"))
+    return {"sound": _build(python, module_tmp, "1.0+pt213cpu", broken=False),
+            "broken": _build(python, module_tmp, "1.0+pt25cu124", broken=True)}
+
+
+def _env_with(wheel: Path, built_project: Path, root: Path) -> Path:
+    """A venv seeing the rebuilt env's packages (a .pth) with the wheel installed in its own site-packages."""
+    env = root / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, capture_output=True)
+    site = next((env / "lib").glob("python*/site-packages"))
+    torch_site = next(built_project.glob(".venv-rebuild/*/current/lib/python*/site-packages"))
+    (site / "rebuilt.pth").write_text(f"{torch_site.resolve()}\n", encoding="utf-8")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    return env
+
+
+def _project(root: Path, alpha: str) -> None:
+    (root / "checks").mkdir(parents=True, exist_ok=True)
+    (root / "checks" / "ext.py").write_text(SMOKE.replace("ALPHA", alpha), encoding="utf-8")
+
+
+def test_a_real_extension_is_found_imported_and_smoke_checked(wheels: dict[str, Path], built_project: Path,
+                                                               tmp_path: Path) -> None:
+    env = _env_with(wheels["sound"], built_project, tmp_path)
+    found = extensions.discover(env, cuobjdump="")
+    (ext,) = found.extensions
+    (obj,) = ext.objects
+    assert ext.distribution == "kdext-ops" and obj.module == "kdext._C"
+    assert {"libc10.so", "libtorch_cpu.so"} <= set(obj.links), obj.links  # what cpp_extension links (as needed)
+    assert ext.built_for["torch"] == "2.13"
+    _project(tmp_path, "0.5")
+    result = run_step(env, tmp_path, DECLARED)
+    assert result["status"] == "passed", result
+    (record,) = result["details"]["extensions"]
+    assert record["objects"][0]["imported"] is True and record["torch_matches"] is True
+    assert result["details"]["smoke"]["kdext"]["max_abs"] == 0.0
+    assert result["details"]["smoke"]["kdext"]["path"] == "compiled"
+
+    # the negative control: its reference computed with another alpha disagrees, naming the extension
+    _project(tmp_path, "0.25")
+    result = run_step(env, tmp_path, DECLARED)
+    assert result["status"] == "failed" and result["layer"] == "operator:kdext", result
+    assert result["error"].startswith("extension kdext: smoke output differs from its pure-PyTorch reference")
+
+
+def test_a_real_extension_calling_what_libtorch_does_not_export_is_an_abi_break(
+        wheels: dict[str, Path], built_project: Path, tmp_path: Path) -> None:
+    env = _env_with(wheels["broken"], built_project, tmp_path)
+    result = run_step(env, tmp_path)
+    assert result["status"] == "failed" and result["layer"] == "extension-abi", result
+    error = result["error"]
+    assert error.startswith("extension kdext-ops: _C.") and "undefined symbol" in error
+    assert "c10::kernodeck_not_exported()" in error and "_ZN3c1022kernodeck_not_exportedEv" in error
+    assert "built for torch 2.5 / CUDA 12.4 (version label +pt25cu124); this env runs torch 2.13" in error
+
+
+def _declaring_project(root: Path) -> Path:
+    """A copy of the project declaring the extension's smoke check."""
+    project = copy_project(root / "project")
+    _project(project, "0.5")
+    with (project / "pyproject.toml").open("a", encoding="utf-8") as handle:
+        handle.write('\n[tool.kernodeck.extensions.kdext]\nmodule = "kdext._C"\nsmoke = "checks/ext.py:smoke"\n'
+                     'rtol = 1e-6\natol = 1e-6\npath = "compiled"\n')
+    return project
+
+
+def _locked(root: Path, wheel: Path) -> None:
+    """The project's lock with the extension's wheel added (from its find-links folder), as `nox -s lock` writes a
+    lock: the base layer names it, the header holds the inputs, the PEP 751 twin places every file."""
+    from kernodeck import lock as locking
+    from kernodeck._fs import sha256_file
+    from kernodeck.lock import lockfile
+    from kernodeck.lock.twin import known_files
+    from kernodeck.project.config import load_project
+    from kernodeck.project.platforms import resolve_platform
+    from kernodeck.sources import Source
+
+    project = load_project(root)
+    plat = resolve_platform(project)
+    with (root / project.requirements[0]).open("a", encoding="utf-8") as handle:
+        handle.write("kdext-ops\n")
+    committed = locking.lock_path(project, plat).read_text(encoding="utf-8").splitlines(keepends=True)
+    body = "".join(line for line in committed if not line.startswith("#"))
+    body += f"kdext-ops=={wheel.name.split('-')[1]} \\\n    --hash=sha256:{sha256_file(wheel)}\n"
+    inputs = locking.compute_inputs(project, plat, "pip-tools")
+    header = [("kernodeck-lock-version", lockfile.FORMAT_VERSION), ("platform", plat.id), ("python", plat.python),
+              ("variant", plat.variant.name),
+              ("resolver", f"pip-tools {locking.resolver_version(project, 'pip-tools')}"),
+              ("command", "written by tests/e2e/test_extensions_e2e.py"),
+              ("packages", str(sum(1 for ln in body.splitlines() if ln[:1].isalnum() and "==" in ln))),
+              *[("input", f"{k} {v}") for k, v in inputs.entries], ("inputs-digest", inputs.digest())]
+    locking.write_pair(project, plat, lockfile.render(header, body), [Source("find-links", str(wheel.parent))], True,
+                       known=known_files(locking.pylock_path(project, plat)))
+    assert locking.check_lock(project, plat) == []
+
+
+def test_verify_reports_the_extension_found_imported_and_smoke_checked(wheels: dict[str, Path], built_project: Path,
+                                                                        tmp_path: Path) -> None:
+    """The extension locked from a local find-links folder: verify rebuilds the env with it and passes."""
+    project = _declaring_project(tmp_path)
+    _locked(project, wheels["sound"])
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["UV_FIND_LINKS"] = str(wheels["sound"].parent)  # beside this machine's sources: the extension's folder
+    proc = kd(project, "verify", "--out", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = read_report(out)
+    assert report["status"] == "passed", report["verdict"]
+    steps = {s["name"]: s for s in report["steps"]}  # type: ignore[union-attr]
+    ext = steps["extensions"]
+    assert ext["status"] == "passed" and ext["details"]["extensions"][0]["distribution"] == "kdext-ops"
+    assert ext["details"]["smoke"]["kdext"]["max_abs"] == 0.0
+    assert next(c for c in report["claims"] if c["id"] == "extensions")["established"]  # type: ignore[union-attr]
+    assert "kdext-ops 1.0+pt213cpu: 1 module(s) imported, built for torch 2.13; smoke kdext" in (
+        out / "report.md").read_text()
+    chain = json.loads((out / "system.json").read_text())["build_chain"]
+    assert {"gcc", "g++", "nvcc", "ninja", "CUDA_HOME", "ROCM_PATH", "TORCH_CUDA_ARCH_LIST"} <= set(chain)
+
+
+def test_verify_stops_at_extensions_on_an_abi_break(wheels: dict[str, Path], built_project: Path,
+                                                     tmp_path: Path) -> None:
+    env = _env_with(wheels["broken"], built_project, tmp_path)
+    project = _declaring_project(tmp_path)
+    out = tmp_path / "run"
+    proc = kd(project, "verify", "--python", str(env / "bin" / "python"), "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = read_report(out)
+    assert report["first_failure"] == "extensions" and statuses(report)["application"] == "not-run"
+    failed = next(s for s in report["steps"] if s["name"] == "extensions")  # type: ignore[union-attr]
+    assert failed["layer"] == "extension-abi" and "c10::kernodeck_not_exported()" in failed["error"]
+    assert "**Likely cause**: the extension-abi layer" in (out / "report.md").read_text()
