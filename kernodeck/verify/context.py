@@ -18,6 +18,7 @@ from kernodeck import lock as locking
 from kernodeck import sources
 from kernodeck.dossier import reference as refmod
 from kernodeck.errors import KernodeckError
+from kernodeck.inenv.protocol import StepName
 from kernodeck.project import application
 from kernodeck.project import resume as resume_contract
 from kernodeck.project.config import Project
@@ -115,10 +116,13 @@ def load(project: Project, plat: Platform, opts: Options, *, mode: str, staging:
     """Read every input of a run, once. The caller holds the platform's lock."""
     ref, ref_inventory = _reference(project)
     vindex = sources.variant_index(plat.variant.name, plat.variant.index)
+    declaration = _declaration(project)
+    if declaration.app_resume is None:  # no [tool.kernodeck.application.resume]: the step is not asked for at all
+        names = tuple(n for n in names if n != StepName.RESUME_APPLICATION)
     return RunContext(
         project=project, plat=plat, opts=opts, mode=mode, staging=staging, names=names,
         backend=opts.expect_backend or str(plat.variant.backend),
-        declaration=_declaration(project), lock=locking.read_lock(project, plat),
+        declaration=declaration, lock=locking.read_lock(project, plat),
         reference=ref, reference_inventory=ref_inventory,
         secrets=sources.secrets([v.index for v in project.variants.values()]),
         install_secrets=sources.secrets([sources.public_url(vindex.declared)], [vindex.declared]),
