@@ -259,8 +259,13 @@ def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
         Layer.APPLICATION,
         {"undeclared": files, "tip": tip},
     )
-    _PENDING.append(verdict)
+    pending(verdict)
     raise verdict
+
+
+def pending(verdict: CheckFailed) -> None:
+    """A verdict on the application's call that fails its step even if the step's own code catches it (settle)."""
+    _PENDING.append(verdict)
 
 
 def settle() -> None:

@@ -149,6 +149,12 @@ from kernodeck_inenv import application, controls, world
 from kernodeck_inenv._common import CheckFailed, Context
 config = json.loads(Path(sys.argv[2]).read_text())
 ctx = Context(config=config, out=Path(sys.argv[3]))
+if "--torch" in sys.argv:  # a fake torch (tests/unit/test_verified_code.py's FAKE_TORCH), set and read back as the
+    sys.path.insert(0, sys.argv[sys.argv.index("--torch") + 1])  # settings step does
+    import torch
+    from kernodeck_inenv import settings
+    settings.apply()
+    ctx.state["settings"] = settings.read_back(torch)
 try:
     world.forget()
     run = application._function(ctx, config["application"]["entry"], "entry")
@@ -350,3 +356,92 @@ def test_a_module_imported_through_proc_self_root_is_judged_and_its_planted_pyc_
     result = _run(tmp_path, config)
     assert result["status"] == "failed", result
     assert "src/mypkg/util.py (imported)" in result["error"], result["error"]
+
+
+# --- red team of issue 29, third pass: the settings read back where they apply -------------------------------------
+
+FAKE_TORCH = """
+import types
+
+float32, float64 = "torch.float32", "torch.float64"
+_s = {"det": False, "warn": False, "prec": "highest", "threads": 4, "interop": 4, "dtype": float32, "seed": 0}
+backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(deterministic=False, benchmark=True, allow_tf32=True),
+                                 cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=True)))
+utils = types.SimpleNamespace(deterministic=types.SimpleNamespace(fill_uninitialized_memory=False))
+def manual_seed(seed): _s["seed"] = seed
+def initial_seed(): return _s["seed"]
+def use_deterministic_algorithms(on, warn_only=False): _s.update(det=on, warn=warn_only)
+def are_deterministic_algorithms_enabled(): return _s["det"]
+def is_deterministic_algorithms_warn_only_enabled(): return _s["warn"]
+def set_float32_matmul_precision(p): _s["prec"] = p
+def get_float32_matmul_precision(): return _s["prec"]
+def set_num_threads(n): _s["threads"] = n
+def get_num_threads(): return _s["threads"]
+def set_num_interop_threads(n): _s["interop"] = n
+def get_num_interop_threads(): return _s["interop"]
+def set_default_dtype(d): _s["dtype"] = d
+def get_default_dtype(): return _s["dtype"]
+"""
+
+CHANGES = {
+    "deterministic_algorithms": "torch.use_deterministic_algorithms(False)",
+    "deterministic_warn_only": "torch.use_deterministic_algorithms(True, warn_only=True)",
+    "torch.num_threads": "torch.set_num_threads(1)",
+    "cudnn.deterministic": "torch.backends.cudnn.deterministic = False",
+    "cudnn.benchmark": "torch.backends.cudnn.benchmark = True",
+    "cudnn.allow_tf32 (legacy flag)": "torch.backends.cudnn.allow_tf32 = True",
+    "cuda.matmul.allow_tf32 (legacy flag)": "torch.backends.cuda.matmul.allow_tf32 = True",
+    "float32_matmul_precision": 'torch.set_float32_matmul_precision("medium")',
+    "default_dtype": "torch.set_default_dtype(torch.float64)",
+    "fill_uninitialized_memory": "torch.utils.deterministic.fill_uninitialized_memory = False",
+}
+
+
+def _settings_project(tmp_path: Path, entry: str = "", criterion: str = "", top: str = "") -> tuple[
+        dict[str, Any], Path]:
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], files=["data/*.csv"])
+    root = Path(config["project_root"])
+    text = APP.replace("import sys\n", f"import sys\nimport torch\n{top}\n", 1)
+    text = text.replace("    return mypkg.util.VALUE\n", f"    {entry or 'pass'}\n    return mypkg.util.VALUE\n")
+    text = text.replace("    return {\"passed\"", f"    {criterion or 'pass'}\n    return {{\"passed\"")
+    (root / "app.py").write_text(text)
+    config["application"]["sources"] = application.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+         "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    fake = tmp_path / "faketorch"
+    (fake / "torch").mkdir(parents=True, exist_ok=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    return config, fake
+
+
+@pytest.mark.parametrize("setting", sorted(CHANGES))
+def test_a_setting_the_entry_changes_fails_the_step_naming_it(tmp_path: Path, setting: str) -> None:
+    """settings.json said "verified" for a setting the entry then changed (the read-back ran before the entry)."""
+    config, fake = _settings_project(tmp_path, entry=CHANGES[setting])
+    result = _run(tmp_path, config, "--torch", str(fake))
+    assert result["status"] == "failed", result
+    assert result["error"].startswith("the entry changed determinism settings the run records as verified: ")
+    assert f"{setting}: recorded " in result["error"] and ", after the call " in result["error"]
+    assert list(result["details"]["changed_settings"]) == [setting]
+
+
+def test_the_settings_are_read_back_after_the_criterion_its_controls_and_the_files_load(tmp_path: Path) -> None:
+    config, fake = _settings_project(tmp_path, criterion="torch.set_num_threads(1)")
+    result = _run(tmp_path, config, "--torch", str(fake))
+    assert result["status"] == "failed" and "the criterion changed determinism settings" in result["error"]
+    assert "torch.num_threads: recorded 4, after the call 1" in result["error"]
+    # through the controls, which count any error of the criterion as a rejection: the step fails all the same
+    result = _run(tmp_path, config, "--torch", str(fake), "--controls")
+    assert result["status"] == "failed" and "the criterion changed determinism settings" in result["error"]
+    # at the top of the entry's file, run when it loads
+    config, fake = _settings_project(tmp_path / "top", top="torch.use_deterministic_algorithms(False)")
+    result = _run(tmp_path, config, "--torch", str(fake))
+    assert result["status"] == "failed" and "the entry's file changed determinism settings" in result["error"]
+    assert "deterministic_algorithms: recorded True, after the call False" in result["error"]
+
+
+def test_an_entry_that_seeds_its_own_generators_or_leaves_the_settings_passes(tmp_path: Path) -> None:
+    """The control: the same harness passes when nothing is changed, and reseeding is no change of a setting."""
+    config, fake = _settings_project(tmp_path, entry="torch.manual_seed(0)")
+    assert _run(tmp_path, config, "--torch", str(fake)) == {"status": "passed"}
