@@ -21,6 +21,7 @@ and drops a trusted path with one prefix test before anything else.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import sysconfig
@@ -111,19 +112,189 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
         writes = bool(flags & os.O_TRUNC) or (bool(flags & os.O_CREAT) and not os.path.exists(path))
     if reads and path not in _WRITTEN and path not in _READ and os.path.isfile(path):
         _READ[path] = _BY[0]
+        _to_parent({"kind": "read", "path": path, "by": _BY[0]})
     if writes:
         _WRITTEN.add(path)
+        _to_parent({"kind": "written", "path": path})
+
+
+def _open_dirs() -> list[str]:
+    """Every folder this process holds open as a descriptor (a ``dir_fd`` it may open relative to)."""
+    found = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith(os.sep) and os.path.isdir(target):
+            found.append(target)
+    return found
+
+
+def _os_open(file: Any, flags: Any) -> None:
+    """``os.open``: its audit event carries no ``dir_fd``, so a relative name is judged against the working folder
+    AND every folder the process holds open (``os.open(name, O_RDONLY, dir_fd=d)`` reads ``d``'s file, never the
+    working folder's): wherever the name could resolve to an undeclared file, that file is named."""
+    if isinstance(file, int):
+        return
+    try:
+        name = os.fsdecode(file)
+    except TypeError:
+        return
+    if name.startswith(os.sep):
+        _opened(name, None, flags)
+        return
+    for folder in {os.getcwd(), *_open_dirs()}:
+        _opened(os.path.join(folder, name), None, flags)
+
+
+def _refuse(message: str, details: dict[str, Any]) -> None:
+    """A verdict at once, raised where the application's call is: the operation does not happen. In a forked child
+    (``os.spawnv`` forks then execs; a DataLoader worker) it is also handed to the parent (_from_children)."""
+    text = f"{_BY[0] or 'the application'} {message}"
+    _to_parent({"kind": "refused", "message": text, "details": details})
+    verdict = CheckFailed(text, Layer.APPLICATION, details)
+    _PENDING.append(verdict)
+    raise verdict
+
+
+_PID = [0]  # the process the window was opened in
+_OUT = [""]  # the run's folder, where forked children leave what they read (CHILDREN)
+CHILDREN = ".closed-world-children.jsonl"
+
+
+def _to_parent(note: dict[str, Any]) -> None:
+    """In a process forked during a window (its hook and window inherited): one line for the parent, whose own
+    record never sees the child's reads, writes or refusals."""
+    if os.getpid() == _PID[0] or not _OUT[0]:
+        return
+    _ON[0] = False  # this write is Kernodeck's, not the application's
+    try:
+        fd = os.open(os.path.join(_OUT[0], CHILDREN), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps(note) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    finally:
+        _ON[0] = True
+
+
+def _from_children() -> None:
+    """What the window's forked children read, wrote and were refused, merged into this window's record."""
+    path = os.path.join(_OUT[0], CHILDREN)
+    try:
+        with open(path, encoding="utf-8") as notes:
+            lines = notes.read().splitlines()
+        os.unlink(path)
+    except OSError:
+        return
+    for note in map(json.loads, lines):
+        if note["kind"] == "written":
+            _WRITTEN.add(note["path"])
+        elif note["kind"] == "read" and note["path"] not in _WRITTEN:
+            _READ.setdefault(note["path"], f"{note['by']} (in a child process)")
+        elif note["kind"] == "refused":
+            verdict = CheckFailed(f"{note['message']} (in a child process)", Layer.APPLICATION, note["details"])
+            _PENDING.append(verdict)
+            raise verdict
+
+
+# The audit events that start another program: whatever it reads, no hook of this process sees (the program's index
+# in the event's arguments). multiprocessing (fork, spawn, forkserver: _posixsubprocess.fork_exec) and torch's
+# DataLoader workers raise none of these (only ``os.fork``), so they are not refused: docs/application.md.
+PROCESS_EVENTS = {"subprocess.Popen": 1, "os.system": 0, "os.exec": 0, "os.posix_spawn": 0, "os.spawn": 1}
+
+
+def _program(event: str, args: tuple[Any, ...]) -> str:
+    value = args[PROCESS_EVENTS[event]]
+    if event == "subprocess.Popen" and args[0] is not None:
+        value = args[0]  # the executable given
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else ""
+    try:
+        return os.fsdecode(value)
+    except TypeError:
+        return str(value)
+
+
+def _started(event: str, args: tuple[Any, ...]) -> None:
+    program = _program(event, args)
+    _refuse(f"started a process ({program}, {event}): what it reads cannot be checked, so it is refused: do that "
+            "work in Python inside the application (what it opens is then judged)",
+            {"process": program, "event": event, "tip": "docs/application.md: the closed world's limits"})
+
+
+def _sqlite(database: Any) -> None:
+    """``sqlite3.connect``: the database file is read (and created if missing, then an output) like an open."""
+    try:
+        name = os.fsdecode(database)
+    except TypeError:
+        return
+    if name.startswith("file:"):  # uri=True: file:PATH?mode=ro
+        name = name[len("file:"):].split("?", 1)[0]
+    if name and name != ":memory:":
+        _opened(name, "a+", None)
+
+
+def _dlopen(name: Any) -> None:
+    """``ctypes.CDLL(path)``: a library loaded by path is judged like a file read (a bare soname is found by the
+    dynamic loader, and the library it maps is judged with the others after each step: libraries.py)."""
+    if name is None:
+        return
+    path = os.fsdecode(name)
+    if os.sep in path:
+        _opened(path, "r", None)
+
+
+_LISTED: dict[str, str] = {}  # this window's folders listed: folder -> who
+
+
+def _listed(path: Any) -> None:
+    """``os.listdir``/``os.scandir`` (and os.walk, glob, pathlib over them): a folder's names are an input too. The
+    import machinery's own listings (FileFinder's cache of a ``sys.path`` folder) serve imports, judged file by file:
+    they are not recorded."""
+    if isinstance(path, int):
+        return
+    if sys._getframe(2).f_code.co_filename.startswith("<frozen importlib"):
+        return
+    folder = _path("." if path is None else path)
+    if folder is None or trusted(folder):
+        return
+    folder = resolved(folder)
+    if folder not in _LISTED and folder not in _WRITTEN:
+        _LISTED[folder] = _BY[0]
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if not _ON[0]:
         return
     if event == "open":
-        _opened(*args[:3])
+        if args[1] is None:
+            _os_open(args[0], args[2])
+        else:
+            _opened(*args[:3])
     elif event == "os.rename":  # also os.replace: a file written then moved into place is still an output
         src, dst = _path(args[0]), _path(args[1])
         if src in _WRITTEN and dst is not None:
             _WRITTEN.add(dst)
+    elif event in PROCESS_EVENTS:
+        _started(event, args)
+    elif event in ("os.listdir", "os.scandir"):
+        _listed(args[0])
+    elif event == "os.mkdir":  # a folder the application made: listing it reads only its own outputs
+        made = _path(args[0])
+        if made is not None:
+            _WRITTEN.add(made)
+    elif event == "sqlite3.connect":
+        _sqlite(args[0])
+    elif event == "ctypes.dlopen":
+        _dlopen(args[0])
 
 
 def _install() -> None:
@@ -177,12 +348,17 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     verified.install(finder(ctx))
     before = set(sys.modules)
     _READ.clear()
+    _LISTED.clear()
     _BY[0], _ON[0] = who, True
+    _PID[0], _OUT[0] = os.getpid(), str(ctx.out)
     try:
         yield
     finally:
         _ON[0] = False
-    judge(ctx, who, {name for name in sys.modules if name not in before})
+    _from_children()
+    # a module object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``) is not new
+    known = {id(module) for name, module in list(sys.modules.items()) if name in before}
+    judge(ctx, who, {name for name, module in list(sys.modules.items()) if name not in before and id(module) not in known})
 
 
 def _in_sources(ctx: Context, path: str) -> bool:
@@ -227,11 +403,44 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
         rel = shown(path)
         found[path] = {"file": rel, "how": "imported" if path in modules else "opened", "by": by or "the application",
                        "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
+    found.update(_listings(ctx, known, out_dir))
     return [found[p] for p in sorted(found)]
 
 
+def _listings(ctx: Context, known: dict[str, str], out_dir: str) -> dict[str, dict[str, str]]:
+    """Each folder of the project the window listed whose names are not all accounted for (a declared file, a folder
+    holding one, written by the application): its names were an input no fingerprint covers. Folders outside the
+    project are not judged by their listing (what is opened there is)."""
+    root = Path(ctx.config["project_root"])
+    roots = tuple(form.rstrip(os.sep) + os.sep for form in _forms(str(root)))
+    shown = _shown(root)
+    found: dict[str, dict[str, str]] = {}
+    for folder, by in _LISTED.items():
+        if not (folder + os.sep).startswith(roots) or (folder + os.sep).startswith(out_dir) or _in_sources(ctx, folder):
+            continue
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        strange = [name for name in names if name != "__pycache__" and not _accounted(ctx, known, os.path.join(folder, name))]
+        if strange:
+            rel = shown(folder)
+            glob = "*" if rel == "." else f"{rel}/*"
+            found[folder] = {"file": f"{rel}/", "how": f"listed: {', '.join(strange[:4])}{' ...' if len(strange) > 4 else ''}",
+                             "by": by or "the application", "declare": "files", "glob": glob}
+    return found
+
+
+def _accounted(ctx: Context, known: dict[str, str], path: str) -> bool:
+    """A name in a listed folder the declarations cover: a declared file, a folder holding one, or an output."""
+    if path in known or path in _WRITTEN or trusted(path) or _in_sources(ctx, path):
+        return True
+    inside = path.rstrip(os.sep) + os.sep
+    return any(k.startswith(inside) for k in known)
+
+
 def _advice(files: list[dict[str, str]]) -> str:
-    asks = [f"{key} = {json_list([f['file'] for f in files if f['declare'] == key])}"
+    asks = [f"{key} = {json_list([f.get('glob', f['file']) for f in files if f['declare'] == key])}"
             for key in ("code", "files") if any(f["declare"] == key for f in files)]
     advice = []
     if asks:

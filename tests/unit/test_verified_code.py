@@ -8,11 +8,13 @@ every file the application reads is the env's, the stdlib's or declared, or its 
 
 from __future__ import annotations
 
+import ctypes.util
 import hashlib
 import json
 import os
 import py_compile
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -445,3 +447,99 @@ def test_an_entry_that_seeds_its_own_generators_or_leaves_the_settings_passes(tm
     """The control: the same harness passes when nothing is changed, and reseeding is no change of a setting."""
     config, fake = _settings_project(tmp_path, entry="torch.manual_seed(0)")
     assert _run(tmp_path, config, "--torch", str(fake)) == {"status": "passed"}
+
+
+# --- red team of issue 29, third pass: reads the open hook did not see ------------------------------------------------
+
+EXTRA = 'str(ROOT / "data" / "extra.csv")'
+STARTS = {  # each started a program that read data/extra.csv, and verify passed
+    "subprocess": (f'subprocess.run(["cat", {EXTRA}], capture_output=True)', "(cat, subprocess.Popen)"),
+    "os.system": (f'os.system("cat " + {EXTRA})', "(cat "),
+    "os.posix_spawn": (f'os.waitpid(os.posix_spawn("/bin/cat", ["cat", {EXTRA}], {{}}), 0)', "(/bin/cat, os.posix_spawn)"),
+    # POSIX os.spawnv forks, then execs in the child: refused there, and handed to the parent
+    "os.spawnv": (f'os.spawnv(os.P_WAIT, "/bin/cat", ["cat", {EXTRA}])', "(/bin/cat, os.exec): "),
+    "os.execv": (f'os.execv("/bin/cat", ["cat", {EXTRA}])', "(/bin/cat, os.exec)"),
+}
+READS = {  # (the code, what the error names)
+    "sqlite3": ('sqlite3.connect(str(ROOT / "data" / "extra.db")).execute("select 1")', "data/extra.db (opened)"),
+    "ctypes": ('ctypes.CDLL(str(ROOT / "data" / "libextra.so"))', "data/libextra.so (opened)"),
+    "dir_fd": ('os.read(os.open("extra.csv", os.O_RDONLY, dir_fd=os.open(str(ROOT / "data"), os.O_RDONLY)), 9)',
+               "data/extra.csv (opened)"),
+    "listdir": ('os.listdir(ROOT / "data")', "data/ (listed: extra.csv, extra.db, libextra.so)"),
+    "scandir": ('list(os.scandir(ROOT / "src"))', "src/ (listed: notes.txt)"),
+    "glob": ('list((ROOT / "data").glob("*.csv"))', "data/ (listed: extra.csv"),
+    # a forked child (a DataLoader worker) reads: its record reaches the parent's
+    "forked child": (f'(lambda pid: os.waitpid(pid, 0) if pid else (open({EXTRA}).read(), os._exit(0)))(os.fork())',
+                     "data/extra.csv (opened)"),
+}
+ALLOWED = {  # the controls: what ordinary code does passes
+    "multiprocessing fork (DataLoader workers)": 'multiprocessing.get_context("fork").Pool(2).map(abs, [-1, -2])',
+    "sqlite in memory and a new database (an output)": '(sqlite3.connect(":memory:"), sqlite3.connect(str(ROOT / "new.db")).execute("create table t (x)"))',
+    "a system library by name": 'ctypes.CDLL("libm.so.6")',
+    "a listing of a folder whose names are declared": 'os.listdir(ROOT / "src" / "mypkg")',
+    "a listing of a folder the application made": '((ROOT / "made").mkdir(), (ROOT / "made" / "f").write_text("x"), os.listdir(ROOT / "made"))',
+    "a listing of the env and the stdlib": 'os.listdir(os.path.dirname(os.__file__))',
+}
+
+
+def _sneaky_project(tmp_path: Path, code: str) -> dict[str, Any]:
+    """The closed project, its criterion doing ``code`` (an undeclared src/notes.txt beside the imported package, an
+    extra.db and a copy of a system library in data/)."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    root = Path(config["project_root"])
+    (root / "src" / "notes.txt").write_text("not declared")
+    sqlite3.connect(str(root / "data" / "extra.db")).close()
+    shutil.copy2(ctypes.util.find_library("m") and _libm(), root / "data" / "libextra.so")
+    (root / "app.py").write_text(APP.replace(
+        "import sys\n", "import ctypes, multiprocessing, os, sqlite3, subprocess, sys\n", 1).replace(
+        '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {code}\n    labels = 'x'\n"))
+    config["application"]["sources"] = application.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    return config
+
+
+def _libm() -> str:
+    for folder in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib/aarch64-linux-gnu"):
+        if os.path.exists(f"{folder}/libm.so.6"):
+            return f"{folder}/libm.so.6"
+    pytest.skip("no libm.so.6 in the usual folders")
+
+
+@pytest.mark.parametrize("how", sorted(STARTS))
+def test_a_process_the_application_starts_is_refused_naming_the_program(tmp_path: Path, how: str) -> None:
+    result = _run(tmp_path, _sneaky_project(tmp_path, STARTS[how][0]))
+    assert result["status"] == "failed", (how, result)
+    assert result["error"].startswith("the criterion started a process "), result["error"]
+    assert STARTS[how][1] in result["error"] and "what it reads cannot be checked" in result["error"]
+
+
+@pytest.mark.parametrize("how", sorted(READS))
+def test_a_read_through_sqlite_ctypes_dir_fd_or_a_listing_is_judged(tmp_path: Path, how: str) -> None:
+    result = _run(tmp_path, _sneaky_project(tmp_path, READS[how][0]))
+    assert result["status"] == "failed", (how, result)
+    assert result["error"].startswith("the criterion read files that are not declared sources"), result["error"]
+    assert READS[how][1] in result["error"], result["error"]
+
+
+@pytest.mark.parametrize("how", sorted(ALLOWED))
+def test_ordinary_processes_libraries_and_listings_pass(tmp_path: Path, how: str) -> None:
+    """The controls of the two tests above, in the same project: the import of mypkg lists src/ (notes.txt is not
+    declared) through the import machinery, which is not refused."""
+    assert _run(tmp_path, _sneaky_project(tmp_path, ALLOWED[how])) == {"status": "passed"}, how
+
+
+def test_a_listing_of_declared_files_passes_and_an_undeclared_name_beside_them_fails(tmp_path: Path) -> None:
+    config = _sneaky_project(tmp_path, 'os.listdir(ROOT / "data")')
+    root = Path(config["project_root"])
+    (root / "data" / "extra.db").unlink()
+    (root / "data" / "libextra.so").unlink()
+    config["application"]["sources"] = application.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
+         "files": ["data/*.csv"], "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}},
+        root).fingerprints(root)
+    assert _run(tmp_path, config) == {"status": "passed"}
+    (root / "data" / "other.bin").write_bytes(b"x")
+    result = _run(tmp_path, config)
+    assert result["status"] == "failed" and "data/ (listed: other.bin)" in result["error"], result
+    assert 'declare files = ["data/*"]' in result["error"]
