@@ -341,7 +341,7 @@ def test_an_undeclared_file_read_another_way_is_refused(tmp_path: Path, how: str
 def test_a_module_imported_through_proc_self_root_is_judged_and_its_planted_pyc_never_runs(tmp_path: Path) -> None:
     """sys.path through /proc/self/root reached the project as a trusted pseudo path: the standard loader then ran a
     planted timestamp-valid .pyc in place of the source. Now the module is the project's file: undeclared, refused."""
-    config = _closed_project(tmp_path, data=["data/extra.csv"])
+    config = _closed_project(tmp_path, files=["data/extra.csv"])
     root = Path(config["project_root"])
     app = root / "app.py"
     app.write_text(APP.replace('sys.path.insert(0, str(ROOT / "src"))',
@@ -353,7 +353,7 @@ def test_a_module_imported_through_proc_self_root_is_judged_and_its_planted_pyc_
     util.write_text("VALUE = 1\n")
     os.utime(util, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     config["application"]["sources"] = application.from_table(
-        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "data": ["data/extra.csv"],
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "files": ["data/extra.csv"],
          "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
     result = _run(tmp_path, config)
     assert result["status"] == "failed", result
