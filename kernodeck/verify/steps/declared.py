@@ -103,7 +103,8 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
     }
     if "max-records" in det:
         run_config["determinism_records"] = int(det["max-records"])
-    run_config["libraries"] = list(ctx.project.tool.get("environment", {}).get("libraries", []))
+    environment = ctx.project.tool.get("environment", {})  # a declared LD_PRELOAD library is declared here too
+    run_config["libraries"] = [*environment.get("libraries", []), *environment.get("ld-preload", [])]
     run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
                   sample_repeat=ctx.opts.sample_repeat, **ctx.opts.extra_config)
     add_in_env_inputs(run_config, ctx.project.root, app)
