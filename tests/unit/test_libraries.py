@@ -72,7 +72,8 @@ def test_a_library_found_through_ld_library_path_outside_the_env_fails_naming_it
     result = _check(tmp_path, "libc10.so", [], {"LD_LIBRARY_PATH": str(folder)})
     assert result["status"] == "failed", result
     assert f"libc10.so from {folder} (variable: LD_LIBRARY_PATH)" in result["error"]
-    assert "unset LD_LIBRARY_PATH" in result["details"]["tip"] and 'libraries = ["libc10.so"]' in result["details"]["tip"]
+    tip = result["details"]["tip"]
+    assert "unset LD_LIBRARY_PATH" in tip and 'libraries = ["libc10.so"]' in tip
 
 
 def test_a_library_loaded_by_path_outside_the_env_fails_and_a_declared_one_passes(tmp_path: Path) -> None:
@@ -101,7 +102,7 @@ def test_the_runner_fails_the_step_that_mapped_a_foreign_library(tmp_path: Path)
 
     def run(env: dict[str, str]) -> dict[str, Any]:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON", "LD_"))}
-        done = subprocess.run([sys.executable, "-I", str(INENV / "runner.py"), "--config",
+        subprocess.run([sys.executable, "-I", str(INENV / "runner.py"), "--config",
                                str(tmp_path / "run-config.json")], cwd=tmp_path, env={**base, **env},
                               capture_output=True, text=True, check=False, timeout=120)
         step: dict[str, Any] = json.loads(next((tmp_path / "steps").glob("*reference.json")).read_text())

@@ -8,7 +8,6 @@ every file the application reads is the env's, the stdlib's or declared, or its 
 
 from __future__ import annotations
 
-import ctypes.util
 import hashlib
 import json
 import os
@@ -307,7 +306,7 @@ def test_a_glob_that_matches_nothing_is_refused(tmp_path: Path) -> None:
         _closed_project(tmp_path, code=["src/other/**/*.py"])
 
 
-# --- red team of issue 29: other ways to read an undeclared file -------------------------------------------------------
+# --- red team of issue 29: other ways to read an undeclared file ---------------------------------------------------
 
 SNEAKY = {
     # a pseudo file system's link to an ordinary file of the project
@@ -455,7 +454,8 @@ EXTRA = 'str(ROOT / "data" / "extra.csv")'
 STARTS = {  # each started a program that read data/extra.csv, and verify passed
     "subprocess": (f'subprocess.run(["cat", {EXTRA}], capture_output=True)', "(cat, subprocess.Popen)"),
     "os.system": (f'os.system("cat " + {EXTRA})', "(cat "),
-    "os.posix_spawn": (f'os.waitpid(os.posix_spawn("/bin/cat", ["cat", {EXTRA}], {{}}), 0)', "(/bin/cat, os.posix_spawn)"),
+    "os.posix_spawn": (f'os.waitpid(os.posix_spawn("/bin/cat", ["cat", {EXTRA}], {{}}), 0)',
+                       "(/bin/cat, os.posix_spawn)"),
     # POSIX os.spawnv forks, then execs in the child: refused there, and handed to the parent
     "os.spawnv": (f'os.spawnv(os.P_WAIT, "/bin/cat", ["cat", {EXTRA}])', "(/bin/cat, os.exec): "),
     "os.execv": (f'os.execv("/bin/cat", ["cat", {EXTRA}])', "(/bin/cat, os.exec)"),
@@ -474,10 +474,12 @@ READS = {  # (the code, what the error names)
 }
 ALLOWED = {  # the controls: what ordinary code does passes
     "multiprocessing fork (DataLoader workers)": 'multiprocessing.get_context("fork").Pool(2).map(abs, [-1, -2])',
-    "sqlite in memory and a new database (an output)": '(sqlite3.connect(":memory:"), sqlite3.connect(str(ROOT / "new.db")).execute("create table t (x)"))',
+    "sqlite in memory and a new database (an output)":
+        '(sqlite3.connect(":memory:"), sqlite3.connect(str(ROOT / "new.db")).execute("create table t (x)"))',
     "a system library by name": 'ctypes.CDLL("libm.so.6")',
     "a listing of a folder whose names are declared": 'os.listdir(ROOT / "src" / "mypkg")',
-    "a listing of a folder the application made": '((ROOT / "made").mkdir(), (ROOT / "made" / "f").write_text("x"), os.listdir(ROOT / "made"))',
+    "a listing of a folder the application made":
+        '((ROOT / "made").mkdir(), (ROOT / "made" / "f").write_text("x"), os.listdir(ROOT / "made"))',
     "a listing of the env and the stdlib": 'os.listdir(os.path.dirname(os.__file__))',
 }
 
@@ -489,7 +491,7 @@ def _sneaky_project(tmp_path: Path, code: str) -> dict[str, Any]:
     root = Path(config["project_root"])
     (root / "src" / "notes.txt").write_text("not declared")
     sqlite3.connect(str(root / "data" / "extra.db")).close()
-    shutil.copy2(ctypes.util.find_library("m") and _libm(), root / "data" / "libextra.so")
+    shutil.copy2(_libm(), root / "data" / "libextra.so")
     (root / "app.py").write_text(APP.replace(
         "import sys\n", "import ctypes, multiprocessing, os, sqlite3, subprocess, sys\n", 1).replace(
         '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {code}\n    labels = 'x'\n"))
@@ -500,7 +502,8 @@ def _sneaky_project(tmp_path: Path, code: str) -> dict[str, Any]:
 
 
 def _libm() -> str:
-    for folder in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib/aarch64-linux-gnu"):
+    for folder in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
+                   "/lib/aarch64-linux-gnu"):
         if os.path.exists(f"{folder}/libm.so.6"):
             return f"{folder}/libm.so.6"
     pytest.skip("no libm.so.6 in the usual folders")
