@@ -15,6 +15,7 @@ import glob
 import os
 import sys
 from pathlib import Path
+
 from ._common import CheckFailed, Context
 from .protocol import ConfigKey, Layer
 
