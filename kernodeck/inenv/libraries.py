@@ -61,6 +61,16 @@ def trusted_folders() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(sorted(trusted)), tuple(sorted(inside))
 
 
+# Read once, at import: never from inside the closed world's hook (its reads of /etc would be the application's).
+FOLDERS = trusted_folders()
+
+
+def accounted(path: str) -> bool:
+    """A library in the env, the base interpreter's folders (not their site-packages) or the system's."""
+    trusted, inside = FOLDERS
+    return any(p.startswith(trusted) and not p.startswith(inside) for p in (path, os.path.realpath(path)))
+
+
 def mapped() -> list[str] | None:
     """Every shared library file mapped into this process (None where there is no ``/proc/self/maps``)."""
     try:
@@ -93,13 +103,9 @@ def _variable(folder: str, environ: dict[str, str]) -> str:
 
 def foreign(paths: list[str], declared: list[str], environ: dict[str, str]) -> list[dict[str, str]]:
     """Each library of ``paths`` outside the trusted folders and not declared: ``{"library", "folder", "variable"}``."""
-    trusted, inside = trusted_folders()
     found = []
     for path in paths:
-        real = os.path.realpath(path)
-        if any(p.startswith(trusted) and not p.startswith(inside) for p in (path, real)):
-            continue
-        if _declared(path, declared):
+        if accounted(path) or _declared(path, declared):
             continue
         found.append({"library": os.path.basename(path), "folder": os.path.dirname(path),
                       "variable": _variable(os.path.dirname(path), environ)})

@@ -17,6 +17,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
+from . import libraries
 from ._common import CheckFailed
 from .protocol import Layer
 
@@ -234,7 +235,7 @@ def _dlopen(name: Any) -> None:
     if name is None:
         return
     path = os.fsdecode(name)
-    if os.sep in path:
+    if os.sep in path and not libraries.accounted(os.path.abspath(path)):  # the system's libm by path is the system's
         _opened(path, "r", None)
 
 
