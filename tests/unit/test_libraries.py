@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import inenv_fingerprints
+from kernodeck.env import start
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import validate
 
@@ -112,6 +113,12 @@ def test_the_runner_fails_the_step_that_mapped_a_foreign_library(tmp_path: Path)
     step = run({"LD_PRELOAD": str(library)})
     assert step["status"] == "failed" and "libc10.so from" in step["error"] and step["layer"] == "environment"
     assert "(variable: LD_PRELOAD)" in step["error"]
+
+
+def test_the_run_config_declares_the_libraries_and_the_ld_preload_ones() -> None:
+    tool = {"environment": {"libraries": ["/opt/v/libfoo.so"], "ld-preload": ["libjemalloc.so.2"]}}
+    assert start.declared_libraries(tool) == ["/opt/v/libfoo.so", "libjemalloc.so.2"]
+    assert start.declared_libraries({}) == [] and start.declared_libraries({"environment": {}}) == []
 
 
 @pytest.mark.parametrize("value", [["libcuda.so.1", "/opt/vendor/lib/libfoo.so"], "libfoo.so", [""], [1]])
