@@ -107,6 +107,9 @@ def from_caller(args: argparse.Namespace, folder: Path) -> argparse.Namespace:
         elif isinstance(value, list) and value and all(isinstance(item, Path) for item in value):
             setattr(args, key, [_anchored(item, folder) for item in value])
     python = getattr(args, "python", None)
+    if isinstance(python, str) and not python.strip():  # `--python ''` (an unset variable) would verify the env
+        raise UsageError(getattr(args, "command", None), "--python needs an interpreter's path or name, got an "
+                         "empty value (an unset variable?): nothing was run")
     if isinstance(python, str) and os.sep in python:
         args.python = str(_anchored(Path(python), folder))
     return args

@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 
 from kernodeck import tips
-from kernodeck.errors import KernodeckError
 from kernodeck.cli.common import Command, Parser, platform_args
+from kernodeck.errors import KernodeckError
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform, resolve_platform
 

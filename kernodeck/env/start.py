@@ -48,6 +48,16 @@ def recorded(env: Mapping[str, str], redact: Callable[[str], str] = str) -> dict
     return {name: redact(env[name]) for name in sorted(env) if name.startswith(RECORDED_PREFIXES)}
 
 
+def declared_libraries(tool: Mapping[str, object]) -> list[str]:
+    """The shared libraries the in-env process may map from outside the env and the system's library folders
+    (kernodeck/inenv/libraries.py): ``[tool.kernodeck.environment] libraries``, and the ``ld-preload`` ones, which
+    are declared already."""
+    environment = tool.get("environment")
+    if not isinstance(environment, Mapping):
+        return []
+    return [str(item) for key in ("libraries", "ld-preload") for item in environment.get(key) or []]
+
+
 def undeclared_preload(env: Mapping[str, str], declared: list[str]) -> list[str]:
     """The libraries ``LD_PRELOAD`` names (colon- or space-separated, as ld.so reads it) and ``LD_AUDIT`` names
     (colon-separated) that no declared entry matches, by path or by file name: code no lock describes, loaded into

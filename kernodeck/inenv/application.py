@@ -17,7 +17,9 @@ import importlib.util
 import inspect
 import json
 import os
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +97,7 @@ def _function(ctx: Context, target: dict[str, str], what: str) -> Any:
         raise CheckFailed(f"the {what} file {target['file']} does not exist", "application")
     sha256 = world.declared(ctx).get(os.path.normpath(path)) or None
     try:
-        with world.window(ctx, f"the {what}"):
+        with settings_held(ctx, f"the {what}'s file"), world.window(ctx, f"the {what}"):
             module = load_file(path, name, sha256, target["file"])
     except CheckFailed:
         raise
@@ -115,10 +117,28 @@ def _recorded(ctx: Context, func: Any, who: str) -> Any:
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
-        with world.window(ctx, who):
+        with settings_held(ctx, who), world.window(ctx, who):
             return func(*args, **kwargs)
 
     return call
+
+
+@contextlib.contextmanager
+def settings_held(ctx: Context, who: str) -> Iterator[None]:
+    """The determinism settings read back before and again after the application's code runs (its file loaded, each
+    call): one it changed (use_deterministic_algorithms(False), set_num_threads, a TF32 flag, the default dtype)
+    fails the step, since settings.json's "verified" would then be untrue of this run."""
+    from . import settings
+
+    torch = sys.modules.get("torch")
+    before = settings.read_back(torch) if torch is not None else ctx.state.get("settings")
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and before is not None:
+        verdict = settings.held(torch, before, dict(ctx.state.get("settings") or before), who)
+        if verdict is not None:
+            world.pending(verdict)  # a control that swallows the criterion's errors still fails the step
+            raise verdict
 
 
 def weights(ctx: Context) -> Path | None:

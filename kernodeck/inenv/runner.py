@@ -31,7 +31,7 @@ runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv
 # Nothing this process compiles leaves a __pycache__ (set by _package.py too): the application's files and
 # Kernodeck's are compiled from their verified bytes (verified.py, _package.py), never from bytecode.
 sys.dont_write_bytecode = True
-from kernodeck_inenv import world  # noqa: E402
+from kernodeck_inenv import libraries, world  # noqa: E402
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, StepName, step_file  # noqa: E402
 from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
@@ -137,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
                 StepKey.LAYER: _layer_of(exc),
                 StepKey.DETAILS: {"raised_at": where, "traceback": traceback.format_exc(limit=8)},
             })
+        if result[StepKey.STATUS] != Status.FAILED:
+            try:
+                libraries.check(ctx)  # a shared library mapped while the step ran, from outside the env, fails it
+            except CheckFailed as exc:
+                result.update({StepKey.STATUS: Status.FAILED, StepKey.ERROR: str(exc), StepKey.LAYER: exc.layer,
+                               StepKey.DETAILS: exc.details})
         result[StepKey.DURATION_S] = round(time.perf_counter() - start, 4)
         if result[StepKey.STATUS] == Status.FAILED:
             failed = name

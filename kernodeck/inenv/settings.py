@@ -73,6 +73,7 @@ def read_back(torch: Any) -> dict[str, Any]:
         "torch.num_threads": torch.get_num_threads(),
         "torch.num_interop_threads": torch.get_num_interop_threads(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(unset)"),
+        "default_dtype": str(torch.get_default_dtype()),
     }
     # The knobs set (PRECISION_KNOBS) and, for the record, the ones that inherit from the generic one.
     for name in (*PRECISION_KNOBS, "cudnn.fp32_precision", "mkldnn.fp32_precision"):
@@ -97,6 +98,7 @@ def apply(deterministic: bool = True) -> dict[str, Any]:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    torch.set_default_dtype(torch.float32)
     applied: dict[str, Any] = {
         **PROCESS_START,  # applied by how the process was started (kernodeck/env/start.py), read back like the rest
         "seed": SEED,
@@ -107,6 +109,7 @@ def apply(deterministic: bool = True) -> dict[str, Any]:
         "cudnn.allow_tf32 (legacy flag)": False,
         "cuda.matmul.allow_tf32 (legacy flag)": False,
         "float32_matmul_precision": "highest",
+        "default_dtype": "torch.float32",
     }
     if hasattr(torch.utils, "deterministic"):
         torch.utils.deterministic.fill_uninitialized_memory = deterministic
@@ -117,6 +120,38 @@ def apply(deterministic: bool = True) -> dict[str, Any]:
             owner.fp32_precision = TF32_OFF
             applied[name] = TF32_OFF
     return applied
+
+
+# Not a setting the application must leave alone: an entry that seeds its own generators (torch.manual_seed(0))
+# stays deterministic, and the settings step's seed is then simply not the one in effect (recorded as applied).
+RESEEDABLE = ("seed",)
+
+
+def changed_by_call(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every read-back value an application call changed (``torch.use_deterministic_algorithms(False)``,
+    ``torch.set_num_threads``, the cuDNN and TF32 flags, the default dtype, ...): ``{name: {"before", "after"}}``."""
+    return {
+        name: {"before": before[name], "after": value}
+        for name, value in after.items()
+        if name not in RESEEDABLE and name in before and before[name] != value
+    }
+
+
+def held(torch: Any, before: dict[str, Any], recorded: dict[str, Any], who: str) -> CheckFailed | None:
+    """The settings read back again after an application call: the verdict naming each one it changed (its
+    recorded value and the value after the call), or None. settings.json's "verified" is true of the whole run only
+    if no call changed what the settings step read back."""
+    changed = changed_by_call(before, read_back(torch))
+    if not changed:
+        return None
+    shown = "; ".join(f"{name}: recorded {recorded.get(name, v['before'])!r}, after the call {v['after']!r}"
+                      for name, v in sorted(changed.items()))
+    return CheckFailed(
+        f"{who} changed determinism settings the run records as verified: {shown} (settings.json would describe a "
+        "run that did not happen: leave them to Kernodeck, or declare the variation with nox -s calibrate)",
+        "application",
+        {"changed_settings": changed},
+    )
 
 
 def differences(applied: dict[str, Any], record: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -14,122 +14,29 @@ each file read is one of:
 - written by the application in this run before it read it (its outputs, not inputs),
 
 or it is undeclared: the step fails naming the file and the declaration to add (``code`` for Python, ``files`` for
-anything else in the project, a ``data.NAME`` source outside it). Modules imported in the window whose file is none of these (a compiled extension in the project) are
-named too. Cheap by design: the hook returns at once outside a window and for any event but ``open``/``os.rename``,
-and drops a trusted path with one prefix test before anything else.
+anything else in the project, a ``data.NAME`` source outside it). Modules imported in the window whose file is none
+of these (a compiled extension in the project) are named too. Beyond ``open``: ``sqlite3.connect`` and
+``ctypes.dlopen`` by path are judged like an open, a relative ``os.open`` against every folder held open (its
+``dir_fd``), a listing of a project folder as a read of its names, a forked child's record is handed to the parent,
+and a process the application starts is refused at once (what it reads
+cannot be seen). What no audit event shows (native ``fopen``, ``torch.from_file``) is the closed world's stated limit
+(docs/application.md). The hook and its record live in seen.py; this module judges the record. Cheap by design: the
+hook returns at once outside a window and for any event it does not judge, and drops a trusted path with one prefix
+test before anything else.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import verified
+from . import seen, verified
 from ._common import CheckFailed, Context
 from .protocol import Layer
-
-HERE = str(Path(__file__).resolve().parent)
-PSEUDO = ("/proc", "/sys", "/dev")  # the system's state (the system step records it), not files of the application
-
-_ON = [False]
-_BY = [""]  # who runs now: "the entry", "the criterion"
-_READ: dict[str, str] = {}  # this window's files read: path -> who
-_WRITTEN: set[str] = set()  # every file written while the application ran, this process
-_INSTALLED = [False]
-_PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
-
-
-def _forms(path: str) -> set[str]:
-    return {os.path.normpath(os.path.abspath(path)), os.path.realpath(path)}
-
-
-def _roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(trusted prefixes, untrusted ones inside them): the env, the base stdlib less its site-packages, Kernodeck's
-    in-env folder, the pseudo file systems."""
-    env = _forms(sys.prefix) | _forms(sys.exec_prefix)
-    stdlib: set[str] = set()
-    for key in ("stdlib", "platstdlib"):
-        stdlib |= _forms(sysconfig.get_path(key))
-    trusted = env | stdlib | {HERE, *PSEUDO}
-    inside = {
-        os.path.join(lib, name)
-        for lib in stdlib
-        for name in ("site-packages", "dist-packages")
-        if not any((lib + os.sep).startswith(e + os.sep) for e in env)  # a venv's base: not the env's own
-    }
-    return tuple(t.rstrip(os.sep) + os.sep for t in trusted), tuple(u + os.sep for u in inside)
-
-
-TRUSTED, UNTRUSTED = _roots()
-
-
-_PSEUDO_SEP = tuple(p + os.sep for p in PSEUDO)
-
-
-def resolved(path: str) -> str:
-    """``path``, resolved when it is under a pseudo file system: ``/proc/self/root/...``, ``/proc/self/cwd/...``,
-    ``/proc/<pid>/fd/N`` and ``/dev/fd/N`` are links to ordinary files, never the system's state."""
-    return os.path.realpath(path) if path.startswith(_PSEUDO_SEP) else path
-
-
-def trusted(path: str) -> bool:
-    """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system
-    (a pseudo path that links to an ordinary file is judged by that file)."""
-    path = resolved(path)
-    return path.startswith(TRUSTED) and not path.startswith(UNTRUSTED)
-
-
-def _path(file: Any) -> str | None:
-    try:
-        path = os.fsdecode(file)
-    except TypeError:
-        return None
-    return os.path.normpath(path if path.startswith(os.sep) else os.path.join(os.getcwd(), path))
-
-
-def _opened(file: Any, mode: Any, flags: Any) -> None:
-    if isinstance(file, int):
-        return  # an open file descriptor: its file was opened (and recorded) before
-    path = _path(file)
-    if path is None or trusted(path):
-        return
-    path = resolved(path)
-    # Written by the application: a file it creates or truncates. Appending to (or opening for update) a file that
-    # was there before leaves its earlier bytes an input: "a+"/"r+" read them, and they are not its output.
-    if isinstance(mode, str):
-        reads = "r" in mode or "+" in mode
-        writes = "w" in mode or "x" in mode or ("a" in mode and not os.path.exists(path))
-    else:  # os.open: the flags say
-        flags = int(flags or 0)
-        access = flags & os.O_ACCMODE
-        reads = access != os.O_WRONLY and not flags & os.O_TRUNC
-        writes = bool(flags & os.O_TRUNC) or (bool(flags & os.O_CREAT) and not os.path.exists(path))
-    if reads and path not in _WRITTEN and path not in _READ and os.path.isfile(path):
-        _READ[path] = _BY[0]
-    if writes:
-        _WRITTEN.add(path)
-
-
-def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if not _ON[0]:
-        return
-    if event == "open":
-        _opened(*args[:3])
-    elif event == "os.rename":  # also os.replace: a file written then moved into place is still an output
-        src, dst = _path(args[0]), _path(args[1])
-        if src in _WRITTEN and dst is not None:
-            _WRITTEN.add(dst)
-
-
-def _install() -> None:
-    if not _INSTALLED[0]:
-        sys.addaudithook(_hook)
-        _INSTALLED[0] = True
 
 
 def declared(ctx: Context) -> dict[str, str]:
@@ -140,7 +47,7 @@ def declared(ctx: Context) -> dict[str, str]:
         app = ctx.config["application"]
         found: dict[str, str] = {}
         for rel, digest in [*(app.get("sources") or {}).items(), (app["sample"], "")]:
-            for form in _forms(str(root / rel)):  # as given and resolved: a root reached through a link
+            for form in seen.forms(str(root / rel)):  # as given and resolved: a root reached through a link
                 found.setdefault(form, str(digest))
         ctx.state["declared_sources"] = found
     result: dict[str, str] = ctx.state["declared_sources"]
@@ -149,7 +56,7 @@ def declared(ctx: Context) -> dict[str, str]:
 
 def _shown(root: Path) -> Any:
     """A path as a message names it: relative to the project root (as given or resolved) when inside it."""
-    roots = sorted(_forms(str(root)))
+    roots = sorted(seen.forms(str(root)))
 
     def shown(path: str) -> str:
         for base in roots:
@@ -164,25 +71,32 @@ def _shown(root: Path) -> Any:
 def finder(ctx: Context) -> verified.ProjectSources:
     """The import finder for the application's own modules, expecting the declared fingerprints."""
     sources = {path: digest for path, digest in declared(ctx).items() if digest}
-    return verified.ProjectSources(trusted, sources, _shown(Path(ctx.config["project_root"])), lambda: _ON[0])
+    shown = _shown(Path(ctx.config["project_root"]))
+    return verified.ProjectSources(seen.trusted, sources, shown, lambda: seen.ON[0])
 
 
 @contextmanager
 def window(ctx: Context, who: str) -> Iterator[None]:
     """The application's code runs inside: what it reads is recorded; on a normal exit, anything undeclared fails."""
-    if _ON[0]:  # nested (the entry's file loaded while its call is recorded): the outer window judges
+    if seen.ON[0]:  # nested (the entry's file loaded while its call is recorded): the outer window judges
         yield
         return
-    _install()
+    seen.install()
     verified.install(finder(ctx))
     before = set(sys.modules)
-    _READ.clear()
-    _BY[0], _ON[0] = who, True
+    seen.READ.clear()
+    seen.LISTED.clear()
+    seen.BY[0], seen.ON[0] = who, True
+    seen.PID[0], seen.OUT[0] = os.getpid(), str(ctx.out)
     try:
         yield
     finally:
-        _ON[0] = False
-    judge(ctx, who, {name for name in sys.modules if name not in before})
+        seen.ON[0] = False
+    seen.from_children()
+    # a module object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``) is not new
+    known = {id(module) for name, module in list(sys.modules.items()) if name in before}
+    judge(ctx, who, {name for name, module in list(sys.modules.items())
+                     if name not in before and id(module) not in known})
 
 
 def _in_sources(ctx: Context, path: str) -> bool:
@@ -191,7 +105,7 @@ def _in_sources(ctx: Context, path: str) -> bool:
     found = [ctx.state["weights"]] if ctx.state.get("weights") else []
     found += list(dict(ctx.state.get("data") or {}).values())
     for source in map(str, found):
-        for form in _forms(source):
+        for form in seen.forms(source):
             if path == form or path.startswith(form.rstrip(os.sep) + os.sep):
                 return True
     return False
@@ -212,26 +126,61 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     for name in new_modules:
         file = getattr(sys.modules.get(name), "__file__", None)
         if isinstance(file, str):
-            modules[resolved(os.path.normpath(os.path.abspath(file)))] = name
+            modules[seen.resolved(os.path.normpath(os.path.abspath(file)))] = name
     found: dict[str, dict[str, str]] = {}
-    candidates = {**{p: _BY[0] for p in modules}, **_READ}
+    candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
     for path, by in candidates.items():
         # a file read before the application wrote it was an input (its reads after its own write are not recorded)
-        written = path in _WRITTEN and path not in _READ
-        if trusted(path) or path in known or written or path.startswith(out_dir):
+        written = path in seen.WRITTEN and path not in seen.READ
+        if seen.trusted(path) or path in known or written or path.startswith(out_dir):
             continue
-        if os.path.realpath(path) in known or trusted(os.path.realpath(path)):
+        if os.path.realpath(path) in known or seen.trusted(os.path.realpath(path)):
             continue
         if _in_sources(ctx, path):
             continue
         rel = shown(path)
         found[path] = {"file": rel, "how": "imported" if path in modules else "opened", "by": by or "the application",
                        "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
+    found.update(_listings(ctx, known, out_dir))
     return [found[p] for p in sorted(found)]
 
 
+def _listings(ctx: Context, known: dict[str, str], out_dir: str) -> dict[str, dict[str, str]]:
+    """Each folder of the project the window listed whose names are not all accounted for (a declared file, a folder
+    holding one, written by the application): its names were an input no fingerprint covers. Folders outside the
+    project are not judged by their listing (what is opened there is)."""
+    root = Path(ctx.config["project_root"])
+    roots = tuple(form.rstrip(os.sep) + os.sep for form in seen.forms(str(root)))
+    shown = _shown(root)
+    found: dict[str, dict[str, str]] = {}
+    for folder, by in seen.LISTED.items():
+        if not (folder + os.sep).startswith(roots) or (folder + os.sep).startswith(out_dir) or _in_sources(ctx, folder):
+            continue
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        strange = [name for name in names
+                   if name != "__pycache__" and not _accounted(ctx, known, os.path.join(folder, name))]
+        if strange:
+            rel = shown(folder)
+            glob = "*" if rel == "." else f"{rel}/*"
+            listed = ", ".join(strange[:4]) + (" ..." if len(strange) > 4 else "")
+            found[folder] = {"file": f"{rel}/", "how": f"listed: {listed}",
+                             "by": by or "the application", "declare": "files", "glob": glob}
+    return found
+
+
+def _accounted(ctx: Context, known: dict[str, str], path: str) -> bool:
+    """A name in a listed folder the declarations cover: a declared file, a folder holding one, or an output."""
+    if path in known or path in seen.WRITTEN or seen.trusted(path) or _in_sources(ctx, path):
+        return True
+    inside = path.rstrip(os.sep) + os.sep
+    return any(k.startswith(inside) for k in known)
+
+
 def _advice(files: list[dict[str, str]]) -> str:
-    asks = [f"{key} = {json_list([f['file'] for f in files if f['declare'] == key])}"
+    asks = [f"{key} = {json_list([f.get('glob', f['file']) for f in files if f['declare'] == key])}"
             for key in ("code", "files") if any(f["declare"] == key for f in files)]
     advice = []
     if asks:
@@ -259,19 +208,24 @@ def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
         Layer.APPLICATION,
         {"undeclared": files, "tip": tip},
     )
-    _PENDING.append(verdict)
+    pending(verdict)
     raise verdict
+
+
+def pending(verdict: CheckFailed) -> None:
+    """A verdict on the application's call that fails its step even if the step's own code catches it (settle)."""
+    seen.PENDING.append(verdict)
 
 
 def settle() -> None:
     """Called by the step loop when a step's code returned: a verdict of this step that its own code swallowed (a
     control that counts any error of the criterion as a rejection, the margin search) still fails the step."""
-    pending = list(_PENDING)
-    _PENDING.clear()
+    pending = list(seen.PENDING)
+    seen.PENDING.clear()
     if pending:
         raise pending[0]
 
 
 def forget() -> None:
     """Called by the step loop before a step: the verdicts of an earlier step were reported with it."""
-    _PENDING.clear()
+    seen.PENDING.clear()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck._fs import write_atomic, write_json
-from kernodeck._proc import log, show
+from kernodeck._proc import log
 from kernodeck.env import start as inenv_start
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.supervise import Stop, Stopped, supervise

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck.cli.dispatch import CALLER_ENV, build_parser, caller_folder, from_caller
+from kernodeck.errors import UsageError
 from tests.conftest import copy_project, kd
 
 
@@ -44,6 +45,20 @@ def test_absolute_paths_and_a_bare_interpreter_name_are_left_as_given(tmp_path: 
     assert args.python == "python3" and args.out == Path("/abs/run")
     args = from_caller(build_parser().parse_args(["verify", "--python", "env/bin/python"]), tmp_path)
     assert args.python == str(tmp_path / "env" / "bin" / "python")
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_python_is_refused_not_ignored(tmp_path: Path, value: str) -> None:
+    """`verify --python ''` (an unset variable in a script) started a full verify of the env instead."""
+    args = build_parser().parse_args(["verify", "--python", value])
+    with pytest.raises(UsageError, match="--python needs an interpreter") as caught:
+        from_caller(args, tmp_path)
+    assert "kernodeck verify:" in str(caught.value) and caught.value.tip
+    done = subprocess.run([sys.executable, "-m", "kernodeck", "verify", "--python", value], cwd=tmp_path,
+                          capture_output=True, text=True, check=False, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode != 0 and "ERROR: kernodeck verify: --python needs" in done.stderr, done.stderr
+    assert "TIP:" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_the_caller_is_the_sessions_invocation_folder_else_this_process(tmp_path: Path) -> None:

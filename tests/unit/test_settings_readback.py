@@ -45,7 +45,17 @@ class Knobs:
             object.__setattr__(self, key, value)
 
 
-_state = {"seed": 42, "det": False, "warn_only": True, "precision": "medium"}
+_state = {"seed": 42, "det": False, "warn_only": True, "precision": "medium", "dtype": "torch.float64"}
+float32 = "torch.float32"
+
+
+def set_default_dtype(dtype):
+    if DROP != "default_dtype":
+        _state["dtype"] = dtype
+
+
+def get_default_dtype():
+    return _state["dtype"]
 
 
 def manual_seed(seed):
@@ -128,7 +138,8 @@ class NotApplied:
 
 TORCH_KNOBS = ("seed", "deterministic_algorithms", "deterministic_warn_only", "cudnn.deterministic", "cudnn.benchmark",
                "cudnn.allow_tf32 (legacy flag)", "cuda.matmul.allow_tf32 (legacy flag)", "float32_matmul_precision",
-               "fill_uninitialized_memory", "fp32_precision", "cuda.matmul.fp32_precision", "cudnn.conv.fp32_precision")
+               "fill_uninitialized_memory", "fp32_precision", "cuda.matmul.fp32_precision", "cudnn.conv.fp32_precision",
+               "default_dtype")
 # One row per setting settings.json reports as verified: how a run does not apply it.
 TABLE: dict[str, NotApplied] = {
     **{name: NotApplied(drop=name) for name in TORCH_KNOBS},

@@ -13,6 +13,7 @@ import json
 import os
 import py_compile
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +150,12 @@ from kernodeck_inenv import application, controls, world
 from kernodeck_inenv._common import CheckFailed, Context
 config = json.loads(Path(sys.argv[2]).read_text())
 ctx = Context(config=config, out=Path(sys.argv[3]))
+if "--torch" in sys.argv:  # a fake torch (tests/unit/test_verified_code.py's FAKE_TORCH), set and read back as the
+    sys.path.insert(0, sys.argv[sys.argv.index("--torch") + 1])  # settings step does
+    import torch
+    from kernodeck_inenv import settings
+    settings.apply()
+    ctx.state["settings"] = settings.read_back(torch)
 try:
     world.forget()
     run = application._function(ctx, config["application"]["entry"], "entry")
@@ -299,7 +306,7 @@ def test_a_glob_that_matches_nothing_is_refused(tmp_path: Path) -> None:
         _closed_project(tmp_path, code=["src/other/**/*.py"])
 
 
-# --- red team of issue 29: other ways to read an undeclared file -------------------------------------------------------
+# --- red team of issue 29: other ways to read an undeclared file ---------------------------------------------------
 
 SNEAKY = {
     # a pseudo file system's link to an ordinary file of the project
@@ -350,3 +357,197 @@ def test_a_module_imported_through_proc_self_root_is_judged_and_its_planted_pyc_
     result = _run(tmp_path, config)
     assert result["status"] == "failed", result
     assert "src/mypkg/util.py (imported)" in result["error"], result["error"]
+
+
+# --- red team of issue 29, third pass: the settings read back where they apply -------------------------------------
+
+FAKE_TORCH = """
+import types
+
+float32, float64 = "torch.float32", "torch.float64"
+_s = {"det": False, "warn": False, "prec": "highest", "threads": 4, "interop": 4, "dtype": float32, "seed": 0}
+backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(deterministic=False, benchmark=True, allow_tf32=True),
+                                 cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=True)))
+utils = types.SimpleNamespace(deterministic=types.SimpleNamespace(fill_uninitialized_memory=False))
+def manual_seed(seed): _s["seed"] = seed
+def initial_seed(): return _s["seed"]
+def use_deterministic_algorithms(on, warn_only=False): _s.update(det=on, warn=warn_only)
+def are_deterministic_algorithms_enabled(): return _s["det"]
+def is_deterministic_algorithms_warn_only_enabled(): return _s["warn"]
+def set_float32_matmul_precision(p): _s["prec"] = p
+def get_float32_matmul_precision(): return _s["prec"]
+def set_num_threads(n): _s["threads"] = n
+def get_num_threads(): return _s["threads"]
+def set_num_interop_threads(n): _s["interop"] = n
+def get_num_interop_threads(): return _s["interop"]
+def set_default_dtype(d): _s["dtype"] = d
+def get_default_dtype(): return _s["dtype"]
+"""
+
+CHANGES = {
+    "deterministic_algorithms": "torch.use_deterministic_algorithms(False)",
+    "deterministic_warn_only": "torch.use_deterministic_algorithms(True, warn_only=True)",
+    "torch.num_threads": "torch.set_num_threads(1)",
+    "cudnn.deterministic": "torch.backends.cudnn.deterministic = False",
+    "cudnn.benchmark": "torch.backends.cudnn.benchmark = True",
+    "cudnn.allow_tf32 (legacy flag)": "torch.backends.cudnn.allow_tf32 = True",
+    "cuda.matmul.allow_tf32 (legacy flag)": "torch.backends.cuda.matmul.allow_tf32 = True",
+    "float32_matmul_precision": 'torch.set_float32_matmul_precision("medium")',
+    "default_dtype": "torch.set_default_dtype(torch.float64)",
+    "fill_uninitialized_memory": "torch.utils.deterministic.fill_uninitialized_memory = False",
+}
+
+
+def _settings_project(tmp_path: Path, entry: str = "", criterion: str = "", top: str = "") -> tuple[
+        dict[str, Any], Path]:
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], files=["data/*.csv"])
+    root = Path(config["project_root"])
+    text = APP.replace("import sys\n", f"import sys\nimport torch\n{top}\n", 1)
+    text = text.replace("    return mypkg.util.VALUE\n", f"    {entry or 'pass'}\n    return mypkg.util.VALUE\n")
+    text = text.replace("    return {\"passed\"", f"    {criterion or 'pass'}\n    return {{\"passed\"")
+    (root / "app.py").write_text(text)
+    config["application"]["sources"] = application.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+         "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    fake = tmp_path / "faketorch"
+    (fake / "torch").mkdir(parents=True, exist_ok=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    return config, fake
+
+
+@pytest.mark.parametrize("setting", sorted(CHANGES))
+def test_a_setting_the_entry_changes_fails_the_step_naming_it(tmp_path: Path, setting: str) -> None:
+    """settings.json said "verified" for a setting the entry then changed (the read-back ran before the entry)."""
+    config, fake = _settings_project(tmp_path, entry=CHANGES[setting])
+    result = _run(tmp_path, config, "--torch", str(fake))
+    assert result["status"] == "failed", result
+    assert result["error"].startswith("the entry changed determinism settings the run records as verified: ")
+    assert f"{setting}: recorded " in result["error"] and ", after the call " in result["error"]
+    assert list(result["details"]["changed_settings"]) == [setting]
+
+
+def test_the_settings_are_read_back_after_the_criterion_its_controls_and_the_files_load(tmp_path: Path) -> None:
+    config, fake = _settings_project(tmp_path, criterion="torch.set_num_threads(1)")
+    result = _run(tmp_path, config, "--torch", str(fake))
+    assert result["status"] == "failed" and "the criterion changed determinism settings" in result["error"]
+    assert "torch.num_threads: recorded 4, after the call 1" in result["error"]
+    # through the controls, which count any error of the criterion as a rejection: the step fails all the same
+    result = _run(tmp_path, config, "--torch", str(fake), "--controls")
+    assert result["status"] == "failed" and "the criterion changed determinism settings" in result["error"]
+    # at the top of the entry's file, run when it loads
+    config, fake = _settings_project(tmp_path / "top", top="torch.use_deterministic_algorithms(False)")
+    result = _run(tmp_path, config, "--torch", str(fake))
+    assert result["status"] == "failed" and "the entry's file changed determinism settings" in result["error"]
+    assert "deterministic_algorithms: recorded True, after the call False" in result["error"]
+
+
+def test_an_entry_that_seeds_its_own_generators_or_leaves_the_settings_passes(tmp_path: Path) -> None:
+    """The control: the same harness passes when nothing is changed, and reseeding is no change of a setting."""
+    config, fake = _settings_project(tmp_path, entry="torch.manual_seed(0)")
+    assert _run(tmp_path, config, "--torch", str(fake)) == {"status": "passed"}
+
+
+# --- red team of issue 29, third pass: reads the open hook did not see ------------------------------------------------
+
+EXTRA = 'str(ROOT / "data" / "extra.csv")'
+STARTS = {  # each started a program that read data/extra.csv, and verify passed
+    "subprocess": (f'subprocess.run(["cat", {EXTRA}], capture_output=True)', "(cat, subprocess.Popen)"),
+    "os.system": (f'os.system("cat " + {EXTRA})', "(cat "),
+    "os.posix_spawn": (f'os.waitpid(os.posix_spawn("/bin/cat", ["cat", {EXTRA}], {{}}), 0)',
+                       "(/bin/cat, os.posix_spawn)"),
+    # POSIX os.spawnv forks, then execs in the child: refused there, and handed to the parent
+    "os.spawnv": (f'os.spawnv(os.P_WAIT, "/bin/cat", ["cat", {EXTRA}])', "(/bin/cat, os.exec): "),
+    "os.execv": (f'os.execv("/bin/cat", ["cat", {EXTRA}])', "(/bin/cat, os.exec)"),
+}
+READS = {  # (the code, what the error names)
+    "sqlite3": ('sqlite3.connect(str(ROOT / "data" / "extra.db")).execute("select 1")', "data/extra.db (opened)"),
+    "ctypes": ('ctypes.CDLL(str(ROOT / "data" / "libextra.so"))', "data/libextra.so (opened)"),
+    "dir_fd": ('os.read(os.open("extra.csv", os.O_RDONLY, dir_fd=os.open(str(ROOT / "data"), os.O_RDONLY)), 9)',
+               "data/extra.csv (opened)"),
+    "listdir": ('os.listdir(ROOT / "data")', "data/ (listed: extra.csv, extra.db, libextra.so)"),
+    "scandir": ('list(os.scandir(ROOT / "src"))', "src/ (listed: notes.txt)"),
+    "glob": ('list((ROOT / "data").glob("*.csv"))', "data/ (listed: extra.csv"),
+    # a forked child (a DataLoader worker) reads: its record reaches the parent's
+    "forked child": (f'(lambda pid: os.waitpid(pid, 0) if pid else (open({EXTRA}).read(), os._exit(0)))(os.fork())',
+                     "data/extra.csv (opened)"),
+}
+ALLOWED = {  # the controls: what ordinary code does passes
+    "multiprocessing fork (DataLoader workers)": 'multiprocessing.get_context("fork").Pool(2).map(abs, [-1, -2])',
+    "sqlite in memory and a new database (an output)":
+        '(sqlite3.connect(":memory:"), sqlite3.connect(str(ROOT / "new.db")).execute("create table t (x)"))',
+    "a system library by name": 'ctypes.CDLL("libm.so.6")',
+    "a system library by path": 'ctypes.CDLL(next(p for p in LIBM if os.path.exists(p)))',
+    "a listing of a folder whose names are declared": 'os.listdir(ROOT / "src" / "mypkg")',
+    "a listing of a folder the application made":
+        '((ROOT / "made").mkdir(), (ROOT / "made" / "f").write_text("x"), os.listdir(ROOT / "made"))',
+    "a listing of the env and the stdlib": 'os.listdir(os.path.dirname(os.__file__))',
+}
+
+
+def _sneaky_project(tmp_path: Path, code: str) -> dict[str, Any]:
+    """The closed project, its criterion doing ``code`` (an undeclared src/notes.txt beside the imported package, an
+    extra.db and a copy of a system library in data/)."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    root = Path(config["project_root"])
+    (root / "src" / "notes.txt").write_text("not declared")
+    sqlite3.connect(str(root / "data" / "extra.db")).close()
+    shutil.copy2(_libm(), root / "data" / "libextra.so")
+    (root / "app.py").write_text(APP.replace(
+        "import sys\n", f"import ctypes, multiprocessing, os, sqlite3, subprocess, sys\nLIBM = {LIBM!r}\n", 1).replace(
+        '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {code}\n    labels = 'x'\n"))
+    config["application"]["sources"] = application.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    return config
+
+
+LIBM = ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6",
+        "/usr/lib64/libm.so.6", "/lib/aarch64-linux-gnu/libm.so.6")
+
+
+def _libm() -> str:
+    for path in LIBM:
+        if os.path.exists(path):
+            return path
+    pytest.skip("no libm.so.6 in the usual folders")
+
+
+@pytest.mark.parametrize("how", sorted(STARTS))
+def test_a_process_the_application_starts_is_refused_naming_the_program(tmp_path: Path, how: str) -> None:
+    result = _run(tmp_path, _sneaky_project(tmp_path, STARTS[how][0]))
+    assert result["status"] == "failed", (how, result)
+    assert result["error"].startswith("the criterion started a process "), result["error"]
+    assert STARTS[how][1] in result["error"] and "what it reads cannot be checked" in result["error"]
+
+
+@pytest.mark.parametrize("how", sorted(READS))
+def test_a_read_through_sqlite_ctypes_dir_fd_or_a_listing_is_judged(tmp_path: Path, how: str) -> None:
+    result = _run(tmp_path, _sneaky_project(tmp_path, READS[how][0]))
+    assert result["status"] == "failed", (how, result)
+    assert result["error"].startswith("the criterion read files that are not declared sources"), result["error"]
+    assert READS[how][1] in result["error"], result["error"]
+
+
+@pytest.mark.parametrize("how", sorted(ALLOWED))
+def test_ordinary_processes_libraries_and_listings_pass(tmp_path: Path, how: str) -> None:
+    """The controls of the two tests above, in the same project: the import of mypkg lists src/ (notes.txt is not
+    declared) through the import machinery, which is not refused."""
+    result = _run(tmp_path, _sneaky_project(tmp_path, ALLOWED[how]))
+    assert result == {"status": "passed"}, (how, result.get("error"))
+
+
+def test_a_listing_of_declared_files_passes_and_an_undeclared_name_beside_them_fails(tmp_path: Path) -> None:
+    config = _sneaky_project(tmp_path, 'os.listdir(ROOT / "data")')
+    root = Path(config["project_root"])
+    (root / "data" / "extra.db").unlink()
+    (root / "data" / "libextra.so").unlink()
+    config["application"]["sources"] = application.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
+         "files": ["data/*.csv"], "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}},
+        root).fingerprints(root)
+    assert _run(tmp_path, config) == {"status": "passed"}
+    (root / "data" / "other.bin").write_bytes(b"x")
+    result = _run(tmp_path, config)
+    assert result["status"] == "failed" and "data/ (listed: other.bin)" in result["error"], result
+    assert 'declare files = ["data/*"]' in result["error"]

@@ -15,6 +15,7 @@ from kernodeck import tips
 from kernodeck._fs import inenv_fingerprints, sha256_file
 from kernodeck.dossier import lineage
 from kernodeck.dossier import reference as refmod
+from kernodeck.env import start
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
 from kernodeck.project import application
 from kernodeck.project.assets import SourceKind
@@ -105,6 +106,7 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
         run_config["resume_application"] = ctx.declaration.app_resume.run_config()
     if "max-records" in det:
         run_config["determinism_records"] = int(det["max-records"])
+    run_config["libraries"] = start.declared_libraries(ctx.project.tool)
     run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
                   sample_repeat=ctx.opts.sample_repeat, **ctx.opts.extra_config)
     add_in_env_inputs(run_config, ctx.project.root, app)

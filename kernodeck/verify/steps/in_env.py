@@ -200,7 +200,8 @@ def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> 
     error = KernodeckError(
         f"{_loader_variables(run)} loads {', '.join(undeclared)} into every in-env process: code no lock describes; "
         "not started",
-        tip=f"unset {_loader_variables(run)}, or declare it in pyproject.toml ([tool.kernodeck.environment] ld-preload = "
+        tip=f"unset {_loader_variables(run)}, or declare it in pyproject.toml "
+            "([tool.kernodeck.environment] ld-preload = "
             f"[\"{os.path.basename(undeclared[0])}\"]), then: {tips.VERIFY}")
     run.fail(error)
     run.add(Step(names[0], Status.FAILED, error=str(error), layer=Layer.ENVIRONMENT,

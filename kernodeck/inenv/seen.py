@@ -1,0 +1,290 @@
+"""What the application's code touches while it runs: one audit hook and its record (world.py judges the record).
+
+Installed once (``sys.addaudithook``), the hook returns at once outside a window (``ON``) and for any event it does not
+record. It records every file opened for reading (``open``: ``open()``, ``os.open`` (a relative name against the
+working folder and every folder held open: its ``dir_fd``), ``io.open_code``), ``sqlite3.connect``'s database and a
+library ``ctypes`` loads by path; every file written or folder made (outputs); the project folders listed outside the
+import machinery; and refuses at once a process the application starts (what it reads cannot be seen). A process
+forked in a window keeps the hook: its record is handed to the parent through a file in the run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from . import libraries
+from ._common import CheckFailed
+from .protocol import Layer
+
+HERE = str(Path(__file__).resolve().parent)
+PSEUDO = ("/proc", "/sys", "/dev")  # the system's state (the system step records it), not files of the application
+
+ON = [False]
+BY = [""]  # who runs now: "the entry", "the criterion"
+READ: dict[str, str] = {}  # this window's files read: path -> who
+WRITTEN: set[str] = set()  # every file written while the application ran, this process
+INSTALLED = [False]
+PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
+
+
+def forms(path: str) -> set[str]:
+    return {os.path.normpath(os.path.abspath(path)), os.path.realpath(path)}
+
+
+def _roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(trusted prefixes, untrusted ones inside them): the env, the base stdlib less its site-packages, Kernodeck's
+    in-env folder, the pseudo file systems."""
+    env = forms(sys.prefix) | forms(sys.exec_prefix)
+    stdlib: set[str] = set()
+    for key in ("stdlib", "platstdlib"):
+        stdlib |= forms(sysconfig.get_path(key))
+    trusted = env | stdlib | {HERE, *PSEUDO}
+    inside = {
+        os.path.join(lib, name)
+        for lib in stdlib
+        for name in ("site-packages", "dist-packages")
+        if not any((lib + os.sep).startswith(e + os.sep) for e in env)  # a venv's base: not the env's own
+    }
+    return tuple(t.rstrip(os.sep) + os.sep for t in trusted), tuple(u + os.sep for u in inside)
+
+
+TRUSTED, UNTRUSTED = _roots()
+
+
+_PSEUDO_SEP = tuple(p + os.sep for p in PSEUDO)
+
+
+def resolved(path: str) -> str:
+    """``path``, resolved when it is under a pseudo file system: ``/proc/self/root/...``, ``/proc/self/cwd/...``,
+    ``/proc/<pid>/fd/N`` and ``/dev/fd/N`` are links to ordinary files, never the system's state."""
+    return os.path.realpath(path) if path.startswith(_PSEUDO_SEP) else path
+
+
+def trusted(path: str) -> bool:
+    """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system
+    (a pseudo path that links to an ordinary file is judged by that file)."""
+    path = resolved(path)
+    return path.startswith(TRUSTED) and not path.startswith(UNTRUSTED)
+
+
+def path_of(file: Any) -> str | None:
+    try:
+        path = os.fsdecode(file)
+    except TypeError:
+        return None
+    return os.path.normpath(path if path.startswith(os.sep) else os.path.join(os.getcwd(), path))
+
+
+def _opened(file: Any, mode: Any, flags: Any) -> None:
+    if isinstance(file, int):
+        return  # an open file descriptor: its file was opened (and recorded) before
+    path = path_of(file)
+    if path is None or trusted(path):
+        return
+    path = resolved(path)
+    # Written by the application: a file it creates or truncates. Appending to (or opening for update) a file that
+    # was there before leaves its earlier bytes an input: "a+"/"r+" read them, and they are not its output.
+    if isinstance(mode, str):
+        reads = "r" in mode or "+" in mode
+        writes = "w" in mode or "x" in mode or ("a" in mode and not os.path.exists(path))
+    else:  # os.open: the flags say
+        flags = int(flags or 0)
+        access = flags & os.O_ACCMODE
+        reads = access != os.O_WRONLY and not flags & os.O_TRUNC
+        writes = bool(flags & os.O_TRUNC) or (bool(flags & os.O_CREAT) and not os.path.exists(path))
+    if reads and path not in WRITTEN and path not in READ and os.path.isfile(path):
+        READ[path] = BY[0]
+        _to_parent({"kind": "read", "path": path, "by": BY[0]})
+    if writes:
+        WRITTEN.add(path)
+        _to_parent({"kind": "written", "path": path})
+
+
+def _open_dirs() -> list[str]:
+    """Every folder this process holds open as a descriptor (a ``dir_fd`` it may open relative to)."""
+    found: list[str] = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith(os.sep) and os.path.isdir(target):
+            found.append(target)
+    return found
+
+
+def _os_open(file: Any, flags: Any) -> None:
+    """``os.open``: its audit event carries no ``dir_fd``, so a relative name is judged against the working folder
+    AND every folder the process holds open (``os.open(name, O_RDONLY, dir_fd=d)`` reads ``d``'s file, never the
+    working folder's): wherever the name could resolve to an undeclared file, that file is named."""
+    if isinstance(file, int):
+        return
+    try:
+        name = os.fsdecode(file)
+    except TypeError:
+        return
+    if name.startswith(os.sep):
+        _opened(name, None, flags)
+        return
+    for folder in {os.getcwd(), *_open_dirs()}:
+        _opened(os.path.join(folder, name), None, flags)
+
+
+def _refuse(message: str, details: dict[str, Any]) -> None:
+    """A verdict at once, raised where the application's call is: the operation does not happen. In a forked child
+    (``os.spawnv`` forks then execs; a DataLoader worker) it is also handed to the parent (from_children)."""
+    text = f"{BY[0] or 'the application'} {message}"
+    _to_parent({"kind": "refused", "message": text, "details": details})
+    verdict = CheckFailed(text, Layer.APPLICATION, details)
+    PENDING.append(verdict)
+    raise verdict
+
+
+PID = [0]  # the process the window was opened in
+OUT = [""]  # the run's folder, where forked children leave what they read (CHILDREN)
+CHILDREN = ".closed-world-children.jsonl"
+
+
+def _to_parent(note: dict[str, Any]) -> None:
+    """In a process forked during a window (its hook and window inherited): one line for the parent, whose own
+    record never sees the child's reads, writes or refusals."""
+    if os.getpid() == PID[0] or not OUT[0]:
+        return
+    ON[0] = False  # this write is Kernodeck's, not the application's
+    try:
+        fd = os.open(os.path.join(OUT[0], CHILDREN), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps(note) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    finally:
+        ON[0] = True
+
+
+def from_children() -> None:
+    """What the window's forked children read, wrote and were refused, merged into this window's record."""
+    path = os.path.join(OUT[0], CHILDREN)
+    try:
+        with open(path, encoding="utf-8") as notes:
+            lines = notes.read().splitlines()
+        os.unlink(path)
+    except OSError:
+        return
+    for note in map(json.loads, lines):
+        if note["kind"] == "written":
+            WRITTEN.add(note["path"])
+        elif note["kind"] == "read" and note["path"] not in WRITTEN:
+            READ.setdefault(note["path"], f"{note['by']} (in a child process)")
+        elif note["kind"] == "refused":
+            verdict = CheckFailed(f"{note['message']} (in a child process)", Layer.APPLICATION, note["details"])
+            PENDING.append(verdict)
+            raise verdict
+
+
+# The audit events that start another program: whatever it reads, no hook of this process sees (the program's index
+# in the event's arguments). multiprocessing (fork, spawn, forkserver: _posixsubprocess.fork_exec) and torch's
+# DataLoader workers raise none of these (only ``os.fork``), so they are not refused: docs/application.md.
+PROCESS_EVENTS = {"subprocess.Popen": 1, "os.system": 0, "os.exec": 0, "os.posix_spawn": 0, "os.spawn": 1}
+
+
+def _program(event: str, args: tuple[Any, ...]) -> str:
+    value = args[PROCESS_EVENTS[event]]
+    if event == "subprocess.Popen" and args[0] is not None:
+        value = args[0]  # the executable given
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else ""
+    try:
+        return os.fsdecode(value)
+    except TypeError:
+        return str(value)
+
+
+def _started(event: str, args: tuple[Any, ...]) -> None:
+    program = _program(event, args)
+    _refuse(f"started a process ({program}, {event}): what it reads cannot be checked, so it is refused: do that "
+            "work in Python inside the application (what it opens is then judged)",
+            {"process": program, "event": event, "tip": "docs/application.md: the closed world's limits"})
+
+
+def _sqlite(database: Any) -> None:
+    """``sqlite3.connect``: the database file is read (and created if missing, then an output) like an open."""
+    try:
+        name = os.fsdecode(database)
+    except TypeError:
+        return
+    if name.startswith("file:"):  # uri=True: file:PATH?mode=ro
+        name = name[len("file:"):].split("?", 1)[0]
+    if name and name != ":memory:":
+        _opened(name, "a+", None)
+
+
+def _dlopen(name: Any) -> None:
+    """``ctypes.CDLL(path)``: a library loaded by path is judged like a file read (a bare soname is found by the
+    dynamic loader, and the library it maps is judged with the others after each step: libraries.py)."""
+    if name is None:
+        return
+    path = os.fsdecode(name)
+    if os.sep in path and not libraries.accounted(os.path.abspath(path)):  # the system's libm by path is the system's
+        _opened(path, "r", None)
+
+
+LISTED: dict[str, str] = {}  # this window's folders listed: folder -> who
+
+
+def _listed(path: Any) -> None:
+    """``os.listdir``/``os.scandir`` (and os.walk, glob, pathlib over them): a folder's names are an input too. The
+    import machinery's own listings (FileFinder's cache of a ``sys.path`` folder) serve imports, judged file by file:
+    they are not recorded."""
+    if isinstance(path, int):
+        return
+    if sys._getframe(2).f_code.co_filename.startswith("<frozen importlib"):
+        return
+    folder = path_of("." if path is None else path)
+    if folder is None or trusted(folder):
+        return
+    folder = resolved(folder)
+    if folder not in LISTED and folder not in WRITTEN:
+        LISTED[folder] = BY[0]
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if not ON[0]:
+        return
+    if event == "open":
+        if args[1] is None:
+            _os_open(args[0], args[2])
+        else:
+            _opened(*args[:3])
+    elif event == "os.rename":  # also os.replace: a file written then moved into place is still an output
+        src, dst = path_of(args[0]), path_of(args[1])
+        if src in WRITTEN and dst is not None:
+            WRITTEN.add(dst)
+    elif event in PROCESS_EVENTS:
+        _started(event, args)
+    elif event in ("os.listdir", "os.scandir"):
+        _listed(args[0])
+    elif event == "os.mkdir":  # a folder the application made: listing it reads only its own outputs
+        made = path_of(args[0])
+        if made is not None:
+            WRITTEN.add(made)
+    elif event == "sqlite3.connect":
+        _sqlite(args[0])
+    elif event == "ctypes.dlopen":
+        _dlopen(args[0])
+
+
+def install() -> None:
+    if not INSTALLED[0]:
+        sys.addaudithook(_hook)
+        INSTALLED[0] = True
