@@ -93,6 +93,7 @@ class Supervised:
     code: int
     tail: list[str]
     stopped: Stopped | None = None
+    escaped: tuple[int, ...] = ()  # processes of the run that had left its group (setsid): found and stopped
 
 
 @dataclass
@@ -206,6 +207,7 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
             stopped = _stop(proc, expired, folder, root) if expired is not None else None
             code = proc.wait()
             _signal_group(proc.pid, _KILL)  # what the run left behind in its group (none when it is tidy)
+            escaped = _stop_escaped(folder)  # and what left the group (a daemon in a session of its own)
             reader.join(timeout=GRACE_S)  # a child that kept the pipe open was killed with the group
             if proc.stderr is not None and not reader.is_alive():
                 proc.stderr.close()
@@ -214,7 +216,30 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
             _signal_group(procs[0].pid, _KILL)
             procs[0].wait()
         shutil.rmtree(folder, ignore_errors=True)
-    return Supervised(code, list(tail), stopped)
+    return Supervised(code, list(tail), stopped, escaped)
+
+
+def _stop_escaped(folder: Path) -> tuple[int, ...]:
+    """Every process that still carries this run's mark (``STACKS_DIR_ENV`` = its own folder, inherited by whatever
+    the run started, a new session or a double fork included) once the group is stopped: killed, and named."""
+    mark = f"{STACKS_DIR_ENV}={folder}".encode()
+    found: list[int] = []
+    with suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                marked = mark in (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marked and _running(int(entry.name)):
+                with suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(entry.name), _KILL)
+                    found.append(int(entry.name))
+    if found:
+        log(f"kernodeck: {len(found)} process(es) of the run had left its process group (pid "
+            f"{', '.join(map(str, found))}): stopped")
+    return tuple(sorted(found))
 
 
 def _read(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:

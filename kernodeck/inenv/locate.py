@@ -50,7 +50,7 @@ def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool
     if where.is_file():
         return _hashed(where, {where.name: where}) if remember else {where.name: sha256_file(where)}
     chosen: dict[str, Path] = {}
-    for path in sorted(where.rglob("*")):
+    for path in _walk(where):
         if not path.is_file() or path.name in _SKIPPED or "__pycache__" in path.parts:
             continue
         rel = path.relative_to(where).as_posix()
@@ -60,6 +60,23 @@ def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool
     if not remember:
         return {rel: sha256_file(path) for rel, path in chosen.items()}
     return _hashed(where, chosen)
+
+
+def _walk(where: Path) -> list[Path]:
+    """Every entry under ``where``, sorted, descending into folders reached through a link too (``rglob`` does not:
+    a linked folder's files, which the application reads through the link, would be in no fingerprint); a link back
+    to a folder already walked is not walked again."""
+    found: list[Path] = []
+    seen_dirs: set[str] = set()
+    for top, dirs, files in os.walk(where, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen_dirs:
+            dirs[:] = []
+            continue
+        seen_dirs.add(real)
+        dirs.sort()  # walked in name order: the same tree gives the same relative paths wherever it is listed
+        found.extend(Path(top) / name for name in [*dirs, *files])
+    return sorted(found)
 
 
 def _stat_key(path: Path) -> list[int]:

@@ -191,6 +191,21 @@ def _keep(folder: Path, trained: Trained) -> None:
         _save_npy(folder / f"{name}.npy", np.asarray(arr))
 
 
+def read_the_checkpoint(folder: Path) -> None:
+    """(worker) The resumed run opened a file of the checkpoint it was handed (the closed world's record of its call):
+    a train that ignores ``resume_from`` and trains again from step 0 ends where the uninterrupted run ends, and its
+    controls can be made to differ, so agreement alone does not show that anything was resumed."""
+    from kernodeck_inenv import seen
+
+    inside = tuple(form.rstrip(os.sep) + os.sep for form in seen.forms(str(folder)))
+    if not any(path.startswith(inside) for path in seen.READ):
+        raise CheckFailed("the resumed run read no file of the checkpoint it was handed (resume_from: "
+                          f"{folder.parent.name}/{folder.name} of the run's folder): "
+                          "train must restore its state from there, not train again from the start",
+                          Layer.APPLICATION, {"tip": "load the checkpoint from resume_from in train "
+                                              "(docs/application.md: the resume contract)"})
+
+
 def _serve() -> int:
     """(worker) Apply the settings now; then load the entry, resume as the order on stdin says, write the result."""
     from kernodeck_inenv._common import write_json_atomic
@@ -210,6 +225,7 @@ def _serve() -> int:
     try:
         trained = call_train(order["cfg"], ctx, order["params"], order["device"], result.parent,
                              int(order["cfg"]["steps"]), None, Path(order["resume_from"]), order["drop"])
+        read_the_checkpoint(Path(order["resume_from"]))
     except CheckFailed as exc:
         write_json_atomic(result, {"error": str(exc), "layer": exc.layer, "details": exc.details})
         return 0

@@ -102,13 +102,27 @@ def window(ctx: Context, who: str) -> Iterator[None]:
 def _in_sources(ctx: Context, path: str) -> bool:
     """Whether ``path`` is a declared weights or data source's file (``weights`` and ``data.NAME``, resolved and
     checked file by file at their own step before the application runs: ``application.declared_paths``)."""
-    found = [ctx.state["weights"]] if ctx.state.get("weights") else []
-    found += list(dict(ctx.state.get("data") or {}).values())
-    for source in map(str, found):
-        for form in seen.forms(source):
-            if path == form or path.startswith(form.rstrip(os.sep) + os.sep):
+    found = [(ctx.state["weights"], ctx.state.get("weights_fingerprint"))] if ctx.state.get("weights") else []
+    prints = dict(ctx.state.get("data_fingerprint") or {})
+    found += [(where, prints.get(name)) for name, where in dict(ctx.state.get("data") or {}).items()]
+    for source, files in found:
+        for form in seen.forms(str(source)):
+            if path == form:
                 return True
+            if path.startswith(form.rstrip(os.sep) + os.sep):
+                # only what the source's fingerprint covers: an hf source's ``files`` globs leave the rest of its
+                # snapshot unchecked, so reading such a file is reading an undeclared one
+                return not isinstance(files, dict) or _fingerprinted(os.path.relpath(path, form), files)
     return False
+
+
+def _fingerprinted(rel: str, files: dict[str, str]) -> bool:
+    """A file (or a folder holding one) of a source's fingerprint; ``__pycache__`` and ``.gitattributes`` are left
+    out of every fingerprint by design (locate.py) and stay accepted."""
+    rel = Path(rel).as_posix()
+    if rel in files or "__pycache__" in rel.split("/") or rel.rsplit("/", 1)[-1] == ".gitattributes":
+        return True
+    return any(f.startswith(rel + "/") for f in files)
 
 
 def _declaration(rel: str) -> str:

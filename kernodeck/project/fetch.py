@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernodeck import tips
 from kernodeck._fs import sha256_file
@@ -72,6 +74,25 @@ def _request(src: Source) -> urllib.request.Request:
     return urllib.request.Request(str(src.declared["url"]), headers=headers)
 
 
+class _SameHostAuthorization(urllib.request.HTTPRedirectHandler):
+    """A redirect keeps the bearer token only to the same scheme, host and port: urllib's own handler copies every
+    header to wherever the server redirects (a release asset's redirect to object storage, another host), which hands
+    the token to that host (and object storage refuses a request carrying two credentials)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            old, moved = urllib.parse.urlsplit(req.full_url), urllib.parse.urlsplit(new.full_url)
+            if (old.scheme, old.hostname, old.port) != (moved.scheme, moved.hostname, moved.port):
+                new.remove_header("Authorization")
+        return new
+
+
+def _open(request: urllib.request.Request, timeout: float) -> Any:
+    return urllib.request.build_opener(_SameHostAuthorization).open(request, timeout=timeout)
+
+
 def _refused(src: Source, status: int) -> FetchError:
     var = src.declared.get("token-env")
     shown = public_url(str(src.declared["url"]))
@@ -99,7 +120,7 @@ def fetch_one(src: Source, timeout: float = 60) -> Fetched:
     log(f"fetch {src.role}: {shown} -> {final}")
     digest = hashlib.sha256()
     try:
-        with urllib.request.urlopen(_request(src), timeout=timeout) as response, part.open("wb") as out:
+        with _open(_request(src), timeout) as response, part.open("wb") as out:
             while block := response.read(_BLOCK):
                 digest.update(block)
                 out.write(block)

@@ -344,3 +344,25 @@ def test_an_unchanged_snapshot_is_proven_by_its_stat_and_only_a_changed_file_reh
     assert {k: v for k, v in again.items() if k != "model.safetensors"} == {
         k: v for k, v in first.items() if k != "model.safetensors"}
     assert not list(snapshot.parents[2].rglob("*.json.*tmp")) and list((tmp_path / "kd-cache" / "stat").iterdir())
+
+
+@pytest.mark.parametrize("remember", [False, True])
+def test_a_folder_reached_through_a_link_is_fingerprinted_file_by_file(
+    remember: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source folder holding a link to another folder (a tokenizer kept on shared storage, a folder dropped into a
+    snapshot): the application reads its files through the link, so each is in the fingerprint; a changed file there
+    fails like any other, and a link back to a folder already walked does not loop."""
+    monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "kd-cache"))
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "vocab.json").write_text("{}", encoding="utf-8")
+    source = tmp_path / "model"
+    (source / "real").mkdir(parents=True)
+    (source / "real" / "w.bin").write_bytes(b"w")
+    (source / "tokenizer").symlink_to(tmp_path / "shared", target_is_directory=True)
+    (source / "real" / "loop").symlink_to(source, target_is_directory=True)
+    first = locate.fingerprint(source, remember=remember)
+    assert sorted(first) == ["real/w.bin", "tokenizer/vocab.json"]
+    (tmp_path / "shared" / "vocab.json").write_text('{"a": 1}', encoding="utf-8")
+    again = locate.fingerprint(source, remember=remember)
+    assert locate.differences(again, first) == ["tokenizer/vocab.json (changed)"]

@@ -133,3 +133,51 @@ def test_verify_fetches_a_missing_file_and_a_wrong_hash_fails_at_weights(
         assert TOKEN not in str(caught.value)
     # nothing else left among the downloads (stat/ holds the digests' stat records)
     assert _written(tmp_path / "cache" / "sha256") == [tmp_path / "cache" / "sha256" / DIGEST / "w.bin"]
+
+
+def test_a_redirect_to_another_host_is_not_sent_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A URL that redirects (a release asset to object storage): the bearer token follows a redirect on the same
+    host, never one to another host (127.0.0.1 -> localhost here), which must not learn it."""
+    from kernodeck.project import assets, fetch
+
+    heard: dict[str, str | None] = {}
+
+    class Storage(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            heard[self.path] = self.headers.get("Authorization")
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(DATA)))
+            self.end_headers()
+            self.wfile.write(DATA)
+
+        def log_message(self, *args: Any) -> None:
+            del args
+
+    storage = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Storage)
+
+    class Release(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            heard[self.path] = self.headers.get("Authorization")
+            there = (f"http://localhost:{storage.server_address[1]}/blob" if self.path == "/asset"
+                     else "/asset")  # first a redirect on the same host, then to another one
+            self.send_response(302)
+            self.send_header("Location", there)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            del args
+
+    release = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Release)
+    for httpd in (storage, release):
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setenv("MODEL_TOKEN", TOKEN)
+        src = assets.parse("weights", {"url": f"http://127.0.0.1:{release.server_address[1]}/w.bin",
+                                       "sha256": DIGEST, "token-env": "MODEL_TOKEN"})
+        assert fetch.fetch_one(src, timeout=10).path.read_bytes() == DATA
+    finally:
+        for httpd in (storage, release):
+            httpd.shutdown()
+            httpd.server_close()
+    assert heard == {"/w.bin": f"Bearer {TOKEN}", "/asset": f"Bearer {TOKEN}", "/blob": None}

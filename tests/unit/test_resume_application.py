@@ -201,3 +201,25 @@ def test_a_resume_that_differs_fails_at_comparison(tmp_path: Path, monkeypatch: 
     with pytest.raises(CheckFailed, match="differs from its uninterrupted run: weights") as caught:
         _step(tmp_path, monkeypatch, {"none": _verdict(NO_OPTIMIZER), "optimizer": _verdict(NO_OPTIMIZER)})
     assert caught.value.layer == "comparison"
+
+
+def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path) -> None:
+    """A train that ignores resume_from and trains again from step 0 ends bitwise where the uninterrupted run ends (and
+    can honour app.resume_drop so that its controls differ): the resumed run must have opened a file of the checkpoint
+    it was handed (the closed world's record of its call), else the step fails."""
+    from kernodeck_inenv import seen
+
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "state.pt").write_bytes(b"x")
+    saved = dict(seen.READ)
+    try:
+        seen.READ.clear()
+        seen.READ[str(tmp_path / "elsewhere.pt")] = "the resume entry"
+        with pytest.raises(resume_app.CheckFailed, match="read no file of the checkpoint"):
+            resume_app.read_the_checkpoint(checkpoint)
+        seen.READ[str(checkpoint / "state.pt")] = "the resume entry"
+        resume_app.read_the_checkpoint(checkpoint)
+    finally:
+        seen.READ.clear()
+        seen.READ.update(saved)

@@ -54,6 +54,13 @@ FAKE_RUNNER = textwrap.dedent('''\
                 time.sleep(3600)
             open("pids.txt", "a").write(f"{pid}\\n")
             os._exit(0)
+        if MODE == "escapes":  # a daemon that leaves the run's process group (setsid), and the runner ends
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                time.sleep(3600)
+            open("pids.txt", "a").write(f"{pid}\\n")
+            os._exit(0)
         if MODE == "deaf":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
         how = mp.get_context("spawn" if MODE == "spawns" else "fork")
@@ -234,3 +241,15 @@ def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
     assert proc.returncode == 128 + signal.SIGTERM
     time.sleep(0.3)
     assert not any(_running(pid) for pid in _pids(project))
+
+
+def test_a_process_that_left_the_group_is_stopped_too(tmp_path: Path) -> None:
+    """A daemon the application started in a session of its own (setsid, a double fork) is out of reach of the group's
+    signal: found by the run's mark in its environment, it is stopped and named, never left running."""
+    project = _project(tmp_path)
+    ended = supervise(_argv(project, "escapes"), env=dict(os.environ), cwd=project, deadlines=Deadlines(stall=30.0),
+                      root=project)
+    daemon = _pids(project)[-1]
+    assert ended.stopped is None and ended.code == 0 and ended.escaped == (daemon,)
+    time.sleep(0.3)
+    assert not _running(daemon)

@@ -551,3 +551,23 @@ def test_a_listing_of_declared_files_passes_and_an_undeclared_name_beside_them_f
     result = _run(tmp_path, config)
     assert result["status"] == "failed" and "data/ (listed: other.bin)" in result["error"], result
     assert 'declare files = ["data/*"]' in result["error"]
+
+
+def test_a_file_of_a_source_folder_outside_its_fingerprint_is_undeclared(tmp_path: Path) -> None:
+    """An hf source declared with ``files`` globs fingerprints only the files they match; another file of the same
+    snapshot folder (a tokenizer the globs left out) is checked by nothing, so reading it is an undeclared read, while
+    the fingerprinted files, the folder itself and a data source without a recorded fingerprint stay accepted."""
+    from kernodeck.inenv import world
+    from kernodeck.inenv._common import Context
+
+    snap, other = tmp_path / "snap", tmp_path / "data"
+    (snap / "sub").mkdir(parents=True)
+    other.mkdir()
+    ctx = Context(config={}, out=tmp_path / "out", state={
+        "weights": str(snap), "weights_fingerprint": {"config.json": "a" * 64, "sub/model.bin": "b" * 64},
+        "data": {"eval": other}})
+    assert world._in_sources(ctx, str(snap / "config.json")) and world._in_sources(ctx, str(snap / "sub/model.bin"))
+    assert world._in_sources(ctx, str(snap)) and world._in_sources(ctx, str(snap / "sub"))
+    assert world._in_sources(ctx, str(other / "anything.csv"))  # no fingerprint known: the folder as a whole
+    assert not world._in_sources(ctx, str(snap / "tokenizer.json"))
+    assert not world._in_sources(ctx, str(snap / "sub" / "extra.bin"))
