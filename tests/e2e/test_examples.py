@@ -177,21 +177,23 @@ def train(app, steps, save_at, resume_from):
 
 def _resume_application_step(project: Path, folder: Path, table: dict[str, Any], mode: str) -> dict[str, Any]:
     """The resume-application step alone (after settings), run by the env's interpreter as verify's runner runs."""
-    from kernodeck._proc import clean_env
+    from kernodeck.env import start
     from kernodeck.project import application
     from kernodeck.project import resume as resume_contract
+    from kernodeck.verify.steps.declared import add_in_env_inputs
     from kernodeck.verify.steps.in_env import RUNNER, RUNNER_ENV
 
     tool = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]
     contract = resume_contract.from_table(table)
     assert contract is not None
+    app = application.from_table(tool["application"], project)
     config = {"steps": ["settings", "resume-application"], "project_root": str(project), "mode": mode,
-              "application": application.from_table(tool["application"]).run_config(), "reference": None,
-              "resume_application": contract.run_config()}
+              "application": app.run_config(), "reference": None, "resume_application": contract.run_config()}
+    add_in_env_inputs(config, project, app)  # verified bytes and a closed world, as verify's runner config has them
     folder.mkdir()
     write_atomic(folder / "run-config.json", json.dumps(config))
-    proc = subprocess.run([str(env_python(project)), "-I", str(RUNNER), "--config", str(folder / "run-config.json")],
-                          env=clean_env(RUNNER_ENV), cwd=folder, text=True, capture_output=True, timeout=900,
+    proc = subprocess.run(start.argv(env_python(project), str(RUNNER), "--config", str(folder / "run-config.json")),
+                          env=start.environ(RUNNER_ENV), cwd=folder, text=True, capture_output=True, timeout=900,
                           check=False)
     result = folder / "steps" / "02-resume-application.json"
     assert result.is_file(), proc.stderr[-3000:]
