@@ -212,7 +212,7 @@ def test_documented_exports_are_lean_pinnable_hadolint_and_shellcheck_clean(proj
     assert "--require-hashes -r /opt/kernodeck-tools.txt" in runs[0]
     assert all("pip install" not in r or "--require-hashes" in r for r in runs)
     pins = toolpins.requirements((out / "kernodeck-tools.txt").read_text(encoding="utf-8"))
-    assert {n for n, (_v, hashes) in pins.items() if hashes} == {"packaging", "tomlkit", "filelock", "uv"}
+    assert {n for n, (_v, hashes) in pins.items() if hashes} == {"packaging", "tomlkit", "filelock", "uv", "pyelftools"}
     definition = (out / "kernodeck.def").read_text(encoding="utf-8")
     for name, script in apptainer_scripts(definition).items():
         path = root / "runs" / f"apptainer-{name}.sh"

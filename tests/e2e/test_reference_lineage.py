@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from kernodeck._fs import write_atomic
+from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import reference
 from tests.conftest import copy_project, kd
 
@@ -38,9 +38,11 @@ def test_verify_names_another_lock_and_a_rollback_to_an_older_reference(tmp_path
     project = copy_project(tmp_path / "project")  # its history/ is not copied: the test writes its own
     path = project / MANIFEST
     current = tomllib.loads(path.read_text(encoding="utf-8"))
-    lock = current["environment"]["lock_digest"]
-
-    # the control: the committed reference, made with the committed lock, nothing newer kept
+    # the control: a reference made with the lock this verify checks (the committed one was made before the locks'
+    # headers were made machine-free, same pins and hashes: its recorded digest is the older file's), nothing newer
+    lock = "sha256:" + sha256_file(project / "lockfiles" / "cp311-linux_x86_64-cpu.txt")
+    current["environment"]["lock_digest"] = lock
+    current = _write(path, current)
     report, differs = _verify(project, tmp_path / "plain")
     lineage = report["reference_lineage"]
     assert lineage["id"] == current["id"] and lineage["lock_digest"] == lock == report["lock_digest"]
