@@ -155,7 +155,7 @@ def test_verify_log_shows_every_phase_and_each_step_once(built_project: Path, tm
     proc = kd(built_project, "verify", "--no-rebuild", "--out", str(tmp_path / "run"), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     err = proc.stderr.splitlines()
-    for phase in ("kernodeck: settings: importing torch", "kernodeck: application: batch 1/", "loading weights"):
+    for phase in ("kernodeck: settings: importing torch", "kernodeck: application: batch 1/", "fingerprinting weights"):
         assert any(phase in line for line in err), phase
     for step in ("lock-check", "inventory", "settings", "compare", "resume"):
         ends = [line for line in err if line.startswith(f"kernodeck: {step}: ok")]
