@@ -105,6 +105,12 @@ def run_step(env: Path, root: Path, declared: dict[str, Any] | None = None, twin
     config = {"steps": ["extensions"], "project_root": str(root), "mode": "verify", "expect_backend": "cpu",
               "application": {"sample": "sample.jsonl"}, "reference": None,
               "extensions": {**found.as_config(), "declared": declared or {}}}
+    # a fake env that borrows another env's site-packages through a .pth maps that env's libraries from outside its
+    # own prefix: declared, as a project declares libraries it takes from outside the env (inenv/libraries.py)
+    linked = [Path(line.strip()) for pth in env.glob("lib/python*/site-packages/*.pth")
+              for line in pth.read_text(encoding="utf-8").splitlines() if line.strip()]
+    config["libraries"] = sorted({str(so.resolve()) for folder in linked if folder.is_dir()
+                                  for so in folder.rglob("*.so*") if so.is_file()})
     out = root / "run"
     out.mkdir(exist_ok=True)
     (out / "run-config.json").write_text(json.dumps(config), encoding="utf-8")
