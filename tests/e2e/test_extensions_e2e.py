@@ -209,6 +209,12 @@ def test_verify_stops_at_extensions_on_an_abi_break(wheels: dict[str, Path], bui
                                                      tmp_path: Path) -> None:
     env = _env_with(wheels["broken"], built_project, tmp_path)
     project = _declaring_project(tmp_path)
+    # the fake env borrows the built env's site-packages through a .pth: its libraries are declared, as a project
+    # declares libraries taken from outside its env (inenv/libraries.py fails a step on undeclared ones)
+    torch_site = next(built_project.glob(".venv-rebuild/*/current/lib/python*/site-packages")).resolve()
+    libraries = sorted(str(so.resolve()) for so in torch_site.rglob("*.so*") if so.is_file())
+    with (project / "pyproject.toml").open("a", encoding="utf-8") as handle:
+        handle.write("\n[tool.kernodeck.environment]\nlibraries = [" + ", ".join(f'"{x}"' for x in libraries) + "]\n")
     out = tmp_path / "run"
     proc = kd(project, "verify", "--python", str(env / "bin" / "python"), "--out", str(out))
     assert proc.returncode == 1, proc.stderr[-3000:]
