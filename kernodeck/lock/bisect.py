@@ -117,7 +117,7 @@ class BisectResult:
 
 
 def _outcome_of(drift: Drift) -> Outcome:
-    return Outcome.GOOD if drift.holds else Outcome.BAD
+    return Outcome.GOOD if drift.holds else Outcome.FAILED if drift.failure else Outcome.BAD
 
 
 class _Unbuildable(Exception):
@@ -158,7 +158,8 @@ class _Trials:
         number = len(self.records) + 1
         names = self.names_of(subset)
         whole = len(subset) == len(self.groups)
-        shown = f"all {len(names)} changes (the new lock)" if whole else ", ".join(sorted(names))
+        shown = (f"all {len(names)} changes (the new lock)" if whole else ", ".join(sorted(names)) if names
+                 else "no change (the old lock itself)")
         trial = self.folder / f"try-{number:02d}"
         (trial / "lockfiles").mkdir(parents=True)
         lock_path = trial / "lockfiles" / self.plat.lock_name
@@ -243,6 +244,7 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     from kernodeck.dossier import reference as refmod
     from kernodeck.project import application
     from kernodeck.verify import require_declared_contract
+    from kernodeck.verify.steps.declared import against_reference
 
     good, bad = lockfile.read(good_path), lockfile.read(bad_path)
     for name, lock in (("--good", good), ("--bad", bad)):
@@ -252,14 +254,16 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
                                  tip=tips.nox("bisect", "--platform", lock.first("platform"), "..."))
     d = lockdiff.diff(good, bad, old_label=str(good_path), new_label=str(bad_path))
     ref = refmod.load(project)
-    require_declared_contract(project, ref, application.load(project.root))
-    config: dict[str, Any] = {**ref.run_config(project), "project_root": str(project.root),
-                              "expect_backend": str(plat.variant.backend), "mode": "verify", "sample_repeat": 1}
+    app = application.load(project.root)
+    require_declared_contract(project, ref, app)
+    config = {**against_reference(project, ref, app, str(plat.variant.backend)), "sample_repeat": 1}
     folder = _folder(project, plat, out)
     trials = _Trials(project, plat, good, bad, d.changes, "sha256:" + sha256_file(bad_path), folder, config, installer)
     log(f"kernodeck: bisect {plat.id}: {len(d.changes)} changed packages between {good_path} and {bad_path}")
     # The first probe is the whole set whatever the grouping; the search is told the groups' count after it.
     first = trials.probe(frozenset(range(len(trials.groups)))) if d.changes else None
+    if first is Outcome.FAILED:  # a failure the old lock's env shares is no change of pins: nothing to bisect
+        _require_old_lock_runs(trials, folder)
     cached = {frozenset(range(len(trials.groups))): first} if first is not None else {}
 
     def probe_cached(subset: frozenset[int]) -> Outcome:
@@ -282,6 +286,17 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     return BisectResult(result, tuple(groups), tuple(records), folder, markdown)
 
 
+def _require_old_lock_runs(trials: _Trials, folder: Path) -> None:
+    """The old lock's own env (never rebuilt otherwise: it is the reference's) when the new lock's env failed before
+    the comparison; raises when it fails too, naming its failure."""
+    if trials.probe(frozenset()) is Outcome.GOOD:
+        return
+    note = trials.records[-1].note
+    raise KernodeckError(f"the application fails on the old lock's env too ({note[:400]}): the failure is not a "
+                         f"change of pins, nothing to bisect (the trials: {folder})",
+                         tip=tips.nox("verify") + " (fix what fails, then bisect again)")
+
+
 def render(result: SearchResult, groups: list[Group], records: list[TrialRecord], d: lockdiff.LockDiff,
            platform: str) -> str:
     """The bisect's report: the verdict, the culprit with its numbers, and every env tried."""
@@ -292,12 +307,14 @@ def render(result: SearchResult, groups: list[Group], records: list[TrialRecord]
     match result.verdict:
         case Verdict.FOUND:
             names = " + ".join(groups[i].label() for i in result.culprit)
-            how = {True: "alone, on the old lock, it leaves the tolerance",
+            wanted = {n for i in result.culprit for n in groups[i].names}
+            culprit_record = next((r for r in records if set(r.moved) == wanted), None)
+            effect = ("the application fails" if culprit_record and culprit_record.outcome is Outcome.FAILED
+                      else "it leaves the tolerance")
+            how = {True: f"alone, on the old lock, {effect}",
                    False: "it leaves the tolerance with the changes before it in the search, not alone",
                    None: "alone it could not be installed consistently"}[result.alone]
             lines.append(f"**Culprit: {names}** ({how}).")
-            wanted = {n for i in result.culprit for n in groups[i].names}
-            culprit_record = next((r for r in records if set(r.moved) == wanted), None)
             if culprit_record and culprit_record.drift:
                 lines += ["", render_drift(culprit_record.drift, title="The culprit alone against the reference")]
         case Verdict.NO_CULPRIT:
@@ -316,6 +333,7 @@ def render(result: SearchResult, groups: list[Group], records: list[TrialRecord]
     lines += ["", "| env | moved to the new lock | outcome | seconds | numbers |", "|---|---|---|---|---|"]
     every = {c.name for c in d.changes}
     for r in records:
-        moved = "all (the new lock)" if set(r.moved) == every else ", ".join(r.moved)
+        moved = ("all (the new lock)" if set(r.moved) == every else ", ".join(r.moved) if r.moved
+                 else "none (the old lock)")
         lines.append(f"| try-{r.number:02d} | {moved} | {r.outcome} | {r.seconds:.1f} | {cell(r.note)} |")
     return "\n".join(lines) + "\n"

@@ -24,7 +24,13 @@ from kernodeck.lock import lockdiff
 class Outcome(enum.StrEnum):
     GOOD = "within tolerance"
     BAD = "out of tolerance"
+    FAILED = "failed before the comparison"  # the application (or a check before compare) failed: bad, not numbers
     SKIPPED = "inconsistent, skipped"
+
+    @property
+    def leaves(self) -> bool:
+        """The env does not compute what the reference did: its numbers moved, or the application no longer runs."""
+        return self in (Outcome.BAD, Outcome.FAILED)
 
 
 class Verdict(enum.StrEnum):
@@ -94,7 +100,7 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
                 return done(Verdict.NO_CULPRIT)
             case Outcome.SKIPPED:
                 return done(Verdict.BAD_UNBUILDABLE)
-            case Outcome.BAD:
+            case Outcome.BAD | Outcome.FAILED:
                 pass
             case _:
                 assert_never(whole)
@@ -102,7 +108,7 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
         while True:
             if chosen:
                 alone = test(frozenset(chosen))
-                if alone is Outcome.BAD:
+                if alone.leaves:
                     return done(Verdict.FOUND, chosen, True)
                 if alone is Outcome.SKIPPED or not pool:
                     return done(Verdict.FOUND, chosen, None if alone is Outcome.SKIPPED else False)
@@ -115,7 +121,7 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
                 middle = (lo + hi) / 2
                 k = min(left, key=lambda c: (abs(c - middle), c))
                 result = test(frozenset(chosen | set(pool[:k])))
-                if result is Outcome.BAD:
+                if result.leaves:
                     hi = k
                 elif result is Outcome.GOOD:
                     lo = k

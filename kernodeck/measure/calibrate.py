@@ -49,7 +49,7 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
     """Rebuild (or reuse) the env, run every available variation and the margin search, write the calibration."""
     from kernodeck.env.rebuild import acquire, platform_lock, rebuild
     from kernodeck.verify import require_declared_contract
-    from kernodeck.verify.steps.declared import add_in_env_inputs
+    from kernodeck.verify.steps.declared import against_reference
 
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     lock_path = locking.require_current(project, plat)
@@ -70,11 +70,9 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
     try:
         with outdir.staged(final, "calibration") as staging:  # signed with the list of its files, swapped in whole
             python = rebuild(project, plat, lock_path).python
-            base = {**ref.run_config(project), "project_root": str(project.root), "mode": "verify",
-                    "expect_backend": str(plat.variant.backend)}
+            base = against_reference(project, ref, app, str(plat.variant.backend))
             # the numbers are measured under the DECLARED tolerance (the one judged), whatever the reference recorded
             base["application"]["outputs"] = {n: o.declared() for n, o in app.outputs.items()}
-            add_in_env_inputs(base, project.root, app)  # verified bytes and a closed world, as in verify
             variations = plan(cpu_flags(), os.cpu_count() or 1, str(plat.variant.backend), os.uname().machine)
             runs = run_all(python, staging, base, variations, staging / "margins.json", deadlines.load(project.tool))
             margins = _margins(staging / "margins.json", runs)

@@ -175,8 +175,10 @@ def train(app, steps, save_at, resume_from):
 """
 
 
-def _resume_application_step(project: Path, folder: Path, table: dict[str, Any], mode: str) -> dict[str, Any]:
-    """The resume-application step alone (after settings), run by the env's interpreter as verify's runner runs."""
+def _resume_application_step(project: Path, folder: Path, table: dict[str, Any], mode: str,
+                              code: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The resume-application step alone (after settings), run by the env's interpreter as verify's runner runs;
+    ``code``: project files declared beside the application's own (the closed world refuses any other read)."""
     from kernodeck.env import start
     from kernodeck.project import application
     from kernodeck.project import resume as resume_contract
@@ -186,6 +188,7 @@ def _resume_application_step(project: Path, folder: Path, table: dict[str, Any],
     tool = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]
     contract = resume_contract.from_table(table)
     assert contract is not None
+    tool["application"]["code"] = [*tool["application"].get("code", []), *code]
     app = application.from_table(tool["application"], project)
     config = {"steps": ["settings", "resume-application"], "project_root": str(project), "mode": mode,
               "application": app.run_config(), "reference": None, "resume_application": contract.run_config()}
@@ -220,7 +223,8 @@ def test_digits_resume_refuses_a_blind_declaration_and_a_train_that_forgets(
     # A train that never restores the optimizer's state: the step fails, naming where the curves part.
     (project / "checks" / "forgetful.py").write_text(FORGETFUL, encoding="utf-8")
     forgetful = {**copy.deepcopy(table), "entry": "checks/forgetful.py:train", "controls": ["rng"]}
-    step = _resume_application_step(project, tmp_path / "forgetful", forgetful, "verify")
+    # forgetful.py runs train.py's bytes: a file it reads, so declared as code (undeclared, the read fails the step)
+    step = _resume_application_step(project, tmp_path / "forgetful", forgetful, "verify", code=("checks/train.py",))
     assert step["status"] == "failed" and step["layer"] == "comparison", step.get("error")
     assert "weights" in step["error"] and step["details"]["first_parting_step"] > 30
     assert step["details"]["bitwise"] is False

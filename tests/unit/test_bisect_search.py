@@ -54,6 +54,38 @@ def test_no_changes_builds_nothing() -> None:
     assert bisect.search(0, probe).verdict is Verdict.NO_CHANGES and calls == []
 
 
+def test_a_change_that_breaks_the_application_is_a_culprit_named_as_failing() -> None:
+    """A trial whose application fails before the comparison leaves what the reference computed, like moved numbers;
+    the report says it fails, not that it left the tolerance."""
+    def probe(subset: frozenset[int]) -> Outcome:
+        return Outcome.FAILED if 3 in subset else Outcome.GOOD
+
+    result = bisect.search(6, probe)
+    assert (result.verdict, result.culprit, result.alone) == (Verdict.FOUND, (3,), True)
+    assert Outcome.FAILED.leaves and Outcome.BAD.leaves and not Outcome.GOOD.leaves and not Outcome.SKIPPED.leaves
+
+
+def test_a_failure_the_old_lock_shares_stops_the_bisect(tmp_path: Path) -> None:
+    """The old lock's env is tried when the new lock's failed before the comparison: failing too, it is no change of
+    pins (a culprit would be named for nothing); running, the bisect goes on."""
+    class Trials:
+        def __init__(self, old: Outcome) -> None:
+            self.old, self.asked, self.records = old, [], []
+
+        def probe(self, subset: frozenset[int]) -> Outcome:
+            self.asked.append(subset)
+            self.records.append(bisect.TrialRecord(1, (), self.old, 1.0, "application: the entry raised", None))
+            return self.old
+
+    failing = Trials(Outcome.FAILED)
+    with pytest.raises(bisect.KernodeckError, match="fails on the old lock's env too .application: the entry raised"):
+        bisect._require_old_lock_runs(failing, tmp_path)  # type: ignore[arg-type]
+    assert failing.asked == [frozenset()]
+    running = Trials(Outcome.GOOD)
+    bisect._require_old_lock_runs(running, tmp_path)  # type: ignore[arg-type]
+    assert running.asked == [frozenset()]
+
+
 def test_two_changes_needed_together_are_both_named() -> None:
     for a, b in itertools.combinations(range(7), 2):
         probe, _ = _fake(lambda s, a=a, b=b: a in s and b in s)  # type: ignore[misc]

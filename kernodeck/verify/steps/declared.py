@@ -113,6 +113,16 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
     return run_config
 
 
+def against_reference(project: Project, ref: refmod.Reference, app: application.Application,
+                      backend: str) -> dict[str, Any]:
+    """The in-env runner's config for the application run against the reference outside verify (calibrate, bisect):
+    the reference's declarations, the declared foreign libraries and the in-env inputs, as verify's runner has them."""
+    config: dict[str, Any] = {**ref.run_config(project, app), "project_root": str(project.root), "mode": "verify",
+                              "expect_backend": backend, "libraries": start.declared_libraries(project.tool)}
+    add_in_env_inputs(config, project.root, app)
+    return config
+
+
 def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: application.Application) -> None:
     """What the in-env side checks the code it runs against (verified bytes, a closed world): the declared sources'
     fingerprints (``application.sources``, read now: with ``--allow-code-change`` they may differ from the
