@@ -7,13 +7,20 @@ variation's noise and the margin of use on a log scale, the declared tolerance a
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape, unescape
 
 WIDTH = 760
 ROW = 18
 PLOT_LEFT, PLOT_RIGHT = 170, 730
 GREEN, AMBER, RED, GREY, BLUE = "#2e7d32", "#f9a825", "#c62828", "#9e9e9e", "#1565c0"
+# A sans-serif character's width as a share of its font size, taken wide (the average of DejaVu Sans and Helvetica
+# over digits and lower case is about 0.55): the picture is made wide enough for every label at this estimate.
+CHAR_EM = 0.6
+PAD = 8  # blank space kept around the outermost label
+_TEXT = re.compile(r'<text x="([-0-9.]+)" y="[-0-9.]+" font-size="([0-9]+)" text-anchor="(start|middle|end)"'
+                   r'[^>]*>(.*?)</text>')
 
 
 @dataclass(frozen=True)
@@ -98,10 +105,23 @@ def calibration_chart(panels: list[Panel]) -> str:
     return _document(WIDTH, height, parts)
 
 
+def text_extent(x: float, text: str, size: int, anchor: str) -> tuple[float, float]:
+    """The estimated left and right edge of a label drawn at ``x`` (:data:`CHAR_EM` per character)."""
+    width = len(text) * size * CHAR_EM
+    left = x - {"start": 0.0, "middle": width / 2, "end": width}[anchor]
+    return left, left + width
+
+
 def _document(width: int, height: int, parts: list[str]) -> str:
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}">')
-    return "\n".join([head, f'<rect width="{width}" height="{height}" fill="white"/>', *parts, "</svg>", ""])
+    """The picture, widened (to the left too) so that every label's estimated extent lies inside it: a long
+    variation name or caption is never cut at an edge."""
+    extents = [text_extent(float(m[1]), unescape(m[4]), int(m[2]), m[3]) for m in map(_TEXT.match, parts) if m]
+    x0 = min(0, math.floor(min((left for left, _ in extents), default=0.0) - PAD))
+    right = max(width, math.ceil(max((r for _, r in extents), default=0.0) + PAD))
+    box = f"{x0} 0 {right - x0} {height}"
+    head = f'<svg xmlns="http://www.w3.org/2000/svg" width="{right - x0}" height="{height}" viewBox="{box}">'
+    at = f'x="{x0}" ' if x0 else ""
+    return "\n".join([head, f'<rect {at}width="{right - x0}" height="{height}" fill="white"/>', *parts, "</svg>", ""])
 
 
 @dataclass(frozen=True)
