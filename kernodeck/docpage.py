@@ -1,7 +1,8 @@
 """The reference parts of the docs, generated from the code: in docs/sessions.md the sessions ``register()`` adds
 (with their docstrings) and the repository's own, every command's options (from the argparse parsers, never their
 error path) and the exit codes (:data:`kernodeck.exitcodes.MEANINGS`); in docs/locks.md the declared platforms and
-their committed locks.
+their committed locks; in docs/claims.md verify's steps and the claims each establishes (the step list, the in-env
+step names, :data:`kernodeck.verify.claims.CLAIMS` and ``SKIPPABLE``).
 
 ``python -m kernodeck.docpage`` rewrites the pages' generated blocks; ``--check`` exits 1 when they differ from
 the code (tests/unit/test_docpage.py runs it).
@@ -19,6 +20,9 @@ from kernodeck import noxsessions
 from kernodeck._fs import write_atomic
 from kernodeck.cli.dispatch import ORDER, build_parser
 from kernodeck.exitcodes import MEANINGS
+from kernodeck.inenv.protocol import StepName
+from kernodeck.verify.claims import CLAIMS, SKIPPABLE, ClaimSpec
+from kernodeck.verify.steps import STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "sessions.md"
@@ -119,10 +123,39 @@ def platforms_block(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
+def steps_claims_block() -> str:
+    """Verify's steps in the order they run, each with the claims it establishes (THE step -> claim table)."""
+    outside = [(e.name, f"outside the env: `{e.act.__module__.replace('.', '/')}.py`") for e in STEPS
+               if e.name != "checks"]
+    steps = outside + [(str(n), "inside the env (one process)") for n in StepName]
+    steps += [(c.step, "no such step in the run") for c in CLAIMS if c.step not in {n for n, _ in steps}]
+    lines = ["| step | runs | claims it establishes: id, what, its evidence (the step's `details` key), in | "
+             "skipped in a pass |", "|---|---|---|---|"]
+    for name, runs in dict(steps).items():
+        specs = [c for c in CLAIMS if c.step == name]
+        claims = "; ".join(f"`{c.id}`: {_cell(c.text)} (`{c.key}`; {', '.join(sorted(c.modes, reverse=True))})"
+                           for c in specs) or "none"
+        lines.append(f"| `{name}` | {runs} | {claims} | {_skip(name, specs)} |")
+    return "\n".join(lines)
+
+
+def _skip(name: str, specs: list[ClaimSpec]) -> str:
+    """Whether a pass may skip the step, in each mode: only a step in SKIPPABLE that no claim of the mode rests on."""
+    modes = ("verify", "reference")
+    allowed = [m for m in modes if name in SKIPPABLE and not any(m in c.modes for c in specs)]
+    if len(allowed) == len(modes):
+        return "allowed"
+    if allowed:
+        others = ", ".join(m for m in modes if m not in allowed)
+        return f"allowed in {', '.join(allowed)}; in {others} its claims are then `step-skipped`"
+    return "no: its claims are then `step-skipped`" if specs else "no: the verdict fails"
+
+
 # page -> its generated blocks
 PAGES: dict[Path, dict[str, Callable[[], str]]] = {
     PAGE: {"sessions": sessions_block, "options": options_block, "exit-codes": exit_codes_block},
     ROOT / "docs" / "locks.md": {"platforms": platforms_block},
+    ROOT / "docs" / "claims.md": {"steps-claims": steps_claims_block},
 }
 BLOCKS = PAGES[PAGE]
 

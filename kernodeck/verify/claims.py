@@ -1,7 +1,7 @@
 """The claims a pass stands on: THE table (:data:`CLAIMS`) and how a run's steps establish each claim, or why not.
 
 Each claim names the step that establishes it and the key of that step's ``details`` that records the evidence; a
-claim is established only when that step passed AND its record holds the evidence (docs/outputs-and-claims.md).
+claim is established only when that step passed AND its record holds the evidence (docs/claims.md).
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def evaluate_claims(steps: list[Step], mode: str = "verify") -> list[Claim]:
 
 
 
-# THE skipped-step rule (docs/outputs-and-claims.md, "Skipped steps"): a step a claim rests on, skipped, leaves its
+# THE skipped-step rule (docs/claims.md, "Skipped steps"): a step a claim rests on, skipped, leaves its
 # claim unestablished (`step-skipped`), so the run cannot pass; of the steps no claim rests on, only these may be
 # skipped in a pass, each for the reason given (the summary line repeats it). Any other skipped step fails the verdict.
 SKIPPABLE: dict[str, str] = {

@@ -77,3 +77,41 @@ def test_the_platforms_table_follows_pyproject_and_the_lockfiles(tmp_path: Path)
     (project / "lockfiles" / "cp311-macosx_arm64-mps.txt").unlink()
     after = docpage.platforms_block(project)
     assert "`cp311-macosx_arm64-mps` | MISSING" in after and after != before
+
+
+def test_the_step_claim_table_is_the_codes_and_on_one_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/claims.md holds every step (outside, then in-env) with the claims CLAIMS ties to it; no other page has a
+    row of a claim's id (the mapping told again, as outputs-and-claims.md did); a claim moved to another key makes the
+    page differ."""
+    from kernodeck.inenv.protocol import StepName
+    from kernodeck.verify.claims import CLAIMS
+    from kernodeck.verify.steps import STEPS
+
+    page = DOCS / "claims.md"
+    text = page.read_text(encoding="utf-8")
+    block = docpage.steps_claims_block()
+    assert block in text
+    rows = block.splitlines()[2:]
+    named = [row.split("`", 2)[1] for row in rows]
+    assert named == [e.name for e in STEPS if e.name != "checks"] + [str(n) for n in StepName]
+    for claim in CLAIMS:
+        row = rows[named.index(claim.step)]
+        assert f"`{claim.id}`: " in row and f"(`{claim.key}`; " in row, claim.id
+    ids = {c.id for c in CLAIMS} - set(named)  # a claim named as its step (backend, resume) is a step's row elsewhere
+    told = [p.name for p in DOCS.glob("*.md") if p != page and re.search(
+        r"^\| `(" + "|".join(map(re.escape, ids)) + r")` \|", p.read_text(encoding="utf-8"), re.M)]
+    assert told == []
+    moved = tuple(c if c.id != "resume" else docpage.ClaimSpec(c.id, c.text, c.step, "resumed", c.holds, c.modes)
+                  for c in CLAIMS)
+    monkeypatch.setattr(docpage, "CLAIMS", moved)
+    assert "(`resumed`; verify)" in docpage.steps_claims_block()
+    assert docpage.main(["--check"]) == 1
+
+
+def test_the_skip_column_follows_skippable_and_the_claims_modes(monkeypatch: pytest.MonkeyPatch) -> None:
+    block = docpage.steps_claims_block()
+    assert "| `rebuild` |" in block and block.split("| `rebuild` |", 1)[1].split("\n", 1)[0].endswith("| allowed |")
+    reference = block.split("| `reference` |", 1)[1].split("\n", 1)[0]
+    assert "allowed in reference; in verify its claims are then `step-skipped`" in reference
+    monkeypatch.setattr(docpage, "SKIPPABLE", {})
+    assert "| allowed |" not in docpage.steps_claims_block()

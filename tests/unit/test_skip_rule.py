@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kernodeck.verify.claims import SKIPPABLE
 
-PAGE = Path(__file__).parents[2] / "docs" / "outputs-and-claims.md"
+PAGE = Path(__file__).parents[2] / "docs" / "claims.md"
 
 
 def _documented() -> dict[str, str]:
