@@ -25,7 +25,7 @@ def _matrix(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, metavar="FILE", help="also write it to this file")
     p.add_argument("--format", choices=["github", "gitlab", "slurm"], default="github",
                    help="github: JSON for fromJSON(); gitlab: a .gitlab-ci.yml parallel:matrix job; slurm: an sbatch "
-                   "array script (default: github; see docs/engines.md)")
+                   "array script (default: github; see docs/ci.md)")
     p.add_argument("--hosted-only", action="store_true", help="leave out self-hosted runners (fork pull requests)")
     p.add_argument("--locked-only", action="store_true",
                    help="leave out platforms without a committed lock (their verify could only fail)")

@@ -1,4 +1,5 @@
-"""What other tools read is valid as written (issue 34): the `matrix` and `export` commands docs/engines.md shows run
+"""What other tools read is valid as written (issue 34): the `matrix` and `export` commands docs/ci.md and
+docs/containers.md show run
 literally, through `nox`, in a copy of the project, and each file is checked by its consumer's own checker.
 
 nox merges a command's stderr into its stdout unless the session says otherwise: a redirected matrix then began with
@@ -27,7 +28,7 @@ from kernodeck.errors import ConfigError
 from kernodeck.project.config import load_project
 from tests.conftest import ROOT, copy_project, kd
 
-DOCS = ROOT / "docs" / "engines.md"
+DOCS = (ROOT / "docs" / "ci.md", ROOT / "docs" / "containers.md")
 BIN = Path(sys.executable).parent
 LEFT_OUT = "kernodeck: matrix: left out"
 
@@ -39,8 +40,8 @@ def tool(name: str) -> str:
 
 
 def doc_commands(session: str) -> list[str]:
-    """The lines of docs/engines.md's ```sh blocks that run ``nox -s SESSION``, as written."""
-    text = DOCS.read_text(encoding="utf-8")
+    """The lines of the ```sh blocks of docs/ci.md and docs/containers.md that run ``nox -s SESSION``, as written."""
+    text = "\n".join(page.read_text(encoding="utf-8") for page in DOCS)
     blocks = re.findall(r"```sh\n(.*?)```", text, re.DOTALL)
     return [line.split("  #", 1)[0].strip() for block in blocks for line in block.splitlines()
             if line.startswith(f"nox -s {session} ")]
@@ -242,7 +243,7 @@ def test_hadolint_and_shellcheck_find_what_they_must(tmp_path: Path) -> None:
 
 
 def test_the_documented_hashin_command_is_the_one_export_asks_for(project: tuple[Path, Path]) -> None:
-    """The tools file of this repository is current with its run group, and the command docs/engines.md and the
+    """The tools file of this repository is current with its run group, and the command docs/containers.md and the
     file's header show to make it is the one export's TIP gives when the file is missing."""
     root, _shim = project
     committed = ROOT / ".github" / "requirements" / "run.txt"
@@ -254,7 +255,7 @@ def test_the_documented_hashin_command_is_the_one_export_asks_for(project: tuple
     tip = caught.value.tip
     make = tip.rsplit(" && ", 1)[1]
     assert make.startswith("python -m hashin -r .github/requirements/run.txt ")
-    assert f"`{tip}`" in " ".join(DOCS.read_text(encoding="utf-8").split())
+    assert f"`{tip}`" in " ".join(DOCS[1].read_text(encoding="utf-8").split())
     assert f"Made with: {make}\n" in committed.read_text(encoding="utf-8")
 
 
