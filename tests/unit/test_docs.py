@@ -62,3 +62,13 @@ def test_the_link_check_fails_on_a_bad_link(tmp_path: Path) -> None:
                                 "../../etc/passwd (no such file in the repository)"]
     finally:
         globals()["ROOT"] = saved
+
+
+COUNT = re.compile(r"\b\d[\d,]*\s+(?:unit\s+|e2e\s+|end-to-end\s+)?(?:test (?:files|modules|cases)|tests?)\b", re.I)
+
+
+def test_readme_carries_no_count_every_change_must_bump() -> None:
+    """A number of tests in README goes stale with the next test added: the suite's length is in CI's log."""
+    assert COUNT.findall((ROOT / "README.md").read_text(encoding="utf-8")) == []
+    assert COUNT.findall("The suite: 812 tests (58 test files), 1,204 unit tests.") == ["812 tests", "58 test files",
+                                                                                       "1,204 unit tests"]
