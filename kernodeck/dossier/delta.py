@@ -8,10 +8,11 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernodeck.dossier import resume_outputs
 from kernodeck.dossier.judge import compare_outputs
 from kernodeck.dossier.judge import render as render_outputs
 from kernodeck.dossier.read import load, read_embeddings
+from kernodeck.dossier.resume_outputs import compare as compare_resume
+from kernodeck.dossier.resume_outputs import render as render_resume
 
 if TYPE_CHECKING:
     from kernodeck.env.inventory import InventoryDiff
@@ -84,7 +85,7 @@ def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, A
             if steps_a.get(n) != steps_b.get(n)
         },
         "outputs": compare_outputs(dir_a, dir_b, python),
-        "resume_application": resume_outputs.compare(dir_a, dir_b, python),
+        "resume_application": compare_resume(dir_a, dir_b, python),
     }
     if result["outputs"] is None:  # dossiers from before the application contract: no declaration, no kind
         result["outputs"] = _numeric(dir_a / "outputs", dir_b / "outputs")
@@ -209,7 +210,7 @@ def render_compare(result: dict[str, Any]) -> str:
     else:
         lines.append(f"not compared: {out.get('reason')}")
     if result.get("resume_application") is not None:
-        lines += ["", "## The application's resume", "", *resume_outputs.render(result["resume_application"])]
+        lines += ["", "## The application's resume", "", *render_resume(result["resume_application"])]
     missing = result.get("missing", {})
     for section in ("system", "settings", "steps"):
         lines += ["", f"## {section.capitalize()}", ""]

@@ -283,7 +283,10 @@ def declared_from(folders: list[Path]) -> dict[str, dict[str, Any]] | None:
 
 def resume_declared(project: Project | None, folders: list[Path]) -> dict[str, dict[str, Any]] | None:
     """The application's resume outputs to map (the project's contract, else the first dossier's record of one), the
-    loss curve's bound read from the dossiers' devices; None when no resume of the application is declared."""
+    loss curve's bound read from the dossiers' devices; None when no resume of the application is declared, or when
+    fewer than two of the dossiers hold a resumed run (calibrate's variations run no training)."""
+    if sum(resume_outputs.run_folder(folder).is_dir() for folder in folders) < 2:
+        return None
     contract = None
     if project is not None:
         from kernodeck.project import resume

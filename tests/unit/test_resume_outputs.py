@@ -129,5 +129,9 @@ def test_the_drift_map_reads_the_resumed_runs(tmp_path: Path, monkeypatch: pytes
 def test_without_a_resume_declared_the_drift_map_has_only_the_applications_outputs(tmp_path: Path) -> None:
     folders = [_dossier(tmp_path / n, contract=None) for n in ("a", "b")]
     assert drift.resume_declared(None, folders) is None
+    # declared, but only one dossier holds a resumed run (calibrate's variations run no training): not mapped either
+    ran = [_dossier(tmp_path / "c"), _dossier(tmp_path / "d")]
+    assert drift.resume_declared(None, ran) is not None  # the control: two resumed runs are mapped
+    assert drift.resume_declared(None, [ran[0], folders[0]]) is None
     data, _ = drift.drift(folders, tmp_path / "map", PYTHON, LABELS, resume=drift.resume_declared(None, folders))
     assert list(data["outputs"]) == ["labels"]
