@@ -268,3 +268,25 @@ def test_a_resume_output_may_not_take_the_name_of_kernodecks_own_records() -> No
         table["outputs"][name] = table["outputs"]["weights"]
         with pytest.raises(ConfigError, match=f"{name} is the name of Kernodeck's own record"):
             resume.from_table(table)
+
+
+def test_each_call_of_train_has_its_progress_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """call_train (every call: uninterrupted, to the checkpoint, resumed) checks what train returns against what it saw:
+    a train that trains 4 of 6 steps and says 6 fails; the same train logging all 6 passes (the control)."""
+    import kernodeck_inenv.application
+    import kernodeck_inenv.settings
+
+    def train(app: Any, steps: int, save_at: int | None, resume_from: Path | None) -> dict[str, int]:
+        for step in range(1, app.params["trained"] + 1):
+            app.log(step, 1.0 / step)
+        app.write("weights", WEIGHTS)
+        return {"step": steps, "epoch": 1, "loader": 0}
+
+    monkeypatch.setattr(kernodeck_inenv.application, "_function", lambda *a: train)
+    monkeypatch.setattr(kernodeck_inenv.settings, "apply", lambda deterministic=True: {})  # no torch here
+    ctx = Context(config={"project_root": str(tmp_path)}, out=tmp_path)
+    cfg = {**CFG, "entry": {"file": "checks/train.py", "function": "train"}}
+    done = resume_app.call_train(cfg, ctx, {"trained": 6}, "cpu", tmp_path / "ok", 6, None, None, None)
+    assert done.counters["step"] == 6 and sorted(done.losses) == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(resume_app.CheckFailed, match="returned step 6 but logged no loss for step 5..6"):
+        resume_app.call_train(cfg, ctx, {"trained": 4}, "cpu", tmp_path / "short", 6, None, None, None)
