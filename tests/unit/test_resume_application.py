@@ -288,5 +288,5 @@ def test_each_call_of_train_has_its_progress_checked(tmp_path: Path, monkeypatch
     cfg = {**CFG, "entry": {"file": "checks/train.py", "function": "train"}}
     done = resume_app.call_train(cfg, ctx, {"trained": 6}, "cpu", tmp_path / "ok", 6, None, None, None)
     assert done.counters["step"] == 6 and sorted(done.losses) == [1, 2, 3, 4, 5, 6]
-    with pytest.raises(resume_app.CheckFailed, match="returned step 6 but logged no loss for step 5..6"):
+    with pytest.raises(resume_app.CheckFailed, match=r"returned step 6 but logged no loss for step 5\.\.6"):
         resume_app.call_train(cfg, ctx, {"trained": 4}, "cpu", tmp_path / "short", 6, None, None, None)
