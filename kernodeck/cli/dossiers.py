@@ -129,7 +129,8 @@ def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
     python = drift.interpreter(project, args.python)
     out = args.out or drift.default_out(project.runs if project else None)
     data, folder = drift.drift(folders, out, python, declared, root=project.root if project else None,
-                               allowed=(project.runs,) if project else ())
+                               allowed=(project.runs,) if project else (),
+                               resume=drift.resume_declared(project, folders))
     print(drift.render(data))
     print(f"drift map: {folder / 'drift.md'} (heatmap: {folder / 'drift.svg'})")
     return 0

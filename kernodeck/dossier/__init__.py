@@ -10,6 +10,7 @@ One concept a module:
 - :mod:`.delta`: what differs between two dossiers (``compare``) and between a run and its reference;
 - :mod:`.reference`: the project's reference (``nox -s reference``) and its manifest;
 - :mod:`.judge`: each declared output compared under its kind, in an interpreter with numpy;
+- :mod:`.resume_outputs`: the application's resumed run (end state, loss curve, counters) as compare and drift read it;
 - :mod:`.replay`: a dossier's procedure run again; :mod:`.export`: the procedure as a container;
 - :mod:`.sbom`: the lock as a CycloneDX SBOM.
 

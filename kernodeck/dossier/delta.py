@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from kernodeck.dossier.judge import compare_outputs
 from kernodeck.dossier.judge import render as render_outputs
 from kernodeck.dossier.read import load, read_embeddings
+from kernodeck.dossier.resume_outputs import compare as compare_resume
+from kernodeck.dossier.resume_outputs import render as render_resume
 
 if TYPE_CHECKING:
     from kernodeck.env.inventory import InventoryDiff
@@ -46,8 +48,9 @@ def _show_pair(key: str, pair: dict[str, Any]) -> str:
 
 
 def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, Any]:
-    """What differs between two dossiers: platform, system chain, inventory, settings, steps, and every declared
-    output under its kind (:func:`.judge.compare_outputs`, in ``python``: an interpreter with numpy)."""
+    """What differs between two dossiers: platform, system chain, inventory, settings, steps, every declared output
+    under its kind (:func:`.judge.compare_outputs`, in ``python``: an interpreter with numpy) and the application's
+    resumed training (:func:`.resume_outputs.compare`; None when neither dossier declares one)."""
     from kernodeck.env.inventory import diff, parse_freeze
 
     a, b = load(dir_a), load(dir_b)
@@ -82,6 +85,7 @@ def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, A
             if steps_a.get(n) != steps_b.get(n)
         },
         "outputs": compare_outputs(dir_a, dir_b, python),
+        "resume_application": compare_resume(dir_a, dir_b, python),
     }
     if result["outputs"] is None:  # dossiers from before the application contract: no declaration, no kind
         result["outputs"] = _numeric(dir_a / "outputs", dir_b / "outputs")
@@ -205,6 +209,8 @@ def render_compare(result: dict[str, Any]) -> str:
             )
     else:
         lines.append(f"not compared: {out.get('reason')}")
+    if result.get("resume_application") is not None:
+        lines += ["", "## The application's resume", "", *render_resume(result["resume_application"])]
     missing = result.get("missing", {})
     for section in ("system", "settings", "steps"):
         lines += ["", f"## {section.capitalize()}", ""]

@@ -77,6 +77,13 @@ def compare_outputs(dir_a: Path, dir_b: Path, python: Path | None) -> dict[str, 
     da, db = declared_outputs(dir_a), declared_outputs(dir_b)
     if da is None and db is None:
         return None
+    return compare_declared(da, db, outputs_folder(dir_a), outputs_folder(dir_b), python)
+
+
+def compare_declared(da: dict[str, dict[str, Any]] | None, db: dict[str, dict[str, Any]] | None, folder_a: Path,
+                     folder_b: Path, python: Path | None) -> dict[str, Any]:
+    """Each output both declarations name, ``folder_b``'s against ``folder_a``'s (``NAME.npy`` and ``NAME.ids.json``
+    in each) under A's declared kind, by ``inenv/compare_outputs.py`` in ``python``."""
     da, db = da or {}, db or {}
     common = [name for name in da if name in db]
     result: dict[str, Any] = {
@@ -96,7 +103,7 @@ def compare_outputs(dir_a: Path, dir_b: Path, python: Path | None) -> dict[str, 
         return result
     with tempfile.TemporaryDirectory(prefix="kernodeck-compare-") as tmp:
         request = Path(tmp) / "request.json"
-        write_atomic(request, json.dumps({"a": str(outputs_folder(dir_a)), "b": str(outputs_folder(dir_b)),
+        write_atomic(request, json.dumps({"a": str(folder_a), "b": str(folder_b),
                                           "outputs": {n: da[n] for n in common},
                                           "inenv_sha256": inenv_fingerprints()}))
         try:

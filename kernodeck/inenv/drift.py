@@ -2,7 +2,9 @@
 
     <venv>/bin/python -I <kernodeck>/inenv/drift.py --config drift-config.json
 
-The config names each dossier's outputs folder, the declared outputs (kind and tolerance) and the result file.
+The config names groups of outputs, each with its folder in every dossier (the application's outputs, the resumed
+run of the application's own training) and its declared outputs (kind and tolerance), and the result file; a
+group's outputs are named with its prefix.
 Every pair is compared by ``tolerance.compare`` (the one comparison implementation, the same as verify's), the
 second dossier of a pair standing as the reference; its distances are read by ``margin.numbers``, as calibrate
 reads its noise.
@@ -67,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), config.get("inenv_sha256"))
     from kernodeck_inenv._common import write_json_atomic
 
-    found = pairwise([Path(f) for f in config["dossiers"]], config["outputs"])
+    found: dict[str, Any] = {}
+    for group in config["groups"]:
+        cells = pairwise([Path(f) for f in group["dossiers"]], group["outputs"])
+        found.update({group["prefix"] + name: by_pair for name, by_pair in cells.items()})
     write_json_atomic(Path(config["result"]), found)
     return 0
 

@@ -128,6 +128,17 @@ STACKS_DIR_ENV = "KERNODECK_STACKS_DIR"
 STACKS_SIGNAL = "SIGUSR1"
 
 
+# The resume-application step's folder in a dossier: one folder per run of the application's train (``uninterrupted``,
+# ``resumed``, ``resumed-without-<piece>``), each with its declared end-state outputs (``NAME.npy`` and
+# ``NAME.ids.json``, rows numbered from 0), its loss curve and its progress counters as two more such pairs: what
+# ``nox -s compare`` and the drift map read of it (the resumed run's, under kernodeck/dossier/resume_outputs.py).
+RESUME_DIR = "resume-application"
+RESUMED_RUN = "resumed"
+LOSS_CURVE = "loss-curve"  # float64, the loss of global step 1..N (NaN where train logged none); ids: "1".."N"
+PROGRESS = "progress"  # int64, the counters train returned; ids: their names, sorted
+RESUME_FILES = frozenset({LOSS_CURVE, PROGRESS})  # no declared resume output may take these names
+
+
 def step_file(number: int, name: str) -> str:
     """A step's result file, under ``STEPS_DIR``: numbered in run order."""
     return f"{number:02d}-{name}.json"

@@ -30,7 +30,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
 from kernodeck_inenv._common import CheckFailed, Context, progress  # noqa: E402
-from kernodeck_inenv.protocol import ConfigKey, Layer  # noqa: E402
+from kernodeck_inenv.protocol import LOSS_CURVE, PROGRESS, RESUMED_RUN, ConfigKey, Layer  # noqa: E402
 
 COUNTERS = ("step", "epoch", "loader")  # the progress train must return; any other key it returns is compared too
 TIP = ("declare resume outputs (or a tolerance) that a dropped piece of state moves, or list only the pieces your "
@@ -49,12 +49,15 @@ class TrainApp:
     declared: dict[str, Any]
     losses: dict[int, float] = field(default_factory=dict)
     written: dict[str, Any] = field(default_factory=dict)
+    repeated: list[int] = field(default_factory=list)  # steps logged more than once in this call
 
     def progress(self, done: int, total: int, what: str = "") -> None:
         progress(f"{what} {done}/{total}".strip())
 
     def log(self, step: int, loss: float) -> None:
-        """The loss of global step ``step`` (1-based, counted from the run's very start, resumed or not)."""
+        """The loss of global step ``step`` (1-based, counted from the run's very start, resumed or not), once."""
+        if int(step) in self.losses:
+            self.repeated.append(int(step))
         self.losses[int(step)] = float(loss)
 
     def write(self, name: str, array: Any) -> None:
@@ -113,9 +116,36 @@ def call_train(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device
             isinstance(v, int) and not isinstance(v, bool) for v in counters.values()):
         raise CheckFailed(f"train must return its progress counters, whole numbers {list(COUNTERS)} at least; "
                           f"it returned {counters!r}", Layer.APPLICATION)
+    check_progress(counters, app, int(cfg["checkpoint_at"]) if resume_from is not None else 0, steps)
+    return Trained(app.written, app.losses, dict(counters))
+
+
+def _span(steps: list[int]) -> str:
+    """Steps as the report names them: ``31..50`` when they follow each other, else the first few."""
+    if steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}..{steps[-1]}" if len(steps) > 1 else str(steps[0])
+    return ", ".join(map(str, steps[:5])) + (", ..." if len(steps) > 5 else "")
+
+
+def check_progress(counters: dict[str, Any], app: TrainApp, start: int, steps: int) -> None:
+    """The progress train returns against what Kernodeck observes of the call: it asked for ``steps`` from a checkpoint
+    of step ``start`` (0: none), and ``app.log`` saw which steps were trained. The call must return step ``steps`` and
+    log the loss of exactly the global steps ``start+1..steps``, each once: a train that stops early, skips or repeats
+    steps, or trains again from step 1 after a resume is named here, whatever counters it returns. ``epoch`` and
+    ``loader`` cannot be checked this way (how many batches an epoch has is the application's, never told to
+    Kernodeck): they are compared between the runs (``judge``)."""
     if counters["step"] != steps:
         raise CheckFailed(f"train was asked for {steps} steps and returned step {counters['step']}", Layer.APPLICATION)
-    return Trained(app.written, app.losses, dict(counters))
+    expected, logged = set(range(start + 1, steps + 1)), set(app.losses)
+    wrong = [f"logged step {_span(sorted(set(app.repeated)))} more than once"] if app.repeated else []
+    if logged - expected:
+        wrong.append(f"logged step {_span(sorted(logged - expected))}, outside {_span(sorted(expected))}")
+    if expected - logged:
+        wrong.append(f"logged no loss for step {_span(sorted(expected - logged))}")
+    if wrong:
+        call = f"resumed from step {start}" if start else "from the start"
+        raise CheckFailed(f"train ({call}, to step {steps}) returned step {steps} but {'; '.join(wrong)}: it must log "
+                          "the loss of each global step it trains, once (app.log(step, loss))", Layer.APPLICATION)
 
 
 def first_parting(straight: dict[int, float], resumed: dict[int, float], steps: int, tolerance: float) -> int | None:
@@ -182,13 +212,32 @@ def _resume_in_new_process(worker: Any, order: dict[str, Any]) -> Trained:
     return Trained(outputs, {int(k): float(v) for k, v in found["losses"].items()}, found["counters"])
 
 
+def _save(folder: Path, name: str, arr: Any, ids: list[str]) -> None:
+    from kernodeck_inenv.arrays import _save_npy, _write_text
+
+    _save_npy(folder / f"{name}.npy", arr)
+    _write_text(folder / f"{name}.ids.json", json.dumps(ids))
+
+
 def _keep(folder: Path, trained: Trained) -> None:
-    """A run's end-state outputs, ``NAME.npy`` in its folder of the dossier (what compare and drift read)."""
+    """A run's end-state outputs in its folder of the dossier, ``NAME.npy`` with ``NAME.ids.json`` (rows numbered
+    from 0), as the application's outputs are kept: what compare and the drift map read."""
     import numpy as np
-    from kernodeck_inenv.arrays import _save_npy
 
     for name, arr in trained.outputs.items():
-        _save_npy(folder / f"{name}.npy", np.asarray(arr))
+        kept = np.atleast_1d(np.asarray(arr))
+        _save(folder, name, kept, [str(i) for i in range(kept.shape[0])])
+
+
+def record(folder: Path, curve: list[float | None], counters: dict[str, int]) -> None:
+    """A run's loss curve (each global step's, NaN where none was logged) and progress counters beside its end state,
+    as two more outputs (``LOSS_CURVE``, ``PROGRESS``): compare and drift read them as they read the declared ones."""
+    import numpy as np
+
+    losses = np.array([math.nan if v is None else v for v in curve], dtype=np.float64)
+    _save(folder, LOSS_CURVE, losses, [str(step) for step in range(1, len(curve) + 1)])
+    names = sorted(counters)
+    _save(folder, PROGRESS, np.array([counters[n] for n in names], dtype=np.int64), names)
 
 
 def read_the_checkpoint(folder: Path) -> None:
@@ -250,21 +299,24 @@ def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str
         progress(f"train uninterrupted to step {steps}")
         straight = call_train(cfg, ctx, params, device, folder / "uninterrupted", steps, None, None, None)
         _keep(folder / "uninterrupted", straight)
+        record(folder / "uninterrupted", [straight.losses.get(s) for s in range(1, steps + 1)], straight.counters)
         progress(f"train to step {at}, saving a checkpoint")
         checkpoint = folder / "checkpoint"
         head = call_train(cfg, ctx, params, device, checkpoint, at, at, None, None)
         if not any(checkpoint.iterdir()):
             raise CheckFailed(f"train(app, {at}, save_at={at}, None) saved nothing into app.checkpoint_dir",
                               Layer.APPLICATION)
-        verdicts = {}
+        verdicts: dict[str, dict[str, Any]] = {}
         for drop, worker in zip(drops, workers, strict=True):
-            name = "resumed" + (f"-without-{drop}" if drop else "")
+            name = RESUMED_RUN + (f"-without-{drop}" if drop else "")
             progress(f"resume from step {at} to {steps} in a new process"
                      + (f" without the {drop} state" if drop else ""))
             order = {"cfg": cfg, "root": ctx.config[ConfigKey.PROJECT_ROOT], "params": params, "device": device,
                      "drop": drop, "resume_from": str(checkpoint), "result": str(folder / name / "result.json"),
                      "app": ctx.config[ConfigKey.APPLICATION], "out": str(ctx.out), "inenv_sha256": expected}
-            verdicts[drop or "none"] = judge(cfg, straight, head, _resume_in_new_process(worker, order), tolerance)
+            resumed = _resume_in_new_process(worker, order)
+            verdict = verdicts[drop or "none"] = judge(cfg, straight, head, resumed, tolerance)
+            record(folder / name, verdict["losses_resumed"], resumed.counters)
         return verdicts
     finally:
         for worker in workers:  # those never given an order (a failure before): end of input, and they exit

@@ -4,6 +4,8 @@ For each declared output, every pair of dossiers is compared under the declared 
 (``tolerance.compare``, run by an interpreter that has numpy: the rebuilt env), each cell marked within or beyond
 the tolerance and explained by what differs in the two runs' system chain (CPU model and kernel level, torch build,
 device, threads, determinism, TF32), read from each dossier's records. Outputs: drift.md, drift.json, drift.svg.
+The application's own resume, when declared, is mapped beside: its resumed run's end state, loss curve and progress
+counters (``resume-application/NAME``, read as kernodeck/dossier/resume_outputs.py says).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from kernodeck import outdir, tips
 from kernodeck._fs import inenv_fingerprints, write_atomic, write_json
 from kernodeck._proc import first_error, log, show
+from kernodeck.dossier import resume_outputs
 from kernodeck.env import start
 from kernodeck.errors import KernodeckError
 from kernodeck.measure import svg
@@ -235,14 +238,20 @@ def heatmaps(data: dict[str, Any]) -> list[svg.Heatmap]:
 
 
 def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict[str, Any]],
-          root: Path | None = None, allowed: tuple[Path, ...] = ()) -> tuple[dict[str, Any], Path]:
-    """Compare every pair of ``folders`` with ``python`` (an interpreter with numpy); write drift.md/json/svg."""
+          root: Path | None = None, allowed: tuple[Path, ...] = (),
+          resume: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], Path]:
+    """Compare every pair of ``folders`` with ``python`` (an interpreter with numpy); write drift.md/json/svg.
+    ``resume``: the application's resume outputs (:func:`resume_declared`), mapped beside its outputs."""
     dossiers = load(folders)
     final = outdir.check(out, what="the drift map", tip=tips.nox("drift", "A", "B", "C", "--out", "runs/NAME"),
                          root=root, allowed=allowed)
+    groups = [{"prefix": "", "dossiers": [str(d.outputs) for d in dossiers], "outputs": declared}]
+    if resume:
+        groups.append({"prefix": resume_outputs.PREFIX, "outputs": resume,
+                       "dossiers": [str(resume_outputs.run_folder(d.folder)) for d in dossiers]})
+        declared = {**declared, **{resume_outputs.PREFIX + name: decl for name, decl in resume.items()}}
     with outdir.staged(final, "drift") as staging:  # signed with the list of its files, swapped in whole
-        config = {"dossiers": [str(d.outputs) for d in dossiers], "outputs": declared,
-                  "result": str(staging / "pairwise.json"), "inenv_sha256": inenv_fingerprints()}
+        config = {"groups": groups, "result": str(staging / "pairwise.json"), "inenv_sha256": inenv_fingerprints()}
         write_json(staging / "drift-config.json", config)
         argv = start.argv(python, str(IN_ENV), "--config", str(staging / "drift-config.json"))
         log(f"$ {show(argv)}")
@@ -270,6 +279,26 @@ def declared_from(folders: list[Path]) -> dict[str, dict[str, Any]] | None:
         if isinstance(outputs, dict) and outputs:
             return outputs
     return None
+
+
+def resume_declared(project: Project | None, folders: list[Path]) -> dict[str, dict[str, Any]] | None:
+    """The application's resume outputs to map (the project's contract, else the first dossier's record of one), the
+    loss curve's bound read from the dossiers' devices; None when no resume of the application is declared, or when
+    fewer than two of the dossiers hold a resumed run (calibrate's variations run no training)."""
+    if sum(resume_outputs.run_folder(folder).is_dir() for folder in folders) < 2:
+        return None
+    contract = None
+    if project is not None:
+        from kernodeck.project import resume
+
+        table = project.tool.get("application", {}).get("resume")
+        found = resume.from_table(table)
+        contract = found.run_config() if found is not None else None
+    else:
+        contract = next((c for folder in folders if (c := resume_outputs.contract(folder)) is not None), None)
+    if contract is None:
+        return None
+    return resume_outputs.declared(contract, resume_outputs.curve_atol(folders, contract))
 
 
 def default_out(runs: Path | None) -> Path:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from kernodeck.errors import ConfigError
+from kernodeck.inenv.protocol import RESUME_FILES
 from kernodeck.project.application import Output, Target, output_from_table
 
 TABLE = "[tool.kernodeck.application.resume]"
@@ -83,6 +84,10 @@ def from_table(raw: object) -> ResumeContract | None:
             f"{TABLE} declares no outputs: add [tool.kernodeck.application.resume.outputs.NAME] with its kind "
             "(the end state the two runs must agree on, e.g. the final weights)"
         )
+    taken = sorted(set(outputs_raw) & RESUME_FILES)
+    if taken:
+        raise ConfigError(f"{TABLE} outputs: {', '.join(taken)} is the name of Kernodeck's own record of each run "
+                          "(its loss curve and progress counters, compared beside your outputs): name yours otherwise")
     outputs = {
         name: output_from_table(name, value, f"[tool.kernodeck.application.resume.outputs.{name}]")
         for name, value in outputs_raw.items()

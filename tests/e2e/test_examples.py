@@ -147,8 +147,10 @@ def test_digits_resume_application_is_bitwise_and_sees_each_dropped_piece(digits
         assert control["seen"] is True and control["first_parting_step"] > 30, (drop, control)
         assert control["max_abs_at_end"] > 1e-3 and any(s.startswith("weights") for s in control["declaration_sees"])
     assert any(s.startswith("progress epoch") for s in controls["loader"]["declaration_sees"])
-    assert (out / "resume-application" / "resumed" / "weights.npy").is_file()
-    assert (out / "resume-application" / "uninterrupted" / "weights.npy").is_file()
+    for run in ("resumed", "uninterrupted", "resumed-without-optimizer"):  # what compare and the drift map read
+        for name in ("weights", "loss-curve", "progress"):
+            assert (out / "resume-application" / run / f"{name}.npy").is_file(), (run, name)
+            assert (out / "resume-application" / run / f"{name}.ids.json").is_file(), (run, name)
 
 
 FORGETFUL = """

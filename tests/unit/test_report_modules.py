@@ -27,7 +27,9 @@ LAYERS = {
                                 "kernodeck.verify.markdown"},
     "kernodeck.dossier.judge": set(),
     "kernodeck.dossier.read": {"kernodeck.dossier.judge"},
-    "kernodeck.dossier.delta": {"kernodeck.dossier.read", "kernodeck.dossier.judge"},
+    "kernodeck.dossier.resume_outputs": {"kernodeck.dossier.judge"},
+    "kernodeck.dossier.delta": {"kernodeck.dossier.read", "kernodeck.dossier.judge",
+                                "kernodeck.dossier.resume_outputs"},
     "kernodeck.dossier.review": {"kernodeck.dossier.export"},
 }
 

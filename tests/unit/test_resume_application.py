@@ -223,3 +223,70 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
     finally:
         seen.READ.clear()
         seen.READ.update(saved)
+
+
+# --- the progress train returns, against what Kernodeck observes of the call -----------------------------------------
+
+
+def _called(logged: list[int], **counters: int) -> resume_app.TrainApp:
+    """A TrainApp after a call of train that logged ``logged`` (in that order)."""
+    app = resume_app.TrainApp({}, "cpu", Path("."), Path("."), None, {})
+    for step in logged:
+        app.log(step, 1.0 / step)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("logged", "start", "steps", "returned", "message"),
+    [
+        # asked for 6, says 6, logged 1..4: it stopped early and claims the rest
+        ([1, 2, 3, 4], 0, 6, 6, r"from the start, to step 6\) returned step 6 but logged no loss for step 5\.\.6"),
+        # resumed from 3, trained again from step 1: what it returned is right, what it did is not
+        ([1, 2, 3, 4, 5, 6], 3, 6, 6, r"resumed from step 3.*logged step 1\.\.3, outside 4\.\.6"),
+        # a step trained twice (a loader that went back)
+        ([4, 5, 5, 6], 3, 6, 6, r"logged step 5 more than once"),
+        # steps skipped
+        ([4, 6], 3, 6, 6, r"logged no loss for step 5\b"),
+        # the step it returns is not the one it was asked for
+        ([1, 2, 3, 4, 5, 6], 0, 6, 5, r"asked for 6 steps and returned step 5"),
+    ],
+)
+def test_progress_that_what_kernodeck_saw_contradicts_fails_the_call(
+    logged: list[int], start: int, steps: int, returned: int, message: str
+) -> None:
+    resume_app.check_progress({**COUNTERS, "step": steps}, _called(list(range(start + 1, steps + 1))), start, steps)
+    with pytest.raises(resume_app.CheckFailed, match=message) as caught:  # the runner's class (kernodeck_inenv)
+        resume_app.check_progress({**COUNTERS, "step": returned}, _called(logged), start, steps)
+    assert caught.value.layer == "application"
+
+
+def test_a_resume_output_may_not_take_the_name_of_kernodecks_own_records() -> None:
+    from kernodeck.inenv.protocol import RESUME_FILES
+
+    for name in sorted(RESUME_FILES):
+        table = _digits_table()
+        table["outputs"][name] = table["outputs"]["weights"]
+        with pytest.raises(ConfigError, match=f"{name} is the name of Kernodeck's own record"):
+            resume.from_table(table)
+
+
+def test_each_call_of_train_has_its_progress_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """call_train (every call: uninterrupted, to the checkpoint, resumed) checks what train returns against what it saw:
+    a train that trains 4 of 6 steps and says 6 fails; the same train logging all 6 passes (the control)."""
+    import kernodeck_inenv.application
+    import kernodeck_inenv.settings
+
+    def train(app: Any, steps: int, save_at: int | None, resume_from: Path | None) -> dict[str, int]:
+        for step in range(1, app.params["trained"] + 1):
+            app.log(step, 1.0 / step)
+        app.write("weights", WEIGHTS)
+        return {"step": steps, "epoch": 1, "loader": 0}
+
+    monkeypatch.setattr(kernodeck_inenv.application, "_function", lambda *a: train)
+    monkeypatch.setattr(kernodeck_inenv.settings, "apply", lambda deterministic=True: {})  # no torch here
+    ctx = Context(config={"project_root": str(tmp_path)}, out=tmp_path)
+    cfg = {**CFG, "entry": {"file": "checks/train.py", "function": "train"}}
+    done = resume_app.call_train(cfg, ctx, {"trained": 6}, "cpu", tmp_path / "ok", 6, None, None, None)
+    assert done.counters["step"] == 6 and sorted(done.losses) == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(resume_app.CheckFailed, match=r"returned step 6 but logged no loss for step 5\.\.6"):
+        resume_app.call_train(cfg, ctx, {"trained": 4}, "cpu", tmp_path / "short", 6, None, None, None)

@@ -127,7 +127,8 @@ def test_the_other_inenv_scripts_check_their_fingerprints_too(tmp_path: Path, sc
     def run(fingerprints: dict[str, str]) -> subprocess.CompletedProcess[str]:
         config: dict[str, Any] = {"outputs": {}, "inenv_sha256": fingerprints}
         config.update({"a": str(tmp_path), "b": str(tmp_path)} if script == "compare_outputs.py"
-                      else {"dossiers": [], "result": str(tmp_path / "pairwise.json")})
+                      else {"groups": [{"prefix": "", "dossiers": [], "outputs": {}}],
+                            "result": str(tmp_path / "pairwise.json")})
         (tmp_path / "config.json").write_text(json.dumps(config))
         args = [str(tmp_path / "config.json")] if script == "compare_outputs.py" else ["--config",
                                                                                      str(tmp_path / "config.json")]

@@ -1,0 +1,104 @@
+"""The application's own resume as ``nox -s compare`` and the drift map read it from a dossier.
+
+The resume-application step keeps each run of the application's ``train`` in ``resume-application/<run>/``
+(kernodeck/inenv/protocol.py): the declared end-state outputs, the loss curve and the progress counters, each as
+``NAME.npy`` with ``NAME.ids.json``. Compare and drift read the resumed run's (``resume-application/resumed/``, what a
+restarted training ends with), named ``resume-application/NAME`` beside the application's outputs:
+
+- each end-state output under its declared kind (``[tool.kernodeck.application.resume.outputs.NAME]``);
+- the loss curve under the rule the step itself applies: allclose with rtol 0 and atol 0 (bitwise) when every dossier
+  ran on a CPU, else atol = the declared ``gpu-tolerance``;
+- the progress counters under ``exact``.
+
+The declaration is each dossier's ``run-config.json`` (``resume_application``), as for the application's outputs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kernodeck.dossier.judge import compare_declared
+from kernodeck.dossier.judge import render as render_outputs
+from kernodeck.inenv.protocol import LOSS_CURVE, PROGRESS, RESUME_DIR, RESUMED_RUN, ConfigKey, StepName
+
+PREFIX = f"{RESUME_DIR}/"  # how compare and the drift map name these outputs beside the application's
+# What the two dossiers' contracts must share for their resumed runs to be the same training (besides the outputs).
+CONTRACT = ("entry", "steps", "checkpoint_at")
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def contract(folder: Path) -> dict[str, Any] | None:
+    """The resume contract a dossier's run was given (its ``run-config.json``), or None when it declared none."""
+    found = _json(folder / "run-config.json").get(ConfigKey.RESUME_APPLICATION)
+    return found if isinstance(found, dict) and isinstance(found.get("outputs"), dict) else None
+
+
+def run_folder(folder: Path) -> Path:
+    """Where a dossier keeps its resumed run's files."""
+    return folder / RESUME_DIR / RESUMED_RUN
+
+
+def device(folder: Path) -> str | None:
+    """The device a dossier's run used (its backend step), None when it did not record one."""
+    for path in sorted((folder / "steps").glob(f"*-{StepName.BACKEND}.json")):
+        found = (_json(path).get("details") or {}).get("device")
+        return str(found) if found else None
+    return None
+
+
+def curve_atol(folders: list[Path], declared: dict[str, Any]) -> float:
+    """The loss curve's bound: 0 (bitwise) when every dossier ran on a CPU, else the declared gpu-tolerance (a dossier
+    that recorded no device counts as not a CPU: the looser bound, never a false BEYOND)."""
+    if all(device(folder) == "cpu" for folder in folders):
+        return 0.0
+    return float(declared.get("gpu_tolerance", 1e-5))
+
+
+def declared(resume: dict[str, Any], atol: float) -> dict[str, dict[str, Any]]:
+    """Every output compare and drift read of a resumed run: the declared end state, the loss curve, the counters."""
+    rule = "bitwise: every dossier ran on a CPU" if atol == 0 else "the declared gpu-tolerance: a dossier ran elsewhere"
+    return {
+        **resume["outputs"],
+        LOSS_CURVE: {"kind": "allclose", "dtype": "float64", "rtol": 0.0, "atol": atol,
+                     "justification": f"the loss of each global step, under the resume step's own rule ({rule})"},
+        PROGRESS: {"kind": "exact", "dtype": "int64",
+                   "justification": "the progress counters train returned (step, epoch, loader, ...): whole numbers"},
+    }
+
+
+def compare(dir_a: Path, dir_b: Path, python: Path | None) -> dict[str, Any] | None:
+    """B's resumed run against A's, output by output under A's declared kinds; None when neither declares a resume."""
+    ca, cb = contract(dir_a), contract(dir_b)
+    if ca is None and cb is None:
+        return None
+    atol = curve_atol([dir_a, dir_b], ca or cb or {})
+    result = compare_declared(declared(ca, atol) if ca else None, declared(cb, atol) if cb else None,
+                              run_folder(dir_a), run_folder(dir_b), python)
+    result["not_declared"] = [side for side, found in (("a", ca), ("b", cb)) if found is None]
+    result["contract"] = {key: {"a": ca.get(key), "b": cb.get(key)} for key in CONTRACT
+                          if ca and cb and ca.get(key) != cb.get(key)}
+    return result
+
+
+def render(result: dict[str, Any]) -> list[str]:
+    """The Markdown lines of compare's section on the application's resume."""
+    lines = [f"The resumed run of each dossier (`{RESUME_DIR}/{RESUMED_RUN}/`): its end state under the declared "
+             f"kinds, its loss curve (`{LOSS_CURVE}`) and its progress counters (`{PROGRESS}`).", ""]
+    for side in result["not_declared"]:
+        lines.append(f"{side.upper()} declares no resume of the application (its run-config.json has none; "
+                     "a reference folder keeps no resumed run): nothing to compare it with")
+    for key, pair in result["contract"].items():
+        lines.append(f"DIFFERENT RESUME CONTRACT: `{key}` {json.dumps(pair['a'])} in A, {json.dumps(pair['b'])} in B "
+                     "(another training: its numbers are not comparable)")
+    if result["not_declared"]:
+        return lines
+    return lines + render_outputs(result)

@@ -1,0 +1,137 @@
+"""The application's own resume as compare and the drift map read it (kernodeck/dossier/resume_outputs.py): each
+dossier's resumed run (end state, loss curve, progress counters), written by the resume-application step's own writers
+(``resume_app._keep`` and ``record``) into small fake dossiers. Equal runs compare with zero delta; a perturbed one is
+named, output by output. The comparison runs in a real subprocess: this test venv's interpreter stands in for the
+rebuilt env (it has numpy), running inenv/compare_outputs.py and inenv/drift.py by path."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernodeck.__main__ import main
+from kernodeck.dossier import compare, render_compare, resume_outputs
+from kernodeck.inenv import resume_app
+from kernodeck.measure import drift
+
+PYTHON = Path(sys.executable)
+CONTRACT: dict[str, Any] = {
+    "entry": {"file": "checks/train.py", "function": "train"}, "steps": 6, "checkpoint_at": 3,
+    "outputs": {"weights": {"kind": "allclose", "dtype": "float32", "rtol": 0.0, "atol": 1e-6,
+                            "justification": "the final weights"}},
+    "controls": ["optimizer"], "gpu_tolerance": 1e-5,
+}
+LABELS = {"labels": {"kind": "exact", "dtype": "int64", "justification": "the classes"}}
+WEIGHTS = np.linspace(-1, 1, 12, dtype=np.float32)
+CURVE = [2.0, 1.5, 1.2, 1.0, 0.9, 0.8]
+COUNTERS = {"step": 6, "epoch": 2, "loader": 0}
+
+
+def _dossier(folder: Path, *, weights: Any = WEIGHTS, curve: list[float] = CURVE, counters: dict[str, int] = COUNTERS,
+             device: str = "cpu", contract: dict[str, Any] | None = CONTRACT) -> Path:
+    """A verify dossier as far as compare and drift read it, its resumed run kept by the step's own writers."""
+    (folder / "steps").mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({"status": "passed", "platform": "p", "steps": [
+        {"name": "resume-application", "status": "passed"}]}), encoding="utf-8")
+    config: dict[str, Any] = {"application": {"outputs": LABELS}}
+    if contract is not None:
+        config["resume_application"] = contract
+    (folder / "run-config.json").write_text(json.dumps(config), encoding="utf-8")
+    (folder / "steps" / "03-backend.json").write_text(json.dumps({"details": {"device": device}}), encoding="utf-8")
+    (folder / "outputs").mkdir()
+    np.save(folder / "outputs" / "labels.npy", np.arange(4, dtype=np.int64))
+    (folder / "outputs" / "labels.ids.json").write_text(json.dumps(["a", "b", "c", "d"]), encoding="utf-8")
+    if contract is not None:
+        run = resume_outputs.run_folder(folder)
+        run.mkdir(parents=True)
+        resume_app._keep(run, resume_app.Trained({"weights": np.asarray(weights)}, {}, counters))
+        resume_app.record(run, list(curve), counters)
+    return folder
+
+
+def _resume(a: Path, b: Path) -> tuple[dict[str, Any], str]:
+    result = compare(a, b, PYTHON)
+    return result["resume_application"], render_compare(result)
+
+
+def test_equal_resumed_runs_compare_with_zero_delta(tmp_path: Path) -> None:
+    found, text = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b"))
+    assert found["available"] and sorted(found["per_output"]) == ["loss-curve", "progress", "weights"]
+    assert all(v["passed"] and v["bitwise_equal"] for v in found["per_output"].values()), found["per_output"]
+    assert found["per_output"]["weights"]["max_abs"] == 0 and found["per_output"]["loss-curve"]["max_abs"] == 0
+    assert found["per_output"]["loss-curve"]["atol"] == 0  # both ran on a CPU: the step's own rule, bitwise
+    section = text.split("## The application's resume", 1)[1].split("## System", 1)[0]
+    assert section.count("within its declared tolerance") == 3 and "BEYOND" not in section
+
+
+PERTURBED = [
+    # the end state: one weight moved beyond atol 1e-6
+    ({"weights": WEIGHTS + np.eye(1, 12, 7, dtype=np.float32)[0] * 1e-3}, "weights", "'7'"),
+    # the loss curve: step 5 parts by one part in 1e12 (bitwise on a CPU)
+    ({"curve": [*CURVE[:4], CURVE[4] + 1e-12, CURVE[5]]}, "loss-curve", "'5'"),
+    # the progress: the resumed run ended in another epoch
+    ({"counters": {**COUNTERS, "epoch": 1}}, "progress", "'epoch'"),
+]
+
+
+@pytest.mark.parametrize(("change", "name", "where"), PERTURBED, ids=[p[1] for p in PERTURBED])
+def test_a_perturbed_resumed_run_is_named(tmp_path: Path, change: dict[str, Any], name: str, where: str) -> None:
+    found, text = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b", **change))
+    beyond = sorted(n for n, v in found["per_output"].items() if not v["passed"])
+    assert beyond == [name], found["per_output"]
+    line = next(x for x in text.splitlines() if x.startswith(f"- `{name}`"))
+    assert "BEYOND its declared tolerance" in line and where in line, line
+
+
+def test_on_a_gpu_the_loss_curve_is_read_under_the_declared_gpu_tolerance(tmp_path: Path) -> None:
+    near = [v + 1e-7 for v in CURVE]
+    found, _ = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b", curve=near, device="cuda"))
+    assert found["per_output"]["loss-curve"]["passed"] and found["per_output"]["loss-curve"]["atol"] == 1e-5
+    found, _ = _resume(_dossier(tmp_path / "c"), _dossier(tmp_path / "d", curve=near))  # the control: both on a CPU
+    assert not found["per_output"]["loss-curve"]["passed"]
+
+
+def test_a_dossier_without_a_resume_is_named_and_two_without_get_no_section(tmp_path: Path) -> None:
+    found, text = _resume(_dossier(tmp_path / "a", contract=None), _dossier(tmp_path / "b"))
+    assert found["not_declared"] == ["a"] and "A declares no resume of the application" in text
+    result = compare(_dossier(tmp_path / "c", contract=None), _dossier(tmp_path / "d", contract=None), PYTHON)
+    assert result["resume_application"] is None and "## The application's resume" not in render_compare(result)
+
+
+def test_another_resume_contract_is_named_before_the_numbers(tmp_path: Path) -> None:
+    other = {**copy.deepcopy(CONTRACT), "checkpoint_at": 2}
+    found, text = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b", contract=other))
+    assert found["contract"] == {"checkpoint_at": {"a": 3, "b": 2}}
+    assert "DIFFERENT RESUME CONTRACT: `checkpoint_at` 3 in A, 2 in B" in text
+
+
+def test_the_drift_map_reads_the_resumed_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    folders = [_dossier(tmp_path / "a"), _dossier(tmp_path / "b"),
+               _dossier(tmp_path / "c", weights=WEIGHTS + 1e-3, counters={**COUNTERS, "loader": 2})]
+    monkeypatch.chdir(tmp_path)  # outside a project: the declarations come from the dossiers' run-config.json
+    assert main(["drift", *map(str, folders), "--out", str(tmp_path / "map"), "--python", sys.executable]) == 0
+    assert "## `resume-application/weights` (allclose" in capsys.readouterr().out
+    data = json.loads((tmp_path / "map" / "drift.json").read_text(encoding="utf-8"))
+    marks = {name: {(r["a"], r["b"]): r["mark"] for r in out["pairs"]} for name, out in data["outputs"].items()}
+    for name in ("resume-application/weights", "resume-application/progress"):
+        assert marks[name] == {("a", "b"): "within", ("a", "c"): "BEYOND", ("b", "c"): "BEYOND"}, name
+    assert set(marks["resume-application/loss-curve"].values()) == {"within"}
+    assert set(marks["labels"].values()) == {"within"}  # the application's outputs, mapped as before
+
+
+def test_without_a_resume_declared_the_drift_map_has_only_the_applications_outputs(tmp_path: Path) -> None:
+    folders = [_dossier(tmp_path / n, contract=None) for n in ("a", "b")]
+    assert drift.resume_declared(None, folders) is None
+    # declared, but only one dossier holds a resumed run (calibrate's variations run no training): not mapped either
+    ran = [_dossier(tmp_path / "c"), _dossier(tmp_path / "d")]
+    assert drift.resume_declared(None, ran) is not None  # the control: two resumed runs are mapped
+    assert drift.resume_declared(None, [ran[0], folders[0]]) is None
+    data, _ = drift.drift(folders, tmp_path / "map", PYTHON, LABELS, resume=drift.resume_declared(None, folders))
+    assert list(data["outputs"]) == ["labels"]
