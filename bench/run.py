@@ -789,7 +789,10 @@ def render_markdown(record: dict[str, Any]) -> str:
                   f"(with the orchestrator's lock check, inventory, report and dossier) against the bare script's "
                   f"{whole['bare']['median_s']:.2f}s ({whole['ratio']:.2f}x).", ""]
     if hashing:
-        lines += [f"The same snapshot checked again unchanged (the stat record reused, no file read): "
+        mib = hashing["snapshot"]["bytes"] / (1 << 20)
+        lines += [f"The fingerprint hashed {mib / hashing['kernodeck']['median_s']:.0f} MiB/s "
+                  f"({hashing['snapshot']['threads']} threads), `sha256sum` {mib / hashing['bare']['median_s']:.0f} "
+                  "MiB/s. The same snapshot checked again unchanged (the stat record reused, no file read): "
                   f"{hashing['unchanged_s']['median_s']:.3f}s ({_mark(v['hash-unchanged'])}).", ""]
     steps = rows["verify"].get("kernodeck_steps_s", {})
     if steps:

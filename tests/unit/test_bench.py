@@ -71,6 +71,7 @@ def test_verdicts_meet_and_miss_each_target() -> None:
     assert "(0.99..1.21)" in text  # the spread of the pairs' ratios beside their median
     assert "the `settings` and `application` steps" in text and "2048 MiB snapshot (8 files" in text
     assert "checked again unchanged (the stat record reused, no file read): 0.050s (≤ 0.2 s: met)" in text
+    assert "hashed 788 MiB/s (2 threads), `sha256sum` 2048 MiB/s" in text  # 2 GiB in 2.6 s and in 1 s
 
 
 def test_rows_measured_alone_join_the_last_whole_run_with_their_date() -> None:
