@@ -29,7 +29,8 @@ other processes took meanwhile. Rows:
 - the weights fingerprint of a synthetic ``--hash-mb`` snapshot vs ``sha256sum`` over the same files, and its
   unchanged check (bench/hashing.py).
 
-``--only application,hashing`` runs those rows alone and adds them to the last whole run's record, with their date.
+``--only verify,application,hashing`` runs those rows alone and adds them to the last whole run's record, with their
+date.
 
 Writes ``bench/latest.json`` and ``bench/latest.md`` and docs/speed.md's section between the bench markers, from that
 one run. No test asserts a time: speed is judged here only.
@@ -72,7 +73,7 @@ UNITS = {"verify": "x", "rebuild": "x", "job": "x", "lock-uv": "x", "lock-check"
          "application": "x", "hash-first": "x", "hash-unchanged": "s"}
 # The rows that run alone too (--only): the in-env guards' cost (bench/application.py), the weights fingerprint
 # (bench/hashing.py); measured alone, they are merged into the last whole run's record, each with its own date.
-PIECES = ("application", "hashing")
+PIECES = ("verify", "application", "hashing")
 LOCK_UV_PLATFORM = "cp311-linux_x86_64-cu130"
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 PROJECT_ITEMS = ("pyproject.toml", "noxfile.py", "kernodeck", "checks", "requirements", "lockfiles", "dossier", "bench")
@@ -497,17 +498,8 @@ def run_bench(
         rows["rebuild"]["kernodeck_steps_s"] = marker.get("durations_s", {})
 
         # --- verify ----------------------------------------------------------------------------------------------
-        from kernodeck.verify import RUNNER_ENV
-
-        script, bare_cfg = bare_script(work)
-        kd_verify = Side("nox -s verify (env reused)", [[*nox, "-s", "verify"]], env,
-                         note="every check: lock check, env reuse, inventory, settings ... resume, report, dossier")
-        bare_verify = Side("bare one-process script", [[env_python(built), "-I", script, bare_cfg]],
-                           clean_env(RUNNER_ENV), note="settings, imports, load, embed, write, reread, compare")
-        rows["verify"] = pair(kd_verify, bare_verify, cwd=work, repeat=repeat)
-        last = _latest_report(work / "runs")
-        rows["verify"]["kernodeck_steps_s"] = _step_seconds(last)
-        rows["verify"]["every_file_check"] = _files_check(last)
+        rows["verify"] = verify_piece(work, built, env, repeat=repeat)
+        script, bare_cfg = bare_script(work)  # the same script again, for the CI job's bare side
         rows["application"] = application_piece(work, plat, built, env, repeat=repeat)
 
         # --- the CI job: a fresh rebuild, then the first verify ---------------------------------------------------
@@ -570,6 +562,21 @@ def run_bench(
     }
 
 
+def verify_piece(work: Path, built: Path, env: dict[str, str], *, repeat: int) -> dict[str, Any]:
+    """``nox -s verify`` (env reused) against the bare script, whole processes; where verify spent its time."""
+    from kernodeck.verify import RUNNER_ENV
+
+    script, bare_cfg = bare_script(work)
+    kd_verify = Side("nox -s verify (env reused)", [[*_nox(), "-s", "verify"]], env,
+                     note="every check: lock check, env reuse, inventory, settings ... resume, report, dossier")
+    bare_verify = Side("bare one-process script", [[env_python(built), "-I", script, bare_cfg]],
+                       clean_env(RUNNER_ENV), note="settings, imports, load, embed, write, reread, compare")
+    row = pair(kd_verify, bare_verify, cwd=work, repeat=repeat)
+    last = _latest_report(work / "runs")
+    return {**row, "kernodeck_steps_s": _step_seconds(last), "every_file_check": _files_check(last),
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine()}
+
+
 def application_piece(work: Path, plat: Platform, built: Path, env: dict[str, str], *, repeat: int) -> dict[str, Any]:
     """The settings and application steps (closed world, verified bytes) against the bare script's same work."""
     from bench.application import STEPS, application_row
@@ -598,7 +605,7 @@ def run_pieces(project: Project, plat: Platform, pieces: Sequence[str], *, repea
     env = clean_env()
     if "hashing" in pieces:
         rows["hashing"] = hashing_piece(hash_mb, repeat, env)
-    if "application" in pieces:
+    if "application" in pieces or "verify" in pieces:
         work = project.runs / f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         _copy_project(project.root, work)
         log(f"bench: scratch project {work}; rebuilding its env (untimed)")
@@ -607,7 +614,10 @@ def run_pieces(project: Project, plat: Platform, pieces: Sequence[str], *, repea
             built = current_env(load_project(work), plat)
             if built is None:
                 raise BenchError("the rebuild left no current environment to verify")
-            rows["application"] = application_piece(work, plat, built, env, repeat=repeat)
+            if "verify" in pieces:
+                rows["verify"] = verify_piece(work, built, env, repeat=repeat)
+            if "application" in pieces:
+                rows["application"] = application_piece(work, plat, built, env, repeat=repeat)
         finally:
             if not keep:
                 shutil.rmtree(work, ignore_errors=True)
@@ -757,8 +767,8 @@ def render_markdown(record: dict[str, Any]) -> str:
         "",
         "| what | kernodeck | bare | ratio (spread) | others' CPU | target |",
         "|---|---|---|---|---|---|",
-        row("`nox -s verify` (env reused) vs one bare process: settings, import, load, embed, write, reread, compare",
-            rows["verify"], _mark(v["verify"])),
+        row("`nox -s verify` (env reused) vs one bare process: settings, import, load, embed, write, reread, compare"
+            + _alone(rows["verify"]), rows["verify"], _mark(v["verify"])),
         row("`nox -s rebuild -- --fresh` vs `rm -rf` + `uv venv` + `uv pip install --require-hashes --no-deps "
             "--link-mode copy` + `pip check` + `pip freeze --all` (no bytecode compiled on either side)",
             rows["rebuild"], _mark(v["rebuild"])),
