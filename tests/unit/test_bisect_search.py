@@ -78,7 +78,7 @@ def test_a_failure_the_old_lock_shares_stops_the_bisect(tmp_path: Path) -> None:
             return self.old
 
     failing = Trials(Outcome.FAILED)
-    with pytest.raises(bisect.KernodeckError, match="fails on the old lock's env too .application: the entry raised"):
+    with pytest.raises(bisect.KernodeckError, match=r"fails on the old lock's env too .application: the entry raised"):
         bisect._require_old_lock_runs(failing, tmp_path)  # type: ignore[arg-type]
     assert failing.asked == [frozenset()]
     running = Trials(Outcome.GOOD)
