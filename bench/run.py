@@ -571,6 +571,10 @@ def verify_piece(work: Path, built: Path, env: dict[str, str], *, repeat: int) -
                      note="every check: lock check, env reuse, inventory, settings ... resume, report, dossier")
     bare_verify = Side("bare one-process script", [[env_python(built), "-I", script, bare_cfg]],
                        clean_env(RUNNER_ENV), note="settings, imports, load, embed, write, reread, compare")
+    # An untimed verify before pair()'s own warm-up: the first run in an env writes the env's bytecode cache and the
+    # next one checks it against its source, once (docs/env-integrity.md); the timed runs are the ones after.
+    log("bench: warm-up: nox -s verify (the env's bytecode written, then checked by the next)")
+    _timed(kd_verify.commands, cwd=work, env=env)
     row = pair(kd_verify, bare_verify, cwd=work, repeat=repeat)
     last = _latest_report(work / "runs")
     return {**row, "kernodeck_steps_s": _step_seconds(last), "every_file_check": _files_check(last),
