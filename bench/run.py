@@ -23,7 +23,14 @@ other processes took meanwhile. Rows:
 - the first ``nox -s verify`` on a fresh ``git clone`` (session venv, env rebuilt from the warm cache, every check)
   against the next one there;
 - verify's cost as the sample grows (``--sizes`` texts: the reference sample cycled, fresh ids), with the line it
-  grows along (least squares: fixed cost + cost per text).
+  grows along (least squares: fixed cost + cost per text);
+- the ``settings`` and ``application`` steps' own seconds (verified bytes, the closed world's audit hook, the
+  weights fingerprinted) vs the bare script's same work, timed inside each process (bench/application.py);
+- the weights fingerprint of a synthetic ``--hash-mb`` snapshot vs ``sha256sum`` over the same files, and its
+  unchanged check (bench/hashing.py).
+
+``--only verify,application,hashing`` runs those rows alone and adds them to the last whole run's record, with their
+date.
 
 Writes ``bench/latest.json`` and ``bench/latest.md`` and docs/speed.md's section between the bench markers, from that
 one run. No test asserts a time: speed is judged here only.
@@ -60,8 +67,13 @@ from kernodeck.sources import PYPI, Source, index_args, index_of, machine_source
 
 BENCH_VERSION = 2
 # Ratios (Kernodeck over bare) except lock-check, which is seconds for the whole command.
-TARGETS = {"verify": 1.15, "rebuild": 1.2, "job": 1.1, "lock-uv": 1.3, "lock-check": 1.0, "lock-check-init": 0.5}
-UNITS = {"verify": "x", "rebuild": "x", "job": "x", "lock-uv": "x", "lock-check": "s", "lock-check-init": "s"}
+TARGETS = {"verify": 1.15, "rebuild": 1.2, "job": 1.1, "lock-uv": 1.3, "lock-check": 1.0, "lock-check-init": 0.5,
+           "application": 1.15, "hash-first": 1.3, "hash-unchanged": 0.2}
+UNITS = {"verify": "x", "rebuild": "x", "job": "x", "lock-uv": "x", "lock-check": "s", "lock-check-init": "s",
+         "application": "x", "hash-first": "x", "hash-unchanged": "s"}
+# The rows that run alone too (--only): the in-env guards' cost (bench/application.py), the weights fingerprint
+# (bench/hashing.py); measured alone, they are merged into the last whole run's record, each with its own date.
+PIECES = ("verify", "application", "hashing")
 LOCK_UV_PLATFORM = "cp311-linux_x86_64-cu130"
 README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
 PROJECT_ITEMS = ("pyproject.toml", "noxfile.py", "kernodeck", "checks", "requirements", "lockfiles", "dossier", "bench")
@@ -69,8 +81,10 @@ SCALING_STEPS = ("settings", "backend", "application", "reread", "determinism")
 
 # The bare script: one process doing the sample work of verify and nothing else (no report, no other checks).
 BARE_SCRIPT = """
-import importlib, json, random, sys
+import importlib, json, random, sys, time
 from pathlib import Path
+
+started = time.perf_counter()
 
 cfg = json.loads(sys.argv[1])
 import numpy as np
@@ -92,6 +106,7 @@ ours = model.encode([i["text"] for i in items], batch_size=cfg["batch_size"], co
 out = Path(cfg["out"]); out.mkdir(parents=True, exist_ok=True)
 np.save(out / "embeddings.npy", ours)
 (out / "ids.json").write_text(json.dumps([i["id"] for i in items]), encoding="utf-8")
+work_s = time.perf_counter() - started  # imports, settings, load, embed, write: the application's own work
 ours = np.load(out / "embeddings.npy", allow_pickle=False)
 assert json.loads((out / "ids.json").read_text(encoding="utf-8")) == [i["id"] for i in items]
 assert ours.shape == (len(items), cfg["dim"]) and np.isfinite(ours).all()
@@ -100,7 +115,7 @@ ours64, ref64 = ours.astype(np.float64), ref.astype(np.float64)
 cos = (ours64 * ref64).sum(axis=1) / (np.linalg.norm(ours64, axis=1) * np.linalg.norm(ref64, axis=1))
 max_abs = float(np.abs(ours64 - ref64).max())
 ok = cos.min() >= cfg["cosine_min"] and max_abs <= cfg["max_abs"]
-print(json.dumps({"min_cosine": float(cos.min()), "max_abs": max_abs, "ok": bool(ok)}))
+print(json.dumps({"min_cosine": float(cos.min()), "max_abs": max_abs, "ok": bool(ok), "work_s": work_s}))
 sys.exit(0 if ok else 1)
 """
 
@@ -399,6 +414,29 @@ def _step_seconds(report: dict[str, Any]) -> dict[str, float]:
     return {s["name"]: round(float(s.get("duration_s", 0.0)), 3) for s in report["steps"]}
 
 
+def bare_script(work: Path) -> tuple[Path, str]:
+    """The bare script written into the scratch project, and its argument: this repository's MiniLM application's
+    parameters, sample, reference and tolerance, read from the project as verify reads them."""
+    from kernodeck.dossier import reference
+    from kernodeck.project import application
+
+    app = application.load(work)  # this repository's application: the MiniLM embedding
+    if app.weights is None or "embeddings" not in app.outputs:
+        raise BenchError("the bare script measures this repository's MiniLM embedding application")
+    tol = app.outputs["embeddings"].tolerance
+    dim = int(reference.load(load_project(work)).manifest["outputs"]["embeddings"]["shape"][1])
+    weights = app.weights.as_config()  # a package source: {package, module, subdir}
+    bare_cfg = json.dumps({
+        "module": weights["module"], "subdir": weights["subdir"], "max_seq_length": app.params["max-seq-length"],
+        "batch_size": app.params["batch-size"], "normalize": app.params["normalize"], "dim": dim,
+        "sample": app.sample, "reference": "dossier/reference", "out": "runs/bare-out",
+        "cosine_min": tol["cosine-min"], "max_abs": tol["max-abs"],
+    })
+    script = work / "bare_verify.py"
+    write_atomic(script, BARE_SCRIPT.lstrip())
+    return script, bare_cfg
+
+
 def run_bench(
     project: Project,
     plat: Platform,
@@ -406,6 +444,7 @@ def run_bench(
     repeat: int = 5,
     sizes: Sequence[int] = (32, 128, 512, 2048),
     keep: bool = False,
+    hash_mb: int = 2048,
 ) -> dict[str, Any]:
     """Every measurement, in one run; returns the record written to bench/latest.json."""
     uv = uv_available()
@@ -459,32 +498,9 @@ def run_bench(
         rows["rebuild"]["kernodeck_steps_s"] = marker.get("durations_s", {})
 
         # --- verify ----------------------------------------------------------------------------------------------
-        from kernodeck.dossier import reference
-        from kernodeck.project import application
-        from kernodeck.verify import RUNNER_ENV
-
-        app = application.load(work)  # this repository's application: the MiniLM embedding
-        if app.weights is None or "embeddings" not in app.outputs:
-            raise BenchError("the bare script measures this repository's MiniLM embedding application")
-        tol = app.outputs["embeddings"].tolerance
-        dim = int(reference.load(load_project(work)).manifest["outputs"]["embeddings"]["shape"][1])
-        weights = app.weights.as_config()  # a package source: {package, module, subdir}
-        bare_cfg = json.dumps({
-            "module": weights["module"], "subdir": weights["subdir"], "max_seq_length": app.params["max-seq-length"],
-            "batch_size": app.params["batch-size"], "normalize": app.params["normalize"], "dim": dim,
-            "sample": app.sample, "reference": "dossier/reference", "out": "runs/bare-out",
-            "cosine_min": tol["cosine-min"], "max_abs": tol["max-abs"],
-        })
-        script = work / "bare_verify.py"
-        write_atomic(script, BARE_SCRIPT.lstrip())
-        kd_verify = Side("nox -s verify (env reused)", [[*nox, "-s", "verify"]], env,
-                         note="every check: lock check, env reuse, inventory, settings ... resume, report, dossier")
-        bare_verify = Side("bare one-process script", [[env_python(built), "-I", script, bare_cfg]],
-                           clean_env(RUNNER_ENV), note="settings, imports, load, embed, write, reread, compare")
-        rows["verify"] = pair(kd_verify, bare_verify, cwd=work, repeat=repeat)
-        last = _latest_report(work / "runs")
-        rows["verify"]["kernodeck_steps_s"] = _step_seconds(last)
-        rows["verify"]["every_file_check"] = _files_check(last)
+        rows["verify"] = verify_piece(work, built, env, repeat=repeat)
+        script, bare_cfg = bare_script(work)  # the same script again, for the CI job's bare side
+        rows["application"] = application_piece(work, plat, built, env, repeat=repeat)
 
         # --- the CI job: a fresh rebuild, then the first verify ---------------------------------------------------
         from kernodeck.verify import RUNNER_ENV as runner_env
@@ -527,6 +543,7 @@ def run_bench(
 
         # --- scaling ---------------------------------------------------------------------------------------------
         rows["scaling"] = _scaling(work, plat, sizes, env)
+        rows["hashing"] = hashing_piece(hash_mb, repeat, env)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -543,6 +560,81 @@ def run_bench(
         "targets": TARGETS,
         "verdicts": verdicts(rows),
     }
+
+
+def verify_piece(work: Path, built: Path, env: dict[str, str], *, repeat: int) -> dict[str, Any]:
+    """``nox -s verify`` (env reused) against the bare script, whole processes; where verify spent its time."""
+    from kernodeck.verify import RUNNER_ENV
+
+    script, bare_cfg = bare_script(work)
+    kd_verify = Side("nox -s verify (env reused)", [[*_nox(), "-s", "verify"]], env,
+                     note="every check: lock check, env reuse, inventory, settings ... resume, report, dossier")
+    bare_verify = Side("bare one-process script", [[env_python(built), "-I", script, bare_cfg]],
+                       clean_env(RUNNER_ENV), note="settings, imports, load, embed, write, reread, compare")
+    # An untimed verify before pair()'s own warm-up: the first run in an env writes the env's bytecode cache and the
+    # next one checks it against its source, once (docs/env-integrity.md); the timed runs are the ones after.
+    log("bench: warm-up: nox -s verify (the env's bytecode written, then checked by the next)")
+    _timed(kd_verify.commands, cwd=work, env=env)
+    row = pair(kd_verify, bare_verify, cwd=work, repeat=repeat)
+    last = _latest_report(work / "runs")
+    return {**row, "kernodeck_steps_s": _step_seconds(last), "every_file_check": _files_check(last),
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine()}
+
+
+def application_piece(work: Path, plat: Platform, built: Path, env: dict[str, str], *, repeat: int) -> dict[str, Any]:
+    """The settings and application steps (closed world, verified bytes) against the bare script's same work."""
+    from bench.application import STEPS, application_row
+    from kernodeck.verify import RUNNER_ENV
+
+    script, bare_cfg = bare_script(work)
+    out = work / "runs" / "bench-application"
+    kd = _verify_argv(plat, out.relative_to(work), STEPS)
+    assert isinstance(kd, list)
+    row = application_row(kd, out, [env_python(built), "-I", script, bare_cfg], work, env, clean_env(RUNNER_ENV),
+                          repeat=repeat)
+    return {**row, "machine": machine()}
+
+
+def hashing_piece(total_mb: int, repeat: int, env: dict[str, str]) -> dict[str, Any]:
+    """The first fingerprint of a synthetic snapshot against sha256sum, and its unchanged check."""
+    from bench.hashing import hashing_row
+
+    return {**hashing_row(total_mb, repeat, env), "machine": machine()}
+
+
+def run_pieces(project: Project, plat: Platform, pieces: Sequence[str], *, repeat: int, hash_mb: int,
+               keep: bool) -> dict[str, Any]:
+    """Only the rows ``pieces`` names; the application row in a scratch copy with its env rebuilt (untimed)."""
+    rows: dict[str, Any] = {}
+    env = clean_env()
+    if "hashing" in pieces:
+        rows["hashing"] = hashing_piece(hash_mb, repeat, env)
+    if "application" in pieces or "verify" in pieces:
+        work = project.runs / f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        _copy_project(project.root, work)
+        log(f"bench: scratch project {work}; rebuilding its env (untimed)")
+        try:
+            _run([*_nox(), "-s", "rebuild", "--", "--installer", "uv"], cwd=work, env=env)
+            built = current_env(load_project(work), plat)
+            if built is None:
+                raise BenchError("the rebuild left no current environment to verify")
+            if "verify" in pieces:
+                rows["verify"] = verify_piece(work, built, env, repeat=repeat)
+            if "application" in pieces:
+                rows["application"] = application_piece(work, plat, built, env, repeat=repeat)
+        finally:
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def merged(previous: dict[str, Any] | None, rows: dict[str, Any]) -> dict[str, Any]:
+    """The last whole run's record with ``rows`` measured alone put in (each row keeps its own date and machine)."""
+    if previous is None:
+        raise BenchError("no earlier bench record to add these rows to (bench/latest.json)", tip="nox -s bench")
+    record = {**previous, "rows": {**previous["rows"], **{name: {**row, "alone": True} for name, row in rows.items()}}}
+    record["verdicts"] = verdicts(record["rows"])
+    return record
 
 
 def init_made_lock_check(root: Path, work: Path, env: dict[str, str], *, repeat: int) -> dict[str, Any]:
@@ -636,6 +728,11 @@ def verdicts(rows: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "lock-check": rows["lock_check"]["kernodeck"]["median_s"],
         "lock-check-init": rows["lock_check_init"]["kernodeck"]["median_s"],
     }
+    if "application" in rows:  # a record made before these rows has none
+        measured["application"] = rows["application"]["ratio"]
+    if "hashing" in rows:
+        measured["hash-first"] = rows["hashing"]["ratio"]
+        measured["hash-unchanged"] = rows["hashing"]["unchanged_s"]["median_s"]
     return {
         name: {"measured": value, "unit": UNITS[name], "target": TARGETS[name], "met": value <= TARGETS[name]}
         for name, value in measured.items()
@@ -645,6 +742,14 @@ def verdicts(rows: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def _mark(v: dict[str, Any]) -> str:
     target = f"≤ {v['target']}{'x' if v['unit'] == 'x' else ' s'}"
     return f"{target}: met" if v["met"] else f"{target}: MISSED ({v['measured'] / v['target']:.2f}x over)"
+
+
+def _alone(data: dict[str, Any]) -> str:
+    """A row measured alone (``--only``), not in the whole run the rest of the table comes from: its date and load."""
+    if not data.get("alone"):
+        return ""
+    load = data.get("machine", {}).get("load_average")
+    return f" (measured alone {str(data.get('measured', '?'))[:10]}, load average {load} before)"
 
 
 def render_markdown(record: dict[str, Any]) -> str:
@@ -666,8 +771,8 @@ def render_markdown(record: dict[str, Any]) -> str:
         "",
         "| what | kernodeck | bare | ratio (spread) | others' CPU | target |",
         "|---|---|---|---|---|---|",
-        row("`nox -s verify` (env reused) vs one bare process: settings, import, load, embed, write, reread, compare",
-            rows["verify"], _mark(v["verify"])),
+        row("`nox -s verify` (env reused) vs one bare process: settings, import, load, embed, write, reread, compare"
+            + _alone(rows["verify"]), rows["verify"], _mark(v["verify"])),
         row("`nox -s rebuild -- --fresh` vs `rm -rf` + `uv venv` + `uv pip install --require-hashes --no-deps "
             "--link-mode copy` + `pip check` + `pip freeze --all` (no bytecode compiled on either side)",
             rows["rebuild"], _mark(v["rebuild"])),
@@ -680,8 +785,29 @@ def render_markdown(record: dict[str, Any]) -> str:
         row("`nox -s lock -- --check` (whole) in a `kernodeck init`-made project (`pip install nox /path/to/kernodeck`)"
             " vs the same in this repository", rows["lock_check_init"],
             _mark(v["lock-check-init"]) + " (whole command)"),
-        "",
     ]
+    app, hashing = rows.get("application"), rows.get("hashing")
+    if app:
+        lines.append(row("the `settings` and `application` steps (verified bytes, the closed world's audit hook, the "
+                         "weights fingerprinted) vs the bare script's same work (imports, settings, load, embed, write)"
+                         f"{_alone(app)}", app, _mark(v["application"])))
+    if hashing:
+        snap = hashing["snapshot"]
+        lines.append(row(f"the weights fingerprint of a {snap['mib']} MiB snapshot ({snap['files']} files, no stat "
+                         f"record) vs `sha256sum` over the same files{_alone(hashing)}", hashing,
+                         _mark(v["hash-first"])))
+    lines.append("")
+    if app:
+        whole = app["whole"]
+        lines += [f"Whole processes of that row: `verify` limited to those steps {whole['kernodeck']['median_s']:.2f}s "
+                  f"(with the orchestrator's lock check, inventory, report and dossier) against the bare script's "
+                  f"{whole['bare']['median_s']:.2f}s ({whole['ratio']:.2f}x).", ""]
+    if hashing:
+        mib = hashing["snapshot"]["bytes"] / (1 << 20)
+        lines += [f"The fingerprint hashed {mib / hashing['kernodeck']['median_s']:.0f} MiB/s "
+                  f"({hashing['snapshot']['threads']} threads), `sha256sum` {mib / hashing['bare']['median_s']:.0f} "
+                  "MiB/s. The same snapshot checked again unchanged (the stat record reused, no file read): "
+                  f"{hashing['unchanged_s']['median_s']:.3f}s ({_mark(v['hash-unchanged'])}).", ""]
     steps = rows["verify"].get("kernodeck_steps_s", {})
     if steps:
         lines += ["Where a reused-env `nox -s verify` spends its time (its last run's report): "
@@ -745,8 +871,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sizes", default="32,128,512,2048", metavar="N,N,...",
                         help="sample sizes (texts) for verify's scaling (default: 32,128,512,2048)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch project under runs/")
+    parser.add_argument("--only", metavar="ROW,ROW", help=f"only these rows ({', '.join(PIECES)}), added to the last "
+                        "whole run's bench/latest.* with their own date")
+    parser.add_argument("--hash-mb", type=int, default=2048, metavar="MIB",
+                        help="the synthetic weights snapshot's size for the hashing row (default: 2048)")
     parser.add_argument("--verify-steps", metavar="SPEC", help=argparse.SUPPRESS)  # the scaling rows' subprocess
     args = parser.parse_args(argv)
+    args.only = [p.strip() for p in args.only.split(",") if p.strip()] if args.only else []
+    if unknown := [p for p in args.only if p not in PIECES]:
+        parser.error(f"--only takes {', '.join(PIECES)}, not {', '.join(unknown)}")
+    if args.hash_mb < 1:
+        parser.error("--hash-mb takes a size in MiB, at least 1")
     try:
         args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     except ValueError:
@@ -763,7 +898,13 @@ def main(argv: list[str] | None = None) -> int:
             return _verify_steps(args.verify_steps)
         project = load_project(Path.cwd())
         plat = resolve_platform(project, args.platform)
-        record = run_bench(project, plat, repeat=args.repeat, sizes=args.sizes, keep=args.keep)
+        if args.only:
+            rows = run_pieces(project, plat, args.only, repeat=args.repeat, hash_mb=args.hash_mb, keep=args.keep)
+            latest = project.root / "bench" / "latest.json"
+            record = merged(json.loads(latest.read_text(encoding="utf-8")) if latest.exists() else None, rows)
+        else:
+            record = run_bench(project, plat, repeat=args.repeat, sizes=args.sizes, keep=args.keep,
+                               hash_mb=args.hash_mb)
         folder = write(project.root, record)
     except KernodeckError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)

@@ -17,6 +17,11 @@ site-packages, would otherwise run instead of the source). A script given the or
 folder (``run-config.json``'s ``inenv_sha256``) calls :meth:`VerifiedSources.expect`: the files already loaded are
 checked then, every later one before it runs. The scripts run by path (runner.py, this file) are compiled from their
 source by the interpreter itself (running a file by path never reads bytecode); their digests are recorded too.
+
+``sys.dont_write_bytecode`` is left as it is: this loader writes no bytecode anyway, and the env's own modules (torch,
+transformers: thousands of files) keep the cache the interpreter writes into the env's ``__pycache__`` (checked
+against its source by the next verify's inventory step, docs/env-integrity.md). Set here, it made every in-env
+process compile them from source again: a verify's torch import took twice as long (docs/speed.md).
 """
 
 from __future__ import annotations
@@ -105,7 +110,6 @@ def load() -> None:
     """This folder as the package ``kernodeck_inenv`` in ``sys.modules`` (once per process)."""
     if PACKAGE in sys.modules:
         return
-    sys.dont_write_bytecode = True  # nothing this process compiles leaves a __pycache__ behind
     here = Path(__file__).resolve().parent
     sources = VerifiedSources(here)
     sys.meta_path.insert(0, sources)

@@ -28,9 +28,9 @@ HERE = Path(__file__).resolve().parent
 PACKAGE = "kernodeck_inenv"  # the siblings, loaded from HERE; never the orchestrator's ``kernodeck`` package
 
 runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv, from verified bytes (the one loader)
-# Nothing this process compiles leaves a __pycache__ (set by _package.py too): the application's files and
-# Kernodeck's are compiled from their verified bytes (verified.py, _package.py), never from bytecode.
-sys.dont_write_bytecode = True
+# The application's files and Kernodeck's are compiled from their verified bytes (verified.py, _package.py): no
+# bytecode of theirs is read or written. The env's modules keep the interpreter's bytecode cache, written into the
+# env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
 from kernodeck_inenv import libraries, world  # noqa: E402
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, StepName, step_file  # noqa: E402

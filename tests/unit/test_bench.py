@@ -24,7 +24,8 @@ def _row(ratio: float, kd: float | None = None) -> dict[str, Any]:
             "ratio_high": ratio * 1.1, "ratio_of_medians": ratio, "pairs": 1, "others_share": 0.05}
 
 
-def _record(rebuild: float, verify: float, lock_uv: float, check_s: float, job: float | None = None) -> dict[str, Any]:
+def _record(rebuild: float, verify: float, lock_uv: float, check_s: float, job: float | None = None,
+            hash_s: float = 0.05) -> dict[str, Any]:
     rows: dict[str, Any] = {
         "rebuild": {**_row(rebuild), "kernodeck_steps_s": {"install": 0.3, "freeze": 0.4}},
         "job": _row(job if job is not None else rebuild),
@@ -32,6 +33,9 @@ def _record(rebuild: float, verify: float, lock_uv: float, check_s: float, job: 
         "lock_uv": _row(lock_uv),
         "lock_check": _row(check_s / 0.2, kd=check_s),
         "lock_check_init": _row(1.0, kd=check_s / 2),  # an init-made project's, against its 0.5 s target
+        "application": {**_row(verify), "whole": _row(verify + 0.1)},  # the guarded steps against the bare work
+        "hashing": {**_row(lock_uv), "snapshot": {"mib": 2048, "files": 8, "bytes": 2 << 30, "threads": 2},
+                    "unchanged_s": {"times_s": [hash_s], "median_s": hash_s}},
         "cold": {"cold": _side(40.0), "warm": _side(10.0), "ratio": 4.0, "cold_steps_s": {}},
         "scaling": {
             "steps": list(bench.SCALING_STEPS),
@@ -55,9 +59,9 @@ def _record(rebuild: float, verify: float, lock_uv: float, check_s: float, job: 
 
 
 def test_verdicts_meet_and_miss_each_target() -> None:
-    met = _record(rebuild=1.2, verify=1.15, lock_uv=1.3, check_s=1.0, job=1.1)["verdicts"]
+    met = _record(rebuild=1.2, verify=1.15, lock_uv=1.3, check_s=1.0, job=1.1, hash_s=0.2)["verdicts"]
     assert all(v["met"] for v in met.values()) and set(met) == set(bench.TARGETS)
-    missed = _record(rebuild=1.21, verify=1.16, lock_uv=3.0, check_s=1.01, job=1.11)["verdicts"]
+    missed = _record(rebuild=1.21, verify=1.16, lock_uv=3.0, check_s=1.01, job=1.11, hash_s=0.21)["verdicts"]
     assert not any(v["met"] for v in missed.values())
     text = bench.render_markdown(_record(rebuild=2.4, verify=1.1, lock_uv=2.6, check_s=0.5, job=2.2))
     assert "≤ 1.2x: MISSED (2.00x over)" in text and "≤ 1.15x: met" in text and "≤ 1.3x: MISSED (2.00x over)" in text
@@ -65,6 +69,24 @@ def test_verdicts_meet_and_miss_each_target() -> None:
     assert "≤ 1.0 s: met (whole command)" in text
     assert "Test CPU, 2 cores" in text and "| 32 | 5.00s |" in text and "4.90s + 6.00 ms per text" in text
     assert "(0.99..1.21)" in text  # the spread of the pairs' ratios beside their median
+    assert "the `settings` and `application` steps" in text and "2048 MiB snapshot (8 files" in text
+    assert "checked again unchanged (the stat record reused, no file read): 0.050s (≤ 0.2 s: met)" in text
+    assert "hashed 788 MiB/s (2 threads), `sha256sum` 2048 MiB/s" in text  # 2 GiB in 2.6 s and in 1 s
+
+
+def test_rows_measured_alone_join_the_last_whole_run_with_their_date() -> None:
+    whole = _record(rebuild=1.2, verify=1.1, lock_uv=1.3, check_s=0.5)
+    del whole["rows"]["application"], whole["rows"]["hashing"]
+    whole["verdicts"] = bench.verdicts(whole["rows"])  # a record made before these rows: judged without them
+    assert "application" not in whole["verdicts"] and "the `settings` and" not in bench.render_markdown(whole)
+    alone = {**_record(1.0, 1.3, 1.2, 0.5)["rows"]["application"], "measured": "2026-12-01T16:00:00+0000",
+             "machine": {"load_average": [1.0, 1.0, 1.0]}}
+    record = bench.merged(whole, {"application": alone})
+    assert record["rows"]["verify"] == whole["rows"]["verify"] and record["rows"]["application"]["alone"]
+    assert not record["verdicts"]["application"]["met"]  # 1.3x against its 1.15x
+    assert "(measured alone 2026-12-01, load average [1.0, 1.0, 1.0] before)" in bench.render_markdown(record)
+    with pytest.raises(bench.BenchError):
+        bench.merged(None, {"application": alone})
 
 
 def test_pair_ratios_are_per_pair_and_cancel_a_shared_slowdown() -> None:
@@ -124,3 +146,6 @@ def test_bench_is_beside_the_package_not_in_it() -> None:
     proc = subprocess.run([sys.executable, "-m", "bench.run", "--sizes", "a,b"], cwd=root, capture_output=True,
                           text=True, check=False)
     assert proc.returncode == 2 and "--sizes takes numbers" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "bench.run", "--only", "rebuild"], cwd=root, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 2 and "--only takes verify, application, hashing, not rebuild" in proc.stderr

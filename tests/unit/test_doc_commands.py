@@ -37,7 +37,7 @@ from kernodeck.cli import dispatch
 from kernodeck.noxsessions import SESSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*/README.md"))]
 SHELLS = {"sh", "bash", "shell", "console"}
 NEEDS = {"network", "gpu", "docker", "apptainer", "gitlab", "slurm"}
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.M | re.S)
@@ -201,10 +201,23 @@ def _bootstrap_pins_what_ci_pins(block: Block) -> list[str]:
         [] if verbatim else ["tests/e2e/test_nox312.py no longer runs README's line"])
 
 
-# (page, first command) -> the check of a block marked needs=
+def _fetches_the_declared_snapshot(block: Block) -> list[str]:
+    """huggingface-cli downloads from the Hub: what can be checked here: the command is the one Kernodeck derives from
+    the declaration of the project the page is in (the command its reference and procedure.md record)."""
+    import tomllib
+
+    from kernodeck.project import assets
+
+    tool = tomllib.loads((block.page.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]
+    wanted = assets.parse("weights", tool["application"]["weights"]).fetch_command()
+    return [] if block.commands() == [wanted] else [f"the block does not fetch what the project declares: {wanted}"]
+
+
+# (page, first command, or its program) -> the check of a block marked needs=
 CHECKS: dict[tuple[str, str], Callable[[Block], list[str]]] = {
     ("README.md", "pipx run nox -s verify"): _sessions_exist,
     ("README.md", "python3 -m venv .nox-bootstrap"): _bootstrap_pins_what_ci_pins,
+    ("README.md", "huggingface-cli"): _fetches_the_declared_snapshot,  # examples/hub/README.md
 }
 
 
@@ -215,7 +228,8 @@ def problems(block: Block, *, run: Callable[[Block], list[str]] | None = None) -
     marks = dict(block.marks)
     if "needs" in marks:
         unknown = set(marks["needs"].split(",")) - NEEDS
-        check = CHECKS.get((block.page.name, block.commands()[0] if block.commands() else ""))
+        first = block.commands()[0] if block.commands() else ""
+        check = CHECKS.get((block.page.name, first)) or CHECKS.get((block.page.name, first.split(" ", 1)[0]))
         if unknown:
             return [f"needs={marks['needs']}: unknown {sorted(unknown)} (known: {sorted(NEEDS)})"]
         if check is None:
@@ -328,3 +342,9 @@ def test_the_checks_of_blocks_that_cannot_run_here_fail_on_a_wrong_block(tmp_pat
     assert _bootstrap_pins_what_ci_pins(_page(tmp_path, "sh needs=network", line.format(ci, "verify"))) == []
     wrong = _bootstrap_pins_what_ci_pins(_page(tmp_path, "sh needs=network", line.format("2020.1.1", "verify")))
     assert wrong and "nox pins differ" in wrong[0]
+    hub = ROOT / "examples" / "hub"
+    (fetch,) = [b for b in blocks(hub / "README.md") if b.marks.get("needs") == "network"]
+    assert _fetches_the_declared_snapshot(fetch) == []
+    shutil.copy2(hub / "pyproject.toml", tmp_path / "pyproject.toml")  # beside _page's page.md
+    moved = _page(tmp_path, "sh needs=network", fetch.text.strip().replace("--revision c9745ed", "--revision 0000000"))
+    assert "does not fetch what the project declares" in _fetches_the_declared_snapshot(moved)[0]

@@ -21,3 +21,14 @@ def _run_group(pyproject: Path, name: str) -> set[str]:
 def test_every_example_pins_the_tools_the_sessions_import(example: str) -> None:
     assert _run_group(ROOT / "examples" / example / "pyproject.toml", "kernodeck-run") == _run_group(
         ROOT / "pyproject.toml", "run")
+
+
+HUB_COPIES = ["requirements/base.in", "requirements/torch-cpu.in", "lockfiles/cp311-linux_x86_64-cpu.txt",
+              "lockfiles/pylock.cp311-linux_x86_64-cpu.toml"]
+
+
+@pytest.mark.parametrize("rel", HUB_COPIES)
+def test_the_hub_examples_requirements_and_lock_are_this_repositorys(rel: str) -> None:
+    # tests/e2e/test_weight_sources.py verifies examples/hub in the env built for this repository's lock: a relock
+    # here must be copied there (examples/hub/README.md: why), or that test would meet an env that is not its lock's
+    assert (ROOT / "examples" / "hub" / rel).read_bytes() == (ROOT / rel).read_bytes(), f"copy {rel} to examples/hub"

@@ -100,6 +100,24 @@ def test_a_planted_pyc_of_an_inenv_module_never_runs_and_the_plain_import_path_w
     assert done.returncode != 0 and "tolerance.py" in done.stderr and "not the bytes the orchestrator" in done.stderr
 
 
+def test_the_envs_modules_keep_their_bytecode_cache_and_the_applications_files_leave_none(tmp_path: Path) -> None:
+    # The runner's process leaves sys.dont_write_bytecode unset: a module imported the ordinary way, as torch is from
+    # the env's site-packages, gets its __pycache__ (checked against its source by the next verify's inventory), so
+    # the next run does not compile thousands of files again; the application's file, compiled from its verified
+    # bytes, leaves none in the project.
+    site, app = tmp_path / "site", tmp_path / "checks" / "app.py"
+    site.mkdir()
+    (site / "envmod.py").write_text("X = 1\n")
+    app.parent.mkdir()
+    app.write_text("def run(app):\n    return 1\n")
+    code = ("import runpy, sys; from pathlib import Path; runpy.run_path(sys.argv[1]); sys.path.insert(0, sys.argv[2]);"
+            " import envmod; from kernodeck_inenv._common import load_file; load_file(Path(sys.argv[3]), 'user_app')")
+    done = _python("-c", code, str(INENV / "runner.py"), str(site), str(app), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list((site / "__pycache__").glob("envmod.*.pyc"))
+    assert not (app.parent / "__pycache__").exists()
+
+
 def test_the_run_config_carries_every_inenv_file_fingerprint() -> None:
     found = inenv_fingerprints()
     assert {"runner.py", "_package.py", "verified.py", "world.py", "tolerance.py"} <= set(found)
