@@ -51,7 +51,7 @@ from typing import Any
 
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import clean_env, log, show, uv_available
-from kernodeck.env.rebuild import current_env, env_python
+from kernodeck.env.envdirs import current_env, env_python
 from kernodeck.errors import KernodeckError
 from kernodeck.lock import lockfile
 from kernodeck.project.config import Project, load_project
@@ -349,9 +349,11 @@ def _verify_argv(plat: Platform, out: Path, steps: Sequence[str], extra: dict[st
 
 def _verify_steps(spec_json: str) -> int:
     """``verify --no-rebuild`` limited to some in-env steps, on another sample (the scaling rows)."""
-    from kernodeck.dossier import reference
-    from kernodeck.verify import Options, verify
-    from kernodeck.verify.report import Status, overall
+    from kernodeck.dossier import manifest
+    from kernodeck.inenv.protocol import Status
+    from kernodeck.verify import verify
+    from kernodeck.verify.context import Options
+    from kernodeck.verify.record import overall
 
     spec = json.loads(spec_json)
     project = load_project(Path.cwd())
@@ -359,7 +361,7 @@ def _verify_steps(spec_json: str) -> int:
     extra = dict(spec["extra"])
     if "sample" in extra:  # another sample than the reference's: the application's table with that sample, unhashed,
         # and no reference outputs to hold it to (these runs compare nothing; reread checks rows against the sample)
-        declared = reference.load(project).run_config(project)["application"]
+        declared = manifest.load(project).run_config(project)["application"]
         extra["application"] = {**declared, "sample": extra.pop("sample"), "sample_sha256": None}
         extra["reference"] = None
     opts = Options(out=Path(spec["out"]), rebuild=False, steps=tuple(spec["steps"]), extra_config=extra)
@@ -459,15 +461,15 @@ def run_bench(
         rows["rebuild"]["kernodeck_steps_s"] = marker.get("durations_s", {})
 
         # --- verify ----------------------------------------------------------------------------------------------
-        from kernodeck.dossier import reference
+        from kernodeck.dossier import manifest
         from kernodeck.project import application
-        from kernodeck.verify import RUNNER_ENV
+        from kernodeck.verify.steps.in_env import RUNNER_ENV
 
         app = application.load(work)  # this repository's application: the MiniLM embedding
         if app.weights is None or "embeddings" not in app.outputs:
             raise BenchError("the bare script measures this repository's MiniLM embedding application")
         tol = app.outputs["embeddings"].tolerance
-        dim = int(reference.load(load_project(work)).manifest["outputs"]["embeddings"]["shape"][1])
+        dim = int(manifest.load(load_project(work)).manifest["outputs"]["embeddings"]["shape"][1])
         weights = app.weights.as_config()  # a package source: {package, module, subdir}
         bare_cfg = json.dumps({
             "module": weights["module"], "subdir": weights["subdir"], "max_seq_length": app.params["max-seq-length"],
@@ -487,7 +489,7 @@ def run_bench(
         rows["verify"]["every_file_check"] = _files_check(last)
 
         # --- the CI job: a fresh rebuild, then the first verify ---------------------------------------------------
-        from kernodeck.verify import RUNNER_ENV as runner_env
+        from kernodeck.verify.steps.in_env import RUNNER_ENV as runner_env
 
         kd_job = Side("nox -s rebuild -- --fresh, then nox -s verify",
                       [[*nox, "-s", "rebuild", "--", "--fresh", "--installer", "uv"], [*nox, "-s", "verify"]], env)
@@ -578,7 +580,7 @@ def init_made_lock_check(root: Path, work: Path, env: dict[str, str], *, repeat:
 
 
 def _lock_env(plat: Platform, sources: list[Source]) -> dict[str, str]:
-    from kernodeck.lock import uv_lock_environment
+    from kernodeck.lock.resolvers import uv_lock_environment
 
     declared = plat.variant.index.rstrip("/")
     extra = None if declared == PYPI or not reachable(declared)[0] else declared

@@ -14,7 +14,7 @@ from kernodeck.project.platforms import resolve_platform
 from kernodeck.sources import redact_text
 
 if TYPE_CHECKING:
-    from kernodeck.verify import Options
+    from kernodeck.verify.context import Options
     from kernodeck.verify.report import Report
 
 
@@ -69,7 +69,7 @@ PARSERS: dict[str, Parser] = {
 
 
 def _options(args: argparse.Namespace) -> Options:
-    from kernodeck.verify import Options
+    from kernodeck.verify.context import Options
 
     return Options(out=args.out, rebuild=not args.no_rebuild, python=args.python, expect_backend=args.expect_backend,
                    installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse, strict=args.strict,
@@ -77,11 +77,13 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck import lock as locking
-    from kernodeck.env.rebuild import acquire, platform_lock, rebuild
+    from kernodeck._busy import acquire
+    from kernodeck.env.envdirs import platform_lock
+    from kernodeck.env.rebuild import rebuild
+    from kernodeck.lock import check
 
     plat = resolve_platform(project, args.platform, args.variant)
-    path = locking.require_checked(project, plat)  # the lock check of lock --check and verify, twin included
+    path = check.require_checked(project, plat)  # the lock check of lock --check and verify, twin included
     plock = platform_lock(project, plat)
     acquire(plock, plat)
     try:
@@ -99,7 +101,7 @@ def _summary(report: Report, folder: Path, *, tip: bool = True) -> None:
     A failed in-env step that knows the next command (``details["tip"]``: a changed code file, a criterion unable to
     fail) adds its ``TIP:`` line.
     """
-    from kernodeck.verify.report import summary_line
+    from kernodeck.verify.markdown import summary_line
 
     print(summary_line(report, folder / "report.md"))
     failure = report.first_failure()
@@ -110,7 +112,7 @@ def _summary(report: Report, folder: Path, *, tip: bool = True) -> None:
 
 def cmd_verify(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.verify import verify
-    from kernodeck.verify.report import Verdict
+    from kernodeck.verify.record import Verdict
 
     plat = resolve_platform(project, args.platform, args.variant)
     report, folder, _ = verify(project, plat, _options(args))

@@ -175,7 +175,8 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
             installer: str | None = None, out: Path | None = None) -> UpgradeResult:
     """Relock ``plat`` (every pin re-resolved), diff it against the old lock, verify it against the reference."""
     from kernodeck import outdir
-    from kernodeck.verify import Options, verify
+    from kernodeck.verify import verify
+    from kernodeck.verify.context import Options
 
     target = lock_path(project, plat)
     if not target.exists():

@@ -292,7 +292,7 @@ def declared_outputs(project: Project | None, folders: list[Path]) -> dict[str, 
 def interpreter(project: Project | None, python: Path | None) -> Path:
     """The interpreter that computes the numbers (it needs numpy): ``python``, else the project's rebuilt env's."""
     if python is None and project is not None:
-        from kernodeck.env.rebuild import current_env, env_python
+        from kernodeck.env.envdirs import current_env, env_python
         from kernodeck.project.platforms import resolve_platform
 
         env = current_env(project, resolve_platform(project, None))

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernodeck import lock as locking
 from kernodeck import sources
-from kernodeck.dossier import reference as refmod
+from kernodeck.dossier import manifest
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import StepName
+from kernodeck.lock import check
 from kernodeck.project import application
 from kernodeck.project import resume as resume_contract
 from kernodeck.project.config import Project
@@ -71,8 +71,8 @@ class RunContext:
     names: tuple[str, ...]  # the in-env steps this run asks for, in order
     backend: str  # the backend the probe must find
     declaration: Declaration
-    lock: locking.LockRead  # the lock and its twin as read (the lock check takes them, reading neither again)
-    reference: refmod.Reference | KernodeckError  # the error: refused or missing (the declared-contract step says)
+    lock: check.LockRead  # the lock and its twin as read (the lock check takes them, reading neither again)
+    reference: manifest.Reference | KernodeckError  # the error: refused or missing (the declared-contract step says)
     reference_inventory: str | None  # the reference's recorded inventory.txt, when it has one
     secrets: sources.Secrets  # what the dossier's files are scanned for (the project's declared indexes public)
     install_secrets: sources.Secrets  # what the env's records are scanned for (the variant's declared index)
@@ -102,9 +102,9 @@ def _declaration(project: Project) -> Declaration:
         return Declaration(None, exc, table("resume"), table("determinism"))
 
 
-def _reference(project: Project) -> tuple[refmod.Reference | KernodeckError, str | None]:
+def _reference(project: Project) -> tuple[manifest.Reference | KernodeckError, str | None]:
     try:
-        ref: refmod.Reference | KernodeckError = refmod.load(project)
+        ref: manifest.Reference | KernodeckError = manifest.load(project)
     except KernodeckError as exc:
         ref = exc
     inv = project.reference / "inventory.txt"
@@ -122,7 +122,7 @@ def load(project: Project, plat: Platform, opts: Options, *, mode: str, staging:
     return RunContext(
         project=project, plat=plat, opts=opts, mode=mode, staging=staging, names=names,
         backend=opts.expect_backend or str(plat.variant.backend),
-        declaration=declaration, lock=locking.read_lock(project, plat),
+        declaration=declaration, lock=check.read_lock(project, plat),
         reference=ref, reference_inventory=ref_inventory,
         secrets=sources.secrets([v.index for v in project.variants.values()]),
         install_secrets=sources.secrets([sources.public_url(vindex.declared)], [vindex.declared]),

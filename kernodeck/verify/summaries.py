@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, assert_never
 
-from kernodeck.verify.record import Status, Step
+from kernodeck.inenv.protocol import Status
+from kernodeck.verify.record import Step
 
 
 def fmt_number(value: Any) -> str:

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import inventory, rebuild
+from kernodeck.env import envdirs, inventory, rebuild
 from kernodeck.errors import ConfigError
+from kernodeck.inenv.protocol import Status
 from kernodeck.project.platforms import Platform
-from kernodeck.verify import Run
-from kernodeck.verify.report import Status, Step
+from kernodeck.verify.pipeline import Run
+from kernodeck.verify.record import Step
 from tests.conftest import kd, read_report
 from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project, wheel_spec, write_lock
 
@@ -31,7 +32,7 @@ def tiny(tmp_path: Path) -> Tiny:
 
 
 def _marker(env_dir: Path) -> dict[str, object]:
-    return json.loads((env_dir / rebuild.MARKER).read_text(encoding="utf-8"))
+    return json.loads((env_dir / envdirs.MARKER).read_text(encoding="utf-8"))
 
 
 def test_uv_and_pip_give_identical_inventories(tiny: Tiny) -> None:

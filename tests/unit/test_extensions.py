@@ -300,8 +300,10 @@ def test_a_smoke_check_that_raises_fails_naming_the_extension_and_its_line(tmp_p
 
 
 def test_report_md_names_the_extension_abi_layer_and_its_cause() -> None:
+    from kernodeck.inenv.protocol import Status
     from kernodeck.verify.markdown import likely_cause
-    from kernodeck.verify.report import Report, Status, Step
+    from kernodeck.verify.record import Step
+    from kernodeck.verify.report import Report
 
     cause = "built for torch 2.5 / CUDA 12.4 (version label +pt25cu124); this env runs torch 2.13.0+cpu / no CUDA"
     failed = Step("extensions", Status.FAILED, error="extension kdext: ...", layer="extension-abi",

@@ -17,9 +17,10 @@ import pytest
 from kernodeck.errors import ConfigError
 from kernodeck.inenv import resume_app
 from kernodeck.inenv._common import CheckFailed, Context, Skip
+from kernodeck.inenv.protocol import Status
 from kernodeck.project import resume
 from kernodeck.project.config import load_project
-from kernodeck.verify.record import Status, Step
+from kernodeck.verify.record import Step
 from kernodeck.verify.summaries import step_result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,7 +217,7 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
     try:
         seen.READ.clear()
         seen.READ[str(tmp_path / "elsewhere.pt")] = "the resume entry"
-        with pytest.raises(resume_app.CheckFailed, match="read no file of the checkpoint"):
+        with pytest.raises(CheckFailed, match="read no file of the checkpoint"):
             resume_app.read_the_checkpoint(checkpoint)
         seen.READ[str(checkpoint / "state.pt")] = "the resume entry"
         resume_app.read_the_checkpoint(checkpoint)

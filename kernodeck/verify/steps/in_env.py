@@ -19,13 +19,13 @@ from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import first_error, log, show
 from kernodeck.env import extensions, start
 from kernodeck.errors import KernodeckError
-from kernodeck.inenv.protocol import HASH_SEED, STATUSES, StepName
+from kernodeck.inenv.protocol import HASH_SEED, STATUSES, Layer, Status, StepName
 from kernodeck.project import deadlines
 from kernodeck.sources import redact_text
 from kernodeck.supervise import Stop, Stopped, supervise
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
-from kernodeck.verify.report import Layer, Status, Step
+from kernodeck.verify.record import Step
 
 IN_ENV_STEPS = tuple(step.value for step in StepName)  # the wall's protocol: every in-env step, in run order
 # compare, making a reference: each declared tolerance shown able to fail on the new outputs (nothing to compare yet)
