@@ -209,7 +209,7 @@ def _inventory(d: dict[str, Any]) -> str:
     return f"{d['packages']} packages" if "packages" in d else ""
 
 
-def _embed(d: dict[str, Any]) -> str:
+def _application(d: dict[str, Any]) -> str:
     if "items" not in d:
         return ""
     where = f" on {d['device']}" if d.get("device") else ""
@@ -249,8 +249,7 @@ SUMMARISERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "system": _system,
     "rebuild": _rebuild,
     "inventory": _inventory,
-    "embed": _embed,
-    "application": _embed,
+    "application": _application,
     "reread": _reread,
     "backend": _backend,
 }
