@@ -250,7 +250,7 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     ref = manifest.load(project)
     app = application.load(project.root)
     require_declared_contract(project, ref, app)
-    config = {**against_reference(project, ref, app, str(plat.variant.backend)), "sample_repeat": 1}
+    config = against_reference(project, ref, app, str(plat.variant.backend))
     folder = _folder(project, plat, out)
     trials = _Trials(project, plat, good, bad, d.changes, "sha256:" + sha256_file(bad_path), folder, config, installer)
     log(f"kernodeck: bisect {plat.id}: {len(d.changes)} changed packages between {good_path} and {bad_path}")

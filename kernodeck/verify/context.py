@@ -34,7 +34,6 @@ class Options:
     installer: str | None = None
     fresh: bool = False
     wheelhouse: Path | None = None
-    sample_repeat: int = 1
     extra_config: dict[str, Any] = field(default_factory=dict)
     steps: tuple[str, ...] | None = None  # only these in-env steps (the benchmark); default: all of the mode's
     strict: bool = False  # with --python: any difference from the lock (or no lock) fails instead of being recorded

@@ -108,7 +108,7 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
         run_config["determinism_records"] = int(det["max-records"])
     run_config["libraries"] = start.declared_libraries(ctx.project.tool)
     run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
-                  sample_repeat=ctx.opts.sample_repeat, **ctx.opts.extra_config)
+                      **ctx.opts.extra_config)
     add_in_env_inputs(run_config, ctx.project.root, app)
     return run_config
 
