@@ -115,7 +115,7 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.verify.record import Verdict
 
     plat = resolve_platform(project, args.platform, args.variant)
-    report, folder, _ = verify(project, plat, _options(args))
+    report, folder = verify(project, plat, _options(args))
     _summary(report, folder)
     # passed-unlocked (--python) is a documented pass; passed-with-changed-code is not
     return 0 if report.verdict in (Verdict.PASSED, Verdict.PASSED_UNLOCKED) else 1
@@ -130,7 +130,7 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
     opts = _options(args)
     if opts.out is None:
         opts.out = project.runs / f"reference-{plat.id}"
-    report, folder, _ = verify(project, plat, opts, mode="reference")
+    report, folder = verify(project, plat, opts, mode="reference")
     _summary(report, folder, tip=False)  # a failure's TIP comes with the ERROR below
     made = refmod.create(project, plat, report, folder, old)
     print("\n".join(made.lines()))

@@ -47,8 +47,8 @@ def _read_failed(exc: OSError, staging: Path, final: Path) -> KernodeckError:
     return DossierError(f"writing the dossier {final} failed: {exc.strerror or exc}; the earlier one is untouched")
 
 
-def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "verify") -> tuple[Report, Path, Run]:
-    """Run every step; return the report, the dossier folder and the run (for the reference session)."""
+def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "verify") -> tuple[Report, Path]:
+    """Run every step; return the report and the dossier folder."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if opts.python:
         plat = interpreter_platform(project, opts.python, plat)
@@ -76,4 +76,4 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     log(f"kernodeck: report: {final / 'report.md'}")
     if run_.error is not None:
         raise run_.error
-    return report, final, run_
+    return report, final
