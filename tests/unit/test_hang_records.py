@@ -83,10 +83,11 @@ def test_run_checks_keeps_earlier_steps_and_names_the_stalled_one(project: Path,
     report = Report("p", run_.steps, dict(run_.meta))
     assert str(report.verdict) == "failed"
     assert summary_line(report, Path("r.md")).startswith("FAILED at application (layer: application): stalled")
-    # a bisect trial's finding: the hang itself, with its step, layer and line (the search reads it as bad)
+    # a bisect trial's finding: the hang itself, with its step, layer and line (a failure before the comparison,
+    # not an output out of tolerance: lock/bisect.py)
     drift = Drift.from_steps([s.as_dict() for s in run_.steps])
     assert drift.failure.startswith("application: stalled") and f"checks/fake_runner.py:{HANG_LINE}" in drift.failure
-    assert _outcome_of(drift) is Outcome.BAD
+    assert _outcome_of(drift) is Outcome.FAILED
 
 
 def test_an_interrupted_record_is_the_verdict_interrupted(project: Path, tmp_path: Path) -> None:
