@@ -77,10 +77,10 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck._busy import acquire
     from kernodeck.env.envdirs import platform_lock
     from kernodeck.env.rebuild import rebuild
     from kernodeck.lock import check
+    from kernodeck.platform_lock import acquire
 
     plat = resolve_platform(project, args.platform, args.variant)
     path = check.require_checked(project, plat)  # the lock check of lock --check and verify, twin included

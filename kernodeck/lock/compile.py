@@ -67,7 +67,7 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
     """
     from filelock import FileLock  # here: a lock check (every rebuild and verify) takes no file lock
 
-    from kernodeck._busy import acquire
+    from kernodeck.platform_lock import acquire
 
     folder = project.venv_root / plat.id
     folder.mkdir(parents=True, exist_ok=True)

@@ -42,9 +42,9 @@ from kernodeck.project.platforms import Platform
 
 def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool = False) -> tuple[Calibration, Path]:
     """Rebuild (or reuse) the env, run every available variation and the margin search, write the calibration."""
-    from kernodeck._busy import acquire
     from kernodeck.env.envdirs import platform_lock
     from kernodeck.env.rebuild import rebuild
+    from kernodeck.platform_lock import acquire
     from kernodeck.verify.steps.declared import against_reference, require_declared_contract
 
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 from kernodeck import tips
-from kernodeck._busy import acquire
 from kernodeck._proc import log
 from kernodeck.env.envdirs import platform_lock
 from kernodeck.errors import DossierError, KernodeckError
+from kernodeck.platform_lock import acquire
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify import context
