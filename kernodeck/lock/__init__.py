@@ -6,7 +6,7 @@ for drift against them.
 - :mod:`~kernodeck.lock.compile`: resolving the inputs (:mod:`~kernodeck.lock.resolvers`: pip-tools or uv) into a
   lock and its twin, written together (:mod:`~kernodeck.lock.write`);
 - :mod:`~kernodeck.lock.lockfile`: the requirements lock's format; :mod:`~kernodeck.lock.pylock`: the PEP 751 twin,
-  whose files are placed by the index client :mod:`~kernodeck.lock.index`;
+  whose files are placed by the index client :mod:`~kernodeck.lock.index_client`;
 - beside them: ``hashpins`` (``--upgrade-package``), ``lockdiff``, ``upgrade``, ``bisect``, ``audit``.
 
 Each name is imported from the module that defines it (``from kernodeck.lock.check import require_checked``).

@@ -13,8 +13,7 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck._proc import clean_env, log, run_with_progress
 from kernodeck.errors import CommandFailed, ConfigError, LockFailed, LockfileError, SourceUnreachable
-from kernodeck.lock import index as lock_index
-from kernodeck.lock import lockfile, place, twin
+from kernodeck.lock import index_client, lockfile, place, twin
 from kernodeck.lock.inputs import (
     AS_OF_KEY,
     LockInputs,
@@ -281,14 +280,14 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
 
 
 def _twin_inputs(project: Project, plat: Platform, target: Path, sources: list[Source],
-                 no_index: bool) -> tuple[dict[str, lock_index.DistFile], place.Prefetch | None]:
+                 no_index: bool) -> tuple[dict[str, index_client.DistFile], place.Prefetch | None]:
     """The files the current twin already places (by sha256), and a prefetch of the pages it lacks."""
     known = twin.known_files(pylock_path(project, plat))
     return known, _prefetch(target, plat, sources, no_index, known)
 
 
 def _prefetch(target: Path, plat: Platform, sources: list[Source], no_index: bool,
-              known: dict[str, lock_index.DistFile]) -> place.Prefetch | None:
+              known: dict[str, index_client.DistFile]) -> place.Prefetch | None:
     """Start reading what the twin will need for the pins the current lock holds (most survive a new lock), unless
     the current twin already places every one of their files."""
     if not target.exists():

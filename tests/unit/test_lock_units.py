@@ -12,8 +12,7 @@ from typing import ClassVar
 import pytest
 
 from kernodeck.errors import CommandFailed, LockFailed
-from kernodeck.lock import index as lock_index
-from kernodeck.lock import lockfile, place, resolvers, twin
+from kernodeck.lock import index_client, lockfile, place, resolvers, twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
 from kernodeck.sources import PYPI, Source
@@ -124,7 +123,7 @@ def index() -> Iterator[str]:
 
 
 def test_fetcher_reads_json_html_redirects_and_caches(index: str) -> None:
-    fetcher = lock_index.Fetcher()
+    fetcher = index_client.Fetcher()
     try:
         (entry,) = fetcher.index_files(index, "JSONPkg")
         assert entry.filename == "jsonpkg-1.0-py3-none-any.whl" and entry.sha256 == SHA_A and entry.size == 10
@@ -147,7 +146,7 @@ def test_fetcher_reads_json_html_redirects_and_caches(index: str) -> None:
 
 def test_unreachable_index_is_an_oserror_at_once() -> None:
     with pytest.raises(OSError, match=r"127\.0\.0\.1:9"):
-        lock_index.index_files("http://127.0.0.1:9/simple", "x")
+        index_client.index_files("http://127.0.0.1:9/simple", "x")
 
 
 def test_local_simple_index_and_find_links(tmp_path: Path) -> None:
@@ -158,7 +157,7 @@ def test_local_simple_index_and_find_links(tmp_path: Path) -> None:
     links.mkdir()
     (links / "demo-1.0-py3-none-any.whl").write_bytes(b"not really a wheel")
     (links / "demo-1.1-py3-none-any.whl").write_bytes(b"another version")
-    found = lock_index.local_files([(tmp_path / "index").as_uri(), str(links)], "demo", "1.0")
+    found = index_client.local_files([(tmp_path / "index").as_uri(), str(links)], "demo", "1.0")
     assert found[SHA_A] == ("demo-1.0.tar.gz", 0)
     assert len(found) == 2 and all(name.startswith("demo-1.0") for name, _ in found.values())
 
@@ -170,14 +169,14 @@ def test_a_hash_no_source_holds_is_refused_by_name(tmp_path: Path) -> None:
     assert "--pylock-only" in err.value.tip
 
 
-class _NoNetwork(lock_index.Fetcher):
+class _NoNetwork(index_client.Fetcher):
     """A fetcher that records what it was asked and answers nothing."""
 
     def __init__(self) -> None:
         super().__init__()
         self.asked: list[str] = []
 
-    def index_files(self, index: str, name: str) -> list[lock_index.DistFile]:
+    def index_files(self, index: str, name: str) -> list[index_client.DistFile]:
         self.asked.append(name)
         raise OSError("no network in this test")
 
@@ -198,26 +197,26 @@ def test_relock_reuses_the_files_its_pylock_already_places() -> None:
     assert first.name in fetcher.asked
 
 
-class _Unreachable(lock_index.Fetcher):
+class _Unreachable(index_client.Fetcher):
     """A fetcher for which every index is out of reach (as the real one records it)."""
 
-    def index_files(self, index: str, name: str) -> list[lock_index.DistFile]:
+    def index_files(self, index: str, name: str) -> list[index_client.DistFile]:
         self.unreachable[index] = "no network in this test"
         raise OSError(self.unreachable[index])
 
 
-class _Lists(lock_index.Fetcher):
+class _Lists(index_client.Fetcher):
     """A fetcher whose indexes answer, listing ``files`` for every name."""
 
-    def __init__(self, files: list[lock_index.DistFile]) -> None:
+    def __init__(self, files: list[index_client.DistFile]) -> None:
         super().__init__()
         self.files = files
 
-    def index_files(self, index: str, name: str) -> list[lock_index.DistFile]:
+    def index_files(self, index: str, name: str) -> list[index_client.DistFile]:
         return self.files
 
 
-def _first_pin_and_twin() -> tuple[lockfile.Pin, dict[str, lock_index.DistFile]]:
+def _first_pin_and_twin() -> tuple[lockfile.Pin, dict[str, index_client.DistFile]]:
     lock = lockfile.read(ROOT / "lockfiles" / f"{CPU.id}.txt")
     return lock.pins[0], twin.known_files(ROOT / "lockfiles" / CPU.pylock_name)
 

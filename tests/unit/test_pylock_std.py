@@ -21,8 +21,7 @@ from packaging.version import Version
 from kernodeck._fs import sha256_file
 from kernodeck.dossier import sbom
 from kernodeck.errors import LockfileError
-from kernodeck.lock import index as lock_index
-from kernodeck.lock import lockfile, pylock
+from kernodeck.lock import index_client, lockfile, pylock
 from kernodeck.lock import twin as lock_twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python
@@ -110,14 +109,14 @@ def _local_twin(tmp_path: Path, *, tamper: bool = False) -> Path:
     """A twin written by Kernodeck's own writer for two wheels made here, placed by file URLs (no index)."""
     wheels = [make_wheel(tmp_path / "wheels", "kdtinya", "1.0"), make_wheel(tmp_path / "wheels", "kdtinyb", "2.0")]
     lines = ["# a lock for the test"]
-    files: dict[str, list[lock_index.DistFile]] = {}
+    files: dict[str, list[index_client.DistFile]] = {}
     for wheel in wheels:
         name, version = wheel.name.split("-")[:2]
         digest = sha256_file(wheel)
         if tamper and name == "kdtinyb":
             digest = "0" * 64
         lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}")
-        files[name] = [lock_index.DistFile(wheel.name, wheel.as_uri(), digest, wheel.stat().st_size)]
+        files[name] = [index_client.DistFile(wheel.name, wheel.as_uri(), digest, wheel.stat().st_size)]
     lock_text = "\n".join(lines) + "\n"
     lock = lockfile.parse_text(lock_text, tmp_path / "tiny.txt")
     plat = Platform(current_python(), current_os_arch(), load_project(ROOT).variant("cpu"))
@@ -173,21 +172,21 @@ def test_ca_bundle_follows_pip_then_ssl_cert_file(tmp_path: Path) -> None:
     pip_ca, ssl_ca = tmp_path / "pip.pem", tmp_path / "ssl.pem"
     pip_ca.write_text("x", encoding="utf-8")
     ssl_ca.write_text("y", encoding="utf-8")
-    assert lock_index.ca_bundle({}, {}) is None
-    assert lock_index.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {}) == str(ssl_ca)
-    assert lock_index.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {"cert": str(pip_ca)}) == str(pip_ca)
-    assert lock_index.ca_bundle({"REQUESTS_CA_BUNDLE": str(ssl_ca)}, {}) == str(ssl_ca)
+    assert index_client.ca_bundle({}, {}) is None
+    assert index_client.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {}) == str(ssl_ca)
+    assert index_client.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {"cert": str(pip_ca)}) == str(pip_ca)
+    assert index_client.ca_bundle({"REQUESTS_CA_BUNDLE": str(ssl_ca)}, {}) == str(ssl_ca)
     # a bundle that is not there is not trusted blindly: the next one (or the system's store) is used
-    assert lock_index.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {"cert": str(tmp_path / "gone.pem")}) == str(ssl_ca)
+    assert index_client.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {"cert": str(tmp_path / "gone.pem")}) == str(ssl_ca)
 
 
 def test_netrc_credentials_are_sent_to_their_host_only(tmp_path: Path) -> None:
     rc = tmp_path / "netrc"
     rc.write_text("machine index.example.org login alice password s3cret\n", encoding="utf-8")
     rc.chmod(0o600)
-    assert lock_index.netrc_auth("index.example.org", {"NETRC": str(rc)}) == ("alice", "s3cret")
-    assert lock_index.netrc_auth("pypi.org", {"NETRC": str(rc)}) is None
-    assert lock_index.netrc_auth("index.example.org", {"NETRC": str(tmp_path / "none")}) is None
+    assert index_client.netrc_auth("index.example.org", {"NETRC": str(rc)}) == ("alice", "s3cret")
+    assert index_client.netrc_auth("pypi.org", {"NETRC": str(rc)}) is None
+    assert index_client.netrc_auth("index.example.org", {"NETRC": str(tmp_path / "none")}) is None
 
 
 def test_fetcher_sends_netrc_credentials(tmp_path: Path,
@@ -226,12 +225,12 @@ def test_fetcher_sends_netrc_credentials(tmp_path: Path,
             monkeypatch.delenv(var, raising=False)
         monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
         with pytest.raises(OSError, match="HTTP 401"):
-            lock_index.index_files(index, "kdtiny")
+            index_client.index_files(index, "kdtiny")
         rc = tmp_path / "netrc"
         rc.write_text("machine 127.0.0.1 login alice password s3cret\n", encoding="utf-8")
         rc.chmod(0o600)
         monkeypatch.setenv("NETRC", str(rc))
-        files = lock_index.index_files(index, "kdtiny")
+        files = index_client.index_files(index, "kdtiny")
         assert [f.filename for f in files] == ["kdtiny-1.0-py3-none-any.whl"] and seen[-1] == expected
     finally:
         server.shutdown()
