@@ -19,8 +19,7 @@ from kernodeck.dossier import manifest
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import StepName
 from kernodeck.lock import check
-from kernodeck.project import application
-from kernodeck.project import resume as resume_contract
+from kernodeck.project import application, resume_contract
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 

@@ -13,7 +13,7 @@ import pytest
 import tomlkit
 
 from kernodeck._fs import sha256_file
-from kernodeck.env import extensions
+from kernodeck.env import extension_scan
 from kernodeck.lock import check, lockfile, write
 from kernodeck.lock import inputs as lock_inputs
 from kernodeck.project.config import load_project
@@ -105,7 +105,7 @@ def test_a_pin_built_from_its_sdist_is_named_and_only_binary_refuses_it(tmp_path
     assert proc.returncode == 0, proc.stderr[-3000:]
     project = load_project(root)
     plat = resolve_platform(project)
-    found = extensions.discover(current_env(root, plat), cuobjdump="", twin=check.read_lock(project, plat).twin)
+    found = extension_scan.discover(current_env(root, plat), cuobjdump="", twin=check.read_lock(project, plat).twin)
     (made,) = found.built_here  # pip came as a wheel: not built here
     assert (made.name, made.version, made.sdist) == ("kdsrc", "1.0", "kdsrc-1.0.tar.gz")
     assert made.sdist_sha256 == hashlib.sha256((links / "kdsrc-1.0.tar.gz").read_bytes()).hexdigest()

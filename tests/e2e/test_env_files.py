@@ -608,7 +608,7 @@ def test_report_details_are_bounded_and_counted() -> None:
 def _step_on(env: Path, lock: lockfile.Lockfile, tmp_path: Path, *, intentional: bool = False,
              strict: bool = False) -> tuple[dict[str, object], list[str], str]:
     from kernodeck.verify.pipeline import Run
-    from kernodeck.verify.steps.inventory import inventory_step
+    from kernodeck.verify.steps.inventory_check import inventory_step
 
     run_ = Run(None, None, tmp_path)  # type: ignore[arg-type]
     _, failure = inventory_step(run_, lock, env / "bin" / "python", intentional=intentional, strict=strict)

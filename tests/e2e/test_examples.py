@@ -180,8 +180,7 @@ def _resume_application_step(project: Path, folder: Path, table: dict[str, Any],
     """The resume-application step alone (after settings), run by the env's interpreter as verify's runner runs;
     ``code``: project files declared beside the application's own (the closed world refuses any other read)."""
     from kernodeck.env import start
-    from kernodeck.project import application
-    from kernodeck.project import resume as resume_contract
+    from kernodeck.project import application, resume_contract
     from kernodeck.verify.steps.declared import add_in_env_inputs
     from kernodeck.verify.steps.in_env import RUNNER, RUNNER_ENV
 

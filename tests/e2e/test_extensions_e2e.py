@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import extensions
+from kernodeck.env import extension_scan
 from tests.conftest import copy_project, kd, read_report, statuses
 from tests.unit.test_extensions import run_step
 
@@ -110,7 +110,7 @@ def _project(root: Path, alpha: str) -> None:
 def test_a_real_extension_is_found_imported_and_smoke_checked(wheels: dict[str, Path], built_project: Path,
                                                                tmp_path: Path) -> None:
     env = _env_with(wheels["sound"], built_project, tmp_path)
-    found = extensions.discover(env, cuobjdump="")
+    found = extension_scan.discover(env, cuobjdump="")
     (ext,) = found.extensions
     (obj,) = ext.objects
     assert ext.distribution == "kdext-ops" and obj.module == "kdext._C"

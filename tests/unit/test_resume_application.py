@@ -18,7 +18,7 @@ from kernodeck.errors import ConfigError
 from kernodeck.inenv import resume_app
 from kernodeck.inenv._common import CheckFailed, Context, Skip
 from kernodeck.inenv.protocol import Status
-from kernodeck.project import resume
+from kernodeck.project import resume_contract
 from kernodeck.project.config import load_project
 from kernodeck.verify.record import Step
 from kernodeck.verify.summaries import step_result
@@ -36,10 +36,10 @@ def _digits_table() -> dict[str, Any]:
 
 
 def test_the_digits_example_declares_its_resume() -> None:
-    contract = resume.from_table(_digits_table())
+    contract = resume_contract.from_table(_digits_table())
     assert contract is not None
     assert str(contract.entry) == "checks/train.py:train" and (contract.steps, contract.checkpoint_at) == (50, 30)
-    assert contract.controls == (resume.Drop.OPTIMIZER, resume.Drop.RNG, resume.Drop.LOADER)
+    assert contract.controls == (resume_contract.Drop.OPTIMIZER, resume_contract.Drop.RNG, resume_contract.Drop.LOADER)
     assert contract.outputs["weights"].tolerance == {"rtol": 0.0, "atol": 1e-6}
     config = contract.run_config()
     assert config["entry"] == {"file": "checks/train.py", "function": "train"}
@@ -48,19 +48,19 @@ def test_the_digits_example_declares_its_resume() -> None:
 
 def test_the_lightning_example_declares_its_resume_with_its_own_train() -> None:
     data = tomllib.loads((ROOT / "examples" / "lightning" / "pyproject.toml").read_text(encoding="utf-8"))
-    contract = resume.from_table(data["tool"]["kernodeck"]["application"]["resume"])
+    contract = resume_contract.from_table(data["tool"]["kernodeck"]["application"]["resume"])
     assert contract is not None and str(contract.entry) == "checks/train.py:train"
     train = (ROOT / "examples" / "lightning" / "checks" / "train.py").read_text(encoding="utf-8")
-    assert "ckpt_path=" in train and all(f'"{d}"' in train for d in resume.Drop)  # each control honoured
+    assert "ckpt_path=" in train and all(f'"{d}"' in train for d in resume_contract.Drop)  # each control honoured
     assert "lightning" in (ROOT / "examples" / "lightning" / "requirements" / "base.in").read_text(encoding="utf-8")
 
 
 def test_no_resume_declared_is_none_and_controls_default_to_every_piece() -> None:
-    assert resume.from_table(None) is None
+    assert resume_contract.from_table(None) is None
     table = _digits_table()
     del table["controls"]
-    contract = resume.from_table(table)
-    assert contract is not None and contract.controls == tuple(resume.Drop)
+    contract = resume_contract.from_table(table)
+    assert contract is not None and contract.controls == tuple(resume_contract.Drop)
 
 
 @pytest.mark.parametrize(
@@ -81,14 +81,15 @@ def test_no_resume_declared_is_none_and_controls_default_to_every_piece() -> Non
 )
 def test_bad_resume_declarations_are_named(edit: Any, message: str) -> None:
     table = _digits_table()
-    resume.from_table(table)  # the control: the example's declaration is accepted
+    resume_contract.from_table(table)  # the control: the example's declaration is accepted
     edit(table)
     with pytest.raises(ConfigError, match=message):
-        resume.from_table(table)
+        resume_contract.from_table(table)
 
 
 def test_every_drop_is_described() -> None:
-    assert {resume.describe(d) for d in resume.Drop} and len({resume.describe(d) for d in resume.Drop}) == 3
+    described = {resume_contract.describe(d) for d in resume_contract.Drop}
+    assert described and len(described) == 3
 
 
 def test_the_schema_accepts_the_table_and_refuses_a_stray_key(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from kernodeck.verify.pipeline import Entry
 from kernodeck.verify.steps.build import build
 from kernodeck.verify.steps.declared import declared_contract
 from kernodeck.verify.steps.in_env import checks
-from kernodeck.verify.steps.inventory import inventory_entry
+from kernodeck.verify.steps.inventory_check import inventory_entry
 from kernodeck.verify.steps.lock_check import lock_check
 
 

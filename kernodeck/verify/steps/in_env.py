@@ -17,7 +17,7 @@ from typing import Any
 from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import first_error, log, show
-from kernodeck.env import extensions, start
+from kernodeck.env import extension_scan, start
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import HASH_SEED, STATUSES, Layer, Status, StepName
 from kernodeck.project import deadlines
@@ -212,7 +212,7 @@ def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> 
 
 def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
     """The compiled extensions found from outside the env before it runs, and the declared smoke checks."""
-    found = extensions.discover(python.parent.parent, twin=ctx.lock.twin)
+    found = extension_scan.discover(python.parent.parent, twin=ctx.lock.twin)
     names = ", ".join(f"{e.distribution} {e.version}" for e in found.extensions) or "none"
     log(f"kernodeck: extensions: found {names} (shared objects linking libtorch/libc10, torch's own excepted)")
     declared = ctx.project.tool.get("extensions")
