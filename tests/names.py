@@ -104,3 +104,14 @@ def borrowed_attributes(root: Path, source: str, filename: str = "<source>") -> 
         if module_file is not None and node.attr not in _defined(module_file):
             found.append(f"{filename}:{node.lineno}: {node.value.id}.{node.attr} is not defined in {dotted}")
     return found
+
+
+def shared_module_names(root: Path) -> dict[str, list[str]]:
+    """Each module or package name used more than once in the package under ``root``, with its paths."""
+    paths: dict[str, list[str]] = {}
+    for path in sorted((root / "kernodeck").rglob("*.py")):
+        rel = path.relative_to(root)
+        name = rel.parent.name if path.name == "__init__.py" else path.stem
+        if rel.parent != Path("kernodeck") or path.name != "__init__.py":
+            paths.setdefault(name, []).append(rel.as_posix())
+    return {name: found for name, found in paths.items() if len(found) > 1}

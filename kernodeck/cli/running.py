@@ -1,5 +1,5 @@
 """The env's commands: rebuild, verify, reference, replay (kernodeck.env.rebuild, kernodeck.verify and
-kernodeck.dossier.reference / replay do the work)."""
+kernodeck.dossier.new_reference / replay do the work)."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_reference(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck.dossier import reference as refmod
+    from kernodeck.dossier import new_reference as refmod
     from kernodeck.verify import verify
 
     plat = resolve_platform(project, args.platform, args.variant)

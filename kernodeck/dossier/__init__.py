@@ -8,7 +8,7 @@ One concept a module:
 - :mod:`.review`: ``procedure.md`` and the review of every text file before the dossier is put in place;
 - :mod:`.read`: reading a dossier another run wrote (:class:`DamagedDossier` when a file is not Kernodeck's);
 - :mod:`.delta`: what differs between two dossiers (``compare``) and between a run and its reference;
-- :mod:`.reference`: the project's reference (``nox -s reference``) and its manifest;
+- :mod:`.new_reference`: a new reference made and put in place (``nox -s reference``), :mod:`.manifest` its manifest;
 - :mod:`.judge`: each declared output compared under its kind, in an interpreter with numpy;
 - :mod:`.replay`: a dossier's procedure run again; :mod:`.export`: the procedure as a container;
 - :mod:`.sbom`: the lock as a CycloneDX SBOM.

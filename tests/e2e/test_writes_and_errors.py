@@ -249,7 +249,7 @@ def test_reference_killed_midway_stays_whole(
 ) -> None:
     from kernodeck import _fs
     from kernodeck.dossier import manifest as dossier_manifest
-    from kernodeck.dossier import reference as refmod
+    from kernodeck.dossier import new_reference as refmod
 
     project, manifest, outputs = _new_reference(copy_project(tmp_path / "project"), tmp_path)
     ref = project.reference  # type: ignore[attr-defined]
@@ -283,7 +283,7 @@ def test_reference_killed_midway_stays_whole(
 )
 def test_history_is_never_copied_from_a_reference_that_does_not_match_its_manifest(tmp_path: Path) -> None:
     from kernodeck.dossier import manifest as dossier_manifest
-    from kernodeck.dossier import reference as refmod
+    from kernodeck.dossier import new_reference as refmod
 
     project, manifest, outputs = _new_reference(copy_project(tmp_path / "project"), tmp_path)
     ref = project.reference  # type: ignore[attr-defined]

@@ -3,7 +3,7 @@
 A new reference is made from a reference-mode run (:func:`create`) and written whole (:func:`install`: staged, then
 swapped in; the previous one kept in ``history/`` only when its files match its own manifest). The manifest's model,
 identity and loading live in :mod:`kernodeck.dossier.manifest`; building a new one in
-:mod:`kernodeck.dossier.recording`. Their names are importable from here, as other modules and the tests use them.
+:mod:`kernodeck.dossier.recording`; each name is imported from the module that defines it.
 """
 
 from __future__ import annotations
