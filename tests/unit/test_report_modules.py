@@ -5,17 +5,15 @@ dossier's review passes a precomputed ``secrets`` through (read once by the call
 from __future__ import annotations
 
 import ast
-import inspect
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kernodeck import dossier, errors
 from kernodeck.dossier import delta as dossier_delta
 from kernodeck.dossier import review as dossier_review
 from kernodeck.dossier import review as review_mod
-from kernodeck.verify import claims, report
+from kernodeck.verify import claims
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,28 +72,6 @@ def test_the_layer_check_catches_a_planted_cycle() -> None:
     assert "kernodeck.verify.report" in runtime_imports(planted, "kernodeck.verify")
     inside = source + "\ndef _f() -> None:\n    from kernodeck.verify import report\n"
     assert "kernodeck.verify.report" in runtime_imports(inside, "kernodeck.verify")
-
-
-# What other modules and the tests import from kernodeck.verify.report and kernodeck.dossier (grep of the tree).
-REPORT_NAMES = ("CLAIMS", "REPORT_VERSION", "Claim", "ClaimSpec", "ClaimState", "Layer", "Report", "SUMMARISERS",
-                "Status", "Step", "Verdict", "evaluate_claims", "likely_cause", "overall", "render_markdown",
-                "step_result", "summary_line")
-DOSSIER_NAMES = ("compare", "render_compare", "vs_reference", "procedure", "reviewer", "review_folder",
-                 "swap_into_place", "read_embeddings")
-
-
-def test_every_name_stays_importable_where_it_was() -> None:
-    for name in REPORT_NAMES:
-        assert hasattr(report, name), name
-    for name in DOSSIER_NAMES:  # functions, never a submodule of the same name (the name-clash trap)
-        assert inspect.isfunction(getattr(dossier, name)), name
-    assert issubclass(errors.DamagedDossier, Exception)
-    # one definition each: the names re-exported are the objects of the modules that define them
-    from kernodeck.inenv import protocol
-    from kernodeck.verify import claims, markdown, record
-
-    assert protocol.Status is protocol.Status is protocol.Status and record.Step is record.Step
-    assert claims.CLAIMS is claims.CLAIMS and markdown.render_markdown is markdown.render_markdown
 
 
 def test_no_claim_carries_the_removed_pending_or_binding_fields() -> None:

@@ -210,6 +210,7 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
     can honour app.resume_drop so that its controls differ): the resumed run must have opened a file of the checkpoint
     it was handed (the closed world's record of its call), else the step fails."""
     from kernodeck_inenv import seen
+    from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class the in-env package raises
 
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
@@ -218,7 +219,7 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
     try:
         seen.READ.clear()
         seen.READ[str(tmp_path / "elsewhere.pt")] = "the resume entry"
-        with pytest.raises(CheckFailed, match="read no file of the checkpoint"):
+        with pytest.raises(InEnvCheckFailed, match="read no file of the checkpoint"):
             resume_app.read_the_checkpoint(checkpoint)
         seen.READ[str(checkpoint / "state.pt")] = "the resume entry"
         resume_app.read_the_checkpoint(checkpoint)

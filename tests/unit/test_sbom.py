@@ -88,7 +88,6 @@ def test_sbom_from_what_the_caller_read_is_the_same_and_reads_nothing(
 ) -> None:
     """A verify's run context passes the lock, its digest and its twin it already read: the same document, no read."""
     from kernodeck._fs import sha256_file
-    from kernodeck.lock import pylock
     from kernodeck.lock import twin as lock_twin
 
     lock_path = LOCKS[0]
@@ -100,7 +99,7 @@ def test_sbom_from_what_the_caller_read_is_the_same_and_reads_nothing(
         raise AssertionError("read again")
 
     monkeypatch.setattr(lockfile, "read", no_read)
-    monkeypatch.setattr(pylock, "read", no_read)
+    monkeypatch.setattr(lock_twin, "read", no_read)  # where sbom reads the twin from (the call's own import)
     monkeypatch.setattr(sbom, "sha256_file", no_read)
     given = sbom.write(lock_path, lock_path.stem, tmp_path / "x.cdx.json", twin_path, lock=lock, digest=digest,
                        twin=twin)
