@@ -15,10 +15,10 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from kernodeck import lock as locking
-from kernodeck._fs import sha256_file, write_atomic
+from kernodeck._fs import sha256_file
 from kernodeck.lock import check, lockfile
 from kernodeck.lock import inputs as lock_inputs
+from kernodeck.lock.write import write_pair
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, resolve_platform
 from kernodeck.sources import Source
@@ -101,12 +101,9 @@ def write_lock(project_root: Path, wheels: list[Path]) -> tuple[Path, Platform]:
     ]
     path = lock_inputs.lock_path(project, plat)
     text = lockfile.render(header, body)
-    write_pair = getattr(locking, "write_pair", None)
-    if write_pair is None:
-        write_atomic(path, text)
-    else:  # the lock and its PEP 751 twin, the files placed from the wheels' own folder (no index)
-        links = sorted({str(w.parent) for w in wheels})
-        write_pair(project, plat, text, [Source("find-links", folder) for folder in links], True)
+    # the lock and its PEP 751 twin, the files placed from the wheels' own folder (no index)
+    links = sorted({str(w.parent) for w in wheels})
+    write_pair(project, plat, text, [Source("find-links", folder) for folder in links], True)
     assert check.check_lock(project, plat) == [], "the tiny lock must be current against its inputs"
     return path, plat
 

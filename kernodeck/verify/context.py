@@ -2,7 +2,7 @@
 
 pyproject's ``[tool.kernodeck]`` tables (the application declaration, resume, determinism: from the Project, which
 holds the table as the CLI read it), the platform's lock (its bytes, parsed pins and digest) and its PEP 751 twin
-(:func:`kernodeck.lock.read_lock`), the reference manifest and its inventory, and the secret
+(:func:`kernodeck.lock.check.read_lock`), the reference manifest and its inventory, and the secret
 needles every written file is scanned for. The steps and the dossier writer take these objects, never a path to read
 again. A missing or broken input is not an error here: it is kept (as ``None`` or as the error) for the step that
 judges it, so each failure is still reported by its own step, in the order the steps run.
