@@ -58,7 +58,7 @@ from typing import Any
 
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import clean_env, log, show, uv_available
-from kernodeck.env.rebuild import current_env, env_python
+from kernodeck.env.envdirs import current_env, env_python
 from kernodeck.errors import KernodeckError
 from kernodeck.lock import lockfile
 from kernodeck.project.config import Project, load_project
@@ -364,9 +364,11 @@ def _verify_argv(plat: Platform, out: Path, steps: Sequence[str], extra: dict[st
 
 def _verify_steps(spec_json: str) -> int:
     """``verify --no-rebuild`` limited to some in-env steps, on another sample (the scaling rows)."""
-    from kernodeck.dossier import reference
-    from kernodeck.verify import Options, verify
-    from kernodeck.verify.report import Status, overall
+    from kernodeck.dossier import manifest
+    from kernodeck.inenv.protocol import Status
+    from kernodeck.verify import verify
+    from kernodeck.verify.context import Options
+    from kernodeck.verify.record import overall
 
     spec = json.loads(spec_json)
     project = load_project(Path.cwd())
@@ -374,11 +376,11 @@ def _verify_steps(spec_json: str) -> int:
     extra = dict(spec["extra"])
     if "sample" in extra:  # another sample than the reference's: the application's table with that sample, unhashed,
         # and no reference outputs to hold it to (these runs compare nothing; reread checks rows against the sample)
-        declared = reference.load(project).run_config(project)["application"]
+        declared = manifest.load(project).run_config(project)["application"]
         extra["application"] = {**declared, "sample": extra.pop("sample"), "sample_sha256": None}
         extra["reference"] = None
     opts = Options(out=Path(spec["out"]), rebuild=False, steps=tuple(spec["steps"]), extra_config=extra)
-    report, _, _ = verify(project, plat, opts)
+    report, _ = verify(project, plat, opts)
     # a timing run of some steps: they must pass, but it stands on no claim of a verify (no compare, no resume...)
     return 0 if overall(report.steps) is Status.PASSED else 1
 
@@ -417,14 +419,14 @@ def _step_seconds(report: dict[str, Any]) -> dict[str, float]:
 def bare_script(work: Path) -> tuple[Path, str]:
     """The bare script written into the scratch project, and its argument: this repository's MiniLM application's
     parameters, sample, reference and tolerance, read from the project as verify reads them."""
-    from kernodeck.dossier import reference
+    from kernodeck.dossier import manifest
     from kernodeck.project import application
 
     app = application.load(work)  # this repository's application: the MiniLM embedding
     if app.weights is None or "embeddings" not in app.outputs:
         raise BenchError("the bare script measures this repository's MiniLM embedding application")
     tol = app.outputs["embeddings"].tolerance
-    dim = int(reference.load(load_project(work)).manifest["outputs"]["embeddings"]["shape"][1])
+    dim = int(manifest.load(load_project(work)).manifest["outputs"]["embeddings"]["shape"][1])
     weights = app.weights.as_config()  # a package source: {package, module, subdir}
     bare_cfg = json.dumps({
         "module": weights["module"], "subdir": weights["subdir"], "max_seq_length": app.params["max-seq-length"],
@@ -503,7 +505,7 @@ def run_bench(
         rows["application"] = application_piece(work, plat, built, env, repeat=repeat)
 
         # --- the CI job: a fresh rebuild, then the first verify ---------------------------------------------------
-        from kernodeck.verify import RUNNER_ENV as runner_env
+        from kernodeck.verify.steps.in_env import RUNNER_ENV as runner_env
 
         kd_job = Side("nox -s rebuild -- --fresh, then nox -s verify",
                       [[*nox, "-s", "rebuild", "--", "--fresh", "--installer", "uv"], [*nox, "-s", "verify"]], env)
@@ -564,7 +566,7 @@ def run_bench(
 
 def verify_piece(work: Path, built: Path, env: dict[str, str], *, repeat: int) -> dict[str, Any]:
     """``nox -s verify`` (env reused) against the bare script, whole processes; where verify spent its time."""
-    from kernodeck.verify import RUNNER_ENV
+    from kernodeck.verify.steps.in_env import RUNNER_ENV
 
     script, bare_cfg = bare_script(work)
     kd_verify = Side("nox -s verify (env reused)", [[*_nox(), "-s", "verify"]], env,
@@ -584,7 +586,7 @@ def verify_piece(work: Path, built: Path, env: dict[str, str], *, repeat: int) -
 def application_piece(work: Path, plat: Platform, built: Path, env: dict[str, str], *, repeat: int) -> dict[str, Any]:
     """The settings and application steps (closed world, verified bytes) against the bare script's same work."""
     from bench.application import STEPS, application_row
-    from kernodeck.verify import RUNNER_ENV
+    from kernodeck.verify.steps.in_env import RUNNER_ENV
 
     script, bare_cfg = bare_script(work)
     out = work / "runs" / "bench-application"
@@ -670,7 +672,7 @@ def init_made_lock_check(root: Path, work: Path, env: dict[str, str], *, repeat:
 
 
 def _lock_env(plat: Platform, sources: list[Source]) -> dict[str, str]:
-    from kernodeck.lock import uv_lock_environment
+    from kernodeck.lock.resolvers import uv_lock_environment
 
     declared = plat.variant.index.rstrip("/")
     extra = None if declared == PYPI or not reachable(declared)[0] else declared

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from kernodeck.cli.dispatch import build_parser as build_parser
 from kernodeck.cli.dispatch import dispatch, parse
-from kernodeck.cli.locking import RESOLVERS as RESOLVERS
 from kernodeck.errors import KernodeckError
 from kernodeck.exitcodes import ExitCode
 from kernodeck.sources import redact_text

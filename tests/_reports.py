@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernodeck.verify.report import Status, Step
+from kernodeck.inenv.protocol import Status
+from kernodeck.verify.record import Step
 
 # step name -> the details that establish its claims (kernodeck/verify/claims.py CLAIMS)
 EVIDENCE: dict[str, dict[str, Any]] = {

@@ -15,9 +15,10 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from kernodeck import lock as locking
-from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.lock import lockfile
+from kernodeck._fs import sha256_file
+from kernodeck.lock import check, lockfile
+from kernodeck.lock import inputs as lock_inputs
+from kernodeck.lock.write import write_pair
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, resolve_platform
 from kernodeck.sources import Source
@@ -85,28 +86,25 @@ def write_lock(project_root: Path, wheels: list[Path]) -> tuple[Path, Platform]:
     for rel in project.requirements:
         (project_root / rel).write_text("".join(f"{name}\n" for name, _, _ in specs), encoding="utf-8")
     (project_root / plat.variant.torch_layer).write_text("# the tiny lock has no torch layer\n", encoding="utf-8")
-    inputs = locking.compute_inputs(project, plat, "pip-tools")
+    inputs = lock_inputs.compute_inputs(project, plat, "pip-tools")
     body = "".join(f"{name}=={version} \\\n    --hash=sha256:{digest}\n" for name, version, digest in specs)
     header = [
         ("kernodeck-lock-version", lockfile.FORMAT_VERSION),
         ("platform", plat.id),
         ("python", plat.python),
         ("variant", plat.variant.name),
-        ("resolver", f"pip-tools {locking.resolver_version(project, 'pip-tools')}"),
+        ("resolver", f"pip-tools {lock_inputs.resolver_version(project, 'pip-tools')}"),
         ("command", "written by tests/tinylock.py"),
         ("packages", str(len(specs))),
         *[("input", f"{k} {v}") for k, v in inputs.entries],
         ("inputs-digest", inputs.digest()),
     ]
-    path = locking.lock_path(project, plat)
+    path = lock_inputs.lock_path(project, plat)
     text = lockfile.render(header, body)
-    write_pair = getattr(locking, "write_pair", None)
-    if write_pair is None:
-        write_atomic(path, text)
-    else:  # the lock and its PEP 751 twin, the files placed from the wheels' own folder (no index)
-        links = sorted({str(w.parent) for w in wheels})
-        write_pair(project, plat, text, [Source("find-links", folder) for folder in links], True)
-    assert locking.check_lock(project, plat) == [], "the tiny lock must be current against its inputs"
+    # the lock and its PEP 751 twin, the files placed from the wheels' own folder (no index)
+    links = sorted({str(w.parent) for w in wheels})
+    write_pair(project, plat, text, [Source("find-links", folder) for folder in links], True)
+    assert check.check_lock(project, plat) == [], "the tiny lock must be current against its inputs"
     return path, plat
 
 

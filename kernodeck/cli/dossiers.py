@@ -75,14 +75,13 @@ PARSERS: dict[str, Parser] = {
 
 def cmd_compare(_project: None, args: argparse.Namespace) -> int:
     """Two dossiers are all it needs; with ``--out``, the current folder's project (if any) is never written into."""
-    from kernodeck import dossier
-    from kernodeck.dossier import judge
+    from kernodeck.dossier import delta, judge
 
     a, b = args.a.resolve(), args.b.resolve()
     platforms = [found for folder in (b, a) if (found := judge.platform_of(folder))]
     python = Path(args.python) if args.python else judge.env_python_for(platforms)
-    result = dossier.compare(a, b, python)
-    text = dossier.render_compare(result)
+    result = delta.compare(a, b, python)
+    text = delta.render_compare(result)
     if args.out:
         judge.write(args.out, text, result, project_here())
     print(text)
@@ -111,7 +110,8 @@ def cmd_export(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck.measure.calibrate import calibrate, render
+    from kernodeck.measure.calibrate import calibrate
+    from kernodeck.measure.calibration import render
 
     plat = resolve_platform(project, args.platform, args.variant)
     result, folder = calibrate(project, plat, args.out, write=args.write)

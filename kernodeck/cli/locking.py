@@ -9,10 +9,10 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck.cli.common import Command, Parser, platform_args
 from kernodeck.errors import KernodeckError
+from kernodeck.lock.inputs import RESOLVERS
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform, resolve_platform
 
-RESOLVERS = ("pip-tools", "uv")  # kernodeck.lock.RESOLVERS's keys (tests/unit/test_speed.py keeps them equal)
 INSTALLERS = ["auto", "uv", "pip"]
 
 
@@ -80,15 +80,16 @@ PARSERS: dict[str, Parser] = {
 
 
 def cmd_lock(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck import lock as locking
+    from kernodeck.lock import check, write
+    from kernodeck.lock import compile as lock_compile
 
     if args.check:
         plats = ([(resolve_platform(project, p.id), p.lock_on_runner) for p in project.platforms] if args.all
                  else [(resolve_platform(project, args.platform, args.variant), False)])
-        lines, bad = locking.check_many(project, plats)
+        lines, bad = check.check_many(project, plats)
         print("\n".join(lines))
         if bad:
-            locking.raise_first(project, bad)
+            check.raise_first(project, bad)
         return 0
     plat = resolve_platform(project, args.platform, args.variant)
     if args.upgrade_package or args.widen_python:
@@ -99,9 +100,9 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
         if args.widen_python:
             hashpins.widen_python(project, plat, args.widen_python)
     elif args.pylock_only:
-        locking.write_pylock_only(project, plat)
+        write.write_pylock_only(project, plat)
     else:
-        locking.compile_lock(project, plat, resolver=args.resolver, upgrade=args.upgrade, as_of=args.as_of)
+        lock_compile.compile_lock(project, plat, resolver=args.resolver, upgrade=args.upgrade, as_of=args.as_of)
     return 0
 
 
@@ -116,35 +117,34 @@ def cmd_wheelhouse(project: Project, args: argparse.Namespace) -> int:
 
 
 def _locked_platforms(project: Project, args: argparse.Namespace) -> list[Platform]:
-    from kernodeck import lock as locking
+    from kernodeck.lock import inputs
 
     if not args.all:
         return [resolve_platform(project, args.platform, args.variant)]
     plats = [resolve_platform(project, p.id) for p in project.platforms]
-    return [p for p in plats if locking.lock_path(project, p).exists()]
+    return [p for p in plats if inputs.lock_path(project, p).exists()]
 
 
 def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck import lock as locking
     from kernodeck.dossier import sbom
+    from kernodeck.lock import check, inputs
 
     out_dir = (args.out or project.runs / "sbom").resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise KernodeckError(f"--out {out_dir} is a file, not a folder: the SBOMs are written into a folder",
                              tip=tips.nox("sbom", "--out", "runs/sbom"))
     for plat in _locked_platforms(project, args):
-        lock_file = locking.require_current(project, plat)  # an SBOM of a stale lock would describe nothing real
-        twin = locking.pylock_path(project, plat)
+        lock_file = check.require_current(project, plat)  # an SBOM of a stale lock would describe nothing real
+        twin = inputs.pylock_path(project, plat)
         target = sbom.write(lock_file, plat.id, out_dir / f"{plat.id}.cdx.json", twin if twin.exists() else None)
         print(f"sbom {plat.id}: {target}")
     return 0
 
 
 def cmd_audit(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck import lock as locking
-    from kernodeck.lock import audit
+    from kernodeck.lock import audit, check
 
-    results = [audit.audit_lock(locking.require_current(project, plat), plat.id)
+    results = [audit.audit_lock(check.require_current(project, plat), plat.id)
                for plat in _locked_platforms(project, args)]
     for result in results:
         print(result.line())

@@ -1,5 +1,5 @@
 """The env's commands: rebuild, verify, reference, replay (kernodeck.env.rebuild, kernodeck.verify and
-kernodeck.dossier.reference / replay do the work)."""
+kernodeck.dossier.new_reference / replay do the work)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kernodeck.project.platforms import resolve_platform
 from kernodeck.sources import redact_text
 
 if TYPE_CHECKING:
-    from kernodeck.verify import Options
+    from kernodeck.verify.context import Options
     from kernodeck.verify.report import Report
 
 
@@ -69,7 +69,7 @@ PARSERS: dict[str, Parser] = {
 
 
 def _options(args: argparse.Namespace) -> Options:
-    from kernodeck.verify import Options
+    from kernodeck.verify.context import Options
 
     return Options(out=args.out, rebuild=not args.no_rebuild, python=args.python, expect_backend=args.expect_backend,
                    installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse, strict=args.strict,
@@ -77,11 +77,13 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck import lock as locking
-    from kernodeck.env.rebuild import acquire, platform_lock, rebuild
+    from kernodeck.env.envdirs import platform_lock
+    from kernodeck.env.rebuild import rebuild
+    from kernodeck.lock import check
+    from kernodeck.platform_lock import acquire
 
     plat = resolve_platform(project, args.platform, args.variant)
-    path = locking.require_checked(project, plat)  # the lock check of lock --check and verify, twin included
+    path = check.require_checked(project, plat)  # the lock check of lock --check and verify, twin included
     plock = platform_lock(project, plat)
     acquire(plock, plat)
     try:
@@ -99,7 +101,7 @@ def _summary(report: Report, folder: Path, *, tip: bool = True) -> None:
     A failed in-env step that knows the next command (``details["tip"]``: a changed code file, a criterion unable to
     fail) adds its ``TIP:`` line.
     """
-    from kernodeck.verify.report import summary_line
+    from kernodeck.verify.markdown import summary_line
 
     print(summary_line(report, folder / "report.md"))
     failure = report.first_failure()
@@ -110,17 +112,17 @@ def _summary(report: Report, folder: Path, *, tip: bool = True) -> None:
 
 def cmd_verify(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.verify import verify
-    from kernodeck.verify.report import Verdict
+    from kernodeck.verify.record import Verdict
 
     plat = resolve_platform(project, args.platform, args.variant)
-    report, folder, _ = verify(project, plat, _options(args))
+    report, folder = verify(project, plat, _options(args))
     _summary(report, folder)
     # passed-unlocked (--python) is a documented pass; passed-with-changed-code is not
     return 0 if report.verdict in (Verdict.PASSED, Verdict.PASSED_UNLOCKED) else 1
 
 
 def cmd_reference(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck.dossier import reference as refmod
+    from kernodeck.dossier import new_reference as refmod
     from kernodeck.verify import verify
 
     plat = resolve_platform(project, args.platform, args.variant)
@@ -128,7 +130,7 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
     opts = _options(args)
     if opts.out is None:
         opts.out = project.runs / f"reference-{plat.id}"
-    report, folder, _ = verify(project, plat, opts, mode="reference")
+    report, folder = verify(project, plat, opts, mode="reference")
     _summary(report, folder, tip=False)  # a failure's TIP comes with the ERROR below
     made = refmod.create(project, plat, report, folder, old)
     print("\n".join(made.lines()))

@@ -129,7 +129,7 @@ def platform_of(folder: Path) -> str | None:
 
 def env_python_for(platform_ids: list[str]) -> Path | None:
     """A rebuilt env's interpreter of the project in the current folder, for the first of the platforms it has."""
-    from kernodeck.env import rebuild
+    from kernodeck.env import envdirs
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
 
@@ -139,11 +139,11 @@ def env_python_for(platform_ids: list[str]) -> Path | None:
         return None
     for platform_id in platform_ids:
         try:
-            env = rebuild.current_env(project, resolve_platform(project, platform_id))
+            env = envdirs.current_env(project, resolve_platform(project, platform_id))
         except KernodeckError:
             continue
         if env is not None:
-            return rebuild.env_python(env)
+            return envdirs.env_python(env)
     return None
 
 

@@ -13,18 +13,17 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from kernodeck import lock as locking
 from kernodeck import tips
 from kernodeck._fs import sha256_file
 from kernodeck.dossier.manifest import FORMAT, check_weights, identity
 from kernodeck.errors import ManifestError
-from kernodeck.lock import lockfile
+from kernodeck.lock import inputs, lockfile
 from kernodeck.project import application
 from kernodeck.project.application import Application, Kind
 from kernodeck.project.assets import Source, SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
-from kernodeck.verify.report import Step
+from kernodeck.verify.record import Step
 
 
 def code_fingerprint(project: Project, files: list[str] | tuple[str, ...]) -> dict[str, str]:
@@ -181,7 +180,7 @@ def weights_record(
     files = steps["application"].details.get("weights_fingerprint", {})
     if app.weights.kind is not SourceKind.PACKAGE:
         return {"files": files}
-    lock = lockfile.read(locking.lock_path(project, plat))
+    lock = lockfile.read(inputs.lock_path(project, plat))
     pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
     if pin is None:
         raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")

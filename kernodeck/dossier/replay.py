@@ -29,8 +29,7 @@ from kernodeck import noxsessions, outdir, tips
 from kernodeck._fs import write_json
 from kernodeck._proc import log, run, run_with_progress, uv_available
 from kernodeck.env import pythons
-from kernodeck.errors import CommandFailed, KernodeckError
-from kernodeck.errors import DirtyTree as DirtyTree
+from kernodeck.errors import CommandFailed, DirtyTree, KernodeckError
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import resolve_platform
 

@@ -40,7 +40,7 @@ def purl(name: str, version: str, index: str | None = None) -> str:
 
 def _placed(data: Pylock) -> dict[str, dict[str, Any]]:
     """{canonical name: {"index": str | None, "files": {sha256: url}}} from a PEP 751 lock."""
-    from kernodeck.lock.pylock import package_files
+    from kernodeck.lock.twin import package_files
 
     out: dict[str, dict[str, Any]] = {}
     for package in data.packages:
@@ -53,7 +53,7 @@ def _twin_files(pylock_file: Path) -> dict[str, dict[str, Any]]:
     """:func:`_placed` of the PEP 751 lock at ``pylock_file`` (read and validated by packaging.pylock); empty when
     absent or not a valid pylock."""
     from kernodeck.errors import LockfileError
-    from kernodeck.lock.pylock import read
+    from kernodeck.lock.twin import read
 
     try:
         return _placed(read(pylock_file))

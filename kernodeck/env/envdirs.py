@@ -14,7 +14,6 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from kernodeck._busy import acquire as acquire
 from kernodeck._fs import write_atomic
 from kernodeck._proc import log
 from kernodeck.project.config import Project

@@ -28,21 +28,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernodeck.env.records import DigestCheck as DigestCheck
-from kernodeck.env.records import Records as Records
-from kernodeck.env.records import check_record_digests as check_record_digests
-from kernodeck.env.records import read_records as read_records
-from kernodeck.env.records import site_dirs as site_dirs
-from kernodeck.env.snapshot import BYTECODE as BYTECODE
-from kernodeck.env.snapshot import OWN_RECORDS as OWN_RECORDS
-from kernodeck.env.snapshot import SNAPSHOT as SNAPSHOT
-from kernodeck.env.snapshot import SNAPSHOT_VERSION as SNAPSHOT_VERSION
-from kernodeck.env.snapshot import Entry as Entry
-from kernodeck.env.snapshot import compare as compare
-from kernodeck.env.snapshot import read_snapshot as read_snapshot
-from kernodeck.env.snapshot import same as same
-from kernodeck.env.snapshot import scan as scan
-from kernodeck.env.snapshot import write_snapshot as write_snapshot
+from kernodeck.env.records import Records, read_records, site_dirs
+from kernodeck.env.snapshot import (
+    BYTECODE,
+    Entry,
+    compare,
+    read_snapshot,
+    same,
+    scan,
+)
 
 # What the venv tools write that no RECORD lists (python -m venv, uv venv), by exact path under the prefix.
 VENV_FILES = frozenset({

@@ -19,21 +19,13 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
-from kernodeck.env import binding, envfiles, inventory, pythons
+from kernodeck.env import binding, inventory, pythons, snapshot
 from kernodeck.env import wheelhouse as wheels
-from kernodeck.env.envdirs import MARKER as MARKER
-from kernodeck.env.envdirs import acquire as acquire
-from kernodeck.env.envdirs import clean_incomplete as clean_incomplete
-from kernodeck.env.envdirs import current_env as current_env
-from kernodeck.env.envdirs import env_python as env_python
+from kernodeck.env.envdirs import MARKER, clean_incomplete, current_env, env_python, platform_dir
 from kernodeck.env.envdirs import marker as _marker
-from kernodeck.env.envdirs import platform_dir as platform_dir
-from kernodeck.env.envdirs import platform_lock as platform_lock
 from kernodeck.env.envdirs import promote as _promote
-from kernodeck.env.sealing import check_files as check_files
 from kernodeck.env.sealing import require_intact as _require_intact
 from kernodeck.env.sealing import seal as _seal
-from kernodeck.env.sealing import snapshot_digest as snapshot_digest
 from kernodeck.errors import CommandFailed, ConfigError, RebuildFailed
 from kernodeck.lock import lockfile
 from kernodeck.project.config import Project
@@ -127,8 +119,8 @@ def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str
            observe: bool) -> RebuildResult | str:
     """The current env when it is up to date (same lock digest and interpreter, complete); else why it is not."""
     marker = _marker(current)
-    if not (current / INVENTORY).is_file() or not (current / envfiles.SNAPSHOT).is_file():
-        lacks = INVENTORY if not (current / INVENTORY).is_file() else envfiles.SNAPSHOT
+    if not (current / INVENTORY).is_file() or not (current / snapshot.SNAPSHOT).is_file():
+        lacks = INVENTORY if not (current / INVENTORY).is_file() else snapshot.SNAPSHOT
         reason = f"the current env {current.name} lacks its {lacks} (changed after its build): not reused"
         log(f"kernodeck: {reason}")
         return reason

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from kernodeck import tips
-from kernodeck.env import envfiles, inventory
+from kernodeck.env import envfiles, inventory, snapshot
+from kernodeck.env import records as env_records
 from kernodeck.env.envdirs import env_python, marker
 from kernodeck.errors import KernodeckError, RebuildFailed
 from kernodeck.lock import lockfile
@@ -23,11 +24,11 @@ def seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: 
     entry's stat written to the snapshot that every verify compares against.
     """
     start = time.perf_counter()
-    entries = envfiles.scan(env)
-    records = envfiles.read_records(env, {p.name for p in lock.pins})
+    entries = snapshot.scan(env)
+    records = env_records.read_records(env, {p.name for p in lock.pins})
     found = envfiles.Findings(entries=len(entries))
     envfiles.ownership(env, entries, records, found)
-    digests = envfiles.check_record_digests(env, records)
+    digests = env_records.check_record_digests(env, records)
     if digests.mismatched:
         few = ", ".join(digests.mismatched[:3]) + (f" (+{len(digests.mismatched) - 3} more)"
                                                    if len(digests.mismatched) > 3 else "")
@@ -39,10 +40,10 @@ def seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: 
     if problems:
         raise RebuildFailed(f"the new environment is not the lock's, file by file: {'; '.join(problems)}",
                             tip=f"report it with the lock {plat.id}; then: {tips.REBUILD_FRESH}")
-    digest = envfiles.write_snapshot(env, entries, {"locked": sorted({p.name for p in lock.pins}),
+    digest = snapshot.write_snapshot(env, entries, {"locked": sorted({p.name for p in lock.pins}),
                                                     "owned_by_record": found.owned})
     durations["files"] = round(time.perf_counter() - start, 3)
-    return {"files_snapshot": {"file": envfiles.SNAPSHOT, "sha256": digest, "entries": len(entries),
+    return {"files_snapshot": {"file": snapshot.SNAPSHOT, "sha256": digest, "entries": len(entries),
                                "owned_by_record": found.owned},
             "record_digests": digests.as_dict()}
 

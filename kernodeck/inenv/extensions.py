@@ -1,4 +1,4 @@
-"""The extensions step: each compiled extension found from outside the env (kernodeck/env/extensions.py) imported
+"""The extensions step: each compiled extension found from outside the env (kernodeck/env/extension_scan.py) imported
 here, matched to the chain it was built for, and smoke-checked where the project declares it.
 
 An undefined symbol or a missing library at import is an ABI break, attributed to the layer ``extension-abi``: the

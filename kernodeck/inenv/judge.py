@@ -206,7 +206,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
 
 def _flip_bound(ctx: Context, details: dict[str, Any]) -> dict[str, Any] | None:
     """2*sqrt(dim)*max-abs < margin/2 for the cosine output the criterion judges by nearest neighbours (the twin of
-    kernodeck.dossier.reference.flip_bound, which the orchestrator applies when it writes the manifest)."""
+    kernodeck.dossier.recording.flip_bound, which the orchestrator applies when it writes the manifest)."""
     name, margin = details.get("neighbours_of"), details.get("margin")
     declared = _app_cfg(ctx)["outputs"]
     if not name or margin is None or declared.get(name, {}).get("kind") != "cosine":

@@ -31,14 +31,7 @@ from kernodeck._fs import sha256_file, write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.errors import Interrupted, KernodeckError
 from kernodeck.lock import lockdiff, lockfile
-from kernodeck.lock.bisect_search import Group as Group
-from kernodeck.lock.bisect_search import Outcome as Outcome
-from kernodeck.lock.bisect_search import SearchResult as SearchResult
-from kernodeck.lock.bisect_search import Trial as Trial
-from kernodeck.lock.bisect_search import Verdict as Verdict
-from kernodeck.lock.bisect_search import bound as bound
-from kernodeck.lock.bisect_search import group_changes as group_changes
-from kernodeck.lock.bisect_search import search as search
+from kernodeck.lock.bisect_search import Group, Outcome, SearchResult, Verdict, bound, group_changes, search
 from kernodeck.lock.upgrade import Drift, cell, render_drift
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -143,7 +136,7 @@ class _Trials:
 
     def new_lock_env(self) -> Path | None:
         """The platform's current env when it was built from the new lock (as ``upgrade`` leaves it): used as it is."""
-        from kernodeck.env.rebuild import MARKER, current_env
+        from kernodeck.env.envdirs import MARKER, current_env
 
         env = current_env(self.project, self.plat)
         if env is None:
@@ -187,8 +180,10 @@ class _Trials:
     def run(self, trial: Path, lock_path: Path, reuse: Path | None, *, regroup: bool) -> list[dict[str, Any]]:
         """The trial's env (``reuse``, or rebuilt from ``lock_path``), the application's steps run in it. Raises
         :class:`_Unbuildable` when the env cannot be built; the env is not kept, its lock is, beside its steps."""
-        from kernodeck.env.rebuild import env_python, platform_lock, rebuild
-        from kernodeck.verify import Run, run_checks
+        from kernodeck.env.envdirs import env_python, platform_lock
+        from kernodeck.env.rebuild import rebuild
+        from kernodeck.verify.pipeline import Run
+        from kernodeck.verify.steps.in_env import run_checks
 
         scratch = dataclasses.replace(self.project, venv_root=trial / "venv", lockfiles=trial / "lockfiles", runs=trial)
         guard = platform_lock(self.project if reuse else scratch, self.plat)
@@ -241,10 +236,9 @@ def _folder(project: Project, plat: Platform, out: Path | None) -> Path:
 def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Path, *, installer: str | None = None,
                  out: Path | None = None) -> BisectResult:
     """Find the changes from ``good_path`` to ``bad_path`` that move the application's outputs out of tolerance."""
-    from kernodeck.dossier import reference as refmod
+    from kernodeck.dossier import manifest
     from kernodeck.project import application
-    from kernodeck.verify import require_declared_contract
-    from kernodeck.verify.steps.declared import against_reference
+    from kernodeck.verify.steps.declared import against_reference, require_declared_contract
 
     good, bad = lockfile.read(good_path), lockfile.read(bad_path)
     for name, lock in (("--good", good), ("--bad", bad)):
@@ -253,10 +247,10 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
                                  f"not of {plat.id}",
                                  tip=tips.nox("bisect", "--platform", lock.first("platform"), "..."))
     d = lockdiff.diff(good, bad, old_label=str(good_path), new_label=str(bad_path))
-    ref = refmod.load(project)
+    ref = manifest.load(project)
     app = application.load(project.root)
     require_declared_contract(project, ref, app)
-    config = {**against_reference(project, ref, app, str(plat.variant.backend)), "sample_repeat": 1}
+    config = against_reference(project, ref, app, str(plat.variant.backend))
     folder = _folder(project, plat, out)
     trials = _Trials(project, plat, good, bad, d.changes, "sha256:" + sha256_file(bad_path), folder, config, installer)
     log(f"kernodeck: bisect {plat.id}: {len(d.changes)} changed packages between {good_path} and {bad_path}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck._proc import clean_env, log, run_with_progress
 from kernodeck.errors import CommandFailed, ConfigError, LockFailed, LockfileError, SourceUnreachable
-from kernodeck.lock import lockfile, pylock
+from kernodeck.lock import index_client, lockfile, place, twin
 from kernodeck.lock.inputs import (
     AS_OF_KEY,
     LockInputs,
@@ -66,7 +66,7 @@ def compile_lock(project: Project, plat: Platform, *, resolver: str = "pip-tools
     """
     from filelock import FileLock  # here: a lock check (every rebuild and verify) takes no file lock
 
-    from kernodeck._busy import acquire
+    from kernodeck.platform_lock import acquire
 
     folder = project.venv_root / plat.id
     folder.mkdir(parents=True, exist_ok=True)
@@ -280,14 +280,14 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
 
 
 def _twin_inputs(project: Project, plat: Platform, target: Path, sources: list[Source],
-                 no_index: bool) -> tuple[dict[str, pylock.DistFile], pylock.Prefetch | None]:
+                 no_index: bool) -> tuple[dict[str, index_client.DistFile], place.Prefetch | None]:
     """The files the current twin already places (by sha256), and a prefetch of the pages it lacks."""
-    known = pylock.known_files(pylock_path(project, plat))
+    known = twin.known_files(pylock_path(project, plat))
     return known, _prefetch(target, plat, sources, no_index, known)
 
 
 def _prefetch(target: Path, plat: Platform, sources: list[Source], no_index: bool,
-              known: dict[str, pylock.DistFile]) -> pylock.Prefetch | None:
+              known: dict[str, index_client.DistFile]) -> place.Prefetch | None:
     """Start reading what the twin will need for the pins the current lock holds (most survive a new lock), unless
     the current twin already places every one of their files."""
     if not target.exists():
@@ -297,4 +297,4 @@ def _prefetch(target: Path, plat: Platform, sources: list[Source], no_index: boo
     except LockfileError:
         return None
     unplaced = [pin for pin in old.pins if any(h not in known for h in pin.hashes)]
-    return pylock.Prefetch(unplaced, plat, sources, no_index=no_index) if unplaced else None
+    return place.Prefetch(unplaced, plat, sources, no_index=no_index) if unplaced else None

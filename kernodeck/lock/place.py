@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from kernodeck import tips
 from kernodeck.errors import LockFailed
 from kernodeck.lock import lockfile
-from kernodeck.lock.index import DistFile, Fetcher, file_matches, local_files
+from kernodeck.lock.index_client import DistFile, Fetcher, file_matches, local_files
 from kernodeck.project.platforms import Platform
 from kernodeck.sources import PYPI, Source, index_of, is_local, redact_url
 

@@ -2,7 +2,7 @@
 
 The requirements lock says *what* (name, version, sha256); the pylock adds *where* each file lives, which PEP 751
 requires: :mod:`kernodeck.lock.place` finds a public URL for every locked file, reading indexes through
-:mod:`kernodeck.lock.index`; the machine's sources stay out of every written file.
+:mod:`kernodeck.lock.index_client`; the machine's sources stay out of every written file.
 
 Every pylock is read by the standard parser, :mod:`packaging.pylock` (:func:`read`, which validates it against the
 PEP), and written by a TOML writer (:func:`dumps`, tomlkit) from a :class:`packaging.pylock.Pylock`; docs/pep751.md
@@ -28,18 +28,8 @@ from kernodeck._fs import sha256_text
 from kernodeck._proc import log
 from kernodeck.errors import LockFailed
 from kernodeck.lock import lockfile, twin
-from kernodeck.lock.index import DistFile as DistFile
-from kernodeck.lock.index import Fetcher as Fetcher
-from kernodeck.lock.index import ca_bundle as ca_bundle
-from kernodeck.lock.index import index_files as index_files
-from kernodeck.lock.index import local_files as local_files
-from kernodeck.lock.index import netrc_auth as netrc_auth
-from kernodeck.lock.place import Prefetch as Prefetch
-from kernodeck.lock.place import locate as locate
-from kernodeck.lock.twin import known_files as known_files
-from kernodeck.lock.twin import package_files as package_files
-from kernodeck.lock.twin import read as read
-from kernodeck.lock.twin import recorded_digest as recorded_digest
+from kernodeck.lock.index_client import DistFile, Fetcher
+from kernodeck.lock.place import locate
 from kernodeck.project.platforms import UV_PLATFORM_ENV, Platform
 from kernodeck.sources import PYPI, Source, strip_credentials
 

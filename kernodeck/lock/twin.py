@@ -14,7 +14,7 @@ from pathlib import Path
 from packaging.pylock import Package, PackageSdist, PackageWheel, Pylock, PylockValidationError
 
 from kernodeck.errors import LockfileError
-from kernodeck.lock.index import DistFile
+from kernodeck.lock.index_client import DistFile
 
 # A pin as the comparison needs it: name -> (version, its sha256 hashes).
 Pins = Mapping[str, tuple[str, set[str]]]

@@ -175,7 +175,8 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
             installer: str | None = None, out: Path | None = None) -> UpgradeResult:
     """Relock ``plat`` (every pin re-resolved), diff it against the old lock, verify it against the reference."""
     from kernodeck import outdir
-    from kernodeck.verify import Options, verify
+    from kernodeck.verify import verify
+    from kernodeck.verify.context import Options
 
     target = lock_path(project, plat)
     if not target.exists():
@@ -218,7 +219,7 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     report_steps: list[dict[str, Any]]
     interrupted = False
     try:
-        report, _, _ = verify(project, plat, Options(out=folder / "verify", installer=installer))
+        report, _ = verify(project, plat, Options(out=folder / "verify", installer=installer))
         report_steps = [s.as_dict() for s in report.steps]
         interrupted = bool(report.meta.get("interrupted"))
     except KernodeckError as exc:  # verify wrote its dossier; the drift table says where it stopped

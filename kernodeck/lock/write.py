@@ -7,7 +7,7 @@ from pathlib import Path
 from kernodeck._fs import write_atomic
 from kernodeck._proc import log
 from kernodeck.errors import LockFailed, MissingLockfile
-from kernodeck.lock import lockfile, pylock
+from kernodeck.lock import index_client, lockfile, pylock, twin
 from kernodeck.lock.inputs import lock_path, pylock_path
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -16,8 +16,10 @@ from kernodeck.sources import Source, check_written, machine_sources, pip_config
 _SOURCE_OPTIONS = ("--index-url", "--extra-index-url", "--find-links", "-i", "-f", "--trusted-host")
 
 
-def write_pair(project: Project, plat: Platform, text: str, sources: list[Source], no_index: bool,
-               fetcher: pylock.Fetcher | None = None, known: dict[str, pylock.DistFile] | None = None) -> None:
+def write_pair(
+    project: Project, plat: Platform, text: str, sources: list[Source], no_index: bool,
+    fetcher: index_client.Fetcher | None = None, known: dict[str, index_client.DistFile] | None = None,
+) -> None:
     """Check a requirements lock's text and build its pylock, then write both; nothing is written if either fails."""
     target = lock_path(project, plat)
     refuse_machine_sources(text, sources, target.name, allow=plat.variant.index)  # the header too
@@ -40,7 +42,7 @@ def write_pylock_only(project: Project, plat: Platform) -> Path:
     sources = machine_sources(config=config)
     out = pylock_path(project, plat)
     pylock_text = pylock.build(text, target, plat, sources, no_index=pip_no_index(config=config),
-                               known=pylock.known_files(out))
+                               known=twin.known_files(out))
     refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
     write_atomic(out, pylock_text)
     log(f"kernodeck: wrote {out.relative_to(project.root)} for {target.name}")

@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernodeck import lock as locking
 from kernodeck import outdir, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
-from kernodeck.dossier import reference as refmod
+from kernodeck.dossier import manifest
 from kernodeck.errors import KernodeckError
+from kernodeck.lock import check
 from kernodeck.measure import svg
-from kernodeck.measure.analysis import OutputCalibration, Verdict, analyse_output, flip_limit, propose, verdict
+from kernodeck.measure.analysis import OutputCalibration, analyse_output
 from kernodeck.measure.calibration import Calibration, chart_data, render, write_proposal
 from kernodeck.measure.variations import VariationRun, cpu_flags, plan, run_all
 from kernodeck.project import application, deadlines
@@ -39,23 +39,19 @@ from kernodeck.project.application import Application
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 
-__all__ = [
-    "Calibration", "OutputCalibration", "Verdict", "analyse_output", "calibrate", "cpu_flags", "flip_limit", "plan",
-    "propose", "render", "tolerance_only", "verdict", "write_proposal",
-]
-
 
 def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool = False) -> tuple[Calibration, Path]:
     """Rebuild (or reuse) the env, run every available variation and the margin search, write the calibration."""
-    from kernodeck.env.rebuild import acquire, platform_lock, rebuild
-    from kernodeck.verify import require_declared_contract
-    from kernodeck.verify.steps.declared import against_reference
+    from kernodeck.env.envdirs import platform_lock
+    from kernodeck.env.rebuild import rebuild
+    from kernodeck.platform_lock import acquire
+    from kernodeck.verify.steps.declared import against_reference, require_declared_contract
 
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    lock_path = locking.require_current(project, plat)
+    lock_path = check.require_current(project, plat)
     app = application.load(project.root)
-    ref = refmod.load(project)
-    differ = refmod.declaration_differences(ref.manifest, app)
+    ref = manifest.load(project)
+    differ = manifest.declaration_differences(ref.manifest, app)
     if not tolerance_only(differ):
         require_declared_contract(project, ref, app)  # raises: another output, kind, dtype, entry or sample
     elif differ:

@@ -289,10 +289,10 @@ def resume_declared(project: Project | None, folders: list[Path]) -> dict[str, d
         return None
     contract = None
     if project is not None:
-        from kernodeck.project import resume
+        from kernodeck.project import resume_contract
 
         table = project.tool.get("application", {}).get("resume")
-        found = resume.from_table(table)
+        found = resume_contract.from_table(table)
         contract = found.run_config() if found is not None else None
     else:
         contract = next((c for folder in folders if (c := resume_outputs.contract(folder)) is not None), None)
@@ -321,7 +321,7 @@ def declared_outputs(project: Project | None, folders: list[Path]) -> dict[str, 
 def interpreter(project: Project | None, python: Path | None) -> Path:
     """The interpreter that computes the numbers (it needs numpy): ``python``, else the project's rebuilt env's."""
     if python is None and project is not None:
-        from kernodeck.env.rebuild import current_env, env_python
+        from kernodeck.env.envdirs import current_env, env_python
         from kernodeck.project.platforms import resolve_platform
 
         env = current_env(project, resolve_platform(project, None))

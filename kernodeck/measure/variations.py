@@ -113,7 +113,7 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
                limits: Deadlines) -> tuple[int, float, str, Stopped | None]:
     """One variation's process, supervised (deadlines, stall, signals); its exit code, seconds, the tail of its
     stderr, and why it was stopped (None: it ended by itself)."""
-    from kernodeck.verify import RUNNER_ENV
+    from kernodeck.verify.steps.in_env import RUNNER_ENV
 
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "run-config.json", config)

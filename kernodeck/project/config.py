@@ -12,7 +12,7 @@ from typing import Any
 
 from kernodeck.errors import ConfigError, SchemaViolation, UnknownVariant
 from kernodeck.sources import malformed, require_valid_sources
-from kernodeck.sources.config import config_bytes
+from kernodeck.sources.installer_config import config_bytes
 
 
 class Backend(enum.StrEnum):

@@ -24,8 +24,7 @@ from tomlkit.container import Container
 
 from kernodeck import __version__, tips
 from kernodeck._fs import write_atomic
-from kernodeck.errors import ConfigError
-from kernodeck.errors import WouldOverwrite as WouldOverwrite
+from kernodeck.errors import ConfigError, WouldOverwrite
 from kernodeck.project.platforms import current_os_arch
 
 # template (under kernodeck/project/templates) -> where it goes in the project

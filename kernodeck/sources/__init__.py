@@ -16,7 +16,16 @@ they are. Every text Kernodeck writes is checked against the values of every sou
 from __future__ import annotations
 
 from kernodeck.errors import MalformedSource, SecretInText
-from kernodeck.sources.config import (
+from kernodeck.sources.index import (
+    VariantIndex,
+    index_args,
+    index_of,
+    indexes_asked,
+    mirror_var,
+    uv_environment,
+    variant_index,
+)
+from kernodeck.sources.installer_config import (
     MIRROR_PREFIX,
     SOURCE_VARS,
     Source,
@@ -29,15 +38,6 @@ from kernodeck.sources.config import (
     source_values,
     uv_config_files,
     uv_config_sources,
-)
-from kernodeck.sources.index import (
-    VariantIndex,
-    index_args,
-    index_of,
-    indexes_asked,
-    mirror_var,
-    uv_environment,
-    variant_index,
 )
 from kernodeck.sources.redaction import (
     Needle,

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from kernodeck.sources.config import MIRROR_PREFIX, Source
+from kernodeck.sources.installer_config import MIRROR_PREFIX, Source
 from kernodeck.sources.urls import PYPI, host_of, is_local, public_url
 
 

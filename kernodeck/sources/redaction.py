@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kernodeck.errors import SecretInText
-from kernodeck.sources.config import (
+from kernodeck.sources.installer_config import (
     MIRROR_PREFIX,
     URL_VARS,
     config_bytes,

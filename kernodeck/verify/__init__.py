@@ -14,39 +14,21 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck._proc import log
-from kernodeck.env.rebuild import acquire, platform_lock
-from kernodeck.errors import CodeChanged as CodeChanged
+from kernodeck.env.envdirs import platform_lock
 from kernodeck.errors import DossierError, KernodeckError
+from kernodeck.platform_lock import acquire
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify import context
-from kernodeck.verify.context import Options as Options
-from kernodeck.verify.context import RunContext as RunContext
-from kernodeck.verify.pipeline import Run as Run
-from kernodeck.verify.pipeline import drive
+from kernodeck.verify.context import Options
+from kernodeck.verify.pipeline import Run, drive
 from kernodeck.verify.report import Report
 from kernodeck.verify.steps import STEPS
 from kernodeck.verify.steps.build import interpreter_platform
-from kernodeck.verify.steps.declared import require_declared_contract as require_declared_contract
-from kernodeck.verify.steps.declared import require_reference_code as require_reference_code
-from kernodeck.verify.steps.in_env import COLLECT_ENV as COLLECT_ENV
-from kernodeck.verify.steps.in_env import IN_ENV_STEPS as IN_ENV_STEPS
-from kernodeck.verify.steps.in_env import REFERENCE_STEPS as REFERENCE_STEPS
-from kernodeck.verify.steps.in_env import RUNNER as RUNNER
-from kernodeck.verify.steps.in_env import RUNNER_ENV as RUNNER_ENV
-from kernodeck.verify.steps.in_env import CollectEnv as CollectEnv
-from kernodeck.verify.steps.in_env import InEnvPhases as InEnvPhases
-from kernodeck.verify.steps.in_env import run_checks as run_checks
-from kernodeck.verify.steps.inventory import inventory_step as _inventory_step
-from kernodeck.verify.writer import index_procedure as _index_procedure
-from kernodeck.verify.writer import prepare_out as _prepare_out
-from kernodeck.verify.writer import write_dossier
+from kernodeck.verify.steps.in_env import IN_ENV_STEPS, REFERENCE_STEPS
+from kernodeck.verify.writer import prepare_out, write_dossier
 
-__all__ = [
-    "COLLECT_ENV", "IN_ENV_STEPS", "REFERENCE_STEPS", "RUNNER", "RUNNER_ENV", "CodeChanged", "CollectEnv",
-    "InEnvPhases", "Options", "Run", "RunContext", "_index_procedure", "_inventory_step", "_prepare_out",
-    "require_declared_contract", "require_reference_code", "run_checks", "verify",
-]
+__all__ = ["verify"]
 
 
 def _read_failed(exc: OSError, staging: Path, final: Path) -> KernodeckError:
@@ -65,12 +47,12 @@ def _read_failed(exc: OSError, staging: Path, final: Path) -> KernodeckError:
     return DossierError(f"writing the dossier {final} failed: {exc.strerror or exc}; the earlier one is untouched")
 
 
-def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "verify") -> tuple[Report, Path, Run]:
-    """Run every step; return the report, the dossier folder and the run (for the reference session)."""
+def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "verify") -> tuple[Report, Path]:
+    """Run every step; return the report and the dossier folder."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if opts.python:
         plat = interpreter_platform(project, opts.python, plat)
-    final, stage = _prepare_out(project, opts.out, plat)
+    final, stage = prepare_out(project, opts.out, plat)
     run_ = Run(project, plat, stage.path)
     names = opts.steps or (REFERENCE_STEPS if mode == "reference" else IN_ENV_STEPS)
     run_.meta.update(started=started, expect_backend=opts.expect_backend or str(plat.variant.backend), mode=mode)
@@ -94,4 +76,4 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     log(f"kernodeck: report: {final / 'report.md'}")
     if run_.error is not None:
         raise run_.error
-    return report, final, run_
+    return report, final

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from kernodeck.verify.record import Status, Step
+from kernodeck.inenv.protocol import Status
+from kernodeck.verify.record import Step
 
 
 class ClaimState(enum.StrEnum):

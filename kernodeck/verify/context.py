@@ -2,7 +2,7 @@
 
 pyproject's ``[tool.kernodeck]`` tables (the application declaration, resume, determinism: from the Project, which
 holds the table as the CLI read it), the platform's lock (its bytes, parsed pins and digest) and its PEP 751 twin
-(:func:`kernodeck.lock.read_lock`), the reference manifest and its inventory, and the secret
+(:func:`kernodeck.lock.check.read_lock`), the reference manifest and its inventory, and the secret
 needles every written file is scanned for. The steps and the dossier writer take these objects, never a path to read
 again. A missing or broken input is not an error here: it is kept (as ``None`` or as the error) for the step that
 judges it, so each failure is still reported by its own step, in the order the steps run.
@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernodeck import lock as locking
 from kernodeck import sources
-from kernodeck.dossier import reference as refmod
+from kernodeck.dossier import manifest
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import StepName
-from kernodeck.project import application
-from kernodeck.project import resume as resume_contract
+from kernodeck.lock import check
+from kernodeck.project import application, resume_contract
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 
@@ -34,7 +33,6 @@ class Options:
     installer: str | None = None
     fresh: bool = False
     wheelhouse: Path | None = None
-    sample_repeat: int = 1
     extra_config: dict[str, Any] = field(default_factory=dict)
     steps: tuple[str, ...] | None = None  # only these in-env steps (the benchmark); default: all of the mode's
     strict: bool = False  # with --python: any difference from the lock (or no lock) fails instead of being recorded
@@ -71,8 +69,8 @@ class RunContext:
     names: tuple[str, ...]  # the in-env steps this run asks for, in order
     backend: str  # the backend the probe must find
     declaration: Declaration
-    lock: locking.LockRead  # the lock and its twin as read (the lock check takes them, reading neither again)
-    reference: refmod.Reference | KernodeckError  # the error: refused or missing (the declared-contract step says)
+    lock: check.LockRead  # the lock and its twin as read (the lock check takes them, reading neither again)
+    reference: manifest.Reference | KernodeckError  # the error: refused or missing (the declared-contract step says)
     reference_inventory: str | None  # the reference's recorded inventory.txt, when it has one
     secrets: sources.Secrets  # what the dossier's files are scanned for (the project's declared indexes public)
     install_secrets: sources.Secrets  # what the env's records are scanned for (the variant's declared index)
@@ -102,9 +100,9 @@ def _declaration(project: Project) -> Declaration:
         return Declaration(None, exc, table("resume"), table("determinism"))
 
 
-def _reference(project: Project) -> tuple[refmod.Reference | KernodeckError, str | None]:
+def _reference(project: Project) -> tuple[manifest.Reference | KernodeckError, str | None]:
     try:
-        ref: refmod.Reference | KernodeckError = refmod.load(project)
+        ref: manifest.Reference | KernodeckError = manifest.load(project)
     except KernodeckError as exc:
         ref = exc
     inv = project.reference / "inventory.txt"
@@ -122,7 +120,7 @@ def load(project: Project, plat: Platform, opts: Options, *, mode: str, staging:
     return RunContext(
         project=project, plat=plat, opts=opts, mode=mode, staging=staging, names=names,
         backend=opts.expect_backend or str(plat.variant.backend),
-        declaration=declaration, lock=locking.read_lock(project, plat),
+        declaration=declaration, lock=check.read_lock(project, plat),
         reference=ref, reference_inventory=ref_inventory,
         secrets=sources.secrets([v.index for v in project.variants.values()]),
         install_secrets=sources.secrets([sources.public_url(vindex.declared)], [vindex.declared]),

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from kernodeck._proc import log
 from kernodeck.errors import KernodeckError
+from kernodeck.inenv.protocol import Layer, Status
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
-from kernodeck.verify.report import Layer, Status, Step, step_result
+from kernodeck.verify.record import Step
+from kernodeck.verify.summaries import step_result
 
 if TYPE_CHECKING:
     from kernodeck.env.rebuild import RebuildResult

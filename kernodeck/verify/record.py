@@ -11,8 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, assert_never
 
 # one definition for both sides of the wall (re-exported: the orchestrator's modules import them from here)
-from kernodeck.inenv.protocol import Layer as Layer
-from kernodeck.inenv.protocol import Status as Status
+from kernodeck.inenv.protocol import Status
 
 
 class Verdict(enum.StrEnum):

@@ -15,22 +15,10 @@ from typing import Any, assert_never
 
 from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
-from kernodeck.verify.claims import CLAIMS as CLAIMS
-from kernodeck.verify.claims import Claim as Claim
-from kernodeck.verify.claims import ClaimSpec as ClaimSpec
-from kernodeck.verify.claims import ClaimState as ClaimState
-from kernodeck.verify.claims import evaluate_claims as evaluate_claims
-from kernodeck.verify.claims import unexcused_skips
-from kernodeck.verify.markdown import likely_cause as likely_cause
-from kernodeck.verify.markdown import render_markdown as render_markdown
-from kernodeck.verify.markdown import summary_line as summary_line
-from kernodeck.verify.record import Layer as Layer
-from kernodeck.verify.record import Status as Status
-from kernodeck.verify.record import Step as Step
-from kernodeck.verify.record import Verdict as Verdict
-from kernodeck.verify.record import overall as overall
-from kernodeck.verify.summaries import SUMMARISERS as SUMMARISERS
-from kernodeck.verify.summaries import step_result as step_result
+from kernodeck.inenv.protocol import Status
+from kernodeck.verify.claims import Claim, evaluate_claims, unexcused_skips
+from kernodeck.verify.markdown import render_markdown
+from kernodeck.verify.record import Step, Verdict, overall
 
 REPORT_VERSION = 2  # 2: the claims a pass stands on (``claims``), the verdict derived from them
 

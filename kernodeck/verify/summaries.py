@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, assert_never
 
-from kernodeck.verify.record import Status, Step
+from kernodeck.inenv.protocol import Status
+from kernodeck.verify.record import Step
 
 
 def fmt_number(value: Any) -> str:
@@ -208,7 +209,7 @@ def _inventory(d: dict[str, Any]) -> str:
     return f"{d['packages']} packages" if "packages" in d else ""
 
 
-def _embed(d: dict[str, Any]) -> str:
+def _application(d: dict[str, Any]) -> str:
     if "items" not in d:
         return ""
     where = f" on {d['device']}" if d.get("device") else ""
@@ -248,8 +249,7 @@ SUMMARISERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "system": _system,
     "rebuild": _rebuild,
     "inventory": _inventory,
-    "embed": _embed,
-    "application": _embed,
+    "application": _application,
     "reread": _reread,
     "backend": _backend,
 }

@@ -10,17 +10,20 @@ import os
 import time
 from pathlib import Path
 
-from kernodeck import dossier, outdir, sources, tips
+from kernodeck import outdir, sources, tips
 from kernodeck._fs import write_atomic, write_json
+from kernodeck.dossier import delta as dossier_delta
+from kernodeck.dossier import review as dossier_review
 from kernodeck.dossier import sbom
 from kernodeck.env import inventory
 from kernodeck.errors import DossierError
+from kernodeck.inenv.protocol import Status
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify.context import Options, RunContext
 from kernodeck.verify.pipeline import Run
-from kernodeck.verify.report import Report, Status
+from kernodeck.verify.report import Report
 from kernodeck.verify.steps.in_env import COLLECT_ENV, RUNNER_ENV
 
 
@@ -77,7 +80,7 @@ def _vs_reference_inventory(ctx: RunContext, report: Report) -> None:
 
 def _procedure(ctx: RunContext, run: Run, report: Report) -> str:
     result = run.result
-    return dossier.procedure(
+    return dossier_review.procedure(
         list(result.commands) if result else [],
         str(run.meta.get("runner_command", "(checks not run)")),
         RUNNER_ENV,
@@ -127,7 +130,7 @@ def write_dossier(ctx: RunContext, run: Run, report: Report) -> None:
                        lock=lock.parsed, digest=lock.digest, twin=lock.twin)
     _vs_reference_inventory(ctx, report)
     write_atomic(staging / "procedure.md", _procedure(ctx, run, report))
-    report.meta["vs_reference"] = dossier.vs_reference(ctx.project.reference, staging)
+    report.meta["vs_reference"] = dossier_delta.vs_reference(ctx.project.reference, staging)
     report.write(staging)
     review(ctx)
 
@@ -136,4 +139,4 @@ def review(ctx: RunContext) -> None:
     """Every text file of the staged dossier through the dossier's review, with the project's declared indexes (from
     the Project as loaded) and the secrets read once into the context: nothing is read again."""
     public = [v.index for v in ctx.project.variants.values()]  # declared, committed: they may be named
-    dossier.review_folder(ctx.staging, ctx.project.root, secrets=ctx.secrets, public=public)
+    dossier_review.review_folder(ctx.staging, ctx.project.root, secrets=ctx.secrets, public=public)

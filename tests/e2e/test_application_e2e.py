@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import reference
+from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
 from tests.conftest import kd, read_report, statuses
 from tests.e2e.test_verify_e2e import in_env, sibling
@@ -105,9 +105,9 @@ def test_another_application_is_declared_referenced_and_verified(built_project: 
     path = ref / "manifest.toml"
     manifest = tomllib.loads(path.read_text())
     manifest["outputs"]["logits"]["sha256"] = sha256_file(ref / "logits.npy")
-    manifest["id"] = reference.identity(manifest)
-    write_atomic(path, reference.render(manifest))
-    assert reference.load(load_project(project)).id == manifest["id"]
+    manifest["id"] = dossier_manifest.identity(manifest)
+    write_atomic(path, dossier_manifest.render(manifest))
+    assert dossier_manifest.load(load_project(project)).id == manifest["id"]
     proc = kd(project, "verify", "--out", str(tmp_path / "run2"))
     assert proc.returncode == 1
     report = read_report(tmp_path / "run2")
@@ -145,7 +145,7 @@ def test_the_dossier_replays_by_hand_from_the_project_root(built_project: Path, 
     import subprocess
 
     from kernodeck.env import start
-    from kernodeck.verify import RUNNER_ENV
+    from kernodeck.verify.steps.in_env import RUNNER_ENV
     from tests.e2e.test_verify_e2e import env_python
 
     out = tmp_path / "run"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kernodeck import lock as locking
 from kernodeck._fs import sha256_file
-from kernodeck.env import extensions
-from kernodeck.lock import lockfile
+from kernodeck.env import extension_scan
+from kernodeck.lock import check, lockfile, write
+from kernodeck.lock import inputs as lock_inputs
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.sources import Source
@@ -85,15 +85,15 @@ def _project(tmp_path: Path, only_binary: bool) -> tuple[Path, Path]:
     for rel in project.requirements:
         (root / rel).write_text("kdsrc\npip\n", encoding="utf-8")
     (root / plat.variant.torch_layer).write_text("# no torch layer\n", encoding="utf-8")
-    inputs = locking.compute_inputs(project, plat, "pip-tools")
+    inputs = lock_inputs.compute_inputs(project, plat, "pip-tools")
     header = [("kernodeck-lock-version", lockfile.FORMAT_VERSION), ("platform", plat.id), ("python", plat.python),
               ("variant", plat.variant.name),
-              ("resolver", f"pip-tools {locking.resolver_version(project, 'pip-tools')}"),
+              ("resolver", f"pip-tools {lock_inputs.resolver_version(project, 'pip-tools')}"),
               ("command", "written by tests/e2e/test_built_here.py"), ("packages", "2"),
               *[("input", f"{k} {v}") for k, v in inputs.entries], ("inputs-digest", inputs.digest())]
     body = "".join(f"{n}=={v} \\\n    --hash=sha256:{d}\n" for n, v, d in specs)
-    locking.write_pair(project, plat, lockfile.render(header, body), [Source("find-links", str(links))], True)
-    assert locking.check_lock(project, plat) == []
+    write.write_pair(project, plat, lockfile.render(header, body), [Source("find-links", str(links))], True)
+    assert check.check_lock(project, plat) == []
     return root, links
 
 
@@ -105,7 +105,7 @@ def test_a_pin_built_from_its_sdist_is_named_and_only_binary_refuses_it(tmp_path
     assert proc.returncode == 0, proc.stderr[-3000:]
     project = load_project(root)
     plat = resolve_platform(project)
-    found = extensions.discover(current_env(root, plat), cuobjdump="", twin=locking.read_lock(project, plat).twin)
+    found = extension_scan.discover(current_env(root, plat), cuobjdump="", twin=check.read_lock(project, plat).twin)
     (made,) = found.built_here  # pip came as a wheel: not built here
     assert (made.name, made.version, made.sdist) == ("kdsrc", "1.0", "kdsrc-1.0.tar.gz")
     assert made.sdist_sha256 == hashlib.sha256((links / "kdsrc-1.0.tar.gz").read_bytes()).hexdigest()

@@ -14,18 +14,13 @@ from typing import Any
 
 import pytest
 
-from kernodeck.verify import report as rep
-from kernodeck.verify.report import (
-    CLAIMS,
-    REPORT_VERSION,
-    ClaimState,
-    Report,
-    Status,
-    Step,
-    Verdict,
-    evaluate_claims,
-    render_markdown,
-)
+from kernodeck.inenv.protocol import Status
+from kernodeck.verify import claims as verify_claims
+from kernodeck.verify import record
+from kernodeck.verify.claims import CLAIMS, ClaimState, evaluate_claims
+from kernodeck.verify.markdown import render_markdown
+from kernodeck.verify.record import Step, Verdict
+from kernodeck.verify.report import REPORT_VERSION, Report
 from tests._reports import EVIDENCE, complete_steps
 from tests.conftest import kd, read_report
 
@@ -77,7 +72,7 @@ CONTRADICT: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def spec_of(claim_id: str) -> rep.ClaimSpec:
+def spec_of(claim_id: str) -> verify_claims.ClaimSpec:
     return next(spec for spec in CLAIMS if spec.id == claim_id)
 
 
@@ -89,7 +84,7 @@ def with_step(steps: list[Step], name: str, **change: Any) -> list[Step]:
     return steps
 
 
-def claim(report: Report, claim_id: str) -> rep.Claim:
+def claim(report: Report, claim_id: str) -> verify_claims.Claim:
     return next(c for c in report.claims if c.id == claim_id)
 
 
@@ -133,7 +128,7 @@ def test_a_claim_whose_step_is_missing_from_the_run_fails_it(claim_id: str) -> N
     spec = spec_of(claim_id)
     steps = [s for s in complete_steps() if s.name != spec.step]
     report = Report("p", steps)
-    assert rep.overall(steps) is Status.PASSED  # the steps alone would have said passed
+    assert record.overall(steps) is Status.PASSED  # the steps alone would have said passed
     assert claim(report, claim_id).state is ClaimState.STEP_ABSENT
     assert report.verdict is Verdict.FAILED and report.as_dict()["status"] == "failed"
     assert f"no {spec.step} step in this run" in report.verdict_line()

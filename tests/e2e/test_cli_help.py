@@ -8,7 +8,7 @@ import re
 import pytest
 
 from kernodeck import __version__
-from kernodeck.__main__ import build_parser
+from kernodeck.cli.dispatch import build_parser
 from tests.conftest import ROOT, kd
 
 MARKUP = re.compile(r"``|`[^`\s]+`|:(?:class|func|mod|meth):|\*\*")

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import envfiles, inventory, rebuild
+from kernodeck.env import envdirs, envfiles, inventory, sealing, snapshot
+from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
 from tests.conftest import copy_project, kd, read_report, statuses
 from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
@@ -106,7 +107,7 @@ TAMPER: dict[str, tuple[Callable[[Path, Path], None], list[str]]] = {
 }
 
 
-def _fake_env(root: Path) -> tuple[Path, rebuild.lockfile.Lockfile]:
+def _fake_env(root: Path) -> tuple[Path, lockfile.Lockfile]:
     """A venv-shaped folder with two installed distributions and their RECORDs, sealed as a rebuild seals an env."""
     import sys
     from types import SimpleNamespace
@@ -129,8 +130,8 @@ def _fake_env(root: Path) -> tuple[Path, rebuild.lockfile.Lockfile]:
             record += f"{path},sha256={digest},{len(text.encode())}\n"
         (site / f"{name}-{version}.dist-info" / "RECORD").write_text(record + f"{name}-{version}.dist-info/RECORD,,\n")
     lock = Lockfile(path=root / "lock.txt", pins=[Pin("tinya", "1.0", "", (), 1), Pin("tinyb", "2.0", "", (), 2)])
-    sealed = rebuild._seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
-    (env / rebuild.MARKER).write_text(json.dumps(sealed))
+    sealed = sealing.seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+    (env / envdirs.MARKER).write_text(json.dumps(sealed))
     return env, lock
 
 
@@ -138,11 +139,11 @@ def _fake_env(root: Path) -> tuple[Path, rebuild.lockfile.Lockfile]:
 def test_each_check_fails_on_its_tampering(tmp_path: Path, case: str) -> None:
     """In process, on a hand-made env: the clean one passes, each tampering is found and named."""
     env, lock = _fake_env(tmp_path)
-    clean = rebuild.check_files(env, lock)
+    clean = sealing.check_files(env, lock)
     assert clean.clean and clean.problems() == [] and clean.owned == 6, clean.problems()
     tamper, words = TAMPER[case]
     tamper(env, tmp_path)
-    found = rebuild.check_files(env, lock)
+    found = sealing.check_files(env, lock)
     line = "; ".join(found.problems())
     assert not found.clean
     for word in words:
@@ -180,9 +181,9 @@ def test_tampered_env_is_named_and_fresh_rebuild_repairs_it(tiny: Tiny, tmp_path
 def test_clean_build_passes_every_check_and_holds_no_shared_file(tiny: Tiny) -> None:
     project, plat, _ = tiny
     built = current_env(project, plat)
-    marker = json.loads((built / rebuild.MARKER).read_text(encoding="utf-8"))
-    lock = rebuild.lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
-    found = rebuild.check_files(built, lock)
+    marker = json.loads((built / envdirs.MARKER).read_text(encoding="utf-8"))
+    lock = lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
+    found = sealing.check_files(built, lock)
     assert found.clean and found.problems() == [], found.problems()
     assert found.entries == marker["files_snapshot"]["entries"] > 0
     assert marker["record_digests"]["files"] > 0 and marker["record_digests"]["mismatched"] == []
@@ -202,25 +203,25 @@ def test_clean_build_passes_every_check_and_holds_no_shared_file(tiny: Tiny) -> 
 def test_bytecode_written_since_the_build(tiny: Tiny) -> None:
     project, plat, env = tiny
     built = current_env(project, plat)
-    lock = rebuild.lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
+    lock = lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
     pyc = _genuine_bytecode(_site(built) / "tinya" / "__init__.py")
-    first = rebuild.check_files(built, lock)
+    first = sealing.check_files(built, lock)
     assert first.clean, first.problems()
     assert (first.bytecode_later, first.bytecode_checked_now) == (1, 1)
-    kept = json.loads((built / envfiles.BYTECODE).read_text(encoding="utf-8"))
+    kept = json.loads((built / snapshot.BYTECODE).read_text(encoding="utf-8"))
     assert str(pyc.relative_to(built)) in kept
-    second = rebuild.check_files(built, lock)
+    second = sealing.check_files(built, lock)
     assert second.clean and second.bytecode_checked_now == 0  # kept: compared by stat only
     assert kd(project, "rebuild", env=env).returncode == 0
     _forged_bytecode(_site(built) / "tinyb" / "__init__.py")
-    third = rebuild.check_files(built, lock)
+    third = sealing.check_files(built, lock)
     assert not third.clean
     assert third.bad_bytecode == [
         f"{_site(built).relative_to(built)}/tinyb/__pycache__/{pyc.name} (not the bytecode of its source)"
     ]
     # a kept file replaced afterwards is checked again, not trusted by its name
     _forged_bytecode(_site(built) / "tinya" / "__init__.py")
-    fourth = rebuild.check_files(built, lock)
+    fourth = sealing.check_files(built, lock)
     assert any("tinya/__pycache__" in b for b in fourth.bad_bytecode), fourth.problems()
 
 
@@ -276,20 +277,20 @@ def test_seal_refuses_an_env_that_is_not_the_locks(tmp_path: Path, case: str) ->
     from kernodeck.errors import RebuildFailed
 
     env, lock = _fake_env(tmp_path)
-    (env / envfiles.SNAPSHOT).unlink()
+    (env / snapshot.SNAPSHOT).unlink()
     tamper, words = TAMPER[case]
     tamper(env, tmp_path)
     with pytest.raises(RebuildFailed) as info:
-        rebuild._seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+        sealing.seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
     for word in words:
         assert word in str(info.value) or word == "changed since the build", str(info.value)
-    assert not (env / envfiles.SNAPSHOT).exists()
+    assert not (env / snapshot.SNAPSHOT).exists()
 
 
 def test_ownership_rules_exactly(tmp_path: Path) -> None:
     """The allow-list, entry by entry: what the venv tools and the interpreter write, and nothing near it."""
     owned = {"lib/python3.11/site-packages/a/mod.py": "a"}
-    f: envfiles.Entry = ["f", 1, 0, 0, 1, 0o100644, 1, ""]
+    f: snapshot.Entry = ["f", 1, 0, 0, 1, 0o100644, 1, ""]
     link = ["l", 1, 0, 0, 1, 0o120777, 1, "/usr/bin/python3.11"]
     ok = [("pyvenv.cfg", f), ("bin/activate", f), ("bin/python", link), ("bin/python3.11", link),
           ("lib64", ["l", 3, 0, 0, 1, 0o120777, 1, "lib"]),
@@ -313,16 +314,16 @@ def test_snapshot_not_the_builds_is_refused(tiny: Tiny) -> None:
     project, plat, env = tiny
     built = current_env(project, plat)
     (_site(built) / "tinya" / "__init__.py").write_text("VERSION = 'x'\n")
-    data = json.loads((built / envfiles.SNAPSHOT).read_text(encoding="utf-8"))
-    data["entries"] = envfiles.scan(built)
-    (built / envfiles.SNAPSHOT).write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    data = json.loads((built / snapshot.SNAPSHOT).read_text(encoding="utf-8"))
+    data["entries"] = snapshot.scan(built)
+    (built / snapshot.SNAPSHOT).write_text(json.dumps(data, separators=(",", ":")) + "\n")
     proc = kd(project, "rebuild", env=env)
     assert proc.returncode == 2 and "is not the one written at the build" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_observe_without_files_reads_no_record_rows(tiny: Tiny) -> None:
     project, plat, _ = tiny
-    python = rebuild.env_python(current_env(project, plat))
+    python = envdirs.env_python(current_env(project, plat))
     assert inventory.observe(python).files_checked > 0
     light = inventory.observe(python, files=False)
     assert light.files_checked == 0 and light.packages == inventory.observe(python).packages
@@ -361,8 +362,8 @@ def _started_as_usual(python: Path) -> None:
 def test_dropped_startup_code_never_runs(tiny: Tiny, tmp_path: Path, kind: str) -> None:
     project, plat, env = tiny
     built = current_env(project, plat)
-    python = rebuild.env_python(built)
-    lock = rebuild.lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
+    python = envdirs.env_python(built)
+    lock = lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
     _genuine_bytecode(_site(built) / "tinya" / "__init__.py")  # what the env's interpreter would be started to check
     marker = tmp_path / "ran"
     planted = _plant(_site(built), kind, marker)
@@ -385,7 +386,7 @@ def test_dropped_startup_code_never_runs(tiny: Tiny, tmp_path: Path, kind: str) 
     planted.unlink()  # gone: the bytecode is checked by the env's interpreter and the env is reused
     again = kd(project, "rebuild", env=env)
     assert again.returncode == 0 and "reusing" in again.stderr, again.stderr[-2000:]
-    found = rebuild.check_files(built, lock)
+    found = sealing.check_files(built, lock)
     assert found.clean and found.bytecode_later == 1 and found.bytecode_unchecked == 0 and not marker.exists()
 
 
@@ -400,7 +401,7 @@ def test_dropped_startup_code_never_runs(tiny: Tiny, tmp_path: Path, kind: str) 
 def test_observed_from_outside_is_the_envs_own_report(tiny: Tiny, tmp_path: Path) -> None:
     project, plat, _ = tiny
     built = current_env(project, plat)
-    python, site = rebuild.env_python(built), _site(built)
+    python, site = envdirs.env_python(built), _site(built)
     (next(site.glob("tinyb-*.dist-info")) / "direct_url.json").write_text(
         json.dumps({"url": "file:///wheels/tinyb-2.0-py3-none-any.whl", "archive_info": {}}))
     local = site / "localapp-0.1.dist-info"
@@ -604,17 +605,18 @@ def test_report_details_are_bounded_and_counted() -> None:
 # --- the inventory step's record (what report.json says; the claims are built from it) ------------------------------
 
 
-def _step_on(env: Path, lock: rebuild.lockfile.Lockfile, tmp_path: Path, *, intentional: bool = False,
+def _step_on(env: Path, lock: lockfile.Lockfile, tmp_path: Path, *, intentional: bool = False,
              strict: bool = False) -> tuple[dict[str, object], list[str], str]:
-    from kernodeck.verify import Run, _inventory_step
+    from kernodeck.verify.pipeline import Run
+    from kernodeck.verify.steps.inventory_check import inventory_step
 
     run_ = Run(None, None, tmp_path)  # type: ignore[arg-type]
-    _, failure = _inventory_step(run_, lock, env / "bin" / "python", intentional=intentional, strict=strict)
+    _, failure = inventory_step(run_, lock, env / "bin" / "python", intentional=intentional, strict=strict)
     step = run_.steps[-1]
     return {"status": str(step.status), **step.details}, run_.not_established, str(failure or "")
 
 
-def _fake_env_runnable(tmp_path: Path) -> tuple[Path, rebuild.lockfile.Lockfile]:
+def _fake_env_runnable(tmp_path: Path) -> tuple[Path, lockfile.Lockfile]:
     import sys
 
     env, lock = _fake_env(tmp_path)
@@ -624,9 +626,9 @@ def _fake_env_runnable(tmp_path: Path) -> tuple[Path, rebuild.lockfile.Lockfile]
     # the snapshot was taken with the earlier pyvenv.cfg: seal again
     from types import SimpleNamespace
 
-    (env / envfiles.SNAPSHOT).unlink()
-    sealed = rebuild._seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
-    (env / rebuild.MARKER).write_text(json.dumps(sealed))
+    (env / snapshot.SNAPSHOT).unlink()
+    sealed = sealing.seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+    (env / envdirs.MARKER).write_text(json.dumps(sealed))
     return env, lock
 
 
@@ -654,7 +656,7 @@ def test_inventory_step_for_an_existing_interpreter(tmp_path: Path) -> None:
     assert details["status"] == "passed" and len(missing) == 1 and "extra_mod.py" in missing[0]
     details, _, failure = _step_on(env, lock, tmp_path, intentional=True, strict=True)
     assert details["status"] == "failed" and "extra_mod.py" in failure
-    (env / envfiles.SNAPSHOT).unlink()  # an interpreter Kernodeck did not build: nothing to hold its files to
+    (env / snapshot.SNAPSHOT).unlink()  # an interpreter Kernodeck did not build: nothing to hold its files to
     details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
     assert details["status"] == "passed" and "files" not in details
     assert len(missing) == 1 and "no build snapshot" in missing[0]

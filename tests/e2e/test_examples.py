@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import reference
+from kernodeck.dossier import manifest as dossier_manifest
 from tests.conftest import ROOT, read_report, statuses
 
 pytestmark = pytest.mark.slow
@@ -85,8 +85,8 @@ def reseal(project: Path, names: list[str]) -> None:
         record = manifest["outputs"][name]
         record["sha256"] = sha256_file(path.parent / record["file"])
         record["ids_sha256"] = sha256_file(path.parent / record["ids"])
-    manifest["id"] = reference.identity(manifest)
-    write_atomic(path, reference.render(manifest))
+    manifest["id"] = dossier_manifest.identity(manifest)
+    write_atomic(path, dossier_manifest.render(manifest))
 
 
 def test_template_from_init_to_a_passing_verify(nox_run: Nox, tmp_path: Path) -> None:
@@ -182,8 +182,7 @@ def _resume_application_step(project: Path, folder: Path, table: dict[str, Any],
     """The resume-application step alone (after settings), run by the env's interpreter as verify's runner runs;
     ``code``: project files declared beside the application's own (the closed world refuses any other read)."""
     from kernodeck.env import start
-    from kernodeck.project import application
-    from kernodeck.project import resume as resume_contract
+    from kernodeck.project import application, resume_contract
     from kernodeck.verify.steps.declared import add_in_env_inputs
     from kernodeck.verify.steps.in_env import RUNNER, RUNNER_ENV
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import dossier
-from kernodeck.dossier import export
+from kernodeck.dossier import export, review
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from kernodeck.verify import Options, _index_procedure
+from kernodeck.verify.context import Options
+from kernodeck.verify.writer import index_procedure
 from tests.conftest import ROOT, copy_project, kd
 
 INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME", "USER",
@@ -75,8 +75,8 @@ def recorded_install(project_root: Path, plat_id: str) -> list[str]:
     """The pip-alone install procedure.md records for this platform (verify's own call, its own index text)."""
     project = load_project(project_root)
     plat = resolve_platform(project, plat_id)
-    text = dossier.procedure([], "runner", {}, "uv", f"lockfiles/{plat.lock_name}", plat.id, False,
-                             **_index_procedure(plat, Options()))
+    text = review.procedure([], "runner", {}, "uv", f"lockfiles/{plat.lock_name}", plat.id, False,
+                             **index_procedure(plat, Options()))
     block = text.split("uv installed the packages.", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if "pip freeze" not in line]
 

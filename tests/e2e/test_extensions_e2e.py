@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import extensions
+from kernodeck.env import extension_scan
 from tests.conftest import copy_project, kd, read_report, statuses
 from tests.unit.test_extensions import run_step
 
@@ -110,7 +110,7 @@ def _project(root: Path, alpha: str) -> None:
 def test_a_real_extension_is_found_imported_and_smoke_checked(wheels: dict[str, Path], built_project: Path,
                                                                tmp_path: Path) -> None:
     env = _env_with(wheels["sound"], built_project, tmp_path)
-    found = extensions.discover(env, cuobjdump="")
+    found = extension_scan.discover(env, cuobjdump="")
     (ext,) = found.extensions
     (obj,) = ext.objects
     assert ext.distribution == "kdext-ops" and obj.module == "kdext._C"
@@ -155,9 +155,9 @@ def _declaring_project(root: Path) -> Path:
 def _locked(root: Path, wheel: Path) -> None:
     """The project's lock with the extension's wheel added (from its find-links folder), as `nox -s lock` writes a
     lock: the base layer names it, the header holds the inputs, the PEP 751 twin places every file."""
-    from kernodeck import lock as locking
     from kernodeck._fs import sha256_file
-    from kernodeck.lock import lockfile
+    from kernodeck.lock import check, lockfile, write
+    from kernodeck.lock import inputs as lock_inputs
     from kernodeck.lock.twin import known_files
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
@@ -167,19 +167,19 @@ def _locked(root: Path, wheel: Path) -> None:
     plat = resolve_platform(project)
     with (root / project.requirements[0]).open("a", encoding="utf-8") as handle:
         handle.write("kdext-ops\n")
-    committed = locking.lock_path(project, plat).read_text(encoding="utf-8").splitlines(keepends=True)
+    committed = lock_inputs.lock_path(project, plat).read_text(encoding="utf-8").splitlines(keepends=True)
     body = "".join(line for line in committed if not line.startswith("#"))
     body += f"kdext-ops=={wheel.name.split('-')[1]} \\\n    --hash=sha256:{sha256_file(wheel)}\n"
-    inputs = locking.compute_inputs(project, plat, "pip-tools")
+    inputs = lock_inputs.compute_inputs(project, plat, "pip-tools")
     header = [("kernodeck-lock-version", lockfile.FORMAT_VERSION), ("platform", plat.id), ("python", plat.python),
               ("variant", plat.variant.name),
-              ("resolver", f"pip-tools {locking.resolver_version(project, 'pip-tools')}"),
+              ("resolver", f"pip-tools {lock_inputs.resolver_version(project, 'pip-tools')}"),
               ("command", "written by tests/e2e/test_extensions_e2e.py"),
               ("packages", str(sum(1 for ln in body.splitlines() if ln[:1].isalnum() and "==" in ln))),
               *[("input", f"{k} {v}") for k, v in inputs.entries], ("inputs-digest", inputs.digest())]
-    locking.write_pair(project, plat, lockfile.render(header, body), [Source("find-links", str(wheel.parent))], True,
-                       known=known_files(locking.pylock_path(project, plat)))
-    assert locking.check_lock(project, plat) == []
+    write.write_pair(project, plat, lockfile.render(header, body), [Source("find-links", str(wheel.parent))], True,
+                       known=known_files(lock_inputs.pylock_path(project, plat)))
+    assert check.check_lock(project, plat) == []
 
 
 def test_verify_reports_the_extension_found_imported_and_smoke_checked(wheels: dict[str, Path], built_project: Path,

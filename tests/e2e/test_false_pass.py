@@ -76,7 +76,7 @@ def _edit_manifest(project: Path, **tables: dict[str, object]) -> None:
     import tomllib
 
     from kernodeck._fs import write_atomic
-    from kernodeck.dossier import reference
+    from kernodeck.dossier import manifest as dossier_manifest
 
     path = project / "dossier/reference/manifest.toml"
     manifest = tomllib.loads(path.read_text())
@@ -85,8 +85,8 @@ def _edit_manifest(project: Path, **tables: dict[str, object]) -> None:
         for part in table.split("."):
             target = target[part]
         target.update(values)
-    manifest["id"] = reference.identity(manifest)
-    write_atomic(path, reference.render(manifest))
+    manifest["id"] = dossier_manifest.identity(manifest)
+    write_atomic(path, dossier_manifest.render(manifest))
 
 
 def _refused(project: Path, out: Path, *needles: str) -> None:
@@ -103,7 +103,7 @@ def _refused(project: Path, out: Path, *needles: str) -> None:
 
 
 def test_contract_table_differences_are_generic() -> None:
-    from kernodeck.dossier.reference import table_differences
+    from kernodeck.dossier.manifest import table_differences
 
     declared = {"cosine-min": 0.9999, "max-abs": 1e-4}
     same = {"cosine_min": 0.9999, "max_abs": 0.0001, "justification": "why"}
@@ -269,7 +269,9 @@ def test_damaged_env_is_an_install_failure(tmp_path: Path) -> None:
 
 
 def test_verdict_model() -> None:
-    from kernodeck.verify.report import Report, Status, Step, Verdict
+    from kernodeck.inenv.protocol import Status
+    from kernodeck.verify.record import Step, Verdict
+    from kernodeck.verify.report import Report
     from tests._reports import complete_steps
 
     steps = complete_steps()
@@ -280,7 +282,7 @@ def test_verdict_model() -> None:
     unlocked = Report("p", steps, not_established=["that the environment is the lock's (+six==1.0.0)"])
     assert unlocked.verdict is Verdict.PASSED_UNLOCKED and unlocked.status is Status.PASSED
     assert unlocked.as_dict()["status"] == "passed-unlocked" and "+six==1.0.0" in unlocked.verdict_line()
-    from kernodeck.verify.report import render_markdown
+    from kernodeck.verify.markdown import render_markdown
 
     text = render_markdown(unlocked)
     assert text.startswith("# Kernodeck verify: PASSED-UNLOCKED") and "NOT established" in text
@@ -420,11 +422,12 @@ def test_pylock_places_files_by_name_and_version_not_hash_alone(tmp_path: Path) 
     """A hand edit numpy==2.4.6 -> 2.0.0 with the old hashes never yields version 2.0.0 beside numpy-2.4.6 files."""
     from kernodeck.errors import LockFailed
     from kernodeck.lock import lockfile, pylock
+    from kernodeck.lock import twin as lock_twin
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import parse_platform_id
 
     plat = parse_platform_id(load_project(ROOT), PLATFORM)
-    known = pylock.known_files(ROOT / CPU_TWIN)
+    known = lock_twin.known_files(ROOT / CPU_TWIN)
     text = (ROOT / CPU_LOCK).read_text()
     assert pylock.build(text, ROOT / CPU_LOCK, plat, [], no_index=True, known=known) == (ROOT / CPU_TWIN).read_text()
     edited = lockfile.seal(text.replace("\nnumpy==2.4.6 \\", "\nnumpy==2.0.0 \\"))

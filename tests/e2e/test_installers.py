@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import inventory, rebuild
+from kernodeck.env import envdirs, inventory, rebuild
 from kernodeck.errors import ConfigError
+from kernodeck.inenv.protocol import Status
 from kernodeck.project.platforms import Platform
-from kernodeck.verify import Run
-from kernodeck.verify.report import Status, Step
+from kernodeck.verify.pipeline import Run
+from kernodeck.verify.record import Step
 from tests.conftest import kd, read_report
 from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project, wheel_spec, write_lock
 
@@ -31,7 +32,7 @@ def tiny(tmp_path: Path) -> Tiny:
 
 
 def _marker(env_dir: Path) -> dict[str, object]:
-    return json.loads((env_dir / rebuild.MARKER).read_text(encoding="utf-8"))
+    return json.loads((env_dir / envdirs.MARKER).read_text(encoding="utf-8"))
 
 
 def test_uv_and_pip_give_identical_inventories(tiny: Tiny) -> None:
@@ -164,9 +165,9 @@ def test_offline_env_drops_every_source(monkeypatch: pytest.MonkeyPatch) -> None
 def test_item_work_prints_its_throughput(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from kernodeck.inenv.runner import _progress
 
-    embed = {"status": "passed", "details": {"items": 40, "seconds": 0.5, "items_per_s": 80.0}}
-    assert re.fullmatch(r" \(ended \d\d:\d\d:\d\d; 40 items, 80\.0 items/s\)", _progress(embed))
+    app = {"status": "passed", "details": {"items": 40, "seconds": 0.5, "items_per_s": 80.0}}
+    assert re.fullmatch(r" \(ended \d\d:\d\d:\d\d; 40 items, 80\.0 items/s\)", _progress(app))
     assert re.fullmatch(r" \(ended \d\d:\d\d:\d\d\)", _progress({"status": "passed", "details": {"rows": 3}}))
     run_ = Run(None, None, tmp_path)  # type: ignore[arg-type]
-    run_.add(Step("embed", Status.PASSED, duration_s=0.5, details=embed["details"]))  # type: ignore[arg-type]
-    assert "kernodeck: embed: ok (0.50s) - 40 items, 80 items/s" in capsys.readouterr().err
+    run_.add(Step("application", Status.PASSED, duration_s=0.5, details=app["details"]))  # type: ignore[arg-type]
+    assert "kernodeck: application: ok (0.50s) - 40 items, 80 items/s" in capsys.readouterr().err

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kernodeck import lock as locking
 from kernodeck.errors import MissingLockfile
+from kernodeck.lock import check
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
 from tests._lock_tiny import set_variant_index
@@ -31,7 +31,7 @@ def project(tmp_path: Path) -> Path:
 
 def _changes(project: Path, platform_id: str = CPU) -> list[str]:
     proj = load_project(project)
-    return locking.check_lock(proj, parse_platform_id(proj, platform_id))
+    return check.check_lock(proj, parse_platform_id(proj, platform_id))
 
 
 def _edit_pyproject(project: Path, edit: object) -> None:
@@ -131,7 +131,7 @@ def test_target_python_change_is_named(project: Path) -> None:
 
 def _twin(project: Path) -> list[str]:
     proj = load_project(project)
-    return locking.check_twin(proj, parse_platform_id(proj, CPU))
+    return check.check_twin(proj, parse_platform_id(proj, CPU))
 
 
 def test_pylock_missing_or_foreign_is_named_by_lock_check_only(project: Path) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import lock as locking
 from kernodeck.errors import ConfigError, LockFailed
-from kernodeck.lock import hashpins, lockfile
+from kernodeck.lock import check, hashpins, lockfile
+from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from tests._lock_tiny import offline_sources, tiny_project, tiny_wheels
@@ -50,7 +50,7 @@ def tiny_locked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     offline_sources(monkeypatch, tiny_wheels(tmp_path / "wheels"), tmp_path / "cache")
     project = tiny_project(tmp_path / "p")
     proj = load_project(project)
-    locking.compile_lock(proj, resolve_platform(proj), resolver="uv")
+    lock_compile.compile_lock(proj, resolve_platform(proj), resolver="uv")
     return project
 
 
@@ -117,7 +117,7 @@ def test_upgrade_package_changes_one_pin_only(pypi_locked: Path) -> None:
     assert after.first("packages") == "3"
     assert any(e.startswith("upgrade-package markupsafe 3.0.1 -> 3.0.2") for e in after.header["edited"])
     proj = load_project(pypi_locked)
-    assert locking.check_lock(proj, resolve_platform(proj)) == []  # header consistent, pylock rewritten
+    assert check.check_lock(proj, resolve_platform(proj)) == []  # header consistent, pylock rewritten
     twin = (pypi_locked / "lockfiles" / "pylock.cp311-linux_x86_64-cpu.toml").read_text(encoding="utf-8")
     assert 'version = "3.0.2"' in twin and "markupsafe-3.0.2.tar.gz" in twin.lower()
 
@@ -135,7 +135,7 @@ def test_widen_python_adds_the_same_versions_files_for_another_python(pypi_locke
     edited = _lock(pypi_locked).header["edited"]
     assert any(e.startswith(f"widen-python 3.12: +{len(added)} hashes on 1 pins") for e in edited)
     proj = load_project(pypi_locked)
-    assert locking.check_lock(proj, resolve_platform(proj)) == []
+    assert check.check_lock(proj, resolve_platform(proj)) == []
     # Widening again finds nothing more and writes nothing.
     text = (pypi_locked / "lockfiles" / "cp311-linux_x86_64-cpu.txt").read_bytes()
     assert kd(pypi_locked, "lock", "--widen-python", "3.12").returncode == 0

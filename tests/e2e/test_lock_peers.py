@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from packaging.pylock import Pylock
 
-from kernodeck import lock as locking
+from kernodeck.lock import compile as lock_compile
 from kernodeck.lock import pylock
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
@@ -35,7 +35,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, 
     offline_sources(monkeypatch, wheels, tmp_path / "cache")
     project = tiny_project(tmp_path / "p", index=declared.as_uri())
     proj = load_project(project)
-    locking.compile_lock(proj, resolve_platform(proj), resolver="pip-tools")
+    lock_compile.compile_lock(proj, resolve_platform(proj), resolver="pip-tools")
     return project, wheels, declared
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import lock as locking
 from kernodeck.errors import LockFailed, SourceUnreachable
-from kernodeck.lock import lockfile
+from kernodeck.lock import check, lockfile
+from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from tests._lock_tiny import UNREACHABLE, offline_sources, pins, tiny_project, tiny_wheels
@@ -27,7 +27,7 @@ def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _compile(project: Path, resolver: str) -> Path:
     proj = load_project(project)
-    return locking.compile_lock(proj, resolve_platform(proj), resolver=resolver)
+    return lock_compile.compile_lock(proj, resolve_platform(proj), resolver=resolver)
 
 
 def _written_files(root: Path) -> list[Path]:
@@ -53,7 +53,7 @@ def test_lock_holds_no_source_and_checks_clean(tmp_path: Path, wheels: Path, res
     assert not re.search(r"^\s*(-i|-f|--index-url|--extra-index-url|--find-links)\b", text, re.M)
     assert "# source: find-links" not in text and "<local path>" not in text  # this machine's sources: one fixed line
     proj = load_project(project)
-    assert locking.check_lock(proj, resolve_platform(proj)) == []
+    assert check.check_lock(proj, resolve_platform(proj)) == []
 
 
 @pytest.mark.parametrize("resolver", RESOLVERS)

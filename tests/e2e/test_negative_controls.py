@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import reference
+from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
 from kernodeck.project.config import load_project
 from tests.conftest import ROOT, copy_project, kd, read_report, statuses
@@ -40,7 +40,7 @@ def sibling(built: Path, tmp_path: Path) -> Path:
 def in_env(project: Path, code: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run CODE with the env's own interpreter, started as the in-env processes are (kernodeck/env/start.py; ``env``
     added to the runner's variables), the project's checks importable; CODE prints one JSON line."""
-    from kernodeck.verify import RUNNER_ENV
+    from kernodeck.verify.steps.in_env import RUNNER_ENV
 
     prelude = f"import sys, json\nsys.path.insert(0, {str(project)!r})\n"
     proc = subprocess.run(
@@ -226,9 +226,9 @@ def _reseal_sample(project: Path) -> None:
     path = project / "dossier/reference/manifest.toml"
     manifest = tomllib.loads(path.read_text(encoding="utf-8"))
     manifest["data"]["sha256"] = sha256_file(project / manifest["data"]["sample"])
-    manifest["id"] = reference.identity(manifest)
-    write_atomic(path, reference.render(manifest))
-    assert reference.load(load_project(project)).id == manifest["id"]
+    manifest["id"] = dossier_manifest.identity(manifest)
+    write_atomic(path, dossier_manifest.render(manifest))
+    assert dossier_manifest.load(load_project(project)).id == manifest["id"]
 
 
 @pytest.mark.reliability(

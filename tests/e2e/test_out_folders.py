@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck import outdir
+from kernodeck.errors import UnsafeOut
 from tests.conftest import copy_project, kd
 from tests.e2e.test_writes_and_errors import lockless, refused, snapshot
 
@@ -194,7 +195,7 @@ def test_a_file_put_into_the_folder_during_the_run_is_kept(tmp_path: Path) -> No
     final = tmp_path / "run"
     with outdir.staged(final, "dossier") as staging:
         (staging / "report.json").write_text("1")
-    with pytest.raises(outdir.UnsafeOut, match=r"late\.txt"), outdir.staged(final, "dossier") as staging:
+    with pytest.raises(UnsafeOut, match=r"late\.txt"), outdir.staged(final, "dossier") as staging:
         (staging / "report.json").write_text("2")
         (final / "late.txt").write_text("the user's")
     assert (final / "late.txt").read_text() == "the user's" and (final / "report.json").read_text() == "1"
@@ -243,5 +244,5 @@ def test_a_marker_cannot_list_paths_outside_its_folder(tmp_path: Path) -> None:
         json.dumps({"made_by": "kernodeck", "version": 2, "kind": "x", "files": {"../x": "sha256:0"}})
     )
     assert outdir.foreign(final) == [outdir.MARKER]
-    with pytest.raises(outdir.UnsafeOut, match="is not one Kernodeck wrote"):
+    with pytest.raises(UnsafeOut, match="is not one Kernodeck wrote"):
         outdir.check(final, what="the dossier", tip="t")

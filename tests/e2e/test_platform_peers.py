@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.lock import lockfile, pylock
+from kernodeck.lock import index_client, lockfile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import UV_PLATFORM_ENV, UV_PLATFORMS, resolve_platform
 from kernodeck.sources import PYPI, reachable
@@ -56,7 +56,7 @@ def dry_run(lock_file: Path, platform_id: str, tmp_path: Path) -> subprocess.Com
 
 def hashes_not_on_index(lock_file: Path) -> list[str]:
     """``name==version sha256:…`` for each accepted hash PyPI does not list for that pin."""
-    fetcher = pylock.Fetcher()
+    fetcher = index_client.Fetcher()
     missing: list[str] = []
     try:
         for pin in lockfile.read(lock_file).pins:

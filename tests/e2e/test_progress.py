@@ -12,8 +12,11 @@ import pytest
 
 from kernodeck import _proc
 from kernodeck.errors import CommandFailed
-from kernodeck.verify import InEnvPhases
-from kernodeck.verify.report import Report, Status, Step, summary_line
+from kernodeck.inenv.protocol import Status
+from kernodeck.verify.markdown import summary_line
+from kernodeck.verify.record import Step
+from kernodeck.verify.report import Report
+from kernodeck.verify.steps.in_env import InEnvPhases
 from tests._reports import complete_steps
 from tests.conftest import kd
 
@@ -183,7 +186,7 @@ def test_on_a_terminal_the_installer_sees_one_and_its_output_is_still_kept(
 def test_no_bytecode_compiled_at_install_and_no_file_shared(tmp_path: Path, installer: str) -> None:
     """Neither installer compiles bytecode at install (the whole job, rebuild then first verify, costs less: see
     docs/env-integrity.md), and no file of the env is linked to the installer's cache (uv given --link-mode copy)."""
-    from kernodeck.env import rebuild
+    from kernodeck.env import envdirs
     from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
 
     links = tmp_path / "links"
@@ -194,7 +197,7 @@ def test_no_bytecode_compiled_at_install_and_no_file_shared(tmp_path: Path, inst
     assert proc.returncode == 0, proc.stderr
     built = current_env(project, plat)
     assert not list(built.glob("lib/python*/site-packages/tinya/__pycache__/*.pyc")), f"{installer} compiled tinya"
-    commands = json.loads((built / rebuild.MARKER).read_text(encoding="utf-8"))["commands"]
+    commands = json.loads((built / envdirs.MARKER).read_text(encoding="utf-8"))["commands"]
     install = next(c for c in commands if " install " in c)
     assert ("--link-mode copy" in install) == (installer == "uv") and "--compile-bytecode" not in install
     assert ("--no-compile" in install) == (installer == "pip")

@@ -30,7 +30,7 @@ INPUTS = ("pyproject.toml", LOCK, TWIN, "dossier/reference/manifest.toml")
 # read pyproject.toml and the SBOM read the twin before they took what was read once.
 PLANTS: dict[str, tuple[str, ...]] = {
     "pyproject.toml": ("--reread", "kernodeck.verify.context:load", "pyproject.toml"),
-    LOCK: ("--twice", "kernodeck.lock:read_lock"),
+    LOCK: ("--twice", "kernodeck.lock.check:read_lock"),
     TWIN: ("--reread", "kernodeck.verify.context:load", TWIN),
     "dossier/reference/manifest.toml": ("--twice", "kernodeck.verify.context:_reference"),
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import reference
+from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
 from tests.conftest import copy_project, kd, read_report, statuses
 
@@ -46,9 +46,9 @@ def _refingerprint(project: Path, **tables: dict[str, object]) -> None:
         for part in parent.split("."):
             target = target[part]
         target.pop(leaf)
-    manifest["id"] = reference.identity(manifest)
-    write_atomic(path, reference.render(manifest))
-    assert reference.load(load_project(project)).id == manifest["id"]
+    manifest["id"] = dossier_manifest.identity(manifest)
+    write_atomic(path, dossier_manifest.render(manifest))
+    assert dossier_manifest.load(load_project(project)).id == manifest["id"]
 
 
 # --- a changed code file fails at the reference, named (fast: before anything is built) -----------------------------

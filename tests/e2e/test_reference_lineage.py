@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import reference
+from kernodeck.dossier import manifest as dossier_manifest
 from tests.conftest import copy_project, kd
 
 MANIFEST = "dossier/reference/manifest.toml"
 
 
 def _write(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    manifest["id"] = reference.identity(manifest)
+    manifest["id"] = dossier_manifest.identity(manifest)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, reference.render(manifest))
+    write_atomic(path, dossier_manifest.render(manifest))
     return manifest
 
 
@@ -55,7 +55,7 @@ def test_verify_names_another_lock_and_a_rollback_to_an_older_reference(tmp_path
     newer = json.loads(json.dumps(current))
     newer["environment"]["lock_digest"] = "sha256:" + "e" * 64
     newer["provenance"]["previous_id"] = current["id"]
-    newer["id"] = reference.identity(newer)
+    newer["id"] = dossier_manifest.identity(newer)
     newer = _write(project / "dossier/reference/history" / newer_slug(newer) / "manifest.toml", newer)
 
     report, differs = _verify(project, tmp_path / "rolled")

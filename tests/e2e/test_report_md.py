@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import dossier
-from kernodeck.verify.report import Report, Status, Step, render_markdown, step_result
+from kernodeck.dossier import delta
+from kernodeck.inenv.protocol import Status
+from kernodeck.verify.markdown import render_markdown
+from kernodeck.verify.record import Step
+from kernodeck.verify.report import Report
+from kernodeck.verify.summaries import step_result
 from tests._reports import EVIDENCE
 from tests.conftest import kd
 
@@ -305,13 +309,13 @@ def test_vs_reference_reads_both_records(tmp_path: Path) -> None:
         {**SYSTEM, "cpu": {"isa_flags": ["avx2"]}, "kernel": "6.1", "python_executable": "/elsewhere", "new_field": 1},
         "numpy==2.1\ntorch==2.13.0+cpu\n",
     )
-    vs = dossier.vs_reference(ref, run)
+    vs = delta.vs_reference(ref, run)
     assert vs["inventory"]["changed"] == {"numpy": {"expected": "2.0", "observed": "2.1"}}
     assert list(vs["system"]) == ["cpu.isa_flags"]  # kernel equal; python_executable names the run, not the chain
     assert vs["not_in_reference"] == ["new_field"]
-    same = dossier.vs_reference(ref, ref)
+    same = delta.vs_reference(ref, ref)
     assert same["system"] == {} and not any(same["inventory"].values())
-    early = dossier.vs_reference(ref, _run_dossier(tmp_path / "early", None, "numpy==2.0\n"))
+    early = delta.vs_reference(ref, _run_dossier(tmp_path / "early", None, "numpy==2.0\n"))
     assert "system" not in early
 
 
@@ -358,7 +362,7 @@ def test_collect_env_failure_is_recorded_not_hidden(tmp_path: Path) -> None:
     """Negative control: an interpreter without torch gives a collect_env.txt that says why, never an empty file."""
     import sys
 
-    from kernodeck.verify import CollectEnv
+    from kernodeck.verify.steps.in_env import CollectEnv
 
     CollectEnv.start(Path(sys.executable), tmp_path).finish(tmp_path / "collect_env.txt")
     text = (tmp_path / "collect_env.txt").read_text(encoding="utf-8")

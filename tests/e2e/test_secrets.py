@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import dossier
 from kernodeck._proc import first_error
+from kernodeck.dossier import review
 from kernodeck.errors import CommandFailed
 from kernodeck.sources import (
     SecretInText,
@@ -181,7 +181,7 @@ def test_dossier_scrubs_pip_conf_sources_without_pip(tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(subprocess, "run", no_subprocess)  # the verify session's Python has no pip
     monkeypatch.setattr(subprocess, "Popen", no_subprocess)
-    dossier.review_folder(folder, tmp_path / "project")
+    review.review_folder(folder, tmp_path / "project")
     text = (folder / "procedure.md").read_text(encoding="utf-8")
     assert str(a) not in text and "/srv/other-wheels" not in text and TOKEN not in text
 
@@ -193,7 +193,7 @@ def test_dossier_write_fails_when_a_secret_survives(tmp_path: Path, monkeypatch:
     folder.mkdir()
     (folder / "report.md").write_text(f"token {TOKEN}\n", encoding="utf-8")
     with pytest.raises(SecretInText):
-        dossier.review_folder(folder, tmp_path, review=lambda text: text)  # a reviewer that misses it
+        review.review_folder(folder, tmp_path, review=lambda text: text)  # a reviewer that misses it
     assert not (folder / "report.md").exists()
 
 

@@ -171,7 +171,7 @@ def test_an_exception_in_the_users_criterion_names_the_users_line(tmp_path: Path
     app_file.write_text("def criterion(outputs, ids, records, params):\n    return outputs[\"missing\"]\n",
                         encoding="utf-8")
     module = _common.load_file(app_file, "kernodeck_test_user_criterion")
-    with pytest.raises(application.CheckFailed) as caught:
+    with pytest.raises(_common.CheckFailed) as caught:
         application._judge(module.criterion, {}, [{"id": "a"}], {}, tmp_path)
     assert str(caught.value) == "the criterion raised KeyError: 'missing' at checks/app.py:2 in criterion"
     assert caught.value.details["raised_at"] == "checks/app.py:2 in criterion"
@@ -232,17 +232,17 @@ def test_a_rerun_on_a_subset_must_write_one_row_per_given_record() -> None:
 def test_provenance_in_a_repository_without_commits_says_so(tmp_path: Path) -> None:
     import subprocess
 
-    from kernodeck.dossier import reference
+    from kernodeck.dossier import recording
 
-    assert reference.git_revision(tmp_path)["commit"] == "unavailable (not a git checkout)"
+    assert recording.git_revision(tmp_path)["commit"] == "unavailable (not a git checkout)"
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    assert reference.git_revision(tmp_path) == {
+    assert recording.git_revision(tmp_path) == {
         "commit": "none (a git repository without commits: nothing is committed yet)", "dirty": True}
     (tmp_path / "a.txt").write_text("a\n", encoding="utf-8")
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "add", "a.txt"], check=True)
     subprocess.run([*git, "commit", "-qm", "a"], check=True)
-    found = reference.git_revision(tmp_path)
+    found = recording.git_revision(tmp_path)
     assert len(found["commit"]) == 40 and found["dirty"] is False
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import reference
+from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
 from kernodeck.project.config import load_project
-from kernodeck.verify import RUNNER_ENV
+from kernodeck.verify.steps.in_env import RUNNER_ENV
 from tests.conftest import copy_project, kd, read_report, statuses
 from tests.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject
 
@@ -44,9 +44,9 @@ def reseal(project: Path) -> None:
     ref = project / "dossier/reference"
     manifest["outputs"]["embeddings"]["sha256"] = sha256_file(ref / "embeddings.npy")
     manifest["outputs"]["embeddings"]["ids_sha256"] = sha256_file(ref / "embeddings.ids.json")
-    manifest["id"] = reference.identity(manifest)
-    write_atomic(path, reference.render(manifest))
-    assert reference.load(load_project(project)).id == manifest["id"]
+    manifest["id"] = dossier_manifest.identity(manifest)
+    write_atomic(path, dossier_manifest.render(manifest))
+    assert dossier_manifest.load(load_project(project)).id == manifest["id"]
 
 
 def in_env(project: Path, code: str) -> None:

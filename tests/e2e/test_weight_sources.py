@@ -17,7 +17,7 @@ import pytest
 import tomlkit
 
 from kernodeck._fs import write_atomic
-from kernodeck.dossier import reference
+from kernodeck.dossier import manifest as dossier_manifest
 from tests.conftest import ROOT, copy_project, kd, read_report, statuses
 from tests.hfcache import folder_files, write_snapshot
 
@@ -48,8 +48,8 @@ def _hf_project(built: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]
                            "access": {"variable": "HF_TOKEN", "for": "gated on the Hub"},
                            "provenance": f"https://huggingface.co/{REPO}",
                            "fetch": f"huggingface-cli download {REPO} --revision {COMMIT}"}
-    manifest["id"] = reference.identity(manifest)
-    write_atomic(path, reference.render(manifest))
+    manifest["id"] = dossier_manifest.identity(manifest)
+    write_atomic(path, dossier_manifest.render(manifest))
     return project, snapshot, package_files
 
 

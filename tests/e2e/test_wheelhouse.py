@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file
-from kernodeck.env import inventory, rebuild, wheelhouse
+from kernodeck.env import envdirs, inventory, rebuild, wheelhouse
 from kernodeck.errors import ConfigError
 from kernodeck.lock import lockfile
 from kernodeck.project.config import load_project
@@ -55,7 +55,7 @@ def test_wheelhouse_then_rebuild_with_every_index_disabled(tiny: Tiny, tmp_path:
     assert "--wheelhouse given" in proc.stdout
     built = current_env(project, plat)
     assert inventory.parse_freeze((built / rebuild.INVENTORY).read_text(encoding="utf-8")) == pins
-    commands = " | ".join(json.loads((built / rebuild.MARKER).read_text(encoding="utf-8"))["commands"])
+    commands = " | ".join(json.loads((built / envdirs.MARKER).read_text(encoding="utf-8"))["commands"])
     assert "--no-index --find-links WHEELHOUSE" in commands and str(house) not in commands
 
 

@@ -148,8 +148,8 @@ def test_killed_verify_leftovers_are_cleaned_only_when_dead(tmp_path: Path) -> N
     code = (
         "import sys, time; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
         "from kernodeck.project.config import load_project; from kernodeck.project.platforms import resolve_platform;"
-        "from kernodeck import verify; p = load_project(Path(sys.argv[1]));"
-        "verify._prepare_out(p, Path(sys.argv[2]), resolve_platform(p, None, None)); print('staged', flush=True);"
+        "from kernodeck.verify.writer import prepare_out; p = load_project(Path(sys.argv[1]));"
+        "prepare_out(p, Path(sys.argv[2]), resolve_platform(p, None, None)); print('staged', flush=True);"
         "time.sleep(600)"
     )
     with subprocess.Popen(
@@ -201,11 +201,11 @@ def test_a_previous_dossier_parked_by_a_killed_swap_is_put_back(tmp_path: Path) 
 def _new_reference(project_root: Path, tmp_path: Path) -> tuple[object, dict[str, object], Path]:
     """The project, a NEW manifest (other embeddings, recomputed id) and its outputs folder: what install receives."""
     from kernodeck._fs import sha256_file
-    from kernodeck.dossier import reference as refmod
+    from kernodeck.dossier import manifest as dossier_manifest
     from kernodeck.project.config import load_project
 
     project = load_project(project_root)
-    old = refmod.load(project)
+    old = dossier_manifest.load(project)
     outputs = tmp_path / "outputs"
     outputs.mkdir()
     raw = bytearray((project.reference / "embeddings.npy").read_bytes())
@@ -215,7 +215,7 @@ def _new_reference(project_root: Path, tmp_path: Path) -> tuple[object, dict[str
     manifest = json.loads(json.dumps(old.manifest))
     manifest["outputs"]["embeddings"]["sha256"] = sha256_file(outputs / "embeddings.npy")
     manifest["provenance"]["previous_id"] = old.id
-    manifest["id"] = refmod.identity(manifest)
+    manifest["id"] = dossier_manifest.identity(manifest)
     return project, manifest, outputs
 
 
@@ -224,7 +224,7 @@ def _consistent(folder: Path) -> bool:
     import tomllib
 
     from kernodeck._fs import sha256_file
-    from kernodeck.dossier.reference import identity
+    from kernodeck.dossier.manifest import identity
 
     manifest = tomllib.loads((folder / "manifest.toml").read_text())
     return (
@@ -247,13 +247,15 @@ class Killed(BaseException):
 def test_reference_killed_midway_stays_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after_writes: int
 ) -> None:
-    from kernodeck.dossier import reference as refmod
+    from kernodeck import _fs
+    from kernodeck.dossier import manifest as dossier_manifest
+    from kernodeck.dossier import new_reference as refmod
 
     project, manifest, outputs = _new_reference(copy_project(tmp_path / "project"), tmp_path)
     ref = project.reference  # type: ignore[attr-defined]
     before = snapshot(ref)
-    old_id = str(refmod.load(project).id).replace(":", "-")  # type: ignore[arg-type]
-    real, calls = refmod.write_atomic, []
+    old_id = str(dossier_manifest.load(project).id).replace(":", "-")  # type: ignore[arg-type]
+    real, calls = _fs.write_atomic, []
 
     def dying(path: Path, data: str | bytes) -> None:
         calls.append(path)
@@ -268,7 +270,7 @@ def test_reference_killed_midway_stays_whole(
     assert snapshot(ref) == before, "a half-new reference"
     assert _consistent(ref)
     refmod.install(project, manifest, outputs, "inventory\n", {"system": 1})  # type: ignore[arg-type]
-    assert _consistent(ref) and refmod.load(project).id == manifest["id"]  # type: ignore[arg-type]
+    assert _consistent(ref) and dossier_manifest.load(project).id == manifest["id"]  # type: ignore[arg-type]
     assert _consistent(ref / "history" / old_id)
     assert (ref / "history" / old_id / "manifest.toml").read_bytes() == before["manifest.toml"]
     assert [p.name for p in ref.parent.iterdir() if p.name.startswith(".")] == []
@@ -280,14 +282,15 @@ def test_reference_killed_midway_stays_whole(
     "the reference is the old one or the new one, whole; history/<old-id>/ matches its own manifest",
 )
 def test_history_is_never_copied_from_a_reference_that_does_not_match_its_manifest(tmp_path: Path) -> None:
-    from kernodeck.dossier import reference as refmod
+    from kernodeck.dossier import manifest as dossier_manifest
+    from kernodeck.dossier import new_reference as refmod
 
     project, manifest, outputs = _new_reference(copy_project(tmp_path / "project"), tmp_path)
     ref = project.reference  # type: ignore[attr-defined]
-    old_id = str(refmod.load(project).id).replace(":", "-")  # type: ignore[arg-type]
+    old_id = str(dossier_manifest.load(project).id).replace(":", "-")  # type: ignore[arg-type]
     (ref / "embeddings.npy").write_bytes((outputs / "embeddings.npy").read_bytes())  # a half-new reference
     refmod.install(project, manifest, outputs, "inventory\n", {"system": 1})  # type: ignore[arg-type]
-    assert _consistent(ref) and refmod.load(project).id == manifest["id"]  # type: ignore[arg-type]
+    assert _consistent(ref) and dossier_manifest.load(project).id == manifest["id"]  # type: ignore[arg-type]
     assert not (ref / "history" / old_id).exists(), "history holds embeddings that do not match its manifest"
     note = (ref / "history" / f"{old_id}.not-kept.txt").read_text()
     assert "embeddings.npy" in note and "does not match" in note
@@ -306,7 +309,8 @@ def test_history_is_never_copied_from_a_reference_that_does_not_match_its_manife
 @pytest.mark.parametrize("resolver", ["pip-tools", "uv"])
 def test_relock_of_unchanged_inputs_is_byte_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       resolver: str) -> None:
-    from kernodeck import lock as locking
+    from kernodeck.lock import check, inputs
+    from kernodeck.lock import compile as lock_compile
     from kernodeck.lock.compile import MACHINE_SOURCES_NOTE
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
@@ -327,15 +331,15 @@ def test_relock_of_unchanged_inputs_is_byte_identical(tmp_path: Path, monkeypatc
         conf = tmp_path / "pip.conf"
         conf.write_text(config)
         monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
-        locking.lock_path(proj, plat).unlink(missing_ok=True)  # each lock from nothing, as on another machine
-        target = locking.compile_lock(proj, plat, resolver=resolver)
-        written.append((target.read_bytes(), locking.pylock_path(proj, plat).read_bytes()))
+        inputs.lock_path(proj, plat).unlink(missing_ok=True)  # each lock from nothing, as on another machine
+        target = lock_compile.compile_lock(proj, plat, resolver=resolver)
+        written.append((target.read_bytes(), inputs.pylock_path(proj, plat).read_bytes()))
     text = written[0][0].decode()
     assert f"# source: {MACHINE_SOURCES_NOTE}\n" in text and "<local path>" not in text
     assert "unreachable" not in text and "# source: find-links" not in text and "# source: extra-index" not in text
     assert written[0][0].decode().splitlines() == written[1][0].decode().splitlines()
     assert written[0] == written[1]
-    assert locking.check_lock(proj, plat) == []
+    assert check.check_lock(proj, plat) == []
 
 
 # --- 13. clear errors instead of tracebacks ---------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernodeck.dossier import reference
+from kernodeck.dossier import manifest as dossier_manifest
+from kernodeck.dossier import recording
 from kernodeck.errors import ConfigError, ManifestError
 from kernodeck.inenv import tolerance
 from kernodeck.project import application
@@ -159,32 +160,32 @@ def test_shape_mismatch_fails_every_kind() -> None:
 def test_flip_bound_applies_only_to_nearest_neighbours_of_a_cosine_output() -> None:
     app = application.load(ROOT)
     crit = {"passed": True, "margin": 0.3, "neighbours_of": "embeddings"}
-    record = reference.flip_bound(app, crit, {"embeddings": [40, 384]})
+    record = recording.flip_bound(app, crit, {"embeddings": [40, 384]})
     assert record is not None and record["bound"] == pytest.approx(2 * math.sqrt(384) * 1e-4)
     with pytest.raises(ManifestError, match="could flip a nearest neighbour"):
-        reference.flip_bound(app, {**crit, "margin": 0.005}, {"embeddings": [40, 384]})
+        recording.flip_bound(app, {**crit, "margin": 0.005}, {"embeddings": [40, 384]})
     # Not a nearest-neighbour criterion (e.g. an accuracy margin): the rule does not apply.
-    assert reference.flip_bound(app, {"passed": True, "margin": 0.005}, {"embeddings": [40, 384]}) is None
+    assert recording.flip_bound(app, {"passed": True, "margin": 0.005}, {"embeddings": [40, 384]}) is None
 
 
 def test_a_declaration_that_moved_since_the_reference_is_named() -> None:
-    manifest = reference.load(load_project(ROOT)).manifest
+    manifest = dossier_manifest.load(load_project(ROOT)).manifest
     app = application.load(ROOT)
-    assert reference.declaration_differences(manifest, app) == []
+    assert dossier_manifest.declaration_differences(manifest, app) == []
     table = _declared_table()
     table["outputs"]["embeddings"]["max-abs"] = 1e-2
     table["params"]["batch-size"] = 8
-    found = reference.declaration_differences(manifest, application.from_table(table))
+    found = dossier_manifest.declaration_differences(manifest, application.from_table(table))
     assert any("outputs.embeddings.max_abs: 0.0001 -> declared 0.01" in f for f in found)
     assert any("application.params" in f for f in found)
 
 
 def test_npy_shape_read_without_numpy(tmp_path: Path) -> None:
     np.save(tmp_path / "a.npy", np.zeros((5, 7, 2), dtype=np.float32))
-    assert reference.npy_shape(tmp_path / "a.npy") == [5, 7, 2]
+    assert recording.npy_shape(tmp_path / "a.npy") == [5, 7, 2]
     (tmp_path / "b.npy").write_text(json.dumps([1, 2]))
     with pytest.raises(ManifestError, match=r"not a \.npy"):
-        reference.npy_shape(tmp_path / "b.npy")
+        recording.npy_shape(tmp_path / "b.npy")
 
 
 def test_the_distribution_ships_the_inenv_side() -> None:
@@ -195,13 +196,15 @@ def test_the_distribution_ships_the_inenv_side() -> None:
         ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "kernodeck").rglob("__init__.py")
     }
     assert "kernodeck.inenv" in folders and folders <= listed
-    from kernodeck import verify
+    from kernodeck.verify.steps import in_env
 
-    assert verify.RUNNER == ROOT / "kernodeck" / "inenv" / "runner.py" and verify.RUNNER.is_file()
+    assert in_env.RUNNER == ROOT / "kernodeck" / "inenv" / "runner.py" and in_env.RUNNER.is_file()
 
 
 def test_a_bounded_determinism_run_says_so_in_the_report() -> None:
-    from kernodeck.verify.report import Status, Step, step_result
+    from kernodeck.inenv.protocol import Status
+    from kernodeck.verify.record import Step
+    from kernodeck.verify.summaries import step_result
 
     details = {"bitwise_identical": True, "repeats": 2, "records": 64, "of": 2048, "subset": "the first 64 records"}
     line = step_result(Step("determinism", Status.PASSED, details=details))

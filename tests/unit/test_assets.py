@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kernodeck.errors import ConfigError
-from kernodeck.inenv import locate
+from kernodeck.inenv import _common, locate
 from kernodeck.inenv._common import CheckFailed
 from kernodeck.project import assets
 from kernodeck.project.assets import SourceKind
@@ -184,18 +184,18 @@ def test_url_source_is_read_from_the_cache_only(tmp_path: Path, monkeypatch: pyt
 def _manifest_with(weights: dict[str, Any]) -> dict[str, Any]:
     import tomllib
 
-    from kernodeck.dossier import reference
+    from kernodeck.dossier import manifest as dossier_manifest
 
     manifest = tomllib.loads((ROOT / "dossier/reference/manifest.toml").read_text(encoding="utf-8"))
     manifest["weights"] = weights
-    manifest["id"] = reference.identity(manifest)
+    manifest["id"] = dossier_manifest.identity(manifest)
     return manifest
 
 
 def test_the_manifest_pins_a_source_and_its_id_covers_the_identity() -> None:
     import tomllib
 
-    from kernodeck.dossier import reference
+    from kernodeck.dossier import manifest as dossier_manifest
     from kernodeck.errors import ManifestError
     from kernodeck.project import application
 
@@ -203,25 +203,26 @@ def test_the_manifest_pins_a_source_and_its_id_covers_the_identity() -> None:
     record = {"kind": "hf", "hf": REPO, "revision": COMMIT, "files": files, "provenance": f"https://huggingface.co/{REPO}",
               "fetch": f"huggingface-cli download {REPO} --revision {COMMIT}",
               "access": {"variable": "HF_TOKEN", "for": "gated"}}
-    reference.check_weights(record, "m")  # a pinned source passes
+    dossier_manifest.check_weights(record, "m")  # a pinned source passes
     for bad, said in [({"revision": "main"}, "not a 40-hex commit"), ({"files": {}}, "carries no file digests"),
                       ({"files": {"w": "nothex"}}, "not a sha256 for w"), ({"kind": "ftp"}, "unknown source kind")]:
         with pytest.raises(ManifestError, match=said):
-            reference.check_weights({**record, **bad}, "m")
+            dossier_manifest.check_weights({**record, **bad}, "m")
     url = {"kind": "url", "url": "https://h.example/w.bin", "sha256": "b" * 64, "files": {"w.bin": "c" * 64}}
     with pytest.raises(ManifestError, match="not its declared sha256"):
-        reference.check_weights(url, "m")
+        dossier_manifest.check_weights(url, "m")
     # another revision is another reference
     assert _manifest_with(record)["id"] != _manifest_with({**record, "revision": "1" * 40})["id"]
     # the declaration and the recorded source must agree (else the reference is refused before anything runs)
     table = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]["application"]
     app = application.from_table({**table, "weights": {"hf": REPO, "revision": COMMIT}})
-    assert not [d for d in reference.declaration_differences(_manifest_with(record), app) if d.startswith("weights")]
+    differ = dossier_manifest.declaration_differences(_manifest_with(record), app)
+    assert not [d for d in differ if d.startswith("weights")]
     moved = application.from_table({**table, "weights": {"hf": REPO, "revision": "1" * 40}})
-    differ = reference.declaration_differences(_manifest_with(record), moved)
+    differ = dossier_manifest.declaration_differences(_manifest_with(record), moved)
     assert any(d.startswith("weights.revision") for d in differ), differ
     # the runner is told the declaration and the digests, not the provenance or access
-    ref = reference.Reference(ROOT / "dossier/reference", _manifest_with(record))
+    ref = dossier_manifest.Reference(ROOT / "dossier/reference", _manifest_with(record))
     from kernodeck.project.config import load_project
 
     told = ref.run_config(load_project(ROOT), app)["application"]["weights"]
@@ -283,7 +284,8 @@ def test_a_new_reference_records_kind_identity_provenance_and_access(
 
     import tomlkit
 
-    from kernodeck.dossier import reference
+    from kernodeck.dossier import manifest as dossier_manifest
+    from kernodeck.dossier import recording
     from kernodeck.project.config import load_project
 
     monkeypatch.setenv("HF_TOKEN", TOKEN)
@@ -297,7 +299,7 @@ def test_a_new_reference_records_kind_identity_provenance_and_access(
     app_table["data"] = {"eval": {"path": "${EVAL_DATA}/eval"}}
     (project / "pyproject.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
     weights = {"files": {"config.json": "a" * 64}}
-    manifest = reference.build_manifest(
+    manifest = recording.build_manifest(
         load_project(project), outputs=ROOT / "dossier/reference", criterion=None, weights=weights,
         platform_id="p", lock_digest="sha256:" + "0" * 64, device="cpu", previous=None,
         data={"eval": {"labels.json": "b" * 64}})
@@ -309,10 +311,10 @@ def test_a_new_reference_records_kind_identity_provenance_and_access(
     assert recorded["fetch"] == f"huggingface-cli download {REPO} --revision {COMMIT} --include '*.json'"
     eval_ = manifest["data"]["sources"]["eval"]
     assert eval_["provenance"] == "${EVAL_DATA}/eval" and eval_["files"] == {"labels.json": "b" * 64}
-    text = reference.render(manifest)
-    assert TOKEN not in text and tomllib.loads(text)["id"] == manifest["id"] == reference.identity(manifest)
+    text = dossier_manifest.render(manifest)
+    assert TOKEN not in text and tomllib.loads(text)["id"] == manifest["id"] == dossier_manifest.identity(manifest)
     with pytest.raises(Exception, match="carries no file digests"):  # a run that fingerprinted nothing
-        reference.build_manifest(
+        recording.build_manifest(
             load_project(project), outputs=ROOT / "dossier/reference", criterion=None, weights={"files": {}},
             platform_id="p", lock_digest="sha256:" + "0" * 64, device="cpu", previous=None,
             data={"eval": {"labels.json": "b" * 64}})
@@ -324,7 +326,7 @@ def test_an_unchanged_snapshot_is_proven_by_its_stat_and_only_a_changed_file_reh
     monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "kd-cache"))
     snapshot = write_snapshot(tmp_path / "hub", REPO, FILES, COMMIT)
     hashed: list[str] = []
-    real = locate.sha256_file
+    real = _common.sha256_file
 
     def counting(path: Path) -> str:
         hashed.append(path.name)

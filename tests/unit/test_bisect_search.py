@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.lock import bisect, lockdiff, lockfile
-from kernodeck.lock.bisect import Outcome, Verdict
+from kernodeck.errors import KernodeckError
+from kernodeck.lock import bisect, bisect_search, lockdiff, lockfile
+from kernodeck.lock.bisect_search import Outcome, Verdict
 from tests.unit.test_lockdiff import NEW, OLD, write_lock
 
 
@@ -33,25 +34,25 @@ def _fake(bad: Callable[[frozenset[int]], bool], skip: Callable[[frozenset[int]]
 def test_one_culprit_is_found_alone_within_the_bound(n: int) -> None:
     for culprit in range(n):
         probe, calls = _fake(lambda s, c=culprit: c in s)  # type: ignore[misc]
-        result = bisect.search(n, probe)
+        result = bisect_search.search(n, probe)
         assert (result.verdict, result.culprit, result.alone) == (Verdict.FOUND, (culprit,), True)
         # the new lock's env, then the bisection (ceil(log2 n)); one more only to build the culprit alone when the
         # bisection did not already build it alone
         search_part = [c for c in calls if c != frozenset({culprit})]
         assert len(search_part) <= math.ceil(math.log2(n)) + 1 if n > 1 else len(calls) == 1
-        assert len(calls) <= bisect.bound(n) == (math.ceil(math.log2(n)) if n > 1 else 0) + 2
+        assert len(calls) <= bisect_search.bound(n) == (math.ceil(math.log2(n)) if n > 1 else 0) + 2
         assert result.rebuilds == len(calls)
 
 
 def test_no_culprit_when_the_new_lock_is_within_tolerance() -> None:
     probe, calls = _fake(lambda s: False)
-    result = bisect.search(6, probe)
+    result = bisect_search.search(6, probe)
     assert result.verdict is Verdict.NO_CULPRIT and result.culprit == () and len(calls) == 1
 
 
 def test_no_changes_builds_nothing() -> None:
     probe, calls = _fake(lambda s: True)
-    assert bisect.search(0, probe).verdict is Verdict.NO_CHANGES and calls == []
+    assert bisect_search.search(0, probe).verdict is Verdict.NO_CHANGES and calls == []
 
 
 def test_a_change_that_breaks_the_application_is_a_culprit_named_as_failing() -> None:
@@ -60,7 +61,7 @@ def test_a_change_that_breaks_the_application_is_a_culprit_named_as_failing() ->
     def probe(subset: frozenset[int]) -> Outcome:
         return Outcome.FAILED if 3 in subset else Outcome.GOOD
 
-    result = bisect.search(6, probe)
+    result = bisect_search.search(6, probe)
     assert (result.verdict, result.culprit, result.alone) == (Verdict.FOUND, (3,), True)
     assert Outcome.FAILED.leaves and Outcome.BAD.leaves and not Outcome.GOOD.leaves and not Outcome.SKIPPED.leaves
 
@@ -78,7 +79,7 @@ def test_a_failure_the_old_lock_shares_stops_the_bisect(tmp_path: Path) -> None:
             return self.old
 
     failing = Trials(Outcome.FAILED)
-    with pytest.raises(bisect.KernodeckError, match=r"fails on the old lock's env too .application: the entry raised"):
+    with pytest.raises(KernodeckError, match=r"fails on the old lock.s env too .application: the entry raised"):
         bisect._require_old_lock_runs(failing, tmp_path)  # type: ignore[arg-type]
     assert failing.asked == [frozenset()]
     running = Trials(Outcome.GOOD)
@@ -89,19 +90,19 @@ def test_a_failure_the_old_lock_shares_stops_the_bisect(tmp_path: Path) -> None:
 def test_two_changes_needed_together_are_both_named() -> None:
     for a, b in itertools.combinations(range(7), 2):
         probe, _ = _fake(lambda s, a=a, b=b: a in s and b in s)  # type: ignore[misc]
-        result = bisect.search(7, probe)
+        result = bisect_search.search(7, probe)
         assert (result.verdict, result.culprit, result.alone) == (Verdict.FOUND, (a, b), True)
 
 
 def test_either_of_two_culprits_names_the_first_alone() -> None:
     probe, _ = _fake(lambda s: 2 in s or 5 in s)
-    result = bisect.search(8, probe)
+    result = bisect_search.search(8, probe)
     assert (result.culprit, result.alone) == ((2,), True)
 
 
 def test_an_inconsistent_combination_is_skipped_and_the_search_goes_around_it() -> None:
     probe, calls = _fake(lambda s: 5 in s, skip=lambda s: s == frozenset(range(4)))  # the first half cannot install
-    result = bisect.search(8, probe)
+    result = bisect_search.search(8, probe)
     assert (result.verdict, result.culprit) == (Verdict.FOUND, (5,))
     assert frozenset(range(4)) in calls
     assert Outcome.SKIPPED in {t.outcome for t in result.trials}
@@ -109,18 +110,18 @@ def test_an_inconsistent_combination_is_skipped_and_the_search_goes_around_it() 
 
 def test_only_skips_between_good_and_bad_leave_it_ambiguous() -> None:
     probe, _ = _fake(lambda s: 3 in s, skip=lambda s: 0 < len(s) < 4 and s != frozenset({3}))
-    result = bisect.search(4, probe)
+    result = bisect_search.search(4, probe)
     assert result.verdict is Verdict.AMBIGUOUS and result.candidates == (0, 1, 2, 3)
 
 
 def test_an_unbuildable_new_lock_is_said_so() -> None:
     probe, _ = _fake(lambda s: True, skip=lambda s: len(s) == 5)
-    assert bisect.search(5, probe).verdict is Verdict.BAD_UNBUILDABLE
+    assert bisect_search.search(5, probe).verdict is Verdict.BAD_UNBUILDABLE
 
 
 def test_the_budget_stops_a_search() -> None:
     probe, calls = _fake(lambda s: 3 in s)
-    result = bisect.search(16, probe, budget=2)
+    result = bisect_search.search(16, probe, budget=2)
     assert result.verdict is Verdict.OVER_BUDGET and len(calls) == 2
 
 
@@ -140,7 +141,7 @@ def test_groups_join_a_new_version_with_the_new_version_it_requires() -> None:
     env = {"python_version": "3.11", "python_full_version": "3.11.7", "sys_platform": "linux",
            "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
            "implementation_name": "cpython", "platform_python_implementation": "CPython"}
-    groups = bisect.group_changes(changes, {"a": "1", "b": "1", "c": "1", "e": "1", "f": "1"}, requires, env)
+    groups = bisect_search.group_changes(changes, {"a": "1", "b": "1", "c": "1", "e": "1", "f": "1"}, requires, env)
     assert [g.names for g in groups] == [("a", "b", "d"), ("c",), ("e",), ("f",)]
     assert groups[0].label() == "a 1 → 2 + b 1 → 2 + d — → 1"
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from kernodeck.inenv import margin
+from kernodeck.measure import analysis, calibration, svg, variations
 from kernodeck.measure import calibrate as cal
-from kernodeck.measure import svg
 from kernodeck.project.application import Kind
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -96,22 +96,22 @@ def test_a_reference_failing_its_own_criterion_has_no_margin() -> None:
 
 
 def test_verdicts() -> None:
-    assert cal.verdict(declared=1e-7, noise=1e-6, margin=1e-2) is cal.Verdict.TOO_TIGHT
-    assert cal.verdict(declared=1e-1, noise=1e-6, margin=1e-2) is cal.Verdict.TOO_LOOSE
-    assert cal.verdict(declared=1e-2, noise=1e-6, margin=1e-2) is cal.Verdict.TOO_LOOSE  # at the margin: fails it
-    assert cal.verdict(declared=1e-4, noise=1e-6, margin=1e-2) is cal.Verdict.OK
-    assert cal.verdict(declared=1e-6, noise=1e-6, margin=1e-2) is cal.Verdict.OK  # the noise passes at equality
-    assert cal.verdict(declared=1e-4, noise=1e-2, margin=1e-3) is cal.Verdict.NO_ROOM
-    assert cal.verdict(declared=1e-4, noise=1e-6, margin=None) is cal.Verdict.OK
-    for member in cal.Verdict:
+    assert analysis.verdict(declared=1e-7, noise=1e-6, margin=1e-2) is analysis.Verdict.TOO_TIGHT
+    assert analysis.verdict(declared=1e-1, noise=1e-6, margin=1e-2) is analysis.Verdict.TOO_LOOSE
+    assert analysis.verdict(declared=1e-2, noise=1e-6, margin=1e-2) is analysis.Verdict.TOO_LOOSE  # at the margin
+    assert analysis.verdict(declared=1e-4, noise=1e-6, margin=1e-2) is analysis.Verdict.OK
+    assert analysis.verdict(declared=1e-6, noise=1e-6, margin=1e-2) is analysis.Verdict.OK  # noise passes at equality
+    assert analysis.verdict(declared=1e-4, noise=1e-2, margin=1e-3) is analysis.Verdict.NO_ROOM
+    assert analysis.verdict(declared=1e-4, noise=1e-6, margin=None) is analysis.Verdict.OK
+    for member in analysis.Verdict:
         assert member.says()
 
 
 def test_proposal_is_the_geometric_mean_with_the_resolution_as_floor() -> None:
-    assert cal.propose(1e-6, 0.0, 1e-2) == pytest.approx(1e-4)
-    assert cal.propose(0.0, 1e-8, 1e-2) == pytest.approx(1e-5)  # no noise: one ulp stands in for it
-    assert cal.propose(1e-2, 0.0, 1e-3) is None
-    assert cal.propose(1e-6, 0.0, None) is None
+    assert analysis.propose(1e-6, 0.0, 1e-2) == pytest.approx(1e-4)
+    assert analysis.propose(0.0, 1e-8, 1e-2) == pytest.approx(1e-5)  # no noise: one ulp stands in for it
+    assert analysis.propose(1e-2, 0.0, 1e-3) is None
+    assert analysis.propose(1e-6, 0.0, None) is None
 
 
 def _margin(fails: dict[str, float], resolution: dict[str, float]) -> dict[str, Any]:
@@ -122,12 +122,12 @@ def test_analyse_cosine_output_tight_and_loose_negative_controls() -> None:
     noise = {"declared": {"max_abs": 1e-6, "one_minus_cos": 1e-12}, "threads-1": {"max_abs": 3e-6,
                                                                                  "one_minus_cos": 2e-12}}
     margin = _margin({"max_abs": 1e-2, "one_minus_cos": 1e-1}, {"max_abs": 6e-8, "one_minus_cos": 1e-14})
-    tight = cal.analyse_output("emb", Kind.COSINE, {"max-abs": 1e-6, "cosine-min": 0.9999}, noise, margin)
-    assert tight.axes[0].verdict is cal.Verdict.TOO_TIGHT and tight.axes[0].noise == 3e-6
+    tight = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 1e-6, "cosine-min": 0.9999}, noise, margin)
+    assert tight.axes[0].verdict is analysis.Verdict.TOO_TIGHT and tight.axes[0].noise == 3e-6
     assert "too tight" in tight.overall()
-    loose = cal.analyse_output("emb", Kind.COSINE, {"max-abs": 0.5, "cosine-min": 0.5}, noise, margin)
-    assert [a.verdict for a in loose.axes] == [cal.Verdict.TOO_LOOSE, cal.Verdict.TOO_LOOSE]
-    good = cal.analyse_output("emb", Kind.COSINE, {"max-abs": 1e-4, "cosine-min": 0.9999}, noise, margin)
+    loose = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 0.5, "cosine-min": 0.5}, noise, margin)
+    assert [a.verdict for a in loose.axes] == [analysis.Verdict.TOO_LOOSE, analysis.Verdict.TOO_LOOSE]
+    good = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 1e-4, "cosine-min": 0.9999}, noise, margin)
     assert good.overall() == "ok"
     assert good.proposed_tolerance == {"max-abs": pytest.approx(1.7e-4), "cosine-min": pytest.approx(1 - 4.5e-7)}
     ratios = good.axes[0].ratios()
@@ -138,12 +138,12 @@ def test_flip_bound_lowers_the_max_abs_margin() -> None:
     noise = {"declared": {"max_abs": 1e-7, "one_minus_cos": 0.0}}
     margin = _margin({"max_abs": 1e-2, "one_minus_cos": 0.4}, {"max_abs": 6e-8, "one_minus_cos": 1e-14})
     flip = {"reference_min_margin": 0.32, "dim": 384}
-    out = cal.analyse_output("emb", Kind.COSINE, {"max-abs": 1e-2, "cosine-min": 0.9999}, noise, margin, flip)
+    out = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 1e-2, "cosine-min": 0.9999}, noise, margin, flip)
     limit = 0.32 / (4 * math.sqrt(384))
     assert out.axes[0].margin == pytest.approx(limit) and out.axes[0].margin_source.startswith("flip bound")
-    assert out.axes[0].verdict is cal.Verdict.TOO_LOOSE  # 1e-2 is above the flip bound (~4e-3)
+    assert out.axes[0].verdict is analysis.Verdict.TOO_LOOSE  # 1e-2 is above the flip bound (~4e-3)
     assert out.axes[1].margin == pytest.approx(0.32**2 / 32)  # tighter than the random direction's 0.4
-    assert out.axes[1].verdict is cal.Verdict.OK  # 1 - 0.9999 = 1e-4 < 3.2e-3
+    assert out.axes[1].verdict is analysis.Verdict.OK  # 1 - 0.9999 = 1e-4 < 3.2e-3
 
 
 def test_cosine_flip_bound_holds_on_real_vectors() -> None:
@@ -156,7 +156,7 @@ def test_cosine_flip_bound_holds_on_real_vectors() -> None:
         np.fill_diagonal(sims, -np.inf)
         top = np.sort(sims, axis=1)
         lead = float((top[:, -1] - top[:, -2]).min())
-        limit, _ = cal.flip_limit("one_minus_cos", {"reference_min_margin": lead, "dim": 5}) or (0.0, "")
+        limit, _ = analysis.flip_limit("one_minus_cos", {"reference_min_margin": lead, "dim": 5}) or (0.0, "")
         angle = math.acos(1 - limit * 0.999)
         moved = np.empty_like(ref)
         for i, row in enumerate(ref):  # rotate each row by just under the allowed angle, in a random direction
@@ -172,21 +172,21 @@ def test_cosine_flip_bound_holds_on_real_vectors() -> None:
 def test_allclose_proposal_scales_atol_and_rtol_together() -> None:
     noise = {"declared": {"max_abs": 1e-5, "allclose_ratio": 0.01}}
     margin = _margin({"max_abs": 0.2, "allclose_ratio": 100.0}, {"max_abs": 2e-6, "allclose_ratio": 1e-4})
-    out = cal.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3}, noise, margin)
-    assert out.axes[0].verdict is cal.Verdict.OK and out.axes[0].proposal == pytest.approx(1.0)
+    out = analysis.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3}, noise, margin)
+    assert out.axes[0].verdict is analysis.Verdict.OK and out.axes[0].proposal == pytest.approx(1.0)
     assert out.proposed_tolerance == {"rtol": 1e-3, "atol": 1e-3}
     shown = out.axes[1]
     assert shown.key == "max_abs" and shown.declared is None and shown.verdict is None and shown.margin == 0.2
-    tight = cal.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3},
+    tight = analysis.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3},
                                {"threads-1": {"max_abs": 5e-3, "allclose_ratio": 2.5}}, margin)
-    assert tight.axes[0].verdict is cal.Verdict.TOO_TIGHT
+    assert tight.axes[0].verdict is analysis.Verdict.TOO_TIGHT
 
 
 def test_exact_labels_with_noise_are_too_tight_and_get_no_number() -> None:
     margin = _margin({"disagreement": 0.05}, {"disagreement": 0.01})
-    quiet = cal.analyse_output("labels", Kind.EXACT, {}, {"declared": {"disagreement": 0.0}}, margin)
+    quiet = analysis.analyse_output("labels", Kind.EXACT, {}, {"declared": {"disagreement": 0.0}}, margin)
     assert quiet.overall() == "ok" and quiet.proposed_tolerance is None
-    noisy = cal.analyse_output("labels", Kind.EXACT, {}, {"isa-default": {"disagreement": 0.02}}, margin)
+    noisy = analysis.analyse_output("labels", Kind.EXACT, {}, {"isa-default": {"disagreement": 0.02}}, margin)
     assert noisy.overall() == "too tight"
 
 
@@ -200,14 +200,14 @@ def test_exact_output_is_counted_in_rows_and_says_plainly_there_is_no_tolerance_
     searched = margin.margin_of("band", {"kind": "exact"}, refs, ids, lambda outputs: True)
     assert not searched["found"] and searched["rows"] == 120 and searched["test"] == "the application's criterion"
     assert "still passes at 120" in searched["why"]
-    quiet = cal.analyse_output("band", Kind.EXACT, {}, {"declared": {"disagreement": 0.0},
+    quiet = analysis.analyse_output("band", Kind.EXACT, {}, {"declared": {"disagreement": 0.0},
                                                         "isa-default": {"disagreement": 0.0}}, searched)
     (axis,) = quiet.axes
     assert quiet.overall() == "ok" and quiet.proposed_tolerance is None and axis.proposal is None
     said = quiet.notes[-1]
     assert said.startswith("exact: no tolerance to propose") and "0 of 120 rows differed in 2 variations" in said
     assert "does not react to this output" in said
-    text = cal.render(_calibration([quiet]))
+    text = calibration.render(_calibration([quiet]))
     assert "Declared: every row equal" in text and "no margin of use to judge it against" in text
     assert "between the noise and the margin" not in text
 
@@ -217,22 +217,22 @@ def test_exact_output_is_counted_in_rows_and_says_plainly_there_is_no_tolerance_
 
     searched = margin.margin_of("band", {"kind": "exact"}, refs, ids, use)
     assert searched["found"] and searched["search"]["fails"] == 7  # 7 of 120 changed: 0.9417 < 0.95
-    noisy = cal.analyse_output("band", Kind.EXACT, {}, {"isa-avx2": {"disagreement": 3 / 120}}, searched)
+    noisy = analysis.analyse_output("band", Kind.EXACT, {}, {"isa-avx2": {"disagreement": 3 / 120}}, searched)
     assert noisy.overall() == "too tight" and noisy.proposed_tolerance is None and noisy.axes[0].proposal is None
     said = noisy.notes[-1]
     assert "3 of 120 rows differed (isa-avx2)" in said and "agreement" in said
     assert "the criterion fails once 7 of 120 rows change" in said
-    assert "TOO TIGHT" in cal.render(_calibration([noisy]))
+    assert "TOO TIGHT" in calibration.render(_calibration([noisy]))
 
 
-def _calibration(outputs: list[cal.OutputCalibration]) -> cal.Calibration:
-    return cal.Calibration("cp311-test", "sha256:0", [], outputs, {}, "now")
+def _calibration(outputs: list[analysis.OutputCalibration]) -> calibration.Calibration:
+    return calibration.Calibration("cp311-test", "sha256:0", [], outputs, {}, "now")
 
 
 def test_no_margin_found_is_a_note_not_a_verdict_of_loose() -> None:
-    out = cal.analyse_output("labels", Kind.AGREEMENT, {"min-share": 0.5}, {"declared": {"disagreement": 0.0}},
+    out = analysis.analyse_output("labels", Kind.AGREEMENT, {"min-share": 0.5}, {"declared": {"disagreement": 0.0}},
                              {"found": False, "why": "no test of use applies", "resolution": {"disagreement": 0.01}})
-    assert out.axes[0].verdict is cal.Verdict.OK and out.axes[0].margin is None
+    assert out.axes[0].verdict is analysis.Verdict.OK and out.axes[0].margin is None
     assert out.notes and "no margin of use found" in out.notes[0]
 
 
@@ -240,22 +240,23 @@ def test_no_margin_found_is_a_note_not_a_verdict_of_loose() -> None:
 
 
 def test_plan_lists_what_the_machine_lacks_as_unavailable() -> None:
-    flags = cal.cpu_flags("processor : 0\nflags : fpu sse4_2 avx avx2 fma\n")
+    flags = variations.cpu_flags("processor : 0\nflags : fpu sse4_2 avx avx2 fma\n")
     assert flags is not None
-    plan = {v.name: v for v in cal.plan(flags, 1, "cpu", "x86_64")}
+    plan = {v.name: v for v in variations.plan(flags, 1, "cpu", "x86_64")}
     assert plan["isa-avx2"].available and plan["isa-default"].available
     assert not plan["isa-avx512"].available and "avx512f" in plan["isa-avx512"].why
     assert plan["threads-1"].available
     assert not plan["threads-all"].available and "one CPU" in plan["threads-all"].why
     assert not plan["tf32"].available and "GPU" in plan["tf32"].why
-    full = {v.name: v for v in cal.plan(flags | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}, 8, "cuda", "x86_64")}
+    avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    full = {v.name: v for v in variations.plan(flags | avx512, 8, "cuda", "x86_64")}
     assert full["isa-avx512"].available and full["tf32"].available and full["threads-8"].available
     assert full["isa-avx512"].env() == {"ATEN_CPU_CAPABILITY": "avx512"}
     assert full["threads-8"].env() == {"OMP_NUM_THREADS": "8"}
-    arm = {v.name: v for v in cal.plan(set(), 4, "mps", "arm64")}
+    arm = {v.name: v for v in variations.plan(set(), 4, "mps", "arm64")}
     assert arm["isa-default"].available and not arm["isa-avx2"].available and "arm64" in arm["isa-avx2"].why
 
-    names = [v.name for v in cal.plan(flags, 1, "cpu", "x86_64")]
+    names = [v.name for v in variations.plan(flags, 1, "cpu", "x86_64")]
     assert len(names) == len(set(names))  # one folder each
 
 
@@ -296,9 +297,9 @@ def test_write_proposal_keeps_comments_and_records_the_numbers(tmp_path: Path) -
         'cosine-min = 0.9\nmax-abs = 0.5  # far too loose\njustification = "old words"\n', encoding="utf-8")
     noise = {"declared": {"max_abs": 1e-6, "one_minus_cos": 1e-12}}
     margin = _margin({"max_abs": 1e-2, "one_minus_cos": 1e-1}, {"max_abs": 6e-8, "one_minus_cos": 1e-14})
-    out = cal.analyse_output("emb", Kind.COSINE, {"max-abs": 0.5, "cosine-min": 0.9}, noise, margin)
-    result = cal.Calibration("cp311-test", "sha256:x", [], [out], {}, "2026-01-01")
-    assert cal.write_proposal(pyproject, result) == ["emb"]
+    out = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 0.5, "cosine-min": 0.9}, noise, margin)
+    result = calibration.Calibration("cp311-test", "sha256:x", [], [out], {}, "2026-01-01")
+    assert calibration.write_proposal(pyproject, result) == ["emb"]
     text = pyproject.read_text(encoding="utf-8")
     assert "# why cosine: retrieval" in text
     import tomllib
@@ -307,7 +308,7 @@ def test_write_proposal_keeps_comments_and_records_the_numbers(tmp_path: Path) -
     assert table["max-abs"] == pytest.approx(1e-4) and table["cosine-min"] < 1
     assert table["justification"].startswith("old words") and "Calibrated by `nox -s calibrate`" in text
     assert "noise 1e-06" in table["justification"]
-    cal.write_proposal(pyproject, result)  # again: one calibration paragraph, not two
+    calibration.write_proposal(pyproject, result)  # again: one calibration paragraph, not two
     assert pyproject.read_text(encoding="utf-8").count("Calibrated by") == 1
 
 

@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.dossier import reference
+from kernodeck.dossier import new_reference
 from kernodeck.errors import KernodeckError, ManifestError
+from kernodeck.inenv.protocol import Status
 from kernodeck.lock import upgrade
 from kernodeck.lock.lockdiff import LockDiff, LockSide
 from kernodeck.measure import drift
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from kernodeck.verify.report import Report, Status, Step
+from kernodeck.verify.record import Step
+from kernodeck.verify.report import Report
 from tests.conftest import copy_project
 from tests.e2e.test_upgrade_workflow import _platform_result
 
@@ -51,7 +53,8 @@ def test_the_length_rule_finds_a_long_command(tmp_path: Path) -> None:
 # so `--help` and `lock --check` load none of the other commands (tests/unit/test_speed.py measures that).
 PARSING = {"__future__", "argparse", "sys", "collections.abc", "pathlib", "typing", "kernodeck", "kernodeck.tips",
            "kernodeck.errors", "kernodeck.sources", "kernodeck.project.config", "kernodeck.project.platforms",
-           "os", "kernodeck.exitcodes"}  # os: the caller's folder; exitcodes: an enum, the codes main returns
+           "os", "kernodeck.exitcodes",  # os: the caller's folder; exitcodes: an enum, the codes main returns
+           "kernodeck.lock.inputs"}  # RESOLVERS, the choices of --resolver, defined once there (light: no index client)
 
 
 def _loaded_imports(paths: tuple[Path, ...]) -> dict[str, set[str]]:
@@ -83,15 +86,15 @@ def test_main_parses_calls_and_is_the_error_boundary() -> None:
 def test_a_reference_is_replaced_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project = load_project(copy_project(tmp_path / "p"))
     with pytest.raises(ManifestError, match="a new identity is made only when asked") as refused:
-        reference.current(project, new=False)
+        new_reference.current(project, new=False)
     assert refused.value.tip == "nox -s reference -- --new"
-    old = reference.current(project, new=True)
+    old = new_reference.current(project, new=True)
     assert old is not None and old.id.startswith("sha256:")
     (project.reference / "manifest.toml").write_text("id = [\n", encoding="utf-8")  # unusable: replaced, logged
-    assert reference.current(project, new=False) is None
+    assert new_reference.current(project, new=False) is None
     assert "the current reference is unusable" in capsys.readouterr().err
     shutil.rmtree(project.reference)
-    assert reference.current(project, new=False) is None
+    assert new_reference.current(project, new=False) is None
 
 
 def test_a_failed_reference_run_writes_nothing(tmp_path: Path) -> None:
@@ -101,7 +104,7 @@ def test_a_failed_reference_run_writes_nothing(tmp_path: Path) -> None:
     failed = Step("backend", Status.FAILED, error="no  device\nfound", layer="device", details={"tip": "nox -s x"})
     report = Report(platform=plat.id, steps=[Step("settings", Status.PASSED), failed])
     with pytest.raises(KernodeckError, match="failed at backend: no device found; nothing was written") as raised:
-        reference.create(project, plat, report, tmp_path / "run", None)
+        new_reference.create(project, plat, report, tmp_path / "run", None)
     assert raised.value.tip == "nox -s x"
     assert (project.reference / "manifest.toml").read_bytes() == before
 
@@ -116,13 +119,13 @@ def test_a_reference_is_refused_when_its_sources_changed_during_the_run(tmp_path
     run.mkdir()
     config = {"application": {"sources": app.fingerprints(project.root)}}
     (run / "run-config.json").write_text(json.dumps(config), encoding="utf-8")
-    reference.require_sources_as_run(project, app, run)  # the control: the bytes that ran are the files now
+    new_reference.require_sources_as_run(project, app, run)  # the control: the bytes that ran are the files now
     (project.root / "checks" / "app.py").write_text("# changed while the run ran\n", encoding="utf-8")
     with pytest.raises(KernodeckError, match=r"sources changed during the reference run: checks/app.py; nothing was"):
-        reference.require_sources_as_run(project, app, run)
+        new_reference.require_sources_as_run(project, app, run)
     (run / "run-config.json").unlink()  # no record of what ran: nothing is taken on trust
     with pytest.raises(KernodeckError, match="sources changed during the reference run"):
-        reference.require_sources_as_run(project, app, run)
+        new_reference.require_sources_as_run(project, app, run)
 
 
 def _result(tmp_path: Path, drift_: upgrade.Drift) -> upgrade.UpgradeResult:
@@ -171,8 +174,8 @@ def test_drift_needs_declared_outputs_and_an_interpreter(tmp_path: Path) -> None
 
 
 def test_what_reference_prints_names_the_identity_and_the_changes() -> None:
-    made = reference.Created(new_id="sha256:b", old_id="sha256:a", unchanged=False, changes=("outputs: x", "data"))
+    made = new_reference.Created(new_id="sha256:b", old_id="sha256:a", unchanged=False, changes=("outputs: x", "data"))
     assert made.lines() == ["reference: sha256:a -> sha256:b", "  changed: outputs: x", "  changed: data"]
-    assert reference.Created("sha256:b", None, False, ()).lines() == ["reference: new sha256:b"]
-    kept = reference.Created("sha256:a", "sha256:a", True, ()).lines()
+    assert new_reference.Created("sha256:b", None, False, ()).lines() == ["reference: new sha256:b"]
+    kept = new_reference.Created("sha256:a", "sha256:a", True, ()).lines()
     assert kept == ["reference unchanged: sha256:a (same content; nothing written)"]

@@ -471,14 +471,14 @@ def test_agreement_is_moved_just_below_min_share(share: float, rows: int) -> Non
 
 
 def test_a_nan_margin_never_passes_the_flip_bound(tmp_path: Path) -> None:
-    from kernodeck.dossier import reference
+    from kernodeck.dossier import recording
     from kernodeck.errors import ManifestError
     from kernodeck.project import application as declared_app
     from tests.conftest import ROOT
 
     app = declared_app.load(ROOT)
     with pytest.raises(ManifestError, match="could flip a nearest neighbour"):  # `nan >= x` was False: a pass
-        reference.flip_bound(app, {"margin": NAN, "neighbours_of": "embeddings"}, {"embeddings": [40, 384]})
+        recording.flip_bound(app, {"margin": NAN, "neighbours_of": "embeddings"}, {"embeddings": [40, 384]})
     # in the env: a NaN recorded in the manifest is no margin at all; this run's finite margin decides
     emb = _unit_rows(24, 384)
     ref = {"dir": str(tmp_path), "outputs": {"emb": {"shape": [24, 384]}}}

@@ -12,6 +12,7 @@ import pytest
 from kernodeck import docpage, noxsessions
 from kernodeck.cli import dispatch
 from kernodeck.exitcodes import MEANINGS, ExitCode
+from kernodeck.verify.claims import ClaimSpec
 
 DOCS = Path(__file__).parents[2] / "docs"
 
@@ -101,7 +102,7 @@ def test_the_step_claim_table_is_the_codes_and_on_one_page(monkeypatch: pytest.M
     told = [p.name for p in DOCS.glob("*.md") if p != page and re.search(
         r"^\| `(" + "|".join(map(re.escape, ids)) + r")` \|", p.read_text(encoding="utf-8"), re.M)]
     assert told == []
-    moved = tuple(c if c.id != "resume" else docpage.ClaimSpec(c.id, c.text, c.step, "resumed", c.holds, c.modes)
+    moved = tuple(c if c.id != "resume" else ClaimSpec(c.id, c.text, c.step, "resumed", c.holds, c.modes)
                   for c in CLAIMS)
     monkeypatch.setattr(docpage, "CLAIMS", moved)
     assert "(`resumed`; verify)" in docpage.steps_claims_block()

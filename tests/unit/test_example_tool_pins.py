@@ -1,6 +1,6 @@
 """Each example (and `kernodeck init`'s template) pins the tools Kernodeck's sessions import, as this repository's
 ``run`` group does: one without pyelftools could not even start ``nox -s verify`` (a ModuleNotFoundError traceback
-from kernodeck/env/extensions.py before any report)."""
+from kernodeck/env/extension_scan.py before any report)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kernodeck.env import extensions
+from kernodeck.env import extension_scan
 from kernodeck.inenv import extensions as inenv_ext
 from kernodeck.verify.steps.in_env import RUNNER
 
@@ -100,7 +100,7 @@ def fake_env(root: Path, *, broken: bool = False, rpath: bool = True, label: str
 
 def run_step(env: Path, root: Path, declared: dict[str, Any] | None = None, twin: Any = None) -> dict[str, Any]:
     """The real runner, by path, in the fake env, with only the extensions step; its result file."""
-    found = extensions.discover(env, cuobjdump="", twin=twin)
+    found = extension_scan.discover(env, cuobjdump="", twin=twin)
     (root / "sample.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
     config = {"steps": ["extensions"], "project_root": str(root), "mode": "verify", "expect_backend": "cpu",
               "application": {"sample": "sample.jsonl"}, "reference": None,
@@ -122,7 +122,7 @@ def run_step(env: Path, root: Path, declared: dict[str, Any] | None = None, twin
 
 def test_discovery_finds_the_extension_not_torchs_own_with_what_it_was_built_for(tmp_path: Path) -> None:
     env = fake_env(tmp_path)
-    found = extensions.discover(env, cuobjdump="")
+    found = extension_scan.discover(env, cuobjdump="")
     assert [e.distribution for e in found.extensions] == ["kdext"]  # torch's own libc10.so is not an extension
     ext = found.extensions[0]
     (obj,) = ext.objects
@@ -135,19 +135,19 @@ def test_discovery_finds_the_extension_not_torchs_own_with_what_it_was_built_for
 
 
 def test_built_for_reads_the_label_the_torch_pin_and_the_cuda_runtime() -> None:
-    obj = extensions.SharedObject("x/_C.so", "x._C", ("libtorch.so",), ("libtorch.so", "libcudart.so.12"), "", None)
-    assert extensions.built_for("2.0+pt210cu130", [], [obj])["torch"] == "2.10"
-    assert extensions.built_for("2.0+pt210cu130", [], [obj])["cuda"] == "13.0"
-    pinned = extensions.built_for("1.0", ["torch==2.5.1", "numpy"], [obj])
+    obj = extension_scan.SharedObject("x/_C.so", "x._C", ("libtorch.so",), ("libtorch.so", "libcudart.so.12"), "", None)
+    assert extension_scan.built_for("2.0+pt210cu130", [], [obj])["torch"] == "2.10"
+    assert extension_scan.built_for("2.0+pt210cu130", [], [obj])["cuda"] == "13.0"
+    pinned = extension_scan.built_for("1.0", ["torch==2.5.1", "numpy"], [obj])
     assert pinned["torch"] == "==2.5.1" and pinned["cuda"] == "12"
     assert pinned["from"] == "Requires-Dist: torch, needs libcudart.so.12"
-    assert extensions.built_for("1.0", [], []) == {}
+    assert extension_scan.built_for("1.0", [], []) == {}
 
 
 def test_an_env_without_extensions_passes_and_says_so(tmp_path: Path) -> None:
     env = fake_env(tmp_path)
     shutil.rmtree(next(env.glob("lib/python*/site-packages/kdext-*.dist-info")))
-    assert extensions.discover(env, cuobjdump="").extensions == ()
+    assert extension_scan.discover(env, cuobjdump="").extensions == ()
     result = run_step(env, tmp_path)
     assert result["status"] == "passed", result
     assert result["details"]["summary"].startswith("no compiled extension in the env")
@@ -248,7 +248,7 @@ def test_cuobjdumps_listing_is_read_for_arches_and_ptx(tmp_path: Path) -> None:
     tool.write_text("#!/bin/sh\nif [ \"$1\" = --list-elf ]; then echo 'ELF file    1: x.1.sm_80.cubin'; "
                     "echo 'ELF file    2: x.2.sm_90a.cubin'; else echo 'PTX file    1: x.1.compute_90.ptx'; fi\n")
     tool.chmod(0o755)
-    assert extensions.cuda_arches(tmp_path / "x.so", str(tool)) == (("sm_80", "sm_90a"), ("compute_90",))
+    assert extension_scan.cuda_arches(tmp_path / "x.so", str(tool)) == (("sm_80", "sm_90a"), ("compute_90",))
 
 
 def _twin(wheels: list[str]) -> Any:
@@ -272,7 +272,8 @@ def test_a_pin_built_here_from_its_sdist_is_named_with_its_generator_and_digests
     (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: setuptools (80.9.0)\nRoot-Is-Purelib: false\n"
                                 "Tag: cp311-cp311-linux_x86_64\n", encoding="utf-8")
     # the lock holds only a manylinux wheel: the installed linux_x86_64 one was built here
-    found = extensions.discover(env, cuobjdump="", twin=_twin(["kdbuilt-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"]))
+    wheel = "kdbuilt-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    found = extension_scan.discover(env, cuobjdump="", twin=_twin([wheel]))
     (made,) = found.built_here
     assert (made.name, made.version, made.generator, made.sdist) == ("kdbuilt", "1.0", "setuptools (80.9.0)",
                                                                       "kdbuilt-1.0.tar.gz")
@@ -283,9 +284,9 @@ def test_a_pin_built_here_from_its_sdist_is_named_with_its_generator_and_digests
     assert result["status"] == "passed", result
     assert "built here from kdbuilt-1.0.tar.gz: kdbuilt 1.0 (setuptools (80.9.0))" in result["details"]["summary"]
     # the control: a locked wheel carrying the installed tag was downloaded, not built here
-    assert extensions.discover(env, cuobjdump="", twin=_twin(["kdbuilt-1.0-cp311-cp311-linux_x86_64.whl"])
+    assert extension_scan.discover(env, cuobjdump="", twin=_twin(["kdbuilt-1.0-cp311-cp311-linux_x86_64.whl"])
                                ).built_here == ()
-    assert extensions.discover(env, cuobjdump="").built_here == ()  # no twin: nothing to tell it by
+    assert extension_scan.discover(env, cuobjdump="").built_here == ()  # no twin: nothing to tell it by
 
 
 def test_a_smoke_check_that_raises_fails_naming_the_extension_and_its_line(tmp_path: Path) -> None:
@@ -300,8 +301,10 @@ def test_a_smoke_check_that_raises_fails_naming_the_extension_and_its_line(tmp_p
 
 
 def test_report_md_names_the_extension_abi_layer_and_its_cause() -> None:
+    from kernodeck.inenv.protocol import Status
     from kernodeck.verify.markdown import likely_cause
-    from kernodeck.verify.report import Report, Status, Step
+    from kernodeck.verify.record import Step
+    from kernodeck.verify.report import Report
 
     cause = "built for torch 2.5 / CUDA 12.4 (version label +pt25cu124); this env runs torch 2.13.0+cpu / no CUDA"
     failed = Step("extensions", Status.FAILED, error="extension kdext: ...", layer="extension-abi",
@@ -315,9 +318,9 @@ def test_report_md_names_the_extension_abi_layer_and_its_cause() -> None:
 def test_cuobjdump_is_found_on_path_or_in_the_cuda_toolkit(tmp_path: Path) -> None:
     toolkit = tmp_path / "cuda" / "bin"
     toolkit.mkdir(parents=True)
-    assert extensions.find_cuobjdump({"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path / "cuda")}) == ""
+    assert extension_scan.find_cuobjdump({"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path / "cuda")}) == ""
     (toolkit / "cuobjdump").write_text("#!/bin/sh\n")
     (toolkit / "cuobjdump").chmod(0o755)
-    assert extensions.find_cuobjdump({"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path / "cuda")}) == str(
+    assert extension_scan.find_cuobjdump({"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path / "cuda")}) == str(
         toolkit / "cuobjdump")
-    assert extensions.find_cuobjdump({"PATH": str(toolkit)}) == str(toolkit / "cuobjdump")
+    assert extension_scan.find_cuobjdump({"PATH": str(toolkit)}) == str(toolkit / "cuobjdump")

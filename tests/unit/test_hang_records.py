@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kernodeck.inenv.protocol import Status
 from kernodeck.lock.bisect import _outcome_of
 from kernodeck.lock.bisect_search import Outcome
 from kernodeck.lock.upgrade import Drift
@@ -17,8 +18,10 @@ from kernodeck.measure import variations
 from kernodeck.project.config import load_project
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.project.platforms import resolve_platform
-from kernodeck.verify import Run
-from kernodeck.verify.report import Report, Status, summary_line
+from kernodeck.verify.markdown import summary_line
+from kernodeck.verify.pipeline import Run
+from kernodeck.verify.record import Step
+from kernodeck.verify.report import Report
 from kernodeck.verify.steps import in_env
 from tests.conftest import copy_project
 
@@ -80,17 +83,18 @@ def test_run_checks_keeps_earlier_steps_and_names_the_stalled_one(project: Path,
     report = Report("p", run_.steps, dict(run_.meta))
     assert str(report.verdict) == "failed"
     assert summary_line(report, Path("r.md")).startswith("FAILED at application (layer: application): stalled")
-    # a bisect trial's finding: the hang itself, with its step, layer and line (the search reads it as bad)
+    # a bisect trial's finding: the hang itself, with its step, layer and line (a failure before the comparison,
+    # not an output out of tolerance: lock/bisect.py)
     drift = Drift.from_steps([s.as_dict() for s in run_.steps])
     assert drift.failure.startswith("application: stalled") and f"checks/fake_runner.py:{HANG_LINE}" in drift.failure
-    assert _outcome_of(drift) is Outcome.BAD
+    assert _outcome_of(drift) is Outcome.FAILED
 
 
 def test_an_interrupted_record_is_the_verdict_interrupted(project: Path, tmp_path: Path) -> None:
     loaded = load_project(project)
     run_ = Run(loaded, resolve_platform(loaded, None, None), tmp_path)
     run_.meta["interrupted"] = {"signal": "SIGTERM", "step": "application"}
-    failed = in_env.Step("application", Status.FAILED, error="interrupted by SIGTERM after 3 s", layer="application")
+    failed = Step("application", Status.FAILED, error="interrupted by SIGTERM after 3 s", layer="application")
     report = Report("p", [failed], dict(run_.meta))
     assert str(report.verdict) == "interrupted" and report.as_dict()["status"] == "interrupted"
     assert report.verdict_line().startswith("interrupted during application")

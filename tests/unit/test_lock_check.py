@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import lock as locking
 from kernodeck.errors import KernodeckError
+from kernodeck.lock import check as lock_check
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
 from tests.conftest import copy_project
@@ -67,8 +67,8 @@ def test_the_check_of_the_lock_as_read_decides_as_the_check_that_reads_it(case: 
         edit(project)
     proj = load_project(project)
     plat = parse_platform_id(proj, CPU)
-    itself = _outcome(lambda: locking.require_checked(proj, plat))
-    given = _outcome(lambda: locking.require_checked(proj, plat, read=locking.read_lock(proj, plat)))
+    itself = _outcome(lambda: lock_check.require_checked(proj, plat))
+    given = _outcome(lambda: lock_check.require_checked(proj, plat, read=lock_check.read_lock(proj, plat)))
     assert given == itself
     assert (itself[0] == "passed") is (case == "current")  # each bad lock or twin fails (the negative controls)
 
@@ -77,9 +77,9 @@ def test_the_check_of_the_lock_as_read_reads_neither_file_again(tmp_path: Path) 
     project = copy_project(tmp_path / "project")
     proj = load_project(project)
     plat = parse_platform_id(proj, CPU)
-    read = locking.read_lock(proj, plat)
+    read = lock_check.read_lock(proj, plat)
     (project / LOCK).unlink()
     (project / TWIN).unlink()
-    assert locking.require_checked(proj, plat, read=read) == project / LOCK  # decided from what was read
+    assert lock_check.require_checked(proj, plat, read=read) == project / LOCK  # decided from what was read
     with pytest.raises(KernodeckError):  # control: the check that reads them finds them gone
-        locking.require_checked(proj, plat)
+        lock_check.require_checked(proj, plat)

@@ -11,9 +11,8 @@ from typing import ClassVar
 
 import pytest
 
-from kernodeck import lock as locking
 from kernodeck.errors import CommandFailed, LockFailed
-from kernodeck.lock import lockfile, pylock, resolvers
+from kernodeck.lock import index_client, lockfile, place, resolvers, twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
 from kernodeck.sources import PYPI, Source
@@ -26,7 +25,7 @@ MIRRORS = [Source("find-links", "/w"), Source("extra-index-url", "file:///m1"), 
 
 
 def test_uv_public_sources_go_before_the_machine_mirrors() -> None:
-    env = locking.uv_lock_environment(CPU, "https://download.pytorch.org/whl/cpu", MIRRORS, no_index=False)
+    env = resolvers.uv_lock_environment(CPU, "https://download.pytorch.org/whl/cpu", MIRRORS, no_index=False)
     assert env["UV_INDEX"].split() == [PYPI, "https://download.pytorch.org/whl/cpu", "file:///m1", "file:///m2"]
     assert env["UV_DEFAULT_INDEX"] == PYPI and env["UV_FIND_LINKS"] == "/w"
     assert env["UV_INDEX_STRATEGY"] == "unsafe-best-match" and env["UV_NO_CONFIG"] == "1"
@@ -35,14 +34,14 @@ def test_uv_public_sources_go_before_the_machine_mirrors() -> None:
 
 def test_uv_machine_index_url_replaces_pypi_as_pip_does() -> None:
     replaced = [Source("index-url", "https://u:p@proxy.example/simple"), *MIRRORS]
-    env = locking.uv_lock_environment(CPU, None, replaced, no_index=False)
+    env = resolvers.uv_lock_environment(CPU, None, replaced, no_index=False)
     assert env["UV_DEFAULT_INDEX"] == "https://u:p@proxy.example/simple"
     assert PYPI not in env["UV_INDEX"].split()
     assert env["UV_INDEX"].split()[0] == "https://u:p@proxy.example/simple"
 
 
 def test_uv_no_index_and_macos_target() -> None:
-    env = locking.uv_lock_environment(MPS, None, [Source("find-links", "/w")], no_index=True)
+    env = resolvers.uv_lock_environment(MPS, None, [Source("find-links", "/w")], no_index=True)
     assert env["UV_NO_INDEX"] == "1" and "UV_INDEX" not in env and env["UV_FIND_LINKS"] == "/w"
     assert env["MACOSX_DEPLOYMENT_TARGET"] == "14.0"
 
@@ -124,7 +123,7 @@ def index() -> Iterator[str]:
 
 
 def test_fetcher_reads_json_html_redirects_and_caches(index: str) -> None:
-    fetcher = pylock.Fetcher()
+    fetcher = index_client.Fetcher()
     try:
         (entry,) = fetcher.index_files(index, "JSONPkg")
         assert entry.filename == "jsonpkg-1.0-py3-none-any.whl" and entry.sha256 == SHA_A and entry.size == 10
@@ -147,7 +146,7 @@ def test_fetcher_reads_json_html_redirects_and_caches(index: str) -> None:
 
 def test_unreachable_index_is_an_oserror_at_once() -> None:
     with pytest.raises(OSError, match=r"127\.0\.0\.1:9"):
-        pylock.index_files("http://127.0.0.1:9/simple", "x")
+        index_client.index_files("http://127.0.0.1:9/simple", "x")
 
 
 def test_local_simple_index_and_find_links(tmp_path: Path) -> None:
@@ -158,7 +157,7 @@ def test_local_simple_index_and_find_links(tmp_path: Path) -> None:
     links.mkdir()
     (links / "demo-1.0-py3-none-any.whl").write_bytes(b"not really a wheel")
     (links / "demo-1.1-py3-none-any.whl").write_bytes(b"another version")
-    found = pylock.local_files([(tmp_path / "index").as_uri(), str(links)], "demo", "1.0")
+    found = index_client.local_files([(tmp_path / "index").as_uri(), str(links)], "demo", "1.0")
     assert found[SHA_A] == ("demo-1.0.tar.gz", 0)
     assert len(found) == 2 and all(name.startswith("demo-1.0") for name, _ in found.values())
 
@@ -166,60 +165,60 @@ def test_local_simple_index_and_find_links(tmp_path: Path) -> None:
 def test_a_hash_no_source_holds_is_refused_by_name(tmp_path: Path) -> None:
     pin = lockfile.Pin("kdtiny-nowhere", "1.0", "", ("c" * 64,), 5)
     with pytest.raises(LockFailed, match=r"kdtiny-nowhere \(1 hash") as err:
-        pylock.locate([pin], CPU, [Source("find-links", str(tmp_path))], no_index=True)
+        place.locate([pin], CPU, [Source("find-links", str(tmp_path))], no_index=True)
     assert "--pylock-only" in err.value.tip
 
 
-class _NoNetwork(pylock.Fetcher):
+class _NoNetwork(index_client.Fetcher):
     """A fetcher that records what it was asked and answers nothing."""
 
     def __init__(self) -> None:
         super().__init__()
         self.asked: list[str] = []
 
-    def index_files(self, index: str, name: str) -> list[pylock.DistFile]:
+    def index_files(self, index: str, name: str) -> list[index_client.DistFile]:
         self.asked.append(name)
         raise OSError("no network in this test")
 
 
 def test_relock_reuses_the_files_its_pylock_already_places() -> None:
     lock = lockfile.read(ROOT / "lockfiles" / f"{CPU.id}.txt")
-    known = pylock.known_files(ROOT / "lockfiles" / CPU.pylock_name)
+    known = twin.known_files(ROOT / "lockfiles" / CPU.pylock_name)
     assert all(h in known for pin in lock.pins for h in pin.hashes)
     fetcher = _NoNetwork()
-    files = pylock.locate(lock.pins, CPU, [], no_index=False, fetcher=fetcher, known=known)
+    files = place.locate(lock.pins, CPU, [], no_index=False, fetcher=fetcher, known=known)
     assert fetcher.asked == [] and sum(len(v) for v in files.values()) == sum(len(p.hashes) for p in lock.pins)
     # a hash the twin does not place is looked up (and here, with no network, refused by name)
     first = lock.pins[0]
     changed = lockfile.Pin(first.name, first.version, first.marker, ("0" * 64,), first.line)
     fetcher = _NoNetwork()
     with pytest.raises(LockFailed, match=first.name):
-        pylock.locate([changed], CPU, [], no_index=False, fetcher=fetcher, known=known)
+        place.locate([changed], CPU, [], no_index=False, fetcher=fetcher, known=known)
     assert first.name in fetcher.asked
 
 
-class _Unreachable(pylock.Fetcher):
+class _Unreachable(index_client.Fetcher):
     """A fetcher for which every index is out of reach (as the real one records it)."""
 
-    def index_files(self, index: str, name: str) -> list[pylock.DistFile]:
+    def index_files(self, index: str, name: str) -> list[index_client.DistFile]:
         self.unreachable[index] = "no network in this test"
         raise OSError(self.unreachable[index])
 
 
-class _Lists(pylock.Fetcher):
+class _Lists(index_client.Fetcher):
     """A fetcher whose indexes answer, listing ``files`` for every name."""
 
-    def __init__(self, files: list[pylock.DistFile]) -> None:
+    def __init__(self, files: list[index_client.DistFile]) -> None:
         super().__init__()
         self.files = files
 
-    def index_files(self, index: str, name: str) -> list[pylock.DistFile]:
+    def index_files(self, index: str, name: str) -> list[index_client.DistFile]:
         return self.files
 
 
-def _first_pin_and_twin() -> tuple[lockfile.Pin, dict[str, pylock.DistFile]]:
+def _first_pin_and_twin() -> tuple[lockfile.Pin, dict[str, index_client.DistFile]]:
     lock = lockfile.read(ROOT / "lockfiles" / f"{CPU.id}.txt")
-    return lock.pins[0], pylock.known_files(ROOT / "lockfiles" / CPU.pylock_name)
+    return lock.pins[0], twin.known_files(ROOT / "lockfiles" / CPU.pylock_name)
 
 
 def test_a_hash_added_by_hand_is_named_as_such_not_blamed_on_the_network() -> None:
@@ -227,7 +226,7 @@ def test_a_hash_added_by_hand_is_named_as_such_not_blamed_on_the_network() -> No
     pin, known = _first_pin_and_twin()
     added = lockfile.Pin(pin.name, pin.version, pin.marker, (*pin.hashes, "0" * 64), pin.line)
     with pytest.raises(LockFailed) as refused:
-        pylock.locate([added], CPU, [], no_index=False, fetcher=_Unreachable(), known=known)
+        place.locate([added], CPU, [], no_index=False, fetcher=_Unreachable(), known=known)
     message, tip = str(refused.value), refused.value.tip
     assert f"first {pin.name} (1 hash(es), e.g. sha256:0000000000000000" in message
     assert "added to the lock after the twin was written (by hand?)" in message
@@ -240,7 +239,7 @@ def test_a_hash_no_reachable_index_lists_is_not_a_published_file() -> None:
     stranger = lockfile.Pin(pin.name, pin.version, pin.marker, ("0" * 64,), pin.line)
     listed = [known[h] for h in pin.hashes]
     with pytest.raises(LockFailed) as refused:
-        pylock.locate([stranger], CPU, [], no_index=False, fetcher=_Lists(listed), known={})
+        place.locate([stranger], CPU, [], no_index=False, fetcher=_Lists(listed), known={})
     assert f"no file of {pin.name} {pin.version} that pypi.org" in str(refused.value)
     assert "not the hash of a published file" in str(refused.value) and "unreachable" not in str(refused.value)
     assert "reached" not in refused.value.tip and "--pylock-only" not in refused.value.tip
@@ -251,7 +250,7 @@ def test_the_network_is_named_only_when_it_is_the_cause() -> None:
     pin, _ = _first_pin_and_twin()
     stranger = lockfile.Pin(pin.name, pin.version, pin.marker, ("0" * 64,), pin.line)
     with pytest.raises(LockFailed) as refused:
-        pylock.locate([stranger], CPU, [], no_index=False, fetcher=_Unreachable(), known={})
+        place.locate([stranger], CPU, [], no_index=False, fetcher=_Unreachable(), known={})
     assert "unreachable (no network in this test)" in str(refused.value)
     assert "added to the lock" not in str(refused.value)
     assert "can be reached" in refused.value.tip and "--pylock-only" in refused.value.tip

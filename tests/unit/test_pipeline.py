@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from kernodeck.errors import ConfigError, KernodeckError
+from kernodeck.inenv.protocol import Layer, Status
 from kernodeck.verify.pipeline import Entry, Run, drive
-from kernodeck.verify.report import Layer, Status, Step
+from kernodeck.verify.record import Step
 
 CTX: Any = SimpleNamespace(names=("a", "b"))  # the loop hands the context on; these steps read only its names
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import verify
 from kernodeck.inenv import protocol
 from kernodeck.lock import bisect
-from kernodeck.verify import report
+from kernodeck.verify import record
+from kernodeck.verify.steps import in_env
 from tests import wall
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,15 +146,15 @@ def test_a_step_table_naming_a_literal_is_caught(tmp_path: Path) -> None:
 
 
 def test_the_orchestrator_reads_with_the_protocols_names() -> None:
-    assert report.Status is protocol.Status and report.Layer is protocol.Layer
+    assert protocol.Status is protocol.Status and protocol.Layer is protocol.Layer
     # the layers the in-env side attributes failures to are the report's too (they had drifted apart)
-    assert {"weights", "application", "unknown"} <= {layer.value for layer in report.Layer}
-    assert tuple(s.value for s in protocol.StepName) == verify.IN_ENV_STEPS
-    assert set(verify.REFERENCE_STEPS) < protocol.STEP_NAMES and set(bisect.STEPS) < protocol.STEP_NAMES
+    assert {"weights", "application", "unknown"} <= {layer.value for layer in protocol.Layer}
+    assert tuple(s.value for s in protocol.StepName) == in_env.IN_ENV_STEPS
+    assert set(in_env.REFERENCE_STEPS) < protocol.STEP_NAMES and set(bisect.STEPS) < protocol.STEP_NAMES
     # every key a step file holds is a field of the orchestrator's Step, which reads it back (Step.from_dict)
-    assert {f.name for f in dataclasses.fields(report.Step)} >= protocol.STEP_KEYS
-    assert verify.InEnvPhases().feed("[kernodeck] compare: not-run in 0.00s") is None
-    assert verify.InEnvPhases().feed("[kernodeck] compare: tolerance") == "kernodeck: compare: tolerance"
+    assert {f.name for f in dataclasses.fields(record.Step)} >= protocol.STEP_KEYS
+    assert in_env.InEnvPhases().feed("[kernodeck] compare: not-run in 0.00s") is None
+    assert in_env.InEnvPhases().feed("[kernodeck] compare: tolerance") == "kernodeck: compare: tolerance"
 
 
 def test_a_layer_may_be_refined_after_a_colon() -> None:
@@ -192,7 +192,7 @@ def verify_config_keys(source: str) -> set[str]:
 
 
 def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) -> None:
-    from kernodeck.dossier import reference as refmod
+    from kernodeck.dossier import manifest
     from kernodeck.project import application
     from kernodeck.project.config import load_project
     from tests.conftest import copy_project
@@ -203,5 +203,5 @@ def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) ->
     written = set().union(*(verify_config_keys((steps / f).read_text(encoding="utf-8"))
                             for f in ("declared.py", "in_env.py")))
     assert {"steps", "project_root", "mode", "resume"} <= written
-    assert {*refmod.load(project).run_config(project, app), *written} <= protocol.CONFIG_KEYS
+    assert {*manifest.load(project).run_config(project, app), *written} <= protocol.CONFIG_KEYS
     assert verify_config_keys('run_config.update(modus="x")\nrun_config["projekt"] = 1\n') == {"modus", "projekt"}

@@ -21,7 +21,8 @@ from packaging.version import Version
 from kernodeck._fs import sha256_file
 from kernodeck.dossier import sbom
 from kernodeck.errors import LockfileError
-from kernodeck.lock import lockfile, pylock
+from kernodeck.lock import index_client, lockfile, pylock
+from kernodeck.lock import twin as lock_twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python
 from tests.conftest import ROOT
@@ -37,7 +38,7 @@ def _header(text: str) -> str:
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(ROOT)))
 def test_committed_twin_is_what_the_standard_reader_and_the_writer_give(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
-    lock = pylock.read(path)
+    lock = lock_twin.read(path)
     assert isinstance(lock, Pylock) and lock.lock_version == Version("1.0") and lock.packages
     lock.validate()
     assert pylock.dumps(lock, _header(text)) == text, f"{path.name} is not what the writer writes"
@@ -48,13 +49,13 @@ def test_committed_twins_exist() -> None:
 
 
 def test_writer_is_deterministic_and_reads_back(tmp_path: Path) -> None:
-    lock = pylock.read(COMMITTED[0])
+    lock = lock_twin.read(COMMITTED[0])
     part = dataclasses.replace(lock, packages=list(lock.packages[:3]))
     one, two = pylock.dumps(part, "h"), pylock.dumps(part, "h")
     assert one == two
     out = tmp_path / "pylock.part.toml"
     out.write_text(one, encoding="utf-8")
-    assert pylock.read(out).to_dict() == part.to_dict()
+    assert lock_twin.read(out).to_dict() == part.to_dict()
 
 
 BROKEN = {
@@ -75,9 +76,9 @@ def test_every_reader_refuses_an_invalid_pylock(what: str, tmp_path: Path) -> No
     bad = tmp_path / committed.name
     bad.write_text(text.replace(old, new, 1), encoding="utf-8")
     with pytest.raises(LockfileError, match=r"pylock\.cp311-linux_x86_64-cpu\.toml"):
-        pylock.read(bad)
-    assert pylock.known_files(bad) == {}
-    assert pylock.recorded_digest(bad) is None
+        lock_twin.read(bad)
+    assert lock_twin.known_files(bad) == {}
+    assert lock_twin.recorded_digest(bad) is None
     found = pylock.disagreements(bad, lockfile.read(lock_file))
     assert len(found) == 1 and bad.name in found[0], found
     # the SBOM places no file from a pylock it cannot trust (the hashes stay on each component)
@@ -108,14 +109,14 @@ def _local_twin(tmp_path: Path, *, tamper: bool = False) -> Path:
     """A twin written by Kernodeck's own writer for two wheels made here, placed by file URLs (no index)."""
     wheels = [make_wheel(tmp_path / "wheels", "kdtinya", "1.0"), make_wheel(tmp_path / "wheels", "kdtinyb", "2.0")]
     lines = ["# a lock for the test"]
-    files: dict[str, list[pylock.DistFile]] = {}
+    files: dict[str, list[index_client.DistFile]] = {}
     for wheel in wheels:
         name, version = wheel.name.split("-")[:2]
         digest = sha256_file(wheel)
         if tamper and name == "kdtinyb":
             digest = "0" * 64
         lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}")
-        files[name] = [pylock.DistFile(wheel.name, wheel.as_uri(), digest, wheel.stat().st_size)]
+        files[name] = [index_client.DistFile(wheel.name, wheel.as_uri(), digest, wheel.stat().st_size)]
     lock_text = "\n".join(lines) + "\n"
     lock = lockfile.parse_text(lock_text, tmp_path / "tiny.txt")
     plat = Platform(current_python(), current_os_arch(), load_project(ROOT).variant("cpu"))
@@ -146,7 +147,7 @@ def test_pip_installs_part_of_a_committed_twin_from_pypi(tmp_path: Path) -> None
     """Two small pure-Python packages of the committed cpu twin, as the twin places them (files.pythonhosted.org)."""
     if (current_python(), current_os_arch()) != ("3.11", "linux_x86_64"):
         pytest.skip("the committed cpu twin's environment is CPython 3.11 on linux x86_64")
-    lock = pylock.read(ROOT / "lockfiles" / "pylock.cp311-linux_x86_64-cpu.toml")
+    lock = lock_twin.read(ROOT / "lockfiles" / "pylock.cp311-linux_x86_64-cpu.toml")
     keep = {"annotated-types", "typing-extensions"}
     part = dataclasses.replace(lock, packages=[p for p in lock.packages if p.name in keep])
     assert len(part.packages) == 2
@@ -171,21 +172,21 @@ def test_ca_bundle_follows_pip_then_ssl_cert_file(tmp_path: Path) -> None:
     pip_ca, ssl_ca = tmp_path / "pip.pem", tmp_path / "ssl.pem"
     pip_ca.write_text("x", encoding="utf-8")
     ssl_ca.write_text("y", encoding="utf-8")
-    assert pylock.ca_bundle({}, {}) is None
-    assert pylock.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {}) == str(ssl_ca)
-    assert pylock.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {"cert": str(pip_ca)}) == str(pip_ca)
-    assert pylock.ca_bundle({"REQUESTS_CA_BUNDLE": str(ssl_ca)}, {}) == str(ssl_ca)
+    assert index_client.ca_bundle({}, {}) is None
+    assert index_client.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {}) == str(ssl_ca)
+    assert index_client.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {"cert": str(pip_ca)}) == str(pip_ca)
+    assert index_client.ca_bundle({"REQUESTS_CA_BUNDLE": str(ssl_ca)}, {}) == str(ssl_ca)
     # a bundle that is not there is not trusted blindly: the next one (or the system's store) is used
-    assert pylock.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {"cert": str(tmp_path / "gone.pem")}) == str(ssl_ca)
+    assert index_client.ca_bundle({"SSL_CERT_FILE": str(ssl_ca)}, {"cert": str(tmp_path / "gone.pem")}) == str(ssl_ca)
 
 
 def test_netrc_credentials_are_sent_to_their_host_only(tmp_path: Path) -> None:
     rc = tmp_path / "netrc"
     rc.write_text("machine index.example.org login alice password s3cret\n", encoding="utf-8")
     rc.chmod(0o600)
-    assert pylock.netrc_auth("index.example.org", {"NETRC": str(rc)}) == ("alice", "s3cret")
-    assert pylock.netrc_auth("pypi.org", {"NETRC": str(rc)}) is None
-    assert pylock.netrc_auth("index.example.org", {"NETRC": str(tmp_path / "none")}) is None
+    assert index_client.netrc_auth("index.example.org", {"NETRC": str(rc)}) == ("alice", "s3cret")
+    assert index_client.netrc_auth("pypi.org", {"NETRC": str(rc)}) is None
+    assert index_client.netrc_auth("index.example.org", {"NETRC": str(tmp_path / "none")}) is None
 
 
 def test_fetcher_sends_netrc_credentials(tmp_path: Path,
@@ -224,12 +225,12 @@ def test_fetcher_sends_netrc_credentials(tmp_path: Path,
             monkeypatch.delenv(var, raising=False)
         monkeypatch.setenv("NETRC", str(tmp_path / "absent"))
         with pytest.raises(OSError, match="HTTP 401"):
-            pylock.index_files(index, "kdtiny")
+            index_client.index_files(index, "kdtiny")
         rc = tmp_path / "netrc"
         rc.write_text("machine 127.0.0.1 login alice password s3cret\n", encoding="utf-8")
         rc.chmod(0o600)
         monkeypatch.setenv("NETRC", str(rc))
-        files = pylock.index_files(index, "kdtiny")
+        files = index_client.index_files(index, "kdtiny")
         assert [f.filename for f in files] == ["kdtiny-1.0-py3-none-any.whl"] and seen[-1] == expected
     finally:
         server.shutdown()

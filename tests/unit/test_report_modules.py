@@ -5,15 +5,15 @@ dossier's review passes a precomputed ``secrets`` through (read once by the call
 from __future__ import annotations
 
 import ast
-import inspect
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kernodeck import dossier
+from kernodeck.dossier import delta as dossier_delta
+from kernodeck.dossier import review as dossier_review
 from kernodeck.dossier import review as review_mod
-from kernodeck.verify import report
+from kernodeck.verify import claims
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,40 +76,18 @@ def test_the_layer_check_catches_a_planted_cycle() -> None:
     assert "kernodeck.verify.report" in runtime_imports(inside, "kernodeck.verify")
 
 
-# What other modules and the tests import from kernodeck.verify.report and kernodeck.dossier (grep of the tree).
-REPORT_NAMES = ("CLAIMS", "REPORT_VERSION", "Claim", "ClaimSpec", "ClaimState", "Layer", "Report", "SUMMARISERS",
-                "Status", "Step", "Verdict", "evaluate_claims", "likely_cause", "overall", "render_markdown",
-                "step_result", "summary_line")
-DOSSIER_NAMES = ("compare", "render_compare", "vs_reference", "procedure", "reviewer", "review_folder",
-                 "swap_into_place", "read_embeddings")
-
-
-def test_every_name_stays_importable_where_it_was() -> None:
-    for name in REPORT_NAMES:
-        assert hasattr(report, name), name
-    for name in DOSSIER_NAMES:  # functions, never a submodule of the same name (the name-clash trap)
-        assert inspect.isfunction(getattr(dossier, name)), name
-    assert issubclass(dossier.DamagedDossier, Exception)
-    # one definition each: the names re-exported are the objects of the modules that define them
-    from kernodeck.inenv import protocol
-    from kernodeck.verify import claims, markdown, record
-
-    assert report.Status is record.Status is protocol.Status and report.Step is record.Step
-    assert report.CLAIMS is claims.CLAIMS and report.render_markdown is markdown.render_markdown
-
-
 def test_no_claim_carries_the_removed_pending_or_binding_fields() -> None:
     from dataclasses import fields
 
-    assert {f.name for f in fields(report.ClaimSpec)} == {"id", "text", "step", "key", "holds", "modes", "variant"}
-    assert "binding" not in {f.name for f in fields(report.Claim)}
+    assert {f.name for f in fields(claims.ClaimSpec)} == {"id", "text", "step", "key", "holds", "modes", "variant"}
+    assert "binding" not in {f.name for f in fields(claims.Claim)}
 
 
 def test_the_reviewer_replaces_project_and_home_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))
     project = home / "work" / "proj"
-    review = dossier.reviewer(project)
+    review = dossier_review.reviewer(project)
     assert review(f"{project}/checks/app.py and {home}/.cache") == "<project>/checks/app.py and ~/.cache"
     assert review("nothing of this machine") == "nothing of this machine"
 
@@ -139,7 +117,7 @@ def test_review_passes_secrets_through_only_when_given(
     folder.mkdir()
     (folder / "report.md").write_text("x\n", encoding="utf-8")
     (folder / "embeddings.npy").write_bytes(b"\x93NUMPY")  # binary outputs are not reviewed
-    dossier.review_folder(folder, tmp_path, secrets=given)
+    dossier_review.review_folder(folder, tmp_path, secrets=given)
     assert [c["fn"] for c in rec.calls] == ["scrub_text", "check_written"]
     # None: each call reads this machine's sources itself; else read once by the caller: the same object reaches both
     assert all(c["secrets"] is given for c in rec.calls)
@@ -150,10 +128,10 @@ def test_the_reviewer_takes_the_declared_indexes_already_read(tmp_path: Path, mo
         raise AssertionError("pyproject.toml read again")
 
     monkeypatch.setattr(review_mod, "_public", no_pyproject)
-    given = dossier.reviewer(tmp_path, public=["https://download.pytorch.org/whl/cpu"])
+    given = dossier_review.reviewer(tmp_path, public=["https://download.pytorch.org/whl/cpu"])
     assert given.public == ("https://download.pytorch.org/whl/cpu",)
     with pytest.raises(AssertionError, match="read again"):  # nothing given: it reads the project's declaration
-        dossier.reviewer(tmp_path)
+        dossier_review.reviewer(tmp_path)
 
 
 def test_vs_reference_takes_the_delta_and_system_already_had(tmp_path: Path) -> None:
@@ -166,15 +144,15 @@ def test_vs_reference_takes_the_delta_and_system_already_had(tmp_path: Path) -> 
     (ref / "system.json").write_text('{"driver": "550", "cpu": {"model": "a"}}', encoding="utf-8")
     (run / "inventory.txt").write_text("numpy==2.1\ntorch==2.13.0\n", encoding="utf-8")
     (run / "system.json").write_text('{"driver": "560", "cpu": {"model": "a"}}', encoding="utf-8")
-    read = dossier.vs_reference(ref, run)
+    read = dossier_delta.vs_reference(ref, run)
     assert read["inventory"]["changed"] == {"numpy": {"expected": "2.0", "observed": "2.1"}}
     assert read["system"] == {"driver": {"reference": "550", "this run": "560"}}
     delta = diff({"numpy": "2.0", "torch": "2.13.0"}, {"numpy": "2.1", "torch": "2.13.0"})
     system = {"driver": "560", "cpu": {"model": "a"}}
     for name in ("inventory.txt", "system.json"):
         (run / name).unlink()  # given what it needs, vs_reference reads nothing of the run
-    assert dossier.vs_reference(ref, run, inventory_delta=delta, system=system) == read
+    assert dossier_delta.vs_reference(ref, run, inventory_delta=delta, system=system) == read
     # negative control: what is given is what is used (another system record, another difference)
-    other = dossier.vs_reference(ref, run, inventory_delta=delta, system={**system, "driver": "570"})
+    other = dossier_delta.vs_reference(ref, run, inventory_delta=delta, system={**system, "driver": "570"})
     assert other["system"] == {"driver": {"reference": "550", "this run": "570"}}
-    assert "inventory" not in dossier.vs_reference(ref, run)  # nor guessed when neither is given nor on disk
+    assert "inventory" not in dossier_delta.vs_reference(ref, run)  # nor guessed when neither is given nor on disk

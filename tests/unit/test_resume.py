@@ -22,7 +22,7 @@ def in_env(project: Path, code: str, *args: str) -> dict[str, Any]:
     """CODE run by the env's own interpreter, started as the in-env processes are (kernodeck/env/start.py), the
     project's checks importable; it prints one JSON line."""
     from kernodeck.env import start
-    from kernodeck.verify import RUNNER_ENV
+    from kernodeck.verify.steps.in_env import RUNNER_ENV
 
     python = project / ".venv-rebuild" / PLATFORM / "current" / "bin" / "python"
     prelude = f"import sys, json\nsys.path.insert(0, {str(project)!r})\n"

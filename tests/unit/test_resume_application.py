@@ -17,9 +17,10 @@ import pytest
 from kernodeck.errors import ConfigError
 from kernodeck.inenv import resume_app
 from kernodeck.inenv._common import CheckFailed, Context, Skip
-from kernodeck.project import resume
+from kernodeck.inenv.protocol import Status
+from kernodeck.project import resume_contract
 from kernodeck.project.config import load_project
-from kernodeck.verify.record import Status, Step
+from kernodeck.verify.record import Step
 from kernodeck.verify.summaries import step_result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,10 +36,10 @@ def _digits_table() -> dict[str, Any]:
 
 
 def test_the_digits_example_declares_its_resume() -> None:
-    contract = resume.from_table(_digits_table())
+    contract = resume_contract.from_table(_digits_table())
     assert contract is not None
     assert str(contract.entry) == "checks/train.py:train" and (contract.steps, contract.checkpoint_at) == (50, 30)
-    assert contract.controls == (resume.Drop.OPTIMIZER, resume.Drop.RNG, resume.Drop.LOADER)
+    assert contract.controls == (resume_contract.Drop.OPTIMIZER, resume_contract.Drop.RNG, resume_contract.Drop.LOADER)
     assert contract.outputs["weights"].tolerance == {"rtol": 0.0, "atol": 1e-6}
     config = contract.run_config()
     assert config["entry"] == {"file": "checks/train.py", "function": "train"}
@@ -47,19 +48,19 @@ def test_the_digits_example_declares_its_resume() -> None:
 
 def test_the_lightning_example_declares_its_resume_with_its_own_train() -> None:
     data = tomllib.loads((ROOT / "examples" / "lightning" / "pyproject.toml").read_text(encoding="utf-8"))
-    contract = resume.from_table(data["tool"]["kernodeck"]["application"]["resume"])
+    contract = resume_contract.from_table(data["tool"]["kernodeck"]["application"]["resume"])
     assert contract is not None and str(contract.entry) == "checks/train.py:train"
     train = (ROOT / "examples" / "lightning" / "checks" / "train.py").read_text(encoding="utf-8")
-    assert "ckpt_path=" in train and all(f'"{d}"' in train for d in resume.Drop)  # each control honoured
+    assert "ckpt_path=" in train and all(f'"{d}"' in train for d in resume_contract.Drop)  # each control honoured
     assert "lightning" in (ROOT / "examples" / "lightning" / "requirements" / "base.in").read_text(encoding="utf-8")
 
 
 def test_no_resume_declared_is_none_and_controls_default_to_every_piece() -> None:
-    assert resume.from_table(None) is None
+    assert resume_contract.from_table(None) is None
     table = _digits_table()
     del table["controls"]
-    contract = resume.from_table(table)
-    assert contract is not None and contract.controls == tuple(resume.Drop)
+    contract = resume_contract.from_table(table)
+    assert contract is not None and contract.controls == tuple(resume_contract.Drop)
 
 
 @pytest.mark.parametrize(
@@ -80,14 +81,15 @@ def test_no_resume_declared_is_none_and_controls_default_to_every_piece() -> Non
 )
 def test_bad_resume_declarations_are_named(edit: Any, message: str) -> None:
     table = _digits_table()
-    resume.from_table(table)  # the control: the example's declaration is accepted
+    resume_contract.from_table(table)  # the control: the example's declaration is accepted
     edit(table)
     with pytest.raises(ConfigError, match=message):
-        resume.from_table(table)
+        resume_contract.from_table(table)
 
 
 def test_every_drop_is_described() -> None:
-    assert {resume.describe(d) for d in resume.Drop} and len({resume.describe(d) for d in resume.Drop}) == 3
+    described = {resume_contract.describe(d) for d in resume_contract.Drop}
+    assert described and len(described) == 3
 
 
 def test_the_schema_accepts_the_table_and_refuses_a_stray_key(tmp_path: Path) -> None:
@@ -208,6 +210,7 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
     can honour app.resume_drop so that its controls differ): the resumed run must have opened a file of the checkpoint
     it was handed (the closed world's record of its call), else the step fails."""
     from kernodeck_inenv import seen
+    from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class the in-env package raises
 
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
@@ -216,7 +219,7 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
     try:
         seen.READ.clear()
         seen.READ[str(tmp_path / "elsewhere.pt")] = "the resume entry"
-        with pytest.raises(resume_app.CheckFailed, match="read no file of the checkpoint"):
+        with pytest.raises(InEnvCheckFailed, match="read no file of the checkpoint"):
             resume_app.read_the_checkpoint(checkpoint)
         seen.READ[str(checkpoint / "state.pt")] = "the resume entry"
         resume_app.read_the_checkpoint(checkpoint)
@@ -255,7 +258,7 @@ def test_progress_that_what_kernodeck_saw_contradicts_fails_the_call(
     logged: list[int], start: int, steps: int, returned: int, message: str
 ) -> None:
     resume_app.check_progress({**COUNTERS, "step": steps}, _called(list(range(start + 1, steps + 1))), start, steps)
-    with pytest.raises(resume_app.CheckFailed, match=message) as caught:  # the runner's class (kernodeck_inenv)
+    with pytest.raises(CheckFailed, match=message) as caught:  # the runner's class (kernodeck_inenv)
         resume_app.check_progress({**COUNTERS, "step": returned}, _called(logged), start, steps)
     assert caught.value.layer == "application"
 
@@ -267,7 +270,7 @@ def test_a_resume_output_may_not_take_the_name_of_kernodecks_own_records() -> No
         table = _digits_table()
         table["outputs"][name] = table["outputs"]["weights"]
         with pytest.raises(ConfigError, match=f"{name} is the name of Kernodeck's own record"):
-            resume.from_table(table)
+            resume_contract.from_table(table)
 
 
 def test_each_call_of_train_has_its_progress_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -288,5 +291,5 @@ def test_each_call_of_train_has_its_progress_checked(tmp_path: Path, monkeypatch
     cfg = {**CFG, "entry": {"file": "checks/train.py", "function": "train"}}
     done = resume_app.call_train(cfg, ctx, {"trained": 6}, "cpu", tmp_path / "ok", 6, None, None, None)
     assert done.counters["step"] == 6 and sorted(done.losses) == [1, 2, 3, 4, 5, 6]
-    with pytest.raises(resume_app.CheckFailed, match=r"returned step 6 but logged no loss for step 5\.\.6"):
+    with pytest.raises(CheckFailed, match=r"returned step 6 but logged no loss for step 5\.\.6"):
         resume_app.call_train(cfg, ctx, {"trained": 4}, "cpu", tmp_path / "short", 6, None, None, None)

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from kernodeck.__main__ import main
-from kernodeck.dossier import compare, render_compare, resume_outputs
+from kernodeck.dossier import resume_outputs
+from kernodeck.dossier.delta import compare, render_compare
 from kernodeck.inenv import resume_app
 from kernodeck.measure import drift
 

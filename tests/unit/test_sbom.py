@@ -87,19 +87,19 @@ def test_sbom_from_what_the_caller_read_is_the_same_and_reads_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A verify's run context passes the lock, its digest and its twin it already read: the same document, no read."""
-    from kernodeck.dossier.sbom import sha256_file
-    from kernodeck.lock import pylock
+    from kernodeck._fs import sha256_file
+    from kernodeck.lock import twin as lock_twin
 
     lock_path = LOCKS[0]
     twin_path = lock_path.with_name(f"pylock.{lock_path.stem}.toml")
     expected = sbom.render(_document(lock_path))
-    lock, digest, twin = lockfile.read(lock_path), "sha256:" + sha256_file(lock_path), pylock.read(twin_path)
+    lock, digest, twin = lockfile.read(lock_path), "sha256:" + sha256_file(lock_path), lock_twin.read(twin_path)
 
     def no_read(*args: object, **kwargs: object) -> None:
         raise AssertionError("read again")
 
     monkeypatch.setattr(lockfile, "read", no_read)
-    monkeypatch.setattr(pylock, "read", no_read)
+    monkeypatch.setattr(lock_twin, "read", no_read)  # where sbom reads the twin from (the call's own import)
     monkeypatch.setattr(sbom, "sha256_file", no_read)
     given = sbom.write(lock_path, lock_path.stem, tmp_path / "x.cdx.json", twin_path, lock=lock, digest=digest,
                        twin=twin)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kernodeck.env import start
-from kernodeck.verify import RUNNER_ENV
+from kernodeck.verify.steps.in_env import RUNNER_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,9 @@ def test_the_page_lists_every_allowed_skip_with_its_reason() -> None:
 
 
 def test_an_allowed_skip_never_excuses_a_claim_and_an_unlisted_one_fails() -> None:
-    from kernodeck.verify.report import Report, Status, Step
+    from kernodeck.inenv.protocol import Status
+    from kernodeck.verify.record import Step
+    from kernodeck.verify.report import Report
     from tests._reports import complete_steps
 
     def run(name: str, mode: str = "verify") -> Report:

@@ -1,5 +1,6 @@
-"""kernodeck.sources.config and .redaction: pip's and uv's configuration read once per process, and not at all when
-the caller hands its Secrets over (issue 20: one verify re-read pip's configuration 3 times per dossier file)."""
+"""kernodeck.sources.installer_config and .redaction: pip's and uv's configuration read once per process, and not at
+all when the caller hands its Secrets over (issue 20: one verify re-read pip's configuration 3 times per dossier
+file)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from kernodeck.sources import SecretInText, check_written, config_bytes, redact_text, redaction, scrub_text, secrets
-from kernodeck.sources import config as sources_config
+from kernodeck.sources import installer_config as sources_config
 
 # An audit hook cannot be removed: it counts only while a test asks it to, and only the files it names.
 _WATCHED: dict[str, int] = {}

@@ -14,10 +14,9 @@ from pathlib import Path
 import packaging
 import pytest
 
-from kernodeck import lock, noxsessions
-from kernodeck.__main__ import RESOLVERS
+from kernodeck import noxsessions
 from kernodeck.env import start
-from kernodeck.verify import RUNNER_ENV
+from kernodeck.verify.steps.in_env import RUNNER_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("ssl", "http.client", "urllib.request", "tomlkit", "filelock", "importlib.metadata", "kernodeck.verify",
@@ -44,10 +43,6 @@ def test_lock_check_imports_neither_the_network_nor_the_other_commands() -> None
             "print('tomlkit' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "True"
-
-
-def test_parser_resolvers_are_the_lock_modules() -> None:
-    assert set(RESOLVERS) == set(lock.RESOLVERS)
 
 
 class _Session:
@@ -98,7 +93,8 @@ def test_only_lock_check_narrows_the_tools() -> None:
 
 def test_committed_twins_render_to_the_same_bytes() -> None:
     """The twin of each committed lock, rendered again from the files it places, is byte-identical (no network)."""
-    from kernodeck.lock import lockfile, pylock
+    from kernodeck.lock import lockfile, place, pylock
+    from kernodeck.lock import twin as lock_twin
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
 
@@ -111,7 +107,7 @@ def test_committed_twins_render_to_the_same_bytes() -> None:
             continue
         text = lock_file.read_text(encoding="utf-8")
         lock_ = lockfile.parse_text(text, lock_file)
-        files = pylock.locate(lock_.pins, plat, [], no_index=True, known=pylock.known_files(twin))
+        files = place.locate(lock_.pins, plat, [], no_index=True, known=lock_twin.known_files(twin))
         assert pylock.render(lock_, plat, files, text) == twin.read_text(encoding="utf-8"), plat.id
         checked += 1
     assert checked >= 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kernodeck.dossier import compare, render_compare
+from kernodeck.dossier.delta import compare, render_compare
 
 X86 = """processor\t: 0
 vendor_id\t: GenuineIntel

@@ -7,14 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import dossier
-from kernodeck.dossier import reference
+from kernodeck.dossier import manifest as dossier_manifest
+from kernodeck.dossier import recording
+from kernodeck.dossier import review as dossier_review
 from kernodeck.env import inventory
 from kernodeck.errors import ManifestError, UnknownVariant
+from kernodeck.inenv.protocol import Status
 from kernodeck.project.config import Backend, load_project
 from kernodeck.project.platforms import os_arch_from_tag, parse_platform_id, resolve_platform
 from kernodeck.sources import Source, redact_text, redact_url, strip_credentials, uv_environment
-from kernodeck.verify.report import Report, Status, Step, overall, render_markdown
+from kernodeck.verify.markdown import render_markdown
+from kernodeck.verify.record import Step, overall
+from kernodeck.verify.report import Report
 from tests.conftest import ROOT, copy_project
 
 
@@ -107,15 +111,15 @@ def test_uv_environment_maps_pip_sources() -> None:
 
 
 def _manifest() -> dict[str, object]:
-    return reference.load(load_project(ROOT)).manifest
+    return dossier_manifest.load(load_project(ROOT)).manifest
 
 
 def test_reference_identity_stable_and_sensitive() -> None:
     manifest = _manifest()
-    assert reference.identity(manifest) == manifest["id"]
+    assert dossier_manifest.identity(manifest) == manifest["id"]
     same = json.loads(json.dumps(manifest))
     same["provenance"] = {"commit": "other", "dirty": True}
-    assert reference.identity(same) == manifest["id"]  # provenance is not content
+    assert dossier_manifest.identity(same) == manifest["id"]  # provenance is not content
     for table, key, value in [
         ("outputs.embeddings", "max-abs", 0.5),
         ("outputs.embeddings", "kind", "allclose"),
@@ -134,7 +138,7 @@ def test_reference_identity_stable_and_sensitive() -> None:
         for part in table.split("."):
             target = target[part]
         target[key] = value
-        assert reference.identity(changed) != manifest["id"], f"{table}.{key} must change the id"
+        assert dossier_manifest.identity(changed) != manifest["id"], f"{table}.{key} must change the id"
 
 
 @pytest.mark.parametrize("version", ["latest", "", "main", "1.*", "newest"])
@@ -142,17 +146,17 @@ def test_floating_weights_refused(version: str) -> None:
     weights = dict(_manifest()["weights"])  # type: ignore[arg-type]
     weights["version"] = version
     with pytest.raises(ManifestError, match=r"version|floating"):
-        reference.check_weights(weights, "manifest.toml")
+        dossier_manifest.check_weights(weights, "manifest.toml")
 
 
 def test_weights_without_digest_refused() -> None:
     weights = dict(_manifest()["weights"])  # type: ignore[arg-type]
     weights["files"] = {}
     with pytest.raises(ManifestError, match="no file digests"):
-        reference.check_weights(weights, "manifest.toml")
+        dossier_manifest.check_weights(weights, "manifest.toml")
     weights["files"] = {"model.safetensors": "abc"}
     with pytest.raises(ManifestError, match="not a sha256"):
-        reference.check_weights(weights, "manifest.toml")
+        dossier_manifest.check_weights(weights, "manifest.toml")
 
 
 def test_manifest_edited_or_broken_is_named(tmp_path: Path) -> None:
@@ -161,22 +165,22 @@ def test_manifest_edited_or_broken_is_named(tmp_path: Path) -> None:
     text = path.read_text()
     path.write_text(text.replace("max-abs = 0.0001", "max-abs = 0.01"))
     with pytest.raises(ManifestError, match="does not match its content"):
-        reference.load(load_project(project_dir))
+        dossier_manifest.load(load_project(project_dir))
     path.write_text(text.replace("[data]", "[data\n"))
     with pytest.raises(ManifestError, match=r"manifest.toml:\d+: not valid TOML"):
-        reference.load(load_project(project_dir))
+        dossier_manifest.load(load_project(project_dir))
     path.write_text(text.split("[data]")[0])
     with pytest.raises(ManifestError, match="missing"):
-        reference.load(load_project(project_dir))
+        dossier_manifest.load(load_project(project_dir))
 
 
 def test_tolerance_bound_refuses_loose_tolerance() -> None:
-    assert reference.tolerance_bound(1e-4, 384) == pytest.approx(2 * 384**0.5 * 1e-4)
+    assert recording.tolerance_bound(1e-4, 384) == pytest.approx(2 * 384**0.5 * 1e-4)
 
 
 def test_reviewer_strips_paths_and_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://bob:hunter2@private.example/simple")
-    review = dossier.reviewer(tmp_path)
+    review = dossier_review.reviewer(tmp_path)
     text = review(f"ran in {tmp_path}/x with https://bob:hunter2@private.example/simple and token hunter2")
     assert "hunter2" not in text and str(tmp_path) not in text and "<project>/x" in text
 
@@ -192,8 +196,8 @@ def test_swap_into_place_keeps_old_on_failure(tmp_path: Path) -> None:
     staging.mkdir()
     (staging / "report.json").write_text("new")
     outdir.mark(staging, "dossier")
-    dossier.swap_into_place(staging, out)
+    outdir.swap_into_place(staging, out)
     assert (out / "report.json").read_text() == "new" and not staging.exists()
     with pytest.raises(OSError):
-        dossier.swap_into_place(tmp_path / "missing-staging", out)
+        outdir.swap_into_place(tmp_path / "missing-staging", out)
     assert (out / "report.json").read_text() == "new"  # the earlier dossier is back in place

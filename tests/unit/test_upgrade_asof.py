@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from kernodeck import lock as locking
 from kernodeck.errors import ConfigError
-from kernodeck.lock import lockfile, resolvers
+from kernodeck.lock import check, inputs, lockfile, resolvers
+from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from tests._lock_tiny import offline_sources, pins, tiny_project, tiny_wheels
@@ -32,14 +32,14 @@ def _declare(project: Path, value: str | None) -> None:
 
 
 def test_a_date_is_midnight_utc_and_a_bad_or_future_one_is_refused() -> None:
-    assert locking.as_of_instant("2024-06-01") == "2024-06-01T00:00:00Z"
-    assert locking.as_of_instant("2024-06-01T12:30:00Z") == "2024-06-01T12:30:00Z"
+    assert inputs.as_of_instant("2024-06-01") == "2024-06-01T00:00:00Z"
+    assert inputs.as_of_instant("2024-06-01T12:30:00Z") == "2024-06-01T12:30:00Z"
     for bad in ("2024-6-1", "yesterday", "2024-06-01T12:30:00+02:00", "2024-13-01"):
         with pytest.raises(ConfigError, match="is not a date"):
-            locking.as_of_instant(bad)
+            inputs.as_of_instant(bad)
     tomorrow = (dt.datetime.now(dt.UTC) + dt.timedelta(days=2)).strftime("%Y-%m-%d")
     with pytest.raises(ConfigError, match="in the future"):
-        locking.as_of_instant(tomorrow)
+        inputs.as_of_instant(tomorrow)
 
 
 @pytest.mark.parametrize("resolver", RESOLVERS)
@@ -69,26 +69,26 @@ def test_the_date_is_recorded_and_is_an_input_of_the_drift_check(tmp_path: Path,
     root = tiny_project(tmp_path / "p")
     proj = load_project(root)
     plat = resolve_platform(proj)
-    target = locking.compile_lock(proj, plat, resolver=resolver, as_of="2021-03-04")
+    target = lock_compile.compile_lock(proj, plat, resolver=resolver, as_of="2021-03-04")
     lock = lockfile.read(target)
     assert lock.first("resolve-as-of").startswith("2021-03-04T00:00:00Z")
     assert lock.inputs["resolve-as-of"] == "2021-03-04T00:00:00Z"
     assert "2021-03-04T00:00:00Z" in lock.first("command")
     # None declared: the one-off --as-of the lock records stands.
-    assert locking.check_lock(proj, plat) == []
+    assert check.check_lock(proj, plat) == []
     _declare(root, "2021-03-04")
-    assert locking.check_lock(load_project(root), plat) == []
+    assert check.check_lock(load_project(root), plat) == []
     _declare(root, "2022-01-01")  # the declared date moved: drift, named with both dates
-    changes = locking.check_lock(load_project(root), plat)
+    changes = check.check_lock(load_project(root), plat)
     assert changes == ["the resolution date (resolve-as-of) changed: 2021-03-04T00:00:00Z -> 2022-01-01T00:00:00Z"]
     # A lock made without a date while one is declared is stale too.
     _declare(root, None)
-    locking.compile_lock(load_project(root), plat, resolver=resolver)
+    lock_compile.compile_lock(load_project(root), plat, resolver=resolver)
     _declare(root, "2021-03-04")
-    assert locking.check_lock(load_project(root), plat) == ["the resolution date (resolve-as-of) is a new input"]
+    assert check.check_lock(load_project(root), plat) == ["the resolution date (resolve-as-of) is a new input"]
     # ...and relocking with the declared date makes it current again.
-    locking.compile_lock(load_project(root), plat, resolver=resolver)
-    assert locking.check_lock(load_project(root), plat) == []
+    lock_compile.compile_lock(load_project(root), plat, resolver=resolver)
+    assert check.check_lock(load_project(root), plat) == []
 
 
 def _pypi_only(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
@@ -116,18 +116,18 @@ def test_a_dated_relock_against_pypi_is_byte_identical(tmp_path: Path, monkeypat
     _declare(root, "2024-06-01")  # packaging 24.1 was uploaded on 2024-06-10
     proj = load_project(root)
     plat = resolve_platform(proj)
-    target = locking.compile_lock(proj, plat, resolver=resolver)
+    target = lock_compile.compile_lock(proj, plat, resolver=resolver)
     first = target.read_bytes()
     assert pins(target) == {"packaging": "24.0"}
-    locking.compile_lock(proj, plat, resolver=resolver)  # over the first lock (seeded with its pins)
+    lock_compile.compile_lock(proj, plat, resolver=resolver)  # over the first lock (seeded with its pins)
     assert target.read_bytes() == first
     shutil.rmtree(tmp_path / "cache")  # another day, another machine: nothing cached
     target.unlink()
-    locking.compile_lock(proj, plat, resolver=resolver)
+    lock_compile.compile_lock(proj, plat, resolver=resolver)
     assert target.read_bytes() == first
-    assert locking.check_lock(proj, plat) == []
+    assert check.check_lock(proj, plat) == []
     # Negative control: a later date resolves a later version (the date, not a cache, chose 24.0).
-    locking.compile_lock(proj, plat, resolver=resolver, upgrade=True, as_of="2024-07-01")
+    lock_compile.compile_lock(proj, plat, resolver=resolver, upgrade=True, as_of="2024-07-01")
     assert pins(target) == {"packaging": "24.1"}
     assert target.read_bytes() != first
 
@@ -141,7 +141,7 @@ def test_upgrade_moves_a_declared_date_and_puts_it_back_when_the_relock_fails(
     _declare(root, "2021-03-04")
     proj = load_project(root)
     plat = resolve_platform(proj)
-    target = locking.compile_lock(proj, plat, resolver="uv")
+    target = lock_compile.compile_lock(proj, plat, resolver="uv")
     lock_before, pyproject_before = target.read_bytes(), (root / "pyproject.toml").read_text(encoding="utf-8")
     # A relock to another date writes the new date where the project declares one, the old file kept.
     kept = tmp_path / "kept"
@@ -187,13 +187,13 @@ def test_a_dated_lock_starts_from_scratch_and_names_package_and_date(tmp_path: P
         root = tiny_project(tmp_path / "p", index=index.url)
         proj = load_project(root)
         plat = resolve_platform(proj)
-        target = locking.compile_lock(proj, plat, resolver=resolver)
+        target = lock_compile.compile_lock(proj, plat, resolver=resolver)
         assert pins(target)["kdtiny-beta"] == "2.0"  # the latest, undated
-        locking.compile_lock(proj, plat, resolver=resolver, as_of="2021-01-01")  # no --upgrade
+        lock_compile.compile_lock(proj, plat, resolver=resolver, as_of="2021-01-01")  # no --upgrade
         assert pins(target) == {"kdtiny-alpha": "1.0", "kdtiny-beta": "1.0", "kdtiny-torch": "1.0"}
         before = target.read_bytes()
         with pytest.raises(LockFailed) as caught:
-            locking.compile_lock(proj, plat, resolver=resolver, as_of="2019-06-01")
+            lock_compile.compile_lock(proj, plat, resolver=resolver, as_of="2019-06-01")
     message = str(caught.value)
     assert "kdtiny-alpha" in message and "2019-06-01T00:00:00Z" in message, message
     assert "unreachable" not in message and "--as-of" in caught.value.tip, message

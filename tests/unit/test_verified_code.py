@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import inenv_fingerprints
+from kernodeck.errors import ConfigError
 from kernodeck.project import application
 from tests.planted import PLANT, plant_pyc
 
@@ -321,7 +322,7 @@ def test_project_bytecode_without_source_is_never_imported(tmp_path: Path) -> No
 
 
 def test_a_glob_that_matches_nothing_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(application.ConfigError, match="matches no file"):
+    with pytest.raises(ConfigError, match="matches no file"):
         _closed_project(tmp_path, code=["src/other/**/*.py"])
 
 

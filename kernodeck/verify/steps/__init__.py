@@ -6,13 +6,13 @@ the in-env checks (one process, one step each). Data flows one way: each reads w
 
 from __future__ import annotations
 
+from kernodeck.inenv.protocol import Layer
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Entry
-from kernodeck.verify.report import Layer
 from kernodeck.verify.steps.build import build
 from kernodeck.verify.steps.declared import declared_contract
 from kernodeck.verify.steps.in_env import checks
-from kernodeck.verify.steps.inventory import inventory_entry
+from kernodeck.verify.steps.inventory_check import inventory_entry
 from kernodeck.verify.steps.lock_check import lock_check
 
 

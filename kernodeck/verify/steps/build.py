@@ -13,14 +13,15 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck._proc import run as run_command
 from kernodeck.env import binding
-from kernodeck.env.envdirs import marker
-from kernodeck.env.rebuild import INVENTORY, current_env, env_python, rebuild
+from kernodeck.env.envdirs import current_env, env_python, marker
+from kernodeck.env.rebuild import INVENTORY, rebuild
 from kernodeck.errors import CommandFailed, KernodeckError
+from kernodeck.inenv.protocol import Layer, Status
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
-from kernodeck.verify.report import Layer, Status, Step
+from kernodeck.verify.record import Step
 
 
 def interpreter_platform(project: Project, python: str, variant: Platform) -> Platform:

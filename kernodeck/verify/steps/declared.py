@@ -13,19 +13,19 @@ from typing import Any
 
 from kernodeck import tips
 from kernodeck._fs import inenv_fingerprints, sha256_file
-from kernodeck.dossier import lineage
-from kernodeck.dossier import reference as refmod
+from kernodeck.dossier import lineage, manifest, recording
 from kernodeck.env import start
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
+from kernodeck.inenv.protocol import Layer, Status
 from kernodeck.project import application
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
-from kernodeck.verify.report import Layer, Status, Step
+from kernodeck.verify.record import Step
 
 
-def require_declared_contract(project: Project, ref: refmod.Reference, app: application.Application) -> None:
+def require_declared_contract(project: Project, ref: manifest.Reference, app: application.Application) -> None:
     """The application DECLARED in pyproject is the contract; the manifest only records a copy.
 
     A manifest whose copy differs (an output's kind, dtype, tolerance or justification, the entry, criterion, params
@@ -33,7 +33,7 @@ def require_declared_contract(project: Project, ref: refmod.Reference, app: appl
     criterion judging nearest neighbours of a cosine output), it is applied again with the declared tolerance.
     """
     where = os.path.relpath(ref.folder / "manifest.toml", project.root)
-    differ = refmod.declaration_differences(ref.manifest, app)
+    differ = manifest.declaration_differences(ref.manifest, app)
     if differ:
         raise ManifestError(
             f"{where}: the reference's contract is not the one declared in pyproject.toml "
@@ -45,13 +45,13 @@ def require_declared_contract(project: Project, ref: refmod.Reference, app: appl
         name = str(bound.get("output"))
         shapes = {n: list(rec["shape"]) for n, rec in ref.manifest["outputs"].items()}
         try:
-            refmod.flip_bound(app, {"margin": bound.get("reference_min_margin"), "neighbours_of": name}, shapes)
+            recording.flip_bound(app, {"margin": bound.get("reference_min_margin"), "neighbours_of": name}, shapes)
         except ManifestError as exc:
             raise ManifestError(f"{where}: {exc}", tip=exc.tip) from None
 
 
 def require_reference_code(
-    project: Project, ref: refmod.Reference, app: application.Application, *, allow: bool
+    project: Project, ref: manifest.Reference, app: application.Application, *, allow: bool
 ) -> list[str]:
     """The declared code files (entry, criterion, ``code``) that differ from the reference's fingerprints, sorted: a
     file changed or missing, or declared now but not fingerprinted by the reference.
@@ -59,7 +59,7 @@ def require_reference_code(
     Refused (CodeChanged, before anything is built) unless ``allow``: then they are returned for the verdict, which
     names them and is never ``passed``. The in-env reference step checks the same fingerprints again.
     """
-    recorded = refmod.code_expected(ref.manifest, app)
+    recorded = manifest.code_expected(ref.manifest, app)
     moved = sorted(
         f for f, d in recorded.items() if not (project.root / f).is_file() or sha256_file(project.root / f) != d
     )
@@ -108,12 +108,12 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
         run_config["determinism_records"] = int(det["max-records"])
     run_config["libraries"] = start.declared_libraries(ctx.project.tool)
     run_config.update(project_root=str(ctx.project.root), expect_backend=ctx.backend, mode=ctx.mode,
-                  sample_repeat=ctx.opts.sample_repeat, **ctx.opts.extra_config)
+                      **ctx.opts.extra_config)
     add_in_env_inputs(run_config, ctx.project.root, app)
     return run_config
 
 
-def against_reference(project: Project, ref: refmod.Reference, app: application.Application,
+def against_reference(project: Project, ref: manifest.Reference, app: application.Application,
                       backend: str) -> dict[str, Any]:
     """The in-env runner's config for the application run against the reference outside verify (calibrate, bisect):
     the reference's declarations, the declared foreign libraries and the in-env inputs, as verify's runner has them."""

@@ -17,15 +17,15 @@ from typing import Any
 from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import first_error, log, show
-from kernodeck.env import extensions, start
+from kernodeck.env import extension_scan, start
 from kernodeck.errors import KernodeckError
-from kernodeck.inenv.protocol import HASH_SEED, STATUSES, StepName
+from kernodeck.inenv.protocol import HASH_SEED, STATUSES, Layer, Status, StepName
 from kernodeck.project import deadlines
 from kernodeck.sources import redact_text
 from kernodeck.supervise import Stop, Stopped, supervise
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
-from kernodeck.verify.report import Layer, Status, Step
+from kernodeck.verify.record import Step
 
 IN_ENV_STEPS = tuple(step.value for step in StepName)  # the wall's protocol: every in-env step, in run order
 # compare, making a reference: each declared tolerance shown able to fail on the new outputs (nothing to compare yet)
@@ -212,7 +212,7 @@ def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> 
 
 def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
     """The compiled extensions found from outside the env before it runs, and the declared smoke checks."""
-    found = extensions.discover(python.parent.parent, twin=ctx.lock.twin)
+    found = extension_scan.discover(python.parent.parent, twin=ctx.lock.twin)
     names = ", ".join(f"{e.distribution} {e.version}" for e in found.extensions) or "none"
     log(f"kernodeck: extensions: found {names} (shared objects linking libtorch/libc10, torch's own excepted)")
     declared = ctx.project.tool.get("extensions")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from kernodeck import lock as locking
 from kernodeck.errors import LockfileError, MissingLockfile, StaleLock
+from kernodeck.inenv.protocol import Layer, Status
+from kernodeck.lock import check
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
-from kernodeck.verify.report import Layer, Status, Step
+from kernodeck.verify.record import Step
 
 
 def lock_check(ctx: RunContext, run: Run) -> Step:
@@ -15,7 +16,7 @@ def lock_check(ctx: RunContext, run: Run) -> Step:
     With ``--python`` and no lock, skipped: what a pass would not establish is said instead.
     """
     try:
-        locking.require_checked(ctx.project, ctx.plat, read=ctx.lock)  # the lock and twin as read into the context
+        check.require_checked(ctx.project, ctx.plat, read=ctx.lock)  # the lock and twin as read into the context
         if ctx.lock.parsed is None:  # a lock that passed the check was parsed
             raise LockfileError(str(ctx.lock.path), None, "could not be read as checked")
     except (MissingLockfile, StaleLock, LockfileError) as exc:

@@ -1,4 +1,4 @@
-"""One run of a platform at a time: taking a platform's file lock, saying once that another holds it.
+"""The platform lock: one run of a platform at a time; taking it, saying once that another holds it.
 
 Below both the lock and the env (``compile_lock`` and ``rebuild`` each take a file lock of the platform's folder),
 so that neither imports the other for it.

@@ -3,7 +3,7 @@
 A new reference is made from a reference-mode run (:func:`create`) and written whole (:func:`install`: staged, then
 swapped in; the previous one kept in ``history/`` only when its files match its own manifest). The manifest's model,
 identity and loading live in :mod:`kernodeck.dossier.manifest`; building a new one in
-:mod:`kernodeck.dossier.recording`. Their names are importable from here, as other modules and the tests use them.
+:mod:`kernodeck.dossier.recording`; each name is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -16,33 +16,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernodeck import dossier, outdir, tips
-from kernodeck import lock as locking
+from kernodeck import outdir, tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import log
-from kernodeck.dossier.manifest import FORMAT as FORMAT
-from kernodeck.dossier.manifest import Reference as Reference
-from kernodeck.dossier.manifest import changes as changes
-from kernodeck.dossier.manifest import check_weights as check_weights
-from kernodeck.dossier.manifest import code_expected as code_expected
-from kernodeck.dossier.manifest import declaration_differences as declaration_differences
-from kernodeck.dossier.manifest import identity as identity
-from kernodeck.dossier.manifest import load as load
-from kernodeck.dossier.manifest import recorded_id as recorded_id
-from kernodeck.dossier.manifest import render as render
-from kernodeck.dossier.manifest import table_differences as table_differences
-from kernodeck.dossier.recording import build_manifest as build_manifest
-from kernodeck.dossier.recording import code_fingerprint as code_fingerprint
-from kernodeck.dossier.recording import flip_bound as flip_bound
-from kernodeck.dossier.recording import git_revision as git_revision
-from kernodeck.dossier.recording import npy_shape as npy_shape
-from kernodeck.dossier.recording import tolerance_bound as tolerance_bound
-from kernodeck.dossier.recording import weights_record
+from kernodeck.dossier import review as dossier_review
+from kernodeck.dossier.manifest import (
+    Reference,
+    changes,
+    identity,
+    load,
+    recorded_id,
+    render,
+)
+from kernodeck.dossier.recording import (
+    build_manifest,
+    weights_record,
+)
 from kernodeck.errors import KernodeckError, ManifestError
+from kernodeck.inenv.protocol import Status
+from kernodeck.lock import inputs
 from kernodeck.project import application
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
-from kernodeck.verify.report import Report, Status
+from kernodeck.verify.report import Report
 
 GENERATED = ("manifest.toml", "inventory.txt", "system.json")
 
@@ -215,7 +211,7 @@ def create(project: Project, plat: Platform, report: Report, folder: Path, old: 
     manifest = build_manifest(
         project, outputs=folder / "outputs", criterion=criterion, weights=weights, platform_id=plat.id,
         data=steps["application"].details.get("data_fingerprint"),
-        lock_digest="sha256:" + sha256_file(locking.lock_path(project, plat)),
+        lock_digest="sha256:" + sha256_file(inputs.lock_path(project, plat)),
         device=str(steps["backend"].details.get("device", "cpu")),
         previous=old.id if old else recorded_id(project))
     if old is not None and old.id == manifest["id"]:
@@ -223,6 +219,6 @@ def create(project: Project, plat: Platform, report: Report, folder: Path, old: 
     system = json.loads((folder / "system.json").read_text(encoding="utf-8"))
     inventory_text = (folder / "inventory.txt").read_text(encoding="utf-8")
     install(project, manifest, folder / "outputs", inventory_text, system,
-            review=lambda staged: dossier.review_folder(staged, project.root))
+            review=lambda staged: dossier_review.review_folder(staged, project.root))
     return Created(new_id=manifest["id"], old_id=old.id if old else None, unchanged=False,
                    changes=tuple(changes(old.manifest, manifest)) if old is not None else ())

@@ -1,4 +1,4 @@
-"""kernodeck._busy: one run (or lock) of a platform at a time; the second says once that it waits, then waits."""
+"""kernodeck.platform_lock: one run (or lock) of a platform at a time; a second says once that it waits."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from kernodeck._busy import acquire
 from kernodeck.errors import Busy
+from kernodeck.platform_lock import acquire
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
 from tests.conftest import ROOT

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck._fs import write_atomic
-from kernodeck.env import envfiles, inventory
-from kernodeck.env.rebuild import snapshot_digest
+from kernodeck.env import envfiles, inventory, snapshot
+from kernodeck.env.sealing import snapshot_digest
 from kernodeck.errors import KernodeckError
+from kernodeck.inenv.protocol import Layer, Status
 from kernodeck.lock import lockfile
 from kernodeck.verify.context import RunContext
 from kernodeck.verify.pipeline import Run
-from kernodeck.verify.report import Layer, Status, Step
+from kernodeck.verify.record import Step
 
 
 def _not_the_build(files: envfiles.Findings, tip: str) -> KernodeckError:
@@ -101,7 +102,7 @@ def _observe(run_: Run, lock: lockfile.Lockfile | None, python: Path, intentiona
     """The env's files (a rebuilt env's, from outside it, first), then its packages by its own interpreter."""
     built = python.parent.parent  # a rebuilt env: <env>/bin/python
     # an interpreter Kernodeck did not build (--python) has no snapshot to hold its files to
-    env = None if intentional and not (built / envfiles.SNAPSHOT).is_file() else built
+    env = None if intentional and not (built / snapshot.SNAPSHOT).is_file() else built
     files: envfiles.Findings | None = None
     try:
         if env is not None:
