@@ -210,7 +210,6 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
     can honour app.resume_drop so that its controls differ): the resumed run must have opened a file of the checkpoint
     it was handed (the closed world's record of its call), else the step fails."""
     from kernodeck_inenv import seen
-    from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class the in-env package raises
 
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
@@ -219,6 +218,7 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
     try:
         seen.READ.clear()
         seen.READ[str(tmp_path / "elsewhere.pt")] = "the resume entry"
+        from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class resume_app raises
         with pytest.raises(InEnvCheckFailed, match="read no file of the checkpoint"):
             resume_app.read_the_checkpoint(checkpoint)
         seen.READ[str(checkpoint / "state.pt")] = "the resume entry"
@@ -258,7 +258,8 @@ def test_progress_that_what_kernodeck_saw_contradicts_fails_the_call(
     logged: list[int], start: int, steps: int, returned: int, message: str
 ) -> None:
     resume_app.check_progress({**COUNTERS, "step": steps}, _called(list(range(start + 1, steps + 1))), start, steps)
-    with pytest.raises(CheckFailed, match=message) as caught:  # the runner's class (kernodeck_inenv)
+    from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class resume_app raises
+    with pytest.raises(InEnvCheckFailed, match=message) as caught:  # the runner's class (kernodeck_inenv)
         resume_app.check_progress({**COUNTERS, "step": returned}, _called(logged), start, steps)
     assert caught.value.layer == "application"
 
@@ -291,5 +292,6 @@ def test_each_call_of_train_has_its_progress_checked(tmp_path: Path, monkeypatch
     cfg = {**CFG, "entry": {"file": "checks/train.py", "function": "train"}}
     done = resume_app.call_train(cfg, ctx, {"trained": 6}, "cpu", tmp_path / "ok", 6, None, None, None)
     assert done.counters["step"] == 6 and sorted(done.losses) == [1, 2, 3, 4, 5, 6]
-    with pytest.raises(CheckFailed, match=r"returned step 6 but logged no loss for step 5\.\.6"):
+    from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class resume_app raises
+    with pytest.raises(InEnvCheckFailed, match=r"returned step 6 but logged no loss for step 5\.\.6"):
         resume_app.call_train(cfg, ctx, {"trained": 4}, "cpu", tmp_path / "short", 6, None, None, None)
