@@ -21,7 +21,9 @@ source by the interpreter itself (running a file by path never reads bytecode); 
 ``sys.dont_write_bytecode`` is left as it is: this loader writes no bytecode anyway, and the env's own modules (torch,
 transformers: thousands of files) keep the cache the interpreter writes into the env's ``__pycache__`` (checked
 against its source by the next verify's inventory step, docs/env-integrity.md). Set here, it made every in-env
-process compile them from source again: a verify's torch import took twice as long (docs/speed.md).
+process compile them from source again: a verify's torch import took twice as long (docs/speed.md). A file outside
+the env and the stdlib (the project's, loaded the ordinary way by the application) gets no cache
+(:func:`_cache_only_the_envs_bytecode`).
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 PACKAGE = "kernodeck_inenv"
 
@@ -106,10 +110,34 @@ class VerifiedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         )
 
 
+def _cache_only_the_envs_bytecode() -> None:
+    """The interpreter keeps caching bytecode for the env's own modules and the stdlib (under ``sys.prefix`` and its
+    base: torch is not compiled again by each run), never for a file elsewhere: a project file the application loads
+    the ordinary way (``spec_from_file_location``, ``runpy``) leaves no ``__pycache__`` in the project, so the only
+    project bytecode a run could read is a planted one, which the closed world refuses (world.py)."""
+    original = importlib.machinery.SourceFileLoader.__dict__.get("_cache_bytecode")
+    if original is None:  # another importlib: no bytecode written at all
+        sys.dont_write_bytecode = True
+        return
+    if getattr(original, "kernodeck_env_only", False):
+        return
+    homes = tuple({os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                                   sys.base_exec_prefix)})
+
+    def cache(self: Any, source_path: str, *rest: Any) -> Any:
+        if os.path.realpath(source_path).startswith(homes):
+            return original(self, source_path, *rest)
+        return None
+
+    cache.kernodeck_env_only = True  # type: ignore[attr-defined]
+    importlib.machinery.SourceFileLoader._cache_bytecode = cache  # type: ignore[attr-defined]
+
+
 def load() -> None:
     """This folder as the package ``kernodeck_inenv`` in ``sys.modules`` (once per process)."""
     if PACKAGE in sys.modules:
         return
+    _cache_only_the_envs_bytecode()
     here = Path(__file__).resolve().parent
     sources = VerifiedSources(here)
     sys.meta_path.insert(0, sources)

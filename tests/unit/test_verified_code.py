@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 INENV = ROOT / "kernodeck" / "inenv"
 
 
-def _python(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _python(*args: str, cwd: Path, python: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
-    return subprocess.run([sys.executable, "-I", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          check=False, timeout=120)
+    return subprocess.run([str(python or sys.executable), "-I", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, check=False, timeout=120)
 
 
 # --- 1. verified bytes ----------------------------------------------------------------------------------------------
@@ -115,8 +115,28 @@ def test_the_envs_modules_keep_their_bytecode_cache_and_the_applications_files_l
             " import envmod; from kernodeck_inenv._common import load_file; load_file(Path(sys.argv[3]), 'user_app')")
     done = _python("-c", code, str(INENV / "runner.py"), str(site), str(app), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert list((site / "__pycache__").glob("envmod.*.pyc"))
     assert not (app.parent / "__pycache__").exists()
+    # A project file the application loads the ordinary way (importlib's spec_from_file_location, as a train that
+    # reuses another file does) leaves no bytecode in the project either: the next run's closed world would see it
+    # read; the env's modules (under sys.prefix: the venv's site-packages here) keep theirs.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env_site = next((venv / "lib").glob("python3*/site-packages"))
+    (env_site / "envmod.py").write_text("X = 1\n")
+    helper = app.with_name("helper.py")
+    helper.write_text("Y = 2\n")
+    load_plain = ("import importlib.util, runpy, sys; {prefix}import envmod;"
+                  " s = importlib.util.spec_from_file_location('helper', sys.argv[2]);"
+                  " m = importlib.util.module_from_spec(s); s.loader.exec_module(m); assert m.Y == 2")
+    guarded = _python("-c", load_plain.format(prefix="runpy.run_path(sys.argv[1]); "), str(INENV / "runner.py"),
+                      str(helper), cwd=tmp_path, python=venv / "bin" / "python")
+    assert guarded.returncode == 0, guarded.stderr
+    assert list((env_site / "__pycache__").glob("envmod.*.pyc"))
+    assert not (app.parent / "__pycache__").exists()
+    # the control: the same load without Kernodeck's loader writes the project's bytecode
+    plain = _python("-c", load_plain.format(prefix=""), "-", str(helper), cwd=tmp_path, python=venv / "bin" / "python")
+    assert plain.returncode == 0, plain.stderr
+    assert list((app.parent / "__pycache__").glob("helper.*.pyc"))
 
 
 def test_the_run_config_carries_every_inenv_file_fingerprint() -> None:
