@@ -22,8 +22,8 @@ source by the interpreter itself (running a file by path never reads bytecode); 
 transformers: thousands of files) keep the cache the interpreter writes into the env's ``__pycache__`` (checked
 against its source by the next verify's inventory step, docs/env-integrity.md). Set here, it made every in-env
 process compile them from source again: a verify's torch import took twice as long (docs/speed.md). A file outside
-the env and the stdlib (the project's, loaded the ordinary way by the application) gets no cache
-(:func:`_cache_only_the_envs_bytecode`).
+the env and the stdlib (the project's, loaded the ordinary way by the application) gets no cache and is always
+compiled from its own bytes, never from a ``.pyc`` (:func:`_cache_only_the_envs_bytecode`).
 """
 
 from __future__ import annotations
@@ -129,8 +129,19 @@ def _cache_only_the_envs_bytecode() -> None:
             return original(self, source_path, *rest)
         return None
 
+    plain_code = importlib.machinery.SourceFileLoader.get_code
+
+    def get_code(self: Any, fullname: str) -> Any:
+        # A source outside the env is compiled from its own bytes: no bytecode of it is ever read, so a planted .pyc
+        # of a project file (or of a .py inside a declared data source) cannot run in its place.
+        path = self.get_filename(fullname)
+        if os.path.realpath(path).startswith(homes):
+            return plain_code(self, fullname)
+        return self.source_to_code(self.get_data(path), path)
+
     cache.kernodeck_env_only = True  # type: ignore[attr-defined]
     importlib.machinery.SourceFileLoader._cache_bytecode = cache  # type: ignore[attr-defined]
+    importlib.machinery.SourceFileLoader.get_code = get_code  # type: ignore[method-assign]
 
 
 def load() -> None:

@@ -298,8 +298,6 @@ def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str
     try:
         progress(f"train uninterrupted to step {steps}")
         straight = call_train(cfg, ctx, params, device, folder / "uninterrupted", steps, None, None, None)
-        _keep(folder / "uninterrupted", straight)
-        record(folder / "uninterrupted", [straight.losses.get(s) for s in range(1, steps + 1)], straight.counters)
         progress(f"train to step {at}, saving a checkpoint")
         checkpoint = folder / "checkpoint"
         head = call_train(cfg, ctx, params, device, checkpoint, at, at, None, None)
@@ -317,6 +315,10 @@ def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str
             resumed = _resume_in_new_process(worker, order)
             verdict = verdicts[drop or "none"] = judge(cfg, straight, head, resumed, tolerance)
             record(folder / name, verdict["losses_resumed"], resumed.counters)
+        # Kept only now: a resumed run (whose closed world trusts the run's folder) finds no end state or loss curve
+        # of the uninterrupted run to replay instead of resuming.
+        _keep(folder / "uninterrupted", straight)
+        record(folder / "uninterrupted", [straight.losses.get(s) for s in range(1, steps + 1)], straight.counters)
         return verdicts
     finally:
         for worker in workers:  # those never given an order (a failure before): end of input, and they exit

@@ -175,7 +175,18 @@ class _Trials:
         self.records.append(TrialRecord(number, tuple(sorted(names)), outcome, time.perf_counter() - t0, numbers,
                                         drift, rebuilt=reuse is None))
         log(f"kernodeck: bisect [{number}]: {outcome} ({time.perf_counter() - t0:.1f}s): {numbers}")
-        return outcome
+        return self.for_search(outcome, drift) if number > 1 and names else outcome
+
+    def for_search(self, outcome: Outcome, drift: Drift) -> Outcome:
+        """A failure the new lock's env does not show (it computed, out of tolerance; or it failed otherwise) is a
+        combination of pins that does not work, not the change under search: skipped, like an inconsistent one."""
+        whole = self.records[0]
+        if outcome is not Outcome.FAILED or whole.drift is None:
+            return outcome
+        if whole.outcome is Outcome.FAILED and _first_line(whole.drift.failure) == _first_line(drift.failure):
+            return outcome
+        log(f"kernodeck: bisect: this failure is not the new lock's ({whole.outcome}): skipped as inconsistent")
+        return Outcome.SKIPPED
 
     def run(self, trial: Path, lock_path: Path, reuse: Path | None, *, regroup: bool) -> list[dict[str, Any]]:
         """The trial's env (``reuse``, or rebuilt from ``lock_path``), the application's steps run in it. Raises
@@ -280,14 +291,18 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     return BisectResult(result, tuple(groups), tuple(records), folder, markdown)
 
 
+def _first_line(failure: str) -> str:
+    return failure.strip().splitlines()[0] if failure.strip() else ""
+
+
 def _require_old_lock_runs(trials: _Trials, folder: Path) -> None:
     """The old lock's own env (never rebuilt otherwise: it is the reference's) when the new lock's env failed before
     the comparison; raises when it fails too, naming its failure."""
     if trials.probe(frozenset()) is Outcome.GOOD:
         return
     note = trials.records[-1].note
-    raise KernodeckError(f"the application fails on the old lock's env too ({note[:400]}): the failure is not a "
-                         f"change of pins, nothing to bisect (the trials: {folder})",
+    raise KernodeckError(f"the application fails on the old lock's env too ({note[:400]}): the search needs the old "
+                         f"lock's env to run, nothing to bisect (the trials: {folder})",
                          tip=tips.nox("verify") + " (fix what fails, then bisect again)")
 
 

@@ -174,3 +174,32 @@ def test_a_lock_of_another_platform_is_refused_before_anything_is_built(tmp_path
     with pytest.raises(KernodeckError, match="is the lock of cp311-linux_x86_64-cpu, not of cp311-macosx_arm64-mps"):
         bisect.bisect_locks(project, other, good, bad, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failure_the_new_locks_env_does_not_show_is_skipped_not_named() -> None:
+    """Against a new lock that computes (out of tolerance), a subset whose application fails is an inconsistent
+    combination (an ABI need no Requires-Dist states), not the culprit; against a new lock that fails, only the same
+    failure counts."""
+    from kernodeck.lock.upgrade import Drift
+
+    def trials(whole: Outcome, failure: str) -> bisect._Trials:
+        t = bisect._Trials.__new__(bisect._Trials)
+        t.records = [bisect.TrialRecord(1, ("a", "b"), whole, 1.0, failure, Drift((), None, failure))]
+        return t
+
+    boom = Drift((), None, "application: ImportError: undefined symbol\nmore")
+    assert trials(Outcome.BAD, "").for_search(Outcome.FAILED, boom) is Outcome.SKIPPED
+    assert trials(Outcome.FAILED, "application: ImportError: undefined symbol").for_search(
+        Outcome.FAILED, boom) is Outcome.FAILED
+    assert trials(Outcome.FAILED, "application: MemoryError").for_search(Outcome.FAILED, boom) is Outcome.SKIPPED
+    assert trials(Outcome.BAD, "").for_search(Outcome.BAD, Drift((), None, "")) is Outcome.BAD  # numbers: as found
+    # the search, fed the mapping: group 0 fails alone (an unstated ABI need), group 3 moves the numbers
+    whole = trials(Outcome.BAD, "")
+
+    def probe(subset: frozenset[int]) -> Outcome:
+        if 0 in subset and 2 not in subset:
+            return whole.for_search(Outcome.FAILED, boom)
+        return Outcome.BAD if 3 in subset else Outcome.GOOD
+
+    result = bisect.search(5, probe)
+    assert result.culprit == (3,), result

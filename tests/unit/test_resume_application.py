@@ -295,3 +295,41 @@ def test_each_call_of_train_has_its_progress_checked(tmp_path: Path, monkeypatch
     from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class resume_app raises
     with pytest.raises(InEnvCheckFailed, match=r"returned step 6 but logged no loss for step 5\.\.6"):
         resume_app.call_train(cfg, ctx, {"trained": 4}, "cpu", tmp_path / "short", 6, None, None, None)
+
+
+def test_no_output_of_the_uninterrupted_run_exists_while_a_resumed_run_runs(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed run's closed world trusts the run's folder: the uninterrupted run's end state and loss curve are kept
+    there only after every resumed run, so a train cannot replay them instead of resuming (red team)."""
+    import kernodeck_inenv.resume
+
+    def call_train(cfg: Any, ctx: Any, params: Any, device: str, folder: Path, steps: int, save_at: int | None,
+                   resume_from: Path | None, drop: str | None) -> resume_app.Trained:
+        folder.mkdir(parents=True, exist_ok=True)
+        if save_at is not None:
+            (folder / "state.pt").write_text("checkpoint")
+        return _run(LOSSES) if save_at is None else HEAD
+
+    class Worker:
+        def __init__(self, path: Path) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    visible: list[list[str]] = []
+
+    def resumed(worker: Any, order: dict[str, Any]) -> resume_app.Trained:
+        visible.append(sorted(p.name for p in (tmp_path / "ra" / "uninterrupted").iterdir()))
+        Path(order["result"]).parent.mkdir(parents=True, exist_ok=True)  # as the worker makes its folder
+        return _run({s: v for s, v in LOSSES.items() if s > 3})
+
+    monkeypatch.setattr(resume_app, "call_train", call_train)
+    monkeypatch.setattr(resume_app, "_resume_in_new_process", resumed)
+    monkeypatch.setattr(kernodeck_inenv.resume, "Worker", Worker)
+    ctx = Context(config={"project_root": str(tmp_path), "application": {}}, out=tmp_path)
+    verdicts = resume_app.check(CFG, ctx, {}, "cpu", tmp_path / "ra", (None, "optimizer"))
+    assert visible == [[], []]  # nothing to replay while the resumed runs ran
+    assert verdicts["none"]["passed"]
+    kept = sorted(p.name for p in (tmp_path / "ra" / "uninterrupted").iterdir())
+    assert any(name.startswith("weights") for name in kept) and len(kept) >= 4  # kept afterwards, for compare
