@@ -111,36 +111,25 @@ class VerifiedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _cache_only_the_envs_bytecode() -> None:
-    """The interpreter keeps caching bytecode for the env's own modules and the stdlib (under ``sys.prefix`` and its
-    base: torch is not compiled again by each run), never for a file elsewhere: a project file the application loads
-    the ordinary way (``spec_from_file_location``, ``runpy``) leaves no ``__pycache__`` in the project, so the only
-    project bytecode a run could read is a planted one, which the closed world refuses (world.py)."""
-    original = importlib.machinery.SourceFileLoader.__dict__.get("_cache_bytecode")
-    if original is None:  # another importlib: no bytecode written at all
-        sys.dont_write_bytecode = True
-        return
-    if getattr(original, "kernodeck_env_only", False):
+    """The interpreter keeps reading and writing bytecode for the env's own modules and the stdlib (under
+    ``sys.prefix`` and its base: torch is not compiled again by each run), never for a file elsewhere: a project file
+    the application loads the ordinary way (``spec_from_file_location``, ``runpy``) is compiled from its own bytes,
+    leaves no ``__pycache__`` in the project, and a planted ``.pyc`` of it (or of a ``.py`` inside a declared data
+    source) never runs in its place. The source loader's ``get_code`` is the one place bytecode is read and written
+    (``_cache_bytecode`` is called from it alone), so only it is replaced."""
+    plain_code = importlib.machinery.SourceFileLoader.get_code
+    if getattr(plain_code, "kernodeck_env_only", False):
         return
     homes = tuple({os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                                                    sys.base_exec_prefix)})
 
-    def cache(self: Any, source_path: str, *rest: Any) -> Any:
-        if os.path.realpath(source_path).startswith(homes):
-            return original(self, source_path, *rest)
-        return None
-
-    plain_code = importlib.machinery.SourceFileLoader.get_code
-
     def get_code(self: Any, fullname: str) -> Any:
-        # A source outside the env is compiled from its own bytes: no bytecode of it is ever read, so a planted .pyc
-        # of a project file (or of a .py inside a declared data source) cannot run in its place.
         path = self.get_filename(fullname)
         if os.path.realpath(path).startswith(homes):
             return plain_code(self, fullname)
         return self.source_to_code(self.get_data(path), path)
 
-    cache.kernodeck_env_only = True  # type: ignore[attr-defined]
-    importlib.machinery.SourceFileLoader._cache_bytecode = cache  # type: ignore[attr-defined]
+    get_code.kernodeck_env_only = True  # type: ignore[attr-defined]
     importlib.machinery.SourceFileLoader.get_code = get_code  # type: ignore[method-assign]
 
 
