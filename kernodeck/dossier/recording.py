@@ -17,9 +17,10 @@ from kernodeck import tips
 from kernodeck._fs import sha256_file
 from kernodeck.dossier.manifest import FORMAT, check_weights, identity
 from kernodeck.errors import ManifestError
+from kernodeck.inenv import kinds
 from kernodeck.lock import inputs, lockfile
 from kernodeck.project import application
-from kernodeck.project.application import Application, Kind
+from kernodeck.project.application import Application
 from kernodeck.project.assets import Source, SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -54,10 +55,11 @@ def tolerance_bound(max_abs: float, dim: int) -> float:
 
 
 def flip_bound(app: Application, criterion: dict[str, Any], shapes: dict[str, list[int]]) -> dict[str, Any] | None:
-    """Where it applies (a criterion judging nearest neighbours of a cosine output, with its smallest margin), refuse
-    a max-abs loose enough to flip a nearest neighbour: its bound on any cosine must stay below half that margin."""
+    """Where it applies (a criterion judging nearest neighbours of an output whose kind is held to it, ``FLIP_BOUND``:
+    cosine, with its smallest margin), refuse a max-abs loose enough to flip a nearest neighbour: its bound on any
+    cosine must stay below half that margin."""
     name, margin = criterion.get("neighbours_of"), criterion.get("margin")
-    if not name or margin is None or name not in app.outputs or app.outputs[name].kind is not Kind.COSINE:
+    if not name or margin is None or name not in app.outputs or not kinds.flip_bound(app.outputs[name].kind):
         return None
     max_abs = app.outputs[name].tolerance["max-abs"]
     dim = int(math.prod(shapes[name][1:])) if len(shapes[name]) > 1 else 1

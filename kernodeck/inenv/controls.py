@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .kinds import Moves, get
+
 SEED = 20260  # the corruptions are the same on every machine and every run
 CORRUPTIONS = ("permuted", "noise", "constant")
 # What a criterion must fail to be able to fail: rows moved against their ids (it must tie each row to its input) and
@@ -230,28 +232,15 @@ def _rotated(arr: Any, cosine: float) -> Any | None:
 
 
 def moved_past(declared: dict[str, Any], ref: Any) -> dict[str, Any | None]:
-    """For each declared tolerance of an output, the reference moved just past it (None: no such move exists)."""
+    """For each declared tolerance of an output, the reference moved just past it (None: no such move exists): the
+    kind's own moves (kinds.py), handed :data:`MOVES`."""
     ref = np.asarray(ref)
-    kind = declared["kind"]
     if ref.size == 0:
         return {}
-    where = _index(ref)
-    if kind == "cosine":
-        max_abs, cos_min = float(declared["max-abs"]), float(declared["cosine-min"])
-        past = cos_min - max(0.5 * (1.0 - cos_min), 1e-6)
-        return {"max-abs": _nudged(ref, where, 1.5 * max_abs), "cosine-min": _rotated(ref, past)}
-    if kind == "allclose":
-        allowed = float(declared["atol"]) + float(declared["rtol"]) * abs(float(ref[where]))
-        return {"atol + rtol*|ref|": _nudged(ref, where, 1.5 * allowed)}
-    if kind == "exact":
-        return {"exact": _different_rows(ref, 1)}
-    if kind == "agreement":
-        rows, need = ref.shape[0], float(declared["min-share"])
-        count = max(0, math.floor((1.0 - need) * rows))
-        while count <= rows and (rows - count) / rows >= need:  # the fewest rows below min-share (no float slip)
-            count += 1
-        return {"min-share": _different_rows(ref, count) if count <= rows else None}
-    raise ValueError(f"unknown tolerance kind {kind!r}")
+    return get(declared["kind"]).moved_past(MOVES, declared, ref, _index(ref))
+
+
+MOVES = Moves(np=np, nudged=_nudged, rotated=_rotated, different_rows=_different_rows)
 
 
 def tolerance_controls(

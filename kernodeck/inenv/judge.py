@@ -12,6 +12,7 @@ from . import tolerance
 from ._common import CheckFailed, Context, Skip
 from .application import _app_cfg, _function, _ids, _judge, sample, with_data
 from .arrays import _first_difference, _load_ids, _load_npy, check_structure
+from .kinds import flip_bound
 
 
 def reread(ctx: Context) -> dict[str, Any]:
@@ -205,11 +206,12 @@ def criterion(ctx: Context) -> dict[str, Any]:
 
 
 def _flip_bound(ctx: Context, details: dict[str, Any]) -> dict[str, Any] | None:
-    """2*sqrt(dim)*max-abs < margin/2 for the cosine output the criterion judges by nearest neighbours (the twin of
-    kernodeck.dossier.recording.flip_bound, which the orchestrator applies when it writes the manifest)."""
+    """2*sqrt(dim)*max-abs < margin/2 for the output the criterion judges by nearest neighbours, of a kind held to it
+    (``FLIP_BOUND``: cosine) (the twin of kernodeck.dossier.recording.flip_bound, which the orchestrator applies when
+    it writes the manifest)."""
     name, margin = details.get("neighbours_of"), details.get("margin")
     declared = _app_cfg(ctx)["outputs"]
-    if not name or margin is None or declared.get(name, {}).get("kind") != "cosine":
+    if not name or margin is None or not flip_bound(declared.get(name, {}).get("kind")):
         return None
     ref = ctx.config.get("reference") if ctx.config.get("mode") != "reference" else None
     recorded = (ctx.config.get("criterion") or {}).get("margin") if ref else None

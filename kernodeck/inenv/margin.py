@@ -17,6 +17,7 @@ from typing import Any
 from . import application, tolerance
 from ._common import progress, set_step
 from .arrays import _np
+from .kinds import get
 
 SEED = 20260  # the fixed seed of every perturbation: the same direction in every run
 GRID = 10.0  # the coarse search multiplies the scale by this until the criterion fails
@@ -30,14 +31,8 @@ BISECTIONS = 24  # halvings of the log-bracket after the coarse search (bracket 
 
 def numbers(verdict: dict[str, Any]) -> dict[str, float]:
     """The distances a verdict of ``tolerance.compare`` holds, each growing with the difference (0 = equal)."""
-    kind = verdict.get("kind")
-    if not any(key in verdict for key in ("min_cosine", "max_abs", "equal_share")):
-        return {"unmeasurable": 1.0}  # a shape or a non-finite value: no distance to speak of
-    if kind == "cosine":
-        return {"max_abs": float(verdict["max_abs"]), "one_minus_cos": max(0.0, 1.0 - float(verdict["min_cosine"]))}
-    if kind == "allclose":
-        return {"max_abs": float(verdict["max_abs"]), "allclose_ratio": float(verdict["max_ratio_to_allowed"])}
-    return {"disagreement": max(0.0, 1.0 - float(verdict["equal_share"]))}
+    found = get(verdict.get("kind")).numbers(verdict)  # the kind's own (kinds.py)
+    return {"unmeasurable": 1.0} if found is None else found  # a shape or a non-finite value: no distance
 
 
 # --- perturbations ---------------------------------------------------------------------------------------------------

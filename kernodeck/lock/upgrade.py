@@ -19,6 +19,7 @@ from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.errors import Interrupted, KernodeckError, MissingLockfile, UnsafeOut
+from kernodeck.inenv import kinds
 from kernodeck.lock import lockdiff, lockfile
 from kernodeck.lock.compile import compile_lock
 from kernodeck.lock.inputs import RESOLVERS, as_of_instant, lock_path, pylock_path
@@ -43,14 +44,7 @@ class OutputDrift:
     def from_compare(cls, name: str, d: dict[str, Any]) -> OutputDrift:
         """From one entry of the compare step's ``outputs`` (kernodeck/inenv/tolerance.py's numbers)."""
         kind = str(d.get("kind", "?"))
-        if kind == "cosine":
-            allowed = f"cosine >= {d.get('cosine_min_allowed')}, max abs <= {d.get('max_abs_allowed')}"
-        elif kind == "allclose":
-            allowed = f"abs(a-b) <= {d.get('atol')} + {d.get('rtol')}*abs(ref)"
-        elif kind == "agreement":
-            allowed = f"agreement >= {d.get('min_share_allowed')}"
-        else:
-            allowed = "equal"
+        allowed = kinds.get(kind).allowed(d) if kind in kinds.KINDS else "equal"  # the kind's words (kinds.py)
 
         def num(key: str) -> float | None:
             value = d.get(key)

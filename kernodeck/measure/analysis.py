@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
-from kernodeck.project.application import Kind
+from kernodeck.inenv import kinds
 
 
 class Verdict(enum.StrEnum):
@@ -36,20 +36,9 @@ class AxisSpec:
     declared: float | None  # the declared tolerance in these units (None: the kind has no such bound)
 
 
-def axes(kind: Kind, tolerance: dict[str, float]) -> list[AxisSpec]:
+def axes(kind: str, tolerance: dict[str, float]) -> list[AxisSpec]:
     """The numbers a kind's tolerance bounds, each as a distance (0 = equal) with the declared bound in its units."""
-    if kind is Kind.COSINE:
-        return [AxisSpec("max_abs", "max abs", float(tolerance["max-abs"])),
-                AxisSpec("one_minus_cos", "1 - min cosine", 1.0 - float(tolerance["cosine-min"]))]
-    if kind is Kind.ALLCLOSE:
-        # |a-b| / (atol + rtol*|ref|) at its largest: 1.0 is the declared bound; a proposal scales atol and rtol
-        return [AxisSpec("allclose_ratio", "allclose ratio: max of abs(a-b) / (atol + rtol*abs(ref))", 1.0),
-                AxisSpec("max_abs", "max abs (shown for reading; the ratio is judged)", None)]
-    if kind is Kind.AGREEMENT:
-        return [AxisSpec("disagreement", "share of rows that differ", 1.0 - float(tolerance["min-share"]))]
-    if kind is Kind.EXACT:
-        return [AxisSpec("disagreement", "share of rows that differ", 0.0)]
-    assert_never(kind)
+    return [AxisSpec(key, label, declared) for key, label, declared in kinds.get(kind).axes(tolerance)]
 
 
 def verdict(declared: float, noise: float, margin: float | None) -> Verdict:
@@ -96,7 +85,7 @@ class Axis:
 @dataclass(frozen=True)
 class OutputCalibration:
     name: str
-    kind: Kind
+    kind: str
     tolerance: dict[str, float]
     axes: list[Axis]
     margin_test: str
@@ -119,23 +108,13 @@ def _sig(value: float, digits: int = 2) -> float:
 
 
 def proposed_tolerance(
-    kind: Kind, tolerance: dict[str, float], by_axis: dict[str, float | None]
+    kind: str, tolerance: dict[str, float], by_axis: dict[str, float | None]
 ) -> dict[str, float] | None:
     """The declared table's keys at the proposal (two significant digits), or None where an axis has no proposal."""
     if any(v is None for v in by_axis.values()):
         return None
     got = {k: float(v) for k, v in by_axis.items() if v is not None}
-    if kind is Kind.COSINE:
-        # rounded towards the noise (a tighter cosine floor is 1 - a rounded-down distance)
-        return {"max-abs": _sig(got["max_abs"]), "cosine-min": 1.0 - _sig(got["one_minus_cos"])}
-    if kind is Kind.ALLCLOSE:
-        k = got["allclose_ratio"]
-        return {"rtol": _sig(tolerance["rtol"] * k), "atol": _sig(tolerance["atol"] * k)}
-    if kind is Kind.AGREEMENT:
-        return {"min-share": round(1.0 - got["disagreement"], 4)}
-    if kind is Kind.EXACT:
-        return None  # exact has no number to move; a noise above zero makes it too tight (use agreement)
-    assert_never(kind)
+    return kinds.get(kind).proposal(tolerance, got, _sig)
 
 
 def flip_limit(key: str, flip: dict[str, Any]) -> tuple[float, str] | None:
@@ -156,7 +135,7 @@ def flip_limit(key: str, flip: dict[str, Any]) -> tuple[float, str] | None:
 
 def analyse_output(
     name: str,
-    kind: Kind,
+    kind: str,
     tolerance: dict[str, float],
     noise: dict[str, dict[str, float]],
     margin: dict[str, Any],
@@ -178,40 +157,15 @@ def analyse_output(
         if bound is not None and (edge is None or bound[0] < edge):
             edge, source = bound
         floor = float(resolution.get(spec.key, 0.0))
-        proposal = propose(worst, floor, edge) if kind is not Kind.EXACT else None  # exact has no number to move
+        proposal = propose(worst, floor, edge) if kinds.get(kind).PROPOSES else None  # exact: no number to move
         if spec.declared is not None:  # an axis shown for reading only proposes nothing
             by_axis[spec.key] = proposal
         judged = verdict(spec.declared, worst, edge) if spec.declared is not None else None
         calibrated.append(Axis(spec.key, spec.label, spec.declared, worst, per, floor, edge, source, proposal, judged))
     if not found:
         notes.append(f"no margin of use found: {margin.get('why', 'not searched')}")
-    if kind is Kind.EXACT and calibrated:
-        notes.append(exact_note(calibrated[0], margin))
+    note = kinds.get(kind).calibrate_note(calibrated[0], margin) if calibrated else None
+    if note:
+        notes.append(note)
     return OutputCalibration(name, kind, dict(tolerance), calibrated, str(margin.get("test", "")),
                              proposed_tolerance(kind, tolerance, by_axis), notes)
-
-
-def _rows(share: float, rows: int | None) -> str:
-    return f"{round(share * rows)} of {rows} rows" if rows else f"a share of {share:.3g} of the rows"
-
-
-def exact_note(axis: Axis, margin: dict[str, Any]) -> str:
-    """What calibrate can say of an ``exact`` output, in rows: the noise (rows that differed in the worst variation),
-    the margin (rows changed until the criterion fails), and why there is no tolerance to propose."""
-    rows = margin.get("rows")
-    if not isinstance(rows, int) or rows <= 0:  # an older record: one row is the resolution
-        rows = round(1 / axis.floor) if axis.floor > 0 else None
-    if axis.noise > 0:
-        worst = max(axis.noise_by_variation, key=lambda k: axis.noise_by_variation[k])
-        said = (f"exact: no tolerance to propose. {_rows(axis.noise, rows)} differed ({worst}), so exact fails on "
-                "another machine: declare kind = \"agreement\" with a min-share (calibrate then proposes one)")
-    else:
-        said = (f"exact: no tolerance to propose. No variation changed a row (0 of {rows or '?'} rows differed in "
-                f"{len(axis.noise_by_variation)} variations), so exact holds on this machine")
-    if axis.margin is not None:
-        said += f"; the criterion fails once {_rows(axis.margin, rows)} change"
-    elif "the application's criterion: still passes" in str(margin.get("why", "")):
-        said += ("; the criterion does not react to this output (it still passes with every row changed): exact is "
-                 "the only check that fails a changed row")
-    return said + "."
-

@@ -25,6 +25,7 @@ from kernodeck._proc import first_error, log, show
 from kernodeck.dossier import resume_outputs
 from kernodeck.env import start
 from kernodeck.errors import KernodeckError
+from kernodeck.inenv import kinds
 from kernodeck.measure import svg
 from kernodeck.project.config import Project
 
@@ -126,20 +127,11 @@ def load(folders: list[Path]) -> list[Dossier]:
 
 
 def ratio(kind: str, tolerance: dict[str, float], nums: dict[str, float]) -> float | None:
-    """The largest share of the declared tolerance a pair uses (1.0 = at the bound); None when unmeasurable."""
+    """The largest share of the declared tolerance a pair uses (1.0 = at the bound); None when unmeasurable: over the
+    kind's bounded axes (calibrate's, kinds.py)."""
     if "unmeasurable" in nums:
         return None
-    shares = []
-    if kind == "cosine":
-        shares.append(_share(nums["max_abs"], float(tolerance["max-abs"])))
-        shares.append(_share(nums["one_minus_cos"], 1.0 - float(tolerance["cosine-min"])))
-    elif kind == "allclose":
-        shares.append(nums["allclose_ratio"])
-    elif kind == "agreement":
-        shares.append(_share(nums["disagreement"], 1.0 - float(tolerance["min-share"])))
-    else:
-        shares.append(_share(nums["disagreement"], 0.0))
-    return max(shares)
+    return max(_share(nums[key], bound) for key, _, bound in kinds.get(kind).axes(tolerance) if bound is not None)
 
 
 def _share(value: float, bound: float) -> float:
@@ -149,24 +141,12 @@ def _share(value: float, bound: float) -> float:
 
 
 def cell_text(kind: str, nums: dict[str, float]) -> str:
-    if "unmeasurable" in nums:
-        return "unmeasurable"
-    if kind == "cosine":
-        return f"abs {nums['max_abs']:.2g}, 1 - cos {nums['one_minus_cos']:.2g}"
-    if kind == "allclose":
-        return f"abs {nums['max_abs']:.2g} ({nums['allclose_ratio']:.2g} of tol)"
-    return f"agree {1 - nums['disagreement']:.4f}"
+    return "unmeasurable" if "unmeasurable" in nums else kinds.get(kind).cell_text(nums)
 
 
 def short_text(kind: str, nums: dict[str, float]) -> str:
     """For a heatmap cell: the one number that fits."""
-    if "unmeasurable" in nums:
-        return "n/a"
-    if kind == "cosine":
-        return f"{nums['max_abs']:.1e}"
-    if kind == "allclose":
-        return f"{nums['max_abs']:.1e}"
-    return f"{1 - nums['disagreement']:.3f}"
+    return "n/a" if "unmeasurable" in nums else kinds.get(kind).short_text(nums)
 
 
 def table(dossiers: list[Dossier], declared: dict[str, dict[str, Any]], numbers: dict[str, Any]) -> dict[str, Any]:

@@ -9,40 +9,23 @@ Nothing here imports the application or torch; the in-env side (``kernodeck/inen
 
 from __future__ import annotations
 
-import enum
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any
 
 from kernodeck._fs import sha256_file
 from kernodeck.errors import ConfigError
+from kernodeck.inenv import kinds
 from kernodeck.project.assets import Source, parse, parse_data
 
 TABLE = "[tool.kernodeck.application]"
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 
 
-class Kind(enum.StrEnum):
-    """How an output is compared with the reference."""
-
-    COSINE = "cosine"  # per-row cosine >= cosine-min AND max |a-b| <= max-abs (embeddings)
-    ALLCLOSE = "allclose"  # |a-b| <= atol + rtol*|b| elementwise (logits, tensors)
-    EXACT = "exact"  # equal (integers, labels)
-    AGREEMENT = "agreement"  # share of equal rows >= min-share (labels)
-
-
-def tolerance_fields(kind: Kind) -> tuple[str, ...]:
-    """The tolerance keys a kind needs (and the only ones it accepts)."""
-    if kind is Kind.COSINE:
-        return ("cosine-min", "max-abs")
-    if kind is Kind.ALLCLOSE:
-        return ("rtol", "atol")
-    if kind is Kind.EXACT:
-        return ()
-    if kind is Kind.AGREEMENT:
-        return ("min-share",)
-    assert_never(kind)
+def tolerance_fields(kind: str) -> tuple[str, ...]:
+    """The tolerance keys a kind needs (and the only ones it accepts): its ``KEYS`` in the kinds table."""
+    return tuple(kinds.get(kind).KEYS)
 
 
 @dataclass(frozen=True)
@@ -76,7 +59,7 @@ class Target:
 @dataclass(frozen=True)
 class Output:
     name: str
-    kind: Kind
+    kind: str  # a name in the kinds table (kernodeck/inenv/kinds.py)
     dtype: str
     tolerance: dict[str, float]
     justification: str
@@ -132,12 +115,9 @@ def output_from_table(name: str, raw: object, where: str) -> Output:
         raise ConfigError(f"{where} must be a table")
     if not name.replace("-", "_").isidentifier():
         raise ConfigError(f"{where}: an output name is letters, digits, '-' and '_' (it names outputs/{name}.npy)")
-    try:
-        kind = Kind(str(raw.get("kind")))
-    except ValueError:
-        raise ConfigError(
-            f"{where}: kind {raw.get('kind')!r} is not one of {', '.join(k.value for k in Kind)}"
-        ) from None
+    kind = str(raw.get("kind"))
+    if kind not in kinds.KINDS:
+        raise ConfigError(f"{where}: kind {raw.get('kind')!r} is not one of {', '.join(kinds.KINDS)}")
     dtype = raw.get("dtype")
     if dtype not in DTYPES:
         raise ConfigError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -153,9 +133,8 @@ def output_from_table(name: str, raw: object, where: str) -> Output:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: kind {kind} needs a number {key}")
         tolerance[key] = float(value)
-    bounds = {"cosine-min": (-1.0, 1.0), "min-share": (0.0, 1.0)}
     for key, value in tolerance.items():
-        low, high = bounds.get(key, (0.0, float("inf")))
+        low, high = kinds.get(kind).KEYS[key]
         if not low <= value <= high:
             raise ConfigError(f"{where}: {key} = {value} is outside [{low}, {high}]")
     justification = raw.get("justification")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, assert_never
 
+from kernodeck.inenv import kinds
 from kernodeck.inenv.protocol import Status
 from kernodeck.verify.record import Step
 
@@ -42,14 +43,8 @@ def _generic(details: dict[str, Any], limit: int = 5) -> str:
 def _compare_one(d: dict[str, Any]) -> str:
     """One compared output: what was found against what is allowed, whichever measures the step recorded."""
     parts = []
-    for found, allowed, word, op in (
-        ("max_abs", "max_abs_allowed", "max abs", "≤"),
-        ("min_cosine", "cosine_min_allowed", "min cosine", "≥"),
-        ("values_over", None, "values over atol + rtol*|ref|", "="),
-        ("equal_share", "min_share_allowed", "share of equal rows", "≥"),
-        ("unequal_rows", None, "unequal rows", "="),
-        ("mismatches", None, "mismatches", "="),
-    ):
+    # every kind's numbers (its SUMMARY in kinds.py, in table order), then mismatches (no kind's)
+    for found, allowed, word, op in (*kinds.summary_rows(), ("mismatches", None, "mismatches", "=")):
         if found in d and d[found] is not None:
             limit = f" ({op} {fmt_number(d[allowed])})" if allowed and d.get(allowed) is not None else ""
             parts.append(f"{word} {fmt_number(d[found])}{limit}")

@@ -34,7 +34,7 @@ def _declared_table() -> dict[str, Any]:
 def test_this_repository_declares_its_application_like_any_user() -> None:
     app = application.load(ROOT)
     assert str(app.entry) == "checks/app.py:run" and str(app.criterion) == "checks/app.py:criterion"
-    assert app.outputs["embeddings"].kind is application.Kind.COSINE
+    assert app.outputs["embeddings"].kind == "cosine"
     assert app.outputs["embeddings"].tolerance == {"cosine-min": 0.9999, "max-abs": 1e-4}
     assert "checks/app.py" in app.code and app.weights is not None
 

@@ -14,7 +14,6 @@ import pytest
 from kernodeck.inenv import margin
 from kernodeck.measure import analysis, calibration, svg, variations
 from kernodeck.measure import calibrate as cal
-from kernodeck.project.application import Kind
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -122,12 +121,12 @@ def test_analyse_cosine_output_tight_and_loose_negative_controls() -> None:
     noise = {"declared": {"max_abs": 1e-6, "one_minus_cos": 1e-12}, "threads-1": {"max_abs": 3e-6,
                                                                                  "one_minus_cos": 2e-12}}
     margin = _margin({"max_abs": 1e-2, "one_minus_cos": 1e-1}, {"max_abs": 6e-8, "one_minus_cos": 1e-14})
-    tight = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 1e-6, "cosine-min": 0.9999}, noise, margin)
+    tight = analysis.analyse_output("emb", "cosine", {"max-abs": 1e-6, "cosine-min": 0.9999}, noise, margin)
     assert tight.axes[0].verdict is analysis.Verdict.TOO_TIGHT and tight.axes[0].noise == 3e-6
     assert "too tight" in tight.overall()
-    loose = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 0.5, "cosine-min": 0.5}, noise, margin)
+    loose = analysis.analyse_output("emb", "cosine", {"max-abs": 0.5, "cosine-min": 0.5}, noise, margin)
     assert [a.verdict for a in loose.axes] == [analysis.Verdict.TOO_LOOSE, analysis.Verdict.TOO_LOOSE]
-    good = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 1e-4, "cosine-min": 0.9999}, noise, margin)
+    good = analysis.analyse_output("emb", "cosine", {"max-abs": 1e-4, "cosine-min": 0.9999}, noise, margin)
     assert good.overall() == "ok"
     assert good.proposed_tolerance == {"max-abs": pytest.approx(1.7e-4), "cosine-min": pytest.approx(1 - 4.5e-7)}
     ratios = good.axes[0].ratios()
@@ -138,7 +137,7 @@ def test_flip_bound_lowers_the_max_abs_margin() -> None:
     noise = {"declared": {"max_abs": 1e-7, "one_minus_cos": 0.0}}
     margin = _margin({"max_abs": 1e-2, "one_minus_cos": 0.4}, {"max_abs": 6e-8, "one_minus_cos": 1e-14})
     flip = {"reference_min_margin": 0.32, "dim": 384}
-    out = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 1e-2, "cosine-min": 0.9999}, noise, margin, flip)
+    out = analysis.analyse_output("emb", "cosine", {"max-abs": 1e-2, "cosine-min": 0.9999}, noise, margin, flip)
     limit = 0.32 / (4 * math.sqrt(384))
     assert out.axes[0].margin == pytest.approx(limit) and out.axes[0].margin_source.startswith("flip bound")
     assert out.axes[0].verdict is analysis.Verdict.TOO_LOOSE  # 1e-2 is above the flip bound (~4e-3)
@@ -172,21 +171,21 @@ def test_cosine_flip_bound_holds_on_real_vectors() -> None:
 def test_allclose_proposal_scales_atol_and_rtol_together() -> None:
     noise = {"declared": {"max_abs": 1e-5, "allclose_ratio": 0.01}}
     margin = _margin({"max_abs": 0.2, "allclose_ratio": 100.0}, {"max_abs": 2e-6, "allclose_ratio": 1e-4})
-    out = analysis.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3}, noise, margin)
+    out = analysis.analyse_output("logits", "allclose", {"rtol": 1e-3, "atol": 1e-3}, noise, margin)
     assert out.axes[0].verdict is analysis.Verdict.OK and out.axes[0].proposal == pytest.approx(1.0)
     assert out.proposed_tolerance == {"rtol": 1e-3, "atol": 1e-3}
     shown = out.axes[1]
     assert shown.key == "max_abs" and shown.declared is None and shown.verdict is None and shown.margin == 0.2
-    tight = analysis.analyse_output("logits", Kind.ALLCLOSE, {"rtol": 1e-3, "atol": 1e-3},
+    tight = analysis.analyse_output("logits", "allclose", {"rtol": 1e-3, "atol": 1e-3},
                                {"threads-1": {"max_abs": 5e-3, "allclose_ratio": 2.5}}, margin)
     assert tight.axes[0].verdict is analysis.Verdict.TOO_TIGHT
 
 
 def test_exact_labels_with_noise_are_too_tight_and_get_no_number() -> None:
     margin = _margin({"disagreement": 0.05}, {"disagreement": 0.01})
-    quiet = analysis.analyse_output("labels", Kind.EXACT, {}, {"declared": {"disagreement": 0.0}}, margin)
+    quiet = analysis.analyse_output("labels", "exact", {}, {"declared": {"disagreement": 0.0}}, margin)
     assert quiet.overall() == "ok" and quiet.proposed_tolerance is None
-    noisy = analysis.analyse_output("labels", Kind.EXACT, {}, {"isa-default": {"disagreement": 0.02}}, margin)
+    noisy = analysis.analyse_output("labels", "exact", {}, {"isa-default": {"disagreement": 0.02}}, margin)
     assert noisy.overall() == "too tight"
 
 
@@ -200,7 +199,7 @@ def test_exact_output_is_counted_in_rows_and_says_plainly_there_is_no_tolerance_
     searched = margin.margin_of("band", {"kind": "exact"}, refs, ids, lambda outputs: True)
     assert not searched["found"] and searched["rows"] == 120 and searched["test"] == "the application's criterion"
     assert "still passes at 120" in searched["why"]
-    quiet = analysis.analyse_output("band", Kind.EXACT, {}, {"declared": {"disagreement": 0.0},
+    quiet = analysis.analyse_output("band", "exact", {}, {"declared": {"disagreement": 0.0},
                                                         "isa-default": {"disagreement": 0.0}}, searched)
     (axis,) = quiet.axes
     assert quiet.overall() == "ok" and quiet.proposed_tolerance is None and axis.proposal is None
@@ -217,7 +216,7 @@ def test_exact_output_is_counted_in_rows_and_says_plainly_there_is_no_tolerance_
 
     searched = margin.margin_of("band", {"kind": "exact"}, refs, ids, use)
     assert searched["found"] and searched["search"]["fails"] == 7  # 7 of 120 changed: 0.9417 < 0.95
-    noisy = analysis.analyse_output("band", Kind.EXACT, {}, {"isa-avx2": {"disagreement": 3 / 120}}, searched)
+    noisy = analysis.analyse_output("band", "exact", {}, {"isa-avx2": {"disagreement": 3 / 120}}, searched)
     assert noisy.overall() == "too tight" and noisy.proposed_tolerance is None and noisy.axes[0].proposal is None
     said = noisy.notes[-1]
     assert "3 of 120 rows differed (isa-avx2)" in said and "agreement" in said
@@ -230,7 +229,7 @@ def _calibration(outputs: list[analysis.OutputCalibration]) -> calibration.Calib
 
 
 def test_no_margin_found_is_a_note_not_a_verdict_of_loose() -> None:
-    out = analysis.analyse_output("labels", Kind.AGREEMENT, {"min-share": 0.5}, {"declared": {"disagreement": 0.0}},
+    out = analysis.analyse_output("labels", "agreement", {"min-share": 0.5}, {"declared": {"disagreement": 0.0}},
                              {"found": False, "why": "no test of use applies", "resolution": {"disagreement": 0.01}})
     assert out.axes[0].verdict is analysis.Verdict.OK and out.axes[0].margin is None
     assert out.notes and "no margin of use found" in out.notes[0]
@@ -297,7 +296,7 @@ def test_write_proposal_keeps_comments_and_records_the_numbers(tmp_path: Path) -
         'cosine-min = 0.9\nmax-abs = 0.5  # far too loose\njustification = "old words"\n', encoding="utf-8")
     noise = {"declared": {"max_abs": 1e-6, "one_minus_cos": 1e-12}}
     margin = _margin({"max_abs": 1e-2, "one_minus_cos": 1e-1}, {"max_abs": 6e-8, "one_minus_cos": 1e-14})
-    out = analysis.analyse_output("emb", Kind.COSINE, {"max-abs": 0.5, "cosine-min": 0.9}, noise, margin)
+    out = analysis.analyse_output("emb", "cosine", {"max-abs": 0.5, "cosine-min": 0.9}, noise, margin)
     result = calibration.Calibration("cp311-test", "sha256:x", [], [out], {}, "2026-01-01")
     assert calibration.write_proposal(pyproject, result) == ["emb"]
     text = pyproject.read_text(encoding="utf-8")
