@@ -1,15 +1,20 @@
 """The [tool.kernodeck] validator shipped as code: kernodeck/project/_tool_schema.py is fastjsonschema's
 compiled form of kernodeck/project/schema/tool-kernodeck.schema.json (as setuptools ships validate-pyproject's),
-so a load pays no compile and Kernodeck needs no fastjsonschema at run time. After editing the schema:
-python -m tests._schema_code
+so a load pays no compile and Kernodeck needs no fastjsonschema at run time. The schema's tolerance part (an
+output's ``kind`` enum and the kinds' keys) is written here from the kinds table (kernodeck/inenv/kinds.py). After
+editing the schema or the kinds: python -m tests._schema_code
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
+from typing import Any
+
+from kernodeck.inenv import kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "kernodeck" / "project" / "schema" / "tool-kernodeck.schema.json"
@@ -24,10 +29,42 @@ _OURS = ("from kernodeck.errors import SchemaViolation as JsonSchemaValueExcepti
          "SchemaViolation as JsonSchemaValuesException")
 
 
+def _number(low: float, high: float) -> dict[str, Any]:
+    """A tolerance key's schema: a number in [low, high] (high may be infinite), said as the schema's other keys."""
+    def num(value: float) -> int | float:
+        return int(value) if value.is_integer() else value
+
+    if math.isinf(high):
+        return {"type": "number", "minimum": num(low), "description": f"a number >= {num(low)}"}
+    return {"type": "number", "minimum": num(low), "maximum": num(high),
+            "description": f"a number from {num(low)} to {num(high)}"}
+
+
+def _line(key: str, value: dict[str, Any]) -> str:
+    return f"        {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}"
+
+
+def render_schema(text: str) -> str:
+    """The schema's text with the output definition's ``kind`` enum and tolerance keys written from the kinds table
+    (in table order, each key once), the rest of the file as it is."""
+    names = list(kinds.KINDS)
+    keys: dict[str, tuple[float, float]] = {}
+    for kind in kinds.KINDS.values():
+        for key, bounds in kind.KEYS.items():
+            keys.setdefault(key, bounds)
+    kind_line = _line("kind", {"enum": names, "description": "one of " + ", ".join(json.dumps(n) for n in names)})
+    block = re.search(r'(    "output": \{\n.*?"properties": \{\n)(.*?)(\n      \}\n    \})', text, re.DOTALL)
+    assert block is not None, "no output definition in the schema: update tests/_schema_code.py"
+    fixed = [line for line in block.group(2).split("\n")
+             if line.startswith(('        "dtype"', '        "justification"'))]
+    lines = [kind_line, *(line.rstrip(",") for line in fixed), *(_line(k, _number(*b)) for k, b in keys.items())]
+    return text[: block.start(2)] + ",\n".join(lines) + text[block.end(2) :]
+
+
 def render() -> str:
     import fastjsonschema
 
-    code = fastjsonschema.compile_to_code(json.loads(SCHEMA.read_text(encoding="utf-8")))
+    code = fastjsonschema.compile_to_code(json.loads(render_schema(SCHEMA.read_text(encoding="utf-8"))))
     assert _IMPORT in code, "fastjsonschema's generated import changed: update tests/_schema_code.py"
     entry = re.search(r"^def (\w+)\(", code, re.MULTILINE)
     assert entry is not None
@@ -35,5 +72,6 @@ def render() -> str:
 
 
 if __name__ == "__main__":
+    SCHEMA.write_text(render_schema(SCHEMA.read_text(encoding="utf-8")), encoding="utf-8")
     CODE.write_text(render(), encoding="utf-8")
-    sys.stdout.write(f"wrote {CODE.relative_to(ROOT)}\n")
+    sys.stdout.write(f"wrote {SCHEMA.relative_to(ROOT)} and {CODE.relative_to(ROOT)}\n")

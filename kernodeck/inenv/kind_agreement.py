@@ -12,7 +12,10 @@ from typing import Any
 
 DOC = "share of equal rows >= min-share (labels)"
 KEYS = {"min-share": (0.0, 1.0)}
-SUMMARY = (("equal_share", "min_share_allowed", "share of equal rows", "≥"), ("unequal_rows", None, "unequal rows", "="))
+SUMMARY = (
+    ("equal_share", "min_share_allowed", "share of equal rows", "≥"),
+    ("unequal_rows", None, "unequal rows", "="),
+)
 PROPOSES = True
 FLIP_BOUND = False
 

@@ -11,7 +11,10 @@ from typing import Any
 
 DOC = "equal (integers, labels)"
 KEYS: dict[str, tuple[float, float]] = {}
-SUMMARY = (("equal_share", "min_share_allowed", "share of equal rows", "≥"), ("unequal_rows", None, "unequal rows", "="))
+SUMMARY = (
+    ("equal_share", "min_share_allowed", "share of equal rows", "≥"),
+    ("unequal_rows", None, "unequal rows", "="),
+)
 PROPOSES = False  # no number to move; a noise above zero makes it too tight (use agreement)
 FLIP_BOUND = False
 

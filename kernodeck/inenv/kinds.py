@@ -1,10 +1,11 @@
 """The tolerance kinds, one table: a kind's name -> the module that says everything about it (standard library only).
 
 Both sides of the wall read it: the in-env comparison (tolerance.py), controls (controls.py) and margin numbers
-(margin.py), and the orchestrator's validation (project/application.py), schema (tests/_schema_code.py), calibrate
-(measure/analysis.py), drift (measure/drift.py), upgrade (lock/upgrade.py) and report line (verify/summaries.py).
-None of them names a kind. A kind module imports nothing but typing, not even numpy (the orchestrator imports it, and never
-imports numpy): the in-env side hands it numpy and the array helpers it needs (:class:`Ops`, :class:`Moves`).
+(margin.py), the flip bound (judge.py), and the orchestrator's validation (project/application.py), schema
+(tests/_schema_code.py), calibrate (measure/analysis.py), drift (measure/drift.py), upgrade (lock/upgrade.py), the
+manifest's flip bound (dossier/recording.py) and the report line (verify/summaries.py). None of them names a kind
+(tests/unit/test_kinds.py). A kind module imports nothing but typing, not even numpy (the orchestrator imports it
+and never numpy): the in-env side hands it numpy and the array helpers it needs (:class:`Ops`, :class:`Moves`).
 
 A new kind is one module ``kind_NAME.py`` beside this one, defining every member of :class:`ToleranceKind`, and one
 entry in :data:`KINDS`; then ``python -m tests._schema_code`` (the JSON schema's kind enum and keys are generated
@@ -13,7 +14,7 @@ from this table) and its paragraph in docs/application.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,11 +51,31 @@ Axis = tuple[str, str, float | None]
 class ToleranceKind(Protocol):
     """What a kind module defines (kind_cosine.py is the fullest example)."""
 
-    DOC: str  # one line: what it compares and for which outputs
-    KEYS: dict[str, tuple[float, float]]  # its tolerance keys in pyproject (all required), each with [low, high]
-    SUMMARY: tuple[SummaryRow, ...]  # its numbers on the report's compare line
-    PROPOSES: bool  # calibrate proposes a tolerance for it (exact has no number to move)
-    FLIP_BOUND: bool  # its max-abs is held to the criterion's nearest-neighbour flip bound (reference, calibrate)
+    # read-only members (properties, so that a module's constants satisfy them):
+    @property
+    def DOC(self) -> str:
+        """One line: what it compares and for which outputs."""
+        ...
+
+    @property
+    def KEYS(self) -> Mapping[str, tuple[float, float]]:
+        """Its tolerance keys in pyproject (all required), each with its bounds [low, high]."""
+        ...
+
+    @property
+    def SUMMARY(self) -> Sequence[SummaryRow]:
+        """Its numbers on the report's compare line."""
+        ...
+
+    @property
+    def PROPOSES(self) -> bool:
+        """Calibrate proposes a tolerance for it (exact has no number to move)."""
+        ...
+
+    @property
+    def FLIP_BOUND(self) -> bool:
+        """Its max-abs is held to the criterion's nearest-neighbour flip bound (reference, calibrate)."""
+        ...
 
     def compare(self, ops: Ops, declared: dict[str, Any], ours: Any, ref: Any, ids: list[str]) -> dict[str, Any]:
         """The verdict on same-shape, finite arrays: ``kind``, ``passed``, ``summary`` and its numbers."""
@@ -70,7 +91,8 @@ class ToleranceKind(Protocol):
         ...
 
     def axes(self, tolerance: dict[str, float]) -> list[Axis]:
-        """The numbers its tolerance bounds, with the declared bound in their units (calibrate's axes, drift's share)."""
+        """The numbers its tolerance bounds, each with the declared bound in its units (calibrate's axes, drift's
+        shares; None: shown only)."""
         ...
 
     def proposal(
