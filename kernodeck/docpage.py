@@ -2,7 +2,8 @@
 (with their docstrings) and the repository's own, every command's options (from the argparse parsers, never their
 error path) and the exit codes (:data:`kernodeck.exitcodes.MEANINGS`); in docs/locks.md the declared platforms and
 their committed locks; in docs/claims.md verify's steps and the claims each establishes (the step list, the in-env
-step names, :data:`kernodeck.verify.claims.CLAIMS` and ``SKIPPABLE``).
+step names, :data:`kernodeck.verify.claims.CLAIMS` and ``SKIPPABLE``); the tables of tolerance kinds in
+docs/application.md, docs/verdict-rules.md and docs/calibration.md (:data:`kernodeck.inenv.kinds.KINDS`).
 
 ``python -m kernodeck.docpage`` rewrites the pages' generated blocks; ``--check`` exits 1 when they differ from
 the code (tests/unit/test_docpage.py runs it).
@@ -20,6 +21,7 @@ from kernodeck import noxsessions
 from kernodeck._fs import write_atomic
 from kernodeck.cli.dispatch import ORDER, build_parser
 from kernodeck.exitcodes import MEANINGS
+from kernodeck.inenv.kinds import KINDS
 from kernodeck.inenv.protocol import StepName
 from kernodeck.verify.claims import CLAIMS, SKIPPABLE, ClaimSpec
 from kernodeck.verify.steps import STEPS
@@ -151,11 +153,38 @@ def _skip(name: str, specs: list[ClaimSpec]) -> str:
     return "no: its claims are then `step-skipped`" if specs else "no: the verdict fails"
 
 
+def kinds_block() -> str:
+    """The tolerance kinds (kernodeck/inenv/kinds.py): when an output passes, and what for."""
+    lines = ["| kind | passes when | for |", "|---|---|---|"]
+    lines += [f"| `{name}` | {_cell(kind.DOC)} | {_cell(kind.USE)} |" for name, kind in KINDS.items()]
+    return "\n".join(lines)
+
+
+def kinds_moved_block() -> str:
+    """Each kind's controls: the reference moved just past each bound (a list item's table: indented)."""
+    lines = ["| kind | moved past it |", "|---|---|"]
+    for name, kind in KINDS.items():
+        for key, how in kind.MOVED.items():
+            label = f"`{name}`, `{key}`" if len(kind.MOVED) > 1 else f"`{name}`"
+            lines.append(f"| {label} | {_cell(how)} |")
+    return "\n".join(f"  {line}" for line in lines)
+
+
+def kinds_measured_block() -> str:
+    """The numbers calibrate and drift measure of each kind, and the declared bound in their units."""
+    lines = ["| kind | numbers (each a distance: 0 means equal) | declared bound in the same units |", "|---|---|---|"]
+    lines += [f"| `{name}` | {_cell(kind.MEASURED[0])} | {_cell(kind.MEASURED[1])} |" for name, kind in KINDS.items()]
+    return "\n".join(lines)
+
+
 # page -> its generated blocks
 PAGES: dict[Path, dict[str, Callable[[], str]]] = {
     PAGE: {"sessions": sessions_block, "options": options_block, "exit-codes": exit_codes_block},
     ROOT / "docs" / "locks.md": {"platforms": platforms_block},
     ROOT / "docs" / "claims.md": {"steps-claims": steps_claims_block},
+    ROOT / "docs" / "application.md": {"kinds": kinds_block},
+    ROOT / "docs" / "verdict-rules.md": {"kinds-moved": kinds_moved_block},
+    ROOT / "docs" / "calibration.md": {"kinds-measured": kinds_measured_block},
 }
 BLOCKS = PAGES[PAGE]
 
@@ -167,7 +196,8 @@ def render(text: str, blocks: dict[str, Callable[[], str]] | None = None, name_:
         if begin not in text or end not in text:
             raise ValueError(f"{name_} lacks the markers of its generated block {name!r}: {begin} … {end}")
         head, rest = text.split(begin, 1)
-        text = f"{head}{begin}\n{make()}\n{end}{rest.split(end, 1)[1]}"
+        indent = head[head.rfind("\n") + 1 :]  # a block inside a list item keeps its end marker indented too
+        text = f"{head}{begin}\n{make()}\n{indent if not indent.strip() else ''}{end}{rest.split(end, 1)[1]}"
     return text
 
 

@@ -10,7 +10,15 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-DOC = "share of equal rows >= min-share (labels)"
+DOC = 'the share of equal rows ≥ `min-share`'  # passes when (docs/application.md)
+USE = "labels"  # for which outputs (docs/application.md)
+MOVED = {  # what moved_past does, per bound (docs/verdict-rules.md)
+    "min-share": "⌊(1 − min-share)·rows⌋ + 1 rows changed",
+}
+MEASURED = (  # calibrate's numbers, and the declared bound in their units (docs/calibration.md)
+    "the share of rows that differ",
+    "1 − `min-share`",
+)
 KEYS = {"min-share": (0.0, 1.0)}
 SUMMARY = (
     ("equal_share", "min_share_allowed", "share of equal rows", "≥"),

@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-DOC = "|a-b| <= atol + rtol*|b| elementwise (logits, tensors)"
+DOC = '|a−b| ≤ `atol` + `rtol`·|b| elementwise'  # passes when (docs/application.md)
+USE = "logits, tensors"  # for which outputs (docs/application.md)
+MOVED = {  # what moved_past does, per bound (docs/verdict-rules.md)
+    "atol + rtol*|ref|": "the largest value moved by 1.5 × (atol + rtol·|value|)",
+}
+MEASURED = (  # calibrate's numbers, and the declared bound in their units (docs/calibration.md)
+    "the allclose ratio: max of abs(a−b) / (atol + rtol·abs(ref)); max abs for reading",
+    "1.0 (a proposal scales atol and rtol together)",
+)
 KEYS = {"rtol": (0.0, float("inf")), "atol": (0.0, float("inf"))}
 SUMMARY = (("max_abs", "max_abs_allowed", "max abs", "≤"), ("values_over", None, "values over atol + rtol*|ref|", "="))
 PROPOSES = True

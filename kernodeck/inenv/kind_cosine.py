@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-DOC = "per-row cosine >= cosine-min AND max |a-b| <= max-abs (embeddings)"
+DOC = "every row's cosine ≥ `cosine-min` AND max |a−b| ≤ `max-abs`"  # passes when (docs/application.md)
+USE = "embeddings"  # for which outputs (docs/application.md)
+MOVED = {  # what moved_past does, per bound (docs/verdict-rules.md)
+    "max-abs": "the largest value of the reference moved by 1.5 × max-abs (at least one representable step)",
+    "cosine-min": "the first row turned (same norm) to a cosine of cosine-min − (1 − cosine-min)/2 against itself",
+}
+MEASURED = (  # calibrate's numbers, and the declared bound in their units (docs/calibration.md)
+    "max abs; 1 − min cosine over the rows",
+    "`max-abs`; 1 − `cosine-min`",
+)
 KEYS = {"cosine-min": (-1.0, 1.0), "max-abs": (0.0, float("inf"))}
 SUMMARY = (("max_abs", "max_abs_allowed", "max abs", "≤"), ("min_cosine", "cosine_min_allowed", "min cosine", "≥"))
 PROPOSES = True

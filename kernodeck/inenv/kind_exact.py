@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-DOC = "equal (integers, labels)"
+DOC = 'equal'  # passes when (docs/application.md)
+USE = "integers, labels where any change matters"  # for which outputs (docs/application.md)
+MOVED = {  # what moved_past does, per bound (docs/verdict-rules.md)
+    "exact": "one row changed by one representable step",
+}
+MEASURED = (  # calibrate's numbers, and the declared bound in their units (docs/calibration.md)
+    "the share of rows that differ (the note counts them in rows)",
+    "0",
+)
 KEYS: dict[str, tuple[float, float]] = {}
 SUMMARY = (
     ("equal_share", "min_share_allowed", "share of equal rows", "≥"),

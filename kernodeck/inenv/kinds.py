@@ -8,8 +8,8 @@ manifest's flip bound (dossier/recording.py) and the report line (verify/summari
 and never numpy): the in-env side hands it numpy and the array helpers it needs (:class:`Ops`, :class:`Moves`).
 
 A new kind is one module ``kind_NAME.py`` beside this one, defining every member of :class:`ToleranceKind`, and one
-entry in :data:`KINDS`; then ``python -m tests._schema_code`` (the JSON schema's kind enum and keys are generated
-from this table) and its paragraph in docs/application.md.
+entry in :data:`KINDS`; then ``python -m tests._schema_code`` (the JSON schema's kind enum and keys are written
+from this table) and ``python -m kernodeck.docpage`` (the docs' tables of kinds are too).
 """
 
 from __future__ import annotations
@@ -54,7 +54,22 @@ class ToleranceKind(Protocol):
     # read-only members (properties, so that a module's constants satisfy them):
     @property
     def DOC(self) -> str:
-        """One line: what it compares and for which outputs."""
+        """When an output passes, in words (docs/application.md's table of kinds, generated)."""
+        ...
+
+    @property
+    def USE(self) -> str:
+        """The outputs it is for (same table)."""
+        ...
+
+    @property
+    def MOVED(self) -> Mapping[str, str]:
+        """Per key of ``moved_past``, how the reference is moved past it (docs/verdict-rules.md, generated)."""
+        ...
+
+    @property
+    def MEASURED(self) -> tuple[str, str]:
+        """Calibrate's numbers, and the declared bound in their units (docs/calibration.md, generated)."""
         ...
 
     @property

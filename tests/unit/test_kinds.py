@@ -15,6 +15,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from kernodeck import docpage
 from kernodeck.errors import ConfigError
 from kernodeck.inenv import controls, kinds, margin, tolerance
 from kernodeck.lock import upgrade
@@ -28,7 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # A kind the package does not have: the sum of the output against the reference's, within max-sum. The whole kind,
 # as a newcomer writes kernodeck/inenv/kind_NAME.py (kinds.ToleranceKind's members).
 TOY = '''
-DOC = "|sum(a) - sum(b)| <= max-sum (a toy)"
+DOC = "|sum(a) − sum(b)| ≤ `max-sum`"
+USE = "totals"
+MOVED = {"max-sum": "the largest value moved by 1.5 × max-sum"}
+MEASURED = ("abs sum difference", "`max-sum`")
 KEYS = {"max-sum": (0.0, float("inf"))}
 SUMMARY = (("sum_diff", "max_sum_allowed", "sum difference", "<="),)
 PROPOSES = True
@@ -104,6 +108,20 @@ def test_a_new_kind_is_one_module_and_one_entry(toy: dict[str, Any]) -> None:
     assert "sum difference 12 (<= 2)" in summaries._compare_one(far)
     schema = render_schema(SCHEMA.read_text(encoding="utf-8"))
     assert '"toy"' in schema and '"max-sum": {"type": "number", "minimum": 0' in schema
+    assert "| `toy` | \\|sum(a) − sum(b)\\| ≤ `max-sum` | totals |" in docpage.kinds_block()
+    assert "| `toy` | the largest value moved by 1.5 × max-sum |" in docpage.kinds_moved_block()
+    assert "| `toy` | abs sum difference | `max-sum` |" in docpage.kinds_measured_block()
+
+
+@pytest.mark.parametrize("name", list(kinds.KINDS))
+def test_each_kinds_words_name_its_own_bounds_and_axes(name: str) -> None:
+    """A kind's doc rows are its code's: one per key ``moved_past`` gives, its keys the ones compare reads."""
+    kind = kinds.get(name)
+    tol = {key: (0.5 if high >= 1 else high / 2) for key, (low, high) in kind.KEYS.items()}
+    ref = np.linspace(1.0, 2.0, 12).reshape(4, 3)
+    assert set(controls.moved_past({"kind": name, **tol}, ref)) == set(kind.MOVED)
+    assert tolerance.compare({"kind": name, **tol}, ref, ref, ["a", "b", "c", "d"])["passed"] is True
+    assert [key for key, _, bound in kind.axes(tol) if bound is not None]
 
 
 def test_a_kind_outside_the_table_is_refused() -> None:
