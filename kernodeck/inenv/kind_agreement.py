@@ -1,7 +1,7 @@
 """The ``agreement`` tolerance kind (labels): the share of equal rows >= min-share.
 
-Everything about the kind, for every consumer (kinds.py: the table and what each member is for). It imports nothing
-but typing and math: the in-env side hands it numpy (``ops.np``, ``moves.np``).
+Everything about the kind, for every consumer (kinds.py: the table and what each member is for). It imports only
+the standard library: the in-env side hands it numpy (``ops.np``, ``moves.np``).
 """
 
 from __future__ import annotations

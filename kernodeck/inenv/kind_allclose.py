@@ -1,7 +1,7 @@
 """The ``allclose`` tolerance kind (logits, tensors): |a-b| <= atol + rtol*|b| elementwise.
 
-Everything about the kind, for every consumer (kinds.py: the table and what each member is for). It imports nothing
-but typing: the in-env side hands it numpy (``ops.np``, ``moves.np``).
+Everything about the kind, for every consumer (kinds.py: the table and what each member is for). It imports only
+the standard library: the in-env side hands it numpy (``ops.np``, ``moves.np``).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 Both sides of the wall read it: the in-env comparison (tolerance.py), controls (controls.py) and margin numbers
 (margin.py), the flip bound (judge.py), and the orchestrator's validation (project/application.py), schema
-(tests/_schema_code.py), calibrate (measure/analysis.py), drift (measure/drift.py), upgrade (lock/upgrade.py), the
-manifest's flip bound (dossier/recording.py) and the report line (verify/summaries.py). None of them names a kind
-(tests/unit/test_kinds.py). A kind module imports nothing but typing, not even numpy (the orchestrator imports it
-and never numpy): the in-env side hands it numpy and the array helpers it needs (:class:`Ops`, :class:`Moves`).
+(tests/_schema_code.py), calibrate (measure/analysis.py; the keys it may judge: measure/calibrate.py), drift
+(measure/drift.py), upgrade (lock/upgrade.py), the manifest's flip bound (dossier/recording.py), the report line
+(verify/summaries.py) and the docs' tables (docpage.py). None of them branches on a kind's name
+(tests/unit/test_kinds.py). A kind module imports only the standard library, never numpy (the orchestrator imports
+it, and never numpy): the in-env side hands it numpy and the array helpers it needs (:class:`Ops`, :class:`Moves`).
 
 A new kind is one module ``kind_NAME.py`` beside this one, defining every member of :class:`ToleranceKind`, and one
 entry in :data:`KINDS`; then ``python -m tests._schema_code`` (the JSON schema's kind enum and keys are written
@@ -89,7 +90,8 @@ class ToleranceKind(Protocol):
 
     @property
     def FLIP_BOUND(self) -> bool:
-        """Its max-abs is held to the criterion's nearest-neighbour flip bound (reference, calibrate)."""
+        """Its `max-abs` key (it must have one) is held to the criterion's nearest-neighbour flip bound (reference,
+        calibrate)."""
         ...
 
     def compare(self, ops: Ops, declared: dict[str, Any], ours: Any, ref: Any, ids: list[str]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.dossier import manifest
 from kernodeck.errors import KernodeckError
+from kernodeck.inenv import kinds
 from kernodeck.lock import check
 from kernodeck.measure import svg
 from kernodeck.measure.analysis import OutputCalibration, analyse_output
@@ -107,15 +108,14 @@ def _analyse(app: Application, runs: list[VariationRun], margins: dict[str, Any]
     return results
 
 
-TOLERANCE_KEYS = frozenset({"rtol", "atol", "max-abs", "cosine-min", "min-share", "justification"})
-
-
 def tolerance_only(differences: list[str]) -> bool:
     """Whether the declaration differs from the reference's record only in tolerance numbers or justifications
-    (``outputs.NAME.KEY: ...`` lines): what calibrate judges may be edited without a new reference."""
+    (``outputs.NAME.KEY: ...`` lines, KEY one of a kind's keys in kinds.py): what calibrate judges may be edited
+    without a new reference."""
+    editable = {"justification", *(key for kind in kinds.KINDS.values() for key in kind.KEYS)}
     for line in differences:
         parts = line.split(":", 1)[0].split(".")
-        if len(parts) != 3 or parts[0] != "outputs" or parts[2].replace("_", "-") not in TOLERANCE_KEYS:
+        if len(parts) != 3 or parts[0] != "outputs" or parts[2].replace("_", "-") not in editable:
             return False
     return True
 

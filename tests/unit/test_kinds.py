@@ -19,7 +19,7 @@ from kernodeck import docpage
 from kernodeck.errors import ConfigError
 from kernodeck.inenv import controls, kinds, margin, tolerance
 from kernodeck.lock import upgrade
-from kernodeck.measure import analysis, drift
+from kernodeck.measure import analysis, calibrate, drift
 from kernodeck.project import application
 from kernodeck.verify import summaries
 from tests._schema_code import SCHEMA, render_schema
@@ -102,6 +102,7 @@ def test_a_new_kind_is_one_module_and_one_entry(toy: dict[str, Any]) -> None:
     assert [a.key for a in calibrated.axes] == ["sum_diff"] and calibrated.overall() == "ok"
     assert calibrated.proposed_tolerance == {"max-sum": 0.2}  # sqrt(0.01 * 4.0), two significant digits
 
+    assert calibrate.tolerance_only(["outputs.total.max_sum: 2.0 -> declared 1.0"])  # calibrate may judge an edit
     assert drift.ratio("toy", {"max-sum": 2.0}, {"sum_diff": 0.5}) == 0.25
     assert drift.cell_text("toy", {"sum_diff": 0.25}) == "sum 0.25" and drift.short_text("toy", {"sum_diff": 0.25})
     assert upgrade.OutputDrift.from_compare("total", far).allowed == "sum within 2.0"
