@@ -31,10 +31,10 @@ from kernodeck._fs import sha256_file, write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.errors import Interrupted, KernodeckError
 from kernodeck.lock import lockdiff, lockfile
-from kernodeck.lock.bisect_search import Group, Outcome, SearchResult, Verdict, bound, group_changes, search
-from kernodeck.lock.upgrade import Drift, cell, render_drift
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.upgrade.bisect_search import Group, Outcome, SearchResult, Verdict, bound, group_changes, search
+from kernodeck.upgrade.relock import Drift, cell, render_drift
 from kernodeck.verify.context import declaration
 from kernodeck.verify.runbuild import Changes, ReferenceConfig, holding, runner_config
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck.inenv import protocol
-from kernodeck.lock import bisect
+from kernodeck.upgrade import bisect
 from kernodeck.verify import record
 from kernodeck.verify.steps import in_env
 from tests import wall

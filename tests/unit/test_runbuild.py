@@ -12,12 +12,11 @@ import pytest
 
 from kernodeck.dossier import manifest
 from kernodeck.env import start
-from kernodeck.lock import bisect
-from kernodeck.lock import upgrade as relock
 from kernodeck.measure import calibrate, variations
 from kernodeck.project.config import Project, load_project
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.project.platforms import resolve_platform
+from kernodeck.upgrade import bisect, relock
 from kernodeck.verify import context, runbuild
 from kernodeck.verify.context import Options
 from kernodeck.verify.pipeline import Run
