@@ -27,6 +27,9 @@ from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify.context import Declaration
 
+__all__ = ["NO_CHANGE", "Change", "Changes", "ReferenceConfig", "add_in_env_inputs", "holding", "prefetch",
+           "runner_config"]
+
 
 class ReferenceConfig(Protocol):
     """A reference as the runner needs it (``kernodeck.dossier.manifest.Reference``): its part of the config."""
@@ -151,11 +154,3 @@ def holding(project: Project, plat: Platform) -> Iterator[None]:
     finally:
         plock.release()
 
-
-def differing(config: dict[str, Any], base: dict[str, Any]) -> set[str]:
-    """The top-level keys whose values differ between two configurations (a key missing from one counts)."""
-    return {k for k in config.keys() | base.keys() if config.get(k, _MISSING) != base.get(k, _MISSING)}
-
-
-_MISSING = object()
-__all__ = ["Change", "Changes", "add_in_env_inputs", "differing", "holding", "prefetch", "runner_config"]
