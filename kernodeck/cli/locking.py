@@ -152,7 +152,7 @@ def cmd_audit(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck.lock.upgrade import outcome, upgrade, write_pr_body
+    from kernodeck.upgrade.relock import outcome, upgrade, write_pr_body
 
     if args.pr_body:
         print(write_pr_body(args.pr_body, args.all_platforms, as_of=args.as_of or ""), end="")
@@ -165,7 +165,7 @@ def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck.lock.bisect import bisect_locks
+    from kernodeck.upgrade.bisect import bisect_locks
 
     plat = resolve_platform(project, args.platform, args.variant)
     result = bisect_locks(project, plat, args.good, args.bad, installer=args.installer, out=args.out)

@@ -7,7 +7,8 @@ for drift against them.
   lock and its twin, written together (:mod:`~kernodeck.lock.write`);
 - :mod:`~kernodeck.lock.lockfile`: the requirements lock's format; :mod:`~kernodeck.lock.pylock`: the PEP 751 twin,
   whose files are placed by the index client :mod:`~kernodeck.lock.index_client`;
-- beside them: ``hashpins`` (``--upgrade-package``), ``lockdiff``, ``upgrade``, ``bisect``, ``audit``.
+- beside them: ``hashpins`` (``--upgrade-package``), ``lockdiff``, ``audit``; ``upgrade`` and ``bisect``, which run
+  verify, are above it (:mod:`kernodeck.upgrade`).
 
 Each name is imported from the module that defines it (``from kernodeck.lock.check import require_checked``).
 """

@@ -35,22 +35,22 @@ from kernodeck.measure import svg
 from kernodeck.measure.analysis import OutputCalibration, analyse_output
 from kernodeck.measure.calibration import Calibration, chart_data, render, write_proposal
 from kernodeck.measure.variations import VariationRun, cpu_flags, plan, run_all
-from kernodeck.project import application, deadlines
+from kernodeck.project import deadlines
 from kernodeck.project.application import Application
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.verify.context import declaration
+from kernodeck.verify.runbuild import Change, Changes, holding, runner_config
 
 
 def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool = False) -> tuple[Calibration, Path]:
     """Rebuild (or reuse) the env, run every available variation and the margin search, write the calibration."""
-    from kernodeck.env.envdirs import platform_lock
     from kernodeck.env.rebuild import rebuild
-    from kernodeck.platform_lock import acquire
-    from kernodeck.verify.steps.declared import against_reference, require_declared_contract
+    from kernodeck.verify.steps.declared import require_declared_contract
 
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     lock_path = check.require_current(project, plat)
-    app = application.load(project.root)
+    app = declaration(project).application()
     ref = manifest.load(project)
     differ = manifest.declaration_differences(ref.manifest, app)
     if not tolerance_only(differ):
@@ -62,27 +62,31 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
     if out is not None:
         final = outdir.check(out, what="the calibration", tip=tips.nox("calibrate", "--out", "runs/NAME"),
                              root=project.root, allowed=(project.runs,))
-    plock = platform_lock(project, plat)
-    acquire(plock, plat)
-    try:
-        with outdir.staged(final, "calibration") as staging:  # signed with the list of its files, swapped in whole
-            python = rebuild(project, plat, lock_path).python
-            base = against_reference(project, ref, app, str(plat.variant.backend))
-            # the numbers are measured under the DECLARED tolerance (the one judged), whatever the reference recorded
-            base["application"]["outputs"] = {n: o.declared() for n, o in app.outputs.items()}
-            variations = plan(cpu_flags(), os.cpu_count() or 1, str(plat.variant.backend), os.uname().machine)
-            runs = run_all(python, staging, base, variations, staging / "margins.json", deadlines.load(project.tool))
-            margins = _margins(staging / "margins.json", runs)
-            flip = (ref.manifest.get("criterion") or {}).get("flip_bound")
-            result = Calibration(plat.id, ref.id, runs, _analyse(app, runs, margins, flip), margins, started, differ)
-            write_json(staging / "calibration.json", result.as_dict())
-            write_atomic(staging / "calibration.md", render(result))
-            write_atomic(staging / "calibration.svg", svg.calibration_chart(chart_data(result)))
-    finally:
-        plock.release()
+    with holding(project, plat), outdir.staged(final, "calibration") as staging:  # swapped in whole, signed
+        python = rebuild(project, plat, lock_path).python
+        base = base_config(project, ref, str(plat.variant.backend))
+        variations = plan(cpu_flags(), os.cpu_count() or 1, str(plat.variant.backend), os.uname().machine)
+        runs = run_all(python, staging, base, variations, staging / "margins.json", deadlines.load(project.tool))
+        margins = _margins(staging / "margins.json", runs)
+        flip = (ref.manifest.get("criterion") or {}).get("flip_bound")
+        result = Calibration(plat.id, ref.id, runs, _analyse(app, runs, margins, flip), margins, started, differ)
+        write_json(staging / "calibration.json", result.as_dict())
+        write_atomic(staging / "calibration.md", render(result))
+        write_atomic(staging / "calibration.svg", svg.calibration_chart(chart_data(result)))
     if write:
         write_proposal(project.root / "pyproject.toml", result)
     return result, final
+
+
+# What calibrate changes from verify's runner configuration: the outputs measured under the DECLARED tolerance (the
+# one judged, whatever the reference recorded), and each process's variation (the first one's margin search).
+CHANGES = Changes((Change.DECLARED_TOLERANCES, Change.VARIATION))
+
+
+def base_config(project: Project, ref: manifest.Reference, backend: str) -> dict[str, Any]:
+    """The runner configuration every variation starts from (``run_all`` adds the variation): verify's, with
+    :data:`CHANGES`."""
+    return runner_config(project, declaration(project), ref, backend, CHANGES)
 
 
 def _margins(margin_file: Path, runs: list[VariationRun]) -> dict[str, Any]:

@@ -14,15 +14,14 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck._proc import log
-from kernodeck.env.envdirs import platform_lock
 from kernodeck.errors import DossierError, KernodeckError
-from kernodeck.platform_lock import acquire
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify import context
 from kernodeck.verify.context import Options
 from kernodeck.verify.pipeline import Run, drive
 from kernodeck.verify.report import Report
+from kernodeck.verify.runbuild import holding
 from kernodeck.verify.steps import STEPS
 from kernodeck.verify.steps.build import interpreter_platform
 from kernodeck.verify.steps.in_env import IN_ENV_STEPS, REFERENCE_STEPS
@@ -56,23 +55,20 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     run_ = Run(project, plat, stage.path)
     names = opts.steps or (REFERENCE_STEPS if mode == "reference" else IN_ENV_STEPS)
     run_.meta.update(started=started, expect_backend=opts.expect_backend or str(plat.variant.backend), mode=mode)
-    plock = platform_lock(project, plat)
-    acquire(plock, plat)
-    try:
-        ctx = context.load(project, plat, opts, mode=mode, staging=stage.path, names=names)
-        drive(ctx, run_, STEPS)
-        report = Report(plat.id, run_.steps, {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-                        not_established=run_.not_established, changed_code=run_.changed_code)
-        write_dossier(ctx, run_, report)
-        stage.commit()  # signed with the list of its files, then swapped in whole
-    except OSError as exc:
-        stage.abandon()
-        raise _read_failed(exc, stage.path, final) from None
-    except BaseException:
-        stage.abandon()
-        raise
-    finally:
-        plock.release()
+    with holding(project, plat):
+        try:
+            ctx = context.load(project, plat, opts, mode=mode, staging=stage.path, names=names)
+            drive(ctx, run_, STEPS)
+            report = Report(plat.id, run_.steps, {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+                            not_established=run_.not_established, changed_code=run_.changed_code)
+            write_dossier(ctx, run_, report)
+            stage.commit()  # signed with the list of its files, then swapped in whole
+        except OSError as exc:
+            stage.abandon()
+            raise _read_failed(exc, stage.path, final) from None
+        except BaseException:
+            stage.abandon()
+            raise
     log(f"kernodeck: report: {final / 'report.md'}")
     if run_.error is not None:
         raise run_.error

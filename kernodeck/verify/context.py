@@ -83,7 +83,7 @@ class RunContext:
         return str(self.reference.manifest["environment"]["platform"])
 
 
-def _declaration(project: Project) -> Declaration:
+def declaration(project: Project) -> Declaration:
     """The declaration's tables from ``[tool.kernodeck]`` as the CLI's load of the Project read it (not read again)."""
     tool = project.tool
 
@@ -114,13 +114,13 @@ def load(project: Project, plat: Platform, opts: Options, *, mode: str, staging:
     """Read every input of a run, once. The caller holds the platform's lock."""
     ref, ref_inventory = _reference(project)
     vindex = sources.variant_index(plat.variant.name, plat.variant.index)
-    declaration = _declaration(project)
-    if declaration.app_resume is None:  # no [tool.kernodeck.application.resume]: the step is not asked for at all
+    declared = declaration(project)
+    if declared.app_resume is None:  # no [tool.kernodeck.application.resume]: the step is not asked for at all
         names = tuple(n for n in names if n != StepName.RESUME_APPLICATION)
     return RunContext(
         project=project, plat=plat, opts=opts, mode=mode, staging=staging, names=names,
         backend=opts.expect_backend or str(plat.variant.backend),
-        declaration=declaration, lock=check.read_lock(project, plat),
+        declaration=declared, lock=check.read_lock(project, plat),
         reference=ref, reference_inventory=ref_inventory,
         secrets=sources.secrets([v.index for v in project.variants.values()]),
         install_secrets=sources.secrets([sources.public_url(vindex.declared)], [vindex.declared]),

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import tomlkit
 
-from kernodeck.lock import bisect as bisecting
 from kernodeck.lock import lockfile
+from kernodeck.upgrade import bisect as bisecting
 from tests._lock_tiny import write_wheel
 from tests.conftest import ROOT
 

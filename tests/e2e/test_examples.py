@@ -183,7 +183,7 @@ def _resume_application_step(project: Path, folder: Path, table: dict[str, Any],
     ``code``: project files declared beside the application's own (the closed world refuses any other read)."""
     from kernodeck.env import start
     from kernodeck.project import application, resume_contract
-    from kernodeck.verify.steps.declared import add_in_env_inputs
+    from kernodeck.verify.runbuild import add_in_env_inputs
     from kernodeck.verify.steps.in_env import RUNNER, RUNNER_ENV
 
     tool = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]

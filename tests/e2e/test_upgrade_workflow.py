@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.lock.upgrade import PR_BODY_LIMIT, pr_body
+from kernodeck.upgrade.relock import PR_BODY_LIMIT, pr_body
 from tests.e2e.test_workflows import (
     _SHA_PIN,
     FAKE_NOX,

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from kernodeck.errors import KernodeckError
-from kernodeck.lock import bisect, bisect_search, lockdiff, lockfile
-from kernodeck.lock.bisect_search import Outcome, Verdict
+from kernodeck.lock import lockdiff, lockfile
+from kernodeck.upgrade import bisect, bisect_search
+from kernodeck.upgrade.bisect_search import Outcome, Verdict
 from tests.unit.test_lockdiff import NEW, OLD, write_lock
 
 
@@ -180,7 +181,7 @@ def test_a_failure_the_new_locks_env_does_not_show_is_skipped_not_named() -> Non
     """Against a new lock that computes (out of tolerance), a subset whose application fails is an inconsistent
     combination (an ABI need no Requires-Dist states), not the culprit; against a new lock that fails, only the same
     failure counts."""
-    from kernodeck.lock.upgrade import Drift
+    from kernodeck.upgrade.relock import Drift
 
     def trials(whole: Outcome, failure: str) -> bisect._Trials:
         t = bisect._Trials.__new__(bisect._Trials)

@@ -13,11 +13,11 @@ import pytest
 from kernodeck.dossier import new_reference
 from kernodeck.errors import KernodeckError, ManifestError
 from kernodeck.inenv.protocol import Status
-from kernodeck.lock import upgrade
 from kernodeck.lock.lockdiff import LockDiff, LockSide
 from kernodeck.measure import drift
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
+from kernodeck.upgrade import relock as upgrade
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 from tests.conftest import copy_project

@@ -112,7 +112,7 @@ def test_verify_fetches_a_missing_file_and_a_wrong_hash_fails_at_weights(
     from kernodeck.inenv import locate
     from kernodeck.inenv._common import CheckFailed
     from kernodeck.project import application
-    from kernodeck.verify.steps.declared import _prefetch
+    from kernodeck.verify.runbuild import prefetch
 
     monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("MODEL_TOKEN", TOKEN)
@@ -122,7 +122,7 @@ def test_verify_fetches_a_missing_file_and_a_wrong_hash_fails_at_weights(
         app = application.load(_project(tmp_path / digest[:4], weights))
         assert app.outputs == table.outputs
         config = app.run_config()
-        _prefetch(app, config)
+        prefetch(app, config)
         if not fails:
             assert "fetch_error" not in config["weights"]
             assert locate.locate(config["weights"], tmp_path, "weights", "weights")[1] == {"w.bin": DIGEST}

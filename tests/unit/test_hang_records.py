@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from kernodeck.inenv.protocol import Status
-from kernodeck.lock.bisect import _outcome_of
-from kernodeck.lock.bisect_search import Outcome
-from kernodeck.lock.upgrade import Drift
 from kernodeck.measure import variations
 from kernodeck.project.config import load_project
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.project.platforms import resolve_platform
+from kernodeck.upgrade.bisect import _outcome_of
+from kernodeck.upgrade.bisect_search import Outcome
+from kernodeck.upgrade.relock import Drift
 from kernodeck.verify.markdown import summary_line
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.record import Step
@@ -84,7 +84,7 @@ def test_run_checks_keeps_earlier_steps_and_names_the_stalled_one(project: Path,
     assert str(report.verdict) == "failed"
     assert summary_line(report, Path("r.md")).startswith("FAILED at application (layer: application): stalled")
     # a bisect trial's finding: the hang itself, with its step, layer and line (a failure before the comparison,
-    # not an output out of tolerance: lock/bisect.py)
+    # not an output out of tolerance: upgrade/bisect.py)
     drift = Drift.from_steps([s.as_dict() for s in run_.steps])
     assert drift.failure.startswith("application: stalled") and f"checks/fake_runner.py:{HANG_LINE}" in drift.failure
     assert _outcome_of(drift) is Outcome.FAILED

@@ -1,6 +1,9 @@
-"""No import cycle among Kernodeck's modules (issue 20 named one: lock -> rebuild -> wheelhouse -> lock).
+"""No import cycle among Kernodeck's modules (issue 20 named one: lock -> rebuild -> wheelhouse -> lock), and every
+import, inside a function or not, keeps to the layers of docs/architecture.md ("Layers").
 
-Module-level imports only: what runs when a module is imported (its top level, top-level ``if``/``try``/``with``
+For the layers, every ``import`` counts (tests/wall.py's ``imports_of`` walks them all with ``ast``: inside functions,
+under ``if TYPE_CHECKING:``, ``importlib.import_module("...")``). For the cycles:
+module-level imports only: what runs when a module is imported (its top level, top-level ``if``/``try``/``with``
 blocks and class bodies). An import inside a function runs when it is called, and one under ``if TYPE_CHECKING:``
 never runs: neither counts here. An import needs the module it takes names or a submodule from; importing ``a.b.c``
 also runs ``a.b``'s ``__init__`` first (which may re-export from its submodules). The whole package has no cycle
@@ -231,3 +234,95 @@ def test_a_planted_cycle_through_a_package_init_is_found(tree: Path) -> None:
 def test_a_lazy_import_is_no_cycle(tree: Path, line: str) -> None:
     _plant(tree, "lock/inputs.py", line)
     assert _new_groups(tree, inits=True) == []
+
+
+# --- the layers ------------------------------------------------------------------------------------------------------
+
+# Lowest first (docs/architecture.md, "Layers"): a module imports from its own layer and the ones below it. The names
+# are the package's top-level modules and subpackages ("kernodeck": its __init__).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("kernodeck", "errors", "tips", "exitcodes", "_fs", "noxsessions", "inenv"),
+    ("project", "sources", "_proc", "outdir", "platform_lock", "supervise", "stackdump"),
+    ("lock",),
+    ("env",),
+    ("verify",),
+    ("dossier",),
+    ("measure", "upgrade", "ci"),
+    ("cli", "__main__", "docpage"),
+)
+# The upward imports still there, each named: verify reads the reference through dossier/ (manifest, lineage, the flip
+# bound in recording) and writes the dossier through it (delta, review, sbom). Each is to go by moving code; the test
+# fails on a new one and on a listed one that is gone (then take it off the list).
+KNOWN_UPWARD = {
+    ("kernodeck.verify.context", "kernodeck.dossier"),
+    ("kernodeck.verify.context", "kernodeck.dossier.manifest"),
+    ("kernodeck.verify.steps.declared", "kernodeck.dossier"),
+    ("kernodeck.verify.steps.declared", "kernodeck.dossier.lineage"),
+    ("kernodeck.verify.steps.declared", "kernodeck.dossier.manifest"),
+    ("kernodeck.verify.steps.declared", "kernodeck.dossier.recording"),
+    ("kernodeck.verify.writer", "kernodeck.dossier"),
+    ("kernodeck.verify.writer", "kernodeck.dossier.delta"),
+    ("kernodeck.verify.writer", "kernodeck.dossier.review"),
+    ("kernodeck.verify.writer", "kernodeck.dossier.sbom"),
+}
+
+
+def _part(module: str) -> str:
+    """The top-level module or subpackage a module belongs to (``kernodeck.lock.check`` -> ``lock``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_breaches(root: Path) -> tuple[set[tuple[str, str]], set[str]]:
+    """Every import of a module above the importer's layer (importer, imported), and the parts no layer places."""
+    rank = {part: number for number, layer in enumerate(LAYERS) for part in layer}
+    graph = wall.Graph(root)
+    upward: set[tuple[str, str]] = set()
+    unplaced = {_part(module) for module in graph.edges} - rank.keys()
+    for module, names in graph.edges.items():
+        for name in names:
+            target = graph.local(name)
+            if target is None or _part(module) in unplaced or _part(target) in unplaced:
+                continue
+            if rank[_part(target)] > rank[_part(module)]:
+                upward.add((module, target))
+    return upward, unplaced
+
+
+def test_every_import_keeps_to_the_layers() -> None:
+    upward, unplaced = layer_breaches(ROOT)
+    assert unplaced == set()
+    assert upward == KNOWN_UPWARD
+    # the graph sees what it must: a lazy import inside a function (upgrade runs verify), and upgrade is above verify
+    graph = wall.Graph(ROOT)
+    assert "kernodeck.verify" in graph.edges["kernodeck.upgrade.relock"]
+    assert "kernodeck.env.rebuild" in graph.edges["kernodeck.upgrade.bisect"]
+
+
+@pytest.mark.parametrize(("rel", "line", "breach"), [
+    # inside a function: runs only when called, an upward import all the same
+    ("lock/inputs.py", "def later() -> None:\n    from kernodeck.verify import runbuild",
+     ("kernodeck.lock.inputs", "kernodeck.verify.runbuild")),
+    ("env/envdirs.py", "import typing\nif typing.TYPE_CHECKING:\n    from kernodeck.dossier import manifest",
+     ("kernodeck.env.envdirs", "kernodeck.dossier.manifest")),
+    ("dossier/lineage.py", "def later() -> None:\n    import kernodeck.upgrade.relock",
+     ("kernodeck.dossier.lineage", "kernodeck.upgrade.relock")),
+    ("project/config.py", "def later() -> None:\n    import importlib\n    importlib.import_module('kernodeck.cli.x')",
+     ("kernodeck.project.config", "kernodeck.cli")),
+])
+def test_a_planted_upward_import_fails_the_layers(tree: Path, rel: str, line: str, breach: tuple[str, str]) -> None:
+    _plant(tree, rel, line)
+    upward, unplaced = layer_breaches(tree)
+    new = upward - KNOWN_UPWARD  # ``from a import b`` names the package a and its module a.b: both upward
+    assert breach in new and {importer for importer, _ in new} == {breach[0]} and unplaced == set()
+
+
+def test_a_package_without_a_layer_fails(tree: Path) -> None:
+    (tree / "kernodeck" / "newpart").mkdir()
+    (tree / "kernodeck" / "newpart" / "__init__.py").write_text("from kernodeck import errors\n", encoding="utf-8")
+    assert layer_breaches(tree)[1] == {"newpart"}
+
+
+def test_a_downward_import_is_no_breach(tree: Path) -> None:
+    _plant(tree, "upgrade/relock.py", "def later() -> None:\n    from kernodeck.project import config")
+    assert layer_breaches(tree)[0] == KNOWN_UPWARD

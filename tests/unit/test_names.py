@@ -75,13 +75,13 @@ def test_a_name_imported_from_a_module_that_only_imports_it_is_caught() -> None:
 
 def test_a_name_reached_through_a_module_that_only_imports_it_is_caught() -> None:
     source = (
-        "from kernodeck.lock import bisect\nfrom kernodeck import outdir as out\n"
+        "from kernodeck.upgrade import bisect\nfrom kernodeck import outdir as out\n"
         "bisect.KernodeckError\n"  # bisect imports it from kernodeck.errors
         "bisect.bisect_locks\n"  # defined there
         "out.UnsafeOut\n"  # through an alias
     )
     assert names.borrowed_attributes(ROOT, source, "planted.py") == [
-        "planted.py:3: bisect.KernodeckError is not defined in kernodeck.lock.bisect",
+        "planted.py:3: bisect.KernodeckError is not defined in kernodeck.upgrade.bisect",
         "planted.py:5: out.UnsafeOut is not defined in kernodeck.outdir",
     ]
 

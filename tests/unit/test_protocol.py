@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck.inenv import protocol
-from kernodeck.lock import bisect
+from kernodeck.upgrade import bisect
 from kernodeck.verify import record
 from kernodeck.verify.steps import in_env
 from tests import wall
@@ -174,17 +174,26 @@ def test_the_protocol_needs_only_the_standard_library(tmp_path: Path) -> None:
     assert any("in-env module that needs numpy" in str(b) for b in wall.breaches(tmp_path))
 
 
+def _key(node: ast.AST | None) -> str:
+    """A run-config key written as a literal or as ``ConfigKey.X`` ("?" for anything else)."""
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ConfigKey"
+            and node.attr in protocol.ConfigKey.__members__):
+        return protocol.ConfigKey[node.attr].value
+    return _const(node) or "?"
+
+
 def verify_config_keys(source: str) -> set[str]:
-    """The run-config keys verify.py writes: ``run_config["k"] = …``, ``run_config.update(k=…)``,
-    ``{**config, "k": …}``."""
+    """The run-config keys the run builder writes: ``config["k"] = …`` (or ``config[ConfigKey.K]``),
+    ``config.update(k=…)`` or ``config.update({"k": …})``, ``{**config, "k": …}``."""
     keys: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
                 and (_is_config(node.value) or getattr(node.value, "id", "") == "run_config")):
-            keys.add(_const(node.slice) or "?")
+            keys.add(_key(node.slice))
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update"
-              and getattr(node.func.value, "id", "") == "run_config"):
+              and getattr(node.func.value, "id", "") in ("run_config", "config")):
             keys.update(k.arg for k in node.keywords if k.arg)
+            keys.update(_key(k) for a in node.args if isinstance(a, ast.Dict) for k in a.keys if k is not None)
         elif isinstance(node, ast.Dict) and any(k is None and _is_config(v) for k, v in zip(node.keys, node.values,
                                                                                               strict=True)):
             keys.update(_const(k) or "?" for k in node.keys if k is not None)  # {**config, "steps": …}
@@ -199,9 +208,11 @@ def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) ->
 
     project = load_project(copy_project(tmp_path / "p"))
     app = application.load(project.root)
-    steps = ROOT / "kernodeck" / "verify" / "steps"  # the declared contract writes it, the in-env phase adds "steps"
-    written = set().union(*(verify_config_keys((steps / f).read_text(encoding="utf-8"))
-                            for f in ("declared.py", "in_env.py")))
+    verify = ROOT / "kernodeck" / "verify"  # the run builder writes it, the in-env phase adds "steps"
+    written = set().union(*(verify_config_keys((verify / f).read_text(encoding="utf-8"))
+                            for f in ("runbuild.py", "steps/in_env.py")))
     assert {"steps", "project_root", "mode", "resume"} <= written
     assert {*manifest.load(project).run_config(project, app), *written} <= protocol.CONFIG_KEYS
     assert verify_config_keys('run_config.update(modus="x")\nrun_config["projekt"] = 1\n') == {"modus", "projekt"}
+    assert verify_config_keys('config.update({ConfigKey.MODE: 1, "projekt": 2})\nconfig[ConfigKey.NEU] = 1\n') == {
+        "mode", "projekt", "?"}

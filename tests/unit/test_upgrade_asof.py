@@ -135,7 +135,7 @@ def test_a_dated_relock_against_pypi_is_byte_identical(tmp_path: Path, monkeypat
 def test_upgrade_moves_a_declared_date_and_puts_it_back_when_the_relock_fails(
         tmp_path: Path, wheels: Path) -> None:
     from kernodeck.errors import KernodeckError
-    from kernodeck.lock import upgrade
+    from kernodeck.upgrade import relock as upgrade
 
     root = tiny_project(tmp_path / "p")
     _declare(root, "2021-03-04")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernodeck.lock.upgrade import Drift, render_drift
+from kernodeck.upgrade.relock import Drift, render_drift
 
 
 def _steps(outputs: dict[str, dict[str, Any]], *, criterion: bool | None = True,
@@ -61,7 +61,7 @@ def test_a_run_that_stopped_before_compare_is_not_a_pass() -> None:
 
 
 def test_a_pipe_in_a_cell_is_escaped_so_the_table_keeps_its_columns() -> None:
-    from kernodeck.lock.upgrade import cell
+    from kernodeck.upgrade.relock import cell
 
     assert cell("first 'r0'; |ref| * 1e-6\nmore") == "first 'r0'; \\|ref\\| * 1e-6 more"
     row = render_drift(Drift.from_steps(_steps({"logits": ALLCLOSE_BAD}))).splitlines()[4]

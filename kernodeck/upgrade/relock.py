@@ -25,6 +25,7 @@ from kernodeck.lock.compile import compile_lock
 from kernodeck.lock.inputs import RESOLVERS, as_of_instant, lock_path, pylock_path
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.verify.context import Options
 
 
 @dataclass(frozen=True)
@@ -165,12 +166,17 @@ def _keep_declared_date(project: Project, as_of: str | None, old_dir: Path) -> N
     log(f"kernodeck: pyproject.toml: resolve-as-of {project.resolve_as_of} -> {as_of} (the old file is in {old_dir})")
 
 
+def verify_options(out: Path, installer: str | None) -> Options:
+    """The verify upgrade runs on the new lock: verify's own settings (its runner configuration is verify's; the
+    run builder's test compares them), its dossier in the upgrade's folder, the env built by ``installer``."""
+    return Options(out=out, installer=installer)
+
+
 def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resolver: str | None = None,
             installer: str | None = None, out: Path | None = None) -> UpgradeResult:
     """Relock ``plat`` (every pin re-resolved), diff it against the old lock, verify it against the reference."""
     from kernodeck import outdir
     from kernodeck.verify import verify
-    from kernodeck.verify.context import Options
 
     target = lock_path(project, plat)
     if not target.exists():
@@ -213,7 +219,7 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     report_steps: list[dict[str, Any]]
     interrupted = False
     try:
-        report, _ = verify(project, plat, Options(out=folder / "verify", installer=installer))
+        report, _ = verify(project, plat, verify_options(folder / "verify", installer))
         report_steps = [s.as_dict() for s in report.steps]
         interrupted = bool(report.meta.get("interrupted"))
     except KernodeckError as exc:  # verify wrote its dossier; the drift table says where it stopped

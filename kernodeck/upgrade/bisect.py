@@ -31,10 +31,12 @@ from kernodeck._fs import sha256_file, write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.errors import Interrupted, KernodeckError
 from kernodeck.lock import lockdiff, lockfile
-from kernodeck.lock.bisect_search import Group, Outcome, SearchResult, Verdict, bound, group_changes, search
-from kernodeck.lock.upgrade import Drift, cell, render_drift
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.upgrade.bisect_search import Group, Outcome, SearchResult, Verdict, bound, group_changes, search
+from kernodeck.upgrade.relock import Drift, cell, render_drift
+from kernodeck.verify.context import declaration
+from kernodeck.verify.runbuild import Changes, ReferenceConfig, holding, runner_config
 
 # The in-env steps a bisection needs: settings and backend (the run's device and pinned knobs), the reference read
 # back, the application, its outputs reread and compared, and the criterion.
@@ -191,33 +193,31 @@ class _Trials:
     def run(self, trial: Path, lock_path: Path, reuse: Path | None, *, regroup: bool) -> list[dict[str, Any]]:
         """The trial's env (``reuse``, or rebuilt from ``lock_path``), the application's steps run in it. Raises
         :class:`_Unbuildable` when the env cannot be built; the env is not kept, its lock is, beside its steps."""
-        from kernodeck.env.envdirs import env_python, platform_lock
+        from kernodeck.env.envdirs import env_python
         from kernodeck.env.rebuild import rebuild
         from kernodeck.verify.pipeline import Run
         from kernodeck.verify.steps.in_env import run_checks
 
         scratch = dataclasses.replace(self.project, venv_root=trial / "venv", lockfiles=trial / "lockfiles", runs=trial)
-        guard = platform_lock(self.project if reuse else scratch, self.plat)
-        guard.acquire()
         try:
-            try:
-                if reuse is not None:
-                    python = env_python(reuse)
-                else:
-                    python = rebuild(scratch, self.plat, lock_path, installer=self.installer, fresh=True,
-                                     observe_reused=False).python
-            except KernodeckError as exc:
-                raise _Unbuildable(f"cannot be installed consistently: {str(exc).splitlines()[0][:300]}") from exc
-            if regroup:
-                self.regroup(python)
-            run_ = Run(self.project, self.plat, trial)
-            run_checks(run_, python, STEPS, self.config)
-            if run_.meta.get("interrupted"):  # a signal: no further trial; this one's steps and stacks stay
-                raise Interrupted(f"the bisect was interrupted ({run_.meta['interrupted']['signal']}) during trial "
-                                  f"{trial.name}; its steps and stacks are in {trial / 'steps'}",
-                                  tip=tips.nox("bisect", "--good", "OLD_LOCK", "--bad", "NEW_LOCK"))
+            with holding(self.project if reuse else scratch, self.plat):
+                try:
+                    if reuse is not None:
+                        python = env_python(reuse)
+                    else:
+                        python = rebuild(scratch, self.plat, lock_path, installer=self.installer, fresh=True,
+                                         observe_reused=False).python
+                except KernodeckError as exc:
+                    raise _Unbuildable(f"cannot be installed consistently: {str(exc).splitlines()[0][:300]}") from exc
+                if regroup:
+                    self.regroup(python)
+                run_ = Run(self.project, self.plat, trial)
+                run_checks(run_, python, STEPS, self.config)
+                if run_.meta.get("interrupted"):  # a signal: no further trial; this one's steps and stacks stay
+                    raise Interrupted(f"the bisect was interrupted ({run_.meta['interrupted']['signal']}) during trial "
+                                      f"{trial.name}; its steps and stacks are in {trial / 'steps'}",
+                                      tip=tips.nox("bisect", "--good", "OLD_LOCK", "--bad", "NEW_LOCK"))
         finally:
-            guard.release()
             shutil.rmtree(trial / "venv", ignore_errors=True)
         return [s.as_dict() for s in run_.steps]
 
@@ -244,12 +244,21 @@ def _folder(project: Project, plat: Platform, out: Path | None) -> Path:
     return folder
 
 
+# What bisect changes from verify's runner configuration: nothing (each trial's env is another lock's, and only the
+# application's steps run in it: STEPS, handed to the runner as verify hands it its steps).
+CHANGES = Changes()
+
+
+def trial_config(project: Project, ref: ReferenceConfig, backend: str) -> dict[str, Any]:
+    """The runner configuration of every trial: verify's, with :data:`CHANGES`."""
+    return runner_config(project, declaration(project), ref, backend, CHANGES)
+
+
 def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Path, *, installer: str | None = None,
                  out: Path | None = None) -> BisectResult:
     """Find the changes from ``good_path`` to ``bad_path`` that move the application's outputs out of tolerance."""
     from kernodeck.dossier import manifest
-    from kernodeck.project import application
-    from kernodeck.verify.steps.declared import against_reference, require_declared_contract
+    from kernodeck.verify.steps.declared import require_declared_contract
 
     good, bad = lockfile.read(good_path), lockfile.read(bad_path)
     for name, lock in (("--good", good), ("--bad", bad)):
@@ -259,9 +268,8 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
                                  tip=tips.nox("bisect", "--platform", lock.first("platform"), "..."))
     d = lockdiff.diff(good, bad, old_label=str(good_path), new_label=str(bad_path))
     ref = manifest.load(project)
-    app = application.load(project.root)
-    require_declared_contract(project, ref, app)
-    config = against_reference(project, ref, app, str(plat.variant.backend))
+    require_declared_contract(project, ref, declaration(project).application())
+    config = trial_config(project, ref, str(plat.variant.backend))
     folder = _folder(project, plat, out)
     trials = _Trials(project, plat, good, bad, d.changes, "sha256:" + sha256_file(bad_path), folder, config, installer)
     log(f"kernodeck: bisect {plat.id}: {len(d.changes)} changed packages between {good_path} and {bad_path}")

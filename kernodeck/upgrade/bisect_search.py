@@ -1,7 +1,7 @@
 """The bisection itself, pure: given the number of change groups and a ``probe(subset) -> Outcome``, the smallest
 set of groups found responsible, with every subset it tried; and the grouping of changes that must move together.
 
-Nothing here builds an env or reads a file: :func:`kernodeck.lock.bisect.bisect_locks` gives :func:`search` the real
+Nothing here builds an env or reads a file: :func:`kernodeck.upgrade.bisect.bisect_locks` gives :func:`search` the real
 probe (tests/unit/test_bisect_search.py gives it made-up ones).
 """
 
