@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import _fresh
+from tests.helpers import fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a copy of the project needs (never the rebuilt envs, runs or caches).
@@ -41,7 +41,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 @pytest.fixture(scope="session", autouse=True)
 def suite_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Fresh machines share one uv cache inside pytest's base folder, removed with it when the run passes."""
-    _fresh.use_suite_uv_cache(tmp_path_factory.getbasetemp() / "uv-cache")
+    fresh.use_suite_uv_cache(tmp_path_factory.getbasetemp() / "uv-cache")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
 from tests.conftest import kd, read_report, statuses
 from tests.e2e.test_verify_e2e import in_env, sibling
-from tests.planted import PLANT, plant_pyc
+from tests.helpers.planted import PLANT, plant_pyc
 
 pytestmark = pytest.mark.slow
 

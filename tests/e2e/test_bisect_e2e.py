@@ -31,7 +31,7 @@ import tomlkit
 
 from kernodeck.lock import bisect as bisecting
 from kernodeck.lock import lockfile
-from tests._lock_tiny import write_wheel
+from tests.helpers.lock_tiny import write_wheel
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow

@@ -70,7 +70,7 @@ def test_compare_two_runs_same_platform_zero_delta(built_project: Path, tmp_path
 def test_replay_passes_on_a_clean_commit(tmp_path: Path) -> None:
     """The replay reads no package configuration of this machine: the locked torch file (which this machine's pip
     sources hold) comes only from the KERNODECK_INDEX_CPU mirror; without the mirror the same replay fails."""
-    from tests._fresh import LocalIndex, torch_file, uv_cache_dir
+    from tests.helpers.fresh import LocalIndex, torch_file, uv_cache_dir
 
     project = git_repo(tmp_path)
     mirror = LocalIndex([torch_file(tmp_path)])

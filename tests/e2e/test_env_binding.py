@@ -19,7 +19,7 @@ from kernodeck.env.envdirs import MARKER
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
 from tests.conftest import kd, read_report, statuses
-from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
+from tests.helpers.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
 
 FRESH_TIP = "TIP: nox -s rebuild -- --fresh"
 

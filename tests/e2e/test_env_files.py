@@ -22,7 +22,7 @@ from kernodeck.env import envdirs, envfiles, inventory, sealing, snapshot
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
 from tests.conftest import copy_project, kd, read_report, statuses
-from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
+from tests.helpers.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
 
 rel = pytest.mark.reliability
 Tiny = tuple[Path, Platform, dict[str, str]]

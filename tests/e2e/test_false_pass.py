@@ -272,7 +272,7 @@ def test_verdict_model() -> None:
     from kernodeck.inenv.protocol import Status
     from kernodeck.verify.record import Step, Verdict
     from kernodeck.verify.report import Report
-    from tests._reports import complete_steps
+    from tests.helpers.reports import complete_steps
 
     steps = complete_steps()
     assert Report("p", steps).verdict is Verdict.PASSED

@@ -1,6 +1,6 @@
 """Negative controls: each in-env check shown FAILING on a copy of the project edited to break exactly one thing.
 
-Faults are injected by the tests (tests/faults.py edits a copy's check file; the copy's data or env is edited by
+Faults are injected by the tests (tests/helpers/faults.py edits a copy's check file; the copy's data or env is edited by
 hand), never by a hook in the shipped checks.
 """
 
@@ -20,7 +20,7 @@ from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
 from kernodeck.project.config import load_project
 from tests.conftest import ROOT, copy_project, kd, read_report, statuses
-from tests.faults import inject, wrap_after
+from tests.helpers.faults import inject, wrap_after
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 SHIPPED = ("kernodeck", "checks")

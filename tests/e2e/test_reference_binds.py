@@ -225,7 +225,7 @@ def test_flip_bound_holds_without_its_table(built_project: Path, tmp_path: Path)
     "the backend step fails, named non-finite, in layer operator:softmax; nothing computed after it",
 )
 def test_nan_in_the_backend_probe_is_non_finite(built_project: Path, tmp_path: Path) -> None:
-    from tests.faults import inject, wrap_around
+    from tests.helpers.faults import inject, wrap_around
 
     project = _sibling(built_project, tmp_path)
     inject(project, "backend", wrap_around(
@@ -254,7 +254,7 @@ def test_nan_in_the_backend_probe_is_non_finite(built_project: Path, tmp_path: P
     "the determinism step fails, named non-finite, naming the run and the output (no max abs hides it)",
 )
 def test_nan_in_the_settings_cost_run_is_non_finite(built_project: Path, tmp_path: Path) -> None:
-    from tests.faults import inject, wrap_after
+    from tests.helpers.faults import inject, wrap_after
 
     project = _sibling(built_project, tmp_path)
     # calls of the entry: the application's, two reruns, then the run without the settings (the 4th)

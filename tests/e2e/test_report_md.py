@@ -18,7 +18,7 @@ from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 from kernodeck.verify.summaries import step_result
-from tests._reports import EVIDENCE
+from tests.helpers.reports import EVIDENCE
 from tests.conftest import kd
 
 ROW = re.compile(r"^\| (?P<name>[\w-]+) \| \S+ (?P<status>[\w-]+) \| (?P<time>[\d.]+)s \| (?P<result>.*) \|$")

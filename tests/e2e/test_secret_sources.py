@@ -24,7 +24,7 @@ from kernodeck.sources import (
     require_valid_sources,
     scrub_text,
 )
-from tests._lock_tiny import offline_sources, tiny_project, tiny_wheels
+from tests.helpers.lock_tiny import offline_sources, tiny_project, tiny_wheels
 from tests.conftest import kd
 
 TOKEN = "AbCdEfGhIjKlMnOpQrSt"  # no digit: the old scan took only digit-and-letter segments for tokens
@@ -338,7 +338,7 @@ def test_malformed_source_is_one_error(command: str, tmp_path: Path) -> None:
     "reaches the console, the lock, its PEP 751 twin or the env's marker and inventory",
 )
 def test_passing_run_with_secret_sources_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests._fresh import LocalIndex
+    from tests.helpers.fresh import LocalIndex
 
     wheels = tiny_wheels(tmp_path / "wheels")
     layer = tmp_path / "layer"

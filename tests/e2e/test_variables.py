@@ -17,7 +17,7 @@ from kernodeck.env import start
 from kernodeck.sources import redact_text
 from kernodeck.verify.markdown import _differences
 from tests.conftest import kd, read_report, statuses
-from tests.tinylock import make_wheel, offline_env, pip_wheel, tiny_project
+from tests.helpers.tinylock import make_wheel, offline_env, pip_wheel, tiny_project
 
 if TYPE_CHECKING:
     from kernodeck.verify.report import Report

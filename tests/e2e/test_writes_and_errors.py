@@ -314,7 +314,7 @@ def test_relock_of_unchanged_inputs_is_byte_identical(tmp_path: Path, monkeypatc
     from kernodeck.lock.compile import MACHINE_SOURCES_NOTE
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
-    from tests._lock_tiny import offline_sources, tiny_project, tiny_wheels
+    from tests.helpers.lock_tiny import offline_sources, tiny_project, tiny_wheels
 
     wheels = tiny_wheels(tmp_path / "wheels")
     other = tiny_wheels(tmp_path / "another-machine" / "wheelhouse")  # the same bytes, elsewhere
@@ -413,7 +413,7 @@ def test_verify_python_that_is_no_interpreter(tmp_path: Path, python: str) -> No
     "the second waits for the first (a file lock, as rebuild takes); both succeed with the same lock; no traceback",
 )
 def test_two_locks_at_once(tmp_path: Path) -> None:
-    from tests._lock_tiny import tiny_project, tiny_wheels
+    from tests.helpers.lock_tiny import tiny_project, tiny_wheels
 
     wheels = tiny_wheels(tmp_path / "wheels")
     project = tiny_project(tmp_path / "p")
@@ -442,7 +442,7 @@ def test_two_locks_at_once(tmp_path: Path) -> None:
 )
 @pytest.mark.parametrize("url", ["https://example.invalid/kdtiny_gamma-1.0-py3-none-any.whl", "file:///tmp/x.whl"])
 def test_url_requirement_blames_the_in_file(tmp_path: Path, url: str) -> None:
-    from tests._lock_tiny import tiny_project
+    from tests.helpers.lock_tiny import tiny_project
 
     project = tiny_project(tmp_path / "p", base=f"kdtiny-alpha\n# a comment\nkdtiny-gamma @ {url}\n")
     proc = kd(project, "lock")
@@ -457,8 +457,8 @@ def test_url_requirement_blames_the_in_file(tmp_path: Path, url: str) -> None:
     "the error names the env file (not 'writing the dossier failed'); a plain verify builds a fresh env",
 )
 def test_missing_env_inventory_is_named(tmp_path: Path) -> None:
-    from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel
-    from tests.tinylock import tiny_project as tiny_lock_project
+    from tests.helpers.tinylock import current_env, make_wheel, offline_env, pip_wheel
+    from tests.helpers.tinylock import tiny_project as tiny_lock_project
 
     links = tmp_path / "links"
     project, plat = tiny_lock_project(tmp_path / "project", [pip_wheel(links), make_wheel(links, "tinya", "1.0")])

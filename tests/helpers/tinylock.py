@@ -94,7 +94,7 @@ def write_lock(project_root: Path, wheels: list[Path]) -> tuple[Path, Platform]:
         ("python", plat.python),
         ("variant", plat.variant.name),
         ("resolver", f"pip-tools {lock_inputs.resolver_version(project, 'pip-tools')}"),
-        ("command", "written by tests/tinylock.py"),
+        ("command", "written by tests/helpers/tinylock.py"),
         ("packages", str(len(specs))),
         *[("input", f"{k} {v}") for k, v in inputs.entries],
         ("inputs-digest", inputs.digest()),

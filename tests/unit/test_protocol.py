@@ -15,7 +15,7 @@ from kernodeck.inenv import protocol
 from kernodeck.lock import bisect
 from kernodeck.verify import record
 from kernodeck.verify.steps import in_env
-from tests import wall
+from tests.helpers import wall
 
 ROOT = Path(__file__).resolve().parents[2]
 INENV = ROOT / "kernodeck" / "inenv"

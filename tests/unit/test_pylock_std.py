@@ -26,7 +26,7 @@ from kernodeck.lock import twin as lock_twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python
 from tests.conftest import ROOT
-from tests.tinylock import make_wheel, offline_env
+from tests.helpers.tinylock import make_wheel, offline_env
 
 COMMITTED = sorted((ROOT / "lockfiles").glob("pylock.*.toml")) + sorted(ROOT.glob("examples/*/lockfiles/pylock.*.toml"))
 

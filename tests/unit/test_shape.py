@@ -8,7 +8,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 MAX_MODULE, MAX_FUNCTION = 400, 80
-GENERATED = {"kernodeck/project/_tool_schema.py"}  # fastjsonschema's code (tests/_schema_code.py), not read by people
+GENERATED = {"kernodeck/project/_tool_schema.py"}  # fastjsonschema's code (tests/helpers/schema_code.py), not read by people
 
 
 def oversized(root: Path) -> list[str]:

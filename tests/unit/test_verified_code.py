@@ -24,7 +24,7 @@ import pytest
 from kernodeck._fs import inenv_fingerprints
 from kernodeck.errors import ConfigError
 from kernodeck.project import application
-from tests.planted import PLANT, plant_pyc
+from tests.helpers.planted import PLANT, plant_pyc
 
 ROOT = Path(__file__).resolve().parents[2]
 INENV = ROOT / "kernodeck" / "inenv"
