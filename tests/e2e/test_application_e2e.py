@@ -12,9 +12,10 @@ import pytest
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
-from tests.conftest import kd, read_report, statuses
 from tests.e2e.test_verify_e2e import in_env, sibling
 from tests.helpers.planted import PLANT, plant_pyc
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report, statuses
 
 pytestmark = pytest.mark.slow
 

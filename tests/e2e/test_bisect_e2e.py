@@ -32,7 +32,7 @@ import tomlkit
 from kernodeck.lock import bisect as bisecting
 from kernodeck.lock import lockfile
 from tests.helpers.lock_tiny import write_wheel
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 pytestmark = pytest.mark.slow
 

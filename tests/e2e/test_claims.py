@@ -21,8 +21,8 @@ from kernodeck.verify.claims import CLAIMS, ClaimState, evaluate_claims
 from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step, Verdict
 from kernodeck.verify.report import REPORT_VERSION, Report
-from tests.helpers.reports import EVIDENCE, complete_steps
-from tests.conftest import kd, read_report
+from tests.helpers.project import kd
+from tests.helpers.reports import EVIDENCE, complete_steps, read_report
 
 rel = pytest.mark.reliability
 

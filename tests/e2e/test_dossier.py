@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, copy_project, kd, read_report
+from tests.helpers.project import ROOT, copy_project, kd
+from tests.helpers.reports import read_report
 
 
 def git_repo(tmp_path: Path) -> Path:

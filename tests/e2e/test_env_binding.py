@@ -18,7 +18,8 @@ from kernodeck.env import binding
 from kernodeck.env.envdirs import MARKER
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
-from tests.conftest import kd, read_report, statuses
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report, statuses
 from tests.helpers.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
 
 FRESH_TIP = "TIP: nox -s rebuild -- --fresh"

@@ -21,7 +21,8 @@ import pytest
 from kernodeck.env import envdirs, envfiles, inventory, sealing, snapshot
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
-from tests.conftest import copy_project, kd, read_report, statuses
+from tests.helpers.project import copy_project, kd
+from tests.helpers.reports import read_report, statuses
 from tests.helpers.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
 
 rel = pytest.mark.reliability

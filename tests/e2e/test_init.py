@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kernodeck import noxsessions
 from kernodeck.project import init
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 EXISTING = """\
 # My project: this comment stays

@@ -15,7 +15,8 @@ from kernodeck.inenv.protocol import Status
 from kernodeck.project.platforms import Platform
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.record import Step
-from tests.conftest import kd, read_report
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report
 from tests.helpers.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project, wheel_spec, write_lock
 
 Tiny = tuple[Path, Platform, dict[str, str], dict[str, str]]

@@ -14,7 +14,7 @@ from packaging.pylock import Pylock
 
 from kernodeck.lock import lockfile
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 PROJECT = load_project(ROOT)
 LOCKED = [p.id for p in PROJECT.platforms if not p.lock_on_runner]

@@ -18,7 +18,7 @@ from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from tests.helpers.lock_tiny import offline_sources, tiny_project, tiny_wheels
-from tests.conftest import kd
+from tests.helpers.project import kd
 
 PYPI = "https://pypi.org/simple"
 

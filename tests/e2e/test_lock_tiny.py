@@ -13,7 +13,7 @@ from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from tests.helpers.lock_tiny import UNREACHABLE, offline_sources, pins, tiny_project, tiny_wheels
-from tests.conftest import kd
+from tests.helpers.project import kd
 
 RESOLVERS = ["pip-tools", "uv"]
 

@@ -19,8 +19,9 @@ from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd, read_report, statuses
 from tests.helpers.faults import inject, wrap_after
+from tests.helpers.project import ROOT, copy_project, kd
+from tests.helpers.reports import read_report, statuses
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 SHIPPED = ("kernodeck", "checks")

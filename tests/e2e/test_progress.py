@@ -17,8 +17,8 @@ from kernodeck.verify.markdown import summary_line
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 from kernodeck.verify.steps.in_env import InEnvPhases
+from tests.helpers.project import kd
 from tests.helpers.reports import complete_steps
-from tests.conftest import kd
 
 
 class Lines:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, copy_project
+from tests.helpers.project import ROOT, copy_project
 
 READCOUNT = ROOT / "tests" / "helpers" / "readcount.py"
 LOCK = "lockfiles/cp311-linux_x86_64-cpu.txt"

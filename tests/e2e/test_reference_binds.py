@@ -15,7 +15,8 @@ import pytest
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
-from tests.conftest import copy_project, kd, read_report, statuses
+from tests.helpers.project import copy_project, kd
+from tests.helpers.reports import read_report, statuses
 
 rel = pytest.mark.reliability
 PLATFORM = "cp311-linux_x86_64-cpu"

@@ -18,7 +18,7 @@ from kernodeck import noxsessions
 from kernodeck.dossier.replay import kernodeck_install
 from kernodeck.errors import KernodeckError
 from tests.helpers.fresh import LocalIndex, fresh_env, run_nox, torch_file
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 EXAMPLE = ROOT / "examples" / "digits"
 LEFT_BEHIND = shutil.ignore_patterns(".nox", ".venv-rebuild", "runs", "__pycache__", ".wheelhouse")

@@ -18,8 +18,8 @@ from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 from kernodeck.verify.summaries import step_result
+from tests.helpers.project import kd
 from tests.helpers.reports import EVIDENCE
-from tests.conftest import kd
 
 ROW = re.compile(r"^\| (?P<name>[\w-]+) \| \S+ (?P<status>[\w-]+) \| (?P<time>[\d.]+)s \| (?P<result>.*) \|$")
 NUMBER = r"(-?[\d.]+(?:e[-+]?\d+)?)"

@@ -25,7 +25,7 @@ from kernodeck.sources import (
     scrub_text,
 )
 from tests.helpers.lock_tiny import offline_sources, tiny_project, tiny_wheels
-from tests.conftest import kd
+from tests.helpers.project import kd
 
 TOKEN = "AbCdEfGhIjKlMnOpQrSt"  # no digit: the old scan took only digit-and-letter segments for tokens
 MIRROR = f"http://127.0.0.1:80/{TOKEN}/simple"
@@ -409,7 +409,7 @@ def test_malformed_source_through_nox(var: str, value: str, tmp_path: Path) -> N
     import subprocess
     import sys
 
-    from tests.conftest import copy_project
+    from tests.helpers.project import copy_project
 
     project = copy_project(tmp_path / "p")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}

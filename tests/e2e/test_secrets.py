@@ -25,7 +25,7 @@ from kernodeck.sources import (
     variant_index,
 )
 from tests.helpers.lock_tiny import offline_sources, tiny_project, tiny_wheels
-from tests.conftest import kd
+from tests.helpers.project import kd
 
 RESOLVERS = ["pip-tools", "uv"]
 TOKEN = "QTOKEN42"

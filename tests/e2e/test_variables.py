@@ -16,7 +16,8 @@ from kernodeck.dossier.delta import vs_reference
 from kernodeck.env import start
 from kernodeck.sources import redact_text
 from kernodeck.verify.markdown import _differences
-from tests.conftest import kd, read_report, statuses
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report, statuses
 from tests.helpers.tinylock import make_wheel, offline_env, pip_wheel, tiny_project
 
 if TYPE_CHECKING:

@@ -16,8 +16,9 @@ from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
 from kernodeck.project.config import load_project
 from kernodeck.verify.steps.in_env import RUNNER_ENV
-from tests.conftest import copy_project, kd, read_report, statuses
 from tests.helpers.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject
+from tests.helpers.project import copy_project, kd
+from tests.helpers.reports import read_report, statuses
 
 pytestmark = pytest.mark.slow
 RESUME = Path(__file__).resolve().parents[2] / "kernodeck" / "inenv" / "resume.py"

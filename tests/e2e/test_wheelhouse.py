@@ -14,7 +14,7 @@ from kernodeck.errors import ConfigError
 from kernodeck.lock import lockfile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python, parse_platform_id
-from tests.conftest import ROOT, kd
+from tests.helpers.project import ROOT, kd
 from tests.helpers.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project, wheel_spec
 
 Tiny = tuple[Path, Platform, Path, dict[str, str]]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, kd
+from tests.helpers.project import ROOT, kd
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 NAMES = ("verify.yml", "lock.yml")

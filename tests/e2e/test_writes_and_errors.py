@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 rel = pytest.mark.reliability
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from tests.conftest import copy_project
+from tests.helpers.project import copy_project
 
 UNREACHABLE = "http://127.0.0.1:9/simple"  # port 9 (discard): refused at once, never a hang
 _STAMP = (2020, 1, 1, 0, 0, 0)

@@ -22,7 +22,7 @@ from kernodeck.lock.write import write_pair
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, resolve_platform
 from kernodeck.sources import Source
-from tests.conftest import copy_project
+from tests.helpers.project import copy_project
 
 _EPOCH = (2020, 1, 1, 0, 0, 0)
 

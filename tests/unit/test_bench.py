@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench import run as bench
-from tests.conftest import copy_project
+from tests.helpers.project import copy_project
 
 
 def _side(median: float) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
-from tests.conftest import copy_project
 from tests.e2e.test_upgrade_workflow import _platform_result
+from tests.helpers.project import copy_project
 
 ROOT = Path(__file__).resolve().parents[2]
 

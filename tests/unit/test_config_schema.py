@@ -18,7 +18,7 @@ from kernodeck import noxsessions
 from kernodeck.errors import ConfigError
 from kernodeck.project import init
 from kernodeck.project.config import load_project, schema, validate
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 
 def _tool(path: Path = ROOT / "pyproject.toml") -> dict[str, Any]:

@@ -474,7 +474,7 @@ def test_a_nan_margin_never_passes_the_flip_bound(tmp_path: Path) -> None:
     from kernodeck.dossier import recording
     from kernodeck.errors import ManifestError
     from kernodeck.project import application as declared_app
-    from tests.conftest import ROOT
+    from tests.helpers.project import ROOT
 
     app = declared_app.load(ROOT)
     with pytest.raises(ManifestError, match="could flip a nearest neighbour"):  # `nan >= x` was False: a pass
@@ -518,7 +518,7 @@ def test_the_examples_criteria_pass_the_bar_on_their_committed_references(where:
     import importlib.util
     import tomllib
 
-    from tests.conftest import ROOT
+    from tests.helpers.project import ROOT
 
     project = ROOT / where
     table = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]

@@ -13,7 +13,7 @@ from kernodeck.errors import ConfigError
 from kernodeck.inenv import system
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 PLATFORM = "cp311-linux_x86_64-cpu"

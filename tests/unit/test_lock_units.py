@@ -16,7 +16,7 @@ from kernodeck.lock import index_client, lockfile, place, resolvers, twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
 from kernodeck.sources import PYPI, Source
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 PROJECT = load_project(ROOT)
 CPU = parse_platform_id(PROJECT, "cp311-linux_x86_64-cpu")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kernodeck.project.platforms import UV_PLATFORM_ENV, UV_PLATFORMS
 from tests.helpers.lock_tiny import fresh_venv, uv
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 PYLOCK = ROOT / "lockfiles" / "pylock.cp311-macosx_arm64-mps.toml"
 

@@ -195,7 +195,7 @@ def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) ->
     from kernodeck.dossier import manifest
     from kernodeck.project import application
     from kernodeck.project.config import load_project
-    from tests.conftest import copy_project
+    from tests.helpers.project import copy_project
 
     project = load_project(copy_project(tmp_path / "p"))
     app = application.load(project.root)

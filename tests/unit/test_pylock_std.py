@@ -25,7 +25,7 @@ from kernodeck.lock import index_client, lockfile, pylock
 from kernodeck.lock import twin as lock_twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 from tests.helpers.tinylock import make_wheel, offline_env
 
 COMMITTED = sorted((ROOT / "lockfiles").glob("pylock.*.toml")) + sorted(ROOT.glob("examples/*/lockfiles/pylock.*.toml"))

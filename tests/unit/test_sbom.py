@@ -14,7 +14,7 @@ import pytest
 from kernodeck.dossier import sbom
 from kernodeck.lock import audit, lockfile
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 LOCKS = sorted(p for p in (ROOT / "lockfiles").glob("*.txt"))
 

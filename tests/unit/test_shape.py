@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 MAX_MODULE, MAX_FUNCTION = 400, 80
-GENERATED = {"kernodeck/project/_tool_schema.py"}  # fastjsonschema's code (tests/helpers/schema_code.py), not read by people
+# fastjsonschema's code (tests/helpers/schema_code.py), not read by people
+GENERATED = {"kernodeck/project/_tool_schema.py"}
 
 
 def oversized(root: Path) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import fresh
 from tests.helpers.lock_tiny import write_wheel
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 
 def test_passed_tests_folders_are_removed() -> None:
@@ -51,7 +51,7 @@ def test_a_stopped_index_drops_what_uv_cached_from_it_only_in_the_suites_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owned: bool
 ) -> None:
     cache = tmp_path / "uv-cache"
-    monkeypatch.setattr(_fresh, "_SUITE_UV_CACHE", [str(cache)])
+    monkeypatch.setattr(fresh, "_SUITE_UV_CACHE", [str(cache)])
     if not owned:  # the caller's own UV_CACHE_DIR: never cleaned, even when it is the same folder
         monkeypatch.setitem(fresh._ORIGINAL_ENV, "UV_CACHE_DIR", str(tmp_path / "callers"))
     index = fresh.LocalIndex([write_wheel(tmp_path / "wheels", "kdfoot", "1.0")])

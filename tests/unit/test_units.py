@@ -19,7 +19,7 @@ from kernodeck.sources import Source, redact_text, redact_url, strip_credentials
 from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step, overall
 from kernodeck.verify.report import Report
-from tests.conftest import ROOT, copy_project
+from tests.helpers.project import ROOT, copy_project
 
 
 @pytest.mark.parametrize("status", list(Status))

@@ -1,4 +1,5 @@
-"""The wall, enforced on the import graph (tests/helpers/wall.py): each contract holds here, and fails on a planted breach."""
+"""The wall, enforced on the import graph (tests/helpers/wall.py): each contract holds here, and fails on a planted
+breach."""
 
 from __future__ import annotations
 
