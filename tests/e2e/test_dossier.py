@@ -97,7 +97,7 @@ def test_replay_passes_on_a_clean_commit(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_reference_new_identity_only_when_asked(built_project: Path, tmp_path: Path) -> None:
-    from tests.e2e.test_verify_e2e import sibling
+    from tests.helpers.builtenv import sibling
 
     project = sibling(built_project, tmp_path)
     manifest = project / "dossier/reference/manifest.toml"

@@ -330,7 +330,7 @@ def test_existing_interpreter_verdict_and_strict(tmp_path: Path) -> None:
     "the new reference is refused, naming the bound and the margin; the committed reference untouched",
 )
 def test_reference_refuses_a_tolerance_that_could_flip(built_project: Path, tmp_path: Path) -> None:
-    from tests.e2e.test_verify_e2e import sibling
+    from tests.helpers.builtenv import sibling
 
     project = sibling(built_project, tmp_path)
     manifest = (project / "dossier/reference/manifest.toml").read_bytes()

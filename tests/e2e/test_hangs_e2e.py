@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_verify_e2e import sibling
+from tests.helpers.builtenv import sibling
 from tests.helpers.project import kd
 from tests.helpers.reports import read_report, statuses
 

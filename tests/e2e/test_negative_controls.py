@@ -278,9 +278,9 @@ def test_non_identical_runs_fail_the_determinism_step(built_project: Path, tmp_p
             """,
         ),
     )
-    from tests.e2e.test_reference_binds import _refingerprint
+    from tests.helpers.builtenv import refingerprint
 
-    _refingerprint(project)  # the app's code changed: its new fingerprint in the manifest, or verify stops before
+    refingerprint(project)  # the app's code changed: its new fingerprint in the manifest, or verify stops before
     report = _verify(project, tmp_path / "run")
     step = failed_step(report, "determinism")
     assert report["first_failure"] == "determinism" and step["layer"] == "operator", step

@@ -15,7 +15,7 @@ import pytest
 
 from kernodeck import outdir
 from kernodeck.errors import UnsafeOut
-from tests.e2e.test_writes_and_errors import lockless, refused, snapshot
+from tests.helpers.outfolders import lockless, refused, snapshot
 from tests.helpers.project import copy_project, kd
 
 rel = pytest.mark.reliability

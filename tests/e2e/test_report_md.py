@@ -344,7 +344,7 @@ def test_report_md_of_real_runs(built_project: Path, tmp_path: Path) -> None:
     assert "inventory vs the reference's" in section(md, "What differs from the reference")
     collected = (out / "collect_env.txt").read_text(encoding="utf-8")  # beside system.json, reviewed like it
     assert (out / "system.json").exists() and f"PyTorch version: {details['system']['torch_version']}" in collected
-    from tests.unit.test_sbom import errors
+    from tests.helpers.sbomcheck import errors
 
     document = json.loads((out / "sbom.cdx.json").read_text(encoding="utf-8"))  # the lock it ran from, as an SBOM
     assert errors(document) == [] and any(c["name"] == "torch" for c in document["components"])

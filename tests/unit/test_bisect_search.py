@@ -12,7 +12,7 @@ import pytest
 from kernodeck.errors import KernodeckError
 from kernodeck.lock import bisect, bisect_search, lockdiff, lockfile
 from kernodeck.lock.bisect_search import Outcome, Verdict
-from tests.unit.test_lockdiff import NEW, OLD, write_lock
+from tests.helpers.lockpair import NEW, OLD, write_lock
 
 
 def _fake(bad: Callable[[frozenset[int]], bool], skip: Callable[[frozenset[int]], bool] = lambda s: False,

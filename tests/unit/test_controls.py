@@ -505,7 +505,7 @@ RESUME_WITH_NAN = """
 
 @pytest.mark.slow
 def test_resume_with_a_nan_loss_is_non_finite(built_project: Path, tmp_path: Path) -> None:
-    from tests.unit.test_resume import in_env
+    from tests.helpers.inenv_json import in_env
 
     out = in_env(built_project, RESUME_WITH_NAN, str(tmp_path / "resume"))
     assert out == {"passed": False, "non_finite": ["uninterrupted step 3"], "diverged": 3}
