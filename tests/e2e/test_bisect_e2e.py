@@ -31,8 +31,8 @@ import tomlkit
 
 from kernodeck.lock import bisect as bisecting
 from kernodeck.lock import lockfile
-from tests.helpers.lock_tiny import write_wheel
 from tests.helpers.project import ROOT
+from tests.helpers.tinylock import write_wheel
 
 pytestmark = pytest.mark.slow
 

@@ -118,7 +118,7 @@ def test_uv_reads_the_committed_pylocks_offline(tmp_path: Path) -> None:
     import os
     import subprocess
 
-    from tests.helpers.lock_tiny import fresh_venv, uv
+    from tests.helpers.tinylock import fresh_venv, uv
 
     python = fresh_venv(tmp_path / "venv")
     env = {**os.environ, "UV_NO_CONFIG": "1", "UV_OFFLINE": "1"}

@@ -24,8 +24,8 @@ from kernodeck.sources import (
     require_valid_sources,
     scrub_text,
 )
-from tests.helpers.lock_tiny import offline_sources, tiny_project, tiny_wheels
 from tests.helpers.project import kd
+from tests.helpers.tinylock import offline_sources, tiny_project, tiny_wheels
 
 TOKEN = "AbCdEfGhIjKlMnOpQrSt"  # no digit: the old scan took only digit-and-letter segments for tokens
 MIRROR = f"http://127.0.0.1:80/{TOKEN}/simple"

@@ -24,8 +24,8 @@ from kernodeck.sources import (
     uv_environment,
     variant_index,
 )
-from tests.helpers.lock_tiny import offline_sources, tiny_project, tiny_wheels
 from tests.helpers.project import kd
+from tests.helpers.tinylock import offline_sources, tiny_project, tiny_wheels
 
 RESOLVERS = ["pip-tools", "uv"]
 TOKEN = "QTOKEN42"

@@ -292,7 +292,7 @@ def test_relock_of_unchanged_inputs_is_byte_identical(tmp_path: Path, monkeypatc
     from kernodeck.lock.compile import MACHINE_SOURCES_NOTE
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
-    from tests.helpers.lock_tiny import offline_sources, tiny_project, tiny_wheels
+    from tests.helpers.tinylock import offline_sources, tiny_project, tiny_wheels
 
     wheels = tiny_wheels(tmp_path / "wheels")
     other = tiny_wheels(tmp_path / "another-machine" / "wheelhouse")  # the same bytes, elsewhere
@@ -391,7 +391,7 @@ def test_verify_python_that_is_no_interpreter(tmp_path: Path, python: str) -> No
     "the second waits for the first (a file lock, as rebuild takes); both succeed with the same lock; no traceback",
 )
 def test_two_locks_at_once(tmp_path: Path) -> None:
-    from tests.helpers.lock_tiny import tiny_project, tiny_wheels
+    from tests.helpers.tinylock import tiny_project, tiny_wheels
 
     wheels = tiny_wheels(tmp_path / "wheels")
     project = tiny_project(tmp_path / "p")
@@ -420,7 +420,7 @@ def test_two_locks_at_once(tmp_path: Path) -> None:
 )
 @pytest.mark.parametrize("url", ["https://example.invalid/kdtiny_gamma-1.0-py3-none-any.whl", "file:///tmp/x.whl"])
 def test_url_requirement_blames_the_in_file(tmp_path: Path, url: str) -> None:
-    from tests.helpers.lock_tiny import tiny_project
+    from tests.helpers.tinylock import tiny_project
 
     project = tiny_project(tmp_path / "p", base=f"kdtiny-alpha\n# a comment\nkdtiny-gamma @ {url}\n")
     proc = kd(project, "lock")
@@ -435,11 +435,10 @@ def test_url_requirement_blames_the_in_file(tmp_path: Path, url: str) -> None:
     "the error names the env file (not 'writing the dossier failed'); a plain verify builds a fresh env",
 )
 def test_missing_env_inventory_is_named(tmp_path: Path) -> None:
-    from tests.helpers.tinylock import current_env, make_wheel, offline_env, pip_wheel
-    from tests.helpers.tinylock import tiny_project as tiny_lock_project
+    from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
 
     links = tmp_path / "links"
-    project, plat = tiny_lock_project(tmp_path / "project", [pip_wheel(links), make_wheel(links, "tinya", "1.0")])
+    project, plat = locked_tiny_project(tmp_path / "project", [pip_wheel(links), write_wheel(links, "tinya", "1.0")])
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     assert kd(project, "rebuild", env=env).returncode == 0
     first = current_env(project, plat)

@@ -1,8 +1,11 @@
-"""Tiny hermetic locks for installer and wheelhouse tests: wheels built here, a real-format lock, no index anywhere.
+"""Tiny hermetic locks: wheels written here, a project copy that locks only from them, and one whose lock is written.
 
-A copy of the project gets its platform's inputs replaced by a few tiny packages (and pip itself, from the wheel
-that ships with ``ensurepip``), and a lock pinning them with their sha256, written with the same header
-``nox -s lock`` writes, so that the drift check passes and ``rebuild`` takes it as it takes a real lock.
+Names are prefixed ``kdtiny-`` (or are tiny ones such as ``tinya``) so that no resolver cache can confuse them with a
+real project, and every wheel is byte-for-byte reproducible (fixed zip timestamps), so hashes are the same in every
+test and on every machine. Two kinds of project: ``tiny_project`` has tiny *inputs* for ``lock`` to resolve (offline,
+from ``tiny_wheels``: ``offline_sources``); ``locked_tiny_project`` has a *lock* already written for installer and
+wheelhouse tests (a few wheels and pip itself, from the wheel that ships with ``ensurepip``), pinned with their sha256
+under the header ``nox -s lock`` writes, so that the drift check passes and ``rebuild`` takes it as a real lock.
 """
 
 from __future__ import annotations
@@ -12,8 +15,13 @@ import ensurepip
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
+
+import pytest
+import tomlkit
 
 from kernodeck._fs import sha256_file
 from kernodeck.lock import check, lockfile
@@ -24,29 +32,101 @@ from kernodeck.project.platforms import Platform, resolve_platform
 from kernodeck.sources import Source
 from tests.helpers.project import copy_project
 
-_EPOCH = (2020, 1, 1, 0, 0, 0)
+UNREACHABLE = "http://127.0.0.1:9/simple"  # port 9 (discard): refused at once, never a hang
+_STAMP = (2020, 1, 1, 0, 0, 0)
 
 
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def make_wheel(folder: Path, name: str, version: str, *, payload: str = "") -> Path:
-    """A valid pure-Python wheel ``name-version-py3-none-any.whl`` (byte-for-byte reproducible)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    dist = f"{name}-{version}.dist-info"
-    members = {
-        f"{name}/__init__.py": f"VERSION = {version!r}\n{payload}",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: kernodeck-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+def write_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = (), *,
+                module: str | None = None, payload: str = "") -> Path:
+    """A minimal valid pure-Python wheel (METADATA, WHEEL, RECORD) for ``name==version``, byte-reproducible; its
+    package ``__init__`` is ``module`` (default: ``VERSION = '<version>'`` followed by ``payload``)."""
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    files = {
+        f"{dist}/__init__.py": (f"VERSION = {version!r}\n{payload}" if module is None else module).encode(),
+        f"{info}/METADATA": ("Metadata-Version: 2.1\n" f"Name: {name}\n" f"Version: {version}\n"
+                             + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: kernodeck-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = "".join(f"{path},{_record_hash(text.encode())},{len(text.encode())}\n" for path, text in members.items())
-    members[f"{dist}/RECORD"] = record + f"{dist}/RECORD,,\n"
-    path = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for member, text in members.items():
-            archive.writestr(zipfile.ZipInfo(member, _EPOCH), text)
-    return path
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path, data in files.items():
+            entry = zipfile.ZipInfo(path, date_time=_STAMP)
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, data)
+    return target
+
+
+def tiny_wheels(folder: Path) -> Path:
+    """alpha 1.0 (needs beta>=1), beta 1.0 and 2.0, tinytorch 1.0: a base layer and a 'torch' layer."""
+    write_wheel(folder, "kdtiny-alpha", "1.0", ("kdtiny-beta>=1",))
+    write_wheel(folder, "kdtiny-beta", "1.0")
+    write_wheel(folder, "kdtiny-beta", "2.0")
+    write_wheel(folder, "kdtiny-torch", "1.0")
+    return folder
+
+
+def tiny_project(root: Path, *, index: str = UNREACHABLE, base: str = "kdtiny-alpha\n",
+                 layer: str = "kdtiny-torch==1.0\n") -> Path:
+    """A copy of the project whose cpu variant locks the tiny packages; its real lockfiles removed."""
+    project = copy_project(root)
+    (project / "requirements" / "base.in").write_text(base, encoding="utf-8")
+    (project / "requirements" / "torch-cpu.in").write_text(layer, encoding="utf-8")
+    set_variant_index(project, "cpu", index)
+    shutil.rmtree(project / "lockfiles")
+    (project / "lockfiles").mkdir()
+    return project
+
+
+def set_variant_index(project: Path, variant: str, index: str) -> None:
+    path = project / "pyproject.toml"
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    doc["tool"]["kernodeck"]["variants"][variant]["index"] = index  # type: ignore[index]
+    path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+
+
+def offline_sources(monkeypatch: pytest.MonkeyPatch, wheels: Path, cache: Path) -> None:
+    """This machine's sources, for the test: no config file, no index, only ``wheels``; caches of its own."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    monkeypatch.setenv("PIP_TOOLS_CACHE_DIR", str(cache / "pip-tools"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(cache / "uv"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+
+
+def uv() -> str:
+    found = shutil.which("uv", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if not found:
+        pytest.fail("uv is not installed beside the test interpreter (the test dependency group has it)")
+    return found
+
+
+def fresh_venv(folder: Path, *, with_pip: bool = False) -> Path:
+    """An empty venv to dry-run installs into (``with_pip``: the pip bundled with Python, offline); its interpreter."""
+    if with_pip:
+        subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True, timeout=300)
+    else:
+        subprocess.run([uv(), "venv", "--quiet", "--python", sys.executable, str(folder)], check=True,
+                       env={**os.environ, "UV_NO_CONFIG": "1"}, capture_output=True, timeout=120)
+    python = folder / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    assert python.exists()
+    return python
+
+
+def pins(lock_path: Path) -> dict[str, str]:
+    from kernodeck.lock import lockfile
+
+    return lockfile.read(lock_path).versions()
 
 
 def pip_wheel(folder: Path) -> Path:
@@ -108,7 +188,7 @@ def write_lock(project_root: Path, wheels: list[Path]) -> tuple[Path, Platform]:
     return path, plat
 
 
-def tiny_project(root: Path, wheels: list[Path]) -> tuple[Path, Platform]:
+def locked_tiny_project(root: Path, wheels: list[Path]) -> tuple[Path, Platform]:
     """A copy of the project whose lock for this machine pins exactly ``wheels``."""
     project = copy_project(root)
     _, plat = write_lock(project, wheels)

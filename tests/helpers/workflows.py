@@ -83,7 +83,7 @@ def relocked_origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pa
     """An origin repository with a committed tiny lock, and a lock job's checkout where a new release was locked."""
     import tomlkit
 
-    from tests.helpers.lock_tiny import offline_sources, tiny_project, write_wheel
+    from tests.helpers.tinylock import offline_sources, tiny_project, write_wheel
 
     wheels = tmp_path / "wheels"
     write_wheel(wheels, "kdtiny-alpha", "1.0", ("kdtiny-beta>=1",))

@@ -8,8 +8,8 @@ import tomllib
 from pathlib import Path
 
 from kernodeck.project.platforms import UV_PLATFORM_ENV, UV_PLATFORMS
-from tests.helpers.lock_tiny import fresh_venv, uv
 from tests.helpers.project import ROOT
+from tests.helpers.tinylock import fresh_venv, uv
 
 PYLOCK = ROOT / "lockfiles" / "pylock.cp311-macosx_arm64-mps.toml"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import fresh
-from tests.helpers.lock_tiny import write_wheel
 from tests.helpers.project import ROOT
+from tests.helpers.tinylock import write_wheel
 
 
 def test_passed_tests_folders_are_removed() -> None:

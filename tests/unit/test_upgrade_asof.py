@@ -15,7 +15,7 @@ from kernodeck.lock import check, inputs, lockfile, resolvers
 from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from tests.helpers.lock_tiny import offline_sources, pins, tiny_project, tiny_wheels
+from tests.helpers.tinylock import offline_sources, pins, tiny_project, tiny_wheels
 
 RESOLVERS = ["pip-tools", "uv"]
 
