@@ -68,7 +68,7 @@ def test_project_folders_never_shadow_the_env(built_project: Path, tmp_path: Pat
         (project / name).mkdir(exist_ok=True)
         (project / name / "__init__.py").write_text(f"raise ImportError('the project folder {name}/ was imported')\n")
     # A timestamp-valid bytecode file beside the entry and beside an in-env module of Kernodeck (the project's copy
-    # the runner runs from): neither runs (tests/unit/test_verified_code.py shows the plain import path would).
+    # the runner runs from): neither runs (tests/unit/test_verified.py shows the plain import path would).
     marker = tmp_path / "planted-ran"
     plant_pyc(project / "checks" / "app.py", PLANT.format(marker=str(marker)))
     plant_pyc(project / "kernodeck" / "inenv" / "tolerance.py", PLANT.format(marker=str(marker)))
