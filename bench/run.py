@@ -99,7 +99,6 @@ def run_bench(
     work = project.runs / f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     _copy_project(project.root, work)
     log(f"bench: scratch project {work}")
-    kd = [sys.executable, "-m", "kernodeck"]
     lock_rel = str((project.lockfiles / plat.lock_name).relative_to(project.root))
     env = clean_env()
     sources = machine_sources()
@@ -110,79 +109,16 @@ def run_bench(
     uv_env = clean_env(uv_environment(sources, extra_index=bool(online)))
     rows: dict[str, Any] = {}
     try:
-        # --- rebuild ---------------------------------------------------------------------------------------------
-        bare_dir = work / "bare-uv"
-        base = getattr(sys, "_base_executable", sys.executable)
-        py = env_python(bare_dir)
-        kd_rebuild = Side("nox -s rebuild -- --fresh", [[*nox, "-s", "rebuild", "--", "--fresh", "--installer", "uv"]],
-                          env)
-        bare_install: list[Command] = [
-            Remove(bare_dir),
-            [uv, "venv", "--quiet", "--python", base, bare_dir],
-            [uv, "pip", "install", "--quiet", "--python", py, "--require-hashes", "--no-deps", "--link-mode", "copy",
-             *online, "-r", lock_rel],
-            [py, "-m", "pip", "check"],
-            [py, "-m", "pip", "freeze", "--all"],
-        ]
-        bare_rebuild = Side(
-            "bare uv venv + uv pip install (copy) + pip check + pip freeze",
-            bare_install,
-            uv_env,
-            note="removes the previous env as --fresh does; the machine's pip sources handed to uv, as Kernodeck does; "
-            "files copied from the cache and no bytecode compiled at install, on both sides",
-        )
-        rows["rebuild"] = pair(kd_rebuild, bare_rebuild, cwd=work, repeat=repeat)
-        shutil.rmtree(bare_dir, ignore_errors=True)
-        built = current_env(load_project(work), plat)
-        if built is None:
-            raise BenchError("the rebuild left no current environment to verify")
-        marker = json.loads((built / "kernodeck-complete.json").read_text(encoding="utf-8"))
-        rows["rebuild"]["kernodeck_steps_s"] = marker.get("durations_s", {})
-
-        # --- verify ----------------------------------------------------------------------------------------------
+        bare_install = _bare_install(uv, work / "bare-uv", lock_rel, online)
+        rows["rebuild"], built = _rebuild_row(work, plat, nox, env, uv_env, bare_install, repeat)
         rows["verify"] = verify_piece(work, built, env, repeat=repeat)
         script, bare_cfg = bare_script(work)  # the same script again, for the CI job's bare side
         rows["application"] = application_piece(work, plat, built, env, repeat=repeat)
-
-        # --- the CI job: a fresh rebuild, then the first verify ---------------------------------------------------
-        from kernodeck.verify.steps.in_env import RUNNER_ENV as runner_env
-
-        kd_job = Side("nox -s rebuild -- --fresh, then nox -s verify",
-                      [[*nox, "-s", "rebuild", "--", "--fresh", "--installer", "uv"], [*nox, "-s", "verify"]], env)
-        bare_job = Side("bare install (as the rebuild row), then the bare script",
-                        [*bare_install, [py, "-I", script, bare_cfg]], clean_env({**uv_env, **runner_env}),
-                        note="the first verify of a fresh env: bytecode of what it imports is compiled by that run "
-                        "(on both sides, unless PYTHONDONTWRITEBYTECODE is set: "
-                        f"{'set' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'not set'} here)")
-        rows["job"] = pair(kd_job, bare_job, cwd=work, repeat=max(1, repeat // 2))
-        shutil.rmtree(bare_dir, ignore_errors=True)
-
-        # --- lock --check ----------------------------------------------------------------------------------------
-        kd_check = Side("nox -s lock -- --check", [[*nox, "-s", "lock", "--", "--check"]], env)
-        inner_check = Side("python -m kernodeck lock --check", [[*kd, "lock", "--check"]], env,
-                           note="the check alone, without nox")
-        rows["lock_check"] = pair(kd_check, inner_check, cwd=work, repeat=repeat)
-        rows["lock_check_init"] = init_made_lock_check(project.root, work, env, repeat=repeat)
-
-        # --- lock with uv ----------------------------------------------------------------------------------------
-        lock_plat = resolve_platform(project, LOCK_UV_PLATFORM)
-        target = work / "lockfiles" / lock_plat.lock_name
-        recorded = _header_command(target)
-        seed = work / "bare-lock.txt"
-        kd_lock = Side(f"nox -s lock -- --platform {lock_plat.id} --resolver uv",
-                       [[*nox, "-s", "lock", "--", "--platform", lock_plat.id, "--resolver", "uv"]], env)
-        bare_lock = Side(
-            "bare uv pip compile",
-            [_bare_lock(recorded, target, seed, work)],
-            clean_env({**_lock_env(lock_plat, sources), "UV_NO_CONFIG": "1"}),
-            before=functools.partial(shutil.copyfile, target, seed),
-            note="the lock header's command, the same sources, seeded with the same lock",
-        )
-        rows["lock_uv"] = pair(kd_lock, bare_lock, cwd=work, repeat=repeat)
-
+        bare_run: Command = [env_python(work / "bare-uv"), "-I", script, bare_cfg]
+        rows["job"] = _job_row(work, nox, env, uv_env, [*bare_install, bare_run], repeat)
+        rows |= _lock_rows(project, work, nox, env, sources, repeat)
         # --- cold first verify on a fresh clone, then warm -------------------------------------------------------
         rows["cold"] = _cold_and_warm(project.root, work / "clone", nox, env)
-
         # --- scaling ---------------------------------------------------------------------------------------------
         rows["scaling"] = _scaling(work, plat, sizes, env)
         rows["hashing"] = hashing_piece(hash_mb, repeat, env)
@@ -202,6 +138,85 @@ def run_bench(
         "targets": TARGETS,
         "verdicts": verdicts(rows),
     }
+
+
+def _bare_install(uv: str, bare_dir: Path, lock_rel: str, online: list[str]) -> list[Command]:
+    """The bare side of a fresh rebuild: the env removed, ``uv venv``, the lock installed (copies), check, freeze."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    py = env_python(bare_dir)
+    return [
+        Remove(bare_dir),
+        [uv, "venv", "--quiet", "--python", base, bare_dir],
+        [uv, "pip", "install", "--quiet", "--python", py, "--require-hashes", "--no-deps", "--link-mode", "copy",
+         *online, "-r", lock_rel],
+        [py, "-m", "pip", "check"],
+        [py, "-m", "pip", "freeze", "--all"],
+    ]
+
+
+def _rebuild_row(work: Path, plat: Platform, nox: list[str], env: dict[str, str], uv_env: dict[str, str],
+                 bare_install: list[Command], repeat: int) -> tuple[dict[str, Any], Path]:
+    """``nox -s rebuild -- --fresh`` against the bare install; the row, and the env it left for the next rows."""
+    kd_rebuild = Side("nox -s rebuild -- --fresh", [[*nox, "-s", "rebuild", "--", "--fresh", "--installer", "uv"]],
+                      env)
+    bare_rebuild = Side(
+        "bare uv venv + uv pip install (copy) + pip check + pip freeze",
+        bare_install,
+        uv_env,
+        note="removes the previous env as --fresh does; the machine's pip sources handed to uv, as Kernodeck does; "
+        "files copied from the cache and no bytecode compiled at install, on both sides",
+    )
+    row = pair(kd_rebuild, bare_rebuild, cwd=work, repeat=repeat)
+    shutil.rmtree(work / "bare-uv", ignore_errors=True)
+    built = current_env(load_project(work), plat)
+    if built is None:
+        raise BenchError("the rebuild left no current environment to verify")
+    marker = json.loads((built / "kernodeck-complete.json").read_text(encoding="utf-8"))
+    row["kernodeck_steps_s"] = marker.get("durations_s", {})
+    return row, built
+
+
+def _job_row(work: Path, nox: list[str], env: dict[str, str], uv_env: dict[str, str], bare_job_commands: list[Command],
+             repeat: int) -> dict[str, Any]:
+    """The CI job: a fresh rebuild, then the first verify, against the bare install then the bare script."""
+    from kernodeck.verify.steps.in_env import RUNNER_ENV as runner_env
+
+    kd_job = Side("nox -s rebuild -- --fresh, then nox -s verify",
+                  [[*nox, "-s", "rebuild", "--", "--fresh", "--installer", "uv"], [*nox, "-s", "verify"]], env)
+    bare_job = Side("bare install (as the rebuild row), then the bare script",
+                    bare_job_commands, clean_env({**uv_env, **runner_env}),
+                    note="the first verify of a fresh env: bytecode of what it imports is compiled by that run "
+                    "(on both sides, unless PYTHONDONTWRITEBYTECODE is set: "
+                    f"{'set' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'not set'} here)")
+    row = pair(kd_job, bare_job, cwd=work, repeat=max(1, repeat // 2))
+    shutil.rmtree(work / "bare-uv", ignore_errors=True)
+    return row
+
+
+def _lock_rows(project: Project, work: Path, nox: list[str], env: dict[str, str], sources: list[Source],
+               repeat: int) -> dict[str, Any]:
+    """``lock --check`` (here and in an init-made project) and ``lock --resolver uv`` against the bare tools."""
+    kd = [sys.executable, "-m", "kernodeck"]
+    kd_check = Side("nox -s lock -- --check", [[*nox, "-s", "lock", "--", "--check"]], env)
+    inner_check = Side("python -m kernodeck lock --check", [[*kd, "lock", "--check"]], env,
+                       note="the check alone, without nox")
+    rows = {"lock_check": pair(kd_check, inner_check, cwd=work, repeat=repeat),
+            "lock_check_init": init_made_lock_check(project.root, work, env, repeat=repeat)}
+    lock_plat = resolve_platform(project, LOCK_UV_PLATFORM)
+    target = work / "lockfiles" / lock_plat.lock_name
+    recorded = _header_command(target)
+    seed = work / "bare-lock.txt"
+    kd_lock = Side(f"nox -s lock -- --platform {lock_plat.id} --resolver uv",
+                   [[*nox, "-s", "lock", "--", "--platform", lock_plat.id, "--resolver", "uv"]], env)
+    bare_lock = Side(
+        "bare uv pip compile",
+        [_bare_lock(recorded, target, seed, work)],
+        clean_env({**_lock_env(lock_plat, sources), "UV_NO_CONFIG": "1"}),
+        before=functools.partial(shutil.copyfile, target, seed),
+        note="the lock header's command, the same sources, seeded with the same lock",
+    )
+    rows["lock_uv"] = pair(kd_lock, bare_lock, cwd=work, repeat=repeat)
+    return rows
 
 
 def init_made_lock_check(root: Path, work: Path, env: dict[str, str], *, repeat: int) -> dict[str, Any]:

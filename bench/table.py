@@ -53,14 +53,20 @@ def _alone(data: dict[str, Any]) -> str:
 
 
 def render_markdown(record: dict[str, Any]) -> str:
+    """bench/latest.md: the run's conditions, the table of rows against their targets, then what each row spent."""
+    return "\n".join([*_table(record), *_notes(record["rows"], record["verdicts"])]) + "\n"
+
+
+def _row(what: str, data: dict[str, Any], target: str) -> str:
+    share = data.get("others_share")
+    busy = f"{100 * share:.0f}%" if share is not None else "?"
+    return (f"| {what} | {data['kernodeck']['median_s']:.2f}s | {data['bare']['median_s']:.2f}s | "
+            f"{data['ratio']:.2f}x ({data['ratio_low']:.2f}..{data['ratio_high']:.2f}) | {busy} | {target} |")
+
+
+def _table(record: dict[str, Any]) -> list[str]:
+    """The run's conditions and one table row per comparison."""
     rows, host, v = record["rows"], record["machine"], record["verdicts"]
-
-    def row(what: str, data: dict[str, Any], target: str) -> str:
-        share = data.get("others_share")
-        busy = f"{100 * share:.0f}%" if share is not None else "?"
-        return (f"| {what} | {data['kernodeck']['median_s']:.2f}s | {data['bare']['median_s']:.2f}s | "
-                f"{data['ratio']:.2f}x ({data['ratio_low']:.2f}..{data['ratio_high']:.2f}) | {busy} | {target} |")
-
     lines = [
         f"Measured {record['finished'][:10]} on {host['cpu']}, {host['cores']} cores, {host['os']}, Python "
         f"{host['python']} (load average {host['load_average']} before, {host['load_average_after']} after; other "
@@ -71,32 +77,39 @@ def render_markdown(record: dict[str, Any]) -> str:
         "",
         "| what | kernodeck | bare | ratio (spread) | others' CPU | target |",
         "|---|---|---|---|---|---|",
-        row("`nox -s verify` (env reused) vs one bare process: settings, import, load, embed, write, reread, compare"
+        _row("`nox -s verify` (env reused) vs one bare process: settings, import, load, embed, write, reread, compare"
             + _alone(rows["verify"]), rows["verify"], _mark(v["verify"])),
-        row("`nox -s rebuild -- --fresh` vs `rm -rf` + `uv venv` + `uv pip install --require-hashes --no-deps "
+        _row("`nox -s rebuild -- --fresh` vs `rm -rf` + `uv venv` + `uv pip install --require-hashes --no-deps "
             "--link-mode copy` + `pip check` + `pip freeze --all` (no bytecode compiled on either side)",
             rows["rebuild"], _mark(v["rebuild"])),
-        row("the CI job: `nox -s rebuild -- --fresh` then the first `nox -s verify` vs the bare install then the bare "
+        _row("the CI job: `nox -s rebuild -- --fresh` then the first `nox -s verify` vs the bare install then the bare "
             "script", rows["job"], _mark(v["job"])),
-        row(f"`nox -s lock -- --platform {LOCK_UV_PLATFORM} --resolver uv` vs the `uv pip compile "
+        _row(f"`nox -s lock -- --platform {LOCK_UV_PLATFORM} --resolver uv` vs the `uv pip compile "
             "--generate-hashes --python-platform …` its header records", rows["lock_uv"], _mark(v["lock-uv"])),
-        row("`nox -s lock -- --check` (whole) vs `python -m kernodeck lock --check` (the check alone)",
+        _row("`nox -s lock -- --check` (whole) vs `python -m kernodeck lock --check` (the check alone)",
             rows["lock_check"], _mark(v["lock-check"]) + " (whole command)"),
-        row("`nox -s lock -- --check` (whole) in a `kernodeck init`-made project (`pip install nox /path/to/kernodeck`)"
-            " vs the same in this repository", rows["lock_check_init"],
+        _row("`nox -s lock -- --check` (whole) in a `kernodeck init`-made project "
+             "(`pip install nox /path/to/kernodeck`) vs the same in this repository", rows["lock_check_init"],
             _mark(v["lock-check-init"]) + " (whole command)"),
     ]
     app, hashing = rows.get("application"), rows.get("hashing")
     if app:
-        lines.append(row("the `settings` and `application` steps (verified bytes, the closed world's audit hook, the "
+        lines.append(_row("the `settings` and `application` steps (verified bytes, the closed world's audit hook, the "
                          "weights fingerprinted) vs the bare script's same work (imports, settings, load, embed, write)"
                          f"{_alone(app)}", app, _mark(v["application"])))
     if hashing:
         snap = hashing["snapshot"]
-        lines.append(row(f"the weights fingerprint of a {snap['mib']} MiB snapshot ({snap['files']} files, no stat "
+        lines.append(_row(f"the weights fingerprint of a {snap['mib']} MiB snapshot ({snap['files']} files, no stat "
                          f"record) vs `sha256sum` over the same files{_alone(hashing)}", hashing,
                          _mark(v["hash-first"])))
     lines.append("")
+    return lines
+
+
+def _notes(rows: dict[str, Any], v: dict[str, dict[str, Any]]) -> list[str]:
+    """What each row spent, in prose after the table (the rows a run measured)."""
+    lines: list[str] = []
+    app, hashing = rows.get("application"), rows.get("hashing")
     if app:
         whole = app["whole"]
         lines += [f"Whole processes of that row: `verify` limited to those steps {whole['kernodeck']['median_s']:.2f}s "
@@ -128,7 +141,12 @@ def render_markdown(record: dict[str, Any]) -> str:
         lines += [f"First `nox -s verify` on a fresh `git clone` (session venv made, env rebuilt from the warm cache, "
                   f"every check): {cold['cold']['median_s']:.2f}s; the next one there: {cold['warm']['median_s']:.2f}s "
                   f"({cold['ratio']:.2f}x; one run each).", ""]
-    scaling = rows.get("scaling")
+    return lines + _scaling_notes(rows.get("scaling"))
+
+
+def _scaling_notes(scaling: Any) -> list[str]:
+    """Verify's cost against the sample size, and the line it grows along."""
+    lines: list[str] = []
     if scaling and scaling["points"]:
         lines += ["Verify's cost against the sample size (steps " + ", ".join(scaling["steps"]) + "; one run each):",
                   "",
@@ -142,7 +160,7 @@ def render_markdown(record: dict[str, Any]) -> str:
             lines += ["", f"It grows along a line: {line['fixed_s']:.2f}s + {line['per_item_ms']:.2f} ms per text "
                       f"(r² {line['r2']}); the embed step alone {embed['fixed_s']:.2f}s + "
                       f"{embed['per_item_ms']:.2f} ms per text (r² {embed['r2']})."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write(root: Path, record: dict[str, Any], out: Path | None = None) -> Path:
