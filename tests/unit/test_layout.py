@@ -29,9 +29,7 @@ TO_SPLIT = {
     "lock_units": "lock/index_client.py, place.py, resolvers.py, twin.py and lockfile.py",
     "macos_target": "project/platforms.py's macOS target (to join test_platforms.py)",
     "resume_application": "project/resume_contract.py and inenv/resume_app.py",
-    "settings_readback": "env/start.py and verify/steps/in_env.py",
     "upgrade_asof": "lock/resolvers.py, compile.py, check.py and inputs.py",
-    "written_declared": "sources' written-text scan against the declared index",
 }
 
 
