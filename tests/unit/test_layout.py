@@ -27,7 +27,6 @@ TO_SPLIT = {
     "export_inputs": "dossier/baseimage.py, toolpins.py and export.py",
     "hang_records": "lock/bisect.py, lock/upgrade.py, measure/variations.py and verify's hang record",
     "lock_units": "lock/index_client.py, place.py, resolvers.py, twin.py and lockfile.py",
-    "macos_target": "project/platforms.py's macOS target (to join test_platforms.py)",
     "resume_application": "project/resume_contract.py and inenv/resume_app.py",
     "upgrade_asof": "lock/resolvers.py, compile.py, check.py and inputs.py",
 }
