@@ -24,7 +24,6 @@ CROSS_CUTTING = {
 # Unit files that still cover several modules (issue 30 point 6, left when this rule came): split each into files
 # named after its modules, then drop it here. The test fails once one is gone or named after a module.
 TO_SPLIT = {
-    "export_inputs": "dossier/baseimage.py, toolpins.py and export.py",
     "hang_records": "lock/bisect.py, lock/upgrade.py, measure/variations.py and verify's hang record",
     "lock_units": "lock/index_client.py, place.py, resolvers.py, twin.py and lockfile.py",
     "resume_application": "project/resume_contract.py and inenv/resume_app.py",
