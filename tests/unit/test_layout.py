@@ -25,7 +25,6 @@ CROSS_CUTTING = {
 # named after its modules, then drop it here. The test fails once one is gone or named after a module.
 TO_SPLIT = {
     "hang_records": "lock/bisect.py, lock/upgrade.py, measure/variations.py and verify's hang record",
-    "lock_units": "lock/index_client.py, place.py, resolvers.py, twin.py and lockfile.py",
     "resume_application": "project/resume_contract.py and inenv/resume_app.py",
     "upgrade_asof": "lock/resolvers.py, compile.py, check.py and inputs.py",
 }
