@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.run import Load, Measure, _run, pair_stats
+from bench.timing import Load, Measure, _run, pair_stats
 from kernodeck._proc import log
 
 STEPS = ("settings", "application")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.run import Side, _run, pair
+from bench.timing import Side, _run, pair
 from kernodeck._proc import log
 
 SHARDS = 4  # the large files share the size; a snapshot's configuration and tokenizer files beside them
@@ -58,7 +58,7 @@ def hashing_row(total_mb: int, repeat: int, env: dict[str, str]) -> dict[str, An
     """The first fingerprint against sha256sum (pairs), then the unchanged snapshot's check (its own seconds)."""
     sha256sum = shutil.which("sha256sum")
     if sha256sum is None:
-        from bench.run import BenchError
+        from bench.timing import BenchError
 
         raise BenchError("sha256sum is not on PATH: the hashing row compares the fingerprint with it")
     with tempfile.TemporaryDirectory(prefix="kernodeck-bench-hash-") as tmp:

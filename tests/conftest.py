@@ -1,22 +1,17 @@
-"""Shared fixtures. Tests are hermetic: no PIP_*/UV_* variables unless a test needs the real package sources."""
+"""Fixtures and hooks only (plain helpers live in tests/helpers/, imported from there; nothing imports this file).
+Tests are hermetic: no PIP_*/UV_* variables unless a test needs the real package sources."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests import _fresh
-
-ROOT = Path(__file__).resolve().parent.parent
-# What a copy of the project needs (never the rebuilt envs, runs or caches).
-PROJECT_ITEMS = ("pyproject.toml", "noxfile.py", "kernodeck", "checks", "requirements", "lockfiles", "dossier")
+from tests.helpers import fresh
+from tests.helpers.project import ROOT, copy_project, kd
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +36,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 @pytest.fixture(scope="session", autouse=True)
 def suite_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Fresh machines share one uv cache inside pytest's base folder, removed with it when the run passes."""
-    _fresh.use_suite_uv_cache(tmp_path_factory.getbasetemp() / "uv-cache")
+    fresh.use_suite_uv_cache(tmp_path_factory.getbasetemp() / "uv-cache")
 
 
 @pytest.fixture(scope="module")
@@ -53,43 +48,6 @@ def module_tmp(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     yield path
     if request.session.testsfailed == failed:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def copy_project(dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for item in PROJECT_ITEMS:
-        src = ROOT / item
-        if src.is_dir():
-            shutil.copytree(src, dest / item, ignore=shutil.ignore_patterns("__pycache__", "history"))
-        else:
-            shutil.copy2(src, dest / item)
-    return dest
-
-
-def kd(
-    cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 900
-) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m kernodeck ARGS`` as a user would, in ``cwd``; uv (if installed beside python) on PATH."""
-    full = dict(os.environ if env is None else env)
-    full["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), full.get("PATH", "")])
-    full["PYTHONPATH"] = str(cwd)
-    return subprocess.run(
-        [sys.executable, "-m", "kernodeck", *args],
-        cwd=cwd,
-        env=full,
-        text=True,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def read_report(folder: Path) -> dict[str, object]:
-    return json.loads((folder / "report.json").read_text(encoding="utf-8"))
-
-
-def statuses(report: dict[str, object]) -> dict[str, str]:
-    return {s["name"]: s["status"] for s in report["steps"]}  # type: ignore[index,union-attr]
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 
 # The variable a container built by export carries (the in-env system step reads the same name: it cannot import
-# this module, tests/unit/test_export_inputs.py holds the two together).
+# this module, tests/unit/test_system.py holds the two together).
 ENV_VAR = "KERNODECK_BASE_IMAGE"
 # name[:tag][@sha256:<64 hex>]: a registry host with a port keeps its colon in the name part.
 REFERENCE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(@sha256:[0-9a-f]{64})?$")

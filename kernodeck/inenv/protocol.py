@@ -3,7 +3,7 @@
 The orchestrator writes ``run-config.json`` and reads one ``steps/NN-name.json`` per step; the runner (inside the
 rebuilt env) reads the first and writes the others. Both import this module: the orchestrator as
 ``kernodeck.inenv.protocol``, the runner as its sibling ``kernodeck_inenv.protocol`` (runner.py). It imports only the
-standard library, so the orchestrator may import it (tests/wall.py) and the env's Python may run it.
+standard library, so the orchestrator may import it (tests/helpers/wall.py) and the env's Python may run it.
 
 A layer says where a failure belongs. A check may refine it after a colon (``operator:matmul``); the part before the
 colon is always one of ``Layer`` (``is_layer``).

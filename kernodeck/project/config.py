@@ -164,7 +164,7 @@ def validate(tool: object, pyproject: Path) -> None:
     """Check ``[tool.kernodeck]`` against the shipped schema, then what a schema cannot say (an index URL that does
     not parse). Raises one :class:`ConfigError` for the first problem."""
     from kernodeck.project import (
-        _tool_schema,  # the schema compiled to code (tests/_schema_code.py): no compile at each load
+        _tool_schema,  # the schema compiled to code (tests/helpers/schema_code.py): no compile at each load
     )
 
     try:

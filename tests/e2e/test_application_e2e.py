@@ -12,77 +12,17 @@ import pytest
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
-from tests.conftest import kd, read_report, statuses
-from tests.e2e.test_verify_e2e import in_env, sibling
-from tests.planted import PLANT, plant_pyc
+from tests.helpers.builtenv import in_env, sibling
+from tests.helpers.planted import PLANT, plant_pyc
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report, statuses
+from tests.helpers.tinyapp import tiny_app_project
 
 pytestmark = pytest.mark.slow
 
-TINY_APP = '''
-import numpy as np
-
-
-def run(app):
-    import torch
-
-    x = torch.tensor([[r["a"], r["b"]] for r in app.records], dtype=torch.float32, device=app.device)
-    w = torch.tensor(app.params["weights"], dtype=torch.float32, device=app.device)
-    logits = (x @ w).cpu().numpy()
-    ids = [r["id"] for r in app.records]
-    app.progress(len(ids), len(ids), "records")
-    app.write("logits", logits, ids)
-    app.write("labels", logits.argmax(axis=1).astype(np.int64), ids)
-
-
-def criterion(outputs, ids, records, params):
-    share = float(np.mean(outputs["labels"] == np.array([r["label"] for r in records])))
-    return {"passed": share >= params["min-accuracy"], "summary": f"accuracy {share:.2f}", "margin": share - 0.5}
-'''
-
-TINY_DECLARATION = """[tool.kernodeck.application]
-entry = "tiny/app.py:run"
-criterion = "tiny/app.py:criterion"
-sample = "tiny/sample.jsonl"
-code = ["tiny/app.py"]
-params = { weights = [[1.0, -2.0, 0.5], [0.25, 1.0, -1.0]], min-accuracy = 0.75 }
-
-[tool.kernodeck.application.outputs.logits]
-kind = "allclose"
-dtype = "float32"
-rtol = 1e-5
-atol = 1e-6
-justification = "float32 logits of one small matmul: only rounding may differ"
-
-[tool.kernodeck.application.outputs.labels]
-kind = "agreement"
-dtype = "int64"
-min-share = 1.0
-justification = "labels decide the business outcome: every one must agree"
-
-"""
-
-
-def _tiny_project(built: Path, tmp_path: Path) -> Path:
-    project = sibling(built, tmp_path)
-    (project / "tiny").mkdir()
-    (project / "tiny/app.py").write_text(TINY_APP)
-    rows = [(1.0, 0.5), (-1.0, 2.0), (0.5, -0.5), (2.0, 2.0), (-2.0, -1.0), (0.0, 1.0), (1.5, -2.0), (-0.5, 0.25)]
-    weights = [[1.0, -2.0, 0.5], [0.25, 1.0, -1.0]]
-    lines = []
-    for i, (a, b) in enumerate(rows):
-        logits = [a * weights[0][k] + b * weights[1][k] for k in range(3)]
-        label = max(range(3), key=lambda k: logits[k])
-        label = (label + 1) % 3 if i == 3 else label  # one wrong label: accuracy 7/8
-        lines.append(json.dumps({"id": f"t{i}", "a": a, "b": b, "label": label}))
-    (project / "tiny/sample.jsonl").write_text("\n".join(lines) + "\n")
-    text = (project / "pyproject.toml").read_text()
-    start, end = text.index("[tool.kernodeck.application]"), text.index("# The resume exercise")
-    (project / "pyproject.toml").write_text(text[:start] + TINY_DECLARATION + text[end:])
-    return project
-
 
 def test_another_application_is_declared_referenced_and_verified(built_project: Path, tmp_path: Path) -> None:
-    project = _tiny_project(built_project, tmp_path)
+    project = tiny_app_project(built_project, tmp_path)
     proc = kd(project, "reference", "--new", "--out", str(tmp_path / "ref"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = tomllib.loads((project / "dossier/reference/manifest.toml").read_text())
@@ -128,7 +68,7 @@ def test_project_folders_never_shadow_the_env(built_project: Path, tmp_path: Pat
         (project / name).mkdir(exist_ok=True)
         (project / name / "__init__.py").write_text(f"raise ImportError('the project folder {name}/ was imported')\n")
     # A timestamp-valid bytecode file beside the entry and beside an in-env module of Kernodeck (the project's copy
-    # the runner runs from): neither runs (tests/unit/test_verified_code.py shows the plain import path would).
+    # the runner runs from): neither runs (tests/unit/test_verified.py shows the plain import path would).
     marker = tmp_path / "planted-ran"
     plant_pyc(project / "checks" / "app.py", PLANT.format(marker=str(marker)))
     plant_pyc(project / "kernodeck" / "inenv" / "tolerance.py", PLANT.format(marker=str(marker)))
@@ -146,7 +86,7 @@ def test_the_dossier_replays_by_hand_from_the_project_root(built_project: Path, 
 
     from kernodeck.env import start
     from kernodeck.verify.steps.in_env import RUNNER_ENV
-    from tests.e2e.test_verify_e2e import env_python
+    from tests.helpers.builtenv import env_python
 
     out = tmp_path / "run"
     proc = kd(built_project, "verify", "--out", str(out))

@@ -31,8 +31,8 @@ import tomlkit
 
 from kernodeck.lock import lockfile
 from kernodeck.upgrade import bisect as bisecting
-from tests._lock_tiny import write_wheel
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
+from tests.helpers.tinylock import write_wheel
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ from kernodeck.lock import inputs as lock_inputs
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.sources import Source
-from tests.conftest import copy_project, kd
-from tests.tinylock import current_env, offline_env, pip_wheel
+from tests.helpers.project import copy_project, kd
+from tests.helpers.tinylock import current_env, offline_env, pip_wheel
 
 # An in-tree PEP 517 backend: the build needs nothing from an index (the test has none).
 BACKEND = """

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,8 @@ from kernodeck.verify.claims import CLAIMS, ClaimState, evaluate_claims
 from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step, Verdict
 from kernodeck.verify.report import REPORT_VERSION, Report
-from tests._reports import EVIDENCE, complete_steps
-from tests.conftest import kd, read_report
+from tests.helpers.project import kd
+from tests.helpers.reports import EVIDENCE, complete_steps, read_report
 
 rel = pytest.mark.reliability
 
@@ -225,7 +225,7 @@ def test_claims_are_computed_from_the_steps_given() -> None:
 
 def test_a_real_failed_report_lists_every_claim_with_why_not(tmp_path: Path) -> None:
     """A real verify that stops at lock-check: every claim is in report.json and report.md, none established."""
-    from tests.e2e.test_writes_and_errors import lockless
+    from tests.helpers.outfolders import lockless
 
     project = lockless(tmp_path)
     out = tmp_path / "run"
@@ -263,7 +263,7 @@ def test_a_real_passing_report_establishes_its_claims(built_project: Path, tmp_p
     "every step that ran passed, yet FAILED (exit 1): the claim `resume` is `step-absent`, named in the verdict",
 )
 def test_a_dropped_check_cannot_pass(built_project: Path, tmp_path: Path) -> None:
-    from tests.e2e.test_verify_e2e import sibling
+    from tests.helpers.builtenv import sibling
 
     project = sibling(built_project, tmp_path)
     verify_py = project / "kernodeck" / "verify" / "steps" / "in_env.py"  # where the in-env step list is

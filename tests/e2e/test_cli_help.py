@@ -9,7 +9,7 @@ import pytest
 
 from kernodeck import __version__
 from kernodeck.cli.dispatch import build_parser
-from tests.conftest import ROOT, kd
+from tests.helpers.project import ROOT, kd
 
 MARKUP = re.compile(r"``|`[^`\s]+`|:(?:class|func|mod|meth):|\*\*")
 

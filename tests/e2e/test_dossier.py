@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, copy_project, kd, read_report
+from tests.helpers.project import ROOT, copy_project, kd
+from tests.helpers.reports import read_report
 
 
 def git_repo(tmp_path: Path) -> Path:
@@ -70,7 +71,7 @@ def test_compare_two_runs_same_platform_zero_delta(built_project: Path, tmp_path
 def test_replay_passes_on_a_clean_commit(tmp_path: Path) -> None:
     """The replay reads no package configuration of this machine: the locked torch file (which this machine's pip
     sources hold) comes only from the KERNODECK_INDEX_CPU mirror; without the mirror the same replay fails."""
-    from tests._fresh import LocalIndex, torch_file, uv_cache_dir
+    from tests.helpers.fresh import LocalIndex, torch_file, uv_cache_dir
 
     project = git_repo(tmp_path)
     mirror = LocalIndex([torch_file(tmp_path)])
@@ -96,7 +97,7 @@ def test_replay_passes_on_a_clean_commit(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_reference_new_identity_only_when_asked(built_project: Path, tmp_path: Path) -> None:
-    from tests.e2e.test_verify_e2e import sibling
+    from tests.helpers.builtenv import sibling
 
     project = sibling(built_project, tmp_path)
     manifest = project / "dossier/reference/manifest.toml"

@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from kernodeck.ci import engines, matrix
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
 

@@ -18,8 +18,9 @@ from kernodeck.env import binding
 from kernodeck.env.envdirs import MARKER
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
-from tests.conftest import kd, read_report, statuses
-from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report, statuses
+from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
 
 FRESH_TIP = "TIP: nox -s rebuild -- --fresh"
 
@@ -43,10 +44,11 @@ def _project(tmp_path: Path, installer: str) -> tuple[Path, Platform, dict[str, 
     """A tiny project whose lock pins tinya==1.0 with two hashes: the wheel installed here (py3) and another build of
     the same version (a py2 tag, never chosen); rebuilt with ``installer``. (project, plat, env, installed, other)."""
     links = tmp_path / "links"
-    installed = make_wheel(links, "tinya", "1.0")
-    other = make_wheel(tmp_path / "other", "tinya", "1.0", payload="OTHER = 1\n")
+    installed = write_wheel(links, "tinya", "1.0")
+    other = write_wheel(tmp_path / "other", "tinya", "1.0", payload="OTHER = 1\n")
     other = other.rename(links / "tinya-1.0-py2-none-any.whl")
-    project, plat = tiny_project(tmp_path / "project", [pip_wheel(links), installed, make_wheel(links, "tinyb", "2.0")])
+    pinned = [pip_wheel(links), installed, write_wheel(links, "tinyb", "2.0")]
+    project, plat = locked_tiny_project(tmp_path / "project", pinned)
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     good, alt = sha256_file(installed), sha256_file(other)
     _edit_lock(project, plat, env, f"--hash=sha256:{good}", f"--hash=sha256:{good} \\\n    --hash=sha256:{alt}")

@@ -21,8 +21,9 @@ import pytest
 from kernodeck.env import envdirs, envfiles, inventory, sealing, snapshot
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
-from tests.conftest import copy_project, kd, read_report, statuses
-from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
+from tests.helpers.project import copy_project, kd
+from tests.helpers.reports import read_report, statuses
+from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
 
 rel = pytest.mark.reliability
 Tiny = tuple[Path, Platform, dict[str, str]]
@@ -33,8 +34,8 @@ FRESH_TIP = "TIP: nox -s rebuild -- --fresh"
 def tiny(tmp_path: Path) -> Tiny:
     """A tiny project rebuilt once (uv, offline): (project, platform, the installers' environment)."""
     links = tmp_path / "links"
-    wheels = [pip_wheel(links), make_wheel(links, "tinya", "1.0"), make_wheel(links, "tinyb", "2.0")]
-    project, plat = tiny_project(tmp_path / "project", wheels)
+    wheels = [pip_wheel(links), write_wheel(links, "tinya", "1.0"), write_wheel(links, "tinyb", "2.0")]
+    project, plat = locked_tiny_project(tmp_path / "project", wheels)
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     proc = kd(project, "rebuild", "--installer", "uv", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -227,7 +228,7 @@ def test_bytecode_written_since_the_build(tiny: Tiny) -> None:
 
 def _bad_wheel(folder: Path, name: str, how: str) -> Path:
     """A wheel whose RECORD lies: a wrong digest of the same size, or a file it does not list."""
-    wheel = make_wheel(folder / "src", name, "1.0")
+    wheel = write_wheel(folder / "src", name, "1.0")
     out = folder / wheel.name
     folder.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w") as dst:
@@ -258,7 +259,7 @@ def test_build_refuses_files_that_are_not_their_record(tmp_path: Path) -> None:
     words = ["differ from their RECORD digest", "tinyc/__init__.py (content differs from RECORD)", "uv cache clean"]
     links = tmp_path / "links"
     wheels = [pip_wheel(links), _bad_wheel(links, "tinyc", "digest")]
-    project, plat = tiny_project(tmp_path / "project", wheels)
+    project, plat = locked_tiny_project(tmp_path / "project", wheels)
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     proc = kd(project, "rebuild", env=env)
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -27,7 +27,8 @@ import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import manifest as dossier_manifest
-from tests.conftest import ROOT, read_report, statuses
+from tests.helpers.project import ROOT
+from tests.helpers.reports import read_report, statuses
 
 pytestmark = pytest.mark.slow
 

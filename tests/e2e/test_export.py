@@ -20,7 +20,7 @@ from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.verify.context import Options
 from kernodeck.verify.writer import index_procedure
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME", "USER",
                 "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL"}

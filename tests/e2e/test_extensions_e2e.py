@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from kernodeck.env import extension_scan
-from tests.conftest import copy_project, kd, read_report, statuses
-from tests.unit.test_extensions import run_step
+from tests.helpers.extstep import run_step
+from tests.helpers.project import copy_project, kd
+from tests.helpers.reports import read_report, statuses
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, kd
+from tests.helpers.project import ROOT, kd
 
 rel = pytest.mark.reliability
 
@@ -130,7 +130,7 @@ def test_contract_table_differences_are_generic() -> None:
 )
 @pytest.mark.parametrize("edit", ["loosened-manifest", "criterion", "flip-bound"])
 def test_verify_holds_the_declared_contract(tmp_path: Path, edit: str) -> None:
-    from tests.conftest import copy_project
+    from tests.helpers.project import copy_project
 
     project = copy_project(tmp_path / "project")
     if edit == "loosened-manifest":
@@ -180,7 +180,7 @@ def _wheel(folder: Path, name: str, version: str) -> Path:
 
 
 def _own_env(tmp_path: Path) -> tuple[Path, Path]:
-    from tests.conftest import copy_project
+    from tests.helpers.project import copy_project
 
     project = copy_project(tmp_path / "own")
     proc = kd(project, "rebuild")
@@ -272,7 +272,7 @@ def test_verdict_model() -> None:
     from kernodeck.inenv.protocol import Status
     from kernodeck.verify.record import Step, Verdict
     from kernodeck.verify.report import Report
-    from tests._reports import complete_steps
+    from tests.helpers.reports import complete_steps
 
     steps = complete_steps()
     assert Report("p", steps).verdict is Verdict.PASSED
@@ -330,7 +330,7 @@ def test_existing_interpreter_verdict_and_strict(tmp_path: Path) -> None:
     "the new reference is refused, naming the bound and the margin; the committed reference untouched",
 )
 def test_reference_refuses_a_tolerance_that_could_flip(built_project: Path, tmp_path: Path) -> None:
-    from tests.e2e.test_verify_e2e import sibling
+    from tests.helpers.builtenv import sibling
 
     project = sibling(built_project, tmp_path)
     manifest = (project / "dossier/reference/manifest.toml").read_bytes()
@@ -373,7 +373,7 @@ def _lock_refused(project: Path, tmp_path: Path, *needles: str) -> None:
 @pytest.mark.parametrize("edit", ["body", "resealed-body", "twin"])
 def test_hand_edited_lock_is_refused(tmp_path: Path, edit: str) -> None:
     from kernodeck.lock import lockfile
-    from tests.conftest import copy_project
+    from tests.helpers.project import copy_project
 
     project = copy_project(tmp_path / "project")
     lock, twin = project / CPU_LOCK, project / CPU_TWIN

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests._fresh import LocalIndex, fresh_env, run_nox, torch_file
-from tests.conftest import copy_project
+from tests.helpers.fresh import LocalIndex, fresh_env, run_nox, torch_file
+from tests.helpers.project import copy_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import kd, read_report, statuses
-from tests.e2e.test_verify_e2e import sibling
+from tests.helpers.builtenv import sibling
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report, statuses
 
 pytestmark = pytest.mark.slow
 

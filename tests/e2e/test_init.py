@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kernodeck import noxsessions
 from kernodeck.project import init
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 EXISTING = """\
 # My project: this comment stays
@@ -194,7 +194,7 @@ def test_root_noxfile_uses_the_api() -> None:
 def test_scaffolded_workflow_is_schema_valid_and_zizmor_clean(tmp_path: Path) -> None:
     """The CI workflow init writes passes the checks this repository's own workflows pass (their negative controls:
     tests/e2e/test_workflows.py)."""
-    from tests.e2e.test_workflows import _SHA_PIN, schema_check, zizmor
+    from tests.helpers.workflows import SHA_PIN, schema_check, zizmor
 
     assert _init(tmp_path).returncode == 0
     path = tmp_path / ".github" / "workflows" / "kernodeck.yml"
@@ -204,4 +204,4 @@ def test_scaffolded_workflow_is_schema_valid_and_zizmor_clean(tmp_path: Path) ->
     text = path.read_text(encoding="utf-8")
     assert "@@" not in text and "nox -s verify" in text and "nox -s lock -- --check" in text
     uses = [line for line in text.splitlines() if "uses:" in line]
-    assert uses and all(_SHA_PIN.match(line) for line in uses)
+    assert uses and all(SHA_PIN.match(line) for line in uses)

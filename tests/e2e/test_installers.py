@@ -15,8 +15,17 @@ from kernodeck.inenv.protocol import Status
 from kernodeck.project.platforms import Platform
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.record import Step
-from tests.conftest import kd, read_report
-from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project, wheel_spec, write_lock
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report
+from tests.helpers.tinylock import (
+    current_env,
+    locked_tiny_project,
+    offline_env,
+    pip_wheel,
+    wheel_spec,
+    write_lock,
+    write_wheel,
+)
 
 Tiny = tuple[Path, Platform, dict[str, str], dict[str, str]]
 
@@ -25,8 +34,8 @@ Tiny = tuple[Path, Platform, dict[str, str], dict[str, str]]
 def tiny(tmp_path: Path) -> Tiny:
     """(project, its platform, an environment whose only source is a local find-links, the pins of the lock)."""
     links = tmp_path / "links"
-    wheels = [pip_wheel(links), make_wheel(links, "tinya", "1.0"), make_wheel(links, "tinyb", "2.0")]
-    project, plat = tiny_project(tmp_path / "project", wheels)
+    wheels = [pip_wheel(links), write_wheel(links, "tinya", "1.0"), write_wheel(links, "tinyb", "2.0")]
+    project, plat = locked_tiny_project(tmp_path / "project", wheels)
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     return project, plat, env, dict(wheel_spec(w) for w in wheels)
 
@@ -98,7 +107,7 @@ def test_second_rebuild_is_reused_and_fresh_rebuilds(tiny: Tiny) -> None:
 
     # A changed lock is never reused.
     links = Path(env["PIP_FIND_LINKS"])
-    write_lock(project, [*links.glob("*.whl"), make_wheel(links, "tinyc", "3.0")])
+    write_lock(project, [*links.glob("*.whl"), write_wheel(links, "tinyc", "3.0")])
     changed = kd(project, "rebuild", env=env)
     assert changed.returncode == 0, changed.stderr
     assert changed.stdout.startswith("rebuilt") and "lock or interpreter changed" in changed.stdout

@@ -14,7 +14,7 @@ from packaging.pylock import Pylock
 
 from kernodeck.lock import lockfile
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 PROJECT = load_project(ROOT)
 LOCKED = [p.id for p in PROJECT.platforms if not p.lock_on_runner]
@@ -118,7 +118,7 @@ def test_uv_reads_the_committed_pylocks_offline(tmp_path: Path) -> None:
     import os
     import subprocess
 
-    from tests._lock_tiny import fresh_venv, uv
+    from tests.helpers.tinylock import fresh_venv, uv
 
     python = fresh_venv(tmp_path / "venv")
     env = {**os.environ, "UV_NO_CONFIG": "1", "UV_OFFLINE": "1"}

@@ -17,8 +17,8 @@ from kernodeck.errors import MissingLockfile
 from kernodeck.lock import check
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
-from tests._lock_tiny import set_variant_index
-from tests.conftest import copy_project, kd
+from tests.helpers.project import copy_project, kd
+from tests.helpers.tinylock import set_variant_index
 
 CPU = "cp311-linux_x86_64-cpu"
 CU130 = "cp311-linux_x86_64-cu130"

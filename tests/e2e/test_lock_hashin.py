@@ -17,8 +17,8 @@ from kernodeck.lock import check, hashpins, lockfile
 from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from tests._lock_tiny import offline_sources, tiny_project, tiny_wheels
-from tests.conftest import kd
+from tests.helpers.project import kd
+from tests.helpers.tinylock import offline_sources, tiny_project, tiny_wheels
 
 PYPI = "https://pypi.org/simple"
 

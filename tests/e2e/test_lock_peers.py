@@ -21,7 +21,7 @@ from kernodeck.lock import compile as lock_compile
 from kernodeck.lock import pylock
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from tests._lock_tiny import fresh_venv, offline_sources, tiny_project, tiny_wheels, uv
+from tests.helpers.tinylock import fresh_venv, offline_sources, tiny_project, tiny_wheels, uv
 
 EXPECTED = {"kdtiny-alpha": "1.0", "kdtiny-beta": "2.0", "kdtiny-torch": "1.0"}
 

@@ -12,8 +12,8 @@ from kernodeck.lock import check, lockfile
 from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from tests._lock_tiny import UNREACHABLE, offline_sources, pins, tiny_project, tiny_wheels
-from tests.conftest import kd
+from tests.helpers.project import kd
+from tests.helpers.tinylock import UNREACHABLE, offline_sources, pins, tiny_project, tiny_wheels
 
 RESOLVERS = ["pip-tools", "uv"]
 

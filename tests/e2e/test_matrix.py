@@ -11,7 +11,7 @@ import pytest
 from kernodeck.ci import matrix
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 
 def _declared(root: Path) -> list[dict[str, str]]:

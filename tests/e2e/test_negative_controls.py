@@ -1,6 +1,6 @@
 """Negative controls: each in-env check shown FAILING on a copy of the project edited to break exactly one thing.
 
-Faults are injected by the tests (tests/faults.py edits a copy's check file; the copy's data or env is edited by
+Faults are injected by the tests (tests/helpers/faults.py edits a copy's check file; the copy's data or env is edited by
 hand), never by a hook in the shipped checks.
 """
 
@@ -19,8 +19,9 @@ from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd, read_report, statuses
-from tests.faults import inject, wrap_after
+from tests.helpers.faults import inject, wrap_after
+from tests.helpers.project import ROOT, copy_project, kd
+from tests.helpers.reports import read_report, statuses
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 SHIPPED = ("kernodeck", "checks")
@@ -277,9 +278,9 @@ def test_non_identical_runs_fail_the_determinism_step(built_project: Path, tmp_p
             """,
         ),
     )
-    from tests.e2e.test_reference_binds import _refingerprint
+    from tests.helpers.builtenv import refingerprint
 
-    _refingerprint(project)  # the app's code changed: its new fingerprint in the manifest, or verify stops before
+    refingerprint(project)  # the app's code changed: its new fingerprint in the manifest, or verify stops before
     report = _verify(project, tmp_path / "run")
     step = failed_step(report, "determinism")
     assert report["first_failure"] == "determinism" and step["layer"] == "operator", step

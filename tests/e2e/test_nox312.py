@@ -1,12 +1,12 @@
 """README's commands on a machine whose python3 is 3.12 (Ubuntu 24.04's is): nox runs on 3.12, the declared cp311
 platform is verified, its env made from the Python 3.11 found on the machine.
 
-A real subprocess end-to-end test on a fresh machine (tests/_fresh.py: empty HOME, no pip configuration, no PIP_*/UV_*
-source; the cpu variant's index replaced through KERNODECK_INDEX_CPU by a loopback PEP 503 index holding the locked
-torch file; everything else from PyPI): README's one-line fallback (no pipx, no uv) runs verbatim in an empty copy of
-the project, with a `python3` that is this machine's 3.12 first on PATH; its nox and nox's session venv are 3.12, the
-rebuilt env is 3.11, the report is the cp311 platform's. The negative control points KERNODECK_BASE_PYTHON at the
-3.12 interpreter: one ERROR, nothing built. `.ci/run` gets nox the same documented way.
+A real subprocess end-to-end test on a fresh machine (tests/helpers/fresh.py: empty HOME, no pip configuration, no
+PIP_*/UV_* source; the cpu variant's index replaced through KERNODECK_INDEX_CPU by a loopback PEP 503 index holding the
+locked torch file; everything else from PyPI): README's one-line fallback (no pipx, no uv) runs verbatim in an empty
+copy of the project, with a `python3` that is this machine's 3.12 first on PATH; its nox and nox's session venv are
+3.12, the rebuilt env is 3.11, the report is the cp311 platform's. The negative control points KERNODECK_BASE_PYTHON at
+the 3.12 interpreter: one ERROR, nothing built. `.ci/run` gets nox the same documented way.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import pytest
 from kernodeck.env import pythons
 from kernodeck.project import platforms
 from kernodeck.project.config import load_project
-from tests._fresh import LocalIndex, fresh_env, torch_file
-from tests.conftest import ROOT, copy_project, read_report, statuses
+from tests.helpers.fresh import LocalIndex, fresh_env, torch_file
+from tests.helpers.project import ROOT, copy_project
+from tests.helpers.reports import read_report, statuses
 
 NOX = load_project(ROOT).tool_pins["nox"]
 PLATFORM = f"cp311-{platforms.current_os_arch()}-cpu"

@@ -15,8 +15,8 @@ import pytest
 
 from kernodeck import outdir
 from kernodeck.errors import UnsafeOut
-from tests.conftest import copy_project, kd
-from tests.e2e.test_writes_and_errors import lockless, refused, snapshot
+from tests.helpers.outfolders import lockless, refused, snapshot
+from tests.helpers.project import copy_project, kd
 
 rel = pytest.mark.reliability
 

@@ -20,7 +20,7 @@ from kernodeck.lock import index_client, lockfile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import UV_PLATFORM_ENV, UV_PLATFORMS, resolve_platform
 from kernodeck.sources import PYPI, reachable
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 PROJECT = load_project(ROOT)
 PYPI_LOCKED = [p.id for p in PROJECT.platforms

@@ -17,8 +17,8 @@ from kernodeck.verify.markdown import summary_line
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 from kernodeck.verify.steps.in_env import InEnvPhases
-from tests._reports import complete_steps
-from tests.conftest import kd
+from tests.helpers.project import kd
+from tests.helpers.reports import complete_steps
 
 
 class Lines:
@@ -187,11 +187,11 @@ def test_no_bytecode_compiled_at_install_and_no_file_shared(tmp_path: Path, inst
     """Neither installer compiles bytecode at install (the whole job, rebuild then first verify, costs less: see
     docs/env-integrity.md), and no file of the env is linked to the installer's cache (uv given --link-mode copy)."""
     from kernodeck.env import envdirs
-    from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project
+    from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
 
     links = tmp_path / "links"
-    wheels = [pip_wheel(links), make_wheel(links, "tinya", "1.0")]
-    project, plat = tiny_project(tmp_path / "project", wheels)
+    wheels = [pip_wheel(links), write_wheel(links, "tinya", "1.0")]
+    project, plat = locked_tiny_project(tmp_path / "project", wheels)
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     assert proc.returncode == 0, proc.stderr

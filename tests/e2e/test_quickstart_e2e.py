@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, read_report, statuses
+from tests.helpers.project import ROOT
+from tests.helpers.reports import read_report, statuses
 
 pytestmark = pytest.mark.slow
 rel = pytest.mark.reliability

@@ -1,5 +1,5 @@
 """Each input is read once: one real ``verify`` in a subprocess, every ``open`` counted by an audit hook
-(tests/readcount.py), with a negative control that plants a second read of each input and is caught.
+(tests/helpers/readcount.py), with a negative control that plants a second read of each input and is caught.
 
 The inputs: pyproject.toml, the lock, its PEP 751 twin and the reference manifest. pyproject.toml is read once by the
 CLI's load of the Project (the run context takes that Project; the check of uv's ``[tool.uv]`` finds the same bytes
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, copy_project
+from tests.helpers.project import ROOT, copy_project
 
-READCOUNT = ROOT / "tests" / "readcount.py"
+READCOUNT = ROOT / "tests" / "helpers" / "readcount.py"
 LOCK = "lockfiles/cp311-linux_x86_64-cpu.txt"
 TWIN = "lockfiles/pylock.cp311-linux_x86_64-cpu.toml"
 INPUTS = ("pyproject.toml", LOCK, TWIN, "dossier/reference/manifest.toml")

@@ -26,7 +26,7 @@ from kernodeck.ci import engines, matrix
 from kernodeck.dossier import toolpins
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 DOCS = (ROOT / "docs" / "ci.md", ROOT / "docs" / "containers.md")
 BIN = Path(sys.executable).parent

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
-from kernodeck.project.config import load_project
-from tests.conftest import copy_project, kd, read_report, statuses
+from kernodeck._fs import sha256_file
+from tests.helpers.builtenv import refingerprint
+from tests.helpers.project import copy_project, kd
+from tests.helpers.reports import read_report, statuses
 
 rel = pytest.mark.reliability
 PLATFORM = "cp311-linux_x86_64-cpu"
@@ -28,27 +28,6 @@ def _edit_app(project: Path, old: str, new: str) -> None:
     text = path.read_text(encoding="utf-8")
     assert text.count(old) == 1, old
     path.write_text(text.replace(old, new), encoding="utf-8")
-
-
-def _refingerprint(project: Path, **tables: dict[str, object]) -> None:
-    """Give the manifest the code's new fingerprint (and any edit), its id recomputed: what an adversary can do."""
-    path = project / "dossier/reference/manifest.toml"
-    manifest = tomllib.loads(path.read_text(encoding="utf-8"))
-    manifest["application"]["code"] = {f: sha256_file(project / f) for f in manifest["application"]["code"]}
-    for table, values in tables.items():
-        target = manifest
-        for part in table.split("."):
-            target = target[part]
-        target.update(values)
-    for key in [k for k, v in tables.items() if not v]:
-        parent, _, leaf = key.rpartition(".")
-        target = manifest
-        for part in parent.split("."):
-            target = target[part]
-        target.pop(leaf)
-    manifest["id"] = dossier_manifest.identity(manifest)
-    write_atomic(path, dossier_manifest.render(manifest))
-    assert dossier_manifest.load(load_project(project)).id == manifest["id"]
 
 
 # --- a changed code file fails at the reference, named (fast: before anything is built) -----------------------------
@@ -125,7 +104,7 @@ def test_missing_or_stale_twin_fails_every_lock_check(tmp_path: Path, edit: str)
 
 
 def _sibling(built: Path, tmp_path: Path) -> Path:
-    from tests.e2e.test_verify_e2e import sibling
+    from tests.helpers.builtenv import sibling
 
     return sibling(built, tmp_path)
 
@@ -151,7 +130,7 @@ def test_a_criterion_unable_to_fail_is_refused(built_project: Path, tmp_path: Pa
     to fail; it passes the permuted rows and the noise."""
     project = _sibling(built_project, tmp_path)
     _edit_app(project, ALWAYS, ALWAYS.replace("not misses", VACUOUS))
-    _refingerprint(project)
+    refingerprint(project)
     out = tmp_path / "run"
     proc = kd(project, "verify", "--out", str(out))
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -206,7 +185,7 @@ def test_flip_bound_holds_without_its_table(built_project: Path, tmp_path: Path)
     project = _sibling(built_project, tmp_path)
     pyproject = project / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace("max-abs = 1e-4\n", "max-abs = 0.05\n"))
-    _refingerprint(project, **{"outputs.embeddings": {"max-abs": 0.05}, "criterion.flip_bound": {}})
+    refingerprint(project, **{"outputs.embeddings": {"max-abs": 0.05}, "criterion.flip_bound": {}})
     assert "flip_bound" not in tomllib.loads((project / "dossier/reference/manifest.toml").read_text())["criterion"]
     out = tmp_path / "run"
     proc = kd(project, "verify", "--out", str(out))
@@ -225,7 +204,7 @@ def test_flip_bound_holds_without_its_table(built_project: Path, tmp_path: Path)
     "the backend step fails, named non-finite, in layer operator:softmax; nothing computed after it",
 )
 def test_nan_in_the_backend_probe_is_non_finite(built_project: Path, tmp_path: Path) -> None:
-    from tests.faults import inject, wrap_around
+    from tests.helpers.faults import inject, wrap_around
 
     project = _sibling(built_project, tmp_path)
     inject(project, "backend", wrap_around(
@@ -254,7 +233,7 @@ def test_nan_in_the_backend_probe_is_non_finite(built_project: Path, tmp_path: P
     "the determinism step fails, named non-finite, naming the run and the output (no max abs hides it)",
 )
 def test_nan_in_the_settings_cost_run_is_non_finite(built_project: Path, tmp_path: Path) -> None:
-    from tests.faults import inject, wrap_after
+    from tests.helpers.faults import inject, wrap_after
 
     project = _sibling(built_project, tmp_path)
     # calls of the entry: the application's, two reruns, then the run without the settings (the 4th)
@@ -269,7 +248,7 @@ def test_nan_in_the_settings_cost_run_is_non_finite(built_project: Path, tmp_pat
             args[0].written["embeddings"] = (_arr, _ids)
         """,
     ))
-    _refingerprint(project)
+    refingerprint(project)
     out = tmp_path / "run"
     proc = kd(project, "verify", "--out", str(out))
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -292,9 +271,9 @@ TINY_AGREEMENT = "min-share = 1.0"
     "ERROR + TIP; nothing written",
 )
 def test_reference_refuses_a_tolerance_unable_to_fail(built_project: Path, tmp_path: Path) -> None:
-    from tests.e2e.test_application_e2e import _tiny_project
+    from tests.helpers.tinyapp import tiny_app_project
 
-    project = _tiny_project(built_project, tmp_path)
+    project = tiny_app_project(built_project, tmp_path)
     pyproject = project / "pyproject.toml"
     assert pyproject.read_text().count(TINY_AGREEMENT) == 1
     pyproject.write_text(pyproject.read_text().replace(TINY_AGREEMENT, "min-share = 0.0"))

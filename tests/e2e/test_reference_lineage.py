@@ -15,7 +15,7 @@ from typing import Any
 
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.dossier import manifest as dossier_manifest
-from tests.conftest import copy_project, kd
+from tests.helpers.project import copy_project, kd
 
 MANIFEST = "dossier/reference/manifest.toml"
 

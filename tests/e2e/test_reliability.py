@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from kernodeck.lock import lockfile
-from tests.conftest import copy_project, kd, read_report, statuses
-from tests.e2e.test_verify_e2e import in_env, reseal, sibling
+from tests.helpers.builtenv import in_env, reseal, sibling
+from tests.helpers.project import copy_project, kd
+from tests.helpers.reports import read_report, statuses
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 LOCK = f"lockfiles/{PLATFORM}.txt"

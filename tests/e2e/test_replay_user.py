@@ -1,7 +1,7 @@
 """`nox -s replay` in a user's project (one `kernodeck init` made): the clean clone's tools venv gets the project's
 own pinned run group (``kernodeck-run``) and Kernodeck from ``$KERNODECK_SOURCE`` (or the installed version), since a
 user's clone holds no ``kernodeck/`` and no ``run`` group. The replay keeps its machine with no package configuration:
-the locked torch file comes only from the ``KERNODECK_INDEX_CPU`` mirror (tests/_fresh.py).
+the locked torch file comes only from the ``KERNODECK_INDEX_CPU`` mirror (tests/helpers/fresh.py).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from kernodeck import noxsessions
 from kernodeck.dossier.replay import kernodeck_install
 from kernodeck.errors import KernodeckError
-from tests._fresh import LocalIndex, fresh_env, run_nox, torch_file
-from tests.conftest import ROOT
+from tests.helpers.fresh import LocalIndex, fresh_env, run_nox, torch_file
+from tests.helpers.project import ROOT
 
 EXAMPLE = ROOT / "examples" / "digits"
 LEFT_BEHIND = shutil.ignore_patterns(".nox", ".venv-rebuild", "runs", "__pycache__", ".wheelhouse")

@@ -18,8 +18,8 @@ from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 from kernodeck.verify.summaries import step_result
-from tests._reports import EVIDENCE
-from tests.conftest import kd
+from tests.helpers.project import kd
+from tests.helpers.reports import EVIDENCE
 
 ROW = re.compile(r"^\| (?P<name>[\w-]+) \| \S+ (?P<status>[\w-]+) \| (?P<time>[\d.]+)s \| (?P<result>.*) \|$")
 NUMBER = r"(-?[\d.]+(?:e[-+]?\d+)?)"
@@ -344,7 +344,7 @@ def test_report_md_of_real_runs(built_project: Path, tmp_path: Path) -> None:
     assert "inventory vs the reference's" in section(md, "What differs from the reference")
     collected = (out / "collect_env.txt").read_text(encoding="utf-8")  # beside system.json, reviewed like it
     assert (out / "system.json").exists() and f"PyTorch version: {details['system']['torch_version']}" in collected
-    from tests.unit.test_sbom import errors
+    from tests.helpers.sbomcheck import errors
 
     document = json.loads((out / "sbom.cdx.json").read_text(encoding="utf-8"))  # the lock it ran from, as an SBOM
     assert errors(document) == [] and any(c["name"] == "torch" for c in document["components"])

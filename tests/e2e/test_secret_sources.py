@@ -24,8 +24,8 @@ from kernodeck.sources import (
     require_valid_sources,
     scrub_text,
 )
-from tests._lock_tiny import offline_sources, tiny_project, tiny_wheels
-from tests.conftest import kd
+from tests.helpers.project import kd
+from tests.helpers.tinylock import offline_sources, tiny_project, tiny_wheels
 
 TOKEN = "AbCdEfGhIjKlMnOpQrSt"  # no digit: the old scan took only digit-and-letter segments for tokens
 MIRROR = f"http://127.0.0.1:80/{TOKEN}/simple"
@@ -338,7 +338,7 @@ def test_malformed_source_is_one_error(command: str, tmp_path: Path) -> None:
     "reaches the console, the lock, its PEP 751 twin or the env's marker and inventory",
 )
 def test_passing_run_with_secret_sources_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests._fresh import LocalIndex
+    from tests.helpers.fresh import LocalIndex
 
     wheels = tiny_wheels(tmp_path / "wheels")
     layer = tmp_path / "layer"
@@ -409,7 +409,7 @@ def test_malformed_source_through_nox(var: str, value: str, tmp_path: Path) -> N
     import subprocess
     import sys
 
-    from tests.conftest import copy_project
+    from tests.helpers.project import copy_project
 
     project = copy_project(tmp_path / "p")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}

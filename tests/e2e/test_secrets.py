@@ -24,8 +24,8 @@ from kernodeck.sources import (
     uv_environment,
     variant_index,
 )
-from tests._lock_tiny import offline_sources, tiny_project, tiny_wheels
-from tests.conftest import kd
+from tests.helpers.project import kd
+from tests.helpers.tinylock import offline_sources, tiny_project, tiny_wheels
 
 RESOLVERS = ["pip-tools", "uv"]
 TOKEN = "QTOKEN42"
@@ -292,7 +292,7 @@ def test_command_failed_output_is_redacted(monkeypatch: pytest.MonkeyPatch, no_p
     "the mirror one ERROR names the variant's index as unreachable and the previous env is untouched",
 )
 def test_mirror_replaces_the_variant_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests._fresh import LocalIndex
+    from tests.helpers.fresh import LocalIndex
 
     cache = tmp_path / "cache"
     wheels = tiny_wheels(tmp_path / "wheels")

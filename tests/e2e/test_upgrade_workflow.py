@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -12,15 +11,16 @@ from pathlib import Path
 import pytest
 
 from kernodeck.upgrade.relock import PR_BODY_LIMIT, pr_body
-from tests.e2e.test_workflows import (
-    _SHA_PIN,
+from tests.helpers.workflows import (
     FAKE_NOX,
+    SHA_PIN,
     WORKFLOWS,
-    _bash,
-    _git,
-    _relocked_origin,
-    _step,
-    _yaml,
+    job_step,
+    platform_result,
+    read_yaml,
+    relocked_origin,
+    run_bash,
+    run_git,
     schema_check,
     zizmor,
 )
@@ -40,13 +40,13 @@ def test_relock_workflow_least_privilege_schedule_and_steps() -> None:
     text = RELOCK.read_text(encoding="utf-8")
     assert re.search(r"^permissions: \{\}$", text, re.M)
     uses = [line for line in text.splitlines() if re.match(r"^\s*(-\s*)?uses:", line)]
-    assert uses and all(_SHA_PIN.match(line) for line in uses)
+    assert uses and all(SHA_PIN.match(line) for line in uses)
     assert text.count("persist-credentials: false") == text.count("actions/checkout@")
     assert text.count("contents: write") == 1 and text.count("pull-requests: write") == 1
     for line in text.splitlines():  # expressions reach scripts only through env
         if "${{" in line:
             assert not line.lstrip().startswith(("run:", "echo", "nox", "git", "gh ")), line
-    data = _yaml(RELOCK)
+    data = read_yaml(RELOCK)
     triggers = data.get("on") or data.get(True)  # YAML 1.1 reads a bare `on` as true
     assert "schedule" in triggers and "workflow_dispatch" in triggers
     assert "--locked-only" in text and "runs-on: ${{ matrix.runs_on }}" in text
@@ -69,35 +69,22 @@ def _upgrade_step_env(tmp_path: Path, exit_code: int) -> tuple[dict[str, str], P
                                                        (2, False, False)])
 def test_upgrade_job_reports_out_of_tolerance_and_fails_on_errors(tmp_path: Path, code: int, job_ok: bool,
                                                                   bisects: bool) -> None:
-    job = _yaml(RELOCK)["jobs"]["upgrade"]
-    step = _step(job, "relock, diff, verify against the reference")
+    job = read_yaml(RELOCK)["jobs"]["upgrade"]
+    step = job_step(job, "relock, diff, verify against the reference")
     env, out, summary = _upgrade_step_env(tmp_path, code)
     work = tmp_path / "work"
     work.mkdir()
-    proc = _bash(step["run"], work, env)
+    proc = run_bash(step["run"], work, env)
     assert (proc.returncode == 0) is job_ok, proc.stdout + proc.stderr
     assert f"status={code}" in out.read_text(encoding="utf-8")
     assert "## Upgrade of cp311-x" in summary.read_text(encoding="utf-8")  # the drift table in the job summary
-    condition = _step(job, "bisect what moved the outputs")["if"]
+    condition = job_step(job, "bisect what moved the outputs")["if"]
     assert condition == "${{ steps.upgrade.outputs.status == '1' }}" and bisects is (code == 1)
 
 
-def _platform_result(folder: Path, platform: str, *, holds: bool, culprit: list[list[str]] | None = None) -> None:
-    sub = folder / platform
-    sub.mkdir(parents=True)
-    data = {"version": 1, "platform": platform, "holds": holds, "failure": "",
-            "changes": [{"name": "numpy", "kind": "upgraded", "old": "2.3.5", "new": "2.4.0"},
-                        {"name": "six", "kind": "removed", "old": "1.16.0", "new": None}]}
-    (sub / "upgrade.json").write_text(json.dumps(data), encoding="utf-8")
-    (sub / "upgrade.md").write_text(f"## Upgrade of {platform}\n\n| values | allclose |\n", encoding="utf-8")
-    if culprit is not None:
-        (sub / "bisect.json").write_text(json.dumps({"verdict": "found", "culprit": culprit}), encoding="utf-8")
-        (sub / "bisect.md").write_text(f"## Bisect of {platform}\n", encoding="utf-8")
-
-
 def test_pr_body_names_each_platform_its_changes_verdict_and_bisect(tmp_path: Path) -> None:
-    _platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
-    _platform_result(tmp_path, "cp311-macosx_arm64-mps", holds=False, culprit=[["numpy"]])
+    platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
+    platform_result(tmp_path, "cp311-macosx_arm64-mps", holds=False, culprit=[["numpy"]])
     body = pr_body(["cp311-linux_x86_64-cpu", "cp311-macosx_arm64-mps", "cp311-linux_x86_64-cu130"], tmp_path,
                    as_of="2026-11-01", run_url="https://github.com/o/r/actions/runs/1")
     assert body.startswith("## Relock as of 2026-11-01\n")
@@ -108,7 +95,7 @@ def test_pr_body_names_each_platform_its_changes_verdict_and_bisect(tmp_path: Pa
 
 
 def test_pr_body_over_githubs_limit_keeps_the_table_only(tmp_path: Path) -> None:
-    _platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
+    platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
     (tmp_path / "cp311-linux_x86_64-cpu" / "upgrade.md").write_text("x" * (PR_BODY_LIMIT + 10), encoding="utf-8")
     body = pr_body(["cp311-linux_x86_64-cpu"], tmp_path)
     assert len(body) < PR_BODY_LIMIT and "too long for this page" in body
@@ -121,16 +108,16 @@ def test_pr_body_over_githubs_limit_keeps_the_table_only(tmp_path: Path) -> None
                          "the locks check, the PR is opened with --body-file, the body names both platforms")
 def test_propose_job_opens_one_pr_whose_body_is_the_generated_one(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    origin, runner, platform = _relocked_origin(tmp_path, monkeypatch)
-    job = _yaml(RELOCK)["jobs"]["propose"]
+    origin, runner, platform = relocked_origin(tmp_path, monkeypatch)
+    job = read_yaml(RELOCK)["jobs"]["propose"]
     temp = tmp_path / "runner-temp"
     found = temp / "relock"
     for rel in (f"lockfiles/{platform}.txt", f"lockfiles/pylock.{platform}.toml"):
         (found / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(runner / rel, found / rel)
-    _platform_result(found / "runs" / "relock", platform, holds=True)
+    platform_result(found / "runs" / "relock", platform, holds=True)
     clone = tmp_path / "propose"
-    _git(tmp_path, "clone", "--quiet", str(origin), str(clone))
+    run_git(tmp_path, "clone", "--quiet", str(origin), str(clone))
     bin_dir, gh_log = tmp_path / "bin", tmp_path / "gh.log"
     bin_dir.mkdir()
     gh = f"#!/bin/sh\necho \"$*\" >> \"{gh_log}\"\n"
@@ -143,7 +130,7 @@ def test_propose_job_opens_one_pr_whose_body_is_the_generated_one(tmp_path: Path
            "RUN_ID": "42", "BASE": "main"}
     for name in ("take the new locks", "every lock reads back and matches its inputs", "the pull request's body",
                  "open a pull request"):
-        proc = _bash(_step(job, name)["run"], clone, env)
+        proc = run_bash(job_step(job, name)["run"], clone, env)
         assert proc.returncode == 0, f"{name}: {proc.stdout}{proc.stderr}"
     calls = gh_log.read_text(encoding="utf-8").splitlines()
     assert calls[0] == "auth setup-git"
@@ -153,5 +140,5 @@ def test_propose_job_opens_one_pr_whose_body_is_the_generated_one(tmp_path: Path
     assert f"| {platform} | 1 removed, 1 upgraded | within tolerance" in body
     assert "| cp311-linux_x86_64-cu130 | — | **no result**" in body
     assert "## Relock as of 2026-11-01" in (tmp_path / "summary").read_text(encoding="utf-8")
-    files = _git(origin, "diff", "--name-only", "main", "kernodeck/relock-42").split()
+    files = run_git(origin, "diff", "--name-only", "main", "kernodeck/relock-42").split()
     assert sorted(files) == sorted([f"lockfiles/{platform}.txt", f"lockfiles/pylock.{platform}.toml"])

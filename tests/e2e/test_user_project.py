@@ -18,7 +18,7 @@ import pytest
 
 from kernodeck import noxsessions
 from kernodeck.project import init
-from tests.conftest import ROOT as ROOT_DIR
+from tests.helpers.project import ROOT as ROOT_DIR
 
 
 def _dist(tmp_path: Path, direct_url: dict[str, object] | None) -> metadata.Distribution:
@@ -194,7 +194,7 @@ def test_the_in_env_runner_writes_no_bytecode_into_the_project(tmp_path: Path) -
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from tests.helpers.project import ROOT
 
     user = tmp_path / "checks" / "app.py"
     user.parent.mkdir()
@@ -282,7 +282,7 @@ def _compare(tmp_path: Path, a: Path, b: Path, *extra: str) -> tuple[dict[str, A
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from tests.helpers.project import ROOT
 
     out = tmp_path / "cmp"
     proc = subprocess.run([sys.executable, "-m", "kernodeck", "compare", str(a), str(b), "--out", str(out), *extra],
@@ -340,7 +340,7 @@ def test_a_lock_refused_for_its_digest_names_the_pins_that_changed_against_the_t
 
     from kernodeck.errors import LockfileError
     from kernodeck.lock import lockfile
-    from tests.conftest import ROOT
+    from tests.helpers.project import ROOT
 
     source = ROOT / "examples" / "regression" / "lockfiles"
     lock = tmp_path / "cp311-linux_x86_64-cpu.txt"
@@ -375,7 +375,7 @@ def test_nox_exits_2_where_kernodeck_says_error_and_tip(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from tests.helpers.project import ROOT
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNODECK_SOURCE": str(ROOT),
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}

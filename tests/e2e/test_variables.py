@@ -16,8 +16,9 @@ from kernodeck.dossier.delta import vs_reference
 from kernodeck.env import start
 from kernodeck.sources import redact_text
 from kernodeck.verify.markdown import _differences
-from tests.conftest import kd, read_report, statuses
-from tests.tinylock import make_wheel, offline_env, pip_wheel, tiny_project
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report, statuses
+from tests.helpers.tinylock import locked_tiny_project, offline_env, pip_wheel, write_wheel
 
 if TYPE_CHECKING:
     from kernodeck.verify.report import Report
@@ -75,7 +76,7 @@ def test_a_variable_difference_is_named_in_the_report(tmp_path: Path) -> None:
 
 def test_ld_preload_fails_unless_declared(tmp_path: Path) -> None:
     links = tmp_path / "links"
-    project, _ = tiny_project(tmp_path / "project", [pip_wheel(links), make_wheel(links, "tinya", "1.0")])
+    project, _ = locked_tiny_project(tmp_path / "project", [pip_wheel(links), write_wheel(links, "tinya", "1.0")])
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     assert kd(project, "rebuild", "--installer", "uv", env=env).returncode == 0
     preloaded = {**env, "LD_PRELOAD": LIB}

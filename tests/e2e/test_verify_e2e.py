@@ -11,46 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
-from kernodeck.project.config import load_project
 from kernodeck.verify.steps.in_env import RUNNER_ENV
-from tests.conftest import copy_project, kd, read_report, statuses
-from tests.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject
+from tests.helpers.builtenv import env_python, in_env, reseal, sibling
+from tests.helpers.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject
+from tests.helpers.project import copy_project, kd
+from tests.helpers.reports import read_report, statuses
 
 pytestmark = pytest.mark.slow
 RESUME = Path(__file__).resolve().parents[2] / "kernodeck" / "inenv" / "resume.py"
 AFTER_COMPARE = ("criterion", "determinism", "resume")
-
-
-def env_python(project: Path) -> Path:
-    return project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current" / "bin" / "python"
-
-
-def sibling(built: Path, tmp_path: Path) -> Path:
-    """A fresh copy of the project sharing the built environment (reused: same lock, same interpreter)."""
-    project = copy_project(tmp_path / "project")
-    (project / ".venv-rebuild").symlink_to(built / ".venv-rebuild", target_is_directory=True)
-    return project
-
-
-def reseal(project: Path) -> None:
-    """Give the edited reference a consistent manifest (a NEW identity), as `nox -s reference -- --new` would."""
-    path = project / "dossier/reference/manifest.toml"
-    import tomllib
-
-    manifest = tomllib.loads(path.read_text())
-    ref = project / "dossier/reference"
-    manifest["outputs"]["embeddings"]["sha256"] = sha256_file(ref / "embeddings.npy")
-    manifest["outputs"]["embeddings"]["ids_sha256"] = sha256_file(ref / "embeddings.ids.json")
-    manifest["id"] = dossier_manifest.identity(manifest)
-    write_atomic(path, dossier_manifest.render(manifest))
-    assert dossier_manifest.load(load_project(project)).id == manifest["id"]
-
-
-def in_env(project: Path, code: str) -> None:
-    subprocess.run([str(env_python(project)), "-I", "-c", code], check=True, cwd=project)
 
 
 def test_verify_passes_every_step(built_project: Path, tmp_path: Path) -> None:

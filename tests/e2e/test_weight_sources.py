@@ -18,8 +18,9 @@ import tomlkit
 
 from kernodeck._fs import write_atomic
 from kernodeck.dossier import manifest as dossier_manifest
-from tests.conftest import ROOT, copy_project, kd, read_report, statuses
-from tests.hfcache import folder_files, write_snapshot
+from tests.helpers.hfcache import folder_files, write_snapshot
+from tests.helpers.project import ROOT, copy_project, kd
+from tests.helpers.reports import read_report, statuses
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 REPO = "sentence-transformers/all-MiniLM-L6-v2"

@@ -14,8 +14,8 @@ from kernodeck.errors import ConfigError
 from kernodeck.lock import lockfile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python, parse_platform_id
-from tests.conftest import ROOT, kd
-from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel, tiny_project, wheel_spec
+from tests.helpers.project import ROOT, kd
+from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, wheel_spec, write_wheel
 
 Tiny = tuple[Path, Platform, Path, dict[str, str]]
 
@@ -24,9 +24,9 @@ Tiny = tuple[Path, Platform, Path, dict[str, str]]
 def tiny(tmp_path: Path) -> Tiny:
     """(project, platform, the local find-links the lock was made from, the pins)."""
     links = tmp_path / "links"
-    wheels = [pip_wheel(links), make_wheel(links, "tinya", "1.0"), make_wheel(links, "tinyb", "2.0")]
-    make_wheel(links, "tinya", "0.9")  # a decoy the lock does not pin: never downloaded
-    project, plat = tiny_project(tmp_path / "project", wheels)
+    wheels = [pip_wheel(links), write_wheel(links, "tinya", "1.0"), write_wheel(links, "tinyb", "2.0")]
+    write_wheel(links, "tinya", "0.9")  # a decoy the lock does not pin: never downloaded
+    project, plat = locked_tiny_project(tmp_path / "project", wheels)
     return project, plat, links, dict(wheel_spec(w) for w in wheels)
 
 
@@ -76,7 +76,7 @@ def test_a_file_with_the_wrong_hash_does_not_count(tiny: Tiny, tmp_path: Path) -
     project, _, links, _ = tiny
     house = tmp_path / "house"
     _download(project, links, house)
-    make_wheel(house, "tinya", "1.0", payload="TAMPERED = True\n")  # same name, other bytes
+    write_wheel(house, "tinya", "1.0", payload="TAMPERED = True\n")  # same name, other bytes
     proc = kd(project, "rebuild", "--wheelhouse", str(house), env=offline_env())
     assert proc.returncode == 2 and "tinya==1.0" in proc.stderr and "no file with the lock's hash" in proc.stderr
 
@@ -103,7 +103,7 @@ def test_default_folder_is_ignored_by_git(tiny: Tiny) -> None:
 
 
 def test_match_skips_pins_whose_marker_excludes_the_target(tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path, "tinya", "1.0")
+    wheel = write_wheel(tmp_path, "tinya", "1.0")
     text = (
         f"tinya==1.0 --hash=sha256:{sha256_file(wheel)}\n"
         f"winonly==1.0 ; sys_platform == 'win32' --hash=sha256:{'0' * 64}\n"

@@ -12,41 +12,26 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, kd
+from tests.helpers.project import ROOT, kd
+from tests.helpers.workflows import (
+    FAKE_NOX,
+    SHA_PIN,
+    WORKFLOWS,
+    job_step,
+    offline_tool_env,
+    read_yaml,
+    relocked_origin,
+    run_bash,
+    run_git,
+    schema_check,
+    tool_path,
+    zizmor,
+)
 
-WORKFLOWS = ROOT / ".github" / "workflows"
 NAMES = ("verify.yml", "lock.yml")
-_SHA_PIN = re.compile(r"^\s*(?:-\s*)?uses:\s*[\w.-]+/[\w./-]+@[0-9a-f]{40}(?:\s+#\s*v[\d.]+)?\s*$")
-
-
-def _tool(name: str) -> str:
-    """The tool installed beside this interpreter (the test group), else on PATH."""
-    beside = Path(sys.executable).parent / (name + (".exe" if os.name == "nt" else ""))
-    found = str(beside) if beside.exists() else shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} is not installed: run the tests with `nox -s tests` (the test group pins it)")
-    return found
-
-
-def _offline_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")}
-    # No route anywhere: a tool that tried the network would fail instead of silently passing.
-    env.update(HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9", NO_PROXY="")
-    return env
-
-
-def schema_check(path: Path) -> subprocess.CompletedProcess[str]:
-    argv = [_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path)]
-    return subprocess.run(argv, capture_output=True, text=True, env=_offline_env(), timeout=120, check=False)
-
-
-def zizmor(path: Path, persona: str = "regular") -> subprocess.CompletedProcess[str]:
-    argv = [_tool("zizmor"), "--offline", "--no-progress", f"--persona={persona}", str(path)]
-    return subprocess.run(argv, capture_output=True, text=True, env=_offline_env(), timeout=120, check=False)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -68,7 +53,7 @@ def test_workflow_least_privilege_and_pins(name: str) -> None:
     text = (WORKFLOWS / name).read_text(encoding="utf-8")
     assert re.search(r"^permissions: \{\}$", text, re.M), "no permission at the top: each job asks for its own"
     uses = [line for line in text.splitlines() if re.match(r"^\s*(-\s*)?uses:", line)]
-    assert uses and all(_SHA_PIN.match(line) for line in uses), "every action pinned by commit SHA"
+    assert uses and all(SHA_PIN.match(line) for line in uses), "every action pinned by commit SHA"
     assert text.count("persist-credentials: false") == text.count("actions/checkout@")
     assert "pull_request_target" not in text
     for line in text.splitlines():  # expressions reach scripts only through env
@@ -78,10 +63,10 @@ def test_workflow_least_privilege_and_pins(name: str) -> None:
 
 def test_dependabot_keeps_the_pinned_actions_and_the_nox_bootstrap_current() -> None:
     path = ROOT / ".github" / "dependabot.yml"
-    argv = [_tool("check-jsonschema"), "--builtin-schema", "vendor.dependabot", str(path)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=_offline_env(), timeout=120, check=False)
+    argv = [tool_path("check-jsonschema"), "--builtin-schema", "vendor.dependabot", str(path)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=offline_tool_env(), timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    updates = {(u["package-ecosystem"], u["directory"]) for u in _yaml(path)["updates"]}
+    updates = {(u["package-ecosystem"], u["directory"]) for u in read_yaml(path)["updates"]}
     assert ("github-actions", "/") in updates and ("pip", "/.github/requirements") in updates
 
 
@@ -94,7 +79,7 @@ def test_nox_bootstrap_is_hash_pinned() -> None:
     assert {p.name for p in lock.pins} >= {"nox", "virtualenv", "packaging"}
     assert all(p.version and p.hashes for p in lock.pins)
     for name in NAMES:
-        runs = [step.get("run", "") for job in _yaml(WORKFLOWS / name)["jobs"].values() for step in job["steps"]]
+        runs = [step.get("run", "") for job in read_yaml(WORKFLOWS / name)["jobs"].values() for step in job["steps"]]
         installs = [r for r in runs if "pip install" in r]
         assert installs and all(
             r.strip() == "python -m pip install --require-hashes --no-deps -r .github/requirements/nox.txt"
@@ -172,83 +157,18 @@ def test_zizmor_fails_on_an_unsafe_workflow(tmp_path: Path) -> None:
 # --- the relock workflow's propose job, run locally ------------------------------------------------------------------
 
 
-def _yaml(path: Path) -> dict[str, Any]:
-    from ruamel.yaml import YAML
-
-    data: dict[str, Any] = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-    return data
-
-
-def _step(job: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(s for s in job["steps"] if s.get("name") == name)
-
-
-FAKE_NOX = """#!/bin/sh
-# nox -s NAME -- ARGS: the sessions are thin wrappers over python -m kernodeck NAME ARGS
-[ "$1" = "-s" ] || exit 9
-name="$2"; shift 2
-[ "${{1:-}}" = "--" ] && shift
-PYTHONPATH="$PWD" exec "{python}" -m kernodeck "$name" "$@"
-"""
 FAKE_GH = """#!/bin/sh
 echo "$*" >> "{log}"
 """
 
 
-def _git(cwd: Path, *args: str) -> str:
-    argv = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main", *args]
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=True, timeout=120).stdout
-
-
-def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """A `run:` script as GitHub runs it with `shell: bash`."""
-    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-
-
-def _relocked_origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, str]:
-    """An origin repository with a committed tiny lock, and a lock job's checkout where a new release was locked."""
-    import tomlkit
-
-    from tests._lock_tiny import offline_sources, tiny_project, write_wheel
-
-    wheels = tmp_path / "wheels"
-    write_wheel(wheels, "kdtiny-alpha", "1.0", ("kdtiny-beta>=1",))
-    write_wheel(wheels, "kdtiny-beta", "1.0")
-    write_wheel(wheels, "kdtiny-torch", "1.0")
-    offline_sources(monkeypatch, wheels, tmp_path / "cache")
-    work = tiny_project(tmp_path / "work")
-    doc = tomlkit.parse((work / "pyproject.toml").read_text(encoding="utf-8"))
-    platforms = doc["tool"]["kernodeck"]["platforms"]  # type: ignore[index]
-    keep = [p for p in platforms if p["variant"] == "cpu"]  # type: ignore[union-attr]
-    platforms.clear()  # type: ignore[union-attr]
-    platforms.extend(keep)  # type: ignore[union-attr]
-    (work / "pyproject.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
-    assert kd(work, "lock").returncode == 0
-    platform = "cp311-linux_x86_64-cpu"
-    _git(work, "init", "--quiet")
-    _git(work, "add", "--all")
-    _git(work, "commit", "--quiet", "-m", "tiny project")
-    origin = tmp_path / "origin.git"
-    _git(tmp_path, "clone", "--quiet", "--bare", str(work), str(origin))
-    # The lock job: its own checkout, after a new release of a dependency, `nox -s lock -- --platform P --upgrade`.
-    write_wheel(wheels, "kdtiny-beta", "2.0")
-    runner = tmp_path / "runner"
-    _git(tmp_path, "clone", "--quiet", str(origin), str(runner))
-    proc = kd(runner, "lock", "--platform", platform, "--upgrade")
-    assert proc.returncode == 0, proc.stderr
-    changed = _git(runner, "status", "--porcelain", "--", "lockfiles").split()
-    assert f"lockfiles/{platform}.txt" in changed and f"lockfiles/pylock.{platform}.toml" in changed
-    return origin, runner, platform
-
-
 def _propose(tmp_path: Path, origin: Path, runner: Path, platform: str, uploaded: list[str]) -> tuple[
         subprocess.CompletedProcess[str], subprocess.CompletedProcess[str] | None, Path, Path]:
     """The propose job's steps in a scratch clone: download the artifacts, check every lock, open the PR."""
-    job = _yaml(WORKFLOWS / "lock.yml")["jobs"]["propose"]
-    download = _step(job, "collect the new locks")["with"]
+    job = read_yaml(WORKFLOWS / "lock.yml")["jobs"]["propose"]
+    download = job_step(job, "collect the new locks")["with"]
     clone = tmp_path / "propose"
-    _git(tmp_path, "clone", "--quiet", str(origin), str(clone))
+    run_git(tmp_path, "clone", "--quiet", str(origin), str(clone))
     for path in uploaded:  # what upload-artifact kept, below the paths' common folder, restored into `path`
         source = runner / path
         shutil.copy2(source, clone / download["path"] / source.name)
@@ -258,23 +178,23 @@ def _propose(tmp_path: Path, origin: Path, runner: Path, platform: str, uploaded
         (bin_dir / name).write_text(text, encoding="utf-8")
         (bin_dir / name).chmod(0o755)
     env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]])}
-    check = _bash(_step(job, "every lock reads back and matches its inputs")["run"], clone, env)
+    check = run_bash(job_step(job, "every lock reads back and matches its inputs")["run"], clone, env)
     if check.returncode != 0:
         return check, None, clone, gh_log
     pr_env = {**env, "GH_TOKEN": "dummy", "OWN_TOKEN": "true", "RUN_ID": "42", "BASE": "main"}
-    pr = _bash(_step(job, "open a pull request")["run"], clone, pr_env)
+    pr = run_bash(job_step(job, "open a pull request")["run"], clone, pr_env)
     return check, pr, clone, gh_log
 
 
 def _uploaded(platform: str) -> list[str]:
-    upload = _step(_yaml(WORKFLOWS / "lock.yml")["jobs"]["lock"], "keep the lock and its PEP 751 twin")["with"]
+    upload = job_step(read_yaml(WORKFLOWS / "lock.yml")["jobs"]["lock"], "keep the lock and its PEP 751 twin")["with"]
     return [line.strip().replace("${{ matrix.platform }}", platform) for line in upload["path"].splitlines() if line]
 
 
 def test_propose_job_commits_both_lock_files_and_opens_a_pr_that_checks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    origin, runner, platform = _relocked_origin(tmp_path, monkeypatch)
+    origin, runner, platform = relocked_origin(tmp_path, monkeypatch)
     uploaded = _uploaded(platform)
     assert uploaded == [f"lockfiles/{platform}.txt", f"lockfiles/pylock.{platform}.toml"]
     check, pr, _, gh_log = _propose(tmp_path, origin, runner, platform, uploaded)
@@ -284,10 +204,10 @@ def test_propose_job_commits_both_lock_files_and_opens_a_pr_that_checks(
     calls = gh_log.read_text(encoding="utf-8").splitlines()
     assert calls[0] == "auth setup-git" and calls[1].startswith("pr create --base main --head kernodeck/lock-42")
     # What was pushed: both files, and a fresh clone of the branch passes `lock --check --all`.
-    files = _git(origin, "diff", "--name-only", "main", "kernodeck/lock-42").split()
+    files = run_git(origin, "diff", "--name-only", "main", "kernodeck/lock-42").split()
     assert sorted(files) == sorted(uploaded)
     fresh = tmp_path / "fresh"
-    _git(tmp_path, "clone", "--quiet", "--branch", "kernodeck/lock-42", str(origin), str(fresh))
+    run_git(tmp_path, "clone", "--quiet", "--branch", "kernodeck/lock-42", str(origin), str(fresh))
     proc = kd(fresh, "lock", "--check", "--all")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "kdtiny-beta==2.0" in (fresh / "lockfiles" / f"{platform}.txt").read_text(encoding="utf-8")
@@ -297,7 +217,7 @@ def test_propose_job_with_only_the_txt_uploaded_fails_its_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Negative control, the bug as it was: the twin not uploaded, so the check refuses the proposal."""
-    origin, runner, platform = _relocked_origin(tmp_path, monkeypatch)
+    origin, runner, platform = relocked_origin(tmp_path, monkeypatch)
     check, pr, _, gh_log = _propose(tmp_path, origin, runner, platform, [f"lockfiles/{platform}.txt"])
     assert check.returncode != 0 and pr is None and not gh_log.exists()
     assert f"pylock.{platform}.toml was not written for this {platform}.txt" in check.stdout + check.stderr

@@ -16,32 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.outfolders import lockless, refused, snapshot
+from tests.helpers.project import ROOT, copy_project, kd
 
 rel = pytest.mark.reliability
-
-
-def lockless(tmp_path: Path) -> Path:
-    """A project copy without lockfiles (verify fails at lock-check, fast) and with a git folder of its own."""
-    project = copy_project(tmp_path / "project")
-    for lock in (project / "lockfiles").iterdir():
-        lock.unlink()
-    subprocess.run(["git", "init", "--quiet", str(project)], check=True, capture_output=True)
-    return project
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
-    assert len(errors) == 1, proc.stderr
-    assert "TIP:" in proc.stderr, proc.stderr
-    for word in words:
-        assert word in errors[0], errors[0]
 
 
 # --- 1. --out never replaces what Kernodeck did not make -------------------------------------------------------------
@@ -314,7 +292,7 @@ def test_relock_of_unchanged_inputs_is_byte_identical(tmp_path: Path, monkeypatc
     from kernodeck.lock.compile import MACHINE_SOURCES_NOTE
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
-    from tests._lock_tiny import offline_sources, tiny_project, tiny_wheels
+    from tests.helpers.tinylock import offline_sources, tiny_project, tiny_wheels
 
     wheels = tiny_wheels(tmp_path / "wheels")
     other = tiny_wheels(tmp_path / "another-machine" / "wheelhouse")  # the same bytes, elsewhere
@@ -413,7 +391,7 @@ def test_verify_python_that_is_no_interpreter(tmp_path: Path, python: str) -> No
     "the second waits for the first (a file lock, as rebuild takes); both succeed with the same lock; no traceback",
 )
 def test_two_locks_at_once(tmp_path: Path) -> None:
-    from tests._lock_tiny import tiny_project, tiny_wheels
+    from tests.helpers.tinylock import tiny_project, tiny_wheels
 
     wheels = tiny_wheels(tmp_path / "wheels")
     project = tiny_project(tmp_path / "p")
@@ -442,7 +420,7 @@ def test_two_locks_at_once(tmp_path: Path) -> None:
 )
 @pytest.mark.parametrize("url", ["https://example.invalid/kdtiny_gamma-1.0-py3-none-any.whl", "file:///tmp/x.whl"])
 def test_url_requirement_blames_the_in_file(tmp_path: Path, url: str) -> None:
-    from tests._lock_tiny import tiny_project
+    from tests.helpers.tinylock import tiny_project
 
     project = tiny_project(tmp_path / "p", base=f"kdtiny-alpha\n# a comment\nkdtiny-gamma @ {url}\n")
     proc = kd(project, "lock")
@@ -457,11 +435,10 @@ def test_url_requirement_blames_the_in_file(tmp_path: Path, url: str) -> None:
     "the error names the env file (not 'writing the dossier failed'); a plain verify builds a fresh env",
 )
 def test_missing_env_inventory_is_named(tmp_path: Path) -> None:
-    from tests.tinylock import current_env, make_wheel, offline_env, pip_wheel
-    from tests.tinylock import tiny_project as tiny_lock_project
+    from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
 
     links = tmp_path / "links"
-    project, plat = tiny_lock_project(tmp_path / "project", [pip_wheel(links), make_wheel(links, "tinya", "1.0")])
+    project, plat = locked_tiny_project(tmp_path / "project", [pip_wheel(links), write_wheel(links, "tinya", "1.0")])
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     assert kd(project, "rebuild", env=env).returncode == 0
     first = current_env(project, plat)

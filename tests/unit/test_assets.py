@@ -20,8 +20,8 @@ from kernodeck.inenv import _common, locate
 from kernodeck.inenv._common import CheckFailed
 from kernodeck.project import assets
 from kernodeck.project.assets import SourceKind
-from tests.conftest import ROOT
-from tests.hfcache import write_snapshot
+from tests.helpers.hfcache import write_snapshot
+from tests.helpers.project import ROOT
 
 REPO = "sentence-transformers/all-MiniLM-L6-v2"
 COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"

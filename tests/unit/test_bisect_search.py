@@ -13,7 +13,7 @@ from kernodeck.errors import KernodeckError
 from kernodeck.lock import lockdiff, lockfile
 from kernodeck.upgrade import bisect, bisect_search
 from kernodeck.upgrade.bisect_search import Outcome, Verdict
-from tests.unit.test_lockdiff import NEW, OLD, write_lock
+from tests.helpers.lockpair import NEW, OLD, write_lock
 
 
 def _fake(bad: Callable[[frozenset[int]], bool], skip: Callable[[frozenset[int]], bool] = lambda s: False,
@@ -167,7 +167,7 @@ def test_a_lock_of_another_platform_is_refused_before_anything_is_built(tmp_path
     from kernodeck.errors import KernodeckError
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
-    from tests.conftest import ROOT
+    from tests.helpers.project import ROOT
 
     project = load_project(ROOT)
     good, bad = write_lock(tmp_path / "old.txt", OLD), write_lock(tmp_path / "new.txt", NEW)  # cp311 linux cpu

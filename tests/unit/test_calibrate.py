@@ -335,7 +335,7 @@ def test_top1_worst_case_closes_the_smallest_lead_and_no_more() -> None:
 def test_calibrate_without_a_reference_says_what_to_run(tmp_path: Path) -> None:
     import shutil
 
-    from tests.conftest import copy_project, kd
+    from tests.helpers.project import copy_project, kd
 
     project = copy_project(tmp_path / "p")
     shutil.rmtree(project / "dossier" / "reference")
@@ -346,7 +346,7 @@ def test_calibrate_without_a_reference_says_what_to_run(tmp_path: Path) -> None:
 
 
 def test_calibrate_out_on_the_projects_sources_is_refused(tmp_path: Path) -> None:
-    from tests.conftest import copy_project, kd
+    from tests.helpers.project import copy_project, kd
 
     project = copy_project(tmp_path / "p")
     before = sorted(p.name for p in (project / "checks").iterdir())

@@ -20,8 +20,8 @@ from kernodeck.project.platforms import resolve_platform
 from kernodeck.upgrade import relock as upgrade
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
-from tests.conftest import copy_project
-from tests.e2e.test_upgrade_workflow import _platform_result
+from tests.helpers.project import copy_project
+from tests.helpers.workflows import platform_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,7 +155,7 @@ def test_the_upgrade_outcome_names_the_next_command(tmp_path: Path, outputs: tup
 
 
 def test_the_pr_body_is_written_for_the_named_platforms(tmp_path: Path) -> None:
-    _platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
+    platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
     body = upgrade.write_pr_body(tmp_path, "cp311-linux_x86_64-cpu, cp311-linux_x86_64-cu130")
     assert (tmp_path / "pr-body.md").read_text(encoding="utf-8") == body
     assert "| cp311-linux_x86_64-cu130 | — | **no result**" in body  # named, not found: said

@@ -474,7 +474,7 @@ def test_a_nan_margin_never_passes_the_flip_bound(tmp_path: Path) -> None:
     from kernodeck.dossier import recording
     from kernodeck.errors import ManifestError
     from kernodeck.project import application as declared_app
-    from tests.conftest import ROOT
+    from tests.helpers.project import ROOT
 
     app = declared_app.load(ROOT)
     with pytest.raises(ManifestError, match="could flip a nearest neighbour"):  # `nan >= x` was False: a pass
@@ -505,7 +505,7 @@ RESUME_WITH_NAN = """
 
 @pytest.mark.slow
 def test_resume_with_a_nan_loss_is_non_finite(built_project: Path, tmp_path: Path) -> None:
-    from tests.unit.test_resume import in_env
+    from tests.helpers.inenv_json import in_env
 
     out = in_env(built_project, RESUME_WITH_NAN, str(tmp_path / "resume"))
     assert out == {"passed": False, "non_finite": ["uninterrupted step 3"], "diverged": 3}
@@ -518,7 +518,7 @@ def test_the_examples_criteria_pass_the_bar_on_their_committed_references(where:
     import importlib.util
     import tomllib
 
-    from tests.conftest import ROOT
+    from tests.helpers.project import ROOT
 
     project = ROOT / where
     table = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]

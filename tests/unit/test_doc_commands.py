@@ -249,7 +249,7 @@ def problems(block: Block, *, run: Callable[[Block], list[str]] | None = None) -
 
 def run_here(block: Block, workdir: Path | None = None) -> list[str]:
     """Run an unmarked block as written, in a copy of this project, its placeholders filled."""
-    from tests.conftest import copy_project
+    from tests.helpers.project import copy_project
 
     if workdir is None:  # pragma: no cover - the docs have no unmarked block today; the tests below give one
         raise AssertionError(f"{block.where}: an unmarked block to run needs a work folder")

@@ -70,7 +70,7 @@ def test_a_page_without_the_markers_is_refused() -> None:
 
 
 def test_the_platforms_table_follows_pyproject_and_the_lockfiles(tmp_path: Path) -> None:
-    from tests.conftest import copy_project
+    from tests.helpers.project import copy_project
 
     project = copy_project(tmp_path / "p")
     before = docpage.platforms_block(project)

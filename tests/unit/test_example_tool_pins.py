@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 
 def _run_group(pyproject: Path, name: str) -> set[str]:

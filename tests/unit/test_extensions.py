@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +19,7 @@ import pytest
 
 from kernodeck.env import extension_scan
 from kernodeck.inenv import extensions as inenv_ext
-from kernodeck.verify.steps.in_env import RUNNER
+from tests.helpers.extstep import run_step
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the shared objects")
 
@@ -96,28 +94,6 @@ def fake_env(root: Path, *, broken: bool = False, rpath: bool = True, label: str
     # the numpy the step's comparison uses, without copying it: a .pth naming this interpreter's site-packages
     (site / "host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
     return env
-
-
-def run_step(env: Path, root: Path, declared: dict[str, Any] | None = None, twin: Any = None) -> dict[str, Any]:
-    """The real runner, by path, in the fake env, with only the extensions step; its result file."""
-    found = extension_scan.discover(env, cuobjdump="", twin=twin)
-    (root / "sample.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
-    config = {"steps": ["extensions"], "project_root": str(root), "mode": "verify", "expect_backend": "cpu",
-              "application": {"sample": "sample.jsonl"}, "reference": None,
-              "extensions": {**found.as_config(), "declared": declared or {}}}
-    # a fake env that borrows another env's site-packages through a .pth maps that env's libraries from outside its
-    # own prefix: declared, as a project declares libraries it takes from outside the env (inenv/libraries.py)
-    linked = [Path(line.strip()) for pth in env.glob("lib/python*/site-packages/*.pth")
-              for line in pth.read_text(encoding="utf-8").splitlines() if line.strip()]
-    config["libraries"] = sorted({str(so.resolve()) for folder in linked if folder.is_dir()
-                                  for so in folder.rglob("*.so*") if so.is_file()})
-    out = root / "run"
-    out.mkdir(exist_ok=True)
-    (out / "run-config.json").write_text(json.dumps(config), encoding="utf-8")
-    env_vars = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    subprocess.run([str(env / "bin" / "python"), "-I", str(RUNNER), "--config", str(out / "run-config.json")],
-                   cwd=root, env=env_vars, capture_output=True, text=True, timeout=120, check=False)
-    return dict(json.loads(next((out / "steps").glob("*-extensions.json")).read_text(encoding="utf-8")))
 
 
 def test_discovery_finds_the_extension_not_torchs_own_with_what_it_was_built_for(tmp_path: Path) -> None:

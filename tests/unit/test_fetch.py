@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import tomlkit
 
-from tests.conftest import ROOT, kd
+from tests.helpers.project import ROOT, kd
 
 TOKEN = "tok_L00pbackS3cretValue42"  # a fake token: it must appear nowhere
 DATA = b"\x00\x01weights" * 4096

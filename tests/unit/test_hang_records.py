@@ -23,7 +23,7 @@ from kernodeck.verify.pipeline import Run
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 from kernodeck.verify.steps import in_env
-from tests.conftest import copy_project
+from tests.helpers.project import copy_project
 
 INENV = Path(__file__).resolve().parents[2] / "kernodeck" / "inenv"
 

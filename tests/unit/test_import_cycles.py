@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import wall
+from tests.helpers import wall
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,8 +162,8 @@ def test_no_cycle_through_locking_even_by_a_package_init() -> None:
 
 def test_the_lock_is_made_below_the_env() -> None:
     """The edge that closed issue 20's cycle is gone, even as a lazy import: compiling a lock takes its file lock
-    from kernodeck.platform_lock, and reaches no module of kernodeck.env through any import (tests/wall.py follows them
-    all)."""
+    from kernodeck.platform_lock, and reaches no module of kernodeck.env through any import (tests/helpers/wall.py
+    follows them all)."""
     reached = wall.Graph(ROOT).reach("kernodeck.lock.compile")
     assert "kernodeck.platform_lock" in reached
     assert not [name for name in reached if name.startswith("kernodeck.env")], reached

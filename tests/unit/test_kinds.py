@@ -22,7 +22,7 @@ from kernodeck.lock import upgrade
 from kernodeck.measure import analysis, calibrate, drift
 from kernodeck.project import application
 from kernodeck.verify import summaries
-from tests._schema_code import SCHEMA, render_schema
+from tests.helpers.schema_code import SCHEMA, render_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,12 +133,12 @@ def test_a_kind_outside_the_table_is_refused() -> None:
 
 
 def test_the_shipped_schema_says_the_kinds_table(toy: dict[str, Any]) -> None:
-    """The schema's kind enum and keys are written from the table (python -m tests._schema_code): the shipped file is
+    """The schema's kind enum and keys are written from the table (python -m tests.helpers.schema_code): the shipped file is
     what the table gives, and it is not once a kind is added (the toy is registered here)."""
     shipped = SCHEMA.read_text(encoding="utf-8")
     with pytest.MonkeyPatch.context() as mp:
         mp.delitem(kinds.KINDS, "toy")
-        assert render_schema(shipped) == shipped, "out of date: run python -m tests._schema_code"
+        assert render_schema(shipped) == shipped, "out of date: run python -m tests.helpers.schema_code"
     assert render_schema(shipped) != shipped
 
 

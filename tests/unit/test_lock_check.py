@@ -17,7 +17,7 @@ from kernodeck.errors import KernodeckError
 from kernodeck.lock import check as lock_check
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
-from tests.conftest import copy_project
+from tests.helpers.project import copy_project
 
 CPU = "cp311-linux_x86_64-cpu"
 LOCK = f"lockfiles/{CPU}.txt"

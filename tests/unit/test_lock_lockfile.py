@@ -8,7 +8,7 @@ import pytest
 
 from kernodeck.errors import LockfileError
 from kernodeck.lock import lockfile
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 H1 = "a" * 64
 H2 = "b" * 64

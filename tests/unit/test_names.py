@@ -1,11 +1,11 @@
-"""One address per name (tests/names.py): no re-export alias in the package, each name imported from the module
+"""One address per name (tests/helpers/names.py): no re-export alias in the package, each name imported from the module
 that defines it; each check shown failing on a planted breach."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests import names
+from tests.helpers import names
 
 ROOT = Path(__file__).resolve().parents[2]
 IMPORTERS = ("kernodeck", "tests", "bench", "checks")

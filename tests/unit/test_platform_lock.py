@@ -12,7 +12,7 @@ from kernodeck.errors import Busy
 from kernodeck.platform_lock import acquire
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 CPU = parse_platform_id(load_project(ROOT), "cp311-linux_x86_64-cpu")
 

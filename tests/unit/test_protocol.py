@@ -15,7 +15,7 @@ from kernodeck.inenv import protocol
 from kernodeck.upgrade import bisect
 from kernodeck.verify import record
 from kernodeck.verify.steps import in_env
-from tests import wall
+from tests.helpers import wall
 
 ROOT = Path(__file__).resolve().parents[2]
 INENV = ROOT / "kernodeck" / "inenv"
@@ -204,7 +204,7 @@ def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) ->
     from kernodeck.dossier import manifest
     from kernodeck.project import application
     from kernodeck.project.config import load_project
-    from tests.conftest import copy_project
+    from tests.helpers.project import copy_project
 
     project = load_project(copy_project(tmp_path / "p"))
     app = application.load(project.root)

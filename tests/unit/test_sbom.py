@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -14,29 +13,10 @@ import pytest
 from kernodeck.dossier import sbom
 from kernodeck.lock import audit, lockfile
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
+from tests.helpers.sbomcheck import errors
 
 LOCKS = sorted(p for p in (ROOT / "lockfiles").glob("*.txt"))
-
-
-def validator() -> Any:
-    """The CycloneDX 1.6 JSON schema as cyclonedx-python-lib ships it, its two references resolved locally."""
-    from jsonschema import Draft7Validator
-    from referencing import Registry, Resource
-
-    folder = resources.files("cyclonedx.schema._res")
-    load = lambda name: json.loads(folder.joinpath(name).read_text(encoding="utf-8"))  # noqa: E731
-    schema = load("bom-1.6.SNAPSHOT.schema.json")
-    base = schema["$id"].rsplit("/", 1)[0]
-    registry = Registry().with_resources(
-        (f"{base}/{name}", Resource.from_contents(load(name)))
-        for name in ("spdx.SNAPSHOT.schema.json", "jsf-0.82.SNAPSHOT.schema.json")
-    )
-    return Draft7Validator(schema, registry=registry)
-
-
-def errors(document: dict[str, Any]) -> list[str]:
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator().iter_errors(document)]
 
 
 def _document(lock: Path) -> dict[str, Any]:
@@ -80,7 +60,6 @@ def test_sbom_is_the_same_bytes_for_the_same_lock(tmp_path: Path) -> None:
     changed = tmp_path / lock.name
     changed.write_text(lockfile.seal(lock.read_text(encoding="utf-8") + "\n"), encoding="utf-8")  # resealed
     assert sbom.build(changed, lock.stem)["serialNumber"] != json.loads(first)["serialNumber"]
-
 
 
 def test_sbom_from_what_the_caller_read_is_the_same_and_reads_nothing(

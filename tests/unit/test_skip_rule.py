@@ -25,7 +25,7 @@ def test_an_allowed_skip_never_excuses_a_claim_and_an_unlisted_one_fails() -> No
     from kernodeck.inenv.protocol import Status
     from kernodeck.verify.record import Step
     from kernodeck.verify.report import Report
-    from tests._reports import complete_steps
+    from tests.helpers.reports import complete_steps
 
     def run(name: str, mode: str = "verify") -> Report:
         steps = [s for s in complete_steps() if s.name != name] + [Step(name, Status.SKIPPED, reason="why")]

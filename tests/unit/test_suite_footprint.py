@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import _fresh
-from tests._lock_tiny import write_wheel
-from tests.conftest import ROOT
+from tests.helpers import fresh
+from tests.helpers.project import ROOT
+from tests.helpers.tinylock import write_wheel
 
 
 def test_passed_tests_folders_are_removed() -> None:
@@ -26,18 +26,18 @@ def test_passed_tests_folders_are_removed() -> None:
 
 
 def test_fresh_machines_share_a_cache_inside_pytests_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
-    if _fresh._ORIGINAL_ENV.get("UV_CACHE_DIR"):
+    if fresh._ORIGINAL_ENV.get("UV_CACHE_DIR"):
         pytest.skip("the caller set UV_CACHE_DIR: the suite uses it")
-    cache = Path(str(_fresh.uv_cache_dir()))
+    cache = Path(str(fresh.uv_cache_dir()))
     assert cache.is_relative_to(tmp_path_factory.getbasetemp())
-    assert _fresh.fresh_env(tmp_path_factory.mktemp("home"))["UV_CACHE_DIR"] == str(cache)
+    assert fresh.fresh_env(tmp_path_factory.mktemp("home"))["UV_CACHE_DIR"] == str(cache)
 
 
 def _cached_names(cache: Path) -> set[str]:
     return {p.name for p in cache.rglob("*kdfoot*")}
 
 
-def _install_from(index: _fresh.LocalIndex, cache: Path, target: Path) -> None:
+def _install_from(index: fresh.LocalIndex, cache: Path, target: Path) -> None:
     uv = Path(sys.executable).with_name("uv")
     if not uv.exists():
         pytest.skip("uv is not installed beside the test interpreter")
@@ -51,10 +51,10 @@ def test_a_stopped_index_drops_what_uv_cached_from_it_only_in_the_suites_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owned: bool
 ) -> None:
     cache = tmp_path / "uv-cache"
-    monkeypatch.setattr(_fresh, "_SUITE_UV_CACHE", [str(cache)])
+    monkeypatch.setattr(fresh, "_SUITE_UV_CACHE", [str(cache)])
     if not owned:  # the caller's own UV_CACHE_DIR: never cleaned, even when it is the same folder
-        monkeypatch.setitem(_fresh._ORIGINAL_ENV, "UV_CACHE_DIR", str(tmp_path / "callers"))
-    index = _fresh.LocalIndex([write_wheel(tmp_path / "wheels", "kdfoot", "1.0")])
+        monkeypatch.setitem(fresh._ORIGINAL_ENV, "UV_CACHE_DIR", str(tmp_path / "callers"))
+    index = fresh.LocalIndex([write_wheel(tmp_path / "wheels", "kdfoot", "1.0")])
     with index.serving():
         _install_from(index, cache, tmp_path / "target")
         assert _cached_names(cache), "uv cached nothing from the index: the test proves nothing"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck import noxsessions, tips
-from tests.conftest import ROOT
+from tests.helpers.project import ROOT
 
 
 def test_the_session_lists_are_the_sessions_that_exist() -> None:

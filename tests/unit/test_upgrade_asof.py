@@ -15,7 +15,7 @@ from kernodeck.lock import check, inputs, lockfile, resolvers
 from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from tests._lock_tiny import offline_sources, pins, tiny_project, tiny_wheels
+from tests.helpers.tinylock import offline_sources, pins, tiny_project, tiny_wheels
 
 RESOLVERS = ["pip-tools", "uv"]
 
@@ -177,7 +177,7 @@ def test_a_dated_lock_starts_from_scratch_and_names_package_and_date(tmp_path: P
     """`lock --as-of DATE` without --upgrade over pins newer than DATE resolves from scratch; a DATE before every
     upload (a loopback PEP 700 index with upload times) is one error naming the package and the date."""
     from kernodeck.errors import LockFailed
-    from tests._fresh import LocalIndex
+    from tests.helpers.fresh import LocalIndex
 
     folder, times = _dated_index(tmp_path)
     _pypi_only(monkeypatch, tmp_path / "cache")

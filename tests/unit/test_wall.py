@@ -1,4 +1,5 @@
-"""The wall, enforced on the import graph (tests/wall.py): each contract holds here, and fails on a planted breach."""
+"""The wall, enforced on the import graph (tests/helpers/wall.py): each contract holds here, and fails on a planted
+breach."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import wall
+from tests.helpers import wall
 
 ROOT = Path(__file__).resolve().parents[2]
 

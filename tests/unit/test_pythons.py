@@ -15,7 +15,7 @@ from kernodeck.env import pythons
 from kernodeck.env.pythons import FoundBy, PythonNotFound, Search
 from kernodeck.project import platforms
 from kernodeck.project.config import load_project
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 OS_ARCH = platforms.current_os_arch()

@@ -135,7 +135,7 @@ def machine_file(filename_prefix: str, sha256: str) -> Path | None:
 
 
 CPU_LOCK = "cp311-linux_x86_64-cpu"
-LOCKFILES = Path(__file__).resolve().parents[1] / "lockfiles"
+LOCKFILES = Path(__file__).resolve().parents[2] / "lockfiles"
 
 
 def torch_file(cache: Path, lockfiles: Path = LOCKFILES) -> Path:

@@ -14,7 +14,7 @@ import pytest
 
 from kernodeck.cli.dispatch import CALLER_ENV, build_parser, caller_folder, from_caller
 from kernodeck.errors import UsageError
-from tests.conftest import copy_project, kd
+from tests.helpers.project import copy_project, kd
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

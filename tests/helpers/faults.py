@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-MARK = "# --- fault injected by a test (tests/faults.py) ---"
+MARK = "# --- fault injected by a test (tests/helpers/faults.py) ---"
 
 
 def check_file(project: Path, module: str) -> Path:

@@ -1,7 +1,7 @@
 """Run ``python -m kernodeck ARGS`` in this process, counting every file it opens for reading.
 
-``python tests/readcount.py COUNTS.json [--twice MODULE:FUNCTION | --reread MODULE:FUNCTION PATH] -- ARGS`` (in the
-project folder): a
+``python tests/helpers/readcount.py COUNTS.json [--twice MODULE:FUNCTION | --reread MODULE:FUNCTION PATH] -- ARGS``
+(in the project folder): a
 ``sys.addaudithook`` hook sees every ``open`` (``open()``, ``Path.read_text``, ``os.open``) of every thread. Written to
 COUNTS.json when the command ends: ``{path: {who: count}}`` for every file opened for reading that is not Python
 source, ``who`` being the Kernodeck functions on the stack at that open (``module:function``, innermost first).

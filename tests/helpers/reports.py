@@ -1,7 +1,10 @@
-"""Reports as a complete run leaves them: every step a verify's claims stand on, each recording its evidence."""
+"""Reports: a run's report.json read back, and reports as a complete run leaves them (every step a verify's claims
+stand on, each recording its evidence)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from kernodeck.inenv.protocol import Status
@@ -28,3 +31,13 @@ EVIDENCE: dict[str, dict[str, Any]] = {
 def complete_steps() -> list[Step]:
     """A passing verify's steps, fresh each call (tests change them)."""
     return [Step(name, Status.PASSED, details={k: v for k, v in details.items()}) for name, details in EVIDENCE.items()]
+
+
+def read_report(folder: Path) -> dict[str, object]:
+    """The ``report.json`` a run left in ``folder``."""
+    return json.loads((folder / "report.json").read_text(encoding="utf-8"))
+
+
+def statuses(report: dict[str, object]) -> dict[str, str]:
+    """Each step's status by its name."""
+    return {s["name"]: s["status"] for s in report["steps"]}  # type: ignore[index,union-attr]

@@ -25,8 +25,8 @@ from kernodeck.lock import index_client, lockfile, pylock
 from kernodeck.lock import twin as lock_twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python
-from tests.conftest import ROOT
-from tests.tinylock import make_wheel, offline_env
+from tests.helpers.project import ROOT
+from tests.helpers.tinylock import offline_env, write_wheel
 
 COMMITTED = sorted((ROOT / "lockfiles").glob("pylock.*.toml")) + sorted(ROOT.glob("examples/*/lockfiles/pylock.*.toml"))
 
@@ -107,7 +107,7 @@ def test_pip_is_the_version_the_wheelhouse_group_pins_and_reads_pylock() -> None
 
 def _local_twin(tmp_path: Path, *, tamper: bool = False) -> Path:
     """A twin written by Kernodeck's own writer for two wheels made here, placed by file URLs (no index)."""
-    wheels = [make_wheel(tmp_path / "wheels", "kdtinya", "1.0"), make_wheel(tmp_path / "wheels", "kdtinyb", "2.0")]
+    wheels = [write_wheel(tmp_path / "wheels", "kdtinya", "1.0"), write_wheel(tmp_path / "wheels", "kdtinyb", "2.0")]
     lines = ["# a lock for the test"]
     files: dict[str, list[index_client.DistFile]] = {}
     for wheel in wheels:

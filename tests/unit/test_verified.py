@@ -24,7 +24,7 @@ import pytest
 from kernodeck._fs import inenv_fingerprints
 from kernodeck.errors import ConfigError
 from kernodeck.project import application
-from tests.planted import PLANT, plant_pyc
+from tests.helpers.planted import PLANT, plant_pyc
 
 ROOT = Path(__file__).resolve().parents[2]
 INENV = ROOT / "kernodeck" / "inenv"
@@ -190,7 +190,7 @@ from kernodeck_inenv import application, controls, world
 from kernodeck_inenv._common import CheckFailed, Context
 config = json.loads(Path(sys.argv[2]).read_text())
 ctx = Context(config=config, out=Path(sys.argv[3]))
-if "--torch" in sys.argv:  # a fake torch (tests/unit/test_verified_code.py's FAKE_TORCH), set and read back as the
+if "--torch" in sys.argv:  # a fake torch (tests/unit/test_verified.py's FAKE_TORCH), set and read back as the
     sys.path.insert(0, sys.argv[sys.argv.index("--torch") + 1])  # settings step does
     import torch
     from kernodeck_inenv import settings

@@ -18,7 +18,7 @@ from kernodeck import noxsessions
 from kernodeck.errors import ConfigError
 from kernodeck.project import init
 from kernodeck.project.config import load_project, schema, validate
-from tests.conftest import ROOT, copy_project, kd
+from tests.helpers.project import ROOT, copy_project, kd
 
 
 def _tool(path: Path = ROOT / "pyproject.toml") -> dict[str, Any]:
@@ -156,9 +156,9 @@ def test_schema_is_a_valid_draft7_schema_and_shipped() -> None:
 def test_shipped_validator_is_the_schema_compiled() -> None:
     """project/_tool_schema.py is fastjsonschema's code for the shipped schema, regenerated after each edit (the
     failure says how); it imports no fastjsonschema, so neither Kernodeck nor a user's session venv needs it."""
-    from tests._schema_code import CODE, render
+    from tests.helpers.schema_code import CODE, render
 
-    assert CODE.read_text(encoding="utf-8") == render(), "out of date: run python -m tests._schema_code"
+    assert CODE.read_text(encoding="utf-8") == render(), "out of date: run python -m tests.helpers.schema_code"
     assert "import fastjsonschema" not in render() and "from fastjsonschema" not in render()
 
 

@@ -1,0 +1,62 @@
+"""The built project's siblings: a copy that shares its rebuilt env, code run in that env, a reference resealed."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+from kernodeck._fs import sha256_file, write_atomic
+from kernodeck.dossier import manifest as dossier_manifest
+from kernodeck.project.config import load_project
+from tests.helpers.project import copy_project
+
+
+def env_python(project: Path) -> Path:
+    return project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current" / "bin" / "python"
+
+
+def sibling(built: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the project sharing the built environment (reused: same lock, same interpreter)."""
+    project = copy_project(tmp_path / "project")
+    (project / ".venv-rebuild").symlink_to(built / ".venv-rebuild", target_is_directory=True)
+    return project
+
+
+def reseal(project: Path) -> None:
+    """Give the edited reference a consistent manifest (a NEW identity), as `nox -s reference -- --new` would."""
+    path = project / "dossier/reference/manifest.toml"
+    import tomllib
+
+    manifest = tomllib.loads(path.read_text())
+    ref = project / "dossier/reference"
+    manifest["outputs"]["embeddings"]["sha256"] = sha256_file(ref / "embeddings.npy")
+    manifest["outputs"]["embeddings"]["ids_sha256"] = sha256_file(ref / "embeddings.ids.json")
+    manifest["id"] = dossier_manifest.identity(manifest)
+    write_atomic(path, dossier_manifest.render(manifest))
+    assert dossier_manifest.load(load_project(project)).id == manifest["id"]
+
+
+def in_env(project: Path, code: str) -> None:
+    subprocess.run([str(env_python(project)), "-I", "-c", code], check=True, cwd=project)
+
+
+def refingerprint(project: Path, **tables: dict[str, object]) -> None:
+    """Give the manifest the code's new fingerprint (and any edit), its id recomputed: what an adversary can do."""
+    path = project / "dossier/reference/manifest.toml"
+    manifest = tomllib.loads(path.read_text(encoding="utf-8"))
+    manifest["application"]["code"] = {f: sha256_file(project / f) for f in manifest["application"]["code"]}
+    for table, values in tables.items():
+        target = manifest
+        for part in table.split("."):
+            target = target[part]
+        target.update(values)
+    for key in [k for k, v in tables.items() if not v]:
+        parent, _, leaf = key.rpartition(".")
+        target = manifest
+        for part in parent.split("."):
+            target = target[part]
+        target.pop(leaf)
+    manifest["id"] = dossier_manifest.identity(manifest)
+    write_atomic(path, dossier_manifest.render(manifest))
+    assert dossier_manifest.load(load_project(project)).id == manifest["id"]

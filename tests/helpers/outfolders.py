@@ -1,0 +1,31 @@
+"""The --out rule's fixtures: a project without its lock, a folder's snapshot, a refusal read back."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.helpers.project import copy_project
+
+
+def lockless(tmp_path: Path) -> Path:
+    """A project copy without lockfiles (verify fails at lock-check, fast) and with a git folder of its own."""
+    project = copy_project(tmp_path / "project")
+    for lock in (project / "lockfiles").iterdir():
+        lock.unlink()
+    subprocess.run(["git", "init", "--quiet", str(project)], check=True, capture_output=True)
+    return project
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1, proc.stderr
+    assert "TIP:" in proc.stderr, proc.stderr
+    for word in words:
+        assert word in errors[0], errors[0]

@@ -1,0 +1,71 @@
+"""Another application than the project's own: a tiny one, declared and referenced in a copy of the project."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers.builtenv import sibling
+
+TINY_APP = '''
+import numpy as np
+
+
+def run(app):
+    import torch
+
+    x = torch.tensor([[r["a"], r["b"]] for r in app.records], dtype=torch.float32, device=app.device)
+    w = torch.tensor(app.params["weights"], dtype=torch.float32, device=app.device)
+    logits = (x @ w).cpu().numpy()
+    ids = [r["id"] for r in app.records]
+    app.progress(len(ids), len(ids), "records")
+    app.write("logits", logits, ids)
+    app.write("labels", logits.argmax(axis=1).astype(np.int64), ids)
+
+
+def criterion(outputs, ids, records, params):
+    share = float(np.mean(outputs["labels"] == np.array([r["label"] for r in records])))
+    return {"passed": share >= params["min-accuracy"], "summary": f"accuracy {share:.2f}", "margin": share - 0.5}
+'''
+
+
+TINY_DECLARATION = """[tool.kernodeck.application]
+entry = "tiny/app.py:run"
+criterion = "tiny/app.py:criterion"
+sample = "tiny/sample.jsonl"
+code = ["tiny/app.py"]
+params = { weights = [[1.0, -2.0, 0.5], [0.25, 1.0, -1.0]], min-accuracy = 0.75 }
+
+[tool.kernodeck.application.outputs.logits]
+kind = "allclose"
+dtype = "float32"
+rtol = 1e-5
+atol = 1e-6
+justification = "float32 logits of one small matmul: only rounding may differ"
+
+[tool.kernodeck.application.outputs.labels]
+kind = "agreement"
+dtype = "int64"
+min-share = 1.0
+justification = "labels decide the business outcome: every one must agree"
+
+"""
+
+
+def tiny_app_project(built: Path, tmp_path: Path) -> Path:
+    project = sibling(built, tmp_path)
+    (project / "tiny").mkdir()
+    (project / "tiny/app.py").write_text(TINY_APP)
+    rows = [(1.0, 0.5), (-1.0, 2.0), (0.5, -0.5), (2.0, 2.0), (-2.0, -1.0), (0.0, 1.0), (1.5, -2.0), (-0.5, 0.25)]
+    weights = [[1.0, -2.0, 0.5], [0.25, 1.0, -1.0]]
+    lines = []
+    for i, (a, b) in enumerate(rows):
+        logits = [a * weights[0][k] + b * weights[1][k] for k in range(3)]
+        label = max(range(3), key=lambda k: logits[k])
+        label = (label + 1) % 3 if i == 3 else label  # one wrong label: accuracy 7/8
+        lines.append(json.dumps({"id": f"t{i}", "a": a, "b": b, "label": label}))
+    (project / "tiny/sample.jsonl").write_text("\n".join(lines) + "\n")
+    text = (project / "pyproject.toml").read_text()
+    start, end = text.index("[tool.kernodeck.application]"), text.index("# The resume exercise")
+    (project / "pyproject.toml").write_text(text[:start] + TINY_DECLARATION + text[end:])
+    return project

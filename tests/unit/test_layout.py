@@ -1,0 +1,85 @@
+"""The suite's layout (tests/helpers/layout.py): no module imports conftest or a test module, each unit file is named
+after the module it tests; each check shown failing on a planted breach."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import layout
+from tests.helpers.project import ROOT
+
+# Unit files whose subject is a rule over many modules, not one module: no single module to be named after.
+CROSS_CUTTING = {
+    "doc_commands": "every command block of README and docs/ runs or is marked",
+    "docs": "README's size and every relative link in the docs",
+    "shape": "the size rule over every module of kernodeck/ and bench/",
+    "import_cycles": "no import cycle in the whole package",
+    "report_modules": "the report and the dossier told in one-concept modules",
+    "cli_thin": "the CLI parses and calls: its logic lives in the modules it calls",
+    "speed": "what each everyday command imports and each session installs",
+    "skip_rule": "the skipped-step rule said once, and the page that states it",
+    "example_tool_pins": "each example pins the tools the sessions import, as this repository does",
+    "suite_footprint": "the suite's own disk use",
+}
+# Unit files that still cover several modules (issue 30 point 6, left when this rule came): split each into files
+# named after its modules, then drop it here. The test fails once one is gone or named after a module.
+TO_SPLIT = {
+    "hang_records": "upgrade/bisect.py, upgrade/relock.py, measure/variations.py and verify's hang record",
+    "resume_application": "project/resume_contract.py and inenv/resume_app.py",
+    "upgrade_asof": "lock/resolvers.py, compile.py, check.py and inputs.py",
+}
+
+
+def test_no_module_imports_conftest_or_a_test_module() -> None:
+    assert layout.borrowed_imports(ROOT / "tests") == []
+
+
+def test_a_planted_import_of_conftest_or_a_test_module_is_caught(tmp_path: Path) -> None:
+    unit = tmp_path / "tests" / "unit"
+    unit.mkdir(parents=True)
+    (unit / "test_a.py").write_text(
+        "from tests.conftest import kd\n"
+        "import conftest\n"
+        "from tests.unit.test_b import helper\n"
+        "from tests.e2e import test_c\n"
+        "from . import conftest as c\n"
+        "def f():\n    from tests.e2e.test_d import x\n"
+        # not borrowed: helpers, the package, pytest
+        "from tests.helpers.project import copy_project\nimport pytest\nfrom kernodeck import testing_tools\n",
+        encoding="utf-8",
+    )
+    assert layout.borrowed_imports(tmp_path / "tests") == [
+        "tests/unit/test_a.py:1: tests.conftest",
+        "tests/unit/test_a.py:2: conftest",
+        "tests/unit/test_a.py:3: tests.unit.test_b",
+        "tests/unit/test_a.py:4: tests.e2e.test_c",
+        "tests/unit/test_a.py:5: .conftest",
+        "tests/unit/test_a.py:7: tests.e2e.test_d",
+    ]
+
+
+def test_each_unit_file_is_named_after_the_module_it_tests() -> None:
+    assert layout.unnamed_unit_files(ROOT, set(CROSS_CUTTING) | set(TO_SPLIT)) == []
+
+
+def test_the_lists_name_only_unit_files_that_need_them() -> None:
+    """An entry for a file that is gone, or that now names a module, is stale: the lists stay short and true."""
+    modules = layout.module_names(ROOT)
+    for name in [*CROSS_CUTTING, *TO_SPLIT]:
+        assert (ROOT / "tests" / "unit" / f"test_{name}.py").is_file(), name
+        assert name not in modules, f"test_{name}.py names a module: drop it from the list"
+
+
+def test_a_unit_file_named_after_no_module_is_caught(tmp_path: Path) -> None:
+    for rel in ("kernodeck/lock/lockfile.py", "kernodeck/env/__init__.py", "kernodeck/_fs.py", "bench/run.py",
+                "tests/helpers/wall.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("", encoding="utf-8")
+    unit = tmp_path / "tests" / "unit"
+    unit.mkdir()
+    for name in ("lockfile", "lock_lockfile", "env", "fs", "bench_run", "wall", "rule", "mystery", "lock_mystery"):
+        (unit / f"test_{name}.py").write_text("", encoding="utf-8")
+    assert layout.unnamed_unit_files(tmp_path, {"rule"}) == [
+        "tests/unit/test_lock_mystery.py",
+        "tests/unit/test_mystery.py",
+    ]

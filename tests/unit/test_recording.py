@@ -1,0 +1,11 @@
+"""The recorded reference's tolerance bound (kernodeck/dossier/recording.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernodeck.dossier import recording
+
+
+def test_tolerance_bound_refuses_loose_tolerance() -> None:
+    assert recording.tolerance_bound(1e-4, 384) == pytest.approx(2 * 384**0.5 * 1e-4)
