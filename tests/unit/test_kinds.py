@@ -133,8 +133,8 @@ def test_a_kind_outside_the_table_is_refused() -> None:
 
 
 def test_the_shipped_schema_says_the_kinds_table(toy: dict[str, Any]) -> None:
-    """The schema's kind enum and keys are written from the table (python -m tests.helpers.schema_code): the shipped file is
-    what the table gives, and it is not once a kind is added (the toy is registered here)."""
+    """The schema's kind enum and keys are written from the table (python -m tests.helpers.schema_code): the shipped
+    file is what the table gives, and it is not once a kind is added (the toy is registered here)."""
     shipped = SCHEMA.read_text(encoding="utf-8")
     with pytest.MonkeyPatch.context() as mp:
         mp.delitem(kinds.KINDS, "toy")
