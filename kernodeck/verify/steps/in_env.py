@@ -19,6 +19,7 @@ from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import first_error, log, show
 from kernodeck.env import extension_scan, start
 from kernodeck.errors import KernodeckError
+from kernodeck.inenv import steptable
 from kernodeck.inenv.protocol import HASH_SEED, STATUSES, Layer, Status, StepName
 from kernodeck.project import deadlines
 from kernodeck.sources import redact_text
@@ -28,8 +29,9 @@ from kernodeck.verify.pipeline import Run
 from kernodeck.verify.record import Step
 
 IN_ENV_STEPS = tuple(step.value for step in StepName)  # the wall's protocol: every in-env step, in run order
-# compare, making a reference: each declared tolerance shown able to fail on the new outputs (nothing to compare yet)
-REFERENCE_STEPS = tuple(step for step in IN_ENV_STEPS if step not in (StepName.REFERENCE, StepName.RESUME))
+# making a reference: the steps whose row says so (compare: each declared tolerance shown able to fail on the new
+# outputs, there being nothing to compare with yet)
+REFERENCE_STEPS = tuple(step for step in IN_ENV_STEPS if steptable.BY_NAME[step].reference)
 # The in-env side ships inside this distribution and runs by path; nothing of Kernodeck is installed into the env.
 RUNNER = Path(__file__).resolve().parents[2] / "inenv" / "runner.py"
 RUNNER_ENV = {
