@@ -4,7 +4,9 @@ A step is an :class:`Entry`: a name and a function of the context and the run's 
 made (or ``None`` when it added its own, as the in-env phase adds one per check, or has nothing to show). The loop
 applies the rules once: a step after a failed one is not run (each step it would have made is shown ``not-run``),
 progress is logged when a step starts and ends, and a step that raises one of the errors it may fail with becomes a
-``failed`` step holding that error, the first of which the run raises at its end.
+``failed`` step holding that error, the first of which the run raises at its end. That failure rule is here only: a
+step that fails with more to record than its error (its details, its command) raises :class:`StepFailed` with the
+record, and the loop fails it as it fails any other.
 """
 
 from __future__ import annotations
@@ -85,6 +87,15 @@ class Run:
 Act = Callable[["RunContext", Run], "Step | None"]
 
 
+class StepFailed(Exception):
+    """Raised by a step that fails with a record of its own (details, command, interpreter) beside the error the run
+    raises: :func:`drive` makes the record failed, as it does for any error a step raises."""
+
+    def __init__(self, error: KernodeckError, record: Step) -> None:
+        super().__init__(str(error))
+        self.error, self.record = error, record
+
+
 @dataclass(frozen=True)
 class Entry:
     """One step of the pipeline."""
@@ -109,9 +120,24 @@ def drive(ctx: RunContext, run: Run, entries: Sequence[Entry]) -> None:
         run.t0 = time.perf_counter()
         try:
             step = entry.act(ctx, run)
+        except StepFailed as exc:
+            step = _failed(entry, run, exc.error, exc.record)
         except entry.fails_on as exc:
-            run.fail(exc)
-            step = Step(entry.name, Status.FAILED, error=str(exc), layer=entry.layer, duration_s=run.elapsed(),
-                        details={"tip": exc.tip} if exc.tip else {})
+            step = _failed(entry, run, exc, Step(entry.name, Status.FAILED))
         if step is not None:
             run.add(step)
+        if run.failed:  # the steps this entry would have made after its failed one
+            run.not_run([n for n in entry.shows(ctx) if n not in {s.name for s in run.steps}], entry.name)
+
+
+def _failed(entry: Entry, run: Run, error: KernodeckError, record: Step) -> Step:
+    """THE failure rule: the step failed with the error (its layer the entry's unless it names its own, the error's
+    tip in its details), the first such error is what the run raises."""
+    run.fail(error)
+    record.status = Status.FAILED
+    record.error = record.error or str(error)
+    record.layer = record.layer or entry.layer
+    record.duration_s = record.duration_s or run.elapsed()
+    if error.tip:
+        record.details.setdefault("tip", error.tip)
+    return record

@@ -16,12 +16,12 @@ from kernodeck._fs import inenv_fingerprints, sha256_file
 from kernodeck.dossier import lineage, manifest, recording
 from kernodeck.env import start
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
-from kernodeck.inenv.protocol import Layer, Status
+from kernodeck.inenv.protocol import Status
 from kernodeck.project import application
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.verify.context import RunContext
-from kernodeck.verify.pipeline import Run
+from kernodeck.verify.pipeline import Run, StepFailed
 from kernodeck.verify.record import Step
 
 
@@ -155,9 +155,7 @@ def declared_contract(ctx: RunContext, run: Run) -> Step | None:
     """The ``reference-manifest`` step: shown only when it fails (its success is the reference id in the report)."""
     try:
         run.run_config = runner_config(ctx, run)
-    except KernodeckError as exc:
-        run.fail(exc)
-        found = {"changed_code": exc.changed} if isinstance(exc, CodeChanged) else {}
-        return Step("reference-manifest", Status.FAILED, error=str(exc), layer=Layer.REFERENCE,
-                    details={**found, "tip": exc.tip})
+    except CodeChanged as exc:  # any other error: the step fails with it alone (pipeline.drive)
+        changed = {"changed_code": exc.changed}
+        raise StepFailed(exc, Step("reference-manifest", Status.FAILED, details=changed)) from None
     return None

@@ -12,7 +12,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
@@ -25,7 +25,7 @@ from kernodeck.project import deadlines
 from kernodeck.sources import redact_text
 from kernodeck.supervise import Stop, Stopped, supervise
 from kernodeck.verify.context import RunContext
-from kernodeck.verify.pipeline import Run
+from kernodeck.verify.pipeline import Run, StepFailed
 from kernodeck.verify.record import Step
 
 IN_ENV_STEPS = tuple(step.value for step in StepName)  # the wall's protocol: every in-env step, in run order
@@ -197,7 +197,7 @@ def _loader_variables(run: Run) -> str:
     return " and ".join(present) or start.PRELOAD
 
 
-def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> None:
+def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> NoReturn:
     """LD_PRELOAD names a library no declaration allows: no in-env process starts (it would load it)."""
     error = KernodeckError(
         f"{_loader_variables(run)} loads {', '.join(undeclared)} into every in-env process: code no lock describes; "
@@ -205,11 +205,7 @@ def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> 
         tip=f"unset {_loader_variables(run)}, or declare it in pyproject.toml "
             "([tool.kernodeck.environment] ld-preload = "
             f"[\"{os.path.basename(undeclared[0])}\"]), then: {tips.VERIFY}")
-    run.fail(error)
-    run.add(Step(names[0], Status.FAILED, error=str(error), layer=Layer.ENVIRONMENT,
-                 details={"tip": error.tip, "variables": run.meta["variables"]}))
-    for name in names[1:]:
-        run.add(Step(name, Status.NOT_RUN, reason="an earlier step failed"))
+    raise StepFailed(error, Step(names[0], Status.FAILED, details={"variables": run.meta["variables"]}))
 
 
 def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
@@ -232,7 +228,6 @@ def checks(ctx: RunContext, run: Run) -> None:
     undeclared = start.undeclared_preload(env, list(declared))
     if undeclared:
         _refuse_preload(run, ctx.names, undeclared)
-        return
     config = run.run_config
     if StepName.EXTENSIONS in ctx.names:
         config = {**config, "extensions": extensions_config(ctx, run.python)}
