@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,13 +31,39 @@ if TYPE_CHECKING:
     from kernodeck.verify.context import RunContext
 
 
+@dataclass
+class RunMeta:
+    """What the steps hand the writer for report.json's top level, each field set by one step (None: not learnt)."""
+
+    started: str | None = None  # verify(), with the mode and the backend the probe must find
+    expect_backend: str | None = None
+    mode: str | None = None
+    lock: str | None = None  # lock-check: the lock (relative to the project), its digests
+    lock_digest: str | None = None
+    lock_inputs_digest: str | None = None
+    reference_id: str | None = None  # reference-manifest: the reference, its lineage, its code; the application
+    reference_lineage: dict[str, Any] | None = None
+    reference_code: str | None = None
+    application: dict[str, Any] | None = None
+    interpreter: str | None = None  # rebuild: the env's interpreter
+    variables: dict[str, str] | None = None  # the in-env phase: the variables its processes get (redacted),
+    runner_command: str | None = None  # the runner's command and environment, the deadlines it ran under,
+    runner_env: dict[str, str] | None = None
+    deadlines: dict[str, Any] | None = None
+    interrupted: dict[str, Any] | None = None  # the signal that stopped it, and at which step
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields learnt, in this order (report.json)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 class Run:
     """One verify (or reference) run's state: the steps so far, what they found, never computed past a failure."""
 
     def __init__(self, project: Project, plat: Platform, staging: Path) -> None:
         self.project, self.plat, self.staging = project, plat, staging
         self.steps: list[Step] = []
-        self.meta: dict[str, Any] = {}
+        self.meta = RunMeta()
         self.not_established: list[str] = []  # what a pass of this run would NOT establish (the verdict says it)
         self.changed_code: list[str] = []  # code files that differ from the reference's (--allow-code-change only)
         self._started: set[str] = set()

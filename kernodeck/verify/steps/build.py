@@ -93,7 +93,7 @@ def build(ctx: RunContext, run: Run) -> Step:
             step = _current(ctx, run)
         else:
             step = _rebuilt(ctx, run)
-        run.meta["interpreter"] = str(run.python)
+        run.meta.interpreter = str(run.python)
     except KernodeckError as exc:
         cause = exc.__cause__  # the installer's command, when it failed
         raise StepFailed(exc, Step("rebuild", Status.FAILED, interpreter=sys.executable,

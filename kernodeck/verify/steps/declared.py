@@ -75,13 +75,13 @@ def _against_reference(ctx: RunContext, run: Run, app: application.Application) 
     ref = ctx.reference
     require_declared_contract(ctx.project, ref, app)
     run_config = ref.run_config(ctx.project, app)
-    run.meta["reference_id"] = ref.id
+    run.meta.reference_id = ref.id
     # its id, date and lock, and a newer reference in its history: named in the report's differences
-    run.meta["reference_lineage"] = lineage.lineage(ref, ctx.lock.digest).as_dict()
+    run.meta.reference_lineage = lineage.lineage(ref, ctx.lock.digest).as_dict()
     moved = require_reference_code(ctx.project, ref, app, allow=ctx.opts.allow_code_change)
     run.changed_code = moved
     run_config["allow_code_change"] = ctx.opts.allow_code_change
-    run.meta["reference_code"] = ("same as the reference's" if not moved
+    run.meta.reference_code = ("same as the reference's" if not moved
                                   else "changed since the reference (--allow-code-change): " + ", ".join(moved))
     return run_config, list(ref.manifest["application"]["code"])
 
@@ -94,7 +94,7 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
         code_files = list(app.sources)
     else:
         run_config, code_files = _against_reference(ctx, run, app)
-    run.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs), "code": code_files}
+    run.meta.application = {"entry": str(app.entry), "outputs": sorted(app.outputs), "code": code_files}
     _prefetch(app, run_config["application"])
     resume, det = ctx.declaration.resume, ctx.declaration.determinism
     run_config["resume"] = {

@@ -85,7 +85,7 @@ def _against_lock(run_: Run, step: Step, lock: lockfile.Lockfile, seen: inventor
         )
         run_.not_established.append(
             f"that the environment is the lock's ({len(delta.added)} added, {len(delta.removed)} missing, "
-            f"{len(delta.changed)} changed vs {run_.meta.get('lock', 'the lock')}: {delta.summary()[:300]})"
+            f"{len(delta.changed)} changed vs {run_.meta.lock or 'the lock'}: {delta.summary()[:300]})"
             + (f"; nor that {files_note}" if files_note else "")
         )
         return failure, ""

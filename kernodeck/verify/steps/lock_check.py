@@ -26,9 +26,9 @@ def lock_check(ctx: RunContext, run: Run) -> Step:
         changes = {"changes": getattr(exc, "changes", [])}
         raise StepFailed(exc, Step("lock-check", Status.FAILED, details=changes)) from None
     run.lock = ctx.lock.parsed
-    run.meta["lock"] = str(ctx.lock.path.relative_to(ctx.project.root))
-    run.meta["lock_digest"] = ctx.lock.digest
-    run.meta["lock_inputs_digest"] = ctx.lock.parsed.first("inputs-digest")
+    run.meta.lock = str(ctx.lock.path.relative_to(ctx.project.root))
+    run.meta.lock_digest = ctx.lock.digest
+    run.meta.lock_inputs_digest = ctx.lock.parsed.first("inputs-digest")
     return Step("lock-check", Status.PASSED,
                 title="lock current against its inputs; its pins match their digest and its PEP 751 twin",
-                duration_s=run.elapsed(), details={"lock": run.meta["lock"]})
+                duration_s=run.elapsed(), details={"lock": run.meta.lock})
