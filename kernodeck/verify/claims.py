@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from kernodeck.inenv import steptable
-from kernodeck.inenv.evidence import BOTH
+from kernodeck.inenv.evidence import BOTH, ClaimRow
 from kernodeck.inenv.protocol import Status
+from kernodeck.verify.outside import OUTSIDE_STEPS
 from kernodeck.verify.record import Step
 
 
@@ -28,29 +29,6 @@ class ClaimState(enum.StrEnum):
     STEP_NOT_RUN = "step-not-run"
     STEP_SKIPPED = "step-skipped"
     STEP_ABSENT = "step-absent"  # no such step in the run at all
-
-
-def _empty_delta(v: Any) -> bool:
-    return isinstance(v, dict) and all(k in v and not v[k] for k in ("added", "removed", "changed"))
-
-
-def _files_unchanged(files: Any) -> bool:
-    """The inventory step's every-file record (kernodeck/env/envfiles.py): compared with the build's snapshot, nothing
-    foreign, shared, added, removed or changed, no distribution without its RECORD, nothing damaged, no bytecode
-    that is not its source's."""
-    if not isinstance(files, dict) or files.get("snapshot") != "compared":
-        return False
-    counts = files.get("counts")
-    bytecode = files.get("bytecode_since_build")
-    return (
-        isinstance(counts, dict)
-        and {"foreign", "shared", "added", "removed", "changed"} <= set(counts)
-        and all(v == 0 for v in counts.values())
-        and files.get("without_record") == []
-        and files.get("damaged") == {}
-        and isinstance(bytecode, dict)
-        and bytecode.get("not_its_source") == []
-    )
 
 
 @dataclass(frozen=True)
@@ -69,20 +47,15 @@ class ClaimSpec:
     variant: bool = False
 
 
-def _in_env(row: steptable.StepRow) -> tuple[ClaimSpec, ...]:
-    return tuple(ClaimSpec(c.id, c.text, row.name, c.key, c.holds, c.modes, c.variant) for c in row.claims)
+def _specs(step: str, claims: tuple[ClaimRow, ...]) -> tuple[ClaimSpec, ...]:
+    return tuple(ClaimSpec(c.id, c.text, step, c.key, c.holds, c.modes, c.variant) for c in claims)
 
 
-# THE table: every claim, in the order the report shows them: verify's own steps' here, then each in-env step's from
-# its row (kernodeck/inenv/steptable.py), in the order the steps run. Adjust a step or key there or here, nowhere else.
+# THE table: every claim, in the order the report shows them, from the step tables' rows: verify's own steps'
+# (outside.py), then each in-env step's (kernodeck/inenv/steptable.py), in the order they run.
 CLAIMS: tuple[ClaimSpec, ...] = (
-    ClaimSpec("lock-current", "the lock is current against its inputs, its pins and its PEP 751 twin",
-              "lock-check", "lock", lambda d: isinstance(d["lock"], str) and bool(d["lock"]), variant=True),
-    ClaimSpec("env-packages", "the environment's packages are exactly the lock's",
-              "inventory", "vs_lock", lambda d: _empty_delta(d["vs_lock"]), variant=True),
-    ClaimSpec("env-files-unchanged", "no file of the environment added, removed or changed since it was built",
-              "inventory", "files", lambda d: _files_unchanged(d["files"]), variant=True),
-    *(spec for row in steptable.STEPS for spec in _in_env(row)),
+    *(spec for row in OUTSIDE_STEPS for spec in _specs(row.name, row.claims)),
+    *(spec for row in steptable.STEPS for spec in _specs(str(row.name), row.claims)),
 )
 
 
@@ -156,14 +129,12 @@ def evaluate_claims(steps: list[Step], mode: str = "verify") -> list[Claim]:
     return out
 
 
-
 # THE skipped-step rule (docs/claims.md, "Skipped steps"): a step a claim rests on, skipped, leaves its
 # claim unestablished (`step-skipped`), so the run cannot pass; of the steps no claim rests on, only these may be
 # skipped in a pass, each for the reason given (the summary line repeats it). Any other skipped step fails the verdict.
 SKIPPABLE: dict[str, str] = {
-    "rebuild": "nothing is installed under --no-rebuild (the current env) or --python (an existing interpreter); "
-               "the env's proof still runs: the inventory step compares every package and file with the lock",
-    **{row.name: row.skippable for row in steptable.STEPS if row.skippable},
+    **{row.name: row.skippable for row in OUTSIDE_STEPS if row.skippable},
+    **{str(row.name): row.skippable for row in steptable.STEPS if row.skippable},
 }
 
 

@@ -1,4 +1,4 @@
-"""What a step FOUND, in one line (report.md's step table, the progress lines): one summariser per step name.
+"""What a step FOUND, in one line (report.md's step table, the progress lines): the summariser its row names.
 
 A step may give its own line (``details["summary"]``); otherwise its summariser reads its details, and a step
 without one shows its first few scalar details. A summariser that cannot read a record gives way to that fallback:
@@ -11,35 +11,16 @@ from collections.abc import Callable
 from typing import Any, assert_never
 
 from kernodeck.inenv import steptable
-from kernodeck.inenv.findings import fmt_number, generic
+from kernodeck.inenv.findings import generic
 from kernodeck.inenv.protocol import Status
+from kernodeck.verify.outside import OUTSIDE_STEPS
 from kernodeck.verify.record import Step
 
-
-def _rebuild(d: dict[str, Any]) -> str:
-    if "installer" not in d:
-        return ""
-    what = "reused" if d.get("reused") else f"built with {d['installer']}"
-    durations = d.get("durations") or {}
-    timing = ", ".join(f"{k} {fmt_number(v)}s" for k, v in durations.items() if isinstance(v, int | float))
-    return what + (f" ({timing})" if timing else "")
-
-
-def _inventory(d: dict[str, Any]) -> str:
-    return f"{d['packages']} packages" if "packages" in d else ""
-
-
-def _lock_check(d: dict[str, Any]) -> str:
-    return f"{d['lock']} current against its inputs" if "lock" in d else ""
-
-
-# step name -> summariser of its details: verify's own steps here, each in-env step's from its row (the step table);
-# a step may instead give ``details["summary"]`` (one line) itself.
+# step name -> summariser of its details, from the step tables' rows: verify's own steps' (outside.py), then each in-env
+# step's (kernodeck/inenv/steptable.py); a step may instead give ``details["summary"]`` (one line) itself.
 SUMMARISERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "lock-check": _lock_check,
-    "rebuild": _rebuild,
-    "inventory": _inventory,
-    **{row.name: row.summary for row in steptable.STEPS if row.summary is not None},
+    **{row.name: row.summary for row in OUTSIDE_STEPS if row.summary is not None},
+    **{str(row.name): row.summary for row in steptable.STEPS if row.summary is not None},
 }
 
 
