@@ -153,7 +153,8 @@ def drive(ctx: RunContext, run: Run, entries: Sequence[Entry]) -> None:
         if step is not None:
             run.add(step)
         if run.failed:  # the steps this entry would have made after its failed one
-            run.not_run([n for n in entry.shows(ctx) if n not in {s.name for s in run.steps}], entry.name)
+            stopped = next(s.name for s in run.steps if s.status is Status.FAILED)
+            run.not_run([n for n in entry.shows(ctx) if n not in {s.name for s in run.steps}], stopped)
 
 
 def _failed(entry: Entry, run: Run, error: KernodeckError, record: Step) -> Step:

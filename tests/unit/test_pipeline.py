@@ -98,6 +98,7 @@ def test_a_step_failing_with_its_own_record_is_failed_by_the_loop(tmp_path: Path
                                                              "pip install")
     assert a.details == {"files": 3, "tip": "nox -s rebuild"} and run.error is error
     assert (b.name, b.status, later.status) == ("b", Status.NOT_RUN, Status.NOT_RUN)
+    assert b.reason == later.reason == "an earlier step failed: a"
 
 
 def _failers(root: Path) -> list[str]:
