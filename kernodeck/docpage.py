@@ -2,7 +2,7 @@
 (with their docstrings) and the repository's own, every command's options (from the argparse parsers, never their
 error path) and the exit codes (:data:`kernodeck.exitcodes.MEANINGS`); in docs/locks.md the declared platforms and
 their committed locks; in docs/claims.md verify's steps and the claims each establishes (the step list, the in-env
-step names, :data:`kernodeck.verify.claims.CLAIMS` and ``SKIPPABLE``); the tables of tolerance kinds in
+step table's rows, :data:`kernodeck.verify.claims.CLAIMS` and ``SKIPPABLE``); the tables of tolerance kinds in
 docs/application.md, docs/verdict-rules.md and docs/calibration.md (:data:`kernodeck.inenv.kinds.KINDS`).
 
 ``python -m kernodeck.docpage`` rewrites the pages' generated blocks; ``--check`` exits 1 when they differ from
@@ -21,8 +21,8 @@ from kernodeck import noxsessions
 from kernodeck._fs import write_atomic
 from kernodeck.cli.dispatch import ORDER, build_parser
 from kernodeck.exitcodes import MEANINGS
+from kernodeck.inenv import steptable
 from kernodeck.inenv.kinds import KINDS
-from kernodeck.inenv.protocol import StepName
 from kernodeck.verify.claims import CLAIMS, SKIPPABLE, ClaimSpec
 from kernodeck.verify.steps import STEPS
 
@@ -129,7 +129,8 @@ def steps_claims_block() -> str:
     """Verify's steps in the order they run, each with the claims it establishes (THE step -> claim table)."""
     outside = [(e.name, f"outside the env: `{e.act.__module__.replace('.', '/')}.py`") for e in STEPS
                if e.name != "checks"]
-    steps = outside + [(str(n), "inside the env (one process)") for n in StepName]
+    steps = outside + [(str(r.name), f"inside the env (one process): `kernodeck/inenv/{r.module}.py`")
+                       for r in steptable.STEPS]
     steps += [(c.step, "no such step in the run") for c in CLAIMS if c.step not in {n for n, _ in steps}]
     lines = ["| step | runs | claims it establishes: id, what, its evidence (the step's `details` key), in | "
              "skipped in a pass |", "|---|---|---|---|"]

@@ -35,30 +35,10 @@ from kernodeck_inenv import libraries, world  # noqa: E402
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, StepName, step_file  # noqa: E402
 from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
+from kernodeck_inenv.steptable import BY_NAME  # noqa: E402
 
 # At import, not in main(): a child that multiprocessing spawns imports this file as its main module (its stacks too).
 install_stacks()
-
-# step name -> (module, function, title)
-STEPS: dict[str, tuple[str, str, str]] = {
-    StepName.SETTINGS: ("settings", "run", "determinism settings applied before any compute"),
-    StepName.SYSTEM: ("system", "run", "system chain (OS, driver, CUDA/ROCm, devices, loaded libraries)"),
-    StepName.BACKEND: ("backend", "run", "expected backend usable; small computation matches numpy"),
-    StepName.EXTENSIONS: ("extensions", "run", "compiled extensions imported, matched to their chain, smoke-checked"),
-    StepName.REFERENCE: ("reference", "check_reference", "reference outputs sound (count, shape, dtype, finite, ids)"),
-    StepName.APPLICATION: (
-        "application", "run_entry",
-        "the application's entry on the identified sample; outputs written",
-    ),
-    StepName.REREAD: ("judge", "reread", "outputs reread from disk: count, dtype, finite, shape, id order"),
-    StepName.COMPARE: ("judge", "compare", "each output against the reference under its declared tolerance kind"),
-    StepName.CRITERION: ("judge", "criterion", "the application's criterion on the reread outputs"),
-    StepName.DETERMINISM: ("determinism", "run", "the entry rerun in one process; cost of the settings"),
-    StepName.RESUME: ("resume", "run", "training resume in a new process matches the uninterrupted run"),
-    StepName.RESUME_APPLICATION: (
-        "resume_app", "run", "the application's own training resumed in a new process matches its uninterrupted run",
-    ),
-}
 
 
 def _layer_of(exc: BaseException) -> str:
@@ -102,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = None
     worker_due = StepName.RESUME in config[ConfigKey.STEPS]
     for number, name in enumerate(config[ConfigKey.STEPS], start=1):
-        module_name, func_name, title = STEPS[name]
-        result: dict[str, object] = {StepKey.NAME: name, StepKey.TITLE: title, StepKey.INTERPRETER: sys.executable}
+        row = BY_NAME[name]  # the step table (steptable.py): what runs the step
+        result: dict[str, object] = {StepKey.NAME: name, StepKey.TITLE: row.title, StepKey.INTERPRETER: sys.executable}
         if failed:
             result.update({StepKey.STATUS: Status.NOT_RUN, StepKey.REASON: f"an earlier step failed: {failed}"})
             write_json_atomic(steps_dir / step_file(number, name), result)
@@ -120,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         try:
             world.forget()
-            details = getattr(importlib.import_module(f"{PACKAGE}.{module_name}"), func_name)(ctx)
+            details = getattr(importlib.import_module(f"{PACKAGE}.{row.module}"), row.function)(ctx)
             world.settle()  # the closed world's verdict fails the step even where the step's code caught it
             result.update({StepKey.STATUS: Status.PASSED, StepKey.DETAILS: details})
         except Skip as exc:

@@ -18,6 +18,7 @@ from typing import Any
 
 from kernodeck import tips
 from kernodeck.errors import ConfigError
+from kernodeck.inenv import steptable
 from kernodeck.inenv.protocol import STEP_NAMES
 
 SCALE_ENV = "KERNODECK_DEADLINE_SCALE"
@@ -25,22 +26,9 @@ SCALE_ENV = "KERNODECK_DEADLINE_SCALE"
 # (noxsessions.RUN_THE_APPLICATION, which imports nothing of Kernodeck, holds the same names: tested).
 COMMANDS = ("verify", "reference", "replay", "calibrate", "upgrade", "bisect")
 STALL = "stall"
-# Generous: a healthy run on a slow 2-core machine beside another job never trips them (the MiniLM application
-# takes about a minute there; the longest silent phase, importing torch and the model, well under five).
-DEFAULT_STEP_S = 3600.0
+DEFAULT_STEP_S = steptable.LONGEST_S
 DEFAULT_STALL_S = 900.0
-DEFAULTS: Mapping[str, float] = {
-    "settings": 600.0,
-    "system": 600.0,
-    "backend": 900.0,
-    "reference": 600.0,
-    "application": DEFAULT_STEP_S,
-    "reread": 600.0,
-    "compare": 900.0,
-    "criterion": 900.0,
-    "determinism": DEFAULT_STEP_S,
-    "resume": DEFAULT_STEP_S,
-}
+DEFAULTS: Mapping[str, float] = {str(row.name): row.deadline_s for row in steptable.STEPS}  # each in-env step's row
 
 
 @dataclass(frozen=True)

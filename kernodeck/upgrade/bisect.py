@@ -213,8 +213,8 @@ class _Trials:
                     self.regroup(python)
                 run_ = Run(self.project, self.plat, trial)
                 run_checks(run_, python, STEPS, self.config)
-                if run_.meta.get("interrupted"):  # a signal: no further trial; this one's steps and stacks stay
-                    raise Interrupted(f"the bisect was interrupted ({run_.meta['interrupted']['signal']}) during trial "
+                if run_.meta.interrupted:  # a signal: no further trial; this one's steps and stacks stay
+                    raise Interrupted(f"the bisect was interrupted ({run_.meta.interrupted['signal']}) during trial "
                                       f"{trial.name}; its steps and stacks are in {trial / 'steps'}",
                                       tip=tips.nox("bisect", "--good", "OLD_LOCK", "--bad", "NEW_LOCK"))
         finally:

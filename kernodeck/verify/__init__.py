@@ -54,12 +54,14 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     final, stage = prepare_out(project, opts.out, plat)
     run_ = Run(project, plat, stage.path)
     names = opts.steps or (REFERENCE_STEPS if mode == "reference" else IN_ENV_STEPS)
-    run_.meta.update(started=started, expect_backend=opts.expect_backend or str(plat.variant.backend), mode=mode)
+    run_.meta.started, run_.meta.mode = started, mode
+    run_.meta.expect_backend = opts.expect_backend or str(plat.variant.backend)
     with holding(project, plat):
         try:
             ctx = context.load(project, plat, opts, mode=mode, staging=stage.path, names=names)
             drive(ctx, run_, STEPS)
-            report = Report(plat.id, run_.steps, {**run_.meta, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+            report = Report(plat.id, run_.steps,
+                            {**run_.meta.as_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
                             not_established=run_.not_established, changed_code=run_.changed_code)
             write_dossier(ctx, run_, report)
             stage.commit()  # signed with the list of its files, then swapped in whole

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
+from kernodeck.inenv import steptable
+from kernodeck.inenv.evidence import BOTH, ClaimRow
 from kernodeck.inenv.protocol import Status
+from kernodeck.verify.outside import OUTSIDE_STEPS
 from kernodeck.verify.record import Step
 
 
@@ -29,81 +31,6 @@ class ClaimState(enum.StrEnum):
     STEP_ABSENT = "step-absent"  # no such step in the run at all
 
 
-def _empty_delta(v: Any) -> bool:
-    return isinstance(v, dict) and all(k in v and not v[k] for k in ("added", "removed", "changed"))
-
-
-def _finite_at_most(v: Any, limit: float) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v <= limit
-
-
-def _all_outputs_passed(d: dict[str, Any]) -> bool:
-    """Every declared output within its tolerance (one output's verdict is repeated at the top level: it must agree)."""
-    outputs = d.get("outputs")
-    return (
-        d.get("passed", True) is True
-        and isinstance(outputs, dict)
-        and bool(outputs)
-        and all(isinstance(o, dict) and o.get("passed") is True for o in outputs.values())
-    )
-
-
-def _files_unchanged(files: Any) -> bool:
-    """The inventory step's every-file record (kernodeck/env/envfiles.py): compared with the build's snapshot, nothing
-    foreign, shared, added, removed or changed, no distribution without its RECORD, nothing damaged, no bytecode
-    that is not its source's."""
-    if not isinstance(files, dict) or files.get("snapshot") != "compared":
-        return False
-    counts = files.get("counts")
-    bytecode = files.get("bytecode_since_build")
-    return (
-        isinstance(counts, dict)
-        and {"foreign", "shared", "added", "removed", "changed"} <= set(counts)
-        and all(v == 0 for v in counts.values())
-        and files.get("without_record") == []
-        and files.get("damaged") == {}
-        and isinstance(bytecode, dict)
-        and bytecode.get("not_its_source") == []
-    )
-
-
-def _code_unchanged(code: Any) -> bool:
-    """The in-env reference step's record of the declared code files against the reference's fingerprints."""
-    return isinstance(code, dict) and bool(code.get("files")) and code.get("changed") == []
-
-
-def _deterministic(d: dict[str, Any]) -> bool:
-    repeats, outputs = d.get("repeats"), d.get("outputs")
-    if not isinstance(repeats, int) or repeats < 2 or not isinstance(outputs, dict) or not outputs:
-        return False
-    # On CPU a pass means bitwise identical runs; elsewhere the step held each output to its declared tolerance.
-    return d.get("device") != "cpu" or d.get("bitwise_identical") is True
-
-
-def _extensions_sound(d: dict[str, Any]) -> bool:
-    """Every compiled extension found imported each of its modules, and every declared smoke check recorded its
-    comparison (an env with none records empty lists: nothing to break)."""
-    found, smoke = d["extensions"], d.get("smoke", {})
-    return (
-        isinstance(found, list)
-        and isinstance(smoke, dict)
-        and all(isinstance(e, dict) and isinstance(e.get("objects"), list)
-                and all(o.get("imported") is True for o in e["objects"] if isinstance(o, dict) and o.get("module"))
-                for e in found)
-        and all(isinstance(s, dict) and _finite_at_most(s.get("max_abs"), float("inf")) for s in smoke.values())
-    )
-
-
-def _backend_works(d: dict[str, Any]) -> bool:
-    return (
-        isinstance(d.get("device"), str)
-        and bool(d["device"])
-        and bool(d.get("expected_backend"))
-        and d.get("matmul_max_abs_error") == 0.0
-        and _finite_at_most(d.get("softmax_max_abs_error"), 1e-6)
-    )
-
-
 @dataclass(frozen=True)
 class ClaimSpec:
     """One claim a pass stands on: the step that establishes it, the key of its details that records the evidence,
@@ -114,40 +41,21 @@ class ClaimSpec:
     step: str
     key: str
     holds: Callable[[dict[str, Any]], bool]
-    modes: frozenset[str] = frozenset({"verify", "reference"})
+    modes: frozenset[str] = BOTH
     # A declared variant (verify --python: an existing interpreter, not a rebuild) may leave this claim
     # unestablished; the verdict is then passed-unlocked, naming what was not established.
     variant: bool = False
 
 
-VERIFY = frozenset({"verify"})
+def _specs(step: str, claims: tuple[ClaimRow, ...]) -> tuple[ClaimSpec, ...]:
+    return tuple(ClaimSpec(c.id, c.text, step, c.key, c.holds, c.modes, c.variant) for c in claims)
 
-# THE table: every claim, in the order the report shows them. Adjust a step or key here, nowhere else.
+
+# THE table: every claim, in the order the report shows them, from the step tables' rows: verify's own steps'
+# (outside.py), then each in-env step's (kernodeck/inenv/steptable.py), in the order they run.
 CLAIMS: tuple[ClaimSpec, ...] = (
-    ClaimSpec("lock-current", "the lock is current against its inputs, its pins and its PEP 751 twin",
-              "lock-check", "lock", lambda d: isinstance(d["lock"], str) and bool(d["lock"]), variant=True),
-    ClaimSpec("env-packages", "the environment's packages are exactly the lock's",
-              "inventory", "vs_lock", lambda d: _empty_delta(d["vs_lock"]), variant=True),
-    ClaimSpec("env-files-unchanged", "no file of the environment added, removed or changed since it was built",
-              "inventory", "files", lambda d: _files_unchanged(d["files"]), variant=True),
-    ClaimSpec("reference-current", "the reference describes this code, data and weights",
-              "reference", "code", lambda d: _code_unchanged(d["code"]), modes=VERIFY),
-    ClaimSpec("outputs-within-tolerance", "each output is within its declared tolerance of the reference",
-              "compare", "outputs", _all_outputs_passed, modes=VERIFY),
-    ClaimSpec("criterion-met", "the application's criterion is met",
-              "criterion", "passed", lambda d: d["passed"] is True),
-    ClaimSpec("criterion-able-to-fail", "the criterion fails on rows permuted against their ids and on noise of the "
-              "outputs' own scale (it is able to fail)",
-              "criterion", "controls", lambda d: isinstance(d["controls"], dict)
-              and d["controls"].get("able_to_fail") is True),
-    ClaimSpec("deterministic", "repeated runs give the same outputs (bitwise on CPU)",
-              "determinism", "repeats", _deterministic),
-    ClaimSpec("resume", "training resumed from a checkpoint in a new process matches an uninterrupted run",
-              "resume", "passed", lambda d: d["passed"] is True, modes=VERIFY),
-    ClaimSpec("backend", "the expected backend computes correctly (matmul exact, softmax within 1e-6)",
-              "backend", "device", _backend_works),
-    ClaimSpec("extensions", "every compiled extension in the env imports against this torch; declared smoke checks "
-              "agree with their references", "extensions", "extensions", _extensions_sound),
+    *(spec for row in OUTSIDE_STEPS for spec in _specs(row.name, row.claims)),
+    *(spec for row in steptable.STEPS for spec in _specs(str(row.name), row.claims)),
 )
 
 
@@ -221,16 +129,12 @@ def evaluate_claims(steps: list[Step], mode: str = "verify") -> list[Claim]:
     return out
 
 
-
 # THE skipped-step rule (docs/claims.md, "Skipped steps"): a step a claim rests on, skipped, leaves its
 # claim unestablished (`step-skipped`), so the run cannot pass; of the steps no claim rests on, only these may be
 # skipped in a pass, each for the reason given (the summary line repeats it). Any other skipped step fails the verdict.
 SKIPPABLE: dict[str, str] = {
-    "rebuild": "nothing is installed under --no-rebuild (the current env) or --python (an existing interpreter); "
-               "the env's proof still runs: the inventory step compares every package and file with the lock",
-    "reference": "a new reference is being made (`reference`): there is no earlier one to check against",
-    "resume-application": "the application declares no resume of its own ([tool.kernodeck.application.resume]); "
-                          "the env's generic resume exercise still runs (`resume`)",
+    **{row.name: row.skippable for row in OUTSIDE_STEPS if row.skippable},
+    **{str(row.name): row.skippable for row in steptable.STEPS if row.skippable},
 }
 
 

@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernodeck.inenv.findings import fmt_value
 from kernodeck.inenv.protocol import Status
 from kernodeck.verify.claims import SKIPPABLE, ClaimState
 from kernodeck.verify.record import Step, Verdict
-from kernodeck.verify.summaries import fmt_value, step_result
+from kernodeck.verify.summaries import step_result
 
 if TYPE_CHECKING:  # the report imports this module to write itself: the type only, no import at run time
     from kernodeck.verify.report import Report

@@ -4,14 +4,16 @@ A step is an :class:`Entry`: a name and a function of the context and the run's 
 made (or ``None`` when it added its own, as the in-env phase adds one per check, or has nothing to show). The loop
 applies the rules once: a step after a failed one is not run (each step it would have made is shown ``not-run``),
 progress is logged when a step starts and ends, and a step that raises one of the errors it may fail with becomes a
-``failed`` step holding that error, the first of which the run raises at its end.
+``failed`` step holding that error, the first of which the run raises at its end. That failure rule is here only: a
+step that fails with more to record than its error (its details, its command) raises :class:`StepFailed` with the
+record, and the loop fails it as it fails any other.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +31,39 @@ if TYPE_CHECKING:
     from kernodeck.verify.context import RunContext
 
 
+@dataclass
+class RunMeta:
+    """What the steps hand the writer for report.json's top level, each field set by one step (None: not learnt)."""
+
+    started: str | None = None  # verify(), with the mode and the backend the probe must find
+    expect_backend: str | None = None
+    mode: str | None = None
+    lock: str | None = None  # lock-check: the lock (relative to the project), its digests
+    lock_digest: str | None = None
+    lock_inputs_digest: str | None = None
+    reference_id: str | None = None  # reference-manifest: the reference, its lineage, its code; the application
+    reference_lineage: dict[str, Any] | None = None
+    reference_code: str | None = None
+    application: dict[str, Any] | None = None
+    interpreter: str | None = None  # rebuild: the env's interpreter
+    variables: dict[str, str] | None = None  # the in-env phase: the variables its processes get (redacted),
+    runner_command: str | None = None  # the runner's command and environment, the deadlines it ran under,
+    runner_env: dict[str, str] | None = None
+    deadlines: dict[str, Any] | None = None
+    interrupted: dict[str, Any] | None = None  # the signal that stopped it, and at which step
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields learnt, in this order (report.json)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 class Run:
     """One verify (or reference) run's state: the steps so far, what they found, never computed past a failure."""
 
     def __init__(self, project: Project, plat: Platform, staging: Path) -> None:
         self.project, self.plat, self.staging = project, plat, staging
         self.steps: list[Step] = []
-        self.meta: dict[str, Any] = {}
+        self.meta = RunMeta()
         self.not_established: list[str] = []  # what a pass of this run would NOT establish (the verdict says it)
         self.changed_code: list[str] = []  # code files that differ from the reference's (--allow-code-change only)
         self._started: set[str] = set()
@@ -85,6 +113,15 @@ class Run:
 Act = Callable[["RunContext", Run], "Step | None"]
 
 
+class StepFailed(Exception):
+    """Raised by a step that fails with a record of its own (details, command, interpreter) beside the error the run
+    raises: :func:`drive` makes the record failed, as it does for any error a step raises."""
+
+    def __init__(self, error: KernodeckError, record: Step) -> None:
+        super().__init__(str(error))
+        self.error, self.record = error, record
+
+
 @dataclass(frozen=True)
 class Entry:
     """One step of the pipeline."""
@@ -109,9 +146,25 @@ def drive(ctx: RunContext, run: Run, entries: Sequence[Entry]) -> None:
         run.t0 = time.perf_counter()
         try:
             step = entry.act(ctx, run)
+        except StepFailed as exc:
+            step = _failed(entry, run, exc.error, exc.record)
         except entry.fails_on as exc:
-            run.fail(exc)
-            step = Step(entry.name, Status.FAILED, error=str(exc), layer=entry.layer, duration_s=run.elapsed(),
-                        details={"tip": exc.tip} if exc.tip else {})
+            step = _failed(entry, run, exc, Step(entry.name, Status.FAILED))
         if step is not None:
             run.add(step)
+        if run.failed:  # the steps this entry would have made after its failed one
+            stopped = next(s.name for s in run.steps if s.status is Status.FAILED)
+            run.not_run([n for n in entry.shows(ctx) if n not in {s.name for s in run.steps}], stopped)
+
+
+def _failed(entry: Entry, run: Run, error: KernodeckError, record: Step) -> Step:
+    """THE failure rule: the step failed with the error (its layer the entry's unless it names its own, the error's
+    tip in its details), the first such error is what the run raises."""
+    run.fail(error)
+    record.status = Status.FAILED
+    record.error = record.error or str(error)
+    record.layer = record.layer or entry.layer
+    record.duration_s = record.duration_s or run.elapsed()
+    if error.tip:
+        record.details.setdefault("tip", error.tip)
+    return record

@@ -82,7 +82,7 @@ def _procedure(ctx: RunContext, run: Run, report: Report) -> str:
     result = run.result
     return dossier_review.procedure(
         list(result.commands) if result else [],
-        str(run.meta.get("runner_command", "(checks not run)")),
+        run.meta.runner_command or "(checks not run)",
         RUNNER_ENV,
         result.installer if result else "none",
         os.path.relpath(ctx.lock.path, ctx.project.root),

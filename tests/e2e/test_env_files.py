@@ -15,6 +15,7 @@ import os
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -608,13 +609,18 @@ def test_report_details_are_bounded_and_counted() -> None:
 
 def _step_on(env: Path, lock: lockfile.Lockfile, tmp_path: Path, *, intentional: bool = False,
              strict: bool = False) -> tuple[dict[str, object], list[str], str]:
-    from kernodeck.verify.pipeline import Run
-    from kernodeck.verify.steps.inventory_check import inventory_step
+    from types import SimpleNamespace
+
+    from kernodeck.verify.pipeline import Run, drive
+    from kernodeck.verify.steps import STEPS
 
     run_ = Run(None, None, tmp_path)  # type: ignore[arg-type]
-    _, failure = inventory_step(run_, lock, env / "bin" / "python", intentional=intentional, strict=strict)
+    run_.lock, run_.python = lock, env / "bin" / "python"
+    ctx: Any = SimpleNamespace(opts=SimpleNamespace(python="python" if intentional else None, strict=strict),
+                               staging=tmp_path)
+    drive(ctx, run_, [entry for entry in STEPS if entry.name == "inventory"])  # the step as verify's loop runs it
     step = run_.steps[-1]
-    return {"status": str(step.status), **step.details}, run_.not_established, str(failure or "")
+    return {"status": str(step.status), **step.details}, run_.not_established, str(run_.error or "")
 
 
 def _fake_env_runnable(tmp_path: Path) -> tuple[Path, lockfile.Lockfile]:

@@ -70,7 +70,7 @@ def test_run_checks_keeps_earlier_steps_and_names_the_stalled_one(project: Path,
     run_ = Run(loaded, resolve_platform(loaded, None, None), staging)
     in_env.run_checks(run_, Path(sys.executable), ("settings", "application", "compare"), {})
     steps = {s.name: s for s in run_.steps}
-    assert run_.meta["deadlines"]["stall_s"] == 2  # the policy it ran under, recorded in the report
+    assert run_.meta.as_dict()["deadlines"]["stall_s"] == 2  # the policy it ran under, recorded in the report
     assert steps["settings"].status is Status.PASSED  # kept
     stopped = steps["application"]
     assert stopped.status is Status.FAILED and stopped.layer == "application"
@@ -80,7 +80,7 @@ def test_run_checks_keeps_earlier_steps_and_names_the_stalled_one(project: Path,
     assert "steps/application.stacks.txt" in stopped.error
     assert f"{where} in <module>" in (staging / "steps" / "application.stacks.txt").read_text()
     assert steps["compare"].status is Status.NOT_RUN
-    report = Report("p", run_.steps, dict(run_.meta))
+    report = Report("p", run_.steps, run_.meta.as_dict())
     assert str(report.verdict) == "failed"
     assert summary_line(report, Path("r.md")).startswith("FAILED at application (layer: application): stalled")
     # a bisect trial's finding: the hang itself, with its step, layer and line (a failure before the comparison,
@@ -93,9 +93,9 @@ def test_run_checks_keeps_earlier_steps_and_names_the_stalled_one(project: Path,
 def test_an_interrupted_record_is_the_verdict_interrupted(project: Path, tmp_path: Path) -> None:
     loaded = load_project(project)
     run_ = Run(loaded, resolve_platform(loaded, None, None), tmp_path)
-    run_.meta["interrupted"] = {"signal": "SIGTERM", "step": "application"}
+    run_.meta.interrupted = {"signal": "SIGTERM", "step": "application"}
     failed = Step("application", Status.FAILED, error="interrupted by SIGTERM after 3 s", layer="application")
-    report = Report("p", [failed], dict(run_.meta))
+    report = Report("p", [failed], run_.meta.as_dict())
     assert str(report.verdict) == "interrupted" and report.as_dict()["status"] == "interrupted"
     assert report.verdict_line().startswith("interrupted during application")
     assert summary_line(report, Path("r.md")).startswith("INTERRUPTED at application")

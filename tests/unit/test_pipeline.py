@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 
 from kernodeck.errors import ConfigError, KernodeckError
 from kernodeck.inenv.protocol import Layer, Status
-from kernodeck.verify.pipeline import Entry, Run, drive
+from kernodeck.verify.pipeline import Entry, Run, StepFailed, drive
 from kernodeck.verify.record import Step
 
 CTX: Any = SimpleNamespace(names=("a", "b"))  # the loop hands the context on; these steps read only its names
@@ -80,3 +81,37 @@ def test_an_error_a_step_does_not_fail_on_ends_the_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="input gone"):
         drive(CTX, run, [entry, passes("two")])
     assert run.steps == []
+
+
+def test_a_step_failing_with_its_own_record_is_failed_by_the_loop(tmp_path: Path) -> None:
+    """StepFailed: the record the step made (details, command) kept, failed by the loop's rule (layer, tip, the first
+    error); the other steps the entry would have made are not-run."""
+    run = _run(tmp_path)
+    error = ConfigError("not the lock's", tip="nox -s rebuild")
+
+    def act(ctx: Any, run: Run) -> Step:
+        raise StepFailed(error, Step("a", Status.PASSED, command="pip install", details={"files": 3}))
+
+    drive(CTX, run, [Entry("checks", act, Layer.INSTALL, lambda ctx: ctx.names), passes("later")])
+    a, b, later = run.steps
+    assert (a.name, a.status, a.error, a.layer, a.command) == ("a", Status.FAILED, "not the lock's", "install",
+                                                             "pip install")
+    assert a.details == {"files": 3, "tip": "nox -s rebuild"} and run.error is error
+    assert (b.name, b.status, later.status) == ("b", Status.NOT_RUN, Status.NOT_RUN)
+    assert b.reason == later.reason == "an earlier step failed: a"
+
+
+def _failers(root: Path) -> list[str]:
+    """Every call of a run's ``fail`` outside pipeline.py: the failure rule written again."""
+    return [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py")) if path.name != "pipeline.py"
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+            if re.search(r"\brun_?\.fail\(", line)]
+
+
+def test_the_failure_rule_is_only_in_the_loop(tmp_path: Path) -> None:
+    assert _failers(Path(__file__).resolve().parents[2] / "kernodeck") == []
+    planted = tmp_path / "kernodeck" / "step.py"
+    planted.parent.mkdir()
+    planted.write_text("def act(ctx, run):\n    run.fail(error)\n    return Step('x', Status.FAILED)\n",
+                       encoding="utf-8")
+    assert _failers(tmp_path / "kernodeck") == ["step.py:2"]

@@ -88,7 +88,8 @@ def strangers(path: Path) -> list[str]:
 
 
 def step_tables(path: Path) -> list[list[ast.AST]]:
-    """The step names each step table names: the runner's ``STEPS`` dict, calibrate's ``steps`` list of pairs."""
+    """The step names each step table names: the step table's ``StepRow`` rows (kernodeck/inenv/steptable.py), the
+    ``STEPS`` dict of a runner that kept its own, calibrate's ``steps`` list of pairs."""
     tables = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
@@ -97,6 +98,8 @@ def step_tables(path: Path) -> list[list[ast.AST]]:
         names = {t.id for t in targets if isinstance(t, ast.Name)}
         if "STEPS" in names and isinstance(node.value, ast.Dict):
             tables.append([k for k in node.value.keys if k is not None])
+        elif "STEPS" in names and isinstance(node.value, ast.Tuple):
+            tables.append([e.args[0] for e in node.value.elts if isinstance(e, ast.Call) and e.args])
         elif "steps" in names and isinstance(node.value, ast.List):
             tables.append([e.elts[0] for e in node.value.elts if isinstance(e, ast.Tuple) and e.elts])
     return tables
@@ -109,7 +112,7 @@ def test_every_in_env_literal_comes_from_the_protocol() -> None:
 
 
 def test_the_step_tables_name_the_protocols_steps() -> None:
-    runner, = step_tables(INENV / "runner.py")
+    runner, = step_tables(INENV / "steptable.py")
     calibrate, = step_tables(INENV / "calibrate.py")
     for table in (runner, calibrate):
         for key in table:

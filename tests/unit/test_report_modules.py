@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # module -> the sibling modules it may import at run time (an import under TYPE_CHECKING is a type, not an edge)
 LAYERS = {
     "kernodeck.verify.record": set(),
-    "kernodeck.verify.claims": {"kernodeck.verify.record"},
-    "kernodeck.verify.summaries": {"kernodeck.verify.record"},
+    "kernodeck.verify.outside": set(),  # verify's own steps' rows (the in-env ones': kernodeck/inenv/steptable.py)
+    "kernodeck.verify.claims": {"kernodeck.verify.record", "kernodeck.verify.outside"},
+    "kernodeck.verify.summaries": {"kernodeck.verify.record", "kernodeck.verify.outside"},
     "kernodeck.verify.markdown": {"kernodeck.verify.record", "kernodeck.verify.claims", "kernodeck.verify.summaries"},
     "kernodeck.verify.report": {"kernodeck.verify.record", "kernodeck.verify.claims", "kernodeck.verify.summaries",
                                 "kernodeck.verify.markdown"},

@@ -16,11 +16,11 @@ from kernodeck.env import binding
 from kernodeck.env.envdirs import current_env, env_python, marker
 from kernodeck.env.rebuild import INVENTORY, rebuild
 from kernodeck.errors import CommandFailed, KernodeckError
-from kernodeck.inenv.protocol import Layer, Status
+from kernodeck.inenv.protocol import Status
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify.context import RunContext
-from kernodeck.verify.pipeline import Run
+from kernodeck.verify.pipeline import Run, StepFailed
 from kernodeck.verify.record import Step
 
 
@@ -93,13 +93,9 @@ def build(ctx: RunContext, run: Run) -> Step:
             step = _current(ctx, run)
         else:
             step = _rebuilt(ctx, run)
-        run.meta["interpreter"] = str(run.python)
+        run.meta.interpreter = str(run.python)
     except KernodeckError as exc:
-        run.fail(exc)
-        cause = exc.__cause__
-        return Step("rebuild", Status.FAILED,
-                    error=str(exc),  # the installer's reason and the sources asked
-                    layer=Layer.INSTALL, duration_s=run.elapsed(),
-                    command=" ".join(cause.argv) if isinstance(cause, CommandFailed) else "",
-                    interpreter=sys.executable)
+        cause = exc.__cause__  # the installer's command, when it failed
+        raise StepFailed(exc, Step("rebuild", Status.FAILED, interpreter=sys.executable,
+                                   command=" ".join(cause.argv) if isinstance(cause, CommandFailed) else "")) from None
     return step

@@ -14,12 +14,12 @@ from kernodeck import tips
 from kernodeck._fs import sha256_file
 from kernodeck.dossier import lineage, manifest, recording
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
-from kernodeck.inenv.protocol import Layer, Status
+from kernodeck.inenv.protocol import Status
 from kernodeck.project import application
 from kernodeck.project.config import Project
 from kernodeck.verify import runbuild
 from kernodeck.verify.context import Options, RunContext
-from kernodeck.verify.pipeline import Run
+from kernodeck.verify.pipeline import Run, StepFailed
 from kernodeck.verify.record import Step
 
 
@@ -72,15 +72,15 @@ def _reference_meta(ctx: RunContext, run: Run, app: application.Application) -> 
         raise ctx.reference
     ref = ctx.reference
     require_declared_contract(ctx.project, ref, app)
-    run.meta["reference_id"] = ref.id
+    run.meta.reference_id = ref.id
     # its id, date and lock, and a newer reference in its history: named in the report's differences
-    run.meta["reference_lineage"] = lineage.lineage(ref, ctx.lock.digest).as_dict()
+    run.meta.reference_lineage = lineage.lineage(ref, ctx.lock.digest).as_dict()
     moved = require_reference_code(ctx.project, ref, app, allow=ctx.opts.allow_code_change)
     run.changed_code = moved
-    run.meta["reference_code"] = ("same as the reference's" if not moved
-                                  else "changed since the reference (--allow-code-change): " + ", ".join(moved))
-    run.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs),
-                               "code": list(ref.manifest["application"]["code"])}
+    run.meta.reference_code = ("same as the reference's" if not moved
+                                else "changed since the reference (--allow-code-change): " + ", ".join(moved))
+    run.meta.application = {"entry": str(app.entry), "outputs": sorted(app.outputs),
+                             "code": list(ref.manifest["application"]["code"])}
 
 
 def changes(opts: Options, mode: str) -> runbuild.Changes:
@@ -98,8 +98,8 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
     app = ctx.declaration.application()
     reference = None
     if ctx.mode == "reference":
-        run.meta["application"] = {"entry": str(app.entry), "outputs": sorted(app.outputs),
-                                   "code": list(app.sources)}
+        run.meta.application = {"entry": str(app.entry), "outputs": sorted(app.outputs),
+                                 "code": list(app.sources)}
     else:
         _reference_meta(ctx, run, app)
         assert not isinstance(ctx.reference, KernodeckError)  # _reference_meta raised it
@@ -111,9 +111,7 @@ def declared_contract(ctx: RunContext, run: Run) -> Step | None:
     """The ``reference-manifest`` step: shown only when it fails (its success is the reference id in the report)."""
     try:
         run.run_config = runner_config(ctx, run)
-    except KernodeckError as exc:
-        run.fail(exc)
-        found = {"changed_code": exc.changed} if isinstance(exc, CodeChanged) else {}
-        return Step("reference-manifest", Status.FAILED, error=str(exc), layer=Layer.REFERENCE,
-                    details={**found, "tip": exc.tip})
+    except CodeChanged as exc:  # any other error: the step fails with it alone (pipeline.drive)
+        changed = {"changed_code": exc.changed}
+        raise StepFailed(exc, Step("reference-manifest", Status.FAILED, details=changed)) from None
     return None

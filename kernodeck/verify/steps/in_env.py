@@ -12,24 +12,26 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from kernodeck import tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import first_error, log, show
 from kernodeck.env import extension_scan, start
 from kernodeck.errors import KernodeckError
+from kernodeck.inenv import steptable
 from kernodeck.inenv.protocol import HASH_SEED, STATUSES, Layer, Status, StepName
 from kernodeck.project import deadlines
 from kernodeck.sources import redact_text
 from kernodeck.supervise import Stop, Stopped, supervise
 from kernodeck.verify.context import RunContext
-from kernodeck.verify.pipeline import Run
+from kernodeck.verify.pipeline import Run, StepFailed
 from kernodeck.verify.record import Step
 
 IN_ENV_STEPS = tuple(step.value for step in StepName)  # the wall's protocol: every in-env step, in run order
-# compare, making a reference: each declared tolerance shown able to fail on the new outputs (nothing to compare yet)
-REFERENCE_STEPS = tuple(step for step in IN_ENV_STEPS if step not in (StepName.REFERENCE, StepName.RESUME))
+# making a reference: the steps whose row says so (compare: each declared tolerance shown able to fail on the new
+# outputs, there being nothing to compare with yet)
+REFERENCE_STEPS = tuple(step for step in IN_ENV_STEPS if steptable.BY_NAME[step].reference)
 # The in-env side ships inside this distribution and runs by path; nothing of Kernodeck is installed into the env.
 RUNNER = Path(__file__).resolve().parents[2] / "inenv" / "runner.py"
 RUNNER_ENV = {
@@ -126,8 +128,8 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     argv = start.argv(python, str(runner), "--config", str(cfg_path))
     env_extra = dict(RUNNER_ENV)
     shown_argv = [_shown(run_.project.root, a) for a in argv[:-1]]
-    run_.meta["runner_command"] = show([*shown_argv, "DOSSIER/run-config.json"])
-    run_.meta["runner_env"] = RUNNER_ENV
+    command = run_.meta.runner_command = show([*shown_argv, "DOSSIER/run-config.json"])
+    run_.meta.runner_env = RUNNER_ENV
     phase = InEnvPhases()
 
     def forward(line: str) -> None:
@@ -136,7 +138,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
             log(forwarded)
 
     limits = deadlines.load(run_.project.tool)
-    run_.meta["deadlines"] = limits.as_dict()  # run policy, recorded; not part of the reference's identity
+    run_.meta.deadlines = limits.as_dict()  # run policy, recorded; not part of the reference's identity
     ended = supervise(argv, env=start.environ(env_extra), cwd=run_.staging, deadlines=limits, root=run_.project.root,
                       on_line=forward)
     code, tail = ended.code, ended.tail
@@ -145,7 +147,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     for name in names:
         if name in results:
             step = Step.from_dict(json.loads(results[name].read_text(encoding="utf-8")))
-            step.command = step.command or run_.meta["runner_command"]
+            step.command = step.command or command
             if step.status is Status.FAILED:
                 step.interpreter = str(python)
         elif crashed_at is None and not run_.failed and ended.stopped is not None:
@@ -159,7 +161,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
                 error=f"the check process ended (exit {code}) before this step reported: "
                 f"{first_error(chr(10).join(tail))}",
                 layer=Layer.ENVIRONMENT,
-                command=run_.meta["runner_command"],
+                command=command,
                 interpreter=str(python),
             )
         else:
@@ -174,11 +176,11 @@ def stopped_step(run_: Run, name: str, stopped: Stopped, python: Path) -> Step:
     write_atomic(run_.staging / stacks, stopped.stacks)
     error = stopped.message(stacks)
     if stopped.kind is Stop.INTERRUPTED:
-        run_.meta["interrupted"] = {"signal": stopped.signal, "step": name}
+        run_.meta.interrupted = {"signal": stopped.signal, "step": name}
     details = {**stopped.details(stacks), "tip": tips.VERIFY if stopped.kind is Stop.INTERRUPTED else
                f"read {stacks} (the project's own frames first), fix the blockage, then: {tips.VERIFY}"}
     return Step(name, Status.FAILED, error=error, layer=stopped.layer, duration_s=round(stopped.ran_s, 2),
-                command=run_.meta["runner_command"], interpreter=str(python), details=details)
+                command=run_.meta.runner_command or "", interpreter=str(python), details=details)
 
 
 def _shown(root: Path, arg: str) -> str:
@@ -191,11 +193,11 @@ def _shown(root: Path, arg: str) -> str:
 
 def _loader_variables(run: Run) -> str:
     """The variables through which ld.so loads libraries into every process, as this run has them."""
-    present = [name for name in (start.PRELOAD, start.AUDIT) if name in run.meta.get("variables", {})]
+    present = [name for name in (start.PRELOAD, start.AUDIT) if name in (run.meta.variables or {})]
     return " and ".join(present) or start.PRELOAD
 
 
-def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> None:
+def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> NoReturn:
     """LD_PRELOAD names a library no declaration allows: no in-env process starts (it would load it)."""
     error = KernodeckError(
         f"{_loader_variables(run)} loads {', '.join(undeclared)} into every in-env process: code no lock describes; "
@@ -203,11 +205,7 @@ def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> 
         tip=f"unset {_loader_variables(run)}, or declare it in pyproject.toml "
             "([tool.kernodeck.environment] ld-preload = "
             f"[\"{os.path.basename(undeclared[0])}\"]), then: {tips.VERIFY}")
-    run.fail(error)
-    run.add(Step(names[0], Status.FAILED, error=str(error), layer=Layer.ENVIRONMENT,
-                 details={"tip": error.tip, "variables": run.meta["variables"]}))
-    for name in names[1:]:
-        run.add(Step(name, Status.NOT_RUN, reason="an earlier step failed"))
+    raise StepFailed(error, Step(names[0], Status.FAILED, details={"variables": run.meta.variables}))
 
 
 def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
@@ -225,12 +223,11 @@ def checks(ctx: RunContext, run: Run) -> None:
     assert run.python is not None  # the rebuild step gave it
     # what the in-env processes get of the variables that change numerics or load code: recorded (redacted)
     env = start.environ(RUNNER_ENV)
-    run.meta["variables"] = start.recorded(env, lambda value: redact_text(value, secrets=ctx.secrets))
+    run.meta.variables = start.recorded(env, lambda value: redact_text(value, secrets=ctx.secrets))
     declared = ctx.project.tool.get("environment", {}).get("ld-preload", [])
     undeclared = start.undeclared_preload(env, list(declared))
     if undeclared:
         _refuse_preload(run, ctx.names, undeclared)
-        return
     config = run.run_config
     if StepName.EXTENSIONS in ctx.names:
         config = {**config, "extensions": extensions_config(ctx, run.python)}
@@ -238,7 +235,7 @@ def checks(ctx: RunContext, run: Run) -> None:
     try:
         run_checks(run, run.python, ctx.names, config)
     finally:
-        collected.finish(ctx.staging / COLLECT_ENV, timeout=5 if "interrupted" in run.meta else 300)
+        collected.finish(ctx.staging / COLLECT_ENV, timeout=5 if run.meta.interrupted else 300)
     for step in run.steps:  # the system record (system.json, kept with a reference) holds them, compared with its
         if step.name == StepName.SYSTEM and step.details:
-            step.details["variables"] = run.meta["variables"]
+            step.details["variables"] = run.meta.variables

@@ -16,10 +16,10 @@ from kernodeck._fs import write_atomic
 from kernodeck.env import envfiles, inventory, snapshot
 from kernodeck.env.sealing import snapshot_digest
 from kernodeck.errors import KernodeckError
-from kernodeck.inenv.protocol import Layer, Status
+from kernodeck.inenv.protocol import Status
 from kernodeck.lock import lockfile
 from kernodeck.verify.context import RunContext
-from kernodeck.verify.pipeline import Run
+from kernodeck.verify.pipeline import Run, StepFailed
 from kernodeck.verify.record import Step
 
 
@@ -85,7 +85,7 @@ def _against_lock(run_: Run, step: Step, lock: lockfile.Lockfile, seen: inventor
         )
         run_.not_established.append(
             f"that the environment is the lock's ({len(delta.added)} added, {len(delta.removed)} missing, "
-            f"{len(delta.changed)} changed vs {run_.meta.get('lock', 'the lock')}: {delta.summary()[:300]})"
+            f"{len(delta.changed)} changed vs {run_.meta.lock or 'the lock'}: {delta.summary()[:300]})"
             + (f"; nor that {files_note}" if files_note else "")
         )
         return failure, ""
@@ -97,8 +97,8 @@ def _against_lock(run_: Run, step: Step, lock: lockfile.Lockfile, seen: inventor
                           + (f"; {failure}" if failure else ""), tip=tips.REBUILD_FRESH), files_note
 
 
-def _observe(run_: Run, lock: lockfile.Lockfile | None, python: Path, intentional: bool, start: float
-             ) -> tuple[inventory.Observation | None, envfiles.Findings | None, KernodeckError | None]:
+def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, start: float
+             ) -> tuple[inventory.Observation, envfiles.Findings | None]:
     """The env's files (a rebuilt env's, from outside it, first), then its packages by its own interpreter."""
     built = python.parent.parent  # a rebuilt env: <env>/bin/python
     # an interpreter Kernodeck did not build (--python) has no snapshot to hold its files to
@@ -108,25 +108,23 @@ def _observe(run_: Run, lock: lockfile.Lockfile | None, python: Path, intentiona
         if env is not None:
             locked = {p.name for p in lock.pins} if lock is not None else None
             files = envfiles.check(env, locked or (), snapshot_digest(env) or "", inventory.bytecode_validator(python))
-        return inventory.observe(python, files=env is None), files, None
+        return inventory.observe(python, files=env is None), files
     except KernodeckError as exc:
         cause = exc
         if files is not None and not files.clean:  # the files are the cause (a dropped module may break observing)
             cause = _not_the_build(files, tips.REBUILD_FRESH)
-        run_.add(Step("inventory", Status.FAILED, error=str(cause), layer=Layer.INSTALL, interpreter=str(python),
-                      duration_s=time.perf_counter() - start,
-                      details={"tip": cause.tip, **({"files": files.as_dict()} if files is not None else {})}))
-        return None, files, cause
+        raise StepFailed(cause, Step("inventory", Status.FAILED, interpreter=str(python),
+                                     duration_s=time.perf_counter() - start,
+                                     details={"files": files.as_dict()} if files is not None else {})) from None
 
 
 def inventory_step(
     run_: Run, lock: lockfile.Lockfile | None, python: Path, intentional: bool, strict: bool = False
-) -> tuple[inventory.Observation | None, KernodeckError | None]:
-    """Observe the env and hold it to the lock; add the ``inventory`` step to ``run_``: (what was seen, the failure)."""
+) -> tuple[inventory.Observation, Step]:
+    """Observe the env and hold it to the lock: what was seen and the ``inventory`` step's record, which
+    :class:`StepFailed` carries instead when the env is not the lock's (pipeline.drive fails it)."""
     start = time.perf_counter()
-    seen, files, cause = _observe(run_, lock, python, intentional, start)
-    if seen is None:
-        return None, cause
+    seen, files = _observe(lock, python, intentional, start)
     step = Step("inventory", Status.PASSED, details=seen.as_dict(), interpreter=str(python))
     tip = (tips.REBUILD_FRESH if not intentional
            else f"repair or recreate the environment of {python} (nothing is installed into it)")
@@ -139,20 +137,15 @@ def inventory_step(
                                             strict=strict, files_note=files_note)
     if files_note and failure is None:
         run_.not_established.append(f"that {files_note}")
-    if failure is not None:
-        step.status, step.layer, step.error = Status.FAILED, Layer.INSTALL, str(failure)
-        step.details["tip"] = failure.tip
     step.duration_s = time.perf_counter() - start
-    run_.add(step)
-    return seen, failure
+    if failure is not None:
+        raise StepFailed(failure, step)
+    return seen, step
 
 
-def inventory_entry(ctx: RunContext, run: Run) -> None:
+def inventory_entry(ctx: RunContext, run: Run) -> Step:
     """The pipeline's ``inventory``: the step, and the observed inventory written into the dossier."""
     assert run.python is not None  # the rebuild step gave it
-    seen, failure = inventory_step(run, run.lock, run.python, intentional=bool(ctx.opts.python),
-                                   strict=ctx.opts.strict)
-    if failure is not None:
-        run.fail(failure)
-    if seen is not None:
-        write_atomic(ctx.staging / "inventory.txt", seen.text)
+    seen, step = inventory_step(run, run.lock, run.python, intentional=bool(ctx.opts.python), strict=ctx.opts.strict)
+    write_atomic(ctx.staging / "inventory.txt", seen.text)
+    return step

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from kernodeck.errors import LockfileError, MissingLockfile, StaleLock
-from kernodeck.inenv.protocol import Layer, Status
+from kernodeck.inenv.protocol import Status
 from kernodeck.lock import check
 from kernodeck.verify.context import RunContext
-from kernodeck.verify.pipeline import Run
+from kernodeck.verify.pipeline import Run, StepFailed
 from kernodeck.verify.record import Step
 
 
@@ -23,13 +23,12 @@ def lock_check(ctx: RunContext, run: Run) -> Step:
         if isinstance(exc, MissingLockfile) and ctx.opts.python and not ctx.opts.strict:
             run.not_established.append(f"anything about the packages: no lock for {ctx.plat.id} to compare with")
             return Step("lock-check", Status.SKIPPED, reason=f"{exc} (verifying an existing interpreter)")
-        run.fail(exc)
-        return Step("lock-check", Status.FAILED, error=str(exc), layer=Layer.LOCK, duration_s=run.elapsed(),
-                    details={"changes": getattr(exc, "changes", [])})
+        changes = {"changes": getattr(exc, "changes", [])}
+        raise StepFailed(exc, Step("lock-check", Status.FAILED, details=changes)) from None
     run.lock = ctx.lock.parsed
-    run.meta["lock"] = str(ctx.lock.path.relative_to(ctx.project.root))
-    run.meta["lock_digest"] = ctx.lock.digest
-    run.meta["lock_inputs_digest"] = ctx.lock.parsed.first("inputs-digest")
+    run.meta.lock = str(ctx.lock.path.relative_to(ctx.project.root))
+    run.meta.lock_digest = ctx.lock.digest
+    run.meta.lock_inputs_digest = ctx.lock.parsed.first("inputs-digest")
     return Step("lock-check", Status.PASSED,
                 title="lock current against its inputs; its pins match their digest and its PEP 751 twin",
-                duration_s=run.elapsed(), details={"lock": run.meta["lock"]})
+                duration_s=run.elapsed(), details={"lock": run.meta.lock})
