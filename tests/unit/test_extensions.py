@@ -134,6 +134,29 @@ def test_discovery_finds_the_extension_not_torchs_own_with_what_it_was_built_for
     assert config["discovered"][0]["objects"][0]["module"] == "kdext._C"
 
 
+def test_the_needed_libraries_are_read_from_the_headers_as_pyelftools_reads_them(tmp_path: Path) -> None:
+    from elftools.elf.elffile import ELFFile
+
+    env = fake_env(tmp_path)
+    site = next(env.glob("lib/python*/site-packages"))
+    objects = [site / "torch/lib/libc10.so", *site.glob("kdext/_C*.so")]
+    for so in objects:
+        with so.open("rb") as handle:
+            assert extension_scan.quick_needed(handle) == extension_scan._needed(ELFFile(handle))
+    with objects[1].open("rb") as handle:
+        assert "libc10.so" in (extension_scan.quick_needed(handle) or [])
+    # headers that cannot be followed: no answer from them, and the name is searched for in the bytes instead
+    garbled = tmp_path / "garbled.so"
+    garbled.write_bytes(b"\x7fELF\x02\x01" + b"\xff" * 58 + b"...libtorch_cpu.so...")
+    with garbled.open("rb") as handle:
+        assert extension_scan.quick_needed(handle) is None
+        assert extension_scan._names_torch(handle)
+    plain = tmp_path / "plain.so"
+    plain.write_bytes(objects[0].read_bytes())  # libc10 itself needs no torch library
+    with plain.open("rb") as handle:
+        assert not extension_scan._names_torch(handle)
+
+
 def test_built_for_reads_the_label_the_torch_pin_and_the_cuda_runtime() -> None:
     obj = extension_scan.SharedObject("x/_C.so", "x._C", ("libtorch.so",), ("libtorch.so", "libcudart.so.12"), "", None)
     assert extension_scan.built_for("2.0+pt210cu130", [], [obj])["torch"] == "2.10"
