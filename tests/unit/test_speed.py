@@ -45,6 +45,25 @@ def test_lock_check_imports_neither_the_network_nor_the_other_commands() -> None
     assert proc.stdout.strip() == "True"
 
 
+# What verify's own modules do not import: each is needed only by work a verify of a plain env does not do.
+NOT_ON_VERIFY = ("tomlkit", "elftools")
+
+
+def test_verify_imports_neither_the_manifest_writer_nor_the_elf_parser() -> None:
+    code = ("import json, sys\nimport kernodeck.__main__, kernodeck.verify, kernodeck.verify.steps, "
+            "kernodeck.verify.writer\nprint(json.dumps(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    tops = {name.split(".")[0] for name in json.loads(proc.stdout)}
+    assert not tops & set(NOT_ON_VERIFY), tops & set(NOT_ON_VERIFY)
+    # the work that needs them still imports them: a manifest written, an ELF object read past its headers
+    code = ("import sys, tempfile\nfrom kernodeck.dossier import manifest\nfrom kernodeck.env import extension_scan\n"
+            "manifest.render({'id': 'x'})\nwith tempfile.TemporaryFile() as handle:\n"
+            "    handle.write(b'\\x7fELF' + bytes(60))\n    extension_scan._linking(handle, 'x')\n"
+            "print('tomlkit' in sys.modules, 'elftools' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "True True"
+
+
 class _Session:
     """What install_tools uses of a nox session."""
 
