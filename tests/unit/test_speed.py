@@ -64,6 +64,22 @@ def test_verify_imports_neither_the_manifest_writer_nor_the_elf_parser() -> None
     assert proc.stdout.strip() == "True True"
 
 
+def test_the_command_skips_the_teardown_only_when_no_thread_is_left_to_wait_for(tmp_path: Path) -> None:
+    marker = tmp_path / "written-by-the-thread"
+    code = ("import atexit, pathlib, sys, threading, time\nfrom kernodeck.__main__ import end\n"
+            "atexit.register(lambda: print('teardown ran'))\nprint('done')\n"
+            "if sys.argv[1] == 'thread':\n"
+            "    threading.Thread(target=lambda: (time.sleep(0.2), pathlib.Path(sys.argv[2]).write_text('x'))).start()\n"
+            "end(3)")
+    alone = subprocess.run([sys.executable, "-c", code, "alone", str(marker)], cwd=ROOT, capture_output=True,
+                           text=True, check=False)
+    assert alone.returncode == 3 and alone.stdout.split() == ["done"]  # printed (flushed), no teardown
+    # a thread Python waits for: the ordinary exit, which lets it finish its work
+    waited = subprocess.run([sys.executable, "-c", code, "thread", str(marker)], cwd=ROOT, capture_output=True,
+                            text=True, check=False)
+    assert waited.returncode == 3 and "teardown ran" in waited.stdout and marker.read_text() == "x"
+
+
 class _Session:
     """What install_tools uses of a nox session."""
 
