@@ -69,7 +69,8 @@ def test_the_command_skips_the_teardown_only_when_no_thread_is_left_to_wait_for(
     code = ("import atexit, pathlib, sys, threading, time\nfrom kernodeck.__main__ import end\n"
             "atexit.register(lambda: print('teardown ran'))\nprint('done')\n"
             "if sys.argv[1] == 'thread':\n"
-            "    threading.Thread(target=lambda: (time.sleep(0.2), pathlib.Path(sys.argv[2]).write_text('x'))).start()\n"
+            "    late = lambda: (time.sleep(0.2), pathlib.Path(sys.argv[2]).write_text('x'))\n"
+            "    threading.Thread(target=late).start()\n"
             "end(3)")
     alone = subprocess.run([sys.executable, "-c", code, "alone", str(marker)], cwd=ROOT, capture_output=True,
                            text=True, check=False)
