@@ -339,7 +339,9 @@ def _is_shared(rel: str) -> bool:
 
 def _metadata(info: Path) -> tuple[str, str, list[str]]:
     try:
-        meta = HeaderParser().parsestr((info / "METADATA").read_text(encoding="utf-8", errors="replace"))
+        text = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
+        # its headers end at the first empty line; the description after it (tens of KB) is not parsed
+        meta = HeaderParser().parsestr(text.partition("\n\n")[0] + "\n")
     except OSError:
         stem = info.name.removesuffix(".dist-info")
         name, _, version = stem.partition("-")

@@ -134,6 +134,15 @@ def test_discovery_finds_the_extension_not_torchs_own_with_what_it_was_built_for
     assert config["discovered"][0]["objects"][0]["module"] == "kdext._C"
 
 
+def test_discovery_reads_the_torch_pin_from_the_metadata_headers_not_from_its_description(tmp_path: Path) -> None:
+    env = fake_env(tmp_path, label="")
+    meta = next(env.glob("lib/python*/site-packages/kdext-*.dist-info")) / "METADATA"
+    meta.write_text(meta.read_text(encoding="utf-8") + "\nA description.\nRequires-Dist: torch==0.1\n",
+                    encoding="utf-8")
+    (ext,) = extension_scan.discover(env, cuobjdump="").extensions
+    assert ext.built_for["torch"] == ">=2.5" and ext.built_for["from"].startswith("Requires-Dist: torch")
+
+
 def test_the_needed_libraries_are_read_from_the_headers_as_pyelftools_reads_them(tmp_path: Path) -> None:
     from elftools.elf.elffile import ELFFile
 
