@@ -18,7 +18,6 @@ import mmap
 import os
 import re
 import shutil
-import struct
 import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from kernodeck._proc import log, show
+from kernodeck.env.elfneeded import needed_from_headers
 from kernodeck.env.records import site_dirs
 
 if TYPE_CHECKING:  # pyelftools is imported only to read an object that links torch (most envs have none)
@@ -154,88 +154,13 @@ def _needed(elf: ELFFile) -> list[str]:
 def _names_torch(handle: BinaryIO) -> bool:
     """Whether the file holds the name of a torch library anywhere: a DT_NEEDED entry is a string of its dynamic
     string table, so an object without one links no torch. Read where its headers say the DT_NEEDED names are (a few
-    kilobytes, :func:`quick_needed`); an object whose headers cannot be followed that way is searched byte by byte."""
-    needed = quick_needed(handle)
+    kilobytes, :mod:`kernodeck.env.elfneeded`); an object whose headers cannot be followed that way is searched byte
+    by byte."""
+    needed = needed_from_headers(handle)
     if needed is not None:
         return any(TORCH_LIB.match(name) for name in needed)
     with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         return data.find(b"libc10") >= 0 or data.find(b"libtorch") >= 0
-
-
-_ELF_CLASS = {1: ("I", 52, 32, 8), 2: ("Q", 64, 56, 16)}  # ELF32, ELF64: word, header, phdr and dyn entry sizes
-_PT_LOAD, _PT_DYNAMIC, _DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ = 1, 2, 0, 1, 5, 10
-
-
-def quick_needed(handle: BinaryIO) -> list[str] | None:
-    """The DT_NEEDED entries of the ELF object open as ``handle``, read from its program headers, its dynamic
-    segment and the string table it points to (what pyelftools reads, without reading the rest of a file that is
-    often megabytes); None when the headers are not what an ELF shared object has (the caller searches instead)."""
-    try:
-        handle.seek(0)
-        ident = handle.read(16)
-        layout = _ELF_CLASS.get(ident[4]) if len(ident) == 16 else None
-        if layout is None or ident[5] not in (1, 2):
-            return None
-        word, header_size, phdr_size, dyn_size = layout
-        end = "<" if ident[5] == 1 else ">"
-        header = ident + handle.read(header_size - 16)
-        if len(header) < header_size:
-            return None
-        if word == "Q":
-            phoff, = struct.unpack_from(end + "Q", header, 32)
-            phentsize, phnum = struct.unpack_from(end + "HH", header, 54)
-        else:
-            phoff, = struct.unpack_from(end + "I", header, 28)
-            phentsize, phnum = struct.unpack_from(end + "HH", header, 42)
-        if phentsize < phdr_size or not 0 < phnum < 0xFFFF:
-            return None
-        handle.seek(phoff)
-        table = handle.read(phentsize * phnum)
-        if len(table) < phentsize * phnum:
-            return None
-        loads: list[tuple[int, int, int]] = []  # (vaddr, offset, filesz)
-        dynamic: tuple[int, int] | None = None  # (offset, filesz)
-        for index in range(phnum):
-            at = index * phentsize
-            if word == "Q":
-                kind, _, offset, vaddr, _, filesz = struct.unpack_from(end + "IIQQQQ", table, at)
-            else:
-                kind, offset, vaddr, _, filesz = struct.unpack_from(end + "IIIII", table, at)
-            if kind == _PT_LOAD:
-                loads.append((vaddr, offset, filesz))
-            elif kind == _PT_DYNAMIC:
-                dynamic = (offset, filesz)
-        if dynamic is None:
-            return []  # no dynamic segment: it needs nothing
-        handle.seek(dynamic[0])
-        raw = handle.read(dynamic[1])
-        names: list[int] = []
-        strtab = strsz = None
-        for at in range(0, len(raw) - dyn_size + 1, dyn_size):
-            tag, value = struct.unpack_from(end + word * 2, raw, at)
-            if tag == _DT_NULL:
-                break
-            if tag == _DT_NEEDED:
-                names.append(value)
-            elif tag == _DT_STRTAB:
-                strtab = value
-            elif tag == _DT_STRSZ:
-                strsz = value
-        if not names:
-            return []
-        if strtab is None or strsz is None:
-            return None
-        start = next((offset + strtab - vaddr for vaddr, offset, filesz in loads
-                      if vaddr <= strtab and strtab + strsz <= vaddr + filesz), None)
-        if start is None:
-            return None
-        handle.seek(start)
-        strings = handle.read(strsz)
-        if len(strings) < strsz or any(n >= strsz for n in names):
-            return None
-        return [strings[n:strings.index(b"\0", n)].decode("utf-8", "replace") for n in names]
-    except (OSError, struct.error, ValueError):
-        return None
 
 
 def _exports(elf: ELFFile, name: str) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from kernodeck.env import extension_scan
+from kernodeck.env.elfneeded import needed_from_headers
 from kernodeck.inenv import extensions as inenv_ext
 from kernodeck.verify.steps.in_env import RUNNER
 
@@ -151,14 +152,14 @@ def test_the_needed_libraries_are_read_from_the_headers_as_pyelftools_reads_them
     objects = [site / "torch/lib/libc10.so", *site.glob("kdext/_C*.so")]
     for so in objects:
         with so.open("rb") as handle:
-            assert extension_scan.quick_needed(handle) == extension_scan._needed(ELFFile(handle))
+            assert needed_from_headers(handle) == extension_scan._needed(ELFFile(handle))
     with objects[1].open("rb") as handle:
-        assert "libc10.so" in (extension_scan.quick_needed(handle) or [])
+        assert "libc10.so" in (needed_from_headers(handle) or [])
     # headers that cannot be followed: no answer from them, and the name is searched for in the bytes instead
     garbled = tmp_path / "garbled.so"
     garbled.write_bytes(b"\x7fELF\x02\x01" + b"\xff" * 58 + b"...libtorch_cpu.so...")
     with garbled.open("rb") as handle:
-        assert extension_scan.quick_needed(handle) is None
+        assert needed_from_headers(handle) is None
         assert extension_scan._names_torch(handle)
     plain = tmp_path / "plain.so"
     plain.write_bytes(objects[0].read_bytes())  # libc10 itself needs no torch library
