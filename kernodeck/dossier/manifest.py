@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomlkit
 from packaging.version import InvalidVersion, Version
 
 from kernodeck import outdir, tips
@@ -261,6 +260,8 @@ def recorded_id(project: Project) -> str | None:
 
 
 def render(manifest: dict[str, Any]) -> str:
+    import tomlkit  # only a new reference writes a manifest: verify reads them (tomllib)
+
     doc = tomlkit.document()
     doc.add(
         tomlkit.comment(f"Kernodeck reference manifest: written by `{tips.NEW_REFERENCE}`; do not edit by hand.")

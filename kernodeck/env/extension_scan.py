@@ -23,17 +23,18 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSegment
-from elftools.elf.elffile import ELFFile
-from packaging.pylock import Pylock
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from kernodeck._proc import log, show
+from kernodeck.env.elfneeded import needed_from_headers
 from kernodeck.env.records import site_dirs
+
+if TYPE_CHECKING:  # pyelftools is imported only to read an object that links torch (most envs have none)
+    from elftools.elf.elffile import ELFFile
+    from packaging.pylock import Pylock
 
 TORCH_LIB = re.compile(r"^lib(torch|c10)[A-Za-z0-9_]*\.(so|dylib)")
 # the distributions whose libraries ARE torch (its own libtorch/libc10 link each other)
@@ -140,7 +141,9 @@ def built_for(version: str, requires: list[str], objects: list[SharedObject]) ->
 
 
 def _needed(elf: ELFFile) -> list[str]:
-    """Its DT_NEEDED entries (read first: most objects of an env do not link torch and are left there)."""
+    """Its DT_NEEDED entries, as pyelftools reads them."""
+    from elftools.elf.dynamic import DynamicSegment
+
     # the PT_DYNAMIC segment: a few program headers to read, where finding the section parses every section header
     for segment in elf.iter_segments("PT_DYNAMIC"):
         if isinstance(segment, DynamicSegment):
@@ -150,7 +153,12 @@ def _needed(elf: ELFFile) -> list[str]:
 
 def _names_torch(handle: BinaryIO) -> bool:
     """Whether the file holds the name of a torch library anywhere: a DT_NEEDED entry is a string of its dynamic
-    string table, so an object without one links no torch (a byte search, where parsing its ELF costs far more)."""
+    string table, so an object without one links no torch. Read where its headers say the DT_NEEDED names are (a few
+    kilobytes, :mod:`kernodeck.env.elfneeded`); an object whose headers cannot be followed that way is searched byte
+    by byte."""
+    needed = needed_from_headers(handle)
+    if needed is not None:
+        return any(TORCH_LIB.match(name) for name in needed)
     with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         return data.find(b"libc10") >= 0 or data.find(b"libtorch") >= 0
 
@@ -198,6 +206,24 @@ def find_cuobjdump(environ: Mapping[str, str]) -> str:
     return ""
 
 
+def _linking(handle: BinaryIO, stem: str) -> tuple[list[str], tuple[str, ...], bool, str] | None | str:
+    """An object that names a torch library, parsed by pyelftools: (its DT_NEEDED, those of torch's, whether it
+    exports ``PyInit_<stem>``, its compiler); None when no DT_NEEDED entry is torch's; why it could not be read."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        handle.seek(0)
+        elf = ELFFile(handle)
+        needed = _needed(elf)
+        links = tuple(n for n in needed if TORCH_LIB.match(n))
+        if not links:
+            return None
+        return needed, links, _exports(elf, f"PyInit_{stem}"), _comment(elf)
+    except (OSError, ELFError) as exc:
+        return str(exc)
+
+
 def read_object(site: Path, rel: str, cuobjdump: str) -> SharedObject | None | str:
     """The object at ``site/rel`` if it links torch; None if it does not; a string saying why it was not read."""
     path = site / rel
@@ -208,17 +234,13 @@ def read_object(site: Path, rel: str, cuobjdump: str) -> SharedObject | None | s
                 return f"{rel}: Mach-O (load commands are not read)"
             if magic != _ELF_MAGIC or not _names_torch(handle):
                 return None
-            handle.seek(0)
-            elf = ELFFile(handle)
-            needed = _needed(elf)
-            links = tuple(n for n in needed if TORCH_LIB.match(n))
-            if not links:
-                return None
-            stem = Path(rel).name.split(".", 1)[0]
-            exports = _exports(elf, f"PyInit_{stem}")
-            compiler = _comment(elf)
-    except (OSError, ELFError) as exc:
+            parsed = _linking(handle, Path(rel).name.split(".", 1)[0])
+    except OSError as exc:
         return f"{rel}: {exc}"
+    if parsed is None or isinstance(parsed, str):
+        return parsed if parsed is None else f"{rel}: {parsed}"
+    needed, links, exports, compiler = parsed
+    stem = Path(rel).name.split(".", 1)[0]
     module = ".".join([*Path(rel).parent.parts, stem]).lstrip(".") if exports else None
     arches: tuple[str, ...] | None = None
     ptx: tuple[str, ...] = ()
@@ -242,7 +264,9 @@ def _is_shared(rel: str) -> bool:
 
 def _metadata(info: Path) -> tuple[str, str, list[str]]:
     try:
-        meta = HeaderParser().parsestr((info / "METADATA").read_text(encoding="utf-8", errors="replace"))
+        text = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
+        # its headers end at the first empty line; the description after it (tens of KB) is not parsed
+        meta = HeaderParser().parsestr(text.partition("\n\n")[0] + "\n")
     except OSError:
         stem = info.name.removesuffix(".dist-info")
         name, _, version = stem.partition("-")

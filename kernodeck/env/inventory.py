@@ -152,7 +152,7 @@ def observe_outside(env: Path) -> Observation:
             infos = sorted(p for p in folder.iterdir() if p.suffix in (".dist-info", ".egg-info") and p.is_dir())
         except OSError:
             continue
-        dists += [_distribution(importlib.metadata.PathDistribution(info)) for info in infos]
+        dists += [_distribution(importlib.metadata.PathDistribution(info), info) for info in infos]
     return _observation({"distributions": dists, "files_checked": 0, "depth": "none (checked outside the env)",
                          "seconds": round(time.perf_counter() - start, 3)})
 
@@ -180,11 +180,12 @@ def search_path(env: Path) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def _distribution(dist: importlib.metadata.PathDistribution) -> dict[str, object]:
+def _distribution(dist: importlib.metadata.PathDistribution, info: Path) -> dict[str, object]:
     """One distribution as observe.py reports it (name, version, direct URL, location, whether it has a RECORD)."""
     location = str(dist.locate_file(""))
     try:
-        name = dist.metadata["Name"]
+        meta = dist.metadata  # parsed once: importlib parses it again on every access (``version`` included)
+        name = meta["Name"]
     except (OSError, TypeError, ValueError):  # no METADATA/PKG-INFO to read
         name = None
     direct: dict[str, object] | None = None
@@ -199,9 +200,19 @@ def _distribution(dist: importlib.metadata.PathDistribution) -> dict[str, object
             direct = {"url": url, "editable": bool((data.get("dir_info") or {}).get("editable"))}
         except (ValueError, AttributeError):
             direct = {"url": "(unreadable direct_url.json)", "editable": False}
-    return {"name": name or f"(no name: {location})", "version": dist.version if name else "",
-            "direct_url": direct, "location": location, "record": dist.read_text("RECORD") is not None,
-            "damaged": []}
+    return {"name": name or f"(no name: {location})", "version": meta["Version"] if name else "",
+            "direct_url": direct, "location": location, "record": _readable(info / "RECORD"), "damaged": []}
+
+
+def _readable(path: Path) -> bool:
+    """Whether ``read_text`` of a distribution would give this file's text (not None), without reading a RECORD of
+    megabytes whole: the errors importlib turns into None are the ones that say no."""
+    try:
+        with path.open("rb") as handle:
+            handle.read(1)
+    except (FileNotFoundError, IsADirectoryError, KeyError, NotADirectoryError, PermissionError):
+        return False
+    return True
 
 
 def _observation(data: dict[str, Any]) -> Observation:

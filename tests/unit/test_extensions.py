@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from kernodeck.env import extension_scan
+from kernodeck.env.elfneeded import needed_from_headers
 from kernodeck.inenv import extensions as inenv_ext
 from tests.helpers.extstep import run_step
 
@@ -108,6 +109,38 @@ def test_discovery_finds_the_extension_not_torchs_own_with_what_it_was_built_for
     assert ext.built_for["from"] == "version label +pt25cu124"
     config = found.as_config()
     assert config["discovered"][0]["objects"][0]["module"] == "kdext._C"
+
+
+def test_discovery_reads_the_torch_pin_from_the_metadata_headers_not_from_its_description(tmp_path: Path) -> None:
+    env = fake_env(tmp_path, label="")
+    meta = next(env.glob("lib/python*/site-packages/kdext-*.dist-info")) / "METADATA"
+    meta.write_text(meta.read_text(encoding="utf-8") + "\nA description.\nRequires-Dist: torch==0.1\n",
+                    encoding="utf-8")
+    (ext,) = extension_scan.discover(env, cuobjdump="").extensions
+    assert ext.built_for["torch"] == ">=2.5" and ext.built_for["from"].startswith("Requires-Dist: torch")
+
+
+def test_the_needed_libraries_are_read_from_the_headers_as_pyelftools_reads_them(tmp_path: Path) -> None:
+    from elftools.elf.elffile import ELFFile
+
+    env = fake_env(tmp_path)
+    site = next(env.glob("lib/python*/site-packages"))
+    objects = [site / "torch/lib/libc10.so", *site.glob("kdext/_C*.so")]
+    for so in objects:
+        with so.open("rb") as handle:
+            assert needed_from_headers(handle) == extension_scan._needed(ELFFile(handle))
+    with objects[1].open("rb") as handle:
+        assert "libc10.so" in (needed_from_headers(handle) or [])
+    # headers that cannot be followed: no answer from them, and the name is searched for in the bytes instead
+    garbled = tmp_path / "garbled.so"
+    garbled.write_bytes(b"\x7fELF\x02\x01" + b"\xff" * 58 + b"...libtorch_cpu.so...")
+    with garbled.open("rb") as handle:
+        assert needed_from_headers(handle) is None
+        assert extension_scan._names_torch(handle)
+    plain = tmp_path / "plain.so"
+    plain.write_bytes(objects[0].read_bytes())  # libc10 itself needs no torch library
+    with plain.open("rb") as handle:
+        assert not extension_scan._names_torch(handle)
 
 
 def test_built_for_reads_the_label_the_torch_pin_and_the_cuda_runtime() -> None:

@@ -45,6 +45,42 @@ def test_lock_check_imports_neither_the_network_nor_the_other_commands() -> None
     assert proc.stdout.strip() == "True"
 
 
+# What verify's own modules do not import: each is needed only by work a verify of a plain env does not do.
+NOT_ON_VERIFY = ("tomlkit", "elftools")
+
+
+def test_verify_imports_neither_the_manifest_writer_nor_the_elf_parser() -> None:
+    code = ("import json, sys\nimport kernodeck.__main__, kernodeck.verify, kernodeck.verify.steps, "
+            "kernodeck.verify.writer\nprint(json.dumps(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    tops = {name.split(".")[0] for name in json.loads(proc.stdout)}
+    assert not tops & set(NOT_ON_VERIFY), tops & set(NOT_ON_VERIFY)
+    # the work that needs them still imports them: a manifest written, an ELF object read past its headers
+    code = ("import sys, tempfile\nfrom kernodeck.dossier import manifest\nfrom kernodeck.env import extension_scan\n"
+            "manifest.render({'id': 'x'})\nwith tempfile.TemporaryFile() as handle:\n"
+            "    handle.write(b'\\x7fELF' + bytes(60))\n    extension_scan._linking(handle, 'x')\n"
+            "print('tomlkit' in sys.modules, 'elftools' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "True True"
+
+
+def test_the_command_skips_the_teardown_only_when_no_thread_is_left_to_wait_for(tmp_path: Path) -> None:
+    marker = tmp_path / "written-by-the-thread"
+    code = ("import atexit, pathlib, sys, threading, time\nfrom kernodeck.__main__ import end\n"
+            "atexit.register(lambda: print('teardown ran'))\nprint('done')\n"
+            "if sys.argv[1] == 'thread':\n"
+            "    late = lambda: (time.sleep(0.2), pathlib.Path(sys.argv[2]).write_text('x'))\n"
+            "    threading.Thread(target=late).start()\n"
+            "end(3)")
+    alone = subprocess.run([sys.executable, "-c", code, "alone", str(marker)], cwd=ROOT, capture_output=True,
+                           text=True, check=False)
+    assert alone.returncode == 3 and alone.stdout.split() == ["done"]  # printed (flushed), no teardown
+    # a thread Python waits for: the ordinary exit, which lets it finish its work
+    waited = subprocess.run([sys.executable, "-c", code, "thread", str(marker)], cwd=ROOT, capture_output=True,
+                            text=True, check=False)
+    assert waited.returncode == 3 and "teardown ran" in waited.stdout and marker.read_text() == "x"
+
+
 class _Session:
     """What install_tools uses of a nox session."""
 
