@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import enum
+import os
+import sys
 from typing import NamedTuple
 
 
@@ -38,3 +40,20 @@ MEANINGS: tuple[Meaning, ...] = (
     Meaning(ExitCode.INTERRUPTED, "interrupted (Ctrl-C); the last good environment and dossier are untouched",
             "handed on by the session; nox stops"),
 )
+
+
+def end(code: int) -> None:
+    """Exit with ``code``. Once the command is done (every file written atomically, the dossier swapped in) and no
+    other thread that Python would wait for runs, the interpreter's teardown is skipped, as the in-env runner skips
+    its own: freeing what a verify held (30,000 stat records, the parsed lock and twin) took 0.1-0.3 s and checks
+    nothing. Another thread still running (a pool's worker) gets the ordinary exit, which waits for it."""
+    import threading
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe: the ordinary exit says it as Python does
+        sys.exit(code)
+    if any(t is not threading.current_thread() and not t.daemon for t in threading.enumerate()):
+        sys.exit(code)
+    os._exit(code)

@@ -21,7 +21,7 @@ from kernodeck.inenv import controls, kinds, margin, tolerance
 from kernodeck.upgrade import relock as upgrade
 from kernodeck.measure import analysis, calibrate, drift
 from kernodeck.project import application
-from kernodeck.verify import summaries
+from kernodeck.inenv import findings
 from tests.helpers.schema_code import SCHEMA, render_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ def test_a_new_kind_is_one_module_and_one_entry(toy: dict[str, Any]) -> None:
     assert drift.ratio("toy", {"max-sum": 2.0}, {"sum_diff": 0.5}) == 0.25
     assert drift.cell_text("toy", {"sum_diff": 0.25}) == "sum 0.25" and drift.short_text("toy", {"sum_diff": 0.25})
     assert upgrade.OutputDrift.from_compare("total", far).allowed == "sum within 2.0"
-    assert "sum difference 12 (<= 2)" in summaries._compare_one(far)
+    assert "sum difference 12 (<= 2)" in findings._compare_one(far)
     schema = render_schema(SCHEMA.read_text(encoding="utf-8"))
     assert '"toy"' in schema and '"max-sum": {"type": "number", "minimum": 0' in schema
     assert "| `toy` | \\|sum(a) − sum(b)\\| ≤ `max-sum` | totals |" in docpage.kinds_block()

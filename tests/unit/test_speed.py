@@ -66,7 +66,7 @@ def test_verify_imports_neither_the_manifest_writer_nor_the_elf_parser() -> None
 
 def test_the_command_skips_the_teardown_only_when_no_thread_is_left_to_wait_for(tmp_path: Path) -> None:
     marker = tmp_path / "written-by-the-thread"
-    code = ("import atexit, pathlib, sys, threading, time\nfrom kernodeck.__main__ import end\n"
+    code = ("import atexit, pathlib, sys, threading, time\nfrom kernodeck.exitcodes import end\n"
             "atexit.register(lambda: print('teardown ran'))\nprint('done')\n"
             "if sys.argv[1] == 'thread':\n"
             "    late = lambda: (time.sleep(0.2), pathlib.Path(sys.argv[2]).write_text('x'))\n"
