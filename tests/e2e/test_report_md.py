@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.dossier import delta
+from kernodeck.dossier import refdelta as delta
 from kernodeck.inenv.protocol import Status
 from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 import pytest
 
-from kernodeck.dossier.delta import vs_reference
+from kernodeck.dossier.refdelta import vs_reference
 from kernodeck.env import start
 from kernodeck.sources import redact_text
 from kernodeck.verify.markdown import _differences

@@ -261,7 +261,7 @@ KNOWN_UPWARD = {
     ("kernodeck.verify.steps.declared", "kernodeck.dossier.manifest"),
     ("kernodeck.verify.steps.declared", "kernodeck.dossier.recording"),
     ("kernodeck.verify.writer", "kernodeck.dossier"),
-    ("kernodeck.verify.writer", "kernodeck.dossier.delta"),
+    ("kernodeck.verify.writer", "kernodeck.dossier.refdelta"),
     ("kernodeck.verify.writer", "kernodeck.dossier.review"),
     ("kernodeck.verify.writer", "kernodeck.dossier.sbom"),
 }

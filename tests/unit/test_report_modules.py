@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kernodeck.dossier import delta as dossier_delta
+from kernodeck.dossier import refdelta as dossier_delta
 from kernodeck.dossier import review as dossier_review
 from kernodeck.dossier import review as review_mod
 from kernodeck.verify import claims
@@ -29,8 +29,9 @@ LAYERS = {
     "kernodeck.dossier.read": {"kernodeck.dossier.judge"},
     "kernodeck.dossier.resume_outputs": {"kernodeck.dossier.judge"},
     "kernodeck.dossier.delta": {"kernodeck.dossier.read", "kernodeck.dossier.judge",
-                                "kernodeck.dossier.resume_outputs"},
-    "kernodeck.dossier.review": {"kernodeck.dossier.export"},
+                                "kernodeck.dossier.resume_outputs", "kernodeck.dossier.refdelta"},
+    "kernodeck.dossier.refdelta": set(),
+    "kernodeck.dossier.review": set(),
 }
 
 
