@@ -1,5 +1,5 @@
 """What differs between two dossiers (``nox -s compare``: :func:`compare`, :func:`render_compare`), read after the
-fact; a run against its reference, written into every run's folder, is :mod:`kernodeck.dossier.refdelta`."""
+fact; a run against its reference, written into every run's folder, is :mod:`kernodeck.runformat.refdelta`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 from kernodeck.dossier.judge import compare_outputs
 from kernodeck.dossier.judge import render as render_outputs
 from kernodeck.dossier.read import load, read_embeddings
-from kernodeck.dossier.refdelta import flat
 from kernodeck.dossier.resume_outputs import compare as compare_resume
 from kernodeck.dossier.resume_outputs import render as render_resume
+from kernodeck.runformat.refdelta import flat
 
 
 def _dict_delta(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:

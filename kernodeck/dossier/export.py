@@ -8,9 +8,9 @@ said to be one; no ``--platform`` in ``FROM``: the target is chosen at build tim
 own venv with ``--require-hashes`` from the hashed file written beside (:mod:`kernodeck.dossier.toolpins`), copy only
 what verify reads (:func:`project_items`; a ``Dockerfile.dockerignore`` beside allows nothing else), install the
 platform's lock with pip alone, ``--require-hashes``, into a fresh venv (the same commands ``procedure.md`` records for
-a replay by hand: both come from :func:`.review.pip_steps`), and run ``verify --python`` on the env's interpreter when the
-container runs (a GPU exists at run time, not at build time). Nothing is built here; the files name only the declared
-public indexes, never this machine's sources.
+a replay by hand: both come from :func:`kernodeck.runformat.review.pip_steps`), and run ``verify --python`` on the
+env's interpreter when the container runs (a GPU exists at run time, not at build time). Nothing is built here; the
+files name only the declared public indexes, never this machine's sources.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import assert_never
 from kernodeck import tips
 from kernodeck.dossier import baseimage, toolpins
 from kernodeck.dossier.baseimage import BaseImage
-from kernodeck.dossier.review import VENV, pip_steps
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.runformat.review import VENV, pip_steps
 from kernodeck.sources import PYPI, public_url
 
 # Inside the container: the project, and Kernodeck's own venv (the orchestrator never lives in the rebuilt env).

@@ -2,8 +2,8 @@
 
 A new reference is made from a reference-mode run (:func:`create`) and written whole (:func:`install`: staged, then
 swapped in; the previous one kept in ``history/`` only when its files match its own manifest). The manifest's model,
-identity and loading live in :mod:`kernodeck.dossier.manifest`; building a new one in
-:mod:`kernodeck.dossier.recording`; each name is imported from the module that defines it.
+identity and loading live in :mod:`kernodeck.runformat.manifest`; building a new one in
+:mod:`kernodeck.runformat.recording`; each name is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -21,16 +21,6 @@ from packaging.utils import canonicalize_name
 from kernodeck import outdir, tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import log
-from kernodeck.dossier import review as dossier_review
-from kernodeck.dossier.manifest import (
-    Reference,
-    changes,
-    identity,
-    load,
-    recorded_id,
-    render,
-)
-from kernodeck.dossier.recording import build_manifest
 from kernodeck.errors import KernodeckError, ManifestError
 from kernodeck.inenv.protocol import Status
 from kernodeck.lock import inputs, lockfile
@@ -38,6 +28,16 @@ from kernodeck.project import application
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.runformat import review as dossier_review
+from kernodeck.runformat.manifest import (
+    Reference,
+    changes,
+    identity,
+    load,
+    recorded_id,
+    render,
+)
+from kernodeck.runformat.recording import build_manifest
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 

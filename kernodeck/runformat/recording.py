@@ -13,13 +13,13 @@ from typing import Any
 
 from kernodeck import tips
 from kernodeck._fs import sha256_file
-from kernodeck.dossier.manifest import FORMAT, check_weights, identity
 from kernodeck.errors import ManifestError
 from kernodeck.inenv import kinds
 from kernodeck.project import application
 from kernodeck.project.application import Application
 from kernodeck.project.assets import Source, SourceKind
 from kernodeck.project.config import Project
+from kernodeck.runformat.manifest import FORMAT, check_weights, identity
 
 
 def code_fingerprint(project: Project, files: list[str] | tuple[str, ...]) -> dict[str, str]:

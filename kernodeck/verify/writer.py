@@ -12,15 +12,15 @@ from pathlib import Path
 
 from kernodeck import outdir, sources, tips
 from kernodeck._fs import write_atomic, write_json
-from kernodeck.dossier.refdelta import vs_reference
-from kernodeck.dossier import review as dossier_review
-from kernodeck.dossier import sbom
 from kernodeck.env import inventory
 from kernodeck.errors import DossierError
 from kernodeck.inenv.protocol import Status
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.runformat import review as dossier_review
+from kernodeck.runformat import sbom
+from kernodeck.runformat.refdelta import vs_reference
 from kernodeck.verify.context import Options, RunContext
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Report

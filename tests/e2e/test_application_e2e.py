@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.conftest import kd, read_report, statuses
 from tests.e2e.test_verify_e2e import in_env, sibling
 from tests.planted import PLANT, plant_pyc

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
 from kernodeck.project.config import load_project
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.conftest import ROOT, copy_project, kd, read_report, statuses
 from tests.faults import inject, wrap_after
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.conftest import copy_project, kd, read_report, statuses
 
 rel = pytest.mark.reliability

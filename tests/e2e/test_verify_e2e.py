@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
 from kernodeck.project.config import load_project
+from kernodeck.runformat import manifest as dossier_manifest
 from kernodeck.verify.steps.in_env import RUNNER_ENV
 from tests.conftest import copy_project, kd, read_report, statuses
 from tests.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject

@@ -17,7 +17,7 @@ import pytest
 import tomlkit
 
 from kernodeck._fs import write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.conftest import ROOT, copy_project, kd, read_report, statuses
 from tests.hfcache import folder_files, write_snapshot
 

@@ -201,9 +201,9 @@ def verify_config_keys(source: str) -> set[str]:
 
 
 def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) -> None:
-    from kernodeck.dossier import manifest
     from kernodeck.project import application
     from kernodeck.project.config import load_project
+    from kernodeck.runformat import manifest
     from tests.conftest import copy_project
 
     project = load_project(copy_project(tmp_path / "p"))

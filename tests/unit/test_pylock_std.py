@@ -19,12 +19,12 @@ from packaging.pylock import Pylock
 from packaging.version import Version
 
 from kernodeck._fs import sha256_file
-from kernodeck.dossier import sbom
 from kernodeck.errors import LockfileError
 from kernodeck.lock import index_client, lockfile, pylock
 from kernodeck.lock import twin as lock_twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python
+from kernodeck.runformat import sbom
 from tests.conftest import ROOT
 from tests.tinylock import make_wheel, offline_env
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from kernodeck.dossier import sbom
 from kernodeck.lock import audit, lockfile
 from kernodeck.project.config import load_project
+from kernodeck.runformat import sbom
 from tests.conftest import ROOT, copy_project, kd
 
 LOCKS = sorted(p for p in (ROOT / "lockfiles").glob("*.txt"))

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.dossier import manifest as dossier_manifest
-from kernodeck.dossier import recording
-from kernodeck.dossier import review as dossier_review
 from kernodeck.env import inventory
 from kernodeck.errors import ManifestError, UnknownVariant
 from kernodeck.inenv.protocol import Status
 from kernodeck.project.config import Backend, load_project
 from kernodeck.project.platforms import os_arch_from_tag, parse_platform_id, resolve_platform
+from kernodeck.runformat import manifest as dossier_manifest
+from kernodeck.runformat import recording
+from kernodeck.runformat import review as dossier_review
 from kernodeck.sources import Source, redact_text, redact_url, strip_credentials, uv_environment
 from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step, overall
