@@ -20,7 +20,7 @@ from kernodeck.verify.steps.in_env import RUNNER_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("ssl", "http.client", "urllib.request", "tomlkit", "filelock", "importlib.metadata", "kernodeck.verify",
-         "kernodeck.env.rebuild", "kernodeck.dossier", "kernodeck.verify.report")
+         "kernodeck.env.rebuild", "kernodeck.runformat", "kernodeck.dossier", "kernodeck.verify.report")
 
 
 def _modules_after(args: list[str], cwd: Path) -> tuple[int, set[str]]:
