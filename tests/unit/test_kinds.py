@@ -18,9 +18,9 @@ import pytest
 from kernodeck import docpage
 from kernodeck.errors import ConfigError
 from kernodeck.inenv import controls, kinds, margin, tolerance
-from kernodeck.lock import upgrade
 from kernodeck.measure import analysis, calibrate, drift
 from kernodeck.project import application
+from kernodeck.upgrade import relock as upgrade
 from kernodeck.verify import summaries
 from tests._schema_code import SCHEMA, render_schema
 
