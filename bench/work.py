@@ -109,8 +109,8 @@ def _verify_argv(plat: Platform, out: Path, steps: Sequence[str], extra: dict[st
 
 def _verify_steps(spec_json: str) -> int:
     """``verify --no-rebuild`` limited to some in-env steps, on another sample (the scaling rows)."""
-    from kernodeck.dossier import manifest
     from kernodeck.inenv.protocol import Status
+    from kernodeck.runformat import manifest
     from kernodeck.verify import verify
     from kernodeck.verify.context import Options
     from kernodeck.verify.record import overall
@@ -164,8 +164,8 @@ def _step_seconds(report: dict[str, Any]) -> dict[str, float]:
 def bare_script(work: Path) -> tuple[Path, str]:
     """The bare script written into the scratch project, and its argument: this repository's MiniLM application's
     parameters, sample, reference and tolerance, read from the project as verify reads them."""
-    from kernodeck.dossier import manifest
     from kernodeck.project import application
+    from kernodeck.runformat import manifest
 
     app = application.load(work)  # this repository's application: the MiniLM embedding
     if app.weights is None or "embeddings" not in app.outputs:

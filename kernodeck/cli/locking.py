@@ -126,8 +126,8 @@ def _locked_platforms(project: Project, args: argparse.Namespace) -> list[Platfo
 
 
 def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck.dossier import sbom
     from kernodeck.lock import check, inputs
+    from kernodeck.runformat import sbom
 
     out_dir = (args.out or project.runs / "sbom").resolve()
     if out_dir.exists() and not out_dir.is_dir():

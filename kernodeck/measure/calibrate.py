@@ -27,7 +27,6 @@ from typing import Any
 from kernodeck import outdir, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
-from kernodeck.dossier import manifest
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import kinds
 from kernodeck.lock import check
@@ -39,6 +38,7 @@ from kernodeck.project import deadlines
 from kernodeck.project.application import Application
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.runformat import manifest
 from kernodeck.verify.context import declaration
 from kernodeck.verify.runbuild import Change, Changes, holding, runner_config
 

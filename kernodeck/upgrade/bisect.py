@@ -257,7 +257,7 @@ def trial_config(project: Project, ref: ReferenceConfig, backend: str) -> dict[s
 def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Path, *, installer: str | None = None,
                  out: Path | None = None) -> BisectResult:
     """Find the changes from ``good_path`` to ``bad_path`` that move the application's outputs out of tolerance."""
-    from kernodeck.dossier import manifest
+    from kernodeck.runformat import manifest
     from kernodeck.verify.steps.declared import require_declared_contract
 
     good, bad = lockfile.read(good_path), lockfile.read(bad_path)

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck import sources
-from kernodeck.dossier import manifest
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import StepName
 from kernodeck.lock import check
 from kernodeck.project import application, resume_contract
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.runformat import manifest
 
 
 @dataclass

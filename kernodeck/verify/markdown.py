@@ -43,7 +43,7 @@ def _lineage(report: Report) -> dict[str, Any]:
 
 
 def _lineage_line(report: Report) -> list[str]:
-    """The reference's id, when it was made and with which lock (kernodeck.dossier.lineage)."""
+    """The reference's id, when it was made and with which lock (kernodeck.runformat.lineage)."""
     found = _lineage(report)
     if not found:
         return []

@@ -32,7 +32,7 @@ __all__ = ["NO_CHANGE", "Change", "Changes", "ReferenceConfig", "add_in_env_inpu
 
 
 class ReferenceConfig(Protocol):
-    """A reference as the runner needs it (``kernodeck.dossier.manifest.Reference``): its part of the config."""
+    """A reference as the runner needs it (``kernodeck.runformat.manifest.Reference``): its part of the config."""
 
     def run_config(self, project: Project, declared: application.Application | None = None) -> dict[str, Any]: ...
 

@@ -12,15 +12,15 @@ from pathlib import Path
 
 from kernodeck import outdir, sources, tips
 from kernodeck._fs import write_atomic, write_json
-from kernodeck.dossier import delta as dossier_delta
-from kernodeck.dossier import review as dossier_review
-from kernodeck.dossier import sbom
 from kernodeck.env import inventory
 from kernodeck.errors import DossierError
 from kernodeck.inenv.protocol import Status
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.runformat import review as dossier_review
+from kernodeck.runformat import sbom
+from kernodeck.runformat.refdelta import vs_reference
 from kernodeck.verify.context import Options, RunContext
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Report
@@ -130,7 +130,7 @@ def write_dossier(ctx: RunContext, run: Run, report: Report) -> None:
                        lock=lock.parsed, digest=lock.digest, twin=lock.twin)
     _vs_reference_inventory(ctx, report)
     write_atomic(staging / "procedure.md", _procedure(ctx, run, report))
-    report.meta["vs_reference"] = dossier_delta.vs_reference(ctx.project.reference, staging)
+    report.meta["vs_reference"] = vs_reference(ctx.project.reference, staging)
     report.write(staging)
     review(ctx)
 

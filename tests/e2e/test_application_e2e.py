@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
 from tests.helpers.builtenv import in_env, sibling
 from tests.helpers.planted import PLANT, plant_pyc

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.helpers.project import ROOT
 from tests.helpers.reports import read_report, statuses
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.dossier import export, review
+from kernodeck.dossier import export
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
+from kernodeck.runformat import review
 from kernodeck.verify.context import Options
 from kernodeck.verify.writer import index_procedure
 from tests.helpers.project import ROOT, copy_project, kd

@@ -76,7 +76,7 @@ def _edit_manifest(project: Path, **tables: dict[str, object]) -> None:
     import tomllib
 
     from kernodeck._fs import write_atomic
-    from kernodeck.dossier import manifest as dossier_manifest
+    from kernodeck.runformat import manifest as dossier_manifest
 
     path = project / "dossier/reference/manifest.toml"
     manifest = tomllib.loads(path.read_text())
@@ -103,7 +103,7 @@ def _refused(project: Path, out: Path, *needles: str) -> None:
 
 
 def test_contract_table_differences_are_generic() -> None:
-    from kernodeck.dossier.manifest import table_differences
+    from kernodeck.runformat.manifest import table_differences
 
     declared = {"cosine-min": 0.9999, "max-abs": 1e-4}
     same = {"cosine_min": 0.9999, "max_abs": 0.0001, "justification": "why"}

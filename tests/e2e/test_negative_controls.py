@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.env import start
 from kernodeck.project.config import load_project
 from tests.helpers.faults import inject, wrap_after

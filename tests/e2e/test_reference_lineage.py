@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.helpers.project import copy_project, kd
 
 MANIFEST = "dossier/reference/manifest.toml"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.dossier import delta
 from kernodeck.inenv.protocol import Status
+from kernodeck.runformat import refdelta as delta
 from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report

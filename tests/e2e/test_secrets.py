@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kernodeck._proc import first_error
-from kernodeck.dossier import review
 from kernodeck.errors import CommandFailed
+from kernodeck.runformat import review
 from kernodeck.sources import (
     SecretInText,
     Source,

@@ -232,7 +232,7 @@ def test_a_rerun_on_a_subset_must_write_one_row_per_given_record() -> None:
 def test_provenance_in_a_repository_without_commits_says_so(tmp_path: Path) -> None:
     import subprocess
 
-    from kernodeck.dossier import recording
+    from kernodeck.runformat import recording
 
     assert recording.git_revision(tmp_path)["commit"] == "unavailable (not a git checkout)"
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)

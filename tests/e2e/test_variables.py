@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, cast
 
 import pytest
 
-from kernodeck.dossier.delta import vs_reference
 from kernodeck.env import start
+from kernodeck.runformat.refdelta import vs_reference
 from kernodeck.sources import redact_text
 from kernodeck.verify.markdown import _differences
 from tests.helpers.project import kd

@@ -17,7 +17,7 @@ import pytest
 import tomlkit
 
 from kernodeck._fs import write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.helpers.hfcache import folder_files, write_snapshot
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.reports import read_report, statuses

@@ -179,8 +179,8 @@ def test_a_previous_dossier_parked_by_a_killed_swap_is_put_back(tmp_path: Path) 
 def _new_reference(project_root: Path, tmp_path: Path) -> tuple[object, dict[str, object], Path]:
     """The project, a NEW manifest (other embeddings, recomputed id) and its outputs folder: what install receives."""
     from kernodeck._fs import sha256_file
-    from kernodeck.dossier import manifest as dossier_manifest
     from kernodeck.project.config import load_project
+    from kernodeck.runformat import manifest as dossier_manifest
 
     project = load_project(project_root)
     old = dossier_manifest.load(project)
@@ -202,7 +202,7 @@ def _consistent(folder: Path) -> bool:
     import tomllib
 
     from kernodeck._fs import sha256_file
-    from kernodeck.dossier.manifest import identity
+    from kernodeck.runformat.manifest import identity
 
     manifest = tomllib.loads((folder / "manifest.toml").read_text())
     return (
@@ -226,8 +226,8 @@ def test_reference_killed_midway_stays_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after_writes: int
 ) -> None:
     from kernodeck import _fs
-    from kernodeck.dossier import manifest as dossier_manifest
     from kernodeck.dossier import new_reference as refmod
+    from kernodeck.runformat import manifest as dossier_manifest
 
     project, manifest, outputs = _new_reference(copy_project(tmp_path / "project"), tmp_path)
     ref = project.reference  # type: ignore[attr-defined]
@@ -260,8 +260,8 @@ def test_reference_killed_midway_stays_whole(
     "the reference is the old one or the new one, whole; history/<old-id>/ matches its own manifest",
 )
 def test_history_is_never_copied_from_a_reference_that_does_not_match_its_manifest(tmp_path: Path) -> None:
-    from kernodeck.dossier import manifest as dossier_manifest
     from kernodeck.dossier import new_reference as refmod
+    from kernodeck.runformat import manifest as dossier_manifest
 
     project, manifest, outputs = _new_reference(copy_project(tmp_path / "project"), tmp_path)
     ref = project.reference  # type: ignore[attr-defined]

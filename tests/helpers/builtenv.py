@@ -7,8 +7,8 @@ import tomllib
 from pathlib import Path
 
 from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.project.config import load_project
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.helpers.project import copy_project
 
 

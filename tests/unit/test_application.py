@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernodeck.dossier import manifest as dossier_manifest
-from kernodeck.dossier import recording
 from kernodeck.errors import ConfigError, ManifestError
 from kernodeck.inenv import tolerance
 from kernodeck.project import application
 from kernodeck.project.config import load_project
+from kernodeck.runformat import manifest as dossier_manifest
+from kernodeck.runformat import recording
 
 ROOT = Path(__file__).resolve().parents[2]
 IDS = [f"r{i}" for i in range(6)]

@@ -184,7 +184,7 @@ def test_url_source_is_read_from_the_cache_only(tmp_path: Path, monkeypatch: pyt
 def _manifest_with(weights: dict[str, Any]) -> dict[str, Any]:
     import tomllib
 
-    from kernodeck.dossier import manifest as dossier_manifest
+    from kernodeck.runformat import manifest as dossier_manifest
 
     manifest = tomllib.loads((ROOT / "dossier/reference/manifest.toml").read_text(encoding="utf-8"))
     manifest["weights"] = weights
@@ -195,9 +195,9 @@ def _manifest_with(weights: dict[str, Any]) -> dict[str, Any]:
 def test_the_manifest_pins_a_source_and_its_id_covers_the_identity() -> None:
     import tomllib
 
-    from kernodeck.dossier import manifest as dossier_manifest
     from kernodeck.errors import ManifestError
     from kernodeck.project import application
+    from kernodeck.runformat import manifest as dossier_manifest
 
     files = {"model.safetensors": "a" * 64}
     record = {"kind": "hf", "hf": REPO, "revision": COMMIT, "files": files, "provenance": f"https://huggingface.co/{REPO}",
@@ -284,9 +284,9 @@ def test_a_new_reference_records_kind_identity_provenance_and_access(
 
     import tomlkit
 
-    from kernodeck.dossier import manifest as dossier_manifest
-    from kernodeck.dossier import recording
     from kernodeck.project.config import load_project
+    from kernodeck.runformat import manifest as dossier_manifest
+    from kernodeck.runformat import recording
 
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     project = tmp_path / "project"

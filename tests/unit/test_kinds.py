@@ -17,11 +17,10 @@ import pytest
 
 from kernodeck import docpage
 from kernodeck.errors import ConfigError
-from kernodeck.inenv import controls, kinds, margin, tolerance
-from kernodeck.upgrade import relock as upgrade
+from kernodeck.inenv import controls, findings, kinds, margin, tolerance
 from kernodeck.measure import analysis, calibrate, drift
 from kernodeck.project import application
-from kernodeck.inenv import findings
+from kernodeck.upgrade import relock as upgrade
 from tests.helpers.schema_code import SCHEMA, render_schema
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The reference's lineage (kernodeck/dossier/lineage.py): the lock it was made with against this run's, and a newer
+"""The reference's lineage (kernodeck/runformat/lineage.py): the lock it was made with against this run's, and a newer
 reference in its history (a rollback), each named; each rule with the case where it must stay silent."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kernodeck.dossier import lineage
-from kernodeck.dossier.manifest import Reference, identity, render
+from kernodeck.runformat import lineage
+from kernodeck.runformat.manifest import Reference, identity, render
 
 LOCK, OTHER = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 

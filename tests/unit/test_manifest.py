@@ -1,4 +1,4 @@
-"""The reference manifest (kernodeck/dossier/manifest.py): its identity, its weights pinned, an edit named."""
+"""The reference manifest (kernodeck/runformat/manifest.py): its identity, its weights pinned, an edit named."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.dossier import manifest as dossier_manifest
 from kernodeck.errors import ManifestError
 from kernodeck.project.config import load_project
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.helpers.project import ROOT, copy_project
 
 

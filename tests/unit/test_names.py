@@ -61,14 +61,14 @@ def test_every_name_is_imported_from_the_module_that_defines_it() -> None:
 
 def test_a_name_imported_from_a_module_that_only_imports_it_is_caught() -> None:
     source = (
-        "from kernodeck.dossier.sbom import sha256_file\n"  # sbom imports it from kernodeck._fs
+        "from kernodeck.runformat.sbom import sha256_file\n"  # sbom imports it from kernodeck._fs
         "from kernodeck._fs import sha256_file as digest\n"  # where it is defined
         "from kernodeck.sources import redact_text\n"  # a package's API, declared in its __all__
         "from kernodeck.lock import lockfile\n"  # a submodule
         "from kernodeck.measure.calibrate import render\n"  # a module's import, not its API
     )
     assert names.borrowed_imports(ROOT, source, "planted.py") == [
-        "planted.py:1: sha256_file is not defined in kernodeck.dossier.sbom",
+        "planted.py:1: sha256_file is not defined in kernodeck.runformat.sbom",
         "planted.py:5: render is not defined in kernodeck.measure.calibrate",
     ]
 

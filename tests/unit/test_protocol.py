@@ -204,7 +204,6 @@ def verify_config_keys(source: str) -> set[str]:
 
 
 def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) -> None:
-    from kernodeck.dossier import manifest
     from kernodeck.project import application
     from kernodeck.project.config import load_project
     from tests.helpers.project import copy_project

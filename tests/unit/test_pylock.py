@@ -19,7 +19,6 @@ from packaging.pylock import Pylock
 from packaging.version import Version
 
 from kernodeck._fs import sha256_file
-from kernodeck.dossier import sbom
 from kernodeck.errors import LockfileError
 from kernodeck.lock import index_client, lockfile, pylock
 from kernodeck.lock import twin as lock_twin

@@ -1,10 +1,10 @@
-"""The recorded reference's tolerance bound (kernodeck/dossier/recording.py)."""
+"""The recorded reference's tolerance bound (kernodeck/runformat/recording.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernodeck.dossier import recording
+from kernodeck.runformat import recording
 
 
 def test_tolerance_bound_refuses_loose_tolerance() -> None:

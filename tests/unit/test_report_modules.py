@@ -1,6 +1,7 @@
-"""The report (kernodeck/verify) and the dossier (kernodeck/dossier) told in one-concept modules: their import
-layers hold (no cycle, checked on the import graph), every name code outside imports stays where it was, and the
-dossier's review passes a precomputed ``secrets`` through (read once by the caller), and only when given."""
+"""The report (kernodeck/verify) and the dossier (kernodeck/runformat, kernodeck/dossier) told in one-concept
+modules: their import layers hold (no cycle, checked on the import graph), every name code outside imports stays where
+it was, and the dossier's review passes a precomputed ``secrets`` through (read once by the caller), and only when
+given."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from kernodeck.dossier import delta as dossier_delta
-from kernodeck.dossier import review as dossier_review
-from kernodeck.dossier import review as review_mod
+from kernodeck.runformat import refdelta as dossier_delta
+from kernodeck.runformat import review as dossier_review
+from kernodeck.runformat import review as review_mod
 from kernodeck.verify import claims
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,8 @@ LAYERS = {
     "kernodeck.dossier.resume_outputs": {"kernodeck.dossier.judge"},
     "kernodeck.dossier.delta": {"kernodeck.dossier.read", "kernodeck.dossier.judge",
                                 "kernodeck.dossier.resume_outputs"},
-    "kernodeck.dossier.review": {"kernodeck.dossier.export"},
+    "kernodeck.runformat.refdelta": set(),
+    "kernodeck.runformat.review": set(),
 }
 
 

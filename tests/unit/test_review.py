@@ -1,4 +1,4 @@
-"""The dossier's reviewer (kernodeck/dossier/review.py): paths and secrets stripped."""
+"""The dossier's reviewer (kernodeck/runformat/review.py): paths and secrets stripped."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.dossier import review as dossier_review
+from kernodeck.runformat import review as dossier_review
 
 
 def test_reviewer_strips_paths_and_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from kernodeck.dossier import manifest
 from kernodeck.env import start
 from kernodeck.measure import calibrate, variations
 from kernodeck.project.config import Project, load_project
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.project.platforms import resolve_platform
+from kernodeck.runformat import manifest
 from kernodeck.upgrade import bisect, relock
 from kernodeck.verify import context, runbuild
 from kernodeck.verify.context import Options

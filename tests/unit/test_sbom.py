@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from kernodeck.dossier import sbom
 from kernodeck.lock import audit, lockfile
 from kernodeck.project.config import load_project
 from tests.helpers.project import ROOT, copy_project, kd

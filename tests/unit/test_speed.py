@@ -20,7 +20,7 @@ from kernodeck.verify.steps.in_env import RUNNER_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("ssl", "http.client", "urllib.request", "tomlkit", "filelock", "importlib.metadata", "kernodeck.verify",
-         "kernodeck.env.rebuild", "kernodeck.dossier", "kernodeck.verify.report")
+         "kernodeck.env.rebuild", "kernodeck.runformat", "kernodeck.dossier", "kernodeck.verify.report")
 
 
 def _modules_after(args: list[str], cwd: Path) -> tuple[int, set[str]]:
@@ -56,7 +56,7 @@ def test_verify_imports_neither_the_manifest_writer_nor_the_elf_parser() -> None
     tops = {name.split(".")[0] for name in json.loads(proc.stdout)}
     assert not tops & set(NOT_ON_VERIFY), tops & set(NOT_ON_VERIFY)
     # the work that needs them still imports them: a manifest written, an ELF object read past its headers
-    code = ("import sys, tempfile\nfrom kernodeck.dossier import manifest\nfrom kernodeck.env import extension_scan\n"
+    code = ("import sys, tempfile\nfrom kernodeck.runformat import manifest\nfrom kernodeck.env import extension_scan\n"
             "manifest.render({'id': 'x'})\nwith tempfile.TemporaryFile() as handle:\n"
             "    handle.write(b'\\x7fELF' + bytes(60))\n    extension_scan._linking(handle, 'x')\n"
             "print('tomlkit' in sys.modules, 'elftools' in sys.modules)")

@@ -34,8 +34,9 @@ def test_a_session_that_does_not_exist_is_refused() -> None:
 TIP_EXEMPT = ("kernodeck/tips.py", "kernodeck/inenv/", "kernodeck/project/templates/", "kernodeck/docpage.py")
 # The modules issue 20 (the thin CLI) converted: they hold no literal command while the others are converted.
 CONVERTED = ("kernodeck/__main__.py", "kernodeck/cli/", "kernodeck/noxsessions.py", "kernodeck/errors.py",
-             "kernodeck/dossier/new_reference.py", "kernodeck/dossier/manifest.py", "kernodeck/dossier/recording.py",
-             "kernodeck/dossier/replay.py", "kernodeck/dossier/judge.py", "kernodeck/dossier/export.py",
+             "kernodeck/dossier/new_reference.py", "kernodeck/runformat/manifest.py",
+             "kernodeck/runformat/recording.py", "kernodeck/dossier/replay.py", "kernodeck/dossier/judge.py",
+             "kernodeck/dossier/export.py",
              "kernodeck/project/", "kernodeck/ci/")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kernodeck import sources
-from kernodeck.dossier import review as review_mod
+from kernodeck.runformat import review as review_mod
 from kernodeck.verify import writer
 
 TOKEN = "QTOKEN42"

@@ -12,11 +12,11 @@ from typing import Any
 
 from kernodeck import tips
 from kernodeck._fs import sha256_file
-from kernodeck.dossier import lineage, manifest, recording
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
 from kernodeck.inenv.protocol import Status
 from kernodeck.project import application
 from kernodeck.project.config import Project
+from kernodeck.runformat import lineage, manifest, recording
 from kernodeck.verify import runbuild
 from kernodeck.verify.context import Options, RunContext
 from kernodeck.verify.pipeline import Run, StepFailed

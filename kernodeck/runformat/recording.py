@@ -11,20 +11,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
-
 from kernodeck import tips
 from kernodeck._fs import sha256_file
-from kernodeck.dossier.manifest import FORMAT, check_weights, identity
 from kernodeck.errors import ManifestError
 from kernodeck.inenv import kinds
-from kernodeck.lock import inputs, lockfile
 from kernodeck.project import application
 from kernodeck.project.application import Application
 from kernodeck.project.assets import Source, SourceKind
 from kernodeck.project.config import Project
-from kernodeck.project.platforms import Platform
-from kernodeck.verify.record import Step
+from kernodeck.runformat.manifest import FORMAT, check_weights, identity
 
 
 def code_fingerprint(project: Project, files: list[str] | tuple[str, ...]) -> dict[str, str]:
@@ -171,22 +166,6 @@ def npy_shape(path: Path) -> list[int]:
     length = int.from_bytes(raw[8 : 8 + size], "little")
     header = ast.literal_eval(raw[8 + size : 8 + size + length].decode("latin1"))
     return [int(n) for n in header["shape"]]
-
-
-def weights_record(
-    project: Project, plat: Platform, app: Application, steps: dict[str, Step]
-) -> dict[str, Any] | None:
-    """The declared weights as the lock pins them (exact version, wheel hashes) and as the run fingerprinted them."""
-    if app.weights is None:
-        return None
-    files = steps["application"].details.get("weights_fingerprint", {})
-    if app.weights.kind is not SourceKind.PACKAGE:
-        return {"files": files}
-    lock = lockfile.read(inputs.lock_path(project, plat))
-    pin = next((p for p in lock.pins if p.name == canonicalize_name(app.weights.package)), None)
-    if pin is None:
-        raise ManifestError(f"the lock does not pin {app.weights.package}: weights need an exact version and hash")
-    return {"version": pin.version, "wheel_sha256": list(pin.hashes), "files": files}
 
 
 def source_record(src: Source) -> dict[str, Any]:

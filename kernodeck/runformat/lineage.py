@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernodeck.dossier.manifest import Reference, identity
+from kernodeck.runformat.manifest import Reference, identity
 
 
 @dataclass(frozen=True)

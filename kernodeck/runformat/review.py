@@ -12,9 +12,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernodeck.dossier.export import pip_steps
 from kernodeck.errors import KernodeckError
 from kernodeck.sources import SecretInText, Secrets, check_written, scrub_text
+
+# The rebuilt env's folder as procedure.md names it (relative to the project).
+VENV = ".venv-rebuild"
 
 CREDENTIALS_HELP = """## Credentials and package sources
 
@@ -104,6 +106,17 @@ def review_folder(
         except SecretInText:
             path.unlink()
             raise
+
+
+def pip_steps(lock_rel: str, index: str, *, venv: str = VENV) -> list[str]:
+    """The commands that make the env with pip alone: a fresh venv, the hash-checked install of the lock (handed to
+    pip as a file), pip's own consistency check. procedure.md and the container files both show exactly these."""
+    return [
+        f"python3 -m venv {venv}",
+        " ".join([f"{venv}/bin/python -m pip install --require-hashes --no-deps", *([index] if index else []),
+                  f"-r {lock_rel}"]),
+        f"{venv}/bin/python -m pip check",
+    ]
 
 
 def procedure(
