@@ -11,6 +11,7 @@ import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.project.config import load_project
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.helpers.builtenv import in_env, sibling
 from tests.helpers.planted import PLANT, plant_pyc
 from tests.helpers.project import kd

@@ -18,6 +18,7 @@ import pytest
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.env import start
 from kernodeck.project.config import load_project
+from kernodeck.runformat import manifest as dossier_manifest
 from tests.helpers.faults import inject, wrap_after
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.reports import read_report, statuses

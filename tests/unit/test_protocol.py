@@ -206,6 +206,7 @@ def verify_config_keys(source: str) -> set[str]:
 def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) -> None:
     from kernodeck.project import application
     from kernodeck.project.config import load_project
+    from kernodeck.runformat import manifest
     from tests.helpers.project import copy_project
 
     project = load_project(copy_project(tmp_path / "p"))

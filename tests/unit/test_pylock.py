@@ -24,6 +24,7 @@ from kernodeck.lock import index_client, lockfile, pylock
 from kernodeck.lock import twin as lock_twin
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, current_os_arch, current_python
+from kernodeck.runformat import sbom
 from tests.helpers.project import ROOT
 from tests.helpers.tinylock import offline_env, write_wheel
 

@@ -12,6 +12,7 @@ import pytest
 
 from kernodeck.lock import audit, lockfile
 from kernodeck.project.config import load_project
+from kernodeck.runformat import sbom
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.sbomcheck import errors
 
