@@ -70,7 +70,9 @@ def audit(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite (-- -m "not slow" skips the tests that build a real torch environment)."""
     _install(session, "test")
-    session.run("python", "-m", "pytest", *session.posargs)
+    # The whole suite runs on every core, a test file per worker (a file's module fixtures build its env once);
+    # named tests or options run as given.
+    session.run("python", "-m", "pytest", *(session.posargs or ["-n", "auto", "--dist", "loadfile"]))
 
 
 @nox.session(default=False)

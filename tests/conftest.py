@@ -35,8 +35,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture(scope="session", autouse=True)
 def suite_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Fresh machines share one uv cache inside pytest's base folder, removed with it when the run passes."""
-    fresh.use_suite_uv_cache(tmp_path_factory.getbasetemp() / "uv-cache")
+    """Fresh machines share one uv cache inside pytest's base folder, removed with it when the run passes; the
+    workers of a parallel run (pytest-xdist: a base folder each, under one root) share the root's."""
+    base = tmp_path_factory.getbasetemp()
+    fresh.use_suite_uv_cache((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "uv-cache")
 
 
 @pytest.fixture(scope="module")

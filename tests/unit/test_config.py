@@ -111,7 +111,11 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("path", "value", "said"), BAD, ids=[f"{p}={v!r}" for p, v, _ in BAD])
+# ids the same in every process (a parallel run's workers must collect the same names): never an object's address
+_IDS = [f"{p}={'(deleted)' if v is _DELETE else repr(v)}" for p, v, _ in BAD]
+
+
+@pytest.mark.parametrize(("path", "value", "said"), BAD, ids=_IDS)
 def test_each_schema_error_is_one_clear_line(path: str, value: object, said: str, tmp_path: Path) -> None:
     load_project(_project(tmp_path / "good", lambda tool: None))  # negative control: the unedited table loads
     folder = _project(tmp_path / "bad", _set(path, value))
