@@ -29,7 +29,8 @@ def test_fresh_machines_share_a_cache_inside_pytests_folder(tmp_path_factory: py
     if fresh._ORIGINAL_ENV.get("UV_CACHE_DIR"):
         pytest.skip("the caller set UV_CACHE_DIR: the suite uses it")
     cache = Path(str(fresh.uv_cache_dir()))
-    assert cache.is_relative_to(tmp_path_factory.getbasetemp())
+    base = tmp_path_factory.getbasetemp()  # a parallel run's workers (pytest-xdist) share their root's cache
+    assert cache == (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "uv-cache"
     assert fresh.fresh_env(tmp_path_factory.mktemp("home"))["UV_CACHE_DIR"] == str(cache)
 
 
