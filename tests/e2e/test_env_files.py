@@ -609,17 +609,21 @@ def test_report_details_are_bounded_and_counted() -> None:
 
 def _step_on(env: Path, lock: lockfile.Lockfile, tmp_path: Path, *, intentional: bool = False,
              strict: bool = False) -> tuple[dict[str, object], list[str], str]:
+    import tempfile
     from types import SimpleNamespace
 
     from kernodeck.verify.pipeline import Run, drive
     from kernodeck.verify.steps import STEPS
 
+    staging = Path(tempfile.mkdtemp(prefix="staging-", dir=tmp_path))  # this call's own: what it wrote, alone
     run_ = Run(None, None, tmp_path)  # type: ignore[arg-type]
     run_.lock, run_.python = lock, env / "bin" / "python"
     ctx: Any = SimpleNamespace(opts=SimpleNamespace(python="python" if intentional else None, strict=strict),
-                               staging=tmp_path)
+                               staging=staging)
     drive(ctx, run_, [entry for entry in STEPS if entry.name == "inventory"])  # the step as verify's loop runs it
     step = run_.steps[-1]
+    if "vs_lock" in step.details:  # observed, passed or not: what was seen is the dossier's evidence
+        assert (staging / "inventory.txt").is_file(), "the observed inventory was not written"
     return {"status": str(step.status), **step.details}, run_.not_established, str(run_.error or "")
 
 

@@ -120,9 +120,9 @@ def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, st
 
 def inventory_step(
     run_: Run, lock: lockfile.Lockfile | None, python: Path, intentional: bool, strict: bool = False
-) -> tuple[inventory.Observation, Step]:
-    """Observe the env and hold it to the lock: what was seen and the ``inventory`` step's record, which
-    :class:`StepFailed` carries instead when the env is not the lock's (pipeline.drive fails it)."""
+) -> tuple[inventory.Observation, Step, KernodeckError | None]:
+    """Observe the env and hold it to the lock: what was seen, the ``inventory`` step's record and, when the env is
+    not the lock's, the failure (the entry raises it in :class:`StepFailed`, which pipeline.drive fails)."""
     start = time.perf_counter()
     seen, files = _observe(lock, python, intentional, start)
     step = Step("inventory", Status.PASSED, details=seen.as_dict(), interpreter=str(python))
@@ -138,14 +138,16 @@ def inventory_step(
     if files_note and failure is None:
         run_.not_established.append(f"that {files_note}")
     step.duration_s = time.perf_counter() - start
-    if failure is not None:
-        raise StepFailed(failure, step)
-    return seen, step
+    return seen, step, failure
 
 
 def inventory_entry(ctx: RunContext, run: Run) -> Step:
-    """The pipeline's ``inventory``: the step, and the observed inventory written into the dossier."""
+    """The pipeline's ``inventory``: the observed inventory written into the dossier (a failed step's too: it is the
+    evidence of what differs), then the step, which :class:`StepFailed` carries when the env is not the lock's."""
     assert run.python is not None  # the rebuild step gave it
-    seen, step = inventory_step(run, run.lock, run.python, intentional=bool(ctx.opts.python), strict=ctx.opts.strict)
+    seen, step, failure = inventory_step(run, run.lock, run.python, intentional=bool(ctx.opts.python),
+                                         strict=ctx.opts.strict)
     write_atomic(ctx.staging / "inventory.txt", seen.text)
+    if failure is not None:
+        raise StepFailed(failure, step)
     return step
