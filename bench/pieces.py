@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.table import verdicts
-from bench.timing import BenchError, Side, _run, _timed, machine, pair
+from bench.timing import BenchError, Side, _run, _timed, bench_env, machine, pair
 from bench.work import (
     _copy_project,
     _files_check,
@@ -70,7 +70,7 @@ def run_pieces(project: Project, plat: Platform, pieces: Sequence[str], *, repea
                keep: bool) -> dict[str, Any]:
     """Only the rows ``pieces`` names; the application row in a scratch copy with its env rebuilt (untimed)."""
     rows: dict[str, Any] = {}
-    env = clean_env()
+    env = bench_env()
     if "hashing" in pieces:
         rows["hashing"] = hashing_piece(hash_mb, repeat, env)
     if "application" in pieces or "verify" in pieces:

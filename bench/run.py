@@ -51,7 +51,19 @@ from typing import Any
 
 from bench.pieces import application_piece, hashing_piece, merged, run_pieces, verify_piece
 from bench.table import LOCK_UV_PLATFORM, TARGETS, render_markdown, verdicts, write
-from bench.timing import BenchError, Command, Load, Remove, Side, _run, fit_line, machine, pair, single
+from bench.timing import (
+    BenchError,
+    Command,
+    Load,
+    Remove,
+    Side,
+    _run,
+    bench_env,
+    fit_line,
+    machine,
+    pair,
+    single,
+)
 from bench.work import (
     _bare_lock,
     _copy_project,
@@ -100,7 +112,7 @@ def run_bench(
     _copy_project(project.root, work)
     log(f"bench: scratch project {work}")
     lock_rel = str((project.lockfiles / plat.lock_name).relative_to(project.root))
-    env = clean_env()
+    env = bench_env()
     sources = machine_sources()
     vindex = index_of(plat.variant)
     # The bare install names the variant's index as Kernodeck does: only when it answers (Kernodeck leaves an

@@ -64,6 +64,12 @@ def _row(what: str, data: dict[str, Any], target: str) -> str:
             f"{data['ratio']:.2f}x ({data['ratio_low']:.2f}..{data['ratio_high']:.2f}) | {busy} | {target} |")
 
 
+def _bytecode_variable_removed(record: dict[str, Any]) -> bool:
+    """Whether the run, or a row measured alone since, ran without this machine's PYTHONDONTWRITEBYTECODE."""
+    rows = [r.get("machine") or {} for r in record["rows"].values() if isinstance(r, dict)]
+    return any(bool(m.get("bytecode_variable_removed")) for m in (record["machine"], *rows))
+
+
 def _table(record: dict[str, Any]) -> list[str]:
     """The run's conditions and one table row per comparison."""
     rows, host, v = record["rows"], record["machine"], record["verdicts"]
@@ -73,7 +79,10 @@ def _table(record: dict[str, Any]) -> list[str]:
         f"processes took {100 * (host.get('others_share') or 0):.0f}% of the machine meanwhile); nox sessions on the "
         f"{record.get('nox_backend', '?')} backend; platform `{record['platform']}`, lock `{record['lock']}`. "
         f"Whole commands as a user runs them, {record['repeat']} interleaved pairs after one warm-up of each; "
-        "ratio = median of the pairs' ratios (lowest..highest). `nox -s bench` regenerates this.",
+        + ("`PYTHONDONTWRITEBYTECODE`, set on this machine, removed for both sides (the bare side's `-I` ignores it; "
+           "with it, each Kernodeck command compiles its own modules again from this checkout); "
+           if _bytecode_variable_removed(record) else "")
+        + "ratio = median of the pairs' ratios (lowest..highest). `nox -s bench` regenerates this.",
         "",
         "| what | kernodeck | bare | ratio (spread) | others' CPU | target |",
         "|---|---|---|---|---|---|",

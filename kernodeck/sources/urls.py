@@ -3,6 +3,7 @@ parses, and whether it answers. Pure functions of their argument: nothing here r
 
 from __future__ import annotations
 
+import functools
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ class Base:
         return same and (other.path == self.path or other.path.startswith(self.path + "/"))
 
 
+@functools.lru_cache(maxsize=4096)  # pure; a dossier's review normalises the same lock URLs again and again
 def normalise(url: str) -> Base | None:
     """``HTTP://Mirror.Corp:80/a%2Db/simple/`` -> ``Base("http", "mirror.corp", 80, "/a-b/simple")``; None for a
     URL that does not parse (a bad port, an unclosed ``[``) or has no host."""

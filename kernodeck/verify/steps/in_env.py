@@ -7,6 +7,7 @@ orchestrator. Only files cross the wall: the run configuration in, one step file
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -47,6 +48,7 @@ RUNNER_ENV = {
 
 
 COLLECT_ENV = "collect_env.txt"
+COLLECT_ENV_NICENESS = 10  # added to the process's niceness: lower priority than the checks
 
 
 @dataclass
@@ -74,6 +76,7 @@ class CollectEnv:
             )
         except OSError as exc:
             return cls(argv, None, f"could not start: {exc}")
+        _lower_priority(proc.pid)
         return cls(argv, proc)
 
     def finish(self, path: Path, timeout: float = 300) -> None:
@@ -92,6 +95,13 @@ class CollectEnv:
             write_atomic(path, head + f"not collected: exit {self.proc.returncode}: {first_error(err or out)}\n")
             return
         write_atomic(path, head + out)
+
+
+def _lower_priority(pid: int) -> None:
+    """collect_env is an observation beside the checks, not one of them: it yields the CPU to them (its own import
+    of torch, its ``pip list``, would otherwise slow the checks it runs beside on a machine with few cores)."""
+    with contextlib.suppress(AttributeError, OSError):  # no such call (Windows), or the process has already ended
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + COLLECT_ENV_NICENESS))
 
 
 class InEnvPhases:
