@@ -56,7 +56,8 @@ def test_a_project_file_that_links_into_the_env_leaves_no_bytecode_in_the_projec
     checks = tmp_path / "checks"
     checks.mkdir()
     (checks / "helper.py").symlink_to(env_site / "envhelper.py")
-    load = ("import importlib.util, runpy, sys; {prefix}s = importlib.util.spec_from_file_location('helper', sys.argv[2]);"
+    load = ("import importlib.util, runpy, sys; {prefix}"
+            "s = importlib.util.spec_from_file_location('helper', sys.argv[2]);"
             " m = importlib.util.module_from_spec(s); s.loader.exec_module(m); assert m.Y == 2")
     guarded = _python(venv / "bin" / "python", "-c", load.format(prefix="runpy.run_path(sys.argv[1]); "),
                       str(INENV / "runner.py"), str(checks / "helper.py"), cwd=tmp_path)
