@@ -19,13 +19,24 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kernodeck import tips
 from kernodeck.dossier.judge import compare_declared
 from kernodeck.dossier.judge import render as render_outputs
+from kernodeck.errors import ConfigError, KernodeckError
 from kernodeck.inenv.protocol import LOSS_CURVE, PROGRESS, RESUME_DIR, RESUMED_RUN, ConfigKey, StepName
+from kernodeck.project import resume_contract
 
 PREFIX = f"{RESUME_DIR}/"  # how compare and the drift map name these outputs beside the application's
-# What the two dossiers' contracts must share for their resumed runs to be the same training (besides the outputs).
-CONTRACT = ("entry", "steps", "checkpoint_at")
+# What the two dossiers' contracts must share (besides the outputs), each with what a difference means: the first three
+# make another training; the gpu tolerance is the bound the step read the loss curve under off a CPU, and the one
+# compare reads it under (A's), a setting of the contract like the others, named when the two differ.
+ANOTHER_TRAINING = "another training: its numbers are not comparable"
+CONTRACT = {
+    "entry": ANOTHER_TRAINING,
+    "steps": ANOTHER_TRAINING,
+    "checkpoint_at": ANOTHER_TRAINING,
+    "gpu_tolerance": "another bound on the loss curve off a CPU: the curves are read under A's",
+}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -37,9 +48,18 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def contract(folder: Path) -> dict[str, Any] | None:
-    """The resume contract a dossier's run was given (its ``run-config.json``), or None when it declared none."""
+    """The resume contract a dossier's run was given (its ``run-config.json``), or None when it declared none; its
+    ``gpu_tolerance`` checked as the declaration's is (absent: the default the step applied)."""
     found = _json(folder / "run-config.json").get(ConfigKey.RESUME_APPLICATION)
-    return found if isinstance(found, dict) and isinstance(found.get("outputs"), dict) else None
+    if not isinstance(found, dict) or not isinstance(found.get("outputs"), dict):
+        return None
+    where = f"{folder / 'run-config.json'}: {ConfigKey.RESUME_APPLICATION}.gpu_tolerance"
+    try:
+        tolerance = resume_contract.gpu_tolerance(found.get("gpu_tolerance", resume_contract.GPU_TOLERANCE), where)
+    except ConfigError as exc:
+        raise KernodeckError(f"{exc} (not what a run of Kernodeck writes: the dossier was edited)",
+                             tip=tips.nox("compare", "A", "B") + " (with dossiers as verify wrote them)") from None
+    return {**found, "gpu_tolerance": tolerance}
 
 
 def run_folder(folder: Path) -> Path:
@@ -60,7 +80,7 @@ def curve_atol(folders: list[Path], declared: dict[str, Any]) -> float:
     that recorded no device counts as not a CPU: the looser bound, never a false BEYOND)."""
     if all(device(folder) == "cpu" for folder in folders):
         return 0.0
-    return float(declared.get("gpu_tolerance", 1e-5))
+    return float(declared["gpu_tolerance"])
 
 
 def declared(resume: dict[str, Any], atol: float) -> dict[str, dict[str, Any]]:
@@ -98,7 +118,7 @@ def render(result: dict[str, Any]) -> list[str]:
                      "a reference folder keeps no resumed run): nothing to compare it with")
     for key, pair in result["contract"].items():
         lines.append(f"DIFFERENT RESUME CONTRACT: `{key}` {json.dumps(pair['a'])} in A, {json.dumps(pair['b'])} in B "
-                     "(another training: its numbers are not comparable)")
+                     f"({CONTRACT[key]})")
     if result["not_declared"]:
         return lines
     return lines + render_outputs(result)

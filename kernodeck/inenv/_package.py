@@ -110,43 +110,47 @@ class VerifiedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         )
 
 
-def _cache_only_the_envs_bytecode() -> None:
-    """The interpreter keeps reading and writing bytecode for the env's own modules and the stdlib (under
-    ``sys.prefix`` and its base: torch is not compiled again by each run), never for a file elsewhere: a project file
-    the application loads the ordinary way (``spec_from_file_location``, ``runpy``) is compiled from its own bytes,
-    leaves no ``__pycache__`` in the project, and a planted ``.pyc`` of it (or of a ``.py`` inside a declared data
-    source) never runs in its place. The source loader's ``get_code`` is the one place bytecode is read and written
-    (``_cache_bytecode`` is called from it alone), so only it is replaced."""
+def _cache_only_the_envs_bytecode(homes: types.ModuleType) -> None:
+    """The interpreter keeps reading and writing bytecode for the env's own modules and the stdlib (``homes``: the
+    one list, which the closed world trusts too: torch is not compiled again by each run), never for a file elsewhere:
+    a project file the application loads the ordinary way (``spec_from_file_location``, ``runpy``) is compiled from its
+    own bytes, leaves no ``__pycache__`` in the project, and a planted ``.pyc`` of it (or of a ``.py`` inside a
+    declared data source) never runs in its place. A file is judged where its cache would be (the path as given) and
+    where its bytes are (resolved): a project file that is a link into the env gets no cache beside it either. The
+    source loader's ``get_code`` is the one place bytecode is read and written (``_cache_bytecode`` is called from it
+    alone), so only it is replaced."""
     plain_code = importlib.machinery.SourceFileLoader.get_code
     if getattr(plain_code, "kernodeck_env_only", False):
         return
-    homes = tuple({os.path.join(os.path.realpath(p), "") for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                                   sys.base_exec_prefix)})
 
     def get_code(self: Any, fullname: str) -> Any:
         path = self.get_filename(fullname)
-        if os.path.realpath(path).startswith(homes):
+        if homes.home(os.path.normpath(os.path.abspath(path))) and homes.home(os.path.realpath(path)):
             return plain_code(self, fullname)
         return self.source_to_code(self.get_data(path), path)
 
     get_code.kernodeck_env_only = True  # type: ignore[attr-defined]
+    get_code.kernodeck_homes = homes  # type: ignore[attr-defined]  # the list it reads (tests/unit/test_homes.py)
     importlib.machinery.SourceFileLoader.get_code = get_code  # type: ignore[method-assign]
 
 
 def load() -> None:
-    """This folder as the package ``kernodeck_inenv`` in ``sys.modules`` (once per process)."""
+    """This folder as the package ``kernodeck_inenv`` in ``sys.modules`` (once per process), then the bytecode rule
+    (its list of homes is a sibling, loaded through the verified loader first: only the standard library ran before
+    it, whose bytecode the rule keeps anyway)."""
     if PACKAGE in sys.modules:
         return
-    _cache_only_the_envs_bytecode()
     here = Path(__file__).resolve().parent
     sources = VerifiedSources(here)
     sys.meta_path.insert(0, sources)
     sources.ran(here / "_package.py")
     try:
         importlib.import_module(PACKAGE)
+        homes = importlib.import_module(PACKAGE + ".homes")
     except BaseException:
         sys.meta_path.remove(sources)
         raise
+    _cache_only_the_envs_bytecode(homes)
 
 
 load()  # what running this file by path is for

@@ -59,6 +59,10 @@ def compare(request: dict[str, Any]) -> dict[str, Any]:
             why = f"ids differ ({len(only)} in one only, e.g. {only[:3]})" if only else "the same ids in another order"
             out[name] = {"kind": declared.get("kind"), "compared": False, "summary": f"not compared: {why}"}
             continue
+        wrong = tolerance.dtypes_differ(declared, a[0], b[0])
+        if wrong:  # an output in another dtype is another output, whatever its values (verify's structure check)
+            out[name] = {"kind": declared.get("kind"), "compared": True, "passed": False, "summary": wrong}
+            continue
         verdict = tolerance.compare(declared, b[0], a[0], a[1])
         verdict.pop("per_item_cosine", None)  # one number per row: the verdict names the worst
         out[name] = {"compared": True, **verdict}

@@ -112,6 +112,10 @@ def call_train(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device
     if missing:
         raise CheckFailed(f"train did not write {', '.join(missing)} (declared in the resume contract)",
                           Layer.APPLICATION)
+    for name, arr in app.written.items():  # the declared dtype, as the application's outputs are held to theirs
+        if str(arr.dtype) != cfg["outputs"][name]["dtype"]:
+            raise CheckFailed(f"resume output {name}: dtype {arr.dtype}, expected {cfg['outputs'][name]['dtype']} "
+                              "(declared in the resume contract)", Layer.APPLICATION)
     if not isinstance(counters, dict) or any(k not in counters for k in COUNTERS) or not all(
             isinstance(v, int) and not isinstance(v, bool) for v in counters.values()):
         raise CheckFailed(f"train must return its progress counters, whole numbers {list(COUNTERS)} at least; "

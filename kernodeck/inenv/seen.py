@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import sysconfig
 from pathlib import Path
 from typing import Any
 
-from . import libraries
+from . import homes, libraries
 from ._common import CheckFailed
 from .protocol import Layer
 
@@ -32,28 +31,11 @@ INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
 
-def forms(path: str) -> set[str]:
-    return {os.path.normpath(os.path.abspath(path)), os.path.realpath(path)}
-
-
-def _roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(trusted prefixes, untrusted ones inside them): the env, the base stdlib less its site-packages, Kernodeck's
-    in-env folder, the pseudo file systems."""
-    env = forms(sys.prefix) | forms(sys.exec_prefix)
-    stdlib: set[str] = set()
-    for key in ("stdlib", "platstdlib"):
-        stdlib |= forms(sysconfig.get_path(key))
-    trusted = env | stdlib | {HERE, *PSEUDO}
-    inside = {
-        os.path.join(lib, name)
-        for lib in stdlib
-        for name in ("site-packages", "dist-packages")
-        if not any((lib + os.sep).startswith(e + os.sep) for e in env)  # a venv's base: not the env's own
-    }
-    return tuple(t.rstrip(os.sep) + os.sep for t in trusted), tuple(u + os.sep for u in inside)
-
-
-TRUSTED, UNTRUSTED = _roots()
+forms = homes.forms  # a path as given and resolved (world.py, resume_app.py)
+# Trusted: the interpreter's homes (the env, the base stdlib: homes.py, the list _package.py's bytecode rule reads too),
+# Kernodeck's in-env folder and the pseudo file systems; not the base's own site-packages inside them.
+TRUSTED = homes.HOMES + tuple(t.rstrip(os.sep) + os.sep for t in (HERE, *PSEUDO))
+UNTRUSTED = homes.NOT_HOMES
 
 
 _PSEUDO_SEP = tuple(p + os.sep for p in PSEUDO)

@@ -29,6 +29,16 @@ def max_abs(a: Any, b: Any) -> float:
     return float(diff.max())
 
 
+def dtypes_differ(declared: dict[str, Any], a: Any, b: Any) -> str | None:
+    """Why two dossiers' arrays of one output cannot be compared as the same output: B's dtype is not A's, or either
+    is not the declared one (verify refuses such an output before any number; compare and drift say so too). None
+    when both hold the declared dtype (or none is declared and they agree)."""
+    want, got = declared.get("dtype"), {"A": str(np.asarray(a).dtype), "B": str(np.asarray(b).dtype)}
+    if got["A"] == got["B"] and want in (None, got["A"]):
+        return None
+    return f"dtype {got['B']} in B, {got['A']} in A" + (f" (declared {want})" if want else "")
+
+
 def _rows(arr: Any) -> Any:
     return arr.reshape(arr.shape[0], -1) if arr.ndim > 1 else arr.reshape(-1, 1)
 

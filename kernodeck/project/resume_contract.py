@@ -11,6 +11,7 @@ state proves nothing. Read and checked here, outside the env; ``kernodeck/inenv/
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -19,6 +20,7 @@ from kernodeck.inenv.protocol import RESUME_FILES
 from kernodeck.project.application import Output, Target, output_from_table
 
 TABLE = "[tool.kernodeck.application.resume]"
+GPU_TOLERANCE = 1e-5  # the loss curve's bound off a CPU when none is declared
 
 
 class Drop(enum.StrEnum):
@@ -68,6 +70,14 @@ def _count(raw: dict[str, Any], key: str, low: int) -> int:
     return value
 
 
+def gpu_tolerance(value: object, where: str) -> float:
+    """The loss curve's bound off a CPU, as declared (``where`` names the declaration): a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{where}: {value!r} is not a finite number >= 0 (the loss curve's bound off a CPU), "
+                          "e.g. 1e-5")
+    return float(value)
+
+
 def from_table(raw: object) -> ResumeContract | None:
     """The contract, or None when the application declares no resume of its own."""
     if raw is None:
@@ -101,7 +111,5 @@ def from_table(raw: object) -> ResumeContract | None:
         ) from None
     if not controls or len(set(controls)) != len(controls):
         raise ConfigError(f"{TABLE} controls: at least one piece of state, each once")
-    tolerance = raw.get("gpu-tolerance", 1e-5)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 0:
-        raise ConfigError(f"{TABLE} gpu-tolerance: a number >= 0, e.g. 1e-5")
-    return ResumeContract(entry, steps, at, outputs, controls, float(tolerance))
+    tolerance = gpu_tolerance(raw.get("gpu-tolerance", GPU_TOLERANCE), f"{TABLE} gpu-tolerance")
+    return ResumeContract(entry, steps, at, outputs, controls, tolerance)

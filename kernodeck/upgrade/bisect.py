@@ -33,7 +33,17 @@ from kernodeck.errors import Interrupted, KernodeckError
 from kernodeck.lock import lockdiff, lockfile
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
-from kernodeck.upgrade.bisect_search import Group, Outcome, SearchResult, Verdict, bound, group_changes, search
+from kernodeck.upgrade.bisect_search import (
+    Group,
+    Outcome,
+    SearchResult,
+    Verdict,
+    bound,
+    group_changes,
+    rerun_words,
+    search,
+    settle,
+)
 from kernodeck.upgrade.relock import Drift, cell, render_drift
 from kernodeck.verify.context import declaration
 from kernodeck.verify.runbuild import Changes, ReferenceConfig, holding, runner_config
@@ -100,6 +110,7 @@ class TrialRecord:
     note: str
     drift: Drift | None
     rebuilt: bool = True  # False: the platform's current env was the new lock's and was used as it is
+    rerun: Outcome | None = None  # a failure before the comparison is run once more in the same env: its outcome
 
 
 @dataclass(frozen=True)
@@ -164,7 +175,7 @@ class _Trials:
             f"{'the current env (built from the new lock)' if reuse else 'rebuild'} + application + compare")
         t0 = time.perf_counter()
         try:
-            steps = self.run(trial, lock_path, reuse, regroup=number == 1 and whole)
+            steps, outcome, rerun = self.run(trial, lock_path, reuse, regroup=number == 1 and whole)
         except _Unbuildable as exc:
             note = str(exc)
             self.records.append(TrialRecord(number, tuple(sorted(names)), Outcome.SKIPPED,
@@ -172,10 +183,11 @@ class _Trials:
             log(f"kernodeck: bisect [{number}]: skipped: {note}")
             return Outcome.SKIPPED
         drift = Drift.from_steps(steps)
-        outcome = _outcome_of(drift)
         numbers = "; ".join(o.summary for o in drift.outputs) or drift.failure
+        if rerun is not None:
+            numbers = f"trial {number} failed, rerun: {rerun_words(rerun)} ({trial.name}/rerun/); {numbers}"
         self.records.append(TrialRecord(number, tuple(sorted(names)), outcome, time.perf_counter() - t0, numbers,
-                                        drift, rebuilt=reuse is None))
+                                        drift, rebuilt=reuse is None, rerun=rerun))
         log(f"kernodeck: bisect [{number}]: {outcome} ({time.perf_counter() - t0:.1f}s): {numbers}")
         return self.for_search(outcome, drift) if number > 1 and names else outcome
 
@@ -190,13 +202,13 @@ class _Trials:
         log(f"kernodeck: bisect: this failure is not the new lock's ({whole.outcome}): skipped as inconsistent")
         return Outcome.SKIPPED
 
-    def run(self, trial: Path, lock_path: Path, reuse: Path | None, *, regroup: bool) -> list[dict[str, Any]]:
-        """The trial's env (``reuse``, or rebuilt from ``lock_path``), the application's steps run in it. Raises
+    def run(self, trial: Path, lock_path: Path, reuse: Path | None, *,
+            regroup: bool) -> tuple[list[dict[str, Any]], Outcome, Outcome | None]:
+        """The trial's env (``reuse``, or rebuilt from ``lock_path``), the application's steps run in it (again into
+        ``rerun/`` after a failure: :func:`settle`): the steps, the outcome for the search, the rerun's. Raises
         :class:`_Unbuildable` when the env cannot be built; the env is not kept, its lock is, beside its steps."""
         from kernodeck.env.envdirs import env_python
         from kernodeck.env.rebuild import rebuild
-        from kernodeck.verify.pipeline import Run
-        from kernodeck.verify.steps.in_env import run_checks
 
         scratch = dataclasses.replace(self.project, venv_root=trial / "venv", lockfiles=trial / "lockfiles", runs=trial)
         try:
@@ -211,14 +223,30 @@ class _Trials:
                     raise _Unbuildable(f"cannot be installed consistently: {str(exc).splitlines()[0][:300]}") from exc
                 if regroup:
                     self.regroup(python)
-                run_ = Run(self.project, self.plat, trial)
-                run_checks(run_, python, STEPS, self.config)
-                if run_.meta.interrupted:  # a signal: no further trial; this one's steps and stacks stay
-                    raise Interrupted(f"the bisect was interrupted ({run_.meta.interrupted['signal']}) during trial "
-                                      f"{trial.name}; its steps and stacks are in {trial / 'steps'}",
-                                      tip=tips.nox("bisect", "--good", "OLD_LOCK", "--bad", "NEW_LOCK"))
+                steps = self.checks(python, trial)
+
+                def again() -> Outcome:
+                    log("kernodeck: bisect: failed before the comparison: run once more in the same env "
+                        "(a flaky failure is no culprit)")
+                    return _outcome_of(Drift.from_steps(self.checks(python, trial / "rerun")))
+
+                outcome, rerun = settle(_outcome_of(Drift.from_steps(steps)), again)
         finally:
             shutil.rmtree(trial / "venv", ignore_errors=True)
+        return steps, outcome, rerun
+
+    def checks(self, python: Path, folder: Path) -> list[dict[str, Any]]:
+        """The application's steps run once in ``python``'s env, into ``folder``: their records."""
+        from kernodeck.verify.pipeline import Run
+        from kernodeck.verify.steps.in_env import run_checks
+
+        folder.mkdir(parents=True, exist_ok=True)
+        run_ = Run(self.project, self.plat, folder)
+        run_checks(run_, python, STEPS, self.config)
+        if run_.meta.interrupted:  # a signal: no further trial; this one's steps and stacks stay
+            raise Interrupted(f"the bisect was interrupted ({run_.meta.interrupted['signal']}) during trial "
+                              f"{folder.name}; its steps and stacks are in {folder / 'steps'}",
+                              tip=tips.nox("bisect", "--good", "OLD_LOCK", "--bad", "NEW_LOCK"))
         return [s.as_dict() for s in run_.steps]
 
     def regroup(self, python: Path) -> None:
@@ -294,7 +322,8 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
         "bound": bound(max(len(groups), 1)),
         "groups": [list(g.names) for g in groups],
         "trials": [{"number": r.number, "moved": list(r.moved), "outcome": str(r.outcome),
-                    "seconds": round(r.seconds, 2), "note": r.note, "rebuilt": r.rebuilt} for r in records],
+                    "seconds": round(r.seconds, 2), "note": r.note, "rebuilt": r.rebuilt,
+                    "rerun": str(r.rerun) if r.rerun else None} for r in records],
     })
     return BisectResult(result, tuple(groups), tuple(records), folder, markdown)
 
@@ -306,9 +335,14 @@ def _first_line(failure: str) -> str:
 def _require_old_lock_runs(trials: _Trials, folder: Path) -> None:
     """The old lock's own env (never rebuilt otherwise: it is the reference's) when the new lock's env failed before
     the comparison; raises when it fails too, naming its failure."""
-    if trials.probe(frozenset()) is Outcome.GOOD:
+    old = trials.probe(frozenset())
+    if old is Outcome.GOOD:
         return
     note = trials.records[-1].note
+    if old is Outcome.FLAKY:
+        raise KernodeckError(f"the application is flaky on the old lock's env ({note[:400]}): a bisect needs runs that "
+                             f"repeat, nothing to bisect (the trials: {folder})",
+                             tip=tips.nox("verify") + " (make the application's run repeat, then bisect again)")
     raise KernodeckError(f"the application fails on the old lock's env too ({note[:400]}): the search needs the old "
                          f"lock's env to run, nothing to bisect (the trials: {folder})",
                          tip=tips.nox("verify") + " (fix what fails, then bisect again)")
@@ -345,6 +379,12 @@ def render(result: SearchResult, groups: list[Group], records: list[TrialRecord]
             lines.append(f"Ambiguous: skipped (inconsistent) combinations leave the culprit among: {among}.")
         case Verdict.OVER_BUDGET:
             lines.append("Stopped: the search used its budget of rebuilds before isolating a culprit.")
+        case Verdict.FLAKY:
+            flaky = next(r for r in records if r.outcome is Outcome.FLAKY)
+            lines.append(f"Stopped, no culprit named: try-{flaky.number:02d} failed before the comparison, then "
+                         f"{rerun_words(flaky.rerun or Outcome.FAILED)} on its rerun in the same env. A flaky "
+                         "failure says nothing of the change under search; make the application's run repeat "
+                         "(its failure is in the trial's steps), then bisect again.")
         case _:
             assert_never(result.verdict)
     lines += ["", "| env | moved to the new lock | outcome | seconds | numbers |", "|---|---|---|---|---|"]
@@ -352,5 +392,6 @@ def render(result: SearchResult, groups: list[Group], records: list[TrialRecord]
     for r in records:
         moved = ("all (the new lock)" if set(r.moved) == every else ", ".join(r.moved) if r.moved
                  else "none (the old lock)")
-        lines.append(f"| try-{r.number:02d} | {moved} | {r.outcome} | {r.seconds:.1f} | {cell(r.note)} |")
+        outcome = f"{r.outcome} (rerun: {rerun_words(r.rerun)})" if r.rerun else str(r.outcome)
+        lines.append(f"| try-{r.number:02d} | {moved} | {outcome} | {r.seconds:.1f} | {cell(r.note)} |")
     return "\n".join(lines) + "\n"

@@ -26,6 +26,7 @@ class Outcome(enum.StrEnum):
     BAD = "out of tolerance"
     FAILED = "failed before the comparison"  # the application (or a check before compare) failed: bad, not numbers
     SKIPPED = "inconsistent, skipped"
+    FLAKY = "flaky: failed, then ran on its rerun"  # in the same env: no culprit signal
 
     @property
     def leaves(self) -> bool:
@@ -40,6 +41,7 @@ class Verdict(enum.StrEnum):
     BAD_UNBUILDABLE = "new lock unbuildable"  # the new lock's own env could not be built
     AMBIGUOUS = "ambiguous"  # skipped combinations left more than one candidate
     OVER_BUDGET = "over budget"
+    FLAKY = "flaky"  # a trial failed, then ran on its rerun: the search stops rather than guess
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,30 @@ def bound(n: int) -> int:
     return (math.ceil(math.log2(n)) if n > 1 else 0) + 2
 
 
+def settle(first: Outcome, rerun: Callable[[], Outcome]) -> tuple[Outcome, Outcome | None]:
+    """A trial's outcome for the search, and its rerun's (None: not rerun). Only a failure before the comparison is
+    run once more (``rerun``, in the same env): failing again it stands; running then (within or out of tolerance),
+    the first failure was flaky, and a flaky failure is not the change under search (one flaky run would otherwise
+    send the bisection to the wrong half and name the wrong culprit)."""
+    if first is not Outcome.FAILED:
+        return first, None
+    again = rerun()
+    return (Outcome.FAILED if again is Outcome.FAILED else Outcome.FLAKY), again
+
+
+def rerun_words(outcome: Outcome) -> str:
+    """What a failed trial's rerun did, as the record says it: ``trial N failed, rerun: failed`` (or passed)."""
+    return {Outcome.FAILED: "failed", Outcome.GOOD: "passed", Outcome.BAD: "ran, out of tolerance"}.get(
+        outcome, str(outcome))
+
+
 def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | None = None) -> SearchResult:
     """The smallest set of groups (``0..n-1``, in order) whose moving to the new lock leaves the tolerance.
 
     The old lock (no group moved) is the reference's env: assumed within tolerance, never rebuilt. Each round bisects
     the groups not yet chosen for the first prefix that, on top of those chosen, leaves the tolerance; its last group
-    joins the culprit set; the set alone is then tried, and the search ends when it leaves the tolerance alone.
+    joins the culprit set; the set alone is then tried, and the search ends when it leaves the tolerance alone. A
+    flaky trial (:func:`settle`) stops it: verdict FLAKY, no culprit named.
     """
     budget = budget if budget is not None else 3 * bound(max(n, 1)) + 2
     seen: dict[frozenset[int], Outcome] = {}
@@ -100,6 +120,8 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
                 return done(Verdict.NO_CULPRIT)
             case Outcome.SKIPPED:
                 return done(Verdict.BAD_UNBUILDABLE)
+            case Outcome.FLAKY:
+                return done(Verdict.FLAKY)
             case Outcome.BAD | Outcome.FAILED:
                 pass
             case _:
@@ -108,6 +130,8 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
         while True:
             if chosen:
                 alone = test(frozenset(chosen))
+                if alone is Outcome.FLAKY:
+                    return done(Verdict.FLAKY)
                 if alone.leaves:
                     return done(Verdict.FOUND, chosen, True)
                 if alone is Outcome.SKIPPED or not pool:
@@ -121,6 +145,8 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
                 middle = (lo + hi) / 2
                 k = min(left, key=lambda c: (abs(c - middle), c))
                 result = test(frozenset(chosen | set(pool[:k])))
+                if result is Outcome.FLAKY:
+                    return done(Verdict.FLAKY)
                 if result.leaves:
                     hi = k
                 elif result is Outcome.GOOD:

@@ -204,3 +204,106 @@ def test_a_failure_the_new_locks_env_does_not_show_is_skipped_not_named() -> Non
 
     result = bisect.search(5, probe)
     assert result.culprit == (3,), result
+
+
+# --- a flaky failure: run once more, and named, never a culprit -----------------------------------------------------
+
+
+def _trial(script: dict[frozenset[int], list[Outcome]], bad: Callable[[frozenset[int]], bool],
+           ) -> tuple[Callable[[frozenset[int]], Outcome], list[frozenset[int]]]:
+    """A fake trial function: the scripted outcomes of a subset, run after run (a flaky one fails, then runs), else
+    out of tolerance when ``bad``."""
+    runs: list[frozenset[int]] = []
+
+    def trial(subset: frozenset[int]) -> Outcome:
+        runs.append(subset)
+        scripted = script.get(subset)
+        if scripted:
+            return scripted.pop(0)
+        return Outcome.BAD if bad(subset) else Outcome.GOOD
+
+    return trial, runs
+
+
+@pytest.mark.parametrize(("outcomes", "settled"), [
+    ([Outcome.FAILED, Outcome.GOOD], (Outcome.FLAKY, Outcome.GOOD)),
+    ([Outcome.FAILED, Outcome.BAD], (Outcome.FLAKY, Outcome.BAD)),  # the rerun computed: the failure did not repeat
+    ([Outcome.FAILED, Outcome.FAILED], (Outcome.FAILED, Outcome.FAILED)),
+    ([Outcome.GOOD], (Outcome.GOOD, None)),  # only a failure is run again
+    ([Outcome.BAD], (Outcome.BAD, None)),
+    ([Outcome.SKIPPED], (Outcome.SKIPPED, None)),
+], ids=["failed-passed", "failed-out", "failed-failed", "good", "bad", "skipped"])
+def test_only_a_failed_trial_is_run_once_more(outcomes: list[Outcome], settled: tuple[Outcome, Outcome | None]) -> None:
+    trial, runs = _trial({frozenset({1}): list(outcomes)}, lambda s: False)
+    assert bisect_search.settle(trial(frozenset({1})), lambda: trial(frozenset({1}))) == settled
+    assert len(runs) == len(outcomes)
+    assert not Outcome.FLAKY.leaves
+
+
+def test_a_flaky_failure_names_no_culprit_where_taken_at_face_value_it_named_a_wrong_one() -> None:
+    """The culprit is group 5 of 8; the bisection's first half ({0..3}) fails once, then runs within tolerance. Taken
+    at face value (the control) the failure sends the search into the wrong half and names groups 0..3, never 5;
+    rerun, the trial is flaky and the search stops without a culprit."""
+    def flaky_first_half() -> dict[frozenset[int], list[Outcome]]:
+        return {frozenset(range(4)): [Outcome.FAILED, Outcome.GOOD]}
+
+    trial, _ = _trial(flaky_first_half(), lambda s: 5 in s)
+    taken = bisect_search.search(8, trial)
+    assert (taken.verdict, taken.culprit) == (Verdict.FOUND, (0, 1, 2, 3))  # the control: a wrong culprit
+    trial, runs = _trial(flaky_first_half(), lambda s: 5 in s)
+    result = bisect_search.search(8, lambda s: bisect_search.settle(trial(s), lambda: trial(s))[0])
+    assert (result.verdict, result.culprit) == (Verdict.FLAKY, ())
+    assert [t.outcome for t in result.trials] == [Outcome.BAD, Outcome.FLAKY] and runs.count(frozenset(range(4))) == 2
+    # failing twice, it stands: the failure is the change's (group 2 breaks the application)
+    trial, _ = _trial({}, lambda s: 2 in s)
+    steady = bisect_search.search(8, lambda s: bisect_search.settle(
+        Outcome.FAILED if 2 in s else trial(s), lambda: Outcome.FAILED if 2 in s else trial(s))[0])
+    assert (steady.verdict, steady.culprit) == (Verdict.FOUND, (2,))
+
+
+FAILED_STEPS = [{"name": "application", "status": "failed", "error": "RuntimeError: a worker died"}]
+PASSED_STEPS = [{"name": "compare", "status": "passed",
+                 "details": {"outputs": {"x": {"kind": "exact", "passed": True, "summary": "equal"}}}}]
+
+
+def test_the_real_probe_reruns_a_failed_trial_in_its_env_and_the_report_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """_Trials (the real probe, its env and runs faked): a trial that fails runs once more into try-NN/rerun/; its
+    record, bisect.md's table and verdict say "trial N failed, rerun: passed" and that no culprit is named."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from kernodeck.project.config import load_project
+    from kernodeck.project.platforms import resolve_platform
+    from tests.helpers.project import ROOT
+
+    project = load_project(ROOT)
+    plat = resolve_platform(project, "cp311-linux_x86_64-cpu")
+    good = lockfile.read(write_lock(tmp_path / "old.txt", OLD))
+    bad = lockfile.read(write_lock(tmp_path / "new.txt", NEW))
+    d = lockdiff.diff(good, bad, old_label="old.txt", new_label="new.txt")
+    trials = bisect._Trials(project, plat, good, bad, d.changes, "sha256:none", tmp_path / "b", {}, None)
+    monkeypatch.setattr(trials, "new_lock_env", lambda: None)
+    monkeypatch.setattr("kernodeck.env.rebuild.rebuild", lambda *a, **k: SimpleNamespace(python=tmp_path / "py"))
+    monkeypatch.setattr(bisect, "holding", lambda *a: contextlib.nullcontext())
+    runs = [FAILED_STEPS, PASSED_STEPS]
+    folders: list[str] = []
+
+    def checks(python: Path, folder: Path) -> list[dict[str, object]]:
+        folders.append(folder.relative_to(tmp_path / "b").as_posix())
+        return runs.pop(0)
+
+    monkeypatch.setattr(trials, "checks", checks)
+    assert trials.probe(frozenset({0})) is Outcome.FLAKY
+    assert folders == ["try-01", "try-01/rerun"]
+    (record,) = trials.records
+    assert (record.outcome, record.rerun) == (Outcome.FLAKY, Outcome.GOOD)
+    assert record.note.startswith("trial 1 failed, rerun: passed (try-01/rerun/); application: RuntimeError")
+    result = bisect_search.SearchResult(Verdict.FLAKY, (), None, (), (bisect_search.Trial(frozenset({0}),
+                                                                                          Outcome.FLAKY),))
+    text = bisect.render(result, trials.groups, trials.records, d, plat.id)
+    assert "Stopped, no culprit named: try-01 failed before the comparison, then passed on its rerun" in text
+    assert "| flaky: failed, then ran on its rerun (rerun: passed) |" in text
+    # a trial that passes is not run again
+    runs[:] = [PASSED_STEPS]
+    assert trials.probe(frozenset({1})) is Outcome.GOOD and folders[-1] == "try-02" and trials.records[-1].rerun is None

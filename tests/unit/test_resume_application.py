@@ -77,6 +77,7 @@ def test_no_resume_declared_is_none_and_controls_default_to_every_piece() -> Non
         (lambda t: t.update(controls=[]), "at least one piece"),
         (lambda t: t.update(controls=["rng", "rng"]), "each once"),
         (lambda t: t.update({"gpu-tolerance": -1}), "gpu-tolerance"),
+        (lambda t: t.update({"gpu-tolerance": float("nan")}), "gpu-tolerance: nan is not a finite number"),
     ],
 )
 def test_bad_resume_declarations_are_named(edit: Any, message: str) -> None:
@@ -295,6 +296,30 @@ def test_each_call_of_train_has_its_progress_checked(tmp_path: Path, monkeypatch
     from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class resume_app raises
     with pytest.raises(InEnvCheckFailed, match=r"returned step 6 but logged no loss for step 5\.\.6"):
         resume_app.call_train(cfg, ctx, {"trained": 4}, "cpu", tmp_path / "short", 6, None, None, None)
+
+
+def test_a_resume_output_in_another_dtype_than_declared_fails_the_call(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The declared dtype of a resume output holds as an application output's does: float64 weights where float32 is
+    declared fail the call, naming the output and both dtypes; the declared dtype passes (the control)."""
+    import kernodeck_inenv.application
+    import kernodeck_inenv.settings
+
+    def train(app: Any, steps: int, save_at: int | None, resume_from: Path | None) -> dict[str, int]:
+        for step in range(1, steps + 1):
+            app.log(step, 1.0 / step)
+        app.write("weights", WEIGHTS.astype(app.params["dtype"]))
+        return {"step": steps, "epoch": 1, "loader": 0}
+
+    monkeypatch.setattr(kernodeck_inenv.application, "_function", lambda *a: train)
+    monkeypatch.setattr(kernodeck_inenv.settings, "apply", lambda deterministic=True: {})  # no torch here
+    ctx = Context(config={"project_root": str(tmp_path)}, out=tmp_path)
+    cfg = {**CFG, "entry": {"file": "checks/train.py", "function": "train"}}
+    done = resume_app.call_train(cfg, ctx, {"dtype": "float32"}, "cpu", tmp_path / "ok", 6, None, None, None)
+    assert done.outputs["weights"].dtype == np.float32
+    from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class resume_app raises
+    with pytest.raises(InEnvCheckFailed, match=r"resume output weights: dtype float64, expected float32"):
+        resume_app.call_train(cfg, ctx, {"dtype": "float64"}, "cpu", tmp_path / "wide", 6, None, None, None)
 
 
 def test_no_output_of_the_uninterrupted_run_exists_while_a_resumed_run_runs(tmp_path: Path,

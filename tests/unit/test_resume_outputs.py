@@ -18,6 +18,7 @@ import pytest
 from kernodeck.__main__ import main
 from kernodeck.dossier import resume_outputs
 from kernodeck.dossier.delta import compare, render_compare
+from kernodeck.errors import KernodeckError
 from kernodeck.inenv import resume_app
 from kernodeck.measure import drift
 
@@ -90,6 +91,24 @@ def test_a_perturbed_resumed_run_is_named(tmp_path: Path, change: dict[str, Any]
     assert "BEYOND its declared tolerance" in line and where in line, line
 
 
+def test_an_output_in_another_dtype_fails_naming_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The same values in float64 where A's are float32 (the declared dtype) is another output: it fails, naming the
+    output and both dtypes, as verify fails an application's output in another dtype; the drift map says so too."""
+    found, text = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b", weights=WEIGHTS.astype(np.float64)))
+    assert not found["per_output"]["weights"]["passed"], found["per_output"]["weights"]
+    assert "- `weights` (allclose): BEYOND its declared tolerance: dtype float64 in B, float32 in A (declared " \
+           "float32)" in text
+    assert found["per_output"]["loss-curve"]["passed"] and found["per_output"]["progress"]["passed"]
+    monkeypatch.chdir(tmp_path)
+    assert main(["drift", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "map"),
+                 "--python", sys.executable]) == 0
+    capsys.readouterr()
+    data = json.loads((tmp_path / "map" / "drift.json").read_text(encoding="utf-8"))
+    (pair,) = data["outputs"]["resume-application/weights"]["pairs"]
+    assert pair["mark"] == "not compared" and pair["error"] == "dtype float64 in B, float32 in A (declared float32)"
+
+
 def test_on_a_gpu_the_loss_curve_is_read_under_the_declared_gpu_tolerance(tmp_path: Path) -> None:
     near = [v + 1e-7 for v in CURVE]
     found, _ = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b", curve=near, device="cuda"))
@@ -110,6 +129,31 @@ def test_another_resume_contract_is_named_before_the_numbers(tmp_path: Path) -> 
     found, text = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b", contract=other))
     assert found["contract"] == {"checkpoint_at": {"a": 3, "b": 2}}
     assert "DIFFERENT RESUME CONTRACT: `checkpoint_at` 3 in A, 2 in B" in text
+
+
+def test_another_gpu_tolerance_is_named_as_a_difference_of_the_contract(tmp_path: Path) -> None:
+    """The bound the loss curve is read under off a CPU is a setting of the contract: two dossiers that declare
+    different ones are told apart (compare reads the curve under A's), one without it counts as the default."""
+    other = {**copy.deepcopy(CONTRACT), "gpu_tolerance": 1e-3}
+    found, text = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b", contract=other, device="cuda"))
+    assert found["contract"] == {"gpu_tolerance": {"a": 1e-5, "b": 1e-3}}
+    assert "DIFFERENT RESUME CONTRACT: `gpu_tolerance` 1e-05 in A, 0.001 in B (another bound on the loss curve" in text
+    assert found["per_output"]["loss-curve"]["atol"] == 1e-5  # A's, as said
+    default = {k: v for k, v in copy.deepcopy(CONTRACT).items() if k != "gpu_tolerance"}
+    found, _ = _resume(_dossier(tmp_path / "c"), _dossier(tmp_path / "d", contract=default))
+    assert found["contract"] == {}  # absent: the step applied the default, the same as A's
+
+
+@pytest.mark.parametrize("value", [-1, "1e-5", True, float("nan"), float("inf")])
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_a_malformed_gpu_tolerance_in_a_dossier_is_refused(tmp_path: Path, value: Any, side: str) -> None:
+    """A dossier's recorded gpu tolerance is checked as the declaration's is, on either side: never a negative or
+    non-finite bound, never a traceback."""
+    bad = {**copy.deepcopy(CONTRACT), "gpu_tolerance": value}
+    folders = {s: _dossier(tmp_path / s, contract=bad if s == side else CONTRACT, device="cuda") for s in "ab"}
+    with pytest.raises(KernodeckError, match=rf"{side}/run-config.json: resume_application.gpu_tolerance: .* is not "
+                                             r"a finite number >= 0"):
+        compare(folders["a"], folders["b"], PYTHON)
 
 
 def test_the_drift_map_reads_the_resumed_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -1,0 +1,44 @@
+"""The interpreter's homes, the one list of them: the env's prefix and the base interpreter's standard library, less
+the base's own site-packages (packages no lock describes).
+
+Two readers, one answer: ``_package.py`` lets only a file under a home keep its bytecode cache (the env's thousands of
+modules are not compiled again by each run; a project file is always compiled from its own bytes), and ``seen.py``
+trusts a file under a home (the env is proven by the env check, the stdlib is the base interpreter's), adding only
+Kernodeck's in-env folder and the pseudo file systems. Computed once per process, when ``_package.py`` loads this
+module through the verified loader, before it patches the bytecode path (so standard library only, no sibling).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+
+def forms(path: str) -> set[str]:
+    """A path as given (absolute, normalised) and resolved: a folder reached through a link has both."""
+    return {os.path.normpath(os.path.abspath(path)), os.path.realpath(path)}
+
+
+def _homes() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the homes, the folders inside them that are not: the base's site-packages when the env is a venv of it), each
+    with a trailing separator, in both forms."""
+    env = forms(sys.prefix) | forms(sys.exec_prefix)
+    stdlib: set[str] = set()
+    for key in ("stdlib", "platstdlib"):
+        stdlib |= forms(sysconfig.get_path(key))
+    inside = {
+        os.path.join(lib, name)
+        for lib in stdlib
+        for name in ("site-packages", "dist-packages")
+        if not any((lib + os.sep).startswith(e + os.sep) for e in env)  # a venv's base: not the env's own
+    }
+    return tuple(sorted(h.rstrip(os.sep) + os.sep for h in env | stdlib)), tuple(sorted(u + os.sep for u in inside))
+
+
+HOMES, NOT_HOMES = _homes()
+
+
+def home(path: str) -> bool:
+    """An absolute, normalised path under a home (and not in the base's site-packages)."""
+    return path.startswith(HOMES) and not path.startswith(NOT_HOMES)
