@@ -21,7 +21,8 @@ from typing import Any
 
 from kernodeck.dossier.judge import compare_declared
 from kernodeck.dossier.judge import render as render_outputs
-from kernodeck.inenv.protocol import LOSS_CURVE, PROGRESS, RESUME_DIR, RESUMED_RUN, ConfigKey, StepName
+from kernodeck.inenv.protocol import LOSS_CURVE, PROGRESS, RESUME_DIR, RESUMED_RUN, ConfigKey
+from kernodeck.inenv.steptable import StepName
 
 PREFIX = f"{RESUME_DIR}/"  # how compare and the drift map name these outputs beside the application's
 # What the two dossiers' contracts must share for their resumed runs to be the same training (besides the outputs).

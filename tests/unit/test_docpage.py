@@ -84,7 +84,7 @@ def test_the_step_claim_table_is_the_codes_and_on_one_page(monkeypatch: pytest.M
     """docs/claims.md holds every step (outside, then in-env) with the claims CLAIMS ties to it; no other page has a
     row of a claim's id (the mapping told again, as outputs-and-claims.md did); a claim moved to another key makes the
     page differ."""
-    from kernodeck.inenv.protocol import StepName
+    from kernodeck.inenv.steptable import StepName
     from kernodeck.verify.claims import CLAIMS
     from kernodeck.verify.steps import STEPS
 

@@ -1,6 +1,6 @@
 """The step tables (kernodeck/inenv/steptable.py, kernodeck/verify/outside.py): every consumer reads its rows and
-keeps no list of its own, and a new in-env step is its module plus its row (and its name in the protocol's StepName):
-a toy step, added so to a copy of the package, is run by the runner, summarised, claimed and given a deadline."""
+keeps no list of its own, and a new in-env step is its module plus its row (the row is its ``StepName`` member): a toy
+step, added so to a copy of the package, is run by the runner, summarised, claimed and given a deadline."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck.inenv import steptable
-from kernodeck.inenv.protocol import StepName
+from kernodeck.inenv.steptable import StepName
 from kernodeck.project import deadlines
 from kernodeck.verify import claims, summaries
 from kernodeck.verify.outside import OUTSIDE_STEPS
@@ -27,8 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_table_is_the_protocols_steps_in_run_order() -> None:
-    assert tuple(str(row.name) for row in steptable.STEPS) == tuple(s.value for s in StepName) == in_env.IN_ENV_STEPS
+    assert tuple(row.name for row in steptable.STEPS) == tuple(s.value for s in StepName) == in_env.IN_ENV_STEPS
     assert set(steptable.BY_NAME) == {s.value for s in StepName}
+    for name in StepName:  # code names a step by its member: the member's name is the step's, in upper case
+        assert (name.name, name.row) == (name.value.upper().replace("-", "_"), steptable.BY_NAME[name]), name
 
 
 def test_every_row_names_a_function_of_its_module() -> None:
@@ -76,10 +78,12 @@ TOY_MODULE = '''"""A toy step: a function of the in-env context that returns its
 def run(ctx):
     return {"answer": 42, "items": 3}
 '''
-TOY_ROW = '''    StepRow(StepName.TOY, "toy", "run", "a toy step added by its module and its row", 5.0,
-            summary=lambda d: f"the answer is {d['answer']}", claims=(
-                ClaimRow("toy-answer", "the toy step found the answer", "answer", lambda d: d["answer"] == 42),)),
+TOY_ROW = '''    TOY = StepRow(
+        "toy", "toy", "run", "a toy step added by its module and its row", 5.0,
+        summary=lambda d: f"the answer is {d['answer']}", claims=(
+            ClaimRow("toy-answer", "the toy step found the answer", "answer", lambda d: d["answer"] == 42),))
 '''
+TABLE_END = "\n\n\nSTEPS: tuple[StepRow, ...] = tuple(name.row for name in StepName)\n"
 ORCHESTRATOR = '''
 import json, sys
 from pathlib import Path
@@ -97,19 +101,14 @@ print(json.dumps({"line": step_result(step), "claims": [(c.id, str(c.state)) for
 
 
 def _add_toy(package: Path, *, row: bool = True) -> None:
-    """The newcomer's edits: the module, the row, the name in the protocol's StepName; nothing else."""
+    """The newcomer's edits: the module and its row, the last of the table; nothing else."""
     inenv = package / "inenv"
     (inenv / "toy.py").write_text(TOY_MODULE, encoding="utf-8")
     table = inenv / "steptable.py"
     text = table.read_text(encoding="utf-8")
-    assert text.count("\n)\nBY_NAME") == 1
+    assert text.count(TABLE_END) == 1
     if row:
-        table.write_text(text.replace("\n)\nBY_NAME", "\n" + TOY_ROW + ")\nBY_NAME"), encoding="utf-8")
-    protocol = inenv / "protocol.py"
-    text = protocol.read_text(encoding="utf-8")
-    anchor = '    RESUME_APPLICATION = "resume-application"'
-    assert text.count(anchor) == 1
-    protocol.write_text(text.replace(anchor, '    TOY = "toy"\n' + anchor), encoding="utf-8")
+        table.write_text(text.replace(TABLE_END, "\n" + TOY_ROW + TABLE_END), encoding="utf-8")
 
 
 def _run_toy(tmp_path: Path, *, row: bool = True) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
@@ -147,7 +146,7 @@ def test_a_new_step_is_its_module_and_its_row(tmp_path: Path) -> None:
 
 
 def test_a_step_module_without_its_row_is_not_run(tmp_path: Path) -> None:
-    """The control: the module and its name alone; the runner knows no such step (the row is what makes it one)."""
+    """The control: the module alone; the runner knows no such step (the row is what makes it one)."""
     _, run, ran = _run_toy(tmp_path, row=False)
     assert ran.returncode != 0 and "KeyError: 'toy'" in ran.stderr
     assert not list((run / "steps").glob("*-toy.json"))
