@@ -1,8 +1,9 @@
 """The reference parts of the docs, generated from the code: in docs/sessions.md the sessions ``register()`` adds
 (with their docstrings) and the repository's own, every command's options (from the argparse parsers, never their
 error path) and the exit codes (:data:`kernodeck.exitcodes.MEANINGS`); in docs/locks.md the declared platforms and
-their committed locks; in docs/claims.md verify's steps and the claims each establishes (the step list, the in-env
-step table's rows, :data:`kernodeck.verify.claims.CLAIMS` and ``SKIPPABLE``); the tables of tolerance kinds in
+their committed locks; in docs/claims.md verify's steps and the claims each establishes (the step tables' rows,
+:data:`kernodeck.verify.claims.CLAIMS` and ``SKIPPABLE``); in docs/report.md the steps, the layers a failure of each
+belongs to and what each checks (the rows); the tables of tolerance kinds in
 docs/application.md, docs/verdict-rules.md and docs/calibration.md (:data:`kernodeck.inenv.kinds.KINDS`).
 
 ``python -m kernodeck.docpage`` rewrites the pages' generated blocks; ``--check`` exits 1 when they differ from
@@ -24,7 +25,7 @@ from kernodeck.exitcodes import MEANINGS
 from kernodeck.inenv import steptable
 from kernodeck.inenv.kinds import KINDS
 from kernodeck.verify.claims import CLAIMS, SKIPPABLE, ClaimSpec
-from kernodeck.verify.steps import STEPS
+from kernodeck.verify.outside import OUTSIDE_STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "sessions.md"
@@ -127,8 +128,7 @@ def platforms_block(root: Path = ROOT) -> str:
 
 def steps_claims_block() -> str:
     """Verify's steps in the order they run, each with the claims it establishes (THE step -> claim table)."""
-    outside = [(e.name, f"outside the env: `{e.act.__module__.replace('.', '/')}.py`") for e in STEPS
-               if e.name != "checks"]
+    outside = [(r.name, f"outside the env: `kernodeck/verify/steps/{r.module}.py`") for r in OUTSIDE_STEPS]
     steps = outside + [(str(r.name), f"inside the env (one process): `kernodeck/inenv/{r.module}.py`")
                        for r in steptable.STEPS]
     steps += [(c.step, "no such step in the run") for c in CLAIMS if c.step not in {n for n, _ in steps}]
@@ -152,6 +152,15 @@ def _skip(name: str, specs: list[ClaimSpec]) -> str:
         others = ", ".join(m for m in modes if m not in allowed)
         return f"allowed in {', '.join(allowed)}; in {others} its claims are then `step-skipped`"
     return "no: its claims are then `step-skipped`" if specs else "no: the verdict fails"
+
+
+def steps_block() -> str:
+    """Verify's steps in the order they run: where a failure of each belongs, what each checks (the rows' own words)."""
+    lines = ["| step | layer on failure | what it checks (it passes when) |", "|---|---|---|"]
+    rows = [(r.name, str(r.layer), r.checks) for r in OUTSIDE_STEPS]
+    rows += [(r.name, " / ".join(r.layers), r.checks) for r in steptable.STEPS]
+    lines += [f"| `{name}` |{f' {layers} ' if layers else ' '}| {_cell(checks)} |" for name, layers, checks in rows]
+    return "\n".join(lines)
 
 
 def kinds_block() -> str:
@@ -183,6 +192,7 @@ PAGES: dict[Path, dict[str, Callable[[], str]]] = {
     PAGE: {"sessions": sessions_block, "options": options_block, "exit-codes": exit_codes_block},
     ROOT / "docs" / "locks.md": {"platforms": platforms_block},
     ROOT / "docs" / "claims.md": {"steps-claims": steps_claims_block},
+    ROOT / "docs" / "report.md": {"steps": steps_block},
     ROOT / "docs" / "application.md": {"kinds": kinds_block},
     ROOT / "docs" / "verdict-rules.md": {"kinds-moved": kinds_moved_block},
     ROOT / "docs" / "calibration.md": {"kinds-measured": kinds_measured_block},

@@ -23,7 +23,8 @@ from kernodeck import tips
 from kernodeck.dossier.judge import compare_declared
 from kernodeck.dossier.judge import render as render_outputs
 from kernodeck.errors import ConfigError, KernodeckError
-from kernodeck.inenv.protocol import LOSS_CURVE, PROGRESS, RESUME_DIR, RESUMED_RUN, ConfigKey, StepName
+from kernodeck.inenv.protocol import LOSS_CURVE, PROGRESS, RESUME_DIR, RESUMED_RUN, ConfigKey
+from kernodeck.inenv.steptable import StepName
 from kernodeck.project import resume_contract
 
 PREFIX = f"{RESUME_DIR}/"  # how compare and the drift map name these outputs beside the application's

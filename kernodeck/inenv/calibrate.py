@@ -96,7 +96,8 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
     install_stacks()  # the supervisor may ask this process (and each child it forks) for its stacks
     from kernodeck_inenv._common import Context, write_json_atomic
     from kernodeck_inenv.margin import margins, numbers
-    from kernodeck_inenv.protocol import ConfigKey, StepName
+    from kernodeck_inenv.protocol import ConfigKey
+    from kernodeck_inenv.steptable import StepName
 
     # verified bytes only (_package.py), as in runner.py
     sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), config.get(ConfigKey.INENV_SHA256))

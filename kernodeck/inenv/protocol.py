@@ -1,4 +1,5 @@
-"""The wall's protocol: the names and JSON keys both sides of it share, defined once.
+"""The wall's protocol: the names and JSON keys both sides of it share, defined once (the steps' names are the step
+table's, kernodeck/inenv/steptable.py: ``StepName``).
 
 The orchestrator writes ``run-config.json`` and reads one ``steps/NN-name.json`` per step; the runner (inside the
 rebuilt env) reads the first and writes the others. Both import this module: the orchestrator as
@@ -21,23 +22,6 @@ else:  # an env's Python may be older than the orchestrator's
     class StrEnum(str, enum.Enum):
         def __str__(self) -> str:
             return str(self.value)
-
-
-class StepName(StrEnum):
-    """The in-env steps, in the order they run."""
-
-    SETTINGS = "settings"
-    SYSTEM = "system"
-    BACKEND = "backend"
-    EXTENSIONS = "extensions"
-    REFERENCE = "reference"
-    APPLICATION = "application"
-    REREAD = "reread"
-    COMPARE = "compare"
-    CRITERION = "criterion"
-    DETERMINISM = "determinism"
-    RESUME = "resume"
-    RESUME_APPLICATION = "resume-application"  # the application's own train, resumed in a new process
 
 
 class Status(StrEnum):
@@ -68,7 +52,6 @@ class Layer(StrEnum):
     IMPORT = "import"  # a step stopped (deadline, stall) while the application's files were being imported
 
 
-STEP_NAMES = frozenset(s.value for s in StepName)
 STATUSES = frozenset(s.value for s in Status)
 LAYERS = frozenset(layer.value for layer in Layer)
 

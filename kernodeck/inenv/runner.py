@@ -33,9 +33,9 @@ runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv
 # env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
 from kernodeck_inenv import libraries, world  # noqa: E402
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
-from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, StepName, step_file  # noqa: E402
+from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, step_file  # noqa: E402
 from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
-from kernodeck_inenv.steptable import BY_NAME  # noqa: E402
+from kernodeck_inenv.steptable import BY_NAME, StepName  # noqa: E402
 
 # At import, not in main(): a child that multiprocessing spawns imports this file as its main module (its stacks too).
 install_stacks()

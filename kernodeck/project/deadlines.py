@@ -19,7 +19,6 @@ from typing import Any
 from kernodeck import tips
 from kernodeck.errors import ConfigError
 from kernodeck.inenv import steptable
-from kernodeck.inenv.protocol import STEP_NAMES
 
 SCALE_ENV = "KERNODECK_DEADLINE_SCALE"
 # The commands that run the application in the env: each takes --deadline-scale; their nox sessions hand a signal on
@@ -68,7 +67,7 @@ def parse_scale(raw: str, where: str = "--deadline-scale") -> float:
 
 def check_names(table: Mapping[str, Any], pyproject: Path | None) -> None:
     """Each key of ``[tool.kernodeck.deadlines]`` names an in-env step or ``stall`` (the schema checks the values)."""
-    known = sorted(STEP_NAMES | {STALL})
+    known = sorted({*steptable.BY_NAME, STALL})
     unknown = sorted(set(table) - set(known))
     if unknown:
         raise ConfigError(f"tool.kernodeck.deadlines.{unknown[0]}: not an in-env step nor stall; expected one of "
@@ -81,5 +80,5 @@ def load(tool: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> D
     table = dict(tool.get("deadlines") or {})
     check_names(table, None)
     scale = scale_from_env(environ)
-    steps = {name: float(table.get(name, DEFAULTS.get(name, DEFAULT_STEP_S))) * scale for name in STEP_NAMES}
+    steps = {name: float(table.get(name, DEFAULTS.get(name, DEFAULT_STEP_S))) * scale for name in steptable.BY_NAME}
     return Deadlines(steps, float(table.get(STALL, DEFAULT_STALL_S)) * scale, scale)

@@ -30,6 +30,7 @@ from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.errors import Interrupted, KernodeckError
+from kernodeck.inenv import steptable
 from kernodeck.lock import lockdiff, lockfile
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -48,9 +49,10 @@ from kernodeck.upgrade.relock import Drift, cell, render_drift
 from kernodeck.verify.context import declaration
 from kernodeck.verify.runbuild import Changes, ReferenceConfig, holding, runner_config
 
-# The in-env steps a bisection needs: settings and backend (the run's device and pinned knobs), the reference read
-# back, the application, its outputs reread and compared, and the criterion.
-STEPS = ("settings", "backend", "reference", "application", "reread", "compare", "criterion")
+# The in-env steps a bisection needs, its rows' ``bisect`` (kernodeck/inenv/steptable.py): settings and backend (the
+# run's device and pinned knobs), the reference read back, the application, its outputs reread and compared, and the
+# criterion; in run order.
+STEPS = tuple(row.name for row in steptable.STEPS if row.bisect)
 
 
 _METADATA_SCRIPT = r"""

@@ -16,7 +16,7 @@ from typing import Any
 
 from kernodeck import sources
 from kernodeck.errors import KernodeckError
-from kernodeck.inenv.protocol import StepName
+from kernodeck.inenv.steptable import StepName
 from kernodeck.lock import check
 from kernodeck.project import application, resume_contract
 from kernodeck.project.config import Project

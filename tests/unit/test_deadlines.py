@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck.errors import ConfigError
-from kernodeck.inenv.protocol import STEP_NAMES
+from kernodeck.inenv.steptable import BY_NAME
 from kernodeck.project import deadlines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_defaults_cover_every_step_and_the_table_and_scale_apply() -> None:
     plain = deadlines.load({}, environ={})
-    assert set(plain.steps) == set(STEP_NAMES) and plain.stall == deadlines.DEFAULT_STALL_S
+    assert set(plain.steps) == set(BY_NAME) and plain.stall == deadlines.DEFAULT_STALL_S
     assert min(plain.steps.values()) >= 600  # generous: a healthy run on a slow machine never trips them
     mine = deadlines.load({"deadlines": {"application": 30, "stall": 10}}, environ={deadlines.SCALE_ENV: "2"})
     assert mine.step("application") == 60 and mine.stall == 20 and mine.scale == 2

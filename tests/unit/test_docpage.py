@@ -84,7 +84,7 @@ def test_the_step_claim_table_is_the_codes_and_on_one_page(monkeypatch: pytest.M
     """docs/claims.md holds every step (outside, then in-env) with the claims CLAIMS ties to it; no other page has a
     row of a claim's id (the mapping told again, as outputs-and-claims.md did); a claim moved to another key makes the
     page differ."""
-    from kernodeck.inenv.protocol import StepName
+    from kernodeck.inenv.steptable import StepName
     from kernodeck.verify.claims import CLAIMS
     from kernodeck.verify.steps import STEPS
 
@@ -106,6 +106,28 @@ def test_the_step_claim_table_is_the_codes_and_on_one_page(monkeypatch: pytest.M
                   for c in CLAIMS)
     monkeypatch.setattr(docpage, "CLAIMS", moved)
     assert "(`resumed`; verify)" in docpage.steps_claims_block()
+    assert docpage.main(["--check"]) == 1
+
+
+def test_the_steps_table_is_the_rows_and_on_one_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/report.md's table of the steps: every step, outside then in-env, with the layers of its row and its words;
+    a row's words changed make the page differ, and no other page has a table of the steps."""
+    import dataclasses
+
+    from kernodeck.inenv import steptable
+    from kernodeck.verify.outside import OUTSIDE_STEPS
+
+    block = docpage.steps_block()
+    assert block in (DOCS / "report.md").read_text(encoding="utf-8")
+    rows = block.splitlines()[2:]
+    assert [row.split("`", 2)[1] for row in rows] == [r.name for r in OUTSIDE_STEPS] + [r.name for r in steptable.STEPS]
+    assert "| `backend` | device / transfer-to-device / operator | the EXPECTED backend" in block
+    told = [p.name for p in DOCS.glob("*.md") if "| step | layer on failure |" in p.read_text(encoding="utf-8")]
+    assert told == ["report.md"]
+    row = steptable.StepName.COMPARE.row
+    moved = tuple(dataclasses.replace(r, checks="each output, looked at") if r is row else r for r in steptable.STEPS)
+    monkeypatch.setattr(steptable, "STEPS", moved)
+    assert "| `compare` | comparison | each output, looked at |" in docpage.steps_block()
     assert docpage.main(["--check"]) == 1
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernodeck.inenv.protocol import StepName
+from kernodeck.inenv.steptable import StepName
 from kernodeck.verify.steps import STEPS
 from kernodeck.verify.summaries import SUMMARISERS
 

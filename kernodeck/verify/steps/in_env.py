@@ -21,7 +21,8 @@ from kernodeck._proc import first_error, log, show
 from kernodeck.env import extension_scan, start
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import steptable
-from kernodeck.inenv.protocol import HASH_SEED, STATUSES, Layer, Status, StepName
+from kernodeck.inenv.protocol import HASH_SEED, STATUSES, Layer, Status
+from kernodeck.inenv.steptable import StepName
 from kernodeck.project import deadlines
 from kernodeck.sources import redact_text
 from kernodeck.supervise import Stop, Stopped, supervise
