@@ -23,8 +23,9 @@ from kernodeck._fs import write_atomic
 from kernodeck.cli.dispatch import ORDER, build_parser
 from kernodeck.exitcodes import MEANINGS
 from kernodeck.inenv import steptable
+from kernodeck.inenv.evidence import ClaimRow
 from kernodeck.inenv.kinds import KINDS
-from kernodeck.verify.claims import CLAIMS, SKIPPABLE, ClaimSpec
+from kernodeck.verify.claims import CLAIMS, SKIPPABLE
 from kernodeck.verify.outside import OUTSIDE_STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +143,7 @@ def steps_claims_block() -> str:
     return "\n".join(lines)
 
 
-def _skip(name: str, specs: list[ClaimSpec]) -> str:
+def _skip(name: str, specs: list[ClaimRow]) -> str:
     """Whether a pass may skip the step, in each mode: only a step in SKIPPABLE that no claim of the mode rests on."""
     modes = ("verify", "reference")
     allowed = [m for m in modes if name in SKIPPABLE and not any(m in c.modes for c in specs)]

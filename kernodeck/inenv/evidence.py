@@ -18,15 +18,20 @@ VERIFY = frozenset({"verify"})
 
 @dataclass(frozen=True)
 class ClaimRow:
-    """One claim a step establishes: its id and text, the key of the step's details holding the evidence, its test,
-    the modes it is claimed in, and whether a declared variant (``--python``) may leave it unestablished."""
+    """One claim a step establishes: its id and text, the key of the step's details holding the evidence, its test
+    (given the step's whole details; the key is known to be present), the modes it is claimed in, whether a declared
+    variant (``--python``) may leave it unestablished, and the step (named by the claims table, from the row of the
+    step table that lists the claim: kernodeck/verify/claims.py)."""
 
     id: str
     text: str
     key: str
     holds: Callable[[dict[str, Any]], bool]
     modes: frozenset[str] = BOTH
+    # A declared variant (verify --python: an existing interpreter, not a rebuild) may leave this claim
+    # unestablished; the verdict is then passed-unlocked, naming what was not established.
     variant: bool = False
+    step: str = ""
 
 
 def _finite_at_most(v: Any, limit: float) -> bool:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
 from kernodeck.inenv import steptable
-from kernodeck.inenv.evidence import BOTH, ClaimRow
+from kernodeck.inenv.evidence import ClaimRow
 from kernodeck.inenv.protocol import Status
 from kernodeck.verify.outside import OUTSIDE_STEPS
 from kernodeck.verify.record import Step
@@ -31,31 +30,11 @@ class ClaimState(enum.StrEnum):
     STEP_ABSENT = "step-absent"  # no such step in the run at all
 
 
-@dataclass(frozen=True)
-class ClaimSpec:
-    """One claim a pass stands on: the step that establishes it, the key of its details that records the evidence,
-    and the test of that evidence (given the step's whole details; the key is known to be present)."""
-
-    id: str
-    text: str
-    step: str
-    key: str
-    holds: Callable[[dict[str, Any]], bool]
-    modes: frozenset[str] = BOTH
-    # A declared variant (verify --python: an existing interpreter, not a rebuild) may leave this claim
-    # unestablished; the verdict is then passed-unlocked, naming what was not established.
-    variant: bool = False
-
-
-def _specs(step: str, claims: tuple[ClaimRow, ...]) -> tuple[ClaimSpec, ...]:
-    return tuple(ClaimSpec(c.id, c.text, step, c.key, c.holds, c.modes, c.variant) for c in claims)
-
-
 # THE table: every claim, in the order the report shows them, from the step tables' rows: verify's own steps'
 # (outside.py), then each in-env step's (kernodeck/inenv/steptable.py), in the order they run.
-CLAIMS: tuple[ClaimSpec, ...] = (
-    *(spec for row in OUTSIDE_STEPS for spec in _specs(row.name, row.claims)),
-    *(spec for row in steptable.STEPS for spec in _specs(str(row.name), row.claims)),
+CLAIMS: tuple[ClaimRow, ...] = (
+    *(replace(claim, step=row.name) for row in OUTSIDE_STEPS for claim in row.claims),
+    *(replace(claim, step=str(row.name)) for row in steptable.STEPS for claim in row.claims),
 )
 
 
@@ -87,7 +66,7 @@ class Claim:
         }
 
 
-def _claim_state(spec: ClaimSpec, step: Step | None) -> tuple[ClaimState, str]:
+def _claim_state(spec: ClaimRow, step: Step | None) -> tuple[ClaimState, str]:
     if step is None:
         return ClaimState.STEP_ABSENT, f"no {spec.step} step in this run"
     match step.status:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kernodeck.inenv.evidence import ClaimRow
 from kernodeck.inenv.protocol import Status
 from kernodeck.verify import claims as verify_claims
 from kernodeck.verify import record
@@ -72,7 +73,7 @@ CONTRADICT: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def spec_of(claim_id: str) -> verify_claims.ClaimSpec:
+def spec_of(claim_id: str) -> ClaimRow:
     return next(spec for spec in CLAIMS if spec.id == claim_id)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.builtenv import refingerprint
 from tests.helpers.project import ROOT, kd
 
 rel = pytest.mark.reliability
@@ -71,24 +72,6 @@ def test_compare_without_non_finite_rows_is_unchanged(tmp_path: Path) -> None:
 TOL_LINE = "max-abs = 1e-4\n"
 
 
-def _edit_manifest(project: Path, **tables: dict[str, object]) -> None:
-    """Edit manifest tables and recompute its id, as an adversary (or a careless hand) would."""
-    import tomllib
-
-    from kernodeck._fs import write_atomic
-    from kernodeck.runformat import manifest as dossier_manifest
-
-    path = project / "dossier/reference/manifest.toml"
-    manifest = tomllib.loads(path.read_text())
-    for table, values in tables.items():
-        target = manifest
-        for part in table.split("."):
-            target = target[part]
-        target.update(values)
-    manifest["id"] = dossier_manifest.identity(manifest)
-    write_atomic(path, dossier_manifest.render(manifest))
-
-
 def _refused(project: Path, out: Path, *needles: str) -> None:
     proc = kd(project, "verify", "--out", str(out))
     assert proc.returncode != 0 and "ERROR:" in proc.stderr
@@ -134,17 +117,17 @@ def test_verify_holds_the_declared_contract(tmp_path: Path, edit: str) -> None:
 
     project = copy_project(tmp_path / "project")
     if edit == "loosened-manifest":
-        _edit_manifest(project, **{"outputs.embeddings": {"cosine-min": 0.0, "max-abs": 10.0}})
+        refingerprint(project, **{"outputs.embeddings": {"cosine-min": 0.0, "max-abs": 10.0}})
         _refused(project, tmp_path / "run", "cosine_min: 0.0 -> declared 0.9999", "max_abs: 10.0 -> declared 0.0001")
     elif edit == "criterion":
-        _edit_manifest(project, application={"criterion": "checks/anything_goes.py:criterion"})
+        refingerprint(project, application={"criterion": "checks/anything_goes.py:criterion"})
         _refused(project, tmp_path / "run", "criterion: 'checks/anything_goes.py:criterion' -> declared 'checks/app.py")
     else:
         # pyproject AND the manifest agree on a tolerance that could flip a nearest neighbour: still refused
         pyproject = project / "pyproject.toml"
         assert TOL_LINE in pyproject.read_text()
         pyproject.write_text(pyproject.read_text().replace(TOL_LINE, TOL_LINE.replace("1e-4", "1e-2")))
-        _edit_manifest(project, **{"outputs.embeddings": {"max-abs": 1e-2}})
+        refingerprint(project, **{"outputs.embeddings": {"max-abs": 1e-2}})
         _refused(project, tmp_path / "run", "could flip a nearest neighbour", "declared max-abs 0.01")
 
 

@@ -42,7 +42,9 @@ def in_env(project: Path, code: str) -> None:
 
 
 def refingerprint(project: Path, **tables: dict[str, object]) -> None:
-    """Give the manifest the code's new fingerprint (and any edit), its id recomputed: what an adversary can do."""
+    """Give the manifest the code's new fingerprint and any edit, its id recomputed: what an adversary (or a careless
+    hand) can do. Each keyword names a table by its dotted path (``outputs.embeddings``) and the values to set in it;
+    an empty one drops that table."""
     path = project / "dossier/reference/manifest.toml"
     manifest = tomllib.loads(path.read_text(encoding="utf-8"))
     manifest["application"]["code"] = {f: sha256_file(project / f) for f in manifest["application"]["code"]}

@@ -32,6 +32,7 @@ from kernodeck.project.platforms import Platform, resolve_platform
 from kernodeck.sources import Source
 from tests.helpers.project import copy_project
 
+RESOLVERS = ["pip-tools", "uv"]  # both resolvers, for tests parametrized over them
 UNREACHABLE = "http://127.0.0.1:9/simple"  # port 9 (discard): refused at once, never a hang
 _STAMP = (2020, 1, 1, 0, 0, 0)
 
@@ -89,6 +90,18 @@ def set_variant_index(project: Path, variant: str, index: str) -> None:
     path = project / "pyproject.toml"
     doc = tomlkit.parse(path.read_text(encoding="utf-8"))
     doc["tool"]["kernodeck"]["variants"][variant]["index"] = index  # type: ignore[index]
+    path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+
+
+def declare_as_of(project: Path, value: str | None) -> None:
+    """Declare ``resolve-as-of = value`` in the project's pyproject.toml, or drop the declaration (``None``)."""
+    path = project / "pyproject.toml"
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    table = doc["tool"]["kernodeck"]  # type: ignore[index]
+    if value is None:
+        table.pop("resolve-as-of", None)  # type: ignore[union-attr]
+    else:
+        table["resolve-as-of"] = value  # type: ignore[index]
     path.write_text(tomlkit.dumps(doc), encoding="utf-8")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ import pytest
 from kernodeck import docpage, noxsessions
 from kernodeck.cli import dispatch
 from kernodeck.exitcodes import MEANINGS, ExitCode
-from kernodeck.verify.claims import ClaimSpec
 
 DOCS = Path(__file__).parents[2] / "docs"
 
@@ -102,8 +102,7 @@ def test_the_step_claim_table_is_the_codes_and_on_one_page(monkeypatch: pytest.M
     told = [p.name for p in DOCS.glob("*.md") if p != page and re.search(
         r"^\| `(" + "|".join(map(re.escape, ids)) + r")` \|", p.read_text(encoding="utf-8"), re.M)]
     assert told == []
-    moved = tuple(c if c.id != "resume" else ClaimSpec(c.id, c.text, c.step, "resumed", c.holds, c.modes)
-                  for c in CLAIMS)
+    moved = tuple(c if c.id != "resume" else replace(c, key="resumed") for c in CLAIMS)
     monkeypatch.setattr(docpage, "CLAIMS", moved)
     assert "(`resumed`; verify)" in docpage.steps_claims_block()
     assert docpage.main(["--check"]) == 1

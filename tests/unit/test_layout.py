@@ -21,13 +21,6 @@ CROSS_CUTTING = {
     "example_tool_pins": "each example pins the tools the sessions import, as this repository does",
     "suite_footprint": "the suite's own disk use",
 }
-# Unit files that still cover several modules (issue 30 point 6, left when this rule came): split each into files
-# named after its modules, then drop it here. The test fails once one is gone or named after a module.
-TO_SPLIT = {
-    "hang_records": "upgrade/bisect.py, upgrade/relock.py, measure/variations.py and verify's hang record",
-    "resume_application": "project/resume_contract.py and inenv/resume_app.py",
-    "upgrade_asof": "lock/resolvers.py, compile.py, check.py and inputs.py",
-}
 
 
 def test_no_module_imports_conftest_or_a_test_module() -> None:
@@ -59,13 +52,13 @@ def test_a_planted_import_of_conftest_or_a_test_module_is_caught(tmp_path: Path)
 
 
 def test_each_unit_file_is_named_after_the_module_it_tests() -> None:
-    assert layout.unnamed_unit_files(ROOT, set(CROSS_CUTTING) | set(TO_SPLIT)) == []
+    assert layout.unnamed_unit_files(ROOT, set(CROSS_CUTTING)) == []
 
 
 def test_the_lists_name_only_unit_files_that_need_them() -> None:
     """An entry for a file that is gone, or that now names a module, is stale: the lists stay short and true."""
     modules = layout.module_names(ROOT)
-    for name in [*CROSS_CUTTING, *TO_SPLIT]:
+    for name in CROSS_CUTTING:
         assert (ROOT / "tests" / "unit" / f"test_{name}.py").is_file(), name
         assert name not in modules, f"test_{name}.py names a module: drop it from the list"
 

@@ -2,7 +2,8 @@
 verify's lock-check step does with its run context) decides as the check that reads them itself (``lock --check``,
 ``rebuild``): the same pass, the same error and message on each kind of bad lock or twin; and it reads neither again.
 
-On a copy of the project with its committed locks (no resolver runs, no index is asked).
+On a copy of the project with its committed locks (no resolver runs, no index is asked). And the resolution date
+(`resolve-as-of`) as an input of the check, on a tiny lock resolved offline by each resolver.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import pytest
 
 from kernodeck.errors import KernodeckError
 from kernodeck.lock import check as lock_check
+from kernodeck.lock import compile as lock_compile
+from kernodeck.lock import lockfile
 from kernodeck.project.config import load_project
-from kernodeck.project.platforms import parse_platform_id
+from kernodeck.project.platforms import parse_platform_id, resolve_platform
 from tests.helpers.project import copy_project
+from tests.helpers.tinylock import RESOLVERS, declare_as_of, offline_sources, tiny_project, tiny_wheels
 
 CPU = "cp311-linux_x86_64-cpu"
 LOCK = f"lockfiles/{CPU}.txt"
@@ -83,3 +87,38 @@ def test_the_check_of_the_lock_as_read_reads_neither_file_again(tmp_path: Path) 
     assert lock_check.require_checked(proj, plat, read=read) == project / LOCK  # decided from what was read
     with pytest.raises(KernodeckError):  # control: the check that reads them finds them gone
         lock_check.require_checked(proj, plat)
+
+
+@pytest.fixture
+def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tiny_wheels(tmp_path / "wheels")
+    offline_sources(monkeypatch, folder, tmp_path / "cache")
+    return folder
+
+
+@pytest.mark.parametrize("resolver", RESOLVERS)
+def test_the_date_is_recorded_and_is_an_input_of_the_drift_check(tmp_path: Path, wheels: Path,
+                                                                  resolver: str) -> None:
+    root = tiny_project(tmp_path / "p")
+    proj = load_project(root)
+    plat = resolve_platform(proj)
+    target = lock_compile.compile_lock(proj, plat, resolver=resolver, as_of="2021-03-04")
+    lock = lockfile.read(target)
+    assert lock.first("resolve-as-of").startswith("2021-03-04T00:00:00Z")
+    assert lock.inputs["resolve-as-of"] == "2021-03-04T00:00:00Z"
+    assert "2021-03-04T00:00:00Z" in lock.first("command")
+    # None declared: the one-off --as-of the lock records stands.
+    assert lock_check.check_lock(proj, plat) == []
+    declare_as_of(root, "2021-03-04")
+    assert lock_check.check_lock(load_project(root), plat) == []
+    declare_as_of(root, "2022-01-01")  # the declared date moved: drift, named with both dates
+    changes = lock_check.check_lock(load_project(root), plat)
+    assert changes == ["the resolution date (resolve-as-of) changed: 2021-03-04T00:00:00Z -> 2022-01-01T00:00:00Z"]
+    # A lock made without a date while one is declared is stale too.
+    declare_as_of(root, None)
+    lock_compile.compile_lock(load_project(root), plat, resolver=resolver)
+    declare_as_of(root, "2021-03-04")
+    assert lock_check.check_lock(load_project(root), plat) == ["the resolution date (resolve-as-of) is a new input"]
+    # ...and relocking with the declared date makes it current again.
+    lock_compile.compile_lock(load_project(root), plat, resolver=resolver)
+    assert lock_check.check_lock(load_project(root), plat) == []

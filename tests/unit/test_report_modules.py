@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kernodeck.inenv.evidence import ClaimRow
 from kernodeck.runformat import refdelta as dossier_delta
 from kernodeck.runformat import review as dossier_review
 from kernodeck.runformat import review as review_mod
@@ -82,7 +83,7 @@ def test_the_layer_check_catches_a_planted_cycle() -> None:
 def test_no_claim_carries_the_removed_pending_or_binding_fields() -> None:
     from dataclasses import fields
 
-    assert {f.name for f in fields(claims.ClaimSpec)} == {"id", "text", "step", "key", "holds", "modes", "variant"}
+    assert {f.name for f in fields(ClaimRow)} == {"id", "text", "step", "key", "holds", "modes", "variant"}
     assert "binding" not in {f.name for f in fields(claims.Claim)}
 
 

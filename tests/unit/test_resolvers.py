@@ -1,14 +1,19 @@
 """uv's and pip-tools' commands and environments (kernodeck/lock/resolvers.py): uv's source order, no source in
-the command, resolver output cleaned up."""
+the command, resolver output cleaned up, the resolution date handed to both."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 
 from kernodeck.errors import CommandFailed
 from kernodeck.lock import resolvers
 from kernodeck.project.config import load_project
-from kernodeck.project.platforms import parse_platform_id
+from kernodeck.project.platforms import parse_platform_id, resolve_platform
 from kernodeck.sources import PYPI, Source
 from tests.helpers.project import ROOT
+from tests.helpers.tinylock import RESOLVERS, tiny_project
 
 PROJECT = load_project(ROOT)
 CPU = parse_platform_id(PROJECT, "cp311-linux_x86_64-cpu")
@@ -59,3 +64,17 @@ def test_uv_reason_carries_its_cause_line() -> None:
     exc = CommandFailed(["uv"], 1, "error: No solution found when resolving dependencies", output)
     assert resolvers.reason(exc).endswith("cause: Because only kdtiny-beta<=2.0 is available and you require "
                                           "kdtiny-beta>=3, ...")
+
+
+@pytest.mark.parametrize("resolver", RESOLVERS)
+def test_both_resolvers_get_the_date(tmp_path: Path, resolver: str) -> None:
+    project = load_project(tiny_project(tmp_path / "p"))
+    plat = resolve_platform(project)
+    flag = {"pip-tools": "--uploaded-prior-to", "uv": "--exclude-newer"}[resolver]
+    with_date = resolvers.command(resolver, plat, ["a.in"], "out.txt", None, False, "2024-06-01T00:00:00Z",
+                                  ("kdtiny-torch",))
+    assert with_date[with_date.index(flag) + 1] == "2024-06-01T00:00:00Z"
+    if resolver == "uv":
+        assert with_date[with_date.index("--exclude-newer-package") + 1] == "kdtiny-torch=false"
+    without = resolvers.command(resolver, plat, ["a.in"], "out.txt", None, False)
+    assert flag not in without and "--exclude-newer-package" not in without

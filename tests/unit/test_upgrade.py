@@ -1,10 +1,18 @@
-"""The upgrade's drift table, read from a report's steps: per output numbers against the tolerance, the verdict."""
+"""The upgrade (kernodeck/upgrade/relock.py): its drift table, read from a report's steps (per output numbers
+against the tolerance, the verdict); a declared resolution date moved, and put back when the relock fails."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from kernodeck.lock import compile as lock_compile
+from kernodeck.project.config import load_project
+from kernodeck.project.platforms import resolve_platform
 from kernodeck.upgrade.relock import Drift, render_drift
+from tests.helpers.tinylock import declare_as_of, offline_sources, tiny_project, tiny_wheels
 
 
 def _steps(outputs: dict[str, dict[str, Any]], *, criterion: bool | None = True,
@@ -66,3 +74,41 @@ def test_a_pipe_in_a_cell_is_escaped_so_the_table_keeps_its_columns() -> None:
     assert cell("first 'r0'; |ref| * 1e-6\nmore") == "first 'r0'; \\|ref\\| * 1e-6 more"
     row = render_drift(Drift.from_steps(_steps({"logits": ALLCLOSE_BAD}))).splitlines()[4]
     assert row.replace("\\|", "").count("|") == 8  # 7 columns
+
+
+@pytest.fixture
+def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tiny_wheels(tmp_path / "wheels")
+    offline_sources(monkeypatch, folder, tmp_path / "cache")
+    return folder
+
+
+def test_upgrade_moves_a_declared_date_and_puts_it_back_when_the_relock_fails(
+        tmp_path: Path, wheels: Path) -> None:
+    from kernodeck.errors import KernodeckError
+    from kernodeck.upgrade import relock as upgrade
+
+    root = tiny_project(tmp_path / "p")
+    declare_as_of(root, "2021-03-04")
+    proj = load_project(root)
+    plat = resolve_platform(proj)
+    target = lock_compile.compile_lock(proj, plat, resolver="uv")
+    lock_before, pyproject_before = target.read_bytes(), (root / "pyproject.toml").read_text(encoding="utf-8")
+    # A relock to another date writes the new date where the project declares one, the old file kept.
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    upgrade._keep_declared_date(proj, "2022-01-01", kept)
+    assert load_project(root).resolve_as_of == "2022-01-01"
+    assert (kept / "pyproject.toml").read_text(encoding="utf-8") == pyproject_before
+    (root / "pyproject.toml").write_text(pyproject_before, encoding="utf-8")
+    # When the relock fails (its only source emptied), the declared date goes back and the lock is untouched.
+    for wheel in wheels.glob("*.whl"):
+        wheel.unlink()
+    with pytest.raises(KernodeckError):
+        upgrade.upgrade(load_project(root), plat, as_of="2022-01-01")
+    assert (root / "pyproject.toml").read_text(encoding="utf-8") == pyproject_before
+    assert target.read_bytes() == lock_before
+    folder = next((root / "runs").glob("upgrade-*"))
+    assert (folder / "old" / target.name).read_bytes() == lock_before
+    with pytest.raises(KernodeckError, match="not empty"):  # an upgrade's folder is never reused: its old/ is kept
+        upgrade.upgrade(load_project(root), plat, out=folder)
