@@ -164,10 +164,10 @@ def _step_seconds(report: dict[str, Any]) -> dict[str, float]:
 def bare_script(work: Path) -> tuple[Path, str]:
     """The bare script written into the scratch project, and its argument: this repository's MiniLM application's
     parameters, sample, reference and tolerance, read from the project as verify reads them."""
-    from kernodeck.project import application
+    from kernodeck.project import app_contract
     from kernodeck.runformat import manifest
 
-    app = application.load(work)  # this repository's application: the MiniLM embedding
+    app = app_contract.load(work)  # this repository's application: the MiniLM embedding
     if app.weights is None or "embeddings" not in app.outputs:
         raise BenchError("the bare script measures this repository's MiniLM embedding application")
     tol = app.outputs["embeddings"].tolerance

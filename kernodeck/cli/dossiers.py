@@ -75,15 +75,15 @@ PARSERS: dict[str, Parser] = {
 
 def cmd_compare(_project: None, args: argparse.Namespace) -> int:
     """Two dossiers are all it needs; with ``--out``, the current folder's project (if any) is never written into."""
-    from kernodeck.dossier import delta, judge
+    from kernodeck.dossier import compare, delta
 
     a, b = args.a.resolve(), args.b.resolve()
-    platforms = [found for folder in (b, a) if (found := judge.platform_of(folder))]
-    python = Path(args.python) if args.python else judge.env_python_for(platforms)
+    platforms = [found for folder in (b, a) if (found := compare.platform_of(folder))]
+    python = Path(args.python) if args.python else compare.env_python_for(platforms)
     result = delta.compare(a, b, python)
     text = delta.render_compare(result)
     if args.out:
-        judge.write(args.out, text, result, project_here())
+        compare.write(args.out, text, result, project_here())
     print(text)
     return 0
 
@@ -110,8 +110,8 @@ def cmd_export(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck.measure.calibrate import calibrate
     from kernodeck.measure.calibration import render
+    from kernodeck.measure.tolerance_search import calibrate
 
     plat = resolve_platform(project, args.platform, args.variant)
     result, folder = calibrate(project, plat, args.out, write=args.write)
@@ -122,16 +122,16 @@ def cmd_calibrate(project: Project, args: argparse.Namespace) -> int:
 
 def cmd_drift(project: Project | None, args: argparse.Namespace) -> int:
     """Dossiers and an interpreter with numpy; ``project`` (the current folder's) only when there is one."""
-    from kernodeck.measure import drift
+    from kernodeck.measure import drift_map
 
     folders = [d.resolve() for d in args.dossiers]
-    declared = drift.declared_outputs(project, folders)
-    python = drift.interpreter(project, args.python)
-    out = args.out or drift.default_out(project.runs if project else None)
-    data, folder = drift.drift(folders, out, python, declared, root=project.root if project else None,
+    declared = drift_map.declared_outputs(project, folders)
+    python = drift_map.interpreter(project, args.python)
+    out = args.out or drift_map.default_out(project.runs if project else None)
+    data, folder = drift_map.drift(folders, out, python, declared, root=project.root if project else None,
                                allowed=(project.runs,) if project else (),
-                               resume=drift.resume_declared(project, folders))
-    print(drift.render(data))
+                               resume=drift_map.resume_declared(project, folders))
+    print(drift_map.render(data))
     print(f"drift map: {folder / 'drift.md'} (heatmap: {folder / 'drift.svg'})")
     return 0
 

@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kernodeck.dossier.judge import compare_outputs
-from kernodeck.dossier.judge import render as render_outputs
+from kernodeck.dossier.compare import compare_outputs
+from kernodeck.dossier.compare import render as render_outputs
 from kernodeck.dossier.read import load, read_embeddings
 from kernodeck.dossier.resume_outputs import compare as compare_resume
 from kernodeck.dossier.resume_outputs import render as render_resume

@@ -71,9 +71,9 @@ def project_items(project: Project, plat: Platform) -> list[str]:
     wanted += [Path(req).parent if Path(req).parent != Path() else req
                for req in (*project.requirements, plat.variant.torch_layer)]
     try:
-        from kernodeck.project import application
+        from kernodeck.project import app_contract
 
-        app = application.load(project.root)
+        app = app_contract.load(project.root)
         targets = [app.entry, *([app.criterion] if app.criterion else [])]
         wanted += [Path(file).parent if Path(file).parent != Path() else file
                    for file in (*(t.file for t in targets), *app.code)]

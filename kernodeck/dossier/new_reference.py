@@ -24,7 +24,7 @@ from kernodeck._proc import log
 from kernodeck.errors import KernodeckError, ManifestError
 from kernodeck.inenv.protocol import Status
 from kernodeck.lock import inputs, lockfile
-from kernodeck.project import application
+from kernodeck.project import app_contract
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -179,7 +179,7 @@ class Created:
         return [f"reference: new {self.new_id}"]
 
 
-def require_sources_as_run(project: Project, app: application.Application, folder: Path) -> None:
+def require_sources_as_run(project: Project, app: app_contract.Application, folder: Path) -> None:
     """The declared sources the manifest fingerprints now are the bytes the in-env side ran (the run's
     ``run-config.json``: ``application.sources``, checked file by file before each ran): a file changed during the
     reference run (or declared since) is refused, so the reference never describes code that did not make it."""
@@ -194,7 +194,7 @@ def require_sources_as_run(project: Project, app: application.Application, folde
 
 
 def weights_record(
-    project: Project, plat: Platform, app: application.Application, steps: dict[str, Step]
+    project: Project, plat: Platform, app: app_contract.Application, steps: dict[str, Step]
 ) -> dict[str, Any] | None:
     """The declared weights as the lock pins them (exact version, wheel hashes) and as the run fingerprinted them."""
     if app.weights is None:
@@ -221,7 +221,7 @@ def create(project: Project, plat: Platform, report: Report, folder: Path, old: 
             + "; nothing was written to the reference",
             tip=tip if isinstance(tip, str) and tip else f"read {folder / 'report.md'}")
     steps = {s.name: s for s in report.steps}
-    app = application.load(project.root)
+    app = app_contract.load(project.root)
     require_sources_as_run(project, app, folder)
     weights = weights_record(project, plat, app, steps)
     criterion = steps["criterion"].details if "criterion" in steps and steps["criterion"].details else None

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck import tips
-from kernodeck.dossier.judge import reference_report
+from kernodeck.dossier.compare import reference_report
 from kernodeck.errors import DamagedDossier, KernodeckError
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck import tips
-from kernodeck.dossier.judge import compare_declared
-from kernodeck.dossier.judge import render as render_outputs
+from kernodeck.dossier.compare import compare_declared
+from kernodeck.dossier.compare import render as render_outputs
 from kernodeck.errors import ConfigError, KernodeckError
 from kernodeck.inenv.protocol import LOSS_CURVE, PROGRESS, RESUME_DIR, RESUMED_RUN, ConfigKey
 from kernodeck.inenv.steptable import StepName

@@ -1,10 +1,10 @@
 """The tolerance kinds, one table: a kind's name -> the module that says everything about it (standard library only).
 
 Both sides of the wall read it: the in-env comparison (tolerance.py), controls (controls.py) and margin numbers
-(margin.py), the flip bound (judge.py), and the orchestrator's validation (project/application.py), schema
-(tests/helpers/schema_code.py), calibrate (measure/analysis.py; the keys it may judge: measure/calibrate.py), drift
-(measure/drift.py), upgrade (upgrade/relock.py), the manifest's flip bound (runformat/recording.py), the report line
-(verify/summaries.py) and the docs' tables (docpage.py). None of them branches on a kind's name
+(margin.py), the flip bound (judge.py), and the orchestrator's validation (project/app_contract.py), schema
+(tests/helpers/schema_code.py), calibrate (measure/analysis.py; the keys it may judge: measure/tolerance_search.py),
+drift (measure/drift_map.py), upgrade (upgrade/relock.py), the manifest's flip bound (runformat/recording.py), the
+report line (verify/summaries.py) and the docs' tables (docpage.py). None of them branches on a kind's name
 (tests/unit/test_kinds.py). A kind module imports only the standard library, never numpy (the orchestrator imports
 it, and never numpy): the in-env side hands it numpy and the array helpers it needs (:class:`Ops`, :class:`Moves`).
 

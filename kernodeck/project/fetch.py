@@ -23,7 +23,7 @@ from kernodeck import tips
 from kernodeck._fs import sha256_file
 from kernodeck._proc import log
 from kernodeck.errors import KernodeckError
-from kernodeck.project import application
+from kernodeck.project import app_contract
 from kernodeck.project.assets import Source, SourceKind, public_url
 from kernodeck.project.config import Project
 
@@ -60,7 +60,7 @@ class Fetched:
 
 def url_sources(project: Project) -> list[Source]:
     """The declared ``url`` sources, weights first, then data by name."""
-    app = application.load(project.root)
+    app = app_contract.load(project.root)
     found = [app.weights] if app.weights is not None else []
     found += [app.data[name] for name in sorted(app.data)]
     return [src for src in found if src.kind is SourceKind.URL]

@@ -17,7 +17,7 @@ from typing import Any, assert_never
 
 from kernodeck.errors import ConfigError
 from kernodeck.inenv.protocol import RESUME_FILES
-from kernodeck.project.application import Output, Target, output_from_table
+from kernodeck.project.app_contract import Output, Target, output_from_table
 
 TABLE = "[tool.kernodeck.application.resume]"
 GPU_TOLERANCE = 1e-5  # the loss curve's bound off a CPU when none is declared

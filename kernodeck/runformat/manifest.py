@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 from kernodeck import outdir, tips
 from kernodeck._fs import sha256_text
 from kernodeck.errors import ManifestError
-from kernodeck.project.application import Application
+from kernodeck.project.app_contract import Application
 from kernodeck.project.config import Project
 
 FORMAT = 2

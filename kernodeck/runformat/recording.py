@@ -15,8 +15,8 @@ from kernodeck import tips
 from kernodeck._fs import sha256_file
 from kernodeck.errors import ManifestError
 from kernodeck.inenv import kinds
-from kernodeck.project import application
-from kernodeck.project.application import Application
+from kernodeck.project import app_contract
+from kernodeck.project.app_contract import Application
 from kernodeck.project.assets import Source, SourceKind
 from kernodeck.project.config import Project
 from kernodeck.runformat.manifest import FORMAT, check_weights, identity
@@ -91,7 +91,7 @@ def build_manifest(
 
     ``weights``: {"version", "wheel_sha256", "files"} when the application declares weights in a package, {"files"}
     for the other sources; ``data``: each data source's per-file digests."""
-    app = application.load(project.root)
+    app = app_contract.load(project.root)
     sample = project.root / app.sample
     items = [json.loads(line) for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
     out_records: dict[str, Any] = {}

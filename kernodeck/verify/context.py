@@ -18,7 +18,7 @@ from kernodeck import sources
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.steptable import StepName
 from kernodeck.lock import check
-from kernodeck.project import application, resume_contract
+from kernodeck.project import app_contract, resume_contract
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.runformat import manifest
@@ -43,14 +43,14 @@ class Options:
 class Declaration:
     """pyproject's ``[tool.kernodeck]`` tables a run uses, parsed from the one read of pyproject.toml."""
 
-    app: application.Application | None  # None: the declaration is refused (``error`` says why)
+    app: app_contract.Application | None  # None: the declaration is refused (``error`` says why)
     error: KernodeckError | None
     resume: dict[str, Any]
     determinism: dict[str, Any]
     # [tool.kernodeck.application.resume]: the application's own resume (None: not declared, or refused with app)
     app_resume: resume_contract.ResumeContract | None = None
 
-    def application(self) -> application.Application:
+    def application(self) -> app_contract.Application:
         """The declared application, or the error that refused it (raised by the step that needs it)."""
         if self.app is None:
             raise self.error or KernodeckError("no application declared in pyproject.toml")
@@ -92,7 +92,7 @@ def declaration(project: Project) -> Declaration:
         return dict(found) if isinstance(found, dict) else {}
 
     try:
-        app = application.from_table(tool.get("application"), project.root)
+        app = app_contract.from_table(tool.get("application"), project.root)
         raw = tool.get("application")
         resumed = resume_contract.from_table(raw.get("resume") if isinstance(raw, dict) else None)
         return Declaration(app, None, table("resume"), table("determinism"), resumed)

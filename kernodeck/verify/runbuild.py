@@ -21,7 +21,7 @@ from kernodeck.env import start
 from kernodeck.env.envdirs import platform_lock
 from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.platform_lock import acquire
-from kernodeck.project import application
+from kernodeck.project import app_contract
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -34,7 +34,7 @@ __all__ = ["NO_CHANGE", "Change", "Changes", "ReferenceConfig", "add_in_env_inpu
 class ReferenceConfig(Protocol):
     """A reference as the runner needs it (``kernodeck.runformat.manifest.Reference``): its part of the config."""
 
-    def run_config(self, project: Project, declared: application.Application | None = None) -> dict[str, Any]: ...
+    def run_config(self, project: Project, declared: app_contract.Application | None = None) -> dict[str, Any]: ...
 
 
 class Change(StrEnum):
@@ -116,7 +116,7 @@ def runner_config(project: Project, declaration: Declaration, reference: Referen
     return config
 
 
-def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: application.Application) -> None:
+def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: app_contract.Application) -> None:
     """What the in-env side checks the code it runs against (verified bytes, a closed world): the declared sources'
     fingerprints (``application.sources``, read now: with ``--allow-code-change`` they may differ from the
     reference's) and Kernodeck's own in-env files' (``inenv_sha256``)."""
@@ -128,7 +128,7 @@ def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: application.A
     run_config.update(inenv_sha256=inenv_fingerprints())
 
 
-def prefetch(app: application.Application, config: dict[str, Any]) -> None:
+def prefetch(app: app_contract.Application, config: dict[str, Any]) -> None:
     """A url source missing from the cache is fetched now (where the network allows); why it could not be is handed
     to the in-env side, which fails in the source's layer with it (a wrong hash: at ``weights``)."""
     from kernodeck.project import fetch

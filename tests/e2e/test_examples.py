@@ -183,7 +183,7 @@ def _resume_application_step(project: Path, folder: Path, table: dict[str, Any],
     """The resume-application step alone (after settings), run by the env's interpreter as verify's runner runs;
     ``code``: project files declared beside the application's own (the closed world refuses any other read)."""
     from kernodeck.env import start
-    from kernodeck.project import application, resume_contract
+    from kernodeck.project import app_contract, resume_contract
     from kernodeck.verify.runbuild import add_in_env_inputs
     from kernodeck.verify.steps.in_env import RUNNER, RUNNER_ENV
 
@@ -191,7 +191,7 @@ def _resume_application_step(project: Path, folder: Path, table: dict[str, Any],
     contract = resume_contract.from_table(table)
     assert contract is not None
     tool["application"]["code"] = [*tool["application"].get("code", []), *code]
-    app = application.from_table(tool["application"], project)
+    app = app_contract.from_table(tool["application"], project)
     config = {"steps": ["settings", "resume-application"], "project_root": str(project), "mode": mode,
               "application": app.run_config(), "reference": None, "resume_application": contract.run_config()}
     add_in_env_inputs(config, project, app)  # verified bytes and a closed world, as verify's runner config has them

@@ -196,7 +196,7 @@ def test_the_manifest_pins_a_source_and_its_id_covers_the_identity() -> None:
     import tomllib
 
     from kernodeck.errors import ManifestError
-    from kernodeck.project import application
+    from kernodeck.project import app_contract
     from kernodeck.runformat import manifest as dossier_manifest
 
     files = {"model.safetensors": "a" * 64}
@@ -215,10 +215,10 @@ def test_the_manifest_pins_a_source_and_its_id_covers_the_identity() -> None:
     assert _manifest_with(record)["id"] != _manifest_with({**record, "revision": "1" * 40})["id"]
     # the declaration and the recorded source must agree (else the reference is refused before anything runs)
     table = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]["application"]
-    app = application.from_table({**table, "weights": {"hf": REPO, "revision": COMMIT}})
+    app = app_contract.from_table({**table, "weights": {"hf": REPO, "revision": COMMIT}})
     differ = dossier_manifest.declaration_differences(_manifest_with(record), app)
     assert not [d for d in differ if d.startswith("weights")]
-    moved = application.from_table({**table, "weights": {"hf": REPO, "revision": "1" * 40}})
+    moved = app_contract.from_table({**table, "weights": {"hf": REPO, "revision": "1" * 40}})
     differ = dossier_manifest.declaration_differences(_manifest_with(record), moved)
     assert any(d.startswith("weights.revision") for d in differ), differ
     # the runner is told the declaration and the digests, not the provenance or access

@@ -14,7 +14,7 @@ from kernodeck.dossier import new_reference
 from kernodeck.errors import KernodeckError, ManifestError
 from kernodeck.inenv.protocol import Status
 from kernodeck.lock.lockdiff import LockDiff, LockSide
-from kernodeck.measure import drift
+from kernodeck.measure import drift_map
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.upgrade import relock as upgrade
@@ -111,10 +111,10 @@ def test_a_failed_reference_run_writes_nothing(tmp_path: Path) -> None:
 
 def test_a_reference_is_refused_when_its_sources_changed_during_the_run(tmp_path: Path) -> None:
     """The manifest fingerprints the declared sources as the in-env side ran them (the run's run-config.json)."""
-    from kernodeck.project import application
+    from kernodeck.project import app_contract
 
     project = load_project(copy_project(tmp_path / "p"))
-    app = application.load(project.root)
+    app = app_contract.load(project.root)
     run = tmp_path / "run"
     run.mkdir()
     config = {"application": {"sources": app.fingerprints(project.root)}}
@@ -164,13 +164,13 @@ def test_the_pr_body_is_written_for_the_named_platforms(tmp_path: Path) -> None:
 
 def test_drift_needs_declared_outputs_and_an_interpreter(tmp_path: Path) -> None:
     with pytest.raises(KernodeckError, match="no declared outputs") as none:
-        drift.declared_outputs(None, [tmp_path])
+        drift_map.declared_outputs(None, [tmp_path])
     assert none.value.tip == "cd PROJECT && nox -s drift -- A B C"
     project = load_project(copy_project(tmp_path / "p"))
-    assert "embeddings" in drift.declared_outputs(project, [])
-    assert drift.interpreter(None, Path("/some/python")) == Path("/some/python")
+    assert "embeddings" in drift_map.declared_outputs(project, [])
+    assert drift_map.interpreter(None, Path("/some/python")) == Path("/some/python")
     with pytest.raises(KernodeckError, match="no rebuilt env here"):
-        drift.interpreter(None, None)
+        drift_map.interpreter(None, None)
 
 
 def test_what_reference_prints_names_the_identity_and_the_changes() -> None:

@@ -472,7 +472,7 @@ def test_agreement_is_moved_just_below_min_share(share: float, rows: int) -> Non
 
 def test_a_nan_margin_never_passes_the_flip_bound(tmp_path: Path) -> None:
     from kernodeck.errors import ManifestError
-    from kernodeck.project import application as declared_app
+    from kernodeck.project import app_contract as declared_app
     from kernodeck.runformat import recording
     from tests.helpers.project import ROOT
 

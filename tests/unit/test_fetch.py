@@ -111,15 +111,15 @@ def test_verify_fetches_a_missing_file_and_a_wrong_hash_fails_at_weights(
 ) -> None:
     from kernodeck.inenv import locate
     from kernodeck.inenv._common import CheckFailed
-    from kernodeck.project import application
+    from kernodeck.project import app_contract
     from kernodeck.verify.runbuild import prefetch
 
     monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("MODEL_TOKEN", TOKEN)
-    table = application.load(ROOT)
+    table = app_contract.load(ROOT)
     for digest, fails in ((DIGEST, False), ("e" * 64, True)):
         weights = {"url": server, "sha256": digest, "token-env": "MODEL_TOKEN"}
-        app = application.load(_project(tmp_path / digest[:4], weights))
+        app = app_contract.load(_project(tmp_path / digest[:4], weights))
         assert app.outputs == table.outputs
         config = app.run_config()
         prefetch(app, config)

@@ -18,8 +18,8 @@ import pytest
 from kernodeck import docpage
 from kernodeck.errors import ConfigError
 from kernodeck.inenv import controls, findings, kinds, margin, tolerance
-from kernodeck.measure import analysis, calibrate, drift
-from kernodeck.project import application
+from kernodeck.measure import analysis, drift_map, tolerance_search
+from kernodeck.project import app_contract
 from kernodeck.upgrade import relock as upgrade
 from tests.helpers.schema_code import SCHEMA, render_schema
 
@@ -79,12 +79,12 @@ def toy(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_a_new_kind_is_one_module_and_one_entry(toy: dict[str, Any]) -> None:
-    out = application.output_from_table("total", toy, "[outputs.total]")
+    out = app_contract.output_from_table("total", toy, "[outputs.total]")
     assert (out.kind, out.tolerance) == ("toy", {"max-sum": 2.0})
     with pytest.raises(ConfigError, match="rtol not used by kind toy"):
-        application.output_from_table("total", {**toy, "rtol": 1.0}, "[outputs.total]")
+        app_contract.output_from_table("total", {**toy, "rtol": 1.0}, "[outputs.total]")
     with pytest.raises(ConfigError, match=r"max-sum = -1.0 is outside \[0.0, inf\]"):
-        application.output_from_table("total", {**toy, "max-sum": -1.0}, "[outputs.total]")
+        app_contract.output_from_table("total", {**toy, "max-sum": -1.0}, "[outputs.total]")
 
     ref = np.arange(12, dtype=np.float64).reshape(4, 3)
     ids = ["a", "b", "c", "d"]
@@ -101,9 +101,11 @@ def test_a_new_kind_is_one_module_and_one_entry(toy: dict[str, Any]) -> None:
     assert [a.key for a in calibrated.axes] == ["sum_diff"] and calibrated.overall() == "ok"
     assert calibrated.proposed_tolerance == {"max-sum": 0.2}  # sqrt(0.01 * 4.0), two significant digits
 
-    assert calibrate.tolerance_only(["outputs.total.max_sum: 2.0 -> declared 1.0"])  # calibrate may judge an edit
-    assert drift.ratio("toy", {"max-sum": 2.0}, {"sum_diff": 0.5}) == 0.25
-    assert drift.cell_text("toy", {"sum_diff": 0.25}) == "sum 0.25" and drift.short_text("toy", {"sum_diff": 0.25})
+    # calibrate may judge an edit
+    assert tolerance_search.tolerance_only(["outputs.total.max_sum: 2.0 -> declared 1.0"])
+    assert drift_map.ratio("toy", {"max-sum": 2.0}, {"sum_diff": 0.5}) == 0.25
+    assert drift_map.cell_text("toy", {"sum_diff": 0.25}) == "sum 0.25"
+    assert drift_map.short_text("toy", {"sum_diff": 0.25})
     assert upgrade.OutputDrift.from_compare("total", far).allowed == "sum within 2.0"
     assert "sum difference 12 (<= 2)" in findings._compare_one(far)
     schema = render_schema(SCHEMA.read_text(encoding="utf-8"))
@@ -126,7 +128,7 @@ def test_each_kinds_words_name_its_own_bounds_and_axes(name: str) -> None:
 
 def test_a_kind_outside_the_table_is_refused() -> None:
     with pytest.raises(ConfigError, match="kind 'toy' is not one of cosine, allclose, exact, agreement"):
-        application.output_from_table("total", {"kind": "toy", "dtype": "float64", "justification": "x"}, "[o]")
+        app_contract.output_from_table("total", {"kind": "toy", "dtype": "float64", "justification": "x"}, "[o]")
     with pytest.raises(ValueError, match="unknown tolerance kind 'toy'"):
         tolerance.compare({"kind": "toy"}, [1.0], [1.0], ["a"])
 

@@ -10,21 +10,6 @@ from tests.helpers import names
 ROOT = Path(__file__).resolve().parents[2]
 IMPORTERS = ("kernodeck", "tests", "bench", "checks")
 
-# Module names the package still uses twice. The in-env twin of each keeps its name: kernodeck/inenv/ files are
-# fingerprinted (the reference records their sha256) and run by path, so only the outside one may be renamed.
-SHARED = {
-    # project/application.py (the declared application) is used by measure/drift.py and bench/run.py, both being
-    # changed on other branches when this list was made; rename it with them
-    "application": ["kernodeck/inenv/application.py", "kernodeck/project/application.py"],
-    # measure/calibrate.py runs the variations, measure/calibration.py holds their result (a near-twin too): one
-    # name for the pair is a naming decision, not a mechanical rename
-    "calibrate": ["kernodeck/inenv/calibrate.py", "kernodeck/measure/calibrate.py"],
-    # measure/drift.py was being changed on another branch
-    "drift": ["kernodeck/inenv/drift.py", "kernodeck/measure/drift.py"],
-    # dossier/judge.py's caller dossier/delta.py (its docstring names .judge) was being changed on another branch
-    "judge": ["kernodeck/dossier/judge.py", "kernodeck/inenv/judge.py"],
-}
-
 
 def test_the_package_has_no_reexport_alias() -> None:
     assert names.package_reexports(ROOT) == []
@@ -65,11 +50,11 @@ def test_a_name_imported_from_a_module_that_only_imports_it_is_caught() -> None:
         "from kernodeck._fs import sha256_file as digest\n"  # where it is defined
         "from kernodeck.sources import redact_text\n"  # a package's API, declared in its __all__
         "from kernodeck.lock import lockfile\n"  # a submodule
-        "from kernodeck.measure.calibrate import render\n"  # a module's import, not its API
+        "from kernodeck.measure.tolerance_search import render\n"  # a module's import, not its API
     )
     assert names.borrowed_imports(ROOT, source, "planted.py") == [
         "planted.py:1: sha256_file is not defined in kernodeck.runformat.sbom",
-        "planted.py:5: render is not defined in kernodeck.measure.calibrate",
+        "planted.py:5: render is not defined in kernodeck.measure.tolerance_search",
     ]
 
 
@@ -86,8 +71,10 @@ def test_a_name_reached_through_a_module_that_only_imports_it_is_caught() -> Non
     ]
 
 
-def test_no_two_modules_share_a_name_but_the_listed_ones() -> None:
-    assert names.shared_module_names(ROOT) == SHARED
+def test_no_two_modules_share_a_name() -> None:
+    """The outside twin of each in-env module name was renamed (app_contract, tolerance_search, drift_map, compare):
+    kernodeck/inenv/ files keep theirs, being fingerprinted (the reference records their sha256) and run by path."""
+    assert names.shared_module_names(ROOT) == {}
 
 
 def test_a_module_name_used_twice_is_caught(tmp_path: Path) -> None:

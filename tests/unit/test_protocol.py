@@ -202,13 +202,13 @@ def verify_config_keys(source: str) -> set[str]:
 
 
 def test_the_orchestrators_run_config_uses_the_protocols_keys(tmp_path: Path) -> None:
-    from kernodeck.project import application
+    from kernodeck.project import app_contract
     from kernodeck.project.config import load_project
     from kernodeck.runformat import manifest
     from tests.helpers.project import copy_project
 
     project = load_project(copy_project(tmp_path / "p"))
-    app = application.load(project.root)
+    app = app_contract.load(project.root)
     verify = ROOT / "kernodeck" / "verify"  # the run builder writes it, the in-env phase adds "steps"
     written = set().union(*(verify_config_keys((verify / f).read_text(encoding="utf-8"))
                             for f in ("runbuild.py", "steps/in_env.py")))

@@ -20,7 +20,7 @@ from kernodeck.dossier import resume_outputs
 from kernodeck.dossier.delta import compare, render_compare
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import resume_app
-from kernodeck.measure import drift
+from kernodeck.measure import drift_map
 
 PYTHON = Path(sys.executable)
 CONTRACT: dict[str, Any] = {
@@ -173,10 +173,11 @@ def test_the_drift_map_reads_the_resumed_runs(tmp_path: Path, monkeypatch: pytes
 
 def test_without_a_resume_declared_the_drift_map_has_only_the_applications_outputs(tmp_path: Path) -> None:
     folders = [_dossier(tmp_path / n, contract=None) for n in ("a", "b")]
-    assert drift.resume_declared(None, folders) is None
+    assert drift_map.resume_declared(None, folders) is None
     # declared, but only one dossier holds a resumed run (calibrate's variations run no training): not mapped either
     ran = [_dossier(tmp_path / "c"), _dossier(tmp_path / "d")]
-    assert drift.resume_declared(None, ran) is not None  # the control: two resumed runs are mapped
-    assert drift.resume_declared(None, [ran[0], folders[0]]) is None
-    data, _ = drift.drift(folders, tmp_path / "map", PYTHON, LABELS, resume=drift.resume_declared(None, folders))
+    assert drift_map.resume_declared(None, ran) is not None  # the control: two resumed runs are mapped
+    assert drift_map.resume_declared(None, [ran[0], folders[0]]) is None
+    resume = drift_map.resume_declared(None, folders)
+    data, _ = drift_map.drift(folders, tmp_path / "map", PYTHON, LABELS, resume=resume)
     assert list(data["outputs"]) == ["labels"]

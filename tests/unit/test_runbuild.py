@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kernodeck.env import start
-from kernodeck.measure import calibrate, variations
+from kernodeck.measure import tolerance_search, variations
 from kernodeck.project.config import Project, load_project
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.project.platforms import resolve_platform
@@ -50,7 +50,7 @@ def _calibrate(project: Project, tmp: Path) -> list[dict[str, Any]]:
         seen.append(config)
         return 1, 0.0, "not run (the test)", None
 
-    base = calibrate.base_config(project, manifest.load(project), "cpu")
+    base = tolerance_search.base_config(project, manifest.load(project), "cpu")
     plan = variations.plan({"avx2", "fma"}, 2, "cpu", "x86_64")
     mp = pytest.MonkeyPatch()
     mp.setattr(variations, "run_in_env", run_in_env)
@@ -72,7 +72,7 @@ CALLERS: list[tuple[str, Config, runbuild.Changes]] = [
     ("upgrade", lambda p, t: [_verify(p, t, relock.verify_options(t / "upgrade", None))],
      declared.changes(relock.verify_options(Path("upgrade"), None), "verify")),
     ("bisect", lambda p, t: [bisect.trial_config(p, manifest.load(p), "cpu")], bisect.CHANGES),
-    ("calibrate", _calibrate, calibrate.CHANGES),
+    ("calibrate", _calibrate, tolerance_search.CHANGES),
 ]
 
 
@@ -115,9 +115,9 @@ def test_a_caller_that_drops_a_setting_is_caught(project: Project, tmp_path: Pat
            "expect_backend": "cpu", "libraries": start.declared_libraries(project.tool)}
     runbuild.add_in_env_inputs(old, project.root, app)
     assert undeclared(old, verify, bisect.CHANGES) == {"resume", "determinism_records", "allow_code_change"}
-    assert undeclared({**verify, "expect_backend": "cuda"}, verify, calibrate.CHANGES) == {"expect_backend"}
+    assert undeclared({**verify, "expect_backend": "cuda"}, verify, tolerance_search.CHANGES) == {"expect_backend"}
     # a declared change covers its own keys only
-    assert undeclared({**verify, "variation": {}}, verify, calibrate.CHANGES) == set()
+    assert undeclared({**verify, "variation": {}}, verify, tolerance_search.CHANGES) == set()
     assert undeclared({**verify, "variation": {}}, verify, bisect.CHANGES) == {"variation"}
 
 

@@ -35,7 +35,7 @@ TIP_EXEMPT = ("kernodeck/tips.py", "kernodeck/inenv/", "kernodeck/project/templa
 # The modules issue 20 (the thin CLI) converted: they hold no literal command while the others are converted.
 CONVERTED = ("kernodeck/__main__.py", "kernodeck/cli/", "kernodeck/noxsessions.py", "kernodeck/errors.py",
              "kernodeck/dossier/new_reference.py", "kernodeck/runformat/manifest.py",
-             "kernodeck/runformat/recording.py", "kernodeck/dossier/replay.py", "kernodeck/dossier/judge.py",
+             "kernodeck/runformat/recording.py", "kernodeck/dossier/replay.py", "kernodeck/dossier/compare.py",
              "kernodeck/dossier/export.py",
              "kernodeck/project/", "kernodeck/ci/")
 

@@ -23,7 +23,7 @@ import pytest
 
 from kernodeck._fs import inenv_fingerprints
 from kernodeck.errors import ConfigError
-from kernodeck.project import application
+from kernodeck.project import app_contract
 from tests.helpers.planted import PLANT, plant_pyc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,7 +245,7 @@ def _closed_project(tmp_path: Path, **declared: list[str]) -> dict[str, Any]:
     (root / "sample.jsonl").write_text('{"id": "a"}\n')
     table = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", **declared,
              "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
-    app = application.from_table(table, root)
+    app = app_contract.from_table(table, root)
     config = {"project_root": str(root), "application": {**app.run_config(), "sample": str(root / "sample.jsonl"),
                                                           "sources": app.fingerprints(root)}}
     return config
@@ -368,7 +368,7 @@ def test_an_undeclared_file_read_another_way_is_refused(tmp_path: Path, how: str
     app.write_text(APP.replace("import sys\n", "import os, sys\n", 1).replace(
         '    labels = (ROOT / "data" / "extra.csv").read_text()\n',
         f"    {SNEAKY[how]}\n    labels = 'x'\n"))
-    config["application"]["sources"] = application.from_table(
+    config["application"]["sources"] = app_contract.from_table(
         {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
          "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}},
         Path(config["project_root"])).fingerprints(Path(config["project_root"]))
@@ -391,7 +391,7 @@ def test_a_module_imported_through_proc_self_root_is_judged_and_its_planted_pyc_
     stat = util.stat()
     util.write_text("VALUE = 1\n")
     os.utime(util, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    config["application"]["sources"] = application.from_table(
+    config["application"]["sources"] = app_contract.from_table(
         {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "files": ["data/extra.csv"],
          "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
     result = _run(tmp_path, config)
@@ -446,7 +446,7 @@ def _settings_project(tmp_path: Path, entry: str = "", criterion: str = "", top:
     text = text.replace("    return mypkg.util.VALUE\n", f"    {entry or 'pass'}\n    return mypkg.util.VALUE\n")
     text = text.replace("    return {\"passed\"", f"    {criterion or 'pass'}\n    return {{\"passed\"")
     (root / "app.py").write_text(text)
-    config["application"]["sources"] = application.from_table(
+    config["application"]["sources"] = app_contract.from_table(
         {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
          "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
          "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
@@ -536,7 +536,7 @@ def _sneaky_project(tmp_path: Path, code: str) -> dict[str, Any]:
     (root / "app.py").write_text(APP.replace(
         "import sys\n", f"import ctypes, multiprocessing, os, sqlite3, subprocess, sys\nLIBM = {LIBM!r}\n", 1).replace(
         '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {code}\n    labels = 'x'\n"))
-    config["application"]["sources"] = application.from_table(
+    config["application"]["sources"] = app_contract.from_table(
         {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
          "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
     return config
@@ -582,7 +582,7 @@ def test_a_listing_of_declared_files_passes_and_an_undeclared_name_beside_them_f
     root = Path(config["project_root"])
     (root / "data" / "extra.db").unlink()
     (root / "data" / "libextra.so").unlink()
-    config["application"]["sources"] = application.from_table(
+    config["application"]["sources"] = app_contract.from_table(
         {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
          "files": ["data/*.csv"], "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}},
         root).fingerprints(root)

@@ -14,7 +14,7 @@ from kernodeck import tips
 from kernodeck._fs import sha256_file
 from kernodeck.errors import CodeChanged, KernodeckError, ManifestError
 from kernodeck.inenv.protocol import Status
-from kernodeck.project import application
+from kernodeck.project import app_contract
 from kernodeck.project.config import Project
 from kernodeck.runformat import lineage, manifest, recording
 from kernodeck.verify import runbuild
@@ -23,7 +23,7 @@ from kernodeck.verify.pipeline import Run, StepFailed
 from kernodeck.verify.record import Step
 
 
-def require_declared_contract(project: Project, ref: manifest.Reference, app: application.Application) -> None:
+def require_declared_contract(project: Project, ref: manifest.Reference, app: app_contract.Application) -> None:
     """The application DECLARED in pyproject is the contract; the manifest only records a copy.
 
     A manifest whose copy differs (an output's kind, dtype, tolerance or justification, the entry, criterion, params
@@ -49,7 +49,7 @@ def require_declared_contract(project: Project, ref: manifest.Reference, app: ap
 
 
 def require_reference_code(
-    project: Project, ref: manifest.Reference, app: application.Application, *, allow: bool
+    project: Project, ref: manifest.Reference, app: app_contract.Application, *, allow: bool
 ) -> list[str]:
     """The declared code files (entry, criterion, ``code``) that differ from the reference's fingerprints, sorted: a
     file changed or missing, or declared now but not fingerprinted by the reference.
@@ -66,7 +66,7 @@ def require_reference_code(
     return moved
 
 
-def _reference_meta(ctx: RunContext, run: Run, app: application.Application) -> None:
+def _reference_meta(ctx: RunContext, run: Run, app: app_contract.Application) -> None:
     """Verify mode: the reference must be sound and hold the declared contract and code; what the report says of it."""
     if isinstance(ctx.reference, KernodeckError):
         raise ctx.reference

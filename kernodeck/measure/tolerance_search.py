@@ -35,7 +35,7 @@ from kernodeck.measure.analysis import OutputCalibration, analyse_output
 from kernodeck.measure.calibration import Calibration, chart_data, render, write_proposal
 from kernodeck.measure.variations import VariationRun, cpu_flags, plan, run_all
 from kernodeck.project import deadlines
-from kernodeck.project.application import Application
+from kernodeck.project.app_contract import Application
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.runformat import manifest

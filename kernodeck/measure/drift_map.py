@@ -288,9 +288,9 @@ def default_out(runs: Path | None) -> Path:
 
 def declared_outputs(project: Project | None, folders: list[Path]) -> dict[str, dict[str, Any]]:
     """The declared outputs to compare: the project's declaration, else the first dossier's record of it."""
-    from kernodeck.project import application
+    from kernodeck.project import app_contract
 
-    declared = ({n: o.declared() for n, o in application.load(project.root).outputs.items()} if project
+    declared = ({n: o.declared() for n, o in app_contract.load(project.root).outputs.items()} if project
                 else declared_from(folders))
     if not declared:
         raise KernodeckError("no declared outputs: run drift in the project, or give dossiers with run-config.json",

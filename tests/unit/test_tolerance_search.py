@@ -13,7 +13,7 @@ import pytest
 
 from kernodeck.inenv import margin
 from kernodeck.measure import analysis, calibration, svg, variations
-from kernodeck.measure import calibrate as cal
+from kernodeck.measure import tolerance_search as cal
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -14,7 +14,7 @@ import pytest
 
 from kernodeck.errors import ConfigError, ManifestError
 from kernodeck.inenv import tolerance
-from kernodeck.project import application
+from kernodeck.project import app_contract
 from kernodeck.project.config import load_project
 from kernodeck.runformat import manifest as dossier_manifest
 from kernodeck.runformat import recording
@@ -32,7 +32,7 @@ def _declared_table() -> dict[str, Any]:
 
 
 def test_this_repository_declares_its_application_like_any_user() -> None:
-    app = application.load(ROOT)
+    app = app_contract.load(ROOT)
     assert str(app.entry) == "checks/app.py:run" and str(app.criterion) == "checks/app.py:criterion"
     assert app.outputs["embeddings"].kind == "cosine"
     assert app.outputs["embeddings"].tolerance == {"cosine-min": 0.9999, "max-abs": 1e-4}
@@ -56,10 +56,10 @@ def test_this_repository_declares_its_application_like_any_user() -> None:
 )
 def test_bad_declarations_are_named(edit: Any, message: str) -> None:
     table = _declared_table()
-    application.from_table(table)  # the control: the declaration as committed is accepted
+    app_contract.from_table(table)  # the control: the declaration as committed is accepted
     edit(table)
     with pytest.raises(ConfigError, match=message):
-        application.from_table(table)
+        app_contract.from_table(table)
 
 
 def test_each_kind_takes_its_tolerance_fields() -> None:
@@ -72,7 +72,7 @@ def test_each_kind_takes_its_tolerance_fields() -> None:
     }
     for kind, tol in cases.items():
         table = {"entry": "app.py:run", "sample": "s.jsonl", "outputs": {"x": {**base, "kind": kind, **tol}}}
-        assert application.from_table(table).outputs["x"].tolerance == tol
+        assert app_contract.from_table(table).outputs["x"].tolerance == tol
 
 
 # --- the tolerance kinds, each with a negative control ----------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_shape_mismatch_fails_every_kind() -> None:
 
 
 def test_flip_bound_applies_only_to_nearest_neighbours_of_a_cosine_output() -> None:
-    app = application.load(ROOT)
+    app = app_contract.load(ROOT)
     crit = {"passed": True, "margin": 0.3, "neighbours_of": "embeddings"}
     record = recording.flip_bound(app, crit, {"embeddings": [40, 384]})
     assert record is not None and record["bound"] == pytest.approx(2 * math.sqrt(384) * 1e-4)
@@ -170,12 +170,12 @@ def test_flip_bound_applies_only_to_nearest_neighbours_of_a_cosine_output() -> N
 
 def test_a_declaration_that_moved_since_the_reference_is_named() -> None:
     manifest = dossier_manifest.load(load_project(ROOT)).manifest
-    app = application.load(ROOT)
+    app = app_contract.load(ROOT)
     assert dossier_manifest.declaration_differences(manifest, app) == []
     table = _declared_table()
     table["outputs"]["embeddings"]["max-abs"] = 1e-2
     table["params"]["batch-size"] = 8
-    found = dossier_manifest.declaration_differences(manifest, application.from_table(table))
+    found = dossier_manifest.declaration_differences(manifest, app_contract.from_table(table))
     assert any("outputs.embeddings.max_abs: 0.0001 -> declared 0.01" in f for f in found)
     assert any("application.params" in f for f in found)
 

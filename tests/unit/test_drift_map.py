@@ -15,7 +15,7 @@ import pytest
 
 from kernodeck.__main__ import main
 from kernodeck.errors import KernodeckError
-from kernodeck.measure import drift
+from kernodeck.measure import drift_map
 
 DECLARED = {
     "emb": {"kind": "cosine", "dtype": "float32", "cosine-min": 0.9999, "max-abs": 1e-4},
@@ -56,7 +56,7 @@ def three(tmp_path: Path) -> list[Path]:
 
 
 def test_pairwise_table_marks_each_cell_and_names_the_difference(three: list[Path], tmp_path: Path) -> None:
-    data, folder = drift.drift(three, tmp_path / "map", Path(sys.executable), DECLARED)
+    data, folder = drift_map.drift(three, tmp_path / "map", Path(sys.executable), DECLARED)
     pairs = {(r["a"], r["b"]): r for r in data["outputs"]["emb"]["pairs"]}
     assert set(pairs) == {("a", "b"), ("a", "c"), ("b", "c")}
     assert pairs[("a", "b")]["mark"] == "within"
@@ -72,12 +72,12 @@ def test_pairwise_table_marks_each_cell_and_names_the_difference(three: list[Pat
     assert "| 1-2 |" in text and "BEYOND" in text and "2 of 3 pairs beyond" in text
     root = ET.fromstring((folder / "drift.svg").read_text(encoding="utf-8"))
     assert len([r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("class") == "cell"]) == 2 * 9
-    assert json.loads((folder / "drift.json").read_text(encoding="utf-8"))["version"] == drift.VERSION
+    assert json.loads((folder / "drift.json").read_text(encoding="utf-8"))["version"] == drift_map.VERSION
 
 
 def test_an_exact_output_marks_any_changed_row_beyond(three: list[Path], tmp_path: Path) -> None:
     exact = {**DECLARED, "labels": {"kind": "exact", "dtype": "int64"}}  # the regression example's bands
-    data, folder = drift.drift(three, tmp_path / "map", Path(sys.executable), exact)
+    data, folder = drift_map.drift(three, tmp_path / "map", Path(sys.executable), exact)
     labels = {(r["a"], r["b"]): r for r in data["outputs"]["labels"]["pairs"]}
     assert labels[("a", "b")]["mark"] == "within" and labels[("a", "b")]["share_of_tolerance"] == 0
     assert labels[("a", "c")]["mark"] == "BEYOND" and labels[("b", "c")]["mark"] == "BEYOND"
@@ -95,7 +95,7 @@ def test_identical_runs_are_within_and_name_no_difference(tmp_path: Path) -> Non
     emb = np.ones((20, 8), dtype=np.float32)
     labels = np.zeros(20, dtype=np.int64)
     same = [_dossier(tmp_path / n, emb, labels, threads=2, level="AVX2") for n in ("x", "y")]
-    data, _ = drift.drift(same, tmp_path / "map", Path(sys.executable), DECLARED)
+    data, _ = drift_map.drift(same, tmp_path / "map", Path(sys.executable), DECLARED)
     (row,) = data["outputs"]["emb"]["pairs"]
     assert row["mark"] == "within" and row["differs_in"] == "no difference in the recorded chain"
     assert row["share_of_tolerance"] < 1e-9  # float64 rounding of a cosine of equal rows
@@ -103,16 +103,16 @@ def test_identical_runs_are_within_and_name_no_difference(tmp_path: Path) -> Non
 
 def test_other_ids_are_not_compared(three: list[Path], tmp_path: Path) -> None:
     (three[1] / "outputs" / "emb.ids.json").write_text(json.dumps(list(reversed(IDS))), encoding="utf-8")
-    data, _ = drift.drift(three, tmp_path / "map", Path(sys.executable), DECLARED)
+    data, _ = drift_map.drift(three, tmp_path / "map", Path(sys.executable), DECLARED)
     row = next(r for r in data["outputs"]["emb"]["pairs"] if (r["a"], r["b"]) == ("a", "b"))
     assert row["mark"] == "not compared" and "ids" in row["error"]
 
 
 def test_refusals(three: list[Path], tmp_path: Path) -> None:
     with pytest.raises(KernodeckError, match="at least two"):
-        drift.load(three[:1])
+        drift_map.load(three[:1])
     with pytest.raises(KernodeckError, match="not a dossier"):
-        drift.load([three[0], tmp_path])
+        drift_map.load([three[0], tmp_path])
 
 
 def test_cli_outside_a_project_reads_the_declaration_from_the_dossiers(
@@ -134,22 +134,22 @@ def test_the_committed_reference_can_be_one_of_the_dossiers(three: list[Path], t
     for item in (three[0] / "outputs").iterdir():
         (ref / item.name).write_bytes(item.read_bytes())
     (ref / "manifest.toml").write_text("format = 1\n", encoding="utf-8")
-    data, _ = drift.drift([ref, three[2]], tmp_path / "map", Path(sys.executable), DECLARED)
+    data, _ = drift_map.drift([ref, three[2]], tmp_path / "map", Path(sys.executable), DECLARED)
     (row,) = data["outputs"]["emb"]["pairs"]
     assert row["a"] == "reference" and row["mark"] == "BEYOND"
-    (same,) = drift.drift([ref, three[0]], tmp_path / "map2", Path(sys.executable), DECLARED)[0]["outputs"]["labels"][
-        "pairs"]
+    drawn = drift_map.drift([ref, three[0]], tmp_path / "map2", Path(sys.executable), DECLARED)[0]
+    (same,) = drawn["outputs"]["labels"]["pairs"]
     assert same["mark"] == "within" and same["numbers"]["disagreement"] == 0
 
 
 def test_explain_names_what_differs_and_what_one_side_did_not_record() -> None:
     a = {"CPU": "AMD EPYC", "ISA flags": "avx2 avx512f avx512_vp2intersect", "threads": "?", "torch": "2.13"}
     b = {"CPU": "Xeon", "ISA flags": "avx2 avx512f amx_tile", "threads": "2", "torch": "2.13"}
-    text = drift.explain(a, b)
+    text = drift_map.explain(a, b)
     assert "CPU: AMD EPYC vs Xeon" in text
     assert "only the first has avx512_vp2intersect, only the second amx_tile" in text
     assert "(not recorded by both: threads)" in text and "torch" not in text
-    assert drift.explain(a, dict(a)) == "no difference in the recorded chain"
+    assert drift_map.explain(a, dict(a)) == "no difference in the recorded chain"
 
 
 def test_out_on_a_users_folder_is_refused_and_left_untouched(
