@@ -49,7 +49,9 @@ def _alone(data: dict[str, Any]) -> str:
     if not data.get("alone"):
         return ""
     load = data.get("machine", {}).get("load_average")
-    return f" (measured alone {str(data.get('measured', '?'))[:10]}, load average {load} before)"
+    bytecode = ", without this machine's `PYTHONDONTWRITEBYTECODE`" if data.get("machine", {}).get(
+        "bytecode_variable_removed") else ""
+    return f" (measured alone {str(data.get('measured', '?'))[:10]}, load average {load} before{bytecode})"
 
 
 def render_markdown(record: dict[str, Any]) -> str:
@@ -64,12 +66,6 @@ def _row(what: str, data: dict[str, Any], target: str) -> str:
             f"{data['ratio']:.2f}x ({data['ratio_low']:.2f}..{data['ratio_high']:.2f}) | {busy} | {target} |")
 
 
-def _bytecode_variable_removed(record: dict[str, Any]) -> bool:
-    """Whether the run, or a row measured alone since, ran without this machine's PYTHONDONTWRITEBYTECODE."""
-    rows = [r.get("machine") or {} for r in record["rows"].values() if isinstance(r, dict)]
-    return any(bool(m.get("bytecode_variable_removed")) for m in (record["machine"], *rows))
-
-
 def _table(record: dict[str, Any]) -> list[str]:
     """The run's conditions and one table row per comparison."""
     rows, host, v = record["rows"], record["machine"], record["verdicts"]
@@ -81,7 +77,7 @@ def _table(record: dict[str, Any]) -> list[str]:
         f"Whole commands as a user runs them, {record['repeat']} interleaved pairs after one warm-up of each; "
         + ("`PYTHONDONTWRITEBYTECODE`, set on this machine, removed for both sides (the bare side's `-I` ignores it; "
            "with it, each Kernodeck command compiles its own modules again from this checkout); "
-           if _bytecode_variable_removed(record) else "")
+           if record["machine"].get("bytecode_variable_removed") else "")
         + "ratio = median of the pairs' ratios (lowest..highest). `nox -s bench` regenerates this.",
         "",
         "| what | kernodeck | bare | ratio (spread) | others' CPU | target |",
