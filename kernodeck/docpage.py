@@ -164,6 +164,18 @@ def steps_block() -> str:
     return "\n".join(lines)
 
 
+def pipeline_block() -> str:
+    """The pipeline's entries in the order they run, each with the steps it reports (the rows' modules; a list item's
+    table: indented)."""
+    lines = ["| entry | step(s) it reports |", "|---|---|"]
+    lines += [f"| `verify/steps/{r.module}.py` | `{r.name}`{' (shown only when it fails)' if r.quiet else ''} |"
+              for r in OUTSIDE_STEPS]
+    inside = [str(r.name) for r in steptable.STEPS]
+    lines.append(f"| `verify/steps/in_env.py` | every in-env step, in ONE process inside the env: "
+                 f"{', '.join(f'`{n}`' for n in inside)} |")
+    return "\n".join(f"   {line}" for line in lines)  # in a numbered list item
+
+
 def kinds_block() -> str:
     """The tolerance kinds (kernodeck/inenv/kinds.py): when an output passes, and what for."""
     lines = ["| kind | passes when | for |", "|---|---|---|"]
@@ -194,6 +206,7 @@ PAGES: dict[Path, dict[str, Callable[[], str]]] = {
     ROOT / "docs" / "locks.md": {"platforms": platforms_block},
     ROOT / "docs" / "claims.md": {"steps-claims": steps_claims_block},
     ROOT / "docs" / "report.md": {"steps": steps_block},
+    ROOT / "docs" / "verify-pipeline.md": {"pipeline": pipeline_block},
     ROOT / "docs" / "application.md": {"kinds": kinds_block},
     ROOT / "docs" / "verdict-rules.md": {"kinds-moved": kinds_moved_block},
     ROOT / "docs" / "calibration.md": {"kinds-measured": kinds_measured_block},
