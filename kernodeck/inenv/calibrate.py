@@ -18,6 +18,7 @@ measured.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import runpy
@@ -90,14 +91,14 @@ def _step(out: Path, number: int, name: str, func: Callable[[], dict[str, Any]])
 def run_variation(config: dict[str, Any], out: Path) -> int:
     """The steps a variation needs, in this process; ``noise.json`` holds each output's numbers (or the failure)."""
     runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
-    from kernodeck_inenv import application, backend, judge, reference, settings, system, tolerance
+    from kernodeck_inenv import application, settings, system, tolerance
     from kernodeck_inenv.stackhooks import install as install_stacks
 
     install_stacks()  # the supervisor may ask this process (and each child it forks) for its stacks
     from kernodeck_inenv._common import Context, write_json_atomic
     from kernodeck_inenv.margin import margins, numbers
     from kernodeck_inenv.protocol import ConfigKey
-    from kernodeck_inenv.steptable import StepName
+    from kernodeck_inenv.steptable import VARIATION_STEPS, StepName, StepRow
 
     # verified bytes only (_package.py), as in runner.py
     sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), config.get(ConfigKey.INENV_SHA256))
@@ -119,14 +120,14 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
         ctx.state["settings"] = record
         return record
 
-    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        (StepName.SETTINGS, settings_step),
-        (StepName.SYSTEM, lambda: system.run(ctx)),
-        (StepName.BACKEND, lambda: backend.run(ctx)),
-        (StepName.REFERENCE, lambda: reference.check_reference(ctx)),
-        (StepName.APPLICATION, lambda: application.run_entry(ctx)),
-        (StepName.REREAD, lambda: judge.reread(ctx)),
-    ]
+    def step_of(row: StepRow) -> Callable[[], dict[str, Any]]:
+        """The row's function, as the runner calls it; the settings step applies the variation's settings."""
+        if row.name == StepName.SETTINGS:
+            return settings_step
+        function = getattr(importlib.import_module(f"kernodeck_inenv.{row.module}"), row.function)
+        return lambda: function(ctx)  # type: ignore[no-any-return]
+
+    steps = [(row.name, step_of(row)) for row in VARIATION_STEPS]  # the rows flagged ``variation``
     noise: dict[str, Any] = {"variation": variation, "outputs": {}}
     for number, (name, func) in enumerate(steps, start=1):
         result = _step(out, number, name, func)

@@ -49,6 +49,8 @@ class StepRow:
     checks: str = ""  # what it checks: it passes when ... (docs/report.md's table of the steps)
     bisect: bool = False  # a bisection's trials run it (kernodeck/upgrade/bisect.py): the outputs judged, and what
     # they need
+    variation: bool = False  # calibrate's variations run it (kernodeck/inenv/calibrate.py): the outputs made and
+    # reread, and what they need (its settings step applies the variation's settings instead)
 
 
 class StepName(StrEnum):
@@ -67,7 +69,7 @@ class StepName(StrEnum):
     SETTINGS = StepRow(
         "settings", "settings", "run", "determinism settings applied before any compute", 600.0,
         summary=findings.settings,
-        layers=(Layer.ENVIRONMENT,), bisect=True,
+        layers=(Layer.ENVIRONMENT,), bisect=True, variation=True,
         checks=("seeds, deterministic algorithms, cuDNN flags, TF32 off (legacy flags, and `fp32_precision` = `ieee`"
                 " generic, `cuda.matmul`, `cudnn.conv`; a knob this torch lacks is recorded \"not available in this "
                 "torch\"), matmul precision, fill_uninitialized_memory, the default dtype — applied before any "
@@ -82,7 +84,7 @@ class StepName(StrEnum):
                 "`tests/unit/test_settings.py`, one run per setting where it is not applied"))
     SYSTEM = StepRow(
         "system", "system", "run", "system chain (OS, driver, CUDA/ROCm, devices, loaded libraries)", 600.0,
-        summary=findings.system,
+        summary=findings.system, variation=True,
         checks=("the system chain, apart from the packages: OS, kernel, arch, libc, CPU, Python, torch, "
                 "`torch.version.cuda` and `torch.version.hip` separately, cuDNN/MIOpen as loaded, libraries mapped in"
                 " the process, driver, devices, `*_VISIBLE_DEVICES`, compilers, the build chain (`build_chain`: gcc, "
@@ -93,7 +95,7 @@ class StepName(StrEnum):
         summary=findings.backend, claims=(
             ClaimRow("backend", "the expected backend computes correctly (matmul exact, softmax within 1e-6)",
                      "device", evidence.backend_works),),
-        layers=(Layer.DEVICE, Layer.TRANSFER, Layer.OPERATOR), bisect=True,
+        layers=(Layer.DEVICE, Layer.TRANSFER, Layer.OPERATOR), bisect=True, variation=True,
         checks=("the EXPECTED backend is usable and a small computation on it equals numpy's; no CPU fallback: if it "
                 "fails, every later step is `not-run`"))
     EXTENSIONS = StepRow(
@@ -114,19 +116,19 @@ class StepName(StrEnum):
             ClaimRow("reference-current", "the reference describes this code, data and weights", "code",
                      lambda d: evidence.code_unchanged(d["code"]), modes=VERIFY),),
         skippable="a new reference is being made (`reference`): there is no earlier one to check against",
-        layers=(Layer.REFERENCE,), bisect=True,
+        layers=(Layer.REFERENCE,), bisect=True, variation=True,
         checks=("the committed expected outputs are sound (each declared output: shape, dtype, finite, ids = the "
                 "sample's) and match the manifest's fingerprints"))
     APPLICATION = StepRow(
         "application", "application", "run_entry",
         "the application's entry on the identified sample; outputs written", summary=findings.application,
-        layers=(Layer.DATA_LOADING, Layer.WEIGHTS, Layer.APPLICATION, Layer.ENVIRONMENT), bisect=True,
+        layers=(Layer.DATA_LOADING, Layer.WEIGHTS, Layer.APPLICATION, Layer.ENVIRONMENT), bisect=True, variation=True,
         checks=("the declared entry on the identified sample (fingerprint checked), weights (if declared) "
                 "fingerprint-checked; each declared output written once"))
     REREAD = StepRow(
         "reread", "judge", "reread", "outputs reread from disk: count, dtype, finite, shape, id order",
         600.0, summary=findings.reread,
-        layers=(Layer.OUTPUT,), bisect=True,
+        layers=(Layer.OUTPUT,), bisect=True, variation=True,
         checks=("outputs REREAD from disk: every declared output present, its dtype, all finite, shape = the "
                 "reference's, ids in input order"))
     COMPARE = StepRow(
@@ -190,3 +192,4 @@ class StepName(StrEnum):
 
 STEPS: tuple[StepRow, ...] = tuple(name.row for name in StepName)
 BY_NAME: dict[str, StepRow] = {row.name: row for row in STEPS}
+VARIATION_STEPS: tuple[StepRow, ...] = tuple(row for row in STEPS if row.variation)  # a calibrate variation's

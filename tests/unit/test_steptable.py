@@ -134,13 +134,14 @@ TOY_ROW = '''    TOY = StepRow(
         "toy", "toy", "run", "a toy step added by its module and its row", 5.0,
         summary=lambda d: f"the answer is {d['answer']}", claims=(
             ClaimRow("toy-answer", "the toy step found the answer", "answer", lambda d: d["answer"] == 42),),
-        layers=(Layer.OPERATOR,), bisect=True, checks="the answer is 42")
+        layers=(Layer.OPERATOR,), bisect=True, variation=True, checks="the answer is 42")
 '''
 TABLE_END = "\n\n\nSTEPS: tuple[StepRow, ...] = tuple(name.row for name in StepName)\n"
 ORCHESTRATOR = '''
 import json, sys
 from pathlib import Path
 from kernodeck import docpage
+from kernodeck.inenv.steptable import VARIATION_STEPS
 from kernodeck.project import deadlines
 from kernodeck.upgrade import bisect
 from kernodeck.verify.claims import evaluate_claims
@@ -152,6 +153,7 @@ toy = [c for c in evaluate_claims([step]) if c.step == "toy"]
 print(json.dumps({"line": step_result(step), "claims": [(c.id, str(c.state)) for c in toy],
                   "deadline": deadlines.DEFAULTS.get("toy"), "runs": "toy" in in_env.IN_ENV_STEPS,
                   "reference": "toy" in in_env.REFERENCE_STEPS, "bisect": "toy" in bisect.STEPS,
+                  "variation": "toy" in [row.name for row in VARIATION_STEPS],
                   "doc": [row for row in docpage.steps_block().splitlines() if "`toy`" in row]}))
 '''
 
@@ -199,6 +201,7 @@ def test_a_new_step_is_its_module_and_its_row(tmp_path: Path) -> None:
     assert seen.returncode == 0, seen.stderr[-2000:]
     assert json.loads(seen.stdout) == {"line": "the answer is 42", "claims": [["toy-answer", "established"]],
                                        "deadline": 5.0, "runs": True, "reference": True, "bisect": True,
+                                       "variation": True,
                                        "doc": ["| `toy` | operator | the answer is 42 |"]}
 
 
