@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from kernodeck._fs import sha256_file, write_atomic
-from kernodeck.runformat import manifest as dossier_manifest
+from kernodeck._fs import write_atomic
+from tests.helpers.builtenv import reseal
 from tests.helpers.project import ROOT
 from tests.helpers.reports import read_report, statuses
 
@@ -75,19 +75,6 @@ def env_python(project: Path) -> Path:
     found = sorted(project.glob(".venv-rebuild/*/current/bin/python"))
     assert len(found) == 1, found
     return found[0]
-
-
-def reseal(project: Path, names: list[str]) -> None:
-    """Give an edited reference a consistent manifest (a NEW identity), as `nox -s reference -- --new` would: only
-    the comparison can then tell that its outputs differ."""
-    path = project / "dossier" / "reference" / "manifest.toml"
-    manifest = tomllib.loads(path.read_text(encoding="utf-8"))
-    for name in names:
-        record = manifest["outputs"][name]
-        record["sha256"] = sha256_file(path.parent / record["file"])
-        record["ids_sha256"] = sha256_file(path.parent / record["ids"])
-    manifest["id"] = dossier_manifest.identity(manifest)
-    write_atomic(path, dossier_manifest.render(manifest))
 
 
 def test_template_from_init_to_a_passing_verify(nox_run: Nox, tmp_path: Path) -> None:

@@ -13,9 +13,7 @@ from kernodeck.lock import compile as lock_compile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from tests.helpers.project import kd
-from tests.helpers.tinylock import UNREACHABLE, offline_sources, pins, tiny_project, tiny_wheels
-
-RESOLVERS = ["pip-tools", "uv"]
+from tests.helpers.tinylock import RESOLVERS, UNREACHABLE, offline_sources, pins, tiny_project, tiny_wheels
 
 
 @pytest.fixture

@@ -25,9 +25,8 @@ from kernodeck.sources import (
     variant_index,
 )
 from tests.helpers.project import kd
-from tests.helpers.tinylock import offline_sources, tiny_project, tiny_wheels
+from tests.helpers.tinylock import RESOLVERS, offline_sources, tiny_project, tiny_wheels
 
-RESOLVERS = ["pip-tools", "uv"]
 TOKEN = "QTOKEN42"
 QUERY_URL = f"https://idx.example.com/simple?access_token={TOKEN}"
 PATH_URL = f"https://dl.cloudsmith.io/{TOKEN}/acme/private/python/simple/"
