@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,18 +23,25 @@ from .protocol import Layer
 
 HERE = str(Path(__file__).resolve().parent)
 PSEUDO = ("/proc", "/sys", "/dev")  # the system's state (the system step records it), not files of the application
+# ... except an ordinary file under /dev: /dev/shm (and /dev/mqueue) are folders anyone may write files into (tmpfs),
+# read like any other file; /dev's devices (/dev/null, /dev/urandom) stay the system's
+DEVICES = "/dev" + os.sep
 
 ON = [False]
 BY = [""]  # who runs now: "the entry", "the criterion"
 READ: dict[str, str] = {}  # this window's files read: path -> who
-WRITTEN: set[str] = set()  # every file written while the application ran, this process
+# every file (or folder) the application opened to write, made or moved into place while it ran, this process: its
+# state just before (None: it was not there). It is the application's own only if it changed since (written()): an
+# open that failed ("x" on a file that is there, a read-only file) or wrote nothing leaves an input, whose reads count.
+WRITTEN: dict[str, tuple[int, int, int, int] | None] = {}
 INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
 
 forms = homes.forms  # a path as given and resolved (world.py, resume_app.py)
 # Trusted: the interpreter's homes (the env, the base stdlib: homes.py, the list _package.py's bytecode rule reads too),
-# Kernodeck's in-env folder and the pseudo file systems; not the base's own site-packages inside them.
+# Kernodeck's in-env folder and the pseudo file systems (their ordinary files under /dev excepted: trusted()); not the
+# base's own site-packages inside them.
 TRUSTED = homes.HOMES + tuple(t.rstrip(os.sep) + os.sep for t in (HERE, *PSEUDO))
 UNTRUSTED = homes.NOT_HOMES
 
@@ -49,26 +57,77 @@ def resolved(path: str) -> str:
 
 def trusted(path: str) -> bool:
     """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system
-    (a pseudo path that links to an ordinary file is judged by that file)."""
+    (a pseudo path that links to an ordinary file is judged by that file, and an ordinary file under /dev is one)."""
     path = resolved(path)
+    if path.startswith(DEVICES):
+        return not _ordinary(path)
     return path.startswith(TRUSTED) and not path.startswith(UNTRUSTED)
 
 
-def path_of(file: Any) -> str | None:
+def _ordinary(path: str) -> bool:
+    """A regular file, or a folder that may hold them (a tmpfs under /dev): anything but a device, pipe or socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False  # nothing there: nothing is read
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
+def real(path: str) -> str:
+    """The file a path opens: its links resolved, each ``..`` after the link it follows (``a/link/../x`` is the file
+    beside the link's target, never ``a/x``)."""
+    return os.path.realpath(path)
+
+
+def _state(path: str) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _will_write(path: str) -> None:
+    """The application is about to write ``path`` (or make it, or move a file onto it): its state now, once."""
+    if path not in WRITTEN:
+        WRITTEN[path] = _state(path)
+        _to_parent({"kind": "written", "path": path, "before": WRITTEN[path]})
+
+
+def written(path: str) -> bool:
+    """Written by the application in this run: opened to write (or made, or moved into place) and changed since:
+    made where nothing was, or another inode, size or time than just before."""
+    if path not in WRITTEN:
+        return False
+    now = _state(path)
+    return now is not None and now != WRITTEN[path]
+
+
+def given(file: Any) -> str | None:
+    """The absolute path a name opens, as written: links and ``..`` left as they are (folded as text, ``..`` would
+    name another file than the one opened after a link: :func:`real` says which file it is)."""
     try:
         path = os.fsdecode(file)
     except TypeError:
         return None
-    return os.path.normpath(path if path.startswith(os.sep) else os.path.join(os.getcwd(), path))
+    return path if path.startswith(os.sep) else os.path.join(os.getcwd(), path)
+
+
+def _dotdot(path: str) -> bool:
+    return f"{os.sep}..{os.sep}" in path or path.endswith(f"{os.sep}..")
 
 
 def _opened(file: Any, mode: Any, flags: Any) -> None:
     if isinstance(file, int):
         return  # an open file descriptor: its file was opened (and recorded) before
-    path = path_of(file)
-    if path is None or trusted(path):
+    raw = given(file)
+    if raw is None:
         return
-    path = resolved(path)
+    if not _dotdot(raw) and trusted(os.path.normpath(raw)):
+        return  # the env's and the stdlib's thousands: one prefix test
+    path = real(raw)  # judged by the file it opens: links followed, each ``..`` after the link before it
+    if trusted(path):
+        return
     # Written by the application: a file it creates or truncates. Appending to (or opening for update) a file that
     # was there before leaves its earlier bytes an input: "a+"/"r+" read them, and they are not its output.
     if isinstance(mode, str):
@@ -79,12 +138,11 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
         access = flags & os.O_ACCMODE
         reads = access != os.O_WRONLY and not flags & os.O_TRUNC
         writes = bool(flags & os.O_TRUNC) or (bool(flags & os.O_CREAT) and not os.path.exists(path))
-    if reads and path not in WRITTEN and path not in READ and os.path.isfile(path):
+    if reads and path not in READ and not written(path) and os.path.isfile(path):
         READ[path] = BY[0]
         _to_parent({"kind": "read", "path": path, "by": BY[0]})
     if writes:
-        WRITTEN.add(path)
-        _to_parent({"kind": "written", "path": path})
+        _will_write(path)
 
 
 def _open_dirs() -> list[str]:
@@ -165,8 +223,9 @@ def from_children() -> None:
         return
     for note in map(json.loads, lines):
         if note["kind"] == "written":
-            WRITTEN.add(note["path"])
-        elif note["kind"] == "read" and note["path"] not in WRITTEN:
+            before = note.get("before")
+            WRITTEN.setdefault(note["path"], tuple(before) if before else None)  # type: ignore[arg-type]
+        elif note["kind"] == "read" and not written(note["path"]):
             READ.setdefault(note["path"], f"{note['by']} (in a child process)")
         elif note["kind"] == "refused":
             verdict = CheckFailed(f"{note['message']} (in a child process)", Layer.APPLICATION, note["details"])
@@ -221,6 +280,28 @@ def _dlopen(name: Any) -> None:
         _opened(path, "r", None)
 
 
+def _moved(src_arg: Any, dst_arg: Any) -> None:
+    """``os.rename``/``os.replace`` (and ``os.link``): the destination is a new name for the source's bytes. A
+    source the application did not write is an input, read as it is moved or linked (into the run's folder, say); the
+    destination is then the application's own."""
+    src, dst = given(src_arg), given(dst_arg)
+    if src is None or dst is None:
+        return
+    source = real(src)
+    if not trusted(source) and not written(source):
+        if os.path.isdir(source):  # a folder moved: each file in it, read as it moves
+            ON[0] = False  # the walk is Kernodeck's, not the application's
+            try:
+                found = [os.path.join(top, name) for top, _, names in os.walk(source) for name in names]
+            finally:
+                ON[0] = True
+            for file in found:
+                _opened(file, "r", None)
+        else:
+            _opened(source, "r", None)
+    _will_write(real(dst))
+
+
 LISTED: dict[str, str] = {}  # this window's folders listed: folder -> who
 
 
@@ -232,11 +313,11 @@ def _listed(path: Any) -> None:
         return
     if sys._getframe(2).f_code.co_filename.startswith("<frozen importlib"):
         return
-    folder = path_of("." if path is None else path)
-    if folder is None or trusted(folder):
+    folder = given("." if path is None else path)
+    if folder is None or (not _dotdot(folder) and trusted(os.path.normpath(folder))):
         return
-    folder = resolved(folder)
-    if folder not in LISTED and folder not in WRITTEN:
+    folder = real(folder)
+    if folder not in LISTED and not written(folder) and not trusted(folder):
         LISTED[folder] = BY[0]
 
 
@@ -248,18 +329,16 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             _os_open(args[0], args[2])
         else:
             _opened(*args[:3])
-    elif event == "os.rename":  # also os.replace: a file written then moved into place is still an output
-        src, dst = path_of(args[0]), path_of(args[1])
-        if src in WRITTEN and dst is not None:
-            WRITTEN.add(dst)
+    elif event in ("os.rename", "os.link"):  # also os.replace; a file written then moved into place is still an
+        _moved(args[0], args[1])  # output, and a hard link is a new name for the file's bytes, read through it
     elif event in PROCESS_EVENTS:
         _started(event, args)
     elif event in ("os.listdir", "os.scandir"):
         _listed(args[0])
-    elif event == "os.mkdir":  # a folder the application made: listing it reads only its own outputs
-        made = path_of(args[0])
+    elif event == "os.mkdir":  # a folder the application made (not one already there): its listing is its own
+        made = given(args[0])
         if made is not None:
-            WRITTEN.add(made)
+            _will_write(real(made))
     elif event == "sqlite3.connect":
         _sqlite(args[0])
     elif event == "ctypes.dlopen":

@@ -7,11 +7,13 @@ each file read is one of:
 
 - in the env (``sys.prefix``: every file there is the lock's, proven by the inventory step),
 - in the base interpreter's standard library (never its ``site-packages``: that is no part of a venv),
-- Kernodeck's in-env files (verified bytes, ``_package.py``), the system's pseudo-files (``/proc``, ``/sys``, ``/dev``)
-  and this run's dossier folder,
+- Kernodeck's in-env files (verified bytes, ``_package.py``), the system's pseudo-files (``/proc``, ``/sys``, ``/dev``'s
+  devices: an ordinary file under ``/dev``, in ``/dev/shm`` say, is not one) and this run's dossier folder (judged by
+  the file a path there opens: a link out of it is not the run's; a file moved or linked into it was read),
 - a declared source: ``code`` and ``files`` (globs accepted, each file fingerprinted into the reference), the sample,
   a ``weights`` or ``data.NAME`` source (checked file by file at its own step),
-- written by the application in this run before it read it (its outputs, not inputs),
+- written by the application in this run before it read it (its outputs, not inputs: created, or changed since its
+  open to write; a failed open to write leaves an input),
 
 or it is undeclared: the step fails naming the file and the declaration to add (``code`` for Python, ``files`` for
 anything else in the project, a ``data.NAME`` source outside it). Modules imported in the window whose file is none
@@ -140,13 +142,15 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     for name in new_modules:
         file = getattr(sys.modules.get(name), "__file__", None)
         if isinstance(file, str):
-            modules[seen.resolved(os.path.normpath(os.path.abspath(file)))] = name
+            path = os.path.normpath(os.path.abspath(file))
+            modules[path if seen.trusted(path) else seen.real(path)] = name  # the env's thousands: no link resolved
     found: dict[str, dict[str, str]] = {}
     candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
     for path, by in candidates.items():
-        # a file read before the application wrote it was an input (its reads after its own write are not recorded)
-        written = path in seen.WRITTEN and path not in seen.READ
-        if seen.trusted(path) or path in known or written or path.startswith(out_dir):
+        # a file read before the application wrote it was an input (its reads after its own write are not recorded);
+        # the run's folder is judged by the file a path there opens (seen.real: a link out of it is not the run's)
+        written = seen.written(path) and path not in seen.READ
+        if seen.trusted(path) or path in known or written or seen.real(path).startswith(out_dir):
             continue
         if os.path.realpath(path) in known or seen.trusted(os.path.realpath(path)):
             continue
@@ -187,7 +191,7 @@ def _listings(ctx: Context, known: dict[str, str], out_dir: str) -> dict[str, di
 
 def _accounted(ctx: Context, known: dict[str, str], path: str) -> bool:
     """A name in a listed folder the declarations cover: a declared file, a folder holding one, or an output."""
-    if path in known or path in seen.WRITTEN or seen.trusted(path) or _in_sources(ctx, path):
+    if path in known or seen.written(path) or seen.trusted(path) or _in_sources(ctx, path):
         return True
     inside = path.rstrip(os.sep) + os.sep
     return any(k.startswith(inside) for k in known)

@@ -611,3 +611,102 @@ def test_a_file_of_a_source_folder_outside_its_fingerprint_is_undeclared(tmp_pat
     assert world._in_sources(ctx, str(other / "anything.csv"))  # no fingerprint known: the folder as a whole
     assert not world._in_sources(ctx, str(snap / "tokenizer.json"))
     assert not world._in_sources(ctx, str(snap / "sub" / "extra.bin"))
+
+
+# --- the red team's fourth pass (/work/notes, issue 29): reads the record missed, by class ---------------------------
+
+def _outside(tmp_path: Path) -> Path:
+    """An undeclared file outside the project, beside a folder a link in the project points into."""
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "secret.csv").write_text("label\n2\n")
+    return tmp_path / "elsewhere"
+
+
+def _shm(tmp_path: Path) -> Path:
+    """An ordinary file in /dev/shm (a tmpfs anyone may write into), removed with the test."""
+    if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    folder = Path("/dev/shm") / f"kd-{os.getpid()}-{tmp_path.name}"
+    folder.mkdir()
+    (folder / "data.csv").write_text("label\n3\n")
+    (folder / "shmmod.py").write_text("VALUE = 3\n")
+    return folder
+
+
+EXTRA = '(ROOT / "data" / "extra.csv")'
+HOLES = {
+    # an ordinary file under /dev was trusted as the system's state
+    "a file in /dev/shm": ('open(SHM / "data.csv").read()', "data.csv (opened)"),
+    "a module imported from /dev/shm": ('(sys.path.insert(0, str(SHM)), __import__("shmmod"))', "shmmod.py (imported)"),
+    # a write that fails was counted as one: its file's later reads were not recorded
+    "an exclusive create of a file that is there, then a read":
+        (f'(_try(lambda: open({EXTRA}, "x")), {EXTRA}.read_text())', "data/extra.csv (opened)"),
+    "a folder made where one is, then listed": ('(_try(lambda: os.mkdir(ROOT / "data")), os.listdir(ROOT / "data"))',
+                                              "data/ (listed: extra.csv)"),
+    # the run's folder was exempt by path: a link there to an undeclared file, a file moved or linked into it
+    "a symbolic link in the run's folder": (f'(os.symlink({EXTRA}, OUT / "l.csv"), (OUT / "l.csv").read_text())',
+                                            "data/extra.csv (opened)"),
+    "a hard link in the run's folder": (f'(os.link({EXTRA}, OUT / "h.csv"), (OUT / "h.csv").read_text())',
+                                        "data/extra.csv (opened)"),
+    "a file moved into the run's folder": (f'(os.rename({EXTRA}, OUT / "m.csv"), (OUT / "m.csv").read_text())',
+                                           "data/extra.csv (opened)"),
+    "a folder moved into the run's folder":
+        ('(os.rename(ROOT / "data", OUT / "d"), (OUT / "d" / "extra.csv").read_text())', "data/extra.csv (opened)"),
+    # '..' was folded as text before the link it follows: the file beside the link's target was judged as another
+    "a '..' after a link": ('open(ROOT / "src" / "lnk" / ".." / "secret.csv").read()', "elsewhere/secret.csv (opened)"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(HOLES))
+def test_a_read_the_record_used_to_miss_is_judged(tmp_path: Path, how: str) -> None:
+    """Each of these read an undeclared file and passed (reference accepted, verify PASSED): it is named now."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    root = Path(config["project_root"])
+    outside = _outside(tmp_path)
+    (root / "src" / "lnk").symlink_to(outside / "deep", target_is_directory=True)
+    shm = _shm(tmp_path) if "shm" in how else None
+    try:
+        head = (f"import os, sys\nSHM = Path({str(shm)!r})\nOUT = Path.cwd() / 'out'\n"
+                "def _try(f):\n    try:\n        f()\n    except OSError:\n        pass\n")
+        code, named = HOLES[how]
+        (root / "app.py").write_text(APP.replace("import sys\n", "", 1).replace(
+            "ROOT = Path(__file__).resolve().parent\n", "ROOT = Path(__file__).resolve().parent\n" + head, 1).replace(
+            '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {code}\n    labels = 'x'\n"))
+        config["application"]["sources"] = app_contract.from_table(
+            {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+             "code": ["src/mypkg/*.py"], "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "l"}}},
+            root).fingerprints(root)
+        result = _run(tmp_path, config)
+    finally:
+        if shm is not None:
+            shutil.rmtree(shm, ignore_errors=True)
+    assert result["status"] == "failed", (how, result)
+    assert named in result["error"], result["error"]
+
+
+CLEAN = {
+    "a device under /dev": 'open("/dev/null").read()',
+    "its own file made, moved and linked in the run's folder":
+        '((OUT / "a.txt").write_text("x"), os.rename(OUT / "a.txt", OUT / "b.txt"), os.link(OUT / "b.txt", '
+        'OUT / "c.txt"), (OUT / "c.txt").read_text())',
+    "its own file in the project, written then read":
+        '((ROOT / "own.txt").write_text("y"), (ROOT / "own.txt").read_text())',
+    "a folder it made, listed":
+        '(os.mkdir(ROOT / "made"), (ROOT / "made" / "f").write_text("z"), os.listdir(ROOT / "made"))',
+}
+
+
+@pytest.mark.parametrize("how", sorted(CLEAN))
+def test_the_controls_of_those_reads_pass(tmp_path: Path, how: str) -> None:
+    """The controls of the test above, in the same project: the application's own files and a device pass."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
+    root = Path(config["project_root"])
+    head = "import os, sys\nOUT = Path.cwd() / 'out'\n"
+    (root / "app.py").write_text(APP.replace("import sys\n", "", 1).replace(
+        "ROOT = Path(__file__).resolve().parent\n", "ROOT = Path(__file__).resolve().parent\n" + head, 1).replace(
+        '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {CLEAN[how]}\n    labels = 'x'\n"))
+    config["application"]["sources"] = app_contract.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
+         "files": ["data/extra.csv"], "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "l"}}},
+        root).fingerprints(root)
+    assert _run(tmp_path, config) == {"status": "passed"}, how
