@@ -109,6 +109,25 @@ def test_an_output_in_another_dtype_fails_naming_both(tmp_path: Path, monkeypatc
     assert pair["mark"] == "not compared" and pair["error"] == "dtype float64 in B, float32 in A (declared float32)"
 
 
+def test_a_scalar_and_a_one_element_array_are_other_outputs_naming_both_shapes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each dossier keeps the shape train wrote (``_keep``): a 0-d output in A and the same value as shape (1,) in B
+    fail compare naming both shapes, and the drift map does not compare them; two 0-d outputs compare equal."""
+    scalar, one = np.float32(0.5), np.array([0.5], dtype=np.float32)
+    found, text = _resume(_dossier(tmp_path / "a", weights=scalar), _dossier(tmp_path / "b", weights=one))
+    assert not found["per_output"]["weights"]["passed"], found["per_output"]["weights"]
+    assert "- `weights` (allclose): BEYOND its declared tolerance: shape (1,) in B, () in A" in text
+    found, _ = _resume(_dossier(tmp_path / "c", weights=scalar), _dossier(tmp_path / "d", weights=scalar))
+    assert found["per_output"]["weights"]["passed"], found["per_output"]["weights"]  # the control: 0-d is readable
+    monkeypatch.chdir(tmp_path)
+    assert main(["drift", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "map"),
+                 "--python", sys.executable]) == 0
+    capsys.readouterr()
+    data = json.loads((tmp_path / "map" / "drift.json").read_text(encoding="utf-8"))
+    (pair,) = data["outputs"]["resume-application/weights"]["pairs"]
+    assert pair["mark"] == "not compared" and pair["error"] == "shape (1,) in B, () in A"
+
+
 def test_on_a_gpu_the_loss_curve_is_read_under_the_declared_gpu_tolerance(tmp_path: Path) -> None:
     near = [v + 1e-7 for v in CURVE]
     found, _ = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b", curve=near, device="cuda"))
