@@ -5,7 +5,8 @@ For each declared output, every pair of dossiers is compared under the declared 
 the tolerance and explained by what differs in the two runs' system chain (CPU model and kernel level, torch build,
 device, threads, determinism, TF32), read from each dossier's records. Outputs: drift.md, drift.json, drift.svg.
 The application's own resume, when declared, is mapped beside: its resumed run's end state, loss curve and progress
-counters (``resume-application/NAME``, read as kernodeck/dossier/resume_outputs.py says).
+counters (``resume-application/NAME``, read as kernodeck/dossier/resume_outputs.py says), and each pair whose
+resume contracts differ named as compare names it (``resume_outputs.differences``).
 """
 
 from __future__ import annotations
