@@ -65,7 +65,8 @@ def declared_outputs(folder: Path) -> dict[str, dict[str, Any]] | None:
     return outputs if isinstance(outputs, dict) and outputs else None
 
 
-def _strip(table: dict[str, Any]) -> dict[str, Any]:
+def rule(table: dict[str, Any]) -> dict[str, Any]:
+    """An output's declaration as the comparison reads it (what two dossiers must share to declare it alike)."""
     return {k: v for k, v in table.items() if k != "justification"}  # the reasoning may be reworded, not the rule
 
 
@@ -91,7 +92,7 @@ def compare_declared(da: dict[str, dict[str, Any]] | None, db: dict[str, dict[st
         "declared": {"a": sorted(da), "b": sorted(db)},
         "only_in_a": sorted(set(da) - set(db)),
         "only_in_b": sorted(set(db) - set(da)),
-        "declared_differently": sorted(n for n in common if _strip(da[n]) != _strip(db[n])),
+        "declared_differently": sorted(n for n in common if rule(da[n]) != rule(db[n])),
         "per_output": {},
     }
     if not common:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck import tips
-from kernodeck.dossier.compare import compare_declared
+from kernodeck.dossier.compare import compare_declared, rule
 from kernodeck.dossier.compare import render as render_outputs
 from kernodeck.errors import ConfigError, KernodeckError
 from kernodeck.inenv.protocol import LOSS_CURVE, PROGRESS, RESUME_DIR, RESUMED_RUN, ConfigKey
@@ -38,6 +38,8 @@ CONTRACT = {
     "checkpoint_at": ANOTHER_TRAINING,
     "gpu_tolerance": "another bound on the loss curve off a CPU: the curves are read under A's",
 }
+OUTPUTS = "outputs"  # the declared end state, compared by :func:`differences` beside the settings above
+OUTPUTS_MEAN = "another end state: each output is read under one declaration"
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -105,9 +107,34 @@ def compare(dir_a: Path, dir_b: Path, python: Path | None) -> dict[str, Any] | N
     result = compare_declared(declared(ca, atol) if ca else None, declared(cb, atol) if cb else None,
                               run_folder(dir_a), run_folder(dir_b), python)
     result["not_declared"] = [side for side, found in (("a", ca), ("b", cb)) if found is None]
-    result["contract"] = {key: {"a": ca.get(key), "b": cb.get(key)} for key in CONTRACT
-                          if ca and cb and ca.get(key) != cb.get(key)}
+    # the outputs are named output by output above (declared differently, only in one): the settings here
+    result["contract"] = {k: v for k, v in differences(ca, cb).items() if k in CONTRACT} if ca and cb else {}
     return result
+
+
+def differences(ca: dict[str, Any], cb: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What two dossiers' resume contracts (:func:`contract`) differ in, each with both values: every setting of
+    :data:`CONTRACT`, then ``outputs``, the names of the end-state outputs one declares only or the two declare
+    otherwise (kind, dtype, tolerance; the justification may be reworded). Compare and the drift map name these."""
+    found = {key: {"a": ca.get(key), "b": cb.get(key)} for key in CONTRACT if ca.get(key) != cb.get(key)}
+    oa, ob = ({n: rule(t) for n, t in c["outputs"].items()} for c in (ca, cb))
+    names = sorted(n for n in set(oa) | set(ob) if oa.get(n) != ob.get(n))
+    if names:
+        found[OUTPUTS] = {"a": sorted(oa), "b": sorted(ob), "names": names}
+    return found
+
+
+def describe(differ: dict[str, dict[str, Any]], a: str = "A", b: str = "B") -> list[str]:
+    """One line per difference of :func:`differences`, the two dossiers called ``a`` and ``b``."""
+    lines = []
+    for key, pair in differ.items():
+        if key == OUTPUTS:
+            lines.append(f"DIFFERENT RESUME CONTRACT: `outputs` {', '.join(pair['names'])} declared otherwise or by "
+                         f"one only ({pair['a']} in {a}, {pair['b']} in {b}; {OUTPUTS_MEAN})")
+        else:
+            lines.append(f"DIFFERENT RESUME CONTRACT: `{key}` {json.dumps(pair['a'])} in {a}, {json.dumps(pair['b'])} "
+                         f"in {b} ({CONTRACT[key]})")
+    return lines
 
 
 def render(result: dict[str, Any]) -> list[str]:
@@ -117,9 +144,7 @@ def render(result: dict[str, Any]) -> list[str]:
     for side in result["not_declared"]:
         lines.append(f"{side.upper()} declares no resume of the application (its run-config.json has none; "
                      "a reference folder keeps no resumed run): nothing to compare it with")
-    for key, pair in result["contract"].items():
-        lines.append(f"DIFFERENT RESUME CONTRACT: `{key}` {json.dumps(pair['a'])} in A, {json.dumps(pair['b'])} in B "
-                     f"({CONTRACT[key]})")
+    lines += describe(result["contract"])
     if result["not_declared"]:
         return lines
     return lines + render_outputs(result)

@@ -40,7 +40,7 @@ def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:
         names = [str(i) for i in json.loads(ids.read_text(encoding="utf-8"))]
     except (OSError, ValueError) as exc:
         return f"{npy.name} is unreadable ({type(exc).__name__}: {exc})"
-    if arr.ndim == 0 or arr.shape[0] != len(names):
+    if (arr.shape[0] if arr.ndim else 1) != len(names):  # a 0-d output (the application's resume) has one id
         return f"{ids.name} does not list one id per row of {npy.name}"
     return arr, names
 
@@ -59,8 +59,8 @@ def compare(request: dict[str, Any]) -> dict[str, Any]:
             why = f"ids differ ({len(only)} in one only, e.g. {only[:3]})" if only else "the same ids in another order"
             out[name] = {"kind": declared.get("kind"), "compared": False, "summary": f"not compared: {why}"}
             continue
-        wrong = tolerance.dtypes_differ(declared, a[0], b[0])
-        if wrong:  # an output in another dtype is another output, whatever its values (verify's structure check)
+        wrong = tolerance.dtypes_differ(declared, a[0], b[0]) or tolerance.shapes_differ(a[0], b[0])
+        if wrong:  # another dtype or shape is another output, whatever its values (verify's structure check)
             out[name] = {"kind": declared.get("kind"), "compared": True, "passed": False, "summary": wrong}
             continue
         verdict = tolerance.compare(declared, b[0], a[0], a[1])

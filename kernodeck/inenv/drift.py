@@ -52,8 +52,8 @@ def pairwise(folders: list[Path], declared: dict[str, dict[str, Any]]) -> dict[s
                 if a[1] != b[1]:
                     cells[f"{i},{j}"] = {"error": "the two dossiers hold other ids (or another order)"}
                     continue
-                wrong = tolerance.dtypes_differ(decl, a[0], b[0])
-                if wrong:  # another dtype: another output (compare says the same)
+                wrong = tolerance.dtypes_differ(decl, a[0], b[0]) or tolerance.shapes_differ(a[0], b[0])
+                if wrong:  # another dtype or shape: another output (compare says the same)
                     cells[f"{i},{j}"] = {"error": wrong}
                     continue
                 verdict = tolerance.compare(decl, a[0], b[0], a[1])

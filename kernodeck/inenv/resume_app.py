@@ -225,12 +225,13 @@ def _save(folder: Path, name: str, arr: Any, ids: list[str]) -> None:
 
 def _keep(folder: Path, trained: Trained) -> None:
     """A run's end-state outputs in its folder of the dossier, ``NAME.npy`` with ``NAME.ids.json`` (rows numbered
-    from 0), as the application's outputs are kept: what compare and the drift map read."""
+    from 0; a 0-d output is one row), as the application's outputs are kept: what compare and the drift map read. Each
+    in the shape train wrote it: a scalar stays 0-d, never a one-element array (compare names the two shapes)."""
     import numpy as np
 
     for name, arr in trained.outputs.items():
-        kept = np.atleast_1d(np.asarray(arr))
-        _save(folder, name, kept, [str(i) for i in range(kept.shape[0])])
+        kept = np.asarray(arr)
+        _save(folder, name, kept, [str(i) for i in range(kept.shape[0] if kept.ndim else 1)])
 
 
 def record(folder: Path, curve: list[float | None], counters: dict[str, int]) -> None:

@@ -39,6 +39,13 @@ def dtypes_differ(declared: dict[str, Any], a: Any, b: Any) -> str | None:
     return f"dtype {got['B']} in B, {got['A']} in A" + (f" (declared {want})" if want else "")
 
 
+def shapes_differ(a: Any, b: Any) -> str | None:
+    """Why two dossiers' arrays of one output are not the same output by shape, naming both (a scalar is not a
+    one-element array: each dossier keeps the shape its application wrote); None when the shapes agree."""
+    sa, sb = np.shape(a), np.shape(b)
+    return None if sa == sb else f"shape {sb} in B, {sa} in A"
+
+
 def _rows(arr: Any) -> Any:
     return arr.reshape(arr.shape[0], -1) if arr.ndim > 1 else arr.reshape(-1, 1)
 

@@ -5,7 +5,8 @@ For each declared output, every pair of dossiers is compared under the declared 
 the tolerance and explained by what differs in the two runs' system chain (CPU model and kernel level, torch build,
 device, threads, determinism, TF32), read from each dossier's records. Outputs: drift.md, drift.json, drift.svg.
 The application's own resume, when declared, is mapped beside: its resumed run's end state, loss curve and progress
-counters (``resume-application/NAME``, read as kernodeck/dossier/resume_outputs.py says).
+counters (``resume-application/NAME``, read as kernodeck/dossier/resume_outputs.py says), and each pair whose
+resume contracts differ named as compare names it (``resume_outputs.differences``).
 """
 
 from __future__ import annotations
@@ -190,6 +191,9 @@ def render(data: dict[str, Any]) -> str:
         c = d["chain"]
         lines.append(f"| {n} | {d['label']} | {c['CPU']} | {c['CPU kernel level']} | {c['torch']} | {c['device']} | "
                      f"{c['threads']} | {c['deterministic algorithms']} |")
+    if data.get("resume_contracts"):
+        lines += ["", "## The application's resume: contracts", ""]
+        lines += [f"- {c['i'] + 1}-{c['j'] + 1}: {line}" for c in data["resume_contracts"] for line in c["lines"]]
     for name, out in data["outputs"].items():
         declared = ", ".join(f"{k} = {v}" for k, v in out["declared"].items()) or "every row equal"  # exact
         beyond = sum(1 for r in out["pairs"] if r["mark"] == "BEYOND")
@@ -215,6 +219,31 @@ def heatmaps(data: dict[str, Any]) -> list[svg.Heatmap]:
             cells[(r["i"], r["j"])] = cells[(r["j"], r["i"])] = (text, r["share_of_tolerance"])
         maps.append(svg.Heatmap(f"{name} ({out['kind']})", labels, cells))
     return maps
+
+
+def resume_contracts(dossiers: list[Dossier]) -> list[dict[str, Any]]:
+    """Each pair of dossiers whose resume contracts differ, with what differs (``resume_outputs.differences``, what
+    compare names): another ``entry``, ``steps``, ``checkpoint_at``, ``gpu_tolerance`` or declared end state."""
+    contracts = [resume_outputs.contract(d.folder) for d in dossiers]
+    found = []
+    for i, ci in enumerate(contracts):
+        for j in range(i + 1, len(contracts)):
+            cj = contracts[j]
+            differ = resume_outputs.differences(ci, cj) if ci is not None and cj is not None else {}
+            if differ:
+                found.append({"i": i, "j": j, "a": dossiers[i].label, "b": dossiers[j].label, "differs": differ,
+                              "lines": resume_outputs.describe(differ, dossiers[i].label, dossiers[j].label)})
+    return found
+
+
+def _mark_contracts(data: dict[str, Any]) -> None:
+    """A resume output's pair whose contracts differ says so first in what differs (its numbers stay shown)."""
+    differing = {(c["i"], c["j"]): c for c in data["resume_contracts"]}
+    for name, out in data["outputs"].items():
+        for row in out["pairs"] if name.startswith(resume_outputs.PREFIX) else ():
+            if (row["i"], row["j"]) in differing:
+                keys = ", ".join(f"`{k}`" for k in differing[(row["i"], row["j"])]["differs"])
+                row["differs_in"] = f"DIFFERENT RESUME CONTRACT ({keys}); {row['differs_in']}"
 
 
 def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict[str, Any]],
@@ -243,6 +272,9 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
                 tip=f"{tips.REBUILD}  (drift compares with the rebuilt env's numpy), or: --python PATH")
         numbers = json.loads((staging / "pairwise.json").read_text(encoding="utf-8"))
         data = table(dossiers, declared, numbers)
+        if resume:
+            data["resume_contracts"] = resume_contracts(dossiers)
+            _mark_contracts(data)
         data["made"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         write_json(staging / "drift.json", json_safe(data))
         write_atomic(staging / "drift.md", render(data))

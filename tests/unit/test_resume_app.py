@@ -72,6 +72,18 @@ def test_on_a_gpu_the_curve_is_compared_under_the_declared_tolerance() -> None:
     assert resume_app.judge(CFG, _run(LOSSES), HEAD, _run(near), 0.0)["first_parting_step"] == 4
 
 
+def test_a_scalar_output_keeps_its_shape_through_the_resumed_runs_files(tmp_path: Path) -> None:
+    """The resumed run's outputs come back from its process's files (``_keep``, then np.load): a 0-d output stays 0-d
+    and agrees with the uninterrupted run's; the same value as shape (1,) is another output, named by its shape."""
+    after = {s: v for s, v in LOSSES.items() if s > 3}
+    resume_app._keep(tmp_path, _run(after, np.float32(0.5)))
+    kept = np.load(tmp_path / "weights.npy", allow_pickle=False)
+    assert kept.shape == () and (tmp_path / "weights.ids.json").read_text(encoding="utf-8") == '["0"]'
+    assert resume_app.judge(CFG, _run(LOSSES, np.float32(0.5)), HEAD, _run(after, kept), 0.0)["passed"]
+    verdict = resume_app.judge(CFG, _run(LOSSES, np.float32(0.5)), HEAD, _run(after, np.atleast_1d(kept)), 0.0)
+    assert verdict["declaration_sees"] == ["weights: shape (1,) against the reference's ()"], verdict
+
+
 def test_the_step_skips_when_nothing_is_declared(tmp_path: Path) -> None:
     ctx = Context(config={"application": {"params": {}}, "project_root": str(tmp_path)}, out=tmp_path)
     with pytest.raises(Skip, match=r"application\.resume"):

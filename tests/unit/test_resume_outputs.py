@@ -109,6 +109,25 @@ def test_an_output_in_another_dtype_fails_naming_both(tmp_path: Path, monkeypatc
     assert pair["mark"] == "not compared" and pair["error"] == "dtype float64 in B, float32 in A (declared float32)"
 
 
+def test_a_scalar_and_a_one_element_array_are_other_outputs_naming_both_shapes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each dossier keeps the shape train wrote (``_keep``): a 0-d output in A and the same value as shape (1,) in B
+    fail compare naming both shapes, and the drift map does not compare them; two 0-d outputs compare equal."""
+    scalar, one = np.float32(0.5), np.array([0.5], dtype=np.float32)
+    found, text = _resume(_dossier(tmp_path / "a", weights=scalar), _dossier(tmp_path / "b", weights=one))
+    assert not found["per_output"]["weights"]["passed"], found["per_output"]["weights"]
+    assert "- `weights` (allclose): BEYOND its declared tolerance: shape (1,) in B, () in A" in text
+    found, _ = _resume(_dossier(tmp_path / "c", weights=scalar), _dossier(tmp_path / "d", weights=scalar))
+    assert found["per_output"]["weights"]["passed"], found["per_output"]["weights"]  # the control: 0-d is readable
+    monkeypatch.chdir(tmp_path)
+    assert main(["drift", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "map"),
+                 "--python", sys.executable]) == 0
+    capsys.readouterr()
+    data = json.loads((tmp_path / "map" / "drift.json").read_text(encoding="utf-8"))
+    (pair,) = data["outputs"]["resume-application/weights"]["pairs"]
+    assert pair["mark"] == "not compared" and pair["error"] == "shape (1,) in B, () in A"
+
+
 def test_on_a_gpu_the_loss_curve_is_read_under_the_declared_gpu_tolerance(tmp_path: Path) -> None:
     near = [v + 1e-7 for v in CURVE]
     found, _ = _resume(_dossier(tmp_path / "a"), _dossier(tmp_path / "b", curve=near, device="cuda"))
@@ -169,6 +188,35 @@ def test_the_drift_map_reads_the_resumed_runs(tmp_path: Path, monkeypatch: pytes
         assert marks[name] == {("a", "b"): "within", ("a", "c"): "BEYOND", ("b", "c"): "BEYOND"}, name
     assert set(marks["resume-application/loss-curve"].values()) == {"within"}
     assert set(marks["labels"].values()) == {"within"}  # the application's outputs, mapped as before
+
+
+def test_the_drift_map_names_another_resume_contract_as_compare_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another ``steps`` and ``gpu_tolerance`` (c), or another declared end state (d), between two dossiers is named
+    by the drift map for that pair (resume_outputs.differences, compare's own), its numbers still shown; a and b,
+    the same contract, are not."""
+    loose = copy.deepcopy(CONTRACT)
+    loose["outputs"]["weights"]["atol"] = 1e-3
+    folders = [_dossier(tmp_path / "a"), _dossier(tmp_path / "b"),
+               _dossier(tmp_path / "c", contract={**copy.deepcopy(CONTRACT), "steps": 8, "gpu_tolerance": 1e-3}),
+               _dossier(tmp_path / "d", contract=loose)]
+    monkeypatch.chdir(tmp_path)
+    assert main(["drift", *map(str, folders), "--out", str(tmp_path / "map"), "--python", sys.executable]) == 0
+    text = capsys.readouterr().out
+    data = json.loads((tmp_path / "map" / "drift.json").read_text(encoding="utf-8"))
+    named = {(c["a"], c["b"]): sorted(c["differs"]) for c in data["resume_contracts"]}
+    assert named == {("a", "c"): ["gpu_tolerance", "steps"], ("b", "c"): ["gpu_tolerance", "steps"],
+                     ("a", "d"): ["outputs"], ("b", "d"): ["outputs"],
+                     ("c", "d"): ["gpu_tolerance", "outputs", "steps"]}
+    assert "- 1-3: DIFFERENT RESUME CONTRACT: `steps` 6 in a, 8 in c (another training" in text
+    assert "- 1-4: DIFFERENT RESUME CONTRACT: `outputs` weights declared otherwise or by one only" in text
+    rows = {(r["a"], r["b"]): r for r in data["outputs"]["resume-application/weights"]["pairs"]}
+    assert rows[("a", "c")]["differs_in"].startswith("DIFFERENT RESUME CONTRACT (`steps`, `gpu_tolerance`); ")
+    assert rows[("a", "c")]["mark"] == "within"  # the numbers, still shown
+    assert "RESUME CONTRACT" not in rows[("a", "b")]["differs_in"]
+    assert "RESUME CONTRACT" not in "".join(r["differs_in"] for r in data["outputs"]["labels"]["pairs"])
+    found, _ = _resume(folders[0], folders[2])  # compare names the same settings
+    assert sorted(found["contract"]) == named[("a", "c")]
 
 
 def test_without_a_resume_declared_the_drift_map_has_only_the_applications_outputs(tmp_path: Path) -> None:
