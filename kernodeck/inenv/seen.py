@@ -30,10 +30,14 @@ DEVICES = "/dev" + os.sep
 ON = [False]
 BY = [""]  # who runs now: "the entry", "the criterion"
 READ: dict[str, str] = {}  # this window's files read: path -> who
-# every file (or folder) the application opened to write, made or moved into place while it ran, this process: its
-# state just before (None: it was not there). It is the application's own only if it changed since (written()): an
-# open that failed ("x" on a file that is there, a read-only file) or wrote nothing leaves an input, whose reads count.
-WRITTEN: dict[str, tuple[int, int, int, int] | None] = {}
+# every file (or folder) the application opened to write (truncating or creating), made, moved or linked into place
+# while it ran, this process: its state just before (None: nothing was there). It is the application's own
+# (written()) when it made it, or when a file that was there changed since that open and nothing but such an open
+# touched it: an open that failed ("x" on a file that is there, a read-only file) leaves the file as it was, and what
+# else changes a file's state without replacing its bytes (appending, "r+", a truncate to a length, a touch, a chmod)
+# marks it TOUCHED: an input still, its reads counted. A folder that was there is never the application's own.
+WRITTEN: dict[str, tuple[int, int, int, int, bool] | None] = {}
+TOUCHED: set[str] = set()
 INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
@@ -43,6 +47,8 @@ forms = homes.forms  # a path as given and resolved (world.py, resume_app.py)
 # Kernodeck's in-env folder and the pseudo file systems (their ordinary files under /dev excepted: trusted()); not the
 # base's own site-packages inside them.
 TRUSTED = homes.HOMES + tuple(t.rstrip(os.sep) + os.sep for t in (HERE, *PSEUDO))
+HERE_SEP = HERE.rstrip(os.sep) + os.sep
+TRUSTED_ELSEWHERE = tuple(t for t in TRUSTED if t != HERE_SEP)
 UNTRUSTED = homes.NOT_HOMES
 
 
@@ -57,11 +63,16 @@ def resolved(path: str) -> str:
 
 def trusted(path: str) -> bool:
     """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system
-    (a pseudo path that links to an ordinary file is judged by that file, and an ordinary file under /dev is one)."""
+    (a pseudo path that links to an ordinary file is judged by that file, and an ordinary file under /dev is one; a
+    path in Kernodeck's in-env folder, which no env check covers, by the file it opens)."""
     path = resolved(path)
     if path.startswith(DEVICES):
         return not _ordinary(path)
-    return path.startswith(TRUSTED) and not path.startswith(UNTRUSTED)
+    if path.startswith(HERE_SEP):
+        path = real(path)
+        if path.startswith(HERE_SEP):
+            return True
+    return path.startswith(TRUSTED_ELSEWHERE) and not path.startswith(UNTRUSTED)
 
 
 def _ordinary(path: str) -> bool:
@@ -79,28 +90,40 @@ def real(path: str) -> str:
     return os.path.realpath(path)
 
 
-def _state(path: str) -> tuple[int, int, int, int] | None:
+def _state(path: str) -> tuple[int, int, int, int, bool] | None:
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_ISDIR(st.st_mode))
 
 
 def _will_write(path: str) -> None:
-    """The application is about to write ``path`` (or make it, or move a file onto it): its state now, once."""
+    """The application is about to replace ``path``'s bytes (a truncating or creating open; or make it, or move or
+    link a file onto it): its state now, noted at its first such write in the run."""
     if path not in WRITTEN:
         WRITTEN[path] = _state(path)
         _to_parent({"kind": "written", "path": path, "before": WRITTEN[path]})
 
 
+def _touched(path: str) -> None:
+    """The application changes ``path``'s state without replacing its bytes: a file that was there stays an input."""
+    if path not in TOUCHED:
+        TOUCHED.add(path)
+        _to_parent({"kind": "touched", "path": path})
+
+
 def written(path: str) -> bool:
-    """Written by the application in this run: opened to write (or made, or moved into place) and changed since:
-    made where nothing was, or another inode, size or time than just before."""
+    """The application's own: made by it in this run (nothing there at its first write), or a file that was there
+    whose bytes it replaced (changed since that write, and touched by nothing else). See :data:`WRITTEN`."""
     if path not in WRITTEN:
         return False
-    now = _state(path)
-    return now is not None and now != WRITTEN[path]
+    before, now = WRITTEN[path], _state(path)
+    if now is None:
+        return False
+    if before is None:
+        return True
+    return not before[4] and path not in TOUCHED and now != before
 
 
 def given(file: Any) -> str | None:
@@ -133,16 +156,23 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
     if isinstance(mode, str):
         reads = "r" in mode or "+" in mode
         writes = "w" in mode or "x" in mode or ("a" in mode and not os.path.exists(path))
+        touches = ("a" in mode or "+" in mode) and "w" not in mode
     else:  # os.open: the flags say
         flags = int(flags or 0)
         access = flags & os.O_ACCMODE
         reads = access != os.O_WRONLY and not flags & os.O_TRUNC
         writes = bool(flags & os.O_TRUNC) or (bool(flags & os.O_CREAT) and not os.path.exists(path))
+        touches = access != os.O_RDONLY and not flags & os.O_TRUNC
+    if reads and path.endswith(" (deleted)") and raw.startswith(("/proc/", "/dev/fd/")):
+        _refuse(f"read a file that is no longer there through {raw} ({path}): what it held cannot be judged",
+                {"file": path, "tip": "read the application's inputs by their declared paths"})
     if reads and path not in READ and not written(path) and os.path.isfile(path):
         READ[path] = BY[0]
         _to_parent({"kind": "read", "path": path, "by": BY[0]})
     if writes:
         _will_write(path)
+    if touches and os.path.lexists(path):
+        _touched(path)
 
 
 def _open_dirs() -> list[str]:
@@ -223,8 +253,10 @@ def from_children() -> None:
         return
     for note in map(json.loads, lines):
         if note["kind"] == "written":
-            before = note.get("before")
+            before = note["before"]
             WRITTEN.setdefault(note["path"], tuple(before) if before else None)  # type: ignore[arg-type]
+        elif note["kind"] == "touched":
+            TOUCHED.add(note["path"])
         elif note["kind"] == "read" and not written(note["path"]):
             READ.setdefault(note["path"], f"{note['by']} (in a child process)")
         elif note["kind"] == "refused":
@@ -302,6 +334,32 @@ def _moved(src_arg: Any, dst_arg: Any) -> None:
     _will_write(real(dst))
 
 
+def _touched_by(file: Any) -> None:
+    """A path or a descriptor (its file: ``/proc/self/fd``) whose state the application changes in place."""
+    if isinstance(file, int):
+        try:
+            file = os.readlink(f"/proc/self/fd/{file}")
+        except OSError:
+            return
+    raw = given(file)
+    if raw is not None and not trusted(os.path.normpath(raw)):
+        _touched(real(raw))
+
+
+def _linked(target_arg: Any, link_arg: Any) -> None:
+    """``os.symlink(target, link)``: a relative target is relative to the link's folder."""
+    target, link = given(target_arg), given(link_arg)
+    if target is None or link is None:
+        return
+    try:
+        raw = os.fsdecode(target_arg)
+    except TypeError:
+        return
+    if not raw.startswith(os.sep):
+        target = os.path.join(os.path.dirname(link), raw)
+    _moved(target, link)
+
+
 LISTED: dict[str, str] = {}  # this window's folders listed: folder -> who
 
 
@@ -309,8 +367,11 @@ def _listed(path: Any) -> None:
     """``os.listdir``/``os.scandir`` (and os.walk, glob, pathlib over them): a folder's names are an input too. The
     import machinery's own listings (FileFinder's cache of a ``sys.path`` folder) serve imports, judged file by file:
     they are not recorded."""
-    if isinstance(path, int):
-        return
+    if isinstance(path, int):  # a folder opened as a descriptor: the folder it is
+        try:
+            path = os.readlink(f"/proc/self/fd/{path}")
+        except OSError:
+            return
     if sys._getframe(2).f_code.co_filename.startswith("<frozen importlib"):
         return
     folder = given("." if path is None else path)
@@ -331,6 +392,10 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             _opened(*args[:3])
     elif event in ("os.rename", "os.link"):  # also os.replace; a file written then moved into place is still an
         _moved(args[0], args[1])  # output, and a hard link is a new name for the file's bytes, read through it
+    elif event == "os.symlink":  # a link made (in the env, say, which is trusted by its path): what it names is read
+        _linked(args[0], args[1])
+    elif event in ("os.truncate", "os.utime", "os.chmod", "os.chown"):  # a state changed, the bytes not replaced
+        _touched_by(args[0])
     elif event in PROCESS_EVENTS:
         _started(event, args)
     elif event in ("os.listdir", "os.scandir"):

@@ -654,6 +654,17 @@ HOLES = {
         ('(os.rename(ROOT / "data", OUT / "d"), (OUT / "d" / "extra.csv").read_text())', "data/extra.csv (opened)"),
     # '..' was folded as text before the link it follows: the file beside the link's target was judged as another
     "a '..' after a link": ('open(ROOT / "src" / "lnk" / ".." / "secret.csv").read()', "elsewhere/secret.csv (opened)"),
+    # the fifth pass: a file (or folder) that was there counted as written once its state moved (a touch after a
+    # failed create); a file deleted after a write-only open, reread through /proc; a listing through a descriptor
+    "a touch after a failed create, then a read":
+        (f'(_try(lambda: os.mkdir({EXTRA})), os.utime({EXTRA}), {EXTRA}.read_text())', "data/extra.csv (opened)"),
+    "a folder that was there, given a file of its own, then moved into the run's folder":
+        ('(_try(lambda: os.mkdir(ROOT / "data")), (ROOT / "data" / "own.txt").write_text("o"), '
+         'os.rename(ROOT / "data", OUT / "d"), (OUT / "d" / "extra.csv").read_text())', "data/extra.csv (opened)"),
+    "a deleted file reread through /proc/self/fd":
+        (f'(lambda fd: (os.unlink({EXTRA}), open(f"/proc/self/fd/{{fd}}").read()))(os.open({EXTRA}, os.O_WRONLY))',
+         "no longer there"),
+    "a listing through a descriptor": ('os.listdir(os.open(ROOT / "data", os.O_RDONLY))', "data/ (listed: extra.csv"),
 }
 
 
@@ -710,3 +721,33 @@ def test_the_controls_of_those_reads_pass(tmp_path: Path, how: str) -> None:
          "files": ["data/extra.csv"], "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "l"}}},
         root).fingerprints(root)
     assert _run(tmp_path, config) == {"status": "passed"}, how
+
+
+def test_a_link_made_in_the_env_is_judged_by_what_it_names(tmp_path: Path) -> None:
+    """The env is trusted by its path (one prefix test for its thousands of files): a link the application makes in
+    it to an undeclared file or module, read or imported there and removed, passed (fifth red-team pass). A throwaway
+    venv stands for the env (numpy through a .pth), so no real env is touched."""
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    site = next((env / "lib").glob("python*/site-packages"))
+    (site / "numpy-here.pth").write_text(os.path.dirname(os.path.dirname(__import__("numpy").__file__)) + "\n")
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    root = Path(config["project_root"])
+    (root / "secretmod.py").write_text("VALUE = 7\n")
+    code = ('(os.symlink(ROOT / "secretmod.py", SITE / "secretmod.py"), __import__("secretmod"), '
+            'os.unlink(SITE / "secretmod.py"))')
+    (root / "app.py").write_text(APP.replace("import sys\n", "import os, sys\n", 1).replace(
+        "ROOT = Path(__file__).resolve().parent\n",
+        f"ROOT = Path(__file__).resolve().parent\nSITE = Path({str(site)!r})\n", 1).replace(
+        '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {code}\n    labels = 'x'\n"))
+    config["application"]["sources"] = app_contract.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "l"}}}, root).fingerprints(root)
+    (tmp_path / "harness.py").write_text(HARNESS)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "harness.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path, python=env / "bin" / "python")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "failed" and "secretmod.py (opened)" in result["error"], result
