@@ -10,10 +10,12 @@ forked in a window keeps the hook: its record is handed to the parent through a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -220,35 +222,43 @@ def _refuse(message: str, details: dict[str, Any]) -> None:
 
 
 PID = [0]  # the process the window was opened in
-OUT = [""]  # the run's folder, where forked children leave what they read (CHILDREN)
-CHILDREN = ".closed-world-children.jsonl"
+# Where forked children leave what they read: a file with no name (made and unlinked at once in the temporary
+# folder when the first window opens), held by a descriptor every forked child inherits. No path to remove, replace
+# or turn into a pipe; no open for the hook to see.
+NOTES = [-1]
+
+
+def open_notes() -> None:
+    """The children's notes, once per process (the first window)."""
+    if NOTES[0] < 0:
+        import tempfile
+
+        with tempfile.TemporaryFile() as made:  # unlinked at once (O_TMPFILE where there is one)
+            NOTES[0] = os.dup(made.fileno())
+        try:
+            import fcntl  # each child's line appended whole, whatever the others wrote
+        except ImportError:  # no fork there either (Windows)
+            return
+        fcntl.fcntl(NOTES[0], fcntl.F_SETFL, fcntl.fcntl(NOTES[0], fcntl.F_GETFL) | os.O_APPEND)
 
 
 def _to_parent(note: dict[str, Any]) -> None:
     """In a process forked during a window (its hook and window inherited): one line for the parent, whose own
     record never sees the child's reads, writes or refusals."""
-    if os.getpid() == PID[0] or not OUT[0]:
+    if os.getpid() == PID[0] or NOTES[0] < 0:
         return
-    ON[0] = False  # this write is Kernodeck's, not the application's
-    try:
-        fd = os.open(os.path.join(OUT[0], CHILDREN), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, (json.dumps(note) + "\n").encode())
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-    finally:
-        ON[0] = True
+    with contextlib.suppress(OSError):
+        os.write(NOTES[0], (json.dumps(note) + "\n").encode())
 
 
 def from_children() -> None:
     """What the window's forked children read, wrote and were refused, merged into this window's record."""
-    path = os.path.join(OUT[0], CHILDREN)
+    if NOTES[0] < 0:
+        return
     try:
-        with open(path, encoding="utf-8") as notes:
-            lines = notes.read().splitlines()
-        os.unlink(path)
+        size = os.fstat(NOTES[0]).st_size
+        lines = os.pread(NOTES[0], size, 0).decode("utf-8", "replace").splitlines()
+        os.ftruncate(NOTES[0], 0)
     except OSError:
         return
     for note in map(json.loads, lines):
@@ -382,8 +392,21 @@ def _listed(path: Any) -> None:
         LISTED[folder] = BY[0]
 
 
+LATE = "a thread the application left running (after its call returned)"
+LINGER: set[int] = set()  # threads the application started in a window and left running after it
+
+
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if not ON[0]:
+        if not LINGER or threading.get_ident() not in LINGER:
+            return
+        # between windows: what such a thread reads is recorded for the next window's verdict (it may hand the bytes
+        # to the criterion); Kernodeck's own work meanwhile runs on threads of its own
+        BY[0], ON[0] = LATE, True
+        try:
+            _hook(event, args)
+        finally:
+            ON[0] = False
         return
     if event == "open":
         if args[1] is None:

@@ -20,7 +20,8 @@ anything else in the project, a ``data.NAME`` source outside it). Modules import
 of these (a compiled extension in the project) are named too. Beyond ``open``: ``sqlite3.connect`` and
 ``ctypes.dlopen`` by path are judged like an open, a relative ``os.open`` against every folder held open (its
 ``dir_fd``), a listing of a project folder as a read of its names, a forked child's record is handed to the parent,
-and a process the application starts is refused at once (what it reads
+a thread the application left running is watched between windows (its reads judged by the next), and a process the
+application starts is refused at once (what it reads
 cannot be seen). What no audit event shows (native ``fopen``, ``torch.from_file``) is the closed world's stated limit
 (docs/application.md). The hook and its record live in seen.py; this module judges the record. Cheap by design: the
 hook returns at once outside a window and for any event it does not judge, and drops a trusted path with one prefix
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,13 +88,18 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     seen.install()
     verified.install(finder(ctx))
     before = set(sys.modules)
-    seen.READ.clear()
-    seen.LISTED.clear()
+    threads = {t.ident for t in threading.enumerate()}
+    for record in (seen.READ, seen.LISTED):  # what a lingering thread read since the last window is judged now
+        for path in [p for p, by in record.items() if by != seen.LATE]:
+            del record[path]
+    seen.PID[0] = os.getpid()
+    seen.open_notes()
     seen.BY[0], seen.ON[0] = who, True
-    seen.PID[0], seen.OUT[0] = os.getpid(), str(ctx.out)
     try:
         yield
     finally:
+        # a thread it started and left running: what it reads until the next window is that window's to judge
+        seen.LINGER.update(t.ident for t in threading.enumerate() if t.ident not in threads and t.ident is not None)
         seen.ON[0] = False
     seen.from_children()
     # a module object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``) is not new

@@ -665,6 +665,10 @@ HOLES = {
         (f'(lambda fd: (os.unlink({EXTRA}), open(f"/proc/self/fd/{{fd}}").read()))(os.open({EXTRA}, os.O_WRONLY))',
          "no longer there"),
     "a listing through a descriptor": ('os.listdir(os.open(ROOT / "data", os.O_RDONLY))', "data/ (listed: extra.csv"),
+    # a forked child's record was a file in the run's folder the application could remove
+    "a forked child's read, its notes removed":
+        (f'((lambda pid: os.waitpid(pid, 0) if pid else (open({EXTRA}).read(), os._exit(0)))(os.fork()), '
+         '[os.remove(p) for p in OUT.glob(".closed-world*")])', "data/extra.csv (opened)"),
 }
 
 
@@ -751,3 +755,43 @@ def test_a_link_made_in_the_env_is_judged_by_what_it_names(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "failed" and "secretmod.py (opened)" in result["error"], result
+
+
+GAP = """
+import json, runpy, sys, threading
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+extra = Path(config["project_root"]) / "data" / "extra.csv"
+go, box = threading.Event(), []
+with world.window(ctx, "the entry"):  # the entry starts a thread and returns, leaving it running
+    threading.Thread(target=lambda: (go.wait(), box.append(extra.read_text())), daemon=True).start()
+go.set()  # between the windows (Kernodeck's own work, the hook off): the thread reads now
+while not box:
+    pass
+try:
+    with world.window(ctx, "the criterion"):  # which uses what the thread read
+        assert box[0].startswith("label")
+    print(json.dumps({"status": "passed"}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc), "details": exc.details}))
+"""
+
+
+def test_a_thread_the_entry_leaves_running_is_judged_at_the_next_window(tmp_path: Path) -> None:
+    """A thread the entry started and left running read an undeclared file between the entry's window and the
+    criterion's (Kernodeck's own work then, the hook off) and handed the bytes on: it passed (fifth red-team pass).
+    Its reads are recorded while the window is off and judged by the next window, named as that thread's."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    (tmp_path / "gap.py").write_text(GAP)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "gap.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], result
+    assert result["details"]["undeclared"][0]["by"].startswith("a thread the application left running"), result
