@@ -140,7 +140,10 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
                 sure(subset)
         rest = frozenset(range(n)) - chosen
         for subset, repeats in [(rest, 1)] + [(frozenset(chosen - {c}), 2) for c in sorted(chosen) if several]:
-            if subset and sure(subset, repeats).leaves:
+            got = sure(subset, repeats) if subset else Outcome.GOOD
+            if got is Outcome.FLAKY:  # failed, then ran on its rerun (settle): it confirms nothing
+                return done(Verdict.FLAKY)
+            if got.leaves:
                 return done(Verdict.UNCONFIRMED, (), alone, sorted(chosen), sure.last)
         return done(Verdict.FOUND, chosen, alone)
 

@@ -414,6 +414,10 @@ def test_a_culprit_of_several_groups_confirms_each_is_needed() -> None:
     assert lucky.verdict is Verdict.FLAKY and lucky.culprit == ()
     trial, _ = _trial({frozenset({5}): [Outcome.GOOD]}, lambda s: 5 in s)
     assert _named(bisect_search.search(8, trial, confirm=False)) == (0, 5)  # the control: an innocent named
+    # a confirming trial that is flaky itself (failed, then ran on its rerun) confirms nothing: the search stops
+    trial, _ = _trial({}, lambda s: {2, 6} <= s)
+    result = bisect_search.search(8, lambda s: Outcome.FLAKY if s == frozenset({2}) else trial(s))
+    assert (result.verdict, result.culprit) == (Verdict.FLAKY, ()) and result.trials[-1].subset == frozenset({2})
 
 
 def test_the_record_says_which_trials_were_repeated_and_what_disagreed(tmp_path: Path) -> None:
