@@ -101,52 +101,14 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
     joins the culprit set; the set alone is then tried, and the search ends when it leaves the tolerance alone. A
     flaky trial (:func:`settle`) stops it: verdict FLAKY, no culprit named.
 
-    The trials that decide the answer are run once more (``confirm``; :class:`_Confirm`): the new lock's env, then for
+    The trials that decide the answer are run once more (``confirm``; :func:`_found`): the new lock's env, then for
     a culprit set C: C alone, the other groups without C, and, C of several groups, the trial within tolerance that
     made each join (the bisection's step before it) and C without each of its groups (twice more). A
     repeat that disagrees with its trial stops the search as FLAKY; a confirming trial that, twice alike, contradicts
     C (the others without C, or C without one of its groups, leave the tolerance) names none: UNCONFIRMED.
     """
-    budget = budget if budget is not None else 3 * bound(max(n, 1)) + 2
-    seen: dict[frozenset[int], Outcome] = {}
-    order: list[Trial] = []
-
-    def run(subset: frozenset[int], repeat: bool) -> Outcome:
-        if len(order) >= budget:
-            raise _OverBudget
-        order.append(Trial(subset, probe(subset), repeat))
-        return order[-1].outcome
-
-    def test(subset: frozenset[int]) -> Outcome:
-        if subset not in seen:
-            seen[subset] = run(subset, False)
-        return seen[subset]
-
-    sure = _Confirm(test, run, order, confirm)
-
-    def done(verdict: Verdict, culprit: Iterable[int] = (), alone: bool | None = None,
-             candidates: Iterable[int] = (), clash: tuple[int, int] | None = None) -> SearchResult:
-        return SearchResult(verdict, tuple(sorted(culprit)), alone, tuple(candidates), tuple(order), clash)
-
-    def found(chosen: set[int], alone: bool | None) -> SearchResult:
-        """C = ``chosen`` once its confirming trials agree with it (each run twice, alike)."""
-        if not confirm:
-            return done(Verdict.FOUND, chosen, alone)
-        if alone:
-            sure(frozenset(chosen))
-        several = len(chosen) > 1
-        for subset in decided if several else []:  # within tolerance: a repeat out is a disagreement (FLAKY)
-            if subset:
-                sure(subset)
-        rest = frozenset(range(n)) - chosen
-        for subset, repeats in [(rest, 1)] + [(frozenset(chosen - {c}), 2) for c in sorted(chosen) if several]:
-            got = sure(subset, repeats) if subset else Outcome.GOOD
-            if got is Outcome.FLAKY:  # failed, then ran on its rerun (settle): it confirms nothing
-                return done(Verdict.FLAKY)
-            if got.leaves:
-                return done(Verdict.UNCONFIRMED, (), alone, sorted(chosen), sure.last)
-        return done(Verdict.FOUND, chosen, alone)
-
+    runs = _Runs(probe, budget if budget is not None else 3 * bound(max(n, 1)) + 2, confirm)
+    done, test, sure = runs.done, runs.test, runs
     if n == 0:
         return done(Verdict.NO_CHANGES)
     chosen: set[int] = set()
@@ -171,9 +133,9 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
                 if alone is Outcome.FLAKY:
                     return done(Verdict.FLAKY)
                 if alone.leaves:
-                    return found(chosen, True)
+                    return _found(runs, n, chosen, True, decided)
                 if alone is Outcome.SKIPPED or not pool:
-                    return found(chosen, None if alone is Outcome.SKIPPED else False)
+                    return _found(runs, n, chosen, None if alone is Outcome.SKIPPED else False, decided)
             lo, hi = 0, len(pool)  # prefix lo (with chosen) within tolerance (lo = 0: assumed), prefix hi out
             skipped: set[int] = set()
             while hi - lo > 1:
@@ -202,16 +164,55 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
         return done(Verdict.FLAKY, clash=clash.pair)
 
 
-class _Confirm:
-    """A trial that decides the answer, confirmed: its outcome (:func:`search`'s ``test``), and once more (``run``)
-    until it has ``repeats`` repeats; a repeat that disagrees raises :class:`_Disagree`. A skipped trial (it cannot be
-    installed) or a flaky one is not repeated; ``confirm=False`` repeats nothing (the search before confirmation)."""
+def _found(sure: _Runs, n: int, chosen: set[int], alone: bool | None, decided: list[frozenset[int]]) -> SearchResult:
+    """C = ``chosen`` named once its confirming trials agree with it (:func:`search`); ``decided``: for each group
+    chosen, the trial within tolerance just before it joined."""
+    done = sure.done
+    if not sure.confirm:
+        return done(Verdict.FOUND, chosen, alone)
+    if alone:
+        sure(frozenset(chosen))
+    several = len(chosen) > 1
+    for subset in decided if several else []:  # within tolerance: a repeat out is a disagreement (FLAKY)
+        if subset:
+            sure(subset)
+    rest = frozenset(range(n)) - chosen
+    for subset, repeats in [(rest, 1)] + [(frozenset(chosen - {c}), 2) for c in sorted(chosen) if several]:
+        got = sure(subset, repeats) if subset else Outcome.GOOD
+        if got is Outcome.FLAKY:  # failed, then ran on its rerun (settle): it confirms nothing
+            return done(Verdict.FLAKY)
+        if got.leaves:
+            return done(Verdict.UNCONFIRMED, (), alone, sorted(chosen), sure.last)
+    return done(Verdict.FOUND, chosen, alone)
 
-    def __init__(self, test: Callable[[frozenset[int]], Outcome], run: Callable[[frozenset[int], bool], Outcome],
-                 order: list[Trial], confirm: bool) -> None:
-        self.test, self.run, self.order, self.confirm = test, run, order, confirm
+
+class _Runs:
+    """The search's trials: ``test`` (a subset's outcome, its trial run once), and, called, a trial that decides the
+    answer confirmed: its outcome, and once more (``run``) until it has ``repeats`` repeats; a repeat that disagrees
+    raises :class:`_Disagree`. A skipped trial (it cannot be installed) or a flaky one is not repeated;
+    ``confirm=False`` repeats nothing (the search before confirmation)."""
+
+    def __init__(self, probe: Callable[[frozenset[int]], Outcome], budget: int, confirm: bool) -> None:
+        self.probe, self.budget, self.confirm = probe, budget, confirm
+        self.order: list[Trial] = []
+        self.seen: dict[frozenset[int], Outcome] = {}
         self.repeats: dict[frozenset[int], int] = {}  # a subset's repeats so far
         self.last: tuple[int, int] | None = None  # the trial last confirmed and its last repeat (indices)
+
+    def run(self, subset: frozenset[int], repeat: bool) -> Outcome:
+        if len(self.order) >= self.budget:
+            raise _OverBudget
+        self.order.append(Trial(subset, self.probe(subset), repeat))
+        return self.order[-1].outcome
+
+    def test(self, subset: frozenset[int]) -> Outcome:
+        if subset not in self.seen:
+            self.seen[subset] = self.run(subset, False)
+        return self.seen[subset]
+
+    def done(self, verdict: Verdict, culprit: Iterable[int] = (), alone: bool | None = None,
+             candidates: Iterable[int] = (), clash: tuple[int, int] | None = None) -> SearchResult:
+        return SearchResult(verdict, tuple(sorted(culprit)), alone, tuple(candidates), tuple(self.order), clash)
 
     def __call__(self, subset: frozenset[int], repeats: int = 1) -> Outcome:
         first = self.test(subset)
