@@ -7,8 +7,9 @@ the new lock has them), in a scratch folder under ``runs/``, where only the appl
 reference run (the in-env runner with a subset of its steps).
 
 Bound: the new lock's env first (all changes: within tolerance means "no culprit"), then a bisection over the ordered
-groups for the first one whose addition leaves the tolerance: ``1 + ceil(log2(n))`` rebuilds for one culprit among
-``n`` groups, plus one to confirm that the culprit alone suffices when the bisection did not already build it alone.
+groups for the first one whose addition leaves the tolerance: ``1 + ceil(log2(n))`` trials for one culprit among
+``n`` groups, plus one to build the culprit alone when the bisection did not, plus the trials that decide the answer
+run once more (:func:`search`: at most 4 more for one culprit; :func:`bound`).
 Groups that must move together (a new version that requires another new version) are kept together; a combination
 that cannot be installed consistently is skipped and said so, never guessed.
 """
@@ -22,7 +23,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -34,18 +35,18 @@ from kernodeck.inenv import steptable
 from kernodeck.lock import lockdiff, lockfile
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
+from kernodeck.upgrade.bisect_report import TrialRecord, render, summary
 from kernodeck.upgrade.bisect_search import (
     Group,
     Outcome,
     SearchResult,
-    Verdict,
     bound,
     group_changes,
     rerun_words,
     search,
     settle,
 )
-from kernodeck.upgrade.relock import Drift, cell, render_drift
+from kernodeck.upgrade.relock import Drift
 from kernodeck.verify.context import declaration
 from kernodeck.verify.runbuild import Changes, ReferenceConfig, holding, runner_config
 
@@ -101,18 +102,6 @@ def intermediate_lock(good: lockfile.Lockfile, bad: lockfile.Lockfile, names: se
 
 
 # --- the real probe -------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TrialRecord:
-    number: int
-    moved: tuple[str, ...]  # the names whose pins came from the new lock
-    outcome: Outcome
-    seconds: float
-    note: str
-    drift: Drift | None
-    rebuilt: bool = True  # False: the platform's current env was the new lock's and was used as it is
-    rerun: Outcome | None = None  # a failure before the comparison is run once more in the same env: its outcome
 
 
 @dataclass(frozen=True)
@@ -173,15 +162,17 @@ class _Trials:
         lock_path = trial / "lockfiles" / self.plat.lock_name
         write_atomic(lock_path, intermediate_lock(self.good, self.bad, names, f"old lock + new pins of {shown}"))
         reuse = self.new_lock_env() if whole else None
+        repeat_of = next((r.number for r in self.records if set(r.moved) == names and r.repeat_of is None), None)
         log(f"kernodeck: bisect [{number}/≤{self.limit}]: old lock + {shown}: "
-            f"{'the current env (built from the new lock)' if reuse else 'rebuild'} + application + compare")
+            f"{'the current env (built from the new lock)' if reuse else 'rebuild'} + application + compare"
+            + (f" (again, to confirm try-{repeat_of:02d})" if repeat_of else ""))
         t0 = time.perf_counter()
         try:
             steps, outcome, rerun = self.run(trial, lock_path, reuse, regroup=number == 1 and whole)
         except _Unbuildable as exc:
             note = str(exc)
             self.records.append(TrialRecord(number, tuple(sorted(names)), Outcome.SKIPPED,
-                                            time.perf_counter() - t0, note, None))
+                                            time.perf_counter() - t0, note, None, repeat_of=repeat_of))
             log(f"kernodeck: bisect [{number}]: skipped: {note}")
             return Outcome.SKIPPED
         drift = Drift.from_steps(steps)
@@ -189,7 +180,7 @@ class _Trials:
         if rerun is not None:
             numbers = f"trial {number} failed, rerun: {rerun_words(rerun)} ({trial.name}/rerun/); {numbers}"
         self.records.append(TrialRecord(number, tuple(sorted(names)), outcome, time.perf_counter() - t0, numbers,
-                                        drift, rebuilt=reuse is None, rerun=rerun))
+                                        drift, rebuilt=reuse is None, rerun=rerun, repeat_of=repeat_of))
         log(f"kernodeck: bisect [{number}]: {outcome} ({time.perf_counter() - t0:.1f}s): {numbers}")
         return self.for_search(outcome, drift) if number > 1 and names else outcome
 
@@ -308,25 +299,18 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     if first is Outcome.FAILED:  # a failure the old lock's env shares is no change of pins: nothing to bisect
         _require_old_lock_runs(trials, folder)
     cached = {frozenset(range(len(trials.groups))): first} if first is not None else {}
+    numbers: list[int] = []  # the record of each of the search's trials (the old lock's, when tried, is none)
 
-    def probe_cached(subset: frozenset[int]) -> Outcome:
-        return cached[subset] if subset in cached else trials.probe(subset)
+    def probe_cached(subset: frozenset[int]) -> Outcome:  # the first probe once; its repeat is a trial of its own
+        outcome = cached.pop(subset) if subset in cached else trials.probe(subset)
+        numbers.append(1 if len(numbers) == 0 and first is not None else trials.records[-1].number)
+        return outcome
 
     result = search(len(trials.groups), probe_cached)
     groups, records = trials.groups, trials.records
-    markdown = render(result, groups, records, d, plat.id)
+    markdown = render(result, groups, records, d, plat.id, numbers)
     write_atomic(folder / "bisect.md", markdown)
-    write_json(folder / "bisect.json", {
-        "version": 1, "platform": plat.id, "verdict": str(result.verdict),
-        "culprit": [list(groups[i].names) for i in result.culprit], "alone": result.alone,
-        "candidates": [list(groups[i].names) for i in result.candidates], "envs": len(records),
-        "rebuilds": sum(r.rebuilt for r in records),
-        "bound": bound(max(len(groups), 1)),
-        "groups": [list(g.names) for g in groups],
-        "trials": [{"number": r.number, "moved": list(r.moved), "outcome": str(r.outcome),
-                    "seconds": round(r.seconds, 2), "note": r.note, "rebuilt": r.rebuilt,
-                    "rerun": str(r.rerun) if r.rerun else None} for r in records],
-    })
+    write_json(folder / "bisect.json", summary(result, groups, records, plat.id, numbers))
     return BisectResult(result, tuple(groups), tuple(records), folder, markdown)
 
 
@@ -348,52 +332,3 @@ def _require_old_lock_runs(trials: _Trials, folder: Path) -> None:
     raise KernodeckError(f"the application fails on the old lock's env too ({note[:400]}): the search needs the old "
                          f"lock's env to run, nothing to bisect (the trials: {folder})",
                          tip=tips.nox("verify") + " (fix what fails, then bisect again)")
-
-
-def render(result: SearchResult, groups: list[Group], records: list[TrialRecord], d: lockdiff.LockDiff,
-           platform: str) -> str:
-    """The bisect's report: the verdict, the culprit with its numbers, and every env tried."""
-    lines = [f"## Bisect of {platform}", "",
-             f"From `{d.old.label}` to `{d.new.label}`: {len(d.changes)} changed packages in {len(groups)} groups; "
-             f"{len(records)} env(s) tried, {sum(r.rebuilt for r in records)} rebuilt (bound for one culprit: "
-             f"{bound(max(len(groups), 1))}, or one less when the current env is the new lock's).", ""]
-    match result.verdict:
-        case Verdict.FOUND:
-            names = " + ".join(groups[i].label() for i in result.culprit)
-            wanted = {n for i in result.culprit for n in groups[i].names}
-            culprit_record = next((r for r in records if set(r.moved) == wanted), None)
-            effect = ("the application fails" if culprit_record and culprit_record.outcome is Outcome.FAILED
-                      else "it leaves the tolerance")
-            how = {True: f"alone, on the old lock, {effect}",
-                   False: "it leaves the tolerance with the changes before it in the search, not alone",
-                   None: "alone it could not be installed consistently"}[result.alone]
-            lines.append(f"**Culprit: {names}** ({how}).")
-            if culprit_record and culprit_record.drift:
-                lines += ["", render_drift(culprit_record.drift, title="The culprit alone against the reference")]
-        case Verdict.NO_CULPRIT:
-            lines.append("No culprit: all within tolerance (the new lock's env computes what the reference did).")
-        case Verdict.NO_CHANGES:
-            lines.append("No culprit: the two locks pin the same packages.")
-        case Verdict.BAD_UNBUILDABLE:
-            lines.append("The new lock's env itself could not be built: nothing to bisect (see try-01).")
-        case Verdict.AMBIGUOUS:
-            among = "; ".join(groups[i].label() for i in result.candidates)
-            lines.append(f"Ambiguous: skipped (inconsistent) combinations leave the culprit among: {among}.")
-        case Verdict.OVER_BUDGET:
-            lines.append("Stopped: the search used its budget of rebuilds before isolating a culprit.")
-        case Verdict.FLAKY:
-            flaky = next(r for r in records if r.outcome is Outcome.FLAKY)
-            lines.append(f"Stopped, no culprit named: try-{flaky.number:02d} failed before the comparison, then "
-                         f"{rerun_words(flaky.rerun or Outcome.FAILED)} on its rerun in the same env. A flaky "
-                         "failure says nothing of the change under search; make the application's run repeat "
-                         "(its failure is in the trial's steps), then bisect again.")
-        case _:
-            assert_never(result.verdict)
-    lines += ["", "| env | moved to the new lock | outcome | seconds | numbers |", "|---|---|---|---|---|"]
-    every = {c.name for c in d.changes}
-    for r in records:
-        moved = ("all (the new lock)" if set(r.moved) == every else ", ".join(r.moved) if r.moved
-                 else "none (the old lock)")
-        outcome = f"{r.outcome} (rerun: {rerun_words(r.rerun)})" if r.rerun else str(r.outcome)
-        lines.append(f"| try-{r.number:02d} | {moved} | {outcome} | {r.seconds:.1f} | {cell(r.note)} |")
-    return "\n".join(lines) + "\n"

@@ -41,13 +41,15 @@ class Verdict(enum.StrEnum):
     BAD_UNBUILDABLE = "new lock unbuildable"  # the new lock's own env could not be built
     AMBIGUOUS = "ambiguous"  # skipped combinations left more than one candidate
     OVER_BUDGET = "over budget"
-    FLAKY = "flaky"  # a trial failed, then ran on its rerun: the search stops rather than guess
+    FLAKY = "flaky"  # a trial and its repeat (or its rerun after a failure) disagree: the search stops, no guess
+    UNCONFIRMED = "not confirmed"  # a confirming trial, twice alike, contradicts the culprit found: none is named
 
 
 @dataclass(frozen=True)
 class Trial:
     subset: frozenset[int]
     outcome: Outcome
+    repeat: bool = False  # the same subset's trial run once more, to confirm an outcome that decides the answer
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,10 @@ class SearchResult:
     verdict: Verdict
     culprit: tuple[int, ...]  # group indices, in order
     alone: bool | None  # the culprit set alone (on the old lock) was built and left tolerance
-    candidates: tuple[int, ...]  # when ambiguous: the groups the culprit is among
+    candidates: tuple[int, ...]  # when ambiguous (or not confirmed): the groups the culprit is among (was found as)
     trials: tuple[Trial, ...]
+    clash: tuple[int, int] | None = None  # FLAKY: a trial and its repeat that disagree; UNCONFIRMED: the confirming
+    # trial and its repeat, alike, that contradict the culprit (indices into ``trials``)
 
     @property
     def rebuilds(self) -> int:
@@ -64,9 +68,11 @@ class SearchResult:
 
 
 def bound(n: int) -> int:
-    """The most rebuilds the search needs for one culprit among ``n`` groups, the confirmation included when the
-    bisection did not build the culprit alone: ``ceil(log2 n) + 1`` (the new lock's env, then the bisection) + 1."""
-    return (math.ceil(math.log2(n)) if n > 1 else 0) + 2
+    """The most trials the search needs for one culprit among ``n`` groups: the new lock's env and its repeat (2), the
+    bisection (``ceil(log2 n)``), the culprit alone when the bisection did not build it alone and its repeat (2), the
+    other groups without it when the bisection did not build them and its repeat (2). One group: the new lock's env
+    is the culprit alone, and nothing is left without it: 2."""
+    return math.ceil(math.log2(n)) + 6 if n > 1 else 2
 
 
 def settle(first: Outcome, rerun: Callable[[], Outcome]) -> tuple[Outcome, Outcome | None]:
@@ -86,35 +92,29 @@ def rerun_words(outcome: Outcome) -> str:
         outcome, str(outcome))
 
 
-def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | None = None) -> SearchResult:
+def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | None = None,
+           confirm: bool = True) -> SearchResult:
     """The smallest set of groups (``0..n-1``, in order) whose moving to the new lock leaves the tolerance.
 
     The old lock (no group moved) is the reference's env: assumed within tolerance, never rebuilt. Each round bisects
     the groups not yet chosen for the first prefix that, on top of those chosen, leaves the tolerance; its last group
     joins the culprit set; the set alone is then tried, and the search ends when it leaves the tolerance alone. A
     flaky trial (:func:`settle`) stops it: verdict FLAKY, no culprit named.
+
+    The trials that decide the answer are run once more (``confirm``; :func:`_found`): the new lock's env, then for
+    a culprit set C: C alone, the other groups without C, and, C of several groups, the trial within tolerance that
+    made each join (the bisection's step before it) and C without each of its groups (twice more). A
+    repeat that disagrees with its trial stops the search as FLAKY; a confirming trial that, twice alike, contradicts
+    C (the others without C, or C without one of its groups, leave the tolerance) names none: UNCONFIRMED.
     """
-    budget = budget if budget is not None else 3 * bound(max(n, 1)) + 2
-    seen: dict[frozenset[int], Outcome] = {}
-    order: list[Trial] = []
-
-    def test(subset: frozenset[int]) -> Outcome:
-        if subset not in seen:
-            if len(order) >= budget:
-                raise _OverBudget
-            seen[subset] = probe(subset)
-            order.append(Trial(subset, seen[subset]))
-        return seen[subset]
-
-    def done(verdict: Verdict, culprit: Iterable[int] = (), alone: bool | None = None,
-             candidates: Iterable[int] = ()) -> SearchResult:
-        return SearchResult(verdict, tuple(sorted(culprit)), alone, tuple(candidates), tuple(order))
-
+    runs = _Runs(probe, budget if budget is not None else 3 * bound(max(n, 1)) + 2, confirm)
+    done, test, sure = runs.done, runs.test, runs
     if n == 0:
         return done(Verdict.NO_CHANGES)
     chosen: set[int] = set()
+    decided: list[frozenset[int]] = []  # for each group chosen, the trial within tolerance just before it joined
     try:
-        whole = test(frozenset(range(n)))
+        whole = sure(frozenset(range(n)))
         match whole:
             case Outcome.GOOD:
                 return done(Verdict.NO_CULPRIT)
@@ -133,9 +133,9 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
                 if alone is Outcome.FLAKY:
                     return done(Verdict.FLAKY)
                 if alone.leaves:
-                    return done(Verdict.FOUND, chosen, True)
+                    return _found(runs, n, chosen, True, decided)
                 if alone is Outcome.SKIPPED or not pool:
-                    return done(Verdict.FOUND, chosen, None if alone is Outcome.SKIPPED else False)
+                    return _found(runs, n, chosen, None if alone is Outcome.SKIPPED else False, decided)
             lo, hi = 0, len(pool)  # prefix lo (with chosen) within tolerance (lo = 0: assumed), prefix hi out
             skipped: set[int] = set()
             while hi - lo > 1:
@@ -155,10 +155,84 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
                     skipped.add(k)
             if hi - lo > 1:
                 return done(Verdict.AMBIGUOUS, chosen, None, pool[lo:hi])
+            decided.append(frozenset(chosen | set(pool[: hi - 1])))
             chosen.add(pool[hi - 1])
             pool = pool[: hi - 1]
     except _OverBudget:
         return done(Verdict.OVER_BUDGET, chosen)
+    except _Disagree as clash:
+        return done(Verdict.FLAKY, clash=clash.pair)
+
+
+def _found(sure: _Runs, n: int, chosen: set[int], alone: bool | None, decided: list[frozenset[int]]) -> SearchResult:
+    """C = ``chosen`` named once its confirming trials agree with it (:func:`search`); ``decided``: for each group
+    chosen, the trial within tolerance just before it joined."""
+    done = sure.done
+    if not sure.confirm:
+        return done(Verdict.FOUND, chosen, alone)
+    if alone:
+        sure(frozenset(chosen))
+    several = len(chosen) > 1
+    for subset in decided if several else []:  # within tolerance: a repeat out is a disagreement (FLAKY)
+        if subset:
+            sure(subset)
+    rest = frozenset(range(n)) - chosen
+    for subset, repeats in [(rest, 1)] + [(frozenset(chosen - {c}), 2) for c in sorted(chosen) if several]:
+        got = sure(subset, repeats) if subset else Outcome.GOOD
+        if got is Outcome.FLAKY:  # failed, then ran on its rerun (settle): it confirms nothing
+            return done(Verdict.FLAKY)
+        if got.leaves:
+            return done(Verdict.UNCONFIRMED, (), alone, sorted(chosen), sure.last)
+    return done(Verdict.FOUND, chosen, alone)
+
+
+class _Runs:
+    """The search's trials: ``test`` (a subset's outcome, its trial run once), and, called, a trial that decides the
+    answer confirmed: its outcome, and once more (``run``) until it has ``repeats`` repeats; a repeat that disagrees
+    raises :class:`_Disagree`. A skipped trial (it cannot be installed) or a flaky one is not repeated;
+    ``confirm=False`` repeats nothing (the search before confirmation)."""
+
+    def __init__(self, probe: Callable[[frozenset[int]], Outcome], budget: int, confirm: bool) -> None:
+        self.probe, self.budget, self.confirm = probe, budget, confirm
+        self.order: list[Trial] = []
+        self.seen: dict[frozenset[int], Outcome] = {}
+        self.repeats: dict[frozenset[int], int] = {}  # a subset's repeats so far
+        self.last: tuple[int, int] | None = None  # the trial last confirmed and its last repeat (indices)
+
+    def run(self, subset: frozenset[int], repeat: bool) -> Outcome:
+        if len(self.order) >= self.budget:
+            raise _OverBudget
+        self.order.append(Trial(subset, self.probe(subset), repeat))
+        return self.order[-1].outcome
+
+    def test(self, subset: frozenset[int]) -> Outcome:
+        if subset not in self.seen:
+            self.seen[subset] = self.run(subset, False)
+        return self.seen[subset]
+
+    def done(self, verdict: Verdict, culprit: Iterable[int] = (), alone: bool | None = None,
+             candidates: Iterable[int] = (), clash: tuple[int, int] | None = None) -> SearchResult:
+        return SearchResult(verdict, tuple(sorted(culprit)), alone, tuple(candidates), tuple(self.order), clash)
+
+    def __call__(self, subset: frozenset[int], repeats: int = 1) -> Outcome:
+        first = self.test(subset)
+        if not self.confirm or first in (Outcome.SKIPPED, Outcome.FLAKY):
+            return first
+        index = next(i for i, t in enumerate(self.order) if t.subset == subset and not t.repeat)
+        while self.repeats.get(subset, 0) < repeats:
+            self.repeats[subset] = self.repeats.get(subset, 0) + 1
+            again = self.run(subset, True)
+            self.last = (index, len(self.order) - 1)
+            if again is not first:
+                raise _Disagree(self.last)
+        self.last = (index, max(i for i, t in enumerate(self.order) if t.subset == subset))
+        return first
+
+
+class _Disagree(Exception):
+    def __init__(self, pair: tuple[int, int]) -> None:
+        super().__init__(pair)
+        self.pair = pair
 
 
 class _OverBudget(Exception):

@@ -6,7 +6,8 @@ whose 2.0 change nothing the application computes (alpha 2.0 requires beta >= 2.
 small application (numpy, beside this machine's torch, which every Kernodeck env runs its settings with) uses all
 four. The project locks with only the 1.0 wheels published, makes its reference, then the 2.0 wheels are published:
 ``upgrade`` relocks, shows the four changes and fails against the reference; ``bisect`` names kdfixture-scale within
-``ceil(log2 n) + 1`` rebuilds; moving only the three harmless packages reports no culprit.
+its bound (``ceil(log2 n) + 6`` trials, the repeats that confirm it included); moving only the three harmless
+packages reports no culprit.
 """
 
 from __future__ import annotations
@@ -200,8 +201,8 @@ def test_upgrade_shows_the_diff_and_the_drift(upgraded: tuple[Path, Any, Any]) -
 
 @pytest.mark.reliability(92, "bisect the upgrade: old lock good, new lock bad, 4 changed packages in 3 groups "
                          "(alpha 2.0 requires beta 2.0), kdfixture-scale the culprit",
-                         "kdfixture-scale named alone with its numbers, within ceil(log2 n)+1 rebuilds, every env "
-                         "tried listed; alpha and beta moved together")
+                         "kdfixture-scale named alone with its numbers, within ceil(log2 n)+6 trials, the 3 that "
+                         "decide repeated alike, every env tried listed; alpha and beta moved together")
 def test_bisect_names_the_known_culprit_within_the_bound(upgraded: tuple[Path, Any, Any]) -> None:
     project, _, _ = upgraded
     old = next((project / "runs").glob("upgrade-*")) / "old" / f"{PLATFORM}.txt"
@@ -213,16 +214,22 @@ def test_bisect_names_the_known_culprit_within_the_bound(upgraded: tuple[Path, A
     result = json.loads(next((project / "runs").glob("bisect-*/bisect.json")).read_text(encoding="utf-8"))
     assert result["culprit"] == [["kdfixture-scale"]] and result["alone"] is True
     assert ["kdfixture-alpha", "kdfixture-beta"] in result["groups"]
-    n = 4
-    assert result["rebuilds"] <= math.ceil(math.log2(n)) + 1, result["trials"]
+    n = len(result["groups"])
+    assert n == 3 and result["envs"] <= result["bound"] == math.ceil(math.log2(n)) + 6, result["trials"]
     assert result["trials"][0]["rebuilt"] is False  # the new lock's env is the one upgrade left current
+    assert result["rebuilds"] == result["envs"] - 2  # ... run twice, neither rebuilt
+    # the trials that decide, each run once more and alike: the new lock's env, the culprit alone, the others
+    repeated = {tuple(sorted(r["moved"])): r["outcomes"] for r in result["repeated"]}
+    assert len(repeated) == 3 and repeated[("kdfixture-scale",)] == ["out of tolerance"] * 2, repeated
+    assert repeated[("kdfixture-alpha", "kdfixture-beta", "kdfixture-gamma")] == ["within tolerance"] * 2
+    assert result["clash"] is None and "Repeated to confirm the trials that decide (3 extra)" in proc.stdout
     assert "| values | allclose |" in proc.stdout  # the culprit's numbers against the reference
     for line in ("bisect [1/", "bisect [2/"):
         assert line in proc.stderr  # progress
 
 
 @pytest.mark.reliability(93, "negative control: bisect from the old lock to one that moves only the three packages "
-                         "that change no number", "no culprit: all within tolerance, after one env")
+                         "that change no number", "no culprit: all within tolerance, after one env run twice")
 def test_bisect_without_a_culprit_says_so(upgraded: tuple[Path, Any, Any], tmp_path: Path) -> None:
     project, _, _ = upgraded
     old_path = next((project / "runs").glob("upgrade-*")) / "old" / f"{PLATFORM}.txt"
@@ -235,4 +242,6 @@ def test_bisect_without_a_culprit_says_so(upgraded: tuple[Path, Any, Any], tmp_p
     _ok(proc, "bisect")
     assert "No culprit: all within tolerance" in proc.stdout
     result = json.loads(sorted((project / "runs").glob("bisect-*/bisect.json"))[-1].read_text(encoding="utf-8"))
-    assert result["verdict"] == "no culprit" and len(result["trials"]) == 1
+    assert result["verdict"] == "no culprit" and len(result["trials"]) == 2
+    assert result["repeated"] == [{"trial": 1, "moved": result["trials"][0]["moved"], "repeats": [2],
+                                   "outcomes": ["within tolerance"] * 2}]
