@@ -34,6 +34,15 @@ def write_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def json_object(path: Path) -> dict[str, Any]:
+    """A JSON object file as read; ``{}`` when missing, unreadable or not an object (a record a run may lack)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def sha256_file(path: Path) -> str:
     """The hex sha256 of a file's bytes, read in 1 MiB blocks."""
     digest = hashlib.sha256()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck import tips
+from kernodeck._fs import json_object
 from kernodeck.dossier.compare import compare_declared, rule
 from kernodeck.dossier.compare import render as render_outputs
 from kernodeck.errors import ConfigError, KernodeckError
@@ -42,18 +43,10 @@ OUTPUTS = "outputs"  # the declared end state, compared by :func:`differences` b
 OUTPUTS_MEAN = "another end state: each output is read under one declaration"
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def contract(folder: Path) -> dict[str, Any] | None:
     """The resume contract a dossier's run was given (its ``run-config.json``), or None when it declared none; its
     ``gpu_tolerance`` checked as the declaration's is (absent: the default the step applied)."""
-    found = _json(folder / "run-config.json").get(ConfigKey.RESUME_APPLICATION)
+    found = json_object(folder / "run-config.json").get(ConfigKey.RESUME_APPLICATION)
     if not isinstance(found, dict) or not isinstance(found.get("outputs"), dict):
         return None
     where = f"{folder / 'run-config.json'}: {ConfigKey.RESUME_APPLICATION}.gpu_tolerance"
@@ -73,7 +66,7 @@ def run_folder(folder: Path) -> Path:
 def device(folder: Path) -> str | None:
     """The device a dossier's run used (its backend step), None when it did not record one."""
     for path in sorted((folder / "steps").glob(f"*-{StepName.BACKEND}.json")):
-        found = (_json(path).get("details") or {}).get("device")
+        found = (json_object(path).get("details") or {}).get("device")
         return str(found) if found else None
     return None
 

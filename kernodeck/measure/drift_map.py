@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck import outdir, tips
-from kernodeck._fs import inenv_fingerprints, write_atomic, write_json
+from kernodeck._fs import inenv_fingerprints, json_object, write_atomic, write_json
 from kernodeck._proc import first_error, log, show
 from kernodeck.dossier import resume_outputs
 from kernodeck.env import start
@@ -46,25 +46,17 @@ class Dossier:
         return self.folder / "outputs" if (self.folder / "outputs").is_dir() else self.folder
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _step(folder: Path, name: str) -> dict[str, Any]:
     for path in sorted((folder / "steps").glob(f"*-{name}.json")):
-        return _json(path).get("details") or {}
+        return json_object(path).get("details") or {}
     return {}
 
 
 def chain(folder: Path) -> dict[str, str]:
     """What decides the numbers, as one line each: read from system.json, settings.json, the backend step and, for
     calibrate's variations, noise.json (what actually ran: an application may pin its own threads)."""
-    system, settings = _json(folder / "system.json"), _json(folder / "settings.json")
-    observed = _json(folder / "noise.json").get("observed", {})
+    system, settings = json_object(folder / "system.json"), json_object(folder / "settings.json")
+    observed = json_object(folder / "noise.json").get("observed", {})
     variation = settings.get("variation") or {}
     cpu = system.get("cpu") if isinstance(system.get("cpu"), dict) else {}
     flags = [f for f in (cpu or {}).get("isa_flags", []) if str(f).startswith(("avx", "amx", "sve", "neon", "fma"))]
@@ -286,7 +278,7 @@ def declared_from(folders: list[Path]) -> dict[str, dict[str, Any]] | None:
     """The declared outputs recorded in the first dossier that has them (its run-config.json), for use outside a
     project (a CI job that downloaded the dossiers)."""
     for folder in folders:
-        config = _json(folder / "run-config.json")
+        config = json_object(folder / "run-config.json")
         outputs = (config.get("application") or {}).get("outputs")
         if isinstance(outputs, dict) and outputs:
             return outputs
