@@ -114,6 +114,11 @@ def _in_sources(ctx: Context, path: str) -> bool:
     found = [(ctx.state["weights"], ctx.state.get("weights_fingerprint"))] if ctx.state.get("weights") else []
     prints = dict(ctx.state.get("data_fingerprint") or {})
     found += [(where, prints.get(name)) for name, where in dict(ctx.state.get("data") or {}).items()]
+    # a read is recorded by the file it opens: a fingerprinted file reached through a link (an hf snapshot's file is a
+    # link to its blob) is that link's target
+    if any(isinstance(files, dict) and path in {os.path.realpath(os.path.join(form, rel)) for rel in files
+                                                for form in seen.forms(str(source))} for source, files in found):
+        return True
     for source, files in found:
         for form in seen.forms(str(source)):
             if path == form:
