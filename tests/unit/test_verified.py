@@ -613,6 +613,24 @@ def test_a_file_of_a_source_folder_outside_its_fingerprint_is_undeclared(tmp_pat
     assert not world._in_sources(ctx, str(snap / "sub" / "extra.bin"))
 
 
+def test_a_snapshots_file_is_accepted_by_the_blob_it_links_to_and_no_other_blob_is(tmp_path: Path) -> None:
+    """A read is recorded by the file it opens, and an hf snapshot's files are links to blobs: a fingerprinted file's
+    blob is the declared file; a blob no fingerprinted file links to (another revision's) is not."""
+    from kernodeck.inenv import world
+    from kernodeck.inenv._common import Context
+
+    blobs, snap = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "rev1"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (blobs / "aaa").write_text("{}")
+    (blobs / "bbb").write_text("other revision")
+    (snap / "config.json").symlink_to(Path("..") / ".." / "blobs" / "aaa")
+    ctx = Context(config={}, out=tmp_path / "out", state={"weights": str(snap),
+                                                          "weights_fingerprint": {"config.json": "a" * 64}})
+    assert world._in_sources(ctx, os.path.realpath(snap / "config.json")) and world._in_sources(ctx, str(blobs / "aaa"))
+    assert not world._in_sources(ctx, str(blobs / "bbb"))
+
+
 # --- the red team's fourth pass (/work/notes, issue 29): reads the record missed, by class ---------------------------
 
 def _outside(tmp_path: Path) -> Path:
