@@ -393,12 +393,13 @@ def _listed(path: Any) -> None:
 
 
 LATE = "a thread the application left running (after its call returned)"
-LINGER: set[int] = set()  # threads the application started in a window and left running after it
+LINGER: set[threading.Thread] = set()  # threads the application started in a window and left running after it (the
+# objects, not their numbers: an ended thread's number may be given to a new one, Kernodeck's own)
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if not ON[0]:
-        if not LINGER or threading.get_ident() not in LINGER:
+        if not LINGER or threading.current_thread() not in LINGER:
             return
         # between windows: what such a thread reads is recorded for the next window's verdict (it may hand the bytes
         # to the criterion); Kernodeck's own work meanwhile runs on threads of its own

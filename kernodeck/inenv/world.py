@@ -88,7 +88,8 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     seen.install()
     verified.install(finder(ctx))
     before = set(sys.modules)
-    threads = {t.ident for t in threading.enumerate()}
+    threads = set(threading.enumerate())
+    seen.LINGER.intersection_update(threads)  # those that ended
     for record in (seen.READ, seen.LISTED):  # what a lingering thread read since the last window is judged now
         for path in [p for p, by in record.items() if by != seen.LATE]:
             del record[path]
@@ -99,7 +100,7 @@ def window(ctx: Context, who: str) -> Iterator[None]:
         yield
     finally:
         # a thread it started and left running: what it reads until the next window is that window's to judge
-        seen.LINGER.update(t.ident for t in threading.enumerate() if t.ident not in threads and t.ident is not None)
+        seen.LINGER.update(t for t in threading.enumerate() if t not in threads)
         seen.ON[0] = False
     seen.from_children()
     # a module object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``) is not new
