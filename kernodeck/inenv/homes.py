@@ -2,7 +2,7 @@
 the base's own site-packages (packages no lock describes).
 
 Two readers, one answer: ``_package.py`` lets only a file under a home keep its bytecode cache (the env's thousands of
-modules are not compiled again by each run; a project file is always compiled from its own bytes), and ``seen.py``
+modules are not compiled again by each run; a project file is always compiled from its own bytes), and ``paths.py``
 trusts a file under a home (the env is proven by the env check, the stdlib is the base interpreter's), adding only
 Kernodeck's in-env folder and the pseudo file systems. Computed once per process, when ``_package.py`` loads this
 module through the verified loader, before it patches the bytecode path (so standard library only, no sibling).

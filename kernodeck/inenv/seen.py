@@ -16,18 +16,11 @@ import os
 import stat
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
-from . import homes, libraries
+from . import libraries, paths
 from ._common import CheckFailed
 from .protocol import Layer
-
-HERE = str(Path(__file__).resolve().parent)
-PSEUDO = ("/proc", "/sys", "/dev")  # the system's state (the system step records it), not files of the application
-# ... except an ordinary file under /dev: /dev/shm (and /dev/mqueue) are folders anyone may write files into (tmpfs),
-# read like any other file; /dev's devices (/dev/null, /dev/urandom) stay the system's
-DEVICES = "/dev" + os.sep
 
 ON = [False]
 BY = [""]  # who runs now: "the entry", "the criterion"
@@ -42,54 +35,6 @@ WRITTEN: dict[str, tuple[int, int, int, int, bool] | None] = {}
 TOUCHED: set[str] = set()
 INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
-
-
-forms = homes.forms  # a path as given and resolved (world.py, resume_app.py)
-# Trusted: the interpreter's homes (the env, the base stdlib: homes.py, the list _package.py's bytecode rule reads too),
-# Kernodeck's in-env folder and the pseudo file systems (their ordinary files under /dev excepted: trusted()); not the
-# base's own site-packages inside them.
-TRUSTED = homes.HOMES + tuple(t.rstrip(os.sep) + os.sep for t in (HERE, *PSEUDO))
-HERE_SEP = HERE.rstrip(os.sep) + os.sep
-TRUSTED_ELSEWHERE = tuple(t for t in TRUSTED if t != HERE_SEP)
-UNTRUSTED = homes.NOT_HOMES
-
-
-_PSEUDO_SEP = tuple(p + os.sep for p in PSEUDO)
-
-
-def resolved(path: str) -> str:
-    """``path``, resolved when it is under a pseudo file system: ``/proc/self/root/...``, ``/proc/self/cwd/...``,
-    ``/proc/<pid>/fd/N`` and ``/dev/fd/N`` are links to ordinary files, never the system's state."""
-    return os.path.realpath(path) if path.startswith(_PSEUDO_SEP) else path
-
-
-def trusted(path: str) -> bool:
-    """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system
-    (a pseudo path that links to an ordinary file is judged by that file, and an ordinary file under /dev is one; a
-    path in Kernodeck's in-env folder, which no env check covers, by the file it opens)."""
-    path = resolved(path)
-    if path.startswith(DEVICES):
-        return not _ordinary(path)
-    if path.startswith(HERE_SEP):
-        path = real(path)
-        if path.startswith(HERE_SEP):
-            return True
-    return path.startswith(TRUSTED_ELSEWHERE) and not path.startswith(UNTRUSTED)
-
-
-def _ordinary(path: str) -> bool:
-    """A regular file, or a folder that may hold them (a tmpfs under /dev): anything but a device, pipe or socket."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False  # nothing there: nothing is read
-    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
-
-
-def real(path: str) -> str:
-    """The file a path opens: its links resolved, each ``..`` after the link it follows (``a/link/../x`` is the file
-    beside the link's target, never ``a/x``)."""
-    return os.path.realpath(path)
 
 
 def _state(path: str) -> tuple[int, int, int, int, bool] | None:
@@ -125,33 +70,20 @@ def written(path: str) -> bool:
         return False
     if before is None:
         return True
-    return not before[4] and path not in TOUCHED and now != before
-
-
-def given(file: Any) -> str | None:
-    """The absolute path a name opens, as written: links and ``..`` left as they are (folded as text, ``..`` would
-    name another file than the one opened after a link: :func:`real` says which file it is)."""
-    try:
-        path = os.fsdecode(file)
-    except TypeError:
-        return None
-    return path if path.startswith(os.sep) else os.path.join(os.getcwd(), path)
-
-
-def _dotdot(path: str) -> bool:
-    return f"{os.sep}..{os.sep}" in path or path.endswith(f"{os.sep}..")
+    # its data moved (inode, size, mtime): a ctime alone (an xattr) is no bytes replaced
+    return not before[4] and path not in TOUCHED and now[:3] != before[:3]
 
 
 def _opened(file: Any, mode: Any, flags: Any) -> None:
     if isinstance(file, int):
         return  # an open file descriptor: its file was opened (and recorded) before
-    raw = given(file)
+    raw = paths.given(file)
     if raw is None:
         return
-    if not _dotdot(raw) and trusted(os.path.normpath(raw)):
+    if not paths.dotdot(raw) and paths.trusted(os.path.normpath(raw)):
         return  # the env's and the stdlib's thousands: one prefix test
-    path = real(raw)  # judged by the file it opens: links followed, each ``..`` after the link before it
-    if trusted(path):
+    path = paths.real(raw)  # judged by the file it opens: links followed, each ``..`` after the link before it
+    if paths.trusted(path):
         return
     # Written by the application: a file it creates or truncates. Appending to (or opening for update) a file that
     # was there before leaves its earlier bytes an input: "a+"/"r+" read them, and they are not its output.
@@ -161,6 +93,8 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
         touches = ("a" in mode or "+" in mode) and "w" not in mode
     else:  # os.open: the flags say
         flags = int(flags or 0)
+        if flags & getattr(os, "O_PATH", 0):
+            return  # a handle on the path, no access to its bytes (O_TRUNC is ignored with it)
         access = flags & os.O_ACCMODE
         reads = access != os.O_WRONLY and not flags & os.O_TRUNC
         writes = bool(flags & os.O_TRUNC) or (bool(flags & os.O_CREAT) and not os.path.exists(path))
@@ -326,11 +260,11 @@ def _moved(src_arg: Any, dst_arg: Any) -> None:
     """``os.rename``/``os.replace`` (and ``os.link``): the destination is a new name for the source's bytes. A
     source the application did not write is an input, read as it is moved or linked (into the run's folder, say); the
     destination is then the application's own."""
-    src, dst = given(src_arg), given(dst_arg)
+    src, dst = paths.given(src_arg), paths.given(dst_arg)
     if src is None or dst is None:
         return
-    source = real(src)
-    if not trusted(source) and not written(source):
+    source = paths.real(src)
+    if not paths.trusted(source) and not written(source):
         if os.path.isdir(source):  # a folder moved: each file in it, read as it moves
             ON[0] = False  # the walk is Kernodeck's, not the application's
             try:
@@ -341,7 +275,28 @@ def _moved(src_arg: Any, dst_arg: Any) -> None:
                 _opened(file, "r", None)
         else:
             _opened(source, "r", None)
-    _will_write(real(dst))
+    _will_write(paths.real(dst))
+
+
+def _at(name: Any, dir_fd: Any) -> Any:
+    """A name given relative to a folder descriptor (``dir_fd``, ``src_dir_fd``, ``dst_dir_fd``; -1 or None: none):
+    that folder's path joined to it. A descriptor that names no folder is refused: the file cannot be known."""
+    if dir_fd is None or int(dir_fd) < 0:
+        return name
+    try:
+        raw = os.fsdecode(name)
+    except TypeError:
+        return name
+    if raw.startswith(os.sep):
+        return name
+    try:
+        folder = os.readlink(f"/proc/self/fd/{int(dir_fd)}")
+    except OSError:
+        folder = ""
+    if not folder.startswith(os.sep):
+        _refuse(f"named {raw} relative to a folder descriptor ({dir_fd}) that names no folder: the file cannot be "
+                "judged", {"file": raw, "tip": "name the application's files by their paths"})
+    return os.path.join(folder, raw)
 
 
 def _touched_by(file: Any) -> None:
@@ -351,14 +306,14 @@ def _touched_by(file: Any) -> None:
             file = os.readlink(f"/proc/self/fd/{file}")
         except OSError:
             return
-    raw = given(file)
-    if raw is not None and not trusted(os.path.normpath(raw)):
-        _touched(real(raw))
+    raw = paths.given(file)
+    if raw is not None and not paths.trusted(os.path.normpath(raw)):
+        _touched(paths.real(raw))
 
 
 def _linked(target_arg: Any, link_arg: Any) -> None:
     """``os.symlink(target, link)``: a relative target is relative to the link's folder."""
-    target, link = given(target_arg), given(link_arg)
+    target, link = paths.given(target_arg), paths.given(link_arg)
     if target is None or link is None:
         return
     try:
@@ -384,11 +339,11 @@ def _listed(path: Any) -> None:
             return
     if sys._getframe(2).f_code.co_filename.startswith("<frozen importlib"):
         return
-    folder = given("." if path is None else path)
-    if folder is None or (not _dotdot(folder) and trusted(os.path.normpath(folder))):
+    folder = paths.given("." if path is None else path)
+    if folder is None or (not paths.dotdot(folder) and paths.trusted(os.path.normpath(folder))):
         return
-    folder = real(folder)
-    if folder not in LISTED and not written(folder) and not trusted(folder):
+    folder = paths.real(folder)
+    if folder not in LISTED and not written(folder) and not paths.trusted(folder):
         LISTED[folder] = BY[0]
 
 
@@ -415,19 +370,20 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         else:
             _opened(*args[:3])
     elif event in ("os.rename", "os.link"):  # also os.replace; a file written then moved into place is still an
-        _moved(args[0], args[1])  # output, and a hard link is a new name for the file's bytes, read through it
+        # output, and a hard link is a new name for the file's bytes, read through it
+        _moved(_at(args[0], args[2]), _at(args[1], args[3]))
     elif event == "os.symlink":  # a link made (in the env, say, which is trusted by its path): what it names is read
-        _linked(args[0], args[1])
-    elif event in ("os.truncate", "os.utime", "os.chmod", "os.chown"):  # a state changed, the bytes not replaced
-        _touched_by(args[0])
+        _linked(args[0], _at(args[1], args[2]))
+    elif event in ("os.truncate", "os.utime", "os.chmod", "os.chown", "os.setxattr", "os.removexattr"):
+        _touched_by(args[0])  # a state changed, the bytes not replaced
     elif event in PROCESS_EVENTS:
         _started(event, args)
     elif event in ("os.listdir", "os.scandir"):
         _listed(args[0])
     elif event == "os.mkdir":  # a folder the application made (not one already there): its listing is its own
-        made = given(args[0])
+        made = paths.given(args[0])
         if made is not None:
-            _will_write(real(made))
+            _will_write(paths.real(made))
     elif event == "sqlite3.connect":
         _sqlite(args[0])
     elif event == "ctypes.dlopen":

@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import seen, verified
+from . import paths, seen, verified
 from ._common import CheckFailed, Context
 from .protocol import Layer
 
@@ -51,7 +51,7 @@ def declared(ctx: Context) -> dict[str, str]:
         app = ctx.config["application"]
         found: dict[str, str] = {}
         for rel, digest in [*(app.get("sources") or {}).items(), (app["sample"], "")]:
-            for form in seen.forms(str(root / rel)):  # as given and resolved: a root reached through a link
+            for form in paths.forms(str(root / rel)):  # as given and resolved: a root reached through a link
                 found.setdefault(form, str(digest))
         ctx.state["declared_sources"] = found
     result: dict[str, str] = ctx.state["declared_sources"]
@@ -60,7 +60,7 @@ def declared(ctx: Context) -> dict[str, str]:
 
 def _shown(root: Path) -> Any:
     """A path as a message names it: relative to the project root (as given or resolved) when inside it."""
-    roots = sorted(seen.forms(str(root)))
+    roots = sorted(paths.forms(str(root)))
 
     def shown(path: str) -> str:
         for base in roots:
@@ -76,7 +76,7 @@ def finder(ctx: Context) -> verified.ProjectSources:
     """The import finder for the application's own modules, expecting the declared fingerprints."""
     sources = {path: digest for path, digest in declared(ctx).items() if digest}
     shown = _shown(Path(ctx.config["project_root"]))
-    return verified.ProjectSources(seen.trusted, sources, shown, lambda: seen.ON[0])
+    return verified.ProjectSources(paths.trusted, sources, shown, lambda: seen.ON[0])
 
 
 @contextmanager
@@ -118,10 +118,10 @@ def _in_sources(ctx: Context, path: str) -> bool:
     # a read is recorded by the file it opens: a fingerprinted file reached through a link (an hf snapshot's file is a
     # link to its blob) is that link's target
     if any(isinstance(files, dict) and path in {os.path.realpath(os.path.join(form, rel)) for rel in files
-                                                for form in seen.forms(str(source))} for source, files in found):
+                                                for form in paths.forms(str(source))} for source, files in found):
         return True
     for source, files in found:
-        for form in seen.forms(str(source)):
+        for form in paths.forms(str(source)):
             if path == form:
                 return True
             if path.startswith(form.rstrip(os.sep) + os.sep):
@@ -156,16 +156,16 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
         file = getattr(sys.modules.get(name), "__file__", None)
         if isinstance(file, str):
             path = os.path.normpath(os.path.abspath(file))
-            modules[path if seen.trusted(path) else seen.real(path)] = name  # the env's thousands: no link resolved
+            modules[path if paths.trusted(path) else paths.real(path)] = name  # the env's thousands: no link resolved
     found: dict[str, dict[str, str]] = {}
     candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
     for path, by in candidates.items():
         # a file read before the application wrote it was an input (its reads after its own write are not recorded);
         # the run's folder is judged by the file a path there opens (seen.real: a link out of it is not the run's)
         written = seen.written(path) and path not in seen.READ
-        if seen.trusted(path) or path in known or written or seen.real(path).startswith(out_dir):
+        if paths.trusted(path) or path in known or written or paths.real(path).startswith(out_dir):
             continue
-        if os.path.realpath(path) in known or seen.trusted(os.path.realpath(path)):
+        if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)):
             continue
         if _in_sources(ctx, path):
             continue
@@ -181,7 +181,7 @@ def _listings(ctx: Context, known: dict[str, str], out_dir: str) -> dict[str, di
     holding one, written by the application): its names were an input no fingerprint covers. Folders outside the
     project are not judged by their listing (what is opened there is)."""
     root = Path(ctx.config["project_root"])
-    roots = tuple(form.rstrip(os.sep) + os.sep for form in seen.forms(str(root)))
+    roots = tuple(form.rstrip(os.sep) + os.sep for form in paths.forms(str(root)))
     shown = _shown(root)
     found: dict[str, dict[str, str]] = {}
     for folder, by in seen.LISTED.items():
@@ -204,7 +204,7 @@ def _listings(ctx: Context, known: dict[str, str], out_dir: str) -> dict[str, di
 
 def _accounted(ctx: Context, known: dict[str, str], path: str) -> bool:
     """A name in a listed folder the declarations cover: a declared file, a folder holding one, or an output."""
-    if path in known or seen.written(path) or seen.trusted(path) or _in_sources(ctx, path):
+    if path in known or seen.written(path) or paths.trusted(path) or _in_sources(ctx, path):
         return True
     inside = path.rstrip(os.sep) + os.sep
     return any(k.startswith(inside) for k in known)

@@ -1,5 +1,5 @@
 """The interpreter's homes (kernodeck/inenv/homes.py): the one list that the bytecode rule (_package.py) and the
-closed world's trusted roots (seen.py) both read, computed once per process; and a project file that is a link into
+closed world's trusted roots (paths.py) both read, computed once per process; and a project file that is a link into
 the env, which the two lists computed apart judged differently (its bytecode cached beside the link, in the project)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from kernodeck.inenv import homes, seen
+from kernodeck.inenv import homes, paths
 
 INENV = Path(__file__).resolve().parents[2] / "kernodeck" / "inenv"
 
@@ -24,21 +24,21 @@ def _python(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[
 
 def test_the_trusted_roots_are_the_homes_plus_the_inenv_folder_and_the_pseudo_file_systems() -> None:
     extra = {str(INENV) + os.sep, "/proc/", "/sys/", "/dev/"}
-    assert set(seen.TRUSTED) == set(homes.HOMES) | extra
-    assert seen.UNTRUSTED == homes.NOT_HOMES
+    assert set(paths.TRUSTED) == set(homes.HOMES) | extra
+    assert paths.UNTRUSTED == homes.NOT_HOMES
     base_site = sysconfig.get_path("purelib", vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
-    paths = [os.__file__, sysconfig.get_path("purelib") + "/mod.py", base_site + "/mod.py", "/tmp/project/app.py"]
-    for path in paths:  # outside the in-env folder and the pseudo file systems, the two answers are one
+    samples = [os.__file__, sysconfig.get_path("purelib") + "/mod.py", base_site + "/mod.py", "/tmp/project/app.py"]
+    for path in samples:  # outside the in-env folder and the pseudo file systems, the two answers are one
         path = os.path.normpath(os.path.abspath(path))
-        assert homes.home(path) == seen.trusted(path), path
+        assert homes.home(path) == paths.trusted(path), path
     assert homes.home(os.path.normpath(os.__file__)) and not homes.home("/tmp/project/app.py")
 
 
 def test_the_bytecode_rule_and_the_closed_world_read_the_list_computed_once(tmp_path: Path) -> None:
     code = ("import importlib.machinery as m, json, runpy, sys; runpy.run_path(sys.argv[1]);"
-            " from kernodeck_inenv import homes, seen; rule = m.SourceFileLoader.get_code.kernodeck_homes;"
-            " print(json.dumps([rule is homes, seen.UNTRUSTED is homes.NOT_HOMES,"
-            " seen.TRUSTED[:len(homes.HOMES)] == homes.HOMES, list(homes.HOMES)]))")
+            " from kernodeck_inenv import homes, paths; rule = m.SourceFileLoader.get_code.kernodeck_homes;"
+            " print(json.dumps([rule is homes, paths.UNTRUSTED is homes.NOT_HOMES,"
+            " paths.TRUSTED[:len(homes.HOMES)] == homes.HOMES, list(homes.HOMES)]))")
     done = _python(Path(sys.executable), "-c", code, str(INENV / "_package.py"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     *same, found = json.loads(done.stdout)

@@ -683,6 +683,20 @@ HOLES = {
         (f'(lambda fd: (os.unlink({EXTRA}), open(f"/proc/self/fd/{{fd}}").read()))(os.open({EXTRA}, os.O_WRONLY))',
          "no longer there"),
     "a listing through a descriptor": ('os.listdir(os.open(ROOT / "data", os.O_RDONLY))', "data/ (listed: extra.csv"),
+    # the sixth pass: a name relative to a folder descriptor was joined to the working folder; an O_PATH "truncate",
+    # or an open whose opener opened another file, counted as bytes replaced once an xattr moved the ctime
+    "a hard link made relative to a folder descriptor":
+        ('(lambda d: (os.link("extra.csv", OUT / "h2.csv", src_dir_fd=d), (OUT / "h2.csv").read_text()))'
+         '(os.open(ROOT / "data", os.O_RDONLY))', "data/extra.csv (opened)"),
+    "a move relative to a folder descriptor":
+        ('(lambda d: (os.rename("extra.csv", OUT / "m2.csv", src_dir_fd=d), (OUT / "m2.csv").read_text()))'
+         '(os.open(ROOT / "data", os.O_RDONLY))', "data/extra.csv (opened)"),
+    "an O_PATH open with O_TRUNC, an xattr, then a read":
+        (f'(os.close(os.open({EXTRA}, os.O_PATH | os.O_TRUNC)), _try(lambda: os.setxattr({EXTRA}, "user.k", b"v")), '
+         f'{EXTRA}.read_text())', "data/extra.csv (opened)"),
+    "an open whose opener opened another file, an xattr, then a read":
+        (f'(open({EXTRA}, "w", opener=lambda p, f: os.open("/dev/null", os.O_WRONLY)).close(), '
+         f'_try(lambda: os.setxattr({EXTRA}, "user.k", b"v")), {EXTRA}.read_text())', "data/extra.csv (opened)"),
     # a forked child's record was a file in the run's folder the application could remove
     "a forked child's read, its notes removed":
         (f'((lambda pid: os.waitpid(pid, 0) if pid else (open({EXTRA}).read(), os._exit(0)))(os.fork()), '

@@ -1,0 +1,80 @@
+"""Where a path lies for the closed world, the one place it is said: trusted (the interpreter's homes, Kernodeck's
+in-env folder by its real files, the system's pseudo file systems less an ordinary file under /dev), and the file a
+path opens (its links and each ``..`` after a link resolved). seen.py records by these, world.py judges by them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from . import homes
+
+HERE = str(Path(__file__).resolve().parent)
+PSEUDO = ("/proc", "/sys", "/dev")  # the system's state (the system step records it), not files of the application
+# ... except an ordinary file under /dev: /dev/shm (and /dev/mqueue) are folders anyone may write files into (tmpfs),
+# read like any other file; /dev's devices (/dev/null, /dev/urandom) stay the system's
+DEVICES = "/dev" + os.sep
+
+forms = homes.forms  # a path as given and resolved (world.py, resume_app.py)
+# Trusted: the interpreter's homes (the env, the base stdlib: homes.py, the list _package.py's bytecode rule reads too),
+# Kernodeck's in-env folder and the pseudo file systems (their ordinary files under /dev excepted: trusted()); not the
+# base's own site-packages inside them.
+TRUSTED = homes.HOMES + tuple(t.rstrip(os.sep) + os.sep for t in (HERE, *PSEUDO))
+HERE_SEP = HERE.rstrip(os.sep) + os.sep
+TRUSTED_ELSEWHERE = tuple(t for t in TRUSTED if t != HERE_SEP)
+UNTRUSTED = homes.NOT_HOMES
+
+
+_PSEUDO_SEP = tuple(p + os.sep for p in PSEUDO)
+
+
+def resolved(path: str) -> str:
+    """``path``, resolved when it is under a pseudo file system: ``/proc/self/root/...``, ``/proc/self/cwd/...``,
+    ``/proc/<pid>/fd/N`` and ``/dev/fd/N`` are links to ordinary files, never the system's state."""
+    return os.path.realpath(path) if path.startswith(_PSEUDO_SEP) else path
+
+
+def trusted(path: str) -> bool:
+    """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system
+    (a pseudo path that links to an ordinary file is judged by that file, and an ordinary file under /dev is one; a
+    path in Kernodeck's in-env folder, which no env check covers, by the file it opens)."""
+    path = resolved(path)
+    if path.startswith(DEVICES):
+        return not _ordinary(path)
+    if path.startswith(HERE_SEP):
+        path = real(path)
+        if path.startswith(HERE_SEP):
+            return True
+    return path.startswith(TRUSTED_ELSEWHERE) and not path.startswith(UNTRUSTED)
+
+
+def _ordinary(path: str) -> bool:
+    """A regular file, or a folder that may hold them (a tmpfs under /dev): anything but a device, pipe or socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False  # nothing there: nothing is read
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
+def real(path: str) -> str:
+    """The file a path opens: its links resolved, each ``..`` after the link it follows (``a/link/../x`` is the file
+    beside the link's target, never ``a/x``)."""
+    return os.path.realpath(path)
+
+
+def given(file: Any) -> str | None:
+    """The absolute path a name opens, as written: links and ``..`` left as they are (folded as text, ``..`` would
+    name another file than the one opened after a link: :func:`real` says which file it is)."""
+    try:
+        path = os.fsdecode(file)
+    except TypeError:
+        return None
+    return path if path.startswith(os.sep) else os.path.join(os.getcwd(), path)
+
+
+def dotdot(path: str) -> bool:
+    return f"{os.sep}..{os.sep}" in path or path.endswith(f"{os.sep}..")
