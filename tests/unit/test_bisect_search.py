@@ -86,7 +86,7 @@ def test_a_failure_the_old_lock_shares_stops_the_bisect(tmp_path: Path) -> None:
 
         def probe(self, subset: frozenset[int]) -> Outcome:
             self.asked.append(subset)
-            self.records.append(bisect.TrialRecord(1, (), self.old, 1.0, "application: the entry raised", None))
+            self.records.append(bisect_report.TrialRecord(1, (), self.old, 1.0, "application: the entry raised", None))
             return self.old
 
     failing = Trials(Outcome.FAILED)
@@ -203,7 +203,7 @@ def test_a_failure_the_new_locks_env_does_not_show_is_skipped_not_named() -> Non
 
     def trials(whole: Outcome, failure: str) -> bisect._Trials:
         t = bisect._Trials.__new__(bisect._Trials)
-        t.records = [bisect.TrialRecord(1, ("a", "b"), whole, 1.0, failure, Drift((), None, failure))]
+        t.records = [bisect_report.TrialRecord(1, ("a", "b"), whole, 1.0, failure, Drift((), None, failure))]
         return t
 
     boom = Drift((), None, "application: ImportError: undefined symbol\nmore")
@@ -320,7 +320,7 @@ def test_the_real_probe_reruns_a_failed_trial_in_its_env_and_the_report_says_so(
     assert record.note.startswith("trial 1 failed, rerun: passed (try-01/rerun/); application: RuntimeError")
     result = bisect_search.SearchResult(Verdict.FLAKY, (), None, (), (bisect_search.Trial(frozenset({0}),
                                                                                           Outcome.FLAKY),))
-    text = bisect.render(result, trials.groups, trials.records, d, plat.id)
+    text = bisect_report.render(result, trials.groups, trials.records, d, plat.id)
     assert "Stopped, no culprit named: try-01 failed before the comparison, then passed on its rerun" in text
     assert "| flaky: failed, then ran on its rerun (rerun: passed) |" in text
     # a trial that passes is not run again
@@ -431,12 +431,13 @@ def test_the_record_says_which_trials_were_repeated_and_what_disagreed(tmp_path:
     groups = [bisect_search.Group((c,)) for c in d.changes]
     n = len(groups)
 
-    def record(trials: tuple[bisect_search.Trial, ...]) -> list[bisect.TrialRecord]:
-        out: list[bisect.TrialRecord] = []
+    def record(trials: tuple[bisect_search.Trial, ...]) -> list[bisect_report.TrialRecord]:
+        out: list[bisect_report.TrialRecord] = []
         for number, t in enumerate(trials, start=1):
             moved = tuple(sorted(groups[i].changes[0].name for i in t.subset))
             first = next((r.number for r in out if r.moved == moved), None) if t.repeat else None
-            out.append(bisect.TrialRecord(number, moved, t.outcome, 1.0, "x", Drift((), None, ""), repeat_of=first))
+            out.append(bisect_report.TrialRecord(number, moved, t.outcome, 1.0, "x", Drift((), None, ""),
+                                                 repeat_of=first))
         return out
 
     trial, _ = _trial({frozenset({1}): [Outcome.BAD, Outcome.GOOD]}, lambda s: 1 in s)
@@ -444,7 +445,7 @@ def test_the_record_says_which_trials_were_repeated_and_what_disagreed(tmp_path:
     records = record(flaky.trials)
     assert flaky.verdict is Verdict.FLAKY and flaky.clash is not None
     a, b = (i + 1 for i in flaky.clash)
-    text = bisect.render(flaky, groups, records, d, "p")
+    text = bisect_report.render(flaky, groups, records, d, "p")
     assert (f"Stopped, no culprit named: trial {a} gave out of tolerance then its repeat, trial {b}, gave within "
             "tolerance (the same pins)") in text
     assert f"| within tolerance (repeat of try-{a:02d}) |" in text
@@ -455,6 +456,6 @@ def test_the_record_says_which_trials_were_repeated_and_what_disagreed(tmp_path:
             "outcomes": ["out of tolerance", "within tolerance"]} in data["repeated"]
     two, _ = _fake(lambda s: 0 in s or 2 in s)
     unconfirmed = bisect_search.search(n, two)
-    text = bisect.render(unconfirmed, groups, record(unconfirmed.trials), d, "p")
+    text = bisect_report.render(unconfirmed, groups, record(unconfirmed.trials), d, "p")
     assert f"No culprit named: the search found {groups[0].label()}, but trial" in text
     assert "and so did its repeat" in text and "more than one change moves the outputs" in text
