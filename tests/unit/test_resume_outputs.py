@@ -100,13 +100,20 @@ def test_an_output_in_another_dtype_fails_naming_both(tmp_path: Path, monkeypatc
     assert "- `weights` (allclose): BEYOND its declared tolerance: dtype float64 in B, float32 in A (declared " \
            "float32)" in text
     assert found["per_output"]["loss-curve"]["passed"] and found["per_output"]["progress"]["passed"]
+    pair = _weights_drift_pair(tmp_path, monkeypatch, capsys)
+    assert pair["mark"] == "not compared" and pair["error"] == "dtype float64 in B, float32 in A (declared float32)"
+
+
+def _weights_drift_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """The drift map of dossiers a and b: its pair for the resumed run's weights."""
     monkeypatch.chdir(tmp_path)
     assert main(["drift", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "map"),
                  "--python", sys.executable]) == 0
     capsys.readouterr()
     data = json.loads((tmp_path / "map" / "drift.json").read_text(encoding="utf-8"))
     (pair,) = data["outputs"]["resume-application/weights"]["pairs"]
-    assert pair["mark"] == "not compared" and pair["error"] == "dtype float64 in B, float32 in A (declared float32)"
+    return dict(pair)
 
 
 def test_a_scalar_and_a_one_element_array_are_other_outputs_naming_both_shapes(
@@ -119,12 +126,7 @@ def test_a_scalar_and_a_one_element_array_are_other_outputs_naming_both_shapes(
     assert "- `weights` (allclose): BEYOND its declared tolerance: shape (1,) in B, () in A" in text
     found, _ = _resume(_dossier(tmp_path / "c", weights=scalar), _dossier(tmp_path / "d", weights=scalar))
     assert found["per_output"]["weights"]["passed"], found["per_output"]["weights"]  # the control: 0-d is readable
-    monkeypatch.chdir(tmp_path)
-    assert main(["drift", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "map"),
-                 "--python", sys.executable]) == 0
-    capsys.readouterr()
-    data = json.loads((tmp_path / "map" / "drift.json").read_text(encoding="utf-8"))
-    (pair,) = data["outputs"]["resume-application/weights"]["pairs"]
+    pair = _weights_drift_pair(tmp_path, monkeypatch, capsys)
     assert pair["mark"] == "not compared" and pair["error"] == "shape (1,) in B, () in A"
 
 
