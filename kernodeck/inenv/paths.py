@@ -78,3 +78,21 @@ def given(file: Any) -> str | None:
 
 def dotdot(path: str) -> bool:
     return f"{os.sep}..{os.sep}" in path or path.endswith(f"{os.sep}..")
+
+
+def judged(raw: str) -> str | None:
+    """The file an absolute path as written (:func:`given`) opens, to be judged; None when it is trusted. A path with
+    no ``..`` that lies in a trusted prefix as written is trusted at once (the env's and the stdlib's thousands: one
+    prefix test); any other is resolved first."""
+    if not dotdot(raw) and trusted(os.path.normpath(raw)):
+        return None
+    path = real(raw)
+    return None if trusted(path) else path
+
+
+def of_descriptor(fd: int) -> str | None:
+    """The path an open descriptor names (``/proc/self/fd``), or None."""
+    try:
+        return os.readlink(f"/proc/self/fd/{int(fd)}")
+    except (OSError, ValueError):
+        return None

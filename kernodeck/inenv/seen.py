@@ -78,12 +78,8 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
     if isinstance(file, int):
         return  # an open file descriptor: its file was opened (and recorded) before
     raw = paths.given(file)
-    if raw is None:
-        return
-    if not paths.dotdot(raw) and paths.trusted(os.path.normpath(raw)):
-        return  # the env's and the stdlib's thousands: one prefix test
-    path = paths.real(raw)  # judged by the file it opens: links followed, each ``..`` after the link before it
-    if paths.trusted(path):
+    path = None if raw is None else paths.judged(raw)  # the file it opens: links followed, each ``..`` after its link
+    if raw is None or path is None:
         return
     # Written by the application: a file it creates or truncates. Appending to (or opening for update) a file that
     # was there before leaves its earlier bytes an input: "a+"/"r+" read them, and they are not its output.
@@ -119,11 +115,8 @@ def _open_dirs() -> list[str]:
     except OSError:
         return found
     for name in names:
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith(os.sep) and os.path.isdir(target):
+        target = paths.of_descriptor(int(name))
+        if target is not None and target.startswith(os.sep) and os.path.isdir(target):
             found.append(target)
     return found
 
@@ -289,10 +282,7 @@ def _at(name: Any, dir_fd: Any) -> Any:
         return name
     if raw.startswith(os.sep):
         return name
-    try:
-        folder = os.readlink(f"/proc/self/fd/{int(dir_fd)}")
-    except OSError:
-        folder = ""
+    folder = paths.of_descriptor(dir_fd) or ""
     if not folder.startswith(os.sep):
         _refuse(f"named {raw} relative to a folder descriptor ({dir_fd}) that names no folder: the file cannot be "
                 "judged", {"file": raw, "tip": "name the application's files by their paths"})
@@ -302,13 +292,11 @@ def _at(name: Any, dir_fd: Any) -> Any:
 def _touched_by(file: Any) -> None:
     """A path or a descriptor (its file: ``/proc/self/fd``) whose state the application changes in place."""
     if isinstance(file, int):
-        try:
-            file = os.readlink(f"/proc/self/fd/{file}")
-        except OSError:
-            return
+        file = paths.of_descriptor(file)
     raw = paths.given(file)
-    if raw is not None and not paths.trusted(os.path.normpath(raw)):
-        _touched(paths.real(raw))
+    path = None if raw is None else paths.judged(raw)
+    if path is not None:
+        _touched(path)
 
 
 def _linked(target_arg: Any, link_arg: Any) -> None:
@@ -333,17 +321,14 @@ def _listed(path: Any) -> None:
     import machinery's own listings (FileFinder's cache of a ``sys.path`` folder) serve imports, judged file by file:
     they are not recorded."""
     if isinstance(path, int):  # a folder opened as a descriptor: the folder it is
-        try:
-            path = os.readlink(f"/proc/self/fd/{path}")
-        except OSError:
+        path = paths.of_descriptor(path)
+        if path is None:
             return
     if sys._getframe(2).f_code.co_filename.startswith("<frozen importlib"):
         return
-    folder = paths.given("." if path is None else path)
-    if folder is None or (not paths.dotdot(folder) and paths.trusted(os.path.normpath(folder))):
-        return
-    folder = paths.real(folder)
-    if folder not in LISTED and not written(folder) and not paths.trusted(folder):
+    raw = paths.given("." if path is None else path)
+    folder = None if raw is None else paths.judged(raw)
+    if folder is not None and folder not in LISTED and not written(folder):
         LISTED[folder] = BY[0]
 
 

@@ -12,8 +12,8 @@ each file read is one of:
   the file a path there opens: a link out of it is not the run's; a file moved or linked into it was read),
 - a declared source: ``code`` and ``files`` (globs accepted, each file fingerprinted into the reference), the sample,
   a ``weights`` or ``data.NAME`` source (checked file by file at its own step),
-- written by the application in this run before it read it (its outputs, not inputs: created, or changed since its
-  open to write; a failed open to write leaves an input),
+- written by the application in this run before it read it (its outputs, not inputs: created by it, or a file that
+  was there whose bytes a truncating open replaced, nothing else having touched it: seen.written),
 
 or it is undeclared: the step fails naming the file and the declaration to add (``code`` for Python, ``files`` for
 anything else in the project, a ``data.NAME`` source outside it). Modules imported in the window whose file is none
@@ -161,7 +161,7 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
     for path, by in candidates.items():
         # a file read before the application wrote it was an input (its reads after its own write are not recorded);
-        # the run's folder is judged by the file a path there opens (seen.real: a link out of it is not the run's)
+        # the run's folder is judged by the file a path there opens (paths.real: a link out of it is not the run's)
         written = seen.written(path) and path not in seen.READ
         if paths.trusted(path) or path in known or written or paths.real(path).startswith(out_dir):
             continue
