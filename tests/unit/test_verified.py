@@ -251,12 +251,26 @@ def _closed_project(tmp_path: Path, **declared: list[str]) -> dict[str, Any]:
     return config
 
 
-def _run(tmp_path: Path, config: dict[str, Any], *flags: str) -> dict[str, Any]:
+def _with_criterion(config: dict[str, Any], doing: str, *, imports: str = "os, sys", head: str = "",
+                    **declared: list[str]) -> dict[str, Any]:
+    """The closed project's criterion ``doing`` a line of code (``imports`` for its module, ``head``: lines after
+    ``ROOT``), its files fingerprinted again under ``declared``."""
+    root = Path(config["project_root"])
+    (root / "app.py").write_text(APP.replace("import sys\n", f"import {imports}\n", 1).replace(
+        "ROOT = Path(__file__).resolve().parent\n", "ROOT = Path(__file__).resolve().parent\n" + head, 1).replace(
+        '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {doing}\n    labels = 'x'\n"))
+    config["application"]["sources"] = app_contract.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", **declared,
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    return config
+
+
+def _run(tmp_path: Path, config: dict[str, Any], *flags: str, python: Path | None = None) -> dict[str, Any]:
     (tmp_path / "harness.py").write_text(HARNESS)
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "out").mkdir(exist_ok=True)
     done = _python(str(tmp_path / "harness.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), *flags, cwd=tmp_path)
+                   str(tmp_path / "out"), *flags, cwd=tmp_path, python=python)
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -363,15 +377,7 @@ SNEAKY = {
 @pytest.mark.parametrize("how", sorted(SNEAKY))
 def test_an_undeclared_file_read_another_way_is_refused(tmp_path: Path, how: str) -> None:
     """Each of these read data/extra.csv (undeclared) and passed the closed world: the file is named all the same."""
-    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
-    app = Path(config["project_root"]) / "app.py"
-    app.write_text(APP.replace("import sys\n", "import os, sys\n", 1).replace(
-        '    labels = (ROOT / "data" / "extra.csv").read_text()\n',
-        f"    {SNEAKY[how]}\n    labels = 'x'\n"))
-    config["application"]["sources"] = app_contract.from_table(
-        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
-         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}},
-        Path(config["project_root"])).fingerprints(Path(config["project_root"]))
+    config = _with_criterion(_closed_project(tmp_path, code=["src/mypkg/*.py"]), SNEAKY[how], code=["src/mypkg/*.py"])
     result = _run(tmp_path, config)
     assert result["status"] == "failed", (how, result)
     assert "data/extra.csv (opened)" in result["error"], result["error"]
@@ -533,13 +539,8 @@ def _sneaky_project(tmp_path: Path, code: str) -> dict[str, Any]:
     (root / "src" / "notes.txt").write_text("not declared")
     sqlite3.connect(str(root / "data" / "extra.db")).close()
     shutil.copy2(_libm(), root / "data" / "libextra.so")
-    (root / "app.py").write_text(APP.replace(
-        "import sys\n", f"import ctypes, multiprocessing, os, sqlite3, subprocess, sys\nLIBM = {LIBM!r}\n", 1).replace(
-        '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {code}\n    labels = 'x'\n"))
-    config["application"]["sources"] = app_contract.from_table(
-        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
-         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
-    return config
+    return _with_criterion(config, code, imports="ctypes, multiprocessing, os, sqlite3, subprocess, sys",
+                           head=f"LIBM = {LIBM!r}\n", code=["src/mypkg/*.py"])
 
 
 LIBM = ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6",
@@ -713,17 +714,10 @@ def test_a_read_the_record_used_to_miss_is_judged(tmp_path: Path, how: str) -> N
     (root / "src" / "lnk").symlink_to(outside / "deep", target_is_directory=True)
     shm = _shm(tmp_path) if "shm" in how else None
     try:
-        head = (f"import os, sys\nSHM = Path({str(shm)!r})\nOUT = Path.cwd() / 'out'\n"
+        head = (f"SHM = Path({str(shm)!r})\nOUT = Path.cwd() / 'out'\n"
                 "def _try(f):\n    try:\n        f()\n    except OSError:\n        pass\n")
         code, named = HOLES[how]
-        (root / "app.py").write_text(APP.replace("import sys\n", "", 1).replace(
-            "ROOT = Path(__file__).resolve().parent\n", "ROOT = Path(__file__).resolve().parent\n" + head, 1).replace(
-            '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {code}\n    labels = 'x'\n"))
-        config["application"]["sources"] = app_contract.from_table(
-            {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
-             "code": ["src/mypkg/*.py"], "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "l"}}},
-            root).fingerprints(root)
-        result = _run(tmp_path, config)
+        result = _run(tmp_path, _with_criterion(config, code, head=head, code=["src/mypkg/*.py"]))
     finally:
         if shm is not None:
             shutil.rmtree(shm, ignore_errors=True)
@@ -747,15 +741,8 @@ CLEAN = {
 def test_the_controls_of_those_reads_pass(tmp_path: Path, how: str) -> None:
     """The controls of the test above, in the same project: the application's own files and a device pass."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
-    root = Path(config["project_root"])
-    head = "import os, sys\nOUT = Path.cwd() / 'out'\n"
-    (root / "app.py").write_text(APP.replace("import sys\n", "", 1).replace(
-        "ROOT = Path(__file__).resolve().parent\n", "ROOT = Path(__file__).resolve().parent\n" + head, 1).replace(
-        '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {CLEAN[how]}\n    labels = 'x'\n"))
-    config["application"]["sources"] = app_contract.from_table(
-        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
-         "files": ["data/extra.csv"], "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "l"}}},
-        root).fingerprints(root)
+    config = _with_criterion(config, CLEAN[how], head="OUT = Path.cwd() / 'out'\n", code=["src/mypkg/*.py"],
+                             files=["data/extra.csv"])
     assert _run(tmp_path, config) == {"status": "passed"}, how
 
 
@@ -772,20 +759,8 @@ def test_a_link_made_in_the_env_is_judged_by_what_it_names(tmp_path: Path) -> No
     (root / "secretmod.py").write_text("VALUE = 7\n")
     code = ('(os.symlink(ROOT / "secretmod.py", SITE / "secretmod.py"), __import__("secretmod"), '
             'os.unlink(SITE / "secretmod.py"))')
-    (root / "app.py").write_text(APP.replace("import sys\n", "import os, sys\n", 1).replace(
-        "ROOT = Path(__file__).resolve().parent\n",
-        f"ROOT = Path(__file__).resolve().parent\nSITE = Path({str(site)!r})\n", 1).replace(
-        '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {code}\n    labels = 'x'\n"))
-    config["application"]["sources"] = app_contract.from_table(
-        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
-         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "l"}}}, root).fingerprints(root)
-    (tmp_path / "harness.py").write_text(HARNESS)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    done = _python(str(tmp_path / "harness.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path, python=env / "bin" / "python")
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    config = _with_criterion(config, code, head=f"SITE = Path({str(site)!r})\n", code=["src/mypkg/*.py"])
+    result = _run(tmp_path, config, python=env / "bin" / "python")
     assert result["status"] == "failed" and "secretmod.py (opened)" in result["error"], result
 
 
