@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from . import seen
 from ._common import CheckFailed, progress, sha256_file
 
 _SKIPPED = (".gitattributes",)
@@ -97,7 +98,7 @@ def _hashed(where: Path, chosen: dict[str, Path]) -> dict[str, str]:
     found = {rel: str(known[rel][4]) for rel in chosen
              if isinstance(known.get(rel), list) and len(known[rel]) == 5 and known[rel][:4] == keys[rel]}
     todo = [rel for rel in chosen if rel not in found]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1), initializer=seen.own_thread) as pool:
         found.update(zip(todo, pool.map(sha256_file, [chosen[rel] for rel in todo]), strict=True))
     if todo or set(known) != set(chosen):
         with contextlib.suppress(OSError):  # a read-only cache only costs the next run its hashing

@@ -5,25 +5,30 @@ record. It records every file opened for reading (``open``: ``open()``, ``os.ope
 working folder and every folder held open: its ``dir_fd``), ``io.open_code``), ``sqlite3.connect``'s database and a
 library ``ctypes`` loads by path; every file written or folder made (outputs); the project folders listed outside the
 import machinery; and refuses at once a process the application starts (what it reads cannot be seen). A process
-forked in a window keeps the hook: its record is handed to the parent through a file in the run's folder.
+forked in a window keeps the hook: its reads are judged at once in it, its writes handed to the parent (children.py).
+Between windows, every thread but Kernodeck's own is watched: what the application left running reads for the next
+window's verdict.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
-from . import libraries, paths
+from . import children, libraries, paths
 from ._common import CheckFailed
 from .protocol import Layer
 
 ON = [False]
 BY = [""]  # who runs now: "the entry", "the criterion"
+LATE = "a thread the application left running (after its call returned)"
+# Kernodeck's own threads: the one that installs the hook and runs the steps, its pools' (own_thread); ``quiet``
+# while the hook itself walks a folder. A thread-local: a new thread, the application's, has neither.
+MINE = threading.local()
 READ: dict[str, str] = {}  # this window's files read: path -> who
 # every file (or folder) the application opened to write (truncating or creating), made, moved or linked into place
 # while it ran, this process: its state just before (None: nothing was there). It is the application's own
@@ -53,11 +58,20 @@ def _will_write(path: str) -> None:
         _to_parent({"kind": "written", "path": path, "before": WRITTEN[path]})
 
 
+def _by() -> str:
+    """Who reads now: the window's caller, or, between windows, a thread the application left running."""
+    return BY[0] if ON[0] else LATE
+
+
 def _touched(path: str) -> None:
     """The application changes ``path``'s state without replacing its bytes: a file that was there stays an input."""
     if path not in TOUCHED:
+        if children.forked() and WRITTEN.get(path, ()) is not None:
+            # a touch handed on as a note could be lost (the notes are in the application's reach), and the parent
+            # would then take a moved mtime for bytes replaced: a forked child changes only files it made
+            _refuse(f"changed the state of {path} in a forked process, a file it did not make: refused",
+                    {"file": path, "tip": "change files in the process that runs the application's call"})
         TOUCHED.add(path)
-        _to_parent({"kind": "touched", "path": path})
 
 
 def written(path: str) -> bool:
@@ -99,8 +113,9 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
         _refuse(f"read a file that is no longer there through {raw} ({path}): what it held cannot be judged",
                 {"file": path, "tip": "read the application's inputs by their declared paths"})
     if reads and path not in READ and not written(path) and os.path.isfile(path):
-        READ[path] = BY[0]
-        _to_parent({"kind": "read", "path": path, "by": BY[0]})
+        READ[path] = _by()
+        if children.forked():
+            _judged_now(path, "opened")
     if writes:
         _will_write(path)
     if touches and os.path.lexists(path):
@@ -138,64 +153,52 @@ def _os_open(file: Any, flags: Any) -> None:
         _opened(os.path.join(folder, name), None, flags)
 
 
-def _refuse(message: str, details: dict[str, Any]) -> None:
+def _refuse(message: str, details: dict[str, Any]) -> NoReturn:
     """A verdict at once, raised where the application's call is: the operation does not happen. In a forked child
     (``os.spawnv`` forks then execs; a DataLoader worker) it is also handed to the parent (from_children)."""
-    text = f"{BY[0] or 'the application'} {message}"
-    _to_parent({"kind": "refused", "message": text, "details": details})
+    text = f"{_by() or 'the application'} {message}"
+    if children.forked():
+        with contextlib.suppress(OSError):  # the operation is refused whether or not the parent hears of it
+            children.send({"kind": "refused", "message": text, "details": details})
     verdict = CheckFailed(text, Layer.APPLICATION, details)
     PENDING.append(verdict)
     raise verdict
 
 
-PID = [0]  # the process the window was opened in
-# Where forked children leave what they read: a file with no name (made and unlinked at once in the temporary
-# folder when the first window opens), held by a descriptor every forked child inherits. No path to remove, replace
-# or turn into a pipe; no open for the hook to see.
-NOTES = [-1]
+# In a forked child, a read is judged at once (world.py sets it when a window opens: the path and how it was read ->
+# the verdict's message and details, or None when the file is accounted for), never handed on for the parent to judge.
+JUDGE: list[Any] = [None]
 
 
-def open_notes() -> None:
-    """The children's notes, once per process (the first window)."""
-    if NOTES[0] < 0:
-        import tempfile
-
-        with tempfile.TemporaryFile() as made:  # unlinked at once (O_TMPFILE where there is one)
-            NOTES[0] = os.dup(made.fileno())
-        try:
-            import fcntl  # each child's line appended whole, whatever the others wrote
-        except ImportError:  # no fork there either (Windows)
-            return
-        fcntl.fcntl(NOTES[0], fcntl.F_SETFL, fcntl.fcntl(NOTES[0], fcntl.F_GETFL) | os.O_APPEND)
+def _judged_now(path: str, how: str) -> None:
+    verdict = JUDGE[0](path, how) if JUDGE[0] is not None else None
+    if verdict is not None:
+        _refuse(*verdict)
 
 
 def _to_parent(note: dict[str, Any]) -> None:
-    """In a process forked during a window (its hook and window inherited): one line for the parent, whose own
-    record never sees the child's reads, writes or refusals."""
-    if os.getpid() == PID[0] or NOTES[0] < 0:
+    """In a process forked during a window: a write the parent must know of (its later reads of the file are then
+    the application's own). A note that cannot be written refuses the write."""
+    if not children.forked():
         return
-    with contextlib.suppress(OSError):
-        os.write(NOTES[0], (json.dumps(note) + "\n").encode())
+    try:
+        children.send(note)
+    except OSError as exc:
+        _refuse(f"wrote {note.get('path')} in a forked process whose notes to the parent cannot be written ({exc})",
+                {"file": note.get("path"), "tip": "leave the descriptors a forked process inherits open"})
 
 
 def from_children() -> None:
-    """What the window's forked children read, wrote and were refused, merged into this window's record."""
-    if NOTES[0] < 0:
-        return
+    """What the window's forked children wrote and were refused, merged into this window's record."""
     try:
-        size = os.fstat(NOTES[0]).st_size
-        lines = os.pread(NOTES[0], size, 0).decode("utf-8", "replace").splitlines()
-        os.ftruncate(NOTES[0], 0)
-    except OSError:
-        return
-    for note in map(json.loads, lines):
+        notes = children.receive()
+    except children.Altered as exc:
+        _refuse(f"altered what its forked processes handed on: {exc}",
+                {"tip": "leave the descriptors a process holds alone"})
+    for note in notes:
         if note["kind"] == "written":
             before = note["before"]
             WRITTEN.setdefault(note["path"], tuple(before) if before else None)  # type: ignore[arg-type]
-        elif note["kind"] == "touched":
-            TOUCHED.add(note["path"])
-        elif note["kind"] == "read" and not written(note["path"]):
-            READ.setdefault(note["path"], f"{note['by']} (in a child process)")
         elif note["kind"] == "refused":
             verdict = CheckFailed(f"{note['message']} (in a child process)", Layer.APPLICATION, note["details"])
             PENDING.append(verdict)
@@ -259,11 +262,11 @@ def _moved(src_arg: Any, dst_arg: Any) -> None:
     source = paths.real(src)
     if not paths.trusted(source) and not written(source):
         if os.path.isdir(source):  # a folder moved: each file in it, read as it moves
-            ON[0] = False  # the walk is Kernodeck's, not the application's
+            MINE.quiet = True  # the walk is Kernodeck's, not the application's
             try:
                 found = [os.path.join(top, name) for top, _, names in os.walk(source) for name in names]
             finally:
-                ON[0] = True
+                MINE.quiet = False
             for file in found:
                 _opened(file, "r", None)
         else:
@@ -329,25 +332,20 @@ def _listed(path: Any) -> None:
     raw = paths.given("." if path is None else path)
     folder = None if raw is None else paths.judged(raw)
     if folder is not None and folder not in LISTED and not written(folder):
-        LISTED[folder] = BY[0]
+        LISTED[folder] = _by()
+        if children.forked():
+            _judged_now(folder, "listed")
 
 
-LATE = "a thread the application left running (after its call returned)"
-LINGER: set[threading.Thread] = set()  # threads the application started in a window and left running after it (the
-# objects, not their numbers: an ended thread's number may be given to a new one, Kernodeck's own)
+def own_thread() -> None:
+    """This thread is Kernodeck's: between windows, its events are not the application's."""
+    MINE.own = True
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if not ON[0]:
-        if not LINGER or threading.current_thread() not in LINGER:
-            return
-        # between windows: what such a thread reads is recorded for the next window's verdict (it may hand the bytes
-        # to the criterion); Kernodeck's own work meanwhile runs on threads of its own
-        BY[0], ON[0] = LATE, True
-        try:
-            _hook(event, args)
-        finally:
-            ON[0] = False
+    # between windows, any thread but Kernodeck's own is the application's (one it left running, or started by one
+    # it left running, in any way): what it reads is recorded for the next window's verdict (_by: LATE)
+    if (not ON[0] and getattr(MINE, "own", False)) or getattr(MINE, "quiet", False):
         return
     if event == "open":
         if args[1] is None:
@@ -377,5 +375,6 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 
 def install() -> None:
     if not INSTALLED[0]:
+        own_thread()
         sys.addaudithook(_hook)
         INSTALLED[0] = True

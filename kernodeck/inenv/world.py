@@ -30,15 +30,15 @@ test before anything else.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import paths, seen, verified
+from . import children, paths, seen, verified
 from ._common import CheckFailed, Context
 from .protocol import Layer
 
@@ -88,21 +88,18 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     seen.install()
     verified.install(finder(ctx))
     before = set(sys.modules)
-    threads = set(threading.enumerate())
-    seen.LINGER.intersection_update(threads)  # those that ended
     for record in (seen.READ, seen.LISTED):  # what a lingering thread read since the last window is judged now
         for path in [p for p, by in record.items() if by != seen.LATE]:
             del record[path]
-    seen.PID[0] = os.getpid()
-    seen.open_notes()
+    children.PID[0] = os.getpid()
+    children.open_notes()
+    seen.JUDGE[0] = functools.partial(_at_once, ctx, who)
     seen.BY[0], seen.ON[0] = who, True
     try:
         yield
     finally:
-        # a thread it started and left running: what it reads until the next window is that window's to judge
-        seen.LINGER.update(t for t in threading.enumerate() if t not in threads)
         seen.ON[0] = False
-    seen.from_children()
+        seen.from_children()  # a forked child's refusal is the first error, whatever the call raised after it
     # a module object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``) is not new
     known = {id(module) for name, module in list(sys.modules.items()) if name in before}
     judge(ctx, who, {name for name, module in list(sys.modules.items())
@@ -149,8 +146,6 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     run's folder: ``{"file", "how", "by", "declare"}``."""
     known = declared(ctx)
     out_dir = str(ctx.out.resolve()) + os.sep
-    root = Path(ctx.config["project_root"])
-    shown = _shown(root)
     modules = {}
     for name in new_modules:
         file = getattr(sys.modules.get(name), "__file__", None)
@@ -160,23 +155,45 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
     for path, by in candidates.items():
-        # a file read before the application wrote it was an input (its reads after its own write are not recorded);
-        # the run's folder is judged by the file a path there opens (paths.real: a link out of it is not the run's)
-        written = seen.written(path) and path not in seen.READ
-        if paths.trusted(path) or path in known or written or paths.real(path).startswith(out_dir):
+        # a file read before the application wrote it was an input (its reads after its own write are not recorded)
+        if seen.written(path) and path not in seen.READ:
             continue
-        if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)):
-            continue
-        if _in_sources(ctx, path):
-            continue
-        rel = shown(path)
-        found[path] = {"file": rel, "how": "imported" if path in modules else "opened", "by": by or "the application",
-                       "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
+        stranger = _stranger(ctx, known, out_dir, path)
+        if stranger is not None:
+            found[path] = {**stranger, "how": "imported" if path in modules else "opened",
+                           "by": by or "the application"}
     found.update(_listings(ctx, known, out_dir))
     return [found[p] for p in sorted(found)]
 
 
-def _listings(ctx: Context, known: dict[str, str], out_dir: str) -> dict[str, dict[str, str]]:
+def _stranger(ctx: Context, known: dict[str, str], out_dir: str, path: str) -> dict[str, str] | None:
+    """A file read that is not trusted, declared or in the run's folder (judged by the file a path there opens:
+    paths.real, a link out of it is not the run's): its name as shown and the declaration to add."""
+    if paths.trusted(path) or path in known or paths.real(path).startswith(out_dir):
+        return None
+    if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)) or _in_sources(ctx, path):
+        return None
+    rel = _shown(Path(ctx.config["project_root"]))(path)
+    return {"file": rel, "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
+
+
+def _at_once(ctx: Context, who: str, path: str, how: str) -> tuple[str, dict[str, Any]] | None:
+    """In a forked child (seen.JUDGE): a file read, or a folder listed, judged as the window's end would; the
+    verdict's message (after who) and details, or None when it is accounted for."""
+    known, out_dir = declared(ctx), str(ctx.out.resolve()) + os.sep
+    if how == "listed":
+        found = _listings(ctx, known, out_dir, {path: who}).get(path)
+    else:
+        stranger = _stranger(ctx, known, out_dir, path)
+        found = None if stranger is None else {**stranger, "how": how, "by": who}
+    if found is None:
+        return None
+    return (f"read files that are not declared sources: {found['file']} ({found['how']}): {_advice([found])}",
+            {"undeclared": [found], "tip": TIP})
+
+
+def _listings(ctx: Context, known: dict[str, str], out_dir: str,
+              listed: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
     """Each folder of the project the window listed whose names are not all accounted for (a declared file, a folder
     holding one, written by the application): its names were an input no fingerprint covers. Folders outside the
     project are not judged by their listing (what is opened there is)."""
@@ -184,7 +201,7 @@ def _listings(ctx: Context, known: dict[str, str], out_dir: str) -> dict[str, di
     roots = tuple(form.rstrip(os.sep) + os.sep for form in paths.forms(str(root)))
     shown = _shown(root)
     found: dict[str, dict[str, str]] = {}
-    for folder, by in seen.LISTED.items():
+    for folder, by in (seen.LISTED if listed is None else listed).items():
         if not (folder + os.sep).startswith(roots) or (folder + os.sep).startswith(out_dir) or _in_sources(ctx, folder):
             continue
         try:
@@ -227,17 +244,19 @@ def json_list(items: list[str]) -> str:
     return "[" + ", ".join(f'"{i}"' for i in items) + "]"
 
 
+TIP = "nox -s reference -- --new   (after declaring them: the reference then fingerprints them)"
+
+
 def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
     """The window's verdict: CheckFailed naming every undeclared file and the declaration to add."""
     files = strangers(ctx, new_modules)
     if not files:
         return
     named = ", ".join(f"{f['file']} ({f['how']})" for f in files[:8]) + (" ..." if len(files) > 8 else "")
-    tip = "nox -s reference -- --new   (after declaring them: the reference then fingerprints them)"
     verdict = CheckFailed(
         f"{who} read files that are not declared sources: {named}: {_advice(files)}",
         Layer.APPLICATION,
-        {"undeclared": files, "tip": tip},
+        {"undeclared": files, "tip": TIP},
     )
     pending(verdict)
     raise verdict

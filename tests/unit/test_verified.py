@@ -802,3 +802,129 @@ def test_a_thread_the_entry_leaves_running_is_judged_at_the_next_window(tmp_path
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], result
     assert result["details"]["undeclared"][0]["by"].startswith("a thread the application left running"), result
+
+
+STARTERS = {  # the seventh pass: a thread no window saw start read between windows, and the criterion used the bytes
+    "a raw _thread": "import _thread; _thread.start_new_thread(lambda: (go.wait(), box.append(extra.read_text())), ())",
+    "a thread started after the window by one left running": (
+        "threading.Thread(target=lambda: (go.wait(), threading.Thread(target=lambda: box.append(extra.read_text()))"
+        ".start()), daemon=True).start()"),
+    "a pool made in the window whose worker starts at a later submit": (
+        "import concurrent.futures as cf; pool = cf.ThreadPoolExecutor(4); threading.Thread(target=lambda: "
+        "(go.wait(), box.append(pool.submit(extra.read_text).result())), daemon=True).start()"),
+    "a timer (a Thread subclass)": "threading.Timer(0, lambda: (go.wait(), box.append(extra.read_text()))).start()",
+}
+
+
+@pytest.mark.parametrize("how", sorted(STARTERS))
+def test_every_thread_but_kernodecks_own_is_watched_between_windows(tmp_path: Path, how: str) -> None:
+    """Only threads a window saw start were watched between windows (sixth red-team pass): one started with
+    ``_thread``, by a thread left running, or by a pool at a later submit read unseen. Now every thread but
+    Kernodeck's own (the one that runs the steps, its pools') is watched there."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    starter = "    threading.Thread(target=lambda: (go.wait(), box.append(extra.read_text())), daemon=True).start()\n"
+    (tmp_path / "gap.py").write_text(GAP.replace(starter, f"    {STARTERS[how]}\n"))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "gap.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], (how, result)
+
+
+def test_kernodecks_own_threads_read_unwatched_between_windows(tmp_path: Path) -> None:
+    """The control: the thread that runs the windows, and a pool of Kernodeck's (``seen.own_thread``), read the same
+    undeclared file between windows, and the next window passes."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    own = ("    pass\nfrom kernodeck_inenv import seen\nimport concurrent.futures as cf\nextra.read_text()\n"
+           "with cf.ThreadPoolExecutor(2, initializer=seen.own_thread) as pool:\n"
+           "    box.append(pool.submit(extra.read_text).result())\n")
+    script = GAP.replace(
+        "    threading.Thread(target=lambda: (go.wait(), box.append(extra.read_text())), daemon=True).start()\n", own)
+    (tmp_path / "gap.py").write_text(script)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "gap.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "passed"}
+
+
+FORK_HEAD = '''
+def _link(n):
+    try:
+        return os.readlink("/proc/self/fd/" + n)
+    except OSError:
+        return ""
+def _notes():
+    return [int(n) for n in os.listdir("/proc/self/fd") if "(deleted)" in _link(n)]
+def _forked(child_first, parent_after):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child_first()
+            os.write(w, (ROOT / "data" / "extra.csv").read_bytes())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    parent_after()
+    return os.read(r, 1000)
+'''
+FORKED = {  # the sixth pass: the children's notes, an unnamed file, are reachable through /proc/self/fd
+    "the parent truncates the notes after the child read": (
+        "lambda: None", "lambda: [os.ftruncate(n, 0) for n in _notes()]"),
+    "the child closes the notes' descriptor, then reads": ("lambda: [os.close(n) for n in _notes()]", "lambda: None"),
+    "the child puts another file in the notes' place": (
+        'lambda: [os.dup2(os.open("/dev/null", os.O_WRONLY), n) for n in _notes()]', "lambda: None"),
+    "the child reads as it is": ("lambda: None", "lambda: None"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(FORKED))
+def test_a_forked_childs_read_is_judged_in_the_child(tmp_path: Path, how: str) -> None:
+    """A forked child handed its reads to the parent through notes the application could truncate or close: the read
+    passed. A child's read is judged at once in it now: the undeclared bytes never reach the parent's criterion
+    (``b'label'`` is what the child would send), whatever became of the notes."""
+    child, parent = FORKED[how]
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    result = _run(tmp_path, _with_criterion(config, f'assert b"label" in (got := _forked({child}, {parent})), got',
+                                            head=FORK_HEAD, code=["src/mypkg/*.py"]))
+    assert result["status"] == "failed", (how, result)
+    assert "data/extra.csv (opened)" in result["error"] or "AssertionError: b''" in result["error"], result
+
+
+FORGED = GAP.replace(
+    "    threading.Thread(target=lambda: (go.wait(), box.append(extra.read_text())), daemon=True).start()\n",
+    "    [os.write(int(n), (json.dumps({'kind': 'written', 'path': str(extra), 'before': None}) + '\\tbeef\\n')"
+    ".encode())\n"
+    "     for n in os.listdir('/proc/self/fd') if '(deleted)' in (lambda n: __import__('os').readlink("
+    "'/proc/self/fd/' + n) if os.path.islink('/proc/self/fd/' + n) else '')(n)]\n"
+    "    box.append('label')\n").replace("import json, runpy, sys, threading", "import json, os, runpy, sys, threading")
+TOUCH_HEAD = FORK_HEAD + '''
+def _fail(f):
+    try:
+        f()
+    except OSError:
+        pass
+'''
+
+
+def test_a_forged_or_lost_note_never_makes_an_input_the_applications_own(tmp_path: Path) -> None:
+    """The parent wrote a line 'a child made data/extra.csv' into the notes; the next window then took the file for
+    the application's output and did not record its read. A line not signed by Kernodeck is refused. And a child's
+    change of an input's mtime (lost with its note, it looked like bytes replaced) is refused in the child."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    (tmp_path / "gap.py").write_text(FORGED)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "gap.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert "not signed by Kernodeck" in done.stdout + done.stderr, (done.stdout, done.stderr)
+    touch = ('(_fail(lambda: os.open(ROOT / "data" / "extra.csv", os.O_RDONLY | os.O_TRUNC | os.O_DIRECTORY)), '
+             '_forked(lambda: os.utime(ROOT / "data" / "extra.csv", '
+             'ns=(1, 1)), lambda: [os.ftruncate(n, 0) for n in _notes()]), (ROOT / "data" / "extra.csv").read_text())')
+    result = _run(tmp_path, _with_criterion(config, touch, head=TOUCH_HEAD, code=["src/mypkg/*.py"]))
+    assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], result
