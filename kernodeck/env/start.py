@@ -38,9 +38,19 @@ RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP
                      "DNNL_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_", "HIP_", "ROCM_", "HSA_",
                      # numpy's SIMD dispatch (NPY_DISABLE_CPU_FEATURES moves np.sin's last bits), torch.compile's own
                      # (TORCHINDUCTOR_*, TORCHDYNAMO_*: not TORCH_*), TF32 forced under cuBLAS/cuDNN, glibc's ifuncs
-                     "NPY_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "NVIDIA_TF32_OVERRIDE", "GLIBC_TUNABLES")
+                     "NPY_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "NVIDIA_TF32_OVERRIDE", "GLIBC_TUNABLES",
+                     # Triton (inductor's GPU kernels: TRITON_F32_DEFAULT is tl.dot's precision, TRITON_CACHE_DIR the
+                     # kernels loaded), ROCm's libraries, the other BLAS builds' thread counts (OpenBLAS reads
+                     # GOTO_NUM_THREADS too), glibc's allocator fill (torch.empty's contents) and iconv modules
+                     "TRITON_", "MIOPEN_", "ROCBLAS_", "HIPBLAS_", "HIPBLASLT_", "RCCL_", "BLIS_", "GOTO_",
+                     "VECLIB_", "ZENDNN_", "MALLOC_", "GCONV_PATH")
 PRELOAD = "LD_PRELOAD"
 AUDIT = "LD_AUDIT"  # ld.so loads each library it names into every process too, before the program's own code
+# Every variable whose value names code to load into the in-env processes (no lock describes it), and how its list is
+# split: ld.so's two, the OpenMP tool interface (libomp/libiomp5 dlopen it, and may dlclose it at once: gone from the
+# process's map before a step ends), the CUDA driver's injection library, NCCL's plugins, glibc's iconv modules.
+LOADERS = {PRELOAD: r"[:\s]+", AUDIT: ":", "OMP_TOOL_LIBRARIES": ":", "CUDA_INJECTION64_PATH": ":",
+           "NCCL_NET_PLUGIN": ":", "NCCL_TUNER_PLUGIN": ":", "NCCL_PROFILER_PLUGIN": ":", "GCONV_PATH": ":"}
 
 
 def recorded(env: Mapping[str, str], redact: Callable[[str], str] = str) -> dict[str, str]:
@@ -59,9 +69,9 @@ def declared_libraries(tool: Mapping[str, object]) -> list[str]:
 
 
 def undeclared_preload(env: Mapping[str, str], declared: list[str]) -> list[str]:
-    """The libraries ``LD_PRELOAD`` names (colon- or space-separated, as ld.so reads it) and ``LD_AUDIT`` names
-    (colon-separated) that no declared entry matches, by path or by file name: code no lock describes, loaded into
-    every in-env process."""
-    names = [entry for entry in re.split(r"[:\s]+", env.get(PRELOAD, "")) if entry]
-    names += [entry for entry in env.get(AUDIT, "").split(":") if entry and entry not in names]
+    """The libraries (or folders of modules) the :data:`LOADERS` variables name that no declared entry matches, by
+    path or by file name: code no lock describes, loaded into every in-env process."""
+    names: list[str] = []
+    for variable, separator in LOADERS.items():
+        names += [entry for entry in re.split(separator, env.get(variable, "")) if entry and entry not in names]
     return [name for name in names if name not in declared and os.path.basename(name) not in declared]

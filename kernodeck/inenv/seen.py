@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from . import children, libraries, paths
+from . import channels, children, libraries, paths
 from ._common import CheckFailed
 from .protocol import Layer
 
@@ -205,40 +205,10 @@ def from_children() -> None:
             raise verdict
 
 
-# The audit events that start another program: whatever it reads, no hook of this process sees (the program's index
-# in the event's arguments). multiprocessing (fork, spawn, forkserver: _posixsubprocess.fork_exec) and torch's
-# DataLoader workers raise none of these (only ``os.fork``), so they are not refused: docs/application.md.
-PROCESS_EVENTS = {"subprocess.Popen": 1, "os.system": 0, "os.exec": 0, "os.posix_spawn": 0, "os.spawn": 1}
-
-
-def _program(event: str, args: tuple[Any, ...]) -> str:
-    value = args[PROCESS_EVENTS[event]]
-    if event == "subprocess.Popen" and args[0] is not None:
-        value = args[0]  # the executable given
-    if isinstance(value, (list, tuple)):
-        value = value[0] if value else ""
-    try:
-        return os.fsdecode(value)
-    except TypeError:
-        return str(value)
-
-
-def _started(event: str, args: tuple[Any, ...]) -> None:
-    program = _program(event, args)
-    _refuse(f"started a process ({program}, {event}): what it reads cannot be checked, so it is refused: do that "
-            "work in Python inside the application (what it opens is then judged)",
-            {"process": program, "event": event, "tip": "docs/application.md: the closed world's limits"})
-
-
 def _sqlite(database: Any) -> None:
     """``sqlite3.connect``: the database file is read (and created if missing, then an output) like an open."""
-    try:
-        name = os.fsdecode(database)
-    except TypeError:
-        return
-    if name.startswith("file:"):  # uri=True: file:PATH?mode=ro
-        name = name[len("file:"):].split("?", 1)[0]
-    if name and name != ":memory:":
+    name = channels.sqlite_file(database)
+    if name is not None:
         _opened(name, "a+", None)
 
 
@@ -359,8 +329,12 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         _linked(args[0], _at(args[1], args[2]))
     elif event in ("os.truncate", "os.utime", "os.chmod", "os.chown", "os.setxattr", "os.removexattr"):
         _touched_by(args[0])  # a state changed, the bytes not replaced
-    elif event in PROCESS_EVENTS:
-        _started(event, args)
+    elif event in channels.PROCESS_EVENTS:
+        _refuse(*channels.started(event, args))
+    elif event == "socket.__new__":
+        refusal = channels.network(args)
+        if refusal is not None:
+            _refuse(*refusal)
     elif event in ("os.listdir", "os.scandir"):
         _listed(args[0])
     elif event == "os.mkdir":  # a folder the application made (not one already there): its listing is its own

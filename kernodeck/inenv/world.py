@@ -129,10 +129,10 @@ def _in_sources(ctx: Context, path: str) -> bool:
 
 
 def _fingerprinted(rel: str, files: dict[str, str]) -> bool:
-    """A file (or a folder holding one) of a source's fingerprint; ``__pycache__`` and ``.gitattributes`` are left
-    out of every fingerprint by design (locate.py) and stay accepted."""
+    """A file (or a folder holding one) of a source's fingerprint. What the fingerprint leaves out (``__pycache__``,
+    ``.gitattributes``: locate.py) is no part of the source: bytes no fingerprint covers (seventh red-team pass)."""
     rel = Path(rel).as_posix()
-    if rel in files or "__pycache__" in rel.split("/") or rel.rsplit("/", 1)[-1] == ".gitattributes":
+    if rel in files:
         return True
     return any(f.startswith(rel + "/") for f in files)
 

@@ -6,6 +6,7 @@ fail at `settings`, for that reason, past the gate)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
@@ -107,3 +108,27 @@ def test_the_variables_that_move_numerics_outside_torchs_prefixes_are_recorded()
     env = {"NPY_DISABLE_CPU_FEATURES": "X86_V3", "TORCHINDUCTOR_FREEZING": "1", "TORCHDYNAMO_DISABLE": "1",
            "NVIDIA_TF32_OVERRIDE": "1", "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2_Usable", "HOME": "/root"}
     assert sorted(start.recorded(env)) == sorted(k for k in env if k != "HOME")
+
+
+NUMERIC = {  # the seventh red-team pass: each changes the numbers (or the code) torch and its backends run, unrecorded
+    "TRITON_F32_DEFAULT": "tf32", "TRITON_CACHE_DIR": "/tmp/kernels", "MIOPEN_FIND_MODE": "1",
+    "ROCBLAS_TENSILE_LIBPATH": "/tmp/t", "HIPBLASLT_TENSILE_LIBPATH": "/tmp/t", "GOTO_NUM_THREADS": "3",
+    "BLIS_NUM_THREADS": "3", "MALLOC_PERTURB_": "165", "GCONV_PATH": "/tmp/gconv",
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUMERIC))
+def test_a_variable_that_changes_numerics_is_recorded(name: str) -> None:
+    assert start.recorded({name: NUMERIC[name], "HOME": "/root"}) == {name: NUMERIC[name]}
+
+
+LOADING = {"OMP_TOOL_LIBRARIES": "/tmp/libtool.so", "CUDA_INJECTION64_PATH": "/tmp/libinject.so",
+           "NCCL_NET_PLUGIN": "/tmp/libnccl-net-x.so", "NCCL_TUNER_PLUGIN": "/tmp/libt.so", "GCONV_PATH": "/tmp/gconv"}
+
+
+@pytest.mark.parametrize("name", sorted(LOADING))
+def test_a_variable_that_loads_code_is_refused_like_ld_preload(name: str) -> None:
+    """Each loads code no lock describes into the in-env processes (seventh red-team pass: recorded at most): refused
+    unless declared, like LD_PRELOAD; declared by path or file name, it is allowed."""
+    assert start.undeclared_preload({name: LOADING[name]}, []) == [LOADING[name]]
+    assert start.undeclared_preload({name: LOADING[name]}, [os.path.basename(LOADING[name])]) == []

@@ -612,6 +612,9 @@ def test_a_file_of_a_source_folder_outside_its_fingerprint_is_undeclared(tmp_pat
     assert world._in_sources(ctx, str(other / "anything.csv"))  # no fingerprint known: the folder as a whole
     assert not world._in_sources(ctx, str(snap / "tokenizer.json"))
     assert not world._in_sources(ctx, str(snap / "sub" / "extra.bin"))
+    # what every fingerprint leaves out is no part of the source either (seventh red-team pass: both were accepted)
+    assert not world._in_sources(ctx, str(snap / "__pycache__" / "labels.csv"))
+    assert not world._in_sources(ctx, str(snap / "sub" / ".gitattributes"))
 
 
 def test_a_snapshots_file_is_accepted_by_the_blob_it_links_to_and_no_other_blob_is(tmp_path: Path) -> None:
@@ -698,6 +701,11 @@ HOLES = {
     "an open whose opener opened another file, an xattr, then a read":
         (f'(open({EXTRA}, "w", opener=lambda p, f: os.open("/dev/null", os.O_WRONLY)).close(), '
          f'_try(lambda: os.setxattr({EXTRA}, "user.k", b"v")), {EXTRA}.read_text())', "data/extra.csv (opened)"),
+    # the seventh pass: a sqlite URI's name is percent-decoded by sqlite; a network socket's bytes come from outside
+    "a sqlite URI with a percent-encoded name":
+        ('sqlite3.connect("file:" + str(ROOT / "data" / "%65xtra.db") + "?mode=ro", uri=True).execute("select 1")',
+         "data/extra.db (opened)"),
+    "a network socket": ("socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()", "network socket"),
     # a forked child's record was a file in the run's folder the application could remove
     "a forked child's read, its notes removed":
         (f'((lambda pid: os.waitpid(pid, 0) if pid else (open({EXTRA}).read(), os._exit(0)))(os.fork()), '
@@ -717,7 +725,10 @@ def test_a_read_the_record_used_to_miss_is_judged(tmp_path: Path, how: str) -> N
         head = (f"SHM = Path({str(shm)!r})\nOUT = Path.cwd() / 'out'\n"
                 "def _try(f):\n    try:\n        f()\n    except OSError:\n        pass\n")
         code, named = HOLES[how]
-        result = _run(tmp_path, _with_criterion(config, code, head=head, code=["src/mypkg/*.py"]))
+        if "sqlite" in how:
+            sqlite3.connect(str(root / "data" / "extra.db")).close()
+        result = _run(tmp_path, _with_criterion(config, code, imports="os, socket, sqlite3, sys", head=head,
+                                                code=["src/mypkg/*.py"]))
     finally:
         if shm is not None:
             shutil.rmtree(shm, ignore_errors=True)
@@ -734,6 +745,8 @@ CLEAN = {
         '((ROOT / "own.txt").write_text("y"), (ROOT / "own.txt").read_text())',
     "a folder it made, listed":
         '(os.mkdir(ROOT / "made"), (ROOT / "made" / "f").write_text("z"), os.listdir(ROOT / "made"))',
+    "a local socket pair, and a sqlite database in memory":
+        '([s.close() for s in __import__("socket").socketpair()], __import__("sqlite3").connect(":memory:"))',
 }
 
 

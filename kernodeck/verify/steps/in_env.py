@@ -204,7 +204,7 @@ def _shown(root: Path, arg: str) -> str:
 
 def _loader_variables(run: Run) -> str:
     """The variables through which ld.so loads libraries into every process, as this run has them."""
-    present = [name for name in (start.PRELOAD, start.AUDIT) if name in (run.meta.variables or {})]
+    present = [name for name in start.LOADERS if name in (run.meta.variables or {})]
     return " and ".join(present) or start.PRELOAD
 
 

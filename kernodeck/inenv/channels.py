@@ -1,0 +1,68 @@
+"""What the audit events of the closed world's other channels say (seen.py records and refuses by them): the program
+a process event starts, a network socket, the file a sqlite database name opens.
+
+A process the application starts, and a socket that is not a local one, bring bytes no hook of this process sees: each
+is refused where the call is. A sqlite database is a file read, by its name as sqlite reads it (a ``file:`` URI is
+percent-decoded). A database a statement ATTACHes is opened inside sqlite with no event (its authorizer cannot be set
+from the connect events: the connection is not made yet): a stated limit, docs/application.md.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import urllib.parse
+from typing import Any
+
+# The audit events that start another program: whatever it reads, no hook of this process sees (the program's index
+# in the event's arguments). multiprocessing (fork, spawn, forkserver: _posixsubprocess.fork_exec) and torch's
+# DataLoader workers raise none of these (only ``os.fork``), so they are not refused: docs/application.md.
+PROCESS_EVENTS = {"subprocess.Popen": 1, "os.system": 0, "os.exec": 0, "os.posix_spawn": 0, "os.spawn": 1}
+TIP = "docs/application.md: the closed world's limits"
+
+
+def _program(event: str, args: tuple[Any, ...]) -> str:
+    value = args[PROCESS_EVENTS[event]]
+    if event == "subprocess.Popen" and args[0] is not None:
+        value = args[0]  # the executable given
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else ""
+    try:
+        return os.fsdecode(value)
+    except TypeError:
+        return str(value)
+
+
+def started(event: str, args: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+    """The refusal of a process start: its message (after who) and details."""
+    program = _program(event, args)
+    return (f"started a process ({program}, {event}): what it reads cannot be checked, so it is refused: do that "
+            "work in Python inside the application (what it opens is then judged)",
+            {"process": program, "event": event, "tip": TIP})
+
+
+def network(args: tuple[Any, ...]) -> tuple[str, dict[str, Any]] | None:
+    """``socket.__new__`` (self, family, type, proto): a socket that is not a local (``AF_UNIX``) one receives bytes
+    from another machine or service, an input no fingerprint covers: its refusal, or None."""
+    family = args[1] if len(args) > 1 else None
+    if family in (-1, None) or family == getattr(socket, "AF_UNIX", object()):
+        return None
+    name = getattr(socket.AddressFamily, "_value2member_map_", {}).get(family, family)
+    return (f"opened a network socket ({name}): what it receives is an input no fingerprint covers, so it is "
+            "refused: declare the data as a source ([tool.kernodeck.application.data.NAME] url = ..., fetched and "
+            "checked before the application runs)", {"socket": str(name), "tip": TIP})
+
+
+def sqlite_file(database: Any) -> str | None:
+    """The file a sqlite database name opens (None: in memory, or no name): a ``file:`` URI's path, percent-decoded
+    as sqlite decodes it (``file:%65xtra.db`` is ``extra.db``), its ``//localhost`` authority dropped."""
+    try:
+        name = os.fsdecode(database)
+    except TypeError:
+        return None
+    if name.startswith("file:"):
+        name = name[len("file:"):].split("?", 1)[0].split("#", 1)[0]
+        if name.startswith("//"):
+            name = "/" + name[2:].split("/", 1)[1] if "/" in name[2:] else ""
+        name = urllib.parse.unquote(name)
+    return name if name and name != ":memory:" else None
