@@ -6,14 +6,15 @@ records would not be the one in effect (hash randomisation on). So the in-env pr
 calibrate's variations, drift and compare's numpy scripts; the runner starts the resume worker the same way) start
 with ``-s -P`` (no user site, neither the script's folder nor the current one on ``sys.path``) in an environment that
 holds no ``PYTHON*`` variable but the ones the run sets: what ``-E`` would have ignored is not there to be read. The
-settings step reads each back (``sys.flags``, the seed in effect, the ``PYTHON*`` names it sees).
+settings step reads each back (``sys.flags``, the seed in effect, the ``PYTHON*`` names it sees). Of the caller's
+other variables they get only an allow-list (:func:`environ`): each one the application could read is recorded.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from kernodeck._proc import clean_env
 
@@ -25,11 +26,31 @@ def argv(python: str | os.PathLike[str], *args: str) -> list[str]:
     return [str(python), *FLAGS, *args]
 
 
-def environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The in-env process's environment: the caller's without any ``PYTHON*`` variable, plus ``extra``."""
-    env = {k: v for k, v in clean_env().items() if not k.startswith("PYTHON")}
+def environ(extra: Mapping[str, str] | None = None, declared: Iterable[str] = ()) -> dict[str, str]:
+    """The in-env process's environment: of the caller's variables only :data:`PLUMBING`'s, the recorded ones
+    (:data:`RECORDED_PREFIXES`), Kernodeck's own and the ``declared`` ones (no ``PYTHON*``); plus ``extra``."""
+    names = set(declared)
+    env = {k: v for k, v in clean_env().items()
+           if k in PLUMBING or k in names or k.startswith(RECORDED_PREFIXES) or k.startswith(OWN_PREFIXES)}
     env.update(extra or {})
     return env
+
+
+def declared_variables(tool: Mapping[str, object]) -> list[str]:
+    """``[tool.kernodeck.environment] variables``: the caller's variables the application reads, passed and recorded."""
+    environment = tool.get("environment")
+    if not isinstance(environment, Mapping):
+        return []
+    return [str(item) for item in environment.get("variables") or []]
+
+
+# The caller's variables an in-env process gets, and no other: a variable the application reads is an input, so it
+# reaches it recorded or declared. Besides those, the process's plumbing (it differs per machine and changes no number:
+# not recorded) and Kernodeck's own (KERNODECK_*: its cache, its faults' switch, its stack dumps' folder).
+PLUMBING = frozenset({"PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TEMP", "TMP", "TERM", "SHELL", "SYSTEMROOT",
+                      "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "USERPROFILE", "APPDATA", "LOCALAPPDATA",
+                      "PROGRAMDATA"})
+OWN_PREFIXES = ("KERNODECK_", "XDG_")
 
 
 # The variables torch, its BLAS/OpenMP/oneDNN backends, CUDA/ROCm/NCCL and the dynamic loader read: each one the
@@ -43,7 +64,9 @@ RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP
                      # kernels loaded), ROCm's libraries, the other BLAS builds' thread counts (OpenBLAS reads
                      # GOTO_NUM_THREADS too), glibc's allocator fill (torch.empty's contents) and iconv modules
                      "TRITON_", "MIOPEN_", "ROCBLAS_", "HIPBLAS_", "HIPBLASLT_", "RCCL_", "BLIS_", "GOTO_",
-                     "VECLIB_", "ZENDNN_", "MALLOC_", "GCONV_PATH")
+                     "VECLIB_", "ZENDNN_", "MALLOC_", "GCONV_PATH",
+                     # the locale and the time zone: how text, numbers and dates are read and written
+                     "LANG", "LC_", "TZ")
 PRELOAD = "LD_PRELOAD"
 AUDIT = "LD_AUDIT"  # ld.so loads each library it names into every process too, before the program's own code
 # Every variable whose value names code to load into the in-env processes (no lock describes it), and how its list is
@@ -53,9 +76,12 @@ LOADERS = {PRELOAD: r"[:\s]+", AUDIT: ":", "OMP_TOOL_LIBRARIES": ":", "CUDA_INJE
            "NCCL_NET_PLUGIN": ":", "NCCL_TUNER_PLUGIN": ":", "NCCL_PROFILER_PLUGIN": ":", "GCONV_PATH": ":"}
 
 
-def recorded(env: Mapping[str, str], redact: Callable[[str], str] = str) -> dict[str, str]:
-    """The variables of ``env`` the record holds (names and values, each value through ``redact``), sorted."""
-    return {name: redact(env[name]) for name in sorted(env) if name.startswith(RECORDED_PREFIXES)}
+def recorded(env: Mapping[str, str], redact: Callable[[str], str] = str,
+             declared: Iterable[str] = ()) -> dict[str, str]:
+    """The variables of ``env`` the record holds (names and values, each value through ``redact``), sorted: the
+    recorded prefixes' and the ``declared`` ones."""
+    names = set(declared)
+    return {name: redact(env[name]) for name in sorted(env) if name.startswith(RECORDED_PREFIXES) or name in names}
 
 
 def declared_libraries(tool: Mapping[str, object]) -> list[str]:

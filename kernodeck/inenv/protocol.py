@@ -79,6 +79,7 @@ class ConfigKey(StrEnum):
     MARGIN_FILE = "margin_file"  # calibrate's first variation: where the margins of use go
     VARIATION = "variation"  # calibrate: the legitimate settings this process varies
     LIBRARIES = "libraries"  # [tool.kernodeck.environment] libraries: shared libraries declared from outside the env
+    VARIABLES = "variables"  # [tool.kernodeck.environment] variables: the caller's variables the application reads
     INENV_SHA256 = "inenv_sha256"  # {file name: sha256} of Kernodeck's in-env files, as the orchestrator read them
     EXTENSIONS = "extensions"  # the compiled extensions found from outside and the declared smoke checks
 

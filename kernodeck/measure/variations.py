@@ -12,6 +12,7 @@ from typing import Any
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.env import start as inenv_start
+from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.supervise import Stop, Stopped, supervise
 
@@ -118,7 +119,7 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "run-config.json", config)
     argv = inenv_start.argv(python, str(IN_ENV), "--config", str(folder / "run-config.json"))
-    env = inenv_start.environ(RUNNER_ENV)
+    env = inenv_start.environ(RUNNER_ENV, config.get(ConfigKey.VARIABLES) or [])
     for var in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.pop(var, None)  # the declared run is torch's own choice, never the caller's leftovers
     env.update(variation.env())

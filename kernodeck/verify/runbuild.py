@@ -108,6 +108,7 @@ def runner_config(project: Project, declaration: Declaration, reference: Referen
     if "max-records" in det:
         config[ConfigKey.DETERMINISM_RECORDS] = int(det["max-records"])
     config[ConfigKey.LIBRARIES] = start.declared_libraries(project.tool)
+    config[ConfigKey.VARIABLES] = start.declared_variables(project.tool)
     config.update({ConfigKey.PROJECT_ROOT: str(project.root), ConfigKey.EXPECT_BACKEND: backend,
                    ConfigKey.MODE: "reference" if making else "verify"})
     if Change.EXTRA_CONFIG in changes.changes:

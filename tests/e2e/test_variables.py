@@ -132,3 +132,21 @@ def test_a_variable_that_loads_code_is_refused_like_ld_preload(name: str) -> Non
     unless declared, like LD_PRELOAD; declared by path or file name, it is allowed."""
     assert start.undeclared_preload({name: LOADING[name]}, []) == [LOADING[name]]
     assert start.undeclared_preload({name: LOADING[name]}, [os.path.basename(LOADING[name])]) == []
+
+
+def test_the_in_env_processes_get_only_recorded_declared_or_plumbing_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variable the application reads is an input (seventh red-team pass: ``os.environ["MY_THRESHOLD"]`` in the
+    criterion passed unrecorded, and any numeric variable no prefix names reached torch). The in-env processes get an
+    allow-list: what is recorded, what is declared (then recorded too), the process's plumbing and Kernodeck's own."""
+    for name, value in {"MY_THRESHOLD": "0.9", "SOME_LIBRARY_KNOB": "1", "TRITON_F32_DEFAULT": "tf32",
+                        "PATH": "/bin", "KERNODECK_CACHE": "/tmp/c", "PYTHONPATH": "/x", "LC_ALL": "C"}.items():
+        monkeypatch.setenv(name, value)
+    env = start.environ({"PYTHONHASHSEED": "0"})
+    assert "MY_THRESHOLD" not in env and "SOME_LIBRARY_KNOB" not in env and "PYTHONPATH" not in env
+    assert env["TRITON_F32_DEFAULT"] == "tf32" and env["PATH"] == "/bin" and env["KERNODECK_CACHE"] == "/tmp/c"
+    assert env["PYTHONHASHSEED"] == "0" and env["LC_ALL"] == "C"
+    assert {"TRITON_F32_DEFAULT", "LC_ALL"} <= set(start.recorded(env)) and "MY_THRESHOLD" not in start.recorded(env)
+    declared = start.declared_variables({"environment": {"variables": ["MY_THRESHOLD"]}})
+    env = start.environ({}, declared)
+    assert env["MY_THRESHOLD"] == "0.9" and "SOME_LIBRARY_KNOB" not in env
+    assert start.recorded(env, declared=declared)["MY_THRESHOLD"] == "0.9"

@@ -112,7 +112,8 @@ def test_a_caller_that_drops_a_setting_is_caught(project: Project, tmp_path: Pat
     ref = manifest.load(project)
     app = context.declaration(project).application()
     old = {**ref.run_config(project, app), "project_root": str(project.root), "mode": "verify",
-           "expect_backend": "cpu", "libraries": start.declared_libraries(project.tool)}
+           "expect_backend": "cpu", "libraries": start.declared_libraries(project.tool),
+           "variables": start.declared_variables(project.tool)}
     runbuild.add_in_env_inputs(old, project.root, app)
     assert undeclared(old, verify, bisect.CHANGES) == {"resume", "determinism_records", "allow_code_change"}
     assert undeclared({**verify, "expect_backend": "cuda"}, verify, tolerance_search.CHANGES) == {"expect_backend"}

@@ -21,7 +21,7 @@ from kernodeck._proc import first_error, log, show
 from kernodeck.env import extension_scan, start
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import steptable
-from kernodeck.inenv.protocol import HASH_SEED, STATUSES, Layer, Status
+from kernodeck.inenv.protocol import HASH_SEED, STATUSES, ConfigKey, Layer, Status
 from kernodeck.inenv.steptable import StepName
 from kernodeck.project import deadlines
 from kernodeck.sources import redact_text
@@ -150,7 +150,8 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
 
     limits = deadlines.load(run_.project.tool)
     run_.meta.deadlines = limits.as_dict()  # run policy, recorded; not part of the reference's identity
-    ended = supervise(argv, env=start.environ(env_extra), cwd=run_.staging, deadlines=limits, root=run_.project.root,
+    ended = supervise(argv, env=start.environ(env_extra, config.get(ConfigKey.VARIABLES) or []), cwd=run_.staging,
+                      deadlines=limits, root=run_.project.root,
                       on_line=forward)
     code, tail = ended.code, ended.tail
     results = {p.name.split("-", 1)[1].removesuffix(".json"): p for p in (run_.staging / "steps").glob("*.json")}
@@ -233,8 +234,9 @@ def checks(ctx: RunContext, run: Run) -> None:
     """The pipeline's in-env phase: every check the run asks for, in one process, with collect_env beside it."""
     assert run.python is not None  # the rebuild step gave it
     # what the in-env processes get of the variables that change numerics or load code: recorded (redacted)
-    env = start.environ(RUNNER_ENV)
-    run.meta.variables = start.recorded(env, lambda value: redact_text(value, secrets=ctx.secrets))
+    passed = start.declared_variables(ctx.project.tool)
+    env = start.environ(RUNNER_ENV, passed)
+    run.meta.variables = start.recorded(env, lambda value: redact_text(value, secrets=ctx.secrets), passed)
     declared = ctx.project.tool.get("environment", {}).get("ld-preload", [])
     undeclared = start.undeclared_preload(env, list(declared))
     if undeclared:
