@@ -25,9 +25,13 @@ LOCK = f"lockfiles/{PLATFORM}.txt"
 rel = pytest.mark.reliability
 
 
-def own_built(tmp_path: Path) -> Path:
-    """A project copy with its OWN rebuilt env (these cases break and kill rebuilds)."""
-    project = copy_project(tmp_path / "own")
+@pytest.fixture(scope="module")
+def own_built(module_tmp: Path) -> Path:
+    """A project copy with its OWN rebuilt env, not the session's ``built_project`` (these cases break and kill
+    rebuilds beside it), built once for the module: cases 1 and 2 share it. Each leaves it as it found it, which is
+    what each asserts (the tampered lock is put back; the failed or killed build is gone, the good env still current
+    and the only one); one that fails may leave the next with a broken env, and its own failure names why."""
+    project = copy_project(module_tmp / "own")
     proc = kd(project, "rebuild")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return project
@@ -48,8 +52,8 @@ def envs(project: Path) -> list[str]:
     "the previous venv, still current and used; no half-install",
 )
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_tampered_hash_keeps_the_last_good_env(tmp_path: Path, installer: str) -> None:
-    project = own_built(tmp_path)
+def test_tampered_hash_keeps_the_last_good_env(own_built: Path, tmp_path: Path, installer: str) -> None:
+    project = own_built
     good = current(project)
     lock = project / LOCK
     text = lock.read_text()
@@ -72,13 +76,14 @@ def test_tampered_hash_keeps_the_last_good_env(tmp_path: Path, installer: str) -
                            f'requirements-lock-sha256 = "{hashlib.sha256(forged.encode()).hexdigest()}"', forged_twin))
     assert kd(project, "lock", "--check").returncode == 0  # the forgery passes every check of the lock itself
     proc = kd(project, "rebuild", "--fresh", "--installer", installer)
+    lock.write_text(text)  # put back at once: the module's other cases share this project
+    twin.write_text(twin_text)
     assert proc.returncode == 2
     assert "ERROR: install failed" in proc.stderr and "mdurl" in proc.stderr.lower()
     assert "TIP:" in proc.stderr
     assert current(project) == good and envs(project) == [good]
-    # and the last good env is what a later verify uses (the lock is still not stale: its inputs did not change)
-    lock.write_text(text)
-    twin.write_text(twin_text)
+    # and the last good env is what a later verify uses (the lock put back is still not stale: its inputs did not
+    # change)
     verify = kd(project, "verify", "--out", str(tmp_path / "run"))
     assert verify.returncode == 0, verify.stderr[-2000:]
     assert statuses(read_report(tmp_path / "run"))["rebuild"] == "passed" and current(project) == good
@@ -90,8 +95,8 @@ def test_tampered_hash_keeps_the_last_good_env(tmp_path: Path, installer: str) -
     "a rebuild killed (SIGKILL) mid-install",
     "the last good venv, never replaced; the next run removes the incomplete folder",
 )
-def test_killed_rebuild_is_cleaned_and_never_replaces(tmp_path: Path) -> None:
-    project = own_built(tmp_path)
+def test_killed_rebuild_is_cleaned_and_never_replaces(own_built: Path) -> None:
+    project = own_built
     good = current(project)
     env = dict(
         os.environ,
@@ -224,6 +229,8 @@ def test_unsound_reference_refused_before_comparison(
     "no file written by lock, rebuild, verify or the dossier holds them",
 )
 def test_credentials_in_every_source_never_written(tmp_path: Path) -> None:
+    # its own build, not a shared one: the rebuild must run its installer with the credentials set (a reused env
+    # writes almost nothing), and every file under the project is searched afterwards
     project = copy_project(tmp_path / "p")
     pyproject = project / "pyproject.toml"
     pyproject.write_text(
