@@ -23,6 +23,7 @@ IDENTITY = [(0, 0)]  # the file it held when made: (device, inode)
 KEY = [b""]
 DONE = [0]  # how far the parent has read
 PID = [0]  # the process the window was opened in
+FORKS = [False]  # whether the application has forked (the parent then reads the notes as it reads a file)
 
 
 class Altered(Exception):

@@ -112,6 +112,8 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
     if reads and path.endswith(" (deleted)") and raw.startswith(("/proc/", "/dev/fd/")):
         _refuse(f"read a file that is no longer there through {raw} ({path}): what it held cannot be judged",
                 {"file": path, "tip": "read the application's inputs by their declared paths"})
+    if reads and children.FORKS[0] and not children.forked():
+        from_children()  # a file a child wrote is the application's own when the parent reads it, not only later
     if reads and path not in READ and not written(path) and os.path.isfile(path):
         READ[path] = _by()
         if children.forked():
@@ -341,6 +343,8 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         made = paths.given(args[0])
         if made is not None:
             _will_write(paths.real(made))
+    elif event == "os.fork":
+        children.FORKS[0] = True
     elif event == "sqlite3.connect":
         _sqlite(args[0])
     elif event == "ctypes.dlopen":

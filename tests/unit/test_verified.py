@@ -745,6 +745,9 @@ CLEAN = {
         '((ROOT / "own.txt").write_text("y"), (ROOT / "own.txt").read_text())',
     "a folder it made, listed":
         '(os.mkdir(ROOT / "made"), (ROOT / "made" / "f").write_text("z"), os.listdir(ROOT / "made"))',
+    "a forked child reads a declared file and writes a file the parent then reads":
+        '(lambda pid: (os.waitpid(pid, 0), (ROOT / "by-child.txt").read_text()) if pid else ((ROOT / "by-child.txt")'
+        '.write_text((ROOT / "data" / "extra.csv").read_text()), os._exit(0)))(os.fork())',
     "a local socket pair, and a sqlite database in memory":
         '([s.close() for s in __import__("socket").socketpair()], __import__("sqlite3").connect(":memory:"))',
 }
