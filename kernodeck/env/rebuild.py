@@ -133,7 +133,7 @@ def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str
         return reason
     if observe:
         _require_intact(current, lock)
-    log(f"kernodeck: reusing {current.relative_to(project.root)} (same lock digest and interpreter)")
+    log(f"kernodeck: reusing {os.path.relpath(current, project.root)} (same lock digest and interpreter)")
     recorded = marker.get("commands")
     return RebuildResult(
         env=current, python=env_python(current), reused=True, installer=str(marker.get("installer", "")),

@@ -55,6 +55,12 @@ from kernodeck.verify.runbuild import Changes, ReferenceConfig, holding, runner_
 # criterion; in run order.
 STEPS = tuple(row.name for row in steptable.STEPS if row.bisect)
 
+# A rebuilt trial's env is kept for a later trial of the same lock (a repeat that confirms it): the envs of the last
+# KEEP rebuilt trials, so that at most KEEP + 1 envs are on disk while one is built. Reusing one goes through
+# rebuild's reuse check, which binds it to the lock: same lock digest and interpreter, the wheels it recorded are
+# the lock's, its files unchanged since its build.
+KEEP = 2
+
 
 _METADATA_SCRIPT = r"""
 import importlib.metadata as m, json, os, platform, sys
@@ -134,6 +140,7 @@ class _Trials:
         self.groups: list[Group] = [Group((c,)) for c in changes]  # until the new env's metadata regroups them
         self.records: list[TrialRecord] = []
         self.limit = bound(max(len(changes), 1))
+        self.kept: dict[str, tuple[int, Path]] = {}  # lock digest -> the trial that built the kept env, its folder
 
     def names_of(self, subset: frozenset[int]) -> set[str]:
         return {name for i in subset for name in self.groups[i].names}
@@ -162,13 +169,16 @@ class _Trials:
         lock_path = trial / "lockfiles" / self.plat.lock_name
         write_atomic(lock_path, intermediate_lock(self.good, self.bad, names, f"old lock + new pins of {shown}"))
         reuse = self.new_lock_env() if whole else None
+        digest = "sha256:" + sha256_file(lock_path)
+        kept = self.kept.get(digest) if reuse is None else None
         repeat_of = next((r.number for r in self.records if set(r.moved) == names and r.repeat_of is None), None)
-        log(f"kernodeck: bisect [{number}/≤{self.limit}]: old lock + {shown}: "
-            f"{'the current env (built from the new lock)' if reuse else 'rebuild'} + application + compare"
+        env = ("the current env (built from the new lock)" if reuse else
+               f"the env of try-{kept[0]:02d} (same lock)" if kept else "rebuild")
+        log(f"kernodeck: bisect [{number}/≤{self.limit}]: old lock + {shown}: {env} + application + compare"
             + (f" (again, to confirm try-{repeat_of:02d})" if repeat_of else ""))
         t0 = time.perf_counter()
         try:
-            steps, outcome, rerun = self.run(trial, lock_path, reuse, regroup=number == 1 and whole)
+            steps, outcome, rerun, env_of = self.run(trial, lock_path, reuse, digest, regroup=number == 1 and whole)
         except _Unbuildable as exc:
             note = str(exc)
             self.records.append(TrialRecord(number, tuple(sorted(names)), Outcome.SKIPPED,
@@ -180,7 +190,8 @@ class _Trials:
         if rerun is not None:
             numbers = f"trial {number} failed, rerun: {rerun_words(rerun)} ({trial.name}/rerun/); {numbers}"
         self.records.append(TrialRecord(number, tuple(sorted(names)), outcome, time.perf_counter() - t0, numbers,
-                                        drift, rebuilt=reuse is None, rerun=rerun, repeat_of=repeat_of))
+                                        drift, rebuilt=reuse is None and env_of is None, rerun=rerun,
+                                        repeat_of=repeat_of, env_of=env_of))
         log(f"kernodeck: bisect [{number}]: {outcome} ({time.perf_counter() - t0:.1f}s): {numbers}")
         return self.for_search(outcome, drift) if number > 1 and names else outcome
 
@@ -195,23 +206,30 @@ class _Trials:
         log(f"kernodeck: bisect: this failure is not the new lock's ({whole.outcome}): skipped as inconsistent")
         return Outcome.SKIPPED
 
-    def run(self, trial: Path, lock_path: Path, reuse: Path | None, *,
-            regroup: bool) -> tuple[list[dict[str, Any]], Outcome, Outcome | None]:
-        """The trial's env (``reuse``, or rebuilt from ``lock_path``), the application's steps run in it (again into
-        ``rerun/`` after a failure: :func:`settle`): the steps, the outcome for the search, the rerun's. Raises
-        :class:`_Unbuildable` when the env cannot be built; the env is not kept, its lock is, beside its steps."""
+    def run(self, trial: Path, lock_path: Path, reuse: Path | None, digest: str, *,
+            regroup: bool) -> tuple[list[dict[str, Any]], Outcome, Outcome | None, int | None]:
+        """The trial's env (``reuse``; the kept env of an earlier trial of the same lock, when rebuild's reuse check
+        accepts it for ``lock_path``; or rebuilt from it), the application's steps run in it (again into ``rerun/``
+        after a failure: :func:`settle`): the steps, the outcome for the search, the rerun's, and the earlier trial
+        whose env was used. Raises :class:`_Unbuildable` when the env cannot be built; the env is kept for a later
+        trial of the same lock (:data:`KEEP`), its lock beside its steps."""
         from kernodeck.env.envdirs import env_python
         from kernodeck.env.rebuild import rebuild
 
-        scratch = dataclasses.replace(self.project, venv_root=trial / "venv", lockfiles=trial / "lockfiles", runs=trial)
+        earlier = self.kept.pop(digest, None) if reuse is None else None
+        home = earlier[1] if earlier else trial  # the folder whose venv/ holds the trial's env
+        scratch = dataclasses.replace(self.project, venv_root=home / "venv", lockfiles=trial / "lockfiles", runs=trial)
+        env_of, keep = None, False
         try:
             with holding(self.project if reuse else scratch, self.plat):
                 try:
                     if reuse is not None:
                         python = env_python(reuse)
-                    else:
-                        python = rebuild(scratch, self.plat, lock_path, installer=self.installer, fresh=True,
-                                         observe_reused=False).python
+                    else:  # a kept env is observed against the lock (observe_reused), like any reused env
+                        built = rebuild(scratch, self.plat, lock_path, installer=self.installer, fresh=earlier is None,
+                                        observe_reused=earlier is not None)
+                        python = built.python
+                        env_of = earlier[0] if earlier and built.reused else None
                 except KernodeckError as exc:
                     raise _Unbuildable(f"cannot be installed consistently: {str(exc).splitlines()[0][:300]}") from exc
                 if regroup:
@@ -224,9 +242,25 @@ class _Trials:
                     return _outcome_of(Drift.from_steps(self.checks(python, trial / "rerun")))
 
                 outcome, rerun = settle(_outcome_of(Drift.from_steps(steps)), again)
+            keep = reuse is None
         finally:
-            shutil.rmtree(trial / "venv", ignore_errors=True)
-        return steps, outcome, rerun
+            if keep:
+                self.keep(digest, env_of or int(trial.name.split("-")[1]), home)
+            else:
+                shutil.rmtree(home / "venv", ignore_errors=True)
+        return steps, outcome, rerun, env_of
+
+    def keep(self, digest: str, number: int, home: Path) -> None:
+        """Keep ``home``'s env (built by trial ``number``) for a later trial of the same lock; drop the oldest kept
+        beyond :data:`KEEP`."""
+        self.kept[digest] = (number, home)
+        while len(self.kept) > KEEP:
+            shutil.rmtree(self.kept.pop(next(iter(self.kept)))[1] / "venv", ignore_errors=True)
+
+    def close(self) -> None:
+        """The kept envs removed (the trials' locks and steps stay)."""
+        while self.kept:
+            shutil.rmtree(self.kept.popitem()[1][1] / "venv", ignore_errors=True)
 
     def checks(self, python: Path, folder: Path) -> list[dict[str, Any]]:
         """The application's steps run once in ``python``'s env, into ``folder``: their records."""
@@ -294,6 +328,14 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
     folder = _folder(project, plat, out)
     trials = _Trials(project, plat, good, bad, d.changes, "sha256:" + sha256_file(bad_path), folder, config, installer)
     log(f"kernodeck: bisect {plat.id}: {len(d.changes)} changed packages between {good_path} and {bad_path}")
+    try:
+        return _bisect(trials, d, plat, folder)
+    finally:
+        trials.close()
+
+
+def _bisect(trials: _Trials, d: lockdiff.LockDiff, plat: Platform, folder: Path) -> BisectResult:
+    """:func:`bisect_locks`' search over ``trials``, and its report."""
     # The first probe is the whole set whatever the grouping; the search is told the groups' count after it.
     first = trials.probe(frozenset(range(len(trials.groups)))) if d.changes else None
     if first is Outcome.FAILED:  # a failure the old lock's env shares is no change of pins: nothing to bisect

@@ -19,9 +19,10 @@ class TrialRecord:
     seconds: float
     note: str
     drift: Drift | None
-    rebuilt: bool = True  # False: the platform's current env was the new lock's and was used as it is
+    rebuilt: bool = True  # False: the platform's current env was the new lock's, or env_of's, used as it is
     rerun: Outcome | None = None  # a failure before the comparison is run once more in the same env: its outcome
     repeat_of: int | None = None  # the trial (number) this one repeats, to confirm an outcome that decides
+    env_of: int | None = None  # the earlier trial (same lock) whose kept env this one ran in, checked against the lock
 
 
 def repeats(records: list[TrialRecord]) -> list[dict[str, Any]]:
@@ -49,7 +50,8 @@ def summary(result: SearchResult, groups: list[Group], records: list[TrialRecord
         "clash": [numbers[i] for i in result.clash] if result.clash else None,
         "trials": [{"number": r.number, "moved": list(r.moved), "outcome": str(r.outcome),
                     "seconds": round(r.seconds, 2), "note": r.note, "rebuilt": r.rebuilt,
-                    "rerun": str(r.rerun) if r.rerun else None, "repeat_of": r.repeat_of} for r in records],
+                    "rerun": str(r.rerun) if r.rerun else None, "repeat_of": r.repeat_of,
+                    "env_of": r.env_of} for r in records],
     }
 
 
@@ -117,6 +119,8 @@ def render(result: SearchResult, groups: list[Group], records: list[TrialRecord]
         outcome = f"{r.outcome} (rerun: {rerun_words(r.rerun)})" if r.rerun else str(r.outcome)
         if r.repeat_of is not None:
             outcome += f" (repeat of try-{r.repeat_of:02d})"
+        if r.env_of is not None:
+            outcome += f" (in the env of try-{r.env_of:02d})"
         lines.append(f"| try-{r.number:02d} | {moved} | {outcome} | {r.seconds:.1f} | {cell(r.note)} |")
     return "\n".join(lines) + "\n"
 

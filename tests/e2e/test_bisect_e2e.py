@@ -217,7 +217,10 @@ def test_bisect_names_the_known_culprit_within_the_bound(upgraded: tuple[Path, A
     n = len(result["groups"])
     assert n == 3 and result["envs"] <= result["bound"] == math.ceil(math.log2(n)) + 6, result["trials"]
     assert result["trials"][0]["rebuilt"] is False  # the new lock's env is the one upgrade left current
-    assert result["rebuilds"] == result["envs"] - 2  # ... run twice, neither rebuilt
+    # ... run twice, neither rebuilt; a later repeat runs in its trial's kept env (same lock, checked against it)
+    again = [t for t in result["trials"][2:] if t["repeat_of"]]
+    assert again and all(t["env_of"] == t["repeat_of"] and not t["rebuilt"] for t in again), result["trials"]
+    assert result["rebuilds"] == result["envs"] - 2 - len(again)
     # the trials that decide, each run once more and alike: the new lock's env, the culprit alone, the others
     repeated = {tuple(sorted(r["moved"])): r["outcomes"] for r in result["repeated"]}
     assert len(repeated) == 3 and repeated[("kdfixture-scale",)] == ["out of tolerance"] * 2, repeated
@@ -243,5 +246,6 @@ def test_bisect_without_a_culprit_says_so(upgraded: tuple[Path, Any, Any], tmp_p
     assert "No culprit: all within tolerance" in proc.stdout
     result = json.loads(sorted((project / "runs").glob("bisect-*/bisect.json"))[-1].read_text(encoding="utf-8"))
     assert result["verdict"] == "no culprit" and len(result["trials"]) == 2
+    assert result["trials"][0]["rebuilt"] and result["trials"][1]["env_of"] == 1  # the repeat in try-01's env
     assert result["repeated"] == [{"trial": 1, "moved": result["trials"][0]["moved"], "repeats": [2],
                                    "outcomes": ["within tolerance"] * 2}]

@@ -303,7 +303,8 @@ def test_the_real_probe_reruns_a_failed_trial_in_its_env_and_the_report_says_so(
     d = lockdiff.diff(good, bad, old_label="old.txt", new_label="new.txt")
     trials = bisect._Trials(project, plat, good, bad, d.changes, "sha256:none", tmp_path / "b", {}, None)
     monkeypatch.setattr(trials, "new_lock_env", lambda: None)
-    monkeypatch.setattr("kernodeck.env.rebuild.rebuild", lambda *a, **k: SimpleNamespace(python=tmp_path / "py"))
+    monkeypatch.setattr("kernodeck.env.rebuild.rebuild", lambda *a, **k: SimpleNamespace(python=tmp_path / "py",
+                                                                                      reused=False))
     monkeypatch.setattr(bisect, "holding", lambda *a: contextlib.nullcontext())
     runs = [FAILED_STEPS, PASSED_STEPS]
     folders: list[str] = []
