@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import fresh
+from tests.helpers import fresh, sharedruns
 from tests.helpers.project import ROOT, copy_project, kd
+from tests.helpers.sharedruns import SharedRun
 
 
 @pytest.fixture(autouse=True)
@@ -64,6 +65,19 @@ def built_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         pytest.fail(f"rebuild of the real environment failed:\n{proc.stderr[-3000:]}")
     yield project
 
+
+
+@pytest.fixture(scope="session")
+def passed_run(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
+    """ONE passing verify of the unmodified built project, for the tests that only read its dossier, output or read
+    counts (tests/helpers/sharedruns.py says how it is made so that each can; each asserts that it passed)."""
+    return sharedruns.passed_run(built_project, tmp_path_factory.mktemp("passed-run"))
+
+
+@pytest.fixture(scope="session")
+def gpu_missing_run(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
+    """ONE verify of the built project that fails at backend (``--expect-backend cuda`` on a CPU), for its readers."""
+    return sharedruns.gpu_missing_run(built_project, tmp_path_factory.mktemp("gpu-missing-run"))
 
 # --- The reliability table: produced by the suite itself ------------------------------------------------------------
 # Tests marked @pytest.mark.reliability(case, "what is tried", "what was kept") are collected; with

@@ -24,6 +24,7 @@ from kernodeck.verify.record import Step, Verdict
 from kernodeck.verify.report import REPORT_VERSION, Report
 from tests.helpers.project import kd
 from tests.helpers.reports import EVIDENCE, complete_steps, read_report
+from tests.helpers.sharedruns import SharedRun
 
 rel = pytest.mark.reliability
 
@@ -242,9 +243,8 @@ def test_a_real_failed_report_lists_every_claim_with_why_not(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_a_real_passing_report_establishes_its_claims(built_project: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    proc = kd(built_project, "verify", "--out", str(out))
+def test_a_real_passing_report_establishes_its_claims(passed_run: SharedRun) -> None:
+    out, proc = passed_run.out, passed_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((out / "report.json").read_text())
     assert data["status"] == "passed" and data["version"] == REPORT_VERSION

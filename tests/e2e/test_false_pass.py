@@ -175,6 +175,21 @@ def _site(python: Path) -> Path:
     return next(python.parent.parent.glob("lib/python*/site-packages"))
 
 
+def _tiny_env(tmp_path: Path, *names: str) -> tuple[Path, Path, dict[str, str]]:
+    """A project whose lock pins pip and tiny wheels ``name==version`` (tests/helpers/tinylock.py), rebuilt offline:
+    (project, its env's interpreter, the environment to run it in). The inventory's and the seal's checks are the
+    same for any locked package; a real torch env costs two full rebuilds where these cases need none."""
+    from tests.helpers.tinylock import locked_tiny_project, offline_env, pip_wheel, write_wheel
+
+    links = tmp_path / "links"
+    wheels = [pip_wheel(links), *(write_wheel(links, *name.split("==")) for name in names)]
+    project, _ = locked_tiny_project(tmp_path / "own", wheels)
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    proc = kd(project, "rebuild", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return project, project / ".venv-rebuild" / PLATFORM / "current" / "bin" / "python", env
+
+
 @pytest.mark.slow
 @rel(
     23,
@@ -186,7 +201,7 @@ def _site(python: Path) -> Path:
 def test_changed_env_fails_at_inventory(tmp_path: Path) -> None:
     import subprocess
 
-    project, python = _own_env(tmp_path)
+    project, python, env = _tiny_env(tmp_path, "mdurl==0.1.2", "kdtiny-alpha==1.0")
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     six, mdurl = _wheel(wheels, "six", "1.0.0"), _wheel(wheels, "mdurl", "0.0.1")
@@ -201,7 +216,7 @@ def test_changed_env_fails_at_inventory(tmp_path: Path) -> None:
     (info / "RECORD").write_text("localapp-0.1.dist-info/METADATA,,\n")
     for args in ([], ["--no-rebuild"]):
         out = tmp_path / f"run{len(args)}"
-        proc = kd(project, "verify", *args, "--out", str(out))
+        proc = kd(project, "verify", *args, "--out", str(out), env=env)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "TIP: nox -s rebuild -- --fresh" in proc.stderr
         report = json.loads((out / "report.json").read_text())
@@ -217,7 +232,7 @@ def test_changed_env_fails_at_inventory(tmp_path: Path) -> None:
         text = (out / "inventory.txt").read_text()
         assert f"six @ {six.as_uri()}" in text and "-e file:///src/localapp" in text and "mdurl==0.1.2" not in text
     # `nox -s rebuild` does not call it up to date either
-    proc = kd(project, "rebuild")
+    proc = kd(project, "rebuild", env=env)
     assert proc.returncode == 2 and "was changed after it was built" in proc.stderr and "+six" in proc.stderr
     assert "TIP: nox -s rebuild -- --fresh" in proc.stderr
 
@@ -230,11 +245,13 @@ def test_changed_env_fails_at_inventory(tmp_path: Path) -> None:
     "`TIP: nox -s rebuild -- --fresh` (which repairs it); `rebuild` no longer reuses it as complete",
 )
 def test_damaged_env_is_an_install_failure(tmp_path: Path) -> None:
-    project, python = _own_env(tmp_path)
+    """The env's locked package named torch is a tiny wheel here (_tiny_env): what is checked is the file that its
+    RECORD lists and the env lacks now, not what torch does."""
+    project, python, env = _tiny_env(tmp_path, "torch==2.9.1", "kdtiny-alpha==1.0")
     (_site(python) / "torch" / "__init__.py").unlink()
     for args in ([], ["--no-rebuild"]):
         out = tmp_path / f"run{len(args)}"
-        proc = kd(project, "verify", *args, "--out", str(out))
+        proc = kd(project, "verify", *args, "--out", str(out), env=env)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "torch/__init__.py (missing)" in proc.stderr and "TIP: nox -s rebuild -- --fresh" in proc.stderr
         report = json.loads((out / "report.json").read_text())
@@ -242,9 +259,9 @@ def test_damaged_env_is_an_install_failure(tmp_path: Path) -> None:
         assert report["first_failure"] == "inventory" and steps["inventory"]["layer"] == "install"
         assert steps["inventory"]["details"]["damaged"] == {"torch": ["torch/__init__.py (missing)"]}
         assert steps["settings"]["status"] == "not-run"
-    proc = kd(project, "rebuild")
+    proc = kd(project, "rebuild", env=env)
     assert proc.returncode == 2 and "torch/__init__.py (missing)" in proc.stderr
-    assert kd(project, "rebuild", "--fresh").returncode == 0
+    assert kd(project, "rebuild", "--fresh", env=env).returncode == 0
     assert (_site(project / ".venv-rebuild" / PLATFORM / "current" / "bin" / "python") / "torch/__init__.py").exists()
 
 

@@ -10,17 +10,13 @@ the lock check, the rebuild, the SBOM and the dossier take; the manifest once by
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.project import ROOT, copy_project
+from tests.helpers.project import copy_project
+from tests.helpers.sharedruns import SharedRun, run_counted, settled
 
-READCOUNT = ROOT / "tests" / "helpers" / "readcount.py"
 LOCK = "lockfiles/cp311-linux_x86_64-cpu.txt"
 TWIN = "lockfiles/pylock.cp311-linux_x86_64-cpu.toml"
 INPUTS = ("pyproject.toml", LOCK, TWIN, "dossier/reference/manifest.toml")
@@ -36,20 +32,9 @@ PLANTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def settled(project: Path) -> Path:
-    """A copied project whose files are older than kernodeck.sources' racy window (a configuration file changed in
-    the last 100 ms is read again at each use, by design: it may change again within one timestamp)."""
-    time.sleep(0.15)
-    return project
-
-
 def counted(project: Path, out: Path, *args: str, plant: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
     """Run ``python -m kernodeck ARGS`` in ``project`` under the counter: {path: {who: count}}."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["PYTHONPATH"] = str(project)
-    subprocess.run([sys.executable, str(READCOUNT), str(out), *plant, "--", *args], cwd=project, env=env, text=True,
-                   capture_output=True, timeout=900, check=False)
+    run_counted(project, out, *args, plant=plant)
     data: dict[str, dict[str, int]] = json.loads(out.read_text(encoding="utf-8"))
     return data
 
@@ -81,13 +66,10 @@ def test_a_stopped_run_reads_each_input_once_and_a_planted_second_read_is_caught
 
 
 @pytest.mark.slow
-def test_a_full_verify_reads_each_input_once(built_project: Path, tmp_path: Path) -> None:
-    """One real verify that passes (reused env, every in-env step): each input opened exactly once by the run."""
-    project = copy_project(tmp_path / "project")
-    (project / ".venv-rebuild").symlink_to(built_project / ".venv-rebuild", target_is_directory=True)
-    settled(project)
-    out = tmp_path / "run"
-    counts = counted(project, tmp_path / "counts.json", "verify", "--out", str(out))
-    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+def test_a_full_verify_reads_each_input_once(passed_run: SharedRun) -> None:
+    """One real verify that passes (reused env, every in-env step): each input opened exactly once by the run. It is
+    the session's shared passing run, made under the counter in a settled sibling (tests/helpers/sharedruns.py)."""
+    project, counts = passed_run.project, passed_run.counts()
+    report = json.loads((passed_run.out / "report.json").read_text(encoding="utf-8"))
     assert report["status"] == "passed", [s for s in report["steps"] if s["status"] != "passed"]
     assert reads(counts, project) == dict.fromkeys(INPUTS, 1), {rel: counts.get(str(project / rel)) for rel in INPUTS}

@@ -18,8 +18,8 @@ from kernodeck.verify.markdown import render_markdown
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 from kernodeck.verify.summaries import step_result
-from tests.helpers.project import kd
 from tests.helpers.reports import EVIDENCE
+from tests.helpers.sharedruns import SharedRun
 
 ROW = re.compile(r"^\| (?P<name>[\w-]+) \| \S+ (?P<status>[\w-]+) \| (?P<time>[\d.]+)s \| (?P<result>.*) \|$")
 NUMBER = r"(-?[\d.]+(?:e[-+]?\d+)?)"
@@ -320,10 +320,10 @@ def test_vs_reference_reads_both_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_report_md_of_real_runs(built_project: Path, tmp_path: Path) -> None:
-    """A real passing verify and a real failing one (the expected GPU missing): report.md carries the numbers."""
-    out = tmp_path / "pass"
-    proc = kd(built_project, "verify", "--no-rebuild", "--out", str(out))
+def test_report_md_of_real_runs(passed_run: SharedRun, gpu_missing_run: SharedRun) -> None:
+    """A real passing verify and a real failing one (the expected GPU missing): report.md carries the numbers. Both
+    are the session's shared runs (tests/helpers/sharedruns.py)."""
+    out, proc = passed_run.out, passed_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (out / "report.md").read_text(encoding="utf-8")
     details = {s["name"]: s.get("details", {}) for s in json.loads((out / "report.json").read_text())["steps"]}
@@ -349,8 +349,7 @@ def test_report_md_of_real_runs(built_project: Path, tmp_path: Path) -> None:
     document = json.loads((out / "sbom.cdx.json").read_text(encoding="utf-8"))  # the lock it ran from, as an SBOM
     assert errors(document) == [] and any(c["name"] == "torch" for c in document["components"])
 
-    out = tmp_path / "fail"
-    proc = kd(built_project, "verify", "--no-rebuild", "--expect-backend", "cuda", "--out", str(out))
+    out, proc = gpu_missing_run.out, gpu_missing_run.proc
     assert proc.returncode == 1
     md = (out / "report.md").read_text(encoding="utf-8")
     rows = table(md)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -17,15 +16,15 @@ from tests.helpers.builtenv import env_python, in_env, reseal, sibling
 from tests.helpers.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject
 from tests.helpers.project import copy_project, kd
 from tests.helpers.reports import read_report, statuses
+from tests.helpers.sharedruns import SECRETS, SharedRun
 
 pytestmark = pytest.mark.slow
 RESUME = Path(__file__).resolve().parents[2] / "kernodeck" / "inenv" / "resume.py"
 AFTER_COMPARE = ("criterion", "determinism", "resume")
 
 
-def test_verify_passes_every_step(built_project: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    proc = kd(built_project, "verify", "--out", str(out))
+def test_verify_passes_every_step(passed_run: SharedRun) -> None:
+    out, proc = passed_run.out, passed_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = read_report(out)
     assert report["status"] == "passed" and report["first_failure"] is None
@@ -57,7 +56,7 @@ def test_verify_passes_every_step(built_project: Path, tmp_path: Path) -> None:
     # reference holds only on the CPU that made it, so it is recorded as information, never asserted.
     import tomllib
 
-    pyproject = tomllib.loads((built_project / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((passed_run.project / "pyproject.toml").read_text())
     declared = pyproject["tool"]["kernodeck"]["application"]["outputs"]["embeddings"]
     compare = steps["compare"]["details"]
     assert compare["min_cosine"] >= declared["cosine-min"] and compare["max_abs"] <= declared["max-abs"]
@@ -122,10 +121,9 @@ def test_bad_outputs_fail_the_reread_step(built_project: Path, tmp_path: Path, f
     "the expected GPU backend missing (`--expect-backend cuda` on CPU)",
     "backend failed, later steps not-run, no embedding computed",
 )
-def test_expected_gpu_missing_stops_everything(built_project: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    proc = kd(built_project, "verify", "--expect-backend", "cuda", "--out", str(out))
-    assert proc.returncode == 1
+def test_expected_gpu_missing_stops_everything(gpu_missing_run: SharedRun) -> None:
+    out = gpu_missing_run.out
+    assert gpu_missing_run.proc.returncode == 1
     report = read_report(out)
     st = statuses(report)
     assert report["first_failure"] == "backend" and st["system"] == "passed"
@@ -222,15 +220,10 @@ def test_existing_interpreter_equal_to_the_lock(built_project: Path, tmp_path: P
     "credentials in PIP_EXTRA_INDEX_URL / UV_INDEX_URL during verify",
     "no file of the dossier, no output line holds them",
 )
-def test_credentials_never_reach_the_dossier(built_project: Path, tmp_path: Path) -> None:
-    env = dict(
-        os.environ,
-        PIP_EXTRA_INDEX_URL="https://alice:t0psecret@127.0.0.1:9/simple http://127.0.0.1:9/simple?access_token=QTOKEN42",
-        UV_INDEX_URL="https://bob:t0psecret2@127.0.0.1:9/simple",
-        UV_INDEX="http://127.0.0.1:9/QTOKEN43/simple",  # a token in the path, cloudsmith style
-    )
-    out = tmp_path / "run"
-    proc = kd(built_project, "verify", "--out", str(out), env=env)
+def test_credentials_never_reach_the_dossier(passed_run: SharedRun) -> None:
+    """The session's passing run had credentials in PIP_EXTRA_INDEX_URL, UV_INDEX_URL and UV_INDEX (SECRETS)."""
+    assert all(any(secret in value for value in SECRETS.values()) for secret in ("t0psecret", "QTOKEN42", "QTOKEN43"))
+    out, proc = passed_run.out, passed_run.proc
     assert proc.returncode == 0, proc.stderr[-2000:]
     for secret in ("t0psecret", "QTOKEN42", "QTOKEN43"):
         assert secret not in proc.stderr + proc.stdout

@@ -1,0 +1,90 @@
+"""Real verifies of the unmodified built project that several tests only READ, run once per test session (the
+fixtures ``passed_run`` and ``gpu_missing_run`` in tests/conftest.py): a MiniLM verify costs ~30 CPU-s, and five
+tests each ran their own passing one only to read its dossier.
+
+The passing run is made so that every reader's question has its answer in it, none bending another's:
+
+- a sibling of the built project (a fresh copy sharing its env, as ``sibling`` makes it), its files settled past
+  kernodeck.sources' racy window, so that each input is read once by design (tests/e2e/test_reads_once.py);
+- run under the read counter (tests/helpers/readcount.py: ``python -m kernodeck``'s own ``main`` in the process, an
+  audit hook that only counts ``open`` calls), which writes the counts beside the run;
+- with credentials in PIP_EXTRA_INDEX_URL / UV_INDEX_URL / UV_INDEX (:data:`SECRETS`, unreachable hosts: the reused
+  env needs no index), so that tests/e2e/test_verify_e2e.py can look for them in every file and line it left.
+
+A passing verify with those variables set and the counter attached is still a passing verify of the project as it is:
+the readers assert that it passed, every step of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.helpers.builtenv import sibling
+from tests.helpers.project import ROOT, kd
+
+READCOUNT = ROOT / "tests" / "helpers" / "readcount.py"
+SECRETS = {
+    "PIP_EXTRA_INDEX_URL": "https://alice:t0psecret@127.0.0.1:9/simple http://127.0.0.1:9/simple?access_token=QTOKEN42",
+    "UV_INDEX_URL": "https://bob:t0psecret2@127.0.0.1:9/simple",
+    "UV_INDEX": "http://127.0.0.1:9/QTOKEN43/simple",  # a token in the path, cloudsmith style
+}
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    """One real run: its project, its dossier folder, the finished process, and the counter's file (or None)."""
+
+    project: Path
+    out: Path
+    proc: subprocess.CompletedProcess[str]
+    counts_file: Path | None = None
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        assert self.counts_file is not None, "this run was not counted"
+        data: dict[str, dict[str, int]] = json.loads(self.counts_file.read_text(encoding="utf-8"))
+        return data
+
+
+def settled(project: Path) -> Path:
+    """A copied project whose files are older than kernodeck.sources' racy window (a configuration file changed in
+    the last 100 ms is read again at each use, by design: it may change again within one timestamp)."""
+    time.sleep(0.15)
+    return project
+
+
+def counted_env(project: Path, **extra: str) -> dict[str, str]:
+    """The environment ``python -m kernodeck`` gets from :func:`tests.helpers.project.kd`, for the read counter."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = str(project)
+    env.update(extra)
+    return env
+
+
+def run_counted(project: Path, counts: Path, *args: str, plant: tuple[str, ...] = (),
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m kernodeck ARGS`` in ``project`` under the read counter, which writes ``counts``."""
+    return subprocess.run([sys.executable, str(READCOUNT), str(counts), *plant, "--", *args], cwd=project,
+                          env=counted_env(project) if env is None else env, text=True, capture_output=True,
+                          timeout=900, check=False)
+
+
+def passed_run(built: Path, folder: Path) -> SharedRun:
+    """The passing verify several tests read (see the module's docstring); not asserted here: each reader asserts
+    what it needs, so a failure is reported by the tests, with the run's stderr."""
+    project = settled(sibling(built, folder))
+    out, counts = folder / "run", folder / "counts.json"
+    proc = run_counted(project, counts, "verify", "--out", str(out), env=counted_env(project, **SECRETS))
+    return SharedRun(project, out, proc, counts)
+
+
+def gpu_missing_run(built: Path, folder: Path) -> SharedRun:
+    """A real verify that fails at the backend step: the GPU expected (``--expect-backend cuda``) is not there."""
+    out = folder / "run"
+    return SharedRun(built, out, kd(built, "verify", "--expect-backend", "cuda", "--out", str(out)))
