@@ -30,8 +30,7 @@ def environ(extra: Mapping[str, str] | None = None, declared: Iterable[str] = ()
     """The in-env process's environment: of the caller's variables only :data:`PLUMBING`'s, the recorded ones
     (:data:`RECORDED_PREFIXES`), Kernodeck's own and the ``declared`` ones (no ``PYTHON*``); plus ``extra``."""
     names = set(declared)
-    env = {k: v for k, v in clean_env().items()
-           if k in PLUMBING or k in names or k.startswith(RECORDED_PREFIXES) or k.startswith(OWN_PREFIXES)}
+    env = {k: v for k, v in clean_env().items() if k in PLUMBING or k in names or k.startswith(RECORDED_PREFIXES)}
     env.update(extra or {})
     return env
 
@@ -45,12 +44,13 @@ def declared_variables(tool: Mapping[str, object]) -> list[str]:
 
 
 # The caller's variables an in-env process gets, and no other: a variable the application reads is an input, so it
-# reaches it recorded or declared. Besides those, the process's plumbing (it differs per machine and changes no number:
-# not recorded) and Kernodeck's own (KERNODECK_*: its cache, its faults' switch, its stack dumps' folder).
+# reaches it recorded or declared. Besides those, by name (never a prefix: a project's XDG_X or KERNODECK_X would pass
+# unrecorded), the process's plumbing (it differs per machine and changes no number: not recorded) and the variables
+# Kernodeck's in-env code reads itself (its cache, its stack dumps' folder; the base image the system step records).
 PLUMBING = frozenset({"PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TEMP", "TMP", "TERM", "SHELL", "SYSTEMROOT",
                       "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "USERPROFILE", "APPDATA", "LOCALAPPDATA",
-                      "PROGRAMDATA"})
-OWN_PREFIXES = ("KERNODECK_", "XDG_")
+                      "PROGRAMDATA", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
+                      "KERNODECK_CACHE", "KERNODECK_STACKS_DIR", "KERNODECK_BASE_IMAGE"})
 
 
 # The variables torch, its BLAS/OpenMP/oneDNN backends, CUDA/ROCm/NCCL and the dynamic loader read: each one the
@@ -66,7 +66,10 @@ RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP
                      "TRITON_", "MIOPEN_", "ROCBLAS_", "HIPBLAS_", "HIPBLASLT_", "RCCL_", "BLIS_", "GOTO_",
                      "VECLIB_", "ZENDNN_", "MALLOC_", "GCONV_PATH",
                      # the locale and the time zone: how text, numbers and dates are read and written
-                     "LANG", "LC_", "TZ")
+                     "LANG", "LC_", "TZ",
+                     # where the Hugging Face and torch caches are (which snapshot files a weights source finds)
+                     "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE",
+                     "SENTENCE_TRANSFORMERS_HOME")
 PRELOAD = "LD_PRELOAD"
 AUDIT = "LD_AUDIT"  # ld.so loads each library it names into every process too, before the program's own code
 # Every variable whose value names code to load into the in-env processes (no lock describes it), and how its list is

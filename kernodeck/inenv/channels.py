@@ -43,14 +43,38 @@ def started(event: str, args: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
 
 def network(args: tuple[Any, ...]) -> tuple[str, dict[str, Any]] | None:
     """``socket.__new__`` (self, family, type, proto): a socket that is not a local (``AF_UNIX``) one receives bytes
-    from another machine or service, an input no fingerprint covers: its refusal, or None."""
+    from another machine or service, an input no fingerprint covers: its refusal, or None. A family of -1 is not
+    yet known (``_socket.socket()`` picks AF_INET after the event; ``fileno=`` reads it from the descriptor):
+    refused too."""
     family = args[1] if len(args) > 1 else None
-    if family in (-1, None) or family == getattr(socket, "AF_UNIX", object()):
+    if family == getattr(socket, "AF_UNIX", object()):
         return None
     name = getattr(socket.AddressFamily, "_value2member_map_", {}).get(family, family)
-    return (f"opened a network socket ({name}): what it receives is an input no fingerprint covers, so it is "
-            "refused: declare the data as a source ([tool.kernodeck.application.data.NAME] url = ..., fetched and "
-            "checked before the application runs)", {"socket": str(name), "tip": TIP})
+    return _refused(f"opened a network socket ({name})", str(name))
+
+
+def addressed(event: str, args: tuple[Any, ...]) -> tuple[str, dict[str, Any]] | None:
+    """``socket.connect``/``bind``/``sendto``/``sendmsg`` (self, address): an address that is not a local socket's
+    path (a host and port tuple) is the network, however the socket came in (inherited, passed by descriptor)."""
+    address = args[-1] if args else None
+    if address is None or isinstance(address, (str, bytes, bytearray)):
+        return None
+    return _refused(f"used a network socket ({event} {address!r})", event)
+
+
+def lookup(event: str, args: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+    """A name resolved by the system's resolver (DNS, or /etc/hosts read natively): the answer is bytes from outside."""
+    return _refused(f"resolved a name ({event} {args[0]!r})" if args else f"resolved a name ({event})", event)
+
+
+LOOKUPS = frozenset({"socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo"})
+ADDRESSED = frozenset({"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"})
+
+
+def _refused(what: str, name: str) -> tuple[str, dict[str, Any]]:
+    return (f"{what}: what it receives is an input no fingerprint covers, so it is refused: declare the data as a "
+            "source ([tool.kernodeck.application.data.NAME] url = ..., fetched and checked before the application "
+            "runs)", {"socket": name, "tip": TIP})
 
 
 def sqlite_file(database: Any) -> str | None:
@@ -64,5 +88,5 @@ def sqlite_file(database: Any) -> str | None:
         name = name[len("file:"):].split("?", 1)[0].split("#", 1)[0]
         if name.startswith("//"):
             name = "/" + name[2:].split("/", 1)[1] if "/" in name[2:] else ""
-        name = urllib.parse.unquote(name)
+        name = os.fsdecode(urllib.parse.unquote_to_bytes(name))  # %E9 is the byte sqlite opens, not U+FFFD
     return name if name and name != ":memory:" else None

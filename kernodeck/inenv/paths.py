@@ -44,11 +44,24 @@ def trusted(path: str) -> bool:
     path = resolved(path)
     if path.startswith(DEVICES):
         return not _ordinary(path)
+    if path.startswith(PROCESSES) and not _own_process(path):
+        return False
     if path.startswith(HERE_SEP):
         path = real(path)
         if path.startswith(HERE_SEP):
             return True
     return path.startswith(TRUSTED_ELSEWHERE) and not path.startswith(UNTRUSTED)
+
+
+PROCESSES = "/proc" + os.sep
+
+
+def _own_process(path: str) -> bool:
+    """A /proc path that is the system's or this process's own: another process's folder (``/proc/<pid>/``: its
+    ``environ`` holds the caller's whole environment, its ``cmdline`` its arguments) is that process's input, not
+    the system's state (eighth red-team pass: the orchestrator's variables read back through its ``environ``)."""
+    part = path[len(PROCESSES):].split(os.sep, 1)[0]
+    return not part.isdigit() or int(part) == os.getpid()
 
 
 def _ordinary(path: str) -> bool:

@@ -13,6 +13,7 @@ window's verdict.
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import os
 import stat
 import sys
@@ -36,18 +37,19 @@ READ: dict[str, str] = {}  # this window's files read: path -> who
 # touched it: an open that failed ("x" on a file that is there, a read-only file) leaves the file as it was, and what
 # else changes a file's state without replacing its bytes (appending, "r+", a truncate to a length, a touch, a chmod)
 # marks it TOUCHED: an input still, its reads counted. A folder that was there is never the application's own.
-WRITTEN: dict[str, tuple[int, int, int, int, bool] | None] = {}
+WRITTEN: dict[str, tuple[int, int, int, int, bool, int] | None] = {}
 TOUCHED: set[str] = set()
+TOUCHED_FILES: set[tuple[int, int]] = set()  # (inode, device) of each file touched: by any of its names
 INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
 
-def _state(path: str) -> tuple[int, int, int, int, bool] | None:
+def _state(path: str) -> tuple[int, int, int, int, bool, int] | None:
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_ISDIR(st.st_mode))
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_ISDIR(st.st_mode), st.st_dev)
 
 
 def _will_write(path: str) -> None:
@@ -72,6 +74,9 @@ def _touched(path: str) -> None:
             _refuse(f"changed the state of {path} in a forked process, a file it did not make: refused",
                     {"file": path, "tip": "change files in the process that runs the application's call"})
         TOUCHED.add(path)
+    state = _state(path)
+    if state is not None:
+        TOUCHED_FILES.add((state[0], state[5]))
 
 
 def written(path: str) -> bool:
@@ -84,7 +89,11 @@ def written(path: str) -> bool:
         return False
     if before is None:
         return True
-    # its data moved (inode, size, mtime): a ctime alone (an xattr) is no bytes replaced
+    # its data moved (inode, size, mtime): a ctime alone (an xattr) is no bytes replaced; a touch through any name of
+    # the same file (a hard link) counts. A forked child's record is a copy frozen at the fork: a file that was there
+    # is never its own (the parent may have touched it since)
+    if children.forked() or (now[0], now[5]) in TOUCHED_FILES:
+        return False
     return not before[4] and path not in TOUCHED and now[:3] != before[:3]
 
 
@@ -289,6 +298,7 @@ def _linked(target_arg: Any, link_arg: Any) -> None:
 
 
 LISTED: dict[str, str] = {}  # this window's folders listed: folder -> who
+_FILL_CACHE = getattr(getattr(importlib.machinery.FileFinder, "_fill_cache", None), "__code__", None)
 
 
 def _listed(path: Any) -> None:
@@ -299,7 +309,7 @@ def _listed(path: Any) -> None:
         path = paths.of_descriptor(path)
         if path is None:
             return
-    if sys._getframe(2).f_code.co_filename.startswith("<frozen importlib"):
+    if sys._getframe(2).f_code is _FILL_CACHE:  # the code object itself: a name anyone can compile under
         return
     raw = paths.given("." if path is None else path)
     folder = None if raw is None else paths.judged(raw)
@@ -333,10 +343,15 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         _touched_by(args[0])  # a state changed, the bytes not replaced
     elif event in channels.PROCESS_EVENTS:
         _refuse(*channels.started(event, args))
-    elif event == "socket.__new__":
-        refusal = channels.network(args)
+    elif event == "socket.__new__" or event in channels.ADDRESSED:
+        refusal = channels.network(args) if event == "socket.__new__" else channels.addressed(event, args)
         if refusal is not None:
             _refuse(*refusal)
+    elif event in channels.LOOKUPS:
+        _refuse(*channels.lookup(event, args))
+    elif event == "os.chdir":  # the working folder every relative name was judged against stays as judged
+        _refuse(f"changed the working folder ({args[0]!r}) while its code runs: a relative name would open another "
+                "file than the one judged", {"tip": "open the application's files by absolute paths (app.root)"})
     elif event in ("os.listdir", "os.scandir"):
         _listed(args[0])
     elif event == "os.mkdir":  # a folder the application made (not one already there): its listing is its own

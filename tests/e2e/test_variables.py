@@ -139,10 +139,14 @@ def test_the_in_env_processes_get_only_recorded_declared_or_plumbing_variables(m
     criterion passed unrecorded, and any numeric variable no prefix names reached torch). The in-env processes get an
     allow-list: what is recorded, what is declared (then recorded too), the process's plumbing and Kernodeck's own."""
     for name, value in {"MY_THRESHOLD": "0.9", "SOME_LIBRARY_KNOB": "1", "TRITON_F32_DEFAULT": "tf32",
-                        "PATH": "/bin", "KERNODECK_CACHE": "/tmp/c", "PYTHONPATH": "/x", "LC_ALL": "C"}.items():
+                        "PATH": "/bin", "KERNODECK_CACHE": "/tmp/c", "PYTHONPATH": "/x", "LC_ALL": "C",
+                        "XDG_MY_THRESHOLD": "0.9", "KERNODECK_THRESHOLD": "0.9", "HF_HOME": "/tmp/hf"}.items():
         monkeypatch.setenv(name, value)
     env = start.environ({"PYTHONHASHSEED": "0"})
     assert "MY_THRESHOLD" not in env and "SOME_LIBRARY_KNOB" not in env and "PYTHONPATH" not in env
+    # the plumbing is named, never a prefix (eighth pass: XDG_X and KERNODECK_X passed unrecorded)
+    assert "XDG_MY_THRESHOLD" not in env and "KERNODECK_THRESHOLD" not in env
+    assert start.recorded(env)["HF_HOME"] == "/tmp/hf"  # where the Hugging Face cache is: passed, recorded
     assert env["TRITON_F32_DEFAULT"] == "tf32" and env["PATH"] == "/bin" and env["KERNODECK_CACHE"] == "/tmp/c"
     assert env["PYTHONHASHSEED"] == "0" and env["LC_ALL"] == "C"
     assert {"TRITON_F32_DEFAULT", "LC_ALL"} <= set(start.recorded(env)) and "MY_THRESHOLD" not in start.recorded(env)

@@ -706,6 +706,24 @@ HOLES = {
         ('sqlite3.connect("file:" + str(ROOT / "data" / "%65xtra.db") + "?mode=ro", uri=True).execute("select 1")',
          "data/extra.db (opened)"),
     "a network socket": ("socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()", "network socket"),
+    # the eighth pass: a socket whose family is not known yet (_socket picks AF_INET after the event); a name the
+    # resolver answers; the working folder changed after a relative name was judged; another process's environment
+    # (the orchestrator's: the allow-list's bypass); a listing from code compiled under the import machinery's name;
+    # a touch through another name of the same file; a sqlite URI escape that is no UTF-8
+    "a socket whose family is not known yet": ('__import__("_socket").socket().close()', "network socket"),
+    "a name resolved by the system's resolver": ('socket.getaddrinfo("localhost", None)', "resolved a name"),
+    "the working folder changed": ('os.chdir(ROOT / "data")', "changed the working folder"),
+    "another process's environment": ('open(f"/proc/{os.getppid()}/environ", "rb").read()', "environ (opened)"),
+    "a listing from code compiled under the import machinery's name":
+        ('eval(compile("__import__(\'os\').listdir(D)", "<frozen importlib._bootstrap>", "eval"), '
+         '{"D": str(ROOT / "data")})', "data/ (listed"),
+    "a touch through another name of the same file":
+        ('(_try(lambda: os.open(ROOT / "data" / "extra.csv", os.O_RDONLY | os.O_TRUNC | os.O_DIRECTORY)), '
+         'os.utime(ROOT / "cache" / "0a1b2c", ns=(1, 1)), (ROOT / "data" / "extra.csv").read_text())',
+         "data/extra.csv (opened)"),
+    "a sqlite URI escape that is no UTF-8":
+        ('sqlite3.connect("file:" + str(ROOT / "data") + "/%E9xtra.db?mode=ro", uri=True).execute("select 1")',
+         "xtra.db (opened)"),
     # a forked child's record was a file in the run's folder the application could remove
     "a forked child's read, its notes removed":
         (f'((lambda pid: os.waitpid(pid, 0) if pid else (open({EXTRA}).read(), os._exit(0)))(os.fork()), '
@@ -727,6 +745,10 @@ def test_a_read_the_record_used_to_miss_is_judged(tmp_path: Path, how: str) -> N
         code, named = HOLES[how]
         if "sqlite" in how:
             sqlite3.connect(str(root / "data" / "extra.db")).close()
+            sqlite3.connect(os.fsdecode(os.fsencode(str(root / "data")) + b"/\xe9xtra.db")).close()
+        if "another name" in how:
+            (root / "cache").mkdir()
+            os.link(root / "data" / "extra.csv", root / "cache" / "0a1b2c")
         result = _run(tmp_path, _with_criterion(config, code, imports="os, socket, sqlite3, sys", head=head,
                                                 code=["src/mypkg/*.py"]))
     finally:
@@ -944,3 +966,38 @@ def test_a_forged_or_lost_note_never_makes_an_input_the_applications_own(tmp_pat
              'ns=(1, 1)), lambda: [os.ftruncate(n, 0) for n in _notes()]), (ROOT / "data" / "extra.csv").read_text())')
     result = _run(tmp_path, _with_criterion(config, touch, head=TOUCH_HEAD, code=["src/mypkg/*.py"]))
     assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], result
+
+
+DIVERGED = """
+def _diverged():
+    extra = ROOT / "data" / "extra.csv"
+    try:
+        os.open(extra, os.O_RDONLY | os.O_TRUNC | os.O_DIRECTORY)  # noted as a write, replaced nothing
+    except OSError:
+        pass
+    go_r, go_w = os.pipe()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.read(go_r, 1)  # after the parent's touch
+            os.write(w, extra.read_bytes())
+        finally:
+            os._exit(0)
+    os.utime(extra, ns=(1, 1))  # an input still: touched, in the parent's record only
+    os.write(go_w, b"g")
+    os.waitpid(pid, 0)
+    os.close(w)
+    return os.read(r, 1000)
+"""
+
+
+def test_a_forked_childs_record_is_no_later_than_its_fork(tmp_path: Path) -> None:
+    """Eighth red-team pass: the parent's failed truncating open notes data/extra.csv as written; after the fork the
+    parent touches it. The child's copy of the record had the write and not the touch, so it took the file for its
+    own and read it unjudged. In a forked child a file that was there is never the application's own."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    result = _run(tmp_path, _with_criterion(config, 'assert (got := _diverged()).startswith(b"label"), got',
+                                            head=DIVERGED, code=["src/mypkg/*.py"]))
+    assert result["status"] == "failed", result
+    assert "data/extra.csv (opened)" in result["error"] or "AssertionError: b''" in result["error"], result
