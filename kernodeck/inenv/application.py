@@ -198,15 +198,18 @@ def _call_entry(ctx: Context, records: list[dict[str, Any]], folder: Path | None
     from . import settings
 
     cfg = _app_cfg(ctx)
+    # the sources are located and checked before any of the application's code runs (its file's own top level
+    # included): nothing it did could have changed them, or the record their check relies on
+    found_weights, found_data = weights(ctx), data(ctx)
     entry = _function(ctx, cfg["entry"], "entry")
     app = App(
         records=[dict(r) for r in records],
         params=dict(cfg.get("params") or {}),
         device=str(ctx.state.get("device", "cpu")),
         root=Path(ctx.config["project_root"]),
-        weights=weights(ctx),
+        weights=found_weights,
         declared=cfg["outputs"],
-        data=data(ctx),
+        data=found_data,
         folder=folder,
     )
     settings.apply(deterministic=ctx.state.get("deterministic", True))
