@@ -127,12 +127,17 @@ def _recorded(ctx: Context, func: Any, who: str) -> Any:
 def settings_held(ctx: Context, who: str) -> Iterator[None]:
     """The determinism settings read back before and again after the application's code runs (its file loaded, each
     call): one it changed (use_deterministic_algorithms(False), set_num_threads, a TF32 flag, the default dtype)
-    fails the step, since settings.json's "verified" would then be untrue of this run."""
-    from . import settings
+    fails the step, since settings.json's "verified" would then be untrue of this run. In between, a setter call that
+    changes one fails it too, set back before the call returns or not (setters.py)."""
+    from . import setters, settings
 
     torch = sys.modules.get("torch")
     before = settings.read_back(torch) if torch is not None else ctx.state.get("settings")
-    yield
+    if torch is not None and before is not None:
+        with setters.watching(torch, before, who):
+            yield
+    else:
+        yield
     torch = sys.modules.get("torch")
     if torch is not None and before is not None:
         verdict = settings.held(torch, before, dict(ctx.state.get("settings") or before), who)
