@@ -10,6 +10,7 @@ application computes.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import importlib.metadata
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import world
+from . import verified, world
 from ._common import CheckFailed, Context, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
 from .locate import locate
@@ -90,9 +91,10 @@ class App:
 
 
 def _function(ctx: Context, target: dict[str, str], what: str) -> Any:
-    """The application's function, from its file loaded by path (each file once per process)."""
+    """The application's function, from its file loaded by path (each file once per process, but for the determinism
+    reruns, which load it afresh: determinism._afresh)."""
     path = Path(ctx.config["project_root"]) / target["file"]
-    name = "kernodeck_app_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    name = verified.APP_PREFIX + hashlib.sha256(str(path).encode()).hexdigest()[:12]
     if not path.is_file():
         raise CheckFailed(f"the {what} file {target['file']} does not exist", "application")
     sha256 = world.declared(ctx).get(os.path.normpath(path)) or None
@@ -204,9 +206,9 @@ def _call_entry(ctx: Context, records: list[dict[str, Any]], folder: Path | None
 
     cfg = _app_cfg(ctx)
     entry = _function(ctx, cfg["entry"], "entry")
-    app = App(
-        records=[dict(r) for r in records],
-        params=dict(cfg.get("params") or {}),
+    app = App(  # copies all the way down: nothing the entry is handed outlives its call (the determinism reruns)
+        records=copy.deepcopy(records),
+        params=copy.deepcopy(dict(cfg.get("params") or {})),
         device=str(ctx.state.get("device", "cpu")),
         root=Path(ctx.config["project_root"]),
         weights=weights(ctx),

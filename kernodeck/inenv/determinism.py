@@ -1,12 +1,18 @@
 """The determinism step: the entry rerun in this process (a fixed subset for large samples), bitwise identical on CPU
-and within the declared tolerance elsewhere; then once without the settings, to record what they cost."""
+and within the declared tolerance elsewhere; then once without the settings, to record what they cost. Each rerun
+loads the project's code afresh and may not read what the application wrote before it (_afresh): a memo of the first
+call's outputs would otherwise pass for a repeat."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import tolerance
+from . import paths, seen, tolerance, verified
 from ._common import CheckFailed, Context
 from .application import _app_cfg, _call_entry, _ids, _rows_for, sample
 from .arrays import _np
@@ -30,22 +36,64 @@ def non_finite_runs(runs: dict[str, Written]) -> list[str]:
     return found
 
 
+def _project_modules(ctx: Context) -> dict[str, Any]:
+    """The application's own modules in sys.modules: its files loaded by path, what it imported from its verified
+    bytes, and any other module whose file lies in the project (loaded by the application's own means), never the
+    env's, the standard library's or Kernodeck's."""
+    roots = tuple(form.rstrip(os.sep) + os.sep for form in paths.forms(str(ctx.config["project_root"])))
+
+    def own(module: Any) -> bool:
+        file = getattr(module, "__file__", None)
+        return verified.from_project(module) or (
+            isinstance(file, str) and file.startswith(roots) and not paths.trusted(os.path.normpath(file)))
+
+    return {name: module for name, module in list(sys.modules.items()) if own(module)}
+
+
+@contextlib.contextmanager
+def _afresh(ctx: Context) -> Iterator[Callable[[], None]]:
+    """Each rerun computes anew: before it (``fresh()``), the project's modules leave sys.modules, so the entry's file
+    and what it imports from the project load again from their verified bytes as new modules (a memo in a module
+    global, an ``lru_cache``, starts empty), and a file the application wrote earlier in the run (a cache of its
+    results) may not be read (seen.EARLIER). Afterwards the first run's modules are put back for the later steps."""
+    kept = _project_modules(ctx)
+
+    def fresh() -> None:
+        for name in _project_modules(ctx):
+            del sys.modules[name]
+        seen.EARLIER.clear()
+        seen.EARLIER.update(seen.WRITTEN)
+
+    try:
+        yield fresh
+    finally:
+        for name in _project_modules(ctx):
+            del sys.modules[name]
+        sys.modules.update(kept)
+        seen.EARLIER.clear()
+
+
 def _reruns(ctx: Context, subset: list[dict[str, Any]]) -> dict[str, Any]:
-    """The entry twice more with the settings, once without them (timed), then the settings restored and read back."""
+    """The entry twice more with the settings, once without them (timed), each from a fresh load of the project's
+    code (_afresh); then the settings restored and read back."""
     from . import settings
 
-    start = time.perf_counter()
-    second = _rows_for(subset, _call_entry(ctx, subset, None).written)
-    t_det = time.perf_counter() - start
-    third = _rows_for(subset, _call_entry(ctx, subset, None).written)
-    ctx.state["deterministic"] = False
-    try:
+    with _afresh(ctx) as fresh:
+        fresh()
         start = time.perf_counter()
-        free = _rows_for(subset, _call_entry(ctx, subset, None).written)
-        t_free = time.perf_counter() - start
-    finally:
-        ctx.state["deterministic"] = True
-        restored = settings.apply(deterministic=True)
+        second = _rows_for(subset, _call_entry(ctx, subset, None).written)
+        t_det = time.perf_counter() - start
+        fresh()
+        third = _rows_for(subset, _call_entry(ctx, subset, None).written)
+        ctx.state["deterministic"] = False
+        try:
+            fresh()
+            start = time.perf_counter()
+            free = _rows_for(subset, _call_entry(ctx, subset, None).written)
+            t_free = time.perf_counter() - start
+        finally:
+            ctx.state["deterministic"] = True
+            restored = settings.apply(deterministic=True)
     import torch
 
     differ = settings.differences(restored, settings.read_back(torch))  # what the later steps (resume) rely on

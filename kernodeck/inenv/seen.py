@@ -38,6 +38,9 @@ READ: dict[str, str] = {}  # this window's files read: path -> who
 # marks it TOUCHED: an input still, its reads counted. A folder that was there is never the application's own.
 WRITTEN: dict[str, tuple[int, int, int, int, bool] | None] = {}
 TOUCHED: set[str] = set()
+# The files the application wrote before the determinism rerun now running began (determinism.py): its earlier
+# results, inputs of the rerun, so a read of one is refused (a cache of its outputs would be read, not recomputed).
+EARLIER: set[str] = set()
 INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
@@ -53,6 +56,7 @@ def _state(path: str) -> tuple[int, int, int, int, bool] | None:
 def _will_write(path: str) -> None:
     """The application is about to replace ``path``'s bytes (a truncating or creating open; or make it, or move or
     link a file onto it): its state now, noted at its first such write in the run."""
+    EARLIER.discard(path)  # its bytes replaced in the rerun: the rerun's own
     if path not in WRITTEN:
         WRITTEN[path] = _state(path)
         _to_parent({"kind": "written", "path": path, "before": WRITTEN[path]})
@@ -112,6 +116,9 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
     if reads and path.endswith(" (deleted)") and raw.startswith(("/proc/", "/dev/fd/")):
         _refuse(f"read a file that is no longer there through {raw} ({path}): what it held cannot be judged",
                 {"file": path, "tip": "read the application's inputs by their declared paths"})
+    if reads and not writes and path in EARLIER and os.path.isfile(path):
+        _refuse(f"read {path} in a determinism rerun, a file the application wrote earlier in this run: its earlier "
+                "results would be read there, not recomputed", {"file": path, "tip": "keep no results across calls"})
     if reads and path not in READ and not written(path) and os.path.isfile(path):
         READ[path] = _by()
         if children.forked():
