@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
-from . import settings, world
+from . import paths, settings, world
 from ._common import CheckFailed
 from .protocol import Layer
 
@@ -33,9 +35,15 @@ BINDINGS = (
     "_set_fp32_precision_setter", "_set_default_dtype", "_set_default_tensor_type", "set_num_threads",
     "set_num_interop_threads",
 )
+# The default dtype is also how a library builds a model in the model's own dtype: transformers' from_pretrained sets
+# it for the model's construction and back (its dtype="auto" reads the model's config: bfloat16, say). Set by such a
+# library (the first caller outside torch is the env's or the standard library's code), it is not judged here; set by
+# the application's own code, it is; a lasting change is judged by the read-back after the call in every case.
+BUILT_IN_ITS_DTYPE = ("_set_default_dtype", "_set_default_tensor_type")
 # The window's settings as they were when it opened (a stack: the entry's file loads inside its call's window),
-# each with who runs: the last one is the window open now.
-OPEN: list[tuple[dict[str, Any], str]] = []
+# who runs, and the process: the last one is the window open now. A forked child (a DataLoader worker sets its own
+# threads to 1) computes nothing of the outputs' numerics by its settings, and is not judged.
+OPEN: list[tuple[dict[str, Any], str, int]] = []
 WRAPPED: dict[int, Any] = {}  # id(torch._C) -> the torch module whose bindings are wrapped
 
 
@@ -49,15 +57,26 @@ def _verdict(who: str, shown: str, call: str, changed: dict[str, dict[str, Any]]
     )
 
 
+def _by_library(torch_home: str) -> bool:
+    """Whether the setter's first caller outside torch is a library's code (the env's, the standard library's), not
+    the application's."""
+    frame = sys._getframe(2)  # the wrapper's caller
+    while frame is not None and frame.f_code.co_filename.startswith(torch_home):
+        frame = frame.f_back
+    return frame is not None and paths.trusted(os.path.normpath(frame.f_code.co_filename))
+
+
 def _watched(torch: Any, name: str, binding: Any) -> Any:
     """``binding``, judged while a window is open: the settings read back after it returns, against the window's."""
+    torch_home = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
     @functools.wraps(binding)
     def setter(*args: Any, **kwargs: Any) -> Any:
-        if not OPEN:
+        top = OPEN[-1:]  # one read: a window another thread closes meanwhile leaves this one as it was
+        if not top or top[0][2] != os.getpid() or (name in BUILT_IN_ITS_DTYPE and _by_library(torch_home)):
             return binding(*args, **kwargs)
         result = binding(*args, **kwargs)
-        before, who = OPEN[-1]
+        before, who, _ = top[0]
         try:
             changed = settings.changed_by_call(before, settings.read_back(torch))
             shown = "; ".join(f"{k}: recorded {v['before']!r}, set {v['after']!r}" for k, v in sorted(changed.items()))
@@ -81,28 +100,28 @@ def install(torch: Any) -> None:
     if bindings is None or id(bindings) in WRAPPED:
         return
     WRAPPED[id(bindings)] = torch
-    originals: dict[int, Any] = {}
+    wrappers: dict[int, Any] = {}  # id(a binding) -> its wrapper
     for name in BINDINGS:
         binding = getattr(bindings, name, None)
         if binding is not None:
-            originals[id(binding)] = _watched(torch, name, binding)
-            setattr(bindings, name, originals[id(binding)])
+            wrappers[id(binding)] = _watched(torch, name, binding)
+            setattr(bindings, name, wrappers[id(binding)])
     for name, value in list(vars(torch).items()):
-        if id(value) in originals:
-            setattr(torch, name, originals[id(value)])
+        if id(value) in wrappers:
+            setattr(torch, name, wrappers[id(value)])
     backends = getattr(torch, "backends", None)
     for owner in [backends, *(vars(backends).values() if backends is not None else ())]:
         for prop in vars(type(owner)).values():  # torch.backends.ContextProp(getter, setter)
             setter = getattr(prop, "setter", None)
-            if id(setter) in originals:
-                prop.setter = originals[id(setter)]
+            if id(setter) in wrappers:
+                prop.setter = wrappers[id(setter)]
 
 
 @contextlib.contextmanager
 def watching(torch: Any, before: dict[str, Any], who: str) -> Iterator[None]:
     """While the application's code runs: a setter call that changes a setting (from ``before``) fails the step."""
     install(torch)
-    OPEN.append((before, who))
+    OPEN.append((before, who, os.getpid()))
     try:
         yield
     finally:

@@ -67,3 +67,23 @@ def test_a_transient_change_in_the_criterion_fails_even_through_the_controls(tmp
 def test_a_setter_given_the_recorded_value_passes(tmp_path: Path, case: str) -> None:
     config, fake = _settings_project(tmp_path, entry=RECORDED[case])
     assert _run(tmp_path, config, "--torch", str(fake)) == {"status": "passed"}
+
+
+FORKED_WORKER = '''import os
+def _forked_worker():
+    pid = os.fork()
+    if pid == 0:
+        try:
+            torch.set_num_threads(1)  # as each DataLoader worker does (torch/utils/data/_utils/worker.py)
+        except BaseException:
+            os._exit(3)
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0, "the worker's set_num_threads was refused"
+'''
+
+
+def test_a_forked_worker_setting_its_own_threads_passes(tmp_path: Path) -> None:
+    """A DataLoader worker (a process forked in the window) sets its own threads to 1: its settings are its own and
+    compute none of the outputs' numbers, so the setters are judged only in the process whose window is open."""
+    config, fake = _settings_project(tmp_path, entry="_forked_worker()", top=FORKED_WORKER)
+    assert _run(tmp_path, config, "--torch", str(fake)) == {"status": "passed"}
