@@ -10,6 +10,7 @@ application computes.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import importlib.metadata
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import world
+from . import verified, world
 from ._common import CheckFailed, Context, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
 from .locate import locate
@@ -90,9 +91,10 @@ class App:
 
 
 def _function(ctx: Context, target: dict[str, str], what: str) -> Any:
-    """The application's function, from its file loaded by path (each file once per process)."""
+    """The application's function, from its file loaded by path (each file once per process, but for the determinism
+    reruns, which load it afresh: determinism._afresh)."""
     path = Path(ctx.config["project_root"]) / target["file"]
-    name = "kernodeck_app_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    name = verified.APP_PREFIX + hashlib.sha256(str(path).encode()).hexdigest()[:12]
     if not path.is_file():
         raise CheckFailed(f"the {what} file {target['file']} does not exist", "application")
     sha256 = world.declared(ctx).get(os.path.normpath(path)) or None
@@ -127,12 +129,17 @@ def _recorded(ctx: Context, func: Any, who: str) -> Any:
 def settings_held(ctx: Context, who: str) -> Iterator[None]:
     """The determinism settings read back before and again after the application's code runs (its file loaded, each
     call): one it changed (use_deterministic_algorithms(False), set_num_threads, a TF32 flag, the default dtype)
-    fails the step, since settings.json's "verified" would then be untrue of this run."""
-    from . import settings
+    fails the step, since settings.json's "verified" would then be untrue of this run. In between, a setter call that
+    changes one fails it too, set back before the call returns or not (setters.py)."""
+    from . import setters, settings
 
     torch = sys.modules.get("torch")
     before = settings.read_back(torch) if torch is not None else ctx.state.get("settings")
-    yield
+    if torch is not None and before is not None:
+        with setters.watching(torch, before, who):
+            yield
+    else:
+        yield
     torch = sys.modules.get("torch")
     if torch is not None and before is not None:
         verdict = settings.held(torch, before, dict(ctx.state.get("settings") or before), who)
@@ -202,9 +209,9 @@ def _call_entry(ctx: Context, records: list[dict[str, Any]], folder: Path | None
     # included): nothing it did could have changed them, or the record their check relies on
     found_weights, found_data = weights(ctx), data(ctx)
     entry = _function(ctx, cfg["entry"], "entry")
-    app = App(
-        records=[dict(r) for r in records],
-        params=dict(cfg.get("params") or {}),
+    app = App(  # copies all the way down: nothing the entry is handed outlives its call (the determinism reruns)
+        records=copy.deepcopy(records),
+        params=copy.deepcopy(dict(cfg.get("params") or {})),
         device=str(ctx.state.get("device", "cpu")),
         root=Path(ctx.config["project_root"]),
         weights=found_weights,

@@ -1,12 +1,20 @@
 """The determinism step: the entry rerun in this process (a fixed subset for large samples), bitwise identical on CPU
-and within the declared tolerance elsewhere; then once without the settings, to record what they cost."""
+and within the declared tolerance elsewhere; then once without the settings, to record what they cost. The first
+rerun loads the project's code afresh, and no rerun may read what the application wrote before it: a memo of the
+first run's outputs would otherwise pass for a repeat. One fresh load is enough for the claim: that rerun's outputs,
+computed from nothing the earlier calls left, are compared with the others'; the other runs keep the first run's
+modules (a model the entry keeps loaded is not loaded again)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from . import tolerance
+from . import paths, seen, tolerance, verified
 from ._common import CheckFailed, Context
 from .application import _app_cfg, _call_entry, _ids, _rows_for, sample
 from .arrays import _np
@@ -30,18 +38,63 @@ def non_finite_runs(runs: dict[str, Written]) -> list[str]:
     return found
 
 
+def _project_modules(ctx: Context) -> dict[str, Any]:
+    """The application's own modules in sys.modules: its files loaded by path, what it imported from its verified
+    bytes, and any other module whose file lies in the project (loaded by the application's own means), never the
+    env's, the standard library's or Kernodeck's."""
+    roots = tuple(form.rstrip(os.sep) + os.sep for form in paths.forms(str(ctx.config["project_root"])))
+
+    def own(module: Any) -> bool:
+        file = getattr(module, "__file__", None)
+        return verified.from_project(module) or (
+            isinstance(file, str) and file.startswith(roots) and not paths.trusted(os.path.normpath(file)))
+
+    return {name: module for name, module in list(sys.modules.items()) if own(module)}
+
+
+@contextlib.contextmanager
+def _afresh(ctx: Context) -> Iterator[None]:
+    """A rerun from the project's code loaded afresh: its modules leave sys.modules, so the entry's file and what it
+    imports from the project load again from their verified bytes as new modules (a memo in a module global, an
+    ``lru_cache``, starts empty); afterwards the first run's modules are put back (the other runs, the later steps)."""
+    kept = _project_modules(ctx)
+    for name in kept:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        for name in _project_modules(ctx):
+            del sys.modules[name]
+        sys.modules.update(kept)
+
+
+def _rerun(ctx: Context, subset: list[dict[str, Any]]) -> Written:
+    """One call of the entry on ``subset``, refused a read of a file the application wrote before it (seen.EARLIER:
+    its earlier results, a cache of them, are inputs here)."""
+    seen.EARLIER.update(seen.WRITTEN)
+    try:
+        return _rows_for(subset, _call_entry(ctx, subset, None).written)
+    finally:
+        seen.EARLIER.clear()
+
+
 def _reruns(ctx: Context, subset: list[dict[str, Any]]) -> dict[str, Any]:
-    """The entry twice more with the settings, once without them (timed), then the settings restored and read back."""
+    """The entry twice more with the settings, the first time from the project's code loaded afresh (_afresh: a memo
+    of the first run's outputs cannot pass for a repeat), then once without them (both timed in the first run's
+    modules, as the entry's own runs are), then the settings restored and read back."""
     from . import settings
 
     start = time.perf_counter()
-    second = _rows_for(subset, _call_entry(ctx, subset, None).written)
+    with _afresh(ctx):
+        second = _rerun(ctx, subset)
+    t_fresh = time.perf_counter() - start
+    start = time.perf_counter()
+    third = _rerun(ctx, subset)
     t_det = time.perf_counter() - start
-    third = _rows_for(subset, _call_entry(ctx, subset, None).written)
     ctx.state["deterministic"] = False
     try:
         start = time.perf_counter()
-        free = _rows_for(subset, _call_entry(ctx, subset, None).written)
+        free = _rerun(ctx, subset)
         t_free = time.perf_counter() - start
     finally:
         ctx.state["deterministic"] = True
@@ -49,7 +102,8 @@ def _reruns(ctx: Context, subset: list[dict[str, Any]]) -> dict[str, Any]:
     import torch
 
     differ = settings.differences(restored, settings.read_back(torch))  # what the later steps (resume) rely on
-    return {"second": second, "third": third, "free": free, "t_det": t_det, "t_free": t_free, "differ": differ}
+    return {"second": second, "third": third, "free": free, "t_det": t_det, "t_free": t_free, "t_fresh": t_fresh,
+            "differ": differ}
 
 
 def _per_output(ctx: Context, runs: list[Written], free: Written) -> tuple[dict[str, Any], bool]:
@@ -120,6 +174,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "repeats": len(runs),
         "bitwise_identical": identical,
         "outputs": per_output,
+        "seconds_afresh": round(got["t_fresh"], 4),  # the first rerun, the project's code loaded again
         "seconds_deterministic": round(t_det, 4),
         "seconds_without_settings": round(t_free, 4),
         "cost_ratio": round(t_det / t_free, 3) if t_free > 0 else None,

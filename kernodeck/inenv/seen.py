@@ -40,6 +40,9 @@ READ: dict[str, str] = {}  # this window's files read: path -> who
 WRITTEN: dict[str, tuple[int, int, int, int, bool, int] | None] = {}
 TOUCHED: set[str] = set()
 TOUCHED_FILES: set[tuple[int, int]] = set()  # (inode, device) of each file touched: by any of its names
+# The files the application wrote before the determinism rerun now running began (determinism.py): its earlier
+# results, inputs of the rerun, so a read of one is refused (a cache of its outputs would be read, not recomputed).
+EARLIER: set[str] = set()
 INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
@@ -55,6 +58,7 @@ def _state(path: str) -> tuple[int, int, int, int, bool, int] | None:
 def _will_write(path: str) -> None:
     """The application is about to replace ``path``'s bytes (a truncating or creating open; or make it, or move or
     link a file onto it): its state now, noted at its first such write in the run."""
+    EARLIER.discard(path)  # its bytes replaced in the rerun: the rerun's own
     if path not in WRITTEN:
         WRITTEN[path] = _state(path)
         _to_parent({"kind": "written", "path": path, "before": WRITTEN[path]})
@@ -123,6 +127,9 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
                 {"file": path, "tip": "read the application's inputs by their declared paths"})
     if reads and children.FORKS[0] and not children.forked():
         from_children()  # a file a child wrote is the application's own when the parent reads it, not only later
+    if reads and not writes and path in EARLIER and os.path.isfile(path):
+        _refuse(f"read {path} in a determinism rerun, a file the application wrote earlier in this run: its earlier "
+                "results would be read there, not recomputed", {"file": path, "tip": "keep no results across calls"})
     if reads and path not in READ and not written(path) and os.path.isfile(path):
         READ[path] = _by()
         if children.forked():

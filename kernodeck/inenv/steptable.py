@@ -157,8 +157,10 @@ class StepName(StrEnum):
                      evidence.deterministic),),
         layers=(Layer.OPERATOR,),
         checks=("the entry rerun twice more in the process (the first 64 records when the sample is larger, "
-                "`[tool.kernodeck.determinism] max-records`; stated in the step): bitwise identical on CPU, the "
-                "declared tolerance elsewhere; the cost of the settings"))
+                "`[tool.kernodeck.determinism] max-records`; stated in the step), the first from the project's code "
+                "loaded afresh, each refused a read of what the application wrote before it (no memo of the first "
+                "call's outputs passes for a repeat): bitwise identical on CPU, the declared tolerance elsewhere; "
+                "the cost of the settings"))
     RESUME = StepRow(
         "resume", "resume", "run", "training resume in a new process matches the uninterrupted run",
         reference=False, summary=findings.resume, claims=(

@@ -44,6 +44,18 @@ def read_verified(path: Path, sha256: str | None, shown: str) -> bytes:
     return source
 
 
+APP_PREFIX = "kernodeck_app_"  # the names of the application's files loaded by path (application._function)
+
+
+def from_project(module: types.ModuleType) -> bool:
+    """Whether ``module`` is the application's own code as loaded here: one of its files loaded by path (under
+    :data:`APP_PREFIX`) or a module it imported from its verified source bytes (:class:`ProjectSources`)."""
+    spec = getattr(module, "__spec__", None)
+    name = getattr(module, "__name__", None)
+    return isinstance(getattr(spec, "loader", None), _SourceBytes) or (
+        isinstance(name, str) and name.startswith(APP_PREFIX))
+
+
 def _run(module: types.ModuleType, source: bytes, path: Path) -> None:
     exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)
 

@@ -408,39 +408,112 @@ def test_a_module_imported_through_proc_self_root_is_judged_and_its_planted_pyc_
 # --- red team of issue 29, third pass: the settings read back where they apply -------------------------------------
 
 FAKE_TORCH = """
+import sys
 import types
+from contextlib import contextmanager
 
 float32, float64 = "torch.float32", "torch.float64"
-_s = {"det": False, "warn": False, "prec": "highest", "threads": 4, "interop": 4, "dtype": float32, "seed": 0}
-backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(deterministic=False, benchmark=True, allow_tf32=True),
-                                 cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=True)))
-utils = types.SimpleNamespace(deterministic=types.SimpleNamespace(fill_uninitialized_memory=False))
+_s = {"det": False, "warn": False, "prec": "highest", "threads": 4, "interop": 4, "dtype": float32, "seed": 0,
+      "cudnn_det": False, "bench": True, "cudnn_tf32": True, "cublas_tf32": True, "fill": False}
+
+
+def _setter(key):
+    return lambda value: _s.__setitem__(key, value)
+
+
+# torch._C as torch has it: the bindings each Python-level setter lands in
+_C = types.ModuleType("torch._C")
+_C._set_deterministic_algorithms = lambda mode, warn_only=False: _s.update(det=mode, warn=warn_only)
+_C._set_float32_matmul_precision = _setter("prec")
+_C._set_default_dtype = _setter("dtype")
+_C.set_num_threads, _C.set_num_interop_threads = _setter("threads"), _setter("interop")
+_C._set_cudnn_deterministic, _C._set_cudnn_benchmark = _setter("cudnn_det"), _setter("bench")
+_C._set_cudnn_allow_tf32, _C._set_cublas_allow_tf32 = _setter("cudnn_tf32"), _setter("cublas_tf32")
+_C._set_deterministic_fill_uninitialized_memory = _setter("fill")
+sys.modules["torch._C"] = _C
+set_num_threads, set_num_interop_threads = _C.set_num_threads, _C.set_num_interop_threads  # from torch._C import *
 def manual_seed(seed): _s["seed"] = seed
 def initial_seed(): return _s["seed"]
-def use_deterministic_algorithms(on, warn_only=False): _s.update(det=on, warn=warn_only)
+def use_deterministic_algorithms(on, *, warn_only=False): _C._set_deterministic_algorithms(on, warn_only=warn_only)
 def are_deterministic_algorithms_enabled(): return _s["det"]
 def is_deterministic_algorithms_warn_only_enabled(): return _s["warn"]
-def set_float32_matmul_precision(p): _s["prec"] = p
+def set_float32_matmul_precision(p): _C._set_float32_matmul_precision(p)
 def get_float32_matmul_precision(): return _s["prec"]
-def set_num_threads(n): _s["threads"] = n
 def get_num_threads(): return _s["threads"]
-def set_num_interop_threads(n): _s["interop"] = n
 def get_num_interop_threads(): return _s["interop"]
-def set_default_dtype(d): _s["dtype"] = d
+def set_default_dtype(d): _C._set_default_dtype(d)
 def get_default_dtype(): return _s["dtype"]
+
+
+class ContextProp:  # torch.backends.ContextProp: the binding held since the class was made
+    def __init__(self, getter, setter):
+        self.getter, self.setter = getter, setter
+
+    def __get__(self, obj, objtype):
+        return self.getter()
+
+    def __set__(self, obj, value):
+        self.setter(value)
+
+
+class CudnnModule(types.ModuleType):
+    deterministic = ContextProp(lambda: _s["cudnn_det"], _C._set_cudnn_deterministic)
+    benchmark = ContextProp(lambda: _s["bench"], _C._set_cudnn_benchmark)
+    allow_tf32 = ContextProp(lambda: _s["cudnn_tf32"], _C._set_cudnn_allow_tf32)
+
+
+@contextmanager
+def flags(enabled=False, benchmark=False, deterministic=False, allow_tf32=True):  # torch.backends.cudnn.flags
+    old = (_s["bench"], _s["cudnn_det"], _s["cudnn_tf32"])
+    _C._set_cudnn_benchmark(benchmark), _C._set_cudnn_deterministic(deterministic), _C._set_cudnn_allow_tf32(allow_tf32)
+    try:
+        yield
+    finally:
+        _C._set_cudnn_benchmark(old[0]), _C._set_cudnn_deterministic(old[1]), _C._set_cudnn_allow_tf32(old[2])
+
+
+class cuBLASModule:  # torch.backends.cuda.matmul: the binding looked up at each set
+    def __getattr__(self, name):
+        if name == "allow_tf32":
+            return _s["cublas_tf32"]
+        raise AttributeError(name)
+
+    def __setattr__(self, name, value):
+        if name != "allow_tf32":
+            raise AttributeError(name)
+        _C._set_cublas_allow_tf32(value)
+
+
+class _Deterministic(types.ModuleType):
+    @property
+    def fill_uninitialized_memory(self):
+        return _s["fill"]
+
+    @fill_uninitialized_memory.setter
+    def fill_uninitialized_memory(self, mode):
+        _C._set_deterministic_fill_uninitialized_memory(mode)
+
+
+backends = types.SimpleNamespace(cudnn=CudnnModule("torch.backends.cudnn"),
+                                 cuda=types.SimpleNamespace(matmul=cuBLASModule()))
+backends.cudnn.flags = flags
+utils = types.SimpleNamespace(deterministic=_Deterministic("torch.utils.deterministic"))
 """
 
-CHANGES = {
-    "deterministic_algorithms": "torch.use_deterministic_algorithms(False)",
-    "deterministic_warn_only": "torch.use_deterministic_algorithms(True, warn_only=True)",
-    "torch.num_threads": "torch.set_num_threads(1)",
-    "cudnn.deterministic": "torch.backends.cudnn.deterministic = False",
-    "cudnn.benchmark": "torch.backends.cudnn.benchmark = True",
-    "cudnn.allow_tf32 (legacy flag)": "torch.backends.cudnn.allow_tf32 = True",
-    "cuda.matmul.allow_tf32 (legacy flag)": "torch.backends.cuda.matmul.allow_tf32 = True",
-    "float32_matmul_precision": 'torch.set_float32_matmul_precision("medium")',
-    "default_dtype": "torch.set_default_dtype(torch.float64)",
-    "fill_uninitialized_memory": "torch.utils.deterministic.fill_uninitialized_memory = False",
+CHANGES = {  # each through its Python-level setter, and the torch._C binding that setter lands in
+    "deterministic_algorithms": ("torch.use_deterministic_algorithms(False)", "_set_deterministic_algorithms"),
+    "deterministic_warn_only":
+        ("torch.use_deterministic_algorithms(True, warn_only=True)", "_set_deterministic_algorithms"),
+    "torch.num_threads": ("torch.set_num_threads(1)", "set_num_threads"),
+    "cudnn.deterministic": ("torch.backends.cudnn.deterministic = False", "_set_cudnn_deterministic"),
+    "cudnn.benchmark": ("torch.backends.cudnn.benchmark = True", "_set_cudnn_benchmark"),
+    "cudnn.allow_tf32 (legacy flag)": ("torch.backends.cudnn.allow_tf32 = True", "_set_cudnn_allow_tf32"),
+    "cuda.matmul.allow_tf32 (legacy flag)":
+        ("torch.backends.cuda.matmul.allow_tf32 = True", "_set_cublas_allow_tf32"),
+    "float32_matmul_precision": ('torch.set_float32_matmul_precision("medium")', "_set_float32_matmul_precision"),
+    "default_dtype": ("torch.set_default_dtype(torch.float64)", "_set_default_dtype"),
+    "fill_uninitialized_memory": ("torch.utils.deterministic.fill_uninitialized_memory = False",
+                                  "_set_deterministic_fill_uninitialized_memory"),
 }
 
 
@@ -464,12 +537,30 @@ def _settings_project(tmp_path: Path, entry: str = "", criterion: str = "", top:
 
 @pytest.mark.parametrize("setting", sorted(CHANGES))
 def test_a_setting_the_entry_changes_fails_the_step_naming_it(tmp_path: Path, setting: str) -> None:
-    """settings.json said "verified" for a setting the entry then changed (the read-back ran before the entry)."""
-    config, fake = _settings_project(tmp_path, entry=CHANGES[setting])
+    """settings.json said "verified" for a setting the entry then changed (the read-back ran before the entry): the
+    setter's call fails the step (setters.py), naming the setting, its recorded value, the value set and the binding."""
+    code, binding = CHANGES[setting]
+    config, fake = _settings_project(tmp_path, entry=code)
     result = _run(tmp_path, config, "--torch", str(fake))
     assert result["status"] == "failed", result
     assert result["error"].startswith("the entry changed determinism settings the run records as verified: ")
-    assert f"{setting}: recorded " in result["error"] and ", after the call " in result["error"]
+    assert f"{setting}: recorded " in result["error"] and ", set " in result["error"]
+    assert f"(by torch._C.{binding}(" in result["error"], result["error"]
+    assert list(result["details"]["changed_settings"]) == [setting]
+
+
+# a change no watched setter makes (a binding held before Kernodeck wrapped it; the process's environment): the
+# read-back after the call names it
+AROUND = {"deterministic_algorithms": 'torch._s["det"] = False',
+          "CUBLAS_WORKSPACE_CONFIG": 'os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":0:0"'}
+
+
+@pytest.mark.parametrize("setting", sorted(AROUND))
+def test_a_setting_changed_around_the_setters_is_caught_by_the_read_back(tmp_path: Path, setting: str) -> None:
+    config, fake = _settings_project(tmp_path, entry=AROUND[setting], top="import os")
+    result = _run(tmp_path, config, "--torch", str(fake))
+    assert result["status"] == "failed", result
+    assert f"{setting}: recorded " in result["error"] and ", after the call " in result["error"], result["error"]
     assert list(result["details"]["changed_settings"]) == [setting]
 
 
@@ -477,7 +568,7 @@ def test_the_settings_are_read_back_after_the_criterion_its_controls_and_the_fil
     config, fake = _settings_project(tmp_path, criterion="torch.set_num_threads(1)")
     result = _run(tmp_path, config, "--torch", str(fake))
     assert result["status"] == "failed" and "the criterion changed determinism settings" in result["error"]
-    assert "torch.num_threads: recorded 4, after the call 1" in result["error"]
+    assert "torch.num_threads: recorded 4, set 1 (by torch._C.set_num_threads(1)" in result["error"]
     # through the controls, which count any error of the criterion as a rejection: the step fails all the same
     result = _run(tmp_path, config, "--torch", str(fake), "--controls")
     assert result["status"] == "failed" and "the criterion changed determinism settings" in result["error"]
@@ -485,7 +576,7 @@ def test_the_settings_are_read_back_after_the_criterion_its_controls_and_the_fil
     config, fake = _settings_project(tmp_path / "top", top="torch.use_deterministic_algorithms(False)")
     result = _run(tmp_path, config, "--torch", str(fake))
     assert result["status"] == "failed" and "the entry's file changed determinism settings" in result["error"]
-    assert "deterministic_algorithms: recorded True, after the call False" in result["error"]
+    assert "deterministic_algorithms: recorded True, set False" in result["error"]
 
 
 def test_an_entry_that_seeds_its_own_generators_or_leaves_the_settings_passes(tmp_path: Path) -> None:

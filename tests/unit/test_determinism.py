@@ -1,0 +1,163 @@
+"""The determinism step's reruns recompute the outputs (kernodeck/inenv/determinism.py; the seventh red-team pass of
+issue 29, /work/notes/redteam7.md section 5).
+
+The reruns call the entry again in the same process. An entry that memoises its outputs (a module global, an
+``lru_cache``, a module of the project, a cache file) handed back the first call's arrays, and the step said "bitwise
+identical" of a computation that is not. Each entry here draws from an unseeded generator, so only a rerun that
+recomputes can tell: the step must fail, by the difference between the runs or by refusing the cache's read. The
+stand-in torch is test_verified's FAKE_TORCH; the process is started as kernodeck/env/start.py starts the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernodeck.project import app_contract
+from tests.unit.test_verified import FAKE_TORCH, INENV, _closed_project
+
+HARNESS = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+sys.path.insert(0, sys.argv[4])  # the fake torch (test_verified.FAKE_TORCH)
+from kernodeck_inenv import application, determinism, world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+try:
+    first = application._call_entry(ctx, application.sample(ctx), None)
+    ctx.state["first_run"] = {n: a for n, (a, _) in first.written.items()}
+    before = {n: id(m) for n, m in sys.modules.items() if n.startswith(("kernodeck_app_", "mypkg"))}
+    details = determinism.run(ctx)
+    world.settle()
+    after = {n: id(m) for n, m in sys.modules.items() if n.startswith(("kernodeck_app_", "mypkg"))}
+    print(json.dumps({"status": "passed", "bitwise_identical": details["bitwise_identical"],
+                      "modules_kept": before == after}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+
+DRAW = "np.random.default_rng().integers(0, 1 << 40, size=len(key))"  # unseeded: differs on every call
+ENTRIES = {  # each keeps the first call's outputs for the same records
+    "a dict in the entry's module": f"""
+_SEEN = {{}}
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    if key not in _SEEN:
+        _SEEN[key] = {DRAW}
+    app.write("x", _SEEN[key], list(key))
+""",
+    "an lru_cache in the entry's module": f"""
+import functools
+@functools.lru_cache(maxsize=None)
+def _outputs(key):
+    return {DRAW}
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    app.write("x", _outputs(key), list(key))
+""",
+    "a dict in a module of the project": f"""
+sys.path.insert(0, str(ROOT / "src"))
+import mypkg.memo
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    if key not in mypkg.memo.SEEN:
+        mypkg.memo.SEEN[key] = {DRAW}
+    app.write("x", mypkg.memo.SEEN[key], list(key))
+""",
+    "a dict handed in the params": f"""
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    memo = app.params["memo"]
+    if str(key) not in memo:
+        memo[str(key)] = {DRAW}
+    app.write("x", memo[str(key)], list(key))
+""",
+}
+CACHE_FILE = f"""
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    cache = Path("cache-" + str(len(key)) + ".npy")  # in the working folder: the run's
+    if not cache.exists():
+        np.save(cache, {DRAW})
+    app.write("x", np.load(cache), list(key))
+"""
+# the controls, on both codes: recomputed without a memo (the runs differ); seeded, with a file written and read back
+# within one call and a module-level table (passes)
+RECOMPUTED = f"""
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    app.write("x", {DRAW}, list(key))
+"""
+SEEDED = """
+TABLE = np.arange(1000)
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    scratch = Path("scratch.npy")
+    np.save(scratch, np.random.default_rng(7).integers(0, 1 << 40, size=len(key)) + TABLE[:len(key)])
+    app.write("x", np.load(scratch), list(key))
+"""
+
+
+def _determinism(tmp_path: Path, entry: str, params: dict[str, Any] | None = None, limit: int = 64) -> dict[str, Any]:
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/*.csv"])
+    root = Path(config["project_root"])
+    (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(4)))
+    (root / "src" / "mypkg" / "memo.py").write_text("SEEN = {}\n")
+    (root / "app.py").write_text("import sys\nfrom pathlib import Path\n\nimport numpy as np\n\n"
+                                 "ROOT = Path(__file__).resolve().parent\n" + entry +
+                                 "\n\ndef criterion(o, i, r, p):\n    return {'passed': True, 'summary': ''}\n")
+    config["application"]["sources"] = app_contract.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+         "code": ["src/mypkg/*.py"], "files": ["data/*.csv"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    config["application"]["params"] = params or {}
+    config["determinism_records"] = limit  # below 4: the reruns take the first records, the first run is not compared
+    fake = tmp_path / "faketorch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (tmp_path / "det.py").write_text(HARNESS)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))},
+           "PYTHONHASHSEED": "0"}  # started as kernodeck/env/start.py starts the runner (-s -P, the seed in effect)
+    done = subprocess.run([sys.executable, "-s", "-P", str(tmp_path / "det.py"), str(INENV / "_package.py"),
+                           str(tmp_path / "config.json"), str(tmp_path / "out"), str(fake)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("limit", [64, 2], ids=["the whole sample", "a subset"])
+@pytest.mark.parametrize("memo", sorted(ENTRIES))
+def test_a_memo_of_the_first_calls_outputs_does_not_pass_for_a_repeat(tmp_path: Path, memo: str, limit: int) -> None:
+    """Before: "passed", bitwise identical. Now the first rerun loads the project's code afresh, and every call is
+    handed copies. On a subset the first run is not among the runs compared: the memo is then the first rerun's."""
+    result = _determinism(tmp_path, ENTRIES[memo], params={"memo": {}}, limit=limit)
+    assert result["status"] == "failed", result
+    assert "runs of the entry on CPU in one process differ (x)" in result["error"], result
+
+
+def test_a_cache_file_the_first_call_wrote_is_refused_in_a_rerun(tmp_path: Path) -> None:
+    """Before: "passed" (the working folder is the run's, its files the application's own). Its earlier results are
+    inputs of a rerun: the read is refused, naming the file."""
+    result = _determinism(tmp_path, CACHE_FILE)
+    assert result["status"] == "failed", result
+    assert result["error"].startswith("the entry read "), result
+    assert "cache-4.npy in a determinism rerun, a file the application wrote earlier in this run" in result["error"]
+
+
+def test_controls_an_entry_that_recomputes_fails_and_a_seeded_one_passes(tmp_path: Path) -> None:
+    assert "runs of the entry on CPU in one process differ (x)" in _determinism(tmp_path / "a", RECOMPUTED)["error"]
+    # a file written and read back within one call is the call's own; after the step, the first run's modules are
+    # the ones loaded (the steps after it see what the application step loaded)
+    assert _determinism(tmp_path / "b", SEEDED) == {"status": "passed", "bitwise_identical": True,
+                                                    "modules_kept": True}
