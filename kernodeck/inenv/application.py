@@ -108,19 +108,31 @@ def _function(ctx: Context, target: dict[str, str], what: str) -> Any:
     func = getattr(module, target["function"], None)
     if not callable(func):
         raise CheckFailed(f"{target['file']} has no function {target['function']}", "application")
-    return _recorded(ctx, func, f"the {what}")
+    return _recorded(ctx, func, f"the {what}", keep=what != "entry")
 
 
-def _recorded(ctx: Context, func: Any, who: str) -> Any:
+def _recorded(ctx: Context, func: Any, who: str, *, keep: bool = True) -> Any:
     """The application's function, each call inside a closed-world window (world.py): whoever calls it (the entry's
-    runs, the criterion's, its controls and margin search), what it opens or imports is recorded and judged."""
+    runs, the criterion's, its controls and margin search), what it opens or imports is recorded and judged. Its
+    answer leaves the window as plain data (a copy through JSON; ``keep`` False: dropped, the entry's): no method of
+    an object of the application's (``__del__``, a dict's ``get``) runs later on Kernodeck's thread, unwatched."""
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
         with settings_held(ctx, who), world.window(ctx, who):
-            return func(*args, **kwargs)
+            answer = func(*args, **kwargs)
+            plain = _plain(answer, who) if keep else None
+            del answer
+            return plain
 
     return call
+
+
+def _plain(answer: Any, who: str) -> Any:
+    try:
+        return json.loads(json.dumps(answer, default=str))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise CheckFailed(f"{who} returned what is not plain data ({type(exc).__name__}: {exc})", "application") from exc
 
 
 @contextlib.contextmanager

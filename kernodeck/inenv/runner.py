@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if result[StepKey.STATUS] != Status.FAILED:
             try:
                 libraries.check(ctx)  # a shared library mapped while the step ran, from outside the env, fails it
+                world.sources_held(ctx)  # and a declared file edited meanwhile (its fingerprint no longer true)
             except CheckFailed as exc:
                 result.update({StepKey.STATUS: Status.FAILED, StepKey.ERROR: str(exc), StepKey.LAYER: exc.layer,
                                StepKey.DETAILS: exc.details})
