@@ -132,7 +132,8 @@ def _plain(answer: Any, who: str) -> Any:
     try:
         return json.loads(json.dumps(answer, default=str))
     except (TypeError, ValueError, RecursionError) as exc:
-        raise CheckFailed(f"{who} returned what is not plain data ({type(exc).__name__}: {exc})", "application") from exc
+        raise CheckFailed(f"{who} returned what is not plain data ({type(exc).__name__}: {exc})",
+                          "application") from exc
 
 
 @contextlib.contextmanager

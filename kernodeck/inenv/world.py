@@ -185,9 +185,14 @@ def _in_sources(ctx: Context, path: str) -> bool:
     prints = dict(ctx.state.get("data_fingerprint") or {})
     found += [(where, prints.get(name)) for name, where in dict(ctx.state.get("data") or {}).items()]
     # a read is recorded by the file it opens: a fingerprinted file reached through a link (an hf snapshot's file is a
-    # link to its blob) is that link's target
-    if any(isinstance(files, dict) and path in {os.path.realpath(os.path.join(form, rel)) for rel in files
-                                                for form in paths.forms(str(source))} for source, files in found):
+    # link to its blob) is that link's target (resolved once per set of sources: a write in a window asks too)
+    key = (ctx.state.get("weights"), id(ctx.state.get("weights_fingerprint")), id(ctx.state.get("data_fingerprint")),
+           id(ctx.state.get("data")))
+    if ctx.state.get("source_files", (None,))[0] != key:
+        ctx.state["source_files"] = (key, {os.path.realpath(os.path.join(form, rel)) for source, files in found
+                                           if isinstance(files, dict) for rel in files
+                                           for form in paths.forms(str(source))})
+    if path in ctx.state["source_files"][1]:
         return True
     for source, files in found:
         for form in paths.forms(str(source)):

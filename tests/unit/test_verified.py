@@ -1105,7 +1105,8 @@ BETWEEN = {  # (lines after ROOT, the entry's return, the criterion's line): the
     # own thread ran after a window closed (the hook off for it), reading data/extra.csv into BOX for the criterion
     "__del__ of the entry's return value": (
         "class _Late:\n    def __del__(self):\n        BOX.append(EXTRA.read_text())\n", "return _Late()",
-        '_check(BOX and BOX[0].startswith("label"))', "the entry read files that are not declared sources: data/extra.csv"),
+        '_check(BOX and BOX[0].startswith("label"))',
+        "the entry read files that are not declared sources: data/extra.csv"),
     "a profile function the entry leaves set": (
         "def _prof(frame, event, arg):\n"
         "    if not BOX and event == 'call' and frame.f_code.co_name == '_function':\n"
@@ -1149,3 +1150,28 @@ def test_the_applications_code_never_runs_on_kernodecks_thread_between_windows(t
         assert result == {"status": "passed"}, result
         return
     assert result["status"] == "failed" and named in result["error"], (how, result)
+
+
+LATE_WRITE = GAP.replace(
+    "    threading.Thread(target=lambda: (go.wait(), box.append(extra.read_text())), daemon=True).start()\n",
+    "    def _write():\n        go.wait()\n        try:\n            extra.write_text('edited\\n')\n"
+    "        finally:\n            box.append('done')\n"
+    "    threading.Thread(target=_write, daemon=True).start()\n").replace(
+    "        assert box[0].startswith(\"label\")\n", "        pass\n    world.settle()\n")
+
+
+def test_a_thread_left_running_may_not_change_a_declared_file_between_windows(tmp_path: Path) -> None:
+    """The guard holds between windows too, for every thread but Kernodeck's own: a thread the entry left running
+    that rewrites a declared file is refused there, and the step fails (settle) naming it as that thread's."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
+    (tmp_path / "late.py").write_text(LATE_WRITE)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "late.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "failed", result
+    assert result["error"].startswith("a thread the application left running"), result
+    assert "changed a declared source, data/extra.csv" in result["error"], result
+    assert (Path(config["project_root"]) / "data" / "extra.csv").read_text() == "label\n1\n"
