@@ -143,7 +143,7 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
     again only when its stat (inode, size, mtime, ctime) moved since it was last hashed, as locate's sources are."""
     known, found = declared(ctx), []
     for path in files:
-        digest = known.get(path) or known.get(os.path.realpath(path))
+        digest = known.get(path)  # a read is recorded by the file it opens: the declared form resolved is known too
         if not digest:
             continue
         try:

@@ -1155,6 +1155,7 @@ def test_the_applications_code_never_runs_on_kernodecks_thread_between_windows(t
 LATE_WRITE = GAP.replace(
     "    threading.Thread(target=lambda: (go.wait(), box.append(extra.read_text())), daemon=True).start()\n",
     "    def _write():\n        go.wait()\n        try:\n            extra.write_text('edited\\n')\n"
+    "        except Exception:\n            pass  # the refusal swallowed (no traceback printed: its source read)\n"
     "        finally:\n            box.append('done')\n"
     "    threading.Thread(target=_write, daemon=True).start()\n").replace(
     "        assert box[0].startswith(\"label\")\n", "        pass\n    world.settle()\n")
