@@ -98,14 +98,28 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     seen.GUARD[0] = functools.partial(_guarded, ctx)
     traces, refused = _traces(), len(seen.PENDING)
     seen.BY[0], seen.ON[0] = who, True
+    raised: BaseException | None = None
     try:
         yield
+    except BaseException as exc:
+        raised = exc
+        raise
     finally:
         _restore(traces)
         seen.ON[0] = False
         seen.from_children()  # a forked child's refusal is the first error, whatever the call raised after it
-    if len(seen.PENDING) > refused:  # a refusal the application caught (or CPython swallowed: sys.addaudithook's)
-        raise seen.PENDING[refused]
+        if len(seen.PENDING) > refused:  # a refusal the application caught (or CPython swallowed: addaudithook's)
+            raise seen.PENDING[refused]
+        if raised is None or isinstance(raised, Exception):  # a call that raised (a control, the margin search
+            # count it as a rejection) read what it read too: judged, its verdict pending (judge) and the first error
+            try:  # unless the call's own error is a verdict already (the finder's "not the file fingerprinted")
+                _judge_window(ctx, who, before)
+            except CheckFailed:
+                if not isinstance(raised, CheckFailed):
+                    raise
+
+
+def _judge_window(ctx: Context, who: str, before: set[str]) -> None:
     # a module object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``) is not new
     known = {id(module) for name, module in list(sys.modules.items()) if name in before}
     judge(ctx, who, {name for name, module in list(sys.modules.items())

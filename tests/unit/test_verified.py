@@ -1121,6 +1121,9 @@ BETWEEN = {  # (lines after ROOT, the entry's return, the criterion's line): the
         "def _hook(event, args):\n    if event == 'open' and not BOX:\n        BOX.append('')\n"
         "        BOX[0] = EXTRA.read_text()\n", "sys.addaudithook(_hook)\n    return 1",
         '_check(BOX and BOX[0].startswith("label"))', "the entry added an audit hook"),
+    "an exception whose message reads": (
+        "class _Late(Exception):\n    def __str__(self):\n        return EXTRA.read_text()\n", "raise _Late()",
+        "pass", "the entry read files that are not declared sources: data/extra.csv"),  # its message read inside
     "the criterion's answer, whose get reads": (
         "class _Answer(dict):\n    def get(self, key, default=None):\n"
         "        return EXTRA.read_text().startswith('label') if key == 'passed' else dict.get(self, key, default)\n",
@@ -1176,3 +1179,16 @@ def test_a_thread_left_running_may_not_change_a_declared_file_between_windows(tm
     assert result["error"].startswith("a thread the application left running"), result
     assert "changed a declared source, data/extra.csv" in result["error"], result
     assert (Path(config["project_root"]) / "data" / "extra.csv").read_text() == "label\n1\n"
+
+
+def test_a_call_that_raises_is_judged_too(tmp_path: Path) -> None:
+    """A call of the criterion that raised was not judged (the window judged only a call that returned), and the
+    controls and the margin search count a raise as a rejection: a criterion could read an undeclared file on its
+    first corrupted output, raise, and use the bytes in every later call. Its reads are judged now, and the step
+    fails though the controls swallowed the error."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    config = _with_criterion(config, "(BOX.append(EXTRA.read_text()), _fail()) if not BOX else None",
+                             head='EXTRA = ROOT / "data" / "extra.csv"\nBOX = []\ndef _fail():\n'
+                                  '    raise ValueError("rejected")\n', code=["src/mypkg/*.py"])
+    result = _run(tmp_path, config, "--controls")
+    assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], result
