@@ -1192,3 +1192,35 @@ def test_a_call_that_raises_is_judged_too(tmp_path: Path) -> None:
                                   '    raise ValueError("rejected")\n', code=["src/mypkg/*.py"])
     result = _run(tmp_path, config, "--controls")
     assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], result
+
+
+KEPT = """
+import json, runpy, sys, threading
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import world
+from kernodeck_inenv._common import Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+def tool(frame, event, arg):  # a debugger's or a coverage tool's, set before the run
+    return None
+sys.setprofile(tool)
+threading.settrace(tool)
+with world.window(ctx, "the entry"):
+    sys.setprofile(None)  # the application's own change, put back at the window's end
+    threading.settrace(None)
+print(json.dumps({"kept": sys.getprofile() is tool and threading.gettrace() is tool}))
+"""
+
+
+def test_a_trace_or_profile_function_set_before_a_window_is_kept(tmp_path: Path) -> None:
+    """The trace and profile functions are put back as they were when the window opened, not cleared: the
+    application's change undone, a debugger's or a coverage tool's kept (on 976bd33 the change stayed)."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    (tmp_path / "kept.py").write_text(KEPT)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "kept.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"kept": True}
