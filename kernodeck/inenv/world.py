@@ -33,13 +33,12 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import children, paths, seen, verified
+from . import children, leftover, paths, seen, verified
 from ._common import CheckFailed, Context, sha256_file
 from .protocol import Layer
 
@@ -96,7 +95,7 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     children.open_notes()
     seen.JUDGE[0] = functools.partial(_at_once, ctx, who)
     seen.GUARD[0] = functools.partial(_guarded, ctx)
-    traces, refused = _traces(), len(seen.PENDING)
+    traces, refused = leftover.taken(), len(seen.PENDING)
     seen.BY[0], seen.ON[0] = who, True
     raised: BaseException | None = None
     try:
@@ -105,7 +104,7 @@ def window(ctx: Context, who: str) -> Iterator[None]:
         raised = exc
         raise
     finally:
-        _restore(traces)
+        leftover.put_back(traces)  # nothing of the application's left for the interpreter to call later
         seen.ON[0] = False
         seen.from_children()  # a forked child's refusal is the first error, whatever the call raised after it
         if len(seen.PENDING) > refused:  # a refusal the application caught (or CPython swallowed: addaudithook's)
@@ -124,19 +123,6 @@ def _judge_window(ctx: Context, who: str, before: set[str]) -> None:
     known = {id(module) for name, module in list(sys.modules.items()) if name in before}
     judge(ctx, who, {name for name, module in list(sys.modules.items())
                      if name not in before and id(module) not in known})
-
-
-def _traces() -> tuple[Any, ...]:
-    return sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile()
-
-
-def _restore(before: tuple[Any, ...]) -> None:
-    """The trace and profile functions as they were when the window opened (none, or a debugger's, a coverage
-    tool's): one the application set would run on Kernodeck's own calls between windows, unwatched."""
-    for was, now, put in zip(before, _traces(), (sys.settrace, sys.setprofile, threading.settrace,
-                                                 threading.setprofile), strict=True):
-        if now is not was:
-            put(was)
 
 
 def _guarded(ctx: Context, path: str) -> str | None:
