@@ -197,12 +197,15 @@ if "--torch" in sys.argv:  # a fake torch (tests/unit/test_verified.py's FAKE_TO
     settings.apply()
     ctx.state["settings"] = settings.read_back(torch)
 sys.modules["kernodeck_inenv"].__loader__.check(Path(sys.argv[1]), config.get("inenv_sha256"))  # as runner.py does
+if "--collect" in sys.argv:  # Kernodeck's handler of the signal sent between the windows (below)
+    __import__("signal").signal(__import__("signal").SIGUSR2, lambda signum, frame: None)
 try:
     world.forget()
     run = application._function(ctx, config["application"]["entry"], "entry")
     run(None)
-    if "--collect" in sys.argv:  # Kernodeck's own work between windows runs a collection (here at once)
-        __import__("gc").collect()
+    if "--collect" in sys.argv:  # Kernodeck's own work between windows runs a collection (here at once), and a
+        __import__("gc").collect()  # signal arrives then
+        __import__("os").kill(__import__("os").getpid(), __import__("signal").SIGUSR2)
     crit = application._function(ctx, config["application"]["criterion"], "criterion")
     if "--controls" in sys.argv:  # the criterion only on corruptions, through the controls (as judge.criterion)
         judge = lambda outputs: tuple(application._judge(crit, outputs, [{"id": "a"}], {}, Path(config["project_root"])
@@ -1134,6 +1137,10 @@ BETWEEN = {  # (lines after ROOT, the entry's return, the criterion's line): the
         "        BOX.append(EXTRA.read_text())\n",
         "sys.unraisablehook = _uh\n    b = _Boom()\n    b.me = b\n    del b\n    return 1",
         '_check(BOX and BOX[0].startswith("label"))', "AssertionError"),
+    "a signal handler the entry sets": (  # called as the signal arrives, on Kernodeck's main thread
+        "import signal\ndef _on(signum, frame):\n    if not BOX:\n        BOX.append(EXTRA.read_text())\n",
+        "signal.signal(signal.SIGUSR2, _on)\n    return 1", '_check(BOX and BOX[0].startswith("label"))',
+        "AssertionError"),
     "an exception whose message reads": (
         "class _Late(Exception):\n    def __str__(self):\n        return EXTRA.read_text()\n", "raise _Late()",
         "pass", "the entry read files that are not declared sources: data/extra.csv"),  # its message read inside
