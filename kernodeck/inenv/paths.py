@@ -156,6 +156,15 @@ def open_folders() -> list[str]:
     return found
 
 
+def state(path: str) -> tuple[int, int, int, int, bool] | None:
+    """A file's state as seen.py notes it before a write (inode, size, mtime, ctime, a folder), or None: nothing."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_ISDIR(st.st_mode))
+
+
 def of_descriptor(fd: int) -> str | None:
     """The path an open descriptor names (``/proc/self/fd``), or None."""
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import sys
 import threading
 from typing import Any, NoReturn
@@ -43,12 +42,7 @@ INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
 
-def _state(path: str) -> tuple[int, int, int, int, bool] | None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_ISDIR(st.st_mode))
+_state = paths.state
 
 
 def _will_write(path: str) -> None:
@@ -89,8 +83,7 @@ def written(path: str) -> bool:
     return not before[4] and path not in TOUCHED and now[:3] != before[:3]
 
 
-# world.py sets it when a window opens: a path -> what it is when a change there is refused at once (the env,
-# Kernodeck's in-env folder, a declared source: checked before the run, relied on as checked), else None
+# world.py sets it as a window opens: a path -> what a change there changes that the run relies on as checked, or None
 GUARD: list[Any] = [None]
 
 
