@@ -110,19 +110,59 @@ def _function(ctx: Context, target: dict[str, str], what: str) -> Any:
     func = getattr(module, target["function"], None)
     if not callable(func):
         raise CheckFailed(f"{target['file']} has no function {target['function']}", "application")
-    return _recorded(ctx, func, f"the {what}")
+    return _recorded(ctx, func, f"the {what}", keep=what != "entry")
 
 
-def _recorded(ctx: Context, func: Any, who: str) -> Any:
+def _recorded(ctx: Context, func: Any, who: str, *, keep: bool = True) -> Any:
     """The application's function, each call inside a closed-world window (world.py): whoever calls it (the entry's
-    runs, the criterion's, its controls and margin search), what it opens or imports is recorded and judged."""
+    runs, the criterion's, its controls and margin search), what it opens or imports is recorded and judged. Its
+    answer leaves the window as plain data (a copy through JSON; ``keep`` False: dropped, the entry's): no method of
+    an object of the application's (``__del__``, a dict's ``get``, an exception's ``__str__``: :func:`_verdict`) runs
+    later on Kernodeck's thread, unwatched."""
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
+        raised: CheckFailed | None = None
+        plain = None
         with settings_held(ctx, who), world.window(ctx, who):
-            return func(*args, **kwargs)
+            try:
+                answer = func(*args, **kwargs)
+            except CheckFailed:
+                raise
+            except Exception as exc:  # made a verdict here; raised once the window judged what the call read
+                raised = _verdict(who, exc, Path(ctx.config["project_root"]))
+                raised.__cause__ = exc
+            else:
+                plain = _plain(answer, who) if keep else None
+                del answer
+        if raised is not None:
+            raise raised
+        return plain
 
     return call
+
+
+# the layer an exception's kind names, by caller (any other: the application's, at the user's frame: _raised)
+_LAYERS: dict[str, tuple[tuple[type[BaseException], str], ...]] = {
+    "the entry": ((ImportError, "environment"), (MemoryError, "device")),
+    "the resume entry": ((ImportError, "environment"),)}
+
+
+def _verdict(who: str, exc: Exception, root: Path) -> CheckFailed:
+    """An exception of the application's call as its verdict, made inside the window: its message is the
+    application's code (``__str__``), run where what it reads is judged."""
+    for kind, layer in _LAYERS.get(who, ()):
+        if isinstance(exc, kind):
+            return CheckFailed(f"{kind.__name__}: {exc}", layer)
+    return _raised(who, exc, root)
+
+
+def _plain(answer: Any, who: str) -> Any:
+    try:
+        return json.loads(json.dumps(answer, default=str))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise CheckFailed(f"{who} returned what is not plain data ({type(exc).__name__}: {exc})",
+                          "application") from exc
 
 
 @contextlib.contextmanager

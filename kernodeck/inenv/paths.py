@@ -6,7 +6,9 @@ path opens (its links and each ``..`` after a link resolved). seen.py records by
 from __future__ import annotations
 
 import os
+import re
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ def resolved(path: str) -> str:
 def trusted(path: str) -> bool:
     """A normalised absolute path in the env, the base stdlib, Kernodeck's in-env folder or a pseudo file system
     (a pseudo path that links to an ordinary file is judged by that file, and an ordinary file under /dev is one; a
-    path in Kernodeck's in-env folder, which no env check covers, by the file it opens)."""
+    path in Kernodeck's in-env folder, which no env check covers, by the file it opens: :func:`kernodecks`)."""
     path = resolved(path)
     if path.startswith(DEVICES):
         return not _ordinary(path)
@@ -49,7 +51,7 @@ def trusted(path: str) -> bool:
     if path.startswith(HERE_SEP):
         path = real(path)
         if path.startswith(HERE_SEP):
-            return True
+            return kernodecks(path)
     return path.startswith(TRUSTED_ELSEWHERE) and not path.startswith(UNTRUSTED)
 
 
@@ -62,6 +64,17 @@ def _own_process(path: str) -> bool:
     the system's state (eighth red-team pass: the orchestrator's variables read back through its ``environ``)."""
     part = path[len(PROCESSES):].split(os.sep, 1)[0]
     return not part.isdigit() or int(part) == os.getpid()
+
+
+def kernodecks(path: str) -> bool:
+    """A real path in Kernodeck's in-env folder that is Kernodeck's: the folder, and the files the run fingerprints
+    there (the loader's ``inenv_sha256`` names, _package.py; its ``*.py`` where it was given none). Anything else
+    there (a file dropped beside them: the folder is an install the user writes) is judged as any other file."""
+    folder, name = os.path.split(path)
+    if path == HERE or folder != HERE:
+        return path == HERE
+    expected = getattr(getattr(sys.modules.get(__package__ or ""), "__loader__", None), "expected", None)
+    return name in expected if isinstance(expected, dict) else name.endswith(".py")
 
 
 def _ordinary(path: str) -> bool:
@@ -101,6 +114,69 @@ def judged(raw: str) -> str | None:
         return None
     path = real(raw)
     return None if trusted(path) else path
+
+
+# The import machinery's cache of a source beside it: ``__pycache__/<stem>.<tag>[.opt-N].pyc``, written as
+# ``<that>.<number>`` first and moved into place (importlib's _write_atomic)
+_BYTECODE = re.compile(rf"(?P<stem>[^{re.escape(os.sep)}]+)\.{re.escape(str(sys.implementation.cache_tag))}"
+                       r"(\.opt-[12])?\.pyc(\.\d+)?")
+
+
+def guarded(path: str) -> str | None:
+    """What a change at ``path`` changes that was checked before the run: the env (a home: proven by the env
+    check), Kernodeck's in-env folder (its files fingerprinted), or None."""
+    if path == HERE or path.startswith(HERE_SEP):
+        return "Kernodeck's in-env folder"
+    return "the env" if homes.home(path) else None
+
+
+def places(raw: str) -> set[str]:
+    """Where a change through a path as written lands: the path as written, the file it opens (links followed) and
+    the name in its resolved folder (a move, a link or a removal replaces the name, not what a link there names)."""
+    folder, name = os.path.split(os.path.normpath(raw))
+    return {os.path.normpath(raw), real(raw), os.path.join(real(folder), name)}
+
+
+def interpreters_bytecode(path: str) -> bool:
+    """The import machinery's own write of an env module's bytecode (its ``__pycache__`` folder, or the cache of a
+    ``<stem>.py`` beside it, envfiles.allowed's rule), made by importlib's frozen code itself (torch imported inside
+    the entry writes these). Calling importlib's private writers directly is tampering (docs/application.md)."""
+    if not homes.home(path):
+        return False
+    folder, name = os.path.split(path)
+    if name != "__pycache__":
+        match = _BYTECODE.fullmatch(name)
+        if match is None or os.path.basename(folder) != "__pycache__" or not os.path.isfile(
+                os.path.join(os.path.dirname(folder), match["stem"] + ".py")):
+            return False
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(HERE_SEP):
+        frame = frame.f_back  # the hook's own frames: the first other one made the change
+    return frame.f_code.co_filename.startswith("<frozen importlib._bootstrap_external")
+
+
+def open_folders() -> list[str]:
+    """Every folder this process holds open as a descriptor (a ``dir_fd`` it may open relative to)."""
+    found: list[str] = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return found
+    for name in names:
+        target = of_descriptor(int(name))
+        if target is not None and target.startswith(os.sep) and os.path.isdir(target):
+            found.append(target)
+    return found
+
+
+def state(path: str) -> tuple[int, int, int, int, bool, int] | None:
+    """A file's state as seen.py notes it before a write (inode, size, mtime, ctime, a folder, device), or None:
+    nothing."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_ISDIR(st.st_mode), st.st_dev)
 
 
 def of_descriptor(fd: int) -> str | None:

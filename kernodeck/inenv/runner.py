@@ -58,6 +58,13 @@ def _progress(result: dict[str, object]) -> str:
     return note + ")"
 
 
+def _held(ctx: Context) -> None:
+    """What fails a step that passed: a shared library mapped while it ran from outside the env (libraries.py), a
+    declared file edited meanwhile (the run's fingerprint of it no longer true: world.sources_held)."""
+    libraries.check(ctx)
+    world.sources_held(ctx)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", type=Path, required=True)
@@ -119,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             })
         if result[StepKey.STATUS] != Status.FAILED:
             try:
-                libraries.check(ctx)  # a shared library mapped while the step ran, from outside the env, fails it
+                _held(ctx)
             except CheckFailed as exc:
                 result.update({StepKey.STATUS: Status.FAILED, StepKey.ERROR: str(exc), StepKey.LAYER: exc.layer,
                                StepKey.DETAILS: exc.details})

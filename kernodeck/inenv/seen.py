@@ -4,7 +4,8 @@ Installed once (``sys.addaudithook``), the hook returns at once outside a window
 record. It records every file opened for reading (``open``: ``open()``, ``os.open`` (a relative name against the
 working folder and every folder held open: its ``dir_fd``), ``io.open_code``), ``sqlite3.connect``'s database and a
 library ``ctypes`` loads by path; every file written or folder made (outputs); the project folders listed outside the
-import machinery; and refuses at once a process the application starts (what it reads cannot be seen). A process
+import machinery; and refuses at once a process the application starts (what it reads cannot be seen), an audit hook
+it adds, and a change to what was checked before the run (:data:`GUARD`: the env, a declared source). A process
 forked in a window keeps the hook: its reads are judged at once in it, its writes handed to the parent (children.py).
 Between windows, every thread but Kernodeck's own is watched: what the application left running reads for the next
 window's verdict.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import importlib.machinery
 import os
-import stat
 import sys
 import threading
 from typing import Any, NoReturn
@@ -47,12 +47,7 @@ INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
 
-def _state(path: str) -> tuple[int, int, int, int, bool, int] | None:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_ISDIR(st.st_mode), st.st_dev)
+_state = paths.state
 
 
 def _will_write(path: str) -> None:
@@ -101,10 +96,30 @@ def written(path: str) -> bool:
     return not before[4] and path not in TOUCHED and now[:3] != before[:3]
 
 
-def _opened(file: Any, mode: Any, flags: Any) -> None:
+# world.py sets it as a window opens: a path -> what a change there changes that the run relies on as checked, or None
+GUARD: list[Any] = [None]
+
+
+def _guard(raw: str | None, how: str) -> None:
+    """A change through ``raw`` (as written), refused where it lands on what the run relies on as it was checked
+    (:data:`GUARD`), except the import machinery's own bytecode for an env module (paths.interpreters_bytecode)."""
+    for place in paths.places(raw) if raw is not None and GUARD[0] is not None else ():
+        what = GUARD[0](place)
+        if what is not None and not paths.interpreters_bytecode(place):
+            _refuse(f"changed {what} ({place}, {how}) while the run relies on it as it was checked: refused",
+                    {"file": place, "tip": "write the application's outputs into the run's folder (its working "
+                                           "folder) or elsewhere outside the env and the declared sources"})
+
+
+def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
     if isinstance(file, int):
         return  # an open file descriptor: its file was opened (and recorded) before
     raw = paths.given(file)
+    bits = 0 if isinstance(mode, str) else int(flags or 0)
+    changes = any(c in mode for c in "wxa+") if isinstance(mode, str) else bool(
+        bits & (os.O_ACCMODE | os.O_TRUNC | os.O_CREAT) and not bits & getattr(os, "O_PATH", 0))
+    if changes and guarded:
+        _guard(raw, "opened to write")
     path = None if raw is None else paths.judged(raw)  # the file it opens: links followed, each ``..`` after its link
     if raw is None or path is None:
         return
@@ -140,20 +155,6 @@ def _opened(file: Any, mode: Any, flags: Any) -> None:
         _touched(path)
 
 
-def _open_dirs() -> list[str]:
-    """Every folder this process holds open as a descriptor (a ``dir_fd`` it may open relative to)."""
-    found: list[str] = []
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return found
-    for name in names:
-        target = paths.of_descriptor(int(name))
-        if target is not None and target.startswith(os.sep) and os.path.isdir(target):
-            found.append(target)
-    return found
-
-
 def _os_open(file: Any, flags: Any) -> None:
     """``os.open``: its audit event carries no ``dir_fd``, so a relative name is judged against the working folder
     AND every folder the process holds open (``os.open(name, O_RDONLY, dir_fd=d)`` reads ``d``'s file, never the
@@ -167,7 +168,7 @@ def _os_open(file: Any, flags: Any) -> None:
     if name.startswith(os.sep):
         _opened(name, None, flags)
         return
-    for folder in {os.getcwd(), *_open_dirs()}:
+    for folder in {os.getcwd(), *paths.open_folders()}:
         _opened(os.path.join(folder, name), None, flags)
 
 
@@ -227,7 +228,9 @@ def _sqlite(database: Any) -> None:
     """``sqlite3.connect``: the database file is read (and created if missing, then an output) like an open."""
     name = channels.sqlite_file(database)
     if name is not None:
-        _opened(name, "a+", None)
+        if not os.path.exists(name):
+            _guard(paths.given(name), "a database made")
+        _opened(name, "a+", None, guarded=False)  # an existing database is read (sqlite may write its journal)
 
 
 def _dlopen(name: Any) -> None:
@@ -240,13 +243,16 @@ def _dlopen(name: Any) -> None:
         _opened(path, "r", None)
 
 
-def _moved(src_arg: Any, dst_arg: Any) -> None:
+def _moved(src_arg: Any, dst_arg: Any, how: str = "moved") -> None:
     """``os.rename``/``os.replace`` (and ``os.link``): the destination is a new name for the source's bytes. A
     source the application did not write is an input, read as it is moved or linked (into the run's folder, say); the
     destination is then the application's own."""
     src, dst = paths.given(src_arg), paths.given(dst_arg)
     if src is None or dst is None:
         return
+    _guard(dst, f"{how} onto")
+    if how == "moved":
+        _guard(src, "moved away")
     source = paths.real(src)
     if not paths.trusted(source) and not written(source):
         if os.path.isdir(source):  # a folder moved: each file in it, read as it moves
@@ -285,6 +291,7 @@ def _touched_by(file: Any) -> None:
     if isinstance(file, int):
         file = paths.of_descriptor(file)
     raw = paths.given(file)
+    _guard(raw, "its state changed")
     path = None if raw is None else paths.judged(raw)
     if path is not None:
         _touched(path)
@@ -301,7 +308,7 @@ def _linked(target_arg: Any, link_arg: Any) -> None:
         return
     if not raw.startswith(os.sep):
         target = os.path.join(os.path.dirname(link), raw)
-    _moved(target, link)
+    _moved(target, link, "linked")
 
 
 LISTED: dict[str, str] = {}  # this window's folders listed: folder -> who
@@ -343,7 +350,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             _opened(*args[:3])
     elif event in ("os.rename", "os.link"):  # also os.replace; a file written then moved into place is still an
         # output, and a hard link is a new name for the file's bytes, read through it
-        _moved(_at(args[0], args[2]), _at(args[1], args[3]))
+        _moved(_at(args[0], args[2]), _at(args[1], args[3]), "moved" if event == "os.rename" else "linked")
     elif event == "os.symlink":  # a link made (in the env, say, which is trusted by its path): what it names is read
         _linked(args[0], _at(args[1], args[2]))
     elif event in ("os.truncate", "os.utime", "os.chmod", "os.chown", "os.setxattr", "os.removexattr"):
@@ -362,11 +369,16 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     elif event in ("os.listdir", "os.scandir"):
         _listed(args[0])
     elif event == "os.mkdir":  # a folder the application made (not one already there): its listing is its own
-        made = paths.given(args[0])
+        made = paths.given(_at(args[0], args[2]))
+        _guard(made, "a folder made")
         if made is not None:
             _will_write(paths.real(made))
     elif event == "os.fork":
         children.FORKS[0] = True
+    elif event in ("os.remove", "os.rmdir"):
+        _guard(paths.given(_at(*args[:2])), "removed")
+    elif event == "sys.addaudithook":  # it would run on every event, Kernodeck's own between windows included
+        _refuse("added an audit hook (sys.addaudithook): refused", {"tip": "docs/application.md"})
     elif event == "sqlite3.connect":
         _sqlite(args[0])
     elif event == "ctypes.dlopen":

@@ -33,13 +33,13 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import children, paths, seen, verified
-from ._common import CheckFailed, Context
+from . import children, leftover, paths, seen, verified
+from ._common import CheckFailed, Context, sha256_file
 from .protocol import Layer
 
 
@@ -94,16 +94,88 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     children.PID[0] = os.getpid()
     children.open_notes()
     seen.JUDGE[0] = functools.partial(_at_once, ctx, who)
+    seen.GUARD[0] = functools.partial(_guarded, ctx)
+    traces, refused = leftover.taken(), len(seen.PENDING)
     seen.BY[0], seen.ON[0] = who, True
+    raised: BaseException | None = None
     try:
         yield
+    except BaseException as exc:
+        raised = exc
+        raise
     finally:
+        leftover.put_back(traces)  # nothing of the application's left for the interpreter to call later
         seen.ON[0] = False
         seen.from_children()  # a forked child's refusal is the first error, whatever the call raised after it
+        if len(seen.PENDING) > refused:  # a refusal the application caught (or CPython swallowed: addaudithook's)
+            raise seen.PENDING[refused]
+        if raised is None or isinstance(raised, Exception):  # a call that raised (a control, the margin search
+            # count it as a rejection) read what it read too: judged, its verdict pending (judge) and the first error
+            try:  # unless the call's own error is a verdict already (the finder's "not the file fingerprinted")
+                _judge_window(ctx, who, before)
+            except CheckFailed:
+                if not isinstance(raised, CheckFailed):
+                    raise
+
+
+def _judge_window(ctx: Context, who: str, before: set[str]) -> None:
     # a module object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``) is not new
     known = {id(module) for name, module in list(sys.modules.items()) if name in before}
     judge(ctx, who, {name for name, module in list(sys.modules.items())
                      if name not in before and id(module) not in known})
+
+
+def _guarded(ctx: Context, path: str) -> str | None:
+    """seen.GUARD: what a change at ``path`` would change that the run relies on as checked before it ran: the env,
+    Kernodeck's in-env folder (paths.guarded), a declared source (its fingerprint taken when the run started)."""
+    where = paths.guarded(path)
+    if where is None and (path in declared(ctx) or _in_sources(ctx, path)):
+        where = f"a declared source, {_shown(Path(ctx.config['project_root']))(path)}"
+    return where
+
+
+HASHED: dict[str, tuple[tuple[int, ...], str]] = {}  # a declared file's stat when last hashed, and its sha256
+
+
+def moved(ctx: Context, files: Iterable[str]) -> list[str]:
+    """The declared files among ``files`` whose bytes are not those the run's fingerprints name (fingerprinted when
+    the run started, compared with the reference): edited since, by the user or another process. A file is hashed
+    again only when its stat (inode, size, mtime, ctime) moved since it was last hashed, as locate's sources are."""
+    known, found = declared(ctx), []
+    for path in files:
+        digest = known.get(path)  # a read is recorded by the file it opens: the declared form resolved is known too
+        if not digest:
+            continue
+        try:
+            st = os.stat(path)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if path not in HASHED or HASHED[path][0] != key:
+                HASHED[path] = (key, sha256_file(Path(path)))
+            now = HASHED[path][1]
+        except OSError:
+            now = ""
+        if now != digest:
+            found.append(_shown(Path(ctx.config["project_root"]))(path))
+    return sorted(set(found))
+
+
+def _changed_verdict(who: str, files: list[str]) -> CheckFailed:
+    return CheckFailed(
+        f"{who} read declared sources whose bytes are not those fingerprinted when the run started: "
+        f"{', '.join(files)} changed during the run (edited meanwhile?)", Layer.APPLICATION,
+        {"changed": files, "tip": "leave the declared files as they are while a run reads them, then run it again"})
+
+
+def sources_held(ctx: Context) -> None:
+    """After each step (runner.py): every declared file still the bytes the run fingerprinted when it started, as
+    the reference's run requires of its sources; one edited meanwhile fails the step that was running."""
+    files = {os.path.realpath(p): p for p in declared(ctx)}
+    changed = moved(ctx, sorted(files.values()))
+    if changed:
+        raise CheckFailed(
+            f"the declared sources changed while this step ran: {', '.join(changed)}: the run's fingerprints (its "
+            "record, compared with the reference) no longer describe the files it used", Layer.APPLICATION,
+            {"changed": changed, "tip": "leave the declared files as they are while verify runs, then run it again"})
 
 
 def _in_sources(ctx: Context, path: str) -> bool:
@@ -113,9 +185,14 @@ def _in_sources(ctx: Context, path: str) -> bool:
     prints = dict(ctx.state.get("data_fingerprint") or {})
     found += [(where, prints.get(name)) for name, where in dict(ctx.state.get("data") or {}).items()]
     # a read is recorded by the file it opens: a fingerprinted file reached through a link (an hf snapshot's file is a
-    # link to its blob) is that link's target
-    if any(isinstance(files, dict) and path in {os.path.realpath(os.path.join(form, rel)) for rel in files
-                                                for form in paths.forms(str(source))} for source, files in found):
+    # link to its blob) is that link's target (resolved once per set of sources: a write in a window asks too)
+    key = (ctx.state.get("weights"), id(ctx.state.get("weights_fingerprint")), id(ctx.state.get("data_fingerprint")),
+           id(ctx.state.get("data")))
+    if ctx.state.get("source_files", (None,))[0] != key:
+        ctx.state["source_files"] = (key, {os.path.realpath(os.path.join(form, rel)) for source, files in found
+                                           if isinstance(files, dict) for rel in files
+                                           for form in paths.forms(str(source))})
+    if path in ctx.state["source_files"][1]:
         return True
     for source, files in found:
         for form in paths.forms(str(source)):
@@ -141,17 +218,23 @@ def _declaration(rel: str) -> str:
     return "code" if rel.endswith((".py", ".pyc", ".so", ".pyd")) else "files"
 
 
-def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
-    """Each file read in the window (or imported in it) that is not trusted, declared, written this run or in the
-    run's folder: ``{"file", "how", "by", "declare"}``."""
-    known = declared(ctx)
-    out_dir = str(ctx.out.resolve()) + os.sep
+def _imported(new_modules: set[str]) -> dict[str, str]:
+    """The files of the modules imported in the window: path -> module name."""
     modules = {}
     for name in new_modules:
         file = getattr(sys.modules.get(name), "__file__", None)
         if isinstance(file, str):
             path = os.path.normpath(os.path.abspath(file))
             modules[path if paths.trusted(path) else paths.real(path)] = name  # the env's thousands: no link resolved
+    return modules
+
+
+def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
+    """Each file read in the window (or imported in it) that is not trusted, declared, written this run or in the
+    run's folder: ``{"file", "how", "by", "declare"}``."""
+    known = declared(ctx)
+    out_dir = str(ctx.out.resolve()) + os.sep
+    modules = _imported(new_modules)
     found: dict[str, dict[str, str]] = {}
     candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
     for path, by in candidates.items():
@@ -181,6 +264,10 @@ def _at_once(ctx: Context, who: str, path: str, how: str) -> tuple[str, dict[str
     """In a forked child (seen.JUDGE): a file read, or a folder listed, judged as the window's end would; the
     verdict's message (after who) and details, or None when it is accounted for."""
     known, out_dir = declared(ctx), str(ctx.out.resolve()) + os.sep
+    changed = moved(ctx, [path]) if how != "listed" else []
+    if changed:
+        return (f"read declared sources whose bytes are not those fingerprinted when the run started: {changed[0]}",
+                {"changed": changed, "tip": "leave the declared files as they are while a run reads them"})
     if how == "listed":
         found = _listings(ctx, known, out_dir, {path: who}).get(path)
     else:
@@ -248,7 +335,13 @@ TIP = "nox -s reference -- --new   (after declaring them: the reference then fin
 
 
 def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
-    """The window's verdict: CheckFailed naming every undeclared file and the declaration to add."""
+    """The window's verdict: CheckFailed naming every declared file read that changed since the run's fingerprints
+    (:func:`moved`), else every undeclared file and the declaration to add."""
+    changed = moved(ctx, {*seen.READ, *_imported(new_modules)})
+    if changed:
+        verdict = _changed_verdict(who, changed)
+        pending(verdict)
+        raise verdict
     files = strangers(ctx, new_modules)
     if not files:
         return

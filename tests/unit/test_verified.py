@@ -196,10 +196,16 @@ if "--torch" in sys.argv:  # a fake torch (tests/unit/test_verified.py's FAKE_TO
     from kernodeck_inenv import settings
     settings.apply()
     ctx.state["settings"] = settings.read_back(torch)
+sys.modules["kernodeck_inenv"].__loader__.check(Path(sys.argv[1]), config.get("inenv_sha256"))  # as runner.py does
+if "--collect" in sys.argv:  # Kernodeck's handler of the signal sent between the windows (below)
+    __import__("signal").signal(__import__("signal").SIGUSR2, lambda signum, frame: None)
 try:
     world.forget()
     run = application._function(ctx, config["application"]["entry"], "entry")
     run(None)
+    if "--collect" in sys.argv:  # Kernodeck's own work between windows runs a collection (here at once), and a
+        __import__("gc").collect()  # signal arrives then
+        __import__("os").kill(__import__("os").getpid(), __import__("signal").SIGUSR2)
     crit = application._function(ctx, config["application"]["criterion"], "criterion")
     if "--controls" in sys.argv:  # the criterion only on corruptions, through the controls (as judge.criterion)
         judge = lambda outputs: tuple(application._judge(crit, outputs, [{"id": "a"}], {}, Path(config["project_root"])
@@ -890,7 +896,9 @@ def test_a_link_made_in_the_env_is_judged_by_what_it_names(tmp_path: Path) -> No
             'os.unlink(SITE / "secretmod.py"))')
     config = _with_criterion(config, code, head=f"SITE = Path({str(site)!r})\n", code=["src/mypkg/*.py"])
     result = _run(tmp_path, config, python=env / "bin" / "python")
-    assert result["status"] == "failed" and "secretmod.py (opened)" in result["error"], result
+    # refused as it is made (no change to the env in a window: the seventh pass), before anything reads through it
+    assert result["status"] == "failed" and "changed the env" in result["error"], result
+    assert "secretmod.py, linked onto" in result["error"] and not (site / "secretmod.py").exists(), result
 
 
 GAP = """
@@ -1092,3 +1100,311 @@ def test_a_forked_childs_record_is_no_later_than_its_fork(tmp_path: Path) -> Non
                                             head=DIVERGED, code=["src/mypkg/*.py"]))
     assert result["status"] == "failed", result
     assert "data/extra.csv (opened)" in result["error"] or "AssertionError: b''" in result["error"], result
+
+
+# --- the red team's seventh pass: guarded paths, Kernodeck's folder, declared files edited, code run between windows --
+
+
+@pytest.fixture(scope="module")
+def throwaway_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv standing for the env (numpy through a .pth): the cases write only files of their own into it."""
+    env = tmp_path_factory.mktemp("guarded") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    site = next((env / "lib").glob("python*/site-packages"))
+    (site / "numpy-here.pth").write_text(os.path.dirname(os.path.dirname(__import__("numpy").__file__)) + "\n")
+    return env
+
+
+GUARDED = {  # each changed the env (or a declared file) inside a window, then used it: it passed
+    "a module written into the env, then imported": (
+        '((SITE / f"{NAME}.py").write_text("VALUE = 7\\n"), _check(__import__(NAME).VALUE == 7))', "the env"),
+    "an env module appended to": ('open(SITE / f"{NAME}_v.py", "a").write("VALUE = 8\\n")', "the env"),
+    "an env module opened for update": ('open(SITE / f"{NAME}_v.py", "r+").write("VALUE = 9")', "the env"),
+    "an env module truncated": ('os.truncate(SITE / f"{NAME}_v.py", 0)', "the env"),
+    "an env module's time changed": ('os.utime(SITE / f"{NAME}_v.py", ns=(1, 1))', "the env"),
+    "an env module removed": ('os.remove(SITE / f"{NAME}_v.py")', "the env"),
+    "a file moved onto an env module": (
+        '((ROOT / "own.py").write_text("VALUE = 3\\n"), os.replace(ROOT / "own.py", SITE / f"{NAME}_v.py"))',
+        "the env"),
+    "a hard link made in the env": (
+        '((ROOT / "own.py").write_text("VALUE = 4\\n"), os.link(ROOT / "own.py", SITE / f"{NAME}.py"))', "the env"),
+    "a folder made in the env": ('os.mkdir(SITE / NAME)', "the env"),
+    "bytecode written into the env by the application": (
+        '(SITE / "__pycache__" / f"{NAME}_v.{sys.implementation.cache_tag}.pyc").write_bytes(b"planted")', "the env"),
+    "a declared module rewritten": ('(ROOT / "src" / "mypkg" / "util.py").write_text("VALUE = 5\\n")',
+                                    "src/mypkg/util.py"),
+    "a declared data file appended to": ('open(ROOT / "data" / "extra.csv", "a").write("6\\n")', "data/extra.csv"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(GUARDED))
+def test_a_write_into_the_env_or_onto_a_declared_file_is_refused(tmp_path: Path, throwaway_env: Path,
+                                                                 how: str) -> None:
+    """The env is trusted because the inventory proved it before the runner started, and a declared file because the
+    orchestrator fingerprinted it then: a window's write, truncate, append, touch, removal, move or link onto them,
+    or a folder made in the env, changed what the run says it ran, unseen (seventh red-team pass). Refused at once."""
+    site = next((throwaway_env / "lib").glob("python*/site-packages"))
+    name = "kd_" + hashlib.sha256(how.encode()).hexdigest()[:8]
+    (site / f"{name}_v.py").write_text("VALUE = 1\n")
+    (site / "__pycache__").mkdir(exist_ok=True)
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
+    code, named = GUARDED[how]
+    head = f"SITE = Path({str(site)!r})\nNAME = {name!r}\ndef _check(ok):\n    assert ok\n"
+    config = _with_criterion(config, code, head=head, code=["src/mypkg/*.py"], files=["data/extra.csv"])
+    result = _run(tmp_path, config, python=throwaway_env / "bin" / "python")
+    assert result["status"] == "failed" and "changed" in result["error"] and named in result["error"], (how, result)
+    assert (site / f"{name}_v.py").read_text() == "VALUE = 1\n" and not (site / name).exists(), how
+
+
+def test_the_interpreters_bytecode_for_an_env_module_is_written_in_a_window(tmp_path: Path,
+                                                                            throwaway_env: Path) -> None:
+    """The control: importing an env module in a window (torch inside the entry) writes its bytecode into the env's
+    ``__pycache__`` (the import machinery's own write, which the env check accepts): that passes, and the cache is
+    there."""
+    site = next((throwaway_env / "lib").glob("python*/site-packages"))
+    (site / "kd_fresh.py").write_text("VALUE = 2\n")
+    shutil.rmtree(site / "__pycache__", ignore_errors=True)
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    config = _with_criterion(config, '__import__("kd_fresh")', code=["src/mypkg/*.py"])
+    assert _run(tmp_path, config, python=throwaway_env / "bin" / "python") == {"status": "passed"}
+    assert list((site / "__pycache__").glob("kd_fresh.*.pyc")), list(site.iterdir())
+
+
+CHANGED = {  # a declared file edited after the run's fingerprints were taken, before the application reads it
+    # loaded by path by the application: the bytecode rule compiles the file's current bytes
+    "a declared module loaded by path": (
+        '_check((lambda s: (s.loader.exec_module(m := importlib.util.module_from_spec(s)), m.VALUE)[1])('
+        'importlib.util.spec_from_file_location("helper", ROOT / "helper.py")) == 2)', "helper.py"),
+    "a declared data file": ('_check((ROOT / "data" / "extra.csv").read_text().startswith("changed"))',
+                             "data/extra.csv"),
+}
+
+
+@pytest.mark.parametrize("how", [*sorted(CHANGED), "control: unchanged"])
+def test_a_declared_file_changed_after_its_fingerprint_is_refused(tmp_path: Path, how: str) -> None:
+    """A declared file opened or loaded by path was accepted by its path alone: edited after the run's fingerprints
+    were taken (the user working on while a long verify runs), its new bytes ran or were read, and the dossier named
+    the old ones (seventh red-team pass). A declared file read in a window is hashed again at its end."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
+    root = Path(config["project_root"])
+    (root / "helper.py").write_text("VALUE = 1\n")
+    code, named = CHANGED.get(how, ('_check(importlib.util.find_spec("os") and (ROOT / "data" / "extra.csv")'
+                                    '.read_text().startswith("label"))', ""))
+    config = _with_criterion(config, code, imports="importlib.util, os, sys", head="def _check(ok):\n    assert ok\n",
+                             code=["src/mypkg/*.py", "helper.py"], files=["data/extra.csv"])
+    if named:
+        (root / "helper.py").write_text("VALUE = 2\n")
+        (root / "data" / "extra.csv").write_text("changed\n")
+        result = _run(tmp_path, config)
+        assert result["status"] == "failed" and named in result["error"], (how, result)
+        assert "changed during the run" in result["error"], result
+    else:
+        assert _run(tmp_path, config) == {"status": "passed"}
+
+
+HELD = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+extra = Path(config["project_root"]) / "data" / "extra.csv"
+try:
+    with world.window(ctx, "the criterion"):
+        assert extra.read_text().startswith("label")
+    if "--edit" in sys.argv:  # another process edits the declared file once it was read (its fingerprint taken)
+        extra.write_text("edited\\n")
+    world.sources_held(ctx)  # the runner's check after each step
+    print(json.dumps({"status": "passed"}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+
+
+@pytest.mark.parametrize("edit", [True, False], ids=["edited after its read", "control: left as it is"])
+def test_a_declared_file_edited_during_a_step_fails_it(tmp_path: Path, edit: bool) -> None:
+    """The reference's run refuses sources that moved during it (new_reference.require_sources_as_run); verify
+    checked nothing after the run, so a file edited after the application read it left a dossier whose fingerprints
+    are not of the bytes the run used. The runner checks every declared file after each step now."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
+    (tmp_path / "held.py").write_text(HELD)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "held.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), *(["--edit"] if edit else []), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if edit:
+        assert result["status"] == "failed" and "data/extra.csv" in result["error"], result
+        assert "changed while this step ran" in result["error"], result
+    else:
+        assert result == {"status": "passed"}
+
+
+@pytest.mark.parametrize("stash", ["stash.csv", "stash.py"])
+def test_a_file_beside_kernodecks_inenv_modules_is_not_trusted(tmp_path: Path, stash: str) -> None:
+    """Every file under Kernodeck's in-env folder was trusted, though only its modules are fingerprinted (the run
+    config's ``inenv_sha256``): a file dropped there (an install the user writes) was read as Kernodeck's own (seventh
+    red-team pass). Only the fingerprinted files are trusted there (the folder's ``*.py`` where none are given)."""
+    folder = _inenv_copy(tmp_path)
+    (folder / stash).write_text("label\n6\n")
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    if stash.endswith(".py"):  # given the fingerprints, as the runner is: a .py there that is not one is a stranger
+        config["inenv_sha256"] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in INENV.glob("*.py")}
+    config = _with_criterion(config, f'assert open({str(folder / stash)!r}).read().startswith("label")',
+                             code=["src/mypkg/*.py"])
+    (tmp_path / "harness.py").write_text(HARNESS)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "harness.py"), str(folder / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "failed" and f"{stash} (opened)" in result["error"], result
+    control = _with_criterion(config, f'assert open({str(folder / "seen.py")!r}).read()', code=["src/mypkg/*.py"])
+    (tmp_path / "config.json").write_text(json.dumps(control))  # the control: Kernodeck's own module read passes
+    done = _python(str(tmp_path / "harness.py"), str(folder / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "passed"}, done.stderr
+
+
+BETWEEN = {  # (lines after ROOT, the entry's return, the criterion's line): the application's code that Kernodeck's
+    # own thread ran after a window closed (the hook off for it), reading data/extra.csv into BOX for the criterion
+    "__del__ of the entry's return value": (
+        "class _Late:\n    def __del__(self):\n        BOX.append(EXTRA.read_text())\n", "return _Late()",
+        '_check(BOX and BOX[0].startswith("label"))',
+        "the entry read files that are not declared sources: data/extra.csv"),
+    "a profile function the entry leaves set": (
+        "def _prof(frame, event, arg):\n"
+        "    if not BOX and event == 'call' and frame.f_code.co_name == '_function':\n"
+        "        BOX.append(EXTRA.read_text())\n", "sys.setprofile(_prof)\n    return 1",
+        '_check(BOX and BOX[0].startswith("label"))', "AssertionError"),  # never called: no bytes
+    "a trace function the entry leaves set": (
+        "def _trace(frame, event, arg):\n"
+        "    if not BOX and event == 'call' and frame.f_code.co_name == '_function':\n"
+        "        BOX.append(EXTRA.read_text())\n", "sys.settrace(_trace)\n    return 1",
+        '_check(BOX and BOX[0].startswith("label"))', "AssertionError"),
+    "an audit hook the entry adds": (
+        "def _hook(event, args):\n    if event == 'open' and not BOX:\n        BOX.append('')\n"
+        "        BOX[0] = EXTRA.read_text()\n", "sys.addaudithook(_hook)\n    return 1",
+        '_check(BOX and BOX[0].startswith("label"))', "the entry added an audit hook"),
+    "a gc callback the entry adds": (  # called by the collection Kernodeck's own work runs between the windows
+        "import gc\ndef _cb(phase, info):\n"
+        "    if not BOX and sys._getframe(1).f_code.co_filename.endswith('harness.py'):\n"
+        "        BOX.append(EXTRA.read_text())\n", "gc.callbacks.append(_cb)\n    return 1",
+        '_check(BOX and BOX[0].startswith("label"))', "AssertionError"),
+    "an unraisable hook the entry sets": (  # called for a finalizer's error in that collection
+        "class _Boom:\n    def __del__(self):\n        raise ValueError('boom')\ndef _uh(args):\n"
+        "    if not BOX and sys._getframe(1).f_code.co_filename.endswith('harness.py'):\n"
+        "        BOX.append(EXTRA.read_text())\n",
+        "sys.unraisablehook = _uh\n    b = _Boom()\n    b.me = b\n    del b\n    return 1",
+        '_check(BOX and BOX[0].startswith("label"))', "AssertionError"),
+    "a signal handler the entry sets": (  # called as the signal arrives, on Kernodeck's main thread
+        "import signal\ndef _on(signum, frame):\n    if not BOX:\n        BOX.append(EXTRA.read_text())\n",
+        "signal.signal(signal.SIGUSR2, _on)\n    return 1", '_check(BOX and BOX[0].startswith("label"))',
+        "AssertionError"),
+    "an exception whose message reads": (
+        "class _Late(Exception):\n    def __str__(self):\n        return EXTRA.read_text()\n", "raise _Late()",
+        "pass", "the entry read files that are not declared sources: data/extra.csv"),  # its message read inside
+    "the criterion's answer, whose get reads": (
+        "class _Answer(dict):\n    def get(self, key, default=None):\n"
+        "        return EXTRA.read_text().startswith('label') if key == 'passed' else dict.get(self, key, default)\n",
+        "return 1", 'return _Answer(summary="")', "a bool 'passed'"),  # its plain copy has none
+}
+
+
+@pytest.mark.parametrize("how", [*sorted(BETWEEN), "control: plain answers"])
+def test_the_applications_code_never_runs_on_kernodecks_thread_between_windows(tmp_path: Path, how: str) -> None:
+    """The entry left code that Kernodeck's own thread ran after the window closed, unwatched (seventh red-team
+    pass): a finalizer of its return value, a profile or trace function, an audit hook of its own, the methods of
+    the criterion's answer. The entry's return value is dropped and the criterion's answer copied as plain data
+    inside the window, the trace and profile functions put back as they were at its end, an audit hook refused: the
+    bytes never reach the criterion unjudged."""
+    head, ret, doing, named = BETWEEN.get(how, ("", "return {'plain': [1, 2.5, None]}", "_check(not BOX)", ""))
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    config = _with_criterion(config, doing, head='EXTRA = ROOT / "data" / "extra.csv"\nBOX = []\n'
+                             "def _check(ok):\n    assert ok\n" + head, code=["src/mypkg/*.py"])
+    root = Path(config["project_root"])
+    (root / "app.py").write_text((root / "app.py").read_text().replace("    return mypkg.util.VALUE\n",
+                                                                       f"    {ret}\n", 1))
+    config["application"]["sources"] = app_contract.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", "code": ["src/mypkg/*.py"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    result = _run(tmp_path, config, "--collect")
+    if how.startswith("control"):
+        assert result == {"status": "passed"}, result
+        return
+    assert result["status"] == "failed" and named in result["error"], (how, result)
+
+
+LATE_WRITE = GAP.replace(
+    "    threading.Thread(target=lambda: (go.wait(), box.append(extra.read_text())), daemon=True).start()\n",
+    "    def _write():\n        go.wait()\n        try:\n            extra.write_text('edited\\n')\n"
+    "        except Exception:\n            pass  # the refusal swallowed (no traceback printed: its source read)\n"
+    "        finally:\n            box.append('done')\n"
+    "    threading.Thread(target=_write, daemon=True).start()\n").replace(
+    "        assert box[0].startswith(\"label\")\n", "        pass\n    world.settle()\n")
+
+
+def test_a_thread_left_running_may_not_change_a_declared_file_between_windows(tmp_path: Path) -> None:
+    """The guard holds between windows too, for every thread but Kernodeck's own: a thread the entry left running
+    that rewrites a declared file is refused there, and the step fails (settle) naming it as that thread's."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
+    (tmp_path / "late.py").write_text(LATE_WRITE)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "late.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "failed", result
+    assert result["error"].startswith("a thread the application left running"), result
+    assert "changed a declared source, data/extra.csv" in result["error"], result
+    assert (Path(config["project_root"]) / "data" / "extra.csv").read_text() == "label\n1\n"
+
+
+def test_a_call_that_raises_is_judged_too(tmp_path: Path) -> None:
+    """A call of the criterion that raised was not judged (the window judged only a call that returned), and the
+    controls and the margin search count a raise as a rejection: a criterion could read an undeclared file on its
+    first corrupted output, raise, and use the bytes in every later call. Its reads are judged now, and the step
+    fails though the controls swallowed the error."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    config = _with_criterion(config, "(BOX.append(EXTRA.read_text()), _fail()) if not BOX else None",
+                             head='EXTRA = ROOT / "data" / "extra.csv"\nBOX = []\ndef _fail():\n'
+                                  '    raise ValueError("rejected")\n', code=["src/mypkg/*.py"])
+    result = _run(tmp_path, config, "--controls")
+    assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], result
+
+
+KEPT = """
+import json, runpy, sys, threading
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import world
+from kernodeck_inenv._common import Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+def tool(frame, event, arg):  # a debugger's or a coverage tool's, set before the run
+    return None
+sys.setprofile(tool)
+threading.settrace(tool)
+with world.window(ctx, "the entry"):
+    sys.setprofile(None)  # the application's own change, put back at the window's end
+    threading.settrace(None)
+print(json.dumps({"kept": sys.getprofile() is tool and threading.gettrace() is tool}))
+"""
+
+
+def test_a_trace_or_profile_function_set_before_a_window_is_kept(tmp_path: Path) -> None:
+    """The trace and profile functions are put back as they were when the window opened, not cleared: the
+    application's change undone, a debugger's or a coverage tool's kept (on 976bd33 the change stayed)."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    (tmp_path / "kept.py").write_text(KEPT)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    done = _python(str(tmp_path / "kept.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"kept": True}

@@ -1,0 +1,62 @@
+"""What the application's code leaves set for the interpreter to call later, put back at each window's end.
+
+A function the application sets for the interpreter to call (a trace or profile function, a ``gc.callbacks``
+entry, ``sys.excepthook``/``sys.unraisablehook``/``threading.excepthook``, a signal handler) would otherwise run on
+Kernodeck's own thread
+between windows, where the hook does not watch it (seen.py: between windows only the application's threads are).
+At a window's end each is put back as it was when the window opened, unless what is set now is the env's or the
+standard library's own code (a library that registers a gc callback as it is imported keeps it). What remains, a
+stated limit (docs/application.md): ``atexit``, finalizers of objects Kernodeck drops later, finders
+on ``sys.meta_path`` and codec search functions (the application's own imports need them in later windows).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from . import paths
+
+_SETTERS = (sys.settrace, sys.setprofile, threading.settrace, threading.setprofile)
+
+
+def _own_code(func: Any) -> bool:
+    """A function of the env or the standard library (or Kernodeck's): trusted code, not the application's."""
+    code = getattr(getattr(func, "__func__", func), "__code__", None)
+    name = getattr(code, "co_filename", "")
+    return isinstance(name, str) and os.path.isabs(name) and paths.trusted(os.path.normpath(name))
+
+
+def _handlers() -> dict[int, Any]:
+    """The signal handlers set from Python, in the main thread (the only one that may set them)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {int(s): signal.getsignal(s) for s in signal.valid_signals()}
+
+
+def taken() -> tuple[Any, ...]:
+    """What is set now: the trace and profile functions, gc's callbacks, the exception hooks, the signal handlers."""
+    return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile(), list(gc.callbacks),
+            sys.excepthook, sys.unraisablehook, threading.excepthook, _handlers())
+
+
+def put_back(before: tuple[Any, ...]) -> None:
+    """Each as it was at ``before`` (:func:`taken`), unless what is set now is trusted code. The trace and profile
+    functions always (a debugger's or a coverage tool's, set before the window, is what ``before`` holds)."""
+    now = taken()
+    for was, is_now, put in zip(before[:4], now[:4], _SETTERS, strict=True):
+        if is_now is not was:
+            put(was)
+    gc.callbacks[:] = [cb for cb in gc.callbacks if any(cb is old for old in before[4]) or _own_code(cb)]
+    for index, (module, name) in enumerate(((sys, "excepthook"), (sys, "unraisablehook"), (threading, "excepthook")),
+                                           start=5):
+        if now[index] is not before[index] and not _own_code(now[index]):
+            setattr(module, name, before[index])
+    for signum, was in before[8].items():
+        handler = now[8].get(signum)
+        if handler is not was and was is not None and callable(handler) and not _own_code(handler):
+            signal.signal(signum, was)
