@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import children, leftover, paths, seen, verified
+from . import children, leftover, locate, paths, seen, verified
 from ._common import CheckFailed, Context, sha256_file
 from .protocol import Layer
 
@@ -127,10 +127,14 @@ def _judge_window(ctx: Context, who: str, before: set[str]) -> None:
 
 def _guarded(ctx: Context, path: str) -> str | None:
     """seen.GUARD: what a change at ``path`` would change that the run relies on as checked before it ran: the env,
-    Kernodeck's in-env folder (paths.guarded), a declared source (its fingerprint taken when the run started)."""
+    Kernodeck's in-env folder (paths.guarded), a declared source (its fingerprint taken when the run started), and
+    Kernodeck's cache (a forged stat record there would pass a changed source's file at the next run's check)."""
     where = paths.guarded(path)
     if where is None and (path in declared(ctx) or _in_sources(ctx, path)):
         where = f"a declared source, {_shown(Path(ctx.config['project_root']))(path)}"
+    cache = os.path.realpath(locate.cache_root()) + os.sep
+    if where is None and path.startswith(cache):  # the stat records a source's check reuses, the fetched sources
+        where = "Kernodeck's cache"
     return where
 
 

@@ -803,6 +803,9 @@ HOLES = {
         ('sqlite3.connect("file:" + str(ROOT / "data" / "%65xtra.db") + "?mode=ro", uri=True).execute("select 1")',
          "data/extra.db (opened)"),
     "a network socket": ("socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()", "network socket"),
+    "a record written into Kernodeck's cache":
+        ('(CACHE / "stat").mkdir(parents=True, exist_ok=True) or (CACHE / "stat" / "x.json").write_text("{}")',
+         "Kernodeck's cache"),
     # the eighth pass: a socket whose family is not known yet (_socket picks AF_INET after the event); a name the
     # resolver answers; the working folder changed after a relative name was judged; another process's environment
     # (the orchestrator's: the allow-list's bypass); a listing from code compiled under the import machinery's name;
@@ -829,15 +832,16 @@ HOLES = {
 
 
 @pytest.mark.parametrize("how", sorted(HOLES))
-def test_a_read_the_record_used_to_miss_is_judged(tmp_path: Path, how: str) -> None:
+def test_a_read_the_record_used_to_miss_is_judged(tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each of these read an undeclared file and passed (reference accepted, verify PASSED): it is named now."""
+    monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "kdcache"))
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
     root = Path(config["project_root"])
     outside = _outside(tmp_path)
     (root / "src" / "lnk").symlink_to(outside / "deep", target_is_directory=True)
     shm = _shm(tmp_path) if "shm" in how else None
     try:
-        head = (f"SHM = Path({str(shm)!r})\nOUT = Path.cwd() / 'out'\n"
+        head = (f"SHM = Path({str(shm)!r})\nOUT = Path.cwd() / 'out'\nCACHE = Path({str(tmp_path / 'kdcache')!r})\n"
                 "def _try(f):\n    try:\n        f()\n    except OSError:\n        pass\n")
         code, named = HOLES[how]
         if "sqlite" in how:
