@@ -40,7 +40,7 @@ from typing import Any
 
 from . import children, leftover, locate, paths, seen, verified
 from ._common import CheckFailed, Context, sha256_file
-from .protocol import Layer
+from .protocol import STEPS_DIR, Layer
 
 
 def declared(ctx: Context) -> dict[str, str]:
@@ -135,6 +135,11 @@ def _guarded(ctx: Context, path: str) -> str | None:
     cache = os.path.realpath(locate.cache_root()) + os.sep
     if where is None and path.startswith(cache):  # the stat records a source's check reuses, the fetched sources
         where = "Kernodeck's cache"
+    record = os.path.realpath(ctx.out)  # the step results the orchestrator reads, the run's configuration
+    steps = os.path.join(record, STEPS_DIR)
+    if where is None and (path == steps or path.startswith(steps + os.sep)
+                          or path == os.path.join(record, "run-config.json")):
+        where = "Kernodeck's record of this run"
     return where
 
 

@@ -803,6 +803,9 @@ HOLES = {
         ('sqlite3.connect("file:" + str(ROOT / "data" / "%65xtra.db") + "?mode=ro", uri=True).execute("select 1")',
          "data/extra.db (opened)"),
     "a network socket": ("socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()", "network socket"),
+    "a step's result rewritten in the run's folder":
+        ('(OUT / "steps").mkdir(exist_ok=True) or (OUT / "steps" / "03-application.json").write_text("{}")',
+         "Kernodeck's record of this run"),
     "a record written into Kernodeck's cache":
         ('(CACHE / "stat").mkdir(parents=True, exist_ok=True) or (CACHE / "stat" / "x.json").write_text("{}")',
          "Kernodeck's cache"),
