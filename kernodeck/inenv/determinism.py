@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import paths, seen, tolerance, verified
+from . import owned, paths, seen, tolerance, verified
 from ._common import CheckFailed, Context
 from .application import _app_cfg, _call_entry, _ids, _rows_for, sample
 from .arrays import _np
@@ -71,7 +71,7 @@ def _afresh(ctx: Context) -> Iterator[None]:
 def _rerun(ctx: Context, subset: list[dict[str, Any]]) -> Written:
     """One call of the entry on ``subset``, refused a read of a file the application wrote before it (seen.EARLIER:
     its earlier results, a cache of them, are inputs here)."""
-    seen.EARLIER.update(seen.WRITTEN)
+    seen.EARLIER.update(owned.WRITTEN)
     try:
         return _rows_for(subset, _call_entry(ctx, subset, None).written)
     finally:

@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from . import channels, children, libraries, paths
+from . import channels, children, libraries, owned, paths
 from ._common import CheckFailed
 from .protocol import Layer
 
@@ -31,15 +31,7 @@ LATE = "a thread the application left running (after its call returned)"
 # while the hook itself walks a folder. A thread-local: a new thread, the application's, has neither.
 MINE = threading.local()
 READ: dict[str, str] = {}  # this window's files read: path -> who
-# every file (or folder) the application opened to write (truncating or creating), made, moved or linked into place
-# while it ran, this process: its state just before (None: nothing was there). It is the application's own
-# (written()) when it made it, or when a file that was there changed since that open and nothing but such an open
-# touched it: an open that failed ("x" on a file that is there, a read-only file) leaves the file as it was, and what
-# else changes a file's state without replacing its bytes (appending, "r+", a truncate to a length, a touch, a chmod)
-# marks it TOUCHED: an input still, its reads counted. A folder that was there is never the application's own.
-WRITTEN: dict[str, tuple[int, int, int, int, bool, int] | None] = {}
-TOUCHED: set[str] = set()
-TOUCHED_FILES: set[tuple[int, int]] = set()  # (inode, device) of each file touched: by any of its names
+WRITTEN, TOUCHED, TOUCHED_FILES, written = owned.WRITTEN, owned.TOUCHED, owned.TOUCHED_FILES, owned.written
 # The files the application wrote before the determinism rerun now running began (determinism.py): its earlier
 # results, inputs of the rerun, so a read of one is refused (a cache of its outputs would be read, not recomputed).
 EARLIER: set[str] = set()
@@ -47,7 +39,7 @@ INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
 
-_state = paths.state
+_state = owned.state
 
 
 def _will_write(path: str) -> None:
@@ -76,24 +68,6 @@ def _touched(path: str) -> None:
     state = _state(path)
     if state is not None:
         TOUCHED_FILES.add((state[0], state[5]))
-
-
-def written(path: str) -> bool:
-    """The application's own: made by it in this run (nothing there at its first write), or a file that was there
-    whose bytes it replaced (changed since that write, and touched by nothing else). See :data:`WRITTEN`."""
-    if path not in WRITTEN:
-        return False
-    before, now = WRITTEN[path], _state(path)
-    if now is None:
-        return False
-    if before is None:
-        return True
-    # its data moved (inode, size, mtime): a ctime alone (an xattr) is no bytes replaced; a touch through any name of
-    # the same file (a hard link) counts. A forked child's record is a copy frozen at the fork: a file that was there
-    # is never its own (the parent may have touched it since)
-    if children.forked() or (now[0], now[5]) in TOUCHED_FILES:
-        return False
-    return not before[4] and path not in TOUCHED and now[:3] != before[:3]
 
 
 # world.py sets it as a window opens: a path -> what a change there changes that the run relies on as checked, or None
@@ -388,5 +362,6 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 def install() -> None:
     if not INSTALLED[0]:
         own_thread()
+        os.register_at_fork(after_in_child=owned.at_fork)
         sys.addaudithook(_hook)
         INSTALLED[0] = True

@@ -13,7 +13,7 @@ each file read is one of:
 - a declared source: ``code`` and ``files`` (globs accepted, each file fingerprinted into the reference), the sample,
   a ``weights`` or ``data.NAME`` source (checked file by file at its own step),
 - written by the application in this run before it read it (its outputs, not inputs: created by it, or a file that
-  was there whose bytes a truncating open replaced, nothing else having touched it: seen.written),
+  was there whose bytes a truncating open replaced, nothing else having touched it: owned.written),
 
 or it is undeclared: the step fails naming the file and the declaration to add (``code`` for Python, ``files`` for
 anything else in the project, a ``data.NAME`` source outside it). Modules imported in the window whose file is none
@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import children, leftover, locate, paths, seen, verified
+from . import children, leftover, locate, owned, paths, seen, verified
 from ._common import CheckFailed, Context, sha256_file
 from .protocol import STEPS_DIR, Layer
 
@@ -248,7 +248,7 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
     for path, by in candidates.items():
         # a file read before the application wrote it was an input (its reads after its own write are not recorded)
-        if seen.written(path) and path not in seen.READ:
+        if owned.written(path) and path not in seen.READ:
             continue
         stranger = _stranger(ctx, known, out_dir, path)
         if stranger is not None:
@@ -317,7 +317,7 @@ def _listings(ctx: Context, known: dict[str, str], out_dir: str,
 
 def _accounted(ctx: Context, known: dict[str, str], path: str) -> bool:
     """A name in a listed folder the declarations cover: a declared file, a folder holding one, or an output."""
-    if path in known or seen.written(path) or paths.trusted(path) or _in_sources(ctx, path):
+    if path in known or owned.written(path) or paths.trusted(path) or _in_sources(ctx, path):
         return True
     inside = path.rstrip(os.sep) + os.sep
     return any(k.startswith(inside) for k in known)

@@ -874,6 +874,9 @@ CLEAN = {
     "a forked child reads a declared file and writes a file the parent then reads":
         '(lambda pid: (os.waitpid(pid, 0), (ROOT / "by-child.txt").read_text()) if pid else ((ROOT / "by-child.txt")'
         '.write_text((ROOT / "data" / "extra.csv").read_text()), os._exit(0)))(os.fork())',
+    "a forked worker reads a file its parent rewrote, left in the project by an earlier run":
+        '((ROOT / "features.txt").write_text("new"), (lambda pid: os.waitpid(pid, 0) if pid else '
+        '((ROOT / "features.txt").read_text(), os._exit(0)))(os.fork()))',
     "a local socket pair, and a sqlite database in memory":
         '([s.close() for s in __import__("socket").socketpair()], __import__("sqlite3").connect(":memory:"))',
 }
@@ -883,6 +886,7 @@ CLEAN = {
 def test_the_controls_of_those_reads_pass(tmp_path: Path, how: str) -> None:
     """The controls of the test above, in the same project: the application's own files and a device pass."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
+    (Path(config["project_root"]) / "features.txt").write_text("old")  # an earlier run's scratch file
     config = _with_criterion(config, CLEAN[how], head="OUT = Path.cwd() / 'out'\n", code=["src/mypkg/*.py"],
                              files=["data/extra.csv"])
     assert _run(tmp_path, config) == {"status": "passed"}, how
