@@ -71,11 +71,11 @@ def _afresh(ctx: Context) -> Iterator[None]:
 def _rerun(ctx: Context, subset: list[dict[str, Any]]) -> Written:
     """One call of the entry on ``subset``, refused a read of a file the application wrote before it (seen.EARLIER:
     its earlier results, a cache of them, are inputs here)."""
-    seen.EARLIER.update(owned.WRITTEN)
+    seen.earlier(list(owned.WRITTEN))
     try:
         return _rows_for(subset, _call_entry(ctx, subset, None).written)
     finally:
-        seen.EARLIER.clear()
+        seen.earlier(())
 
 
 def _reruns(ctx: Context, subset: list[dict[str, Any]]) -> dict[str, Any]:

@@ -49,7 +49,8 @@ AT_FORK: dict[str, tuple[int, int, int, int, bool, int]] = {}
 
 
 def at_fork() -> None:
-    """In a child, at the fork: the files that were there and were the application's own then, with their state."""
+    """Just before a fork (in the parent; the child inherits it): the files that were there and were the
+    application's own then, with their state."""
     AT_FORK.clear()
     for path, before in list(WRITTEN.items()):
         now = state(path)

@@ -63,7 +63,12 @@ def _own_process(path: str) -> bool:
     ``environ`` holds the caller's whole environment, its ``cmdline`` its arguments) is that process's input, not
     the system's state (eighth red-team pass: the orchestrator's variables read back through its ``environ``)."""
     part = path[len(PROCESSES):].split(os.sep, 1)[0]
-    return not part.isdigit() or int(part) == os.getpid()
+    return (not part.isdigit() or int(part) == os.getpid()) and not _memory(path)
+
+
+def _memory(path: str) -> bool:
+    """A process's memory (``/proc/<pid>/mem``, ``/proc/self/mem``): Kernodeck's own record and marks are there."""
+    return path.startswith(PROCESSES) and os.path.basename(path) == "mem"
 
 
 def kernodecks(path: str) -> bool:
@@ -127,6 +132,8 @@ def guarded(path: str) -> str | None:
     check), Kernodeck's in-env folder (its files fingerprinted), or None."""
     if path == HERE or path.startswith(HERE_SEP):
         return "Kernodeck's in-env folder"
+    if _memory(path):
+        return "a process's memory"
     return "the env" if homes.home(path) else None
 
 

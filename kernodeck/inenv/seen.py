@@ -35,6 +35,18 @@ WRITTEN, TOUCHED, TOUCHED_FILES, written = owned.WRITTEN, owned.TOUCHED, owned.T
 # The files the application wrote before the determinism rerun now running began (determinism.py): its earlier
 # results, inputs of the rerun, so a read of one is refused (a cache of its outputs would be read, not recomputed).
 EARLIER: set[str] = set()
+EARLIER_FILES: set[tuple[int, int]] = set()  # the same files by (inode, device): renamed or linked, still them
+
+
+def earlier(files: Any) -> None:
+    """The files the application wrote before the rerun now starting (none: the rerun is over)."""
+    EARLIER.clear()
+    EARLIER_FILES.clear()
+    for path in files:
+        EARLIER.add(path)
+        st = _state(path)
+        if st is not None and not st[4]:
+            EARLIER_FILES.add((st[0], st[5]))
 INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
@@ -46,6 +58,9 @@ def _will_write(path: str) -> None:
     """The application is about to replace ``path``'s bytes (a truncating or creating open; or make it, or move or
     link a file onto it): its state now, noted at its first such write in the run."""
     EARLIER.discard(path)  # its bytes replaced in the rerun: the rerun's own
+    st = _state(path) if EARLIER_FILES else None
+    if st is not None:
+        EARLIER_FILES.discard((st[0], st[5]))
     if path not in WRITTEN:
         WRITTEN[path] = _state(path)
         _to_parent({"kind": "written", "path": path, "before": WRITTEN[path]})
@@ -85,6 +100,19 @@ def _guard(raw: str | None, how: str) -> None:
                                            "folder) or elsewhere outside the env and the declared sources"})
 
 
+def _guard_tree(raw: str) -> None:
+    """A folder moved: refused where it holds what the run relies on as checked (GUARD_ROOTS: the env, the run's
+    record, the declared sources)."""
+    inside = os.path.normpath(raw) + os.sep, paths.real(raw) + os.sep
+    for root in GUARD_ROOTS[0]():
+        if root.startswith(inside):
+            _refuse(f"moved {raw}, which holds {root}, while the run relies on it as it was checked: refused",
+                    {"file": raw, "tip": "move only the application's own files"})
+
+
+GUARD_ROOTS: list[Any] = [lambda: ()]  # world.py sets it: what the run relies on as checked, by path
+
+
 def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
     if isinstance(file, int):
         return  # an open file descriptor: its file was opened (and recorded) before
@@ -116,7 +144,8 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
                 {"file": path, "tip": "read the application's inputs by their declared paths"})
     if reads and children.FORKS[0] and not children.forked():
         from_children()  # a file a child wrote is the application's own when the parent reads it, not only later
-    if reads and not writes and path in EARLIER and os.path.isfile(path):
+    if reads and not writes and (path in EARLIER or (EARLIER_FILES and (st := _state(path)) is not None
+                                                     and (st[0], st[5]) in EARLIER_FILES)) and os.path.isfile(path):
         _refuse(f"read {path} in a determinism rerun, a file the application wrote earlier in this run: its earlier "
                 "results would be read there, not recomputed", {"file": path, "tip": "keep no results across calls"})
     if reads and path not in READ and not written(path) and os.path.isfile(path):
@@ -202,8 +231,8 @@ def _sqlite(database: Any) -> None:
     """``sqlite3.connect``: the database file is read (and created if missing, then an output) like an open."""
     name = channels.sqlite_file(database)
     if name is not None:
-        if not os.path.exists(name):
-            _guard(paths.given(name), "a database made")
+        if not os.path.exists(name) or paths.guarded(paths.real(name)) is not None:  # sqlite may write it
+            _guard(paths.given(name), "a database made or opened")
         _opened(name, "a+", None, guarded=False)  # an existing database is read (sqlite may write its journal)
 
 
@@ -225,8 +254,11 @@ def _moved(src_arg: Any, dst_arg: Any, how: str = "moved") -> None:
     if src is None or dst is None:
         return
     _guard(dst, f"{how} onto")
-    if how == "moved":
+    if how == "moved":  # the folder that holds what was checked, moved away (and back, changed): any of them
         _guard(src, "moved away")
+        _guard_tree(src)
+    elif how == "hard-linked":  # a new name for checked bytes: written through it, they change
+        _guard(src, "given another name")
     source = paths.real(src)
     if not paths.trusted(source) and not written(source):
         if os.path.isdir(source):  # a folder moved: each file in it, read as it moves
@@ -324,7 +356,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             _opened(*args[:3])
     elif event in ("os.rename", "os.link"):  # also os.replace; a file written then moved into place is still an
         # output, and a hard link is a new name for the file's bytes, read through it
-        _moved(_at(args[0], args[2]), _at(args[1], args[3]), "moved" if event == "os.rename" else "linked")
+        _moved(_at(args[0], args[2]), _at(args[1], args[3]), "moved" if event == "os.rename" else "hard-linked")
     elif event == "os.symlink":  # a link made (in the env, say, which is trusted by its path): what it names is read
         _linked(args[0], _at(args[1], args[2]))
     elif event in ("os.truncate", "os.utime", "os.chmod", "os.chown", "os.setxattr", "os.removexattr"):
@@ -362,6 +394,6 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 def install() -> None:
     if not INSTALLED[0]:
         own_thread()
-        os.register_at_fork(after_in_child=owned.at_fork)
+        os.register_at_fork(before=owned.at_fork)  # in the parent, as it forks: no change after it can slip in
         sys.addaudithook(_hook)
         INSTALLED[0] = True

@@ -95,6 +95,7 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     children.open_notes()
     seen.JUDGE[0] = functools.partial(_at_once, ctx, who)
     seen.GUARD[0] = functools.partial(_guarded, ctx)
+    seen.GUARD_ROOTS[0] = functools.partial(_guarded_roots, ctx)
     traces, refused = leftover.taken(), len(seen.PENDING)
     seen.BY[0], seen.ON[0] = who, True
     raised: BaseException | None = None
@@ -141,6 +142,16 @@ def _guarded(ctx: Context, path: str) -> str | None:
                           or path == os.path.join(record, "run-config.json")):
         where = "Kernodeck's record of this run"
     return where
+
+
+def _guarded_roots(ctx: Context) -> list[str]:
+    """seen.GUARD_ROOTS: what :func:`_guarded` protects, by path (a folder moved that holds one is refused)."""
+    record = os.path.realpath(ctx.out)
+    sources = [str(ctx.state[key]) for key in ("weights",) if ctx.state.get(key)]
+    sources += [str(where) for where in dict(ctx.state.get("data") or {}).values()]
+    roots = [sys.prefix, paths.HERE, str(locate.cache_root()), os.path.join(record, STEPS_DIR),
+             os.path.join(record, "run-config.json"), *declared(ctx), *sources]
+    return sorted({form for root in roots for form in (os.path.normpath(root), os.path.realpath(root))})
 
 
 HASHED: dict[str, tuple[tuple[int, ...], str]] = {}  # a declared file's stat when last hashed, and its sha256

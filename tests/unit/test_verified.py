@@ -806,6 +806,12 @@ HOLES = {
     "a step's result rewritten in the run's folder":
         ('(OUT / "steps").mkdir(exist_ok=True) or (OUT / "steps" / "03-application.json").write_text("{}")',
          "Kernodeck's record of this run"),
+    # the ninth pass: a process's memory (the supervisor's mark, Kernodeck's record), a hard link to the env's
+    # file written through, the run's folder moved away and back with a step's result rewritten
+    "the process's memory written": ('open("/proc/self/mem", "wb").close()', "a process's memory"),
+    "the process's memory read": ('open("/proc/self/mem", "rb").close()', "mem (opened)"),
+    "a hard link to an env file": ('os.link(Path(os.__file__), OUT / "alias.py")', "given another name"),
+    "the run's folder moved away": ('os.rename(OUT, OUT.parent / "elsewhere")', "which holds"),
     "a record written into Kernodeck's cache":
         ('(CACHE / "stat").mkdir(parents=True, exist_ok=True) or (CACHE / "stat" / "x.json").write_text("{}")',
          "Kernodeck's cache"),
