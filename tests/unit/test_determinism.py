@@ -89,6 +89,16 @@ def run(app):
         np.save(cache, {DRAW})
     app.write("x", np.load(cache), list(key))
 """
+RENAMED_CACHE = f"""
+import os
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    cache, moved = Path("cache-" + str(len(key)) + ".npy"), Path("moved-" + str(len(key)) + ".npy")
+    if not cache.exists() and not moved.exists():
+        np.save(cache, {DRAW})
+        os.link(cache, moved)  # a second name, made by the first call
+    app.write("x", np.load(moved), list(key))
+"""
 # the controls, on both codes: recomputed without a memo (the runs differ); seeded, with a file written and read back
 # within one call and a module-level table (passes)
 RECOMPUTED = f"""
@@ -153,6 +163,14 @@ def test_a_cache_file_the_first_call_wrote_is_refused_in_a_rerun(tmp_path: Path)
     assert result["status"] == "failed", result
     assert result["error"].startswith("the entry read "), result
     assert "cache-4.npy in a determinism rerun, a file the application wrote earlier in this run" in result["error"]
+
+
+def test_a_cache_file_read_through_another_name_is_refused_in_a_rerun(tmp_path: Path) -> None:
+    """Ninth red-team pass: the earlier files were known by name, so a cache read through a hard link (or renamed)
+    passed; they are known by the file (inode, device) too."""
+    result = _determinism(tmp_path, RENAMED_CACHE)
+    assert result["status"] == "failed", result
+    assert "in a determinism rerun, a file the application wrote earlier in this run" in result["error"], result
 
 
 def test_controls_an_entry_that_recomputes_fails_and_a_seeded_one_passes(tmp_path: Path) -> None:
