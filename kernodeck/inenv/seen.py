@@ -30,10 +30,10 @@ LATE = "a thread the application left running (after its call returned)"
 # Kernodeck's own threads: the one that installs the hook and runs the steps, its pools' (own_thread); ``quiet``
 # while the hook itself walks a folder. A thread-local: a new thread, the application's, has neither.
 MINE = threading.local()
+IN_ENV = __package__ == "kernodeck_inenv"  # loaded by _package.py (the runner, the resume worker), not as a library
 READ: dict[str, str] = {}  # this window's files read: path -> who
 WRITTEN, TOUCHED, TOUCHED_FILES, written = owned.WRITTEN, owned.TOUCHED, owned.TOUCHED_FILES, owned.written
-# The files the application wrote before the determinism rerun now running began (determinism.py): its earlier
-# results, inputs of the rerun, so a read of one is refused (a cache of its outputs would be read, not recomputed).
+# The files the application wrote before the determinism rerun now running (determinism.py): a read is refused
 EARLIER: set[str] = set()
 EARLIER_FILES: set[tuple[int, int]] = set()  # the same files by (inode, device): renamed or linked, still them
 
@@ -345,9 +345,10 @@ def own_thread() -> None:
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    # between windows, any thread but Kernodeck's own is the application's (one it left running, or started by one
-    # it left running, in any way): what it reads is recorded for the next window's verdict (_by: LATE)
-    if (not ON[0] and getattr(MINE, "own", False)) or getattr(MINE, "quiet", False):
+    # between windows, in an in-env process, any thread but Kernodeck's own is the application's (left running, or
+    # started by one left running): what it reads is recorded for the next window's verdict (LATE); in a process that
+    # imports this package as a library (a test's), only the windows are watched
+    if (not ON[0] and (not IN_ENV or getattr(MINE, "own", False))) or getattr(MINE, "quiet", False):
         return
     if event == "open":
         if args[1] is None:

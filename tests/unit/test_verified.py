@@ -1425,3 +1425,35 @@ def test_a_trace_or_profile_function_set_before_a_window_is_kept(tmp_path: Path)
                    str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"kept": True}
+
+
+LIBRARY = """
+import json, socket, sys, threading
+from pathlib import Path
+from kernodeck.inenv import world
+from kernodeck.inenv._common import Context
+ctx = Context(config=json.loads(Path(sys.argv[1]).read_text()), out=Path(sys.argv[2]))
+with world.window(ctx, "the criterion"):
+    pass
+box = []
+thread = threading.Thread(target=lambda: box.append(socket.socket(socket.AF_INET).close() or "made"))
+thread.start()
+thread.join()
+print(json.dumps(box))
+"""
+
+
+def test_a_process_that_imports_the_package_as_a_library_watches_only_the_windows(tmp_path: Path) -> None:
+    """The full suite ran a unit test's window in the pytest worker itself (the hook stays installed there), and every
+    later test's local server thread was then refused its socket as "a thread the application left running". Only an
+    in-env process (the package loaded as kernodeck_inenv: the runner) watches the other threads between windows."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "library.py").write_text(LIBRARY)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, str(tmp_path / "library.py"), str(tmp_path / "config.json"),
+                           str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0 and json.loads(done.stdout.strip().splitlines()[-1]) == ["made"], done.stderr[-2000:]
