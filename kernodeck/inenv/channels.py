@@ -49,8 +49,11 @@ def network(args: tuple[Any, ...]) -> tuple[str, dict[str, Any]] | None:
     family = args[1] if len(args) > 1 else None
     if family == getattr(socket, "AF_UNIX", object()):
         return None
-    name = getattr(socket.AddressFamily, "_value2member_map_", {}).get(family, family)
-    return _refused(f"opened a network socket ({name})", str(name))
+    try:
+        name = socket.AddressFamily(family).name
+    except (TypeError, ValueError):
+        name = "family not known yet" if family == -1 else str(family)
+    return _refused(f"opened a network socket ({name})", name)
 
 
 def addressed(event: str, args: tuple[Any, ...]) -> tuple[str, dict[str, Any]] | None:
