@@ -271,6 +271,17 @@ def _with_criterion(config: dict[str, Any], doing: str, *, imports: str = "os, s
     return config
 
 
+def _script(tmp_path: Path, config: dict[str, Any], script: str, inenv: Path = INENV,
+            flags: list[str] | tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """A script run as an in-env process would run it (the package loaded by _package.py) on the closed project's
+    configuration, its run's folder ``tmp_path/out``."""
+    (tmp_path / "script.py").write_text(script)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return _python(str(tmp_path / "script.py"), str(inenv / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), *flags, cwd=tmp_path)
+
+
 def _run(tmp_path: Path, config: dict[str, Any], *flags: str, python: Path | None = None) -> dict[str, Any]:
     (tmp_path / "harness.py").write_text(HARNESS)
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -947,11 +958,7 @@ def test_a_thread_the_entry_leaves_running_is_judged_at_the_next_window(tmp_path
     criterion's (Kernodeck's own work then, the hook off) and handed the bytes on: it passed (fifth red-team pass).
     Its reads are recorded while the window is off and judged by the next window, named as that thread's."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
-    (tmp_path / "gap.py").write_text(GAP)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    done = _python(str(tmp_path / "gap.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path)
+    done = _script(tmp_path, config, GAP)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], result
@@ -977,11 +984,7 @@ def test_every_thread_but_kernodecks_own_is_watched_between_windows(tmp_path: Pa
     Kernodeck's own (the one that runs the steps, its pools') is watched there."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
     starter = "    threading.Thread(target=lambda: (go.wait(), box.append(extra.read_text())), daemon=True).start()\n"
-    (tmp_path / "gap.py").write_text(GAP.replace(starter, f"    {STARTERS[how]}\n"))
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    done = _python(str(tmp_path / "gap.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path)
+    done = _script(tmp_path, config, GAP.replace(starter, f"    {STARTERS[how]}\n"))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "failed" and "data/extra.csv (opened)" in result["error"], (how, result)
@@ -996,11 +999,7 @@ def test_kernodecks_own_threads_read_unwatched_between_windows(tmp_path: Path) -
            "    box.append(pool.submit(extra.read_text).result())\n")
     script = GAP.replace(
         "    threading.Thread(target=lambda: (go.wait(), box.append(extra.read_text())), daemon=True).start()\n", own)
-    (tmp_path / "gap.py").write_text(script)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    done = _python(str(tmp_path / "gap.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path)
+    done = _script(tmp_path, config, script)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "passed"}
 
@@ -1071,11 +1070,7 @@ def test_a_forged_or_lost_note_never_makes_an_input_the_applications_own(tmp_pat
     the application's output and did not record its read. A line not signed by Kernodeck is refused. And a child's
     change of an input's mtime (lost with its note, it looked like bytes replaced) is refused in the child."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
-    (tmp_path / "gap.py").write_text(FORGED)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    done = _python(str(tmp_path / "gap.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path)
+    done = _script(tmp_path, config, FORGED)
     assert "not signed by Kernodeck" in done.stdout + done.stderr, (done.stdout, done.stderr)
     touch = ('(_fail(lambda: os.open(ROOT / "data" / "extra.csv", os.O_RDONLY | os.O_TRUNC | os.O_DIRECTORY)), '
              '_forked(lambda: os.utime(ROOT / "data" / "extra.csv", '
@@ -1246,11 +1241,7 @@ def test_a_declared_file_edited_during_a_step_fails_it(tmp_path: Path, edit: boo
     checked nothing after the run, so a file edited after the application read it left a dossier whose fingerprints
     are not of the bytes the run used. The runner checks every declared file after each step now."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
-    (tmp_path / "held.py").write_text(HELD)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    done = _python(str(tmp_path / "held.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), *(["--edit"] if edit else []), cwd=tmp_path)
+    done = _script(tmp_path, config, HELD, flags=(["--edit"] if edit else []))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if edit:
@@ -1272,18 +1263,12 @@ def test_a_file_beside_kernodecks_inenv_modules_is_not_trusted(tmp_path: Path, s
         config["inenv_sha256"] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in INENV.glob("*.py")}
     config = _with_criterion(config, f'assert open({str(folder / stash)!r}).read().startswith("label")',
                              code=["src/mypkg/*.py"])
-    (tmp_path / "harness.py").write_text(HARNESS)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    done = _python(str(tmp_path / "harness.py"), str(folder / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path)
+    done = _script(tmp_path, config, HARNESS, inenv=folder)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "failed" and f"{stash} (opened)" in result["error"], result
     control = _with_criterion(config, f'assert open({str(folder / "seen.py")!r}).read()', code=["src/mypkg/*.py"])
-    (tmp_path / "config.json").write_text(json.dumps(control))  # the control: Kernodeck's own module read passes
-    done = _python(str(tmp_path / "harness.py"), str(folder / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path)
+    done = _script(tmp_path, control, HARNESS, inenv=folder)  # the control: Kernodeck's own module read passes
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "passed"}, done.stderr
 
 
@@ -1369,11 +1354,7 @@ def test_a_thread_left_running_may_not_change_a_declared_file_between_windows(tm
     """The guard holds between windows too, for every thread but Kernodeck's own: a thread the entry left running
     that rewrites a declared file is refused there, and the step fails (settle) naming it as that thread's."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/extra.csv"])
-    (tmp_path / "late.py").write_text(LATE_WRITE)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    done = _python(str(tmp_path / "late.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path)
+    done = _script(tmp_path, config, LATE_WRITE)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["status"] == "failed", result
@@ -1418,11 +1399,7 @@ def test_a_trace_or_profile_function_set_before_a_window_is_kept(tmp_path: Path)
     """The trace and profile functions are put back as they were when the window opened, not cleared: the
     application's change undone, a debugger's or a coverage tool's kept (on 976bd33 the change stayed)."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
-    (tmp_path / "kept.py").write_text(KEPT)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    done = _python(str(tmp_path / "kept.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), cwd=tmp_path)
+    done = _script(tmp_path, config, KEPT)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"kept": True}
 
