@@ -57,6 +57,12 @@ def _verdict(who: str, shown: str, call: str, changed: dict[str, dict[str, Any]]
     )
 
 
+# The thread counts an application may pin inside its own call (the reduction order whatever the machine's cores:
+# this repository's examples do, from a declared param) and set back before it returns, which the read-back after
+# the call checks; its code, fingerprinted, says so. A precision or determinism flag turned off is no such choice.
+OWN_CHOICE = frozenset({"torch.num_threads", "torch.num_interop_threads"})
+
+
 def _by_library(torch_home: str) -> bool:
     """Whether the setter's first caller outside torch is a library's code (the env's, the standard library's), not
     the application's."""
@@ -78,7 +84,8 @@ def _watched(torch: Any, name: str, binding: Any) -> Any:
         result = binding(*args, **kwargs)
         before, who, _ = top[0]
         try:
-            changed = settings.changed_by_call(before, settings.read_back(torch))
+            changed = {k: v for k, v in settings.changed_by_call(before, settings.read_back(torch)).items()
+                       if k not in OWN_CHOICE}
             shown = "; ".join(f"{k}: recorded {v['before']!r}, set {v['after']!r}" for k, v in sorted(changed.items()))
         except RuntimeError as exc:  # torch refuses to read its legacy TF32 flags back after some mixes of its APIs
             changed = {"(the read-back)": {"before": "read back", "after": str(exc)}}
