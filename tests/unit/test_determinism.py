@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from kernodeck.project import app_contract
-from tests.unit.test_verified import FAKE_TORCH, INENV, _closed_project
+from tests.helpers.closedworld import FAKE_TORCH, INENV, _closed_project
 
 HARNESS = """
 import json, runpy, sys

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_verified import _run, _settings_project
+from tests.helpers.closedworld import _run, _settings_project
 
 TRANSIENT = {  # the entry turns a verified setting off around its computation and back on before it returns
     "deterministic_algorithms":

@@ -25,19 +25,18 @@ from kernodeck._fs import inenv_fingerprints
 from kernodeck.errors import ConfigError
 from kernodeck.inenv.setters import OWN_CHOICE
 from kernodeck.project import app_contract
+from tests.helpers.closedworld import (
+    APP,
+    HARNESS,
+    INENV,
+    _closed_project,
+    _python,
+    _run,
+    _script,
+    _settings_project,
+    _with_criterion,
+)
 from tests.helpers.planted import PLANT, plant_pyc
-
-ROOT = Path(__file__).resolve().parents[2]
-INENV = ROOT / "kernodeck" / "inenv"
-
-
-def _python(*args: str, cwd: Path, python: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
-    return subprocess.run([str(python or sys.executable), "-I", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, check=False, timeout=120)
-
-
-# --- 1. verified bytes ----------------------------------------------------------------------------------------------
 
 
 def test_a_planted_pyc_of_the_entry_never_runs_and_the_plain_import_path_would_run_it(tmp_path: Path) -> None:
@@ -182,118 +181,6 @@ def test_the_other_inenv_scripts_check_their_fingerprints_too(tmp_path: Path, sc
 
 # --- 2. a closed world ----------------------------------------------------------------------------------------------
 
-HARNESS = """
-import json, runpy, sys
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-import numpy as np
-from kernodeck_inenv import application, controls, world
-from kernodeck_inenv._common import CheckFailed, Context
-config = json.loads(Path(sys.argv[2]).read_text())
-ctx = Context(config=config, out=Path(sys.argv[3]))
-if "--torch" in sys.argv:  # a fake torch (tests/unit/test_verified.py's FAKE_TORCH), set and read back as the
-    sys.path.insert(0, sys.argv[sys.argv.index("--torch") + 1])  # settings step does
-    import torch
-    from kernodeck_inenv import settings
-    settings.apply()
-    ctx.state["settings"] = settings.read_back(torch)
-sys.modules["kernodeck_inenv"].__loader__.check(Path(sys.argv[1]), config.get("inenv_sha256"))  # as runner.py does
-if "--collect" in sys.argv:  # Kernodeck's handler of the signal sent between the windows (below)
-    __import__("signal").signal(__import__("signal").SIGUSR2, lambda signum, frame: None)
-try:
-    world.forget()
-    run = application._function(ctx, config["application"]["entry"], "entry")
-    run(None)
-    if "--collect" in sys.argv:  # Kernodeck's own work between windows runs a collection (here at once), and a
-        __import__("gc").collect()  # signal arrives then
-        __import__("os").kill(__import__("os").getpid(), __import__("signal").SIGUSR2)
-    crit = application._function(ctx, config["application"]["criterion"], "criterion")
-    if "--controls" in sys.argv:  # the criterion only on corruptions, through the controls (as judge.criterion)
-        judge = lambda outputs: tuple(application._judge(crit, outputs, [{"id": "a"}], {}, Path(config["project_root"])
-                                                          ).get(k) for k in ("passed", "summary"))
-        print(json.dumps(controls.criterion_controls(judge, {"x": np.zeros((1, 2))})), file=sys.stderr)
-    else:
-        application._judge(crit, {}, [{"id": "a"}], {}, Path(config["project_root"]))
-    world.settle()  # as the step loop does once the step's code returned
-    print(json.dumps({"status": "passed"}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc), "details": exc.details}))
-"""
-
-APP = """import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent
-
-
-def run(app):
-    sys.path.insert(0, str(ROOT / "src"))
-    import mypkg.util
-
-    (ROOT / "scratch.txt").write_text("written by the entry")  # its own output, then read: not an input
-    assert (ROOT / "scratch.txt").read_text() == "written by the entry"
-    return mypkg.util.VALUE
-
-
-def criterion(outputs, ids, records, params):
-    labels = (ROOT / "data" / "extra.csv").read_text()
-    return {"passed": bool(labels), "summary": labels.strip()}
-"""
-
-
-def _closed_project(tmp_path: Path, **declared: list[str]) -> dict[str, Any]:
-    root = tmp_path / "project"
-    (root / "src" / "mypkg").mkdir(parents=True)
-    (root / "data").mkdir()
-    (root / "app.py").write_text(APP)
-    (root / "src" / "mypkg" / "__init__.py").write_text("")
-    (root / "src" / "mypkg" / "util.py").write_text("VALUE = 1\n")
-    (root / "data" / "extra.csv").write_text("label\n1\n")
-    (root / "sample.jsonl").write_text('{"id": "a"}\n')
-    table = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", **declared,
-             "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
-    app = app_contract.from_table(table, root)
-    config = {"project_root": str(root), "application": {**app.run_config(), "sample": str(root / "sample.jsonl"),
-                                                          "sources": app.fingerprints(root)}}
-    return config
-
-
-def _with_criterion(config: dict[str, Any], doing: str, *, imports: str = "os, sys", head: str = "",
-                    **declared: list[str]) -> dict[str, Any]:
-    """The closed project's criterion ``doing`` a line of code (``imports`` for its module, ``head``: lines after
-    ``ROOT``), its files fingerprinted again under ``declared``."""
-    root = Path(config["project_root"])
-    (root / "app.py").write_text(APP.replace("import sys\n", f"import {imports}\n", 1).replace(
-        "ROOT = Path(__file__).resolve().parent\n", "ROOT = Path(__file__).resolve().parent\n" + head, 1).replace(
-        '    labels = (ROOT / "data" / "extra.csv").read_text()\n', f"    {doing}\n    labels = 'x'\n"))
-    config["application"]["sources"] = app_contract.from_table(
-        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", **declared,
-         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
-    return config
-
-
-def _script(tmp_path: Path, config: dict[str, Any], script: str, inenv: Path = INENV,
-            flags: list[str] | tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    """A script run as an in-env process would run it (the package loaded by _package.py) on the closed project's
-    configuration, its run's folder ``tmp_path/out``."""
-    (tmp_path / "script.py").write_text(script)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir(exist_ok=True)
-    return _python(str(tmp_path / "script.py"), str(inenv / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), *flags, cwd=tmp_path)
-
-
-def _run(tmp_path: Path, config: dict[str, Any], *flags: str, python: Path | None = None) -> dict[str, Any]:
-    (tmp_path / "harness.py").write_text(HARNESS)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir(exist_ok=True)
-    done = _python(str(tmp_path / "harness.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
-                   str(tmp_path / "out"), *flags, cwd=tmp_path, python=python)
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_declared_globs_are_accepted(tmp_path: Path) -> None:
     config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], files=["data/*.csv"])
     assert set(config["application"]["sources"]) == {"app.py", "src/mypkg/__init__.py", "src/mypkg/util.py",
@@ -425,98 +312,6 @@ def test_a_module_imported_through_proc_self_root_is_judged_and_its_planted_pyc_
 
 # --- red team of issue 29, third pass: the settings read back where they apply -------------------------------------
 
-FAKE_TORCH = """
-import sys
-import types
-from contextlib import contextmanager
-
-float32, float64 = "torch.float32", "torch.float64"
-_s = {"det": False, "warn": False, "prec": "highest", "threads": 4, "interop": 4, "dtype": float32, "seed": 0,
-      "cudnn_det": False, "bench": True, "cudnn_tf32": True, "cublas_tf32": True, "fill": False}
-
-
-def _setter(key):
-    return lambda value: _s.__setitem__(key, value)
-
-
-# torch._C as torch has it: the bindings each Python-level setter lands in
-_C = types.ModuleType("torch._C")
-_C._set_deterministic_algorithms = lambda mode, warn_only=False: _s.update(det=mode, warn=warn_only)
-_C._set_float32_matmul_precision = _setter("prec")
-_C._set_default_dtype = _setter("dtype")
-_C.set_num_threads, _C.set_num_interop_threads = _setter("threads"), _setter("interop")
-_C._set_cudnn_deterministic, _C._set_cudnn_benchmark = _setter("cudnn_det"), _setter("bench")
-_C._set_cudnn_allow_tf32, _C._set_cublas_allow_tf32 = _setter("cudnn_tf32"), _setter("cublas_tf32")
-_C._set_deterministic_fill_uninitialized_memory = _setter("fill")
-sys.modules["torch._C"] = _C
-set_num_threads, set_num_interop_threads = _C.set_num_threads, _C.set_num_interop_threads  # from torch._C import *
-def manual_seed(seed): _s["seed"] = seed
-def initial_seed(): return _s["seed"]
-def use_deterministic_algorithms(on, *, warn_only=False): _C._set_deterministic_algorithms(on, warn_only=warn_only)
-def are_deterministic_algorithms_enabled(): return _s["det"]
-def is_deterministic_algorithms_warn_only_enabled(): return _s["warn"]
-def set_float32_matmul_precision(p): _C._set_float32_matmul_precision(p)
-def get_float32_matmul_precision(): return _s["prec"]
-def get_num_threads(): return _s["threads"]
-def get_num_interop_threads(): return _s["interop"]
-def set_default_dtype(d): _C._set_default_dtype(d)
-def get_default_dtype(): return _s["dtype"]
-
-
-class ContextProp:  # torch.backends.ContextProp: the binding held since the class was made
-    def __init__(self, getter, setter):
-        self.getter, self.setter = getter, setter
-
-    def __get__(self, obj, objtype):
-        return self.getter()
-
-    def __set__(self, obj, value):
-        self.setter(value)
-
-
-class CudnnModule(types.ModuleType):
-    deterministic = ContextProp(lambda: _s["cudnn_det"], _C._set_cudnn_deterministic)
-    benchmark = ContextProp(lambda: _s["bench"], _C._set_cudnn_benchmark)
-    allow_tf32 = ContextProp(lambda: _s["cudnn_tf32"], _C._set_cudnn_allow_tf32)
-
-
-@contextmanager
-def flags(enabled=False, benchmark=False, deterministic=False, allow_tf32=True):  # torch.backends.cudnn.flags
-    old = (_s["bench"], _s["cudnn_det"], _s["cudnn_tf32"])
-    _C._set_cudnn_benchmark(benchmark), _C._set_cudnn_deterministic(deterministic), _C._set_cudnn_allow_tf32(allow_tf32)
-    try:
-        yield
-    finally:
-        _C._set_cudnn_benchmark(old[0]), _C._set_cudnn_deterministic(old[1]), _C._set_cudnn_allow_tf32(old[2])
-
-
-class cuBLASModule:  # torch.backends.cuda.matmul: the binding looked up at each set
-    def __getattr__(self, name):
-        if name == "allow_tf32":
-            return _s["cublas_tf32"]
-        raise AttributeError(name)
-
-    def __setattr__(self, name, value):
-        if name != "allow_tf32":
-            raise AttributeError(name)
-        _C._set_cublas_allow_tf32(value)
-
-
-class _Deterministic(types.ModuleType):
-    @property
-    def fill_uninitialized_memory(self):
-        return _s["fill"]
-
-    @fill_uninitialized_memory.setter
-    def fill_uninitialized_memory(self, mode):
-        _C._set_deterministic_fill_uninitialized_memory(mode)
-
-
-backends = types.SimpleNamespace(cudnn=CudnnModule("torch.backends.cudnn"),
-                                 cuda=types.SimpleNamespace(matmul=cuBLASModule()))
-backends.cudnn.flags = flags
-utils = types.SimpleNamespace(deterministic=_Deterministic("torch.utils.deterministic"))
-"""
 
 CHANGES = {  # each through its Python-level setter, and the torch._C binding that setter lands in
     "deterministic_algorithms": ("torch.use_deterministic_algorithms(False)", "_set_deterministic_algorithms"),
@@ -533,24 +328,6 @@ CHANGES = {  # each through its Python-level setter, and the torch._C binding th
     "fill_uninitialized_memory": ("torch.utils.deterministic.fill_uninitialized_memory = False",
                                   "_set_deterministic_fill_uninitialized_memory"),
 }
-
-
-def _settings_project(tmp_path: Path, entry: str = "", criterion: str = "", top: str = "") -> tuple[
-        dict[str, Any], Path]:
-    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"], files=["data/*.csv"])
-    root = Path(config["project_root"])
-    text = APP.replace("import sys\n", f"import sys\nimport torch\n{top}\n", 1)
-    text = text.replace("    return mypkg.util.VALUE\n", f"    {entry or 'pass'}\n    return mypkg.util.VALUE\n")
-    text = text.replace("    return {\"passed\"", f"    {criterion or 'pass'}\n    return {{\"passed\"")
-    (root / "app.py").write_text(text)
-    config["application"]["sources"] = app_contract.from_table(
-        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
-         "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
-         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
-    fake = tmp_path / "faketorch"
-    (fake / "torch").mkdir(parents=True, exist_ok=True)
-    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    return config, fake
 
 
 @pytest.mark.parametrize("setting", sorted(CHANGES))
