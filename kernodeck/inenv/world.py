@@ -133,24 +133,30 @@ def _guarded(ctx: Context, path: str) -> str | None:
     where = paths.guarded(path)
     if where is None and (path in declared(ctx) or _in_sources(ctx, path)):
         where = f"a declared source, {_shown(Path(ctx.config['project_root']))(path)}"
-    cache = os.path.realpath(locate.cache_root()) + os.sep
-    if where is None and path.startswith(cache):  # the stat records a source's check reuses, the fetched sources
+    cache, steps, config = _kernodecks(ctx)
+    if where is None and path.startswith(cache + os.sep):  # the stat records a check reuses, the fetched sources
         where = "Kernodeck's cache"
-    record = os.path.realpath(ctx.out)  # the step results the orchestrator reads, the run's configuration
-    steps = os.path.join(record, STEPS_DIR)
-    if where is None and (path == steps or path.startswith(steps + os.sep)
-                          or path == os.path.join(record, "run-config.json")):
+    if where is None and (path in (steps, config) or path.startswith(steps + os.sep)):
         where = "Kernodeck's record of this run"
     return where
 
 
+def _kernodecks(ctx: Context) -> tuple[str, str, str]:
+    """Kernodeck's own places a window may not change, resolved once per run (every write asks): its cache, the
+    step results the orchestrator reads and the run's configuration."""
+    if "kernodecks_places" not in ctx.state:
+        record = os.path.realpath(ctx.out)
+        ctx.state["kernodecks_places"] = (os.path.realpath(locate.cache_root()), os.path.join(record, STEPS_DIR),
+                                          os.path.join(record, "run-config.json"))
+    places: tuple[str, str, str] = ctx.state["kernodecks_places"]
+    return places
+
+
 def _guarded_roots(ctx: Context) -> list[str]:
     """seen.GUARD_ROOTS: what :func:`_guarded` protects, by path (a folder moved that holds one is refused)."""
-    record = os.path.realpath(ctx.out)
     sources = [str(ctx.state[key]) for key in ("weights",) if ctx.state.get(key)]
     sources += [str(where) for where in dict(ctx.state.get("data") or {}).values()]
-    roots = [sys.prefix, paths.HERE, str(locate.cache_root()), os.path.join(record, STEPS_DIR),
-             os.path.join(record, "run-config.json"), *declared(ctx), *sources]
+    roots = [sys.prefix, paths.HERE, *_kernodecks(ctx), *declared(ctx), *sources]
     return sorted({form for root in roots for form in (os.path.normpath(root), os.path.realpath(root))})
 
 
