@@ -21,8 +21,9 @@ SNAPSHOT_VERSION = 1
 # Bytecode the interpreter wrote after the build (no bytecode is compiled at install), each file checked once
 # against what this interpreter compiles from its unchanged source, then kept here with its stat.
 BYTECODE = "kernodeck-bytecode.json"
-# Kernodeck's own records at the env's root, written after the snapshot: held by the snapshot's digest (in the
-# completion record) and by the checks that read them, not listed in the snapshot itself.
+# Kernodeck's own records at the env's root, written after the snapshot, not listed in it: the snapshot is held by its
+# digest in the completion record; the bytecode list is trusted as it lies (docs/env-integrity.md, "What it does not
+# cover": each is as writable as the env).
 OWN_RECORDS = frozenset({"kernodeck-complete.json", "kernodeck-inventory.txt", SNAPSHOT, BYTECODE})
 
 # An entry as stat saw it: kind (f file, d folder, l link, o other), size, mtime_ns, ctime_ns, inode, mode, links,

@@ -3,7 +3,9 @@ history (the current one rolled back to an older manifest).
 
 A verify names, as differences from the reference (report.md's "What differs from the reference"), a reference made
 with another lock than the one this run checked (its ``[environment] lock_digest``, the sha256 of the lock's bytes),
-and a reference older than one kept in ``history/``. Which reference is newer: by ``[provenance] created`` where
+and a reference older than one kept in ``history/``, or itself kept there: ``reference --new`` keeps the reference it
+replaces in ``history/``, so the manifest in use found there, provenance and all, was replaced and then put back (the
+likeliest rollback, to the reference just replaced, leaves no newer one in history). Which reference is newer: by ``[provenance] created`` where
 both record it; otherwise by the chain of ``previous_id``s (the one whose ancestors include the other is newer). A
 history entry whose id does not match its own content is not trusted and counts for nothing.
 """
@@ -82,6 +84,15 @@ def newer(current: Made, kept: list[Made]) -> list[Made]:
     return sorted(found, key=lambda m: (m.created, m.id))
 
 
+def replaced(current: Made, kept: list[Made]) -> Made | None:
+    """The history entry that IS the manifest in use (same id, same date and predecessor): it was replaced by a newer
+    reference and put back. A reference made again with the same content differs in its provenance: not this."""
+    for other in kept:
+        if (other.id, other.created, other.previous_id) == (current.id, current.created, current.previous_id):
+            return other
+    return None
+
+
 @dataclass(frozen=True)
 class Lineage:
     """The current reference, the kept ones newer than it, and what differs from this run (the lock it checked)."""
@@ -89,6 +100,7 @@ class Lineage:
     current: Made
     newer: tuple[Made, ...]
     lock_digest: str  # this run's lock ("" without one)
+    replaced: Made | None = None  # the history entry that is the reference in use (it was replaced, then put back)
 
     def differences(self) -> list[str]:
         """Each difference, one line: another lock than this run's, a newer reference in history."""
@@ -98,6 +110,9 @@ class Lineage:
             lines.append(f"the reference was made with another lock: {made} (this run's lock: {here})")
         elif not made:
             lines.append("the reference records no lock digest: the lock it was made with cannot be compared")
+        if self.replaced is not None:
+            lines.append(f"the reference in use is {self.replaced.where}: a newer reference replaced it and it was put "
+                         "back (rolled back to an older reference)")
         for other in self.newer:
             when = f", made {other.created}" if other.created else ""
             lines.append(f"the reference is older than {other.where} ({other.id}{when}): rolled back to an older "
@@ -106,10 +121,12 @@ class Lineage:
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.current.as_dict(), "newer_in_history": [m.as_dict() for m in self.newer],
+                "replaced_and_put_back": self.replaced.where if self.replaced is not None else None,
                 "this_run_lock_digest": self.lock_digest, "differences": self.differences()}
 
 
 def lineage(ref: Reference, lock_digest: str) -> Lineage:
     """The lineage of the reference in use, against this run's lock digest."""
     current = Made.of(ref.manifest, "current")
-    return Lineage(current, tuple(newer(current, history(ref.folder))), lock_digest)
+    kept = history(ref.folder)
+    return Lineage(current, tuple(newer(current, kept)), lock_digest, replaced(current, kept))

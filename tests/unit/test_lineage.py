@@ -54,11 +54,15 @@ def test_a_rollback_to_an_older_history_manifest_is_named_by_the_chain(tmp_path:
     _keep(tmp_path, b)
     found = _lineage(tmp_path, a)
     assert [m.id for m in found.newer] == [b["id"]]
-    slug = str(b["id"]).replace(":", "-")
+    slug, mine = str(b["id"]).replace(":", "-"), str(a["id"]).replace(":", "-")
     assert found.differences() == [
+        f"the reference in use is history/{mine}: a newer reference replaced it and it was put back (rolled back to "
+        "an older reference)",
         f"the reference is older than history/{slug} ({b['id']}): rolled back to an older reference"]
-    # the control: B in use, A in its history, is the normal order
-    assert _lineage(tmp_path, b, OTHER).differences() == []
+    # the control: B in use, A (only) in its history, is the normal order
+    normal = tmp_path / "normal"
+    _keep(normal, a)
+    assert _lineage(normal, b, OTHER).differences() == []
 
 
 def test_a_reference_made_again_with_older_content_is_not_a_rollback(tmp_path: Path) -> None:
@@ -70,6 +74,22 @@ def test_a_reference_made_again_with_older_content_is_not_a_rollback(tmp_path: P
     again = _manifest("a", previous=b["id"])
     assert again["id"] == a["id"]
     assert _lineage(tmp_path, again).newer == ()
+
+
+def test_the_reference_just_replaced_put_back_is_a_rollback(tmp_path: Path) -> None:
+    """A -> B (`reference --new`: A kept in history), then A's folder copied back over B's: B is in no history, yet the
+    manifest in use is history's A, provenance and all: named. A made again with A's content is not (red-team 10)."""
+    a = _manifest("a", created="2026-11-01T10:00:00+00:00")
+    _keep(tmp_path, a)  # B replaced it; B itself is kept nowhere
+    found = _lineage(tmp_path, a)
+    slug = str(a["id"]).replace(":", "-")
+    assert found.newer == () and found.as_dict()["replaced_and_put_back"] == f"history/{slug}"
+    assert found.differences() == [f"the reference in use is history/{slug}: a newer reference replaced it and it was "
+                                   "put back (rolled back to an older reference)"]
+    # the controls: the same content made again (a later date, A as its predecessor); a reference not in history
+    again = _manifest("a", previous=a["id"], created="2026-11-20T10:00:00+00:00")
+    assert again["id"] == a["id"] and _lineage(tmp_path, again).differences() == []
+    assert _lineage(tmp_path, _manifest("b", previous=a["id"])).differences() == []
 
 
 def test_dates_decide_where_both_are_recorded(tmp_path: Path) -> None:
