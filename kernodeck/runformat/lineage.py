@@ -5,9 +5,10 @@ A verify names, as differences from the reference (report.md's "What differs fro
 with another lock than the one this run checked (its ``[environment] lock_digest``, the sha256 of the lock's bytes),
 and a reference older than one kept in ``history/``, or itself kept there: ``reference --new`` keeps the reference it
 replaces in ``history/``, so the manifest in use found there, provenance and all, was replaced and then put back (the
-likeliest rollback, to the reference just replaced, leaves no newer one in history). Which reference is newer: by ``[provenance] created`` where
-both record it; otherwise by the chain of ``previous_id``s (the one whose ancestors include the other is newer). A
-history entry whose id does not match its own content is not trusted and counts for nothing.
+likeliest rollback, to the reference just replaced, leaves no newer one in history). Which reference is newer: by
+``[provenance] created`` where both record it; otherwise by the chain of ``previous_id``s (the one whose ancestors
+include the other is newer). A history entry whose id does not match its own content is not trusted and counts for
+nothing.
 """
 
 from __future__ import annotations
