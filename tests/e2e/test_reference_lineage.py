@@ -66,6 +66,16 @@ def test_verify_names_another_lock_and_a_rollback_to_an_older_reference(tmp_path
     head = (tmp_path / "rolled" / "report.md").read_text(encoding="utf-8").split("## Claims", 1)[0]
     assert f"- reference lineage: `{current['id']}`, made at a date not recorded, with lock `sha256:{'d' * 64}`" in head
 
+    # the reference just replaced, put back: `reference --new` kept it in history; the newer one is kept nowhere
+    history = project / "dossier/reference/history"
+    (history / newer_slug(newer) / "manifest.toml").unlink()
+    (history / newer_slug(newer)).rmdir()
+    _write(history / newer_slug(current) / "manifest.toml", json.loads(json.dumps(current)))
+    report, differs = _verify(project, tmp_path / "put-back")
+    assert report["reference_lineage"]["newer_in_history"] == []
+    assert f"- the reference in use is history/{newer_slug(current)}: a newer reference replaced it and it was put " \
+        "back (rolled back to an older reference)" in differs
+
 
 def newer_slug(manifest: dict[str, Any]) -> str:
     return str(manifest["id"]).replace(":", "-")
