@@ -665,9 +665,10 @@ def test_inventory_step_for_an_existing_interpreter(tmp_path: Path) -> None:
     (_site(env) / "extra_mod.py").write_text("X = 1\n")
     details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
     assert details["status"] == "passed" and len(missing) == 1 and "extra_mod.py" in missing[0]
+    assert "read only declared inputs: the closed world trusts every read inside the environment" in missing[0]
     details, _, failure = _step_on(env, lock, tmp_path, intentional=True, strict=True)
     assert details["status"] == "failed" and "extra_mod.py" in failure
     (env / snapshot.SNAPSHOT).unlink()  # an interpreter Kernodeck did not build: nothing to hold its files to
     details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
     assert details["status"] == "passed" and "files" not in details
-    assert len(missing) == 1 and "no build snapshot" in missing[0]
+    assert len(missing) == 1 and "no build snapshot" in missing[0] and "read only declared inputs" in missing[0]

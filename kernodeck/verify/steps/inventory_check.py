@@ -28,13 +28,20 @@ def _not_the_build(files: envfiles.Findings, tip: str) -> KernodeckError:
                           f"{'; '.join(files.problems())}", tip=tip)
 
 
+# The closed world trusts a read inside the env's prefix because this step proved the env's files: where it did not,
+# those reads are not proven inputs either (red-team pass 10: an undeclared file under a foreign prefix, read).
+UNPROVEN_READS = ("; nor, so, that the application read only declared inputs: the closed world trusts every read "
+                  "inside the environment's prefix as the env's (docs/application.md)")
+
+
 def _files_note(intentional: bool, files: envfiles.Findings | None, failure: KernodeckError | None) -> str:
     """--python: what is not established about the files, said once (beside the packages' difference, if any)."""
     if intentional and files is None:
         return ("every file of the environment is the lock's and unchanged since a build (an interpreter "
-                "Kernodeck did not build has no build snapshot; only its packages' RECORD sizes were checked)")
+                "Kernodeck did not build has no build snapshot; only its packages' RECORD sizes were checked)"
+                + UNPROVEN_READS)
     if intentional and files is not None and not files.clean and failure is None:
-        return f"the environment's files are the build's ({'; '.join(files.problems())[:300]})"
+        return f"the environment's files are the build's ({'; '.join(files.problems())[:300]})" + UNPROVEN_READS
     return ""
 
 
