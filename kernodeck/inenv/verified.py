@@ -80,19 +80,19 @@ def load_source(path: Path, name: str, sha256: str | None = None, shown: str = "
     return module
 
 
-class _SourceBytes(importlib.abc.Loader):
-    """One module of the project, from its source bytes (checked when the file is a declared source)."""
+class _SourceBytes(importlib.machinery.SourceFileLoader):
+    """One module of the project, from its source bytes (checked when the file is a declared source). The standard
+    source loader's own API stays (``get_data``, ``get_resource_reader``: ``importlib.resources`` and
+    ``pkgutil.get_data`` read a package's data through it, each read an audited open); only its code comes from the
+    verified bytes, never from bytecode, and none is written."""
 
-    def __init__(self, sha256: str | None, shown: str) -> None:
+    def __init__(self, fullname: str, path: str, sha256: str | None, shown: str) -> None:
+        super().__init__(fullname, path)
         self.sha256, self.shown = sha256, shown
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        return None
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        assert module.__spec__ is not None and module.__spec__.origin is not None
-        path = Path(module.__spec__.origin)
-        _run(module, read_verified(path, self.sha256, self.shown), path)
+    def get_code(self, fullname: str) -> types.CodeType:
+        path = Path(self.get_filename(fullname))
+        return compile(read_verified(path, self.sha256, self.shown), str(path), "exec", dont_inherit=True)
 
 
 class ProjectSources(importlib.abc.MetaPathFinder):
@@ -116,13 +116,21 @@ class ProjectSources(importlib.abc.MetaPathFinder):
             return spec
         if isinstance(spec.loader, importlib.machinery.SourceFileLoader):
             digest = self.expected.get(origin) or self.expected.get(os.path.realpath(origin))
-            spec.loader = _SourceBytes(digest, self.shown(origin))
+            spec.loader = _SourceBytes(fullname, spec.origin, digest, self.shown(origin))
             spec.cached = None
             return spec
-        what = "bytecode without its source" if origin.endswith(".pyc") else "compiled code"
+        if origin.endswith(".pyc"):
+            why = ("bytecode without its source, outside the env and the declared sources: code that neither the lock "
+                   "nor a declared source describes is never run")
+        elif self.expected.get(origin) or self.expected.get(os.path.realpath(origin)):
+            why = ("a compiled extension in the project's folder: declared, but native code is not run from the "
+                   "project, where nothing checks it against this torch (the extensions step checks the env's); "
+                   "build it into a wheel the lock pins")
+        else:
+            why = ("compiled code, outside the env and the declared sources: code that neither the lock nor a declared "
+                   "source describes is never run")
         raise CheckFailed(
-            f"the application imports {self.shown(origin)} ({what}, outside the env and the declared sources): "
-            "code that neither the lock nor a declared source describes is never run",
+            f"the application imports {self.shown(origin)} ({why})",
             Layer.APPLICATION,
             {"file": self.shown(origin), "module": fullname},
         )

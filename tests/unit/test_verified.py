@@ -9,6 +9,8 @@ every file the application reads is the env's, the stdlib's or declared, or its 
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import py_compile
@@ -258,6 +260,46 @@ def test_project_bytecode_without_source_is_never_imported(tmp_path: Path) -> No
     result = _run(tmp_path, config)
     assert result["status"] == "failed" and not marker.exists()
     assert "imports src/mypkg/util.pyc (bytecode without its source" in result["error"]
+
+
+PACKAGE_DATA = {  # the standard ways a package reads its own data file, through its module's loader
+    "importlib.resources": 'labels = importlib.resources.files("mypkg").joinpath("table.csv").read_text()',
+    "pkgutil.get_data": 'labels = pkgutil.get_data("mypkg", "table.csv").decode()',
+}
+
+
+@pytest.mark.parametrize("how", sorted(PACKAGE_DATA))
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "undeclared"])
+def test_a_project_packages_data_is_read_through_its_loader_and_judged(tmp_path: Path, how: str,
+                                                                         declared: bool) -> None:
+    """A project module's loader keeps the standard source loader's API (red-team pass 10: the verified-bytes loader
+    had none, so a declared package data file read the standard way failed the run); the read is judged as any."""
+    sources = {"code": ["src/mypkg/*.py"], "files": ["src/mypkg/table.csv"] if declared else ["data/extra.csv"]}
+    config = _closed_project(tmp_path, **sources)
+    (Path(config["project_root"]) / "src" / "mypkg" / "table.csv").write_text("label\n1\n")
+    doing = f'sys.path.insert(0, str(ROOT / "src")); import mypkg; {PACKAGE_DATA[how]}; assert labels[:5] == "label"'
+    result = _run(tmp_path, _with_criterion(config, doing, imports="importlib.resources, pkgutil, sys", **sources))
+    if declared:
+        assert result == {"status": "passed"}, result
+    else:
+        assert result["status"] == "failed" and "src/mypkg/table.csv (opened)" in result["error"], result
+
+
+def test_a_declared_compiled_extension_in_the_project_is_refused_as_such(tmp_path: Path) -> None:
+    """An extension built in place in the project's folder, declared: not run, and the reason is not that nothing
+    declares it (red-team pass 10: the message said so) but that native code runs from the env, where it is checked."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    built = importlib.util.find_spec("_json")
+    assert built is not None and built.origin is not None and built.origin.endswith(".so")
+    sources = {"code": ["src/mypkg/*.py", f"src/ext/_json{suffix}"]}
+    config = _closed_project(tmp_path, **sources)
+    (Path(config["project_root"]) / "src" / "ext").mkdir()
+    shutil.copy(built.origin, Path(config["project_root"]) / "src" / "ext" / f"_json{suffix}")
+    doing = 'sys.path.insert(0, str(ROOT / "src" / "ext")); sys.modules.pop("_json", None); import _json'
+    result = _run(tmp_path, _with_criterion(config, doing, **sources))
+    assert result["status"] == "failed", result
+    assert f"imports src/ext/_json{suffix} (a compiled extension in the project's folder: declared" in result["error"]
+    assert "build it into a wheel the lock pins" in result["error"]
 
 
 def test_a_glob_that_matches_nothing_is_refused(tmp_path: Path) -> None:
