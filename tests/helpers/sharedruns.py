@@ -1,6 +1,8 @@
 """Real verifies of the unmodified built project that several tests only READ, run once per test session (the
-fixtures ``passed_run`` and ``gpu_missing_run`` in tests/conftest.py): a MiniLM verify costs ~30 CPU-s, and five
-tests each ran their own passing one only to read its dossier.
+fixtures ``passed_run`` and ``gpu_missing_run`` in tests/conftest.py): a MiniLM verify costs ~30 CPU-s (more on a
+loaded machine), and nine tests each ran their own passing one only to read its dossier, output, log or read counts.
+A reader never writes into the shared run or its project: one that must change a run copies it first (as
+test_reliability's full-disk case copies it into its mount).
 
 The passing run is made so that every reader's question has its answer in it, none bending another's:
 
