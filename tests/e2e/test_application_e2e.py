@@ -16,6 +16,7 @@ from tests.helpers.builtenv import in_env, sibling
 from tests.helpers.planted import PLANT, plant_pyc
 from tests.helpers.project import kd
 from tests.helpers.reports import read_report, statuses
+from tests.helpers.sharedruns import SharedRun
 from tests.helpers.tinyapp import tiny_app_project
 
 pytestmark = pytest.mark.slow
@@ -79,17 +80,20 @@ def test_project_folders_never_shadow_the_env(built_project: Path, tmp_path: Pat
     assert set(statuses(read_report(out)).values()) == {"passed"}
 
 
-def test_the_dossier_replays_by_hand_from_the_project_root(built_project: Path, tmp_path: Path) -> None:
+def test_the_dossier_replays_by_hand_from_the_project_root(
+    built_project: Path, passed_run: SharedRun, tmp_path: Path
+) -> None:
     """procedure.md's last command, as a person runs it: the dossier's run-config (project root redacted), the env's
-    interpreter, the runner by its path, from the project root."""
+    interpreter, the runner by its path, from the project root. The dossier is the session's shared passing verify
+    (made in a sibling of the built project: same files, same env), replayed from the built project's root: only
+    read, its run-config copied out."""
     import subprocess
 
     from kernodeck.env import start
     from kernodeck.verify.steps.in_env import RUNNER_ENV
     from tests.helpers.builtenv import env_python
 
-    out = tmp_path / "run"
-    proc = kd(built_project, "verify", "--out", str(out))
+    out, proc = passed_run.out, passed_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = json.loads((out / "run-config.json").read_text())
     assert config["project_root"] == "<project>"  # the dossier names no path of this machine

@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.reports import read_report
+from tests.helpers.sharedruns import SharedRun
 
 
 def git_repo(tmp_path: Path) -> Path:
@@ -55,10 +56,15 @@ def test_compare_names_differences(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_compare_two_runs_same_platform_zero_delta(built_project: Path, tmp_path: Path) -> None:
-    for name in ("a", "b"):
-        assert kd(built_project, "verify", "--out", str(tmp_path / name)).returncode == 0
-    proc = kd(built_project, "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp"))
+def test_compare_two_runs_same_platform_zero_delta(
+    built_project: Path, passed_run: SharedRun, tmp_path: Path
+) -> None:
+    # run a: the session's shared passing verify (a sibling sharing this env; compare only reads it); run b: this
+    # test's own verify of the built project, in the same env
+    a, b = passed_run.out, tmp_path / "b"
+    assert passed_run.proc.returncode == 0, passed_run.proc.stderr[-3000:]
+    assert kd(built_project, "verify", "--out", str(b)).returncode == 0
+    proc = kd(built_project, "compare", str(a), str(b), "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     embeddings = result["outputs"]["per_output"]["embeddings"]  # under its declared kind, in the rebuilt env

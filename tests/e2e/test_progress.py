@@ -19,6 +19,7 @@ from kernodeck.verify.report import Report
 from kernodeck.verify.steps.in_env import InEnvPhases
 from tests.helpers.project import kd
 from tests.helpers.reports import complete_steps
+from tests.helpers.sharedruns import SharedRun
 
 
 class Lines:
@@ -151,11 +152,9 @@ def test_final_summary_line() -> None:
 
 
 @pytest.mark.slow
-def test_verify_log_shows_every_phase_and_each_step_once(built_project: Path, tmp_path: Path) -> None:
-    import os
-
-    env = dict(os.environ, KERNODECK_PROGRESS_INTERVAL="0.5")
-    proc = kd(built_project, "verify", "--no-rebuild", "--out", str(tmp_path / "run"), env=env)
+def test_verify_log_shows_every_phase_and_each_step_once(passed_run: SharedRun) -> None:
+    # the session's shared passing verify, its log read (it runs with a progress line every 0.5 s: sharedruns.PROGRESS)
+    proc = passed_run.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     err = proc.stderr.splitlines()
     for phase in ("kernodeck: settings: importing torch", "kernodeck: application: batch 1/", "fingerprinting weights"):
@@ -165,7 +164,7 @@ def test_verify_log_shows_every_phase_and_each_step_once(built_project: Path, tm
         assert len(ends) == 1, (step, ends)
     assert not any(line.startswith("[kernodeck]") for line in err)  # forwarded once, in the orchestrator's words
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("PASSED: ") and last.endswith(str(tmp_path / "run" / "report.md"))
+    assert last.startswith("PASSED: ") and last.endswith(str(passed_run.out / "report.md"))
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals are POSIX")

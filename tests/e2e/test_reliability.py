@@ -19,6 +19,7 @@ from kernodeck.lock import lockfile
 from tests.helpers.builtenv import in_env, reseal, sibling
 from tests.helpers.project import copy_project, kd
 from tests.helpers.reports import read_report, statuses
+from tests.helpers.sharedruns import SharedRun
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 LOCK = f"lockfiles/{PLATFORM}.txt"
@@ -276,13 +277,16 @@ def _tmpfs_available() -> bool:
 @pytest.mark.slow
 @rel(12, "a full disk, or a read-only output folder, at dossier time", "a clear error; the earlier dossier untouched")
 @pytest.mark.parametrize("fault", ["full", "read-only"])
-def test_dossier_on_full_or_readonly_disk(built_project: Path, tmp_path: Path, fault: str) -> None:
+def test_dossier_on_full_or_readonly_disk(
+    built_project: Path, passed_run: SharedRun, tmp_path: Path, fault: str
+) -> None:
     if not _tmpfs_available():
         pytest.skip("needs a private mount namespace (unshare -m) to make a small or read-only filesystem")
     mount = tmp_path / "mnt"
     mount.mkdir()
-    earlier = tmp_path / "earlier"
-    assert kd(built_project, "verify", "--no-rebuild", "--out", str(earlier)).returncode == 0
+    # the earlier dossier: the session's shared passing verify, only read here (copied into the mount, then hashed)
+    earlier = passed_run.out
+    assert passed_run.proc.returncode == 0, passed_run.proc.stderr[-3000:]
     size = sum(p.stat().st_size for p in earlier.rglob("*") if p.is_file())
     # the earlier dossier fits; a second one does not (full), or the filesystem turns read-only before the run
     limit = size + size // 2 if fault == "full" else size * 3

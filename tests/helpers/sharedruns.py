@@ -1,6 +1,8 @@
 """Real verifies of the unmodified built project that several tests only READ, run once per test session (the
-fixtures ``passed_run`` and ``gpu_missing_run`` in tests/conftest.py): a MiniLM verify costs ~30 CPU-s, and five
-tests each ran their own passing one only to read its dossier.
+fixtures ``passed_run`` and ``gpu_missing_run`` in tests/conftest.py): a MiniLM verify costs ~30 CPU-s (more on a
+loaded machine), and nine tests each ran their own passing one only to read its dossier, output, log or read counts.
+A reader never writes into the shared run or its project: one that must change a run copies it first (as
+test_reliability's full-disk case copies it into its mount).
 
 The passing run is made so that every reader's question has its answer in it, none bending another's:
 
@@ -9,7 +11,9 @@ The passing run is made so that every reader's question has its answer in it, no
 - run under the read counter (tests/helpers/readcount.py: ``python -m kernodeck``'s own ``main`` in the process, an
   audit hook that only counts ``open`` calls), which writes the counts beside the run;
 - with credentials in PIP_EXTRA_INDEX_URL / UV_INDEX_URL / UV_INDEX (:data:`SECRETS`, unreachable hosts: the reused
-  env needs no index), so that tests/e2e/test_verify_e2e.py can look for them in every file and line it left.
+  env needs no index), so that tests/e2e/test_verify_e2e.py can look for them in every file and line it left;
+- with a progress line every 0.5 s (:data:`PROGRESS`, KERNODECK_PROGRESS_INTERVAL: the default is 15 s), so that
+  tests/e2e/test_progress.py finds every phase in its log (the heartbeat only writes lines; it reads no file).
 
 A passing verify with those variables set and the counter attached is still a passing verify of the project as it is:
 the readers assert that it passed, every step of it.
@@ -34,6 +38,7 @@ SECRETS = {
     "UV_INDEX_URL": "https://bob:t0psecret2@127.0.0.1:9/simple",
     "UV_INDEX": "http://127.0.0.1:9/QTOKEN43/simple",  # a token in the path, cloudsmith style
 }
+PROGRESS = {"KERNODECK_PROGRESS_INTERVAL": "0.5"}
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ def passed_run(built: Path, folder: Path) -> SharedRun:
     what it needs, so a failure is reported by the tests, with the run's stderr."""
     project = settled(sibling(built, folder))
     out, counts = folder / "run", folder / "counts.json"
-    proc = run_counted(project, counts, "verify", "--out", str(out), env=counted_env(project, **SECRETS))
+    proc = run_counted(project, counts, "verify", "--out", str(out), env=counted_env(project, **SECRETS, **PROGRESS))
     return SharedRun(project, out, proc, counts)
 
 
