@@ -38,6 +38,7 @@ from kernodeck.runformat.manifest import (
     render,
 )
 from kernodeck.runformat.recording import build_manifest
+from kernodeck.verify import runbuild
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 
@@ -184,8 +185,10 @@ def require_sources_as_run(project: Project, app: app_contract.Application, fold
     ``run-config.json``: ``application.sources``, checked file by file before each ran): a file changed during the
     reference run (or declared since) is refused, so the reference never describes code that did not make it."""
     config = folder / "run-config.json"
-    ran = json.loads(config.read_text(encoding="utf-8"))["application"].get("sources") if config.is_file() else None
-    now, ran = app.fingerprints(project.root), ran or {}
+    run_config = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+    ran = (run_config.get("application") or {}).get("sources") or {}
+    # the same set the run was given (runbuild.in_env_sources: with an application resume, its train file too)
+    now = runbuild.in_env_sources(run_config, project.root, app)
     moved = sorted(f for f in {*now, *ran} if ran.get(f) != now.get(f))
     if moved:
         raise KernodeckError(

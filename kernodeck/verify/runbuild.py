@@ -117,15 +117,23 @@ def runner_config(project: Project, declaration: Declaration, reference: Referen
     return config
 
 
+def in_env_sources(run_config: dict[str, Any], root: Path, app: app_contract.Application) -> dict[str, str]:
+    """The sources the in-env side runs, by their fingerprints read now: the declared ones (``code``, ``files``) and
+    the application's train file when it declares a resume (its run compares with itself, not with the reference,
+    so the reference's identity does not hold it, but its bytes are checked as any code's)."""
+    sources = app.fingerprints(root)
+    resumed = (run_config.get("resume_application") or {}).get("entry")
+    if isinstance(resumed, dict):
+        rel = str(resumed["file"])
+        sources.setdefault(rel, sha256_file(root / rel) if (root / rel).is_file() else "")
+    return sources
+
+
 def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: app_contract.Application) -> None:
-    """What the in-env side checks the code it runs against (verified bytes, a closed world): the declared sources'
+    """What the in-env side checks the code it runs against (verified bytes, a closed world): the sources'
     fingerprints (``application.sources``, read now: with ``--allow-code-change`` they may differ from the
     reference's) and Kernodeck's own in-env files' (``inenv_sha256``)."""
-    run_config["application"]["sources"] = app.fingerprints(root)
-    resumed = (run_config.get("resume_application") or {}).get("entry")
-    if isinstance(resumed, dict):  # the application's train: its bytes checked as read now (its run compares with
-        rel = str(resumed["file"])  # itself, not with the reference, so the reference's identity does not hold it)
-        run_config["application"]["sources"].setdefault(rel, sha256_file(root / rel) if (root / rel).is_file() else "")
+    run_config["application"]["sources"] = in_env_sources(run_config, root, app)
     run_config.update(inenv_sha256=inenv_fingerprints())
 
 

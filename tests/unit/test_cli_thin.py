@@ -7,6 +7,7 @@ import ast
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,6 +126,29 @@ def test_a_reference_is_refused_when_its_sources_changed_during_the_run(tmp_path
         new_reference.require_sources_as_run(project, app, run)
     (run / "run-config.json").unlink()  # no record of what ran: nothing is taken on trust
     with pytest.raises(KernodeckError, match="sources changed during the reference run"):
+        new_reference.require_sources_as_run(project, app, run)
+
+
+def test_an_application_resumes_train_file_is_compared_as_the_run_was_given_it(tmp_path: Path) -> None:
+    """The run checks the application's train file (a resume's entry) though `code` need not list it: the reference's
+    check compares the same set, so an unchanged train file is no change (red-team pass 10: every reference of such
+    a project was refused) and a changed one still is."""
+    from kernodeck.project import app_contract
+    from kernodeck.verify import runbuild
+
+    project = load_project(copy_project(tmp_path / "p"))
+    app = app_contract.load(project.root)
+    (project.root / "checks" / "train.py").write_text("def train(app): pass\n", encoding="utf-8")
+    config: dict[str, Any] = {"application": {}, "resume_application": {"entry": {"file": "checks/train.py"}}}
+    runbuild.add_in_env_inputs(config, project.root, app)
+    assert "checks/train.py" in config["application"]["sources"] and "checks/train.py" not in app.fingerprints(
+        project.root)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run-config.json").write_text(json.dumps(config), encoding="utf-8")
+    new_reference.require_sources_as_run(project, app, run)
+    (project.root / "checks" / "train.py").write_text("def train(app): return 1\n", encoding="utf-8")
+    with pytest.raises(KernodeckError, match=r"sources changed during the reference run: checks/train.py;"):
         new_reference.require_sources_as_run(project, app, run)
 
 
