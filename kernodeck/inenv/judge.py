@@ -148,6 +148,12 @@ def _unable(found: dict[str, Any]) -> str:
                 f"unchanged) when {found['inconsistent']}: its answer is not a function "
                 "of the outputs (state kept between calls, arguments changed in place, randomness), so its failures "
                 "on corrupted outputs prove nothing")
+    first = found.get("first_sight") or {}
+    if first.get("passed") and not found["cannot_see"]:
+        said = first.get("summary") or "passed"
+        return ("the criterion is unable to fail: loaded afresh and shown the outputs replaced by noise of their own "
+                f"mean and standard deviation before any other outputs, it passed them ({said}): its verdict is "
+                "whatever it saw first (a memo), not a judgement of the outputs")
     blind = [how for how, r in results.items() if r["passed"] and (how in found["cannot_see"] or not failed)]
     text = "the criterion is unable to fail: it cannot see " + "; ".join(
         f"{controls.WHAT[how]} (it passed them: {results[how]['summary'] or 'passed'})" for how in blind)
@@ -157,6 +163,25 @@ def _unable(found: dict[str, Any]) -> str:
     if margins and not any(m.get("found") for m in margins.values()):
         text += "; no perturbation of an output breaks it (added noise up to 1000x its RMS, or every label changed)"
     return text
+
+
+def _first_sight(ctx: Context, base: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any],
+                 root: Path) -> dict[str, Any]:
+    """The criterion, loaded afresh (determinism._afresh: the project's modules anew), shown a corruption (noise of
+    the outputs' own scale) before any other outputs. A criterion that takes the first outputs it sees as the truth
+    (a memo: red-team pass 10) passes it, whatever the later controls show; one that judges the outputs fails it."""
+    from . import controls
+    from .determinism import _afresh
+
+    noise = controls.corruptions(base)["noise"]
+    with _afresh(ctx):
+        fresh = with_data(_function(ctx, _app_cfg(ctx)["criterion"], "criterion"), ctx)
+        try:
+            answer = _judge(fresh, noise, items, params, root)
+            passed, summary = bool(answer["passed"]), str(answer.get("summary", ""))
+        except Exception as exc:  # its own error on garbage: it did not pass (a refusal still fails the step)
+            passed, summary = False, f"raised {type(exc).__name__}: {exc}"
+    return {"passed": passed, "summary": " ".join(summary.split())[:200]}
 
 
 def criterion(ctx: Context) -> dict[str, Any]:
@@ -195,6 +220,9 @@ def criterion(ctx: Context) -> dict[str, Any]:
         return bool(answer["passed"]), str(answer.get("summary", ""))
 
     found = controls.criterion_controls(judge, base)
+    found["first_sight"] = _first_sight(ctx, base, items, params, root)
+    if found["first_sight"]["passed"]:
+        found["able_to_fail"] = False
     found["noise_margin"] = _noise_margins(ctx, judge, base)
     details["controls"] = found
     if not found["able_to_fail"]:

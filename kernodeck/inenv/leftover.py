@@ -7,7 +7,9 @@ between windows, where the hook does not watch it (seen.py: between windows only
 At a window's end each is put back as it was when the window opened, unless what is set now is the env's or the
 standard library's own code (a library that registers a gc callback as it is imported keeps it). What remains, a
 stated limit (docs/application.md): ``atexit``, finalizers of objects Kernodeck drops later, finders
-on ``sys.meta_path`` and codec search functions (the application's own imports need them in later windows).
+on ``sys.meta_path`` and codec search functions (the application's own imports need them in later windows). The
+environment is not put back (the application's later calls may need what it set), but the processes Kernodeck starts
+get the one it had before the first window (:func:`kernodecks_environ`).
 """
 
 from __future__ import annotations
@@ -38,8 +40,22 @@ def _handlers() -> dict[int, Any]:
     return {int(s): signal.getsignal(s) for s in signal.valid_signals()}
 
 
+# The environment as Kernodeck set it before the application's first window (os.environ then): what the in-env
+# processes Kernodeck starts later get (resume.Worker), so a variable the application sets in its own process
+# (LD_PRELOAD, say: red-team pass 10) never reaches them. Within its windows the application keeps what it set.
+BEFORE_APPLICATION: list[dict[str, str] | None] = [None]
+
+
+def kernodecks_environ() -> dict[str, str]:
+    """The environment for a process Kernodeck starts: as it was before any application code ran."""
+    return dict(BEFORE_APPLICATION[0] if BEFORE_APPLICATION[0] is not None else os.environ)
+
+
 def taken() -> tuple[Any, ...]:
-    """What is set now: the trace and profile functions, gc's callbacks, the exception hooks, the signal handlers."""
+    """What is set now: the trace and profile functions, gc's callbacks, the exception hooks, the signal handlers
+    (and, at the first window, the environment: :data:`BEFORE_APPLICATION`)."""
+    if BEFORE_APPLICATION[0] is None:
+        BEFORE_APPLICATION[0] = dict(os.environ)
     return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile(), list(gc.callbacks),
             sys.excepthook, sys.unraisablehook, threading.excepthook, _handlers())
 

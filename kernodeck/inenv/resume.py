@@ -22,6 +22,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
+from kernodeck_inenv import leftover  # noqa: E402
 from kernodeck_inenv.trainer import PARTS, Trainer, describe, load_checkpoint  # noqa: E402
 
 
@@ -61,7 +62,9 @@ class Worker:
         # new process of a resume check starts here, started as the runner was (-s -P, no PYTHON* variable but the
         # hash seed): the seed holds here too
         self.cmd = [sys.executable, "-s", "-P", str(script or Path(__file__).resolve()), "--serve"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
+        # the environment before any application code ran: a variable the application set (LD_PRELOAD) stays its own
+        env = {k: v for k, v in leftover.kernodecks_environ().items()
+               if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
         self.proc = subprocess.Popen(
             self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )

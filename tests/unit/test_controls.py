@@ -220,6 +220,15 @@ def anything_goes(outputs, ids, records, params):
 def keyerror(outputs, ids, records, params):
     return {"passed": True, "summary": str(params["epoch"])}
 
+_SEEN = []
+
+def memo(outputs, ids, records, params):
+    # the first outputs it is shown are the truth: passes them again, fails anything else (the corruptions)
+    if not _SEEN:
+        _SEEN.append(outputs["labels"].copy())
+    same = outputs["labels"].shape == _SEEN[0].shape and bool((outputs["labels"] == _SEEN[0]).all())
+    return {"passed": same, "summary": "as first seen", "margin": None}
+
 def nan_margin(outputs, ids, records, params):
     return {"passed": True, "summary": "x", "margin": float("nan")}
 
@@ -289,6 +298,21 @@ def test_criterion_step_shows_its_power_and_refuses_one_that_sees_only_a_constan
                           "it (added noise up to 1000x its RMS, or every label changed)"), error
     assert caught.value.layer == "application" and "permuted against their ids" in caught.value.details["tip"]
     assert caught.value.details["controls"]["noise_margin"]["labels"]["found"] is False
+
+
+def test_a_criterion_that_takes_the_first_outputs_it_sees_as_the_truth_is_refused(tmp_path: Path) -> None:
+    """Shown this run's outputs first, a memo passes them and fails every corruption after: loaded afresh and shown
+    noise first, it passes that (red-team pass 10: such a criterion was "able to fail"). A judging one fails it."""
+    good = {"labels": np.arange(24, dtype=np.int64) % 3}
+    found = judge.criterion(_ctx(tmp_path, "criterion", good, LABELS))["controls"]
+    assert found["first_sight"]["passed"] is False and found["able_to_fail"] is True
+    with pytest.raises(CheckFailed) as caught:
+        judge.criterion(_ctx(tmp_path / "b", "memo", good, LABELS))
+    assert str(caught.value).startswith(
+        "the criterion is unable to fail: loaded afresh and shown the outputs replaced by noise of their own mean and "
+        "standard deviation before any other outputs, it passed them (as first seen)"), str(caught.value)
+    controls_found = caught.value.details["controls"]
+    assert controls_found["failed"] == ["permuted", "noise", "constant"] and controls_found["cannot_see"] == []
 
 
 def test_the_report_line_shows_the_corruptions_failed_and_the_margin(tmp_path: Path) -> None:
