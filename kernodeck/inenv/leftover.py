@@ -9,7 +9,7 @@ standard library's own code (a library that registers a gc callback as it is imp
 stated limit (docs/application.md): ``atexit``, finalizers of objects Kernodeck drops later, finders
 on ``sys.meta_path`` and codec search functions (the application's own imports need them in later windows). The
 environment is not put back (the application's later calls may need what it set), but the processes Kernodeck starts
-get the one it had before the first window (:func:`kernodecks_environ`).
+get the one it had before the project's code ran (:func:`kernodecks_start`).
 """
 
 from __future__ import annotations
@@ -40,22 +40,32 @@ def _handlers() -> dict[int, Any]:
     return {int(s): signal.getsignal(s) for s in signal.valid_signals()}
 
 
-# The environment as Kernodeck set it before the application's first window (os.environ then): what the in-env
-# processes Kernodeck starts later get (resume.Worker), so a variable the application sets in its own process
-# (LD_PRELOAD, say: red-team pass 10) never reaches them. Within its windows the application keeps what it set.
-BEFORE_APPLICATION: list[dict[str, str] | None] = [None]
+# The environment and the interpreter as Kernodeck set them before any of the project's code ran (at_start, which
+# runner.py calls at its start: a smoke check runs outside the windows; else the first window): what the in-env
+# processes Kernodeck starts later get (resume.Worker), so a variable the project sets in its own process
+# (LD_PRELOAD, say), or sys.executable pointed at a wrapper, never reaches them (red-team passes 10, 11). Within its
+# windows the application keeps what it set.
+BEFORE_APPLICATION: list[tuple[dict[str, str], str] | None] = [None]
 
 
-def kernodecks_environ() -> dict[str, str]:
-    """The environment for a process Kernodeck starts: as it was before any application code ran."""
-    return dict(BEFORE_APPLICATION[0] if BEFORE_APPLICATION[0] is not None else os.environ)
+def at_start() -> None:
+    """Take the environment and the interpreter Kernodeck's own processes start with, now."""
+    BEFORE_APPLICATION[0] = (dict(os.environ), sys.executable)
+
+
+def kernodecks_start() -> tuple[dict[str, str], str]:
+    """The environment and interpreter for a process Kernodeck starts: as they were before the project's code ran."""
+    if BEFORE_APPLICATION[0] is None:
+        at_start()
+    assert BEFORE_APPLICATION[0] is not None
+    return dict(BEFORE_APPLICATION[0][0]), BEFORE_APPLICATION[0][1]
 
 
 def taken() -> tuple[Any, ...]:
     """What is set now: the trace and profile functions, gc's callbacks, the exception hooks, the signal handlers
-    (and, at the first window, the environment: :data:`BEFORE_APPLICATION`)."""
+    (and, at the first window if not earlier, the environment: :data:`BEFORE_APPLICATION`)."""
     if BEFORE_APPLICATION[0] is None:
-        BEFORE_APPLICATION[0] = dict(os.environ)
+        at_start()
     return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile(), list(gc.callbacks),
             sys.excepthook, sys.unraisablehook, threading.excepthook, _handlers())
 

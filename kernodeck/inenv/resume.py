@@ -61,10 +61,11 @@ class Worker:
         # ``script``: another in-env script served the same way (resume_app.py, the application's own resume): every
         # new process of a resume check starts here, started as the runner was (-s -P, no PYTHON* variable but the
         # hash seed): the seed holds here too
-        self.cmd = [sys.executable, "-s", "-P", str(script or Path(__file__).resolve()), "--serve"]
-        # the environment before any application code ran: a variable the application set (LD_PRELOAD) stays its own
-        env = {k: v for k, v in leftover.kernodecks_environ().items()
-               if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
+        # the environment and interpreter from before the project's code ran: what it set (LD_PRELOAD,
+        # sys.executable) stays its own
+        environ, python = leftover.kernodecks_start()
+        self.cmd = [python, "-s", "-P", str(script or Path(__file__).resolve()), "--serve"]
+        env = {k: v for k, v in environ.items() if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
         self.proc = subprocess.Popen(
             self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )

@@ -31,7 +31,7 @@ runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv
 # The application's files and Kernodeck's are compiled from their verified bytes (verified.py, _package.py): no
 # bytecode of theirs is read or written. The env's modules keep the interpreter's bytecode cache, written into the
 # env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
-from kernodeck_inenv import libraries, world  # noqa: E402
+from kernodeck_inenv import leftover, libraries, world  # noqa: E402
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, step_file  # noqa: E402
 from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
@@ -39,6 +39,7 @@ from kernodeck_inenv.steptable import BY_NAME, StepName  # noqa: E402
 
 # At import, not in main(): a child that multiprocessing spawns imports this file as its main module (its stacks too).
 install_stacks()
+leftover.at_start()  # the environment and interpreter Kernodeck's later processes get, before any project code runs
 
 
 def _layer_of(exc: BaseException) -> str:

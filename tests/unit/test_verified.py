@@ -1231,29 +1231,37 @@ ENVIRON = """
 import json, os, runpy, sys
 from pathlib import Path
 runpy.run_path(sys.argv[1])
-from kernodeck_inenv import world
+from kernodeck_inenv import leftover, world
 from kernodeck_inenv._common import Context
 from kernodeck_inenv.resume import Worker
 ctx = Context(config=json.loads(Path(sys.argv[2]).read_text()), out=Path(sys.argv[3]))
-os.environ["KD_KERNODECKS"] = "kept"  # Kernodeck's own, before any window (calibrate's OMP_NUM_THREADS)
+out = Path(sys.argv[3])
+os.environ["KD_KERNODECKS"] = "kept"  # Kernodeck's own, set before it starts any project code
+leftover.at_start()  # as runner.py does at its start
+os.environ["KD_SMOKE_SET"] = "/tmp/evil.so"  # project code outside the windows (an extension's smoke check)
+(out / "wrapper.sh").write_text(f"#!/bin/sh\\necho ran > {out / 'wrapped'}\\nexec {sys.executable} \\"$@\\"\\n")
+(out / "wrapper.sh").chmod(0o755)
 with world.window(ctx, "the entry"):
     os.environ["KD_APP_SET"] = "/tmp/evil.so"  # the application's, as it would set LD_PRELOAD
-probe = Path(sys.argv[3]) / "probe.py"
-probe.write_text("import json, os\\n"
-                 "print(json.dumps([os.environ.get('KD_APP_SET'), os.environ.get('KD_KERNODECKS')]))\\n")
-out, _ = Worker(probe).proc.communicate("")
-print(json.dumps({"worker": json.loads(out), "here": os.environ.get("KD_APP_SET")}))
+    sys.executable = str(out / "wrapper.sh")  # and the interpreter a new process starts
+(out / "probe.py").write_text("import json, os\\nprint(json.dumps([os.environ.get(k) for k in "
+                              "('KD_APP_SET', 'KD_SMOKE_SET', 'KD_KERNODECKS')]))\\n")
+said, _ = Worker(out / "probe.py").proc.communicate("")
+print(json.dumps({"worker": json.loads(said), "wrapped": (out / "wrapped").exists(),
+                  "here": os.environ.get("KD_APP_SET")}))
 """
 
 
 def test_a_variable_the_application_sets_never_reaches_the_processes_kernodeck_starts(tmp_path: Path) -> None:
-    """A resume check's new process is started with the environment from before the application's first window: a
-    variable the entry set in its own process (LD_PRELOAD reached the application resume's workers: red-team pass
-    10) is not passed; Kernodeck's own, set before, is; the application keeps its own in its process."""
+    """A resume check's new process is started with the environment and interpreter from before the project's code
+    ran: a variable the entry set in its own process (LD_PRELOAD reached the application resume's workers: red-team
+    pass 10), one a smoke check set outside the windows, and sys.executable pointed at a wrapper (pass 11) are not
+    passed; Kernodeck's own, set before, is; the application keeps its own in its process."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"])
     done = _script(tmp_path, config, ENVIRON)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"worker": [None, "kept"], "here": "/tmp/evil.so"}
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "worker": [None, None, "kept"], "wrapped": False, "here": "/tmp/evil.so"}
 
 
 LIBRARY = """
