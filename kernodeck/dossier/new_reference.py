@@ -99,7 +99,8 @@ def install(
 ) -> None:
     """Write the new reference whole: staged in a sibling folder, reviewed, then swapped in by renaming folders.
 
-    The previous reference goes to history/<id>/ only when its files match its own manifest; otherwise nothing of it
+    The previous reference goes to history/<id>/ (``<id>-2``, ... for the same content made again at another time)
+    only when its files match its own manifest; otherwise nothing of it
     is copied and ``history/<id>.not-kept.txt`` says why.
     """
     folder = project.reference
@@ -131,7 +132,10 @@ def install(
                     "Its files did not match its own manifest (a half-written reference), so no copy of them can be "
                     "trusted.\n",
                 )
-            elif not keep.exists():
+            elif not keep.exists() or (keep / "manifest.toml").read_bytes() != old_path.read_bytes():
+                # the same content made again at another time (another date, predecessor): kept too, beside the
+                # first, or a rollback to it would find no trace in history (lineage.replaced; red-team pass 11)
+                keep = _free(keep)
                 keep.mkdir(parents=True)
                 for name in generated:
                     if (folder / name).exists():
@@ -144,6 +148,16 @@ def install(
         write_atomic(staging / "manifest.toml", render(manifest))
         if review is not None:
             review(staging)
+
+
+def _free(keep: Path) -> Path:
+    """``keep``, or the first of ``keep-2``, ``keep-3``, ... that is not there yet."""
+    number = 1
+    found = keep
+    while found.exists():
+        number += 1
+        found = keep.with_name(f"{keep.name}-{number}")
+    return found
 
 
 def current(project: Project, *, new: bool) -> Reference | None:
@@ -187,8 +201,9 @@ def require_sources_as_run(project: Project, app: app_contract.Application, fold
     config = folder / "run-config.json"
     run_config = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
     ran = (run_config.get("application") or {}).get("sources") or {}
-    # the same set the run was given (runbuild.in_env_sources: with an application resume, its train file too)
-    now = runbuild.in_env_sources(run_config, project.root, app)
+    # the same set the run was given (runbuild.in_env_sources: an application resume's train file and the
+    # extensions' smoke checks too)
+    now = runbuild.in_env_sources(run_config, project.root, app, project.tool.get("extensions"))
     moved = sorted(f for f in {*now, *ran} if ran.get(f) != now.get(f))
     if moved:
         raise KernodeckError(

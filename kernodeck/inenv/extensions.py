@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from . import leftover, world
 from ._common import CheckFailed, Context, load_file, progress, user_traceback
 from .protocol import ConfigKey, Layer
 
@@ -29,11 +31,12 @@ _SO_PATH = re.compile(r"(/\S+\.so[\w.]*)")
 
 def demangle(symbol: str) -> str:
     """``symbol`` as C++ reads it, with ``c++filt`` where present (the mangled name when not)."""
-    exe = shutil.which("c++filt")
+    environ = leftover.kernodecks_start()[0]  # not what a smoke check set (LD_PRELOAD, PATH): Kernodeck's own
+    exe = shutil.which("c++filt", path=environ.get("PATH"))
     if not exe or not symbol.startswith("_Z"):
         return symbol
     try:
-        out = subprocess.run([exe, symbol], capture_output=True, text=True, timeout=20, check=False)
+        out = subprocess.run([exe, symbol], capture_output=True, text=True, timeout=20, check=False, env=environ)
     except (OSError, subprocess.TimeoutExpired):
         return symbol
     return out.stdout.strip() or symbol
@@ -215,8 +218,15 @@ def _smoke(ctx: Context, name: str, decl: dict[str, Any], device: str, running: 
     module = _import(name, decl["module"], decl["module"], built.get(decl["module"].split(".")[0], {}), running)
     file, _, func = str(decl["smoke"]).partition(":")
     root = Path(ctx.config[ConfigKey.PROJECT_ROOT])
+    # the project's code, as the application's: from the bytes the run fingerprinted (runbuild.in_env_sources), in
+    # the closed world (red-team pass 11: loaded unchecked, it ran outside any window and read what it liked)
+    sha256 = world.declared(ctx).get(os.path.normpath(root / file)) or None
     try:
-        result = getattr(load_file(root / file, f"kernodeck_extension_smoke_{name}"), func)(module, device)
+        with world.window(ctx, f"the smoke check of {name}"):
+            result = getattr(load_file(root / file, f"kernodeck_extension_smoke_{name}", sha256, file), func)(
+                module, device)
+    except CheckFailed:
+        raise
     except Exception as exc:  # the project's code: its own line, as the application's failures show it
         raise CheckFailed(f"extension {name}: its smoke check {decl['smoke']} raised {type(exc).__name__}: {exc}",
                           f"{Layer.OPERATOR}:{name}", user_traceback(exc, root)) from exc

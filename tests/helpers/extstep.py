@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -16,8 +17,11 @@ def run_step(env: Path, root: Path, declared: dict[str, Any] | None = None, twin
     """The real runner, by path, in the fake env, with only the extensions step; its result file."""
     found = extension_scan.discover(env, cuobjdump="", twin=twin)
     (root / "sample.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
+    # the smoke checks' files fingerprinted as verify's run builder does (runbuild.in_env_sources)
+    smoke = {str(d["smoke"]).partition(":")[0] for d in (declared or {}).values()}
+    sources = {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in smoke if (root / rel).is_file()}
     config = {"steps": ["extensions"], "project_root": str(root), "mode": "verify", "expect_backend": "cpu",
-              "application": {"sample": "sample.jsonl"}, "reference": None,
+              "application": {"sample": "sample.jsonl", "sources": sources}, "reference": None,
               "extensions": {**found.as_config(), "declared": declared or {}}}
     # a fake env that borrows another env's site-packages through a .pth maps that env's libraries from outside its
     # own prefix: declared, as a project declares libraries it takes from outside the env (inenv/libraries.py)

@@ -309,6 +309,23 @@ def test_a_smoke_check_that_raises_fails_naming_the_extension_and_its_line(tmp_p
     assert result["details"]["raised_at"] == "checks/ext.py:2 in smoke"
 
 
+def test_a_smoke_check_runs_from_its_fingerprinted_bytes_in_the_closed_world(tmp_path: Path) -> None:
+    """The smoke check is the project's code: loaded unchecked and run outside any window, it read an undeclared file
+    and could hand it on (red-team pass 11). Its reads are judged now, and a file changed after the run's
+    fingerprint is not run."""
+    env = fake_env(tmp_path)
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "undeclared.txt").write_text("7", encoding="utf-8")
+    smoke = tmp_path / "checks" / "ext.py"
+    smoke.write_text("from pathlib import Path\n\ndef smoke(ext, device):\n"
+                     "    float((Path(__file__).parents[1] / 'undeclared.txt').read_text())\n"
+                     "    return {'output': [ext.add(1.0, 2.0)], 'reference': [3.0]}\n", encoding="utf-8")
+    declared = {"kdext": {"module": "kdext._C", "smoke": "checks/ext.py:smoke", "rtol": 0.0, "atol": 0.0}}
+    result = run_step(env, tmp_path, declared)
+    assert result["status"] == "failed" and "undeclared.txt (opened)" in result["error"], result
+    assert "the smoke check of kdext" in result["error"], result
+
+
 def test_report_md_names_the_extension_abi_layer_and_its_cause() -> None:
     from kernodeck.inenv.protocol import Status
     from kernodeck.verify.markdown import likely_cause
