@@ -3,12 +3,13 @@ kind, then the application's own criterion on them; each tolerance and the crite
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from . import tolerance
+from . import owned, tolerance
 from ._common import CheckFailed, Context, Skip
 from .application import _app_cfg, _function, _ids, _judge, sample, with_data
 from .arrays import _first_difference, _load_ids, _load_npy, check_structure
@@ -166,20 +167,28 @@ def _unable(found: dict[str, Any]) -> str:
 
 
 def _first_sight(ctx: Context, base: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any],
-                 root: Path) -> dict[str, Any]:
+                 root: Path, its_files: list[str]) -> dict[str, Any]:
     """The criterion, loaded afresh (determinism._afresh: the project's modules anew), shown a corruption (noise of
     the outputs' own scale) before any other outputs. A criterion that takes the first outputs it sees as the truth
-    (a memo: red-team pass 10) passes it, whatever the later controls show; one that judges the outputs fails it."""
-    from . import controls
+    (a memo: red-team pass 10) passes it, whatever the later controls show; one that judges the outputs fails it.
+    A read of a file the criterion wrote in its earlier calls (``its_files``: a memo kept on disk, pass 11) is
+    refused here, as the determinism reruns refuse the entry's (seen.earlier)."""
+    from . import controls, seen
     from .determinism import _afresh
 
     noise = controls.corruptions(base)["noise"]
-    with _afresh(ctx):
+    seen.earlier(its_files)
+    with contextlib.ExitStack() as undo:
+        undo.callback(seen.earlier, ())
+        undo.enter_context(_afresh(ctx))
         fresh = with_data(_function(ctx, _app_cfg(ctx)["criterion"], "criterion"), ctx)
+        refused = len(seen.PENDING)
         try:
             answer = _judge(fresh, noise, items, params, root)
             passed, summary = bool(answer["passed"]), str(answer.get("summary", ""))
-        except Exception as exc:  # its own error on garbage: it did not pass (a refusal still fails the step)
+        except Exception as exc:  # its own error on garbage: it did not pass
+            if len(seen.PENDING) > refused:  # the closed world's refusal, not the criterion's error: it fails the step
+                raise seen.PENDING[refused] from None
             passed, summary = False, f"raised {type(exc).__name__}: {exc}"
     return {"passed": passed, "summary": " ".join(summary.split())[:200]}
 
@@ -199,6 +208,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
     cfg = _app_cfg(ctx)
     if not cfg.get("criterion"):
         raise Skip("no criterion declared ([tool.kernodeck.application] criterion)")
+    before = set(owned.WRITTEN)  # what the application wrote before its criterion's first call
     func = with_data(_function(ctx, cfg["criterion"], "criterion"), ctx)
     items = sample(ctx)
     params = dict(cfg.get("params") or {})
@@ -220,7 +230,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
         return bool(answer["passed"]), str(answer.get("summary", ""))
 
     found = controls.criterion_controls(judge, base)
-    found["first_sight"] = _first_sight(ctx, base, items, params, root)
+    found["first_sight"] = _first_sight(ctx, base, items, params, root, [p for p in owned.WRITTEN if p not in before])
     if found["first_sight"]["passed"]:
         found["able_to_fail"] = False
     found["noise_margin"] = _noise_margins(ctx, judge, base)

@@ -13,6 +13,9 @@ from . import children, paths
 # else changes a file's state without replacing its bytes (appending, "r+", a truncate to a length, a touch, a chmod)
 # marks it TOUCHED: an input still, its reads counted. A folder that was there is never the application's own.
 WRITTEN: dict[str, tuple[int, int, int, int, bool, int] | None] = {}
+# A read of a file written earlier, where the application must compute afresh (seen.earlier's files): refused so
+EARLIER_READ = ("read {path} where it must compute afresh (a determinism rerun, the criterion's first sight), a file "
+                "the application wrote earlier in this run: its earlier results would be read there, not recomputed")
 TOUCHED: set[str] = set()
 TOUCHED_FILES: set[tuple[int, int]] = set()  # (inode, device) of each file touched: by any of its names
 

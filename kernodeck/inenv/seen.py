@@ -146,8 +146,7 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
         from_children()  # a file a child wrote is the application's own when the parent reads it, not only later
     if reads and not writes and (path in EARLIER or (EARLIER_FILES and (st := _state(path)) is not None
                                                      and (st[0], st[5]) in EARLIER_FILES)) and os.path.isfile(path):
-        _refuse(f"read {path} in a determinism rerun, a file the application wrote earlier in this run: its earlier "
-                "results would be read there, not recomputed", {"file": path, "tip": "keep no results across calls"})
+        _refuse(owned.EARLIER_READ.format(path=path), {"file": path, "tip": "keep no results across calls"})
     if reads and path not in READ and not written(path) and os.path.isfile(path):
         READ[path] = _by()
         if children.forked():

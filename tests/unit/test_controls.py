@@ -229,6 +229,16 @@ def memo(outputs, ids, records, params):
     same = outputs["labels"].shape == _SEEN[0].shape and bool((outputs["labels"] == _SEEN[0]).all())
     return {"passed": same, "summary": "as first seen", "margin": None}
 
+def file_memo(outputs, ids, records, params):
+    # the same memo kept in a file it writes: a fresh load of its module reads it back
+    import pathlib
+    memo = pathlib.Path(__file__).parent / "memo.npy"
+    if not memo.exists():
+        np.save(memo, outputs["labels"])
+    first = np.load(memo)
+    same = outputs["labels"].shape == first.shape and bool((outputs["labels"] == first).all())
+    return {"passed": same, "summary": "as first seen", "margin": None}
+
 def nan_margin(outputs, ids, records, params):
     return {"passed": True, "summary": "x", "margin": float("nan")}
 
@@ -313,6 +323,10 @@ def test_a_criterion_that_takes_the_first_outputs_it_sees_as_the_truth_is_refuse
         "standard deviation before any other outputs, it passed them (as first seen)"), str(caught.value)
     controls_found = caught.value.details["controls"]
     assert controls_found["failed"] == ["permuted", "noise", "constant"] and controls_found["cannot_see"] == []
+    # the memo kept in a file the criterion wrote: read back by the fresh load, refused there (red-team pass 11)
+    with pytest.raises(CheckFailed, match=r"memo.npy where it must compute afresh \(a determinism rerun, the "
+                                          r"criterion's first sight\)"):
+        judge.criterion(_ctx(tmp_path / "c", "file_memo", good, LABELS))
 
 
 def test_the_report_line_shows_the_corruptions_failed_and_the_margin(tmp_path: Path) -> None:
