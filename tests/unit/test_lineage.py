@@ -3,9 +3,14 @@ reference in its history (a rollback), each named; each rule with the case where
 
 from __future__ import annotations
 
+import hashlib
+import json
+import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from kernodeck.dossier import new_reference
 from kernodeck.runformat import lineage
 from kernodeck.runformat.manifest import Reference, identity, render
 
@@ -126,3 +131,58 @@ def test_the_report_names_the_lineage_and_its_differences() -> None:
     assert "- the reference is older than history/x" in differs
     plain = render_markdown(Report("cp311-linux_x86_64-cpu", [], {}))
     assert "reference lineage" not in plain and "rolled back" not in plain
+
+
+# --- through reference --new's writer (new_reference.install), as red-team pass 11 tried it -------------------------
+
+
+def _written(name: str, previous: str = "", created: str = "") -> dict[str, Any]:
+    """A manifest as reference --new writes it: one output (x.npy, ids.json) whose bytes differ by ``name``."""
+    data, ids = name.encode() * 8, json.dumps([name])
+    manifest: dict[str, Any] = {
+        "format": 2,
+        "application": {"entry": "app.py:run", "params": {"name": name}},
+        "outputs": {"x": {"file": "x.npy", "sha256": hashlib.sha256(data).hexdigest(), "ids": "ids.json",
+                          "ids_sha256": hashlib.sha256(ids.encode()).hexdigest()}},
+        "environment": {"platform": "cp311-linux_x86_64-cpu", "lock_digest": LOCK},
+        "provenance": {"commit": "c", "dirty": False, "previous_id": previous, "created": created},
+    }
+    manifest["id"] = identity(manifest)
+    return manifest
+
+
+def _new(folder: Path, tmp: Path, manifest: dict[str, Any]) -> None:
+    name = str(manifest["application"]["params"]["name"])
+    outputs = tmp / f"out-{name}-{manifest['provenance']['created']}"
+    outputs.mkdir(parents=True)
+    (outputs / "x.npy").write_bytes(name.encode() * 8)
+    (outputs / "ids.json").write_text(json.dumps([name]), encoding="utf-8")
+    new_reference.install(SimpleNamespace(reference=folder), manifest, outputs, "inventory\n",  # type: ignore[arg-type]
+                          {"system": name})
+
+
+def _named(folder: Path) -> list[str]:
+    current = tomllib.loads((folder / "manifest.toml").read_text(encoding="utf-8"))
+    return lineage.lineage(Reference(folder, current), LOCK).differences()
+
+
+def test_a_reference_made_again_is_kept_so_a_rollback_to_it_is_named(tmp_path: Path) -> None:
+    """A, B, A' (A's content made again), B': A' was not kept (history/<A's id> held A already), so restoring A' named
+    nothing (red-team pass 11). A' is kept beside A now; the put-back is named; the normal order stays silent."""
+    ref = tmp_path / "reference"
+    a = _written("a", created="2026-11-01T10:00:00+00:00")
+    b = _written("b", previous=a["id"], created="2026-11-02T10:00:00+00:00")
+    again = _written("a", previous=b["id"], created="2026-11-03T10:00:00+00:00")
+    for made in (a, b, again):
+        _new(ref, tmp_path, made)
+    assert _named(ref) == []  # the control: A made again is not a rollback
+    committed = {name: (ref / name).read_bytes() for name in ("manifest.toml", "x.npy", "ids.json")}
+    _new(ref, tmp_path, _written("b", previous=again["id"], created="2026-11-04T10:00:00+00:00"))
+    assert _named(ref) == []
+    slug = str(a["id"]).replace(":", "-")
+    assert sorted(p.name for p in (ref / "history").iterdir()) == sorted(
+        [slug, f"{slug}-2", str(b["id"]).replace(":", "-")])
+    for name, data in committed.items():  # A' restored from its commit
+        (ref / name).write_bytes(data)
+    assert _named(ref) == [f"the reference in use is history/{slug}-2: a newer reference replaced it and it was put "
+                           "back (rolled back to an older reference)"]
