@@ -30,8 +30,8 @@ def _not_the_build(files: envfiles.Findings, tip: str) -> KernodeckError:
 
 # The closed world trusts a read inside the env's prefix because this step proved the env's files: where it did not,
 # those reads are not proven inputs either (red-team pass 10: an undeclared file under a foreign prefix, read).
-UNPROVEN_READS = ("; nor, so, that the application read only declared inputs: the closed world trusts every read "
-                  "inside the environment's prefix as the env's (docs/application.md)")
+UNPROVEN_READS = ("; nor, therefore, that the application read only declared inputs: the closed world trusts every "
+                  "read inside the environment's prefix as the env's (docs/application.md)")
 
 
 def _files_note(intentional: bool, files: envfiles.Findings | None, failure: KernodeckError | None) -> str:
