@@ -201,9 +201,8 @@ def require_sources_as_run(project: Project, app: app_contract.Application, fold
     config = folder / "run-config.json"
     run_config = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
     ran = (run_config.get("application") or {}).get("sources") or {}
-    # the same set the run was given (runbuild.in_env_sources: an application resume's train file and the
-    # extensions' smoke checks too)
-    now = runbuild.in_env_sources(run_config, project.root, app, project.tool.get("extensions"))
+    # the same set the run was given (runbuild.in_env_sources: with an application resume, its train file too)
+    now = runbuild.in_env_sources(run_config, project.root, app)
     moved = sorted(f for f in {*now, *ran} if ran.get(f) != now.get(f))
     if moved:
         raise KernodeckError(

@@ -11,17 +11,18 @@ extension: the step says so and passes. It runs before the application, outside 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from . import leftover, world
+from . import leftover, paths, world
 from ._common import CheckFailed, Context, load_file, progress, user_traceback
+from .application import settings_held
 from .protocol import ConfigKey, Layer
 
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
@@ -218,11 +219,17 @@ def _smoke(ctx: Context, name: str, decl: dict[str, Any], device: str, running: 
     module = _import(name, decl["module"], decl["module"], built.get(decl["module"].split(".")[0], {}), running)
     file, _, func = str(decl["smoke"]).partition(":")
     root = Path(ctx.config[ConfigKey.PROJECT_ROOT])
-    # the project's code, as the application's: from the bytes the run fingerprinted (runbuild.in_env_sources), in
-    # the closed world (red-team pass 11: loaded unchecked, it ran outside any window and read what it liked)
-    sha256 = world.declared(ctx).get(os.path.normpath(root / file)) or None
+    # the project's code, as the application's: from the bytes the orchestrator fingerprinted (smoke_sha256), in the
+    # closed world and under the settings' watch (red-team passes 11, 12: loaded unchecked, it ran outside any window,
+    # read what it liked and could turn determinism off for the application). Its file is declared for its own
+    # window only: the application's windows never trust it (it is outside the reference's identity).
+    declared, sha256 = world.declared(ctx), decl.get("smoke_sha256") or None
+    own = [form for form in paths.forms(str(root / file)) if form not in declared]
+    declared.update(dict.fromkeys(own, sha256 or ""))
+    # the settings step's record is what the watch holds the settings to (no such step: nothing recorded to hold)
+    held = settings_held(ctx, f"the smoke check of {name}") if "settings" in ctx.state else contextlib.nullcontext()
     try:
-        with world.window(ctx, f"the smoke check of {name}"):
+        with held, world.window(ctx, f"the smoke check of {name}"):
             result = getattr(load_file(root / file, f"kernodeck_extension_smoke_{name}", sha256, file), func)(
                 module, device)
     except CheckFailed:
@@ -230,6 +237,9 @@ def _smoke(ctx: Context, name: str, decl: dict[str, Any], device: str, running: 
     except Exception as exc:  # the project's code: its own line, as the application's failures show it
         raise CheckFailed(f"extension {name}: its smoke check {decl['smoke']} raised {type(exc).__name__}: {exc}",
                           f"{Layer.OPERATOR}:{name}", user_traceback(exc, root)) from exc
+    finally:
+        for form in own:
+            declared.pop(form, None)
     return {"module": decl["module"], "smoke": decl["smoke"], "device": device, **compare(name, result, decl)}
 
 

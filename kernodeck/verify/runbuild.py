@@ -113,33 +113,27 @@ def runner_config(project: Project, declaration: Declaration, reference: Referen
                    ConfigKey.MODE: "reference" if making else "verify"})
     if Change.EXTRA_CONFIG in changes.changes:
         config.update(changes.extra)
-    add_in_env_inputs(config, project.root, app, project.tool.get("extensions"))
+    add_in_env_inputs(config, project.root, app)
     return config
 
 
-def in_env_sources(run_config: dict[str, Any], root: Path, app: app_contract.Application,
-                   extensions: object = None) -> dict[str, str]:
-    """The sources the in-env side runs, by their fingerprints read now: the declared ones (``code``, ``files``), the
-    application's train file when it declares a resume, and each declared extension's smoke-check file
-    (``extensions``: ``[tool.kernodeck.extensions]``). Their runs compare with themselves, not with the reference, so
-    the reference's identity does not hold them, but their bytes are checked as any code's."""
+def in_env_sources(run_config: dict[str, Any], root: Path, app: app_contract.Application) -> dict[str, str]:
+    """The sources the in-env side runs, by their fingerprints read now: the declared ones (``code``, ``files``) and
+    the application's train file when it declares a resume (its run compares with itself, not with the reference,
+    so the reference's identity does not hold it, but its bytes are checked as any code's)."""
     sources = app.fingerprints(root)
     resumed = (run_config.get("resume_application") or {}).get("entry")
-    others = [str(resumed["file"])] if isinstance(resumed, dict) else []
-    for decl in extensions.values() if isinstance(extensions, dict) else ():
-        if isinstance(decl, dict) and isinstance(decl.get("smoke"), str):
-            others.append(decl["smoke"].partition(":")[0])
-    for rel in others:
+    if isinstance(resumed, dict):
+        rel = str(resumed["file"])
         sources.setdefault(rel, sha256_file(root / rel) if (root / rel).is_file() else "")
     return sources
 
 
-def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: app_contract.Application,
-                      extensions: object = None) -> None:
+def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: app_contract.Application) -> None:
     """What the in-env side checks the code it runs against (verified bytes, a closed world): the sources'
     fingerprints (``application.sources``, read now: with ``--allow-code-change`` they may differ from the
     reference's) and Kernodeck's own in-env files' (``inenv_sha256``)."""
-    run_config["application"]["sources"] = in_env_sources(run_config, root, app, extensions)
+    run_config["application"]["sources"] = in_env_sources(run_config, root, app)
     run_config.update(inenv_sha256=inenv_fingerprints())
 
 

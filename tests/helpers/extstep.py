@@ -17,12 +17,13 @@ def run_step(env: Path, root: Path, declared: dict[str, Any] | None = None, twin
     """The real runner, by path, in the fake env, with only the extensions step; its result file."""
     found = extension_scan.discover(env, cuobjdump="", twin=twin)
     (root / "sample.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
-    # the smoke checks' files fingerprinted as verify's run builder does (runbuild.in_env_sources)
-    smoke = {str(d["smoke"]).partition(":")[0] for d in (declared or {}).values()}
-    sources = {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in smoke if (root / rel).is_file()}
+    # the smoke checks' files fingerprinted as verify's in-env phase does (in_env.extensions_config)
+    declared = {name: {**decl, "smoke_sha256": hashlib.sha256((root / str(decl["smoke"]).partition(":")[0]
+                                                              ).read_bytes()).hexdigest()}
+                for name, decl in (declared or {}).items()}
     config = {"steps": ["extensions"], "project_root": str(root), "mode": "verify", "expect_backend": "cpu",
-              "application": {"sample": "sample.jsonl", "sources": sources}, "reference": None,
-              "extensions": {**found.as_config(), "declared": declared or {}}}
+              "application": {"sample": "sample.jsonl"}, "reference": None,
+              "extensions": {**found.as_config(), "declared": declared}}
     # a fake env that borrows another env's site-packages through a .pth maps that env's libraries from outside its
     # own prefix: declared, as a project declares libraries it takes from outside the env (inenv/libraries.py)
     linked = [Path(line.strip()) for pth in env.glob("lib/python*/site-packages/*.pth")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -324,6 +325,54 @@ def test_a_smoke_check_runs_from_its_fingerprinted_bytes_in_the_closed_world(tmp
     result = run_step(env, tmp_path, declared)
     assert result["status"] == "failed" and "undeclared.txt (opened)" in result["error"], result
     assert "the smoke check of kdext" in result["error"], result
+
+
+SMOKE_THEN_ENTRY = """
+import hashlib, json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import application, extensions, settings, world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+sys.path.insert(0, sys.argv[4])  # the stand-in torch, set and read back as the settings step does
+import torch
+settings.apply()
+ctx.state["settings"] = settings.read_back(torch)
+smoke = Path(config["project_root"]) / "checks" / "ext.py"
+decl = {"module": "json", "smoke": "checks/ext.py:smoke", "rtol": 0.0, "atol": 0.0,
+        "smoke_sha256": hashlib.sha256(smoke.read_bytes()).hexdigest()}
+try:
+    world.forget()
+    extensions._smoke(ctx, "kdext", decl, "cpu", {}, {})  # the extensions step's call, before the application
+    world.settle()
+    print(json.dumps({"status": "passed", "deterministic": torch.are_deterministic_algorithms_enabled()}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+
+
+@pytest.mark.parametrize("turns_off", [True, False], ids=["determinism-off", "control"])
+def test_a_smoke_check_that_changes_a_setting_fails_naming_it(tmp_path: Path, turns_off: bool) -> None:
+    """A smoke check runs after the settings step and before the application: one that turned determinism off left it
+    off for the application's run, which settings.json records as verified (red-team pass 12). Watched as the
+    application's code is, it fails; the control changes nothing and passes."""
+    from tests.helpers.closedworld import _script, _settings_project
+
+    config, fake = _settings_project(tmp_path)
+    root = Path(config["project_root"])
+    (root / "checks").mkdir()
+    change = "    torch.use_deterministic_algorithms(False)\n" if turns_off else ""
+    (root / "checks" / "ext.py").write_text(
+        f"import torch\n\n\ndef smoke(ext, device):\n{change}    return {{'output': [1.0], 'reference': [1.0]}}\n",
+        encoding="utf-8")
+    done = _script(tmp_path, config, SMOKE_THEN_ENTRY, flags=[str(fake)])
+    result = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {"stderr": done.stderr}
+    if turns_off:
+        assert result.get("status") == "failed" and "the smoke check of kdext" in result.get("error", ""), result
+        assert "deterministic" in result["error"], result
+    else:
+        assert result == {"status": "passed", "deterministic": True}, result
 
 
 def test_report_md_names_the_extension_abi_layer_and_its_cause() -> None:

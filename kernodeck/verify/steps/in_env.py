@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from kernodeck import tips
-from kernodeck._fs import write_atomic, write_json
+from kernodeck._fs import sha256_file, write_atomic, write_json
 from kernodeck._proc import first_error, log, show
 from kernodeck.env import extension_scan, start
 from kernodeck.errors import KernodeckError
@@ -226,8 +226,11 @@ def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
     names = ", ".join(f"{e.distribution} {e.version}" for e in found.extensions) or "none"
     log(f"kernodeck: extensions: found {names} (shared objects linking libtorch/libc10, torch's own excepted)")
     declared = ctx.project.tool.get("extensions")
-    return {**found.as_config(),
-            "declared": {str(k): dict(v) for k, v in declared.items()} if isinstance(declared, dict) else {}}
+    smoke = {str(k): dict(v) for k, v in declared.items()} if isinstance(declared, dict) else {}
+    for decl in smoke.values():  # the smoke check's file runs only as these bytes (inenv/extensions.py)
+        path = ctx.project.root / str(decl.get("smoke", "")).partition(":")[0]
+        decl["smoke_sha256"] = sha256_file(path) if path.is_file() else ""
+    return {**found.as_config(), "declared": smoke}
 
 
 def checks(ctx: RunContext, run: Run) -> None:
