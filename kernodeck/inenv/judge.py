@@ -208,7 +208,9 @@ def criterion(ctx: Context) -> dict[str, Any]:
     cfg = _app_cfg(ctx)
     if not cfg.get("criterion"):
         raise Skip("no criterion declared ([tool.kernodeck.application] criterion)")
-    before = set(owned.WRITTEN)  # what the application wrote before its criterion's first call
+    # what the application wrote before its criterion's first call, each file as it was then: one the criterion
+    # writes, or rewrites after the entry wrote it (red-team pass 12), is the criterion's own
+    before = {path: owned.state(path) for path in owned.WRITTEN}
     func = with_data(_function(ctx, cfg["criterion"], "criterion"), ctx)
     items = sample(ctx)
     params = dict(cfg.get("params") or {})
@@ -230,7 +232,8 @@ def criterion(ctx: Context) -> dict[str, Any]:
         return bool(answer["passed"]), str(answer.get("summary", ""))
 
     found = controls.criterion_controls(judge, base)
-    found["first_sight"] = _first_sight(ctx, base, items, params, root, [p for p in owned.WRITTEN if p not in before])
+    its_files = [p for p in owned.WRITTEN if p not in before or owned.state(p) != before[p]]
+    found["first_sight"] = _first_sight(ctx, base, items, params, root, its_files)
     if found["first_sight"]["passed"]:
         found["able_to_fail"] = False
     found["noise_margin"] = _noise_margins(ctx, judge, base)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernodeck.inenv import backend, controls, determinism, judge, reference, resume, tolerance
+from kernodeck.inenv import backend, controls, determinism, judge, reference, resume, tolerance, world
 from kernodeck.inenv._common import CheckFailed, Context, sha256_file
 
 NAN, INF = float("nan"), float("inf")
@@ -239,6 +239,18 @@ def file_memo(outputs, ids, records, params):
     same = outputs["labels"].shape == first.shape and bool((outputs["labels"] == first).all())
     return {"passed": same, "summary": "as first seen", "margin": None}
 
+def memo_in_the_entrys_file(outputs, ids, records, params):
+    # the memo kept in a file the ENTRY wrote first (its log): the criterion only rewrites it
+    import pathlib
+    memo = pathlib.Path(__file__).parent / "entry-log.npy"
+    try:
+        first = np.load(memo)
+    except ValueError:  # still the entry's text: the first call keeps its outputs there
+        np.save(memo, outputs["labels"])
+        first = np.load(memo)
+    same = outputs["labels"].shape == first.shape and bool((outputs["labels"] == first).all())
+    return {"passed": same, "summary": "as first seen", "margin": None}
+
 def nan_margin(outputs, ids, records, params):
     return {"passed": True, "summary": "x", "margin": float("nan")}
 
@@ -327,6 +339,12 @@ def test_a_criterion_that_takes_the_first_outputs_it_sees_as_the_truth_is_refuse
     with pytest.raises(CheckFailed, match=r"memo.npy where it must compute afresh \(a determinism rerun, the "
                                           r"criterion's first sight\)"):
         judge.criterion(_ctx(tmp_path / "c", "file_memo", good, LABELS))
+    # the same memo kept in a file the entry wrote first, which the criterion rewrote (red-team pass 12)
+    ctx = _ctx(tmp_path / "d", "memo_in_the_entrys_file", good, LABELS)
+    with world.window(ctx, "the entry"):
+        (tmp_path / "d" / "entry-log.npy").write_text("entry log\n", encoding="utf-8")
+    with pytest.raises(CheckFailed, match=r"entry-log.npy where it must compute afresh"):
+        judge.criterion(ctx)
 
 
 def test_the_report_line_shows_the_corruptions_failed_and_the_margin(tmp_path: Path) -> None:
