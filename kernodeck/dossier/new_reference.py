@@ -122,7 +122,6 @@ def install(
             except (UnicodeDecodeError, tomllib.TOMLDecodeError):
                 old_id = "unknown"
             slug = old_id.replace(":", "-")
-            keep = staging / "history" / slug
             why = inconsistency(folder)
             if why:
                 log(f"kernodeck: the previous reference {old_id} is not kept in history: {why}")
@@ -132,10 +131,7 @@ def install(
                     "Its files did not match its own manifest (a half-written reference), so no copy of them can be "
                     "trusted.\n",
                 )
-            elif not keep.exists() or (keep / "manifest.toml").read_bytes() != old_path.read_bytes():
-                # the same content made again at another time (another date, predecessor): kept too, beside the
-                # first, or a rollback to it would find no trace in history (lineage.replaced; red-team pass 11)
-                keep = _free(keep)
+            elif (keep := _kept_at(staging / "history" / slug, old_path.read_bytes())) is not None:
                 keep.mkdir(parents=True)
                 for name in generated:
                     if (folder / name).exists():
@@ -150,11 +146,15 @@ def install(
             review(staging)
 
 
-def _free(keep: Path) -> Path:
-    """``keep``, or the first of ``keep-2``, ``keep-3``, ... that is not there yet."""
-    number = 1
-    found = keep
+def _kept_at(keep: Path, manifest: bytes) -> Path | None:
+    """Where the replaced reference goes: ``keep``, or the first of ``keep-2``, ``keep-3``, ... not there yet (the
+    same content made again at another time, another date and predecessor, is kept beside the first, or a rollback to
+    it would leave no trace in history: lineage.replaced, red-team pass 11); None when one of them holds this very
+    manifest already."""
+    number, found = 1, keep
     while found.exists():
+        if (found / "manifest.toml").is_file() and (found / "manifest.toml").read_bytes() == manifest:
+            return None
         number += 1
         found = keep.with_name(f"{keep.name}-{number}")
     return found

@@ -13,7 +13,7 @@ from . import children, paths
 # else changes a file's state without replacing its bytes (appending, "r+", a truncate to a length, a touch, a chmod)
 # marks it TOUCHED: an input still, its reads counted. A folder that was there is never the application's own.
 WRITTEN: dict[str, tuple[int, int, int, int, bool, int] | None] = {}
-# A read of a file written earlier, where the application must compute afresh (seen.earlier's files): refused so
+# Why a read of a file written earlier is refused where the application must compute afresh (seen.earlier's files)
 EARLIER_READ = ("read {path} where it must compute afresh (a determinism rerun, the criterion's first sight), a file "
                 "the application wrote earlier in this run: its earlier results would be read there, not recomputed")
 TOUCHED: set[str] = set()

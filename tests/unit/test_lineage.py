@@ -186,3 +186,10 @@ def test_a_reference_made_again_is_kept_so_a_rollback_to_it_is_named(tmp_path: P
         (ref / name).write_bytes(data)
     assert _named(ref) == [f"the reference in use is history/{slug}-2: a newer reference replaced it and it was put "
                            "back (rolled back to an older reference)"]
+    # the put-back A' replaced again: it is in history already, under -2 (no copy of it as -3); an entry without its
+    # manifest (a folder left half-copied) is no match and no crash
+    (ref / "history" / f"{slug}-3").mkdir()
+    _new(ref, tmp_path, _written("c", previous=again["id"], created="2026-11-05T10:00:00+00:00"))
+    assert sorted(p.name for p in (ref / "history").iterdir()) == sorted(
+        [slug, f"{slug}-2", f"{slug}-3", str(b["id"]).replace(":", "-")])
+    assert not (ref / "history" / f"{slug}-3" / "manifest.toml").exists()
