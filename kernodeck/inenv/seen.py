@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from . import channels, children, libraries, owned, paths
+from . import channels, children, libraries, natives, owned, paths
 from ._common import CheckFailed
 from .protocol import Layer
 
@@ -396,4 +396,5 @@ def install() -> None:
         own_thread()
         os.register_at_fork(before=owned.at_fork)  # in the parent, as it forks: no change after it can slip in
         sys.addaudithook(_hook)
+        natives.install()  # the env's Rust readers (safetensors, tokenizers) raise the open event too
         INSTALLED[0] = True

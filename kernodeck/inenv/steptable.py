@@ -124,7 +124,8 @@ class StepName(StrEnum):
         "the application's entry on the identified sample; outputs written", summary=findings.application,
         layers=(Layer.DATA_LOADING, Layer.WEIGHTS, Layer.APPLICATION, Layer.ENVIRONMENT), bisect=True, variation=True,
         checks=("the declared entry on the identified sample (fingerprint checked), weights (if declared) "
-                "fingerprint-checked; each declared output written once"))
+                "fingerprint-checked; each declared output written once, none the content of a declared file the "
+                "entry read (a cache of earlier outputs)"))
     REREAD = StepRow(
         "reread", "judge", "reread", "outputs reread from disk: count, dtype, finite, shape, id order",
         600.0, summary=findings.reread,

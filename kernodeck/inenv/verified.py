@@ -22,6 +22,7 @@ import importlib.util
 import os
 import sys
 import types
+import zipimport
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -119,6 +120,11 @@ class ProjectSources(importlib.abc.MetaPathFinder):
             spec.loader = _SourceBytes(fullname, spec.origin, digest, self.shown(origin))
             spec.cached = None
             return spec
+        if isinstance(spec.loader, zipimport.zipimporter):  # the archive may be declared: its members never are
+            raise CheckFailed(
+                f"a module from an archive (zipimport: {self.shown(origin)}) is not run from the project: declare its "
+                "sources unpacked (code runs only from a file's own verified bytes)",
+                Layer.APPLICATION, {"file": self.shown(origin), "module": fullname})
         if origin.endswith(".pyc"):
             why = ("bytecode without its source, outside the env and the declared sources: code that neither the lock "
                    "nor a declared source describes is never run")

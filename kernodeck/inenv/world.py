@@ -357,7 +357,7 @@ def json_list(items: list[str]) -> str:
     return "[" + ", ".join(f'"{i}"' for i in items) + "]"
 
 
-TIP = "nox -s reference -- --new   (after declaring them: the reference then fingerprints them)"
+TIP = "nox -s reference -- --new   (once declared; if one holds results of an earlier run, remove the cache instead)"
 
 
 def judge(ctx: Context, who: str, new_modules: set[str]) -> None:

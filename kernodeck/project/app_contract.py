@@ -9,7 +9,10 @@ Nothing here imports the application or torch; the in-env side (``kernodeck/inen
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from kernodeck._fs import sha256_file
 from kernodeck.errors import ConfigError
 from kernodeck.inenv import kinds
 from kernodeck.project.assets import Source, parse, parse_data
+from kernodeck.project.config import OWNED, owned_folders
 
 TABLE = "[tool.kernodeck.application]"
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
@@ -146,9 +150,11 @@ def output_from_table(name: str, raw: object, where: str) -> Output:
 GLOB = frozenset("*?[")
 
 
-def expand(patterns: list[str], key: str, root: Path | None) -> list[str]:
+def expand(patterns: list[str], key: str, root: Path | None, owned: tuple[str, ...] = OWNED) -> list[str]:
     """``code``/``files`` entries as files relative to the root: a glob (``src/mypkg/**/*.py``) is expanded, sorted,
-    never into ``__pycache__``; one that matches no file is refused. Without a root, entries are kept as written."""
+    never into ``__pycache__``, a hidden folder (``.git``, ``.nox``, a wheelhouse) or a folder Kernodeck writes in
+    the project (``owned``: the runs, the reference, the envs) unless the pattern names that folder
+    (``runs/*/outputs/*.npy``); one that matches no file is refused. Without a root, entries are kept as written."""
     files: list[str] = []
     for pattern in patterns:
         path = Path(pattern)
@@ -157,18 +163,48 @@ def expand(patterns: list[str], key: str, root: Path | None) -> list[str]:
         if root is None or not GLOB & set(pattern):
             files.append(path.as_posix())
             continue
-        found = sorted(
-            p.relative_to(root).as_posix()
-            for p in root.glob(pattern)
-            if p.is_file() and "__pycache__" not in p.relative_to(root).parts
-        )
+        found = sorted("/".join(rel) for rel in _walk(root, path.parts, owned) if (root.joinpath(*rel)).is_file())
         if not found:
             raise ConfigError(f"{TABLE} {key}: {pattern!r} matches no file")
         files += found
     return files
 
 
-def from_table(table: object, root: Path | None = None) -> Application:
+def _walk(root: Path, pattern: tuple[str, ...], owned: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The files under ``root`` (as parts) that ``pattern`` matches (``**``: any number of folders, never through a
+    link, as ``Path.glob``), never descending into the folders ``expand`` leaves out: an env or a run is not walked."""
+    literal = [part for part in pattern if not GLOB & set(part)]
+    start = 0
+    while start < len(pattern) and not GLOB & set(pattern[start]):
+        start += 1
+    owned_parts = {Path(folder).parts for folder in owned}
+    deep = "**" in pattern
+
+    def skipped(folder: tuple[str, ...]) -> bool:
+        name = folder[-1]
+        if name == "__pycache__" or (not deep and len(folder) >= len(pattern)):
+            return True
+        return (name.startswith(".") or folder in owned_parts) and name not in literal
+
+    for top, folders, names in os.walk(root.joinpath(*pattern[:start]), followlinks=not deep):
+        here = Path(top).relative_to(root).parts
+        folders[:] = [name for name in folders if not skipped((*here, name))]
+        for name in names:
+            if _match(pattern, (*here, name)):
+                yield (*here, name)
+
+
+def _match(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:
+    """Whether ``parts`` (a path's parts) match ``pattern``'s, ``**`` standing for any number of folders."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return _match(pattern[1:], parts) or (bool(parts) and _match(pattern, parts[1:]))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _match(pattern[1:], parts[1:])
+
+
+def from_table(table: object, root: Path | None = None, owned: tuple[str, ...] = OWNED) -> Application:
+    """The declaration; ``owned``: the folders Kernodeck writes in the project (``config.owned_folders``)."""
     if not isinstance(table, dict):
         raise ConfigError(
             f"pyproject.toml has no {TABLE} table", tip="declare the application (see README: Use it in your project)"
@@ -181,7 +217,8 @@ def from_table(table: object, root: Path | None = None) -> Application:
     code = table.get("code", [entry.file])
     if not isinstance(code, list) or not all(isinstance(c, str) for c in code):
         raise ConfigError(f"{TABLE} code: a list of files fingerprinted into the reference id")
-    code = list(dict.fromkeys([entry.file, *([criterion.file] if criterion else []), *expand(code, "code", root)]))
+    code = list(dict.fromkeys(
+        [entry.file, *([criterion.file] if criterion else []), *expand(code, "code", root, owned)]))
     files = table.get("files", [])
     if not isinstance(files, list) or not all(isinstance(d, str) for d in files):
         raise ConfigError(f"{TABLE} files: a list of files (globs accepted) fingerprinted into the reference id")
@@ -195,12 +232,13 @@ def from_table(table: object, root: Path | None = None) -> Application:
     outputs = {name: _output(name, raw) for name, raw in outputs_raw.items()}
     data = parse_data(table.get("data"))
     return Application(entry, criterion, sample, tuple(code), dict(params), weights, outputs,
-                       tuple(expand(files, "files", root)), data)
+                       tuple(expand(files, "files", root, owned)), data)
 
 
 def load(root: Path) -> Application:
     data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-    return from_table(data.get("tool", {}).get("kernodeck", {}).get("application"), root)
+    tool = data.get("tool", {}).get("kernodeck", {})
+    return from_table(tool.get("application"), root, owned_folders(tool))
 
 
 def tool_table(root: Path, name: str) -> dict[str, Any]:

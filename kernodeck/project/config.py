@@ -88,6 +88,19 @@ class Project:
         return data
 
 
+# the folders Kernodeck writes inside the project, by their [tool.kernodeck] key, with their defaults
+OWNED_DEFAULTS = {"reference": "dossier/reference", "venv-root": ".venv-rebuild", "runs": "runs"}
+
+
+def owned_folders(tool: dict[str, Any]) -> tuple[str, ...]:
+    """The folders Kernodeck writes inside the project as ``[tool.kernodeck]`` names them (relative paths; one outside
+    the project matches no file of it): a glob of ``code``/``files`` never descends into them."""
+    return tuple(str(tool.get(key, default)) for key, default in OWNED_DEFAULTS.items())
+
+
+OWNED = owned_folders({})
+
+
 def _pins(groups: dict[str, Any]) -> dict[str, str]:
     pins: dict[str, str] = {}
     for items in groups.values():
@@ -219,9 +232,9 @@ def load_project(root: Path | None = None) -> Project:
         root=root,
         requirements=tuple(tool.get("requirements", [])),
         lockfiles=root / tool.get("lockfiles", "lockfiles"),
-        reference=root / tool.get("reference", "dossier/reference"),
-        venv_root=root / tool.get("venv-root", ".venv-rebuild"),
-        runs=root / tool.get("runs", "runs"),
+        reference=root / tool.get("reference", OWNED_DEFAULTS["reference"]),
+        venv_root=root / tool.get("venv-root", OWNED_DEFAULTS["venv-root"]),
+        runs=root / tool.get("runs", OWNED_DEFAULTS["runs"]),
         variants=variants,
         default_variant=dict(tool.get("default-variant", {})),
         platforms=platforms,

@@ -15,7 +15,7 @@ import pytest
 from kernodeck.errors import ConfigError, ManifestError
 from kernodeck.inenv import tolerance
 from kernodeck.project import app_contract
-from kernodeck.project.config import load_project
+from kernodeck.project.config import load_project, owned_folders
 from kernodeck.runformat import manifest as dossier_manifest
 from kernodeck.runformat import recording
 
@@ -245,3 +245,54 @@ def test_a_sample_of_objects_with_unique_string_ids_is_read(tmp_path: Path) -> N
     path = tmp_path / "sample.jsonl"
     path.write_text('{"id": "a", "x": [1, 2]}\n\n{"id": "A"}\n', encoding="utf-8")
     assert [item["id"] for item in load_sample(path)] == ["a", "A"]
+
+
+# --- globs: never into the folders Kernodeck writes in the project ----------------------------------------------------
+
+OWN = ["runs/20261202-100000-cp311-linux_x86_64-cpu/outputs/x.npy", "dossier/reference/x.npy",
+       ".venv-rebuild/cp311-linux_x86_64-cpu/env-1/lib/python3.11/site-packages/t.py",
+       ".nox/tests/lib/python3.11/site-packages/k.py", ".wheelhouse/cp311/w.py", ".git/hooks/h.py",
+       "out/kd-runs/1/outputs/y.npy", "src/mypkg/__pycache__/util.py"]
+
+
+def _tree(tmp_path: Path) -> Path:
+    for rel in ["src/mypkg/util.py", "data/a.npy", "app.py", *OWN]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"x")
+    return tmp_path
+
+
+def test_a_broad_glob_never_takes_in_kernodecks_own_folders(tmp_path: Path) -> None:
+    """``code = ["**/*.py"]``, ``files = ["**/*.npy"]``: every run's outputs, the reference's, the envs and nox's
+    venvs lie inside the project; taken in, each run would be a "code change" (red-team pass 13). The folders come
+    from the project's config (here runs = "out/kd-runs"), hidden ones (.git, .nox, .wheelhouse) besides."""
+    root = _tree(tmp_path)
+    found = app_contract.expand(["**/*.py"], "code", root) + app_contract.expand(["**/*.npy"], "files", root)
+    assert found == ["app.py", "src/mypkg/util.py", "data/a.npy", "out/kd-runs/1/outputs/y.npy"]
+    # runs elsewhere: out/kd-runs is Kernodeck's, runs/ a folder of the project's like any other
+    owned = owned_folders({"runs": "out/kd-runs"})
+    assert app_contract.expand(["**/*.npy"], "files", root, owned) == [
+        "data/a.npy", "runs/20261202-100000-cp311-linux_x86_64-cpu/outputs/x.npy"]
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    ("runs/*/outputs/*.npy", ["runs/20261202-100000-cp311-linux_x86_64-cpu/outputs/x.npy"]),
+    ("dossier/reference/*.npy", ["dossier/reference/x.npy"]),
+    (".nox/**/*.py", [".nox/tests/lib/python3.11/site-packages/k.py"]),
+    ("**/.git/**/*.py", [".git/hooks/h.py"]),
+])
+def test_a_pattern_that_names_such_a_folder_still_reaches_it(tmp_path: Path, pattern: str, expected: list[str]) -> None:
+    assert app_contract.expand([pattern], "files", _tree(tmp_path)) == expected
+
+
+def test_the_project_load_reads_the_folders_from_its_config(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    table = {"entry": "app.py:run", "sample": "sample.jsonl", "code": ["**/*.py"], "files": ["**/*.npy"],
+             "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
+    (root / "pyproject.toml").write_text(
+        "[tool.kernodeck]\n" + 'runs = "out/kd-runs"\n' + "[tool.kernodeck.application]\n"
+        + "".join(f"{key} = {json.dumps(value)}\n" for key, value in table.items() if key != "outputs")
+        + '[tool.kernodeck.application.outputs.x]\nkind = "exact"\ndtype = "int64"\njustification = "labels"\n',
+        encoding="utf-8")
+    assert app_contract.load(root).sources == (
+        "app.py", "src/mypkg/util.py", "data/a.npy", "runs/20261202-100000-cp311-linux_x86_64-cpu/outputs/x.npy")

@@ -18,6 +18,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +301,23 @@ def test_a_declared_compiled_extension_in_the_project_is_refused_as_such(tmp_pat
     assert result["status"] == "failed", result
     assert f"imports src/ext/_json{suffix} (a compiled extension in the project's folder: declared" in result["error"]
     assert "build it into a wheel the lock pins" in result["error"]
+
+
+def test_a_module_from_a_declared_zip_is_refused_as_an_archives_module(tmp_path: Path) -> None:
+    """A zip of modules on sys.path (zipimport), the archive declared and fingerprinted: not run (its members are no
+    declared file's own bytes), and the reason is the archive, not code "that neither the lock nor a declared source
+    describes" (red-team pass 13: the message said so)."""
+    marker = tmp_path / "marker"
+    sources = {"code": ["src/mypkg/*.py"], "files": ["data/*"]}
+    config = _closed_project(tmp_path, **sources)
+    with zipfile.ZipFile(Path(config["project_root"]) / "data" / "mods.zip", "w") as archive:
+        archive.writestr("zmod.py", PLANT.format(marker=str(marker)) + "VALUE = 2\n")
+    doing = 'sys.path.insert(0, str(ROOT / "data" / "mods.zip")); import zmod'
+    result = _run(tmp_path, _with_criterion(config, doing, **sources))
+    assert result["status"] == "failed" and not marker.exists(), result
+    assert result["error"].startswith("a module from an archive (zipimport: data/mods.zip/zmod.py) is not run from the "
+                                      "project: declare its sources unpacked"), result["error"]
+    assert "neither the lock nor a declared source" not in result["error"]
 
 
 def test_a_glob_that_matches_nothing_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,78 @@
+"""The env's best-known native readers, made to show the closed world what they read.
+
+safetensors (``safe_open``, under every ``load_file`` and transformers' weight loading) and tokenizers
+(``Tokenizer.from_file``, its models' vocabulary files) open their files in Rust: no audit event shows the read, so an
+undeclared weights or tokenizer file passed unseen (red-team pass 13). When the package is importable in the env, it
+is imported once before the application's first window (seen.install) and each reader is replaced by a Python
+function that raises the ``open`` audit event for each path it is given, which the hook judges as any open (seen.py),
+then calls the original. What else a C extension reads by itself stays the closed world's stated limit
+(docs/application.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+# (module, reader: a name in it or Class.method, the parameters that name files, in their positional order)
+READERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("safetensors", "safe_open", ("filename",)),
+    ("tokenizers", "Tokenizer.from_file", ("path",)),
+    ("tokenizers.models", "BPE.from_file", ("vocab", "merges")),
+    ("tokenizers.models", "BPE.read_file", ("vocab", "merges")),
+    ("tokenizers.models", "WordPiece.from_file", ("vocab",)),
+    ("tokenizers.models", "WordPiece.read_file", ("vocab",)),
+    ("tokenizers.models", "WordLevel.from_file", ("vocab",)),
+    ("tokenizers.models", "WordLevel.read_file", ("vocab",)),
+)
+WRAPPED: dict[str, Any] = {}  # "module:reader" -> its wrapper
+
+
+def _reporting(original: Any, files: tuple[str, ...]) -> Any:
+    @functools.wraps(original)
+    def read(*args: Any, **kwargs: Any) -> Any:
+        for value in [*args[: len(files)], *(kwargs[name] for name in files[len(args):] if name in kwargs)]:
+            if isinstance(value, str | bytes | os.PathLike):
+                sys.audit("open", os.fsdecode(value), "r", 0)  # as open() would: judged by seen's hook
+        return original(*args, **kwargs)
+
+    return read
+
+
+def _module(name: str) -> Any:
+    """The module when its package is importable here (imported now: a reader bound by a later import is the
+    wrapped one), else None."""
+    try:
+        if importlib.util.find_spec(name.partition(".")[0]) is None:
+            return None
+        return importlib.import_module(name)
+    except Exception:  # one that fails to import is the application's problem, met at its own import
+        return None
+
+
+def install() -> None:
+    """Wrap each reader once per process (before any of the application's code runs: seen.install)."""
+    for module_name, reader, files in READERS:
+        key = f"{module_name}:{reader}"
+        if key in WRAPPED:
+            continue
+        WRAPPED[key] = None
+        module = _module(module_name)
+        *classes, name = reader.split(".")
+        owner = functools.reduce(lambda found, part: getattr(found, part, None), classes, module)
+        original = getattr(owner, name, None)
+        if original is None:
+            continue
+        wrapper = WRAPPED[key] = _reporting(original, files)
+        with contextlib.suppress(TypeError, AttributeError):  # an immutable type: its reader stays unseen
+            setattr(owner, name, staticmethod(wrapper) if classes else wrapper)
+        if not classes:  # the package's modules that bound it already (safetensors.torch: from safetensors import)
+            top = module_name.partition(".")[0] + "."
+            for other, found in list(sys.modules.items()):
+                if other.startswith(top) and getattr(found, name, None) is original:
+                    setattr(found, name, wrapper)

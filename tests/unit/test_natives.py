@@ -1,0 +1,137 @@
+"""The env's Rust readers (safetensors, tokenizers) show the closed world what they read (inenv/natives.py).
+
+Their reads make no audit event, so an undeclared weights or tokenizer file passed unseen (red-team pass 13, NOTE 5).
+Stand-ins of the two packages in the test's fake env read nothing through Python, as the Rust ones: without the
+wrap their reads pass unseen (the control), with it each undeclared file is named and a declared one passes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernodeck.project import app_contract
+from tests.helpers.closedworld import _script, _settings_project
+
+# the entry's window as the application step opens it, the packages imported before (in the real env they are the
+# env's files, trusted: here the fake env's, imported outside any window as Kernodeck's own imports would be)
+ENTRY = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import application, world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+sys.path.insert(0, sys.argv[4])
+import torch
+for name in sys.argv[5:]:
+    __import__(name)
+try:
+    world.forget()
+    application._function(ctx, config["application"]["entry"], "entry")(None)
+    world.settle()
+    print(json.dumps({"status": "passed"}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+PACKAGES = ["safetensors", "safetensors.torch", "tokenizers", "tokenizers.models"]
+
+
+def _run(tmp_path: Path, config: dict[str, Any], fake: Path, imported: list[str]) -> dict[str, Any]:
+    done = _script(tmp_path, config, ENTRY, flags=[str(fake), *imported])
+    assert done.stdout.strip(), done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+# the packages' shapes: safe_open a class, bound again by the submodules' ``from safetensors import safe_open``;
+# Tokenizer.from_file a static method, the models' from_file class methods; none reads through Python
+SAFETENSORS = '''
+class safe_open:
+    def __init__(self, filename, framework, device="cpu"):
+        self.filename = filename
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def keys(self):
+        return ["w"]
+'''
+SAFETENSORS_TORCH = '''from safetensors import safe_open
+
+
+def load_file(filename, device="cpu"):
+    with safe_open(filename, framework="pt", device=device) as f:
+        return {k: 0 for k in f.keys()}
+'''
+TOKENIZERS = '''
+class Tokenizer:
+    @staticmethod
+    def from_file(path):
+        return Tokenizer()
+'''
+TOKENIZERS_MODELS = '''
+class BPE:
+    @classmethod
+    def from_file(cls, vocab, merges, **kwargs):
+        return cls()
+
+    @staticmethod
+    def read_file(vocab, merges):
+        return {}, []
+'''
+
+READS = {
+    "safetensors.torch.load_file": "import safetensors.torch; safetensors.torch.load_file(str(ROOT / 'data' / 'w.st'))",
+    "safe_open, framework positional": (
+        "from safetensors import safe_open; safe_open(str(ROOT / 'data' / 'w.st'), 'pt').__enter__()"),
+    "Tokenizer.from_file": "import tokenizers; tokenizers.Tokenizer.from_file(str(ROOT / 'data' / 'w.st'))",
+    "BPE.from_file (keywords)": ("from tokenizers.models import BPE; BPE.from_file(vocab=str(ROOT / 'data' / 'w.st'), "
+                                 "merges=str(ROOT / 'data' / 'w.st'))"),
+}
+
+
+def _project(tmp_path: Path, doing: str, files: list[str], *, packages: bool = True) -> tuple[dict[str, Any], Path]:
+    config, fake = _settings_project(tmp_path, entry=doing)
+    root = Path(config["project_root"])
+    (root / "data" / "w.st").write_bytes(b"weights")
+    if packages:
+        for rel, text in {"safetensors/__init__.py": SAFETENSORS, "safetensors/torch.py": SAFETENSORS_TORCH,
+                          "tokenizers/__init__.py": TOKENIZERS, "tokenizers/models.py": TOKENIZERS_MODELS}.items():
+            (fake / rel).parent.mkdir(exist_ok=True)
+            (fake / rel).write_text(text, encoding="utf-8")
+    config["application"]["sources"] = app_contract.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+         "code": ["src/mypkg/**/*.py"], "files": files,
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    return config, fake
+
+
+@pytest.mark.parametrize("how", sorted(READS))
+def test_a_file_a_rust_reader_opens_is_judged_as_an_open(tmp_path: Path, how: str) -> None:
+    config, fake = _project(tmp_path, READS[how], ["data/*.csv"])
+    result = _run(tmp_path, config, fake, PACKAGES)
+    assert result["status"] == "failed", result
+    assert result["error"].startswith("the entry read files that are not declared sources: data/w.st (opened)"), result
+    # declared, the same read passes
+    config, fake = _project(tmp_path / "declared", READS[how], ["data/*.csv", "data/w.st"])
+    assert _run(tmp_path / "declared", config, fake, PACKAGES) == {"status": "passed"}
+
+
+def test_without_the_wrap_such_a_read_is_unseen(tmp_path: Path) -> None:
+    """The control: the stand-ins read nothing through Python, as the Rust readers. Not importable when the closed
+    world is installed (their folder put on sys.path only after), they are never wrapped, and their read passes."""
+    config, fake = _project(tmp_path, READS["safetensors.torch.load_file"], ["data/*.csv"])
+    (fake / "later").mkdir()
+    (fake / "safetensors").rename(fake / "later" / "safetensors")
+    script = ENTRY.replace("    world.forget()\n", "    world.forget()\n    application._function(ctx, config["
+                           "'application']['entry'], 'entry')\n    sys.path.insert(0, sys.argv[4] + '/later')\n"
+                           "    import safetensors.torch\n", 1)
+    done = _script(tmp_path, config, script, flags=[str(fake)])
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "passed"}, done.stderr
