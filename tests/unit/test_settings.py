@@ -315,3 +315,47 @@ def test_the_step_after_which_a_setting_is_not_the_record_fails_naming_it(tmp_pa
             "recorded 4, now 1"), steps["extensions"]
     else:
         assert steps["extensions"]["status"] == "passed", steps["extensions"]
+
+
+def test_the_run_without_the_settings_is_held_to_the_record_for_the_rest_only() -> None:
+    """The determinism step's run without the settings (settings.apply(deterministic=False)) changes what
+    WITHOUT_SETTINGS names: not held to the record in that run; in a run with the settings the same change is named,
+    and a thread count is named in either (the seed never: RESEEDABLE)."""
+    from kernodeck.inenv import settings
+    from kernodeck.inenv._common import Context
+
+    ctx = Context(config={}, out=Path("."))
+    recorded = {"deterministic_algorithms": True, "cudnn.deterministic": True, "cudnn.benchmark": False,
+                "fill_uninitialized_memory": True, "torch.num_threads": 4, "seed": 1234}
+    ctx.state["settings"] = recorded
+    free = {**recorded, "deterministic_algorithms": False, "cudnn.deterministic": False, "cudnn.benchmark": True,
+            "fill_uninitialized_memory": False, "seed": 0}
+    named = settings.not_in_effect(ctx, free, "as the entry starts")
+    assert named is not None and sorted(named.details["changed_settings"]) == sorted(settings.WITHOUT_SETTINGS)
+    ctx.state["deterministic"] = False
+    assert settings.not_in_effect(ctx, free, "as the entry starts") is None
+    pinned = settings.not_in_effect(ctx, {**free, "torch.num_threads": 1}, "as the entry starts")
+    assert pinned is not None and list(pinned.details["changed_settings"]) == ["torch.num_threads"]
+
+
+APPLY_BOTH = """
+    import json, sys
+    sys.path[:0] = [sys.argv[1], sys.argv[2]]
+    from kernodeck.inenv import settings
+    with_them, without = settings.apply(deterministic=True), settings.apply(deterministic=False)
+    print(json.dumps(sorted(k for k in with_them if with_them[k] != without.get(k))))
+"""
+
+
+def test_without_settings_names_what_apply_changes_without_them(tmp_path: Path) -> None:
+    """WITHOUT_SETTINGS is what settings.apply sets otherwise when told deterministic=False (the stand-in torch)."""
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH, encoding="utf-8")
+    proc = subprocess.run([sys.executable, *start.FLAGS, "-c", textwrap.dedent(APPLY_BOTH), str(fake), str(ROOT)],
+                          cwd=tmp_path, env=start.environ(RUNNER_ENV), capture_output=True, text=True, check=False,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from kernodeck.inenv import settings
+
+    assert json.loads(proc.stdout) == sorted(settings.WITHOUT_SETTINGS)
