@@ -92,7 +92,7 @@ def declaration(project: Project) -> Declaration:
         return dict(found) if isinstance(found, dict) else {}
 
     try:
-        app = app_contract.from_table(tool.get("application"), project.root)
+        app = app_contract.from_tool(tool, project.root)
         raw = tool.get("application")
         resumed = resume_contract.from_table(raw.get("resume") if isinstance(raw, dict) else None)
         return Declaration(app, None, table("resume"), table("determinism"), resumed)
