@@ -76,7 +76,7 @@ def project_items(project: Project, plat: Platform) -> list[str]:
         app = app_contract.load(project.root)
         targets = [app.entry, *([app.criterion] if app.criterion else [])]
         wanted += [Path(file).parent if Path(file).parent != Path() else file
-                   for file in (*(t.file for t in targets), *app.code)]
+                   for file in (*(t.file for t in targets), *app.code, *app.smoke)]
         wanted.append(app.sample)
     except ConfigError:
         pass  # no application declared: verify then says so itself

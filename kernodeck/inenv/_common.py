@@ -22,6 +22,11 @@ def set_step(name: str) -> None:
     _STEP["name"] = name
 
 
+def current_step() -> str:
+    """The step now running ("" outside the runner's step loop)."""
+    return _STEP["name"]
+
+
 def progress(what: str) -> None:
     """A sub-phase of the running step (``[kernodeck] STEP: WHAT`` on stderr); the orchestrator forwards it."""
     print(f"[kernodeck] {_STEP['name'] or 'checks'}: {what}", file=sys.stderr, flush=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cached, seen, verified, world
-from ._common import CheckFailed, Context, load_file, load_sample, progress, user_traceback
+from ._common import CheckFailed, Context, current_step, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
 from .locate import locate
 
@@ -168,14 +168,22 @@ def _plain(answer: Any, who: str) -> Any:
 @contextlib.contextmanager
 def settings_held(ctx: Context, who: str) -> Iterator[None]:
     """The determinism settings read back before and again after the application's code runs (its file loaded, each
-    call): one it changed (use_deterministic_algorithms(False), set_num_threads, a TF32 flag, the default dtype)
-    fails the step, since settings.json's "verified" would then be untrue of this run. In between, a setter call that
-    changes one fails it too, set back before the call returns or not (setters.py)."""
+    call): before, they must be the settings step's record (settings.not_in_effect: a change made outside any window
+    is named with the step it was made in); after, one the code changed (use_deterministic_algorithms(False),
+    set_num_threads, a TF32 flag, the default dtype) fails the step, since settings.json's "verified" would then be
+    untrue of this run. In between, a setter call that changes one fails it too, set back before the call returns or
+    not (setters.py)."""
     from . import setters, settings
 
     torch = sys.modules.get("torch")
     before = settings.read_back(torch) if torch is not None else ctx.state.get("settings")
     if torch is not None and before is not None:
+        # the window starts with the settings step's record: a change made outside any window is named here
+        step = f" (changed during the {current_step()} step)" if current_step() else ""
+        moved = settings.not_in_effect(ctx, before, f"as {who} starts{step}")
+        if moved is not None:
+            world.pending(moved)
+            raise moved
         with setters.watching(torch, before, who):
             yield
     else:

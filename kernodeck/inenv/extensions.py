@@ -221,8 +221,10 @@ def _smoke(ctx: Context, name: str, decl: dict[str, Any], device: str, running: 
     root = Path(ctx.config[ConfigKey.PROJECT_ROOT])
     # the project's code, as the application's: from the bytes the orchestrator fingerprinted (smoke_sha256), in the
     # closed world and under the settings' watch (red-team passes 11, 12: loaded unchecked, it ran outside any window,
-    # read what it liked and could turn determinism off for the application). Its file is declared for its own
-    # window only: the application's windows never trust it (it is outside the reference's identity).
+    # read what it liked and could turn determinism off for the application). Its file is one of the declared sources
+    # (app_contract.Application.smoke: the reference's identity, as ``code``; red-team pass 13): what it leaves in
+    # this process (a library function patched) reaches the application. A configuration that does not declare it
+    # (made by hand) declares it for this window only.
     declared, sha256 = world.declared(ctx), decl.get("smoke_sha256") or None
     own = [form for form in paths.forms(str(root / file)) if form not in declared]
     declared.update(dict.fromkeys(own, sha256 or ""))
@@ -240,7 +242,8 @@ def _smoke(ctx: Context, name: str, decl: dict[str, Any], device: str, running: 
     finally:
         for form in own:
             declared.pop(form, None)
-    return {"module": decl["module"], "smoke": decl["smoke"], "device": device, **compare(name, result, decl)}
+    return {"module": decl["module"], "smoke": decl["smoke"], "smoke_sha256": sha256, "device": device,
+            **compare(name, result, decl)}
 
 
 def run(ctx: Context) -> dict[str, Any]:

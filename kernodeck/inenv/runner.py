@@ -31,7 +31,7 @@ runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv
 # The application's files and Kernodeck's are compiled from their verified bytes (verified.py, _package.py): no
 # bytecode of theirs is read or written. The env's modules keep the interpreter's bytecode cache, written into the
 # env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
-from kernodeck_inenv import leftover, libraries, world  # noqa: E402
+from kernodeck_inenv import leftover, libraries, settings, world  # noqa: E402
 from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, step_file  # noqa: E402
 from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
@@ -59,11 +59,18 @@ def _progress(result: dict[str, object]) -> str:
     return note + ")"
 
 
-def _held(ctx: Context) -> None:
+def _held(ctx: Context, name: str) -> None:
     """What fails a step that passed: a shared library mapped while it ran from outside the env (libraries.py), a
-    declared file edited meanwhile (the run's fingerprint of it no longer true: world.sources_held)."""
+    declared file edited meanwhile (the run's fingerprint of it no longer true: world.sources_held), a determinism
+    setting no longer the settings step's record (settings.not_in_effect: changed by the step's own or the env's code,
+    outside the project's windows)."""
     libraries.check(ctx)
     world.sources_held(ctx)
+    torch = sys.modules.get("torch")
+    if torch is not None and "settings" in ctx.state:
+        moved = settings.not_in_effect(ctx, settings.read_back(torch), f"after the {name} step")
+        if moved is not None:
+            raise moved
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             })
         if result[StepKey.STATUS] != Status.FAILED:
             try:
-                _held(ctx)
+                _held(ctx, name)
             except CheckFailed as exc:
                 result.update({StepKey.STATUS: Status.FAILED, StepKey.ERROR: str(exc), StepKey.LAYER: exc.layer,
                                StepKey.DETAILS: exc.details})

@@ -154,6 +154,34 @@ def held(torch: Any, before: dict[str, Any], recorded: dict[str, Any], who: str)
     )
 
 
+# What settings.apply(deterministic=False) changes: the determinism step's run without the settings (recorded as
+# that run's, never as the record's) is not held to the record for these.
+WITHOUT_SETTINGS = ("deterministic_algorithms", "cudnn.deterministic", "cudnn.benchmark", "fill_uninitialized_memory")
+
+
+def not_in_effect(ctx: Context, now: dict[str, Any], where: str) -> CheckFailed | None:
+    """The settings read back ``now`` against the settings step's record (``ctx.state["settings"]``), RESEEDABLE
+    excepted: each window of the project's code starts with them and each step ends with them. A change made between
+    (outside any window: an env module the extensions step imports pinning torch's threads, which settings.apply does
+    not set) would leave settings.json recording settings the outputs were not computed with (red-team pass 13)."""
+    recorded = ctx.state.get("settings")
+    if not isinstance(recorded, dict):
+        return None  # no settings step ran (nothing recorded to hold)
+    skip = {*RESEEDABLE, *(() if ctx.state.get("deterministic", True) else WITHOUT_SETTINGS)}
+    moved = {name: {"recorded": recorded[name], "now": value} for name, value in now.items()
+             if name not in skip and name in recorded and recorded[name] != value}
+    if not moved:
+        return None
+    shown = "; ".join(f"{name}: recorded {v['recorded']!r}, now {v['now']!r}" for name, v in sorted(moved.items()))
+    return CheckFailed(
+        f"determinism settings the run records are not in effect {where}: {shown}: changed since the settings step "
+        "outside the project's code (by the env's code: an extension module the extensions step imported, say); "
+        "settings.json would describe a run that did not happen",
+        "environment",
+        {"changed_settings": moved},
+    )
+
+
 def differences(applied: dict[str, Any], record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every knob whose read-back differs from what was applied (and a cuBLAS workspace that is not deterministic)."""
     differ = {

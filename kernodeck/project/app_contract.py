@@ -13,7 +13,7 @@ import fnmatch
 import os
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +84,18 @@ class Application:
     outputs: dict[str, Output] = field(default_factory=dict)
     files: tuple[str, ...] = ()  # other project files the application reads (besides the sample), globs expanded
     data: dict[str, Source] = field(default_factory=dict)  # [...application.data.NAME]: app.data[NAME] in the env
+    # the declared extensions' smoke-check files ([tool.kernodeck.extensions.NAME] smoke): they run in the runner's
+    # process before the application, and what they leave there (a library function patched, a module global)
+    # reaches it, so they are part of what the reference describes, as ``code`` is (red-team pass 13)
+    smoke: tuple[str, ...] = ()
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Every declared project file the application may read besides the sample: ``code`` then ``files``, each
-        fingerprinted into the reference; the in-env closed world refuses any other file outside the env (the
-        ``weights`` and ``data.NAME`` sources are declared too, and checked file by file at their own step)."""
-        return tuple(dict.fromkeys([*self.code, *self.files]))
+        """Every declared project file the application may read besides the sample: ``code``, ``files``, then the
+        smoke checks' files, each fingerprinted into the reference; the in-env closed world refuses any other file
+        outside the env (the ``weights`` and ``data.NAME`` sources are declared too, and checked file by file at their
+        own step)."""
+        return tuple(dict.fromkeys([*self.code, *self.files, *self.smoke]))
 
     def fingerprints(self, root: Path) -> dict[str, str]:
         """Each declared source's sha256 as read now ("" for a missing file: it matches no bytes)."""
@@ -235,10 +240,22 @@ def from_table(table: object, root: Path | None = None, owned: tuple[str, ...] =
                        tuple(expand(files, "files", root, owned)), data)
 
 
+def smoke_files(extensions: object) -> tuple[str, ...]:
+    """The files of the declared smoke checks (``[tool.kernodeck.extensions.NAME]`` ``smoke = "FILE.py:FUNCTION"``)."""
+    tables = extensions.values() if isinstance(extensions, dict) else ()
+    return tuple(dict.fromkeys(str(t["smoke"]).partition(":")[0] for t in tables
+                               if isinstance(t, dict) and isinstance(t.get("smoke"), str)))
+
+
+def from_tool(tool: dict[str, Any], root: Path | None = None) -> Application:
+    """The application of a ``[tool.kernodeck]`` table, with the declared smoke checks' files among its sources."""
+    return replace(from_table(tool.get("application"), root, owned_folders(tool)),
+                   smoke=smoke_files(tool.get("extensions")))
+
+
 def load(root: Path) -> Application:
     data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-    tool = data.get("tool", {}).get("kernodeck", {})
-    return from_table(tool.get("application"), root, owned_folders(tool))
+    return from_tool(data.get("tool", {}).get("kernodeck", {}), root)
 
 
 def tool_table(root: Path, name: str) -> dict[str, Any]:

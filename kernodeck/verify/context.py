@@ -19,7 +19,7 @@ from kernodeck.errors import KernodeckError
 from kernodeck.inenv.steptable import StepName
 from kernodeck.lock import check
 from kernodeck.project import app_contract, resume_contract
-from kernodeck.project.config import Project, owned_folders
+from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.runformat import manifest
 
@@ -92,7 +92,7 @@ def declaration(project: Project) -> Declaration:
         return dict(found) if isinstance(found, dict) else {}
 
     try:
-        app = app_contract.from_table(tool.get("application"), project.root, owned_folders(tool))
+        app = app_contract.from_tool(tool, project.root)
         raw = tool.get("application")
         resumed = resume_contract.from_table(raw.get("resume") if isinstance(raw, dict) else None)
         return Declaration(app, None, table("resume"), table("determinism"), resumed)

@@ -2,9 +2,10 @@
 ``torch.utils.cpp_extension`` into a wheel (once per module, twice: sound, and its op calling a c10 function libtorch
 does not export), installed beside the real rebuilt env's torch, found from outside by its DT_NEEDED and judged by the
 runner's ``extensions`` step with real libtorch: imported and smoke-checked; an ABI break named with its demangled
-symbol; a smoke check disagreeing with its pure-PyTorch reference. Then through a whole ``verify``: the sound wheel
-locked from its local find-links folder, the env rebuilt with it, ``passed`` with the extension and its smoke check in
-the report; the broken one through ``verify --python`` of an env holding it stops at ``extensions``, layer
+symbol; a smoke check disagreeing with its pure-PyTorch reference. Then through a whole ``reference --new``: the sound
+wheel locked from its local find-links folder, the env rebuilt with it, ``passed`` with the extension and its smoke
+check in the report and the smoke file in the reference's identity (an edit of it then refused by verify); the broken
+one through ``verify --python`` of an env holding it stops at ``extensions``, layer
 ``extension-abi``.
 """
 
@@ -15,11 +16,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from kernodeck._fs import sha256_file
 from kernodeck.env import extension_scan
 from tests.helpers.extstep import run_step
 from tests.helpers.project import copy_project, kd
@@ -183,27 +186,44 @@ def _locked(root: Path, wheel: Path) -> None:
     assert check.check_lock(project, plat) == []
 
 
-def test_verify_reports_the_extension_found_imported_and_smoke_checked(wheels: dict[str, Path], built_project: Path,
+def test_a_reference_made_with_the_extension_describes_its_smoke_check(wheels: dict[str, Path], built_project: Path,
                                                                         tmp_path: Path) -> None:
-    """The extension locked from a local find-links folder: verify rebuilds the env with it and passes."""
+    """The extension locked from a local find-links folder: reference --new rebuilds the env with it and passes, the
+    extension and its smoke check in the report. The smoke check runs in the runner's process before the application
+    (what it patches there reaches the application), so its file is part of the reference's identity: the new
+    manifest fingerprints it, and an edit of it is a code change verify names before anything is built."""
     project = _declaring_project(tmp_path)
     _locked(project, wheels["sound"])
-    out = tmp_path / "run"
+    out = tmp_path / "ref"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["UV_FIND_LINKS"] = str(wheels["sound"].parent)  # beside this machine's sources: the extension's folder
-    proc = kd(project, "verify", "--out", str(out), env=env)
+    proc = kd(project, "reference", "--new", "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = read_report(out)
     assert report["status"] == "passed", report["verdict"]
     steps = {s["name"]: s for s in report["steps"]}  # type: ignore[union-attr]
     ext = steps["extensions"]
     assert ext["status"] == "passed" and ext["details"]["extensions"][0]["distribution"] == "kdext-ops"
+    smoke_sha256 = sha256_file(project / "checks" / "ext.py")
     assert ext["details"]["smoke"]["kdext"]["max_abs"] == 0.0
+    assert ext["details"]["smoke"]["kdext"]["smoke_sha256"] == smoke_sha256
     assert next(c for c in report["claims"] if c["id"] == "extensions")["established"]  # type: ignore[union-attr]
     assert "kdext-ops 1.0+pt213cpu: 1 module(s) imported, built for torch 2.13; smoke kdext" in (
         out / "report.md").read_text()
     chain = json.loads((out / "system.json").read_text())["build_chain"]
     assert {"gcc", "g++", "nvcc", "ninja", "CUDA_HOME", "ROCM_PATH", "TORCH_CUDA_ARCH_LIST"} <= set(chain)
+    manifest = tomllib.loads((project / "dossier" / "reference" / "manifest.toml").read_text(encoding="utf-8"))
+    assert manifest["application"]["code"]["checks/ext.py"] == smoke_sha256
+
+    # the negative control: the smoke file edited (another path named), verify refuses it as a code change
+    (project / "checks" / "ext.py").write_text(SMOKE.replace("ALPHA", "0.5") + "# edited\n", encoding="utf-8")
+    proc = kd(project, "verify", "--out", str(tmp_path / "run"), env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "code differs from the reference's fingerprint: checks/ext.py" in proc.stderr
+    report = read_report(tmp_path / "run")
+    assert report["first_failure"] == "reference-manifest", report["verdict"]
+    failed = next(s for s in report["steps"] if s["name"] == "reference-manifest")  # type: ignore[union-attr]
+    assert failed["details"]["changed_code"] == ["checks/ext.py"], failed
 
 
 def test_verify_stops_at_extensions_on_an_abi_break(wheels: dict[str, Path], built_project: Path,

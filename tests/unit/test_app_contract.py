@@ -39,6 +39,19 @@ def test_this_repository_declares_its_application_like_any_user() -> None:
     assert "checks/app.py" in app.code and app.weights is not None
 
 
+def test_the_declared_smoke_checks_files_are_among_the_sources() -> None:
+    """A smoke check's file is part of what the reference describes (app_contract.from_tool): fingerprinted with the
+    application's code; without an extension declared (the control), the sources are the application's own."""
+    table = _declared_table()
+    tool = {"application": table, "extensions": {
+        "kdext": {"module": "kdext._C", "smoke": "checks/ext.py:smoke", "rtol": 0.0, "atol": 0.0},
+        "other": {"module": "other._C", "smoke": "checks/ext.py:other", "rtol": 0.0, "atol": 0.0}}}
+    app = app_contract.from_tool(tool)
+    assert app.smoke == ("checks/ext.py",) and app.sources[-1] == "checks/ext.py"
+    assert app_contract.from_tool({"application": table}).sources == app_contract.from_table(table).sources
+    assert "checks/ext.py" not in app_contract.from_table(table).sources
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [

@@ -175,6 +175,9 @@ def test_a_sound_extension_is_imported_and_its_smoke_check_runs(tmp_path: Path) 
     assert record["distribution"] == "kdext" and record["objects"][0]["imported"] is True
     assert record["built_for"]["torch"] == "2.5" and record["torch_matches"] is False  # recorded beside 2.13
     assert result["details"]["smoke"]["kdext"]["max_abs"] == 0.0
+    # the bytes it ran, recorded (and in the reference's identity: app_contract.Application.smoke)
+    smoke_sha256 = hashlib.sha256((tmp_path / "checks" / "ext.py").read_bytes()).hexdigest()
+    assert result["details"]["smoke"]["kdext"]["smoke_sha256"] == smoke_sha256
     assert result["details"]["running"]["torch"] == "2.13.0+cpu"
     assert "smoke kdext: max abs 0 on cpu, path compiled" in result["details"]["summary"]
 

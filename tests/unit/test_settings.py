@@ -184,3 +184,178 @@ def test_minus_i_leaves_hash_randomisation_on(tmp_path: Path) -> None:
     """What was recorded before: PYTHONHASHSEED=0 in the environment, yet hash randomisation on under -I."""
     out = _run(tmp_path, TABLE["hash_seed"])
     assert "hash_seed: applied '0', read back 'random'" in out["error"]
+
+
+# --- the record holds from the settings step on: a change made outside any window (red-team pass 13) ---------------
+
+ENTRY = """import numpy as np
+
+
+def run(app):
+    app.write("x", np.array([len(r["id"]) for r in app.records], dtype=np.int64), [r["id"] for r in app.records])
+
+
+def criterion(outputs, ids, records, params):
+    return {"passed": True, "summary": "ok"}
+"""
+
+EXTENSION_THEN_ENTRY = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import application, extensions, settings, world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+sys.path.insert(0, sys.argv[4])  # the stand-in torch, and an env package beside it
+import torch
+settings.apply()  # the settings step: applied, then read back as settings.json records them
+ctx.state["settings"] = settings.read_back(torch)
+try:
+    world.forget()
+    extensions._import("kdext", "kdext/_C.so", "kdext", {}, {})  # the extensions step imports a discovered module
+    world.settle()
+    world.forget()
+    application.run_entry(ctx)  # the application step: settings applied again, the entry called in its window
+    world.settle()
+    print(json.dumps({"status": "passed", "recorded": ctx.state["settings"]["torch.num_threads"],
+                      "in_effect": torch.get_num_threads()}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+
+PINS = "import torch\ntorch.set_num_threads(1)  # tuned for its kernels\n"
+
+
+def _extension_then_entry(tmp_path: Path, package_init: str) -> dict[str, Any]:
+    """The settings step, then the extensions step importing the env package ``kdext`` (its ``__init__``:
+    ``package_init``), then the application step computing its outputs, in the closed-world harness."""
+    from kernodeck.project import app_contract
+    from tests.helpers.closedworld import _script, _settings_project
+
+    config, fake = _settings_project(tmp_path)
+    root = Path(config["project_root"])
+    (fake / "kdext").mkdir()
+    (fake / "kdext" / "__init__.py").write_text(package_init, encoding="utf-8")
+    (root / "app.py").write_text(ENTRY, encoding="utf-8")
+    config["application"]["sources"] = app_contract.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+         "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    done = _script(tmp_path, config, EXTENSION_THEN_ENTRY, flags=[str(fake)])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {
+        "stderr": done.stderr}
+    return result
+
+
+@pytest.mark.parametrize("pins", [True, False], ids=["an env module pins the threads", "control: it leaves them"])
+def test_a_setting_changed_outside_any_window_is_named_as_the_next_window_starts(tmp_path: Path, pins: bool) -> None:
+    """The extensions step imports every discovered extension module (env code) outside any window; one whose import
+    pins torch's threads left them so, and each window compared the settings with their value at ITS start: the
+    outputs were computed with 1 thread while settings.json recorded 4 (red-team pass 13). Each window now starts
+    with the settings step's record; the control leaves the threads alone and passes with its record in effect."""
+    result = _extension_then_entry(tmp_path, PINS if pins else "import torch\n")
+    if pins:
+        assert result.get("status") == "failed", result  # before: passed, recorded 4, in effect 1
+        assert "not in effect as the entry's file starts: torch.num_threads: recorded 4, now 1" in result["error"]
+    else:
+        assert result == {"status": "passed", "recorded": 4, "in_effect": 4}, result
+
+
+def _runner_env(tmp_path: Path, package_init: str) -> Path:
+    """A venv holding the stand-in torch (closed-world harness) and an env package ``kdext``; numpy borrowed."""
+    import sysconfig
+
+    from tests.helpers.closedworld import FAKE_TORCH as SETTABLE_TORCH
+
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, capture_output=True)
+    site = next((env / "lib").glob("python*/site-packages"))
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text(
+        SETTABLE_TORCH + "\n__version__ = '2.13.0+cpu'\nversion = types.SimpleNamespace(cuda=None, hip=None)\n",
+        encoding="utf-8")
+    (site / "kdext").mkdir()
+    (site / "kdext" / "__init__.py").write_text(package_init, encoding="utf-8")
+    (site / "host.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    return env
+
+
+@pytest.mark.parametrize("pins", [True, False], ids=["an env module pins the threads", "control: it leaves them"])
+def test_the_step_after_which_a_setting_is_not_the_record_fails_naming_it(tmp_path: Path, pins: bool) -> None:
+    """The runner's check after each step: the real runner, started as verify starts it, runs the settings step and
+    the extensions step, which imports ``kdext``; a pin of torch's threads at its import fails the extensions step
+    itself (the step it was made in), before any window of the application."""
+    import sysconfig
+
+    from kernodeck.verify.steps.in_env import RUNNER
+
+    env = _runner_env(tmp_path, PINS if pins else "import torch\n")
+    (tmp_path / "sample.jsonl").write_text('{"id": "a"}\n', encoding="utf-8")
+    found = {"discovered": [{"distribution": "kdext", "version": "1.0", "built_for": {}, "objects": [
+        {"path": "kdext/__init__.py", "module": "kdext", "links": []}]}], "declared": {}}
+    host = Path(sysconfig.get_paths()["purelib"])  # numpy's libraries, mapped from outside the env: declared
+    libraries = sorted(str(so.resolve()) for folder in (host / "numpy", host / "numpy.libs")
+                       for so in folder.rglob("*.so*"))
+    config = {"steps": ["settings", "extensions"], "project_root": str(tmp_path), "mode": "verify",
+              "expect_backend": "cpu", "application": {"sample": "sample.jsonl"}, "reference": None,
+              "extensions": found, "libraries": libraries}
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run-config.json").write_text(json.dumps(config), encoding="utf-8")
+    proc = subprocess.run([str(env / "bin" / "python"), *start.FLAGS, str(RUNNER), "--config",
+                           str(out / "run-config.json")], cwd=tmp_path, env=start.environ(RUNNER_ENV),
+                          capture_output=True, text=True, check=False, timeout=120)
+    steps = {json.loads(f.read_text())["name"]: json.loads(f.read_text()) for f in (out / "steps").glob("*.json")}
+    assert steps["settings"]["status"] == "passed", (steps, proc.stderr[-3000:])
+    if pins:
+        assert steps["extensions"]["status"] == "failed", steps["extensions"]
+        assert steps["extensions"]["error"].startswith(
+            "determinism settings the run records are not in effect after the extensions step: torch.num_threads: "
+            "recorded 4, now 1"), steps["extensions"]
+    else:
+        assert steps["extensions"]["status"] == "passed", steps["extensions"]
+
+
+def test_the_run_without_the_settings_is_held_to_the_record_for_the_rest_only() -> None:
+    """The determinism step's run without the settings (settings.apply(deterministic=False)) changes what
+    WITHOUT_SETTINGS names: not held to the record in that run; in a run with the settings the same change is named,
+    and a thread count is named in either (the seed never: RESEEDABLE)."""
+    from kernodeck.inenv import settings
+    from kernodeck.inenv._common import Context
+
+    ctx = Context(config={}, out=Path("."))
+    recorded = {"deterministic_algorithms": True, "cudnn.deterministic": True, "cudnn.benchmark": False,
+                "fill_uninitialized_memory": True, "torch.num_threads": 4, "seed": 1234}
+    ctx.state["settings"] = recorded
+    free = {**recorded, "deterministic_algorithms": False, "cudnn.deterministic": False, "cudnn.benchmark": True,
+            "fill_uninitialized_memory": False, "seed": 0}
+    named = settings.not_in_effect(ctx, free, "as the entry starts")
+    assert named is not None and sorted(named.details["changed_settings"]) == sorted(settings.WITHOUT_SETTINGS)
+    ctx.state["deterministic"] = False
+    assert settings.not_in_effect(ctx, free, "as the entry starts") is None
+    pinned = settings.not_in_effect(ctx, {**free, "torch.num_threads": 1}, "as the entry starts")
+    assert pinned is not None and list(pinned.details["changed_settings"]) == ["torch.num_threads"]
+
+
+APPLY_BOTH = """
+    import json, sys
+    sys.path[:0] = [sys.argv[1], sys.argv[2]]
+    from kernodeck.inenv import settings
+    with_them, without = settings.apply(deterministic=True), settings.apply(deterministic=False)
+    print(json.dumps(sorted(k for k in with_them if with_them[k] != without.get(k))))
+"""
+
+
+def test_without_settings_names_what_apply_changes_without_them(tmp_path: Path) -> None:
+    """WITHOUT_SETTINGS is what settings.apply sets otherwise when told deterministic=False (the stand-in torch)."""
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH, encoding="utf-8")
+    proc = subprocess.run([sys.executable, *start.FLAGS, "-c", textwrap.dedent(APPLY_BOTH), str(fake), str(ROOT)],
+                          cwd=tmp_path, env=start.environ(RUNNER_ENV), capture_output=True, text=True, check=False,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from kernodeck.inenv import settings
+
+    assert json.loads(proc.stdout) == sorted(settings.WITHOUT_SETTINGS)
