@@ -4,6 +4,7 @@ Tests are hermetic: no PIP_*/UV_* variables unless a test needs the real package
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import fresh, sharedruns
+from tests.helpers.removals import REMOVALS
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.sharedruns import SharedRun
 
@@ -34,6 +36,32 @@ def pytest_report_header(config: pytest.Config) -> str:
             "on 2026-12-01, all of it given back when it passed)")
 
 
+_OUTCOME = pytest.StashKey[dict[str, bool]]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report = yield
+    item.stash.setdefault(_OUTCOME, {})[report.when] = report.passed
+    return report
+
+
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """pytest's ``tmp_path`` (a numbered folder named after the test, kept when the test failed), removed beside the
+    tests that follow when it passed (tests/helpers/removals.py) instead of in its teardown."""
+    path = tmp_path_factory.mktemp(re.sub(r"[\W]", "_", request.node.name)[:30], numbered=True)
+    yield path
+    if request.node.stash.get(_OUTCOME, {}).get("call", True):
+        REMOVALS.start(path)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    REMOVALS.wait()
+    _write_reliability_table()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def suite_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Fresh machines share one uv cache inside pytest's base folder, removed with it when the run passes; the
@@ -50,7 +78,7 @@ def module_tmp(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     failed = request.session.testsfailed
     yield path
     if request.session.testsfailed == failed:
-        shutil.rmtree(path, ignore_errors=True)
+        REMOVALS.start(path)
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +139,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         _ITEMS[item.nodeid] = item
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def _write_reliability_table() -> None:
     if os.environ.get("KERNODECK_RELIABILITY_TABLE") != "1" or not _RELIABILITY:
         return
     rows: dict[int, list[dict[str, object]]] = {}
