@@ -1,12 +1,12 @@
 """The env's best-known native readers, made to show the closed world what they read.
 
 safetensors (``safe_open``, under every ``load_file`` and transformers' weight loading) and tokenizers
-(``Tokenizer.from_file``, its models' vocabulary files) open their files in Rust: no audit event shows the read, so an
-undeclared weights or tokenizer file passed unseen (red-team pass 13). When the package is importable in the env, it
-is imported once before the application's first window (seen.install) and each reader is replaced by a Python
-function that raises the ``open`` audit event for each path it is given, which the hook judges as any open (seen.py),
-then calls the original. What else a C extension reads by itself stays the closed world's stated limit
-(docs/application.md).
+(``Tokenizer.from_file``, its models' vocabulary files, given to ``from_file`` or to their constructors) open their
+files in Rust: no audit event shows the read, so an undeclared weights or tokenizer file passed unseen (red-team
+passes 13, 14). When the package is importable in the env, it is imported once before the application's first window
+(seen.install) and each reader is replaced by a Python function that raises the ``open`` audit event for each path it
+is given, which the hook judges as any open (seen.py), then calls the original (a constructor: see READERS). What
+else a C extension reads by itself stays the closed world's stated limit (docs/application.md).
 """
 
 from __future__ import annotations
@@ -19,10 +19,19 @@ import os
 import sys
 from typing import Any
 
-# (module, reader: a name in it or Class.method, the parameters that name files, in their positional order)
+# (module, reader: a name in it or Class.method, the parameters that name files, in their positional order). A
+# Class.__init__ is the class's constructor: the tokenizer models still take file names (``WordPiece("vocab.txt")``,
+# ``BPE(vocab, merges)``; tokenizers.implementations' BertWordPieceTokenizer, ByteLevelBPETokenizer, CharBPETokenizer
+# and SentencePieceBPETokenizer call them so) and read them in Rust, in ``__new__``, which cannot be replaced on
+# their types (CPython refuses the original's call then as "not safe"): the ``__init__`` Python calls right after it
+# reports them, before the object reaches the caller (red-team pass 14). Objects made in Rust (``from_file``,
+# ``Tokenizer.from_str``, unpickling) never call it.
 READERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("safetensors", "safe_open", ("filename",)),
     ("tokenizers", "Tokenizer.from_file", ("path",)),
+    ("tokenizers.models", "BPE.__init__", ("vocab", "merges")),
+    ("tokenizers.models", "WordPiece.__init__", ("vocab",)),
+    ("tokenizers.models", "WordLevel.__init__", ("vocab",)),
     ("tokenizers.models", "BPE.from_file", ("vocab", "merges")),
     ("tokenizers.models", "BPE.read_file", ("vocab", "merges")),
     ("tokenizers.models", "WordPiece.from_file", ("vocab",)),
@@ -33,12 +42,15 @@ READERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 WRAPPED: dict[str, Any] = {}  # "module:reader" -> its wrapper
 
 
-def _reporting(original: Any, files: tuple[str, ...]) -> Any:
+def _reporting(original: Any, files: tuple[str, ...], constructor: bool = False) -> Any:
     @functools.wraps(original)
     def read(*args: Any, **kwargs: Any) -> Any:
-        for value in [*args[: len(files)], *(kwargs[name] for name in files[len(args):] if name in kwargs)]:
+        given = args[1:] if constructor else args  # a constructor's first argument is the object made
+        for value in [*given[: len(files)], *(kwargs[name] for name in files[len(given):] if name in kwargs)]:
             if isinstance(value, str | bytes | os.PathLike):
                 sys.audit("open", os.fsdecode(value), "r", 0)  # as open() would: judged by seen's hook
+        if original is object.__init__:  # the type's __new__ took the arguments (a Rust class): none to pass on
+            return original(args[0])
         return original(*args, **kwargs)
 
     return read
@@ -68,9 +80,10 @@ def install() -> None:
         original = getattr(owner, name, None)
         if original is None:
             continue
-        wrapper = WRAPPED[key] = _reporting(original, files)
+        constructor = name == "__init__"
+        wrapper = WRAPPED[key] = _reporting(original, files, constructor)
         with contextlib.suppress(TypeError, AttributeError):  # an immutable type: its reader stays unseen
-            setattr(owner, name, staticmethod(wrapper) if classes else wrapper)
+            setattr(owner, name, staticmethod(wrapper) if classes and not constructor else wrapper)
         if not classes:  # the package's modules that bound it already (safetensors.torch: from safetensors import)
             top = module_name.partition(".")[0] + "."
             for other, found in list(sys.modules.items()):

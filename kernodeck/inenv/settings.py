@@ -7,6 +7,7 @@ import random
 import sys
 from typing import Any
 
+from . import leftover
 from ._common import CheckFailed, Context, progress
 from .protocol import HASH_SEED
 
@@ -29,12 +30,21 @@ def _knob_owner(torch: Any, name: str) -> Any | None:
     return obj if hasattr(obj, "fp32_precision") else None
 
 
+def started_with() -> dict[str, str]:
+    """The environment as it was before any of the project's code ran (leftover.at_start, at the runner's start).
+    The interpreter reads the ``PYTHON*`` variables only as it starts, and the processes Kernodeck starts later get
+    this environment (leftover.kernodecks_start): one the project sets in ``os.environ`` afterwards (the common
+    ``seed_everything``'s ``os.environ["PYTHONHASHSEED"] = str(seed)``, ``PYTHONWARNINGS``) changes nothing the
+    settings describe, so they are read from here, not from ``os.environ`` now (red-team pass 14)."""
+    return leftover.kernodecks_start()[0]
+
+
 def hash_seed_in_effect() -> str:
     """The str/bytes hash seed this interpreter uses, as it reports it: "0" when hash randomisation is off (the
-    variable read, not ignored by -E/-I), a nonzero seed the interpreter read, else "random"."""
+    variable read, not ignored by -E/-I), a nonzero seed the interpreter read as it started, else "random"."""
     if not sys.flags.hash_randomization:
         return "0"
-    value = os.environ.get("PYTHONHASHSEED", "")
+    value = started_with().get("PYTHONHASHSEED", "")
     return value if value.isdigit() and not sys.flags.ignore_environment else "random"
 
 
@@ -46,7 +56,7 @@ def process_start() -> dict[str, Any]:
         "isolation.safe_path": bool(sys.flags.safe_path),
         # what -E would have ignored: the start leaves none but the seed, so none is read
         "PYTHON* variables besides PYTHONHASHSEED": sorted(
-            k for k in os.environ if k.startswith("PYTHON") and k != "PYTHONHASHSEED"),
+            k for k in started_with() if k.startswith("PYTHON") and k != "PYTHONHASHSEED"),
     }
 
 
@@ -58,7 +68,7 @@ def read_back(torch: Any) -> dict[str, Any]:
     back = torch.backends
     rec: dict[str, Any] = {
         "seed": torch.initial_seed(),
-        "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "(unset)"),
+        "PYTHONHASHSEED": started_with().get("PYTHONHASHSEED", "(unset)"),  # as the interpreter read it
         **process_start(),
         "hash_randomization": sys.flags.hash_randomization,
         "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG", "(unset)"),

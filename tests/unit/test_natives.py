@@ -38,7 +38,7 @@ try:
 except CheckFailed as exc:
     print(json.dumps({"status": "failed", "error": str(exc)}))
 """
-PACKAGES = ["safetensors", "safetensors.torch", "tokenizers", "tokenizers.models"]
+PACKAGES = ["safetensors", "safetensors.torch", "tokenizers", "tokenizers.models", "tokenizers.implementations"]
 
 
 def _run(tmp_path: Path, config: dict[str, Any], fake: Path, imported: list[str]) -> dict[str, Any]:
@@ -72,12 +72,22 @@ def load_file(filename, device="cpu"):
 '''
 TOKENIZERS = '''
 class Tokenizer:
+    def __init__(self, model=None):
+        self.model = model
+
     @staticmethod
     def from_file(path):
         return Tokenizer()
 '''
+# the models as Rust makes them: the constructor is ``__new__`` (given file names, it reads them in Rust; here
+# nothing is read through Python), ``__init__`` is object's
 TOKENIZERS_MODELS = '''
 class BPE:
+    def __new__(cls, vocab=None, merges=None, **kwargs):
+        made = object.__new__(cls)
+        made.vocab, made.merges = vocab, merges
+        return made
+
     @classmethod
     def from_file(cls, vocab, merges, **kwargs):
         return cls()
@@ -85,6 +95,31 @@ class BPE:
     @staticmethod
     def read_file(vocab, merges):
         return {}, []
+
+
+class WordPiece:
+    def __new__(cls, vocab=None, **kwargs):
+        made = object.__new__(cls)
+        made.vocab = vocab
+        return made
+
+
+class WordLevel(WordPiece):
+    pass
+'''
+# tokenizers.implementations: the Python tokenizers that give the user's file names to the models' constructors
+TOKENIZERS_IMPLEMENTATIONS = '''from tokenizers import Tokenizer
+from tokenizers.models import BPE, WordPiece
+
+
+class BertWordPieceTokenizer(Tokenizer):
+    def __init__(self, vocab=None, unk_token="[UNK]"):
+        self.model = WordPiece(vocab, unk_token=unk_token) if vocab is not None else WordPiece()
+
+
+class ByteLevelBPETokenizer(Tokenizer):
+    def __init__(self, vocab=None, merges=None):
+        self.model = BPE(vocab, merges) if vocab is not None and merges is not None else BPE()
 '''
 
 READS = {
@@ -94,6 +129,17 @@ READS = {
     "Tokenizer.from_file": "import tokenizers; tokenizers.Tokenizer.from_file(str(ROOT / 'data' / 'w.st'))",
     "BPE.from_file (keywords)": ("from tokenizers.models import BPE; BPE.from_file(vocab=str(ROOT / 'data' / 'w.st'), "
                                  "merges=str(ROOT / 'data' / 'w.st'))"),
+    # the models' constructors given file names (red-team pass 14, HOLE 3)
+    "WordPiece(vocab)": "from tokenizers.models import WordPiece; WordPiece(str(ROOT / 'data' / 'w.st'))",
+    "BPE(vocab=, merges=)": ("from tokenizers.models import BPE; BPE(vocab=str(ROOT / 'data' / 'w.st'), "
+                             "merges=str(ROOT / 'data' / 'w.st'))"),
+    "WordLevel(vocab, unk_token=)": ("from tokenizers.models import WordLevel; "
+                                     "WordLevel(ROOT / 'data' / 'w.st', unk_token='[UNK]')"),
+    "BertWordPieceTokenizer(vocab)": ("from tokenizers.implementations import BertWordPieceTokenizer; "
+                                      "BertWordPieceTokenizer(str(ROOT / 'data' / 'w.st'))"),
+    "ByteLevelBPETokenizer(vocab, merges)": ("from tokenizers.implementations import ByteLevelBPETokenizer; "
+                                             "ByteLevelBPETokenizer(str(ROOT / 'data' / 'w.st'), "
+                                             "str(ROOT / 'data' / 'w.st'))"),
 }
 
 
@@ -103,7 +149,8 @@ def _project(tmp_path: Path, doing: str, files: list[str], *, packages: bool = T
     (root / "data" / "w.st").write_bytes(b"weights")
     if packages:
         for rel, text in {"safetensors/__init__.py": SAFETENSORS, "safetensors/torch.py": SAFETENSORS_TORCH,
-                          "tokenizers/__init__.py": TOKENIZERS, "tokenizers/models.py": TOKENIZERS_MODELS}.items():
+                          "tokenizers/__init__.py": TOKENIZERS, "tokenizers/models.py": TOKENIZERS_MODELS,
+                          "tokenizers/implementations.py": TOKENIZERS_IMPLEMENTATIONS}.items():
             (fake / rel).parent.mkdir(exist_ok=True)
             (fake / rel).write_text(text, encoding="utf-8")
     config["application"]["sources"] = app_contract.from_table(
@@ -135,3 +182,18 @@ def test_without_the_wrap_such_a_read_is_unseen(tmp_path: Path) -> None:
                            "    import safetensors.torch\n", 1)
     done = _script(tmp_path, config, script, flags=[str(fake)])
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "passed"}, done.stderr
+
+
+# made by the wrapped constructors: the original class's objects, as the caller asked for them
+MADE = ("from tokenizers.models import BPE, WordPiece, WordLevel; "
+        "made = [WordPiece({'[UNK]': 0}, unk_token='[UNK]'), BPE(vocab={'a': 0}, merges=[]), WordLevel(), BPE()]; "
+        "assert [type(m).__name__ for m in made] == ['WordPiece', 'BPE', 'WordLevel', 'BPE'], made; "
+        "assert made[0].vocab == {'[UNK]': 0} and made[1].merges == [] and made[3].vocab is None, made; "
+        "assert all(isinstance(m, (BPE, WordPiece)) for m in made)")
+
+
+def test_a_models_constructor_given_no_file_reads_nothing_and_makes_its_object(tmp_path: Path) -> None:
+    """The control of the constructors' rows: given a vocabulary in memory (a dict) or nothing, the wrapped
+    constructors report no file and make the original class's object with its arguments."""
+    config, fake = _project(tmp_path, MADE, ["data/*.csv"])
+    assert _run(tmp_path, config, fake, PACKAGES) == {"status": "passed"}

@@ -359,3 +359,94 @@ def test_without_settings_names_what_apply_changes_without_them(tmp_path: Path) 
     from kernodeck.inenv import settings
 
     assert json.loads(proc.stdout) == sorted(settings.WITHOUT_SETTINGS)
+
+
+# --- a PYTHON* variable the entry sets in os.environ is not in effect (red-team pass 14, FALSE FAILURE 6) ----------
+
+SEEDING_ENTRY = """import os, random
+import numpy as np
+import torch
+
+
+def run(app):
+    random.seed(42)
+    np.random.seed(42)
+    {line}
+    app.write("x", np.array([len(r["id"]) for r in app.records], dtype=np.int64), [r["id"] for r in app.records])
+
+
+def criterion(outputs, ids, records, params):
+    return {{"passed": True, "summary": "ok"}}
+"""
+
+RUNNER_THEN_ENTRY = """
+import json, os, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import application, leftover, settings, world
+from kernodeck_inenv._common import CheckFailed, Context
+leftover.at_start()  # as runner.py does at its start, before any of the project's code
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+sys.path.insert(0, sys.argv[4])  # the stand-in torch
+import torch
+settings.apply()  # the settings step
+ctx.state["settings"] = settings.read_back(torch)
+seen = lambda: {k: v for k, v in os.environ.items() if k in ("PYTHONHASHSEED", "PYTHONWARNINGS", "OMP_NUM_THREADS")}
+try:
+    world.forget()
+    application.run_entry(ctx)
+    world.settle()
+    result = {"status": "passed"}
+except CheckFailed as exc:
+    result = {"status": "failed", "error": str(exc)}
+started = leftover.kernodecks_start()[0]  # what a process Kernodeck starts later gets
+print(json.dumps({**result, "in_os_environ": seen(),
+                  "kernodecks_processes": {k: started[k] for k in seen() if k in started}}))
+"""
+
+
+def _seeding_entry(tmp_path: Path, line: str) -> dict[str, Any]:
+    from kernodeck.project import app_contract
+    from tests.helpers.closedworld import _script, _settings_project
+
+    config, fake = _settings_project(tmp_path)
+    root = Path(config["project_root"])
+    (root / "app.py").write_text(SEEDING_ENTRY.format(line=line), encoding="utf-8")
+    config["application"]["sources"] = app_contract.from_table(
+        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+         "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+    done = _script(tmp_path, config, RUNNER_THEN_ENTRY, flags=[str(fake)])
+    assert done.stdout.strip(), done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("line", [
+    "os.environ['PYTHONHASHSEED'] = str(42)",  # the common seed_everything(42)
+    "os.environ['PYTHONWARNINGS'] = 'ignore'",  # quiet warnings
+], ids=["seed_everything", "PYTHONWARNINGS"])
+def test_a_python_variable_the_entry_sets_in_os_environ_is_not_a_changed_setting(tmp_path: Path, line: str) -> None:
+    """The interpreter reads PYTHONHASHSEED and the other PYTHON* variables only as it starts, and the processes
+    Kernodeck starts later get the environment from before the project's code (leftover.at_start): the entry's
+    ``seed_everything`` (``os.environ["PYTHONHASHSEED"] = str(seed)``) changes nothing settings.json describes. The
+    read-back took them from os.environ and failed the step "changed determinism settings ... PYTHONHASHSEED:
+    recorded '0', after the call '42'" (red-team pass 14); it reads them as the process started."""
+    result = _seeding_entry(tmp_path, line)
+    assert result["status"] == "passed", result
+    name, value = line.split("'")[1], "42" if "HASH" in line else "ignore"
+    assert result["in_os_environ"][name] == value  # set in the process: only its own later code sees it
+    assert result["kernodecks_processes"].get(name) != value, result  # never what Kernodeck's processes get
+
+
+@pytest.mark.parametrize("line", [
+    "torch.set_num_threads(1)",  # a setting in effect
+    "os.environ['OMP_NUM_THREADS'] = '1'",  # read by the libraries lazily (putenv reaches C): kept from os.environ
+], ids=["set_num_threads", "OMP_NUM_THREADS"])
+def test_control_a_setting_the_entry_changes_in_effect_is_still_named(tmp_path: Path, line: str) -> None:
+    """The controls of the test above: the same harness, a setting the entry does change is still named."""
+    result = _seeding_entry(tmp_path, line)
+    assert result["status"] == "failed", result
+    assert result["error"].startswith("the entry changed determinism settings the run records as verified: "), result
+    assert ("torch.num_threads: recorded 4" if "torch" in line else "OMP_NUM_THREADS: recorded") in result["error"]
