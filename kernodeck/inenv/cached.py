@@ -4,14 +4,15 @@ Research code's "load the embeddings if they were computed before", its cache de
 asks, passes every other step: the comparison (with a reference made from the same cache), the criterion (the outputs
 are real ones) and the determinism reruns (the same file read again) all hold while the model never runs (red-team
 pass 13). So after the entry's window each output that carries enough information to be a cache's fingerprint
-(:func:`telling`) is compared with the declared files it read there (seen.READ, and what its file's load read): byte
-for byte (``outputs/NAME.npy`` against each such file of the same size), and row by row with every declared
-``.npy``/``.npz`` array of its rows' shape, each row cast to the output's dtype (a file of one row counts as one row):
-every output row among them is a cache (the same rows in another order, picked from a corpus, cast from float64, kept
-one file per item). An output of few values (class labels, a mask, an argmax; an integer or bool dtype) equals the
-declared ground truth whenever the model is right: it is never compared, so a cache of labels alone is not seen. A
-cache in a format not loaded here (a pickle, a ``.pt``) is seen only when byte-equal: docs/application.md states
-these limits.
+(:func:`telling`) is compared with the declared files it read there (seen.READ, what its file's load read, and what
+the processes it forked read, a DataLoader's workers: children.READ): byte for byte (``outputs/NAME.npy`` against each
+such file of the same size), and row by row with every declared ``.npy``/``.npz`` array of its rows' shape, each row
+cast to the output's dtype (a file of one row counts as one row): every output row among them is a cache (the same
+rows in another order, picked from a corpus, cast from float64, kept one file per item). An output of few values
+(class labels, a mask, an argmax; an integer or bool dtype) equals the declared ground truth whenever the model is
+right: it is never compared, so a cache of labels alone is not seen. A cache in a format not loaded here (a pickle, a
+``.pt``) or read by a ``spawn``/``forkserver`` child (no hook there) is not seen: docs/application.md states these
+limits.
 """
 
 from __future__ import annotations

@@ -98,6 +98,23 @@ COMPUTED = np.array([[len(i) * 0.37 + k * 1.1 for k in range(4)] for i in IDS], 
 CORPUS = np.array([[n * 0.37 + k * 1.1 for k in range(4)] for n in range(7)], dtype=np.float64)
 PREDICTED = np.array([1, 0, 1, 0], dtype=np.int64)  # what classify() gives for IDS
 
+# a worker the entry forks loads the cache (a DataLoader worker with num_workers > 0, a Pool); red-team pass 14 HOLE 1
+FORK_POOL = """    import multiprocessing as mp
+    with mp.get_context('fork').Pool(1) as pool:
+        x = pool.apply(np.load, (str(ROOT / 'cache' / 'x.npy'),))"""
+FORK_PIPE = """    import io, os
+    r, w = os.pipe()
+    if os.fork() == 0:   # the child reads the cache and hands its bytes over
+        os.write(w, open(ROOT / 'cache' / 'x.npy', 'rb').read())
+        os._exit(0)
+    os.close(w)
+    data = b''
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.wait()
+    x = np.load(io.BytesIO(data))"""
+
+
 @pytest.mark.parametrize(("load", "cache", "top", "file"), [
     # the red team's case: the output's .npy is the cache's bytes
     ("np.load(ROOT / 'cache' / 'x.npy')", {"x.npy": COMPUTED}, "", "cache/x.npy"),
@@ -114,7 +131,11 @@ PREDICTED = np.array([1, 0, 1, 0], dtype=np.int64)  # what classify() gives for 
      "cache/all.npy"),
     ("np.load(ROOT / 'cache' / 'x.npy').astype(np.float32)", {"x.npy": CORPUS[[len(i) for i in IDS]]}, "",
      "cache/x.npy"),
-], ids=["bytes", "npz", "cast", "rows-reordered", "at-load", "corpus-rows", "float64-cast"])
+    # red-team pass 14 HOLE 1: read by a forked worker, handed to the parent
+    (FORK_POOL, {"x.npy": COMPUTED}, "", "cache/x.npy"),
+    (FORK_PIPE, {"x.npy": COMPUTED}, "", "cache/x.npy"),
+], ids=["bytes", "npz", "cast", "rows-reordered", "at-load", "corpus-rows", "float64-cast", "pool-worker",
+        "forked-child"])
 def test_an_output_that_is_a_declared_files_content_fails_the_step(
         tmp_path: Path, load: str, cache: dict[str, Any], top: str, file: str) -> None:
     result = _step(tmp_path, load, cache, top)
@@ -138,7 +159,9 @@ def test_an_output_kept_one_file_per_item_fails_the_step(tmp_path: Path) -> None
     ("np.load(ROOT / 'cache' / 'x.npy') * 0 + model(app.records) + 1", {"x.npy": COMPUTED}),
     # read, and one row of the output in no declared file (the cache holds the others)
     ("np.load(ROOT / 'cache' / 'x.npy')[:0].sum() + model(app.records)", {"x.npy": COMPUTED[:3]}),
-], ids=["unread", "computed-from-it", "a-row-computed"])
+    # a declared array of other values read by a forked worker, the outputs computed by the model
+    (FORK_POOL.replace("x = pool", "_ = pool") + "\n    x = model(app.records)", {"x.npy": COMPUTED + 1}),
+], ids=["unread", "computed-from-it", "a-row-computed", "pool-worker-computed"])
 def test_an_entry_that_computes_its_outputs_passes(tmp_path: Path, load: str, cache: dict[str, Any]) -> None:
     assert _step(tmp_path, load, cache) == {"status": "passed", "written": ["outputs/x.npy"]}
 
@@ -162,3 +185,32 @@ def test_a_classifier_whose_predictions_equal_the_labels_it_reads_passes(
     right: it is never compared (a cache of labels alone is the stated limit), while a float output is (above)."""
     result = _step(tmp_path, LABELS_READ.format(predict=predict), {"labels.npy": labels}, output=output)
     assert result == {"status": "passed", "written": ["outputs/x.npy"]}
+
+
+# the child reads the cache with its notes' descriptor closed: the parent could not hear of the read
+NOTES_CLOSED = """    import os
+    from kernodeck_inenv import children
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(children.NOTES[0])
+        try:
+            open(ROOT / 'cache' / 'x.npy', 'rb').read()
+            os.write(w, b'read')
+        except Exception as exc:
+            os.write(w, str(exc).encode())
+        os._exit(0)
+    os.close(w)
+    told = os.read(r, 65536).decode()
+    os.wait()
+    raise RuntimeError(told)"""
+
+
+def test_a_forked_childs_read_it_cannot_hand_to_the_parent_is_refused(tmp_path: Path) -> None:
+    """The parent compares the outputs with what its children read (red-team pass 14 HOLE 1): a child whose notes
+    cannot be written is refused the read, as it is refused a write."""
+    result = _step(tmp_path, NOTES_CLOSED, {"x.npy": COMPUTED})
+    assert result["status"] == "failed", result
+    assert "x.npy in a forked process whose notes to the parent cannot be written" in result["error"], result
+    control = _step(tmp_path / "control", NOTES_CLOSED.replace("os.close(children.NOTES[0])", "pass"),
+                    {"x.npy": COMPUTED})
+    assert control["status"] == "failed" and "raised RuntimeError: read" in control["error"], control
