@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import fresh, sharedruns
-from tests.helpers.removals import REMOVALS
 from tests.helpers.project import ROOT, copy_project, kd
+from tests.helpers.removals import REMOVALS
 from tests.helpers.sharedruns import SharedRun
 
 
