@@ -114,6 +114,11 @@ FORK_PIPE = """    import io, os
     os.wait()
     x = np.load(io.BytesIO(data))"""
 
+THREAD = """    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as ex:
+        x = ex.submit(np.load, str(ROOT / 'cache' / 'x.npy')).result()"""
+
+
 
 @pytest.mark.parametrize(("load", "cache", "top", "file"), [
     # the red team's case: the output's .npy is the cache's bytes
@@ -134,8 +139,12 @@ FORK_PIPE = """    import io, os
     # red-team pass 14 HOLE 1: read by a forked worker, handed to the parent
     (FORK_POOL, {"x.npy": COMPUTED}, "", "cache/x.npy"),
     (FORK_PIPE, {"x.npy": COMPUTED}, "", "cache/x.npy"),
+    # held (red-team pass 14): a thread of the process reads it; float16 in an .npz under another key, cast up
+    (THREAD, {"x.npy": COMPUTED}, "", "cache/x.npy"),
+    ("np.load(ROOT / 'cache' / 'c.npz')['e'].astype(np.float32)", {"c.npz": {"e": COMPUTED.astype(np.float16)}}, "",
+     "cache/c.npz"),
 ], ids=["bytes", "npz", "cast", "rows-reordered", "at-load", "corpus-rows", "float64-cast", "pool-worker",
-        "forked-child"])
+        "forked-child", "thread", "float16-npz"])
 def test_an_output_that_is_a_declared_files_content_fails_the_step(
         tmp_path: Path, load: str, cache: dict[str, Any], top: str, file: str) -> None:
     result = _step(tmp_path, load, cache, top)
