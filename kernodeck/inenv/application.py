@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cached, seen, verified, world
+from . import cached, children, seen, verified, world
 from ._common import CheckFailed, Context, current_step, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
 from .locate import locate
@@ -257,7 +257,7 @@ def _call_entry(ctx: Context, records: list[dict[str, Any]], folder: Path | None
     # included): nothing it did could have changed them, or the record their check relies on
     found_weights, found_data = weights(ctx), data(ctx)
     entry = _function(ctx, cfg["entry"], "entry")
-    ctx.state["entry_file_read"] = list(seen.READ)  # what its file's load read (its top level: a cache loaded there)
+    ctx.state["entry_file_read"] = [*seen.READ, *children.READ]  # what its file's load read (a cache loaded there)
     app = App(  # copies all the way down: nothing the entry is handed outlives its call (the determinism reruns)
         records=copy.deepcopy(records),
         params=copy.deepcopy(dict(cfg.get("params") or {})),
@@ -290,7 +290,8 @@ def run_entry(ctx: Context) -> dict[str, Any]:
     start = time.perf_counter()
     app = _call_entry(ctx, items, ctx.outputs)
     seconds = time.perf_counter() - start
-    cached.refuse(ctx, [*ctx.state["entry_file_read"], *seen.READ], app.written, ctx.outputs)
+    # what the call read, its forked workers' reads too (a DataLoader's): an output that is a declared file's content
+    cached.refuse(ctx, [*ctx.state["entry_file_read"], *seen.READ, *children.READ], app.written, ctx.outputs)
     ctx.state["first_run"] = {name: arr for name, (arr, _) in app.written.items()}
     details: dict[str, Any] = {
         "items": len(items),

@@ -3,10 +3,16 @@
 Research code's "load the embeddings if they were computed before", its cache declared as the closed world's TIP
 asks, passes every other step: the comparison (with a reference made from the same cache), the criterion (the outputs
 are real ones) and the determinism reruns (the same file read again) all hold while the model never runs (red-team
-pass 13). So after the entry's window each output is compared with the declared files it read there (seen.READ, and
-what its file's load read): byte for byte (``outputs/NAME.npy`` against each such file of the same size), and for a
-declared ``.npy`` or ``.npz``, array by array (equal values, or the same rows in another order). A cache in a format
-not loaded here (a pickle, a ``.pt``) is seen only when byte-equal: docs/application.md states that limit.
+pass 13). So after the entry's window each output that carries enough information to be a cache's fingerprint
+(:func:`telling`) is compared with the declared files it read there (seen.READ, what its file's load read, and what
+the processes it forked read, a DataLoader's workers: children.READ): byte for byte (``outputs/NAME.npy`` against each
+such file of the same size), and row by row with every declared ``.npy``/``.npz`` array of its rows' shape, each row
+cast to the output's dtype (a file of one row counts as one row): every output row among them is a cache (the same
+rows in another order, picked from a corpus, cast from float64, kept one file per item). An output of few values
+(class labels, a mask, an argmax; an integer or bool dtype) equals the declared ground truth whenever the model is
+right: it is never compared, so a cache of labels alone is not seen. A cache in a format not loaded here (a pickle, a
+``.pt``) or read by a ``spawn``/``forkserver`` child (no hook there) is not seen: docs/application.md states these
+limits.
 """
 
 from __future__ import annotations
@@ -23,9 +29,13 @@ from ._common import CheckFailed, Context
 from .arrays import _np
 from .protocol import Layer
 
+VALUES = 8  # the fewest distinct values an output compared holds
+DISTINCT = 0.9  # the share of its rows that are distinct, at least
+CHUNK = 1 << 16  # rows of a declared array cast and hashed at once
+
 
 def refuse(ctx: Context, read: Iterable[str], written: dict[str, tuple[Any, list[str]]], folder: Path | None) -> None:
-    """CheckFailed naming the first output (by name) that is the content of a declared file in ``read``."""
+    """CheckFailed naming the first output (by name) that is the content of declared files in ``read``."""
     known = world.declared(ctx)
     files = sorted({path for path in read if (path in known or os.path.realpath(path) in known
                                               or world._in_sources(ctx, path)) and os.path.isfile(path)})
@@ -33,16 +43,61 @@ def refuse(ctx: Context, read: Iterable[str], written: dict[str, tuple[Any, list
         return
     shown = world._shown(Path(ctx.config["project_root"]))
     for name, (arr, _) in sorted(written.items()):
+        if not telling(arr):
+            continue
         out = folder / f"{name}.npy" if folder is not None else None
-        for path in files:
-            if (out is not None and _same_bytes(out, path)) or any(_same(arr, held) for held in _arrays(path, arr)):
-                raise CheckFailed(
-                    f"the output {name} is the content of {shown(path)}, a declared file the entry read: outputs must "
-                    "be computed in this run (a cache of earlier outputs proves nothing about this env)",
-                    Layer.APPLICATION,
-                    {"output": name, "file": shown(path),
-                     "tip": "remove the cache (or have the entry compute its outputs even when one is there), then run "
-                            "again"})
+        holding = [path for path in files if out is not None and _same_bytes(out, path)] or _rows_in(arr, files)
+        if holding:
+            more = f" (its rows with those of {len(holding) - 1} more)" if len(holding) > 1 else ""
+            raise CheckFailed(
+                f"the output {name} is the content of {shown(holding[0])}, a declared file the entry read{more}: "
+                "outputs must be computed in this run (a cache of earlier outputs proves nothing about this env)",
+                Layer.APPLICATION,
+                {"output": name, "file": shown(holding[0]), "files": [shown(p) for p in holding],
+                 "tip": "remove the cache (or have the entry compute its outputs even when one is there), then run "
+                        "again"})
+
+
+def telling(arr: Any) -> bool:
+    """Whether ``arr`` carries enough to be a cache's fingerprint: floating point, at least :data:`VALUES` distinct
+    values not all whole numbers, its rows (the first axis) mostly distinct. A model right on every item gives the
+    labels it was scored against (an integer, bool or whole-valued output; a few values): that is no cache."""
+    np = _np()
+    if arr.dtype.kind not in "fc" or arr.ndim == 0 or arr.size < VALUES:
+        return False
+    values = np.unique(arr)
+    finite = values[np.isfinite(values)]
+    if len(values) < VALUES or bool(np.all(finite == np.round(finite))):
+        return False
+    return len(_row_set(arr)) >= DISTINCT * arr.shape[0]
+
+
+def _row_set(arr: Any) -> set[bytes]:
+    rows = _np().ascontiguousarray(arr).reshape(arr.shape[0], -1)
+    return {r.tobytes() for r in rows}
+
+
+def _rows_in(arr: Any, files: list[str]) -> list[str]:
+    """The declared files whose rows (cast to ``arr``'s dtype) hold every row of ``arr``, or none when some row is in
+    none of them."""
+    np = _np()
+    missing, holding = _row_set(arr), []
+    for path in files:
+        for held in _arrays(path, arr.shape[1:]):
+            held = held.reshape(1, *held.shape) if held.shape == arr.shape[1:] else held
+            found = set()
+            for start in range(0, held.shape[0], CHUNK):
+                try:
+                    with np.errstate(all="ignore"):
+                        found |= _row_set(np.asarray(held[start:start + CHUNK]).astype(arr.dtype)) & missing
+                except (TypeError, ValueError):
+                    break
+            if found and path not in holding:
+                holding.append(path)
+            missing -= found
+        if not missing:
+            return holding
+    return []
 
 
 def _same_bytes(out: Path, path: str) -> bool:
@@ -59,23 +114,27 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _arrays(path: str, like: Any) -> Iterator[Any]:
-    """The arrays of a declared ``.npy``/``.npz`` of ``like``'s shape (any other is never loaded: a header read); a
-    file numpy cannot read that way (a pickle, a damaged file) holds none."""
+def _arrays(path: str, row: tuple[int, ...]) -> Iterator[Any]:
+    """The arrays of a declared ``.npy``/``.npz`` of rows of shape ``row``, or of that shape (one row); any other is
+    never loaded (a header read). A file numpy cannot read that way (a pickle, a damaged file) holds none."""
     np = _np()
     try:
         if path.endswith(".npy"):
             held = np.load(path, mmap_mode="r", allow_pickle=False)
-            if held.shape == like.shape:
+            if _fits(tuple(held.shape), row):
                 yield held
         elif path.endswith(".npz"):
             with zipfile.ZipFile(path) as archive:
-                members = [m for m in archive.namelist() if m.endswith(".npy") and _shape(archive, m) == like.shape]
+                members = [m for m in archive.namelist() if m.endswith(".npy") and _fits(_shape(archive, m), row)]
             if members:
                 with np.load(path, allow_pickle=False) as arrays:
                     yield from (arrays[m[: -len(".npy")]] for m in members)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):
         return
+
+
+def _fits(shape: tuple[int, ...] | None, row: tuple[int, ...]) -> bool:
+    return shape is not None and (shape == row or (len(shape) == len(row) + 1 and shape[1:] == row))
 
 
 def _shape(archive: zipfile.ZipFile, member: str) -> tuple[int, ...] | None:
@@ -84,15 +143,3 @@ def _shape(archive: zipfile.ZipFile, member: str) -> tuple[int, ...] | None:
         version = fmt.read_magic(handle)
         shape, _, _ = fmt.read_array_header_1_0(handle) if version == (1, 0) else fmt.read_array_header_2_0(handle)
     return tuple(shape)
-
-
-def _same(arr: Any, held: Any) -> bool:
-    """Equal values, or (same dtype, one row or more each) the same rows in another order."""
-    np = _np()
-    if np.array_equal(arr, held):
-        return True
-    if arr.ndim == 0 or arr.shape[0] < 2 or arr.dtype != held.dtype:
-        return False
-    rows = np.ascontiguousarray(arr).reshape(arr.shape[0], -1)
-    other = np.ascontiguousarray(held).reshape(held.shape[0], -1)
-    return sorted(r.tobytes() for r in rows) == sorted(r.tobytes() for r in other)

@@ -7,7 +7,9 @@ handed to the parent, whose later reads of those files are then the application'
 with a key made then (HMAC-SHA256). The application can find that descriptor through ``/proc/self/fd``; a line it
 forges or alters fails its signature, a file put in the descriptor's place fails its identity (device, inode), both
 refused; a line it removes only loses a child's output, whose reads in the parent are then judged as inputs (a false
-failure, never a false pass). A child that cannot write its note is refused the write.
+failure, never a false pass). A child that cannot write its note is refused the write. What it reads is handed on
+too (judged in it, then kept in :data:`READ`): an output must not be a declared file's content even when a worker
+loaded it (cached.py); a child that cannot write that note is refused the read.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ KEY = [b""]
 DONE = [0]  # how far the parent has read
 PID = [0]  # the process the window was opened in
 FORKS = [False]  # whether the application has forked (the parent then reads the notes as it reads a file)
+READ: set[str] = set()  # in the parent: the files its children read in the window (a cache a worker loads: cached.py)
 
 
 class Altered(Exception):
@@ -31,7 +34,8 @@ class Altered(Exception):
 
 
 def open_notes() -> None:
-    """The children's notes, once per process (the first window)."""
+    """The children's notes, once per process (the first window); what an earlier window's children read, forgotten."""
+    READ.clear()
     if NOTES[0] >= 0:
         return
     import tempfile

@@ -4,6 +4,8 @@ world.py asks :func:`written` before it judges a read.
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import children, paths
 
 # every file (or folder) the application opened to write (truncating or creating), made, moved or linked into place
@@ -20,6 +22,20 @@ TOUCHED: set[str] = set()
 TOUCHED_FILES: set[tuple[int, int]] = set()  # (inode, device) of each file touched: by any of its names
 
 state = paths.state
+# The files the application wrote before the determinism rerun now running (determinism.py): a read is refused
+EARLIER: set[str] = set()
+EARLIER_FILES: set[tuple[int, int]] = set()  # the same files by (inode, device): renamed or linked, still them
+
+
+def earlier(files: Any) -> None:
+    """The files the application wrote before the rerun now starting (none: the rerun is over)."""
+    EARLIER.clear()
+    EARLIER_FILES.clear()
+    for path in files:
+        EARLIER.add(path)
+        st = state(path)
+        if st is not None and not st[4]:
+            EARLIER_FILES.add((st[0], st[5]))
 
 
 def written(path: str) -> bool:

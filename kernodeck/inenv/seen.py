@@ -33,20 +33,7 @@ MINE = threading.local()
 IN_ENV = __package__ == "kernodeck_inenv"  # loaded by _package.py (the runner, the resume worker), not as a library
 READ: dict[str, str] = {}  # this window's files read: path -> who
 WRITTEN, TOUCHED, TOUCHED_FILES, written = owned.WRITTEN, owned.TOUCHED, owned.TOUCHED_FILES, owned.written
-# The files the application wrote before the determinism rerun now running (determinism.py): a read is refused
-EARLIER: set[str] = set()
-EARLIER_FILES: set[tuple[int, int]] = set()  # the same files by (inode, device): renamed or linked, still them
-
-
-def earlier(files: Any) -> None:
-    """The files the application wrote before the rerun now starting (none: the rerun is over)."""
-    EARLIER.clear()
-    EARLIER_FILES.clear()
-    for path in files:
-        EARLIER.add(path)
-        st = _state(path)
-        if st is not None and not st[4]:
-            EARLIER_FILES.add((st[0], st[5]))
+EARLIER, EARLIER_FILES, earlier = owned.EARLIER, owned.EARLIER_FILES, owned.earlier  # a rerun's bar
 INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
@@ -151,6 +138,7 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
         READ[path] = _by()
         if children.forked():
             _judged_now(path, "opened")
+            _to_parent({"kind": "read", "path": path})
     if writes:
         _will_write(path)
     if touches and os.path.lexists(path):
@@ -199,13 +187,14 @@ def _judged_now(path: str, how: str) -> None:
 
 def _to_parent(note: dict[str, Any]) -> None:
     """In a process forked during a window: a write the parent must know of (its later reads of the file are then
-    the application's own). A note that cannot be written refuses the write."""
+    the application's own), or a read (cached.py). A note that cannot be written refuses the operation."""
     if not children.forked():
         return
     try:
         children.send(note)
     except OSError as exc:
-        _refuse(f"wrote {note.get('path')} in a forked process whose notes to the parent cannot be written ({exc})",
+        done = "wrote" if note["kind"] == "written" else "read"
+        _refuse(f"{done} {note.get('path')} in a forked process whose notes to the parent cannot be written ({exc})",
                 {"file": note.get("path"), "tip": "leave the descriptors a forked process inherits open"})
 
 
@@ -220,6 +209,8 @@ def from_children() -> None:
         if note["kind"] == "written":
             before = note["before"]
             WRITTEN.setdefault(note["path"], tuple(before) if before else None)  # type: ignore[arg-type]
+        elif note["kind"] == "read":
+            children.READ.add(note["path"])
         elif note["kind"] == "refused":
             verdict = CheckFailed(f"{note['message']} (in a child process)", Layer.APPLICATION, note["details"])
             PENDING.append(verdict)

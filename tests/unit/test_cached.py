@@ -3,6 +3,8 @@
 A cache of earlier outputs, declared as the closed world's TIP asks, passed every step while the model never ran
 (red-team pass 13, HOLE 2). In-process through the closed-world harness and the stand-in torch, as the application
 step runs the entry (application.run_entry); each refusal beside a control that computes its outputs and passes.
+Compared are outputs that can be a cache's fingerprint (floating point, many distinct values, rows mostly distinct):
+a classifier right on every item gives the labels it reads (red-team pass 14, FALSE FAILURE 2), never a failure.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ except CheckFailed as exc:
     print(json.dumps({"status": "failed", "error": str(exc)}))
 """
 
-IDS = ["a", "bb", "ccc"]
+IDS = ["a", "bb", "ccc", "dddd"]
 
 # research code's "load the outputs if they were computed before"; ``LOAD`` is how the cache is read
 ENTRY = '''import numpy as np
@@ -44,27 +46,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 {top}
 
-def model(records):
-    return np.array([len(r["id"]) * 7 for r in records], dtype=np.int64)   # the model
+def model(records, dtype=np.float32):
+    return np.array([[len(r["id"]) * 0.37 + k * 1.1 for k in range(4)] for r in records], dtype=dtype)  # embeddings
+
+
+def classify(records):
+    return np.array([len(r["id"]) % 2 for r in records], dtype=np.int64)   # a classifier
 
 
 def run(app):
     ids = [r["id"] for r in app.records]
-    x = {load}
+{load}
     app.write("x", x, ids)
 
 
 def criterion(outputs, ids, records, params):
     return {{"passed": True, "summary": "ok"}}
 '''
+EMBEDDINGS = {"kind": "exact", "dtype": "float32", "justification": "embeddings"}
+LABELS = {"kind": "exact", "dtype": "int64", "justification": "labels"}
 
 
-def _step(tmp_path: Path, load: str, cache: dict[str, Any], top: str = "") -> dict[str, Any]:
-    """The application step on a project whose entry computes ``x`` as ``load`` says, ``cache`` (name -> array or
-    arrays) saved under cache/ and declared (``files = ["cache/*"]``)."""
+def _step(tmp_path: Path, load: str, cache: dict[str, Any], top: str = "",
+          output: dict[str, str] | None = None) -> dict[str, Any]:
+    """The application step on a project whose entry computes ``x`` as ``load`` says (one or more lines, or an
+    expression), ``cache`` (name -> array or arrays) saved under cache/ and declared (``files = ["cache/*"]``)."""
     config, fake = _settings_project(tmp_path)
     root = Path(config["project_root"])
-    (root / "app.py").write_text(ENTRY.format(load=load, top=top), encoding="utf-8")
+    lines = load if "\n" in load or load.startswith("    ") else f"    x = {load}"
+    (root / "app.py").write_text(ENTRY.format(load=lines, top=top), encoding="utf-8")
     (root / "sample.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in IDS), encoding="utf-8")
     (root / "cache").mkdir()
     (root / "cache" / "keep.txt").write_text("the cache folder\n", encoding="utf-8")
@@ -76,14 +86,38 @@ def _step(tmp_path: Path, load: str, cache: dict[str, Any], top: str = "") -> di
     config["application"]["sources"] = app_contract.from_table(
         {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
          "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv", "cache/*"],
-         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
+         "outputs": {"x": output or EMBEDDINGS}}, root).fingerprints(root)
     done = _script(tmp_path, config, ENTRY_STEP, flags=[str(fake)])
     assert done.stdout.strip(), done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-COMPUTED = np.array([7, 14, 21], dtype=np.int64)  # what model() gives for IDS
+# what model() gives for IDS, and for a corpus of more items (the sample's rows among them)
+COMPUTED = np.array([[len(i) * 0.37 + k * 1.1 for k in range(4)] for i in IDS], dtype=np.float32)
+CORPUS = np.array([[n * 0.37 + k * 1.1 for k in range(4)] for n in range(7)], dtype=np.float64)
+PREDICTED = np.array([1, 0, 1, 0], dtype=np.int64)  # what classify() gives for IDS
+
+# a worker the entry forks loads the cache (a DataLoader worker with num_workers > 0, a Pool); red-team pass 14 HOLE 1
+FORK_POOL = """    import multiprocessing as mp
+    with mp.get_context('fork').Pool(1) as pool:
+        x = pool.apply(np.load, (str(ROOT / 'cache' / 'x.npy'),))"""
+FORK_PIPE = """    import io, os
+    r, w = os.pipe()
+    if os.fork() == 0:   # the child reads the cache and hands its bytes over
+        os.write(w, open(ROOT / 'cache' / 'x.npy', 'rb').read())
+        os._exit(0)
+    os.close(w)
+    data = b''
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.wait()
+    x = np.load(io.BytesIO(data))"""
+
+THREAD = """    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as ex:
+        x = ex.submit(np.load, str(ROOT / 'cache' / 'x.npy')).result()"""
+
 
 
 @pytest.mark.parametrize(("load", "cache", "top", "file"), [
@@ -92,12 +126,25 @@ COMPUTED = np.array([7, 14, 21], dtype=np.int64)  # what model() gives for IDS
     # other bytes, the same array: an .npz under another name, or a .npy of another dtype cast back
     ("np.load(ROOT / 'cache' / 'all.npz')['emb']", {"all.npz": {"other": np.zeros(2), "emb": COMPUTED}}, "",
      "cache/all.npz"),
-    ("np.load(ROOT / 'cache' / 'x.npy').astype(np.int64)", {"x.npy": COMPUTED.astype(np.float64)}, "", "cache/x.npy"),
+    ("np.load(ROOT / 'cache' / 'x.npy').astype(np.float32)", {"x.npy": COMPUTED.astype(np.float64)}, "", "cache/x.npy"),
     # the same rows in another order (a cache kept by id, reordered to the sample's)
-    ("np.load(ROOT / 'cache' / 'x.npy')[[2, 0, 1]]", {"x.npy": COMPUTED[[1, 2, 0]]}, "", "cache/x.npy"),
+    ("np.load(ROOT / 'cache' / 'x.npy')[[2, 0, 3, 1]]", {"x.npy": COMPUTED[[1, 3, 0, 2]]}, "", "cache/x.npy"),
     # read when the entry's file is loaded (its top level), returned by the call
     ("CACHE", {"x.npy": COMPUTED}, "CACHE = np.load(ROOT / 'cache' / 'x.npy')", "cache/x.npy"),
-], ids=["bytes", "npz", "cast", "rows-reordered", "at-load"])
+    # red-team pass 14 NOTE 4: the corpus's cache, the sample's rows picked; computed in float64, cast to float32
+    ("np.load(ROOT / 'cache' / 'all.npy')[[len(i) for i in ids]].astype(np.float32)", {"all.npy": CORPUS}, "",
+     "cache/all.npy"),
+    ("np.load(ROOT / 'cache' / 'x.npy').astype(np.float32)", {"x.npy": CORPUS[[len(i) for i in IDS]]}, "",
+     "cache/x.npy"),
+    # red-team pass 14 HOLE 1: read by a forked worker, handed to the parent
+    (FORK_POOL, {"x.npy": COMPUTED}, "", "cache/x.npy"),
+    (FORK_PIPE, {"x.npy": COMPUTED}, "", "cache/x.npy"),
+    # held (red-team pass 14): a thread of the process reads it; float16 in an .npz under another key, cast up
+    (THREAD, {"x.npy": COMPUTED}, "", "cache/x.npy"),
+    ("np.load(ROOT / 'cache' / 'c.npz')['e'].astype(np.float32)", {"c.npz": {"e": COMPUTED.astype(np.float16)}}, "",
+     "cache/c.npz"),
+], ids=["bytes", "npz", "cast", "rows-reordered", "at-load", "corpus-rows", "float64-cast", "pool-worker",
+        "forked-child", "thread", "float16-npz"])
 def test_an_output_that_is_a_declared_files_content_fails_the_step(
         tmp_path: Path, load: str, cache: dict[str, Any], top: str, file: str) -> None:
     result = _step(tmp_path, load, cache, top)
@@ -106,10 +153,73 @@ def test_an_output_that_is_a_declared_files_content_fails_the_step(
                                       "outputs must be computed in this run"), result
 
 
-@pytest.mark.parametrize("load", [
-    "model(app.records)",  # the model runs; the cache is there, unread
-    "np.load(ROOT / 'cache' / 'x.npy') * 0 + model(app.records) + 1",  # a declared array read, outputs computed from it
-    "model(app.records)[[0, 1, 1]]",  # rows of the declared array, not all of them
-], ids=["unread", "computed-from-it", "some-rows"])
-def test_an_entry_that_computes_its_outputs_passes(tmp_path: Path, load: str) -> None:
-    assert _step(tmp_path, load, {"x.npy": COMPUTED}) == {"status": "passed", "written": ["outputs/x.npy"]}
+def test_an_output_kept_one_file_per_item_fails_the_step(tmp_path: Path) -> None:
+    """Red-team pass 14 NOTE 4: a cache kept one file per item (``cache/<id>.npy``), stacked: each file one row."""
+    rows = {f"{i}.npy": COMPUTED[n] for n, i in enumerate(IDS)}
+    result = _step(tmp_path, "np.stack([np.load(ROOT / 'cache' / f'{i}.npy') for i in ids])", rows)
+    assert result["status"] == "failed", result
+    assert result["error"].startswith("the output x is the content of cache/a.npy, a declared file the entry read "
+                                      "(its rows with those of 3 more): outputs must be computed"), result
+
+
+@pytest.mark.parametrize(("load", "cache"), [
+    ("model(app.records)", {"x.npy": COMPUTED}),  # the model runs; the cache is there, unread
+    # a declared array read, outputs computed from it
+    ("np.load(ROOT / 'cache' / 'x.npy') * 0 + model(app.records) + 1", {"x.npy": COMPUTED}),
+    # read, and one row of the output in no declared file (the cache holds the others)
+    ("np.load(ROOT / 'cache' / 'x.npy')[:0].sum() + model(app.records)", {"x.npy": COMPUTED[:3]}),
+    # a declared array of other values read by a forked worker, the outputs computed by the model
+    (FORK_POOL.replace("x = pool", "_ = pool") + "\n    x = model(app.records)", {"x.npy": COMPUTED + 1}),
+], ids=["unread", "computed-from-it", "a-row-computed", "pool-worker-computed"])
+def test_an_entry_that_computes_its_outputs_passes(tmp_path: Path, load: str, cache: dict[str, Any]) -> None:
+    assert _step(tmp_path, load, cache) == {"status": "passed", "written": ["outputs/x.npy"]}
+
+
+# red-team pass 14 FALSE FAILURE 2: the ground truth read to log the accuracy (to pick a threshold)
+LABELS_READ = """    labels = np.load(ROOT / 'cache' / 'labels.npy')
+    x = {predict}
+    print('accuracy', float((x == labels).mean()))"""
+
+
+@pytest.mark.parametrize(("predict", "labels", "output"), [
+    ("classify(app.records)", PREDICTED, LABELS),  # right on every item
+    ("classify(app.records)", PREDICTED[[1, 0, 3, 2]], LABELS),  # each class as often as the labels hold it
+    ("classify(app.records) == 1", PREDICTED == 1, {**LABELS, "dtype": "bool"}),  # a mask
+    ("classify(app.records).astype(np.float32)", PREDICTED.astype(np.float32), {**EMBEDDINGS}),  # whole numbers
+    ("np.argsort(classify(app.records), kind='stable')", np.array([1, 3, 0, 2]), LABELS),  # a ranking
+], ids=["all-right", "same-class-counts", "mask", "float-labels", "ranking"])
+def test_a_classifier_whose_predictions_equal_the_labels_it_reads_passes(
+        tmp_path: Path, predict: str, labels: Any, output: dict[str, str]) -> None:
+    """An output of few values (an integer, bool or whole-valued one) equals the ground truth whenever the model is
+    right: it is never compared (a cache of labels alone is the stated limit), while a float output is (above)."""
+    result = _step(tmp_path, LABELS_READ.format(predict=predict), {"labels.npy": labels}, output=output)
+    assert result == {"status": "passed", "written": ["outputs/x.npy"]}
+
+
+# the child reads the cache with its notes' descriptor closed: the parent could not hear of the read
+NOTES_CLOSED = """    import os
+    from kernodeck_inenv import children
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(children.NOTES[0])
+        try:
+            open(ROOT / 'cache' / 'x.npy', 'rb').read()
+            os.write(w, b'read')
+        except Exception as exc:
+            os.write(w, str(exc).encode())
+        os._exit(0)
+    os.close(w)
+    told = os.read(r, 65536).decode()
+    os.wait()
+    raise RuntimeError(told)"""
+
+
+def test_a_forked_childs_read_it_cannot_hand_to_the_parent_is_refused(tmp_path: Path) -> None:
+    """The parent compares the outputs with what its children read (red-team pass 14 HOLE 1): a child whose notes
+    cannot be written is refused the read, as it is refused a write."""
+    result = _step(tmp_path, NOTES_CLOSED, {"x.npy": COMPUTED})
+    assert result["status"] == "failed", result
+    assert "x.npy in a forked process whose notes to the parent cannot be written" in result["error"], result
+    control = _step(tmp_path / "control", NOTES_CLOSED.replace("os.close(children.NOTES[0])", "pass"),
+                    {"x.npy": COMPUTED})
+    assert control["status"] == "failed" and "raised RuntimeError: read" in control["error"], control
