@@ -17,7 +17,6 @@ limits.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import world
-from ._common import CheckFailed, Context
+from ._common import CheckFailed, Context, sha256_file
 from .arrays import _np
 from .protocol import Layer
 
@@ -103,15 +102,7 @@ def _rows_in(arr: Any, files: list[str]) -> list[str]:
 def _same_bytes(out: Path, path: str) -> bool:
     if not out.is_file() or out.stat().st_size != os.path.getsize(path):
         return False
-    return _sha256(out) == _sha256(Path(path))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(out) == sha256_file(Path(path))
 
 
 def _arrays(path: str, row: tuple[int, ...]) -> Iterator[Any]:
