@@ -37,10 +37,10 @@ def refuse(ctx: Context, read: Iterable[str], written: dict[str, tuple[Any, list
     """CheckFailed naming the first output (by name) that is the content of declared files in ``read``."""
     known = world.declared(ctx)
     files = sorted({path for path in read if (path in known or os.path.realpath(path) in known
-                                              or world._in_sources(ctx, path)) and os.path.isfile(path)})
+                                              or world.in_sources(ctx, path)) and os.path.isfile(path)})
     if not files:
         return
-    shown = world._shown(Path(ctx.config["project_root"]))
+    shown = world.shown_in(Path(ctx.config["project_root"]))
     for name, (arr, _) in sorted(written.items()):
         if not telling(arr):
             continue

@@ -58,7 +58,7 @@ def declared(ctx: Context) -> dict[str, str]:
     return result
 
 
-def _shown(root: Path) -> Any:
+def shown_in(root: Path) -> Any:
     """A path as a message names it: relative to the project root (as given or resolved) when inside it."""
     roots = sorted(paths.forms(str(root)))
 
@@ -75,7 +75,7 @@ def _shown(root: Path) -> Any:
 def finder(ctx: Context) -> verified.ProjectSources:
     """The import finder for the application's own modules, expecting the declared fingerprints."""
     sources = {path: digest for path, digest in declared(ctx).items() if digest}
-    shown = _shown(Path(ctx.config["project_root"]))
+    shown = shown_in(Path(ctx.config["project_root"]))
     return verified.ProjectSources(paths.trusted, sources, shown, lambda: seen.ON[0])
 
 
@@ -131,8 +131,8 @@ def _guarded(ctx: Context, path: str) -> str | None:
     Kernodeck's in-env folder (paths.guarded), a declared source (its fingerprint taken when the run started), and
     Kernodeck's cache (a forged stat record there would pass a changed source's file at the next run's check)."""
     where = paths.guarded(path)
-    if where is None and (path in declared(ctx) or _in_sources(ctx, path)):
-        where = f"a declared source, {_shown(Path(ctx.config['project_root']))(path)}"
+    if where is None and (path in declared(ctx) or in_sources(ctx, path)):
+        where = f"a declared source, {shown_in(Path(ctx.config['project_root']))(path)}"
     cache, steps, config = _kernodecks(ctx)
     if where is None and path.startswith(cache + os.sep):  # the stat records a check reuses, the fetched sources
         where = "Kernodeck's cache"
@@ -181,7 +181,7 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
         except OSError:
             now = ""
         if now != digest:
-            found.append(_shown(Path(ctx.config["project_root"]))(path))
+            found.append(shown_in(Path(ctx.config["project_root"]))(path))
     return sorted(set(found))
 
 
@@ -204,7 +204,7 @@ def sources_held(ctx: Context) -> None:
             {"changed": changed, "tip": "leave the declared files as they are while verify runs, then run it again"})
 
 
-def _in_sources(ctx: Context, path: str) -> bool:
+def in_sources(ctx: Context, path: str) -> bool:
     """Whether ``path`` is a declared weights or data source's file (``weights`` and ``data.NAME``, resolved and
     checked file by file at their own step before the application runs: ``application.declared_paths``)."""
     found = [(ctx.state["weights"], ctx.state.get("weights_fingerprint"))] if ctx.state.get("weights") else []
@@ -280,9 +280,9 @@ def _stranger(ctx: Context, known: dict[str, str], out_dir: str, path: str) -> d
     paths.real, a link out of it is not the run's): its name as shown and the declaration to add."""
     if paths.trusted(path) or path in known or paths.real(path).startswith(out_dir):
         return None
-    if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)) or _in_sources(ctx, path):
+    if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)) or in_sources(ctx, path):
         return None
-    rel = _shown(Path(ctx.config["project_root"]))(path)
+    rel = shown_in(Path(ctx.config["project_root"]))(path)
     return {"file": rel, "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
 
 
@@ -312,10 +312,10 @@ def _listings(ctx: Context, known: dict[str, str], out_dir: str,
     project are not judged by their listing (what is opened there is)."""
     root = Path(ctx.config["project_root"])
     roots = tuple(form.rstrip(os.sep) + os.sep for form in paths.forms(str(root)))
-    shown = _shown(root)
+    shown = shown_in(root)
     found: dict[str, dict[str, str]] = {}
     for folder, by in (seen.LISTED if listed is None else listed).items():
-        if not (folder + os.sep).startswith(roots) or (folder + os.sep).startswith(out_dir) or _in_sources(ctx, folder):
+        if not (folder + os.sep).startswith(roots) or (folder + os.sep).startswith(out_dir) or in_sources(ctx, folder):
             continue
         try:
             names = sorted(os.listdir(folder))
@@ -334,7 +334,7 @@ def _listings(ctx: Context, known: dict[str, str], out_dir: str,
 
 def _accounted(ctx: Context, known: dict[str, str], path: str) -> bool:
     """A name in a listed folder the declarations cover: a declared file, a folder holding one, or an output."""
-    if path in known or owned.written(path) or paths.trusted(path) or _in_sources(ctx, path):
+    if path in known or owned.written(path) or paths.trusted(path) or in_sources(ctx, path):
         return True
     inside = path.rstrip(os.sep) + os.sep
     return any(k.startswith(inside) for k in known)

@@ -556,14 +556,14 @@ def test_a_file_of_a_source_folder_outside_its_fingerprint_is_undeclared(tmp_pat
     ctx = Context(config={}, out=tmp_path / "out", state={
         "weights": str(snap), "weights_fingerprint": {"config.json": "a" * 64, "sub/model.bin": "b" * 64},
         "data": {"eval": other}})
-    assert world._in_sources(ctx, str(snap / "config.json")) and world._in_sources(ctx, str(snap / "sub/model.bin"))
-    assert world._in_sources(ctx, str(snap)) and world._in_sources(ctx, str(snap / "sub"))
-    assert world._in_sources(ctx, str(other / "anything.csv"))  # no fingerprint known: the folder as a whole
-    assert not world._in_sources(ctx, str(snap / "tokenizer.json"))
-    assert not world._in_sources(ctx, str(snap / "sub" / "extra.bin"))
+    assert world.in_sources(ctx, str(snap / "config.json")) and world.in_sources(ctx, str(snap / "sub/model.bin"))
+    assert world.in_sources(ctx, str(snap)) and world.in_sources(ctx, str(snap / "sub"))
+    assert world.in_sources(ctx, str(other / "anything.csv"))  # no fingerprint known: the folder as a whole
+    assert not world.in_sources(ctx, str(snap / "tokenizer.json"))
+    assert not world.in_sources(ctx, str(snap / "sub" / "extra.bin"))
     # what every fingerprint leaves out is no part of the source either (seventh red-team pass: both were accepted)
-    assert not world._in_sources(ctx, str(snap / "__pycache__" / "labels.csv"))
-    assert not world._in_sources(ctx, str(snap / "sub" / ".gitattributes"))
+    assert not world.in_sources(ctx, str(snap / "__pycache__" / "labels.csv"))
+    assert not world.in_sources(ctx, str(snap / "sub" / ".gitattributes"))
 
 
 def test_a_snapshots_file_is_accepted_by_the_blob_it_links_to_and_no_other_blob_is(tmp_path: Path) -> None:
@@ -580,8 +580,8 @@ def test_a_snapshots_file_is_accepted_by_the_blob_it_links_to_and_no_other_blob_
     (snap / "config.json").symlink_to(Path("..") / ".." / "blobs" / "aaa")
     ctx = Context(config={}, out=tmp_path / "out", state={"weights": str(snap),
                                                           "weights_fingerprint": {"config.json": "a" * 64}})
-    assert world._in_sources(ctx, os.path.realpath(snap / "config.json")) and world._in_sources(ctx, str(blobs / "aaa"))
-    assert not world._in_sources(ctx, str(blobs / "bbb"))
+    assert world.in_sources(ctx, os.path.realpath(snap / "config.json")) and world.in_sources(ctx, str(blobs / "aaa"))
+    assert not world.in_sources(ctx, str(blobs / "bbb"))
 
 
 # --- the red team's fourth pass (/work/notes, issue 29): reads the record missed, by class ---------------------------
