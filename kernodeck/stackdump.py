@@ -128,6 +128,12 @@ class Diagnosis:
     user_frames: tuple[str, ...]  # each process's innermost user frame, ``pid N: file:line in func``
 
 
+def _loading(frame: Frame) -> bool:
+    """A frame running torch's data code (a DataLoader, its worker loop), not one importing it: a process that
+    imports torch (the resume check's worker, started early) runs ``torch/utils/data``'s module bodies and loads none."""
+    return _DATA in frame.file.replace(os.sep, "/") and frame.func != "<module>"
+
+
 def diagnose(step: str, processes: list[ProcessStacks], runner_pid: int, root: Path) -> Diagnosis:
     """The layer from what the stacks were doing (data loading, an import, an operator, weights, a transfer),
     else from the step; the user's frame where the blockage is (a DataLoader worker's when it is the workers')."""
@@ -140,9 +146,8 @@ def diagnose(step: str, processes: list[ProcessStacks], runner_pid: int, root: P
     frame = first_user_frame(main, root)
     frames = main.frames if main else []
     files = [f.file.replace(os.sep, "/") for f in frames]
-    worker = next((p for p in children if any(_DATA in f.file.replace(os.sep, "/")
-                                               for t in p.threads for f in t.frames)), None)
-    if worker is not None or any(_DATA in f for f in files):
+    worker = next((p for p in children if any(_loading(f) for t in p.threads for f in t.frames)), None)
+    if worker is not None or any(_loading(f) for f in frames):
         chosen = (first_user_frame(worker.main_thread(), root) if worker else None) or frame
         return Diagnosis(Layer.DATA_LOADING, chosen.where(root) if chosen else "", user_frames)
     where = frame.where(root) if frame else ""

@@ -57,6 +57,21 @@ def test_a_worker_blocked_in_the_dataset_is_data_loading_with_the_workers_line(r
     assert "runner.py" not in shown and "frame(s) of Kernodeck's in-env runner trimmed" in shown
 
 
+@pytest.mark.parametrize("importing", [True, False], ids=["importing-torch", "loading-data"])
+def test_a_child_importing_torch_is_not_data_loading(root: Path, importing: bool) -> None:
+    """The resume check's worker, started early, may still be importing torch (``torch/utils/data``'s module bodies)
+    when a hook in the application hangs: the layer stays the operator's (CI caught a stop named data-loading). The
+    control: the same child running the data code is a DataLoader worker."""
+    app = str(root / "checks" / "app.py")
+    main = _dump(10, 1, "started", _runner(root, ("/usr/lib/python3.11/time.py", 1, "sleep"), (app, 3, "slow_hook"),
+                                           (f"{SITE}/torch/nn/modules/module.py", 1790, "_call_impl"), (app, 1, "run")))
+    data = (f"{SITE}/torch/utils/data/_utils/worker.py", 10, "<module>" if importing else "_worker_loop")
+    child = _dump(12, 10, "started", [data, ("<frozen importlib._bootstrap>", 1, "_call_with_frames_removed"),
+                                      (str(INENV / "resume.py"), 90, "_serve")])
+    found = diagnose("application", [parse(main), parse(child)], 10, root)
+    assert found.layer == ("operator:slow_hook" if importing else "data-loading")
+
+
 @pytest.mark.parametrize(
     ("inner", "step", "layer"),
     [
