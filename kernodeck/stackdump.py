@@ -130,7 +130,8 @@ class Diagnosis:
 
 def _loading(frame: Frame) -> bool:
     """A frame running torch's data code (a DataLoader, its worker loop), not one importing it: a process that
-    imports torch (the resume check's worker, started early) runs ``torch/utils/data``'s module bodies and loads none."""
+    imports torch (the resume check's worker, started early) runs ``torch/utils/data``'s module bodies, loading
+    nothing."""
     return _DATA in frame.file.replace(os.sep, "/") and frame.func != "<module>"
 
 
