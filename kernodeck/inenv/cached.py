@@ -6,9 +6,13 @@ are real ones) and the determinism reruns (the same file read again) all hold wh
 pass 13). So after the entry's window each output that carries enough information to be a cache's fingerprint
 (:func:`telling`) is compared with the declared files it read there (seen.READ, what its file's load read, and what
 the processes it forked read, a DataLoader's workers: children.READ): byte for byte (``outputs/NAME.npy`` against each
-such file of the same size), and row by row with every declared ``.npy``/``.npz`` array of its rows' shape, each row
-cast to the output's dtype (a file of one row counts as one row): every output row among them is a cache (the same
-rows in another order, picked from a corpus, cast from float64, kept one file per item). An output of few values
+such file of the same size), and row by row with every declared ``.npy``/``.npz`` array of its rows' shape and of no
+more rows than the output, each row cast to the output's dtype (a file of one row counts as one row; several such
+files add up): every output row among them is a cache (the same rows in another order, cast from float64, kept one
+file per item). An array of more rows than the output is never compared (decided from its header, never loaded):
+rows an entry picks out of a larger declared array are what a search returning the indexed documents' embeddings, a
+nearest-neighbour regressor returning training targets, or scores whose values all occur in a large table give
+(red-team pass 15), so a cache of a corpus the sample's rows are picked from is not seen. An output of few values
 (class labels, a mask, an argmax; an integer or bool dtype) equals the declared ground truth whenever the model is
 right: it is never compared, so a cache of labels alone is not seen. A cache in a format not loaded here (a pickle, a
 ``.pt``) or read by a ``spawn``/``forkserver`` child (no hook there) is not seen: docs/application.md states these
@@ -78,11 +82,11 @@ def _row_set(arr: Any) -> set[bytes]:
 
 def _rows_in(arr: Any, files: list[str]) -> list[str]:
     """The declared files whose rows (cast to ``arr``'s dtype) hold every row of ``arr``, or none when some row is in
-    none of them."""
+    none of them. Only arrays of at most ``arr``'s row count are compared (:func:`_arrays`)."""
     np = _np()
     missing, holding = _row_set(arr), []
     for path in files:
-        for held in _arrays(path, arr.shape[1:]):
+        for held in _arrays(path, arr.shape[1:], arr.shape[0]):
             held = held.reshape(1, *held.shape) if held.shape == arr.shape[1:] else held
             found = set()
             for start in range(0, held.shape[0], CHUNK):
@@ -105,18 +109,20 @@ def _same_bytes(out: Path, path: str) -> bool:
     return sha256_file(out) == sha256_file(Path(path))
 
 
-def _arrays(path: str, row: tuple[int, ...]) -> Iterator[Any]:
-    """The arrays of a declared ``.npy``/``.npz`` of rows of shape ``row``, or of that shape (one row); any other is
-    never loaded (a header read). A file numpy cannot read that way (a pickle, a damaged file) holds none."""
+def _arrays(path: str, row: tuple[int, ...], rows: int) -> Iterator[Any]:
+    """The arrays of a declared ``.npy``/``.npz`` of at most ``rows`` rows of shape ``row``, or of that shape (one
+    row); any other is never loaded: its header is read, then only an array that fits is mapped or read. A file numpy
+    cannot read that way (a pickle, a damaged file) holds none."""
     np = _np()
     try:
         if path.endswith(".npy"):
-            held = np.load(path, mmap_mode="r", allow_pickle=False)
-            if _fits(tuple(held.shape), row):
-                yield held
+            with open(path, "rb") as handle:
+                fits = _fits(_header(handle), row, rows)
+            if fits:
+                yield np.load(path, mmap_mode="r", allow_pickle=False)
         elif path.endswith(".npz"):
             with zipfile.ZipFile(path) as archive:
-                members = [m for m in archive.namelist() if m.endswith(".npy") and _fits(_shape(archive, m), row)]
+                members = [m for m in archive.namelist() if m.endswith(".npy") and _fits(_shape(archive, m), row, rows)]
             if members:
                 with np.load(path, allow_pickle=False) as arrays:
                     yield from (arrays[m[: -len(".npy")]] for m in members)
@@ -124,13 +130,20 @@ def _arrays(path: str, row: tuple[int, ...]) -> Iterator[Any]:
         return
 
 
-def _fits(shape: tuple[int, ...] | None, row: tuple[int, ...]) -> bool:
-    return shape is not None and (shape == row or (len(shape) == len(row) + 1 and shape[1:] == row))
+def _fits(shape: tuple[int, ...] | None, row: tuple[int, ...], rows: int) -> bool:
+    """An array of ``shape`` is one row of shape ``row``, or at most ``rows`` of them."""
+    return shape is not None and (shape == row or (len(shape) == len(row) + 1 and shape[1:] == row
+                                                   and shape[0] <= rows))
 
 
 def _shape(archive: zipfile.ZipFile, member: str) -> tuple[int, ...] | None:
-    fmt = _np().lib.format
     with archive.open(member) as handle:
-        version = fmt.read_magic(handle)
-        shape, _, _ = fmt.read_array_header_1_0(handle) if version == (1, 0) else fmt.read_array_header_2_0(handle)
+        return _header(handle)
+
+
+def _header(handle: Any) -> tuple[int, ...]:
+    """The shape an ``.npy``'s header gives (``handle`` at its start), no data read."""
+    fmt = _np().lib.format
+    version = fmt.read_magic(handle)
+    shape, _, _ = fmt.read_array_header_1_0(handle) if version == (1, 0) else fmt.read_array_header_2_0(handle)
     return tuple(shape)

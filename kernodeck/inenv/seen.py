@@ -387,5 +387,5 @@ def install() -> None:
         own_thread()
         os.register_at_fork(before=owned.at_fork)  # in the parent, as it forks: no change after it can slip in
         sys.addaudithook(_hook)
-        natives.install()  # the env's Rust readers (safetensors, tokenizers) raise the open event too
+        natives.install()  # the env's native readers (safetensors, tokenizers, torch loaders) report files too
         INSTALLED[0] = True

@@ -35,7 +35,11 @@ def started_with() -> dict[str, str]:
     The interpreter reads the ``PYTHON*`` variables only as it starts, and the processes Kernodeck starts later get
     this environment (leftover.kernodecks_start): one the project sets in ``os.environ`` afterwards (the common
     ``seed_everything``'s ``os.environ["PYTHONHASHSEED"] = str(seed)``, ``PYTHONWARNINGS``) changes nothing the
-    settings describe, so they are read from here, not from ``os.environ`` now (red-team pass 14)."""
+    settings describe, so they are read from here, not from ``os.environ`` now (red-team pass 14). So is
+    ``OMP_NUM_THREADS``: the OpenMP runtime (and numpy's BLAS) read it as they load, at ``import torch``/``numpy``
+    before any of the project's code; an entry's ``os.environ["OMP_NUM_THREADS"] = "1"`` afterwards changes no thread
+    count (the counts in effect are read back as ``torch.num_threads``), so it is no changed setting (red-team pass
+    15). ``CUBLAS_WORKSPACE_CONFIG`` is read from ``os.environ``: cuBLAS and torch read it later, as CUDA starts."""
     return leftover.kernodecks_start()[0]
 
 
@@ -82,7 +86,7 @@ def read_back(torch: Any) -> dict[str, Any]:
         "fill_uninitialized_memory": getattr(torch.utils.deterministic, "fill_uninitialized_memory", NOT_AVAILABLE),
         "torch.num_threads": torch.get_num_threads(),
         "torch.num_interop_threads": torch.get_num_interop_threads(),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "(unset)"),
+        "OMP_NUM_THREADS": started_with().get("OMP_NUM_THREADS", "(unset)"),  # read by the OpenMP runtime at load
         "default_dtype": str(torch.get_default_dtype()),
     }
     # The knobs set (PRECISION_KNOBS) and, for the record, the ones that inherit from the generic one.

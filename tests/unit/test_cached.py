@@ -68,14 +68,14 @@ LABELS = {"kind": "exact", "dtype": "int64", "justification": "labels"}
 
 
 def _step(tmp_path: Path, load: str, cache: dict[str, Any], top: str = "",
-          output: dict[str, str] | None = None) -> dict[str, Any]:
+          output: dict[str, str] | None = None, ids: list[str] = IDS) -> dict[str, Any]:
     """The application step on a project whose entry computes ``x`` as ``load`` says (one or more lines, or an
     expression), ``cache`` (name -> array or arrays) saved under cache/ and declared (``files = ["cache/*"]``)."""
     config, fake = _settings_project(tmp_path)
     root = Path(config["project_root"])
     lines = load if "\n" in load or load.startswith("    ") else f"    x = {load}"
     (root / "app.py").write_text(ENTRY.format(load=lines, top=top), encoding="utf-8")
-    (root / "sample.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in IDS), encoding="utf-8")
+    (root / "sample.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids), encoding="utf-8")
     (root / "cache").mkdir()
     (root / "cache" / "keep.txt").write_text("the cache folder\n", encoding="utf-8")
     for name, arrays in cache.items():
@@ -131,9 +131,7 @@ THREAD = """    from concurrent.futures import ThreadPoolExecutor
     ("np.load(ROOT / 'cache' / 'x.npy')[[2, 0, 3, 1]]", {"x.npy": COMPUTED[[1, 3, 0, 2]]}, "", "cache/x.npy"),
     # read when the entry's file is loaded (its top level), returned by the call
     ("CACHE", {"x.npy": COMPUTED}, "CACHE = np.load(ROOT / 'cache' / 'x.npy')", "cache/x.npy"),
-    # red-team pass 14 NOTE 4: the corpus's cache, the sample's rows picked; computed in float64, cast to float32
-    ("np.load(ROOT / 'cache' / 'all.npy')[[len(i) for i in ids]].astype(np.float32)", {"all.npy": CORPUS}, "",
-     "cache/all.npy"),
+    # red-team pass 14 NOTE 4: computed in float64, cast to float32
     ("np.load(ROOT / 'cache' / 'x.npy').astype(np.float32)", {"x.npy": CORPUS[[len(i) for i in IDS]]}, "",
      "cache/x.npy"),
     # red-team pass 14 HOLE 1: read by a forked worker, handed to the parent
@@ -143,7 +141,7 @@ THREAD = """    from concurrent.futures import ThreadPoolExecutor
     (THREAD, {"x.npy": COMPUTED}, "", "cache/x.npy"),
     ("np.load(ROOT / 'cache' / 'c.npz')['e'].astype(np.float32)", {"c.npz": {"e": COMPUTED.astype(np.float16)}}, "",
      "cache/c.npz"),
-], ids=["bytes", "npz", "cast", "rows-reordered", "at-load", "corpus-rows", "float64-cast", "pool-worker",
+], ids=["bytes", "npz", "cast", "rows-reordered", "at-load", "float64-cast", "pool-worker",
         "forked-child", "thread", "float16-npz"])
 def test_an_output_that_is_a_declared_files_content_fails_the_step(
         tmp_path: Path, load: str, cache: dict[str, Any], top: str, file: str) -> None:
@@ -223,3 +221,60 @@ def test_a_forked_childs_read_it_cannot_hand_to_the_parent_is_refused(tmp_path: 
     control = _step(tmp_path / "control", NOTES_CLOSED.replace("os.close(children.NOTES[0])", "pass"),
                     {"x.npy": COMPUTED})
     assert control["status"] == "failed" and "raised RuntimeError: read" in control["error"], control
+
+
+# red-team pass 15: rows an entry picks out of a LARGER declared array are what a model gives (FALSE FAILURES 3, 1 and
+# NOTE 2); with them, the sample's rows picked out of a cached corpus (pass 14 NOTE 4's first case) are not seen
+SEARCH = """    index = np.load(ROOT / 'cache' / 'index.npy')   # the declared documents' embeddings
+    q = model(app.records)
+    x = index[np.argmin(((q[:, None] - index[None]) ** 2).sum(-1), axis=1)]   # the nearest document's embedding"""
+SCORES = """    table = np.load(ROOT / 'cache' / 'calibration.npy')   # a declared float32 table, many values
+    x = np.array([0.1 + len(r['id']) * 0.0731 for r in app.records], dtype=np.float16)   # float16 scores"""
+NEAREST = """    train_x, train_y = np.load(ROOT / 'cache' / 'train_x.npy'), np.load(ROOT / 'cache' / 'train_y.npy')
+    q = np.array([len(r['id']) for r in app.records], dtype=np.float32)
+    x = train_y[np.abs(q[:, None] - train_x[None]).argmin(axis=1)]   # a 1-nearest-neighbour regressor"""
+TEN = ["a" * n for n in range(1, 11)]  # ten items: a 1-D output of ten distinct values can be a fingerprint
+TRAIN_X = np.arange(0, 40, dtype=np.float32) * 0.5
+
+
+@pytest.mark.parametrize(("load", "cache", "ids", "dtype"), [
+    (SEARCH, {"index.npy": CORPUS.astype(np.float32)}, IDS, "float32"),  # FALSE FAILURE 3: a semantic search
+    (SCORES, {"calibration.npy": np.linspace(0, 1, 100_001, dtype=np.float32)}, TEN, "float16"),  # FALSE FAILURE 1
+    (NEAREST, {"train_x.npy": TRAIN_X, "train_y.npy": TRAIN_X * 1.37 + 0.011}, TEN, "float32"),  # NOTE 2
+    # the stated limit: the sample's rows picked out of a corpus's cache, cast to float32
+    ("np.load(ROOT / 'cache' / 'all.npy')[[len(i) for i in ids]].astype(np.float32)", {"all.npy": CORPUS}, IDS,
+     "float32"),
+], ids=["semantic-search", "float16-scores", "nearest-neighbour", "limit:corpus-rows"])
+def test_rows_picked_out_of_a_larger_declared_array_pass(
+        tmp_path: Path, load: str, cache: dict[str, Any], ids: list[str], dtype: str) -> None:
+    """Only declared arrays of no more rows than the output are compared (a file of one row is one row): before,
+    each of these failed "the output x is the content of cache/..." as a cache."""
+    result = _step(tmp_path, load, cache, output={**EMBEDDINGS, "dtype": dtype}, ids=ids)
+    assert result == {"status": "passed", "written": ["outputs/x.npy"]}, result
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["as-many-rows", "control:one-row-more"])
+def test_a_declared_array_of_more_rows_than_the_output_is_never_loaded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: int) -> None:
+    """The row scan decides from the header (red-team pass 15, NOTE 7): an array of more rows than the output is
+    neither mapped nor read (np.load never called on it), an .npz member of more rows never read; one of as many rows
+    is, and holds the output."""
+    from kernodeck.inenv import cached
+
+    big = np.concatenate([COMPUTED, COMPUTED[:extra] + 5])
+    np.save(tmp_path / "x.npy", big)
+    np.savez(tmp_path / "x.npz", emb=big)
+    loaded: list[str] = []
+    real_load = np.load
+    monkeypatch.setattr(np, "load", lambda path, *a, **k: (loaded.append(str(path)), real_load(path, *a, **k))[1])
+    npz_read: list[str] = []
+    real_read = np.lib.format.read_array
+    monkeypatch.setattr(np.lib.format, "read_array", lambda *a, **k: (npz_read.append("read"), real_read(*a, **k))[1])
+    found = {name: [a.shape for a in cached._arrays(str(tmp_path / name), COMPUTED.shape[1:], len(COMPUTED))]
+             for name in ("x.npy", "x.npz")}
+    if extra:
+        assert found == {"x.npy": [], "x.npz": []} and loaded == [] and npz_read == [], (found, loaded, npz_read)
+    else:
+        assert found == {"x.npy": [COMPUTED.shape], "x.npz": [COMPUTED.shape]}, found
+        assert loaded == [str(tmp_path / "x.npy"), str(tmp_path / "x.npz")] and npz_read == ["read"], (loaded, npz_read)
+    assert cached._rows_in(COMPUTED, [str(tmp_path / "x.npy")]) == ([] if extra else [str(tmp_path / "x.npy")])

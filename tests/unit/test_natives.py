@@ -1,8 +1,10 @@
-"""The env's Rust readers (safetensors, tokenizers) show the closed world what they read (inenv/natives.py).
+"""The env's native readers (safetensors, tokenizers, torch's C++ loaders) show the closed world what they read
+(inenv/natives.py).
 
-Their reads make no audit event, so an undeclared weights or tokenizer file passed unseen (red-team pass 13, NOTE 5).
-Stand-ins of the two packages in the test's fake env read nothing through Python, as the Rust ones: without the
-wrap their reads pass unseen (the control), with it each undeclared file is named and a declared one passes.
+Their reads make no audit event, so an undeclared weights or tokenizer file passed unseen (red-team pass 13, NOTE 5),
+and an undeclared TorchScript model loaded by ``torch.jit.load`` (pass 15, HOLE 6). Stand-ins of the packages in the
+test's fake env read nothing through Python, as the native ones: without the wrap their reads pass unseen (the
+controls), with it each undeclared file is named and a declared one passes.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ try:
 except CheckFailed as exc:
     print(json.dumps({"status": "failed", "error": str(exc)}))
 """
-PACKAGES = ["safetensors", "safetensors.torch", "tokenizers", "tokenizers.models", "tokenizers.implementations"]
+PACKAGES = ["safetensors", "safetensors.torch", "tokenizers", "tokenizers.models", "tokenizers.implementations",
+            "torch.jit", "torch.export", "torch.package"]
 
 
 def _run(tmp_path: Path, config: dict[str, Any], fake: Path, imported: list[str]) -> dict[str, Any]:
@@ -122,6 +125,37 @@ class ByteLevelBPETokenizer(Tokenizer):
         self.model = BPE(vocab, merges) if vocab is not None and merges is not None else BPE()
 '''
 
+# torch's loaders as torch 2.13 has them: given a path, the C++ reader opens it (here: nothing read through Python);
+# given a file-like object, Python reads it. torch.jit binds _serialization's load again, as torch does.
+TORCH_LOADERS = {
+    "jit/__init__.py": "from torch.jit._serialization import load\n",
+    "jit/_serialization.py": '''import os
+
+
+def load(f, map_location=None, _extra_files=None, _restore_shapes=False):
+    if isinstance(f, (str, os.PathLike)):
+        return "read in C++"  # torch._C.import_ir_module(cu, os.fspath(f), ...)
+    return f.read()
+''',
+    "export/__init__.py": '''import os
+
+
+def load(f, *, extra_files=None, expected_opset_version=None):
+    return "read in C++" if isinstance(f, (str, os.PathLike)) else f.read()
+''',
+    "package/__init__.py": "from .package_importer import PackageImporter\n",
+    "package/package_importer.py": '''import os
+
+
+class PackageImporter:
+    def __init__(self, file_or_buffer, module_allowed=lambda module_name: True):
+        if isinstance(file_or_buffer, (str, os.PathLike)):
+            self.filename = os.fspath(file_or_buffer)  # torch._C.PyTorchFileReader(self.filename): read in C++
+        else:
+            self.filename, self.data = "<binary>", file_or_buffer.read()
+''',
+}
+
 READS = {
     "safetensors.torch.load_file": "import safetensors.torch; safetensors.torch.load_file(str(ROOT / 'data' / 'w.st'))",
     "safe_open, framework positional": (
@@ -140,6 +174,13 @@ READS = {
     "ByteLevelBPETokenizer(vocab, merges)": ("from tokenizers.implementations import ByteLevelBPETokenizer; "
                                              "ByteLevelBPETokenizer(str(ROOT / 'data' / 'w.st'), "
                                              "str(ROOT / 'data' / 'w.st'))"),
+    # torch's C++ loaders (red-team pass 15, HOLE 6)
+    "torch.jit.load": "import torch.jit; torch.jit.load(str(ROOT / 'data' / 'w.st'), map_location='cpu')",
+    "torch.jit._serialization.load (f=)": ("from torch.jit._serialization import load; "
+                                           "load(f=ROOT / 'data' / 'w.st')"),
+    "torch.export.load (PathLike)": "import torch.export; torch.export.load(ROOT / 'data' / 'w.st')",
+    "torch.package.PackageImporter": ("from torch.package import PackageImporter; "
+                                      "PackageImporter(str(ROOT / 'data' / 'w.st'))"),
 }
 
 
@@ -150,8 +191,9 @@ def _project(tmp_path: Path, doing: str, files: list[str], *, packages: bool = T
     if packages:
         for rel, text in {"safetensors/__init__.py": SAFETENSORS, "safetensors/torch.py": SAFETENSORS_TORCH,
                           "tokenizers/__init__.py": TOKENIZERS, "tokenizers/models.py": TOKENIZERS_MODELS,
-                          "tokenizers/implementations.py": TOKENIZERS_IMPLEMENTATIONS}.items():
-            (fake / rel).parent.mkdir(exist_ok=True)
+                          "tokenizers/implementations.py": TOKENIZERS_IMPLEMENTATIONS,
+                          **{f"torch/{rel}": text for rel, text in TORCH_LOADERS.items()}}.items():
+            (fake / rel).parent.mkdir(parents=True, exist_ok=True)
             (fake / rel).write_text(text, encoding="utf-8")
     config["application"]["sources"] = app_contract.from_table(
         {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
@@ -196,4 +238,27 @@ def test_a_models_constructor_given_no_file_reads_nothing_and_makes_its_object(t
     """The control of the constructors' rows: given a vocabulary in memory (a dict) or nothing, the wrapped
     constructors report no file and make the original class's object with its arguments."""
     config, fake = _project(tmp_path, MADE, ["data/*.csv"])
+    assert _run(tmp_path, config, fake, PACKAGES) == {"status": "passed"}
+
+
+# the jit row dropped before the closed world installs its wrappers: torch.jit.load is the original
+UNWRAPPED = ENTRY.replace("import torch\n", "import torch\nfrom kernodeck_inenv import natives\n"
+                          "natives.READERS = tuple(r for r in natives.READERS if r[0] != 'torch.jit')\n", 1)
+
+
+def test_without_its_row_a_torch_jit_load_is_unseen(tmp_path: Path) -> None:
+    """The control of the torch rows: the same stand-in, its READERS row dropped, reads the undeclared file unseen
+    (as every torch.jit.load did before red-team pass 15)."""
+    config, fake = _project(tmp_path, READS["torch.jit.load"], ["data/*.csv"])
+    done = _script(tmp_path, config, UNWRAPPED, flags=[str(fake), *PACKAGES])
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "passed"}, done.stderr
+
+
+def test_a_torch_loader_given_a_file_like_object_reports_no_path(tmp_path: Path) -> None:
+    """A file-like object is no path: the wrapped loaders report none (what Python reads from an opened file was
+    judged as it was opened) and pass it on to the original."""
+    made = ("import io, torch.jit, torch.export; from torch.package import PackageImporter; "
+            "assert torch.jit.load(io.BytesIO(b'a')) == b'a' and torch.export.load(io.BytesIO(b'b')) == b'b'; "
+            "assert PackageImporter(io.BytesIO(b'c')).data == b'c'")
+    config, fake = _project(tmp_path, made, ["data/*.csv"])
     assert _run(tmp_path, config, fake, PACKAGES) == {"status": "passed"}
