@@ -19,7 +19,7 @@ import pytest
 
 from kernodeck.project import app_contract
 from tests.helpers.builtenv import env_python
-from tests.helpers.closedworld import INENV, _python, _run, _settings_project, _with_criterion, _closed_project
+from tests.helpers.closedworld import INENV, _closed_project, _python, _run, _settings_project, _with_criterion
 from tests.unit.test_natives import ENTRY, PACKAGES, SAFETENSORS, SAFETENSORS_TORCH, TORCH_LOADERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,3 +141,39 @@ def test_held_an_undeclared_file_read_through_proc_or_dev_fd_is_named(tmp_path: 
     result = _run(tmp_path, config)
     assert result["status"] == "failed", result
     assert "data/extra.csv (opened)" in result["error"], result
+
+
+# FP2 (closed world's write guard, FALSE PASS of the record): a change of what the run relies on as checked (the env,
+# a declared source, Kernodeck's cache, the run's record: steps/, run-config.json) is refused only when an audit event
+# shows it. A native writer makes none: ``torch.from_file(path, shared=True)`` maps the file MAP_SHARED and every
+# assignment to the tensor writes its bytes (safetensors' save_file and torch.jit.save given a path write unseen too).
+# Measured through `verify` (/work/notes/redteam16.md): an entry rewriting steps/01-settings.json and run-config.json
+# so, its verify PASSED (-WITH-CHANGED-CODE, the code edited without a new reference) and the dossier's settings.json
+# records "hash_randomization": 7 and PYTHONHASHSEED "9", values no process had.
+FORGE = ("import os, torch; p = os.path.join(os.getcwd(), 'out', 'run-config.json'); "
+         "t = torch.from_file(p, shared=True, size=os.path.getsize(p), dtype=torch.uint8); "
+         "t[:] = torch.tensor(list(bytes(t.tolist()).replace(b'SEED_0', b'SEED_9')), dtype=torch.uint8)")
+FORGE_IN_PYTHON = ("import os; p = os.path.join(os.getcwd(), 'out', 'run-config.json'); "
+                   "f = open(p, 'r+b'); data = f.read(); f.seek(0); f.write(data.replace(b'SEED_0', b'SEED_9'))")
+
+
+def _record_forge(tmp_path: Path, doing: str) -> tuple[dict[str, Any], str]:
+    config, fake = _native_project(tmp_path, doing)
+    (tmp_path / "out").mkdir(exist_ok=True)
+    (tmp_path / "out" / "run-config.json").write_text(json.dumps({**config, "marker": "SEED_0"}))
+    result = _entry(tmp_path, config, fake, python=ENV, script=REAL_ENTRY, flags=("torch",))
+    return result, (tmp_path / "out" / "run-config.json").read_text()
+
+
+@pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
+def test_fp2_control_a_python_write_into_the_runs_record_is_refused(tmp_path: Path) -> None:
+    result, text = _record_forge(tmp_path, FORGE_IN_PYTHON)
+    assert result["status"] == "failed" and "Kernodeck's record of this run" in result["error"], result
+    assert "SEED_0" in text
+
+
+@pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
+@pytest.mark.xfail(strict=True, reason="FP2: a native write into the run's record (torch.from_file shared) is unseen")
+def test_fp2_a_native_write_into_the_runs_record_is_refused(tmp_path: Path) -> None:
+    result, text = _record_forge(tmp_path, FORGE)
+    assert "SEED_9" not in text or result["status"] == "failed", (result, text[-80:])
