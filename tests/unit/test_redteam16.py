@@ -243,3 +243,37 @@ def test_fp3_in_the_real_env_torch_save_memo(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(det.sys, "executable", str(ENV))
     result = det._determinism(tmp_path, REAL_MEMO)
     assert result["status"] == "failed", result
+
+
+# FF4 (closed world, FALSE FAILURE): a model with its own code (transformers' trust_remote_code, the code a declared
+# source of the project's holds) passes the first run and fails every later one. transformers copies the module into
+# its modules cache (HF_MODULES_CACHE, default $HF_HOME/modules) and imports it from there; a later run finds the copy
+# already there (filecmp-equal to the declared file: not copied again), and its import is judged an undeclared file
+# outside the project. The reference run writes the cache, so every verify after it fails.
+REMOTE = ("from transformers import AutoConfig; "
+          "AutoConfig.from_pretrained(str(ROOT / 'data' / 'remote'), trust_remote_code=True)")
+REMOTE_TABLE = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+                "code": ["src/mypkg/**/*.py", "data/remote/*.py"], "files": ["data/*.csv", "data/remote/*.json"],
+                "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
+
+
+def _remote_run(tmp_path: Path) -> dict[str, Any]:
+    config, fake = _native_project(tmp_path, REMOTE)
+    root = Path(config["project_root"])
+    (root / "data" / "remote").mkdir(parents=True)
+    (root / "data" / "remote" / "config.json").write_text(
+        json.dumps({"model_type": "xcfg", "auto_map": {"AutoConfig": "configuration_x.XConfig"}}))
+    (root / "data" / "remote" / "configuration_x.py").write_text(
+        "from transformers import PretrainedConfig\n\n\nclass XConfig(PretrainedConfig):\n    model_type = 'xcfg'\n")
+    config["application"]["sources"] = app_contract.from_table(REMOTE_TABLE, root).fingerprints(root)
+    return _entry(tmp_path, config, fake, python=ENV, script=REAL_ENTRY, flags=("torch",))
+
+
+@pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
+@pytest.mark.xfail(strict=True, reason="FF4: the second run of a trust_remote_code model is refused")
+def test_ff4_a_models_own_code_passes_the_second_run_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert _remote_run(tmp_path / "first") == {"status": "passed"}  # the copy written: the application's own
+    result = _remote_run(tmp_path / "second")
+    assert result == {"status": "passed"}, result
