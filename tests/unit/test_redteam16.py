@@ -277,3 +277,24 @@ def test_ff4_a_models_own_code_passes_the_second_run_too(tmp_path: Path, monkeyp
     assert _remote_run(tmp_path / "first") == {"status": "passed"}  # the copy written: the application's own
     result = _remote_run(tmp_path / "second")
     assert result == {"status": "passed"}, result
+
+
+# NOTE5 (class 5, the criterion's power): "able to fail" is one fixed-seed draw of each required corruption, and the
+# margin is reported, never judged. A criterion of one bit about one number, the sign of one coordinate of the first
+# item's embedding, fails both draws for 54 of this reference's 384 coordinates, and is taken as able to fail: any
+# model whose that coordinate is positive (half of all random ones) passes it. The lead's call whether this is in the
+# class (the issue asks that a criterion "failing only trivial corruptions" be refused); a fix would ask that it fail
+# several draws of each (or the corruption of a few rows only), which a one-bit criterion cannot.
+@pytest.mark.xfail(strict=True, reason="NOTE5: a one-coordinate sign criterion counts as able to fail")
+def test_note5_a_criterion_of_one_coordinates_sign_is_not_able_to_fail() -> None:
+    import numpy as np
+
+    from kernodeck.inenv import controls
+
+    ref = np.load(ROOT / "dossier" / "reference" / "embeddings.npy")
+    bad = controls.corruptions({"embeddings": ref})
+    column = next(j for j in range(ref.shape[1]) if ref[0, j] > 0 and bad["permuted"]["embeddings"][0, j] <= 0
+                  and bad["noise"]["embeddings"][0, j] <= 0)
+    found = controls.criterion_controls(lambda o: (bool(o["embeddings"][0, column] > 0), "one sign"),
+                                        {"embeddings": ref})
+    assert not found["able_to_fail"], found
