@@ -97,6 +97,9 @@ def test_ff1_a_file_a_native_writer_made_then_read_back_is_not_an_input(tmp_path
 # the same in the real env (the rebuilt one of this checkout): safetensors' and torch's own native writers
 REAL_ENTRY = ENTRY.replace("sys.path.insert(0, sys.argv[4])\n", "", 1)
 REAL = {
+    "torch.save -> torch.load": (  # an ASCII path: torch._C.PyTorchFileWriter writes it in C++
+        "import tempfile, os, torch; d = tempfile.mkdtemp(); "
+        "torch.save({'w': torch.ones(3)}, os.path.join(d, 'ck.pt')); torch.load(os.path.join(d, 'ck.pt'))"),
     "safetensors save_file -> load_file": (
         "import tempfile, os, torch; from safetensors.torch import save_file, load_file; d = tempfile.mkdtemp(); "
         "save_file({'w': torch.ones(3)}, os.path.join(d, 'w.safetensors')); "
