@@ -98,28 +98,27 @@ def test_any_other_file_in_the_modules_cache_is_undeclared(tmp_path: Path, monke
     stranger.write_bytes(b"OTHER = 1\n")
     named = {"one byte changed": copy, "a non-empty __init__.py": copy.parent / "__init__.py",
              "a file matching nothing": stranger, "only read, never compiled": copy}[how]
-    with pytest.raises(CheckFailed) as caught:
-        with world.window(ctx, "the entry"):
-            if how == "only read, never compiled":
-                copy.read_bytes()
-            else:
-                _load_like_transformers(copy)
-            if how == "a file matching nothing":
-                importlib.import_module(f"{PACKAGE}.remote.abc123.other")
+    with pytest.raises(CheckFailed) as caught, world.window(ctx, "the entry"):
+        if how == "only read, never compiled":
+            copy.read_bytes()
+        else:
+            _load_like_transformers(copy)
+        if how == "a file matching nothing":
+            importlib.import_module(f"{PACKAGE}.remote.abc123.other")
     message = str(caught.value)
     assert f"{os.path.realpath(named)} (" in message and "Hugging Face modules cache" in message, message
     assert [f["file"] for f in caught.value.details["undeclared"]] == [os.path.realpath(named)], message
     assert os.path.realpath(named) not in ctx.state.get("cached_code", {})
 
 
-def test_the_bytes_judged_are_those_compiled_never_a_later_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_bytes_judged_are_those_compiled_never_a_later_read(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """What ran decides: a changed copy compiled, then given the declared bytes back before the window's end, is
     refused (a re-read at the end would pass it); the declared bytes compiled, then changed, pass (they ran)."""
     ctx, copy = _project(tmp_path / "a", monkeypatch, code=CODE.replace(b"41", b"40"))
-    with pytest.raises(CheckFailed, match="configuration_x.py"):
-        with world.window(ctx, "the entry"):
-            assert _load_like_transformers(copy).value() == 41
-            copy.write_bytes(CODE)  # hidden again before the judgement
+    with pytest.raises(CheckFailed, match=r"abc123/configuration_x\.py \(imported\)"), world.window(ctx, "the entry"):
+        assert _load_like_transformers(copy).value() == 41
+        copy.write_bytes(CODE)  # hidden again before the judgement
     sys.modules.pop(f"{PACKAGE}.remote.abc123.configuration_x")
     ctx, copy = _project(tmp_path / "b", monkeypatch)
     with world.window(ctx, "the entry"):
@@ -144,9 +143,8 @@ def test_a_weights_sources_file_is_matched_too_and_only_in_the_modules_cache(
     elsewhere.write_bytes(CODE)
     declared.compiled(CODE, str(elsewhere))
     assert declared.cache_copy(ctx, os.path.realpath(elsewhere)) is None
-    with pytest.raises(CheckFailed, match="outside the project"):
-        with world.window(ctx, "the entry"):
-            elsewhere.read_bytes()
+    with pytest.raises(CheckFailed, match="outside the project"), world.window(ctx, "the entry"):
+        elsewhere.read_bytes()
 
 
 def test_the_modules_cache_is_located_as_transformers_locates_it(tmp_path: Path,
