@@ -306,6 +306,8 @@ def run_entry(ctx: Context) -> dict[str, Any]:
         )
     if ctx.state.get("data_fingerprint"):
         details["data_fingerprint"] = ctx.state["data_fingerprint"]
+    if ctx.state.get("cached_code"):  # the modules cache's copies of declared files the entry ran (declared.py)
+        details["cached_code"] = dict(sorted(ctx.state["cached_code"].items()))
     return details
 
 

@@ -12,6 +12,9 @@ each file read is one of:
   the file a path there opens: a link out of it is not the run's; a file moved or linked into it was read),
 - a declared source: ``code`` and ``files`` (globs accepted, each file fingerprinted into the reference), the sample,
   a ``weights`` or ``data.NAME`` source (checked file by file at its own step),
+- a file in the Hugging Face modules cache (``HF_MODULES_CACHE``: transformers' copy of a ``trust_remote_code``
+  model's own code) whose every compile in the process was of a declared file's bytes, or an empty ``__init__.py``
+  (declared.py, which also holds the other sources' judgement; the step's ``cached_code`` names the file matched),
 - written by the application in this run before it read it (its outputs, not inputs: created by it, or a file that
   was there whose bytes a truncating open replaced, nothing else having touched it: owned.written),
 
@@ -40,36 +43,8 @@ from typing import Any
 
 from . import children, leftover, locate, owned, paths, seen, verified
 from ._common import CheckFailed, Context, sha256_file
+from .declared import cache_copy, declared, in_modules_cache, in_sources, shown_in
 from .protocol import STEPS_DIR, Layer
-
-
-def declared(ctx: Context) -> dict[str, str]:
-    """The declared sources as absolute paths: ``code`` and ``files`` files with their sha256, the sample (no digest
-    here: load_sample checks it)."""
-    if "declared_sources" not in ctx.state:
-        root = Path(ctx.config["project_root"])
-        app = ctx.config["application"]
-        found: dict[str, str] = {}
-        for rel, digest in [*(app.get("sources") or {}).items(), (app["sample"], "")]:
-            for form in paths.forms(str(root / rel)):  # as given and resolved: a root reached through a link
-                found.setdefault(form, str(digest))
-        ctx.state["declared_sources"] = found
-    result: dict[str, str] = ctx.state["declared_sources"]
-    return result
-
-
-def shown_in(root: Path) -> Any:
-    """A path as a message names it: relative to the project root (as given or resolved) when inside it."""
-    roots = sorted(paths.forms(str(root)))
-
-    def shown(path: str) -> str:
-        for base in roots:
-            rel = os.path.relpath(path, base)
-            if not rel.startswith(".."):
-                return Path(rel).as_posix()
-        return path
-
-    return shown
 
 
 def finder(ctx: Context) -> verified.ProjectSources:
@@ -204,42 +179,6 @@ def sources_held(ctx: Context) -> None:
             {"changed": changed, "tip": "leave the declared files as they are while verify runs, then run it again"})
 
 
-def in_sources(ctx: Context, path: str) -> bool:
-    """Whether ``path`` is a declared weights or data source's file (``weights`` and ``data.NAME``, resolved and
-    checked file by file at their own step before the application runs: ``application.declared_paths``)."""
-    found = [(ctx.state["weights"], ctx.state.get("weights_fingerprint"))] if ctx.state.get("weights") else []
-    prints = dict(ctx.state.get("data_fingerprint") or {})
-    found += [(where, prints.get(name)) for name, where in dict(ctx.state.get("data") or {}).items()]
-    # a read is recorded by the file it opens: a fingerprinted file reached through a link (an hf snapshot's file is a
-    # link to its blob) is that link's target (resolved once per set of sources: a write in a window asks too)
-    key = (ctx.state.get("weights"), id(ctx.state.get("weights_fingerprint")), id(ctx.state.get("data_fingerprint")),
-           id(ctx.state.get("data")))
-    if ctx.state.get("source_files", (None,))[0] != key:
-        ctx.state["source_files"] = (key, {os.path.realpath(os.path.join(form, rel)) for source, files in found
-                                           if isinstance(files, dict) for rel in files
-                                           for form in paths.forms(str(source))})
-    if path in ctx.state["source_files"][1]:
-        return True
-    for source, files in found:
-        for form in paths.forms(str(source)):
-            if path == form:
-                return True
-            if path.startswith(form.rstrip(os.sep) + os.sep):
-                # only what the source's fingerprint covers: an hf source's ``files`` globs leave the rest of its
-                # snapshot unchecked, so reading such a file is reading an undeclared one
-                return not isinstance(files, dict) or _fingerprinted(os.path.relpath(path, form), files)
-    return False
-
-
-def _fingerprinted(rel: str, files: dict[str, str]) -> bool:
-    """A file (or a folder holding one) of a source's fingerprint. What the fingerprint leaves out (``__pycache__``,
-    ``.gitattributes``: locate.py) is no part of the source: bytes no fingerprint covers (seventh red-team pass)."""
-    rel = Path(rel).as_posix()
-    if rel in files:
-        return True
-    return any(f.startswith(rel + "/") for f in files)
-
-
 def _declaration(rel: str) -> str:
     return "code" if rel.endswith((".py", ".pyc", ".so", ".pyd")) else "files"
 
@@ -282,6 +221,8 @@ def _stranger(ctx: Context, known: dict[str, str], out_dir: str, path: str) -> d
         return None
     if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)) or in_sources(ctx, path):
         return None
+    if in_modules_cache(path):  # a model's own code copied by transformers: the declared file it holds (declared.py)
+        return None if cache_copy(ctx, path) is not None else {"file": path, "declare": "modules cache"}
     rel = shown_in(Path(ctx.config["project_root"]))(path)
     return {"file": rel, "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
 
@@ -350,6 +291,11 @@ def _advice(files: list[dict[str, str]]) -> str:
     if any(f["declare"] == "outside the project" for f in files):
         advice.append("a file outside the project and the env is declared as a source: "
                       '[tool.kernodeck.application.data.NAME] path = "${VAR}/..." (or url, hf; docs/application.md)')
+    if any(f["declare"] == "modules cache" for f in files):
+        advice.append("a file in the Hugging Face modules cache (HF_MODULES_CACHE: a trust_remote_code model's code "
+                      "copied by transformers) counts only as the copy of a declared file, by the bytes compiled from "
+                      "it (or an empty __init__.py): declare the model's code (code, or the weights source holding "
+                      "it), or remove the stale copy")
     return "; ".join(advice)
 
 

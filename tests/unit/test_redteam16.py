@@ -273,7 +273,6 @@ def _remote_run(tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
-@pytest.mark.xfail(strict=True, reason="FF4: the second run of a trust_remote_code model is refused")
 def test_ff4_a_models_own_code_passes_the_second_run_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -1,0 +1,153 @@
+"""Whether a file the application read is a declared source (world.py judges the closed world's record with it).
+
+A declared source is a ``code`` or ``files`` file (fingerprinted into the reference), the sample, or a file of a
+``weights`` or ``data.NAME`` source (checked file by file at its own step, :func:`in_sources`). One more place holds
+declared bytes: the Hugging Face modules cache. A model with its own code (transformers' ``trust_remote_code=True``)
+has its module, a declared file, copied there (``HF_MODULES_CACHE``, default ``$HF_HOME/modules``:
+``transformers_modules/<name>/<hash>/``, each folder with an empty ``__init__.py`` it makes) and imported from the
+copy. The first run writes the copy (its own output); a later run finds it there. A file there counts as the declared
+source whose bytes it holds, judged by the bytes the interpreter compiled from it (the ``compile`` audit event hands
+the hook those very bytes: :func:`compiled`, never a read of the file later), or as an empty ``__init__.py``; every
+compile of it in this process must be such bytes. Any other file there (one byte changed, a non-empty
+``__init__.py`` that is no declared file, a file only read and never compiled) stays undeclared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from . import paths
+from ._common import Context
+
+EMPTY = hashlib.sha256(b"").hexdigest()
+COMPILED: dict[str, set[str]] = {}  # a file in the modules cache compiled in this process -> the sha256 of each
+_ROOTS: list[Any] = [None, ()]  # the environment the cache was located from, and its folder in both forms
+
+
+def declared(ctx: Context) -> dict[str, str]:
+    """The declared sources as absolute paths: ``code`` and ``files`` files with their sha256, the sample (no digest
+    here: load_sample checks it)."""
+    if "declared_sources" not in ctx.state:
+        root = Path(ctx.config["project_root"])
+        app = ctx.config["application"]
+        found: dict[str, str] = {}
+        for rel, digest in [*(app.get("sources") or {}).items(), (app["sample"], "")]:
+            for form in paths.forms(str(root / rel)):  # as given and resolved: a root reached through a link
+                found.setdefault(form, str(digest))
+        ctx.state["declared_sources"] = found
+    result: dict[str, str] = ctx.state["declared_sources"]
+    return result
+
+
+def shown_in(root: Path) -> Any:
+    """A path as a message names it: relative to the project root (as given or resolved) when inside it."""
+    roots = sorted(paths.forms(str(root)))
+
+    def shown(path: str) -> str:
+        for base in roots:
+            rel = os.path.relpath(path, base)
+            if not rel.startswith(".."):
+                return Path(rel).as_posix()
+        return path
+
+    return shown
+
+
+def in_sources(ctx: Context, path: str) -> bool:
+    """Whether ``path`` is a declared weights or data source's file (``weights`` and ``data.NAME``, resolved and
+    checked file by file at their own step before the application runs: ``application.declared_paths``)."""
+    found = _sources(ctx)
+    # a read is recorded by the file it opens: a fingerprinted file reached through a link (an hf snapshot's file is a
+    # link to its blob) is that link's target (resolved once per set of sources: a write in a window asks too)
+    key = (ctx.state.get("weights"), id(ctx.state.get("weights_fingerprint")), id(ctx.state.get("data_fingerprint")),
+           id(ctx.state.get("data")))
+    if ctx.state.get("source_files", (None,))[0] != key:
+        ctx.state["source_files"] = (key, {os.path.realpath(os.path.join(form, rel)) for source, files in found
+                                           if isinstance(files, dict) for rel in files
+                                           for form in paths.forms(str(source))})
+    if path in ctx.state["source_files"][1]:
+        return True
+    for source, files in found:
+        for form in paths.forms(str(source)):
+            if path == form:
+                return True
+            if path.startswith(form.rstrip(os.sep) + os.sep):
+                # only what the source's fingerprint covers: an hf source's ``files`` globs leave the rest of its
+                # snapshot unchecked, so reading such a file is reading an undeclared one
+                return not isinstance(files, dict) or _fingerprinted(os.path.relpath(path, form), files)
+    return False
+
+
+def _sources(ctx: Context) -> list[tuple[Any, Any]]:
+    """The weights and data sources: (folder, its fingerprint ``{rel: sha256}`` when known)."""
+    found = [(ctx.state["weights"], ctx.state.get("weights_fingerprint"))] if ctx.state.get("weights") else []
+    prints = dict(ctx.state.get("data_fingerprint") or {})
+    return found + [(where, prints.get(name)) for name, where in dict(ctx.state.get("data") or {}).items()]
+
+
+def _fingerprinted(rel: str, files: dict[str, str]) -> bool:
+    """A file (or a folder holding one) of a source's fingerprint. What the fingerprint leaves out (``__pycache__``,
+    ``.gitattributes``: locate.py) is no part of the source: bytes no fingerprint covers (seventh red-team pass)."""
+    rel = Path(rel).as_posix()
+    if rel in files:
+        return True
+    return any(f.startswith(rel + "/") for f in files)
+
+
+def modules_cache() -> tuple[str, ...]:
+    """The Hugging Face modules cache, located as transformers locates it (``transformers/utils/hub.py``, with
+    ``huggingface_hub/constants.py``'s ``HF_HOME``): ``HF_MODULES_CACHE``, else ``$HF_HOME/modules``, ``HF_HOME``
+    defaulting to ``$XDG_CACHE_HOME/huggingface`` or ``~/.cache/huggingface``; as given and resolved, each with a
+    trailing separator (located again only when those variables change: the hook asks at every compile)."""
+    env = os.environ
+    key = (env.get("HF_MODULES_CACHE"), env.get("HF_HOME"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
+    if _ROOTS[0] != key:
+        folder = key[0]
+        if folder is None:
+            base = os.path.join(env.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
+                                "huggingface")
+            folder = os.path.join(os.path.expandvars(os.path.expanduser(env.get("HF_HOME", base))), "modules")
+        _ROOTS[:] = [key, tuple(sorted(form.rstrip(os.sep) + os.sep for form in paths.forms(folder)))]
+    roots: tuple[str, ...] = _ROOTS[1]
+    return roots
+
+
+def in_modules_cache(path: str) -> bool:
+    return path.startswith(modules_cache())
+
+
+def compiled(source: Any, filename: Any) -> None:
+    """The ``compile`` audit event (seen's hook): for a file in the modules cache, the sha256 of the bytes compiled
+    (a text or tree compiled under its name is no file's bytes: never a match)."""
+    if not isinstance(filename, str) or filename.startswith("<"):  # "<string>": exec's, namedtuple's
+        return
+    filename = os.path.normpath(os.path.abspath(filename))
+    if filename.startswith(modules_cache()):
+        digest = hashlib.sha256(source).hexdigest() if isinstance(source, (bytes, bytearray, memoryview)) else ""
+        COMPILED.setdefault(os.path.realpath(filename), set()).add(digest)
+
+
+def cache_copy(ctx: Context, path: str) -> str | None:
+    """The declared file a file of the modules cache is a copy of (``path`` as a read is recorded: the file it opens),
+    judged by every compile of it in this process (each one a declared file's bytes); "an empty __init__.py" for one;
+    None for any other file (bytes compiled that are no declared file's, or never compiled). The match is recorded in
+    ``ctx.state["cached_code"]`` (the entry step's details)."""
+    digests = COMPILED.get(path)
+    if not digests or not in_modules_cache(path):
+        return None
+    shown = shown_in(Path(ctx.config["project_root"]))
+    known = {digest: shown(where) for where, digest in declared(ctx).items() if digest}
+    for source, files in _sources(ctx):
+        if isinstance(files, dict):
+            known.update({digest: shown(os.path.join(str(source), rel)) for rel, digest in files.items()})
+    if os.path.basename(path) == "__init__.py":
+        known.setdefault(EMPTY, "an empty __init__.py")
+    matched = {known.get(digest) for digest in digests}
+    if None in matched:
+        return None
+    name = " and ".join(sorted(str(m) for m in matched))
+    ctx.state.setdefault("cached_code", {})[path] = name
+    return name

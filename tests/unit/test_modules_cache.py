@@ -1,0 +1,166 @@
+"""A model's own code in the Hugging Face modules cache (trust_remote_code, red-team pass 16's FF4), in process: a file
+there counts as the declared source whose bytes the interpreter compiled from it, or as an empty ``__init__.py``;
+any other file there stays undeclared. No env needed: a fake modules cache under tmp_path (``HF_MODULES_CACHE``),
+loaded as transformers loads it (``spec_from_file_location`` + ``exec_module``, the packages by import)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernodeck.inenv import declared, world
+from kernodeck.inenv._common import CheckFailed, Context
+
+CODE = b"VALUE = 41\n\n\ndef value():\n    return VALUE + 1\n"
+PACKAGE = "transformers_modules"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No earlier test's ``transformers_modules`` in sys.modules, no bytecode written beside the fake cache."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    for name in [n for n in sys.modules if n.split(".")[0] == PACKAGE]:
+        monkeypatch.delitem(sys.modules, name)
+    yield
+    for name in [n for n in sys.modules if n.split(".")[0] == PACKAGE]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def _project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: bytes = CODE,
+             init: bytes = b"") -> tuple[Context, Path]:
+    """A project declaring ``data/remote/configuration_x.py`` (``code``) and a modules cache holding its copy
+    ``transformers_modules/remote/abc123/configuration_x.py`` (``code`` here), each folder with an empty ``__init__.py``
+    but its own, ``init``. The cache's folder on sys.path, as transformers' init_hf_modules puts it."""
+    root = tmp_path / "project"
+    (root / "data" / "remote").mkdir(parents=True)
+    (root / "data" / "remote" / "configuration_x.py").write_bytes(CODE)
+    (root / "sample.jsonl").write_text('{"id": "a"}\n')
+    cache = tmp_path / "modules"
+    leaf = cache / PACKAGE / "remote" / "abc123"
+    leaf.mkdir(parents=True)
+    for folder in (cache, cache / PACKAGE, cache / PACKAGE / "remote", leaf):
+        (folder / "__init__.py").write_bytes(init if folder == leaf else b"")
+    (leaf / "configuration_x.py").write_bytes(code)
+    monkeypatch.setenv("HF_MODULES_CACHE", str(cache))
+    monkeypatch.syspath_prepend(str(cache))
+    importlib.invalidate_caches()
+    config = {"project_root": str(root), "application": {
+        "sample": "sample.jsonl", "sources": {"data/remote/configuration_x.py": hashlib.sha256(CODE).hexdigest()}}}
+    return Context(config=config, out=tmp_path / "out"), leaf / "configuration_x.py"
+
+
+def _load_like_transformers(file: Path) -> Any:
+    """transformers' get_class_in_module: the file read to hash it, loaded by path; its packages by import."""
+    importlib.import_module(f"{PACKAGE}.remote.abc123")
+    file.read_bytes()
+    spec = importlib.util.spec_from_file_location(f"{PACKAGE}.remote.abc123.configuration_x", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_copy_of_a_declared_file_in_the_modules_cache_is_that_declared_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FF4: the copy (byte-identical to the declared file) and the empty ``__init__.py`` files are accounted for;
+    the record names the declared file each copy matched. A later window of the same process that only reads the
+    copy (transformers hashing it, the module already loaded) is judged by the compile before it."""
+    ctx, copy = _project(tmp_path, monkeypatch)
+    with world.window(ctx, "the entry"):
+        assert _load_like_transformers(copy).value() == 42
+    found = ctx.state["cached_code"]
+    assert found[os.path.realpath(copy)] == "data/remote/configuration_x.py"
+    assert found[os.path.realpath(copy.parent / "__init__.py")] == "an empty __init__.py"
+    with world.window(ctx, "the criterion"):
+        copy.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["one byte changed", "a non-empty __init__.py", "a file matching nothing",
+                                 "only read, never compiled"])
+def test_any_other_file_in_the_modules_cache_is_undeclared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           how: str) -> None:
+    """The negatives: a copy one byte off the declared file, a non-empty ``__init__.py``, a module that is no
+    declared file's copy, a copy read as data and never compiled: each refused, named, with the cache's advice."""
+    code, init = {"one byte changed": (CODE.replace(b"41", b"40"), b""),
+                  "a non-empty __init__.py": (CODE, b"X = 1\n")}.get(how, (CODE, b""))
+    ctx, copy = _project(tmp_path, monkeypatch, code=code, init=init)
+    stranger = copy.parent / "other.py"
+    stranger.write_bytes(b"OTHER = 1\n")
+    named = {"one byte changed": copy, "a non-empty __init__.py": copy.parent / "__init__.py",
+             "a file matching nothing": stranger, "only read, never compiled": copy}[how]
+    with pytest.raises(CheckFailed) as caught, world.window(ctx, "the entry"):
+        if how == "only read, never compiled":
+            copy.read_bytes()
+        else:
+            _load_like_transformers(copy)
+        if how == "a file matching nothing":
+            importlib.import_module(f"{PACKAGE}.remote.abc123.other")
+    message = str(caught.value)
+    assert f"{os.path.realpath(named)} (" in message and "Hugging Face modules cache" in message, message
+    assert [f["file"] for f in caught.value.details["undeclared"]] == [os.path.realpath(named)], message
+    assert os.path.realpath(named) not in ctx.state.get("cached_code", {})
+
+
+def test_the_bytes_judged_are_those_compiled_never_a_later_read(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ran decides: a changed copy compiled, then given the declared bytes back before the window's end, is
+    refused (a re-read at the end would pass it); the declared bytes compiled, then changed, pass (they ran)."""
+    ctx, copy = _project(tmp_path / "a", monkeypatch, code=CODE.replace(b"41", b"40"))
+    with pytest.raises(CheckFailed, match=r"abc123/configuration_x\.py \(imported\)"), world.window(ctx, "the entry"):
+        assert _load_like_transformers(copy).value() == 41
+        copy.write_bytes(CODE)  # hidden again before the judgement
+    sys.modules.pop(f"{PACKAGE}.remote.abc123.configuration_x")
+    ctx, copy = _project(tmp_path / "b", monkeypatch)
+    with world.window(ctx, "the entry"):
+        assert _load_like_transformers(copy).value() == 42
+    copy.write_bytes(CODE.replace(b"41", b"40"))
+    assert declared.cache_copy(ctx, os.path.realpath(copy)) == "data/remote/configuration_x.py"
+
+
+def test_a_weights_sources_file_is_matched_too_and_only_in_the_modules_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model's code declared in the ``weights`` source's fingerprint is matched (named by its path); the same
+    bytes compiled from a file outside the modules cache are not a cache copy (judged as any file outside)."""
+    ctx, copy = _project(tmp_path, monkeypatch)
+    weights = tmp_path / "weights"
+    ctx.config["application"]["sources"] = {}
+    ctx.state.update(weights=str(weights), weights_fingerprint={"configuration_x.py": hashlib.sha256(CODE).hexdigest()})
+    with world.window(ctx, "the entry"):
+        _load_like_transformers(copy)
+    assert ctx.state["cached_code"][os.path.realpath(copy)] == str(weights / "configuration_x.py")
+    elsewhere = tmp_path / "elsewhere" / "configuration_x.py"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(CODE)
+    declared.compiled(CODE, str(elsewhere))
+    assert declared.cache_copy(ctx, os.path.realpath(elsewhere)) is None
+    with pytest.raises(CheckFailed, match="outside the project"), world.window(ctx, "the entry"):
+        elsewhere.read_bytes()
+
+
+def test_the_modules_cache_is_located_as_transformers_locates_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_MODULES_CACHE, else $HF_HOME/modules, else $XDG_CACHE_HOME/huggingface/modules, else
+    ~/.cache/huggingface/modules (transformers/utils/hub.py, huggingface_hub/constants.py)."""
+    for name in ("HF_MODULES_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert str(tmp_path / "home" / ".cache" / "huggingface" / "modules") + os.sep in declared.modules_cache()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert str(tmp_path / "xdg" / "huggingface" / "modules") + os.sep in declared.modules_cache()
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert declared.in_modules_cache(str(tmp_path / "hf" / "modules" / "x.py"))
+    assert not declared.in_modules_cache(str(tmp_path / "xdg" / "huggingface" / "modules" / "x.py"))
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "mine"))
+    assert declared.in_modules_cache(str(tmp_path / "mine" / "x.py"))
+    assert not declared.in_modules_cache(str(tmp_path / "hf" / "modules" / "x.py"))
+    assert not declared.in_modules_cache(str(tmp_path / "mine2" / "x.py"))  # a sibling with the same prefix
