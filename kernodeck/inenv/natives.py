@@ -1,14 +1,20 @@
-"""The env's best-known native readers, made to show the closed world what they read.
+"""The env's best-known native readers and writers, made to show the closed world what they read and write.
 
 safetensors (``safe_open``, under every ``load_file`` and transformers' weight loading) and tokenizers
 (``Tokenizer.from_file``, its models' vocabulary files, given to ``from_file`` or to their constructors) open their
 files in Rust: no audit event shows the read, so an undeclared weights or tokenizer file passed unseen (red-team
 passes 13, 14). So do torch's ``torch.jit.load``, ``torch.export.load`` and ``torch.package.PackageImporter``
-given a path: they open it in C++, and an undeclared TorchScript model passed unseen (red-team pass 15). When the
-package is importable in the env, it is imported once before the application's first window
-(seen.install) and each reader is replaced by a Python function that raises the ``open`` audit event for each path it
-is given, which the hook judges as any open (seen.py), then calls the original (a constructor: see READERS). What
-else a C extension reads by itself stays the closed world's stated limit (docs/application.md).
+given a path: they open it in C++, and an undeclared TorchScript model passed unseen (red-team pass 15). Their
+writers too (red-team pass 16): ``torch.save`` given a path, ``torch.jit.save``, ``torch.export.save``, safetensors'
+``serialize_file`` (under every framework's ``save_file`` and ``save_model``) write in C++ or Rust, and
+``torch.from_file``/``UntypedStorage.from_file`` with ``shared`` true map a file to write it in place: a file the
+application so wrote was taken for an input when read back, and such a write into the run's record was not refused.
+When the package is importable in the env, it is imported once before the application's first window
+(seen.install) and each of them (:data:`NATIVES`) is replaced by a Python function that raises the ``open`` audit event
+``open()`` would for each path it is given (mode ``"r"``, ``"w"``, or ``"a+"``: read and changed in place), which the
+hook judges as any open (seen.py: an input, an output, a refused change), then calls the original (a constructor:
+see NATIVES). A file-like object is no path: it reports nothing. What else a C extension reads or writes by itself
+stays the closed world's stated limit (docs/application.md).
 """
 
 from __future__ import annotations
@@ -17,50 +23,86 @@ import contextlib
 import functools
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
-# (module, reader: a name in it or Class.method, the parameters that name files, in their positional order). A
-# Class.__init__ is the class's constructor: the tokenizer models still take file names (``WordPiece("vocab.txt")``,
+
+class Native(NamedTuple):
+    """One native reader or writer: ``module``'s ``name`` (a name in it or Class.method), the parameters that name
+    files (in their positional order, ``""`` for one before them that names none: ``torch.save(obj, f)``), the mode
+    ``open()`` would be given for the access (``"r"`` reads, ``"w"`` creates or replaces), and ``shared``: the
+    parameter (position, name) that, true, makes the read a change in place too, the file made when missing (``"a+"``:
+    torch maps it ``MAP_SHARED``, opened ``O_RDWR | O_CREAT``, never truncated: its bytes there before are read)."""
+
+    module: str
+    name: str
+    files: tuple[str, ...]
+    mode: str = "r"
+    shared: tuple[int, str] | None = None
+
+
+# A Class.__init__ is the class's constructor: the tokenizer models still take file names (``WordPiece("vocab.txt")``,
 # ``BPE(vocab, merges)``; tokenizers.implementations' BertWordPieceTokenizer, ByteLevelBPETokenizer, CharBPETokenizer
 # and SentencePieceBPETokenizer call them so) and read them in Rust, in ``__new__``, which cannot be replaced on
 # their types (CPython refuses the original's call then as "not safe"): the ``__init__`` Python calls right after it
 # reports them, before the object reaches the caller (red-team pass 14). Objects made in Rust (``from_file``,
 # ``Tokenizer.from_str``, unpickling) never call it.
-READERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("safetensors", "safe_open", ("filename",)),
-    ("tokenizers", "Tokenizer.from_file", ("path",)),
-    ("tokenizers.models", "BPE.__init__", ("vocab", "merges")),
-    ("tokenizers.models", "WordPiece.__init__", ("vocab",)),
-    ("tokenizers.models", "WordLevel.__init__", ("vocab",)),
-    ("tokenizers.models", "BPE.from_file", ("vocab", "merges")),
-    ("tokenizers.models", "BPE.read_file", ("vocab", "merges")),
-    ("tokenizers.models", "WordPiece.from_file", ("vocab",)),
-    ("tokenizers.models", "WordPiece.read_file", ("vocab",)),
-    ("tokenizers.models", "WordLevel.from_file", ("vocab",)),
-    ("tokenizers.models", "WordLevel.read_file", ("vocab",)),
+NATIVES: tuple[Native, ...] = (
+    Native("safetensors", "safe_open", ("filename",)),
+    Native("tokenizers", "Tokenizer.from_file", ("path",)),
+    Native("tokenizers.models", "BPE.__init__", ("vocab", "merges")),
+    Native("tokenizers.models", "WordPiece.__init__", ("vocab",)),
+    Native("tokenizers.models", "WordLevel.__init__", ("vocab",)),
+    Native("tokenizers.models", "BPE.from_file", ("vocab", "merges")),
+    Native("tokenizers.models", "BPE.read_file", ("vocab", "merges")),
+    Native("tokenizers.models", "WordPiece.from_file", ("vocab",)),
+    Native("tokenizers.models", "WordPiece.read_file", ("vocab",)),
+    Native("tokenizers.models", "WordLevel.from_file", ("vocab",)),
+    Native("tokenizers.models", "WordLevel.read_file", ("vocab",)),
     # torch's loaders that open a file named by a path in C++ (torch._C.import_ir_module, PyTorchFileReader), red-team
     # pass 15 HOLE 6; given a file-like object, they read it through Python (judged as it was opened)
-    ("torch.jit", "load", ("f",)),
-    ("torch.export", "load", ("f",)),
-    ("torch.package", "PackageImporter.__init__", ("file_or_buffer",)),
+    Native("torch.jit", "load", ("f",)),
+    Native("torch.export", "load", ("f",)),
+    Native("torch.package", "PackageImporter.__init__", ("file_or_buffer",)),
+    # the writers (red-team pass 16): torch's, given a path, write it in C++ (PyTorchFileWriter, ScriptModule's save);
+    # given a file-like object, Python writes what was opened (judged as it was opened). safetensors' serialize_file
+    # (Rust) is under every framework's save_file and save_model, each binding it by ``from safetensors import``.
+    Native("torch", "save", ("", "f"), "w"),
+    Native("torch.jit", "save", ("", "f"), "w"),
+    Native("torch.jit._script", "RecursiveScriptModule.save", ("", "f"), "w"),  # scripted.save(path); self first
+    Native("torch.jit._script", "ScriptModule.save", ("", "f"), "w"),  # torch copies it there: traced.save(path)
+    Native("torch.export", "save", ("", "f"), "w"),
+    Native("torch.package", "PackageExporter.__init__", ("f",), "w"),
+    Native("safetensors", "serialize_file", ("", "filename"), "w"),
+    # a file mapped into a tensor's storage in C++: read, and with ``shared`` true each assignment writes it
+    # (TypedStorage.from_file and torch.load(mmap=True) call UntypedStorage's)
+    Native("torch", "from_file", ("filename",), "r", (1, "shared")),
+    Native("torch", "UntypedStorage.from_file", ("filename",), "r", (1, "shared")),
 )
 WRAPPED: dict[str, Any] = {}  # "module:reader" -> its wrapper
 
 
-def _reporting(original: Any, files: tuple[str, ...], constructor: bool = False) -> Any:
+def _reporting(original: Any, native: Native, constructor: bool = False) -> Any:
+    files = native.files
+
     @functools.wraps(original)
-    def read(*args: Any, **kwargs: Any) -> Any:
+    def access(*args: Any, **kwargs: Any) -> Any:
         given = args[1:] if constructor else args  # a constructor's first argument is the object made
-        for value in [*given[: len(files)], *(kwargs[name] for name in files[len(given):] if name in kwargs)]:
-            if isinstance(value, str | bytes | os.PathLike):
-                sys.audit("open", os.fsdecode(value), "r", 0)  # as open() would: judged by seen's hook
+        mode = native.mode
+        if native.shared is not None:
+            at, name = native.shared
+            mode = "a+" if (given[at] if len(given) > at else kwargs.get(name)) else mode
+        named = [*zip(files, given, strict=False), *((n, kwargs[n]) for n in files[len(given):] if n in kwargs)]
+        for name, value in named:
+            if name and isinstance(value, str | bytes | os.PathLike):
+                sys.audit("open", os.fsdecode(value), mode, 0)  # as open() would: judged by seen's hook
         if original is object.__init__:  # the type's __new__ took the arguments (a Rust class): none to pass on
             return original(args[0])
         return original(*args, **kwargs)
 
-    return read
+    return access
 
 
 def _module(name: str) -> Any:
@@ -75,24 +117,30 @@ def _module(name: str) -> Any:
 
 
 def install() -> None:
-    """Wrap each reader once per process (before any of the application's code runs: seen.install)."""
-    for module_name, reader, files in READERS:
-        key = f"{module_name}:{reader}"
+    """Wrap each reader and writer once per process (before any of the application's code runs: seen.install)."""
+    for native in NATIVES:
+        key = f"{native.module}:{native.name}"
         if key in WRAPPED:
             continue
         WRAPPED[key] = None
-        module = _module(module_name)
-        *classes, name = reader.split(".")
+        module = _module(native.module)
+        *classes, name = native.name.split(".")
         owner = functools.reduce(lambda found, part: getattr(found, part, None), classes, module)
         original = getattr(owner, name, None)
         if original is None:
             continue
         constructor = name == "__init__"
-        wrapper = WRAPPED[key] = _reporting(original, files, constructor)
+        wrapper = WRAPPED[key] = _reporting(original, native, constructor)
+        # a static or class method (its original bound to the class) stays one; a method called on an object, or a
+        # constructor, gets the object first
+        static = inspect.getattr_static(owner, name, None)
+        bound = classes and not constructor and (isinstance(static, staticmethod | classmethod)
+                                                 or isinstance(getattr(original, "__self__", None), type))
         with contextlib.suppress(TypeError, AttributeError):  # an immutable type: its reader stays unseen
-            setattr(owner, name, staticmethod(wrapper) if classes and not constructor else wrapper)
+            setattr(owner, name, staticmethod(wrapper) if bound else wrapper)
         if not classes:  # the package's modules that bound it already (safetensors.torch: from safetensors import)
-            top = module_name.partition(".")[0] + "."
+            top = native.module.partition(".")[0]
             for other, found in list(sys.modules.items()):
-                if other.startswith(top) and getattr(found, "__dict__", {}).get(name) is original:  # no __getattr__
+                if (other == top or other.startswith(top + ".")) and \
+                        getattr(found, "__dict__", {}).get(name) is original:  # no __getattr__
                     setattr(found, name, wrapper)

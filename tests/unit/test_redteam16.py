@@ -1,12 +1,13 @@
 """Red-team pass 16 (issue 29's classes): each finding reproduced, marked ``xfail(strict=True)`` with its id while it
-stands, and guards of the classes that held (notes: /work/notes/redteam16.md).
+stands (a plain test once fixed), and guards of the classes that held (notes: /work/notes/redteam16.md).
 
 FF1 (closed world, FALSE FAILURE): a file the application writes through a NATIVE writer (safetensors' ``save_file``,
 ``torch.jit.save`` given a path, a tokenizer's ``save``: Rust or C++, no audit event) is not known as its own output;
 read back through a reader the closed world wraps to report its file (``safe_open``/``load_file``, ``torch.jit.load``),
 it is judged as an undeclared input and the step fails. The ordinary pattern "save the fine-tuned / scripted model
 into a temporary folder and load it back" (``save_pretrained`` writes ``model.safetensors`` through safetensors) is
-refused, though every byte of it was computed in this run.
+refused, though every byte of it was computed in this run. Fixed: the native writers report what they write
+(inenv/natives.py's writer rows), as Python's ``open(path, "w")`` would; FP2 and FP3 had the same cause.
 """
 
 from __future__ import annotations
@@ -20,30 +21,14 @@ import pytest
 from kernodeck.project import app_contract
 from tests.helpers.builtenv import env_python
 from tests.helpers.closedworld import INENV, _closed_project, _python, _run, _settings_project, _with_criterion
-from tests.unit.test_natives import ENTRY, PACKAGES, SAFETENSORS, SAFETENSORS_TORCH, TORCH_LOADERS
+from tests.unit.test_natives import ENTRY, PACKAGES, standins
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_PACKAGES = tuple(p for p in PACKAGES if not p.startswith("tokenizers"))  # the stand-ins made here
+FAKE_PACKAGES = tuple(PACKAGES)  # the stand-ins of test_natives
 
-# the stand-in's native writer: the bytes written with the closed world's hook quiet on this thread, as a Rust or C++
-# writer writes them (no ``open`` audit event); a control below writes the same bytes through Python's open
-NATIVE_SAVE = '''
-
-def save_file(tensors, filename, metadata=None):
-    import sys
-    seen = sys.modules.get("kernodeck_inenv.seen")
-    mine = getattr(seen, "MINE", None)
-    was = getattr(mine, "quiet", False)
-    if mine is not None:
-        mine.quiet = True  # what safetensors' Rust writer raises: no audit event at all
-    try:
-        fd = __import__("os").open(filename, 0o1101, 0o644)  # O_WRONLY | O_CREAT | O_TRUNC
-        __import__("os").write(fd, b"weights")
-        __import__("os").close(fd)
-    finally:
-        if mine is not None:
-            mine.quiet = was
-'''
+# the stand-in's native writer: safetensors' serialize_file (under save_file) writes its bytes with the closed world's
+# hook quiet on this thread, as the Rust writer writes them (no ``open`` audit event: test_natives.NATIVEIO); a
+# control below writes the same bytes through Python's open
 ROUND_TRIP = ("import tempfile, os, safetensors.torch; d = tempfile.mkdtemp(); "
               "safetensors.torch.save_file({'w': 0}, os.path.join(d, 'w.safetensors')); "
               "safetensors.torch.load_file(os.path.join(d, 'w.safetensors'))")
@@ -55,10 +40,7 @@ PYTHON_WRITE = ("import tempfile, os, safetensors.torch; d = tempfile.mkdtemp();
 def _native_project(tmp_path: Path, doing: str) -> tuple[dict[str, Any], Path]:
     config, fake = _settings_project(tmp_path, entry=doing)
     root = Path(config["project_root"])
-    for rel, text in {"safetensors/__init__.py": SAFETENSORS, "safetensors/torch.py": SAFETENSORS_TORCH + NATIVE_SAVE,
-                      **{f"torch/{rel}": text for rel, text in TORCH_LOADERS.items()}}.items():
-        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
-        (fake / rel).write_text(text, encoding="utf-8")
+    standins(fake)
     config["application"]["sources"] = app_contract.from_table(
         {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
          "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
@@ -85,10 +67,10 @@ def test_ff1_control_a_file_written_through_python_then_read_back_is_the_applica
     assert _entry(tmp_path, config, fake, flags=FAKE_PACKAGES) == {"status": "passed"}
 
 
-@pytest.mark.xfail(strict=True, reason="FF1: a natively written file read back is judged an undeclared input")
 def test_ff1_a_file_a_native_writer_made_then_read_back_is_not_an_input(tmp_path: Path) -> None:
-    """FF1: written by the native writer (no audit event), the file read back through the wrapped reader is judged
-    as an undeclared file outside the project: the step fails, though the entry made every byte of it."""
+    """FF1: written by the native writer (no audit event of its own), the file read back through the wrapped reader
+    was judged as an undeclared file outside the project, though the entry made every byte of it. Fixed: the wrapped
+    writer reports it as ``open(path, "w")`` would, and the read back is of the application's own output."""
     config, fake = _native_project(tmp_path, ROUND_TRIP)
     result = _entry(tmp_path, config, fake, flags=FAKE_PACKAGES)
     assert result == {"status": "passed"}, result
@@ -113,7 +95,6 @@ ENV = env_python(ROOT)
 
 
 @pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
-@pytest.mark.xfail(strict=True, reason="FF1: a natively written file read back is judged an undeclared input")
 @pytest.mark.parametrize("how", sorted(REAL))
 def test_ff1_in_the_real_env(tmp_path: Path, how: str) -> None:
     config, fake = _native_project(tmp_path, REAL[how])
@@ -152,7 +133,8 @@ def test_held_an_undeclared_file_read_through_proc_or_dev_fd_is_named(tmp_path: 
 # assignment to the tensor writes its bytes (safetensors' save_file and torch.jit.save given a path write unseen too).
 # Measured through `verify` (/work/notes/redteam16.md): an entry rewriting steps/01-settings.json and run-config.json
 # so, its verify PASSED (-WITH-CHANGED-CODE, the code edited without a new reference) and the dossier's settings.json
-# records "hash_randomization": 7 and PYTHONHASHSEED "9", values no process had.
+# records "hash_randomization": 7 and PYTHONHASHSEED "9", values no process had. Fixed: the shared from_file reports
+# an ``open(path, "a+")`` (natives.py), refused there as the Python write is.
 FORGE = ("import os, torch; p = os.path.join(os.getcwd(), 'out', 'run-config.json'); "
          "t = torch.from_file(p, shared=True, size=os.path.getsize(p), dtype=torch.uint8); "
          "t[:] = torch.tensor(list(bytes(t.tolist()).replace(b'SEED_0', b'SEED_9')), dtype=torch.uint8)")
@@ -176,10 +158,10 @@ def test_fp2_control_a_python_write_into_the_runs_record_is_refused(tmp_path: Pa
 
 
 @pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
-@pytest.mark.xfail(strict=True, reason="FP2: a native write into the run's record (torch.from_file shared) is unseen")
 def test_fp2_a_native_write_into_the_runs_record_is_refused(tmp_path: Path) -> None:
     result, text = _record_forge(tmp_path, FORGE)
-    assert "SEED_9" not in text or result["status"] == "failed", (result, text[-80:])
+    assert result["status"] == "failed" and "Kernodeck's record of this run" in result["error"], result
+    assert "SEED_0" in text and "SEED_9" not in text
 
 
 # FP3 (determinism, FALSE PASS; class 2's "written by the application" as the reruns' bar): the reruns may not read a
@@ -188,30 +170,37 @@ def test_fp2_a_native_write_into_the_runs_record_is_refused(tmp_path: Path) -> N
 # back by torch.load in every later call passes the determinism step, "bitwise identical over 3 runs", for an entry
 # whose every computation differs. Measured through real `reference -- --new` + `verify --no-rebuild` (notes): PASSED,
 # rc 0; the same entry without the memo FAILS determinism ("runs of the entry on CPU in one process differ"), and the
-# same memo written through Python's open is refused ("a file the application wrote earlier in this run").
+# same memo written through Python's open is refused ("a file the application wrote earlier in this run"). Fixed:
+# torch.save given a path reports an ``open(path, "w")`` (natives.py), and the memo is the application's, refused.
 from tests.unit import test_determinism as det  # noqa: E402
 
-NATIVE_MEMO = f"""
-def _native_save(array, path):  # the stand-in of torch.save's C++ writer: the hook hears nothing
+# the stand-in of torch.save's C++ writer, in the fake torch: the hook hears nothing of its write
+NATIVE_SAVE = det.FAKE_TORCH + """
+
+def save(obj, f, pickle_module=None, pickle_protocol=2):
+    import numpy
     mine = sys.modules["kernodeck_inenv.seen"].MINE
     was, mine.quiet = getattr(mine, "quiet", False), True
     try:
-        np.save(path, array)
+        numpy.save(f, obj)
     finally:
         mine.quiet = was
+"""
+NATIVE_MEMO = f"""
 def run(app):
+    import torch
     key = tuple(r["id"] for r in app.records)
     cache = Path("out", "memo-" + str(len(key)) + ".npy")  # in the run's folder
     if not cache.exists():
-        _native_save({det.DRAW}, cache)
+        torch.save({det.DRAW}, str(cache))
     app.write("x", np.load(cache), list(key))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="FP3: a memo written natively passes the determinism reruns")
-def test_fp3_a_memo_a_native_writer_made_is_refused_in_a_rerun(tmp_path: Path) -> None:
+def test_fp3_a_memo_a_native_writer_made_is_refused_in_a_rerun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(det, "FAKE_TORCH", NATIVE_SAVE)
     result = det._determinism(tmp_path, NATIVE_MEMO)
-    assert result["status"] == "failed", result
+    assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
 def test_fp3_controls_the_same_memo_written_through_python_is_refused_and_without_it_the_runs_differ(
@@ -240,12 +229,11 @@ def run(app):
 
 
 @pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
-@pytest.mark.xfail(strict=True, reason="FP3: a memo torch.save wrote passes the determinism reruns")
 def test_fp3_in_the_real_env_torch_save_memo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(det, "FAKE_TORCH", REAL_TORCH)  # the stand-in hands over to the env's own torch
     monkeypatch.setattr(det.sys, "executable", str(ENV))
     result = det._determinism(tmp_path, REAL_MEMO)
-    assert result["status"] == "failed", result
+    assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
 # FF4 (closed world, FALSE FAILURE): a model with its own code (transformers' trust_remote_code, the code a declared
