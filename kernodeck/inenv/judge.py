@@ -168,7 +168,8 @@ def _unable(found: dict[str, Any]) -> str:
         f"{controls.WHAT[how]} ({_passed_draws(results[how])}: {results[how]['summary'] or 'passed'})"
         for how in blind)
     if any((results[how].get("draws") or 0) > 1 for how in blind):
-        text += f" (each corruption drawn {controls.DRAWS} times by fixed seeds: it must fail every draw)"
+        text += (f" (the permuted rows and the noise are each drawn {controls.DRAWS} times by fixed seeds: it must "
+                 "fail every draw)")
     if failed:
         text += f"; it fails only {', '.join(controls.WHAT[how] for how in failed)}"
     margins = found.get("noise_margin") or {}

@@ -180,7 +180,8 @@ def test_a_criterion_passing_one_draw_is_unable_to_fail() -> None:
     passed = len(found["corruptions"][how]["passed_draws"])
     assert text.startswith(f"the criterion is unable to fail: it cannot see {controls.WHAT[how]} (it passed "
                            f"{passed} of {controls.DRAWS} draws: one sign)"), text
-    assert f"(each corruption drawn {controls.DRAWS} times by fixed seeds: it must fail every draw)" in text, text
+    assert (f"(the permuted rows and the noise are each drawn {controls.DRAWS} times by fixed seeds: it must fail "
+            "every draw)") in text, text
     # no coordinate's sign is able to fail any more (under one draw of each, several were)
     able = [j for j in range(16) if controls.criterion_controls(_sign_of(j), outputs)["able_to_fail"]]
     assert able == []
