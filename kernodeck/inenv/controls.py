@@ -97,19 +97,21 @@ def corrupt(arr: Any, how: str, rng: Any) -> Any:
 
 
 def _moved_rows(outputs: dict[str, Any], order: Any) -> int:
-    """How many rows ``order`` gives another value in at least one output (a row swapped with an equal one is not)."""
-    moved = np.zeros(len(order), dtype=bool)
+    """How many rows ``order`` gives another value, summed over the outputs (a row swapped with an equal one is not):
+    each output counts on its own, so float logits that every permutation moves do not hide labels swapped with
+    equal labels beside them."""
+    moved = 0
     for arr in outputs.values():
         flat = np.asarray(arr).reshape(len(order), -1)
-        moved |= ~(flat[order] == flat).all(axis=1)
-    return int(moved.sum())
+        moved += int((~(flat[order] == flat).all(axis=1)).sum())
+    return moved
 
 
 def permutation(outputs: dict[str, Any], draw: int = 0) -> Any | None:
     """The rows' permutation of one draw of the ``permuted`` corruption, one for every output: of CANDIDATES
-    fixed-seed derangements, the first that moves the most rows' values. Few distinct labels make a random
-    permutation swap many equal rows, which any criterion would rightly pass. None: the outputs' rows differ in
-    number (each is then permuted on its own)."""
+    fixed-seed derangements, the first that moves the most rows' values (:func:`_moved_rows`; it stops at one moving
+    every row of every output). Few distinct labels make a random permutation swap many equal rows, which any
+    criterion would rightly pass. None: the outputs' rows differ in number (each is then permuted on its own)."""
     sizes = {np.asarray(arr).shape[0] if np.asarray(arr).ndim else -1 for arr in outputs.values()}
     if len(sizes) != 1 or min(sizes) < 1:
         return None
@@ -121,7 +123,7 @@ def permutation(outputs: dict[str, Any], draw: int = 0) -> Any | None:
         moved = _moved_rows(outputs, order)
         if moved > most:
             best, most = order, moved
-        if most == rows:  # every row moved: no candidate can do better
+        if most == rows * len(outputs):  # every row of every output moved: no candidate can do better
             break
     return best
 

@@ -221,6 +221,19 @@ def test_the_permutation_moves_the_most_rows_of_few_labels() -> None:
     assert accuracy["corruptions"]["permuted"]["failed_draws"] == controls.DRAWS
 
 
+def test_float_outputs_beside_labels_do_not_hide_labels_swapped_with_equal_ones() -> None:
+    """The template's outputs (float logits, two classes of labels): every permutation moves every logits row, so
+    counting a row moved when any output moves took the first candidate, which left so many labels in place that
+    accuracy >= 0.75 passed one of the five draws. The rows moved are counted in each output."""
+    labels = np.arange(24, dtype=np.int64) % 2
+    outputs = {"labels": labels, "logits": np.random.default_rng(0).standard_normal((24, 2)).astype(np.float32)}
+    order = controls.permutation(outputs, 1)
+    assert order is not None
+    assert controls._moved_rows(outputs, order) == 24 + int((labels[order] != labels).sum())
+    found = controls.criterion_controls(lambda o: (float((o["labels"] == labels).mean()) >= 0.75, "accuracy"), outputs)
+    assert found["able_to_fail"] is True and found["corruptions"]["permuted"]["failed_draws"] == controls.DRAWS
+
+
 # --- each tolerance able to fail -------------------------------------------------------------------------------------
 
 
