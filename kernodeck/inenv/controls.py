@@ -1,8 +1,9 @@
 """Negative controls run beside the real checks: a check that cannot fail proves nothing (stdlib + numpy only).
 
 - The criterion is also run on generic corruptions of the reference outputs (:func:`corruptions`): rows permuted
-  against their ids by a fixed seed, noise of the same scale, a constant. It must fail on the first two
-  (``REQUIRED``): a criterion that passes either cannot see it, and is *unable to fail* even where it fails the
+  against their ids, noise of the same scale, a constant. It must fail on the first two (``REQUIRED``), each drawn
+  ``DRAWS`` times by fixed seeds, in EVERY draw: a criterion that passes one draw of either cannot see it reliably
+  (one bit about one number fails a single draw half the time), and is *unable to fail* even where it fails the
   constant (a check of the spread alone sees that one). Its margin against added noise is measured beside
   (judge.py, with margin.py's search: the one calibrate runs).
 - Each declared tolerance is shown able to fail: the reference with one value moved just past it
@@ -32,7 +33,11 @@ WHAT = {
     "noise": "the outputs replaced by noise of their own mean and standard deviation",
     "constant": "the outputs replaced by a constant",
 }
-CANDIDATES = 16  # fixed-seed permutations tried: the one moving the most rows' values is the corruption
+CANDIDATES = 16  # fixed-seed permutations tried per draw: the one moving the most rows' values is the corruption
+# Draws of each REQUIRED corruption (seeds SEED, SEED + 1, ...): the criterion must fail every one. A criterion of one
+# bit about one number (the sign of one coordinate) fails one draw about half the time; all ten about once in 1000.
+# Every draw is judged (no stop at the first passed one): the report says how many it failed.
+DRAWS = 5
 
 
 def exceeds(value: float, limit: float) -> bool:
@@ -50,10 +55,20 @@ def non_finite(values: Any) -> int:
     return int(np.count_nonzero(~np.isfinite(arr)))
 
 
+def _rng(draw: int) -> Any:
+    """The fixed-seed generator of one draw (draw 0: SEED itself)."""
+    return np.random.default_rng(SEED + draw)
+
+
 def _permutation(rows: int, rng: Any) -> Any:
+    """A derangement: every row lands on another id (rows left in place by the draw move among themselves)."""
     order = rng.permutation(rows)
-    if rows > 1 and bool((order == np.arange(rows)).all()):
-        order = np.roll(order, 1)  # never the identity: every row must land on another id
+    stay = np.flatnonzero(order == np.arange(rows))
+    if rows > 1 and stay.size > 1:
+        order[stay] = np.roll(stay, 1)
+    elif rows > 1 and stay.size == 1:
+        i, j = int(stay[0]), (int(stay[0]) + 1) % rows  # swapped with its neighbour's target: neither stays
+        order[i], order[j] = order[j], i
     return order
 
 
@@ -82,45 +97,51 @@ def corrupt(arr: Any, how: str, rng: Any) -> Any:
 
 
 def _moved_rows(outputs: dict[str, Any], order: Any) -> int:
-    """How many rows ``order`` gives another value in at least one output (a row swapped with an equal one is not)."""
-    moved = np.zeros(len(order), dtype=bool)
+    """How many rows ``order`` gives another value, summed over the outputs (a row swapped with an equal one is not):
+    each output counts on its own, so float logits that every permutation moves do not hide labels swapped with
+    equal labels beside them."""
+    moved = 0
     for arr in outputs.values():
         flat = np.asarray(arr).reshape(len(order), -1)
-        moved |= ~(flat[order] == flat).all(axis=1)
-    return int(moved.sum())
+        moved += int((~(flat[order] == flat).all(axis=1)).sum())
+    return moved
 
 
-def permutation(outputs: dict[str, Any]) -> Any | None:
-    """The rows' permutation of the ``permuted`` corruption, one for every output: of CANDIDATES fixed-seed
-    permutations (never the identity), the first that moves the most rows' values. Few distinct labels make a random
-    permutation swap many equal rows, which any criterion would rightly pass. None: the outputs' rows differ in
-    number (each is then permuted on its own)."""
+def permutation(outputs: dict[str, Any], draw: int = 0) -> Any | None:
+    """The rows' permutation of one draw of the ``permuted`` corruption, one for every output: of CANDIDATES
+    fixed-seed derangements, the first that moves the most rows' values (:func:`_moved_rows`; it stops at one moving
+    every row of every output). Few distinct labels make a random permutation swap many equal rows, which any
+    criterion would rightly pass. None: the outputs' rows differ in number (each is then permuted on its own)."""
     sizes = {np.asarray(arr).shape[0] if np.asarray(arr).ndim else -1 for arr in outputs.values()}
     if len(sizes) != 1 or min(sizes) < 1:
         return None
     rows = sizes.pop()
-    rng = np.random.default_rng(SEED)
+    rng = _rng(draw)
     best, most = None, -1
     for _ in range(CANDIDATES):
         order = _permutation(rows, rng)
         moved = _moved_rows(outputs, order)
         if moved > most:
             best, most = order, moved
+        if most == rows * len(outputs):  # every row of every output moved: no candidate can do better
+            break
     return best
 
 
-def corruptions(outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each corruption applied to every output at once (one seed, the same permutation for every output)."""
-    found: dict[str, dict[str, Any]] = {}
-    order = permutation(outputs)
-    for how in CORRUPTIONS:
-        rng = np.random.default_rng(SEED)
-        if how == "permuted" and order is not None:
-            found[how] = {name: np.asarray(arr)[order] for name, arr in outputs.items()}
-            continue
-        found[how] = {name: corrupt(arr, how, rng if how != "permuted" else np.random.default_rng(SEED))
-                      for name, arr in outputs.items()}
-    return found
+def corrupted(outputs: dict[str, Any], how: str, draw: int = 0) -> dict[str, Any]:
+    """One draw of one corruption applied to every output at once (the same permutation for every output)."""
+    if how == "permuted":
+        order = permutation(outputs, draw)
+        if order is not None:
+            return {name: np.asarray(arr)[order] for name, arr in outputs.items()}
+        return {name: corrupt(arr, how, _rng(draw)) for name, arr in outputs.items()}
+    rng = _rng(draw)
+    return {name: corrupt(arr, how, rng) for name, arr in outputs.items()}
+
+
+def corruptions(outputs: dict[str, Any], draw: int = 0) -> dict[str, dict[str, Any]]:
+    """Each corruption of ``outputs``, its draw ``draw``."""
+    return {how: corrupted(outputs, how, draw) for how in CORRUPTIONS}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -128,12 +149,41 @@ def _same(a: Any, b: Any) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-def criterion_controls(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[str, Any]) -> dict[str, Any]:
-    """Run ``judge`` (the criterion: outputs -> (passed, summary)) on each corruption of ``outputs``.
+def _judged(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[str, Any]) -> tuple[bool, str]:
+    try:
+        passed, summary = judge(outputs)
+    except Exception as exc:  # the criterion's own error on garbage: it did not pass
+        passed, summary = False, f"raised {type(exc).__name__}: {exc}"
+    return bool(passed), " ".join(str(summary).split())[:200]
 
-    A corruption the criterion raises on counts as failed (it did not say passed). ``cannot_see``: the REQUIRED
-    corruptions it passed (one that leaves every output bitwise unchanged, e.g. one row permuted, does not apply and
-    is not required). ``able_to_fail``: it failed at least one corruption and cannot_see is empty.
+
+def _drawn(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[str, Any], how: str) -> dict[str, Any]:
+    """The criterion on each draw of one corruption (DRAWS of a REQUIRED one, one of the constant). A draw that leaves
+    every output bitwise unchanged (one row, or all rows equal) does not apply and is not counted. ``passed``: it
+    passed at least one draw that applies (``passed_draws``), so it does not see this corruption reliably;
+    ``summary``: its answer on the first such draw, else on the first draw."""
+    verdicts: list[tuple[int, bool, str]] = []
+    for draw in range(DRAWS if how in REQUIRED else 1):
+        changed = corrupted(outputs, how, draw)
+        if not all(_same(changed[name], arr) for name, arr in outputs.items()):
+            verdicts.append((draw, *_judged(judge, changed)))
+    if not verdicts:  # nothing to see: its answer on the unchanged outputs, for the record
+        passed, summary = _judged(judge, corrupted(outputs, how))
+        return {"passed": passed, "summary": summary, "required": how in REQUIRED, "applies": False, "draws": 0,
+                "failed_draws": 0, "passed_draws": []}
+    passes = [draw for draw, passed, _ in verdicts if passed]
+    summary = next((s for draw, _, s in verdicts if draw in passes), verdicts[0][2])
+    return {"passed": bool(passes), "summary": summary, "required": how in REQUIRED, "applies": True,
+            "draws": len(verdicts), "failed_draws": len(verdicts) - len(passes), "passed_draws": passes}
+
+
+def criterion_controls(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[str, Any]) -> dict[str, Any]:
+    """Run ``judge`` (the criterion: outputs -> (passed, summary)) on each draw of each corruption of ``outputs``.
+
+    A corruption the criterion raises on counts as failed (it did not say passed). ``failed``: the corruptions it
+    failed in every draw; ``cannot_see``: the REQUIRED corruptions it passed in at least one draw that applies (one
+    that leaves every output bitwise unchanged, e.g. one row permuted, does not apply; a corruption none of whose
+    draws applies is not required). ``able_to_fail``: it failed at least one corruption and cannot_see is empty.
     """
     def unchanged(when: str) -> str:
         """Why the criterion did not pass ``outputs`` themselves ("" when it did)."""
@@ -147,15 +197,7 @@ def criterion_controls(judge: Callable[[dict[str, Any]], tuple[bool, str]], outp
     # (state kept between calls, arguments changed in place, randomness) fails the corruptions for another reason
     # than their content, and its failures prove nothing.
     inconsistent = unchanged("judged again before the corruptions")
-    results: dict[str, Any] = {}
-    for how, corrupted in corruptions(outputs).items():
-        applies = not all(_same(corrupted[name], arr) for name, arr in outputs.items())
-        try:
-            passed, summary = judge(corrupted)
-        except Exception as exc:  # the criterion's own error on garbage: it did not pass
-            passed, summary = False, f"raised {type(exc).__name__}: {exc}"
-        results[how] = {"passed": bool(passed), "summary": " ".join(str(summary).split())[:200],
-                        "required": how in REQUIRED, "applies": applies}
+    results = {how: _drawn(judge, outputs, how) for how in CORRUPTIONS}
     inconsistent = inconsistent or unchanged("judged again after the corruptions")
     failed = [how for how, r in results.items() if not r["passed"]]
     cannot_see = [how for how in REQUIRED if results[how]["applies"] and results[how]["passed"]]

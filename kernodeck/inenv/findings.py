@@ -80,12 +80,27 @@ def _noise_margin(name: str, m: dict[str, Any]) -> str:
     return f"{name} {m['breaks_at']} rows changed" if rows else f"{name} noise of {fmt_number(m['breaks_at'])}x its RMS"
 
 
+def _draws(controls: dict[str, Any], how: Any) -> str:
+    """The draws of ``how`` the criterion failed, of those drawn (``5/5``); "" where not recorded (an older report)."""
+    records = controls.get("corruptions")
+    record = records.get(how) if isinstance(records, dict) else None
+    if not isinstance(record, dict) or not isinstance(record.get("draws"), int) or not record["draws"]:
+        return ""
+    return f"{record.get('failed_draws', '?')}/{record['draws']}"
+
+
 def _criterion_power(controls: Any) -> list[str]:
-    """Which corruptions the criterion failed, and the smallest perturbation of each output that breaks it."""
+    """Which corruptions the criterion failed (and in how many of their draws), the required ones it passed in some
+    draw, and the smallest perturbation of each output that breaks it."""
     if not isinstance(controls, dict) or not isinstance(controls.get("failed"), list):
         return []
     failed = controls["failed"]
-    parts = [f"fails {', '.join(map(str, failed))}" if failed else "fails no corruption"]
+    parts = [f"fails {', '.join(f'{how} {_draws(controls, how)}'.strip() for how in failed)}" if failed
+             else "fails no corruption"]
+    blind = controls.get("cannot_see")
+    for how in blind if isinstance(blind, list) else ():
+        counts = _draws(controls, how)
+        parts.append(f"{how} failed in only {counts} draws" if counts else f"{how} passed")
     margins = controls.get("noise_margin")
     if isinstance(margins, dict) and margins:
         parts.append("breaks at " + "; ".join(_noise_margin(n, m) for n, m in margins.items() if isinstance(m, dict)))

@@ -139,6 +139,14 @@ def _noise_margins(ctx: Context, judge: Any, base: dict[str, Any]) -> dict[str, 
     return found
 
 
+def _passed_draws(result: dict[str, Any]) -> str:
+    """How often the criterion passed a corruption drawn several times (each draw it must fail), or "it passed them"."""
+    draws = result.get("draws") or 0
+    if draws <= 1:
+        return "it passed them"
+    return f"it passed {len(result.get('passed_draws') or ())} of {draws} draws"
+
+
 def _unable(found: dict[str, Any]) -> str:
     """What a criterion unable to fail cannot see, each with its own answer, and the little it does see."""
     from . import controls
@@ -157,7 +165,11 @@ def _unable(found: dict[str, Any]) -> str:
                 "whatever it saw first (a memo), not a judgement of the outputs")
     blind = [how for how, r in results.items() if r["passed"] and (how in found["cannot_see"] or not failed)]
     text = "the criterion is unable to fail: it cannot see " + "; ".join(
-        f"{controls.WHAT[how]} (it passed them: {results[how]['summary'] or 'passed'})" for how in blind)
+        f"{controls.WHAT[how]} ({_passed_draws(results[how])}: {results[how]['summary'] or 'passed'})"
+        for how in blind)
+    if any((results[how].get("draws") or 0) > 1 for how in blind):
+        text += (f" (the permuted rows and the noise are each drawn {controls.DRAWS} times by fixed seeds: it must "
+                 "fail every draw)")
     if failed:
         text += f"; it fails only {', '.join(controls.WHAT[how] for how in failed)}"
     margins = found.get("noise_margin") or {}

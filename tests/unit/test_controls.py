@@ -108,10 +108,17 @@ def _vacuous(outputs: dict[str, Any]) -> tuple[bool, str]:
 
 
 def _in_range(outputs: dict[str, Any]) -> tuple[bool, str]:
-    """Sees values out of the reference's range (noise), not rows moved against their ids."""
+    """Sees most noise (values out of the reference's range), not rows moved against their ids."""
     emb, ref = outputs["emb"], _unit_rows()
     ok = bool((emb >= ref.min() - 1e-6).all() and (emb <= ref.max() + 1e-6).all())
     return ok, "in range" if ok else "out of range"
+
+
+def _unit_norm(outputs: dict[str, Any]) -> tuple[bool, str]:
+    """Sees noise (its rows are not unit vectors), not rows moved against their ids."""
+    norms = np.linalg.norm(outputs["emb"].astype(np.float64), axis=1)
+    ok = bool(np.abs(norms - 1).max() < 1e-5)
+    return ok, "unit rows" if ok else "rows off the unit sphere"
 
 
 def test_a_criterion_failing_only_trivial_corruptions_is_unable_to_fail() -> None:
@@ -121,10 +128,63 @@ def test_a_criterion_failing_only_trivial_corruptions_is_unable_to_fail() -> Non
     vacuous = controls.criterion_controls(_vacuous, outputs)
     assert vacuous["failed"] == ["constant"] and vacuous["cannot_see"] == ["permuted", "noise"]
     assert vacuous["able_to_fail"] is False
-    ranged = controls.criterion_controls(_in_range, outputs)
-    assert ranged["failed"] == ["noise"] and ranged["cannot_see"] == ["permuted"]
-    assert ranged["able_to_fail"] is False
+    normed = controls.criterion_controls(_unit_norm, outputs)
+    assert normed["failed"] == ["noise", "constant"] and normed["cannot_see"] == ["permuted"]
+    assert normed["able_to_fail"] is False
     assert [h for h, r in vacuous["corruptions"].items() if r["required"]] == list(controls.REQUIRED)
+
+
+def _sign_of(column: int) -> Any:
+    """NOTE5's criterion: one bit about one number (the sign of one coordinate of the first row)."""
+    return lambda outputs: (bool(outputs["emb"][0, column] > 0), "one sign")
+
+
+def test_each_required_corruption_is_drawn_several_times_and_counted() -> None:
+    """A criterion that judges fails every draw of each required corruption; the report counts them, per corruption;
+    the draws differ (their own seeds) and each permutation moves every row."""
+    outputs = {"emb": _unit_rows()}
+    found = controls.criterion_controls(lambda o: (bool(np.array_equal(o["emb"], outputs["emb"])), "equal"), outputs)
+    assert found["able_to_fail"] is True and found["cannot_see"] == []
+    draws = {how: (r["failed_draws"], r["draws"], r["passed_draws"]) for how, r in found["corruptions"].items()}
+    assert draws == {"permuted": (controls.DRAWS, controls.DRAWS, []), "noise": (controls.DRAWS, controls.DRAWS, []),
+                     "constant": (1, 1, [])}
+    assert controls.DRAWS >= 5
+    noises = {controls.corrupted(outputs, "noise", d)["emb"].tobytes() for d in range(controls.DRAWS)}
+    orders = [controls.permutation(outputs, d) for d in range(controls.DRAWS)]
+    assert len(noises) == controls.DRAWS and len({o.tobytes() for o in orders}) == controls.DRAWS
+    assert all(not (o == np.arange(24)).any() for o in orders)  # derangements: no row keeps its id
+
+
+@pytest.mark.parametrize("rows", [2, 3, 5, 24])
+def test_every_permutation_draw_is_a_derangement(rows: int) -> None:
+    for seed in range(200):
+        order = controls._permutation(rows, np.random.default_rng(seed))
+        assert sorted(order.tolist()) == list(range(rows)) and not (order == np.arange(rows)).any(), (seed, order)
+
+
+def test_a_criterion_passing_one_draw_is_unable_to_fail() -> None:
+    """NOTE5 (red-team pass 16): one sign fails the first draw of both required corruptions half the time each, and
+    counted as able to fail; it must fail every draw. The column here fails draw 0 of both and passes a later one."""
+    outputs = {"emb": _unit_rows()}
+    first = controls.corruptions(outputs)
+    column = next(j for j in range(16) if outputs["emb"][0, j] > 0 and first["permuted"]["emb"][0, j] <= 0
+                  and first["noise"]["emb"][0, j] <= 0)
+    found = controls.criterion_controls(_sign_of(column), outputs)
+    assert found["able_to_fail"] is False and found["cannot_see"], found
+    for how in found["cannot_see"]:
+        record = found["corruptions"][how]
+        assert 0 not in record["passed_draws"] and record["passed_draws"], record
+        assert record["failed_draws"] == controls.DRAWS - len(record["passed_draws"]) >= 1
+    text = judge._unable(found)
+    how = found["cannot_see"][0]
+    passed = len(found["corruptions"][how]["passed_draws"])
+    assert text.startswith(f"the criterion is unable to fail: it cannot see {controls.WHAT[how]} (it passed "
+                           f"{passed} of {controls.DRAWS} draws: one sign)"), text
+    assert (f"(the permuted rows and the noise are each drawn {controls.DRAWS} times by fixed seeds: it must fail "
+            "every draw)") in text, text
+    # no coordinate's sign is able to fail any more (under one draw of each, several were)
+    able = [j for j in range(16) if controls.criterion_controls(_sign_of(j), outputs)["able_to_fail"]]
+    assert able == []
 
 
 def test_a_corruption_that_changes_nothing_is_not_required() -> None:
@@ -141,20 +201,37 @@ def test_a_corruption_that_changes_nothing_is_not_required() -> None:
 
 
 def test_the_permutation_moves_the_most_rows_of_few_labels() -> None:
-    """Eight rows of three labels (tests/e2e/test_application_e2e.py's tiny application): the first fixed-seed
-    permutation moved only two labels, so accuracy >= 0.75 passed it; the chosen one moves as many as any candidate."""
+    """Eight rows of three labels (tests/e2e/test_application_e2e.py's tiny application): a derangement still swaps
+    equal labels (draw 1's first candidate moves only four), so accuracy >= 0.75 would pass it; each draw's chosen one
+    moves as many as any of its candidates."""
     labels = np.array([0, 2, 1, 2, 0, 2, 1, 0], dtype=np.int64)
     outputs = {"labels": labels}
-    first = controls._permutation(8, np.random.default_rng(controls.SEED))
-    chosen = controls.permutation(outputs)
-    assert chosen is not None
-    assert controls._moved_rows(outputs, chosen) > controls._moved_rows(outputs, first)
-    rng = np.random.default_rng(controls.SEED)
-    best = max(controls._moved_rows(outputs, controls._permutation(8, rng)) for _ in range(controls.CANDIDATES))
-    assert controls._moved_rows(outputs, chosen) == best
+    gained = 0
+    for draw in range(controls.DRAWS):
+        chosen = controls.permutation(outputs, draw)
+        assert chosen is not None
+        rng = controls._rng(draw)
+        candidates = [controls._moved_rows(outputs, controls._permutation(8, rng)) for _ in range(controls.CANDIDATES)]
+        assert controls._moved_rows(outputs, chosen) == max(candidates)
+        gained += controls._moved_rows(outputs, chosen) > candidates[0]
+    assert gained >= 1
     accuracy = controls.criterion_controls(
         lambda o: (float((o["labels"] == labels).mean()) >= 0.75, "accuracy"), outputs)
     assert accuracy["corruptions"]["permuted"]["passed"] is False and accuracy["able_to_fail"] is True
+    assert accuracy["corruptions"]["permuted"]["failed_draws"] == controls.DRAWS
+
+
+def test_float_outputs_beside_labels_do_not_hide_labels_swapped_with_equal_ones() -> None:
+    """The template's outputs (float logits, two classes of labels): every permutation moves every logits row, so
+    counting a row moved when any output moves took the first candidate, which left so many labels in place that
+    accuracy >= 0.75 passed one of the five draws. The rows moved are counted in each output."""
+    labels = np.arange(24, dtype=np.int64) % 2
+    outputs = {"labels": labels, "logits": np.random.default_rng(0).standard_normal((24, 2)).astype(np.float32)}
+    order = controls.permutation(outputs, 1)
+    assert order is not None
+    assert controls._moved_rows(outputs, order) == 24 + int((labels[order] != labels).sum())
+    found = controls.criterion_controls(lambda o: (float((o["labels"] == labels).mean()) >= 0.75, "accuracy"), outputs)
+    assert found["able_to_fail"] is True and found["corruptions"]["permuted"]["failed_draws"] == controls.DRAWS
 
 
 # --- each tolerance able to fail -------------------------------------------------------------------------------------
@@ -315,7 +392,8 @@ def test_criterion_step_shows_its_power_and_refuses_one_that_sees_only_a_constan
         judge.criterion(_ctx(tmp_path / "b", "spread", good, LABELS))
     error = str(caught.value)
     assert error.startswith("the criterion is unable to fail: it cannot see rows permuted against their ids (it "
-                            "passed them: finite, one row per id, some spread); the outputs replaced by noise"), error
+                            f"passed {controls.DRAWS} of {controls.DRAWS} draws: finite, one row per id, some "
+                            "spread); the outputs replaced by noise"), error
     assert error.endswith("; it fails only the outputs replaced by a constant; no perturbation of an output breaks "
                           "it (added noise up to 1000x its RMS, or every label changed)"), error
     assert caught.value.layer == "application" and "permuted against their ids" in caught.value.details["tip"]
@@ -353,11 +431,20 @@ def test_the_report_line_shows_the_corruptions_failed_and_the_margin(tmp_path: P
     good = {"labels": np.arange(24, dtype=np.int64) % 3}
     details = judge.criterion(_ctx(tmp_path, "criterion", good, LABELS))
     details.pop("summary")  # the application's own line would be shown instead
+    n = controls.DRAWS
     assert SUMMARISERS["criterion"](details) == (
-        "smallest margin 0.1, fails permuted, noise, constant, breaks at labels 3 rows changed")
-    weak = {**details, "controls": {**details["controls"], "failed": ["constant"],
-                                    "noise_margin": {"labels": {"found": False, "why": "never"}}}}
-    assert SUMMARISERS["criterion"](weak).endswith("fails constant, breaks at labels none found")
+        f"smallest margin 0.1, fails permuted {n}/{n}, noise {n}/{n}, constant 1/1, breaks at labels 3 rows changed")
+    corrupted = details["controls"]["corruptions"]
+    weak = {**details, "controls": {
+        **details["controls"], "failed": ["constant"], "cannot_see": ["permuted", "noise"],
+        "corruptions": {**corrupted, "noise": {**corrupted["noise"], "failed_draws": 3, "passed_draws": [1, 4]},
+                        "permuted": {**corrupted["permuted"], "failed_draws": 0, "passed_draws": list(range(n))}},
+        "noise_margin": {"labels": {"found": False, "why": "never"}}}}
+    assert SUMMARISERS["criterion"](weak).endswith(
+        f"fails constant 1/1, permuted failed in only 0/{n} draws, noise failed in only 3/{n} draws, breaks at labels "
+        "none found")
+    older = {"controls": {"failed": ["constant"], "cannot_see": ["noise"]}}  # a report made before the draws
+    assert SUMMARISERS["criterion"](older) == "fails constant, noise passed"
     emb = {"controls": {"failed": [], "noise_margin": {"emb": {
         "found": True, "perturbation": "scale of added Gaussian noise, in units of the reference's RMS",
         "breaks_at": 1.4142}}}}

@@ -275,7 +275,8 @@ def test_ff4_a_models_own_code_passes_the_second_run_too(tmp_path: Path, monkeyp
 # model whose that coordinate is positive (half of all random ones) passes it. The lead's call whether this is in the
 # class (the issue asks that a criterion "failing only trivial corruptions" be refused); a fix would ask that it fail
 # several draws of each (or the corruption of a few rows only), which a one-bit criterion cannot.
-@pytest.mark.xfail(strict=True, reason="NOTE5: a one-coordinate sign criterion counts as able to fail")
+# Fixed (fix16c): each required corruption is drawn controls.DRAWS times by fixed seeds and the criterion must fail
+# every draw; on this reference no coordinate's sign does (the column below fails draw 0 of both, as before).
 def test_note5_a_criterion_of_one_coordinates_sign_is_not_able_to_fail() -> None:
     import numpy as np
 
@@ -288,3 +289,6 @@ def test_note5_a_criterion_of_one_coordinates_sign_is_not_able_to_fail() -> None
     found = controls.criterion_controls(lambda o: (bool(o["embeddings"][0, column] > 0), "one sign"),
                                         {"embeddings": ref})
     assert not found["able_to_fail"], found
+    assert found["cannot_see"] and all(found["corruptions"][how]["passed_draws"] for how in found["cannot_see"])
+    assert not any(controls.criterion_controls(lambda o, j=j: (bool(o["embeddings"][0, j] > 0), "one sign"),
+                                               {"embeddings": ref})["able_to_fail"] for j in range(ref.shape[1]))
