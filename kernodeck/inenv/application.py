@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cached, children, seen, verified, world
+from . import cached, children, declared_files, seen, verified, world
 from ._common import CheckFailed, Context, current_step, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
 from .locate import locate
@@ -97,7 +97,7 @@ def _function(ctx: Context, target: dict[str, str], what: str) -> Any:
     name = verified.APP_PREFIX + hashlib.sha256(str(path).encode()).hexdigest()[:12]
     if not path.is_file():
         raise CheckFailed(f"the {what} file {target['file']} does not exist", "application")
-    sha256 = world.declared(ctx).get(os.path.normpath(path)) or None
+    sha256 = declared_files.declared(ctx).get(os.path.normpath(path)) or None
     try:
         with settings_held(ctx, f"the {what}'s file"), world.window(ctx, f"the {what}"):
             module = load_file(path, name, sha256, target["file"])
@@ -306,7 +306,7 @@ def run_entry(ctx: Context) -> dict[str, Any]:
         )
     if ctx.state.get("data_fingerprint"):
         details["data_fingerprint"] = ctx.state["data_fingerprint"]
-    if ctx.state.get("cached_code"):  # the modules cache's copies of declared files the entry ran (declared.py)
+    if ctx.state.get("cached_code"):  # the modules cache's copies of declared files the entry ran (declared_files.py)
         details["cached_code"] = dict(sorted(ctx.state["cached_code"].items()))
     return details
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import world
+from . import declared_files
 from ._common import CheckFailed, Context, sha256_file
 from .arrays import _np
 from .protocol import Layer
@@ -39,12 +39,12 @@ CHUNK = 1 << 16  # rows of a declared array cast and hashed at once
 
 def refuse(ctx: Context, read: Iterable[str], written: dict[str, tuple[Any, list[str]]], folder: Path | None) -> None:
     """CheckFailed naming the first output (by name) that is the content of declared files in ``read``."""
-    known = world.declared(ctx)
+    known = declared_files.declared(ctx)
     files = sorted({path for path in read if (path in known or os.path.realpath(path) in known
-                                              or world.in_sources(ctx, path)) and os.path.isfile(path)})
+                                              or declared_files.in_sources(ctx, path)) and os.path.isfile(path)})
     if not files:
         return
-    shown = world.shown_in(Path(ctx.config["project_root"]))
+    shown = declared_files.shown_in(Path(ctx.config["project_root"]))
     for name, (arr, _) in sorted(written.items()):
         if not telling(arr):
             continue

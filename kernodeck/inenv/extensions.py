@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from . import leftover, paths, world
+from . import declared_files, leftover, paths, world
 from ._common import CheckFailed, Context, load_file, progress, user_traceback
 from .application import settings_held
 from .protocol import ConfigKey, Layer
@@ -225,7 +225,7 @@ def _smoke(ctx: Context, name: str, decl: dict[str, Any], device: str, running: 
     # (app_contract.Application.smoke: the reference's identity, as ``code``; red-team pass 13): what it leaves in
     # this process (a library function patched) reaches the application. A configuration that does not declare it
     # (made by hand) declares it for this window only.
-    declared, sha256 = world.declared(ctx), decl.get("smoke_sha256") or None
+    declared, sha256 = declared_files.declared(ctx), decl.get("smoke_sha256") or None
     own = [form for form in paths.forms(str(root / file)) if form not in declared]
     declared.update(dict.fromkeys(own, sha256 or ""))
     # the settings step's record is what the watch holds the settings to (no such step: nothing recorded to hold)

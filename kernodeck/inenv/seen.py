@@ -4,8 +4,8 @@ Installed once (``sys.addaudithook``), the hook returns at once outside a window
 record. It records every file opened for reading (``open``: ``open()``, ``os.open`` (a relative name against the
 working folder and every folder held open: its ``dir_fd``), ``io.open_code``), ``sqlite3.connect``'s database and a
 library ``ctypes`` loads by path; every file written or folder made (outputs); the project folders listed outside the
-import machinery; the bytes compiled from a file in the Hugging Face modules cache (declared.py); and refuses at once
-a process the application starts (what it reads cannot be seen), an audit hook it adds, and a change to what was
+import machinery; the bytes compiled from a file in the Hugging Face modules cache (declared_files.py); and refuses at
+once a process the application starts (what it reads cannot be seen), an audit hook it adds, and a change to what was
 checked before the run (:data:`GUARD`: the env, a declared source). A process forked in a window keeps the hook: its
 reads are judged at once in it, its writes handed to the parent (children.py). Between windows, every thread but
 Kernodeck's own is watched: what the application left running reads for the next window's verdict.
@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from . import channels, children, declared, libraries, natives, owned, paths
+from . import channels, children, declared_files, libraries, natives, owned, paths
 from ._common import CheckFailed
 from .protocol import Layer
 
@@ -380,8 +380,8 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         _sqlite(args[0])
     elif event == "ctypes.dlopen":
         _dlopen(args[0])
-    elif event == "compile":  # the bytes compiled from a file of the modules cache (declared.py judges them)
-        declared.compiled(*args[:2])
+    elif event == "compile":  # the bytes compiled from a file of the modules cache (declared_files.py judges them)
+        declared_files.compiled(*args[:2])
 
 
 def install() -> None:

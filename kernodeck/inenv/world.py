@@ -14,7 +14,7 @@ each file read is one of:
   a ``weights`` or ``data.NAME`` source (checked file by file at its own step),
 - a file in the Hugging Face modules cache (``HF_MODULES_CACHE``: transformers' copy of a ``trust_remote_code``
   model's own code) whose every compile in the process was of a declared file's bytes, or an empty ``__init__.py``
-  (declared.py, which also holds the other sources' judgement; the step's ``cached_code`` names the file matched),
+  (declared_files.py, which also holds the other sources' judgement; the step's ``cached_code`` names the file matched),
 - written by the application in this run before it read it (its outputs, not inputs: created by it, or a file that
   was there whose bytes a truncating open replaced, nothing else having touched it: owned.written),
 
@@ -43,7 +43,7 @@ from typing import Any
 
 from . import children, leftover, locate, owned, paths, seen, verified
 from ._common import CheckFailed, Context, sha256_file
-from .declared import cache_copy, declared, in_modules_cache, in_sources, shown_in
+from .declared_files import cache_copy, declared, in_modules_cache, in_sources, shown_in
 from .protocol import STEPS_DIR, Layer
 
 
@@ -221,7 +221,7 @@ def _stranger(ctx: Context, known: dict[str, str], out_dir: str, path: str) -> d
         return None
     if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)) or in_sources(ctx, path):
         return None
-    if in_modules_cache(path):  # a model's own code copied by transformers: the declared file it holds (declared.py)
+    if in_modules_cache(path):  # a model's own code copied by transformers (declared_files.py)
         return None if cache_copy(ctx, path) is not None else {"file": path, "declare": "modules cache"}
     rel = shown_in(Path(ctx.config["project_root"]))(path)
     return {"file": rel, "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}

@@ -20,6 +20,7 @@ CROSS_CUTTING = {
     "skip_rule": "the skipped-step rule said once, and the page that states it",
     "example_tool_pins": "each example pins the tools the sessions import, as this repository does",
     "suite_footprint": "the suite's own disk use",
+    "redteam16": "red-team pass 16's findings across the closed world's modules (natives, declared, controls)",
 }
 
 

@@ -20,8 +20,15 @@ import pytest
 
 from kernodeck.project import app_contract
 from tests.helpers.builtenv import env_python
-from tests.helpers.closedworld import INENV, _closed_project, _python, _run, _settings_project, _with_criterion
-from tests.unit.test_natives import ENTRY, PACKAGES, standins
+from tests.helpers.closedworld import (
+    INENV,
+    _closed_project,
+    _python,
+    _run,
+    _settings_project,
+    _with_criterion,
+)
+from tests.helpers.nativestandins import ENTRY, PACKAGES, standins
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_PACKAGES = tuple(PACKAGES)  # the stand-ins of test_natives
@@ -162,78 +169,6 @@ def test_fp2_a_native_write_into_the_runs_record_is_refused(tmp_path: Path) -> N
     result, text = _record_forge(tmp_path, FORGE)
     assert result["status"] == "failed" and "Kernodeck's record of this run" in result["error"], result
     assert "SEED_0" in text and "SEED_9" not in text
-
-
-# FP3 (determinism, FALSE PASS; class 2's "written by the application" as the reruns' bar): the reruns may not read a
-# file the application wrote earlier in the run (owned.EARLIER), but "written" is known from audit events only. A memo
-# written by torch.save(obj, "memo.pt") (an ASCII path: torch._C.PyTorchFileWriter writes it in C++, no event) and read
-# back by torch.load in every later call passes the determinism step, "bitwise identical over 3 runs", for an entry
-# whose every computation differs. Measured through real `reference -- --new` + `verify --no-rebuild` (notes): PASSED,
-# rc 0; the same entry without the memo FAILS determinism ("runs of the entry on CPU in one process differ"), and the
-# same memo written through Python's open is refused ("a file the application wrote earlier in this run"). Fixed:
-# torch.save given a path reports an ``open(path, "w")`` (natives.py), and the memo is the application's, refused.
-from tests.unit import test_determinism as det  # noqa: E402
-
-# the stand-in of torch.save's C++ writer, in the fake torch: the hook hears nothing of its write
-NATIVE_SAVE = det.FAKE_TORCH + """
-
-def save(obj, f, pickle_module=None, pickle_protocol=2):
-    import numpy
-    mine = sys.modules["kernodeck_inenv.seen"].MINE
-    was, mine.quiet = getattr(mine, "quiet", False), True
-    try:
-        numpy.save(f, obj)
-    finally:
-        mine.quiet = was
-"""
-NATIVE_MEMO = f"""
-def run(app):
-    import torch
-    key = tuple(r["id"] for r in app.records)
-    cache = Path("out", "memo-" + str(len(key)) + ".npy")  # in the run's folder
-    if not cache.exists():
-        torch.save({det.DRAW}, str(cache))
-    app.write("x", np.load(cache), list(key))
-"""
-
-
-def test_fp3_a_memo_a_native_writer_made_is_refused_in_a_rerun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(det, "FAKE_TORCH", NATIVE_SAVE)
-    result = det._determinism(tmp_path, NATIVE_MEMO)
-    assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
-
-
-def test_fp3_controls_the_same_memo_written_through_python_is_refused_and_without_it_the_runs_differ(
-        tmp_path: Path) -> None:
-    result = det._determinism(tmp_path / "python", det.CACHE_FILE)
-    assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
-    result = det._determinism(tmp_path / "none", det.RECOMPUTED)
-    assert "runs of the entry on CPU in one process differ (x)" in result["error"], result
-
-
-REAL_TORCH = """
-import sys
-sys.path.remove(sys.path[0])  # the stand-in's folder: the env's torch is found then
-del sys.modules["torch"]
-import torch as _real
-sys.modules["torch"] = _real
-"""
-REAL_MEMO = f"""
-import torch
-def run(app):
-    key = tuple(r["id"] for r in app.records)
-    if not Path("out", "memo.pt").exists():
-        torch.save(torch.from_numpy({det.DRAW}), "out/memo.pt")  # C++ writes it
-    app.write("x", torch.load("out/memo.pt").numpy(), list(key))
-"""
-
-
-@pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
-def test_fp3_in_the_real_env_torch_save_memo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(det, "FAKE_TORCH", REAL_TORCH)  # the stand-in hands over to the env's own torch
-    monkeypatch.setattr(det.sys, "executable", str(ENV))
-    result = det._determinism(tmp_path, REAL_MEMO)
-    assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
 # FF4 (closed world, FALSE FAILURE): a model with its own code (transformers' trust_remote_code, the code a declared

@@ -543,47 +543,6 @@ def test_a_listing_of_declared_files_passes_and_an_undeclared_name_beside_them_f
     assert 'declare files = ["data/*"]' in result["error"]
 
 
-def test_a_file_of_a_source_folder_outside_its_fingerprint_is_undeclared(tmp_path: Path) -> None:
-    """An hf source declared with ``files`` globs fingerprints only the files they match; another file of the same
-    snapshot folder (a tokenizer the globs left out) is checked by nothing, so reading it is an undeclared read, while
-    the fingerprinted files, the folder itself and a data source without a recorded fingerprint stay accepted."""
-    from kernodeck.inenv import world
-    from kernodeck.inenv._common import Context
-
-    snap, other = tmp_path / "snap", tmp_path / "data"
-    (snap / "sub").mkdir(parents=True)
-    other.mkdir()
-    ctx = Context(config={}, out=tmp_path / "out", state={
-        "weights": str(snap), "weights_fingerprint": {"config.json": "a" * 64, "sub/model.bin": "b" * 64},
-        "data": {"eval": other}})
-    assert world.in_sources(ctx, str(snap / "config.json")) and world.in_sources(ctx, str(snap / "sub/model.bin"))
-    assert world.in_sources(ctx, str(snap)) and world.in_sources(ctx, str(snap / "sub"))
-    assert world.in_sources(ctx, str(other / "anything.csv"))  # no fingerprint known: the folder as a whole
-    assert not world.in_sources(ctx, str(snap / "tokenizer.json"))
-    assert not world.in_sources(ctx, str(snap / "sub" / "extra.bin"))
-    # what every fingerprint leaves out is no part of the source either (seventh red-team pass: both were accepted)
-    assert not world.in_sources(ctx, str(snap / "__pycache__" / "labels.csv"))
-    assert not world.in_sources(ctx, str(snap / "sub" / ".gitattributes"))
-
-
-def test_a_snapshots_file_is_accepted_by_the_blob_it_links_to_and_no_other_blob_is(tmp_path: Path) -> None:
-    """A read is recorded by the file it opens, and an hf snapshot's files are links to blobs: a fingerprinted file's
-    blob is the declared file; a blob no fingerprinted file links to (another revision's) is not."""
-    from kernodeck.inenv import world
-    from kernodeck.inenv._common import Context
-
-    blobs, snap = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "rev1"
-    blobs.mkdir(parents=True)
-    snap.mkdir(parents=True)
-    (blobs / "aaa").write_text("{}")
-    (blobs / "bbb").write_text("other revision")
-    (snap / "config.json").symlink_to(Path("..") / ".." / "blobs" / "aaa")
-    ctx = Context(config={}, out=tmp_path / "out", state={"weights": str(snap),
-                                                          "weights_fingerprint": {"config.json": "a" * 64}})
-    assert world.in_sources(ctx, os.path.realpath(snap / "config.json")) and world.in_sources(ctx, str(blobs / "aaa"))
-    assert not world.in_sources(ctx, str(blobs / "bbb"))
-
-
 # --- the red team's fourth pass (/work/notes, issue 29): reads the record missed, by class ---------------------------
 
 def _outside(tmp_path: Path) -> Path:

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import declared, world
+from kernodeck.inenv import declared_files, world
 from kernodeck.inenv._common import CheckFailed, Context
+from kernodeck.inenv.declared_files import in_sources
 
 CODE = b"VALUE = 41\n\n\ndef value():\n    return VALUE + 1\n"
 PACKAGE = "transformers_modules"
@@ -124,7 +125,7 @@ def test_the_bytes_judged_are_those_compiled_never_a_later_read(tmp_path: Path,
     with world.window(ctx, "the entry"):
         assert _load_like_transformers(copy).value() == 42
     copy.write_bytes(CODE.replace(b"41", b"40"))
-    assert declared.cache_copy(ctx, os.path.realpath(copy)) == "data/remote/configuration_x.py"
+    assert declared_files.cache_copy(ctx, os.path.realpath(copy)) == "data/remote/configuration_x.py"
 
 
 def test_a_weights_sources_file_is_matched_too_and_only_in_the_modules_cache(
@@ -141,8 +142,8 @@ def test_a_weights_sources_file_is_matched_too_and_only_in_the_modules_cache(
     elsewhere = tmp_path / "elsewhere" / "configuration_x.py"
     elsewhere.parent.mkdir()
     elsewhere.write_bytes(CODE)
-    declared.compiled(CODE, str(elsewhere))
-    assert declared.cache_copy(ctx, os.path.realpath(elsewhere)) is None
+    declared_files.compiled(CODE, str(elsewhere))
+    assert declared_files.cache_copy(ctx, os.path.realpath(elsewhere)) is None
     with pytest.raises(CheckFailed, match="outside the project"), world.window(ctx, "the entry"):
         elsewhere.read_bytes()
 
@@ -154,13 +155,53 @@ def test_the_modules_cache_is_located_as_transformers_locates_it(tmp_path: Path,
     for name in ("HF_MODULES_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert str(tmp_path / "home" / ".cache" / "huggingface" / "modules") + os.sep in declared.modules_cache()
+    assert str(tmp_path / "home" / ".cache" / "huggingface" / "modules") + os.sep in declared_files.modules_cache()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert str(tmp_path / "xdg" / "huggingface" / "modules") + os.sep in declared.modules_cache()
+    assert str(tmp_path / "xdg" / "huggingface" / "modules") + os.sep in declared_files.modules_cache()
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    assert declared.in_modules_cache(str(tmp_path / "hf" / "modules" / "x.py"))
-    assert not declared.in_modules_cache(str(tmp_path / "xdg" / "huggingface" / "modules" / "x.py"))
+    assert declared_files.in_modules_cache(str(tmp_path / "hf" / "modules" / "x.py"))
+    assert not declared_files.in_modules_cache(str(tmp_path / "xdg" / "huggingface" / "modules" / "x.py"))
     monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "mine"))
-    assert declared.in_modules_cache(str(tmp_path / "mine" / "x.py"))
-    assert not declared.in_modules_cache(str(tmp_path / "hf" / "modules" / "x.py"))
-    assert not declared.in_modules_cache(str(tmp_path / "mine2" / "x.py"))  # a sibling with the same prefix
+    assert declared_files.in_modules_cache(str(tmp_path / "mine" / "x.py"))
+    assert not declared_files.in_modules_cache(str(tmp_path / "hf" / "modules" / "x.py"))
+    assert not declared_files.in_modules_cache(str(tmp_path / "mine2" / "x.py"))  # a sibling with the same prefix
+
+
+# the other sources' judgement (moved from test_verified.py: it lives here)
+def test_a_file_of_a_source_folder_outside_its_fingerprint_is_undeclared(tmp_path: Path) -> None:
+    """An hf source declared with ``files`` globs fingerprints only the files they match; another file of the same
+    snapshot folder (a tokenizer the globs left out) is checked by nothing, so reading it is an undeclared read, while
+    the fingerprinted files, the folder itself and a data source without a recorded fingerprint stay accepted."""
+    from kernodeck.inenv._common import Context
+
+    snap, other = tmp_path / "snap", tmp_path / "data"
+    (snap / "sub").mkdir(parents=True)
+    other.mkdir()
+    ctx = Context(config={}, out=tmp_path / "out", state={
+        "weights": str(snap), "weights_fingerprint": {"config.json": "a" * 64, "sub/model.bin": "b" * 64},
+        "data": {"eval": other}})
+    assert in_sources(ctx, str(snap / "config.json")) and in_sources(ctx, str(snap / "sub/model.bin"))
+    assert in_sources(ctx, str(snap)) and in_sources(ctx, str(snap / "sub"))
+    assert in_sources(ctx, str(other / "anything.csv"))  # no fingerprint known: the folder as a whole
+    assert not in_sources(ctx, str(snap / "tokenizer.json"))
+    assert not in_sources(ctx, str(snap / "sub" / "extra.bin"))
+    # what every fingerprint leaves out is no part of the source either (seventh red-team pass: both were accepted)
+    assert not in_sources(ctx, str(snap / "__pycache__" / "labels.csv"))
+    assert not in_sources(ctx, str(snap / "sub" / ".gitattributes"))
+
+
+def test_a_snapshots_file_is_accepted_by_the_blob_it_links_to_and_no_other_blob_is(tmp_path: Path) -> None:
+    """A read is recorded by the file it opens, and an hf snapshot's files are links to blobs: a fingerprinted file's
+    blob is the declared file; a blob no fingerprinted file links to (another revision's) is not."""
+    from kernodeck.inenv._common import Context
+
+    blobs, snap = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "rev1"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (blobs / "aaa").write_text("{}")
+    (blobs / "bbb").write_text("other revision")
+    (snap / "config.json").symlink_to(Path("..") / ".." / "blobs" / "aaa")
+    ctx = Context(config={}, out=tmp_path / "out", state={"weights": str(snap),
+                                                          "weights_fingerprint": {"config.json": "a" * 64}})
+    assert in_sources(ctx, os.path.realpath(snap / "config.json")) and in_sources(ctx, str(blobs / "aaa"))
+    assert not in_sources(ctx, str(blobs / "bbb"))
