@@ -7,7 +7,8 @@ stated limits (docs/application.md) do not name, read an undeclared file unseen:
 ``torch.jit.jit_module_from_flatbuffer`` and ``torch.export.pt2_archive.PT2ArchiveReader`` (C++
 ``_load_jit_module_from_file``, ``PyTorchFileReader``).
 FF2 (closed world, FALSE FAILURE): torch's public native writers that NATIVES does not wrap:
-``torch.jit.save_jit_module_to_flatbuffer``, a scripted module's ``_save_for_lite_interpreter``, the profiler's
+``torch.jit.save_jit_module_to_flatbuffer``, a scripted module's ``_save_for_lite_interpreter``, a scripted
+function's ``save`` (``torch._C.ScriptFunction``), the profiler's
 ``export_chrome_trace`` (kineto writes it in C++): the file, read back, is judged an undeclared input.
 FP3 (determinism, FALSE PASS): a write that is announced but does not happen lifts the rerun's bar on the files the
 application wrote earlier (seen._will_write discards them from owned.EARLIER at the audit event, before the open
@@ -130,6 +131,9 @@ UNSEEN_WRITES = {  # each writes into a temporary folder in C++, then the file i
     "ScriptModule._save_for_lite_interpreter -> torch.jit.load": (
         "torch.jit.script(torch.nn.Linear(2, 2))._save_for_lite_interpreter(os.path.join(d, 'm.ptl')); "
         "torch.jit.load(os.path.join(d, 'm.ptl'))"),
+    "a scripted function's save -> torch.jit.load": (  # torch._C.ScriptFunction.save: C++
+        "torch.jit.script(torch.nn.functional.relu).save(os.path.join(d, 'f.pt')); "
+        "torch.jit.load(os.path.join(d, 'f.pt'))"),
     "profiler export_chrome_trace -> json.load": (
         "p = torch.profiler.profile(); p.__enter__(); torch.ones(3) @ torch.ones(3); p.__exit__(None, None, None); "
         "p.export_chrome_trace(os.path.join(d, 't.json')); json.load(open(os.path.join(d, 't.json')))"),
