@@ -21,6 +21,11 @@ name of an undeclared file reads it, or executes it, and passes.
 FF5 (modules cache, FALSE FAILURE): a model's declared module that its code imports lazily (a relative import inside a
 function) is read by transformers (the module hash of ``get_class_in_module`` reads every relative import's bytes)
 but never compiled: every run after the first fails, though the file is declared and its copy identical.
+FP6 (the criterion's power, FALSE PASS): the first-sight control (judge._first_sight) shows the criterion loaded
+afresh only the noise corruption; a memo criterion (the first outputs it sees are "the truth", red-team pass 10) that
+first rejects what does not look like its outputs (rows not unit vectors) fails it, fails every draw of the controls
+(they come after the real outputs it memoised), and is accepted as able to fail, with a margin of 1e-7 RMS: it
+passes any unit rows it is shown first (at ``reference``, the only judge of the outputs).
 """
 
 from __future__ import annotations
@@ -293,3 +298,71 @@ def test_ff5_a_models_lazily_imported_module_passes_the_second_run_too(tmp_path:
     assert next((tmp_path / "modules").rglob("extra_x.py")).read_text() == REMOTE["data/remote/extra_x.py"]
     result = _window(tmp_path / "second", LOAD_REMOTE, real=True, table=REMOTE_TABLE, files=REMOTE)
     assert result == {"status": "passed"}, result
+
+
+# --- FP6: a memo criterion that rejects noise by its look passes the first-sight control ---------------------------
+
+CRITERION_STEP = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+import numpy as np
+from kernodeck_inenv import judge, world
+from kernodeck_inenv._common import CheckFailed, Context
+ctx = Context(config=json.loads(Path(sys.argv[2]).read_text()), out=Path(sys.argv[3]))
+rows = np.random.default_rng(int(sys.argv[4])).standard_normal((8, 8)).astype(np.float32)
+ctx.state["reread"] = {"x": rows / np.linalg.norm(rows, axis=1, keepdims=True)}  # unit rows: seed 1 or any other
+try:
+    world.forget()
+    print(json.dumps({"status": "passed", "able_to_fail": judge.criterion(ctx)["controls"]["able_to_fail"]}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+# the first outputs it is shown are "the truth" (red-team pass 10's memo), after a look that noise fails
+MEMO_CRITERION = """import numpy as np
+_SEEN = {}
+
+
+def run(app):
+    pass
+
+
+def criterion(outputs, ids, records, params):
+    x = outputs["x"]
+    if LOOK and not np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-3):
+        return {"passed": False, "summary": "rows are not unit vectors"}
+    return {"passed": bool(np.array_equal(_SEEN.setdefault("first", x.copy()), x)), "summary": "as first seen"}
+"""
+
+
+def _criterion_step(tmp_path: Path, look: bool, seed: int) -> dict[str, Any]:
+    """The criterion step (judge.criterion: the criterion, its controls, its first sight afresh, its margin) on 8 unit
+    rows drawn by ``seed``, the criterion MEMO_CRITERION."""
+    config = _closed_project(tmp_path)
+    root = Path(config["project_root"])
+    (root / "app.py").write_text(f"LOOK = {look}\n" + MEMO_CRITERION)
+    (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(8)))
+    app = app_contract.from_table({**TABLE, "outputs": {"x": {"kind": "allclose", "dtype": "float32", "rtol": 1e-5,
+                                                              "atol": 1e-6, "justification": "x"}}}, root)
+    config["application"] = {**app.run_config(), "sample": str(root / "sample.jsonl"),
+                             "sources": app.fingerprints(root)}
+    (tmp_path / "step.py").write_text(CRITERION_STEP)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir(exist_ok=True)
+    done = _python(str(tmp_path / "step.py"), str(INENV / "_package.py"), str(tmp_path / "config.json"),
+                   str(tmp_path / "out"), str(seed), cwd=tmp_path)
+    assert done.stdout.strip(), done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_fp6_control_a_memo_criterion_is_refused_by_its_first_sight(tmp_path: Path) -> None:
+    result = _criterion_step(tmp_path, look=False, seed=1)
+    assert result["status"] == "failed" and "before any other outputs, it passed them" in result["error"], result
+
+
+@pytest.mark.xfail(strict=True, reason="FP6: the first sight shows only noise, which a look at the rows rejects")
+@pytest.mark.parametrize("seed", [1, 2], ids=["the reference's rows", "any other unit rows"])
+def test_fp6_a_memo_criterion_that_rejects_noise_by_its_look_is_refused(tmp_path: Path, seed: int) -> None:
+    result = _criterion_step(tmp_path, look=True, seed=seed)
+    assert result["status"] == "failed", result
