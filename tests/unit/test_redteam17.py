@@ -13,7 +13,8 @@ function's ``save`` (``torch._C.ScriptFunction``), the profiler's
 FP3 (determinism, FALSE PASS): a write that is announced but does not happen lifts the rerun's bar on the files the
 application wrote earlier (seen._will_write discards them from owned.EARLIER at the audit event, before the open
 runs): the create-or-load idiom ``open(memo, "xb")`` (FileExistsError in every rerun) then reads the first call's
-memo, and the step says "bitwise identical" of a computation that is not.
+memo, and the step says "bitwise identical" of a computation that is not. The criterion's first sight has the same
+bar: a criterion keeping the first outputs it sees on disk so is accepted as able to fail, and passes any outputs.
 FP4 (modules cache, FALSE PASS): declared_files trusts any ``compile`` audit event under a file's name as the bytes of
 that file, and locates the cache from ``os.environ`` at each compile and at the verdict: an application that sets
 ``HF_MODULES_CACHE`` to its project and compiles a declared file's bytes (or ``b""`` for an ``__init__.py``) under the
@@ -335,12 +336,12 @@ def criterion(outputs, ids, records, params):
 """
 
 
-def _criterion_step(tmp_path: Path, look: bool, seed: int) -> dict[str, Any]:
+def _criterion_step(tmp_path: Path, source: str, seed: int) -> dict[str, Any]:
     """The criterion step (judge.criterion: the criterion, its controls, its first sight afresh, its margin) on 8 unit
-    rows drawn by ``seed``, the criterion MEMO_CRITERION."""
+    rows drawn by ``seed``, the project's app.py ``source``."""
     config = _closed_project(tmp_path)
     root = Path(config["project_root"])
-    (root / "app.py").write_text(f"LOOK = {look}\n" + MEMO_CRITERION)
+    (root / "app.py").write_text(source)
     (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(8)))
     app = app_contract.from_table({**TABLE, "outputs": {"x": {"kind": "allclose", "dtype": "float32", "rtol": 1e-5,
                                                               "atol": 1e-6, "justification": "x"}}}, root)
@@ -357,12 +358,47 @@ def _criterion_step(tmp_path: Path, look: bool, seed: int) -> dict[str, Any]:
 
 
 def test_fp6_control_a_memo_criterion_is_refused_by_its_first_sight(tmp_path: Path) -> None:
-    result = _criterion_step(tmp_path, look=False, seed=1)
+    result = _criterion_step(tmp_path, "LOOK = False\n" + MEMO_CRITERION, seed=1)
     assert result["status"] == "failed" and "before any other outputs, it passed them" in result["error"], result
 
 
 @pytest.mark.xfail(strict=True, reason="FP6: the first sight shows only noise, which a look at the rows rejects")
 @pytest.mark.parametrize("seed", [1, 2], ids=["the reference's rows", "any other unit rows"])
 def test_fp6_a_memo_criterion_that_rejects_noise_by_its_look_is_refused(tmp_path: Path, seed: int) -> None:
-    result = _criterion_step(tmp_path, look=True, seed=seed)
+    result = _criterion_step(tmp_path, "LOOK = True\n" + MEMO_CRITERION, seed=seed)
     assert result["status"] == "failed", result
+
+
+# FP3 again, at the criterion's first sight (the same bar: judge._first_sight hands seen.earlier the criterion's files):
+# a criterion keeping the first outputs it sees on disk (red-team pass 11) with the create-or-load idiom
+DISK_MEMO = """import numpy as np
+from pathlib import Path
+
+
+def run(app):
+    pass
+
+
+def criterion(outputs, ids, records, params):
+    x, memo = outputs["x"], Path("out", "truth.npy")
+    if EXCLUSIVE:
+        try:
+            with open(memo, "xb") as f:
+                np.save(f, x)
+        except FileExistsError:
+            pass
+    elif not memo.exists():
+        np.save(memo, x)
+    return {"passed": bool(np.array_equal(np.load(memo), x)), "summary": "as first seen"}
+"""
+
+
+def test_fp3_control_a_criterions_memo_on_disk_is_refused_at_its_first_sight(tmp_path: Path) -> None:
+    result = _criterion_step(tmp_path, "EXCLUSIVE = False\n" + DISK_MEMO, seed=2)
+    assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
+
+
+@pytest.mark.xfail(strict=True, reason="FP3: a failed open(memo, 'x') discards the memo from the first sight's bar")
+def test_fp3_a_criterions_memo_made_by_an_exclusive_create_is_refused_at_its_first_sight(tmp_path: Path) -> None:
+    result = _criterion_step(tmp_path, "EXCLUSIVE = True\n" + DISK_MEMO, seed=2)
+    assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
