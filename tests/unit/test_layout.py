@@ -21,6 +21,7 @@ CROSS_CUTTING = {
     "example_tool_pins": "each example pins the tools the sessions import, as this repository does",
     "suite_footprint": "the suite's own disk use",
     "redteam16": "red-team pass 16's findings across the closed world's modules (natives, declared, controls)",
+    "redteam17": "red-team pass 17's findings across the closed world's modules (natives, seen, declared_files)",
 }
 
 
