@@ -9,6 +9,8 @@ writers too (red-team pass 16): ``torch.save`` given a path, ``torch.jit.save``,
 ``serialize_file`` (under every framework's ``save_file`` and ``save_model``) write in C++ or Rust, and
 ``torch.from_file``/``UntypedStorage.from_file`` with ``shared`` true map a file to write it in place: a file the
 application so wrote was taken for an input when read back, and such a write into the run's record was not refused.
+Red-team pass 17 found more of torch's, public, as unseen: a flatbuffer model's and a PT2 archive's readers and
+writers, the lite interpreter's, a scripted function's ``save``, the profiler's traces.
 When the package is importable in the env, it is imported once before the application's first window
 (seen.install) and each of them (:data:`NATIVES`) is replaced by a Python function that raises the ``open`` audit event
 ``open()`` would for each path it is given (mode ``"r"``, ``"w"``, or ``"a+"``: read and changed in place), which the
@@ -66,6 +68,14 @@ NATIVES: tuple[Native, ...] = (
     Native("torch.jit", "load", ("f",)),
     Native("torch.export", "load", ("f",)),
     Native("torch.package", "PackageImporter.__init__", ("file_or_buffer",)),
+    # red-team pass 17 FP1: a flatbuffer model (C++ _load_jit_module_from_file), a PT2 archive (PyTorchFileReader),
+    # and the lite interpreter's readers (torch.jit.mobile: C++ given a path)
+    Native("torch.jit", "jit_module_from_flatbuffer", ("f",)),
+    Native("torch.export.pt2_archive", "PT2ArchiveReader.__init__", ("archive_path_or_buffer",)),
+    Native("torch.jit.mobile", "_load_for_lite_interpreter", ("f",)),
+    Native("torch.jit.mobile", "_get_model_bytecode_version", ("f_input",)),
+    Native("torch.jit.mobile", "_get_mobile_model_contained_types", ("f_input",)),
+    Native("torch.jit.mobile", "_get_model_ops_and_info", ("f_input",)),
     # the writers (red-team pass 16): torch's, given a path, write it in C++ (PyTorchFileWriter, ScriptModule's save);
     # given a file-like object, Python writes what was opened (judged as it was opened). safetensors' serialize_file
     # (Rust) is under every framework's save_file and save_model, each binding it by ``from safetensors import``.
@@ -75,6 +85,17 @@ NATIVES: tuple[Native, ...] = (
     Native("torch.jit._script", "ScriptModule.save", ("", "f"), "w"),  # torch copies it there: traced.save(path)
     Native("torch.export", "save", ("", "f"), "w"),
     Native("torch.package", "PackageExporter.__init__", ("f",), "w"),
+    # red-team pass 17 FF2: a flatbuffer (C++ _save_jit_module), the lite interpreter's format (_c._save_for_mobile,
+    # copied onto ScriptModule as save is), a scripted function (torch._C.ScriptFunction.save, C++), a PT2 archive
+    # (PyTorchFileWriter), the profiler's trace (kineto; torch.profiler.profile's export calls this one) and its
+# execution trace (opened in C++ by _add_execution_trace_observer at the registration)
+    Native("torch.jit", "save_jit_module_to_flatbuffer", ("", "f"), "w"),
+    Native("torch.jit._script", "RecursiveScriptModule._save_for_lite_interpreter", ("", "f"), "w"),
+    Native("torch.jit._script", "ScriptModule._save_for_lite_interpreter", ("", "f"), "w"),
+    Native("torch._C", "ScriptFunction.save", ("", "filename"), "w"),
+    Native("torch.export.pt2_archive", "PT2ArchiveWriter.__init__", ("archive_path_or_buffer",), "w"),
+    Native("torch.autograd.profiler", "profile.export_chrome_trace", ("", "path"), "w"),
+    Native("torch.profiler", "ExecutionTraceObserver.register_callback", ("", "output_file_path"), "w"),  # C++ too
     Native("safetensors", "serialize_file", ("", "filename"), "w"),
     # a file mapped into a tensor's storage in C++: read, and with ``shared`` true each assignment writes it
     # (TypedStorage.from_file and torch.load(mmap=True) call UntypedStorage's)

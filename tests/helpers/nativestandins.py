@@ -27,7 +27,8 @@ except CheckFailed as exc:
     print(json.dumps({"status": "failed", "error": str(exc)}))
 """
 PACKAGES = ["safetensors", "safetensors.torch", "safetensors.numpy", "tokenizers", "tokenizers.models",
-            "tokenizers.implementations", "torch.jit", "torch.export", "torch.package"]
+            "tokenizers.implementations", "torch.jit", "torch.export", "torch.package", "torch.jit.mobile",
+            "torch.export.pt2_archive", "torch.autograd.profiler", "torch.profiler"]
 
 
 
@@ -163,7 +164,8 @@ class ByteLevelBPETokenizer(Tokenizer):
 # base (TypedStorage's calls it).
 TORCH_NATIVES = {
     "__init__.py": "from torch.serialization import save\nfrom torch.storage import TypedStorage, UntypedStorage, "
-                   "_from_file as from_file\n",
+                   "_from_file as from_file\nfrom torch.jit._script import ScriptFunction as _ScriptFunction\n"
+                   "_C.ScriptFunction = _ScriptFunction  # a pybind11 class: torch.jit.script(fn) makes one\n",
     "serialization.py": '''import os, nativeio
 
 
@@ -190,8 +192,47 @@ class TypedStorage:
     def from_file(cls, filename, shared=False, size=0):
         return UntypedStorage.from_file(filename, shared, size)
 ''',
-    "jit/__init__.py": ("from torch.jit._serialization import load, save\n"
-                        "from torch.jit._script import RecursiveScriptModule\n"),
+    "jit/__init__.py": ("from torch.jit._serialization import load, save, jit_module_from_flatbuffer, "
+                        "save_jit_module_to_flatbuffer\nfrom torch.jit._script import RecursiveScriptModule\n"),
+    "jit/mobile/__init__.py": '''import os
+
+
+def _load_for_lite_interpreter(f, map_location=None):  # torch._C._load_for_lite_interpreter(os.fspath(f)): C++
+    return "read in C++" if isinstance(f, (str, os.PathLike)) else f.read()
+
+
+def _get_model_bytecode_version(f_input):
+    return 9 if isinstance(f_input, (str, os.PathLike)) else len(f_input.read())
+''',
+    "export/pt2_archive/__init__.py": '''import os, nativeio
+
+
+class PT2ArchiveReader:  # torch._C.PyTorchFileReader(path): C++
+    def __init__(self, archive_path_or_buffer):
+        self.data = "read in C++" if isinstance(archive_path_or_buffer, str) else archive_path_or_buffer.read()
+
+
+class PT2ArchiveWriter:  # torch._C.PyTorchFileWriter(path): C++
+    def __init__(self, archive_path_or_buffer):
+        nativeio.write(archive_path_or_buffer) if isinstance(archive_path_or_buffer, (str, os.PathLike)) \\
+            else archive_path_or_buffer.write(b"archive")
+''',
+    "profiler/__init__.py": '''import nativeio
+
+
+class ExecutionTraceObserver:
+    def register_callback(self, output_file_path):
+        nativeio.write(output_file_path)  # _add_execution_trace_observer(output_file_path): C++
+        return self
+''',
+    "autograd/__init__.py": "",
+    "autograd/profiler.py": '''import nativeio
+
+
+class profile:  # torch.profiler.profile's export_chrome_trace calls this one's
+    def export_chrome_trace(self, path, metadata=None, use_python_export=False):
+        nativeio.write(path)  # self.kineto_results.save(path): C++
+''',
     "jit/_script.py": '''import nativeio
 
 
@@ -206,10 +247,27 @@ class RecursiveScriptModule(ScriptModule):
     def save_to_buffer(self, _extra_files=None):
         return b"module"
 
+    def _save_for_lite_interpreter(self, *args, **kwargs):
+        nativeio.write(args[0] if args else kwargs["f"])  # self._c._save_for_mobile: C++
 
+
+class ScriptFunction:  # torch._C.ScriptFunction (torch.jit.script of a function)
+    def save(self, filename, _extra_files=None):
+        nativeio.write(filename)
+
+
+ScriptModule._save_for_lite_interpreter = RecursiveScriptModule._save_for_lite_interpreter
 ScriptModule.save = RecursiveScriptModule.save  # torch copies RecursiveScriptModule's methods onto ScriptModule
 ''',
-    "jit/_serialization.py": '''import os
+    "jit/_serialization.py": '''import os, nativeio
+
+
+def jit_module_from_flatbuffer(f):  # torch._C._load_jit_module_from_file(f): C++
+    return "read in C++" if isinstance(f, (str, os.PathLike)) else f.read()
+
+
+def save_jit_module_to_flatbuffer(m, f, _extra_files=None):  # torch._C._save_jit_module: C++
+    nativeio.write(os.fspath(f)) if isinstance(f, (str, os.PathLike)) else f.write(b"flatbuffer")
 
 
 def save(m, f, _extra_files=None):

@@ -56,6 +56,15 @@ READS = {
     "torch.export.load (PathLike)": "import torch.export; torch.export.load(ROOT / 'data' / 'w.st')",
     "torch.package.PackageImporter": ("from torch.package import PackageImporter; "
                                       "PackageImporter(str(ROOT / 'data' / 'w.st'))"),
+    # more of torch's C++ readers (red-team pass 17, FP1)
+    "torch.jit.jit_module_from_flatbuffer": ("import torch.jit; "
+                                             "torch.jit.jit_module_from_flatbuffer(str(ROOT / 'data' / 'w.st'))"),
+    "PT2ArchiveReader": ("from torch.export.pt2_archive import PT2ArchiveReader; "
+                         "PT2ArchiveReader(str(ROOT / 'data' / 'w.st'))"),
+    "torch.jit.mobile._load_for_lite_interpreter (PathLike)": (
+        "import torch.jit.mobile as m; m._load_for_lite_interpreter(ROOT / 'data' / 'w.st')"),
+    "torch.jit.mobile._get_model_bytecode_version": (
+        "import torch.jit.mobile as m; m._get_model_bytecode_version(str(ROOT / 'data' / 'w.st'))"),
     # a file mapped into a tensor, not shared: read (red-team pass 16)
     "torch.from_file (shared=False)": ("import torch; "
                                        "torch.from_file(str(ROOT / 'data' / 'w.st'), shared=False, size=1)"),
@@ -75,6 +84,16 @@ WRITES = {
     "safetensors.torch.save_model": "import safetensors.torch; safetensors.torch.save_model(None, str({P}))",
     "safetensors.numpy.save_file (PathLike)": "import safetensors.numpy; safetensors.numpy.save_file({{}}, {P})",
     "safetensors.serialize_file (filename=)": "import safetensors; safetensors.serialize_file({{}}, filename=str({P}))",
+    # more of torch's C++ writers (red-team pass 17, FF2)
+    "torch.jit.save_jit_module_to_flatbuffer": ("import torch.jit; "
+                                                "torch.jit.save_jit_module_to_flatbuffer(None, str({P}))"),
+    "scripted._save_for_lite_interpreter": ("import torch.jit; "
+                                            "torch.jit.RecursiveScriptModule()._save_for_lite_interpreter({P})"),
+    "a scripted function's save": "import torch; torch._C.ScriptFunction().save(str({P}))",
+    "PT2ArchiveWriter": "from torch.export.pt2_archive import PT2ArchiveWriter; PT2ArchiveWriter(str({P}))",
+    "profiler export_chrome_trace": "import torch.autograd.profiler as p; p.profile().export_chrome_trace(str({P}))",
+    "ExecutionTraceObserver.register_callback": ("import torch.profiler as p; "
+                                                 "p.ExecutionTraceObserver().register_callback(str({P}))"),
     "torch.from_file (shared=True)": "import torch; torch.from_file(str({P}), shared=True, size=1)",
     "torch.from_file (shared positional)": "import torch; torch.from_file({P}, True, 1)",
     "torch.UntypedStorage.from_file (shared)": "import torch; torch.UntypedStorage.from_file(str({P}), True, 1)",

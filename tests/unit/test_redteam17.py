@@ -5,11 +5,12 @@
 FP1 (closed world, FALSE PASS): torch's public native readers that natives.NATIVES does not wrap, and that the
 stated limits (docs/application.md) do not name, read an undeclared file unseen:
 ``torch.jit.jit_module_from_flatbuffer`` and ``torch.export.pt2_archive.PT2ArchiveReader`` (C++
-``_load_jit_module_from_file``, ``PyTorchFileReader``).
+``_load_jit_module_from_file``, ``PyTorchFileReader``). Fixed: rows in natives.NATIVES.
 FF2 (closed world, FALSE FAILURE): torch's public native writers that NATIVES does not wrap:
 ``torch.jit.save_jit_module_to_flatbuffer``, a scripted module's ``_save_for_lite_interpreter``, a scripted
 function's ``save`` (``torch._C.ScriptFunction``), the profiler's
-``export_chrome_trace`` (kineto writes it in C++): the file, read back, is judged an undeclared input.
+``export_chrome_trace`` (kineto writes it in C++): the file, read back, is judged an undeclared input. Fixed: rows in
+natives.NATIVES.
 FP3 (determinism, FALSE PASS): a write that is announced but does not happen lifts the rerun's bar on the files the
 application wrote earlier (seen._will_write discards them from owned.EARLIER at the audit event, before the open
 runs): the create-or-load idiom ``open(memo, "xb")`` (FileExistsError in every rerun) then reads the first call's
@@ -120,7 +121,6 @@ def test_fp1_control_an_undeclared_model_read_by_a_wrapped_loader_is_named(tmp_p
 
 
 @NEEDS_ENV
-@pytest.mark.xfail(strict=True, reason="FP1: a native reader natives.NATIVES misses reads an undeclared file unseen")
 @pytest.mark.parametrize("how", sorted(UNSEEN_READS))
 def test_fp1_an_undeclared_model_read_by_another_public_native_reader_is_named(tmp_path: Path, models: Path,
                                                                                how: str) -> None:
@@ -158,7 +158,6 @@ def test_ff2_control_a_wrapped_native_writers_file_read_back_is_the_applications
 
 
 @NEEDS_ENV
-@pytest.mark.xfail(strict=True, reason="FF2: a native writer natives.NATIVES misses: its file read back is an input")
 @pytest.mark.parametrize("how", sorted(UNSEEN_WRITES))
 def test_ff2_a_file_another_native_writer_made_then_read_back_is_not_an_input(tmp_path: Path, how: str) -> None:
     result = _writes(tmp_path, UNSEEN_WRITES[how])
