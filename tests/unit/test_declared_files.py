@@ -141,6 +141,30 @@ def test_a_copy_only_read_counts_by_its_bytes_unchanged_since(tmp_path: Path,
     assert declared_files.cache_copy(ctx, os.path.realpath(copy)) is None
 
 
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_forked_child_judges_a_copy_it_reads_by_its_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            changed: bool) -> None:
+    """A forked child judges each read at once: a true copy only read there passes (no compile needed), a copy one
+    byte off is refused."""
+    ctx, copy = _project(tmp_path, monkeypatch, code=CODE.replace(b"41", b"40") if changed else CODE)
+
+    def read_in_a_child() -> None:
+        with world.window(ctx, "the entry"):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    copy.read_bytes()
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+
+    if changed:
+        with pytest.raises(CheckFailed, match=r"abc123/configuration_x\.py"):
+            read_in_a_child()
+    else:
+        read_in_a_child()
+
+
 def test_a_compile_counts_only_of_the_files_own_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """FP4: the declared bytes (or b"" for an ``__init__.py``) compiled under the name of a cache file holding other
     bytes do not make it a copy (the builtin ``compile``, not the import system); the control: the file's own
