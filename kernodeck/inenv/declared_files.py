@@ -5,11 +5,16 @@ A declared source is a ``code`` or ``files`` file (fingerprinted into the refere
 declared bytes: the Hugging Face modules cache. A model with its own code (transformers' ``trust_remote_code=True``)
 has its module, a declared file, copied there (``HF_MODULES_CACHE``, default ``$HF_HOME/modules``:
 ``transformers_modules/<name>/<hash>/``, each folder with an empty ``__init__.py`` it makes) and imported from the
-copy. The first run writes the copy (its own output); a later run finds it there. A file there counts as the declared
-source whose bytes it holds, judged by the bytes the interpreter compiled from it (the ``compile`` audit event hands
-the hook those very bytes: :func:`compiled`, never a read of the file later), or as an empty ``__init__.py``; every
-compile of it in this process must be such bytes. Any other file there (one byte changed, a non-empty
-``__init__.py`` that is no declared file, a file only read and never compiled) stays undeclared.
+copy. The first run writes the copy (its own output); a later run finds it there. The cache is located from the
+environment the process started with (leftover.kernodecks_start: an ``os.environ`` edit by the application does not
+move it), and a cache inside the project or a declared source's folder is none. A file there counts as the declared
+source whose bytes it holds, or as an empty ``__init__.py``, judged by its bytes hashed at the judgement (as the
+declared files are, world.moved), and only if the file is unchanged since each read and compile of it in this
+process (the same inode, size, mtime and ctime: :func:`seen_now`), and every compile of it (the ``compile`` audit
+event's bytes, :func:`compiled`) was of those very bytes: a compile under its name of other bytes (the builtin
+``compile``, not the import system) makes it undeclared. A module only read (transformers hashes every relative
+import's file, one imported lazily is never compiled) counts by the bytes read. Any other file there (one byte
+changed, a non-empty ``__init__.py`` that is no declared file, a file changed after it was read) stays undeclared.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import paths
-from ._common import Context
+from . import leftover, paths
+from ._common import Context, sha256_file
 
 EMPTY = hashlib.sha256(b"").hexdigest()
 COMPILED: dict[str, set[str]] = {}  # a file in the modules cache compiled in this process -> the sha256 of each
+SEEN: dict[str, set[Any]] = {}  # a file in the modules cache read or compiled in this process -> its stat then
+_HASHED: dict[str, tuple[Any, str]] = {}  # a file judged -> (its stat, the sha256 of its bytes then)
 _ROOTS: list[Any] = [None, ()]  # the environment the cache was located from, and its folder in both forms
 
 
@@ -101,15 +108,18 @@ def modules_cache() -> tuple[str, ...]:
     """The Hugging Face modules cache, located as transformers locates it (``transformers/utils/hub.py``, with
     ``huggingface_hub/constants.py``'s ``HF_HOME``): ``HF_MODULES_CACHE``, else ``$HF_HOME/modules``, ``HF_HOME``
     defaulting to ``$XDG_CACHE_HOME/huggingface`` or ``~/.cache/huggingface``; as given and resolved, each with a
-    trailing separator (located again only when those variables change: the hook asks at every compile)."""
-    env = os.environ
+    trailing separator. From the environment the process started with (leftover.kernodecks_start, taken before the
+    project's code ran), never ``os.environ`` now: the application cannot move the cache onto its own files."""
+    env = leftover.kernodecks_start()[0]
     key = (env.get("HF_MODULES_CACHE"), env.get("HF_HOME"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
     if _ROOTS[0] != key:
         folder = key[0]
         if folder is None:
-            base = os.path.join(env.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
-                                "huggingface")
-            folder = os.path.join(os.path.expandvars(os.path.expanduser(env.get("HF_HOME", base))), "modules")
+            home = key[3] if key[3] is not None else os.path.expanduser("~")
+            base = os.path.join(key[2] if key[2] is not None else os.path.join(home, ".cache"), "huggingface")
+            hf_home = key[1] if key[1] is not None else base
+            folder = os.path.join(os.path.expandvars(hf_home.replace("~", home, 1) if hf_home.startswith("~")
+                                                     else hf_home), "modules")
         _ROOTS[:] = [key, tuple(sorted(form.rstrip(os.sep) + os.sep for form in paths.forms(folder)))]
     roots: tuple[str, ...] = _ROOTS[1]
     return roots
@@ -119,24 +129,64 @@ def in_modules_cache(path: str) -> bool:
     return path.startswith(modules_cache())
 
 
+def in_cache_here(ctx: Context, path: str) -> bool:
+    """A file of the modules cache as the judgement takes it: never one inside the project or a declared source's
+    folder (a cache placed there would make the project's own files "copies")."""
+    if not in_modules_cache(path):
+        return False
+    folders = [str(Path(ctx.config["project_root"])), *(str(source) for source, _ in _sources(ctx))]
+    inside = tuple(form.rstrip(os.sep) + os.sep for folder in folders for form in paths.forms(folder))
+    return not (path + os.sep).startswith(inside)
+
+
+def _stat(path: str) -> Any:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def seen_now(path: str) -> None:
+    """A file of the modules cache read (seen's ``open`` event, before its bytes are read): its stat now, which the
+    judgement requires unchanged (the bytes it hashes then are the bytes read)."""
+    SEEN.setdefault(os.path.realpath(path), set()).add(_stat(path))
+
+
 def compiled(source: Any, filename: Any) -> None:
     """The ``compile`` audit event (seen's hook): for a file in the modules cache, the sha256 of the bytes compiled
-    (a text or tree compiled under its name is no file's bytes: never a match)."""
+    (a text or tree compiled under its name is no file's bytes: never a match) and the file's stat now."""
     if not isinstance(filename, str) or filename.startswith("<"):  # "<string>": exec's, namedtuple's
         return
     filename = os.path.normpath(os.path.abspath(filename))
     if filename.startswith(modules_cache()):
         digest = hashlib.sha256(source).hexdigest() if isinstance(source, (bytes, bytearray, memoryview)) else ""
         COMPILED.setdefault(os.path.realpath(filename), set()).add(digest)
+        seen_now(filename)
+
+
+def _bytes_held(path: str) -> str | None:
+    """The sha256 of the file's bytes now, if it is unchanged since every read and compile of it (one stat, the same
+    before and after hashing); None otherwise."""
+    stats = SEEN.get(path, set())
+    before = _stat(path)
+    if before is None or stats - {before}:
+        return None
+    if path not in _HASHED or _HASHED[path][0] != before:
+        _HASHED[path] = (before, sha256_file(Path(path)))
+    digest = _HASHED[path][1]
+    return digest if _stat(path) == before else None
 
 
 def cache_copy(ctx: Context, path: str) -> str | None:
-    """The declared file a file of the modules cache is a copy of (``path`` as a read is recorded: the file it opens),
-    judged by every compile of it in this process (each one a declared file's bytes); "an empty __init__.py" for one;
-    None for any other file (bytes compiled that are no declared file's, or never compiled). The match is recorded in
+    """The declared file a file of the modules cache is a copy of (``path`` as a read is recorded: the file it opens):
+    its bytes hashed now (unchanged since each read and compile) a declared file's, and every compile of it those
+    bytes; "an empty __init__.py" for one; None for any other file. The match is recorded in
     ``ctx.state["cached_code"]`` (the entry step's details)."""
-    digests = COMPILED.get(path)
-    if not digests or not in_modules_cache(path):
+    if not in_cache_here(ctx, path) or (path not in SEEN and path not in COMPILED):
+        return None
+    digest = _bytes_held(path)
+    if digest is None or COMPILED.get(path, {digest}) != {digest}:
         return None
     shown = shown_in(Path(ctx.config["project_root"]))
     known = {digest: shown(where) for where, digest in declared(ctx).items() if digest}
@@ -145,9 +195,7 @@ def cache_copy(ctx: Context, path: str) -> str | None:
             known.update({digest: shown(os.path.join(str(source), rel)) for rel, digest in files.items()})
     if os.path.basename(path) == "__init__.py":
         known.setdefault(EMPTY, "an empty __init__.py")
-    matched = {known.get(digest) for digest in digests}
-    if None in matched:
+    if digest not in known:
         return None
-    name = " and ".join(sorted(str(m) for m in matched))
-    ctx.state.setdefault("cached_code", {})[path] = name
-    return name
+    ctx.state.setdefault("cached_code", {})[path] = known[digest]
+    return known[digest]

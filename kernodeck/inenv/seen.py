@@ -4,11 +4,12 @@ Installed once (``sys.addaudithook``), the hook returns at once outside a window
 record. It records every file opened for reading (``open``: ``open()``, ``os.open`` (a relative name against the
 working folder and every folder held open: its ``dir_fd``), ``io.open_code``), ``sqlite3.connect``'s database and a
 library ``ctypes`` loads by path; every file written or folder made (outputs); the project folders listed outside the
-import machinery; the bytes compiled from a file in the Hugging Face modules cache (declared_files.py); and refuses at
-once a process the application starts (what it reads cannot be seen), an audit hook it adds, and a change to what was
-checked before the run (:data:`GUARD`: the env, a declared source). A process forked in a window keeps the hook: its
-reads are judged at once in it, its writes handed to the parent (children.py). Between windows, every thread but
-Kernodeck's own is watched: what the application left running reads for the next window's verdict.
+import machinery; the bytes compiled from, and the stat at each read of, a file in the Hugging Face modules cache
+(declared_files.py); and refuses at once a process the application starts (what it reads cannot be seen), an audit
+hook it adds, and a change to what was checked before the run (:data:`GUARD`: the env, a declared source). A
+process forked in a window keeps the hook: its reads are judged at once in it, its writes handed to the parent
+(children.py). Between windows, every thread but Kernodeck's own is watched: what the application left running reads
+for the next window's verdict.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
     if reads and not writes and (path in EARLIER or (EARLIER_FILES and (st := _state(path)) is not None
                                                      and (st[0], st[5]) in EARLIER_FILES)) and os.path.isfile(path):
         _refuse(owned.EARLIER_READ.format(path=path), {"file": path, "tip": "keep no results across calls"})
+    if reads and declared_files.in_modules_cache(path):
+        declared_files.seen_now(path)  # its stat as read: the judgement hashes it, unchanged since (declared_files.py)
     if reads and path not in READ and not written(path) and os.path.isfile(path):
         READ[path] = _by()
         if children.forked():

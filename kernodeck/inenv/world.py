@@ -12,9 +12,10 @@ each file read is one of:
   the file a path there opens: a link out of it is not the run's; a file moved or linked into it was read),
 - a declared source: ``code`` and ``files`` (globs accepted, each file fingerprinted into the reference), the sample,
   a ``weights`` or ``data.NAME`` source (checked file by file at its own step),
-- a file in the Hugging Face modules cache (``HF_MODULES_CACHE``: transformers' copy of a ``trust_remote_code``
-  model's own code) whose every compile in the process was of a declared file's bytes, or an empty ``__init__.py``
-  (declared_files.py, which also holds the other sources' judgement; the step's ``cached_code`` names the file matched),
+- a file in the Hugging Face modules cache (``HF_MODULES_CACHE`` as the process started: transformers' copy of a
+  ``trust_remote_code`` model's own code) holding a declared file's bytes, or an empty ``__init__.py``, unchanged
+  since read, every compile of it those bytes (declared_files.py, which also holds the other sources' judgement;
+  the step's ``cached_code`` names the file matched),
 - written by the application in this run before it read it (its outputs, not inputs: created by it, or a file that
   was there whose bytes a truncating open replaced, nothing else having touched it: owned.written),
 
@@ -43,7 +44,7 @@ from typing import Any
 
 from . import children, leftover, locate, owned, paths, seen, verified
 from ._common import CheckFailed, Context, sha256_file
-from .declared_files import cache_copy, declared, in_modules_cache, in_sources, shown_in
+from .declared_files import cache_copy, declared, in_cache_here, in_sources, shown_in
 from .protocol import STEPS_DIR, Layer
 
 
@@ -221,7 +222,7 @@ def _stranger(ctx: Context, known: dict[str, str], out_dir: str, path: str) -> d
         return None
     if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)) or in_sources(ctx, path):
         return None
-    if in_modules_cache(path):  # a model's own code copied by transformers (declared_files.py)
+    if in_cache_here(ctx, path):  # a model's own code copied by transformers (declared_files.py)
         return None if cache_copy(ctx, path) is not None else {"file": path, "declare": "modules cache"}
     rel = shown_in(Path(ctx.config["project_root"]))(path)
     return {"file": rel, "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
@@ -293,9 +294,9 @@ def _advice(files: list[dict[str, str]]) -> str:
                       '[tool.kernodeck.application.data.NAME] path = "${VAR}/..." (or url, hf; docs/application.md)')
     if any(f["declare"] == "modules cache" for f in files):
         advice.append("a file in the Hugging Face modules cache (HF_MODULES_CACHE: a trust_remote_code model's code "
-                      "copied by transformers) counts only as the copy of a declared file, by the bytes compiled from "
-                      "it (or an empty __init__.py): declare the model's code (code, or the weights source holding "
-                      "it), or remove the stale copy")
+                      "copied by transformers) counts only as the copy of a declared file, by its bytes, unchanged "
+                      "since read, and every compile of it those bytes (or an empty __init__.py): declare the model's "
+                      "code (code, or the weights source holding it), or remove the stale copy")
     return "; ".join(advice)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import declared_files, world
+from kernodeck.inenv import declared_files, leftover, world
 from kernodeck.inenv._common import CheckFailed, Context
 from kernodeck.inenv.declared_files import in_sources
 
@@ -28,6 +28,8 @@ PACKAGE = "transformers_modules"
 def _fresh_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No earlier test's ``transformers_modules`` in sys.modules, no bytecode written beside the fake cache."""
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(declared_files, "COMPILED", {})
+    monkeypatch.setattr(declared_files, "SEEN", {}, raising=False)
     for name in [n for n in sys.modules if n.split(".")[0] == PACKAGE]:
         monkeypatch.delitem(sys.modules, name)
     yield
@@ -52,6 +54,7 @@ def _project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: bytes = CODE
         (folder / "__init__.py").write_bytes(init if folder == leaf else b"")
     (leaf / "configuration_x.py").write_bytes(code)
     monkeypatch.setenv("HF_MODULES_CACHE", str(cache))
+    monkeypatch.setattr(leftover, "BEFORE_APPLICATION", [None])  # the process "starts" with it: its first window
     monkeypatch.syspath_prepend(str(cache))
     importlib.invalidate_caches()
     config = {"project_root": str(root), "application": {
@@ -87,20 +90,21 @@ def test_a_copy_of_a_declared_file_in_the_modules_cache_is_that_declared_source(
 
 
 @pytest.mark.parametrize("how", ["one byte changed", "a non-empty __init__.py", "a file matching nothing",
-                                 "only read, never compiled"])
+                                 "only read, one byte changed"])
 def test_any_other_file_in_the_modules_cache_is_undeclared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            how: str) -> None:
     """The negatives: a copy one byte off the declared file, a non-empty ``__init__.py``, a module that is no
-    declared file's copy, a copy read as data and never compiled: each refused, named, with the cache's advice."""
+    declared file's copy, a changed copy only read: each refused, named, with the cache's advice."""
     code, init = {"one byte changed": (CODE.replace(b"41", b"40"), b""),
+                  "only read, one byte changed": (CODE.replace(b"41", b"40"), b""),
                   "a non-empty __init__.py": (CODE, b"X = 1\n")}.get(how, (CODE, b""))
     ctx, copy = _project(tmp_path, monkeypatch, code=code, init=init)
     stranger = copy.parent / "other.py"
     stranger.write_bytes(b"OTHER = 1\n")
     named = {"one byte changed": copy, "a non-empty __init__.py": copy.parent / "__init__.py",
-             "a file matching nothing": stranger, "only read, never compiled": copy}[how]
+             "a file matching nothing": stranger, "only read, one byte changed": copy}[how]
     with pytest.raises(CheckFailed) as caught, world.window(ctx, "the entry"):
-        if how == "only read, never compiled":
+        if how == "only read, one byte changed":
             copy.read_bytes()
         else:
             _load_like_transformers(copy)
@@ -112,20 +116,100 @@ def test_any_other_file_in_the_modules_cache_is_undeclared(tmp_path: Path, monke
     assert os.path.realpath(named) not in ctx.state.get("cached_code", {})
 
 
-def test_the_bytes_judged_are_those_compiled_never_a_later_read(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """What ran decides: a changed copy compiled, then given the declared bytes back before the window's end, is
-    refused (a re-read at the end would pass it); the declared bytes compiled, then changed, pass (they ran)."""
-    ctx, copy = _project(tmp_path / "a", monkeypatch, code=CODE.replace(b"41", b"40"))
+def test_a_copy_only_read_counts_by_its_bytes_unchanged_since(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """FF5: a declared module's copy only read (transformers hashing a lazily imported module) is that declared
+    source; the negatives: a copy changed after it was read (given the declared bytes back, or changed for good) is
+    refused, as is one changed after it was compiled (what was read or ran is not what the judgement hashes)."""
+    ctx, copy = _project(tmp_path / "a", monkeypatch)
+    with world.window(ctx, "the entry"):
+        copy.read_bytes()
+    assert ctx.state["cached_code"][os.path.realpath(copy)] == "data/remote/configuration_x.py"
+    ctx, copy = _project(tmp_path / "b", monkeypatch, code=CODE.replace(b"41", b"40"))
+    with pytest.raises(CheckFailed, match=r"abc123/configuration_x\.py \(opened\)"), world.window(ctx, "the entry"):
+        copy.read_bytes()
+        copy.write_bytes(CODE)  # the declared bytes back before the judgement: not what was read
+    ctx, copy = _project(tmp_path / "c", monkeypatch, code=CODE.replace(b"41", b"40"))
     with pytest.raises(CheckFailed, match=r"abc123/configuration_x\.py \(imported\)"), world.window(ctx, "the entry"):
         assert _load_like_transformers(copy).value() == 41
-        copy.write_bytes(CODE)  # hidden again before the judgement
+        copy.write_bytes(CODE)
     sys.modules.pop(f"{PACKAGE}.remote.abc123.configuration_x")
-    ctx, copy = _project(tmp_path / "b", monkeypatch)
+    ctx, copy = _project(tmp_path / "d", monkeypatch)
     with world.window(ctx, "the entry"):
         assert _load_like_transformers(copy).value() == 42
     copy.write_bytes(CODE.replace(b"41", b"40"))
-    assert declared_files.cache_copy(ctx, os.path.realpath(copy)) == "data/remote/configuration_x.py"
+    assert declared_files.cache_copy(ctx, os.path.realpath(copy)) is None
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_forked_child_judges_a_copy_it_reads_by_its_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            changed: bool) -> None:
+    """A forked child judges each read at once: a true copy only read there passes (no compile needed), a copy one
+    byte off is refused."""
+    ctx, copy = _project(tmp_path, monkeypatch, code=CODE.replace(b"41", b"40") if changed else CODE)
+
+    def read_in_a_child() -> None:
+        with world.window(ctx, "the entry"):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    copy.read_bytes()
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+
+    if changed:
+        with pytest.raises(CheckFailed, match=r"abc123/configuration_x\.py"):
+            read_in_a_child()
+    else:
+        read_in_a_child()
+
+
+def test_a_compile_counts_only_of_the_files_own_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FP4: the declared bytes (or b"" for an ``__init__.py``) compiled under the name of a cache file holding other
+    bytes do not make it a copy (the builtin ``compile``, not the import system); the control: the file's own
+    declared bytes compiled under its name do; and other bytes compiled under a true copy's name unmake it."""
+    ctx, copy = _project(tmp_path, monkeypatch)
+    other = copy.parent / "other.py"
+    other.write_bytes(b"OTHER = 1\n")
+    init = copy.parent / "extra" / "__init__.py"
+    init.parent.mkdir()
+    init.write_bytes(b"X = 1\n")
+    with pytest.raises(CheckFailed) as caught, world.window(ctx, "the entry"):
+        compile(CODE, str(other), "exec")
+        compile(b"", str(init), "exec")
+        other.read_bytes()
+        init.read_bytes()
+    assert sorted(f["file"] for f in caught.value.details["undeclared"]) == sorted(
+        os.path.realpath(p) for p in (init, other))
+    with world.window(ctx, "the entry"):
+        compile(CODE, str(copy), "exec")
+        copy.read_bytes()
+    assert ctx.state["cached_code"][os.path.realpath(copy)] == "data/remote/configuration_x.py"
+    with pytest.raises(CheckFailed, match=r"abc123/configuration_x\.py \(opened\)"), world.window(ctx, "the entry"):
+        compile(b"VALUE = 40\n", str(copy), "exec")  # other bytes under the copy's name: not what the file holds
+        copy.read_bytes()
+
+
+def test_the_cache_is_where_the_process_started_and_never_in_the_project(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """FP4: ``HF_MODULES_CACHE`` pointed elsewhere by the application does not move the cache (located from the
+    environment the process started with); a cache the process started with inside the project (or a declared
+    source's folder) is none: a project file there is judged as a project file. The control: the cache as started."""
+    ctx, copy = _project(tmp_path / "a", monkeypatch)
+    root = Path(ctx.config["project_root"])
+    (root / "notes.txt").write_bytes(CODE)  # a declared file's bytes, undeclared here
+    with pytest.raises(CheckFailed, match=r"notes\.txt \(opened\)"), world.window(ctx, "the entry"):
+        os.environ["HF_MODULES_CACHE"] = str(root)
+        compile(CODE, str(root / "notes.txt"), "exec")
+        (root / "notes.txt").read_bytes()
+    assert declared_files.in_modules_cache(str(copy)) and not declared_files.in_modules_cache(str(root / "x"))
+    monkeypatch.setattr(leftover, "BEFORE_APPLICATION", [None])
+    monkeypatch.setenv("HF_MODULES_CACHE", str(root))  # now as the process started
+    with pytest.raises(CheckFailed, match=r"notes\.txt \(opened\)"), world.window(ctx, "the entry"):
+        (root / "notes.txt").read_bytes()
+    assert declared_files.in_modules_cache(str(root / "notes.txt"))
+    assert not declared_files.in_cache_here(ctx, os.path.realpath(root / "notes.txt"))
 
 
 def test_a_weights_sources_file_is_matched_too_and_only_in_the_modules_cache(
@@ -155,12 +239,16 @@ def test_the_modules_cache_is_located_as_transformers_locates_it(tmp_path: Path,
     for name in ("HF_MODULES_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(leftover, "BEFORE_APPLICATION", [None])
     assert str(tmp_path / "home" / ".cache" / "huggingface" / "modules") + os.sep in declared_files.modules_cache()
+    monkeypatch.setattr(leftover, "BEFORE_APPLICATION", [None])  # as a process started with it
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert str(tmp_path / "xdg" / "huggingface" / "modules") + os.sep in declared_files.modules_cache()
+    monkeypatch.setattr(leftover, "BEFORE_APPLICATION", [None])  # as a process started with it
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     assert declared_files.in_modules_cache(str(tmp_path / "hf" / "modules" / "x.py"))
     assert not declared_files.in_modules_cache(str(tmp_path / "xdg" / "huggingface" / "modules" / "x.py"))
+    monkeypatch.setattr(leftover, "BEFORE_APPLICATION", [None])  # as a process started with it
     monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "mine"))
     assert declared_files.in_modules_cache(str(tmp_path / "mine" / "x.py"))
     assert not declared_files.in_modules_cache(str(tmp_path / "hf" / "modules" / "x.py"))

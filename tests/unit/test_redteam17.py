@@ -263,8 +263,6 @@ def test_fp4_control_an_undeclared_file_read_is_named(tmp_path: Path) -> None:
     assert result["status"] == "failed" and "notes.txt" in result["error"], result
 
 
-@pytest.mark.xfail(strict=True, reason="FP4: a compile under any name, in a cache the application relocates, "
-                                       "makes an undeclared file a declared one's copy")
 @pytest.mark.parametrize("how", sorted(TRICKS))
 def test_fp4_an_undeclared_file_is_not_made_a_cached_copy_by_a_compile(tmp_path: Path, how: str) -> None:
     result = _window(tmp_path, TRICKS[how], real=False, files=UNDECLARED)
@@ -288,7 +286,6 @@ LOAD_REMOTE = ("from transformers import AutoConfig; "
 
 
 @NEEDS_ENV
-@pytest.mark.xfail(strict=True, reason="FF5: a declared module read by transformers' hash but never compiled fails")
 def test_ff5_a_models_lazily_imported_module_passes_the_second_run_too(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "modules"))
