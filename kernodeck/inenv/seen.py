@@ -117,7 +117,9 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
     # was there before leaves its earlier bytes an input: "a+"/"r+" read them, and they are not its output.
     if isinstance(mode, str):
         reads = "r" in mode or "+" in mode
-        writes = "w" in mode or "x" in mode or ("a" in mode and not os.path.exists(path))
+        # "x" on a path already there fails (FileExistsError): no write, the file stays what it was (pass 17, FP3)
+        writes = "w" in mode or ("x" in mode and not os.path.lexists(path)) or (
+            "a" in mode and not os.path.exists(path))
         touches = ("a" in mode or "+" in mode) and "w" not in mode
     else:  # os.open: the flags say
         flags = int(flags or 0)
@@ -125,7 +127,8 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
             return  # a handle on the path, no access to its bytes (O_TRUNC is ignored with it)
         access = flags & os.O_ACCMODE
         reads = access != os.O_WRONLY and not flags & os.O_TRUNC
-        writes = bool(flags & os.O_TRUNC) or (bool(flags & os.O_CREAT) and not os.path.exists(path))
+        fails = bool(flags & os.O_CREAT and flags & os.O_EXCL) and os.path.lexists(path)  # O_EXCL: it is there
+        writes = not fails and (bool(flags & os.O_TRUNC) or (bool(flags & os.O_CREAT) and not os.path.exists(path)))
         touches = access != os.O_RDONLY and not flags & os.O_TRUNC
     if reads and path.endswith(" (deleted)") and raw.startswith(("/proc/", "/dev/fd/")):
         _refuse(f"read a file that is no longer there through {raw} ({path}): what it held cannot be judged",

@@ -16,6 +16,8 @@ application wrote earlier (seen._will_write discards them from owned.EARLIER at 
 runs): the create-or-load idiom ``open(memo, "xb")`` (FileExistsError in every rerun) then reads the first call's
 memo, and the step says "bitwise identical" of a computation that is not. The criterion's first sight has the same
 bar: a criterion keeping the first outputs it sees on disk so is accepted as able to fail, and passes any outputs.
+Fixed: an exclusive create (``"x"``) of a path already there is no write (seen._opened); a native writer that raises
+before writing still lifts the bar (docs/application.md states it).
 FP4 (modules cache, FALSE PASS): declared_files trusts any ``compile`` audit event under a file's name as the bytes of
 that file, and locates the cache from ``os.environ`` at each compile and at the verdict: an application that sets
 ``HF_MODULES_CACHE`` to its project and compiles a declared file's bytes (or ``b""`` for an ``__init__.py``) under the
@@ -234,9 +236,15 @@ def test_fp3_control_a_memo_loaded_when_it_exists_is_refused_in_a_rerun(tmp_path
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
-@pytest.mark.xfail(strict=True, reason="FP3: a failed open(memo, 'x') discards the memo from the rerun's bar")
-def test_fp3_a_memo_made_by_an_exclusive_create_is_refused_in_a_rerun(tmp_path: Path) -> None:
-    result = _determinism(tmp_path, CREATE_OR_LOAD)
+# the same idiom through os.open's O_CREAT | O_EXCL (a guard: it held; "x" is what the fix changed)
+EXCLUSIVE = "os.open(memo, os.O_WRONLY | os.O_CREAT | os.O_EXCL)"
+OS_CREATE_OR_LOAD = CREATE_OR_LOAD.replace(
+    'with open(memo, "xb") as f:', f'import os\n        with os.fdopen({EXCLUSIVE}, "wb") as f:')
+
+
+@pytest.mark.parametrize("entry", [CREATE_OR_LOAD, OS_CREATE_OR_LOAD], ids=["open-x", "os.open-O_EXCL"])
+def test_fp3_a_memo_made_by_an_exclusive_create_is_refused_in_a_rerun(tmp_path: Path, entry: str) -> None:
+    result = _determinism(tmp_path, entry)
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
@@ -394,7 +402,6 @@ def test_fp3_control_a_criterions_memo_on_disk_is_refused_at_its_first_sight(tmp
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
-@pytest.mark.xfail(strict=True, reason="FP3: a failed open(memo, 'x') discards the memo from the first sight's bar")
 def test_fp3_a_criterions_memo_made_by_an_exclusive_create_is_refused_at_its_first_sight(tmp_path: Path) -> None:
     result = _criterion_step(tmp_path, "EXCLUSIVE = True\n" + DISK_MEMO, seed=2)
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
