@@ -30,8 +30,8 @@ from ._common import Context, sha256_file
 EMPTY = hashlib.sha256(b"").hexdigest()
 COMPILED: dict[str, set[str]] = {}  # a file in the modules cache compiled in this process -> the sha256 of each
 SEEN: dict[str, set[Any]] = {}  # a file in the modules cache read or compiled in this process -> its stat then
-_HASHED: dict[str, tuple[Any, str]] = {}  # a file judged -> (its stat, the sha256 of its bytes then)
-_ROOTS: list[Any] = [None, ()]  # the environment the cache was located from, and its folder in both forms
+HASHED: dict[str, tuple[Any, str]] = {}  # a file hashed -> (its stat then, the sha256 of its bytes): world.moved's too
+_ROOTS: list[Any] = [None, ()]  # the start environment taken the cache was located from, its folder in both forms
 
 
 def declared(ctx: Context) -> dict[str, str]:
@@ -110,9 +110,12 @@ def modules_cache() -> tuple[str, ...]:
     defaulting to ``$XDG_CACHE_HOME/huggingface`` or ``~/.cache/huggingface``; as given and resolved, each with a
     trailing separator. From the environment the process started with (leftover.kernodecks_start, taken before the
     project's code ran), never ``os.environ`` now: the application cannot move the cache onto its own files."""
-    env = leftover.kernodecks_start()[0]
-    key = (env.get("HF_MODULES_CACHE"), env.get("HF_HOME"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
-    if _ROOTS[0] != key:
+    if leftover.BEFORE_APPLICATION[0] is None:
+        leftover.at_start()
+    start = leftover.BEFORE_APPLICATION[0]
+    if _ROOTS[0] is not start:  # located once per start environment taken (a hot path: every open and compile)
+        env = start[0]
+        key = (env.get("HF_MODULES_CACHE"), env.get("HF_HOME"), env.get("XDG_CACHE_HOME"), env.get("HOME"))
         folder = key[0]
         if folder is None:
             home = key[3] if key[3] is not None else os.path.expanduser("~")
@@ -120,7 +123,7 @@ def modules_cache() -> tuple[str, ...]:
             hf_home = key[1] if key[1] is not None else base
             folder = os.path.join(os.path.expandvars(hf_home.replace("~", home, 1) if hf_home.startswith("~")
                                                      else hf_home), "modules")
-        _ROOTS[:] = [key, tuple(sorted(form.rstrip(os.sep) + os.sep for form in paths.forms(folder)))]
+        _ROOTS[:] = [start, tuple(sorted(form.rstrip(os.sep) + os.sep for form in paths.forms(folder)))]
     roots: tuple[str, ...] = _ROOTS[1]
     return roots
 
@@ -139,7 +142,8 @@ def in_cache_here(ctx: Context, path: str) -> bool:
     return not (path + os.sep).startswith(inside)
 
 
-def _stat(path: str) -> Any:
+def stat_key(path: str) -> Any:
+    """The file's identity and state (inode, device, size, mtime, ctime), or None when it cannot be read."""
     try:
         st = os.stat(path)
     except OSError:
@@ -147,10 +151,17 @@ def _stat(path: str) -> Any:
     return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def sha256_at(path: str, key: Any) -> str:
+    """The sha256 of the file's bytes, hashed again only when its stat ``key`` moved since it was last hashed."""
+    if path not in HASHED or HASHED[path][0] != key:
+        HASHED[path] = (key, sha256_file(Path(path)))
+    return HASHED[path][1]
+
+
 def seen_now(path: str) -> None:
     """A file of the modules cache read (seen's ``open`` event, before its bytes are read): its stat now, which the
     judgement requires unchanged (the bytes it hashes then are the bytes read)."""
-    SEEN.setdefault(os.path.realpath(path), set()).add(_stat(path))
+    SEEN.setdefault(os.path.realpath(path), set()).add(stat_key(path))
 
 
 def compiled(source: Any, filename: Any) -> None:
@@ -169,13 +180,11 @@ def _bytes_held(path: str) -> str | None:
     """The sha256 of the file's bytes now, if it is unchanged since every read and compile of it (one stat, the same
     before and after hashing); None otherwise."""
     stats = SEEN.get(path, set())
-    before = _stat(path)
+    before = stat_key(path)
     if before is None or stats - {before}:
         return None
-    if path not in _HASHED or _HASHED[path][0] != before:
-        _HASHED[path] = (before, sha256_file(Path(path)))
-    digest = _HASHED[path][1]
-    return digest if _stat(path) == before else None
+    digest = sha256_at(path, before)
+    return digest if stat_key(path) == before else None
 
 
 def cache_copy(ctx: Context, path: str) -> str | None:
@@ -189,10 +198,10 @@ def cache_copy(ctx: Context, path: str) -> str | None:
     if digest is None or COMPILED.get(path, {digest}) != {digest}:
         return None
     shown = shown_in(Path(ctx.config["project_root"]))
-    known = {digest: shown(where) for where, digest in declared(ctx).items() if digest}
+    known = {sha: shown(where) for where, sha in declared(ctx).items() if sha}
     for source, files in _sources(ctx):
         if isinstance(files, dict):
-            known.update({digest: shown(os.path.join(str(source), rel)) for rel, digest in files.items()})
+            known.update({sha: shown(os.path.join(str(source), rel)) for rel, sha in files.items()})
     if os.path.basename(path) == "__init__.py":
         known.setdefault(EMPTY, "an empty __init__.py")
     if digest not in known:

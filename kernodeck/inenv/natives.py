@@ -88,7 +88,7 @@ NATIVES: tuple[Native, ...] = (
     # red-team pass 17 FF2: a flatbuffer (C++ _save_jit_module), the lite interpreter's format (_c._save_for_mobile,
     # copied onto ScriptModule as save is), a scripted function (torch._C.ScriptFunction.save, C++), a PT2 archive
     # (PyTorchFileWriter), the profiler's trace (kineto; torch.profiler.profile's export calls this one) and its
-# execution trace (opened in C++ by _add_execution_trace_observer at the registration)
+    # execution trace (opened in C++ by _add_execution_trace_observer at the registration)
     Native("torch.jit", "save_jit_module_to_flatbuffer", ("", "f"), "w"),
     Native("torch.jit._script", "RecursiveScriptModule._save_for_lite_interpreter", ("", "f"), "w"),
     Native("torch.jit._script", "ScriptModule._save_for_lite_interpreter", ("", "f"), "w"),

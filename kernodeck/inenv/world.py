@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from . import children, leftover, locate, owned, paths, seen, verified
-from ._common import CheckFailed, Context, sha256_file
-from .declared_files import cache_copy, declared, in_cache_here, in_sources, shown_in
+from ._common import CheckFailed, Context
+from .declared_files import cache_copy, declared, in_cache_here, in_sources, sha256_at, shown_in, stat_key
 from .protocol import STEPS_DIR, Layer
 
 
@@ -136,7 +136,6 @@ def _guarded_roots(ctx: Context) -> list[str]:
     return sorted({form for root in roots for form in (os.path.normpath(root), os.path.realpath(root))})
 
 
-HASHED: dict[str, tuple[tuple[int, ...], str]] = {}  # a declared file's stat when last hashed, and its sha256
 
 
 def moved(ctx: Context, files: Iterable[str]) -> list[str]:
@@ -149,11 +148,8 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
         if not digest:
             continue
         try:
-            st = os.stat(path)
-            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            if path not in HASHED or HASHED[path][0] != key:
-                HASHED[path] = (key, sha256_file(Path(path)))
-            now = HASHED[path][1]
+            key = stat_key(path)
+            now = sha256_at(path, key) if key is not None else ""
         except OSError:
             now = ""
         if now != digest:
