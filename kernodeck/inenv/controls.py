@@ -144,7 +144,8 @@ def corruptions(outputs: dict[str, Any], draw: int = 0) -> dict[str, dict[str, A
     return {how: corrupted(outputs, how, draw) for how in CORRUPTIONS}
 
 
-def _same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
+    """Bitwise the same array (shape, dtype and bytes)."""
     a, b = np.asarray(a), np.asarray(b)
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
@@ -165,7 +166,7 @@ def _drawn(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[st
     verdicts: list[tuple[int, bool, str]] = []
     for draw in range(DRAWS if how in REQUIRED else 1):
         changed = corrupted(outputs, how, draw)
-        if not all(_same(changed[name], arr) for name, arr in outputs.items()):
+        if not all(same(changed[name], arr) for name, arr in outputs.items()):
             verdicts.append((draw, *_judged(judge, changed)))
     if not verdicts:  # nothing to see: its answer on the unchanged outputs, for the record
         passed, summary = _judged(judge, corrupted(outputs, how))

@@ -160,9 +160,9 @@ def _unable(found: dict[str, Any]) -> str:
     first = found.get("first_sight") or {}
     if first.get("passed") and not found["cannot_see"]:
         said = first.get("summary") or "passed"
-        return ("the criterion is unable to fail: loaded afresh and shown the outputs replaced by noise of their own "
-                f"mean and standard deviation before any other outputs, it passed them ({said}): its verdict is "
-                "whatever it saw first (a memo), not a judgement of the outputs")
+        which = " and ".join(controls.WHAT[how] for how in first.get("shown_passed") or ("noise",))
+        return (f"the criterion is unable to fail: loaded afresh and shown {which} before any other outputs, it "
+                f"passed them ({said}): its verdict is whatever it saw first (a memo), not a judgement of the outputs")
     blind = [how for how, r in results.items() if r["passed"] and (how in found["cannot_see"] or not failed)]
     text = "the criterion is unable to fail: it cannot see " + "; ".join(
         f"{controls.WHAT[how]} ({_passed_draws(results[how])}: {results[how]['summary'] or 'passed'})"
@@ -180,15 +180,33 @@ def _unable(found: dict[str, Any]) -> str:
 
 def _first_sight(ctx: Context, base: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any],
                  root: Path, its_files: list[str]) -> dict[str, Any]:
-    """The criterion, loaded afresh (determinism._afresh: the project's modules anew), shown a corruption (noise of
-    the outputs' own scale) before any other outputs. A criterion that takes the first outputs it sees as the truth
-    (a memo: red-team pass 10) passes it, whatever the later controls show; one that judges the outputs fails it.
-    A read of a file the criterion wrote in its earlier calls (``its_files``: a memo kept on disk, pass 11) is
-    refused here, as the determinism reruns refuse the entry's (seen.earlier)."""
-    from . import controls, seen
+    """The criterion, loaded afresh (determinism._afresh: the project's modules anew) for each REQUIRED corruption
+    that applies, shown that corruption (draw 0) before any other outputs. A criterion that takes the first outputs it
+    sees as the truth (a memo: red-team pass 10) passes one of them, whatever the later controls show; one that judges
+    the outputs fails each, as it must fail every draw of the controls. The permuted rows are real rows, so a memo
+    that first rejects what does not look like its outputs (rows of another norm, another range) takes them as its
+    truth (red-team pass 17, FP6); noise alone is not enough. A read of a file the criterion wrote in its earlier
+    calls (``its_files``: a memo kept on disk, pass 11) is refused here, as the determinism reruns refuse the
+    entry's (seen.earlier). ``passed``: it passed one of them (``shown``: each one's answer)."""
+    from . import controls
+
+    shown: dict[str, dict[str, Any]] = {}
+    for how in controls.REQUIRED:
+        corrupted = controls.corrupted(base, how)
+        if all(controls.same(corrupted[name], arr) for name, arr in base.items()):
+            continue  # one row, or all rows equal: nothing is shown
+        shown[how] = _afresh_answer(ctx, corrupted, items, params, root, its_files)
+    passed = [how for how, answer in shown.items() if answer["passed"]]
+    first = shown[passed[0]] if passed else next(iter(shown.values()), {"summary": ""})
+    return {"passed": bool(passed), "shown_passed": passed, "summary": first["summary"], "shown": shown}
+
+
+def _afresh_answer(ctx: Context, outputs: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any],
+                   root: Path, its_files: list[str]) -> dict[str, Any]:
+    """The criterion's answer on ``outputs``, loaded afresh and refused its own earlier files (see _first_sight)."""
+    from . import seen
     from .determinism import _afresh
 
-    noise = controls.corruptions(base)["noise"]
     seen.earlier(its_files)
     with contextlib.ExitStack() as undo:
         undo.callback(seen.earlier, ())
@@ -196,7 +214,7 @@ def _first_sight(ctx: Context, base: dict[str, Any], items: list[dict[str, Any]]
         fresh = with_data(_function(ctx, _app_cfg(ctx)["criterion"], "criterion"), ctx)
         refused = len(seen.PENDING)
         try:
-            answer = _judge(fresh, noise, items, params, root)
+            answer = _judge(fresh, outputs, items, params, root)
             passed, summary = bool(answer["passed"]), str(answer.get("summary", ""))
         except Exception as exc:  # its own error on garbage: it did not pass
             if len(seen.PENDING) > refused:  # the closed world's refusal, not the criterion's error: it fails the step

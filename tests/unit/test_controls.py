@@ -409,8 +409,10 @@ def test_a_criterion_that_takes_the_first_outputs_it_sees_as_the_truth_is_refuse
     with pytest.raises(CheckFailed) as caught:
         judge.criterion(_ctx(tmp_path / "b", "memo", good, LABELS))
     assert str(caught.value).startswith(
-        "the criterion is unable to fail: loaded afresh and shown the outputs replaced by noise of their own mean and "
-        "standard deviation before any other outputs, it passed them (as first seen)"), str(caught.value)
+        "the criterion is unable to fail: loaded afresh and shown rows permuted against their ids and the outputs "
+        "replaced by noise of their own mean and standard deviation before any other outputs, it passed them (as "
+        "first seen)"), str(caught.value)
+    assert found["first_sight"]["shown_passed"] == [] and set(found["first_sight"]["shown"]) == {"permuted", "noise"}
     controls_found = caught.value.details["controls"]
     assert controls_found["failed"] == ["permuted", "noise", "constant"] and controls_found["cannot_see"] == []
     # the memo kept in a file the criterion wrote: read back by the fresh load, refused there (red-team pass 11)

@@ -30,6 +30,8 @@ afresh only the noise corruption; a memo criterion (the first outputs it sees ar
 first rejects what does not look like its outputs (rows not unit vectors) fails it, fails every draw of the controls
 (they come after the real outputs it memoised), and is accepted as able to fail, with a margin of 1e-7 RMS: it
 passes any unit rows it is shown first (at ``reference``, the only judge of the outputs).
+Fixed: the first sight shows the permuted rows too (real rows, which no look at the rows tells from the outputs),
+each afresh.
 """
 
 from __future__ import annotations
@@ -366,11 +368,12 @@ def test_fp6_control_a_memo_criterion_is_refused_by_its_first_sight(tmp_path: Pa
     assert result["status"] == "failed" and "before any other outputs, it passed them" in result["error"], result
 
 
-@pytest.mark.xfail(strict=True, reason="FP6: the first sight shows only noise, which a look at the rows rejects")
 @pytest.mark.parametrize("seed", [1, 2], ids=["the reference's rows", "any other unit rows"])
 def test_fp6_a_memo_criterion_that_rejects_noise_by_its_look_is_refused(tmp_path: Path, seed: int) -> None:
     result = _criterion_step(tmp_path, "LOOK = True\n" + MEMO_CRITERION, seed=seed)
     assert result["status"] == "failed", result
+    assert ("loaded afresh and shown rows permuted against their ids before any other outputs, it passed them (as "
+            "first seen)") in result["error"], result
 
 
 # FP3 again, at the criterion's first sight (the same bar: judge._first_sight hands seen.earlier the criterion's files):
