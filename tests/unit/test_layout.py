@@ -22,6 +22,7 @@ CROSS_CUTTING = {
     "suite_footprint": "the suite's own disk use",
     "redteam16": "red-team pass 16's findings across the closed world's modules (natives, declared, controls)",
     "redteam17": "red-team pass 17's findings across the closed world's modules (natives, seen, declared_files)",
+    "redteam18": "red-team pass 18's findings across the closed world's modules (natives, seen, judge, cached)",
 }
 
 
