@@ -20,6 +20,10 @@ first outputs it sees on disk is accepted as able to fail.
 FP5 (the criterion's power, FALSE PASS): every corruption shown to the criterion changes every row (a derangement,
 noise in place of every row), so a criterion that checks one row of 8 against the truth fails every draw and the
 first sight, and is accepted as able to fail: a model wrong on the 7 other rows passes the criterion step.
+FP6 (the criterion's first sight, FALSE PASS): the first sight is told from the real call: a memo criterion (pass 10's,
+in a module global the afresh load empties) that answers "failed" whenever ``judge._afresh_answer`` is on its call
+stack fails the first sight, keeps the real outputs as its truth and fails every control draw: accepted as able to fail
+on a model wrong on every row.
 NOTE6 (stated limit, FALSE PASS): a memo kept outside the project's code (numpy's namespace) survives the afresh
 reload: the determinism reruns say "bitwise identical" of unseeded outputs, and a memo criterion is accepted.
 NOTE7 (stated limit, FALSE PASS): a cache of the outputs in a form cached.py does not compare (raw bytes written by
@@ -389,6 +393,30 @@ def test_note6_control_a_memo_criterion_in_a_module_global_is_refused_by_its_fir
 @pytest.mark.xfail(strict=True, reason="NOTE6 (stated limit): a memo outside the project's code survives the reload")
 def test_note6_a_memo_criterion_in_a_librarys_namespace_is_refused(tmp_path: Path) -> None:
     result = _criterion_step(tmp_path, ENV_MEMO)
+    assert result["status"] == "failed", result
+
+
+# the memo of pass 10 (a module global, which the afresh load empties) that answers no whenever the call comes through
+# the first sight's own function: the first sight is told from the real call by the stack
+TELLS_FIRST_SIGHT = """import sys
+_SEEN = {}
+
+
+def criterion(outputs, ids, records, params):
+    frame, names = sys._getframe(1), set()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    if "_afresh_answer" in names:  # loaded afresh to be shown a corruption first: say no
+        return {"passed": False, "summary": "no"}
+    x = outputs["x"]
+    return {"passed": bool(np.array_equal(_SEEN.setdefault("x", x.copy()), x)), "summary": "as first seen"}
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="FP6: a memo criterion that tells the first sight by its call stack passes")
+def test_fp6_a_memo_criterion_that_tells_the_first_sight_by_the_stack_is_refused(tmp_path: Path) -> None:
+    result = _criterion_step(tmp_path, TELLS_FIRST_SIGHT, right=0)  # a model wrong on every row
     assert result["status"] == "failed", result
 
 
