@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import fresh, sharedruns
+from tests.helpers import crossworker, fresh, sharedruns
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.removals import REMOVALS
 from tests.helpers.sharedruns import SharedRun
@@ -66,8 +66,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def suite_uv_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Fresh machines share one uv cache inside pytest's base folder, removed with it when the run passes; the
     workers of a parallel run (pytest-xdist: a base folder each, under one root) share the root's."""
-    base = tmp_path_factory.getbasetemp()
-    fresh.use_suite_uv_cache((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "uv-cache")
+    fresh.use_suite_uv_cache(crossworker.shared_root(tmp_path_factory) / "uv-cache")
 
 
 @pytest.fixture(scope="module")
@@ -82,30 +81,37 @@ def module_tmp(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 
 @pytest.fixture(scope="session")
-def built_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A copy of the project with its real environment rebuilt once (torch, sentence-transformers, the model).
+def built_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the project with its real environment rebuilt once for the whole run, every worker of a parallel
+    run included (tests/helpers/crossworker.py): torch, sentence-transformers, the model. Its readers never change it.
 
     Needs this machine's package sources (pip config): the one kind of test allowed to use them.
     """
-    project = copy_project(tmp_path_factory.mktemp("built") / "project")
-    proc = kd(project, "rebuild")
-    if proc.returncode != 0:
-        pytest.fail(f"rebuild of the real environment failed:\n{proc.stderr[-3000:]}")
-    yield project
+    def make(folder: Path) -> dict[str, object]:
+        project = copy_project(folder / "project")
+        proc = kd(project, "rebuild")
+        if proc.returncode != 0:
+            raise RuntimeError(f"rebuild of the real environment failed:\n{proc.stderr[-3000:]}")
+        return {"project": str(project)}
 
+    _, made = crossworker.once(tmp_path_factory, "built", make)
+    return Path(str(made["project"]))
 
 
 @pytest.fixture(scope="session")
 def passed_run(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
-    """ONE passing verify of the unmodified built project, for the tests that only read its dossier, output or read
-    counts (tests/helpers/sharedruns.py says how it is made so that each can; each asserts that it passed)."""
-    return sharedruns.passed_run(built_project, tmp_path_factory.mktemp("passed-run"))
+    """ONE passing verify of the unmodified built project for the whole run, for the tests that only read its
+    dossier, output or read counts (tests/helpers/sharedruns.py says how it is made so that each can; each asserts
+    that it passed)."""
+    return sharedruns.shared(tmp_path_factory, "passed-run",
+                             lambda folder: sharedruns.passed_run(built_project, folder))
 
 
 @pytest.fixture(scope="session")
 def gpu_missing_run(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> SharedRun:
     """ONE verify of the built project that fails at backend (``--expect-backend cuda`` on a CPU), for its readers."""
-    return sharedruns.gpu_missing_run(built_project, tmp_path_factory.mktemp("gpu-missing-run"))
+    return sharedruns.shared(tmp_path_factory, "gpu-missing-run",
+                             lambda folder: sharedruns.gpu_missing_run(built_project, folder))
 
 # --- The reliability table: produced by the suite itself ------------------------------------------------------------
 # Tests marked @pytest.mark.reliability(case, "what is tried", "what was kept") are collected; with

@@ -26,9 +26,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from tests.helpers import crossworker
 from tests.helpers.builtenv import sibling
 from tests.helpers.project import ROOT, kd
 
@@ -78,6 +83,19 @@ def run_counted(project: Path, counts: Path, *args: str, plant: tuple[str, ...] 
     return subprocess.run([sys.executable, str(READCOUNT), str(counts), *plant, "--", *args], cwd=project,
                           env=counted_env(project) if env is None else env, text=True, capture_output=True,
                           timeout=900, check=False)
+
+
+def shared(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], SharedRun]) -> SharedRun:
+    """The run ``make`` makes, made once for every worker of the run (tests/helpers/crossworker.py)."""
+
+    def record(folder: Path) -> dict[str, Any]:
+        run = make(folder)
+        return {"project": str(run.project), "out": str(run.out), "proc": crossworker.process_record(run.proc),
+                "counts_file": None if run.counts_file is None else str(run.counts_file)}
+
+    _, made = crossworker.once(factory, name, record)
+    return SharedRun(Path(made["project"]), Path(made["out"]), crossworker.process_from(made["proc"]),
+                     None if made["counts_file"] is None else Path(made["counts_file"]))
 
 
 def passed_run(built: Path, folder: Path) -> SharedRun:
