@@ -164,14 +164,23 @@ def _unable(found: dict[str, Any]) -> str:
         return (f"the criterion is unable to fail: loaded afresh and shown {which} before any other outputs, it "
                 f"passed them ({said}): its verdict is whatever it saw first (a memo), not a judgement of the outputs")
     blind = [how for how, r in results.items() if r["passed"] and (how in found["cannot_see"] or not failed)]
-    text = "the criterion is unable to fail: it cannot see " + "; ".join(
-        f"{controls.WHAT[how]} ({_passed_draws(results[how])}: {results[how]['summary'] or 'passed'})"
-        for how in blind)
+    parts = [f"{controls.WHAT[how]} ({_passed_draws(results[how])}: {results[how]['summary'] or 'passed'})"
+             for how in blind]
+    rows = found.get("rows") or {}
+    if rows.get("passed"):
+        parts.append(f"half its rows wrong, the other half as they are (it passed {len(rows['passed_halves'])} of "
+                     f"{rows['halves']} halves: {rows['summary'] or 'passed'}): it judges only some rows")
+    text = "the criterion is unable to fail: it cannot see " + "; ".join(parts)
     if any((results[how].get("draws") or 0) > 1 for how in blind):
         text += (f" (the permuted rows and the noise are each drawn {controls.DRAWS} times by fixed seeds: it must "
                  "fail every draw)")
+    if rows.get("passed"):
+        text += (f" (the rows are split in two halves {controls.DRAWS} times by fixed seeds, each half changed in "
+                 "turn: a float row replaced by noise of the output's scale, a label by another: it must fail "
+                 "every half)")
     if failed:
-        text += f"; it fails only {', '.join(controls.WHAT[how] for how in failed)}"
+        what = ", ".join(controls.WHAT[how] for how in failed)
+        text += f"; it fails only {what}" if blind else f"; it fails {what}, each of which changes every row"
     margins = found.get("noise_margin") or {}
     if margins and not any(m.get("found") for m in margins.values()):
         text += "; no perturbation of an output breaks it (added noise up to 1000x its RMS, or every label changed)"

@@ -373,12 +373,15 @@ def test_fp5_control_a_criterion_checking_every_row_fails_a_model_wrong_on_seven
     assert result["status"] == "failed" and result["error"].startswith("criterion failed: 8 rows right"), result
 
 
-def test_fp5_a_criterion_checking_one_row_of_eight_is_accepted_today(tmp_path: Path) -> None:
-    """What FP5 is: checking one row, it fails every draw of both required corruptions and its first sight."""
-    assert _criterion_step(tmp_path, "CHECKED = 1\n" + TRUTH) == {"status": "passed", "able_to_fail": True}
+def test_fp5_a_criterion_checking_one_row_of_eight_is_refused(tmp_path: Path) -> None:
+    """What FP5 was: checking one row, it fails every draw of both required corruptions and its first sight; half the
+    rows changed, the other half as they are, it passes the half that leaves its row alone."""
+    result = _criterion_step(tmp_path, "CHECKED = 1\n" + TRUTH)
+    assert result["status"] == "failed" and result["error"].startswith(
+        "the criterion is unable to fail: it cannot see half its rows wrong"), result
+    assert "it judges only some rows" in result["error"], result
 
 
-@pytest.mark.xfail(strict=True, reason="FP5: a criterion that checks one row of 8 is accepted as able to fail")
 def test_fp5_a_model_wrong_on_seven_rows_of_eight_fails_the_criterion_step(tmp_path: Path) -> None:
     result = _criterion_step(tmp_path, "CHECKED = 1\n" + TRUTH, right=1)
     assert result["status"] == "failed", result
