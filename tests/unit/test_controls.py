@@ -361,6 +361,30 @@ def memo(outputs, ids, records, params):
     same = outputs["labels"].shape == _SEEN[0].shape and bool((outputs["labels"] == _SEEN[0]).all())
     return {"passed": same, "summary": "as first seen", "margin": None}
 
+def _afresh():
+    # whether the call comes through the first sight's own function (red-team pass 18, FP6: told by the stack)
+    import sys
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "_afresh_answer":
+        frame = frame.f_back
+    return frame is not None
+
+def tells_its_calls(outputs, ids, records, params):
+    # loaded afresh for a first sight: says no; in the step's own call: pass 10's memo
+    if _afresh():
+        return {"passed": False, "summary": "no", "margin": None}
+    return memo(outputs, ids, records, params)
+
+def counts_its_calls(outputs, ids, records, params):
+    # loaded afresh: counts its calls in a file it writes, and passes the one after the two corruptions shown first
+    if not _afresh():
+        return memo(outputs, ids, records, params)
+    import pathlib
+    count = pathlib.Path(__file__).parent / "count.txt"
+    calls = int(count.read_text()) + 1 if count.exists() else 1
+    count.write_text(str(calls))
+    return {"passed": calls == 3, "summary": f"call {calls}", "margin": None}
+
 def file_memo(outputs, ids, records, params):
     # the same memo kept in a file it writes: a fresh load of its module reads it back
     import pathlib
@@ -480,6 +504,24 @@ def test_a_criterion_that_takes_the_first_outputs_it_sees_as_the_truth_is_refuse
         (tmp_path / "d" / "entry-log.npy").write_text("entry log\n", encoding="utf-8")
     with pytest.raises(CheckFailed, match=r"entry-log.npy where it must compute afresh"):
         judge.criterion(ctx)
+
+
+def test_the_verdict_on_the_outputs_is_the_call_each_first_sight_is(tmp_path: Path) -> None:
+    """The criterion is shown this run's outputs afresh too, through the very call each first sight goes through, and
+    must pass them: a memo that says no whenever it is loaded afresh (told by its stack) keeps the real outputs as its
+    truth in the step's own call and fails every control (red-team pass 18, FP6); one that counts its afresh calls in
+    a file is refused the read of what it wrote in an earlier one."""
+    good = {"labels": np.arange(24, dtype=np.int64) % 3}
+    found = judge.criterion(_ctx(tmp_path, "criterion", good, LABELS))["controls"]
+    assert found["first_sight"]["outputs"] == {"passed": True, "summary": "accuracy 1.00"}
+    with pytest.raises(CheckFailed) as caught:
+        judge.criterion(_ctx(tmp_path / "b", "tells_its_calls", good, LABELS))
+    assert str(caught.value).startswith(
+        "the criterion is unable to fail: loaded afresh and shown this run's outputs, as it is shown each corruption "
+        "first, it did not pass them (no), though its call in the step passed them"), str(caught.value)
+    assert caught.value.layer == "application" and caught.value.details["controls"]["able_to_fail"] is True
+    with pytest.raises(CheckFailed, match=r"count.txt where it must compute afresh"):
+        judge.criterion(_ctx(tmp_path / "c", "counts_its_calls", good, LABELS))
 
 
 def test_the_report_line_shows_the_corruptions_failed_and_the_margin(tmp_path: Path) -> None:
