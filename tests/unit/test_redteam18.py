@@ -466,6 +466,7 @@ def _saved(how: Any, arr: Any) -> bytes:
     return buffer.getvalue()
 
 
+TEXT = "text (savetxt, np.loadtxt)"
 CACHES = {  # how the cache is loaded, its file and its bytes: each the computed outputs
     "raw bytes (tofile, np.fromfile)": ("np.fromfile(ROOT / 'cache' / 'x.bin', dtype=np.float32).reshape(-1, 4)",
                                         "x.bin", COMPUTED.tobytes()),
@@ -499,8 +500,13 @@ def test_note7_control_a_cache_kept_as_npy_fails_the_step(tmp_path: Path) -> Non
     assert result["status"] == "failed" and result["error"].startswith("the output x is the content of cache/x.npy")
 
 
-@pytest.mark.xfail(strict=True, reason="NOTE7 (stated limit): a cache in a form cached.py does not compare passes")
-@pytest.mark.parametrize("how", sorted(CACHES))
+@pytest.mark.parametrize("how", sorted(set(CACHES) - {TEXT}))
 def test_note7_a_cache_kept_in_another_form_fails_the_step(tmp_path: Path, how: str) -> None:
     result = _cached_step(tmp_path, *CACHES[how])
+    assert result["status"] == "failed" and result["error"].startswith("the output x is the content of cache/x.")
+
+
+@pytest.mark.xfail(strict=True, reason="NOTE7 (stated limit): a cache kept as text is not compared")
+def test_note7_a_cache_kept_as_text_fails_the_step(tmp_path: Path) -> None:
+    result = _cached_step(tmp_path, *CACHES[TEXT])
     assert result["status"] == "failed" and result["error"].startswith("the output x is the content of cache/x.")
