@@ -1,22 +1,23 @@
 """The application step's last check: no output is the content of a declared file the entry read (a cache).
 
-Research code's "load the embeddings if they were computed before", its cache declared as the closed world's TIP
-asks, passes every other step: the comparison (with a reference made from the same cache), the criterion (the outputs
-are real ones) and the determinism reruns (the same file read again) all hold while the model never runs (red-team
-pass 13). So after the entry's window each output that carries enough information to be a cache's fingerprint
-(:func:`telling`) is compared with the declared files it read there (seen.READ, what its file's load read, and what
-the processes it forked read, a DataLoader's workers: children.READ): byte for byte (``outputs/NAME.npy`` against each
-such file of the same size), and row by row with every declared ``.npy``/``.npz`` array of its rows' shape and of no
-more rows than the output, each row cast to the output's dtype (a file of one row counts as one row; several such
-files add up): every output row among them is a cache (the same rows in another order, cast from float64, kept one
-file per item). An array of more rows than the output is never compared (decided from its header, never loaded):
-rows an entry picks out of a larger declared array are what a search returning the indexed documents' embeddings, a
-nearest-neighbour regressor returning training targets, or scores whose values all occur in a large table give
-(red-team pass 15), so a cache of a corpus the sample's rows are picked from is not seen. An output of few values
-(class labels, a mask, an argmax; an integer or bool dtype) equals the declared ground truth whenever the model is
-right: it is never compared, so a cache of labels alone is not seen. A cache in a format not loaded here (a pickle, a
-``.pt``) or read by a ``spawn``/``forkserver`` child (no hook there) is not seen: docs/application.md states these
-limits.
+Research code's "load the embeddings if they were computed before", its cache declared as the closed world's TIP asks,
+passes every other step: the comparison (with a reference made from the same cache), the criterion (the outputs are real
+ones) and the determinism reruns (the same file read again) all hold while the model never runs (red-team pass 13). So
+after the entry's window each output that carries enough information to be a cache's fingerprint (:func:`telling`) is
+compared with the declared files it read there (seen.READ, what its file's load read, and what the processes it forked
+read, a DataLoader's workers: children.READ): byte for byte (``outputs/NAME.npy`` against each such file of the same
+size), and row by row with every declared ``.npy``/``.npz`` array of its rows' shape and of no more rows than the
+output, each row cast to the output's dtype (a file of one row counts as one row; several such files add up): every
+output row among them is a cache (the same rows in another order, cast from float64, kept one file per item); and by its
+raw bytes (:func:`_bytes_in`): a declared file whose values are exactly the output's in some layout (``tofile``'s raw
+bytes, a transposed or flattened ``.npy``; red-team pass 18, NOTE7) is a cache. An array of more rows than the output is
+never compared (decided from its header, never loaded): rows an entry picks out of a larger declared array are what a
+search returning the indexed documents' embeddings, a nearest-neighbour regressor returning training targets, or scores
+whose values all occur in a large table give (red-team pass 15), so a cache of a corpus the sample's rows are picked
+from is not seen. An output of few values (class labels, a mask, an argmax; an integer or bool dtype) equals the
+declared ground truth whenever the model is right: it is never compared, so a cache of labels alone is not seen. A cache
+in a format not loaded here (a pickle, a ``.pt``, text written by ``savetxt``, raw bytes beside others in one file) or
+read by a ``spawn``/``forkserver`` child (no hook there) is not seen: docs/application.md states these limits.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def refuse(ctx: Context, read: Iterable[str], written: dict[str, tuple[Any, list
         if not telling(arr):
             continue
         out = folder / f"{name}.npy" if folder is not None else None
-        holding = [path for path in files if out is not None and _same_bytes(out, path)] or _rows_in(arr, files)
+        holding = ([path for path in files if out is not None and _same_bytes(out, path)] or _bytes_in(arr, files)
+                   or _rows_in(arr, files))
         if holding:
             more = f" (its rows with those of {len(holding) - 1} more)" if len(holding) > 1 else ""
             raise CheckFailed(
@@ -101,6 +103,53 @@ def _rows_in(arr: Any, files: list[str]) -> list[str]:
         if not missing:
             return holding
     return []
+
+
+def _layouts(arr: Any) -> set[bytes]:
+    """The raw bytes ``arr`` is kept as in a file whatever its format: its values in C order and in Fortran order (a
+    transposed array's C order; a flattened or reshaped one is the same bytes), in its dtype and, for a float, in the
+    other float width that holds its values exactly (a float32 output cached as float64, or the reverse)."""
+    np = _np()
+    kept = [arr]
+    if arr.dtype == np.float32:
+        kept.append(arr.astype(np.float64))
+    elif arr.dtype == np.float64:
+        with np.errstate(all="ignore"):
+            narrow = arr.astype(np.float32)
+        if np.array_equal(narrow.astype(np.float64), arr, equal_nan=True):
+            kept.append(narrow)
+    return {layout for each in kept for layout in (each.tobytes(order="C"), each.tobytes(order="F"))}
+
+
+def _bytes_in(arr: Any, files: list[str]) -> list[str]:
+    """The first declared file whose values are exactly ``arr``'s raw bytes in one of its layouts (:func:`_layouts`):
+    raw values written by ``tofile`` (read back by ``np.fromfile``) or a transposed, flattened or reshaped ``.npy``
+    (the bytes after its header). Only a file of exactly as many bytes of values is read: a larger one holds more than
+    the output (a corpus its rows are picked from is not a cache, as for :func:`_rows_in`)."""
+    layouts = _layouts(arr)
+    sizes = {len(layout) for layout in layouts}
+    for path in files:
+        start = _values_at(path)
+        if os.path.getsize(path) - start in sizes:
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                if handle.read() in layouts:
+                    return [path]
+    return []
+
+
+def _values_at(path: str) -> int:
+    """Where a file's values start: after the header of an ``.npy`` (whatever its name), else at its first byte."""
+    fmt = _np().lib.format
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(len(fmt.MAGIC_PREFIX)) != fmt.MAGIC_PREFIX:
+                return 0
+            handle.seek(0)
+            _header(handle)
+            return handle.tell()
+    except (OSError, ValueError, EOFError):
+        return 0
 
 
 def _same_bytes(out: Path, path: str) -> bool:

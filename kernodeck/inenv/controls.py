@@ -6,6 +6,11 @@
   (one bit about one number fails a single draw half the time), and is *unable to fail* even where it fails the
   constant (a check of the spread alone sees that one). Its margin against added noise is measured beside
   (judge.py, with margin.py's search: the one calibrate runs).
+- It must also fail half its rows wrong: each of ``DRAWS`` fixed-seed splits of the rows in two disjoint halves,
+  each half changed in turn (:func:`halves`), the other half as it is. Every corruption above changes every row, so a
+  criterion that checks one row (a spot check of row 0) failed them all; it passes the half that leaves its row
+  alone. An aggregate that judges the sample (accuracy >= 0.9, a mean cosine similarity to the expected rows) fails
+  half its rows wrong, as does one that judges each row.
 - Each declared tolerance is shown able to fail: the reference with one value moved just past it
   (:func:`moved_past`) must fail the very comparison code the compare step uses (``tolerance.compare``).
 - Every numeric verdict here and in the other steps treats NaN and Inf as a failure named "non-finite": a
@@ -178,6 +183,71 @@ def _drawn(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[st
             "draws": len(verdicts), "failed_draws": len(verdicts) - len(passes), "passed_draws": passes}
 
 
+def _half_changed(arr: Any, rows: Any, rng: Any) -> Any:
+    """``arr`` with ``rows`` (indices along the first axis) given other values, the rest as they are: a float row is
+    replaced by noise of the output's own mean and spread, every value of an integer row by another value of the
+    output's own (one more where it has a single one), a bool flipped: each row so changed is wrong."""
+    arr = np.asarray(arr)
+    out = arr.copy()
+    if arr.ndim == 0 or not len(rows):
+        return out
+    if arr.dtype == np.bool_:
+        out[rows] = ~arr[rows]
+    elif np.issubdtype(arr.dtype, np.integer):
+        values = np.unique(arr)
+        if values.size < 2:
+            values = np.array([values[0], values[0] - 1 if values[0] == np.iinfo(arr.dtype).max else values[0] + 1])
+        picked = arr[rows]
+        at = np.searchsorted(values, picked)  # each value's place among the output's values: moved 1..k-1 on
+        out[rows] = values[(at + rng.integers(1, values.size, size=picked.shape)) % values.size]
+    else:
+        out[rows] = _noise_like(arr, rows, rng)
+    return out
+
+
+def _noise_like(arr: Any, rows: Any, rng: Any) -> Any:
+    """Noise of the whole output's own mean and spread, in the shape of ``arr[rows]``."""
+    ref = arr.astype(np.float64)
+    finite = ref[np.isfinite(ref)]
+    mean = float(finite.mean()) if finite.size else 0.0
+    scale = float(finite.std()) if finite.size else 1.0
+    return (mean + (scale or 1.0) * rng.standard_normal(arr[rows].shape)).astype(arr.dtype)
+
+
+def halves(outputs: dict[str, Any], split: int) -> list[dict[str, Any]]:
+    """Split ``split`` of the rows in two disjoint halves (a fixed-seed shuffle, cut in the middle), and the outputs
+    with each half changed (:func:`_half_changed`), the other half as it is: the same rows of every output (an output
+    of fewer than two rows is left as it is: no half of it leaves a row alone)."""
+    shown: list[dict[str, Any]] = []
+    rng = _rng(split)
+    for part in range(2):
+        changed = {}
+        for name, arr in outputs.items():
+            arr = np.asarray(arr)
+            rows = arr.shape[0] if arr.ndim else 0
+            order = np.random.default_rng(SEED + split).permutation(rows)
+            chosen = np.sort(order[: rows // 2] if part == 0 else order[rows // 2:]) if rows > 1 else order[:0]
+            changed[name] = _half_changed(arr, chosen, rng)
+        shown.append(changed)
+    return shown
+
+
+def _rows_seen(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[str, Any]) -> dict[str, Any]:
+    """The criterion on each half of each of :data:`DRAWS` splits of the rows (:func:`halves`): one that judges every
+    row, or an aggregate over them (accuracy >= 0.9, a mean cosine similarity), fails half its rows wrong; one that
+    looks at a few rows (a spot check of row 0) passes the half that leaves them alone. ``passed``: it passed a half
+    that changes something (``passed_halves``: ``[split, half]``)."""
+    verdicts: list[tuple[list[int], bool, str]] = []
+    for split in range(DRAWS):
+        for part, changed in enumerate(halves(outputs, split)):
+            if not all(same(changed[name], arr) for name, arr in outputs.items()):
+                verdicts.append(([split, part], *_judged(judge, changed)))
+    passes = [where for where, passed, _ in verdicts if passed]
+    summary = next((s for _, passed, s in verdicts if passed), verdicts[0][2] if verdicts else "")
+    return {"passed": bool(passes), "summary": summary, "applies": bool(verdicts), "halves": len(verdicts),
+            "failed_halves": len(verdicts) - len(passes), "passed_halves": passes}
+
+
 def criterion_controls(judge: Callable[[dict[str, Any]], tuple[bool, str]], outputs: dict[str, Any]) -> dict[str, Any]:
     """Run ``judge`` (the criterion: outputs -> (passed, summary)) on each draw of each corruption of ``outputs``.
 
@@ -199,11 +269,12 @@ def criterion_controls(judge: Callable[[dict[str, Any]], tuple[bool, str]], outp
     # than their content, and its failures prove nothing.
     inconsistent = unchanged("judged again before the corruptions")
     results = {how: _drawn(judge, outputs, how) for how in CORRUPTIONS}
+    rows = _rows_seen(judge, outputs)
     inconsistent = inconsistent or unchanged("judged again after the corruptions")
     failed = [how for how, r in results.items() if not r["passed"]]
     cannot_see = [how for how in REQUIRED if results[how]["applies"] and results[how]["passed"]]
     return {"corruptions": results, "failed": failed, "cannot_see": cannot_see, "inconsistent": inconsistent,
-            "able_to_fail": bool(failed) and not cannot_see and not inconsistent}
+            "rows": rows, "able_to_fail": bool(failed) and not cannot_see and not inconsistent and not rows["passed"]}
 
 
 # --- tolerances ------------------------------------------------------------------------------------------------------

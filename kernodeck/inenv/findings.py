@@ -90,17 +90,22 @@ def _draws(controls: dict[str, Any], how: Any) -> str:
 
 
 def _criterion_power(controls: Any) -> list[str]:
-    """Which corruptions the criterion failed (and in how many of their draws), the required ones it passed in some
-    draw, and the smallest perturbation of each output that breaks it."""
+    """Which corruptions the criterion failed (and in how many of their draws), the halves of its rows changed it
+    failed, the required ones it passed in some draw, and the smallest perturbation of each output that breaks it."""
     if not isinstance(controls, dict) or not isinstance(controls.get("failed"), list):
         return []
     failed = controls["failed"]
     parts = [f"fails {', '.join(f'{how} {_draws(controls, how)}'.strip() for how in failed)}" if failed
              else "fails no corruption"]
+    rows = controls.get("rows")
+    if isinstance(rows, dict) and rows.get("halves") and not rows.get("passed"):
+        parts[0] += f", half the rows {rows.get('failed_halves', '?')}/{rows['halves']}"
     blind = controls.get("cannot_see")
     for how in blind if isinstance(blind, list) else ():
         counts = _draws(controls, how)
         parts.append(f"{how} failed in only {counts} draws" if counts else f"{how} passed")
+    if isinstance(rows, dict) and rows.get("halves") and rows.get("passed"):
+        parts.append(f"half the rows failed in only {rows.get('failed_halves', '?')}/{rows['halves']} halves")
     margins = controls.get("noise_margin")
     if isinstance(margins, dict) and margins:
         parts.append("breaks at " + "; ".join(_noise_margin(n, m) for n, m in margins.items() if isinstance(m, dict)))

@@ -164,63 +164,92 @@ def _unable(found: dict[str, Any]) -> str:
         return (f"the criterion is unable to fail: loaded afresh and shown {which} before any other outputs, it "
                 f"passed them ({said}): its verdict is whatever it saw first (a memo), not a judgement of the outputs")
     blind = [how for how, r in results.items() if r["passed"] and (how in found["cannot_see"] or not failed)]
-    text = "the criterion is unable to fail: it cannot see " + "; ".join(
-        f"{controls.WHAT[how]} ({_passed_draws(results[how])}: {results[how]['summary'] or 'passed'})"
-        for how in blind)
+    parts = [f"{controls.WHAT[how]} ({_passed_draws(results[how])}: {results[how]['summary'] or 'passed'})"
+             for how in blind]
+    rows = found.get("rows") or {}
+    if rows.get("passed"):
+        parts.append(f"half its rows wrong, the other half as they are (it passed {len(rows['passed_halves'])} of "
+                     f"{rows['halves']} halves: {rows['summary'] or 'passed'}): it judges only some rows")
+    text = "the criterion is unable to fail: it cannot see " + "; ".join(parts)
     if any((results[how].get("draws") or 0) > 1 for how in blind):
         text += (f" (the permuted rows and the noise are each drawn {controls.DRAWS} times by fixed seeds: it must "
                  "fail every draw)")
+    if rows.get("passed"):
+        text += (f" (the rows are split in two halves {controls.DRAWS} times by fixed seeds, each half changed in "
+                 "turn: a float row replaced by noise of the output's scale, a label by another: it must fail "
+                 "every half)")
     if failed:
-        text += f"; it fails only {', '.join(controls.WHAT[how] for how in failed)}"
+        what = ", ".join(controls.WHAT[how] for how in failed)
+        text += f"; it fails only {what}" if blind else f"; it fails {what}, each of which changes every row"
     margins = found.get("noise_margin") or {}
     if margins and not any(m.get("found") for m in margins.values()):
         text += "; no perturbation of an output breaks it (added noise up to 1000x its RMS, or every label changed)"
     return text
 
 
-def _first_sight(ctx: Context, base: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any],
-                 root: Path, its_files: list[str]) -> dict[str, Any]:
+def _first_sight(ctx: Context, base: dict[str, Any], real: dict[str, Any], items: list[dict[str, Any]],
+                 params: dict[str, Any], root: Path, before: dict[str, Any]) -> dict[str, Any]:
     """The criterion, loaded afresh (determinism._afresh: the project's modules anew) for each REQUIRED corruption
-    that applies, shown that corruption (draw 0) before any other outputs. A criterion that takes the first outputs it
-    sees as the truth (a memo: red-team pass 10) passes one of them, whatever the later controls show; one that judges
+    that applies, shown that corruption (draw 0) before any other outputs, and then loaded afresh once more and shown
+    this run's outputs (``real``), each through the very same call (:func:`_afresh_answer`, same function, same
+    frames, the same files refused): nothing in the process tells a first sight from the call on the real outputs,
+    which it must pass (red-team pass 18, FP6: a criterion that answered "failed" whenever the first sight's function
+    was on its stack kept the real outputs as its truth). A criterion that takes the first outputs it sees as the
+    truth (a memo: red-team pass 10) passes one of the corruptions, whatever the later controls show; one that judges
     the outputs fails each, as it must fail every draw of the controls. The permuted rows are real rows, so a memo
     that first rejects what does not look like its outputs (rows of another norm, another range) takes them as its
     truth (red-team pass 17, FP6); noise alone is not enough. A read of a file the criterion wrote in its earlier
-    calls (``its_files``: a memo kept on disk, pass 11) is refused here, as the determinism reruns refuse the
-    entry's (seen.earlier). ``passed``: it passed one of them (``shown``: each one's answer)."""
+    calls (``before``: what the application had written before its first call; a memo kept on disk, pass 11) is
+    refused here, as the determinism reruns refuse the entry's (seen.earlier). ``passed``: it passed one of the
+    corruptions (``shown``: each one's answer); ``real_outputs``: its answer on this run's outputs."""
     from . import controls
 
-    shown: dict[str, dict[str, Any]] = {}
-    for how in controls.REQUIRED:
-        corrupted = controls.corrupted(base, how)
-        if all(controls.same(corrupted[name], arr) for name, arr in base.items()):
-            continue  # one row, or all rows equal: nothing is shown
-        shown[how] = _afresh_answer(ctx, corrupted, items, params, root, its_files)
+    corruptions = {how: controls.corrupted(base, how) for how in controls.REQUIRED}
+    names = [how for how, changed in corruptions.items()
+             if not all(controls.same(changed[name], arr) for name, arr in base.items())]  # one row: nothing shown
+    answers = [_afresh_answer(ctx, outputs, items, params, root, before)
+               for outputs in [*(corruptions[how] for how in names), real]]
+    shown = dict(zip(names, answers[:-1], strict=True))
     passed = [how for how, answer in shown.items() if answer["passed"]]
     first = shown[passed[0]] if passed else next(iter(shown.values()), {"summary": ""})
-    return {"passed": bool(passed), "shown_passed": passed, "summary": first["summary"], "shown": shown}
+    return {"passed": bool(passed), "shown_passed": passed, "summary": first["summary"],
+            "shown": {how: {"passed": a["passed"], "summary": a["summary"]} for how, a in shown.items()},
+            "real_outputs": answers[-1]}
 
 
 def _afresh_answer(ctx: Context, outputs: dict[str, Any], items: list[dict[str, Any]], params: dict[str, Any],
-                   root: Path, its_files: list[str]) -> dict[str, Any]:
-    """The criterion's answer on ``outputs``, loaded afresh and refused its own earlier files (see _first_sight)."""
+                   root: Path, before: dict[str, Any]) -> dict[str, Any]:
+    """The criterion's answer on ``outputs``, loaded afresh and refused its own earlier files (see _first_sight):
+    ``passed``, ``summary`` and, where it answered, its whole answer (``result``)."""
     from . import seen
     from .determinism import _afresh
 
-    seen.earlier(its_files)
+    seen.earlier([path for path in owned.WRITTEN if path not in before or owned.state(path) != before[path]])
+    result: dict[str, Any] | None = None
     with contextlib.ExitStack() as undo:
         undo.callback(seen.earlier, ())
         undo.enter_context(_afresh(ctx))
         fresh = with_data(_function(ctx, _app_cfg(ctx)["criterion"], "criterion"), ctx)
         refused = len(seen.PENDING)
         try:
-            answer = _judge(fresh, outputs, items, params, root)
-            passed, summary = bool(answer["passed"]), str(answer.get("summary", ""))
+            result = _judge(fresh, outputs, items, params, root)
+            passed, summary = bool(result["passed"]), str(result.get("summary", ""))
         except Exception as exc:  # its own error on garbage: it did not pass
             if len(seen.PENDING) > refused:  # the closed world's refusal, not the criterion's error: it fails the step
                 raise seen.PENDING[refused] from None
             passed, summary = False, f"raised {type(exc).__name__}: {exc}"
-    return {"passed": passed, "summary": " ".join(summary.split())[:200]}
+    return {"passed": passed, "summary": " ".join(summary.split())[:200], "result": result}
+
+
+def _answered(result: dict[str, Any]) -> dict[str, Any]:
+    """The criterion's answer as the step records it: JSON-safe, its margin a finite number or None."""
+    details: dict[str, Any] = json.loads(json.dumps(result, default=str))
+    margin = details.get("margin")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)):
+        raise CheckFailed(f"the criterion's margin must be a number or None, not {margin!r}", "application")
+    if margin is not None and not math.isfinite(margin):
+        raise CheckFailed(f"the criterion's margin is non-finite ({margin!r})", "application", details)
+    return details
 
 
 def criterion(ctx: Context) -> dict[str, Any]:
@@ -246,12 +275,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
     params = dict(cfg.get("params") or {})
     root = Path(ctx.config["project_root"])
     result = _judge(func, ctx.state["reread"], items, params, root)
-    details = json.loads(json.dumps(result, default=str))
-    margin = details.get("margin")
-    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float)):
-        raise CheckFailed(f"the criterion's margin must be a number or None, not {margin!r}", "application")
-    if margin is not None and not math.isfinite(margin):
-        raise CheckFailed(f"the criterion's margin is non-finite ({margin!r})", "application", details)
+    details = _answered(result)
     if not result["passed"]:
         raise CheckFailed(f"criterion failed: {result.get('summary', '')}", "comparison", details)
     # Corruptions of the reference outputs (this run's when making the reference): each must be judged by the code.
@@ -262,12 +286,22 @@ def criterion(ctx: Context) -> dict[str, Any]:
         return bool(answer["passed"]), str(answer.get("summary", ""))
 
     found = controls.criterion_controls(judge, base)
-    its_files = [p for p in owned.WRITTEN if p not in before or owned.state(p) != before[p]]
-    found["first_sight"] = _first_sight(ctx, base, items, params, root, its_files)
+    found["first_sight"] = _first_sight(ctx, base, ctx.state["reread"], items, params, root, before)
+    afresh = found["first_sight"].pop("real_outputs")
     if found["first_sight"]["passed"]:
         found["able_to_fail"] = False
     found["noise_margin"] = _noise_margins(ctx, judge, base)
+    # the verdict on this run's outputs is the afresh call's, made as each first sight is (its details recorded)
+    found["first_sight"]["outputs"] = {"passed": afresh["passed"], "summary": afresh["summary"]}
+    if afresh["passed"]:
+        details = _answered(afresh["result"])
     details["controls"] = found
+    if not afresh["passed"]:
+        raise CheckFailed(
+            "the criterion is unable to fail: loaded afresh and shown this run's outputs, as it is shown each "
+            f"corruption first, it did not pass them ({afresh['summary'] or 'failed'}), though its call in the step "
+            "passed them: its answer is not a function of the outputs (it tells its calls apart), so its failures on "
+            "corrupted outputs prove nothing", "application", {**details, "tip": CRITERION_TIP})
     if not found["able_to_fail"]:
         raise CheckFailed(_unable(found), "application", {**details, "tip": CRITERION_TIP})
     bound = _flip_bound(ctx, details)

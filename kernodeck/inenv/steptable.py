@@ -146,7 +146,8 @@ class StepName(StrEnum):
             ClaimRow("criterion-met", "the application's criterion is met", "passed",
                      lambda d: d["passed"] is True),
             ClaimRow("criterion-able-to-fail", "the criterion fails every fixed-seed draw of rows permuted against "
-                     "their ids and of noise of the outputs' own scale (it is able to fail)", "controls",
+                     "their ids, of noise of the outputs' own scale and of half its rows wrong, and passes the outputs "
+                     "loaded afresh as at its first sight (it is able to fail)", "controls",
                      lambda d: isinstance(d["controls"], dict) and d["controls"].get("able_to_fail") is True)),
         layers=(Layer.COMPARISON,), bisect=True,
         checks=("the application's own criterion on the REREAD outputs (here: each labelled paraphrase's nearest "

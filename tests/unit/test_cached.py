@@ -79,7 +79,9 @@ def _step(tmp_path: Path, load: str, cache: dict[str, Any], top: str = "",
     (root / "cache").mkdir()
     (root / "cache" / "keep.txt").write_text("the cache folder\n", encoding="utf-8")
     for name, arrays in cache.items():
-        if name.endswith(".npz"):
+        if isinstance(arrays, bytes):  # kept as raw bytes (tofile)
+            (root / "cache" / name).write_bytes(arrays)
+        elif name.endswith(".npz"):
             np.savez(root / "cache" / name, **arrays)
         else:
             np.save(root / "cache" / name, arrays)
@@ -278,3 +280,34 @@ def test_a_declared_array_of_more_rows_than_the_output_is_never_loaded(
         assert found == {"x.npy": [COMPUTED.shape], "x.npz": [COMPUTED.shape]}, found
         assert loaded == [str(tmp_path / "x.npy"), str(tmp_path / "x.npz")] and npz_read == ["read"], (loaded, npz_read)
     assert cached._rows_in(COMPUTED, [str(tmp_path / "x.npy")]) == ([] if extra else [str(tmp_path / "x.npy")])
+
+
+# red-team pass 18, NOTE7: the outputs' raw bytes kept in a form no array loader here reads as the output
+RAW = "np.fromfile(ROOT / 'cache' / 'x.bin', dtype=np.{dtype}).reshape(-1, 4){cast}"
+
+
+@pytest.mark.parametrize(("load", "cache"), [
+    (RAW.format(dtype="float32", cast=""), {"x.bin": COMPUTED.tobytes()}),  # tofile, np.fromfile
+    (RAW.format(dtype="float64", cast=".astype(np.float32)"), {"x.bin": COMPUTED.astype(np.float64).tobytes()}),
+    ("np.fromfile(ROOT / 'cache' / 'x.bin', dtype=np.float32).reshape(4, -1).T", {"x.bin": COMPUTED.T.tobytes()}),
+    ("np.load(ROOT / 'cache' / 'x.npy').T", {"x.npy": COMPUTED.T.copy()}),  # a transposed .npy
+    ("np.load(ROOT / 'cache' / 'x.npy').reshape(-1, 4)", {"x.npy": COMPUTED.ravel()}),  # a flattened one
+    ("np.load(ROOT / 'cache' / 'x.npy').reshape(-1, 4)", {"x.npy": COMPUTED.reshape(2, 8)}),  # reshaped
+], ids=["raw", "raw-float64", "raw-transposed", "npy-transposed", "npy-flattened", "npy-reshaped"])
+def test_an_output_whose_raw_bytes_a_declared_file_holds_is_refused(
+        tmp_path: Path, load: str, cache: dict[str, Any]) -> None:
+    name = next(iter(cache))
+    result = _step(tmp_path, load, cache)
+    assert result["status"] == "failed", result
+    assert result["error"].startswith(f"the output x is the content of cache/{name}, a declared file"), result
+
+
+@pytest.mark.parametrize(("load", "cache"), [
+    # the sample's rows picked out of a raw corpus of more rows (their bytes a part of it): no cache
+    (RAW.format(dtype="float32", cast="[1:5]"), {"x.bin": CORPUS.astype(np.float32).tobytes()}),
+    # a declared raw file of as many bytes, other values: computed (the model), the file only read
+    ("model(app.records) + 0 * np.fromfile(ROOT / 'cache' / 'x.bin', dtype=np.float32).reshape(-1, 4)",
+     {"x.bin": (COMPUTED + 1).tobytes()}),
+], ids=["raw-corpus-rows", "raw-other-values"])
+def test_raw_bytes_of_more_values_or_other_values_pass(tmp_path: Path, load: str, cache: dict[str, Any]) -> None:
+    assert _step(tmp_path, load, cache) == {"status": "passed", "written": ["outputs/x.npy"]}

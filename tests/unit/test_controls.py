@@ -155,6 +155,61 @@ def test_each_required_corruption_is_drawn_several_times_and_counted() -> None:
     assert all(not (o == np.arange(24)).any() for o in orders)  # derangements: no row keeps its id
 
 
+def test_halves_are_disjoint_cover_the_rows_and_change_every_row_of_theirs() -> None:
+    outputs = {"emb": _unit_rows(), "labels": np.arange(24, dtype=np.int64) % 3, "flag": np.arange(24) % 2 == 0}
+    for split in range(controls.DRAWS):
+        changed = [{name: np.flatnonzero((arr != outputs[name]).reshape(24, -1).any(axis=1))
+                    for name, arr in half.items()} for half in controls.halves(outputs, split)]
+        first, second = changed[0]["emb"], changed[1]["emb"]
+        assert len(first) == len(second) == 12 and sorted([*first, *second]) == list(range(24))
+        for half in changed:  # the same rows of every output, each of them changed
+            assert all(np.array_equal(half[name], half["emb"]) for name in outputs), half
+    assert controls.halves({"emb": _unit_rows(1, 4)}, 0)[1]["emb"].tobytes() == _unit_rows(1, 4).tobytes()
+
+
+def _checks_rows(checked: list[int]) -> Any:
+    """A spot check (red-team pass 18, FP5): the given rows of the embeddings against the truth, the others unseen."""
+    truth = _unit_rows()
+    return lambda o: (bool(np.allclose(o["emb"][checked], truth[checked], atol=1e-5)), f"{len(checked)} rows right")
+
+
+def test_a_criterion_that_checks_some_rows_only_is_unable_to_fail() -> None:
+    """Every other corruption changes every row, so a check of row 0 fails them all; half the rows changed, the other
+    half as they are, it passes the half that leaves row 0 alone. Two rows: a split that keeps both in one half."""
+    outputs = {"emb": _unit_rows()}
+    for checked in ([0], [5, 17]):
+        found = controls.criterion_controls(_checks_rows(checked), outputs)
+        assert found["failed"] == ["permuted", "noise", "constant"] and found["cannot_see"] == []
+        assert found["rows"]["passed"] is True and found["able_to_fail"] is False, found["rows"]
+        passed = len(found["rows"]["passed_halves"])
+        assert judge._unable(found).startswith(
+            "the criterion is unable to fail: it cannot see half its rows wrong, the other half as they are (it passed "
+            f"{passed} of {2 * controls.DRAWS} halves: {len(checked)} rows right)")
+    every = controls.criterion_controls(_checks_rows(list(range(24))), outputs)
+    assert every["able_to_fail"] is True and every["rows"]["failed_halves"] == 2 * controls.DRAWS
+
+
+def test_aggregate_criteria_fail_half_their_rows_wrong() -> None:
+    """What a legitimate criterion must not be refused for: accuracy >= 0.75 over few labels (half the labels made
+    wrong: 0.5 at most), a mean cosine similarity to the expected rows, R² of a regression."""
+    labels = np.array([0, 2, 1, 2, 0, 2, 1, 0], dtype=np.int64)
+    logits = np.random.default_rng(0).standard_normal((8, 3)).astype(np.float32)
+    accuracy = controls.criterion_controls(
+        lambda o: (float((o["labels"] == labels).mean()) >= 0.75, "accuracy"), {"labels": labels, "logits": logits})
+    emb = _unit_rows()
+    cosine = controls.criterion_controls(lambda o: (float(np.mean(np.sum(
+        o["emb"] * emb, axis=1) / np.linalg.norm(o["emb"], axis=1))) >= 0.9, "mean cosine"), {"emb": emb})
+    target = np.random.default_rng(4).standard_normal(40)
+
+    def r2(o: dict[str, Any]) -> tuple[bool, str]:
+        residual = float(np.sum((o["y"] - target) ** 2)) / float(np.sum((target - target.mean()) ** 2))
+        return 1 - residual >= 0.8, "r2"
+
+    regression = controls.criterion_controls(r2, {"y": target + 0.1 * np.random.default_rng(5).standard_normal(40)})
+    for found in (accuracy, cosine, regression):
+        assert found["able_to_fail"] is True and found["rows"]["failed_halves"] == 2 * controls.DRAWS, found["rows"]
+
+
 @pytest.mark.parametrize("rows", [2, 3, 5, 24])
 def test_every_permutation_draw_is_a_derangement(rows: int) -> None:
     for seed in range(200):
@@ -306,6 +361,30 @@ def memo(outputs, ids, records, params):
     same = outputs["labels"].shape == _SEEN[0].shape and bool((outputs["labels"] == _SEEN[0]).all())
     return {"passed": same, "summary": "as first seen", "margin": None}
 
+def _afresh():
+    # whether the call comes through the first sight's own function (red-team pass 18, FP6: told by the stack)
+    import sys
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "_afresh_answer":
+        frame = frame.f_back
+    return frame is not None
+
+def tells_its_calls(outputs, ids, records, params):
+    # loaded afresh for a first sight: says no; in the step's own call: pass 10's memo
+    if _afresh():
+        return {"passed": False, "summary": "no", "margin": None}
+    return memo(outputs, ids, records, params)
+
+def counts_its_calls(outputs, ids, records, params):
+    # loaded afresh: counts its calls in a file it writes, and passes the one after the two corruptions shown first
+    if not _afresh():
+        return memo(outputs, ids, records, params)
+    import pathlib
+    count = pathlib.Path(__file__).parent / "count.txt"
+    calls = int(count.read_text()) + 1 if count.exists() else 1
+    count.write_text(str(calls))
+    return {"passed": calls == 3, "summary": f"call {calls}", "margin": None}
+
 def file_memo(outputs, ids, records, params):
     # the same memo kept in a file it writes: a fresh load of its module reads it back
     import pathlib
@@ -427,6 +506,24 @@ def test_a_criterion_that_takes_the_first_outputs_it_sees_as_the_truth_is_refuse
         judge.criterion(ctx)
 
 
+def test_the_verdict_on_the_outputs_is_the_call_each_first_sight_is(tmp_path: Path) -> None:
+    """The criterion is shown this run's outputs afresh too, through the very call each first sight goes through, and
+    must pass them: a memo that says no whenever it is loaded afresh (told by its stack) keeps the real outputs as its
+    truth in the step's own call and fails every control (red-team pass 18, FP6); one that counts its afresh calls in
+    a file is refused the read of what it wrote in an earlier one."""
+    good = {"labels": np.arange(24, dtype=np.int64) % 3}
+    found = judge.criterion(_ctx(tmp_path, "criterion", good, LABELS))["controls"]
+    assert found["first_sight"]["outputs"] == {"passed": True, "summary": "accuracy 1.00"}
+    with pytest.raises(CheckFailed) as caught:
+        judge.criterion(_ctx(tmp_path / "b", "tells_its_calls", good, LABELS))
+    assert str(caught.value).startswith(
+        "the criterion is unable to fail: loaded afresh and shown this run's outputs, as it is shown each corruption "
+        "first, it did not pass them (no), though its call in the step passed them"), str(caught.value)
+    assert caught.value.layer == "application" and caught.value.details["controls"]["able_to_fail"] is True
+    with pytest.raises(CheckFailed, match=r"count.txt where it must compute afresh"):
+        judge.criterion(_ctx(tmp_path / "c", "counts_its_calls", good, LABELS))
+
+
 def test_the_report_line_shows_the_corruptions_failed_and_the_margin(tmp_path: Path) -> None:
     from kernodeck.verify.summaries import SUMMARISERS
 
@@ -435,16 +532,18 @@ def test_the_report_line_shows_the_corruptions_failed_and_the_margin(tmp_path: P
     details.pop("summary")  # the application's own line would be shown instead
     n = controls.DRAWS
     assert SUMMARISERS["criterion"](details) == (
-        f"smallest margin 0.1, fails permuted {n}/{n}, noise {n}/{n}, constant 1/1, breaks at labels 3 rows changed")
+        f"smallest margin 0.1, fails permuted {n}/{n}, noise {n}/{n}, constant 1/1, half the rows {2 * n}/{2 * n}, "
+        "breaks at labels 3 rows changed")
     corrupted = details["controls"]["corruptions"]
     weak = {**details, "controls": {
         **details["controls"], "failed": ["constant"], "cannot_see": ["permuted", "noise"],
         "corruptions": {**corrupted, "noise": {**corrupted["noise"], "failed_draws": 3, "passed_draws": [1, 4]},
                         "permuted": {**corrupted["permuted"], "failed_draws": 0, "passed_draws": list(range(n))}},
-        "noise_margin": {"labels": {"found": False, "why": "never"}}}}
+        "noise_margin": {"labels": {"found": False, "why": "never"}},
+        "rows": {**details["controls"]["rows"], "passed": True, "failed_halves": 7, "passed_halves": [[0, 1]] * 3}}}
     assert SUMMARISERS["criterion"](weak).endswith(
-        f"fails constant 1/1, permuted failed in only 0/{n} draws, noise failed in only 3/{n} draws, breaks at labels "
-        "none found")
+        f"fails constant 1/1, permuted failed in only 0/{n} draws, noise failed in only 3/{n} draws, half the rows "
+        f"failed in only 7/{2 * n} halves, breaks at labels none found")
     older = {"controls": {"failed": ["constant"], "cannot_see": ["noise"]}}  # a report made before the draws
     assert SUMMARISERS["criterion"](older) == "fails constant, noise passed"
     emb = {"controls": {"failed": [], "noise_margin": {"emb": {
