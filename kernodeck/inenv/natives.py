@@ -43,6 +43,7 @@ class Native(NamedTuple):
     files: tuple[str, ...]
     mode: str = "r"
     shared: tuple[int, str] | None = None
+    out: tuple[str, ...] = ()  # parameters among ``files`` written ("w") whatever ``mode`` says
 
 
 # A Class.__init__ is the class's constructor: the tokenizer models still take file names (``WordPiece("vocab.txt")``,
@@ -101,28 +102,61 @@ NATIVES: tuple[Native, ...] = (
     # (TypedStorage.from_file and torch.load(mmap=True) call UntypedStorage's)
     Native("torch", "from_file", ("filename",), "r", (1, "shared")),
     Native("torch", "UntypedStorage.from_file", ("filename",), "r", (1, "shared")),
+    # red-team pass 18 FP1/FF2: scipy's Matrix Market I/O (scipy.io.mmread, mminfo, mmwrite: fast_matrix_market, C++)
+    # opens a path given to it in its core, which they call by attribute: the core's functions are wrapped, so every
+    # reader and writer above them reports (mmwrite's name with the ".mtx" it adds)
+    Native("scipy.io._fast_matrix_market._fmm_core", "open_read_file", ("arg0",)),
+    Native("scipy.io._fast_matrix_market._fmm_core", "open_write_file", ("arg0",), "w"),
+    # the lite model's backport (torch.jit.mobile._backport_for_mobile, _to_buffer): torch._C's functions, called by
+    # attribute, read their input path and write their output path in C++
+    Native("torch._C", "_backport_for_mobile", ("arg0", "arg1"), out=("arg1",)),
+    Native("torch._C", "_backport_for_mobile_to_buffer", ("arg0",)),
+    Native("torch._C", "_backport_for_mobile_from_buffer", ("", "arg1"), "w"),  # its first argument is the bytes
+    # torch._C's own readers and writers under the rows above, so that one called directly is seen too
+    Native("torch._C", "import_ir_module", ("", "arg1")),
+    Native("torch._C", "_load_jit_module_from_file", ("arg0",)),
+    Native("torch._C", "_load_for_lite_interpreter", ("arg0",)),
+    Native("torch._C", "_load_mobile_module_from_file", ("arg0",)),
+    Native("torch._C", "_get_model_bytecode_version", ("arg0",)),
+    Native("torch._C", "_get_mobile_model_contained_types", ("arg0",)),
+    Native("torch._C", "_get_model_ops_and_info", ("arg0",)),
+    Native("torch._C", "PyTorchFileReader.__init__", ("arg0",)),
+    Native("torch._C", "PyTorchFileWriter.__init__", ("file_name",), "w"),
+    Native("torch._C", "_save_jit_module", ("", "arg1"), "w"),
 )
 WRAPPED: dict[str, Any] = {}  # "module:reader" -> its wrapper
 
 
 def _reporting(original: Any, native: Native, constructor: bool = False) -> Any:
-    files = native.files
+    files, skip = native.files, 1 if constructor else 0  # a constructor's first argument is the object made
 
-    @functools.wraps(original)
     def access(*args: Any, **kwargs: Any) -> Any:
-        given = args[1:] if constructor else args  # a constructor's first argument is the object made
-        mode = native.mode
+        args, mode = list(args), native.mode
         if native.shared is not None:
             at, name = native.shared
-            mode = "a+" if (given[at] if len(given) > at else kwargs.get(name)) else mode
-        named = [*zip(files, given, strict=False), *((n, kwargs[n]) for n in files[len(given):] if n in kwargs)]
-        for name, value in named:
-            if name and isinstance(value, str | bytes | os.PathLike):
-                sys.audit("open", os.fsdecode(value), mode, 0)  # as open() would: judged by seen's hook
+            given = args[skip + at] if len(args) > skip + at else kwargs.get(name)
+            mode = "a+" if given else mode
+        # each file argument converted once, and that string (or bytes) judged AND handed to the original: a path-like
+        # object cannot name one file to the judgement and another to the native reader (red-team pass 18 FP3)
+        for at, name in enumerate(files):
+            positional = len(args) > skip + at
+            value = args[skip + at] if positional else kwargs.get(name) if name else None
+            if not name or not isinstance(value, str | bytes | os.PathLike):
+                continue
+            path = str.__str__(os.fsdecode(os.fspath(value)))  # an exact str: no subclass's __str__ to ask again
+            sys.audit("open", path, "w" if name in native.out else mode, 0)  # as open() would: seen's hook judges it
+            if positional:
+                args[skip + at] = path
+            else:
+                kwargs[name] = path
         if original is object.__init__:  # the type's __new__ took the arguments (a Rust class): none to pass on
             return original(args[0])
         return original(*args, **kwargs)
 
+    # its name and doc, not functools.wraps: ``__wrapped__`` would hand the application the unseen original
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(access, attribute, getattr(original, attribute))
     return access
 
 
