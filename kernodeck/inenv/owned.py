@@ -4,8 +4,6 @@ world.py asks :func:`written` before it judges a read.
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import children, paths
 
 # every file (or folder) the application opened to write (truncating or creating), made, moved or linked into place
@@ -15,29 +13,13 @@ from . import children, paths
 # else changes a file's state without replacing its bytes (appending, "r+", a truncate to a length, a touch, a chmod)
 # marks it TOUCHED: an input still, its reads counted. A folder that was there is never the application's own.
 WRITTEN: dict[str, tuple[int, int, int, int, bool, int] | None] = {}
-# Why a read of a file written earlier is refused where the application must compute afresh (seen.earlier's files)
+# Why a read of a file written earlier is refused where the application must compute afresh (rewritten.py)
 EARLIER_READ = ("read {path} where it must compute afresh (a determinism rerun, the criterion's first sight), a file "
                 "the application wrote earlier in this run: its earlier results would be read there, not recomputed")
 TOUCHED: set[str] = set()
 TOUCHED_FILES: set[tuple[int, int]] = set()  # (inode, device) of each file touched: by any of its names
 
 state = paths.state
-# The files the application wrote before the determinism rerun now running (determinism.py): a read is refused
-EARLIER: set[str] = set()
-EARLIER_FILES: set[tuple[int, int]] = set()  # the same files by (inode, device): renamed or linked, still them
-
-
-def earlier(files: Any) -> None:
-    """The files the application wrote before the rerun now starting (none: the rerun is over)."""
-    EARLIER.clear()
-    EARLIER_FILES.clear()
-    for path in files:
-        EARLIER.add(path)
-        st = state(path)
-        if st is not None and not st[4]:
-            EARLIER_FILES.add((st[0], st[5]))
-
-
 def written(path: str) -> bool:
     """The application's own: made by it in this run (nothing there at its first write), or a file that was there
     whose bytes it replaced (changed since that write, and touched by nothing else). See :data:`WRITTEN`."""

@@ -21,7 +21,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from . import channels, children, declared_files, libraries, natives, owned, paths
+from . import channels, children, declared_files, libraries, natives, owned, paths, rewritten
 from ._common import CheckFailed
 from .protocol import Layer
 
@@ -34,7 +34,7 @@ MINE = threading.local()
 IN_ENV = __package__ == "kernodeck_inenv"  # loaded by _package.py (the runner, the resume worker), not as a library
 READ: dict[str, str] = {}  # this window's files read: path -> who
 WRITTEN, TOUCHED, TOUCHED_FILES, written = owned.WRITTEN, owned.TOUCHED, owned.TOUCHED_FILES, owned.written
-EARLIER, EARLIER_FILES, earlier = owned.EARLIER, owned.EARLIER_FILES, owned.earlier  # a rerun's bar
+earlier = rewritten.bar  # a rerun's bar on the application's earlier files, decided at each read (rewritten.py)
 INSTALLED = [False]
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
@@ -45,10 +45,7 @@ _state = owned.state
 def _will_write(path: str) -> None:
     """The application is about to replace ``path``'s bytes (a truncating or creating open; or make it, or move or
     link a file onto it): its state now, noted at its first such write in the run."""
-    EARLIER.discard(path)  # its bytes replaced in the rerun: the rerun's own
-    st = _state(path) if EARLIER_FILES else None
-    if st is not None:
-        EARLIER_FILES.discard((st[0], st[5]))
+    rewritten.replacing(path)  # announced only: a read of it after is judged by what happened (rewritten.refused)
     if path not in WRITTEN:
         WRITTEN[path] = _state(path)
         _to_parent({"kind": "written", "path": path, "before": WRITTEN[path]})
@@ -71,6 +68,7 @@ def _touched(path: str) -> None:
     state = _state(path)
     if state is not None:
         TOUCHED_FILES.add((state[0], state[5]))
+    rewritten.touched(state)
 
 
 # world.py sets it as a window opens: a path -> what a change there changes that the run relies on as checked, or None
@@ -135,8 +133,7 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
                 {"file": path, "tip": "read the application's inputs by their declared paths"})
     if reads and children.FORKS[0] and not children.forked():
         from_children()  # a file a child wrote is the application's own when the parent reads it, not only later
-    if reads and not writes and (path in EARLIER or (EARLIER_FILES and (st := _state(path)) is not None
-                                                     and (st[0], st[5]) in EARLIER_FILES)) and os.path.isfile(path):
+    if reads and not writes and rewritten.refused(path):  # a file it wrote before a rerun, its bytes still those
         _refuse(owned.EARLIER_READ.format(path=path), {"file": path, "tip": "keep no results across calls"})
     if reads and declared_files.in_modules_cache(path):
         declared_files.seen_now(path)  # its stat as read: the judgement hashes it, unchanged since (declared_files.py)
@@ -215,6 +212,7 @@ def from_children() -> None:
         if note["kind"] == "written":
             before = note["before"]
             WRITTEN.setdefault(note["path"], tuple(before) if before else None)  # type: ignore[arg-type]
+            rewritten.replacing(note["path"])
         elif note["kind"] == "read":
             children.READ.add(note["path"])
         elif note["kind"] == "refused":

@@ -239,7 +239,37 @@ OPENER = """    fds = []
 LIFTS = {
     "the memo renamed onto itself": ON_DISK.replace("LIFT", "    os.replace(memo, memo)"),
     "an open announced as a write whose opener opens it to read": ON_DISK.replace("LIFT", OPENER),
+    # the fix decides at the read by what happened: a write announced (the opener opens the null device), then the
+    # memo's mtime moved by a touch: its state differs, its bytes are the earlier call's
+    "an announced write, then a touch": ON_DISK.replace("LIFT", """\
+    open(memo, "wb", opener=lambda path, flags: os.open(os.devnull, os.O_WRONLY)).close()
+    os.utime(memo)"""),
 }
+# a memo rewritten in each call, as an artefact is written atomically (a new file moved onto the name) or in place:
+# the rerun's own file, read back (seeded: every call computes the same)
+REWRITES = {
+    "moved onto the name": """
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    memo = Path("out", "memo-" + str(len(key)) + ".npy")
+    np.save(str(memo) + ".tmp.npy", np.random.default_rng(7).integers(0, 1 << 40, size=len(key)))
+    os.replace(str(memo) + ".tmp.npy", memo)
+    app.write("x", np.load(memo), list(key))
+""",
+    "truncated in place": """
+def run(app):
+    key = tuple(r["id"] for r in app.records)
+    memo = Path("out", "memo-" + str(len(key)) + ".npy")
+    with open(memo, "wb") as f:
+        np.save(f, np.random.default_rng(7).integers(0, 1 << 40, size=len(key)))
+    app.write("x", np.load(memo), list(key))
+""",
+}
+
+
+@pytest.mark.parametrize("how", sorted(REWRITES))
+def test_fp4_control_a_memo_the_rerun_rewrites_first_is_its_own(tmp_path: Path, how: str) -> None:
+    assert _determinism(tmp_path, REWRITES[how]) == {"status": "passed", "bitwise_identical": True}
 IN_MEMORY = {
     "a module global": f"""
 _MEMO = {{}}
