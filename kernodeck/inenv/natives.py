@@ -15,7 +15,11 @@ When the package is importable in the env, it is imported once before the applic
 (seen.install) and each of them (:data:`NATIVES`) is replaced by a Python function that raises the ``open`` audit event
 ``open()`` would for each path it is given (mode ``"r"``, ``"w"``, or ``"a+"``: read and changed in place), which the
 hook judges as any open (seen.py: an input, an output, a refused change), then calls the original (a constructor:
-see NATIVES). A file-like object is no path: it reports nothing. What else a C extension reads or writes by itself
+see NATIVES) with the path it reported: each file argument converted once, to an exact str (red-team pass 18 FP3: a
+path-like object named a declared file to the report, an undeclared one to the loader), and the original kept in the
+wrapper's closure only, never under ``__wrapped__``. Red-team pass 18 also found scipy's Matrix Market I/O (C++) and
+the lite model's backport unseen, and torch._C's own functions under the rows are wrapped too. A file-like object is
+no path: it reports nothing. What else a C extension reads or writes by itself
 stays the closed world's stated limit (docs/application.md).
 """
 
