@@ -59,6 +59,10 @@ class Native(NamedTuple):
 NATIVES: tuple[Native, ...] = (
     Native("safetensors", "safe_open", ("filename",)),
     Native("tokenizers", "Tokenizer.from_file", ("path",)),
+    # red-team pass 18: the Rust trainer reads a list of files, the saver writes one (under a fast tokenizer's
+    # save_pretrained, read back by from_pretrained's from_file)
+    Native("tokenizers", "Tokenizer.train", ("", "files")),
+    Native("tokenizers", "Tokenizer.save", ("", "path"), "w"),
     Native("tokenizers.models", "BPE.__init__", ("vocab", "merges")),
     Native("tokenizers.models", "WordPiece.__init__", ("vocab",)),
     Native("tokenizers.models", "WordLevel.__init__", ("vocab",)),
@@ -131,6 +135,15 @@ NATIVES: tuple[Native, ...] = (
 WRAPPED: dict[str, Any] = {}  # "module:reader" -> its wrapper
 
 
+PATH = (str, bytes, os.PathLike)
+
+
+def _exact(value: Any) -> str:
+    """A file argument as the one string both the report and the original get: no subclass's ``__str__`` nor a second
+    ``__fspath__`` to ask again."""
+    return str.__str__(os.fsdecode(os.fspath(value)))
+
+
 def _reporting(original: Any, native: Native, constructor: bool = False) -> Any:
     files, skip = native.files, 1 if constructor else 0  # a constructor's first argument is the object made
 
@@ -145,14 +158,16 @@ def _reporting(original: Any, native: Native, constructor: bool = False) -> Any:
         for at, name in enumerate(files):
             positional = len(args) > skip + at
             value = args[skip + at] if positional else kwargs.get(name) if name else None
-            if not name or not isinstance(value, str | bytes | os.PathLike):
+            many = isinstance(value, list | tuple) and all(isinstance(one, PATH) for one in value)  # train's files
+            if not name or not (many or isinstance(value, PATH)):
                 continue
-            path = str.__str__(os.fsdecode(os.fspath(value)))  # an exact str: no subclass's __str__ to ask again
-            sys.audit("open", path, "w" if name in native.out else mode, 0)  # as open() would: seen's hook judges it
+            named = [_exact(one) for one in value] if many else _exact(value)
+            for path in named if many else [named]:
+                sys.audit("open", path, "w" if name in native.out else mode, 0)  # as open() would: seen's hook judges
             if positional:
-                args[skip + at] = path
+                args[skip + at] = named
             else:
-                kwargs[name] = path
+                kwargs[name] = named
         if original is object.__init__:  # the type's __new__ took the arguments (a Rust class): none to pass on
             return original(args[0])
         return original(*args, **kwargs)

@@ -115,6 +115,9 @@ UNSEEN_READS = {
         "m._backport_for_mobile(str(ROOT / 'models' / 'm.ptl'), o, 7); m._load_for_lite_interpreter(o)"),
     "torch._C._load_for_lite_interpreter": (
         "import torch; torch._C._load_for_lite_interpreter(str(ROOT / 'models' / 'm.ptl'), None)"),
+    "tokenizers.Tokenizer.train": (
+        "from tokenizers import Tokenizer, models, trainers; t = Tokenizer(models.WordLevel(unk_token='[UNK]')); "
+        "t.train([str(ROOT / 'models' / 'g.mtx')], trainers.WordLevelTrainer())"),
     "torch._C.import_ir_module": (
         "import torch; torch._C.import_ir_module(torch._C.CompilationUnit(), str(ROOT / 'models' / 'm.pt'), None, "
         "{}, False)"),
@@ -151,6 +154,14 @@ def test_ff2_control_a_wrapped_native_writers_file_read_back_is_the_applications
 @pytest.mark.parametrize("read", ["open(os.path.join(d, 'g.mtx')).read()", "scipy.io.mmread(os.path.join(d, 'g.mtx'))"])
 def test_ff2_a_matrix_scipy_wrote_then_read_back_is_not_an_input(tmp_path: Path, read: str) -> None:
     doing = "import numpy as np, scipy.io; scipy.io.mmwrite(os.path.join(d, 'g'), np.eye(3)); " + read
+    assert _writes(tmp_path, doing) == {"status": "passed"}
+
+
+@NEEDS_ENV
+def test_ff2_a_tokenizer_saved_then_loaded_back_is_the_applications_own(tmp_path: Path) -> None:
+    doing = ("from tokenizers import Tokenizer, models; "
+             "t = Tokenizer(models.WordLevel({'a': 0, '[UNK]': 1}, unk_token='[UNK]')); "
+             "t.save(os.path.join(d, 't.json')); Tokenizer.from_file(os.path.join(d, 't.json'))")
     assert _writes(tmp_path, doing) == {"status": "passed"}
 
 
