@@ -23,6 +23,7 @@ CROSS_CUTTING = {
     "redteam16": "red-team pass 16's findings across the closed world's modules (natives, declared, controls)",
     "redteam17": "red-team pass 17's findings across the closed world's modules (natives, seen, declared_files)",
     "redteam18": "red-team pass 18's findings across the closed world's modules (natives, seen, judge, cached)",
+    "redteam19": "red-team pass 19's findings across the halves control, the rerun bar, caches and natives",
 }
 
 
