@@ -16,7 +16,8 @@ rows" (the same majority on 8 rows is accepted: the control).
 FF4 (the rerun bar, FALSE FAILURE, a regression of rewritten.py): ``shutil.copy``/``shutil.copy2`` of a declared file
 onto a fixed path, then the copy read: in the determinism rerun the copy's ``chmod``/``utime`` marks the file
 touched (and copy2 gives it back its earlier mtime), so the rerun's read of its own fresh copy is refused
-("where it must compute afresh"); ``shutil.copyfile`` passes (the control). It passed before 02750d6.
+("where it must compute afresh"); ``shutil.copyfile`` passes (the control). It passed before 02750d6. A criterion
+copying a declared file with ``shutil.copy`` then reading it is refused the same way at its first sight.
 FP5 (caches, FALSE PASS): an output declared float32 served from a float64 cache of the full-precision values
 (numpy's default width) is not seen: raw bytes (``tofile``/``np.fromfile``) or a transposed float64 ``.npy``, each
 narrowed by ``astype(np.float32)``; likewise a transposed ``.npz`` and raw float16 bytes. A raw float32 cache is seen
@@ -339,6 +340,24 @@ def test_ff4_control_a_file_copied_with_copyfile_then_read_passes_the_reruns(tmp
 def test_ff4_a_file_copied_with_its_mode_or_times_then_read_passes_the_reruns(tmp_path: Path, how: str) -> None:
     """Today: 'the entry read .../out/work.csv where it must compute afresh'."""
     assert _determinism(tmp_path, COPIES[how]) == {"status": "passed", "bitwise_identical": True}
+
+
+COPYING_CRITERION = TRUTH.replace('    x = outputs["x"]\n', '''    x = outputs["x"]
+    shutil.HOW(Path("project", "data", "extra.csv"), Path("out", "labels.csv"))  # a declared file, copied to use
+    assert Path("out", "labels.csv").read_text().split()[0] == "label"
+''')
+
+
+def test_ff4_control_a_criterion_copying_with_copyfile_then_reading_is_accepted(tmp_path: Path) -> None:
+    source = "import shutil\nFORM = False\nCHECKED = 8\n" + COPYING_CRITERION.replace("HOW", "copyfile")
+    assert _criterion_step(tmp_path, source) == {"status": "passed", "able_to_fail": True}
+
+
+@pytest.mark.xfail(strict=True, reason="FF4: the copy's chmod marks the afresh call's own fresh copy touched")
+def test_ff4_a_criterion_copying_with_shutil_copy_then_reading_is_accepted(tmp_path: Path) -> None:
+    """Today: 'the criterion read .../out/labels.csv where it must compute afresh' (its first sight)."""
+    source = "import shutil\nFORM = False\nCHECKED = 8\n" + COPYING_CRITERION.replace("HOW", "copy")
+    assert _criterion_step(tmp_path, source) == {"status": "passed", "able_to_fail": True}
 
 
 # --- FP5: caches of the outputs kept in another float width --------------------------------------------------------
