@@ -25,6 +25,8 @@ BAR: dict[Key, tuple[int, int]] = {}  # each earlier file -> its (size, mtime_ns
 RENEWED: set[str] = set()  # names whose file was replaced since the bar (announced: seen._will_write)
 RENEWED_FILES: set[Key] = set()  # the files those names held then (a truncating open keeps the inode)
 TOUCHED: set[Key] = set()  # files whose state the application changed since the bar without replacing their bytes
+ANNOUNCED: dict[Key, tuple[int, int]] = {}  # each file at a renewed name -> its (size, mtime_ns) as that was announced
+NEW: set[Key] = set()  # renewed files whose bytes changed after the announcement, before any touch: new bytes
 # the clock Linux stamps file times from (a tick of a few ms; newer kernels stamp finer once a time was read)
 _COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5 if sys.platform.startswith("linux") else time.CLOCK_REALTIME)
 
@@ -35,6 +37,8 @@ def bar(files: Iterable[str]) -> None:
     RENEWED.clear()
     RENEWED_FILES.clear()
     TOUCHED.clear()
+    ANNOUNCED.clear()
+    NEW.clear()
     for path in files:
         st = paths.state(path)
         if st is not None and not st[4]:
@@ -58,12 +62,25 @@ def replacing(path: str) -> None:
         st = paths.state(path)
         if st is not None:
             RENEWED_FILES.add((st[0], st[5]))
+            ANNOUNCED.setdefault((st[0], st[5]), (st[1], st[2]))
 
 
 def touched(st: tuple[int, int, int, int, bool, int] | None) -> None:
-    """The application changed this file's state without replacing its bytes."""
+    """The application is about to change this file's state (``st``: as it is now) without replacing its bytes.
+
+    Decided as the touch arrives: a file whose replacement was announced since the bar, and whose size or mtime has
+    changed since that announcement with no touch before, holds new bytes, and a mode or times set after them
+    (``shutil.copy``, ``copy2``, ``copytree`` onto an earlier file's name: red-team pass 19 FF4) leave them new; a
+    touch of bytes unchanged since the announcement keeps them the bar's (an announced write that replaced nothing,
+    then ``os.utime``: pass 18 FP4)."""
     if BAR and st is not None:
-        TOUCHED.add((st[0], st[5]))
+        key = (st[0], st[5])
+        if key in NEW:
+            return
+        if key in ANNOUNCED and key not in TOUCHED and (st[1], st[2]) != ANNOUNCED[key]:
+            NEW.add(key)  # written since its replacement was announced, and nothing touched it before: new bytes
+            return
+        TOUCHED.add(key)
 
 
 def refused(path: str) -> bool:
@@ -76,6 +93,8 @@ def refused(path: str) -> bool:
     key = (st[0], st[5])
     if key not in BAR:
         return False  # not an earlier file: a new one made since (or an input, judged as one)
+    if key in NEW:
+        return False
     if key in TOUCHED or (path not in RENEWED and key not in RENEWED_FILES):
         return True
     return (st[1], st[2]) == BAR[key]

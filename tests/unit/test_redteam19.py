@@ -18,6 +18,8 @@ onto a fixed path, then the copy read: in the determinism rerun the copy's ``chm
 touched (and copy2 gives it back its earlier mtime), so the rerun's read of its own fresh copy is refused
 ("where it must compute afresh"); ``shutil.copyfile`` passes (the control). It passed before 02750d6. A criterion
 copying a declared file with ``shutil.copy`` then reading it is refused the same way at its first sight.
+Fixed: a touch is decided as it arrives (rewritten.touched): bytes changed since the replacement's announcement are
+new, and a mode or times set after them leave them new.
 FP5 (caches, FALSE PASS): an output declared float32 served from a float64 cache of the full-precision values
 (numpy's default width) is not seen: raw bytes (``tofile``/``np.fromfile``) or a transposed float64 ``.npy``, each
 narrowed by ``astype(np.float32)``; likewise a transposed ``.npz`` and raw float16 bytes. A raw float32 cache is seen
@@ -335,7 +337,6 @@ def test_ff4_control_a_file_copied_with_copyfile_then_read_passes_the_reruns(tmp
     assert _determinism(tmp_path, COPIES["copyfile"]) == {"status": "passed", "bitwise_identical": True}
 
 
-@pytest.mark.xfail(strict=True, reason="FF4: the copy's chmod/utime marks the rerun's own fresh copy touched")
 @pytest.mark.parametrize("how", ["copy", "copy2"])
 def test_ff4_a_file_copied_with_its_mode_or_times_then_read_passes_the_reruns(tmp_path: Path, how: str) -> None:
     """Today: 'the entry read .../out/work.csv where it must compute afresh'."""
@@ -353,7 +354,6 @@ def test_ff4_control_a_criterion_copying_with_copyfile_then_reading_is_accepted(
     assert _criterion_step(tmp_path, source) == {"status": "passed", "able_to_fail": True}
 
 
-@pytest.mark.xfail(strict=True, reason="FF4: the copy's chmod marks the afresh call's own fresh copy touched")
 def test_ff4_a_criterion_copying_with_shutil_copy_then_reading_is_accepted(tmp_path: Path) -> None:
     """Today: 'the criterion read .../out/labels.csv where it must compute afresh' (its first sight)."""
     source = "import shutil\nFORM = False\nCHECKED = 8\n" + COPYING_CRITERION.replace("HOW", "copy")

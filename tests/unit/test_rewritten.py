@@ -70,3 +70,27 @@ def test_the_bar_lets_the_file_clock_pass_the_newest_earlier_mtime(tmp_path: Pat
     rewritten.bar([memo])
     assert time.clock_gettime_ns(rewritten._COARSE) > os.stat(memo).st_mtime_ns
     assert time.monotonic() - start < 0.5
+
+
+def test_times_set_after_new_bytes_leave_them_new_and_a_touch_of_the_old_ones_does_not(tmp_path: Path) -> None:
+    """shutil.copy2 onto an earlier file's name: its bytes written, then its times set back to the source's (which the
+    bar's may equal) and its mode set: new bytes (red-team pass 19 FF4). An announcement that replaced nothing, then
+    a touch: the old bytes (pass 18 FP4)."""
+    memo = _memo(tmp_path)
+    bar_state = paths.state(memo)
+    assert bar_state is not None
+    rewritten.bar([memo])
+    rewritten.replacing(memo)
+    Path(memo).write_bytes(b"earlier results")  # the same bytes, copied again: the rerun's own
+    rewritten.touched(paths.state(memo))  # copystat: utime back to the source's times
+    os.utime(memo, ns=(bar_state[2], bar_state[2]))
+    rewritten.touched(paths.state(memo))  # then chmod: size and mtime the bar's again
+    os.chmod(memo, 0o644)
+    assert not rewritten.refused(memo)
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"earlier results")
+    rewritten.bar([str(other)])
+    rewritten.replacing(str(other))  # announced (an opener that opens it to read): nothing replaced
+    rewritten.touched(paths.state(str(other)))
+    os.utime(other, ns=(1, 1))
+    assert rewritten.refused(str(other))
