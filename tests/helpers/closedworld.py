@@ -248,3 +248,36 @@ def _settings_project(tmp_path: Path, entry: str = "", criterion: str = "", top:
     (fake / "torch").mkdir(parents=True, exist_ok=True)
     (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
     return config, fake
+
+
+# --- the criterion step on 8 unit rows, right on the first argv[4] only (red-team passes 18, 19) ---------------------
+
+CRITERION_STEP = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+import numpy as np
+from kernodeck_inenv import judge, world
+from kernodeck_inenv._common import CheckFailed, Context
+ctx = Context(config=json.loads(Path(sys.argv[2]).read_text()), out=Path(sys.argv[3]))
+rows = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
+wrong = np.random.default_rng(2).standard_normal((8, 8)).astype(np.float32)
+rows[int(sys.argv[4]):] = wrong[int(sys.argv[4]):]  # the model right on the first rows only
+ctx.state["reread"] = {"x": rows / np.linalg.norm(rows, axis=1, keepdims=True)}
+try:
+    world.forget()
+    print(json.dumps({"status": "passed", "able_to_fail": judge.criterion(ctx)["controls"]["able_to_fail"]}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+CRITERION_APP_HEAD = """import os
+from pathlib import Path
+
+import numpy as np
+
+
+def run(app):
+    pass
+
+
+"""

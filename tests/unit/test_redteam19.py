@@ -52,7 +52,16 @@ import pytest
 from kernodeck.inenv import controls
 from kernodeck.project import app_contract
 from tests.helpers.builtenv import env_python
-from tests.helpers.closedworld import FAKE_TORCH, INENV, _closed_project, _python, _script, _settings_project
+from tests.helpers.closedworld import (
+    CRITERION_APP_HEAD,
+    CRITERION_STEP,
+    FAKE_TORCH,
+    INENV,
+    _closed_project,
+    _python,
+    _script,
+    _settings_project,
+)
 from tests.helpers.nativestandins import ENTRY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,35 +75,6 @@ TABLE = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "samp
 
 # --- FP1, FP2, NOTE7: the criterion step (its controls, its first sight afresh, its margin) ---------------------------
 
-CRITERION_STEP = """
-import json, runpy, sys
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-import numpy as np
-from kernodeck_inenv import judge, world
-from kernodeck_inenv._common import CheckFailed, Context
-ctx = Context(config=json.loads(Path(sys.argv[2]).read_text()), out=Path(sys.argv[3]))
-rows = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
-wrong = np.random.default_rng(2).standard_normal((8, 8)).astype(np.float32)
-rows[int(sys.argv[4]):] = wrong[int(sys.argv[4]):]  # the model right on the first rows only
-ctx.state["reread"] = {"x": rows / np.linalg.norm(rows, axis=1, keepdims=True)}
-try:
-    world.forget()
-    print(json.dumps({"status": "passed", "able_to_fail": judge.criterion(ctx)["controls"]["able_to_fail"]}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc)}))
-"""
-HEAD = """import os
-from pathlib import Path
-
-import numpy as np
-
-
-def run(app):
-    pass
-
-
-"""
 TRUTH = """def criterion(outputs, ids, records, params):
     rows = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
     truth = rows / np.linalg.norm(rows, axis=1, keepdims=True)  # what a right model gives
@@ -110,7 +90,7 @@ def _criterion_step(tmp_path: Path, source: str, right: int = 8) -> dict[str, An
     project's app.py ``source`` (as tests/unit/test_redteam18.py)."""
     config = _closed_project(tmp_path)
     root = Path(config["project_root"])
-    (root / "app.py").write_text(HEAD + source)
+    (root / "app.py").write_text(CRITERION_APP_HEAD + source)
     (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(8)))
     app = app_contract.from_table({**TABLE, "outputs": {"x": {"kind": "allclose", "dtype": "float32", "rtol": 1e-5,
                                                               "atol": 1e-6, "justification": "x"}}}, root)
