@@ -6,7 +6,7 @@
   (one bit about one number fails a single draw half the time), and is *unable to fail* even where it fails the
   constant (a check of the spread alone sees that one). Its margin against added noise is measured beside
   (judge.py, with margin.py's search: the one calibrate runs).
-- It must also fail half its rows wrong: each of ``DRAWS`` fixed-seed splits of the rows in two disjoint halves,
+- It must also fail half its rows wrong: each of ``DRAWS`` fixed-seed splits of the rows in two halves (ceil(n/2) rows each: disjoint when n is even),
   each half changed in turn (:func:`halves`), the other half as it is. Every corruption above changes every row, so a
   criterion that checks one row (a spot check of row 0) failed them all; it passes the half that leaves its row
   alone. An aggregate that judges the sample (accuracy >= 0.9, a mean cosine similarity to the expected rows) fails
@@ -215,7 +215,8 @@ def _noise_like(arr: Any, rows: Any, rng: Any) -> Any:
 
 
 def halves(outputs: dict[str, Any], split: int) -> list[dict[str, Any]]:
-    """Split ``split`` of the rows in two disjoint halves (a fixed-seed shuffle, cut in the middle), and the outputs
+    """Split ``split`` of the rows in two halves (a fixed-seed shuffle, cut in the middle; of an odd number of rows
+    each half holds ceil(n/2), the middle row in both), and the outputs
     with each half changed (:func:`_half_changed`), the other half as it is: the same rows of every output (an output
     of fewer than two rows is left as it is: no half of it leaves a row alone)."""
     shown: list[dict[str, Any]] = []
@@ -226,7 +227,10 @@ def halves(outputs: dict[str, Any], split: int) -> list[dict[str, Any]]:
             arr = np.asarray(arr)
             rows = arr.shape[0] if arr.ndim else 0
             order = np.random.default_rng(SEED + split).permutation(rows)
-            chosen = np.sort(order[: rows // 2] if part == 0 else order[rows // 2:]) if rows > 1 else order[:0]
+            # each part holds ceil(n/2) rows (an odd sample's two parts share one): "half its rows wrong" is true of
+            # both, so a majority criterion on 5 rows is not refused as judging only some (red-team pass 19 FF3)
+            half = (rows + 1) // 2
+            chosen = np.sort(order[:half] if part == 0 else order[rows - half:]) if rows > 1 else order[:0]
             changed[name] = _half_changed(arr, chosen, rng)
         shown.append(changed)
     return shown

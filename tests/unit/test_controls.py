@@ -165,6 +165,11 @@ def test_halves_are_disjoint_cover_the_rows_and_change_every_row_of_theirs() -> 
         for half in changed:  # the same rows of every output, each of them changed
             assert all(np.array_equal(half[name], half["emb"]) for name in outputs), half
     assert controls.halves({"emb": _unit_rows(1, 4)}, 0)[1]["emb"].tobytes() == _unit_rows(1, 4).tobytes()
+    # an odd number of rows: each half holds ceil(n/2), one row in both (red-team pass 19 FF3)
+    odd = {"labels": np.arange(5, dtype=np.int64)}
+    for split in range(controls.DRAWS):
+        first, second = (np.flatnonzero(half["labels"] != odd["labels"]) for half in controls.halves(odd, split))
+        assert len(first) == len(second) == 3 and len(set(first) & set(second)) == 1, (first, second)
 
 
 def _checks_rows(checked: list[int]) -> Any:

@@ -170,7 +170,6 @@ def test_ff3_control_a_majority_criterion_on_eight_rows_is_able_to_fail() -> Non
     assert found["able_to_fail"] and not found["rows"]["passed"], found["rows"]
 
 
-@pytest.mark.xfail(strict=True, reason="FF3: the first half of an odd sample changes fewer than half its rows")
 @pytest.mark.parametrize("how", ["majority of 5 labels", "median cosine of 9 rows"])
 def test_ff3_a_criterion_tolerating_fewer_than_half_wrong_is_able_to_fail(how: str) -> None:
     if how.startswith("majority"):
