@@ -32,6 +32,7 @@ import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
 
@@ -135,13 +136,25 @@ NATIVES: tuple[Native, ...] = (
 WRAPPED: dict[str, Any] = {}  # "module:reader" -> its wrapper
 
 
-PATH = (str, bytes, os.PathLike)
+PATH = (str, bytes, bytearray, os.PathLike)  # what the native side takes as one path (pybind11: a bytearray too)
+
+
+def _many(value: Any) -> list[Any] | None:
+    """The paths a collection of them holds (a list, a tuple, a deque, a numpy array of names: Rust and pybind11 take
+    any sequence; red-team pass 19 FP6), or None: not a collection of paths (a file-like object, a mapping)."""
+    if isinstance(value, (*PATH, Mapping)) or not isinstance(value, Collection):
+        return None
+    try:
+        items = list(value)
+    except Exception:  # a container that refuses to be listed (a ScriptModule's __iter__): no paths of ours
+        return None
+    return items if items and all(isinstance(one, PATH) for one in items) else None
 
 
 def _exact(value: Any) -> str:
     """A file argument as the one string both the report and the original get: no subclass's ``__str__`` nor a second
     ``__fspath__`` to ask again."""
-    return str.__str__(os.fsdecode(os.fspath(value)))
+    return str.__str__(os.fsdecode(os.fspath(bytes(value) if isinstance(value, bytearray) else value)))
 
 
 def _reporting(original: Any, native: Native, constructor: bool = False) -> Any:
@@ -158,10 +171,13 @@ def _reporting(original: Any, native: Native, constructor: bool = False) -> Any:
         for at, name in enumerate(files):
             positional = len(args) > skip + at
             value = args[skip + at] if positional else kwargs.get(name) if name else None
-            many = isinstance(value, list | tuple) and all(isinstance(one, PATH) for one in value)  # train's files
-            if not name or not (many or isinstance(value, PATH)):
+            if not name:  # a parameter before the files that names none (torch.save's obj): never looked into
                 continue
-            named = [_exact(one) for one in value] if many else _exact(value)
+            listed = _many(value)  # train's files: any collection of paths, handed on as a list of exact strings
+            many = listed is not None
+            if not (many or isinstance(value, PATH)):
+                continue
+            named = [_exact(one) for one in listed or ()] if many else _exact(value)
             for path in named if many else [named]:
                 sys.audit("open", path, "w" if name in native.out else mode, 0)  # as open() would: seen's hook judges
             if positional:

@@ -28,6 +28,8 @@ FP6 (native readers, FALSE PASS): a wrapper reports only a path of the types it 
 numpy array or a ``collections.deque`` of file names (Rust takes any sequence) trains on an undeclared file unseen;
 ``torch._C``'s readers given the path as a ``bytearray`` (pybind11 takes it as a string) read an undeclared model
 unseen (a list, a str: the controls).
+Fixed: any collection of paths (a deque, a numpy array of names) and a bytearray are converted, reported and
+handed on as exact strings (natives._many, natives.PATH).
 NOTE7 (stated limit, FALSE PASS): a memo kept in the file system's metadata, read with no open (a symlink's target, a
 folder's names, files' mtimes), passes the determinism reruns "bitwise identical" with unseeded outputs, and a memo
 criterion keeping a digest of the first outputs it sees in a symlink's target is accepted as able to fail on a model
@@ -489,7 +491,6 @@ def test_fp6_control_a_list_of_files_to_train_on_is_named(tmp_path: Path, models
 
 
 @NEEDS_ENV
-@pytest.mark.xfail(strict=True, reason="FP6: the wrapper reports a list or tuple only; Rust takes any sequence")
 @pytest.mark.parametrize("how", sorted(FILES))
 def test_fp6_another_sequence_of_files_to_train_on_is_named(tmp_path: Path, models: dict[str, bytes],
                                                             how: str) -> None:
@@ -505,7 +506,6 @@ def test_fp6_control_a_str_path_to_torch_c_is_named(tmp_path: Path, models: dict
 
 
 @NEEDS_ENV
-@pytest.mark.xfail(strict=True, reason="FP6: a bytearray is no PATH to the wrapper; pybind11 takes it as a string")
 @pytest.mark.parametrize("how", sorted(BYTEARRAY))
 def test_fp6_a_bytearray_path_to_torch_c_is_named(tmp_path: Path, models: dict[str, bytes], how: str) -> None:
     """Today: the window passes (the undeclared model loaded)."""
