@@ -90,12 +90,9 @@ def corrupt(arr: Any, how: str, rng: Any) -> Any:
             return rng.integers(low, high + 1, size=arr.shape).astype(arr.dtype)
         values, counts = np.unique(arr, return_counts=True)
         return np.full_like(arr, values[int(np.argmax(counts))] if values.size else 0)
-    ref = arr.astype(np.float64)
-    finite = ref[np.isfinite(ref)]
-    mean = float(finite.mean()) if finite.size else 0.0
-    scale = float(finite.std()) if finite.size else 1.0
+    mean, scale = _mean_scale(arr)
     if how == "noise":  # the output replaced by noise of its own mean and spread
-        return (mean + (scale or 1.0) * rng.standard_normal(arr.shape)).astype(arr.dtype)
+        return (mean + scale * rng.standard_normal(arr.shape)).astype(arr.dtype)
     if how == "constant":
         return np.full_like(arr, mean)
     raise ValueError(f"unknown corruption {how!r}")
@@ -207,11 +204,18 @@ def _half_changed(arr: Any, rows: Any, rng: Any) -> Any:
 
 def _noise_like(arr: Any, rows: Any, rng: Any) -> Any:
     """Noise of the whole output's own mean and spread, in the shape of ``arr[rows]``."""
+    mean, scale = _mean_scale(arr)
+    return (mean + scale * rng.standard_normal(arr[rows].shape)).astype(arr.dtype)
+
+
+def _mean_scale(arr: Any) -> tuple[float, float]:
+    """A float output's mean and standard deviation over its finite values (0 and 1 when it has none; a spread of 0
+    counts as 1): the scale of the noise corruptions."""
     ref = arr.astype(np.float64)
     finite = ref[np.isfinite(ref)]
     mean = float(finite.mean()) if finite.size else 0.0
     scale = float(finite.std()) if finite.size else 1.0
-    return (mean + (scale or 1.0) * rng.standard_normal(arr[rows].shape)).astype(arr.dtype)
+    return mean, scale or 1.0
 
 
 def halves(outputs: dict[str, Any], split: int) -> list[dict[str, Any]]:
