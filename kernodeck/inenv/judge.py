@@ -166,18 +166,22 @@ def _unable(found: dict[str, Any]) -> str:
     blind = [how for how, r in results.items() if r["passed"] and (how in found["cannot_see"] or not failed)]
     parts = [f"{controls.WHAT[how]} ({_passed_draws(results[how])}: {results[how]['summary'] or 'passed'})"
              for how in blind]
-    rows = found.get("rows") or {}
+    rows, walked = found.get("rows") or {}, found.get("walk") or {}
     if rows.get("passed"):
         parts.append(f"half its rows wrong, the other half as they are (it passed {len(rows['passed_halves'])} of "
                      f"{rows['halves']} halves: {rows['summary'] or 'passed'}): it judges only some rows")
+    if walked.get("passed"):
+        judged_rows = ", ".join(str(r) for r in walked["judged_rows"][:10]) or "none found"
+        parts.append(f"{walked['changed']} of its {walked['rows']} rows wrong, each given another row's values "
+                     f"(rows {_listed(walked['changed_rows'])}: {walked['summary'] or 'passed'}): it judges only "
+                     f"some rows (the rows it failed on, added to those: {judged_rows})")
     text = "the criterion is unable to fail: it cannot see " + "; ".join(parts)
     if any((results[how].get("draws") or 0) > 1 for how in blind):
         text += (f" (the permuted rows and the noise are each drawn {controls.DRAWS} times by fixed seeds: it must "
                  "fail every draw)")
     if rows.get("passed"):
         text += (f" (the rows are split in two halves {controls.DRAWS} times by fixed seeds, each half changed in "
-                 "turn: a float row replaced by noise of the output's scale, a label by another: it must fail "
-                 "every half)")
+                 "turn, each of its rows given another row's values in every output: it must fail every half)")
     if failed:
         what = ", ".join(controls.WHAT[how] for how in failed)
         text += f"; it fails only {what}" if blind else f"; it fails {what}, each of which changes every row"
@@ -185,6 +189,12 @@ def _unable(found: dict[str, Any]) -> str:
     if margins and not any(m.get("found") for m in margins.values()):
         text += "; no perturbation of an output breaks it (added noise up to 1000x its RMS, or every label changed)"
     return text
+
+
+def _listed(rows: list[int]) -> str:
+    """Row indices as a short list: the first ten, then how many more."""
+    shown = ", ".join(str(r) for r in rows[:10])
+    return shown + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
 
 
 def _first_sight(ctx: Context, base: dict[str, Any], real: dict[str, Any], items: list[dict[str, Any]],
@@ -262,7 +272,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
     derived here again from the declared max-abs, the output's dimension and the smaller of this run's and the
     reference's margin, whatever the manifest says.
     """
-    from . import controls
+    from . import power
 
     cfg = _app_cfg(ctx)
     if not cfg.get("criterion"):
@@ -285,7 +295,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
         answer = _judge(func, outputs, items, params, root)
         return bool(answer["passed"]), str(answer.get("summary", ""))
 
-    found = controls.criterion_controls(judge, base)
+    found = power.criterion_controls(judge, base)
     found["first_sight"] = _first_sight(ctx, base, ctx.state["reread"], items, params, root, before)
     afresh = found["first_sight"].pop("real_outputs")
     if found["first_sight"]["passed"]:

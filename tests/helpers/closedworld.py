@@ -31,7 +31,7 @@ import json, runpy, sys
 from pathlib import Path
 runpy.run_path(sys.argv[1])
 import numpy as np
-from kernodeck_inenv import application, controls, world
+from kernodeck_inenv import application, power, world
 from kernodeck_inenv._common import CheckFailed, Context
 config = json.loads(Path(sys.argv[2]).read_text())
 ctx = Context(config=config, out=Path(sys.argv[3]))
@@ -55,7 +55,7 @@ try:
     if "--controls" in sys.argv:  # the criterion only on corruptions, through the controls (as judge.criterion)
         judge = lambda outputs: tuple(application._judge(crit, outputs, [{"id": "a"}], {}, Path(config["project_root"])
                                                           ).get(k) for k in ("passed", "summary"))
-        print(json.dumps(controls.criterion_controls(judge, {"x": np.zeros((1, 2))})), file=sys.stderr)
+        print(json.dumps(power.criterion_controls(judge, {"x": np.zeros((1, 2))})), file=sys.stderr)
     else:
         application._judge(crit, {}, [{"id": "a"}], {}, Path(config["project_root"]))
     world.settle()  # as the step loop does once the step's code returned

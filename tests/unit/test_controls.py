@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernodeck.inenv import backend, controls, determinism, judge, reference, resume, tolerance, world
+from kernodeck.inenv import backend, controls, determinism, judge, power, reference, resume, tolerance, world
 from kernodeck.inenv._common import CheckFailed, Context, sha256_file
 
 NAN, INF = float("nan"), float("inf")
@@ -60,7 +60,7 @@ def _accuracy(outputs: dict[str, Any]) -> tuple[bool, str]:
 
 
 def test_a_criterion_that_judges_is_able_to_fail() -> None:
-    found = controls.criterion_controls(_accuracy, {"labels": np.arange(24, dtype=np.int64) % 3})
+    found = power.criterion_controls(_accuracy, {"labels": np.arange(24, dtype=np.int64) % 3})
     assert found["able_to_fail"] is True
     assert found["corruptions"]["permuted"]["passed"] is False
 
@@ -74,7 +74,7 @@ def test_a_criterion_that_always_passes_is_unable_to_fail(criterion: str) -> Non
         return bool(np.isfinite(outputs["labels"]).all()), "finite"
 
     judge = always if criterion == "always" else raises_never
-    found = controls.criterion_controls(judge, {"labels": np.arange(24, dtype=np.int64) % 3})
+    found = power.criterion_controls(judge, {"labels": np.arange(24, dtype=np.int64) % 3})
     assert found["able_to_fail"] is False
     assert {r["passed"] for r in found["corruptions"].values()} == {True}
 
@@ -85,7 +85,7 @@ def test_a_criterion_raising_on_garbage_counts_as_failed() -> None:
             raise ZeroDivisionError("one class")
         return True, "fine"
 
-    found = controls.criterion_controls(picky, {"labels": np.arange(24, dtype=np.int64) % 3})
+    found = power.criterion_controls(picky, {"labels": np.arange(24, dtype=np.int64) % 3})
     assert found["corruptions"]["constant"]["passed"] is False
     assert "ZeroDivisionError" in found["corruptions"]["constant"]["summary"]
     # raising on the constant alone is failing a trivial corruption only: it cannot see the other two
@@ -96,7 +96,7 @@ def test_a_criterion_raising_on_garbage_counts_as_failed() -> None:
             raise ValueError("labels moved")
         return True, "fine"
 
-    found = controls.criterion_controls(strict, {"labels": np.arange(24, dtype=np.int64) % 3})
+    found = power.criterion_controls(strict, {"labels": np.arange(24, dtype=np.int64) % 3})
     assert found["failed"] == ["permuted", "noise", "constant"] and found["able_to_fail"] is True
 
 
@@ -125,10 +125,10 @@ def test_a_criterion_failing_only_trivial_corruptions_is_unable_to_fail() -> Non
     """The bar: both the permuted rows AND the noise must fail; the constant alone, or the noise alone, is not enough.
     Each criterion here fails something, which the former rule (any one corruption) counted as able to fail."""
     outputs = {"emb": _unit_rows()}
-    vacuous = controls.criterion_controls(_vacuous, outputs)
+    vacuous = power.criterion_controls(_vacuous, outputs)
     assert vacuous["failed"] == ["constant"] and vacuous["cannot_see"] == ["permuted", "noise"]
     assert vacuous["able_to_fail"] is False
-    normed = controls.criterion_controls(_unit_norm, outputs)
+    normed = power.criterion_controls(_unit_norm, outputs)
     assert normed["failed"] == ["noise", "constant"] and normed["cannot_see"] == ["permuted"]
     assert normed["able_to_fail"] is False
     assert [h for h, r in vacuous["corruptions"].items() if r["required"]] == list(controls.REQUIRED)
@@ -143,7 +143,7 @@ def test_each_required_corruption_is_drawn_several_times_and_counted() -> None:
     """A criterion that judges fails every draw of each required corruption; the report counts them, per corruption;
     the draws differ (their own seeds) and each permutation moves every row."""
     outputs = {"emb": _unit_rows()}
-    found = controls.criterion_controls(lambda o: (bool(np.array_equal(o["emb"], outputs["emb"])), "equal"), outputs)
+    found = power.criterion_controls(lambda o: (bool(np.array_equal(o["emb"], outputs["emb"])), "equal"), outputs)
     assert found["able_to_fail"] is True and found["cannot_see"] == []
     draws = {how: (r["failed_draws"], r["draws"], r["passed_draws"]) for how, r in found["corruptions"].items()}
     assert draws == {"permuted": (controls.DRAWS, controls.DRAWS, []), "noise": (controls.DRAWS, controls.DRAWS, []),
@@ -159,16 +159,16 @@ def test_halves_are_disjoint_cover_the_rows_and_change_every_row_of_theirs() -> 
     outputs = {"emb": _unit_rows(), "labels": np.arange(24, dtype=np.int64) % 3, "flag": np.arange(24) % 2 == 0}
     for split in range(controls.DRAWS):
         changed = [{name: np.flatnonzero((arr != outputs[name]).reshape(24, -1).any(axis=1))
-                    for name, arr in half.items()} for half in controls.halves(outputs, split)]
+                    for name, arr in half.items()} for half in power.halves(outputs, split)]
         first, second = changed[0]["emb"], changed[1]["emb"]
         assert len(first) == len(second) == 12 and sorted([*first, *second]) == list(range(24))
         for half in changed:  # the same rows of every output, each of them changed
             assert all(np.array_equal(half[name], half["emb"]) for name in outputs), half
-    assert controls.halves({"emb": _unit_rows(1, 4)}, 0)[1]["emb"].tobytes() == _unit_rows(1, 4).tobytes()
+    assert power.halves({"emb": _unit_rows(1, 4)}, 0)[1]["emb"].tobytes() == _unit_rows(1, 4).tobytes()
     # an odd number of rows: each half holds ceil(n/2), one row in both (red-team pass 19 FF3)
     odd = {"labels": np.arange(5, dtype=np.int64)}
     for split in range(controls.DRAWS):
-        first, second = (np.flatnonzero(half["labels"] != odd["labels"]) for half in controls.halves(odd, split))
+        first, second = (np.flatnonzero(half["labels"] != odd["labels"]) for half in power.halves(odd, split))
         assert len(first) == len(second) == 3 and len(set(first) & set(second)) == 1, (first, second)
 
 
@@ -183,14 +183,14 @@ def test_a_criterion_that_checks_some_rows_only_is_unable_to_fail() -> None:
     half as they are, it passes the half that leaves row 0 alone. Two rows: a split that keeps both in one half."""
     outputs = {"emb": _unit_rows()}
     for checked in ([0], [5, 17]):
-        found = controls.criterion_controls(_checks_rows(checked), outputs)
+        found = power.criterion_controls(_checks_rows(checked), outputs)
         assert found["failed"] == ["permuted", "noise", "constant"] and found["cannot_see"] == []
         assert found["rows"]["passed"] is True and found["able_to_fail"] is False, found["rows"]
         passed = len(found["rows"]["passed_halves"])
         assert judge._unable(found).startswith(
             "the criterion is unable to fail: it cannot see half its rows wrong, the other half as they are (it passed "
             f"{passed} of {2 * controls.DRAWS} halves: {len(checked)} rows right)")
-    every = controls.criterion_controls(_checks_rows(list(range(24))), outputs)
+    every = power.criterion_controls(_checks_rows(list(range(24))), outputs)
     assert every["able_to_fail"] is True and every["rows"]["failed_halves"] == 2 * controls.DRAWS
 
 
@@ -199,10 +199,10 @@ def test_aggregate_criteria_fail_half_their_rows_wrong() -> None:
     wrong: 0.5 at most), a mean cosine similarity to the expected rows, R² of a regression."""
     labels = np.array([0, 2, 1, 2, 0, 2, 1, 0], dtype=np.int64)
     logits = np.random.default_rng(0).standard_normal((8, 3)).astype(np.float32)
-    accuracy = controls.criterion_controls(
+    accuracy = power.criterion_controls(
         lambda o: (float((o["labels"] == labels).mean()) >= 0.75, "accuracy"), {"labels": labels, "logits": logits})
     emb = _unit_rows()
-    cosine = controls.criterion_controls(lambda o: (float(np.mean(np.sum(
+    cosine = power.criterion_controls(lambda o: (float(np.mean(np.sum(
         o["emb"] * emb, axis=1) / np.linalg.norm(o["emb"], axis=1))) >= 0.9, "mean cosine"), {"emb": emb})
     target = np.random.default_rng(4).standard_normal(40)
 
@@ -210,7 +210,7 @@ def test_aggregate_criteria_fail_half_their_rows_wrong() -> None:
         residual = float(np.sum((o["y"] - target) ** 2)) / float(np.sum((target - target.mean()) ** 2))
         return 1 - residual >= 0.8, "r2"
 
-    regression = controls.criterion_controls(r2, {"y": target + 0.1 * np.random.default_rng(5).standard_normal(40)})
+    regression = power.criterion_controls(r2, {"y": target + 0.1 * np.random.default_rng(5).standard_normal(40)})
     for found in (accuracy, cosine, regression):
         assert found["able_to_fail"] is True and found["rows"]["failed_halves"] == 2 * controls.DRAWS, found["rows"]
 
@@ -229,7 +229,7 @@ def test_a_criterion_passing_one_draw_is_unable_to_fail() -> None:
     first = controls.corruptions(outputs)
     column = next(j for j in range(16) if outputs["emb"][0, j] > 0 and first["permuted"]["emb"][0, j] <= 0
                   and first["noise"]["emb"][0, j] <= 0)
-    found = controls.criterion_controls(_sign_of(column), outputs)
+    found = power.criterion_controls(_sign_of(column), outputs)
     assert found["able_to_fail"] is False and found["cannot_see"], found
     for how in found["cannot_see"]:
         record = found["corruptions"][how]
@@ -243,7 +243,7 @@ def test_a_criterion_passing_one_draw_is_unable_to_fail() -> None:
     assert (f"(the permuted rows and the noise are each drawn {controls.DRAWS} times by fixed seeds: it must fail "
             "every draw)") in text, text
     # no coordinate's sign is able to fail any more (under one draw of each, several were)
-    able = [j for j in range(16) if controls.criterion_controls(_sign_of(j), outputs)["able_to_fail"]]
+    able = [j for j in range(16) if power.criterion_controls(_sign_of(j), outputs)["able_to_fail"]]
     assert able == []
 
 
@@ -254,10 +254,10 @@ def test_a_corruption_that_changes_nothing_is_not_required() -> None:
     def near(outputs: dict[str, Any]) -> tuple[bool, str]:
         return bool(np.abs(outputs["emb"] - one["emb"]).max() < 1e-3), "near"
 
-    found = controls.criterion_controls(near, one)
+    found = power.criterion_controls(near, one)
     assert found["corruptions"]["permuted"]["applies"] is False and found["corruptions"]["permuted"]["passed"]
     assert found["cannot_see"] == [] and found["able_to_fail"] is True
-    assert controls.criterion_controls(lambda o: (True, "always"), one)["able_to_fail"] is False
+    assert power.criterion_controls(lambda o: (True, "always"), one)["able_to_fail"] is False
 
 
 def test_the_permutation_moves_the_most_rows_of_few_labels() -> None:
@@ -270,12 +270,12 @@ def test_the_permutation_moves_the_most_rows_of_few_labels() -> None:
     for draw in range(controls.DRAWS):
         chosen = controls.permutation(outputs, draw)
         assert chosen is not None
-        rng = controls._rng(draw)
+        rng = controls.seeded(draw)
         candidates = [controls._moved_rows(outputs, controls._permutation(8, rng)) for _ in range(controls.CANDIDATES)]
         assert controls._moved_rows(outputs, chosen) == max(candidates)
         gained += controls._moved_rows(outputs, chosen) > candidates[0]
     assert gained >= 1
-    accuracy = controls.criterion_controls(
+    accuracy = power.criterion_controls(
         lambda o: (float((o["labels"] == labels).mean()) >= 0.75, "accuracy"), outputs)
     assert accuracy["corruptions"]["permuted"]["passed"] is False and accuracy["able_to_fail"] is True
     assert accuracy["corruptions"]["permuted"]["failed_draws"] == controls.DRAWS
@@ -290,7 +290,7 @@ def test_float_outputs_beside_labels_do_not_hide_labels_swapped_with_equal_ones(
     order = controls.permutation(outputs, 1)
     assert order is not None
     assert controls._moved_rows(outputs, order) == 24 + int((labels[order] != labels).sum())
-    found = controls.criterion_controls(lambda o: (float((o["labels"] == labels).mean()) >= 0.75, "accuracy"), outputs)
+    found = power.criterion_controls(lambda o: (float((o["labels"] == labels).mean()) >= 0.75, "accuracy"), outputs)
     assert found["able_to_fail"] is True and found["corruptions"]["permuted"]["failed_draws"] == controls.DRAWS
 
 
@@ -787,7 +787,7 @@ def test_the_examples_criteria_pass_the_bar_on_their_committed_references(where:
         return bool(answer["passed"]), str(answer["summary"])
 
     assert judged(outputs)[0] is True
-    found = controls.criterion_controls(judged, outputs)
+    found = power.criterion_controls(judged, outputs)
     assert found["cannot_see"] == [] and {"permuted", "noise"} <= set(found["failed"]), found
     assert found["able_to_fail"] is True
     from kernodeck.inenv import margin
@@ -815,8 +815,8 @@ def test_a_criterion_that_does_not_pass_the_same_outputs_twice_is_unable_to_fail
         return len(calls) == 1, "first call"
 
     stateful({"labels": labels})  # the real criterion call, as judge.criterion makes it first
-    found = controls.criterion_controls(stateful, {"labels": labels})
+    found = power.criterion_controls(stateful, {"labels": labels})
     assert found["able_to_fail"] is False and found["inconsistent"], found
-    strict = controls.criterion_controls(lambda o: (bool(np.array_equal(o["labels"], labels)), "equal"),
+    strict = power.criterion_controls(lambda o: (bool(np.array_equal(o["labels"], labels)), "equal"),
                                          {"labels": labels})
     assert strict["able_to_fail"] is True and strict["inconsistent"] == ""

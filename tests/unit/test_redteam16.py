@@ -215,15 +215,15 @@ def test_ff4_a_models_own_code_passes_the_second_run_too(tmp_path: Path, monkeyp
 def test_note5_a_criterion_of_one_coordinates_sign_is_not_able_to_fail() -> None:
     import numpy as np
 
-    from kernodeck.inenv import controls
+    from kernodeck.inenv import controls, power
 
     ref = np.load(ROOT / "dossier" / "reference" / "embeddings.npy")
     bad = controls.corruptions({"embeddings": ref})
     column = next(j for j in range(ref.shape[1]) if ref[0, j] > 0 and bad["permuted"]["embeddings"][0, j] <= 0
                   and bad["noise"]["embeddings"][0, j] <= 0)
-    found = controls.criterion_controls(lambda o: (bool(o["embeddings"][0, column] > 0), "one sign"),
+    found = power.criterion_controls(lambda o: (bool(o["embeddings"][0, column] > 0), "one sign"),
                                         {"embeddings": ref})
     assert not found["able_to_fail"], found
     assert found["cannot_see"] and all(found["corruptions"][how]["passed_draws"] for how in found["cannot_see"])
-    assert not any(controls.criterion_controls(lambda o, j=j: (bool(o["embeddings"][0, j] > 0), "one sign"),
+    assert not any(power.criterion_controls(lambda o, j=j: (bool(o["embeddings"][0, j] > 0), "one sign"),
                                                {"embeddings": ref})["able_to_fail"] for j in range(ref.shape[1]))

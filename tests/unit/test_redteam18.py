@@ -30,7 +30,7 @@ NOTE7 (stated limit, FALSE PASS): a cache of the outputs in a form cached.py doe
 ``tofile`` and read by ``np.fromfile``, ``savetxt`` text, a transposed or flattened ``.npy``) passes the application
 step.
 
-Fixed since, their tests plain: FP5 (the criterion must fail half its rows wrong: controls.halves), FP6 (the verdict
+Fixed since, their tests plain: FP5 (the criterion must fail half its rows wrong: power.halves), FP6 (the verdict
 on the real outputs is the afresh call each first sight goes through), NOTE7 but for text (an output's raw bytes held
 exactly by a declared file: cached._bytes_in); text caches stay a stated limit (strict xfail). FP1 and FF2 (rows
 for scipy's Matrix Market core, the lite model's backport, torch._C's readers and writers under the rows, tokenizers'
