@@ -291,7 +291,7 @@ def run_entry(ctx: Context) -> dict[str, Any]:
     app = _call_entry(ctx, items, ctx.outputs)
     seconds = time.perf_counter() - start
     # what the call read, its forked workers' reads too (a DataLoader's): an output that is a declared file's content
-    cached.refuse(ctx, [*ctx.state["entry_file_read"], *seen.READ, *children.READ], app.written, ctx.outputs)
+    cached.refuse(ctx, [*ctx.state["entry_file_read"], *seen.READ, *children.READ], app.written)
     ctx.state["first_run"] = {name: arr for name, (arr, _) in app.written.items()}
     details: dict[str, Any] = {
         "items": len(items),

@@ -5,12 +5,13 @@ passes every other step: the comparison (with a reference made from the same cac
 ones) and the determinism reruns (the same file read again) all hold while the model never runs (red-team pass 13). So
 after the entry's window each output that carries enough information to be a cache's fingerprint (:func:`telling`) is
 compared with the declared files it read there (seen.READ, what its file's load read, and what the processes it forked
-read, a DataLoader's workers: children.READ): byte for byte (``outputs/NAME.npy`` against each such file of the same
-size), and row by row with every declared ``.npy``/``.npz`` array of its rows' shape and of no more rows than the
-output, each row cast to the output's dtype (a file of one row counts as one row; several such files add up): every
-output row among them is a cache (the same rows in another order, cast from float64, kept one file per item); and by its
-raw bytes (:func:`_bytes_in`): a declared file whose values are exactly the output's in some layout (``tofile``'s raw
-bytes, a transposed or flattened ``.npy``; red-team pass 18, NOTE7) is a cache. An array of more rows than the output is
+read, a DataLoader's workers: children.READ): row by row with every declared ``.npy``/``.npz`` array of its rows' shape
+and of no more rows than the output, each row cast to the output's dtype (a file of one row counts as one row; several
+such files add up): every output row among them is a cache (the same rows in another order, cast from float64, kept one
+file per item); and by its values (:func:`_values_in`): a declared file whose values, in the output's dtype or float64,
+float32 or float16, cast to the output's, are exactly the output's in C or Fortran order is a cache (a copy of
+``outputs/NAME.npy``, ``tofile``'s raw bytes, a transposed or flattened ``.npy`` or ``.npz`` member; red-team passes 18
+NOTE7 and 19 FP5). An array of more rows than the output is
 never compared (decided from its header, never loaded): rows an entry picks out of a larger declared array are what a
 search returning the indexed documents' embeddings, a nearest-neighbour regressor returning training targets, or scores
 whose values all occur in a large table give (red-team pass 15), so a cache of a corpus the sample's rows are picked
@@ -22,6 +23,7 @@ read by a ``spawn``/``forkserver`` child (no hook there) is not seen: docs/appli
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import declared_files
-from ._common import CheckFailed, Context, sha256_file
+from ._common import CheckFailed, Context
 from .arrays import _np
 from .protocol import Layer
 
@@ -38,7 +40,7 @@ DISTINCT = 0.9  # the share of its rows that are distinct, at least
 CHUNK = 1 << 16  # rows of a declared array cast and hashed at once
 
 
-def refuse(ctx: Context, read: Iterable[str], written: dict[str, tuple[Any, list[str]]], folder: Path | None) -> None:
+def refuse(ctx: Context, read: Iterable[str], written: dict[str, tuple[Any, list[str]]]) -> None:
     """CheckFailed naming the first output (by name) that is the content of declared files in ``read``."""
     known = declared_files.declared(ctx)
     files = sorted({path for path in read if (path in known or os.path.realpath(path) in known
@@ -49,9 +51,7 @@ def refuse(ctx: Context, read: Iterable[str], written: dict[str, tuple[Any, list
     for name, (arr, _) in sorted(written.items()):
         if not telling(arr):
             continue
-        out = folder / f"{name}.npy" if folder is not None else None
-        holding = ([path for path in files if out is not None and _same_bytes(out, path)] or _bytes_in(arr, files)
-                   or _rows_in(arr, files))
+        holding = _values_in(arr, files) or _rows_in(arr, files)
         if holding:
             more = f" (its rows with those of {len(holding) - 1} more)" if len(holding) > 1 else ""
             raise CheckFailed(
@@ -105,37 +105,48 @@ def _rows_in(arr: Any, files: list[str]) -> list[str]:
     return []
 
 
-def _layouts(arr: Any) -> set[bytes]:
-    """The raw bytes ``arr`` is kept as in a file whatever its format: its values in C order and in Fortran order (a
-    transposed array's C order; a flattened or reshaped one is the same bytes), in its dtype and, for a float, in the
-    other float width that holds its values exactly (a float32 output cached as float64, or the reverse)."""
+def _values_in(arr: Any, files: list[str]) -> list[str]:
+    """The first declared file whose values, cast to ``arr``'s dtype, are exactly ``arr``'s in C or Fortran order (a
+    transposed array's C order; a flattened or reshaped one is the same values), whatever width they were kept in:
+    the output's own ``.npy`` copied, raw values written by ``tofile`` (read back by ``np.fromfile``), a transposed,
+    flattened or reshaped ``.npy`` (the values after its header), an ``.npz`` member of as many values (any shape,
+    compressed or not), each in the output's dtype, float64 (numpy's default: a float32 output narrowed from its
+    full-precision cache), float32 or float16 (red-team pass 19, FP5). Only a file of exactly as many values is
+    read: a larger one holds more than the output (a corpus its rows are picked from is not a cache, as for
+    :func:`_rows_in`)."""
     np = _np()
-    kept = [arr]
-    if arr.dtype == np.float32:
-        kept.append(arr.astype(np.float64))
-    elif arr.dtype == np.float64:
-        with np.errstate(all="ignore"):
-            narrow = arr.astype(np.float32)
-        if np.array_equal(narrow.astype(np.float64), arr, equal_nan=True):
-            kept.append(narrow)
-    return {layout for each in kept for layout in (each.tobytes(order="C"), each.tobytes(order="F"))}
-
-
-def _bytes_in(arr: Any, files: list[str]) -> list[str]:
-    """The first declared file whose values are exactly ``arr``'s raw bytes in one of its layouts (:func:`_layouts`):
-    raw values written by ``tofile`` (read back by ``np.fromfile``) or a transposed, flattened or reshaped ``.npy``
-    (the bytes after its header). Only a file of exactly as many bytes of values is read: a larger one holds more than
-    the output (a corpus its rows are picked from is not a cache, as for :func:`_rows_in`)."""
-    layouts = _layouts(arr)
-    sizes = {len(layout) for layout in layouts}
+    layouts = {arr.tobytes(order="C"), arr.tobytes(order="F")}
+    widths = list(dict.fromkeys([arr.dtype, np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16)]))
     for path in files:
-        start = _values_at(path)
-        if os.path.getsize(path) - start in sizes:
-            with open(path, "rb") as handle:
-                handle.seek(start)
-                if handle.read() in layouts:
+        for values in _value_runs(path, arr.size, widths):
+            with np.errstate(all="ignore"):
+                if values.astype(arr.dtype).tobytes() in layouts:
                     return [path]
     return []
+
+
+def _value_runs(path: str, count: int, widths: list[Any]) -> Iterator[Any]:
+    """The runs of ``count`` values a file may keep: its bytes after an ``.npy`` header (or from its first byte) read
+    in each width of ``widths`` that makes exactly ``count`` values of them, and each ``.npz`` member of ``count``
+    values, flattened in C order."""
+    np = _np()
+    start = _values_at(path)
+    fitting = [width for width in widths if width.itemsize * count == os.path.getsize(path) - start]
+    if fitting:
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            raw = handle.read()
+        yield from (np.frombuffer(raw, dtype=width) for width in fitting)
+    if path.endswith(".npz"):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                members = [m for m in archive.namelist() if m.endswith(".npy")
+                           and math.prod(_shape(archive, m) or (-1,)) == count]
+            if members:
+                with np.load(path, allow_pickle=False) as arrays:
+                    yield from (np.asarray(arrays[m[: -len(".npy")]]).reshape(-1) for m in members)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+            return
 
 
 def _values_at(path: str) -> int:
@@ -150,12 +161,6 @@ def _values_at(path: str) -> int:
             return handle.tell()
     except (OSError, ValueError, EOFError):
         return 0
-
-
-def _same_bytes(out: Path, path: str) -> bool:
-    if not out.is_file() or out.stat().st_size != os.path.getsize(path):
-        return False
-    return sha256_file(out) == sha256_file(Path(path))
 
 
 def _arrays(path: str, row: tuple[int, ...], rows: int) -> Iterator[Any]:

@@ -9,6 +9,7 @@ a classifier right on every item gives the labels it reads (red-team pass 14, FA
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -311,3 +312,34 @@ def test_an_output_whose_raw_bytes_a_declared_file_holds_is_refused(
 ], ids=["raw-corpus-rows", "raw-other-values"])
 def test_raw_bytes_of_more_values_or_other_values_pass(tmp_path: Path, load: str, cache: dict[str, Any]) -> None:
     assert _step(tmp_path, load, cache) == {"status": "passed", "written": ["outputs/x.npy"]}
+
+
+def _npz(arr: Any, compressed: bool) -> bytes:
+    buffer = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buffer, x=arr)
+    return buffer.getvalue()
+
+
+WIDE = np.random.default_rng(7).standard_normal((6, 5))  # numpy's default width, full precision
+
+
+@pytest.mark.parametrize(("content", "held"), [
+    (WIDE.tobytes(), True),  # raw float64, the output narrowed from it (red-team pass 19, FP5)
+    (WIDE.T.copy().tobytes(), True),  # transposed
+    (WIDE.astype(np.float16).tobytes(), False),  # float16 of other values: the output is not float16-exact
+    (_npz(WIDE.astype(np.float32).T.copy(), True), True),  # a compressed, transposed .npz member
+    (_npz(WIDE.astype(np.float32), False), True),
+    (np.concatenate([WIDE, WIDE]).tobytes(), False),  # a corpus of more values
+    (np.where(np.arange(30).reshape(6, 5) == 29, 0.5, WIDE).tobytes(), False),  # one value another
+], ids=["raw-float64", "raw-float64-transposed", "float16-other", "npz-compressed-transposed", "npz", "corpus",
+        "one-other-value"])
+def test_values_kept_in_any_width_are_the_outputs(tmp_path: Path, content: bytes, held: bool) -> None:
+    from kernodeck.inenv import cached
+
+    path = tmp_path / ("x.npz" if content.startswith(b"PK") else "x.bin")
+    path.write_bytes(content)
+    out = WIDE.astype(np.float32)
+    assert cached._values_in(out, [str(path)]) == ([str(path)] if held else [])
+    half = WIDE.astype(np.float16)
+    path.write_bytes(half.tobytes())  # a float16 output's values, widened to float32: the same values
+    assert cached._values_in(half.astype(np.float32), [str(path)]) == [str(path)]

@@ -32,7 +32,7 @@ step.
 
 Fixed since, their tests plain: FP5 (the criterion must fail half its rows wrong: power.halves), FP6 (the verdict
 on the real outputs is the afresh call each first sight goes through), NOTE7 but for text (an output's raw bytes held
-exactly by a declared file: cached._bytes_in); text caches stay a stated limit (strict xfail). FP1 and FF2 (rows
+exactly by a declared file: cached._values_in); text caches stay a stated limit (strict xfail). FP1 and FF2 (rows
 for scipy's Matrix Market core, the lite model's backport, torch._C's readers and writers under the rows, tokenizers'
 train and save), FP3 (each file argument converted once and that path handed to the original; no ``__wrapped__``),
 FP4 (the rerun bar decided at the read by what happened to the file: rewritten.py).

@@ -26,6 +26,7 @@ FP5 (caches, FALSE PASS): an output declared float32 served from a float64 cache
 (numpy's default width) is not seen: raw bytes (``tofile``/``np.fromfile``) or a transposed float64 ``.npy``, each
 narrowed by ``astype(np.float32)``; likewise a transposed ``.npz`` and raw float16 bytes. A raw float32 cache is seen
 (the control).
+Fixed: a declared file's values are read in each width that fits and cast to the output's dtype (cached._values_in).
 FP6 (native readers, FALSE PASS): a wrapper reports only a path of the types it knows: ``Tokenizer.train`` given a
 numpy array or a ``collections.deque`` of file names (Rust takes any sequence) trains on an undeclared file unseen;
 ``torch._C``'s readers given the path as a ``bytearray`` (pybind11 takes it as a string) read an undeclared model
@@ -421,7 +422,6 @@ def test_fp5_control_a_raw_float32_cache_fails_the_step(tmp_path: Path) -> None:
     assert result["status"] == "failed" and result["error"].startswith("the output x is the content of cache/x.bin")
 
 
-@pytest.mark.xfail(strict=True, reason="FP5: only the output's own width and an exact other width are compared")
 @pytest.mark.parametrize("how", sorted(set(CACHES) - {CONTROL}))
 def test_fp5_a_cache_kept_in_another_float_width_or_npz_fails_the_step(tmp_path: Path, how: str) -> None:
     """Today: the step passes, written outputs/x.npy."""
