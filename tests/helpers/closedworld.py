@@ -1,8 +1,9 @@
 """The closed-world harness: a closed project, the in-env package run as the runner runs it, a stand-in torch
-(tests/unit/test_verified.py, test_setters.py and test_determinism.py share it)."""
+(tests/unit/test_verified.py, test_setters.py, test_determinism.py and the red-team files share it)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -281,3 +282,111 @@ def run(app):
 
 
 """
+
+
+# --- the determinism step on a closed project (red-team passes 17-19) ----------------------------------------------
+
+TABLE = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+         "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
+         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
+
+DETERMINISM = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+sys.path.insert(0, sys.argv[4])
+from kernodeck_inenv import application, determinism, world
+from kernodeck_inenv._common import CheckFailed, Context
+ctx = Context(config=json.loads(Path(sys.argv[2]).read_text()), out=Path(sys.argv[3]))
+try:
+    first = application._call_entry(ctx, application.sample(ctx), None)
+    ctx.state["first_run"] = {n: a for n, (a, _) in first.written.items()}
+    print(json.dumps({"status": "passed", "bitwise_identical": determinism.run(ctx)["bitwise_identical"]}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+
+
+def determinism_step(tmp_path: Path, entry: str) -> dict[str, Any]:
+    """The application's first call, then the determinism step (its reruns), on four records of a closed project
+    whose app.py is ``entry`` (os, Path and numpy imported); the stand-in torch (red-team passes 17-19)."""
+    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/*.csv"])
+    root = Path(config["project_root"])
+    (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(4)))
+    (root / "app.py").write_text("import os\nfrom pathlib import Path\n\nimport numpy as np\n" + entry +
+                                 "\n\ndef criterion(o, i, r, p):\n    return {'passed': True, 'summary': ''}\n")
+    config["application"]["sources"] = app_contract.from_table(
+        {**TABLE, "code": ["src/mypkg/*.py"]}, root).fingerprints(root)
+    config["determinism_records"] = 64
+    (tmp_path / "faketorch" / "torch").mkdir(parents=True)
+    (tmp_path / "faketorch" / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (tmp_path / "det.py").write_text(DETERMINISM)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
+    done = subprocess.run([sys.executable, "-s", "-P", str(tmp_path / "det.py"), str(INENV / "_package.py"),
+                           str(tmp_path / "config.json"), str(tmp_path / "out"), str(tmp_path / "faketorch")],
+                          cwd=tmp_path, env={**env, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --- the application step on an entry that loads a declared cache (red-team passes 18, 19) ---------------------------
+
+ENTRY_STEP = """
+import json, runpy, sys
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import application, world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+sys.path.insert(0, sys.argv[4])  # the stand-in torch (settings.apply seeds and pins it before the entry)
+try:
+    world.forget()
+    details = application.run_entry(ctx)  # the application step
+    world.settle()
+    print(json.dumps({"status": "passed", "written": details["written"]}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+IDS = ["a", "bb", "ccc", "dddd"]
+CACHED_ENTRY = """import numpy as np
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+def run(app):
+    app.write("x", {load}, [r["id"] for r in app.records])
+
+
+def criterion(outputs, ids, records, params):
+    return {{"passed": True, "summary": "ok"}}
+"""
+
+
+def saved(how: Any, arr: Any) -> bytes:
+    buffer = io.BytesIO()
+    how(buffer, arr)
+    return buffer.getvalue()
+
+
+def cached_step(tmp_path: Path, load: str, name: str, content: bytes) -> dict[str, Any]:
+    """The application step on an entry whose output ``x`` (float32) is ``load``, its cache ``cache/NAME`` (bytes
+    ``content``) declared (red-team passes 18 and 19)."""
+    config, fake = _settings_project(tmp_path)
+    root = Path(config["project_root"])
+    (root / "app.py").write_text(CACHED_ENTRY.format(load=load), encoding="utf-8")
+    (root / "sample.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in IDS), encoding="utf-8")
+    (root / "cache").mkdir()
+    (root / "cache" / name).write_bytes(content)
+    table = {**TABLE, "files": ["data/*.csv", "cache/*"],
+             "outputs": {"x": {"kind": "exact", "dtype": "float32", "justification": "embeddings"}}}
+    config["application"]["sources"] = app_contract.from_table(table, root).fingerprints(root)
+    done = _script(tmp_path, config, ENTRY_STEP, flags=[str(fake)])
+    assert done.stdout.strip(), done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

@@ -37,9 +37,7 @@ each afresh.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +45,20 @@ import pytest
 
 from kernodeck.project import app_contract
 from tests.helpers.builtenv import env_python
-from tests.helpers.closedworld import FAKE_TORCH, INENV, _closed_project, _python, _settings_project
+from tests.helpers.closedworld import (
+    INENV,
+    TABLE,
+    _closed_project,
+    _python,
+    _settings_project,
+    determinism_step,
+)
 from tests.helpers.nativestandins import ENTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = env_python(ROOT)
 NEEDS_ENV = pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
 REAL_ENTRY = ENTRY.replace("sys.path.insert(0, sys.argv[4])\n", "", 1)  # the env's own torch
-TABLE = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
-         "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
-         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
 
 
 def _window(tmp_path: Path, doing: str, *, real: bool, table: dict[str, Any] | None = None,
@@ -170,21 +172,6 @@ def test_ff2_a_file_another_native_writer_made_then_read_back_is_not_an_input(tm
 
 # --- FP3: a failed write lifts the rerun's bar ----------------------------------------------------------------------
 
-DETERMINISM = """
-import json, runpy, sys
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-sys.path.insert(0, sys.argv[4])
-from kernodeck_inenv import application, determinism, world
-from kernodeck_inenv._common import CheckFailed, Context
-ctx = Context(config=json.loads(Path(sys.argv[2]).read_text()), out=Path(sys.argv[3]))
-try:
-    first = application._call_entry(ctx, application.sample(ctx), None)
-    ctx.state["first_run"] = {n: a for n, (a, _) in first.written.items()}
-    print(json.dumps({"status": "passed", "bitwise_identical": determinism.run(ctx)["bitwise_identical"]}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc)}))
-"""
 DRAW = "np.random.default_rng().integers(0, 1 << 40, size=len(key))"  # unseeded: differs on every call
 # the create-or-load idiom: the memo made once with an exclusive create, loaded when it is there
 CREATE_OR_LOAD = f"""
@@ -209,32 +196,8 @@ def run(app):
 """
 
 
-def _determinism(tmp_path: Path, entry: str) -> dict[str, Any]:
-    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/*.csv"])
-    root = Path(config["project_root"])
-    (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(4)))
-    (root / "app.py").write_text("from pathlib import Path\n\nimport numpy as np\n" + entry +
-                                 "\n\ndef criterion(o, i, r, p):\n    return {'passed': True, 'summary': ''}\n")
-    config["application"]["sources"] = app_contract.from_table(
-        {**TABLE, "code": ["src/mypkg/*.py"]}, root).fingerprints(root)
-    config["determinism_records"] = 64
-    (tmp_path / "faketorch" / "torch").mkdir(parents=True)
-    (tmp_path / "faketorch" / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    (tmp_path / "det.py").write_text(DETERMINISM)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
-    done = subprocess.run([sys.executable, "-s", "-P", str(tmp_path / "det.py"), str(INENV / "_package.py"),
-                           str(tmp_path / "config.json"), str(tmp_path / "out"), str(tmp_path / "faketorch")],
-                          cwd=tmp_path, env={**env, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
-                          check=False, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip(), done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_fp3_control_a_memo_loaded_when_it_exists_is_refused_in_a_rerun(tmp_path: Path) -> None:
-    result = _determinism(tmp_path, EXISTS_OR_LOAD)
+    result = determinism_step(tmp_path, EXISTS_OR_LOAD)
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
@@ -246,7 +209,7 @@ OS_CREATE_OR_LOAD = CREATE_OR_LOAD.replace(
 
 @pytest.mark.parametrize("entry", [CREATE_OR_LOAD, OS_CREATE_OR_LOAD], ids=["open-x", "os.open-O_EXCL"])
 def test_fp3_a_memo_made_by_an_exclusive_create_is_refused_in_a_rerun(tmp_path: Path, entry: str) -> None:
-    result = _determinism(tmp_path, entry)
+    result = determinism_step(tmp_path, entry)
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 

@@ -40,11 +40,8 @@ FP4 (the rerun bar decided at the read by what happened to the file: rewritten.p
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +53,15 @@ from tests.helpers.builtenv import env_python
 from tests.helpers.closedworld import (
     CRITERION_APP_HEAD,
     CRITERION_STEP,
-    FAKE_TORCH,
+    IDS,
     INENV,
+    TABLE,
     _closed_project,
     _python,
-    _script,
     _settings_project,
+    cached_step,
+    determinism_step,
+    saved,
 )
 from tests.helpers.nativestandins import ENTRY
 
@@ -69,9 +69,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = env_python(ROOT)
 NEEDS_ENV = pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
 REAL_ENTRY = ENTRY.replace("sys.path.insert(0, sys.argv[4])\n", "", 1)  # the env's own torch
-TABLE = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
-         "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
-         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
 
 
 def _window(tmp_path: Path, doing: str, files: dict[str, bytes] | None = None) -> dict[str, Any]:
@@ -226,21 +223,6 @@ def test_fp3_a_native_writer_gets_the_path_it_reported(tmp_path: Path) -> None:
 
 # --- FP4, NOTE6: the determinism reruns ------------------------------------------------------------------------------
 
-DETERMINISM = """
-import json, runpy, sys
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-sys.path.insert(0, sys.argv[4])
-from kernodeck_inenv import application, determinism, world
-from kernodeck_inenv._common import CheckFailed, Context
-ctx = Context(config=json.loads(Path(sys.argv[2]).read_text()), out=Path(sys.argv[3]))
-try:
-    first = application._call_entry(ctx, application.sample(ctx), None)
-    ctx.state["first_run"] = {n: a for n, (a, _) in first.written.items()}
-    print(json.dumps({"status": "passed", "bitwise_identical": determinism.run(ctx)["bitwise_identical"]}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc)}))
-"""
 DRAW = "np.random.default_rng().integers(0, 1 << 40, size=len(key))"  # unseeded: differs on every call
 ON_DISK = f"""
 def run(app):
@@ -292,7 +274,7 @@ def run(app):
 
 @pytest.mark.parametrize("how", sorted(REWRITES))
 def test_fp4_control_a_memo_the_rerun_rewrites_first_is_its_own(tmp_path: Path, how: str) -> None:
-    assert _determinism(tmp_path, REWRITES[how]) == {"status": "passed", "bitwise_identical": True}
+    assert determinism_step(tmp_path, REWRITES[how]) == {"status": "passed", "bitwise_identical": True}
 IN_MEMORY = {
     "a module global": f"""
 _MEMO = {{}}
@@ -315,50 +297,25 @@ def run(app):
 }
 
 
-def _determinism(tmp_path: Path, entry: str) -> dict[str, Any]:
-    """The application's first call, then the determinism step (its reruns), on four records; the stand-in torch."""
-    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/*.csv"])
-    root = Path(config["project_root"])
-    (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(4)))
-    (root / "app.py").write_text("import os\nfrom pathlib import Path\n\nimport numpy as np\n" + entry +
-                                 "\n\ndef criterion(o, i, r, p):\n    return {'passed': True, 'summary': ''}\n")
-    config["application"]["sources"] = app_contract.from_table(
-        {**TABLE, "code": ["src/mypkg/*.py"]}, root).fingerprints(root)
-    config["determinism_records"] = 64
-    (tmp_path / "faketorch" / "torch").mkdir(parents=True)
-    (tmp_path / "faketorch" / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    (tmp_path / "det.py").write_text(DETERMINISM)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
-    done = subprocess.run([sys.executable, "-s", "-P", str(tmp_path / "det.py"), str(INENV / "_package.py"),
-                           str(tmp_path / "config.json"), str(tmp_path / "out"), str(tmp_path / "faketorch")],
-                          cwd=tmp_path, env={**env, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
-                          check=False, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip(), done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_fp4_control_a_memo_on_disk_is_refused_in_a_rerun(tmp_path: Path) -> None:
-    result = _determinism(tmp_path, ON_DISK.replace("LIFT\n", ""))
+    result = determinism_step(tmp_path, ON_DISK.replace("LIFT\n", ""))
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
 @pytest.mark.parametrize("how", sorted(LIFTS))
 def test_fp4_a_memo_on_disk_behind_a_write_that_replaces_nothing_is_refused(tmp_path: Path, how: str) -> None:
-    result = _determinism(tmp_path, LIFTS[how])
+    result = determinism_step(tmp_path, LIFTS[how])
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
 def test_note6_control_a_memo_in_a_module_global_is_not_a_repeat(tmp_path: Path) -> None:
-    result = _determinism(tmp_path, IN_MEMORY["a module global"])
+    result = determinism_step(tmp_path, IN_MEMORY["a module global"])
     assert result["status"] == "failed" and "CPU runs must be bitwise identical" in result["error"], result
 
 
 @pytest.mark.xfail(strict=True, reason="NOTE6 (stated limit): a memo outside the project's code survives the reload")
 def test_note6_a_memo_in_a_librarys_namespace_is_not_a_repeat(tmp_path: Path) -> None:
-    result = _determinism(tmp_path, IN_MEMORY["numpy's namespace"])
+    result = determinism_step(tmp_path, IN_MEMORY["numpy's namespace"])
     assert result["status"] == "failed" and "CPU runs must be bitwise identical" in result["error"], result
 
 
@@ -475,44 +432,7 @@ def test_fp6_a_memo_criterion_that_tells_the_first_sight_by_the_stack_is_refused
 
 # --- NOTE7: caches cached.py does not compare -----------------------------------------------------------------------
 
-ENTRY_STEP = """
-import json, runpy, sys
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-from kernodeck_inenv import application, world
-from kernodeck_inenv._common import CheckFailed, Context
-config = json.loads(Path(sys.argv[2]).read_text())
-ctx = Context(config=config, out=Path(sys.argv[3]))
-sys.path.insert(0, sys.argv[4])  # the stand-in torch (settings.apply seeds and pins it before the entry)
-try:
-    world.forget()
-    details = application.run_entry(ctx)  # the application step
-    world.settle()
-    print(json.dumps({"status": "passed", "written": details["written"]}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc)}))
-"""
-IDS = ["a", "bb", "ccc", "dddd"]
-CACHED_ENTRY = """import numpy as np
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent
-
-
-def run(app):
-    app.write("x", {load}, [r["id"] for r in app.records])
-
-
-def criterion(outputs, ids, records, params):
-    return {{"passed": True, "summary": "ok"}}
-"""
 COMPUTED = np.array([[len(i) * 0.37 + k * 1.1 for k in range(4)] for i in IDS], dtype=np.float32)
-
-
-def _saved(how: Any, arr: Any) -> bytes:
-    buffer = io.BytesIO()
-    how(buffer, arr)
-    return buffer.getvalue()
 
 
 TEXT = "text (savetxt, np.loadtxt)"
@@ -520,42 +440,25 @@ CACHES = {  # how the cache is loaded, its file and its bytes: each the computed
     "raw bytes (tofile, np.fromfile)": ("np.fromfile(ROOT / 'cache' / 'x.bin', dtype=np.float32).reshape(-1, 4)",
                                         "x.bin", COMPUTED.tobytes()),
     "text (savetxt, np.loadtxt)": ("np.loadtxt(ROOT / 'cache' / 'x.txt').astype(np.float32)", "x.txt",
-                                   _saved(np.savetxt, COMPUTED)),
-    "a transposed .npy": ("np.load(ROOT / 'cache' / 'x.npy').T", "x.npy", _saved(np.save, COMPUTED.T.copy())),
+                                   saved(np.savetxt, COMPUTED)),
+    "a transposed .npy": ("np.load(ROOT / 'cache' / 'x.npy').T", "x.npy", saved(np.save, COMPUTED.T.copy())),
     "a flattened .npy": ("np.load(ROOT / 'cache' / 'x.npy').reshape(-1, 4)", "x.npy",
-                         _saved(np.save, COMPUTED.ravel())),
+                         saved(np.save, COMPUTED.ravel())),
 }
 
 
-def _cached_step(tmp_path: Path, load: str, name: str, content: bytes) -> dict[str, Any]:
-    """The application step on an entry whose output ``x`` is ``load``, its cache ``cache/NAME`` declared."""
-    config, fake = _settings_project(tmp_path)
-    root = Path(config["project_root"])
-    (root / "app.py").write_text(CACHED_ENTRY.format(load=load), encoding="utf-8")
-    (root / "sample.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in IDS), encoding="utf-8")
-    (root / "cache").mkdir()
-    (root / "cache" / name).write_bytes(content)
-    table = {**TABLE, "files": ["data/*.csv", "cache/*"],
-             "outputs": {"x": {"kind": "exact", "dtype": "float32", "justification": "embeddings"}}}
-    config["application"]["sources"] = app_contract.from_table(table, root).fingerprints(root)
-    done = _script(tmp_path, config, ENTRY_STEP, flags=[str(fake)])
-    assert done.stdout.strip(), done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_note7_control_a_cache_kept_as_npy_fails_the_step(tmp_path: Path) -> None:
-    result = _cached_step(tmp_path, "np.load(ROOT / 'cache' / 'x.npy')", "x.npy", _saved(np.save, COMPUTED))
+    result = cached_step(tmp_path, "np.load(ROOT / 'cache' / 'x.npy')", "x.npy", saved(np.save, COMPUTED))
     assert result["status"] == "failed" and result["error"].startswith("the output x is the content of cache/x.npy")
 
 
 @pytest.mark.parametrize("how", sorted(set(CACHES) - {TEXT}))
 def test_note7_a_cache_kept_in_another_form_fails_the_step(tmp_path: Path, how: str) -> None:
-    result = _cached_step(tmp_path, *CACHES[how])
+    result = cached_step(tmp_path, *CACHES[how])
     assert result["status"] == "failed" and result["error"].startswith("the output x is the content of cache/x.")
 
 
 @pytest.mark.xfail(strict=True, reason="NOTE7 (stated limit): a cache kept as text is not compared")
 def test_note7_a_cache_kept_as_text_fails_the_step(tmp_path: Path) -> None:
-    result = _cached_step(tmp_path, *CACHES[TEXT])
+    result = cached_step(tmp_path, *CACHES[TEXT])
     assert result["status"] == "failed" and result["error"].startswith("the output x is the content of cache/x.")

@@ -43,11 +43,8 @@ unseen writer only.
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +57,15 @@ from tests.helpers.builtenv import env_python
 from tests.helpers.closedworld import (
     CRITERION_APP_HEAD,
     CRITERION_STEP,
-    FAKE_TORCH,
+    IDS,
     INENV,
+    TABLE,
     _closed_project,
     _python,
-    _script,
     _settings_project,
+    cached_step,
+    determinism_step,
+    saved,
 )
 from tests.helpers.nativestandins import ENTRY
 
@@ -73,10 +73,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = env_python(ROOT)
 NEEDS_ENV = pytest.mark.skipif(not ENV.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
 REAL_ENTRY = ENTRY.replace("sys.path.insert(0, sys.argv[4])\n", "", 1)  # the env's own torch
-TABLE = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
-         "code": ["src/mypkg/**/*.py"], "files": ["data/*.csv"],
-         "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
-
 
 # --- FP1, FP2, NOTE7: the criterion step (its controls, its first sight afresh, its margin) ---------------------------
 
@@ -109,8 +105,6 @@ def _criterion_step(tmp_path: Path, source: str, right: int = 8) -> dict[str, An
     assert done.stdout.strip(), done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
-
-
 
 
 def _spot(form: bool, checked: int) -> str:
@@ -207,21 +201,6 @@ def test_note7_a_memo_criterion_in_a_symlinks_target_is_refused(tmp_path: Path) 
 
 # --- FF4, NOTE7: the determinism reruns -----------------------------------------------------------------------------
 
-DETERMINISM = """
-import json, runpy, sys
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-sys.path.insert(0, sys.argv[4])
-from kernodeck_inenv import application, determinism, world
-from kernodeck_inenv._common import CheckFailed, Context
-ctx = Context(config=json.loads(Path(sys.argv[2]).read_text()), out=Path(sys.argv[3]))
-try:
-    first = application._call_entry(ctx, application.sample(ctx), None)
-    ctx.state["first_run"] = {n: a for n, (a, _) in first.written.items()}
-    print(json.dumps({"status": "passed", "bitwise_identical": determinism.run(ctx)["bitwise_identical"]}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc)}))
-"""
 DRAW = "np.random.default_rng().integers(0, 1 << 40, size=len(key))"  # unseeded: differs on every call
 MEMOS = {
     "a file": f"""
@@ -262,35 +241,8 @@ def run(app):
 }
 
 
-def _determinism(tmp_path: Path, entry: str) -> dict[str, Any]:
-    """The application's first call, then the determinism step (its reruns), on four records; the stand-in torch."""
-    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/*.csv"])
-    root = Path(config["project_root"])
-    (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(4)))
-    (root / "app.py").write_text("import os\nfrom pathlib import Path\n\nimport numpy as np\n" + entry +
-                                 "\n\ndef criterion(o, i, r, p):\n    return {'passed': True, 'summary': ''}\n")
-    config["application"]["sources"] = app_contract.from_table(
-        {**TABLE, "code": ["src/mypkg/*.py"]}, root).fingerprints(root)
-    config["determinism_records"] = 64
-    (tmp_path / "faketorch" / "torch").mkdir(parents=True)
-    (tmp_path / "faketorch" / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    (tmp_path / "det.py").write_text(DETERMINISM)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
-    done = subprocess.run([sys.executable, "-s", "-P", str(tmp_path / "det.py"), str(INENV / "_package.py"),
-                           str(tmp_path / "config.json"), str(tmp_path / "out"), str(tmp_path / "faketorch")],
-                          cwd=tmp_path, env={**env, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
-                          check=False, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip(), done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
-
-
 def test_note7_control_a_memo_in_a_file_is_refused_in_a_rerun(tmp_path: Path) -> None:
-    result = _determinism(tmp_path, MEMOS["a file"])
+    result = determinism_step(tmp_path, MEMOS["a file"])
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
 
 
@@ -298,7 +250,7 @@ def test_note7_control_a_memo_in_a_file_is_refused_in_a_rerun(tmp_path: Path) ->
 @pytest.mark.parametrize("how", sorted(set(MEMOS) - {"a file"}))
 def test_note7_a_memo_in_the_file_systems_metadata_is_not_a_repeat(tmp_path: Path, how: str) -> None:
     """Today: PASSED, bitwise identical, of an unseeded draw."""
-    result = _determinism(tmp_path, MEMOS[how])
+    result = determinism_step(tmp_path, MEMOS[how])
     assert result["status"] == "failed", result
 
 
@@ -316,13 +268,13 @@ def run(app):
 
 
 def test_ff4_control_a_file_copied_with_copyfile_then_read_passes_the_reruns(tmp_path: Path) -> None:
-    assert _determinism(tmp_path, COPIES["copyfile"]) == {"status": "passed", "bitwise_identical": True}
+    assert determinism_step(tmp_path, COPIES["copyfile"]) == {"status": "passed", "bitwise_identical": True}
 
 
 @pytest.mark.parametrize("how", ["copy", "copy2"])
 def test_ff4_a_file_copied_with_its_mode_or_times_then_read_passes_the_reruns(tmp_path: Path, how: str) -> None:
     """Today: 'the entry read .../out/work.csv where it must compute afresh'."""
-    assert _determinism(tmp_path, COPIES[how]) == {"status": "passed", "bitwise_identical": True}
+    assert determinism_step(tmp_path, COPIES[how]) == {"status": "passed", "bitwise_identical": True}
 
 
 COPYING_CRITERION = TRUTH.replace('    x = outputs["x"]\n', '''    x = outputs["x"]
@@ -344,44 +296,7 @@ def test_ff4_a_criterion_copying_with_shutil_copy_then_reading_is_accepted(tmp_p
 
 # --- FP5: caches of the outputs kept in another float width --------------------------------------------------------
 
-ENTRY_STEP = """
-import json, runpy, sys
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-from kernodeck_inenv import application, world
-from kernodeck_inenv._common import CheckFailed, Context
-config = json.loads(Path(sys.argv[2]).read_text())
-ctx = Context(config=config, out=Path(sys.argv[3]))
-sys.path.insert(0, sys.argv[4])
-try:
-    world.forget()
-    details = application.run_entry(ctx)
-    world.settle()
-    print(json.dumps({"status": "passed", "written": details["written"]}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc)}))
-"""
-IDS = ["a", "bb", "ccc", "dddd"]
-CACHED_ENTRY = """import numpy as np
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent
-
-
-def run(app):
-    app.write("x", {load}, [r["id"] for r in app.records])
-
-
-def criterion(outputs, ids, records, params):
-    return {{"passed": True, "summary": "ok"}}
-"""
 WIDE = np.array([[len(i) * 0.37 + k * 1.1 for k in range(4)] for i in IDS], dtype=np.float64)  # numpy's default
-
-
-def _saved(how: Any, arr: Any) -> bytes:
-    buffer = io.BytesIO()
-    how(buffer, arr)
-    return buffer.getvalue()
 
 
 CONTROL = "raw float32"
@@ -391,41 +306,24 @@ CACHES = {  # how the cache is loaded, its file and its bytes: each the outputs 
     "raw float64, narrowed": ("np.fromfile(ROOT / 'cache' / 'x.bin').reshape(-1, 4).astype(np.float32)", "x.bin",
                               WIDE.tobytes()),
     "a transposed float64 .npy, narrowed": ("np.load(ROOT / 'cache' / 'x.npy').T.astype(np.float32)", "x.npy",
-                                            _saved(np.save, WIDE.T.copy())),
+                                            saved(np.save, WIDE.T.copy())),
     "a transposed .npz": ("np.load(ROOT / 'cache' / 'x.npz')['x'].T", "x.npz",
-                          _saved(lambda f, a: np.savez(f, x=a), WIDE.astype(np.float32).T.copy())),
+                          saved(lambda f, a: np.savez(f, x=a), WIDE.astype(np.float32).T.copy())),
     "raw float16, widened": (
         "np.fromfile(ROOT / 'cache' / 'x.bin', dtype=np.float16).reshape(-1, 4).astype(np.float32)", "x.bin",
         WIDE.astype(np.float16).tobytes()),
 }
 
 
-def _cached_step(tmp_path: Path, load: str, name: str, content: bytes) -> dict[str, Any]:
-    """The application step on an entry whose output ``x`` (float32) is ``load``, its cache ``cache/NAME`` declared."""
-    config, fake = _settings_project(tmp_path)
-    root = Path(config["project_root"])
-    (root / "app.py").write_text(CACHED_ENTRY.format(load=load), encoding="utf-8")
-    (root / "sample.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in IDS), encoding="utf-8")
-    (root / "cache").mkdir()
-    (root / "cache" / name).write_bytes(content)
-    table = {**TABLE, "files": ["data/*.csv", "cache/*"],
-             "outputs": {"x": {"kind": "exact", "dtype": "float32", "justification": "embeddings"}}}
-    config["application"]["sources"] = app_contract.from_table(table, root).fingerprints(root)
-    done = _script(tmp_path, config, ENTRY_STEP, flags=[str(fake)])
-    assert done.stdout.strip(), done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_fp5_control_a_raw_float32_cache_fails_the_step(tmp_path: Path) -> None:
-    result = _cached_step(tmp_path, *CACHES[CONTROL])
+    result = cached_step(tmp_path, *CACHES[CONTROL])
     assert result["status"] == "failed" and result["error"].startswith("the output x is the content of cache/x.bin")
 
 
 @pytest.mark.parametrize("how", sorted(set(CACHES) - {CONTROL}))
 def test_fp5_a_cache_kept_in_another_float_width_or_npz_fails_the_step(tmp_path: Path, how: str) -> None:
     """Today: the step passes, written outputs/x.npy."""
-    result = _cached_step(tmp_path, *CACHES[how])
+    result = cached_step(tmp_path, *CACHES[how])
     assert result["status"] == "failed" and result["error"].startswith("the output x is the content of cache/x.")
 
 
