@@ -38,6 +38,7 @@ from .protocol import Layer
 VALUES = 8  # the fewest distinct values an output compared holds
 DISTINCT = 0.9  # the share of its rows that are distinct, at least
 CHUNK = 1 << 16  # rows of a declared array cast and hashed at once
+WIDTHS = ("float64", "float32", "float16")  # the widths raw values may be kept in, besides the output's own
 
 
 def refuse(ctx: Context, read: Iterable[str], written: dict[str, tuple[Any, list[str]]]) -> None:
@@ -116,7 +117,7 @@ def _values_in(arr: Any, files: list[str]) -> list[str]:
     :func:`_rows_in`)."""
     np = _np()
     layouts = {arr.tobytes(order="C"), arr.tobytes(order="F")}
-    widths = list(dict.fromkeys([arr.dtype, np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16)]))
+    widths = list(dict.fromkeys([arr.dtype, *(np.dtype(w) for w in WIDTHS)]))
     for path in files:
         for values in _value_runs(path, arr.size, widths):
             with np.errstate(all="ignore"):
@@ -166,8 +167,17 @@ def _values_at(path: str) -> int:
 def _arrays(path: str, row: tuple[int, ...], rows: int) -> Iterator[Any]:
     """The arrays of a declared ``.npy``/``.npz`` of at most ``rows`` rows of shape ``row``, or of that shape (one
     row); any other is never loaded: its header is read, then only an array that fits is mapped or read. A file numpy
-    cannot read that way (a pickle, a damaged file) holds none."""
+    cannot read that way (a pickle, a damaged file) holds none. Any other file is raw values (``tofile``): read as rows
+    of shape ``row`` in each width (:data:`WIDTHS`) that makes a whole number of at most ``rows`` rows of its size
+    (one file per item or per batch, the rows in any order: red-team pass 20, FP7)."""
     np = _np()
+    if not path.endswith((".npy", ".npz")):
+        size, values = os.path.getsize(path), math.prod(row)
+        fitting = [np.dtype(w) for w in WIDTHS if values and size and size % (values * np.dtype(w).itemsize) == 0
+                   and size // (values * np.dtype(w).itemsize) <= rows]
+        if fitting:
+            yield from (np.memmap(path, dtype=width, mode="r").reshape(-1, *row) for width in fitting)
+        return
     try:
         if path.endswith(".npy"):
             with open(path, "rb") as handle:
