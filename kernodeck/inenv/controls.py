@@ -6,11 +6,7 @@
   (one bit about one number fails a single draw half the time), and is *unable to fail* even where it fails the
   constant (a check of the spread alone sees that one). Its margin against added noise is measured beside
   (judge.py, with margin.py's search: the one calibrate runs).
-- It must also fail half its rows wrong: each of ``DRAWS`` fixed-seed splits of the rows in two halves (ceil(n/2) rows
-  each: disjoint when n is even), each half changed in turn (:func:`halves`), the other half as it is. Every
-  corruption above changes every row, so a criterion that checks one row (a spot check of row 0) failed them all; it
-  passes the half that leaves its row alone. An aggregate that judges the sample (accuracy >= 0.9, a mean cosine
-  similarity to the expected rows) fails half its rows wrong, as does one that judges each row.
+- It must also fail half its rows changed, and the rows it does not judge changed at once: power.py.
 - Each declared tolerance is shown able to fail: the reference with one value moved just past it
   (:func:`moved_past`) must fail the very comparison code the compare step uses (``tolerance.compare``).
 - Every numeric verdict here and in the other steps treats NaN and Inf as a failure named "non-finite": a

@@ -106,9 +106,9 @@ def _criterion_power(controls: Any) -> list[str]:
         parts.append(f"{how} failed in only {counts} draws" if counts else f"{how} passed")
     if isinstance(rows, dict) and rows.get("halves") and rows.get("passed"):
         parts.append(f"half the rows failed in only {rows.get('failed_halves', '?')}/{rows['halves']} halves")
-    walked = controls.get("walk")
-    if isinstance(walked, dict) and walked.get("passed"):
-        parts.append(f"passed {walked.get('changed', '?')} of {walked.get('rows', '?')} rows wrong")
+    loose = controls.get("search")
+    if isinstance(loose, dict) and loose.get("passed"):
+        parts.append(f"passed {loose.get('changed', '?')} of {loose.get('rows', '?')} rows wrong")
     margins = controls.get("noise_margin")
     if isinstance(margins, dict) and margins:
         parts.append("breaks at " + "; ".join(_noise_margin(n, m) for n, m in margins.items() if isinstance(m, dict)))

@@ -166,15 +166,16 @@ def _unable(found: dict[str, Any]) -> str:
     blind = [how for how, r in results.items() if r["passed"] and (how in found["cannot_see"] or not failed)]
     parts = [f"{controls.WHAT[how]} ({_passed_draws(results[how])}: {results[how]['summary'] or 'passed'})"
              for how in blind]
-    rows, walked = found.get("rows") or {}, found.get("walk") or {}
+    rows, loose = found.get("rows") or {}, found.get("search") or {}
     if rows.get("passed"):
-        parts.append(f"half its rows wrong, the other half as they are (it passed {len(rows['passed_halves'])} of "
-                     f"{rows['halves']} halves: {rows['summary'] or 'passed'}): it judges only some rows")
-    if walked.get("passed"):
-        judged_rows = ", ".join(str(r) for r in walked["judged_rows"][:10]) or "none found"
-        parts.append(f"{walked['changed']} of its {walked['rows']} rows wrong, each given another row's values "
-                     f"(rows {_listed(walked['changed_rows'])}: {walked['summary'] or 'passed'}): it judges only "
-                     f"some rows (the rows it failed on, added to those: {judged_rows})")
+        parts.append(f"half its rows changed, each to another row's values, the other half as they are (it passed "
+                     f"{len(rows['passed_halves'])} of {rows['halves']} halves: {rows['summary'] or 'passed'}): it "
+                     "does not judge every row")
+    if loose.get("passed"):
+        judged_rows = _listed(loose["judged_rows"]) or "none found"
+        parts.append(f"{loose['changed']} of its {loose['rows']} rows changed at once, each to another row's values "
+                     f"(rows {_listed(loose['changed_rows'])}: {loose['summary'] or 'passed'}): it does not judge "
+                     f"them (the rows it failed on alone: {judged_rows})")
     text = "the criterion is unable to fail: it cannot see " + "; ".join(parts)
     if any((results[how].get("draws") or 0) > 1 for how in blind):
         text += (f" (the permuted rows and the noise are each drawn {controls.DRAWS} times by fixed seeds: it must "
@@ -184,7 +185,7 @@ def _unable(found: dict[str, Any]) -> str:
                  "turn, each of its rows given another row's values in every output: it must fail every half)")
     if failed:
         what = ", ".join(controls.WHAT[how] for how in failed)
-        text += f"; it fails only {what}" if blind else f"; it fails {what}, each of which changes every row"
+        text += f"; it fails only {what}" if blind else f"; it fails {what}, each of which changes the rows"
     margins = found.get("noise_margin") or {}
     if margins and not any(m.get("found") for m in margins.values()):
         text += "; no perturbation of an output breaks it (added noise up to 1000x its RMS, or every label changed)"

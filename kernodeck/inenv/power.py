@@ -4,17 +4,24 @@ corruptions).
 - Each REQUIRED corruption (rows permuted against their ids, noise of the outputs' own scale), in EVERY one of its
   ``DRAWS`` fixed-seed draws (:func:`_drawn`); the constant is recorded, not required.
 - Half its rows wrong, the other half as they are. The changed rows are *real* rows: each takes the values of another
-  row of the sample (the same donor in every output, so the outputs stay consistent with each other), so a criterion
+  row of the sample (the same donor in every output, so the outputs stay consistent with each other), one that
+  differs from it in every output that is not alike on every row, the farthest such (:class:`Rows`): a criterion
   that first rejects rows that do not look like its outputs (unit vectors, probabilities) cannot tell them from the
-  outputs (red-team pass 19, FP1). Two searches:
+  outputs (red-team pass 19, FP1), and a classifier's changed row takes a row of another class (pass 20, FF9).
+  Two searches:
   - random halves (:func:`halves`): ``DRAWS`` fixed-seed splits, each half changed in turn;
-  - a walk (:func:`walk`): the rows, in a fixed-seed order, gathered into one changed set as long as the criterion
-    still passes, in chunks that double while it passes and halve where it fails; a row that fails alone with the
-    gathered ones is one the criterion judges and is left out. A spot check of k rows (the first 4 of 8, ``[:5]`` of
-    100) leaves every other row to gather, whatever the split (red-team pass 19, FP2); a criterion that judges every
-    row fails the first rows tried and the walk stops after ``MISSES`` of them in a row.
-  Passing either with ceil(n/2) rows changed means it judges only some rows. An aggregate that judges the sample
-  (accuracy >= 0.75, a mean cosine similarity, R²) fails half its rows wrong, as does one that judges each row.
+  - a search by blocks (:func:`search`): the rows, in a fixed-seed order, cut in two blocks, each changed alone; a
+    block the criterion passes is loose, one it fails is cut in two again, down to single rows (the rows it judges).
+    Then every loose row is changed at once: a spot check of k rows (the first 4 of 8, ``[:5]`` of 100) passes
+    that, whatever the split (pass 19, FP2). An aggregate with a threshold fails it (each block it passed was a
+    part of what it tolerates; all of them together are not), and a binary classifier's rows it had wrong, which a
+    change makes right, are changed together with the others (no row is picked for passing: pass 20, FF4). A
+    criterion that fails every block of a level of ``SPREAD`` blocks judges rows everywhere: the search stops there.
+  Passing a half, or the loose rows when they are at least ceil(n/2), means it judges only some rows. An aggregate
+  that judges the sample (accuracy >= 0.75, a mean cosine similarity, R²) fails half its rows wrong, as does one that
+  judges each row. Limits (docs/verdict-rules.md): a criterion that checks each row against its own input (a
+  tagger's tags end where the sentence ends) rejects every moved row, and one that refuses repeated rows sees a row
+  taken from outside the changed ones; a spot check of a row in each of ``SPREAD`` blocks stops the search.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ import numpy as np
 from .controls import CORRUPTIONS, DRAWS, REQUIRED, SEED, corrupted, mean_scale, same
 
 Judge = Callable[[dict[str, Any]], tuple[bool, str]]
-MISSES = 16  # rows in a row the walk finds judged before it stops: the criterion judges (nearly) every row
+SPREAD = 16  # blocks of one level of the search: every one failing means the criterion judges rows everywhere
+BUDGET = 256  # the search's calls of the criterion at most
 
 
 def judged(judge: Judge, outputs: dict[str, Any]) -> tuple[bool, str]:
@@ -62,30 +70,65 @@ def _drawn(judge: Judge, outputs: dict[str, Any], how: str) -> dict[str, Any]:
 # --- half the rows wrong -----------------------------------------------------------------------------------------
 
 
-def _row_bytes(arr: Any) -> Any:
-    """Each row of ``arr`` as its bytes (rows compared bitwise: a NaN row equals itself)."""
-    arr = np.ascontiguousarray(arr)
-    return arr.view(np.uint8).reshape(arr.shape[0], -1) if arr.size else arr.reshape(arr.shape[0], 0)
+class Rows:
+    """The outputs of one number of rows, ready to have rows made wrong: each output's rows as codes (equal rows, equal
+    code: rows compared bitwise) and all outputs' values standardised side by side (for how far apart two rows are)."""
 
+    POOL = 256  # donors weighed per changed row at most (a fixed-seed pool of the candidates beyond that)
 
-def _donors(arrays: list[Any], rows: Any) -> Any:
-    """For each of ``rows`` (in order), the row whose values it takes: the next of ``rows`` in a cycle (so the changed
-    rows stay distinct: no row twice), where that one differs from it in every output; else the first row of the
-    sample that does; -1 when none does (every row alike)."""
-    keys = [_row_bytes(arr) for arr in arrays]
-    n, k = keys[0].shape[0], len(rows)
+    def __init__(self, arrays: dict[str, Any]) -> None:
+        self.arrays = arrays
+        first = next(iter(arrays.values()))
+        self.n = int(first.shape[0])
+        self.codes = []
+        parts = []
+        for arr in arrays.values():
+            flat = np.ascontiguousarray(arr).reshape(self.n, -1)
+            if np.iscomplexobj(flat):
+                flat = flat.view(flat.real.dtype)
+            codes = np.unique(flat.view(np.uint8).reshape(self.n, -1), axis=0, return_inverse=True)[1].reshape(-1)
+            if codes.max(initial=0) > 0:  # an output alike on every row is no one's to differ in (red-team 20, FP2)
+                self.codes.append(codes)
+            values = np.nan_to_num(flat.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+            spread = values.std(axis=0)
+            parts.append((values - values.mean(axis=0)) / np.where(spread > 0, spread, 1.0) / np.sqrt(flat.shape[1]))
+        self.values = np.concatenate(parts, axis=1) if parts else np.zeros((self.n, 0))
 
-    def differs(a: Any, b: Any) -> Any:
-        return np.logical_and.reduce([(key[a] != key[b]).any(axis=1) for key in keys])
-
-    donors = np.roll(rows, -1) if k > 1 else np.full(k, -1)
-    ok = differs(rows, donors) if k > 1 else np.zeros(k, dtype=bool)
-    for at in np.flatnonzero(~ok):
-        row = rows[at]
-        others = np.concatenate([np.roll(rows, -s)[at:at + 1] for s in range(2, k)] + [np.arange(n)])
-        fits = others[differs(np.full(len(others), row), others)] if len(others) else others
-        donors[at] = fits[0] if len(fits) else -1
-    return donors
+    def donors(self, rows: Any) -> Any:
+        """For each of ``rows``, the row whose values it takes, the farthest from it of the first kind that has one:
+        a changed row still free (the changed rows trade values: no row twice) that differs from it in every output
+        not alike on every row (a classifier's row of another class, not of its own: red-team pass 20, FF9) and did
+        not take its values (no two rows swap: a pair judged together would stay a pair); a free one that swaps with
+        it (a repeat first where only two rows change: they would swap); any row of the sample that differs from it
+        in every output (a repeat: a criterion that refuses repeated rows sees it, pass 20 FP11); a free one that
+        differs from it in some output. -1 where no row differs from it."""
+        rows = np.asarray(rows, dtype=np.intp)
+        donors = np.full(len(rows), -1, dtype=np.intp)
+        if not self.codes:
+            return donors
+        rng = np.random.default_rng(SEED)
+        members = rows if len(rows) <= self.POOL else rng.choice(rows, self.POOL, replace=False)
+        everyone = np.arange(self.n) if self.n <= self.POOL else rng.choice(self.n, self.POOL, replace=False)
+        free = np.zeros(self.n, dtype=bool)
+        free[members] = True
+        took = np.full(self.n, -1, dtype=np.intp)  # the row each row took
+        for at, row in enumerate(rows.tolist()):
+            differs = [codes[members] != codes[row] for codes in self.codes]
+            every, some = np.logical_and.reduce(differs), np.logical_or.reduce(differs)
+            open_ = free[members] & (took[members] != row)
+            swap = (members, free[members] & every)
+            repeat = (everyone, np.logical_and.reduce([codes[everyone] != codes[row] for codes in self.codes]))
+            # two rows alone would only swap: a pair judged together (each the other's nearest) would stay one
+            kinds = ((members, open_ & every), *((swap, repeat) if len(rows) > 2 else (repeat, swap)),
+                     (members, free[members] & some))
+            for pool, ok in kinds:
+                if ok.any():
+                    picked = pool[ok]
+                    far = ((self.values[picked] - self.values[row]) ** 2).sum(axis=1)
+                    donors[at] = took[row] = picked[int(np.argmax(far))]
+                    free[donors[at]] = False
+                    break
+        return donors
 
 
 def _other_values(arr: Any, rows: Any, rng: Any) -> Any:
@@ -105,54 +148,60 @@ def _other_values(arr: Any, rows: Any, rng: Any) -> Any:
     return (mean + scale * rng.standard_normal(arr[rows].shape)).astype(arr.dtype)
 
 
-def replaced(outputs: dict[str, Any], chosen: dict[str, Any], rng: Any) -> dict[str, Any]:
-    """``outputs`` with the rows ``chosen[name]`` of each output made wrong, the rest as they are: each takes the
-    values of its donor row (:func:`_donors`, one donor for every output of the same number of rows), or other values
-    where no row can lend (:func:`_other_values`)."""
-    arrays = {name: np.asarray(arr) for name, arr in outputs.items()}
-    out = {name: arr.copy() for name, arr in arrays.items()}
-    groups: dict[int, list[str]] = {}
-    for name, arr in arrays.items():
-        if arr.ndim and len(chosen[name]):
-            groups.setdefault(arr.shape[0], []).append(name)
-    for names in groups.values():
-        rows = np.asarray(chosen[names[0]], dtype=np.intp)
-        donors = _donors([arrays[name] for name in names], rows)
+def groups(outputs: dict[str, Any]) -> list[Rows]:
+    """The outputs grouped by their number of rows (two rows at least), each group a :class:`Rows`."""
+    by_rows: dict[int, dict[str, Any]] = {}
+    for name, arr in outputs.items():
+        arr = np.asarray(arr)
+        if arr.ndim and arr.shape[0] > 1:
+            by_rows.setdefault(arr.shape[0], {})[name] = arr
+    return [Rows(arrays) for arrays in by_rows.values()]
+
+
+def replaced(outputs: dict[str, Any], chosen: dict[int, Any], grouped: list[Rows], rng: Any) -> dict[str, Any]:
+    """``outputs`` with the rows ``chosen[n]`` of each output of ``n`` rows made wrong, the rest as they are: each
+    takes its donor's values (:meth:`Rows.donors`, one donor for every output of the group, so they stay consistent
+    with each other), or other values where no row can lend (:func:`_other_values`)."""
+    out = {name: np.asarray(arr).copy() for name, arr in outputs.items()}
+    for group in grouped:
+        rows = np.asarray(chosen.get(group.n, []), dtype=np.intp)
+        if not len(rows):
+            continue
+        donors = group.donors(rows)
         lent = donors >= 0
-        for name in names:
-            arr = arrays[name]
+        for name, arr in group.arrays.items():
             out[name][rows[lent]] = arr[donors[lent]]
             if not lent.all():
                 out[name][rows[~lent]] = _other_values(arr, rows[~lent], rng)
     return out
 
 
-def halves(outputs: dict[str, Any], split: int) -> list[dict[str, Any]]:
+def halves(outputs: dict[str, Any], split: int, grouped: list[Rows] | None = None) -> list[dict[str, Any]]:
     """Split ``split`` of the rows in two halves (a fixed-seed shuffle, cut in the middle; of an odd number of rows
     each half holds ceil(n/2), the middle row in both), and the outputs with each half made wrong (:func:`replaced`),
     the other half as it is: the same rows of every output (an output of fewer than two rows is left as it is: no
     half of it leaves a row alone)."""
-    shown: list[dict[str, Any]] = []
+    grouped = groups(outputs) if grouped is None else grouped
     rng = np.random.default_rng(SEED + split)
+    shown: list[dict[str, Any]] = []
     for part in range(2):
         chosen = {}
-        for name, arr in outputs.items():
-            rows = np.asarray(arr).shape[0] if np.asarray(arr).ndim else 0
-            order = np.random.default_rng(SEED + split).permutation(rows)
+        for group in grouped:
+            order = np.random.default_rng(SEED + split).permutation(group.n)
             # each part holds ceil(n/2) rows (an odd sample's two parts share one): "half its rows wrong" is true of
             # both, so a majority criterion on 5 rows is not refused as judging only some (red-team pass 19 FF3)
-            half = (rows + 1) // 2
-            chosen[name] = np.sort(order[:half] if part == 0 else order[rows - half:]) if rows > 1 else order[:0]
-        shown.append(replaced(outputs, chosen, rng))
+            half = (group.n + 1) // 2
+            chosen[group.n] = np.sort(order[:half] if part == 0 else order[group.n - half:])
+        shown.append(replaced(outputs, chosen, grouped, rng))
     return shown
 
 
-def _rows_seen(judge: Judge, outputs: dict[str, Any]) -> dict[str, Any]:
+def _rows_seen(judge: Judge, outputs: dict[str, Any], grouped: list[Rows] | None = None) -> dict[str, Any]:
     """The criterion on each half of each of :data:`DRAWS` splits of the rows (:func:`halves`). ``passed``: it passed
     a half that changes something (``passed_halves``: ``[split, half]``)."""
     verdicts: list[tuple[list[int], bool, str]] = []
     for split in range(DRAWS):
-        for part, changed in enumerate(halves(outputs, split)):
+        for part, changed in enumerate(halves(outputs, split, grouped)):
             if not all(same(changed[name], arr) for name, arr in outputs.items()):
                 verdicts.append(([split, part], *judged(judge, changed)))
     passes = [where for where, passed, _ in verdicts if passed]
@@ -161,55 +210,58 @@ def _rows_seen(judge: Judge, outputs: dict[str, Any]) -> dict[str, Any]:
             "failed_halves": len(verdicts) - len(passes), "passed_halves": passes}
 
 
-def walk(judge: Judge, outputs: dict[str, Any]) -> dict[str, Any]:
-    """The rows the criterion does not judge, gathered (see the module's docstring): ``passed``: it passed with
-    ``changed`` of its ``rows`` rows made wrong, at least ceil(n/2) (``changed_rows``, the indices; ``summary``, its
-    answer then); ``judged_rows``: the rows it failed on alone with the gathered ones; ``calls``: the criterion's
-    calls. Applies to outputs of one number of rows, at least two."""
-    sizes = {np.asarray(arr).shape[0] if np.asarray(arr).ndim else 0 for arr in outputs.values()}
-    rows = sizes.pop() if len(sizes) == 1 else 0
+def search(judge: Judge, outputs: dict[str, Any], grouped: list[Rows] | None = None) -> dict[str, Any]:
+    """The rows the criterion does not judge (see the module's docstring): ``passed``: it passed with every such row
+    (``changed`` of its ``rows``, at least ceil(n/2); ``changed_rows``) made wrong at once (``summary``, its answer);
+    ``judged_rows``: the rows it failed on alone; ``calls``: the criterion's calls; ``stopped``: why the search ended
+    early ("everywhere": every block of a level of at least SPREAD failed; "calls": BUDGET spent). Applies to outputs
+    of one number of rows, at least two."""
+    grouped = groups(outputs) if grouped is None else grouped
+    rows = grouped[0].n if len(grouped) == 1 and all(np.asarray(a).ndim for a in outputs.values()) else 0
     record: dict[str, Any] = {"applies": rows > 1, "passed": False, "rows": rows, "changed": 0, "changed_rows": [],
-                              "judged_rows": [], "calls": 0, "summary": ""}
+                              "judged_rows": [], "calls": 0, "summary": "", "stopped": ""}
     if rows < 2:
         return record
-    order = np.random.default_rng(SEED).permutation(rows).tolist()
     rng = np.random.default_rng(SEED)
-    need = (rows + 1) // 2
-    gathered: list[int] = []
-    judged_rows: list[int] = []
-    at, size, misses = 0, 2, 0
-    while len(gathered) < need and misses < MISSES and len(gathered) + rows - at >= need:
-        chunk = order[at:at + max(1, min(size, need - len(gathered)))]
-        changed = replaced(outputs, {name: sorted(gathered + chunk) for name in outputs}, rng)
-        passed, said = judged(judge, changed)
+
+    def passes(chosen: list[int]) -> tuple[bool, str]:
         record["calls"] += 1
-        if passed:
-            gathered, at, size, misses, record["summary"] = gathered + chunk, at + len(chunk), 2 * len(chunk), 0, said
-            continue
-        # a failure with nothing gathered yet, or of one row alone, is a miss: a criterion judging every row misses
-        # MISSES times in a row (a spot check of a few rows seldom does)
-        misses += 1 if len(chunk) == 1 or not gathered else 0
-        if len(chunk) > 1:
-            size = len(chunk) // 2
-        else:  # this row is judged; with nothing gathered, the next try is a pair again (two rows swap values)
-            judged_rows.append(chunk[0])
-            at, size = at + 1, 1 if gathered else 2
-    record.update(passed=len(gathered) >= need, changed=len(gathered), changed_rows=sorted(gathered),
-                  judged_rows=sorted(judged_rows))
-    if not record["passed"]:
-        record["summary"] = ""
+        return judged(judge, replaced(outputs, {rows: sorted(chosen)}, grouped, rng))
+
+    order = np.random.default_rng(SEED).permutation(rows).tolist()
+    blocks = [order[: rows // 2], order[rows // 2:]]  # the whole sample changed is the permuted corruption's work
+    loose: list[int] = []
+    while blocks and not record["stopped"]:
+        failing = []
+        for block in blocks:
+            if record["calls"] >= BUDGET:
+                record["stopped"] = "calls"
+                break
+            if passes(block)[0]:
+                loose += block
+            elif len(block) == 1:
+                record["judged_rows"].append(block[0])
+            else:
+                failing.append(block)
+        if not record["stopped"] and len(blocks) >= SPREAD and len(failing) == len(blocks):
+            record["stopped"] = "everywhere"
+        blocks = [half for block in failing for half in (block[: len(block) // 2], block[len(block) // 2:])]
+    if len(loose) >= (rows + 1) // 2:
+        passed, said = passes(loose)
+        record.update(passed=passed, summary=said if passed else "")
+    record.update(changed=len(loose), changed_rows=sorted(loose), judged_rows=sorted(record["judged_rows"]))
     return record
 
 
 def criterion_controls(judge: Judge, outputs: dict[str, Any]) -> dict[str, Any]:
     """Run ``judge`` (the criterion: outputs -> (passed, summary)) on each draw of each corruption of ``outputs``,
-    on the halves of its rows and along the walk.
+    on the halves of its rows and in the search by blocks.
 
     A corruption the criterion raises on counts as failed (it did not say passed). ``failed``: the corruptions it
     failed in every draw; ``cannot_see``: the REQUIRED corruptions it passed in at least one draw that applies (one
     that leaves every output bitwise unchanged, e.g. one row permuted, does not apply; a corruption none of whose
-    draws applies is not required). ``able_to_fail``: it failed at least one corruption, cannot_see is empty, and it
-    passed neither a half nor the walk's gathered rows.
+    draws applies is not required). ``able_to_fail``: it failed at least one corruption that applies (or, where
+    none applies, every half), cannot_see is empty, and it passed neither a half nor the search's loose rows.
     """
     def unchanged(when: str) -> str:
         """Why the criterion did not pass ``outputs`` themselves ("" when it did)."""
@@ -224,11 +276,15 @@ def criterion_controls(judge: Judge, outputs: dict[str, Any]) -> dict[str, Any]:
     # than their content, and its failures prove nothing.
     inconsistent = unchanged("judged again before the corruptions")
     results = {how: _drawn(judge, outputs, how) for how in CORRUPTIONS}
-    rows = _rows_seen(judge, outputs)
-    walked = walk(judge, outputs)
+    grouped = groups(outputs)
+    rows = _rows_seen(judge, outputs, grouped)
+    found = search(judge, outputs, grouped)
     inconsistent = inconsistent or unchanged("judged again after the corruptions")
-    failed = [how for how, r in results.items() if not r["passed"]]
+    failed = [how for how, r in results.items() if not r["passed"] and r["applies"]]
     cannot_see = [how for how in REQUIRED if results[how]["applies"] and results[how]["passed"]]
-    able = bool(failed) and not cannot_see and not inconsistent and not rows["passed"] and not walked["passed"]
+    # what shows it able to fail: a corruption that applies, failed in every draw, or every half failed (a sample of
+    # one class: no corruption changes it, its halves do; red-team pass 20, FF5)
+    evidence = bool(failed) or (rows["applies"] and not rows["passed"])
+    able = evidence and not cannot_see and not inconsistent and not rows["passed"] and not found["passed"]
     return {"corruptions": results, "failed": failed, "cannot_see": cannot_see, "inconsistent": inconsistent,
-            "rows": rows, "walk": walked, "able_to_fail": able}
+            "rows": rows, "search": found, "able_to_fail": able}

@@ -188,8 +188,8 @@ def test_a_criterion_that_checks_some_rows_only_is_unable_to_fail() -> None:
         assert found["rows"]["passed"] is True and found["able_to_fail"] is False, found["rows"]
         passed = len(found["rows"]["passed_halves"])
         assert judge._unable(found).startswith(
-            "the criterion is unable to fail: it cannot see half its rows wrong, the other half as they are (it passed "
-            f"{passed} of {2 * controls.DRAWS} halves: {len(checked)} rows right)")
+            "the criterion is unable to fail: it cannot see half its rows changed, each to another row's values, the "
+            f"other half as they are (it passed {passed} of {2 * controls.DRAWS} halves: {len(checked)} rows right)")
     every = power.criterion_controls(_checks_rows(list(range(24))), outputs)
     assert every["able_to_fail"] is True and every["rows"]["failed_halves"] == 2 * controls.DRAWS
 
