@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import crossworker, fresh, sharedruns
+from tests.helpers import crossworker, fresh, sharedruns, tinyapp
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.removals import REMOVALS
 from tests.helpers.sharedruns import SharedRun
@@ -112,6 +112,23 @@ def gpu_missing_run(built_project: Path, tmp_path_factory: pytest.TempPathFactor
     """ONE verify of the built project that fails at backend (``--expect-backend cuda`` on a CPU), for its readers."""
     return sharedruns.shared(tmp_path_factory, "gpu-missing-run",
                              lambda folder: sharedruns.gpu_missing_run(built_project, folder))
+
+@pytest.fixture(scope="session")
+def concurrent_runs(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[SharedRun, SharedRun]:
+    """ONE pair of verifies of the built project started at once, for its readers (both finish; compared)."""
+    return sharedruns.shared_pair(tmp_path_factory, "concurrent-runs",
+                                  lambda folder: sharedruns.concurrent_pair(built_project, folder))
+
+@pytest.fixture(scope="session")
+def tiny_referenced(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ONE copy of the project declaring the tiny application (tests/helpers/tinyapp.py), referenced, for the whole
+    run: its readers never change it; each copies it (``tinyapp.copy_referenced``)."""
+
+    def make(folder: Path) -> dict[str, object]:
+        return {"project": str(tinyapp.referenced(built_project, folder))}
+
+    _, made = crossworker.once(tmp_path_factory, "tiny-referenced", make)
+    return Path(str(made["project"]))
 
 # --- The reliability table: produced by the suite itself ------------------------------------------------------------
 # Tests marked @pytest.mark.reliability(case, "what is tried", "what was kept") are collected; with

@@ -263,10 +263,12 @@ def test_a_real_passing_report_establishes_its_claims(passed_run: SharedRun) -> 
     "a check silently dropped from a run: `resume` taken out of verify's step list (in the project's Kernodeck copy)",
     "every step that ran passed, yet FAILED (exit 1): the claim `resume` is `step-absent`, named in the verdict",
 )
-def test_a_dropped_check_cannot_pass(built_project: Path, tmp_path: Path) -> None:
-    from tests.helpers.builtenv import sibling
+def test_a_dropped_check_cannot_pass(tiny_referenced: Path, tmp_path: Path) -> None:
+    # the step list and the claims are Kernodeck's, the same for every application: the tiny one's run (a copy of the
+    # session's referenced tiny project, tests/helpers/tinyapp.py), where MiniLM's model would only add its load
+    from tests.helpers.tinyapp import copy_referenced
 
-    project = sibling(built_project, tmp_path)
+    project = copy_referenced(tiny_referenced, tmp_path)
     verify_py = project / "kernodeck" / "verify" / "steps" / "in_env.py"  # where the in-env step list is
     text = verify_py.read_text()
     every = "IN_ENV_STEPS = tuple(step.value for step in StepName)"

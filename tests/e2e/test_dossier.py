@@ -57,13 +57,14 @@ def test_compare_names_differences(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_compare_two_runs_same_platform_zero_delta(
-    built_project: Path, passed_run: SharedRun, tmp_path: Path
+    built_project: Path, concurrent_runs: tuple[SharedRun, SharedRun], tmp_path: Path
 ) -> None:
-    # run a: the session's shared passing verify (a sibling sharing this env; compare only reads it); run b: this
-    # test's own verify of the built project, in the same env
-    a, b = passed_run.out, tmp_path / "b"
-    assert passed_run.proc.returncode == 0, passed_run.proc.stderr[-3000:]
-    assert kd(built_project, "verify", "--out", str(b)).returncode == 0
+    # two passing verifies of the built project in the same env: the session's shared pair (started at once, which
+    # tests/e2e/test_verify_e2e.py asserts both finish); compare only reads their dossiers
+    first, second = concurrent_runs
+    for run in concurrent_runs:
+        assert run.proc.returncode == 0, run.proc.stderr[-3000:]
+    a, b = first.out, second.out
     proc = kd(built_project, "compare", str(a), str(b), "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
@@ -102,24 +103,28 @@ def test_replay_passes_on_a_clean_commit(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_reference_new_identity_only_when_asked(built_project: Path, tmp_path: Path) -> None:
-    from tests.helpers.builtenv import sibling
+def test_reference_new_identity_only_when_asked(tiny_referenced: Path, tmp_path: Path) -> None:
+    # a reference's identity is Kernodeck's, the same for every application: the tiny one's (its reference made once
+    # for the run, tests/helpers/tinyapp.py), where MiniLM's model would only add its load to each of the four runs
+    from tests.helpers.tinyapp import copy_referenced
 
-    project = sibling(built_project, tmp_path)
+    project = copy_referenced(tiny_referenced, tmp_path)
     manifest = project / "dossier/reference/manifest.toml"
     before = manifest.read_text()
     refused = kd(project, "reference")
     assert refused.returncode == 2 and "a new identity is made only when asked" in refused.stderr
     assert "TIP: nox -s reference -- --new" in refused.stderr and manifest.read_text() == before
     pyproject = project / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace("batch-size = 16", "batch-size = 8"))
+    text = pyproject.read_text()
+    assert text.count("min-accuracy = 0.75") == 1
+    pyproject.write_text(text.replace("min-accuracy = 0.75", "min-accuracy = 0.7"))
     made = kd(project, "reference", "--new")
     assert made.returncode == 0, made.stderr[-3000:]
     old_id = before.split('id = "', 1)[1].split('"', 1)[0]
     new_text = manifest.read_text()
     new_id = new_text.split('id = "', 1)[1].split('"', 1)[0]
     assert new_id != old_id and f"reference: {old_id} -> {new_id}" in made.stdout
-    assert "changed: application: params.batch-size" in made.stdout and f'previous_id = "{old_id}"' in new_text
+    assert "changed: application: params.min-accuracy" in made.stdout and f'previous_id = "{old_id}"' in new_text
     kept = project / "dossier/reference/history" / old_id.replace(":", "-") / "manifest.toml"
     assert kept.read_text() == before
     again = kd(project, "reference", "--new")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,11 @@ import pytest
 from kernodeck.env import start
 from kernodeck.verify.steps.in_env import RUNNER_ENV
 from tests.helpers.builtenv import env_python, in_env, reseal, sibling
-from tests.helpers.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject
+from tests.helpers.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject, output_fault
 from tests.helpers.project import copy_project, kd
 from tests.helpers.reports import read_report, statuses
 from tests.helpers.sharedruns import SECRETS, SharedRun
+from tests.helpers.tinyapp import copy_referenced
 
 pytestmark = pytest.mark.slow
 RESUME = Path(__file__).resolve().parents[2] / "kernodeck" / "inenv" / "resume.py"
@@ -102,12 +102,15 @@ def test_perturbed_reference_fails_at_compare(built_project: Path, tmp_path: Pat
     [
         ("nan-output", "non-finite"),
         ("reverse-ids", "not in input order"),
-        ("truncate-output", "cannot read embeddings.npy"),
+        ("truncate-output", "cannot read logits.npy"),
     ],
 )
-def test_bad_outputs_fail_the_reread_step(built_project: Path, tmp_path: Path, fault: str, message: str) -> None:
-    project = sibling(built_project, tmp_path)
-    inject(project, *OUTPUT_FAULTS[fault])
+def test_bad_outputs_fail_the_reread_step(tiny_referenced: Path, tmp_path: Path, fault: str, message: str) -> None:
+    # the reread step is Kernodeck's, the same for every application: the tiny one's logits here (MiniLM's model
+    # would only add its load, ~5 CPU-s a run), in a copy of the session's referenced tiny project
+    assert fault in OUTPUT_FAULTS
+    project = copy_referenced(tiny_referenced, tmp_path)
+    inject(project, *output_fault(fault, "logits"))
     proc = kd(project, "verify", "--out", str(tmp_path / "run"))
     assert proc.returncode == 1
     report = read_report(tmp_path / "run")
@@ -195,13 +198,15 @@ def test_resume_full_state_passes(built_project: Path, tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["first_diverging_step"] is None
 
 
-def test_existing_interpreter_equal_to_the_lock(built_project: Path, tmp_path: Path) -> None:
-    """--python on an env that holds exactly the lock: observed equal, so a plain `passed` is earned."""
-    python = env_python(built_project)
+def test_existing_interpreter_equal_to_the_lock(tiny_referenced: Path, tmp_path: Path) -> None:
+    """--python on an env that holds exactly the lock: observed equal, so a plain `passed` is earned (the built env,
+    through a copy of the session's referenced tiny project: the mode is Kernodeck's, the same for any application)."""
+    project = copy_referenced(tiny_referenced, tmp_path)
+    python = env_python(project)
     before = subprocess.run(
         [str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True
     ).stdout
-    proc = kd(built_project, "verify", "--python", str(python), "--out", str(tmp_path / "run"))
+    proc = kd(project, "verify", "--python", str(python), "--out", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = read_report(tmp_path / "run")
     steps = {s["name"]: s for s in report["steps"]}  # type: ignore[union-attr]
@@ -236,20 +241,12 @@ def test_credentials_never_reach_the_dossier(passed_run: SharedRun) -> None:
 @pytest.mark.reliability(
     9, "two verify runs of the same platform at once", "both finish correctly (the second waits on a file lock)"
 )
-def test_two_verifies_at_once_both_finish(built_project: Path, tmp_path: Path) -> None:
-    results: dict[str, subprocess.CompletedProcess[str]] = {}
-
-    def go(name: str) -> None:
-        results[name] = kd(built_project, "verify", "--out", str(tmp_path / name))
-
-    threads = [threading.Thread(target=go, args=(n,)) for n in ("a", "b")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for name in ("a", "b"):
-        assert results[name].returncode == 0, results[name].stderr[-2000:]
-        assert read_report(tmp_path / name)["status"] == "passed"
+def test_two_verifies_at_once_both_finish(concurrent_runs: tuple[SharedRun, SharedRun]) -> None:
+    # the session's shared pair (tests/helpers/sharedruns.py: two verifies of the built project started at once in
+    # two threads, as this test started them); tests/e2e/test_dossier.py compares the same two dossiers
+    for run in concurrent_runs:
+        assert run.proc.returncode == 0, run.proc.stderr[-2000:]
+        assert read_report(run.out)["status"] == "passed"
 
 
 def test_nox_verify_from_a_fresh_copy(tmp_path: Path) -> None:

@@ -54,43 +54,34 @@ def wrap_around(function: str, setup: str, teardown: str) -> str:
     )
 
 
-# The faults the reliability suite uses, by name: (module, code appended).
-OUTPUT_FAULTS = {
+# The faults the reliability suite uses, by name: (module, code appended), each on the application's output OUTPUT
+# (a float array of two dimensions: the MiniLM embeddings, the tiny application's logits).
+_OUTPUT_FAULTS = {
     # a NaN from the model, as the reread step must catch it
-    "nan-output": (
-        "application",
-        wrap_after(
-            "run_entry",
-            """
-            _arr = _np().load(args[0].outputs / "embeddings.npy")
-            _arr[3, 5] = float("nan")
-            _save_npy(args[0].outputs / "embeddings.npy", _arr)
-            """,
-        ),
-    ),
+    "nan-output": """
+        _arr = _np().load(args[0].outputs / "OUTPUT.npy")
+        _arr[3, 1] = float("nan")
+        _save_npy(args[0].outputs / "OUTPUT.npy", _arr)
+        """,
     # ids written out of order
-    "reverse-ids": (
-        "application",
-        wrap_after(
-            "run_entry",
-            """
-            _ids = json.loads((args[0].outputs / "embeddings.ids.json").read_text(encoding="utf-8"))
-            (args[0].outputs / "embeddings.ids.json").write_text(json.dumps(_ids[::-1]) + "\\n", encoding="utf-8")
-            """,
-        ),
-    ),
+    "reverse-ids": """
+        _ids = json.loads((args[0].outputs / "OUTPUT.ids.json").read_text(encoding="utf-8"))
+        (args[0].outputs / "OUTPUT.ids.json").write_text(json.dumps(_ids[::-1]) + "\\n", encoding="utf-8")
+        """,
     # the output file truncated between write and reread
-    "truncate-output": (
-        "application",
-        wrap_after(
-            "run_entry",
-            """
-            _path = args[0].outputs / "embeddings.npy"
-            _path.write_bytes(_path.read_bytes()[: _path.stat().st_size // 2])
-            """,
-        ),
-    ),
+    "truncate-output": """
+        _path = args[0].outputs / "OUTPUT.npy"
+        _path.write_bytes(_path.read_bytes()[: _path.stat().st_size // 2])
+        """,
 }
+OUTPUT_FAULTS = tuple(_OUTPUT_FAULTS)
+
+
+def output_fault(fault: str, output: str) -> tuple[str, str]:
+    """The fault ``fault`` (one of OUTPUT_FAULTS) on the output ``output``, for :func:`inject`."""
+    return "application", wrap_after("run_entry", _OUTPUT_FAULTS[fault].replace("OUTPUT", output))
+
+
 BACKEND_FAULTS = {
     # every tensor sent to a device this CPU build cannot reach: torch's own error at the transfer
     "transfer": (

@@ -17,6 +17,9 @@ The passing run is made so that every reader's question has its answer in it, no
 
 A passing verify with those variables set and the counter attached is still a passing verify of the project as it is:
 the readers assert that it passed, every step of it.
+
+The concurrent pair (``concurrent_runs``) is two more verifies of the built project, started at once: one test
+asserts both finish, another compares their dossiers; each ran its own pair or run before.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,17 +89,28 @@ def run_counted(project: Path, counts: Path, *args: str, plant: tuple[str, ...] 
                           timeout=900, check=False)
 
 
-def shared(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], SharedRun]) -> SharedRun:
-    """The run ``make`` makes, made once for every worker of the run (tests/helpers/crossworker.py)."""
+def _record(run: SharedRun) -> dict[str, Any]:
+    return {"project": str(run.project), "out": str(run.out), "proc": crossworker.process_record(run.proc),
+            "counts_file": None if run.counts_file is None else str(run.counts_file)}
 
-    def record(folder: Path) -> dict[str, Any]:
-        run = make(folder)
-        return {"project": str(run.project), "out": str(run.out), "proc": crossworker.process_record(run.proc),
-                "counts_file": None if run.counts_file is None else str(run.counts_file)}
 
-    _, made = crossworker.once(factory, name, record)
+def _restore(made: dict[str, Any]) -> SharedRun:
     return SharedRun(Path(made["project"]), Path(made["out"]), crossworker.process_from(made["proc"]),
                      None if made["counts_file"] is None else Path(made["counts_file"]))
+
+
+def shared(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], SharedRun]) -> SharedRun:
+    """The run ``make`` makes, made once for every worker of the run (tests/helpers/crossworker.py)."""
+    _, made = crossworker.once(factory, name, lambda folder: _record(make(folder)))
+    return _restore(made)
+
+
+def shared_pair(factory: pytest.TempPathFactory, name: str,
+                make: Callable[[Path], tuple[SharedRun, SharedRun]]) -> tuple[SharedRun, SharedRun]:
+    """The two runs ``make`` makes, made once for every worker of the run."""
+    _, made = crossworker.once(factory, name, lambda folder: {"runs": [_record(run) for run in make(folder)]})
+    first, second = (_restore(run) for run in made["runs"])
+    return first, second
 
 
 def passed_run(built: Path, folder: Path) -> SharedRun:
@@ -111,3 +126,21 @@ def gpu_missing_run(built: Path, folder: Path) -> SharedRun:
     """A real verify that fails at the backend step: the GPU expected (``--expect-backend cuda``) is not there."""
     out = folder / "run"
     return SharedRun(built, out, kd(built, "verify", "--expect-backend", "cuda", "--out", str(out)))
+
+
+def concurrent_pair(built: Path, folder: Path) -> tuple[SharedRun, SharedRun]:
+    """Two verifies of the built project started at once (the second waits on the platform's file lock): the pair
+    tests/e2e/test_verify_e2e.py asserts both finish passed, and tests/e2e/test_dossier.py compares (two passing runs
+    of one platform, zero delta). Not asserted here: each reader asserts that both passed."""
+    procs: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def go(name: str) -> None:
+        procs[name] = kd(built, "verify", "--out", str(folder / name))
+
+    threads = [threading.Thread(target=go, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    first, second = (SharedRun(built, folder / name, procs[name]) for name in ("a", "b"))
+    return first, second

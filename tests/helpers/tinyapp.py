@@ -1,11 +1,18 @@
-"""Another application than the project's own: a tiny one, declared and referenced in a copy of the project."""
+"""Another application than the project's own: a tiny one, declared and referenced in a copy of the project.
+
+Its verify costs about 9 CPU-s against MiniLM's 13 (idle; twice that on a loaded 2-core machine): no
+sentence-transformers import, no model. The tests whose subject is Kernodeck's own machinery (a bad output at the
+reread step, a reference's identity, a dropped check) run it instead of MiniLM, on a copy of one project referenced
+once for the whole run (``tiny_referenced`` in tests/conftest.py, :func:`referenced` and :func:`copy_referenced`)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from tests.helpers.builtenv import sibling
+from tests.helpers.project import kd
 
 TINY_APP = '''
 import numpy as np
@@ -69,3 +76,18 @@ def tiny_app_project(built: Path, tmp_path: Path) -> Path:
     start, end = text.index("[tool.kernodeck.application]"), text.index("# The resume exercise")
     (project / "pyproject.toml").write_text(text[:start] + TINY_DECLARATION + text[end:])
     return project
+
+
+def referenced(built: Path, folder: Path) -> Path:
+    """:func:`tiny_app_project` with its own reference made (``reference --new``), for :func:`copy_referenced`."""
+    project = tiny_app_project(built, folder)
+    proc = kd(project, "reference", "--new", "--out", str(folder / "ref"))
+    if proc.returncode != 0:
+        raise RuntimeError(f"the tiny application's reference failed:\n{proc.stderr[-3000:]}")
+    return project
+
+
+def copy_referenced(project: Path, tmp_path: Path) -> Path:
+    """A test's own copy of the referenced tiny project (its env still the built one's, through the same link)."""
+    return Path(shutil.copytree(project, tmp_path / "project", symlinks=True,
+                                ignore=shutil.ignore_patterns("runs", "__pycache__")))
