@@ -22,6 +22,7 @@ from kernodeck.runformat import manifest as dossier_manifest
 from tests.helpers.faults import inject, wrap_after
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.reports import read_report, statuses
+from tests.helpers.tinyapp import copy_referenced
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 SHIPPED = ("kernodeck", "checks")
@@ -296,8 +297,11 @@ def test_non_identical_runs_fail_the_determinism_step(built_project: Path, tmp_p
     "the determinism step fails in layer environment, naming the knob; resume not-run",
 )
 @pytest.mark.slow
-def test_settings_not_restored_fail_the_determinism_step(built_project: Path, tmp_path: Path) -> None:
-    project = sibling(built_project, tmp_path)
+def test_settings_not_restored_fail_the_determinism_step(tiny_referenced: Path, tmp_path: Path) -> None:
+    # the settings and the determinism step's cost run are Kernodeck's, the same for every application: the tiny
+    # one's (a copy of the session's referenced tiny project, tests/helpers/tinyapp.py), where MiniLM's model would
+    # only add its load and three runs of it
+    project = copy_referenced(tiny_referenced, tmp_path)
     # Only the restore after the cost run (the first apply with the settings after one without them) leaves a knob
     # off: every earlier call holds, so the record held as each rerun started (settings.not_in_effect, its own tests
     # in tests/unit/test_settings.py) and it is the cost run's own check that names it.

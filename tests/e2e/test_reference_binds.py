@@ -21,10 +21,11 @@ rel = pytest.mark.reliability
 PLATFORM = "cp311-linux_x86_64-cpu"
 TWIN = f"lockfiles/pylock.{PLATFORM}.toml"
 APP = "checks/app.py"
+TINY_APP = "tiny/app.py"  # the tiny application's code file (tests/helpers/tinyapp.py)
 
 
-def _edit_app(project: Path, old: str, new: str) -> None:
-    path = project / APP
+def _edit_app(project: Path, old: str, new: str, app: str = APP) -> None:
+    path = project / app
     text = path.read_text(encoding="utf-8")
     assert text.count(old) == 1, old
     path.write_text(text.replace(old, new), encoding="utf-8")
@@ -157,18 +158,24 @@ def test_a_criterion_unable_to_fail_is_refused(built_project: Path, tmp_path: Pa
     "`verify -- --allow-code-change` with a changed code file",
     "every check runs; the verdict is `passed-with-changed-code` naming the file (exit 1), never `passed`",
 )
-def test_allow_code_change_is_never_a_pass(built_project: Path, tmp_path: Path) -> None:
-    project = _sibling(built_project, tmp_path)
-    _edit_app(project, '"pairs_checked": len(nearest),', '"pairs_checked": len(nearest) + 0,')
+def test_allow_code_change_is_never_a_pass(tiny_referenced: Path, tmp_path: Path) -> None:
+    # the code fingerprint and the verdict are Kernodeck's, the same for every application: the tiny one's declared
+    # code file changed (a copy of the session's referenced tiny project, tests/helpers/tinyapp.py), where MiniLM's
+    # model would only add its load and its runs
+    from tests.helpers.tinyapp import copy_referenced
+
+    project = copy_referenced(tiny_referenced, tmp_path)
+    _edit_app(project, '"margin": share - 0.5}', '"margin": share - 0.5 + 0}', TINY_APP)
     out = tmp_path / "run"
     proc = kd(project, "verify", "--allow-code-change", "--out", str(out))
     assert proc.returncode == 1, proc.stderr[-3000:]
     report = read_report(out)
     assert set(statuses(report).values()) == {"passed"}  # every check ran and passed ...
-    assert report["status"] == "passed-with-changed-code" and report["verdict"]["changed_code"] == [APP]  # ... no pass
-    assert APP in report["verdict"]["line"] and "PASSED-WITH-CHANGED-CODE" in proc.stdout
+    assert report["status"] == "passed-with-changed-code"  # ... no pass
+    assert report["verdict"]["changed_code"] == [TINY_APP]
+    assert TINY_APP in report["verdict"]["line"] and "PASSED-WITH-CHANGED-CODE" in proc.stdout
     ref_step = next(s for s in report["steps"] if s["name"] == "reference")  # type: ignore[union-attr]
-    assert ref_step["details"]["code"] == {"files": [APP], "changed": [APP], "allowed": True}
+    assert ref_step["details"]["code"] == {"files": [TINY_APP], "changed": [TINY_APP], "allowed": True}
     assert not next(c for c in report["claims"] if c["id"] == "reference-current")["established"]  # type: ignore[union-attr]
     assert (out / "report.md").read_text().startswith("# Kernodeck verify: PASSED-WITH-CHANGED-CODE")
 
