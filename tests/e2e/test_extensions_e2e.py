@@ -24,6 +24,7 @@ import pytest
 
 from kernodeck._fs import sha256_file
 from kernodeck.env import extension_scan
+from tests.helpers import tinyapp
 from tests.helpers.extstep import run_step
 from tests.helpers.project import copy_project, kd
 from tests.helpers.reports import read_report, statuses
@@ -146,9 +147,12 @@ def test_a_real_extension_calling_what_libtorch_does_not_export_is_an_abi_break(
     assert "built for torch 2.5 / CUDA 12.4 (version label +pt25cu124); this env runs torch 2.13" in error
 
 
-def _declaring_project(root: Path) -> Path:
-    """A copy of the project declaring the extension's smoke check."""
+def _declaring_project(root: Path, *, tiny: bool = False) -> Path:
+    """A copy of the project declaring the extension's smoke check (and, ``tiny``, the tiny application in place of
+    MiniLM: tests/helpers/tinyapp.py)."""
     project = copy_project(root / "project")
+    if tiny:
+        tinyapp.declare(project)
     _project(project, "0.5")
     with (project / "pyproject.toml").open("a", encoding="utf-8") as handle:
         handle.write('\n[tool.kernodeck.extensions.kdext]\nmodule = "kdext._C"\nsmoke = "checks/ext.py:smoke"\n'
@@ -191,8 +195,10 @@ def test_a_reference_made_with_the_extension_describes_its_smoke_check(wheels: d
     """The extension locked from a local find-links folder: reference --new rebuilds the env with it and passes, the
     extension and its smoke check in the report. The smoke check runs in the runner's process before the application
     (what it patches there reaches the application), so its file is part of the reference's identity: the new
-    manifest fingerprints it, and an edit of it is a code change verify names before anything is built."""
-    project = _declaring_project(tmp_path)
+    manifest fingerprints it, and an edit of it is a code change verify names before anything is built. The
+    application is the tiny one: the extension, its smoke check and the identity are Kernodeck's, the same for any
+    application, and MiniLM's model would only add its load and its runs to the reference's."""
+    project = _declaring_project(tmp_path, tiny=True)
     _locked(project, wheels["sound"])
     out = tmp_path / "ref"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

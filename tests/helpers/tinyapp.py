@@ -60,7 +60,12 @@ justification = "labels decide the business outcome: every one must agree"
 
 
 def tiny_app_project(built: Path, tmp_path: Path) -> Path:
-    project = sibling(built, tmp_path)
+    """A sibling of the built project (its env shared) declaring the tiny application."""
+    return declare(sibling(built, tmp_path))
+
+
+def declare(project: Path) -> Path:
+    """The tiny application written into a copy of the project and declared in its pyproject (in place of MiniLM)."""
     (project / "tiny").mkdir()
     (project / "tiny/app.py").write_text(TINY_APP)
     rows = [(1.0, 0.5), (-1.0, 2.0), (0.5, -0.5), (2.0, 2.0), (-2.0, -1.0), (0.0, 1.0), (1.5, -2.0), (-0.5, 0.25)]
