@@ -12,12 +12,12 @@ import pytest
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.project.config import load_project
 from kernodeck.runformat import manifest as dossier_manifest
-from tests.helpers.builtenv import in_env, sibling
+from tests.helpers.builtenv import in_env
 from tests.helpers.planted import PLANT, plant_pyc
 from tests.helpers.project import kd
 from tests.helpers.reports import read_report, statuses
 from tests.helpers.sharedruns import SharedRun
-from tests.helpers.tinyapp import tiny_app_project
+from tests.helpers.tinyapp import copy_referenced, tiny_app_project
 
 pytestmark = pytest.mark.slow
 
@@ -63,15 +63,17 @@ def test_another_application_is_declared_referenced_and_verified(built_project: 
     "a `numpy/` folder (and a `checks/` one) at the project root that would shadow the env's packages",
     "never imported: the in-env runner puts nothing of the project on sys.path; the entry is loaded by its file path",
 )
-def test_project_folders_never_shadow_the_env(built_project: Path, tmp_path: Path) -> None:
-    project = sibling(built_project, tmp_path)
+def test_project_folders_never_shadow_the_env(tiny_referenced: Path, tmp_path: Path) -> None:
+    # the runner's sys.path and the entry's loading are Kernodeck's, the same for every application: the tiny one's
+    # (it imports numpy and torch too), a copy of the session's referenced tiny project, without MiniLM's model load
+    project = copy_referenced(tiny_referenced, tmp_path)
     for name in ("numpy", "torch", "kernodeck_inenv"):
         (project / name).mkdir(exist_ok=True)
         (project / name / "__init__.py").write_text(f"raise ImportError('the project folder {name}/ was imported')\n")
     # A timestamp-valid bytecode file beside the entry and beside an in-env module of Kernodeck (the project's copy
     # the runner runs from): neither runs (tests/unit/test_verified.py shows the plain import path would).
     marker = tmp_path / "planted-ran"
-    plant_pyc(project / "checks" / "app.py", PLANT.format(marker=str(marker)))
+    plant_pyc(project / "tiny" / "app.py", PLANT.format(marker=str(marker)))
     plant_pyc(project / "kernodeck" / "inenv" / "tolerance.py", PLANT.format(marker=str(marker)))
     out = tmp_path / "run"
     proc = kd(project, "verify", "--out", str(out))
