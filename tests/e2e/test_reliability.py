@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck.lock import lockfile
+from tests.helpers import tinyapp
 from tests.helpers.builtenv import in_env, reseal, sibling
 from tests.helpers.project import copy_project, kd
 from tests.helpers.reports import read_report, statuses
@@ -31,9 +32,13 @@ def own_built(module_tmp: Path) -> Path:
     """A project copy with its OWN rebuilt env, not the session's ``built_project`` (these cases break and kill
     rebuilds beside it), built once for the module: cases 1 and 2 share it. Each leaves it as it found it, which is
     what each asserts (the tampered lock is put back; the failed or killed build is gone, the good env still current
-    and the only one); one that fails may leave the next with a broken env, and its own failure names why."""
-    project = copy_project(module_tmp / "own")
+    and the only one); one that fails may leave the next with a broken env, and its own failure names why. It declares
+    the tiny application (tests/helpers/tinyapp.py), referenced once here: what is tried is the rebuild, and the
+    verify that follows it then runs without MiniLM's model load."""
+    project = tinyapp.declare(copy_project(module_tmp / "own"))
     proc = kd(project, "rebuild")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = kd(project, "reference", "--new", "--out", str(module_tmp / "ref"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return project
 
