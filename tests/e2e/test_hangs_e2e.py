@@ -216,10 +216,14 @@ def test_sigterm_during_the_application_is_an_interrupted_record(built_project: 
     assert json.loads((out / "report.json").read_text())["steps"][0]["status"] == "passed"  # earlier steps kept
 
 
-def test_deadlines_are_run_policy_not_the_reference_identity(built_project: Path, tmp_path: Path) -> None:
+def test_deadlines_are_run_policy_not_the_reference_identity(tiny_referenced: Path, tmp_path: Path) -> None:
     """A healthy verify with a deadlines table (tight for this machine, yet far above what each step takes) passes
-    against the committed reference: no new reference, nothing trips."""
-    project = sibling(built_project, tmp_path)
+    against the reference made without it: no new reference, nothing trips. The reference identity is Kernodeck's,
+    the same for any application: the tiny one's (a copy of the session's referenced tiny project), without MiniLM's
+    model load."""
+    from tests.helpers.tinyapp import copy_referenced
+
+    project = copy_referenced(tiny_referenced, tmp_path)
     with (project / "pyproject.toml").open("a", encoding="utf-8") as handle:
         handle.write(textwrap.dedent("""
             [tool.kernodeck.deadlines]
