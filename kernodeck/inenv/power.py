@@ -4,28 +4,28 @@ corruptions).
 - Each REQUIRED corruption (rows permuted against their ids, noise of the outputs' own scale), in EVERY one of its
   ``DRAWS`` fixed-seed draws (:func:`_drawn`); the constant is recorded, not required.
 - Half its rows wrong, the other half as they are. The changed rows are *real* rows: each takes the values of another
-  row of the sample (the same donor in every output, so the outputs stay consistent with each other), one that
-  differs from it in every output that is not alike on every row, the farthest such (:class:`Rows`): a criterion
-  that first rejects rows that do not look like its outputs (unit vectors, probabilities) cannot tell them from the
-  outputs (red-team pass 19, FP1), and a classifier's changed row takes a row of another class (pass 20, FF9).
-  Two searches:
+  row of the sample (the same donor in every output, so the outputs stay consistent with each other), the farthest
+  from it of those that differ from it in every output not alike on every row (:class:`Rows`): a criterion that
+  first rejects rows that do not look like its outputs (unit vectors, probabilities) cannot tell them from the
+  outputs (red-team pass 19, FP1), and a classifier's changed row takes a row of the other class, whatever output
+  tells the class (passes 20 FF9, 21 FF1). Two searches:
   - random halves (:func:`halves`): ``DRAWS`` fixed-seed splits, each half changed in turn;
   - a search by blocks (:func:`search`): the rows, in a fixed-seed order, cut in two blocks, each changed alone; a
-    block the criterion passes is loose, one it fails is cut in two again, down to single rows (the rows it judges).
-    Then every loose row is changed at once: a spot check of k rows (the first 4 of 8, ``[:5]`` of 100) passes
-    that, whatever the split (pass 19, FP2). An aggregate with a threshold fails it (each block it passed was a
-    part of what it tolerates; all of them together are not), and a binary classifier's rows it had wrong, which a
-    change makes right, are changed together with the others (no row is picked for passing: pass 20, FF4). A
-    criterion that fails every block of a level of ``SPREAD`` blocks judges rows everywhere: the search stops there.
-  Passing a half, or the loose rows when they are at least ceil(n/2), means it judges only some rows. An aggregate
-  that judges the sample (accuracy >= 0.75, a mean cosine similarity, R²) fails half its rows wrong, as does one that
-  judges each row. Limits (docs/verdict-rules.md): a criterion that checks each row against its own input (a
-  tagger's tags end where the sentence ends) rejects every moved row, and one that refuses repeated rows sees a row
-  taken from outside the changed ones; a spot check of a row in each of ``SPREAD`` blocks stops the search.
+    block the criterion passes is loose, one it fails is cut in two again, down to single rows (the rows it judges),
+    for at most ``BUDGET`` calls. Then every loose row is changed at once: a spot check of k rows (the first 4 of 8,
+    ``[:5]`` of 100) passes that, whatever the split (pass 19, FP2). An aggregate with a threshold fails it (each
+    block it passed was a part of what it tolerates; all of them together are not), and a binary classifier's rows
+    it had wrong, which a change makes right, are changed together with the others (pass 20, FF4).
+  Passing a half, or the loose rows when they are at least ceil(n/2), means it does not judge every row. An
+  aggregate that judges the sample (accuracy >= 0.75, a mean cosine similarity, R²) fails half its rows changed, as
+  does one that judges each row. Limits (docs/verdict-rules.md): a criterion that checks each row against its own
+  input (a tagger's tags end where the sentence ends) rejects every moved row; one that refuses repeated rows sees
+  the repeats; a spot check of a share of a large sample that the budget cannot sort out is not seen.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -34,8 +34,8 @@ import numpy as np
 from .controls import CORRUPTIONS, DRAWS, REQUIRED, SEED, corrupted, mean_scale, same
 
 Judge = Callable[[dict[str, Any]], tuple[bool, str]]
-SPREAD = 16  # blocks of one level of the search: every one failing means the criterion judges rows everywhere
 BUDGET = 256  # the search's calls of the criterion at most
+UNLIKELY = 1e-3  # the chance, at most, that every block of a level fails a criterion ignoring half the rows
 
 
 def judged(judge: Judge, outputs: dict[str, Any]) -> tuple[bool, str]:
@@ -72,9 +72,11 @@ def _drawn(judge: Judge, outputs: dict[str, Any], how: str) -> dict[str, Any]:
 
 class Rows:
     """The outputs of one number of rows, ready to have rows made wrong: each output's rows as codes (equal rows, equal
-    code: rows compared bitwise) and all outputs' values standardised side by side (for how far apart two rows are)."""
+    code: rows compared bitwise), a float output's class as a classifier would read it (argmax, or sign), and all
+    outputs' values standardised side by side (for how far apart two rows are). A code alike on every row is left
+    out (a flag, a count: no row differs in it)."""
 
-    POOL = 256  # donors weighed per changed row at most (a fixed-seed pool of the candidates beyond that)
+    POOL = 256  # donors weighed per changed row at most (a fixed-seed pool of the sample beyond that)
 
     def __init__(self, arrays: dict[str, Any]) -> None:
         self.arrays = arrays
@@ -87,47 +89,41 @@ class Rows:
             if np.iscomplexobj(flat):
                 flat = flat.view(flat.real.dtype)
             codes = np.unique(flat.view(np.uint8).reshape(self.n, -1), axis=0, return_inverse=True)[1].reshape(-1)
-            if codes.max(initial=0) > 0:  # an output alike on every row is no one's to differ in (red-team 20, FP2)
-                self.codes.append(codes)
             values = np.nan_to_num(flat.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+            # what a float row decides, as a classifier's would: its argmax (logits, probabilities), or its sign (a
+            # score): a donor of another class, not one of the same class that leaves the item right (pass 21, FF1)
+            classes = [values.argmax(axis=1) if flat.shape[1] > 1 else (values[:, 0] > 0).astype(np.intp)] \
+                if flat.dtype.kind in "fc" and flat.shape[1] else []
+            for each in (codes, *classes):
+                if each.min(initial=0) != each.max(initial=0):  # alike on every row: no one's to differ in (20, FP2)
+                    self.codes.append(each)
             spread = values.std(axis=0)
             parts.append((values - values.mean(axis=0)) / np.where(spread > 0, spread, 1.0) / np.sqrt(flat.shape[1]))
         self.values = np.concatenate(parts, axis=1) if parts else np.zeros((self.n, 0))
 
     def donors(self, rows: Any) -> Any:
-        """For each of ``rows``, the row whose values it takes, the farthest from it of the first kind that has one:
-        a changed row still free (the changed rows trade values: no row twice) that differs from it in every output
-        not alike on every row (a classifier's row of another class, not of its own: red-team pass 20, FF9) and did
-        not take its values (no two rows swap: a pair judged together would stay a pair); a free one that swaps with
-        it (a repeat first where only two rows change: they would swap); any row of the sample that differs from it
-        in every output (a repeat: a criterion that refuses repeated rows sees it, pass 20 FP11); a free one that
-        differs from it in some output. -1 where no row differs from it."""
+        """For each of ``rows``, the row whose values it takes: of the rows of the sample, one that differs from it in
+        the most codes (each output's rows, and a float output's argmax or sign: a classifier's row of another class,
+        whether labels, logits, probabilities or a score tell the class: red-team passes 20 FF9 and 21 FF1), the
+        farthest of those (a regression's value at the other end); -1 where no row differs from it. Rows may repeat a
+        row of the sample (a criterion that refuses repeated rows sees that: pass 20 FP11, a stated limit)."""
         rows = np.asarray(rows, dtype=np.intp)
         donors = np.full(len(rows), -1, dtype=np.intp)
-        if not self.codes:
+        if not self.codes or not len(rows):
             return donors
-        rng = np.random.default_rng(SEED)
-        members = rows if len(rows) <= self.POOL else rng.choice(rows, self.POOL, replace=False)
-        everyone = np.arange(self.n) if self.n <= self.POOL else rng.choice(self.n, self.POOL, replace=False)
-        free = np.zeros(self.n, dtype=bool)
-        free[members] = True
-        took = np.full(self.n, -1, dtype=np.intp)  # the row each row took
-        for at, row in enumerate(rows.tolist()):
-            differs = [codes[members] != codes[row] for codes in self.codes]
-            every, some = np.logical_and.reduce(differs), np.logical_or.reduce(differs)
-            open_ = free[members] & (took[members] != row)
-            swap = (members, free[members] & every)
-            repeat = (everyone, np.logical_and.reduce([codes[everyone] != codes[row] for codes in self.codes]))
-            # two rows alone would only swap: a pair judged together (each the other's nearest) would stay one
-            kinds = ((members, open_ & every), *((swap, repeat) if len(rows) > 2 else (repeat, swap)),
-                     (members, free[members] & some))
-            for pool, ok in kinds:
-                if ok.any():
-                    picked = pool[ok]
-                    far = ((self.values[picked] - self.values[row]) ** 2).sum(axis=1)
-                    donors[at] = took[row] = picked[int(np.argmax(far))]
-                    free[donors[at]] = False
-                    break
+        pool = np.arange(self.n) if self.n <= self.POOL else np.sort(
+            np.random.default_rng(SEED).choice(self.n, self.POOL, replace=False))
+        for start in range(0, len(rows), self.POOL):
+            part = rows[start:start + self.POOL]
+            differing = np.add.reduce([codes[part][:, None] != codes[pool][None, :] for codes in self.codes])
+            a, b = self.values[part], self.values[pool]
+            far = (a * a).sum(axis=1)[:, None] + (b * b).sum(axis=1)[None, :] - 2 * a @ b.T  # squared distances
+            # the most codes differing first, then the farthest: distances squeezed below 1 break the ties only
+            scored = np.where(differing > 0, differing + np.clip(far, 0, None) / (1.0 + np.clip(far, 0, None).max()),
+                              -1.0)
+            best = scored.argmax(axis=1)
+            found = scored[np.arange(len(part)), best] >= 0
+            donors[start:start + len(part)][found] = pool[best[found]]
         return donors
 
 
@@ -210,11 +206,19 @@ def _rows_seen(judge: Judge, outputs: dict[str, Any], grouped: list[Rows] | None
             "failed_halves": len(verdicts) - len(passes), "passed_halves": passes}
 
 
+def _everywhere(blocks: int, size: int) -> bool:
+    """Every one of ``blocks`` blocks of ``size`` rows or more failed: so unlikely for a criterion that ignores half
+    the rows (each block then passes with chance 2^-size or more) that the search may stop: (1 - 2^-size)^blocks is
+    below :data:`UNLIKELY`."""
+    return bool(blocks * math.log1p(-(0.5 ** size)) < math.log(UNLIKELY))
+
+
 def search(judge: Judge, outputs: dict[str, Any], grouped: list[Rows] | None = None) -> dict[str, Any]:
     """The rows the criterion does not judge (see the module's docstring): ``passed``: it passed with every such row
     (``changed`` of its ``rows``, at least ceil(n/2); ``changed_rows``) made wrong at once (``summary``, its answer);
-    ``judged_rows``: the rows it failed on alone; ``calls``: the criterion's calls; ``stopped``: why the search ended
-    early ("everywhere": every block of a level of at least SPREAD failed; "calls": BUDGET spent). Applies to outputs
+    ``judged_rows``: the rows it failed on alone; ``calls``: the criterion's calls; ``stopped``: "everywhere" where
+    every block of a level failed, too many to be chance (:func:`_everywhere`), "calls" where BUDGET was spent
+    before every block was sorted out (the loose rows found so far then decide). Applies to outputs
     of one number of rows, at least two."""
     grouped = groups(outputs) if grouped is None else grouped
     rows = grouped[0].n if len(grouped) == 1 and all(np.asarray(a).ndim for a in outputs.values()) else 0
@@ -243,7 +247,7 @@ def search(judge: Judge, outputs: dict[str, Any], grouped: list[Rows] | None = N
                 record["judged_rows"].append(block[0])
             else:
                 failing.append(block)
-        if not record["stopped"] and len(blocks) >= SPREAD and len(failing) == len(blocks):
+        if failing and len(failing) == len(blocks) and _everywhere(len(blocks), min(len(b) for b in blocks)):
             record["stopped"] = "everywhere"
         blocks = [half for block in failing for half in (block[: len(block) // 2], block[len(block) // 2:])]
     if len(loose) >= (rows + 1) // 2:

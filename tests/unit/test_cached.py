@@ -18,27 +18,7 @@ import numpy as np
 import pytest
 
 from kernodeck.project import app_contract
-from tests.helpers.closedworld import _script, _settings_project
-
-ENTRY_STEP = """
-import json, runpy, sys
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-from kernodeck_inenv import application, world
-from kernodeck_inenv._common import CheckFailed, Context
-config = json.loads(Path(sys.argv[2]).read_text())
-ctx = Context(config=config, out=Path(sys.argv[3]))
-sys.path.insert(0, sys.argv[4])  # the stand-in torch (settings.apply seeds and pins it before the entry)
-try:
-    world.forget()
-    details = application.run_entry(ctx)  # the application step
-    world.settle()
-    print(json.dumps({"status": "passed", "written": details["written"]}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc)}))
-"""
-
-IDS = ["a", "bb", "ccc", "dddd"]
+from tests.helpers.closedworld import ENTRY_STEP, IDS, _script, _settings_project
 
 # research code's "load the outputs if they were computed before"; ``LOAD`` is how the cache is read
 ENTRY = '''import numpy as np

@@ -25,6 +25,7 @@ CROSS_CUTTING = {
     "redteam18": "red-team pass 18's findings across the closed world's modules (natives, seen, judge, cached)",
     "redteam19": "red-team pass 19's findings across the halves control, the rerun bar, caches and natives",
     "redteam20": "red-team pass 20's findings across the criterion's power (power.py, judge.py) and caches",
+    "redteam21": "red-team pass 21's findings across the criterion's power (power.py's search and donors, judge.py)",
 }
 
 

@@ -32,7 +32,7 @@ def _replaced(outputs: dict[str, Any], rows: Any) -> dict[str, Any]:
     return power.replaced(outputs, {group.n: rows for group in grouped}, grouped, np.random.default_rng(0))
 
 
-def test_changed_rows_take_other_rows_values_in_every_output_and_stay_distinct() -> None:
+def test_changed_rows_take_other_rows_values_in_every_output() -> None:
     x = _unit_rows(10)
     labels = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0], dtype=np.int64)
     rows = np.array([1, 3, 4, 8])
@@ -43,8 +43,7 @@ def test_changed_rows_take_other_rows_values_in_every_output_and_stay_distinct()
             continue
         donor = [d for d in range(10) if x[d].tobytes() == out["x"][r].tobytes()]
         assert donor and donor[0] != r and labels[donor[0]] == out["labels"][r], (r, donor)  # one row, both outputs
-    assert len({out["x"][r].tobytes() for r in rows}) == len(rows)  # no row twice among the changed
-    assert sum(out["labels"][r] != labels[r] for r in rows) >= 3  # another class where a free one is left
+    assert all(out["labels"][r] != labels[r] for r in rows)  # another class
 
 
 def test_a_changed_row_takes_the_farthest_row_of_another_kind() -> None:
@@ -89,7 +88,8 @@ def test_the_search_finds_the_rows_a_spot_check_leaves_unjudged(rows: int, check
 def test_a_criterion_judging_every_row_is_searched_briefly_and_accepted(rows: int) -> None:
     truth = _unit_rows(rows)
     found = power.search(_spot(truth, list(range(rows)), True), {"x": truth})
-    assert found["passed"] is False and found["changed"] == 0 and found["calls"] <= 2 * power.SPREAD, found
+    assert found["passed"] is False and found["changed"] == 0 and found["calls"] <= power.BUDGET, found
+    assert found["judged_rows"] == list(range(rows)) if rows <= 40 else found["stopped"] == "everywhere", found
 
 
 def test_an_aggregate_with_a_threshold_is_accepted_and_a_majority_refused() -> None:
@@ -97,7 +97,7 @@ def test_an_aggregate_with_a_threshold_is_accepted_and_a_majority_refused() -> N
     labels = np.arange(100, dtype=np.int64) % 7
     found = power.criterion_controls(lambda o: (float((o["y"] == labels).mean()) >= 0.9, "accuracy"), {"y": labels})
     assert found["able_to_fail"] is True and found["search"]["passed"] is False, found["search"]
-    assert found["search"]["calls"] <= 4 * power.SPREAD, found["search"]
+    assert found["search"]["calls"] <= power.BUDGET + 1, found["search"]
     # a majority tolerates half its rows wrong: refused (by the halves and the search alike)
     lax = power.criterion_controls(lambda o: (float((o["y"] == labels).mean()) >= 0.5, "accuracy"), {"y": labels})
     assert lax["able_to_fail"] is False and lax["rows"]["passed"] is True
