@@ -88,6 +88,25 @@ def in_sources(ctx: Context, path: str) -> bool:
     return False
 
 
+def source_files(ctx: Context) -> dict[str, str]:
+    """Each file of a ``weights`` or ``data.NAME`` source with the sha256 its fingerprint found at its own step, by
+    every path a read names it (as given, resolved, and a link's target: an hf snapshot's file links to its blob):
+    held as the declared files are (world.moved: an edit between that check and a read, or after it, is seen)."""
+    key = (ctx.state.get("weights"), id(ctx.state.get("weights_fingerprint")), id(ctx.state.get("data_fingerprint")),
+           id(ctx.state.get("data")))
+    if ctx.state.get("source_digests", (None,))[0] != key:
+        found: dict[str, str] = {}
+        for source, files in _sources(ctx):
+            for rel, digest in (files.items() if isinstance(files, dict) else ()):
+                for form in paths.forms(str(source)):  # a source of one file: its fingerprint names it alone
+                    path = form if os.path.isfile(form) else os.path.normpath(os.path.join(form, rel))
+                    for named in (path, os.path.realpath(path)):
+                        found.setdefault(named, str(digest))
+        ctx.state["source_digests"] = (key, found)
+    digests: dict[str, str] = ctx.state["source_digests"][1]
+    return digests
+
+
 def _sources(ctx: Context) -> list[tuple[Any, Any]]:
     """The weights and data sources: (folder, its fingerprint ``{rel: sha256}`` when known)."""
     found = [(ctx.state["weights"], ctx.state.get("weights_fingerprint"))] if ctx.state.get("weights") else []

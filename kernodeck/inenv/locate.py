@@ -22,6 +22,7 @@ from typing import Any
 
 from . import seen
 from ._common import CheckFailed, progress, sha256_file
+from .declared_files import HASHED, stat_key
 
 _SKIPPED = (".gitattributes",)
 
@@ -48,19 +49,20 @@ def url_name(cfg: dict[str, Any]) -> str:
 def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool = False) -> dict[str, str]:
     """Every file of a folder (or the one file), relative path -> sha256; ``include``: only files matching a glob;
     ``remember``: reuse the digest of a file unchanged since it was last hashed (its stat)."""
-    if where.is_file():
-        return _hashed(where, {where.name: where}) if remember else {where.name: sha256_file(where)}
-    chosen: dict[str, Path] = {}
-    for path in _walk(where):
+    chosen: dict[str, Path] = {where.name: where} if where.is_file() else {}
+    for path in _walk(where) if not chosen else ():
         if not path.is_file() or path.name in _SKIPPED or "__pycache__" in path.parts:
             continue
         rel = path.relative_to(where).as_posix()
         if include and not any(fnmatch.fnmatch(rel, glob) for glob in include):
             continue
         chosen[rel] = path
-    if not remember:
-        return {rel: sha256_file(path) for rel, path in chosen.items()}
-    return _hashed(where, chosen)
+    before = {rel: stat_key(str(path)) for rel, path in chosen.items()}
+    found = _hashed(where, chosen) if remember else {rel: sha256_file(path) for rel, path in chosen.items()}
+    for rel, path in chosen.items():  # what the run holds them to after each step (world.moved): hashed again only
+        for named in (os.path.normpath(os.path.abspath(path)), os.path.realpath(path)):  # when their stat moves
+            HASHED[named] = (before[rel], found[rel])
+    return found
 
 
 def _walk(where: Path) -> list[Path]:
@@ -81,22 +83,23 @@ def _walk(where: Path) -> list[Path]:
 
 
 def _stat_key(path: Path) -> list[int]:
-    st = path.stat()  # through a link: the blob's own size, times and inode
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    st = path.stat()  # through a link: the blob's own size, times, inode and device (an inode is a device's)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def _hashed(where: Path, chosen: dict[str, Path]) -> dict[str, str]:
-    """Each file's sha256, reusing the digest of a file whose stat (size, mtime, ctime, inode) is the one recorded when
-    it was last hashed (as the env's own files are proven: any write changes ctime); the rest hashed in parallel
-    (hashlib releases the GIL). The stat records live in the cache (``CACHE/stat/``), never beside the files."""
+    """Each file's sha256, reusing the digest of a file whose stat (size, mtime, ctime, inode, device) is the one
+    recorded when it was last hashed (as the env's own files are proven: any write changes ctime); the rest hashed in
+    parallel (hashlib releases the GIL). The stat records live in the cache (``CACHE/stat/``), never beside the files:
+    they are trusted as the env's record of its files is (a record forged by hand forges the check: a stated limit)."""
     record = cache_root() / "stat" / (hashlib.sha256(str(where.resolve()).encode()).hexdigest()[:32] + ".json")
     try:
         known = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         known = {}
     keys = {rel: _stat_key(path) for rel, path in chosen.items()}
-    found = {rel: str(known[rel][4]) for rel in chosen
-             if isinstance(known.get(rel), list) and len(known[rel]) == 5 and known[rel][:4] == keys[rel]}
+    found = {rel: str(known[rel][5]) for rel in chosen
+             if isinstance(known.get(rel), list) and len(known[rel]) == 6 and known[rel][:5] == keys[rel]}
     todo = [rel for rel in chosen if rel not in found]
     with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1), initializer=seen.own_thread) as pool:
         found.update(zip(todo, pool.map(sha256_file, [chosen[rel] for rel in todo]), strict=True))

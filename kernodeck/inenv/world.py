@@ -44,7 +44,7 @@ from typing import Any
 
 from . import children, leftover, locate, owned, paths, seen, verified
 from ._common import CheckFailed, Context
-from .declared_files import cache_copy, declared, in_cache_here, in_sources, sha256_at, shown_in, stat_key
+from .declared_files import cache_copy, declared, in_cache_here, in_sources, sha256_at, shown_in, source_files, stat_key
 from .protocol import STEPS_DIR, Layer
 
 
@@ -142,7 +142,7 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
     """The declared files among ``files`` whose bytes are not those the run's fingerprints name (fingerprinted when
     the run started, compared with the reference): edited since, by the user or another process. A file is hashed
     again only when its stat (inode, size, mtime, ctime) moved since it was last hashed, as locate's sources are."""
-    known, found = declared(ctx), []
+    known, found = {**source_files(ctx), **declared(ctx)}, []
     for path in files:
         digest = known.get(path)  # a read is recorded by the file it opens: the declared form resolved is known too
         if not digest:
@@ -165,9 +165,10 @@ def _changed_verdict(who: str, files: list[str]) -> CheckFailed:
 
 
 def sources_held(ctx: Context) -> None:
-    """After each step (runner.py): every declared file still the bytes the run fingerprinted when it started, as
-    the reference's run requires of its sources; one edited meanwhile fails the step that was running."""
-    files = {os.path.realpath(p): p for p in declared(ctx)}
+    """After each step (runner.py): every declared file, and every file of a weights or data source, still the bytes
+    the run fingerprinted (when it started; a source's at its own step), as the reference's run requires of its
+    sources; one edited meanwhile fails the step that was running."""
+    files = {os.path.realpath(p): p for p in [*declared(ctx), *source_files(ctx)]}
     changed = moved(ctx, sorted(files.values()))
     if changed:
         raise CheckFailed(

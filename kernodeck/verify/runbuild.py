@@ -131,9 +131,17 @@ def in_env_sources(run_config: dict[str, Any], root: Path, app: app_contract.App
 
 def add_in_env_inputs(run_config: dict[str, Any], root: Path, app: app_contract.Application) -> None:
     """What the in-env side checks the code it runs against (verified bytes, a closed world): the sources'
-    fingerprints (``application.sources``, read now: with ``--allow-code-change`` they may differ from the
-    reference's) and Kernodeck's own in-env files' (``inenv_sha256``)."""
-    run_config["application"]["sources"] = in_env_sources(run_config, root, app)
+    fingerprints (``application.sources``) and Kernodeck's own in-env files' (``inenv_sha256``).
+
+    Against a reference (without ``--allow-code-change``) a file the reference fingerprinted is held to the
+    reference's digest, never to a second read: the orchestrator already checked it against that digest, and a file
+    swapped between that check and this read could otherwise run bytes the reference never described (red-team pass
+    22, LEAD1). Made a reference, or with ``--allow-code-change``, they are read now."""
+    sources = in_env_sources(run_config, root, app)
+    if run_config.get(ConfigKey.MODE) == "verify" and not run_config.get(ConfigKey.ALLOW_CODE_CHANGE):
+        recorded = (run_config.get(ConfigKey.REFERENCE) or {}).get("code") or {}
+        sources.update({rel: str(digest) for rel, digest in recorded.items() if rel in sources and digest})
+    run_config["application"]["sources"] = sources
     run_config.update(inenv_sha256=inenv_fingerprints())
 
 
