@@ -58,13 +58,16 @@ class Context:
         return path
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(obj, handle, indent=2, default=str)
-        handle.write("\n")
+        handle.write(text)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def sha256_file(path: Path) -> str:

@@ -105,6 +105,7 @@ STEPS_DIR = "steps"  # beside run-config.json
 # the settings step reads back the seed in effect.
 HASH_SEED = "0"
 RUN_CONFIG = "run-config.json"
+COLLECT_ENV = "collect_env.txt"  # beside it: torch.utils.collect_env's report (torch_report.py)
 # A stuck in-env process is asked for its stacks before it is stopped (docs/report.md, "A hang"): every process of
 # the run that imports Kernodeck's in-env side (the runner, each child it or torch forks or spawns) registers
 # faulthandler on this signal, writing to ``<STACKS_DIR_ENV>/<pid>.txt``; the folder is the supervisor's.

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import torch_report
 from ._common import Context
 
 _LIBS = re.compile(
@@ -302,4 +303,5 @@ def run(ctx: Context) -> dict[str, Any]:
     chain = collect()
     chain.update(container())
     ctx.state["system"] = chain
+    torch_report.write(ctx.out)  # torch's own report beside the record, taken before any project code runs
     return chain

@@ -14,7 +14,7 @@ from kernodeck import outdir, sources, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck.env import inventory
 from kernodeck.errors import DossierError
-from kernodeck.inenv.protocol import Status
+from kernodeck.inenv.protocol import COLLECT_ENV, Status
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -24,7 +24,7 @@ from kernodeck.runformat.refdelta import vs_reference
 from kernodeck.verify.context import Options, RunContext
 from kernodeck.verify.pipeline import Run
 from kernodeck.verify.report import Report
-from kernodeck.verify.steps.in_env import COLLECT_ENV, RUNNER_ENV
+from kernodeck.verify.steps.in_env import RUNNER_ENV
 
 
 def _stamp() -> str:
@@ -113,8 +113,8 @@ def write_dossier(ctx: RunContext, run: Run, report: Report) -> None:
     staging = ctx.staging
     if not (staging / COLLECT_ENV).exists():
         stopped = next((s.name for s in run.steps if s.status is Status.FAILED), "?")
-        write_atomic(staging / COLLECT_ENV,
-                     f"not collected: no environment to run it in (the run stopped at {stopped}, before the checks)\n")
+        write_atomic(staging / COLLECT_ENV, "not collected: the check process did not reach its system step (the "
+                                            f"run stopped at {stopped})\n")
     steps = {s.name: s for s in report.steps}
     for name, file in (("system", "system.json"), ("settings", "settings.json")):
         if name in steps and steps[name].details:

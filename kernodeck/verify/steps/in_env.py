@@ -1,5 +1,5 @@
 """The in-env phase: every check inside the env in ONE process (``kernodeck/inenv/runner.py``, run by path by the
-env's explicit interpreter), one JSON result file each; ``collect_env`` beside it.
+env's explicit interpreter), one JSON result file each (and torch's ``collect_env`` report, its system step's).
 
 Nothing of Kernodeck is installed into the env: the runner ships in this distribution and imports nothing of the
 orchestrator. Only files cross the wall: the run configuration in, one step file per check out.
@@ -7,11 +7,8 @@ orchestrator. Only files cross the wall: the run configuration in, one step file
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -46,63 +43,6 @@ RUNNER_ENV = {
     # Must be in the environment before CUDA initialises: deterministic cuBLAS workspaces.
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
 }
-
-
-COLLECT_ENV = "collect_env.txt"
-COLLECT_ENV_NICENESS = 10  # added to the process's niceness: lower priority than the checks
-
-
-@dataclass
-class CollectEnv:
-    """``python -m torch.utils.collect_env`` in the env (the record PyTorch maintainers ask for), run beside the
-    checks; its text goes into the dossier as is (reviewed like every dossier file), or why it is missing."""
-
-    argv: list[str]
-    proc: subprocess.Popen[str] | None
-    error: str = ""
-
-    @classmethod
-    def start(cls, python: Path, cwd: Path) -> CollectEnv:
-        argv = start.argv(python, "-m", "torch.utils.collect_env")
-        log(f"$ {show(argv)} &")
-        try:
-            proc = subprocess.Popen(
-                argv,
-                env=start.environ(RUNNER_ENV),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        except OSError as exc:
-            return cls(argv, None, f"could not start: {exc}")
-        _lower_priority(proc.pid)
-        return cls(argv, proc)
-
-    def finish(self, path: Path, timeout: float = 300) -> None:
-        head = f"# {show(['python', *self.argv[1:]])}\n"
-        if self.proc is None:
-            write_atomic(path, head + f"not collected: {self.error}\n")
-            return
-        try:
-            out, err = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.communicate()
-            write_atomic(path, head + f"not collected: still running after {timeout:.0f}s (killed)\n")
-            return
-        if self.proc.returncode != 0:
-            write_atomic(path, head + f"not collected: exit {self.proc.returncode}: {first_error(err or out)}\n")
-            return
-        write_atomic(path, head + out)
-
-
-def _lower_priority(pid: int) -> None:
-    """collect_env is an observation beside the checks, not one of them: it yields the CPU to them (its own import
-    of torch, its ``pip list``, would otherwise slow the checks it runs beside on a machine with few cores)."""
-    with contextlib.suppress(AttributeError, OSError):  # no such call (Windows), or the process has already ended
-        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + COLLECT_ENV_NICENESS))
 
 
 class InEnvPhases:
@@ -234,7 +174,7 @@ def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
 
 
 def checks(ctx: RunContext, run: Run) -> None:
-    """The pipeline's in-env phase: every check the run asks for, in one process, with collect_env beside it."""
+    """The pipeline's in-env phase: every check the run asks for, in one process."""
     assert run.python is not None  # the rebuild step gave it
     # what the in-env processes get of the variables that change numerics or load code: recorded (redacted)
     passed = start.declared_variables(ctx.project.tool)
@@ -247,11 +187,7 @@ def checks(ctx: RunContext, run: Run) -> None:
     config = run.run_config
     if StepName.EXTENSIONS in ctx.names:
         config = {**config, "extensions": extensions_config(ctx, run.python)}
-    collected = CollectEnv.start(run.python, ctx.staging)
-    try:
-        run_checks(run, run.python, ctx.names, config)
-    finally:
-        collected.finish(ctx.staging / COLLECT_ENV, timeout=5 if run.meta.interrupted else 300)
+    run_checks(run, run.python, ctx.names, config)  # its system step writes torch's collect_env report beside it
     for step in run.steps:  # the system record (system.json, kept with a reference) holds them, compared with its
         if step.name == StepName.SYSTEM and step.details:
             step.details["variables"] = run.meta.variables
