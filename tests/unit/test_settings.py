@@ -430,7 +430,7 @@ def _seeding_entry(tmp_path: Path, line: str) -> dict[str, Any]:
     ("os.environ['OMP_NUM_THREADS'] = '1'", "OMP_NUM_THREADS", "1"),
 ], ids=["seed_everything", "PYTHONWARNINGS", "OMP_NUM_THREADS"])
 def test_a_variable_read_at_start_the_entry_sets_in_os_environ_is_not_a_changed_setting(
-        tmp_path: Path, line: str, name: str, value: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, name: str, value: str) -> None:
     """The interpreter reads PYTHONHASHSEED and the other PYTHON* variables only as it starts, the OpenMP runtime
     OMP_NUM_THREADS as it loads (``import torch``, before the entry), and the processes Kernodeck starts later get
     the environment from before the project's code (leftover.at_start): the entry's ``seed_everything``
@@ -438,6 +438,7 @@ def test_a_variable_read_at_start_the_entry_sets_in_os_environ_is_not_a_changed_
     settings.json describes. The read-back took them from os.environ and failed the step "changed determinism
     settings ... PYTHONHASHSEED: recorded '0', after the call '42'" (red-team pass 14; OMP_NUM_THREADS until pass
     15); it reads them as the process started."""
+    monkeypatch.delenv(name, raising=False)  # a value the caller set (a parallel run's OMP_NUM_THREADS=1) is no edit
     result = _seeding_entry(tmp_path, line)
     assert result["status"] == "passed", result
     assert result["in_os_environ"][name] == value  # set in the process: only its own later code sees it
