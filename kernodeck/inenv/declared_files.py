@@ -29,8 +29,10 @@ from ._common import Context, sha256_file
 
 EMPTY = hashlib.sha256(b"").hexdigest()
 COMPILED: dict[str, set[str]] = {}  # a file in the modules cache compiled in this process -> the sha256 of each
-SEEN: dict[str, set[Any]] = {}  # a file in the modules cache read or compiled in this process -> its stat then
-HASHED: dict[str, tuple[Any, str]] = {}  # a file hashed -> (its stat then, the sha256 of its bytes): world.moved's too
+SEEN: dict[str, set[Any]] = {}  # a file (not the env's) read or compiled in this process -> its stat at each
+# a file hashed, by its identity (device, inode) -> (its stat then, the sha256 of its bytes): world.moved's too; one
+# file reached by several names (a link, a linked folder, an hf snapshot's link to its blob) is hashed once
+HASHED: dict[tuple[int, int], tuple[Any, str]] = {}
 _ROOTS: list[Any] = [None, ()]  # the start environment taken the cache was located from, its folder in both forms
 
 
@@ -88,22 +90,34 @@ def in_sources(ctx: Context, path: str) -> bool:
     return False
 
 
+def source_names(ctx: Context) -> dict[str, str]:
+    """Each file of a ``weights`` or ``data.NAME`` source by the name locate.py hashed it under (the source's path as
+    it resolved it, joined with the file's: never normalised again, a ``..`` after a link stays the system's to
+    follow), with the sha256 its fingerprint found at its own step. Every name is held to its digest after each step
+    (world.sources_held): a link in the source retargeted meanwhile is seen by its own name (red-team pass 23, FP1)."""
+    return _source_digests(ctx)[0]
+
+
 def source_files(ctx: Context) -> dict[str, str]:
-    """Each file of a ``weights`` or ``data.NAME`` source with the sha256 its fingerprint found at its own step, by
-    every path a read names it (as given, resolved, and a link's target: an hf snapshot's file links to its blob):
-    held as the declared files are (world.moved: an edit between that check and a read, or after it, is seen)."""
+    """The same files by every path a read is recorded by too (a read is recorded by the file it opens: a link's
+    target, an hf snapshot's blob), with their digests: held as the declared files are (world.moved)."""
+    return _source_digests(ctx)[1]
+
+
+def _source_digests(ctx: Context) -> tuple[dict[str, str], dict[str, str]]:
     key = (ctx.state.get("weights"), id(ctx.state.get("weights_fingerprint")), id(ctx.state.get("data_fingerprint")),
            id(ctx.state.get("data")))
     if ctx.state.get("source_digests", (None,))[0] != key:
-        found: dict[str, str] = {}
+        names: dict[str, str] = {}
         for source, files in _sources(ctx):
             for rel, digest in (files.items() if isinstance(files, dict) else ()):
-                for form in paths.forms(str(source)):  # a source of one file: its fingerprint names it alone
-                    path = form if os.path.isfile(form) else os.path.normpath(os.path.join(form, rel))
-                    for named in (path, os.path.realpath(path)):
-                        found.setdefault(named, str(digest))
-        ctx.state["source_digests"] = (key, found)
-    digests: dict[str, str] = ctx.state["source_digests"][1]
+                where = str(source)  # a source of one file: its fingerprint names it alone
+                names[where if os.path.isfile(where) else os.path.join(where, rel)] = str(digest)
+        found = dict(names)
+        for name, digest in names.items():
+            found.setdefault(os.path.realpath(name), digest)
+        ctx.state["source_digests"] = (key, (names, found))
+    digests: tuple[dict[str, str], dict[str, str]] = ctx.state["source_digests"][1]
     return digests
 
 
@@ -171,16 +185,32 @@ def stat_key(path: str) -> Any:
 
 
 def sha256_at(path: str, key: Any) -> str:
-    """The sha256 of the file's bytes, hashed again only when its stat ``key`` moved since it was last hashed."""
-    if path not in HASHED or HASHED[path][0] != key:
-        HASHED[path] = (key, sha256_file(Path(path)))
-    return HASHED[path][1]
+    """The sha256 of the file's bytes (``key``: its :func:`stat_key` now), hashed again only when the stat of that
+    file (its device and inode, under whatever name) moved since it was last hashed."""
+    identity = (key[1], key[0])
+    held = HASHED.get(identity)
+    if held is None or held[0] != key:
+        HASHED[identity] = held = (key, sha256_file(Path(path)))
+    return held[1]
+
+
+def hold(path: str, key: Any, digest: str) -> None:
+    """``digest`` is the file's, hashed with its stat ``key`` taken before (locate.py): what :func:`sha256_at` returns
+    until that stat moves."""
+    if key is not None:
+        HASHED[(key[1], key[0])] = (key, digest)
 
 
 def seen_now(path: str) -> None:
-    """A file of the modules cache read (seen's ``open`` event, before its bytes are read): its stat now, which the
-    judgement requires unchanged (the bytes it hashes then are the bytes read)."""
+    """A file read (seen's ``open`` event, before its bytes are read; not the env's) or compiled: its stat now, which
+    the judgement requires unchanged (the bytes it hashes then are the bytes read; world.moved, :func:`_bytes_held`):
+    a file changed before a read and put back before the call ends is still seen (red-team pass 23, FP3)."""
     SEEN.setdefault(os.path.realpath(path), set()).add(stat_key(path))
+
+
+def read_since(path: str, key: Any) -> bool:
+    """Whether the file was read or compiled in this process with another stat than ``key`` (its stat now)."""
+    return bool(SEEN.get(path, set()) - {key})
 
 
 def compiled(source: Any, filename: Any) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import seen
 from ._common import CheckFailed, progress, sha256_file
-from .declared_files import HASHED, stat_key
+from .declared_files import hold, stat_key
 
 _SKIPPED = (".gitattributes",)
 
@@ -60,8 +60,7 @@ def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool
     before = {rel: stat_key(str(path)) for rel, path in chosen.items()}
     found = _hashed(where, chosen) if remember else {rel: sha256_file(path) for rel, path in chosen.items()}
     for rel, path in chosen.items():  # what the run holds them to after each step (world.moved): hashed again only
-        for named in (os.path.normpath(os.path.abspath(path)), os.path.realpath(path)):  # when their stat moves
-            HASHED[named] = (before[rel], found[rel])
+        hold(str(path), before[rel], found[rel])  # when their stat moves
     return found
 
 

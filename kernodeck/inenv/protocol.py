@@ -82,6 +82,7 @@ class ConfigKey(StrEnum):
     VARIABLES = "variables"  # [tool.kernodeck.environment] variables: the caller's variables the application reads
     INENV_SHA256 = "inenv_sha256"  # {file name: sha256} of Kernodeck's in-env files, as the orchestrator read them
     EXTENSIONS = "extensions"  # the compiled extensions found from outside and the declared smoke checks
+    PROBE_WAIT_S = "probe_wait_s"  # the longest wait for torch's collect_env report: well inside the run's deadlines
 
 
 class StepKey(StrEnum):

@@ -135,7 +135,7 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
         from_children()  # a file a child wrote is the application's own when the parent reads it, not only later
     if reads and not writes and rewritten.refused(path):  # a file it wrote before a rerun, its bytes still those
         _refuse(owned.EARLIER_READ.format(path=path), {"file": path, "tip": "keep no results across calls"})
-    if reads and declared_files.in_modules_cache(path):
+    if reads and not paths.trusted(path):
         declared_files.seen_now(path)  # its stat as read: the judgement hashes it, unchanged since (declared_files.py)
     if reads and path not in READ and not written(path) and os.path.isfile(path):
         READ[path] = _by()

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import torch_report
 from ._common import Context
+from .protocol import ConfigKey
 
 _LIBS = re.compile(
     r"(libcudnn[^/]*|libcublas[^/]*|libcudart[^/]*|libnccl[^/]*|libnvrtc[^/]*|libtorch_cuda[^/]*|"
@@ -303,5 +304,6 @@ def run(ctx: Context) -> dict[str, Any]:
     chain = collect()
     chain.update(container())
     ctx.state["system"] = chain
-    torch_report.write(ctx.out)  # torch's own report beside the record, taken before any project code runs
+    # torch's own report beside the record, taken before any project code runs
+    torch_report.write(ctx.out, float(ctx.config.get(ConfigKey.PROBE_WAIT_S) or torch_report.WAIT_S))
     return chain

@@ -44,8 +44,19 @@ from typing import Any
 
 from . import children, leftover, locate, owned, paths, seen, verified
 from ._common import CheckFailed, Context
-from .declared_files import cache_copy, declared, in_cache_here, in_sources, sha256_at, shown_in, source_files, stat_key
-from .protocol import STEPS_DIR, Layer
+from .declared_files import (
+    cache_copy,
+    declared,
+    in_cache_here,
+    in_sources,
+    read_since,
+    sha256_at,
+    shown_in,
+    source_files,
+    source_names,
+    stat_key,
+)
+from .protocol import COLLECT_ENV, RUN_CONFIG, STEPS_DIR, Layer
 
 
 def finder(ctx: Context) -> verified.ProjectSources:
@@ -109,22 +120,22 @@ def _guarded(ctx: Context, path: str) -> str | None:
     where = paths.guarded(path)
     if where is None and (path in declared(ctx) or in_sources(ctx, path)):
         where = f"a declared source, {shown_in(Path(ctx.config['project_root']))(path)}"
-    cache, steps, config = _kernodecks(ctx)
+    cache, steps, config, report = _kernodecks(ctx)
     if where is None and path.startswith(cache + os.sep):  # the stat records a check reuses, the fetched sources
         where = "Kernodeck's cache"
-    if where is None and (path in (steps, config) or path.startswith(steps + os.sep)):
+    if where is None and (path in (steps, config, report) or path.startswith(steps + os.sep)):
         where = "Kernodeck's record of this run"
     return where
 
 
-def _kernodecks(ctx: Context) -> tuple[str, str, str]:
+def _kernodecks(ctx: Context) -> tuple[str, str, str, str]:
     """Kernodeck's own places a window may not change, resolved once per run (every write asks): its cache, the
-    step results the orchestrator reads and the run's configuration."""
+    step results the orchestrator reads, the run's configuration and torch's report of the env (torch_report.py)."""
     if "kernodecks_places" not in ctx.state:
         record = os.path.realpath(ctx.out)
         ctx.state["kernodecks_places"] = (os.path.realpath(locate.cache_root()), os.path.join(record, STEPS_DIR),
-                                          os.path.join(record, "run-config.json"))
-    places: tuple[str, str, str] = ctx.state["kernodecks_places"]
+                                          os.path.join(record, RUN_CONFIG), os.path.join(record, COLLECT_ENV))
+    places: tuple[str, str, str, str] = ctx.state["kernodecks_places"]
     return places
 
 
@@ -152,7 +163,8 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
             now = sha256_at(path, key) if key is not None else ""
         except OSError:
             now = ""
-        if now != digest:
+        # read with another stat than it has now: changed before a read and put back since (pass 23, FP3)
+        if now != digest or read_since(path, key):
             found.append(shown_in(Path(ctx.config["project_root"]))(path))
     return sorted(set(found))
 
@@ -168,8 +180,10 @@ def sources_held(ctx: Context) -> None:
     """After each step (runner.py): every declared file, and every file of a weights or data source, still the bytes
     the run fingerprinted (when it started; a source's at its own step), as the reference's run requires of its
     sources; one edited meanwhile fails the step that was running."""
-    files = {os.path.realpath(p): p for p in [*declared(ctx), *source_files(ctx)]}
-    changed = moved(ctx, sorted(files.values()))
+    # every name as declared or hashed, none folded into another by what it resolves to now: a link retargeted onto
+    # another file of the source is held by its own name (red-team pass 23, FP1); one stat a name, bytes hashed only
+    # where the file's stat moved (declared_files.sha256_at)
+    changed = moved(ctx, sorted({*declared(ctx), *source_names(ctx)}))
     if changed:
         raise CheckFailed(
             f"the declared sources changed while this step ran: {', '.join(changed)}: the run's fingerprints (its "

@@ -70,9 +70,19 @@ class InEnvPhases:
         return f"{self.step}: {self.what}" if self.step else self.what
 
 
+PROBE_WAIT_S = 120.0
+
+
+def probe_wait(limits: deadlines.Deadlines) -> float:
+    """How long torch's report may wait for its probes: at most half of what the system step and a silence may take
+    (a hung nvidia-smi is named in its file, never a hung step: kernodeck/inenv/torch_report.py)."""
+    return min(PROBE_WAIT_S, limits.step(StepName.SYSTEM) / 2, limits.stall / 2)
+
+
 def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str, Any]) -> None:
     """Run the in-env steps in one process; read back one result file per step."""
-    config = {**config, "steps": list(names)}
+    limits = deadlines.load(run_.project.tool)
+    config = {**config, ConfigKey.STEPS: list(names), ConfigKey.PROBE_WAIT_S: probe_wait(limits)}
     cfg_path = run_.staging / "run-config.json"
     write_json(cfg_path, config)
     runner = RUNNER
@@ -88,7 +98,6 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
         if forwarded:
             log(forwarded)
 
-    limits = deadlines.load(run_.project.tool)
     run_.meta.deadlines = limits.as_dict()  # run policy, recorded; not part of the reference's identity
     ended = supervise(argv, env=start.environ(env_extra, config.get(ConfigKey.VARIABLES) or []), cwd=run_.staging,
                       deadlines=limits, root=run_.project.root,
