@@ -437,13 +437,11 @@ def _hub_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linked: bool, fil
 
 
 def _hashed_after_a_step(ctx: Context, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    read: list[str] = []
-    hashing = declared_files.sha256_file
-    monkeypatch.setattr(declared_files, "sha256_file", lambda path: read.append(str(path)) or hashing(path))
-    # what the holds check after the step that located the weights: every name source_files gives a file
-    # (sources_held keeps one name per file, which one set by paths.forms' set order: the hash seed; the runner's 0)
+    before = dict(declared_files.HASHED)
+    # what the holds check after the step that located the weights: every name source_files gives a file; a file
+    # hashed again is one whose entry (by its identity) was replaced
     assert world.moved(ctx, sorted(declared_files.source_files(ctx))) == []
-    return read
+    return [str(identity) for identity, held in declared_files.HASHED.items() if before.get(identity) is not held]
 
 
 def test_note4_control_an_unchanged_snapshot_is_not_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -82,7 +82,8 @@ def probe_wait(limits: deadlines.Deadlines) -> float:
 def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str, Any]) -> None:
     """Run the in-env steps in one process; read back one result file per step."""
     limits = deadlines.load(run_.project.tool)
-    config = {**config, ConfigKey.STEPS: list(names), ConfigKey.PROBE_WAIT_S: probe_wait(limits)}
+    config = {**config, "steps": list(names)}
+    config[ConfigKey.PROBE_WAIT_S] = probe_wait(limits)
     cfg_path = run_.staging / "run-config.json"
     write_json(cfg_path, config)
     runner = RUNNER
