@@ -104,11 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             write_json_atomic(steps_dir / step_file(number, name), result)
             continue
         if worker_due and name in (StepName.APPLICATION, StepName.RESUME):
-            # The resume check's new process needs only torch: started as the application's step begins, it imports
-            # torch and applies the settings while this process imports and runs the application (its imports are
-            # single-threaded; measured: started with the application, it slowed the multi-threaded encoding and
-            # the determinism reruns), then waits for its order (resume.Worker). Not before: a run that stops
-            # earlier (no GPU, an unsound reference) would pay a torch import for nothing.
+            # The resume check's new process needs only torch: started as the application's step begins (not before:
+            # a run stopped earlier would pay its torch import for nothing), it imports torch and applies the settings
+            # while this process imports the application (single-threaded), then waits for its order (resume.Worker).
             worker_due = False
             ctx.state["resume_worker"] = importlib.import_module(f"{PACKAGE}.resume").Worker()
         print(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)

@@ -20,7 +20,8 @@ FP4 (the criterion's power, FALSE PASS): the search stops where every block of a
 of a random subsample hits all 16 blocks once it holds a few dozen rows, at any n: 100 random rows of 1000 (10%), 100
 of 10000 (1%), or every 10th row, are accepted. 12 of 40 is refused (the control).
 COST5 (the criterion's power, cost): Rows.donors is a Python loop over the changed rows, recomputed in every call: ~15 s
-of Kernodeck's own time for the controls on 10000 rows of 384 floats, linear in n.
+of Kernodeck's own time for the controls on 10000 rows of 384 floats, linear in n (a stated limit; a cost is the
+bench's to measure, not a timed test's: its strict xfail flipped with the machine's load).
 FP6 (the criterion's power, FALSE PASS, rare): on a sample of one value (an int output of one class), no corruption
 applies and failing every half counts as the evidence; a criterion that checks only that the rows agree with each
 other fails every half (the changed rows take another value) and is accepted, though an output of another value on
@@ -28,14 +29,13 @@ every row passes it. A check of the value itself is accepted too (the control).
 Fixed: a donor is the row of the sample differing in the most codes (a float output's argmax or sign among them:
 its class), the farthest of those (FF1, FF2); the search stops only where every block of a level failing is too
 unlikely for a criterion ignoring half the rows (FP4's random 100 of 1000); FF3's 4 pairs among 16 distractors are
-accepted. Stated limits, strict xfails: FP4 beyond the budget (every 10th, a random 300 of 1000), COST5, FP6.
+accepted. Stated limits, strict xfails: FP4 beyond the budget (every 10th, a random 300 of 1000), FP6; COST5 in docs.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -195,25 +195,6 @@ def test_fp4_a_spot_check_of_a_subsample_of_1000_rows_is_refused(checked: str) -
             "random 300": np.random.default_rng(1).choice(1000, 300, replace=False)}[checked]
     found = power.criterion_controls(_spot(truth, rows), {"x": truth})
     assert not found["able_to_fail"], found["search"]
-
-
-# --- COST5: the donors, recomputed in every call ----------------------------------------------------------------------
-
-
-def test_cost5_control_the_donors_of_500_rows_of_1000_are_quick() -> None:
-    rows = power.Rows({"x": np.random.default_rng(0).standard_normal((1000, 8)).astype(np.float32)})
-    start = time.perf_counter()
-    rows.donors(np.arange(0, 1000, 2))
-    assert time.perf_counter() - start < 0.5
-
-
-@pytest.mark.xfail(strict=True, reason="COST5 (stated): the donors are weighed again in every call")
-def test_cost5_the_donors_of_5000_rows_of_10000_take_under_50_ms() -> None:
-    """Today: ~0.25 s (8 columns), ~0.8 s (384), in each of the controls' ~30 calls: ~15 s at 10000 x 384."""
-    rows = power.Rows({"x": np.random.default_rng(0).standard_normal((10000, 8)).astype(np.float32)})
-    start = time.perf_counter()
-    rows.donors(np.arange(0, 10000, 2))
-    assert time.perf_counter() - start < 0.05
 
 
 # --- FP6: a one-valued sample, where failing every half is the evidence ----------------------------------------------
