@@ -194,9 +194,9 @@ def sha256_at(path: str, key: Any) -> str:
     return held[1]
 
 
-def hold(path: str, key: Any, digest: str) -> None:
-    """``digest`` is the file's, hashed with its stat ``key`` taken before (locate.py): what :func:`sha256_at` returns
-    until that stat moves."""
+def hold(key: Any, digest: str) -> None:
+    """``digest`` is the bytes of the file whose stat ``key`` was taken before they were hashed (locate.py): what
+    :func:`sha256_at` returns for that file, under any name, until its stat moves."""
     if key is not None:
         HASHED[(key[1], key[0])] = (key, digest)
 

@@ -59,8 +59,8 @@ def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool
         chosen[rel] = path
     before = {rel: stat_key(str(path)) for rel, path in chosen.items()}
     found = _hashed(where, chosen) if remember else {rel: sha256_file(path) for rel, path in chosen.items()}
-    for rel, path in chosen.items():  # what the run holds them to after each step (world.moved): hashed again only
-        hold(str(path), before[rel], found[rel])  # when their stat moves
+    for rel in chosen:  # what the run holds them to after each step (world.moved): hashed again only
+        hold(before[rel], found[rel])  # when their stat moves
     return found
 
 
