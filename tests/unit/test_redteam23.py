@@ -48,8 +48,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +60,7 @@ from kernodeck.inenv.protocol import COLLECT_ENV
 from kernodeck.project import app_contract, deadlines
 from kernodeck.verify.steps import in_env
 from tests.helpers.closedworld import APP, FAKE_TORCH, _closed_project, _run, _script
+from tests.helpers.torchreport import stand_in
 
 # --- the harness: the application step with an edit between the sources' check and the entry ------------------------
 
@@ -318,6 +317,21 @@ def test_ff1_a_path_source_through_dotdot_after_a_link_passes(tmp_path: Path) ->
 # --- NOTE1: collect_env.txt written by the application ---------------------------------------------------------------
 
 
+def _fingerprints(root: Path) -> dict[str, str]:
+    """The closed project's declared sources as the run is given them (its app.py, src/ and data/)."""
+    return app_contract.from_table(
+        {
+            "entry": "app.py:run",
+            "criterion": "app.py:criterion",
+            "sample": "sample.jsonl",
+            "code": ["src/**/*.py"],
+            "files": ["data/*.csv"],
+            "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}},
+        },
+        root,
+    ).fingerprints(root)
+
+
 def _writes_in_run_folder(tmp_path: Path, name: str) -> dict[str, Any]:
     config = _closed_project(tmp_path, code=["src/**/*.py"], files=["data/*.csv"])
     root = Path(config["project_root"])
@@ -329,17 +343,7 @@ def _writes_in_run_folder(tmp_path: Path, name: str) -> dict[str, Any]:
             1,
         )
     )
-    config["application"]["sources"] = app_contract.from_table(
-        {
-            "entry": "app.py:run",
-            "criterion": "app.py:criterion",
-            "sample": "sample.jsonl",
-            "code": ["src/**/*.py"],
-            "files": ["data/*.csv"],
-            "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}},
-        },
-        root,
-    ).fingerprints(root)
+    config["application"]["sources"] = _fingerprints(root)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / COLLECT_ENV).write_text(torch_report.HEAD + "PyTorch version: 9.9.9\n")  # the system step's
     return _run(tmp_path, config)
@@ -364,14 +368,7 @@ def _stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
         os.environ["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"  # as torch's get_pip_packages does
         return "PyTorch version: 9.9.9\n"
 
-    collect_env = types.ModuleType("torch.utils.collect_env")
-    collect_env.get_pretty_env_info = report  # type: ignore[attr-defined]
-    utils = types.ModuleType("torch.utils")
-    utils.collect_env = collect_env  # type: ignore[attr-defined]
-    torch = types.ModuleType("torch")
-    torch.utils = utils  # type: ignore[attr-defined]
-    for name, module in (("torch", torch), ("torch.utils", utils), ("torch.utils.collect_env", collect_env)):
-        monkeypatch.setitem(sys.modules, name, module)
+    stand_in(monkeypatch, report)
 
 
 def test_note2_control_the_report_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -496,16 +493,6 @@ def test_held_a_thread_named_as_the_probes_is_judged(tmp_path: Path) -> None:
             1,
         )
     )
-    config["application"]["sources"] = app_contract.from_table(
-        {
-            "entry": "app.py:run",
-            "criterion": "app.py:criterion",
-            "sample": "sample.jsonl",
-            "code": ["src/**/*.py"],
-            "files": ["data/*.csv"],
-            "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}},
-        },
-        root,
-    ).fingerprints(root)
+    config["application"]["sources"] = _fingerprints(root)
     result = _run(tmp_path, config)
     assert result["status"] == "failed" and "undeclared.txt" in result["error"], result

@@ -6,28 +6,17 @@ from __future__ import annotations
 
 import sys
 import time
-import types
 from pathlib import Path
 
 import pytest
 
 from kernodeck.inenv import torch_report
 from kernodeck.inenv.protocol import COLLECT_ENV
-
-
-def _stand_in(monkeypatch: pytest.MonkeyPatch, report: object) -> None:
-    collect_env = types.ModuleType("torch.utils.collect_env")
-    collect_env.get_pretty_env_info = report  # type: ignore[attr-defined]
-    utils = types.ModuleType("torch.utils")
-    utils.collect_env = collect_env  # type: ignore[attr-defined]
-    torch = types.ModuleType("torch")
-    torch.utils = utils  # type: ignore[attr-defined]
-    for name, module in (("torch", torch), ("torch.utils", utils), ("torch.utils.collect_env", collect_env)):
-        monkeypatch.setitem(sys.modules, name, module)
+from tests.helpers.torchreport import stand_in
 
 
 def test_the_report_is_written_as_torch_gives_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _stand_in(monkeypatch, lambda: "PyTorch version: 9.9.9\nIs CUDA available: False\n")
+    stand_in(monkeypatch, lambda: "PyTorch version: 9.9.9\nIs CUDA available: False\n")
     torch_report.write(tmp_path)
     text = (tmp_path / COLLECT_ENV).read_text(encoding="utf-8")
     assert text == torch_report.HEAD + "PyTorch version: 9.9.9\nIs CUDA available: False\n"
@@ -37,7 +26,7 @@ def test_a_failing_report_is_recorded_not_raised(tmp_path: Path, monkeypatch: py
     def broken() -> str:
         raise RuntimeError("nvidia-smi said no")
 
-    _stand_in(monkeypatch, broken)
+    stand_in(monkeypatch, broken)
     torch_report.write(tmp_path)
     text = (tmp_path / COLLECT_ENV).read_text(encoding="utf-8")
     assert text == torch_report.HEAD + "not collected: RuntimeError: nvidia-smi said no\n"
@@ -51,7 +40,7 @@ def test_without_torch_the_file_says_why(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_a_hung_probe_is_named_and_left_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _stand_in(monkeypatch, lambda: time.sleep(30) or "late")
+    stand_in(monkeypatch, lambda: time.sleep(30) or "late")
     began = time.monotonic()
     torch_report.write(tmp_path, wait_s=0.2)
     assert time.monotonic() - began < 20  # the step goes on; the probe's thread is a daemon, left behind
