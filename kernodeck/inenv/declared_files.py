@@ -208,6 +208,11 @@ def seen_now(path: str) -> None:
     SEEN.setdefault(os.path.realpath(path), set()).add(stat_key(path))
 
 
+def seen_files() -> list[str]:
+    """The files read or compiled in this process so far (each by the file it opened)."""
+    return list(SEEN)
+
+
 def read_since(path: str, key: Any) -> bool:
     """Whether the file was read or compiled in this process with another stat than ``key`` (its stat now)."""
     return bool(SEEN.get(path, set()) - {key})

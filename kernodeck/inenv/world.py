@@ -50,6 +50,7 @@ from .declared_files import (
     in_cache_here,
     in_sources,
     read_since,
+    seen_files,
     sha256_at,
     shown_in,
     source_files,
@@ -153,9 +154,11 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
     """The declared files among ``files`` whose bytes are not those the run's fingerprints name (fingerprinted when
     the run started, compared with the reference): edited since, by the user or another process. A file is hashed
     again only when its stat (inode, size, mtime, ctime) moved since it was last hashed, as locate's sources are."""
-    known, found = {**source_files(ctx), **declared(ctx)}, []
+    declared_ones, sources, found = declared(ctx), source_files(ctx), []
     for path in files:
-        digest = known.get(path)  # a read is recorded by the file it opens: the declared form resolved is known too
+        # a read is recorded by the file it opens: the declared form resolved is known too (looked up, never merged:
+        # a forked child asks for every file it opens, pass 24's COST1)
+        digest = declared_ones.get(path) or sources.get(path)
         if not digest:
             continue
         try:
@@ -183,7 +186,10 @@ def sources_held(ctx: Context) -> None:
     # every name as declared or hashed, none folded into another by what it resolves to now: a link retargeted onto
     # another file of the source is held by its own name (red-team pass 23, FP1); one stat a name, bytes hashed only
     # where the file's stat moved (declared_files.sha256_at)
-    changed = moved(ctx, sorted({*declared(ctx), *source_names(ctx)}))
+    # and every file read so far by the file it opened (a name that links to it never finds those reads; a mapped
+    # file read between windows has no open of its own: pass 24, FP1)
+    known = {**declared(ctx), **source_files(ctx)}
+    changed = moved(ctx, sorted({*declared(ctx), *source_names(ctx), *(p for p in seen_files() if p in known)}))
     if changed:
         raise CheckFailed(
             f"the declared sources changed while this step ran: {', '.join(changed)}: the run's fingerprints (its "

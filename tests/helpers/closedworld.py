@@ -390,3 +390,30 @@ def cached_step(tmp_path: Path, load: str, name: str, content: bytes) -> dict[st
     assert done.stdout.strip(), done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+# The application step with its sources' check, an edit by another process (a script the caller writes) between
+# the check and the entry, then the after-step hold (red-team passes 23 and 24): prints the step's status as JSON.
+EDITED = r"""
+import json, os, runpy, sys
+os.environ['KERNODECK_CACHE'] = sys.argv[6]  # the sources' stat records: this test's own
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+sys.path.insert(0, sys.argv[5])  # the stand-in torch (settings.apply seeds and pins it before the entry)
+from kernodeck_inenv import application, world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+ctx = Context(config=config, out=Path(sys.argv[3]))
+edit = runpy.run_path(sys.argv[4])  # outside the application (the user, another process): before and after the check
+try:
+    world.forget()
+    edit["before"]()
+    application.weights(ctx), application.data(ctx)  # located and fingerprinted before the application runs
+    edit["after"]()
+    details = application.run_entry(ctx)  # the application step
+    world.settle()
+    world.sources_held(ctx)  # what the runner checks after each step (runner._held)
+    print(json.dumps({"status": "passed", "details": details}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""

@@ -28,6 +28,7 @@ CROSS_CUTTING = {
     "redteam21": "red-team pass 21's findings across the criterion's power (power.py's search and donors, judge.py)",
     "redteam22": "red-team pass 22's findings across the sources held, the stat records, the lineage, the code run",
     "redteam23": "red-team pass 23's findings across the sources held by name, reads' stats, torch's report",
+    "redteam24": "red-team pass 24's findings across reads held by their stat: children, links, mapped files",
 }
 
 

@@ -59,34 +59,11 @@ from kernodeck.inenv._common import Context
 from kernodeck.inenv.protocol import COLLECT_ENV
 from kernodeck.project import app_contract, deadlines
 from kernodeck.verify.steps import in_env
-from tests.helpers.closedworld import APP, FAKE_TORCH, _closed_project, _run, _script
+from tests.helpers.closedworld import APP, EDITED, FAKE_TORCH, _closed_project, _run, _script
 from tests.helpers.torchreport import stand_in
 
 # --- the harness: the application step with an edit between the sources' check and the entry ------------------------
 
-EDITED = r"""
-import json, os, runpy, sys
-os.environ['KERNODECK_CACHE'] = sys.argv[6]  # the sources' stat records: this test's own
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-sys.path.insert(0, sys.argv[5])  # the stand-in torch (settings.apply seeds and pins it before the entry)
-from kernodeck_inenv import application, world
-from kernodeck_inenv._common import CheckFailed, Context
-config = json.loads(Path(sys.argv[2]).read_text())
-ctx = Context(config=config, out=Path(sys.argv[3]))
-edit = runpy.run_path(sys.argv[4])  # outside the application (the user, another process): before and after the check
-try:
-    world.forget()
-    edit["before"]()
-    application.weights(ctx), application.data(ctx)  # located and fingerprinted before the application runs
-    edit["after"]()
-    details = application.run_entry(ctx)  # the application step
-    world.settle()
-    world.sources_held(ctx)  # what the runner checks after each step (runner._held)
-    print(json.dumps({"status": "passed", "details": details}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc)}))
-"""
 ENTRY = """import os, time
 from pathlib import Path
 
