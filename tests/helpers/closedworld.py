@@ -417,3 +417,34 @@ try:
 except CheckFailed as exc:
     print(json.dumps({"status": "failed", "error": str(exc)}))
 """
+
+
+def edited_run(tmp_path: Path, table_extra: dict[str, Any], entry: str, edit: str) -> dict[str, Any]:
+    """The application step (:data:`EDITED`) on ``entry`` (app.py's text) in a closed project declaring
+    ``table_extra`` besides its entry, criterion, sample and output ``x``; ``edit``: a module defining ``before()``
+    and ``after()``, run around the sources' check. Its status as JSON, with ``x``: what the entry wrote (or None)."""
+    import numpy as np
+
+    config = _closed_project(tmp_path)
+    root = Path(config["project_root"])
+    (root / "app.py").write_text(entry)
+    table: dict[str, Any] = {
+        "entry": "app.py:run",
+        "criterion": "app.py:criterion",
+        "sample": "sample.jsonl",
+        "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}},
+        **table_extra,
+    }
+    app = app_contract.from_table(table, root)
+    config["application"] = {**app.run_config(), "sample": str(root / "sample.jsonl"),
+                             "sources": app.fingerprints(root)}
+    fake = tmp_path / "faketorch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (tmp_path / "edit.py").write_text(edit)
+    done = _script(tmp_path, config, EDITED, flags=[str(tmp_path / "edit.py"), str(fake), str(tmp_path / "cache")])
+    assert done.stdout.strip(), done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    written = tmp_path / "out" / "outputs" / "x.npy"
+    result["x"] = np.load(written).tolist() if written.exists() else None  # what the entry read
+    return result

@@ -46,12 +46,10 @@ xfail: FP2 (docs/application.md).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from kernodeck.inenv import declared_files, locate, torch_report, world
@@ -59,7 +57,7 @@ from kernodeck.inenv._common import Context
 from kernodeck.inenv.protocol import COLLECT_ENV
 from kernodeck.project import app_contract, deadlines
 from kernodeck.verify.steps import in_env
-from tests.helpers.closedworld import APP, EDITED, FAKE_TORCH, _closed_project, _run, _script
+from tests.helpers.closedworld import APP, _closed_project, _run, edited_run
 from tests.helpers.torchreport import stand_in
 
 # --- the harness: the application step with an edit between the sources' check and the entry ------------------------
@@ -90,32 +88,7 @@ def _application(
 ) -> dict[str, Any]:
     """The application step on an entry reading ``where`` (an expression over ``app``), the file set up by the
     caller; ``edit``: a module defining ``before()`` and ``after()`` (run around the sources' check)."""
-    config = _closed_project(tmp_path)
-    root = Path(config["project_root"])
-    (root / "app.py").write_text(ENTRY.format(where=where, then=then, first=first))
-    table: dict[str, Any] = {
-        "entry": "app.py:run",
-        "criterion": "app.py:criterion",
-        "sample": "sample.jsonl",
-        "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}},
-        **table_extra,
-    }
-    app = app_contract.from_table(table, root)
-    config["application"] = {
-        **app.run_config(),
-        "sample": str(root / "sample.jsonl"),
-        "sources": app.fingerprints(root),
-    }
-    fake = tmp_path / "faketorch"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    (tmp_path / "edit.py").write_text(edit)
-    done = _script(tmp_path, config, EDITED, flags=[str(tmp_path / "edit.py"), str(fake), str(tmp_path / "cache")])
-    assert done.stdout.strip(), done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    written = tmp_path / "out" / "outputs" / "x.npy"
-    result["x"] = np.load(written).tolist() if written.exists() else None  # what the entry read
-    return result
+    return edited_run(tmp_path, table_extra, ENTRY.format(where=where, then=then, first=first), edit)
 
 
 # --- FP1: a link of a source retargeted onto another file of the same source ----------------------------------------

@@ -28,19 +28,16 @@ NOTE1 is stated in docs/application.md.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from kernodeck.inenv import declared_files, locate, world
 from kernodeck.inenv._common import CheckFailed, Context
-from kernodeck.project import app_contract
-from tests.helpers.closedworld import EDITED, FAKE_TORCH, _closed_project, _script
+from tests.helpers.closedworld import edited_run
 
 # --- the harness (pass 23's): the application step, the sources' check, then the after-step hold --------------------
 
@@ -48,32 +45,7 @@ from tests.helpers.closedworld import EDITED, FAKE_TORCH, _closed_project, _scri
 def _application(tmp_path: Path, table_extra: dict[str, Any], entry: str, edit: str) -> dict[str, Any]:
     """The application step on ``entry`` (app.py's text), ``edit`` a module defining ``before()`` and ``after()`` run
     around the sources' check."""
-    config = _closed_project(tmp_path)
-    root = Path(config["project_root"])
-    (root / "app.py").write_text(entry)
-    table: dict[str, Any] = {
-        "entry": "app.py:run",
-        "criterion": "app.py:criterion",
-        "sample": "sample.jsonl",
-        "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}},
-        **table_extra,
-    }
-    app = app_contract.from_table(table, root)
-    config["application"] = {
-        **app.run_config(),
-        "sample": str(root / "sample.jsonl"),
-        "sources": app.fingerprints(root),
-    }
-    fake = tmp_path / "faketorch"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    (tmp_path / "edit.py").write_text(edit)
-    done = _script(tmp_path, config, EDITED, flags=[str(tmp_path / "edit.py"), str(fake), str(tmp_path / "cache")])
-    assert done.stdout.strip(), done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    written = tmp_path / "out" / "outputs" / "x.npy"
-    result["x"] = np.load(written).tolist() if written.exists() else None
-    return result
+    return edited_run(tmp_path, table_extra, entry, edit)
 
 
 # Another process acts twice: at MARK (then MARK.done), and at MARK2 (then MARK2.done).
