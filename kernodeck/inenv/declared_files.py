@@ -110,9 +110,10 @@ def _source_digests(ctx: Context) -> tuple[dict[str, str], dict[str, str]]:
     if ctx.state.get("source_digests", (None,))[0] != key:
         names: dict[str, str] = {}
         for source, files in _sources(ctx):
+            where = str(source)
+            one_file = os.path.isfile(where)  # a source of one file: its fingerprint names it alone
             for rel, digest in (files.items() if isinstance(files, dict) else ()):
-                where = str(source)  # a source of one file: its fingerprint names it alone
-                names[where if os.path.isfile(where) else os.path.join(where, rel)] = str(digest)
+                names[where if one_file else os.path.join(where, rel)] = str(digest)
         found = dict(names)
         for name, digest in names.items():
             found.setdefault(os.path.realpath(name), digest)
