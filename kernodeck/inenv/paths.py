@@ -137,11 +137,13 @@ def guarded(path: str) -> str | None:
     return "the env" if homes.home(path) else None
 
 
-def places(raw: str) -> set[str]:
-    """Where a change through a path as written lands: the path as written, the file it opens (links followed) and
-    the name in its resolved folder (a move, a link or a removal replaces the name, not what a link there names)."""
+def places(raw: str, follows: bool = True) -> set[str]:
+    """Where a change through a path as written lands: the path as written, the name in its resolved folder and,
+    ``follows``, the file it opens (links followed: a write through it; a move, a link or a removal replaces the name,
+    not what a link there names)."""
     folder, name = os.path.split(os.path.normpath(raw))
-    return {os.path.normpath(raw), real(raw), os.path.join(real(folder), name)}
+    found = {os.path.normpath(raw), os.path.join(real(folder), name)}
+    return found | {real(raw)} if follows else found
 
 
 def interpreters_bytecode(path: str) -> bool:

@@ -75,10 +75,12 @@ def _touched(path: str) -> None:
 GUARD: list[Any] = [None]
 
 
-def _guard(raw: str | None, how: str) -> None:
+def _guard(raw: str | None, how: str, follows: bool = True) -> None:
     """A change through ``raw`` (as written), refused where it lands on what the run relies on as it was checked
-    (:data:`GUARD`), except the import machinery's own bytecode for an env module (paths.interpreters_bytecode)."""
-    for place in paths.places(raw) if raw is not None and GUARD[0] is not None else ():
+    (:data:`GUARD`), except the import machinery's own bytecode for an env module (paths.interpreters_bytecode).
+    ``follows``: whether the change goes through a link the name ends in (a write does; a removal, a move away or onto
+    replaces the name itself, never what a link there names)."""
+    for place in paths.places(raw, follows) if raw is not None and GUARD[0] is not None else ():
         what = GUARD[0](place)
         if what is not None and not paths.interpreters_bytecode(place):
             _refuse(f"changed {what} ({place}, {how}) while the run relies on it as it was checked: refused",
@@ -136,7 +138,11 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
     if reads and not writes and rewritten.refused(path):  # a file it wrote before a rerun, its bytes still those
         _refuse(owned.EARLIER_READ.format(path=path), {"file": path, "tip": "keep no results across calls"})
     if reads and not paths.trusted(path):
-        declared_files.seen_now(path)  # its stat as read: the judgement hashes it, unchanged since (declared_files.py)
+        # its stat as read and the name read through: the judgement hashes it, unchanged since, and the name still
+        # leads to it (declared_files.py); a forked child hands that record to the parent, judged as its own
+        record = declared_files.seen_now(path, raw)
+        if record is not None and children.forked():
+            _to_parent({"kind": "seen", **record})
     if reads and path not in READ and not written(path) and os.path.isfile(path):
         READ[path] = _by()
         if children.forked():
@@ -215,6 +221,8 @@ def from_children() -> None:
             rewritten.replacing(note["path"])
         elif note["kind"] == "read":
             children.READ.add(note["path"])
+        elif note["kind"] == "seen":
+            declared_files.take(note)
         elif note["kind"] == "refused":
             verdict = CheckFailed(f"{note['message']} (in a child process)", Layer.APPLICATION, note["details"])
             PENDING.append(verdict)
@@ -247,9 +255,9 @@ def _moved(src_arg: Any, dst_arg: Any, how: str = "moved") -> None:
     src, dst = paths.given(src_arg), paths.given(dst_arg)
     if src is None or dst is None:
         return
-    _guard(dst, f"{how} onto")
+    _guard(dst, f"{how} onto", follows=False)
     if how == "moved":  # the folder that holds what was checked, moved away (and back, changed): any of them
-        _guard(src, "moved away")
+        _guard(src, "moved away", follows=False)
         _guard_tree(src)
     elif how == "hard-linked":  # a new name for checked bytes: written through it, they change
         _guard(src, "given another name")
@@ -377,7 +385,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     elif event == "os.fork":
         children.FORKS[0] = True
     elif event in ("os.remove", "os.rmdir"):
-        _guard(paths.given(_at(*args[:2])), "removed")
+        _guard(paths.given(_at(*args[:2])), "removed", follows=False)
     elif event == "sys.addaudithook":  # it would run on every event, Kernodeck's own between windows included
         _refuse("added an audit hook (sys.addaudithook): refused", {"tip": "docs/application.md"})
     elif event == "sqlite3.connect":

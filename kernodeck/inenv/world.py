@@ -50,6 +50,7 @@ from .declared_files import (
     in_cache_here,
     in_sources,
     read_since,
+    routes,
     seen_files,
     sha256_at,
     shown_in,
@@ -172,6 +173,23 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
     return sorted(set(found))
 
 
+def rerouted(ctx: Context) -> list[str]:
+    """The declared or source files read through a name (a link, or a linked folder, on its way) that leads now to
+    another file than it did at the read: a link retargeted for the read and put back, or left (red-team pass 24,
+    FP3). The read is recorded by the file it opened, whose own bytes may be a declared file's: only the name shows
+    that the application read other bytes under it than the record says. A name the application made or replaced
+    in this run (a link it wrote, removed since or not) is its own."""
+    declared_ones, sources, found = declared(ctx), source_files(ctx), []
+    shown = shown_in(Path(ctx.config["project_root"]))
+    for name, real, identity in routes():
+        if (real not in declared_ones and real not in sources) or name in owned.WRITTEN:  # made or replaced by it
+            continue
+        key = stat_key(name)
+        if key is None or (key[1], key[0]) != identity:
+            found.append(f"{shown(name)} (it led to {shown(real)} when read)")
+    return sorted(set(found))
+
+
 def _changed_verdict(who: str, files: list[str]) -> CheckFailed:
     return CheckFailed(
         f"{who} read declared sources whose bytes are not those fingerprinted when the run started: "
@@ -189,7 +207,9 @@ def sources_held(ctx: Context) -> None:
     # and every file read so far by the file it opened (a name that links to it never finds those reads; a mapped
     # file read between windows has no open of its own: pass 24, FP1)
     known = {**declared(ctx), **source_files(ctx)}
+    seen.from_children()  # what a forked child still running read since its window (its stat, the name it used)
     changed = moved(ctx, sorted({*declared(ctx), *source_names(ctx), *(p for p in seen_files() if p in known)}))
+    changed += rerouted(ctx)
     if changed:
         raise CheckFailed(
             f"the declared sources changed while this step ran: {', '.join(changed)}: the run's fingerprints (its "
@@ -327,7 +347,8 @@ TIP = "nox -s reference -- --new   (once declared; if one holds results of an ea
 def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
     """The window's verdict: CheckFailed naming every declared file read that changed since the run's fingerprints
     (:func:`moved`), else every undeclared file and the declaration to add."""
-    changed = moved(ctx, {*seen.READ, *_imported(new_modules)})
+    # a forked child's reads too (their stats and names handed on: seen.from_children ran as the window closed)
+    changed = moved(ctx, {*seen.READ, *children.READ, *_imported(new_modules)}) + rerouted(ctx)
     if changed:
         verdict = _changed_verdict(who, changed)
         pending(verdict)
