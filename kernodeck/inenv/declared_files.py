@@ -202,47 +202,24 @@ def hold(key: Any, digest: str) -> None:
         HASHED[(key[1], key[0])] = (key, digest)
 
 
-def seen_now(path: str, name: str | None = None) -> dict[str, Any] | None:
+def seen_now(path: str) -> dict[str, Any] | None:
     """A file read (seen's ``open`` event, before its bytes are read; not the env's) or compiled: its stat now, which
     the judgement requires unchanged (the bytes it hashes then are the bytes read; world.moved, :func:`_bytes_held`):
-    a file changed before a read and put back before the call ends is still seen (red-team pass 23, FP3). ``name``,
-    the path as the read gave it, when it is not the file it opens (a link on its way): the file it led to then
-    (:data:`ROUTES`; world.rerouted). Returns the record when it is new in this process (a forked child hands it to
-    the parent: :func:`take`), else None."""
+    a file changed before a read and put back before the call ends is still seen (red-team pass 23, FP3). Returns the
+    record when it is new in this process (a forked child hands it to the parent: :func:`take`), else None."""
     real = os.path.realpath(path)
     key = stat_key(path)
     stats = SEEN.setdefault(real, set())
-    new = key not in stats
+    if key in stats:
+        return None
     stats.add(key)
-    routed = name is not None and key is not None and name != real and not name.startswith(_NO_ROUTE)
-    if routed:
-        routes = ROUTES.setdefault(str(name), set())
-        entry = (real, (key[1], key[0]))
-        new = new or entry not in routes
-        routes.add(entry)
-    return {"path": real, "stat": key, "name": name if routed else None} if new else None
-
-
-# a name a file was read through that is not the file it opened (a link, or a linked folder, on its way) -> the file it
-# opened and that file's identity (device, inode) at each read: a link retargeted for one read and put back leaves
-# the name leading elsewhere than it did (red-team pass 24, FP3). A descriptor's name (/proc/self/fd/N, /dev/fd/N)
-# names another file once it is closed: no route.
-ROUTES: dict[str, set[tuple[str, tuple[int, int]]]] = {}
-_NO_ROUTE = ("/proc/", "/dev/")
+    return {"path": real, "stat": key}
 
 
 def take(note: dict[str, Any]) -> None:
     """A forked child's record of one read (its :func:`seen_now`, handed on as a signed note: children.py), kept as
     the parent's own: a child's read is judged as the parent's (red-team pass 24, FP2)."""
-    key = tuple(note["stat"]) if note.get("stat") is not None else None
-    SEEN.setdefault(str(note["path"]), set()).add(key)
-    if note.get("name") is not None and key is not None:
-        ROUTES.setdefault(str(note["name"]), set()).add((str(note["path"]), (int(key[1]), int(key[0]))))
-
-
-def routes() -> list[tuple[str, str, tuple[int, int]]]:
-    """Every (name, file opened, its identity then) recorded in this process."""
-    return [(name, real, identity) for name, entries in ROUTES.items() for real, identity in entries]
+    SEEN.setdefault(str(note["path"]), set()).add(tuple(note["stat"]) if note.get("stat") is not None else None)
 
 
 def seen_files() -> list[str]:

@@ -141,8 +141,10 @@ def places(raw: str, follows: bool = True) -> set[str]:
     """Where a change through a path as written lands: the path as written, the name in its resolved folder and,
     ``follows``, the file it opens (links followed: a write through it; a move, a link or a removal replaces the name,
     not what a link there names)."""
-    folder, name = os.path.split(os.path.normpath(raw))
-    found = {os.path.normpath(raw), os.path.join(real(folder), name)}
+    # the folder resolved as the system resolves it (each ``..`` after the link it follows: ``own_link/../x`` is the
+    # file beside the link's target, never folded as text first: red-team pass 25, FP4)
+    folder, name = os.path.split(raw.rstrip(os.sep) or os.sep)
+    found = {os.path.normpath(raw), os.path.join(real(folder), name) if name not in ("", ".", "..") else real(raw)}
     return found | {real(raw)} if follows else found
 
 

@@ -138,9 +138,9 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
     if reads and not writes and rewritten.refused(path):  # a file it wrote before a rerun, its bytes still those
         _refuse(owned.EARLIER_READ.format(path=path), {"file": path, "tip": "keep no results across calls"})
     if reads and not paths.trusted(path):
-        # its stat as read and the name read through: the judgement hashes it, unchanged since, and the name still
-        # leads to it (declared_files.py); a forked child hands that record to the parent, judged as its own
-        record = declared_files.seen_now(path, raw)
+        # its stat as read: the judgement hashes it, unchanged since (declared_files.py); a forked child hands that
+        # record to the parent, judged there as its own
+        record = declared_files.seen_now(path)
         if record is not None and children.forked():
             _to_parent({"kind": "seen", **record})
     if reads and path not in READ and not written(path) and os.path.isfile(path):

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import children, leftover, locate, owned, paths, seen, verified
+from . import children, leftover, links, locate, owned, paths, seen, verified
 from ._common import CheckFailed, Context
 from .declared_files import (
     cache_copy,
@@ -50,7 +50,6 @@ from .declared_files import (
     in_cache_here,
     in_sources,
     read_since,
-    routes,
     seen_files,
     sha256_at,
     shown_in,
@@ -75,6 +74,7 @@ def window(ctx: Context, who: str) -> Iterator[None]:
         yield
         return
     seen.install()
+    _taken(ctx)
     verified.install(finder(ctx))
     before = set(sys.modules)
     for record in (seen.READ, seen.LISTED):  # what a lingering thread read since the last window is judged now
@@ -173,21 +173,17 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
     return sorted(set(found))
 
 
-def rerouted(ctx: Context) -> list[str]:
-    """The declared or source files read through a name (a link, or a linked folder, on its way) that leads now to
-    another file than it did at the read: a link retargeted for the read and put back, or left (red-team pass 24,
-    FP3). The read is recorded by the file it opened, whose own bytes may be a declared file's: only the name shows
-    that the application read other bytes under it than the record says. A name the application made or replaced
-    in this run (a link it wrote, removed since or not) is its own."""
-    declared_ones, sources, found = declared(ctx), source_files(ctx), []
+def _taken(ctx: Context) -> None:
+    """Every link on the way to a declared name, before the application's code runs with it (links.py)."""
+    links.take(ctx, [*declared(ctx), *source_names(ctx)])
+
+
+def replaced_links(ctx: Context) -> list[str]:
+    """The links on the way to a declared name replaced since they were taken (retargeted, even if put back: red-team
+    passes 24 and 25, FP3 and FP1-FP3), as a verdict names them."""
+    _taken(ctx)  # a source first located after the last window opened: its links as they are now
     shown = shown_in(Path(ctx.config["project_root"]))
-    for name, real, identity in routes():
-        if (real not in declared_ones and real not in sources) or name in owned.WRITTEN:  # made or replaced by it
-            continue
-        key = stat_key(name)
-        if key is None or (key[1], key[0]) != identity:
-            found.append(f"{shown(name)} (it led to {shown(real)} when read)")
-    return sorted(set(found))
+    return [f"{shown(link)} (a link on the way to a declared name, replaced)" for link in links.replaced()]
 
 
 def _changed_verdict(who: str, files: list[str]) -> CheckFailed:
@@ -209,7 +205,7 @@ def sources_held(ctx: Context) -> None:
     known = {**declared(ctx), **source_files(ctx)}
     seen.from_children()  # what a forked child still running read since its window (its stat, the name it used)
     changed = moved(ctx, sorted({*declared(ctx), *source_names(ctx), *(p for p in seen_files() if p in known)}))
-    changed += rerouted(ctx)
+    changed += replaced_links(ctx)
     if changed:
         raise CheckFailed(
             f"the declared sources changed while this step ran: {', '.join(changed)}: the run's fingerprints (its "
@@ -348,7 +344,7 @@ def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
     """The window's verdict: CheckFailed naming every declared file read that changed since the run's fingerprints
     (:func:`moved`), else every undeclared file and the declaration to add."""
     # a forked child's reads too (their stats and names handed on: seen.from_children ran as the window closed)
-    changed = moved(ctx, {*seen.READ, *children.READ, *_imported(new_modules)}) + rerouted(ctx)
+    changed = moved(ctx, {*seen.READ, *children.READ, *_imported(new_modules)})
     if changed:
         verdict = _changed_verdict(who, changed)
         pending(verdict)

@@ -23,9 +23,9 @@ unchanged buffer, os.utime, chmod by another process) fails the step: "changed d
 Held (run here): a source file read through a hard link no declaration names is undeclared (the step fails).
 Fixed: FP1 (the after-step hold also checks every file read so far, by the file it opened), COST1 (world.moved looks
 a path up in the declared files and the sources, never merging them per call), FP2 (a forked child hands each read's
-stat, and the name it read through, to the parent: declared_files.take), FP3 (each read keeps the name it went
-through when a link is on its way, with the file it led to: world.rerouted fails a name that leads elsewhere at the
-judgement; the same in a forked child; a link the application made itself is its own). NOTE1 is stated in
+stat to the parent: declared_files.take), FP3 (every link on the way to a declared name is
+held by its identity for the run: links.py, after pass 25 found the first fix, names kept per read, incomplete;
+the same in a forked child; a link the application made itself is its own). NOTE1 is stated in
 docs/application.md.
 """
 
