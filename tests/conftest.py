@@ -17,6 +17,16 @@ from tests.helpers.removals import REMOVALS
 from tests.helpers.sharedruns import SharedRun
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A parallel run's workers share the machine's cores: each verify they start runs torch with a thread per core,
+    so two workers ran four spinning OpenMP threads on two cores (a MiniLM determinism step took 9.4 s beside
+    another worker, 0.55 s alone). Each worker's processes get their share of the cores, unless the caller set it;
+    what a run records of it (OMP_NUM_THREADS, torch's threads) is a recorded setting, never a failure."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+
+
 @pytest.fixture(autouse=True)
 def hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in list(os.environ):
