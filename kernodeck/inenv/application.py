@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cached, children, declared_files, seen, verified, world
+from . import cached, children, declared_files, links, seen, verified, world
 from ._common import CheckFailed, Context, current_step, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
 from .locate import locate
@@ -203,7 +203,7 @@ def weights(ctx: Context) -> Path | None:
         return None
     if "weights" in ctx.state:
         return Path(ctx.state["weights"])
-    folder, found = locate(cfg, Path(ctx.config["project_root"]), "weights", "weights")
+    folder, found = locate(cfg, Path(ctx.config["project_root"]), "weights", "weights", links.held(ctx))
     version = "unknown"
     if cfg.get("kind", "package") == "package":
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
@@ -218,7 +218,8 @@ def data(ctx: Context) -> dict[str, Path]:
         found: dict[str, Path] = {}
         prints: dict[str, dict[str, str]] = {}
         for name, cfg in sorted((_app_cfg(ctx).get("data") or {}).items()):
-            found[name], prints[name] = locate(cfg, Path(ctx.config["project_root"]), f"data {name}", "data-loading")
+            found[name], prints[name] = locate(cfg, Path(ctx.config["project_root"]), f"data {name}", "data-loading",
+                                               links.held(ctx))
         ctx.state.update(data=found, data_fingerprint=prints)
     return dict(ctx.state["data"])
 

@@ -24,7 +24,6 @@ import os
 import runpy
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,27 +61,13 @@ def _patch_settings(variation: dict[str, Any]) -> None:
     settings.apply = apply  # type: ignore[assignment]
 
 
-def _step(out: Path, number: int, name: str, func: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    from kernodeck_inenv import world
-    from kernodeck_inenv._common import CheckFailed, Skip, set_step, write_json_atomic
+def _step(ctx: Any, out: Path, number: int, name: str, func: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One step by the runner's rule (steprun.py: what must still hold after it, checked as verify checks it)."""
+    from kernodeck_inenv import steprun
+    from kernodeck_inenv._common import write_json_atomic
 
-    set_step(name)
     print(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
-    result: dict[str, Any] = {"name": name, "interpreter": sys.executable}
-    start = time.perf_counter()
-    try:
-        world.forget()
-        details = func()
-        world.settle()  # the closed world's verdict fails the step even where the step's code caught it (runner.py)
-        result.update(status="passed", details=details)
-    except Skip as exc:
-        result.update(status="skipped", reason=str(exc))
-    except CheckFailed as exc:
-        result.update(status="failed", error=str(exc), layer=exc.layer, details=exc.details)
-    except Exception as exc:  # recorded as the step's failure, as runner.py does
-        result.update(status="failed", error=f"{type(exc).__name__}: {exc}", layer="unknown",
-                      details={"traceback": traceback.format_exc(limit=8)})
-    result["duration_s"] = round(time.perf_counter() - start, 4)
+    result: dict[str, Any] = {"name": name, "interpreter": sys.executable, **steprun.run(ctx, name, func)}
     write_json_atomic(out / "steps" / f"{number:02d}-{name}.json", result)
     print(f"[kernodeck] {name}: {result['status']} in {result['duration_s']:.2f}s", file=sys.stderr, flush=True)
     return result
@@ -130,7 +115,7 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
     steps = [(row.name, step_of(row)) for row in VARIATION_STEPS]  # the rows flagged ``variation``
     noise: dict[str, Any] = {"variation": variation, "outputs": {}}
     for number, (name, func) in enumerate(steps, start=1):
-        result = _step(out, number, name, func)
+        result = _step(ctx, out, number, name, func)
         if result["status"] == "failed":
             noise["failed"] = {"step": name, "error": result.get("error", "")}
             break
@@ -153,12 +138,20 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
             "device": str(ctx.state.get("device", "cpu")),
         }
+    found = None
+    if config.get("margin_file") and "reference" in ctx.state and "failed" not in noise:
+        # the margin search calls the criterion hundreds of times: a step of its own, held after it as any step
+        margin = _step(ctx, out, len(steps) + 1, "margin", lambda: margins(ctx))
+        if margin["status"] == "failed":
+            noise["failed"] = {"step": "margin", "error": margin.get("error", "")}
+        else:
+            found = margin["details"]
     for file, key in (("settings.json", "settings"), ("system.json", "system")):
         if key in ctx.state:
             write_json_atomic(out / file, ctx.state[key])
     write_json_atomic(out / "noise.json", noise)
-    if config.get("margin_file") and "reference" in ctx.state:
-        write_json_atomic(Path(config["margin_file"]), margins(ctx))
+    if found is not None:
+        write_json_atomic(Path(config["margin_file"]), found)
     return 1 if "failed" in noise else 0
 
 

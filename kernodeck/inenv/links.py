@@ -10,32 +10,38 @@ reads can tell; and the name a read went through may be any route to the link (a
 folder descriptor). The links themselves tell: a symbolic link cannot be rewritten in place, only replaced by another
 file, whose identity (device, inode) and ctime differ, even once put back. Every link met while resolving each
 declared name is taken (its ``lstat``) before the application's code first runs, and each must be the same link after
-every step (red-team passes 24 and 25, FP3 and FP1-FP3). A name the application reaches through links of its own is
-its own business: what it opens is judged by the closed world as any read is.
+every step (red-team passes 24 and 25, FP3 and FP1-FP3); a weights or data source's links are taken as locate.py
+fingerprints it, before its files are hashed (pass 26, FP2: taken at the next window, a thread left running by
+earlier project code could retarget one and put it back in between). A name the application reaches through links
+of its own is its own business: what it opens is judged by the closed world as any read is.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
 from ._common import Context
 
-# the project the links were taken for, the declared names' key, each link met -> its (device, inode, ctime) then
-TAKEN: list[Any] = [None, None, {}]
+# the run's links (ctx.state): each link met -> its (device, inode, ctime) when first met; the declared names' key
+# last taken
+HELD, FOR = "links_held", "links_for"
 _DEPTH = 40  # the system's own limit on links followed for one name (Linux: ELOOP after 40)
 
 
 def _key(ctx: Context) -> tuple[Any, ...]:
     state = ctx.state
-    return (id(state.get("declared_sources")), state.get("weights"), id(state.get("weights_fingerprint")),
-            id(state.get("data_fingerprint")), id(state.get("data")))
+    return (ctx.config.get("project_root"), id(state.get("declared_sources")), state.get("weights"),
+            id(state.get("weights_fingerprint")), id(state.get("data_fingerprint")), id(state.get("data")))
 
 
 def _resolve(path: str, met: dict[str, Any], memo: dict[str, str], depth: int = 0) -> str:
-    """The file an absolute ``path`` opens, resolved as the system does (each ``..`` after the link it follows),
-    every link met put into ``met`` (its name with its folder resolved -> its lstat); ``memo``: folders resolved."""
+    """The file an absolute ``path`` opens, resolved as the system does (each ``..`` after the link it follows; a
+    trailing separator follows a link as any other: ``ln -s x/ cur``), every link met put into ``met`` (its name
+    with its folder resolved -> its lstat); ``memo``: folders resolved."""
+    path = path.rstrip(os.sep) or os.sep
     folder, name = os.path.split(path)
     if not name:
         return folder or os.sep
@@ -61,27 +67,38 @@ def _resolve(path: str, met: dict[str, Any], memo: dict[str, str], depth: int = 
     return _resolve(os.path.join(base, target), met, memo, depth + 1)
 
 
-def take(ctx: Context, names: list[str]) -> None:
-    """Before the application's code runs with these declared names (world.window, world.sources_held): every link on
-    their way, once per set of declared names. A source located later adds its links; a link taken before keeps
-    what it was then (taken again, a link replaced meanwhile would pass)."""
-    root, key = ctx.config.get("project_root"), _key(ctx)
-    if TAKEN[0] == root and TAKEN[1] == key:
-        return
-    met: dict[str, Any] = {}
+def met(held: dict[str, Any], names: list[str]) -> None:
+    """Every link on the way to ``names`` (a relative name against the working folder, as the system takes it)
+    put into ``held`` (the run's: ``ctx.state[HELD]``), taken now where not taken before: locate.py calls it before
+    it hashes a source's files, so their links are those of the bytes fingerprinted."""
+    found: dict[str, Any] = {}
     memo: dict[str, str] = {}
     for name in names:
-        if os.path.isabs(name):
-            _resolve(name, met, memo)
-    if TAKEN[0] == root:
-        met.update(TAKEN[2])
-    TAKEN[:] = [root, key, met]
+        _resolve(name if os.path.isabs(name) else os.path.join(os.getcwd(), name), found, memo)
+    for link, then in found.items():
+        held.setdefault(link, then)  # a link taken before keeps what it was then (taken again, a put-back passes)
 
 
-def replaced() -> list[str]:
-    """Each link taken that is not the same link now (replaced: retargeted, even if put back; or gone)."""
+def held(ctx: Context) -> dict[str, Any]:
+    """The run's links taken so far (link -> its lstat then)."""
+    links: dict[str, Any] = ctx.state.setdefault(HELD, {})
+    return links
+
+
+def take(ctx: Context, names: Callable[[], list[str]]) -> None:
+    """Before the application's code runs with these declared names (world.window, world.sources_held): every link on
+    their way not taken yet, once per set of declared names (a source located later adds its own)."""
+    key = _key(ctx)
+    if ctx.state.get(FOR) == key:
+        return
+    ctx.state[FOR] = key
+    met(held(ctx), names())  # built only now: a window opens hundreds of times, names rarely
+
+
+def replaced(ctx: Context) -> list[str]:
+    """Each link the run took that is not the same link now (replaced: retargeted, even if put back; or gone)."""
     found = []
-    for link, then in TAKEN[2].items():
+    for link, then in dict(ctx.state.get(HELD) or {}).items():
         try:
             st = os.lstat(link)
         except OSError:

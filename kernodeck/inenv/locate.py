@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import seen
+from . import links, seen
 from ._common import CheckFailed, progress, sha256_file
 from .declared_files import hold, stat_key
 
@@ -30,9 +30,11 @@ _SKIPPED = (".gitattributes",)
 def cache_root() -> Path:
     """Where ``nox -s fetch`` puts URL sources: ``KERNODECK_CACHE``, else the user's cache folder."""
     if os.environ.get("KERNODECK_CACHE"):
-        return Path(os.environ["KERNODECK_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    return Path(base).expanduser() / "kernodeck"
+        where = Path(os.environ["KERNODECK_CACHE"]).expanduser()
+    else:
+        where = Path(os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")).expanduser() / "kernodeck"
+    # absolute (a relative name against the working folder, never folded: a ``..`` after a link stays the system's)
+    return where if where.is_absolute() else Path.cwd() / where
 
 
 def cached_file(sha256: str, name: str) -> Path:
@@ -46,9 +48,11 @@ def url_name(cfg: dict[str, Any]) -> str:
     return name
 
 
-def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool = False) -> dict[str, str]:
+def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool = False,
+                held: dict[str, Any] | None = None) -> dict[str, str]:
     """Every file of a folder (or the one file), relative path -> sha256; ``include``: only files matching a glob;
-    ``remember``: reuse the digest of a file unchanged since it was last hashed (its stat)."""
+    ``remember``: reuse the digest of a file unchanged since it was last hashed (its stat); ``held``: the run's links
+    (links.py), into which the links on the files' way are taken before their bytes are hashed."""
     chosen: dict[str, Path] = {where.name: where} if where.is_file() else {}
     for path in _walk(where) if not chosen else ():
         if not path.is_file() or path.name in _SKIPPED or "__pycache__" in path.parts:
@@ -57,6 +61,8 @@ def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool
         if include and not any(fnmatch.fnmatch(rel, glob) for glob in include):
             continue
         chosen[rel] = path
+    if held is not None:
+        links.met(held, [str(path) for path in chosen.values()])  # the links on their way, before they are hashed
     before = {rel: stat_key(str(path)) for rel, path in chosen.items()}
     found = _hashed(where, chosen) if remember else {rel: sha256_file(path) for rel, path in chosen.items()}
     for rel in chosen:  # what the run holds them to after each step (world.moved): hashed again only
@@ -164,17 +170,15 @@ def _url(cfg: dict[str, Any], layer: str) -> Path:
 
 
 def resolve(cfg: dict[str, Any], root: Path, layer: str) -> Path:
-    """The folder or file a declared source is, found without fetching anything."""
+    """The folder or file a declared source is, found without fetching anything: an absolute path (a relative one
+    against the working folder, never folded: its files' names, held with the links on their way, are absolute)."""
     kind = str(cfg.get("kind", "package"))
-    if kind == "package":
-        return _package(cfg, layer)
-    if kind == "hf":
-        return _hf(cfg, layer)
-    if kind == "path":
-        return _path(cfg, root, layer)
-    if kind == "url":
-        return _url(cfg, layer)
-    raise CheckFailed(f"unknown source kind {kind!r}", layer)
+    finders = {"package": lambda: _package(cfg, layer), "hf": lambda: _hf(cfg, layer),
+               "path": lambda: _path(cfg, root, layer), "url": lambda: _url(cfg, layer)}
+    if kind not in finders:
+        raise CheckFailed(f"unknown source kind {kind!r}", layer)
+    where = finders[kind]()
+    return where if where.is_absolute() else Path.cwd() / where
 
 
 def differences(found: dict[str, str], expected: dict[str, str]) -> list[str]:
@@ -185,13 +189,15 @@ def differences(found: dict[str, str], expected: dict[str, str]) -> list[str]:
     return changed + missing + added
 
 
-def locate(cfg: dict[str, Any], root: Path, what: str, layer: str) -> tuple[Path, dict[str, str]]:
-    """A source found and fingerprinted; against the reference's ``files`` (verify), every difference fails."""
+def locate(cfg: dict[str, Any], root: Path, what: str, layer: str,
+           held: dict[str, Any] | None = None) -> tuple[Path, dict[str, str]]:
+    """A source found and fingerprinted (``held``: the run's links, :func:`fingerprint`); against the reference's
+    ``files`` (verify), every difference fails."""
     where = resolve(cfg, root, layer)
     progress(f"fingerprinting {what} ({cfg.get('kind', 'package')} source)")
     include = cfg.get("include") if cfg.get("kind") == "hf" else None
     # a package's files are the env's, proven by the inventory's own stat snapshot: hashed here without a record
-    found = fingerprint(where, include, remember=cfg.get("kind", "package") != "package")
+    found = fingerprint(where, include, remember=cfg.get("kind", "package") != "package", held=held)
     if not found:
         raise CheckFailed(f"{what}: {where} holds no file", layer)
     expected = cfg.get("files")

@@ -280,6 +280,9 @@ def _serve() -> int:
         trained = call_train(order["cfg"], ctx, order["params"], order["device"], result.parent,
                              int(order["cfg"]["steps"]), None, Path(order["resume_from"]), order["drop"])
         read_the_checkpoint(Path(order["resume_from"]))
+        from kernodeck_inenv import world
+
+        world.sources_held(ctx)  # as after each of the runner's steps: what this process read is still what was held
     except CheckFailed as exc:
         write_json_atomic(result, {"error": str(exc), "layer": exc.layer, "details": exc.details})
         return 0

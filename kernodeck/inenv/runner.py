@@ -21,7 +21,6 @@ import os
 import runpy
 import sys
 import time
-import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -31,23 +30,15 @@ runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv
 # The application's files and Kernodeck's are compiled from their verified bytes (verified.py, _package.py): no
 # bytecode of theirs is read or written. The env's modules keep the interpreter's bytecode cache, written into the
 # env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
-from kernodeck_inenv import leftover, libraries, settings, world  # noqa: E402
-from kernodeck_inenv._common import CheckFailed, Context, Skip, set_step, write_json_atomic  # noqa: E402
-from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Layer, Status, StepKey, step_file  # noqa: E402
+from kernodeck_inenv import leftover, steprun  # noqa: E402
+from kernodeck_inenv._common import Context, write_json_atomic  # noqa: E402
+from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Status, StepKey, step_file  # noqa: E402
 from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
 from kernodeck_inenv.steptable import BY_NAME, StepName  # noqa: E402
 
 # At import, not in main(): a child that multiprocessing spawns imports this file as its main module (its stacks too).
 install_stacks()
 leftover.at_start()  # the environment and interpreter Kernodeck's later processes get, before any project code runs
-
-
-def _layer_of(exc: BaseException) -> str:
-    if isinstance(exc, ImportError):
-        return Layer.ENVIRONMENT
-    if isinstance(exc, (MemoryError,)):
-        return Layer.DEVICE
-    return Layer.UNKNOWN
 
 
 def _progress(result: dict[str, object]) -> str:
@@ -57,20 +48,6 @@ def _progress(result: dict[str, object]) -> str:
     if isinstance(details, dict) and "items_per_s" in details:
         note += f"; {details.get('items', '?')} items, {details['items_per_s']} items/s"
     return note + ")"
-
-
-def _held(ctx: Context, name: str) -> None:
-    """What fails a step that passed: a shared library mapped while it ran from outside the env (libraries.py), a
-    declared file edited meanwhile (the run's fingerprint of it no longer true: world.sources_held), a determinism
-    setting no longer the settings step's record (settings.not_in_effect: changed by the step's own or the env's code,
-    outside the project's windows)."""
-    libraries.check(ctx)
-    world.sources_held(ctx)
-    torch = sys.modules.get("torch")
-    if torch is not None and "settings" in ctx.state:
-        moved = settings.not_in_effect(ctx, settings.read_back(torch), f"after the {name} step")
-        if moved is not None:
-            raise moved
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,34 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             worker_due = False
             ctx.state["resume_worker"] = importlib.import_module(f"{PACKAGE}.resume").Worker()
         print(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
-        set_step(name)
-        start = time.perf_counter()
-        try:
-            world.forget()
-            details = getattr(importlib.import_module(f"{PACKAGE}.{row.module}"), row.function)(ctx)
-            world.settle()  # the closed world's verdict fails the step even where the step's code caught it
-            result.update({StepKey.STATUS: Status.PASSED, StepKey.DETAILS: details})
-        except Skip as exc:
-            result.update({StepKey.STATUS: Status.SKIPPED, StepKey.REASON: str(exc)})
-        except CheckFailed as exc:
-            result.update({StepKey.STATUS: Status.FAILED, StepKey.ERROR: str(exc), StepKey.LAYER: exc.layer,
-                           StepKey.DETAILS: exc.details})
-        except Exception as exc:
-            tb = traceback.extract_tb(exc.__traceback__)
-            where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
-            result.update({
-                StepKey.STATUS: Status.FAILED,
-                StepKey.ERROR: f"{type(exc).__name__}: {exc}",
-                StepKey.LAYER: _layer_of(exc),
-                StepKey.DETAILS: {"raised_at": where, "traceback": traceback.format_exc(limit=8)},
-            })
-        if result[StepKey.STATUS] != Status.FAILED:
-            try:
-                _held(ctx, name)
-            except CheckFailed as exc:
-                result.update({StepKey.STATUS: Status.FAILED, StepKey.ERROR: str(exc), StepKey.LAYER: exc.layer,
-                               StepKey.DETAILS: exc.details})
-        result[StepKey.DURATION_S] = round(time.perf_counter() - start, 4)
+        result.update(steprun.run(  # the step table's row (steptable.py): its module and function run the step
+            ctx, name, lambda: getattr(importlib.import_module(f"{PACKAGE}.{row.module}"), row.function)(ctx)))  # noqa: B023
         if result[StepKey.STATUS] == Status.FAILED:
             failed = name
         write_json_atomic(steps_dir / step_file(number, name), result)

@@ -91,7 +91,8 @@ def _guard(raw: str | None, how: str, follows: bool = True) -> None:
 def _guard_tree(raw: str) -> None:
     """A folder moved: refused where it holds what the run relies on as checked (GUARD_ROOTS: the env, the run's
     record, the declared sources)."""
-    inside = os.path.normpath(raw) + os.sep, paths.real(raw) + os.sep
+    # the name moved, its folder resolved: a link moved is the link, never the folder it names (red-team pass 26, FF1)
+    inside = tuple(place + os.sep for place in paths.places(raw, follows=False))
     for root in GUARD_ROOTS[0]():
         if root.startswith(inside):
             _refuse(f"moved {raw}, which holds {root}, while the run relies on it as it was checked: refused",

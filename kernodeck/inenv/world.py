@@ -175,7 +175,7 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
 
 def _taken(ctx: Context) -> None:
     """Every link on the way to a declared name, before the application's code runs with it (links.py)."""
-    links.take(ctx, [*declared(ctx), *source_names(ctx)])
+    links.take(ctx, lambda: [*declared(ctx), *source_names(ctx)])
 
 
 def replaced_links(ctx: Context) -> list[str]:
@@ -183,7 +183,7 @@ def replaced_links(ctx: Context) -> list[str]:
     passes 24 and 25, FP3 and FP1-FP3), as a verdict names them."""
     _taken(ctx)  # a source first located after the last window opened: its links as they are now
     shown = shown_in(Path(ctx.config["project_root"]))
-    return [f"{shown(link)} (a link on the way to a declared name, replaced)" for link in links.replaced()]
+    return [f"{shown(link)} (a link on the way to a declared name, replaced)" for link in links.replaced(ctx)]
 
 
 def _changed_verdict(who: str, files: list[str]) -> CheckFailed:

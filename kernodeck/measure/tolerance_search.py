@@ -94,7 +94,7 @@ def _margins(margin_file: Path, runs: list[VariationRun]) -> dict[str, Any]:
     if not margin_file.exists():
         failed = next((r for r in runs if r.status == "failed"), None)
         raise KernodeckError(
-            f"the declared run failed before the margin search: {failed.error if failed else 'no run'}",
+            f"the declared run failed before its margin search ended: {failed.error if failed else 'no run'}",
             tip=f"{tips.VERIFY}  (its report names the failing step)")
     margins: dict[str, Any] = json.loads(margin_file.read_text(encoding="utf-8"))
     return margins

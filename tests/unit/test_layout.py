@@ -30,6 +30,7 @@ CROSS_CUTTING = {
     "redteam23": "red-team pass 23's findings across the sources held by name, reads' stats, torch's report",
     "redteam24": "red-team pass 24's findings across reads held by their stat: children, links, mapped files",
     "redteam25": "red-team pass 25's findings across the links held, the guard's names and the forked children",
+    "redteam26": "red-team pass 26's findings across the links held (links.py), the guard's trees and calibrate",
 }
 
 

@@ -337,15 +337,14 @@ def _link_stats_at_a_window_and_a_step(tmp_path: Path, monkeypatch: pytest.Monke
     names = {str(tmp_path / "snapshot" / f"f{i}.bin"): "0" * 64 for i in range(files)}
     monkeypatch.setattr(world, "source_names", lambda _ctx: names)
     monkeypatch.setattr(world, "source_files", lambda _ctx: names)
-    monkeypatch.setattr(links, "TAKEN", [None, None, {}])
     world._taken(ctx)  # as a window opens
-    assert len(links.TAKEN[2]) == files
+    assert len(links.held(ctx)) == files
     calls = [0]
     replaced = links.replaced
 
-    def counting() -> list[str]:
-        calls[0] += len(links.TAKEN[2])  # each link taken, one lstat
-        return replaced()
+    def counting(ctx: Context) -> list[str]:
+        calls[0] += len(links.held(ctx))  # each link taken, one lstat
+        return replaced(ctx)
 
     monkeypatch.setattr(links, "replaced", counting)
     world.judge(ctx, "the criterion", set())  # a window's end that read nothing
