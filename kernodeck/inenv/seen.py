@@ -6,7 +6,7 @@ working folder and every folder held open: its ``dir_fd``), ``io.open_code``), `
 library ``ctypes`` loads by path; every file written or folder made (outputs); the project folders listed outside the
 import machinery; the bytes compiled from, and the stat at each read of, a file in the Hugging Face modules cache
 (declared_files.py); and refuses at once a process the application starts (what it reads cannot be seen), an audit
-hook it adds, and a change to what was checked before the run (:data:`GUARD`: the env, a declared source). A
+hook it adds, and a change to what was checked before the run (guard.py: the env, a declared source). A
 process forked in a window keeps the hook: its reads are judged at once in it, its writes handed to the parent
 (children.py). Between windows, every thread but Kernodeck's own is watched: what the application left running reads
 for the next window's verdict.
@@ -21,7 +21,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from . import channels, children, declared_files, libraries, natives, owned, paths, rewritten
+from . import channels, children, declared_files, guard, libraries, natives, owned, paths, rewritten
 from ._common import CheckFailed
 from .protocol import Layer
 
@@ -71,35 +71,17 @@ def _touched(path: str) -> None:
     rewritten.touched(state)
 
 
-# world.py sets it as a window opens: a path -> what a change there changes that the run relies on as checked, or None
-GUARD: list[Any] = [None]
-
-
 def _guard(raw: str | None, how: str, follows: bool = True) -> None:
-    """A change through ``raw`` (as written), refused where it lands on what the run relies on as it was checked
-    (:data:`GUARD`), except the import machinery's own bytecode for an env module (paths.interpreters_bytecode).
-    ``follows``: whether the change goes through a link the name ends in (a write does; a removal, a move away or onto
-    replaces the name itself, never what a link there names)."""
-    for place in paths.places(raw, follows) if raw is not None and GUARD[0] is not None else ():
-        what = GUARD[0](place)
-        if what is not None and not paths.interpreters_bytecode(place):
-            _refuse(f"changed {what} ({place}, {how}) while the run relies on it as it was checked: refused",
-                    {"file": place, "tip": "write the application's outputs into the run's folder (its working "
-                                           "folder) or elsewhere outside the env and the declared sources"})
+    """A change through ``raw`` refused where it lands on what the run relies on as checked (guard.py)."""
+    refusal = guard.changed(raw, how, follows)
+    if refusal is not None:
+        _refuse(*refusal)
 
 
 def _guard_tree(raw: str) -> None:
-    """A folder moved: refused where it holds what the run relies on as checked (GUARD_ROOTS: the env, the run's
-    record, the declared sources)."""
-    # the name moved, its folder resolved: a link moved is the link, never the folder it names (red-team pass 26, FF1)
-    inside = tuple(place + os.sep for place in paths.places(raw, follows=False))
-    for root in GUARD_ROOTS[0]():
-        if root.startswith(inside):
-            _refuse(f"moved {raw}, which holds {root}, while the run relies on it as it was checked: refused",
-                    {"file": raw, "tip": "move only the application's own files"})
-
-
-GUARD_ROOTS: list[Any] = [lambda: ()]  # world.py sets it: what the run relies on as checked, by path
+    refusal = guard.moved_tree(raw)
+    if refusal is not None:
+        _refuse(*refusal)
 
 
 def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:

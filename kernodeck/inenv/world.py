@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import children, leftover, links, locate, owned, paths, seen, verified
+from . import children, guard, leftover, links, locate, owned, paths, seen, verified
 from ._common import CheckFailed, Context
 from .declared_files import (
     cache_copy,
@@ -83,8 +83,8 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     children.PID[0] = os.getpid()
     children.open_notes()
     seen.JUDGE[0] = functools.partial(_at_once, ctx, who)
-    seen.GUARD[0] = functools.partial(_guarded, ctx)
-    seen.GUARD_ROOTS[0] = functools.partial(_guarded_roots, ctx)
+    guard.GUARD[0] = functools.partial(_guarded, ctx)
+    guard.GUARD_ROOTS[0] = functools.partial(_guarded_roots, ctx)
     traces, refused = leftover.taken(), len(seen.PENDING)
     seen.BY[0], seen.ON[0] = who, True
     raised: BaseException | None = None
@@ -116,7 +116,7 @@ def _judge_window(ctx: Context, who: str, before: set[str]) -> None:
 
 
 def _guarded(ctx: Context, path: str) -> str | None:
-    """seen.GUARD: what a change at ``path`` would change that the run relies on as checked before it ran: the env,
+    """guard.GUARD: what a change at ``path`` would change that the run relies on as checked before it ran: the env,
     Kernodeck's in-env folder (paths.guarded), a declared source (its fingerprint taken when the run started), and
     Kernodeck's cache (a forged stat record there would pass a changed source's file at the next run's check)."""
     where = paths.guarded(path)
@@ -142,7 +142,7 @@ def _kernodecks(ctx: Context) -> tuple[str, str, str, str]:
 
 
 def _guarded_roots(ctx: Context) -> list[str]:
-    """seen.GUARD_ROOTS: what :func:`_guarded` protects, by path (a folder moved that holds one is refused)."""
+    """guard.GUARD_ROOTS: what :func:`_guarded` protects, by path (a folder moved that holds one is refused)."""
     sources = [str(ctx.state[key]) for key in ("weights",) if ctx.state.get(key)]
     sources += [str(where) for where in dict(ctx.state.get("data") or {}).values()]
     roots = [sys.prefix, paths.HERE, *_kernodecks(ctx), *declared(ctx), *sources]

@@ -57,7 +57,7 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import links, paths, seen, world
+from kernodeck.inenv import guard, links, paths, seen, world
 from kernodeck.inenv._common import CheckFailed, Context
 from tests.helpers.closedworld import edited_run
 
@@ -256,7 +256,7 @@ def test_fp4_a_stat_record_replaced_through_a_link_and_dotdot_is_refused(tmp_pat
 def _guard_says(monkeypatch: pytest.MonkeyPatch, raw: str) -> str:
     """seen._guard on a move onto ``raw`` with the env guarded as world._guarded guards it (paths.guarded): nothing
     is moved, only asked."""
-    monkeypatch.setattr(seen, "GUARD", [paths.guarded])
+    monkeypatch.setattr(guard, "GUARD", [paths.guarded])
     monkeypatch.setattr(seen, "PENDING", [])
     try:
         seen._guard(raw, "moved onto", follows=False)

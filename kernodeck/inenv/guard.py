@@ -1,0 +1,39 @@
+"""What the application may not change while it runs: the places the run relies on as they were checked before it
+ran (the env, Kernodeck's in-env folder, the declared sources, Kernodeck's cache and its record of the run). seen.py's
+hook asks here at each write, move, removal or touch; world.py sets what is guarded as a window opens."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import paths
+
+# a path -> what a change there changes that the run relies on as checked, or None (world._guarded)
+GUARD: list[Any] = [None]
+GUARD_ROOTS: list[Any] = [lambda: ()]  # what the run relies on as checked, by path (world._guarded_roots)
+
+
+def changed(raw: str | None, how: str, follows: bool = True) -> tuple[str, dict[str, Any]] | None:
+    """A change through ``raw`` (as written) that lands on what the run relies on as it was checked (:data:`GUARD`),
+    except the import machinery's own bytecode for an env module (paths.interpreters_bytecode): the refusal's
+    message and details. ``follows``: whether the change goes through a link the name ends in (a write does; a
+    removal, a move away or onto replaces the name itself, never what a link there names)."""
+    for place in paths.places(raw, follows) if raw is not None and GUARD[0] is not None else ():
+        what = GUARD[0](place)
+        if what is not None and not paths.interpreters_bytecode(place):
+            return (f"changed {what} ({place}, {how}) while the run relies on it as it was checked: refused",
+                    {"file": place, "tip": "write the application's outputs into the run's folder (its working "
+                                           "folder) or elsewhere outside the env and the declared sources"})
+    return None
+
+
+def moved_tree(raw: str) -> tuple[str, dict[str, Any]] | None:
+    """A folder moved that holds what the run relies on as checked (:data:`GUARD_ROOTS`): the refusal."""
+    # the name moved, its folder resolved: a link moved is the link, never the folder it names (red-team pass 26, FF1)
+    inside = tuple(place + os.sep for place in paths.places(raw, follows=False))
+    for root in GUARD_ROOTS[0]():
+        if root.startswith(inside):
+            return (f"moved {raw}, which holds {root}, while the run relies on it as it was checked: refused",
+                    {"file": raw, "tip": "move only the application's own files"})
+    return None
