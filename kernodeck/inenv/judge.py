@@ -11,7 +11,7 @@ from typing import Any
 
 from . import owned, tolerance
 from ._common import CheckFailed, Context, Skip
-from .application import _app_cfg, _function, _ids, _judge, sample, with_data
+from .application import _app_cfg, _ids, _judge, criterion_function, sample
 from .arrays import _first_difference, _load_ids, _load_npy, check_structure
 from .kinds import flip_bound
 
@@ -240,7 +240,7 @@ def _afresh_answer(ctx: Context, outputs: dict[str, Any], items: list[dict[str, 
     with contextlib.ExitStack() as undo:
         undo.callback(seen.earlier, ())
         undo.enter_context(_afresh(ctx))
-        fresh = with_data(_function(ctx, _app_cfg(ctx)["criterion"], "criterion"), ctx)
+        fresh = criterion_function(ctx)
         refused = len(seen.PENDING)
         try:
             result = _judge(fresh, outputs, items, params, root)
@@ -281,7 +281,7 @@ def criterion(ctx: Context) -> dict[str, Any]:
     # what the application wrote before its criterion's first call, each file as it was then: one the criterion
     # writes, or rewrites after the entry wrote it (red-team pass 12), is the criterion's own
     before = {path: owned.state(path) for path in owned.WRITTEN}
-    func = with_data(_function(ctx, cfg["criterion"], "criterion"), ctx)
+    func = criterion_function(ctx)
     items = sample(ctx)
     params = dict(cfg.get("params") or {})
     root = Path(ctx.config["project_root"])

@@ -241,7 +241,7 @@ def margins(ctx: Any) -> dict[str, Any]:
     ids = [str(i["id"]) for i in items]
     use = None
     if cfg.get("criterion"):
-        func = application._function(ctx, cfg["criterion"], "criterion")
+        func = application.criterion_function(ctx)
         params = dict(cfg.get("params") or {})
 
         def use(outputs: dict[str, Any]) -> bool:

@@ -276,6 +276,9 @@ def _serve() -> int:
     result = Path(order["result"])
     ctx = Context(config={ConfigKey.PROJECT_ROOT: order["root"], ConfigKey.APPLICATION: order["app"]},
                   out=Path(order["out"]))
+    from kernodeck_inenv.application import adopt
+
+    adopt(ctx, order.get("sources") or {})  # the runner's located sources: judged against the same
     try:
         trained = call_train(order["cfg"], ctx, order["params"], order["device"], result.parent,
                              int(order["cfg"]["steps"]), None, Path(order["resume_from"]), order["drop"])
@@ -295,6 +298,7 @@ def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str
           drops: tuple[str | None, ...]) -> dict[str, Any]:
     """The uninterrupted run, the run to K with its checkpoint, then one resumed run (new process) per entry of
     ``drops`` (None: the real resume; a piece: a control). Verdicts by drop (``"none"`` for the real one)."""
+    from kernodeck_inenv.application import located
     from kernodeck_inenv.resume import Worker
 
     steps, at = int(cfg["steps"]), int(cfg["checkpoint_at"])
@@ -319,7 +323,8 @@ def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str
                      + (f" without the {drop} state" if drop else ""))
             order = {"cfg": cfg, "root": ctx.config[ConfigKey.PROJECT_ROOT], "params": params, "device": device,
                      "drop": drop, "resume_from": str(checkpoint), "result": str(folder / name / "result.json"),
-                     "app": ctx.config[ConfigKey.APPLICATION], "out": str(ctx.out), "inenv_sha256": expected}
+                     "app": ctx.config[ConfigKey.APPLICATION], "out": str(ctx.out), "inenv_sha256": expected,
+                     "sources": located(ctx)}
             resumed = _resume_in_new_process(worker, order)
             verdict = verdicts[drop or "none"] = judge(cfg, straight, head, resumed, tolerance)
             record(folder / name, verdict["losses_resumed"], resumed.counters)

@@ -31,6 +31,7 @@ CROSS_CUTTING = {
     "redteam24": "red-team pass 24's findings across reads held by their stat: children, links, mapped files",
     "redteam25": "red-team pass 25's findings across the links held, the guard's names and the forked children",
     "redteam26": "red-team pass 26's findings across the links held (links.py), the guard's trees and calibrate",
+    "redteam27": "red-team pass 27's findings across the resumed run's sources and the criterion's one accessor",
 }
 
 
