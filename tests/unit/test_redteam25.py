@@ -203,7 +203,7 @@ def test_note1_a_sources_link_replaced_by_the_same_link_fails(tmp_path: Path) ->
 def test_note2_a_users_link_outside_the_declarations_retargeted_onto_another_source_file_fails(tmp_path: Path) -> None:
     other = tmp_path / "userlink.csv"
     os.symlink(tmp_path / "models" / "a.csv", other)  # made by the user before the run, to the file itself
-    result = _retargeted(tmp_path, "b.csv", name=repr(str(other)), link_to=str(other))
+    result = _retargeted(tmp_path, str(tmp_path / "models" / "b.csv"), name=repr(str(other)), link_to=str(other))
     assert _refused_or_fingerprinted(result), result  # passes: x = [4], b.csv's bytes, a declared file unchanged
 
 
