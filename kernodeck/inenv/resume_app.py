@@ -260,6 +260,19 @@ def read_the_checkpoint(folder: Path) -> None:
                                               "(docs/application.md: the resume contract)"})
 
 
+def worker_context(order: dict[str, Any]) -> Context:
+    """(worker) The resumed run's Context: the runner's located sources and links adopted; of the run's record only
+    its checkpoint and its own folder readable (the uninterrupted call's replayed passed: red-team pass 28, FP1)."""
+    from kernodeck_inenv.application import adopt
+    from kernodeck_inenv.world import RUN_READS
+
+    ctx = Context(config={ConfigKey.PROJECT_ROOT: order["root"], ConfigKey.APPLICATION: order["app"]},
+                  out=Path(order["out"]))
+    adopt(ctx, order.get("sources") or {})
+    ctx.state[RUN_READS] = [order["resume_from"], str(Path(order["result"]).parent)]
+    return ctx
+
+
 def _serve() -> int:
     """(worker) Apply the settings now; then load the entry, resume as the order on stdin says, write the result."""
     from kernodeck_inenv._common import write_json_atomic
@@ -274,11 +287,7 @@ def _serve() -> int:
     # the runner's fingerprints of Kernodeck's in-env files: this process's too (_package.py), as resume.py's worker
     sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), order.get("inenv_sha256"))
     result = Path(order["result"])
-    ctx = Context(config={ConfigKey.PROJECT_ROOT: order["root"], ConfigKey.APPLICATION: order["app"]},
-                  out=Path(order["out"]))
-    from kernodeck_inenv.application import adopt
-
-    adopt(ctx, order.get("sources") or {})  # the runner's located sources: judged against the same
+    ctx = worker_context(order)
     try:
         trained = call_train(order["cfg"], ctx, order["params"], order["device"], result.parent,
                              int(order["cfg"]["steps"]), None, Path(order["resume_from"]), order["drop"])
@@ -292,6 +301,13 @@ def _serve() -> int:
     _keep(result.parent, trained)
     write_json_atomic(result, {"losses": {str(k): v for k, v in trained.losses.items()}, "counters": trained.counters})
     return 0
+
+
+def _fresh(folder: Path, what: str) -> None:
+    """A folder the resumed run reads (its checkpoint, its own) holds nothing an earlier call of train wrote there."""
+    if folder.exists() and any(folder.iterdir()):
+        raise CheckFailed(f"{what} ({folder.name}) already holds files before the call that fills it: an earlier "
+                          "call of train wrote there, and the resumed run would read them", Layer.APPLICATION)
 
 
 def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str, folder: Path,
@@ -312,6 +328,7 @@ def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str
         straight = call_train(cfg, ctx, params, device, folder / "uninterrupted", steps, None, None, None)
         progress(f"train to step {at}, saving a checkpoint")
         checkpoint = folder / "checkpoint"
+        _fresh(checkpoint, "the checkpoint's folder")
         head = call_train(cfg, ctx, params, device, checkpoint, at, at, None, None)
         if not any(checkpoint.iterdir()):
             raise CheckFailed(f"train(app, {at}, save_at={at}, None) saved nothing into app.checkpoint_dir",
@@ -319,6 +336,7 @@ def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str
         verdicts: dict[str, dict[str, Any]] = {}
         for drop, worker in zip(drops, workers, strict=True):
             name = RESUMED_RUN + (f"-without-{drop}" if drop else "")
+            _fresh(folder / name, "the resumed run's folder")
             progress(f"resume from step {at} to {steps} in a new process"
                      + (f" without the {drop} state" if drop else ""))
             order = {"cfg": cfg, "root": ctx.config[ConfigKey.PROJECT_ROOT], "params": params, "device": device,

@@ -232,7 +232,7 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     """Each file read in the window (or imported in it) that is not trusted, declared, written this run or in the
     run's folder: ``{"file", "how", "by", "declare"}``."""
     known = declared(ctx)
-    out_dir = str(ctx.out.resolve()) + os.sep
+    out_dir = _run_folders(ctx)
     modules = _imported(new_modules)
     found: dict[str, dict[str, str]] = {}
     candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
@@ -248,7 +248,18 @@ def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     return [found[p] for p in sorted(found)]
 
 
-def _stranger(ctx: Context, known: dict[str, str], out_dir: str, path: str) -> dict[str, str] | None:
+RUN_READS = "run_reads"  # ctx.state: the folders of the run's record a process may read (default: the whole record)
+
+
+def _run_folders(ctx: Context) -> tuple[str, ...]:
+    """Where in the run's record (its folder: Kernodeck's and the application's own files) a read is accounted for:
+    the whole folder, or in a process that must not see the rest of it (the resumed run's: its checkpoint and its
+    own folder, never the uninterrupted call's record it is compared with; red-team pass 28, FP1) only those."""
+    folders = ctx.state.get(RUN_READS) or (str(ctx.out),)
+    return tuple(os.path.realpath(folder) + os.sep for folder in folders)
+
+
+def _stranger(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...], path: str) -> dict[str, str] | None:
     """A file read that is not trusted, declared or in the run's folder (judged by the file a path there opens:
     paths.real, a link out of it is not the run's): its name as shown and the declaration to add."""
     if paths.trusted(path) or path in known or paths.real(path).startswith(out_dir):
@@ -264,7 +275,7 @@ def _stranger(ctx: Context, known: dict[str, str], out_dir: str, path: str) -> d
 def _at_once(ctx: Context, who: str, path: str, how: str) -> tuple[str, dict[str, Any]] | None:
     """In a forked child (seen.JUDGE): a file read, or a folder listed, judged as the window's end would; the
     verdict's message (after who) and details, or None when it is accounted for."""
-    known, out_dir = declared(ctx), str(ctx.out.resolve()) + os.sep
+    known, out_dir = declared(ctx), _run_folders(ctx)
     changed = moved(ctx, [path]) if how != "listed" else []
     if changed:
         return (f"read declared sources whose bytes are not those fingerprinted when the run started: {changed[0]}",
@@ -280,7 +291,7 @@ def _at_once(ctx: Context, who: str, path: str, how: str) -> tuple[str, dict[str
             {"undeclared": [found], "tip": TIP})
 
 
-def _listings(ctx: Context, known: dict[str, str], out_dir: str,
+def _listings(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...],
               listed: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
     """Each folder of the project the window listed whose names are not all accounted for (a declared file, a folder
     holding one, written by the application): its names were an input no fingerprint covers. Folders outside the
