@@ -419,15 +419,19 @@ except CheckFailed as exc:
 """
 
 
-def edited_run(tmp_path: Path, table_extra: dict[str, Any], entry: str, edit: str) -> dict[str, Any]:
-    """The application step (:data:`EDITED`) on ``entry`` (app.py's text) in a closed project declaring
-    ``table_extra`` besides its entry, criterion, sample and output ``x``; ``edit``: a module defining ``before()``
-    and ``after()``, run around the sources' check. Its status as JSON, with ``x``: what the entry wrote (or None)."""
+def edited_run(tmp_path: Path, table_extra: dict[str, Any], entry: str, edit: str, script: str = "",
+               files: dict[str, str] | None = None) -> dict[str, Any]:
+    """The application step (``script``, default :data:`EDITED`) on ``entry`` (app.py's text) in a closed project
+    declaring ``table_extra`` besides its entry, criterion, sample and output ``x``, with more project ``files``
+    written before the fingerprints; ``edit``: a module defining ``before()`` and ``after()``, run around the sources'
+    check. Its status as JSON, with ``x``: what the entry wrote (or None)."""
     import numpy as np
 
     config = _closed_project(tmp_path)
     root = Path(config["project_root"])
     (root / "app.py").write_text(entry)
+    for rel, text in (files or {}).items():
+        (root / rel).write_text(text)
     table: dict[str, Any] = {
         "entry": "app.py:run",
         "criterion": "app.py:criterion",
@@ -442,9 +446,42 @@ def edited_run(tmp_path: Path, table_extra: dict[str, Any], entry: str, edit: st
     (fake / "torch").mkdir(parents=True)
     (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
     (tmp_path / "edit.py").write_text(edit)
-    done = _script(tmp_path, config, EDITED, flags=[str(tmp_path / "edit.py"), str(fake), str(tmp_path / "cache")])
+    done = _script(tmp_path, config, script or EDITED,
+                   flags=[str(tmp_path / "edit.py"), str(fake), str(tmp_path / "cache")])
     assert done.stdout.strip(), done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     written = tmp_path / "out" / "outputs" / "x.npy"
     result["x"] = np.load(written).tolist() if written.exists() else None  # what the entry read
     return result
+
+
+# --- another process acting at the application's marks (red-team passes 24-26): the edit module's after() starts it;
+# it acts twice, at MARK (then MARK.done) and at MARK2 (then MARK2.done); the entry waits at each mark with _at
+
+TWICE = """import subprocess, sys
+FIRST, SECOND = {first!r}, {second!r}
+def before():
+    pass
+def after():
+    subprocess.Popen([sys.executable, "-c", "import os, sys, time\\n"
+                      "def at(mark):\\n"
+                      "    while not os.path.exists(mark): time.sleep(0.01)\\n"
+                      "at(sys.argv[1]); exec(sys.argv[2]); open(sys.argv[1] + '.done', 'w').close()\\n"
+                      "at(sys.argv[3]); exec(sys.argv[4]); open(sys.argv[3] + '.done', 'w').close()\\n",
+                      {mark!r}, FIRST, {mark2!r}, SECOND])
+"""
+
+WAIT = """def _at(mark):
+    open(mark, "w").close()
+    deadline = time.monotonic() + 20
+    while not os.path.exists(mark + ".done") and time.monotonic() < deadline:
+        time.sleep(0.01)
+"""
+
+CRITERION = """
+
+def criterion(outputs, ids, records, params):
+    return dict(passed=True, summary="ok")
+"""
+
+RELINK = "import os; os.symlink({to!r}, {link!r} + '.tmp'); os.replace({link!r} + '.tmp', {link!r})"

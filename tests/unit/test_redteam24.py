@@ -40,7 +40,7 @@ import pytest
 
 from kernodeck.inenv import declared_files, locate, world
 from kernodeck.inenv._common import CheckFailed, Context
-from tests.helpers.closedworld import edited_run
+from tests.helpers.closedworld import CRITERION, RELINK, TWICE, WAIT, edited_run
 
 # --- the harness (pass 23's): the application step, the sources' check, then the after-step hold --------------------
 
@@ -49,34 +49,6 @@ def _application(tmp_path: Path, table_extra: dict[str, Any], entry: str, edit: 
     """The application step on ``entry`` (app.py's text), ``edit`` a module defining ``before()`` and ``after()`` run
     around the sources' check."""
     return edited_run(tmp_path, table_extra, entry, edit)
-
-
-# Another process acts twice: at MARK (then MARK.done), and at MARK2 (then MARK2.done).
-TWICE = """import subprocess, sys
-FIRST, SECOND = {first!r}, {second!r}
-def before():
-    pass
-def after():
-    subprocess.Popen([sys.executable, "-c", "import os, sys, time\\n"
-                      "def at(mark):\\n"
-                      "    while not os.path.exists(mark): time.sleep(0.01)\\n"
-                      "at(sys.argv[1]); exec(sys.argv[2]); open(sys.argv[1] + '.done', 'w').close()\\n"
-                      "at(sys.argv[3]); exec(sys.argv[4]); open(sys.argv[3] + '.done', 'w').close()\\n",
-                      {mark!r}, FIRST, {mark2!r}, SECOND])
-"""
-
-WAIT = """def _at(mark):
-    open(mark, "w").close()
-    deadline = time.monotonic() + 20
-    while not os.path.exists(mark + ".done") and time.monotonic() < deadline:
-        time.sleep(0.01)
-"""
-
-CRITERION = """
-
-def criterion(outputs, ids, records, params):
-    return dict(passed=True, summary="ok")
-"""
 
 
 # --- FP1: a read's stat is not found by a name that is not its realpath (the after-step hold) ----------------------
@@ -189,7 +161,6 @@ def test_fp2_control_in_the_parent_a_file_changed_after_its_open_and_put_back_fa
     assert result["status"] == "failed" and "table.csv" in result["error"], result
 
 
-
 def test_fp2_in_a_forked_child_a_file_changed_after_its_open_and_put_back_fails(tmp_path: Path) -> None:
     result = _forked(tmp_path, fork=True)
     # refused, or computed from the bytes the record names; was: passed, x = [2]
@@ -214,8 +185,6 @@ def run(app):
 """
     + CRITERION
 )
-
-RELINK = "import os; os.symlink({to!r}, {link!r} + '.tmp'); os.replace({link!r} + '.tmp', {link!r})"
 
 
 def _relinked(tmp_path: Path, put_back: bool) -> dict[str, Any]:
@@ -242,7 +211,6 @@ def _relinked(tmp_path: Path, put_back: bool) -> dict[str, Any]:
 def test_fp3_control_a_link_retargeted_and_left_fails(tmp_path: Path) -> None:
     result = _relinked(tmp_path, put_back=False)
     assert result["status"] == "failed" and "0.csv" in result["error"], result
-
 
 
 def test_fp3_a_link_retargeted_for_the_read_and_put_back_fails(tmp_path: Path) -> None:

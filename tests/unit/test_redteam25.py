@@ -59,38 +59,12 @@ import pytest
 
 from kernodeck.inenv import guard, links, paths, seen, world
 from kernodeck.inenv._common import CheckFailed, Context
-from tests.helpers.closedworld import edited_run
+from tests.helpers.closedworld import CRITERION, RELINK, TWICE, WAIT, edited_run
 
 NOTHING = "def before():\n    pass\ndef after():\n    pass\n"
 
 # Another process acts twice: at MARK (then MARK.done), and at MARK2 (then MARK2.done) (pass 24's harness).
-TWICE = """import subprocess, sys
-FIRST, SECOND = {first!r}, {second!r}
-def before():
-    pass
-def after():
-    subprocess.Popen([sys.executable, "-c", "import os, sys, time\\n"
-                      "def at(mark):\\n"
-                      "    while not os.path.exists(mark): time.sleep(0.01)\\n"
-                      "at(sys.argv[1]); exec(sys.argv[2]); open(sys.argv[1] + '.done', 'w').close()\\n"
-                      "at(sys.argv[3]); exec(sys.argv[4]); open(sys.argv[3] + '.done', 'w').close()\\n",
-                      {mark!r}, FIRST, {mark2!r}, SECOND])
-"""
 
-WAIT = """def _at(mark):
-    open(mark, "w").close()
-    deadline = time.monotonic() + 20
-    while not os.path.exists(mark + ".done") and time.monotonic() < deadline:
-        time.sleep(0.01)
-"""
-
-CRITERION = """
-
-def criterion(outputs, ids, records, params):
-    return dict(passed=True, summary="ok")
-"""
-
-RELINK = "import os; os.symlink({to!r}, {link!r} + '.tmp'); os.replace({link!r} + '.tmp', {link!r})"
 
 # The entry reads the weights' link 0.csv through ``name`` (an expression of ``app`` and ``link``, after ``setup``)
 # between the marks, then runs ``cleanup``: x = the length of what it read (a.csv's "1\n": 2; b.csv's "222\n": 4).

@@ -54,7 +54,6 @@ its result), COST1 (the names are built only when a new set of declared names is
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -63,39 +62,19 @@ import pytest
 
 from kernodeck.inenv import links, locate, world
 from kernodeck.inenv._common import Context
-from kernodeck.project import app_contract
-from tests.helpers.closedworld import EDITED, FAKE_TORCH, _closed_project, _script
+from tests.helpers.closedworld import (
+    CRITERION,
+    EDITED,
+    RELINK,
+    TWICE,
+    WAIT,
+    edited_run,
+)
 
 NOTHING = "def before():\n    pass\ndef after():\n    pass\n"
 
 # Another process acts twice: at MARK (then MARK.done), and at MARK2 (then MARK2.done) (passes 24 and 25's harness).
-TWICE = """import subprocess, sys
-FIRST, SECOND = {first!r}, {second!r}
-def before():
-    pass
-def after():
-    subprocess.Popen([sys.executable, "-c", "import os, sys, time\\n"
-                      "def at(mark):\\n"
-                      "    while not os.path.exists(mark): time.sleep(0.01)\\n"
-                      "at(sys.argv[1]); exec(sys.argv[2]); open(sys.argv[1] + '.done', 'w').close()\\n"
-                      "at(sys.argv[3]); exec(sys.argv[4]); open(sys.argv[3] + '.done', 'w').close()\\n",
-                      {mark!r}, FIRST, {mark2!r}, SECOND])
-"""
 
-WAIT = """def _at(mark):
-    open(mark, "w").close()
-    deadline = time.monotonic() + 20
-    while not os.path.exists(mark + ".done") and time.monotonic() < deadline:
-        time.sleep(0.01)
-"""
-
-CRITERION = """
-
-def criterion(outputs, ids, records, params):
-    return dict(passed=True, summary="ok")
-"""
-
-RELINK = "import os; os.symlink({to!r}, {link!r} + '.tmp'); os.replace({link!r} + '.tmp', {link!r})"
 
 # The entry reads the weights' 0.csv between the marks: x = the length of what it read (a's "1\n": 2; "222\n": 4).
 READS = (
@@ -120,33 +99,7 @@ def _run(tmp_path: Path, table_extra: dict[str, Any], entry: str, edit: str, scr
          files: dict[str, str] | None = None) -> dict[str, Any]:
     """closedworld.edited_run with the step's script given (``script``: EDITED, the runner's order) and more project
     ``files`` written before the fingerprints."""
-    import numpy as np
-
-    config = _closed_project(tmp_path)
-    root = Path(config["project_root"])
-    (root / "app.py").write_text(entry)
-    for rel, text in (files or {}).items():
-        (root / rel).write_text(text)
-    table: dict[str, Any] = {
-        "entry": "app.py:run",
-        "criterion": "app.py:criterion",
-        "sample": "sample.jsonl",
-        "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}},
-        **table_extra,
-    }
-    app = app_contract.from_table(table, root)
-    config["application"] = {**app.run_config(), "sample": str(root / "sample.jsonl"),
-                             "sources": app.fingerprints(root)}
-    fake = tmp_path / "faketorch"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    (tmp_path / "edit.py").write_text(edit)
-    done = _script(tmp_path, config, script, flags=[str(tmp_path / "edit.py"), str(fake), str(tmp_path / "cache")])
-    assert done.stdout.strip(), done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    written = tmp_path / "out" / "outputs" / "x.npy"
-    result["x"] = np.load(written).tolist() if written.exists() else None  # what the entry read
-    return result
+    return edited_run(tmp_path, table_extra, entry, edit, script, files)
 
 
 def _refused_or_fingerprinted(result: dict[str, Any]) -> bool:
