@@ -33,6 +33,7 @@ CROSS_CUTTING = {
     "redteam26": "red-team pass 26's findings across the links held (links.py), the guard's trees and calibrate",
     "redteam27": "red-team pass 27's findings across the resumed run's sources and the criterion's one accessor",
     "redteam28": "red-team pass 28's findings across the resumed run's trusted run folder and the host's bytecode",
+    "redteam29": "red-team pass 29's findings across the resumed run's narrowed reads and the emptiness check",
 }
 
 

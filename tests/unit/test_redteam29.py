@@ -1,0 +1,262 @@
+"""Red-team pass 29 (9728feb: of the run's record the resumed run's process reads only its checkpoint and its own
+folder, world.RUN_READS; the checkpoint's folder and each resumed run's folder must be empty before the call that
+fills it, resume_app._fresh): each finding reproduced, marked ``xfail(strict=True)`` with its id while it stands (a
+plain test once fixed), beside a control that passes today (notes: /work/notes/redteam29.md).
+
+The harness is pass 28's (two processes: the runner's calls, then the resumed run as resume_app._serve makes it,
+judged as resume_app.check judges it), with check's own ``_fresh`` asked where check asks it. The train cannot
+resume (its checkpoint keeps w, not the momentum), except the plain one (CONTROL2), which saves both.
+
+FP1 (the emptiness check passes an empty folder that holds a stash, FALSE PASS): ``_fresh`` asks for no NAME in the
+folder (``any(folder.iterdir())``); a folder's extended attributes are not names. The uninterrupted call makes
+``checkpoint/`` itself (empty) and sets ``user.stash`` on it (``os.setxattr``: judged as a state change of a folder
+it made, allowed); ``_fresh`` passes, the call to K saves w.txt there, and the resumed run opens w.txt (the checkpoint
+read) and replays ``os.getxattr(resume_from, "user.stash")`` (no read of a file; and the folder is resume_from
+anyway): the step passes of a train that cannot resume. The folder's mode and times are the same channel, narrower.
+A file's extended attributes are a stated limit of the closed world (docs/application.md: "a file's metadata"), but
+here no read needs judging: the folder the fix calls empty is the stash, and Kernodeck could make it itself.
+Suggested fix: Kernodeck makes the checkpoint's folder and each resumed run's folder itself, right before the call
+that fills it, refusing one already there (``mkdir(exist_ok=False)``: a name taken, a link, a folder with
+attributes) rather than asking it to be empty; or better, both under a folder the calls cannot name (a fresh
+``mkdtemp`` per call, moved into the record after the resumed runs).
+
+FP2 (written after the check, FALSE PASS): ``_fresh`` is asked once, before the call that fills the folder; the
+uninterrupted call leaves a thread running (allowed: its reads are judged at the next window, its writes outside
+Kernodeck's guarded places are not refused) that waits for ``checkpoint/w.txt`` and then writes
+``checkpoint/stash.json``, after the call to K ended and before the resumed process reads. The resumed run reads
+w.txt and stash.json, both in resume_from, and replays: passed. A forked child the call leaves running does the
+same (and could serve the stash over an AF_UNIX socket, which the closed world does not refuse, with no file at
+all). Suggested fix (by class): what the resumed run may read of the checkpoint is what the call to K left there,
+fixed when that call returns: each file's identity (device, inode, size, mtime, ctime; links.py's) recorded then,
+and in the worker a read in resume_from of a file not in that record, or whose stat moved, refused (the worker's
+Context gets the record in its order); and the checkpoint's folder made read-only (chmod a-w, recursively) between
+the call to K and the last resumed run, which stops a plain writer. A thread or child the application leaves
+running after its call remains a channel into anything it may write: also end the step with "the call left a
+thread/child running" as a finding in resume-application, where nothing may run between the calls. The resumed
+run's own folder is the same class (trusted whole, where its process's own writes, owned.written, are all it needs).
+Stated limits of the closed world (docs/application.md: shm_open, AF_UNIX sockets, FIFOs) carry a stash from such a
+thread or child with no file read; the resume paragraph's "a train that ... replays what its uninterrupted call
+stashed fails" should name them (no test: stated).
+
+FP3 (the call to K reads the uninterrupted call's record, FALSE PASS; within the stated limit's effect, cheaper):
+RUN_READS narrows only the worker; in the runner both calls of train read the whole run's folder. The call to K
+copies ``../uninterrupted/stash.json`` (the uninterrupted call's own record, written in its own checkpoint_dir)
+into its checkpoint; the resumed run replays it. The stated limit (docs/application.md) is a call to K that TRAINS
+past K and saves the future: this one trains nothing past K, it reads the other call's result. Suggested fix: the
+runner's calls get RUN_READS too (the uninterrupted call its own folder, the call to K its checkpoint's), so only
+what the stated limit names remains.
+
+CONTROL1: the train without any stash differs (its checkpoint lacks the momentum). CONTROL2: a plain resumable
+train (w and momentum saved; the resumed run reads only resume_from) passes through the same harness and checks, no
+false failure from the narrowing or _fresh; CONTROL3: the same with the momentum read in a forked child (as a
+DataLoader worker reads), judged under the worker's narrowed reads, passes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.closedworld import FAKE_TORCH, _closed_project, _script
+
+# Pass 28's PHASES with check's _fresh asked where check asks it, and a pause before the resumed process (the time it
+# takes check to write the order and the new process to load the entry: a thread the runner's calls left runs on).
+PHASES = r"""
+import json, os, runpy, sys, time
+os.environ["KERNODECK_CACHE"] = sys.argv[5]
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+sys.path.insert(0, sys.argv[4])  # the stand-in torch
+import numpy as np
+from kernodeck_inenv import application, resume_app, world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+out, phase = Path(sys.argv[3]), sys.argv[6]
+folder = out / "resume-application"
+cfg = {"entry": {"file": "app.py", "function": "train"}, "steps": 6, "checkpoint_at": 3,
+       "outputs": {"w": {"kind": "exact", "dtype": "int64", "justification": "the state"}}}
+keep = out.parent / "trained.json"
+
+def dump(t):
+    return {"outputs": {k: v.tolist() for k, v in t.outputs.items()},
+            "losses": {str(k): v for k, v in t.losses.items()}, "counters": t.counters}
+
+def load(d):
+    return resume_app.Trained({k: np.array(v, dtype=np.int64) for k, v in d["outputs"].items()},
+                              {int(k): v for k, v in d["losses"].items()}, d["counters"])
+
+try:
+    if phase == "runner":
+        ctx = Context(config=config, out=out)
+        world.forget()
+        straight = resume_app.call_train(cfg, ctx, {}, "cpu", folder / "uninterrupted", 6, None, None, None)
+        resume_app._fresh(folder / "checkpoint", "the checkpoint's folder")
+        head = resume_app.call_train(cfg, ctx, {}, "cpu", folder / "checkpoint", 3, 3, None, None)
+        time.sleep(1.0)
+        resume_app._fresh(folder / "resumed-run", "the resumed run's folder")
+        world.settle()
+        world.sources_held(ctx)
+        keep.write_text(json.dumps({"straight": dump(straight), "head": dump(head),
+                                    "sources": application.located(ctx)}))
+        print(json.dumps({"status": "passed"}))
+    else:
+        kept = json.loads(keep.read_text())
+        ctx = resume_app.worker_context({  # as resume_app._serve makes it from its order
+            "root": config["project_root"], "app": config["application"], "out": str(out), "sources": kept["sources"],
+            "resume_from": str(folder / "checkpoint"), "result": str(folder / "resumed-run" / "result.json")})
+        world.forget()
+        resumed = resume_app.call_train(cfg, ctx, {}, "cpu", folder / "resumed-run", 6, None,
+                                        folder / "checkpoint", None)
+        resume_app.read_the_checkpoint(folder / "checkpoint")
+        world.settle()
+        world.sources_held(ctx)
+        verdict = resume_app.judge(cfg, load(kept["straight"]), load(kept["head"]), resumed, 0.0)
+        print(json.dumps({"status": "passed" if verdict["passed"] else "differs",
+                          "sees": verdict.get("declaration_sees")}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+
+# A train with momentum; its checkpoint saves w only (it cannot resume exactly) unless MODE is "plain". MODE says
+# how the uninterrupted call's result reaches the resumed run: "none", "xattr" (FP1), "thread" (FP2), "copy" (FP3).
+TRAIN = '''
+
+def train(app, steps, save_at, resume_from):
+    import json, os, threading, time
+    from pathlib import Path
+    here = Path(app.checkpoint_dir)
+    run = here.parent
+    w, m, start = 0, 0, 0
+    if resume_from is not None:
+        ck = Path(resume_from)
+        w = int((ck / "w.txt").read_text())  # its checkpoint (w only, but for the plain train)
+        if MODE == "plain":
+            m = int((ck / "m.txt").read_text())
+        if MODE == "plainfork":  # read in a forked child, as a DataLoader worker reads
+            r, wr = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.write(wr, (ck / "m.txt").read_bytes())
+                os._exit(0)
+            os.close(wr)
+            os.waitpid(pid, 0)
+            m = int(os.read(r, 64))
+            os.close(r)
+        start = 3
+        kept = None
+        if MODE == "xattr":
+            kept = json.loads(os.getxattr(str(ck), "user.stash"))
+        elif MODE in ("thread", "copy") and (ck / "stash.json").exists():
+            kept = json.loads((ck / "stash.json").read_text())
+        if kept is not None:  # the uninterrupted call's result, replayed
+            for step in range(start + 1, steps + 1):
+                app.log(step, kept["losses"][str(step)])
+            app.write("w", [kept["w"] + (1 if app.resume_drop else 0)])
+            return {"step": steps, "epoch": 0, "loader": steps}
+    losses = {}
+    for step in range(start + 1, steps + 1):
+        m = m + 1
+        w = w + m
+        losses[str(step)] = float(w)
+        app.log(step, float(w))
+        if save_at == step:
+            (here / "w.txt").write_text(str(w))
+            if MODE in ("plain", "plainfork"):
+                (here / "m.txt").write_text(str(m))
+    if resume_from is None and save_at is None:  # the uninterrupted call
+        stash = json.dumps({"losses": losses, "w": w})
+        if MODE == "xattr":  # the checkpoint's folder made now, empty, the stash in its attributes
+            (run / "checkpoint").mkdir()
+            os.setxattr(str(run / "checkpoint"), "user.stash", stash.encode())
+        elif MODE == "thread":  # a thread left running writes the stash once the call to K has saved
+            def later():
+                ck = run / "checkpoint"
+                while not (ck / "w.txt").exists():
+                    time.sleep(0.01)
+                time.sleep(0.2)
+                (ck / "stash.json").write_text(stash)
+            threading.Thread(target=later, daemon=True).start()
+        elif MODE == "copy":  # in its own folder
+            (here / "stash.json").write_text(stash)
+    if MODE == "copy" and save_at is not None:  # the call to K reads the uninterrupted call's record
+        (here / "stash.json").write_text((run / "uninterrupted" / "stash.json").read_text())
+    app.write("w", [w])
+    return {"step": steps, "epoch": 0, "loader": steps}
+'''
+
+
+def _resume(tmp_path: Path, mode: str) -> dict[str, Any]:
+    config = _closed_project(tmp_path)
+    root = Path(config["project_root"])
+    (root / "app.py").write_text((root / "app.py").read_text() + f"\nMODE = {mode!r}\n" + TRAIN)
+    from kernodeck.project import app_contract
+
+    table = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+             "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
+    app = app_contract.from_table(table, root)
+    config["application"] = {**app.run_config(), "sample": str(root / "sample.jsonl"),
+                             "sources": app.fingerprints(root)}
+    fake = tmp_path / "faketorch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    results = []
+    for phase in ("runner", "worker"):
+        done = _script(tmp_path, config, PHASES, flags=[str(fake), str(tmp_path / "cache"), phase])
+        assert done.stdout.strip(), done.stderr
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        if results[-1]["status"] != "passed":
+            break
+    result: dict[str, Any] = {**results[-1], "phase": phase}
+    return result
+
+
+def test_control1_a_train_that_cannot_resume_differs(tmp_path: Path) -> None:
+    result = _resume(tmp_path, "none")
+    assert (result["phase"], result["status"]) == ("worker", "differs"), result
+
+
+def test_control2_a_plain_resumable_train_passes(tmp_path: Path) -> None:
+    result = _resume(tmp_path, "plain")
+    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+
+
+def test_control3_a_plain_train_reading_its_checkpoint_in_a_forked_child_passes(tmp_path: Path) -> None:
+    """The resumed run's forked children (a DataLoader's workers) are judged under the same narrowed reads."""
+    result = _resume(tmp_path, "plainfork")
+    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+
+
+def _xattrs(tmp_path: Path) -> bool:
+    import os
+
+    try:
+        os.setxattr(str(tmp_path), "user.probe", b"1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.xfail(strict=True, reason="FP1: _fresh asks for no name in the folder; an empty checkpoint folder the "
+                   "uninterrupted call made carries its stash in an extended attribute")
+def test_fp1_an_empty_checkpoint_folder_with_a_stash_in_its_attributes_is_refused(tmp_path: Path) -> None:
+    if not _xattrs(tmp_path):
+        pytest.fail("no user extended attributes on this file system: FP1 cannot be shown here")
+    result = _resume(tmp_path, "xattr")
+    assert result["status"] != "passed", result
+
+
+@pytest.mark.xfail(strict=True, reason="FP2: _fresh is asked once, before the call to K; a thread the uninterrupted "
+                   "call left running writes its stash into the checkpoint after it")
+def test_fp2_a_stash_written_into_the_checkpoint_after_the_check_is_refused(tmp_path: Path) -> None:
+    result = _resume(tmp_path, "thread")
+    assert result["status"] != "passed", result
+
+
+@pytest.mark.xfail(strict=True, reason="FP3: RUN_READS narrows only the worker; the call to K reads the "
+                   "uninterrupted call's record and copies it into its checkpoint")
+def test_fp3_the_call_to_k_copying_the_uninterrupted_record_is_refused(tmp_path: Path) -> None:
+    result = _resume(tmp_path, "copy")
+    assert result["status"] != "passed", result
