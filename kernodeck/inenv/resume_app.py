@@ -260,17 +260,20 @@ def read_the_checkpoint(folder: Path) -> None:
                                               "(docs/application.md: the resume contract)"})
 
 
-def worker_context(order: dict[str, Any]) -> Context:
-    """(worker) The resumed run's Context: the runner's located sources and links adopted; of the run's record only
-    its checkpoint and its own folder readable (the uninterrupted call's replayed passed: red-team pass 28, FP1)."""
-    from kernodeck_inenv.application import adopt
-    from kernodeck_inenv.world import RUN_READS
+def resumed_call(order: dict[str, Any]) -> Trained:
+    """(worker) The resumed call as its order says: from the sealed checkpoint, reading only it and its own folder."""
+    from kernodeck_inenv import world
+    from kernodeck_inenv.resume_calls import made, sealed, worker_context
 
-    ctx = Context(config={ConfigKey.PROJECT_ROOT: order["root"], ConfigKey.APPLICATION: order["app"]},
-                  out=Path(order["out"]))
-    adopt(ctx, order.get("sources") or {})
-    ctx.state[RUN_READS] = [order["resume_from"], str(Path(order["result"]).parent)]
-    return ctx
+    ctx, checkpoint, result = worker_context(order), Path(order["resume_from"]), Path(order["result"])
+    own = made(result.parent, "the resumed run's folder")  # its result is written there whatever happens next
+    sealed(checkpoint, order.get("seal"))
+    trained = call_train(order["cfg"], ctx, order["params"], order["device"], own, int(order["cfg"]["steps"]), None,
+                         checkpoint, order["drop"])
+    read_the_checkpoint(checkpoint)
+    sealed(checkpoint, order.get("seal"))  # nothing written there meanwhile (a thread an earlier call left running)
+    world.sources_held(ctx)  # as after each of the runner's steps: what this process read is still what was held
+    return trained
 
 
 def _serve() -> int:
@@ -287,14 +290,8 @@ def _serve() -> int:
     # the runner's fingerprints of Kernodeck's in-env files: this process's too (_package.py), as resume.py's worker
     sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), order.get("inenv_sha256"))
     result = Path(order["result"])
-    ctx = worker_context(order)
     try:
-        trained = call_train(order["cfg"], ctx, order["params"], order["device"], result.parent,
-                             int(order["cfg"]["steps"]), None, Path(order["resume_from"]), order["drop"])
-        read_the_checkpoint(Path(order["resume_from"]))
-        from kernodeck_inenv import world
-
-        world.sources_held(ctx)  # as after each of the runner's steps: what this process read is still what was held
+        trained = resumed_call(order)
     except CheckFailed as exc:
         write_json_atomic(result, {"error": str(exc), "layer": exc.layer, "details": exc.details})
         return 0
@@ -303,19 +300,13 @@ def _serve() -> int:
     return 0
 
 
-def _fresh(folder: Path, what: str) -> None:
-    """A folder the resumed run reads (its checkpoint, its own) holds nothing an earlier call of train wrote there."""
-    if folder.exists() and any(folder.iterdir()):
-        raise CheckFailed(f"{what} ({folder.name}) already holds files before the call that fills it: an earlier "
-                          "call of train wrote there, and the resumed run would read them", Layer.APPLICATION)
-
-
 def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str, folder: Path,
           drops: tuple[str | None, ...]) -> dict[str, Any]:
     """The uninterrupted run, the run to K with its checkpoint, then one resumed run (new process) per entry of
     ``drops`` (None: the real resume; a piece: a control). Verdicts by drop (``"none"`` for the real one)."""
     from kernodeck_inenv.application import located
     from kernodeck_inenv.resume import Worker
+    from kernodeck_inenv.resume_calls import train_calls
 
     steps, at = int(cfg["steps"]), int(cfg["checkpoint_at"])
     tolerance = 0.0 if device == "cpu" else float(cfg.get("gpu_tolerance", 1e-5))
@@ -324,30 +315,28 @@ def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str
     workers = [Worker(HERE / "resume_app.py") for _ in drops]
     expected = getattr(getattr(sys.modules.get("kernodeck_inenv"), "__loader__", None), "expected", None)
     try:
-        progress(f"train uninterrupted to step {steps}")
-        straight = call_train(cfg, ctx, params, device, folder / "uninterrupted", steps, None, None, None)
-        progress(f"train to step {at}, saving a checkpoint")
+        progress(f"train uninterrupted to step {steps}, then to step {at}, saving a checkpoint")
+        straight, head, seal = train_calls(
+            lambda where, upto, save_at: call_train(cfg, ctx, params, device, where, upto, save_at, None, None),
+            ctx, folder, steps, at)
         checkpoint = folder / "checkpoint"
-        _fresh(checkpoint, "the checkpoint's folder")
-        head = call_train(cfg, ctx, params, device, checkpoint, at, at, None, None)
         if not any(checkpoint.iterdir()):
             raise CheckFailed(f"train(app, {at}, save_at={at}, None) saved nothing into app.checkpoint_dir",
                               Layer.APPLICATION)
         verdicts: dict[str, dict[str, Any]] = {}
         for drop, worker in zip(drops, workers, strict=True):
             name = RESUMED_RUN + (f"-without-{drop}" if drop else "")
-            _fresh(folder / name, "the resumed run's folder")
             progress(f"resume from step {at} to {steps} in a new process"
                      + (f" without the {drop} state" if drop else ""))
             order = {"cfg": cfg, "root": ctx.config[ConfigKey.PROJECT_ROOT], "params": params, "device": device,
                      "drop": drop, "resume_from": str(checkpoint), "result": str(folder / name / "result.json"),
                      "app": ctx.config[ConfigKey.APPLICATION], "out": str(ctx.out), "inenv_sha256": expected,
-                     "sources": located(ctx)}
+                     "sources": located(ctx), "seal": seal}
             resumed = _resume_in_new_process(worker, order)
             verdict = verdicts[drop or "none"] = judge(cfg, straight, head, resumed, tolerance)
             record(folder / name, verdict["losses_resumed"], resumed.counters)
-        # Kept only now: a resumed run (whose closed world trusts the run's folder) finds no end state or loss curve
-        # of the uninterrupted run to replay instead of resuming.
+        # Kept only now: a resumed run finds no end state or loss curve of the uninterrupted run to replay instead of
+        # resuming (nor may it read that folder: resume_calls.py).
         _keep(folder / "uninterrupted", straight)
         record(folder / "uninterrupted", [straight.losses.get(s) for s in range(1, steps + 1)], straight.counters)
         return verdicts

@@ -41,8 +41,8 @@ reuses a freed inode at once (seen here), so on a kernel with coarse (jiffy) cti
 one tick would keep the identity; this kernel (6.18, multigrain timestamps) gave a new ctime every time (200 of 200).
 
 Fixed: FP1 (resume_app.worker_context: of the run's record the resumed run's process reads only its checkpoint and
-its own folder, world.RUN_READS; and the checkpoint's folder and each resumed run's folder must be empty before the
-call that fills it, resume_app._fresh). Stated: FP2 (the orchestrator's own runtime, the checkout with its
+its own folder, world.RUN_READS; and the checkpoint's folder and each resumed run's folder made by Kernodeck right
+before the call that fills it, resume_calls.made). Stated: FP2 (the orchestrator's own runtime, the checkout with its
 git-ignored bytecode and the session venv whose packages it imports, is the tool itself: a person who can write there
 can change what the verdict says; docs/env-integrity.md), NOTE2 (docs/application.md). What the call to K itself
 stashes in its checkpoint, having trained past K unseen, stays a limit (docs/application.md).
@@ -68,7 +68,7 @@ from pathlib import Path
 runpy.run_path(sys.argv[1])
 sys.path.insert(0, sys.argv[4])  # the stand-in torch
 import numpy as np
-from kernodeck_inenv import application, resume_app, world
+from kernodeck_inenv import application, resume_app, resume_calls, world
 from kernodeck_inenv._common import CheckFailed, Context
 config = json.loads(Path(sys.argv[2]).read_text())
 out, phase = Path(sys.argv[3]), sys.argv[6]
@@ -89,24 +89,20 @@ try:
     if phase == "runner":
         ctx = Context(config=config, out=out)
         world.forget()
-        straight = resume_app.call_train(cfg, ctx, {}, "cpu", folder / "uninterrupted", 6, None, None, None)
-        head = resume_app.call_train(cfg, ctx, {}, "cpu", folder / "checkpoint", 3, 3, None, None)
+        straight, head, seal = resume_calls.train_calls(  # as resume_app.check makes them
+            lambda where, upto, save_at: resume_app.call_train(cfg, ctx, {}, "cpu", where, upto, save_at, None, None),
+            ctx, folder, 6, 3)
         world.settle()
         world.sources_held(ctx)
         keep.write_text(json.dumps({"straight": dump(straight), "head": dump(head),
-                                    "sources": application.located(ctx)}))
+                                    "sources": application.located(ctx), "seal": seal}))
         print(json.dumps({"status": "passed"}))
     else:
         kept = json.loads(keep.read_text())
-        ctx = resume_app.worker_context({  # as resume_app._serve makes it from its order
-            "root": config["project_root"], "app": config["application"], "out": str(out), "sources": kept["sources"],
+        resumed = resume_app.resumed_call({  # as resume_app._serve runs it from its order
+            "cfg": cfg, "root": config["project_root"], "app": config["application"], "out": str(out), "params": {},
+            "device": "cpu", "drop": None, "sources": kept["sources"], "seal": kept["seal"],
             "resume_from": str(folder / "checkpoint"), "result": str(folder / "resumed-run" / "result.json")})
-        world.forget()
-        resumed = resume_app.call_train(cfg, ctx, {}, "cpu", folder / "resumed-run", 6, None,
-                                        folder / "checkpoint", None)
-        resume_app.read_the_checkpoint(folder / "checkpoint")
-        world.settle()
-        world.sources_held(ctx)
         verdict = resume_app.judge(cfg, load(kept["straight"]), load(kept["head"]), resumed, 0.0)
         print(json.dumps({"status": "passed" if verdict["passed"] else "differs",
                           "sees": verdict.get("declaration_sees")}))
@@ -267,16 +263,14 @@ def test_fp2_a_session_command_does_not_run_the_checkouts_bytecode(tmp_path: Pat
     assert not marker.exists(), marker.read_text()
 
 
-def test_fp1_a_folder_the_resumed_run_reads_must_start_empty(tmp_path: Path) -> None:
-    """The other way in: an earlier call of train writing into the checkpoint's folder (or the resumed run's own)
-    before the call that fills it is refused (resume_app._fresh, asked before each)."""
-    from kernodeck.inenv import resume_app
+def test_fp1_a_folder_a_call_fills_is_made_by_kernodeck_right_before_it(tmp_path: Path) -> None:
+    """The other way in: an earlier call of train making (and filling) the checkpoint's folder, or a resumed run's,
+    before the call that fills it is refused (resume_calls.made, asked before each call)."""
+    from kernodeck.inenv import resume_calls
 
-    folder = tmp_path / "checkpoint"
-    resume_app._fresh(folder, "the checkpoint's folder")  # not there yet: fine
-    folder.mkdir()
-    resume_app._fresh(folder, "the checkpoint's folder")  # empty: fine
-    (folder / "stash.json").write_text("{}")
-    with pytest.raises(Exception, match="already holds files") as raised:  # the in-env package's CheckFailed
-        resume_app._fresh(folder, "the checkpoint's folder")
+    resume_calls.made(tmp_path / "checkpoint", "the checkpoint's folder")  # not there yet: made
+    assert (tmp_path / "checkpoint").is_dir()
+    (tmp_path / "resumed-run").mkdir()  # there already, even empty
+    with pytest.raises(Exception, match="already there") as raised:  # the in-env package's CheckFailed
+        resume_calls.made(tmp_path / "resumed-run", "the resumed run's folder")
     assert type(raised.value).__name__ == "CheckFailed"

@@ -4,8 +4,8 @@ fills it, resume_app._fresh): each finding reproduced, marked ``xfail(strict=Tru
 plain test once fixed), beside a control that passes today (notes: /work/notes/redteam29.md).
 
 The harness is pass 28's (two processes: the runner's calls, then the resumed run as resume_app._serve makes it,
-judged as resume_app.check judges it), with check's own ``_fresh`` asked where check asks it. The train cannot
-resume (its checkpoint keeps w, not the momentum), except the plain one (CONTROL2), which saves both.
+judged as resume_app.check judges it), now through resume_calls.train_calls and resume_app.resumed_call. The train
+cannot resume (its checkpoint keeps w, not the momentum), except the plain one (CONTROL2), which saves both.
 
 FP1 (the emptiness check passes an empty folder that holds a stash, FALSE PASS): ``_fresh`` asks for no NAME in the
 folder (``any(folder.iterdir())``); a folder's extended attributes are not names. The uninterrupted call makes
@@ -50,6 +50,15 @@ CONTROL1: the train without any stash differs (its checkpoint lacks the momentum
 train (w and momentum saved; the resumed run reads only resume_from) passes through the same harness and checks, no
 false failure from the narrowing or _fresh; CONTROL3: the same with the momentum read in a forked child (as a
 DataLoader worker reads), judged under the worker's narrowed reads, passes.
+
+Fixed by class (resume_calls.py: only the checkpoint the call to K saved passes between the calls): Kernodeck makes
+each call's folder itself right before the call, refusing one already there (FP1: the folder the uninterrupted call
+made); each call reads, of the run's record, only its own folder, and what the uninterrupted call wrote is barred to
+the call to K as a determinism rerun's earlier files are (FP3); the checkpoint is sealed as the call to K returns (each
+entry's identity, size and times; a ``user.`` extended attribute refused) and the resumed run checks the seal before
+and after its call (FP2: what a thread left running wrote after it). The closed world's stated limits (shared memory,
+local sockets, FIFOs) still carry a stash with no file, and what the call to K puts into its checkpoint is the
+application's: both stated in docs/application.md.
 """
 
 from __future__ import annotations
@@ -71,7 +80,7 @@ from pathlib import Path
 runpy.run_path(sys.argv[1])
 sys.path.insert(0, sys.argv[4])  # the stand-in torch
 import numpy as np
-from kernodeck_inenv import application, resume_app, world
+from kernodeck_inenv import application, resume_app, resume_calls, world
 from kernodeck_inenv._common import CheckFailed, Context
 config = json.loads(Path(sys.argv[2]).read_text())
 out, phase = Path(sys.argv[3]), sys.argv[6]
@@ -92,27 +101,21 @@ try:
     if phase == "runner":
         ctx = Context(config=config, out=out)
         world.forget()
-        straight = resume_app.call_train(cfg, ctx, {}, "cpu", folder / "uninterrupted", 6, None, None, None)
-        resume_app._fresh(folder / "checkpoint", "the checkpoint's folder")
-        head = resume_app.call_train(cfg, ctx, {}, "cpu", folder / "checkpoint", 3, 3, None, None)
-        time.sleep(1.0)
-        resume_app._fresh(folder / "resumed-run", "the resumed run's folder")
+        straight, head, seal = resume_calls.train_calls(  # as resume_app.check makes them
+            lambda where, upto, save_at: resume_app.call_train(cfg, ctx, {}, "cpu", where, upto, save_at, None, None),
+            ctx, folder, 6, 3)
+        time.sleep(1.0)  # check writing the order, the new process loading: a thread left running runs on
         world.settle()
         world.sources_held(ctx)
         keep.write_text(json.dumps({"straight": dump(straight), "head": dump(head),
-                                    "sources": application.located(ctx)}))
+                                    "sources": application.located(ctx), "seal": seal}))
         print(json.dumps({"status": "passed"}))
     else:
         kept = json.loads(keep.read_text())
-        ctx = resume_app.worker_context({  # as resume_app._serve makes it from its order
-            "root": config["project_root"], "app": config["application"], "out": str(out), "sources": kept["sources"],
+        resumed = resume_app.resumed_call({  # as resume_app._serve runs it from its order
+            "cfg": cfg, "root": config["project_root"], "app": config["application"], "out": str(out), "params": {},
+            "device": "cpu", "drop": None, "sources": kept["sources"], "seal": kept["seal"],
             "resume_from": str(folder / "checkpoint"), "result": str(folder / "resumed-run" / "result.json")})
-        world.forget()
-        resumed = resume_app.call_train(cfg, ctx, {}, "cpu", folder / "resumed-run", 6, None,
-                                        folder / "checkpoint", None)
-        resume_app.read_the_checkpoint(folder / "checkpoint")
-        world.settle()
-        world.sources_held(ctx)
         verdict = resume_app.judge(cfg, load(kept["straight"]), load(kept["head"]), resumed, 0.0)
         print(json.dumps({"status": "passed" if verdict["passed"] else "differs",
                           "sees": verdict.get("declaration_sees")}))
@@ -239,8 +242,6 @@ def _xattrs(tmp_path: Path) -> bool:
     return True
 
 
-@pytest.mark.xfail(strict=True, reason="FP1: _fresh asks for no name in the folder; an empty checkpoint folder the "
-                   "uninterrupted call made carries its stash in an extended attribute")
 def test_fp1_an_empty_checkpoint_folder_with_a_stash_in_its_attributes_is_refused(tmp_path: Path) -> None:
     if not _xattrs(tmp_path):
         pytest.fail("no user extended attributes on this file system: FP1 cannot be shown here")
@@ -248,15 +249,30 @@ def test_fp1_an_empty_checkpoint_folder_with_a_stash_in_its_attributes_is_refuse
     assert result["status"] != "passed", result
 
 
-@pytest.mark.xfail(strict=True, reason="FP2: _fresh is asked once, before the call to K; a thread the uninterrupted "
-                   "call left running writes its stash into the checkpoint after it")
 def test_fp2_a_stash_written_into_the_checkpoint_after_the_check_is_refused(tmp_path: Path) -> None:
     result = _resume(tmp_path, "thread")
     assert result["status"] != "passed", result
 
 
-@pytest.mark.xfail(strict=True, reason="FP3: RUN_READS narrows only the worker; the call to K reads the "
-                   "uninterrupted call's record and copies it into its checkpoint")
 def test_fp3_the_call_to_k_copying_the_uninterrupted_record_is_refused(tmp_path: Path) -> None:
     result = _resume(tmp_path, "copy")
     assert result["status"] != "passed", result
+
+
+def test_fp1_fp2_the_seal_refuses_user_attributes_and_names_a_change(tmp_path: Path) -> None:
+    """The mechanism alone: a checkpoint with a ``user.`` extended attribute is refused as it is sealed (a thread
+    left running could set one during the call to K); a file added after the seal is named by the resumed run."""
+    import os
+
+    from kernodeck.inenv import resume_calls
+
+    (tmp_path / "w.txt").write_text("1")
+    sealed = resume_calls.seal(tmp_path)
+    resume_calls.sealed(tmp_path, sealed)  # unchanged: fine
+    (tmp_path / "stash.json").write_text("{}")
+    with pytest.raises(Exception, match=r"changed after the call that saved it: .*stash\.json"):
+        resume_calls.sealed(tmp_path, sealed)
+    if _xattrs(tmp_path / "w.txt"):
+        with pytest.raises(Exception, match="extended attributes"):
+            resume_calls.seal(tmp_path)
+    os.remove(tmp_path / "stash.json")
