@@ -485,3 +485,86 @@ def criterion(outputs, ids, records, params):
 """
 
 RELINK = "import os; os.symlink({to!r}, {link!r} + '.tmp'); os.replace({link!r} + '.tmp', {link!r})"
+
+
+# --- the resume check's calls (red-team passes 28 and 29): phase "runner", the uninterrupted call and the call to K
+# (resume_calls.train_calls), their results kept as JSON, then a pause (check writing the order, the new process
+# loading: a thread a call left running runs on); phase "worker", the resumed run from its order in a new process
+# (resume_app.resumed_call), judged as resume_app.check judges it ------------------------------------------------------
+
+RESUME_PHASES = r"""
+import json, os, runpy, sys, time
+os.environ["KERNODECK_CACHE"] = sys.argv[5]
+from pathlib import Path
+runpy.run_path(sys.argv[1])
+sys.path.insert(0, sys.argv[4])  # the stand-in torch
+import numpy as np
+from kernodeck_inenv import application, resume_app, resume_calls, world
+from kernodeck_inenv._common import CheckFailed, Context
+config = json.loads(Path(sys.argv[2]).read_text())
+out, phase = Path(sys.argv[3]), sys.argv[6]
+folder = out / "resume-application"
+cfg = {"entry": {"file": "app.py", "function": "train"}, "steps": 6, "checkpoint_at": 3,
+       "outputs": {"w": {"kind": "exact", "dtype": "int64", "justification": "the state"}}}
+keep = out.parent / "trained.json"
+
+def dump(t):
+    return {"outputs": {k: v.tolist() for k, v in t.outputs.items()},
+            "losses": {str(k): v for k, v in t.losses.items()}, "counters": t.counters}
+
+def load(d):
+    return resume_app.Trained({k: np.array(v, dtype=np.int64) for k, v in d["outputs"].items()},
+                              {int(k): v for k, v in d["losses"].items()}, d["counters"])
+
+try:
+    if phase == "runner":
+        ctx = Context(config=config, out=out)
+        world.forget()
+        straight, head, seal = resume_calls.train_calls(  # as resume_app.check makes them
+            lambda where, upto, save_at: resume_app.call_train(cfg, ctx, {}, "cpu", where, upto, save_at, None, None),
+            ctx, folder, 6, 3)
+        time.sleep(1.0)  # check writing the order, the new process loading: a thread left running runs on
+        world.settle()
+        world.sources_held(ctx)
+        keep.write_text(json.dumps({"straight": dump(straight), "head": dump(head),
+                                    "sources": application.located(ctx), "seal": seal}))
+        print(json.dumps({"status": "passed"}))
+    else:
+        kept = json.loads(keep.read_text())
+        resumed = resume_app.resumed_call({  # as resume_app._serve runs it from its order
+            "cfg": cfg, "root": config["project_root"], "app": config["application"], "out": str(out), "params": {},
+            "device": "cpu", "drop": None, "sources": kept["sources"], "seal": kept["seal"],
+            "resume_from": str(folder / "checkpoint"), "result": str(folder / "resumed-run" / "result.json")})
+        verdict = resume_app.judge(cfg, load(kept["straight"]), load(kept["head"]), resumed, 0.0)
+        print(json.dumps({"status": "passed" if verdict["passed"] else "differs",
+                          "sees": verdict.get("declaration_sees")}))
+except CheckFailed as exc:
+    print(json.dumps({"status": "failed", "error": str(exc)}))
+"""
+
+
+def resume_phases(tmp_path: Path, app_tail: str) -> dict[str, Any]:
+    """The resume check's two phases on a closed project whose app.py ends with ``app_tail`` (its ``train``); the
+    result of the last phase that ran, with ``phase``."""
+    from kernodeck.project import app_contract
+
+    config = _closed_project(tmp_path)
+    root = Path(config["project_root"])
+    (root / "app.py").write_text((root / "app.py").read_text() + app_tail)
+    table = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
+             "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
+    app = app_contract.from_table(table, root)
+    config["application"] = {**app.run_config(), "sample": str(root / "sample.jsonl"),
+                             "sources": app.fingerprints(root)}
+    fake = tmp_path / "faketorch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    result: dict[str, Any] = {}
+    for phase in ("runner", "worker"):
+        done = _script(tmp_path, config, RESUME_PHASES, flags=[str(fake), str(tmp_path / "cache"), phase])
+        assert done.stdout.strip(), done.stderr
+        result = {**json.loads(done.stdout.strip().splitlines()[-1]), "phase": phase}
+        if result["status"] != "passed":
+            break
+    return result
+
