@@ -267,11 +267,11 @@ def resumed_call(order: dict[str, Any]) -> Trained:
 
     ctx, checkpoint, result = worker_context(order), Path(order["resume_from"]), Path(order["result"])
     own = made(result.parent, "the resumed run's folder")  # its result is written there whatever happens next
-    sealed(checkpoint, order.get("seal"))
+    sealed(checkpoint, order["seal"])
     trained = call_train(order["cfg"], ctx, order["params"], order["device"], own, int(order["cfg"]["steps"]), None,
                          checkpoint, order["drop"])
     read_the_checkpoint(checkpoint)
-    sealed(checkpoint, order.get("seal"))  # nothing written there meanwhile (a thread an earlier call left running)
+    sealed(checkpoint, order["seal"])  # nothing written there meanwhile (a thread an earlier call left running)
     world.sources_held(ctx)  # as after each of the runner's steps: what this process read is still what was held
     return trained
 

@@ -70,10 +70,8 @@ def seal(folder: Path) -> dict[str, list[int]]:
     return found
 
 
-def sealed(folder: Path, expected: dict[str, Any] | None) -> None:
+def sealed(folder: Path, expected: dict[str, Any]) -> None:
     """(worker) The checkpoint still as the call to K left it."""
-    if expected is None:
-        return
     now = seal(folder)
     if now != {k: list(v) for k, v in expected.items()}:
         changed = sorted(k for k in {*now, *expected} if now.get(k) != list(expected.get(k) or []))
