@@ -419,6 +419,33 @@ except CheckFailed as exc:
 """
 
 
+def declared_project(tmp_path: Path, app_text: str, table_extra: dict[str, Any] | None = None,
+                     files: dict[str, str] | None = None,
+                     outputs: dict[str, Any] | None = None) -> tuple[dict[str, Any], Path]:
+    """The closed project with app.py's text ``app_text`` and more ``files``, declaring its entry, criterion, sample,
+    ``outputs`` (default: an exact ``x``) and ``table_extra``, fingerprinted: (its run config, the stand-in torch's
+    folder)."""
+    config = _closed_project(tmp_path)
+    root = Path(config["project_root"])
+    (root / "app.py").write_text(app_text)
+    for rel, text in (files or {}).items():
+        (root / rel).write_text(text)
+    table: dict[str, Any] = {
+        "entry": "app.py:run",
+        "criterion": "app.py:criterion",
+        "sample": "sample.jsonl",
+        "outputs": outputs or {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}},
+        **(table_extra or {}),
+    }
+    app = app_contract.from_table(table, root)
+    config["application"] = {**app.run_config(), "sample": str(root / "sample.jsonl"),
+                             "sources": app.fingerprints(root)}
+    fake = tmp_path / "faketorch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    return config, fake
+
+
 def edited_run(tmp_path: Path, table_extra: dict[str, Any], entry: str, edit: str, script: str = "",
                files: dict[str, str] | None = None) -> dict[str, Any]:
     """The application step (``script``, default :data:`EDITED`) on ``entry`` (app.py's text) in a closed project
@@ -427,24 +454,7 @@ def edited_run(tmp_path: Path, table_extra: dict[str, Any], entry: str, edit: st
     check. Its status as JSON, with ``x``: what the entry wrote (or None)."""
     import numpy as np
 
-    config = _closed_project(tmp_path)
-    root = Path(config["project_root"])
-    (root / "app.py").write_text(entry)
-    for rel, text in (files or {}).items():
-        (root / rel).write_text(text)
-    table: dict[str, Any] = {
-        "entry": "app.py:run",
-        "criterion": "app.py:criterion",
-        "sample": "sample.jsonl",
-        "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}},
-        **table_extra,
-    }
-    app = app_contract.from_table(table, root)
-    config["application"] = {**app.run_config(), "sample": str(root / "sample.jsonl"),
-                             "sources": app.fingerprints(root)}
-    fake = tmp_path / "faketorch"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    config, fake = declared_project(tmp_path, entry, table_extra, files)
     (tmp_path / "edit.py").write_text(edit)
     done = _script(tmp_path, config, script or EDITED,
                    flags=[str(tmp_path / "edit.py"), str(fake), str(tmp_path / "cache")])
@@ -546,19 +556,7 @@ except CheckFailed as exc:
 def resume_phases(tmp_path: Path, app_tail: str) -> dict[str, Any]:
     """The resume check's two phases on a closed project whose app.py ends with ``app_tail`` (its ``train``); the
     result of the last phase that ran, with ``phase``."""
-    from kernodeck.project import app_contract
-
-    config = _closed_project(tmp_path)
-    root = Path(config["project_root"])
-    (root / "app.py").write_text((root / "app.py").read_text() + app_tail)
-    table = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
-             "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}
-    app = app_contract.from_table(table, root)
-    config["application"] = {**app.run_config(), "sample": str(root / "sample.jsonl"),
-                             "sources": app.fingerprints(root)}
-    fake = tmp_path / "faketorch"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    config, fake = declared_project(tmp_path, APP + app_tail)  # the closed project's app.py, then the train
     result: dict[str, Any] = {}
     for phase in ("runner", "worker"):
         done = _script(tmp_path, config, RESUME_PHASES, flags=[str(fake), str(tmp_path / "cache"), phase])

@@ -36,8 +36,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kernodeck.project import app_contract
-from tests.helpers.closedworld import FAKE_TORCH, _closed_project, _script
+from tests.helpers.closedworld import APP, _script, declared_project
 
 OUTPUT = {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}
 
@@ -46,23 +45,8 @@ def _project(tmp_path: Path, app_tail: str, table_extra: dict[str, Any], outputs
              head: str | None = None, files: dict[str, str] | None = None) -> tuple[dict[str, Any], Path]:
     """The closed project, app.py with ``app_tail`` appended (``head``: replacing its criterion and what follows),
     more ``files`` written, declaring ``table_extra``; (its run config, the stand-in torch's folder)."""
-    config = _closed_project(tmp_path)
-    root = Path(config["project_root"])
-    for rel, content in (files or {}).items():
-        (root / rel).write_text(content)
-    text = (root / "app.py").read_text()
-    if head is not None:
-        text = text.split("def criterion")[0] + head
-    (root / "app.py").write_text(text + app_tail)
-    table = {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
-             "outputs": outputs or OUTPUT, **table_extra}
-    app = app_contract.from_table(table, root)
-    config["application"] = {**app.run_config(), "sample": str(root / "sample.jsonl"),
-                             "sources": app.fingerprints(root)}
-    fake = tmp_path / "faketorch"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    return config, fake
+    text = APP if head is None else APP.split("def criterion")[0] + head
+    return declared_project(tmp_path, text + app_tail, table_extra, files, outputs or OUTPUT)
 
 
 def _last(done: Any) -> dict[str, Any]:
