@@ -109,10 +109,14 @@ def window(ctx: Context, who: str) -> Iterator[None]:
 
 
 def _judge_window(ctx: Context, who: str, before: set[str]) -> None:
-    # a module object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``) is not new
-    known = {id(module) for name, module in list(sys.modules.items()) if name in before}
-    judge(ctx, who, {name for name, module in list(sys.modules.items())
-                     if name not in before and id(module) not in known})
+    # the names added in the window (one set difference: most windows, a criterion's call, add none), less a module
+    # object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``): not new
+    added = set(sys.modules) - before
+    if added:
+        modules = dict(sys.modules)
+        known = {id(module) for name, module in modules.items() if name in before}
+        added = {name for name in added if name in modules and id(modules[name]) not in known}
+    judge(ctx, who, added)
 
 
 def _guarded(ctx: Context, path: str) -> str | None:
