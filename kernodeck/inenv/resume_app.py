@@ -262,7 +262,7 @@ def read_the_checkpoint(folder: Path) -> None:
 
 def resumed_call(order: dict[str, Any]) -> Trained:
     """(worker) The resumed call as its order says: from the sealed checkpoint, reading only it and its own folder."""
-    from kernodeck_inenv import world
+    from kernodeck_inenv import steprun
     from kernodeck_inenv.resume_calls import made, sealed, worker_context
 
     ctx, checkpoint, result = worker_context(order), Path(order["resume_from"]), Path(order["result"])
@@ -272,7 +272,9 @@ def resumed_call(order: dict[str, Any]) -> Trained:
                          checkpoint, order["drop"])
     read_the_checkpoint(checkpoint)
     sealed(checkpoint, order["seal"])  # nothing written there meanwhile (a thread an earlier call left running)
-    world.sources_held(ctx)  # as after each of the runner's steps: what this process read is still what was held
+    # as after each of the runner's steps: the libraries mapped, what it read and the settings in effect, against the
+    # runner's records (red-team pass 27, NOTE1: its sources only, before)
+    steprun.held(ctx, "resume", "in the resume check's new process, after its call")
     return trained
 
 
@@ -331,7 +333,8 @@ def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str
             order = {"cfg": cfg, "root": ctx.config[ConfigKey.PROJECT_ROOT], "params": params, "device": device,
                      "drop": drop, "resume_from": str(checkpoint), "result": str(folder / name / "result.json"),
                      "app": ctx.config[ConfigKey.APPLICATION], "out": str(ctx.out), "inenv_sha256": expected,
-                     "sources": located(ctx), "seal": seal}
+                     "sources": located(ctx), "seal": seal, "settings": ctx.state.get("settings"),
+                     "libraries": ctx.config.get(ConfigKey.LIBRARIES) or []}
             resumed = _resume_in_new_process(worker, order)
             verdict = verdicts[drop or "none"] = judge(cfg, straight, head, resumed, tolerance)
             record(folder / name, verdict["losses_resumed"], resumed.counters)

@@ -103,12 +103,15 @@ def train_calls(call: Callable[..., Any], ctx: Context, folder: Path, steps: int
 
 
 def worker_context(order: dict[str, Any]) -> Context:
-    """(worker) The resumed run's Context: the runner's located sources and links adopted; of the run's record only
-    its checkpoint and its own folder readable (the uninterrupted call's replayed passed: red-team pass 28, FP1)."""
+    """(worker) The resumed run's Context: the runner's located sources and links adopted, its settings record and
+    declared libraries (what this process's call is held to: steprun.held); of the run's record only its checkpoint
+    and its own folder readable (the uninterrupted call's replayed passed: red-team pass 28, FP1)."""
     from .application import adopt
 
-    ctx = Context(config={ConfigKey.PROJECT_ROOT: order["root"], ConfigKey.APPLICATION: order["app"]},
-                  out=Path(order["out"]))
+    ctx = Context(config={ConfigKey.PROJECT_ROOT: order["root"], ConfigKey.APPLICATION: order["app"],
+                          ConfigKey.LIBRARIES: list(order.get("libraries") or [])}, out=Path(order["out"]))
+    if isinstance(order.get("settings"), dict):
+        ctx.state["settings"] = order["settings"]
     adopt(ctx, order.get("sources") or {})
     ctx.state[RUN_READS] = [order["resume_from"], str(Path(order["result"]).parent)]
     return ctx

@@ -509,10 +509,12 @@ from pathlib import Path
 runpy.run_path(sys.argv[1])
 sys.path.insert(0, sys.argv[4])  # the stand-in torch
 import numpy as np
-from kernodeck_inenv import application, resume_app, resume_calls, world
+from kernodeck_inenv import application, resume_app, resume_calls, settings, world
 from kernodeck_inenv._common import CheckFailed, Context
+import torch
 config = json.loads(Path(sys.argv[2]).read_text())
 out, phase = Path(sys.argv[3]), sys.argv[6]
+settings.apply(deterministic=True)  # as the settings step (runner) and apply_settings (worker) do
 folder = out / "resume-application"
 cfg = {"entry": {"file": "app.py", "function": "train"}, "steps": 6, "checkpoint_at": 3,
        "outputs": {"w": {"kind": "exact", "dtype": "int64", "justification": "the state"}}}
@@ -529,6 +531,7 @@ def load(d):
 try:
     if phase == "runner":
         ctx = Context(config=config, out=out)
+        ctx.state["settings"] = settings.read_back(torch)
         world.forget()
         straight, head, seal = resume_calls.train_calls(  # as resume_app.check makes them
             lambda where, upto, save_at: resume_app.call_train(cfg, ctx, {}, "cpu", where, upto, save_at, None, None),
@@ -537,13 +540,16 @@ try:
         world.settle()
         world.sources_held(ctx)
         keep.write_text(json.dumps({"straight": dump(straight), "head": dump(head),
-                                    "sources": application.located(ctx), "seal": seal}))
+                                    "sources": application.located(ctx), "seal": seal,
+                                    "settings": ctx.state["settings"]}))
         print(json.dumps({"status": "passed"}))
     else:
         kept = json.loads(keep.read_text())
+        exec(sys.argv[7])  # what the env's own code did in this new process before the call (a test's stand-in)
         resumed = resume_app.resumed_call({  # as resume_app._serve runs it from its order
             "cfg": cfg, "root": config["project_root"], "app": config["application"], "out": str(out), "params": {},
             "device": "cpu", "drop": None, "sources": kept["sources"], "seal": kept["seal"],
+            "settings": kept["settings"], "libraries": [],
             "resume_from": str(folder / "checkpoint"), "result": str(folder / "resumed-run" / "result.json")})
         verdict = resume_app.judge(cfg, load(kept["straight"]), load(kept["head"]), resumed, 0.0)
         print(json.dumps({"status": "passed" if verdict["passed"] else "differs",
@@ -553,13 +559,15 @@ except CheckFailed as exc:
 """
 
 
-def resume_phases(tmp_path: Path, app_tail: str) -> dict[str, Any]:
+def resume_phases(tmp_path: Path, app_tail: str, worker_start: str = "") -> dict[str, Any]:
     """The resume check's two phases on a closed project whose app.py ends with ``app_tail`` (its ``train``); the
-    result of the last phase that ran, with ``phase``."""
+    result of the last phase that ran, with ``phase``. ``worker_start``: code the worker phase runs before its call,
+    as the env's own code in that new process would."""
     config, fake = declared_project(tmp_path, APP + app_tail)  # the closed project's app.py, then the train
     result: dict[str, Any] = {}
     for phase in ("runner", "worker"):
-        done = _script(tmp_path, config, RESUME_PHASES, flags=[str(fake), str(tmp_path / "cache"), phase])
+        done = _script(tmp_path, config, RESUME_PHASES,
+                       flags=[str(fake), str(tmp_path / "cache"), phase, worker_start])
         assert done.stdout.strip(), done.stderr
         result = {**json.loads(done.stdout.strip().splitlines()[-1]), "phase": phase}
         if result["status"] != "passed":

@@ -3,7 +3,8 @@ fingerprinted, links.met; sources and the cache absolute): each finding reproduc
 with its id while it stands (a plain test once fixed), beside a control that passes today (notes:
 /work/notes/redteam27.md). Fixed: FF1 (the order hands the runner's located sources and their links to the resumed
 run's process: application.located, application.adopt), FF2 (one accessor of the criterion for every caller,
-application.criterion_function, handing ``data=`` where it takes it). NOTE1 stays a note.
+application.criterion_function, handing ``data=`` where it takes it). NOTE1, fixed later: the new process holds its
+call by steprun.held against the runner's settings record and libraries (tests/unit/test_resume_calls.py).
 
 FF1 (a second Context, FALSE FAILURE): the application resume's worker (resume_app._serve) builds its own Context
 from the order, ``{project_root, application}`` only: the weights and data sources the runner located and
@@ -21,7 +22,8 @@ reference outputs themselves fail this test" of a criterion verify's criterion s
 the proposal falls back to the stand-in (or to no margin). A criterion with ``data=None`` as default is worse: the
 margin is measured on another criterion than verify judges with. A criterion of four arguments reading the same
 labels from a declared ``files`` file is searched (the control).
-NOTE1 (no test): the resume worker's step is held for its sources only (world.sources_held), not by steprun.held:
+NOTE1 (fixed later; tests/unit/test_resume_calls.py): the resume worker's step is held for its sources only
+(world.sources_held), not by steprun.held:
 no libraries.check (a library the worker maps from outside the env) and no settings.not_in_effect against the
 runner's record (the worker has none: settings_held compares each call with itself; apply_settings compares only
 what settings.apply sets, not ``torch.num_threads``/``num_interop_threads``, which settings.json records).
