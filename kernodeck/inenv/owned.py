@@ -14,9 +14,9 @@ from . import children, paths
 # marks it TOUCHED: an input still, its reads counted. A folder that was there is never the application's own.
 WRITTEN: dict[str, tuple[int, int, int, int, bool, int] | None] = {}
 # Why a read of a file written earlier is refused where the application must compute afresh (rewritten.py)
-EARLIER_READ = ("read {path} where it must compute afresh (a determinism rerun, the criterion's first sight, the "
-                "resume check's call to K), a file the application wrote earlier in this run: its earlier results "
-                "would be read there, not recomputed")
+EARLIER_READ = ("read {path} where it must compute afresh (a determinism rerun, the criterion's first sight), a "
+                "file the application wrote earlier in this run: its earlier results would be read there, not "
+                "recomputed")
 TOUCHED: set[str] = set()
 TOUCHED_FILES: set[tuple[int, int]] = set()  # (inode, device) of each file touched: by any of its names
 

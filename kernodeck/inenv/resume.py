@@ -65,6 +65,7 @@ class Worker:
         # sys.executable) stays its own
         environ, python = leftover.kernodecks_start()
         self.cmd = [python, "-s", "-P", str(script or Path(__file__).resolve()), "--serve"]
+        self.out = ""
         env = {k: v for k, v in environ.items() if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
         self.proc = subprocess.Popen(
             self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -72,7 +73,7 @@ class Worker:
 
     def run(self, order: dict[str, Any]) -> tuple[int, str]:
         """Give the order and wait: (exit status, stderr). A worker that already died reports its own error."""
-        _, err = self.proc.communicate(json.dumps(order) + "\n")
+        self.out, err = self.proc.communicate(json.dumps(order) + "\n")  # what it answered (resume_app's result)
         return self.proc.returncode, err
 
     def close(self) -> None:

@@ -1,10 +1,11 @@
-"""The application's own resume: its ``train`` to N uninterrupted == to K with a checkpoint, resumed in a NEW process.
+"""The application's own resume: its ``train`` to K with a checkpoint, resumed to N in a NEW process == to N.
 
 ``[tool.kernodeck.application.resume]`` declares ``entry`` (``train(app, steps, save_at, resume_from)``), ``steps``
 (N), ``checkpoint-at`` (K), the end-state ``outputs`` with their tolerance kinds and the ``controls``. This process
-runs train uninterrupted to N, then to K saving a checkpoint through the application's own mechanism into
-``app.checkpoint_dir``; a new process (resume.Worker: the same interpreter and flags as the generic resume's, the
-same determinism settings) loads the entry again and resumes from that folder to N. They must agree: every declared
+trains to K, saving a checkpoint through the application's own mechanism into ``app.checkpoint_dir``; then new
+processes (resume.Worker: the same interpreter and flags as the generic resume's, the same determinism settings) each
+load the entry again: one trains uninterrupted to N, one resumes from that folder to N (resume_calls.py: what passes
+between the calls). They must agree: every declared
 output under its kind, the loss curve step by step (bitwise on a CPU, ``gpu-tolerance`` on a GPU) and the progress
 counters train returns (``step``, ``epoch``, ``loader``, and any other it names).
 
@@ -121,7 +122,9 @@ def call_train(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device
         raise CheckFailed(f"train must return its progress counters, whole numbers {list(COUNTERS)} at least; "
                           f"it returned {counters!r}", Layer.APPLICATION)
     check_progress(counters, app, int(cfg["checkpoint_at"]) if resume_from is not None else 0, steps)
-    return Trained(app.written, app.losses, dict(counters))
+    # copies, taken as the call returns: a thread it left running may still hold the application's own objects
+    # (red-team pass 30, FP4)
+    return Trained({name: arr.copy() for name, arr in app.written.items()}, dict(app.losses), dict(counters))
 
 
 def _span(steps: list[int]) -> str:
@@ -199,21 +202,11 @@ def judge(cfg: dict[str, Any], straight: Trained, head: Trained, resumed: Traine
     }
 
 
-def _resume_in_new_process(worker: Any, order: dict[str, Any]) -> Trained:
-    """The resumed run in its NEW process (a resume.Worker, as the generic resume's); its result read back."""
-    import numpy as np
+def _in_new_process(worker: Any, order: dict[str, Any]) -> Trained:
+    """One call of train in its NEW process (a resume.Worker, as the generic resume's), its answer read back."""
+    from kernodeck_inenv.resume_calls import answered
 
-    code, err = worker.run(order)
-    if code != 0:
-        lines = [x for x in err.splitlines() if x.strip()]
-        raise CheckFailed(f"the resumed run's process failed: {lines[-1] if lines else f'exit {code}'}",
-                          Layer.APPLICATION, {"command": [*worker.cmd, "<", json.dumps(order)], "stderr": lines[-12:]})
-    result = Path(order["result"])
-    found = json.loads(result.read_text(encoding="utf-8"))
-    if "error" in found:
-        raise CheckFailed(found["error"], found["layer"], found.get("details") or {})
-    outputs = {name: np.load(result.parent / f"{name}.npy", allow_pickle=False) for name in order["cfg"]["outputs"]}
-    return Trained(outputs, {int(k): float(v) for k, v in found["losses"].items()}, found["counters"])
+    return Trained(*answered(worker, order))
 
 
 def _save(folder: Path, name: str, arr: Any, ids: list[str]) -> None:
@@ -260,29 +253,37 @@ def read_the_checkpoint(folder: Path) -> None:
                                               "(docs/application.md: the resume contract)"})
 
 
-def resumed_call(order: dict[str, Any]) -> Trained:
-    """(worker) The resumed call as its order says: from the sealed checkpoint, reading only it and its own folder."""
+def worker_call(order: dict[str, Any]) -> Trained:
+    """(worker) The call its order names, in the folder Kernodeck makes for it now: the uninterrupted run to N, or a
+    resumed run from the sealed checkpoint (reading only it of the run's record: resume_calls.worker_context)."""
     from kernodeck_inenv import steprun
-    from kernodeck_inenv.resume_calls import made, sealed, worker_context
+    from kernodeck_inenv.resume_calls import called, made, sealed, worker_context
 
-    ctx, checkpoint, result = worker_context(order), Path(order["resume_from"]), Path(order["result"])
-    own = made(result.parent, "the resumed run's folder")  # its result is written there whatever happens next
-    sealed(checkpoint, order["seal"])
+    ctx, folder = worker_context(order), Path(order["folder"])
+    own = made(folder, f"the {called(order)}'s folder")
+    checkpoint = Path(order["resume_from"]) if order.get("resume_from") else None
+    if checkpoint is not None:
+        sealed(checkpoint, order["seal"])
     trained = call_train(order["cfg"], ctx, order["params"], order["device"], own, int(order["cfg"]["steps"]), None,
                          checkpoint, order["drop"])
-    read_the_checkpoint(checkpoint)
-    sealed(checkpoint, order["seal"])  # nothing written there meanwhile (a thread an earlier call left running)
-    # as after each of the runner's steps: the libraries mapped, what it read and the settings in effect, against the
-    # runner's records (red-team pass 27, NOTE1: its sources only, before)
-    steprun.held(ctx, "resume", "in the resume check's new process, after its call")
+    if checkpoint is not None:
+        read_the_checkpoint(checkpoint)
+        sealed(checkpoint, order["seal"], after=True)  # nothing written there meanwhile
+    # as after each of the runner's steps: the libraries mapped, what it read (and what a thread it left running
+    # read), the settings in effect, against the runner's records (red-team passes 27, NOTE1, and 30, FP4 and FP5)
+    steprun.held(ctx, "resume", f"in the {called(order)}'s new process, after its call")
     return trained
 
 
 def _serve() -> int:
-    """(worker) Apply the settings now; then load the entry, resume as the order on stdin says, write the result."""
-    from kernodeck_inenv._common import write_json_atomic
+    """(worker) Apply the settings now; then load the entry, make the call its order on stdin names, and answer on
+    this process's own channel: its stdout, taken before the application's code loads (what that code prints goes to
+    stderr), so no file of the run's folder carries a result another process or a thread could have rewritten."""
     from kernodeck_inenv.resume import apply_settings
+    from kernodeck_inenv.resume_calls import answer
 
+    channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
     sys.dont_write_bytecode = True  # the application's files are loaded by path: no __pycache__ in the project
     apply_settings()
     line = sys.stdin.readline()
@@ -291,60 +292,62 @@ def _serve() -> int:
     order = json.loads(line)
     # the runner's fingerprints of Kernodeck's in-env files: this process's too (_package.py), as resume.py's worker
     sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), order.get("inenv_sha256"))
-    result = Path(order["result"])
     try:
-        trained = resumed_call(order)
+        trained = worker_call(order)
+        said = answer(trained.outputs, trained.losses, trained.counters)
     except CheckFailed as exc:
-        write_json_atomic(result, {"error": str(exc), "layer": exc.layer, "details": exc.details})
-        return 0
-    _keep(result.parent, trained)
-    write_json_atomic(result, {"losses": {str(k): v for k, v in trained.losses.items()}, "counters": trained.counters})
+        said = {"error": str(exc), "layer": exc.layer, "details": exc.details}
+    channel.write(json.dumps(said, default=str) + "\n")
+    channel.flush()
     return 0
 
 
 def check(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: str, folder: Path,
           drops: tuple[str | None, ...]) -> dict[str, Any]:
-    """The uninterrupted run, the run to K with its checkpoint, then one resumed run (new process) per entry of
-    ``drops`` (None: the real resume; a piece: a control). Verdicts by drop (``"none"`` for the real one)."""
+    """The run to K with its checkpoint (this process: sealed as it returns), then, each in a NEW process, the
+    uninterrupted run to N and one resumed run per entry of ``drops`` (None: the real resume; a piece: a control).
+    Verdicts by drop (``"none"`` for the real one)."""
     from kernodeck_inenv.application import located
     from kernodeck_inenv.resume import Worker
-    from kernodeck_inenv.resume_calls import train_calls
+    from kernodeck_inenv.resume_calls import call_to_k
 
     steps, at = int(cfg["steps"]), int(cfg["checkpoint_at"])
     tolerance = 0.0 if device == "cpu" else float(cfg.get("gpu_tolerance", 1e-5))
-    # Each resumed run's new process, started now: it imports torch and applies the settings while this one trains;
-    # it learns what to resume from only when the checkpoint exists (its order on stdin).
-    workers = [Worker(HERE / "resume_app.py") for _ in drops]
+    # Each other call's new process, started now: it imports torch and applies the settings while this one trains to
+    # K; it learns its call only when the checkpoint is sealed (its order on stdin).
+    straight_worker, *workers = [Worker(HERE / "resume_app.py") for _ in (None, *drops)]
     expected = getattr(getattr(sys.modules.get("kernodeck_inenv"), "__loader__", None), "expected", None)
     try:
-        progress(f"train uninterrupted to step {steps}, then to step {at}, saving a checkpoint")
-        straight, head, seal = train_calls(
+        progress(f"train to step {at}, saving a checkpoint")
+        head, seal = call_to_k(
             lambda where, upto, save_at: call_train(cfg, ctx, params, device, where, upto, save_at, None, None),
-            ctx, folder, steps, at)
+            ctx, folder, at)
         checkpoint = folder / "checkpoint"
         if not any(checkpoint.iterdir()):
             raise CheckFailed(f"train(app, {at}, save_at={at}, None) saved nothing into app.checkpoint_dir",
                               Layer.APPLICATION)
+        base = {"cfg": cfg, "root": ctx.config[ConfigKey.PROJECT_ROOT], "params": params, "device": device,
+                "app": ctx.config[ConfigKey.APPLICATION], "out": str(ctx.out), "inenv_sha256": expected,
+                "sources": located(ctx), "settings": ctx.state.get("settings"),
+                "libraries": ctx.config.get(ConfigKey.LIBRARIES) or []}
+        progress(f"train uninterrupted to step {steps} in a new process")
+        straight = _in_new_process(straight_worker, {**base, "drop": None, "resume_from": None,
+                                                     "folder": str(folder / "uninterrupted")})
         verdicts: dict[str, dict[str, Any]] = {}
         for drop, worker in zip(drops, workers, strict=True):
             name = RESUMED_RUN + (f"-without-{drop}" if drop else "")
             progress(f"resume from step {at} to {steps} in a new process"
                      + (f" without the {drop} state" if drop else ""))
-            order = {"cfg": cfg, "root": ctx.config[ConfigKey.PROJECT_ROOT], "params": params, "device": device,
-                     "drop": drop, "resume_from": str(checkpoint), "result": str(folder / name / "result.json"),
-                     "app": ctx.config[ConfigKey.APPLICATION], "out": str(ctx.out), "inenv_sha256": expected,
-                     "sources": located(ctx), "seal": seal, "settings": ctx.state.get("settings"),
-                     "libraries": ctx.config.get(ConfigKey.LIBRARIES) or []}
-            resumed = _resume_in_new_process(worker, order)
+            resumed = _in_new_process(worker, {**base, "drop": drop, "resume_from": str(checkpoint), "seal": seal,
+                                               "folder": str(folder / name)})
             verdict = verdicts[drop or "none"] = judge(cfg, straight, head, resumed, tolerance)
+            _keep(folder / name, resumed)
             record(folder / name, verdict["losses_resumed"], resumed.counters)
-        # Kept only now: a resumed run finds no end state or loss curve of the uninterrupted run to replay instead of
-        # resuming (nor may it read that folder: resume_calls.py).
         _keep(folder / "uninterrupted", straight)
         record(folder / "uninterrupted", [straight.losses.get(s) for s in range(1, steps + 1)], straight.counters)
         return verdicts
     finally:
-        for worker in workers:  # those never given an order (a failure before): end of input, and they exit
+        for worker in (straight_worker, *workers):  # those never given an order (a failure before): they exit
             worker.close()
 
 

@@ -1,16 +1,22 @@
 """What may pass between the resume check's calls of train: only the checkpoint the call to K saved.
 
-The runner calls train twice (uninterrupted to N; to K, saving its checkpoint), then each resumed run calls it in a
-new process from that checkpoint. Kernodeck makes each call's folder itself, right before the call (one already there
-was made by an earlier call: refused); each call may read, of the run's record, only its own folder (world.RUN_READS);
-the checkpoint is sealed as the call to K returns (each entry's identity, size and times; a ``user.`` extended
-attribute, state no check reads, refused), and the resumed run checks the seal before and after its call: anything
-written there since (by a thread or child an earlier call left running) fails it (red-team passes 28 and 29). What
-the call to K itself puts into its checkpoint is the application's (a stated limit: docs/application.md).
+The runner calls train to K, saving its checkpoint, and seals it as the call returns (each entry's identity, size and
+times; a ``user.`` extended attribute, state no check reads, refused). Only then does any other call run, each in a
+NEW process of its own: the uninterrupted call to N, and each resumed run from the checkpoint. No call shares a
+process, memory or a thread with another, and none has run before the checkpoint is sealed (red-team pass 30, FP1 and
+FP2: the uninterrupted call, in the runner before, reached the checkpoint by a thread, a memo or a move). Kernodeck
+makes each call's folder itself, right before the call (one already there is refused); of the run's record a call
+may read only what it is handed (the resumed run: its checkpoint) and what it wrote itself (world.RUN_READS; pass 30,
+FP3: its own folder, read whole before, carried what another process wrote there); the resumed run checks the seal
+before and after its call. What the call to K itself puts into its checkpoint is the application's (a stated limit:
+docs/application.md).
 """
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -70,42 +76,32 @@ def seal(folder: Path) -> dict[str, list[int]]:
     return found
 
 
-def sealed(folder: Path, expected: dict[str, Any]) -> None:
-    """(worker) The checkpoint still as the call to K left it."""
+def sealed(folder: Path, expected: dict[str, Any], after: bool = False) -> None:
+    """(worker) The checkpoint still as the call to K left it (``after``: checked again after the resumed call)."""
     now = seal(folder)
     if now != {k: list(v) for k, v in expected.items()}:
         changed = sorted(k for k in {*now, *expected} if now.get(k) != list(expected.get(k) or []))
-        raise CheckFailed(f"the checkpoint changed after the call that saved it: {', '.join(changed[:6])} (written by "
-                          "a thread or process an earlier call of train left running?)", Layer.APPLICATION,
-                          {"changed": changed})
+        who = ("by the resumed run itself (a file opened to write: a database's journal; open the checkpoint "
+               "read-only, SQLite ?immutable=1) or by a thread or process an earlier call left running" if after
+               else "by a thread or process an earlier call of train left running?")
+        raise CheckFailed(f"the checkpoint changed after the call that saved it: {', '.join(changed[:6])} (written "
+                          f"{who})", Layer.APPLICATION, {"changed": changed})
 
 
-def train_calls(call: Callable[..., Any], ctx: Context, folder: Path, steps: int,
-                at: int) -> tuple[Any, Any, dict[str, list[int]]]:
-    """(runner) The uninterrupted call and the call to K, each in a folder made for it and reading only that; the
-    checkpoint sealed as the call to K returns. ``call(folder, steps, save_at)`` is one call of train."""
-    from . import owned, seen
-
-    straight_dir = made(folder / "uninterrupted", "the uninterrupted run's folder")
-    before = set(owned.WRITTEN)
-    with reading_only(ctx, straight_dir):
-        straight = call(straight_dir, steps, None)
+def call_to_k(call: Callable[..., Any], ctx: Context, folder: Path, at: int) -> tuple[Any, dict[str, list[int]]]:
+    """(runner) The call to K, first of the check's calls, in the checkpoint's folder made for it and reading only
+    that; the checkpoint sealed as it returns. ``call(folder, steps, save_at)`` is one call of train."""
     checkpoint = made(folder / "checkpoint", "the checkpoint's folder")
-    # what the uninterrupted call wrote is barred to the call to K, as a determinism rerun's earlier files are (the
-    # application's own in this process, its reads of them would not be judged: red-team pass 29, FP3)
-    seen.earlier([path for path in owned.WRITTEN if path not in before])
-    try:
-        with reading_only(ctx, checkpoint):
-            head = call(checkpoint, at, at)
-    finally:
-        seen.earlier(())
-    return straight, head, seal(checkpoint)
+    with reading_only(ctx, checkpoint):
+        head = call(checkpoint, at, at)
+    return head, seal(checkpoint)
 
 
 def worker_context(order: dict[str, Any]) -> Context:
-    """(worker) The resumed run's Context: the runner's located sources and links adopted, its settings record and
-    declared libraries (what this process's call is held to: steprun.held); of the run's record only its checkpoint
-    and its own folder readable (the uninterrupted call's replayed passed: red-team pass 28, FP1)."""
+    """(worker) The call's Context: the runner's located sources and links adopted, its settings record and declared
+    libraries (what this process's call is held to: steprun.held); of the run's record only the checkpoint it resumes
+    from, if any, readable, and what it writes itself (the uninterrupted call's replayed passed: red-team passes 28,
+    FP1, and 30, FP3)."""
     from .application import adopt
 
     ctx = Context(config={ConfigKey.PROJECT_ROOT: order["root"], ConfigKey.APPLICATION: order["app"],
@@ -113,5 +109,43 @@ def worker_context(order: dict[str, Any]) -> Context:
     if isinstance(order.get("settings"), dict):
         ctx.state["settings"] = order["settings"]
     adopt(ctx, order.get("sources") or {})
-    ctx.state[RUN_READS] = [order["resume_from"], str(Path(order["result"]).parent)]
+    ctx.state[RUN_READS] = [order["resume_from"]] if order.get("resume_from") else []
     return ctx
+
+
+def called(order: dict[str, Any]) -> str:
+    """The call an order names, as a verdict says it."""
+    return "resumed run" if order.get("resume_from") else "uninterrupted run"
+
+
+def answer(outputs: dict[str, Any], losses: dict[int, float], counters: dict[str, int]) -> dict[str, Any]:
+    """(worker) A call's result as its process hands it back on its own channel: each output as .npy bytes (dtype and
+    shape kept exactly)."""
+    import numpy as np
+
+    encoded = {}
+    for name, arr in outputs.items():
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(arr), allow_pickle=False)
+        encoded[name] = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return {"losses": {str(k): v for k, v in losses.items()}, "counters": counters, "outputs": encoded}
+
+
+def answered(worker: Any, order: dict[str, Any]) -> tuple[dict[str, Any], dict[int, float], dict[str, int]]:
+    """(runner) ``order`` given to ``worker`` (a resume.Worker), and its answer read from the process's own channel
+    (its stdout, which the application's code does not write to: resume_app._serve), never from a file of the run's
+    folder another process or a thread could rewrite: (outputs, losses, counters)."""
+    import numpy as np
+
+    code, err = worker.run(order)
+    lines = [x for x in str(worker.out).splitlines() if x.strip()]
+    if code != 0 or not lines:
+        said = [x for x in err.splitlines() if x.strip()]
+        raise CheckFailed(f"the {called(order)}'s process failed: {said[-1] if said else f'exit {code}'}",
+                          Layer.APPLICATION, {"command": [*worker.cmd, "<", "(its order)"], "stderr": said[-12:]})
+    found = json.loads(lines[-1])
+    if "error" in found:
+        raise CheckFailed(found["error"], found["layer"], found.get("details") or {})
+    outputs = {name: np.load(io.BytesIO(base64.b64decode(found["outputs"][name])), allow_pickle=False)
+               for name in order["cfg"]["outputs"]}
+    return outputs, {int(k): float(v) for k, v in found["losses"].items()}, found["counters"]

@@ -30,9 +30,11 @@ def held(ctx: Context, name: str, where: str = "") -> None:
     """What fails a step that passed: a shared library mapped while it ran from outside the env (libraries.py), a
     declared file edited or a link on the way to one replaced meanwhile (the run's fingerprint of it no longer true:
     world.sources_held), a determinism setting no longer the settings step's record (settings.not_in_effect: changed
-    by the step's own or the env's code, outside the project's windows). The resume check's new process holds its
-    call by the same rule, against the runner's records (``where`` says so)."""
+    by the step's own or the env's code, outside the project's windows), an undeclared file a thread the application
+    left running read since its last window (world.late). The resume check's new processes hold their calls by the
+    same rule, against the runner's records (``where`` says so)."""
     libraries.check(ctx)
+    world.late(ctx)  # what a thread the application left running read since its last window
     world.sources_held(ctx)
     torch = sys.modules.get("torch")
     if torch is not None and "settings" in ctx.state:

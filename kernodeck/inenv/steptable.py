@@ -184,8 +184,9 @@ class StepName(StrEnum):
                   "the env's generic resume exercise still runs (`resume`)",
         layers=(Layer.COMPARISON, Layer.APPLICATION, Layer.REFERENCE),
         checks=("YOUR training ([tool.kernodeck.application.resume], [application.md](application.md)): your `train` "
-                "to N uninterrupted == to K saving a checkpoint through your own mechanism, then resumed from it to N"
-                " in a NEW process (started as `resume`'s, same settings): each declared end-state output within its "
+                "to K saving a checkpoint through your own mechanism (sealed as it returns), then, each in a NEW "
+                "process (started as `resume`'s, same settings), to N uninterrupted and resumed from the checkpoint "
+                "to N: each declared end-state output within its "
                 "kind, the loss curve the same step by step (bitwise on CPU, `gpu-tolerance` on a GPU), the progress "
                 "counters (step, epoch, loader) equal, the step counter checked against the steps asked for and the "
                 "losses logged (layer `application`); it records the largest difference at the end, the first step "

@@ -44,6 +44,7 @@ from typing import Any
 
 from . import children, guard, leftover, links, locate, owned, paths, seen, verified
 from ._common import CheckFailed, Context
+from .advice import RUN_RECORD, TIP, advice, declaration
 from .declared_files import (
     cache_copy,
     declared,
@@ -217,10 +218,6 @@ def sources_held(ctx: Context) -> None:
             {"changed": changed, "tip": "leave the declared files as they are while verify runs, then run it again"})
 
 
-def _declaration(rel: str) -> str:
-    return "code" if rel.endswith((".py", ".pyc", ".so", ".pyd")) else "files"
-
-
 def _imported(new_modules: set[str]) -> dict[str, str]:
     """The files of the modules imported in the window: path -> module name."""
     modules = {}
@@ -259,7 +256,7 @@ def _run_folders(ctx: Context) -> tuple[str, ...]:
     """Where in the run's record (its folder: Kernodeck's and the application's own files) a read is accounted for:
     the whole folder, or in a process that must not see the rest of it (the resumed run's: its checkpoint and its
     own folder, never the uninterrupted call's record it is compared with; red-team pass 28, FP1) only those."""
-    folders = ctx.state.get(RUN_READS) or (str(ctx.out),)
+    folders = ctx.state[RUN_READS] if RUN_READS in ctx.state else (str(ctx.out),)
     return tuple(os.path.realpath(folder) + os.sep for folder in folders)
 
 
@@ -273,7 +270,9 @@ def _stranger(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...
     if in_cache_here(ctx, path):  # a model's own code copied by transformers (declared_files.py)
         return None if cache_copy(ctx, path) is not None else {"file": path, "declare": "modules cache"}
     rel = shown_in(Path(ctx.config["project_root"]))(path)
-    return {"file": rel, "declare": _declaration(rel) if not os.path.isabs(rel) else "outside the project"}
+    if paths.real(path).startswith(os.path.realpath(ctx.out) + os.sep):  # of the run's record, outside RUN_READS
+        return {"file": rel, "declare": RUN_RECORD}
+    return {"file": rel, "declare": declaration(rel) if not os.path.isabs(rel) else "outside the project"}
 
 
 def _at_once(ctx: Context, who: str, path: str, how: str) -> tuple[str, dict[str, Any]] | None:
@@ -291,7 +290,7 @@ def _at_once(ctx: Context, who: str, path: str, how: str) -> tuple[str, dict[str
         found = None if stranger is None else {**stranger, "how": how, "by": who}
     if found is None:
         return None
-    return (f"read files that are not declared sources: {found['file']} ({found['how']}): {_advice([found])}",
+    return (f"read files that are not declared sources: {found['file']} ({found['how']}): {advice([found])}",
             {"undeclared": [found], "tip": TIP})
 
 
@@ -330,31 +329,6 @@ def _accounted(ctx: Context, known: dict[str, str], path: str) -> bool:
     return any(k.startswith(inside) for k in known)
 
 
-def _advice(files: list[dict[str, str]]) -> str:
-    asks = [f"{key} = {json_list([f.get('glob', f['file']) for f in files if f['declare'] == key])}"
-            for key in ("code", "files") if any(f["declare"] == key for f in files)]
-    advice = []
-    if asks:
-        advice.append(f"declare {' and '.join(asks)} in [tool.kernodeck.application] "
-                      '(globs accepted, e.g. "src/mypkg/**/*.py")')
-    if any(f["declare"] == "outside the project" for f in files):
-        advice.append("a file outside the project and the env is declared as a source: "
-                      '[tool.kernodeck.application.data.NAME] path = "${VAR}/..." (or url, hf; docs/application.md)')
-    if any(f["declare"] == "modules cache" for f in files):
-        advice.append("a file in the Hugging Face modules cache (HF_MODULES_CACHE: a trust_remote_code model's code "
-                      "copied by transformers) counts only as the copy of a declared file, by its bytes, unchanged "
-                      "since read, and every compile of it those bytes (or an empty __init__.py): declare the model's "
-                      "code (code, or the weights source holding it), or remove the stale copy")
-    return "; ".join(advice)
-
-
-def json_list(items: list[str]) -> str:
-    return "[" + ", ".join(f'"{i}"' for i in items) + "]"
-
-
-TIP = "nox -s reference -- --new   (once declared; if one holds results of an earlier run, remove the cache instead)"
-
-
 def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
     """The window's verdict: CheckFailed naming every declared file read that changed since the run's fingerprints
     (:func:`moved`), else every undeclared file and the declaration to add."""
@@ -369,12 +343,20 @@ def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
         return
     named = ", ".join(f"{f['file']} ({f['how']})" for f in files[:8]) + (" ..." if len(files) > 8 else "")
     verdict = CheckFailed(
-        f"{who} read files that are not declared sources: {named}: {_advice(files)}",
+        f"{who} read files that are not declared sources: {named}: {advice(files)}",
         Layer.APPLICATION,
         {"undeclared": files, "tip": TIP},
     )
     pending(verdict)
     raise verdict
+
+
+def late(ctx: Context) -> None:
+    """What a thread the application left running read since the last window closed (seen.LATE), judged now as a
+    window's end judges it: at each step's end (steprun.held), so that a process's last window is not the last word
+    (the resumed run's process opens none after train's: red-team pass 30, FP4)."""
+    if any(by == seen.LATE for record in (seen.READ, seen.LISTED) for by in record.values()):
+        judge(ctx, seen.LATE, set())
 
 
 def pending(verdict: CheckFailed) -> None:

@@ -497,10 +497,11 @@ def criterion(outputs, ids, records, params):
 RELINK = "import os; os.symlink({to!r}, {link!r} + '.tmp'); os.replace({link!r} + '.tmp', {link!r})"
 
 
-# --- the resume check's calls (red-team passes 28 and 29): phase "runner", the uninterrupted call and the call to K
-# (resume_calls.train_calls), their results kept as JSON, then a pause (check writing the order, the new process
-# loading: a thread a call left running runs on); phase "worker", the resumed run from its order in a new process
-# (resume_app.resumed_call), judged as resume_app.check judges it ------------------------------------------------------
+# --- the resume check's calls (red-team passes 28-30): phase "runner", the call to K (resume_calls.call_to_k), its
+# result and seal kept as JSON, then a pause (check writing the order, the new process loading: a thread the call left
+# running runs on); phase "straight", the uninterrupted call from its order in a new process; phase "worker", the
+# resumed run from its order in a new process (resume_app.worker_call, as _serve runs each), judged as
+# resume_app.check judges it ------------------------------------------------------------------------------------------
 
 RESUME_PHASES = r"""
 import json, os, runpy, sys, time
@@ -509,7 +510,7 @@ from pathlib import Path
 runpy.run_path(sys.argv[1])
 sys.path.insert(0, sys.argv[4])  # the stand-in torch
 import numpy as np
-from kernodeck_inenv import application, resume_app, resume_calls, settings, world
+from kernodeck_inenv import application, resume_app, resume_calls, settings, steprun, world
 from kernodeck_inenv._common import CheckFailed, Context
 import torch
 config = json.loads(Path(sys.argv[2]).read_text())
@@ -533,27 +534,32 @@ try:
         ctx = Context(config=config, out=out)
         ctx.state["settings"] = settings.read_back(torch)
         world.forget()
-        straight, head, seal = resume_calls.train_calls(  # as resume_app.check makes them
+        head, seal = resume_calls.call_to_k(  # as resume_app.check makes it
             lambda where, upto, save_at: resume_app.call_train(cfg, ctx, {}, "cpu", where, upto, save_at, None, None),
-            ctx, folder, 6, 3)
+            ctx, folder, 3)
         time.sleep(1.0)  # check writing the order, the new process loading: a thread left running runs on
         world.settle()
-        world.sources_held(ctx)
-        keep.write_text(json.dumps({"straight": dump(straight), "head": dump(head),
-                                    "sources": application.located(ctx), "seal": seal,
+        steprun.held(ctx, "resume-application")
+        keep.write_text(json.dumps({"head": dump(head), "sources": application.located(ctx), "seal": seal,
                                     "settings": ctx.state["settings"]}))
         print(json.dumps({"status": "passed"}))
     else:
         kept = json.loads(keep.read_text())
-        exec(sys.argv[7])  # what the env's own code did in this new process before the call (a test's stand-in)
-        resumed = resume_app.resumed_call({  # as resume_app._serve runs it from its order
-            "cfg": cfg, "root": config["project_root"], "app": config["application"], "out": str(out), "params": {},
-            "device": "cpu", "drop": None, "sources": kept["sources"], "seal": kept["seal"],
-            "settings": kept["settings"], "libraries": [],
-            "resume_from": str(folder / "checkpoint"), "result": str(folder / "resumed-run" / "result.json")})
-        verdict = resume_app.judge(cfg, load(kept["straight"]), load(kept["head"]), resumed, 0.0)
-        print(json.dumps({"status": "passed" if verdict["passed"] else "differs",
-                          "sees": verdict.get("declaration_sees")}))
+        order = {"cfg": cfg, "root": config["project_root"], "app": config["application"], "out": str(out),
+                 "params": {}, "device": "cpu", "drop": None, "sources": kept["sources"],
+                 "settings": kept["settings"], "libraries": []}
+        if phase == "straight":
+            straight = resume_app.worker_call({**order, "resume_from": None, "folder": str(folder / "uninterrupted")})
+            kept["straight"] = dump(straight)
+            keep.write_text(json.dumps(kept))
+            print(json.dumps({"status": "passed"}))
+        else:
+            exec(sys.argv[7])  # what the env's own code did in this new process before the call (a test's stand-in)
+            resumed = resume_app.worker_call({**order, "seal": kept["seal"], "resume_from": str(folder / "checkpoint"),
+                                              "folder": str(folder / "resumed-run")})
+            verdict = resume_app.judge(cfg, load(kept["straight"]), load(kept["head"]), resumed, 0.0)
+            print(json.dumps({"status": "passed" if verdict["passed"] else "differs",
+                              "sees": verdict.get("declaration_sees")}))
 except CheckFailed as exc:
     print(json.dumps({"status": "failed", "error": str(exc)}))
 """
@@ -565,7 +571,7 @@ def resume_phases(tmp_path: Path, app_tail: str, worker_start: str = "") -> dict
     as the env's own code in that new process would."""
     config, fake = declared_project(tmp_path, APP + app_tail)  # the closed project's app.py, then the train
     result: dict[str, Any] = {}
-    for phase in ("runner", "worker"):
+    for phase in ("runner", "straight", "worker"):
         done = _script(tmp_path, config, RESUME_PHASES,
                        flags=[str(fake), str(tmp_path / "cache"), phase, worker_start])
         assert done.stdout.strip(), done.stderr

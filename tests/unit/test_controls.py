@@ -501,7 +501,7 @@ def test_a_criterion_that_takes_the_first_outputs_it_sees_as_the_truth_is_refuse
     assert controls_found["failed"] == ["permuted", "noise", "constant"] and controls_found["cannot_see"] == []
     # the memo kept in a file the criterion wrote: read back by the fresh load, refused there (red-team pass 11)
     with pytest.raises(CheckFailed, match=r"memo.npy where it must compute afresh \(a determinism rerun, the "
-                                          r"criterion's first sight, "):
+                                          r"criterion's first sight\)"):
         judge.criterion(_ctx(tmp_path / "c", "file_memo", good, LABELS))
     # the same memo kept in a file the entry wrote first, which the criterion rewrote (red-team pass 12)
     ctx = _ctx(tmp_path / "d", "memo_in_the_entrys_file", good, LABELS)

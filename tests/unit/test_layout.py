@@ -34,6 +34,7 @@ CROSS_CUTTING = {
     "redteam27": "red-team pass 27's findings across the resumed run's sources and the criterion's one accessor",
     "redteam28": "red-team pass 28's findings across the resumed run's trusted run folder and the host's bytecode",
     "redteam29": "red-team pass 29's findings across the resumed run's narrowed reads and the emptiness check",
+    "redteam30": "red-team pass 30's findings across the resume check's calls, its seal and the resumed run's rule",
 }
 
 

@@ -4,7 +4,8 @@ fills it, resume_app._fresh): each finding reproduced, marked ``xfail(strict=Tru
 plain test once fixed), beside a control that passes today (notes: /work/notes/redteam29.md).
 
 The harness is pass 28's (two processes: the runner's calls, then the resumed run as resume_app._serve makes it,
-judged as resume_app.check judges it), now through resume_calls.train_calls and resume_app.resumed_call. The train
+judged as resume_app.check judges it), now in pass 30's order (resume_calls.call_to_k, then resume_app.worker_call for
+the uninterrupted call and the resumed run, each in a new process). The train
 cannot resume (its checkpoint keeps w, not the momentum), except the plain one (CONTROL2), which saves both.
 
 FP1 (the emptiness check passes an empty folder that holds a stash, FALSE PASS): ``_fresh`` asks for no NAME in the

@@ -238,18 +238,21 @@ def test_a_resume_output_in_another_dtype_than_declared_fails_the_call(tmp_path:
         resume_app.call_train(cfg, ctx, {"dtype": "float64"}, "cpu", tmp_path / "wide", 6, None, None, None)
 
 
-def test_no_output_of_the_uninterrupted_run_exists_while_a_resumed_run_runs(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """A resumed run's closed world trusts the run's folder: the uninterrupted run's end state and loss curve are kept
-    there only after every resumed run, so a train cannot replay them instead of resuming (red team)."""
+def test_the_call_to_k_runs_first_and_each_other_call_in_a_new_process(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call to K runs in this process before any other call, its checkpoint sealed; the uninterrupted run and each
+    resumed run are orders to new processes (red-team pass 30, FP1/FP2: nothing of the uninterrupted call exists
+    before the seal). The uninterrupted run's end state and loss curve are kept in the run's folder only after every
+    resumed run (red team)."""
     import kernodeck_inenv.resume
+
+    calls: list[str] = []
 
     def call_train(cfg: Any, ctx: Any, params: Any, device: str, folder: Path, steps: int, save_at: int | None,
                    resume_from: Path | None, drop: str | None) -> resume_app.Trained:
-        folder.mkdir(parents=True, exist_ok=True)
-        if save_at is not None:
-            (folder / "state.pt").write_text("checkpoint")
-        return _run(LOSSES) if save_at is None else HEAD
+        calls.append(f"here: to {steps}, save at {save_at}")
+        (folder / "state.pt").write_text("checkpoint")
+        return HEAD
 
     class Worker:
         def __init__(self, path: Path) -> None:
@@ -260,17 +263,25 @@ def test_no_output_of_the_uninterrupted_run_exists_while_a_resumed_run_runs(tmp_
 
     visible: list[list[str]] = []
 
-    def resumed(worker: Any, order: dict[str, Any]) -> resume_app.Trained:
+    def in_new_process(worker: Any, order: dict[str, Any]) -> resume_app.Trained:
+        Path(order["folder"]).mkdir(parents=True)  # as the worker makes its folder
+        if order["resume_from"] is None:
+            calls.append("new process: uninterrupted")
+            return _run(LOSSES)
+        sealed = "state.pt" in order["seal"]
+        calls.append(f"new process: resumed from {Path(order['resume_from']).name} (sealed: {sealed})")
         visible.append(sorted(p.name for p in (tmp_path / "ra" / "uninterrupted").iterdir()))
-        Path(order["result"]).parent.mkdir(parents=True, exist_ok=True)  # as the worker makes its folder
         return _run({s: v for s, v in LOSSES.items() if s > 3})
 
     monkeypatch.setattr(resume_app, "call_train", call_train)
-    monkeypatch.setattr(resume_app, "_resume_in_new_process", resumed)
+    monkeypatch.setattr(resume_app, "_in_new_process", in_new_process)
     monkeypatch.setattr(kernodeck_inenv.resume, "Worker", Worker)
     ctx = Context(config={"project_root": str(tmp_path), "application": {}}, out=tmp_path)
     verdicts = resume_app.check(CFG, ctx, {}, "cpu", tmp_path / "ra", (None, "optimizer"))
-    assert visible == [[], []]  # nothing to replay while the resumed runs ran
+    assert calls == ["here: to 3, save at 3", "new process: uninterrupted",
+                     "new process: resumed from checkpoint (sealed: True)",
+                     "new process: resumed from checkpoint (sealed: True)"]
+    assert visible == [[], []]  # nothing of Kernodeck's record of it while the resumed runs ran
     assert verdicts["none"]["passed"]
     kept = sorted(p.name for p in (tmp_path / "ra" / "uninterrupted").iterdir())
     assert any(name.startswith("weights") for name in kept) and len(kept) >= 4  # kept afterwards, for compare
