@@ -66,3 +66,40 @@ def test_a_project_file_that_links_into_the_env_leaves_no_bytecode_in_the_projec
     plain = _python(venv / "bin" / "python", "-c", load.format(prefix=""), "-", str(checks / "helper.py"), cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr
     assert list((checks / "__pycache__").glob("helper.*.pyc"))  # the control
+
+
+def _planted(folder: Path) -> None:
+    """``folder/mod.py`` (``Y = 2``) with a timestamp-valid bytecode cache beside it of other source (``Y = 9``)."""
+    import py_compile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    source = folder / "mod.py"
+    source.write_text("Y = 9\n")
+    stamp = source.stat().st_mtime_ns
+    py_compile.compile(str(source), doraise=True)
+    source.write_text("Y = 2\n")  # same size; the same mtime: the cache still looks current
+    os.utime(source, ns=(stamp, stamp))
+
+
+def test_an_env_folder_or_file_that_links_out_of_the_env_never_reads_the_bytecode_beside_it(tmp_path: Path) -> None:
+    """A path given inside a home runs cached bytecode only when it also resolves inside one (its folder resolved once
+    per run, its own link each time): a folder of site-packages that links to the project, or a module file there that
+    links to one, is compiled from its bytes; the control: the plain import path runs the planted bytecode."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env_site = next((venv / "lib").glob("python3*/site-packages"))
+    _planted(tmp_path / "project" / "pkgdir")
+    (env_site / "linkedpkg").symlink_to(tmp_path / "project" / "pkgdir", target_is_directory=True)
+    _planted(tmp_path / "project" / "single")
+    (env_site / "filepkg").mkdir()
+    (env_site / "filepkg" / "mod.py").symlink_to(tmp_path / "project" / "single" / "mod.py")
+    (env_site / "filepkg" / "__pycache__").symlink_to(tmp_path / "project" / "single" / "__pycache__",
+                                                     target_is_directory=True)
+    load = "import runpy, sys; {prefix}import linkedpkg.mod as a, filepkg.mod as b; print(a.Y, b.Y)"
+    guarded = _python(venv / "bin" / "python", "-c", load.format(prefix="runpy.run_path(sys.argv[1]); "),
+                      str(INENV / "runner.py"), cwd=tmp_path)
+    assert guarded.returncode == 0, guarded.stderr
+    assert guarded.stdout.split() == ["2", "2"]
+    plain = _python(venv / "bin" / "python", "-c", load.format(prefix=""), cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.split() == ["9", "9"]  # the control: the planted bytecode ran
