@@ -64,12 +64,12 @@ def _patch_settings(variation: dict[str, Any]) -> None:
 def _step(ctx: Any, out: Path, number: int, name: str, func: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """One step by the runner's rule (steprun.py: what must still hold after it, checked as verify checks it)."""
     from kernodeck_inenv import steprun
-    from kernodeck_inenv._common import write_json_atomic
+    from kernodeck_inenv._common import say, write_json_atomic
 
-    print(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
+    say(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})")
     result: dict[str, Any] = {"name": name, "interpreter": sys.executable, **steprun.run(ctx, name, func)}
     write_json_atomic(out / "steps" / f"{number:02d}-{name}.json", result)
-    print(f"[kernodeck] {name}: {result['status']} in {result['duration_s']:.2f}s", file=sys.stderr, flush=True)
+    say(f"[kernodeck] {name}: {result['status']} in {result['duration_s']:.2f}s")
     return result
 
 

@@ -11,12 +11,15 @@ imports only the standard library and its siblings, loaded as the package ``kern
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import runpy
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +70,36 @@ class Worker:
         self.cmd = [python, "-s", "-P", str(script or Path(__file__).resolve()), "--serve"]
         self.out = ""
         env = {k: v for k, v in environ.items() if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
+        # its own process group, ended whole once it has answered: nothing it forked outlives its call (red-team pass
+        # 31, FP1: a child the uninterrupted call left running filled a file the resumed run made); the supervisor
+        # still finds it by the run's mark in its environment (supervise.py)
         self.proc = subprocess.Popen(
-            self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True,
         )
+
+    def _end_group(self) -> None:
+        if hasattr(os, "killpg"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
 
     def run(self, order: dict[str, Any]) -> tuple[int, str]:
         """Give the order and wait: (exit status, stderr). A worker that already died reports its own error."""
-        self.out, err = self.proc.communicate(json.dumps(order) + "\n")  # what it answered (resume_app's result)
-        return self.proc.returncode, err
+        said: dict[str, str] = {}
+
+        def talk() -> None:  # the order written, what it says read to the end, beside the wait below
+            seen = sys.modules.get("kernodeck_inenv.seen")
+            if seen is not None:
+                seen.own_thread()  # Kernodeck's: never the application's thread left running
+            said["out"], said["err"] = self.proc.communicate(json.dumps(order) + "\n")
+
+        talking = threading.Thread(target=talk, name="kernodeck-worker-pipes", daemon=True)
+        talking.start()
+        self.proc.wait()
+        self._end_group()  # as it exits: what it forked may hold its pipes, and would outlive its call
+        talking.join()
+        self.out = said.get("out", "")  # what it answered (resume_app's result)
+        return self.proc.returncode, said.get("err", "")
 
     def close(self) -> None:
         """No order will come (an earlier step failed): end of input, and the worker exits without training."""
@@ -84,6 +109,7 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.communicate()
+        self._end_group()
 
 
 def _serve() -> int:

@@ -15,6 +15,8 @@ docs/application.md).
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import io
 import json
 import os
@@ -131,10 +133,20 @@ def answer(outputs: dict[str, Any], losses: dict[int, float], counters: dict[str
     return {"losses": {str(k): v for k, v in losses.items()}, "counters": counters, "outputs": encoded}
 
 
+def signed(said: dict[str, Any], key: str) -> str:
+    """(worker) The answer's one line: the answer and its signature with the order's key (HMAC-SHA256), which the
+    process's serving code holds, as the forked children's notes are signed (children.py): a line the application's
+    code writes on the channel is not Kernodeck's answer (red-team pass 31, FP2)."""
+    text = json.dumps(said, default=str, sort_keys=True)
+    mac = hmac.new(bytes.fromhex(key), text.encode(), hashlib.sha256).hexdigest()
+    return json.dumps({"answer": text, "mac": mac})
+
+
 def answered(worker: Any, order: dict[str, Any]) -> tuple[dict[str, Any], dict[int, float], dict[str, int]]:
     """(runner) ``order`` given to ``worker`` (a resume.Worker), and its answer read from the process's own channel
     (its stdout, which the application's code does not write to: resume_app._serve), never from a file of the run's
-    folder another process or a thread could rewrite: (outputs, losses, counters)."""
+    folder another process or a thread could rewrite; exactly one line, signed (:func:`signed`): (outputs, losses,
+    counters)."""
     import numpy as np
 
     code, err = worker.run(order)
@@ -143,7 +155,17 @@ def answered(worker: Any, order: dict[str, Any]) -> tuple[dict[str, Any], dict[i
         said = [x for x in err.splitlines() if x.strip()]
         raise CheckFailed(f"the {called(order)}'s process failed: {said[-1] if said else f'exit {code}'}",
                           Layer.APPLICATION, {"command": [*worker.cmd, "<", "(its order)"], "stderr": said[-12:]})
-    found = json.loads(lines[-1])
+    try:
+        line = json.loads(lines[0]) if len(lines) == 1 else {}
+        text, mac = str(line["answer"]), str(line["mac"])
+    except (ValueError, KeyError, TypeError):
+        text, mac = "", ""
+    expected = hmac.new(bytes.fromhex(order["key"]), text.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(mac, expected):
+        raise CheckFailed(f"the {called(order)}'s process answered what Kernodeck's code did not write ({len(lines)} "
+                          "line(s) on its channel, not one signed answer): the application's code wrote there",
+                          Layer.APPLICATION)
+    found = json.loads(text)
     if "error" in found:
         raise CheckFailed(found["error"], found["layer"], found.get("details") or {})
     outputs = {name: np.load(io.BytesIO(base64.b64decode(found["outputs"][name])), allow_pickle=False)

@@ -31,7 +31,7 @@ runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv
 # bytecode of theirs is read or written. The env's modules keep the interpreter's bytecode cache, written into the
 # env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
 from kernodeck_inenv import leftover, steprun  # noqa: E402
-from kernodeck_inenv._common import Context, write_json_atomic  # noqa: E402
+from kernodeck_inenv._common import Context, say, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Status, StepKey, step_file  # noqa: E402
 from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
 from kernodeck_inenv.steptable import BY_NAME, StepName  # noqa: E402
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             # while this process imports the application (single-threaded), then waits for its order (resume.Worker).
             worker_due = False
             ctx.state["resume_worker"] = importlib.import_module(f"{PACKAGE}.resume").Worker()
-        print(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
+        say(f"[kernodeck] {name}: start ({time.strftime('%H:%M:%S')})")
         result.update(steprun.run(  # the step table's row (steptable.py): its module and function run the step
             ctx, name, lambda: getattr(importlib.import_module(f"{PACKAGE}.{row.module}"), row.function)(ctx)))  # noqa: B023
         if result[StepKey.STATUS] == Status.FAILED:
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(steps_dir / step_file(number, name), result)
         ended = f"[kernodeck] {name}: {result[StepKey.STATUS]} in {result[StepKey.DURATION_S]:.2f}s"
         ended += _progress(result)
-        print(ended, file=sys.stderr, flush=True)
+        say(ended)
     if "resume_worker" in ctx.state:  # started, never given its order (an earlier step failed)
         ctx.state.pop("resume_worker").close()
     # Libraries load lazily (cuDNN at the first convolution, cuBLAS at the first GPU matmul): record the final map.

@@ -35,6 +35,7 @@ CROSS_CUTTING = {
     "redteam28": "red-team pass 28's findings across the resumed run's trusted run folder and the host's bytecode",
     "redteam29": "red-team pass 29's findings across the resumed run's narrowed reads and the emptiness check",
     "redteam30": "red-team pass 30's findings across the resume check's calls, its seal and the resumed run's rule",
+    "redteam31": "red-team pass 31's findings across the resume check's new processes, their answers and holders",
 }
 
 

@@ -245,6 +245,7 @@ def test_the_call_to_k_runs_first_and_each_other_call_in_a_new_process(tmp_path:
     before the seal). The uninterrupted run's end state and loss curve are kept in the run's folder only after every
     resumed run (red team)."""
     import kernodeck_inenv.resume
+    import kernodeck_inenv.resume_calls
 
     calls: list[str] = []
 
@@ -263,18 +264,20 @@ def test_the_call_to_k_runs_first_and_each_other_call_in_a_new_process(tmp_path:
 
     visible: list[list[str]] = []
 
-    def in_new_process(worker: Any, order: dict[str, Any]) -> resume_app.Trained:
+    def answered(worker: Any, order: dict[str, Any]) -> tuple[Any, ...]:
         Path(order["folder"]).mkdir(parents=True)  # as the worker makes its folder
         if order["resume_from"] is None:
             calls.append("new process: uninterrupted")
-            return _run(LOSSES)
-        sealed = "state.pt" in order["seal"]
-        calls.append(f"new process: resumed from {Path(order['resume_from']).name} (sealed: {sealed})")
-        visible.append(sorted(p.name for p in (tmp_path / "ra" / "uninterrupted").iterdir()))
-        return _run({s: v for s, v in LOSSES.items() if s > 3})
+            run = _run(LOSSES)
+        else:
+            sealed = "state.pt" in order["seal"]
+            calls.append(f"new process: resumed from {Path(order['resume_from']).name} (sealed: {sealed})")
+            visible.append(sorted(p.name for p in (tmp_path / "ra" / "uninterrupted").iterdir()))
+            run = _run({s: v for s, v in LOSSES.items() if s > 3})
+        return run.outputs, run.losses, run.counters
 
     monkeypatch.setattr(resume_app, "call_train", call_train)
-    monkeypatch.setattr(resume_app, "_in_new_process", in_new_process)
+    monkeypatch.setattr(kernodeck_inenv.resume_calls, "answered", answered)
     monkeypatch.setattr(kernodeck_inenv.resume, "Worker", Worker)
     ctx = Context(config={"project_root": str(tmp_path), "application": {}}, out=tmp_path)
     verdicts = resume_app.check(CFG, ctx, {}, "cpu", tmp_path / "ra", (None, "optimizer"))
