@@ -17,21 +17,31 @@ from tests.helpers.planted import PLANT, plant_pyc
 from tests.helpers.project import kd
 from tests.helpers.reports import read_report, statuses
 from tests.helpers.sharedruns import SharedRun
-from tests.helpers.tinyapp import copy_referenced, tiny_app_project
+from tests.helpers.tinyapp import copy_referenced
 
 pytestmark = pytest.mark.slow
 
 
-def test_another_application_is_declared_referenced_and_verified(built_project: Path, tmp_path: Path) -> None:
-    project = tiny_app_project(built_project, tmp_path)
-    proc = kd(project, "reference", "--new", "--out", str(tmp_path / "ref"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+@pytest.fixture(scope="module")
+def tiny_verified(tiny_referenced: Path, module_tmp: Path) -> SharedRun:
+    """ONE passing verify of a copy of the session's referenced tiny project, for this module's readers (the declared
+    application's report, and the dossier replayed by hand); they never change its project or dossier."""
+    project = copy_referenced(tiny_referenced, module_tmp)
+    out = module_tmp / "run"
+    return SharedRun(project, out, kd(project, "verify", "--out", str(out)))
+
+
+def test_another_application_is_declared_referenced_and_verified(
+    tiny_referenced: Path, tiny_verified: SharedRun, tmp_path: Path
+) -> None:
+    # the tiny application declared in a copy of the project and referenced by `reference --new` (made once for the
+    # run: tests/helpers/tinyapp.py's ``referenced``, the fixture ``tiny_referenced``), then verified once for this
+    # module (``tiny_verified``)
+    project, out, proc = tiny_verified.project, tiny_verified.out, tiny_verified.proc
     manifest = tomllib.loads((project / "dossier/reference/manifest.toml").read_text())
     assert manifest["outputs"]["logits"]["kind"] == "allclose" and manifest["outputs"]["labels"]["shape"] == [8]
     assert "weights" not in manifest and "flip_bound" not in manifest["criterion"]  # nothing MiniLM-specific
     assert manifest["application"]["code"] == {"tiny/app.py": sha256_file(project / "tiny/app.py")}
-    out = tmp_path / "run"
-    proc = kd(project, "verify", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = read_report(out)
     assert set(statuses(report).values()) == {"passed"}
@@ -40,7 +50,9 @@ def test_another_application_is_declared_referenced_and_verified(built_project: 
     assert steps["criterion"]["details"]["summary"] == "accuracy 0.88"
     assert steps["determinism"]["details"]["subset"] == "the whole sample"
 
-    # The negative control: logits moved beyond rtol/atol in the reference fail the comparison, naming the output.
+    # The negative control: logits moved beyond rtol/atol in the reference fail the comparison, naming the output
+    # (in this test's own copy of the referenced project).
+    project = copy_referenced(tiny_referenced, tmp_path)
     ref = project / "dossier/reference"
     in_env(project, "import numpy as np; p='dossier/reference/logits.npy'; a=np.load(p); a[2, 1] += 1e-3; np.save(p,a)")
     path = ref / "manifest.toml"
@@ -82,20 +94,18 @@ def test_project_folders_never_shadow_the_env(tiny_referenced: Path, tmp_path: P
     assert set(statuses(read_report(out)).values()) == {"passed"}
 
 
-def test_the_dossier_replays_by_hand_from_the_project_root(
-    built_project: Path, passed_run: SharedRun, tmp_path: Path
-) -> None:
+def test_the_dossier_replays_by_hand_from_the_project_root(tiny_verified: SharedRun, tmp_path: Path) -> None:
     """procedure.md's last command, as a person runs it: the dossier's run-config (project root redacted), the env's
-    interpreter, the runner by its path, from the project root. The dossier is the session's shared passing verify
-    (made in a sibling of the built project: same files, same env), replayed from the built project's root: only
-    read, its run-config copied out."""
+    interpreter, the runner by its path, from the project root. The dossier is this module's passing verify of the
+    tiny application (``tiny_verified``: the runner, its run-config and its steps are Kernodeck's, the same for every
+    application), replayed from its project's root: only read, its run-config copied out."""
     import subprocess
 
     from kernodeck.env import start
     from kernodeck.verify.steps.in_env import RUNNER_ENV
     from tests.helpers.builtenv import env_python
 
-    out, proc = passed_run.out, passed_run.proc
+    project, out, proc = tiny_verified.project, tiny_verified.out, tiny_verified.proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     config = json.loads((out / "run-config.json").read_text())
     assert config["project_root"] == "<project>"  # the dossier names no path of this machine
@@ -105,8 +115,8 @@ def test_the_dossier_replays_by_hand_from_the_project_root(
                                                                           "application", "reread", "compare"]}))
     config_path = str(replay / "run-config.json")
     # as procedure.md shows it: the runner's variables, -s -P, no other PYTHON* variable
-    argv = start.argv(env_python(built_project), "kernodeck/inenv/runner.py", "--config", config_path)
-    done = subprocess.run(argv, cwd=built_project, capture_output=True, text=True, check=False, timeout=600,
+    argv = start.argv(env_python(project), "kernodeck/inenv/runner.py", "--config", config_path)
+    done = subprocess.run(argv, cwd=project, capture_output=True, text=True, check=False, timeout=600,
                           env=start.environ(RUNNER_ENV))
     assert done.returncode == 0, done.stderr[-3000:]
     results = [json.loads(p.read_text()) for p in sorted((replay / "steps").glob("*.json"))]
