@@ -20,7 +20,10 @@ from kernodeck.errors import KernodeckError
 from tests.helpers.fresh import LocalIndex, fresh_env, run_nox, torch_file
 from tests.helpers.project import ROOT
 
-EXAMPLE = ROOT / "examples" / "digits"
+# A user's project: examples/regression (scaffolded by `kernodeck init`, then edited). The replay's subject is the clean
+# clone's tools venv and its package sources, the same for every application: the regression's verify costs a third
+# of the digits one (no resume-application step, whose training runs twice plus one run per dropped state).
+EXAMPLE = ROOT / "examples" / "regression"
 LEFT_BEHIND = shutil.ignore_patterns(".nox", ".venv-rebuild", "runs", "__pycache__", ".wheelhouse")
 
 
@@ -53,13 +56,13 @@ def _git(project: Path, *args: str) -> None:
 @pytest.mark.slow
 @pytest.mark.network
 def test_replay_of_a_user_project_passes(tmp_path: Path) -> None:
-    """examples/digits committed into a fresh repository: `nox -s replay` passes from its clean clone; without the
+    """examples/regression committed into a fresh repository: `nox -s replay` passes from its clean clone; without the
     pinned run group the replay stops with one ERROR naming it."""
-    project = tmp_path / "digits"
+    project = tmp_path / "regression"
     shutil.copytree(EXAMPLE, project, ignore=LEFT_BEHIND)
     _git(project, "init", "-q")
     _git(project, "add", "-A")
-    _git(project, "commit", "-q", "-m", "digits")
+    _git(project, "commit", "-q", "-m", "regression")
     source = tmp_path / "kernodeck-source"  # this checkout's distribution files, so nothing is built inside it
     source.mkdir()
     shutil.copytree(ROOT / "kernodeck", source / "kernodeck", ignore=LEFT_BEHIND)
