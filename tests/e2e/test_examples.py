@@ -1,6 +1,5 @@
 """User projects end to end, from copies outside the repository, run as a user runs them: `nox -s ...`.
 
-- the template: `kernodeck init` in an empty git repository, then lock + reference + verify pass before any edit;
 - examples/digits: verify passes from a copy, and fails at compare once its reference is perturbed beyond tolerance;
   its own training resumes bitwise in a new process, each dropped piece of state is seen, a blind resume declaration
   is refused and a train that forgets its optimizer state fails (resume-application, on the same env).
@@ -8,6 +7,10 @@
 Kernodeck comes from ``$KERNODECK_SOURCE``, a copy of this checkout's distribution files (so nothing is built inside
 the checkout). The nox session venvs (the pinned tools + Kernodeck) are shared by every test here through one
 ``--envdir``, and the uv cache is the user's, as on any machine: only the first test pays for them.
+
+The template (`kernodeck init` in an empty git repository, then lock + reference + verify pass before any edit) is
+tests/e2e/test_quickstart_e2e.py's ``test_template_from_init_to_a_passing_verify``: README's quick start runs those
+very commands in an empty repository, once for both.
 """
 
 from __future__ import annotations
@@ -75,22 +78,6 @@ def env_python(project: Path) -> Path:
     found = sorted(project.glob(".venv-rebuild/*/current/bin/python"))
     assert len(found) == 1, found
     return found[0]
-
-
-def test_template_from_init_to_a_passing_verify(nox_run: Nox, tmp_path: Path) -> None:
-    project = tmp_path / "my-project"
-    project.mkdir()
-    subprocess.run(["git", "init", "-q", str(project)], check=True)
-    init = subprocess.run([sys.executable, "-m", "kernodeck", "init"], cwd=project, text=True, capture_output=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
-    _ok(init, "kernodeck init")
-    _ok(nox_run(project, "lock"), "nox -s lock")
-    _ok(nox_run(project, "reference"), "nox -s reference")
-    assert (project / "dossier" / "reference" / "manifest.toml").is_file()
-    proc = nox_run(project, "verify", "--out", str(tmp_path / "dossier"))
-    _ok(proc, "nox -s verify")
-    report = read_report(tmp_path / "dossier")
-    assert report["status"] == "passed" and set(statuses(report).values()) == {"passed"}
 
 
 @pytest.fixture(scope="module")

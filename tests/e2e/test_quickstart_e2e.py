@@ -3,8 +3,10 @@
 README's "Use it in your project" block runs LITERALLY: in an empty git repository, ``pip install nox
 /path/to/kernodeck && kernodeck init`` (a venv of its own, this machine's pip configuration as it is: nothing is
 written about it), then ``nox -s lock && nox -s reference && nox -s verify`` with no ``KERNODECK_SOURCE``: the
-sessions must find the Kernodeck installed beside nox by themselves. The same venv then adopts a project whose
-application is a regression (examples/regression, ``allclose``), and compares two of its dossiers.
+sessions must find the Kernodeck installed beside nox by themselves. That run is made once for the module
+(``quick_start``): the template test reads it (the template passes before any edit), the quick start test reads it and
+continues in the same project. The same venv then adopts a project whose application is a regression
+(examples/regression, ``allclose``), and compares two of its dossiers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -74,6 +77,52 @@ def user(module_tmp: Path) -> Iterator[User]:
     yield shell
 
 
+@dataclass(frozen=True)
+class QuickStart:
+    """README's block, run literally in an empty git repository: the project, the verify's dossier, each command's
+    finished process (by its README words; the first that failed is the last one run)."""
+
+    project: Path
+    dossier: Path
+    procs: dict[str, subprocess.CompletedProcess[str]]
+
+    def ok(self, *names: str) -> None:
+        for name in names:
+            assert name in self.procs, f"{name} never ran: an earlier command failed ({list(self.procs)})"
+            _ok(self.procs[name], name)
+
+
+@pytest.fixture(scope="module")
+def quick_start(user: User, module_tmp: Path) -> QuickStart:
+    """README's "Use it in your project" run once for this module: `kernodeck init` in an empty git repository, then
+    `nox -s lock && nox -s reference && nox -s verify`, stopping at the first command that fails (its readers say
+    which). Its readers never change it, but the quick start test, which runs last and continues in the project."""
+    project = module_tmp / "my-project"
+    project.mkdir()
+    dossier = module_tmp / "dossier"
+    procs: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def run(name: str, *argv: str) -> None:
+        if all(proc.returncode == 0 for proc in procs.values()):  # nothing after a failed command
+            procs[name] = user.sh(project, *argv)
+
+    run("git init", "git", "init", "-q")
+    run("kernodeck init", "kernodeck", "init")
+    run("nox -s lock", "nox", "-s", "lock")  # as README writes them (tests/unit/test_doc_commands.py)
+    run("nox -s reference", "nox", "-s", "reference")
+    run("nox -s verify", "nox", "-s", "verify", "--", "--out", str(dossier))
+    return QuickStart(project, dossier, procs)
+
+
+def test_template_from_init_to_a_passing_verify(quick_start: QuickStart) -> None:
+    """The template `kernodeck init` writes passes lock, reference and verify before any edit (README: "you start
+    from green"): the module's quick start, read."""
+    quick_start.ok("git init", "kernodeck init", "nox -s lock", "nox -s reference", "nox -s verify")
+    assert (quick_start.project / "dossier" / "reference" / "manifest.toml").is_file()
+    report = read_report(quick_start.dossier)
+    assert report["status"] == "passed" and set(statuses(report).values()) == {"passed"}
+
+
 @rel(
     80,
     "README's \"Use it in your project\" run literally: an empty git repository, `pip install nox /path/to/kernodeck "
@@ -81,18 +130,11 @@ def user(module_tmp: Path) -> Iterator[User]:
     "a passed verify: the sessions install the Kernodeck beside nox (its direct_url.json), no `__pycache__/` left in "
     "the project, provenance says the repository has no commit yet; the user's failing line shown, exit 1 / 2",
 )
-def test_readme_quick_start_runs_literally(user: User, tmp_path: Path) -> None:
-    project = tmp_path / "my-project"
-    project.mkdir()
-    _ok(user.sh(project, "git", "init", "-q"), "git init")
-    init = user.sh(project, "kernodeck", "init")
-    _ok(init, "kernodeck init")
-    assert f"install Kernodeck from {user.checkout}" in init.stdout
-    _ok(user.sh(project, "nox", "-s", "lock"), "nox -s lock")  # as README writes them (tests/unit/test_doc_commands.py)
-    _ok(user.sh(project, "nox", "-s", "reference"), "nox -s reference")
-    proc = user.sh(project, "nox", "-s", "verify", "--", "--out", str(tmp_path / "dossier"))
-    _ok(proc, "nox -s verify")
-    report = read_report(tmp_path / "dossier")
+def test_readme_quick_start_runs_literally(user: User, quick_start: QuickStart, tmp_path: Path) -> None:
+    project = quick_start.project
+    quick_start.ok("git init", "kernodeck init", "nox -s lock", "nox -s reference", "nox -s verify")
+    assert f"install Kernodeck from {user.checkout}" in quick_start.procs["kernodeck init"].stdout
+    report = read_report(quick_start.dossier)
     assert report["status"] == "passed" and set(statuses(report).values()) == {"passed"}
     assert not _bytecode(project), "bytecode written into the user's project"
     manifest = tomllib.loads((project / "dossier" / "reference" / "manifest.toml").read_text(encoding="utf-8"))
