@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import crossworker, fresh, sharedruns, tinyapp
+from tests.helpers import builtenv, crossworker, fresh, sharedruns, tinyapp
 from tests.helpers.project import ROOT, copy_project, kd
 from tests.helpers.removals import REMOVALS
 from tests.helpers.sharedruns import SharedRun
@@ -128,6 +128,21 @@ def concurrent_runs(built_project: Path, tmp_path_factory: pytest.TempPathFactor
     """ONE pair of verifies of the built project started at once, for its readers (both finish; compared)."""
     return sharedruns.shared_pair(tmp_path_factory, "concurrent-runs",
                                   lambda folder: sharedruns.concurrent_pair(built_project, folder))
+
+@pytest.fixture(scope="session")
+def digits_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/digits copied with its env rebuilt ONCE for the whole run (tests/helpers/builtenv.py: built_example),
+    for the tests that run it in their own copy sharing that env (``builtenv.example_copy``): test_examples' verify,
+    test_calibrate_e2e's calibration. Needs this machine's package sources (pip config)."""
+    return builtenv.built_example(tmp_path_factory, "digits")
+
+
+@pytest.fixture(scope="session")
+def regression_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/regression copied with its env rebuilt ONCE for the whole run, as ``digits_built``: for
+    test_quickstart_e2e's adopted copy and test_calibrate_e2e's calibration."""
+    return builtenv.built_example(tmp_path_factory, "regression")
+
 
 @pytest.fixture(scope="session")
 def tiny_referenced(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:

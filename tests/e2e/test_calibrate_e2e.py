@@ -5,8 +5,9 @@ The copy declares a logits tolerance far tighter than the thread/ISA noise and a
 margin of use (the criterion's accuracy floor): the negative controls, reported "too tight" and "too loose" from
 real measurements. Then `--write` puts the proposal into the copy's pyproject (comments kept), and drift maps three
 of the calibration's variation dossiers. The regression copy declares its predictions' tolerance above the margin of
-use (too loose), and its bands are exact: counted in rows, no tolerance proposed. Needs this machine's package sources
-for the rebuild (pip's own config).
+use (too loose), and its bands are exact: counted in rows, no tolerance proposed. Each copy shares its example's env,
+rebuilt once for the whole run (``digits_built``, ``regression_built``: this machine's package sources, pip's own
+config).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -23,12 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.builtenv import example_copy
 from tests.helpers.project import ROOT
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = ROOT / "examples" / "digits"
-LEFT_BEHIND = shutil.ignore_patterns(".nox", ".venv-rebuild", "runs", "__pycache__", ".wheelhouse")
 
 
 def _kd(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -43,9 +42,8 @@ def _ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
     assert proc.returncode == 0, f"{what} failed (exit {proc.returncode}):\n{tail}"
 
 
-def test_calibrate_and_drift_on_digits(tmp_path: Path) -> None:
-    project = tmp_path / "digits"
-    shutil.copytree(EXAMPLE, project, ignore=LEFT_BEHIND)
+def test_calibrate_and_drift_on_digits(digits_built: Path, tmp_path: Path) -> None:
+    project = example_copy(digits_built, tmp_path / "digits")  # its env the run's rebuilt one (same lock: reused)
     pyproject = project / "pyproject.toml"
     text = pyproject.read_text(encoding="utf-8")
     text = re.sub(r"rtol = 1e-3\natol = 1e-3", "rtol = 1e-7\natol = 1e-7", text)
@@ -95,9 +93,8 @@ def test_calibrate_and_drift_on_digits(tmp_path: Path) -> None:
     ET.fromstring((project / "runs" / "drift" / "drift.svg").read_text(encoding="utf-8"))
 
 
-def test_calibrate_on_regression_loose_allclose_and_exact_bands(tmp_path: Path) -> None:
-    project = tmp_path / "regression"
-    shutil.copytree(ROOT / "examples" / "regression", project, ignore=LEFT_BEHIND)
+def test_calibrate_on_regression_loose_allclose_and_exact_bands(regression_built: Path, tmp_path: Path) -> None:
+    project = example_copy(regression_built, tmp_path / "regression")  # its env the run's rebuilt one (reused)
     pyproject = project / "pyproject.toml"
     text = pyproject.read_text(encoding="utf-8")
     # rtol = atol = 10 lets a prediction move by 10 or more: the R² floor fails long before (the negative control)

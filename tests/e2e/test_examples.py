@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import write_atomic
-from tests.helpers.builtenv import reseal
+from tests.helpers.builtenv import example_copy, reseal
 from tests.helpers.project import ROOT
 from tests.helpers.reports import read_report, statuses
 
@@ -81,11 +81,11 @@ def env_python(project: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def digits(nox_run: Nox, module_tmp: Path) -> Iterator[tuple[Path, Path]]:
-    """examples/digits copied outside the repository, verified once: (project, dossier)."""
+def digits(nox_run: Nox, digits_built: Path, module_tmp: Path) -> Iterator[tuple[Path, Path]]:
+    """examples/digits copied outside the repository, verified once: (project, dossier). The copy shares the env the
+    run rebuilt once for examples/digits (``digits_built``: same lock, so verify's rebuild step reuses it)."""
     work = module_tmp / "digits"
-    project = work / "digits"
-    shutil.copytree(EXAMPLE, project, ignore=LEFT_BEHIND)
+    project = example_copy(digits_built, work / "digits")
     out = work / "pass"
     proc = nox_run(project, "verify", "--out", str(out))
     _ok(proc, "nox -s verify (examples/digits)")

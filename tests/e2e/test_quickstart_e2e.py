@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.builtenv import example_copy
 from tests.helpers.project import ROOT
 from tests.helpers.reports import read_report, statuses
 
@@ -179,9 +180,9 @@ def test_readme_quick_start_runs_literally(user: User, quick_start: QuickStart, 
     "a passed verify with the R² criterion, and compare judges EVERY declared output under its kind (predictions "
     "allclose, band exact), never 'not compared'",
 )
-def test_regression_example_adopted_and_compared(user: User, tmp_path: Path) -> None:
-    project = tmp_path / "regression"
-    shutil.copytree(ROOT / "examples" / "regression", project, ignore=LEFT_BEHIND)
+def test_regression_example_adopted_and_compared(user: User, regression_built: Path, tmp_path: Path) -> None:
+    # a copy of examples/regression sharing the env the run rebuilt once for it (same lock: verify reuses it)
+    project = example_copy(regression_built, tmp_path / "regression")
     first, second = tmp_path / "first", tmp_path / "second"
     _ok(user.sh(project, "nox", "-s", "verify", "--", "--out", str(first)), "nox -s verify")
     report = read_report(first)

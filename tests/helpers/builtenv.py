@@ -5,13 +5,20 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck.project.config import load_project
 from kernodeck.runformat import manifest as dossier_manifest
-from tests.helpers.project import copy_project
+from tests.helpers import crossworker
+from tests.helpers.project import ROOT, copy_project
+
+# Never part of a copy of an example: what a run leaves behind.
+EXAMPLE_LEFT_BEHIND = shutil.ignore_patterns(".nox", ".venv-rebuild", "runs", "__pycache__", ".wheelhouse")
 
 
 def env_python(project: Path) -> Path:
@@ -43,6 +50,33 @@ def share_env(built: Path, project: Path) -> None:
                 (own / entry.name).symlink_to(os.readlink(entry))
             elif entry.is_file() and not entry.name.startswith("."):  # CURRENT; not the lock
                 shutil.copy2(entry, own / entry.name)
+
+
+def built_example(factory: pytest.TempPathFactory, name: str) -> Path:
+    """A copy of ``examples/<name>`` with its env rebuilt once for the whole run, every worker of a parallel run
+    included (tests/helpers/crossworker.py), by this checkout's ``python -m kernodeck rebuild`` (this machine's package
+    sources: pip's own config). Its readers never change it: each works in :func:`example_copy`."""
+
+    def make(folder: Path) -> dict[str, object]:
+        project = Path(shutil.copytree(ROOT / "examples" / name, folder / name, ignore=EXAMPLE_LEFT_BEHIND))
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # uv beside python
+        proc = subprocess.run([sys.executable, "-m", "kernodeck", "rebuild"], cwd=project, env=env, text=True,
+                              capture_output=True, timeout=1500, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"rebuild of examples/{name} failed:\n{proc.stderr[-3000:]}")
+        return {"project": str(project)}
+
+    _, made = crossworker.once(factory, f"example-{name}", make)
+    return Path(str(made["project"]))
+
+
+def example_copy(built: Path, dest: Path) -> Path:
+    """A user's copy of the example ``built`` was copied from (its files as ``examples/`` has them, nothing a run left
+    behind) that shares ``built``'s rebuilt env (:func:`share_env`: same lock, so a rebuild reuses it)."""
+    project = Path(shutil.copytree(ROOT / "examples" / built.name, dest, ignore=EXAMPLE_LEFT_BEHIND))
+    share_env(built, project)
+    return project
 
 
 def reseal(project: Path, names: tuple[str, ...] | list[str] = ("embeddings",)) -> None:
