@@ -97,7 +97,8 @@ class QuickStart:
 def quick_start(user: User, module_tmp: Path) -> QuickStart:
     """README's "Use it in your project" run once for this module: `kernodeck init` in an empty git repository, then
     `nox -s lock && nox -s reference && nox -s verify`, stopping at the first command that fails (its readers say
-    which). Its readers never change it, but the quick start test, which runs last and continues in the project."""
+    which). Its readers never change it, but the quick start test, which pytest runs after the template test (file
+order) and which continues in the project: a bug in its entry, never in the reference or the dossier read here."""
     project = module_tmp / "my-project"
     project.mkdir()
     dossier = module_tmp / "dossier"
