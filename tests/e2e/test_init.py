@@ -1,7 +1,7 @@
 """`kernodeck init` and the nox session API (kernodeck/noxsessions.py): what a user's project starts from.
 
 Fast tests run init as a user does (``python -m kernodeck init`` in a temp folder) and load the scaffolded noxfile with
-a real ``nox -l``; the slow one (tests/e2e/test_examples.py)
+a real ``nox -l``; the slow one (tests/e2e/test_quickstart_e2e.py)
 takes an empty git repository from init to a passing verify.
 """
 
