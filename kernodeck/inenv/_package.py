@@ -139,7 +139,10 @@ def _cache_only_the_envs_bytecode(homes: types.ModuleType) -> None:
     def get_code(self: Any, fullname: str) -> Any:
         given = self.get_filename(fullname)
         path = os.path.normpath(os.path.abspath(given))
-        if homes.home(path) and homes.home(resolved(path)):
+        # a ".." is followed after the link before it, as the system opens the path: resolved as given, whole
+        # (red-team pass 32, RULE1: folded as text first, a link's "/.." landed in the env)
+        real = os.path.realpath(given) if ".." in given.split(os.sep) else resolved(path)
+        if homes.home(path) and homes.home(real):
             return plain_code(self, fullname)
         return self.source_to_code(self.get_data(given), given)
 

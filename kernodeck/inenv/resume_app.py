@@ -230,41 +230,39 @@ def record(folder: Path, curve: list[float | None], counters: dict[str, int]) ->
     _save(folder, PROGRESS, np.array([counters[n] for n in names], dtype=np.int64), names)
 
 
-def read_the_checkpoint(folder: Path) -> None:
-    """(worker) The resumed run opened a file of the checkpoint it was handed (the closed world's record of its call):
-    a train that ignores ``resume_from`` and trains again from step 0 ends where the uninterrupted run ends, and its
-    controls can be made to differ, so agreement alone does not show that anything was resumed."""
-    from kernodeck_inenv import paths, seen
-
-    inside = tuple(form.rstrip(os.sep) + os.sep for form in paths.forms(str(folder)))
-    if not any(path.startswith(inside) for path in seen.READ):
-        raise CheckFailed("the resumed run read no file of the checkpoint it was handed (resume_from: "
-                          f"{folder.parent.name}/{folder.name} of the run's folder): "
-                          "train must restore its state from there, not train again from the start",
-                          Layer.APPLICATION, {"tip": "load the checkpoint from resume_from in train "
-                                              "(docs/application.md: the resume contract)"})
-
-
 def worker_call(order: dict[str, Any]) -> Trained:
     """(worker) The call its order names, in the folder Kernodeck makes for it now: the uninterrupted run to N, or a
-    resumed run from the sealed checkpoint (reading only it of the run's record: resume_calls.worker_context)."""
+    resumed run from the sealed checkpoint (reading only it of the run's record: resume_calls.worker_context); every
+    process the call forked ended as it ends (resume_calls.end_descendants)."""
     from kernodeck_inenv import steprun
-    from kernodeck_inenv.resume_calls import called, made, sealed, worker_context
+    from kernodeck_inenv.resume_calls import (
+        adopting,
+        called,
+        end_descendants,
+        made,
+        read_the_checkpoint,
+        sealed,
+        worker_context,
+    )
 
-    ctx, folder = worker_context(order), Path(order["folder"])
-    own = made(folder, f"the {called(order)}'s folder")
-    checkpoint = Path(order["resume_from"]) if order.get("resume_from") else None
-    if checkpoint is not None:
-        sealed(checkpoint, order["seal"])
-    trained = call_train(order["cfg"], ctx, order["params"], order["device"], own, int(order["cfg"]["steps"]), None,
-                         checkpoint, order["drop"])
-    if checkpoint is not None:
-        read_the_checkpoint(checkpoint)
-        sealed(checkpoint, order["seal"], after=True)  # nothing written there meanwhile
-    # as after each of the runner's steps: the libraries mapped, what it read (and what a thread it left running
-    # read), the settings in effect, against the runner's records (red-team passes 27, NOTE1, and 30, FP4 and FP5)
-    steprun.held(ctx, "resume", f"in the {called(order)}'s new process, after its call")
-    return trained
+    adopting()
+    try:
+        ctx, folder = worker_context(order), Path(order["folder"])
+        own = made(folder, f"the {called(order)}'s folder")
+        checkpoint = Path(order["resume_from"]) if order.get("resume_from") else None
+        if checkpoint is not None:
+            sealed(checkpoint, order["seal"])
+        trained = call_train(order["cfg"], ctx, order["params"], order["device"], own, int(order["cfg"]["steps"]),
+                             None, checkpoint, order["drop"])
+        if checkpoint is not None:
+            read_the_checkpoint(checkpoint)
+            sealed(checkpoint, order["seal"], after=True)  # nothing written there meanwhile
+        # as after each of the runner's steps: the libraries mapped, what it read (and what a thread it left running
+        # read), the settings in effect, against the runner's records (red-team passes 27, NOTE1, and 30, FP4-FP5)
+        steprun.held(ctx, "resume", f"in the {called(order)}'s new process, after its call")
+        return trained
+    finally:
+        end_descendants()
 
 
 def _serve() -> int:

@@ -36,6 +36,7 @@ CROSS_CUTTING = {
     "redteam29": "red-team pass 29's findings across the resumed run's narrowed reads and the emptiness check",
     "redteam30": "red-team pass 30's findings across the resume check's calls, its seal and the resumed run's rule",
     "redteam31": "red-team pass 31's findings across the resume check's new processes, their answers and holders",
+    "redteam32": "red-team pass 32's findings across the resume check's leftover processes and the bytecode rule",
 }
 
 

@@ -136,7 +136,7 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
     """A train that ignores resume_from and trains again from step 0 ends bitwise where the uninterrupted run ends (and
     can honour app.resume_drop so that its controls differ): the resumed run must have opened a file of the checkpoint
     it was handed (the closed world's record of its call), else the step fails."""
-    from kernodeck_inenv import seen
+    from kernodeck_inenv import resume_calls, seen
 
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
@@ -147,9 +147,9 @@ def test_a_resumed_run_that_reads_nothing_of_its_checkpoint_fails(tmp_path: Path
         seen.READ[str(tmp_path / "elsewhere.pt")] = "the resume entry"
         from kernodeck_inenv._common import CheckFailed as InEnvCheckFailed  # the class resume_app raises
         with pytest.raises(InEnvCheckFailed, match="read no file of the checkpoint"):
-            resume_app.read_the_checkpoint(checkpoint)
+            resume_calls.read_the_checkpoint(checkpoint)
         seen.READ[str(checkpoint / "state.pt")] = "the resume entry"
-        resume_app.read_the_checkpoint(checkpoint)
+        resume_calls.read_the_checkpoint(checkpoint)
     finally:
         seen.READ.clear()
         seen.READ.update(saved)
