@@ -1,7 +1,7 @@
 """Fault injection for the tests, never in the shipped checks: the test edits a COPY of the project's check file.
 
 ``inject(project, "application", CODE)`` appends CODE to the copy's ``kernodeck/inenv/application.py`` (the in-env
-steps; ``"app"`` is the project's own ``checks/app.py``). It runs when the runner
+steps; ``"app"`` is the project's own ``checks/app.py``, ``"tiny/app"`` the tiny application's). It runs when the runner
 imports the module, after the module's own definitions, so it can wrap a step function by name; the runner looks each
 step up at call time and so calls the wrapper. The shipped files, and any other project, are untouched.
 """
@@ -19,6 +19,8 @@ def check_file(project: Path, module: str) -> Path:
     path = project / "kernodeck" / "inenv" / f"{module}.py"
     if not path.is_file():
         path = project / "checks" / f"{module}.py"
+    if not path.is_file() and "/" in module:  # a project file by its path, e.g. "tiny/app" (tests/helpers/tinyapp.py)
+        path = project / f"{module}.py"
     assert path.is_file(), f"no check module {module!r} at {path}"
     return path
 
