@@ -77,10 +77,13 @@ def test_verify_passes_every_step(passed_run: SharedRun) -> None:
     assert "pip check" in (out / "procedure.md").read_text()
 
 
-def test_perturbed_reference_fails_at_compare(built_project: Path, tmp_path: Path) -> None:
-    project = sibling(built_project, tmp_path)
-    in_env(project, "import numpy as np; p='dossier/reference/embeddings.npy'; a=np.load(p); a[0]+=1e-3; np.save(p,a)")
-    reseal(project)
+def test_perturbed_reference_fails_at_compare(tiny_referenced: Path, tmp_path: Path) -> None:
+    # the comparison against the declared tolerance is Kernodeck's, the same for every application: the tiny one's
+    # logits (allclose, rtol 1e-5) here, in a copy of the session's referenced tiny project, where MiniLM's model
+    # would only add its load and its runs up to the compare step
+    project = copy_referenced(tiny_referenced, tmp_path)
+    in_env(project, "import numpy as np; p='dossier/reference/logits.npy'; a=np.load(p); a[0]+=1e-3; np.save(p,a)")
+    reseal(project, ("logits",))
     out = tmp_path / "run"
     proc = kd(project, "verify", "--out", str(out))
     assert proc.returncode == 1
