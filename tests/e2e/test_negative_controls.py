@@ -256,22 +256,25 @@ def test_mislabelled_pair_fails_the_criterion(built_project: Path, tmp_path: Pat
     "the determinism step fails on CPU, with the difference between the runs",
 )
 @pytest.mark.slow
-def test_non_identical_runs_fail_the_determinism_step(built_project: Path, tmp_path: Path) -> None:
-    project = sibling(built_project, tmp_path)
+def test_non_identical_runs_fail_the_determinism_step(tiny_referenced: Path, tmp_path: Path) -> None:
+    # the determinism step (the entry rerun in one process, its outputs compared bitwise) is Kernodeck's, the same
+    # for every application: the tiny one's logits (a copy of the session's referenced tiny project,
+    # tests/helpers/tinyapp.py), where MiniLM's model would only add its load and its runs
+    project = copy_referenced(tiny_referenced, tmp_path)
     # Every run of the entry after the first (the one written to disk) moves one value by one float32 step.
     inject(
         project,
-        "app",
+        "tiny/app",
         "_calls = []\n" + wrap_after(
             "run",
             """
             import numpy as _numpy
             _calls.append(1)
             if len(_calls) > 1:
-                _arr, _ids = args[0].written["embeddings"]
+                _arr, _ids = args[0].written["logits"]
                 _arr = _arr.copy()
                 _arr[0, 0] = _numpy.nextafter(_arr[0, 0], _numpy.float32(2))
-                args[0].written["embeddings"] = (_arr, _ids)
+                args[0].written["logits"] = (_arr, _ids)
             """,
         ),
     )
@@ -281,9 +284,9 @@ def test_non_identical_runs_fail_the_determinism_step(built_project: Path, tmp_p
     report = _verify(project, tmp_path / "run")
     step = failed_step(report, "determinism")
     assert report["first_failure"] == "determinism" and step["layer"] == "operator", step
-    assert "runs of the entry on CPU in one process differ (embeddings)" in step["error"]
+    assert "runs of the entry on CPU in one process differ (logits)" in step["error"], step["error"]
     assert step["details"]["bitwise_identical"] is False
-    assert step["details"]["outputs"]["embeddings"]["max_abs_between_runs"] > 0
+    assert step["details"]["outputs"]["logits"]["max_abs_between_runs"] > 0
     assert statuses(report)["compare"] == "passed"
 
 
