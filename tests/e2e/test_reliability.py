@@ -20,7 +20,6 @@ from tests.helpers import tinyapp
 from tests.helpers.builtenv import in_env, reseal, sibling
 from tests.helpers.project import copy_project, kd
 from tests.helpers.reports import read_report, statuses
-from tests.helpers.sharedruns import SharedRun
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 LOCK = f"lockfiles/{PLATFORM}.txt"
@@ -88,6 +87,12 @@ def test_tampered_hash_keeps_the_last_good_env(own_built: Path, tmp_path: Path, 
     assert "ERROR: install failed" in proc.stderr and "mdurl" in proc.stderr.lower()
     assert "TIP:" in proc.stderr
     assert current(project) == good and envs(project) == [good]
+    if installer == "pip":  # the last good env intact, as the next rebuild's reuse check (its files, its packages)
+        # finds it; that a later verify uses it is shown once, by the uv case (the same good env, the same check)
+        again = kd(project, "rebuild")
+        assert again.returncode == 0 and "reusing" in again.stderr, again.stderr[-2000:]
+        assert current(project) == good
+        return
     # and the last good env is what a later verify uses (the lock put back is still not stale: its inputs did not
     # change)
     verify = kd(project, "verify", "--out", str(tmp_path / "run"))
@@ -234,10 +239,14 @@ def test_unsound_reference_refused_before_comparison(
     "credentials in PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, UV_INDEX_URL and in a variant's source",
     "no file written by lock, rebuild, verify or the dossier holds them",
 )
-def test_credentials_in_every_source_never_written(tmp_path: Path) -> None:
+def test_credentials_in_every_source_never_written(tiny_referenced: Path, tmp_path: Path) -> None:
     # its own build, not a shared one: the rebuild must run its installer with the credentials set (a reused env
-    # writes almost nothing), and every file under the project is searched afterwards
-    project = copy_project(tmp_path / "p")
+    # writes almost nothing), and every file under the project is searched afterwards. The project declares the tiny
+    # application (a copy of the session's referenced tiny project, its links to the shared env removed): what the
+    # dossier writes is Kernodeck's, the same for every application, where MiniLM's model would only add its load and
+    # its runs to the verify
+    project = tinyapp.copy_referenced(tiny_referenced, tmp_path / "p")
+    shutil.rmtree(project / ".venv-rebuild")  # the links to the session's env, not what they name
     pyproject = project / "pyproject.toml"
     pyproject.write_text(
         pyproject.read_text().replace(
@@ -282,16 +291,19 @@ def _tmpfs_available() -> bool:
 @pytest.mark.slow
 @rel(12, "a full disk, or a read-only output folder, at dossier time", "a clear error; the earlier dossier untouched")
 @pytest.mark.parametrize("fault", ["full", "read-only"])
-def test_dossier_on_full_or_readonly_disk(
-    built_project: Path, passed_run: SharedRun, tmp_path: Path, fault: str
-) -> None:
+def test_dossier_on_full_or_readonly_disk(tiny_referenced: Path, tmp_path: Path, fault: str) -> None:
+    # the dossier's writing is Kernodeck's, the same for every application: the tiny one's run (a copy of the
+    # session's referenced tiny project, tests/helpers/tinyapp.py), where MiniLM's model would only add its load and
+    # its runs before the write that fails
     if not _tmpfs_available():
         pytest.skip("needs a private mount namespace (unshare -m) to make a small or read-only filesystem")
+    project = tinyapp.copy_referenced(tiny_referenced, tmp_path)
     mount = tmp_path / "mnt"
     mount.mkdir()
-    # the earlier dossier: the session's shared passing verify, only read here (copied into the mount, then hashed)
-    earlier = passed_run.out
-    assert passed_run.proc.returncode == 0, passed_run.proc.stderr[-3000:]
+    # the earlier dossier: the passing run that made the tiny reference, only read here (copied into the mount, then
+    # hashed)
+    earlier = tinyapp.reference_run(tiny_referenced)
+    assert read_report(earlier)["status"] == "passed"
     size = sum(p.stat().st_size for p in earlier.rglob("*") if p.is_file())
     # the earlier dossier fits; a second one does not (full), or the filesystem turns read-only before the run
     limit = size + size // 2 if fault == "full" else size * 3
@@ -299,16 +311,16 @@ def test_dossier_on_full_or_readonly_disk(
     script = (
         f"mount -t tmpfs -o size={limit} tmpfs {mount} && cp -a {earlier} {mount}/run && {after} && "
         f"{sys.executable} -m kernodeck verify --no-rebuild --out {mount}/run; echo rc=$?; "
-        f"sha256sum {mount}/run/report.json {mount}/run/outputs/embeddings.npy; ls -a {mount}"
+        f"sha256sum {mount}/run/report.json {mount}/run/outputs/logits.npy; ls -a {mount}"
     )
     env = dict(
         os.environ,
         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-        PYTHONPATH=str(built_project),
+        PYTHONPATH=str(project),
     )
     proc = subprocess.run(
         ["unshare", "-m", "sh", "-c", script],
-        cwd=built_project,
+        cwd=project,
         env=env,
         capture_output=True,
         text=True,
@@ -321,7 +333,7 @@ def test_dossier_on_full_or_readonly_disk(
     )
     assert "TIP:" in proc.stderr
     expected = subprocess.run(
-        ["sha256sum", str(earlier / "report.json"), str(earlier / "outputs/embeddings.npy")],
+        ["sha256sum", str(earlier / "report.json"), str(earlier / "outputs/logits.npy")],
         capture_output=True,
         text=True,
         check=True,

@@ -86,10 +86,16 @@ def declare(project: Path) -> Path:
 def referenced(built: Path, folder: Path) -> Path:
     """:func:`tiny_app_project` with its own reference made (``reference --new``), for :func:`copy_referenced`."""
     project = tiny_app_project(built, folder)
-    proc = kd(project, "reference", "--new", "--out", str(folder / "ref"))
+    proc = kd(project, "reference", "--new", "--out", str(reference_run(project)))
     if proc.returncode != 0:
         raise RuntimeError(f"the tiny application's reference failed:\n{proc.stderr[-3000:]}")
     return project
+
+
+def reference_run(project: Path) -> Path:
+    """The dossier of the passing ``reference --new`` run that made :func:`referenced`'s reference (beside the
+    project, never changed: a reader that needs an earlier passing dossier of the tiny application copies it)."""
+    return project.parent / "ref"
 
 
 def copy_referenced(project: Path, tmp_path: Path) -> Path:
