@@ -22,7 +22,7 @@ import pytest
 from kernodeck.env import envdirs, envfiles, inventory, sealing, snapshot
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
-from tests.helpers.project import copy_project, kd
+from tests.helpers.project import kd
 from tests.helpers.reports import read_report, statuses
 from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
 
@@ -461,9 +461,17 @@ def test_observe_without_site_sees_what_site_would_add(tmp_path: Path, system_si
 
 
 @pytest.fixture(scope="module")
-def real(module_tmp: Path) -> Path:
-    """A copy of the project with its real env rebuilt (this machine's package sources)."""
-    project = copy_project(module_tmp / "project")
+def real(tiny_referenced: Path, module_tmp: Path) -> Path:
+    """A copy of the project with its OWN real env rebuilt (this machine's package sources), declaring the tiny
+    application with its reference (a copy of the session's referenced tiny project, its links to the shared env
+    removed): what is tried is the real torch env's files; the one verify that passes here (case 43) then runs
+    without MiniLM's model load and runs."""
+    import shutil
+
+    from tests.helpers.tinyapp import copy_referenced
+
+    project = copy_referenced(tiny_referenced, module_tmp)
+    shutil.rmtree(project / ".venv-rebuild")  # the links to the session's env, not what they name
     proc = kd(project, "rebuild")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return project
@@ -492,18 +500,24 @@ def _verify_fails_at_inventory(project: Path, out: Path, *words: str) -> dict[st
     "a `.pth`, a `sitecustomize.py` and an extra module dropped into the real env's site-packages (their code would "
     "run in every check), then `verify -- --no-rebuild`",
     "the inventory step (every file owned by a locked RECORD, checked from outside the env before its interpreter "
-    "runs) fails naming the three files; nothing of the env runs; `rebuild --fresh` repairs it",
+    "runs) fails naming the three files; nothing of the env runs; once they are removed the env is reused as intact "
+    "(`rebuild --fresh` repairing an env: case 43)",
 )
 def test_dropped_code_fails_verify(real: Path, tmp_path: Path) -> None:
     site = _real_site(real)
-    (site / "zz-hook.pth").write_text("import os; os.environ['HOOKED'] = '1'\n")
-    (site / "sitecustomize.py").write_text("import os\n")
-    (site / "extra_module.py").write_text("X = 1\n")
+    dropped = [site / "zz-hook.pth", site / "sitecustomize.py", site / "extra_module.py"]
+    for path, code in zip(dropped, ("import os; os.environ['HOOKED'] = '1'\n", "import os\n", "X = 1\n"), strict=True):
+        path.write_text(code)
     report = _verify_fails_at_inventory(real, tmp_path / "out", "zz-hook.pth", "sitecustomize.py", "extra_module.py")
     inv = next(s for s in report["steps"] if s["name"] == "inventory")  # type: ignore[union-attr]
     files = inv["details"]["files"]
     assert {"zz-hook.pth", "sitecustomize.py", "extra_module.py"} <= {p.rsplit("/", 1)[-1] for p in files["foreign"]}
-    assert kd(real, "rebuild", "--fresh").returncode == 0
+    # the refusal was those three files and nothing else: removed, the env is intact again and reused (the fresh
+    # rebuild that a changed file of the env needs is case 43's)
+    for path in dropped:
+        path.unlink()
+    proc = kd(real, "rebuild")
+    assert proc.returncode == 0 and "reusing" in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.slow
