@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,8 +15,13 @@ from tests.helpers.reports import read_report
 from tests.helpers.sharedruns import SharedRun
 
 
-def git_repo(tmp_path: Path) -> Path:
-    project = copy_project(tmp_path / "repo")
+def git_repo(tmp_path: Path, source: Path | None = None) -> Path:
+    """A copy of the project (or of ``source``, without its envs) committed in a git repository of its own."""
+    if source is None:
+        project = copy_project(tmp_path / "repo")
+    else:
+        project = Path(shutil.copytree(source, tmp_path / "repo", symlinks=True,
+                                       ignore=shutil.ignore_patterns(".venv-rebuild", "runs", "__pycache__")))
     (project / ".gitignore").write_text("/.venv-rebuild/\n/runs/\n/.nox/\n__pycache__/\n")
     for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
         subprocess.run(["git", *args], cwd=project, check=True)
@@ -75,12 +81,15 @@ def test_compare_two_runs_same_platform_zero_delta(
 
 
 @pytest.mark.slow
-def test_replay_passes_on_a_clean_commit(tmp_path: Path) -> None:
+def test_replay_passes_on_a_clean_commit(tiny_referenced: Path, tmp_path: Path) -> None:
     """The replay reads no package configuration of this machine: the locked torch file (which this machine's pip
-    sources hold) comes only from the KERNODECK_INDEX_CPU mirror; without the mirror the same replay fails."""
+    sources hold) comes only from the KERNODECK_INDEX_CPU mirror; without the mirror the same replay fails. The
+    replay (a clean clone, its env rebuilt from the lock, verified there) is Kernodeck's, the same for every
+    application: the committed project declares the tiny one (a copy of the session's referenced tiny project),
+    where MiniLM's model would only add its load and its runs to the replayed verify."""
     from tests.helpers.fresh import LocalIndex, torch_file, uv_cache_dir
 
-    project = git_repo(tmp_path)
+    project = git_repo(tmp_path, tiny_referenced)
     mirror = LocalIndex([torch_file(tmp_path)])
     with mirror.serving():  # the replay keeps the caller's uv cache: the suite's, where the mirror's torch is dropped
         proc = kd(project, "replay", "--out", str(tmp_path / "replayed"), timeout=1500,
