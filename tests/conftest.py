@@ -124,10 +124,12 @@ def gpu_missing_run(built_project: Path, tmp_path_factory: pytest.TempPathFactor
                              lambda folder: sharedruns.gpu_missing_run(built_project, folder))
 
 @pytest.fixture(scope="session")
-def concurrent_runs(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[SharedRun, SharedRun]:
-    """ONE pair of verifies of the built project started at once, for its readers (both finish; compared)."""
-    return sharedruns.shared_pair(tmp_path_factory, "concurrent-runs",
-                                  lambda folder: sharedruns.concurrent_pair(built_project, folder))
+def concurrent_runs(tiny_referenced: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[SharedRun, SharedRun]:
+    """ONE pair of verifies of one copy of the referenced tiny project started at once, for its readers (both
+    finish; compared): the platform's file lock and the comparison are Kernodeck's, the same for every application."""
+    return sharedruns.shared_pair(
+        tmp_path_factory, "concurrent-runs",
+        lambda folder: sharedruns.concurrent_pair(tinyapp.copy_referenced(tiny_referenced, folder), folder))
 
 @pytest.fixture(scope="session")
 def digits_built(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -63,20 +63,23 @@ def test_compare_names_differences(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_compare_two_runs_same_platform_zero_delta(
-    built_project: Path, concurrent_runs: tuple[SharedRun, SharedRun], tmp_path: Path
+    concurrent_runs: tuple[SharedRun, SharedRun], tmp_path: Path
 ) -> None:
-    # two passing verifies of the built project in the same env: the session's shared pair (started at once, which
-    # tests/e2e/test_verify_e2e.py asserts both finish); compare only reads their dossiers
+    # two passing verifies of one project (the tiny application's) in the same env: the session's shared pair
+    # (started at once, which tests/e2e/test_verify_e2e.py asserts both finish); compare only reads their dossiers
     first, second = concurrent_runs
     for run in concurrent_runs:
         assert run.proc.returncode == 0, run.proc.stderr[-3000:]
     a, b = first.out, second.out
-    proc = kd(built_project, "compare", str(a), str(b), "--out", str(tmp_path / "cmp"))
+    proc = kd(first.project, "compare", str(a), str(b), "--out", str(tmp_path / "cmp"))
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    embeddings = result["outputs"]["per_output"]["embeddings"]  # under its declared kind, in the rebuilt env
-    assert result["outputs"]["available"] and embeddings["kind"] == "cosine" and embeddings["max_abs"] == 0.0
-    assert embeddings["min_cosine"] == pytest.approx(1.0, abs=1e-12) and embeddings["passed"] is True
+    outputs = result["outputs"]["per_output"]  # each under its declared kind, in the rebuilt env
+    assert result["outputs"]["available"] and set(outputs) == {"logits", "labels"}
+    logits, labels = outputs["logits"], outputs["labels"]
+    assert logits["kind"] == "allclose" and logits["max_abs"] == 0.0 and logits["values_over"] == 0
+    assert logits["passed"] is True and logits["bitwise_equal"] is True
+    assert labels["kind"] == "agreement" and labels["equal_share"] == 1.0 and labels["passed"] is True
     assert result["inventory"] == {"added": {}, "removed": {}, "changed": {}} and result["steps"] == {}
 
 

@@ -245,8 +245,9 @@ def test_credentials_never_reach_the_dossier(passed_run: SharedRun) -> None:
     9, "two verify runs of the same platform at once", "both finish correctly (the second waits on a file lock)"
 )
 def test_two_verifies_at_once_both_finish(concurrent_runs: tuple[SharedRun, SharedRun]) -> None:
-    # the session's shared pair (tests/helpers/sharedruns.py: two verifies of the built project started at once in
-    # two threads, as this test started them); tests/e2e/test_dossier.py compares the same two dossiers
+    # the session's shared pair (tests/helpers/sharedruns.py: two verifies of one copy of the referenced tiny project
+    # started at once in two threads, as this test started them; the platform's file lock is Kernodeck's, the same
+    # for every application); tests/e2e/test_dossier.py compares the same two dossiers
     for run in concurrent_runs:
         assert run.proc.returncode == 0, run.proc.stderr[-2000:]
         assert read_report(run.out)["status"] == "passed"

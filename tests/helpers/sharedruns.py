@@ -18,8 +18,9 @@ The passing run is made so that every reader's question has its answer in it, no
 A passing verify with those variables set and the counter attached is still a passing verify of the project as it is:
 the readers assert that it passed, every step of it.
 
-The concurrent pair (``concurrent_runs``) is two more verifies of the built project, started at once: one test
-asserts both finish, another compares their dossiers; each ran its own pair or run before.
+The concurrent pair (``concurrent_runs``) is two verifies of one copy of the referenced tiny project (the tiny
+application: tests/helpers/tinyapp.py), started at once: one test asserts both finish, another compares their
+dossiers; each ran its own pair or run before (of MiniLM, whose model only added its load and runs to each).
 """
 
 from __future__ import annotations
@@ -128,19 +129,19 @@ def gpu_missing_run(built: Path, folder: Path) -> SharedRun:
     return SharedRun(built, out, kd(built, "verify", "--expect-backend", "cuda", "--out", str(out)))
 
 
-def concurrent_pair(built: Path, folder: Path) -> tuple[SharedRun, SharedRun]:
-    """Two verifies of the built project started at once (the second waits on the platform's file lock): the pair
-    tests/e2e/test_verify_e2e.py asserts both finish passed, and tests/e2e/test_dossier.py compares (two passing runs
-    of one platform, zero delta). Not asserted here: each reader asserts that both passed."""
+def concurrent_pair(project: Path, folder: Path) -> tuple[SharedRun, SharedRun]:
+    """Two verifies of ``project`` (sharing the built env) started at once (the second waits on the platform's file
+    lock): the pair tests/e2e/test_verify_e2e.py asserts both finish passed, and tests/e2e/test_dossier.py compares
+    (two passing runs of one platform, zero delta). Not asserted here: each reader asserts that both passed."""
     procs: dict[str, subprocess.CompletedProcess[str]] = {}
 
     def go(name: str) -> None:
-        procs[name] = kd(built, "verify", "--out", str(folder / name))
+        procs[name] = kd(project, "verify", "--out", str(folder / name))
 
     threads = [threading.Thread(target=go, args=(name,)) for name in ("a", "b")]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    first, second = (SharedRun(built, folder / name, procs[name]) for name in ("a", "b"))
+    first, second = (SharedRun(project, folder / name, procs[name]) for name in ("a", "b"))
     return first, second
