@@ -108,7 +108,7 @@ def train(app, steps, save_at, resume_from):
             os.waitpid(pid, 0)
             m = int((here / "m.txt").read_text())
         elif MODE == "child":  # its own folder, where a child the uninterrupted call forked writes the stash
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 4
             while not (here / "stash.json").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
             time.sleep(0.1)
@@ -137,7 +137,7 @@ def train(app, steps, save_at, resume_from):
             app.write("w", [kept["w"] + (1 if app.resume_drop else 0)])
             return {"step": steps, "epoch": 0, "loader": steps}
     if save_at is not None and MODE == "thread":
-        deadline = time.monotonic() + 20  # a stat, no read: until the thread has written
+        deadline = time.monotonic() + 4  # a stat, no read: until the thread has written
         while not (here / "stash.json").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
     losses = {}

@@ -108,7 +108,7 @@ def train(app, steps, save_at, resume_from):
         start = 3
         mailbox = here / "mailbox"
         mailbox.write_text("")
-        deadline = time.monotonic() + 8
+        deadline = time.monotonic() + 4
         while os.stat(mailbox).st_size == 0 and time.monotonic() < deadline:  # a stat, no read
             time.sleep(0.01)
         time.sleep(0.1)
