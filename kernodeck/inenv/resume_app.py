@@ -94,6 +94,7 @@ def call_train(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device
     """One call of the application's train; its failures keep their layer (the user's file:line in the message)."""
     from kernodeck_inenv import settings
     from kernodeck_inenv.application import _raised
+    from kernodeck_inenv.resume_calls import plain_counters
 
     root = Path(ctx.config[ConfigKey.PROJECT_ROOT])
     train = _train_function(ctx, cfg["entry"])
@@ -116,10 +117,7 @@ def call_train(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device
         if str(arr.dtype) != cfg["outputs"][name]["dtype"]:
             raise CheckFailed(f"resume output {name}: dtype {arr.dtype}, expected {cfg['outputs'][name]['dtype']} "
                               "(declared in the resume contract)", Layer.APPLICATION)
-    if not isinstance(counters, dict) or any(k not in counters for k in COUNTERS) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in counters.values()):
-        raise CheckFailed(f"train must return its progress counters, whole numbers {list(COUNTERS)} at least; "
-                          f"it returned {counters!r}", Layer.APPLICATION)
+    plain_counters(counters, COUNTERS)
     check_progress(counters, app, int(cfg["checkpoint_at"]) if resume_from is not None else 0, steps)
     # copies, taken as the call returns: a thread it left running may still hold the application's own objects
     # (red-team pass 30, FP4)

@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import stat
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -137,6 +138,16 @@ def called(order: dict[str, Any]) -> str:
     return "resumed run" if order.get("resume_from") else "uninterrupted run"
 
 
+def plain_counters(counters: Any, required: tuple[str, ...]) -> None:
+    """The progress counters a call of train returned: a plain dict of plain names to whole numbers, ``required`` among
+    them. What a call's answer is made of runs none of the application's code once its processes are ended (a key's
+    own comparison, run by the answer's sorted JSON, forked after: red-team pass 33, END2)."""
+    if type(counters) is not dict or any(k not in counters for k in required) or not all(
+            type(k) is str and type(v) is int for k, v in counters.items()):
+        raise CheckFailed(f"train must return its progress counters, whole numbers {list(required)} at least (a plain "
+                          f"dict of str to int); it returned {counters!r}", Layer.APPLICATION)
+
+
 def answer(outputs: dict[str, Any], losses: dict[int, float], counters: dict[str, int]) -> dict[str, Any]:
     """(worker) A call's result as its process hands it back on its own channel: each output as .npy bytes (dtype and
     shape kept exactly)."""
@@ -201,31 +212,46 @@ def adopting() -> None:
         pass
 
 
-def _children(pid: int) -> list[int]:
-    found = []
+def _below(pid: int) -> list[int]:
+    """Every process whose parent chain leads to ``pid`` (one scan of /proc: the whole tree, not one level)."""
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat", "rb") as stat_file:
-                    fields = stat_file.read().rsplit(b")", 1)[1].split()
-            except OSError:
+                    parents[int(entry)] = int(stat_file.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
-            if int(fields[1]) == pid:
-                found.append(int(entry))
+    found, level = [], [pid]
+    while level:
+        level = [child for child, parent in parents.items() if parent in level]
+        found += level
     return found
 
 
 def end_descendants() -> None:
     """(worker) Every process below this one ended before it answers: nothing the call forked outlives it (red-team
-    passes 31 and 32, FP1: a child left running filled a file the next call made), whichever group or session it
-    moved to (:func:`adopting` makes them this process's children as their parents end)."""
-    for _ in range(64):
-        below = _children(os.getpid())
+    passes 31-33, FP1 and END1: a child left running filled a file the next call made; a chain deeper than the passes),
+    whichever group or session it moved to (:func:`adopting` makes them this process's children as their parents
+    end); no fork is allowed from then on (seen.FORKS_ENDED: a thread the call left running). One still alive 30 s
+    later fails the call."""
+    from . import seen
+
+    seen.FORKS_ENDED[0] = True
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        below = _below(os.getpid())
         if not below:
             return
         for pid in below:
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        for pid in below:
+        reaped = False
+        for pid in below:  # this process's own children now (adopted ones included), each waited for until it ends
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+                reaped = True
+        if not reaped:  # each still the child of one that is ending: adopted in a moment
+            time.sleep(0.001)
+    raise CheckFailed(f"processes the call forked were still alive 30 s after it ended: {_below(os.getpid())[:8]}",
+                      Layer.APPLICATION)

@@ -36,6 +36,8 @@ READ: dict[str, str] = {}  # this window's files read: path -> who
 WRITTEN, TOUCHED, TOUCHED_FILES, written = owned.WRITTEN, owned.TOUCHED, owned.TOUCHED_FILES, owned.written
 earlier = rewritten.bar  # a rerun's bar on the application's earlier files, decided at each read (rewritten.py)
 INSTALLED = [False]
+FORKS_ENDED = [False]  # a resume call's processes ended (resume_calls.end_descendants): no fork from then on
+TIP_LIMITS = "docs/application.md: the resume contract"
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
 
 
@@ -366,6 +368,8 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         if made is not None:
             _will_write(paths.real(made))
     elif event == "os.fork":
+        if FORKS_ENDED[0]:  # a thread a resume call left running, after the call's processes were ended
+            _refuse("forked after its call ended: what it would run outlives the call", {"tip": TIP_LIMITS})
         children.FORKS[0] = True
     elif event in ("os.remove", "os.rmdir"):
         _guard(paths.given(_at(*args[:2])), "removed", follows=False)

@@ -37,6 +37,7 @@ CROSS_CUTTING = {
     "redteam30": "red-team pass 30's findings across the resume check's calls, its seal and the resumed run's rule",
     "redteam31": "red-team pass 31's findings across the resume check's new processes, their answers and holders",
     "redteam32": "red-team pass 32's findings across the resume check's leftover processes and the bytecode rule",
+    "redteam33": "red-team pass 33's findings across the ending of a resume call's processes",
 }
 
 

@@ -7,6 +7,9 @@ in-env package as the runner loads it, a stand-in torch whose settings are appli
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,3 +51,45 @@ def test_a_setting_not_the_runners_in_the_new_process_fails_its_call(tmp_path: P
     result = resume_phases(tmp_path, TRAIN, worker_start=change)
     assert (result["phase"], result["status"]) == ("worker", "failed"), result
     assert "not in effect" in result["error"], result
+
+
+FORK_AFTER = r"""
+import os, runpy, sys, threading
+runpy.run_path(sys.argv[1])
+from kernodeck_inenv import seen
+from kernodeck_inenv._common import CheckFailed
+seen.install()  # as the first window does: this thread is Kernodeck's, a new one the application's
+
+def fork(said):
+    try:
+        if os.fork() == 0:
+            os._exit(0)
+        os.wait()
+        said.append("forked")
+    except CheckFailed as exc:
+        said.append(f"refused: {exc}")
+
+for ended in (False, True):  # before, then after, the call's processes are ended (resume_calls.end_descendants)
+    seen.FORKS_ENDED[0] = ended
+    said = []
+    thread = threading.Thread(target=fork, args=(said,))
+    thread.start()
+    thread.join()
+    print(said[0])
+"""
+
+
+def test_a_thread_the_call_left_running_cannot_fork_once_its_processes_are_ended(tmp_path: Path) -> None:
+    """After a resume call's processes are ended, a fork by a thread the application left running is refused (what it
+    would run would outlive the call: red-team pass 33, END2's class); the control: the same fork before is allowed
+    (a DataLoader's workers)."""
+    from tests.helpers.closedworld import INENV
+
+    (tmp_path / "fork_after.py").write_text(FORK_AFTER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))}
+    done = subprocess.run([sys.executable, "-s", "-P", str(tmp_path / "fork_after.py"), str(INENV / "_package.py")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.splitlines()
+    assert before == "forked"
+    assert after.startswith("refused:") and "forked after its call ended" in after
