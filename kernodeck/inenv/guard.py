@@ -14,11 +14,34 @@ GUARD: list[Any] = [None]
 GUARD_ROOTS: list[Any] = [lambda: ()]  # what the run relies on as checked, by path (world._guarded_roots)
 
 
+def _others(raw: str) -> str | None:
+    """``raw`` when it names the kernel's or another process's state (``/proc/sys``, ``/sys``, ``/proc/PID`` of a
+    process that is not this one): what a change there would hand on reaches a later call unseen, since reads there
+    are trusted as system state (red-team pass 34, FP1 and FP2: a stash in a sysctl, a forged line in another process's
+    stdin through ``/proc/PID/fd/0``)."""
+    path = os.path.normpath(os.path.abspath(raw))
+    parts = path.split(os.sep)
+    if path in ("/sys", "/proc/sys") or path.startswith(("/sys/", "/proc/sys/")):
+        return path
+    if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != os.getpid():
+        try:  # one of this process's own threads, by its task id
+            with open(f"/proc/{parts[2]}/status", encoding="ascii", errors="replace") as status:
+                own = any(line.split() == ["Tgid:", str(os.getpid())] for line in status)
+        except OSError:
+            own = False
+        return None if own else path
+    return None
+
+
 def changed(raw: str | None, how: str, follows: bool = True) -> tuple[str, dict[str, Any]] | None:
     """A change through ``raw`` (as written) that lands on what the run relies on as it was checked (:data:`GUARD`),
     except the import machinery's own bytecode for an env module (paths.interpreters_bytecode): the refusal's
     message and details. ``follows``: whether the change goes through a link the name ends in (a write does; a
     removal, a move away or onto replaces the name itself, never what a link there names)."""
+    other = _others(raw) if raw is not None else None
+    if other is not None:
+        return (f"changed {other} ({how}): the kernel's or another process's state, which a later call would read "
+                "unseen: refused", {"file": other, "tip": "write the application's outputs into the run's folder"})
     for place in paths.places(raw, follows) if raw is not None and GUARD[0] is not None else ():
         what = GUARD[0](place)
         if what is not None and not paths.interpreters_bytecode(place):

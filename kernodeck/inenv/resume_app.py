@@ -334,16 +334,17 @@ def _calls(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: st
     base = {"cfg": cfg, "root": ctx.config[ConfigKey.PROJECT_ROOT], "params": params, "device": device,
             "app": ctx.config[ConfigKey.APPLICATION], "out": str(ctx.out), "inenv_sha256": expected,
             "sources": located(ctx), "settings": ctx.state.get("settings"),
-            "libraries": ctx.config.get(ConfigKey.LIBRARIES) or [], "key": os.urandom(32).hex()}
+            "libraries": ctx.config.get(ConfigKey.LIBRARIES) or []}
     progress(f"train uninterrupted to step {steps} in a new process")
-    straight = Trained(*answered(workers[0], {**base, "drop": None, "resume_from": None,
+    # each order its own key: a call that finds its own cannot sign another's answer (red-team pass 34, FP2)
+    straight = Trained(*answered(workers[0], {**base, "drop": None, "resume_from": None, "key": os.urandom(32).hex(),
                                               "folder": str(folder / "uninterrupted")}))
     verdicts: dict[str, dict[str, Any]] = {}
     for drop, worker in zip(drops, workers[1:], strict=True):
         name = RESUMED_RUN + (f"-without-{drop}" if drop else "")
         progress(f"resume from step {at} to {steps} in a new process" + (f" without the {drop} state" if drop else ""))
         resumed = Trained(*answered(worker, {**base, "drop": drop, "resume_from": str(checkpoint), "seal": seal,
-                                             "folder": str(folder / name)}))
+                                             "key": os.urandom(32).hex(), "folder": str(folder / name)}))
         verdict = verdicts[drop or "none"] = judge(cfg, straight, head, resumed, tolerance)
         _keep(folder / name, resumed)
         record(folder / name, verdict["losses_resumed"], resumed.counters)

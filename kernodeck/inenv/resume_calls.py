@@ -85,10 +85,11 @@ def read_the_checkpoint(folder: Path) -> None:
     """(worker) The resumed run opened a file of the checkpoint it was handed (the closed world's record of its call):
     a train that ignores ``resume_from`` and trains again from step 0 ends where the uninterrupted run ends, and its
     controls can be made to differ, so agreement alone does not show that anything was resumed."""
-    from . import paths, seen
+    from . import children, paths, seen
 
     inside = tuple(form.rstrip(os.sep) + os.sep for form in paths.forms(str(folder)))
-    if not any(path.startswith(inside) for path in seen.READ):
+    seen.from_children()  # what its forked children read counts too (a loader process: red-team pass 34, FF1)
+    if not any(path.startswith(inside) for path in (*seen.READ, *children.READ)):
         raise CheckFailed("the resumed run read no file of the checkpoint it was handed (resume_from: "
                           f"{folder.parent.name}/{folder.name} of the run's folder): "
                           "train must restore its state from there, not train again from the start",

@@ -38,6 +38,7 @@ CROSS_CUTTING = {
     "redteam31": "red-team pass 31's findings across the resume check's new processes, their answers and holders",
     "redteam32": "red-team pass 32's findings across the resume check's leftover processes and the bytecode rule",
     "redteam33": "red-team pass 33's findings across the ending of a resume call's processes",
+    "redteam34": "red-team pass 34's findings across the resume check's calls: kernel state, forked loaders, siblings",
 }
 
 
