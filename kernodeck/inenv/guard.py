@@ -5,6 +5,7 @@ hook asks here at each write, move, removal or touch; world.py sets what is guar
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from . import paths
@@ -20,6 +21,7 @@ def _others(raw: str) -> str | None:
     are trusted as system state (red-team pass 34, FP1 and FP2: a stash in a sysctl, a forged line in another process's
     stdin through ``/proc/PID/fd/0``)."""
     path = os.path.normpath(os.path.abspath(raw))
+    path = "/" + path.lstrip("/")  # "//proc" is "/proc" to the system (normpath keeps two leading slashes)
     parts = path.split(os.sep)
     if path in ("/sys", "/proc/sys") or path.startswith(("/sys/", "/proc/sys/")):
         return path
@@ -33,15 +35,26 @@ def _others(raw: str) -> str | None:
     return None
 
 
+def _written_and_landing(raw: str, follows: bool) -> Iterator[str]:
+    yield raw
+    try:
+        yield from paths.places(raw, follows)
+    except OSError:  # not resolvable here (another user's /proc entry): judged as written
+        return
+
+
 def changed(raw: str | None, how: str, follows: bool = True) -> tuple[str, dict[str, Any]] | None:
     """A change through ``raw`` (as written) that lands on what the run relies on as it was checked (:data:`GUARD`),
     except the import machinery's own bytecode for an env module (paths.interpreters_bytecode): the refusal's
     message and details. ``follows``: whether the change goes through a link the name ends in (a write does; a
     removal, a move away or onto replaces the name itself, never what a link there names)."""
-    other = _others(raw) if raw is not None else None
-    if other is not None:
-        return (f"changed {other} ({how}): the kernel's or another process's state, which a later call would read "
-                "unseen: refused", {"file": other, "tip": "write the application's outputs into the run's folder"})
+    # as written, then where it lands (a link the application made to /proc/sys, /proc/self/root/...)
+    for candidate in _written_and_landing(raw, follows) if raw is not None else ():
+        other = _others(candidate)
+        if other is not None:
+            return (f"changed {other} ({how}): the kernel's or another process's state, which a later call would "
+                    "read unseen: refused", {"file": other, "tip": "write the application's outputs into the run's "
+                                                               "folder"})
     for place in paths.places(raw, follows) if raw is not None and GUARD[0] is not None else ():
         what = GUARD[0](place)
         if what is not None and not paths.interpreters_bytecode(place):
