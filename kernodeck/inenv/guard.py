@@ -15,23 +15,40 @@ GUARD: list[Any] = [None]
 GUARD_ROOTS: list[Any] = [lambda: ()]  # what the run relies on as checked, by path (world._guarded_roots)
 
 
+# What a change under /dev may land on: the sinks and the terminal, and this process's own descriptors; any other device
+# (the kernel log, a disk) is the system's state, trusted when read (red-team pass 35, FP2 and FP4)
+DEV_WRITABLE = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/stdout", "/dev/stderr")
+DEV_FOLDERS = ("/dev/pts/", "/dev/fd/", "/dev/shm/")  # /dev/shm: ordinary files, judged when read
+
+
+def _own_process(entry: str) -> bool:
+    """A /proc entry of this process: ``self``, ``thread-self``, its pid or one of its threads' ids."""
+    if entry in ("self", "thread-self") or entry == str(os.getpid()):
+        return True
+    if not entry.isdigit():
+        return False
+    try:
+        with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as status:
+            return any(line.split() == ["Tgid:", str(os.getpid())] for line in status)
+    except OSError:
+        return False
+
+
 def _others(raw: str) -> str | None:
-    """``raw`` when it names the kernel's or another process's state (``/proc/sys``, ``/sys``, ``/proc/PID`` of a
-    process that is not this one): what a change there would hand on reaches a later call unseen, since reads there
-    are trusted as system state (red-team pass 34, FP1 and FP2: a stash in a sysctl, a forged line in another process's
-    stdin through ``/proc/PID/fd/0``)."""
+    """``raw`` when it names the kernel's or another process's state: anything under ``/sys``, anything under
+    ``/proc`` but this process's own entries, a device under ``/dev`` but the sinks, the terminal and this process's
+    descriptors. What a change there would hand on reaches a later call unseen, since reads there are trusted as system
+    state (red-team passes 34 and 35: a stash in a sysctl, in an IRQ's affinity, in the kernel log; a forged line in
+    another process's stdin through ``/proc/PID/fd/0``)."""
     path = os.path.normpath(os.path.abspath(raw))
     path = "/" + path.lstrip("/")  # "//proc" is "/proc" to the system (normpath keeps two leading slashes)
     parts = path.split(os.sep)
-    if path in ("/sys", "/proc/sys") or path.startswith(("/sys/", "/proc/sys/")):
+    if parts[1:2] == ["sys"]:
         return path
-    if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != os.getpid():
-        try:  # one of this process's own threads, by its task id
-            with open(f"/proc/{parts[2]}/status", encoding="ascii", errors="replace") as status:
-                own = any(line.split() == ["Tgid:", str(os.getpid())] for line in status)
-        except OSError:
-            own = False
-        return None if own else path
+    if parts[1:2] == ["proc"]:
+        return None if len(parts) > 2 and _own_process(parts[2]) else path
+    if parts[1:2] == ["dev"] and path != "/dev":
+        return None if path in DEV_WRITABLE or path.startswith(DEV_FOLDERS) else path
     return None
 
 

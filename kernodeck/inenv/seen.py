@@ -373,6 +373,9 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         children.FORKS[0] = True
     elif event in ("os.remove", "os.rmdir"):
         _guard(paths.given(_at(*args[:2])), "removed", follows=False)
+    elif event in ("socket.sethostname", "resource.prlimit") and (event == "socket.sethostname" or args[0] not in (
+            0, os.getpid())):  # the machine's name, another process's limits: state a later call reads unseen (pass 35)
+        _refuse(f"changed the machine's or another process's state ({event}): refused", {"tip": TIP_LIMITS})
     elif event == "sys.addaudithook":  # it would run on every event, Kernodeck's own between windows included
         _refuse("added an audit hook (sys.addaudithook): refused", {"tip": "docs/application.md"})
     elif event == "sqlite3.connect":

@@ -39,6 +39,7 @@ CROSS_CUTTING = {
     "redteam32": "red-team pass 32's findings across the resume check's leftover processes and the bytecode rule",
     "redteam33": "red-team pass 33's findings across the ending of a resume call's processes",
     "redteam34": "red-team pass 34's findings across the resume check's calls: kernel state, forked loaders, siblings",
+    "redteam35": "red-team pass 35's findings across the guard on kernel and process state: limits, kmsg, spellings",
 }
 
 
