@@ -53,6 +53,9 @@ def _continue(checkpoint: Path, steps: int, device: str, drop: tuple[str, ...], 
     out.write_text(json.dumps({"trace": losses, "settings_applied": sorted(applied)}), encoding="utf-8")
 
 
+PIPES_WAIT_S = 60.0  # after the worker exited and its group ended: the rest of its pipes read
+
+
 class Worker:
     """The check's NEW process, started before there is a checkpoint: it imports torch and applies the determinism
     settings (seconds) while this process works (the runner starts it when the settings step ends), then waits
@@ -97,7 +100,7 @@ class Worker:
         talking.start()
         self.proc.wait()
         self._end_group()  # as it exits: what it forked may hold its pipes, and would outlive its call
-        talking.join()
+        talking.join(PIPES_WAIT_S)  # a holder that escaped both (none should): no answer, never a hang
         self.out = said.get("out", "")  # what it answered (resume_app's result)
         return self.proc.returncode, said.get("err", "")
 

@@ -94,3 +94,33 @@ def test_resume_without_rng_state_diverges(built_project: Path, tmp_path: Path) 
     """The negative control of the worker: restored without the RNG states, the resumed run must diverge."""
     verdict = in_env(built_project, DROPPED, str(tmp_path / "resume"))
     assert verdict.get("passed") is False and verdict["first_diverging_step"] is not None, verdict
+
+
+HOLDER = r"""
+import os, sys, time
+sys.stdin.readline()
+if os.fork() == 0:  # leaves the group, keeps the pipes open: what end_descendants would end, were it called
+    os.setsid()
+    time.sleep(8)
+    os._exit(0)
+print("answer", flush=True)
+"""
+
+
+def test_a_worker_whose_pipes_a_holder_keeps_open_gives_no_answer_instead_of_hanging(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """resume.Worker reads the rest of its pipes for at most PIPES_WAIT_S once the process exited and its group ended:
+    a holder that escaped both leaves no answer (the call then fails), never a wait on the holder; the control: the
+    same process without the holder answers."""
+    from kernodeck.inenv import resume as worker_module
+
+    monkeypatch.setattr(worker_module, "PIPES_WAIT_S", 1.0)
+    script = tmp_path / "serve.py"
+    script.write_text(HOLDER)
+    held = worker_module.Worker(script)
+    held.run({})
+    assert held.out == ""
+    (tmp_path / "plain.py").write_text(HOLDER.replace("if os.fork() == 0:", "if False:"))
+    plain = worker_module.Worker(tmp_path / "plain.py")
+    plain.run({})
+    assert plain.out.strip() == "answer"
