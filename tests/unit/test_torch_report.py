@@ -4,6 +4,7 @@ never an exception."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,3 +47,34 @@ def test_a_hung_probe_is_named_and_left_behind(tmp_path: Path, monkeypatch: pyte
     assert time.monotonic() - began < 20  # the step goes on; the probe's thread is a daemon, left behind
     text = (tmp_path / COLLECT_ENV).read_text(encoding="utf-8")
     assert "not collected: still running after 0.2s" in text and "late" not in text
+
+
+PIP_PROBE = [sys.executable, "-mpip", "list", "--format=freeze"]  # torch's get_pip_packages, as it runs it
+
+
+def test_the_pip_probe_is_answered_in_process_and_every_other_probe_runs(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[object] = []
+
+    def run(command: object) -> tuple[int, str, str]:
+        ran.append(command)
+        return 0, "gcc (Debian 12.2.0-14) 12.2.0", ""
+
+    def report() -> str:  # as torch's get_env_info calls its module's run
+        _, pip, _ = module.run(PIP_PROBE)
+        _, gcc, _ = module.run("gcc --version")
+        return f"pip:\n{pip}\ngcc: {gcc}\n"
+
+    module = stand_in(monkeypatch, report, run)
+    torch_report.write(tmp_path)
+    text = (tmp_path / COLLECT_ENV).read_text(encoding="utf-8")
+    assert ran == ["gcc --version"]  # the pip probe started no process; gcc's did, as torch runs it
+    assert f"pip:\n{torch_report.pip_list()}\ngcc: gcc (Debian" in text and "pytest==" in text
+    assert "pip list probe answered from this process's installed distributions" in text  # the header says so
+
+
+def test_the_in_process_answer_is_what_pip_list_prints() -> None:
+    # the control: a new ``python -mpip list --format=freeze`` over the same path (no user site, no cwd)
+    real = subprocess.run([sys.executable, "-s", "-P", "-mpip", "list", "--format=freeze"], capture_output=True,
+                          text=True, check=True, env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert torch_report.pip_list() == real.stdout.strip()
