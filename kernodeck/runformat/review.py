@@ -79,11 +79,14 @@ def review_folder(
     *,
     secrets: Secrets | None = None,
     public: Iterable[str] | None = None,
+    reviewed: Iterable[str] = (),
 ) -> None:
     """Rewrite every text file under ``folder`` through the reviewer (binary outputs are left as they are), then
     scan each for the values of every source and credential variable: one left fails the write (and the file is
     removed: it is Kernodeck's own, in a folder not yet in place). ``secrets`` and ``public`` (the project's declared
-    indexes): as the caller already read them (a verify's run context); else read here."""
+    indexes): as the caller already read them (a verify's run context); else read here. ``reviewed``: the files
+    (relative to ``folder``) the caller wrote from text that already passed this review and check
+    (:func:`reviewed_text`)."""
     review = review or reviewer(root, secrets, public=public)
     if isinstance(review, Reviewer):
         public = review.public
@@ -91,8 +94,9 @@ def review_folder(
         public = tuple(_public(root))
     if secrets is None and isinstance(review, Reviewer):
         secrets = review.secrets
+    done = set(reviewed)
     for path in sorted(folder.rglob("*")):
-        if not path.is_file() or path.suffix in _BINARY:
+        if not path.is_file() or path.suffix in _BINARY or str(path.relative_to(folder)) in done:
             continue
         try:
             text = path.read_text(encoding="utf-8")
@@ -174,3 +178,10 @@ def procedure(
     ]
     return "\n".join(lines)
 
+
+
+def reviewed_text(text: str, name: str, review: Reviewer) -> str:
+    """``text`` as :func:`review_folder` would leave the file ``name``: reviewed, then checked (SecretInText)."""
+    out = review(text)
+    check_written(out, name, review.public, secrets=review.secrets)
+    return out

@@ -25,7 +25,7 @@ from kernodeck.verify.runbuild import holding
 from kernodeck.verify.steps import STEPS
 from kernodeck.verify.steps.build import interpreter_platform
 from kernodeck.verify.steps.in_env import IN_ENV_STEPS, REFERENCE_STEPS
-from kernodeck.verify.writer import prepare_out, write_dossier
+from kernodeck.verify.writer import LockFiles, prepare_out, write_dossier
 
 __all__ = ["verify"]
 
@@ -59,11 +59,12 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     with holding(project, plat):
         try:
             ctx = context.load(project, plat, opts, mode=mode, staging=stage.path, names=names)
+            lock_files = LockFiles(ctx, plat.id)  # rendered and reviewed while the steps run
             drive(ctx, run_, STEPS)
             report = Report(plat.id, run_.steps,
                             {**run_.meta.as_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
                             not_established=run_.not_established, changed_code=run_.changed_code)
-            write_dossier(ctx, run_, report)
+            write_dossier(ctx, run_, report, lock_files)
             stage.commit()  # signed with the list of its files, then swapped in whole
         except OSError as exc:
             stage.abandon()

@@ -3,6 +3,7 @@ the run context, then scanned; a value left fails the write and the file is remo
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,3 +50,55 @@ def test_a_secret_the_scrub_misses_fails_the_write(staged: Any, monkeypatch: pyt
     with pytest.raises(sources.SecretInText):
         writer.review(staged)
     assert not report.exists()
+
+
+def _with_lock(staged: Any, raw: str) -> Any:
+    staged.lock = SimpleNamespace(raw=raw.encode("utf-8"), parsed=None, twin=None, twin_path=None, digest="0" * 64,
+                                  path=staged.project.root / "lockfiles" / "x.txt")
+    return staged
+
+
+def test_the_lock_files_are_reviewed_while_the_checks_run(staged: Any) -> None:
+    raw = f"# installed from {QUERY_URL}\n# in {staged.project.root}/lockfiles\ntorch==2.13.0\n"
+    texts = writer.LockFiles(_with_lock(staged, raw), "cp311-linux_x86_64-cpu").texts()
+    assert texts == {"lock.txt": writer._reviewer(staged)(raw)}  # as the dossier's review would leave the file
+    assert TOKEN not in texts["lock.txt"] and "<project>/lockfiles" in texts["lock.txt"]
+
+
+def test_a_secret_left_in_the_lock_files_is_the_dossiers_review_to_refuse(staged: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control: a scrub that misses it gives no prepared text; the dossier writes the raw lock, and its own
+    review refuses the file and removes it."""
+    monkeypatch.setattr(review_mod, "scrub_text", lambda text, *args, **kwargs: text)
+    ctx = _with_lock(staged, f"# token {TOKEN}\n")
+    assert writer.LockFiles(ctx, "cp311-linux_x86_64-cpu").texts() == {}
+    (staged.staging / "lock.txt").write_bytes(ctx.lock.raw)
+    with pytest.raises(sources.SecretInText):
+        writer.review(staged)
+    assert not (staged.staging / "lock.txt").exists()
+
+
+def test_only_the_files_written_from_reviewed_text_skip_the_review(staged: Any) -> None:
+    for name in ("lock.txt", "report.md"):
+        (staged.staging / name).write_text(f"from {QUERY_URL}\n", encoding="utf-8")
+    writer.review(staged, ["lock.txt"])  # as if lock.txt were written from LockFiles' text
+    assert TOKEN in (staged.staging / "lock.txt").read_text(encoding="utf-8")  # not read again
+    assert TOKEN not in (staged.staging / "report.md").read_text(encoding="utf-8")
+
+
+def test_the_sbom_prepared_meanwhile_is_the_one_written_after(staged: Any) -> None:
+    from kernodeck.lock import lockfile
+    from kernodeck.lock import twin as lock_twin
+    from kernodeck.runformat import sbom
+    from tests.helpers.project import ROOT
+
+    lock_path = ROOT / "lockfiles" / "cp311-linux_x86_64-cpu.txt"
+    twin_path = lock_path.with_name(f"pylock.{lock_path.stem}.toml")
+    raw = lock_path.read_bytes()
+    staged.lock = SimpleNamespace(raw=raw, parsed=lockfile.read(lock_path), path=lock_path, twin_path=twin_path,
+                                  twin=lock_twin.read(twin_path), digest="sha256:" + hashlib.sha256(raw).hexdigest())
+    texts = writer.LockFiles(staged, lock_path.stem).texts()
+    written = sbom.write(lock_path, lock_path.stem, staged.staging / "after.cdx.json", twin_path,
+                         lock=staged.lock.parsed, digest=staged.lock.digest, twin=staged.lock.twin)
+    assert texts[writer.SBOM] == writer._reviewer(staged)(written.read_text(encoding="utf-8"))
+    assert texts["lock.txt"] == writer._reviewer(staged)(raw.decode("utf-8"))
