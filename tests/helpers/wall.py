@@ -13,6 +13,7 @@ and ``importlib.import_module("…")`` / ``__import__("…")`` with a literal na
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +51,14 @@ def _absolute(name: str, module: str, is_package: bool, level: int) -> str:
 
 def imports_of(root: Path, path: Path) -> set[str]:
     """Every module name ``path`` imports, made absolute (``from . import x`` gives both the package and ``pkg.x``)."""
-    module = module_name(root, path)
-    is_package = path.name == "__init__.py"
+    return set(_imports_in(module_name(root, path), path.name == "__init__.py", path.read_text(encoding="utf-8")))
+
+
+@functools.lru_cache(maxsize=4096)
+def _imports_in(module: str, is_package: bool, text: str) -> frozenset[str]:
+    """:func:`imports_of` a file's text (a test's copy of the tree parses only the files it changed)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(ast.parse(text, module)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -65,7 +70,7 @@ def imports_of(root: Path, path: Path) -> set[str]:
               and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
                    or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__")))):
             found.add(node.args[0].value)
-    return {name for name in found if name}
+    return frozenset(name for name in found if name)
 
 
 class Graph:

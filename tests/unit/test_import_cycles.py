@@ -47,18 +47,26 @@ def _runs_at_import(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFro
             yield from _runs_at_import(node.body)
 
 
-def _names(module: str, path: Path) -> Iterator[tuple[str, str | None]]:
+def _names(module: str, path: Path) -> tuple[tuple[str, str | None], ...]:
     """(module name, name taken from it or None) for each import that runs when ``module`` is imported."""
-    for node in _runs_at_import(ast.parse(path.read_text(encoding="utf-8"), str(path)).body):
+    return _names_in(module, path.name == "__init__.py", path.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_in(module: str, is_init: bool, text: str) -> tuple[tuple[str, str | None], ...]:
+    """:func:`_names` of a file's text: each test's copy of the package parses only the file it planted in."""
+    found: list[tuple[str, str | None]] = []
+    for node in _runs_at_import(ast.parse(text, module).body):
         if isinstance(node, ast.Import):
-            yield from ((alias.name, None) for alias in node.names)
+            found += [(alias.name, None) for alias in node.names]
             continue
         base = node.module or ""
         if node.level:
-            here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+            here = module.split(".") if is_init else module.split(".")[:-1]
             here = here[: len(here) - node.level + 1]
             base = ".".join([*here, base] if base else here)
-        yield from ((base, alias.name) for alias in node.names)
+        found += [(base, alias.name) for alias in node.names]
+    return tuple(found)
 
 
 def import_graph(root: Path, package: str = "kernodeck", *, inits: bool = True) -> dict[str, set[str]]:
