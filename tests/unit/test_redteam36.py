@@ -44,6 +44,13 @@ only a tolerance no finite move exceeds is "unable to fail". ``allclose`` with `
 yet the compare passes the outputs replaced by noise of their own scale and by their rows permuted: the corruptions
 the criterion must fail, at the outputs' own scale (issue 29, item 5), are not asked of the tolerance. CONTROL5: an
 infinite atol and a min-share of 0 are named unable to fail.
+
+FF3 (an honest criterion's numpy bool; FALSE FAIL with a message that does not say what is wrong): a criterion that
+returns ``{"passed": accuracy >= floor, ...}`` with ``accuracy`` a numpy float (``(labels == truth).mean()``, the
+template's line without its ``float(...)``) returns a ``numpy.bool_``. The criterion step fails: "the criterion must
+return a dict with a bool 'passed' and a 'summary'": the user's value is a boolean, the message names neither its
+type nor the fix (``bool(...)``). Through a real verify (``--allow-code-change``, this repository's criterion
+returning ``numpy.bool_(not misses)``): FAILED at criterion, that line. CONTROL6: a Python bool passes, an int fails.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ from kernodeck.measure import variations
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.runformat import manifest
 from tests.helpers.builtenv import env_python
+from tests.helpers.closedworld import _closed_project, _run, _with_criterion
 from tests.helpers.project import ROOT
 
 PLATFORM = "cp311-linux_x86_64-cpu"
@@ -284,3 +292,23 @@ def test_power1_a_tolerance_blind_at_the_outputs_scale_is_unable_to_fail(name: s
                                           ({**LOOSE["agreement-0.01"][0], "min-share": 0.0}, LABELS)])
 def test_control5_an_infinite_tolerance_is_unable_to_fail(declared: dict[str, object], arr: np.ndarray) -> None:
     assert controls.tolerance_controls(tolerance.compare, declared, arr, IDS)["able_to_fail"] is False
+
+
+# --- FF3 -------------------------------------------------------------------------------------------------------------
+
+
+def _criterion_returning(tmp_path: Path, answer: str) -> dict[str, object]:
+    config = _with_criterion(_closed_project(tmp_path, code=["src/mypkg/**/*.py"]), f"return {answer}",
+                             imports="os, sys, numpy as np", code=["src/mypkg/**/*.py"])
+    return _run(tmp_path, config)
+
+
+@pytest.mark.xfail(strict=True, reason="FF3: a numpy bool 'passed' fails, its message naming neither type nor fix")
+def test_ff3_a_numpy_bool_passed_is_taken_or_named(tmp_path: Path) -> None:
+    result = _criterion_returning(tmp_path, "{'passed': np.float64(0.95) >= 0.9, 'summary': 'accuracy 0.95'}")
+    assert result["status"] == "passed" or "numpy.bool_" in str(result.get("error")), result
+
+
+@pytest.mark.parametrize("passed,status", [("True", "passed"), ("1", "failed")])
+def test_control6_a_python_bool_passes_an_int_fails(tmp_path: Path, passed: str, status: str) -> None:
+    assert _criterion_returning(tmp_path, f"{{'passed': {passed}, 'summary': 's'}}")["status"] == status

@@ -1,0 +1,46 @@
+"""Red-team pass 36, the finding that needs whole sessions (notes: /work/notes/redteam36.md; the unit ones are in
+tests/unit/test_redteam36.py).
+
+BIND1 (``verify -- --python`` on the env Kernodeck built skips the binding; FALSE PASS): the env's record of the lock
+it was built from (kernodeck-complete.json: the lock body's digest, each installed wheel's hash) is held to the lock
+only by the rebuild step, which ``--python`` skips ("verifying an existing interpreter; nothing installed"). The
+inventory step then finds the build's snapshot ("files unchanged since the build") and the names and versions equal,
+and the verdict is ``passed: the environment is the lock's``, not ``passed-unlocked``. Issue 29's case 2 again: one
+wheel hash removed from the lock (same version), resealed, the twin rewritten; ``verify -- --no-rebuild`` refuses the
+env ("is not the lock's"), ``verify -- --python <that env>/bin/python`` passes it. Shown through real sessions on this
+repository (numpy's first hash: rc 0, PASSED, "the environment's packages are exactly the lock's ✅ established") and
+here on the tiny hermetic lock of tests/e2e/test_env_binding.py. CONTROL: ``--no-rebuild`` on the same env refuses it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_env_binding import _edit_lock, _project
+from tests.helpers.project import kd
+from tests.helpers.reports import read_report, statuses
+from tests.helpers.tinylock import current_env
+
+
+def _unbound(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
+    """The tiny project rebuilt with uv, then the installed wheel's hash removed from its lock (resealed, twin
+    rewritten): (project, env, the env's interpreter)."""
+    project, plat, env, good, alt = _project(tmp_path, "uv")
+    _edit_lock(project, plat, env, f"--hash=sha256:{good} \\\n    --hash=sha256:{alt}", f"--hash=sha256:{alt}")
+    return project, env, current_env(project, plat) / "bin" / "python"
+
+
+def test_control_no_rebuild_refuses_the_env_of_another_lock(tmp_path: Path) -> None:
+    project, env, _ = _unbound(tmp_path)
+    proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "run"), env=env)
+    assert proc.returncode == 2 and "is not the lock's" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.xfail(strict=True, reason="BIND1: --python on a built env skips the binding and calls it the lock's")
+def test_bind1_python_on_the_env_of_another_lock_is_not_the_locks(tmp_path: Path) -> None:
+    project, env, python = _unbound(tmp_path)
+    proc = kd(project, "verify", "--python", str(python), "--out", str(tmp_path / "run"), env=env)
+    report = read_report(tmp_path / "run")
+    assert "is not the lock's" in proc.stderr or statuses(report)["inventory"] != "passed", proc.stderr[-2000:]
