@@ -18,17 +18,39 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_env_binding import _edit_lock, _project
+from kernodeck._fs import sha256_file
+from kernodeck.lock import lockfile
 from tests.helpers.project import kd
 from tests.helpers.reports import read_report, statuses
-from tests.helpers.tinylock import current_env
+from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
+
+
+def _edit_lock(project: Path, lock: str, env: dict[str, str], old: str, new: str) -> None:
+    """Edit the lock's body, reseal it and rewrite its twin as a user would (``lock -- --pylock-only``)."""
+    path = project / "lockfiles" / f"{lock}.txt"
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1
+    path.write_text(lockfile.seal(text.replace(old, new)), encoding="utf-8")
+    assert kd(project, "lock", "--pylock-only", env=env).returncode == 0
+    assert kd(project, "lock", "--check", env=env).returncode == 0  # the edited lock passes every check of its own
 
 
 def _unbound(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
     """The tiny project rebuilt with uv, then the installed wheel's hash removed from its lock (resealed, twin
     rewritten): (project, env, the env's interpreter)."""
-    project, plat, env, good, alt = _project(tmp_path, "uv")
-    _edit_lock(project, plat, env, f"--hash=sha256:{good} \\\n    --hash=sha256:{alt}", f"--hash=sha256:{alt}")
+    links = tmp_path / "links"
+    installed = write_wheel(links, "tinya", "1.0")
+    other = write_wheel(tmp_path / "other", "tinya", "1.0", payload="OTHER = 1\n")
+    other = other.rename(links / "tinya-1.0-py2-none-any.whl")
+    project, plat = locked_tiny_project(tmp_path / "project", [pip_wheel(links), installed,
+                                                               write_wheel(links, "tinyb", "2.0")])
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    good, alt = sha256_file(installed), sha256_file(other)
+    both = f"--hash=sha256:{good} \\\n    --hash=sha256:{alt}"
+    _edit_lock(project, plat.id, env, f"--hash=sha256:{good}", both)  # the pin accepts two builds of tinya 1.0
+    proc = kd(project, "rebuild", "--installer", "uv", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _edit_lock(project, plat.id, env, both, f"--hash=sha256:{alt}")  # the installed one's hash removed
     return project, env, current_env(project, plat) / "bin" / "python"
 
 
