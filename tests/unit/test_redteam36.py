@@ -51,6 +51,12 @@ template's line without its ``float(...)``) returns a ``numpy.bool_``. The crite
 return a dict with a bool 'passed' and a 'summary'": the user's value is a boolean, the message names neither its
 type nor the fix (``bool(...)``). Through a real verify (``--allow-code-change``, this repository's criterion
 returning ``numpy.bool_(not misses)``): FAILED at criterion, that line. CONTROL6: a Python bool passes, an int fails.
+
+MSG1 (wrong words and TIPs on refusals; no traceback anywhere): ``rebuild -- --wheelhouse README.md`` says "the
+wheelhouse .../README.md does not exist" (it exists: a file, not a folder) with the TIP ``nox -s wheelhouse --
+--out .../README.md`` (writing the wheelhouse over the README, which outdir then refuses); ``lock -- --check
+--platform cp311-linux_x86_64-nope`` gives ``TIP: nox -s verify -- --variant cpu`` (another session); the reference's
+refusal of its own folder gives verify's TIP (FF1). CONTROL7: a missing wheelhouse is named as missing.
 """
 
 from __future__ import annotations
@@ -67,10 +73,14 @@ import pytest
 from packaging.pylock import Pylock
 
 from kernodeck import outdir
+from kernodeck.env import wheelhouse
+from kernodeck.errors import KernodeckError
 from kernodeck.inenv import controls, tolerance
-from kernodeck.lock import check
+from kernodeck.lock import check, lockfile
 from kernodeck.measure import variations
+from kernodeck.project.config import load_project
 from kernodeck.project.deadlines import Deadlines
+from kernodeck.project.platforms import parse_platform_id
 from kernodeck.runformat import manifest
 from tests.helpers.builtenv import env_python
 from tests.helpers.closedworld import _closed_project, _run, _with_criterion
@@ -312,3 +322,26 @@ def test_ff3_a_numpy_bool_passed_is_taken_or_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize("passed,status", [("True", "passed"), ("1", "failed")])
 def test_control6_a_python_bool_passes_an_int_fails(tmp_path: Path, passed: str, status: str) -> None:
     assert _criterion_returning(tmp_path, f"{{'passed': {passed}, 'summary': 's'}}")["status"] == status
+
+
+# --- MSG1 ------------------------------------------------------------------------------------------------------------
+
+
+def _wheelhouse_refusal(folder: Path) -> KernodeckError:
+    plat = parse_platform_id(load_project(ROOT), PLATFORM)
+    lock = lockfile.read(ROOT / "lockfiles" / f"{PLATFORM}.txt")
+    with pytest.raises(KernodeckError) as refused:
+        wheelhouse.require_complete(lock, folder, plat)
+    return refused.value
+
+
+@pytest.mark.xfail(strict=True, reason="MSG1: a wheelhouse that is a file 'does not exist'; TIP: write one over it")
+def test_msg1_a_wheelhouse_that_is_a_file_is_named_a_file(tmp_path: Path) -> None:
+    given = tmp_path / "README.md"
+    given.write_text("x", encoding="utf-8")
+    error = _wheelhouse_refusal(given)
+    assert "does not exist" not in str(error) and str(given) not in str(error.tip), (str(error), error.tip)
+
+
+def test_control7_a_missing_wheelhouse_is_named_missing(tmp_path: Path) -> None:
+    assert "does not exist" in str(_wheelhouse_refusal(tmp_path / "nowhere"))
