@@ -10,6 +10,15 @@ wheel hash removed from the lock (same version), resealed, the twin rewritten; `
 env ("is not the lock's"), ``verify -- --python <that env>/bin/python`` passes it. Shown through real sessions on this
 repository (numpy's first hash: rc 0, PASSED, "the environment's packages are exactly the lock's ✅ established") and
 here on the tiny hermetic lock of tests/e2e/test_env_binding.py. CONTROL: ``--no-rebuild`` on the same env refuses it.
+
+START1 (``compare`` and ``drift`` start the env's interpreter before its files are known clean; code no lock
+describes runs): docs/env-integrity.md: "the refusal must come before anything starts that interpreter, or the
+dropped code runs once (and can make the interpreter report anything)". ``nox -s compare`` and ``nox -s drift`` take
+the current env's interpreter (``compare.env_python_for``, ``drift_map.interpreter``) and start it with ``site`` on
+to compute their numbers, with no file check: a ``zz.pth`` dropped into the env's site-packages ran at ``nox -s
+compare -- runs/base runs/base`` ("identical") and at ``nox -s drift -- runs/base runs/base`` (marker written by
+both, real sessions on this repository). Shown here on the tiny env: the interpreter compare hands out is the one
+with the foreign ``.pth``. CONTROL: ``verify -- --no-rebuild`` refuses that env, naming the file, before it starts.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file
+from kernodeck.dossier import compare
+from kernodeck.errors import KernodeckError
 from kernodeck.lock import lockfile
 from tests.helpers.project import kd
 from tests.helpers.reports import read_report, statuses
@@ -52,6 +63,37 @@ def _unbound(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
     assert proc.returncode == 0, proc.stderr[-3000:]
     _edit_lock(project, plat.id, env, both, f"--hash=sha256:{alt}")  # the installed one's hash removed
     return project, env, current_env(project, plat) / "bin" / "python"
+
+
+def _with_pth(tmp_path: Path) -> tuple[Path, dict[str, str], str]:
+    """The tiny project rebuilt with uv, a foreign ``.pth`` dropped into its env: (project, env, platform id)."""
+    links = tmp_path / "links"
+    project, plat = locked_tiny_project(tmp_path / "project", [pip_wheel(links), write_wheel(links, "tinya", "1.0")])
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    assert kd(project, "rebuild", "--installer", "uv", env=env).returncode == 0
+    (site,) = (current_env(project, plat) / "lib").glob("python3.*/site-packages")
+    (site / "zz-rt36.pth").write_text(f"import os; open({str(tmp_path / 'ran')!r}, 'a').write('ran')\n")
+    return project, env, plat.id
+
+
+def test_control_verify_refuses_the_env_with_a_foreign_pth_before_starting_it(tmp_path: Path) -> None:
+    project, env, _ = _with_pth(tmp_path)
+    proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "run"), env=env)
+    assert proc.returncode != 0 and "zz-rt36.pth" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.xfail(strict=True, reason="START1: compare/drift take the env's interpreter with no file check")
+def test_start1_compare_does_not_hand_out_an_env_with_a_foreign_pth(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    project, _, platform_id = _with_pth(tmp_path)
+    monkeypatch.chdir(project)
+    try:
+        python = compare.env_python_for([platform_id])
+    except KernodeckError as refused:
+        assert "zz-rt36.pth" in str(refused)
+        return
+    assert python is None
 
 
 def test_control_no_rebuild_refuses_the_env_of_another_lock(tmp_path: Path) -> None:
