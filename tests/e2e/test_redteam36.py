@@ -19,6 +19,15 @@ to compute their numbers, with no file check: a ``zz.pth`` dropped into the env'
 compare -- runs/base runs/base`` ("identical") and at ``nox -s drift -- runs/base runs/base`` (marker written by
 both, real sessions on this repository). Shown here on the tiny env: the interpreter compare hands out is the one
 with the foreign ``.pth``. CONTROL: ``verify -- --no-rebuild`` refuses that env, naming the file, before it starts.
+
+LINEAGE1 (a reference made from an unproven run records nothing of it; WRONG CLAIM of its lineage):
+``reference -- --python PATH`` with an interpreter Kernodeck does not know as a build (here a two-line wrapper that
+execs the rebuilt env's python) runs as ``PASSED-UNLOCKED`` ("NOT established: that every file of the environment
+is the lock's ...; nor, therefore, that the application read only declared inputs") and ``new_reference.create``
+writes the reference anyway (it checks the run's status, not its verdict). The manifest records no trace of it; a
+later ``verify -- --no-rebuild`` is PASSED with "reference lineage: ..., made ..., with lock sha256:08cb..." and "What
+differs from the reference": nothing. Real sessions on this repository; here on a sibling sharing the rebuilt env
+(the run itself is shown PASSED-UNLOCKED in the test, its premise).
 """
 
 from __future__ import annotations
@@ -31,7 +40,8 @@ from kernodeck._fs import sha256_file
 from kernodeck.dossier import compare
 from kernodeck.errors import KernodeckError
 from kernodeck.lock import lockfile
-from tests.helpers.project import kd
+from tests.helpers.builtenv import env_python, sibling
+from tests.helpers.project import ROOT, kd
 from tests.helpers.reports import read_report, statuses
 from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
 
@@ -108,3 +118,22 @@ def test_bind1_python_on_the_env_of_another_lock_is_not_the_locks(tmp_path: Path
     proc = kd(project, "verify", "--python", str(python), "--out", str(tmp_path / "run"), env=env)
     report = read_report(tmp_path / "run")
     assert "is not the lock's" in proc.stderr or statuses(report)["inventory"] != "passed", proc.stderr[-2000:]
+
+
+# --- LINEAGE1 --------------------------------------------------------------------------------------------------------
+
+REAL = env_python(ROOT)
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="needs this checkout's rebuilt env (nox -s rebuild)")
+@pytest.mark.xfail(strict=True, reason="LINEAGE1: a reference written from a passed-unlocked run, its lineage silent")
+def test_lineage1_no_reference_from_an_unproven_run(tmp_path: Path) -> None:
+    project = sibling(ROOT, tmp_path)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec {REAL.absolute()} "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    before = (project / "dossier" / "reference" / "manifest.toml").read_text(encoding="utf-8")
+    proc = kd(project, "reference", "--python", str(wrapper), "--new")
+    assert "PASSED-UNLOCKED" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+    after = (project / "dossier" / "reference" / "manifest.toml").read_text(encoding="utf-8")
+    assert proc.returncode != 0 or "unlocked" in after or after == before
