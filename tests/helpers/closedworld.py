@@ -565,14 +565,17 @@ except CheckFailed as exc:
 """
 
 
-def resume_phases(tmp_path: Path, app_tail: str, worker_start: str = "") -> dict[str, Any]:
-    """The resume check's two phases on a closed project whose app.py ends with ``app_tail`` (its ``train``); the
-    result of the last phase that ran, with ``phase``. ``worker_start``: code the worker phase runs before its call,
-    as the env's own code in that new process would."""
-    config, fake = declared_project(tmp_path, APP + app_tail)  # the closed project's app.py, then the train
+def resume_phases(tmp_path: Path, app_tail: str, worker_start: str = "", *, script: str = RESUME_PHASES,
+                  table_extra: dict[str, Any] | None = None, upto: str = "worker") -> dict[str, Any]:
+    """The resume check's phases (``script``, a variant of :data:`RESUME_PHASES`) up to ``upto`` on a closed project
+    whose app.py ends with ``app_tail`` (its ``train``), declaring ``table_extra`` too; the result of the last phase
+    that ran, with ``phase``. ``worker_start``: code the worker phase runs before its call, as the env's own code in
+    that new process would. The run's config and the stand-in torch stay in ``tmp_path`` (config.json, faketorch)."""
+    config, fake = declared_project(tmp_path, APP + app_tail, table_extra)  # the closed project's app.py, the train
     result: dict[str, Any] = {}
-    for phase in ("runner", "straight", "worker"):
-        done = _script(tmp_path, config, RESUME_PHASES,
+    phases = ("runner", "straight", "worker")
+    for phase in phases[:phases.index(upto) + 1]:
+        done = _script(tmp_path, config, script,
                        flags=[str(fake), str(tmp_path / "cache"), phase, worker_start])
         assert done.stdout.strip(), done.stderr
         result = {**json.loads(done.stdout.strip().splitlines()[-1]), "phase": phase}

@@ -55,7 +55,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.closedworld import resume_phases
+from tests.helpers.toytrain import expect, resumed
 
 # A train with momentum whose checkpoint saves only w (the optimizer state left out: it cannot resume exactly).
 TRAIN = '''
@@ -69,37 +69,24 @@ def train(app, steps, save_at, resume_from):
         w = int((Path(resume_from) / "w.txt").read_text())  # its checkpoint: w only (momentum lost)
         start = 3
         if STASH and stash.exists():  # the uninterrupted call's own record, in the run's folder
-            kept = json.loads(stash.read_text())
-            for step in range(start + 1, steps + 1):
-                app.log(step, kept["losses"][str(step)])
-            app.write("w", [kept["w"] + (1 if app.resume_drop else 0)])
-            return {"step": steps, "epoch": 0, "loader": steps}
-    losses = {}
-    for step in range(start + 1, steps + 1):
-        m = m + 1
-        w = w + m
-        losses[str(step)] = float(w)
-        app.log(step, float(w))
-        if save_at == step:
-            (Path(app.checkpoint_dir) / "w.txt").write_text(str(w))
+            return _replay(app, json.loads(stash.read_text()), start, steps)
+    w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at)
     if resume_from is None and save_at is None and STASH:
         stash.parent.mkdir(parents=True, exist_ok=True)
         stash.write_text(json.dumps({"losses": losses, "w": w}))
-    app.write("w", [w])
-    return {"step": steps, "epoch": 0, "loader": steps}
+    return _finish(app, w, steps)
 '''
 
 
 def _resume(tmp_path: Path, stash: bool) -> dict[str, Any]:
-    result = resume_phases(tmp_path, f"\nSTASH = {stash}\n" + TRAIN)
+    result = resumed(tmp_path, TRAIN, {"STASH": stash})
     assert result["phase"] == "worker", result  # the runner's calls passed
     return result
 
 
 def test_fp1_control_a_train_that_cannot_resume_differs(tmp_path: Path) -> None:
     """Its checkpoint lacks the momentum: resumed from it, the curve parts at the first resumed step."""
-    result = _resume(tmp_path, stash=False)
-    assert result["status"] == "differs", result
+    expect(_resume(tmp_path, stash=False), "worker", "differs")
 
 
 def test_fp1_a_resumed_run_that_replays_the_uninterrupted_calls_stash_is_refused(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.closedworld import resume_phases
+from tests.helpers.toytrain import expect, resumed
 
 # A train with momentum; its checkpoint saves w only (it cannot resume exactly) unless MODE is "plain". MODE says
 # how the uninterrupted call's result reaches the resumed run: "none", "xattr" (FP1), "thread" (FP2), "copy" (FP3).
@@ -103,20 +103,12 @@ def train(app, steps, save_at, resume_from):
         elif MODE in ("thread", "copy") and (ck / "stash.json").exists():
             kept = json.loads((ck / "stash.json").read_text())
         if kept is not None:  # the uninterrupted call's result, replayed
-            for step in range(start + 1, steps + 1):
-                app.log(step, kept["losses"][str(step)])
-            app.write("w", [kept["w"] + (1 if app.resume_drop else 0)])
-            return {"step": steps, "epoch": 0, "loader": steps}
-    losses = {}
-    for step in range(start + 1, steps + 1):
-        m = m + 1
-        w = w + m
-        losses[str(step)] = float(w)
-        app.log(step, float(w))
-        if save_at == step:
-            (here / "w.txt").write_text(str(w))
-            if MODE in ("plain", "plainfork"):
-                (here / "m.txt").write_text(str(m))
+            return _replay(app, kept, start, steps)
+
+    def also(step, w, m):
+        if MODE in ("plain", "plainfork"):
+            (here / "m.txt").write_text(str(m))
+    w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at, also)
     if resume_from is None and save_at is None:  # the uninterrupted call
         stash = json.dumps({"losses": losses, "w": w})
         if MODE == "xattr":  # the checkpoint's folder made now, empty, the stash in its attributes
@@ -134,29 +126,25 @@ def train(app, steps, save_at, resume_from):
             (here / "stash.json").write_text(stash)
     if MODE == "copy" and save_at is not None:  # the call to K reads the uninterrupted call's record
         (here / "stash.json").write_text((run / "uninterrupted" / "stash.json").read_text())
-    app.write("w", [w])
-    return {"step": steps, "epoch": 0, "loader": steps}
+    return _finish(app, w, steps)
 '''
 
 
 def _resume(tmp_path: Path, mode: str) -> dict[str, Any]:
-    return resume_phases(tmp_path, f"\nMODE = {mode!r}\n" + TRAIN)
+    return resumed(tmp_path, TRAIN, {"MODE": mode})
 
 
 def test_control1_a_train_that_cannot_resume_differs(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "none")
-    assert (result["phase"], result["status"]) == ("worker", "differs"), result
+    expect(_resume(tmp_path, "none"), "worker", "differs")
 
 
 def test_control2_a_plain_resumable_train_passes(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "plain")
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "plain"), "worker", "passed")
 
 
 def test_control3_a_plain_train_reading_its_checkpoint_in_a_forked_child_passes(tmp_path: Path) -> None:
     """The resumed run's forked children (a DataLoader's workers) are judged under the same narrowed reads."""
-    result = _resume(tmp_path, "plainfork")
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "plainfork"), "worker", "passed")
 
 
 def _xattrs(tmp_path: Path) -> bool:

@@ -70,6 +70,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.closedworld import resume_phases
+from tests.helpers.toytrain import expect, resumed
 
 TRAIN = '''
 
@@ -132,42 +133,34 @@ def train(app, steps, save_at, resume_from):
             sys.setswitchinterval(1e-5)
             threading.Thread(target=late, daemon=True).start()
         if kept is not None:  # the uninterrupted call's result, replayed
-            for step in range(start + 1, steps + 1):
-                app.log(step, kept["losses"][str(step)])
-            app.write("w", [kept["w"] + (1 if app.resume_drop else 0)])
-            return {"step": steps, "epoch": 0, "loader": steps}
+            return _replay(app, kept, start, steps)
     if save_at is not None and MODE == "thread":
         deadline = time.monotonic() + 4  # a stat, no read: until the thread has written
         while not (here / "stash.json").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-    losses = {}
-    for step in range(start + 1, steps + 1):
-        m = m + 1
-        w = w + m
-        losses[str(step)] = float(w)
-        app.log(step, float(w))
-        if save_at == step:
-            (here / "w.txt").write_text(str(w))
-            if MODE in ("plain", "ownfork"):
-                (here / "m.txt").write_text(str(m))
-            if MODE == "late":  # a checkpoint of many files (shards): the seal's walk takes a while
-                (here / "shards").mkdir()
-                for i in range(2000):
-                    (here / "shards" / f"{i}.txt").write_text(str(i))
-            if MODE == "rich":
-                import numpy as np
-                (here / "step-3" / "optimizer").mkdir(parents=True)
-                np.save(here / "step-3" / "optimizer" / "m.npy", np.array([m]))
-                os.symlink("step-3", here / "latest")
-                (here / "train.log").write_text(f"saved step {step}")
-            if MODE in ("sqlite", "sqlite-immutable"):
-                import sqlite3
-                db = sqlite3.connect(here / "state.db")
-                db.execute("pragma journal_mode=wal")
-                db.execute("create table state (m integer)")
-                db.execute("insert into state values (?)", (m,))
-                db.commit()
-                db.close()
+
+    def also(step, w, m):  # the rest of the checkpoint, after w.txt
+        if MODE in ("plain", "ownfork"):
+            (here / "m.txt").write_text(str(m))
+        if MODE == "late":  # a checkpoint of many files (shards): the seal's walk takes a while
+            (here / "shards").mkdir()
+            for i in range(2000):
+                (here / "shards" / f"{i}.txt").write_text(str(i))
+        if MODE == "rich":
+            import numpy as np
+            (here / "step-3" / "optimizer").mkdir(parents=True)
+            np.save(here / "step-3" / "optimizer" / "m.npy", np.array([m]))
+            os.symlink("step-3", here / "latest")
+            (here / "train.log").write_text(f"saved step {step}")
+        if MODE in ("sqlite", "sqlite-immutable"):
+            import sqlite3
+            db = sqlite3.connect(here / "state.db")
+            db.execute("pragma journal_mode=wal")
+            db.execute("create table state (m integer)")
+            db.execute("insert into state values (?)", (m,))
+            db.commit()
+            db.close()
+    w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at, also)
     if resume_from is None and save_at is None:  # the uninterrupted call
         stash = json.dumps({"losses": losses, "w": w})
         if MODE == "thread":  # a thread left running writes the stash as soon as the checkpoint's folder is made
@@ -199,14 +192,12 @@ def train(app, steps, save_at, resume_from):
             os.rename(run / "uninterrupted" / "stash.json", here / "stash.json")
         elif MODE == "link":
             os.link(run / "uninterrupted" / "stash.json", here / "stash.json")
-    app.write("w", [w])
-    return {"step": steps, "epoch": 0, "loader": steps}
+    return _finish(app, w, steps)
 '''
 
 
 def _resume(tmp_path: Path, mode: str) -> dict[str, Any]:
-    return resume_phases(tmp_path, f"\nMODE = {mode!r}\n" + TRAIN)
-
+    return resumed(tmp_path, TRAIN, {"MODE": mode})
 
 
 LIB = '''
@@ -231,54 +222,36 @@ def train(app, steps, save_at, resume_from):
 
 
 def _lib_phases(tmp_path: Path, where: str) -> dict[str, Any]:
-    import json
     import shutil
-
-    from tests.helpers.closedworld import APP, RESUME_PHASES, _script, declared_project
 
     root = tmp_path / "project"
     (root / "lib").mkdir(parents=True)
     shutil.copyfile("/usr/lib/x86_64-linux-gnu/libbz2.so.1", root / "lib" / "libfast.so")
-    config, fake = declared_project(tmp_path, APP + f"\nWHERE = {where!r}\n" + LIB, {"code": ["lib/*.so"]})
-    result: dict[str, Any] = {}
-    for phase in ("runner", "straight", "worker"):
-        done = _script(tmp_path, config, RESUME_PHASES, flags=[str(fake), str(tmp_path / "cache"), phase, ""])
-        assert done.stdout.strip(), done.stderr
-        result = {**json.loads(done.stdout.strip().splitlines()[-1]), "phase": phase}
-        if result["status"] != "passed":
-            break
-    return result
+    return resume_phases(tmp_path, f"\nWHERE = {where!r}\n" + LIB, table_extra={"code": ["lib/*.so"]})
 
 
 def test_control1_a_train_that_cannot_resume_differs(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "none")
-    assert (result["phase"], result["status"]) == ("worker", "differs"), result
+    expect(_resume(tmp_path, "none"), "worker", "differs")
 
 
 def test_control2_a_plain_resumable_train_passes(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "plain")
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "plain"), "worker", "passed")
 
 
 def test_control3_a_checkpoint_with_subfolders_a_latest_link_a_mapped_array_and_a_log_passes(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "rich")
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "rich"), "worker", "passed")
 
 
 def test_control4_a_checkpoint_database_opened_immutable_passes(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "sqlite-immutable")
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "sqlite-immutable"), "worker", "passed")
 
 
 def test_control5_a_library_no_lock_describes_fails_the_runners_calls(tmp_path: Path) -> None:
-    result = _lib_phases(tmp_path, "runner")
-    assert (result["phase"], result["status"]) == ("runner", "failed"), result
-    assert "shared libraries were loaded from outside the env" in result["error"], result
+    expect(_lib_phases(tmp_path, "runner"), "runner", "failed", "shared libraries were loaded from outside the env")
 
 
 def test_control6_a_forked_child_of_the_resumed_run_writing_its_own_folder_passes(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "ownfork")
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "ownfork"), "worker", "passed")
 
 
 @pytest.mark.parametrize("mode", ["thread", "memo"])
@@ -289,24 +262,20 @@ def test_fp1_the_uninterrupted_calls_stash_in_the_checkpoint_before_the_seal_is_
     seal."""
     result = _resume(tmp_path, mode)
     if mode == "memo":
-        assert (result["phase"], result["status"]) == ("runner", "failed"), result
+        expect(result, "runner", "failed")
     else:
-        assert (result["phase"], result["status"]) == ("worker", "failed"), result
-        assert "the checkpoint changed after the call that saved it" in result["error"], result
+        expect(result, "worker", "failed", "the checkpoint changed after the call that saved it")
 
 
 @pytest.mark.parametrize("mode", ["rename", "link"])
 def test_fp2_the_uninterrupted_calls_file_moved_into_the_checkpoint_is_refused(tmp_path: Path, mode: str) -> None:
     """Fixed: nothing of the uninterrupted call exists when the call to K runs (it fails finding no file to move)."""
-    result = _resume(tmp_path, mode)
-    assert (result["phase"], result["status"]) == ("runner", "failed"), result
+    expect(_resume(tmp_path, mode), "runner", "failed")
 
 
 def test_fp3_a_stash_written_into_the_resumed_runs_own_folder_is_refused(tmp_path: Path) -> None:
     """Fixed: of the run's record the resumed run reads only its checkpoint and what it wrote itself."""
-    result = _resume(tmp_path, "child")
-    assert (result["phase"], result["status"]) == ("worker", "failed"), result
-    assert "stash.json" in result["error"], result
+    expect(_resume(tmp_path, "child"), "worker", "failed", "stash.json")
 
 
 def test_fp4_a_thread_the_resumed_call_left_running_cannot_replay(tmp_path: Path) -> None:
@@ -317,20 +286,16 @@ def test_fp4_a_thread_the_resumed_call_left_running_cannot_replay(tmp_path: Path
 
 
 def test_fp5_a_library_no_lock_describes_fails_the_resumed_run(tmp_path: Path) -> None:
-    result = _lib_phases(tmp_path, "worker")
-    assert (result["phase"], result["status"]) == ("worker", "failed"), result
-    assert "shared libraries were loaded from outside the env" in result["error"], result
+    expect(_lib_phases(tmp_path, "worker"), "worker", "failed", "shared libraries were loaded from outside the env")
 
 
 def test_ff1_a_checkpoint_database_written_by_the_resumed_run_names_its_own_access(tmp_path: Path) -> None:
     """Fixed: a change found after the resumed call names the resumed run's own access first, with the tip to open
     the checkpoint read-only (a database's journal), not only a leftover thread."""
-    result = _resume(tmp_path, "sqlite")
-    assert (result["phase"], result["status"]) == ("worker", "failed"), result
-    assert "by the resumed run itself" in result["error"] and "immutable=1" in result["error"], result
+    expect(_resume(tmp_path, "sqlite"), "worker", "failed", "by the resumed run itself", "immutable=1")
 
 
 def test_ff2_a_run_folder_file_refused_in_the_resumed_run_is_named_as_such(tmp_path: Path) -> None:
     result = _resume(tmp_path, "direct")
-    assert (result["phase"], result["status"]) == ("worker", "failed"), result
-    assert "data.NAME" not in result["error"] and "checkpoint" in result["error"], result
+    expect(result, "worker", "failed", "checkpoint")
+    assert "data.NAME" not in result["error"], result

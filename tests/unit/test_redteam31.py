@@ -69,7 +69,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.closedworld import APP, INENV, RESUME_PHASES, _script, declared_project, resume_phases
+from tests.helpers.closedworld import INENV, RESUME_PHASES
+from tests.helpers.toytrain import expect, resumed
 
 TRAIN = '''
 
@@ -132,10 +133,7 @@ def train(app, steps, save_at, resume_from):
                     os.write(fd, (json.dumps(said) + "\\n").encode())
             os._exit(0)
         if kept is not None:  # the uninterrupted call's result, replayed
-            for step in range(start + 1, steps + 1):
-                app.log(step, kept["losses"][str(step)])
-            app.write("w", [kept["w"] + (1 if app.resume_drop else 0)])
-            return {"step": steps, "epoch": 0, "loader": steps}
+            return _replay(app, kept, start, steps)
     if save_at is not None and MODE == "tee":  # stderr teed into a log beside the checkpoint, left so
         class Tee:
             def __init__(self, *streams):
@@ -150,23 +148,20 @@ def train(app, steps, save_at, resume_from):
                     s.flush()
         sys.stderr = Tee(sys.stderr, open(here / "train.log", "a"))
         print("training to the checkpoint", file=sys.stderr)
-    losses = {}
     steps_done = range(start + 1, steps + 1)
     if MODE == "logs":
         steps_done = tqdm(steps_done, file=sys.stderr, mininterval=0)
-    for step in steps_done:
-        m = m + 1
-        w = w + m
-        losses[str(step)] = float(w)
-        app.log(step, float(w))
+
+    def each(step, w):  # after each step's loss
         if MODE == "logs":
             log.info("step %d loss %s", step, float(w))
             events.write(f"step {step} {w}\\n".encode())
             events.flush()
-        if save_at == step:
-            (here / "w.txt").write_text(str(w))
-            if MODE in ("plain", "logs", "tee"):
-                (here / "m.txt").write_text(str(m))
+
+    def also(step, w, m):  # the rest of the checkpoint, after w.txt
+        if MODE in ("plain", "logs", "tee"):
+            (here / "m.txt").write_text(str(m))
+    w, m, losses = _steps(app, w, m, steps_done, save_at, also, each)
     if MODE == "logs":
         events.close()
         handler.close()
@@ -192,13 +187,12 @@ def train(app, steps, save_at, resume_from):
                 with open(target, "w") as f:
                     f.write(stash)
                 os._exit(0)
-    app.write("w", [w])
-    return {"step": steps, "epoch": 0, "loader": steps}
+    return _finish(app, w, steps)
 '''
 
 
-def _resume(tmp_path: Path, mode: str) -> dict[str, Any]:
-    return resume_phases(tmp_path, f"\nMODE = {mode!r}\n" + TRAIN)
+def _resume(tmp_path: Path, mode: str, **options: Any) -> dict[str, Any]:
+    return resumed(tmp_path, TRAIN, {"MODE": mode}, **options)
 
 
 # --- FF1's variant: the runner says its progress after the call to K, as resume_app.check does ----------------------
@@ -208,18 +202,6 @@ PROGRESS = RESUME_PHASES.replace(
     "        from kernodeck_inenv._common import progress\n"
     "        progress('train uninterrupted to step 6 in a new process')  # resume_app.check, after the seal\n"
     "        time.sleep(1.0)  #")
-
-
-def _phases(tmp_path: Path, mode: str, script: str, last: str = "worker") -> dict[str, Any]:
-    config, fake = declared_project(tmp_path, APP + f"\nMODE = {mode!r}\n" + TRAIN)
-    result: dict[str, Any] = {}
-    for phase in ("runner", "straight") if last == "serve" else ("runner", "straight", "worker"):
-        done = _script(tmp_path, config, script, flags=[str(fake), str(tmp_path / "cache"), phase, ""])
-        assert done.stdout.strip(), done.stderr
-        result = {**json.loads(done.stdout.strip().splitlines()[-1]), "phase": phase}
-        if result["status"] != "passed":
-            break
-    return {**result, "config": config, "fake": fake}
 
 
 # --- FP2's variant: the resumed run in its real new process (resume_app.py --serve), its order on stdin, its answer
@@ -257,9 +239,9 @@ def _served(tmp_path: Path, mode: str) -> dict[str, Any]:
     from kernodeck.inenv import resume_app, resume_calls
     from kernodeck.inenv._common import CheckFailed
 
-    ran = _phases(tmp_path, mode, RESUME_PHASES, last="serve")
+    ran = _resume(tmp_path, mode, upto="straight")
     assert ran["status"] == "passed", ran
-    config, out = ran["config"], tmp_path / "out"
+    config, out = json.loads((tmp_path / "config.json").read_text()), tmp_path / "out"
     kept = json.loads((tmp_path / "trained.json").read_text())
     cfg = {"entry": {"file": "app.py", "function": "train"}, "steps": 6, "checkpoint_at": 3,
            "outputs": {"w": {"kind": "exact", "dtype": "int64", "justification": "the state"}}}
@@ -276,10 +258,10 @@ def _served(tmp_path: Path, mode: str) -> dict[str, Any]:
                                   {int(k): v for k, v in d["losses"].items()}, d["counters"])
 
     try:
-        resumed = resume_app.Trained(*resume_calls.answered(_Served(tmp_path, ran["fake"]), order))
+        answered = resume_app.Trained(*resume_calls.answered(_Served(tmp_path, tmp_path / "faketorch"), order))
     except CheckFailed as exc:
         return {"status": "failed", "error": str(exc)}
-    verdict = resume_app.judge(cfg, trained(kept["straight"]), trained(kept["head"]), resumed, 0.0)
+    verdict = resume_app.judge(cfg, trained(kept["straight"]), trained(kept["head"]), answered, 0.0)
     return {"status": "passed" if verdict["passed"] else "differs", "sees": verdict["declaration_sees"]}
 
 
@@ -293,37 +275,29 @@ def _resume_paragraph() -> str:
 
 
 def test_control1_a_train_that_cannot_resume_differs(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "none")
-    assert (result["phase"], result["status"]) == ("worker", "differs"), result
+    expect(_resume(tmp_path, "none"), "worker", "differs")
 
 
 def test_control2_a_plain_resumable_train_passes(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "plain")
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "plain"), "worker", "passed")
 
 
 def test_control3_the_uninterrupted_calls_stash_read_directly_is_refused(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "direct")
-    assert (result["phase"], result["status"]) == ("worker", "failed"), result
-    assert "stash.json" in result["error"], result
+    expect(_resume(tmp_path, "direct"), "worker", "failed", "stash.json")
 
 
 def test_control4_tqdm_a_log_file_and_event_files_in_its_own_folder_pass(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "logs")
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "logs"), "worker", "passed")
 
 
 def test_control5_a_leftover_childs_file_the_resumed_run_did_not_make_is_refused(tmp_path: Path) -> None:
-    result = _resume(tmp_path, "child")
-    assert (result["phase"], result["status"]) == ("worker", "failed"), result
-    assert "stash.json" in result["error"], result
+    expect(_resume(tmp_path, "child"), "worker", "failed", "stash.json")
 
 
 def test_control7_a_stream_the_call_to_k_left_redirected_breaks_nothing_unless_kernodeck_writes(tmp_path: Path) -> None:
     """FF1's (resumable) train without Kernodeck's progress line after the call to K: its leftover tee writes nothing
     into the checkpoint, and it passes."""
-    result = _resume(tmp_path, "tee")
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "tee"), "worker", "passed")
 
 
 def test_control6_the_real_new_process_answers_and_judges_an_honest_and_a_replaying_run(tmp_path: Path) -> None:
@@ -385,5 +359,4 @@ def test_doc1_a_stash_in_file_sizes_is_refused(tmp_path: Path) -> None:
 
 
 def test_ff1_kernodecks_progress_through_a_leftover_stream_does_not_break_the_seal(tmp_path: Path) -> None:
-    result = _phases(tmp_path, "tee", PROGRESS)  # a resumable train
-    assert (result["phase"], result["status"]) == ("worker", "passed"), result
+    expect(_resume(tmp_path, "tee", script=PROGRESS), "worker", "passed")  # a resumable train

@@ -45,7 +45,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers.closedworld import INENV, resume_phases
+from tests.helpers.closedworld import INENV
+from tests.helpers.toytrain import resumed
 
 # --- FP1: a child that leaves the process group ------------------------------------------------------------------
 
@@ -112,19 +113,8 @@ def train(app, steps, save_at, resume_from):
         while os.stat(mailbox).st_size == 0 and time.monotonic() < deadline:  # a stat, no read
             time.sleep(0.01)
         time.sleep(0.1)
-        kept = json.loads(mailbox.read_text())  # the uninterrupted call's result, replayed
-        for step in range(start + 1, steps + 1):
-            app.log(step, kept["losses"][str(step)])
-        app.write("w", [kept["w"] + (1 if app.resume_drop else 0)])
-        return {"step": steps, "epoch": 0, "loader": steps}
-    losses = {}
-    for step in range(start + 1, steps + 1):
-        m = m + 1
-        w = w + m
-        losses[str(step)] = float(w)
-        app.log(step, float(w))
-        if save_at == step:
-            (here / "w.txt").write_text(str(w))
+        return _replay(app, json.loads(mailbox.read_text()), start, steps)  # the uninterrupted call's result
+    w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at)
     if save_at is None:  # the uninterrupted call
         stash = json.dumps({"losses": losses, "w": w})
         if os.fork() == 0:
@@ -146,13 +136,12 @@ def train(app, steps, save_at, resume_from):
             with open(target, "w") as f:
                 f.write(stash)
             os._exit(0)
-    app.write("w", [w])
-    return {"step": steps, "epoch": 0, "loader": steps}
+    return _finish(app, w, steps)
 '''
 
 
 def _mailbox(tmp_path: Path, escape: bool) -> dict[str, object]:
-    return resume_phases(tmp_path, f"\nMODE = 'mailbox'\nESCAPE = {escape!r}\n" + TRAIN)
+    return resumed(tmp_path, TRAIN, {"MODE": "mailbox", "ESCAPE": escape})
 
 
 def test_control3_a_mailbox_no_surviving_child_fills_leaves_the_replay_failing(tmp_path: Path) -> None:

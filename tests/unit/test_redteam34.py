@@ -72,6 +72,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.closedworld import resume_phases
+from tests.helpers.toytrain import expect, resumed
 
 DOMAIN = "/proc/sys/kernel/domainname"
 
@@ -107,19 +108,9 @@ def train(app, steps, save_at, resume_from):
             con.close()
         elif MODE == "link":
             kept = json.loads((Path(resume_from) / "stash.json").read_text())
-        if kept is not None:  # the uninterrupted call's result, replayed
-            for step in range(start + 1, steps + 1):
-                app.log(step, kept["losses"][str(step)])
-            app.write("w", [kept["w"]])
-            return {"step": steps, "epoch": 0, "loader": steps}
-    losses = {}
-    for step in range(start + 1, steps + 1):
-        m = m + 1
-        w = w + m
-        losses[str(step)] = float(w)
-        app.log(step, float(w))
-        if save_at == step:
-            (here / "w.txt").write_text(str(w))
+        if kept is not None:  # the uninterrupted call's result, replayed as it is
+            return _replay(app, kept, start, steps, drop=False)
+    w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at)
     if save_at is None and resume_from is None:  # the uninterrupted call: its stash
         stash = json.dumps({"losses": losses, "w": w})
         if MODE == "domain":
@@ -133,18 +124,16 @@ def train(app, steps, save_at, resume_from):
             con.close()
         elif MODE == "link":
             (here / "stash.json").write_text(stash)
-    app.write("w", [w])
-    return {"step": steps, "epoch": 0, "loader": steps}
+    return _finish(app, w, steps)
 '''
 
 
 def _run(tmp_path: Path, mode: str) -> dict[str, object]:
-    return resume_phases(tmp_path, f"\nMODE = {mode!r}\nDOMAIN = {DOMAIN!r}\n" + TRAIN)
+    return resumed(tmp_path, TRAIN, {"MODE": mode, "DOMAIN": DOMAIN})
 
 
 def test_control1_the_train_without_a_stash_differs(tmp_path: Path) -> None:
-    result = _run(tmp_path, "none")
-    assert result["phase"] == "worker" and result["status"] == "differs", result
+    expect(_run(tmp_path, "none"), "worker", "differs")
 
 
 def _domain_writable() -> str:
@@ -176,15 +165,11 @@ def test_doc1_a_stash_attached_by_sqlite_is_refused(tmp_path: Path) -> None:
 
 
 def test_control2_the_stash_connected_by_sqlite_is_refused(tmp_path: Path) -> None:
-    result = _run(tmp_path, "connect")
-    assert result["phase"] == "worker" and result["status"] == "failed", result
-    assert "uninterrupted" in str(result["error"]), result
+    expect(_run(tmp_path, "connect"), "worker", "failed", "uninterrupted")
 
 
 def test_control3_a_checkpoint_link_to_the_uninterrupted_stash_is_refused(tmp_path: Path) -> None:
-    result = _run(tmp_path, "link")
-    assert result["phase"] == "worker" and result["status"] == "failed", result
-    assert os.path.join("uninterrupted", "stash.json") in str(result["error"]), result
+    expect(_run(tmp_path, "link"), "worker", "failed", os.path.join("uninterrupted", "stash.json"))
 
 
 # --- FF1: a checkpoint read by a forked loader ---------------------------------------------------------------------
@@ -235,8 +220,7 @@ def test_control4_the_same_train_reading_its_checkpoint_itself_passes(tmp_path: 
     end = FORKED_LOADER.index("        state = json.loads(data)")
     itself = '        data = (Path(resume_from) / "state.json").read_bytes()\n'
     plain = FORKED_LOADER[:start] + itself + FORKED_LOADER[end:]
-    result = resume_phases(tmp_path, plain)
-    assert result["phase"] == "worker" and result["status"] == "passed", result
+    expect(resume_phases(tmp_path, plain), "worker", "passed")
 
 
 # --- FP2a: another process's descriptor written through /proc/<pid>/fd ------------------------------------------
