@@ -17,9 +17,22 @@ from tests.helpers.closedworld import resume_phases
 # app.py's module has Path (closedworld.APP); each pass's train calls these
 CORE = '''
 
-def _steps(app, w, m, steps, save_at, also=None, each=None):
+def _begin(app, resume_from, plain=False):
+    """The call's folder, the run's folder, the checkpoint's (None for a call from the start) and (w, m, start): read
+    back from the checkpoint when resumed (w.txt; m.txt too if ``plain``, a train that can resume), else 0."""
+    here = Path(app.checkpoint_dir)
+    if resume_from is None:
+        return here, here.parent, None, (0, 0, 0)
+    ck = Path(resume_from)
+    w = int((ck / "w.txt").read_text())
+    m = int((ck / "m.txt").read_text()) if plain else 0
+    return here, here.parent, ck, (w, m, 3)
+
+
+def _steps(app, w, m, steps, save_at, also=None, each=None, plain=False):
     """The toy train's ``steps`` from (w, m): each step's loss logged, then ``each(step, w)``; at ``save_at`` its
-    checkpoint (w.txt in app.checkpoint_dir), then ``also(step, w, m)``. (w, m, the losses by str(step))"""
+    checkpoint (w.txt in app.checkpoint_dir; m.txt too if ``plain``), then ``also(step, w, m)``. (w, m, the losses
+    by str(step))"""
     losses = {}
     for step in steps:
         m = m + 1
@@ -30,9 +43,24 @@ def _steps(app, w, m, steps, save_at, also=None, each=None):
             each(step, w)
         if save_at == step:
             (Path(app.checkpoint_dir) / "w.txt").write_text(str(w))
+            if plain:
+                (Path(app.checkpoint_dir) / "m.txt").write_text(str(m))
             if also is not None:
                 also(step, w, m)
     return w, m, losses
+
+
+def _from_mailbox(here):
+    """What a holder left running wrote into ``mailbox``, a file the resumed run makes, empty, in its own folder
+    (``here``): waited for by its size (a stat, no read), then read."""
+    import json, os, time
+    mailbox = here / "mailbox"
+    mailbox.write_text("")
+    deadline = time.monotonic() + 4
+    while os.stat(mailbox).st_size == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    return json.loads(mailbox.read_text())
 
 
 def _replay(app, kept, start, steps, drop=True):

@@ -62,12 +62,9 @@ TRAIN = '''
 
 def train(app, steps, save_at, resume_from):
     import json
-    from pathlib import Path
-    stash = Path(app.checkpoint_dir).parent / "uninterrupted" / "stash.json"
-    w, m, start = 0, 0, 0
+    here, run, ck, (w, m, start) = _begin(app, resume_from)  # its checkpoint: w only (momentum lost)
+    stash = run / "uninterrupted" / "stash.json"
     if resume_from is not None:
-        w = int((Path(resume_from) / "w.txt").read_text())  # its checkpoint: w only (momentum lost)
-        start = 3
         if STASH and stash.exists():  # the uninterrupted call's own record, in the run's folder
             return _replay(app, json.loads(stash.read_text()), start, steps)
     w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at)

@@ -77,15 +77,9 @@ TRAIN = '''
 
 def train(app, steps, save_at, resume_from):
     import json, os, threading, time
-    from pathlib import Path
-    here = Path(app.checkpoint_dir)
-    run = here.parent
-    w, m, start = 0, 0, 0
+    # its checkpoint read back: w only, but for the plain train
+    here, run, ck, (w, m, start) = _begin(app, resume_from, plain=MODE == "plain")
     if resume_from is not None:
-        ck = Path(resume_from)
-        w = int((ck / "w.txt").read_text())  # its checkpoint (w only, but for the plain train)
-        if MODE == "plain":
-            m = int((ck / "m.txt").read_text())
         if MODE == "plainfork":  # read in a forked child, as a DataLoader worker reads
             r, wr = os.pipe()
             pid = os.fork()
@@ -96,7 +90,6 @@ def train(app, steps, save_at, resume_from):
             os.waitpid(pid, 0)
             m = int(os.read(r, 64))
             os.close(r)
-        start = 3
         kept = None
         if MODE == "xattr":
             kept = json.loads(os.getxattr(str(ck), "user.stash"))
@@ -104,11 +97,7 @@ def train(app, steps, save_at, resume_from):
             kept = json.loads((ck / "stash.json").read_text())
         if kept is not None:  # the uninterrupted call's result, replayed
             return _replay(app, kept, start, steps)
-
-    def also(step, w, m):
-        if MODE in ("plain", "plainfork"):
-            (here / "m.txt").write_text(str(m))
-    w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at, also)
+    w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at, plain=MODE in ("plain", "plainfork"))
     if resume_from is None and save_at is None:  # the uninterrupted call
         stash = json.dumps({"losses": losses, "w": w})
         if MODE == "xattr":  # the checkpoint's folder made now, empty, the stash in its attributes

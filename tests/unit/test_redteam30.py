@@ -76,15 +76,9 @@ TRAIN = '''
 
 def train(app, steps, save_at, resume_from):
     import builtins, json, os, sys, threading, time
-    from pathlib import Path
-    here = Path(app.checkpoint_dir)
-    run = here.parent
-    w, m, start = 0, 0, 0
+    # its checkpoint read back: w only (it cannot resume), but for the plain one
+    here, run, ck, (w, m, start) = _begin(app, resume_from, plain=MODE == "plain")
     if resume_from is not None:
-        ck = Path(resume_from)
-        w = int((ck / "w.txt").read_text())  # its checkpoint: w only (it cannot resume), but for the plain one
-        if MODE == "plain":
-            m = int((ck / "m.txt").read_text())
         if MODE == "rich":  # subfolders, a link to the latest, an array mapped, a log beside them
             import numpy as np
             m = int(np.load(ck / "latest" / "optimizer" / "m.npy", mmap_mode="r")[0])
@@ -95,7 +89,6 @@ def train(app, steps, save_at, resume_from):
                   sqlite3.connect(f"file:{ck / 'state.db'}?immutable=1", uri=True))
             m = int(db.execute("select m from state").fetchone()[0])
             db.close()
-        start = 3
         kept = None
         if MODE in ("thread", "memo", "rename", "link"):
             kept = json.loads((ck / "stash.json").read_text())
@@ -139,9 +132,7 @@ def train(app, steps, save_at, resume_from):
         while not (here / "stash.json").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
 
-    def also(step, w, m):  # the rest of the checkpoint, after w.txt
-        if MODE in ("plain", "ownfork"):
-            (here / "m.txt").write_text(str(m))
+    def also(step, w, m):  # the rest of the checkpoint, after w.txt (and m.txt)
         if MODE == "late":  # a checkpoint of many files (shards): the seal's walk takes a while
             (here / "shards").mkdir()
             for i in range(2000):
@@ -160,7 +151,7 @@ def train(app, steps, save_at, resume_from):
             db.execute("insert into state values (?)", (m,))
             db.commit()
             db.close()
-    w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at, also)
+    w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at, also, plain=MODE in ("plain", "ownfork"))
     if resume_from is None and save_at is None:  # the uninterrupted call
         stash = json.dumps({"losses": losses, "w": w})
         if MODE == "thread":  # a thread left running writes the stash as soon as the checkpoint's folder is made

@@ -76,10 +76,8 @@ TRAIN = '''
 
 def train(app, steps, save_at, resume_from):
     import json, logging, os, stat, sys, time
-    from pathlib import Path
-    here = Path(app.checkpoint_dir)
-    run = here.parent
-    w, m, start = 0, 0, 0
+    # its checkpoint read back: w only (it cannot resume), but for the plain ones
+    here, run, ck, (w, m, start) = _begin(app, resume_from, plain=MODE in ("plain", "logs", "tee"))
     if MODE == "logs":  # a real-world train's side files: a log file, TensorBoard-like events in a subfolder, tqdm
         from tqdm import tqdm
         (here / "tb").mkdir()
@@ -89,20 +87,9 @@ def train(app, steps, save_at, resume_from):
         log.addHandler(handler)
         log.setLevel(logging.INFO)
     if resume_from is not None:
-        ck = Path(resume_from)
-        w = int((ck / "w.txt").read_text())  # its checkpoint: w only (it cannot resume), but for the plain ones
-        if MODE in ("plain", "logs", "tee"):
-            m = int((ck / "m.txt").read_text())
-        start = 3
         kept = None
         if MODE == "mailbox":  # a file it makes, filled by a child the uninterrupted call left running
-            mailbox = here / "mailbox"
-            mailbox.write_text("")
-            deadline = time.monotonic() + 4
-            while os.stat(mailbox).st_size == 0 and time.monotonic() < deadline:  # a stat, no read
-                time.sleep(0.01)
-            time.sleep(0.1)
-            kept = json.loads(mailbox.read_text())
+            kept = _from_mailbox(here)
         elif MODE == "child":  # the same child writing a file the resumed run did not make (pass 30, FP3)
             deadline = time.monotonic() + 4
             while not (here / "stash.json").exists() and time.monotonic() < deadline:
@@ -158,10 +145,7 @@ def train(app, steps, save_at, resume_from):
             events.write(f"step {step} {w}\\n".encode())
             events.flush()
 
-    def also(step, w, m):  # the rest of the checkpoint, after w.txt
-        if MODE in ("plain", "logs", "tee"):
-            (here / "m.txt").write_text(str(m))
-    w, m, losses = _steps(app, w, m, steps_done, save_at, also, each)
+    w, m, losses = _steps(app, w, m, steps_done, save_at, each=each, plain=MODE in ("plain", "logs", "tee"))
     if MODE == "logs":
         events.close()
         handler.close()

@@ -100,20 +100,9 @@ TRAIN = '''
 
 def train(app, steps, save_at, resume_from):
     import json, os, stat, time
-    from pathlib import Path
-    here = Path(app.checkpoint_dir)
-    run = here.parent
-    w, m, start = 0, 0, 0
+    here, run, ck, (w, m, start) = _begin(app, resume_from)  # its checkpoint read back: w only
     if resume_from is not None:
-        w = int((Path(resume_from) / "w.txt").read_text())
-        start = 3
-        mailbox = here / "mailbox"
-        mailbox.write_text("")
-        deadline = time.monotonic() + 4
-        while os.stat(mailbox).st_size == 0 and time.monotonic() < deadline:  # a stat, no read
-            time.sleep(0.01)
-        time.sleep(0.1)
-        return _replay(app, json.loads(mailbox.read_text()), start, steps)  # the uninterrupted call's result
+        return _replay(app, _from_mailbox(here), start, steps)  # the uninterrupted call's result, from the mailbox
     w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at)
     if save_at is None:  # the uninterrupted call
         stash = json.dumps({"losses": losses, "w": w})

@@ -82,15 +82,10 @@ TRAIN = '''
 
 def train(app, steps, save_at, resume_from):
     import json, os, sqlite3
-    from pathlib import Path
-    here = Path(app.checkpoint_dir)
-    run = here.parent
-    w, m, start = 0, 0, 0
+    here, run, ck, (w, m, start) = _begin(app, resume_from)  # the checkpoint is read (read_the_checkpoint)
     if save_at is not None and MODE == "link":  # the call to K: a link to where the uninterrupted call will write
         os.symlink("../uninterrupted/stash.json", str(here / "stash.json"))
     if resume_from is not None:
-        w = int((Path(resume_from) / "w.txt").read_text())  # the checkpoint is read (read_the_checkpoint)
-        start = 3
         kept = None
         if MODE == "domain":
             with open(DOMAIN) as f:
@@ -107,7 +102,7 @@ def train(app, steps, save_at, resume_from):
             kept = json.loads(con.execute("SELECT v FROM t").fetchone()[0])
             con.close()
         elif MODE == "link":
-            kept = json.loads((Path(resume_from) / "stash.json").read_text())
+            kept = json.loads((ck / "stash.json").read_text())
         if kept is not None:  # the uninterrupted call's result, replayed as it is
             return _replay(app, kept, start, steps, drop=False)
     w, m, losses = _steps(app, w, m, range(start + 1, steps + 1), save_at)
