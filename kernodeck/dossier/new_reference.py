@@ -237,6 +237,12 @@ def create(project: Project, plat: Platform, report: Report, folder: Path, old: 
             + (f" at {failure.name}: {' '.join(failure.error.split())}" if failure is not None else "")
             + "; nothing was written to the reference",
             tip=tip if isinstance(tip, str) and tip else f"read {folder / 'report.md'}")
+    if report.not_established:  # passed-unlocked (--python): the env and the closed world are not proven
+        raise KernodeckError(
+            "the reference run passed without establishing "
+            + "; ".join(report.not_established)[:600]
+            + "; a reference is made only from a run that proves them: nothing was written to the reference",
+            tip=tips.nox("reference", "--new") + "  (in the env rebuilt from the lock, without --python)")
     steps = {s.name: s for s in report.steps}
     app = app_contract.load(project.root)
     require_sources_as_run(project, app, folder)

@@ -157,9 +157,17 @@ def _verdict(who: str, exc: Exception, root: Path) -> CheckFailed:
     return _raised(who, exc, root)
 
 
+def _scalar(value: Any) -> Any:
+    """json's fallback: a numpy scalar as its Python value (``numpy.bool_`` a bool: ``(labels == truth).mean() >=
+    floor`` is the criterion's 'passed'), anything else as its text."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        return value.item()
+    return str(value)
+
+
 def _plain(answer: Any, who: str) -> Any:
     try:
-        return json.loads(json.dumps(answer, default=str))
+        return json.loads(json.dumps(answer, default=_scalar))
     except (TypeError, ValueError, RecursionError) as exc:
         raise CheckFailed(f"{who} returned what is not plain data ({type(exc).__name__}: {exc})",
                           "application") from exc
@@ -356,8 +364,12 @@ def _judge(
         raise
     except Exception as exc:
         raise _raised("the criterion", exc, root) from exc
-    if not isinstance(result, dict) or not isinstance(result.get("passed"), bool):
-        raise CheckFailed("the criterion must return a dict with a bool 'passed' and a 'summary'", "application")
+    passed = result.get("passed") if isinstance(result, dict) else None
+    if not isinstance(passed, bool):
+        got = (f"'passed' of type {type(passed).__name__}" if isinstance(result, dict) and "passed" in result
+               else "a dict without 'passed'" if isinstance(result, dict) else f"a {type(result).__name__}")
+        raise CheckFailed(f"the criterion must return a dict with a bool 'passed' and a 'summary'; it returned {got}: "
+                          "return {'passed': bool(...), 'summary': '...'}", "application")
     return result
 
 

@@ -313,15 +313,18 @@ def _criterion_returning(tmp_path: Path, answer: str) -> dict[str, object]:
     return _run(tmp_path, config)
 
 
-@pytest.mark.xfail(strict=True, reason="FF3: a numpy bool 'passed' fails, its message naming neither type nor fix")
 def test_ff3_a_numpy_bool_passed_is_taken_or_named(tmp_path: Path) -> None:
+    """Fixed: the criterion's answer leaves its window with numpy scalars as their Python values."""
     result = _criterion_returning(tmp_path, "{'passed': np.float64(0.95) >= 0.9, 'summary': 'accuracy 0.95'}")
-    assert result["status"] == "passed" or "numpy.bool_" in str(result.get("error")), result
+    assert result["status"] == "passed", result
 
 
 @pytest.mark.parametrize("passed,status", [("True", "passed"), ("1", "failed")])
 def test_control6_a_python_bool_passes_an_int_fails(tmp_path: Path, passed: str, status: str) -> None:
-    assert _criterion_returning(tmp_path, f"{{'passed': {passed}, 'summary': 's'}}")["status"] == status
+    result = _criterion_returning(tmp_path, f"{{'passed': {passed}, 'summary': 's'}}")
+    assert result["status"] == status, result
+    if status == "failed":  # the message names what came back and the fix
+        assert "it returned 'passed' of type int" in str(result.get("error")) and "bool(...)" in str(result["error"])
 
 
 # --- MSG1 ------------------------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck._fs import write_atomic
-from kernodeck.env import envfiles, inventory, snapshot
+from kernodeck.env import binding, envfiles, inventory, snapshot
+from kernodeck.env.envdirs import marker
 from kernodeck.env.sealing import snapshot_digest
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import Status
@@ -104,6 +105,23 @@ def _against_lock(run_: Run, step: Step, lock: lockfile.Lockfile, seen: inventor
                           + (f"; {failure}" if failure else ""), tip=tips.REBUILD_FRESH), files_note
 
 
+def _bound(run_: Run, step: Step, lock: lockfile.Lockfile, python: Path, *, strict: bool) -> KernodeckError | None:
+    """--python on an env Kernodeck built (its files held to the build's snapshot): the build must be of this lock
+    body, its wheels' hashes the lock's (env/binding.py), as the rebuild step requires of a reused env; else the env
+    is not shown to be the lock's (a failure with --strict)."""
+    found = binding.problems(marker(python.parent.parent), lock)
+    step.details["bound_to_lock"] = not found
+    if not found:
+        return None
+    why = "; ".join(found[:3]) + (f" (+{len(found) - 3} more)" if len(found) > 3 else "")
+    if strict:
+        return KernodeckError(f"--strict: the environment of {python} is not the lock's: {why}",
+                              tip=tips.REBUILD_FRESH)
+    step.title = "observed inventory (a build of another lock)"
+    run_.not_established.append(f"that the environment is the lock's (a Kernodeck build, but {why})")
+    return None
+
+
 def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, start: float
              ) -> tuple[inventory.Observation, envfiles.Findings | None]:
     """The env's files (a rebuilt env's, from outside it, first), then its packages by its own interpreter."""
@@ -144,6 +162,8 @@ def inventory_step(
                                             strict=strict, files_note=files_note)
     if files_note and failure is None:
         run_.not_established.append(f"that {files_note}")
+    if intentional and files is not None and lock is not None and failure is None:
+        failure = _bound(run_, step, lock, python, strict=strict)
     step.duration_s = time.perf_counter() - start
     return seen, step, failure
 
