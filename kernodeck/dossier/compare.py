@@ -129,8 +129,9 @@ def platform_of(folder: Path) -> str | None:
 
 
 def env_python_for(platform_ids: list[str]) -> Path | None:
-    """A rebuilt env's interpreter of the project in the current folder, for the first of the platforms it has."""
-    from kernodeck.env import envdirs
+    """A rebuilt env's interpreter of the project in the current folder, for the first of the platforms it has, once
+    its files are the build's (env/sealing.py checked_python: refused otherwise, before it starts)."""
+    from kernodeck.env import envdirs, sealing
     from kernodeck.project.config import load_project
     from kernodeck.project.platforms import resolve_platform
 
@@ -144,7 +145,7 @@ def env_python_for(platform_ids: list[str]) -> Path | None:
         except KernodeckError:
             continue
         if env is not None:
-            return envdirs.env_python(env)
+            return sealing.checked_python(env)
     return None
 
 

@@ -60,6 +60,19 @@ def check_files(env: Path, lock: lockfile.Lockfile) -> envfiles.Findings:
                           inventory.bytecode_validator(env_python(env)))
 
 
+def checked_python(env: Path) -> Path:
+    """The interpreter of a built env for a command that borrows it (compare, drift, bisect's first trial): handed out
+    only once every file of the env is the build's, checked from outside before it starts, as verify's inventory step
+    does (a dropped ``.pth`` is named, never run); else refused."""
+    wheels = marker(env).get("wheels")
+    found = envfiles.check(env, list(wheels) if isinstance(wheels, dict) else (), snapshot_digest(env) or "",
+                           inventory.bytecode_validator(env_python(env)))
+    if not found.clean:
+        raise KernodeckError(f"the environment {env.name} was changed after it was built "
+                             f"({'; '.join(found.problems())}); its interpreter is not started", tip=tips.REBUILD_FRESH)
+    return env_python(env)
+
+
 def require_intact(env: Path, lock: lockfile.Lockfile) -> None:
     """The env as it is NOW equals the lock, file by file, as at its build; else it is not reused."""
     found = check_files(env, lock)  # before the env's interpreter runs: a dropped .pth is named, not run first

@@ -323,13 +323,15 @@ def declared_outputs(project: Project | None, folders: list[Path]) -> dict[str, 
 
 
 def interpreter(project: Project | None, python: Path | None) -> Path:
-    """The interpreter that computes the numbers (it needs numpy): ``python``, else the project's rebuilt env's."""
+    """The interpreter that computes the numbers (it needs numpy): ``python``, else the project's rebuilt env's, once
+    its files are the build's (env/sealing.py checked_python: refused otherwise, before it starts)."""
     if python is None and project is not None:
-        from kernodeck.env.envdirs import current_env, env_python
+        from kernodeck.env.envdirs import current_env
+        from kernodeck.env.sealing import checked_python
         from kernodeck.project.platforms import resolve_platform
 
         env = current_env(project, resolve_platform(project, None))
-        python = env_python(env) if env is not None else None
+        python = checked_python(env) if env is not None else None
     if python is None:
         raise KernodeckError(
             "drift compares with an interpreter that has numpy: no rebuilt env here",

@@ -156,7 +156,16 @@ class _Trials:
             marker = json.loads((env / MARKER).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        return env if marker.get("lock_digest") == self.bad_digest else None
+        if marker.get("lock_digest") != self.bad_digest:
+            return None
+        from kernodeck.env.sealing import checked_python
+
+        try:  # its files the build's, checked before its interpreter starts; else the trial rebuilds it
+            checked_python(env)
+        except KernodeckError as exc:
+            log(f"kernodeck: bisect: the current env is not used: {str(exc).splitlines()[0][:300]}")
+            return None
+        return env
 
     def probe(self, subset: frozenset[int]) -> Outcome:
         number = len(self.records) + 1

@@ -33,13 +33,19 @@ differs from the reference": nothing. Real sessions on this repository; here on 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kernodeck._fs import sha256_file
 from kernodeck.dossier import compare
+from kernodeck.env.envdirs import marker
 from kernodeck.errors import KernodeckError
 from kernodeck.lock import lockfile
+from kernodeck.measure import drift_map
+from kernodeck.project.config import load_project
+from kernodeck.project.platforms import resolve_platform
+from kernodeck.upgrade import bisect as bisecting
 from tests.helpers.builtenv import env_python, sibling
 from tests.helpers.project import ROOT, kd
 from tests.helpers.reports import read_report, statuses
@@ -75,6 +81,10 @@ def _unbound(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
     return project, env, current_env(project, plat) / "bin" / "python"
 
 
+def current_env_of(project: Path, platform_id: str) -> Path:
+    return current_env(project, resolve_platform(load_project(project), platform_id))
+
+
 def _with_pth(tmp_path: Path) -> tuple[Path, dict[str, str], str]:
     """The tiny project rebuilt with uv, a foreign ``.pth`` dropped into its env: (project, env, platform id)."""
     links = tmp_path / "links"
@@ -93,17 +103,33 @@ def test_control_verify_refuses_the_env_with_a_foreign_pth_before_starting_it(tm
     assert not (tmp_path / "ran").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="START1: compare/drift take the env's interpreter with no file check")
 def test_start1_compare_does_not_hand_out_an_env_with_a_foreign_pth(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed: compare's and drift's interpreter is handed out only once the env's files are the build's
+    (env/sealing.py checked_python), refused before it starts; the control: the clean env is handed out."""
     project, _, platform_id = _with_pth(tmp_path)
     monkeypatch.chdir(project)
-    try:
-        python = compare.env_python_for([platform_id])
-    except KernodeckError as refused:
-        assert "zz-rt36.pth" in str(refused)
-        return
-    assert python is None
+    for borrow in (lambda: compare.env_python_for([platform_id]),
+                   lambda: drift_map.interpreter(load_project(project), None)):
+        with pytest.raises(KernodeckError, match=r"zz-rt36\.pth"):
+            borrow()
+    assert not (tmp_path / "ran").exists()
+    (next((current_env_of(project, platform_id) / "lib").glob("python3.*/site-packages")) / "zz-rt36.pth").unlink()
+    assert compare.env_python_for([platform_id]) == drift_map.interpreter(load_project(project), None)
+
+
+def test_start1_bisect_uses_the_current_env_only_with_the_builds_files(tmp_path: Path) -> None:
+    """bisect's first trial (the new lock's env as upgrade left it) borrows the current env the same way: with a
+    foreign .pth it is not used (the trial rebuilds); the control: the clean env is used."""
+    project, _, platform_id = _with_pth(tmp_path)
+    env = current_env_of(project, platform_id)
+    loaded = load_project(project)
+    trials = SimpleNamespace(project=loaded, plat=resolve_platform(loaded, platform_id),
+                             bad_digest=marker(env)["lock_digest"])
+    assert bisecting._Trials.new_lock_env(trials) is None  # type: ignore[arg-type]
+    assert not (tmp_path / "ran").exists()
+    (next((env / "lib").glob("python3.*/site-packages")) / "zz-rt36.pth").unlink()
+    assert bisecting._Trials.new_lock_env(trials) == env  # type: ignore[arg-type]
 
 
 def test_control_no_rebuild_refuses_the_env_of_another_lock(tmp_path: Path) -> None:
