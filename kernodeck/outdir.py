@@ -51,6 +51,7 @@ class Listing:
 
     kind: str
     files: dict[str, str]
+    folders: frozenset[str] = frozenset()  # the folders Kernodeck made there, empty ones included
 
 
 def _read_listing(folder: Path) -> Listing | None:
@@ -66,7 +67,10 @@ def _read_listing(folder: Path) -> Listing | None:
         return None
     if not all(isinstance(k, str) and isinstance(v, str) and _safe_rel(k) for k, v in files.items()):
         return None
-    return Listing(kind, dict(files))
+    folders = data.get("folders", [])
+    if not isinstance(folders, list) or not all(isinstance(f, str) and _safe_rel(f) for f in folders):
+        return None
+    return Listing(kind, dict(files), frozenset(folders))
 
 
 def _safe_rel(rel: str) -> bool:
@@ -103,6 +107,7 @@ def foreign(folder: Path) -> list[str]:
     listing = _read_listing(folder)
     files = listing.files if listing is not None else {}
     parents = frozenset(p.as_posix() for rel in files for p in Path(rel).parents if p != Path("."))
+    parents |= listing.folders if listing is not None else frozenset()  # an empty one it made (a failed run's)
     found: list[str] = []
     for rel, path in _walk(folder, parents):
         if rel == MARKER and listing is not None and path.is_file() and not path.is_symlink():
@@ -144,13 +149,16 @@ def _refuse_foreign(out: Path, final: Path, what: str, tip: str) -> None:
 
 
 def mark(folder: Path, kind: str) -> None:
-    """Sign ``folder`` as Kernodeck's: list every file in it with its sha256, in a marker written last, atomically."""
+    """Sign ``folder`` as Kernodeck's: list every file in it with its sha256, and every folder (an empty one a failed
+    run left is Kernodeck's too), in a marker written last, atomically."""
+    entries = list(_walk(folder))
     files = {
         rel: "sha256:" + sha256_file(path)
-        for rel, path in _walk(folder)
+        for rel, path in entries
         if rel != MARKER and path.is_file() and not path.is_symlink()
     }
-    record = {"made_by": "kernodeck", "version": MARKER_VERSION, "kind": kind, "files": files}
+    folders = sorted(rel for rel, path in entries if path.is_dir() and not path.is_symlink())
+    record = {"made_by": "kernodeck", "version": MARKER_VERSION, "kind": kind, "files": files, "folders": folders}
     write_atomic(folder / MARKER, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 

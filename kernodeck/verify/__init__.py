@@ -51,7 +51,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if opts.python:
         plat = interpreter_platform(project, opts.python, plat)
-    final, stage = prepare_out(project, opts.out, plat)
+    final, stage = prepare_out(project, opts.out, plat, mode)
     run_ = Run(project, plat, stage.path)
     names = opts.steps or (REFERENCE_STEPS if mode == "reference" else IN_ENV_STEPS)
     run_.meta.started, run_.meta.mode = started, mode

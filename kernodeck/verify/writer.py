@@ -34,14 +34,16 @@ def _stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
 
-def prepare_out(project: Project, out: Path | None, plat: Platform) -> tuple[Path, outdir.Staged]:
-    """The dossier's final folder and its staging folder (refused: a folder Kernodeck may not write over)."""
+def prepare_out(project: Project, out: Path | None, plat: Platform, session: str = "verify"
+                ) -> tuple[Path, outdir.Staged]:
+    """The dossier's final folder and its staging folder (refused: a folder Kernodeck may not write over, the TIP
+    naming the ``session`` that refused it)."""
     final = (out or project.runs / f"{_stamp()}-{plat.id}").resolve()
     if out is not None:
         final = outdir.check(
             out,
             what="the dossier",
-            tip=f"{tips.nox('verify', '--out', os.path.relpath(project.runs, project.root) + '/NAME')}  "
+            tip=f"{tips.nox(session, '--out', os.path.relpath(project.runs, project.root) + '/NAME')}  "
             "(or a new or empty folder outside the project)",
             root=project.root,
             allowed=(project.runs,),

@@ -61,6 +61,7 @@ refusal of its own folder gives verify's TIP (FF1). CONTROL7: a missing wheelhou
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -221,9 +222,29 @@ def _dossier(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.mark.xfail(strict=True, reason="FF1: an empty folder Kernodeck made is called not Kernodeck's")
 def test_ff1_a_dossier_with_the_empty_folder_it_made_may_be_replaced(tmp_path: Path) -> None:
+    """Fixed: the marker lists the folders Kernodeck made, an empty one included."""
     assert outdir.foreign(_dossier(tmp_path)) == []
+
+
+def test_control3b_an_empty_folder_the_user_made_beside_is_still_named(tmp_path: Path) -> None:
+    folder = _dossier(tmp_path)
+    (folder / "mine").mkdir()
+    assert outdir.foreign(folder) == ["mine/"]
+
+
+def test_ff1_the_refusal_of_a_reference_folder_names_the_reference_session(tmp_path: Path) -> None:
+    from kernodeck.errors import UnsafeOut
+    from kernodeck.verify.writer import prepare_out
+
+    real = load_project(ROOT)
+    project = dataclasses.replace(real, root=tmp_path, runs=tmp_path / "runs")
+    out = project.runs / "reference-x"
+    out.mkdir(parents=True)
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    with pytest.raises(UnsafeOut) as refused:
+        prepare_out(project, out, parse_platform_id(real, PLATFORM), "reference")
+    assert refused.value.tip is not None and "nox -s reference -- --out" in refused.value.tip
 
 
 def test_control3_a_file_the_user_dropped_into_a_dossier_is_named(tmp_path: Path) -> None:
