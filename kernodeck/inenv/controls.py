@@ -8,7 +8,10 @@
   (judge.py, with margin.py's search: the one calibrate runs).
 - It must also fail half its rows changed, and the rows it does not judge changed at once: power.py.
 - Each declared tolerance is shown able to fail: the reference with one value moved just past it
-  (:func:`moved_past`) must fail the very comparison code the compare step uses (``tolerance.compare``).
+  (:func:`moved_past`) must fail the very comparison code the compare step uses (``tolerance.compare``), and so must
+  each draw of the corruptions the criterion must fail (``REQUIRED``: rows permuted against their ids, noise of the
+  output's own scale) that changes the output (:func:`blind_to`): a finite bound that passes them sees nothing at the
+  output's scale (``atol = 1e30`` on logits of std 3, ``min-share = 0.01``), and is unable to fail like an infinite one.
 - Every numeric verdict here and in the other steps treats NaN and Inf as a failure named "non-finite": a
   comparison is written ``not (err <= tol)`` (:func:`exceeds`), never ``err > tol``, which is False for NaN.
 """
@@ -238,6 +241,30 @@ def moved_past(declared: dict[str, Any], ref: Any) -> dict[str, Any | None]:
 MOVES = Moves(np=np, nudged=_nudged, rotated=_rotated, different_rows=_different_rows)
 
 
+def blind_to(
+    compare: Callable[[dict[str, Any], Any, Any, list[str]], dict[str, Any]],
+    declared: dict[str, Any],
+    ref: Any,
+    ids: list[str],
+) -> dict[str, Any]:
+    """``compare`` on each draw of each REQUIRED corruption of one output (the criterion's, :func:`corrupted`), per
+    corruption: ``applies`` (a draw changed the output: all rows equal are not permuted), ``draws``, ``passed_draws``
+    (the draws compare passed: each one it must fail), ``summary`` (compare's answer on the first it passed, else on
+    the first)."""
+    results: dict[str, Any] = {}
+    for how in REQUIRED:
+        verdicts: list[tuple[int, bool, str]] = []
+        for draw in range(DRAWS):
+            changed = corrupted({"output": ref}, how, draw)["output"]
+            if not same(changed, ref):
+                verdict = compare(declared, changed, ref, ids)
+                verdicts.append((draw, bool(verdict["passed"]), str(verdict.get("summary", ""))[:200]))
+        passed = [draw for draw, ok, _ in verdicts if ok]
+        shown = next((said for _, ok, said in verdicts if ok), verdicts[0][2] if verdicts else "")
+        results[how] = {"applies": bool(verdicts), "draws": len(verdicts), "passed_draws": passed, "summary": shown}
+    return results
+
+
 def tolerance_controls(
     compare: Callable[[dict[str, Any], Any, Any, list[str]], dict[str, Any]],
     declared: dict[str, Any],
@@ -245,7 +272,9 @@ def tolerance_controls(
     ids: list[str],
 ) -> dict[str, Any]:
     """Each declared tolerance of one output shown able to fail: ``compare`` (the compare step's own code) on the
-    reference moved just past it must say not passed. ``able_to_fail`` is False if any of them passed."""
+    reference moved just past it must say not passed, and so on every draw of the corruptions a criterion must fail
+    that changes the output (:func:`blind_to`). ``cannot_see``: the corruptions it passed in some draw.
+    ``able_to_fail`` is False if any of them passed."""
     results: dict[str, Any] = {}
     for key, moved in moved_past(declared, ref).items():
         if moved is None:
@@ -253,4 +282,7 @@ def tolerance_controls(
             continue
         verdict = compare(declared, moved, ref, ids)
         results[key] = {"failed_compare": not verdict["passed"], "summary": str(verdict.get("summary", ""))[:200]}
-    return {"moved_past": results, "able_to_fail": all(r["failed_compare"] for r in results.values())}
+    shown = blind_to(compare, declared, ref, ids) if np.asarray(ref).size else {}
+    cannot_see = [how for how, r in shown.items() if r["passed_draws"]]
+    able = all(r["failed_compare"] for r in results.values()) and not cannot_see
+    return {"moved_past": results, "corruptions": shown, "cannot_see": cannot_see, "able_to_fail": able}

@@ -47,12 +47,13 @@ def reread(ctx: Context) -> dict[str, Any]:
     return {"outputs": details, "rows": len(expected_ids)}
 
 
-TOLERANCE_TIP = "declare a tolerance a moved output can exceed ([tool.kernodeck.application.outputs]), then: " \
-    "nox -s reference -- --new"
+TOLERANCE_TIP = ("declare a tolerance a moved output can exceed, and the output's rows permuted or replaced by noise "
+                 "of its own scale ([tool.kernodeck.application.outputs]), then: nox -s reference -- --new")
 
 
 def tolerance_controls(ctx: Context, base: dict[str, Any]) -> dict[str, Any]:
-    """Each declared tolerance shown able to fail: the reference moved just past it fails ``tolerance.compare``."""
+    """Each declared tolerance shown able to fail: the reference moved just past it, and each draw of the rows
+    permuted against their ids and of noise of the output's own scale, fail ``tolerance.compare``."""
     from . import controls
 
     ids = _ids(sample(ctx))
@@ -60,18 +61,22 @@ def tolerance_controls(ctx: Context, base: dict[str, Any]) -> dict[str, Any]:
         name: controls.tolerance_controls(tolerance.compare, decl, base[name], ids)
         for name, decl in _app_cfg(ctx)["outputs"].items()
     }
-    unable = {
-        f"{name} {key}": r["summary"]
+    unable = [
+        f"{name} {key}: the reference moved just past it still passes compare ({r['summary']})"
         for name, f in found.items()
         for key, r in f["moved_past"].items()
         if not r["failed_compare"]
-    }
+    ]
+    unable += [
+        f"{name}: it cannot see {controls.WHAT[how]} (compare passed {len(r['passed_draws'])} of {r['draws']} "
+        f"fixed-seed draws, each of which it must fail: {r['summary'] or 'passed'})"
+        for name, f in found.items()
+        for how, r in f["corruptions"].items()
+        if how in f["cannot_see"]
+    ]
     if unable:
         raise CheckFailed(
-            "a declared tolerance is unable to fail: the reference moved just past it still passes compare ("
-            + "; ".join(f"{what}: {why}" for what, why in unable.items())
-            + ")",
-            "reference",
+            "a declared tolerance is unable to fail: " + "; ".join(unable), "reference",
             {"tolerance_controls": found, "tip": TOLERANCE_TIP},
         )
     return found

@@ -798,6 +798,25 @@ def test_the_examples_criteria_pass_the_bar_on_their_committed_references(where:
     assert broken, "no perturbation of any output breaks the criterion"
 
 
+@pytest.mark.parametrize("where", [".", "examples/digits", "examples/regression"])
+def test_the_examples_tolerances_are_able_to_fail_on_their_committed_references(where: str) -> None:
+    """Red-team pass 36, POWER1: each shipped output's declared tolerance fails the reference moved just past it, and
+    every draw of its rows permuted and of noise of its own scale (the corruptions its criterion fails)."""
+    import tomllib
+
+    from tests.helpers.project import ROOT
+
+    project = ROOT / where
+    app = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["kernodeck"]["application"]
+    ids = [str(json.loads(line)["id"]) for line in (project / app["sample"]).read_text(encoding="utf-8").splitlines()
+           if line.strip()]
+    for name, declared in app["outputs"].items():
+        ref = np.load(project / "dossier/reference" / f"{name}.npy")
+        found = controls.tolerance_controls(tolerance.compare, declared, ref, ids)
+        assert found["able_to_fail"] is True and found["cannot_see"] == [], (name, found)
+        assert all(r["applies"] for r in found["corruptions"].values()), (name, found)
+
+
 @pytest.mark.parametrize("kind", ["first-call", "consumes-state", "raises-later"])
 def test_a_criterion_that_does_not_pass_the_same_outputs_twice_is_unable_to_fail(kind: str) -> None:
     """Red team of issue 29 (point 5): a criterion that passes its first call whatever the outputs (and fails every

@@ -92,7 +92,9 @@ def test_a_new_kind_is_one_module_and_one_entry(toy: dict[str, Any]) -> None:
     assert near["passed"] is True and far["passed"] is False and far["sum_diff"] == pytest.approx(12.0)
     assert tolerance.compare(toy, ref[:3], ref, ids)["passed"] is False  # the shared shape check holds for it
     shown = controls.tolerance_controls(tolerance.compare, toy, ref, ids)
-    assert shown["able_to_fail"] is True and list(shown["moved_past"]) == ["max-sum"]
+    assert list(shown["moved_past"]) == ["max-sum"] and shown["moved_past"]["max-sum"]["failed_compare"] is True
+    # a sum does not see rows permuted against their ids: the controls hold a new kind to them too
+    assert "permuted" in shown["cannot_see"] and shown["able_to_fail"] is False
     assert margin.numbers(near) == {"sum_diff": pytest.approx(1.2)}
     assert margin.numbers(tolerance.compare(toy, ref[:3], ref, ids)) == {"unmeasurable": 1.0}
 
