@@ -26,11 +26,15 @@ def argv(python: str | os.PathLike[str], *args: str) -> list[str]:
     return [str(python), *FLAGS, *args]
 
 
-def environ(extra: Mapping[str, str] | None = None, declared: Iterable[str] = ()) -> dict[str, str]:
+def environ(extra: Mapping[str, str] | None = None, declared: Iterable[str] = (),
+            drop: tuple[str, ...] = ()) -> dict[str, str]:
     """The in-env process's environment: of the caller's variables only :data:`PLUMBING`'s, the recorded ones
-    (:data:`RECORDED_PREFIXES`), Kernodeck's own and the ``declared`` ones (no ``PYTHON*``); plus ``extra``."""
+    (:data:`RECORDED_PREFIXES`), Kernodeck's own and the ``declared`` ones (no ``PYTHON*``), less the undeclared ones
+    starting with a ``drop`` prefix; plus ``extra``."""
     names = set(declared)
-    env = {k: v for k, v in clean_env().items() if k in PLUMBING or k in names or k.startswith(RECORDED_PREFIXES)}
+    env = {k: v for k, v in clean_env().items()
+           if (k in PLUMBING or k in names or k.startswith(RECORDED_PREFIXES))
+           and (k in names or not (drop and k.startswith(drop)))}
     env.update(extra or {})
     return env
 
@@ -70,6 +74,14 @@ RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP
                      # where the Hugging Face and torch caches are (which snapshot files a weights source finds)
                      "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE",
                      "SENTENCE_TRANSFORMERS_HOME")
+# Of the recorded variables, those that pick a kernel's code path, its precision or its thread count: calibrate's
+# variations start without the caller's (each one sets its own; the declared one is torch's own choice). Not the
+# others: the loader's paths, the devices (CUDA_VISIBLE_DEVICES), the caches and the locale, which the run needs to
+# start and to find its weights. Each is covered by a recorded prefix (tests/unit/test_redteam36.py).
+NUMERICS_PREFIXES = ("ATEN_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_", "NPY_", "BLIS_",
+                     "GOTO_", "VECLIB_", "ZENDNN_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "MIOPEN_", "ROCBLAS_", "HIPBLAS_",
+                     "HIPBLASLT_", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_", "TORCH_BLAS_", "TORCHINDUCTOR_",
+                     "TRITON_F32_DEFAULT", "GLIBC_TUNABLES")
 PRELOAD = "LD_PRELOAD"
 AUDIT = "LD_AUDIT"  # ld.so loads each library it names into every process too, before the program's own code
 # Every variable whose value names code to load into the in-env processes (no lock describes it), and how its list is

@@ -26,6 +26,8 @@ class Calibration:
     margins: dict[str, Any]
     started: str
     declared_differs: list[str] = field(default_factory=list)  # from the reference's record (tolerances only)
+    # the caller's numerics variables every variation ran without (variations.callers_numerics), redacted
+    callers_numerics: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         def axis(a: Axis) -> dict[str, Any]:
@@ -37,6 +39,7 @@ class Calibration:
             "reference_id": self.reference_id,
             "started": self.started,
             "declared_differs_from_reference": self.declared_differs,
+            "callers_numerics_left_out": self.callers_numerics,
             "variations": [
                 {**asdict(v.variation), "folder": v.folder, "status": v.status, "seconds": round(v.seconds, 2),
                  "error": v.error, "observed": v.observed, "outputs": v.outputs}
@@ -63,6 +66,7 @@ def render(cal: Calibration) -> str:
              "process in the rebuilt env, against the reference outputs.", "",
              *([f"The declared tolerance differs from the reference's record: {'; '.join(cal.declared_differs)}. "
                 "It is the declared one that is judged here.", ""] if cal.declared_differs else []),
+             _left_out(cal.callers_numerics), "",
              "## Variations", "", "| variation | what | status | threads after the entry | CPU level | seconds |",
              "|---|---|---|---|---|---|"]
     for r in cal.variations:
@@ -98,6 +102,17 @@ def render(cal: Calibration) -> str:
     lines += ["Noise below the dtype's resolution counts as that resolution when the proposal is made "
               "(one unit in the last place; one row for labels).", ""]
     return "\n".join(lines)
+
+
+def _left_out(numerics: dict[str, str]) -> str:
+    """What the caller had set that picks kernels, precision or threads, and every variation ran without."""
+    if not numerics:
+        return ("The caller set no variable that picks a kernel's code path, its precision or its thread count: each "
+                "variation set only its own (the declared one: torch's own choice).")
+    shown = ", ".join(f"`{name}={value}`" for name, value in numerics.items())
+    return (f"Left out of every variation, as the caller had set them: {shown}. Each variation starts from torch's "
+            "own choice and sets only its own variables; a verify run keeps the caller's (recorded), so a run with "
+            "them may differ from this calibration's noise.")
 
 
 def _says(axis: Axis) -> str:

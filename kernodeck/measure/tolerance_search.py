@@ -29,11 +29,12 @@ from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import kinds
+from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.lock import check
 from kernodeck.measure import svg
 from kernodeck.measure.analysis import OutputCalibration, analyse_output
 from kernodeck.measure.calibration import Calibration, chart_data, render, write_proposal
-from kernodeck.measure.variations import VariationRun, cpu_flags, plan, run_all
+from kernodeck.measure.variations import VariationRun, callers_numerics, cpu_flags, plan, run_all
 from kernodeck.project import deadlines
 from kernodeck.project.app_contract import Application
 from kernodeck.project.config import Project
@@ -66,10 +67,15 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
         python = rebuild(project, plat, lock_path).python
         base = base_config(project, ref, str(plat.variant.backend))
         variations = plan(cpu_flags(), os.cpu_count() or 1, str(plat.variant.backend), os.uname().machine)
+        left_out = callers_numerics(list(base.get(ConfigKey.VARIABLES) or []))
+        if left_out:
+            log("kernodeck: calibrate: left out of every variation, as the caller had set them: "
+                + " ".join(f"{k}={v}" for k, v in left_out.items()))
         runs = run_all(python, staging, base, variations, staging / "margins.json", deadlines.load(project.tool))
         margins = _margins(staging / "margins.json", runs)
         flip = (ref.manifest.get("criterion") or {}).get("flip_bound")
-        result = Calibration(plat.id, ref.id, runs, _analyse(app, runs, margins, flip), margins, started, differ)
+        result = Calibration(plat.id, ref.id, runs, _analyse(app, runs, margins, flip), margins, started, differ,
+                             callers_numerics=left_out)
         write_json(staging / "calibration.json", result.as_dict())
         write_atomic(staging / "calibration.md", render(result))
         write_atomic(staging / "calibration.svg", svg.calibration_chart(chart_data(result)))

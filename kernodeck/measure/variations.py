@@ -10,18 +10,39 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck._fs import write_atomic, write_json
-from kernodeck._proc import log
+from kernodeck._proc import clean_env, log
 from kernodeck.env import start as inenv_start
 from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.supervise import Stop, Stopped, supervise
 
 IN_ENV = Path(__file__).resolve().parents[1] / "inenv" / "calibrate.py"
-# x86 kernel levels torch dispatches to, with the /proc/cpuinfo flags each needs (ATen's own cpu feature checks).
-ISA_LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("default", ()),
-    ("avx2", ("avx2", "fma")),
-    ("avx512", ("avx512f", "avx512bw", "avx512vl", "avx512dq")),
+
+
+@dataclass(frozen=True)
+class IsaLevel:
+    """One x86 CPU level as each library that picks its kernels from the CPU reads it: ATen's own vector kernels
+    (``ATEN_CPU_CAPABILITY``), MKL's GEMMs (``MKL_ENABLE_INSTRUCTIONS``) and oneDNN's convolutions and matmuls
+    (``ONEDNN_MAX_CPU_ISA``, and ``DNNL_MAX_CPU_ISA``, its older name). ATen's alone leaves the bulk of a model's
+    compute on this CPU's own path (red-team pass 36, CAL1: a float32 linear moves by 7.6e-5 under MKL's AVX2 level and
+    by 0 under ATen's)."""
+
+    aten: str
+    needs: tuple[str, ...]  # the /proc/cpuinfo flags it needs (ATen's own cpu feature checks)
+    mkl: str
+    onednn: str
+
+    def env(self) -> dict[str, str]:
+        """The variables that put torch, MKL and oneDNN at this level."""
+        return {"ATEN_CPU_CAPABILITY": self.aten, "MKL_ENABLE_INSTRUCTIONS": self.mkl,
+                "ONEDNN_MAX_CPU_ISA": self.onednn, "DNNL_MAX_CPU_ISA": self.onednn}
+
+
+# x86 kernel levels torch dispatches to; MKL's lowest is SSE4_2, oneDNN's SSE41 (ATen's "default": no AVX).
+ISA_LEVELS: tuple[IsaLevel, ...] = (
+    IsaLevel("default", (), "SSE4_2", "SSE41"),
+    IsaLevel("avx2", ("avx2", "fma"), "AVX2", "AVX2"),
+    IsaLevel("avx512", ("avx512f", "avx512bw", "avx512vl", "avx512dq"), "AVX512", "AVX512_CORE"),
 )
 
 
@@ -32,14 +53,15 @@ class Variation:
     name: str
     what: str
     threads: int | None = None
-    isa: str | None = None  # ATEN_CPU_CAPABILITY; None: torch's own choice
+    isa: str | None = None  # ATen's level name; None: torch's own choice
     deterministic: bool = True
     tf32: bool = False
     available: bool = True
     why: str = ""
+    levels: tuple[tuple[str, str], ...] = ()  # the CPU level's variables (x86: ATen's, MKL's and oneDNN's)
 
     def env(self) -> dict[str, str]:
-        extra: dict[str, str] = {}
+        extra: dict[str, str] = dict(self.levels)
         if self.isa is not None:
             extra["ATEN_CPU_CAPABILITY"] = self.isa
         if self.threads is not None:
@@ -75,22 +97,26 @@ def plan(flags: set[str] | None, cpus: int, backend: str, arch: str) -> list[Var
         plan_.append(Variation("threads-all", "this machine's thread count", available=False,
                                why="this machine has one CPU: the same as threads-1"))
     x86 = arch in ("x86_64", "amd64", "AMD64", "i686")
-    for level, needs in ISA_LEVELS:
-        name, what = f"isa-{level}", f"ATEN_CPU_CAPABILITY={level}"
-        if not x86:
+    for isa in ISA_LEVELS:
+        level, needs = isa.aten, isa.needs
+        if not x86:  # no MKL, and oneDNN's levels are ARM's: ATen's alone
+            name, what = f"isa-{level}", f"ATEN_CPU_CAPABILITY={level}"
             if level == "default":
                 plan_.append(Variation(name, what, isa=level))
             else:
                 plan_.append(Variation(name, what, isa=level, available=False, why=f"an x86 level; this CPU is {arch}"))
             continue
+        name, what = f"isa-{level}", " ".join(f"{k}={v}" for k, v in isa.env().items() if k != "DNNL_MAX_CPU_ISA")
+        levels = tuple(isa.env().items())
         lacking = sorted(set(needs) - flags) if flags is not None else list(needs)
         if flags is None and needs:
-            plan_.append(Variation(name, what, isa=level, available=False, why="no /proc/cpuinfo to read flags from"))
+            plan_.append(Variation(name, what, isa=level, available=False, why="no /proc/cpuinfo to read flags from",
+                                   levels=levels))
         elif lacking:
             plan_.append(Variation(name, what, isa=level, available=False,
-                                   why=f"this CPU lacks {', '.join(lacking)}"))
+                                   why=f"this CPU lacks {', '.join(lacking)}", levels=levels))
         else:
-            plan_.append(Variation(name, what, isa=level))
+            plan_.append(Variation(name, what, isa=level, levels=levels))
     plan_.append(Variation("nondeterministic", "deterministic algorithms off (cudnn.benchmark on)",
                            deterministic=False))
     gpu = backend in ("cuda", "rocm")
@@ -119,9 +145,9 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "run-config.json", config)
     argv = inenv_start.argv(python, str(IN_ENV), "--config", str(folder / "run-config.json"))
-    env = inenv_start.environ(RUNNER_ENV, config.get(ConfigKey.VARIABLES) or [])
-    for var in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.pop(var, None)  # the declared run is torch's own choice, never the caller's leftovers
+    declared = config.get(ConfigKey.VARIABLES) or []
+    # every variation starts from torch's own choice, never the caller's leftovers (callers_numerics: shown)
+    env = inenv_start.environ(RUNNER_ENV, declared, drop=inenv_start.NUMERICS_PREFIXES)
     env.update(variation.env())
     shown = " ".join(f"{k}={v}" for k, v in variation.env().items())
     if shown:
@@ -131,6 +157,16 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
                       label=f"calibrate {variation.name}")
     lines = [ln for ln in ended.tail if ln.strip()]
     return ended.code, time.perf_counter() - start, "\n".join(lines[-5:]), ended.stopped
+
+
+def callers_numerics(declared: list[str]) -> dict[str, str]:
+    """The caller's numerics variables (:data:`~kernodeck.env.start.NUMERICS_PREFIXES`; not the declared ones) that
+    every variation runs without, each value redacted: calibration.md shows them."""
+    from kernodeck.sources.redaction import redact_text, secrets
+
+    env, found = clean_env(), secrets()
+    return {name: redact_text(env[name], secrets=found) for name in sorted(env)
+            if name.startswith(inenv_start.NUMERICS_PREFIXES) and name not in declared}
 
 
 def stopped_variation(variation: Variation, folder: Path, rel: str, seconds: float, stopped: Stopped) -> VariationRun:

@@ -30,8 +30,8 @@ pytestmark = pytest.mark.slow
 
 
 
-def _kd(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _kd(project: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])  # uv beside this python
     return subprocess.run([sys.executable, "-m", "kernodeck", *args], cwd=project, env=env, text=True,
                           capture_output=True, timeout=1500, check=False)
@@ -51,7 +51,8 @@ def test_calibrate_and_drift_on_digits(digits_built: Path, tmp_path: Path) -> No
     assert "rtol = 1e-7" in text and "min-share = 0.5" in text
     pyproject.write_text(text, encoding="utf-8")
 
-    proc = _kd(project, "calibrate", "--out", "runs/cal", "--write")
+    # the caller's MKL_CBWR reaches no variation, and calibration.md says so (red-team pass 36, CAL1)
+    proc = _kd(project, "calibrate", "--out", "runs/cal", "--write", MKL_CBWR="COMPATIBLE")
     _ok(proc, "calibrate")
     folder = project / "runs" / "cal"
     data = json.loads((folder / "calibration.json").read_text(encoding="utf-8"))
@@ -67,8 +68,11 @@ def test_calibrate_and_drift_on_digits(digits_built: Path, tmp_path: Path) -> No
     assert ratio["noise"] > 1 and ratio["margin"] > ratio["noise"] and ratio["proposal_over_noise"] > 1
     assert labels["axes"][0]["margin"] < 0.5 and labels["margin_test"] == "the application's criterion"
     table = (folder / "calibration.md").read_text(encoding="utf-8")
-    assert "| isa-default | ATEN_CPU_CAPABILITY=default | passed |" in table
+    assert ("| isa-default | ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 | "
+            "passed |") in table  # MKL and oneDNN at the same level as ATen (red-team pass 36, CAL1)
     assert "TOO TIGHT" in table and "TOO LOOSE" in table and "unavailable: TF32" in table
+    assert "Left out of every variation, as the caller had set them: `MKL_CBWR=COMPATIBLE`" in table
+    assert data["callers_numerics_left_out"] == {"MKL_CBWR": "COMPATIBLE"}
     assert "TOO TIGHT" in proc.stdout  # the table is printed too
     chart = ET.fromstring((folder / "calibration.svg").read_text(encoding="utf-8"))
     assert [el for el in chart.iter("{http://www.w3.org/2000/svg}line") if el.get("class") == "declared"]

@@ -74,10 +74,11 @@ import pytest
 from packaging.pylock import Pylock
 
 from kernodeck import outdir
-from kernodeck.env import wheelhouse
+from kernodeck.env import start, wheelhouse
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import controls, judge, tolerance
 from kernodeck.inenv._common import CheckFailed, Context
+from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.lock import check, lockfile
 from kernodeck.measure import variations
 from kernodeck.project.config import load_project
@@ -152,42 +153,78 @@ def _isa(level: str) -> variations.Variation:
     return found
 
 
-def _declared_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caller: dict[str, str]) -> dict[str, str]:
-    """The environment calibrate's ``declared`` variation process is started with, the caller's ``caller`` set."""
+def _variation_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caller: dict[str, str], name: str = "declared",
+                   declared: list[str] | None = None) -> dict[str, str]:
+    """The environment calibrate's variation ``name`` process is started with, the caller's ``caller`` set."""
     seen: dict[str, str] = {}
 
     def supervise(argv: list[str], *, env: dict[str, str], **_: object) -> object:
         seen.update(env)
         raise RuntimeError("not started")
 
-    for name, value in caller.items():
-        monkeypatch.setenv(name, value)
+    for var, value in caller.items():
+        monkeypatch.setenv(var, value)
     monkeypatch.setattr(variations, "supervise", supervise)
-    declared = variations.plan(AVX512, 2, "cpu", "x86_64")[0]
-    assert declared.name == "declared"
+    (variation,) = [v for v in variations.plan(AVX512, 2, "cpu", "x86_64") if v.name == name]
+    config: dict[str, object] = {"project_root": str(tmp_path), ConfigKey.VARIABLES: declared or []}
     with pytest.raises(RuntimeError, match="not started"):
-        variations.run_in_env(Path(sys.executable), tmp_path / "v", {"project_root": str(tmp_path)}, declared,
-                              Deadlines())
+        variations.run_in_env(Path(sys.executable), tmp_path / "v", config, variation, Deadlines())
     return seen
 
 
 def test_control2_the_isa_variation_sets_atens_level_and_the_declared_run_drops_the_callers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _isa("avx2").env() == {"ATEN_CPU_CAPABILITY": "avx2"}
-    assert "ATEN_CPU_CAPABILITY" not in _declared_env(tmp_path, monkeypatch, {"ATEN_CPU_CAPABILITY": "default"})
+    assert _isa("avx2").env()["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert "ATEN_CPU_CAPABILITY" not in _variation_env(tmp_path, monkeypatch, {"ATEN_CPU_CAPABILITY": "default"})
 
 
-@pytest.mark.xfail(strict=True, reason="CAL1: the isa variations leave MKL's (and oneDNN's) CPU code path as it is")
-def test_cal1_the_isa_variation_sets_the_blas_level_too() -> None:
-    env = _isa("avx2").env()
-    assert env.get("MKL_ENABLE_INSTRUCTIONS") == "AVX2" and env.get("ONEDNN_MAX_CPU_ISA") == "AVX2", env
+@pytest.mark.parametrize("level,mkl,onednn", [("default", "SSE4_2", "SSE41"), ("avx2", "AVX2", "AVX2"),
+                                              ("avx512", "AVX512", "AVX512_CORE")])
+def test_cal1_the_isa_variation_sets_the_blas_level_too(level: str, mkl: str, onednn: str) -> None:
+    env = _isa(level).env()
+    assert env == {"ATEN_CPU_CAPABILITY": level, "MKL_ENABLE_INSTRUCTIONS": mkl, "ONEDNN_MAX_CPU_ISA": onednn,
+                   "DNNL_MAX_CPU_ISA": onednn}, env
+    assert f"MKL_ENABLE_INSTRUCTIONS={mkl}" in _isa(level).what  # calibration.md's table says what it set
 
 
-@pytest.mark.xfail(strict=True, reason="CAL1: the declared run keeps a caller's MKL_CBWR / MKL_ENABLE_INSTRUCTIONS")
-@pytest.mark.parametrize("name,value", [("MKL_CBWR", "COMPATIBLE"), ("MKL_ENABLE_INSTRUCTIONS", "SSE4_2")])
+def test_cal1_an_arm_cpu_level_is_atens_alone() -> None:
+    (arm,) = [v for v in variations.plan({"asimd"}, 2, "cpu", "aarch64") if v.name == "isa-default"]
+    assert arm.env() == {"ATEN_CPU_CAPABILITY": "default"}  # no MKL there, and oneDNN's levels are ARM's
+
+
+@pytest.mark.parametrize("variation", ["declared", "threads-1", "isa-avx2"])
+@pytest.mark.parametrize("name,value", [("MKL_CBWR", "COMPATIBLE"), ("MKL_ENABLE_INSTRUCTIONS", "SSE4_2"),
+                                        ("ONEDNN_MAX_CPU_ISA", "SSE41"), ("KMP_DETERMINISTIC_REDUCTION", "1"),
+                                        ("NVIDIA_TF32_OVERRIDE", "1"), ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")])
 def test_cal1_the_declared_run_is_not_the_callers_numerics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           name: str, value: str) -> None:
-    assert name not in _declared_env(tmp_path, monkeypatch, {name: value})
+                                                           name: str, value: str, variation: str) -> None:
+    env = _variation_env(tmp_path, monkeypatch, {name: value}, variation)
+    assert env.get(name) != value, (variation, name, env.get(name))
+    assert variations.callers_numerics([]).get(name) == value  # and calibration.md shows what the caller had set
+
+
+def test_control2b_the_variations_keep_what_the_run_needs_and_the_declared_variables(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    caller = {"LD_LIBRARY_PATH": "/opt/lib", "HF_HOME": "/tmp/hf", "CUDA_VISIBLE_DEVICES": "0", "LANG": "C.UTF-8",
+              "MKL_CBWR": "AUTO", "CUBLAS_WORKSPACE_CONFIG": ":16:8"}
+    env = _variation_env(tmp_path, monkeypatch, caller, declared=["MKL_CBWR"])
+    assert {k: env.get(k) for k in ("LD_LIBRARY_PATH", "HF_HOME", "CUDA_VISIBLE_DEVICES", "LANG", "MKL_CBWR")} == {
+        k: caller[k] for k in ("LD_LIBRARY_PATH", "HF_HOME", "CUDA_VISIBLE_DEVICES", "LANG", "MKL_CBWR")}
+    assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"  # Kernodeck's own, not the caller's
+    assert "MKL_CBWR" not in variations.callers_numerics(["MKL_CBWR"])  # declared: an input, not a leftover
+
+
+def test_control2c_every_numerics_variable_left_out_is_a_recorded_one() -> None:
+    assert all(prefix.startswith(start.RECORDED_PREFIXES) for prefix in start.NUMERICS_PREFIXES)
+
+
+def test_cal1_calibration_md_shows_what_the_caller_had_set() -> None:
+    from kernodeck.measure import calibration
+
+    cal = calibration.Calibration("p", "sha256:x", [], [], {}, "now", callers_numerics={"MKL_CBWR": "COMPATIBLE"})
+    assert "as the caller had set them: `MKL_CBWR=COMPATIBLE`" in calibration.render(cal)
+    assert cal.as_dict()["callers_numerics_left_out"] == {"MKL_CBWR": "COMPATIBLE"}
+    assert "The caller set no variable" in calibration.render(calibration.Calibration("p", "x", [], [], {}, "now"))
 
 
 LINEAR = ("import sys, torch; torch.manual_seed(0); a = torch.randn(512, 384); w = torch.randn(1536, 384); "

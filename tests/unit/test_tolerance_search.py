@@ -250,7 +250,8 @@ def test_plan_lists_what_the_machine_lacks_as_unavailable() -> None:
     avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
     full = {v.name: v for v in variations.plan(flags | avx512, 8, "cuda", "x86_64")}
     assert full["isa-avx512"].available and full["tf32"].available and full["threads-8"].available
-    assert full["isa-avx512"].env() == {"ATEN_CPU_CAPABILITY": "avx512"}
+    assert full["isa-avx512"].env() == {"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+                                        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "DNNL_MAX_CPU_ISA": "AVX512_CORE"}
     assert full["threads-8"].env() == {"OMP_NUM_THREADS": "8"}
     arm = {v.name: v for v in variations.plan(set(), 4, "mps", "arm64")}
     assert arm["isa-default"].available and not arm["isa-avx2"].available and "arm64" in arm["isa-avx2"].why
