@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from packaging.pylock import Pylock
 
 from kernodeck import tips
-from kernodeck._fs import sha256_file
 from kernodeck.errors import KernodeckError, LockfileError, MissingLockfile, StaleLock
-from kernodeck.lock import lockfile, twin
+from kernodeck.lock import lockfile, twin, twinform
 from kernodeck.lock.inputs import AS_OF_KEY, RESOLVERS, as_of_instant, compute_inputs, lock_path, pylock_path
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -43,6 +43,7 @@ class LockRead:
     error: LockfileError | None  # why a lock that exists was refused
     twin: Pylock | None  # read and validated by packaging.pylock; None: missing or refused (``twin_error``)
     twin_error: LockfileError | None  # why a twin that exists was refused
+    twin_toml: Mapping[str, Any] | None = None  # the twin's TOML as read (what an installer reads)
 
 
 def read_lock(project: Project, plat: Platform) -> LockRead:
@@ -59,14 +60,14 @@ def read_lock(project: Project, plat: Platform) -> LockRead:
             error = LockfileError(str(path), None, "not UTF-8 text")
         except LockfileError as exc:
             error = exc
-    data, twin_error = None, None
+    data, twin_error, twin_toml = None, None, None
     if twin_path.is_file():
         try:
-            data = twin.read(twin_path)
+            twin_toml, data = twin.read_both(twin_path)
         except LockfileError as exc:
             twin_error = exc
     digest = "sha256:" + hashlib.sha256(raw).hexdigest() if raw is not None else ""
-    return LockRead(path, twin_path, raw, digest, parsed, error, data, twin_error)
+    return LockRead(path, twin_path, raw, digest, parsed, error, data, twin_error, twin_toml)
 
 
 def _variant_changes(lock: lockfile.Lockfile, plat: Platform) -> list[str]:
@@ -140,20 +141,34 @@ def check_twin(project: Project, plat: Platform, *, read: LockRead | None = None
     if missing:
         return [f"{pylock_file.name} (its PEP 751 lock) is missing"]
     if read is None:
-        return twin_disagreements(target, pylock_file)
-    pins = _parsed(project, plat, read).hashed()
-    if read.twin is None:  # refused: as twin_disagreements says of a twin it cannot read
+        return twin_disagreements(target, pylock_file, plat)
+    if read.twin is None or read.twin_toml is None or read.raw is None:  # refused: as twin_disagreements says
         return [f"{pylock_file.name} was not written for this {target.name}", str(read.twin_error)]
-    found = [] if twin.digest_of(read.twin) == read.digest.removeprefix("sha256:") else [
-        f"{pylock_file.name} was not written for this {target.name}"]
-    return found + twin.compare(read.twin, pylock_file.name, pins, target.name)
+    return _held_to_writer(_parsed(project, plat, read), read.raw, read.twin_toml, read.twin, plat, pylock_file.name)
 
 
-def twin_disagreements(target: Path, pylock_file: Path) -> list[str]:
-    """The twin holds the requirements lock's pins and hashes and was written for its exact text."""
-    found = [] if twin.recorded_digest(pylock_file) == sha256_file(target) else [
-        f"{pylock_file.name} was not written for this {target.name}"]
-    return found + twin.disagreements(pylock_file, lockfile.read(target).hashed(), target.name)
+def twin_disagreements(target: Path, pylock_file: Path, plat: Platform) -> list[str]:
+    """The twin is what Kernodeck writes for the requirements lock on ``plat`` (its exact text; the same pins and
+    hashes; nothing else an installer acts on: a marker, the environments, a package twice)."""
+    try:
+        toml, data = twin.read_both(pylock_file)
+    except LockfileError as exc:
+        return [f"{pylock_file.name} was not written for this {target.name}", str(exc)]
+    return _held_to_writer(lockfile.read(target), target.read_bytes(), toml, data, plat, pylock_file.name)
+
+
+def _held_to_writer(lock: lockfile.Lockfile, raw: bytes, toml: Mapping[str, Any], data: Pylock, plat: Platform,
+                    twin_name: str) -> list[str]:
+    """Where the twin departs from the lock: its digest and pins first (the plainest words), then any other key."""
+    lock_name = lock.path.name
+    found = [] if twin.digest_of(data) == hashlib.sha256(raw).hexdigest() else [
+        f"{twin_name} was not written for this {lock_name}"]
+    found += twin.compare(data, twin_name, lock.hashed(), lock_name)
+    if found:
+        return found
+    # the lock's text as its reader takes it (newlines as Path.read_text gives them): the writer's input
+    text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    return twinform.departures(toml, data, lock, plat, text, twin_name)
 
 
 def require_current(project: Project, plat: Platform, *, read: LockRead | None = None) -> Path:

@@ -11,90 +11,32 @@ says why the file list still comes from Kernodeck's own index client rather than
 
 from __future__ import annotations
 
-import datetime as _dt
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from packaging.markers import Marker
-from packaging.pylock import Package, PackageSdist, PackageWheel, Pylock, PylockValidationError
-from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.pylock import Pylock, PylockValidationError
 
-from kernodeck import __version__
-from kernodeck._fs import sha256_text
 from kernodeck._proc import log
 from kernodeck.errors import LockFailed
-from kernodeck.lock import lockfile, twin
+from kernodeck.lock import lockfile, twin, twinform
 from kernodeck.lock.index_client import DistFile, Fetcher
 from kernodeck.lock.place import locate
-from kernodeck.project.platforms import UV_PLATFORM_ENV, Platform
-from kernodeck.sources import PYPI, Source, strip_credentials
+from kernodeck.project.platforms import Platform
+from kernodeck.sources import Source, strip_credentials
 
 # tomlkit is imported where used: every lock check reads a twin's digest, and it costs more than the check.
 
-LOCK_VERSION = "1.0"
-
-# platform.system()/sys.platform and platform.machine() of each OS/arch we name, for the `environments` marker.
-_MARKERS = {
-    "linux_x86_64": ("linux", "x86_64"),
-    "linux_aarch64": ("linux", "aarch64"),
-    "macosx_arm64": ("darwin", "arm64"),
-    "macosx_x86_64": ("darwin", "x86_64"),
-    "win_amd64": ("win32", "AMD64"),
-}
-
-
-def environment_marker(plat: Platform) -> str:
-    """The PEP 508 marker that selects ``plat`` (the pylock's ``environments`` entry)."""
-    if plat.os_arch not in _MARKERS:
-        raise LockFailed(f"no environment marker known for {plat.os_arch}; known: {', '.join(_MARKERS)}")
-    system, machine = _MARKERS[plat.os_arch]
-    return (f'python_version == "{plat.python}" and platform_python_implementation == "CPython" '
-            f'and sys_platform == "{system}" and platform_machine == "{machine}"')
-
 
 def render(lock: lockfile.Lockfile, plat: Platform, files: dict[str, list[DistFile]], lock_text: str) -> str:
-    """The pylock text: a :class:`packaging.pylock.Pylock` (validated by packaging) written by :func:`dumps`.
+    """The pylock text: :func:`kernodeck.lock.twinform.expected` (a :class:`packaging.pylock.Pylock`'s data),
+    validated by packaging and written by :func:`dumps`.
 
     Packages and files are sorted, so that diffs stay small and the same lock always gives the same bytes. The text
     is read back by :func:`read` and must hold the data it was made from.
     """
-    packages = []
-    for pin in sorted(lock.pins, key=lambda p: p.name):
-        pin_files = files[pin.name]
-        hosts = {f.url.split("/", 3)[2] for f in pin_files}
-        index = None
-        if all(f.url.startswith("https://files.pythonhosted.org/") for f in pin_files):
-            index = PYPI
-        elif len(hosts) == 1 and plat.variant.index.rstrip("/") != PYPI:
-            index = strip_credentials(plat.variant.index.rstrip("/"))
-        sdists = [f for f in pin_files if not f.is_wheel]
-        wheels = [PackageWheel(**_file_fields(f)) for f in pin_files if f.is_wheel]
-        packages.append(Package(
-            name=canonicalize_name(pin.name), version=Version(pin.version),
-            marker=Marker(pin.marker) if pin.marker else None, index=index,
-            sdist=PackageSdist(**_file_fields(sdists[0])) if sdists else None, wheels=wheels or None,
-        ))
-    tool: dict[str, Any] = {
-        "platform": plat.id,
-        "requirements-lock": plat.lock_name,
-        "requirements-lock-sha256": sha256_text(lock_text),
-        "version": __version__,
-    }
-    target = UV_PLATFORM_ENV.get(plat.os_arch, {}).get("MACOSX_DEPLOYMENT_TARGET")
-    if target:
-        # uv targets macOS 13.0 unless told otherwise (MACOSX_DEPLOYMENT_TARGET), and the macOS 14 wheels this lock
-        # holds (torch's arm64 wheels) are then refused: the lock says which macOS it was made for.
-        tool["macos-deployment-target"] = target
-    made = Pylock(
-        lock_version=Version(LOCK_VERSION), environments=[Marker(environment_marker(plat))],
-        requires_python=SpecifierSet(f"=={plat.python}.*"), created_by="kernodeck", packages=packages,
-        tool={"kernodeck": tool},
-    )
-    data = made.to_dict()  # asdict deep-copies ~5000 values: once (a third of a second)
+    data = twinform.expected(lock, plat, files, lock_text)
     try:
         Pylock.from_dict(data)  # what made.validate() does, without a second to_dict()
     except PylockValidationError as exc:
@@ -106,14 +48,6 @@ def render(lock: lockfile.Lockfile, plat: Platform, files: dict[str, list[DistFi
     if tomllib.loads(text) != data:
         raise LockFailed(f"the PEP 751 lock for {plat.id} does not read back as written; not writing it")
     return text
-
-
-def _file_fields(entry: DistFile) -> dict[str, Any]:
-    return {
-        "name": entry.filename, "url": strip_credentials(entry.url), "size": entry.size or None,
-        "upload_time": entry.upload_time.astimezone(_dt.UTC) if entry.upload_time is not None else None,
-        "hashes": {"sha256": entry.sha256},
-    }
 
 
 # The order of a file's keys in the tables Kernodeck writes (the PEP's data model puts upload-time before url; the

@@ -10,6 +10,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from packaging.pylock import Package, PackageSdist, PackageWheel, Pylock, PylockValidationError
 
@@ -25,12 +26,18 @@ def read(pylock_path: Path) -> Pylock:
 
     Read once per file state (path, size, mtime): a lock check reads the twin's digest and its packages.
     """
+    return read_both(pylock_path)[1]
+
+
+def read_both(pylock_path: Path) -> tuple[Mapping[str, Any], Pylock]:
+    """:func:`read`, with the TOML data as the file holds it (what the lock check holds to the writer's)."""
     try:
         stat = pylock_path.stat()
         key = (str(pylock_path), stat.st_size, stat.st_mtime_ns)
         if key not in _READ:
             _READ.clear()
-            _READ[key] = Pylock.from_dict(tomllib.loads(pylock_path.read_text(encoding="utf-8")))
+            raw = tomllib.loads(pylock_path.read_text(encoding="utf-8"))
+            _READ[key] = (raw, Pylock.from_dict(raw))
         return _READ[key]
     except (OSError, UnicodeDecodeError) as exc:
         raise LockfileError(pylock_path.name, None, f"cannot be read: {exc}") from None
@@ -40,7 +47,7 @@ def read(pylock_path: Path) -> Pylock:
         raise LockfileError(pylock_path.name, None, f"is not a valid PEP 751 lock: {exc}") from None
 
 
-_READ: dict[tuple[str, int, int], Pylock] = {}
+_READ: dict[tuple[str, int, int], tuple[Mapping[str, Any], Pylock]] = {}
 
 
 def package_files(package: Package) -> list[PackageWheel | PackageSdist]:

@@ -18,7 +18,7 @@ import pytest
 from packaging.pylock import Pylock
 
 from kernodeck.lock import compile as lock_compile
-from kernodeck.lock import pylock
+from kernodeck.lock import twinform
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from tests.helpers.tinylock import fresh_venv, offline_sources, tiny_project, tiny_wheels, uv
@@ -150,8 +150,8 @@ def test_pylock_environment_marker_per_platform() -> None:
 
     from kernodeck.project.platforms import parse_platform_id
 
-    mac = pylock.environment_marker(parse_platform_id(project, "cp311-macosx_arm64-mps"))
-    linux = pylock.environment_marker(parse_platform_id(project, "cp311-linux_x86_64-cpu"))
+    mac = twinform.environment_marker(parse_platform_id(project, "cp311-macosx_arm64-mps"))
+    linux = twinform.environment_marker(parse_platform_id(project, "cp311-linux_x86_64-cpu"))
     env_mac = {"python_version": "3.11", "platform_python_implementation": "CPython", "sys_platform": "darwin",
                "platform_machine": "arm64"}
     assert Marker(mac).evaluate(env_mac) and not Marker(linux).evaluate(env_mac)
