@@ -11,7 +11,9 @@ reference IS.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import math
 import os
 import re
 import tomllib
@@ -176,8 +178,28 @@ def table_differences(declared: dict[str, Any], recorded: dict[str, Any], derive
     return [
         f"{k}: {have.get(k, '(missing)')!r} -> declared {want.get(k, '(not declared)')!r}"
         for k in sorted(set(want) | set(have))
-        if want.get(k) != have.get(k)
+        if k not in want or k not in have or canonical(want[k]) != canonical(have[k])
     ]
+
+
+def canonical(value: object) -> object:
+    """A TOML value as a comparable form that keeps its type and sign: ``true`` is not ``1``, ``1.0`` is not ``1``,
+    ``-0.0`` is not ``0.0``, and NaN is NaN (``==`` says the first three are equal and NaN unequal to itself)."""
+    if isinstance(value, bool):  # before int: a bool is an int to Python
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("int", int(value))
+    if isinstance(value, float):
+        return ("float", "nan" if math.isnan(value) else repr(float(value)))  # repr: -0.0, inf; any NaN is one
+    if isinstance(value, str):
+        return ("str", str(value))
+    if isinstance(value, dict):
+        return ("table", tuple(sorted((str(k), canonical(v)) for k, v in value.items())))
+    if isinstance(value, list | tuple):
+        return ("array", tuple(canonical(v) for v in value))
+    if isinstance(value, _dt.datetime | _dt.date | _dt.time):
+        return (type(value).__name__, value.isoformat())
+    return (type(value).__name__, repr(value))
 
 
 def declaration_differences(manifest: dict[str, Any], app: Application) -> list[str]:
@@ -278,7 +300,7 @@ def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What differs between two manifests, by section: ``application: params.batch-size, code`` (leaf paths)."""
     out = []
     for key in sorted(set(old) | set(new)):
-        if key in ("id", "provenance") or old.get(key) == new.get(key):
+        if key in ("id", "provenance") or canonical(old.get(key)) == canonical(new.get(key)):
             continue
         sub_old, sub_new = old.get(key), new.get(key)
         if isinstance(sub_old, dict) and isinstance(sub_new, dict):
@@ -292,7 +314,7 @@ def _leaf_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") ->
     found: list[str] = []
     for k in sorted(set(old) | set(new)):
         a, b = old.get(k), new.get(k)
-        if a == b:
+        if canonical(a) == canonical(b):
             continue
         if isinstance(a, dict) and isinstance(b, dict):
             found.extend(_leaf_changes(a, b, f"{prefix}{k}."))

@@ -326,16 +326,26 @@ def test_control3_a_file_the_user_dropped_into_a_dossier_is_named(tmp_path: Path
 DECLARED = tomllib.loads("params = { seed = 0, fill-value = nan }")  # pyproject's table, and the manifest's copy
 
 
-@pytest.mark.xfail(strict=True, reason="FF2: a NaN param differs from itself, so no reference matches its declaration")
 def test_ff2_a_nan_param_is_the_one_the_reference_recorded() -> None:
+    """Fixed: declared and recorded values are compared by a canonical form (type, sign, NaN as one value)."""
     recorded = tomllib.loads(tomli_w_free_dump(DECLARED))
     assert manifest.table_differences(DECLARED, recorded, frozenset()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="FF2: equality is not identity: another type or sign passes for the recorded")
-@pytest.mark.parametrize("declared,recorded", [(True, 1), (1.0, 1), (-0.0, 0.0)], ids=["true-1", "1.0-1", "-0.0-0.0"])
+@pytest.mark.parametrize("declared,recorded", [(True, 1), (1.0, 1), (-0.0, 0.0), ([1.0, True], [1, 1])],
+                         ids=["true-1", "1.0-1", "-0.0-0.0", "in-an-array"])
 def test_ff2_a_param_of_another_type_or_sign_is_named(declared: object, recorded: object) -> None:
-    assert manifest.table_differences({"params": {"x": declared}}, {"params": {"x": recorded}}, frozenset()) != []
+    """Fixed: the canonical form keeps the type and the sign, at any depth."""
+    found = manifest.table_differences({"params": {"x": declared}}, {"params": {"x": recorded}}, frozenset())
+    assert found == [f"params: {{'x': {recorded!r}}} -> declared {{'x': {declared!r}}}"], found
+
+
+def test_ff2_the_new_references_changes_read_values_alike() -> None:
+    """The same rule where a new reference names what changed since the one it replaces (``manifest.changes``)."""
+    old = {"application": {"params": DECLARED["params"], "entry": "a:b"}}
+    assert manifest.changes(old, tomllib.loads(tomli_w_free_dump({"application": old["application"]}))) == []
+    assert manifest.changes(old, {"application": {"params": {**DECLARED["params"], "seed": False}, "entry": "a:b"}}) \
+        == ["application: params.seed"]
 
 
 def test_control4_a_changed_param_is_named() -> None:
