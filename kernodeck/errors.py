@@ -35,10 +35,19 @@ class ConfigError(KernodeckError):
     tip = "check [tool.kernodeck] in pyproject.toml"
 
 
-class UnknownVariant(ConfigError):
+class VariantChoice(ConfigError):
+    """A variant to choose (an unknown one named, or none declared for this machine): its TIP is the command being
+    run with a declared variant (:func:`kernodeck.project.platforms.for_command`); alone, the declared platforms."""
+
+    def __init__(self, message: str, known: list[str]) -> None:
+        super().__init__(message)
+        self.known = sorted(known)
+        self.tip = f"{tips.nox('matrix')}  (lists the declared platforms; variants: {', '.join(self.known)})"
+
+
+class UnknownVariant(VariantChoice):
     def __init__(self, name: str, known: list[str]) -> None:
-        super().__init__(f"unknown variant {name!r}; known variants: {', '.join(sorted(known))}")
-        self.tip = tips.nox("verify", "--variant", sorted(known)[0])
+        super().__init__(f"unknown variant {name!r}; known variants: {', '.join(sorted(known))}", known)
 
 
 class Interrupted(KernodeckError):

@@ -9,6 +9,7 @@ from typing import Any
 
 from kernodeck.errors import KernodeckError
 from kernodeck.project.config import Project, load_project
+from kernodeck.project.platforms import Platform, for_command
 
 # A command: the loaded project (None where the command needs none) and the parsed arguments in, the exit status
 # out. A parser spec: the command's one-line help and the function that adds its options.
@@ -22,6 +23,11 @@ def platform_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", metavar="NAME",
                         help="accelerator variant for this machine, e.g. cpu or cu130 (default: per OS/arch in "
                         "pyproject.toml)")
+
+
+def platform_of(project: Project, args: argparse.Namespace) -> Platform:
+    """The platform the command works on (``--platform``, ``--variant``); a variant refused names this command."""
+    return for_command(project, args.command, getattr(args, "argv", []), args.platform, args.variant)
 
 
 def rebuild_args(parser: argparse.ArgumentParser) -> None:

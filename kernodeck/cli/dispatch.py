@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -58,9 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line parsed, or UsageError naming the command it was for (an unknown option of ``verify`` is
     refused as verify's, with verify's help as the TIP)."""
-    args, extra = build_parser().parse_known_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args, extra = build_parser().parse_known_args(given)
     if extra:
         raise UsageError(args.command, f"unrecognized arguments: {' '.join(extra)}")
+    args.argv = given[given.index(args.command) + 1:]  # the command's own arguments: a TIP repeats them corrected
     return args
 
 

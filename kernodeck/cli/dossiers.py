@@ -8,9 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernodeck import tips
-from kernodeck.cli.common import Command, Parser, platform_args, project_here
+from kernodeck.cli.common import Command, Parser, platform_args, platform_of, project_here
 from kernodeck.project.config import Project
-from kernodeck.project.platforms import resolve_platform
 
 
 def _compare(p: argparse.ArgumentParser) -> None:
@@ -101,7 +100,7 @@ def cmd_export(project: Project, args: argparse.Namespace) -> int:
     from kernodeck import outdir
     from kernodeck.dossier import export, toolpins
 
-    plat = resolve_platform(project, args.platform, args.variant)
+    plat = platform_of(project, args)
     folder = outdir.check_file(args.out / "x", what="the container file", root=project.root, allowed=(project.runs,),
                                tip=tips.nox("export", "--format", "dockerfile", "--out", "runs/export")).parent
     path = export.write(export.Format(args.format), project, plat, folder, args.base_image)
@@ -113,7 +112,7 @@ def cmd_calibrate(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.measure.calibration import render
     from kernodeck.measure.tolerance_search import calibrate
 
-    plat = resolve_platform(project, args.platform, args.variant)
+    plat = platform_of(project, args)
     result, folder = calibrate(project, plat, args.out, write=args.write)
     print(render(result))
     print(f"calibration: {folder / 'calibration.md'} (picture: {folder / 'calibration.svg'})")

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from kernodeck import tips
-from kernodeck.cli.common import Command, Parser, platform_args
+from kernodeck.cli.common import Command, Parser, platform_args, platform_of
 from kernodeck.errors import KernodeckError
 from kernodeck.lock.inputs import RESOLVERS
 from kernodeck.project.config import Project
@@ -85,13 +85,13 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
 
     if args.check:
         plats = ([(resolve_platform(project, p.id), p.lock_on_runner) for p in project.platforms] if args.all
-                 else [(resolve_platform(project, args.platform, args.variant), False)])
+                 else [(platform_of(project, args), False)])
         lines, bad = check.check_many(project, plats)
         print("\n".join(lines))
         if bad:
             check.raise_first(project, bad)
         return 0
-    plat = resolve_platform(project, args.platform, args.variant)
+    plat = platform_of(project, args)
     if args.upgrade_package or args.widen_python:
         from kernodeck.lock import hashpins
 
@@ -109,7 +109,7 @@ def cmd_lock(project: Project, args: argparse.Namespace) -> int:
 def cmd_wheelhouse(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.env import wheelhouse
 
-    plat = resolve_platform(project, args.platform, args.variant)
+    plat = platform_of(project, args)
     result = wheelhouse.download(project, plat, args.out)
     print(f"wheelhouse {plat.id}: {len(result.files)} file(s) in {result.folder}")
     print(f"offline rebuild: {tips.nox('rebuild', '--platform', plat.id, '--wheelhouse', str(result.folder))}")
@@ -120,7 +120,7 @@ def _locked_platforms(project: Project, args: argparse.Namespace) -> list[Platfo
     from kernodeck.lock import inputs
 
     if not args.all:
-        return [resolve_platform(project, args.platform, args.variant)]
+        return [platform_of(project, args)]
     plats = [resolve_platform(project, p.id) for p in project.platforms]
     return [p for p in plats if inputs.lock_path(project, p).exists()]
 
@@ -157,7 +157,7 @@ def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
     if args.pr_body:
         print(write_pr_body(args.pr_body, args.all_platforms, as_of=args.as_of or ""), end="")
         return 0
-    plat = resolve_platform(project, args.platform, args.variant)
+    plat = platform_of(project, args)
     result = upgrade(project, plat, as_of=args.as_of, resolver=args.resolver, installer=args.installer, out=args.out)
     text, code = outcome(result, plat, project.root)
     print(text)
@@ -167,7 +167,7 @@ def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
 def cmd_bisect(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.upgrade.bisect import bisect_locks
 
-    plat = resolve_platform(project, args.platform, args.variant)
+    plat = platform_of(project, args)
     result = bisect_locks(project, plat, args.good, args.bad, installer=args.installer, out=args.out)
     print(result.markdown)
     return 0

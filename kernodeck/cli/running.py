@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernodeck.cli.common import Command, Parser, platform_args, rebuild_args
+from kernodeck.cli.common import Command, Parser, platform_args, platform_of, rebuild_args
 from kernodeck.project.config import Backend, Project
-from kernodeck.project.platforms import resolve_platform
 from kernodeck.sources import redact_text
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.lock import check
     from kernodeck.platform_lock import acquire
 
-    plat = resolve_platform(project, args.platform, args.variant)
+    plat = platform_of(project, args)
     path = check.require_checked(project, plat)  # the lock check of lock --check and verify, twin included
     plock = platform_lock(project, plat)
     acquire(plock, plat)
@@ -114,7 +113,7 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.verify import verify
     from kernodeck.verify.record import Verdict
 
-    plat = resolve_platform(project, args.platform, args.variant)
+    plat = platform_of(project, args)
     report, folder = verify(project, plat, _options(args))
     _summary(report, folder)
     # passed-unlocked (--python) is a documented pass; passed-with-changed-code is not
@@ -125,7 +124,7 @@ def cmd_reference(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.dossier import new_reference as refmod
     from kernodeck.verify import verify
 
-    plat = resolve_platform(project, args.platform, args.variant)
+    plat = platform_of(project, args)
     old = refmod.current(project, new=args.new)
     opts = _options(args)
     if opts.out is None:

@@ -157,6 +157,12 @@ def _lacking(lock: lockfile.Lockfile, folder: Path, plat: Platform, missing: lis
 
 def require_complete(lock: lockfile.Lockfile, folder: Path, plat: Platform) -> dict[str, tuple[Path, str]]:
     """Refuse a wheelhouse that lacks a file of the lock before anything is installed from it."""
+    if folder.exists() and not folder.is_dir():  # a file: the TIP must not write a wheelhouse over it
+        new = f".wheelhouse/{plat.id}"
+        raise WheelhouseError(f"--wheelhouse {folder} is a file, not a folder: a wheelhouse is the folder "
+                              f"`{tips.nox('wheelhouse')}` writes",
+                              tip=f"{tips.nox('wheelhouse', '--platform', plat.id, '--out', new)}, then "
+                                  f"give --wheelhouse {new}")
     if not folder.is_dir():
         raise WheelhouseError(f"the wheelhouse {folder} does not exist",
                               tip=tips.nox("wheelhouse", "--platform", plat.id, "--out", str(folder)))

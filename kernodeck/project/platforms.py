@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from packaging import tags
 
 from kernodeck import tips
-from kernodeck.errors import ConfigError
+from kernodeck.errors import ConfigError, VariantChoice
 from kernodeck.project.config import Project, Variant
 
 _PLATFORM_ID = re.compile(r"^cp(?P<py>\d)(?P<minor>\d+)-(?P<os_arch>[a-z0-9_]+?)-(?P<variant>[A-Za-z0-9.]+)$")
@@ -98,11 +99,35 @@ def resolve_platform(project: Project, platform_id: str | None = None, variant: 
     os_arch = current_os_arch()
     name = variant or os.environ.get("KERNODECK_VARIANT") or project.default_variant.get(os_arch)
     if not name:
-        raise ConfigError(
-            f"no default variant for {os_arch}; known variants: {', '.join(sorted(project.variants))}",
-            tip=f"name one: {tips.nox('verify', '--variant', 'cpu')}",
-        )
+        raise VariantChoice(f"no default variant for {os_arch}; known variants: {', '.join(sorted(project.variants))}",
+                            list(project.variants))
     return Platform(declared_python(project, os_arch, name), os_arch, project.variant(name))
+
+
+def for_command(project: Project, command: str, argv: Sequence[str], platform_id: str | None,
+                variant: str | None) -> Platform:
+    """:func:`resolve_platform` for the session being run (``command``, its ``argv`` after the command name): a
+    variant refused gives as TIP that same command with a declared variant in place of the one given."""
+    try:
+        return resolve_platform(project, platform_id, variant)
+    except VariantChoice as exc:
+        known = exc.known[0]
+        args, given = list(argv), False
+        for at, arg in enumerate(args):
+            for option in ("--platform", "--variant"):
+                if arg == option and at + 1 < len(args):
+                    args[at + 1] = (args[at + 1].rsplit("-", 1)[0] + "-" + known) if option == "--platform" else known
+                    given = True
+                elif arg.startswith(option + "="):
+                    value = arg.split("=", 1)[1]
+                    args[at] = f"{option}=" + ((value.rsplit("-", 1)[0] + "-" + known) if option == "--platform"
+                                               else known)
+                    given = True
+        args += [] if given else ["--variant", known]
+        again = (tips.nox(command, *args) if command in tips.SESSIONS | tips.OWN_SESSIONS
+                 else " ".join(["python -m kernodeck", command, *args]))
+        exc.tip = f"{again}   (declared variants: {', '.join(exc.known)})"
+        raise
 
 
 def declared_python(project: Project, os_arch: str, variant: str) -> str:

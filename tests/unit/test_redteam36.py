@@ -475,12 +475,38 @@ def _wheelhouse_refusal(folder: Path) -> KernodeckError:
     return refused.value
 
 
-@pytest.mark.xfail(strict=True, reason="MSG1: a wheelhouse that is a file 'does not exist'; TIP: write one over it")
 def test_msg1_a_wheelhouse_that_is_a_file_is_named_a_file(tmp_path: Path) -> None:
+    """Fixed: named a file, and the TIP writes a wheelhouse into a new folder, not over the file."""
     given = tmp_path / "README.md"
     given.write_text("x", encoding="utf-8")
     error = _wheelhouse_refusal(given)
     assert "does not exist" not in str(error) and str(given) not in str(error.tip), (str(error), error.tip)
+    assert "is a file, not a folder" in str(error) and f"--out .wheelhouse/{PLATFORM}" in error.tip, error.tip
+
+
+@pytest.mark.parametrize("argv,tip", [
+    (["lock", "--check", "--platform", "cp311-linux_x86_64-nope"],
+     "nox -s lock -- --check --platform cp311-linux_x86_64-cpu "),
+    (["rebuild", "--variant=nope", "--fresh"], "nox -s rebuild -- --variant=cpu --fresh "),
+    (["wheelhouse", "--variant", "nope"], "nox -s wheelhouse -- --variant cpu "),
+], ids=["lock-platform", "rebuild-variant", "wheelhouse-variant"])
+def test_msg1_a_refused_variant_tips_the_command_being_run(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                          tip: str) -> None:
+    """Fixed: the TIP is the session that refused, its own arguments kept, a declared variant in place of the one
+    given (it was verify's ``--variant cpu`` for every session)."""
+    from kernodeck.__main__ import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "ERROR: unknown variant 'nope'" in err and f"TIP: {tip}" in err, err
+
+
+def test_control7_a_variant_refused_outside_a_session_tips_no_other_session() -> None:
+    with pytest.raises(KernodeckError) as refused:
+        parse_platform_id(load_project(ROOT), "cp311-linux_x86_64-nope")
+    assert refused.value.tip.startswith("nox -s matrix") and "verify" not in refused.value.tip, refused.value.tip
 
 
 def test_control7_a_missing_wheelhouse_is_named_missing(tmp_path: Path) -> None:
