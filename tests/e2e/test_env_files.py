@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kernodeck.env import envdirs, envfiles, inventory, sealing, snapshot
+from kernodeck.env import binding, envdirs, envfiles, inventory, sealing, snapshot
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
 from tests.helpers.project import kd
@@ -131,8 +131,11 @@ def _fake_env(root: Path) -> tuple[Path, lockfile.Lockfile]:
             digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
             record += f"{path},sha256={digest},{len(text.encode())}\n"
         (site / f"{name}-{version}.dist-info" / "RECORD").write_text(record + f"{name}-{version}.dist-info/RECORD,,\n")
-    lock = Lockfile(path=root / "lock.txt", pins=[Pin("tinya", "1.0", "", (), 1), Pin("tinyb", "2.0", "", (), 2)])
+    lock = Lockfile(path=root / "lock.txt", header={"body-digest": ["sha256:" + "b" * 64]},  # a sealed lock's
+                    pins=[Pin("tinya", "1.0", "", ("1" * 64,), 1), Pin("tinyb", "2.0", "", ("2" * 64,), 2)])
     sealed = sealing.seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+    # bound to its lock as a build records it (a uv build: the pin's hashes its install verified)
+    sealed.update(binding.record(lock, binding.from_verified(lock), binding.HashSource.VERIFIED))
     (env / envdirs.MARKER).write_text(json.dumps(sealed))
     return env, lock
 
@@ -653,6 +656,8 @@ def _fake_env_runnable(tmp_path: Path) -> tuple[Path, lockfile.Lockfile]:
 
     (env / snapshot.SNAPSHOT).unlink()
     sealed = sealing.seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+    # bound to its lock as a build records it (a uv build: the pin's hashes its install verified)
+    sealed.update(binding.record(lock, binding.from_verified(lock), binding.HashSource.VERIFIED))
     (env / envdirs.MARKER).write_text(json.dumps(sealed))
     return env, lock
 
@@ -676,6 +681,13 @@ def test_inventory_step_for_an_existing_interpreter(tmp_path: Path) -> None:
     env, lock = _fake_env_runnable(tmp_path)
     details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
     assert details["status"] == "passed" and missing == [] and failure == ""  # built by Kernodeck: files held too
+    assert details["bound_to_lock"] is True  # ... and its build held to the lock (red-team pass 36, BIND1)
+    record = json.loads((env / envdirs.MARKER).read_text())
+    (env / envdirs.MARKER).write_text(json.dumps({k: v for k, v in record.items() if k != binding.WHEELS}))
+    details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)  # a build that records no binding
+    assert details["status"] == "passed" and details["bound_to_lock"] is False and failure == ""
+    assert len(missing) == 1 and "a Kernodeck build, but its build recorded no lock body digest" in missing[0]
+    (env / envdirs.MARKER).write_text(json.dumps(record))
     (_site(env) / "extra_mod.py").write_text("X = 1\n")
     details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
     assert details["status"] == "passed" and len(missing) == 1 and "extra_mod.py" in missing[0]

@@ -64,8 +64,10 @@ def test_tampered_hash_keeps_the_last_good_env(own_built: Path, tmp_path: Path, 
     text = lock.read_text()
     entry = re.search(r"^mdurl==.*?(?=^\S)", text, re.M | re.S)
     assert entry and "--hash=sha256:" in entry.group(0)
-    # every file of mdurl gets a wrong hash (one right hash among several would still be accepted)
-    tampered = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, entry.group(0))
+    # every file of mdurl gets a wrong hash (one right hash among several would still be accepted), each its own (two
+    # files with one hash are no twin Kernodeck writes: the twin check would refuse that first)
+    wrong = {h: f"{i:064x}" for i, h in enumerate(dict.fromkeys(re.findall(r"sha256:([0-9a-f]{64})", entry.group(0))))}
+    tampered = re.sub(r"sha256:([0-9a-f]{64})", lambda m: "sha256:" + wrong[m.group(1)], entry.group(0))
     # resealed (its body digest recomputed) and its PEP 751 twin forged to match, so that the installer's own hash
     # check is what is tried here; an unsealed edit, or a twin that disagrees, is refused before any install
     # (tests/e2e/test_false_pass.py::test_hand_edited_lock_is_refused, tests/e2e/test_reference_binds.py case 55)
@@ -75,11 +77,12 @@ def test_tampered_hash_keeps_the_last_good_env(own_built: Path, tmp_path: Path, 
     twin_text = twin.read_text()
     block = re.search(r'^name = "mdurl"\n.*?(?=^\[\[packages\]\])', twin_text, re.M | re.S)
     assert block and 'sha256 = "' in block.group(0)
-    forged_twin = twin_text.replace(block.group(0), re.sub(r'sha256 = "[0-9a-f]{64}"', 'sha256 = "' + "0" * 64 + '"',
-                                                           block.group(0)))
+    forged_twin = twin_text.replace(block.group(0), re.sub(r'sha256 = "([0-9a-f]{64})"',
+                                                           lambda m: f'sha256 = "{wrong[m.group(1)]}"', block.group(0)))
     twin.write_text(re.sub(r'requirements-lock-sha256 = "[0-9a-f]{64}"',
                            f'requirements-lock-sha256 = "{hashlib.sha256(forged.encode()).hexdigest()}"', forged_twin))
-    assert kd(project, "lock", "--check").returncode == 0  # the forgery passes every check of the lock itself
+    checked = kd(project, "lock", "--check")
+    assert checked.returncode == 0, checked.stderr  # the forgery passes every check of the lock itself
     proc = kd(project, "rebuild", "--fresh", "--installer", installer)
     lock.write_text(text)  # put back at once: the module's other cases share this project
     twin.write_text(twin_text)
