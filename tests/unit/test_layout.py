@@ -41,6 +41,7 @@ CROSS_CUTTING = {
     "redteam34": "red-team pass 34's findings across the resume check's calls: kernel state, forked loaders, siblings",
     "redteam35": "red-team pass 35's findings across the guard on kernel and process state: limits, kmsg, spellings",
     "redteam36": "red-team pass 36's findings across the verdict outside the resume: twin, calibrate, dossier, params",
+    "redteam37": "red-team pass 37's findings across pass 36's fixes by class: the twin's files, env gates, doors",
 }
 
 
