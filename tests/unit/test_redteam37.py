@@ -28,9 +28,13 @@ import pytest
 from packaging.pylock import Pylock
 
 from kernodeck import outdir
+from kernodeck.env import start
 from kernodeck.errors import UnsafeOut
+from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.lock import check
+from kernodeck.measure import variations
 from kernodeck.project.config import load_project
+from kernodeck.project.deadlines import Deadlines
 from kernodeck.project.platforms import parse_platform_id
 from tests.helpers.builtenv import env_python
 from tests.helpers.closedworld import _closed_project, _run, _with_criterion
@@ -167,3 +171,54 @@ def test_out2_the_matrix_replaces_the_file_it_wrote(tmp_path: Path, fmt: str) ->
 
 def test_control4_the_github_matrix_replaces_the_file_it_wrote(tmp_path: Path) -> None:
     _matrix_twice(tmp_path, "github")
+
+
+# --- CAL2 ------------------------------------------------------------------------------------------------------------
+
+AVX512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
+def _variation_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caller: dict[str, str],
+                   name: str = "declared") -> dict[str, str]:
+    """The environment calibrate's variation ``name`` process is started with, the caller's ``caller`` set."""
+    seen: dict[str, str] = {}
+
+    def supervise(argv: list[str], *, env: dict[str, str], **_: object) -> object:
+        seen.update(env)
+        raise RuntimeError("not started")
+
+    for var, value in caller.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(variations, "supervise", supervise)
+    (variation,) = [v for v in variations.plan(AVX512, 2, "cpu", "x86_64") if v.name == name]
+    config: dict[str, object] = {"project_root": str(tmp_path), ConfigKey.VARIABLES: []}
+    with pytest.raises(RuntimeError, match="not started"):
+        variations.run_in_env(Path(sys.executable), tmp_path / "v", config, variation, Deadlines())
+    return seen
+
+
+# Each picks the kernels a model runs (torch.compile's inductor code or eager, TorchScript's fuser or eager, tuned GEMM
+# algorithms, NCCL's reduction algorithm): measured here, TORCH_COMPILE_DISABLE=1 moves a compiled
+# gelu(x @ w) -> layer_norm -> softmax on 512x384 by 1.5e-7 (compiled against eager, in the rebuilt env).
+KEPT = [("TORCH_COMPILE_DISABLE", "1"), ("PYTORCH_JIT", "0"), ("PYTORCH_TUNABLEOP_ENABLED", "1"), ("NCCL_ALGO", "Tree")]
+
+
+@pytest.mark.xfail(strict=True, reason="CAL2: numerics variables outside NUMERICS_PREFIXES reach every variation")
+@pytest.mark.parametrize("name,value", KEPT)
+def test_cal2_the_declared_run_is_not_the_callers_kernel_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                name: str, value: str) -> None:
+    env = _variation_env(tmp_path, monkeypatch, {name: value})
+    assert env.get(name) != value or variations.callers_numerics([]).get(name) == value, (name, env.get(name))
+
+
+@pytest.mark.parametrize("name,value", KEPT)
+def test_cal2_premise_the_variable_reaches_the_declared_run_unshown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     name: str, value: str) -> None:
+    env = _variation_env(tmp_path, monkeypatch, {name: value})
+    assert env.get(name) == value and name not in variations.callers_numerics([])
+    assert name.startswith(start.RECORDED_PREFIXES)  # verify records it: calibrate neither drops nor shows it
+
+
+def test_control5_a_callers_mkl_cbwr_is_dropped_and_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _variation_env(tmp_path, monkeypatch, {"MKL_CBWR": "COMPATIBLE"})
+    assert "MKL_CBWR" not in env and variations.callers_numerics([]).get("MKL_CBWR") == "COMPATIBLE"
