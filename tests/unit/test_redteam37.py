@@ -11,6 +11,35 @@ verify's lock-check pass it too. ``Pylock.select()`` on linux x86_64 CPython 3.1
 ``numpy-2.4.6-cp311-…`` whose URL is the cp312 wheel: an installer of the twin installs another Python's binary
 (whose hash the lock allows, so its hash check passes). Two wheels both fit for the platform (regex ships two
 cp311 x86_64 wheels) swap silently. CONTROL1: a hash of another package put in numpy's entry is refused.
+
+FF4 (FF3's class: the criterion's answer leaves its window as JSON with ``default=_scalar``, numpy scalars as their
+values and anything else as its text): a criterion answering ``{"passed": torch.tensor(0.95) >= 0.9}`` (a 0-d torch
+bool, where the criterion computes in torch) fails "it returned 'passed' of type str": the type named is the one
+Kernodeck's own fallback made (``str(tensor)``), not the ``torch.Tensor`` the user returned. CONTROL2: a numpy bool
+passes.
+
+OUT1 (the --out rule's single-file door; FALSE claim "Kernodeck never loses a file it did not write", with the user's
+file lost): ``export`` checks ``--out/x`` (``outdir.check_file(args.out / "x")``, a name it never writes), then writes
+``Dockerfile``, ``Dockerfile.dockerignore`` or ``kernodeck.def``, and ``kernodeck-tools.txt`` over whatever is there,
+with no sidecar record. ``nox -s export -- --out runs/mine`` over the user's ``runs/mine/Dockerfile``: rc 0, replaced;
+``--format apptainer --out DIR`` (DIR may be outside the project) likewise over ``DIR/kernodeck.def``. Into a finished
+dossier (``--out runs/base``) it adds three files that the next ``verify -- --out runs/base`` calls "entries Kernodeck
+did not write". CONTROL3: check_file given the real path refuses the user's file.
+
+OUT2 (same door, FALSE FAIL): ``matrix --format gitlab|slurm --out FILE`` writes FILE without its record (only the
+GitHub line gets one), so the same command run again is refused: "a file Kernodeck did not write (no
+.FILE.kernodeck-file record beside it)", TIP ``nox -s matrix -- --out FILE`` (its --format dropped). CONTROL4: the
+GitHub matrix replaces its own file.
+
+CAL2 (CAL1's class: the declared variation is "torch's own choice, not the caller's leftovers"): start.NUMERICS_PREFIXES
+is a list of prefixes to drop; kernel-choosing variables outside it reach every variation and are not shown in
+calibration.md: ``TORCH_COMPILE_DISABLE`` (torch.compile runs eager: a compiled gelu/layer_norm/softmax moves by 1.5e-7
+against eager in the rebuilt env), ``PYTORCH_JIT``, ``PYTORCH_TUNABLEOP_ENABLED`` (tuned GEMMs on GPUs), ``NCCL_ALGO``.
+CONTROL5: a caller's MKL_CBWR is dropped and shown.
+
+MSG2 (MSG1's class): ``$KERNODECK_DEADLINE_SCALE=nan`` under ``reference`` or ``calibrate``: "TIP: nox -s verify --
+--deadline-scale 2" (another session, and the variable stays set; deadlines.parse_scale's fixed TIP). CONTROL6: the
+variable is named.
 """
 
 from __future__ import annotations
@@ -222,3 +251,26 @@ def test_cal2_premise_the_variable_reaches_the_declared_run_unshown(tmp_path: Pa
 def test_control5_a_callers_mkl_cbwr_is_dropped_and_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = _variation_env(tmp_path, monkeypatch, {"MKL_CBWR": "COMPATIBLE"})
     assert "MKL_CBWR" not in env and variations.callers_numerics([]).get("MKL_CBWR") == "COMPATIBLE"
+
+
+# --- MSG2 ------------------------------------------------------------------------------------------------------------
+
+
+def _session(*argv: str, scale: str) -> str:
+    """``python -m kernodeck ARGV`` (the session's command) with ``$KERNODECK_DEADLINE_SCALE`` set: its refusal."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNODECK_DEADLINE_SCALE": scale}
+    proc = subprocess.run([sys.executable, "-m", "kernodeck", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    return proc.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="MSG2: the variable's refusal tips verify --deadline-scale in every session")
+def test_msg2_a_bad_deadline_variable_tips_the_session_run() -> None:
+    said = _session("reference", "--new", scale="nan")
+    tip = next(line for line in said.splitlines() if line.startswith("TIP:"))
+    assert "nox -s reference" in tip and "KERNODECK_DEADLINE_SCALE" in tip, said
+
+
+def test_control6_the_bad_variable_is_named() -> None:
+    assert "$KERNODECK_DEADLINE_SCALE must be a number > 0" in _session("reference", "--new", scale="nan")
