@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from kernodeck import __version__
+from kernodeck import __version__, tips
 from kernodeck.cli import dossiers, locking, running
 from kernodeck.cli.common import Command, Parser
 from kernodeck.errors import KernodeckError, UsageError
@@ -79,12 +79,16 @@ def _scale(raw: str) -> float:
 def dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command with the project of the current folder (or what a command that needs none gets)."""
     args = from_caller(args, caller_folder())
+    from kernodeck.project.deadlines import SCALE_ENV, parse_scale
+
     if getattr(args, "deadline_scale", None) is not None:  # through the environment: replay's verify inherits it
-        import os
-
-        from kernodeck.project.deadlines import SCALE_ENV
-
         os.environ[SCALE_ENV] = repr(args.deadline_scale)
+    elif raw := os.environ.get(SCALE_ENV, "").strip():  # the variable as given, refused for the command being run
+        try:
+            parse_scale(raw, f"${SCALE_ENV}")
+        except KernodeckError as exc:
+            raise KernodeckError(str(exc), tip=f"unset {SCALE_ENV} or set it to a number > 0, then: "
+                                 + tips.nox(args.command, *getattr(args, "argv", []))) from None
     no_project = dossiers.NO_PROJECT.get(args.command)
     project = no_project() if no_project is not None else load_project(Path.cwd())
     return COMMANDS[args.command](project, args)

@@ -158,10 +158,13 @@ def _verdict(who: str, exc: Exception, root: Path) -> CheckFailed:
 
 
 def _scalar(value: Any) -> Any:
-    """json's fallback: a numpy scalar as its Python value (``numpy.bool_`` a bool: ``(labels == truth).mean() >=
-    floor`` is the criterion's 'passed'), anything else as its text."""
-    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
-        return value.item()
+    """json's fallback: a 0-d value of an array library (a numpy scalar, a 0-d torch tensor: ``(labels ==
+    truth).mean() >= floor`` is the criterion's 'passed') as its Python value through its ``item()``, anything else
+    as its text. It runs inside the call's window: ``item`` is the application's libraries' code."""
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        got = value.item()
+        if isinstance(got, bool | int | float | str) or got is None:
+            return got
     return str(value)
 
 
@@ -368,6 +371,8 @@ def _judge(
     if not isinstance(passed, bool):
         got = (f"'passed' of type {type(passed).__name__}" if isinstance(result, dict) and "passed" in result
                else "a dict without 'passed'" if isinstance(result, dict) else f"a {type(result).__name__}")
+        if isinstance(passed, str):  # the text of what is no plain data (an array of bools) reads as a str here
+            got += f" ({passed[:80]!r}: a str, or the text of a value that is not plain data, as an array's)"
         raise CheckFailed(f"the criterion must return a dict with a bool 'passed' and a 'summary'; it returned {got}: "
                           "return {'passed': bool(...), 'summary': '...'}", "application")
     return result
