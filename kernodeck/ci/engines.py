@@ -230,18 +230,17 @@ def _slurm_line(cmd: list[str]) -> str:
 def emit(project: Project, built: Matrix, fmt: Format, out: Path | None) -> str:
     """What ``matrix`` prints; with ``out``, also written there (a file Kernodeck may replace, checked first).
 
-    GitHub's one line is written with its sidecar record (a later ``--out`` there may replace it); another engine's
-    file is written as it is and printed whole.
+    Each engine's file is written with its sidecar record (a later ``--out`` there may replace it: the same command
+    run again); another engine's than GitHub's is printed whole too.
     """
     from kernodeck import outdir
 
     if fmt is not Format.GITHUB:
         text = render(fmt, built)
         if out:
-            from kernodeck._fs import write_atomic
-
-            write_atomic(outdir.check_file(out, what="the matrix", tip=tips.nox("matrix", "--out", "FILE"),
-                                           root=project.root, allowed=(project.runs,)), text)
+            target = outdir.check_file(out, what="the matrix", root=project.root, allowed=(project.runs,),
+                                       tip=tips.nox("matrix", "--format", str(fmt), "--out", "FILE"))
+            outdir.write_file(target, text, f"matrix-{fmt}")
         return text
     if out:
         # the TIP names a place the check accepts (under runs/), not one it refuses in turn

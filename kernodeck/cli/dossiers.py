@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck.cli.common import Command, Parser, platform_args, platform_of, project_here
+from kernodeck.errors import KernodeckError
 from kernodeck.project.config import Project
 
 
@@ -101,9 +102,13 @@ def cmd_export(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.dossier import export, toolpins
 
     plat = platform_of(project, args)
-    folder = outdir.check_file(args.out / "x", what="the container file", root=project.root, allowed=(project.runs,),
-                               tip=tips.nox("export", "--format", "dockerfile", "--out", "runs/export")).parent
-    path = export.write(export.Format(args.format), project, plat, folder, args.base_image)
+    fmt = export.Format(args.format)
+    tip = tips.nox("export", "--format", str(fmt), "--out", "runs/export")
+    if args.out.exists() and not args.out.is_dir():
+        raise KernodeckError(f"--out {args.out} is a file; export writes its files into a folder", tip=tip)
+    for path in export.written(fmt, args.out):  # each file it writes: never one Kernodeck did not write
+        outdir.check_file(path, what=f"the export's {path.name}", root=project.root, allowed=(project.runs,), tip=tip)
+    path = export.write(fmt, project, plat, args.out.expanduser().resolve(), args.base_image)
     print(f"wrote {path} for {plat.id} (and {path.parent / toolpins.FILE_NAME} beside it)")
     return 0
 

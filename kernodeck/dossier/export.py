@@ -223,19 +223,29 @@ def tools_source(fmt: Format, project: Project, out: Path) -> str:
     assert_never(fmt)
 
 
+def written(fmt: Format, out: Path) -> list[Path]:
+    """Every file :func:`write` writes into ``out``: the container file, the hashed tools file, Docker's ignore."""
+    names = [FILE_NAMES[fmt], toolpins.FILE_NAME] + ([f"{FILE_NAMES[fmt]}.dockerignore"]
+                                                       if fmt is Format.DOCKERFILE else [])
+    return [out / name for name in names]
+
+
 def write(fmt: Format, project: Project, plat: Platform, out: Path, base_image: str | None = None) -> Path:
     """Write the file into the folder ``out`` (made if missing), with the hashed tools file (and for Docker the
-    ``Dockerfile.dockerignore``) beside it; returns the file's path."""
-    from kernodeck._fs import write_atomic
+    ``Dockerfile.dockerignore``) beside it, each with its sidecar record (outdir.write_file: a later export there may
+    replace it; the caller checked each path with outdir.check_file); returns the file's path."""
+    from kernodeck import outdir
 
     if not (project.lockfiles / plat.lock_name).is_file():
         raise ConfigError(f"no committed lock for {plat.id}: the container would install nothing verified",
                           tip=tips.nox("lock", "--platform", plat.id))
     tools_src = tools_source(fmt, project, out)
     text = render(fmt, project, plat, tools_src, base_image)  # refuses a bad platform or image before writing
-    toolpins.write_beside(project, out)
+    out.mkdir(parents=True, exist_ok=True)
+    outdir.write_file(out / toolpins.FILE_NAME, toolpins.hashed_file(project), "export-tools")
     if fmt is Format.DOCKERFILE:
-        write_atomic(out / f"{FILE_NAMES[fmt]}.dockerignore", dockerignore(project, plat, tools_src))
+        outdir.write_file(out / f"{FILE_NAMES[fmt]}.dockerignore", dockerignore(project, plat, tools_src),
+                          "export-dockerignore")
     path = out / FILE_NAMES[fmt]
-    write_atomic(path, text)
+    outdir.write_file(path, text, f"export-{fmt}")
     return path

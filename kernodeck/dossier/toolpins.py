@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 from kernodeck import __version__
 from kernodeck.errors import ConfigError
@@ -103,12 +102,3 @@ def hashed_file(project: Project) -> str:
         raise ConfigError(f"{FOLDER}/{name}.txt does not hash-pin [dependency-groups] {name} as pyproject.toml does: "
                           + "; ".join(problems), tip=make)
     return text
-
-
-def write_beside(project: Project, folder: Path) -> Path:
-    """Write the checked hashed file into ``folder`` (beside the Dockerfile) as :data:`FILE_NAME`."""
-    from kernodeck._fs import write_atomic
-
-    path = folder / FILE_NAME
-    write_atomic(path, hashed_file(project))
-    return path

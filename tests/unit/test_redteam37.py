@@ -161,19 +161,21 @@ def _export(out: Path) -> subprocess.CompletedProcess[str]:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-@pytest.mark.xfail(strict=True, reason="OUT1: export checks a file named x, then writes over the user's own files")
-def test_out1_export_keeps_a_file_it_did_not_write(tmp_path: Path) -> None:
-    mine = tmp_path / "kernodeck.def"
-    mine.write_text("Bootstrap: docker  # my own definition\n", encoding="utf-8")
+@pytest.mark.parametrize("name", ["kernodeck.def", "kernodeck-tools.txt"])
+def test_out1_export_keeps_a_file_it_did_not_write(tmp_path: Path, name: str) -> None:
+    """Fixed: each file export writes is checked first (outdir.check_file) and written with its record."""
+    mine = tmp_path / name
+    mine.write_text("my own\n", encoding="utf-8")
     proc = _export(tmp_path)
-    assert mine.read_text(encoding="utf-8") == "Bootstrap: docker  # my own definition\n", proc.stdout + proc.stderr
+    assert proc.returncode == 2 and mine.read_text(encoding="utf-8") == "my own\n", proc.stdout + proc.stderr
+    assert f"--out {mine} is a file Kernodeck did not write" in proc.stderr and "nox -s export" in proc.stderr
 
 
-def test_out1_premise_the_users_file_is_replaced_and_rc_0(tmp_path: Path) -> None:
-    mine = tmp_path / "kernodeck-tools.txt"
-    mine.write_text("my notes\n", encoding="utf-8")
-    proc = _export(tmp_path)
-    assert proc.returncode == 0 and "my notes" not in mine.read_text(encoding="utf-8"), proc.stderr
+def test_out1_control_export_replaces_the_files_it_wrote(tmp_path: Path) -> None:
+    for _ in range(2):  # the same command run again: its own files, recorded, replaced
+        proc = _export(tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / ".kernodeck.def.kernodeck-file").is_file()
 
 
 def test_control3_check_file_refuses_the_users_file_at_the_path_export_writes(tmp_path: Path) -> None:
@@ -193,9 +195,9 @@ def _matrix_twice(tmp_path: Path, fmt: str) -> None:
         engines.emit(project, built, engines.Format(fmt), tmp_path / "m")
 
 
-@pytest.mark.xfail(strict=True, raises=UnsafeOut, reason="OUT2: no record: rerun refused")
 @pytest.mark.parametrize("fmt", ["gitlab", "slurm"])
 def test_out2_the_matrix_replaces_the_file_it_wrote(tmp_path: Path, fmt: str) -> None:
+    """Fixed: every engine's file is written with its record."""
     _matrix_twice(tmp_path, fmt)
 
 
