@@ -11,9 +11,11 @@ imports neither tomlkit nor the network.
 from __future__ import annotations
 
 import datetime as _dt
+import posixpath
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from packaging.markers import Marker
 from packaging.pylock import Package, PackageSdist, PackageWheel, Pylock
@@ -97,23 +99,36 @@ def _file_fields(entry: DistFile) -> dict[str, Any]:
     }
 
 
+def url_file_name(url: str) -> str:
+    """The file a URL names: its path's last segment, percent-decoded (``torch-2.13.0%2Bcpu-…`` names
+    ``torch-2.13.0+cpu-…``)."""
+    return unquote(posixpath.basename(urlsplit(url).path))
+
+
 def departures(raw: Mapping[str, Any], data: Pylock, lock: lockfile.Lockfile, plat: Platform, lock_text: str,
                twin_name: str, limit: int = 5) -> list[str]:
     """Where a twin (``raw``: its TOML as read; ``data``: the same validated) departs from what the writer makes for
     ``lock`` on ``plat``, its files placed at the twin's own URLs. Empty when an installer reads exactly that."""
     placed = {}
+    misnamed: list[str] = []
     for package in data.packages:
         for entry in twin.package_files(package):
             digest = entry.hashes.get("sha256")
             if digest and entry.url and entry.name:
-                placed[digest] = DistFile(entry.name, entry.url, digest, entry.size, entry.upload_time)
+                # a file's name is its URL's last segment, as the writer takes both from the index: a name is never
+                # taken from the twin alone (another file's bytes under this name: red-team pass 37, TWIN2)
+                at = url_file_name(entry.url)
+                if at != entry.name:
+                    misnamed.append(f"{package.name}: the file {entry.name} in {twin_name} is at {entry.url}, whose "
+                                    f"file is {at} (a file's name must be its URL's)")
+                placed[digest] = DistFile(at, entry.url, digest, entry.size, entry.upload_time)
     files = {pin.name: sorted((placed[h] for h in set(pin.hashes) if h in placed), key=lambda f: f.filename)
              for pin in lock.pins}
     recorded = (data.tool or {}).get("kernodeck", {}).get("version")
     want = expected(lock, plat, files, lock_text, version=recorded if isinstance(recorded, str) else __version__)
     if dict(raw) == want:
         return []
-    found = [f"{key}: {_shown(raw.get(key))} in {twin_name}, {_shown(want.get(key))} as Kernodeck writes it"
+    found = misnamed + [f"{key}: {_shown(raw.get(key))} in {twin_name}, {_shown(want.get(key))} as Kernodeck writes it"
              for key in sorted(set(raw) | set(want)) if key != "packages" and raw.get(key) != want.get(key)]
     mine = {p["name"]: p for p in want["packages"]}
     listed = Counter(str(p.get("name")) for p in raw.get("packages", []) if isinstance(p, Mapping))
