@@ -27,14 +27,14 @@ def argv(python: str | os.PathLike[str], *args: str) -> list[str]:
 
 
 def environ(extra: Mapping[str, str] | None = None, declared: Iterable[str] = (),
-            drop: tuple[str, ...] = ()) -> dict[str, str]:
+            drop_numerics: bool = False) -> dict[str, str]:
     """The in-env process's environment: of the caller's variables only :data:`PLUMBING`'s, the recorded ones
-    (:data:`RECORDED_PREFIXES`), Kernodeck's own and the ``declared`` ones (no ``PYTHON*``), less the undeclared ones
-    starting with a ``drop`` prefix; plus ``extra``."""
+    (:data:`RECORDED_PREFIXES`), Kernodeck's own and the ``declared`` ones (no ``PYTHON*``), less, with
+    ``drop_numerics``, the recorded ones no run needs (:func:`numerics`); plus ``extra``."""
     names = set(declared)
     env = {k: v for k, v in clean_env().items()
            if (k in PLUMBING or k in names or k.startswith(RECORDED_PREFIXES))
-           and (k in names or not (drop and k.startswith(drop)))}
+           and not (drop_numerics and numerics(k, names))}
     env.update(extra or {})
     return env
 
@@ -61,6 +61,7 @@ PLUMBING = frozenset({"PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TEMP", "TMP"
 # in-env processes get is part of the run's record (they change numerics, or load code).
 RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_",
                      "DNNL_", "CUDA_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_", "HIP_", "ROCM_", "HSA_",
+                     "ROCR_VISIBLE_DEVICES",  # ROCm's runtime device selection (as CUDA_VISIBLE_DEVICES)
                      # numpy's SIMD dispatch (NPY_DISABLE_CPU_FEATURES moves np.sin's last bits), torch.compile's own
                      # (TORCHINDUCTOR_*, TORCHDYNAMO_*: not TORCH_*), TF32 forced under cuBLAS/cuDNN, glibc's ifuncs
                      "NPY_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "NVIDIA_TF32_OVERRIDE", "GLIBC_TUNABLES",
@@ -74,14 +75,23 @@ RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP
                      # where the Hugging Face and torch caches are (which snapshot files a weights source finds)
                      "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE",
                      "SENTENCE_TRANSFORMERS_HOME")
-# Of the recorded variables, those that pick a kernel's code path, its precision or its thread count: calibrate's
-# variations start without the caller's (each one sets its own; the declared one is torch's own choice). Not the
-# others: the loader's paths, the devices (CUDA_VISIBLE_DEVICES), the caches and the locale, which the run needs to
-# start and to find its weights. Each is covered by a recorded prefix (tests/unit/test_redteam36.py).
-NUMERICS_PREFIXES = ("ATEN_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_", "NPY_", "BLIS_",
-                     "GOTO_", "VECLIB_", "ZENDNN_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "MIOPEN_", "ROCBLAS_", "HIPBLAS_",
-                     "HIPBLASLT_", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_", "TORCH_BLAS_", "TORCHINDUCTOR_",
-                     "TRITON_F32_DEFAULT", "GLIBC_TUNABLES")
+# Of the recorded variables, those a run needs to start and to find its inputs: the loader's paths, the devices, the
+# toolkits' places, the caches and the locale. calibrate's variations keep only these of the caller's recorded ones
+# (each variation sets its own; the declared one is torch's own choice): every other recorded variable may pick a
+# kernel's code path, its precision, its algorithm or its thread count (MKL_CBWR, TORCH_COMPILE_DISABLE, PYTORCH_JIT,
+# PYTORCH_TUNABLEOP_ENABLED, NCCL_ALGO, ...) and is left out, shown (red-team pass 37, CAL2: a keep-list, not a list
+# of what to drop). Each is covered by a recorded prefix (tests/unit/test_redteam36.py).
+RUN_NEEDS = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+             "CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME", "HIP_PATH", "LANG", "LC_", "TZ", "HF_HOME",
+             "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "SENTENCE_TRANSFORMERS_HOME")
+
+
+def numerics(name: str, declared: Iterable[str] = ()) -> bool:
+    """A recorded variable of the caller's that no run needs to start (:data:`RUN_NEEDS`) and the project does not
+    declare: calibrate's variations run without it."""
+    return name.startswith(RECORDED_PREFIXES) and not name.startswith(RUN_NEEDS) and name not in set(declared)
+
+
 PRELOAD = "LD_PRELOAD"
 AUDIT = "LD_AUDIT"  # ld.so loads each library it names into every process too, before the program's own code
 # Every variable whose value names code to load into the in-env processes (no lock describes it), and how its list is

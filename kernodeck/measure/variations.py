@@ -147,7 +147,7 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
     argv = inenv_start.argv(python, str(IN_ENV), "--config", str(folder / "run-config.json"))
     declared = config.get(ConfigKey.VARIABLES) or []
     # every variation starts from torch's own choice, never the caller's leftovers (callers_numerics: shown)
-    env = inenv_start.environ(RUNNER_ENV, declared, drop=inenv_start.NUMERICS_PREFIXES)
+    env = inenv_start.environ(RUNNER_ENV, declared, drop_numerics=True)
     env.update(variation.env())
     shown = " ".join(f"{k}={v}" for k, v in variation.env().items())
     if shown:
@@ -160,13 +160,13 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
 
 
 def callers_numerics(declared: list[str]) -> dict[str, str]:
-    """The caller's numerics variables (:data:`~kernodeck.env.start.NUMERICS_PREFIXES`; not the declared ones) that
-    every variation runs without, each value redacted: calibration.md shows them."""
+    """The caller's recorded variables no run needs (:func:`kernodeck.env.start.numerics`; not the declared ones)
+    that every variation runs without, each value redacted: calibration.md shows them."""
     from kernodeck.sources.redaction import redact_text, secrets
 
     env, found = clean_env(), secrets()
     return {name: redact_text(env[name], secrets=found) for name in sorted(env)
-            if name.startswith(inenv_start.NUMERICS_PREFIXES) and name not in declared}
+            if inenv_start.numerics(name, declared)}
 
 
 def stopped_variation(variation: Variation, folder: Path, rel: str, seconds: float, stopped: Stopped) -> VariationRun:

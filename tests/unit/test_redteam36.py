@@ -243,8 +243,8 @@ def test_control2b_the_variations_keep_what_the_run_needs_and_the_declared_varia
     assert "MKL_CBWR" not in variations.callers_numerics(["MKL_CBWR"])  # declared: an input, not a leftover
 
 
-def test_control2c_every_numerics_variable_left_out_is_a_recorded_one() -> None:
-    assert all(prefix.startswith(start.RECORDED_PREFIXES) for prefix in start.NUMERICS_PREFIXES)
+def test_control2c_every_variable_a_run_needs_is_a_recorded_one() -> None:
+    assert all(prefix.startswith(start.RECORDED_PREFIXES) for prefix in start.RUN_NEEDS)
 
 
 def test_cal1_calibration_md_shows_what_the_caller_had_set() -> None:

@@ -236,20 +236,29 @@ def _variation_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caller: dict
 KEPT = [("TORCH_COMPILE_DISABLE", "1"), ("PYTORCH_JIT", "0"), ("PYTORCH_TUNABLEOP_ENABLED", "1"), ("NCCL_ALGO", "Tree")]
 
 
-@pytest.mark.xfail(strict=True, reason="CAL2: numerics variables outside NUMERICS_PREFIXES reach every variation")
 @pytest.mark.parametrize("name,value", KEPT)
 def test_cal2_the_declared_run_is_not_the_callers_kernel_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 name: str, value: str) -> None:
+    """Fixed: a variation keeps of the caller's recorded variables only what a run needs (start.RUN_NEEDS); the rest
+    is left out and shown."""
     env = _variation_env(tmp_path, monkeypatch, {name: value})
-    assert env.get(name) != value or variations.callers_numerics([]).get(name) == value, (name, env.get(name))
+    assert name not in env and variations.callers_numerics([]).get(name) == value, (name, env.get(name))
+    assert name.startswith(start.RECORDED_PREFIXES)  # verify records it
 
 
-@pytest.mark.parametrize("name,value", KEPT)
-def test_cal2_premise_the_variable_reaches_the_declared_run_unshown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                     name: str, value: str) -> None:
-    env = _variation_env(tmp_path, monkeypatch, {name: value})
-    assert env.get(name) == value and name not in variations.callers_numerics([])
-    assert name.startswith(start.RECORDED_PREFIXES)  # verify records it: calibrate neither drops nor shows it
+@pytest.mark.parametrize("name,value", [("LD_LIBRARY_PATH", "/opt/lib"), ("CUDA_VISIBLE_DEVICES", "0"),
+                                        ("HF_HOME", "/data/hf"), ("LC_ALL", "C.UTF-8"), ("TORCH_COMPILE_DISABLE", "1")])
+def test_cal2_control_what_a_run_needs_and_what_is_declared_stay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 name: str, value: str) -> None:
+    declared = [name] if name == "TORCH_COMPILE_DISABLE" else []  # declared: the application's input
+    for var, val in {name: value}.items():
+        monkeypatch.setenv(var, val)
+    monkeypatch.setattr(variations, "supervise", lambda argv, *, env, **_: (_ for _ in ()).throw(RuntimeError(env)))
+    (variation,) = [v for v in variations.plan(AVX512, 2, "cpu", "x86_64") if v.name == "declared"]
+    config: dict[str, object] = {"project_root": str(tmp_path), ConfigKey.VARIABLES: declared}
+    with pytest.raises(RuntimeError) as started:
+        variations.run_in_env(Path(sys.executable), tmp_path / "v", config, variation, Deadlines())
+    assert started.value.args[0].get(name) == value and name not in variations.callers_numerics(declared)
 
 
 def test_control5_a_callers_mkl_cbwr_is_dropped_and_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
