@@ -68,8 +68,11 @@ from tests.helpers.closedworld import (
     RELINK,
     TWICE,
     WAIT,
+    _closed_project,
+    _with_criterion,
     edited_run,
 )
+from tests.helpers.closedworld import _run as closed_run
 
 NOTHING = "def before():\n    pass\ndef after():\n    pass\n"
 
@@ -388,3 +391,30 @@ def test_ff1_its_own_link_to_a_declared_folder_moved_into_place_passes(tmp_path:
     result = _own_link(tmp_path, 'os.symlink(app.root / "data", "latest.tmp")\nos.replace("latest.tmp", "latest")')
     # refused: "moved .../latest.tmp, which holds .../data/extra.csv, while the run relies on it as it was checked"
     assert result["status"] == "passed" and result["x"] == [8], result
+
+
+# --- COST2: a link the application makes to a folder is not walked ----------------------------------------------------
+
+
+def _linking(tmp_path: Path, then: str) -> dict[str, Any]:
+    """A criterion that links an undeclared folder of 3000 files into the project's scratch folder, then ``then``."""
+    bulk = tmp_path / "bulk"
+    bulk.mkdir()
+    for i in range(3000):
+        (bulk / f"f{i}.txt").write_text(str(i))
+    config = _closed_project(tmp_path, code=["src/mypkg/**/*.py"])
+    doing = (f"os.makedirs(ROOT / 'scratch', exist_ok=True); os.symlink({str(bulk)!r}, ROOT / 'scratch' / 'bulk'); "
+             + then)
+    return closed_run(tmp_path, _with_criterion(config, doing, code=["src/mypkg/**/*.py"]))
+
+
+def test_cost2_a_link_made_to_a_folder_reads_nothing_of_it(tmp_path: Path) -> None:
+    """Fixed (pass 26 COST2): making the link moves no bytes; nothing of the folder was read, so nothing is judged."""
+    result = _linking(tmp_path, "pass")
+    assert result["status"] == "passed", result
+
+
+def test_cost2_control_a_file_read_through_the_link_is_judged_by_the_file_it_opens(tmp_path: Path) -> None:
+    result = _linking(tmp_path, "(ROOT / 'scratch' / 'bulk' / 'f7.txt').read_text()")
+    assert result["status"] == "failed" and str(tmp_path / "bulk" / "f7.txt") in result["error"], result
+    assert "f8.txt" not in result["error"]
