@@ -1,0 +1,263 @@
+"""Red-team pass 38 (d861563: pass 37's fixes attacked by class): each finding reproduced, marked
+``xfail(strict=True)`` with its id while it stands, beside controls that pass today (notes: /work/notes/redteam38.md).
+
+TWIN3 (TWIN2's fix, FALSE FAIL of the one lock check): a twin file's ``name`` must be its URL's last path segment,
+"as the writer takes both from the index". The writer does not: from a PEP 691 JSON page it takes ``filename`` and
+``url`` as two fields (index_client._page_files), and an index may serve a file at a URL that does not end in its
+name (content-addressed ``/api/files/<sha256>``, a download endpoint). The twin Kernodeck's own writer renders for
+such an index (pylock.render) is refused by ``check.twin_disagreements`` (lock --check, rebuild, verify's lock-check),
+and the TIP (``lock --pylock-only``) writes the same twin again. CONTROL1: the same writer with the URLs ending in the
+name passes.
+
+OUT3 (OUT1's class, the --out rule's other doors): ``sbom --out DIR`` writes ``DIR/PLATFORM.cdx.json`` and ``upgrade
+--pr-body DIR`` writes ``DIR/pr-body.md`` with write_atomic, no check, no record: a user's file of that name is
+replaced (rc 0), anywhere (the project root with ``--out .``, a dossier, outside the project). CONTROL2: export (the
+fixed door) refuses the user's file.
+
+WINDOW1 (FF4's class, values leaving an application window; FALSE claim of the closed world): an extension's smoke
+check runs inside its window, but its answer is read after the window closed: ``extensions.compare`` calls the
+answer's methods (a dict subclass's ``get``, an output's ``detach``/``__array__``) on Kernodeck's thread, unwatched:
+what they read is neither recorded nor judged (the application's ``_recorded`` copies its answer to plain data inside
+the window for this very reason). CONTROL3: the smoke call itself runs inside the window.
+
+CAL3 (CAL2's fix, the keep-list): ``start.RUN_NEEDS`` is "what a run needs to start and to find its inputs ... the
+caches", yet recorded variables a run needs to start on some machines, and caches, are left out of every
+calibrate variation: ``HSA_OVERRIDE_GFX_VERSION`` (ROCm on a consumer GPU), ``NCCL_P2P_DISABLE`` /
+``NCCL_SOCKET_IFNAME`` (multi-GPU start), ``PYTORCH_CUDA_ALLOC_CONF`` (a model that fits only with it),
+``KMP_DUPLICATE_LIB_OK`` (two OpenMP runtimes), ``TORCH_HOME`` / ``CUDA_CACHE_PATH`` (caches). CONTROL4: HF_HOME and
+CUDA_VISIBLE_DEVICES stay.
+
+MSG3 (MSG2's class, a TIP of a shared check): the foreign-library refusal (inenv/libraries.py, reached by reference and
+calibrate runs) tips ``then: nox -s verify`` whatever session ran it. CONTROL5: the LD_PRELOAD refusal (MSG2's fix)
+tips the session that ran it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernodeck.env import start
+from kernodeck.lock import check, index_client, lockfile, pylock, twin
+from kernodeck.lock.index_client import DistFile
+from kernodeck.project.config import load_project
+from kernodeck.project.platforms import parse_platform_id
+from tests.helpers.project import ROOT
+
+PLATFORM = "cp311-linux_x86_64-cpu"
+PLAT = parse_platform_id(load_project(ROOT), PLATFORM)
+CP311 = "numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+
+
+# --- TWIN3 -----------------------------------------------------------------------------------------------------------
+
+
+def _written_twin(tmp_path: Path, url_of: str) -> tuple[Path, Path]:
+    """The committed lock and the twin Kernodeck's writer (pylock.render) makes for it, numpy's cp311 wheel listed by
+    a PEP 691 index at ``url_of`` (``{sha256}`` filled in) as index_client reads that page."""
+    lock_path = ROOT / "lockfiles" / f"{PLATFORM}.txt"
+    lock = lockfile.read(lock_path)
+    known = twin.known_files(ROOT / "lockfiles" / f"pylock.{PLATFORM}.toml")
+    mine = next(f for f in known.values() if f.filename == CP311)
+    page = {"meta": {"api-version": "1.1"}, "name": "numpy", "files": [
+        {"filename": CP311, "url": url_of.format(sha256=mine.sha256), "hashes": {"sha256": mine.sha256},
+         "size": mine.size}]}
+    (listed,) = index_client._page_files("https://pypi.internal.example/simple/numpy/", json.dumps(page).encode(),
+                                         "application/vnd.pypi.simple.v1+json")
+    assert listed.filename == CP311
+    known[mine.sha256] = listed
+    files: dict[str, list[DistFile]] = {
+        pin.name: sorted((known[h] for h in pin.hashes if h in known), key=lambda f: f.filename) for pin in lock.pins}
+    target, twin_file = tmp_path / lock_path.name, tmp_path / f"pylock.{PLATFORM}.toml"
+    shutil.copy2(lock_path, target)
+    twin_file.write_text(pylock.render(lock, PLAT, files, lock_path.read_text(encoding="utf-8")), encoding="utf-8")
+    return target, twin_file
+
+
+@pytest.mark.xfail(strict=True, reason="TWIN3: the writer's own twin for an index whose URLs do not end in the file "
+                   "name is refused (the name is held to the URL, not to the index's filename)")
+def test_twin3_the_writers_twin_for_a_pep691_index_passes_its_check(tmp_path: Path) -> None:
+    target, twin_file = _written_twin(tmp_path, "/api/files/{sha256}")
+    assert check.twin_disagreements(target, twin_file, PLAT) == []
+
+
+def test_twin3_premise_the_writer_keeps_the_indexs_filename_and_url_apart(tmp_path: Path) -> None:
+    _, twin_file = _written_twin(tmp_path, "/api/files/{sha256}")
+    text = twin_file.read_text(encoding="utf-8")
+    assert f'name = "{CP311}", url = "https://pypi.internal.example/api/files/' in text
+
+
+def test_control1_the_writers_twin_with_urls_ending_in_the_name_passes(tmp_path: Path) -> None:
+    target, twin_file = _written_twin(tmp_path, "../../files/{sha256}/" + CP311)
+    assert check.twin_disagreements(target, twin_file, PLAT) == []
+
+
+# --- OUT3 ------------------------------------------------------------------------------------------------------------
+
+
+def _kernodeck(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python -m kernodeck ARGV`` as its nox session runs it, in this project."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "kernodeck", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+DOORS = {"sbom": (f"{PLATFORM}.cdx.json", ("sbom", "--out")),
+         "pr-body": ("pr-body.md", ("upgrade", "--pr-body"))}
+
+
+@pytest.mark.xfail(strict=True, reason="OUT3: sbom --out and upgrade --pr-body write over a file Kernodeck did not "
+                   "write (no outdir check, no record)")
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_out3_a_file_kernodeck_did_not_write_is_kept(tmp_path: Path, door: str) -> None:
+    name, argv = DOORS[door]
+    mine = tmp_path / name
+    mine.write_text("my own, signed\n", encoding="utf-8")
+    proc = _kernodeck(*argv, str(tmp_path))
+    assert mine.read_text(encoding="utf-8") == "my own, signed\n", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_out3_premise_the_command_succeeds_over_the_users_file(tmp_path: Path, door: str) -> None:
+    name, argv = DOORS[door]
+    mine = tmp_path / name
+    mine.write_text("my own, signed\n", encoding="utf-8")
+    proc = _kernodeck(*argv, str(tmp_path))
+    assert proc.returncode == 0 and mine.read_text(encoding="utf-8") != "my own, signed\n", proc.stderr
+
+
+def test_control2_export_keeps_the_users_file(tmp_path: Path) -> None:
+    mine = tmp_path / "kernodeck.def"
+    mine.write_text("my own\n", encoding="utf-8")
+    proc = _kernodeck("export", "--format", "apptainer", "--out", str(tmp_path))
+    assert proc.returncode == 2 and mine.read_text(encoding="utf-8") == "my own\n", proc.stderr
+
+
+# --- WINDOW1 ---------------------------------------------------------------------------------------------------------
+
+SMOKE = '''
+import numpy as np
+from kernodeck.inenv import seen
+
+CALLS = []
+
+
+class Output:
+    """An output that converts itself on demand (a lazy tensor): its code runs where Kernodeck reads it."""
+
+    def __array__(self, dtype=None, copy=None):
+        CALLS.append(("__array__", seen.ON[0]))
+        return np.zeros(3)
+
+
+class Answer(dict):
+    def get(self, key, default=None):
+        CALLS.append(("get", seen.ON[0]))
+        return super().get(key, default)
+
+
+def smoke(module, device):
+    CALLS.append(("smoke", seen.ON[0]))
+    return Answer(output=Output(), reference=np.zeros(3), path="compiled")
+'''
+
+
+def _smoke_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """The extensions step's smoke check of a project's ``checks/smoke.py`` (the window stubbed as world.window marks
+    it: seen.ON[0] True inside): each call of the project's code and whether a window was open."""
+    from kernodeck.inenv import _common, extensions, seen
+
+    @contextlib.contextmanager
+    def window(ctx: object, who: str) -> Iterator[None]:
+        seen.ON[0] = True
+        try:
+            yield
+        finally:
+            seen.ON[0] = False
+
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "checks" / "smoke.py").write_text(SMOKE, encoding="utf-8")
+    monkeypatch.setattr(extensions.world, "window", window)
+    monkeypatch.setattr(extensions, "_import", lambda *args: object())
+    ctx = _common.Context(config={"project_root": str(tmp_path)}, out=tmp_path / "out")
+    monkeypatch.setattr(extensions.declared_files, "declared", lambda ctx: {})
+    decl: dict[str, Any] = {"module": "kdext._C", "smoke": "checks/smoke.py:smoke", "rtol": 0.0, "atol": 0.0,
+                            "path": "compiled"}
+    extensions._smoke(ctx, "kdext", decl, "cpu", {}, {})
+    calls: list[tuple[str, bool]] = sys.modules["kernodeck_extension_smoke_kdext"].CALLS
+    return calls
+
+
+@pytest.mark.xfail(strict=True, reason="WINDOW1: the smoke check's answer is read after its window closed: the "
+                   "project's get/__array__ run on Kernodeck's thread, unwatched")
+def test_window1_no_code_of_the_smoke_answer_runs_outside_its_window(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _smoke_calls(tmp_path, monkeypatch)
+    assert all(inside for _, inside in calls), calls
+
+
+def test_control3_the_smoke_call_itself_runs_inside_its_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _smoke_calls(tmp_path, monkeypatch)
+    assert calls[0] == ("smoke", True) and {name for name, _ in calls} >= {"get", "__array__"}, calls
+
+
+# --- CAL3 ------------------------------------------------------------------------------------------------------------
+
+# Each is read by a library under a recorded prefix, and needed for a run to start (or to find its cache) on some
+# machines; none picks a kernel's code path or precision.
+NEEDED = ["HSA_OVERRIDE_GFX_VERSION", "NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME", "PYTORCH_CUDA_ALLOC_CONF",
+          "KMP_DUPLICATE_LIB_OK", "TORCH_HOME", "CUDA_CACHE_PATH"]
+
+
+@pytest.mark.xfail(strict=True, reason="CAL3: variables a run needs to start (or its caches) are left out of every "
+                   "calibrate variation: RUN_NEEDS misses them")
+@pytest.mark.parametrize("name", NEEDED)
+def test_cal3_what_a_run_needs_to_start_stays_in_the_variations(name: str) -> None:
+    assert not start.numerics(name)
+
+
+@pytest.mark.parametrize("name", NEEDED)
+def test_cal3_premise_each_is_recorded(name: str) -> None:
+    assert name.startswith(start.RECORDED_PREFIXES)
+
+
+@pytest.mark.parametrize("name", ["HF_HOME", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"])
+def test_control4_the_listed_needs_stay(name: str) -> None:
+    assert not start.numerics(name)
+
+
+# --- MSG3 ------------------------------------------------------------------------------------------------------------
+
+
+def _foreign_library_tip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> str:
+    """The TIP of the foreign-library refusal (inenv/libraries.py) in a run of ``mode``."""
+    from kernodeck.inenv import _common, libraries
+
+    lib = tmp_path / "libfoo.so"
+    lib.write_bytes(b"")
+    monkeypatch.setattr(libraries, "foreign", lambda *args: [{"library": "libfoo.so", "folder": str(tmp_path),
+                                                               "variable": "LD_LIBRARY_PATH"}])
+    monkeypatch.setattr(libraries, "mapped", lambda: [str(lib)])
+    ctx = _common.Context(config={"mode": mode}, out=tmp_path)
+    with pytest.raises(_common.CheckFailed) as failed:
+        libraries.check(ctx)
+    details: dict[str, str] = failed.value.details
+    return details["tip"]
+
+
+@pytest.mark.xfail(strict=True, reason="MSG3: the foreign-library refusal tips nox -s verify in every session")
+def test_msg3_the_foreign_library_refusal_tips_the_session_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "nox -s reference" in _foreign_library_tip(tmp_path, monkeypatch, "reference")
+
+
+def test_msg3_premise_the_foreign_library_is_refused_with_a_tip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "then: nox -s verify" in _foreign_library_tip(tmp_path, monkeypatch, "reference")
