@@ -42,6 +42,7 @@ CROSS_CUTTING = {
     "redteam35": "red-team pass 35's findings across the guard on kernel and process state: limits, kmsg, spellings",
     "redteam36": "red-team pass 36's findings across the verdict outside the resume: twin, calibrate, dossier, params",
     "redteam37": "red-team pass 37's findings across pass 36's fixes by class: the twin's files, env gates, doors",
+    "redteam38": "red-team pass 38's findings across pass 37's fixes by class: twin names, file doors, windows",
 }
 
 

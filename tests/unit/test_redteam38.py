@@ -9,6 +9,11 @@ such an index (pylock.render) is refused by ``check.twin_disagreements`` (lock -
 and the TIP (``lock --pylock-only``) writes the same twin again. CONTROL1: the same writer with the URLs ending in the
 name passes.
 
+OUT4 (OUT1's fix, WRONG words and a FALSE FAIL): ``export --out DOSSIER`` writes its files with their sidecar
+records into a finished dossier (check_file sees no user file there); the next ``verify -- --out DOSSIER`` refuses
+"6 entries Kernodeck did not write" (the three files and their three records). CONTROL5: a user's file in a dossier
+is named.
+
 OUT3 (OUT1's class, the --out rule's other doors): ``sbom --out DIR`` writes ``DIR/PLATFORM.cdx.json`` and ``upgrade
 --pr-body DIR`` writes ``DIR/pr-body.md`` with write_atomic, no check, no record: a user's file of that name is
 replaced (rc 0), anywhere (the project root with ``--out .``, a dossier, outside the project). CONTROL2: export (the
@@ -28,8 +33,7 @@ calibrate variation: ``HSA_OVERRIDE_GFX_VERSION`` (ROCm on a consumer GPU), ``NC
 CUDA_VISIBLE_DEVICES stay.
 
 MSG3 (MSG2's class, a TIP of a shared check): the foreign-library refusal (inenv/libraries.py, reached by reference and
-calibrate runs) tips ``then: nox -s verify`` whatever session ran it. CONTROL5: the LD_PRELOAD refusal (MSG2's fix)
-tips the session that ran it.
+calibrate runs) tips ``then: nox -s verify`` whatever session ran it (premise: the refusal and its TIP).
 """
 
 from __future__ import annotations
@@ -140,6 +144,44 @@ def test_control2_export_keeps_the_users_file(tmp_path: Path) -> None:
     mine.write_text("my own\n", encoding="utf-8")
     proc = _kernodeck("export", "--format", "apptainer", "--out", str(tmp_path))
     assert proc.returncode == 2 and mine.read_text(encoding="utf-8") == "my own\n", proc.stderr
+
+
+def _dossier(folder: Path) -> Path:
+    """A finished folder of Kernodeck's (a verify dossier: its files and the marker listing them)."""
+    from kernodeck import outdir
+
+    (folder / "outputs").mkdir(parents=True)
+    (folder / "report.md").write_text("# report\n", encoding="utf-8")
+    (folder / "outputs" / "embeddings.npy").write_bytes(b"\x93NUMPY")
+    outdir.mark(folder, "dossier")
+    assert outdir.foreign(folder) == []
+    return folder
+
+
+@pytest.mark.xfail(strict=True, reason="OUT4: export writes its recorded files into a dossier, whose next run then "
+                   "calls them entries Kernodeck did not write")
+def test_out4_export_into_a_dossier_leaves_nothing_called_foreign(tmp_path: Path) -> None:
+    from kernodeck import outdir
+
+    dossier = _dossier(tmp_path / "base")
+    proc = _kernodeck("export", "--format", "apptainer", "--out", str(dossier))
+    assert proc.returncode == 2 or outdir.foreign(dossier) == [], outdir.foreign(dossier)
+
+
+def test_out4_premise_export_writes_into_the_dossier(tmp_path: Path) -> None:
+    from kernodeck import outdir
+
+    dossier = _dossier(tmp_path / "base")
+    proc = _kernodeck("export", "--format", "apptainer", "--out", str(dossier))
+    assert proc.returncode == 0 and "kernodeck.def" in outdir.foreign(dossier), proc.stderr
+
+
+def test_control5_a_users_file_in_a_dossier_is_named(tmp_path: Path) -> None:
+    from kernodeck import outdir
+
+    dossier = _dossier(tmp_path / "base")
+    (dossier / "mine.txt").write_text("notes\n", encoding="utf-8")
+    assert outdir.foreign(dossier) == ["mine.txt"]
 
 
 # --- WINDOW1 ---------------------------------------------------------------------------------------------------------
@@ -259,5 +301,5 @@ def test_msg3_the_foreign_library_refusal_tips_the_session_run(tmp_path: Path, m
     assert "nox -s reference" in _foreign_library_tip(tmp_path, monkeypatch, "reference")
 
 
-def test_msg3_premise_the_foreign_library_is_refused_with_a_tip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_msg3_premise_the_foreign_library_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "then: nox -s verify" in _foreign_library_tip(tmp_path, monkeypatch, "reference")
