@@ -20,7 +20,8 @@ from urllib.parse import unquote, urlsplit
 from packaging.markers import Marker
 from packaging.pylock import Package, PackageSdist, PackageWheel, Pylock
 from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
+from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
+                             parse_wheel_filename)
 from packaging.version import Version
 
 from kernodeck import __version__
@@ -105,6 +106,19 @@ def url_file_name(url: str) -> str:
     return unquote(posixpath.basename(urlsplit(url).path))
 
 
+def _names_a_file(segment: str) -> bool:
+    """Whether a URL's last segment is a distribution file's name (a wheel's or an sdist's), not the last segment of a
+    content-addressed or download URL."""
+    try:
+        if segment.endswith(".whl"):
+            parse_wheel_filename(segment)
+        else:
+            parse_sdist_filename(segment)
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return False
+    return True
+
+
 def departures(raw: Mapping[str, Any], data: Pylock, lock: lockfile.Lockfile, plat: Platform, lock_text: str,
                twin_name: str, limit: int = 5) -> list[str]:
     """Where a twin (``raw``: its TOML as read; ``data``: the same validated) departs from what the writer makes for
@@ -115,13 +129,16 @@ def departures(raw: Mapping[str, Any], data: Pylock, lock: lockfile.Lockfile, pl
         for entry in twin.package_files(package):
             digest = entry.hashes.get("sha256")
             if digest and entry.url and entry.name:
-                # a file's name is its URL's last segment, as the writer takes both from the index: a name is never
-                # taken from the twin alone (another file's bytes under this name: red-team pass 37, TWIN2)
+                # a URL that names a distribution file names this one, as the writer takes both from the index
+                # (another file's bytes under this name: red-team pass 37, TWIN2); a URL that names none (a
+                # content-addressed or download endpoint of a PEP 691 index) leaves the name to the index's word,
+                # which packaging.pylock has already held to the package's name and version (red-team pass 38, TWIN3)
                 at = url_file_name(entry.url)
-                if at != entry.name:
+                if _names_a_file(at) and at != entry.name:
                     misnamed.append(f"{package.name}: the file {entry.name} in {twin_name} is at {entry.url}, whose "
                                     f"file is {at} (a file's name must be its URL's)")
-                placed[digest] = DistFile(at, entry.url, digest, entry.size, entry.upload_time)
+                placed[digest] = DistFile(at if _names_a_file(at) else entry.name, entry.url, digest, entry.size,
+                                          entry.upload_time)
     files = {pin.name: sorted((placed[h] for h in set(pin.hashes) if h in placed), key=lambda f: f.filename)
              for pin in lock.pins}
     recorded = (data.tool or {}).get("kernodeck", {}).get("version")

@@ -1,7 +1,8 @@
 """Red-team pass 38 (d861563: pass 37's fixes attacked by class): each finding reproduced, marked
 ``xfail(strict=True)`` with its id while it stands, beside controls that pass today (notes: /work/notes/redteam38.md).
 
-TWIN3 (TWIN2's fix, FALSE FAIL of the one lock check): a twin file's ``name`` must be its URL's last path segment,
+TWIN3 (fixed: a URL that names no distribution file leaves the name to the index, which packaging.pylock holds
+to the package's name and version; TWIN2's fix, FALSE FAIL of the one lock check): a twin file's ``name`` must be its URL's last path segment,
 "as the writer takes both from the index". The writer does not: from a PEP 691 JSON page it takes ``filename`` and
 ``url`` as two fields (index_client._page_files), and an index may serve a file at a URL that does not end in its
 name (content-addressed ``/api/files/<sha256>``, a download endpoint). The twin Kernodeck's own writer renders for
@@ -87,11 +88,27 @@ def _written_twin(tmp_path: Path, url_of: str) -> tuple[Path, Path]:
     return target, twin_file
 
 
-@pytest.mark.xfail(strict=True, reason="TWIN3: the writer's own twin for an index whose URLs do not end in the file "
-                   "name is refused (the name is held to the URL, not to the index's filename)")
 def test_twin3_the_writers_twin_for_a_pep691_index_passes_its_check(tmp_path: Path) -> None:
     target, twin_file = _written_twin(tmp_path, "/api/files/{sha256}")
     assert check.twin_disagreements(target, twin_file, PLAT) == []
+
+
+@pytest.mark.parametrize("name", ["scipy-1.16.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+                                  "numpy-2.4.5-cp311-cp311-manylinux_2_28_x86_64.whl", "numpy-readme.txt"])
+def test_twin3_at_a_url_naming_no_file_a_name_of_another_package_or_version_is_refused(tmp_path: Path,
+                                                                                      name: str) -> None:
+    target, twin_file = _written_twin(tmp_path, "/api/files/{sha256}")
+    twin_file.write_text(twin_file.read_text(encoding="utf-8").replace(f'name = "{CP311}"', f'name = "{name}"'),
+                         encoding="utf-8")
+    found = check.twin_disagreements(target, twin_file, PLAT)
+    assert any(f"'{name}'" in line and "is not" in line for line in found), found
+
+
+def test_twin3_a_url_naming_another_file_is_still_named(tmp_path: Path) -> None:
+    other = CP311.replace("cp311-cp311", "cp312-cp312")
+    target, twin_file = _written_twin(tmp_path, "/api/files/{sha256}/" + other)
+    found = check.twin_disagreements(target, twin_file, PLAT)
+    assert any(f"whose file is {other}" in line for line in found), found
 
 
 def test_twin3_premise_the_writer_keeps_the_indexs_filename_and_url_apart(tmp_path: Path) -> None:
