@@ -13,8 +13,10 @@ when
 - it is outside the project, or inside one of the folders the project gives to outputs (``runs/`` and, for a
   wheelhouse, ``.wheelhouse/``): never the project root, a parent of it, ``.git``, the reference or the sources.
 
-A single file ``--out`` (the matrix) is replaced only when Kernodeck wrote it: beside it, the sidecar
-``.NAME.kernodeck-file`` records its kind and sha256; a file without that record, or changed since, is refused.
+A single file ``--out`` (the matrix, an export, an SBOM, the pull request body) is replaced only when Kernodeck
+wrote it: beside it, the sidecar ``.NAME.kernodeck-file`` records its kind and sha256; a file without that record, or
+changed since, is refused, and so is a file inside a folder Kernodeck wrote whole (a marked one: the file would be
+an entry its marker does not list).
 
 A folder is replaced by building it in a sibling staging folder ``.NAME.staging-<pid>`` (:func:`staged`) and swapping
 it in by two renames (the previous one parked as ``.NAME.old-<pid>`` for that instant, checked once more before it
@@ -237,6 +239,16 @@ def check_file(out: Path, *, what: str, tip: str, root: Path | None = None, allo
     _check_place(out, final, what, tip, root, allowed)
     if final.is_dir():
         raise UnsafeOut(f"--out {out} is a folder; {what} is one file", tip=tip)
+    owner = next((p for p in final.parents if _read_listing(p) is not None), None)
+    if owner is not None:  # a file added to a folder Kernodeck wrote whole makes that folder the user's (pass 38 OUT4)
+        listing = _read_listing(owner)
+        kind = listing.kind if listing is not None else "folder"
+        raise UnsafeOut(
+            f"--out {out} is inside {owner}, a {kind} Kernodeck wrote whole (its {MARKER} lists every file); {what} "
+            f"added there would make its next run refuse {owner} as holding a file it did not list, so nothing was "
+            "written",
+            tip=f"{tip}; or give a folder outside {owner}",
+        )
     side = _sidecar(final)
     if (final.exists() or final.is_symlink()) and not file_is_ours(final):
         why = "changed since Kernodeck wrote it" if _file_record(final) else f"no {side.name} record beside it"

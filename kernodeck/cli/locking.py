@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kernodeck import tips
+from kernodeck import outdir, tips
 from kernodeck.cli.common import Command, Parser, platform_args, platform_of
 from kernodeck.errors import KernodeckError
 from kernodeck.lock.inputs import RESOLVERS
@@ -129,14 +129,19 @@ def cmd_sbom(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.lock import check, inputs
     from kernodeck.runformat import sbom
 
-    out_dir = (args.out or project.runs / "sbom").resolve()
+    out_dir = (args.out or project.runs / "sbom").expanduser().resolve()
+    tip = tips.nox("sbom", "--out", "runs/sbom")
     if out_dir.exists() and not out_dir.is_dir():
-        raise KernodeckError(f"--out {out_dir} is a file, not a folder: the SBOMs are written into a folder",
-                             tip=tips.nox("sbom", "--out", "runs/sbom"))
-    for plat in _locked_platforms(project, args):
+        raise KernodeckError(f"--out {out_dir} is a file, not a folder: the SBOMs are written into a folder", tip=tip)
+    plats = _locked_platforms(project, args)
+    targets = [outdir.check_file(out_dir / f"{plat.id}.cdx.json", what=f"the SBOM of {plat.id}", root=project.root,
+                                 allowed=(project.runs,), tip=tip)
+               for plat in plats]  # each file it writes, before any: never one Kernodeck did not write
+    for plat, target in zip(plats, targets, strict=True):
         lock_file = check.require_current(project, plat)  # an SBOM of a stale lock would describe nothing real
         twin = inputs.pylock_path(project, plat)
-        target = sbom.write(lock_file, plat.id, out_dir / f"{plat.id}.cdx.json", twin if twin.exists() else None)
+        outdir.write_file(target, sbom.render(sbom.build(lock_file, plat.id, twin if twin.exists() else None)),
+                          "sbom")
         print(f"sbom {plat.id}: {target}")
     return 0
 
@@ -155,7 +160,9 @@ def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
     from kernodeck.upgrade.relock import outcome, upgrade, write_pr_body
 
     if args.pr_body:
-        print(write_pr_body(args.pr_body, args.all_platforms, as_of=args.as_of or ""), end="")
+        target = outdir.check_file(args.pr_body / "pr-body.md", what="the pull request body", root=project.root,
+                                   allowed=(project.runs,), tip=tips.nox("upgrade", "--pr-body", "runs/relock"))
+        print(write_pr_body(target.parent, args.all_platforms, as_of=args.as_of or ""), end="")
         return 0
     plat = platform_of(project, args)
     result = upgrade(project, plat, as_of=args.as_of, resolver=args.resolver, installer=args.installer, out=args.out)

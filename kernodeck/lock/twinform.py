@@ -20,8 +20,13 @@ from urllib.parse import unquote, urlsplit
 from packaging.markers import Marker
 from packaging.pylock import Package, PackageSdist, PackageWheel, Pylock
 from packaging.specifiers import SpecifierSet
-from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename,
-                             parse_wheel_filename)
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import Version
 
 from kernodeck import __version__

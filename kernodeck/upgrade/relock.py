@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernodeck import tips
+from kernodeck import outdir, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.errors import Interrupted, KernodeckError, MissingLockfile, UnsafeOut
@@ -296,7 +296,7 @@ def write_pr_body(folder: Path, platforms: str, *, as_of: str = "") -> str:
     expected = [p for p in platforms.replace(",", " ").split() if p]
     found = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     body = pr_body(expected or found, folder, as_of=as_of)
-    write_atomic(folder / "pr-body.md", body)
+    outdir.write_file(folder / "pr-body.md", body, "pr-body")  # checked by the caller (outdir.check_file)
     return body
 
 

@@ -1,37 +1,36 @@
-"""Red-team pass 38 (d861563: pass 37's fixes attacked by class): each finding reproduced, marked
-``xfail(strict=True)`` with its id while it stands, beside controls that pass today (notes: /work/notes/redteam38.md).
+"""Red-team pass 38 (d861563: pass 37's fixes attacked by class): each finding reproduced, marked ``xfail(strict=True)``
+with its id while it stands, beside controls that pass today.
 
-TWIN3 (fixed: a URL that names no distribution file leaves the name to the index, which packaging.pylock holds
-to the package's name and version; TWIN2's fix, FALSE FAIL of the one lock check): a twin file's ``name`` must be its URL's last path segment,
-"as the writer takes both from the index". The writer does not: from a PEP 691 JSON page it takes ``filename`` and
-``url`` as two fields (index_client._page_files), and an index may serve a file at a URL that does not end in its
-name (content-addressed ``/api/files/<sha256>``, a download endpoint). The twin Kernodeck's own writer renders for
-such an index (pylock.render) is refused by ``check.twin_disagreements`` (lock --check, rebuild, verify's lock-check),
-and the TIP (``lock --pylock-only``) writes the same twin again. CONTROL1: the same writer with the URLs ending in the
-name passes.
+TWIN3 (fixed: a URL that names no distribution file leaves the name to the index, which packaging.pylock holds to the
+package's name and version; TWIN2's fix, FALSE FAIL of the one lock check): a twin file's ``name`` must be its URL's
+last path segment, "as the writer takes both from the index". The writer does not: from a PEP 691 JSON page it takes
+``filename`` and ``url`` as two fields (index_client._page_files), and an index may serve a file at a URL that does not
+end in its name (content-addressed ``/api/files/<sha256>``, a download endpoint). The twin Kernodeck's own writer
+renders for such an index (pylock.render) is refused by ``check.twin_disagreements`` (lock --check, rebuild, verify's
+lock-check), and the TIP (``lock --pylock-only``) writes the same twin again. CONTROL1: the same writer with the URLs
+ending in the name passes.
 
-OUT4 (OUT1's fix, WRONG words and a FALSE FAIL): ``export --out DOSSIER`` writes its files with their sidecar
-records into a finished dossier (check_file sees no user file there); the next ``verify -- --out DOSSIER`` refuses
-"6 entries Kernodeck did not write" (the three files and their three records). CONTROL5: a user's file in a dossier
-is named.
+OUT4 (fixed: a single file is never written inside a folder Kernodeck marked; OUT1's fix, WRONG words and a FALSE FAIL):
+``export --out DOSSIER`` writes its files with their sidecar records into a finished dossier (check_file sees no user
+file there); the next ``verify -- --out DOSSIER`` refuses "6 entries Kernodeck did not write" (the three files and their
+three records). CONTROL5: a user's file in a dossier is named.
 
-OUT3 (OUT1's class, the --out rule's other doors): ``sbom --out DIR`` writes ``DIR/PLATFORM.cdx.json`` and ``upgrade
---pr-body DIR`` writes ``DIR/pr-body.md`` with write_atomic, no check, no record: a user's file of that name is
-replaced (rc 0), anywhere (the project root with ``--out .``, a dossier, outside the project). CONTROL2: export (the
-fixed door) refuses the user's file.
+OUT3 (fixed: both doors check each file and write its record; OUT1's class, the --out rule's other doors): ``sbom --out
+DIR`` writes ``DIR/PLATFORM.cdx.json`` and ``upgrade --pr-body DIR`` writes ``DIR/pr-body.md`` with write_atomic, no
+check, no record: a user's file of that name is replaced (rc 0), anywhere (the project root with ``--out .``, a dossier,
+outside the project). CONTROL2: export (the fixed door) refuses the user's file.
 
-WINDOW1 (FF4's class, values leaving an application window; FALSE claim of the closed world): an extension's smoke
-check runs inside its window, but its answer is read after the window closed: ``extensions.compare`` calls the
-answer's methods (a dict subclass's ``get``, an output's ``detach``/``__array__``) on Kernodeck's thread, unwatched:
-what they read is neither recorded nor judged (the application's ``_recorded`` copies its answer to plain data inside
-the window for this very reason). CONTROL3: the smoke call itself runs inside the window.
+WINDOW1 (FF4's class, values leaving an application window; FALSE claim of the closed world): an extension's smoke check
+runs inside its window, but its answer is read after the window closed: ``extensions.compare`` calls the answer's
+methods (a dict subclass's ``get``, an output's ``detach``/``__array__``) on Kernodeck's thread, unwatched: what they
+read is neither recorded nor judged (the application's ``_recorded`` copies its answer to plain data inside the window
+for this very reason). CONTROL3: the smoke call itself runs inside the window.
 
 CAL3 (CAL2's fix, the keep-list): ``start.RUN_NEEDS`` is "what a run needs to start and to find its inputs ... the
-caches", yet recorded variables a run needs to start on some machines, and caches, are left out of every
-calibrate variation: ``HSA_OVERRIDE_GFX_VERSION`` (ROCm on a consumer GPU), ``NCCL_P2P_DISABLE`` /
-``NCCL_SOCKET_IFNAME`` (multi-GPU start), ``PYTORCH_CUDA_ALLOC_CONF`` (a model that fits only with it),
-``KMP_DUPLICATE_LIB_OK`` (two OpenMP runtimes), ``TORCH_HOME`` / ``CUDA_CACHE_PATH`` (caches). CONTROL4: HF_HOME and
-CUDA_VISIBLE_DEVICES stay.
+caches", yet recorded variables a run needs to start on some machines, and caches, are left out of every calibrate
+variation: ``HSA_OVERRIDE_GFX_VERSION`` (ROCm on a consumer GPU), ``NCCL_P2P_DISABLE`` / ``NCCL_SOCKET_IFNAME``
+(multi-GPU start), ``PYTORCH_CUDA_ALLOC_CONF`` (a model that fits only with it), ``KMP_DUPLICATE_LIB_OK`` (two OpenMP
+runtimes), ``TORCH_HOME`` / ``CUDA_CACHE_PATH`` (caches). CONTROL4: HF_HOME and CUDA_VISIBLE_DEVICES stay.
 
 MSG3 (MSG2's class, a TIP of a shared check): the foreign-library refusal (inenv/libraries.py, reached by reference and
 calibrate runs) tips ``then: nox -s verify`` whatever session ran it (premise: the refusal and its TIP).
@@ -136,8 +135,6 @@ DOORS = {"sbom": (f"{PLATFORM}.cdx.json", ("sbom", "--out")),
          "pr-body": ("pr-body.md", ("upgrade", "--pr-body"))}
 
 
-@pytest.mark.xfail(strict=True, reason="OUT3: sbom --out and upgrade --pr-body write over a file Kernodeck did not "
-                   "write (no outdir check, no record)")
 @pytest.mark.parametrize("door", sorted(DOORS))
 def test_out3_a_file_kernodeck_did_not_write_is_kept(tmp_path: Path, door: str) -> None:
     name, argv = DOORS[door]
@@ -148,12 +145,20 @@ def test_out3_a_file_kernodeck_did_not_write_is_kept(tmp_path: Path, door: str) 
 
 
 @pytest.mark.parametrize("door", sorted(DOORS))
-def test_out3_premise_the_command_succeeds_over_the_users_file(tmp_path: Path, door: str) -> None:
+def test_out3_the_refusal_names_the_users_file(tmp_path: Path, door: str) -> None:
     name, argv = DOORS[door]
-    mine = tmp_path / name
-    mine.write_text("my own, signed\n", encoding="utf-8")
+    (tmp_path / name).write_text("my own, signed\n", encoding="utf-8")
     proc = _kernodeck(*argv, str(tmp_path))
-    assert proc.returncode == 0 and mine.read_text(encoding="utf-8") != "my own, signed\n", proc.stderr
+    assert proc.returncode == 2 and "is a file Kernodeck did not write" in proc.stderr and name in proc.stderr, (
+        proc.stderr)
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_out3_control_a_second_run_replaces_its_own_file(tmp_path: Path, door: str) -> None:
+    name, argv = DOORS[door]
+    first, second = _kernodeck(*argv, str(tmp_path)), _kernodeck(*argv, str(tmp_path))
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
+    assert (tmp_path / f".{name}.kernodeck-file").is_file()
 
 
 def test_control2_export_keeps_the_users_file(tmp_path: Path) -> None:
@@ -175,8 +180,6 @@ def _dossier(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.xfail(strict=True, reason="OUT4: export writes its recorded files into a dossier, whose next run then "
-                   "calls them entries Kernodeck did not write")
 def test_out4_export_into_a_dossier_leaves_nothing_called_foreign(tmp_path: Path) -> None:
     from kernodeck import outdir
 
@@ -185,12 +188,11 @@ def test_out4_export_into_a_dossier_leaves_nothing_called_foreign(tmp_path: Path
     assert proc.returncode == 2 or outdir.foreign(dossier) == [], outdir.foreign(dossier)
 
 
-def test_out4_premise_export_writes_into_the_dossier(tmp_path: Path) -> None:
-    from kernodeck import outdir
-
+def test_out4_the_refusal_names_the_dossier(tmp_path: Path) -> None:
     dossier = _dossier(tmp_path / "base")
     proc = _kernodeck("export", "--format", "apptainer", "--out", str(dossier))
-    assert proc.returncode == 0 and "kernodeck.def" in outdir.foreign(dossier), proc.stderr
+    assert proc.returncode == 2 and f"is inside {dossier}, a dossier Kernodeck wrote whole" in proc.stderr, proc.stderr
+    assert not (dossier / "kernodeck.def").exists()
 
 
 def test_control5_a_users_file_in_a_dossier_is_named(tmp_path: Path) -> None:

@@ -118,10 +118,12 @@ def test_sbom_command_writes_one_per_committed_lock(tmp_path: Path) -> None:
     out = tmp_path / "sboms"
     proc = kd(project, "sbom", "--all", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    written = sorted(p.name for p in out.iterdir())
+    written = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     assert written == sorted(f"{p.stem}.cdx.json" for p in LOCKS)
-    for path in out.iterdir():
-        assert errors(json.loads(path.read_text(encoding="utf-8"))) == []
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [f".{name}.kernodeck-file"
+                                                                               for name in written]
+    for name in written:
+        assert errors(json.loads((out / name).read_text(encoding="utf-8"))) == []
     assert len(load_project(project).platforms) > len(written)  # a declared platform without a lock: none made
 
 
