@@ -76,14 +76,25 @@ RECORDED_PREFIXES = ("LD_", "ATEN_", "TORCH_", "PYTORCH_", "OMP_", "KMP_", "GOMP
                      "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE",
                      "SENTENCE_TRANSFORMERS_HOME")
 # Of the recorded variables, those a run needs to start and to find its inputs: the loader's paths, the devices, the
-# toolkits' places, the caches and the locale. calibrate's variations keep only these of the caller's recorded ones
-# (each variation sets its own; the declared one is torch's own choice): every other recorded variable may pick a
-# kernel's code path, its precision, its algorithm or its thread count (MKL_CBWR, TORCH_COMPILE_DISABLE, PYTORCH_JIT,
-# PYTORCH_TUNABLEOP_ENABLED, NCCL_ALGO, ...) and is left out, shown (red-team pass 37, CAL2: a keep-list, not a list
-# of what to drop). Each is covered by a recorded prefix (tests/unit/test_redteam36.py).
-RUN_NEEDS = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-             "CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME", "HIP_PATH", "LANG", "LC_", "TZ", "HF_HOME",
-             "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "SENTENCE_TRANSFORMERS_HOME")
+# toolkits' places, what some machines need to start (a GPU override, NCCL's transports, the allocator), the caches
+# and the locale (without which it does not start at all, so no variation could run). calibrate's variations keep only
+# these of the caller's recorded ones (each variation sets its own; the declared one is torch's own choice): every
+# other recorded variable may pick a kernel's code path, its precision, its algorithm or its thread count (MKL_CBWR,
+# TORCH_COMPILE_DISABLE, PYTORCH_JIT, PYTORCH_TUNABLEOP_ENABLED, NCCL_ALGO, ...) and is left out, shown (red-team pass
+# 37, CAL2: a keep-list, not a list of what to drop). Each is covered by a recorded prefix
+# (tests/unit/test_redteam36.py).
+RUN_NEEDS = (
+    # the loader's paths, the devices and the toolkits' places
+    "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    "CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME", "HIP_PATH",
+    # what some machines need for a run to start at all (red-team pass 38, CAL3): ROCm on a consumer GPU, NCCL's
+    # transports and interfaces on a multi-GPU host, the allocator's settings a model fits with, two OpenMP runtimes
+    "HSA_OVERRIDE_GFX_VERSION", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME",
+    "NCCL_DEBUG", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "KMP_DUPLICATE_LIB_OK",
+    # the locale, and the caches a run finds its weights and its driver's compiled code in
+    "LANG", "LC_", "TZ", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE",
+    "SENTENCE_TRANSFORMERS_HOME", "TORCH_HOME", "CUDA_CACHE_PATH",
+)
 
 
 def numerics(name: str, declared: Iterable[str] = ()) -> bool:
