@@ -72,6 +72,12 @@ class Context:
     state: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def again(self) -> str:
+        """The command that runs this again, as a TIP names it: the session that started it (a calibrate's, a
+        bisect's, an upgrade's), else its mode's."""
+        return f"nox -s {self.config.get('session') or self.config.get('mode') or 'verify'}"
+
+    @property
     def outputs(self) -> Path:
         path = self.out / "outputs"
         path.mkdir(parents=True, exist_ok=True)

@@ -179,17 +179,28 @@ def _to_array(value: Any) -> Any:
 
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
-    return np.asarray(value, dtype=np.float64)
+    return np.array(value, dtype=np.float64, copy=True)  # a plain array of Kernodeck's, never a view of the answer's
 
 
-def compare(name: str, result: Any, decl: dict[str, Any]) -> dict[str, Any]:
-    """The smoke call's output against its pure-PyTorch reference, under the declared tolerance and path."""
-    import numpy as np
-
+def plain(name: str, result: Any) -> dict[str, Any]:
+    """The smoke call's answer as plain data (two float64 arrays of Kernodeck's and the path's text, or None), made
+    inside the call's window: every method of the answer's (a dict subclass's ``get``, a lazy output's ``detach`` or
+    ``__array__``, a path's ``__str__``) runs there, watched, and none later on Kernodeck's thread (red-team pass
+    38, WINDOW1, as the application's answer: application._recorded)."""
     if not isinstance(result, dict) or "output" not in result or "reference" not in result:
         raise CheckFailed(f"extension {name}: its smoke check must return a dict with 'output' and 'reference' "
                           f"(and 'path'), got {type(result).__name__}", Layer.APPLICATION)
-    out, ref = _to_array(result["output"]), _to_array(result["reference"])
+    path = result.get("path")
+    return {"output": _to_array(result["output"]), "reference": _to_array(result["reference"]),
+            "path": None if path is None else str(path)}
+
+
+def compare(name: str, result: dict[str, Any], decl: dict[str, Any]) -> dict[str, Any]:
+    """The smoke call's answer (:func:`plain`) against its pure-PyTorch reference, under the declared tolerance and
+    path."""
+    import numpy as np
+
+    out, ref = result["output"], result["reference"]
     rtol, atol = float(decl["rtol"]), float(decl["atol"])
     record: dict[str, Any] = {"shape": list(out.shape), "rtol": rtol, "atol": atol,
                               "path": result.get("path"), "expected_path": decl.get("path")}
@@ -215,6 +226,8 @@ def compare(name: str, result: Any, decl: dict[str, Any]) -> dict[str, Any]:
 
 def _smoke(ctx: Context, name: str, decl: dict[str, Any], device: str, running: dict[str, Any],
            built: dict[str, dict[str, str]]) -> dict[str, Any]:
+    import numpy  # noqa: F401  (Kernodeck's own import, before the window: plain() converts the answer with it there)
+
     progress(f"smoke check {name}")
     module = _import(name, decl["module"], decl["module"], built.get(decl["module"].split(".")[0], {}), running)
     file, _, func = str(decl["smoke"]).partition(":")
@@ -232,8 +245,10 @@ def _smoke(ctx: Context, name: str, decl: dict[str, Any], device: str, running: 
     held = settings_held(ctx, f"the smoke check of {name}") if "settings" in ctx.state else contextlib.nullcontext()
     try:
         with held, world.window(ctx, f"the smoke check of {name}"):
-            result = getattr(load_file(root / file, f"kernodeck_extension_smoke_{name}", sha256, file), func)(
+            answer = getattr(load_file(root / file, f"kernodeck_extension_smoke_{name}", sha256, file), func)(
                 module, device)
+            result = plain(name, answer)
+            del answer
     except CheckFailed:
         raise
     except Exception as exc:  # the project's code: its own line, as the application's failures show it

@@ -133,6 +133,6 @@ def check(ctx: Context) -> None:
         Layer.ENVIRONMENT,
         {"foreign_libraries": strangers,
          "tip": f"unset {cause} (or change it), or declare the library in pyproject.toml ([tool.kernodeck.environment] "
-                f"libraries = [\"{first['library']}\"]), then: nox -s verify"},
+                f"libraries = [\"{first['library']}\"]), then: {ctx.again}"},
     )
 

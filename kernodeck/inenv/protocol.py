@@ -67,6 +67,7 @@ class ConfigKey(StrEnum):
     STEPS = "steps"
     PROJECT_ROOT = "project_root"
     MODE = "mode"  # "verify" or "reference"
+    SESSION = "session"  # the nox session that runs it (verify, reference, calibrate, bisect, upgrade): its TIPs' own
     APPLICATION = "application"
     REFERENCE = "reference"
     CRITERION = "criterion"

@@ -92,7 +92,7 @@ CHANGES = Changes((Change.DECLARED_TOLERANCES, Change.VARIATION))
 def base_config(project: Project, ref: manifest.Reference, backend: str) -> dict[str, Any]:
     """The runner configuration every variation starts from (``run_all`` adds the variation): verify's, with
     :data:`CHANGES`."""
-    return runner_config(project, declaration(project), ref, backend, CHANGES)
+    return runner_config(project, declaration(project), ref, backend, CHANGES, session="calibrate")
 
 
 def _margins(margin_file: Path, runs: list[VariationRun]) -> dict[str, Any]:

@@ -315,7 +315,7 @@ CHANGES = Changes()
 
 def trial_config(project: Project, ref: ReferenceConfig, backend: str) -> dict[str, Any]:
     """The runner configuration of every trial: verify's, with :data:`CHANGES`."""
-    return runner_config(project, declaration(project), ref, backend, CHANGES)
+    return runner_config(project, declaration(project), ref, backend, CHANGES, session="bisect")
 
 
 def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Path, *, installer: str | None = None,

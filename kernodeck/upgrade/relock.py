@@ -169,7 +169,7 @@ def _keep_declared_date(project: Project, as_of: str | None, old_dir: Path) -> N
 def verify_options(out: Path, installer: str | None) -> Options:
     """The verify upgrade runs on the new lock: verify's own settings (its runner configuration is verify's; the
     run builder's test compares them), its dossier in the upgrade's folder, the env built by ``installer``."""
-    return Options(out=out, installer=installer)
+    return Options(out=out, installer=installer, session="upgrade")
 
 
 def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resolver: str | None = None,

@@ -54,7 +54,7 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     final, stage = prepare_out(project, opts.out, plat, mode)
     run_ = Run(project, plat, stage.path)
     names = opts.steps or (REFERENCE_STEPS if mode == "reference" else IN_ENV_STEPS)
-    run_.meta.started, run_.meta.mode = started, mode
+    run_.meta.started, run_.meta.mode, run_.meta.session = started, mode, opts.session or mode
     run_.meta.expect_backend = opts.expect_backend or str(plat.variant.backend)
     with holding(project, plat):
         try:

@@ -38,6 +38,7 @@ class RunMeta:
     started: str | None = None  # verify(), with the mode and the backend the probe must find
     expect_backend: str | None = None
     mode: str | None = None
+    session: str | None = None  # the nox session that runs it again, as its TIPs name it (an upgrade's: upgrade)
     lock: str | None = None  # lock-check: the lock (relative to the project), its digests
     lock_digest: str | None = None
     lock_inputs_digest: str | None = None

@@ -27,7 +27,7 @@ from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.verify.context import Declaration
 
-__all__ = ["NO_CHANGE", "Change", "Changes", "ReferenceConfig", "add_in_env_inputs", "holding", "prefetch",
+__all__ = ["NO_CHANGE", "WHO", "Change", "Changes", "ReferenceConfig", "add_in_env_inputs", "holding", "prefetch",
            "runner_config"]
 
 
@@ -76,11 +76,14 @@ class Changes:
 
 
 NO_CHANGE = Changes()  # verify's own run
+# Keys that say who runs the configuration, not how: each caller's own, never a change of what the steps do.
+WHO = frozenset({ConfigKey.SESSION})
 
 
 def runner_config(project: Project, declaration: Declaration, reference: ReferenceConfig | None, backend: str,
-                  changes: Changes = NO_CHANGE) -> dict[str, Any]:
-    """What the in-env runner is given: verify's configuration, changed only as ``changes`` declares.
+                  changes: Changes = NO_CHANGE, *, session: str = "verify") -> dict[str, Any]:
+    """What the in-env runner is given: verify's configuration, changed only as ``changes`` declares; ``session``:
+    the nox session that runs it, which the in-env TIPs name (not a setting: it changes nothing the steps do).
 
     ``reference`` is None only with ``Change.MAKE_REFERENCE`` (a reference is being made, nothing to compare with).
     """
@@ -110,7 +113,7 @@ def runner_config(project: Project, declaration: Declaration, reference: Referen
     config[ConfigKey.LIBRARIES] = start.declared_libraries(project.tool)
     config[ConfigKey.VARIABLES] = start.declared_variables(project.tool)
     config.update({ConfigKey.PROJECT_ROOT: str(project.root), ConfigKey.EXPECT_BACKEND: backend,
-                   ConfigKey.MODE: "reference" if making else "verify"})
+                   ConfigKey.MODE: "reference" if making else "verify", ConfigKey.SESSION: session})
     if Change.EXTRA_CONFIG in changes.changes:
         config.update(changes.extra)
     add_in_env_inputs(config, project.root, app)

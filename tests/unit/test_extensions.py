@@ -330,6 +330,26 @@ def test_a_smoke_check_runs_from_its_fingerprinted_bytes_in_the_closed_world(tmp
     assert "the smoke check of kdext" in result["error"], result
 
 
+def test_what_the_smoke_answer_reads_is_judged_in_its_window(tmp_path: Path) -> None:
+    """A lazy output converts itself where Kernodeck reads it: that read happened after the window closed, neither
+    recorded nor judged (red-team pass 38, WINDOW1). The answer is made plain data inside the window now: what its
+    ``__array__`` opens is named as the smoke call's own read."""
+    env = fake_env(tmp_path)
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "undeclared.txt").write_text("3.0", encoding="utf-8")
+    (tmp_path / "checks" / "ext.py").write_text(
+        "from pathlib import Path\n\nclass Lazy:\n"
+        "    def __array__(self, dtype=None, copy=None):\n"
+        "        import numpy as np\n"
+        "        return np.array([float((Path(__file__).parents[1] / 'undeclared.txt').read_text())])\n\n"
+        "def smoke(ext, device):\n"
+        "    return {'output': Lazy(), 'reference': [ext.add(1.0, 2.0)]}\n", encoding="utf-8")
+    declared = {"kdext": {"module": "kdext._C", "smoke": "checks/ext.py:smoke", "rtol": 0.0, "atol": 0.0}}
+    result = run_step(env, tmp_path, declared)
+    assert result["status"] == "failed" and "undeclared.txt (opened)" in result["error"], result
+    assert "the smoke check of kdext" in result["error"], result
+
+
 SMOKE_THEN_ENTRY = """
 import hashlib, json, runpy, sys
 from pathlib import Path

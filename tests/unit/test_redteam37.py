@@ -129,26 +129,31 @@ def test_control1_a_hash_of_another_package_in_numpys_entry_is_refused(tmp_path:
 # --- FF4 -------------------------------------------------------------------------------------------------------------
 
 
-def _criterion_returning(tmp_path: Path, answer: str) -> dict[str, object]:
+def _criterion_returning(tmp_path: Path, built: Path, answer: str) -> dict[str, object]:
+    """The criterion step's answer in a real env (the suite's one rebuilt env: built_project), the criterion
+    returning ``answer``."""
     config = _with_criterion(_closed_project(tmp_path, code=["src/mypkg/**/*.py"]), f"return {answer}",
                              imports="os, sys, numpy as np, torch", code=["src/mypkg/**/*.py"])
-    return _run(tmp_path, config, python=env_python(ROOT))
+    return _run(tmp_path, config, python=env_python(built))
 
 
-def test_ff4_a_torch_bool_passed_is_taken_or_named_as_a_tensor(tmp_path: Path) -> None:
+def test_ff4_a_torch_bool_passed_is_taken_or_named_as_a_tensor(tmp_path: Path, built_project: Path) -> None:
     """Fixed: any 0-d value with ``item()`` (a torch tensor, a numpy scalar) leaves the window as its Python value."""
-    result = _criterion_returning(tmp_path, "{'passed': torch.tensor(0.95) >= 0.9, 'summary': 'accuracy 0.95'}")
+    answer = "{'passed': torch.tensor(0.95) >= 0.9, 'summary': 'accuracy 0.95'}"
+    result = _criterion_returning(tmp_path, built_project, answer)
     assert result["status"] == "passed", result
 
 
-def test_ff4_an_array_of_bools_is_named_as_what_it_was(tmp_path: Path) -> None:
+def test_ff4_an_array_of_bools_is_named_as_what_it_was(tmp_path: Path, built_project: Path) -> None:
     """The control: a tensor of several bools is no bool; the message shows its text, not only 'str'."""
-    result = _criterion_returning(tmp_path, "{'passed': torch.tensor([0.95, 0.5]) >= 0.9, 'summary': 's'}")
+    answer = "{'passed': torch.tensor([0.95, 0.5]) >= 0.9, 'summary': 's'}"
+    result = _criterion_returning(tmp_path, built_project, answer)
     assert result["status"] == "failed" and "tensor([ True, False])" in str(result["error"]), result
 
 
-def test_control2_a_numpy_bool_passed_is_taken(tmp_path: Path) -> None:
-    result = _criterion_returning(tmp_path, "{'passed': np.float32(0.95) >= 0.9, 'summary': 'accuracy 0.95'}")
+def test_control2_a_numpy_bool_passed_is_taken(tmp_path: Path, built_project: Path) -> None:
+    answer = "{'passed': np.float32(0.95) >= 0.9, 'summary': 'accuracy 0.95'}"
+    result = _criterion_returning(tmp_path, built_project, answer)
     assert result["status"] == "passed", result
 
 

@@ -20,11 +20,12 @@ DIR`` writes ``DIR/PLATFORM.cdx.json`` and ``upgrade --pr-body DIR`` writes ``DI
 check, no record: a user's file of that name is replaced (rc 0), anywhere (the project root with ``--out .``, a dossier,
 outside the project). CONTROL2: export (the fixed door) refuses the user's file.
 
-WINDOW1 (FF4's class, values leaving an application window; FALSE claim of the closed world): an extension's smoke check
-runs inside its window, but its answer is read after the window closed: ``extensions.compare`` calls the answer's
-methods (a dict subclass's ``get``, an output's ``detach``/``__array__``) on Kernodeck's thread, unwatched: what they
-read is neither recorded nor judged (the application's ``_recorded`` copies its answer to plain data inside the window
-for this very reason). CONTROL3: the smoke call itself runs inside the window.
+WINDOW1 (fixed: extensions.plain makes the answer plain data inside the window; FF4's class, values leaving an
+application window; FALSE claim of the closed world): an extension's smoke check runs inside its window, but its answer
+is read after the window closed: ``extensions.compare`` calls the answer's methods (a dict subclass's ``get``, an
+output's ``detach``/``__array__``) on Kernodeck's thread, unwatched: what they read is neither recorded nor judged (the
+application's ``_recorded`` copies its answer to plain data inside the window for this very reason). CONTROL3: the smoke
+call itself runs inside the window.
 
 CAL3 (fixed: RUN_NEEDS keeps them; CAL2's fix, the keep-list): ``start.RUN_NEEDS`` is "what a run needs to start and to
 find its inputs ... the caches", yet recorded variables a run needs to start on some machines, and caches, are left out
@@ -33,8 +34,9 @@ of every calibrate variation: ``HSA_OVERRIDE_GFX_VERSION`` (ROCm on a consumer G
 ``KMP_DUPLICATE_LIB_OK`` (two OpenMP runtimes), ``TORCH_HOME`` / ``CUDA_CACHE_PATH`` (caches). CONTROL4: HF_HOME and
 CUDA_VISIBLE_DEVICES stay.
 
-MSG3 (MSG2's class, a TIP of a shared check): the foreign-library refusal (inenv/libraries.py, reached by reference and
-calibrate runs) tips ``then: nox -s verify`` whatever session ran it (premise: the refusal and its TIP).
+MSG3 (fixed: the runner configuration names the session, Context.again; MSG2's class, a TIP of a shared check): the
+foreign-library refusal (inenv/libraries.py, reached by reference and calibrate runs) tips ``then: nox -s verify``
+whatever session ran it (premise: the refusal and its TIP).
 """
 
 from __future__ import annotations
@@ -259,8 +261,6 @@ def _smoke_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[
     return calls
 
 
-@pytest.mark.xfail(strict=True, reason="WINDOW1: the smoke check's answer is read after its window closed: the "
-                   "project's get/__array__ run on Kernodeck's thread, unwatched")
 def test_window1_no_code_of_the_smoke_answer_runs_outside_its_window(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _smoke_calls(tmp_path, monkeypatch)
@@ -320,10 +320,17 @@ def _foreign_library_tip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: 
     return details["tip"]
 
 
-@pytest.mark.xfail(strict=True, reason="MSG3: the foreign-library refusal tips nox -s verify in every session")
 def test_msg3_the_foreign_library_refusal_tips_the_session_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "nox -s reference" in _foreign_library_tip(tmp_path, monkeypatch, "reference")
 
 
-def test_msg3_premise_the_foreign_library_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "then: nox -s verify" in _foreign_library_tip(tmp_path, monkeypatch, "reference")
+@pytest.mark.parametrize("config", [{"mode": "verify", "session": "calibrate"}, {"mode": "verify", "session": "bisect"},
+                                    {"mode": "verify", "session": "upgrade"}])
+def test_msg3_each_session_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, str]) -> None:
+    from kernodeck.inenv import _common
+
+    assert _common.Context(config=config, out=tmp_path).again == f"nox -s {config['session']}"
+
+
+def test_msg3_control_a_verify_run_tips_verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _foreign_library_tip(tmp_path, monkeypatch, "verify").endswith("then: nox -s verify")

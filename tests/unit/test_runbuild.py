@@ -81,7 +81,17 @@ def undeclared(config: dict[str, Any], verify: dict[str, Any], changes: runbuild
     without declaring it."""
     missing = object()
     differ = {k for k in config.keys() | verify.keys() if config.get(k, missing) != verify.get(k, missing)}
-    return differ - changes.keys()
+    return differ - changes.keys() - runbuild.WHO
+
+
+SESSIONS = {"verify": "verify", "verify --allow-code-change": "verify", "bench (extra config)": "verify",
+            "reference": "reference", "upgrade": "upgrade", "bisect": "bisect", "calibrate": "calibrate"}
+
+
+@pytest.mark.parametrize(("caller", "made"), [c[:2] for c in CALLERS], ids=[c[0] for c in CALLERS])
+def test_each_caller_names_its_own_session(project: Project, tmp_path: Path, caller: str, made: Config) -> None:
+    """The session the in-env TIPs name to run it again (red-team pass 38, MSG3): the caller's own."""
+    assert {config["session"] for config in made(project, tmp_path)} == {SESSIONS[caller]}
 
 
 @pytest.mark.parametrize(("caller", "made", "changes"), CALLERS, ids=[c[0] for c in CALLERS])

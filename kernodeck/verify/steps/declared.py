@@ -104,7 +104,8 @@ def runner_config(ctx: RunContext, run: Run) -> dict[str, Any]:
         _reference_meta(ctx, run, app)
         assert not isinstance(ctx.reference, KernodeckError)  # _reference_meta raised it
         reference = ctx.reference
-    return runbuild.runner_config(ctx.project, ctx.declaration, reference, ctx.backend, changes(ctx.opts, ctx.mode))
+    return runbuild.runner_config(ctx.project, ctx.declaration, reference, ctx.backend, changes(ctx.opts, ctx.mode),
+                                  session=ctx.opts.session or ctx.mode)
 
 
 def declared_contract(ctx: RunContext, run: Run) -> Step | None:
