@@ -139,11 +139,11 @@ def departures(raw: Mapping[str, Any], data: Pylock, lock: lockfile.Lockfile, pl
                 # content-addressed or download endpoint of a PEP 691 index) leaves the name to the index's word,
                 # which packaging.pylock has already held to the package's name and version (red-team pass 38, TWIN3)
                 at = url_file_name(entry.url)
-                if _names_a_file(at) and at != entry.name:
+                named = at if at == entry.name or _names_a_file(at) else entry.name  # parsed only when they differ
+                if named != entry.name:
                     misnamed.append(f"{package.name}: the file {entry.name} in {twin_name} is at {entry.url}, whose "
                                     f"file is {at} (a file's name must be its URL's)")
-                placed[digest] = DistFile(at if _names_a_file(at) else entry.name, entry.url, digest, entry.size,
-                                          entry.upload_time)
+                placed[digest] = DistFile(named, entry.url, digest, entry.size, entry.upload_time)
     files = {pin.name: sorted((placed[h] for h in set(pin.hashes) if h in placed), key=lambda f: f.filename)
              for pin in lock.pins}
     recorded = (data.tool or {}).get("kernodeck", {}).get("version")
