@@ -43,6 +43,7 @@ CROSS_CUTTING = {
     "redteam36": "red-team pass 36's findings across the verdict outside the resume: twin, calibrate, dossier, params",
     "redteam37": "red-team pass 37's findings across pass 36's fixes by class: the twin's files, env gates, doors",
     "redteam38": "red-team pass 38's findings across pass 37's fixes by class: twin names, file doors, windows",
+    "redteam39": "red-team pass 39's findings across pass 38's fixes by class: twin pairing, folder doors, leftovers",
 }
 
 

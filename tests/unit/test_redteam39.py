@@ -1,0 +1,309 @@
+"""Red-team pass 39 (9fbf3b5: pass 38's fixes attacked by class): each finding reproduced, marked ``xfail(strict=True)``
+with its id while it stands, beside premises (passing today: the setup reaches the vulnerable path) and controls.
+
+TWIN4 (TWIN3's fix, the twin check; FALSE PASS of the lock check): at a URL that names no distribution file (a PEP 691
+index's ``/api/files/<sha256>``, a download endpoint ``/download?file=…``, a file's URL with a trailing slash or
+``;params``) the check leaves the file's ``name`` to the index's word, held only to the package's name and version.
+Nothing then holds the NAME to the HASH: a twin whose cp311 wheel entry carries the cp312 wheel's sha256 (and URL),
+and the cp312 entry the cp311 one's, passes ``check.twin_disagreements`` (lock --check, rebuild, verify's lock-check):
+the same hashes per pin, each name a valid file of numpy 2.4.6. An installer of the pylock (uv reads ``name`` for a
+wheel's tags) picks the entry named for cp311 and installs the cp312 wheel's bytes, hash-checked. CONTROL1: the same
+swap at URLs that name their files is refused (TWIN2).
+
+OUT5 (the --out rule's folder doors; WRONG words, FALSE FAIL): ``bisect`` marks its folder once, empty, before the
+trials (bisect._folder), and never again: its finished folder (try-NN/, bisect.md, bisect.json) is refused by the
+next ``bisect --out SAME`` as "4 entries Kernodeck did not write", though Kernodeck wrote every one (the docstring:
+"new, or one Kernodeck made before, emptied"). CONTROL2: the upgrade's folder is signed again at its end.
+
+OUT6 (OUT4's fix covered single files only; WRONG words and a FALSE FAIL at the next run): a FOLDER ``--out`` inside a
+folder Kernodeck wrote whole is accepted (outdir.check looks at the --out itself, never at a marked folder above it,
+as check_file does since OUT4): ``compare A B --out DOSSIER/cmp`` writes rc 0, and the dossier's next run refuses
+``cmp/`` as an entry Kernodeck did not write. CONTROL3: a single file there (export) is refused, naming the dossier.
+
+WINDOW2 (the closed world's leftovers, leftover.put_back; FALSE claim of the closed world): what the application sets
+for the interpreter to call later (sys.excepthook, sys.unraisablehook, threading.excepthook, a gc callback, a signal
+handler) is put back at the window's end "unless what is set now is the env's or the standard library's own code",
+judged by the function's ``__code__.co_filename``, a name the application chooses (``compile(src, os.__file__,
+"exec")``, ``code.replace(co_filename=…)``): its function under a standard library file's name stays, and runs on
+Kernodeck's thread between windows, unwatched (a gc callback on every collection). CONTROL4: the same function under
+its own file's name is put back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from kernodeck import outdir
+from kernodeck.errors import UnsafeOut
+from kernodeck.lock import check, lockfile, pylock, twin
+from kernodeck.lock.index_client import DistFile
+from kernodeck.project.config import load_project
+from kernodeck.project.platforms import parse_platform_id
+from tests.helpers.project import ROOT
+
+PLATFORM = "cp311-linux_x86_64-cpu"
+PLAT = parse_platform_id(load_project(ROOT), PLATFORM)
+CP311 = "numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+CP312 = CP311.replace("cp311-cp311", "cp312-cp312")
+
+
+# --- TWIN4 -----------------------------------------------------------------------------------------------------------
+
+# URLs that name no distribution file by the check's reading (url_file_name, _names_a_file): {sha} the file's sha256,
+# {file} the file's own name
+NO_FILE_URLS = {
+    "content-addressed": "https://pypi.internal.example/api/files/{sha}",
+    "download endpoint": "https://pypi.internal.example/download?file={file}",
+    "trailing slash": "https://pypi.internal.example/packages/{file}/",
+    "params": "https://pypi.internal.example/packages/{file};v=1",
+}
+
+
+def _swapped_twin(tmp_path: Path, url_of: str) -> tuple[Path, Path]:
+    """The committed lock and the twin Kernodeck's writer (pylock.render) makes for it with numpy's cp311 and cp312
+    manylinux wheels' hashes swapped under their names: the entry named CP311 holds the cp312 file's sha256, size and
+    URL (at ``url_of``), and the other way round."""
+    lock_path = ROOT / "lockfiles" / f"{PLATFORM}.txt"
+    lock = lockfile.read(lock_path)
+    known = twin.known_files(ROOT / "lockfiles" / f"pylock.{PLATFORM}.toml")
+    a = next(f for f in known.values() if f.filename == CP311)
+    b = next(f for f in known.values() if f.filename == CP312)
+    known[a.sha256] = DistFile(CP312, url_of.format(sha=a.sha256, file=a.filename), a.sha256, a.size, a.upload_time)
+    known[b.sha256] = DistFile(CP311, url_of.format(sha=b.sha256, file=b.filename), b.sha256, b.size, b.upload_time)
+    files: dict[str, list[DistFile]] = {
+        pin.name: sorted((known[h] for h in pin.hashes if h in known), key=lambda f: f.filename) for pin in lock.pins}
+    target, twin_file = tmp_path / lock_path.name, tmp_path / f"pylock.{PLATFORM}.toml"
+    shutil.copy2(lock_path, target)
+    twin_file.write_text(pylock.render(lock, PLAT, files, lock_path.read_text(encoding="utf-8")), encoding="utf-8")
+    return target, twin_file
+
+
+@pytest.mark.xfail(strict=True, reason="TWIN4: at a URL naming no file, a name is held to no hash: swapped passes")
+@pytest.mark.parametrize("kind", sorted(NO_FILE_URLS))
+def test_twin4_a_wheels_name_carrying_another_wheels_hash_is_refused(tmp_path: Path, kind: str) -> None:
+    target, twin_file = _swapped_twin(tmp_path, NO_FILE_URLS[kind])
+    assert check.twin_disagreements(target, twin_file, PLAT) != []
+
+
+@pytest.mark.parametrize("kind", sorted(NO_FILE_URLS))
+def test_twin4_premise_the_cp311_entry_an_installer_picks_holds_the_cp312_files_hash(tmp_path: Path,
+                                                                                   kind: str) -> None:
+    _, twin_file = _swapped_twin(tmp_path, NO_FILE_URLS[kind])
+    committed = twin.known_files(ROOT / "lockfiles" / f"pylock.{PLATFORM}.toml")
+    real = {f.filename: f.sha256 for f in committed.values()}
+    data = twin.read(twin_file)  # valid for packaging.pylock
+    (numpy,) = [p for p in data.packages if p.name == "numpy"]
+    (entry,) = [w for w in numpy.wheels or () if w.name == CP311]
+    assert entry.hashes["sha256"] == real[CP312] != real[CP311]
+    # the check passes it today (the strict xfail above): nothing of its own names the swap
+    assert check.twin_disagreements(twin_file.with_name(f"{PLATFORM}.txt"), twin_file, PLAT) == []
+
+
+def test_control1_the_swap_at_urls_that_name_their_files_is_refused(tmp_path: Path) -> None:
+    target, twin_file = _swapped_twin(tmp_path, "https://pypi.internal.example/packages/{file}")
+    found = check.twin_disagreements(target, twin_file, PLAT)
+    assert any(f"whose file is {CP311}" in line for line in found), found
+
+
+# --- OUT5 ------------------------------------------------------------------------------------------------------------
+
+
+def _lock(tmp: Path, name: str, versions: dict[str, str]) -> lockfile.Lockfile:
+    body = "".join(f"{n}=={v} \\\n    --hash=sha256:{v.replace('.', '') * 32}\n" for n, v in sorted(versions.items()))
+    path = tmp / name
+    path.write_text(lockfile.render([("platform", PLATFORM)], body), encoding="utf-8")
+    return lockfile.read(path, require_header=False)
+
+
+@pytest.fixture
+def finished_bisect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Path]]:
+    """A bisect run to its end in its --out folder (bisect._folder, _Trials, _bisect), the env builds and the in-env
+    steps stood in for (as test_bisect.py does): its project, platform and folder."""
+    from kernodeck.env import rebuild as rebuilding
+    from kernodeck.lock import lockdiff
+    from kernodeck.project.platforms import resolve_platform
+    from kernodeck.upgrade import bisect as bisecting
+    from kernodeck.upgrade.relock import Drift
+
+    project = dataclasses.replace(load_project(ROOT), venv_root=tmp_path / "venvs", runs=tmp_path / "runs")
+    plat = resolve_platform(project, PLATFORM)
+    good = _lock(tmp_path, "good.txt", {"a": "1.0", "b": "1.0"})
+    bad = _lock(tmp_path, "bad.txt", {"a": "2.0", "b": "2.0"})
+    d = lockdiff.diff(good, bad)
+
+    def envs(project: Any, plat: Any, lock_path: Path, **kw: Any) -> SimpleNamespace:
+        env = project.venv_root / "env"
+        env.mkdir(parents=True, exist_ok=True)
+        return SimpleNamespace(python=env / "bin" / "python", reused=not kw["fresh"])
+
+    monkeypatch.setattr(rebuilding, "rebuild", envs)
+    monkeypatch.setattr(bisecting._Trials, "checks", lambda self, python, folder: [])
+    monkeypatch.setattr(bisecting._Trials, "regroup", lambda self, python: None)
+    monkeypatch.setattr(Drift, "from_steps", classmethod(lambda cls, steps: SimpleNamespace(
+        holds=True, failure="", outputs=())))
+    folder = bisecting._folder(project, plat, tmp_path / "runs" / "bisect")
+    trials = bisecting._Trials(project, plat, good, bad, d.changes, "sha256:none", folder, {}, None)
+    try:
+        bisecting._bisect(trials, d, plat, folder)
+    finally:
+        trials.close()
+    yield project, plat, folder
+
+
+@pytest.mark.xfail(strict=True, reason="OUT5: a finished bisect folder is called foreign by the next bisect")
+def test_out5_a_finished_bisect_folder_is_kernodecks(finished_bisect: tuple[Any, Any, Path]) -> None:
+    _, _, folder = finished_bisect
+    assert outdir.foreign(folder) == []
+
+
+@pytest.mark.xfail(strict=True, reason="OUT5: bisect --out SAME refuses its own finished folder")
+def test_out5_the_next_bisect_replaces_its_own_folder(finished_bisect: tuple[Any, Any, Path]) -> None:
+    from kernodeck.upgrade import bisect as bisecting
+
+    project, plat, folder = finished_bisect
+    assert bisecting._folder(project, plat, folder) == folder
+
+
+def test_out5_premise_the_refusal_says_kernodeck_did_not_write_its_own_files(
+        finished_bisect: tuple[Any, Any, Path]) -> None:
+    from kernodeck.upgrade import bisect as bisecting
+
+    project, plat, folder = finished_bisect
+    assert (folder / "bisect.md").is_file() and (folder / "try-01").is_dir()
+    with pytest.raises(UnsafeOut, match=r"entries Kernodeck did not write.*try-01/.*bisect\.md"):
+        bisecting._folder(project, plat, folder)
+
+
+def test_control2_a_finished_upgrade_folder_is_signed_at_its_end(tmp_path: Path) -> None:
+    """relock.upgrade marks its folder again after writing upgrade.md and upgrade.json (the mark bisect lacks)."""
+    import inspect
+
+    from kernodeck.upgrade import relock
+
+    source = inspect.getsource(relock.upgrade)
+    assert source.rindex('outdir.mark(folder, "upgrade")') > source.index('"upgrade.json"')
+
+
+# --- OUT6 ------------------------------------------------------------------------------------------------------------
+
+
+def _kernodeck(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python -m kernodeck ARGV`` as its nox session runs it, in this project."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "kernodeck", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def _dossier(folder: Path) -> Path:
+    """A finished folder of Kernodeck's (a verify dossier: its files and the marker listing them)."""
+    (folder / "outputs").mkdir(parents=True)
+    (folder / "report.md").write_text("# report\n", encoding="utf-8")
+    (folder / "outputs" / "embeddings.npy").write_bytes(b"\x93NUMPY")
+    outdir.mark(folder, "dossier")
+    assert outdir.foreign(folder) == []
+    return folder
+
+
+@pytest.mark.xfail(strict=True, reason="OUT6: a folder --out inside a marked dossier is accepted")
+def test_out6_compare_into_a_dossier_leaves_nothing_called_foreign(tmp_path: Path) -> None:
+    dossier = _dossier(tmp_path / "base")
+    proc = _kernodeck("compare", "dossier/reference", "dossier/reference", "--out", str(dossier / "cmp"))
+    assert proc.returncode == 2 or outdir.foreign(dossier) == [], (proc.returncode, outdir.foreign(dossier))
+
+
+@pytest.mark.xfail(strict=True, reason="OUT6: outdir.check never looks at a marked folder above the --out")
+def test_out6_a_folder_out_inside_a_dossier_is_refused_naming_it(tmp_path: Path) -> None:
+    dossier = _dossier(tmp_path / "base")
+    with pytest.raises(UnsafeOut, match="a dossier Kernodeck wrote whole"):
+        outdir.check(dossier / "cmp", what="compare's output", tip="nox -s compare -- A B --out NEW-FOLDER")
+
+
+def test_out6_premise_compare_writes_there_and_the_dossier_becomes_foreign(tmp_path: Path) -> None:
+    dossier = _dossier(tmp_path / "base")
+    proc = _kernodeck("compare", "dossier/reference", "dossier/reference", "--out", str(dossier / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    assert (dossier / "cmp" / "compare.md").is_file() and outdir.foreign(dossier) == ["cmp/"]
+
+
+def test_control3_a_single_file_in_a_dossier_is_refused_naming_it(tmp_path: Path) -> None:
+    dossier = _dossier(tmp_path / "base")
+    with pytest.raises(UnsafeOut, match=f"is inside {dossier}, a dossier Kernodeck wrote whole"):
+        outdir.check_file(dossier / "matrix.json", what="the matrix", tip="nox -s matrix")
+
+
+# --- WINDOW2 ---------------------------------------------------------------------------------------------------------
+
+HOOK = "def hook(*args):\n    CALLS.append(args)\n"
+
+
+def _hook(filename: str) -> tuple[Any, list[Any]]:
+    """The application's function (appending its calls to a list), compiled under ``filename``."""
+    calls: list[Any] = []
+    space: dict[str, Any] = {"CALLS": calls}
+    exec(compile(HOOK, filename, "exec"), space)  # the application's code, as it may compile it
+    return space["hook"], calls
+
+
+@pytest.fixture
+def hooks_kept() -> Iterator[None]:
+    """sys.excepthook, sys.unraisablehook and gc.callbacks as they were, whatever a test leaves."""
+    saved = (sys.excepthook, sys.unraisablehook, list(gc.callbacks))
+    yield
+    sys.excepthook, sys.unraisablehook = saved[:2]
+    gc.callbacks[:] = saved[2]
+
+
+def _left_after_window(filename: str) -> tuple[Any, list[Any]]:
+    """The hooks set inside a window (leftover.taken at its start, put_back at its end, as world.window does), by a
+    function compiled under ``filename``: what is set after the window, and the function's calls."""
+    from kernodeck.inenv import leftover
+
+    hook, calls = _hook(filename)
+    before = leftover.taken()
+    sys.excepthook = hook
+    sys.unraisablehook = hook
+    gc.callbacks.append(hook)
+    leftover.put_back(before)
+    return hook, calls
+
+
+@pytest.mark.xfail(strict=True, reason="WINDOW2: a function under a stdlib file's name is taken for the library's")
+@pytest.mark.usefixtures("hooks_kept")
+def test_window2_the_applications_hooks_are_put_back_whatever_their_code_is_named() -> None:
+    hook, _ = _left_after_window(os.__file__)
+    assert sys.excepthook is not hook and sys.unraisablehook is not hook and hook not in gc.callbacks
+
+
+@pytest.mark.usefixtures("hooks_kept")
+def test_window2_premise_the_kept_gc_callback_runs_between_windows() -> None:
+    from kernodeck.inenv import leftover
+
+    hook, calls = _left_after_window(os.__file__)
+    assert leftover._own_code(hook) and hook in gc.callbacks
+    gc.collect()
+    assert calls, "the application's gc callback ran on Kernodeck's thread, after its window"
+
+
+@pytest.mark.usefixtures("hooks_kept")
+def test_control4_the_same_function_under_its_own_name_is_put_back(tmp_path: Path) -> None:
+    hook, _ = _left_after_window(str(tmp_path / "app.py"))
+    assert sys.excepthook is not hook and sys.unraisablehook is not hook and hook not in gc.callbacks
+
+
+def test_window2_premise_the_window_puts_back_through_leftover() -> None:
+    import inspect
+
+    from kernodeck.inenv import world
+
+    assert "leftover.put_back(traces)" in inspect.getsource(world.window)
