@@ -45,6 +45,8 @@ MARKER_VERSION = 2
 FILE_SUFFIX = ".kernodeck-file"  # the sidecar of a single file Kernodeck wrote: ``.NAME.kernodeck-file``
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>staging|old)-(?P<pid>[0-9]+)$")
 _SHOWN = 5  # files named in a refusal; the rest are counted
+# The marked folders this process is filling (:func:`filling`: an upgrade's, whose verify writes its dossier inside).
+_FILLING: set[Path] = set()
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,33 @@ def mark(folder: Path, kind: str) -> None:
     write_atomic(folder / MARKER, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
+@contextmanager
+def filling(folder: Path) -> Iterator[None]:
+    """While this runs, ``folder`` (marked, and signed again by its caller when complete) takes this process's own
+    outputs inside it: the one exception to :func:`_refuse_inside_marked`."""
+    final = folder.resolve()
+    _FILLING.add(final)
+    try:
+        yield
+    finally:
+        _FILLING.discard(final)
+
+
+def _refuse_inside_marked(out: Path, final: Path, what: str, tip: str) -> None:
+    """Refuse ``final`` inside a folder Kernodeck wrote whole (a dossier, a wheelhouse, a bisect's: its marker lists
+    every entry), unless this process is filling that folder: an entry added there makes the folder's next run refuse
+    it as holding what Kernodeck did not write (red-team passes 38 and 39, OUT4 and OUT6)."""
+    for parent in final.parents:
+        listing = _read_listing(parent) if parent not in _FILLING else None
+        if listing is not None:
+            raise UnsafeOut(
+                f"--out {out} is inside {parent}, a {listing.kind} Kernodeck wrote whole (its {MARKER} lists every "
+                f"entry); {what} added there would make its next run refuse {parent} as holding an entry it did not "
+                "list, so nothing was written",
+                tip=f"{tip}; or give a place outside {parent}",
+            )
+
+
 def _within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
@@ -203,6 +232,7 @@ def check(
     _check_place(out, final, what, tip, root, allowed)
     if final.exists() and not final.is_dir():
         raise UnsafeOut(f"--out {out} is an existing file, not a folder; {what} is a folder", tip=tip)
+    _refuse_inside_marked(out, final, what, tip)
     _refuse_foreign(out, final, what, tip)
     return final
 
@@ -239,16 +269,7 @@ def check_file(out: Path, *, what: str, tip: str, root: Path | None = None, allo
     _check_place(out, final, what, tip, root, allowed)
     if final.is_dir():
         raise UnsafeOut(f"--out {out} is a folder; {what} is one file", tip=tip)
-    owner = next((p for p in final.parents if _read_listing(p) is not None), None)
-    if owner is not None:  # a file added to a folder Kernodeck wrote whole makes that folder the user's (pass 38 OUT4)
-        listing = _read_listing(owner)
-        kind = listing.kind if listing is not None else "folder"
-        raise UnsafeOut(
-            f"--out {out} is inside {owner}, a {kind} Kernodeck wrote whole (its {MARKER} lists every file); {what} "
-            f"added there would make its next run refuse {owner} as holding a file it did not list, so nothing was "
-            "written",
-            tip=f"{tip}; or give a folder outside {owner}",
-        )
+    _refuse_inside_marked(out, final, what, tip)
     side = _sidecar(final)
     if (final.exists() or final.is_symlink()) and not file_is_ours(final):
         why = "changed since Kernodeck wrote it" if _file_record(final) else f"no {side.name} record beside it"

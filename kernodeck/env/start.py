@@ -130,6 +130,13 @@ def declared_libraries(tool: Mapping[str, object]) -> list[str]:
     return [str(item) for key in ("libraries", "ld-preload") for item in environment.get(key) or []]
 
 
+def declared_loaders(env: Mapping[str, str], declared: list[str]) -> list[str]:
+    """The :data:`LOADERS` variables of ``env`` that name only ``declared`` libraries: the project's own (an
+    ``ld-preload`` entry its run needs to start: libgomp on aarch64, an allocator, NCCL's network plugin), passed as
+    its declared variables are (red-team pass 39, CAL4: calibrate left them out of every variation)."""
+    return [name for name in LOADERS if env.get(name) and not undeclared_preload({name: env[name]}, declared)]
+
+
 def undeclared_preload(env: Mapping[str, str], declared: list[str]) -> list[str]:
     """The libraries (or folders of modules) the :data:`LOADERS` variables name that no declared entry matches, by
     path or by file name: code no lock describes, loaded into every in-env process."""

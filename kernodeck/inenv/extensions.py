@@ -191,8 +191,9 @@ def plain(name: str, result: Any) -> dict[str, Any]:
         raise CheckFailed(f"extension {name}: its smoke check must return a dict with 'output' and 'reference' "
                           f"(and 'path'), got {type(result).__name__}", Layer.APPLICATION)
     path = result.get("path")
+    # str.__str__: an exact str, whatever the answer's own str() gave (its str subclass, whose __ne__ would run later)
     return {"output": _to_array(result["output"]), "reference": _to_array(result["reference"]),
-            "path": None if path is None else str(path)}
+            "path": None if path is None else str.__str__(str(path))}
 
 
 def compare(name: str, result: dict[str, Any], decl: dict[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,15 @@
 """What the application's code leaves set for the interpreter to call later, put back at each window's end.
 
-A function the application sets for the interpreter to call (a trace or profile function, a ``gc.callbacks``
-entry, ``sys.excepthook``/``sys.unraisablehook``/``threading.excepthook``, a signal handler) would otherwise run on
-Kernodeck's own thread
-between windows, where the hook does not watch it (seen.py: between windows only the application's threads are).
-At a window's end each is put back as it was when the window opened, unless what is set now is the env's or the
-standard library's own code (a library that registers a gc callback as it is imported keeps it). What remains, a
-stated limit (docs/application.md): ``atexit``, finalizers of objects Kernodeck drops later, finders
-on ``sys.meta_path`` and codec search functions (the application's own imports need them in later windows). The
-environment is not put back (the application's later calls may need what it set), but the processes Kernodeck starts
-get the one it had before the project's code ran (:func:`kernodecks_start`).
+A function the application sets for the interpreter to call (a trace or profile function, a ``gc.callbacks`` entry,
+``sys.excepthook``/``sys.unraisablehook``/``threading.excepthook``, a signal handler) would otherwise run on Kernodeck's
+own thread between windows, where the hook does not watch it (seen.py: between windows only the application's threads
+are). At a window's end each is put back as it was when the window opened, unless what is set now is the env's or the
+standard library's own code (a library that registers a gc callback as it is imported keeps it): code a trusted file
+defines, with its module's globals, not merely code under a trusted file's name (:func:`_own_code`). What remains, a
+stated limit (docs/application.md): ``atexit``, finalizers of objects Kernodeck drops later, finders on
+``sys.meta_path`` and codec search functions (the application's own imports need them in later windows). The environment
+is not put back (the application's later calls may need what it set), but the processes Kernodeck starts get the one it
+had before the project's code ran (:func:`kernodecks_start`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,41 @@ _SETTERS = (sys.settrace, sys.setprofile, threading.settrace, threading.setprofi
 
 
 def _own_code(func: Any) -> bool:
-    """A function of the env or the standard library (or Kernodeck's): trusted code, not the application's."""
-    code = getattr(getattr(func, "__func__", func), "__code__", None)
+    """A function of the env or the standard library (or Kernodeck's): trusted code, not the application's.
+
+    Its code's file name is the application's to choose (``compile(src, os.__file__, "exec")``: red-team pass 39,
+    WINDOW2), so the name alone proves nothing: the code must be one the trusted file itself defines (equal to a code
+    object compiled from that file's bytes), run with that file's module's own globals."""
+    function = getattr(func, "__func__", func)
+    code, spaces = getattr(function, "__code__", None), getattr(function, "__globals__", None)
     name = getattr(code, "co_filename", "")
-    return isinstance(name, str) and os.path.isabs(name) and paths.trusted(os.path.normpath(name))
+    if not (isinstance(name, str) and os.path.isabs(name) and paths.trusted(os.path.normpath(name))):
+        return False
+    module = sys.modules.get(spaces.get("__name__", "")) if isinstance(spaces, dict) else None
+    if module is None or getattr(module, "__dict__", None) is not spaces:
+        return False
+    return any(code == defined for defined in _defined_in(os.path.normpath(name)))
+
+
+_DEFINED: dict[str, list[Any]] = {}
+
+
+def _defined_in(filename: str) -> list[Any]:
+    """Every code object the trusted file ``filename`` defines, compiled from its bytes (once per run); none when it is
+    not Python source that compiles."""
+    if filename not in _DEFINED:
+        found: list[Any] = []
+        try:
+            with open(filename, "rb") as handle:
+                pending = [compile(handle.read(), filename, "exec", dont_inherit=True)]
+        except (OSError, SyntaxError, ValueError):
+            pending = []
+        while pending:
+            code = pending.pop()
+            found.append(code)
+            pending += [c for c in code.co_consts if isinstance(c, type(code))]
+        _DEFINED[filename] = found
+    return _DEFINED[filename]
 
 
 def _handlers() -> dict[int, Any]:

@@ -29,7 +29,6 @@ from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import kinds
-from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.lock import check
 from kernodeck.measure import svg
 from kernodeck.measure.analysis import OutputCalibration, analyse_output
@@ -67,7 +66,7 @@ def calibrate(project: Project, plat: Platform, out: Path | None, *, write: bool
         python = rebuild(project, plat, lock_path).python
         base = base_config(project, ref, str(plat.variant.backend))
         variations = plan(cpu_flags(), os.cpu_count() or 1, str(plat.variant.backend), os.uname().machine)
-        left_out = callers_numerics(list(base.get(ConfigKey.VARIABLES) or []))
+        left_out = callers_numerics(base)
         if left_out:
             log("kernodeck: calibrate: left out of every variation, as the caller had set them: "
                 + " ".join(f"{k}={v}" for k, v in left_out.items()))
@@ -99,9 +98,12 @@ def _margins(margin_file: Path, runs: list[VariationRun]) -> dict[str, Any]:
     """The margin search's records, which the first variation that ran wrote; its failure, named, when it did not."""
     if not margin_file.exists():
         failed = next((r for r in runs if r.status == "failed"), None)
+        # calibrate's own run is what to repeat: verify runs another process (the caller's variables kept, no margin
+        # search), which may pass (red-team pass 39, MSG4)
         raise KernodeckError(
-            f"the declared run failed before its margin search ended: {failed.error if failed else 'no run'}",
-            tip=f"{tips.VERIFY}  (its report names the failing step)")
+            f"calibrate's {failed.variation.name if failed else 'declared'} run failed before its margin search "
+            f"ended: {failed.error if failed else 'no run'}",
+            tip=f"fix what it names, then: {tips.nox('calibrate')}")
     margins: dict[str, Any] = json.loads(margin_file.read_text(encoding="utf-8"))
     return margins
 

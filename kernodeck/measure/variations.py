@@ -145,9 +145,8 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "run-config.json", config)
     argv = inenv_start.argv(python, str(IN_ENV), "--config", str(folder / "run-config.json"))
-    declared = config.get(ConfigKey.VARIABLES) or []
     # every variation starts from torch's own choice, never the caller's leftovers (callers_numerics: shown)
-    env = inenv_start.environ(RUNNER_ENV, declared, drop_numerics=True)
+    env = inenv_start.environ(RUNNER_ENV, kept(config), drop_numerics=True)
     env.update(variation.env())
     shown = " ".join(f"{k}={v}" for k, v in variation.env().items())
     if shown:
@@ -159,12 +158,19 @@ def run_in_env(python: Path, folder: Path, config: dict[str, Any], variation: Va
     return ended.code, time.perf_counter() - start, "\n".join(lines[-5:]), ended.stopped
 
 
-def callers_numerics(declared: list[str]) -> dict[str, str]:
-    """The caller's recorded variables no run needs (:func:`kernodeck.env.start.numerics`; not the declared ones)
-    that every variation runs without, each value redacted: calibration.md shows them."""
+def kept(config: dict[str, Any]) -> list[str]:
+    """The caller's variables every variation keeps as the project declares them: its ``variables``, and the loaders'
+    variables that name only its declared libraries (``ld-preload``)."""
+    declared = list(config.get(ConfigKey.VARIABLES) or [])
+    return declared + inenv_start.declared_loaders(clean_env(), list(config.get(ConfigKey.LIBRARIES) or []))
+
+
+def callers_numerics(config: dict[str, Any]) -> dict[str, str]:
+    """The caller's recorded variables no run needs (:func:`kernodeck.env.start.numerics`; not the declared ones:
+    :func:`kept`) that every variation runs without, each value redacted: calibration.md shows them."""
     from kernodeck.sources.redaction import redact_text, secrets
 
-    env, found = clean_env(), secrets()
+    env, found, declared = clean_env(), secrets(), kept(config)
     return {name: redact_text(env[name], secrets=found) for name in sorted(env)
             if inenv_start.numerics(name, declared)}
 

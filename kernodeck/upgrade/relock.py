@@ -219,7 +219,8 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     report_steps: list[dict[str, Any]]
     interrupted = False
     try:
-        report, _ = verify(project, plat, verify_options(folder / "verify", installer))
+        with outdir.filling(folder):  # its verify's dossier goes inside the folder signed above
+            report, _ = verify(project, plat, verify_options(folder / "verify", installer))
         report_steps = [s.as_dict() for s in report.steps]
         interrupted = bool(report.meta.get("interrupted"))
     except KernodeckError as exc:  # verify wrote its dossier; the drift table says where it stopped

@@ -229,7 +229,7 @@ def test_cal1_the_declared_run_is_not_the_callers_numerics(tmp_path: Path, monke
                                                            name: str, value: str, variation: str) -> None:
     env = _variation_env(tmp_path, monkeypatch, {name: value}, variation)
     assert env.get(name) != value, (variation, name, env.get(name))
-    assert variations.callers_numerics([]).get(name) == value  # and calibration.md shows what the caller had set
+    assert variations.callers_numerics({}).get(name) == value  # and calibration.md shows what the caller had set
 
 
 def test_control2b_the_variations_keep_what_the_run_needs_and_the_declared_variables(
@@ -240,7 +240,8 @@ def test_control2b_the_variations_keep_what_the_run_needs_and_the_declared_varia
     assert {k: env.get(k) for k in ("LD_LIBRARY_PATH", "HF_HOME", "CUDA_VISIBLE_DEVICES", "LANG", "MKL_CBWR")} == {
         k: caller[k] for k in ("LD_LIBRARY_PATH", "HF_HOME", "CUDA_VISIBLE_DEVICES", "LANG", "MKL_CBWR")}
     assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"  # Kernodeck's own, not the caller's
-    assert "MKL_CBWR" not in variations.callers_numerics(["MKL_CBWR"])  # declared: an input, not a leftover
+    # declared: an input, not a leftover
+    assert "MKL_CBWR" not in variations.callers_numerics({"variables": ["MKL_CBWR"]})
 
 
 def test_control2c_every_variable_a_run_needs_is_a_recorded_one() -> None:

@@ -247,7 +247,7 @@ def test_cal2_the_declared_run_is_not_the_callers_kernel_choice(tmp_path: Path, 
     """Fixed: a variation keeps of the caller's recorded variables only what a run needs (start.RUN_NEEDS); the rest
     is left out and shown."""
     env = _variation_env(tmp_path, monkeypatch, {name: value})
-    assert name not in env and variations.callers_numerics([]).get(name) == value, (name, env.get(name))
+    assert name not in env and variations.callers_numerics({}).get(name) == value, (name, env.get(name))
     assert name.startswith(start.RECORDED_PREFIXES)  # verify records it
 
 
@@ -263,12 +263,12 @@ def test_cal2_control_what_a_run_needs_and_what_is_declared_stay(tmp_path: Path,
     config: dict[str, object] = {"project_root": str(tmp_path), ConfigKey.VARIABLES: declared}
     with pytest.raises(RuntimeError) as started:
         variations.run_in_env(Path(sys.executable), tmp_path / "v", config, variation, Deadlines())
-    assert started.value.args[0].get(name) == value and name not in variations.callers_numerics(declared)
+    assert started.value.args[0].get(name) == value and name not in variations.callers_numerics({"variables": declared})
 
 
 def test_control5_a_callers_mkl_cbwr_is_dropped_and_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = _variation_env(tmp_path, monkeypatch, {"MKL_CBWR": "COMPATIBLE"})
-    assert "MKL_CBWR" not in env and variations.callers_numerics([]).get("MKL_CBWR") == "COMPATIBLE"
+    assert "MKL_CBWR" not in env and variations.callers_numerics({}).get("MKL_CBWR") == "COMPATIBLE"
 
 
 # --- MSG2 ------------------------------------------------------------------------------------------------------------

@@ -4,48 +4,53 @@ with its id while it stands, beside premises (passing today: the setup reaches t
 TWIN4 (TWIN3's fix, the twin check; FALSE PASS of the lock check): at a URL that names no distribution file (a PEP 691
 index's ``/api/files/<sha256>``, a download endpoint ``/download?file=…``, a file's URL with a trailing slash or
 ``;params``) the check leaves the file's ``name`` to the index's word, held only to the package's name and version.
-Nothing then holds the NAME to the HASH: a twin whose cp311 wheel entry carries the cp312 wheel's sha256 (and URL),
-and the cp312 entry the cp311 one's, passes ``check.twin_disagreements`` (lock --check, rebuild, verify's lock-check):
-the same hashes per pin, each name a valid file of numpy 2.4.6. An installer of the pylock (uv reads ``name`` for a
-wheel's tags) picks the entry named for cp311 and installs the cp312 wheel's bytes, hash-checked. CONTROL1: the same
-swap at URLs that name their files is refused (TWIN2).
+Nothing then holds the NAME to the HASH: a twin whose cp311 wheel entry carries the cp312 wheel's sha256 (and URL), and
+the cp312 entry the cp311 one's, passes ``check.twin_disagreements`` (lock --check, rebuild, verify's lock-check): the
+same hashes per pin, each name a valid file of numpy 2.4.6. An installer of the pylock (uv reads ``name`` for a wheel's
+tags) picks the entry named for cp311 and installs the cp312 wheel's bytes, hash-checked. CONTROL1: the same swap at
+URLs that name their files is refused (TWIN2).
 
-OUT5 (the --out rule's folder doors; WRONG words, FALSE FAIL): ``bisect`` marks its folder once, empty, before the
-trials (bisect._folder), and never again: its finished folder (try-NN/, bisect.md, bisect.json) is refused by the
-next ``bisect --out SAME`` as "4 entries Kernodeck did not write", though Kernodeck wrote every one (the docstring:
-"new, or one Kernodeck made before, emptied"). CONTROL2: the upgrade's folder is signed again at its end.
+OUT5 (fixed: bisect signs its folder again when it ends, finished or stopped; the --out rule's folder doors; WRONG
+words, FALSE FAIL): ``bisect`` marks its folder once, empty, before the trials (bisect._folder), and never again: its
+finished folder (try-NN/, bisect.md, bisect.json) is refused by the next ``bisect --out SAME`` as "4 entries Kernodeck
+did not write", though Kernodeck wrote every one (the docstring: "new, or one Kernodeck made before, emptied").
+CONTROL2: the upgrade's folder is signed again at its end.
 
-OUT6 (OUT4's fix covered single files only; WRONG words and a FALSE FAIL at the next run): a FOLDER ``--out`` inside a
-folder Kernodeck wrote whole is accepted (outdir.check looks at the --out itself, never at a marked folder above it,
-as check_file does since OUT4): ``compare A B --out DOSSIER/cmp`` writes rc 0, and the dossier's next run refuses
-``cmp/`` as an entry Kernodeck did not write. CONTROL3: a single file there (export) is refused, naming the dossier.
+OUT6 (fixed: outdir.check refuses a folder inside a marked one, but the one this process is filling; OUT4's fix covered
+single files only; WRONG words and a FALSE FAIL at the next run): a FOLDER ``--out`` inside a folder Kernodeck wrote
+whole is accepted (outdir.check looks at the --out itself, never at a marked folder above it, as check_file does since
+OUT4): ``compare A B --out DOSSIER/cmp`` writes rc 0, and the dossier's next run refuses ``cmp/`` as an entry Kernodeck
+did not write. CONTROL3: a single file there (export) is refused, naming the dossier.
 
-WINDOW2 (the closed world's leftovers, leftover.put_back; FALSE claim of the closed world): what the application sets
-for the interpreter to call later (sys.excepthook, sys.unraisablehook, threading.excepthook, a gc callback, a signal
-handler) is put back at the window's end "unless what is set now is the env's or the standard library's own code",
-judged by the function's ``__code__.co_filename``, a name the application chooses (``compile(src, os.__file__,
-"exec")``, ``code.replace(co_filename=…)``): its function under a standard library file's name stays, and runs on
-Kernodeck's thread between windows, unwatched (a gc callback on every collection). CONTROL4: the same function under
-its own file's name is put back.
+WINDOW2 (fixed: leftover._own_code holds the code to the trusted file's own code objects and module globals; the closed
+world's leftovers, leftover.put_back; FALSE claim of the closed world): what the application sets for the interpreter to
+call later (sys.excepthook, sys.unraisablehook, threading.excepthook, a gc callback, a signal handler) is put back at
+the window's end "unless what is set now is the env's or the standard library's own code", judged by the function's
+``__code__.co_filename``, a name the application chooses (``compile(src, os.__file__, "exec")``,
+``code.replace(co_filename=…)``): its function under a standard library file's name stays, and runs on Kernodeck's
+thread between windows, unwatched (a gc callback on every collection). CONTROL4: the same function under its own file's
+name is put back.
 
-WINDOW3 (WINDOW1's fix, extensions.plain; FALSE claim of the closed world): the smoke answer's path is made "plain"
-by ``str(path)``, which returns the project's own str subclass as it is (``__str__`` returning ``self``): the record
-keeps the project's object, and extensions.compare's ``result.get("path") != expected`` runs its ``__ne__`` after the
-window closed, on Kernodeck's thread, unwatched (its answer, False, passes a "fallback" path as the declared
-"compiled"; the path is the project's own word either way, the unwatched call is the finding). CONTROL5: the smoke
-call itself runs inside its window.
+WINDOW3 (fixed: the path is an exact str, str.__str__; WINDOW1's fix, extensions.plain; FALSE claim of the closed
+world): the smoke answer's path is made "plain" by ``str(path)``, which returns the project's own str subclass as it is
+(``__str__`` returning ``self``): the record keeps the project's object, and extensions.compare's ``result.get("path")
+!= expected`` runs its ``__ne__`` after the window closed, on Kernodeck's thread, unwatched (its answer, False, passes a
+"fallback" path as the declared "compiled"; the path is the project's own word either way, the unwatched call is the
+finding). CONTROL5: the smoke call itself runs inside its window.
 
-CAL4 (CAL3's fix, the keep-list; a variable a run needs to start dropped): a library the project DECLARES for its
-in-env processes (``[tool.kernodeck.environment] ld-preload``: LD_PRELOAD's libgomp on aarch64, an allocator, NCCL's
-network plugin; verify passes it, recorded, and refuses it undeclared) is left out of every calibrate variation: the
-loaders' variables are recorded (``LD_``, ``NCCL_``) and not in RUN_NEEDS, and the keep-list knows only ``variables``
-as declared (the configuration's ``libraries`` names it). The declared run then is not verify's run (a run that needs
-the library fails to start; one it changes numbers in measures other noise). CONTROL6: LD_LIBRARY_PATH stays.
+CAL4 (fixed: start.declared_loaders, kept as the declared variables; CAL3's fix, the keep-list; a variable a run needs
+to start dropped): a library the project DECLARES for its in-env processes (``[tool.kernodeck.environment] ld-preload``:
+LD_PRELOAD's libgomp on aarch64, an allocator, NCCL's network plugin; verify passes it, recorded, and refuses it
+undeclared) is left out of every calibrate variation: the loaders' variables are recorded (``LD_``, ``NCCL_``) and not
+in RUN_NEEDS, and the keep-list knows only ``variables`` as declared (the configuration's ``libraries`` names it). The
+declared run then is not verify's run (a run that needs the library fails to start; one it changes numbers in measures
+other noise). CONTROL6: LD_LIBRARY_PATH stays.
 
-MSG4 (MSG3's class, a TIP of calibrate): when calibrate's declared variation fails before its margin search ended, the
-ERROR names that failure and the TIP says ``nox -s verify  (its report names the failing step)``: verify runs another
-process (the caller's variables kept, CAL4's preload among them; no margin search) that may pass, naming nothing, and
-the failed variation's own record went with the staging folder (CONTROL7: outdir.staged removes it on the error).
+MSG4 (fixed: the TIP names calibrate; MSG3's class, a TIP of calibrate): when calibrate's declared variation fails
+before its margin search ended, the ERROR names that failure and the TIP says ``nox -s verify (its report names the
+failing step)``: verify runs another process (the caller's variables kept, CAL4's preload among them; no margin search)
+that may pass, naming nothing, and the failed variation's own record went with the staging folder (CONTROL7:
+outdir.staged removes it on the error).
 """
 
 from __future__ import annotations
@@ -180,13 +185,12 @@ def finished_bisect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     yield project, plat, folder
 
 
-@pytest.mark.xfail(strict=True, reason="OUT5: a finished bisect folder is called foreign by the next bisect")
+
 def test_out5_a_finished_bisect_folder_is_kernodecks(finished_bisect: tuple[Any, Any, Path]) -> None:
     _, _, folder = finished_bisect
     assert outdir.foreign(folder) == []
 
 
-@pytest.mark.xfail(strict=True, reason="OUT5: bisect --out SAME refuses its own finished folder")
 def test_out5_the_next_bisect_replaces_its_own_folder(finished_bisect: tuple[Any, Any, Path]) -> None:
     from kernodeck.upgrade import bisect as bisecting
 
@@ -194,13 +198,13 @@ def test_out5_the_next_bisect_replaces_its_own_folder(finished_bisect: tuple[Any
     assert bisecting._folder(project, plat, folder) == folder
 
 
-def test_out5_premise_the_refusal_says_kernodeck_did_not_write_its_own_files(
+def test_out5_a_user_file_added_to_a_finished_bisect_folder_is_still_refused(
         finished_bisect: tuple[Any, Any, Path]) -> None:
     from kernodeck.upgrade import bisect as bisecting
 
     project, plat, folder = finished_bisect
-    assert (folder / "bisect.md").is_file() and (folder / "try-01").is_dir()
-    with pytest.raises(UnsafeOut, match=r"entries Kernodeck did not write.*try-01/.*bisect\.md"):
+    (folder / "notes.md").write_text("mine\n", encoding="utf-8")
+    with pytest.raises(UnsafeOut, match=r"entry Kernodeck did not write.*notes\.md"):
         bisecting._folder(project, plat, folder)
 
 
@@ -234,25 +238,32 @@ def _dossier(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.xfail(strict=True, reason="OUT6: a folder --out inside a marked dossier is accepted")
 def test_out6_compare_into_a_dossier_leaves_nothing_called_foreign(tmp_path: Path) -> None:
     dossier = _dossier(tmp_path / "base")
     proc = _kernodeck("compare", "dossier/reference", "dossier/reference", "--out", str(dossier / "cmp"))
     assert proc.returncode == 2 or outdir.foreign(dossier) == [], (proc.returncode, outdir.foreign(dossier))
 
 
-@pytest.mark.xfail(strict=True, reason="OUT6: outdir.check never looks at a marked folder above the --out")
 def test_out6_a_folder_out_inside_a_dossier_is_refused_naming_it(tmp_path: Path) -> None:
     dossier = _dossier(tmp_path / "base")
     with pytest.raises(UnsafeOut, match="a dossier Kernodeck wrote whole"):
         outdir.check(dossier / "cmp", what="compare's output", tip="nox -s compare -- A B --out NEW-FOLDER")
 
 
-def test_out6_premise_compare_writes_there_and_the_dossier_becomes_foreign(tmp_path: Path) -> None:
+def test_out6_compare_into_a_dossier_is_refused_naming_it(tmp_path: Path) -> None:
     dossier = _dossier(tmp_path / "base")
     proc = _kernodeck("compare", "dossier/reference", "dossier/reference", "--out", str(dossier / "cmp"))
-    assert proc.returncode == 0, proc.stderr
-    assert (dossier / "cmp" / "compare.md").is_file() and outdir.foreign(dossier) == ["cmp/"]
+    assert proc.returncode == 2 and f"is inside {dossier}, a dossier Kernodeck wrote whole" in proc.stderr, proc.stderr
+    assert not (dossier / "cmp").exists() and outdir.foreign(dossier) == []
+
+
+def test_out6_control_a_folder_this_process_is_filling_takes_its_outputs(tmp_path: Path) -> None:
+    """An upgrade's verify writes its dossier inside the upgrade's folder, signed first (outdir.filling)."""
+    dossier = _dossier(tmp_path / "upgrade")
+    with outdir.filling(dossier):
+        assert outdir.check(dossier / "verify", what="the dossier", tip="t") == (dossier / "verify").resolve()
+    with pytest.raises(UnsafeOut):
+        outdir.check(dossier / "verify", what="the dossier", tip="t")
 
 
 def test_control3_a_single_file_in_a_dossier_is_refused_naming_it(tmp_path: Path) -> None:
@@ -297,7 +308,6 @@ def _left_after_window(filename: str) -> tuple[Any, list[Any]]:
     return hook, calls
 
 
-@pytest.mark.xfail(strict=True, reason="WINDOW2: a function under a stdlib file's name is taken for the library's")
 @pytest.mark.usefixtures("hooks_kept")
 def test_window2_the_applications_hooks_are_put_back_whatever_their_code_is_named() -> None:
     hook, _ = _left_after_window(os.__file__)
@@ -305,13 +315,13 @@ def test_window2_the_applications_hooks_are_put_back_whatever_their_code_is_name
 
 
 @pytest.mark.usefixtures("hooks_kept")
-def test_window2_premise_the_kept_gc_callback_runs_between_windows() -> None:
+def test_window2_the_applications_gc_callback_no_longer_runs_between_windows() -> None:
     from kernodeck.inenv import leftover
 
     hook, calls = _left_after_window(os.__file__)
-    assert leftover._own_code(hook) and hook in gc.callbacks
+    assert not leftover._own_code(hook) and hook not in gc.callbacks
     gc.collect()
-    assert calls, "the application's gc callback ran on Kernodeck's thread, after its window"
+    assert not calls
 
 
 @pytest.mark.usefixtures("hooks_kept")
@@ -393,23 +403,27 @@ def _smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, A
     return record, calls
 
 
-@pytest.mark.xfail(strict=True, reason="WINDOW3: the smoke answer's path stays the project's str, compared unwatched")
 def test_window3_no_code_of_the_smoke_answers_path_runs_outside_its_window(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     _, calls = _smoke(tmp_path, monkeypatch)
     assert all(inside for _, inside in calls), calls
 
 
-@pytest.mark.xfail(strict=True, reason="WINDOW3: a fallback path whose __ne__ says False passes the declared path")
 def test_window3_a_fallback_path_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     record, _ = _smoke(tmp_path, monkeypatch)
     assert record is None
 
 
-def test_window3_premise_plain_keeps_the_answers_own_str(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    record, calls = _smoke(tmp_path, monkeypatch)
-    assert record is not None and type(record["path"]).__name__ == "Path" and str.__str__(record["path"]) == "fallback"
-    assert ("__ne__", False) in calls  # extensions.compare's `!=`, after the window closed
+def test_window3_plain_keeps_an_exact_str(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path is the call's own word, made an exact str inside the window: no code of the answer's runs later."""
+    from kernodeck.inenv import extensions
+
+    class Mine(str):
+        def __str__(self) -> str:
+            return self
+
+    made = extensions.plain("x", {"output": [1.0], "reference": [1.0], "path": Mine("compiled")})
+    assert type(made["path"]) is str and made["path"] == "compiled"
 
 
 def test_control5_the_smoke_call_itself_runs_inside_its_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -449,7 +463,6 @@ def _variation_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, v
     return seen
 
 
-@pytest.mark.xfail(strict=True, reason="CAL4: a declared preload is left out of every calibrate variation")
 @pytest.mark.parametrize("name,value", PRELOADS)
 def test_cal4_a_declared_preload_stays_in_the_variations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
                                                          value: str) -> None:
@@ -457,14 +470,27 @@ def test_cal4_a_declared_preload_stays_in_the_variations(tmp_path: Path, monkeyp
 
 
 @pytest.mark.parametrize("name,value", PRELOADS)
-def test_cal4_premise_verify_passes_it_declared(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+def test_cal4_verify_passes_it_declared_and_calibrate_shows_it_kept(monkeypatch: pytest.MonkeyPatch, name: str,
+                                                                    value: str) -> None:
     from kernodeck.env import start
+    from kernodeck.inenv.protocol import ConfigKey
+    from kernodeck.measure import variations
     from kernodeck.verify.steps.in_env import RUNNER_ENV
 
     monkeypatch.setenv(name, value)
     env = start.environ(RUNNER_ENV, [])
     assert env.get(name) == value and start.undeclared_preload(env, [os.path.basename(value)]) == []
-    assert start.numerics(name)  # and calibrate's keep-list leaves it out
+    assert name not in variations.callers_numerics({ConfigKey.LIBRARIES: [os.path.basename(value)]})
+
+
+@pytest.mark.parametrize("name,value", PRELOADS)
+def test_cal4_an_undeclared_preload_is_still_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                                                      value: str) -> None:
+    from kernodeck.measure import variations
+
+    monkeypatch.setenv(name, value + ":libother.so")  # one library no declaration names
+    assert name not in _variation_env(tmp_path, monkeypatch, name, value + ":libother.so")
+    assert name in variations.callers_numerics({"libraries": [os.path.basename(value)]})
 
 
 def test_control6_the_loaders_path_stays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -487,14 +513,14 @@ def _declared_run_failed(tmp_path: Path) -> Any:
     return raised.value
 
 
-@pytest.mark.xfail(strict=True, reason="MSG4: calibrate's failed declared run tips verify, which runs another env")
 def test_msg4_the_declared_runs_failure_tips_calibrate(tmp_path: Path) -> None:
     assert "nox -s calibrate" in str(_declared_run_failed(tmp_path).tip)
 
 
-def test_msg4_premise_it_tips_verify_whose_report_would_name_the_step(tmp_path: Path) -> None:
+def test_msg4_the_error_names_the_variation_and_its_first_error(tmp_path: Path) -> None:
     error = _declared_run_failed(tmp_path)
-    assert "static TLS block" in str(error) and str(error.tip).startswith("nox -s verify")
+    assert "calibrate's declared run failed" in str(error) and "static TLS block" in str(error)
+    assert "nox -s verify" not in str(error.tip)
 
 
 def test_control7_the_staged_calibration_folder_is_removed_on_an_error(tmp_path: Path) -> None:

@@ -1,0 +1,67 @@
+"""kernodeck/inenv/leftover.py: what the application leaves set for the interpreter to call later is put back at its
+window's end; a library's own hook stays. "A library's own" is proven by the code, not by the name the code carries
+(red-team pass 39, WINDOW2: a function compiled under ``os.__file__`` was taken for the standard library's)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import traceback
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kernodeck.inenv import leftover
+
+
+@pytest.fixture(autouse=True)
+def hooks_kept() -> Iterator[None]:
+    """sys.excepthook, sys.unraisablehook and gc.callbacks as they were, whatever a test leaves."""
+    saved = (sys.excepthook, sys.unraisablehook, list(gc.callbacks))
+    yield
+    sys.excepthook, sys.unraisablehook = saved[:2]
+    gc.callbacks[:] = saved[2]
+
+
+def _set_in_window(hook: Any) -> None:
+    """``hook`` set as the excepthook and a gc callback inside a window (leftover.taken, then put_back)."""
+    before = leftover.taken()
+    sys.excepthook = hook
+    gc.callbacks.append(hook)
+    leftover.put_back(before)
+
+
+def test_a_standard_library_function_set_in_the_window_stays() -> None:
+    """The control: code the trusted file defines, with its module's globals, is the library's own."""
+    assert leftover._own_code(traceback.print_exception)
+    _set_in_window(traceback.print_exception)
+    assert sys.excepthook is traceback.print_exception and traceback.print_exception in gc.callbacks
+
+
+def test_code_named_after_a_standard_library_file_is_put_back() -> None:
+    space: dict[str, Any] = {}
+    exec(compile("def hook(*args):\n    pass\n", os.__file__, "exec"), space)
+    assert not leftover._own_code(space["hook"])
+    _set_in_window(space["hook"])
+    assert sys.excepthook is not space["hook"] and space["hook"] not in gc.callbacks
+
+
+def test_code_run_in_a_library_modules_globals_but_not_defined_there_is_put_back() -> None:
+    """exec'd into os's own namespace under os's file name: the globals are the module's, the code is not its."""
+    exec(compile("def _kd_planted(*args):\n    pass\n", os.__file__, "exec"), os.__dict__)
+    try:
+        planted = os.__dict__["_kd_planted"]
+        assert not leftover._own_code(planted)
+    finally:
+        del os.__dict__["_kd_planted"]
+
+
+def test_a_library_functions_code_with_the_applications_globals_is_put_back() -> None:
+    """The library's own code run over the application's globals (what it calls by name is then the application's)."""
+    borrowed = types.FunctionType(traceback.print_exception.__code__, {"__name__": "app"}, "print_exception")
+    assert not leftover._own_code(borrowed)
+    _set_in_window(borrowed)
+    assert sys.excepthook is not borrowed
