@@ -238,7 +238,7 @@ def smoke(module, device):
 def _smoke_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     """The extensions step's smoke check of a project's ``checks/smoke.py`` (the window stubbed as world.window marks
     it: seen.ON[0] True inside): each call of the project's code and whether a window was open."""
-    from kernodeck.inenv import _common, extensions, seen
+    from kernodeck.inenv import _common, declared_files, extensions, seen, world
 
     @contextlib.contextmanager
     def window(ctx: object, who: str) -> Iterator[None]:
@@ -250,10 +250,10 @@ def _smoke_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[
 
     (tmp_path / "checks").mkdir()
     (tmp_path / "checks" / "smoke.py").write_text(SMOKE, encoding="utf-8")
-    monkeypatch.setattr(extensions.world, "window", window)
+    monkeypatch.setattr(world, "window", window)
     monkeypatch.setattr(extensions, "_import", lambda *args: object())
     ctx = _common.Context(config={"project_root": str(tmp_path)}, out=tmp_path / "out")
-    monkeypatch.setattr(extensions.declared_files, "declared", lambda ctx: {})
+    monkeypatch.setattr(declared_files, "declared", lambda ctx: {})
     decl: dict[str, Any] = {"module": "kdext._C", "smoke": "checks/smoke.py:smoke", "rtol": 0.0, "atol": 0.0,
                             "path": "compiled"}
     extensions._smoke(ctx, "kdext", decl, "cpu", {}, {})

@@ -376,7 +376,7 @@ def _smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, A
     project's code with whether a window was open."""
     import contextlib
 
-    from kernodeck.inenv import _common, extensions, seen
+    from kernodeck.inenv import _common, declared_files, extensions, seen, world
 
     @contextlib.contextmanager
     def window(ctx: object, who: str) -> Iterator[None]:
@@ -388,9 +388,9 @@ def _smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, A
 
     (tmp_path / "checks").mkdir()
     (tmp_path / "checks" / "smoke.py").write_text(SMOKE, encoding="utf-8")
-    monkeypatch.setattr(extensions.world, "window", window)
+    monkeypatch.setattr(world, "window", window)
     monkeypatch.setattr(extensions, "_import", lambda *args: object())
-    monkeypatch.setattr(extensions.declared_files, "declared", lambda ctx: {})
+    monkeypatch.setattr(declared_files, "declared", lambda ctx: {})
     ctx = _common.Context(config={"project_root": str(tmp_path)}, out=tmp_path / "out")
     decl: dict[str, Any] = {"module": "kdext._C", "smoke": "checks/smoke.py:smoke", "rtol": 0.0, "atol": 0.0,
                             "path": "compiled"}
