@@ -13,7 +13,7 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck._proc import clean_env, log, run_with_progress
 from kernodeck.errors import CommandFailed, ConfigError, LockFailed, LockfileError, SourceUnreachable
-from kernodeck.lock import index_client, lockfile, place, twin
+from kernodeck.lock import index_client, lockfile, place, twin, twinform
 from kernodeck.lock.inputs import (
     AS_OF_KEY,
     LockInputs,
@@ -282,7 +282,11 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
 def _twin_inputs(project: Project, plat: Platform, target: Path, sources: list[Source],
                  no_index: bool) -> tuple[dict[str, index_client.DistFile], place.Prefetch | None]:
     """The files the current twin already places (by sha256), and a prefetch of the pages it lacks."""
-    known = twin.known_files(pylock_path(project, plat))
+    try:
+        current = lockfile.read(target) if target.exists() else None
+    except LockfileError:
+        current = None
+    known = twinform.reusable(twin.known_files(pylock_path(project, plat)), current)
     return known, _prefetch(target, plat, sources, no_index, known)
 
 

@@ -159,6 +159,18 @@ def split(text: str) -> tuple[list[str], str]:
     return [], text
 
 
+def with_header(text: str, key: str, values: list[str]) -> str:
+    """``text`` with its header's ``# KEY: …`` lines replaced by one line per value (before the body digest, which
+    :func:`seal` refreshes); the rest byte-identical. Only Kernodeck's writers call this."""
+    header, body = split(text)
+    if not header:
+        return text
+    kept = [line for line in header[:-1] if not line.startswith(f"# {key}: ")]
+    at = next((i for i, line in enumerate(kept) if line.startswith(f"# {BODY_DIGEST}: ")), len(kept))
+    lines = [*kept[:at], *(f"# {key}: {value}" for value in values), *kept[at:], header[-1]]
+    return seal("\n".join(lines) + "\n" + body)
+
+
 def body_digest(body: str) -> str:
     return "sha256:" + sha256_text(body)
 

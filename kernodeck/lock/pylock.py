@@ -101,14 +101,19 @@ def dumps(lock: Pylock | Mapping[str, Any], header: str) -> str:
 
 
 def build(lock_text: str, path: Path, plat: Platform, machine: list[Source], *, no_index: bool,
-          fetcher: Fetcher | None = None, known: dict[str, DistFile] | None = None) -> str:
-    """The pylock text for a requirements lock's text (not yet written)."""
+          fetcher: Fetcher | None = None, known: dict[str, DistFile] | None = None) -> tuple[str, str]:
+    """The requirements lock's text and its pylock's text (neither written yet): the lock's text as given, but for
+    the names it records of the files the index serves at URLs that name no file (twinform.FILE_NAME)."""
     lock = lockfile.parse_text(lock_text, path)
     files = locate(lock.pins, plat, machine, no_index=no_index, fetcher=fetcher, known=known)
+    names = twinform.file_names(files)
+    if names != lock.header.get(twinform.FILE_NAME, []):
+        lock_text = lockfile.with_header(lock_text, twinform.FILE_NAME, names)
+        lock = lockfile.parse_text(lock_text, path)
     text = render(lock, plat, files, lock_text)
     log(f"kernodeck: PEP 751 lock for {plat.id}: {len(lock.pins)} packages, "
         f"{sum(len(v) for v in files.values())} files")
-    return text
+    return lock_text, text
 
 
 def disagreements(pylock_path: Path, lock: lockfile.Lockfile, limit: int = 5) -> list[str]:

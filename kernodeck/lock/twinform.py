@@ -38,6 +38,10 @@ from kernodeck.project.platforms import UV_PLATFORM_ENV, Platform
 from kernodeck.sources import PYPI, strip_credentials
 
 LOCK_VERSION = "1.0"
+# The requirements lock's header line that names a file the index serves at a URL naming no file (a PEP 691 index's
+# content-addressed ``/api/files/<sha256>``): ``# file-name: <sha256> <file name>``. The twin's name of such a file is
+# held to it: the lock, not the twin, binds the name (its wheel tags, what an installer selects by) to the bytes.
+FILE_NAME = "file-name"
 
 # platform.system()/sys.platform and platform.machine() of each OS/arch we name, for the `environments` marker.
 _MARKERS = {
@@ -105,6 +109,37 @@ def _file_fields(entry: DistFile) -> dict[str, Any]:
     }
 
 
+def file_names(files: Mapping[str, list[DistFile]]) -> list[str]:
+    """The lock's :data:`FILE_NAME` lines for ``files``: one per file at a URL that names no distribution file (none
+    for PyPI's or the PyTorch index's files), sorted."""
+    return sorted(f"{f.sha256} {f.filename}" for pin_files in files.values() for f in pin_files
+                  if url_file_name(f.url) != f.filename and not _names_a_file(url_file_name(f.url)))
+
+
+def recorded_names(lock: lockfile.Lockfile) -> dict[str, str]:
+    """The file names the lock's header binds to sha256 digests (:data:`FILE_NAME`)."""
+    names = {}
+    for line in lock.header.get(FILE_NAME, []):
+        digest, _, name = line.partition(" ")
+        if name:
+            names[digest] = name
+    return names
+
+
+def reusable(known: Mapping[str, DistFile], lock: lockfile.Lockfile | None) -> dict[str, DistFile]:
+    """Of the files an existing twin places (twin.known_files: its names as it says them), those a relock or a
+    rewrite may take again unasked: each whose name is its URL's, or, at a URL that names no file, the name ``lock``
+    records for its sha256. Any other is asked of the index again, so that a twin's name is never laundered into the
+    lock's record through the TIP that rewrites it (red-team pass 39, TWIN4)."""
+    names = recorded_names(lock) if lock is not None else {}
+    kept = {}
+    for digest, entry in known.items():
+        at = url_file_name(entry.url)
+        if at == entry.filename or (not _names_a_file(at) and names.get(digest) == entry.filename):
+            kept[digest] = entry
+    return kept
+
+
 def url_file_name(url: str) -> str:
     """The file a URL names: its path's last segment, percent-decoded (``torch-2.13.0%2Bcpu-…`` names
     ``torch-2.13.0+cpu-…``)."""
@@ -130,25 +165,33 @@ def departures(raw: Mapping[str, Any], data: Pylock, lock: lockfile.Lockfile, pl
     ``lock`` on ``plat``, its files placed at the twin's own URLs. Empty when an installer reads exactly that."""
     placed = {}
     misnamed: list[str] = []
+    bound = recorded_names(lock)
     for package in data.packages:
         for entry in twin.package_files(package):
             digest = entry.hashes.get("sha256")
             if digest and entry.url and entry.name:
                 # a URL that names a distribution file names this one, as the writer takes both from the index
                 # (another file's bytes under this name: red-team pass 37, TWIN2); a URL that names none (a
-                # content-addressed or download endpoint of a PEP 691 index) leaves the name to the index's word,
-                # which packaging.pylock has already held to the package's name and version (red-team pass 38, TWIN3)
+                # content-addressed or download endpoint of a PEP 691 index: pass 38, TWIN3) leaves the name to the
+                # index's word, which the writer records in the lock (FILE_NAME), bound to the file's sha256: the
+                # twin's name is held to it (another wheel's bytes under this name: pass 39, TWIN4)
                 at = url_file_name(entry.url)
-                named = at if at == entry.name or _names_a_file(at) else entry.name  # parsed only when they differ
-                if named != entry.name:
+                named = at if at == entry.name or _names_a_file(at) else bound.get(digest)  # parsed only if differ
+                if named is None:
+                    misnamed.append(f"{package.name}: the file {entry.name} in {twin_name} is at {entry.url}, which "
+                                    f"names no file, and {lock.path.name} records no name for its sha256 "
+                                    f"{digest[:12]}… (the writer records it: # {FILE_NAME})")
+                    named = entry.name
+                elif named != entry.name:
                     misnamed.append(f"{package.name}: the file {entry.name} in {twin_name} is at {entry.url}, whose "
-                                    f"file is {at} (a file's name must be its URL's)")
+                                    f"file is {named} (a file's name must be its URL's, or the one "
+                                    f"{lock.path.name} records for its sha256)")
                 placed[digest] = DistFile(named, entry.url, digest, entry.size, entry.upload_time)
     files = {pin.name: sorted((placed[h] for h in set(pin.hashes) if h in placed), key=lambda f: f.filename)
              for pin in lock.pins}
     recorded = (data.tool or {}).get("kernodeck", {}).get("version")
     want = expected(lock, plat, files, lock_text, version=recorded if isinstance(recorded, str) else __version__)
-    if dict(raw) == want:
+    if dict(raw) == want and not misnamed:
         return []
     found = misnamed + [f"{key}: {_shown(raw.get(key))} in {twin_name}, {_shown(want.get(key))} as Kernodeck writes it"
              for key in sorted(set(raw) | set(want)) if key != "packages" and raw.get(key) != want.get(key)]

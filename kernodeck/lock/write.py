@@ -7,7 +7,7 @@ from pathlib import Path
 from kernodeck._fs import write_atomic
 from kernodeck._proc import log
 from kernodeck.errors import LockFailed, MissingLockfile
-from kernodeck.lock import index_client, lockfile, pylock, twin
+from kernodeck.lock import index_client, lockfile, pylock, twin, twinform
 from kernodeck.lock.inputs import lock_path, pylock_path
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -25,7 +25,8 @@ def write_pair(
     refuse_machine_sources(text, sources, target.name, allow=plat.variant.index)  # the header too
     text = lockfile.seal(text)  # Kernodeck's own edit: the body digest follows it
     lockfile.parse_checked(text, target)
-    pylock_text = pylock.build(text, target, plat, sources, no_index=no_index, fetcher=fetcher, known=known)
+    text, pylock_text = pylock.build(text, target, plat, sources, no_index=no_index, fetcher=fetcher, known=known)
+    refuse_machine_sources(text, sources, target.name, allow=plat.variant.index)  # with the file names it records
     refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
     write_atomic(target, text)
     write_atomic(pylock_path(project, plat), pylock_text)
@@ -37,13 +38,18 @@ def write_pylock_only(project: Project, plat: Platform) -> Path:
     if not target.exists():
         raise MissingLockfile(plat.id, str(target.relative_to(project.root)))
     text = target.read_text(encoding="utf-8")
-    lockfile.read(target)
+    lock = lockfile.read(target)
     config = pip_config()
     sources = machine_sources(config=config)
     out = pylock_path(project, plat)
-    pylock_text = pylock.build(text, target, plat, sources, no_index=pip_no_index(config=config),
-                               known=twin.known_files(out))
+    named, pylock_text = pylock.build(text, target, plat, sources, no_index=pip_no_index(config=config),
+                                      known=twinform.reusable(twin.known_files(out), lock))
     refuse_machine_sources(pylock_text, sources, plat.pylock_name, allow=plat.variant.index)
+    if named != text:  # the names of files at URLs that name none, recorded in the lock (its body unchanged)
+        refuse_machine_sources(named, sources, target.name, allow=plat.variant.index)
+        write_atomic(target, named)
+        log(f"kernodeck: recorded in {target.relative_to(project.root)} the names of the files its index serves at "
+            "URLs that name no file")
     write_atomic(out, pylock_text)
     log(f"kernodeck: wrote {out.relative_to(project.root)} for {target.name}")
     return out

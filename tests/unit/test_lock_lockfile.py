@@ -114,3 +114,20 @@ def test_a_path_that_is_not_a_readable_file_is_a_lockfile_error(tmp_path: Path, 
     path = make(tmp_path)  # type: ignore[operator]
     with pytest.raises(LockfileError, match="cannot be read as a lockfile"):
         lockfile.read(path)
+
+
+def test_header_lines_of_a_key_are_replaced_and_the_body_stays_sealed(tmp_path: Path) -> None:
+    """with_header (the writer's record of the files at URLs that name none): one line per value before the body
+    digest, replaced whole on the next call, the body byte-identical and its seal valid; an edit of the body is still
+    caught."""
+    path = ROOT / "lockfiles" / "cp311-linux_x86_64-cpu.txt"
+    text = path.read_text(encoding="utf-8")
+    named = lockfile.with_header(text, "file-name", ["aa numpy-a.whl", "bb numpy-b.whl"])
+    lock = lockfile.parse_text(named, path)
+    assert lock.header["file-name"] == ["aa numpy-a.whl", "bb numpy-b.whl"]
+    assert lockfile.split(named)[1] == lockfile.split(text)[1]
+    lockfile.check_seal(named, lock)
+    assert lockfile.with_header(named, "file-name", []) == text
+    with pytest.raises(LockfileError):
+        edited = named.replace("\nnumpy==2.4.6 \\", "\nnumpy==2.4.5 \\")
+        lockfile.check_seal(edited, lockfile.parse_text(edited, path))

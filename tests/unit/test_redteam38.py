@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -54,7 +53,7 @@ from typing import Any
 import pytest
 
 from kernodeck.env import start
-from kernodeck.lock import check, index_client, lockfile, pylock, twin
+from kernodeck.lock import check, index_client, lockfile, pylock, twin, twinform
 from kernodeck.lock.index_client import DistFile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
@@ -85,8 +84,10 @@ def _written_twin(tmp_path: Path, url_of: str) -> tuple[Path, Path]:
     files: dict[str, list[DistFile]] = {
         pin.name: sorted((known[h] for h in pin.hashes if h in known), key=lambda f: f.filename) for pin in lock.pins}
     target, twin_file = tmp_path / lock_path.name, tmp_path / f"pylock.{PLATFORM}.toml"
-    shutil.copy2(lock_path, target)
-    twin_file.write_text(pylock.render(lock, PLAT, files, lock_path.read_text(encoding="utf-8")), encoding="utf-8")
+    # the lock as the writer leaves it: the names of the files at URLs that name none recorded (pass 39, TWIN4)
+    text = lockfile.with_header(lock_path.read_text(encoding="utf-8"), twinform.FILE_NAME, twinform.file_names(files))
+    target.write_text(text, encoding="utf-8")
+    twin_file.write_text(pylock.render(lockfile.parse_text(text, target), PLAT, files, text), encoding="utf-8")
     return target, twin_file
 
 

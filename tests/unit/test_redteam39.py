@@ -1,9 +1,10 @@
 """Red-team pass 39 (9fbf3b5: pass 38's fixes attacked by class): each finding reproduced, marked ``xfail(strict=True)``
 with its id while it stands, beside premises (passing today: the setup reaches the vulnerable path) and controls.
 
-TWIN4 (TWIN3's fix, the twin check; FALSE PASS of the lock check): at a URL that names no distribution file (a PEP 691
-index's ``/api/files/<sha256>``, a download endpoint ``/download?file=…``, a file's URL with a trailing slash or
-``;params``) the check leaves the file's ``name`` to the index's word, held only to the package's name and version.
+TWIN4 (fixed: the writer records in the lock the name of each file at a URL naming none, # file-name, and the twin's
+name is held to it; TWIN3's fix, the twin check; FALSE PASS of the lock check): at a URL that names no distribution file
+(a PEP 691 index's ``/api/files/<sha256>``, a download endpoint ``/download?file=…``, a file's URL with a trailing slash
+or ``;params``) the check leaves the file's ``name`` to the index's word, held only to the package's name and version.
 Nothing then holds the NAME to the HASH: a twin whose cp311 wheel entry carries the cp312 wheel's sha256 (and URL), and
 the cp312 entry the cp311 one's, passes ``check.twin_disagreements`` (lock --check, rebuild, verify's lock-check): the
 same hashes per pin, each name a valid file of numpy 2.4.6. An installer of the pylock (uv reads ``name`` for a wheel's
@@ -70,7 +71,7 @@ import pytest
 
 from kernodeck import outdir
 from kernodeck.errors import UnsafeOut
-from kernodeck.lock import check, lockfile, pylock, twin
+from kernodeck.lock import check, lockfile, pylock, twin, twinform
 from kernodeck.lock.index_client import DistFile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
@@ -103,17 +104,26 @@ def _swapped_twin(tmp_path: Path, url_of: str) -> tuple[Path, Path]:
     known = twin.known_files(ROOT / "lockfiles" / f"pylock.{PLATFORM}.toml")
     a = next(f for f in known.values() if f.filename == CP311)
     b = next(f for f in known.values() if f.filename == CP312)
+    served = dict(known)  # as the index serves them: each name with its own bytes, at a URL naming no file
+    served[a.sha256] = DistFile(CP311, url_of.format(sha=a.sha256, file=a.filename), a.sha256, a.size, a.upload_time)
+    served[b.sha256] = DistFile(CP312, url_of.format(sha=b.sha256, file=b.filename), b.sha256, b.size, b.upload_time)
     known[a.sha256] = DistFile(CP312, url_of.format(sha=a.sha256, file=a.filename), a.sha256, a.size, a.upload_time)
     known[b.sha256] = DistFile(CP311, url_of.format(sha=b.sha256, file=b.filename), b.sha256, b.size, b.upload_time)
-    files: dict[str, list[DistFile]] = {
-        pin.name: sorted((known[h] for h in pin.hashes if h in known), key=lambda f: f.filename) for pin in lock.pins}
+
+    def per_pin(table: dict[str, DistFile]) -> dict[str, list[DistFile]]:
+        return {pin.name: sorted((table[h] for h in pin.hashes if h in table), key=lambda f: f.filename)
+                for pin in lock.pins}
+
     target, twin_file = tmp_path / lock_path.name, tmp_path / f"pylock.{PLATFORM}.toml"
-    shutil.copy2(lock_path, target)
-    twin_file.write_text(pylock.render(lock, PLAT, files, lock_path.read_text(encoding="utf-8")), encoding="utf-8")
+    # the lock as the writer left it from the index (the names it serves, recorded), the twin swapped afterwards
+    text = lockfile.with_header(lock_path.read_text(encoding="utf-8"), twinform.FILE_NAME,
+                                twinform.file_names(per_pin(served)))
+    target.write_text(text, encoding="utf-8")
+    twin_file.write_text(pylock.render(lockfile.parse_text(text, target), PLAT, per_pin(known), text),
+                         encoding="utf-8")
     return target, twin_file
 
 
-@pytest.mark.xfail(strict=True, reason="TWIN4: at a URL naming no file, a name is held to no hash: swapped passes")
 @pytest.mark.parametrize("kind", sorted(NO_FILE_URLS))
 def test_twin4_a_wheels_name_carrying_another_wheels_hash_is_refused(tmp_path: Path, kind: str) -> None:
     target, twin_file = _swapped_twin(tmp_path, NO_FILE_URLS[kind])
@@ -121,17 +131,69 @@ def test_twin4_a_wheels_name_carrying_another_wheels_hash_is_refused(tmp_path: P
 
 
 @pytest.mark.parametrize("kind", sorted(NO_FILE_URLS))
-def test_twin4_premise_the_cp311_entry_an_installer_picks_holds_the_cp312_files_hash(tmp_path: Path,
-                                                                                   kind: str) -> None:
-    _, twin_file = _swapped_twin(tmp_path, NO_FILE_URLS[kind])
-    committed = twin.known_files(ROOT / "lockfiles" / f"pylock.{PLATFORM}.toml")
-    real = {f.filename: f.sha256 for f in committed.values()}
-    data = twin.read(twin_file)  # valid for packaging.pylock
-    (numpy,) = [p for p in data.packages if p.name == "numpy"]
-    (entry,) = [w for w in numpy.wheels or () if w.name == CP311]
-    assert entry.hashes["sha256"] == real[CP312] != real[CP311]
-    # the check passes it today (the strict xfail above): nothing of its own names the swap
-    assert check.twin_disagreements(twin_file.with_name(f"{PLATFORM}.txt"), twin_file, PLAT) == []
+def test_twin4_the_refusal_names_the_name_the_lock_records(tmp_path: Path, kind: str) -> None:
+    target, twin_file = _swapped_twin(tmp_path, NO_FILE_URLS[kind])
+    found = check.twin_disagreements(target, twin_file, PLAT)
+    assert any(f"the file {CP311} in" in line and f"whose file is {CP312}" in line for line in found), found
+
+
+def test_twin4_a_lock_recording_no_name_for_such_a_file_is_named(tmp_path: Path) -> None:
+    """A twin at a URL naming no file beside a lock that records no name for it (written by hand, or by a Kernodeck
+    from before the record): its name is the twin's word alone, refused."""
+    lock_path = ROOT / "lockfiles" / f"{PLATFORM}.txt"
+    text = lock_path.read_text(encoding="utf-8")  # records no name
+    lock = lockfile.parse_text(text, lock_path)
+    known = twin.known_files(ROOT / "lockfiles" / f"pylock.{PLATFORM}.toml")
+    a = next(f for f in known.values() if f.filename == CP311)
+    known[a.sha256] = DistFile(CP311, f"https://pypi.internal.example/api/files/{a.sha256}", a.sha256, a.size,
+                               a.upload_time)
+    files = {pin.name: sorted((known[h] for h in pin.hashes if h in known), key=lambda f: f.filename)
+             for pin in lock.pins}
+    target, twin_file = tmp_path / lock_path.name, tmp_path / f"pylock.{PLATFORM}.toml"
+    shutil.copy2(lock_path, target)
+    twin_file.write_text(pylock.render(lock, PLAT, files, text), encoding="utf-8")
+    found = check.twin_disagreements(target, twin_file, PLAT)
+    assert any("records no name for its sha256" in line for line in found), found
+
+
+def test_twin4_the_writer_records_names_only_for_files_at_urls_naming_none() -> None:
+    """PyPI's and the PyTorch index's files are at URLs naming them: the committed locks record none."""
+    for lock_path in sorted((ROOT / "lockfiles").glob("cp3*.txt")):
+        assert twinform.FILE_NAME not in lockfile.read(lock_path).header, lock_path
+
+
+def test_twin4_the_writer_records_the_names_and_its_twin_passes(tmp_path: Path) -> None:
+    """pylock.build (lock and lock --pylock-only) over an index serving numpy's wheels at content-addressed URLs: the
+    lock's text comes back with their names recorded, its body unchanged, and the twin written with it passes."""
+    lock_path = ROOT / "lockfiles" / f"{PLATFORM}.txt"
+    text = lock_path.read_text(encoding="utf-8")
+    known = twin.known_files(ROOT / "lockfiles" / f"pylock.{PLATFORM}.toml")
+    for digest, entry in list(known.items()):
+        if entry.filename.startswith("numpy-"):
+            known[digest] = DistFile(entry.filename, f"https://pypi.internal.example/api/files/{digest}", digest,
+                                     entry.size, entry.upload_time)
+    named, pylock_text = pylock.build(text, lock_path, PLAT, [], no_index=True, known=known)
+    recorded = lockfile.parse_text(named, lock_path).header[twinform.FILE_NAME]
+    assert recorded and all(line.split(" ", 1)[1].startswith("numpy-2.4.6") for line in recorded), recorded
+    assert lockfile.split(named)[1] == lockfile.split(text)[1]  # the pins as they were
+    target, twin_file = tmp_path / lock_path.name, tmp_path / f"pylock.{PLATFORM}.toml"
+    target.write_text(named, encoding="utf-8")
+    twin_file.write_text(pylock_text, encoding="utf-8")
+    assert check.twin_disagreements(target, twin_file, PLAT) == []
+
+
+def test_twin4_a_rewrite_never_takes_a_twins_unbound_name_again(tmp_path: Path) -> None:
+    """What lock --pylock-only (the refusal's TIP) and a relock reuse of the twin unasked: a name bound to its file,
+    by its URL or by the lock's record; a swapped name is asked of the index again, never recorded from the twin."""
+    target, twin_file = _swapped_twin(tmp_path, NO_FILE_URLS["content-addressed"])
+    known = twin.known_files(twin_file)
+    kept = twinform.reusable(known, lockfile.read(target))
+    swapped = {f.sha256 for f in known.values() if f.filename in (CP311, CP312)}
+    assert swapped and not swapped & set(kept) and len(kept) == len(known) - 2
+    assert not {f.sha256 for f in known.values() if f.filename == CP311} & set(twinform.reusable(known, None))
+    (tmp_path / "named").mkdir()
+    named_twin = _swapped_twin(tmp_path / "named", "https://pypi.internal.example/packages/{file}")[1]
+    assert len(twinform.reusable(twin.known_files(named_twin), None)) == len(known) - 2  # TWIN2's swap too
 
 
 def test_control1_the_swap_at_urls_that_name_their_files_is_refused(tmp_path: Path) -> None:

@@ -139,11 +139,16 @@ def stopped_step(run_: Run, name: str, stopped: Stopped, python: Path) -> Step:
     error = stopped.message(stacks)
     if stopped.kind is Stop.INTERRUPTED:
         run_.meta.interrupted = {"signal": stopped.signal, "step": name}
-    again = tips.nox(run_.meta.session or "verify")  # the session that ran it (a reference's, an upgrade's)
+    again = _again(run_)
     details = {**stopped.details(stacks), "tip": again if stopped.kind is Stop.INTERRUPTED else
                f"read {stacks} (the project's own frames first), fix the blockage, then: {again}"}
     return Step(name, Status.FAILED, error=error, layer=stopped.layer, duration_s=round(stopped.ran_s, 2),
                 command=run_.meta.runner_command or "", interpreter=str(python), details=details)
+
+
+def _again(run: Run) -> str:
+    """The command that runs it again: the session that ran it (a reference's, an upgrade's), else its mode's."""
+    return tips.nox(run.meta.session or run.meta.mode or "verify")
 
 
 def _shown(root: Path, arg: str) -> str:
@@ -167,7 +172,7 @@ def _refuse_preload(run: Run, names: tuple[str, ...], undeclared: list[str]) -> 
         "not started",
         tip=f"unset {_loader_variables(run)}, or declare it in pyproject.toml "
             "([tool.kernodeck.environment] ld-preload = "
-            f"[\"{os.path.basename(undeclared[0])}\"]), then: {tips.nox(run.meta.session or 'verify')}")
+            f"[\"{os.path.basename(undeclared[0])}\"]), then: {_again(run)}")
     raise StepFailed(error, Step(names[0], Status.FAILED, details={"variables": run.meta.variables}))
 
 
