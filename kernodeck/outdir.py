@@ -179,16 +179,13 @@ def filling(folder: Path) -> Iterator[None]:
 
 
 def _refuse_inside_marked(out: Path, final: Path, what: str, tip: str) -> None:
-    """Refuse ``final`` inside a folder Kernodeck wrote whole (a dossier, a wheelhouse, a bisect's: its marker lists
-    every entry), unless this process is filling that folder: an entry added there makes the folder's next run refuse
-    it as holding what Kernodeck did not write (red-team passes 38 and 39, OUT4 and OUT6)."""
-    for parent in final.parents:
-        listing = _read_listing(parent) if parent not in _FILLING else None
-        if listing is not None:
+    """Refuse ``final`` inside a folder Kernodeck wrote whole (its marker lists every entry) but one this process fills:
+    an entry added there makes its next run refuse it (red-team passes 38 and 39, OUT4 and OUT6)."""
+    for parent in (p for p in final.parents if p not in _FILLING):
+        if (listing := _read_listing(parent)) is not None:
             raise UnsafeOut(
                 f"--out {out} is inside {parent}, a {listing.kind} Kernodeck wrote whole (its {MARKER} lists every "
-                f"entry); {what} added there would make its next run refuse {parent} as holding an entry it did not "
-                "list, so nothing was written",
+                f"entry); {what} added there would make its next run refuse {parent}, so nothing was written",
                 tip=f"{tip}; or give a place outside {parent}",
             )
 
