@@ -31,7 +31,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,10 +152,11 @@ def _refuse_foreign(out: Path, final: Path, what: str, tip: str) -> None:
     )
 
 
-def mark(folder: Path, kind: str) -> None:
+def mark(folder: Path, kind: str, keep: Collection[str] | None = None) -> None:
     """Sign ``folder`` as Kernodeck's: list every file in it with its sha256, and every folder (an empty one a failed
-    run left is Kernodeck's too), in a marker written last, atomically."""
-    entries = list(_walk(folder))
+    run left is Kernodeck's too), in a marker written last, atomically; with ``keep``, only the entries it names (what
+    the caller wrote, taken as it wrote them: :func:`entries`; a file the user added meanwhile stays the user's)."""
+    entries = [(rel, path) for rel, path in _walk(folder) if keep is None or rel in keep]
     files = {
         rel: "sha256:" + sha256_file(path)
         for rel, path in entries
@@ -164,6 +165,12 @@ def mark(folder: Path, kind: str) -> None:
     folders = sorted(rel for rel, path in entries if path.is_dir() and not path.is_symlink())
     record = {"made_by": "kernodeck", "version": MARKER_VERSION, "kind": kind, "files": files, "folders": folders}
     write_atomic(folder / MARKER, json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def entries(folder: Path, under: Path, skip: str = "") -> set[str]:
+    """``under`` and every entry below it but a ``skip`` folder directly in it, by paths relative to ``folder``."""
+    top = under.relative_to(folder).as_posix()
+    return {top} | {f"{top}/{rel}" for rel, _ in _walk(under) if rel.split("/")[0] != skip}
 
 
 @contextmanager
@@ -198,27 +205,15 @@ def _check_place(out: Path, final: Path, what: str, tip: str, root: Path | None,
     if root is not None:
         root = root.resolve()
         if _within(root, final):
-            raise UnsafeOut(
-                f"--out {out} is the project folder or a parent of it; {what} would replace the project",
-                tip=tip,
-            )
+            raise UnsafeOut(f"--out {out} is the project folder or a parent of it; {what} would replace the project",
+                            tip=tip)
         if _within(final, root) and not any(_within(final, a.resolve()) and final != a.resolve() for a in allowed):
             places = " or ".join(f"{os.path.relpath(a, root)}/" for a in allowed) or "outside the project"
-            raise UnsafeOut(
-                f"--out {out} is inside the project ({os.path.relpath(final, root)}), where {what} would "
-                f"replace project files; outputs go under {places}",
-                tip=tip,
-            )
+            raise UnsafeOut(f"--out {out} is inside the project ({os.path.relpath(final, root)}), where {what} would "
+                            f"replace project files; outputs go under {places}", tip=tip)
 
 
-def check(
-    out: Path,
-    *,
-    what: str,
-    tip: str,
-    root: Path | None = None,
-    allowed: tuple[Path, ...] = (),
-) -> Path:
+def check(out: Path, *, what: str, tip: str, root: Path | None = None, allowed: tuple[Path, ...] = ()) -> Path:
     """Resolve ``out`` and refuse it unless Kernodeck may write (and later replace) a folder there.
 
     ``root`` is the project (None when the command needs none); ``allowed`` are the project's own output folders,

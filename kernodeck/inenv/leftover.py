@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import types
 from typing import Any
 
 from . import paths
@@ -32,12 +33,17 @@ def _own_code(func: Any) -> bool:
     Its code's file name is the application's to choose (``compile(src, os.__file__, "exec")``: red-team pass 39,
     WINDOW2), so the name alone proves nothing: the code must be one the trusted file itself defines (equal to a code
     object compiled from that file's bytes), run with that file's module's own globals."""
-    function = getattr(func, "__func__", func)
-    code, spaces = getattr(function, "__code__", None), getattr(function, "__globals__", None)
+    # a bound method's function, never an object's own ``__func__`` or ``__code__`` attribute (pass 40, WINDOW4: an
+    # application object carrying a standard library function's ``__func__`` kept its own ``__call__`` as the hook)
+    function = func.__func__ if type(func) is types.MethodType else func
+    if type(function) is not types.FunctionType:
+        return False
+    code, spaces = function.__code__, function.__globals__
     name = getattr(code, "co_filename", "")
     if not (isinstance(name, str) and os.path.isabs(name) and paths.trusted(os.path.normpath(name))):
         return False
-    module = sys.modules.get(spaces.get("__name__", "")) if isinstance(spaces, dict) else None
+    module_name = dict.get(spaces, "__name__")  # dict's own get: the globals may be a dict of the application's class
+    module = sys.modules.get(module_name) if type(module_name) is str else None
     if module is None or getattr(module, "__dict__", None) is not spaces:
         return False
     return any(code == defined for defined in _defined_in(os.path.normpath(name)))

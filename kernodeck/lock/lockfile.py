@@ -22,6 +22,9 @@ from kernodeck.errors import LockfileError
 FORMAT_VERSION = "1"
 _HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})$")
 BODY_DIGEST = "body-digest"
+# The header's line naming a file an index serves at a URL that names no file: ``# file-name: <sha256> <file name>``
+# (written by the PEP 751 twin's writer, kernodeck/lock/twinform.py; sealed with the pins).
+FILE_NAME = "file-name"
 _SOURCE_OPTIONS = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host")
 
 
@@ -171,8 +174,16 @@ def with_header(text: str, key: str, values: list[str]) -> str:
     return seal("\n".join(lines) + "\n" + body)
 
 
-def body_digest(body: str) -> str:
-    return "sha256:" + sha256_text(body)
+def body_digest(body: str, names: list[str] | tuple[str, ...] = ()) -> str:
+    """The digest the seal records: of the body (the pins), and of the header's :data:`FILE_NAME` lines where it has
+    any (the names the lock binds to files at URLs that name none are the lock's word as its pins are: red-team pass
+    40, TWIN5); a lock without them is sealed as before."""
+    return "sha256:" + sha256_text("".join(f"{line}\n" for line in names) + body)
+
+
+def _names(header: list[str]) -> list[str]:
+    """The header's :data:`FILE_NAME` lines, as written."""
+    return [line for line in header if line.startswith(f"# {FILE_NAME}: ")]
 
 
 def seal(text: str) -> str:
@@ -184,7 +195,7 @@ def seal(text: str) -> str:
     if not header:
         return text
     kept = [line for line in header[:-1] if not line.startswith(f"# {BODY_DIGEST}: ")]
-    return "\n".join([*kept, f"# {BODY_DIGEST}: {body_digest(body)}", header[-1]]) + "\n" + body
+    return "\n".join([*kept, f"# {BODY_DIGEST}: {body_digest(body, _names(header))}", header[-1]]) + "\n" + body
 
 
 def check_seal(text: str, lock: Lockfile) -> None:
@@ -196,11 +207,13 @@ def check_seal(text: str, lock: Lockfile) -> None:
             str(lock.path), None,
             f"the header records no {BODY_DIGEST} (made by an older Kernodeck, or its header edited by hand)",
         )
-    actual = body_digest(split(text)[1])
+    header, body = split(text)
+    actual = body_digest(body, _names(header))
     if recorded != actual:
         raise LockfileError(
             str(lock.path), number,
-            f"the pins no longer match the header's {BODY_DIGEST} ({recorded[:19]}…, the body is {actual[:19]}…): "
+            f"the pins (or the file names it records) no longer match the header's {BODY_DIGEST} ({recorded[:19]}…, "
+            f"the body is {actual[:19]}…): "
             f"edited by hand?{_against_twin(lock)} Locks change only through `{tips.LOCK}` (or its --upgrade-package"
             " / --widen-python)",
         )

@@ -39,9 +39,9 @@ from kernodeck.sources import PYPI, strip_credentials
 
 LOCK_VERSION = "1.0"
 # The requirements lock's header line that names a file the index serves at a URL naming no file (a PEP 691 index's
-# content-addressed ``/api/files/<sha256>``): ``# file-name: <sha256> <file name>``. The twin's name of such a file is
-# held to it: the lock, not the twin, binds the name (its wheel tags, what an installer selects by) to the bytes.
-FILE_NAME = "file-name"
+# content-addressed ``/api/files/<sha256>``), sealed with the pins. The twin's name of such a file is held to it: the
+# lock, not the twin, binds the name (its wheel tags, what an installer selects by) to the bytes.
+FILE_NAME = lockfile.FILE_NAME
 
 # platform.system()/sys.platform and platform.machine() of each OS/arch we name, for the `environments` marker.
 _MARKERS = {

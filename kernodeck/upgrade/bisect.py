@@ -141,6 +141,7 @@ class _Trials:
         self.records: list[TrialRecord] = []
         self.limit = bound(max(len(changes), 1))
         self.kept: dict[str, tuple[int, Path]] = {}  # lock digest -> the trial that built the kept env, its folder
+        self.written = {"bisect.md", "bisect.json"}  # what it wrote in its folder (each trial's, taken as it ended)
 
     def names_of(self, subset: frozenset[int]) -> set[str]:
         return {name for i in subset for name in self.groups[i].names}
@@ -168,6 +169,14 @@ class _Trials:
         return env
 
     def probe(self, subset: frozenset[int]) -> Outcome:
+        """One trial, its entries taken as it ends (its env's venv/ left out: removed when the bisect ends)."""
+        trial = self.folder / f"try-{len(self.records) + 1:02d}"
+        try:
+            return self._probe(subset)
+        finally:
+            self.written |= outdir.entries(self.folder, trial, skip="venv") if trial.is_dir() else set()
+
+    def _probe(self, subset: frozenset[int]) -> Outcome:
         number = len(self.records) + 1
         names = self.names_of(subset)
         whole = len(subset) == len(self.groups)
@@ -340,14 +349,13 @@ def bisect_locks(project: Project, plat: Platform, good_path: Path, bad_path: Pa
 
 def _bisect(trials: _Trials, d: lockdiff.LockDiff, plat: Platform, folder: Path) -> BisectResult:
     """:func:`bisect_locks`' search over ``trials`` and its report; then the kept envs removed and the folder signed
-    again with every entry its trials and report wrote, finished or stopped, so that the next bisect --out here may
-    replace it (signed only while empty, it was refused as "entries Kernodeck did not write": red-team pass 39,
-    OUT5)."""
+    again with the entries its trials and report wrote, finished or stopped, so that the next bisect --out here may
+    replace it (pass 39, OUT5), but not a file the user put there meanwhile (pass 40, OUT7)."""
     try:
         return _search(trials, d, plat, folder)
     finally:
         trials.close()
-        outdir.mark(folder, "bisect")
+        outdir.mark(folder, "bisect", keep=trials.written)
 
 
 def _search(trials: _Trials, d: lockdiff.LockDiff, plat: Platform, folder: Path) -> BisectResult:

@@ -400,7 +400,8 @@ def test_hand_edited_lock_is_refused(tmp_path: Path, edit: str) -> None:
     assert text != lock.read_text()
     if edit == "body":
         lock.write_text(text)
-        _lock_refused(project, tmp_path, "the pins no longer match the header's body-digest")
+        _lock_refused(project, tmp_path,
+                      "the pins (or the file names it records) no longer match the header's body-digest")
     else:  # whoever recomputes the digest still meets the twin, which was written for the lock as it was
         lock.write_text(lockfile.seal(text))
         _lock_refused(project, tmp_path, f"numpy: 2.0.0 in {PLATFORM}.txt, 2.4.6 in pylock.{PLATFORM}.toml",
