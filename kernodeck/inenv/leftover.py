@@ -22,7 +22,7 @@ import threading
 import types
 from typing import Any
 
-from . import paths
+from . import paths, stackhooks
 
 _SETTERS = (sys.settrace, sys.setprofile, threading.settrace, threading.setprofile)
 
@@ -123,3 +123,4 @@ def put_back(before: tuple[Any, ...]) -> None:
         handler = now[8].get(signum)
         if handler is not was and was is not None and callable(handler) and not _own_code(handler):
             signal.signal(signum, was)
+            stackhooks.reinstate(signum)

@@ -38,6 +38,15 @@ def _register(folder: Path, how: str) -> None:
     faulthandler.register(signum, file=handle, all_threads=True, chain=False)
 
 
+def reinstate(signum: int) -> None:
+    """faulthandler on ``signum`` again, to the same file, when it is the stacks signal: its handler was just put back
+    to the default that :func:`signal.getsignal` reports for faulthandler's own (leftover.put_back, the application
+    having set its own), which would end the process when the supervisor asks for its stacks (red-team pass 40)."""
+    if _OPEN and signum == getattr(signal, STACKS_SIGNAL, None):
+        faulthandler.unregister(signum)  # still "registered" to faulthandler, which would not install its handler again
+        faulthandler.register(signum, file=_OPEN[0], all_threads=True, chain=False)
+
+
 def install() -> None:
     """Register this process, and every process forked from it, when the supervisor asked for stacks."""
     folder = os.environ.get(STACKS_DIR_ENV)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
 import sys
 import traceback
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,3 +67,28 @@ def test_a_library_functions_code_with_the_applications_globals_is_put_back() ->
     assert not leftover._own_code(borrowed)
     _set_in_window(borrowed)
     assert sys.excepthook is not borrowed
+
+
+STACKS_AFTER_A_WINDOW = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from kernodeck.inenv import leftover, stackhooks
+stackhooks.install()
+before = leftover.taken()
+signal.signal(signal.SIGUSR1, lambda *args: None)  # the application's own handler, set inside the window
+leftover.put_back(before)
+os.kill(os.getpid(), signal.SIGUSR1)  # the supervisor asks for the stacks of a stuck run
+print("alive")
+"""
+
+
+def test_the_stacks_signal_still_dumps_stacks_after_the_application_set_its_own(tmp_path: Path) -> None:
+    """faulthandler's handler reads as the default (signal.getsignal): putting the default back would let the
+    supervisor's request for stacks end the process with none (red-team pass 40's note). It is registered again."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "KERNODECK_STACKS_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", STACKS_AFTER_A_WINDOW, str(root)], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0 and "alive" in done.stdout, done.stderr
+    (dumped,) = tmp_path.glob("*.txt")
+    assert "most recent call first" in dumped.read_text(encoding="utf-8")
