@@ -45,6 +45,7 @@ CROSS_CUTTING = {
     "redteam38": "red-team pass 38's findings across pass 37's fixes by class: twin names, file doors, windows",
     "redteam39": "red-team pass 39's findings across pass 38's fixes by class: twin pairing, folder doors, leftovers",
     "redteam40": "red-team pass 40's findings across pass 39's fixes by class: the lock's name record, hooks, doors",
+    "redteam41": "red-team pass 41's findings across pass 40's fixes by class: the lock's newlines, hook globals",
 }
 
 

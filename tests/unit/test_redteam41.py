@@ -1,0 +1,168 @@
+"""Red-team pass 41 (dde643b: pass 40's fixes attacked by class): each finding reproduced, marked ``xfail(strict=True)``
+with its id while it stands, beside premises (passing today: the setup reaches the vulnerable path) and controls.
+
+MSG5 (WRONG TIP, a loop; the lock check's twin digest against the lock's raw bytes, check._held_to_writer): the lock
+is read with its newlines normalised (check.read_lock, lockfile.read: a CRLF checkout, git's ``core.autocrlf`` on
+Windows, a platform the project locks for, and the repository has no .gitattributes), and its seal holds; but the twin
+is held to the sha256 of the lock's RAW bytes, while its writer (pylock.build, twinform.expected) records the sha256 of
+the normalised text. So a CRLF checkout of a committed, current pair fails ``lock --check``/rebuild/verify with "was not
+written for this …txt", and the TIP ``lock --pylock-only`` ("writes the twin of the lock as it is") writes a twin that
+fails the same way: following the TIP never ends it. CONTROL1: the same pair with LF newlines passes; the TIP's rewrite
+of an LF lock passes.
+
+WINDOW5 (FALSE claim of the closed world; WINDOW2/4's fix, leftover._own_code): the hook's code must be one a trusted
+file defines, "run with its module's own globals" (docs/application.md), but the check takes the module named by the
+globals' own ``__name__`` (any module in sys.modules whose ``__dict__`` they are), never that module's file: a function
+made by the application from a standard library function's code object and the APPLICATION's module globals
+(``types.FunctionType(textwrap.wrap.__code__, globals())``) counts as the standard library's own, is left in
+``gc.callbacks`` (or as an exception hook) after its window, and every global name the library's code looks up
+(``TextWrapper`` here) is the application's: its code runs on Kernodeck's thread between windows, on every gc
+collection. No default, closure, ``__self__`` or standard library wrapper is involved (the stated limits). CONTROL2:
+the standard library's own ``textwrap.wrap`` is kept; the application's plain function is put back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import shutil
+import sys
+import textwrap
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernodeck.inenv import leftover
+from kernodeck.lock import check, write
+from kernodeck.project.config import load_project
+from kernodeck.project.platforms import parse_platform_id
+from tests.helpers.project import ROOT
+
+PLATFORM = "cp311-linux_x86_64-cpu"
+
+# --- MSG5 ------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Path]:
+    """(project, platform, lock): the committed lock and twin copied into a project rooted in ``tmp_path``; no pip
+    configuration and no index (the twin's files are all reused: nothing is asked)."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    for var in ("UV_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_DEFAULT_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+
+    project = dataclasses.replace(load_project(ROOT), root=tmp_path, lockfiles=tmp_path / "lockfiles")
+    plat = parse_platform_id(project, PLATFORM)
+    (tmp_path / "lockfiles").mkdir()
+    for name in (plat.lock_name, plat.pylock_name):
+        shutil.copy2(ROOT / "lockfiles" / name, tmp_path / "lockfiles" / name)
+    return project, plat, tmp_path / "lockfiles" / plat.lock_name
+
+
+def _crlf(lock: Path) -> None:
+    """The lock as a CRLF checkout holds it (git's core.autocrlf=true)."""
+    lock.write_bytes(lock.read_bytes().replace(b"\n", b"\r\n"))
+
+
+def test_msg5_premise_a_crlf_checkout_of_the_lock_is_read_and_sealed(pair: tuple[Any, Any, Path]) -> None:
+    project, plat, lock = pair
+    _crlf(lock)
+    read = check.read_lock(project, plat)
+    assert read.error is None and read.parsed is not None and read.parsed.pins  # read, its seal holds
+    assert check.check_twin(project, plat) == [f"{plat.pylock_name} was not written for this {plat.lock_name}"]
+
+
+@pytest.mark.xfail(strict=True, reason="MSG5: the TIP lock --pylock-only writes a twin a CRLF lock still fails")
+def test_msg5_the_tips_rewrite_ends_the_refusal_of_a_crlf_lock(pair: tuple[Any, Any, Path]) -> None:
+    project, plat, lock = pair
+    _crlf(lock)
+    write.write_pylock_only(project, plat)  # what the refusal's TIP runs
+    assert check.check_twin(project, plat) == []
+
+
+def test_control1_the_lf_pair_passes_and_the_tips_rewrite_of_it_too(pair: tuple[Any, Any, Path]) -> None:
+    project, plat, _ = pair
+    assert check.check_twin(project, plat) == []
+    write.write_pylock_only(project, plat)
+    assert check.check_twin(project, plat) == []
+
+
+# --- WINDOW5 ---------------------------------------------------------------------------------------------------------
+
+CALLS: list[Any] = []
+
+
+class TextWrapper:
+    """The application's class under the name ``textwrap.wrap``'s code looks up in its globals."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        CALLS.append(kwargs)
+
+    def wrap(self, text: Any) -> list[str]:
+        CALLS.append(text)
+        return []
+
+
+def _borrowed() -> Any:
+    """A function of the application: the standard library's code, run with the application's module's globals."""
+    return types.FunctionType(textwrap.wrap.__code__, globals())
+
+
+def _plain(phase: Any, info: Any) -> None:
+    CALLS.append((phase, info))
+
+
+@pytest.fixture
+def hooks_kept() -> Iterator[None]:
+    saved = (sys.excepthook, sys.unraisablehook, list(gc.callbacks))
+    CALLS.clear()
+    yield
+    sys.excepthook, sys.unraisablehook = saved[:2]
+    gc.callbacks[:] = saved[2]
+
+
+def _left(hook: Any) -> Any:
+    """Set ``hook`` as a gc callback inside a window (leftover.taken, put_back: as world.window does)."""
+    before = leftover.taken()
+    gc.callbacks.append(hook)
+    leftover.put_back(before)
+    return hook
+
+
+def test_window5_premise_the_code_is_the_standard_librarys_and_the_globals_the_applications() -> None:
+    hook = _borrowed()
+    assert hook.__code__ is textwrap.wrap.__code__ and hook.__code__.co_filename.startswith(sys.base_prefix)
+    assert hook.__globals__ is globals() and hook.__globals__ is not vars(textwrap)
+    assert hook.__defaults__ is None and hook.__closure__ is None
+
+
+def test_window5_premise_the_application_module_is_one_in_sys_modules() -> None:
+    assert vars(sys.modules[__name__]) is globals()
+
+
+@pytest.mark.xfail(strict=True, reason="WINDOW5: the standard library's code with the application's globals is trusted")
+def test_window5_the_standard_librarys_code_with_the_applications_globals_is_not_its_own() -> None:
+    assert not leftover._own_code(_borrowed())
+
+
+@pytest.mark.xfail(strict=True, reason="WINDOW5: the application's class runs on every gc collection between windows")
+@pytest.mark.usefixtures("hooks_kept")
+def test_window5_the_applications_globals_no_longer_run_between_windows() -> None:
+    hook = _left(_borrowed())
+    gc.collect()
+    assert hook not in gc.callbacks and not CALLS
+
+
+@pytest.mark.usefixtures("hooks_kept")
+def test_control2_the_standard_librarys_own_function_is_kept_the_applications_put_back() -> None:
+    _left(textwrap.wrap)
+    assert textwrap.wrap in gc.callbacks
+    gc.callbacks.remove(textwrap.wrap)  # kept: the library's own (not called here: gc's arguments are not its)
+    _left(_plain)
+    assert _plain not in gc.callbacks
+    gc.collect()
+    assert not CALLS
