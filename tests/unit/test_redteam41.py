@@ -19,10 +19,18 @@ made by the application from a standard library function's code object and the A
 (``TextWrapper`` here) is the application's: its code runs on Kernodeck's thread between windows, on every gc
 collection. No default, closure, ``__self__`` or standard library wrapper is involved (the stated limits). CONTROL2:
 the standard library's own ``textwrap.wrap`` is kept; the application's plain function is put back.
+
+OUT8 (LOST EDIT; OUT7's fix, bisect signs the entries its trials wrote, taken as each trial ended: _Trials.probe,
+outdir.mark keep=): the entries are taken as each trial ends, but their CONTENT only when the bisect ends (``mark``
+hashes each kept entry then). A user who, while later trials run (hours), adds a note to a finished trial's file
+(``try-01/steps/…``) has their bytes signed as Kernodeck's: the next ``bisect --out SAME`` removes the folder without a
+word (``_folder``'s rmtree, "one Kernodeck made"). CONTROL3: the same edit made after the bisect ended is refused,
+named "(changed since Kernodeck wrote it)".
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import shutil
@@ -31,12 +39,15 @@ import textwrap
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from kernodeck import outdir
+from kernodeck.errors import UnsafeOut
 from kernodeck.inenv import leftover
-from kernodeck.lock import check, write
+from kernodeck.lock import check, lockfile, write
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
 from tests.helpers.project import ROOT
@@ -54,7 +65,6 @@ def pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Pat
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     for var in ("UV_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_DEFAULT_INDEX"):
         monkeypatch.delenv(var, raising=False)
-
     project = dataclasses.replace(load_project(ROOT), root=tmp_path, lockfiles=tmp_path / "lockfiles")
     plat = parse_platform_id(project, PLATFORM)
     (tmp_path / "lockfiles").mkdir()
@@ -166,3 +176,99 @@ def test_control2_the_standard_librarys_own_function_is_kept_the_applications_pu
     assert _plain not in gc.callbacks
     gc.collect()
     assert not CALLS
+
+
+# --- OUT8 ------------------------------------------------------------------------------------------------------------
+
+
+def _lock(tmp: Path, name: str, versions: dict[str, str]) -> lockfile.Lockfile:
+    body = "".join(f"{n}=={v} \\\n    --hash=sha256:{v.replace('.', '') * 32}\n" for n, v in sorted(versions.items()))
+    path = tmp / name
+    path.write_text(lockfile.render([("platform", PLATFORM)], body), encoding="utf-8")
+    return lockfile.read(path, require_header=False)
+
+
+def _bisect_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, during: Any) -> tuple[Any, Any, Path]:
+    """A bisect run to its end in its --out folder (test_redteam40's), each trial's checks writing its step record
+    (``steps/record.md``, as the runner's), then ``during(folder, trial)`` called (the user, while it runs)."""
+    from kernodeck.env import rebuild as rebuilding
+    from kernodeck.lock import lockdiff
+    from kernodeck.project.platforms import resolve_platform
+    from kernodeck.upgrade import bisect as bisecting
+    from kernodeck.upgrade.relock import Drift
+
+    project = dataclasses.replace(load_project(ROOT), venv_root=tmp_path / "venvs", runs=tmp_path / "runs")
+    plat = resolve_platform(project, PLATFORM)
+    good = _lock(tmp_path, "good.txt", {"a": "1.0", "b": "1.0"})
+    bad = _lock(tmp_path, "bad.txt", {"a": "2.0", "b": "2.0"})
+    d = lockdiff.diff(good, bad)
+
+    def envs(project: Any, plat: Any, lock_path: Path, **kw: Any) -> SimpleNamespace:
+        env = project.venv_root / "env"
+        env.mkdir(parents=True, exist_ok=True)
+        return SimpleNamespace(python=env / "bin" / "python", reused=not kw["fresh"])
+
+    def checks(self: Any, python: Path, folder: Path) -> list[Any]:
+        (folder / "steps").mkdir(parents=True, exist_ok=True)
+        (folder / "steps" / "record.md").write_text(f"the steps of {folder.name}\n", encoding="utf-8")
+        during(self.folder, folder)
+        return []
+
+    monkeypatch.setattr(rebuilding, "rebuild", envs)
+    monkeypatch.setattr(bisecting._Trials, "checks", checks)
+    monkeypatch.setattr(bisecting._Trials, "regroup", lambda self, python: None)
+    monkeypatch.setattr(Drift, "from_steps", classmethod(lambda cls, steps: SimpleNamespace(
+        holds=True, failure="", outputs=())))
+    folder = bisecting._folder(project, plat, tmp_path / "runs" / "bisect")
+    trials = bisecting._Trials(project, plat, good, bad, d.changes, "sha256:none", folder, {}, None)
+    try:
+        bisecting._bisect(trials, d, plat, folder)
+    finally:
+        trials.close()
+    return project, plat, folder
+
+
+NOTE = "\nthe user's note: try-01's numbers match the cluster run of 3 May\n"
+
+
+def _annotate_try01(folder: Path, trial: Path) -> None:
+    """The user, while a later trial runs, adds a note to the first trial's record (finished, its entries taken)."""
+    if trial.name != "try-01":
+        record = folder / "try-01" / "steps" / "record.md"
+        if NOTE not in record.read_text(encoding="utf-8"):
+            record.write_text(record.read_text(encoding="utf-8") + NOTE, encoding="utf-8")
+
+
+def test_out8_premise_a_later_trial_runs_after_try01_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, folder = _bisect_with(tmp_path, monkeypatch, _annotate_try01)
+    assert (folder / "try-02").is_dir()
+    assert NOTE in (folder / "try-01" / "steps" / "record.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.xfail(strict=True, reason="OUT8: the user's edit of a finished trial's file is signed at the bisect's end")
+def test_out8_an_edit_made_after_its_trial_ended_is_left_unsigned(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, folder = _bisect_with(tmp_path, monkeypatch, _annotate_try01)
+    assert outdir.foreign(folder) == ["try-01/steps/record.md (changed since Kernodeck wrote it)"]
+
+
+@pytest.mark.xfail(strict=True, reason="OUT8: the next bisect --out SAME removes the user's edit without a word")
+def test_out8_the_next_bisect_keeps_the_users_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernodeck.upgrade import bisect as bisecting
+
+    project, plat, folder = _bisect_with(tmp_path, monkeypatch, _annotate_try01)
+    with contextlib.suppress(UnsafeOut):  # refused, naming it: kept
+        bisecting._folder(project, plat, folder)
+    assert NOTE in (folder / "try-01" / "steps" / "record.md").read_text(encoding="utf-8")
+
+
+def test_control3_the_same_edit_after_the_bisect_ended_is_refused(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernodeck.upgrade import bisect as bisecting
+
+    project, plat, folder = _bisect_with(tmp_path, monkeypatch, lambda folder, trial: None)
+    assert outdir.foreign(folder) == []
+    _annotate_try01(folder, folder / "try-02")
+    with pytest.raises(UnsafeOut, match=r"try-01/steps/record\.md \(changed since Kernodeck wrote it\)"):
+        bisecting._folder(project, plat, folder)
+    assert NOTE in (folder / "try-01" / "steps" / "record.md").read_text(encoding="utf-8")
