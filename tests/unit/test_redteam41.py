@@ -26,6 +26,16 @@ hashes each kept entry then). A user who, while later trials run (hours), adds a
 (``try-01/steps/…``) has their bytes signed as Kernodeck's: the next ``bisect --out SAME`` removes the folder without a
 word (``_folder``'s rmtree, "one Kernodeck made"). CONTROL3: the same edit made after the bisect ended is refused,
 named "(changed since Kernodeck wrote it)".
+
+WINDOW6 (FALSE claim of the closed world, a route to a FALSE PASSED not run end to end; the class of pass 31's fix that
+took Kernodeck's own stderr, _common._own_stderr): nothing puts back ``sys.stdout``/``sys.stderr`` at a window's end
+(leftover.taken lists hooks only), and the runner's ``__main__`` block calls ``sys.stdout.flush()`` and
+``sys.stderr.flush()`` after ``main()`` returned, every step's result written (so do calibrate.py, resume.py and
+resume_app.py): an application that left a logger's tee there has its ``flush`` run on Kernodeck's thread after its
+last window, unwatched, before ``os._exit``, free to rewrite the run's ``steps/*.json`` that in_env.run_checks then
+reads for the verdict. Near the stated limit of "replacing a function of the standard library … that Kernodeck's own
+code calls", but a stream object, the one pass 31 stopped writing Kernodeck's lines into. CONTROL4: with the
+interpreter's own streams nothing of the application runs.
 """
 
 from __future__ import annotations
@@ -272,3 +282,55 @@ def test_control3_the_same_edit_after_the_bisect_ended_is_refused(tmp_path: Path
     with pytest.raises(UnsafeOut, match=r"try-01/steps/record\.md \(changed since Kernodeck wrote it\)"):
         bisecting._folder(project, plat, folder)
     assert NOTE in (folder / "try-01" / "steps" / "record.md").read_text(encoding="utf-8")
+
+
+# --- WINDOW6 ---------------------------------------------------------------------------------------------------------
+
+RUNNER = ROOT / "kernodeck" / "inenv" / "runner.py"
+# The application, in its last window: a logger's tee left as sys.stdout and sys.stderr (nothing puts them back),
+# whose flush writes (here a file beside the run's; it could be the run's own steps/*.json, the results verify reads).
+EXIT = '''
+import ast, os, sys
+from pathlib import Path
+done = Path(sys.argv[2])
+
+class Tee:
+    def __init__(self, real):
+        self.real = real
+    def write(self, text):
+        return self.real.write(text)
+    def flush(self):
+        done.write_text("the application's flush ran after the last window", encoding="utf-8")
+        self.real.flush()
+
+if sys.argv[3] == "tee":
+    sys.stdout, sys.stderr = Tee(sys.stdout), Tee(sys.stderr)
+tree = ast.parse(Path(sys.argv[1]).read_text(encoding="utf-8"))
+(block,) = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+code = compile(ast.Module(body=block.body, type_ignores=[]), sys.argv[1], "exec")
+exec(code, {"__name__": "__main__", "main": lambda: 0, "sys": sys, "os": os})  # the runner's end, its steps done
+'''
+
+
+def _runner_exit(tmp_path: Path, left: str) -> Path:
+    import subprocess
+
+    done = tmp_path / "ran.txt"
+    subprocess.run([sys.executable, "-c", EXIT, str(RUNNER), str(done), left], check=True, timeout=60,
+                   capture_output=True)
+    return done
+
+
+def test_window6_premise_the_runner_ends_after_its_steps_with_sys_streams_the_application_may_have_set() -> None:
+    source = RUNNER.read_text(encoding="utf-8")
+    assert 'if __name__ == "__main__":\n    status = main()' in source
+    assert not any(held is sys.stdout or held is sys.stderr for held in leftover.taken())  # never put back
+
+
+@pytest.mark.xfail(strict=True, reason="WINDOW6: the runner's exit calls the application's sys.stdout/stderr flush")
+def test_window6_the_applications_stream_is_not_called_after_the_last_window(tmp_path: Path) -> None:
+    assert not _runner_exit(tmp_path, "tee").exists()
+
+
+def test_control4_with_the_interpreters_own_streams_nothing_of_the_application_runs(tmp_path: Path) -> None:
+    assert not _runner_exit(tmp_path, "none").exists()
