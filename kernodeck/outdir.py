@@ -31,7 +31,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,25 +152,28 @@ def _refuse_foreign(out: Path, final: Path, what: str, tip: str) -> None:
     )
 
 
-def mark(folder: Path, kind: str, keep: Collection[str] | None = None) -> None:
+def mark(folder: Path, kind: str, written: Mapping[str, str | None] | None = None) -> None:
     """Sign ``folder`` as Kernodeck's: list every file in it with its sha256, and every folder (an empty one a failed
-    run left is Kernodeck's too), in a marker written last, atomically; with ``keep``, only the entries it names (what
-    the caller wrote, taken as it wrote them: :func:`entries`; a file the user added meanwhile stays the user's)."""
-    entries = [(rel, path) for rel, path in _walk(folder) if keep is None or rel in keep]
-    files = {
-        rel: "sha256:" + sha256_file(path)
-        for rel, path in entries
-        if rel != MARKER and path.is_file() and not path.is_symlink()
-    }
-    folders = sorted(rel for rel, path in entries if path.is_dir() and not path.is_symlink())
+    run left is Kernodeck's too), in a marker written last, atomically; with ``written``, only the entries it holds, as
+    the caller took them when it wrote them (:func:`entries`: a file the user added, or edited, meanwhile stays the
+    user's: red-team passes 40 and 41, OUT7 and OUT8)."""
+    if written is None:
+        written = entries(folder, folder)
+    files = {rel: digest for rel, digest in written.items() if digest is not None}
+    folders = sorted(rel for rel, digest in written.items() if digest is None and rel)
     record = {"made_by": "kernodeck", "version": MARKER_VERSION, "kind": kind, "files": files, "folders": folders}
     write_atomic(folder / MARKER, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
-def entries(folder: Path, under: Path, skip: str = "") -> set[str]:
-    """``under`` and every entry below it but a ``skip`` folder directly in it, by paths relative to ``folder``."""
+def entries(folder: Path, under: Path, skip: str = "") -> dict[str, str | None]:
+    """``under`` (a file or a folder) and every entry below it but a ``skip`` folder directly in it, by paths relative
+    to ``folder``: each file with its sha256 now, each folder with None (links, the marker and what is not there left
+    out)."""
     top = under.relative_to(folder).as_posix()
-    return {top} | {f"{top}/{rel}" for rel, _ in _walk(under) if rel.split("/")[0] != skip}
+    found = [(top, under)] if top != "." else []
+    found += [(f"{top}/{rel}" if top != "." else rel, path) for rel, path in _walk(under) if rel.split("/")[0] != skip]
+    return {rel: None if path.is_dir() else "sha256:" + sha256_file(path) for rel, path in found
+            if rel != MARKER and not path.is_symlink() and (path.is_dir() or path.is_file())}
 
 
 @contextmanager

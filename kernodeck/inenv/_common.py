@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import sys
@@ -10,7 +11,7 @@ import tempfile
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .protocol import Layer
 
@@ -38,6 +39,19 @@ def _own_stderr() -> Any:
 
 
 _STDERR = _own_stderr()
+# The interpreter's own streams, taken as this module loads (before any of the application's code): what :func:`end`
+# flushes, never a stream the application put in their place (a logger's tee, whose flush would run after the last
+# window, unwatched: red-team pass 41, WINDOW6).
+_STREAMS = (sys.stdout, sys.stderr)
+
+
+def end(status: int) -> NoReturn:
+    """End an in-env process now, its results written (tearing down torch and its libraries checks nothing): the
+    interpreter's own streams flushed through their own type's ``flush``, then ``os._exit``."""
+    for stream in _STREAMS:
+        if type(stream) is io.TextIOWrapper:
+            io.TextIOWrapper.flush(stream)
+    os._exit(status)
 
 
 def say(line: str) -> None:

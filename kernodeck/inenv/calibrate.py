@@ -168,6 +168,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     status = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)  # every file is written atomically; tearing down torch checks nothing
+    from kernodeck_inenv._common import end  # loaded by main() before the application's code ran
+
+    end(status)  # every file is written atomically; tearing down torch checks nothing

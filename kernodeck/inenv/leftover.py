@@ -46,7 +46,11 @@ def _own_code(func: Any) -> bool:
     module = sys.modules.get(module_name) if type(module_name) is str else None
     if module is None or getattr(module, "__dict__", None) is not spaces:
         return False
-    return any(code == defined for defined in _defined_in(os.path.normpath(name)))
+    # the module whose globals they are is the trusted file's own, not any module (the application's module's globals
+    # under a library function's code: red-team pass 41, WINDOW5)
+    origin = getattr(module, "__file__", None)
+    return (isinstance(origin, str) and os.path.normpath(origin) == os.path.normpath(name)
+            and any(code == defined for defined in _defined_in(os.path.normpath(name))))
 
 
 _DEFINED: dict[str, list[Any]] = {}

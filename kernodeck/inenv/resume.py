@@ -26,6 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
 from kernodeck_inenv import leftover  # noqa: E402
+from kernodeck_inenv._common import end  # noqa: E402
 from kernodeck_inenv.trainer import PARTS, Trainer, describe, load_checkpoint  # noqa: E402
 
 
@@ -292,9 +293,6 @@ if __name__ == "__main__":
     from kernodeck_inenv.stackhooks import install as install_stacks
 
     install_stacks()  # the resume worker too can be asked for its stacks (kernodeck/supervise.py)
-    status = main()
     # the result and the weights are written: tearing down torch and the libraries loaded
     # (a second or more, which the caller waits for) checks nothing, so the process ends here.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    end(main())

@@ -29,7 +29,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
-from kernodeck_inenv._common import CheckFailed, Context, progress  # noqa: E402
+from kernodeck_inenv._common import CheckFailed, Context, end, progress  # noqa: E402
 from kernodeck_inenv.protocol import LOSS_CURVE, PROGRESS, RESUMED_RUN, ConfigKey, Layer  # noqa: E402
 
 COUNTERS = ("step", "epoch", "loader")  # the progress train must return; any other key it returns is compared too
@@ -391,7 +391,4 @@ def run(ctx: Context) -> dict[str, Any]:
 if __name__ == "__main__":
     if sys.argv[1:] != ["--serve"]:
         raise SystemExit("usage: resume_app.py --serve (the resume-application step's new process)")
-    status = _serve()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)  # the result is written: tearing down torch checks nothing
+    end(_serve())  # the result is written: tearing down torch checks nothing

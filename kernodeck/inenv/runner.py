@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import runpy
 import sys
 import time
@@ -31,7 +30,7 @@ runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv
 # bytecode of theirs is read or written. The env's modules keep the interpreter's bytecode cache, written into the
 # env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
 from kernodeck_inenv import leftover, steprun  # noqa: E402
-from kernodeck_inenv._common import Context, say, write_json_atomic  # noqa: E402
+from kernodeck_inenv._common import Context, end, say, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Status, StepKey, step_file  # noqa: E402
 from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
 from kernodeck_inenv.steptable import BY_NAME, StepName  # noqa: E402
@@ -106,9 +105,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    status = main()
     # every step's result is written (atomically): tearing down torch and the libraries loaded
     # (a second or more, which the caller waits for) checks nothing, so the process ends here.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    end(main())

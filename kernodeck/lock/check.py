@@ -161,13 +161,14 @@ def _held_to_writer(lock: lockfile.Lockfile, raw: bytes, toml: Mapping[str, Any]
                     twin_name: str) -> list[str]:
     """Where the twin departs from the lock: its digest and pins first (the plainest words), then any other key."""
     lock_name = lock.path.name
-    found = [] if twin.digest_of(data) == hashlib.sha256(raw).hexdigest() else [
+    # the lock's text as its reader takes it (newlines as Path.read_text gives them): the writer's input, whose digest
+    # the twin records (a CRLF checkout of a current pair is that pair; red-team pass 41, MSG5)
+    text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    found = [] if twin.digest_of(data) == hashlib.sha256(text.encode("utf-8")).hexdigest() else [
         f"{twin_name} was not written for this {lock_name}"]
     found += twin.compare(data, twin_name, lock.hashed(), lock_name)
     if found:
         return found
-    # the lock's text as its reader takes it (newlines as Path.read_text gives them): the writer's input
-    text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     return twinform.departures(toml, data, lock, plat, text, twin_name)
 
 

@@ -9,9 +9,8 @@ reference run (the in-env runner with a subset of its steps).
 Bound: the new lock's env first (all changes: within tolerance means "no culprit"), then a bisection over the ordered
 groups for the first one whose addition leaves the tolerance: ``1 + ceil(log2(n))`` trials for one culprit among
 ``n`` groups, plus one to build the culprit alone when the bisection did not, plus the trials that decide the answer
-run once more (:func:`search`: at most 4 more for one culprit; :func:`bound`).
-Groups that must move together (a new version that requires another new version) are kept together; a combination
-that cannot be installed consistently is skipped and said so, never guessed.
+run once more (:func:`search`: at most 4 more for one culprit; :func:`bound`). Groups that must move together (a new
+version requiring another new version) are kept together; a combination that cannot be installed is skipped, said so.
 """
 
 from __future__ import annotations
@@ -141,7 +140,7 @@ class _Trials:
         self.records: list[TrialRecord] = []
         self.limit = bound(max(len(changes), 1))
         self.kept: dict[str, tuple[int, Path]] = {}  # lock digest -> the trial that built the kept env, its folder
-        self.written = {"bisect.md", "bisect.json"}  # what it wrote in its folder (each trial's, taken as it ended)
+        self.written: dict[str, str | None] = {}  # what it wrote in its folder, each trial's taken as it ended
 
     def names_of(self, subset: frozenset[int]) -> set[str]:
         return {name for i in subset for name in self.groups[i].names}
@@ -174,7 +173,7 @@ class _Trials:
         try:
             return self._probe(subset)
         finally:
-            self.written |= outdir.entries(self.folder, trial, skip="venv") if trial.is_dir() else set()
+            self.written |= outdir.entries(self.folder, trial, skip="venv")
 
     def _probe(self, subset: frozenset[int]) -> Outcome:
         number = len(self.records) + 1
@@ -355,7 +354,8 @@ def _bisect(trials: _Trials, d: lockdiff.LockDiff, plat: Platform, folder: Path)
         return _search(trials, d, plat, folder)
     finally:
         trials.close()
-        outdir.mark(folder, "bisect", keep=trials.written)
+        trials.written |= outdir.entries(folder, folder / "bisect.md") | outdir.entries(folder, folder / "bisect.json")
+        outdir.mark(folder, "bisect", trials.written)
 
 
 def _search(trials: _Trials, d: lockdiff.LockDiff, plat: Platform, folder: Path) -> BisectResult:

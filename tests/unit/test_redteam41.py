@@ -1,41 +1,43 @@
 """Red-team pass 41 (dde643b: pass 40's fixes attacked by class): each finding reproduced, marked ``xfail(strict=True)``
 with its id while it stands, beside premises (passing today: the setup reaches the vulnerable path) and controls.
 
-MSG5 (WRONG TIP, a loop; the lock check's twin digest against the lock's raw bytes, check._held_to_writer): the lock
-is read with its newlines normalised (check.read_lock, lockfile.read: a CRLF checkout, git's ``core.autocrlf`` on
-Windows, a platform the project locks for, and the repository has no .gitattributes), and its seal holds; but the twin
-is held to the sha256 of the lock's RAW bytes, while its writer (pylock.build, twinform.expected) records the sha256 of
-the normalised text. So a CRLF checkout of a committed, current pair fails ``lock --check``/rebuild/verify with "was not
-written for this …txt", and the TIP ``lock --pylock-only`` ("writes the twin of the lock as it is") writes a twin that
-fails the same way: following the TIP never ends it. CONTROL1: the same pair with LF newlines passes; the TIP's rewrite
-of an LF lock passes.
+MSG5 (fixed: the twin is held to the digest of the lock's text, newlines as the reader takes them; WRONG TIP, a loop;
+the lock check's twin digest against the lock's raw bytes, check._held_to_writer): the lock is read with its newlines
+normalised (check.read_lock, lockfile.read: a CRLF checkout, git's ``core.autocrlf`` on Windows, a platform the project
+locks for, and the repository has no .gitattributes), and its seal holds; but the twin is held to the sha256 of the
+lock's RAW bytes, while its writer (pylock.build, twinform.expected) records the sha256 of the normalised text. So a
+CRLF checkout of a committed, current pair fails ``lock --check``/rebuild/verify with "was not written for this …txt",
+and the TIP ``lock --pylock-only`` ("writes the twin of the lock as it is") writes a twin that fails the same way:
+following the TIP never ends it. CONTROL1: the same pair with LF newlines passes; the TIP's rewrite of an LF lock
+passes.
 
-WINDOW5 (FALSE claim of the closed world; WINDOW2/4's fix, leftover._own_code): the hook's code must be one a trusted
-file defines, "run with its module's own globals" (docs/application.md), but the check takes the module named by the
-globals' own ``__name__`` (any module in sys.modules whose ``__dict__`` they are), never that module's file: a function
-made by the application from a standard library function's code object and the APPLICATION's module globals
-(``types.FunctionType(textwrap.wrap.__code__, globals())``) counts as the standard library's own, is left in
-``gc.callbacks`` (or as an exception hook) after its window, and every global name the library's code looks up
-(``TextWrapper`` here) is the application's: its code runs on Kernodeck's thread between windows, on every gc
-collection. No default, closure, ``__self__`` or standard library wrapper is involved (the stated limits). CONTROL2:
-the standard library's own ``textwrap.wrap`` is kept; the application's plain function is put back.
+WINDOW5 (fixed: the globals' module's own file must be the code's; FALSE claim of the closed world; WINDOW2/4's fix,
+leftover._own_code): the hook's code must be one a trusted file defines, "run with its module's own globals"
+(docs/application.md), but the check takes the module named by the globals' own ``__name__`` (any module in sys.modules
+whose ``__dict__`` they are), never that module's file: a function made by the application from a standard library
+function's code object and the APPLICATION's module globals (``types.FunctionType(textwrap.wrap.__code__, globals())``)
+counts as the standard library's own, is left in ``gc.callbacks`` (or as an exception hook) after its window, and every
+global name the library's code looks up (``TextWrapper`` here) is the application's: its code runs on Kernodeck's thread
+between windows, on every gc collection. No default, closure, ``__self__`` or standard library wrapper is involved (the
+stated limits). CONTROL2: the standard library's own ``textwrap.wrap`` is kept; the application's plain function is put
+back.
 
-OUT8 (LOST EDIT; OUT7's fix, bisect signs the entries its trials wrote, taken as each trial ended: _Trials.probe,
-outdir.mark keep=): the entries are taken as each trial ends, but their CONTENT only when the bisect ends (``mark``
-hashes each kept entry then). A user who, while later trials run (hours), adds a note to a finished trial's file
-(``try-01/steps/…``) has their bytes signed as Kernodeck's: the next ``bisect --out SAME`` removes the folder without a
-word (``_folder``'s rmtree, "one Kernodeck made"). CONTROL3: the same edit made after the bisect ended is refused,
-named "(changed since Kernodeck wrote it)".
+OUT8 (fixed: each trial's files hashed as it ends, outdir.entries; LOST EDIT; OUT7's fix, bisect signs the entries its
+trials wrote, taken as each trial ended: _Trials.probe, outdir.mark keep=): the entries are taken as each trial ends,
+but their CONTENT only when the bisect ends (``mark`` hashes each kept entry then). A user who, while later trials run
+(hours), adds a note to a finished trial's file (``try-01/steps/…``) has their bytes signed as Kernodeck's: the next
+``bisect --out SAME`` removes the folder without a word (``_folder``'s rmtree, "one Kernodeck made"). CONTROL3: the same
+edit made after the bisect ended is refused, named "(changed since Kernodeck wrote it)".
 
-WINDOW6 (FALSE claim of the closed world, a route to a FALSE PASSED not run end to end; the class of pass 31's fix that
-took Kernodeck's own stderr, _common._own_stderr): nothing puts back ``sys.stdout``/``sys.stderr`` at a window's end
-(leftover.taken lists hooks only), and the runner's ``__main__`` block calls ``sys.stdout.flush()`` and
-``sys.stderr.flush()`` after ``main()`` returned, every step's result written (so do calibrate.py, resume.py and
-resume_app.py): an application that left a logger's tee there has its ``flush`` run on Kernodeck's thread after its
-last window, unwatched, before ``os._exit``, free to rewrite the run's ``steps/*.json`` that in_env.run_checks then
-reads for the verdict. Near the stated limit of "replacing a function of the standard library … that Kernodeck's own
-code calls", but a stream object, the one pass 31 stopped writing Kernodeck's lines into. CONTROL4: with the
-interpreter's own streams nothing of the application runs.
+WINDOW6 (fixed: every in-env process ends by _common.end, the interpreter's own streams; FALSE claim of the closed
+world, a route to a FALSE PASSED not run end to end; the class of pass 31's fix that took Kernodeck's own stderr,
+_common._own_stderr): nothing puts back ``sys.stdout``/``sys.stderr`` at a window's end (leftover.taken lists hooks
+only), and the runner's ``__main__`` block calls ``sys.stdout.flush()`` and ``sys.stderr.flush()`` after ``main()``
+returned, every step's result written (so do calibrate.py, resume.py and resume_app.py): an application that left a
+logger's tee there has its ``flush`` run on Kernodeck's thread after its last window, unwatched, before ``os._exit``,
+free to rewrite the run's ``steps/*.json`` that in_env.run_checks then reads for the verdict. Near the stated limit of
+"replacing a function of the standard library … that Kernodeck's own code calls", but a stream object, the one pass 31
+stopped writing Kernodeck's lines into. CONTROL4: with the interpreter's own streams nothing of the application runs.
 """
 
 from __future__ import annotations
@@ -88,15 +90,22 @@ def _crlf(lock: Path) -> None:
     lock.write_bytes(lock.read_bytes().replace(b"\n", b"\r\n"))
 
 
-def test_msg5_premise_a_crlf_checkout_of_the_lock_is_read_and_sealed(pair: tuple[Any, Any, Path]) -> None:
+def test_msg5_a_crlf_checkout_of_a_current_pair_passes(pair: tuple[Any, Any, Path]) -> None:
     project, plat, lock = pair
     _crlf(lock)
     read = check.read_lock(project, plat)
     assert read.error is None and read.parsed is not None and read.parsed.pins  # read, its seal holds
+    assert check.check_twin(project, plat) == [] and check.check_twin(project, plat, read=read) == []
+
+
+def test_msg5_a_crlf_lock_whose_pins_changed_is_still_refused(pair: tuple[Any, Any, Path]) -> None:
+    """The twin is held to the lock's text, newlines aside: another text is still another lock."""
+    project, plat, lock = pair
+    lock.write_text(lock.read_text(encoding="utf-8").replace("# packages:", "# packages:  "), encoding="utf-8")
+    _crlf(lock)
     assert check.check_twin(project, plat) == [f"{plat.pylock_name} was not written for this {plat.lock_name}"]
 
 
-@pytest.mark.xfail(strict=True, reason="MSG5: the TIP lock --pylock-only writes a twin a CRLF lock still fails")
 def test_msg5_the_tips_rewrite_ends_the_refusal_of_a_crlf_lock(pair: tuple[Any, Any, Path]) -> None:
     project, plat, lock = pair
     _crlf(lock)
@@ -164,12 +173,10 @@ def test_window5_premise_the_application_module_is_one_in_sys_modules() -> None:
     assert vars(sys.modules[__name__]) is globals()
 
 
-@pytest.mark.xfail(strict=True, reason="WINDOW5: the standard library's code with the application's globals is trusted")
 def test_window5_the_standard_librarys_code_with_the_applications_globals_is_not_its_own() -> None:
     assert not leftover._own_code(_borrowed())
 
 
-@pytest.mark.xfail(strict=True, reason="WINDOW5: the application's class runs on every gc collection between windows")
 @pytest.mark.usefixtures("hooks_kept")
 def test_window5_the_applications_globals_no_longer_run_between_windows() -> None:
     hook = _left(_borrowed())
@@ -255,14 +262,12 @@ def test_out8_premise_a_later_trial_runs_after_try01_ended(tmp_path: Path, monke
     assert NOTE in (folder / "try-01" / "steps" / "record.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.xfail(strict=True, reason="OUT8: the user's edit of a finished trial's file is signed at the bisect's end")
 def test_out8_an_edit_made_after_its_trial_ended_is_left_unsigned(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     _, _, folder = _bisect_with(tmp_path, monkeypatch, _annotate_try01)
     assert outdir.foreign(folder) == ["try-01/steps/record.md (changed since Kernodeck wrote it)"]
 
 
-@pytest.mark.xfail(strict=True, reason="OUT8: the next bisect --out SAME removes the user's edit without a word")
 def test_out8_the_next_bisect_keeps_the_users_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kernodeck.upgrade import bisect as bisecting
 
@@ -292,6 +297,8 @@ RUNNER = ROOT / "kernodeck" / "inenv" / "runner.py"
 EXIT = '''
 import ast, os, sys
 from pathlib import Path
+sys.path.insert(0, sys.argv[4])
+from kernodeck.inenv import _common  # as the runner imports it, before any of the application's code
 done = Path(sys.argv[2])
 
 class Tee:
@@ -308,7 +315,8 @@ if sys.argv[3] == "tee":
 tree = ast.parse(Path(sys.argv[1]).read_text(encoding="utf-8"))
 (block,) = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
 code = compile(ast.Module(body=block.body, type_ignores=[]), sys.argv[1], "exec")
-exec(code, {"__name__": "__main__", "main": lambda: 0, "sys": sys, "os": os})  # the runner's end, its steps done
+exec(code, {"__name__": "__main__", "main": lambda: 0, "sys": sys, "os": os, "end": _common.end})  # its end
+
 '''
 
 
@@ -316,18 +324,21 @@ def _runner_exit(tmp_path: Path, left: str) -> Path:
     import subprocess
 
     done = tmp_path / "ran.txt"
-    subprocess.run([sys.executable, "-c", EXIT, str(RUNNER), str(done), left], check=True, timeout=60,
+    subprocess.run([sys.executable, "-c", EXIT, str(RUNNER), str(done), left, str(ROOT)], check=True, timeout=60,
                    capture_output=True)
     return done
 
 
-def test_window6_premise_the_runner_ends_after_its_steps_with_sys_streams_the_application_may_have_set() -> None:
-    source = RUNNER.read_text(encoding="utf-8")
-    assert 'if __name__ == "__main__":\n    status = main()' in source
+def test_window6_every_in_env_process_ends_through_its_own_streams() -> None:
+    """The runner, calibrate's variation, the resume worker and the application's resume process end by
+    _common.end (the interpreter's own streams, taken before the application's code); none flushes sys.stdout."""
+    for script in sorted((ROOT / "kernodeck" / "inenv").glob("*.py")):
+        source = script.read_text(encoding="utf-8")
+        assert "sys.stdout.flush()" not in source and "sys.stderr.flush()" not in source, script
+        assert "os._exit(" not in source or script.name == "_common.py", script
     assert not any(held is sys.stdout or held is sys.stderr for held in leftover.taken())  # never put back
 
 
-@pytest.mark.xfail(strict=True, reason="WINDOW6: the runner's exit calls the application's sys.stdout/stderr flush")
 def test_window6_the_applications_stream_is_not_called_after_the_last_window(tmp_path: Path) -> None:
     assert not _runner_exit(tmp_path, "tee").exists()
 
