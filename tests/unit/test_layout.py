@@ -46,6 +46,7 @@ CROSS_CUTTING = {
     "redteam39": "red-team pass 39's findings across pass 38's fixes by class: twin pairing, folder doors, leftovers",
     "redteam40": "red-team pass 40's findings across pass 39's fixes by class: the lock's name record, hooks, doors",
     "redteam41": "red-team pass 41's findings across pass 40's fixes by class: the lock's newlines, hook globals",
+    "redteam42": "red-team pass 42's findings across pass 41's fixes by class: hook modules, the end, locks",
 }
 
 
