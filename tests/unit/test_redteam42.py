@@ -25,6 +25,14 @@ then never reached: the ValueError ends the process the ordinary way, whose fina
 flushes, the application's ``sys.stdout``/``sys.stderr`` after the last window, unwatched (exactly what WINDOW6's fix
 was to stop), along with ``atexit`` and every finalizer; the exit status 1 is not read once every step reported
 (in_env.run_checks reads only the steps' files). CONTROL3: the same tee over an intact stream is never called.
+LOCK1 (installer reads other pins than the check; lockfile._logical_lines vs pip's req_file.join_lines): Kernodeck
+strips a comment (from " #") BEFORE it looks for a continuation backslash, pip joins a raw line ending in a backslash
+first and strips the comment after: a body line ``a==1.0 --hash=sha256:… # note <backslash>`` is a whole pin to
+Kernodeck and the next line its own pin ``b==2.0 …``, while pip (``pip install --require-hashes -r``, the command the
+lock's header, export and procedure.md name, and pip-audit's reader) joins the next line into the comment and never
+sees ``b``. The seal (recomputed, as any writer of the lock does) and the twin are held to Kernodeck's reading, so the
+check passes two pins and the installer reads one (newlines aside: the form feed, U+2028 and the rest split the same
+for both, ``str.splitlines``). CONTROL4: the same lock without the trailing backslash is read the same by both.
 """
 
 from __future__ import annotations
@@ -206,3 +214,48 @@ def test_end1_the_applications_stream_is_not_called_after_the_last_window(tmp_pa
 def test_control3_over_an_intact_stream_the_tee_is_never_called(tmp_path: Path) -> None:
     proc, done = _ending(tmp_path, "intact")
     assert proc.returncode == 0 and not done.exists()
+
+
+# --- LOCK1 -----------------------------------------------------------------------------------------------------------
+
+
+def _lock_text(note: str) -> str:
+    """A sealed lock of two pins, the first line ending in a comment ``note``."""
+    from kernodeck.lock import lockfile
+
+    body = (f"a==1.0 --hash=sha256:{'a' * 64} {note}\n"
+            f"b==2.0 --hash=sha256:{'b' * 64}\n")
+    header = [("kernodeck-lock-version", lockfile.FORMAT_VERSION), ("platform", "cp311-linux_x86_64-cpu"),
+              ("packages", "2")]
+    return lockfile.seal(lockfile.render(header, body))
+
+
+def _readings(tmp_path: Path, note: str) -> tuple[list[str], list[str]]:
+    """(Kernodeck's pins, pip's requirements) of the same file."""
+    from pip._internal.network.session import PipSession
+    from pip._internal.req.req_file import parse_requirements
+
+    from kernodeck.lock import lockfile
+
+    path = tmp_path / "cp311-linux_x86_64-cpu.txt"
+    path.write_text(_lock_text(note), encoding="utf-8")
+    ours = [f"{pin.name}=={pin.version}" for pin in lockfile.read(path).pins]  # its seal checked
+    theirs = [str(req.requirement) for req in parse_requirements(str(path), session=PipSession())]
+    return ours, theirs
+
+
+def test_lock1_premise_kernodeck_reads_two_pins_its_seal_holding(tmp_path: Path) -> None:
+    ours, _ = _readings(tmp_path, "# the index's note \\")
+    assert ours == ["a==1.0", "b==2.0"]
+
+
+@pytest.mark.xfail(strict=True, reason="LOCK1: pip joins the line after a comment ending in a backslash into the "
+                                       "comment; Kernodeck reads it as a pin")
+def test_lock1_pip_installs_the_pins_the_check_saw(tmp_path: Path) -> None:
+    ours, theirs = _readings(tmp_path, "# the index's note \\")
+    assert theirs == ours
+
+
+def test_control4_without_the_trailing_backslash_both_read_the_same_pins(tmp_path: Path) -> None:
+    ours, theirs = _readings(tmp_path, "# the index's note")
+    assert ours == theirs == ["a==1.0", "b==2.0"]
