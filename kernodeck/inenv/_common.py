@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -48,10 +49,13 @@ _STREAMS = (sys.stdout, sys.stderr)
 def end(status: int) -> NoReturn:
     """End an in-env process now, its results written (tearing down torch and its libraries checks nothing): the
     interpreter's own streams flushed through their own type's ``flush``, then ``os._exit``."""
-    for stream in _STREAMS:
-        if type(stream) is io.TextIOWrapper:
-            io.TextIOWrapper.flush(stream)
-    os._exit(status)
+    try:
+        for stream in _STREAMS:
+            if type(stream) is io.TextIOWrapper:
+                with contextlib.suppress(OSError, ValueError):  # detached or closed by the application: nothing left
+                    io.TextIOWrapper.flush(stream)
+    finally:
+        os._exit(status)  # whatever the flush raised (pass 42, END1: the interpreter's shutdown ran the application's)
 
 
 def say(line: str) -> None:

@@ -46,11 +46,25 @@ def _own_code(func: Any) -> bool:
     module = sys.modules.get(module_name) if type(module_name) is str else None
     if module is None or getattr(module, "__dict__", None) is not spaces:
         return False
-    # the module whose globals they are is the trusted file's own, not any module (the application's module's globals
-    # under a library function's code: red-team pass 41, WINDOW5)
-    origin = getattr(module, "__file__", None)
-    return (isinstance(origin, str) and os.path.normpath(origin) == os.path.normpath(name)
-            and any(code == defined for defined in _defined_in(os.path.normpath(name))))
+    # the module whose globals they are is the one the import system holds under the name the trusted file's place
+    # gives it, not any module (the application's module's globals, or a module of its own claiming that file's
+    # ``__file__``, under a library function's code: red-team passes 41 and 42, WINDOW5 and WINDOW7)
+    return _imported_as(module, os.path.normpath(name)) and any(
+        code == defined for defined in _defined_in(os.path.normpath(name)))
+
+
+def _imported_as(module: Any, filename: str) -> bool:
+    """``module`` is ``sys.modules``' entry under the dotted name ``filename`` has below a ``sys.path`` folder."""
+    stem, ext = os.path.splitext(filename)
+    if ext != ".py":
+        return False
+    for entry in sys.path:
+        base = os.path.join(os.path.normpath(os.path.abspath(entry or os.curdir)), "")
+        parts = stem[len(base):].split(os.sep) if stem.startswith(base) else []
+        parts = parts[:-1] if parts[-1:] == ["__init__"] else parts
+        if parts and sys.modules.get(".".join(parts)) is module:
+            return True
+    return False
 
 
 _DEFINED: dict[str, list[Any]] = {}

@@ -77,6 +77,11 @@ def _logical_lines(text: str, path: Path) -> list[tuple[int, str]]:
     lines = text.splitlines()
     for number, raw in enumerate(lines, start=1):
         line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if line != raw.rstrip() and raw.rstrip().endswith("\\") and not raw.lstrip().startswith("#"):
+            # pip joins the next line into this one first, then strips the comment with it: it would not read the
+            # pin on the next line that this reader reads (red-team pass 42, LOCK1)
+            raise LockfileError(str(path), number, "a comment before a line continuation (pip reads the next line as "
+                                "part of the comment)")
         if not buf:
             start = number
         if line.endswith("\\"):
