@@ -47,7 +47,7 @@ CROSS_CUTTING = {
     "redteam40": "red-team pass 40's findings across pass 39's fixes by class: the lock's name record, hooks, doors",
     "redteam41": "red-team pass 41's findings across pass 40's fixes by class: the lock's newlines, hook globals",
     "redteam42": "red-team pass 42's findings across pass 41's fixes by class: hook modules, the end, locks",
-    "redteam43": "red-team pass 43's findings across pass 42's fixes by class: lock markers, hook names, put_back",
+    "redteam43": "red-team pass 43's findings across pass 42's fixes by class: lock markers, hook names, the end",
 }
 
 

@@ -40,12 +40,21 @@ put_back, no judging of the modules it imported) and the application's hooks run
 windows. Fix idea: skip non-str entries in _imported_as (as the import system does), and in the window put back inside
 a try whose finally clears seen.ON. CONTROL4: without the entry, the window closes and puts the application's hooks
 back, keeping the library's.
+
+END2 (FALSE claim of the closed world; END1's fix class; _common.end): end flushes only the interpreter's own
+streams, taken before the application's code, and only while ``type(stream) is io.TextIOWrapper``, through that type's
+own ``flush``. But a TextIOWrapper may be initialised again: ``sys.stdout.__init__(AppBuffer(sys.stdout.buffer),
+encoding="utf-8")`` (no detach, no replaced sys.stdout, no standard library function replaced) leaves the same object,
+of the same type, whose buffer is now the application's; io.TextIOWrapper.flush writes the pending text to it and
+calls its ``flush``: the application's code runs after the last window, unwatched. CONTROL5: the same program without
+the re-initialisation runs none of the application's code at the end.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import subprocess
 import sys
 import textwrap
 import types
@@ -60,6 +69,7 @@ from packaging.markers import Marker
 from kernodeck.inenv import leftover, seen, verified, world
 from kernodeck.inenv._common import Context
 from kernodeck.lock import lockfile
+from tests.helpers.project import ROOT
 
 # --- LOCK2, LOCK3 ----------------------------------------------------------------------------------------------------
 
@@ -293,3 +303,66 @@ def test_control4_without_the_entry_the_window_closes_and_puts_back(bare_window:
         sys.excepthook = app_hook
     assert not seen.ON[0] and app_hook not in gc.callbacks and sys.excepthook is not app_hook
     assert typing.cast in gc.callbacks
+
+
+# --- END2 ------------------------------------------------------------------------------------------------------------
+
+# The application, in its last window: the interpreter's own sys.stdout initialised again over a buffer of its own (or
+# left alone), a line printed; then the in-env process's end (_common.end, as runner.py's __main__).
+ENDING = '''
+import io, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from kernodeck.inenv import _common  # as the runner imports it, before any of the application's code
+done = Path(sys.argv[1])
+
+def note(what):
+    with done.open("a", encoding="utf-8") as handle:
+        handle.write(what + "\\n")
+
+class Buffer(io.BufferedIOBase):
+    def __init__(self, real):
+        self.real = real
+    def writable(self):
+        return True
+    def write(self, data):
+        note("write")
+        return self.real.write(data)
+    def flush(self):
+        note("flush")
+        self.real.flush()
+
+own = sys.stdout
+if sys.argv[2] == "again":
+    sys.stdout.__init__(Buffer(sys.stdout.buffer), encoding="utf-8")
+assert sys.stdout is own is _common._STREAMS[0] and type(sys.stdout) is io.TextIOWrapper
+print("the last window's line")
+note("end")
+_common.end(0)
+'''
+
+
+def _ending(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    done = tmp_path / "ran.txt"
+    proc = subprocess.run([sys.executable, "-c", ENDING, str(done), how, str(ROOT)], timeout=60,
+                          capture_output=True, text=True, check=False)
+    return proc, done.read_text(encoding="utf-8").splitlines() if done.exists() else []
+
+
+def test_end2_premise_the_stream_is_the_interpreters_own_of_its_own_type(tmp_path: Path) -> None:
+    proc, ran = _ending(tmp_path, "again")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert ran[:1] == ["end"]  # nothing of the application's buffer ran inside the window
+
+
+@pytest.mark.xfail(strict=True, reason="END2: a TextIOWrapper initialised again over the application's buffer is "
+                   "still the interpreter's own stream of its own type: end's flush runs that buffer's write and flush")
+def test_end2_the_applications_buffer_is_not_called_after_the_last_window(tmp_path: Path) -> None:
+    _, ran = _ending(tmp_path, "again")
+    assert ran == ["end"]
+
+
+def test_control5_left_alone_the_stream_runs_nothing_of_the_applications_at_the_end(tmp_path: Path) -> None:
+    proc, ran = _ending(tmp_path, "alone")
+    assert proc.returncode == 0 and ran == ["end"]
+    assert proc.stdout == "the last window's line\n"
