@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kernodeck._proc import clean_env
 
-FLAGS = ("-s", "-P")
+FLAGS = ("-s", "-P", "-u")  # -u: nothing of the process's output waits in a buffer that its end would have to flush
 
 
 def argv(python: str | os.PathLike[str], *args: str) -> list[str]:

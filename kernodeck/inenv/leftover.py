@@ -28,6 +28,15 @@ _SETTERS = (sys.settrace, sys.setprofile, threading.settrace, threading.setprofi
 
 
 def _own_code(func: Any) -> bool:
+    """Whether ``func`` is trusted code (:func:`_trusted_code`); never raises (an error in the judgement: not trusted,
+    so put back; red-team pass 43, WINDOW10: it raised inside put_back, and nothing was put back)."""
+    try:
+        return _trusted_code(func)
+    except Exception:
+        return False
+
+
+def _trusted_code(func: Any) -> bool:
     """A function of the env or the standard library (or Kernodeck's): trusted code, not the application's.
 
     Its code's file name is the application's to choose (``compile(src, os.__file__, "exec")``: red-team pass 39,
@@ -54,17 +63,18 @@ def _own_code(func: Any) -> bool:
 
 
 def _imported_as(module: Any, filename: str) -> bool:
-    """``module`` is ``sys.modules``' entry under the dotted name ``filename`` has below a ``sys.path`` folder."""
+    """``module`` is ``sys.modules``' entry under the one dotted name ``filename`` has: below the most specific of the
+    ``sys.path`` folders the process started with (one the application adds gives a trusted file a second name, under
+    which a module of its own would pass: red-team pass 43, WINDOW9; an entry that is not text is none: WINDOW10)."""
     stem, ext = os.path.splitext(filename)
-    if ext != ".py":
+    bases = [os.path.join(os.path.normpath(os.path.abspath(entry or os.curdir)), "") for entry in _PATH_AT_START
+             if type(entry) is str]
+    base = max((b for b in bases if stem.startswith(b)), key=len, default=None)
+    if ext != ".py" or base is None:
         return False
-    for entry in sys.path:
-        base = os.path.join(os.path.normpath(os.path.abspath(entry or os.curdir)), "")
-        parts = stem[len(base):].split(os.sep) if stem.startswith(base) else []
-        parts = parts[:-1] if parts[-1:] == ["__init__"] else parts
-        if parts and sys.modules.get(".".join(parts)) is module:
-            return True
-    return False
+    parts = stem[len(base):].split(os.sep)
+    parts = parts[:-1] if parts[-1:] == ["__init__"] else parts
+    return bool(parts) and sys.modules.get(".".join(parts)) is module
 
 
 _DEFINED: dict[str, list[Any]] = {}
@@ -101,11 +111,13 @@ def _handlers() -> dict[int, Any]:
 # (LD_PRELOAD, say), or sys.executable pointed at a wrapper, never reaches them (red-team passes 10, 11). Within its
 # windows the application keeps what it set.
 BEFORE_APPLICATION: list[tuple[dict[str, str], str] | None] = [None]
+_PATH_AT_START: list[str] = list(sys.path)  # as this module loads (before the project's code); again at at_start
 
 
 def at_start() -> None:
-    """Take the environment and the interpreter Kernodeck's own processes start with, now."""
+    """Take the environment and the interpreter Kernodeck's own processes start with, and the import path, now."""
     BEFORE_APPLICATION[0] = (dict(os.environ), sys.executable)
+    _PATH_AT_START[:] = list(sys.path)
 
 
 def kernodecks_start() -> tuple[dict[str, str], str]:

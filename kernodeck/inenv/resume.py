@@ -71,7 +71,7 @@ class Worker:
         # the environment and interpreter from before the project's code ran: what it set (LD_PRELOAD,
         # sys.executable) stays its own
         environ, python = leftover.kernodecks_start()
-        self.cmd = [python, "-s", "-P", str(script or Path(__file__).resolve()), "--serve"]
+        self.cmd = [python, "-s", "-P", "-u", str(script or Path(__file__).resolve()), "--serve"]
         self.out = ""
         env = {k: v for k, v in environ.items() if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
         # its own process group, ended whole once it has answered: nothing it forked outlives its call (red-team pass
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     verdict = check(args.device, args.steps, args.at, args.folder, tuple(args.drop))
     verdict.pop("losses_uninterrupted", None)
     verdict.pop("losses_resumed", None)
-    print(json.dumps(verdict))
+    print(json.dumps(verdict), flush=True)  # the process ends by os._exit, which flushes nothing
     return 0 if verdict["passed"] else 1
 
 

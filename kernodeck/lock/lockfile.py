@@ -125,6 +125,15 @@ def parse_text(text: str, path: Path) -> Lockfile:
             raise LockfileError(str(path), number, f"unexpected option {tokens[0]!r}")
         req_tokens = [t for t in tokens if not t.startswith("--hash")]
         hash_tokens = [t for t in tokens if t.startswith("--hash")]
+        # what pip and uv would read otherwise than this reader (red-team pass 43): the requirement ends at the first
+        # option, anything after the options dropped (LOCK2: a marker there); ${NAME} expanded from the installer's
+        # environment (LOCK3). Kernodeck's writer writes neither.
+        if hash_tokens and any(not t.startswith("--hash") for t in tokens[tokens.index(hash_tokens[0]):]):
+            raise LockfileError(str(path), number, "text after the --hash options (pip and uv drop it: a marker there "
+                                "would be read by this reader only)")
+        if "${" in line:
+            raise LockfileError(str(path), number, "an environment variable reference ${…} (pip and uv expand it "
+                                "from the installer's environment)")
         try:
             req = Requirement(" ".join(req_tokens))
         except InvalidRequirement as exc:
