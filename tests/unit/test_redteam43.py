@@ -69,9 +69,9 @@ from typing import Any
 import pytest
 from packaging.markers import Marker
 
+from kernodeck.errors import LockfileError
 from kernodeck.inenv import leftover, seen, verified, world
 from kernodeck.inenv._common import Context
-from kernodeck.errors import LockfileError
 from kernodeck.lock import lockfile
 from tests.helpers.project import ROOT
 
