@@ -4,7 +4,7 @@ effect.
 ``-I`` is ``-E -P -s``, and ``-E`` ignores every ``PYTHON*`` variable, ``PYTHONHASHSEED`` included: the seed the run
 records would not be the one in effect (hash randomisation on). So the in-env processes (the runner,
 calibrate's variations, drift and compare's numpy scripts; the runner starts the resume worker the same way) start
-with ``-s -P`` (no user site, neither the script's folder nor the current one on ``sys.path``) in an environment that
+with ``-s -P -u`` (no user site, neither the script's folder nor the current one on ``sys.path``) in an environment that
 holds no ``PYTHON*`` variable but the ones the run sets: what ``-E`` would have ignored is not there to be read. The
 settings step reads each back (``sys.flags``, the seed in effect, the ``PYTHON*`` names it sees). Of the caller's
 other variables they get only an allow-list (:func:`environ`): each one the application could read is recorded.

@@ -77,7 +77,7 @@ class StepName(StrEnum):
                 "Read back again after each call of the application's entry and criterion (and their files' load): a"
                 " call that changed one (threads included) fails its step, naming the setting, its recorded value "
                 "and the value after the call (`tests/unit/test_verified.py`). What the process's start applies is "
-                "read back too (`kernodeck/env/start.py`: `-s -P`, no `PYTHON*` variable but `PYTHONHASHSEED`, since"
+                "read back too (`kernodeck/env/start.py`: `-s -P -u`, no `PYTHON*` variable but `PYTHONHASHSEED`, since"
                 " `-I` would ignore the seed): `hash_seed` (the seed in effect: `0`, or `random` when hash "
                 "randomisation is on), `hash_randomization` (`sys.flags`), `isolation.no_user_site`, "
                 "`isolation.safe_path`, and the `PYTHON*` variables besides the seed (none). Test: "
