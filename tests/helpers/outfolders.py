@@ -1,10 +1,12 @@
-"""The --out rule's fixtures: a project without its lock, a folder's snapshot, a refusal read back."""
+"""The --out rule's fixtures: a project without its lock, a finished dossier, a folder's snapshot, a refusal read
+back."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
+from kernodeck import outdir
 from tests.helpers.project import copy_project
 
 
@@ -15,6 +17,16 @@ def lockless(tmp_path: Path) -> Path:
         lock.unlink()
     subprocess.run(["git", "init", "--quiet", str(project)], check=True, capture_output=True)
     return project
+
+
+def finished_dossier(folder: Path) -> Path:
+    """A finished folder of Kernodeck's made at ``folder`` (a verify dossier: its files and the marker listing them)."""
+    (folder / "outputs").mkdir(parents=True)
+    (folder / "report.md").write_text("# report\n", encoding="utf-8")
+    (folder / "outputs" / "embeddings.npy").write_bytes(b"\x93NUMPY")
+    outdir.mark(folder, "dossier")
+    assert outdir.foreign(folder) == []
+    return folder
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

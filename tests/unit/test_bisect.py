@@ -13,21 +13,14 @@ from typing import Any
 import pytest
 
 from kernodeck.env import rebuild as rebuilding
-from kernodeck.lock import lockdiff, lockfile
+from kernodeck.lock import lockdiff
 from kernodeck.project.config import Project, load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.upgrade import bisect as bisecting
 from kernodeck.upgrade.relock import Drift
+from tests.helpers.standinbisect import PLATFORM, tiny_lock
 
 ROOT = Path(__file__).resolve().parents[2]
-PLATFORM = "cp311-linux_x86_64-cpu"
-
-
-def _lock(tmp: Path, name: str, versions: dict[str, str]) -> lockfile.Lockfile:
-    body = "".join(f"{n}=={v} \\\n    --hash=sha256:{v.replace('.', '') * 32}\n" for n, v in sorted(versions.items()))
-    path = tmp / name
-    path.write_text(lockfile.render([("platform", PLATFORM)], body), encoding="utf-8")
-    return lockfile.read(path, require_header=False)
 
 
 class _Envs:
@@ -49,8 +42,8 @@ class _Envs:
 def trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[bisecting._Trials, _Envs]:
     project = dataclasses.replace(load_project(ROOT), venv_root=tmp_path / "venvs", runs=tmp_path / "runs")
     plat = resolve_platform(project, PLATFORM)
-    good = _lock(tmp_path, "good.txt", {"a": "1.0", "b": "1.0", "c": "1.0"})
-    bad = _lock(tmp_path, "bad.txt", {"a": "2.0", "b": "2.0", "c": "2.0"})
+    good = tiny_lock(tmp_path, "good.txt", {"a": "1.0", "b": "1.0", "c": "1.0"})
+    bad = tiny_lock(tmp_path, "bad.txt", {"a": "2.0", "b": "2.0", "c": "2.0"})
     changes = lockdiff.diff(good, bad).changes
     envs = _Envs()
     monkeypatch.setattr(rebuilding, "rebuild", envs)

@@ -17,29 +17,20 @@ from typing import Any
 import pytest
 
 from kernodeck.inenv import leftover
+from tests.helpers.hookwindow import kept_hooks, left
 
 
 @pytest.fixture(autouse=True)
 def hooks_kept() -> Iterator[None]:
     """sys.excepthook, sys.unraisablehook and gc.callbacks as they were, whatever a test leaves."""
-    saved = (sys.excepthook, sys.unraisablehook, list(gc.callbacks))
-    yield
-    sys.excepthook, sys.unraisablehook = saved[:2]
-    gc.callbacks[:] = saved[2]
-
-
-def _set_in_window(hook: Any) -> None:
-    """``hook`` set as the excepthook and a gc callback inside a window (leftover.taken, then put_back)."""
-    before = leftover.taken()
-    sys.excepthook = hook
-    gc.callbacks.append(hook)
-    leftover.put_back(before)
+    with kept_hooks():
+        yield
 
 
 def test_a_standard_library_function_set_in_the_window_stays() -> None:
     """The control: code the trusted file defines, with its module's globals, is the library's own."""
     assert leftover._own_code(traceback.print_exception)
-    _set_in_window(traceback.print_exception)
+    left(traceback.print_exception, as_excepthook=True)
     assert sys.excepthook is traceback.print_exception and traceback.print_exception in gc.callbacks
 
 
@@ -47,7 +38,7 @@ def test_code_named_after_a_standard_library_file_is_put_back() -> None:
     space: dict[str, Any] = {}
     exec(compile("def hook(*args):\n    pass\n", os.__file__, "exec"), space)
     assert not leftover._own_code(space["hook"])
-    _set_in_window(space["hook"])
+    left(space["hook"], as_excepthook=True)
     assert sys.excepthook is not space["hook"] and space["hook"] not in gc.callbacks
 
 
@@ -65,7 +56,7 @@ def test_a_library_functions_code_with_the_applications_globals_is_put_back() ->
     """The library's own code run over the application's globals (what it calls by name is then the application's)."""
     borrowed = types.FunctionType(traceback.print_exception.__code__, {"__name__": "app"}, "print_exception")
     assert not leftover._own_code(borrowed)
-    _set_in_window(borrowed)
+    left(borrowed, as_excepthook=True)
     assert sys.excepthook is not borrowed
 
 

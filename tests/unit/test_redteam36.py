@@ -65,7 +65,6 @@ import dataclasses
 import os
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -78,16 +77,15 @@ from kernodeck.env import start, wheelhouse
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import controls, judge, tolerance
 from kernodeck.inenv._common import CheckFailed, Context
-from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.lock import check, lockfile
 from kernodeck.measure import variations
 from kernodeck.project.config import load_project
-from kernodeck.project.deadlines import Deadlines
 from kernodeck.project.platforms import parse_platform_id
 from kernodeck.runformat import manifest
 from tests.helpers.builtenv import env_python
 from tests.helpers.closedworld import _closed_project, _run, _with_criterion
 from tests.helpers.project import ROOT
+from tests.helpers.variationenv import AVX512, variation_env
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 FAKE = ('[[packages]]\nname = "numpy"\nversion = "1.0.0"\nindex = "https://example.invalid/simple"\n'
@@ -174,37 +172,16 @@ def test_control1_the_committed_twins_are_what_the_writer_makes() -> None:
 
 # --- CAL1 ------------------------------------------------------------------------------------------------------------
 
-AVX512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
-
 
 def _isa(level: str) -> variations.Variation:
     (found,) = [v for v in variations.plan(AVX512, 2, "cpu", "x86_64") if v.name == f"isa-{level}"]
     return found
 
 
-def _variation_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caller: dict[str, str], name: str = "declared",
-                   declared: list[str] | None = None) -> dict[str, str]:
-    """The environment calibrate's variation ``name`` process is started with, the caller's ``caller`` set."""
-    seen: dict[str, str] = {}
-
-    def supervise(argv: list[str], *, env: dict[str, str], **_: object) -> object:
-        seen.update(env)
-        raise RuntimeError("not started")
-
-    for var, value in caller.items():
-        monkeypatch.setenv(var, value)
-    monkeypatch.setattr(variations, "supervise", supervise)
-    (variation,) = [v for v in variations.plan(AVX512, 2, "cpu", "x86_64") if v.name == name]
-    config: dict[str, object] = {"project_root": str(tmp_path), ConfigKey.VARIABLES: declared or []}
-    with pytest.raises(RuntimeError, match="not started"):
-        variations.run_in_env(Path(sys.executable), tmp_path / "v", config, variation, Deadlines())
-    return seen
-
-
 def test_control2_the_isa_variation_sets_atens_level_and_the_declared_run_drops_the_callers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _isa("avx2").env()["ATEN_CPU_CAPABILITY"] == "avx2"
-    assert "ATEN_CPU_CAPABILITY" not in _variation_env(tmp_path, monkeypatch, {"ATEN_CPU_CAPABILITY": "default"})
+    assert "ATEN_CPU_CAPABILITY" not in variation_env(tmp_path, monkeypatch, {"ATEN_CPU_CAPABILITY": "default"})
 
 
 @pytest.mark.parametrize("level,mkl,onednn", [("default", "SSE4_2", "SSE41"), ("avx2", "AVX2", "AVX2"),
@@ -227,7 +204,7 @@ def test_cal1_an_arm_cpu_level_is_atens_alone() -> None:
                                         ("NVIDIA_TF32_OVERRIDE", "1"), ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")])
 def test_cal1_the_declared_run_is_not_the_callers_numerics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            name: str, value: str, variation: str) -> None:
-    env = _variation_env(tmp_path, monkeypatch, {name: value}, variation)
+    env = variation_env(tmp_path, monkeypatch, {name: value}, variation)
     assert env.get(name) != value, (variation, name, env.get(name))
     assert variations.callers_numerics({}).get(name) == value  # and calibration.md shows what the caller had set
 
@@ -236,7 +213,7 @@ def test_control2b_the_variations_keep_what_the_run_needs_and_the_declared_varia
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     caller = {"LD_LIBRARY_PATH": "/opt/lib", "HF_HOME": "/tmp/hf", "CUDA_VISIBLE_DEVICES": "0", "LANG": "C.UTF-8",
               "MKL_CBWR": "AUTO", "CUBLAS_WORKSPACE_CONFIG": ":16:8"}
-    env = _variation_env(tmp_path, monkeypatch, caller, declared=["MKL_CBWR"])
+    env = variation_env(tmp_path, monkeypatch, caller, declared=["MKL_CBWR"])
     assert {k: env.get(k) for k in ("LD_LIBRARY_PATH", "HF_HOME", "CUDA_VISIBLE_DEVICES", "LANG", "MKL_CBWR")} == {
         k: caller[k] for k in ("LD_LIBRARY_PATH", "HF_HOME", "CUDA_VISIBLE_DEVICES", "LANG", "MKL_CBWR")}
     assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"  # Kernodeck's own, not the caller's

@@ -59,15 +59,14 @@ from packaging.pylock import Pylock
 from kernodeck import outdir
 from kernodeck.env import start
 from kernodeck.errors import UnsafeOut
-from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.lock import check
 from kernodeck.measure import variations
 from kernodeck.project.config import load_project
-from kernodeck.project.deadlines import Deadlines
 from kernodeck.project.platforms import parse_platform_id
 from tests.helpers.builtenv import env_python
 from tests.helpers.closedworld import _closed_project, _run, _with_criterion
 from tests.helpers.project import ROOT
+from tests.helpers.variationenv import variation_env
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 PLAT = parse_platform_id(load_project(ROOT), PLATFORM)
@@ -213,28 +212,6 @@ def test_control4_the_github_matrix_replaces_the_file_it_wrote(tmp_path: Path) -
 
 # --- CAL2 ------------------------------------------------------------------------------------------------------------
 
-AVX512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
-
-
-def _variation_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caller: dict[str, str],
-                   name: str = "declared") -> dict[str, str]:
-    """The environment calibrate's variation ``name`` process is started with, the caller's ``caller`` set."""
-    seen: dict[str, str] = {}
-
-    def supervise(argv: list[str], *, env: dict[str, str], **_: object) -> object:
-        seen.update(env)
-        raise RuntimeError("not started")
-
-    for var, value in caller.items():
-        monkeypatch.setenv(var, value)
-    monkeypatch.setattr(variations, "supervise", supervise)
-    (variation,) = [v for v in variations.plan(AVX512, 2, "cpu", "x86_64") if v.name == name]
-    config: dict[str, object] = {"project_root": str(tmp_path), ConfigKey.VARIABLES: []}
-    with pytest.raises(RuntimeError, match="not started"):
-        variations.run_in_env(Path(sys.executable), tmp_path / "v", config, variation, Deadlines())
-    return seen
-
-
 # Each picks the kernels a model runs (torch.compile's inductor code or eager, TorchScript's fuser or eager, tuned GEMM
 # algorithms, NCCL's reduction algorithm): measured here, TORCH_COMPILE_DISABLE=1 moves a compiled
 # gelu(x @ w) -> layer_norm -> softmax on 512x384 by 1.5e-7 (compiled against eager, in the rebuilt env).
@@ -246,7 +223,7 @@ def test_cal2_the_declared_run_is_not_the_callers_kernel_choice(tmp_path: Path, 
                                                                 name: str, value: str) -> None:
     """Fixed: a variation keeps of the caller's recorded variables only what a run needs (start.RUN_NEEDS); the rest
     is left out and shown."""
-    env = _variation_env(tmp_path, monkeypatch, {name: value})
+    env = variation_env(tmp_path, monkeypatch, {name: value})
     assert name not in env and variations.callers_numerics({}).get(name) == value, (name, env.get(name))
     assert name.startswith(start.RECORDED_PREFIXES)  # verify records it
 
@@ -256,18 +233,12 @@ def test_cal2_the_declared_run_is_not_the_callers_kernel_choice(tmp_path: Path, 
 def test_cal2_control_what_a_run_needs_and_what_is_declared_stay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                  name: str, value: str) -> None:
     declared = [name] if name == "TORCH_COMPILE_DISABLE" else []  # declared: the application's input
-    for var, val in {name: value}.items():
-        monkeypatch.setenv(var, val)
-    monkeypatch.setattr(variations, "supervise", lambda argv, *, env, **_: (_ for _ in ()).throw(RuntimeError(env)))
-    (variation,) = [v for v in variations.plan(AVX512, 2, "cpu", "x86_64") if v.name == "declared"]
-    config: dict[str, object] = {"project_root": str(tmp_path), ConfigKey.VARIABLES: declared}
-    with pytest.raises(RuntimeError) as started:
-        variations.run_in_env(Path(sys.executable), tmp_path / "v", config, variation, Deadlines())
-    assert started.value.args[0].get(name) == value and name not in variations.callers_numerics({"variables": declared})
+    env = variation_env(tmp_path, monkeypatch, {name: value}, declared=declared)
+    assert env.get(name) == value and name not in variations.callers_numerics({"variables": declared})
 
 
 def test_control5_a_callers_mkl_cbwr_is_dropped_and_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    env = _variation_env(tmp_path, monkeypatch, {"MKL_CBWR": "COMPATIBLE"})
+    env = variation_env(tmp_path, monkeypatch, {"MKL_CBWR": "COMPATIBLE"})
     assert "MKL_CBWR" not in env and variations.callers_numerics({}).get("MKL_CBWR") == "COMPATIBLE"
 
 

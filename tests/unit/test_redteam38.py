@@ -41,28 +41,18 @@ whatever session ran it (premise: the refusal and its TIP).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kernodeck.env import start
 from kernodeck.lock import check, index_client, lockfile, pylock, twin, twinform
 from kernodeck.lock.index_client import DistFile
-from kernodeck.project.config import load_project
-from kernodeck.project.platforms import parse_platform_id
-from tests.helpers.project import ROOT
-
-PLATFORM = "cp311-linux_x86_64-cpu"
-PLAT = parse_platform_id(load_project(ROOT), PLATFORM)
-CP311 = "numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
-
+from tests.helpers.outfolders import finished_dossier
+from tests.helpers.project import ROOT, kd
+from tests.helpers.smokewindow import smoke_in_window
+from tests.helpers.twinswap import CP311, PLAT, PLATFORM
 
 # --- TWIN3 -----------------------------------------------------------------------------------------------------------
 
@@ -128,13 +118,6 @@ def test_control1_the_writers_twin_with_urls_ending_in_the_name_passes(tmp_path:
 # --- OUT3 ------------------------------------------------------------------------------------------------------------
 
 
-def _kernodeck(*argv: str) -> subprocess.CompletedProcess[str]:
-    """``python -m kernodeck ARGV`` as its nox session runs it, in this project."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "kernodeck", *argv], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
-
-
 DOORS = {"sbom": (f"{PLATFORM}.cdx.json", ("sbom", "--out")),
          "pr-body": ("pr-body.md", ("upgrade", "--pr-body"))}
 
@@ -144,7 +127,7 @@ def test_out3_a_file_kernodeck_did_not_write_is_kept(tmp_path: Path, door: str) 
     name, argv = DOORS[door]
     mine = tmp_path / name
     mine.write_text("my own, signed\n", encoding="utf-8")
-    proc = _kernodeck(*argv, str(tmp_path))
+    proc = kd(ROOT, *argv, str(tmp_path), timeout=120)
     assert mine.read_text(encoding="utf-8") == "my own, signed\n", proc.stdout + proc.stderr
 
 
@@ -152,7 +135,7 @@ def test_out3_a_file_kernodeck_did_not_write_is_kept(tmp_path: Path, door: str) 
 def test_out3_the_refusal_names_the_users_file(tmp_path: Path, door: str) -> None:
     name, argv = DOORS[door]
     (tmp_path / name).write_text("my own, signed\n", encoding="utf-8")
-    proc = _kernodeck(*argv, str(tmp_path))
+    proc = kd(ROOT, *argv, str(tmp_path), timeout=120)
     assert proc.returncode == 2 and "is a file Kernodeck did not write" in proc.stderr and name in proc.stderr, (
         proc.stderr)
 
@@ -160,7 +143,7 @@ def test_out3_the_refusal_names_the_users_file(tmp_path: Path, door: str) -> Non
 @pytest.mark.parametrize("door", sorted(DOORS))
 def test_out3_control_a_second_run_replaces_its_own_file(tmp_path: Path, door: str) -> None:
     name, argv = DOORS[door]
-    first, second = _kernodeck(*argv, str(tmp_path)), _kernodeck(*argv, str(tmp_path))
+    first, second = kd(ROOT, *argv, str(tmp_path), timeout=120), kd(ROOT, *argv, str(tmp_path), timeout=120)
     assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
     assert (tmp_path / f".{name}.kernodeck-file").is_file()
 
@@ -168,33 +151,21 @@ def test_out3_control_a_second_run_replaces_its_own_file(tmp_path: Path, door: s
 def test_control2_export_keeps_the_users_file(tmp_path: Path) -> None:
     mine = tmp_path / "kernodeck.def"
     mine.write_text("my own\n", encoding="utf-8")
-    proc = _kernodeck("export", "--format", "apptainer", "--out", str(tmp_path))
+    proc = kd(ROOT, "export", "--format", "apptainer", "--out", str(tmp_path), timeout=120)
     assert proc.returncode == 2 and mine.read_text(encoding="utf-8") == "my own\n", proc.stderr
-
-
-def _dossier(folder: Path) -> Path:
-    """A finished folder of Kernodeck's (a verify dossier: its files and the marker listing them)."""
-    from kernodeck import outdir
-
-    (folder / "outputs").mkdir(parents=True)
-    (folder / "report.md").write_text("# report\n", encoding="utf-8")
-    (folder / "outputs" / "embeddings.npy").write_bytes(b"\x93NUMPY")
-    outdir.mark(folder, "dossier")
-    assert outdir.foreign(folder) == []
-    return folder
 
 
 def test_out4_export_into_a_dossier_leaves_nothing_called_foreign(tmp_path: Path) -> None:
     from kernodeck import outdir
 
-    dossier = _dossier(tmp_path / "base")
-    proc = _kernodeck("export", "--format", "apptainer", "--out", str(dossier))
+    dossier = finished_dossier(tmp_path / "base")
+    proc = kd(ROOT, "export", "--format", "apptainer", "--out", str(dossier), timeout=120)
     assert proc.returncode == 2 or outdir.foreign(dossier) == [], outdir.foreign(dossier)
 
 
 def test_out4_the_refusal_names_the_dossier(tmp_path: Path) -> None:
-    dossier = _dossier(tmp_path / "base")
-    proc = _kernodeck("export", "--format", "apptainer", "--out", str(dossier))
+    dossier = finished_dossier(tmp_path / "base")
+    proc = kd(ROOT, "export", "--format", "apptainer", "--out", str(dossier), timeout=120)
     assert proc.returncode == 2 and f"is inside {dossier}, a dossier Kernodeck wrote whole" in proc.stderr, proc.stderr
     assert not (dossier / "kernodeck.def").exists()
 
@@ -202,7 +173,7 @@ def test_out4_the_refusal_names_the_dossier(tmp_path: Path) -> None:
 def test_control5_a_users_file_in_a_dossier_is_named(tmp_path: Path) -> None:
     from kernodeck import outdir
 
-    dossier = _dossier(tmp_path / "base")
+    dossier = finished_dossier(tmp_path / "base")
     (dossier / "mine.txt").write_text("notes\n", encoding="utf-8")
     assert outdir.foreign(dossier) == ["mine.txt"]
 
@@ -238,28 +209,9 @@ def smoke(module, device):
 
 def _smoke_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     """The extensions step's smoke check of a project's ``checks/smoke.py`` (the window stubbed as world.window marks
-    it: seen.ON[0] True inside): each call of the project's code and whether a window was open."""
-    from kernodeck.inenv import _common, declared_files, extensions, seen, world
-
-    @contextlib.contextmanager
-    def window(ctx: object, who: str) -> Iterator[None]:
-        seen.ON[0] = True
-        try:
-            yield
-        finally:
-            seen.ON[0] = False
-
-    (tmp_path / "checks").mkdir()
-    (tmp_path / "checks" / "smoke.py").write_text(SMOKE, encoding="utf-8")
-    monkeypatch.setattr(world, "window", window)
-    monkeypatch.setattr(extensions, "_import", lambda *args: object())
-    ctx = _common.Context(config={"project_root": str(tmp_path)}, out=tmp_path / "out")
-    monkeypatch.setattr(declared_files, "declared", lambda ctx: {})
-    decl: dict[str, Any] = {"module": "kdext._C", "smoke": "checks/smoke.py:smoke", "rtol": 0.0, "atol": 0.0,
-                            "path": "compiled"}
-    extensions._smoke(ctx, "kdext", decl, "cpu", {}, {})
-    module = sys.modules.pop("kernodeck_extension_smoke_kdext")  # not left for later windows to see
-    calls: list[tuple[str, bool]] = module.CALLS
+    it: seen.ON[0] True inside), passed: each call of the project's code and whether a window was open."""
+    record, calls = smoke_in_window(tmp_path, monkeypatch, SMOKE, "kdext")
+    assert record is not None  # the declared path taken: not refused
     return calls
 
 

@@ -56,15 +56,12 @@ outdir.staged removes it on the error).
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -73,66 +70,26 @@ from kernodeck import outdir
 from kernodeck.errors import UnsafeOut
 from kernodeck.lock import check, lockfile, pylock, twin, twinform
 from kernodeck.lock.index_client import DistFile
-from kernodeck.project.config import load_project
-from kernodeck.project.platforms import parse_platform_id
-from tests.helpers.project import ROOT
-
-PLATFORM = "cp311-linux_x86_64-cpu"
-PLAT = parse_platform_id(load_project(ROOT), PLATFORM)
-CP311 = "numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
-CP312 = CP311.replace("cp311-cp311", "cp312-cp312")
-
+from tests.helpers import standinbisect
+from tests.helpers.hookwindow import kept_hooks, left
+from tests.helpers.outfolders import finished_dossier
+from tests.helpers.project import ROOT, kd
+from tests.helpers.smokewindow import smoke_in_window
+from tests.helpers.twinswap import CP311, CP312, NO_FILE_URLS, PLAT, PLATFORM, swapped_twin
+from tests.helpers.variationenv import AVX512, variation_env
 
 # --- TWIN4 -----------------------------------------------------------------------------------------------------------
-
-# URLs that name no distribution file by the check's reading (url_file_name, _names_a_file): {sha} the file's sha256,
-# {file} the file's own name
-NO_FILE_URLS = {
-    "content-addressed": "https://pypi.internal.example/api/files/{sha}",
-    "download endpoint": "https://pypi.internal.example/download?file={file}",
-    "trailing slash": "https://pypi.internal.example/packages/{file}/",
-    "params": "https://pypi.internal.example/packages/{file};v=1",
-}
-
-
-def _swapped_twin(tmp_path: Path, url_of: str) -> tuple[Path, Path]:
-    """The committed lock and the twin Kernodeck's writer (pylock.render) makes for it with numpy's cp311 and cp312
-    manylinux wheels' hashes swapped under their names: the entry named CP311 holds the cp312 file's sha256, size and
-    URL (at ``url_of``), and the other way round."""
-    lock_path = ROOT / "lockfiles" / f"{PLATFORM}.txt"
-    lock = lockfile.read(lock_path)
-    known = twin.known_files(ROOT / "lockfiles" / f"pylock.{PLATFORM}.toml")
-    a = next(f for f in known.values() if f.filename == CP311)
-    b = next(f for f in known.values() if f.filename == CP312)
-    served = dict(known)  # as the index serves them: each name with its own bytes, at a URL naming no file
-    served[a.sha256] = DistFile(CP311, url_of.format(sha=a.sha256, file=a.filename), a.sha256, a.size, a.upload_time)
-    served[b.sha256] = DistFile(CP312, url_of.format(sha=b.sha256, file=b.filename), b.sha256, b.size, b.upload_time)
-    known[a.sha256] = DistFile(CP312, url_of.format(sha=a.sha256, file=a.filename), a.sha256, a.size, a.upload_time)
-    known[b.sha256] = DistFile(CP311, url_of.format(sha=b.sha256, file=b.filename), b.sha256, b.size, b.upload_time)
-
-    def per_pin(table: dict[str, DistFile]) -> dict[str, list[DistFile]]:
-        return {pin.name: sorted((table[h] for h in pin.hashes if h in table), key=lambda f: f.filename)
-                for pin in lock.pins}
-
-    target, twin_file = tmp_path / lock_path.name, tmp_path / f"pylock.{PLATFORM}.toml"
-    # the lock as the writer left it from the index (the names it serves, recorded), the twin swapped afterwards
-    text = lockfile.with_header(lock_path.read_text(encoding="utf-8"), twinform.FILE_NAME,
-                                twinform.file_names(per_pin(served)))
-    target.write_text(text, encoding="utf-8")
-    twin_file.write_text(pylock.render(lockfile.parse_text(text, target), PLAT, per_pin(known), text),
-                         encoding="utf-8")
-    return target, twin_file
 
 
 @pytest.mark.parametrize("kind", sorted(NO_FILE_URLS))
 def test_twin4_a_wheels_name_carrying_another_wheels_hash_is_refused(tmp_path: Path, kind: str) -> None:
-    target, twin_file = _swapped_twin(tmp_path, NO_FILE_URLS[kind])
+    target, twin_file = swapped_twin(tmp_path, NO_FILE_URLS[kind])
     assert check.twin_disagreements(target, twin_file, PLAT) != []
 
 
 @pytest.mark.parametrize("kind", sorted(NO_FILE_URLS))
 def test_twin4_the_refusal_names_the_name_the_lock_records(tmp_path: Path, kind: str) -> None:
-    target, twin_file = _swapped_twin(tmp_path, NO_FILE_URLS[kind])
+    target, twin_file = swapped_twin(tmp_path, NO_FILE_URLS[kind])
     found = check.twin_disagreements(target, twin_file, PLAT)
     assert any(f"the file {CP311} in" in line and f"whose file is {CP312}" in line for line in found), found
 
@@ -185,19 +142,19 @@ def test_twin4_the_writer_records_the_names_and_its_twin_passes(tmp_path: Path) 
 def test_twin4_a_rewrite_never_takes_a_twins_unbound_name_again(tmp_path: Path) -> None:
     """What lock --pylock-only (the refusal's TIP) and a relock reuse of the twin unasked: a name bound to its file,
     by its URL or by the lock's record; a swapped name is asked of the index again, never recorded from the twin."""
-    target, twin_file = _swapped_twin(tmp_path, NO_FILE_URLS["content-addressed"])
+    target, twin_file = swapped_twin(tmp_path, NO_FILE_URLS["content-addressed"])
     known = twin.known_files(twin_file)
     kept = twinform.reusable(known, lockfile.read(target))
     swapped = {f.sha256 for f in known.values() if f.filename in (CP311, CP312)}
     assert swapped and not swapped & set(kept) and len(kept) == len(known) - 2
     assert not {f.sha256 for f in known.values() if f.filename == CP311} & set(twinform.reusable(known, None))
     (tmp_path / "named").mkdir()
-    named_twin = _swapped_twin(tmp_path / "named", "https://pypi.internal.example/packages/{file}")[1]
+    named_twin = swapped_twin(tmp_path / "named", "https://pypi.internal.example/packages/{file}")[1]
     assert len(twinform.reusable(twin.known_files(named_twin), None)) == len(known) - 2  # TWIN2's swap too
 
 
 def test_control1_the_swap_at_urls_that_name_their_files_is_refused(tmp_path: Path) -> None:
-    target, twin_file = _swapped_twin(tmp_path, "https://pypi.internal.example/packages/{file}")
+    target, twin_file = swapped_twin(tmp_path, "https://pypi.internal.example/packages/{file}")
     found = check.twin_disagreements(target, twin_file, PLAT)
     assert any(f"whose file is {CP311}" in line for line in found), found
 
@@ -205,47 +162,11 @@ def test_control1_the_swap_at_urls_that_name_their_files_is_refused(tmp_path: Pa
 # --- OUT5 ------------------------------------------------------------------------------------------------------------
 
 
-def _lock(tmp: Path, name: str, versions: dict[str, str]) -> lockfile.Lockfile:
-    body = "".join(f"{n}=={v} \\\n    --hash=sha256:{v.replace('.', '') * 32}\n" for n, v in sorted(versions.items()))
-    path = tmp / name
-    path.write_text(lockfile.render([("platform", PLATFORM)], body), encoding="utf-8")
-    return lockfile.read(path, require_header=False)
-
-
 @pytest.fixture
-def finished_bisect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Path]]:
-    """A bisect run to its end in its --out folder (bisect._folder, _Trials, _bisect), the env builds and the in-env
-    steps stood in for (as test_bisect.py does): its project, platform and folder."""
-    from kernodeck.env import rebuild as rebuilding
-    from kernodeck.lock import lockdiff
-    from kernodeck.project.platforms import resolve_platform
-    from kernodeck.upgrade import bisect as bisecting
-    from kernodeck.upgrade.relock import Drift
-
-    project = dataclasses.replace(load_project(ROOT), venv_root=tmp_path / "venvs", runs=tmp_path / "runs")
-    plat = resolve_platform(project, PLATFORM)
-    good = _lock(tmp_path, "good.txt", {"a": "1.0", "b": "1.0"})
-    bad = _lock(tmp_path, "bad.txt", {"a": "2.0", "b": "2.0"})
-    d = lockdiff.diff(good, bad)
-
-    def envs(project: Any, plat: Any, lock_path: Path, **kw: Any) -> SimpleNamespace:
-        env = project.venv_root / "env"
-        env.mkdir(parents=True, exist_ok=True)
-        return SimpleNamespace(python=env / "bin" / "python", reused=not kw["fresh"])
-
-    monkeypatch.setattr(rebuilding, "rebuild", envs)
-    monkeypatch.setattr(bisecting._Trials, "checks", lambda self, python, folder: [])
-    monkeypatch.setattr(bisecting._Trials, "regroup", lambda self, python: None)
-    monkeypatch.setattr(Drift, "from_steps", classmethod(lambda cls, steps: SimpleNamespace(
-        holds=True, failure="", outputs=())))
-    folder = bisecting._folder(project, plat, tmp_path / "runs" / "bisect")
-    trials = bisecting._Trials(project, plat, good, bad, d.changes, "sha256:none", folder, {}, None)
-    try:
-        bisecting._bisect(trials, d, plat, folder)
-    finally:
-        trials.close()
-    yield project, plat, folder
-
+def finished_bisect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Path]:
+    """A bisect run to its end in its --out folder, the env builds and the in-env steps stood in for (as
+    test_bisect.py does): its project, platform and folder."""
+    return standinbisect.finished_bisect(tmp_path, monkeypatch)
 
 
 def test_out5_a_finished_bisect_folder_is_kernodecks(finished_bisect: tuple[Any, Any, Path]) -> None:
@@ -283,45 +204,28 @@ def test_control2_a_finished_upgrade_folder_is_signed_at_its_end(tmp_path: Path)
 # --- OUT6 ------------------------------------------------------------------------------------------------------------
 
 
-def _kernodeck(*argv: str) -> subprocess.CompletedProcess[str]:
-    """``python -m kernodeck ARGV`` as its nox session runs it, in this project."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "kernodeck", *argv], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
-
-
-def _dossier(folder: Path) -> Path:
-    """A finished folder of Kernodeck's (a verify dossier: its files and the marker listing them)."""
-    (folder / "outputs").mkdir(parents=True)
-    (folder / "report.md").write_text("# report\n", encoding="utf-8")
-    (folder / "outputs" / "embeddings.npy").write_bytes(b"\x93NUMPY")
-    outdir.mark(folder, "dossier")
-    assert outdir.foreign(folder) == []
-    return folder
-
-
 def test_out6_compare_into_a_dossier_leaves_nothing_called_foreign(tmp_path: Path) -> None:
-    dossier = _dossier(tmp_path / "base")
-    proc = _kernodeck("compare", "dossier/reference", "dossier/reference", "--out", str(dossier / "cmp"))
+    dossier = finished_dossier(tmp_path / "base")
+    proc = kd(ROOT, "compare", "dossier/reference", "dossier/reference", "--out", str(dossier / "cmp"), timeout=120)
     assert proc.returncode == 2 or outdir.foreign(dossier) == [], (proc.returncode, outdir.foreign(dossier))
 
 
 def test_out6_a_folder_out_inside_a_dossier_is_refused_naming_it(tmp_path: Path) -> None:
-    dossier = _dossier(tmp_path / "base")
+    dossier = finished_dossier(tmp_path / "base")
     with pytest.raises(UnsafeOut, match="a dossier Kernodeck wrote whole"):
         outdir.check(dossier / "cmp", what="compare's output", tip="nox -s compare -- A B --out NEW-FOLDER")
 
 
 def test_out6_compare_into_a_dossier_is_refused_naming_it(tmp_path: Path) -> None:
-    dossier = _dossier(tmp_path / "base")
-    proc = _kernodeck("compare", "dossier/reference", "dossier/reference", "--out", str(dossier / "cmp"))
+    dossier = finished_dossier(tmp_path / "base")
+    proc = kd(ROOT, "compare", "dossier/reference", "dossier/reference", "--out", str(dossier / "cmp"), timeout=120)
     assert proc.returncode == 2 and f"is inside {dossier}, a dossier Kernodeck wrote whole" in proc.stderr, proc.stderr
     assert not (dossier / "cmp").exists() and outdir.foreign(dossier) == []
 
 
 def test_out6_control_a_folder_this_process_is_filling_takes_its_outputs(tmp_path: Path) -> None:
     """An upgrade's verify writes its dossier inside the upgrade's folder, signed first (outdir.filling)."""
-    dossier = _dossier(tmp_path / "upgrade")
+    dossier = finished_dossier(tmp_path / "upgrade")
     with outdir.filling(dossier):
         assert outdir.check(dossier / "verify", what="the dossier", tip="t") == (dossier / "verify").resolve()
     with pytest.raises(UnsafeOut):
@@ -329,7 +233,7 @@ def test_out6_control_a_folder_this_process_is_filling_takes_its_outputs(tmp_pat
 
 
 def test_control3_a_single_file_in_a_dossier_is_refused_naming_it(tmp_path: Path) -> None:
-    dossier = _dossier(tmp_path / "base")
+    dossier = finished_dossier(tmp_path / "base")
     with pytest.raises(UnsafeOut, match=f"is inside {dossier}, a dossier Kernodeck wrote whole"):
         outdir.check_file(dossier / "matrix.json", what="the matrix", tip="nox -s matrix")
 
@@ -350,24 +254,15 @@ def _hook(filename: str) -> tuple[Any, list[Any]]:
 @pytest.fixture
 def hooks_kept() -> Iterator[None]:
     """sys.excepthook, sys.unraisablehook and gc.callbacks as they were, whatever a test leaves."""
-    saved = (sys.excepthook, sys.unraisablehook, list(gc.callbacks))
-    yield
-    sys.excepthook, sys.unraisablehook = saved[:2]
-    gc.callbacks[:] = saved[2]
+    with kept_hooks():
+        yield
 
 
 def _left_after_window(filename: str) -> tuple[Any, list[Any]]:
     """The hooks set inside a window (leftover.taken at its start, put_back at its end, as world.window does), by a
     function compiled under ``filename``: what is set after the window, and the function's calls."""
-    from kernodeck.inenv import leftover
-
     hook, calls = _hook(filename)
-    before = leftover.taken()
-    sys.excepthook = hook
-    sys.unraisablehook = hook
-    gc.callbacks.append(hook)
-    leftover.put_back(before)
-    return hook, calls
+    return left(hook, as_excepthook=True), calls
 
 
 @pytest.mark.usefixtures("hooks_kept")
@@ -436,34 +331,7 @@ def _smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, A
     """The extensions step's smoke check of a project's ``checks/smoke.py`` (declared path "compiled"; the window
     stubbed as world.window marks it: seen.ON[0] True inside): its record (None: refused) and each call of the
     project's code with whether a window was open."""
-    import contextlib
-
-    from kernodeck.inenv import _common, declared_files, extensions, seen, world
-
-    @contextlib.contextmanager
-    def window(ctx: object, who: str) -> Iterator[None]:
-        seen.ON[0] = True
-        try:
-            yield
-        finally:
-            seen.ON[0] = False
-
-    (tmp_path / "checks").mkdir()
-    (tmp_path / "checks" / "smoke.py").write_text(SMOKE, encoding="utf-8")
-    monkeypatch.setattr(world, "window", window)
-    monkeypatch.setattr(extensions, "_import", lambda *args: object())
-    monkeypatch.setattr(declared_files, "declared", lambda ctx: {})
-    ctx = _common.Context(config={"project_root": str(tmp_path)}, out=tmp_path / "out")
-    decl: dict[str, Any] = {"module": "kdext._C", "smoke": "checks/smoke.py:smoke", "rtol": 0.0, "atol": 0.0,
-                            "path": "compiled"}
-    record: dict[str, Any] | None
-    try:
-        record = extensions._smoke(ctx, "kdext39", decl, "cpu", {}, {})
-    except _common.CheckFailed:
-        record = None
-    module = sys.modules.pop("kernodeck_extension_smoke_kdext39")  # not left for later windows to see
-    calls: list[tuple[str, bool]] = module.CALLS
-    return record, calls
+    return smoke_in_window(tmp_path, monkeypatch, SMOKE, "kdext39")
 
 
 def test_window3_no_code_of_the_smoke_answers_path_runs_outside_its_window(tmp_path: Path,
@@ -496,7 +364,6 @@ def test_control5_the_smoke_call_itself_runs_inside_its_window(tmp_path: Path, m
 
 # --- CAL4 ------------------------------------------------------------------------------------------------------------
 
-AVX512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
 # a library the project declares ([tool.kernodeck.environment] ld-preload) for its run to start at all: libgomp on
 # aarch64 ("cannot allocate memory in static TLS block"), an allocator a model fits with, NCCL's network plugin
 PRELOADS = [("LD_PRELOAD", "libgomp.so.1"), ("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -506,24 +373,7 @@ PRELOADS = [("LD_PRELOAD", "libgomp.so.1"), ("LD_PRELOAD", "/usr/lib/x86_64-linu
 def _variation_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> dict[str, str]:
     """The environment calibrate's declared variation starts with, the caller's ``name`` set to ``value`` and
     declared in ld-preload (the runner configuration's libraries, as runbuild puts them)."""
-    from kernodeck.inenv.protocol import ConfigKey
-    from kernodeck.measure import variations
-    from kernodeck.project.deadlines import Deadlines
-
-    seen: dict[str, str] = {}
-
-    def supervise(argv: list[str], *, env: dict[str, str], **_: object) -> object:
-        seen.update(env)
-        raise RuntimeError("not started")
-
-    monkeypatch.setenv(name, value)
-    monkeypatch.setattr(variations, "supervise", supervise)
-    (variation,) = [v for v in variations.plan(AVX512, 2, "cpu", "x86_64") if v.name == "declared"]
-    config: dict[str, object] = {"project_root": str(tmp_path), ConfigKey.VARIABLES: [],
-                                 ConfigKey.LIBRARIES: [os.path.basename(value)]}
-    with pytest.raises(RuntimeError, match="not started"):
-        variations.run_in_env(Path(sys.executable), tmp_path / "v", config, variation, Deadlines())
-    return seen
+    return variation_env(tmp_path, monkeypatch, {name: value}, libraries=[os.path.basename(value)])
 
 
 @pytest.mark.parametrize("name,value", PRELOADS)

@@ -31,13 +31,11 @@ CONTROL3: the same file added after the bisect ended is refused, named.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -46,53 +44,20 @@ from kernodeck import outdir
 from kernodeck.errors import KernodeckError, LockfileError, UnsafeOut
 from kernodeck.inenv import leftover
 from kernodeck.lock import check, lockfile, pylock, twin, twinform
-from kernodeck.lock.index_client import DistFile
-from kernodeck.project.config import load_project
-from kernodeck.project.platforms import parse_platform_id
-from tests.helpers.project import ROOT
+from tests.helpers.hookwindow import CALLS, kept_hooks, left
+from tests.helpers.standinbisect import finished_bisect
+from tests.helpers.twinswap import CP311, CP312, NO_FILE_URLS, PLAT, swapped_twin
 
-PLATFORM = "cp311-linux_x86_64-cpu"
-PLAT = parse_platform_id(load_project(ROOT), PLATFORM)
-CP311 = "numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
-CP312 = CP311.replace("cp311-cp311", "cp312-cp312")
-CONTENT_ADDRESSED = "https://pypi.internal.example/api/files/{sha}"
+CONTENT_ADDRESSED = NO_FILE_URLS["content-addressed"]
 
 # --- TWIN5 -----------------------------------------------------------------------------------------------------------
-
-
-def _swapped_twin(tmp_path: Path, url_of: str) -> tuple[Path, Path]:
-    """(test_redteam39's, TWIN4) The committed lock with the ``# file-name`` lines the writer records for numpy's
-    cp311 and cp312 manylinux wheels served at URLs naming no file (``url_of``), and the twin the writer makes for it
-    with those two wheels' hashes swapped under their names."""
-    lock_path = ROOT / "lockfiles" / f"{PLATFORM}.txt"
-    lock = lockfile.read(lock_path)
-    known = twin.known_files(ROOT / "lockfiles" / f"pylock.{PLATFORM}.toml")
-    a = next(f for f in known.values() if f.filename == CP311)
-    b = next(f for f in known.values() if f.filename == CP312)
-    served = dict(known)
-    served[a.sha256] = DistFile(CP311, url_of.format(sha=a.sha256), a.sha256, a.size, a.upload_time)
-    served[b.sha256] = DistFile(CP312, url_of.format(sha=b.sha256), b.sha256, b.size, b.upload_time)
-    known[a.sha256] = DistFile(CP312, url_of.format(sha=a.sha256), a.sha256, a.size, a.upload_time)
-    known[b.sha256] = DistFile(CP311, url_of.format(sha=b.sha256), b.sha256, b.size, b.upload_time)
-
-    def per_pin(table: dict[str, DistFile]) -> dict[str, list[DistFile]]:
-        return {pin.name: sorted((table[h] for h in pin.hashes if h in table), key=lambda f: f.filename)
-                for pin in lock.pins}
-
-    target, twin_file = tmp_path / lock_path.name, tmp_path / f"pylock.{PLATFORM}.toml"
-    text = lockfile.with_header(lock_path.read_text(encoding="utf-8"), twinform.FILE_NAME,
-                                twinform.file_names(per_pin(served)))
-    target.write_text(text, encoding="utf-8")
-    twin_file.write_text(pylock.render(lockfile.parse_text(text, target), PLAT, per_pin(known), text),
-                         encoding="utf-8")
-    return target, twin_file
 
 
 def _header_swapped(tmp_path: Path) -> tuple[Path, Path]:
     """TWIN4's swapped twin (numpy's cp311 and cp312 wheels at content-addressed URLs, each name over the other's
     bytes) beside its lock whose two ``# file-name`` lines are swapped to match, by hand: the header's lines only, the
     pins and the body digest as they were (no reseal)."""
-    target, twin_file = _swapped_twin(tmp_path, CONTENT_ADDRESSED)
+    target, twin_file = swapped_twin(tmp_path, CONTENT_ADDRESSED)
     text = target.read_text(encoding="utf-8")
     recorded = lockfile.parse_text(text, target).header[twinform.FILE_NAME]
     swapped = {line: line.replace(CP311, "@").replace(CP312, CP311).replace("@", CP312) for line in recorded}
@@ -150,7 +115,7 @@ def test_twin5_a_swap_recorded_by_hand_in_the_lock_and_twin_is_refused(tmp_path:
 
 
 def test_twin5_control_the_writers_own_record_passes_its_seal(tmp_path: Path) -> None:
-    target, _ = _swapped_twin(tmp_path, CONTENT_ADDRESSED)
+    target, _ = swapped_twin(tmp_path, CONTENT_ADDRESSED)
     assert lockfile.read(target).header[twinform.FILE_NAME]
 
 
@@ -163,15 +128,12 @@ def test_control1_a_hand_edit_of_the_pins_is_refused_by_the_seal(tmp_path: Path)
 
 
 def test_control1_the_swap_in_the_twin_alone_is_refused_naming_the_recorded_file(tmp_path: Path) -> None:
-    target, twin_file = _swapped_twin(tmp_path, CONTENT_ADDRESSED)
+    target, twin_file = swapped_twin(tmp_path, CONTENT_ADDRESSED)
     found = check.twin_disagreements(target, twin_file, PLAT)
     assert any(f"whose file is {CP312}" in line for line in found), found
 
 
 # --- WINDOW4 ---------------------------------------------------------------------------------------------------------
-
-CALLS: list[Any] = []
-
 
 class SaysFunc:
     """The application's hook: its own ``__call__``, and a ``__func__`` naming a standard library function."""
@@ -199,21 +161,8 @@ class Plain:
 
 @pytest.fixture
 def hooks_kept() -> Iterator[None]:
-    saved = (sys.excepthook, sys.unraisablehook, list(gc.callbacks))
-    CALLS.clear()
-    yield
-    sys.excepthook, sys.unraisablehook = saved[:2]
-    gc.callbacks[:] = saved[2]
-
-
-def _left(hook: Any) -> Any:
-    """Set ``hook`` inside a window (leftover.taken, put_back: as world.window does); the gc callbacks after it."""
-    before = leftover.taken()
-    sys.excepthook = hook
-    sys.unraisablehook = hook
-    gc.callbacks.append(hook)
-    leftover.put_back(before)
-    return hook
+    with kept_hooks():
+        yield
 
 
 def test_window4_premise_the_standard_library_function_is_trusted_code() -> None:
@@ -229,20 +178,20 @@ def test_window4_an_application_object_is_not_library_code_whatever_it_carries(k
 @pytest.mark.parametrize("kind", [SaysFunc, SaysCode])
 @pytest.mark.usefixtures("hooks_kept")
 def test_window4_an_application_object_is_put_back_whatever_it_says_its_function_is(kind: type) -> None:
-    hook = _left(kind())
+    hook = left(kind(), as_excepthook=True)
     assert sys.excepthook is not hook and sys.unraisablehook is not hook and hook not in gc.callbacks
 
 
 @pytest.mark.usefixtures("hooks_kept")
 def test_window4_the_applications_call_no_longer_runs_between_windows() -> None:
-    _left(SaysFunc())
+    left(SaysFunc(), as_excepthook=True)
     gc.collect()
     assert not CALLS
 
 
 @pytest.mark.usefixtures("hooks_kept")
 def test_control2_the_same_object_without_the_attribute_is_put_back() -> None:
-    hook = _left(Plain())
+    hook = left(Plain(), as_excepthook=True)
     assert sys.excepthook is not hook and sys.unraisablehook is not hook and hook not in gc.callbacks
     gc.collect()
     assert not CALLS
@@ -251,59 +200,15 @@ def test_control2_the_same_object_without_the_attribute_is_put_back() -> None:
 # --- OUT7 ------------------------------------------------------------------------------------------------------------
 
 
-def _lock(tmp: Path, name: str, versions: dict[str, str]) -> lockfile.Lockfile:
-    body = "".join(f"{n}=={v} \\\n    --hash=sha256:{v.replace('.', '') * 32}\n" for n, v in sorted(versions.items()))
-    path = tmp / name
-    path.write_text(lockfile.render([("platform", PLATFORM)], body), encoding="utf-8")
-    return lockfile.read(path, require_header=False)
-
-
-def _bisect_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, during: Any) -> tuple[Any, Any, Path]:
-    """A bisect run to its end in its --out folder (as test_redteam39's finished_bisect), ``during(folder)`` called in
-    its first trial's checks (the user, while it runs)."""
-    from kernodeck.env import rebuild as rebuilding
-    from kernodeck.lock import lockdiff
-    from kernodeck.project.platforms import resolve_platform
-    from kernodeck.upgrade import bisect as bisecting
-    from kernodeck.upgrade.relock import Drift
-
-    project = dataclasses.replace(load_project(ROOT), venv_root=tmp_path / "venvs", runs=tmp_path / "runs")
-    plat = resolve_platform(project, PLATFORM)
-    good = _lock(tmp_path, "good.txt", {"a": "1.0", "b": "1.0"})
-    bad = _lock(tmp_path, "bad.txt", {"a": "2.0", "b": "2.0"})
-    d = lockdiff.diff(good, bad)
-
-    def envs(project: Any, plat: Any, lock_path: Path, **kw: Any) -> SimpleNamespace:
-        env = project.venv_root / "env"
-        env.mkdir(parents=True, exist_ok=True)
-        return SimpleNamespace(python=env / "bin" / "python", reused=not kw["fresh"])
-
-    def checks(self: Any, python: Path, folder: Path) -> list[Any]:
-        during(self.folder)
-        return []
-
-    monkeypatch.setattr(rebuilding, "rebuild", envs)
-    monkeypatch.setattr(bisecting._Trials, "checks", checks)
-    monkeypatch.setattr(bisecting._Trials, "regroup", lambda self, python: None)
-    monkeypatch.setattr(Drift, "from_steps", classmethod(lambda cls, steps: SimpleNamespace(
-        holds=True, failure="", outputs=())))
-    folder = bisecting._folder(project, plat, tmp_path / "runs" / "bisect")
-    trials = bisecting._Trials(project, plat, good, bad, d.changes, "sha256:none", folder, {}, None)
-    try:
-        bisecting._bisect(trials, d, plat, folder)
-    finally:
-        trials.close()
-    return project, plat, folder
-
-
-def _notes(folder: Path) -> None:
+def _notes(folder: Path, trial: Path | None = None) -> None:
+    """The user adds their notes to the bisect's folder (while it runs: in each trial; once)."""
     notes = folder / "notes.md"
     if not notes.exists():
         notes.write_text("the user's notes on this bisect\n", encoding="utf-8")
 
 
 def test_out7_the_users_file_is_left_unsigned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _, _, folder = _bisect_with(tmp_path, monkeypatch, _notes)
+    _, _, folder = finished_bisect(tmp_path, monkeypatch, _notes)
     assert (folder / "notes.md").is_file() and outdir.foreign(folder) == ["notes.md"]
 
 
@@ -311,7 +216,7 @@ def test_out7_the_next_bisect_keeps_a_file_the_user_added_while_it_ran(tmp_path:
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from kernodeck.upgrade import bisect as bisecting
 
-    project, plat, folder = _bisect_with(tmp_path, monkeypatch, _notes)
+    project, plat, folder = finished_bisect(tmp_path, monkeypatch, _notes)
     with contextlib.suppress(UnsafeOut):  # refused, naming it: kept
         bisecting._folder(project, plat, folder)
     assert (folder / "notes.md").is_file()
@@ -321,7 +226,7 @@ def test_control3_a_file_added_after_the_bisect_ended_is_refused(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from kernodeck.upgrade import bisect as bisecting
 
-    project, plat, folder = _bisect_with(tmp_path, monkeypatch, lambda folder: None)
+    project, plat, folder = finished_bisect(tmp_path, monkeypatch)
     _notes(folder)
     with pytest.raises(UnsafeOut, match=r"notes\.md"):
         bisecting._folder(project, plat, folder)

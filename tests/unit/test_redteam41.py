@@ -51,7 +51,6 @@ import textwrap
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -59,10 +58,12 @@ import pytest
 from kernodeck import outdir
 from kernodeck.errors import UnsafeOut
 from kernodeck.inenv import leftover
-from kernodeck.lock import check, lockfile, write
+from kernodeck.lock import check, write
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import parse_platform_id
+from tests.helpers.hookwindow import CALLS, TextWrapper, kept_hooks, left
 from tests.helpers.project import ROOT
+from tests.helpers.standinbisect import finished_bisect
 
 PLATFORM = "cp311-linux_x86_64-cpu"
 
@@ -122,22 +123,10 @@ def test_control1_the_lf_pair_passes_and_the_tips_rewrite_of_it_too(pair: tuple[
 
 # --- WINDOW5 ---------------------------------------------------------------------------------------------------------
 
-CALLS: list[Any] = []
-
-
-class TextWrapper:
-    """The application's class under the name ``textwrap.wrap``'s code looks up in its globals."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        CALLS.append(kwargs)
-
-    def wrap(self, text: Any) -> list[str]:
-        CALLS.append(text)
-        return []
-
 
 def _borrowed() -> Any:
-    """A function of the application: the standard library's code, run with the application's module's globals."""
+    """A function of the application: the standard library's code, run with the application's module's globals (its
+    ``TextWrapper`` the application's class, hookwindow's, imported here by that name)."""
     return types.FunctionType(textwrap.wrap.__code__, globals())
 
 
@@ -147,25 +136,15 @@ def _plain(phase: Any, info: Any) -> None:
 
 @pytest.fixture
 def hooks_kept() -> Iterator[None]:
-    saved = (sys.excepthook, sys.unraisablehook, list(gc.callbacks))
-    CALLS.clear()
-    yield
-    sys.excepthook, sys.unraisablehook = saved[:2]
-    gc.callbacks[:] = saved[2]
-
-
-def _left(hook: Any) -> Any:
-    """Set ``hook`` as a gc callback inside a window (leftover.taken, put_back: as world.window does)."""
-    before = leftover.taken()
-    gc.callbacks.append(hook)
-    leftover.put_back(before)
-    return hook
+    with kept_hooks():
+        yield
 
 
 def test_window5_premise_the_code_is_the_standard_librarys_and_the_globals_the_applications() -> None:
     hook = _borrowed()
     assert hook.__code__ is textwrap.wrap.__code__ and hook.__code__.co_filename.startswith(sys.base_prefix)
     assert hook.__globals__ is globals() and hook.__globals__ is not vars(textwrap)
+    assert hook.__globals__["TextWrapper"] is TextWrapper and TextWrapper is not textwrap.TextWrapper
     assert hook.__defaults__ is None and hook.__closure__ is None
 
 
@@ -179,70 +158,23 @@ def test_window5_the_standard_librarys_code_with_the_applications_globals_is_not
 
 @pytest.mark.usefixtures("hooks_kept")
 def test_window5_the_applications_globals_no_longer_run_between_windows() -> None:
-    hook = _left(_borrowed())
+    hook = left(_borrowed())
     gc.collect()
     assert hook not in gc.callbacks and not CALLS
 
 
 @pytest.mark.usefixtures("hooks_kept")
 def test_control2_the_standard_librarys_own_function_is_kept_the_applications_put_back() -> None:
-    _left(textwrap.wrap)
+    left(textwrap.wrap)
     assert textwrap.wrap in gc.callbacks
     gc.callbacks.remove(textwrap.wrap)  # kept: the library's own (not called here: gc's arguments are not its)
-    _left(_plain)
+    left(_plain)
     assert _plain not in gc.callbacks
     gc.collect()
     assert not CALLS
 
 
 # --- OUT8 ------------------------------------------------------------------------------------------------------------
-
-
-def _lock(tmp: Path, name: str, versions: dict[str, str]) -> lockfile.Lockfile:
-    body = "".join(f"{n}=={v} \\\n    --hash=sha256:{v.replace('.', '') * 32}\n" for n, v in sorted(versions.items()))
-    path = tmp / name
-    path.write_text(lockfile.render([("platform", PLATFORM)], body), encoding="utf-8")
-    return lockfile.read(path, require_header=False)
-
-
-def _bisect_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, during: Any) -> tuple[Any, Any, Path]:
-    """A bisect run to its end in its --out folder (test_redteam40's), each trial's checks writing its step record
-    (``steps/record.md``, as the runner's), then ``during(folder, trial)`` called (the user, while it runs)."""
-    from kernodeck.env import rebuild as rebuilding
-    from kernodeck.lock import lockdiff
-    from kernodeck.project.platforms import resolve_platform
-    from kernodeck.upgrade import bisect as bisecting
-    from kernodeck.upgrade.relock import Drift
-
-    project = dataclasses.replace(load_project(ROOT), venv_root=tmp_path / "venvs", runs=tmp_path / "runs")
-    plat = resolve_platform(project, PLATFORM)
-    good = _lock(tmp_path, "good.txt", {"a": "1.0", "b": "1.0"})
-    bad = _lock(tmp_path, "bad.txt", {"a": "2.0", "b": "2.0"})
-    d = lockdiff.diff(good, bad)
-
-    def envs(project: Any, plat: Any, lock_path: Path, **kw: Any) -> SimpleNamespace:
-        env = project.venv_root / "env"
-        env.mkdir(parents=True, exist_ok=True)
-        return SimpleNamespace(python=env / "bin" / "python", reused=not kw["fresh"])
-
-    def checks(self: Any, python: Path, folder: Path) -> list[Any]:
-        (folder / "steps").mkdir(parents=True, exist_ok=True)
-        (folder / "steps" / "record.md").write_text(f"the steps of {folder.name}\n", encoding="utf-8")
-        during(self.folder, folder)
-        return []
-
-    monkeypatch.setattr(rebuilding, "rebuild", envs)
-    monkeypatch.setattr(bisecting._Trials, "checks", checks)
-    monkeypatch.setattr(bisecting._Trials, "regroup", lambda self, python: None)
-    monkeypatch.setattr(Drift, "from_steps", classmethod(lambda cls, steps: SimpleNamespace(
-        holds=True, failure="", outputs=())))
-    folder = bisecting._folder(project, plat, tmp_path / "runs" / "bisect")
-    trials = bisecting._Trials(project, plat, good, bad, d.changes, "sha256:none", folder, {}, None)
-    try:
-        bisecting._bisect(trials, d, plat, folder)
-    finally:
-        trials.close()
-    return project, plat, folder
 
 
 NOTE = "\nthe user's note: try-01's numbers match the cluster run of 3 May\n"
@@ -257,21 +189,21 @@ def _annotate_try01(folder: Path, trial: Path) -> None:
 
 
 def test_out8_premise_a_later_trial_runs_after_try01_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _, _, folder = _bisect_with(tmp_path, monkeypatch, _annotate_try01)
+    _, _, folder = finished_bisect(tmp_path, monkeypatch, _annotate_try01, record_steps=True)
     assert (folder / "try-02").is_dir()
     assert NOTE in (folder / "try-01" / "steps" / "record.md").read_text(encoding="utf-8")
 
 
 def test_out8_an_edit_made_after_its_trial_ended_is_left_unsigned(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    _, _, folder = _bisect_with(tmp_path, monkeypatch, _annotate_try01)
+    _, _, folder = finished_bisect(tmp_path, monkeypatch, _annotate_try01, record_steps=True)
     assert outdir.foreign(folder) == ["try-01/steps/record.md (changed since Kernodeck wrote it)"]
 
 
 def test_out8_the_next_bisect_keeps_the_users_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kernodeck.upgrade import bisect as bisecting
 
-    project, plat, folder = _bisect_with(tmp_path, monkeypatch, _annotate_try01)
+    project, plat, folder = finished_bisect(tmp_path, monkeypatch, _annotate_try01, record_steps=True)
     with contextlib.suppress(UnsafeOut):  # refused, naming it: kept
         bisecting._folder(project, plat, folder)
     assert NOTE in (folder / "try-01" / "steps" / "record.md").read_text(encoding="utf-8")
@@ -281,7 +213,7 @@ def test_control3_the_same_edit_after_the_bisect_ended_is_refused(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from kernodeck.upgrade import bisect as bisecting
 
-    project, plat, folder = _bisect_with(tmp_path, monkeypatch, lambda folder, trial: None)
+    project, plat, folder = finished_bisect(tmp_path, monkeypatch, record_steps=True)
     assert outdir.foreign(folder) == []
     _annotate_try01(folder, folder / "try-02")
     with pytest.raises(UnsafeOut, match=r"try-01/steps/record\.md \(changed since Kernodeck wrote it\)"):

@@ -51,22 +51,10 @@ from typing import Any
 import pytest
 
 from kernodeck.inenv import leftover
+from tests.helpers.hookwindow import CALLS, TextWrapper, kept_hooks, left
 from tests.helpers.project import ROOT
 
 # --- WINDOW7, WINDOW8 ------------------------------------------------------------------------------------------------
-
-CALLS: list[Any] = []
-
-
-class TextWrapper:
-    """The application's class under the name ``textwrap.wrap``'s code looks up in its globals."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        CALLS.append(kwargs)
-
-    def wrap(self, text: Any) -> list[str]:
-        CALLS.append(text)
-        return []
 
 
 def _module(name: str, file: str | None) -> types.ModuleType:
@@ -86,21 +74,10 @@ def _posing(file: str | None = textwrap.__file__) -> Any:
 
 @pytest.fixture
 def hooks_kept() -> Iterator[None]:
-    saved = (sys.excepthook, sys.unraisablehook, list(gc.callbacks), textwrap.TextWrapper)
-    CALLS.clear()
-    yield
-    sys.excepthook, sys.unraisablehook = saved[:2]
-    gc.callbacks[:] = saved[2]
-    textwrap.TextWrapper = saved[3]  # type: ignore[misc]
+    """The hooks and textwrap.TextWrapper as they were (hookwindow.kept_hooks), and the application's module gone."""
+    with kept_hooks():
+        yield
     sys.modules.pop("rt42_app_module", None)
-
-
-def _left(hook: Any) -> Any:
-    """Set ``hook`` as a gc callback inside a window (leftover.taken, put_back: as world.window does)."""
-    before = leftover.taken()
-    gc.callbacks.append(hook)
-    leftover.put_back(before)
-    return hook
 
 
 @pytest.mark.usefixtures("hooks_kept")
@@ -118,7 +95,7 @@ def test_window7_a_module_posing_as_the_librarys_file_is_not_its_own() -> None:
 
 @pytest.mark.usefixtures("hooks_kept")
 def test_window7_the_applications_globals_do_not_run_between_windows() -> None:
-    hook = _left(_posing())
+    hook = left(_posing())
     gc.collect()
     assert hook not in gc.callbacks and not CALLS
 
@@ -126,7 +103,7 @@ def test_window7_the_applications_globals_do_not_run_between_windows() -> None:
 @pytest.mark.usefixtures("hooks_kept")
 def test_control1_the_librarys_own_kept_the_same_code_under_a_plain_module_put_back() -> None:
     assert leftover._own_code(textwrap.wrap)
-    hook = _left(_posing(file=None))
+    hook = left(_posing(file=None))
     assert hook not in gc.callbacks
     gc.collect()
     assert not CALLS
@@ -135,7 +112,7 @@ def test_control1_the_librarys_own_kept_the_same_code_under_a_plain_module_put_b
 @pytest.mark.usefixtures("hooks_kept")
 def test_window8_premise_the_librarys_own_function_is_kept_its_global_replaced() -> None:
     textwrap.TextWrapper = TextWrapper  # type: ignore[misc]
-    _left(textwrap.wrap)
+    left(textwrap.wrap)
     assert textwrap.wrap in gc.callbacks and leftover._own_code(textwrap.wrap)
 
 
@@ -144,7 +121,7 @@ def test_window8_premise_the_librarys_own_function_is_kept_its_global_replaced()
                                        "runs what the application put in that library's module")
 def test_window8_a_kept_library_hook_runs_none_of_the_applications_code() -> None:
     textwrap.TextWrapper = TextWrapper  # type: ignore[misc]
-    _left(textwrap.wrap)
+    left(textwrap.wrap)
     gc.collect()
     assert not CALLS
 
@@ -152,7 +129,7 @@ def test_window8_a_kept_library_hook_runs_none_of_the_applications_code() -> Non
 @pytest.mark.usefixtures("hooks_kept")
 def test_control2_with_the_librarys_globals_left_alone_the_kept_hook_reaches_only_the_librarys_code() -> None:
     """Kept, and every global its code looks up is the library's own (not called here: gc's arguments are not its)."""
-    _left(textwrap.wrap)
+    left(textwrap.wrap)
     assert textwrap.wrap in gc.callbacks
     looked_up = [vars(textwrap)[name] for name in textwrap.wrap.__code__.co_names if name in vars(textwrap)]
     assert looked_up and all(getattr(value, "__module__", None) == "textwrap" for value in looked_up)

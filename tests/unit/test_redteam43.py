@@ -73,6 +73,7 @@ from kernodeck.errors import LockfileError
 from kernodeck.inenv import leftover, seen, verified, world
 from kernodeck.inenv._common import Context
 from kernodeck.lock import lockfile
+from tests.helpers.hookwindow import CALLS, TextWrapper, kept_hooks, left
 from tests.helpers.project import ROOT
 
 # --- LOCK2, LOCK3 ----------------------------------------------------------------------------------------------------
@@ -139,19 +140,6 @@ def test_control2_the_value_written_out_is_read_the_same_by_both(tmp_path: Path,
 
 # --- WINDOW9, WINDOW10 -----------------------------------------------------------------------------------------------
 
-CALLS: list[Any] = []
-
-
-class TextWrapper:
-    """The application's class under the name ``textwrap.wrap``'s code looks up in its globals."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        CALLS.append(kwargs)
-
-    def wrap(self, text: Any) -> list[str]:
-        CALLS.append(text)
-        return []
-
 
 def app_hook(*args: Any) -> None:
     """The application's own hook (a plain function of its module: never the library's)."""
@@ -160,14 +148,9 @@ def app_hook(*args: Any) -> None:
 
 @pytest.fixture
 def hooks_kept() -> Iterator[None]:
-    saved = (sys.excepthook, list(gc.callbacks), list(sys.path), dict(sys.modules))
-    CALLS.clear()
-    yield
-    sys.excepthook = saved[0]
-    gc.callbacks[:] = saved[1]
-    sys.path[:] = saved[2]
-    for name in set(sys.modules) - set(saved[3]):
-        del sys.modules[name]
+    """The hooks as they were (hookwindow.kept_hooks), sys.path too, and the modules the application registered gone."""
+    with kept_hooks(imports=True):
+        yield
 
 
 def _the_librarys_place() -> tuple[str, str]:
@@ -199,10 +182,7 @@ def test_window9_premise_nothing_of_the_librarys_is_replaced() -> None:
 
 @pytest.mark.usefixtures("hooks_kept")
 def test_window9_a_module_under_a_second_dotted_name_is_not_the_librarys_own() -> None:
-    hook = _registered(on_path=True)
-    before = leftover.taken()
-    gc.callbacks.append(hook)
-    leftover.put_back(before)
+    hook = left(_registered(on_path=True))
     gc.collect()
     assert hook not in gc.callbacks and not CALLS
 
@@ -211,14 +191,12 @@ def test_window9_a_module_under_a_second_dotted_name_is_not_the_librarys_own() -
 def test_control3_without_the_folder_on_sys_path_the_same_module_is_put_back() -> None:
     hook = _registered(on_path=False)
     assert not leftover._own_code(hook) and leftover._own_code(textwrap.wrap)
-    before = leftover.taken()
-    gc.callbacks.append(hook)
-    leftover.put_back(before)
+    left(hook)
     gc.collect()
     assert hook not in gc.callbacks and not CALLS
 
 
-def _left(junk: bool) -> BaseException | None:
+def _window_end(junk: bool) -> BaseException | None:
     """The application's window's end: a library hook (``typing.cast``, harmless to gc's arguments) and its own set
     (a non-str sys.path entry added with ``junk``: the import system skips it), put back as world.window does; what
     put_back raised."""
@@ -236,7 +214,7 @@ def _left(junk: bool) -> BaseException | None:
 
 @pytest.mark.usefixtures("hooks_kept")
 def test_window10_put_back_does_not_raise_on_a_non_str_sys_path_entry() -> None:
-    assert not isinstance(_left(junk=True), Exception)
+    assert not isinstance(_window_end(junk=True), Exception)
     import importlib
 
     importlib.invalidate_caches()
@@ -245,7 +223,7 @@ def test_window10_put_back_does_not_raise_on_a_non_str_sys_path_entry() -> None:
 
 @pytest.mark.usefixtures("hooks_kept")
 def test_window10_the_applications_hooks_are_put_back_whatever_sys_path_holds() -> None:
-    _left(junk=True)
+    _window_end(junk=True)
     assert app_hook not in gc.callbacks and sys.excepthook is not app_hook
 
 
