@@ -48,6 +48,7 @@ CROSS_CUTTING = {
     "redteam41": "red-team pass 41's findings across pass 40's fixes by class: the lock's newlines, hook globals",
     "redteam42": "red-team pass 42's findings across pass 41's fixes by class: hook modules, the end, locks",
     "redteam43": "red-team pass 43's findings across pass 42's fixes by class: lock markers, hook names, the end",
+    "redteam44": "red-team pass 44's findings outside the hooks: the lock's included inputs, replay, writes",
 }
 
 
