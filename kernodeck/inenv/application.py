@@ -82,7 +82,9 @@ class App:
             raise CheckFailed(f"the entry wrote {name!r}, which pyproject does not declare", "application")
         if name in self.written:
             raise CheckFailed(f"the entry wrote {name!r} twice", "application")
-        arr, ids = np.asarray(array), [str(i) for i in ids]
+        # a copy, as written: the application may change its own array afterwards (normalised in place, a buffer
+        # reused); the checks judge what was written (red-team pass 44, WRITE1), as resume_app's copies do
+        arr, ids = np.array(array, copy=True), [str(i) for i in ids]
         self.written[name] = (arr, ids)
         if self.folder is None:
             return

@@ -46,7 +46,7 @@ def _patch_settings(variation: dict[str, Any]) -> None:
         if variation.get("tf32"):
             # the knobs settings.apply set to "ieee", back to TF32 (the new API where this torch has it, as the
             # declared settings use it; the legacy flags otherwise: torch refuses a mix of the two)
-            owners = [settings._knob_owner(torch, knob) for knob in settings.PRECISION_KNOBS]
+            owners = [settings._knob_owner(torch, knob) for knob in settings.precision_knobs(torch)]
             if any(owner is not None for owner in owners):
                 for owner in owners:
                     if owner is not None:

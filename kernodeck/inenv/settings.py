@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import sys
+import types
 from typing import Any
 
 from . import leftover
@@ -13,11 +15,65 @@ from .protocol import HASH_SEED
 
 SEED = 1234
 TF32_OFF = "ieee"  # the fp32_precision value that means full float32 (TF32 off)
-# torch >= 2.9: fp32_precision knobs beside the legacy TF32 flags (names below torch.backends). Each is SET to
-# "ieee" where this torch has it; a missing one is recorded as not available, never a failure.
+# torch >= 2.9: fp32_precision knobs beside the legacy TF32 flags (names below torch.backends), one per backend and
+# one per backend and operator (torch 2.13: the generic one, cudnn's, mkldnn's, and cuda.matmul, cudnn.conv/rnn,
+# mkldnn.matmul/conv/rnn). Every one this torch has (precision_knobs) is SET to "ieee" and read back, so that an entry
+# setting any of them (``torch.backends.mkldnn.conv.fp32_precision = "bf16"``, PyTorch's way to run oneDNN
+# convolutions in bf16) changes a value the read-back holds (red-team pass 44, SET1). These are the ones a torch
+# >= 2.9 is expected to have: one it lacks is recorded as not available, never a failure.
 PRECISION_KNOBS = ("fp32_precision", "cuda.matmul.fp32_precision", "cudnn.conv.fp32_precision")
 NOT_AVAILABLE = "not available in this torch"
 CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")  # the two values cuBLAS documents as deterministic
+_SCALARS = (str, bytes, int, float, bool, type(None))
+
+
+def _has_knob(obj: Any) -> bool:
+    try:
+        return hasattr(obj, "fp32_precision")
+    except Exception:  # an attribute whose getter raises (cuda.cufft_plan_cache without CUDA): no knob there
+        return False
+
+
+def _members(obj: Any) -> dict[str, Any]:
+    """What an object holds by name: its class's attributes and its own, as stored (no getter runs), and a module's
+    submodules as the module gives them (torch's backend modules forward to the module they replace:
+    ``torch.backends.cudnn.rnn`` is reached only so)."""
+    found: dict[str, Any] = {}
+    for table in (getattr(type(obj), "__dict__", {}), getattr(obj, "__dict__", {})):
+        found.update((name, value) for name, value in table.items() if isinstance(name, str))
+    if isinstance(obj, types.ModuleType):
+        prefix = f"{obj.__name__}."
+        for full in [name for name in sys.modules if name.startswith(prefix) and "." not in name[len(prefix):]]:
+            try:
+                found[full[len(prefix):]] = getattr(obj, full[len(prefix):])
+            except Exception:  # a submodule its parent does not give: not below torch.backends as a user reaches it
+                continue
+    return found
+
+
+@functools.cache
+def precision_knobs(torch: Any) -> tuple[str, ...]:
+    """Every ``fp32_precision`` knob below torch.backends, by its dotted name, the generic one first and each
+    backend's before its operators': found in torch's own objects (a backend module's ``fp32_precision``, its
+    operators' objects and modules holding one), not from a list, so that a knob a newer torch adds is set and read
+    back too. Found once per process (the walk takes ~10 ms; the read-back runs around every call of the
+    application): a knob's object the application replaces later is then read as not available, a change."""
+    found: list[str] = []
+
+    def visit(obj: Any, prefix: str, depth: int) -> None:
+        if _has_knob(obj):
+            found.append(f"{prefix}fp32_precision")
+        if depth == 2:
+            return
+        for name, value in sorted(_members(obj).items()):
+            if name.startswith("_") or isinstance(value, _SCALARS) or callable(value):
+                continue
+            if isinstance(value, types.ModuleType) and value.__name__ != f"{getattr(obj, '__name__', '')}.{name}":
+                continue  # only a module's own submodule (not torch, sys, or the module a backend's replaces)
+            visit(value, f"{prefix}{name}.", depth + 1)
+
+    visit(torch.backends, "", 0)
+    return tuple(sorted(dict.fromkeys(found), key=lambda name: (name.count("."), name)))
 
 
 def _knob_owner(torch: Any, name: str) -> Any | None:
@@ -27,7 +83,17 @@ def _knob_owner(torch: Any, name: str) -> Any | None:
         obj = getattr(obj, part, None)
         if obj is None:
             return None
-    return obj if hasattr(obj, "fp32_precision") else None
+    return obj if _has_knob(obj) else None
+
+
+def _read(getter: Any) -> Any:
+    """A getter's value, or what it raised as a value of its own: torch's getters raise on a mix of the legacy flags
+    and the new knobs (``cudnn.allow_tf32`` when cudnn.conv and cudnn.rnn differ), which is a setting moved, not a
+    crash of the check."""
+    try:
+        return getter()
+    except RuntimeError as exc:
+        return f"raises RuntimeError: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
 def started_with() -> dict[str, str]:
@@ -80,19 +146,19 @@ def read_back(torch: Any) -> dict[str, Any]:
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
         "cudnn.deterministic": back.cudnn.deterministic,
         "cudnn.benchmark": back.cudnn.benchmark,
-        "cudnn.allow_tf32 (legacy flag)": back.cudnn.allow_tf32,
-        "cuda.matmul.allow_tf32 (legacy flag)": back.cuda.matmul.allow_tf32,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn.allow_tf32 (legacy flag)": _read(lambda: back.cudnn.allow_tf32),
+        "cuda.matmul.allow_tf32 (legacy flag)": _read(lambda: back.cuda.matmul.allow_tf32),
+        "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
         "fill_uninitialized_memory": getattr(torch.utils.deterministic, "fill_uninitialized_memory", NOT_AVAILABLE),
         "torch.num_threads": torch.get_num_threads(),
         "torch.num_interop_threads": torch.get_num_interop_threads(),
         "OMP_NUM_THREADS": started_with().get("OMP_NUM_THREADS", "(unset)"),  # read by the OpenMP runtime at load
         "default_dtype": str(torch.get_default_dtype()),
     }
-    # The knobs set (PRECISION_KNOBS) and, for the record, the ones that inherit from the generic one.
-    for name in (*PRECISION_KNOBS, "cudnn.fp32_precision", "mkldnn.fp32_precision"):
+    # Every knob this torch has (each one set), and the expected ones it lacks, so recorded.
+    for name in (*precision_knobs(torch), *PRECISION_KNOBS):
         owner = _knob_owner(torch, name)
-        rec[name] = owner.fp32_precision if owner is not None else NOT_AVAILABLE
+        rec[name] = NOT_AVAILABLE if owner is None else _read(lambda owner=owner: owner.fp32_precision)
     return rec
 
 
@@ -128,7 +194,7 @@ def apply(deterministic: bool = True) -> dict[str, Any]:
     if hasattr(torch.utils, "deterministic"):
         torch.utils.deterministic.fill_uninitialized_memory = deterministic
         applied["fill_uninitialized_memory"] = deterministic
-    for name in PRECISION_KNOBS:  # the generic knob first: the per-backend ones are set after it
+    for name in precision_knobs(torch):  # the generic knob first: each backend's, then its operators', after it
         owner = _knob_owner(torch, name)
         if owner is not None:
             owner.fp32_precision = TF32_OFF

@@ -71,8 +71,11 @@ class StepName(StrEnum):
         summary=findings.settings,
         layers=(Layer.ENVIRONMENT,), bisect=True, variation=True,
         checks=("seeds, deterministic algorithms, cuDNN flags, TF32 off (legacy flags, and `fp32_precision` = `ieee`"
-                " generic, `cuda.matmul`, `cudnn.conv`; a knob this torch lacks is recorded \"not available in this "
-                "torch\"), matmul precision, fill_uninitialized_memory, the default dtype — applied before any "
+                " on every such knob this torch has below `torch.backends`, found in torch's own objects: in 2.13 the "
+                "generic one, `cudnn`, `mkldnn`, `cuda.matmul`, `cudnn.conv`/`rnn`, `mkldnn.matmul`/`conv`/`rnn`; one "
+                "of the generic, `cuda.matmul` and `cudnn.conv` this torch lacks is recorded \"not available in this "
+                "torch\"; a getter that raises is read back as what it raised), matmul precision, "
+                "fill_uninitialized_memory, the default dtype — applied before any "
                 "compute and read back: fails when any read-back differs from what was applied; threads recorded. "
                 "Read back again after each call of the application's entry and criterion (and their files' load): a"
                 " call that changed one (threads included) fails its step, naming the setting, its recorded value "

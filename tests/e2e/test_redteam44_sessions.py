@@ -34,7 +34,7 @@ HELD = """
         owner = torch.backends
         for part in knob.split("."):
             owner = getattr(owner, part)
-        owner.fp32_precision = "bf16"  # the application's line, inside its call
+        owner.fp32_precision = "tf32" if knob.startswith("cud") else "bf16"  # the application's line, in its call
     verdict = settings.held(torch, before, before, "the entry")
     print(json.dumps({{"knobs": {{k: eval("torch.backends." + k).fp32_precision for k in {knobs!r}}},
                       "held": None if verdict is None else str(verdict)}}))
@@ -48,9 +48,18 @@ def test_set1_premise_the_application_sets_onednns_convolution_and_rnn_precision
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="SET1: read_back has no mkldnn.conv/mkldnn.rnn knob: the change is unseen")
 def test_set1_a_call_that_sets_onednns_convolution_precision_fails_its_step(built_project: Path) -> None:
-    assert in_env(built_project, HELD.format(knobs=UNSEEN))["held"] is not None
+    held = in_env(built_project, HELD.format(knobs=UNSEEN))["held"]
+    assert held is not None and "mkldnn.conv.fp32_precision" in held and "mkldnn.rnn.fp32_precision" in held, held
+
+
+@pytest.mark.slow
+def test_set1_a_knob_that_makes_torchs_own_getters_raise_is_a_change_not_a_crash(built_project: Path) -> None:
+    """``mkldnn.matmul`` and ``cudnn.rnn`` set so make ``get_float32_matmul_precision`` and ``cudnn.allow_tf32``
+    raise (torch: "a mix of the legacy and new APIs"): the read-back records what they raised, a change it names."""
+    held = in_env(built_project, HELD.format(knobs=["mkldnn.matmul", "cudnn.rnn"]))["held"]
+    assert held is not None and "mkldnn.matmul.fp32_precision" in held and "cudnn.rnn.fp32_precision" in held, held
+    assert "raises RuntimeError" in held, held
 
 
 @pytest.mark.slow

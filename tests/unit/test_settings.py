@@ -108,7 +108,10 @@ backends.cudnn.conv = Knobs({"fp32_precision": "cudnn.conv.fp32_precision"}, fp3
 backends.cuda = types.SimpleNamespace(matmul=Knobs(
     {"allow_tf32": "cuda.matmul.allow_tf32 (legacy flag)", "fp32_precision": "cuda.matmul.fp32_precision"},
     allow_tf32=True, fp32_precision="tf32"))
+backends.cudnn.rnn = Knobs({"fp32_precision": "cudnn.rnn.fp32_precision"}, fp32_precision="tf32")
 backends.mkldnn = Knobs({"fp32_precision": "mkldnn.fp32_precision"}, fp32_precision="tf32")
+for _op in ("matmul", "conv", "rnn"):  # torch 2.13's knob per oneDNN operator (red-team pass 44, SET1)
+    setattr(backends.mkldnn, _op, Knobs({"fp32_precision": f"mkldnn.{_op}.fp32_precision"}, fp32_precision="bf16"))
 utils = types.SimpleNamespace(deterministic=Knobs(
     {"fill_uninitialized_memory": "fill_uninitialized_memory"}, fill_uninitialized_memory=False))
 '''
@@ -139,6 +142,8 @@ class NotApplied:
 TORCH_KNOBS = ("seed", "deterministic_algorithms", "deterministic_warn_only", "cudnn.deterministic", "cudnn.benchmark",
                "cudnn.allow_tf32 (legacy flag)", "cuda.matmul.allow_tf32 (legacy flag)", "float32_matmul_precision",
                "fill_uninitialized_memory", "fp32_precision", "cuda.matmul.fp32_precision", "cudnn.conv.fp32_precision",
+               "cudnn.fp32_precision", "cudnn.rnn.fp32_precision", "mkldnn.fp32_precision",
+               "mkldnn.matmul.fp32_precision", "mkldnn.conv.fp32_precision", "mkldnn.rnn.fp32_precision",
                "default_dtype")
 # One row per setting settings.json reports as verified: how a run does not apply it.
 TABLE: dict[str, NotApplied] = {
