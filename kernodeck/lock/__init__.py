@@ -2,6 +2,7 @@
 for drift against them.
 
 - :mod:`~kernodeck.lock.inputs`: what a lock depends on (input files, variant, target, resolver, resolution date);
+  the files the inputs name by ``-r``/``-c`` are inputs too (:mod:`~kernodeck.lock.includes`);
 - :mod:`~kernodeck.lock.check`: THE lock check of ``lock --check``, ``rebuild`` and ``verify`` (cheap: no network);
 - :mod:`~kernodeck.lock.compile`: resolving the inputs (:mod:`~kernodeck.lock.resolvers`: pip-tools or uv) into a
   lock and its twin, written together (:mod:`~kernodeck.lock.write`);

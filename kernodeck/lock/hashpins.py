@@ -24,7 +24,7 @@ from kernodeck import tips
 from kernodeck._proc import log
 from kernodeck.errors import ConfigError, LockFailed, MissingLockfile
 from kernodeck.lock import lockfile
-from kernodeck.lock.inputs import input_files, lock_path, requirements_in
+from kernodeck.lock.inputs import all_input_files, lock_path, requirements_in
 from kernodeck.lock.write import write_pair
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -137,7 +137,7 @@ def _with_header(lines: list[str], edited: str, packages: int) -> list[str]:
 
 def _direct_specs(project: Project, plat: Platform, name: str) -> list[tuple[str, Requirement]]:
     found: list[tuple[str, Requirement]] = []
-    for rel in input_files(project, plat):
+    for rel in all_input_files(project, plat):  # a constraints file an input names limits the pin as much
         found += [(rel, req) for req in requirements_in(project.root / rel) if canonicalize_name(req.name) == name]
     return found
 

@@ -1,4 +1,5 @@
-"""What a lock depends on: its input files, the variant, the target, the resolver and the resolution date.
+"""What a lock depends on: its input files (the ``.in`` files pyproject names, the torch layer, and every file they
+name by ``-r``/``-c``: :mod:`kernodeck.lock.includes`), the variant, the target, the resolver and the resolution date.
 
 Each input is fingerprinted (:class:`LockInputs`); the lock's header records them, and the drift check
 (:mod:`kernodeck.lock.check`) compares what it recorded with what they are now.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -17,6 +18,7 @@ from packaging.utils import canonicalize_name
 from kernodeck import tips
 from kernodeck._fs import sha256_file, sha256_text
 from kernodeck.errors import ConfigError, LockFailed
+from kernodeck.lock.includes import included
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.sources import redact_text
@@ -30,6 +32,8 @@ class LockInputs:
     """Everything a lock depends on, each with its fingerprint."""
 
     entries: tuple[tuple[str, str], ...]
+    # a file an input names by -r/-c -> where ("requirements/base.in:1"): what the drift check says of it
+    named: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.entries)
@@ -89,21 +93,45 @@ def effective_as_of(project: Project, override: str | None) -> str | None:
     return as_of_instant(value) if value else None
 
 
-def compute_inputs(project: Project, plat: Platform, resolver: str, as_of: str | None = None) -> LockInputs:
-    """``as_of``: the resolution instant (:func:`as_of_instant`), an input when there is one."""
-    entries: list[tuple[str, str]] = []
-    for rel in input_files(project, plat):
-        path = project.root / rel
-        if not path.is_file():
+def _existing(project: Project, plat: Platform) -> list[str]:
+    """The declared input files, each refused when it is not there."""
+    declared = input_files(project, plat)
+    for rel in declared:
+        if not (project.root / rel).is_file():
             raise ConfigError(f"input {rel} does not exist (declared for variant {plat.variant.name})")
-        entries.append((rel, "sha256:" + sha256_file(path)))
+    return declared
+
+
+_KEYS = ("variant", "python", "os-arch", "resolver", AS_OF_KEY)
+
+
+def compute_inputs(project: Project, plat: Platform, resolver: str, as_of: str | None = None) -> LockInputs:
+    """``as_of``: the resolution instant (:func:`as_of_instant`), an input when there is one.
+
+    The input files come first: the declared ones, then each file they name by ``-r``/``-c`` (nested too), by its path
+    relative to the project. A project whose inputs name none has the entries (and the digest) it had before they were
+    fingerprinted (red-team pass 44, LOCK4)."""
+    declared = _existing(project, plat)
+    entries = [(rel, "sha256:" + sha256_file(project.root / rel)) for rel in declared]
+    named = included(project.root, declared)
+    entries += [(n.rel, "sha256:" + sha256_file(project.root / n.rel)) for n in named]
+    clash = next((rel for rel, _ in entries if rel in _KEYS), None)
+    if clash:
+        raise ConfigError(f"the input file {clash} bears the name of the lock's own {clash!r} input: the drift check "
+                          "could not tell them apart", tip="rename the file (e.g. with a .in or .txt suffix)")
     entries.append(("variant", f"{plat.variant.name}:sha256:{sha256_text(plat.variant.digest_record())}"))
     entries.append(("python", plat.python))
     entries.append(("os-arch", plat.os_arch))
     entries.append(("resolver", f"{resolver}=={resolver_version(project, resolver)}"))
     if as_of:
         entries.append((AS_OF_KEY, as_of))
-    return LockInputs(tuple(entries))
+    return LockInputs(tuple(entries), tuple((n.rel, n.where) for n in named))
+
+
+def all_input_files(project: Project, plat: Platform) -> list[str]:
+    """The declared input files and every file they name by ``-r``/``-c`` (what the resolver reads)."""
+    declared = _existing(project, plat)
+    return [*declared, *(n.rel for n in included(project.root, declared))]
 
 
 def requirements_in(path: Path) -> list[Requirement]:
@@ -135,15 +163,16 @@ def pinned_layer_names(project: Project, plat: Platform) -> tuple[str, ...]:
 
 def refuse_direct_references(project: Project, plat: Platform) -> None:
     """Refuse an input line that names a URL, a path or an editable instead of an index package: a lock pins
-    versions and hashes from an index, and the error must name the .in file and line, not the lock."""
-    for rel in input_files(project, plat):
+    versions and hashes from an index, and the error must name the .in file and line, not the lock. The files the
+    inputs name by ``-r``/``-c`` are read too (the resolver reads them)."""
+    for rel in all_input_files(project, plat):
         for number, raw in enumerate((project.root / rel).read_text(encoding="utf-8").splitlines(), 1):
             line = re.split(r"(?:^|\s)#", raw, maxsplit=1)[0].strip()
             what, name = "", ""
             if line.startswith(("-e ", "--editable")):
                 what = "an editable requirement"
             elif not line or line.startswith("-"):
-                continue  # options (-r, -c, --hash ...): the resolver reads them
+                continue  # options: -r/-c are followed (all_input_files), the others are the resolver's
             else:
                 try:
                     req = Requirement(line)

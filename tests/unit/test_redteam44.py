@@ -4,7 +4,8 @@ stands, beside premises (passing today: the setup reaches the vulnerable path) a
 /work/notes/redteam44.md). SET1, the settings recorded but not in effect, needs the rebuilt env's torch:
 tests/e2e/test_redteam44_sessions.py.
 
-LOCK4 (an input's own inputs are no input; FALSE PASS of ``lock-current``; lock/inputs.compute_inputs): the lock's
+LOCK4 (fixed: every file an input names by -r/-c, nested ones too, is a fingerprinted input (lock/includes.py);
+an input's own inputs were no input; FALSE PASS of ``lock-current``; lock/inputs.compute_inputs): the lock's
 inputs are the ``.in`` files pyproject names and the torch layer, each by its sha256. A line of them that is an option
 (``-c constraints.txt``, ``-r common.in``) is "read by the resolver" (refuse_direct_references skips it) and never
 fingerprinted: pip-compile and ``uv pip compile`` both read the file it names. Editing the constraints file (here
@@ -109,7 +110,6 @@ def test_lock4_premise_the_resolver_reads_the_constraints_file_an_input_names(tm
     assert _read_by_pip(base) == ["c:kdtiny-beta==2.0", "kdtiny-alpha"]  # what a relock resolves from now
 
 
-@pytest.mark.xfail(strict=True, reason="LOCK4: a file an input names by -c/-r is no fingerprinted input")
 def test_lock4_an_edit_of_the_constraints_file_makes_the_lock_stale(tmp_path: Path) -> None:
     _, constraints, digest = _constrained(tmp_path)
     before = digest()
