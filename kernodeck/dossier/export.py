@@ -24,6 +24,7 @@ from kernodeck import tips
 from kernodeck.dossier import baseimage, toolpins
 from kernodeck.dossier.baseimage import BaseImage
 from kernodeck.errors import ConfigError
+from kernodeck.lock.inputs import all_input_files
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.runformat.review import VENV, pip_steps
@@ -65,11 +66,15 @@ def image(project: Project, plat: Platform, override: str | None = None) -> Base
 
 def project_items(project: Project, plat: Platform) -> list[str]:
     """What verify reads, relative to the project, outermost first: pyproject.toml and the noxfile, the lock inputs'
-    folders, the lockfiles, the reference, the application's code folders and sample (and a top-level ``data/``),
-    and Kernodeck itself when it is vendored. Never tests, docs, outputs, envs or caches."""
+    folders (the files they name by ``-r``/``-c`` too), the lockfiles, the reference, the application's code folders
+    and sample (and a top-level ``data/``), and Kernodeck itself when it is vendored. Never tests, docs, outputs, envs
+    or caches."""
     wanted: list[str | Path] = ["pyproject.toml", "noxfile.py", "data", project.lockfiles, project.reference]
-    wanted += [Path(req).parent if Path(req).parent != Path() else req
-               for req in (*project.requirements, plat.variant.torch_layer)]
+    try:  # the files the inputs name by -r/-c too: the lock check fingerprints them
+        inputs = all_input_files(project, plat)
+    except ConfigError:  # one refused: the image's lock check says so itself
+        inputs = [*project.requirements, plat.variant.torch_layer]
+    wanted += [Path(req).parent if Path(req).parent != Path() else req for req in inputs]
     try:
         from kernodeck.project import app_contract
 
