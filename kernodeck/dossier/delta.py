@@ -8,11 +8,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from kernodeck import outdir
 from kernodeck.dossier.compare import compare_outputs
 from kernodeck.dossier.compare import render as render_outputs
 from kernodeck.dossier.read import load, read_embeddings
 from kernodeck.dossier.resume_outputs import compare as compare_resume
 from kernodeck.dossier.resume_outputs import render as render_resume
+from kernodeck.runformat.manifest import inconsistency
 from kernodeck.runformat.refdelta import flat
 
 
@@ -32,6 +34,24 @@ def _show_pair(key: str, pair: dict[str, Any]) -> str:
         only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
         return f"- `{key}`: only in A: {', '.join(only_a) or '-'}; only in B: {', '.join(only_b) or '-'}"
     return f"- `{key}`: {json.dumps(a, default=str)[:200]} → {json.dumps(b, default=str)[:200]}"
+
+
+UNRECORDED = "no record of its files (neither a run's signed folder nor a reference's manifest): read as it is"
+
+
+def changed_since_written(folder: Path) -> list[str]:
+    """What in a dossier is not as Kernodeck wrote it: a run's folder against the sha256 of each file its marker lists
+    (a file changed or missing since; a file added beside them is no change to what the run wrote), a reference
+    against its manifest (its id, each output's and ids' sha256); ``[UNRECORDED]`` when it has neither record."""
+    if (folder / outdir.MARKER).is_file():
+        found = outdir.foreign(folder)
+        if outdir.MARKER in found:  # a marker Kernodeck did not write (or damaged): no record to hold the files to
+            return [f"its {outdir.MARKER} is not one Kernodeck wrote: {UNRECORDED}"]
+        return [e for e in found if e.endswith((" (changed since Kernodeck wrote it)", " (missing)"))]
+    if (folder / "manifest.toml").is_file():
+        why = inconsistency(folder)
+        return [why] if why else []
+    return [UNRECORDED]
 
 
 def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, Any]:
@@ -54,6 +74,11 @@ def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, A
         },
         "status": {"a": ra.get("status"), "b": rb.get("status")},
         "reference_id": {"a": ra.get("reference_id"), "b": rb.get("reference_id")},
+        # the lock each run checked (the sha256 of its bytes): two bodies with the same versions but other wheels
+        # read "identical" in the inventory, never in these
+        "lock_digest": {"a": ra.get("lock_digest"), "b": rb.get("lock_digest")},
+        # what is compared below is the files as they are now: each side's changes since Kernodeck wrote them
+        "changed_since_written": {"a": changed_since_written(dir_a), "b": changed_since_written(dir_b)},
         "system": _dict_delta(
             flat(a.get("system.json", {})),
             flat(b.get("system.json", {})),
@@ -121,8 +146,17 @@ def render_compare(result: dict[str, Any]) -> str:
         f"- platform: `{result['platform']['a']}` vs `{result['platform']['b']}`",
         f"- status: {result['status']['a']} vs {result['status']['b']}",
         f"- reference: `{result['reference_id']['a']}` vs `{result['reference_id']['b']}`",
+        f"- lock: `{result['lock_digest']['a']}` vs `{result['lock_digest']['b']}`"
+        f"{'' if result['lock_digest']['a'] == result['lock_digest']['b'] else ' (other locks)'}",
         "",
     ]
+    for side in ("a", "b"):
+        changed = result["changed_since_written"][side]
+        if changed:
+            lines.append(f"NOT AS WRITTEN: {side.upper()} ({result[side]}): {'; '.join(changed[:10])}"
+                         f"{' …' if len(changed) > 10 else ''}: what follows compares its files as they are now")
+    if any(result["changed_since_written"].values()):
+        lines.append("")
     out = result["outputs"]
     lines += ["## Outputs", ""]
     if "per_output" in out:  # declared outputs, each under its kind

@@ -32,8 +32,9 @@ from kernodeck.runformat import review as dossier_review
 from kernodeck.runformat.manifest import (
     Reference,
     changes,
-    identity,
+    inconsistency,
     load,
+    output_files,
     recorded_id,
     render,
 )
@@ -45,19 +46,6 @@ from kernodeck.verify.report import Report
 GENERATED = ("manifest.toml", "inventory.txt", "system.json")
 
 
-def _output_files(manifest: dict[str, Any]) -> list[tuple[str, str | None]]:
-    """(file, its sha256 in the manifest) for each expected output and its ids (format 1: embeddings and ids)."""
-    raw = manifest.get("outputs")
-    outputs: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    if manifest.get("format") == 1:
-        return [(str(outputs.get(k, f"{k}?")), outputs.get(f"{k}_sha256")) for k in ("embeddings", "ids")]
-    files: list[tuple[str, str | None]] = []
-    for rec in outputs.values():
-        if isinstance(rec, dict):
-            files += [(str(rec.get("file", "?")), rec.get("sha256")), (str(rec.get("ids", "?")), rec.get("ids_sha256"))]
-    return files
-
-
 def generated_files(folder: Path) -> tuple[str, ...]:
     """The files of the reference in ``folder`` that Kernodeck wrote: its manifest's, and the fixed ones."""
     try:
@@ -65,28 +53,8 @@ def generated_files(folder: Path) -> tuple[str, ...]:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         manifest = {}
     names = [*GENERATED, "embeddings.npy", "ids.json"] if not manifest else [*GENERATED]
-    names += [name for name, _ in _output_files(manifest)]
+    names += [name for name, _ in output_files(manifest)]
     return tuple(dict.fromkeys(n for n in names if n and "/" not in n))
-
-
-def inconsistency(folder: Path) -> str:
-    """Why ``folder``'s files do not match its own manifest ('' when they do): what a history entry must satisfy."""
-    try:
-        manifest = tomllib.loads((folder / "manifest.toml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return f"manifest.toml unreadable ({exc})"
-    if manifest.get("id") != identity(manifest):
-        return "manifest.toml's id does not match its content"
-    files = _output_files(manifest)
-    if not files:
-        return "the manifest names no outputs"
-    for name, digest in files:
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if sha256_file(path) != digest:
-            return f"{name} does not match the manifest's digest"
-    return ""
 
 
 def install(

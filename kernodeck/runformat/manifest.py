@@ -24,7 +24,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from kernodeck import outdir, tips
-from kernodeck._fs import sha256_text
+from kernodeck._fs import sha256_file, sha256_text
 from kernodeck.errors import ManifestError
 from kernodeck.project.app_contract import Application
 from kernodeck.project.config import Project
@@ -160,6 +160,39 @@ def _target(text: str) -> dict[str, str]:
 
 
 _OUTPUT_FILES = ("file", "sha256", "ids", "ids_sha256", "shape")
+
+
+def output_files(manifest: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(file, its sha256 in the manifest) for each expected output and its ids (format 1: embeddings and ids)."""
+    raw = manifest.get("outputs")
+    outputs: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if manifest.get("format") == 1:
+        return [(str(outputs.get(k, f"{k}?")), outputs.get(f"{k}_sha256")) for k in ("embeddings", "ids")]
+    files: list[tuple[str, str | None]] = []
+    for rec in outputs.values():
+        if isinstance(rec, dict):
+            files += [(str(rec.get("file", "?")), rec.get("sha256")), (str(rec.get("ids", "?")), rec.get("ids_sha256"))]
+    return files
+
+
+def inconsistency(folder: Path) -> str:
+    """Why ``folder``'s files do not match its own manifest ('' when they do): what a history entry must satisfy."""
+    try:
+        manifest = tomllib.loads((folder / "manifest.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return f"manifest.toml unreadable ({exc})"
+    if manifest.get("id") != identity(manifest):
+        return "manifest.toml's id does not match its content"
+    files = output_files(manifest)
+    if not files:
+        return "the manifest names no outputs"
+    for name, digest in files:
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if sha256_file(path) != digest:
+            return f"{name} does not match the manifest's digest"
+    return ""
 
 
 def _declared(record: dict[str, Any]) -> dict[str, Any]:

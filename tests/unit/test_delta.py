@@ -92,3 +92,60 @@ def test_compare_of_a_run_that_stopped_early_lists_no_nulls(tmp_path: Path) -> N
     text = render_compare(compare(a, b))
     assert "→ null" not in text
     assert "not compared: system.json is not in B" in text
+
+
+# --- what compare reads is what the runs wrote (red-team pass 44: a replaced output was compared as it was) -----------
+
+
+def _signed(path: Path, lock_digest: str) -> Path:
+    """A run's dossier as Kernodeck leaves it: its report naming its lock, an output, the folder signed."""
+    from kernodeck import outdir
+
+    path.mkdir()
+    (path / "report.json").write_text(json.dumps({"status": "passed", "platform": "p", "steps": [],
+                                                  "lock_digest": lock_digest}))
+    (path / "outputs").mkdir()
+    (path / "outputs" / "x.npy").write_bytes(b"\x93NUMPY the run's bytes")
+    outdir.mark(path, "dossier")
+    return path
+
+
+def test_compare_names_an_output_changed_since_the_run_wrote_it(tmp_path: Path) -> None:
+    a, b = _signed(tmp_path / "a", "sha256:1"), _signed(tmp_path / "b", "sha256:1")
+    (b / "outputs" / "x.npy").write_bytes(b"\x93NUMPY other bytes")
+    (a / "notes.md").write_text("the user's notes\n")  # added beside the run's files: no change to what it wrote
+    result = compare(a, b)
+    assert result["changed_since_written"] == {"a": [], "b": ["outputs/x.npy (changed since Kernodeck wrote it)"]}
+    assert "NOT AS WRITTEN: B" in render_compare(result) and "NOT AS WRITTEN: A" not in render_compare(result)
+
+
+def test_compare_names_a_missing_output_and_an_unsigned_dossier(tmp_path: Path) -> None:
+    a, b = _signed(tmp_path / "a", "sha256:1"), _dossier(tmp_path / "b", "passed", None)
+    (a / "outputs" / "x.npy").unlink()
+    found = compare(a, b)["changed_since_written"]
+    assert found["a"] == ["outputs/x.npy (missing)"] and found["b"][0].startswith("no record of its files")
+
+
+def test_compare_of_runs_as_written_says_nothing_of_it(tmp_path: Path) -> None:
+    """Control: two signed runs untouched."""
+    result = compare(_signed(tmp_path / "a", "sha256:1"), _signed(tmp_path / "b", "sha256:1"))
+    assert result["changed_since_written"] == {"a": [], "b": []}
+    assert "NOT AS WRITTEN" not in render_compare(result) and "(other locks)" not in render_compare(result)
+
+
+def test_compare_shows_two_runs_other_locks(tmp_path: Path) -> None:
+    """Two lock bodies with the same versions but other wheels: the inventories read identical, the locks do not."""
+    text = render_compare(compare(_signed(tmp_path / "a", "sha256:1"), _signed(tmp_path / "b", "sha256:2")))
+    assert "- lock: `sha256:1` vs `sha256:2` (other locks)" in text and "## Inventory\n\nidentical" in text
+
+
+def test_compare_names_a_reference_whose_output_differs_from_its_manifest(tmp_path: Path) -> None:
+    import shutil
+
+    from tests.helpers.project import ROOT
+
+    ref = tmp_path / "reference"
+    shutil.copytree(ROOT / "dossier" / "reference", ref)
+    assert compare(ref, ref)["changed_since_written"] == {"a": [], "b": []}  # control: as committed
+    (ref / "embeddings.npy").write_bytes((ref / "embeddings.npy").read_bytes()[:-4] + b"\0\0\0\0")
+    assert compare(ref, ref)["changed_since_written"]["a"] == ["embeddings.npy does not match the manifest's digest"]
