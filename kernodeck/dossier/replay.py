@@ -31,6 +31,7 @@ from kernodeck._proc import log, run, run_with_progress, uv_available
 from kernodeck.env import pythons
 from kernodeck.errors import CommandFailed, DirtyTree, KernodeckError
 from kernodeck.project.config import Project
+from kernodeck.project.deadlines import SCALE_ENV
 from kernodeck.project.platforms import resolve_platform
 
 
@@ -56,9 +57,10 @@ def _git(root: Path, *args: str) -> str:
 # A machine with no package configuration lacks these: pip's, uv's and XDG's settings, a caller's Python, venv, conda,
 # nox or pytest, and Kernodeck's own switches, except the documented ones passed below.
 _DROP = ("PIP_", "UV_", "XDG_", "PYTHON", "VIRTUAL_ENV", "CONDA", "NOX", "PYTEST", "PYENV_VERSION", "KERNODECK_")
-# Passed through: each variant's documented mirror (KERNODECK_INDEX_<VARIANT>) and the platform Python's switches.
+# Passed through: each variant's documented mirror (KERNODECK_INDEX_<VARIANT>), the platform Python's switches, and
+# the run's policy the caller chose (the variant, the deadlines' scale: ``replay --deadline-scale X`` sets it).
 _PASS_PREFIXES = ("KERNODECK_INDEX_",)
-_PASS = (pythons.EXPLICIT_VAR, pythons.DOWNLOADS_VAR, "KERNODECK_VARIANT")
+_PASS = (pythons.EXPLICIT_VAR, pythons.DOWNLOADS_VAR, "KERNODECK_VARIANT", SCALE_ENV)
 
 
 def _uv_cache() -> str | None:
@@ -105,7 +107,8 @@ def clean_environment(home: Path, base_python: str | None = None) -> dict[str, s
     reads no file, /etc/pip.conf included), ``UV_NO_CONFIG=1``, no ``PIP_*``/``UV_*`` variable, no caller's Python or
     venv on PATH. Only the declared indexes, PyPI and the documented mirrors (``KERNODECK_INDEX_<VARIANT>``) can
     serve a file. Kept: PATH's tools, proxies and CA settings (network, not packages), a netrc (credentials only),
-    the uv cache (files by hash), and the platform's Python found here (``KERNODECK_BASE_PYTHON``)."""
+    the uv cache (files by hash), the platform's Python found here (``KERNODECK_BASE_PYTHON``) and the deadlines'
+    scale."""
     venv = os.environ.get("VIRTUAL_ENV")
     own_bin = str(Path(sys.prefix) / "bin") if sys.prefix != sys.base_prefix else None
     path = [

@@ -32,12 +32,12 @@ huggingface_hub resolves them, KERNODECK_CACHE resolved as locate.cache_root doe
 against the caller's HOME before the replay, or say in the replay's docs and ERROR that they must be set.
 CONTROL2: a caller with HF_HOME set finds the snapshot in the replay's environment too.
 
-REPLAY2 (``replay --deadline-scale X`` never reaches the replayed verify; a setting not in effect, FALSE FAILURE on
-slow hardware): dispatch sets ``$KERNODECK_DEADLINE_SCALE`` "through the environment: replay's verify inherits it", and
-clean_environment drops every ``KERNODECK_*`` variable but ``KERNODECK_INDEX_*``, the base Python's and the variant:
-the replayed verify runs every deadline at scale 1 (its report's ``deadlines.scale`` says 1). Fix idea: add
-deadlines.SCALE_ENV to replay's _PASS, or hand ``--deadline-scale`` to the verify's argv. CONTROL3: the caller's own
-verify reads the scale from the same variable.
+REPLAY2 (fixed: the scale's variable is passed; ``replay --deadline-scale X`` never reached the replayed verify; a
+setting not in effect, FALSE FAILURE on slow hardware): dispatch sets ``$KERNODECK_DEADLINE_SCALE`` "through the
+environment: replay's verify inherits it", and clean_environment dropped every ``KERNODECK_*`` variable but
+``KERNODECK_INDEX_*``, the base Python's and the variant: the replayed verify runs every deadline at scale 1 (its
+report's ``deadlines.scale`` says 1). Fix idea: add deadlines.SCALE_ENV to replay's _PASS, or hand ``--deadline-scale``
+to the verify's argv. CONTROL3: the caller's own verify reads the scale from the same variable.
 
 REPLAY3 (a project in a folder of its repository cannot be replayed; FALSE FAILURE; replay.replay): replay asks
 ``git rev-parse HEAD`` in the project's root (which git answers from any folder of a work tree), then ``git clone
@@ -186,7 +186,6 @@ def test_control3_the_callers_verify_reads_the_scale_from_the_variable() -> None
 
 
 @pytest.mark.usefixtures("scaled")
-@pytest.mark.xfail(strict=True, reason="REPLAY2: clean_environment drops KERNODECK_DEADLINE_SCALE")
 def test_replay2_the_replayed_verify_runs_at_the_scale_given(tmp_path: Path) -> None:
     assert scale_from_env(clean_environment(tmp_path / "home")) == 5.0
 
