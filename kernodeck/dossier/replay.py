@@ -4,7 +4,9 @@ A replay proves the procedure is transferable only if nothing comes from the cal
 no uncommitted file, and no package configuration of this machine (see :func:`clean_environment`): only the declared
 indexes, PyPI and the documented mirrors can serve a file. So a dirty tree is refused (or, with --allow-dirty, named
 in the result), the clone gets its own tools venv made from the base interpreter, and the rebuilt env is made from
-the committed lock, from scratch, with the platform's Python found on this machine.
+the committed lock, from scratch, with the platform's Python found on this machine. The whole repository is cloned
+(its top folder: a project may be a folder of it, a monorepo's ``examples/digits``) and the verify runs in the
+project's folder of the clone.
 
 The tools venv gets the project's pinned run group (``kernodeck-run`` in a project ``kernodeck init`` made, ``run`` in
 Kernodeck's own checkout: :func:`kernodeck.noxsessions.tool_groups`) and, in a user's project, Kernodeck itself from
@@ -75,6 +77,22 @@ def _uv_cache() -> str | None:
     if proc.returncode != 0:
         return None
     return proc.stdout.strip() or None
+
+
+def clone_commit(root: Path, commit: str, clone: Path, env: dict[str, str]) -> Path:
+    """``commit`` of the repository ``root`` is in, cloned into ``clone`` (git clones a repository's top folder, never
+    a folder inside it); the project's folder in the clone: ``root``'s place in its repository (a monorepo's
+    ``examples/digits``)."""
+    top = _git(root, "rev-parse", "--show-toplevel").strip()
+    prefix = _git(root, "rev-parse", "--show-prefix").strip()
+    run(["git", "clone", "--quiet", "--no-hardlinks", top, str(clone)], env=env)
+    run(["git", "-C", str(clone), "checkout", "--quiet", commit], env=env)
+    project = clone / prefix if prefix else clone
+    if not (project / "pyproject.toml").is_file():
+        raise KernodeckError(f"the commit {commit[:12]} has no {prefix}pyproject.toml: the project is not committed",
+                             tip=f"git add {root / 'pyproject.toml'} (and the project's files), commit, then: "
+                             + tips.nox("replay"))
+    return project
 
 
 def _own_checkout(clone: Path, pyproject: dict[str, object]) -> bool:
@@ -169,12 +187,10 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
     env = clean_environment(work / "home", base_python)
     base = getattr(sys, "_base_executable", sys.executable)
     try:
-        clone = work / "clone"
-        run(["git", "clone", "--quiet", "--no-hardlinks", str(root), str(clone)], env=env)
-        run(["git", "-C", str(clone), "checkout", "--quiet", commit], env=env)
+        cloned = clone_commit(root, commit, work / "clone", env)  # the project's folder in the clone
         tools = work / "tools"
         run([base, "-m", "venv", str(tools)], env=env)
-        pyproject = tomllib.loads((clone / "pyproject.toml").read_text(encoding="utf-8"))
+        pyproject = tomllib.loads((cloned / "pyproject.toml").read_text(encoding="utf-8"))
         group = noxsessions.tool_groups(pyproject)["run"]
         reqs = [r for r in pyproject.get("dependency-groups", {}).get(group, []) if isinstance(r, str)]
         if not reqs:
@@ -186,20 +202,20 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
         tool_python = tools / "bin" / "python"
         pip: list[str | Path] = [tool_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         run([*pip, *reqs], env=env)
-        if not _own_checkout(clone, pyproject):
+        if not _own_checkout(cloned, pyproject):
             run([*pip, *kernodeck_install()], env=env)
         env["PATH"] = os.pathsep.join([str(tools / "bin"), env["PATH"]])
         dossier = work / "dossier"
         log("kernodeck: replaying in a clean clone: rebuild + verify from the committed lock")
-        # -E -s: no PYTHON* variables, no user site; cwd is the clone, so `-m kernodeck` is the clone's own code in
-        # Kernodeck's checkout, the Kernodeck installed above in a user's project.
+        # -E -s: no PYTHON* variables, no user site; cwd is the project's folder in the clone, so `-m kernodeck` is the
+        # clone's own code in Kernodeck's checkout, the Kernodeck installed above in a user's project.
         try:
             with noxsessions.forwarding_signals():  # a signal reaches the verify, which records the run as interrupted
                 run_with_progress(
                     [tool_python, "-E", "-s", "-m", "kernodeck", "verify", "--fresh", "--out", str(dossier)],
                     label="replay: verify",
                     env=env,
-                    cwd=clone,
+                    cwd=cloned,
                 )
         except CommandFailed as exc:
             log(f"kernodeck: the replayed verify failed: {exc.first_error}")

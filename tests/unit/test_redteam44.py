@@ -39,12 +39,13 @@ environment: replay's verify inherits it", and clean_environment dropped every `
 report's ``deadlines.scale`` says 1). Fix idea: add deadlines.SCALE_ENV to replay's _PASS, or hand ``--deadline-scale``
 to the verify's argv. CONTROL3: the caller's own verify reads the scale from the same variable.
 
-REPLAY3 (a project in a folder of its repository cannot be replayed; FALSE FAILURE; replay.replay): replay asks
-``git rev-parse HEAD`` in the project's root (which git answers from any folder of a work tree), then ``git clone
-<project root>``, which needs the repository's top folder: "repository '.../examples/digits' does not exist". Every
-example of this repository (``cd examples/digits && nox -s replay``) and every project in a monorepo fails. Fix idea:
-clone ``git rev-parse --show-toplevel`` and run the verify in the clone's ``git rev-parse --show-prefix`` folder.
-CONTROL4: the same project at its repository's top folder is cloned.
+REPLAY3 (fixed: replay.clone_commit clones the top folder and runs in the project's; a project in a folder of its
+repository could not be replayed; FALSE FAILURE; replay.replay): replay asks ``git rev-parse HEAD`` in the project's
+root (which git answers from any folder of a work tree), then ``git clone <project root>``, which needs the repository's
+top folder: "repository '.../examples/digits' does not exist". Every example of this repository (``cd examples/digits &&
+nox -s replay``) and every project in a monorepo fails. Fix idea: clone ``git rev-parse --show-toplevel`` and run the
+verify in the clone's ``git rev-parse --show-prefix`` folder. CONTROL4: the same project at its repository's top folder
+is cloned.
 
 WRITE1 (the cache check judges the in-memory array, not the file written; FALSE PASS of the cache check;
 application.App.write and cached.refuse): ``app.write`` saves ``outputs/NAME.npy`` at once and keeps
@@ -69,8 +70,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernodeck._proc import run
-from kernodeck.dossier.replay import _git, clean_environment
+from kernodeck.dossier.replay import _git, clean_environment, clone_commit
 from kernodeck.errors import CommandFailed
 from kernodeck.lock.inputs import compute_inputs
 from kernodeck.project import app_contract
@@ -204,17 +204,17 @@ def _repository(top: Path, project: Path) -> None:
 
 
 def _replayed_clone(root: Path, clone: Path) -> bool:
-    """replay's first two git commands on ``root`` (its commit asked, then the clone): whether the clone holds the
-    project's pyproject.toml at its top, where the replayed verify runs."""
-    assert len(_git(root, "rev-parse", "HEAD").strip()) == 40  # replay's own question: answered in any folder
+    """replay's git commands on ``root`` (its commit asked, then the clone, replay's own clone_commit): whether the
+    folder the replayed verify runs in holds the project's pyproject.toml."""
+    commit = _git(root, "rev-parse", "HEAD").strip()
+    assert len(commit) == 40  # replay's own question: answered in any folder
     try:
-        run(["git", "clone", "--quiet", "--no-hardlinks", str(root), str(clone)])
+        project = clone_commit(root, commit, clone, dict(os.environ))
     except CommandFailed:
         return False
-    return (clone / "pyproject.toml").is_file()
+    return (project / "pyproject.toml").is_file()
 
 
-@pytest.mark.xfail(strict=True, reason="REPLAY3: git clone of a folder inside a work tree fails")
 def test_replay3_a_project_in_a_folder_of_its_repository_is_cloned(tmp_path: Path) -> None:
     _repository(tmp_path / "repo", tmp_path / "repo" / "examples" / "digits")
     assert _replayed_clone(tmp_path / "repo" / "examples" / "digits", tmp_path / "clone")
