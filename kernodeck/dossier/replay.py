@@ -6,7 +6,8 @@ indexes, PyPI and the documented mirrors can serve a file. So a dirty tree is re
 in the result), the clone gets its own tools venv made from the base interpreter, and the rebuilt env is made from
 the committed lock, from scratch, with the platform's Python found on this machine. The whole repository is cloned
 (its top folder: a project may be a folder of it, a monorepo's ``examples/digits``) and the verify runs in the
-project's folder of the clone.
+project's folder of the clone. The declared weights and data are found where the caller's own verify finds them (the
+Hugging Face and Kernodeck caches, the home of a path's ``~``: :func:`source_places`), each file checked by sha256.
 
 The tools venv gets the project's pinned run group (``kernodeck-run`` in a project ``kernodeck init`` made, ``run`` in
 Kernodeck's own checkout: :func:`kernodeck.noxsessions.tool_groups`) and, in a user's project, Kernodeck itself from
@@ -32,6 +33,8 @@ from kernodeck._fs import write_json
 from kernodeck._proc import log, run, run_with_progress, uv_available
 from kernodeck.env import pythons
 from kernodeck.errors import CommandFailed, DirtyTree, KernodeckError
+from kernodeck.inenv.protocol import USER_HOME_ENV
+from kernodeck.project import assets, fetch
 from kernodeck.project.config import Project
 from kernodeck.project.deadlines import SCALE_ENV
 from kernodeck.project.platforms import resolve_platform
@@ -63,6 +66,18 @@ _DROP = ("PIP_", "UV_", "XDG_", "PYTHON", "VIRTUAL_ENV", "CONDA", "NOX", "PYTEST
 # the run's policy the caller chose (the variant, the deadlines' scale: ``replay --deadline-scale X`` sets it).
 _PASS_PREFIXES = ("KERNODECK_INDEX_",)
 _PASS = (pythons.EXPLICIT_VAR, pythons.DOWNLOADS_VAR, "KERNODECK_VARIANT", SCALE_ENV)
+
+
+def source_places() -> dict[str, str]:
+    """Where the caller's verify finds the declared sources, as absolute variables for the replay's (whose HOME and
+    XDG_CACHE_HOME are empty folders): the Hugging Face hub cache as huggingface_hub resolves it (``HF_HUB_CACHE``),
+    Kernodeck's url cache as its in-env side does (``KERNODECK_CACHE``), and the home a path source's ``~`` names
+    (``KERNODECK_USER_HOME``). Sharing them weakens nothing: every file found there is checked by sha256 against the
+    reference's fingerprints; none is a package configuration."""
+    cwd = Path.cwd()  # a relative place is the caller's working folder's, as for the caller's own verify
+    home = os.environ.get(USER_HOME_ENV) or os.path.expanduser("~")
+    return {"HF_HUB_CACHE": str(cwd / assets.hf_cache()), "KERNODECK_CACHE": str(cwd / fetch.cache_root()),
+            USER_HOME_ENV: str(cwd / home)}
 
 
 def _uv_cache() -> str | None:
@@ -125,8 +140,8 @@ def clean_environment(home: Path, base_python: str | None = None) -> dict[str, s
     reads no file, /etc/pip.conf included), ``UV_NO_CONFIG=1``, no ``PIP_*``/``UV_*`` variable, no caller's Python or
     venv on PATH. Only the declared indexes, PyPI and the documented mirrors (``KERNODECK_INDEX_<VARIANT>``) can
     serve a file. Kept: PATH's tools, proxies and CA settings (network, not packages), a netrc (credentials only),
-    the uv cache (files by hash), the platform's Python found here (``KERNODECK_BASE_PYTHON``) and the deadlines'
-    scale."""
+    the uv cache (files by hash), the platform's Python found here (``KERNODECK_BASE_PYTHON``), the deadlines' scale,
+    the ``HF_*`` variables (``HF_HUB_OFFLINE`` as the caller has it) and the sources' places (:func:`source_places`)."""
     venv = os.environ.get("VIRTUAL_ENV")
     own_bin = str(Path(sys.prefix) / "bin") if sys.prefix != sys.base_prefix else None
     path = [
@@ -153,6 +168,7 @@ def clean_environment(home: Path, base_python: str | None = None) -> dict[str, s
         PYTHONNOUSERSITE="1",
         PATH=os.pathsep.join(path),
     )
+    env.update(source_places())
     if os.path.isfile(netrc):
         env["NETRC"] = netrc
     cache = _uv_cache()
@@ -234,7 +250,9 @@ def replay(project: Project, *, allow_dirty: bool = False, keep: bool = False, o
                  "clean_environment": True,
                  "package_configuration": "none: empty HOME and config folders, PIP_CONFIG_FILE=/dev/null, "
                                           "no PIP_*/UV_* variable",
-                 "mirrors": sorted(k for k in env if k.startswith(_PASS_PREFIXES))},
+                 "mirrors": sorted(k for k in env if k.startswith(_PASS_PREFIXES)),
+                 "sources_found_in": "the caller's places (each file checked by sha256): "
+                                     + ", ".join(source_places())},
             )
     finally:
         if not keep:

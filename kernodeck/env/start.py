@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 from kernodeck._proc import clean_env
+from kernodeck.inenv.protocol import STACKS_DIR_ENV, USER_HOME_ENV
 
 FLAGS = ("-s", "-P", "-u")  # -u: nothing of the process's output waits in a buffer that its end would have to flush
 
@@ -50,11 +51,12 @@ def declared_variables(tool: Mapping[str, object]) -> list[str]:
 # The caller's variables an in-env process gets, and no other: a variable the application reads is an input, so it
 # reaches it recorded or declared. Besides those, by name (never a prefix: a project's XDG_X or KERNODECK_X would pass
 # unrecorded), the process's plumbing (it differs per machine and changes no number: not recorded) and the variables
-# Kernodeck's in-env code reads itself (its cache, its stack dumps' folder; the base image the system step records).
+# Kernodeck's in-env code reads itself (its cache, its stack dumps' folder, the home a path source's ``~`` names; the
+# base image the system step records).
 PLUMBING = frozenset({"PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TEMP", "TMP", "TERM", "SHELL", "SYSTEMROOT",
                       "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "USERPROFILE", "APPDATA", "LOCALAPPDATA",
                       "PROGRAMDATA", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
-                      "KERNODECK_CACHE", "KERNODECK_STACKS_DIR", "KERNODECK_BASE_IMAGE"})
+                      "KERNODECK_CACHE", STACKS_DIR_ENV, USER_HOME_ENV, "KERNODECK_BASE_IMAGE"})
 
 
 # The variables torch, its BLAS/OpenMP/oneDNN backends, CUDA/ROCm/NCCL and the dynamic loader read: each one the

@@ -4,8 +4,9 @@ A source (``project/assets.py`` outside the env declares and checks them) is one
 (``package``), a Hugging Face snapshot pinned by commit (``hf``, found with huggingface_hub's own
 ``snapshot_download(..., local_files_only=True)``: the library that defines the cache, honouring ``HF_HOME`` and
 ``HF_HUB_CACHE``), one file of the content-addressed cache (``url``, ``KERNODECK_CACHE``), a file or folder (``path``,
-``${VAR}`` expanded here). Every file is hashed; against a reference, a changed, a missing AND an added file fail in
-the source's layer (``weights`` or ``data``). Standard library only (huggingface_hub is imported from the env).
+``${VAR}`` and ``~`` expanded here, ``~`` against ``$KERNODECK_USER_HOME`` when set: a replay's caller's home). Every
+file is hashed; against a reference, a changed, a missing AND an added file fail in the source's layer (``weights`` or
+``data``). Standard library only (huggingface_hub is imported from the env).
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from . import links, seen
 from ._common import CheckFailed, progress, sha256_file
 from .declared_files import hold, stat_key
+from .protocol import USER_HOME_ENV
 
 _SKIPPED = (".gitattributes",)
+_VAR = re.compile(r"\$(\w+|\{[^}]*\})")  # a variable, as os.path.expandvars reads it
+_HOME_VAR = re.compile(r"\$(?:HOME(?!\w)|\{HOME\})")  # $HOME and ${HOME}
 
 
 def cache_root() -> Path:
@@ -147,11 +152,19 @@ def _hf(cfg: dict[str, Any], layer: str) -> Path:
 
 
 def _path(cfg: dict[str, Any], root: Path, layer: str) -> Path:
+    """``${VAR}`` expanded, then ``~``; with ``$KERNODECK_USER_HOME`` set (replay's caller's home), ``~``, ``~/...``
+    and ``$HOME`` name that folder, not HOME (``~user`` stays the system's)."""
     declared = str(cfg["path"])
-    expanded = os.path.expandvars(declared)
-    if "$" in expanded:
-        unset = sorted({part.split("}")[0].lstrip("{") for part in expanded.split("$")[1:]})
+    home = os.environ.get(USER_HOME_ENV, "")
+    if home and not os.path.isabs(home):
+        raise CheckFailed(f"{declared}: ${USER_HOME_ENV} must be an absolute folder, not {home!r}", layer)
+    pieces = [os.path.expandvars(piece) for piece in (_HOME_VAR.split(declared) if home else [declared])]
+    if any("$" in piece for piece in pieces):
+        unset = sorted({name.strip("{}") for piece in pieces for name in _VAR.findall(piece)}) or ["$"]
         raise CheckFailed(f"{declared}: the variable {', '.join(unset)} is not set", layer)
+    expanded = home.join(pieces)
+    if home and (expanded == "~" or expanded.startswith("~/")):
+        expanded = home + expanded[1:]
     where = Path(expanded).expanduser()
     where = where if where.is_absolute() else root / where
     if not where.exists():

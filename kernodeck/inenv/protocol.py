@@ -113,6 +113,9 @@ COLLECT_ENV = "collect_env.txt"  # beside it: torch.utils.collect_env's report (
 # faulthandler on this signal, writing to ``<STACKS_DIR_ENV>/<pid>.txt``; the folder is the supervisor's.
 STACKS_DIR_ENV = "KERNODECK_STACKS_DIR"
 STACKS_SIGNAL = "SIGUSR1"
+# The home a declared ``path`` source's ``~`` and ``$HOME`` name, when set (an absolute folder): ``nox -s replay`` sets
+# it to its caller's home, its own HOME being an empty folder (no package configuration); unset, HOME's.
+USER_HOME_ENV = "KERNODECK_USER_HOME"
 
 
 # The resume-application step's folder in a dossier: one folder per run of the application's train (``uninterrupted``,

@@ -51,13 +51,14 @@ KEYS: dict[SourceKind, tuple[str, ...]] = {
 
 
 def hf_cache() -> Path:
-    """The Hugging Face hub cache as huggingface_hub finds it: ``HF_HUB_CACHE``, else ``HF_HOME/hub``."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
-    )
-    return Path(home).expanduser() / "hub"
+    """The Hugging Face hub cache as huggingface_hub finds it (``huggingface_hub/constants.py``): ``HF_HUB_CACHE``,
+    else ``HUGGINGFACE_HUB_CACHE``, else ``HF_HOME/hub``, ``HF_HOME`` defaulting to ``$XDG_CACHE_HOME/huggingface``,
+    then ``~/.cache/huggingface``; each ``~`` and ``$VAR`` expanded, a variable set to "" taken as set (as there)."""
+    env = os.environ
+    xdg = env.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    home = os.path.expandvars(os.path.expanduser(env.get("HF_HOME", os.path.join(xdg, "huggingface"))))
+    legacy = env.get("HUGGINGFACE_HUB_CACHE", os.path.join(home, "hub"))
+    return Path(os.path.expandvars(os.path.expanduser(env.get("HF_HUB_CACHE", legacy))))
 
 
 def cached_commit(repo: str, ref: str) -> str | None:

@@ -17,7 +17,8 @@ an input names by ``-r``/``-c``/``--requirement``/``--constraint`` (recursively,
 relative to the file that names them), or refuse such options in an input with one ERROR naming the line.
 CONTROL1: the same edit made in the input itself changes the inputs' digest.
 
-REPLAY1 (the replay's clean HOME moves the caches its sources are found in; FALSE FAILURE whose TIP loops;
+REPLAY1 (fixed: replay.source_places passes the caller's hub cache, Kernodeck's cache and home as absolute variables;
+the replay's clean HOME moved the caches its sources are found in; FALSE FAILURE whose TIP loops;
 dossier/replay.clean_environment): the clean environment replaces HOME and XDG_CACHE_HOME and drops every
 ``KERNODECK_*`` variable but the mirrors and the base Python's. A Hugging Face source is found inside the env by
 huggingface_hub's ``snapshot_download(..., local_files_only=True)`` in the cache that HF_HOME, else
@@ -160,7 +161,6 @@ def test_replay1_premise_the_caller_finds_the_snapshot(caller: Path) -> None:
     assert _found(dict(os.environ)) == str(caller)
 
 
-@pytest.mark.xfail(strict=True, reason="REPLAY1: the replay's clean HOME moves the Hugging Face cache")
 def test_replay1_the_replay_finds_the_snapshot_the_caller_has(caller: Path, tmp_path: Path) -> None:
     assert _found(clean_environment(tmp_path / "replay-home")) == str(caller)
 
