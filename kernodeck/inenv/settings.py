@@ -89,11 +89,48 @@ def _knob_owner(torch: Any, name: str) -> Any | None:
 def _read(getter: Any) -> Any:
     """A getter's value, or what it raised as a value of its own: torch's getters raise on a mix of the legacy flags
     and the new knobs (``cudnn.allow_tf32`` when cudnn.conv and cudnn.rnn differ), which is a setting moved, not a
-    crash of the check."""
+    crash of the check; a getter this torch lacks reads as not available."""
     try:
         return getter()
+    except AttributeError:
+        return NOT_AVAILABLE
     except RuntimeError as exc:
         return f"raises RuntimeError: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def flushes_denormals(torch: Any) -> bool:
+    """Whether the CPU flushes denormals to zero (``torch.set_flush_denormal(True)``: FTZ/DAZ), probed (torch has no
+    getter): a float32 denormal times one is zero only then, told by its bits (a float read would flush it too)."""
+    return bool(torch.tensor([1e-39], dtype=torch.float32).mul(1.0).view(torch.int32).item() == 0)
+
+
+def numerics(torch: Any) -> dict[str, Any]:
+    """The process-wide switches beside the determinism knobs that change what a float32 run computes (red-team pass
+    45, SET2): autocast per device (on, an entry's matmuls and attention run in its dtype), the scaled-dot-product
+    attention kernels (``enable_flash_sdp(False)`` picks another CPU kernel too), flush-denormal, oneDNN, opt_einsum
+    and the CUDA matmuls' reduced-precision reductions. Autocast and flush-denormal are set off (settings.apply); the
+    rest are torch's defaults, recorded; all are read back after each call, so that a call leaving one changed fails
+    its step. A ``with torch.autocast(...)`` or ``sdpa_kernel(...)`` block inside the application's code is its own
+    fingerprinted choice, set back as the block ends: its setters are not watched."""
+    back = torch.backends
+    rec: dict[str, Any] = {}
+    for device in AUTOCAST_DEVICES:
+        rec[f"autocast.{device}"] = _read(lambda device=device: bool(torch.is_autocast_enabled(device)))
+        rec[f"autocast.{device}.dtype"] = _read(lambda device=device: str(torch.get_autocast_dtype(device)))
+    for kernel in ("flash", "mem_efficient", "math", "cudnn"):
+        rec[f"sdp.{kernel}"] = _read(lambda kernel=kernel: bool(getattr(back.cuda, f"{kernel}_sdp_enabled")()))
+    rec["sdp.math_fp16_bf16_reduction"] = _read(lambda: bool(back.cuda.fp16_bf16_reduction_math_sdp_allowed()))
+    rec["flush_denormal"] = _read(lambda: flushes_denormals(torch))
+    rec["mkldnn.enabled"] = _read(lambda: bool(back.mkldnn.enabled))
+    rec["opt_einsum.enabled"] = _read(lambda: bool(back.opt_einsum.enabled))
+    rec["opt_einsum.strategy"] = _read(lambda: back.opt_einsum.strategy)
+    for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction",
+                 "allow_fp16_accumulation"):
+        rec[f"cuda.matmul.{flag}"] = _read(lambda flag=flag: getattr(back.cuda.matmul, flag))
+    return rec
 
 
 def started_with() -> dict[str, str]:
@@ -154,6 +191,7 @@ def read_back(torch: Any) -> dict[str, Any]:
         "torch.num_interop_threads": torch.get_num_interop_threads(),
         "OMP_NUM_THREADS": started_with().get("OMP_NUM_THREADS", "(unset)"),  # read by the OpenMP runtime at load
         "default_dtype": str(torch.get_default_dtype()),
+        **numerics(torch),
     }
     # Every knob this torch has (each one set), and the expected ones it lacks, so recorded.
     for name in (*precision_knobs(torch), *PRECISION_KNOBS):
@@ -191,6 +229,13 @@ def apply(deterministic: bool = True) -> dict[str, Any]:
         "float32_matmul_precision": "highest",
         "default_dtype": "torch.float32",
     }
+    if hasattr(torch, "set_autocast_enabled"):  # full float32: no autocast left on, no denormal flushed
+        for device in AUTOCAST_DEVICES:
+            torch.set_autocast_enabled(device, False)
+            applied[f"autocast.{device}"] = False
+    if hasattr(torch, "set_flush_denormal"):
+        torch.set_flush_denormal(False)
+        applied["flush_denormal"] = False
     if hasattr(torch.utils, "deterministic"):
         torch.utils.deterministic.fill_uninitialized_memory = deterministic
         applied["fill_uninitialized_memory"] = deterministic

@@ -45,7 +45,8 @@ class Knobs:
             object.__setattr__(self, key, value)
 
 
-_state = {"seed": 42, "det": False, "warn_only": True, "precision": "medium", "dtype": "torch.float64"}
+_state = {"seed": 42, "det": False, "warn_only": True, "precision": "medium", "dtype": "torch.float64",
+          "daz": True}
 float32 = "torch.float32"
 
 
@@ -93,6 +94,46 @@ def get_float32_matmul_precision():
 
 def get_num_threads():
     return 1
+
+
+_autocast = {"cpu": True, "cuda": True}  # on: the opposite of what the step sets
+
+
+def set_autocast_enabled(device, on):
+    if DROP != f"autocast.{device}":
+        _autocast[device] = on
+
+
+def is_autocast_enabled(device):
+    return _autocast[device]
+
+
+def set_flush_denormal(on):
+    if DROP != "flush_denormal":
+        _state["daz"] = on
+
+
+int32 = "int32"
+
+
+class _Tensor:
+    """Just what the flush-denormal probe does with a tensor: a float32 denormal times one, its bits."""
+
+    def __init__(self, bits):
+        self.bits = bits
+
+    def mul(self, other):
+        return _Tensor(0 if _state["daz"] else self.bits)
+
+    def view(self, dtype):
+        return self
+
+    def item(self):
+        return self.bits
+
+
+def tensor(values, dtype=None):
+    return _Tensor(713678)
 
 
 def get_num_interop_threads():
@@ -144,7 +185,7 @@ TORCH_KNOBS = ("seed", "deterministic_algorithms", "deterministic_warn_only", "c
                "fill_uninitialized_memory", "fp32_precision", "cuda.matmul.fp32_precision", "cudnn.conv.fp32_precision",
                "cudnn.fp32_precision", "cudnn.rnn.fp32_precision", "mkldnn.fp32_precision",
                "mkldnn.matmul.fp32_precision", "mkldnn.conv.fp32_precision", "mkldnn.rnn.fp32_precision",
-               "default_dtype")
+               "default_dtype", "autocast.cpu", "autocast.cuda", "flush_denormal")
 # One row per setting settings.json reports as verified: how a run does not apply it.
 TABLE: dict[str, NotApplied] = {
     **{name: NotApplied(drop=name) for name in TORCH_KNOBS},
