@@ -58,3 +58,12 @@ def unnamed_unit_files(root: Path, allowed: set[str]) -> list[str]:
     known = module_names(root) | allowed
     return [path.relative_to(root).as_posix() for path in sorted((root / "tests" / "unit").glob("test_*.py"))
             if path.stem.removeprefix("test_") not in known]
+
+
+def shared_basenames(root: Path) -> list[str]:
+    """Each test file name that two folders of tests/ share: pytest imports a test file by its name alone (no
+    ``__init__.py`` here), so the second fails to collect ("import file mismatch") in a run that collects both."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((root / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(path.relative_to(root).as_posix())
+    return [" and ".join(paths) for paths in seen.values() if len(paths) > 1]

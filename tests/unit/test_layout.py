@@ -106,3 +106,14 @@ def test_a_unit_file_named_after_no_module_is_caught(tmp_path: Path) -> None:
         "tests/unit/test_lock_mystery.py",
         "tests/unit/test_mystery.py",
     ]
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    assert layout.shared_basenames(ROOT) == []
+
+
+def test_a_shared_test_file_name_is_caught(tmp_path: Path) -> None:
+    for rel in ("tests/unit/test_export.py", "tests/e2e/test_export.py", "tests/e2e/test_export_e2e.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("", encoding="utf-8")
+    assert layout.shared_basenames(tmp_path) == ["tests/e2e/test_export.py and tests/unit/test_export.py"]
