@@ -338,6 +338,8 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     # between windows, in an in-env process, any thread but Kernodeck's own is the application's (left running, or
     # started by one left running): what it reads is recorded for the next window's verdict (LATE); in a process that
     # imports this package as a library (a test's), only the windows are watched
+    if ON is None:  # the interpreter's teardown cleared this module's names (a process that imported it as a library)
+        return
     if (not ON[0] and (not IN_ENV or getattr(MINE, "own", False))) or getattr(MINE, "quiet", False):
         return
     if event == "open":
