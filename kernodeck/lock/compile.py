@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernodeck import tips
-from kernodeck._proc import clean_env, log, run_with_progress
+from kernodeck._proc import log, run_with_progress
 from kernodeck.errors import CommandFailed, ConfigError, LockFailed, LockfileError, SourceUnreachable
 from kernodeck.lock import index_client, lockfile, place, twin, twinform
 from kernodeck.lock.inputs import (
@@ -28,6 +28,7 @@ from kernodeck.lock.inputs import (
     refuse_direct_references,
     resolver_version,
 )
+from kernodeck.lock.resolver_env import refuse_pip_tools_config, resolver_environment
 from kernodeck.lock.resolvers import (
     check_tool,
     command,
@@ -171,8 +172,8 @@ def _resolve(project: Project, plat: Platform, resolver: str, cmd: list[str], ex
              found: _Sources, instant: str | None = None) -> tuple[str, lockfile.Lockfile]:
     """Run the resolver; its output (no source option, none of this machine's sources) and that output parsed."""
     try:
-        run_with_progress(cmd, label=f"lock {plat.id}: {resolver}", env=clean_env(extra), cwd=project.root,
-                          quiet=True)
+        run_with_progress(cmd, label=f"lock {plat.id}: {resolver}", env=resolver_environment(resolver, extra),
+                          cwd=project.root, quiet=True)
         body = tmp.read_text(encoding="utf-8")
     except CommandFailed as exc:
         _refuse_dated(plat, resolver, exc, instant, found, layer_names(project, plat))
@@ -241,6 +242,7 @@ def _compile_lock(project: Project, plat: Platform, *, resolver: str, upgrade: b
     instant = _instant(project, as_of)
     inputs = compute_inputs(project, plat, resolver, instant)
     refuse_direct_references(project, plat)
+    refuse_pip_tools_config(project)
     target = lock_path(project, plat)
     found = _find_sources(plat)
     # A dated resolution is one from scratch as of that date: the current pins (maybe newer than it) seed nothing.

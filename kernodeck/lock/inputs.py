@@ -99,7 +99,17 @@ def _existing(project: Project, plat: Platform) -> list[str]:
     for rel in declared:
         if not (project.root / rel).is_file():
             raise ConfigError(f"input {rel} does not exist (declared for variant {plat.variant.name})")
+        if Path(rel).name.lower() in METADATA_FILES:
+            raise ConfigError(
+                f"input {rel} is a package's metadata file, not a requirements file: the resolver builds it, and "
+                "what its build reads (a dynamic dependencies file, setup.py's code) is no input of the lock",
+                tip=f"list the requirements in a .in file (e.g. requirements/base.in) and name it instead of {rel}",
+            )
     return declared
+
+
+# Input files a resolver builds for their metadata (pip-compile and uv): a build may read any other file.
+METADATA_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 
 
 _KEYS = ("variant", "python", "os-arch", "resolver", AS_OF_KEY)

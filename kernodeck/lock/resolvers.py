@@ -19,6 +19,7 @@ from kernodeck.project.platforms import UV_PLATFORM_ENV, UV_PLATFORMS, Platform
 from kernodeck.sources import PYPI, Source
 
 _TOOLS_TIP = f"{tips.LOCK}  (installs the pinned tools)"
+NO_CONFIG = "--no-config"
 
 
 def check_tool(project: Project, resolver: str) -> None:
@@ -53,6 +54,7 @@ def command(
     if resolver == "pip-tools":
         cmd = [sys.executable, "-m", "piptools", "compile", "--generate-hashes", "--allow-unsafe", "--strip-extras"]
         cmd += ["--no-emit-index-url", "--no-emit-find-links", "--no-emit-trusted-host", "--no-header", "--quiet"]
+        cmd.append(NO_CONFIG)  # no .pip-tools.toml or [tool.pip-tools] read (resolver_env: LOCK7)
         if extra_index:
             cmd += ["--extra-index-url", extra_index]
         if as_of:
@@ -102,6 +104,9 @@ def uv_lock_environment(plat: Platform, declared: str | None, sources: list[Sour
 def public_command(cmd: list[str], output: str, final: str, env: dict[str, str] | None = None) -> str:
     """The command as recorded in the header: no interpreter or temp path, no machine source."""
     shown = ["pip-compile", *cmd[4:]] if cmd[1:3] == ["-m", "piptools"] else ["uv", *cmd[1:]]
+    # --no-config is not recorded: a project with a pip-tools configuration is refused (resolver_env), so the
+    # recorded command locks the same without it, and the locks made before it keep their bytes.
+    shown = [c for c in shown if c != NO_CONFIG]
     prefix = [f"{k}={v}" for k, v in sorted((env or {}).items()) if k in ("MACOSX_DEPLOYMENT_TARGET",)]
     return show([*prefix, *[final if c == output else c for c in shown]])
 

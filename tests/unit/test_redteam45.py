@@ -1,6 +1,8 @@
 """Red-team pass 45 (6d50303: pass 44's fixes attacked by class): each finding reproduced, marked
-``xfail(strict=True)`` with its id while it stands, beside premises (passing today: the setup reaches the vulnerable
-path) and controls (notes: /work/notes/redteam45.md). SET2, numerics state the settings step neither records nor reads
+``xfail(strict=True)`` with its id while it stood, beside premises (the setup reaches the vulnerable path) and
+controls (notes: /work/notes/redteam45.md). LOCK5, LOCK6 and LOCK7 are fixed (kernodeck/lock/resolver_env.py,
+lock/inputs.METADATA_FILES): their tests now pass, and the premises run the tool itself (pip-compile without
+``--no-config``, ``uv pip compile`` on a pyproject) to show the behaviour Kernodeck no longer lets reach a lock. SET2, numerics state the settings step neither records nor reads
 back, needs the rebuilt env's torch: tests/e2e/test_redteam45_sessions.py.
 
 LOCK7 (pip-tools reads its own configuration from the project: ``[tool.pip-tools]`` in pyproject.toml or
@@ -38,18 +40,24 @@ from __future__ import annotations
 
 import ensurepip
 import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import tomlkit
 
-from kernodeck.errors import KernodeckError
+from kernodeck.errors import ConfigError
 from kernodeck.lock import check as lock_check
 from kernodeck.lock import compile as lock_compile
+from kernodeck.lock import inputs as lock_inputs
+from kernodeck.lock import resolver_env as lock_resolver_env
+from kernodeck.lock import resolvers as lock_resolvers
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from tests.helpers.tinylock import offline_sources, pins, tiny_project, tiny_wheels, write_wheel
+from tests.helpers.tinylock import offline_sources, pins, tiny_project, tiny_wheels, uv, write_wheel
 
 REQ = "requirements"
 
@@ -92,29 +100,44 @@ def _pip_tools_config(tmp_path: Path, where: str) -> Path:
     return root
 
 
+def _pip_compile(root: Path, *extra: str) -> str:
+    """pip-compile run by hand in the project's folder, as Kernodeck runs it but for ``extra``: beta's pin (a new
+    output file each time: an existing one would seed its pins)."""
+    out = root / f"out-{len(list(root.glob('out-*.txt')))}.txt"
+    subprocess.run([sys.executable, "-m", "piptools", "compile", "--quiet", "--no-header", *extra, "--output-file",
+                    str(out), f"{REQ}/base.in", f"{REQ}/torch-cpu.in"], cwd=root, check=True, capture_output=True,
+                   timeout=300)
+    found = re.search(r"^kdtiny-beta==(\S+)", out.read_text(encoding="utf-8"), re.MULTILINE)
+    assert found
+    return found.group(1)
+
+
 @pytest.mark.usefixtures("offline")
 @pytest.mark.parametrize("where", ["pyproject", "dotfile"])
 def test_lock7_premise_pip_compile_reads_the_constraint_its_project_config_names(tmp_path: Path, where: str) -> None:
+    """The tool itself: run in the project's folder, pip-compile takes the config's constraint (1.0, and 2.0 after
+    the edit); with --no-config, as Kernodeck now runs it, the inputs alone decide (2.0)."""
     root = _pip_tools_config(tmp_path, where)
-    target, changes = _lock(root, "pip-tools")
-    assert pins(target)["kdtiny-beta"] == "1.0"  # without the config: 2.0 (CONTROL2's lock)
-    assert changes == []
+    assert _pip_compile(root) == "1.0"
+    assert _pip_compile(root, "--no-config") == "2.0"
     (root / REQ / "pins.txt").write_text("kdtiny-beta==2.0\n", encoding="utf-8")
-    target, _ = _lock(root, "pip-tools")
-    assert pins(target)["kdtiny-beta"] == "2.0"  # what a relock reads now
+    assert _pip_compile(root) == "2.0"
+    assert lock_resolvers.NO_CONFIG in lock_resolvers.command(
+        "pip-tools", resolve_platform(load_project(root)), ["a.in"], "out.txt", None, False)
 
 
-@pytest.mark.xfail(strict=True, reason="LOCK7: a file pip-tools' project config names is no input of the lock")
 @pytest.mark.usefixtures("offline")
 @pytest.mark.parametrize("where", ["pyproject", "dotfile"])
-def test_lock7_an_edit_of_the_file_pip_tools_config_names_makes_the_lock_stale(tmp_path: Path, where: str) -> None:
+@pytest.mark.parametrize("resolver", ["pip-tools", "uv"])
+def test_lock7_a_project_with_a_pip_tools_config_is_refused(tmp_path: Path, where: str, resolver: str) -> None:
+    """Fixed by refusal: one ERROR naming the config, a TIP to move its options into the .in files; no lock."""
     root = _pip_tools_config(tmp_path, where)
-    try:
-        _lock(root, "pip-tools")
-    except KernodeckError:
-        return  # refused with an ERROR: fixed that way
-    (root / REQ / "pins.txt").write_text("kdtiny-beta==2.0\n", encoding="utf-8")  # a relock pins 2.0
-    assert _check(root) != []
+    with pytest.raises(ConfigError) as caught:
+        _lock(root, resolver)
+    named = "pyproject.toml [tool.pip-tools]" if where == "pyproject" else ".pip-tools.toml"
+    assert str(caught.value).startswith(f"{named} holds pip-compile options")
+    assert caught.value.tip is not None and "into the .in files" in caught.value.tip
+    assert not list((root / "lockfiles").glob("*.txt"))
 
 
 @pytest.mark.usefixtures("offline")
@@ -130,10 +153,12 @@ def test_control1_the_same_constraint_named_by_c_in_an_input_makes_the_edit_stal
 # --- LOCK5 -----------------------------------------------------------------------------------------------------------
 
 CALLER = [  # (resolver, variable, value: "PINS" is a file pinning kdtiny-beta==1.0); each input set locks beta 2.0
-    ("uv", "UV_OVERRIDE", "PINS"),  # the input says kdtiny-beta>=2: the lock breaks it
+    ("uv", "UV_OVERRIDE", "PINS"),  # the input says kdtiny-beta>=2: the lock broke it
     ("uv", "UV_CONSTRAINT", "PINS"),
     ("uv", "UV_RESOLUTION", "lowest"),
-    ("pip-tools", "PIP_PRE", "1"),  # beta 3.0rc1 beside 1.0 and 2.0
+    ("uv", "UV_PRERELEASE", "allow"),  # beta 3.0rc1 beside 1.0 and 2.0
+    ("pip-tools", "PIP_PRE", "1"),
+    ("pip-tools", "PIP_CONSTRAINT", "PINS"),  # held before the fix too (test_held_...)
 ]
 BASE = {"UV_OVERRIDE": "kdtiny-alpha\nkdtiny-beta>=2\n"}  # the others: kdtiny-alpha alone
 
@@ -159,18 +184,30 @@ def test_lock5_premise_the_callers_variable_reaches_the_resolver(
     assert os.environ[variable]
 
 
-@pytest.mark.xfail(strict=True, reason="LOCK5: the caller's resolver variables change the lock, recorded nowhere")
 @pytest.mark.parametrize(("resolver", "variable", "value"), CALLER)
 def test_lock5_the_callers_variable_does_not_change_the_lock(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: Path, resolver: str, variable: str,
-        value: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], offline: Path,
+        resolver: str, variable: str, value: str) -> None:
+    """Fixed by the allow-list (lock/resolver_env): the variable never reaches the resolver, one line names it."""
     root = _caller_variable(tmp_path, monkeypatch, offline, variable, value)
-    try:
-        target, changes = _lock(root, resolver)
-    except KernodeckError:
-        return  # refused with an ERROR naming the variable: fixed that way
+    target, changes = _lock(root, resolver)
     assert changes == []  # the check calls it current ...
-    assert pins(target)["kdtiny-beta"] == "2.0"  # ... so it must be what the inputs give (today: 1.0 or 3.0rc1)
+    assert pins(target)["kdtiny-beta"] == "2.0"  # ... and it is what the inputs give (before the fix: 1.0 or 3.0rc1)
+    assert f"not handed to {resolver}" in capsys.readouterr().err
+    assert variable not in lock_resolver_env.resolver_environment(resolver, {})
+
+
+@pytest.mark.parametrize("pre", ["pre = true", "[install]\npre = true"])
+def test_lock5_a_pip_configuration_pre_does_not_change_a_pip_tools_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: Path, pre: str) -> None:
+    """The same class through pip's file: pip-compile gets its sources from it, never its `pre`."""
+    write_wheel(offline, "kdtiny-beta", "3.0rc1")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nno-index = true\nfind-links = {offline}\n{pre}\n", encoding="utf-8")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.delenv("PIP_FIND_LINKS")  # the file's find-links alone: it must still reach pip-compile
+    target, changes = _lock(tiny_project(tmp_path / "p"), "pip-tools")
+    assert pins(target)["kdtiny-beta"] == "2.0" and changes == []
 
 
 @pytest.mark.parametrize("resolver", ["uv", "pip-tools"])
@@ -233,35 +270,64 @@ def _dynamic(tmp_path: Path, wheels: Path) -> Path:
     return root
 
 
+def _uv_compile(root: Path, wheels: Path, cache: Path) -> str:
+    """``uv pip compile`` run by hand on the pyproject input (offline, from ``wheels``): beta's pin."""
+    out = root / f"out-{len(list(root.glob('out-*.txt')))}.txt"
+    env = {**os.environ, "UV_NO_CONFIG": "1", "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(wheels),
+           "UV_CACHE_DIR": str(cache), "UV_PYTHON_DOWNLOADS": "never"}
+    subprocess.run([uv(), "pip", "compile", "--quiet", "--no-header", "--output-file", str(out),
+                    f"{REQ}/app/pyproject.toml"], cwd=root, env=env, check=True, capture_output=True, timeout=300)
+    found = re.search(r"^kdtiny-beta==(\S+)", out.read_text(encoding="utf-8"), re.MULTILINE)
+    assert found
+    return found.group(1)
+
+
 def test_lock6_premise_uv_reads_the_dynamic_dependencies_file(tmp_path: Path, offline: Path) -> None:
-    target, changes = _lock(_dynamic(tmp_path, offline), "uv")
-    assert pins(target)["kdtiny-beta"] == "1.0" and changes == []
+    """The tool itself: uv builds the pyproject input and reads runtime.txt, a file no lock input covers."""
+    assert _uv_compile(_dynamic(tmp_path, offline), offline, tmp_path / "uv-cache") == "1.0"
 
 
-def test_lock6_premise_a_relock_with_an_empty_cache_pins_the_edited_file(
+def test_lock6_premise_a_relock_with_an_empty_cache_pins_the_edited_file(tmp_path: Path, offline: Path) -> None:
+    root = _dynamic(tmp_path, offline)
+    assert _uv_compile(root, offline, tmp_path / "uv-cache") == "1.0"
+    (root / REQ / "app" / "runtime.txt").write_text("kdtiny-alpha\nkdtiny-beta==2.0\n", encoding="utf-8")
+    assert _uv_compile(root, offline, tmp_path / "another-machine-cache") == "2.0"
+
+
+@pytest.mark.parametrize("resolver", ["uv", "pip-tools"])
+@pytest.mark.parametrize("name", ["pyproject.toml", "setup.py", "setup.cfg", "SETUP.CFG"])
+def test_lock6_a_metadata_input_is_refused(tmp_path: Path, offline: Path, resolver: str, name: str) -> None:
+    """Fixed by refusal: one ERROR naming the input, a TIP to list the requirements in a .in file; no lock."""
+    root = _dynamic(tmp_path, offline)
+    if name != "pyproject.toml":
+        (root / REQ / "app" / name).write_text("# metadata\n", encoding="utf-8")
+        doc = tomlkit.parse((root / "pyproject.toml").read_text(encoding="utf-8"))
+        doc["tool"]["kernodeck"]["requirements"] = [f"{REQ}/app/{name}"]  # type: ignore[index]
+        (root / "pyproject.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        _lock(root, resolver)
+    assert str(caught.value).startswith(f"input {REQ}/app/{name} is a package's metadata file")
+    assert caught.value.tip is not None and "in a .in file" in caught.value.tip
+    assert not list((root / "lockfiles").glob("*.txt"))
+
+
+def test_control3_the_check_of_a_lock_made_from_a_pyproject_input_refuses_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: Path) -> None:
+    """A lock made before the fix from such an input is not called current: the check refuses the input too."""
     root = _dynamic(tmp_path, offline)
-    _lock(root, "uv")
-    (root / REQ / "app" / "runtime.txt").write_text("kdtiny-alpha\nkdtiny-beta==2.0\n", encoding="utf-8")
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "another-machine-cache"))
-    target, _ = _lock(root, "uv")
-    assert pins(target)["kdtiny-beta"] == "2.0"
+    with monkeypatch.context() as before_the_fix:
+        before_the_fix.setattr(lock_inputs, "METADATA_FILES", ())
+        target, changes = _lock(root, "uv")
+    assert pins(target)["kdtiny-beta"] == "1.0" and changes == []
+    with pytest.raises(ConfigError, match="is a package's metadata file"):
+        _check(root)
 
 
-@pytest.mark.xfail(strict=True, reason="LOCK6: a pyproject input's dynamic dependencies file is no input of the lock")
-def test_lock6_an_edit_of_the_dynamic_dependencies_file_makes_the_lock_stale(tmp_path: Path, offline: Path) -> None:
+def test_control3_a_requirements_file_of_another_name_is_an_input(tmp_path: Path, offline: Path) -> None:
+    """The refusal is by the metadata files' names only: a .txt input beside the pyproject locks."""
     root = _dynamic(tmp_path, offline)
-    try:
-        _lock(root, "uv")
-    except KernodeckError:
-        return  # such an input refused with an ERROR: fixed that way
-    (root / REQ / "app" / "runtime.txt").write_text("kdtiny-alpha\nkdtiny-beta==2.0\n", encoding="utf-8")
-    assert _check(root) != []
-
-
-def test_control3_an_edit_of_the_pyproject_input_itself_makes_the_lock_stale(tmp_path: Path, offline: Path) -> None:
-    root = _dynamic(tmp_path, offline)
-    _lock(root, "uv")
-    app = root / REQ / "app" / "pyproject.toml"
-    app.write_text(app.read_text(encoding="utf-8").replace('version = "1"', 'version = "2"'), encoding="utf-8")
-    assert _check(root) == [f"{REQ}/app/pyproject.toml changed"]
+    doc = tomlkit.parse((root / "pyproject.toml").read_text(encoding="utf-8"))
+    doc["tool"]["kernodeck"]["requirements"] = [f"{REQ}/app/runtime.txt"]  # type: ignore[index]
+    (root / "pyproject.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
+    target, changes = _lock(root, "uv")
+    assert pins(target)["kdtiny-beta"] == "1.0" and changes == []
