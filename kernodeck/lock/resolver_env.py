@@ -32,7 +32,8 @@ from kernodeck.sources.installer_config import SOURCE_VARS
 # `install` takes (pre, only-binary, no-binary, prefer-binary, upgrade-strategy, use-feature ...) is not.
 PIP_KEPT = frozenset({
     "index-url", "extra-index-url", "find-links", "no-index", "trusted-host",  # sources
-    "cert", "client-cert", "proxy", "timeout", "retries", "resume-retries", "keyring-provider",  # network, auth
+    "cert", "client-cert", "proxy", "timeout", "default-timeout", "retries", "resume-retries",  # network
+    "keyring-provider",  # credentials
     "cache-dir", "no-cache-dir", "disable-pip-version-check", "no-input", "no-color", "progress-bar",  # cache, output
 })
 # The caller's UV_* variables uv is handed. Its sources are not among them: uv_lock_environment sets them from this

@@ -63,8 +63,10 @@ def test_pip_tools_gets_pips_kept_settings_from_the_files_and_the_variables_and_
                       "[install]\ntrusted-host = example.org\nonly-binary = :all:\n[download]\npre = false\n",
                       encoding="utf-8")
     monkeypatch.setenv("PIP_CERT", "/ca.pem")
+    monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "60")  # pip's other name of timeout
     env = resolver_env.resolver_environment("pip-tools", {})
     assert env["PIP_CONFIG_FILE"] == os.devnull
+    assert env["PIP_DEFAULT_TIMEOUT"] == "60"
     assert env["PIP_FIND_LINKS"].split() == ["/wheels/a", "/wheels/b"]
     assert (env["PIP_NO_INDEX"], env["PIP_TRUSTED_HOST"], env["PIP_CERT"]) == ("true", "example.org", "/ca.pem")
     assert "PIP_PRE" not in env and "PIP_ONLY_BINARY" not in env
