@@ -2,8 +2,9 @@
 ``xfail(strict=True)`` with its id while it stood, beside premises (the setup reaches the vulnerable path) and
 controls (notes: /work/notes/redteam45.md). LOCK5, LOCK6 and LOCK7 are fixed (kernodeck/lock/resolver_env.py,
 lock/inputs.METADATA_FILES): their tests now pass, and the premises run the tool itself (pip-compile without
-``--no-config``, ``uv pip compile`` on a pyproject) to show the behaviour Kernodeck no longer lets reach a lock. SET2, numerics state the settings step neither records nor reads
-back, needs the rebuilt env's torch: tests/e2e/test_redteam45_sessions.py.
+``--no-config``, ``uv pip compile`` on a pyproject) to show the behaviour Kernodeck no longer lets reach a lock.
+SET2, numerics state the settings step neither records nor reads back, needs the rebuilt env's torch:
+tests/e2e/test_redteam45_sessions.py.
 
 LOCK7 (pip-tools reads its own configuration from the project: ``[tool.pip-tools]`` in pyproject.toml or
 ``.pip-tools.toml``; no lock input; FALSE PASS of ``lock-current``; lock/inputs.compute_inputs, lock/compile): the
