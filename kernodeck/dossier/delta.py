@@ -39,6 +39,18 @@ def _show_pair(key: str, pair: dict[str, Any]) -> str:
 UNRECORDED = "no record of its files (neither a run's signed folder nor a reference's manifest): read as it is"
 
 
+# What compare reads of a run's folder: a file of these its run did not write (a record copied in from another run,
+# beside one that stopped early) is named as not written by it (red-team pass 46, COMP1); any other added file is the
+# user's, beside the run's, and read by nothing here.
+READ = ("report.json", "system.json", "settings.json", "inventory.txt", "run-config.json")
+READ_UNDER = ("outputs/", "resume-application/")
+
+
+def _read_here(entry: str) -> str:
+    """``entry`` of outdir.foreign (a file the marker does not list), named as added when compare reads it."""
+    return f"{entry} (added since Kernodeck wrote the folder)" if entry in READ or entry.startswith(READ_UNDER) else ""
+
+
 def changed_since_written(folder: Path) -> list[str]:
     """What in a dossier is not as Kernodeck wrote it: a run's folder against the sha256 of each file its marker lists
     (a file changed or missing since; a file added beside them is no change to what the run wrote), a reference
@@ -47,7 +59,8 @@ def changed_since_written(folder: Path) -> list[str]:
         found = outdir.foreign(folder)
         if outdir.MARKER in found:  # a marker Kernodeck did not write (or damaged): no record to hold the files to
             return [f"its {outdir.MARKER} is not one Kernodeck wrote: {UNRECORDED}"]
-        return [e for e in found if e.endswith((" (changed since Kernodeck wrote it)", " (missing)"))]
+        return [e if e.endswith((" (changed since Kernodeck wrote it)", " (missing)")) else _read_here(e)
+                for e in found if e.endswith((" (changed since Kernodeck wrote it)", " (missing)")) or _read_here(e)]
     if (folder / "manifest.toml").is_file():
         why = inconsistency(folder)
         return [why] if why else []

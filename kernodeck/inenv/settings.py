@@ -109,9 +109,11 @@ def flushes_denormals(torch: Any) -> bool:
 
 def numerics(torch: Any) -> dict[str, Any]:
     """The process-wide switches beside the determinism knobs that change what a float32 run computes (red-team pass
-    45, SET2): autocast per device (on, an entry's matmuls and attention run in its dtype), the scaled-dot-product
-    attention kernels (``enable_flash_sdp(False)`` picks another CPU kernel too), flush-denormal, oneDNN, opt_einsum
-    and the CUDA matmuls' reduced-precision reductions. Autocast and flush-denormal are set off (settings.apply); the
+    45, SET2; pass 46, SET3): autocast per device (on, an entry's matmuls and attention run in its dtype), the
+    scaled-dot-product attention kernels (``enable_flash_sdp(False)`` picks another CPU kernel too), flush-denormal,
+    the multi-head attention fast path (off, TransformerEncoderLayer's and MultiheadAttention's float32 bits move),
+    oneDNN, cuDNN, opt_einsum, the CUDA BLAS, linear-algebra and ROCm attention libraries preferred, and the CUDA
+    matmuls' reduced-precision reductions. Autocast and flush-denormal are set off (settings.apply); the
     rest are torch's defaults, recorded; all are read back after each call, so that a call leaving one changed fails
     its step. A ``with torch.autocast(...)`` or ``sdpa_kernel(...)`` block inside the application's code is its own
     fingerprinted choice, set back as the block ends: its setters are not watched."""
@@ -123,8 +125,14 @@ def numerics(torch: Any) -> dict[str, Any]:
     for kernel in ("flash", "mem_efficient", "math", "cudnn"):
         rec[f"sdp.{kernel}"] = _read(lambda kernel=kernel: bool(getattr(back.cuda, f"{kernel}_sdp_enabled")()))
     rec["sdp.math_fp16_bf16_reduction"] = _read(lambda: bool(back.cuda.fp16_bf16_reduction_math_sdp_allowed()))
+    rec["sdp.fa3"] = _read(lambda: bool(torch._C._get_fa3_sdp_enabled()))
     rec["flush_denormal"] = _read(lambda: flushes_denormals(torch))
+    rec["mha.fastpath"] = _read(lambda: bool(back.mha.get_fastpath_enabled()))
     rec["mkldnn.enabled"] = _read(lambda: bool(back.mkldnn.enabled))
+    rec["cudnn.enabled"] = _read(lambda: bool(back.cudnn.enabled))
+    for library in ("blas", "linalg", "rocm_fa"):
+        rec[f"cuda.preferred_{library}_library"] = _read(
+            lambda library=library: str(getattr(back.cuda, f"preferred_{library}_library")()))
     rec["opt_einsum.enabled"] = _read(lambda: bool(back.opt_einsum.enabled))
     rec["opt_einsum.strategy"] = _read(lambda: back.opt_einsum.strategy)
     for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction",

@@ -46,7 +46,6 @@ def test_set3_premise_the_fast_path_switch_changes_what_the_cpu_computes(built_p
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="SET3: torch.backends.mha's fast path is neither set nor read back")
 def test_set3_a_call_that_turns_the_fast_path_off_fails_its_step(built_project: Path) -> None:
     held = in_env(built_project, HELD.format(line=FASTPATH_OFF))["held"]
     assert held is not None and "fastpath" in held, held

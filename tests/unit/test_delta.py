@@ -149,3 +149,10 @@ def test_compare_names_a_reference_whose_output_differs_from_its_manifest(tmp_pa
     assert compare(ref, ref)["changed_since_written"] == {"a": [], "b": []}  # control: as committed
     (ref / "embeddings.npy").write_bytes((ref / "embeddings.npy").read_bytes()[:-4] + b"\0\0\0\0")
     assert compare(ref, ref)["changed_since_written"]["a"] == ["embeddings.npy does not match the manifest's digest"]
+
+
+def test_compare_names_an_output_added_to_a_signed_run(tmp_path: Path) -> None:
+    """An output file the run never wrote, put into its outputs/ afterwards, is read by compare: named as added."""
+    a, b = _signed(tmp_path / "a", "sha256:1"), _signed(tmp_path / "b", "sha256:1")
+    (b / "outputs" / "y.npy").write_bytes(b"\x93NUMPY put here later")
+    assert compare(a, b)["changed_since_written"]["b"] == ["outputs/y.npy (added since Kernodeck wrote the folder)"]

@@ -344,7 +344,6 @@ def test_comp1_premise_compare_reads_a_record_added_to_a_run_that_never_wrote_it
 
 
 @pytest.mark.parametrize("record", sorted(RECORDS))
-@pytest.mark.xfail(strict=True, reason="COMP1: a record added to a signed run's folder is compared as the run's")
 def test_comp1_a_record_the_run_never_wrote_is_not_as_written(tmp_path: Path, record: str) -> None:
     from kernodeck.dossier.delta import compare
 
