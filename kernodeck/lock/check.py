@@ -111,14 +111,15 @@ def check_lock(project: Project, plat: Platform, *, read: LockRead | None = None
         raise LockfileError(str(target), None, f"unknown resolver {resolver!r} in header")
     declared_as_of = as_of_instant(project.resolve_as_of) if project.resolve_as_of else None
     inputs = compute_inputs(project, plat, resolver, declared_as_of or recorded.get(AS_OF_KEY))
-    current, named = inputs.as_dict(), dict(inputs.named)
+    current = inputs.as_dict()
     changes: list[str] = []
     for key in sorted(set(recorded) | set(current)):
         old, new = recorded.get(key), current.get(key)
         if old == new:
             continue
-        # a file an input names by -r/-c says where (its naming file and line), the others their own name
-        what = _LABELS.get(key) or (f"{key} (named in {named[key]})" if key in named else key)
+        # a file an input names by -r/-c says where (its naming file and line), a file of a local package source
+        # the folder (and the line naming it), the others their own name
+        what = _LABELS.get(key) or inputs.describe(key)
         if key == "variant" and old is not None and new is not None:
             changes += _variant_changes(lock, plat)
         elif old is None:

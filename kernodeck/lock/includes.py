@@ -10,6 +10,12 @@ The lines are read as pip's requirements parser reads them: backslash continuati
 option line's tokens split as a shell splits them; the long options may be abbreviated as optparse allows, and a short
 option's value may follow it directly (``-cconstraints.txt``). Every ``-r``/``-c`` of a line is followed (pip reads
 the first, uv each): reading one more file than the resolver only makes the check stricter.
+
+A local package source an input names (``-f``/``--find-links``, ``-i``/``--index-url``, ``--extra-index-url`` with a
+path or a ``file:`` URL) decides the lock too: each is a :class:`Linked` folder (:func:`linked`), whose files are
+inputs of the lock by their path and sha256 (red-team pass 46, LOCK8): a find-links folder's direct entries (what pip
+and uv list there), a local PEP 503 index's files at any depth. One outside the project is refused as an ``-r`` file
+outside it is. A remote source (``https:``) is left to the resolver, as before.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import posixpath
 import re
 import shlex
+import urllib.parse
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,9 +34,14 @@ from kernodeck import tips
 from kernodeck.errors import ConfigError
 from kernodeck.sources import redact_text
 
-# optparse takes a long option by any unambiguous prefix: pip's requirement-file options include --require-hashes
-# and --config-settings, so "--requirem" and "--cons" are the shortest prefixes that name these two.
-_LONG = {"--requirement": ("-r", len("--requirem")), "--constraint": ("-c", len("--cons"))}
+# optparse takes a long option by any unambiguous prefix: pip's requirement-file options include --require-hashes,
+# --config-settings and --editable, so "--requirem", "--cons" and "--ex" are the shortest prefixes that name these.
+_LONG = {"--requirement": ("-r", len("--requirem")), "--constraint": ("-c", len("--cons")),
+         "--find-links": ("-f", len("--f")), "--index-url": ("-i", len("--i")),
+         "--extra-index-url": ("--extra-index-url", len("--ex"))}
+_SHORT = ("-r", "-c", "-f", "-i")
+_FILES = ("-r", "-c")  # the options that name a requirements file; the others name a package source
+_SOURCE_NAMES = {"-f": "--find-links", "-i": "--index-url", "--extra-index-url": "--extra-index-url"}
 _COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's COMMENT_RE
 _URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|(?:https?|file):)", re.IGNORECASE)  # pip reads these as URLs
 _ENV = re.compile(r"\$\{[A-Za-z0-9_]+\}")  # pip expands ${NAME} in every line
@@ -72,21 +84,26 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
 
 
 def _option(token: str) -> tuple[str, str | None] | None:
-    """(``-r`` or ``-c``, the value when the token holds it) for a token that opens one of the two options."""
+    """(the option's short name, the value when the token holds it) for a token that opens one of :data:`_LONG`."""
     if token.startswith("--"):
         name, eq, value = token.partition("=")
         for long, (short, shortest) in _LONG.items():
             if len(name) >= shortest and long.startswith(name):
                 return short, value if eq else None
         return None
-    if token[:2] in ("-r", "-c"):
+    if token[:2] in _SHORT:
         return token[:2], token[2:] or None
     return None
 
 
 def named_in(text: str) -> list[tuple[int, str, str]]:
-    """Each ``-r``/``-c`` of an option line (one whose first token is an option, as pip's ``break_args_options``
-    decides): (line number, the option as ``-r`` or ``-c``, the path or URL it names as written)."""
+    """Each ``-r``/``-c`` of an option line: (line number, ``-r`` or ``-c``, the path or URL it names as written)."""
+    return [found for found in options_in(text) if found[1] in _FILES]
+
+
+def options_in(text: str) -> list[tuple[int, str, str]]:
+    """Each ``-r``/``-c``/``-f``/``-i``/``--extra-index-url`` of an option line (one whose first token is an option,
+    as pip's ``break_args_options`` decides): (line number, the option's short name, its value as written)."""
     found: list[tuple[int, str, str]] = []
     for number, line in logical_lines(text):
         if not line.startswith("-"):
@@ -113,9 +130,12 @@ def _read(path: Path) -> str:
     return path.read_bytes().decode("utf-8-sig", errors="replace")
 
 
-def _refuse(where: str, shown: str, problem: str, tip: str) -> ConfigError:
-    return ConfigError(f"{where}: `{shown}` {problem}; every file an input names by -r/-c is an input of the lock, "
-                       "fingerprinted with it", tip=tip)
+_WHY_FILES = "every file an input names by -r/-c is an input of the lock, fingerprinted with it"
+_WHY_SOURCES = "every local package source an input names is an input of the lock, each file in it fingerprinted"
+
+
+def _refuse(where: str, shown: str, problem: str, tip: str, why: str = _WHY_FILES) -> ConfigError:
+    return ConfigError(f"{where}: `{shown}` {problem}; {why}", tip=tip)
 
 
 def _target(root: Path, by: str, number: int, option: str, value: str) -> str:
@@ -162,3 +182,90 @@ def included(root: Path, declared: Sequence[str]) -> list[Named]:
                 found.append(Named(rel, by, number))
                 queue.append(rel)
     return found
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A place of the project an input names as a package source (``-f``, ``-i``, ``--extra-index-url``): its path
+    relative to the project, where it is named, and whether the resolver reads it at any depth (an index) or only
+    its direct entries (a find-links folder)."""
+
+    rel: str
+    by: str
+    line: int
+    option: str
+    deep: bool
+
+    @property
+    def where(self) -> str:
+        return f"the folder {self.rel} that {self.by}:{self.line} names by {self.option}"
+
+    def files(self, root: Path) -> list[str]:
+        """The files the resolver may read there, relative to the project (``/`` separated), sorted."""
+        place = root / self.rel
+        if place.is_file():
+            return [self.rel]
+        found = place.rglob("*") if self.deep else place.iterdir()
+        return sorted(f"{self.rel}/{path.relative_to(place).as_posix()}" if self.rel != "." else
+                      path.relative_to(place).as_posix() for path in found if path.is_file())
+
+
+def _local_path(value: str) -> str | None:
+    """The path a source value names (a ``file:`` URL's path, ``~`` expanded), or None for a remote URL."""
+    if _URL.match(value):
+        parsed = urllib.parse.urlsplit(value)
+        if parsed.scheme.lower() != "file":
+            return None
+        return urllib.parse.unquote(parsed.path)
+    return os.path.expanduser(value)
+
+
+def _places(root: Path, by: str, number: int, option: str, value: str) -> list[str]:
+    """The places of the project a source option on ``by``'s line ``number`` names (relative to the project): the
+    path relative to ``by``'s folder (uv's reading, and pip's for find-links) and relative to the project (pip's
+    when that one does not exist, and for an index), each that exists. Refused when one is outside the project, or
+    none exists."""
+    long = _SOURCE_NAMES[option]
+    where, shown = f"{by}:{number}", redact_text(f"{long} {value}")
+    relative = f"name a folder of the project relative to {by} (e.g. `{long} vendor`)"
+    if _ENV.search(value):
+        raise _refuse(where, shown, "names its place through an environment variable (each machine may read "
+                      "another)", f"{relative}, then: {tips.LOCK}", _WHY_SOURCES)
+    path = _local_path(value)
+    if path is None:
+        return []  # a remote index or page: the resolver's, as a machine's own sources are
+    if posixpath.isabs(path) or os.path.isabs(path):
+        candidates = [Path(path)]
+    else:
+        candidates = [root / posixpath.dirname(by) / path, root / path]
+    found: list[str] = []
+    for candidate in candidates:
+        if not candidate.exists():
+            continue
+        try:
+            rel = candidate.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            raise _refuse(where, shown, "names a folder outside the project (what it holds is no input of the lock)",
+                          f"copy what the lock needs into the project (e.g. a vendor folder beside {by}) and "
+                          f"{relative}; then: {tips.LOCK}", _WHY_SOURCES) from None
+        if rel not in found:
+            found.append(rel)
+    if not found:
+        raise _refuse(where, shown, "names a local place that does not exist",
+                      f"create it, or remove that line from {by}; then: {tips.LOCK}", _WHY_SOURCES)
+    return found
+
+
+def linked(root: Path, inputs: Sequence[str]) -> list[Linked]:
+    """Every local place the ``inputs`` (every input file, relative to ``root``) name as a package source, each once,
+    in the order they are first named. Raises ConfigError, naming the file and line, for one the project cannot hold
+    to (:func:`_places`)."""
+    found: dict[str, Linked] = {}
+    for by in inputs:
+        for number, option, value in options_in(_read(root / by)):
+            if option in _FILES:
+                continue
+            for rel in _places(root, by, number, option, value):
+                if rel not in found or (option != "-f" and not found[rel].deep):  # an index is read at any depth
+                    found[rel] = Linked(rel, by, number, _SOURCE_NAMES[option], option != "-f")
+    return list(found.values())

@@ -1,5 +1,6 @@
-"""What a lock depends on: its input files (the ``.in`` files pyproject names, the torch layer, and every file they
-name by ``-r``/``-c``: :mod:`kernodeck.lock.includes`), the variant, the target, the resolver and the resolution date.
+"""What a lock depends on: its input files (the ``.in`` files pyproject names, the torch layer, every file they
+name by ``-r``/``-c``, and every file of a local package source they name by ``-f``/``-i``/``--extra-index-url``:
+:mod:`kernodeck.lock.includes`), the variant, the target, the resolver and the resolution date.
 
 Each input is fingerprinted (:class:`LockInputs`); the lock's header records them, and the drift check
 (:mod:`kernodeck.lock.check`) compares what it recorded with what they are now.
@@ -18,7 +19,7 @@ from packaging.utils import canonicalize_name
 from kernodeck import tips
 from kernodeck._fs import sha256_file, sha256_text
 from kernodeck.errors import ConfigError, LockFailed
-from kernodeck.lock.includes import included
+from kernodeck.lock.includes import included, linked
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.sources import redact_text
@@ -34,9 +35,20 @@ class LockInputs:
     entries: tuple[tuple[str, str], ...]
     # a file an input names by -r/-c -> where ("requirements/base.in:1"): what the drift check says of it
     named: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # a local package source an input names (its path relative to the project) -> where, as Linked.where says it
+    folders: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.entries)
+
+    def describe(self, key: str) -> str:
+        """An input file as the drift check names it: with where it is named, or the source folder it is in."""
+        named = dict(self.named)
+        if key in named:
+            return f"{key} (named in {named[key]})"
+        folder = next((where for rel, where in self.folders if rel == "." or key == rel
+                       or key.startswith(rel + "/")), None)
+        return f"{key} (in {folder})" if folder else key
 
     def digest(self) -> str:
         return "sha256:" + sha256_text("\n".join(f"{k} {v}" for k, v in self.entries))
@@ -119,12 +131,20 @@ def compute_inputs(project: Project, plat: Platform, resolver: str, as_of: str |
     """``as_of``: the resolution instant (:func:`as_of_instant`), an input when there is one.
 
     The input files come first: the declared ones, then each file they name by ``-r``/``-c`` (nested too), by its path
-    relative to the project. A project whose inputs name none has the entries (and the digest) it had before they were
-    fingerprinted (red-team pass 44, LOCK4)."""
+    relative to the project; then each file of a local package source they name (a find-links folder, a local index),
+    by its path. A project whose inputs name none has the entries (and the digest) it had before they were
+    fingerprinted (red-team pass 44, LOCK4; pass 46, LOCK8)."""
     declared = _existing(project, plat)
     entries = [(rel, "sha256:" + sha256_file(project.root / rel)) for rel in declared]
     named = included(project.root, declared)
     entries += [(n.rel, "sha256:" + sha256_file(project.root / n.rel)) for n in named]
+    folders = linked(project.root, [rel for rel, _ in entries])
+    seen = {rel for rel, _ in entries}
+    for folder in folders:
+        for rel in folder.files(project.root):
+            if rel not in seen:
+                seen.add(rel)
+                entries.append((rel, "sha256:" + sha256_file(project.root / rel)))
     clash = next((rel for rel, _ in entries if rel in _KEYS), None)
     if clash:
         raise ConfigError(f"the input file {clash} bears the name of the lock's own {clash!r} input: the drift check "
@@ -135,7 +155,8 @@ def compute_inputs(project: Project, plat: Platform, resolver: str, as_of: str |
     entries.append(("resolver", f"{resolver}=={resolver_version(project, resolver)}"))
     if as_of:
         entries.append((AS_OF_KEY, as_of))
-    return LockInputs(tuple(entries), tuple((n.rel, n.where) for n in named))
+    return LockInputs(tuple(entries), tuple((n.rel, n.where) for n in named),
+                      tuple((f.rel, f.where) for f in folders))
 
 
 def all_input_files(project: Project, plat: Platform) -> list[str]:

@@ -41,7 +41,8 @@ PIP_KEPT = frozenset({
 UV_KEPT = frozenset({
     "UV_CACHE_DIR", "UV_NO_CACHE",  # cache
     "UV_OFFLINE", "UV_HTTP_TIMEOUT", "UV_REQUEST_TIMEOUT", "UV_HTTP_RETRIES", "UV_CONCURRENT_DOWNLOADS",
-    "UV_CONCURRENT_BUILDS", "UV_NATIVE_TLS", "UV_INSECURE_HOST", "UV_KEYRING_PROVIDER",  # network, auth
+    "UV_CONCURRENT_BUILDS", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS", "UV_INSECURE_HOST",  # network (uv 0.13: system-certs)
+    "UV_KEYRING_PROVIDER", "UV_CREDENTIALS_DIR",  # credentials (`uv auth login` keeps them in the latter)
     "UV_PYTHON_INSTALL_DIR", "UV_PYTHON_CACHE_DIR", "UV_PYTHON_DOWNLOADS", "UV_PYTHON_INSTALL_MIRROR",
     "UV_PYPY_INSTALL_MIRROR", "UV_PYTHON_DOWNLOADS_JSON_URL",  # where uv finds a Python to run builds with
     "UV_NO_PROGRESS",

@@ -98,8 +98,8 @@ def uv_environment(sources: list[Source], extra_index: bool = False) -> dict[str
     """Hand the machine's pip sources to uv through its own variables (nothing lands in an argv or a file), each in
     uv's syntax: ``UV_INDEX`` space-separated, ``UV_FIND_LINKS`` comma-separated."""
     env: dict[str, str] = {}
-    index = [s.location for s in sources if s.kind == "index-url"]
-    extra = [s.location for s in sources if s.kind == "extra-index-url"]
+    index = [s.for_uv for s in sources if s.kind == "index-url"]  # name=url: uv applies the name's credentials
+    extra = [s.for_uv for s in sources if s.kind == "extra-index-url"]
     links = [s.location for s in sources if s.kind == "find-links"]
     if index:
         env["UV_DEFAULT_INDEX"] = index[-1]

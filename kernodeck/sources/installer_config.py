@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,14 @@ def config_bytes(path: Path) -> bytes | None:
 class Source:
     kind: str  # "index-url" | "extra-index-url" | "find-links"
     location: str
+    # uv's name of an index (UV_INDEX=corp=URL): uv applies UV_INDEX_CORP_USERNAME/_PASSWORD to it by that name. No
+    # part of the source's identity (its URL is what is compared and recorded), and never written.
+    name: str = field(default="", compare=False)
+
+    @property
+    def for_uv(self) -> str:
+        """The source as uv's UV_INDEX/UV_DEFAULT_INDEX take it: ``name=url`` when it has a name."""
+        return f"{self.name}={self.location}" if self.name else self.location
 
     def redacted(self) -> str:
         """What a written file may say of it: its kind and, for a remote one, scheme and host only."""
@@ -163,8 +171,13 @@ def split_values(value: str, commas: bool = False) -> list[str]:
 
 def uv_index_url(entry: str) -> str:
     """``UV_INDEX`` entries may be ``name=url``."""
+    return uv_index_entry(entry)[1]
+
+
+def uv_index_entry(entry: str) -> tuple[str, str]:
+    """(name, url) of a ``UV_INDEX``/``UV_DEFAULT_INDEX`` entry, ``name=url`` or a URL alone (name "")."""
     name, sep, url = entry.partition("=")
-    return url if sep and "://" not in name and not is_local(name) else entry
+    return (name, url) if sep and "://" not in name and not is_local(name) else ("", entry)
 
 
 # --- uv's configuration files (docs.astral.sh/uv/concepts/configuration-files) -----------------------------------
@@ -254,8 +267,12 @@ def machine_sources(config: list[tuple[str, str]] | None = None) -> list[Source]
     for var, kind in _ENV_KEYS.items():
         if var.startswith("UV_"):
             for loc in split_values(os.environ.get(var, ""), commas=var == "UV_FIND_LINKS"):
-                found.append(Source(kind, uv_index_url(loc) if var == "UV_INDEX" else loc))
-    unique: dict[tuple[str, str], Source] = {(s.kind, s.location): s for s in found}
+                name, url = uv_index_entry(loc) if var in ("UV_INDEX", "UV_DEFAULT_INDEX") else ("", loc)
+                found.append(Source(kind, url, name))
+    unique: dict[tuple[str, str], Source] = {}
+    for source in found:  # the last of a location wins, as it did; a name given to it once is kept
+        named = source.name or getattr(unique.get((source.kind, source.location)), "name", "")
+        unique[(source.kind, source.location)] = Source(source.kind, source.location, named)
     return list(unique.values())
 
 

@@ -21,7 +21,7 @@ from kernodeck.lock.includes import included, named_in
 from kernodeck.lock.inputs import compute_inputs, input_files, refuse_direct_references
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from tests.helpers.tinylock import RESOLVERS, offline_sources, pins, tiny_project, tiny_wheels
+from tests.helpers.tinylock import RESOLVERS, offline_sources, pins, tiny_project, tiny_wheels, write_wheel
 
 REQ = "requirements"
 SPELLINGS = {  # each line of base.in, and the file pip opens for it (relative to requirements/)
@@ -199,3 +199,104 @@ def test_the_lock_records_the_named_files_and_goes_stale_when_one_changes(
     (root / REQ / "shared" / "common.in").write_text("kdtiny-beta\n", encoding="utf-8")  # the -c line removed
     assert lock_check.check_lock(proj, plat) == [f"{REQ}/shared/common.in (named in {REQ}/base.in:1) changed",
                                                  f"{REQ}/shared/constraints.txt is no longer an input"]
+
+
+# --- local package sources an input names (red-team pass 46, LOCK8) -------------------------------------------------
+
+
+def _vendor(tmp_path: Path, line: str = "--find-links vendor") -> Path:
+    """base.in names requirements/vendor (one wheel and a sub-folder) by ``line``."""
+    root = tiny_project(tmp_path / "p", base=f"{line}\nkdtiny-alpha\n")
+    vendor = root / REQ / "vendor"
+    (vendor / "deeper").mkdir(parents=True)
+    write_wheel(vendor, "kdtiny-beta", "3.0")
+    (vendor / "deeper" / "note.txt").write_text("not a find-links entry\n", encoding="utf-8")
+    return root
+
+
+def _check(root: Path) -> list[str]:
+    proj = load_project(root)
+    return lock_check.check_lock(proj, resolve_platform(proj))
+
+
+@pytest.mark.parametrize("line", ["--find-links vendor", "-f vendor", "-fvendor", "--find-links=vendor", "--f vendor"])
+def test_a_find_links_folder_s_direct_entries_are_inputs_by_their_path(tmp_path: Path, line: str) -> None:
+    root = _vendor(tmp_path, line)
+    proj = load_project(root)
+    inputs = compute_inputs(proj, resolve_platform(proj), "pip-tools")
+    wheel = f"{REQ}/vendor/kdtiny_beta-3.0-py3-none-any.whl"
+    assert [key for key, _ in inputs.entries if key.startswith(f"{REQ}/vendor")] == [wheel]
+    assert inputs.describe(wheel) == f"{wheel} (in the folder {REQ}/vendor that {REQ}/base.in:1 names by --find-links)"
+
+
+@pytest.mark.parametrize("line", ["--index-url vendor", "--extra-index-url ./vendor", "-i vendor"])
+def test_a_local_index_s_files_at_any_depth_are_inputs(tmp_path: Path, line: str) -> None:
+    root = _vendor(tmp_path, line)
+    proj = load_project(root)
+    keys = [key for key, _ in compute_inputs(proj, resolve_platform(proj), "uv").entries]
+    assert {f"{REQ}/vendor/deeper/note.txt", f"{REQ}/vendor/kdtiny_beta-3.0-py3-none-any.whl"} <= set(keys)
+
+
+def test_a_file_url_index_of_the_project_is_an_input(tmp_path: Path) -> None:
+    root = _vendor(tmp_path / "a")
+    (root / REQ / "base.in").write_text(f"--index-url {(root / REQ / 'vendor').as_uri()}\nkdtiny-alpha\n",
+                                        encoding="utf-8")
+    before = _digest(root)
+    (root / REQ / "vendor" / "deeper" / "note.txt").write_text("changed\n", encoding="utf-8")
+    assert _digest(root) != before
+
+
+@pytest.mark.parametrize("resolver", RESOLVERS)
+def test_a_wheel_removed_from_or_changed_in_the_folder_makes_the_lock_stale_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolver: str) -> None:
+    offline_sources(monkeypatch, tiny_wheels(tmp_path / "wheels"), tmp_path / "cache")
+    root = tiny_project(tmp_path / "p", base="--find-links vendor\nkdtiny-alpha\n")
+    vendor = root / REQ / "vendor"
+    vendor.mkdir()
+    wheel = write_wheel(vendor, "kdtiny-beta", "1.0")  # this machine's sources hold the same bytes
+    proj = load_project(root)
+    lock_compile.compile_lock(proj, resolve_platform(proj), resolver=resolver)
+    assert _check(root) == []
+    data = wheel.read_bytes()
+    wheel.write_bytes(data + b"\0")
+    assert _check(root) == [f"{REQ}/vendor/{wheel.name} (in the folder {REQ}/vendor that {REQ}/base.in:1 names by "
+                            "--find-links) changed"]
+    wheel.unlink()
+    assert _check(root) == [f"{REQ}/vendor/{wheel.name} (in the folder {REQ}/vendor that {REQ}/base.in:1 names by "
+                            "--find-links) is no longer an input"]
+    wheel.write_bytes(data)
+    assert _check(root) == []  # control: put back, current again
+
+
+@pytest.mark.parametrize("how", ["relative", "absolute", "file-url", "home"])
+def test_a_local_source_outside_the_project_is_refused_naming_its_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    outside = tmp_path / "home" / "wheels"
+    outside.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    value = {"relative": "../../home/wheels", "absolute": str(outside), "file-url": outside.as_uri(),
+             "home": "~/wheels"}[how]
+    root = tiny_project(tmp_path / "p", base=f"# vendored\n-f {value}\nkdtiny-alpha\n")
+    proj = load_project(root)
+    with pytest.raises(ConfigError, match=f"{REQ}/base.in:2: .* names a folder outside the project") as caught:
+        compute_inputs(proj, resolve_platform(proj), "uv")
+    assert caught.value.tip and "into the project" in caught.value.tip
+    assert str(outside) not in str(caught.value) or how in ("absolute", "file-url")
+
+
+def test_a_local_source_that_does_not_exist_or_goes_through_a_variable_is_refused(tmp_path: Path) -> None:
+    for line, said in (("--find-links vendor", "does not exist"), ("-f ${WHEELS}", "environment variable")):
+        root = tiny_project(tmp_path / line.split()[-1].strip("${}"), base=f"{line}\nkdtiny-alpha\n")
+        proj = load_project(root)
+        with pytest.raises(ConfigError, match=f"{REQ}/base.in:1: .*{said}"):
+            compute_inputs(proj, resolve_platform(proj), "uv")
+
+
+def test_remote_sources_stay_the_resolvers_and_keep_the_digest(tmp_path: Path) -> None:
+    """Control: an https index or find-links page is no input (as before), so the digest is what it was."""
+    remote = tiny_project(tmp_path / "b", base="kdtiny-alpha\n")
+    proj = load_project(remote)
+    keys = [key for key, _ in compute_inputs(proj, resolve_platform(proj), "uv").entries]
+    (remote / REQ / "base.in").write_text("-i https://example.com/simple\n--find-links https://example.com/links\n"
+                                          "kdtiny-alpha\n", encoding="utf-8")
+    assert [key for key, _ in compute_inputs(proj, resolve_platform(proj), "uv").entries] == keys

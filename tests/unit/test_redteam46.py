@@ -127,7 +127,6 @@ def test_lock8_premise_the_resolver_takes_the_wheel_dropped_into_the_named_folde
 
 @pytest.mark.usefixtures("offline")
 @pytest.mark.parametrize("resolver", RESOLVERS)
-@pytest.mark.xfail(strict=True, reason="LOCK8: a folder an input names by --find-links is no input of the lock")
 def test_lock8_a_wheel_dropped_into_a_folder_an_input_names_makes_the_lock_stale(tmp_path: Path, resolver: str) -> None:
     root = _vendored(tmp_path, resolver)
     assert _check(root) != []
@@ -246,7 +245,6 @@ def test_lockf2_premise_the_named_indexs_credentials_reach_it_in_the_callers_she
     assert "401" in _callers(tmp_path).stderr  # the index does ask for them
 
 
-@pytest.mark.xfail(strict=True, reason="LOCKF2: the index's name is dropped, so its UV_INDEX_<NAME>_* credentials")
 def test_lockf2_the_named_indexs_credentials_reach_it_through_kernodeck(
         tmp_path: Path, private_index: str, monkeypatch: pytest.MonkeyPatch) -> None:
     _named_index(monkeypatch, private_index)
@@ -269,7 +267,6 @@ def test_lockf3_premise_uv_takes_the_credentials_uv_auth_login_stored(
     assert proc.returncode == 0 and "kdtiny-beta==2.0" in proc.stdout, proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="LOCKF3: UV_CREDENTIALS_DIR is not kept")
 def test_lockf3_the_stored_credentials_reach_the_index_through_kernodeck(
         tmp_path: Path, private_index: str, monkeypatch: pytest.MonkeyPatch) -> None:
     _logged_in(tmp_path, monkeypatch, private_index)
@@ -290,7 +287,6 @@ def test_lockf1_premise_the_pinned_uv_reads_its_system_certificates_switch_as_uv
     assert "--system-certs" in shown and "UV_SYSTEM_CERTS" in shown
 
 
-@pytest.mark.xfail(strict=True, reason="LOCKF1: UV_SYSTEM_CERTS is not kept (only its older name UV_NATIVE_TLS)")
 def test_lockf1_uv_system_certs_reaches_uv(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UV_SYSTEM_CERTS", "1")
     assert resolver_env.resolver_environment("uv", {}).get("UV_SYSTEM_CERTS") == "1"
