@@ -3,6 +3,7 @@ the command, resolver output cleaned up, the resolution date handed to both."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,24 @@ def test_both_resolvers_get_the_date(tmp_path: Path, resolver: str) -> None:
         assert with_date[with_date.index("--exclude-newer-package") + 1] == "kdtiny-torch=false"
     without = resolvers.command(resolver, plat, ["a.in"], "out.txt", None, False)
     assert flag not in without and "--exclude-newer-package" not in without
+
+
+def test_uv_keeps_the_name_the_caller_gave_an_index_and_the_name_is_no_part_of_its_identity(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red-team pass 46, LOCKF2: uv applies UV_INDEX_CORP_USERNAME/_PASSWORD to the index named corp only."""
+    import types
+
+    from kernodeck.lock.resolvers import uv_lock_environment
+    from kernodeck.sources.installer_config import Source, machine_sources
+
+    for name in [n for n in os.environ if n.startswith(("PIP_", "UV_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("UV_DEFAULT_INDEX", "pub=https://pub.example/simple")
+    monkeypatch.setenv("UV_INDEX", "corp=https://corp.example/simple https://other.example/simple")
+    found = machine_sources()
+    assert Source("extra-index-url", "https://corp.example/simple") in found  # the URL is what is compared
+    env = uv_lock_environment(types.SimpleNamespace(os_arch="linux_x86_64"), None, found, False)  # type: ignore[arg-type]
+    assert env["UV_DEFAULT_INDEX"] == "pub=https://pub.example/simple"
+    assert env["UV_INDEX"] == ("pub=https://pub.example/simple corp=https://corp.example/simple "
+                               "https://other.example/simple")
