@@ -210,3 +210,26 @@ def locked_tiny_project(root: Path, wheels: list[Path]) -> tuple[Path, Platform]
 
 def current_env(project: Path, plat: Platform) -> Path:
     return (project / ".venv-rebuild" / plat.id / "current").resolve()
+
+
+def offline_tiny_wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This machine's sources for a test: the tiny wheels only (alpha 1.0 needs beta>=1; beta 1.0 and 2.0)."""
+    wheels = tiny_wheels(tmp_path / "wheels")
+    offline_sources(monkeypatch, wheels, tmp_path / "cache")
+    return wheels
+
+
+def lock_current(root: Path) -> list[str]:
+    """The lock check's answer for the project at ``root`` ([]: current)."""
+    proj = load_project(root)
+    return check.check_lock(proj, resolve_platform(proj))
+
+
+def lock_then_check(root: Path, resolver: str) -> tuple[Path, list[str]]:
+    """A real lock of ``root`` with ``resolver``, and the lock check's answer right after it."""
+    from kernodeck.lock import compile as lock_compile
+
+    proj = load_project(root)
+    plat = resolve_platform(proj)
+    target = lock_compile.compile_lock(proj, plat, resolver=resolver)
+    return target, check.check_lock(proj, plat)

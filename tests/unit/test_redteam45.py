@@ -51,29 +51,22 @@ import pytest
 import tomlkit
 
 from kernodeck.errors import ConfigError
-from kernodeck.lock import check as lock_check
-from kernodeck.lock import compile as lock_compile
 from kernodeck.lock import inputs as lock_inputs
 from kernodeck.lock import resolver_env as lock_resolver_env
 from kernodeck.lock import resolvers as lock_resolvers
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from tests.helpers.tinylock import offline_sources, pins, tiny_project, tiny_wheels, uv, write_wheel
+from tests.helpers.tinylock import (
+    lock_current,
+    lock_then_check,
+    offline_tiny_wheels,
+    pins,
+    tiny_project,
+    uv,
+    write_wheel,
+)
 
 REQ = "requirements"
-
-
-def _lock(root: Path, resolver: str) -> tuple[Path, list[str]]:
-    """A real lock of ``root`` with ``resolver``, and the lock check's answer right after it."""
-    proj = load_project(root)
-    plat = resolve_platform(proj)
-    target = lock_compile.compile_lock(proj, plat, resolver=resolver)
-    return target, lock_check.check_lock(proj, plat)
-
-
-def _check(root: Path) -> list[str]:
-    proj = load_project(root)
-    return lock_check.check_lock(proj, resolve_platform(proj))
 
 
 # --- LOCK7 -----------------------------------------------------------------------------------------------------------
@@ -81,10 +74,7 @@ def _check(root: Path) -> list[str]:
 
 @pytest.fixture
 def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This machine's sources for the test: the tiny wheels only (alpha 1.0 needs beta>=1; beta 1.0 and 2.0)."""
-    wheels = tiny_wheels(tmp_path / "wheels")
-    offline_sources(monkeypatch, wheels, tmp_path / "cache")
-    return wheels
+    return offline_tiny_wheels(tmp_path, monkeypatch)
 
 
 def _pip_tools_config(tmp_path: Path, where: str) -> Path:
@@ -134,7 +124,7 @@ def test_lock7_a_project_with_a_pip_tools_config_is_refused(tmp_path: Path, wher
     """Fixed by refusal: one ERROR naming the config, a TIP to move its options into the .in files; no lock."""
     root = _pip_tools_config(tmp_path, where)
     with pytest.raises(ConfigError) as caught:
-        _lock(root, resolver)
+        lock_then_check(root, resolver)
     named = "pyproject.toml [tool.pip-tools]" if where == "pyproject" else ".pip-tools.toml"
     assert str(caught.value).startswith(f"{named} holds pip-compile options")
     assert caught.value.tip is not None and "into the .in files" in caught.value.tip
@@ -145,10 +135,10 @@ def test_lock7_a_project_with_a_pip_tools_config_is_refused(tmp_path: Path, wher
 def test_control1_the_same_constraint_named_by_c_in_an_input_makes_the_edit_stale(tmp_path: Path) -> None:
     root = tiny_project(tmp_path / "p", base="-c pins.txt\nkdtiny-alpha\n")
     (root / REQ / "pins.txt").write_text("kdtiny-beta==1.0\n", encoding="utf-8")
-    target, changes = _lock(root, "pip-tools")
+    target, changes = lock_then_check(root, "pip-tools")
     assert pins(target)["kdtiny-beta"] == "1.0" and changes == []
     (root / REQ / "pins.txt").write_text("kdtiny-beta==2.0\n", encoding="utf-8")
-    assert _check(root) == [f"{REQ}/pins.txt (named in {REQ}/base.in:1) changed"]
+    assert lock_current(root) == [f"{REQ}/pins.txt (named in {REQ}/base.in:1) changed"]
 
 
 # --- LOCK5 -----------------------------------------------------------------------------------------------------------
@@ -191,7 +181,7 @@ def test_lock5_the_callers_variable_does_not_change_the_lock(
         resolver: str, variable: str, value: str) -> None:
     """Fixed by the allow-list (lock/resolver_env): the variable never reaches the resolver, one line names it."""
     root = _caller_variable(tmp_path, monkeypatch, offline, variable, value)
-    target, changes = _lock(root, resolver)
+    target, changes = lock_then_check(root, resolver)
     assert changes == []  # the check calls it current ...
     assert pins(target)["kdtiny-beta"] == "2.0"  # ... and it is what the inputs give (before the fix: 1.0 or 3.0rc1)
     assert f"not handed to {resolver}" in capsys.readouterr().err
@@ -207,7 +197,7 @@ def test_lock5_a_pip_configuration_pre_does_not_change_a_pip_tools_lock(
     conf.write_text(f"[global]\nno-index = true\nfind-links = {offline}\n{pre}\n", encoding="utf-8")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     monkeypatch.delenv("PIP_FIND_LINKS")  # the file's find-links alone: it must still reach pip-compile
-    target, changes = _lock(tiny_project(tmp_path / "p"), "pip-tools")
+    target, changes = lock_then_check(tiny_project(tmp_path / "p"), "pip-tools")
     assert pins(target)["kdtiny-beta"] == "2.0" and changes == []
 
 
@@ -216,7 +206,7 @@ def test_control2_without_the_variable_the_same_inputs_lock_beta_2(
         tmp_path: Path, offline: Path, resolver: str) -> None:
     write_wheel(offline, "kdtiny-beta", "3.0rc1")
     for base in {"kdtiny-alpha\n", *BASE.values()}:
-        target, changes = _lock(tiny_project(tmp_path / str(len(base)), base=base), resolver)
+        target, changes = lock_then_check(tiny_project(tmp_path / str(len(base)), base=base), resolver)
         assert pins(target)["kdtiny-beta"] == "2.0" and changes == []
 
 
@@ -232,7 +222,7 @@ def test_held_pip_compile_ignores_pips_own_constraint_setting(
         conf.write_text(f"[global]\nno-index = true\nfind-links = {offline}\nconstraint = {pinned}\n",
                         encoding="utf-8")
         monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
-    target, _ = _lock(tiny_project(tmp_path / "p"), "pip-tools")
+    target, _ = lock_then_check(tiny_project(tmp_path / "p"), "pip-tools")
     assert pins(target)["kdtiny-beta"] == "2.0"
 
 
@@ -306,7 +296,7 @@ def test_lock6_a_metadata_input_is_refused(tmp_path: Path, offline: Path, resolv
         doc["tool"]["kernodeck"]["requirements"] = [f"{REQ}/app/{name}"]  # type: ignore[index]
         (root / "pyproject.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
     with pytest.raises(ConfigError) as caught:
-        _lock(root, resolver)
+        lock_then_check(root, resolver)
     assert str(caught.value).startswith(f"input {REQ}/app/{name} is a package's metadata file")
     assert caught.value.tip is not None and "in a .in file" in caught.value.tip
     assert not list((root / "lockfiles").glob("*.txt"))
@@ -318,10 +308,10 @@ def test_control3_the_check_of_a_lock_made_from_a_pyproject_input_refuses_it(
     root = _dynamic(tmp_path, offline)
     with monkeypatch.context() as before_the_fix:
         before_the_fix.setattr(lock_inputs, "METADATA_FILES", ())
-        target, changes = _lock(root, "uv")
+        target, changes = lock_then_check(root, "uv")
     assert pins(target)["kdtiny-beta"] == "1.0" and changes == []
     with pytest.raises(ConfigError, match="is a package's metadata file"):
-        _check(root)
+        lock_current(root)
 
 
 def test_control3_a_requirements_file_of_another_name_is_an_input(tmp_path: Path, offline: Path) -> None:
@@ -330,5 +320,5 @@ def test_control3_a_requirements_file_of_another_name_is_an_input(tmp_path: Path
     doc = tomlkit.parse((root / "pyproject.toml").read_text(encoding="utf-8"))
     doc["tool"]["kernodeck"]["requirements"] = [f"{REQ}/app/runtime.txt"]  # type: ignore[index]
     (root / "pyproject.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
-    target, changes = _lock(root, "uv")
+    target, changes = lock_then_check(root, "uv")
     assert pins(target)["kdtiny-beta"] == "1.0" and changes == []

@@ -44,28 +44,24 @@ from typing import Any
 import pytest
 
 from kernodeck.errors import LockFailed
-from kernodeck.lock import check as lock_check
 from kernodeck.lock import compile as lock_compile
 from kernodeck.lock import resolver_env, resolvers
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.sources.installer_config import machine_sources, pip_no_index
-from tests.helpers.tinylock import RESOLVERS, offline_sources, pins, tiny_project, tiny_wheels, uv, write_wheel
+from tests.helpers.tinylock import (
+    RESOLVERS,
+    lock_current,
+    lock_then_check,
+    offline_tiny_wheels,
+    pins,
+    tiny_project,
+    tiny_wheels,
+    uv,
+    write_wheel,
+)
 
 REQ = "requirements"
-
-
-def _lock(root: Path, resolver: str) -> tuple[Path, list[str]]:
-    """A real lock of ``root`` with ``resolver``, and the lock check's answer right after it."""
-    proj = load_project(root)
-    plat = resolve_platform(proj)
-    target = lock_compile.compile_lock(proj, plat, resolver=resolver)
-    return target, lock_check.check_lock(proj, plat)
-
-
-def _check(root: Path) -> list[str]:
-    proj = load_project(root)
-    return lock_check.check_lock(proj, resolve_platform(proj))
 
 
 # --- LOCK8 -----------------------------------------------------------------------------------------------------------
@@ -73,10 +69,7 @@ def _check(root: Path) -> list[str]:
 
 @pytest.fixture
 def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This machine's sources for the test: the tiny wheels only (alpha 1.0 needs beta>=1; beta 1.0 and 2.0)."""
-    wheels = tiny_wheels(tmp_path / "wheels")
-    offline_sources(monkeypatch, wheels, tmp_path / "cache")
-    return wheels
+    return offline_tiny_wheels(tmp_path, monkeypatch)
 
 
 VENDORED = "--find-links vendor\nkdtiny-alpha\n"  # vendor: requirements/vendor, relative to base.in
@@ -89,7 +82,7 @@ def _vendored(tmp_path: Path, resolver: str) -> Path:
     vendor = root / REQ / "vendor"
     vendor.mkdir()
     (vendor / "README.txt").write_text("wheels the project vendors\n", encoding="utf-8")
-    target, changes = _lock(root, resolver)
+    target, changes = lock_then_check(root, resolver)
     assert pins(target)["kdtiny-beta"] == "2.0" and changes == []
     write_wheel(vendor, "kdtiny-beta", "3.0")
     return root
@@ -129,14 +122,14 @@ def test_lock8_premise_the_resolver_takes_the_wheel_dropped_into_the_named_folde
 @pytest.mark.parametrize("resolver", RESOLVERS)
 def test_lock8_a_wheel_dropped_into_a_folder_an_input_names_makes_the_lock_stale(tmp_path: Path, resolver: str) -> None:
     root = _vendored(tmp_path, resolver)
-    assert _check(root) != []
+    assert lock_current(root) != []
 
 
 @pytest.mark.usefixtures("offline")
 def test_control1_the_inputs_own_edit_makes_the_lock_stale(tmp_path: Path) -> None:
     root = _vendored(tmp_path, "uv")
     (root / REQ / "base.in").write_text(VENDORED + "# vendored beta 3.0\n", encoding="utf-8")
-    assert any("base.in" in change for change in _check(root))
+    assert any("base.in" in change for change in lock_current(root))
 
 
 # --- LOCKF1-LOCKF3 ---------------------------------------------------------------------------------------------------
