@@ -98,14 +98,10 @@ def uv_lock_environment(plat: Platform, declared: str | None, sources: list[Sour
     ordered += [s.location for s in sources if s.kind == "extra-index-url" and s.location not in ordered]
     # an index keeps the name the caller gave it (UV_INDEX=corp=URL), by which uv applies its
     # UV_INDEX_CORP_USERNAME/_PASSWORD (red-team pass 46, LOCKF2): the URL alone is what a lock compares and records
-    names = {s.location: s.name for s in sources if s.name and s.kind != "find-links"}
-    env["UV_DEFAULT_INDEX"] = _named(default, names)
-    env["UV_INDEX"] = " ".join(_named(location, names) for location in ordered)
+    for_uv = {s.location: s.for_uv for s in sources if s.kind != "find-links"}
+    env["UV_DEFAULT_INDEX"] = for_uv.get(default, default)
+    env["UV_INDEX"] = " ".join(for_uv.get(location, location) for location in ordered)
     return env
-
-
-def _named(location: str, names: dict[str, str]) -> str:
-    return f"{names[location]}={location}" if location in names else location
 
 
 def public_command(cmd: list[str], output: str, final: str, env: dict[str, str] | None = None) -> str:
