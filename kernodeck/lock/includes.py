@@ -126,10 +126,6 @@ def options_in(text: str) -> list[tuple[int, str, str]]:
     return found
 
 
-def _read(path: Path) -> str:
-    return path.read_bytes().decode("utf-8-sig", errors="replace")
-
-
 _WHY_FILES = "every file an input names by -r/-c is an input of the lock, fingerprinted with it"
 _WHY_SOURCES = "every local package source an input names is an input of the lock, each file in it fingerprinted"
 
@@ -166,22 +162,23 @@ def _target(root: Path, by: str, number: int, option: str, value: str) -> str:
     return rel
 
 
+def _expanded(by: str, text: str) -> None:
+    """Refuse a line of ``by`` that pip would fill from the caller's environment (``${NAME}``, in any line: pip
+    expands it in a requirement as much as in an option), naming the file and line (red-team pass 47, LOCK9)."""
+    for number, line in logical_lines(text):
+        found = _ENV.search(line)
+        if found:  # an option's value names its file or place through one: refused before, by _target or _places
+            raise _refuse(f"{by}:{number}", redact_text(line), f"takes {found.group(0)} from the environment of "
+                          "whoever runs the resolver (each machine may pin another version)",
+                          f"write the value itself in {by}, then: {tips.LOCK}",
+                          "every input of the lock is held by its bytes, and a variable is none of them")
+
+
 def included(root: Path, declared: Sequence[str]) -> list[Named]:
     """Every file the ``declared`` inputs (paths relative to ``root``) name by ``-r``/``-c``, nested ones too, each
     once, in the order they are first named (the declared files themselves left out; a cycle ends where it closes).
     Raises ConfigError, naming the file and line, for one the project cannot hold to (:func:`_target`)."""
-    seen = {posixpath.normpath(rel) for rel in declared}
-    found: list[Named] = []
-    queue = deque(declared)
-    while queue:
-        by = queue.popleft()
-        for number, option, value in named_in(_read(root / by)):
-            rel = _target(root, by, number, option, value)
-            if rel not in seen:
-                seen.add(rel)
-                found.append(Named(rel, by, number))
-                queue.append(rel)
-    return found
+    return read_inputs(root, declared).named
 
 
 @dataclass(frozen=True)
@@ -256,16 +253,40 @@ def _places(root: Path, by: str, number: int, option: str, value: str) -> list[s
     return found
 
 
-def linked(root: Path, inputs: Sequence[str]) -> list[Linked]:
-    """Every local place the ``inputs`` (every input file, relative to ``root``) name as a package source, each once,
-    in the order they are first named. Raises ConfigError, naming the file and line, for one the project cannot hold
-    to (:func:`_places`)."""
-    found: dict[str, Linked] = {}
-    for by in inputs:
-        for number, option, value in options_in(_read(root / by)):
-            if option in _FILES:
+@dataclass(frozen=True)
+class Inputs:
+    """The input files of a lock as read once: each file's bytes (the declared ones first, then each one they name by
+    ``-r``/``-c`` in the order first named), the named ones, and the local package sources all of them name."""
+
+    files: tuple[tuple[str, bytes], ...]
+    named: list[Named]
+    linked: list[Linked]
+
+
+def read_inputs(root: Path, declared: Sequence[str]) -> Inputs:
+    """Each input file read once: followed by its ``-r``/``-c`` (:func:`_target`), searched for ``${NAME}``
+    (:func:`_expanded`) and for the local package sources it names (:func:`_places`). Raises ConfigError, naming the
+    file and line, for what the project cannot hold to."""
+    seen = {posixpath.normpath(rel) for rel in declared}
+    files: list[tuple[str, bytes]] = []
+    named: list[Named] = []
+    sources: dict[str, Linked] = {}
+    queue = deque(declared)
+    while queue:
+        by = queue.popleft()
+        data = (root / by).read_bytes()
+        files.append((by, data))
+        text = data.decode("utf-8-sig", errors="replace")
+        for number, option, value in options_in(text):
+            if option not in _FILES:
+                for rel in _places(root, by, number, option, value):
+                    if rel not in sources or (option != "-f" and not sources[rel].deep):  # an index: any depth
+                        sources[rel] = Linked(rel, by, number, _SOURCE_NAMES[option], option != "-f")
                 continue
-            for rel in _places(root, by, number, option, value):
-                if rel not in found or (option != "-f" and not found[rel].deep):  # an index is read at any depth
-                    found[rel] = Linked(rel, by, number, _SOURCE_NAMES[option], option != "-f")
-    return list(found.values())
+            rel = _target(root, by, number, option, value)
+            if rel not in seen:
+                seen.add(rel)
+                named.append(Named(rel, by, number))
+                queue.append(rel)
+        _expanded(by, text)
+    return Inputs(tuple(files), named, list(sources.values()))

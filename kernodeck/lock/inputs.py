@@ -9,6 +9,7 @@ Each input is fingerprinted (:class:`LockInputs`); the lock's header records the
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from packaging.utils import canonicalize_name
 from kernodeck import tips
 from kernodeck._fs import sha256_file, sha256_text
 from kernodeck.errors import ConfigError, LockFailed
-from kernodeck.lock.includes import included, linked
+from kernodeck.lock.includes import read_inputs
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.sources import redact_text
@@ -135,10 +136,9 @@ def compute_inputs(project: Project, plat: Platform, resolver: str, as_of: str |
     by its path. A project whose inputs name none has the entries (and the digest) it had before they were
     fingerprinted (red-team pass 44, LOCK4; pass 46, LOCK8)."""
     declared = _existing(project, plat)
-    entries = [(rel, "sha256:" + sha256_file(project.root / rel)) for rel in declared]
-    named = included(project.root, declared)
-    entries += [(n.rel, "sha256:" + sha256_file(project.root / n.rel)) for n in named]
-    folders = linked(project.root, [rel for rel, _ in entries])
+    read = read_inputs(project.root, declared)
+    entries = [(rel, "sha256:" + hashlib.sha256(data).hexdigest()) for rel, data in read.files]
+    named, folders = read.named, read.linked
     seen = {rel for rel, _ in entries}
     for folder in folders:
         for rel in folder.files(project.root):
@@ -162,7 +162,7 @@ def compute_inputs(project: Project, plat: Platform, resolver: str, as_of: str |
 def all_input_files(project: Project, plat: Platform) -> list[str]:
     """The declared input files and every file they name by ``-r``/``-c`` (what the resolver reads)."""
     declared = _existing(project, plat)
-    return [*declared, *(n.rel for n in included(project.root, declared))]
+    return [rel for rel, _ in read_inputs(project.root, declared).files]
 
 
 def requirements_in(path: Path) -> list[Requirement]:

@@ -12,7 +12,8 @@ recorded input as it was: ``check_lock`` says current, while a relock of the sam
 expand a variable in a version: it refuses the line; so this is pip-tools'.) Fix idea: refuse ``${NAME}`` in any
 logical line of any input (includes._ENV on every line, not only option values), naming the file and line; or record
 each expanded variable's value as an input. CONTROL: the same pin written literally and edited makes the lock stale;
-an ``-r ${FILE}`` line is refused (pass 44's fix).
+an ``-r ${FILE}`` line is refused (pass 44's fix). FIXED: lock/includes.read_inputs reads each input once and refuses
+a ``${NAME}`` in any of its logical lines (includes._expanded).
 """
 
 from __future__ import annotations
@@ -46,12 +47,16 @@ def _locked_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, beta: str) -> 
 
 
 @pytest.mark.usefixtures("offline")
-def test_lock9_premise_the_callers_variable_decides_the_pin_kernodeck_locks(
+def test_lock9_a_variable_in_a_requirement_line_is_refused_naming_its_file_and_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    root = _locked_with(tmp_path, monkeypatch, "1.0")
-    monkeypatch.setenv("BETA", "2.0")
-    relocked, _ = lock_then_check(root, "pip-tools")  # the same inputs, byte for byte
-    assert pins(relocked)["kdtiny-beta"] == "2.0"
+    """Fixed: a ``${NAME}`` in any line of any input (the declared ones and the files they name) is refused before the
+    resolver runs, naming the file, the line and the variable; the TIP says to write the value."""
+    monkeypatch.setenv("BETA", "1.0")
+    root = tiny_project(tmp_path / "p", base="-r more.in\nkdtiny-alpha\n")
+    (root / REQ / "more.in").write_text("# the beta pin\nkdtiny-beta==${BETA}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"requirements/more\.in:2.*\$\{BETA\}") as info:
+        lock_then_check(root, "pip-tools")
+    assert "write the value itself in requirements/more.in" in info.value.tip
 
 
 def test_lock9_premise_uv_refuses_the_line_pip_compile_expands(tmp_path: Path, offline: Path) -> None:
@@ -67,13 +72,12 @@ def test_lock9_premise_uv_refuses_the_line_pip_compile_expands(tmp_path: Path, o
 
 
 @pytest.mark.usefixtures("offline")
-@pytest.mark.xfail(strict=True, reason="LOCK9: a ${NAME} in a requirement line is neither refused nor recorded")
 def test_lock9_a_changed_variable_an_input_line_expands_makes_the_lock_stale(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         root = _locked_with(tmp_path, monkeypatch, "1.0")
-    except (ConfigError, LockFailed) as exc:  # refusing the line is a fix too
-        assert "base.in" in str(exc)
+    except (ConfigError, LockFailed) as exc:  # the fix: the line is refused
+        assert "base.in:2" in str(exc)
         return
     monkeypatch.setenv("BETA", "2.0")
     assert lock_current(root) != []
