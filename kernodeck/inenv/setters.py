@@ -1,4 +1,5 @@
-"""The determinism settings' setters, watched while the application's code runs.
+"""The setters of the settings the run records (determinism and numerics), watched while the application's code
+runs.
 
 A read-back before and after each call of the application (application.settings_held) cannot see a setting turned
 off and back on inside the call: ``torch.use_deterministic_algorithms(False)`` around one operation, then ``(True)``;
@@ -28,12 +29,46 @@ from .protocol import Layer
 # The torch._C bindings that set a setting the settings step records (settings.read_back's names): each Python-level
 # setter of them calls one (use_deterministic_algorithms, set_deterministic_debug_mode, set_float32_matmul_precision,
 # set_default_dtype, set_default_tensor_type, torch.backends.cudnn's properties and flags(), cuda.matmul's flags, the
-# fp32_precision knobs, torch.utils.deterministic.fill_uninitialized_memory); a name this torch lacks is skipped.
+# fp32_precision knobs, torch.utils.deterministic.fill_uninitialized_memory); then the setters of the numerics
+# switches (settings.numerics: flush-denormal, oneDNN's and cuDNN's enabled and other flags, NNPACK, the preferred
+# CUDA libraries, the reduced-precision reductions, FA3, the quantized engine, TorchScript's optimisation): one set and
+# set back inside a call is as unseen by the read-back after it as a determinism flag (red-team pass 47, SET4). A name
+# this torch lacks is skipped.
 BINDINGS = (
     "_set_deterministic_algorithms", "_set_deterministic_fill_uninitialized_memory", "_set_cudnn_deterministic",
     "_set_cudnn_benchmark", "_set_cudnn_allow_tf32", "_set_cublas_allow_tf32", "_set_float32_matmul_precision",
     "_set_fp32_precision_setter", "_set_default_dtype", "_set_default_tensor_type", "set_num_threads",
     "set_num_interop_threads",
+    "set_flush_denormal", "_set_mkldnn_enabled", "_set_mkldnn_deterministic", "_set_onednn_allow_tf32",
+    "_set_nnpack_enabled", "_set_cudnn_enabled", "_set_cudnn_depthwise_kernel", "_set_miopen_immediate",
+    "_set_sm_carveout_experimental", "_set_qengine", "_set_cpu_allow_fp16_reduced_precision_reduction",
+    "_set_cublas_allow_fp16_reduced_precision_reduction", "_set_cublas_allow_bf16_reduced_precision_reduction",
+    "_set_cublas_allow_fp16_accumulation", "_set_blas_preferred_backend", "_set_linalg_preferred_backend",
+    "_set_rocm_fa_preferred_backend", "_set_math_sdp_allow_fp16_bf16_reduction", "_set_sdp_use_fa3",
+    "_set_graph_executor_optimize",
+)
+# The switches torch keeps in a Python module's globals, by the functions there that set them: found through the
+# module's own globals by its other functions (opt_einsum's set_flags and flags()) and held by torch.backends'
+# properties (``torch.backends.opt_einsum.enabled = False``), each wrapped in all three places.
+PYTHON_SETTERS = {"torch.backends.mha": ("set_fastpath_enabled",),
+                  "torch.backends.opt_einsum": ("_set_enabled", "_set_strategy")}
+# torch._C's other setters: those a ``with`` block of the application's own code sets and sets back (autocast, the
+# sdpa_kernel choice: settings.WITH_BLOCKS), by prefix, and those no float32 output depends on (the autograd, tracing,
+# dispatch, warning, worker and allocator state). Every setter this torch has is in one of the three lists
+# (tests/e2e/test_redteam47_sessions.py): a new one is classified before it can go unwatched.
+WITH_BLOCK_SETTERS = ("set_autocast_", "_set_sdp_use_", "_set_sdp_priority_order")
+NOT_NUMERICS = (
+    "_set_autograd_fallback_mode", "_set_backcompat_broadcast_warn", "_set_backcompat_keepdim_warn",
+    "_set_cached_tensors_enabled", "_set_check_sparse_tensor_invariants", "_set_conj", "_set_neg",
+    "_set_default_mobile_cpu_allocator", "_set_dispatch_mode", "_set_dtensor_allow_implicit_replication",
+    "_set_fwd_grad_enabled", "_set_grad_enabled", "_set_grad_layout_enforcement_enabled", "_set_graph_exec_group",
+    "_set_generator_metaclass", "_set_meta_in_tls_dispatch_include", "_set_multithreading_enabled",
+    "_set_only_lift_cpu_tensors", "_set_override_stale_capture_stream", "_set_print_stack_traces_on_fatal_signal",
+    "_set_should_use_format_with_string_table", "_set_skip_next_torch_function", "_set_tensor_metadata",
+    "_set_thread_name", "_set_throw_on_mutable_data_ptr", "_set_torch_function_state", "_set_tracing_state",
+    "_set_value_trace", "_set_view_replay_enabled", "_set_warnAlways", "_set_warn_deprecated_on_mutable_data_ptr",
+    "_set_warn_on_accumulate_grad_stream_mismatch", "_set_worker_pids", "_set_worker_signal_handlers",
+    "set_anomaly_enabled",
 )
 # The default dtype is also how a library builds a model in the model's own dtype: transformers' from_pretrained sets
 # it for the model's construction and back (its dtype="auto" reads the model's config: bfloat16, say). Set by such a
@@ -72,8 +107,9 @@ def _by_library(torch_home: str) -> bool:
     return frame is not None and paths.trusted(os.path.normpath(frame.f_code.co_filename))
 
 
-def _watched(torch: Any, name: str, binding: Any) -> Any:
-    """``binding``, judged while a window is open: the settings read back after it returns, against the window's."""
+def _watched(torch: Any, name: str, binding: Any, shown: str) -> Any:
+    """``binding`` (shown as ``shown``), judged while a window is open: the settings read back after it returns,
+    against the window's, a with-block's switch and the thread counts left out (its own choice)."""
     torch_home = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
     @functools.wraps(binding)
@@ -85,14 +121,14 @@ def _watched(torch: Any, name: str, binding: Any) -> Any:
         before, who, _ = top[0]
         try:
             changed = {k: v for k, v in settings.changed_by_call(before, settings.read_back(torch)).items()
-                       if k not in OWN_CHOICE}
-            shown = "; ".join(f"{k}: recorded {v['before']!r}, set {v['after']!r}" for k, v in sorted(changed.items()))
+                       if k not in OWN_CHOICE and k not in settings.WITH_BLOCKS}
+            told = "; ".join(f"{k}: recorded {v['before']!r}, set {v['after']!r}" for k, v in sorted(changed.items()))
         except RuntimeError as exc:  # torch refuses to read its legacy TF32 flags back after some mixes of its APIs
             changed = {"(the read-back)": {"before": "read back", "after": str(exc)}}
-            shown = f"they can no longer be read back ({exc})"
+            told = f"they can no longer be read back ({exc})"
         if changed:
             given = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
-            verdict = _verdict(who, shown, f"torch._C.{name}({given})", changed)
+            verdict = _verdict(who, told, f"{shown}({given})", changed)
             world.pending(verdict)  # a call that swallows the error still fails the step
             raise verdict
         return result
@@ -102,7 +138,8 @@ def _watched(torch: Any, name: str, binding: Any) -> Any:
 
 def install(torch: Any) -> None:
     """Wrap the setters of this torch (once): in torch._C, and every other place torch holds the same binding (its
-    own namespace, the properties of the modules under torch.backends, made with the binding itself)."""
+    own namespace, the properties of the modules under torch.backends, made with the binding itself); the Python
+    setters of :data:`PYTHON_SETTERS` in their module, its globals and those properties."""
     bindings = getattr(torch, "_C", None)
     if bindings is None or id(bindings) in WRAPPED:
         return
@@ -111,11 +148,20 @@ def install(torch: Any) -> None:
     for name in BINDINGS:
         binding = getattr(bindings, name, None)
         if binding is not None:
-            wrappers[id(binding)] = _watched(torch, name, binding)
+            wrappers[id(binding)] = _watched(torch, name, binding, f"torch._C.{name}")
             setattr(bindings, name, wrappers[id(binding)])
     for name, value in list(vars(torch).items()):
         if id(value) in wrappers:
             setattr(torch, name, wrappers[id(value)])
+    for module_name, names in PYTHON_SETTERS.items():
+        module = sys.modules.get(module_name)
+        for name in names:
+            function = getattr(module, name, None)
+            if function is None or not hasattr(function, "__globals__"):
+                continue
+            wrappers[id(function)] = _watched(torch, name, function, f"{module_name}.{name}")
+            function.__globals__[name] = wrappers[id(function)]  # the module's own functions call it from there
+            setattr(module, name, wrappers[id(function)])
     backends = getattr(torch, "backends", None)
     for owner in [backends, *(vars(backends).values() if backends is not None else ())]:
         for prop in vars(type(owner)).values():  # torch.backends.ContextProp(getter, setter)

@@ -99,6 +99,26 @@ def _read(getter: Any) -> Any:
 
 
 AUTOCAST_DEVICES = ("cpu", "cuda")
+# The switches torch keeps natively and reads back through its own getter (torch._C), recorded by these names: each
+# one decides which kernel (or which precision inside it) a float32 op runs on some machine, beside the ones
+# numerics() reads through torch.backends (red-team pass 47, SET4: every setter of these is watched, setters.py).
+NATIVE_SWITCHES = {
+    "mkldnn.deterministic": "_get_mkldnn_deterministic", "onednn.allow_tf32": "_get_onednn_allow_tf32",
+    "nnpack.enabled": "_get_nnpack_enabled", "cudnn.depthwise_kernel": "_get_cudnn_depthwise_kernel",
+    "miopen.immediate": "_get_miopen_immediate", "cuda.sm_carveout": "_get_sm_carveout_experimental",
+    "quantized.engine": "_get_qengine", "sdp.priority_order": "_get_sdp_priority_order",
+    "cpu.allow_fp16_reduced_precision_reduction": "_get_cpu_allow_fp16_reduced_precision_reduction",
+    "jit.graph_executor_optimize": "_get_graph_executor_optimize",
+}
+# The switches a ``with`` block of the application's own code sets and sets back (``torch.autocast(...)``,
+# ``torch.nn.attention.sdpa_kernel(...)``): its fingerprinted choice, judged only as the call ends (numerics()).
+WITH_BLOCKS = frozenset({*(f"autocast.{device}{dtype}" for device in AUTOCAST_DEVICES for dtype in ("", ".dtype")),
+                         "sdp.flash", "sdp.mem_efficient", "sdp.math", "sdp.cudnn", "sdp.priority_order"})
+
+
+def _plain(value: Any) -> Any:
+    """A getter's value as a record holds it (an enum or a list of them as its text)."""
+    return value if isinstance(value, (bool, int, float, str)) or value is None else str(value)
 
 
 def flushes_denormals(torch: Any) -> bool:
@@ -116,7 +136,8 @@ def numerics(torch: Any) -> dict[str, Any]:
     matmuls' reduced-precision reductions. Autocast and flush-denormal are set off (settings.apply); the
     rest are torch's defaults, recorded; all are read back after each call, so that a call leaving one changed fails
     its step. A ``with torch.autocast(...)`` or ``sdpa_kernel(...)`` block inside the application's code is its own
-    fingerprinted choice, set back as the block ends: its setters are not watched."""
+    fingerprinted choice, set back as the block ends (:data:`WITH_BLOCKS`): its setters are not
+    watched; every other switch's setter is (setters.py; red-team pass 47, SET4)."""
     back = torch.backends
     rec: dict[str, Any] = {}
     for device in AUTOCAST_DEVICES:
@@ -138,6 +159,8 @@ def numerics(torch: Any) -> dict[str, Any]:
     for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction",
                  "allow_fp16_accumulation"):
         rec[f"cuda.matmul.{flag}"] = _read(lambda flag=flag: getattr(back.cuda.matmul, flag))
+    for name, getter in NATIVE_SWITCHES.items():
+        rec[name] = _read(lambda getter=getter: _plain(getattr(torch._C, getter)()))
     return rec
 
 
