@@ -245,6 +245,11 @@ def _places(root: Path, by: str, number: int, option: str, value: str) -> list[s
             raise _refuse(where, shown, "names a folder outside the project (what it holds is no input of the lock)",
                           f"copy what the lock needs into the project (e.g. a vendor folder beside {by}) and "
                           f"{relative}; then: {tips.LOCK}", _WHY_SOURCES) from None
+        if rel == "." and option != "-f":  # an index is read at any depth: .git, the envs, the runs would be input
+            raise _refuse(where, shown, "names the project's own folder as a package index (every file of the project "
+                          "would be an input of the lock, the envs and runs included)",
+                          f"keep the index in a folder of its own (e.g. requirements/index) and {relative}; then: "
+                          f"{tips.LOCK}", _WHY_SOURCES)
         if rel not in found:
             found.append(rel)
     if not found:

@@ -292,6 +292,19 @@ def test_a_local_source_that_does_not_exist_or_goes_through_a_variable_is_refuse
             compute_inputs(proj, resolve_platform(proj), "uv")
 
 
+@pytest.mark.parametrize("line", ["--index-url .", "--extra-index-url ..", "-i ./"])
+def test_the_project_s_own_folder_as_an_index_is_refused(tmp_path: Path, line: str) -> None:
+    """An index is read at any depth: the project's root as one would make every file of it (.git, the envs, the
+    runs) an input. Control: the same folder as a find-links folder (its direct entries) is an input."""
+    root = tiny_project(tmp_path / "p", base=f"{line}\nkdtiny-alpha\n")
+    proj = load_project(root)
+    with pytest.raises(ConfigError, match=f"{REQ}/base.in:1: .* names the project's own folder as a package index"):
+        compute_inputs(proj, resolve_platform(proj), "uv")
+    (root / REQ / "base.in").write_text("--find-links .\nkdtiny-alpha\n", encoding="utf-8")
+    keys = [key for key, _ in compute_inputs(proj, resolve_platform(proj), "uv").entries]
+    assert "pyproject.toml" in keys and not any(key.startswith(f"{REQ}/") and key.count("/") > 1 for key in keys)
+
+
 def test_remote_sources_stay_the_resolvers_and_keep_the_digest(tmp_path: Path) -> None:
     """Control: an https index or find-links page is no input (as before), so the digest is what it was."""
     remote = tiny_project(tmp_path / "b", base="kdtiny-alpha\n")
