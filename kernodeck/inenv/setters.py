@@ -16,9 +16,9 @@ value in effect: a precision of "none" inherits), so only setter calls pay, and 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,33 +107,59 @@ def _by_library(torch_home: str) -> bool:
     return frame is not None and paths.trusted(os.path.normpath(frame.f_code.co_filename))
 
 
+def _judge(torch: Any, before: dict[str, Any], who: str, call: str) -> None:
+    """Fail the window's step when the settings read back now differ from the window's (``before``), a with-block's
+    switch and the thread counts left out (its own choice); ``call``: what set them, as shown."""
+    try:
+        changed = {k: v for k, v in settings.changed_by_call(before, settings.read_back(torch)).items()
+                   if k not in OWN_CHOICE and k not in settings.WITH_BLOCKS}
+        told = "; ".join(f"{k}: recorded {v['before']!r}, set {v['after']!r}" for k, v in sorted(changed.items()))
+    except RuntimeError as exc:  # torch refuses to read its legacy TF32 flags back after some mixes of its APIs
+        changed = {"(the read-back)": {"before": "read back", "after": str(exc)}}
+        told = f"they can no longer be read back ({exc})"
+    if changed:
+        verdict = _verdict(who, told, call, changed)
+        world.pending(verdict)  # a call that swallows the error still fails the step
+        raise verdict
+
+
+def _open_here() -> tuple[dict[str, Any], str, int] | None:
+    top = OPEN[-1:]  # one read: a window another thread closes meanwhile leaves this one as it was
+    return top[0] if top and top[0][2] == os.getpid() else None
+
+
 def _watched(torch: Any, name: str, binding: Any, shown: str) -> Any:
-    """``binding`` (shown as ``shown``), judged while a window is open: the settings read back after it returns,
-    against the window's, a with-block's switch and the thread counts left out (its own choice)."""
+    """``binding`` (shown as ``shown``), judged while a window is open (:func:`_judge`). The wrapper keeps the
+    binding only in its closure: no ``__wrapped__`` (functools.wraps would hand any caller the unwatched binding,
+    red-team pass 48, SET5); it copies the name and docstring alone."""
     torch_home = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
-    @functools.wraps(binding)
     def setter(*args: Any, **kwargs: Any) -> Any:
-        top = OPEN[-1:]  # one read: a window another thread closes meanwhile leaves this one as it was
-        if not top or top[0][2] != os.getpid() or (name in BUILT_IN_ITS_DTYPE and _by_library(torch_home)):
+        top = _open_here()
+        if top is None or (name in BUILT_IN_ITS_DTYPE and _by_library(torch_home)):
             return binding(*args, **kwargs)
         result = binding(*args, **kwargs)
-        before, who, _ = top[0]
-        try:
-            changed = {k: v for k, v in settings.changed_by_call(before, settings.read_back(torch)).items()
-                       if k not in OWN_CHOICE and k not in settings.WITH_BLOCKS}
-            told = "; ".join(f"{k}: recorded {v['before']!r}, set {v['after']!r}" for k, v in sorted(changed.items()))
-        except RuntimeError as exc:  # torch refuses to read its legacy TF32 flags back after some mixes of its APIs
-            changed = {"(the read-back)": {"before": "read back", "after": str(exc)}}
-            told = f"they can no longer be read back ({exc})"
-        if changed:
-            given = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
-            verdict = _verdict(who, told, f"{shown}({given})", changed)
-            world.pending(verdict)  # a call that swallows the error still fails the step
-            raise verdict
+        given = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        _judge(torch, top[0], top[1], f"{shown}({given})")
         return result
 
+    for attribute in ("__name__", "__qualname__", "__doc__"):
+        setattr(setter, attribute, getattr(binding, attribute, None) or name)
     return setter
+
+
+class _HeldModule(types.ModuleType):
+    """A module whose globals hold a switch (torch.backends.mha's ``_is_fastpath_enabled``, opt_einsum's
+    ``enabled``): an attribute written on it from outside, while a window is open, is judged as a setter call is
+    (red-team pass 48, SET6: the global written without its setter). Its own functions write their globals directly,
+    through their setter, which is watched."""
+
+    def __setattr__(self, attribute: str, value: Any) -> None:
+        super().__setattr__(attribute, value)
+        top = _open_here()
+        torch = next(iter(WRAPPED.values()), None)
+        if top is not None and torch is not None and not attribute.startswith("__"):
+            _judge(torch, top[0], top[1], f"{self.__name__}.{attribute} = {value!r}")
 
 
 def install(torch: Any) -> None:
@@ -162,6 +188,10 @@ def install(torch: Any) -> None:
             wrappers[id(function)] = _watched(torch, name, function, f"{module_name}.{name}")
             function.__globals__[name] = wrappers[id(function)]  # the module's own functions call it from there
             setattr(module, name, wrappers[id(function)])
+            home = sys.modules.get(function.__module__)  # the module whose globals hold the switch
+            for held in {id(m): m for m in (module, getattr(module, "m", None), home) if m is not None}.values():
+                if type(held) is types.ModuleType:
+                    held.__class__ = _HeldModule
     backends = getattr(torch, "backends", None)
     for owner in [backends, *(vars(backends).values() if backends is not None else ())]:
         for prop in vars(type(owner)).values():  # torch.backends.ContextProp(getter, setter)

@@ -124,6 +124,8 @@ PROBE = """
     print(json.dumps(found))
 """
 FAILED = "changed determinism settings"
+# Fixed: SET5 (setters._watched keeps the binding only in its closure) and SET6 (setters._HeldModule: a write to a
+# switch's module from outside is judged as a setter call is). SET7 and FF1 stand.
 
 
 def _run(project: Path, *cases: str) -> dict[str, dict[str, object]]:
@@ -131,7 +133,7 @@ def _run(project: Path, *cases: str) -> dict[str, dict[str, object]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("case", "moves"), [("wrapped", 1), ("mha-global", 0), ("fork", 1)])
+@pytest.mark.parametrize(("case", "moves"), [("fork", 1)])
 def test_set5_6_7_premise_the_change_moves_the_bits_and_the_read_back_after_the_call_sees_nothing(
         built_project: Path, case: str, moves: int) -> None:
     got = _run(built_project, case)[case]
@@ -141,14 +143,13 @@ def test_set5_6_7_premise_the_change_moves_the_bits_and_the_read_back_after_the_
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="SET5: the wrapper's __wrapped__ is the unwatched binding")
-def test_set5_the_binding_behind_the_wrapper_set_and_set_back_inside_a_call_fails_it(built_project: Path) -> None:
-    caught = _run(built_project, "wrapped")["wrapped"]["caught"]
-    assert isinstance(caught, str) and FAILED in caught, caught
+def test_set5_the_binding_behind_the_wrapper_is_out_of_reach(built_project: Path) -> None:
+    """Fixed: the wrapper has no ``__wrapped__``; the route fails before anything is computed."""
+    got = _run(built_project, "wrapped")["wrapped"]
+    assert got["moved"] is None and str(got["caught"]).startswith("AttributeError"), got
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="SET6: torch.backends.mha's global written without its setter")
 def test_set6_the_mha_fast_path_global_turned_off_inside_a_call_fails_it(built_project: Path) -> None:
     caught = _run(built_project, "mha-global")["mha-global"]["caught"]
     assert isinstance(caught, str) and FAILED in caught, caught
