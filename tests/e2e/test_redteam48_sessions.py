@@ -125,7 +125,8 @@ PROBE = """
 """
 FAILED = "changed determinism settings"
 # Fixed: SET5 (setters._watched keeps the binding only in its closure) and SET6 (setters._HeldModule: a write to a
-# switch's module from outside is judged as a setter call is). SET7 and FF1 stand.
+# switch's module from outside is judged as a setter call is). FF1 fixed (setters._has_cudnn: cuDNN's flags are
+# inert where cuDNN cannot run). SET7 stands.
 
 
 def _run(project: Path, *cases: str) -> dict[str, dict[str, object]]:
@@ -190,7 +191,6 @@ def test_ff1_premise_cudnn_is_not_available_on_this_cpu_run(built_project: Path)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="FF1: transformers' CTC loss's cudnn.flags() with-block fails a CPU run")
 def test_ff1_a_library_ctc_loss_on_a_cpu_run_is_no_failure(built_project: Path) -> None:
     got = _run(built_project, "ctc")["ctc"]
     assert got["caught"] is None and got["held"] is None, got
