@@ -68,6 +68,11 @@ class CheckFailed(Exception):
         self.layer = layer
         self.details = details or {}
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Whole through pickle: a verdict raised in a Pool's forked child reaches the parent's call as itself (the
+        default rebuilds it from the message alone, which fails there and leaves the pool waiting forever)."""
+        return type(self), (str(self), self.layer, self.details)
+
 
 class Skip(Exception):
     """The step does not apply here; the message is the reason."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import libraries, settings, world
+from . import libraries, setters, settings, world
 from ._common import CheckFailed, Context, Skip, set_step
 from .protocol import Layer, Status, StepKey
 
@@ -31,10 +31,12 @@ def held(ctx: Context, name: str, where: str = "") -> None:
     declared file edited or a link on the way to one replaced meanwhile (the run's fingerprint of it no longer true:
     world.sources_held), a determinism setting no longer the settings step's record (settings.not_in_effect: changed
     by the step's own or the env's code, outside the project's windows), an undeclared file a thread the application
-    left running read since its last window (world.late). The resume check's new processes hold their calls by the
-    same rule, against the runner's records (``where`` says so)."""
+    left running read since its last window (world.late), or a setting such a thread changed (setters.late). The
+    resume check's new processes hold their calls by the same rule, against the runner's records (``where`` says
+    so)."""
     libraries.check(ctx)
     world.late(ctx)  # what a thread the application left running read since its last window
+    setters.late()  # a setting a thread the application left running changed since its last window
     world.sources_held(ctx)
     torch = sys.modules.get("torch")
     if torch is not None and "settings" in ctx.state:

@@ -9,10 +9,13 @@ in ``torch._C`` (looked up at each call by the Python-level setters and ``cuda.m
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
 
+from kernodeck.inenv._common import CheckFailed
+from kernodeck.inenv.protocol import Layer
 from tests.helpers.closedworld import _run, _settings_project
 
 TRANSIENT = {  # the entry turns a verified setting off around its computation and back on before it returns
@@ -85,7 +88,19 @@ def _forked_worker():
 
 
 def test_a_forked_worker_setting_its_own_threads_passes(tmp_path: Path) -> None:
-    """A DataLoader worker (a process forked in the window) sets its own threads to 1: its settings are its own and
-    compute none of the outputs' numbers, so the setters are judged only in the process whose window is open."""
+    """A DataLoader worker (a process forked in the window) sets its own threads to 1: the thread counts are its own
+    choice. Any other setting it changes is judged there (red-team pass 48, SET7: tests/e2e/test_redteam48_sessions.py
+    with real torch)."""
     config, fake = _settings_project(tmp_path, entry="_forked_worker()", top=FORKED_WORKER)
     assert _run(tmp_path, config, "--torch", str(fake)) == {"status": "passed"}
+
+
+def test_a_verdict_raised_in_a_pool_child_reaches_the_parent_whole() -> None:
+    """A child forked in a window is judged where it runs (SET7): its CheckFailed travels back through the Pool's
+    pickle. Rebuilt from its message alone (the default) it would fail in the parent's result thread, which then
+    waits forever; it arrives with its layer and details."""
+    verdict = CheckFailed("the entry, in a process it forked, changed determinism settings", Layer.APPLICATION,
+                          {"setter": "torch._C.set_flush_denormal(True)"})
+    back = pickle.loads(pickle.dumps(verdict))
+    assert (type(back), str(back), back.layer, back.details) == (
+        CheckFailed, str(verdict), Layer.APPLICATION, verdict.details)
