@@ -5,11 +5,10 @@ record. It records every file opened for reading (``open``: ``open()``, ``os.ope
 working folder and every folder held open: its ``dir_fd``), ``io.open_code``), ``sqlite3.connect``'s database and a
 library ``ctypes`` loads by path; every file written or folder made (outputs); the project folders listed outside the
 import machinery; the bytes compiled from, and the stat at each read of, a file in the Hugging Face modules cache
-(declared_files.py); and refuses at once a process the application starts (what it reads cannot be seen), an audit
-hook it adds, and a change to what was checked before the run (guard.py: the env, a declared source). A
-process forked in a window keeps the hook: its reads are judged at once in it, its writes handed to the parent
-(children.py). Between windows, every thread but Kernodeck's own is watched: what the application left running reads
-for the next window's verdict.
+(declared_files.py); and refuses at once a process the application starts (what it reads cannot be seen; a spawned
+interpreter of multiprocessing's too: channels.py), an audit hook it adds, and a change to what was checked before the
+run (guard.py: the env, a declared source). A process forked in a window keeps the hook: its reads are judged at once
+in it, its writes handed to the parent (children.py). Between windows, every thread but Kernodeck's own is watched.
 """
 
 from __future__ import annotations
@@ -397,4 +396,5 @@ def install() -> None:
         os.register_at_fork(before=owned.at_fork)  # in the parent, as it forks: no change after it can slip in
         sys.addaudithook(_hook)
         natives.install()  # the env's native readers (safetensors, tokenizers, torch loaders) report files too
+        channels.hold_spawns()  # and multiprocessing's spawn/forkserver starts raise an event
         INSTALLED[0] = True

@@ -239,6 +239,25 @@ def test_control_the_same_change_through_the_public_setter_fails(built_project: 
     assert isinstance(caught, str) and FAILED in caught, caught
 
 
+SPAWNED = """
+    import multiprocessing as mp
+    import torch
+    from kernodeck.inenv import settings
+    settings.apply()
+    with mp.get_context("spawn").Pool(1) as pool:
+        child = pool.apply(torch.are_deterministic_algorithms_enabled)
+    print(json.dumps({"parent": torch.are_deterministic_algorithms_enabled(), "child": child}))
+"""
+
+
+@pytest.mark.slow
+def test_set9_premise_a_spawned_child_computes_without_the_runs_settings(built_project: Path) -> None:
+    """SET9 (found with SET7's fix): multiprocessing's spawn (and forkserver) start a new interpreter, which has
+    neither the run's settings nor the closed world's hook; refused since (tests/unit/test_verified.py's STARTS, with
+    the resource tracker a shared memory block starts as the control)."""
+    assert in_env(built_project, SPAWNED) == {"parent": True, "child": False}
+
+
 @pytest.mark.slow
 def test_control_a_dataloader_with_forked_workers_inside_a_call_is_no_failure(built_project: Path) -> None:
     got = _run(built_project, "loader")["loader"]

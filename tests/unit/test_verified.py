@@ -454,6 +454,11 @@ STARTS = {  # each started a program that read data/extra.csv, and verify passed
     # POSIX os.spawnv forks, then execs in the child: refused there, and handed to the parent
     "os.spawnv": (f'os.spawnv(os.P_WAIT, "/bin/cat", ["cat", {EXTRA}])', "(/bin/cat, os.exec): "),
     "os.execv": (f'os.execv("/bin/cat", ["cat", {EXTRA}])', "(/bin/cat, os.exec)"),
+    # a new interpreter: no hook, the project's files (and their bytecode) for its code, torch's default settings
+    "multiprocessing spawn": ('multiprocessing.get_context("spawn").Pool(1).map(abs, [-1])',
+                              "(a new Python interpreter, multiprocessing's spawn start method)"),
+    "multiprocessing forkserver": ('multiprocessing.get_context("forkserver").Pool(1).map(abs, [-1])',
+                                   "(a new Python interpreter, multiprocessing's forkserver start method)"),
 }
 READS = {  # (the code, what the error names)
     "sqlite3": ('sqlite3.connect(str(ROOT / "data" / "extra.db")).execute("select 1")', "data/extra.db (opened)"),
@@ -469,6 +474,9 @@ READS = {  # (the code, what the error names)
 }
 ALLOWED = {  # the controls: what ordinary code does passes
     "multiprocessing fork (DataLoader workers)": 'multiprocessing.get_context("fork").Pool(2).map(abs, [-1, -2])',
+    "a shared memory block, whose resource tracker runs none of its code":
+        '(lambda m: (m.close(), m.unlink()))(__import__("multiprocessing.shared_memory").shared_memory.SharedMemory('
+        'create=True, size=16))',
     "sqlite in memory and a new database (an output)":
         '(sqlite3.connect(":memory:"), sqlite3.connect(str(ROOT / "new.db")).execute("create table t (x)"))',
     "a system library by name": 'ctypes.CDLL("libm.so.6")',
