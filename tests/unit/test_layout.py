@@ -53,6 +53,7 @@ CROSS_CUTTING = {
     "redteam46": "red-team pass 46's findings across passes 44-45's fixes by class: lock inputs, resolver env, compare",
     "redteam47": "red-team pass 47's findings across passes 44-46's fixes by class: lock input lines, settings setters",
     "redteam48": "red-team pass 48's findings across pass 47's setter watch by class: aliases, globals, threads, forks",
+    "redteam49": "red-team pass 49: the lock's inputs beyond ${NAME} (machine markers) and compare's unrecorded inputs",
 }
 
 
