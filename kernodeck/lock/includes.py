@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from kernodeck import tips
 from kernodeck.errors import ConfigError
 from kernodeck.sources import redact_text
@@ -174,6 +176,42 @@ def _expanded(by: str, text: str) -> None:
                           "every input of the lock is held by its bytes, and a variable is none of them")
 
 
+# The marker variables a platform id fixes (its Python's major.minor, the OS and architecture, the interpreter kind;
+# the legacy dotted spellings too) and ``extra``. Any other (the full Python version, the kernel's release or version,
+# the implementation's version) is the resolving machine's, which no input records: the same inputs pin another
+# version on another machine of the platform (red-team pass 49, LOCK10).
+PLATFORM_MARKERS = frozenset({
+    "python_version", "sys_platform", "platform_system", "platform_machine", "os_name", "implementation_name",
+    "platform_python_implementation", "extra", "os.name", "sys.platform", "platform.machine",
+    "platform.python_implementation", "python_implementation",
+})
+
+
+def _variables(node: object) -> set[str]:
+    """The variables a parsed marker (packaging's ``Marker._markers``: nested lists of (variable, op, value)) reads."""
+    if isinstance(node, (list, tuple)):
+        return {name for item in node for name in _variables(item)}
+    return {str(node.value)} if type(node).__name__ == "Variable" else set()  # type: ignore[attr-defined]
+
+
+def _machine_markers(by: str, text: str) -> None:
+    """Refuse a requirement of ``by`` whose marker reads a variable the platform id does not fix, naming its line."""
+    for number, line in logical_lines(text):
+        if line.startswith("-"):
+            continue
+        try:  # a line pip reads that packaging does not (a direct URL with ``;`` in it): pip-compile judges it
+            marker = Requirement(line.split(" --", 1)[0]).marker  # inline options (--hash) left out
+        except InvalidRequirement:
+            continue
+        machine = sorted(_variables(getattr(marker, "_markers", [])) - PLATFORM_MARKERS) if marker else []
+        if machine:
+            raise _refuse(f"{by}:{number}", redact_text(line), f"has a marker on {', '.join(machine)}, which the "
+                          "machine that resolves decides, not the platform (another machine of it may pin another "
+                          "version)", "write it on python_version, sys_platform, platform_machine or another "
+                          f"variable the platform fixes (docs/locks.md), or drop it; then: {tips.LOCK}",
+                          "every input of the lock is held by its bytes, and the resolving machine is none of them")
+
+
 def included(root: Path, declared: Sequence[str]) -> list[Named]:
     """Every file the ``declared`` inputs (paths relative to ``root``) name by ``-r``/``-c``, nested ones too, each
     once, in the order they are first named (the declared files themselves left out; a cycle ends where it closes).
@@ -294,4 +332,5 @@ def read_inputs(root: Path, declared: Sequence[str]) -> Inputs:
                 named.append(Named(rel, by, number))
                 queue.append(rel)
         _expanded(by, text)
+        _machine_markers(by, text)
     return Inputs(tuple(files), named, list(sources.values()))

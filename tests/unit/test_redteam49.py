@@ -79,9 +79,6 @@ def test_lock10_premise_the_lock_pins_what_this_machine_selected_and_says_curren
     assert inputs and not any(HERE in line for line in inputs)  # the full version decided the pin and is no input
 
 
-@pytest.mark.xfail(strict=True, reason="LOCK10: a marker on the resolving machine's full version, kernel release, "
-                   "kernel version or implementation version is neither refused nor recorded: the lock says current "
-                   "while another machine of the same platform pins another version")
 @pytest.mark.usefixtures("offline")
 @pytest.mark.parametrize("variable", ["python_full_version", "platform_release", "platform_version",
                                       "implementation_version"])
