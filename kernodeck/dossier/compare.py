@@ -52,16 +52,18 @@ def outputs_folder(folder: Path) -> Path:
 
 
 def declared_outputs(folder: Path) -> dict[str, dict[str, Any]] | None:
-    """The outputs a dossier declared (name -> kind and tolerance): a run's ``run-config.json``, a reference's
-    ``manifest.toml``; None for a dossier without them."""
-    try:
-        config = json.loads((folder / "run-config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = None
-    outputs = config.get("application", {}).get("outputs") if isinstance(config, dict) else None
-    if outputs is None and (manifest := _manifest(folder)) is not None:
-        outputs = {name: {k: v for k, v in table.items() if k not in _RECORDED}
-                   for name, table in manifest["outputs"].items() if isinstance(table, dict)}
+    """The outputs a dossier declared (name -> kind and tolerance): a reference's ``manifest.toml`` (its record, which
+    its id covers: a ``run-config.json`` put beside it is not read, red-team pass 49, CMP1), else a run's
+    ``run-config.json``; None for a dossier without them."""
+    if (manifest := _manifest(folder)) is not None:
+        outputs: Any = {name: {k: v for k, v in table.items() if k not in _RECORDED}
+                        for name, table in manifest["outputs"].items() if isinstance(table, dict)}
+    else:
+        try:
+            config = json.loads((folder / "run-config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            config = None
+        outputs = config.get("application", {}).get("outputs") if isinstance(config, dict) else None
     return outputs if isinstance(outputs, dict) and outputs else None
 
 
