@@ -1,7 +1,7 @@
 """GPU checks of Kernodeck's in-env settings, setters, backend and system code on a CUDA torch, as one script for a
 lent GPU machine (docs/gpu.md says what it found on an H200): ``python3 tests/device/gpu_checks.py`` from the
 repository's root, with OUT naming the folder for gpu_checks.json. Not a pytest module: CI has no GPU."""
-import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -33,6 +33,7 @@ import torch  # noqa: E402
 
 from kernodeck.inenv import backend, setters, settings, system  # noqa: E402
 from kernodeck.inenv._common import Context  # noqa: E402
+from tests.helpers import switchflips  # noqa: E402
 
 
 @section("torch")
@@ -44,16 +45,7 @@ def _torch():
 
 @section("classified")
 def _classified():
-    here = sorted(n for n in dir(torch._C) if n.startswith(("_set_", "set_")) and callable(getattr(torch._C, n)))
-    return {
-        "unclassified": [n for n in here if n not in setters.BINDINGS and n not in setters.NOT_NUMERICS
-                         and not n.startswith(setters.WITH_BLOCK_SETTERS)],
-        "getters_without_watched_setter": [
-            g for name, g in settings.NATIVE_SWITCHES.items() if name not in settings.WITH_BLOCKS
-            and g.replace("_get_", "_set_", 1) not in setters.BINDINGS],
-        "missing_bindings": [n for n in setters.BINDINGS if not hasattr(torch._C, n)],
-        "native_read": {name: settings.numerics(torch)[name] for name in settings.NATIVE_SWITCHES},
-    }
+    return switchflips.classified(torch, settings, setters)
 
 
 @section("applied_vs_read_back")
@@ -67,48 +59,9 @@ def _applied():
 @section("every_switch")
 def _every_switch():
     back = torch.backends
-    cases = {
-        "flush_denormal": lambda v: torch.set_flush_denormal(v),
-        "mkldnn.enabled": lambda v: setattr(back.mkldnn, "enabled", v),
-        "mkldnn.deterministic": lambda v: torch._C._set_mkldnn_deterministic(v),
-        "onednn.allow_tf32": lambda v: torch._C._set_onednn_allow_tf32(v),
-        "nnpack.enabled": lambda v: back.nnpack.set_flags(v),
-        "cudnn.enabled": lambda v: setattr(back.cudnn, "enabled", v),
-        "cudnn.deterministic": lambda v: setattr(back.cudnn, "deterministic", v),
-        "cudnn.benchmark": lambda v: setattr(back.cudnn, "benchmark", v),
-        "cudnn.allow_tf32 (legacy flag)": lambda v: setattr(back.cudnn, "allow_tf32", v),
-        "cuda.matmul.allow_tf32 (legacy flag)": lambda v: setattr(back.cuda.matmul, "allow_tf32", v),
-        "cudnn.depthwise_kernel": lambda v: torch._C._set_cudnn_depthwise_kernel(v),
-        "miopen.immediate": lambda v: torch._C._set_miopen_immediate(v),
-        "cpu.allow_fp16_reduced_precision_reduction":
-            lambda v: torch._C._set_cpu_allow_fp16_reduced_precision_reduction(v),
-        "cuda.matmul.allow_fp16_reduced_precision_reduction":
-            lambda v: setattr(back.cuda.matmul, "allow_fp16_reduced_precision_reduction", v),
-        "cuda.matmul.allow_bf16_reduced_precision_reduction":
-            lambda v: setattr(back.cuda.matmul, "allow_bf16_reduced_precision_reduction", v),
-        "cuda.matmul.allow_fp16_accumulation": lambda v: setattr(back.cuda.matmul, "allow_fp16_accumulation", v),
-        "sdp.math_fp16_bf16_reduction": lambda v: back.cuda.allow_fp16_bf16_reduction_math_sdp(v),
-        "sdp.fa3": lambda v: torch._C._set_sdp_use_fa3(v),
-        "mha.fastpath": lambda v: back.mha.set_fastpath_enabled(v),
-        "opt_einsum.enabled": lambda v: setattr(back.opt_einsum, "enabled", v),
-        "jit.graph_executor_optimize": lambda v: torch._C._set_graph_executor_optimize(v),
-    }
-    found = {}
-    for name, flip in cases.items():
-        before = settings.read_back(torch)
-        was = before.get(name)
-        if not isinstance(was, bool):
-            found[name] = f"not a flag here: {was!r}"
-            continue
-        try:
-            with setters.watching(torch, before, "the entry"):
-                flip(not was)
-                flip(was)
-            found[name] = "unseen"
-        except Exception as exc:
-            found[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
-            with contextlib.suppress(Exception):
-                flip(was)
+    cases = {**switchflips.flips(torch),
+             **{name: functools.partial(flip, torch) for name, flip in switchflips.DETERMINISM.items()}}
+    found = switchflips.outcomes(torch, settings, setters, cases)
     # a library-style cudnn.flags block (transformers' CTC loss), inside a window, on a GPU
     before = settings.read_back(torch)
     try:

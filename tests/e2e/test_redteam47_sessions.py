@@ -27,10 +27,12 @@ go unwatched; the read-back records the native switches beside them (settings.NA
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import switchflips
 from tests.helpers.inenv_json import in_env
 
 WATCHED = """
@@ -100,53 +102,13 @@ def test_control_the_same_change_through_a_watched_setter_fails(built_project: P
 
 # Each switch the read-back records, set to another value through a public spelling of its setter and set back
 # inside one window: each must fail its call (one process for them all; each in a window of its own).
-EVERY_SWITCH = """
+EVERY_SWITCH = Path(switchflips.__file__).read_text(encoding="utf-8") + textwrap.dedent("""
     import torch
     from kernodeck.inenv import settings, setters
     settings.apply()
-    back = torch.backends
-    cases = {
-        "flush_denormal": lambda v: torch.set_flush_denormal(v),
-        "mkldnn.enabled": lambda v: setattr(back.mkldnn, "enabled", v),
-        "mkldnn.deterministic": lambda v: torch._C._set_mkldnn_deterministic(v),
-        "onednn.allow_tf32": lambda v: torch._C._set_onednn_allow_tf32(v),
-        "nnpack.enabled": lambda v: back.nnpack.set_flags(v),
-        "cudnn.enabled": lambda v: setattr(back.cudnn, "enabled", v),
-        "cudnn.depthwise_kernel": lambda v: torch._C._set_cudnn_depthwise_kernel(v),
-        "miopen.immediate": lambda v: torch._C._set_miopen_immediate(v),
-        "cpu.allow_fp16_reduced_precision_reduction":
-            lambda v: torch._C._set_cpu_allow_fp16_reduced_precision_reduction(v),
-        "cuda.matmul.allow_fp16_reduced_precision_reduction":
-            lambda v: setattr(back.cuda.matmul, "allow_fp16_reduced_precision_reduction", v),
-        "cuda.matmul.allow_bf16_reduced_precision_reduction":
-            lambda v: setattr(back.cuda.matmul, "allow_bf16_reduced_precision_reduction", v),
-        "cuda.matmul.allow_fp16_accumulation": lambda v: setattr(back.cuda.matmul, "allow_fp16_accumulation", v),
-        "sdp.math_fp16_bf16_reduction": lambda v: back.cuda.allow_fp16_bf16_reduction_math_sdp(v),
-        "mha.fastpath": lambda v: back.mha.set_fastpath_enabled(v),
-        "opt_einsum.enabled": lambda v: setattr(back.opt_einsum, "enabled", v),
-        "opt_einsum.enabled (set_flags)": lambda v: back.opt_einsum.set_flags(v),
-        "jit.graph_executor_optimize": lambda v: torch._C._set_graph_executor_optimize(v),
-    }
-    found = {}
-    for name, flip in cases.items():
-        key = name.split(" ")[0]
-        before = settings.read_back(torch)
-        was = before[key]
-        if key == "opt_einsum.enabled" and not back.opt_einsum.is_available():
-            was = "opt_einsum is not installed"
-        if not isinstance(was, bool):
-            found[name] = f"not a flag here: {was!r}"
-            continue
-        try:
-            with setters.watching(torch, before, "the entry"):
-                flip(not was)
-                flip(was)
-            found[name] = "unseen"
-        except Exception as exc:
-            found[name] = f"{type(exc).__name__}: {exc}"
-            flip(was)
+    found = outcomes(torch, settings, setters, flips(torch))
     print(json.dumps(found))
-"""
+""")
 
 # On the CPU torch 2.13 without opt_einsum: oneDNN's TF32 reads None (Intel GPUs only), cuDNN's depthwise kernel is a
 # name ("auto"), opt_einsum cannot be enabled, and a CPU without float16 arithmetic refuses the fp16 reduction. Their
@@ -171,21 +133,11 @@ def test_set4_every_recorded_switch_set_and_set_back_inside_a_call_fails_it(buil
         assert name.split(" ")[0] in outcome, (name, outcome)
 
 
-CLASSIFIED = """
+CLASSIFIED = Path(switchflips.__file__).read_text(encoding="utf-8") + textwrap.dedent("""
     import torch
     from kernodeck.inenv import settings, setters
-    setters_here = sorted(n for n in dir(torch._C) if n.startswith(("_set_", "set_"))
-                          and callable(getattr(torch._C, n)))
-    print(json.dumps({
-        "unclassified": [n for n in setters_here if n not in setters.BINDINGS and n not in setters.NOT_NUMERICS
-                         and not n.startswith(setters.WITH_BLOCK_SETTERS)],
-        "getters_without_watched_setter": [
-            getter for name, getter in settings.NATIVE_SWITCHES.items() if name not in settings.WITH_BLOCKS
-            and getter.replace("_get_", "_set_", 1) not in setters.BINDINGS],
-        "missing_bindings": [n for n in setters.BINDINGS if not hasattr(torch._C, n)],
-        "native_read": {name: settings.numerics(torch)[name] for name in settings.NATIVE_SWITCHES},
-    }))
-"""
+    print(json.dumps(classified(torch, settings, setters)))
+""")
 
 
 @pytest.mark.slow
