@@ -13,7 +13,7 @@ import json
 import marshal
 import os
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +24,46 @@ from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
 from tests.helpers.project import kd
 from tests.helpers.reports import read_report, statuses
-from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
+from tests.helpers.tinylock import (
+    built_tiny,
+    current_env,
+    env_wheels,
+    locked_tiny_project,
+    offline_env,
+    pip_wheel,
+    write_wheel,
+)
 
 rel = pytest.mark.reliability
 Tiny = tuple[Path, Platform, dict[str, str]]
 FRESH_TIP = "TIP: nox -s rebuild -- --fresh"
 
 
+@pytest.fixture(scope="module")
+def tiny_links(module_tmp: Path) -> tuple[Path, list[Path], Path]:
+    """The tiny lock's wheels (byte-reproducible) and a uv cache, made once for the module's tiny builds: (the
+    find-links folder, its wheels, the cache). A warm cache saves each build the unpacking of pip's wheel."""
+    links = module_tmp / "links"
+    return links, env_wheels(links), module_tmp / "uv-cache"
+
+
 @pytest.fixture
-def tiny(tmp_path: Path) -> Tiny:
-    """A tiny project rebuilt once (uv, offline): (project, platform, the installers' environment)."""
-    links = tmp_path / "links"
-    wheels = [pip_wheel(links), write_wheel(links, "tinya", "1.0"), write_wheel(links, "tinyb", "2.0")]
-    project, plat = locked_tiny_project(tmp_path / "project", wheels)
-    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
-    proc = kd(project, "rebuild", "--installer", "uv", env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return project, plat, env
+def tiny(tmp_path: Path, tiny_links: tuple[Path, list[Path], Path]) -> Tiny:
+    """A tiny project rebuilt once (uv, offline) for this test alone, to tamper with: (project, platform, the
+    installers' environment)."""
+    return built_tiny(tmp_path, *tiny_links)
+
+
+@pytest.fixture(scope="module")
+def tiny_read(module_tmp: Path, tiny_links: tuple[Path, list[Path], Path]) -> Iterator[Tiny]:
+    """ONE tiny project rebuilt for the module's tests that only read its env (they never change it: each file of it
+    is still its build's when the module ends, checked here)."""
+    built = built_tiny(module_tmp / "read", *tiny_links)
+    yield built
+    project, plat, _ = built
+    lock = lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
+    after = sealing.check_files(current_env(project, plat), lock)
+    assert after.clean and after.problems() == [], f"a reader changed the shared tiny env: {after.problems()}"
 
 
 def _site(env_dir: Path) -> Path:
@@ -183,8 +206,8 @@ def test_tampered_env_is_named_and_fresh_rebuild_repairs_it(tiny: Tiny, tmp_path
         assert again.returncode == 0 and "reusing" in again.stderr, again.stderr[-2000:]
 
 
-def test_clean_build_passes_every_check_and_holds_no_shared_file(tiny: Tiny) -> None:
-    project, plat, _ = tiny
+def test_clean_build_passes_every_check_and_holds_no_shared_file(tiny_read: Tiny) -> None:
+    project, plat, _ = tiny_read
     built = current_env(project, plat)
     marker = json.loads((built / envdirs.MARKER).read_text(encoding="utf-8"))
     lock = lockfile.read(next((project / "lockfiles").glob(f"{plat.id}.txt")))
@@ -326,8 +349,8 @@ def test_snapshot_not_the_builds_is_refused(tiny: Tiny) -> None:
     assert proc.returncode == 2 and "is not the one written at the build" in proc.stderr, proc.stderr[-2000:]
 
 
-def test_observe_without_files_reads_no_record_rows(tiny: Tiny) -> None:
-    project, plat, _ = tiny
+def test_observe_without_files_reads_no_record_rows(tiny_read: Tiny) -> None:
+    project, plat, _ = tiny_read
     python = envdirs.env_python(current_env(project, plat))
     assert inventory.observe(python).files_checked > 0
     light = inventory.observe(python, files=False)

@@ -30,7 +30,7 @@ from kernodeck.lock.write import write_pair
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, resolve_platform
 from kernodeck.sources import Source
-from tests.helpers.project import copy_project
+from tests.helpers.project import copy_project, kd
 
 RESOLVERS = ["pip-tools", "uv"]  # both resolvers, for tests parametrized over them
 UNREACHABLE = "http://127.0.0.1:9/simple"  # port 9 (discard): refused at once, never a hang
@@ -206,6 +206,23 @@ def locked_tiny_project(root: Path, wheels: list[Path]) -> tuple[Path, Platform]
     project = copy_project(root)
     _, plat = write_lock(project, wheels)
     return project, plat
+
+
+def env_wheels(links: Path) -> list[Path]:
+    """The wheels of a tiny env, written into ``links``: pip (this Python's ensurepip's), tinya 1.0, tinyb 2.0."""
+    return [pip_wheel(links), write_wheel(links, "tinya", "1.0"), write_wheel(links, "tinyb", "2.0")]
+
+
+def built_tiny(root: Path, links: Path, wheels: list[Path],
+               uv_cache: Path) -> tuple[Path, Platform, dict[str, str]]:
+    """A tiny project in ``root`` locking ``wheels``, rebuilt once (uv, offline, ``links`` its only source, ``uv_cache``
+    its cache: a module's tests may share one, content-addressed, its envs' files copies of it, never links):
+    (project, platform, the installers' environment)."""
+    project, plat = locked_tiny_project(root / "project", wheels)
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(uv_cache))
+    proc = kd(project, "rebuild", "--installer", "uv", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return project, plat, env
 
 
 def current_env(project: Path, plat: Platform) -> Path:
