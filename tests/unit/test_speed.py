@@ -157,35 +157,48 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from kernodeck.inenv import resume
 
-folder, drop = Path(sys.argv[2]), tuple(a for a in sys.argv[3:] if a)
+root, drops = Path(sys.argv[2]), sys.argv[3:]
 idle = resume.Worker()  # never given an order: it must exit on end of input, without training
-start = time.perf_counter()
 idle.close()
-early = resume.Worker()
-time.sleep(1)  # this process does other work meanwhile (the runner: the application's step)
-verdict = resume.check("cpu", 12, 5, folder, drop, worker=early)
-print(json.dumps({"idle_exit": idle.proc.returncode, "early_exit": early.proc.returncode,
-                  "passed": verdict["passed"], "first": verdict["first_diverging_step"],
-                  "settings": verdict.get("worker_settings_verified", []),
-                  "continued": sorted(p.name for p in folder.glob("continued*.json"))}))
+results = {}
+for drop in drops:  # each check with a new process of its own, started early, and a folder of its own
+    folder = root / (drop or "whole")
+    early = resume.Worker()
+    time.sleep(1)  # this process does other work meanwhile (the runner: the application's step)
+    verdict = resume.check("cpu", 12, 5, folder, (drop,) if drop else (), worker=early)
+    results[drop] = {"idle_exit": idle.proc.returncode, "early_exit": early.proc.returncode,
+                     "passed": verdict["passed"], "first": verdict["first_diverging_step"],
+                     "settings": verdict.get("worker_settings_verified", []),
+                     "continued": sorted(p.name for p in folder.glob("continued*.json"))}
+print(json.dumps(results))
 """
+DROPS = ["", "rng", "optimizer", "sampler"]
+
+
+@pytest.fixture(scope="module")
+def early_workers(built_project: Path, module_tmp: Path) -> dict[str, dict[str, object]]:
+    """The four resume checks below, each with its own early-started new process and folder, run by ONE process of
+    the real env (torch imported once for the four, not once each): what each check returned, by what it drops."""
+    python = built_project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current" / "bin" / "python"
+    proc = subprocess.run(start.argv(python, "-c", WORKER, str(built_project), str(module_tmp / "r"), *DROPS),
+                          env=start.environ(RUNNER_ENV), cwd=built_project, capture_output=True, text=True,
+                          check=False, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results: dict[str, dict[str, object]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(results) == sorted(DROPS)
+    return results
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("drop", ["", "rng", "optimizer", "sampler"])
+@pytest.mark.parametrize("drop", DROPS)
 def test_resume_worker_started_early_restores_only_what_the_checkpoint_holds(
-    built_project: Path, tmp_path: Path, drop: str
+    early_workers: dict[str, dict[str, object]], drop: str
 ) -> None:
     """Started before the checkpoint exists, the new process still restores exactly (bitwise) from a full checkpoint,
     and each negative control (a part of the state dropped) still diverges at the first resumed step."""
-    python = built_project / ".venv-rebuild" / "cp311-linux_x86_64-cpu" / "current" / "bin" / "python"
-    proc = subprocess.run(start.argv(python, "-c", WORKER, str(built_project), str(tmp_path / "r"), drop),
-                          env=start.environ(RUNNER_ENV), cwd=built_project, capture_output=True, text=True,
-                          check=False, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = early_workers[drop]
     assert out["idle_exit"] == 0 and out["early_exit"] == 0
-    assert "deterministic_algorithms" in out["settings"]
+    assert "deterministic_algorithms" in out["settings"]  # type: ignore[operator]
     if drop:
         assert out["passed"] is False and out["first"] == 6, out  # checkpoint at 5: the next step
         assert out["continued"] == [f"continued-without-{drop}.json"]
