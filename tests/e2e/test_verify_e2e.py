@@ -9,17 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import start
-from kernodeck.verify.steps.in_env import RUNNER_ENV
 from tests.helpers.builtenv import env_python, in_env, reseal, sibling
 from tests.helpers.faults import BACKEND_FAULTS, OUTPUT_FAULTS, inject, output_fault
 from tests.helpers.project import copy_project, kd
 from tests.helpers.reports import read_report, statuses
+from tests.helpers.resumecli import resume_cli
 from tests.helpers.sharedruns import SECRETS, SharedRun
 from tests.helpers.tinyapp import copy_referenced
 
 pytestmark = pytest.mark.slow
-RESUME = Path(__file__).resolve().parents[2] / "kernodeck" / "inenv" / "resume.py"
 AFTER_COMPARE = ("criterion", "determinism", "resume")
 
 
@@ -176,27 +174,16 @@ def test_malformed_sample_is_a_data_loading_failure(built_project: Path, tmp_pat
 
 
 @pytest.mark.parametrize("drop", ["rng", "optimizer", "sampler"])
-def test_resume_negative_controls_name_the_divergence(built_project: Path, tmp_path: Path, drop: str) -> None:
-    proc = subprocess.run(
-        start.argv(env_python(built_project), str(RESUME), "--folder", str(tmp_path), "--drop", drop),
-        env=start.environ(RUNNER_ENV),  # as the runner starts it: the hash seed in effect
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def test_resume_negative_controls_name_the_divergence(built_project: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                      drop: str) -> None:
+    proc = resume_cli(tmp_path_factory, built_project, drop)  # the run's one such run (tests/helpers/resumecli.py)
     assert proc.returncode == 1, proc.stderr[-2000:]
     verdict = json.loads(proc.stdout)
     assert verdict["passed"] is False and verdict["first_diverging_step"] == 6  # checkpoint at 5: the next step
 
 
-def test_resume_full_state_passes(built_project: Path, tmp_path: Path) -> None:
-    proc = subprocess.run(
-        start.argv(env_python(built_project), str(RESUME), "--folder", str(tmp_path)),
-        env=start.environ(RUNNER_ENV),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def test_resume_full_state_passes(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    proc = resume_cli(tmp_path_factory, built_project)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["first_diverging_step"] is None
 

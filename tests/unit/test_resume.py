@@ -6,11 +6,15 @@ RNG states included, while torch.set_rng_state and Generator.set_state take CPU 
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.helpers.inenv_json import in_env
+from tests.helpers.resumecli import resume_cli
 
 pytestmark = pytest.mark.slow
 
@@ -70,29 +74,26 @@ def test_checkpoint_round_trips_through_another_device_type(built_project: Path,
     assert out["rng_parts"] == ["cuda", "mps", "numpy", "python", "torch"]  # MPS saved beside every CUDA device
 
 
-STANDALONE = """
-    import subprocess
-    proc = subprocess.run([sys.executable, "-s", "-P", "kernodeck/inenv/resume.py", "--folder", sys.argv[1]],
-                          capture_output=True, text=True)
-    print(proc.stdout.strip().splitlines()[-1] if proc.returncode in (0, 1) and proc.stdout.strip()
-          else json.dumps({"exit": proc.returncode, "stderr": proc.stderr[-2000:]}))
-"""
+def _verdict(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """resume.py's verdict (its last line) when it ran to one (exit 0 or 1), else how it ended."""
+    if proc.returncode in (0, 1) and proc.stdout.strip():
+        verdict: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return verdict
+    return {"exit": proc.returncode, "stderr": proc.stderr[-2000:]}
 
 
-def test_resume_worker_applies_the_determinism_settings(built_project: Path, tmp_path: Path) -> None:
-    verdict = in_env(built_project, STANDALONE, str(tmp_path / "resume"))
+def test_resume_worker_applies_the_determinism_settings(built_project: Path,
+                                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    verdict = _verdict(resume_cli(tmp_path_factory, built_project))  # the run's one (tests/helpers/resumecli.py)
     assert verdict.get("passed") is True, verdict
     assert verdict["first_diverging_step"] is None and verdict["comparison"] == "bitwise"
     for knob in ("deterministic_algorithms", "cudnn.deterministic", "fp32_precision", "cuda.matmul.fp32_precision"):
         assert knob in verdict["worker_settings_verified"], knob
 
 
-DROPPED = STANDALONE.replace('"--folder", sys.argv[1]]', '"--folder", sys.argv[1], "--drop", "rng"]')
-
-
-def test_resume_without_rng_state_diverges(built_project: Path, tmp_path: Path) -> None:
+def test_resume_without_rng_state_diverges(built_project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """The negative control of the worker: restored without the RNG states, the resumed run must diverge."""
-    verdict = in_env(built_project, DROPPED, str(tmp_path / "resume"))
+    verdict = _verdict(resume_cli(tmp_path_factory, built_project, "rng"))
     assert verdict.get("passed") is False and verdict["first_diverging_step"] is not None, verdict
 
 
