@@ -154,6 +154,18 @@ def _determinism():
 
 
 
+def child(_):
+    """A forked Pool child's work (at module level: Pool pickles it by name)."""
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+    return 1
+
+
+def tf32_child(_):
+    torch.backends.cuda.matmul.allow_tf32 = True  # a child (no CUDA in it): judged there
+    return 1
+
+
 @section("set7_set8_gpu")
 def _set78():
     import multiprocessing as mp
@@ -190,17 +202,10 @@ def _set78():
         return [bt[0].cuda() for bt in torch.utils.data.DataLoader(data, batch_size=8, num_workers=2)]
     case("dataloader 2 forked workers, CUDA parent (control)", loader)
 
-    def child(_):
-        torch.set_num_threads(1)
-        torch.set_flush_denormal(True)
-        return 1
     def pool():
         with mp.get_context("fork").Pool(1) as p:
             p.map(child, [0])
     case("forked pool child flush-denormal", pool)
-    def tf32_child(_):
-        torch.backends.cuda.matmul.allow_tf32 = True  # a child (no CUDA in it): judged there
-        return 1
     def pool2():
         with mp.get_context("fork").Pool(1) as p:
             p.map(tf32_child, [0])
