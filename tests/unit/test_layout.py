@@ -54,6 +54,7 @@ CROSS_CUTTING = {
     "redteam47": "red-team pass 47's findings across passes 44-46's fixes by class: lock input lines, settings setters",
     "redteam48": "red-team pass 48's findings across pass 47's setter watch by class: aliases, globals, threads, forks",
     "redteam49": "red-team pass 49: the lock's inputs beyond ${NAME} (machine markers) and compare's unrecorded inputs",
+    "redteam50": "red-team pass 50: the env bound to its lock (bytecode the runtime runs), variables, lineage",
 }
 
 
