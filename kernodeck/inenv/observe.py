@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+import types
 
 
 def _direct_url(dist: metadata.Distribution) -> dict[str, object] | None:
@@ -103,10 +104,23 @@ def _bytecode_of_source(item: list[str]) -> str:
     level = 2 if ".opt-2." in pyc else 1 if ".opt-1." in pyc else 0
     try:
         code = compile(source, src, "exec", dont_inherit=True, optimize=level)
-        same = marshal.loads(data[16:]) == code  # code objects compare by value: bytecode, constants, names
+        loaded = marshal.loads(data[16:])
     except (SyntaxError, ValueError, EOFError, TypeError):
         return "not loadable bytecode"
+    # Code objects compare by value (constants, names, tables) but each instruction by its generic opcode, skipping
+    # the inline caches after it; CPython 3.11+ runs a specialised opcode found in a pyc as written, its cache deciding
+    # (red-team PYC1): the bytes that run are compared too, in every nested code object.
+    same = loaded == code and _instructions(loaded) == _instructions(code)
     return "" if same else "not the bytecode of its source"
+
+
+def _instructions(code: types.CodeType) -> list[bytes]:
+    """The instruction bytes the interpreter runs (inline caches included) of ``code`` and every code nested in it."""
+    out = [getattr(code, "_co_code_adaptive", code.co_code)]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out += _instructions(const)
+    return out
 
 
 def _venv_prefixes() -> list[str]:
