@@ -114,9 +114,10 @@ def _bytecode_of_source(item: list[str]) -> str:
     return "" if same else "not the bytecode of its source"
 
 
-def _instructions(code: types.CodeType) -> list[bytes]:
-    """The instruction bytes the interpreter runs (inline caches included) of ``code`` and every code nested in it."""
-    out = [getattr(code, "_co_code_adaptive", code.co_code)]
+def _instructions(code: types.CodeType) -> list[object]:
+    """The instruction bytes the interpreter runs (inline caches included) and the qualified name (which equality
+    skips too) of ``code`` and of every code nested in it."""
+    out: list[object] = [getattr(code, "_co_code_adaptive", code.co_code), getattr(code, "co_qualname", "")]
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             out += _instructions(const)

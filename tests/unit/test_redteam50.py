@@ -86,3 +86,17 @@ def test_pyc1_control_honest_pyc_accepted_changed_constant_refused(tmp_path: Pat
     assert validate([(str(pyc), str(src))]) == []
     pyc.write_bytes(pyc.read_bytes().replace(b"not smaller", b"NOT smaller"))
     assert [why for _, why in validate([(str(pyc), str(src))])] == ["not the bytecode of its source"]
+
+
+def test_pyc1_class_a_renamed_qualified_name_equality_skips_is_refused(tmp_path: Path) -> None:
+    """The same class, another field code equality skips: a function's ``__qualname__`` (what pickle looks it up by)."""
+    src, pyc = _module(tmp_path)
+    py_compile.compile(str(src), cfile=str(pyc), doraise=True)
+    data = pyc.read_bytes()
+    module = marshal.loads(data[16:])
+    func = module.co_consts[0].replace(co_qualname="elsewhere")
+    renamed = module.replace(co_consts=tuple(func if c is module.co_consts[0] else c for c in module.co_consts))
+    assert renamed == module  # the equality alone cannot see it
+    pyc.write_bytes(data[:16] + marshal.dumps(renamed))
+    assert [why for _, why in bytecode_validator(sys.executable)([(str(pyc), str(src))])] == [
+        "not the bytecode of its source"]
