@@ -38,8 +38,8 @@ def test_verify_names_another_lock_and_a_rollback_to_an_older_reference(tmp_path
     project = copy_project(tmp_path / "project")  # its history/ is not copied: the test writes its own
     path = project / MANIFEST
     current = tomllib.loads(path.read_text(encoding="utf-8"))
-    # the control: a reference made with the lock this verify checks (the committed one was made before the locks'
-    # headers were made machine-free, same pins and hashes: its recorded digest is the older file's), nothing newer
+    # the control: a reference made with the lock this verify checks (set here, whatever the committed one records),
+    # nothing newer
     lock = "sha256:" + sha256_file(project / "lockfiles" / "cp311-linux_x86_64-cpu.txt")
     current["environment"]["lock_digest"] = lock
     current = _write(path, current)
@@ -55,6 +55,7 @@ def test_verify_names_another_lock_and_a_rollback_to_an_older_reference(tmp_path
     newer = json.loads(json.dumps(current))
     newer["environment"]["lock_digest"] = "sha256:" + "e" * 64
     newer["provenance"]["previous_id"] = current["id"]
+    newer["provenance"]["created"] = "2099-01-01T00:00:00+00:00"  # made after it
     newer["id"] = dossier_manifest.identity(newer)
     newer = _write(project / "dossier/reference/history" / newer_slug(newer) / "manifest.toml", newer)
 
@@ -62,9 +63,12 @@ def test_verify_names_another_lock_and_a_rollback_to_an_older_reference(tmp_path
     lineage = report["reference_lineage"]
     assert [m["id"] for m in lineage["newer_in_history"]] == [newer["id"]]
     assert f"- the reference was made with another lock: sha256:{'d' * 64} (this run's lock: {lock})" in differs
-    assert f"- the reference is older than history/{newer_slug(newer)} ({newer['id']}): rolled back" in differs
+    assert f"- the reference is older than history/{newer_slug(newer)} ({newer['id']}, made 2099-01-01T00:00:00+00:00)" \
+        ": rolled back" in differs
     head = (tmp_path / "rolled" / "report.md").read_text(encoding="utf-8").split("## Claims", 1)[0]
-    assert f"- reference lineage: `{current['id']}`, made at a date not recorded, with lock `sha256:{'d' * 64}`" in head
+    created = current["provenance"].get("created")
+    made = f"made {created}" if created else "made at a date not recorded"
+    assert f"- reference lineage: `{current['id']}`, {made}, with lock `sha256:{'d' * 64}`" in head
 
     # the reference just replaced, put back: `reference --new` kept it in history; the newer one is kept nowhere
     history = project / "dossier/reference/history"
