@@ -59,7 +59,8 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
     with holding(project, plat):
         try:
             ctx = context.load(project, plat, opts, mode=mode, staging=stage.path, names=names)
-            lock_files = LockFiles(ctx, plat.id)  # rendered and reviewed while the steps run
+            lock_files = LockFiles(ctx, plat.id, start=False)  # rendered and reviewed while the checks run
+            run_.during_checks.append(lock_files.start)
             drive(ctx, run_, STEPS)
             report = Report(plat.id, run_.steps,
                             {**run_.meta.as_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},

@@ -74,6 +74,8 @@ class Run:
         self.run_config: dict[str, Any] = {}  # what the in-env runner is given
         self.python: Path | None = None  # the env's interpreter, once rebuilt, reused or given
         self.result: RebuildResult | None = None  # the rebuild's record, when this run rebuilt (or reused) it
+        # work for the orchestrator's idle time: started by the in-env phase as its process starts (writer.LockFiles)
+        self.during_checks: list[Callable[[], None]] = []
         self.t0 = time.perf_counter()  # when the current step started
 
     @property

@@ -65,6 +65,20 @@ def test_the_lock_files_are_reviewed_while_the_checks_run(staged: Any) -> None:
     assert TOKEN not in texts["lock.txt"] and "<project>/lockfiles" in texts["lock.txt"]
 
 
+def test_deferred_lock_files_start_when_told_and_render_anyway_when_never_started(staged: Any) -> None:
+    """start=False: no thread runs until start() (the in-env phase's); a run that never reached it still gets the
+    same reviewed texts from texts(); a second start() does nothing."""
+    raw = f"# installed from {QUERY_URL}\ntorch==2.13.0\n"
+    expected = {"lock.txt": writer._reviewer(staged)(raw)}
+    never = writer.LockFiles(_with_lock(staged, raw), "cp311-linux_x86_64-cpu", start=False)
+    assert never._thread.ident is None  # control: nothing rendered before start()
+    assert never.texts() == expected
+    told = writer.LockFiles(_with_lock(staged, raw), "cp311-linux_x86_64-cpu", start=False)
+    told.start()
+    told.start()
+    assert told.texts() == expected
+
+
 def test_a_secret_left_in_the_lock_files_is_the_dossiers_review_to_refuse(staged: Any,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Negative control: a scrub that misses it gives no prepared text; the dossier writes the raw lock, and its own

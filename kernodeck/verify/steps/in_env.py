@@ -203,6 +203,8 @@ def checks(ctx: RunContext, run: Run) -> None:
     config = run.run_config
     if StepName.EXTENSIONS in ctx.names:
         config = {**config, "extensions": extensions_config(ctx, run.python)}
+    for begin in run.during_checks:  # the orchestrator's own work for the time it only waits (writer.LockFiles)
+        begin()
     run_checks(run, run.python, ctx.names, config)  # its system step writes torch's collect_env report beside it
     for step in run.steps:  # the system record (system.json, kept with a reference) holds them, compared with its
         if step.name == StepName.SYSTEM and step.details:
