@@ -64,6 +64,26 @@ def test_verify_imports_neither_the_manifest_writer_nor_the_elf_parser() -> None
     assert proc.stdout.strip() == "True True"
 
 
+def test_verify_of_an_application_without_url_sources_imports_no_http_client() -> None:
+    """prefetch (runbuild.py) imports the fetcher and its urllib.request, http.client and ssl only for a url source:
+    this repository's package-source weights need none. Control: the same application with its weights declared as a
+    url source (an address nothing answers) does import it and tries the fetch, its failure handed to the in-env side.
+    """
+    code = ("import dataclasses, sys\nfrom kernodeck.project import app_contract\n"
+            "from kernodeck.project.assets import SourceKind\nfrom kernodeck.verify.runbuild import prefetch\n"
+            "from pathlib import Path\napp = app_contract.load(Path('.'))\n"
+            "config = app.run_config()\nprefetch(app, config)\n"
+            "print('kernodeck.project.fetch' in sys.modules, 'urllib.request' in sys.modules)\n"
+            "url = {'url': 'http://127.0.0.1:9/w.bin', 'sha256': 'e' * 64}\n"
+            "weights = dataclasses.replace(app.weights, kind=SourceKind.URL, declared=url)\n"
+            "app = dataclasses.replace(app, weights=weights)\n"
+            "config = {'weights': dict(url)}\nprefetch(app, config)\n"
+            "print('kernodeck.project.fetch' in sys.modules, 'fetch_error' in config['weights'])")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                          env={**start.environ(), "KERNODECK_CACHE": str(ROOT / "runs" / ".no-such-cache")})
+    assert proc.stdout.split("\n")[:2] == ["False False", "True True"], proc.stdout + proc.stderr
+
+
 def test_the_command_skips_the_teardown_only_when_no_thread_is_left_to_wait_for(tmp_path: Path) -> None:
     marker = tmp_path / "written-by-the-thread"
     code = ("import atexit, pathlib, sys, threading, time\nfrom kernodeck.exitcodes import end\n"
