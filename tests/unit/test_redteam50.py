@@ -16,8 +16,8 @@ Fix idea (by class: judge the bytes that run, not an equality the runtime define
 payload byte for byte with ``marshal.dumps(compile(source, ...))`` (what importlib itself writes), or with
 ``importlib._bootstrap_external._code_to_timestamp_pyc``/``_code_to_hash_pyc`` of the compiled code; or delete
 bytecode written since the build instead of keeping it. Fixed: the check compares the instruction bytes that run
-(``_co_code_adaptive``, inline caches included) of every nested code object besides the equality. CONTROL: an honest pyc (py_compile) is accepted, one with a
-changed constant is refused.
+(``_co_code_adaptive``, inline caches included) of every nested code object besides the equality. CONTROL: an honest
+pyc (py_compile) is accepted, one with a changed constant is refused.
 """
 
 from __future__ import annotations
