@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -209,3 +210,8 @@ def user_traceback(exc: BaseException, root: Path) -> dict[str, str]:
         lines.insert(0, f"  ... {len(frames) - USER_FRAMES} earlier frame(s)")
     out["traceback"] = "\n".join(lines)
     return out
+
+
+def same_float(x: float, y: float) -> bool:
+    """Two finite floats with the same bits: equal, and of one sign (``-0.0 == 0.0``: red-team pass 51, DET1)."""
+    return x == y and math.copysign(1.0, x) == math.copysign(1.0, y)

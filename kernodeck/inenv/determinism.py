@@ -17,7 +17,6 @@ from typing import Any
 from . import owned, paths, seen, tolerance, verified
 from ._common import CheckFailed, Context
 from .application import _app_cfg, _call_entry, _ids, _rows_for, sample
-from .arrays import _np
 
 # Determinism reruns the entry twice more (and once without the settings); above this many records it reruns a
 # fixed subset (the first records, in sample order), stated in the step's details.
@@ -114,7 +113,7 @@ def _per_output(ctx: Context, runs: list[Written], free: Written) -> tuple[dict[
     identical = True
     for name in _app_cfg(ctx)["outputs"]:
         base = second[name][0]
-        same = all(r[name][0].shape == base.shape and bool(_np().array_equal(r[name][0], base)) for r in runs[1:])
+        same = all(tolerance.same_bits(r[name][0], base) for r in runs[1:])
         identical &= same
         per_output[name] = {
             "bitwise_identical": same,

@@ -39,7 +39,7 @@ def compare(ops: Any, declared: dict[str, Any], ours: Any, ref: Any, ids: list[s
         "min_share_allowed": need,
         "summary": f"{share:.4f} of rows agree (allowed >= {need})",
         "passed": bool(share >= need),
-        "bitwise_equal": bool(ops.np.array_equal(ours, ref)),
+        "bitwise_equal": ops.same_bits(ours, ref),
     }
 
 

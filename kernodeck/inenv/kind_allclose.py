@@ -51,7 +51,7 @@ def compare(ops: Any, declared: dict[str, Any], ours: Any, ref: Any, ids: list[s
         "rows_over": rows_over[:10],
         "rtol": rtol,
         "atol": atol,
-        "bitwise_equal": bool(np.array_equal(ours, ref)),
+        "bitwise_equal": ops.same_bits(ours, ref),
     }
 
 

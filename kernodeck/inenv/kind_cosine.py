@@ -52,7 +52,7 @@ def compare(ops: Any, declared: dict[str, Any], ours: Any, ref: Any, ids: list[s
         "worst_id": ids[worst] if ids else None,
         "cosine_min_allowed": need_cos,
         "max_abs_allowed": need_abs,
-        "bitwise_equal": bool(np.array_equal(ours, ref)),
+        "bitwise_equal": ops.same_bits(ours, ref),
         "per_item_cosine": {i: round(float(c), 9) for i, c in zip(ids, cos, strict=True)},
     }
 

@@ -37,7 +37,7 @@ def compare(ops: Any, declared: dict[str, Any], ours: Any, ref: Any, ids: list[s
         "first_unequal": unequal[:10],
         "summary": "equal" if passed else f"{len(unequal)} of {len(ids)} rows differ, first {unequal[0]!r}",
         "passed": passed,
-        "bitwise_equal": bool(ops.np.array_equal(ours, ref)),
+        "bitwise_equal": ops.same_bits(ours, ref),
     }
 
 

@@ -31,6 +31,7 @@ class Ops:
     max_abs: Callable[[Any, Any], float]  # largest |a-b| (NaN when non-finite)
     largest: Callable[[Any], float]  # the largest value of an array, 0.0 when empty
     equal_rows: Callable[[Any, Any, list[str]], tuple[float, list[str]]]  # (share of equal rows, ids of the others)
+    same_bits: Callable[[Any, Any], bool]  # the same dtype, shape and bytes ("bitwise": -0.0 is not 0.0)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
 from kernodeck_inenv import leftover  # noqa: E402
-from kernodeck_inenv._common import end  # noqa: E402
+from kernodeck_inenv._common import end, same_float  # noqa: E402
 from kernodeck_inenv.trainer import PARTS, Trainer, describe, load_checkpoint  # noqa: E402
 
 
@@ -205,7 +205,7 @@ def first_divergence(
     """
     for index, (a, b) in enumerate(zip(reference, resumed, strict=True)):
         for x, y in zip(a, b, strict=True):
-            same = (abs(x - y) <= tolerance) if tolerance else (x == y)
+            same = (abs(x - y) <= tolerance) if tolerance else same_float(x, y)
             if not (math.isfinite(x) and math.isfinite(y) and same):
                 return index + 1
     return None

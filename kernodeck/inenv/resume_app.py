@@ -29,7 +29,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
-from kernodeck_inenv._common import CheckFailed, Context, end, progress  # noqa: E402
+from kernodeck_inenv._common import CheckFailed, Context, end, progress, same_float  # noqa: E402
 from kernodeck_inenv.protocol import LOSS_CURVE, PROGRESS, RESUMED_RUN, ConfigKey, Layer  # noqa: E402
 
 COUNTERS = ("step", "epoch", "loader")  # the progress train must return; any other key it returns is compared too
@@ -158,14 +158,13 @@ def first_parting(straight: dict[int, float], resumed: dict[int, float], steps: 
         a, b = straight.get(step), resumed.get(step)
         if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
             return step
-        if not ((abs(a - b) <= tolerance) if tolerance else a == b):
+        if not ((abs(a - b) <= tolerance) if tolerance else same_float(a, b)):
             return step
     return None
 
 
 def judge(cfg: dict[str, Any], straight: Trained, head: Trained, resumed: Trained, tolerance: float) -> dict[str, Any]:
     """The resumed run against the uninterrupted one: outputs under their kinds, the loss curve, the counters."""
-    import numpy as np
     from kernodeck_inenv import tolerance as kinds
 
     outputs = {}
@@ -174,7 +173,7 @@ def judge(cfg: dict[str, Any], straight: Trained, head: Trained, resumed: Traine
         rows = int(ref.shape[0]) if ref.ndim else 1
         verdict = kinds.compare(decl, ours, ref, [str(i) for i in range(rows)])
         verdict["max_abs"] = kinds.max_abs(ours, ref)
-        verdict["bitwise"] = bool(ours.dtype == ref.dtype and ours.shape == ref.shape and np.array_equal(ours, ref))
+        verdict["bitwise"] = kinds.same_bits(ours, ref)
         outputs[name] = verdict
     curve = {**{s: v for s, v in head.losses.items() if s <= cfg["checkpoint_at"]},
              **{s: v for s, v in resumed.losses.items() if s > cfg["checkpoint_at"]}}

@@ -29,6 +29,17 @@ def max_abs(a: Any, b: Any) -> float:
     return float(diff.max())
 
 
+def same_bits(a: Any, b: Any) -> bool:
+    """The same bytes: dtype, shape and every value's bits (``array_equal`` is value equality: ``-0.0 == 0.0``, and
+    two NaNs are unequal; red-team pass 51, DET1). What "bitwise" means wherever a record says it."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.hasobject:  # object arrays hold references, not values: their bytes say nothing
+        return bool(np.array_equal(a, b))
+    return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
 def dtypes_differ(declared: dict[str, Any], a: Any, b: Any) -> str | None:
     """Why two dossiers' arrays of one output cannot be compared as the same output: B's dtype is not A's, or either
     is not the declared one (verify refuses such an output before any number; compare and drift say so too). None
@@ -86,4 +97,4 @@ def _max(values: Any) -> float:
     return float(values.max()) if values.size else 0.0
 
 
-OPS = Ops(np=np, rows=_rows, max_abs=max_abs, largest=_max, equal_rows=equal_rows)
+OPS = Ops(np=np, rows=_rows, max_abs=max_abs, largest=_max, equal_rows=equal_rows, same_bits=same_bits)

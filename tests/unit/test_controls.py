@@ -709,6 +709,14 @@ def test_resume_comparison_nan_is_non_finite_and_diverges() -> None:
     assert math.isnan(resume.worst([NAN, 1.0])) and math.isnan(resume.worst([1.0, NAN])) and resume.worst([1.0]) == 1.0
 
 
+def test_resume_comparison_on_cpu_is_bitwise_a_signed_zero_diverges() -> None:
+    """Bitwise (tolerance 0) is the same bits: a loss of -0.0 against 0.0 diverges there (red-team pass 51, DET1),
+    and stays within any tolerance."""
+    trace, signed = [(1.0, 0.0)], [(1.0, -0.0)]
+    assert resume.first_divergence(trace, signed, 0.0) == 1
+    assert resume.first_divergence(trace, signed, 1e-5) is None
+
+
 @pytest.mark.parametrize(("share", "rows"), [(0.75, 8), (0.99, 360), (0.7, 10), (1.0, 3), (0.5, 2)])
 def test_agreement_is_moved_just_below_min_share(share: float, rows: int) -> None:
     arr = np.arange(rows, dtype=np.int64)
