@@ -20,6 +20,7 @@ import hashlib
 import importlib.metadata as metadata
 import json
 import os
+import struct
 import sys
 import time
 import types
@@ -107,21 +108,28 @@ def _bytecode_of_source(item: list[str]) -> str:
         loaded = marshal.loads(data[16:])
     except (SyntaxError, ValueError, EOFError, TypeError):
         return "not loadable bytecode"
-    # Code objects compare by value (constants, names, tables) but each instruction by its generic opcode, skipping
-    # the inline caches after it; CPython 3.11+ runs a specialised opcode found in a pyc as written, its cache deciding
-    # (red-team PYC1): the bytes that run are compared too, in every nested code object.
-    same = loaded == code and _instructions(loaded) == _instructions(code)
-    return "" if same else "not the bytecode of its source"
+    # Code objects compare by value (names, tables, constants by ==) but each instruction by its generic opcode,
+    # skipping the inline caches after it; CPython 3.11+ runs a specialised opcode found in a pyc as written, its cache
+    # deciding (red-team PYC1): the bytes that run are compared, and each constant by its bits (a folded NaN is unequal
+    # to itself by ==, so an honest pyc holding one was refused: PYC2), in every nested code object.
+    return "" if _key(loaded) == _key(code) else "not the bytecode of its source"
 
 
-def _instructions(code: types.CodeType) -> list[object]:
-    """The instruction bytes the interpreter runs (inline caches included) and the qualified name (which equality
-    skips too) of ``code`` and of every code nested in it."""
-    out: list[object] = [getattr(code, "_co_code_adaptive", code.co_code), getattr(code, "co_qualname", "")]
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            out += _instructions(const)
-    return out
+def _key(obj: object) -> object:
+    """What runs, comparable: a code object as its equality sees it less its constants, the instruction bytes (inline
+    caches included), its qualified name (which equality skips too) and each constant's key; a float by its bits."""
+    if isinstance(obj, types.CodeType):
+        return ("code", obj.replace(co_consts=()), getattr(obj, "_co_code_adaptive", obj.co_code),
+                getattr(obj, "co_qualname", ""), tuple(_key(c) for c in obj.co_consts))
+    if isinstance(obj, float):
+        return ("float", struct.pack("<d", obj))
+    if isinstance(obj, complex):
+        return ("complex", struct.pack("<dd", obj.real, obj.imag))
+    if isinstance(obj, tuple):
+        return ("tuple", tuple(_key(item) for item in obj))
+    if isinstance(obj, frozenset):
+        return ("frozenset", tuple(sorted((_key(item) for item in obj), key=repr)))
+    return (type(obj).__name__, obj)
 
 
 def _venv_prefixes() -> list[str]:
