@@ -19,6 +19,7 @@ import csv
 import hashlib
 import importlib.metadata as metadata
 import json
+import marshal
 import os
 import struct
 import sys
@@ -81,7 +82,6 @@ def _damage(dist: metadata.Distribution, hashes: bool, files: bool = True) -> tu
 def _bytecode_of_source(item: list[str]) -> str:
     """Why the bytecode file ``item[0]`` is not what this interpreter compiles from ``item[1]`` ("" when it is)."""
     import importlib.util
-    import marshal
 
     pyc, src = item
     try:
@@ -108,19 +108,20 @@ def _bytecode_of_source(item: list[str]) -> str:
         loaded = marshal.loads(data[16:])
     except (SyntaxError, ValueError, EOFError, TypeError):
         return "not loadable bytecode"
-    # Code objects compare by value (names, tables, constants by ==) but each instruction by its generic opcode,
-    # skipping the inline caches after it; CPython 3.11+ runs a specialised opcode found in a pyc as written, its cache
-    # deciding (red-team PYC1): the bytes that run are compared, and each constant by its bits (a folded NaN is unequal
-    # to itself by ==, so an honest pyc holding one was refused: PYC2), in every nested code object.
+    # Not code equality: it compares each instruction by its generic opcode, skipping the inline caches CPython 3.11+
+    # runs as written from a pyc (red-team PYC1), skips fields that change what runs (PYC4), and compares constants by
+    # == (a folded NaN is unequal to itself: an honest pyc holding one was refused, PYC2). Every field, by its bytes.
     return "" if _key(loaded) == _key(code) else "not the bytecode of its source"
 
 
 def _key(obj: object) -> object:
-    """What runs, comparable: a code object as its equality sees it less its constants, the instruction bytes (inline
-    caches included), its qualified name (which equality skips too) and each constant's key; a float by its bits."""
+    """What runs, comparable: a code object as marshal writes it less its constants and file name (every field,
+    equality's few and the ones it skips: the qualified name, which slot is a cell or a free variable, the stack size:
+    PYC4; version 2 writes no reference flags), the instruction bytes as they run (inline caches included: marshal
+    writes them de-specialised) and each constant's key; a float by its bits, a frozenset's members in one order."""
     if isinstance(obj, types.CodeType):
-        return ("code", obj.replace(co_consts=()), getattr(obj, "_co_code_adaptive", obj.co_code),
-                getattr(obj, "co_qualname", ""), tuple(_key(c) for c in obj.co_consts))
+        return ("code", marshal.dumps(obj.replace(co_consts=(), co_filename=""), 2),
+                getattr(obj, "_co_code_adaptive", obj.co_code), tuple(_key(c) for c in obj.co_consts))
     if isinstance(obj, float):
         return ("float", struct.pack("<d", obj))
     if isinstance(obj, complex):
