@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import mmap
 import os
 import re
@@ -254,7 +255,7 @@ def _record_paths(info: Path) -> list[str]:
         text = (info / "RECORD").read_text(encoding="utf-8")
     except OSError:
         return []
-    return [row[0] for row in csv.reader(text.splitlines()) if row]
+    return [row[0] for row in csv.reader(io.StringIO(text, newline="")) if row]
 
 
 def _is_shared(rel: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import io
 import os
 import time
 from collections.abc import Iterable
@@ -58,7 +59,7 @@ def read_records(env: Path, locked: Iterable[str] | None) -> Records:
             except OSError:
                 out.without_record.append(name)
                 continue
-            for row in csv.reader(text.splitlines()):
+            for row in csv.reader(io.StringIO(text, newline="")):
                 if not row or not row[0]:
                     continue
                 if ".." in row[0] or row[0].startswith("/") or "\\" in row[0] or "./" in row[0]:

@@ -140,7 +140,9 @@ def load_sample(path: Path, sha256: str | None = None) -> list[dict[str, Any]]:
         )
     items = []
     first_line: dict[str, int] = {}  # each id's line: a duplicate is named with both lines
-    for number, line in enumerate(raw.splitlines(), start=1):
+    # JSON Lines ends a line at \n only (a \r before it is JSON's whitespace); str.splitlines would also end one at
+    # U+2028, U+2029 or U+0085, which JSON leaves raw inside strings (red-team pass 51, SAMPLE1)
+    for number, line in enumerate(raw.split("\n"), start=1):
         if not line.strip():
             continue
         try:

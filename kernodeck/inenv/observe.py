@@ -18,6 +18,7 @@ import base64
 import csv
 import hashlib
 import importlib.metadata as metadata
+import io
 import json
 import marshal
 import os
@@ -54,7 +55,7 @@ def _damage(dist: metadata.Distribution, hashes: bool, files: bool = True) -> tu
         return [], 0, 0
     base = str(dist.locate_file(""))
     bad, checked, hashed = [], 0, 0
-    for row in csv.reader(record.splitlines()):
+    for row in csv.reader(io.StringIO(record, newline="")):
         if len(row) < 3 or not row[1]:  # RECORD itself and compiled files carry no digest
             continue
         checked += 1

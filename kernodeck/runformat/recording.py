@@ -93,7 +93,8 @@ def build_manifest(
     for the other sources; ``data``: each data source's per-file digests."""
     app = app_contract.load(project.root)
     sample = project.root / app.sample
-    items = [json.loads(line) for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # JSON Lines: \n ends a line, never U+2028/U+2029/U+0085 as str.splitlines would (inenv/_common.load_sample)
+    items = [json.loads(line) for line in sample.read_text(encoding="utf-8").split("\n") if line.strip()]
     out_records: dict[str, Any] = {}
     shapes: dict[str, list[int]] = {}
     for name, decl in app.outputs.items():
