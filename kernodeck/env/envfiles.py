@@ -87,13 +87,21 @@ def allowed(rel: str, entry: Entry, owned: dict[str, str], tag: str) -> bool:
         return kind in ("l", "f")
     if rel == "lib64":
         return kind == "l" and entry[7] == "lib"
-    folder, _, name = rel.rpartition("/")
-    if kind == "f" and folder.endswith("__pycache__") and name.endswith(".pyc"):
-        stem, dot, rest = name[:-4].partition(f".{tag}")
-        if dot and rest in ("", ".opt-1", ".opt-2"):
-            parent = folder[: -len("__pycache__")]
-            return f"{parent}{stem}.py" in owned
-    return False
+    source = source_of(rel, tag)
+    return kind == "f" and source is not None and source in owned
+
+
+def source_of(pyc: str, tag: str) -> str | None:
+    """The source ``<folder>/<stem>.py`` whose bytecode ``<folder>/__pycache__/<stem>.<tag>[.opt-N].pyc`` is, as
+    importlib's cache_from_source names it (the stem is everything before the suffix: ``x.y.py`` has ``x.y.<tag>.pyc``,
+    red-team pass 51, PYC3); None for any other name. The one rule the allow-list and the check both read."""
+    folder, _, name = pyc.rpartition("/")
+    if not (folder == "__pycache__" or folder.endswith("/__pycache__")):
+        return None
+    for suffix in (f".{tag}.pyc", f".{tag}.opt-1.pyc", f".{tag}.opt-2.pyc"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return f"{folder[: -len('__pycache__')]}{name[: -len(suffix)]}.py"
+    return None
 
 
 @dataclass
@@ -311,7 +319,7 @@ def _later_bytecode(
     later = {
         p for p in found.added
         if p.endswith(".pyc") and allowed(p, entries[p], records.owned, tag)
-        and _source_of(p) not in changed_sources
+        and source_of(p, tag) not in changed_sources
     }
     # a __pycache__ folder made since the build that holds only such bytecode goes with it
     folders = {p for p in found.added if entries[p][0] == "d" and p.rpartition("/")[2] == "__pycache__"}
@@ -325,7 +333,7 @@ def _later_bytecode(
     if pending and (validate is None or not found.trusted):
         found.bytecode_unchecked = len(pending)  # named once, by count: a first verify writes thousands
     elif pending and validate is not None:
-        bad = validate([(str(env / p), str(env / _source_of(p))) for p in pending])
+        bad = validate([(str(env / p), str(env / str(source_of(p, tag)))) for p in pending])
         root = str(env) + os.sep
         found.bad_bytecode = sorted(f"{p.removeprefix(root)} ({why})" for p, why in bad)
         found.bytecode_checked_now = len(pending)
@@ -337,6 +345,3 @@ def _later_bytecode(
             write_atomic(env / BYTECODE, json.dumps(keep, separators=(",", ":")) + "\n")
 
 
-def _source_of(pyc: str) -> str:
-    folder, _, name = pyc.rpartition("/")
-    return f"{folder[: -len('__pycache__')]}{name.split('.')[0]}.py"

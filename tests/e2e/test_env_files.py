@@ -317,23 +317,29 @@ def test_seal_refuses_an_env_that_is_not_the_locks(tmp_path: Path, case: str) ->
 
 def test_ownership_rules_exactly(tmp_path: Path) -> None:
     """The allow-list, entry by entry: what the venv tools and the interpreter write, and nothing near it."""
-    owned = {"lib/python3.11/site-packages/a/mod.py": "a"}
+    owned = {"lib/python3.11/site-packages/a/mod.py": "a", "lib/python3.11/site-packages/a/x.y.py": "a"}
     f: snapshot.Entry = ["f", 1, 0, 0, 1, 0o100644, 1, ""]
     link = ["l", 1, 0, 0, 1, 0o120777, 1, "/usr/bin/python3.11"]
     ok = [("pyvenv.cfg", f), ("bin/activate", f), ("bin/python", link), ("bin/python3.11", link),
           ("lib64", ["l", 3, 0, 0, 1, 0o120777, 1, "lib"]),
           ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-311.pyc", f),
-          ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-311.opt-1.pyc", f)]
+          ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-311.opt-1.pyc", f),
+          ("lib/python3.11/site-packages/a/__pycache__/x.y.cpython-311.pyc", f)]  # x.y.py's, loaded by path
     refused = [("bin/evil", f), ("pyvenv.cfg", link), ("lib64", ["l", 3, 0, 0, 1, 0o120777, 1, "/tmp"]),
                ("lib/python3.11/site-packages/a/__pycache__/other.cpython-311.pyc", f),
                ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-312.pyc", f),
                ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-311.opt-3.pyc", f),
                ("lib/python3.11/site-packages/a/mod.cpython-311.pyc", f),
-               ("lib/python3.11/site-packages/x.pth", f), ("lib/python3.11/site-packages/sitecustomize.py", f)]
+               ("lib/python3.11/site-packages/x.pth", f), ("lib/python3.11/site-packages/sitecustomize.py", f),
+               ("lib/python3.11/site-packages/a/__pycache__/mod.x.cpython-311.pyc", f),  # mod.x.py: not owned
+               ("lib/python3.11/site-packages/a/__pycache__/.cpython-311.pyc", f),
+               ("lib/python3.11/site-packages/a/__pycache__/mod.cpython-311.pyc", ["d", 1, 0, 0, 1, 0o40755, 1, ""])]
     for path, entry in ok:
         assert envfiles.allowed(path, entry, owned, "cpython-311"), path
     for path, entry in refused:
         assert not envfiles.allowed(path, entry, owned, "cpython-311"), path
+    assert envfiles.source_of("a/__pycache__/x.y.cpython-311.opt-2.pyc", "cpython-311") == "a/x.y.py"
+    assert envfiles.source_of("a/__pycache__/x.y.cpython-312.pyc", "cpython-311") is None
 
 
 def test_snapshot_not_the_builds_is_refused(tiny: Tiny) -> None:
