@@ -55,7 +55,7 @@ CROSS_CUTTING = {
     "redteam48": "red-team pass 48's findings across pass 47's setter watch by class: aliases, globals, threads, forks",
     "redteam49": "red-team pass 49: the lock's inputs beyond ${NAME} (machine markers) and compare's unrecorded inputs",
     "redteam50": "red-team pass 50: the env bound to its lock (bytecode the runtime runs), variables, lineage",
-    "redteam51": "red-team pass 51: \"the same\" judged by an equality that misses what runs or is read (pycs, bitwise)",
+    "redteam51": "red-team pass 51: sameness judged by equalities blind to what runs or is read (pycs, bitwise)",
 }
 
 
