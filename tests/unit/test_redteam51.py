@@ -31,6 +31,21 @@ reference's embeddings.npy and the run's differ in 2398 sign bits (``array_equal
 (by class: "bitwise" means the bytes): compare ``a.tobytes() == b.tobytes()`` with dtype and shape (or
 ``np.array_equal(a.view(np.uint8), b.view(np.uint8))``) wherever a record says bitwise. CONTROL: repeats whose
 values' signs are drawn afresh fail the step.
+
+SAMPLE1 (an honest sample refused: FALSE FAILURE of ``reference`` and ``verify``, its message naming a JSON error that
+is not there; the sample's lines split twice differently; inenv/_common.load_sample, runformat/recording.py's
+``items``): the sample is JSON Lines ("one JSON object per line"), whose records end at ``\n``, but Kernodeck splits
+it with ``str.splitlines()``, which also ends a line at U+2028, U+2029, U+0085 (and \x1c-\x1e, \x0b, \x0c, \r, which
+JSON never leaves raw in a string). JSON allows U+2028/U+2029/U+0085 unescaped in a string and
+``json.dumps(..., ensure_ascii=False)`` writes them so: a text corpus scraped from the web holds them. Measured in a
+real session on this repository: the first record of dossier/reference/sample.jsonl given a U+2028 in its text,
+written with ``ensure_ascii=False`` (every ``\n`` line still one JSON object), ``nox -s reference -- --new``:
+``FAILED at
+application (layer: data-loading): sample.jsonl:1: not JSON: Unterminated string starting at: line 1 column 24``.
+Fix idea (by class: one reader for one format, the format's own): split the sample on ``\n`` only
+(``raw.split("\n")``, a trailing ``\r`` stripped) in load_sample and in recording.py; the same ``splitlines()`` reads
+RECORD files as CSV (env/records.py, inenv/observe.py), whose quoted fields may hold such characters too. CONTROL: the
+same records written with ``ensure_ascii=True`` are read; a line that is not JSON is refused, named.
 """
 
 from __future__ import annotations
@@ -51,6 +66,7 @@ import numpy as np
 import pytest
 
 from kernodeck.env.inventory import bytecode_validator
+from kernodeck.inenv._common import CheckFailed, load_sample
 from kernodeck.project import app_contract
 from tests.helpers.closedworld import FAKE_TORCH, INENV, _closed_project
 
@@ -187,3 +203,35 @@ def test_det1_control_repeats_whose_values_differ_fail(tmp_path: Path) -> None:
     result = _determinism(tmp_path, VALUE_SIGNS)
     assert result["status"] == "failed", result
     assert "runs of the entry on CPU in one process differ (x)" in result["error"], result
+
+
+# SAMPLE1 -------------------------------------------------------------------------------------------------------------
+RECORDS = [{"id": "a", "text": "first line\u2028second line"}, {"id": "b", "text": "next\x85line"},
+           {"id": "c", "text": "x"}]
+
+
+def _sample(tmp_path: Path, ensure_ascii: bool) -> Path:
+    path = tmp_path / "sample.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=ensure_ascii) + "\n" for r in RECORDS), encoding="utf-8")
+    return path
+
+
+def test_sample1_premise_a_json_lines_reader_reads_every_record(tmp_path: Path) -> None:
+    """JSON Lines separates records by ``\\n``; JSON allows U+2028 and U+0085 unescaped in a string, and
+    ``json.dumps(..., ensure_ascii=False)`` (the common writer of a text corpus) leaves them so."""
+    raw = _sample(tmp_path, ensure_ascii=False).read_bytes()
+    assert "\u2028".encode() in raw and "\x85".encode() in raw
+    assert [json.loads(line) for line in raw.decode("utf-8").split("\n") if line] == RECORDS
+
+
+@pytest.mark.xfail(strict=True, reason="SAMPLE1: the sample's lines are split by str.splitlines, not by newline")
+def test_sample1_an_honest_sample_with_a_line_separator_in_a_text_is_read(tmp_path: Path) -> None:
+    assert load_sample(_sample(tmp_path, ensure_ascii=False)) == RECORDS
+
+
+def test_sample1_control_the_same_records_escaped_are_read_and_a_broken_line_is_refused(tmp_path: Path) -> None:
+    path = _sample(tmp_path, ensure_ascii=True)
+    assert load_sample(path) == RECORDS
+    path.write_text(path.read_text(encoding="utf-8") + '{"id": "d", "text": \n', encoding="utf-8")
+    with pytest.raises(CheckFailed, match=r"sample.jsonl:4: not JSON"):
+        load_sample(path)
