@@ -40,8 +40,8 @@ JSON never leaves raw in a string). JSON allows U+2028/U+2029/U+0085 unescaped i
 ``json.dumps(..., ensure_ascii=False)`` writes them so: a text corpus scraped from the web holds them. Measured in a
 real session on this repository: the first record of dossier/reference/sample.jsonl given a U+2028 in its text,
 written with ``ensure_ascii=False`` (every ``\n`` line still one JSON object), ``nox -s reference -- --new``:
-``FAILED at
-application (layer: data-loading): sample.jsonl:1: not JSON: Unterminated string starting at: line 1 column 24``.
+``FAILED at application (layer: data-loading): sample.jsonl:1: not JSON: Unterminated string starting at: line 1
+column 24``.
 Fix idea (by class: one reader for one format, the format's own): split the sample on ``\n`` only
 (``raw.split("\n")``, a trailing ``\r`` stripped) in load_sample and in recording.py; the same ``splitlines()`` reads
 RECORD files as CSV (env/records.py, inenv/observe.py), whose quoted fields may hold such characters too. CONTROL: the
