@@ -46,6 +46,19 @@ Fix idea (by class: one reader for one format, the format's own): split the samp
 (``raw.split("\n")``, a trailing ``\r`` stripped) in load_sample and in recording.py; the same ``splitlines()`` reads
 RECORD files as CSV (env/records.py, inenv/observe.py), whose quoted fields may hold such characters too. CONTROL: the
 same records written with ``ensure_ascii=True`` are read; a line that is not JSON is refused, named.
+
+REFREC1 (a difference from the reference lost: "the same as the reference's" read from a file no digest covers; a
+statement gap of the report, not of the verdict; runformat/recording.py, refdelta.vs_reference, manifest.inconsistency):
+the manifest names the reference's ``inventory.txt`` and ``system.json`` (``[environment] inventory``, ``system``) but
+records no digest of either, and nothing holds them to the run that made the reference; verify reads both for "What
+differs from the reference" (the variables, the system chain, the packages) and ``likely_cause``. Measured in a real
+session: ``ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 verify -- --no-rebuild`` names ``variable ATEN_CPU_CAPABILITY:
+(unset) -> default``, ``OMP_NUM_THREADS`` and ``system torch_cpu_capability: AVX512 -> DEFAULT``; with the two variables
+(and DEFAULT) written into dossier/reference/system.json, the same run says "system chain: the same as the
+reference's" and "variables ...: the same as the reference's", PASSED, the manifest's id unchanged (a merge resolved
+by hand, a record copied from another machine's run does the same without intent). Fix idea (by class: every file of
+the reference that a run reads is in its id): the sha256 of inventory.txt and system.json in ``[environment]``, checked
+where they are read and by ``inconsistency`` (history entries too). CONTROL: an edited output file is named.
 """
 
 from __future__ import annotations
@@ -59,6 +72,7 @@ import py_compile
 import struct
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +82,8 @@ import pytest
 from kernodeck.env.inventory import bytecode_validator
 from kernodeck.inenv._common import CheckFailed, load_sample
 from kernodeck.project import app_contract
+from kernodeck.runformat.manifest import identity, inconsistency
+from kernodeck.runformat.refdelta import vs_reference
 from tests.helpers.closedworld import FAKE_TORCH, INENV, _closed_project
 
 NAN_SOURCE = "def isnan(val):\n    return str(val) == str(1e400 * 0)\n"
@@ -235,3 +251,59 @@ def test_sample1_control_the_same_records_escaped_are_read_and_a_broken_line_is_
     path.write_text(path.read_text(encoding="utf-8") + '{"id": "d", "text": \n', encoding="utf-8")
     with pytest.raises(CheckFailed, match=r"sample.jsonl:4: not JSON"):
         load_sample(path)
+
+
+# REFREC1 -------------------------------------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _reference_copy(tmp_path: Path) -> Path:
+    folder = tmp_path / "reference"
+    folder.mkdir(parents=True)
+    for path in (ROOT / "dossier" / "reference").iterdir():
+        if path.is_file():
+            (folder / path.name).write_bytes(path.read_bytes())
+    return folder
+
+
+def _as_if_run_with(folder: Path) -> Path:
+    """The reference's system.json told that it ran with ATEN_CPU_CAPABILITY=default and OMP_NUM_THREADS=1."""
+    system = json.loads((folder / "system.json").read_text(encoding="utf-8"))
+    system["variables"] = {**system.get("variables", {}), "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
+    (folder / "system.json").write_text(json.dumps(system, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def _run_with(tmp_path: Path, folder: Path) -> Path:
+    """A run folder whose system record is the reference's as made, run with the two variables set."""
+    run = tmp_path / "run"
+    run.mkdir()
+    system = json.loads((ROOT / "dossier" / "reference" / "system.json").read_text(encoding="utf-8"))
+    system["variables"] = {**system.get("variables", {}), "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
+    (run / "system.json").write_text(json.dumps(system), encoding="utf-8")
+    (run / "inventory.txt").write_text((folder / "inventory.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    return run
+
+
+def test_refrec1_premise_the_edit_hides_the_difference_and_leaves_the_id(tmp_path: Path) -> None:
+    made = _reference_copy(tmp_path / "made")
+    run = _run_with(tmp_path, made)
+    assert set(vs_reference(made, run)["variables"]) == {"ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS"}  # named
+    edited = _as_if_run_with(_reference_copy(tmp_path / "edited"))
+    assert vs_reference(edited, run)["variables"] == {}  # "the same as the reference's"
+    manifest = tomllib.loads((edited / "manifest.toml").read_text(encoding="utf-8"))
+    assert manifest["id"] == identity(manifest)  # the reference is still "itself"
+
+
+@pytest.mark.xfail(strict=True, reason="REFREC1: the reference's system.json and inventory.txt are in no digest")
+def test_refrec1_an_edited_system_record_of_the_reference_is_named(tmp_path: Path) -> None:
+    assert "system.json" in inconsistency(_as_if_run_with(_reference_copy(tmp_path)))
+
+
+def test_refrec1_control_an_edited_output_of_the_reference_is_named(tmp_path: Path) -> None:
+    folder = _reference_copy(tmp_path)
+    assert inconsistency(folder) == ""
+    data = bytearray((folder / "embeddings.npy").read_bytes())
+    data[-1] ^= 1
+    (folder / "embeddings.npy").write_bytes(bytes(data))
+    assert inconsistency(folder) == "embeddings.npy does not match the manifest's digest"
