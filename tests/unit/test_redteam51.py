@@ -105,7 +105,11 @@ EOFError only), and the reference step checks the manifest's digest AFTER load a
 session on this repository: dossier/reference/embeddings.npy replaced by an npz of the same array, ``verify --
 --no-rebuild``: ``reference: FAILED - AttributeError: 'NpzFile' object has no attribute 'dtype'`` with a 12-line
 Python traceback, ``FAILED at reference (layer: unknown)``, no ERROR, no TIP; the cause it should name first
-("reference embeddings.npy differs from the fingerprint in manifest.toml") is never said. Fix idea (by class: hold
+("reference embeddings.npy differs from the fingerprint in manifest.toml") is never said. ``nox -s compare --
+dossier/reference RUN`` with the same file prints compare_outputs.py's Python traceback, then ``ERROR: comparing the
+outputs in .../bin/python failed: ... AttributeError: 'NpzFile' object has no attribute 'ndim'`` and a wrong TIP,
+``nox -s rebuild, then: nox -s compare -- A B`` (the env is sound; changed_since_written, which names the file, is
+never reached). Fix idea (by class: hold
 a file to its fingerprint before reading it, and read one format): check the digest first, load with
 ``np.lib.format.read_array`` (or refuse a result that is not an ``ndarray``) and turn any error of the load into a
 CheckFailed naming the file. CONTROL: a Git LFS pointer at the path and an array of another dtype are refused, named.
