@@ -19,10 +19,24 @@ def _np() -> Any:
     return np
 
 
-def _load_npy(path: Path, what: str, layer: str) -> Any:
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_npy(path: Path) -> Any:
+    """The array an ``.npy`` file holds; ValueError for any other file (``np.load`` picks the format from the first
+    bytes: a zip at ``NAME.npy`` loaded as an archive and the step that read it ended in a traceback, red-team pass 51,
+    NPY1). Every output, reference and run alike, is read here."""
     np = _np()
+    with open(path, "rb") as fh:
+        if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
+            raise ValueError("not an .npy array file (numpy's array format starts with \\x93NUMPY)")
+        fh.seek(0)
+        return np.lib.format.read_array(fh, allow_pickle=False)
+
+
+def _load_npy(path: Path, what: str, layer: str) -> Any:
     try:
-        return np.load(path, allow_pickle=False)
+        return read_npy(path)
     except (OSError, ValueError, EOFError) as exc:
         raise CheckFailed(f"{what}: cannot read {path.name}: {type(exc).__name__}: {exc}", layer) from exc
 

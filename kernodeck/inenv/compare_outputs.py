@@ -28,7 +28,7 @@ def _tolerance(expected: dict[str, str] | None = None) -> Any:
 
 
 def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:
-    import numpy as np
+    from kernodeck_inenv.arrays import read_npy
 
     npy, ids = folder / f"{name}.npy", folder / f"{name}.ids.json"
     if not ids.is_file() and name == "embeddings":
@@ -36,9 +36,9 @@ def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:
     if not npy.is_file() or not ids.is_file():
         return f"{npy.name} or {ids.name} is missing"
     try:
-        arr = np.load(npy, allow_pickle=False)
+        arr = read_npy(npy)
         names = [str(i) for i in json.loads(ids.read_text(encoding="utf-8"))]
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         return f"{npy.name} is unreadable ({type(exc).__name__}: {exc})"
     if (arr.shape[0] if arr.ndim else 1) != len(names):  # a 0-d output (the application's resume) has one id
         return f"{ids.name} does not list one id per row of {npy.name}"

@@ -23,10 +23,10 @@ HERE = Path(__file__).resolve().parent
 
 
 def _read(folder: Path, name: str) -> tuple[Any, list[str]] | str:
-    import numpy as np
+    from kernodeck_inenv.arrays import read_npy
 
     try:
-        arr = np.load(folder / f"{name}.npy", allow_pickle=False)
+        arr = read_npy(folder / f"{name}.npy")
         ids = json.loads((folder / f"{name}.ids.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, EOFError) as exc:
         return f"cannot read {name}.npy: {type(exc).__name__}: {exc}"
