@@ -8,6 +8,7 @@ identity and loading live in :mod:`kernodeck.runformat.manifest`; building a new
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tomllib
@@ -62,7 +63,7 @@ def install(
     manifest: dict[str, Any],
     outputs: Path,
     inventory: str,
-    system: dict[str, Any],
+    system: str,
     review: Callable[[Path], None] | None = None,
 ) -> None:
     """Write the new reference whole: staged in a sibling folder, reviewed, then swapped in by renaming folders.
@@ -108,7 +109,7 @@ def install(
             write_atomic(staging / rec["file"], (outputs / rec["file"]).read_bytes())
             write_atomic(staging / rec["ids"], (outputs / rec["ids"]).read_text(encoding="utf-8"))
         write_atomic(staging / "inventory.txt", inventory)
-        write_atomic(staging / "system.json", json.dumps(system, indent=2, default=str) + "\n")
+        write_atomic(staging / "system.json", system)
         write_atomic(staging / "manifest.toml", render(manifest))
         if review is not None:
             review(staging)
@@ -216,17 +217,22 @@ def create(project: Project, plat: Platform, report: Report, folder: Path, old: 
     require_sources_as_run(project, app, folder)
     weights = weights_record(project, plat, app, steps)
     criterion = steps["criterion"].details if "criterion" in steps and steps["criterion"].details else None
+    system = json.dumps(json.loads((folder / "system.json").read_text(encoding="utf-8")), indent=2, default=str) + "\n"
+    inventory_text = (folder / "inventory.txt").read_text(encoding="utf-8")
     manifest = build_manifest(
         project, outputs=folder / "outputs", criterion=criterion, weights=weights, platform_id=plat.id,
         data=steps["application"].details.get("data_fingerprint"),
         lock_digest="sha256:" + sha256_file(inputs.lock_path(project, plat)),
         device=str(steps["backend"].details.get("device", "cpu")),
-        previous=old.id if old else recorded_id(project))
+        previous=old.id if old else recorded_id(project),
+        records={"inventory": _sha256_text(inventory_text), "system": _sha256_text(system)})
     if old is not None and old.id == manifest["id"]:
         return Created(new_id=old.id, old_id=old.id, unchanged=True, changes=())
-    system = json.loads((folder / "system.json").read_text(encoding="utf-8"))
-    inventory_text = (folder / "inventory.txt").read_text(encoding="utf-8")
     install(project, manifest, folder / "outputs", inventory_text, system,
             review=lambda staged: dossier_review.review_folder(staged, project.root))
     return Created(new_id=manifest["id"], old_id=old.id if old else None, unchanged=False,
                    changes=tuple(changes(old.manifest, manifest)) if old is not None else ())
+
+
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -48,9 +48,21 @@ def check_reference(ctx: Context) -> dict[str, Any]:
                 raise CheckFailed(f"reference {file} differs from the fingerprint in manifest.toml", "reference")
         arrays[name] = arr
         details[name] = {"shape": list(arr.shape), "dtype": str(arr.dtype)}
+    for file, digest in (ref.get("records") or {}).items():  # its system and inventory records (manifest.RECORDS)
+        if sha256_file(folder / file) != digest:
+            raise CheckFailed(f"reference {file} differs from the fingerprint in manifest.toml (the record verify "
+                              "compares this run's system chain and packages with)", "reference",
+                              {"tip": f"git checkout -- {_shown(ctx, folder / file)}   (the reference's own record; or "
+                                      "nox -s reference -- --new for a new reference)"})
     ctx.state["reference"] = arrays
     return {"outputs": details, "rows": len(sample_ids), "code": code,
             "sample_sha256": _app_cfg(ctx).get("sample_sha256")}
+
+
+def _shown(ctx: Context, path: Path) -> str:
+    """``path`` relative to the project's folder where it lies there."""
+    root = Path(ctx.config.get("project_root") or ".")
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 CODE_TIP = "nox -s reference -- --new   (if the change is intended: a new reference for this code)"

@@ -127,6 +127,7 @@ class Reference:
                     name: {k: rec[k] for k in ("file", "sha256", "ids", "ids_sha256", "shape")}
                     for name, rec in outputs.items()
                 },
+                "records": record_files(self.manifest),
             },
         }
 
@@ -175,6 +176,19 @@ def output_files(manifest: dict[str, Any]) -> list[tuple[str, str | None]]:
     return files
 
 
+# The reference's own records beside its outputs, each with its sha256 in [environment] (inside the id): what verify's
+# "What differs from the reference" reads (red-team pass 51, REFREC1: an edited system.json hid two variables' change)
+RECORDS = (("inventory", "inventory_sha256"), ("system", "system_sha256"))
+
+
+def record_files(manifest: dict[str, Any]) -> dict[str, str]:
+    """{file: sha256} of the reference's records its manifest fingerprints (none for one made before they were)."""
+    env = manifest.get("environment")
+    if not isinstance(env, dict):
+        return {}
+    return {str(env[name]): str(env[key]) for name, key in RECORDS if env.get(name) and env.get(key)}
+
+
 def inconsistency(folder: Path) -> str:
     """Why ``folder``'s files do not match its own manifest ('' when they do): what a history entry must satisfy."""
     try:
@@ -186,7 +200,7 @@ def inconsistency(folder: Path) -> str:
     files = output_files(manifest)
     if not files:
         return "the manifest names no outputs"
-    for name, digest in files:
+    for name, digest in [*files, *record_files(manifest).items()]:
         path = folder / name
         if not path.is_file():
             return f"{name} is missing"

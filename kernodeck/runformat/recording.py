@@ -86,6 +86,7 @@ def build_manifest(
     device: str,
     previous: str | None,
     data: dict[str, dict[str, str]] | None = None,
+    records: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The new reference's manifest, from the declaration and the reference run's outputs (in ``outputs``).
 
@@ -148,6 +149,8 @@ def build_manifest(
         "device": device,
         "inventory": "inventory.txt",
         "system": "system.json",
+        # the two records' sha256 (manifest.RECORDS), as install writes them: inside the id
+        **{f"{name}_sha256": digest for name, digest in (records or {}).items()},
     }
     # when it was made (UTC): the lineage a verify shows, and how a rollback to an older reference is seen
     created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")

@@ -5,8 +5,9 @@ each finding without a built env).
 Fixed: PYC2 and PYC4 (the bytecode check compares every field of each code object by the bytes marshal writes, the
 constants keyed by their bits, beside the instruction bytes that run: inenv/observe._key), DET1 (tolerance.same_bits
 wherever a record says bitwise), SAMPLE1 (JSON Lines split at \n only), PYC3 (envfiles.source_of, one rule). NPY1
-(inenv/arrays.read_npy: only an .npy file is an output's array, in the steps, compare and drift). Still a strict
-xfail: REFREC1.
+(inenv/arrays.read_npy: only an .npy file is an output's array, in the steps, compare and drift). REFREC1
+(the reference's system.json and inventory.txt fingerprinted in [environment], checked by the reference step and
+manifest.inconsistency).
 
 PYC2 (an honest pyc refused: FALSE FAILURE of ``env-files-unchanged``, a loop the TIP cannot end; the class of PYC1,
 the other side of CPython's code equality; inenv/observe._bytecode_of_source, env/inventory.bytecode_validator): the
@@ -361,7 +362,6 @@ def test_refrec1_premise_the_edit_hides_the_difference_and_leaves_the_id(tmp_pat
     assert manifest["id"] == identity(manifest)  # the reference is still "itself"
 
 
-@pytest.mark.xfail(strict=True, reason="REFREC1: the reference's system.json and inventory.txt are in no digest")
 def test_refrec1_an_edited_system_record_of_the_reference_is_named(tmp_path: Path) -> None:
     assert "system.json" in inconsistency(_as_if_run_with(_reference_copy(tmp_path)))
 
