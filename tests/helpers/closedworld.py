@@ -307,16 +307,17 @@ except CheckFailed as exc:
 """
 
 
-def determinism_step(tmp_path: Path, entry: str) -> dict[str, Any]:
+def determinism_step(tmp_path: Path, entry: str, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """The application's first call, then the determinism step (its reruns), on four records of a closed project
-    whose app.py is ``entry`` (os, Path and numpy imported); the stand-in torch (red-team passes 17-19)."""
+    whose app.py is ``entry`` (os, Path and numpy imported) writing ``outputs`` (TABLE's exact ``x`` unless given);
+    the stand-in torch (red-team passes 17-19, 51)."""
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/*.csv"])
     root = Path(config["project_root"])
     (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(4)))
     (root / "app.py").write_text("import os\nfrom pathlib import Path\n\nimport numpy as np\n" + entry +
                                  "\n\ndef criterion(o, i, r, p):\n    return {'passed': True, 'summary': ''}\n")
     config["application"]["sources"] = app_contract.from_table(
-        {**TABLE, "code": ["src/mypkg/*.py"]}, root).fingerprints(root)
+        {**TABLE, "code": ["src/mypkg/*.py"], **({"outputs": outputs} if outputs else {})}, root).fingerprints(root)
     config["determinism_records"] = 64
     (tmp_path / "faketorch" / "torch").mkdir(parents=True)
     (tmp_path / "faketorch" / "torch" / "__init__.py").write_text(FAKE_TORCH)

@@ -128,7 +128,6 @@ import importlib.util
 import json
 import marshal
 import math
-import os
 import py_compile
 import struct
 import subprocess
@@ -146,10 +145,9 @@ from kernodeck.env.records import read_records
 from kernodeck.env.snapshot import scan, write_snapshot
 from kernodeck.inenv._common import CheckFailed, load_sample
 from kernodeck.inenv.arrays import _load_npy, check_structure
-from kernodeck.project import app_contract
 from kernodeck.runformat.manifest import identity, inconsistency
 from kernodeck.runformat.refdelta import vs_reference
-from tests.helpers.closedworld import FAKE_TORCH, INENV, _closed_project
+from tests.helpers.closedworld import determinism_step
 
 NAN_SOURCE = "def isnan(val):\n    return str(val) == str(1e400 * 0)\n"
 FINITE_SOURCE = "def isnan(val):\n    return str(val) == str(2.5 * 3)\n"
@@ -202,24 +200,6 @@ def test_pyc2_control_a_nan_constant_replaced_stays_refused(tmp_path: Path) -> N
 
 
 # DET1 ----------------------------------------------------------------------------------------------------------------
-HARNESS = """
-import json, runpy, sys
-from pathlib import Path
-runpy.run_path(sys.argv[1])
-sys.path.insert(0, sys.argv[4])  # the stand-in torch (tests/helpers/closedworld.FAKE_TORCH)
-from kernodeck_inenv import application, determinism, world
-from kernodeck_inenv._common import CheckFailed, Context
-config = json.loads(Path(sys.argv[2]).read_text())
-ctx = Context(config=config, out=Path(sys.argv[3]))
-try:
-    first = application._call_entry(ctx, application.sample(ctx), None)
-    ctx.state["first_run"] = {n: a for n, (a, _) in first.written.items()}
-    details = determinism.run(ctx)
-    world.settle()
-    print(json.dumps({"status": "passed", "bitwise_identical": details["bitwise_identical"]}))
-except CheckFailed as exc:
-    print(json.dumps({"status": "failed", "error": str(exc)}))
-"""
 # Each call: the same values (a seeded draw, half of them 0 after a ReLU), each zero's sign drawn afresh (unseeded,
 # 2 x 8 per row: two calls agree on every sign with probability 2**-64).
 ZERO_SIGNS = """
@@ -242,32 +222,12 @@ def run(app):
 VALUE_SIGNS = ZERO_SIGNS.replace("np.where(values == 0.0, 0.0 * signs, values)", "values * signs")
 
 
+FLOAT = {"x": {"kind": "allclose", "rtol": 0.0, "atol": 1e-6, "dtype": "float64", "justification": "float64 features"}}
+
+
 def _determinism(tmp_path: Path, entry: str) -> dict[str, Any]:
-    """The determinism step run as the runner runs it (tests/unit/test_determinism.py's way), on a float output."""
-    config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/*.csv"])
-    root = Path(config["project_root"])
-    (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(4)))
-    (root / "app.py").write_text("import numpy as np\n" + entry +
-                                 "\n\ndef criterion(o, i, r, p):\n    return {'passed': True, 'summary': ''}\n")
-    config["application"]["sources"] = app_contract.from_table(
-        {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl",
-         "code": ["src/mypkg/*.py"], "files": ["data/*.csv"],
-         "outputs": {"x": {"kind": "allclose", "rtol": 0.0, "atol": 1e-6, "dtype": "float64",
-                           "justification": "float64 features"}}}, root).fingerprints(root)
-    fake = tmp_path / "faketorch"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    (tmp_path / "det.py").write_text(HARNESS)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "out").mkdir()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PYTHON"))},
-           "PYTHONHASHSEED": "0"}
-    done = subprocess.run([sys.executable, "-s", "-P", str(tmp_path / "det.py"), str(INENV / "_package.py"),
-                           str(tmp_path / "config.json"), str(tmp_path / "out"), str(fake)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, check=False, timeout=120)
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    """The determinism step run as the runner runs it (tests/helpers/closedworld.py), on a float output."""
+    return determinism_step(tmp_path, entry, FLOAT)
 
 
 def test_det1_premise_the_bits_differ_and_array_equal_says_equal() -> None:
