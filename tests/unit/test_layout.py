@@ -56,6 +56,7 @@ CROSS_CUTTING = {
     "redteam49": "red-team pass 49: the lock's inputs beyond ${NAME} (machine markers) and compare's unrecorded inputs",
     "redteam50": "red-team pass 50: the env bound to its lock (bytecode the runtime runs), variables, lineage",
     "redteam51": "red-team pass 51: sameness judged by equalities blind to what runs or is read (pycs, bitwise)",
+    "redteam52": "red-team pass 52: the time zone exemption, a zone's record, references without record digests",
 }
 
 
