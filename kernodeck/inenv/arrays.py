@@ -31,7 +31,9 @@ def read_npy(path: Path) -> Any:
         if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
             raise ValueError("not an .npy array file (numpy's array format starts with \\x93NUMPY)")
         fh.seek(0)
-        return np.lib.format.read_array(fh, allow_pickle=False)
+        arr = np.lib.format.read_array(fh, allow_pickle=False)
+    # one byte order for every comparison (the values kept, the machine's order: red-team pass 52, NPY2)
+    return arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("="))
 
 
 def _load_npy(path: Path, what: str, layer: str) -> Any:
@@ -58,7 +60,7 @@ def _first_difference(a: list[str], b: list[str]) -> int:
 def check_structure(arr: Any, *, dtype: str, rows: int, shape: tuple[int, ...] | None, what: str, layer: str) -> None:
     """dtype, shape (rows first) and finiteness, each named when wrong; non-finite values counted, never hidden."""
     np = _np()
-    if str(arr.dtype) != dtype:
+    if dtype not in (str(arr.dtype), arr.dtype.name):  # by name: a big-endian float32 ('>f4') is float32 (NPY2)
         raise CheckFailed(f"{what}: dtype {arr.dtype}, expected {dtype}", layer)
     if arr.ndim < 1 or arr.shape[0] != rows or (shape is not None and tuple(arr.shape) != shape):
         expected = shape if shape is not None else f"({rows}, ...)"

@@ -18,11 +18,12 @@ import os
 from typing import Any
 
 from ._common import Context
+from .protocol import TIME_ZONE_FILES
 
 # Where CPython's zoneinfo (its compiled-in TZPATH) and dateutil.tz look first; the same four folders on Linux.
 _DEFAULT = ("/usr/share/zoneinfo", "/usr/lib/zoneinfo", "/usr/share/lib/zoneinfo", "/etc/zoneinfo")
 LOCALTIME = "/etc/localtime"
-FILES = "time_zone_files"  # ctx.state and the application step's details: {real path: sha256} of what was read
+FILES = TIME_ZONE_FILES  # ctx.state and the application step's details: {real path: sha256} of what was read
 
 
 def _folders() -> tuple[str, ...]:
@@ -44,10 +45,27 @@ def _folders() -> tuple[str, ...]:
 FOLDERS = _folders()
 
 
+# The database's own index files beside its zones (what zoneinfo.available_timezones and tzdata's tools read).
+INDEXES = frozenset({"tzdata.zi", "zone.tab", "zone1970.tab", "zonenow.tab", "iso3166.tab", "leapseconds",
+                     "leap-seconds.list"})
+MAGIC = b"TZif"  # RFC 8536: every compiled zone file starts so
+
+
 def is_data(path: str) -> bool:
-    """A regular file of the time zone database, by the file ``path`` opens."""
+    """A file of the time zone database, by the file ``path`` opens: a compiled zone (its magic) in one of the
+    database's folders, or one of its index files at a folder's top. Any other file there is no zone: it stays an
+    input to declare (red-team pass 52, TZ1: a number in /etc/zoneinfo/offset was read as the system's)."""
     real = os.path.realpath(path)
-    return real.startswith(FOLDERS) and os.path.isfile(real)
+    folder = next((f for f in FOLDERS if real.startswith(f)), None)
+    if folder is None or not os.path.isfile(real):
+        return False
+    if os.path.dirname(real) + os.sep == folder and os.path.basename(real) in INDEXES:
+        return True
+    try:
+        with open(real, "rb") as fh:
+            return fh.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def record(ctx: Context, path: str) -> None:
@@ -55,11 +73,7 @@ def record(ctx: Context, path: str) -> None:
     real = os.path.realpath(path)
     files = ctx.state.setdefault(FILES, {})
     if real not in files:
-        try:
-            with open(real, "rb") as fh:
-                files[real] = hashlib.sha256(fh.read()).hexdigest()
-        except OSError as exc:
-            files[real] = f"unreadable: {exc.strerror}"
+        files[real] = _digest(real)
 
 
 def _version() -> str:
@@ -75,10 +89,26 @@ def _version() -> str:
     return "unknown (no tzdata.zi in the database's folders)"
 
 
-def chain() -> dict[str, Any]:
-    """The system step's record: the zone this process runs in and the database's version."""
+def _digest(path: str) -> str:
     try:
-        localtime = os.path.realpath(LOCALTIME) if os.path.lexists(LOCALTIME) else "(none)"
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
     except OSError as exc:
-        localtime = f"unreadable: {exc.strerror}"
-    return {"TZ": os.environ.get("TZ", "(unset)"), "localtime": localtime, "database_version": _version()}
+        return f"unreadable: {exc.strerror}"
+
+
+def chain() -> dict[str, Any]:
+    """The system step's record: the zone this process runs in (``TZ``; ``/etc/localtime``, where it leads and its
+    bytes: a copied zone file is named by what it holds, red-team pass 52, TZ2; a ``TZ`` naming a file, its bytes
+    too) and the database's version."""
+    tz = os.environ.get("TZ", "(unset)")
+    record: dict[str, Any] = {"TZ": tz}
+    if os.path.lexists(LOCALTIME):
+        record.update(localtime=os.path.realpath(LOCALTIME), localtime_sha256=_digest(LOCALTIME))
+    else:
+        record["localtime"] = "(none)"
+    zone_file = tz.removeprefix(":")
+    if os.path.isabs(zone_file) and os.path.isfile(zone_file):
+        record["TZ_sha256"] = _digest(zone_file)
+    record["database_version"] = _version()
+    return record

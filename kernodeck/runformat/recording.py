@@ -143,15 +143,10 @@ def build_manifest(
         if bound is not None:
             record["flip_bound"] = bound
         manifest["criterion"] = record
-    manifest["environment"] = {
-        "platform": platform_id,
-        "lock_digest": lock_digest,
-        "device": device,
-        "inventory": "inventory.txt",
-        "system": "system.json",
-        # the two records' sha256 (manifest.RECORDS), as install writes them: inside the id
-        **{f"{name}_sha256": digest for name, digest in (records or {}).items()},
-    }
+    # the two records' sha256 (manifest.RECORDS), as install writes them: inside the id
+    manifest["environment"] = {"platform": platform_id, "lock_digest": lock_digest, "device": device,
+                               "inventory": "inventory.txt", "system": "system.json",
+                               **{f"{name}_sha256": digest for name, digest in (records or {}).items()}}
     # when it was made (UTC): the lineage a verify shows, and how a rollback to an older reference is seen
     created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     manifest["provenance"] = {**git_revision(project.root), "previous_id": previous or "", "created": created}

@@ -4,6 +4,7 @@ inventory and the system chain, as verify writes them into every run's folder.""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,22 @@ def _variables(ref: dict[str, Any], run: dict[str, Any]) -> dict[str, dict[str, 
             for name in sorted({*a, *b}) if a.get(name, UNSET) != b.get(name, UNSET)}
 
 
+UNFINGERPRINTED = "records_without_digest"
+
+
+def _unfingerprinted(reference: Path) -> list[str]:
+    """The reference's records (inventory.txt, system.json) its manifest holds no digest of: one made before they
+    were fingerprinted (manifest.RECORDS), whose records no id covers."""
+    from kernodeck.runformat.manifest import record_files
+
+    try:
+        manifest = tomllib.loads((reference / "manifest.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return []
+    covered = record_files(manifest)
+    return [name for name in ("inventory.txt", "system.json") if (reference / name).is_file() and name not in covered]
+
+
 def vs_reference(
     reference: Path, run: Path, *, inventory_delta: InventoryDiff | None = None, system: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -48,6 +65,9 @@ def vs_reference(
     from kernodeck.env.inventory import diff, parse_freeze
 
     out: dict[str, Any] = {}
+    unproven = _unfingerprinted(reference)
+    if unproven:  # read below all the same, and said so (red-team pass 52, REFREC2)
+        out[UNFINGERPRINTED] = unproven
     ref_inv, inv = reference / "inventory.txt", run / "inventory.txt"
     if inventory_delta is not None:
         out["inventory"] = inventory_delta.as_dict()

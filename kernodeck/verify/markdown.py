@@ -71,6 +71,11 @@ def _differences(report: Report) -> list[str]:
             f"- inventory vs the reference's: {'identical' if not parts else counts + ': ' + ', '.join(parts[:12])}"
             + (" …" if len(parts) > 12 else "")
         )
+    unproven = vs.get("records_without_digest")  # runformat/refdelta.UNFINGERPRINTED
+    if unproven:
+        lines.append(f"- the reference's {' and '.join(unproven)} carry no digest in its manifest (made before they "
+                     "were fingerprinted): what is compared with them below is read from files no id covers; "
+                     "`nox -s reference -- --new` records them")
     system = vs.get("system")
     if system is None:
         lines.append("- system chain: not compared (no system record in this run or the reference)")

@@ -10,12 +10,13 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from kernodeck import outdir, sources, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck.env import inventory
 from kernodeck.errors import DossierError
-from kernodeck.inenv.protocol import COLLECT_ENV, Status
+from kernodeck.inenv.protocol import COLLECT_ENV, TIME_ZONE_FILES, Status
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -24,6 +25,7 @@ from kernodeck.runformat import sbom
 from kernodeck.runformat.refdelta import vs_reference
 from kernodeck.verify.context import Options, RunContext
 from kernodeck.verify.pipeline import Run
+from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 from kernodeck.verify.steps.in_env import RUNNER_ENV
 
@@ -175,7 +177,7 @@ def write_dossier(ctx: RunContext, run: Run, report: Report, lock_files: LockFil
     steps = {s.name: s for s in report.steps}
     for name, file in (("system", "system.json"), ("settings", "settings.json")):
         if name in steps and steps[name].details:
-            write_json(staging / file, steps[name].details)
+            write_json(staging / file, _system_record(steps) if name == "system" else steps[name].details)
     written: list[str] = []  # from text the review passed already (LockFiles)
     if ctx.lock.raw is not None:
         write_atomic(staging / "lock.txt", ready.get("lock.txt", ctx.lock.raw))
@@ -203,3 +205,14 @@ def review(ctx: RunContext, reviewed: list[str] | None = None) -> None:
     the Project as loaded) and the secrets read once into the context: nothing is read again. ``reviewed``: the files
     written from text already reviewed (LockFiles)."""
     dossier_review.review_folder(ctx.staging, ctx.project.root, _reviewer(ctx), reviewed=reviewed or ())
+
+
+def _system_record(steps: dict[str, Step]) -> dict[str, Any]:
+    """The system step's record, with the time zone database files the application read (their sha256): the system
+    chain's, compared with the reference's file by file (inenv/timezones.py)."""
+    record = dict(steps["system"].details)
+    application = steps.get("application")
+    zone_files = application.details.get(TIME_ZONE_FILES) if application is not None else None
+    if zone_files:
+        record[TIME_ZONE_FILES] = zone_files
+    return record

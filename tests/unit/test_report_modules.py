@@ -33,7 +33,7 @@ LAYERS = {
     "kernodeck.dossier.resume_outputs": {"kernodeck.dossier.compare"},
     "kernodeck.dossier.delta": {"kernodeck.dossier.read", "kernodeck.dossier.compare",
                                 "kernodeck.dossier.resume_outputs"},
-    "kernodeck.runformat.refdelta": set(),
+    "kernodeck.runformat.refdelta": {"kernodeck.runformat.manifest"},  # which records its manifest fingerprints
     "kernodeck.runformat.review": set(),
 }
 

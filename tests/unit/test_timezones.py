@@ -62,9 +62,35 @@ def test_the_chain_records_the_zone_and_the_database_version(monkeypatch: pytest
     monkeypatch.setenv("TZ", "Europe/Amsterdam")
     chain = timezones.chain()
     assert chain["TZ"] == "Europe/Amsterdam"
-    assert set(chain) == {"TZ", "localtime", "database_version"}
+    assert {"TZ", "localtime", "database_version"} <= set(chain)
+    assert ("localtime_sha256" in chain) == os.path.lexists(timezones.LOCALTIME)
     monkeypatch.delenv("TZ")
     assert timezones.chain()["TZ"] == "(unset)"
     zi = next((Path(f) / "tzdata.zi" for f in timezones.FOLDERS if (Path(f) / "tzdata.zi").is_file()), None)
     if zi is not None:
         assert chain["database_version"] == zi.read_text(encoding="utf-8").splitlines()[0].removeprefix("# version ")
+
+
+def test_a_zone_named_by_tz_as_a_file_is_recorded_by_its_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    zone = tmp_path / "zone"
+    zone.write_bytes(b"TZif2 one")
+    monkeypatch.setenv("TZ", f":{zone}")
+    first = timezones.chain()["TZ_sha256"]
+    zone.write_bytes(b"TZif2 another")
+    assert timezones.chain()["TZ_sha256"] != first
+    monkeypatch.setenv("TZ", "Europe/Amsterdam")
+    assert "TZ_sha256" not in timezones.chain()
+
+
+def test_only_zones_and_the_database_index_are_the_systems(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The negative of the exemption: a file in a database folder that is no compiled zone stays an input."""
+    folder = tmp_path / "zoneinfo"
+    (folder / "Europe").mkdir(parents=True)
+    monkeypatch.setattr(timezones, "FOLDERS", (os.path.realpath(folder) + os.sep,))
+    (folder / "Europe" / "Amsterdam").write_bytes(b"TZif2 rules")
+    (folder / "zone1970.tab").write_text("NL\t+5222+00454\tEurope/Amsterdam\n", encoding="utf-8")
+    (folder / "Europe" / "zone1970.tab").write_text("1.5\n", encoding="utf-8")  # an index's name, not at the top
+    (folder / "numbers.csv").write_text("1.5\n", encoding="utf-8")
+    assert timezones.is_data(str(folder / "Europe" / "Amsterdam")) and timezones.is_data(str(folder / "zone1970.tab"))
+    assert not timezones.is_data(str(folder / "numbers.csv"))
+    assert not timezones.is_data(str(folder / "Europe" / "zone1970.tab"))

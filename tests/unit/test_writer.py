@@ -116,3 +116,24 @@ def test_the_sbom_prepared_meanwhile_is_the_one_written_after(staged: Any) -> No
                          lock=staged.lock.parsed, digest=staged.lock.digest, twin=staged.lock.twin)
     assert texts[writer.SBOM] == writer._reviewer(staged)(written.read_text(encoding="utf-8"))
     assert texts["lock.txt"] == writer._reviewer(staged)(raw.decode("utf-8"))
+
+
+def test_the_system_record_holds_the_zone_files_the_application_read_and_a_change_is_named(tmp_path: Path) -> None:
+    """system.json carries the time zone database files the application read (their sha256), so each is compared with
+    the reference's as the system chain's (red-team pass 52, TZ1); a run that read none carries no such key."""
+    import json
+
+    from kernodeck.inenv.protocol import Status as StepStatus
+    from kernodeck.runformat.refdelta import vs_reference
+    from kernodeck.verify.record import Step
+
+    system = Step("system", StepStatus.PASSED, details={"os": "Debian"})
+    read = Step("application", StepStatus.PASSED, details={"time_zone_files": {"/usr/share/zoneinfo/UTC": "a" * 64}})
+    assert writer._system_record({"system": system}) == {"os": "Debian"}
+    record = writer._system_record({"system": system, "application": read})
+    assert record == {"os": "Debian", "time_zone_files": {"/usr/share/zoneinfo/UTC": "a" * 64}}
+    for name, files in (("reference", {"/usr/share/zoneinfo/UTC": "b" * 64}), ("run", record["time_zone_files"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "system.json").write_text(json.dumps({"os": "Debian", "time_zone_files": files}))
+    found = vs_reference(tmp_path / "reference", tmp_path / "run")["system"]
+    assert found == {"time_zone_files./usr/share/zoneinfo/UTC": {"reference": "b" * 64, "this run": "a" * 64}}
