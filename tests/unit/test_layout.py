@@ -57,6 +57,7 @@ CROSS_CUTTING = {
     "redteam50": "red-team pass 50: the env bound to its lock (bytecode the runtime runs), variables, lineage",
     "redteam51": "red-team pass 51: sameness judged by equalities blind to what runs or is read (pycs, bitwise)",
     "redteam52": "red-team pass 52: the time zone exemption, a zone's record, references without record digests",
+    "redteam53": "red-team pass 53: the system's files read unrecorded (zones after the entry), honest reads refused",
 }
 
 
