@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cached, children, declared_files, links, seen, timezones, verified, world
+from . import cached, children, declared_files, links, seen, verified, world
 from ._common import CheckFailed, Context, current_step, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
 from .locate import locate
@@ -354,8 +354,6 @@ def run_entry(ctx: Context) -> dict[str, Any]:
         details["data_fingerprint"] = ctx.state["data_fingerprint"]
     if ctx.state.get("cached_code"):  # the modules cache's copies of declared files the entry ran (declared_files.py)
         details["cached_code"] = dict(sorted(ctx.state["cached_code"].items()))
-    if ctx.state.get(timezones.FILES):  # the system's time zone database files it read (timezones.py)
-        details[timezones.FILES] = dict(sorted(ctx.state[timezones.FILES].items()))
     return details
 
 

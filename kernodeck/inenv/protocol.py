@@ -108,9 +108,9 @@ STEPS_DIR = "steps"  # beside run-config.json
 HASH_SEED = "0"
 RUN_CONFIG = "run-config.json"
 COLLECT_ENV = "collect_env.txt"  # beside it: torch.utils.collect_env's report (torch_report.py)
-# the application step's details: {real path: sha256} of the time zone database files it read (timezones.py); the
-# orchestrator writes them into system.json, so each is compared with the reference's as the system chain's
-TIME_ZONE_FILES = "time_zone_files"
+# each step's details: {real path: sha256} of the system's own files its windows read (systemfiles.py); the
+# orchestrator writes them all into system.json, so each is compared with the reference's as the system chain's
+SYSTEM_FILES = "system_files"
 # A stuck in-env process is asked for its stacks before it is stopped (docs/report.md, "A hang"): every process of
 # the run that imports Kernodeck's in-env side (the runner, each child it or torch forks or spawns) registers
 # faulthandler on this signal, writing to ``<STACKS_DIR_ENV>/<pid>.txt``; the folder is the supervisor's.

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import libraries, setters, settings, world
+from . import libraries, setters, settings, systemfiles, world
 from ._common import CheckFailed, Context, Skip, set_step
 from .protocol import Layer, Status, StepKey
 
@@ -55,6 +55,7 @@ def run(ctx: Context, name: str, call: Callable[[], dict[str, Any]]) -> dict[str
     set_step(name)
     start = time.perf_counter()
     result: dict[str, Any]
+    system_before = set(ctx.state.get(systemfiles.FILES) or {})
     try:
         world.forget()
         details = call()
@@ -75,5 +76,9 @@ def run(ctx: Context, name: str, call: Callable[[], dict[str, Any]]) -> dict[str
             held(ctx, name)
         except CheckFailed as exc:
             result = _failed(exc)
+    read = systemfiles.read_in(ctx, system_before)
+    if read:  # the system's files this step's windows read: system.json gathers every step's (systemfiles.py)
+        details = result.get(StepKey.DETAILS)
+        result[StepKey.DETAILS] = {**(details if isinstance(details, dict) else {}), systemfiles.FILES: read}
     result[StepKey.DURATION_S] = round(time.perf_counter() - start, 4)
     return result

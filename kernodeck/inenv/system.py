@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import timezones, torch_report
+from . import systemfiles, torch_report
 from ._common import Context
 from .protocol import ConfigKey
 
@@ -282,7 +282,7 @@ def collect() -> dict[str, Any]:
             "hipcc": _cmd_version("hipcc", ["--version"]),
         },
         "build_chain": build_chain(),
-        "time_zone": timezones.chain(),
+        "time_zone": systemfiles.chain(),
     }
 
 

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import children, guard, leftover, links, locate, owned, paths, seen, timezones, verified
+from . import children, guard, leftover, links, locate, owned, paths, seen, systemfiles, verified
 from ._common import CheckFailed, Context
 from .advice import RUN_RECORD, TIP, advice, declaration
 from .declared_files import (
@@ -267,8 +267,8 @@ def _stranger(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...
         return None
     if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)) or in_sources(ctx, path):
         return None
-    if timezones.is_data(path):  # the system's time zone database, recorded as the system chain's (timezones.py)
-        timezones.record(ctx, path)
+    if systemfiles.is_data(path):  # the system's own files read by name, recorded as the chain's (systemfiles.py)
+        systemfiles.record(ctx, path)
         return None
     if in_cache_here(ctx, path):  # a model's own code copied by transformers (declared_files.py)
         return None if cache_copy(ctx, path) is not None else {"file": path, "declare": "modules cache"}

@@ -16,7 +16,7 @@ from kernodeck import outdir, sources, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck.env import inventory
 from kernodeck.errors import DossierError
-from kernodeck.inenv.protocol import COLLECT_ENV, TIME_ZONE_FILES, Status
+from kernodeck.inenv.protocol import COLLECT_ENV, SYSTEM_FILES, Status
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -208,11 +208,14 @@ def review(ctx: RunContext, reviewed: list[str] | None = None) -> None:
 
 
 def _system_record(steps: dict[str, Step]) -> dict[str, Any]:
-    """The system step's record, with the time zone database files the application read (their sha256): the system
-    chain's, compared with the reference's file by file (inenv/timezones.py)."""
+    """The system step's record, with the system's own files every step's windows read (their sha256): the system
+    chain's, compared with the reference's file by file (inenv/systemfiles.py)."""
     record = dict(steps["system"].details)
-    application = steps.get("application")
-    zone_files = application.details.get(TIME_ZONE_FILES) if application is not None else None
-    if zone_files:
-        record[TIME_ZONE_FILES] = zone_files
+    read: dict[str, Any] = {}
+    for step in steps.values():
+        found = step.details.get(SYSTEM_FILES) if isinstance(step.details, dict) else None
+        if isinstance(found, dict):
+            read.update(found)
+    if read:
+        record[SYSTEM_FILES] = dict(sorted(read.items()))
     return record

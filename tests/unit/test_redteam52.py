@@ -2,16 +2,16 @@
 sessions (measured there; these tests reproduce each finding without a built env).
 
 TZ1 (an undeclared input read through the time zone exemption: FALSE closed world, verify PASSED; and a changed one
-blamed on "the code, data or weights"; inenv/timezones.is_data and record, inenv/world._stranger): any regular file
+blamed on "the code, data or weights"; inenv/systemfiles.is_data and record, inenv/world._stranger): any regular file
 whose real path lies in a folder of the database (``/usr/share/zoneinfo``, ``/etc/zoneinfo``, ...) is the system's,
 whatever it holds, however it got there: not only the TZif zones dateutil and zoneinfo read, but a text file planted
 there (``/etc/zoneinfo`` does not exist on this machine: the folder is made by anyone with root, which the sessions
 have), a hard link to a file elsewhere, the tables (tzdata.zi, zone1970.tab) read as data. Its sha256 goes into the
-application step's ``time_zone_files``, and nothing compares that with the reference's record: only ``TZ``,
+application step's ``system_files``, and nothing compares that with the reference's record: only ``TZ``,
 ``/etc/localtime``'s target and the database's version (system.json's ``time_zone``) are compared. Measured in a
 real session: checks/app.py's ``run`` adds ``float(open("/etc/zoneinfo/rt52-offset").read())`` to its embeddings
 (the file holding ``0.0``), ``reference -- --new``, ``verify -- --no-rebuild``: ``PASSED: 13 passed, 1 skipped``,
-the file in the step's ``time_zone_files``; with ``0.01`` written there: ``FAILED at compare`` and "What differs from
+the file in the step's ``system_files``; with ``0.01`` written there: ``FAILED at compare`` and "What differs from
 the reference": "system chain: the same as the reference's", **Likely cause**: "look at the code, data or weights
 (reference code: same as the reference's)" (the two records hold different sha256 for the file; never compared). A
 hard link ``/etc/zoneinfo/rt52-offset`` -> ``/opt/rt52/offset``: PASSED too. CONTROL (measured): a symbolic link
@@ -21,7 +21,7 @@ rest of the chain): a file of the database only when it is one (TZif magic, a zo
 by name), and the {file: sha256} it read compared with the reference's record (a named difference, in "What differs"
 and the likely cause); a file there that is no zone stays undeclared.
 
-TZ2 (a zone change unnamed: "the same as the reference's" where the zone differs; inenv/timezones.chain): the system
+TZ2 (a zone change unnamed: "the same as the reference's" where the zone differs; inenv/systemfiles.chain): the system
 record names ``/etc/localtime`` by the file it links to. Where it is a regular file (a copy of the zone: some images
 ``cp`` the zone there instead of linking it), the record holds "/etc/localtime" whatever zone it holds, and glibc reads
 its bytes natively (``time.localtime``, ``time.strftime``, dateutil's ``tzlocal``): two machines in different zones
@@ -64,7 +64,7 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import timezones
+from kernodeck.inenv import systemfiles
 from kernodeck.inenv._common import CheckFailed
 from kernodeck.inenv.arrays import check_structure
 from kernodeck.runformat.manifest import inconsistency, record_files
@@ -83,10 +83,10 @@ def _zone_bytes(name: str) -> bytes:
 # TZ1 -----------------------------------------------------------------------------------------------------------------
 @pytest.fixture
 def zone_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A folder of the database as timezones.FOLDERS holds them (a real path ending in os.sep)."""
+    """A folder of the database as systemfiles.FOLDERS holds them (a real path ending in os.sep)."""
     folder = tmp_path / "zoneinfo"
     folder.mkdir()
-    monkeypatch.setattr(timezones, "FOLDERS", (os.path.realpath(folder) + os.sep,))
+    monkeypatch.setattr(systemfiles, "FOLDERS", (os.path.realpath(folder) + os.sep,))
     return folder
 
 
@@ -94,35 +94,35 @@ def test_tz1_premise_a_planted_text_file_and_a_hard_link_there_are_the_systems(t
                                                                                 zone_folder: Path) -> None:
     planted = zone_folder / "rt52-offset"
     planted.write_text("0.0\n", encoding="utf-8")
-    assert os.path.realpath(planted).startswith(timezones.FOLDERS)  # in the database's folder: the old rule's test
+    assert os.path.realpath(planted).startswith(systemfiles.FOLDERS)  # in the database's folder: the old rule's test
     outside = tmp_path / "project" / "offset"
     outside.parent.mkdir()
     outside.write_text("0.01\n", encoding="utf-8")
     os.link(outside, zone_folder / "rt52-linked")
-    assert os.path.realpath(zone_folder / "rt52-linked").startswith(timezones.FOLDERS)  # a project file, renamed
-    assert not timezones.is_data(str(planted)) and not timezones.is_data(str(zone_folder / "rt52-linked"))  # fixed
+    assert os.path.realpath(zone_folder / "rt52-linked").startswith(systemfiles.FOLDERS)  # a project file, renamed
+    assert not systemfiles.is_data(str(planted)) and not systemfiles.is_data(str(zone_folder / "rt52-linked"))  # fixed
 
 
 def test_tz1_a_file_there_that_is_no_zone_is_not_the_systems(zone_folder: Path) -> None:
     planted = zone_folder / "rt52-offset"
     planted.write_text("0.0\n", encoding="utf-8")
-    assert not timezones.is_data(str(planted))
+    assert not systemfiles.is_data(str(planted))
 
 
 def test_tz1_control_a_zone_is_the_systems_and_a_link_out_is_not(tmp_path: Path, zone_folder: Path) -> None:
     (zone_folder / "UTC").write_bytes(_zone_bytes("UTC"))
-    assert timezones.is_data(str(zone_folder / "UTC"))
+    assert systemfiles.is_data(str(zone_folder / "UTC"))
     outside = tmp_path / "offset"
     outside.write_text("0.0\n", encoding="utf-8")
     (zone_folder / "rt52-link").symlink_to(outside)
-    assert not timezones.is_data(str(zone_folder / "rt52-link"))  # judged by the file it opens
+    assert not systemfiles.is_data(str(zone_folder / "rt52-link"))  # judged by the file it opens
 
 
 # TZ2 -----------------------------------------------------------------------------------------------------------------
 def _chain_with(monkeypatch: pytest.MonkeyPatch, localtime: Path) -> dict[str, object]:
-    monkeypatch.setattr(timezones, "LOCALTIME", str(localtime))
+    monkeypatch.setattr(systemfiles, "LOCALTIME", str(localtime))
     monkeypatch.delenv("TZ", raising=False)
-    return timezones.chain()
+    return systemfiles.chain()
 
 
 def test_tz2_premise_two_zones_copied_to_localtime_are_one_record(tmp_path: Path,

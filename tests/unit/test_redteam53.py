@@ -3,9 +3,9 @@ it with the reference, and the honest reads of a common machine it refuses (meas
 reproduce each finding without a built env).
 
 TZ3 (an undeclared input through the time zone exemption, recorded nowhere: FALSE closed world, verify PASSED; and a
-changed one unnamed; inenv/application.run_entry, inenv/timezones.record, inenv/world._stranger): a file of the
-database read in any window is exempt (world._stranger -> timezones.record into ``ctx.state``), but only the
-application step's details copy ``ctx.state[time_zone_files]`` (run_entry, when the entry's call ends), and only they
+changed one unnamed; inenv/application.run_entry, inenv/systemfiles.record, inenv/world._stranger): a file of the
+database read in any window is exempt (world._stranger -> systemfiles.record into ``ctx.state``), but only the
+application step's details copy ``ctx.state[system_files]`` (run_entry, when the entry's call ends), and only they
 reach system.json (verify/writer._system_record). What the criterion's window (or a determinism rerun, the
 resume-application's calls, a thread read late) reads there afterwards is in no record. A compiled zone is a TZif
 header; the bytes after its data are anything. Measured in a real session: /usr/share/zoneinfo/Etc/RT53 = Etc/UTC's
@@ -19,7 +19,7 @@ invariants) and the system record takes them from every step; the test pins that
 place if the fix records them elsewhere, e.g. once at the runner's end).
 
 TZ4 (the system's own zone setting refused where it is not a link: a FALSE FAILURE on common images;
-inenv/world._stranger, inenv/timezones.is_data): ``/etc/localtime`` is accepted only as the file it links to (in the
+inenv/world._stranger, inenv/systemfiles.is_data): ``/etc/localtime`` is accepted only as the file it links to (in the
 database's folder). Where an image copies the zone there (a regular file), a Python reader of it (dateutil's
 ``tz.gettz()`` with no name opens ``/etc/localtime``; tzlocal's ``get_localzone`` too) is "undeclared, outside the
 project", though the system step already records its bytes (TZ2's fix: ``localtime_sha256``). ``/etc/timezone``
@@ -43,6 +43,11 @@ idea by class: the system's configuration files the standard library reads by na
 ``/etc/os-release``) accepted as the system chain's with their sha256 recorded and compared (as the zone files), and a
 credential the hub reads (``$HF_HOME/token``, ``HF_TOKEN_PATH``) accepted as a credential, recorded by presence only
 (never hashed into a record), never advised as a data source.
+
+Fixed (kernodeck/inenv/systemfiles.py): each step records the system files its windows read (steprun.run) and
+system.json gathers every step's (TZ3); a copied /etc/localtime holding a zone, /etc/timezone, mimetypes.knownfiles
+and os-release are the system's, recorded by sha256 and compared with the reference's (TZ4, FF1); the hub's login is
+a credential, recorded as read and never hashed (FF1).
 """
 
 from __future__ import annotations
@@ -54,9 +59,9 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import steprun, timezones, world
+from kernodeck.inenv import steprun, systemfiles, world
 from kernodeck.inenv._common import Context
-from kernodeck.inenv.protocol import TIME_ZONE_FILES, StepKey
+from kernodeck.inenv.protocol import SYSTEM_FILES, StepKey
 
 _UTC = Path("/usr/share/zoneinfo/Etc/UTC")
 needs_utc = pytest.mark.skipif(not _UTC.is_file(), reason="no /usr/share/zoneinfo/Etc/UTC on this machine")
@@ -84,7 +89,7 @@ def _zone_with_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A compiled zone with a number after its data, in a folder of the database (as /usr/share/zoneinfo/Etc/RT53)."""
     folder = tmp_path / "zoneinfo"
     folder.mkdir()
-    monkeypatch.setattr(timezones, "FOLDERS", (os.path.realpath(folder) + os.sep,))
+    monkeypatch.setattr(systemfiles, "FOLDERS", (os.path.realpath(folder) + os.sep,))
     zone = folder / "RT53"
     zone.write_bytes(_UTC.read_bytes() + b"\n1.0\n")
     return zone
@@ -103,21 +108,19 @@ def _criterion_reading(ctx: Context, zone: Path) -> dict[str, Any]:
 def test_tz3_premise_a_zone_with_a_tail_read_by_the_criterion_is_exempt_and_in_no_steps_details(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bare_steps: None) -> None:
     zone = _zone_with_tail(tmp_path, monkeypatch)
-    assert timezones.is_data(str(zone))  # its first bytes are a zone's: what follows its data is anything
+    assert systemfiles.is_data(str(zone))  # its first bytes are a zone's: what follows its data is anything
     ctx = _ctx(tmp_path)
     result = _criterion_reading(ctx, zone)
     assert result[StepKey.STATUS] == "passed"
-    assert str(zone) in ctx.state[TIME_ZONE_FILES]  # noted in the process ...
-    assert TIME_ZONE_FILES not in result[StepKey.DETAILS]  # ... and in no record: run_entry's details were made before
+    assert str(zone) in ctx.state[SYSTEM_FILES]  # noted in the process (before the fix: in no step's record)
 
 
 @needs_utc
-@pytest.mark.xfail(strict=True, reason="TZ3: a zone file read outside the application's window is in no record")
 def test_tz3_the_step_whose_window_read_a_zone_file_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              bare_steps: None) -> None:
     zone = _zone_with_tail(tmp_path, monkeypatch)
     result = _criterion_reading(_ctx(tmp_path), zone)
-    assert str(zone) in result[StepKey.DETAILS].get(TIME_ZONE_FILES, {})
+    assert str(zone) in result[StepKey.DETAILS].get(SYSTEM_FILES, {})
 
 
 @needs_utc
@@ -126,7 +129,7 @@ def test_tz3_control_a_step_that_read_no_zone_names_none_and_a_text_file_there_i
     zone = _zone_with_tail(tmp_path, monkeypatch)
     ctx = _ctx(tmp_path)
     result = steprun.run(ctx, "criterion", lambda: {"passed": True})
-    assert TIME_ZONE_FILES not in result[StepKey.DETAILS]
+    assert SYSTEM_FILES not in result[StepKey.DETAILS]
     text = zone.with_name("offset")
     text.write_text("1.0\n", encoding="utf-8")
     assert _stranger(ctx, str(text)) == {"file": str(text), "declare": "outside the project"}  # TZ1's fix holds
@@ -134,11 +137,11 @@ def test_tz3_control_a_step_that_read_no_zone_names_none_and_a_text_file_there_i
 
 # TZ4 -----------------------------------------------------------------------------------------------------------------
 def _copied_localtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes) -> Path:
-    """/etc/localtime as an image that copies the zone there has it: a regular file (timezones.LOCALTIME moved)."""
+    """/etc/localtime as an image that copies the zone there has it: a regular file (systemfiles.LOCALTIME moved)."""
     localtime = tmp_path / "etc" / "localtime"
     localtime.parent.mkdir()
     localtime.write_bytes(content)
-    monkeypatch.setattr(timezones, "LOCALTIME", str(localtime))
+    monkeypatch.setattr(systemfiles, "LOCALTIME", str(localtime))
     monkeypatch.delenv("TZ", raising=False)
     return localtime
 
@@ -147,16 +150,12 @@ def _copied_localtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: 
 def test_tz4_premise_a_copied_localtime_is_recorded_by_its_bytes_and_refused_when_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     localtime = _copied_localtime(tmp_path, monkeypatch, _UTC.read_bytes())
-    chain = timezones.chain()
+    chain = systemfiles.chain()
     assert chain["localtime"] == str(localtime) and "localtime_sha256" in chain  # the system chain's record (TZ2)
-    assert _stranger(_ctx(tmp_path), str(localtime)) is not None  # dateutil's gettz() reading it: undeclared
-    if Path("/etc/timezone").is_file():  # tzlocal's first read on Debian and Ubuntu
-        assert _stranger(_ctx(tmp_path), "/etc/timezone") == {"file": "/etc/timezone",
-                                                               "declare": "outside the project"}
+    assert not localtime.is_symlink()  # a copy: before the fix, dateutil's gettz() reading it was undeclared
 
 
 @needs_utc
-@pytest.mark.xfail(strict=True, reason="TZ4: the system's zone setting is refused where /etc/localtime is a copy")
 def test_tz4_a_copied_localtime_is_the_systems(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     localtime = _copied_localtime(tmp_path, monkeypatch, _UTC.read_bytes())
     assert _stranger(_ctx(tmp_path), str(localtime)) is None
@@ -192,19 +191,14 @@ def hub_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_ff1_premise_the_machines_mime_table_and_the_hub_login_are_refused_as_inputs_to_declare(
         tmp_path: Path, hub_home: Path) -> None:
     assert _MIME in mimetypes.knownfiles  # what mimetypes.init (guess_type's first call) opens where it exists
-    ctx = _ctx(tmp_path)
-    assert _stranger(ctx, _MIME) == {"file": _MIME, "declare": "outside the project"}
-    token = str(hub_home / "token")
-    assert _stranger(ctx, token) == {"file": token, "declare": "outside the project"}  # advice: a data.NAME source
+    assert (hub_home / "token").is_file()  # what get_token reads (before the fix both were "declare a data source")
 
 
 @needs_mime
-@pytest.mark.xfail(strict=True, reason="FF1: the standard library's reads of the machine's configuration refused")
 def test_ff1_the_machines_mime_table_is_the_systems(tmp_path: Path) -> None:
     assert _stranger(_ctx(tmp_path), _MIME) is None
 
 
-@pytest.mark.xfail(strict=True, reason="FF1: the hub's login read offline is refused and advised as a data source")
 def test_ff1_the_hub_login_is_no_input_to_declare(tmp_path: Path, hub_home: Path) -> None:
     assert _stranger(_ctx(tmp_path), str(hub_home / "token")) is None
 

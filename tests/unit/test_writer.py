@@ -128,12 +128,12 @@ def test_the_system_record_holds_the_zone_files_the_application_read_and_a_chang
     from kernodeck.verify.record import Step
 
     system = Step("system", StepStatus.PASSED, details={"os": "Debian"})
-    read = Step("application", StepStatus.PASSED, details={"time_zone_files": {"/usr/share/zoneinfo/UTC": "a" * 64}})
+    read = Step("application", StepStatus.PASSED, details={"system_files": {"/usr/share/zoneinfo/UTC": "a" * 64}})
     assert writer._system_record({"system": system}) == {"os": "Debian"}
     record = writer._system_record({"system": system, "application": read})
-    assert record == {"os": "Debian", "time_zone_files": {"/usr/share/zoneinfo/UTC": "a" * 64}}
-    for name, files in (("reference", {"/usr/share/zoneinfo/UTC": "b" * 64}), ("run", record["time_zone_files"])):
+    assert record == {"os": "Debian", "system_files": {"/usr/share/zoneinfo/UTC": "a" * 64}}
+    for name, files in (("reference", {"/usr/share/zoneinfo/UTC": "b" * 64}), ("run", record["system_files"])):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "system.json").write_text(json.dumps({"os": "Debian", "time_zone_files": files}))
+        (tmp_path / name / "system.json").write_text(json.dumps({"os": "Debian", "system_files": files}))
     found = vs_reference(tmp_path / "reference", tmp_path / "run")["system"]
-    assert found == {"time_zone_files./usr/share/zoneinfo/UTC": {"reference": "b" * 64, "this run": "a" * 64}}
+    assert found == {"system_files./usr/share/zoneinfo/UTC": {"reference": "b" * 64, "this run": "a" * 64}}

@@ -1,0 +1,148 @@
+"""The system's own files that the standard library and common libraries read by name: part of the system chain,
+recorded and compared with the reference's, not inputs a project declares.
+
+Found on a lent H200 (Python 3.12 with pandas): pandas' import asks dateutil for UTC, which reads the system's time
+zone database first (``/usr/share/zoneinfo/UTC``), and every verify of a project whose env holds pandas failed its
+application step naming that file. Red-team pass 53 found the rest of the class: the machine's zone setting where an
+image copies it (``/etc/localtime`` a regular file, ``/etc/timezone``: dateutil, tzlocal), ``mimetypes``' tables
+(``mimetypes.knownfiles``: ``guess_type``'s first call), ``/etc/os-release`` (``platform.freedesktop_os_release``),
+and the Hugging Face login a hub call reads even offline (``$HF_HOME/token``).
+
+A file read is one of these by the file a path opens: a compiled zone (``TZif`` magic) in one of the database's
+folders or its index files at a folder's top (any other file there is no zone: an input to declare, red-team pass
+52, TZ1), the machine's zone setting (``/etc/localtime`` holding a compiled zone, ``/etc/timezone``), a table of
+``mimetypes.knownfiles``, the os-release file. Each read, by whichever step's window, is recorded with its sha256 in
+that step's details (``system_files``, steprun.py; pass 53, TZ3: a zone read by the criterion was in no record) and
+the orchestrator writes them all into system.json, compared with the reference's file by file. The hub's login is
+a credential: recorded as read, never hashed. The system step records the zone itself (:func:`chain`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+import os
+from typing import Any
+
+from ._common import Context
+from .protocol import SYSTEM_FILES
+
+# Where CPython's zoneinfo (its compiled-in TZPATH) and dateutil.tz look first; the same four folders on Linux.
+_DEFAULT = ("/usr/share/zoneinfo", "/usr/lib/zoneinfo", "/usr/share/lib/zoneinfo", "/etc/zoneinfo")
+LOCALTIME = "/etc/localtime"
+TIMEZONE = "/etc/timezone"  # Debian's and Ubuntu's zone name (tzlocal reads it first)
+OS_RELEASE = ("/etc/os-release", "/usr/lib/os-release")
+FILES = SYSTEM_FILES  # ctx.state and each step's details: {real path: sha256, or the credential note} of what was read
+CREDENTIAL = "a credential: read, not hashed"
+# The database's own index files beside its zones (what zoneinfo.available_timezones and tzdata's tools read).
+INDEXES = frozenset({"tzdata.zi", "zone.tab", "zone1970.tab", "zonenow.tab", "iso3166.tab", "leapseconds",
+                     "leap-seconds.list"})
+MAGIC = b"TZif"  # RFC 8536: every compiled zone file starts so
+
+
+def _folders() -> tuple[str, ...]:
+    try:
+        import zoneinfo
+
+        compiled_in: tuple[str, ...] = tuple(zoneinfo.TZPATH)
+    except ImportError:  # an interpreter built without it: dateutil's list still holds
+        compiled_in = ()
+    found: list[str] = []
+    for folder in (*compiled_in, *_DEFAULT):
+        if os.path.isabs(folder):
+            real = os.path.realpath(folder).rstrip(os.sep) + os.sep
+            if real not in found:
+                found.append(real)
+    return tuple(found)
+
+
+FOLDERS = _folders()
+
+
+def _zone(real: str) -> bool:
+    try:
+        with open(real, "rb") as fh:
+            return fh.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def _named() -> set[str]:
+    """The system's configuration files read by name (zone setting, mime tables, os-release), as real paths."""
+    return {os.path.realpath(p) for p in (TIMEZONE, *mimetypes.knownfiles, *OS_RELEASE)}
+
+
+def _hub_login() -> set[str]:
+    """Where huggingface_hub keeps the login it reads (``HF_TOKEN_PATH``, else ``$HF_HOME/token`` and its
+    ``stored_tokens``), as real paths."""
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    return {os.path.realpath(p) for p in (os.environ.get("HF_TOKEN_PATH") or os.path.join(home, "token"),
+                                          os.path.join(home, "stored_tokens"))}
+
+
+def is_data(path: str) -> bool:
+    """One of the system's files above, by the file ``path`` opens."""
+    real = os.path.realpath(path)
+    if not os.path.isfile(real):
+        return False
+    folder = next((f for f in FOLDERS if real.startswith(f)), None)
+    if folder is not None:
+        if os.path.dirname(real) + os.sep == folder and os.path.basename(real) in INDEXES:
+            return True
+        return _zone(real)
+    if real == os.path.realpath(LOCALTIME):
+        return _zone(real)  # a copied zone; a text file at its place is an input like any other
+    return real in _named() or real in _hub_login()
+
+
+def record(ctx: Context, path: str) -> None:
+    """Note the system file ``path`` opens, with its sha256 (a login: only that it was read), for the step's details."""
+    real = os.path.realpath(path)
+    files = ctx.state.setdefault(FILES, {})
+    if real not in files:
+        files[real] = CREDENTIAL if real in _hub_login() else _digest(real)
+
+
+def _digest(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+
+
+def _version() -> str:
+    """The database's version as its ``tzdata.zi`` states it (``# version 2025b``), from the first folder with one."""
+    for folder in FOLDERS:
+        try:
+            with open(os.path.join(folder, "tzdata.zi"), encoding="utf-8") as fh:
+                first = fh.readline().strip()
+        except OSError:
+            continue
+        if first.startswith("# version "):
+            return first.removeprefix("# version ")
+    return "unknown (no tzdata.zi in the database's folders)"
+
+
+def chain() -> dict[str, Any]:
+    """The system step's record: the zone this process runs in (``TZ``; ``/etc/localtime``, where it leads and its
+    bytes: a copied zone file is named by what it holds, red-team pass 52, TZ2; a ``TZ`` naming a file, its bytes
+    too) and the database's version."""
+    tz = os.environ.get("TZ", "(unset)")
+    record: dict[str, Any] = {"TZ": tz}
+    if os.path.lexists(LOCALTIME):
+        record.update(localtime=os.path.realpath(LOCALTIME), localtime_sha256=_digest(LOCALTIME))
+    else:
+        record["localtime"] = "(none)"
+    zone_file = tz.removeprefix(":")
+    if os.path.isabs(zone_file) and os.path.isfile(zone_file):
+        record["TZ_sha256"] = _digest(zone_file)
+    record["database_version"] = _version()
+    return record
+
+
+def read_in(ctx: Context, before: set[str]) -> dict[str, str]:
+    """The system files read since ``before`` (the names recorded when a step started): that step's record."""
+    files = ctx.state.get(FILES) or {}
+    return {path: files[path] for path in sorted(files) if path not in before}
