@@ -4,7 +4,6 @@ inventory and the system chain, as verify writes them into every run's folder.""
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,31 +40,29 @@ def _variables(ref: dict[str, Any], run: dict[str, Any]) -> dict[str, dict[str, 
 UNFINGERPRINTED = "records_without_digest"
 
 
-def _unfingerprinted(reference: Path) -> list[str]:
+def _unfingerprinted(reference: Path, manifest: dict[str, Any]) -> list[str]:
     """The reference's records (inventory.txt, system.json) its manifest holds no digest of: one made before they
     were fingerprinted (manifest.RECORDS), whose records no id covers."""
     from kernodeck.runformat.manifest import record_files
 
-    try:
-        manifest = tomllib.loads((reference / "manifest.toml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return []
     covered = record_files(manifest)
     return [name for name in ("inventory.txt", "system.json") if (reference / name).is_file() and name not in covered]
 
 
 def vs_reference(
-    reference: Path, run: Path, *, inventory_delta: InventoryDiff | None = None, system: dict[str, Any] | None = None
+    reference: Path, run: Path, *, inventory_delta: InventoryDiff | None = None, system: dict[str, Any] | None = None,
+    manifest: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """This run's inventory and system chain against the reference's (as recorded beside the reference).
 
     A caller that already has them passes the run's ``inventory_delta`` against the reference's inventory and its
-    ``system`` record (the system step's details): neither is then computed or read again from ``run``.
+    ``system`` record (the system step's details): neither is then computed or read again from ``run``. The
+    reference's ``manifest`` as the run read it says which of its records it fingerprints (none given: not said).
     """
     from kernodeck.env.inventory import diff, parse_freeze
 
     out: dict[str, Any] = {}
-    unproven = _unfingerprinted(reference)
+    unproven = _unfingerprinted(reference, manifest) if manifest is not None else []
     if unproven:  # read below all the same, and said so (red-team pass 52, REFREC2)
         out[UNFINGERPRINTED] = unproven
     ref_inv, inv = reference / "inventory.txt", run / "inventory.txt"

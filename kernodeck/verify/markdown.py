@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernodeck import tips
 from kernodeck.inenv.findings import fmt_value
 from kernodeck.inenv.protocol import Status
 from kernodeck.verify.claims import SKIPPABLE, ClaimState
@@ -75,7 +76,7 @@ def _differences(report: Report) -> list[str]:
     if unproven:
         lines.append(f"- the reference's {' and '.join(unproven)} carry no digest in its manifest (made before they "
                      "were fingerprinted): what is compared with them below is read from files no id covers; "
-                     "`nox -s reference -- --new` records them")
+                     f"`{tips.NEW_REFERENCE}` records them")
     system = vs.get("system")
     if system is None:
         lines.append("- system chain: not compared (no system record in this run or the reference)")

@@ -15,7 +15,7 @@ from typing import Any
 from kernodeck import outdir, sources, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck.env import inventory
-from kernodeck.errors import DossierError
+from kernodeck.errors import DossierError, KernodeckError
 from kernodeck.inenv.protocol import COLLECT_ENV, SYSTEM_FILES, Status
 from kernodeck.project.assets import SourceKind
 from kernodeck.project.config import Project
@@ -195,7 +195,8 @@ def write_dossier(ctx: RunContext, run: Run, report: Report, lock_files: LockFil
                            lock=lock.parsed, digest=lock.digest, twin=lock.twin)
     _vs_reference_inventory(ctx, report)
     write_atomic(staging / "procedure.md", _procedure(ctx, run, report))
-    report.meta["vs_reference"] = vs_reference(ctx.project.reference, staging)
+    read = None if isinstance(ctx.reference, KernodeckError) else ctx.reference.manifest  # as this run read it, once
+    report.meta["vs_reference"] = vs_reference(ctx.project.reference, staging, manifest=read)
     report.write(staging)
     review(ctx, written)
 

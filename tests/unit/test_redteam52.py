@@ -208,7 +208,8 @@ def test_refrec2_premise_an_old_references_edited_record_passes_every_check(tmp_
 
 def test_refrec2_an_unfingerprinted_record_is_named_where_it_is_read(tmp_path: Path) -> None:
     old = _edit_variables(_old_reference(tmp_path))
-    assert "system.json" in json.dumps(vs_reference(old, _run_of(tmp_path, old)))
+    manifest = tomllib.loads((old / "manifest.toml").read_text(encoding="utf-8"))  # as the run read it
+    assert "system.json" in json.dumps(vs_reference(old, _run_of(tmp_path, old), manifest=manifest))
 
 
 def test_refrec2_control_the_current_reference_names_its_edited_record(tmp_path: Path) -> None:
