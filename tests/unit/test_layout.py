@@ -58,7 +58,7 @@ CROSS_CUTTING = {
     "redteam51": "red-team pass 51: sameness judged by equalities blind to what runs or is read (pycs, bitwise)",
     "redteam52": "red-team pass 52: the time zone exemption, a zone's record, references without record digests",
     "redteam53": "red-team pass 53: the system's files read unrecorded (zones after the entry), honest reads refused",
-    "redteam54": "red-team pass 54: values read under /proc/sys and /sys trusted as the system's and recorded nowhere",
+    "redteam54": "red-team pass 54: /proc/sys and /sys values recorded nowhere, the thread count unnamed in a delta",
 }
 
 
