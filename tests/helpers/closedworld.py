@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernodeck.inenv import steprun, world
+from kernodeck.inenv._common import Context
 from kernodeck.project import app_contract
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -584,3 +586,21 @@ def resume_phases(tmp_path: Path, app_tail: str, worker_start: str = "", *, scri
             break
     return result
 
+
+# --- one judgement of the closed world, and one step, in this process (red-team passes 53, 54) ----------------------
+
+def bare_context(tmp_path: Path) -> Context:
+    """An in-env context on an empty project (``tmp_path/project``), its run folder ``tmp_path/run``."""
+    root = tmp_path / "project"
+    root.mkdir(exist_ok=True)
+    return Context(config={"project_root": str(root)}, out=tmp_path / "run")
+
+
+def stranger(ctx: Context, path: str) -> dict[str, str] | None:
+    """The closed world's judgement of one file read, nothing declared (world._stranger)."""
+    return world._stranger(ctx, {}, (os.path.realpath(ctx.out) + os.sep,), path)
+
+
+def without_invariants(monkeypatch: Any) -> None:
+    """steprun.run without the invariants held after a step (libraries, settings: not what such a test is about)."""
+    monkeypatch.setattr(steprun, "held", lambda *_args, **_kwargs: None)

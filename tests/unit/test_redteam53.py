@@ -59,30 +59,22 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import steprun, systemfiles, world
+from kernodeck.inenv import steprun, systemfiles
 from kernodeck.inenv._common import Context
 from kernodeck.inenv.protocol import SYSTEM_FILES, StepKey
+from tests.helpers.closedworld import bare_context, stranger, without_invariants
 
 _UTC = Path("/usr/share/zoneinfo/Etc/UTC")
 needs_utc = pytest.mark.skipif(not _UTC.is_file(), reason="no /usr/share/zoneinfo/Etc/UTC on this machine")
 
 
-def _ctx(tmp_path: Path) -> Context:
-    root = tmp_path / "project"
-    root.mkdir(exist_ok=True)
-    return Context(config={"project_root": str(root)}, out=tmp_path / "run")
-
-
-def _stranger(ctx: Context, path: str) -> dict[str, str] | None:
-    """The closed world's judgement of one file read, nothing declared."""
-    return world._stranger(ctx, {}, (os.path.realpath(ctx.out) + os.sep,), path)
 
 
 # TZ3 -----------------------------------------------------------------------------------------------------------------
 @pytest.fixture
 def bare_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """steprun.run without the invariants held after a step (libraries, settings: not what is tested here)."""
-    monkeypatch.setattr(steprun, "held", lambda *_args, **_kwargs: None)
+    without_invariants(monkeypatch)
 
 
 def _zone_with_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -98,7 +90,7 @@ def _zone_with_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _criterion_reading(ctx: Context, zone: Path) -> dict[str, Any]:
     """The criterion step as the runner runs it, its window reading ``zone`` (the judgement world's window makes)."""
     def criterion() -> dict[str, Any]:
-        assert _stranger(ctx, str(zone)) is None  # exempt: the system's time zone database
+        assert stranger(ctx, str(zone)) is None  # exempt: the system's time zone database
         return {"passed": True}
 
     return steprun.run(ctx, "criterion", criterion)
@@ -109,7 +101,7 @@ def test_tz3_premise_a_zone_with_a_tail_read_by_the_criterion_is_exempt_and_in_n
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bare_steps: None) -> None:
     zone = _zone_with_tail(tmp_path, monkeypatch)
     assert systemfiles.is_data(str(zone))  # its first bytes are a zone's: what follows its data is anything
-    ctx = _ctx(tmp_path)
+    ctx = bare_context(tmp_path)
     result = _criterion_reading(ctx, zone)
     assert result[StepKey.STATUS] == "passed"
     assert str(zone) in ctx.state[SYSTEM_FILES]  # noted in the process (before the fix: in no step's record)
@@ -119,7 +111,7 @@ def test_tz3_premise_a_zone_with_a_tail_read_by_the_criterion_is_exempt_and_in_n
 def test_tz3_the_step_whose_window_read_a_zone_file_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              bare_steps: None) -> None:
     zone = _zone_with_tail(tmp_path, monkeypatch)
-    result = _criterion_reading(_ctx(tmp_path), zone)
+    result = _criterion_reading(bare_context(tmp_path), zone)
     assert str(zone) in result[StepKey.DETAILS].get(SYSTEM_FILES, {})
 
 
@@ -127,12 +119,12 @@ def test_tz3_the_step_whose_window_read_a_zone_file_names_it(tmp_path: Path, mon
 def test_tz3_control_a_step_that_read_no_zone_names_none_and_a_text_file_there_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bare_steps: None) -> None:
     zone = _zone_with_tail(tmp_path, monkeypatch)
-    ctx = _ctx(tmp_path)
+    ctx = bare_context(tmp_path)
     result = steprun.run(ctx, "criterion", lambda: {"passed": True})
     assert SYSTEM_FILES not in result[StepKey.DETAILS]
     text = zone.with_name("offset")
     text.write_text("1.0\n", encoding="utf-8")
-    assert _stranger(ctx, str(text)) == {"file": str(text), "declare": "outside the project"}  # TZ1's fix holds
+    assert stranger(ctx, str(text)) == {"file": str(text), "declare": "outside the project"}  # TZ1's fix holds
 
 
 # TZ4 -----------------------------------------------------------------------------------------------------------------
@@ -158,18 +150,18 @@ def test_tz4_premise_a_copied_localtime_is_recorded_by_its_bytes_and_refused_whe
 @needs_utc
 def test_tz4_a_copied_localtime_is_the_systems(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     localtime = _copied_localtime(tmp_path, monkeypatch, _UTC.read_bytes())
-    assert _stranger(_ctx(tmp_path), str(localtime)) is None
+    assert stranger(bare_context(tmp_path), str(localtime)) is None
 
 
 @needs_utc
 def test_tz4_control_a_linked_localtime_is_the_systems_and_a_text_file_at_its_place_is_not(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ctx = _ctx(tmp_path)
+    ctx = bare_context(tmp_path)
     linked = tmp_path / "linked"
     linked.symlink_to(_UTC)
-    assert _stranger(ctx, str(linked)) is None  # judged by the zone it opens
+    assert stranger(ctx, str(linked)) is None  # judged by the zone it opens
     text = _copied_localtime(tmp_path, monkeypatch, b"1.0\n")
-    assert _stranger(ctx, str(text)) is not None  # no zone: an input, whatever its name
+    assert stranger(ctx, str(text)) is not None  # no zone: an input, whatever its name
 
 
 # FF1 -----------------------------------------------------------------------------------------------------------------
@@ -196,18 +188,18 @@ def test_ff1_premise_the_machines_mime_table_and_the_hub_login_are_refused_as_in
 
 @needs_mime
 def test_ff1_the_machines_mime_table_is_the_systems(tmp_path: Path) -> None:
-    assert _stranger(_ctx(tmp_path), _MIME) is None
+    assert stranger(bare_context(tmp_path), _MIME) is None
 
 
 def test_ff1_the_hub_login_is_no_input_to_declare(tmp_path: Path, hub_home: Path) -> None:
-    assert _stranger(_ctx(tmp_path), str(hub_home / "token")) is None
+    assert stranger(bare_context(tmp_path), str(hub_home / "token")) is None
 
 
 def test_ff1_control_a_file_beside_the_login_and_a_project_file_stay_inputs(tmp_path: Path, hub_home: Path) -> None:
-    ctx = _ctx(tmp_path)
+    ctx = bare_context(tmp_path)
     data = hub_home / "offsets.txt"
     data.write_text("0.01\n", encoding="utf-8")
-    assert _stranger(ctx, str(data)) == {"file": str(data), "declare": "outside the project"}
+    assert stranger(ctx, str(data)) == {"file": str(data), "declare": "outside the project"}
     project_file = Path(ctx.config["project_root"]) / "table.csv"
     project_file.write_text("a,b\n", encoding="utf-8")
-    assert _stranger(ctx, str(project_file)) == {"file": "table.csv", "declare": "files"}
+    assert stranger(ctx, str(project_file)) == {"file": "table.csv", "declare": "files"}

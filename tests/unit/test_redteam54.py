@@ -41,37 +41,29 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import paths, steprun, systemfiles, world
+from kernodeck.inenv import paths, steprun, systemfiles
 from kernodeck.inenv._common import Context
 from kernodeck.inenv.protocol import SYSTEM_FILES, StepKey
 from kernodeck.runformat import refdelta
+from tests.helpers.closedworld import bare_context, stranger, without_invariants
 
 _SYSCTL = "/proc/sys/kernel/domainname"
 needs_sysctl = pytest.mark.skipif(not Path(_SYSCTL).is_file(), reason="no /proc/sys/kernel/domainname here")
 _UTC = Path("/usr/share/zoneinfo/Etc/UTC")
 
 
-def _ctx(tmp_path: Path) -> Context:
-    root = tmp_path / "project"
-    root.mkdir(exist_ok=True)
-    return Context(config={"project_root": str(root)}, out=tmp_path / "run")
-
-
-def _stranger(ctx: Context, path: str) -> dict[str, str] | None:
-    """The closed world's judgement of one file read, nothing declared."""
-    return world._stranger(ctx, {}, (os.path.realpath(ctx.out) + os.sep,), path)
 
 
 @pytest.fixture
 def bare_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """steprun.run without the invariants held after a step (libraries, settings: not what is tested here)."""
-    monkeypatch.setattr(steprun, "held", lambda *_args, **_kwargs: None)
+    without_invariants(monkeypatch)
 
 
 def _criterion_reading(ctx: Context, path: str) -> dict[str, Any]:
     """The criterion step as the runner runs it, its window reading ``path`` (the judgement world's window makes)."""
     def criterion() -> dict[str, Any]:
-        assert _stranger(ctx, path) is None  # accepted: trusted or the system's file
+        assert stranger(ctx, path) is None  # accepted: trusted or the system's file
         return {"passed": True}
 
     return steprun.run(ctx, "criterion", criterion)
@@ -81,7 +73,7 @@ def _criterion_reading(ctx: Context, path: str) -> dict[str, Any]:
 def test_proc1_premise_a_sysctl_read_by_the_criterion_is_trusted_as_the_systems_state(
         tmp_path: Path, bare_steps: None) -> None:
     assert paths.trusted(_SYSCTL)  # paths.PSEUDO: "the system's state (the system step records it)"
-    ctx = _ctx(tmp_path)
+    ctx = bare_context(tmp_path)
     result = _criterion_reading(ctx, _SYSCTL)
     assert result[StepKey.STATUS] == "passed"
     assert _SYSCTL not in ctx.state.get(SYSTEM_FILES, {})  # before a fix: noted nowhere in the process either
@@ -90,14 +82,15 @@ def test_proc1_premise_a_sysctl_read_by_the_criterion_is_trusted_as_the_systems_
 @needs_sysctl
 @pytest.mark.xfail(strict=True, reason="PROC1: a /proc/sys value the application reads is in no record")
 def test_proc1_the_step_whose_window_read_a_sysctl_names_it(tmp_path: Path, bare_steps: None) -> None:
-    result = _criterion_reading(_ctx(tmp_path), _SYSCTL)
+    result = _criterion_reading(bare_context(tmp_path), _SYSCTL)
     assert _SYSCTL in result[StepKey.DETAILS].get(SYSTEM_FILES, {})
 
 
 @pytest.mark.skipif(not _UTC.is_file(), reason="no /usr/share/zoneinfo/Etc/UTC on this machine")
 def test_proc1_control_a_zone_read_by_the_criterion_is_named_and_another_process_is_refused(
         tmp_path: Path, bare_steps: None) -> None:
-    result = _criterion_reading(_ctx(tmp_path), str(_UTC))  # the recording a fix would extend (systemfiles, TZ3)
+    # the recording a fix would extend (systemfiles, TZ3)
+    result = _criterion_reading(bare_context(tmp_path), str(_UTC))
     assert systemfiles.is_data(str(_UTC))
     assert str(_UTC) in result[StepKey.DETAILS].get(SYSTEM_FILES, {})
     assert not paths.trusted(f"/proc/{os.getppid()}/environ")  # another process's folder: its input, not the system's

@@ -114,10 +114,10 @@ def test_the_hub_login_is_recorded_as_read_and_never_hashed(tmp_path: Path, monk
 def test_a_step_records_the_system_files_its_windows_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every step, not only the application's (red-team pass 53, TZ3): what it read, not what earlier steps did."""
     from kernodeck.inenv import steprun
-    from kernodeck.inenv._common import Context
+    from tests.helpers.closedworld import bare_context, without_invariants
 
-    monkeypatch.setattr(steprun, "held", lambda *_args, **_kwargs: None)
-    ctx = Context(config={"project_root": str(tmp_path)}, out=tmp_path / "run")
+    without_invariants(monkeypatch)
+    ctx = bare_context(tmp_path)
     ctx.state[systemfiles.FILES] = {"/earlier": "a" * 64}
 
     def criterion() -> dict[str, Any]:
