@@ -131,8 +131,9 @@ def chain() -> dict[str, Any]:
     too) and the database's version."""
     tz = os.environ.get("TZ", "(unset)")
     record: dict[str, Any] = {"TZ": tz}
-    if os.path.lexists(LOCALTIME):
-        record.update(localtime=os.path.realpath(LOCALTIME), localtime_sha256=_digest(LOCALTIME))
+    if os.path.lexists(LOCALTIME):  # its bytes only where it is a regular file (a FIFO there would block the step)
+        record.update(localtime=os.path.realpath(LOCALTIME),
+                      localtime_sha256=_digest(LOCALTIME) if os.path.isfile(LOCALTIME) else "not a regular file")
     else:
         record["localtime"] = "(none)"
     zone_file = tz.removeprefix(":")

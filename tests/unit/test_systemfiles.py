@@ -127,3 +127,12 @@ def test_a_step_records_the_system_files_its_windows_read(tmp_path: Path, monkey
     details = steprun.run(ctx, "criterion", criterion)["details"]
     assert details[systemfiles.FILES] == {"/usr/share/zoneinfo/UTC": "b" * 64}
     assert systemfiles.FILES not in steprun.run(ctx, "criterion", lambda: {"passed": True})["details"]
+
+
+def test_a_localtime_that_is_no_regular_file_is_named_not_read(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FIFO at /etc/localtime's place: opening it would block the system step forever; it is named instead."""
+    fifo = tmp_path / "localtime"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(systemfiles, "LOCALTIME", str(fifo))
+    assert systemfiles.chain()["localtime_sha256"] == "not a regular file"
