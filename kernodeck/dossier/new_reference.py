@@ -31,6 +31,7 @@ from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.runformat import review as dossier_review
 from kernodeck.runformat.manifest import (
+    RECORD_FILES,
     Reference,
     changes,
     inconsistency,
@@ -44,7 +45,7 @@ from kernodeck.verify import runbuild
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
 
-GENERATED = ("manifest.toml", "inventory.txt", "system.json")
+GENERATED = ("manifest.toml", *RECORD_FILES.values())
 
 
 def generated_files(folder: Path) -> tuple[str, ...]:
@@ -62,8 +63,7 @@ def install(
     project: Project,
     manifest: dict[str, Any],
     outputs: Path,
-    inventory: str,
-    system: str,
+    records: dict[str, str],
     review: Callable[[Path], None] | None = None,
 ) -> None:
     """Write the new reference whole: staged in a sibling folder, reviewed, then swapped in by renaming folders.
@@ -108,8 +108,8 @@ def install(
         for rec in manifest["outputs"].values():
             write_atomic(staging / rec["file"], (outputs / rec["file"]).read_bytes())
             write_atomic(staging / rec["ids"], (outputs / rec["ids"]).read_text(encoding="utf-8"))
-        write_atomic(staging / "inventory.txt", inventory)
-        write_atomic(staging / "system.json", system)
+        for name, text in records.items():  # its inventory, system chain and settings (manifest.RECORD_FILES)
+            write_atomic(staging / RECORD_FILES[name], text)
         write_atomic(staging / "manifest.toml", render(manifest))
         if review is not None:
             review(staging)
@@ -217,18 +217,20 @@ def create(project: Project, plat: Platform, report: Report, folder: Path, old: 
     require_sources_as_run(project, app, folder)
     weights = weights_record(project, plat, app, steps)
     criterion = steps["criterion"].details if "criterion" in steps and steps["criterion"].details else None
-    system = json.dumps(json.loads((folder / "system.json").read_text(encoding="utf-8")), indent=2, default=str) + "\n"
-    inventory_text = (folder / "inventory.txt").read_text(encoding="utf-8")
+    records = {"inventory": (folder / "inventory.txt").read_text(encoding="utf-8")}
+    for name in ("system", "settings"):  # the settings it ran with, read back (red-team pass 54, THR1)
+        raw = json.loads((folder / RECORD_FILES[name]).read_text(encoding="utf-8"))
+        records[name] = json.dumps(raw, indent=2, default=str) + "\n"
     manifest = build_manifest(
         project, outputs=folder / "outputs", criterion=criterion, weights=weights, platform_id=plat.id,
         data=steps["application"].details.get("data_fingerprint"),
         lock_digest="sha256:" + sha256_file(inputs.lock_path(project, plat)),
         device=str(steps["backend"].details.get("device", "cpu")),
         previous=old.id if old else recorded_id(project),
-        records={"inventory": _sha256_text(inventory_text), "system": _sha256_text(system)})
+        records={name: _sha256_text(text) for name, text in records.items()})
     if old is not None and old.id == manifest["id"]:
         return Created(new_id=old.id, old_id=old.id, unchanged=True, changes=())
-    install(project, manifest, folder / "outputs", inventory_text, system,
+    install(project, manifest, folder / "outputs", records,
             review=lambda staged: dossier_review.review_folder(staged, project.root))
     return Created(new_id=manifest["id"], old_id=old.id if old else None, unchanged=False,
                    changes=tuple(changes(old.manifest, manifest)) if old is not None else ())

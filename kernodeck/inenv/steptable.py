@@ -101,7 +101,8 @@ class StepName(StrEnum):
                 "g++, nvcc, hipcc, ninja, `CUDA_HOME`, `ROCM_PATH`, `TORCH_CUDA_ARCH_LIST`), the time zone "
                 "(`time_zone`: `TZ`, `/etc/localtime`'s target and its bytes' sha256, the database's version; "
                 "`system_files`: each of the system's own files a step's windows read, by sha256: zones, the zone "
-                "setting, `mimetypes`' tables, os-release; the hub's login only as read); unreadable fields "
+                "setting, `mimetypes`' tables, os-release, the kernel's state under `/proc` and `/sys`; the hub's "
+                "login only as read); unreadable fields "
                 "recorded with the reason"))
     BACKEND = StepRow(
         "backend", "backend", "run", "expected backend usable; small computation matches numpy", 900.0,

@@ -6,7 +6,11 @@ zone database first (``/usr/share/zoneinfo/UTC``), and every verify of a project
 application step naming that file. Red-team pass 53 found the rest of the class: the machine's zone setting where an
 image copies it (``/etc/localtime`` a regular file, ``/etc/timezone``: dateutil, tzlocal), ``mimetypes``' tables
 (``mimetypes.knownfiles``: ``guess_type``'s first call), ``/etc/os-release`` (``platform.freedesktop_os_release``),
-and the Hugging Face login a hub call reads even offline (``$HF_HOME/token``).
+and the Hugging Face login a hub call reads even offline (``$HF_HOME/token``). Pass 54 (PROC1) found the kernel's
+state the application reads itself: a sysctl under ``/proc/sys`` (``kernel.domainname``), a ``/sys`` attribute (the
+cgroup's ``cpu.max`` a thread pool sizes itself by, a device's), ``/proc/cpuinfo``: the pseudo file systems are trusted
+(paths.PSEUDO: no declaration can name them) but were in no record, so a verdict hung on one passed as a closed
+world and its change was blamed on the code.
 
 A file read is one of these by the file a path opens: a compiled zone (``TZif`` magic) in one of the database's
 folders or its index files at a folder's top (any other file there is no zone: an input to declare, red-team pass
@@ -14,7 +18,10 @@ folders or its index files at a folder's top (any other file there is no zone: a
 ``mimetypes.knownfiles``, the os-release file. Each read, by whichever step's window, is recorded with its sha256 in
 that step's details (``system_files``, steprun.py; pass 53, TZ3: a zone read by the criterion was in no record) and
 the orchestrator writes them all into system.json, compared with the reference's file by file. The hub's login is
-a credential: recorded as read, never hashed. The system step records the zone itself (:func:`chain`).
+a credential: recorded as read, never hashed. The system step records the zone itself (:func:`chain`). The kernel's
+state (:func:`is_state`: a file under ``/sys`` or under ``/proc`` outside any process's folder) is recorded the same
+way, by the sha256 of its value read once when the window ends; a process's own ``/proc/<pid>`` files (its status,
+maps, descriptors: ``/proc/self`` resolves there) describe the process, not the machine, and stay unrecorded.
 """
 
 from __future__ import annotations
@@ -96,6 +103,22 @@ def is_data(path: str) -> bool:
     return real in _named() or real in _hub_login()
 
 
+STATE = ("/proc" + os.sep, "/sys" + os.sep)
+_STATE_MAX = 1 << 20  # a pseudo file's value is small; the cap bounds a file such as /proc/kcore
+_NOT_READ = frozenset({"/proc/kmsg"})  # reading it again would block and take the kernel's messages from their reader
+
+
+def is_state(path: str) -> bool:
+    """The kernel's state: a file under ``/sys``, or under ``/proc`` outside a process's own folder (``/proc/sys``'s
+    sysctls, ``/proc/cpuinfo``), by the file ``path`` opens."""
+    if not path.startswith(STATE):
+        return False
+    real = os.path.realpath(path)
+    if real.startswith(STATE[0]) and real[len(STATE[0]):].split(os.sep, 1)[0].isdigit():
+        return False  # a process's folder: this process's own (another's is refused: paths._own_process)
+    return real.startswith(STATE) and os.path.isfile(real)
+
+
 def record(ctx: Context, path: str) -> None:
     """Note the system file ``path`` opens, with its sha256 (a login: only that it was read), for the step's details."""
     real = os.path.realpath(path)
@@ -105,9 +128,11 @@ def record(ctx: Context, path: str) -> None:
 
 
 def _digest(path: str) -> str:
+    if path in _NOT_READ:
+        return "not read again (reading it takes what it holds)"
     try:
         with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
+            return hashlib.sha256(fh.read(_STATE_MAX) if path.startswith(STATE) else fh.read()).hexdigest()
     except OSError as exc:
         return f"unreadable: {exc.strerror}"
 

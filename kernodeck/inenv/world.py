@@ -262,7 +262,11 @@ def _run_folders(ctx: Context) -> tuple[str, ...]:
 
 def _stranger(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...], path: str) -> dict[str, str] | None:
     """A file read that is not trusted, declared or in the run's folder (judged by the file a path there opens:
-    paths.real, a link out of it is not the run's): its name as shown and the declaration to add."""
+    paths.real, a link out of it is not the run's): its name as shown and the declaration to add. The kernel's state
+    read there is trusted and recorded (systemfiles.is_state: red-team pass 54, PROC1)."""
+    if systemfiles.is_state(path):
+        systemfiles.record(ctx, path)
+        return None
     if paths.trusted(path) or path in known or paths.real(path).startswith(out_dir):
         return None
     if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)) or in_sources(ctx, path):

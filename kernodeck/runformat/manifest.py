@@ -177,8 +177,10 @@ def output_files(manifest: dict[str, Any]) -> list[tuple[str, str | None]]:
 
 
 # The reference's own records beside its outputs, each with its sha256 in [environment] (inside the id): what verify's
-# "What differs from the reference" reads (red-team pass 51, REFREC1: an edited system.json hid two variables' change)
-RECORDS = (("inventory", "inventory_sha256"), ("system", "system_sha256"))
+# "What differs from the reference" reads (red-team pass 51, REFREC1: an edited system.json hid two variables' change;
+# pass 54, THR1: the settings it ran with, torch's thread counts among them, were kept nowhere)
+RECORD_FILES = {"inventory": "inventory.txt", "system": "system.json", "settings": "settings.json"}
+RECORDS = tuple((name, f"{name}_sha256") for name in RECORD_FILES)
 
 
 def record_files(manifest: dict[str, Any]) -> dict[str, str]:

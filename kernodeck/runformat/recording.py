@@ -19,7 +19,7 @@ from kernodeck.project import app_contract
 from kernodeck.project.app_contract import Application
 from kernodeck.project.assets import Source, SourceKind
 from kernodeck.project.config import Project
-from kernodeck.runformat.manifest import FORMAT, check_weights, identity
+from kernodeck.runformat.manifest import FORMAT, RECORD_FILES, check_weights, identity
 
 
 def code_fingerprint(project: Project, files: list[str] | tuple[str, ...]) -> dict[str, str]:
@@ -143,9 +143,9 @@ def build_manifest(
         if bound is not None:
             record["flip_bound"] = bound
         manifest["criterion"] = record
-    # the two records' sha256 (manifest.RECORDS), as install writes them: inside the id
+    # the records' files and sha256 (manifest.RECORDS), as install writes them: inside the id
     manifest["environment"] = {"platform": platform_id, "lock_digest": lock_digest, "device": device,
-                               "inventory": "inventory.txt", "system": "system.json",
+                               **{name: RECORD_FILES[name] for name in ("inventory", "system", *(records or {}))},
                                **{f"{name}_sha256": digest for name, digest in (records or {}).items()}}
     # when it was made (UTC): the lineage a verify shows, and how a rollback to an older reference is seen
     created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")

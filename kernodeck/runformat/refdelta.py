@@ -1,5 +1,5 @@
 """A run against its reference (:func:`vs_reference`, the report's "What differs from the reference"): the
-inventory and the system chain, as verify writes them into every run's folder."""
+inventory, the system chain and the settings read back, as verify writes them into every run's folder."""
 
 from __future__ import annotations
 
@@ -38,15 +38,30 @@ def _variables(ref: dict[str, Any], run: dict[str, Any]) -> dict[str, dict[str, 
 
 
 UNFINGERPRINTED = "records_without_digest"
+SETTINGS = "settings"  # the settings read back in effect (settings.json): torch's thread counts first
+_SETTINGS_FIRST = ("torch.num_threads", "torch.num_interop_threads")
 
 
 def _unfingerprinted(reference: Path, manifest: dict[str, Any]) -> list[str]:
-    """The reference's records (inventory.txt, system.json) its manifest holds no digest of: one made before they
-    were fingerprinted (manifest.RECORDS), whose records no id covers."""
-    from kernodeck.runformat.manifest import record_files
+    """The reference's records (inventory.txt, system.json, settings.json) its manifest holds no digest of: one made
+    before they were fingerprinted (manifest.RECORDS), whose records no id covers."""
+    from kernodeck.runformat.manifest import RECORD_FILES, record_files
 
     covered = record_files(manifest)
-    return [name for name in ("inventory.txt", "system.json") if (reference / name).is_file() and name not in covered]
+    return [name for name in RECORD_FILES.values() if (reference / name).is_file() and name not in covered]
+
+
+def _settings(reference: Path, run: Path) -> dict[str, dict[str, Any]] | None:
+    """Each setting read back differently here and in the reference (red-team pass 54, THR1: a run on fewer CPUs
+    computes with another thread count, so other last bits); None when the reference kept no settings."""
+    ref_file, run_file = reference / "settings.json", run / "settings.json"
+    if not ref_file.is_file() or not run_file.is_file():
+        return None
+    a = json.loads(ref_file.read_text(encoding="utf-8"))
+    b = json.loads(run_file.read_text(encoding="utf-8"))
+    names = sorted({*a, *b}, key=lambda n: (n not in _SETTINGS_FIRST, n))
+    return {n: {"reference": a.get(n, UNSET), "this run": b.get(n, UNSET)} for n in names
+            if a.get(n, UNSET) != b.get(n, UNSET)}
 
 
 def vs_reference(
@@ -88,4 +103,9 @@ def vs_reference(
             out[VARIABLES] = _variables(raw_a, raw_b)
         elif isinstance(raw_b.get(VARIABLES), dict):
             out["not_in_reference"].append(VARIABLES)
+    settings = _settings(reference, run)
+    if settings is not None:
+        out[SETTINGS] = settings
+    elif (run / "settings.json").is_file():
+        out.setdefault("not_in_reference", []).append(SETTINGS)
     return out

@@ -103,6 +103,13 @@ def _differences(report: Report) -> list[str]:
         for name, pair in variables.items():
             lines.append(f"- variable `{name}`: {_cell(str(pair.get('reference')), 90)} → "
                          f"{_cell(str(pair.get('this run')), 90)}")
+    settings = vs.get("settings")  # runformat/refdelta.SETTINGS: read back in effect (thread counts first)
+    if isinstance(settings, dict):
+        if not settings:
+            lines.append("- settings read back (thread counts, determinism, precision): the same as the reference's")
+        for name, pair in list(settings.items())[:15]:
+            lines.append(f"- setting `{name}`: {_cell(fmt_value(pair.get('reference')), 90)} → "
+                         f"{_cell(fmt_value(pair.get('this run')), 90)}")
     return lineage + lines or ["- none recorded"]
 
 
@@ -125,6 +132,7 @@ def likely_cause(report: Report, failure: Step) -> str:
     inv = vs.get("inventory") or {}
     inv_keys = [*inv.get("changed", {}), *inv.get("added", {}), *inv.get("removed", {})]
     system = list((vs.get("system") or {}).keys())
+    settings = list((vs.get("settings") or {}).keys())
     if failure.details.get("stopped"):  # a hang or a cancellation (kernodeck/supervise.py)
         at = failure.details.get("user_frame") or "no frame of the project's code"
         return (f"the run was stopped ({failure.details['stopped']}) in the {failure.layer} layer at {at}: "
@@ -145,9 +153,11 @@ def likely_cause(report: Report, failure: Step) -> str:
         found.append(f"packages differ from the reference's inventory ({', '.join(sorted(inv_keys)[:8])})")
     if system:
         found.append(f"the system chain differs from the reference's ({', '.join(system[:8])})")
+    if settings:
+        found.append(f"the settings read back differ from the reference's ({', '.join(settings[:8])})")
     if not found:
         return (
-            "the inventory and the system chain equal the reference's: look at the code, data or weights "
+            "the inventory, the system chain and the settings equal the reference's: look at the code, data or weights "
             f"(reference code: {report.meta.get('reference_code', 'not recorded')})."
         )
     return "; ".join(found) + "."

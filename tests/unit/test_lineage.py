@@ -157,8 +157,8 @@ def _new(folder: Path, tmp: Path, manifest: dict[str, Any]) -> None:
     outputs.mkdir(parents=True)
     (outputs / "x.npy").write_bytes(name.encode() * 8)
     (outputs / "ids.json").write_text(json.dumps([name]), encoding="utf-8")
-    new_reference.install(SimpleNamespace(reference=folder), manifest, outputs, "inventory\n",  # type: ignore[arg-type]
-                          json.dumps({"system": name}) + "\n")
+    new_reference.install(SimpleNamespace(reference=folder), manifest, outputs,  # type: ignore[arg-type]
+                          {"inventory": "inventory\n", "system": json.dumps({"system": name}) + "\n"})
 
 
 def _named(folder: Path) -> list[str]:

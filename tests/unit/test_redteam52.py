@@ -215,7 +215,7 @@ def test_refrec2_an_unfingerprinted_record_is_named_where_it_is_read(tmp_path: P
 def test_refrec2_control_the_current_reference_names_its_edited_record(tmp_path: Path) -> None:
     current = _copy(REFERENCE, tmp_path / "current")
     assert set(record_files(tomllib.loads((current / "manifest.toml").read_text(encoding="utf-8")))) == {
-        "inventory.txt", "system.json"}
+        "inventory.txt", "system.json", "settings.json"}
     assert inconsistency(current) == ""
     assert "system.json" in inconsistency(_edit_variables(current))
 

@@ -34,8 +34,10 @@ The test gives the reference a settings.json as such a fix would (adapt it if th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +45,18 @@ import pytest
 
 from kernodeck.inenv import paths, steprun, systemfiles
 from kernodeck.inenv._common import Context
-from kernodeck.inenv.protocol import SYSTEM_FILES, StepKey
+from kernodeck.inenv.protocol import SYSTEM_FILES, Status, StepKey
 from kernodeck.runformat import refdelta
+from kernodeck.runformat.manifest import inconsistency, record_files
+from kernodeck.verify import markdown
+from kernodeck.verify.record import Step
+from kernodeck.verify.report import Report
 from tests.helpers.closedworld import bare_context, stranger, without_invariants
 
 _SYSCTL = "/proc/sys/kernel/domainname"
 needs_sysctl = pytest.mark.skipif(not Path(_SYSCTL).is_file(), reason="no /proc/sys/kernel/domainname here")
 _UTC = Path("/usr/share/zoneinfo/Etc/UTC")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 
@@ -72,18 +79,35 @@ def _criterion_reading(ctx: Context, path: str) -> dict[str, Any]:
 @needs_sysctl
 def test_proc1_premise_a_sysctl_read_by_the_criterion_is_trusted_as_the_systems_state(
         tmp_path: Path, bare_steps: None) -> None:
-    assert paths.trusted(_SYSCTL)  # paths.PSEUDO: "the system's state (the system step records it)"
-    ctx = bare_context(tmp_path)
-    result = _criterion_reading(ctx, _SYSCTL)
-    assert result[StepKey.STATUS] == "passed"
-    assert _SYSCTL not in ctx.state.get(SYSTEM_FILES, {})  # before a fix: noted nowhere in the process either
+    assert paths.trusted(_SYSCTL)  # paths.PSEUDO: no declaration can name it
+    result = _criterion_reading(bare_context(tmp_path), _SYSCTL)
+    assert result[StepKey.STATUS] == "passed"  # accepted: what the fix adds is its record
 
 
 @needs_sysctl
-@pytest.mark.xfail(strict=True, reason="PROC1: a /proc/sys value the application reads is in no record")
 def test_proc1_the_step_whose_window_read_a_sysctl_names_it(tmp_path: Path, bare_steps: None) -> None:
     result = _criterion_reading(bare_context(tmp_path), _SYSCTL)
-    assert _SYSCTL in result[StepKey.DETAILS].get(SYSTEM_FILES, {})
+    with open(_SYSCTL, "rb") as fh:
+        value = fh.read()
+    assert result[StepKey.DETAILS][SYSTEM_FILES][_SYSCTL] == hashlib.sha256(value).hexdigest()
+
+
+def test_proc1_a_sys_attribute_is_the_kernels_state_and_the_own_process_files_are_not() -> None:
+    own = f"/proc/{os.getpid()}/status"
+    assert not systemfiles.is_state(own) and not systemfiles.is_state("/proc/self/status")  # the process's own
+    assert systemfiles.is_state("/proc/cpuinfo")
+    online = "/sys/devices/system/cpu/online"
+    if Path(online).is_file():
+        assert systemfiles.is_state(online)
+    assert not systemfiles.is_state("/proc/self/root/etc/hostname")  # a link out: the file it opens is judged
+    assert not systemfiles.is_state("/proc/sys/kernel")  # a folder: no value
+
+
+@needs_sysctl
+def test_proc1_a_sysctl_that_differs_from_the_references_is_named(tmp_path: Path) -> None:
+    reference = _dossier(tmp_path / "reference", {**_SYSTEM, SYSTEM_FILES: {_SYSCTL: "a" * 64}}, 2)
+    run = _dossier(tmp_path / "run", {**_SYSTEM, SYSTEM_FILES: {_SYSCTL: "b" * 64}}, 2)
+    assert list(refdelta.vs_reference(reference, run)["system"]) == [f"{SYSTEM_FILES}.{_SYSCTL}"]
 
 
 @pytest.mark.skipif(not _UTC.is_file(), reason="no /usr/share/zoneinfo/Etc/UTC on this machine")
@@ -111,18 +135,31 @@ def _dossier(folder: Path, system: dict[str, Any], threads: int | None) -> Path:
 
 
 def test_thr1_premise_a_run_on_fewer_cpus_reads_the_same_system_chain(tmp_path: Path) -> None:
-    reference = _dossier(tmp_path / "reference", _SYSTEM, None)  # as dossier/reference is: no settings.json
+    reference = _dossier(tmp_path / "reference", _SYSTEM, None)  # a reference made before it kept its settings
     run = _dossier(tmp_path / "run", {**_SYSTEM, "cpu_count": 1}, 1)
     delta = refdelta.vs_reference(reference, run)
     assert delta["system"] == {} and delta["variables"] == {}  # "system chain: the same as the reference's"
     assert "cpu_count" in refdelta._NOT_CHAIN
+    assert refdelta.SETTINGS in delta["not_in_reference"]  # said: cannot compare
 
 
-@pytest.mark.xfail(strict=True, reason="THR1: What differs names no thread count, the reference records none")
 def test_thr1_a_run_with_another_thread_count_is_said_to_differ(tmp_path: Path) -> None:
     reference = _dossier(tmp_path / "reference", _SYSTEM, 2)
     run = _dossier(tmp_path / "run", {**_SYSTEM, "cpu_count": 1}, 1)
-    assert "num_threads" in json.dumps(refdelta.vs_reference(reference, run))
+    delta = refdelta.vs_reference(reference, run)
+    assert delta[refdelta.SETTINGS] == {"torch.num_threads": {"reference": 2, "this run": 1}}
+    report = Report(platform="p", steps=[], meta={"vs_reference": delta})
+    failure = Step("application", Status.FAILED, error="outputs differ", layer="comparison")
+    assert "- setting `torch.num_threads`: 2 → 1" in markdown._differences(report)
+    assert "settings read back differ from the reference's (torch.num_threads)" in markdown.likely_cause(
+        report, failure)
+
+
+def test_thr1_control_the_same_settings_are_said_the_same(tmp_path: Path) -> None:
+    delta = refdelta.vs_reference(_dossier(tmp_path / "reference", _SYSTEM, 2), _dossier(tmp_path / "run", _SYSTEM, 2))
+    assert delta[refdelta.SETTINGS] == {}
+    report = Report(platform="p", steps=[], meta={"vs_reference": delta})
+    assert any("settings read back" in line and "the same" in line for line in markdown._differences(report))
 
 
 def test_thr1_control_a_system_field_that_differs_is_named(tmp_path: Path) -> None:
@@ -131,3 +168,18 @@ def test_thr1_control_a_system_field_that_differs_is_named(tmp_path: Path) -> No
     delta = refdelta.vs_reference(reference, run)
     assert delta["system"] == {"kernel": {"reference": "6.1", "this run": "6.8"}}
     assert delta["inventory"] == {"added": {}, "removed": {}, "changed": {}}
+
+
+def test_thr1_the_reference_keeps_its_settings_fingerprinted_and_an_edit_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "reference"
+    folder.mkdir()
+    for path in (ROOT / "dossier" / "reference").iterdir():
+        if path.is_file():
+            (folder / path.name).write_bytes(path.read_bytes())
+    manifest = tomllib.loads((folder / "manifest.toml").read_text(encoding="utf-8"))
+    assert "settings.json" in record_files(manifest)  # inside the id, as the inventory and system records
+    assert inconsistency(folder) == ""  # control: as made
+    settings = json.loads((folder / "settings.json").read_text(encoding="utf-8"))
+    settings["torch.num_threads"] = 1  # as if the reference had run with this run's count
+    (folder / "settings.json").write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    assert "settings.json" in inconsistency(folder)
