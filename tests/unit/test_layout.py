@@ -59,6 +59,7 @@ CROSS_CUTTING = {
     "redteam52": "red-team pass 52: the time zone exemption, a zone's record, references without record digests",
     "redteam53": "red-team pass 53: the system's files read unrecorded (zones after the entry), honest reads refused",
     "redteam54": "red-team pass 54: /proc/sys and /sys values recorded nowhere, the thread count unnamed in a delta",
+    "redteam55": "red-team pass 55: drift without the as-written check, compare's reference lock, export's image",
 }
 
 
