@@ -38,12 +38,19 @@ def _manifest(folder: Path) -> dict[str, Any] | None:
 
 
 def reference_report(folder: Path) -> dict[str, Any] | None:
-    """A reference folder (``dossier/reference``) seen as a dossier: what its manifest says of its platform and id."""
+    """A reference folder (``dossier/reference``) seen as a dossier: what its manifest says of its platform, id and
+    the lock it was made with (red-team pass 55, REFCMP1: a field left out read as "other locks"). It records no
+    steps (:data:`NO_STEPS`): compare says so, never lists them as changed."""
     manifest = _manifest(folder)
     if manifest is None:
         return None
-    platform = manifest.get("environment", {}).get("platform")
-    return {"status": "reference", "platform": platform, "reference_id": manifest.get("id"), "steps": []}
+    env = manifest.get("environment", {})
+    return {"status": REFERENCE, "platform": env.get("platform"), "reference_id": manifest.get("id"),
+            "lock_digest": env.get("lock_digest"), "steps": []}
+
+
+REFERENCE = "reference"  # a reference's status as a dossier: made, no steps recorded
+NO_STEPS = "a reference records no steps"
 
 
 def outputs_folder(folder: Path) -> Path:

@@ -8,13 +8,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kernodeck import outdir
-from kernodeck.dossier.compare import compare_outputs
+from kernodeck.dossier.compare import NO_STEPS, REFERENCE, compare_outputs
 from kernodeck.dossier.compare import render as render_outputs
-from kernodeck.dossier.read import load, read_embeddings
+from kernodeck.dossier.read import changed_since_written, load, read_embeddings
 from kernodeck.dossier.resume_outputs import compare as compare_resume
 from kernodeck.dossier.resume_outputs import render as render_resume
-from kernodeck.runformat.manifest import inconsistency
 from kernodeck.runformat.refdelta import flat
 
 
@@ -34,37 +32,6 @@ def _show_pair(key: str, pair: dict[str, Any]) -> str:
         only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
         return f"- `{key}`: only in A: {', '.join(only_a) or '-'}; only in B: {', '.join(only_b) or '-'}"
     return f"- `{key}`: {json.dumps(a, default=str)[:200]} → {json.dumps(b, default=str)[:200]}"
-
-
-UNRECORDED = "no record of its files (neither a run's signed folder nor a reference's manifest): read as it is"
-
-
-# What compare reads of a run's folder: a file of these its run did not write (a record copied in from another run,
-# beside one that stopped early) is named as not written by it (red-team pass 46, COMP1); any other added file is the
-# user's, beside the run's, and read by nothing here.
-READ = ("report.json", "system.json", "settings.json", "inventory.txt", "run-config.json")
-READ_UNDER = ("outputs/", "resume-application/")
-
-
-def _read_here(entry: str) -> str:
-    """``entry`` of outdir.foreign (a file the marker does not list), named as added when compare reads it."""
-    return f"{entry} (added since Kernodeck wrote the folder)" if entry in READ or entry.startswith(READ_UNDER) else ""
-
-
-def changed_since_written(folder: Path) -> list[str]:
-    """What in a dossier is not as Kernodeck wrote it: a run's folder against the sha256 of each file its marker lists
-    (a file changed or missing since; a file added beside them is no change to what the run wrote), a reference
-    against its manifest (its id, each output's and ids' sha256); ``[UNRECORDED]`` when it has neither record."""
-    if (folder / outdir.MARKER).is_file():
-        found = outdir.foreign(folder)
-        if outdir.MARKER in found:  # a marker Kernodeck did not write (or damaged): no record to hold the files to
-            return [f"its {outdir.MARKER} is not one Kernodeck wrote: {UNRECORDED}"]
-        return [e if e.endswith((" (changed since Kernodeck wrote it)", " (missing)")) else _read_here(e)
-                for e in found if e.endswith((" (changed since Kernodeck wrote it)", " (missing)")) or _read_here(e)]
-    if (folder / "manifest.toml").is_file():
-        why = inconsistency(folder)
-        return [why] if why else []
-    return [UNRECORDED]
 
 
 def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, Any]:
@@ -107,8 +74,9 @@ def compare(dir_a: Path, dir_b: Path, python: Path | None = None) -> dict[str, A
         "steps": {
             n: {"a": steps_a.get(n), "b": steps_b.get(n)}
             for n in sorted(set(steps_a) | set(steps_b))
-            if steps_a.get(n) != steps_b.get(n)
+            if steps_a.get(n) != steps_b.get(n) and REFERENCE not in (ra.get("status"), rb.get("status"))
         },
+        "steps_unrecorded": [side for side, r in (("a", ra), ("b", rb)) if r.get("status") == REFERENCE],
         "outputs": compare_outputs(dir_a, dir_b, python),
         "resume_application": compare_resume(dir_a, dir_b, python),
     }
@@ -149,6 +117,14 @@ def _numeric(out_a: Path, out_b: Path) -> dict[str, Any]:
     }
 
 
+def _locks(pair: dict[str, Any]) -> str:
+    """Whether two dossiers checked the same lock: a side that records none is said so, never "other"."""
+    unrecorded = [side.upper() for side in ("a", "b") if not pair.get(side)]
+    if unrecorded:
+        return f" (not recorded by {' and '.join(unrecorded)}: not compared)"
+    return "" if pair["a"] == pair["b"] else " (other locks)"
+
+
 def render_compare(result: dict[str, Any]) -> str:
     """compare.md: what :func:`compare` found, section by section."""
     lines = [
@@ -159,8 +135,7 @@ def render_compare(result: dict[str, Any]) -> str:
         f"- platform: `{result['platform']['a']}` vs `{result['platform']['b']}`",
         f"- status: {result['status']['a']} vs {result['status']['b']}",
         f"- reference: `{result['reference_id']['a']}` vs `{result['reference_id']['b']}`",
-        f"- lock: `{result['lock_digest']['a']}` vs `{result['lock_digest']['b']}`"
-        f"{'' if result['lock_digest']['a'] == result['lock_digest']['b'] else ' (other locks)'}",
+        f"- lock: `{result['lock_digest']['a']}` vs `{result['lock_digest']['b']}`{_locks(result['lock_digest'])}",
         "",
     ]
     for side in ("a", "b"):
@@ -197,6 +172,9 @@ def render_compare(result: dict[str, Any]) -> str:
     for section in ("system", "settings", "steps"):
         lines += ["", f"## {section.capitalize()}", ""]
         absent = missing.get(f"{section}.json", [])
+        if section == "steps" and result.get("steps_unrecorded"):
+            lines.append(f"not compared: {NO_STEPS} ({' and '.join(s.upper() for s in result['steps_unrecorded'])})")
+            continue
         if absent:
             # A run that stopped early has no record to compare: say so once instead of listing every field as null.
             sides = " and ".join(side.upper() for side in absent)

@@ -1,5 +1,7 @@
 """Reading a dossier folder another run wrote: its report, records, inventory and embeddings, each checked to be what
-Kernodeck writes; a file that is not is a :class:`DamagedDossier` (an error naming it), never a number."""
+Kernodeck writes; a file that is not is a :class:`DamagedDossier` (an error naming it), never a number. What in it is
+not as Kernodeck wrote it (:func:`changed_since_written`) is the one rule every command reading dossiers after the
+fact states (compare, drift: red-team pass 55, DRIFT1)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,52 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kernodeck import tips
+from kernodeck import outdir, tips
 from kernodeck.dossier.compare import reference_report
 from kernodeck.errors import DamagedDossier, KernodeckError
+from kernodeck.runformat.manifest import inconsistency
+
+UNRECORDED = "no record of its files (neither a run's signed folder nor a reference's manifest): read as it is"
+
+
+# What the commands reading a run's folder after the fact read (compare, drift): a file of these its run did not write
+# (a record copied in from another run, beside one that stopped early) is named as not written by it (red-team pass
+# 46, COMP1); any other added file is the user's, beside the run's, and read by nothing here.
+READ = ("report.json", "system.json", "settings.json", "inventory.txt", "run-config.json", "noise.json")
+READ_UNDER = ("outputs/", "resume-application/", "steps/")
+_CHANGED = (" (changed since Kernodeck wrote it)", " (missing)")
+_UP = 3  # how far above a dossier a signed folder holding it is looked for (calibrate's variations/NAME/)
+
+
+def _read_here(entry: str) -> str:
+    """``entry`` of outdir.foreign (a file the marker does not list), named as added when a reader reads it."""
+    return f"{entry} (added since Kernodeck wrote the folder)" if entry in READ or entry.startswith(READ_UNDER) else ""
+
+
+def _against(signed: Path, folder: Path) -> list[str]:
+    """What in ``folder`` (``signed`` or a folder inside it) is not as ``signed``'s marker lists it."""
+    found = outdir.foreign(signed)
+    if outdir.MARKER in found:  # a marker Kernodeck did not write (or damaged): no record to hold the files to
+        return [f"its {outdir.MARKER} is not one Kernodeck wrote: {UNRECORDED}"]
+    prefix = "" if signed == folder else folder.relative_to(signed).as_posix() + "/"
+    inside = [e[len(prefix):] for e in found if e.startswith(prefix)]
+    return [e if e.endswith(_CHANGED) else _read_here(e) for e in inside if e.endswith(_CHANGED) or _read_here(e)]
+
+
+def changed_since_written(folder: Path) -> list[str]:
+    """What in a dossier is not as Kernodeck wrote it: a run's folder against the sha256 of each file its marker lists
+    (a file changed or missing since; a file added beside them is no change to what the run wrote), a dossier inside a
+    signed folder (a calibration's variation) against that folder's marker, a reference against its manifest (its id,
+    each output's, ids' and record's sha256); ``[UNRECORDED]`` when it has none of these records."""
+    if (folder / outdir.MARKER).is_file():
+        return _against(folder, folder)
+    if (folder / "manifest.toml").is_file():
+        why = inconsistency(folder)
+        return [why] if why else []
+    for above in list(folder.resolve().parents)[:_UP]:
+        if (above / outdir.MARKER).is_file():
+            return _against(above, folder.resolve())
+    return [UNRECORDED]
 
 
 def _text(path: Path) -> str:

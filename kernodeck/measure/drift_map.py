@@ -6,7 +6,9 @@ the tolerance and explained by what differs in the two runs' system chain (CPU m
 device, threads, determinism, TF32), read from each dossier's records. Outputs: drift.md, drift.json, drift.svg.
 The application's own resume, when declared, is mapped beside: its resumed run's end state, loss curve and progress
 counters (``resume-application/NAME``, read as kernodeck/dossier/resume_outputs.py says), and each pair whose
-resume contracts differ named as compare names it (``resume_outputs.differences``).
+resume contracts differ named as compare names it (``resume_outputs.differences``). A dossier not as Kernodeck wrote
+it is named as compare names it (``dossier.read.changed_since_written``: red-team pass 55, DRIFT1), at the page's
+top and in each of its pairs' cells.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kernodeck import outdir, tips
 from kernodeck._fs import inenv_fingerprints, json_object, write_atomic, write_json
 from kernodeck._proc import first_error, log, show
 from kernodeck.dossier import resume_outputs
+from kernodeck.dossier.read import UNRECORDED, changed_since_written
 from kernodeck.env import start
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import kinds
@@ -39,6 +42,7 @@ class Dossier:
     label: str
     folder: Path
     chain: dict[str, str]
+    not_as_written: tuple[str, ...] = ()  # dossier.read.changed_since_written: what it reads as it is now
 
     @property
     def outputs(self) -> Path:
@@ -112,11 +116,22 @@ def load(folders: list[Path]) -> list[Dossier]:
         if not (folder / "outputs").is_dir() and not (folder / "manifest.toml").is_file():
             raise KernodeckError(f"{folder} is not a dossier with outputs/ (a verify run or a calibrate variation) "
                                  "nor a reference", tip=tips.nox("drift", "runs/A", "runs/B"))
-        found.append(Dossier(folder.name, folder.resolve(), chain(folder)))
+        found.append(Dossier(folder.name, folder.resolve(), chain(folder), tuple(changed_since_written(folder))))
     labels = [d.label for d in found]
     if len(set(labels)) != len(labels):  # same folder names from different parents: number them
-        found = [Dossier(f"{n + 1}:{d.label}", d.folder, d.chain) for n, d in enumerate(found)]
+        found = [Dossier(f"{n + 1}:{d.label}", d.folder, d.chain, d.not_as_written) for n, d in enumerate(found)]
     return found
+
+
+def _changed(d: Dossier) -> bool:
+    """Files of ``d`` that changed since Kernodeck wrote them (a folder with no record at all is said once above)."""
+    return any(UNRECORDED not in entry for entry in d.not_as_written)
+
+
+def _differs_in(a: Dossier, b: Dossier) -> str:
+    edited = [d.label for d in (a, b) if _changed(d)]
+    said = explain(a.chain, b.chain)
+    return f"NOT AS WRITTEN ({', '.join(edited)}): {said}" if edited else said
 
 
 def ratio(kind: str, tolerance: dict[str, float], nums: dict[str, float]) -> float | None:
@@ -151,7 +166,7 @@ def table(dossiers: list[Dossier], declared: dict[str, dict[str, Any]], numbers:
         for key, cell in sorted(numbers.get(name, {}).items(), key=lambda kv: tuple(map(int, kv[0].split(",")))):
             i, j = map(int, key.split(","))
             row: dict[str, Any] = {"a": dossiers[i].label, "b": dossiers[j].label, "i": i, "j": j,
-                                   "differs_in": explain(dossiers[i].chain, dossiers[j].chain)}
+                                   "differs_in": _differs_in(dossiers[i], dossiers[j])}
             if "error" in cell:
                 row.update(mark="not compared", error=cell["error"], share_of_tolerance=None)
             else:
@@ -160,8 +175,9 @@ def table(dossiers: list[Dossier], declared: dict[str, dict[str, Any]], numbers:
                            mark="within" if cell["passed"] else "BEYOND")
             rows.append(row)
         outputs[name] = {"kind": decl["kind"], "declared": tol, "pairs": rows}
-    return {"version": VERSION, "dossiers": [{"label": d.label, "folder": str(d.folder), "chain": d.chain}
-                                             for d in dossiers], "outputs": outputs}
+    return {"version": VERSION, "dossiers": [{"label": d.label, "folder": str(d.folder), "chain": d.chain,
+                                              "not_as_written": list(d.not_as_written)} for d in dossiers],
+            "outputs": outputs}
 
 
 def json_safe(value: Any) -> Any:
@@ -183,6 +199,11 @@ def render(data: dict[str, Any]) -> str:
         c = d["chain"]
         lines.append(f"| {n} | {d['label']} | {c['CPU']} | {c['CPU kernel level']} | {c['torch']} | {c['device']} | "
                      f"{c['threads']} | {c['deterministic algorithms']} |")
+    for n, d in enumerate(data["dossiers"], start=1):
+        changed = d.get("not_as_written") or []
+        if changed:  # as compare heads its page (dossier.read.changed_since_written)
+            lines.append(f"\nNOT AS WRITTEN: {n} {d['label']} ({d['folder']}): {'; '.join(changed[:10])}"
+                         f"{' …' if len(changed) > 10 else ''}: what follows maps its files as they are now")
     if data.get("resume_contracts"):
         lines += ["", "## The application's resume: contracts", ""]
         lines += [f"- {c['i'] + 1}-{c['j'] + 1}: {line}" for c in data["resume_contracts"] for line in c["lines"]]

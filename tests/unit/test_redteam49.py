@@ -34,7 +34,7 @@ import pytest
 from packaging.markers import Marker, default_environment
 
 from kernodeck.dossier.compare import declared_outputs
-from kernodeck.dossier.delta import changed_since_written
+from kernodeck.dossier.read import changed_since_written
 from kernodeck.errors import ConfigError, LockFailed
 from tests.helpers.tinylock import lock_then_check, offline_tiny_wheels, pins, tiny_project
 

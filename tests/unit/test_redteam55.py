@@ -3,7 +3,7 @@ verify reads: drift over dossiers a user can change, compare's view of the refer
 
 DRIFT1 (a second reader of the same records without the first reader's integrity rule: a "within" and a "no
 difference in the recorded chain" on files Kernodeck did not write; measure/drift_map.py, inenv/drift.py): ``compare``
-holds each dossier to the record Kernodeck signed it with (``dossier.delta.changed_since_written``: the folder's
+holds each dossier to the record Kernodeck signed it with (``dossier.read.changed_since_written``: the folder's
 marker, a reference's manifest) and heads its page ``NOT AS WRITTEN`` when a file it reads changed (red-team passes
 46 and 49); ``drift`` reads the same files (``outputs/NAME.npy``, ``NAME.ids.json``, ``settings.json``,
 ``system.json``, ``noise.json``, and outside a project the first dossier's ``run-config.json`` for the tolerance)
@@ -61,9 +61,9 @@ import numpy as np
 import pytest
 
 from kernodeck import outdir
-from kernodeck.dossier import compare as dossier_compare
-from kernodeck.dossier.delta import changed_since_written, compare, render_compare
+from kernodeck.dossier.delta import compare, render_compare
 from kernodeck.dossier.export import project_items
+from kernodeck.dossier.read import changed_since_written
 from kernodeck.measure import drift_map
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
@@ -102,17 +102,15 @@ def tampered(tmp_path: Path) -> tuple[Path, Path]:
     return a, b
 
 
-def test_drift1_premise_drift_says_within_and_no_difference_on_files_kernodeck_did_not_write(
+def test_drift1_premise_the_edit_hides_the_numbers_and_the_thread_count(
         tampered: tuple[Path, Path], tmp_path: Path) -> None:
     a, b = tampered
     assert any("changed since Kernodeck wrote it" in e for e in changed_since_written(b))  # compare's rule sees it
-    data, folder = drift_map.drift([a, b], tmp_path / "map", Path(sys.executable), DECLARED)
+    data, _ = drift_map.drift([a, b], tmp_path / "map", Path(sys.executable), DECLARED)
     (row,) = data["outputs"]["emb"]["pairs"]
-    assert row["mark"] == "within" and row["differs_in"] == "no difference in the recorded chain"
-    assert "changed since" not in (folder / "drift.md").read_text(encoding="utf-8")  # the edit named nowhere
+    assert row["mark"] == "within" and row["numbers"]["max_abs"] == 0  # the copied outputs: what an edit makes
 
 
-@pytest.mark.xfail(strict=True, reason="DRIFT1: drift reads dossiers without compare's as-written check")
 def test_drift1_drift_names_a_dossier_changed_since_kernodeck_wrote_it(
         tampered: tuple[Path, Path], tmp_path: Path) -> None:
     a, b = tampered
@@ -120,6 +118,22 @@ def test_drift1_drift_names_a_dossier_changed_since_kernodeck_wrote_it(
     text = (folder / "drift.md").read_text(encoding="utf-8")
     assert "settings.json (changed since Kernodeck wrote it)" in text
     assert "outputs/emb.npy (changed since Kernodeck wrote it)" in text
+    (row,) = json.loads((folder / "drift.json").read_text(encoding="utf-8"))["outputs"]["emb"]["pairs"]
+    assert row["differs_in"].startswith("NOT AS WRITTEN (b)")
+
+
+def test_drift1_a_variation_inside_a_signed_calibration_is_held_to_that_folders_marker(tmp_path: Path) -> None:
+    base = np.random.default_rng(5).standard_normal((12, 8)).astype(np.float32)
+    calibration = tmp_path / "calibration"
+    for name, threads in (("v1", 2), ("v2", 1)):
+        _signed_run(calibration / "variations" / name, base, threads)
+        (calibration / "variations" / name / outdir.MARKER).unlink()  # signed once, at the calibration's top
+    outdir.mark(calibration, "calibration")
+    v1, v2 = calibration / "variations" / "v1", calibration / "variations" / "v2"
+    assert changed_since_written(v1) == [] and changed_since_written(v2) == []  # control: as written
+    (v2 / "settings.json").write_text(json.dumps({"torch.num_threads": 2}), encoding="utf-8")
+    assert changed_since_written(v2) == ["settings.json (changed since Kernodeck wrote it)"]
+    assert changed_since_written(v1) == []
 
 
 def test_drift1_control_untouched_runs_are_mapped_with_their_real_difference(tmp_path: Path) -> None:
@@ -148,20 +162,27 @@ def _reference(tmp_path: Path) -> tuple[Path, str, str]:
     return ref, str(env["lock_digest"]), str(env["platform"])
 
 
-def test_refcmp1_premise_the_reference_and_a_run_of_its_own_lock_are_said_to_have_other_locks(tmp_path: Path) -> None:
-    ref, lock, platform = _reference(tmp_path)
-    assert lock.startswith("sha256:")  # the manifest records it
-    assert "lock_digest" not in (dossier_compare.reference_report(ref) or {})
-    text = render_compare(compare(ref, _run_with_lock(tmp_path / "run", lock, platform), None))
-    assert f"- lock: `None` vs `{lock}` (other locks)" in text
+def test_refcmp1_premise_the_reference_records_the_lock_it_was_made_with(tmp_path: Path) -> None:
+    _, lock, platform = _reference(tmp_path)
+    assert lock.startswith("sha256:") and platform  # the manifest records both
 
 
-@pytest.mark.xfail(strict=True, reason="REFCMP1: compare drops the reference's recorded lock and says 'other locks'")
 def test_refcmp1_a_run_of_the_references_own_lock_is_not_said_to_have_another(tmp_path: Path) -> None:
     ref, lock, platform = _reference(tmp_path)
     result = compare(ref, _run_with_lock(tmp_path / "run", lock, platform), None)
     assert result["lock_digest"]["a"] == lock
-    assert "(other locks)" not in render_compare(result)
+    text = render_compare(result)
+    assert "(other locks)" not in text and "not recorded" not in text.split("## ")[0]
+    assert "not compared: a reference records no steps (A)" in text and "null" not in text.split("## Steps")[1]
+
+
+def test_refcmp1_a_side_that_records_no_lock_is_said_unrecorded_not_other(tmp_path: Path) -> None:
+    run = _run_with_lock(tmp_path / "run", "sha256:" + "1" * 64, "p")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "report.json").write_text(json.dumps({"status": "passed", "platform": "p", "steps": []}), encoding="utf-8")
+    text = render_compare(compare(bare, run, None))
+    assert "(not recorded by A: not compared)" in text and "(other locks)" not in text
 
 
 def test_refcmp1_control_another_lock_is_named(tmp_path: Path) -> None:
