@@ -28,6 +28,7 @@ from tests.helpers.workflows import (
     run_git,
     schema_check,
     tool_path,
+    unsigned_folder_uploads,
     zizmor,
 )
 
@@ -85,6 +86,21 @@ def test_nox_bootstrap_is_hash_pinned() -> None:
             r.strip() == "python -m pip install --require-hashes --no-deps -r .github/requirements/nox.txt"
             for r in installs
         ), installs
+
+
+def test_a_signed_folder_is_uploaded_with_its_signature() -> None:
+    """A dossier or drift map uploaded as an artifact keeps its .kernodeck-folder (upload-artifact drops dot files by
+    default), so drift and compare on the downloaded folders hold them to what Kernodeck wrote."""
+    from ruamel.yaml import YAML
+
+    template = ROOT / "kernodeck" / "project" / "templates" / ".github" / "workflows" / "kernodeck.yml.tmpl"
+    workflows = [read_yaml(WORKFLOWS / "verify.yml"), YAML(typ="safe").load(template.read_text(encoding="utf-8"))]
+    assert all(unsigned_folder_uploads(w) == [] for w in workflows)
+    # negative: the key taken out of the dossier's upload, the step is named
+    verify = read_yaml(WORKFLOWS / "verify.yml")
+    step = next(s for job in verify["jobs"].values() for s in job["steps"] if s.get("name") == "keep the dossier")
+    del step["with"]["include-hidden-files"]
+    assert unsigned_folder_uploads(verify) == ["keep the dossier"]
 
 
 def test_verify_workflow_runs_the_sessions_per_platform() -> None:

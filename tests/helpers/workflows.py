@@ -126,3 +126,22 @@ def platform_result(folder: Path, platform: str, *, holds: bool, culprit: list[l
     if culprit is not None:
         (sub / "bisect.json").write_text(json.dumps({"verdict": "found", "culprit": culprit}), encoding="utf-8")
         (sub / "bisect.md").write_text(f"## Bisect of {platform}\n", encoding="utf-8")
+
+
+UPLOAD = "actions/upload-artifact@"
+
+
+def unsigned_folder_uploads(workflow: dict[str, Any]) -> list[str]:
+    """The upload steps of ``workflow`` that send a folder Kernodeck signed (a dossier, a drift map: one path, under
+    ``runs/`` or a dossier folder) without its hidden signature: upload-artifact leaves dot files out unless told
+    ``include-hidden-files: true`` (v4.4 on), and compare and drift then read the downloaded folder unrecorded."""
+    found = []
+    for job in workflow["jobs"].values():
+        for step in job.get("steps", []):
+            if not str(step.get("uses", "")).startswith(UPLOAD):
+                continue
+            path = str(step.get("with", {}).get("path", "")).strip()
+            folder = "\n" not in path and ("runs/" in path or path.endswith("dossier"))
+            if folder and step["with"].get("include-hidden-files") is not True:
+                found.append(str(step.get("name")))
+    return found
