@@ -97,6 +97,19 @@ class Application:
         own step)."""
         return tuple(dict.fromkeys([*self.code, *self.files, *self.smoke]))
 
+    @property
+    def assets(self) -> tuple[Source, ...]:
+        """The declared weights and data sources: ``weights``, then each ``data.NAME`` by name."""
+        return ((self.weights,) if self.weights else ()) + tuple(self.data[name] for name in sorted(self.data))
+
+    @property
+    def project_paths(self) -> tuple[str, ...]:
+        """Every file or folder of the project the application reads, relative to it: the sources, the sample, and
+        each ``path`` source the declaration places inside the project (:meth:`Source.in_project`). Sources found
+        elsewhere (a cache, a path outside or named by a variable, the lock's wheels) are not among them."""
+        inside = [path for src in self.assets if (path := src.in_project()) is not None]
+        return tuple(dict.fromkeys([*self.sources, self.sample, *inside]))
+
     def fingerprints(self, root: Path) -> dict[str, str]:
         """Each declared source's sha256 as read now ("" for a missing file: it matches no bytes)."""
         return {rel: sha256_file(root / rel) if (root / rel).is_file() else "" for rel in self.sources}

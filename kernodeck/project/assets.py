@@ -20,7 +20,7 @@ import os
 import re
 import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, assert_never
 
 from kernodeck import tips
@@ -121,6 +121,18 @@ class Source:
         if self.kind is SourceKind.PACKAGE:
             return f"the wheel {self.package} pinned by the lock"
         assert_never(self.kind)
+
+    def in_project(self) -> str | None:
+        """The folder or file a ``path`` source names inside the project, relative to it, when the declaration alone
+        says so: a relative path without a variable, ``~`` or ``..`` (verify finds it against the project folder,
+        ``kernodeck/inenv/locate.py``); None for any other source, whose files the run finds elsewhere."""
+        if self.kind is not SourceKind.PATH:
+            return None
+        declared = str(self.declared["path"])
+        path = PurePosixPath(declared)
+        if "$" in declared or declared.startswith("~") or path.is_absolute() or ".." in path.parts:
+            return None
+        return path.as_posix()
 
     def access(self) -> dict[str, str] | None:
         """Which variable grants access and what for: its NAME only."""

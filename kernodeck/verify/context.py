@@ -57,6 +57,15 @@ class Declaration:
             raise self.error or KernodeckError("no application declared in pyproject.toml")
         return self.app
 
+    def project_paths(self) -> tuple[str, ...]:
+        """Every file or folder of the project the declared application reads (:attr:`Application.project_paths`),
+        and the file of its resume's ``train`` (checked as any code's: ``runbuild.in_env_sources``); none when the
+        declaration is refused."""
+        if self.app is None:
+            return ()
+        resumed = [self.app_resume.entry.file] if self.app_resume is not None else []
+        return tuple(dict.fromkeys([*self.app.project_paths, *resumed]))
+
 
 @dataclass(frozen=True)
 class RunContext:

@@ -106,7 +106,7 @@ def _source_lines(ctx: RunContext) -> tuple[str, ...]:
     if app is None:
         return ()
     lines = []
-    for src in ([app.weights] if app.weights else []) + [app.data[n] for n in sorted(app.data)]:
+    for src in app.assets:
         if src.kind is SourceKind.PACKAGE:
             continue  # installed with the lock: the commands above
         access = src.access()

