@@ -25,10 +25,12 @@ from kernodeck.dossier import baseimage, toolpins
 from kernodeck.dossier.baseimage import BaseImage
 from kernodeck.errors import ConfigError
 from kernodeck.lock.inputs import all_input_files
+from kernodeck.project.assets import Source, SourceKind
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.runformat.review import VENV, pip_steps
 from kernodeck.sources import PYPI, public_url
+from kernodeck.verify import context
 
 # Inside the container: the project, and Kernodeck's own venv (the orchestrator never lives in the rebuilt env).
 WORKDIR = "/project"
@@ -64,33 +66,73 @@ def image(project: Project, plat: Platform, override: str | None = None) -> Base
     return baseimage.resolve(project, plat, override)
 
 
+def _holds(root: Path, rel: str | Path) -> bool:
+    """Whether the project here has ``rel``, inside it (a link out of the project is not the project's)."""
+    return (root / rel).exists() and (root / rel).resolve().is_relative_to(root)
+
+
+def _copied(root: Path, rel: str) -> str:
+    """What the image copies for a path the application reads: a folder as itself, a file by its folder (one line
+    for a package's folder, not one per file of a glob; the closed world refuses any file of it not declared), a
+    file at the top as itself."""
+    parent = Path(rel).parent
+    return rel if (root / rel).is_dir() or parent == Path() else parent.as_posix()
+
+
 def project_items(project: Project, plat: Platform) -> list[str]:
-    """What verify reads, relative to the project, outermost first: pyproject.toml and the noxfile, the lock inputs'
-    folders (the files they name by ``-r``/``-c`` too), the lockfiles, the reference, the application's code folders
-    and sample (and a top-level ``data/``), and Kernodeck itself when it is vendored. Never tests, docs, outputs, envs
-    or caches."""
-    wanted: list[str | Path] = ["pyproject.toml", "noxfile.py", "data", project.lockfiles, project.reference]
+    """What verify reads, relative to the project, outermost first. What the session needs: pyproject.toml and the
+    noxfile, the lock inputs' folders (the files they name by ``-r``/``-c`` too), the lockfiles, the reference, and
+    Kernodeck itself when it is vendored. What the declared application reads, from the declaration verify reads
+    (:meth:`kernodeck.verify.context.Declaration.project_paths`: its sources, sample, resume's train file, and the
+    ``path`` sources inside the project), each by :func:`_copied`. Never tests, docs, outputs, envs or caches."""
+    root = project.root.resolve()
+    wanted: list[str | Path] = ["pyproject.toml", "noxfile.py", project.lockfiles, project.reference]
     try:  # the files the inputs name by -r/-c too: the lock check fingerprints them
         inputs = all_input_files(project, plat)
     except ConfigError:  # one refused: the image's lock check says so itself
         inputs = [*project.requirements, plat.variant.torch_layer]
     wanted += [Path(req).parent if Path(req).parent != Path() else req for req in inputs]
-    try:
-        from kernodeck.project import app_contract
-
-        app = app_contract.load(project.root)
-        targets = [app.entry, *([app.criterion] if app.criterion else [])]
-        wanted += [Path(file).parent if Path(file).parent != Path() else file
-                   for file in (*(t.file for t in targets), *app.code, *app.smoke)]
-        wanted.append(app.sample)
-    except ConfigError:
-        pass  # no application declared: verify then says so itself
+    # a refused declaration reads nothing: verify then says so itself
+    wanted += [_copied(root, rel) for rel in context.declaration(project).project_paths()]
     if toolpins.vendored(project):
         wanted.append("kernodeck")
-    root = project.root.resolve()
-    found = sorted({(root / p).resolve().relative_to(root).as_posix() for p in wanted
-                    if (root / p).exists() and (root / p).resolve().is_relative_to(root)})
+    found = sorted({(root / p).resolve().relative_to(root).as_posix() for p in wanted if _holds(root, p)})
     return [p for p in found if p != "." and not any(p.startswith(f"{q}/") for q in found)]
+
+
+def _beside(src: Source, root: Path) -> str:
+    """How the container finds a declared source the image does not hold ("" for one it holds or the lock
+    installs): verify fetches a ``url`` source itself (``runbuild.prefetch``), reads an ``hf`` one from the Hugging
+    Face cache only (``local_files_only``), and a ``path`` one where the path names it."""
+    if src.kind is SourceKind.PACKAGE:
+        return ""
+    access = src.access()
+    token = f"; its token: set {access['variable']} in the container" if access else ""
+    if src.kind is SourceKind.PATH:
+        rel = src.in_project()
+        if rel is not None and _holds(root, rel):
+            return ""
+        declared = str(src.declared["path"])
+        at = declared if declared.startswith(("/", "~", "$")) else f"{WORKDIR}/{declared}"
+        return (f"{src.role}: the path {declared} is not in the image: bind it into the container at {at}"
+                + (" (its variables set there)" if "$" in declared else ""))
+    if src.kind is SourceKind.HF:
+        return (f"{src.role}: {src.provenance()} at {src.declared['revision']}: verify reads it from a Hugging Face "
+                f"cache only, never the network: bind a cache holding it and set HF_HUB_CACHE to it there (filled "
+                f"by: {src.fetch_command()}){token}")
+    if src.kind is SourceKind.URL:
+        return (f"{src.role}: {src.provenance()}: verify fetches it into Kernodeck's cache when the container reaches "
+                f"the URL; else bind a cache holding it and set KERNODECK_CACHE to it there (filled by: "
+                f"{tips.FETCH}){token}")
+    assert_never(src.kind)
+
+
+def needed_beside(project: Project) -> list[str]:
+    """Each declared weights or data source the image does not hold, with how the container gets it (the file's
+    header says them): a cache, a path outside the project or named by a variable."""
+    app = context.declaration(project).app
+    root = project.root.resolve()
+    return [line for src in (app.assets if app is not None else ()) if (line := _beside(src, root))]
 
 
 def verify_command(plat: Platform) -> list[str]:
@@ -123,6 +165,7 @@ def dockerfile(project: Project, plat: Platform, tools_rel: str, override: str |
         "(from the project folder)",
         f'#   docker run --rm -v "$PWD/runs:{WORKDIR}/runs" kernodeck-{plat.id}'
         + ("   (add --gpus all)" if plat.variant.backend.value in ("cuda", "rocm") else ""),
+        *_beside_lines(project, "# "),
         base.comment(),
         f"FROM {base.reference}",
         f'LABEL org.opencontainers.image.base.name="{base.reference}" kernodeck.platform="{plat.id}"',
@@ -145,6 +188,12 @@ def dockerignore(project: Project, plat: Platform, tools_rel: str) -> str:
     return (f"# Written by `{tips.nox('export', '--format', 'dockerfile')}`: the build context is the project; only "
             "what the Dockerfile copies is sent.\n"
             "*\n" + "".join(f"!{item}\n" for item in allowed) + "**/__pycache__\n")
+
+
+def _beside_lines(project: Project, indent: str) -> list[str]:
+    needed = needed_beside(project)
+    head = ["Declared sources the image does not hold: the container needs them beside it (verify fails without):"]
+    return [f"{indent}{line}" for line in head + [f"  {n}" for n in needed]] if needed else []
 
 
 def _json_argv(argv: list[str]) -> str:
@@ -178,6 +227,7 @@ def apptainer(project: Project, plat: Platform, tools_src: str, override: str | 
         "do not edit.",
         "    apptainer build kernodeck.sif THIS-FILE        (from the project folder)",
         f"    apptainer run --writable-tmpfs{flag} kernodeck.sif",
+        *_beside_lines(project, "    "),
         "",
         "%files",
         f"    {tools_src} {TOOLS_FILE}",

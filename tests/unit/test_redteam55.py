@@ -212,23 +212,30 @@ def _declaring_files(tmp_path: Path) -> Path:
     return root
 
 
-def test_export1_premise_a_declared_file_outside_the_code_folders_is_not_in_the_image(tmp_path: Path) -> None:
+def test_export1_premise_a_declared_file_lies_outside_the_code_folders(tmp_path: Path) -> None:
+    """Setup only: the declared labels table is among the sources verify fingerprints, in a folder of its own (no
+    code folder, sample or session file holds it)."""
     from kernodeck.project import app_contract
 
     root = _declaring_files(tmp_path)
-    assert "assets/labels.txt" in app_contract.load(root).sources  # verify fingerprints it
-    items = _items(root)
-    assert "checks" in items and not any(i in ("assets", "assets/labels.txt") for i in items)
+    app = app_contract.load(root)
+    assert "assets/labels.txt" in app.sources and (root / "assets" / "labels.txt").is_file()
+    assert not any(Path(f).parts[0] == "assets" for f in (*app.code, app.sample))
 
 
-@pytest.mark.xfail(strict=True, reason="EXPORT1: export's image lacks declared files verify fingerprints")
 def test_export1_every_declared_source_is_in_the_image(tmp_path: Path) -> None:
+    """Fixed by class: the image's items come from the declaration verify reads (its sources, the sample, the path
+    sources inside the project), and the Dockerfile.dockerignore admits each of them."""
+    from kernodeck.dossier import export
     from kernodeck.project import app_contract
 
     root = _declaring_files(tmp_path)
     items = _items(root)
     for source in app_contract.load(root).sources:
         assert any(source == i or source.startswith(f"{i}/") for i in items), source
+    proj = load_project(root)
+    ignore = export.dockerignore(proj, resolve_platform(proj), "runs/export/kernodeck-tools.txt")
+    assert "!assets\n" in ignore
 
 
 def test_export1_control_the_code_folder_and_the_reference_are_in_the_image(tmp_path: Path) -> None:
