@@ -172,12 +172,21 @@ class DamagedDossier(KernodeckError):
 
 
 class CodeChanged(ManifestError):
-    """A declared code file differs from the reference's fingerprint: the reference no longer describes the code."""
+    """Declared code files that are not the reference's: changed (the reference no longer describes the code), or
+    missing here (the checkout or a container's image lacks a file the reference describes: restore it; a new
+    reference would describe code that is not there)."""
 
-    def __init__(self, where: str, changed: list[str]) -> None:
-        super().__init__(
-            f"{where}: code differs from the reference's fingerprint: {', '.join(changed)} "
-            "(verify -- --allow-code-change runs the checks anyway, never as a pass)"
-        )
+    def __init__(self, where: str, changed: list[str], missing: list[str] | tuple[str, ...] = ()) -> None:
+        differ = [f for f in changed if f not in missing]
+        said = ([f"code differs from the reference's fingerprint: {', '.join(differ)} (verify -- "
+                 "--allow-code-change runs the checks anyway, never as a pass)"] if differ else []) + (
+            [f"code the reference fingerprints is missing: {', '.join(missing)}"] if missing else [])
+        super().__init__(f"{where}: {'; '.join(said)}")
         self.changed = changed
-        self.tip = f"{tips.NEW_REFERENCE}   (if the change is intended: a new reference for this code)"
+        self.missing = list(missing)
+        if missing:
+            self.tip = (f"git checkout -- {' '.join(missing)}   (restore the missing files; a container's image: "
+                        f"export it again, {tips.nox('export', '--format', 'dockerfile')}, which copies every declared "
+                        f"source; if they are gone on purpose: {tips.NEW_REFERENCE})")
+        else:
+            self.tip = f"{tips.NEW_REFERENCE}   (if the change is intended: a new reference for this code)"

@@ -71,7 +71,8 @@ CODE_TIP = "nox -s reference -- --new   (if the change is intended: a new refere
 def code_check(ctx: Context) -> dict[str, Any]:
     """The declared code files (entry, criterion, ``code``) are the reference's, by their sha256 fingerprints.
 
-    A changed or missing file fails here, named, unless the run was told ``--allow-code-change``: then the files are
+    A changed or missing file fails here, named as such (a missing one's TIP restores it: a new reference would
+    describe code that is not there), unless the run was told ``--allow-code-change``: then the files are
     recorded as changed and the orchestrator's verdict can never be ``passed``.
     """
     recorded: dict[str, str] = dict(ctx.config["reference"].get("code") or {})
@@ -79,10 +80,12 @@ def code_check(ctx: Context) -> dict[str, Any]:
     changed = sorted(f for f, digest in recorded.items() if not (root / f).is_file() or sha256_file(root / f) != digest)
     result = {"files": sorted(recorded), "changed": changed, "allowed": bool(ctx.config.get("allow_code_change"))}
     if changed and not result["allowed"]:
-        raise CheckFailed(
-            f"code differs from the reference's fingerprint: {', '.join(changed)}",
-            "reference",
-            {"code": result, "tip": CODE_TIP},
-        )
+        missing = [f for f in changed if not (root / f).is_file()]
+        differ = [f for f in changed if f not in missing]
+        said = ([f"code differs from the reference's fingerprint: {', '.join(differ)}"] if differ else []) + (
+            [f"code the reference fingerprints is missing: {', '.join(missing)}"] if missing else [])
+        tip = (f"git checkout -- {' '.join(missing)}   (restore the missing files; if they are gone on purpose: "
+               "nox -s reference -- --new)") if missing else CODE_TIP
+        raise CheckFailed("; ".join(said), "reference", {"code": result, "tip": tip})
     return result
 

@@ -640,6 +640,20 @@ def test_reference_step_names_changed_code_files(tmp_path: Path) -> None:
     assert caught.value.layer == "reference" and "nox -s reference -- --new" in caught.value.details["tip"]
 
 
+def test_reference_step_names_a_missing_code_file_missing(tmp_path: Path) -> None:
+    """A file the reference fingerprints that is not there is said to be missing, its TIP to restore it (red-team pass
+    55, EXPORT1: a container's image without it was told to make a new reference); a changed one beside it is said to
+    differ (the control)."""
+    (tmp_path / "app.py").write_text("x = 1\n")
+    code = {"app.py": "0" * 64, "labels.txt": "1" * 64}
+    ctx = Context(config={"project_root": str(tmp_path), "reference": {"code": code}}, out=tmp_path)
+    with pytest.raises(CheckFailed) as caught:
+        reference.code_check(ctx)
+    assert str(caught.value) == ("code differs from the reference's fingerprint: app.py; code the reference "
+                                 "fingerprints is missing: labels.txt")
+    assert caught.value.details["tip"].startswith("git checkout -- labels.txt ")
+
+
 # --- NaN and Inf: a failure named non-finite, in every numeric check ------------------------------------------------
 
 

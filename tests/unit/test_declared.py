@@ -58,3 +58,32 @@ def test_an_edit_of_a_smoke_checks_file_is_a_named_code_change(tmp_path: Path, e
     # what the in-env side checks the code it runs against (and reference --new compares with after its run)
     assert "checks/ext.py" in runbuild.in_env_sources({}, root, app)
 
+
+
+@pytest.mark.parametrize("how", ["missing", "changed"])
+def test_a_missing_code_file_is_named_missing_and_its_tip_restores_it(tmp_path: Path, how: str) -> None:
+    """A declared file the reference fingerprints that is not there (a checkout without it, a container's image that
+    lacks it: red-team pass 55, EXPORT1) is said to be missing, its TIP to restore it (or to export the image again),
+    never first to make a new reference, which would describe code that is not there; the control: a changed file
+    is said to differ, its TIP a new reference."""
+    root = _declaring_a_smoke_check(tmp_path)
+    project = load_project(root)
+    app = context.declaration(project).application()
+    ref = manifest.Reference(root / "dossier" / "reference", {"application": {
+        "code": recording.code_fingerprint(project, app.sources)}})
+    if how == "missing":
+        (root / "checks" / "ext.py").unlink()
+    else:
+        (root / "checks" / "ext.py").write_text(SMOKE + "# edited\n", encoding="utf-8")
+    with pytest.raises(CodeChanged) as caught:
+        require_reference_code(project, ref, app, allow=False)
+    message, tip = str(caught.value), caught.value.tip
+    assert caught.value.changed == ["checks/ext.py"]
+    if how == "missing":
+        assert "code the reference fingerprints is missing: checks/ext.py" in message and "differs" not in message
+        assert "--allow-code-change" not in message  # the checks cannot run a file that is not there
+        assert tip.startswith("git checkout -- checks/ext.py ") and "nox -s export -- --format dockerfile" in tip
+        assert caught.value.missing == ["checks/ext.py"]
+    else:
+        assert "code differs from the reference's fingerprint: checks/ext.py" in message and "missing" not in message
+        assert tip.startswith("nox -s reference -- --new") and caught.value.missing == []

@@ -52,7 +52,8 @@ def require_reference_code(
     project: Project, ref: manifest.Reference, app: app_contract.Application, *, allow: bool
 ) -> list[str]:
     """The declared code files (entry, criterion, ``code``) that differ from the reference's fingerprints, sorted: a
-    file changed or missing, or declared now but not fingerprinted by the reference.
+    file changed or missing, or declared now but not fingerprinted by the reference (a missing one is named so, its
+    TIP to restore it rather than to make a new reference).
 
     Refused (CodeChanged, before anything is built) unless ``allow``: then they are returned for the verdict, which
     names them and is never ``passed``. The in-env reference step checks the same fingerprints again.
@@ -62,7 +63,8 @@ def require_reference_code(
         f for f, d in recorded.items() if not (project.root / f).is_file() or sha256_file(project.root / f) != d
     )
     if moved and not allow:
-        raise CodeChanged(os.path.relpath(ref.folder / "manifest.toml", project.root), moved)
+        missing = [f for f in moved if not (project.root / f).is_file()]
+        raise CodeChanged(os.path.relpath(ref.folder / "manifest.toml", project.root), moved, missing)
     return moved
 
 
