@@ -60,6 +60,8 @@ CROSS_CUTTING = {
     "redteam53": "red-team pass 53: the system's files read unrecorded (zones after the entry), honest reads refused",
     "redteam54": "red-team pass 54: /proc/sys and /sys values recorded nowhere, the thread count unnamed in a delta",
     "redteam55": "red-team pass 55: drift without the as-written check, compare's reference lock, export's image",
+    "redteam56": "red-team pass 56: the kernel's state unrecorded through the hook, the CI artifact's marker, bisect's "
+                 "unmeasured old lock",
 }
 
 
