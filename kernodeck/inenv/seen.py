@@ -7,9 +7,9 @@ library ``ctypes`` loads by path; every file written or folder made (outputs); t
 import machinery; the bytes compiled from, and the stat at each read of, a file in the Hugging Face modules cache
 (declared_files.py); and refuses at once a process the application starts (what it reads cannot be seen; a spawned
 interpreter of multiprocessing's too: channels.py), an audit hook it adds, and a change to what was checked before the
-run (guard.py: the env, a declared source). A process forked in a window keeps the hook: its reads are judged at once
-in it, its writes handed to the parent (children.py). Between windows, every thread but Kernodeck's own is watched.
-"""
+run (guard.py: the env, a declared source). A read of the kernel's state is trusted and noted (systemfiles.SEEN). A
+process forked in a window keeps the hook: its reads are judged at once in it, its writes and reads handed to the
+parent (children.py). Between windows, every thread but Kernodeck's own is watched."""
 
 from __future__ import annotations
 
@@ -20,16 +20,14 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from . import channels, children, declared_files, guard, libraries, natives, owned, paths, rewritten
+from . import channels, children, declared_files, guard, libraries, natives, owned, paths, rewritten, systemfiles
 from ._common import CheckFailed
 from .protocol import Layer
 
 ON = [False]
 BY = [""]  # who runs now: "the entry", "the criterion"
 LATE = "a thread the application left running (after its call returned)"
-# Kernodeck's own threads: the one that installs the hook and runs the steps, its pools' (own_thread); ``quiet``
-# while the hook itself walks a folder. A thread-local: a new thread, the application's, has neither.
-MINE = threading.local()
+MINE = threading.local()  # Kernodeck's threads (own_thread), ``quiet`` while the hook walks a folder; not a new one
 IN_ENV = __package__ == "kernodeck_inenv"  # loaded by _package.py (the runner, the resume worker), not as a library
 READ: dict[str, str] = {}  # this window's files read: path -> who
 WRITTEN, TOUCHED, TOUCHED_FILES, written = owned.WRITTEN, owned.TOUCHED, owned.TOUCHED_FILES, owned.written
@@ -38,7 +36,6 @@ INSTALLED = [False]
 FORKS_ENDED = [False]  # a resume call's processes ended (resume_calls.end_descendants): no fork from then on
 TIP_LIMITS = "docs/application.md: the resume contract"
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
-
 
 _state = owned.state
 
@@ -95,6 +92,9 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
     if changes and guarded:
         _guard(raw, "opened to write")
     path = None if raw is None else paths.judged(raw)  # the file it opens: links followed, each ``..`` after its link
+    if raw is not None and raw.startswith(systemfiles.STATE):  # the kernel's state, trusted: recorded (PROC2)
+        systemfiles.SEEN.setdefault(raw)
+        _to_parent({"kind": "read", "path": raw})  # a forked child's: the parent records it (world.judge)
     if raw is None or path is None:
         return
     # Written by the application: a file it creates or truncates. Appending to (or opening for update) a file that
@@ -179,8 +179,7 @@ def _judged_now(path: str, how: str) -> None:
 
 
 def _to_parent(note: dict[str, Any]) -> None:
-    """In a process forked during a window: a write the parent must know of (its later reads of the file are then
-    the application's own), or a read (cached.py). A note that cannot be written refuses the operation."""
+    """In a forked process: a write or read the parent must know of; a note not written refuses the operation."""
     if not children.forked():
         return
     try:

@@ -20,8 +20,11 @@ that step's details (``system_files``, steprun.py; pass 53, TZ3: a zone read by 
 the orchestrator writes them all into system.json, compared with the reference's file by file. The hub's login is
 a credential: recorded as read, never hashed. The system step records the zone itself (:func:`chain`). The kernel's
 state (:func:`is_state`: a file under ``/sys`` or under ``/proc`` outside any process's folder) is recorded the same
-way, by the sha256 of its value read once when the window ends; a process's own ``/proc/<pid>`` files (its status,
-maps, descriptors: ``/proc/self`` resolves there) describe the process, not the machine, and stay unrecorded.
+way, by the sha256 of its value read once when the window ends (pass 56, PROC2: noted by the hook before its trusted
+return, a forked child's handed to the parent); a process's own ``/proc/<pid>`` files (its status, maps,
+descriptors) describe the process, not the machine, and stay unrecorded, but its view of the machine (mounts,
+cgroup, network) is the kernel's state, named under ``/proc/self``. A value that names this boot or instance (the boot
+id, the mount table, the counters) is recorded as read, never compared by its bytes.
 """
 
 from __future__ import annotations
@@ -106,17 +109,57 @@ def is_data(path: str) -> bool:
 STATE = ("/proc" + os.sep, "/sys" + os.sep)
 _STATE_MAX = 1 << 20  # a pseudo file's value is small; the cap bounds a file such as /proc/kcore
 _NOT_READ = frozenset({"/proc/kmsg"})  # reading it again would block and take the kernel's messages from their reader
+# A process's own entries that show the machine (red-team pass 56, PROC2: /proc/mounts and /proc/net are links here)
+_MACHINE_VIEW = frozenset({"mounts", "mountinfo", "cgroup", "cpuset", "net"})
+_SELF = ("self", "thread-self")
+SEEN: dict[str, None] = {}  # the kernel's state opened in this window as named (seen._opened; world.judge records it)
+# What names this boot or this machine's instance rather than configures it: a value of its own in every run (filelock's
+# import reads the boot id and the mount table, transformers' loading the mount table, measured), recorded as read,
+# never compared by its bytes (each run would differ from the reference for no cause).
+INSTANCE = "this boot's or instance's own value: read, not compared"
+_PER_INSTANCE = frozenset({
+    "/proc/sys/kernel/random/boot_id", "/proc/sys/kernel/random/uuid", "/proc/sys/kernel/random/entropy_avail",
+    "/proc/sys/kernel/hostname", "/proc/mounts", "/proc/self/mounts", "/proc/self/mountinfo", "/proc/self/cgroup",
+    "/proc/uptime", "/proc/loadavg", "/proc/stat", "/proc/meminfo", "/proc/vmstat", "/proc/interrupts",
+    "/proc/softirqs", "/proc/diskstats", "/proc/pressure/cpu", "/proc/pressure/memory", "/proc/pressure/io"})
+_NETWORK = ("/proc/net/", "/proc/self/net/")  # this instance's interfaces, sockets and counters
+
+
+def state_key(path: str) -> str | None:
+    """The name of the kernel's state ``path`` reads, the same in every run, or None: a file under ``/sys``; under
+    ``/proc`` one outside any process's folder (``/proc/sys``'s sysctls, ``/proc/cpuinfo``, ``/proc/mounts``) or one
+    of a process's own entries that show the machine (its mount table, cgroup, network: named under
+    ``/proc/self``); judged as given, before ``self`` resolves to this run's pid."""
+    path = os.path.normpath(path)
+    if path.startswith(STATE[1]):
+        real = os.path.realpath(path)
+        return real if real.startswith(STATE[1]) and os.path.isfile(real) else None
+    if not path.startswith(STATE[0]):
+        return None
+    top, _, rest = path[len(STATE[0]):].partition(os.sep)
+    if top in _SELF or top == str(os.getpid()):
+        if top == "thread-self" or rest.split(os.sep, 1)[0] == "task":  # a thread's view: the process's
+            rest = rest.split(os.sep, 2)[-1] if top != "thread-self" else rest
+        if rest.split(os.sep, 1)[0] not in _MACHINE_VIEW:
+            return None  # its status, maps, descriptors: the process, not the machine
+        path = STATE[0] + "self" + os.sep + rest
+    elif top.isdigit():
+        return None  # another process's folder: its input, refused (paths._own_process)
+    return path if os.path.isfile(path) else None
 
 
 def is_state(path: str) -> bool:
-    """The kernel's state: a file under ``/sys``, or under ``/proc`` outside a process's own folder (``/proc/sys``'s
-    sysctls, ``/proc/cpuinfo``), by the file ``path`` opens."""
-    if not path.startswith(STATE):
-        return False
-    real = os.path.realpath(path)
-    if real.startswith(STATE[0]) and real[len(STATE[0]):].split(os.sep, 1)[0].isdigit():
-        return False  # a process's folder: this process's own (another's is refused: paths._own_process)
-    return real.startswith(STATE) and os.path.isfile(real)
+    """The kernel's state (:func:`state_key`)."""
+    return path.startswith(STATE) and state_key(path) is not None
+
+
+def record_state(ctx: Context, path: str) -> None:
+    """Note the kernel's state ``path`` reads by its :func:`state_key`, with the sha256 of its value now (a value of
+    this boot or instance: only that it was read)."""
+    key = state_key(path)
+    files = ctx.state.setdefault(FILES, {})
+    if key is not None and key not in files:
+        files[key] = INSTANCE if key in _PER_INSTANCE or key.startswith(_NETWORK) else _digest(path)
 
 
 def record(ctx: Context, path: str) -> None:

@@ -265,7 +265,7 @@ def _stranger(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...
     paths.real, a link out of it is not the run's): its name as shown and the declaration to add. The kernel's state
     read there is trusted and recorded (systemfiles.is_state: red-team pass 54, PROC1)."""
     if systemfiles.is_state(path):
-        systemfiles.record(ctx, path)
+        systemfiles.record_state(ctx, path)
         return None
     if paths.trusted(path) or path in known or paths.real(path).startswith(out_dir):
         return None
@@ -339,6 +339,10 @@ def _accounted(ctx: Context, known: dict[str, str], path: str) -> bool:
 def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
     """The window's verdict: CheckFailed naming every declared file read that changed since the run's fingerprints
     (:func:`moved`), else every undeclared file and the declaration to add."""
+    for path in [*systemfiles.SEEN, *children.READ]:  # the kernel's state read, trusted: recorded (pass 56, PROC2)
+        if systemfiles.is_state(path):
+            systemfiles.record_state(ctx, path)
+    systemfiles.SEEN.clear()
     # a forked child's reads too (their stats and names handed on: seen.from_children ran as the window closed)
     changed = moved(ctx, {*seen.READ, *children.READ, *_imported(new_modules)})
     if changed:

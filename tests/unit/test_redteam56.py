@@ -132,14 +132,12 @@ def bare_steps(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @needs_sysctl
-def test_proc2_premise_the_hook_drops_a_trusted_path_before_its_record() -> None:
-    assert systemfiles.is_state(_SYSCTL)  # the fix's rule calls it the kernel's state ...
-    assert paths.judged(_SYSCTL) is None  # ... but the hook's first question says trusted: no record is made
+def test_proc2_premise_the_hook_takes_a_sysctl_for_trusted() -> None:
+    assert systemfiles.is_state(_SYSCTL)  # the kernel's state ...
+    assert paths.judged(_SYSCTL) is None  # ... trusted by the hook's first question: its record is made before it
 
 
 @needs_sysctl
-@pytest.mark.xfail(strict=True, reason="PROC2: a sysctl read in a real window never reaches world._stranger, so "
-                   "system_files never names it (the hook returns on a trusted path first)")
 def test_proc2_a_sysctl_opened_in_a_window_is_in_the_steps_system_files(tmp_path: Path, bare_steps: None) -> None:
     result = _criterion_opening(_window_context(tmp_path), _SYSCTL)
     assert result[StepKey.STATUS] == "passed"
@@ -158,16 +156,35 @@ def test_proc2_control_a_zone_file_opened_in_a_window_is_recorded(tmp_path: Path
 @pytest.mark.skipif(not Path("/proc/mounts").is_file(), reason="no /proc/mounts here")
 def test_proc2_premise_the_systems_mount_table_resolves_into_the_process_folder() -> None:
     assert os.path.realpath("/proc/mounts") == f"/proc/{os.getpid()}/mounts"
-    assert not systemfiles.is_state("/proc/mounts")
 
 
 @pytest.mark.skipif(not Path("/proc/mounts").is_file(), reason="no /proc/mounts here")
-@pytest.mark.xfail(strict=True, reason="PROC2: /proc/mounts and /proc/net/* (links into /proc/self) are the "
-                   "machine's state, called the process's own by is_state")
 def test_proc2_the_mount_table_and_the_network_state_are_the_kernels_state() -> None:
     assert systemfiles.is_state("/proc/mounts")
     if Path("/proc/net/dev").is_file():
         assert systemfiles.is_state("/proc/net/dev")
+    # one name in every run: the process's own view of the machine is named under /proc/self, never its pid
+    assert systemfiles.state_key(f"/proc/{os.getpid()}/mounts") == "/proc/self/mounts"
+    assert systemfiles.state_key("/proc/thread-self/mounts") == "/proc/self/mounts"
+
+
+@needs_sysctl
+def test_proc2_a_sysctl_read_by_a_forked_child_is_recorded_by_the_parent(tmp_path: Path, bare_steps: None) -> None:
+    ctx = _window_context(tmp_path)
+
+    def criterion() -> dict[str, Any]:
+        with world.window(ctx, "the criterion"):
+            pid = os.fork()
+            if pid == 0:  # the child: reads the sysctl and leaves at once
+                with open(_SYSCTL, "rb") as fh:
+                    fh.read()
+                os._exit(0)
+            os.waitpid(pid, 0)
+        return {"passed": True}
+
+    result = steprun.run(ctx, "criterion", criterion)
+    assert result[StepKey.STATUS] == "passed", result
+    assert _SYSCTL in result[StepKey.DETAILS].get(SYSTEM_FILES, {})
 
 
 def test_proc2_control_the_process_own_files_stay_its_own() -> None:
@@ -207,17 +224,15 @@ def _carried(run: Path, to: Path, upload: dict[str, Any]) -> Path:
     return to
 
 
-def test_artifact1_premise_the_marker_is_hidden_and_the_upload_leaves_hidden_files_out(tmp_path: Path) -> None:
-    upload = _dossier_upload()
+def test_artifact1_premise_the_marker_is_hidden_and_an_upload_by_default_leaves_hidden_files_out(
+        tmp_path: Path) -> None:
     assert "v4.6.2" in (WORKFLOWS / "verify.yml").read_text(encoding="utf-8")  # include-hidden-files: since v4.4.0
-    assert outdir.MARKER.startswith(".") and "include-hidden-files" not in upload
-    carried = _carried(_signed_run(tmp_path / "run", 2), tmp_path / "ci", upload)
+    assert outdir.MARKER.startswith(".")
+    carried = _carried(_signed_run(tmp_path / "run", 2), tmp_path / "ci", {})  # the action's default
     assert not (carried / outdir.MARKER).exists()
     assert changed_since_written(carried) == [UNRECORDED]  # drift and compare: "NOT AS WRITTEN ... no record"
 
 
-@pytest.mark.xfail(strict=True, reason="ARTIFACT1: the verify workflow's dossier artifact drops the hidden marker: "
-                   "an edited dossier in CI is read as one with no record, an honest one is said NOT AS WRITTEN")
 def test_artifact1_a_dossier_carried_by_the_workflow_is_held_to_what_kernodeck_wrote(tmp_path: Path) -> None:
     upload = _dossier_upload()
     run = _signed_run(tmp_path / "run", 2)
@@ -300,3 +315,19 @@ def test_bisect1_control_a_change_the_old_lock_does_not_share_is_named(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result, _ = _bisect_one_change(tmp_path, monkeypatch, old_within=True)
     assert result.search.verdict is Verdict.FOUND and result.search.culprit == (0,)
+
+
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+@pytest.mark.skipif(not Path(_BOOT_ID).is_file(), reason="no boot id here")
+def test_proc2_a_value_of_this_boot_is_recorded_as_read_and_not_compared(tmp_path: Path, bare_steps: None) -> None:
+    """filelock's import reads the boot id and the mount table (measured in a real verify): named as read, never a
+    difference from a reference made on another boot."""
+    result = _criterion_opening(_window_context(tmp_path), _BOOT_ID, "/proc/mounts")
+    read = result[StepKey.DETAILS][SYSTEM_FILES]
+    assert read[_BOOT_ID] == systemfiles.INSTANCE and read["/proc/mounts"] == systemfiles.INSTANCE
+    if Path(_SYSCTL).is_file():  # control: a configuration value is compared by its bytes
+        (tmp_path / "c").mkdir()
+        configured = _criterion_opening(_window_context(tmp_path / "c"), _SYSCTL)[StepKey.DETAILS][SYSTEM_FILES]
+        assert configured[_SYSCTL] != systemfiles.INSTANCE and len(configured[_SYSCTL]) == 64
