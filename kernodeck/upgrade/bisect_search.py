@@ -71,8 +71,8 @@ def bound(n: int) -> int:
     """The most trials the search needs for one culprit among ``n`` groups: the new lock's env and its repeat (2), the
     bisection (``ceil(log2 n)``), the culprit alone when the bisection did not build it alone and its repeat (2), the
     other groups without it when the bisection did not build them and its repeat (2). One group: the new lock's env
-    is the culprit alone, and nothing is left without it: 2."""
-    return math.ceil(math.log2(n)) + 6 if n > 1 else 2
+    is the culprit alone, and without it is the old lock's env, built and repeated (BISECT1): 4."""
+    return math.ceil(math.log2(n)) + 6 if n > 1 else 4
 
 
 def settle(first: Outcome, rerun: Callable[[], Outcome]) -> tuple[Outcome, Outcome | None]:
@@ -96,7 +96,9 @@ def search(n: int, probe: Callable[[frozenset[int]], Outcome], *, budget: int | 
            confirm: bool = True) -> SearchResult:
     """The smallest set of groups (``0..n-1``, in order) whose moving to the new lock leaves the tolerance.
 
-    The old lock (no group moved) is the reference's env: assumed within tolerance, never rebuilt. Each round bisects
+    The old lock (no group moved) is the reference's env: assumed within tolerance while the bisection runs, measured
+    where the answer would rest on it alone (C's complement empty: one changed group; red-team pass 56, BISECT1: a
+    group was named the culprit of an old lock out of tolerance itself). Each round bisects
     the groups not yet chosen for the first prefix that, on top of those chosen, leaves the tolerance; its last group
     joins the culprit set; the set alone is then tried, and the search ends when it leaves the tolerance alone. A
     flaky trial (:func:`settle`) stops it: verdict FLAKY, no culprit named.
@@ -178,7 +180,7 @@ def _found(sure: _Runs, n: int, chosen: set[int], alone: bool | None, decided: l
             sure(subset)
     rest = frozenset(range(n)) - chosen
     for subset, repeats in [(rest, 1)] + [(frozenset(chosen - {c}), 2) for c in sorted(chosen) if several]:
-        got = sure(subset, repeats) if subset else Outcome.GOOD
+        got = sure(subset, repeats)  # the empty set too: the old lock's env, built and run (BISECT1)
         if got is Outcome.FLAKY:  # failed, then ran on its rerun (settle): it confirms nothing
             return done(Verdict.FLAKY)
         if got.leaves:
