@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+
 from kernodeck import tips
 from kernodeck.errors import ConfigError
 

@@ -47,7 +47,7 @@ def test_a_files_line_reads_back_as_the_path(path: str) -> None:
     assert apptainer_files(f"%files\n    {line}\n\n%post\n") == [(src, f"/project/{path}")]
 
 
-@pytest.mark.parametrize("path", sorted(APPTAINER_REFUSES) + ["x {{ name }}"])
+@pytest.mark.parametrize("path", [*sorted(APPTAINER_REFUSES), "x {{ name }}"])
 def test_apptainer_refuses_a_path_it_has_no_form_for(path: str) -> None:
     with pytest.raises(ConfigError) as caught:
         copylines.apptainer_files(path, f"/project/{path}")
