@@ -6,7 +6,8 @@
 Both start from the platform's base image (:mod:`kernodeck.dossier.baseimage`: pinned by digest, or a floating tag
 said to be one; no ``--platform`` in ``FROM``: the target is chosen at build time), install Kernodeck's tools in their
 own venv with ``--require-hashes`` from the hashed file written beside (:mod:`kernodeck.dossier.toolpins`), copy only
-what verify reads (:func:`project_items`; a ``Dockerfile.dockerignore`` beside allows nothing else), install the
+what verify reads (:func:`project_items`; a ``Dockerfile.dockerignore`` beside allows nothing else; each path in the
+form its file's reader reads back as that path, or refused: :mod:`kernodeck.dossier.copylines`), install the
 platform's lock with pip alone, ``--require-hashes``, into a fresh venv (the same commands ``procedure.md`` records for
 a replay by hand: both come from :func:`kernodeck.runformat.review.pip_steps`), and run ``verify --python`` on the
 env's interpreter when the container runs (a GPU exists at run time, not at build time). Nothing is built here; the
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import assert_never
 
 from kernodeck import tips
-from kernodeck.dossier import baseimage, toolpins
+from kernodeck.dossier import baseimage, copylines, toolpins
 from kernodeck.dossier.baseimage import BaseImage
 from kernodeck.errors import ConfigError
 from kernodeck.lock.inputs import all_input_files
@@ -172,9 +173,9 @@ def dockerfile(project: Project, plat: Platform, tools_rel: str, override: str |
         "ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1 "
         f'{baseimage.ENV_VAR}="{base.reference}"',
         f"WORKDIR {WORKDIR}",
-        f"COPY {tools_rel} {TOOLS_FILE}",
+        copylines.docker_copy(tools_rel, TOOLS_FILE),
         f"RUN {tools_install()}",
-        *(f"COPY {item} {WORKDIR}/{item}" for item in project_items(project, plat)),
+        *(copylines.docker_copy(item, f"{WORKDIR}/{item}") for item in project_items(project, plat)),
         *(f"RUN {step}" for step in pip_steps(_lock_rel(project, plat), index_args(plat))),
         "CMD " + _json_argv(verify_command(plat)),
     ]
@@ -187,7 +188,7 @@ def dockerignore(project: Project, plat: Platform, tools_rel: str) -> str:
     allowed = [tools_rel, *project_items(project, plat)]
     return (f"# Written by `{tips.nox('export', '--format', 'dockerfile')}`: the build context is the project; only "
             "what the Dockerfile copies is sent.\n"
-            "*\n" + "".join(f"!{item}\n" for item in allowed) + "**/__pycache__\n")
+            "*\n" + "".join(copylines.dockerignore_allow(item) + "\n" for item in allowed) + "**/__pycache__\n")
 
 
 def _beside_lines(project: Project, indent: str) -> list[str]:
@@ -230,8 +231,8 @@ def apptainer(project: Project, plat: Platform, tools_src: str, override: str | 
         *_beside_lines(project, "    "),
         "",
         "%files",
-        f"    {tools_src} {TOOLS_FILE}",
-        *(f"    {item} {WORKDIR}/{item}" for item in project_items(project, plat)),
+        f"    {copylines.apptainer_files(tools_src, TOOLS_FILE)}",
+        *(f"    {copylines.apptainer_files(item, f'{WORKDIR}/{item}')}" for item in project_items(project, plat)),
         "",
         "%environment",
         f"    export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 {baseimage.ENV_VAR}={base.reference}",
@@ -295,12 +296,13 @@ def write(fmt: Format, project: Project, plat: Platform, out: Path, base_image: 
         raise ConfigError(f"no committed lock for {plat.id}: the container would install nothing verified",
                           tip=tips.nox("lock", "--platform", plat.id))
     tools_src = tools_source(fmt, project, out)
-    text = render(fmt, project, plat, tools_src, base_image)  # refuses a bad platform or image before writing
+    # a bad platform or image, or a path with no form in a file (copylines), is refused before anything is written
+    text = render(fmt, project, plat, tools_src, base_image)
+    ignore = dockerignore(project, plat, tools_src) if fmt is Format.DOCKERFILE else None
     out.mkdir(parents=True, exist_ok=True)
     outdir.write_file(out / toolpins.FILE_NAME, toolpins.hashed_file(project), "export-tools")
-    if fmt is Format.DOCKERFILE:
-        outdir.write_file(out / f"{FILE_NAMES[fmt]}.dockerignore", dockerignore(project, plat, tools_src),
-                          "export-dockerignore")
+    if ignore is not None:
+        outdir.write_file(out / f"{FILE_NAMES[fmt]}.dockerignore", ignore, "export-dockerignore")
     path = out / FILE_NAMES[fmt]
     outdir.write_file(path, text, f"export-{fmt}")
     return path

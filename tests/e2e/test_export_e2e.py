@@ -21,6 +21,7 @@ from kernodeck.project.platforms import resolve_platform
 from kernodeck.runformat import review
 from kernodeck.verify.context import Options
 from kernodeck.verify.writer import index_procedure
+from tests.helpers.containerfiles import apptainer_files, copy_lines
 from tests.helpers.project import ROOT, copy_project, kd
 
 INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME", "USER",
@@ -91,11 +92,9 @@ def test_dockerfile_installs_the_lock_as_procedure_md_records_and_verifies(tmp_p
     instructions = parse_dockerfile((project / "runs" / "out" / "Dockerfile").read_text(encoding="utf-8"))
     words = [w for w, _ in instructions]
     assert words[0] == "FROM" and instructions[0][1] == "python:3.11-slim"
-    for word, args in instructions:
-        if word == "COPY":
-            src, dest = args.split()
-            assert (project / src).exists()
-            assert dest == ("/opt/kernodeck-tools.txt" if src == "runs/out/kernodeck-tools.txt" else f"/project/{src}")
+    for src, dest in copy_lines((project / "runs" / "out" / "Dockerfile").read_text(encoding="utf-8")):
+        assert (project / src).exists()
+        assert dest == ("/opt/kernodeck-tools.txt" if src == "runs/out/kernodeck-tools.txt" else f"/project/{src}")
     runs = [args for word, args in instructions if word == "RUN"]
     expected = recorded_install(project, plat_id)
     assert "--require-hashes" in expected[1] and "-r lockfiles/cp311-linux_x86_64-cpu.txt" in expected[1]
@@ -119,8 +118,7 @@ def test_apptainer_definition_installs_the_same_commands(tmp_path: Path) -> None
     expected = recorded_install(ROOT, plat.id)
     assert post[post.index("cd /project") + 1:][:3] == expected
     assert "--extra-index-url" not in expected[1], "cu130's torch comes from PyPI: no other index"
-    for line in sections["files"][1:]:
-        src, dest = line.split()
+    for src, dest in apptainer_files(path.read_text(encoding="utf-8"))[1:]:
         assert (ROOT / src).exists() and dest == f"/project/{src}"
     run = sections["runscript"][-1]
     assert run.startswith("exec /opt/kernodeck/bin/python -m kernodeck verify --platform cp311-linux_x86_64-cu130")
@@ -166,6 +164,25 @@ def test_cli_refuses_an_out_inside_the_project(tmp_path: Path) -> None:
     proc = kd(project, "export", "--out", str(project / "lockfiles"))
     assert proc.returncode != 0 and "ERROR:" in proc.stderr and "TIP:" in proc.stderr
     assert not (project / "lockfiles" / "Dockerfile").exists()
+
+
+def test_cli_refuses_a_path_with_no_form_in_one_error_and_a_tip(tmp_path: Path) -> None:
+    """A declared file named with a ``%``: ``export --format apptainer`` says so in one ERROR line naming it and a
+    TIP, and writes nothing; the control: the Dockerfile export of the same project is written."""
+    project = copy_project(tmp_path / "project")
+    shutil.copytree(ROOT / ".github" / "requirements", project / ".github" / "requirements")
+    (project / "50% off.txt").write_text("x\n", encoding="utf-8")
+    pyproject = project / "pyproject.toml"
+    anchor = 'code = ["checks/app.py"]\n'
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").replace(anchor, anchor + 'files = ["50% off.txt"]\n'),
+                         encoding="utf-8")
+    proc = kd(project, "export", "--format", "apptainer", "--out", "runs/app")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 2, proc.stderr
+    assert lines[0].startswith("ERROR: ") and "'50% off.txt'" in lines[0] and "Apptainer" in lines[0]
+    assert lines[1] == "TIP: nox -s export -- --format apptainer --out runs/export"
+    assert not (project / "runs" / "app").exists()
+    assert kd(project, "export", "--format", "dockerfile", "--out", "runs/docker").returncode == 0
 
 
 def test_no_machine_source_in_the_files() -> None:

@@ -26,6 +26,7 @@ from kernodeck.ci import engines, matrix
 from kernodeck.dossier import toolpins
 from kernodeck.errors import ConfigError
 from kernodeck.project.config import load_project
+from tests.helpers.containerfiles import copy_lines, dockerignore_sends
 from tests.helpers.project import ROOT, copy_project, kd
 
 DOCS = (ROOT / "docs" / "ci.md", ROOT / "docs" / "containers.md")
@@ -202,13 +203,14 @@ def test_documented_exports_are_lean_pinnable_hadolint_and_shellcheck_clean(proj
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert not re.search(r"^FROM --platform", dockerfile, re.MULTILINE)
     assert "# base image: python:3.11-slim is a floating tag" in dockerfile
-    copied = [args.split()[0] for word, args in _instructions(dockerfile) if word == "COPY"]
+    copied = [src for src, _dest in copy_lines(dockerfile)]
     assert copied[0] == "runs/export/kernodeck-tools.txt"
     assert set(copied[1:]) == {"pyproject.toml", "noxfile.py", "requirements", "lockfiles", "dossier/reference",
                                "checks", "kernodeck"}, copied
     assert all((root / src).exists() for src in copied)
-    ignore = (out / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
-    assert ignore[1] == "*" and {f"!{src}" for src in copied} <= set(ignore)
+    ignore = (out / "Dockerfile.dockerignore").read_text(encoding="utf-8")
+    assert ignore.splitlines()[1] == "*" and all(dockerignore_sends(ignore, src) for src in copied)
+    assert not any(dockerignore_sends(ignore, other) for other in ("tests", "docs", "runs/x", ".git", "README.md"))
     runs = [args for word, args in _instructions(dockerfile) if word == "RUN"]
     assert "--require-hashes -r /opt/kernodeck-tools.txt" in runs[0]
     assert all("pip install" not in r or "--require-hashes" in r for r in runs)
@@ -230,16 +232,57 @@ def _instructions(text: str) -> list[tuple[str, str]]:
 
 
 def test_hadolint_and_shellcheck_find_what_they_must(tmp_path: Path) -> None:
-    """Negative controls: hadolint flags the old FROM --platform=... (DL3029); shellcheck flags a bare `cd`."""
+    """Negative controls: hadolint flags the old FROM --platform=... (DL3029) and the old shell-form COPY of a name
+    with a space (DL3021: more than two arguments); shellcheck flags a bare `cd`."""
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM --platform=linux/amd64 python:3.11-slim\nCMD [\"python\"]\n", encoding="utf-8")
     lint = subprocess.run([tool("hadolint"), "--no-color", "--failure-threshold", "warning", str(bad)],
                           capture_output=True, text=True, check=False)
     assert lint.returncode != 0 and "DL3029" in lint.stdout
+    bare = tmp_path / "Dockerfile.bare"  # the shell-form COPY export wrote before: a space makes more arguments
+    bare.write_text("FROM python:3.11-slim\nWORKDIR /project\nCOPY my data/labels #1.txt /project/my data/labels "
+                    "#1.txt\nCMD [\"python\"]\n", encoding="utf-8")
+    lint = subprocess.run([tool("hadolint"), "--no-color", "--failure-threshold", "warning", str(bare)],
+                          capture_output=True, text=True, check=False)
+    assert lint.returncode != 0 and "DL3021" in lint.stdout
     script = tmp_path / "run.sh"
     script.write_text('out="$PWD/x"\ncd /project\nexec echo "$out"\n', encoding="utf-8")
     assert subprocess.run([tool("shellcheck"), "-s", "sh", "-S", "warning", str(script)], capture_output=True,
                           check=False).returncode != 0
+
+
+def _declaring_odd_names(root: Path) -> Path:
+    """This project with two declared files whose names hold a space, a ``#``, a quote and a ``[``."""
+    for rel in ("my data/labels #1.txt", "it's [1].txt"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x\n", encoding="utf-8")
+    pyproject = root / "pyproject.toml"
+    anchor = 'code = ["checks/app.py"]\n'
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").replace(
+        anchor, anchor + 'files = ["my data/labels #1.txt", "it\'s [[]1].txt"]\n'), encoding="utf-8")
+    return root
+
+
+def test_an_export_of_odd_names_is_hadolint_and_shellcheck_clean(tmp_path: Path) -> None:
+    """Declared names with a space, a ``#``, a quote and a ``[``: the exported Dockerfile (JSON-array COPY lines) is
+    hadolint-clean and copies them back as themselves; the Apptainer scripts stay shellcheck-clean."""
+    root = _declaring_odd_names(copy_project(tmp_path / "project"))
+    shutil.copytree(ROOT / ".github" / "requirements", root / ".github" / "requirements")
+    for fmt in ("dockerfile", "apptainer"):
+        proc = kd(root, "export", "--format", fmt, "--out", "runs/export")
+        assert proc.returncode == 0, proc.stderr
+    dockerfile = root / "runs" / "export" / "Dockerfile"
+    lint = subprocess.run([tool("hadolint"), "--no-color", "--failure-threshold", "warning", str(dockerfile)],
+                          capture_output=True, text=True, check=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert {"my data", "it's [1].txt"} <= {src for src, _dest in copy_lines(dockerfile.read_text(encoding="utf-8"))}
+    definition = (root / "runs" / "export" / "kernodeck.def").read_text(encoding="utf-8")
+    for name, script in apptainer_scripts(definition).items():
+        path = root / "runs" / f"apptainer-{name}.sh"
+        path.write_text(script, encoding="utf-8")
+        checked = subprocess.run([tool("shellcheck"), "-s", "sh", "-S", "warning", str(path)], capture_output=True,
+                                 text=True, check=False)
+        assert checked.returncode == 0, checked.stdout
 
 
 def test_the_documented_hashin_command_is_the_one_export_asks_for(project: tuple[Path, Path]) -> None:
@@ -280,7 +323,7 @@ def test_the_tip_makes_the_tools_file_export_accepts(tmp_path: Path) -> None:
 
 def _image_project(root: Path, dockerfile: str, dest: Path, *, drop: str = "") -> Path:
     """The image's /project as the Dockerfile's COPY lines make it from the build context (the project)."""
-    for src, target in (args.split() for word, args in _instructions(dockerfile) if word == "COPY"):
+    for src, target in copy_lines(dockerfile):
         if not target.startswith("/project/") or src == drop:
             continue
         out = dest / target.removeprefix("/project/")

@@ -5,15 +5,18 @@ the file's header (red-team pass 55, EXPORT1's class)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from kernodeck.dossier import export
 from kernodeck.dossier.export import project_items
+from kernodeck.errors import ConfigError
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import Platform, resolve_platform
-from tests.helpers.project import copy_project
+from tests.helpers.containerfiles import apptainer_files, copy_lines, dockerignore_sends
+from tests.helpers.project import ROOT, copy_project
 
 
 def _items(root: Path) -> list[str]:
@@ -77,8 +80,8 @@ def test_what_the_declared_application_reads_is_in_the_image(tmp_path: Path) -> 
     items = _items(root)
     assert {"assets", "vocab.txt", "models/tiny", "checks"} <= set(items), items
     assert not {"models", "models/other", "data", "shared"} & set(items), items
-    assert not any(str(outside) in line for line in export.dockerfile(load_project(root), _plat(root), TOOLS)
-                   .splitlines() if line.startswith("COPY"))
+    assert not any(str(outside) in src for src, _dest in copy_lines(export.dockerfile(load_project(root), _plat(root),
+                                                                                   TOOLS)))
 
 
 RESUME = """
@@ -112,7 +115,7 @@ def test_the_dockerignore_admits_exactly_what_the_dockerfile_copies(tmp_path: Pa
     root = _declaring(copy_project(tmp_path / "p"), 'files = ["assets/labels.txt"]\n')
     _file(root, "assets/labels.txt")
     proj, plat = load_project(root), _plat(root)
-    copied = [line.split()[1] for line in export.dockerfile(proj, plat, TOOLS).splitlines() if line.startswith("COPY ")]
+    copied = [src for src, _dest in copy_lines(export.dockerfile(proj, plat, TOOLS))]
     admitted = [line[1:] for line in export.dockerignore(proj, plat, TOOLS).splitlines() if line.startswith("!")]
     assert "assets" in copied and copied == admitted
 
@@ -160,3 +163,42 @@ def test_a_path_source_inside_the_project_that_is_missing_here_is_named(tmp_path
 
 def test_the_header_of_a_project_whose_sources_the_image_holds_names_none(tmp_path: Path) -> None:
     assert not any("the image does not hold" in line for line in _header(copy_project(tmp_path / "p")))
+
+
+@pytest.mark.parametrize(("declared", "copied"), [
+    ('files = ["my data/labels #1.txt", "top #1.txt"]\n', {"my data", "top #1.txt"}),
+    ("", {"data[1].csv"}),
+], ids=["space and #", "["])
+def test_each_file_reads_back_the_declared_paths(tmp_path: Path, declared: str, copied: set[str]) -> None:
+    """A declared path with a space, a ``#`` or a ``[``: the Dockerfile's COPY, its ignore file and Apptainer's %files,
+    each read as its reader reads it (tests/helpers/containerfiles.py), give back the path itself (a file at the top
+    as itself, one in a folder by its folder), copied to the same path under /project; the ignore file sends it and
+    not the name a glob would have read (``data1.csv``, there too)."""
+    root = copy_project(tmp_path / "p")
+    for rel in ("my data/labels #1.txt", "top #1.txt", "data[1].csv", "data1.csv"):
+        _file(root, rel)
+    _declaring(root, declared, "" if declared else _data("table", path="data[1].csv"))
+    proj, plat = load_project(root), _plat(root)
+    assert copied <= set(_items(root))
+    docker = dict(copy_lines(export.dockerfile(proj, plat, TOOLS)))
+    assert {src: docker[src] for src in copied} == {src: f"/project/{src}" for src in copied}
+    ignore = export.dockerignore(proj, plat, TOOLS)
+    assert all(dockerignore_sends(ignore, src) for src in copied) and not dockerignore_sends(ignore, "data1.csv")
+    files = dict(apptainer_files(export.apptainer(proj, plat, TOOLS)))
+    assert {src: files[src] for src in copied} == {src: f"/project/{src}" for src in copied}
+    assert set(docker) == set(files) == set(_items(root)) | {TOOLS}
+
+
+def test_a_path_apptainer_cannot_write_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """A declared file named with a ``%`` (Apptainer expands a source with printf): the Apptainer export stops with
+    one ERROR naming it and a TIP, and writes nothing; the Dockerfile export of the same project writes it (control)."""
+    root = _declaring(copy_project(tmp_path / "p"), 'files = ["50% off.txt"]\n')
+    _file(root, "50% off.txt")
+    shutil.copytree(ROOT / ".github" / "requirements", root / ".github" / "requirements")
+    proj, plat = load_project(root), _plat(root)
+    with pytest.raises(ConfigError) as caught:
+        export.write(export.Format.APPTAINER, proj, plat, root / "runs" / "app")
+    assert "'50% off.txt'" in str(caught.value) and caught.value.tip.startswith("nox -s export -- --format apptainer")
+    assert not (root / "runs" / "app").exists()
+    written = export.write(export.Format.DOCKERFILE, proj, plat, root / "runs" / "docker")
+    assert "50% off.txt" in dict(copy_lines(written.read_text(encoding="utf-8")))
