@@ -8,6 +8,7 @@ then scans each file for the values of every source and credential variable: one
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +119,7 @@ def pip_steps(lock_rel: str, index: str, *, venv: str = VENV) -> list[str]:
     return [
         f"python3 -m venv {venv}",
         " ".join([f"{venv}/bin/python -m pip install --require-hashes --no-deps", *([index] if index else []),
-                  f"-r {lock_rel}"]),
+                  f"-r {shlex.quote(lock_rel)}"]),  # a lockfiles folder with a space stays one word
         f"{venv}/bin/python -m pip check",
     ]
 
