@@ -243,11 +243,11 @@ def test_reference_killed_midway_stays_whole(
 
     monkeypatch.setattr(refmod, "write_atomic", dying)
     with pytest.raises(Killed):
-        refmod.install(project, manifest, outputs, "inventory\n", "{\"system\": 1}\n")  # type: ignore[arg-type]
+        refmod.install(project, manifest, outputs, {"inventory": "inventory\n", "system": "{\"system\": 1}\n"})  # type: ignore[arg-type]
     monkeypatch.setattr(refmod, "write_atomic", real)
     assert snapshot(ref) == before, "a half-new reference"
     assert _consistent(ref)
-    refmod.install(project, manifest, outputs, "inventory\n", "{\"system\": 1}\n")  # type: ignore[arg-type]
+    refmod.install(project, manifest, outputs, {"inventory": "inventory\n", "system": "{\"system\": 1}\n"})  # type: ignore[arg-type]
     assert _consistent(ref) and dossier_manifest.load(project).id == manifest["id"]  # type: ignore[arg-type]
     assert _consistent(ref / "history" / old_id)
     assert (ref / "history" / old_id / "manifest.toml").read_bytes() == before["manifest.toml"]
@@ -267,7 +267,7 @@ def test_history_is_never_copied_from_a_reference_that_does_not_match_its_manife
     ref = project.reference  # type: ignore[attr-defined]
     old_id = str(dossier_manifest.load(project).id).replace(":", "-")  # type: ignore[arg-type]
     (ref / "embeddings.npy").write_bytes((outputs / "embeddings.npy").read_bytes())  # a half-new reference
-    refmod.install(project, manifest, outputs, "inventory\n", "{\"system\": 1}\n")  # type: ignore[arg-type]
+    refmod.install(project, manifest, outputs, {"inventory": "inventory\n", "system": "{\"system\": 1}\n"})  # type: ignore[arg-type]
     assert _consistent(ref) and dossier_manifest.load(project).id == manifest["id"]  # type: ignore[arg-type]
     assert not (ref / "history" / old_id).exists(), "history holds embeddings that do not match its manifest"
     note = (ref / "history" / f"{old_id}.not-kept.txt").read_text()
