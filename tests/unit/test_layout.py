@@ -62,8 +62,8 @@ CROSS_CUTTING = {
     "redteam55": "red-team pass 55: drift without the as-written check, compare's reference lock, export's image",
     "redteam56": "red-team pass 56: the kernel's state unrecorded through the hook, the CI artifact's marker, bisect's "
                  "unmeasured old lock",
-    "redteam57": "red-team pass 57: a stuck resume worker's stacks and the step's layer, the kernel's state read "
-                 "through a link",
+    "redteam57": "red-team pass 57: a stuck resume worker's stacks and layer, a refusal lost to a stall, the kernel's "
+                 "state through a link, sys.exit, unread values as differences, a snapshot file named by its blob",
 }
 
 

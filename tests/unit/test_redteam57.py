@@ -1,6 +1,6 @@
 """Red-team pass 57 (notes: /work/notes/redteam57.md): real hangs (a DataLoader worker, the criterion, the resume
 worker), weights from a Hugging Face cache in a real session, and the kernel's state the fixes of pass 56 record:
-HANG1, PROC3, EXIT1, NOISE1, HUB1.
+HANG1, HANG2, PROC3, EXIT1, NOISE1, HUB1.
 
 HANG1 (a run's process is found by its process group while the run starts processes in sessions of their own, and the
 stopped step's layer comes from a hand-kept list of step names beside the step table; kernodeck/supervise.py
@@ -56,6 +56,23 @@ the real hook: a window opening the link, ``/proc/self/root/proc/sys/kernel/doma
 note the read when the resolved path (``paths.real``, the pid folder of this process named ``self``) is the
 kernel's state, whatever the name given; ``state_key`` resolves ``/proc/self/root`` and ``cwd`` like any link.
 Test: ``test_proc3_the_kernels_state_read_through_a_link_is_in_the_steps_system_files``.
+
+HANG2 (a verdict held until the window's end is lost when the window never ends: a stall, a deadline, a
+cancellation; kernodeck/inenv/seen.py ``_refuse``/``PENDING``, world.window, kernodeck/supervise.py): a refusal at
+once (a network socket, a process start, a write into the env) raises CheckFailed where the call is and is kept in
+``seen.PENDING``, raised again when the window closes (a refusal the application caught is still the verdict). An
+application whose retry loop swallows it (``except Exception: sleep``; tenacity, backoff, a client's own retries)
+never closes the window: the supervisor stops it and the record says where it waited, never why. Measured (real
+session on a fresh clone): checks/app.py's entry connects to a licence server (``socket.create_connection``) in a
+loop that catches everything, ``[tool.kernodeck.deadlines] stall = 15``; ``reference -- --new``: ``FAILED at
+application (layer: application): stalled: no progress for 15 s after 'application: fingerprinting weights (package
+source)'; layer application at checks/app.py:39`` (its ``time.sleep``), ERROR + TIP "read steps/application.stacks.txt
+..., fix the blockage"; ``grep -r socket`` over the run folder: collect_env.txt only. The closed world's refusal, the
+step's first error and its cause, is in no record; the TIP sends the user to the network. Module: kernodeck/inenv/
+seen.py (``_refuse``: the refusal announced as it happens, a line the supervisor keeps), kernodeck/supervise.py (a
+stopped step's message names the first refusal it heard before the stall). Fix idea by class: a verdict is recorded
+where it is made, not only where it is raised again; every way a step ends (its window closed, stopped, interrupted)
+reads the same record. Test: ``test_hang2_a_refusal_before_the_stall_is_the_stopped_steps_first_error``.
 
 EXIT1 (the application's exceptions that are not ``Exception`` pass every rule made for its exceptions;
 kernodeck/inenv/application.py ``_recorded``, world.window, steprun.run, runner.py): ``sys.exit(...)`` in the entry
@@ -451,3 +468,59 @@ def test_noise1_what_a_run_did_not_read_is_no_difference_of_its_system_chain(tmp
 def test_noise1_control_a_value_read_on_both_sides_and_changed_is_a_difference(tmp_path: Path) -> None:
     delta = _system_delta(tmp_path, {**_REFERENCE_READ, _SYSCTL: "0" * 64})
     assert list(delta) == [f"{SYSTEM_FILES}.{_SYSCTL}"]  # the sysctl; this boot's values are not compared
+
+
+# --- HANG2 ----------------------------------------------------------------------------------------------------------
+
+# A stand-in runner outside the project whose entry's window (the real hook) has a network socket refused, swallows
+# the refusal as a retry loop does (``except Exception``), and retries until the supervisor stops it.
+RETRYING = textwrap.dedent('''\
+    import socket, sys, time
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from kernodeck.inenv.stackhooks import install
+    install()
+    from kernodeck.inenv import world
+    from tests.helpers.closedworld import bare_context
+    ctx = bare_context(Path(sys.argv[2]))
+    (Path(ctx.config["project_root"]) / "sample.jsonl").write_text("", encoding="utf-8")
+    ctx.config["application"] = {"sources": {}, "sample": "sample.jsonl"}
+    print("[kernodeck] application: start (now)", file=sys.stderr, flush=True)
+    with world.window(ctx, "the entry"):
+        exec(compile(Path(sys.argv[3]).read_text(), sys.argv[3], "exec"))
+''')
+RETRY_LOOP = textwrap.dedent('''\
+    while True:  # a licence server asked until it answers
+        try:
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+            break
+        except Exception:
+            time.sleep(0.2)  # LINE-RETRY
+''')
+
+
+def _retrying(tmp_path: Path) -> Any:
+    kd = tmp_path / "kd"
+    kd.mkdir()
+    (kd / "runner.py").write_text(RETRYING, encoding="utf-8")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "app.py").write_text(RETRY_LOOP, encoding="utf-8")
+    return supervise([sys.executable, "-I", str(kd / "runner.py"), str(ROOT), str(tmp_path),
+                      str(tmp_path / "project" / "app.py")], env=dict(os.environ), cwd=tmp_path / "project",
+                     deadlines=Deadlines(stall=3.0), root=tmp_path / "project").stopped
+
+
+@on_linux
+def test_hang2_premise_the_stuck_entry_is_stopped_at_its_retry_line(tmp_path: Path) -> None:
+    stopped = _retrying(tmp_path)
+    assert stopped is not None and stopped.kind is Stop.STALLED and stopped.step == "application"
+    assert stopped.user_frame.startswith("app.py:")  # the retry loop, where the project's code waits
+
+
+@on_linux
+@pytest.mark.xfail(strict=True, reason="HANG2: a closed-world refusal the application swallowed is held for the "
+                                       "window's end, which a stopped run never reaches: the first error is lost")
+def test_hang2_a_refusal_before_the_stall_is_the_stopped_steps_first_error(tmp_path: Path) -> None:
+    stopped = _retrying(tmp_path)
+    assert stopped is not None
+    assert "network" in stopped.message() or "socket" in stopped.message()
