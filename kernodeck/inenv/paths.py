@@ -111,14 +111,19 @@ def dotdot(path: str) -> bool:
     return f"{os.sep}..{os.sep}" in path or path.endswith(f"{os.sep}..")
 
 
-def judged(raw: str) -> str | None:
-    """The file an absolute path as written (:func:`given`) opens, to be judged; None when it is trusted. A path with
-    no ``..`` that lies in a trusted prefix as written is trusted at once (the env's and the stdlib's thousands: one
-    prefix test); any other is resolved first."""
+def opened(raw: str) -> str | None:
+    """The file an absolute path as written (:func:`given`) opens, resolved; None when it is trusted as written. A path
+    with no ``..`` that lies in a trusted prefix as written is trusted at once (the env's and the stdlib's thousands:
+    one prefix test); any other is resolved."""
     if not dotdot(raw) and trusted(os.path.normpath(raw)):
         return None
-    path = real(raw)
-    return None if trusted(path) else path
+    return real(raw)
+
+
+def judged(raw: str) -> str | None:
+    """The file an absolute path as written opens (:func:`opened`), to be judged; None when it is trusted."""
+    path = opened(raw)
+    return None if path is None or trusted(path) else path
 
 
 # The import machinery's cache of a source beside it: ``__pycache__/<stem>.<tag>[.opt-N].pyc``, written as

@@ -91,10 +91,11 @@ def _opened(file: Any, mode: Any, flags: Any, *, guarded: bool = True) -> None:
         bits & (os.O_ACCMODE | os.O_TRUNC | os.O_CREAT) and not bits & getattr(os, "O_PATH", 0))
     if changes and guarded:
         _guard(raw, "opened to write")
-    path = None if raw is None else paths.judged(raw)  # the file it opens: links followed, each ``..`` after its link
-    if raw is not None and raw.startswith(systemfiles.STATE):  # the kernel's state, trusted: recorded (PROC2)
-        systemfiles.SEEN.setdefault(raw)
-        _to_parent({"kind": "read", "path": raw})  # a forked child's: the parent records it (world.judge)
+    resolved = None if raw is None else paths.opened(raw)  # the file it opens: links followed, ``..`` after its link
+    path = None if resolved is None or paths.trusted(resolved) else resolved
+    if raw is not None and path is None and (resolved or raw).startswith(systemfiles.STATE):  # PROC2, PROC3
+        systemfiles.SEEN.setdefault(resolved or raw)  # the kernel's state, trusted: recorded by the file it opens
+        _to_parent({"kind": "read", "path": resolved or raw})  # a forked child's: the parent records it (world.judge)
     if raw is None or path is None:
         return
     # Written by the application: a file it creates or truncates. Appending to (or opening for update) a file that

@@ -129,8 +129,16 @@ def state_key(path: str) -> str | None:
     """The name of the kernel's state ``path`` reads, the same in every run, or None: a file under ``/sys``; under
     ``/proc`` one outside any process's folder (``/proc/sys``'s sysctls, ``/proc/cpuinfo``, ``/proc/mounts``) or one
     of a process's own entries that show the machine (its mount table, cgroup, network: named under
-    ``/proc/self``); judged as given, before ``self`` resolves to this run's pid."""
+    ``/proc/self``); judged as given, before ``self`` resolves to this run's pid, else by the file it opens (a link to
+    a sysctl, ``/proc/self/root/proc/...``: red-team pass 57, PROC3)."""
     path = os.path.normpath(path)
+    key = _as_named(path)
+    if key is None and (real := os.path.realpath(path)) != path:
+        key = _as_named(real)
+    return key
+
+
+def _as_named(path: str) -> str | None:
     if path.startswith(STATE[1]):
         real = os.path.realpath(path)
         return real if real.startswith(STATE[1]) and os.path.isfile(real) else None

@@ -37,6 +37,23 @@ def _variables(ref: dict[str, Any], run: dict[str, Any]) -> dict[str, dict[str, 
             for name in sorted({*a, *b}) if a.get(name, UNSET) != b.get(name, UNSET)}
 
 
+SYSTEM_FILES = "system_files"  # inenv/protocol.SYSTEM_FILES: the system's files and kernel state the windows read
+READ_BY_ONE = "system_files_read_by_one"  # read in one of the two runs only: named, not compared
+
+
+def _system_files(ref: dict[str, Any], run: dict[str, Any], out: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The system's files both runs read whose values differ (red-team pass 57, NOISE1: a file one run never read, a
+    run stopped before its windows say, is no changed value; a value recorded as read and not compared, a boot id,
+    is never one either: it reads the same on both sides). Those read by one side only go to ``out[READ_BY_ONE]``."""
+    a, b = ref.get(SYSTEM_FILES), run.get(SYSTEM_FILES)
+    a, b = (a if isinstance(a, dict) else {}), (b if isinstance(b, dict) else {})
+    one = {"the reference": sorted(set(a) - set(b)), "this run": sorted(set(b) - set(a))}
+    if any(one.values()):
+        out[READ_BY_ONE] = one
+    return {f"{SYSTEM_FILES}.{k}": {"reference": a[k], "this run": b[k]} for k in sorted(set(a) & set(b))
+            if a[k] != b[k]}
+
+
 UNFINGERPRINTED = "records_without_digest"
 SETTINGS = "settings"  # the settings read back in effect (settings.json): torch's thread counts first
 _SETTINGS_FIRST = ("torch.num_threads", "torch.num_interop_threads")
@@ -91,13 +108,14 @@ def vs_reference(
     if ref_sys.exists() and (system is not None or sys_.exists()):
         raw_a = json.loads(ref_sys.read_text(encoding="utf-8"))
         raw_b = system if system is not None else json.loads(sys_.read_text(encoding="utf-8"))
-        a = {k: v for k, v in flat(raw_a).items() if k.split(".", 1)[0] != VARIABLES}
-        b = {k: v for k, v in flat(raw_b).items() if k.split(".", 1)[0] != VARIABLES}
+        a = {k: v for k, v in flat(raw_a).items() if k.split(".", 1)[0] not in (VARIABLES, SYSTEM_FILES)}
+        b = {k: v for k, v in flat(raw_b).items() if k.split(".", 1)[0] not in (VARIABLES, SYSTEM_FILES)}
         out["system"] = {
             k: {"reference": a[k], "this run": b.get(k)}
             for k in a
             if k not in _NOT_CHAIN and a[k] != b.get(k)
         }
+        out["system"].update(_system_files(raw_a, raw_b, out))
         out["not_in_reference"] = sorted(k for k in b if k not in a and k not in _NOT_CHAIN)
         if isinstance(raw_a.get(VARIABLES), dict) and isinstance(raw_b.get(VARIABLES), dict):
             out[VARIABLES] = _variables(raw_a, raw_b)

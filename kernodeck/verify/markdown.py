@@ -93,6 +93,10 @@ def _differences(report: Report) -> list[str]:
             else:
                 shown = f"{fmt_value(a)} → {fmt_value(b)}"
             lines.append(f"- system `{key}`: {_cell(shown, 200)}")
+        one = vs.get("system_files_read_by_one")  # runformat/refdelta.READ_BY_ONE: named, not compared
+        if isinstance(one, dict) and any(one.values()):
+            said = "; ".join(f"by {who}: {', '.join(map(str, files[:8]))}" for who, files in one.items() if files)
+            lines.append(f"- system files read in one of the two runs only (not compared): {_cell(said, 300)}")
         unrecorded = vs.get("not_in_reference") or []
         if unrecorded:
             lines.append(f"- not recorded in the reference (cannot compare): {', '.join(unrecorded)}")

@@ -163,6 +163,8 @@ from kernodeck.inenv.steptable import StepName
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.runformat import refdelta
 from kernodeck.supervise import Stop, supervise
+from kernodeck.verify import markdown
+from kernodeck.verify.report import Report
 from tests.helpers.closedworld import RESUME_PHASES, bare_context, without_invariants
 from tests.helpers.hfcache import write_snapshot
 from tests.helpers.toytrain import resumed
@@ -342,14 +344,18 @@ def _value() -> str:
 def test_proc3_premise_a_link_to_a_sysctl_opens_the_kernels_state_and_is_trusted(tmp_path: Path) -> None:
     link = tmp_path / "host-domain"
     link.symlink_to(_SYSCTL)
-    assert systemfiles.is_state(paths.real(str(link)))  # the file it opens is the kernel's state ...
-    assert not str(link).startswith(systemfiles.STATE)  # ... under a name that is not
-    assert paths.judged(str(link)) is None  # trusted by the hook's rule: the read reaches no other record
+    assert not str(link).startswith(systemfiles.STATE)  # a name that is not the kernel's ...
+    assert paths.judged(str(link)) is None  # ... trusted by the file it opens
+
+
+def test_proc3_a_link_out_of_proc_is_judged_by_the_file_it_opens(tmp_path: Path) -> None:
+    assert systemfiles.state_key("/proc/self/root/etc/hostname") is None  # an ordinary file: not the kernel's
+    assert systemfiles.state_key(f"/proc/self/root{_SYSCTL}") in (None, _SYSCTL)  # the sysctl where there is one
+    if Path(_SYSCTL).is_file():
+        assert systemfiles.state_key(f"/proc/self/root{_SYSCTL}") == _SYSCTL
 
 
 @needs_sysctl
-@pytest.mark.xfail(strict=True, reason="PROC3: the kernel's state is noted by the name as given (seen._opened); a "
-                                       "link or /proc/self/root to a sysctl is in no record")
 @pytest.mark.parametrize("how", ["link", "self-root"])
 def test_proc3_the_kernels_state_read_through_a_link_is_in_the_steps_system_files(
         tmp_path: Path, bare_steps: None, how: str) -> None:
@@ -478,11 +484,14 @@ def test_noise1_premise_a_value_of_this_boot_is_said_not_to_be_compared() -> Non
     assert "not compared" in systemfiles.INSTANCE
 
 
-@pytest.mark.xfail(strict=True, reason="NOISE1: refdelta lists the reference's 'read, not compared' values and the "
-                                       "files a run never read as system chain differences ('-> none')")
 def test_noise1_what_a_run_did_not_read_is_no_difference_of_its_system_chain(tmp_path: Path) -> None:
     delta = _system_delta(tmp_path, None)  # the run stopped before the windows that read them (measured: sys.exit)
     assert delta == {}, delta
+    vs = refdelta.vs_reference(tmp_path / "ref", tmp_path / "run", system={"kernel": "6.1"})
+    assert vs[refdelta.READ_BY_ONE] == {"the reference": sorted(_REFERENCE_READ), "this run": []}  # named, once
+    lines = markdown._differences(Report(platform="p", steps=[], meta={"vs_reference": vs}))
+    assert any(line.startswith("- system files read in one of the two runs only (not compared): by the reference")
+               for line in lines) and not any("→ none" in line for line in lines)
 
 
 def test_noise1_control_a_value_read_on_both_sides_and_changed_is_a_difference(tmp_path: Path) -> None:
