@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from kernodeck.cli.dispatch import dispatch, parse
-from kernodeck.errors import KernodeckError
+from kernodeck.errors import Interrupted, KernodeckError
 from kernodeck.exitcodes import ExitCode, end
 from kernodeck.sources import redact_text
 
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         print(redact_text(f"ERROR: {exc}"), file=sys.stderr)
         if exc.tip:
             print(redact_text(f"TIP: {exc.tip}"), file=sys.stderr)
-        return ExitCode.ERROR
+        return ExitCode.INTERRUPTED if isinstance(exc, Interrupted) else ExitCode.ERROR
     except KeyboardInterrupt:
         print("ERROR: interrupted; the last good environment and dossier are untouched", file=sys.stderr)
         return ExitCode.INTERRUPTED

@@ -37,7 +37,8 @@ MEANINGS: tuple[Meaning, ...] = (
     Meaning(ExitCode.NOT_CHECKED, "not checked, never a silent pass: `audit` (no network, or the service knew none "
             "of the pins); `upgrade` (its verify stopped before the outputs were compared); the Slurm script (the "
             "task's platform needs another machine architecture)", "handed on by the session; nox stops"),
-    Meaning(ExitCode.INTERRUPTED, "interrupted (Ctrl-C); the last good environment and dossier are untouched",
+    Meaning(ExitCode.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM): `verify`, `reference`, `upgrade` and `bisect` "
+            "keep what ran so far with every stack; the last good environment and dossier are untouched",
             "handed on by the session; nox stops"),
 )
 

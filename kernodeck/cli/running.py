@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernodeck.cli.common import Command, Parser, platform_args, platform_of, rebuild_args
+from kernodeck.exitcodes import ExitCode
 from kernodeck.project.config import Backend, Project
 from kernodeck.sources import redact_text
 
@@ -116,6 +117,8 @@ def cmd_verify(project: Project, args: argparse.Namespace) -> int:
     plat = platform_of(project, args)
     report, folder = verify(project, plat, _options(args))
     _summary(report, folder)
+    if report.verdict is Verdict.INTERRUPTED:  # the exit-code table's: the record is kept, nothing was judged
+        return ExitCode.INTERRUPTED
     # passed-unlocked (--python) is a documented pass; passed-with-changed-code is not
     return 0 if report.verdict in (Verdict.PASSED, Verdict.PASSED_UNLOCKED) else 1
 

@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from kernodeck import outdir, tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import log
-from kernodeck.errors import KernodeckError, ManifestError
+from kernodeck.errors import Interrupted, KernodeckError, ManifestError
 from kernodeck.inenv.protocol import Status
 from kernodeck.lock import inputs, lockfile
 from kernodeck.project import app_contract
@@ -42,7 +42,7 @@ from kernodeck.runformat.manifest import (
 )
 from kernodeck.runformat.recording import build_manifest
 from kernodeck.verify import runbuild
-from kernodeck.verify.record import Step
+from kernodeck.verify.record import Step, Verdict
 from kernodeck.verify.report import Report
 
 GENERATED = ("manifest.toml", *RECORD_FILES.values())
@@ -201,7 +201,8 @@ def create(project: Project, plat: Platform, report: Report, folder: Path, old: 
     if report.status is not Status.PASSED:
         failure = report.first_failure()
         tip = failure.details.get("tip") if failure is not None else None
-        raise KernodeckError(
+        error = Interrupted if report.verdict is Verdict.INTERRUPTED else KernodeckError  # exit 130, the table's
+        raise error(
             "the reference run failed"
             + (f" at {failure.name}: {' '.join(failure.error.split())}" if failure is not None else "")
             + "; nothing was written to the reference",

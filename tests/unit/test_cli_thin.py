@@ -12,14 +12,15 @@ from typing import Any
 import pytest
 
 from kernodeck.dossier import new_reference
-from kernodeck.errors import KernodeckError, ManifestError
+from kernodeck.errors import Interrupted, KernodeckError, ManifestError
+from kernodeck.exitcodes import ExitCode
 from kernodeck.inenv.protocol import Status
 from kernodeck.lock.lockdiff import LockDiff, LockSide
 from kernodeck.measure import drift_map
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.upgrade import relock as upgrade
-from kernodeck.verify.record import Step
+from kernodeck.verify.record import Step, Verdict
 from kernodeck.verify.report import Report
 from tests.helpers.project import copy_project
 from tests.helpers.workflows import platform_result
@@ -82,6 +83,38 @@ def test_main_parses_calls_and_is_the_error_boundary() -> None:
     """__main__ holds no command: it parses, calls the one named and turns an error into ERROR + TIP."""
     tree = ast.parse(CLI[0].read_text(encoding="utf-8"))
     assert [f.name for f in tree.body if isinstance(f, ast.FunctionDef)] == ["main"]
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (Interrupted("stopped by SIGTERM", tip="nox -s verify"), ExitCode.INTERRUPTED),
+    (KernodeckError("the lock is stale", tip="nox -s lock"), ExitCode.ERROR)])
+def test_an_interrupted_command_exits_with_the_tables_code(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], error: KernodeckError, code: int) -> None:
+    """An interruption (upgrade's, bisect's, reference's) is the exit-code table's 130, not an ERROR's 2 (red-team
+    pass 57: a SIGTERM'd reference exited 2); each still says ERROR and TIP."""
+    from kernodeck import __main__ as entry
+
+    def raising(_args: object) -> int:
+        raise error
+
+    monkeypatch.setattr(entry, "dispatch", raising)
+    monkeypatch.setattr(entry, "parse", lambda argv: argv)
+    assert entry.main(["verify"]) == code
+    err = capsys.readouterr().err
+    assert err.startswith(f"ERROR: {error}") and f"TIP: {error.tip}" in err
+
+
+def test_an_interrupted_reference_run_is_an_interruption(tmp_path: Path) -> None:
+    project = load_project(copy_project(tmp_path / "p"))
+    report = Report(platform="p", steps=[Step("application", Status.FAILED, error="stopped", layer="application")],
+                    meta={"interrupted": {"signal": "SIGTERM", "step": "application"}})
+    assert report.verdict is Verdict.INTERRUPTED
+    with pytest.raises(Interrupted, match="nothing was written to the reference"):
+        new_reference.create(project, resolve_platform(project), report, tmp_path / "run", None)
+    failed = Report(platform="p", steps=[Step("application", Status.FAILED, error="boom", layer="application")])
+    with pytest.raises(KernodeckError) as refused:  # control: a failure is an ERROR (2), not an interruption
+        new_reference.create(project, resolve_platform(project), failed, tmp_path / "run", None)
+    assert not isinstance(refused.value, Interrupted)
 
 
 def test_a_reference_is_replaced_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
