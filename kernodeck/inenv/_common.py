@@ -75,6 +75,35 @@ class CheckFailed(Exception):
         return type(self), (str(self), self.layer, self.details)
 
 
+class ApplicationExit(Exception):
+    """A BaseException of the application's code that is not an Exception (``sys.exit``: SystemExit, a library's own
+    BaseException), as an Exception: every rule made for the application's exceptions applies to it (its window
+    judged, its step recorded failed at its frame, its layer). Made by :func:`as_failure` where the application's
+    call ends (world.window); the run's own interruptions are never one."""
+
+    def __init__(self, exc: BaseException) -> None:
+        if isinstance(exc, SystemExit):
+            text = "the application called sys.exit(" + ("" if exc.code is None else repr(exc.code)) + ")"
+        else:
+            text = f"the application raised {type(exc).__name__} (a BaseException, not an Exception): {exc}"
+        super().__init__(text)
+
+
+# A Ctrl-C (SIGINT: the supervisor's or the user's) and a generator's close are the run's control flow, not the
+# application's failure: they pass every window as they are (docs/exit-codes: an interrupted run).
+_CONTROL_FLOW = KeyboardInterrupt | GeneratorExit
+
+
+def as_failure(exc: BaseException) -> BaseException:
+    """What the application's call raised, as the rules for its failures see it: an Exception or the run's control
+    flow as they are, any other BaseException (``sys.exit``) an :class:`ApplicationExit` that keeps its traceback."""
+    if isinstance(exc, Exception | _CONTROL_FLOW):
+        return exc
+    failure = ApplicationExit(exc).with_traceback(exc.__traceback__)
+    failure.__cause__ = exc
+    return failure
+
+
 class Skip(Exception):
     """The step does not apply here; the message is the reason."""
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cached, children, declared_files, links, seen, verified, world
+from . import _common, cached, children, declared_files, links, seen, verified, world
 from ._common import CheckFailed, Context, current_step, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
 from .locate import locate
@@ -131,8 +131,10 @@ def _recorded(ctx: Context, func: Any, who: str, *, keep: bool = True) -> Any:
                 answer = func(*args, **kwargs)
             except CheckFailed:
                 raise
-            except Exception as exc:  # made a verdict here; raised once the window judged what the call read
-                raised = _verdict(who, exc, Path(ctx.config["project_root"]))
+            except BaseException as exc:  # made a verdict here; raised once the window judged what the call read
+                if not isinstance(failure := _common.as_failure(exc), Exception):
+                    raise  # a Ctrl-C: the run's own (sys.exit: the application's failure, as an exception is)
+                raised = _verdict(who, failure, Path(ctx.config["project_root"]))
                 raised.__cause__ = exc
             else:
                 plain = _plain(answer, who) if keep else None
@@ -291,7 +293,8 @@ def _raised(what: str, exc: Exception, root: Path) -> CheckFailed:
     last frames of its traceback (trimmed of Kernodeck's) in the details."""
     where = user_traceback(exc, root)
     at = f" at {where['raised_at']}" if "raised_at" in where else ""
-    return CheckFailed(f"{what} raised {type(exc).__name__}: {exc}{at}", "application", where)
+    how = "ended: " if isinstance(exc, _common.ApplicationExit) else f"raised {type(exc).__name__}: "
+    return CheckFailed(f"{what} {how}{exc}{at}", "application", where)
 
 
 def _call_entry(ctx: Context, records: list[dict[str, Any]], folder: Path | None) -> App:

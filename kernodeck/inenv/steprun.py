@@ -65,7 +65,7 @@ def run(ctx: Context, name: str, call: Callable[[], dict[str, Any]]) -> dict[str
         result = {StepKey.STATUS: Status.SKIPPED, StepKey.REASON: str(exc)}
     except CheckFailed as exc:
         result = _failed(exc)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit outside any window (a library's): still the step's record
         tb = traceback.extract_tb(exc.__traceback__)
         where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
         result = {StepKey.STATUS: Status.FAILED, StepKey.ERROR: f"{type(exc).__name__}: {exc}",

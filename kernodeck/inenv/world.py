@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from . import children, guard, leftover, links, locate, owned, paths, seen, systemfiles, verified
-from ._common import CheckFailed, Context
+from ._common import CheckFailed, Context, as_failure
 from .advice import RUN_RECORD, TIP, advice, declaration
 from .declared_files import (
     cache_copy,
@@ -92,8 +92,10 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        raised = exc
-        raise
+        raised = as_failure(exc)  # sys.exit in the application's code is its failure, as an exception is
+        if raised is exc:
+            raise
+        raise raised from exc
     finally:
         leftover.put_back(traces)  # nothing of the application's left for the interpreter to call later
         seen.ON[0] = False

@@ -145,6 +145,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import linecache
 import os
 import subprocess
 import sys
@@ -157,7 +158,7 @@ import pytest
 
 from kernodeck import stackdump
 from kernodeck.inenv import application, paths, steprun, systemfiles, world
-from kernodeck.inenv._common import Context
+from kernodeck.inenv._common import ApplicationExit, Context, as_failure
 from kernodeck.inenv.protocol import STACKS_DIR_ENV, SYSTEM_FILES, StepKey
 from kernodeck.inenv.steptable import StepName
 from kernodeck.project.deadlines import Deadlines
@@ -418,28 +419,23 @@ def _entry_ending(ctx: Context, ends: BaseException) -> Any:
     def entry() -> None:
         with open(_SYSCTL, encoding="utf-8") as fh:
             fh.read()
-        raise ends
+        raise ends  # LINE-ENTRY-ENDS
 
+    linecache.getlines(__file__)  # the entry's file is this test's, undeclared: its lines read before the window
     call = application._recorded(ctx, entry, "the entry", keep=False)
     return lambda: (call(), {})[1]
 
 
-@needs_sysctl
-def test_exit1_premise_sys_exit_in_the_entry_leaves_the_step_unjudged(tmp_path: Path, bare_steps: None) -> None:
-    """SystemExit is no Exception: it passes the window unjudged and ends the step loop (the runner's process)."""
-    ctx = _window_context(tmp_path)
-    try:
-        with pytest.raises(SystemExit):
-            steprun.run(ctx, "application", _entry_ending(ctx, SystemExit("needs an unset NIS domain")))
-        assert _SYSCTL in systemfiles.SEEN  # noted by the hook ...
-        assert _SYSCTL not in (ctx.state.get(systemfiles.FILES) or {})  # ... and never recorded
-    finally:
-        systemfiles.SEEN.clear()
+def test_exit1_premise_sys_exit_is_no_exception() -> None:
+    """SystemExit is no Exception: every ``except Exception`` around the application's code lets it through."""
+    assert not issubclass(SystemExit, Exception)
+
+
+_ENTRY_ENDS = next(n for n, text in enumerate(Path(__file__).read_text(encoding="utf-8").splitlines(), start=1)
+                   if text.endswith("# LINE-ENTRY-" + "ENDS"))
 
 
 @needs_sysctl
-@pytest.mark.xfail(strict=True, reason="EXIT1: sys.exit in the application passes every rule made for its exceptions: "
-                                       "unjudged window, no step record, layer environment")
 def test_exit1_sys_exit_in_the_entry_is_the_applications_failure_with_what_it_read(
         tmp_path: Path, bare_steps: None) -> None:
     ctx = _window_context(tmp_path)
@@ -448,8 +444,70 @@ def test_exit1_sys_exit_in_the_entry_is_the_applications_failure_with_what_it_re
     finally:
         systemfiles.SEEN.clear()
     assert result[StepKey.STATUS] == "failed" and result[StepKey.LAYER] == "application"
-    assert "needs an unset NIS domain" in result[StepKey.ERROR]
+    assert "the application called sys.exit('needs an unset NIS domain')" in result[StepKey.ERROR]
+    assert f"{__file__}:{_ENTRY_ENDS} in entry" in result[StepKey.DETAILS]["traceback"]  # the application's frame
     assert result[StepKey.DETAILS].get(SYSTEM_FILES, {}).get(_SYSCTL) == _value()
+
+
+@needs_sysctl
+@pytest.mark.parametrize("ends", [SystemExit(0), SystemExit(None), SystemExit(3)])
+def test_exit1_an_exit_whatever_its_code_is_the_applications_failure(
+        tmp_path: Path, bare_steps: None, ends: SystemExit) -> None:
+    """sys.exit(0) is no pass: the entry's contract is to return."""
+    ctx = _window_context(tmp_path)
+    try:
+        result = steprun.run(ctx, "application", _entry_ending(ctx, ends))
+    finally:
+        systemfiles.SEEN.clear()
+    shown = "" if ends.code is None else repr(ends.code)
+    assert result[StepKey.STATUS] == "failed" and result[StepKey.LAYER] == "application"
+    assert f"the application called sys.exit({shown})" in result[StepKey.ERROR]
+
+
+def test_exit1_the_closed_worlds_verdict_comes_before_the_exit(tmp_path: Path, bare_steps: None) -> None:
+    """An undeclared file read, then sys.exit: the first error is the read (the window judged first)."""
+    ctx = _window_context(tmp_path)
+    secret = Path(ctx.config["project_root"]) / "secret.txt"
+    secret.write_text("x", encoding="utf-8")
+
+    def entry() -> None:
+        secret.read_text(encoding="utf-8")
+        sys.exit(2)
+
+    linecache.getlines(__file__)
+    call = application._recorded(ctx, entry, "the entry", keep=False)
+    result = steprun.run(ctx, "application", lambda: (call(), {})[1])
+    assert result[StepKey.STATUS] == "failed" and "secret.txt" in result[StepKey.ERROR]
+    assert "sys.exit" not in result[StepKey.ERROR]
+
+
+def test_exit1_sys_exit_in_any_window_is_the_applications_exception(tmp_path: Path, bare_steps: None) -> None:
+    """A window no ``_recorded`` call wraps (the entry's file loaded, an extension's smoke check): the same rule."""
+    ctx = _window_context(tmp_path)
+    with pytest.raises(ApplicationExit, match=r"sys\.exit\(4\)") as raised, world.window(ctx, "the entry's file"):
+        sys.exit(4)
+    assert isinstance(raised.value.__cause__, SystemExit)
+    assert raised.value.__traceback__ is not None
+
+
+def test_exit1_negative_a_ctrl_c_in_the_entry_stays_the_runs_interruption(tmp_path: Path, bare_steps: None) -> None:
+    """KeyboardInterrupt is the run's control flow (the supervisor's SIGINT, a user's Ctrl-C): it passes the
+    application's call and the step loop as it is, never recorded as the application's failure."""
+    ctx = _window_context(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        steprun.run(ctx, "application", _entry_ending(ctx, KeyboardInterrupt()))
+    assert as_failure(GeneratorExit()).__class__ is GeneratorExit
+
+
+def test_exit1_negative_sys_exit_outside_any_window_is_no_application_failure(tmp_path: Path) -> None:
+    """Outside the application's windows a SystemExit (a library's, Kernodeck's) is the step's failure, recorded, its
+    layer unknown: never blamed on the application."""
+    def step() -> dict[str, Any]:
+        raise SystemExit("torch gave up")
+
+    result = steprun.run(bare_context(tmp_path), "backend", step)
+    assert result[StepKey.STATUS] == "failed" and result[StepKey.LAYER] == "unknown"
+    assert result[StepKey.ERROR] == "SystemExit: torch gave up"
 
 
 @needs_sysctl
