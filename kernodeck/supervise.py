@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import os
 import queue
 import shutil
@@ -31,7 +32,7 @@ from typing import Any, assert_never
 
 from kernodeck import stackdump
 from kernodeck._proc import alive, heartbeat_interval, log, show
-from kernodeck.inenv.protocol import STACKS_DIR_ENV, STACKS_SIGNAL, STATUSES
+from kernodeck.inenv.protocol import STACKS_DIR_ENV, STACKS_SIGNAL, STATUSES, VERDICT_SUFFIX
 from kernodeck.project.deadlines import Deadlines
 
 GRACE_S = 3.0  # between SIGTERM and SIGKILL
@@ -64,6 +65,8 @@ class Stopped:
     user_frames: tuple[str, ...]
     stacks: str  # steps/<step>.stacks.txt's text
     pids: tuple[int, ...]  # every process that answered (the runner and its children)
+    refused: str = ""  # the step's first closed-world refusal, made before it was stopped (swallowed by its code)
+    refused_tip: str = ""  # that refusal's own advice
 
     def message(self, stacks_file: str = "") -> str:
         last = f"'{self.last_progress}'" if self.last_progress else "the start"
@@ -77,13 +80,15 @@ class Stopped:
                 what = f"interrupted by {self.signal} after {self.ran_s:.0f} s"
             case _ as unreachable:
                 assert_never(unreachable)
-        return f"{what}; layer {self.layer}{at}" + (f"; every stack in {stacks_file}" if stacks_file else "")
+        first = f"{self.refused} (caught by the application's code, which then kept running); then " if self.refused \
+            else ""
+        return f"{first}{what}; layer {self.layer}{at}" + (f"; every stack in {stacks_file}" if stacks_file else "")
 
     def details(self, stacks_file: str) -> dict[str, Any]:
         return {"stopped": str(self.kind), "ran_s": round(self.ran_s, 1), "silent_s": round(self.silent_s, 1),
                 "deadline_s": self.limit_s, "last_progress": self.last_progress, "signal": self.signal,
                 "user_frame": self.user_frame, "user_frames": list(self.user_frames), "stacks": stacks_file,
-                "processes": list(self.pids)}
+                "processes": list(self.pids), **({"refused": self.refused} if self.refused else {})}
 
 
 @dataclass
@@ -310,10 +315,24 @@ def _stop(proc: subprocess.Popen[str], why: _Expired, folder: Path, root: Path) 
     processes = [stackdump.parse(p.read_text(encoding="utf-8", errors="replace")) for p in files]
     processes = [p for p in processes if p.threads or p.pid == proc.pid]
     found = stackdump.diagnose(why.step, processes, proc.pid, root)
+    refused = _refused(folder, why.step)
     stopped = Stopped(why.kind, why.step, why.ran_s, why.silent_s, why.limit_s, why.last_progress, why.signal,
-                      found.layer, found.user_frame, found.user_frames, "", tuple(p.pid for p in processes))
+                      str(refused.get("layer") or found.layer), found.user_frame, found.user_frames, "",
+                      tuple(p.pid for p in processes), str(refused.get("message", "")), str(refused.get("tip", "")))
     headline = f"{why.step or 'checks'}: {stopped.message()}"
     return dataclasses.replace(stopped, stacks=stackdump.render(processes, proc.pid, root, headline))
+
+
+def _refused(folder: Path, step: str) -> dict[str, Any]:
+    """The first closed-world refusal a process of the run recorded in ``step`` as it was made (seen._refuse): the
+    stopped step's first error, lost otherwise when the application swallowed it and never ended its call."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    for path in folder.glob(f"*{VERDICT_SUFFIX}"):
+        with suppress(OSError, ValueError):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(record, dict) and record.get("step") in (step, "") and record.get("message"):
+                found.append((path.stat().st_mtime_ns, record))
+    return min(found, key=lambda item: item[0])[1] if found else {}
 
 
 def _ask_stacks(pgid: int, folder: Path) -> set[int]:

@@ -104,6 +104,30 @@ def as_failure(exc: BaseException) -> BaseException:
     return failure
 
 
+def made(verdict: CheckFailed, mine: Any) -> None:
+    """A closed-world verdict recorded where it is made (seen._refuse, the first of a step), for the supervisor: a
+    retry loop that swallows it may never close its window, and a stopped step must still name its first error.
+    ``mine`` is seen.MINE: this write is Kernodeck's, not the application's."""
+    from .protocol import STACKS_DIR_ENV, VERDICT_SUFFIX
+
+    folder = os.environ.get(STACKS_DIR_ENV)
+    if not folder:
+        return
+    line = json.dumps({"step": current_step(), "message": str(verdict), "layer": verdict.layer,
+                       "tip": str(verdict.details.get("tip", ""))})
+    was, mine.quiet = getattr(mine, "quiet", False), True
+    try:
+        fd = os.open(os.path.join(folder, f"{os.getpid()}{VERDICT_SUFFIX}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # the folder is gone (the run is over): the verdict is still raised where the call is
+    finally:
+        mine.quiet = was
+
+
 class Skip(Exception):
     """The step does not apply here; the message is the reason."""
 

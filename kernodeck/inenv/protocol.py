@@ -116,6 +116,9 @@ SYSTEM_FILES = "system_files"
 # faulthandler on this signal, writing to ``<STACKS_DIR_ENV>/<pid>.txt``; the folder is the supervisor's.
 STACKS_DIR_ENV = "KERNODECK_STACKS_DIR"
 STACKS_SIGNAL = "SIGUSR1"
+# The first closed-world refusal a process of the run made in a step, written where it is made
+# (``<STACKS_DIR_ENV>/<pid>.verdict.json``): a step the supervisor stops (a retry loop that swallowed it) names it.
+VERDICT_SUFFIX = ".verdict.json"
 # The home a declared ``path`` source's ``~`` and ``$HOME`` name, when set (an absolute folder): ``nox -s replay`` sets
 # it to its caller's home, its own HOME being an empty folder (no package configuration); unset, HOME's.
 USER_HOME_ENV = "KERNODECK_USER_HOME"

@@ -21,7 +21,7 @@ import threading
 from typing import Any, NoReturn
 
 from . import channels, children, declared_files, guard, libraries, natives, owned, paths, rewritten, systemfiles
-from ._common import CheckFailed
+from ._common import CheckFailed, made
 from .protocol import Layer
 
 ON = [False]
@@ -164,6 +164,7 @@ def _refuse(message: str, details: dict[str, Any]) -> NoReturn:
         with contextlib.suppress(OSError):  # the operation is refused whether or not the parent hears of it
             children.send({"kind": "refused", "message": text, "details": details})
     verdict = CheckFailed(text, Layer.APPLICATION, details)
+    _ = PENDING or made(verdict, MINE)  # the step's first, recorded where it is made: a stall may never raise it
     PENDING.append(verdict)
     raise verdict
 

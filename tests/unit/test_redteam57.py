@@ -152,6 +152,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -159,13 +160,14 @@ import pytest
 from kernodeck import stackdump
 from kernodeck.inenv import application, paths, steprun, systemfiles, world
 from kernodeck.inenv._common import ApplicationExit, Context, as_failure
-from kernodeck.inenv.protocol import STACKS_DIR_ENV, SYSTEM_FILES, StepKey
+from kernodeck.inenv.protocol import STACKS_DIR_ENV, SYSTEM_FILES, VERDICT_SUFFIX, StepKey
 from kernodeck.inenv.steptable import StepName
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.runformat import refdelta
-from kernodeck.supervise import Stop, supervise
+from kernodeck.supervise import Stop, Stopped, _refused, supervise
 from kernodeck.verify import markdown
 from kernodeck.verify.report import Report
+from kernodeck.verify.steps.in_env import stopped_step
 from tests.helpers.closedworld import RESUME_PHASES, bare_context, without_invariants
 from tests.helpers.hfcache import write_snapshot
 from tests.helpers.toytrain import resumed
@@ -586,12 +588,12 @@ RETRY_LOOP = textwrap.dedent('''\
 ''')
 
 
-def _retrying(tmp_path: Path) -> Any:
+def _retrying(tmp_path: Path, loop: str = RETRY_LOOP) -> Any:
     kd = tmp_path / "kd"
     kd.mkdir()
     (kd / "runner.py").write_text(RETRYING, encoding="utf-8")
     (tmp_path / "project").mkdir()
-    (tmp_path / "project" / "app.py").write_text(RETRY_LOOP, encoding="utf-8")
+    (tmp_path / "project" / "app.py").write_text(loop, encoding="utf-8")
     return supervise([sys.executable, "-I", str(kd / "runner.py"), str(ROOT), str(tmp_path),
                       str(tmp_path / "project" / "app.py")], env=dict(os.environ), cwd=tmp_path / "project",
                      deadlines=Deadlines(stall=3.0), root=tmp_path / "project").stopped
@@ -605,12 +607,38 @@ def test_hang2_premise_the_stuck_entry_is_stopped_at_its_retry_line(tmp_path: Pa
 
 
 @on_linux
-@pytest.mark.xfail(strict=True, reason="HANG2: a closed-world refusal the application swallowed is held for the "
-                                       "window's end, which a stopped run never reaches: the first error is lost")
 def test_hang2_a_refusal_before_the_stall_is_the_stopped_steps_first_error(tmp_path: Path) -> None:
     stopped = _retrying(tmp_path)
-    assert stopped is not None
-    assert "network" in stopped.message() or "socket" in stopped.message()
+    assert stopped is not None and stopped.kind is Stop.STALLED
+    assert "network" in stopped.refused or "socket" in stopped.refused
+    assert stopped.message().startswith(stopped.refused)  # the first error first, then the stall
+    assert stopped.layer == "application" and stopped.refused_tip
+    assert stopped.user_frame.startswith("app.py:")  # where it waited, still
+
+
+@on_linux
+def test_hang2_control_a_stall_with_no_refusal_names_none(tmp_path: Path) -> None:
+    stopped = _retrying(tmp_path, "while True:\n    time.sleep(0.2)\n")
+    assert stopped is not None and stopped.kind is Stop.STALLED
+    assert stopped.refused == "" and "caught by the application" not in stopped.message()
+
+
+def test_hang2_negative_a_refusal_of_another_step_is_not_this_ones(tmp_path: Path) -> None:
+    """Only the stopped step's own refusal (or one a process with no step made) is named; the earliest first."""
+    (tmp_path / f"1{VERDICT_SUFFIX}").write_text(json.dumps({"step": "criterion", "message": "other"}), "utf-8")
+    assert _refused(tmp_path, "application") == {}
+    (tmp_path / f"2{VERDICT_SUFFIX}").write_text(json.dumps({"step": "application", "message": "first"}), "utf-8")
+    (tmp_path / f"3{VERDICT_SUFFIX}").write_text("{cut sh", "utf-8")
+    assert _refused(tmp_path, "application")["message"] == "first"
+
+
+def test_hang2_the_stopped_steps_tip_is_the_refusals(tmp_path: Path) -> None:
+    stopped = Stopped(Stop.STALLED, "application", 3.0, 3.0, 3.0, "", "", "application", "app.py:6", (), "", (),
+                      "the entry opened a network socket: refused", "run the application offline")
+    run_ = SimpleNamespace(staging=tmp_path, meta=SimpleNamespace(session="verify", mode="verify", runner_command=""))
+    step = stopped_step(run_, "application", stopped, Path(sys.executable))  # type: ignore[arg-type]
+    assert step.details["tip"].startswith("run the application offline, then: ")
+    assert "fix the blockage" not in step.details["tip"] and step.error.startswith("the entry opened a network")
 
 
 # --- PROC4 ----------------------------------------------------------------------------------------------------------

@@ -141,6 +141,7 @@ def stopped_step(run_: Run, name: str, stopped: Stopped, python: Path) -> Step:
         run_.meta.interrupted = {"signal": stopped.signal, "step": name}
     again = _again(run_)
     details = {**stopped.details(stacks), "tip": again if stopped.kind is Stop.INTERRUPTED else
+               f"{stopped.refused_tip or 'what the application was refused'}, then: {again}" if stopped.refused else
                f"read {stacks} (the project's own frames first), fix the blockage, then: {again}"}
     return Step(name, Status.FAILED, error=error, layer=stopped.layer, duration_s=round(stopped.ran_s, 2),
                 command=run_.meta.runner_command or "", interpreter=str(python), details=details)
