@@ -1,15 +1,14 @@
 """What the application's code touches while it runs: one audit hook and its record (world.py judges the record).
 
 Installed once (``sys.addaudithook``), the hook returns at once outside a window (``ON``) and for any event it does not
-record. It records every file opened for reading (``open``: ``open()``, ``os.open`` (a relative name against the
-working folder and every folder held open: its ``dir_fd``), ``io.open_code``), ``sqlite3.connect``'s database and a
-library ``ctypes`` loads by path; every file written or folder made (outputs); the project folders listed outside the
-import machinery; the bytes compiled from, and the stat at each read of, a file in the Hugging Face modules cache
-(declared_files.py); and refuses at once a process the application starts (what it reads cannot be seen; a spawned
-interpreter of multiprocessing's too: channels.py), an audit hook it adds, and a change to what was checked before the
-run (guard.py: the env, a declared source). A read of the kernel's state is trusted and noted (systemfiles.SEEN). A
-process forked in a window keeps the hook: its reads are judged at once in it, its writes and reads handed to the
-parent (children.py). Between windows, every thread but Kernodeck's own is watched."""
+record. It records every file opened for reading (``open()``, ``os.open`` (a relative name against the working folder
+and every folder held open), ``io.open_code``), ``sqlite3.connect``'s database, a library ``ctypes`` loads by path;
+every file written or folder made; project folders listed outside the import machinery; the bytes compiled from, and
+the stat at each read of, a file in the Hugging Face modules cache (declared_files.py); a read of the kernel's state
+(systemfiles.SEEN). It refuses at once a process the application starts (a spawned interpreter too: channels.py), an
+audit hook it adds, and a change to what was checked before the run (guard.py). A process forked in a window keeps the
+hook: its reads are judged at once in it, its writes and reads handed to the parent (children.py). Between windows,
+every thread but Kernodeck's own is watched."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from . import channels, children, declared_files, guard, libraries, natives, own
 from ._common import CheckFailed, made
 from .protocol import Layer
 
-ON = [False]
-BY = [""]  # who runs now: "the entry", "the criterion"
+ON, BY = [False], [""]  # in a window; who runs now: "the entry", "the criterion"
 LATE = "a thread the application left running (after its call returned)"
 MINE = threading.local()  # Kernodeck's threads (own_thread), ``quiet`` while the hook walks a folder; not a new one
 IN_ENV = __package__ == "kernodeck_inenv"  # loaded by _package.py (the runner, the resume worker), not as a library
@@ -160,11 +158,12 @@ def _refuse(message: str, details: dict[str, Any]) -> NoReturn:
     """A verdict at once, raised where the application's call is: the operation does not happen. In a forked child
     (``os.spawnv`` forks then execs; a DataLoader worker) it is also handed to the parent (from_children)."""
     text = f"{_by() or 'the application'} {message}"
-    if children.forked():
-        with contextlib.suppress(OSError):  # the operation is refused whether or not the parent hears of it
+    if children.forked():  # refused whether or not the parent hears of it
+        with contextlib.suppress(OSError):
             children.send({"kind": "refused", "message": text, "details": details})
     verdict = CheckFailed(text, Layer.APPLICATION, details)
-    _ = PENDING or made(verdict, MINE)  # the step's first, recorded where it is made: a stall may never raise it
+    if not PENDING:  # the step's first, recorded where it is made: a stall may never raise it (HANG2)
+        made(verdict, MINE)
     PENDING.append(verdict)
     raise verdict
 
