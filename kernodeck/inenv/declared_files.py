@@ -90,6 +90,41 @@ def in_sources(ctx: Context, path: str) -> bool:
     return False
 
 
+def source_place(ctx: Context, path: str) -> dict[str, str] | None:
+    """The declared ``weights`` or ``data.NAME`` source a file read (``path``: the file it opens) belongs to, though
+    its fingerprint leaves the file out, by the name the application opened it under: inside the source's folder, or
+    the file a name there links to (an hf snapshot's ``snapshots/<rev>/NAME`` is a link into ``blobs/``).
+    ``{"source", "name", "path", "kind"}``, or None (a blob no name of a declared source links to is no source's)."""
+    app = dict(ctx.config.get("application") or {})
+    named = [("weights", ctx.state["weights"], app.get("weights"))] if ctx.state.get("weights") else []
+    named += [(f"data.{name}", where, (app.get("data") or {}).get(name))
+              for name, where in sorted(dict(ctx.state.get("data") or {}).items())]
+    for source, where, cfg in named:
+        rel = _place(str(where), path)
+        if rel is not None:
+            kind = str((cfg or {}).get("kind", "package"))
+            return {"source": source, "name": rel, "path": os.path.join(str(where), rel), "kind": kind}
+    return None
+
+
+def _place(where: str, path: str) -> str | None:
+    """``path``'s name relative to the source folder ``where``: inside it (as given or resolved), else the first name
+    (sorted) in it whose file is ``path``. Walked only for a file already refused (a verdict's naming, never a read's
+    judgement)."""
+    for form in paths.forms(where):
+        if path.startswith(form.rstrip(os.sep) + os.sep):
+            return Path(os.path.relpath(path, form)).as_posix()
+    names, walked = [], set()
+    for top, dirs, files in os.walk(where, followlinks=True) if os.path.isdir(where) else ():
+        if os.path.realpath(top) in walked:  # a link back to a folder already walked
+            dirs[:] = []
+            continue
+        walked.add(os.path.realpath(top))
+        names += [Path(os.path.relpath(os.path.join(top, name), where)).as_posix() for name in files
+                  if os.path.realpath(os.path.join(top, name)) == path]
+    return min(names) if names else None
+
+
 def source_names(ctx: Context) -> dict[str, str]:
     """Each file of a ``weights`` or ``data.NAME`` source by the name locate.py hashed it under (the source's path as
     it resolved it, joined with the file's: never normalised again, a ``..`` after a link stays the system's to

@@ -44,7 +44,7 @@ from typing import Any
 
 from . import children, guard, leftover, links, locate, owned, paths, seen, systemfiles, verified
 from ._common import CheckFailed, Context, as_failure
-from .advice import RUN_RECORD, TIP, advice, declaration
+from .advice import RUN_RECORD, SOURCE, advice, declaration, tip
 from .declared_files import (
     cache_copy,
     declared,
@@ -56,6 +56,7 @@ from .declared_files import (
     shown_in,
     source_files,
     source_names,
+    source_place,
     stat_key,
 )
 from .protocol import COLLECT_ENV, RUN_CONFIG, STEPS_DIR, Layer
@@ -281,6 +282,9 @@ def _stranger(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...
     rel = shown_in(Path(ctx.config["project_root"]))(path)
     if paths.real(path).startswith(os.path.realpath(ctx.out) + os.sep):  # of the run's record, outside RUN_READS
         return {"file": rel, "declare": RUN_RECORD}
+    place = source_place(ctx, path)  # named as the application opened it (a snapshot's name, not its blob)
+    if place is not None:
+        return {"file": f"{place['source']}: {place['name']}", "declare": SOURCE, **place}
     return {"file": rel, "declare": declaration(rel) if not os.path.isabs(rel) else "outside the project"}
 
 
@@ -300,7 +304,7 @@ def _at_once(ctx: Context, who: str, path: str, how: str) -> tuple[str, dict[str
     if found is None:
         return None
     return (f"read files that are not declared sources: {found['file']} ({found['how']}): {advice([found])}",
-            {"undeclared": [found], "tip": TIP})
+            {"undeclared": [found], "tip": tip([found])})
 
 
 def _listings(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...],
@@ -358,7 +362,7 @@ def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
     verdict = CheckFailed(
         f"{who} read files that are not declared sources: {named}: {advice(files)}",
         Layer.APPLICATION,
-        {"undeclared": files, "tip": TIP},
+        {"undeclared": files, "tip": tip(files)},
     )
     pending(verdict)
     raise verdict

@@ -138,7 +138,11 @@ a file outside the project and the env is declared as a source: [tool.kernodeck.
 remove it from the cache). Module: inenv/world.py (``_stranger``: a read whose name as given lies in a declared
 source's folder is named there), inenv/declared_files.py. Fix idea by class: a read is judged by the file it opens
 and named by the name the application gave it inside a declared place, with that place's declaration as the advice.
-Test: ``test_hub1_an_unpinned_file_of_the_snapshot_is_named_by_its_place_in_the_snapshot``.
+Test: ``test_hub1_an_unpinned_file_of_the_snapshot_is_named_by_its_place_in_the_snapshot``. Fixed
+(declared_files.source_place, advice ``source``): the read is named ``weights: added_tokens.json`` (its snapshot path in
+``path``), advised as the weights' ``files`` or its removal from the cache; a blob no name of the declared snapshot
+links to keeps its judgement (``test_hub1_a_blob_no_declared_name_links_to_keeps_its_judgement``). seen.py records a
+read by the file it opens only: a pinned-out blob read by its own path is named as the snapshot's file linking to it.
 """
 
 from __future__ import annotations
@@ -382,35 +386,63 @@ def test_proc3_control_the_sysctl_by_its_name_is_recorded(tmp_path: Path, bare_s
 _COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
 
 
-def _snapshot_read(tmp_path: Path, name: str) -> dict[str, Any]:
+def _snapshot_read(tmp_path: Path, name: str, *, direct: bool = False) -> dict[str, Any]:
     """The criterion's window reading ``name`` of a declared hf snapshot whose fingerprint pins config.json alone (as
-    ``files`` pins what the model needs): the step's result."""
+    ``files`` pins what the model needs), through the snapshot's link (or, ``direct``, by the blob's own path): the
+    step's result."""
     snapshot = write_snapshot(tmp_path / "hub", "org/model", {"config.json": b"{}\n",
                                                                "added_tokens.json": b'{"password": 2000}'}, _COMMIT)
     ctx = _window_context(tmp_path)
+    ctx.config["application"]["weights"] = {"kind": "hf", "hf": "org/model", "revision": _COMMIT,
+                                            "include": ["config.json"]}
     ctx.state["weights"] = str(snapshot)
     ctx.state["weights_fingerprint"] = {"config.json": hashlib.sha256(b"{}\n").hexdigest()}
-    return _criterion_opening(ctx, str(snapshot / name))
+    return _criterion_opening(ctx, os.path.realpath(snapshot / name) if direct else str(snapshot / name))
 
 
-def test_hub1_premise_an_unpinned_file_of_the_snapshot_is_refused_by_its_blob(tmp_path: Path, bare_steps: None) -> None:
+def test_hub1_premise_an_unpinned_file_of_the_snapshot_is_refused(tmp_path: Path, bare_steps: None) -> None:
     result = _snapshot_read(tmp_path, "added_tokens.json")
     assert result[StepKey.STATUS] == "failed"
-    named = result[StepKey.DETAILS]["undeclared"][0]
-    assert "/blobs/" in named["file"] and named["declare"] == "outside the project"
+    assert len(result[StepKey.DETAILS]["undeclared"]) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="HUB1: a snapshot's file the declaration leaves out is named by its blob and "
-                                       "advised as a data source outside the project, not as the weights' files")
 def test_hub1_an_unpinned_file_of_the_snapshot_is_named_by_its_place_in_the_snapshot(
         tmp_path: Path, bare_steps: None) -> None:
     result = _snapshot_read(tmp_path, "added_tokens.json")
     named = result[StepKey.DETAILS]["undeclared"][0]
     assert named["file"].endswith("added_tokens.json") and named["declare"] != "outside the project"
+    assert named["file"] == "weights: added_tokens.json" and named["source"] == "weights", named
+    assert named["path"] == str(tmp_path / "hub" / "models--org--model" / "snapshots" / _COMMIT / "added_tokens.json")
+    error = result[StepKey.ERROR]
+    assert 'add ["added_tokens.json"] to [tool.kernodeck.application.weights] files' in error, error
+    assert "data.NAME" not in error and "/blobs/" not in error, error
+    assert "added to the source's files" in result[StepKey.DETAILS]["tip"]
+
+
+def test_hub1_a_blob_no_declared_name_links_to_keeps_its_judgement(tmp_path: Path, bare_steps: None) -> None:
+    """The negative: a blob of the cache that no name of the declared snapshot opens (another revision's file, read
+    by its blob path) is no file of the source: named by its own path, outside the project, as before."""
+    stray = tmp_path / "hub" / "models--org--model" / "blobs" / ("0" * 64)
+    result = _snapshot_read(tmp_path, "config.json")  # the cache written, a pinned file read: passed
+    assert result[StepKey.STATUS] == "passed", result
+    stray.write_bytes(b"another revision's bytes")
+    ctx = _window_context(tmp_path)
+    ctx.config["application"]["weights"] = {"kind": "hf", "hf": "org/model", "revision": _COMMIT}
+    ctx.state["weights"] = str(tmp_path / "hub" / "models--org--model" / "snapshots" / _COMMIT)
+    ctx.state["weights_fingerprint"] = {"config.json": hashlib.sha256(b"{}\n").hexdigest()}
+    result = _criterion_opening(ctx, str(stray))
+    named = result[StepKey.DETAILS]["undeclared"][0]
+    assert named == {"file": str(stray), "declare": "outside the project", "how": "opened", "by": "the criterion"}
+    assert "data.NAME" in result[StepKey.ERROR] and "reference -- --new   (once declared" in \
+        result[StepKey.DETAILS]["tip"]
 
 
 def test_hub1_control_a_pinned_file_of_the_snapshot_is_read(tmp_path: Path, bare_steps: None) -> None:
     assert _snapshot_read(tmp_path, "config.json")[StepKey.STATUS] == "passed"
+
+
+def test_hub1_control_a_pinned_files_blob_read_directly_is_read(tmp_path: Path, bare_steps: None) -> None:
+    assert _snapshot_read(tmp_path, "config.json", direct=True)[StepKey.STATUS] == "passed"
 
 
 # --- EXIT1 ----------------------------------------------------------------------------------------------------------
