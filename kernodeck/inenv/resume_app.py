@@ -227,10 +227,10 @@ def record(folder: Path, curve: list[float | None], counters: dict[str, int]) ->
     _save(folder, PROGRESS, np.array([counters[n] for n in names], dtype=np.int64), names)
 
 
-def worker_call(order: dict[str, Any]) -> Trained:
+def worker_call(order: dict[str, Any], ctx: Context | None = None) -> Trained:
     """(worker) The call its order names, in the folder Kernodeck makes for it now: the uninterrupted run to N, or a
-    resumed run from the sealed checkpoint (reading only it of the run's record: resume_calls.worker_context); every
-    process the call forked ended as it ends (resume_calls.end_descendants)."""
+    resumed run from the sealed checkpoint (reading only it of the run's record: resume_calls.worker_context, or
+    ``ctx`` made by it); every process the call forked ended as it ends (resume_calls.end_descendants)."""
     from kernodeck_inenv import steprun
     from kernodeck_inenv.resume_calls import (
         adopting,
@@ -244,7 +244,7 @@ def worker_call(order: dict[str, Any]) -> Trained:
 
     adopting()
     try:
-        ctx, folder = worker_context(order), Path(order["folder"])
+        ctx, folder = ctx or worker_context(order), Path(order["folder"])
         own = made(folder, f"the {called(order)}'s folder")
         checkpoint = Path(order["resume_from"]) if order.get("resume_from") else None
         if checkpoint is not None:
@@ -267,7 +267,7 @@ def _serve() -> int:
     this process's own channel: its stdout, taken before the application's code loads (what that code prints goes to
     stderr), so no file of the run's folder carries a result another process or a thread could have rewritten."""
     from kernodeck_inenv.resume import apply_settings
-    from kernodeck_inenv.resume_calls import answer, signed
+    from kernodeck_inenv.resume_calls import answer, signed, with_records, worker_context
 
     channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
@@ -280,12 +280,14 @@ def _serve() -> int:
     key = str(order.pop("key"))  # held here, handed to no call
     # the runner's fingerprints of Kernodeck's in-env files: this process's too (_package.py), as resume.py's worker
     sys.modules["kernodeck_inenv"].__loader__.check(Path(__file__).resolve(), order.get("inenv_sha256"))
+    ctx = None
     try:
-        trained = worker_call(order)
+        ctx = worker_context(order)
+        trained = worker_call(order, ctx)
         said = answer(trained.outputs, trained.losses, trained.counters)
     except CheckFailed as exc:
         said = {"error": str(exc), "layer": exc.layer, "details": exc.details}
-    channel.write(signed(said, key) + "\n")
+    channel.write(signed(with_records(said, ctx), key) + "\n")  # the system's files it read: the runner's record
     channel.flush()
     return 0
 
@@ -337,13 +339,13 @@ def _calls(cfg: dict[str, Any], ctx: Context, params: dict[str, Any], device: st
     progress(f"train uninterrupted to step {steps} in a new process")
     # each order its own key: a call that finds its own cannot sign another's answer (red-team pass 34, FP2)
     straight = Trained(*answered(workers[0], {**base, "drop": None, "resume_from": None, "key": os.urandom(32).hex(),
-                                              "folder": str(folder / "uninterrupted")}))
+                                              "folder": str(folder / "uninterrupted")}, ctx))
     verdicts: dict[str, dict[str, Any]] = {}
     for drop, worker in zip(drops, workers[1:], strict=True):
         name = RESUMED_RUN + (f"-without-{drop}" if drop else "")
         progress(f"resume from step {at} to {steps} in a new process" + (f" without the {drop} state" if drop else ""))
         resumed = Trained(*answered(worker, {**base, "drop": drop, "resume_from": str(checkpoint), "seal": seal,
-                                             "key": os.urandom(32).hex(), "folder": str(folder / name)}))
+                                             "key": os.urandom(32).hex(), "folder": str(folder / name)}, ctx))
         verdict = verdicts[drop or "none"] = judge(cfg, straight, head, resumed, tolerance)
         _keep(folder / name, resumed)
         record(folder / name, verdict["losses_resumed"], resumed.counters)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import CheckFailed, Context
-from .protocol import ConfigKey, Layer
+from .protocol import SYSTEM_FILES, ConfigKey, Layer
 from .world import RUN_READS
 
 
@@ -162,6 +162,26 @@ def answer(outputs: dict[str, Any], losses: dict[int, float], counters: dict[str
     return {"losses": {str(k): v for k, v in losses.items()}, "counters": counters, "outputs": encoded}
 
 
+def with_records(said: dict[str, Any], ctx: Context | None) -> dict[str, Any]:
+    """(worker) The answer (a result or a verdict) with what the call's windows recorded of the system's files and the
+    kernel's state it read (systemfiles.py: ``system_files``), which the runner takes as its step's own
+    (:func:`answered`): a record made in a process of the run reaches the run's (red-team pass 57, PROC4)."""
+    return {**said, SYSTEM_FILES: dict(ctx.state.get(SYSTEM_FILES) or {}) if ctx is not None else {}}
+
+
+def _take_records(ctx: Context | None, found: dict[str, Any], order: dict[str, Any]) -> None:
+    """(runner) A call's ``system_files`` kept as the runner's own, so in the step's details and system.json
+    (steprun.run); a name the runner recorded already keeps its record."""
+    files = found.get(SYSTEM_FILES, {})
+    if type(files) is not dict or not all(type(k) is str and type(v) is str for k, v in files.items()):
+        raise CheckFailed(f"the {called(order)}'s process answered system_files that are no record of files read (a "
+                          "dict of path to sha256)", Layer.APPLICATION)
+    if ctx is not None:
+        mine = ctx.state.setdefault(SYSTEM_FILES, {})
+        for path, value in files.items():
+            mine.setdefault(path, value)
+
+
 def signed(said: dict[str, Any], key: str) -> str:
     """(worker) The answer's one line: the answer and its signature with the order's key (HMAC-SHA256), which the
     process's serving code holds, as the forked children's notes are signed (children.py): a line the application's
@@ -171,11 +191,12 @@ def signed(said: dict[str, Any], key: str) -> str:
     return json.dumps({"answer": text, "mac": mac})
 
 
-def answered(worker: Any, order: dict[str, Any]) -> tuple[dict[str, Any], dict[int, float], dict[str, int]]:
+def answered(worker: Any, order: dict[str, Any], ctx: Context | None = None
+             ) -> tuple[dict[str, Any], dict[int, float], dict[str, int]]:
     """(runner) ``order`` given to ``worker`` (a resume.Worker), and its answer read from the process's own channel
     (its stdout, which the application's code does not write to: resume_app._serve), never from a file of the run's
     folder another process or a thread could rewrite; exactly one line, signed (:func:`signed`): (outputs, losses,
-    counters)."""
+    counters). What the call's windows recorded of the system's files goes into ``ctx``'s record, a verdict's too."""
     import numpy as np
 
     code, err = worker.run(order)
@@ -195,6 +216,7 @@ def answered(worker: Any, order: dict[str, Any]) -> tuple[dict[str, Any], dict[i
                           "line(s) on its channel, not one signed answer): the application's code wrote there",
                           Layer.APPLICATION)
     found = json.loads(text)
+    _take_records(ctx, found, order)
     if "error" in found:
         raise CheckFailed(found["error"], found["layer"], found.get("details") or {})
     outputs = {name: np.load(io.BytesIO(base64.b64decode(found["outputs"][name])), allow_pickle=False)

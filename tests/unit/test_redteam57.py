@@ -74,7 +74,10 @@ put back to ``(none)``, pyproject.toml restored, the train removed). Module: ine
 state the call's windows recorded in the answer), inenv/resume_calls.py (``answered``: into the runner's record).
 Fix idea by class: every process of the run hands its records to the runner by the channel it already answers on
 (forked children: notes; new processes: the signed answer); a test per kind of process. Test:
-``test_proc4_the_kernels_state_a_resume_worker_read_reaches_the_runner``.
+``test_proc4_the_kernels_state_a_resume_worker_read_reaches_the_runner``. Fixed: the signed answer (a result or a
+verdict) carries the call's ``system_files`` (resume_calls.with_records), which ``answered`` takes into the runner's
+record, so the resume-application step's details and system.json (tests/unit/test_resume_calls.py: the runner's side,
+a verdict's records, a malformed record refused).
 
 HANG2 (a verdict held until the window's end is lost when the window never ends: a stall, a deadline, a
 cancellation; kernodeck/inenv/seen.py ``_refuse``/``PENDING``, world.window, kernodeck/supervise.py): a refusal at
@@ -718,9 +721,16 @@ def test_proc4_premise_the_uninterrupted_call_is_served_and_answers(tmp_path: Pa
 
 
 @needs_sysctl
-@pytest.mark.xfail(strict=True, reason="PROC4: the kernel's state read by train in the resume check's new processes "
-                                       "is not handed back: the answer carries outputs, losses and counters only")
 def test_proc4_the_kernels_state_a_resume_worker_read_reaches_the_runner(tmp_path: Path) -> None:
     result = resumed(tmp_path, SERVED_TRAIN, {}, script=SERVED, upto="straight")
     assert result["status"] == "passed", result
-    assert _SYSCTL in result["answer"]
+    said = json.loads(result["answer"])[0]
+    assert said[SYSTEM_FILES] == {_SYSCTL: _value()}, said[SYSTEM_FILES]  # what resume_calls.answered takes
+
+
+@needs_sysctl
+def test_proc4_control_a_call_that_reads_no_state_answers_none(tmp_path: Path) -> None:
+    result = resumed(tmp_path, SERVED_TRAIN.replace("if save_at is None:", "if False:"), {}, script=SERVED,
+                     upto="straight")
+    assert result["status"] == "passed", result
+    assert json.loads(result["answer"])[0][SYSTEM_FILES] == {}

@@ -264,7 +264,7 @@ def test_the_call_to_k_runs_first_and_each_other_call_in_a_new_process(tmp_path:
 
     visible: list[list[str]] = []
 
-    def answered(worker: Any, order: dict[str, Any]) -> tuple[Any, ...]:
+    def answered(worker: Any, order: dict[str, Any], ctx: Any = None) -> tuple[Any, ...]:
         Path(order["folder"]).mkdir(parents=True)  # as the worker makes its folder
         if order["resume_from"] is None:
             calls.append("new process: uninterrupted")

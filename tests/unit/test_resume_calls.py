@@ -11,9 +11,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kernodeck.inenv._common import CheckFailed, Context
+from kernodeck.inenv.protocol import SYSTEM_FILES
+from kernodeck.inenv.resume_calls import answer, answered, signed, with_records
+from kernodeck.inenv.systemfiles import read_in
 from tests.helpers.closedworld import resume_phases
 
 TRAIN = '''
@@ -93,3 +98,66 @@ def test_a_thread_the_call_left_running_cannot_fork_once_its_processes_are_ended
     before, after = done.stdout.splitlines()
     assert before == "forked"
     assert after.startswith("refused:") and "forked after its call ended" in after
+
+
+# --- the records a call's process made reach the runner's (red-team pass 57, PROC4) --------------------------------
+
+class _Answering:
+    """resume.Worker's interface (run, out, cmd): its one signed line, the answer ``said``."""
+
+    def __init__(self, said: dict[str, Any], key: str) -> None:
+        self.out, self.cmd = signed(said, key), ["resume_app.py", "--serve"]
+
+    def run(self, order: dict[str, Any]) -> tuple[int, str]:
+        return 0, ""
+
+
+_KEY = "00" * 32
+_ORDER = {"key": _KEY, "cfg": {"outputs": []}, "resume_from": None}
+_STATE = "/proc/sys/kernel/domainname"
+
+
+def _worker_ctx(tmp_path: Path, files: dict[str, str]) -> Context:
+    ctx = Context(config={}, out=tmp_path)
+    ctx.state[SYSTEM_FILES] = dict(files)
+    return ctx
+
+
+def test_a_calls_system_files_reach_the_runners_record(tmp_path: Path) -> None:
+    said = with_records(answer({}, {1: 0.5}, {"steps": 1}), _worker_ctx(tmp_path, {_STATE: "ab" * 32}))
+    runner = Context(config={}, out=tmp_path)
+    runner.state[SYSTEM_FILES] = {"/etc/os-release": "cd" * 32}  # an earlier step's
+    before = set(runner.state[SYSTEM_FILES])
+    answered(_Answering(said, _KEY), _ORDER, runner)
+    assert read_in(runner, before) == {_STATE: "ab" * 32}  # the step's own record: its details, system.json
+
+
+def test_a_calls_verdict_hands_its_records_on_too(tmp_path: Path) -> None:
+    said = with_records({"error": "RT57: domainname set", "layer": "application", "details": {}},
+                        _worker_ctx(tmp_path, {_STATE: "ab" * 32}))
+    runner = Context(config={}, out=tmp_path)
+    with pytest.raises(CheckFailed, match="RT57"):
+        answered(_Answering(said, _KEY), _ORDER, runner)
+    assert runner.state[SYSTEM_FILES] == {_STATE: "ab" * 32}
+
+
+def test_a_record_the_runner_holds_keeps_its_value(tmp_path: Path) -> None:
+    said = with_records(answer({}, {}, {}), _worker_ctx(tmp_path, {_STATE: "ff" * 32}))
+    runner = Context(config={}, out=tmp_path)
+    runner.state[SYSTEM_FILES] = {_STATE: "ab" * 32}
+    answered(_Answering(said, _KEY), _ORDER, runner)
+    assert runner.state[SYSTEM_FILES] == {_STATE: "ab" * 32}
+
+
+@pytest.mark.parametrize("files", [["/proc/sys/kernel/domainname"], {_STATE: 1}, "x"])
+def test_system_files_that_are_no_record_are_refused(tmp_path: Path, files: Any) -> None:
+    said = {**answer({}, {}, {}), SYSTEM_FILES: files}
+    runner = Context(config={}, out=tmp_path)
+    with pytest.raises(CheckFailed, match="system_files that are no record"):
+        answered(_Answering(said, _KEY), _ORDER, runner)
+    assert SYSTEM_FILES not in runner.state
+
+
+def test_a_call_that_read_no_system_file_answers_an_empty_record(tmp_path: Path) -> None:
+    assert with_records(answer({}, {}, {}), None)[SYSTEM_FILES] == {}
+    assert with_records(answer({}, {}, {}), Context(config={}, out=tmp_path))[SYSTEM_FILES] == {}
