@@ -144,6 +144,10 @@ def diagnose(step: str, processes: list[ProcessStacks], runner_pid: int, root: P
     user_frames = tuple(
         f"pid {p.pid}: {fr.where(root)} in {fr.func}" for p in [*([main_proc] if main_proc else []), *children]
         if (fr := first_user_frame(p.main_thread(), root)) is not None)
+    if first_user_frame(main, root) is None:
+        # the runner runs none of the project's code: it waits on a child that does (the resume check's worker,
+        # in a new process), whose stack says where the project's code is
+        main = next((t for p in children if first_user_frame(t := p.main_thread(), root) is not None), main)
     frame = first_user_frame(main, root)
     frames = main.frames if main else []
     files = [f.file.replace(os.sep, "/") for f in frames]

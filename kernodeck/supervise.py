@@ -225,19 +225,13 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
 
 
 def _stop_escaped(folder: Path) -> tuple[int, ...]:
-    """Every process that still carries this run's mark (``STACKS_DIR_ENV`` = its own folder, inherited by whatever
-    the run started, a new session or a double fork included) once the group is stopped: killed, and named."""
-    mark = f"{STACKS_DIR_ENV}={folder}".encode()
+    """Every process of the run (:func:`_of_the_run`) still running once the group is stopped: killed, and named."""
     found: list[int] = []
     with suppress(OSError):
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
-            try:
-                marked = mark in (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if marked and _running(int(entry.name)):
+            if _of_the_run(int(entry.name), folder) and _running(int(entry.name)):
                 with suppress(ProcessLookupError, PermissionError):
                     os.kill(int(entry.name), _KILL)
                     found.append(int(entry.name))
@@ -245,6 +239,22 @@ def _stop_escaped(folder: Path) -> tuple[int, ...]:
         log(f"kernodeck: {len(found)} process(es) of the run had left its process group (pid "
             f"{', '.join(map(str, found))}): stopped")
     return tuple(sorted(found))
+
+
+def _of_the_run(pid: int, folder: Path, pgid: int | None = None) -> bool:
+    """The one rule for a process of this run: it carries the run's mark (``STACKS_DIR_ENV`` = the run's own folder,
+    inherited by whatever the run started: a session of its own, as the resume check's worker, or a double fork
+    included), never a pid reused by another process. Where there is no ``/proc`` to read it (macOS), the run's
+    process group (``pgid``) stands in: a process that left the group is not found there."""
+    try:
+        return f"{STACKS_DIR_ENV}={folder}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        if pgid is None or Path("/proc/self").exists():
+            return False  # gone, or not ours to read
+    try:
+        return os.getpgid(pid) == pgid
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def _read(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
@@ -300,7 +310,7 @@ def _watch(proc: subprocess.Popen[str], lines: queue.Queue[str | None], progress
 
 
 def _stop(proc: subprocess.Popen[str], why: _Expired, folder: Path, root: Path) -> Stopped:
-    """Ask every registered process of the group for its stacks, then stop the group; what the record needs."""
+    """Ask every registered process of the run for its stacks, then stop the group; what the record needs."""
     log(f"kernodeck: {why.step or 'checks'}: {why.kind}: asking every process of the run for its stacks, "
         "then stopping them")
     asked = _ask_stacks(proc.pid, folder)
@@ -336,16 +346,17 @@ def _refused(folder: Path, step: str) -> dict[str, Any]:
 
 
 def _ask_stacks(pgid: int, folder: Path) -> set[int]:
-    """Send the stacks signal to each process of the group that registered; wait until their files stop growing."""
+    """Send the stacks signal to each process of the run (:func:`_of_the_run`, in the runner's group or not) that
+    registered; wait until their files stop growing."""
     signum = getattr(signal, STACKS_SIGNAL, None)
     asked: set[int] = set()
     if signum is None or not hasattr(os, "getpgid"):
         return asked  # no such signal here (Windows): the processes are stopped without their stacks
     for path in folder.glob("*.txt"):
         pid = int(path.stem)
+        if not _of_the_run(pid, folder, pgid):
+            continue  # a pid reused by another process since
         try:
-            if os.getpgid(pid) != pgid:
-                continue  # a pid reused by another process since
             os.kill(pid, signum)
         except (ProcessLookupError, PermissionError):
             continue

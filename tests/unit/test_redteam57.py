@@ -255,8 +255,6 @@ def test_hang1_premise_the_resume_worker_is_a_process_of_the_run_in_a_session_of
 
 
 @on_linux
-@pytest.mark.xfail(strict=True, reason="HANG1: a process of the run in a session of its own is never asked for its "
-                                       "stacks (supervise._ask_stacks keeps the runner's group only)")
 def test_hang1_a_process_of_the_run_in_a_session_of_its_own_gives_its_stacks(tmp_path: Path) -> None:
     ended, _project, _runner, worker = _stuck_worker(tmp_path, "own")
     stopped = ended.stopped

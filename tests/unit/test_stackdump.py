@@ -107,3 +107,31 @@ def test_a_second_dump_replaces_the_first() -> None:
     once = _dump(10, 1, "started", [("/a.py", 1, "f")])
     twice = once + once.split("\n", 1)[1].replace("line 1", "line 2")
     assert [f.line for t in parse(twice).threads for f in t.frames] == [2]
+
+
+def _waiting_runner() -> list[tuple[str, int, str]]:
+    """A runner's main thread with none of the project's code: the resume check waiting on its worker."""
+    return [("/usr/lib/python3.11/subprocess.py", 2004, "_try_wait"), (str(INENV / "resume.py"), 120, "call"),
+            (str(INENV / "resume_app.py"), 300, "check"), (str(INENV / "runner.py"), 160, "<module>")]
+
+
+def test_a_runner_waiting_on_its_worker_is_named_by_the_workers_frame(root: Path) -> None:
+    """The resume check's worker (a new process) runs the project's train while the runner waits on it: the user's
+    frame is the worker's (red-team pass 57, HANG1)."""
+    app = str(root / "checks" / "app.py")
+    worker = _dump(11, 10, "started", [("/usr/lib/python3.11/threading.py", 320, "wait"), (app, 3, "train"),
+                                       (str(INENV / "resume_app.py"), 380, "<module>")])
+    found = diagnose("resume-application", [parse(_dump(10, 1, "started", _waiting_runner())), parse(worker)], 10,
+                     root)
+    assert found.user_frame == "checks/app.py:3" and found.user_frames == ("pid 11: checks/app.py:3 in train",)
+
+
+def test_a_runner_in_the_projects_code_keeps_its_own_frame(root: Path) -> None:
+    """Negative control: the runner's own user frame names the stop, whatever a child runs (as a forked child
+    that waits on its parent's lock)."""
+    app = str(root / "checks" / "app.py")
+    main = _dump(10, 1, "started", _runner(root, ("/usr/lib/python3.11/time.py", 1, "sleep"), (app, 1, "run")))
+    child = _dump(11, 10, "started", [(app, 3, "train"), (str(INENV / "resume_app.py"), 380, "<module>")])
+    assert diagnose("application", [parse(main), parse(child)], 10, root).user_frame == "checks/app.py:1"
+    alone = diagnose("resume-application", [parse(_dump(10, 1, "started", _waiting_runner()))], 10, root)
+    assert alone.user_frame == ""  # no process of the project's code answered: nothing named

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from kernodeck.inenv.protocol import STACKS_DIR_ENV
 from kernodeck.project.deadlines import Deadlines
-from kernodeck.supervise import Stop, supervise
+from kernodeck.supervise import Stop, _ask_stacks, supervise
 
 ROOT = Path(__file__).resolve().parents[2]
 INENV = ROOT / "kernodeck" / "inenv"
@@ -253,3 +254,23 @@ def test_a_process_that_left_the_group_is_stopped_too(tmp_path: Path) -> None:
     assert ended.stopped is None and ended.code == 0 and ended.escaped == (daemon,)
     time.sleep(0.3)
     assert not _running(daemon)
+
+
+def test_a_process_of_the_run_is_found_by_the_runs_mark_not_by_its_group(tmp_path: Path) -> None:
+    """Who is asked for stacks: a registered process carrying the run's mark, in a session of its own (the resume
+    check's worker); never one whose pid file is in the folder but that carries another run's mark (a pid reused),
+    even in the group given (red-team pass 57, HANG1)."""
+    folder = tmp_path / "stacks"
+    folder.mkdir()
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    ours = subprocess.Popen(sleep, env={**os.environ, STACKS_DIR_ENV: str(folder)}, start_new_session=True)
+    stranger = subprocess.Popen(sleep, env={**os.environ, STACKS_DIR_ENV: str(tmp_path / "another")})
+    try:
+        for proc in (ours, stranger):
+            (folder / f"{proc.pid}.txt").write_text("", encoding="utf-8")
+        assert _ask_stacks(os.getpgrp(), folder) == {ours.pid}  # the group given is the stranger's, not ours'
+        assert stranger.poll() is None  # never sent the signal (it would have ended it)
+    finally:
+        for proc in (ours, stranger):
+            proc.kill()
+            proc.wait()
