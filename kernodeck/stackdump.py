@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernodeck.inenv.protocol import Layer
+from kernodeck.inenv.steptable import BY_NAME
 
 INENV = Path(__file__).resolve().parent / "inenv"  # Kernodeck's own in-env code: trimmed from what is shown
 _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
@@ -170,15 +171,13 @@ def diagnose(step: str, processes: list[ProcessStacks], runner_pid: int, root: P
 
 
 def _step_layer(step: str) -> str:
-    if step in ("reread", "compare", "criterion"):
-        return Layer.COMPARISON
-    if step in ("settings", "system", "backend"):
-        return Layer.ENVIRONMENT
-    if step == "reference":
-        return Layer.REFERENCE
-    if step in ("application", "determinism", "resume"):
-        return Layer.APPLICATION
-    return Layer.UNKNOWN
+    """Where a stuck step belongs when its stacks say nothing more: read from its row (``steptable``: the layers its
+    failure may belong to), the application's where the project's code runs in it, else its first; ``unknown`` for
+    a step the table does not have (before the first one started) or a row that names none."""
+    row = BY_NAME.get(step)
+    if row is None or not row.layers:
+        return Layer.UNKNOWN
+    return Layer.APPLICATION if Layer.APPLICATION in row.layers else row.layers[0]
 
 
 def _thread_lines(thread: Thread, root: Path, main: bool) -> list[str]:

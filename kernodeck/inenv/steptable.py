@@ -94,7 +94,7 @@ class StepName(StrEnum):
                 "`tests/unit/test_settings.py`, one run per setting where it is not applied"))
     SYSTEM = StepRow(
         "system", "system", "run", "system chain (OS, driver, CUDA/ROCm, devices, loaded libraries)", 600.0,
-        summary=findings.system, variation=True,
+        summary=findings.system, layers=(Layer.ENVIRONMENT,), variation=True,
         checks=("the system chain, apart from the packages: OS, kernel, arch, libc, CPU, Python, torch, "
                 "`torch.version.cuda` and `torch.version.hip` separately, cuDNN/MIOpen as loaded, libraries mapped in"
                 " the process, driver, devices, `*_VISIBLE_DEVICES`, compilers, the build chain (`build_chain`: gcc, "

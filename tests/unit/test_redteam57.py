@@ -304,8 +304,6 @@ def test_hang1_premise_each_step_row_lists_the_layers_its_failure_may_belong_to(
     assert stackdump.diagnose("criterion", [], 0, ROOT).layer in rows["criterion"]  # control: a named step
 
 
-@pytest.mark.xfail(strict=True, reason="HANG1: a stuck step's layer comes from stackdump._step_layer's own list of "
-                                       "names (resume-application, extensions: 'unknown'), not from the step's row")
 def test_hang1_a_stuck_steps_layer_is_one_its_row_lists() -> None:
     wrong = {step.row.name: stackdump.diagnose(step.row.name, [], 0, ROOT).layer for step in StepName
              if step.row.layers and stackdump.diagnose(step.row.name, [], 0, ROOT).layer not in step.row.layers}

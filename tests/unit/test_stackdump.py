@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from kernodeck.inenv.protocol import Layer
+from kernodeck.inenv.steptable import BY_NAME, StepName
 from kernodeck.stackdump import INENV, Frame, diagnose, is_user, parse, render
 
 SITE = "/env/lib/python3.11/site-packages"
@@ -81,7 +84,7 @@ def test_a_child_importing_torch_is_not_data_loading(root: Path, importing: bool
         ([(f"{SITE}/torch/serialization.py", 1000, "load"), ("APP", 1, "run")], "application", "weights"),
         ([("APP", 1, "criterion")], "criterion", "comparison"),
         ([("APP", 1, "run")], "application", "application"),
-        ([("APP", 3, "run")], "determinism", "application"),
+        ([("APP", 3, "run")], "determinism", "operator"),  # its row's layer (steptable)
     ],
     ids=["import", "transfer", "weights", "comparison", "application", "determinism"],
 )
@@ -135,3 +138,21 @@ def test_a_runner_in_the_projects_code_keeps_its_own_frame(root: Path) -> None:
     assert diagnose("application", [parse(main), parse(child)], 10, root).user_frame == "checks/app.py:1"
     alone = diagnose("resume-application", [parse(_dump(10, 1, "started", _waiting_runner()))], 10, root)
     assert alone.user_frame == ""  # no process of the project's code answered: nothing named
+
+
+def test_a_stuck_steps_layer_is_read_from_its_row() -> None:
+    """Every row of the step table: with stacks that say nothing, the layer is one the row lists (the application's
+    where the project's code runs in the step); a step the table does not have is unknown (red-team pass 57)."""
+    said = {step.row.name: diagnose(step.row.name, [], 0, Path("/nowhere")).layer for step in StepName}
+    assert all(said[step.row.name] in step.row.layers for step in StepName if step.row.layers), said
+    assert said["resume-application"] == "application" and said["extensions"] == "extension-abi"
+    assert said["reread"] == "output" and said["backend"] == "device"
+
+
+def test_a_step_outside_the_table_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control: no name of a step decides a layer outside its row; a row whose layers change moves it."""
+    assert diagnose("", [], 0, Path("/nowhere")).layer == "unknown"  # before the first step started
+    assert diagnose("no-such-step", [], 0, Path("/nowhere")).layer == "unknown"
+    row = StepName.CRITERION.row
+    monkeypatch.setitem(BY_NAME, "criterion", dataclasses.replace(row, layers=(Layer.OUTPUT,)))
+    assert diagnose("criterion", [], 0, Path("/nowhere")).layer == "output"
