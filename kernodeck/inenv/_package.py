@@ -1,8 +1,10 @@
 """The one way an in-env script reaches its siblings: this folder loaded as the package ``kernodeck_inenv``.
 
-The scripts (runner.py, calibrate.py, drift.py, compare_outputs.py, resume.py's worker) run by path with
-``python -I``: their folder is not on sys.path, and nothing is put there (a project's ``numpy/`` folder must never
-shadow the env's numpy). Each runs THIS file by its path::
+The scripts (runner.py, calibrate.py, drift.py, compare_outputs.py, resume.py's and resume_app.py's workers) run by
+path with ``python -I``: their folder is not on sys.path, and nothing is put there (a project's ``numpy/`` folder must
+never shadow the env's numpy). Each runs THIS file by its path, before anything else (its arguments included), which
+also registers the process for its stacks when a supervisor runs it (``stackhooks.install``: every in-env process in
+one place; ``tests/unit/test_stackhooks.py`` runs each script)::
 
     runpy.run_path(str(HERE / "_package.py"))  # then: from kernodeck_inenv.tolerance import compare
 
@@ -154,7 +156,7 @@ def _cache_only_the_envs_bytecode(homes: types.ModuleType) -> None:
 def load() -> None:
     """This folder as the package ``kernodeck_inenv`` in ``sys.modules`` (once per process), then the bytecode rule
     (its list of homes is a sibling, loaded through the verified loader first: only the standard library ran before
-    it, whose bytecode the rule keeps anyway)."""
+    it, whose bytecode the rule keeps anyway), then the stacks hook (``stackhooks.install``)."""
     if PACKAGE in sys.modules:
         return
     here = Path(__file__).resolve().parent
@@ -168,6 +170,10 @@ def load() -> None:
         sys.meta_path.remove(sources)
         raise
     _cache_only_the_envs_bytecode(homes)
+    # Every in-env process loads its siblings here, first: here it registers for its stacks (a no-op outside a
+    # supervised run), so that no script, the runner, a resume worker, calibrate's, can start without (red-team
+    # pass 57, HANG1: resume_app.py's worker never registered).
+    importlib.import_module(PACKAGE + ".stackhooks").install()
 
 
 load()  # what running this file by path is for

@@ -77,9 +77,6 @@ def run_variation(config: dict[str, Any], out: Path) -> int:
     """The steps a variation needs, in this process; ``noise.json`` holds each output's numbers (or the failure)."""
     runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv (the one loader)
     from kernodeck_inenv import application, settings, system, tolerance
-    from kernodeck_inenv.stackhooks import install as install_stacks
-
-    install_stacks()  # the supervisor may ask this process (and each child it forks) for its stacks
     from kernodeck_inenv._common import Context, write_json_atomic
     from kernodeck_inenv.margin import margins, numbers
     from kernodeck_inenv.protocol import ConfigKey
@@ -167,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    runpy.run_path(str(HERE / "_package.py"))  # first: the siblings, and this process registered for its stacks
     status = main()
     from kernodeck_inenv._common import end  # loaded by main() before the application's code ran
 

@@ -70,4 +70,5 @@ def compare(request: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    runpy.run_path(str(Path(__file__).with_name("_package.py")))  # first: the siblings, and its stacks hook
     print(json.dumps(compare(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))), default=str))

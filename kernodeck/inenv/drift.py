@@ -82,4 +82,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    runpy.run_path(str(HERE / "_package.py"))  # first: the siblings, and this process registered for its stacks
     sys.exit(main())

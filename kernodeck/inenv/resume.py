@@ -290,9 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from kernodeck_inenv.stackhooks import install as install_stacks
-
-    install_stacks()  # the resume worker too can be asked for its stacks (kernodeck/supervise.py)
+    # registered for its stacks by _package.py at import (kernodeck/supervise.py asks it too)
     # the result and the weights are written: tearing down torch and the libraries loaded
     # (a second or more, which the caller waits for) checks nothing, so the process ends here.
     end(main())

@@ -32,11 +32,10 @@ runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv
 from kernodeck_inenv import leftover, steprun  # noqa: E402
 from kernodeck_inenv._common import Context, end, say, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Status, StepKey, step_file  # noqa: E402
-from kernodeck_inenv.stackhooks import install as install_stacks  # noqa: E402
 from kernodeck_inenv.steptable import BY_NAME, StepName  # noqa: E402
 
-# At import, not in main(): a child that multiprocessing spawns imports this file as its main module (its stacks too).
-install_stacks()
+# The stacks hook is installed by _package.py, at import: a child that multiprocessing spawns imports this file as its
+# main module, and registers too.
 leftover.at_start()  # the environment and interpreter Kernodeck's later processes get, before any project code runs
 
 

@@ -1,10 +1,12 @@
 """Every process of the run can be asked for its Python stacks: ``faulthandler`` registered on a signal.
 
-The supervisor outside the env (``kernodeck/_supervise.py``) sends ``STACKS_SIGNAL`` to each process that registered
-before it stops a stuck run, so the dossier shows where every thread of every process was (the DataLoader worker
-blocked on a lock, the forward hook that sleeps). The runner installs this at import; a child the runner or torch
+The supervisor outside the env (``kernodeck/supervise.py``) sends ``STACKS_SIGNAL`` to each process of the run that
+registered before it stops a stuck run, so the dossier shows where every thread of every process was (the DataLoader
+worker blocked on a lock, the forward hook that sleeps, the resume check's worker in its own session). Every in-env
+script installs this as it loads its siblings (``_package.py``, the first thing each does: the runner, the resume
+workers, calibrate's, drift's, compare's; ``tests/unit/test_stackhooks.py`` runs each); a child the runner or torch
 forks (DataLoader workers) registers again with its own file (``os.register_at_fork``), and a child spawned by
-``multiprocessing`` imports the runner as its main module, which installs it. Standard library only.
+``multiprocessing`` imports the runner as its main module, which loads them again. Standard library only.
 """
 
 from __future__ import annotations

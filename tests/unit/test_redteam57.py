@@ -292,8 +292,6 @@ def test_hang1_control_the_runner_registers_for_its_stacks(tmp_path: Path) -> No
 
 
 @on_linux
-@pytest.mark.xfail(strict=True, reason="HANG1: resume_app.py --serve never installs the stacks hook (resume.py's "
-                                       "__main__ does)")
 def test_hang1_the_resume_applications_worker_can_be_asked_for_its_stacks(tmp_path: Path) -> None:
     assert _registers(INENV / "resume_app.py", tmp_path, "--serve")
 
