@@ -34,7 +34,9 @@ run's processes (ask for stacks, stop, name); every script that starts an in-env
 per step read from the step's row, never from a list of names. Tests:
 ``test_hang1_a_process_of_the_run_in_a_session_of_its_own_gives_its_stacks``,
 ``test_hang1_the_resume_applications_worker_can_be_asked_for_its_stacks``,
-``test_hang1_a_stuck_steps_layer_is_one_its_row_lists``.
+``test_hang1_a_stuck_steps_layer_is_one_its_row_lists``; fixed (supervise._of_the_run, _package.py installing the
+hook for every in-env script, stackdump reading the row), and through the real resume.Worker:
+``test_hang1_a_worker_started_as_the_resume_checks_start_theirs_gives_its_stacks``.
 
 PROC3 (the kernel's state recognised by the name as written, while the closed world judges every other read by the
 file a path opens; kernodeck/inenv/seen.py ``_opened``): pass 56's fix notes a read in the hook when the path AS
@@ -270,6 +272,59 @@ def test_hang1_control_a_worker_in_the_runners_group_gives_its_stacks(tmp_path: 
     stopped = ended.stopped
     assert stopped is not None and set(stopped.pids) == {runner, worker}
     assert f"train.py:{WORKER_LINE} in train" in stopped.stacks
+    time.sleep(0.3)
+    assert not _running(worker) and not _running(runner)
+
+
+# The worker started the way the resume checks start theirs (resume.Worker: the environment from the runner's start,
+# ``-s -P -u SCRIPT --serve``, a session of its own), serving a project file that loads Kernodeck's in-env files as
+# every in-env script does and never installs the stacks hook itself.
+WORKER_RUNNER = textwrap.dedent('''\
+    import os, runpy, sys
+    from pathlib import Path
+    runpy.run_path(sys.argv[1] + "/_package.py")
+    from kernodeck_inenv import leftover
+    from kernodeck_inenv.resume import Worker
+    leftover.at_start()
+    print("[kernodeck] resume-application: start (now)", file=sys.stderr, flush=True)
+    print("[kernodeck] resume-application: resume from step 4 to 8 in a new process", file=sys.stderr, flush=True)
+    worker = Worker(Path(sys.argv[2]))
+    open(os.path.join(os.path.dirname(sys.argv[2]), "pids.txt"), "a").write(f"{os.getpid()} {worker.proc.pid}\\n")
+    worker.run({})
+''')
+STUCK_TRAIN = textwrap.dedent('''\
+    import runpy, sys, threading
+    runpy.run_path(INENV + "/_package.py")
+
+
+    def train():
+        sys.stdin.readline()
+        threading.Event().wait()  # LINE-STUCK-TRAIN-WAITS
+
+
+    train()
+''')
+STUCK_TRAIN_LINE = next(n for n, text in enumerate(STUCK_TRAIN.splitlines(), start=1)
+                        if "LINE-STUCK-TRAIN-WAITS" in text)
+
+
+@on_linux
+def test_hang1_a_worker_started_as_the_resume_checks_start_theirs_gives_its_stacks(tmp_path: Path) -> None:
+    """End to end through resume.Worker and the real loader: the stuck worker's stacks are taken and its line names
+    the stop, and it is stopped (red-team pass 57, HANG1, as measured in a real session)."""
+    project, kd = tmp_path / "project", tmp_path / "kd"
+    project.mkdir()
+    kd.mkdir()
+    (kd / "runner.py").write_text(WORKER_RUNNER, encoding="utf-8")
+    (project / "train.py").write_text(f"INENV = {str(INENV)!r}\n" + STUCK_TRAIN, encoding="utf-8")
+    ended = supervise([sys.executable, "-I", str(kd / "runner.py"), str(INENV), str(project / "train.py")],
+                      env=dict(os.environ), cwd=project, deadlines=Deadlines(stall=3.0), root=project)
+    runner, worker = (int(p) for p in (project / "pids.txt").read_text().split())
+    stopped = ended.stopped
+    assert stopped is not None and stopped.kind is Stop.STALLED and set(stopped.pids) == {runner, worker}
+    assert stopped.user_frame == f"train.py:{STUCK_TRAIN_LINE + 1}"  # the INENV line is the file's first
+    assert stopped.layer == "application"  # resume-application's row: the project's code runs in it
+    assert worker in ended.escaped
     time.sleep(0.3)
     assert not _running(worker) and not _running(runner)
 
