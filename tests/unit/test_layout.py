@@ -64,6 +64,8 @@ CROSS_CUTTING = {
                  "unmeasured old lock",
     "redteam57": "red-team pass 57: a stuck resume worker's stacks and layer, a refusal lost to a stall, the kernel's "
                  "state through a link, sys.exit, unread values as differences, a snapshot file named by its blob",
+    "redteam58": "red-team pass 58: the application ending its own process (os._exit, a signal on itself), a path "
+                 "source's left-out file advised as an hf snapshot's",
 }
 
 
