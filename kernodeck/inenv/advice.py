@@ -14,6 +14,8 @@ RUN_RECORD = "run record"
 SOURCE = "source"
 TIP_SOURCE = ("nox -s reference -- --new   (once the file is added to the source's files; or remove it from the "
               "source's folder, the cache, if the application should not read it)")
+TIP_LEFT_OUT = ("nox -s verify   (once the file is removed from the source's folder, or the application reads only the "
+                "source's own files: its fingerprint leaves such files out, a new reference would too)")
 
 
 def declaration(rel: str) -> str:
@@ -57,6 +59,9 @@ def advice(files: list[dict[str, str]]) -> str:
 
 
 def tip(files: list[dict[str, str]]) -> str:
-    """The verdict's next command: a new reference once declared (or, for a source's file alone, once added to the
-    source's files, or the file removed)."""
-    return TIP_SOURCE if files and all(f["declare"] == SOURCE for f in files) else TIP
+    """The verdict's next command: a new reference once declared; for a source's files alone, as :func:`advice` says
+    per kind (red-team pass 58, HUB2): an hf snapshot's once added to its files (or removed), another source's (whose
+    fingerprint leaves such files out by rule, so a new reference would too) once removed."""
+    if not files or not all(f["declare"] == SOURCE for f in files):
+        return TIP
+    return TIP_SOURCE if any(f.get("kind") == "hf" for f in files) else TIP_LEFT_OUT

@@ -185,12 +185,11 @@ def test_hub2_premise_a_path_sources_left_out_file_is_refused_by_its_place(tmp_p
     assert "remove them from its folder" in result[StepKey.ERROR]  # the sentence: right for a path source
 
 
-@pytest.mark.xfail(strict=True, reason="red-team pass 58, HUB2: a path source's left-out file gets the hf TIP "
-                   "(add it to the source's files, a new reference)")
 def test_hub2_a_path_sources_left_out_file_is_not_told_to_join_its_files(tmp_path: Path, bare_steps: None) -> None:
     tip = _path_source_read(tmp_path, ".gitattributes")[StepKey.DETAILS]["tip"]
     assert "added to the source's files" not in tip, tip  # a path source has no files to add it to
     assert "reference -- --new" not in tip, tip  # a new reference leaves it out again: nothing changes
+    assert tip.startswith("nox -s verify") and "removed from the source's folder" in tip
 
 
 def test_hub2_control_a_fingerprinted_file_of_the_path_source_is_read(tmp_path: Path, bare_steps: None) -> None:
