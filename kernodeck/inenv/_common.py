@@ -75,6 +75,15 @@ class CheckFailed(Exception):
         return type(self), (str(self), self.layer, self.details)
 
 
+class ProcessEnd(SystemExit):
+    """The application ending its own process by a way that raises nothing (exits.py: ``os._exit``, a signal it sent
+    itself), raised in its place: a SystemExit, so its call fails as by ``sys.exit`` (:class:`ApplicationExit`)."""
+
+    def __init__(self, text: str, code: int) -> None:
+        super().__init__(code)
+        self.text = text
+
+
 class ApplicationExit(Exception):
     """A BaseException of the application's code that is not an Exception (``sys.exit``: SystemExit, a library's own
     BaseException), as an Exception: every rule made for the application's exceptions applies to it (its window
@@ -82,7 +91,9 @@ class ApplicationExit(Exception):
     call ends (world.window); the run's own interruptions are never one."""
 
     def __init__(self, exc: BaseException) -> None:
-        if isinstance(exc, SystemExit):
+        if isinstance(exc, ProcessEnd):
+            text = exc.text
+        elif isinstance(exc, SystemExit):
             text = "the application called sys.exit(" + ("" if exc.code is None else repr(exc.code)) + ")"
         else:
             text = f"the application raised {type(exc).__name__} (a BaseException, not an Exception): {exc}"

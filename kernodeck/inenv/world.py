@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import children, guard, leftover, links, locate, owned, paths, seen, systemfiles, verified
+from . import children, exits, guard, leftover, links, locate, owned, paths, seen, systemfiles, verified
 from ._common import CheckFailed, Context, as_failure
 from .advice import RUN_RECORD, SOURCE, advice, declaration, tip
 from .declared_files import (
@@ -76,6 +76,7 @@ def window(ctx: Context, who: str) -> Iterator[None]:
         yield
         return
     seen.install()
+    exits.install()  # os._exit and a signal sent to itself: the call's failure, as sys.exit is (EXIT2)
     _taken(ctx)
     verified.install(finder(ctx))
     before = set(sys.modules)

@@ -267,7 +267,8 @@ def test_window6_every_in_env_process_ends_through_its_own_streams() -> None:
     for script in sorted((ROOT / "kernodeck" / "inenv").glob("*.py")):
         source = script.read_text(encoding="utf-8")
         assert "sys.stdout.flush()" not in source and "sys.stderr.flush()" not in source, script
-        assert "os._exit(" not in source or script.name == "_common.py", script
+        # exits.py names os._exit only to guard the application's calls of it (red-team pass 58, EXIT2)
+        assert "os._exit(" not in source or script.name in ("_common.py", "exits.py"), script
     assert not any(held is sys.stdout or held is sys.stderr for held in leftover.taken())  # never put back
 
 

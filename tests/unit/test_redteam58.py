@@ -121,15 +121,30 @@ def _named(ended: Any, result: dict[str, Any] | None) -> str:
 
 @on_linux
 @pytest.mark.parametrize("how", sorted(ENDS))
-def test_exit2_premise_the_process_ends_in_the_window_unstopped(tmp_path: Path, how: str) -> None:
-    """The supervisor stopped nothing: the process ended itself inside the entry's window, before the step reported."""
-    ended, result = _ending(tmp_path, ENDS[how])
-    assert ended.stopped is None and ended.code not in (0, None) and result is None
+def test_exit2_premise_each_way_ends_a_plain_process_with_no_exception(tmp_path: Path, how: str) -> None:
+    """Outside Kernodeck's window each way ends the interpreter at once: no exception reaches any handler."""
+    import subprocess
+
+    (tmp_path / "app.py").write_text(ENDS[how], encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-I", str(tmp_path / "app.py")], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert proc.returncode in (3, -2, 130), proc  # os._exit(3); the SIGINT: KeyboardInterrupt, or the signal
+
+
+def test_exit2_outside_a_window_the_real_functions_run() -> None:
+    """Kernodeck's runner ends with os._exit outside any window, and a forked child (a DataLoader worker) with
+    os._exit inside one: exits.py leaves both the real function (its guard answers only in the call's process)."""
+    from kernodeck.inenv import exits, seen
+
+    exits.install()
+    assert os._exit is not exits._REAL["_exit"] and not seen.ON[0] and not exits._in_call()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)  # a window-less child: the real exit
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
 
 
 @on_linux
-@pytest.mark.xfail(strict=True, reason="red-team pass 58, EXIT2: the application ending its own process leaves no "
-                   "record of its line (layer environment in a real verify)")
 @pytest.mark.parametrize("how", sorted(ENDS))
 def test_exit2_the_application_ending_its_process_is_named_at_its_line(tmp_path: Path, how: str) -> None:
     ended, result = _ending(tmp_path, ENDS[how])
@@ -194,3 +209,31 @@ def test_hub2_a_path_sources_left_out_file_is_not_told_to_join_its_files(tmp_pat
 
 def test_hub2_control_a_fingerprinted_file_of_the_path_source_is_read(tmp_path: Path, bare_steps: None) -> None:
     assert _path_source_read(tmp_path, "config.json")[StepKey.STATUS] == "passed"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # threading drops it; pytest not
+def test_exit2_a_thread_ending_the_process_in_a_window_fails_the_step(tmp_path: Path) -> None:
+    """A watchdog thread's os._exit would end the process; threading drops the SystemExit raised in its place, so the
+    step fails by the verdict it leaves (seen.PENDING), never passes as if nothing had been asked."""
+    import threading
+
+    from kernodeck.inenv import application
+
+    without_invariants_patch = pytest.MonkeyPatch()
+    without_invariants(without_invariants_patch)
+    try:
+        ctx = bare_context(tmp_path)
+        (Path(ctx.config["project_root"]) / "sample.jsonl").write_text("", encoding="utf-8")
+        ctx.config["application"] = {"sources": {}, "sample": "sample.jsonl"}
+
+        def entry() -> None:
+            watchdog = threading.Thread(target=os._exit, args=(5,), name="watchdog")
+            watchdog.start()
+            watchdog.join()
+
+        call = application._recorded(ctx, entry, "the entry", keep=False)
+        result = steprun.run(ctx, "application", lambda: (call(), {})[1])
+    finally:
+        without_invariants_patch.undo()
+    assert result[StepKey.STATUS] == "failed", result
+    assert "os._exit(5) from a thread (watchdog)" in result[StepKey.ERROR]
