@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.builtenv import sibling
+from tests.helpers.processes import running
 from tests.helpers.project import kd
 from tests.helpers.reports import read_report, statuses
 
@@ -113,14 +114,6 @@ def _run_pids(out: Path) -> list[int]:
     return [int(p) for p in step["details"]["processes"]]
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
 @pytest.mark.parametrize(
     ("app", "limits", "kind", "layer", "children"),
     [
@@ -163,7 +156,7 @@ def test_a_hang_is_a_finding(built_project: Path, tmp_path: Path, app: str, limi
     pids = _run_pids(out)
     assert len(pids) >= 1 + children  # the runner, and each DataLoader worker, answered
     assert stacks.count("a child (forked from") >= children
-    assert not any(_running(pid) for pid in pids), "a process of the run was left"
+    assert not any(running(pid) for pid in pids), "a process of the run was left"
     # found at its deadline (the stop after it takes at most 3 s for the stacks, 2 x 3 s of grace), the run bounded
     assert limits["application"] <= step["details"]["ran_s"] < limits["application"] + 15 and took < 600
     assert f"FAILED at application (layer: {layer})" in proc.stdout
@@ -212,7 +205,7 @@ def test_sigterm_during_the_application_is_an_interrupted_record(built_project: 
     step = next(s for s in report["steps"] if s["name"] == "application")  # type: ignore[union-attr]
     assert step["details"]["stopped"] == "interrupted" and step["layer"] == "operator:slow_hook"
     assert f"checks/app.py:{_hang_line(HOOK)}" in (out / "steps" / "application.stacks.txt").read_text()
-    assert not any(_running(pid) for pid in _run_pids(out))
+    assert not any(running(pid) for pid in _run_pids(out))
     assert json.loads((out / "report.json").read_text())["steps"][0]["status"] == "passed"  # earlier steps kept
 
 

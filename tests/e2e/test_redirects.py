@@ -179,6 +179,16 @@ def test_stderr_is_left_apart_only_for_data_sessions() -> None:
 # --- export ----------------------------------------------------------------------------------------------------------
 
 
+def _shellcheck_apptainer(root: Path, definition: str) -> None:
+    """Each script of an Apptainer definition clean under shellcheck (as /bin/sh runs it)."""
+    for name, script in apptainer_scripts(definition).items():
+        path = root / "runs" / f"apptainer-{name}.sh"
+        path.write_text(script, encoding="utf-8")
+        checked = subprocess.run([tool("shellcheck"), "-s", "sh", "-S", "warning", str(path)], capture_output=True,
+                                 text=True, check=False)
+        assert checked.returncode == 0, checked.stdout
+
+
 def apptainer_scripts(text: str) -> dict[str, str]:
     """%post and %runscript of an Apptainer definition, as the shell scripts Apptainer runs (by /bin/sh)."""
     out: dict[str, str] = {}
@@ -217,12 +227,7 @@ def test_documented_exports_are_lean_pinnable_hadolint_and_shellcheck_clean(proj
     pins = toolpins.requirements((out / "kernodeck-tools.txt").read_text(encoding="utf-8"))
     assert {n for n, (_v, hashes) in pins.items() if hashes} == {"packaging", "tomlkit", "filelock", "uv", "pyelftools"}
     definition = (out / "kernodeck.def").read_text(encoding="utf-8")
-    for name, script in apptainer_scripts(definition).items():
-        path = root / "runs" / f"apptainer-{name}.sh"
-        path.write_text(script, encoding="utf-8")
-        checked = subprocess.run([tool("shellcheck"), "-s", "sh", "-S", "warning", str(path)], capture_output=True,
-                                 text=True, check=False)
-        assert checked.returncode == 0, checked.stdout
+    _shellcheck_apptainer(root, definition)
 
 
 def _instructions(text: str) -> list[tuple[str, str]]:
@@ -277,12 +282,7 @@ def test_an_export_of_odd_names_is_hadolint_and_shellcheck_clean(tmp_path: Path)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert {"my data", "it's [1].txt"} <= {src for src, _dest in copy_lines(dockerfile.read_text(encoding="utf-8"))}
     definition = (root / "runs" / "export" / "kernodeck.def").read_text(encoding="utf-8")
-    for name, script in apptainer_scripts(definition).items():
-        path = root / "runs" / f"apptainer-{name}.sh"
-        path.write_text(script, encoding="utf-8")
-        checked = subprocess.run([tool("shellcheck"), "-s", "sh", "-S", "warning", str(path)], capture_output=True,
-                                 text=True, check=False)
-        assert checked.returncode == 0, checked.stdout
+    _shellcheck_apptainer(root, definition)
 
 
 def test_the_documented_hashin_command_is_the_one_export_asks_for(project: tuple[Path, Path]) -> None:

@@ -604,3 +604,23 @@ def stranger(ctx: Context, path: str) -> dict[str, str] | None:
 def without_invariants(monkeypatch: Any) -> None:
     """steprun.run without the invariants held after a step (libraries, settings: not what such a test is about)."""
     monkeypatch.setattr(steprun, "held", lambda *_args, **_kwargs: None)
+
+
+def window_context(tmp_path: Path) -> Context:
+    """bare_context with what a window reads of the declaration (no source declared, an empty sample)."""
+    ctx = bare_context(tmp_path)
+    (Path(ctx.config["project_root"]) / "sample.jsonl").write_text("", encoding="utf-8")
+    ctx.config["application"] = {"sources": {}, "sample": "sample.jsonl"}
+    return ctx
+
+
+def criterion_opening(ctx: Context, *files: str) -> dict[str, Any]:
+    """The criterion step as the runner runs it, its window (world.window: the real audit hook) opening ``files``."""
+    def criterion() -> dict[str, Any]:
+        with world.window(ctx, "the criterion"):
+            for path in files:
+                with open(path, "rb") as fh:
+                    fh.read()
+        return {"passed": True}
+
+    return steprun.run(ctx, "criterion", criterion)

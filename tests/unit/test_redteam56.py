@@ -84,7 +84,6 @@ from kernodeck.dossier.read import UNRECORDED, changed_since_written
 from kernodeck.env import rebuild as rebuilding
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import paths, steprun, systemfiles, world
-from kernodeck.inenv._common import Context
 from kernodeck.inenv.protocol import SYSTEM_FILES, StepKey
 from kernodeck.lock import lockfile
 from kernodeck.project.config import load_project
@@ -92,7 +91,7 @@ from kernodeck.project.platforms import resolve_platform
 from kernodeck.upgrade import bisect as bisecting
 from kernodeck.upgrade.bisect_search import Verdict
 from kernodeck.upgrade.relock import Drift, OutputDrift
-from tests.helpers.closedworld import bare_context, without_invariants
+from tests.helpers.closedworld import criterion_opening, window_context, without_invariants
 from tests.helpers.lockpair import write_lock
 from tests.helpers.project import ROOT
 from tests.helpers.workflows import WORKFLOWS, job_step, read_yaml
@@ -105,26 +104,6 @@ PLATFORM = "cp311-linux_x86_64-cpu"
 
 
 # --- PROC2 ----------------------------------------------------------------------------------------------------------
-
-def _window_context(tmp_path: Path) -> Context:
-    """bare_context with what a window reads of the declaration (no source declared, an empty sample)."""
-    ctx = bare_context(tmp_path)
-    (Path(ctx.config["project_root"]) / "sample.jsonl").write_text("", encoding="utf-8")
-    ctx.config["application"] = {"sources": {}, "sample": "sample.jsonl"}
-    return ctx
-
-
-def _criterion_opening(ctx: Context, *files: str) -> dict[str, Any]:
-    """The criterion step as the runner runs it, its window (world.window: the real audit hook) opening ``files``."""
-    def criterion() -> dict[str, Any]:
-        with world.window(ctx, "the criterion"):
-            for path in files:
-                with open(path, "rb") as fh:
-                    fh.read()
-        return {"passed": True}
-
-    return steprun.run(ctx, "criterion", criterion)
-
 
 @pytest.fixture
 def bare_steps(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +118,7 @@ def test_proc2_premise_the_hook_takes_a_sysctl_for_trusted() -> None:
 
 @needs_sysctl
 def test_proc2_a_sysctl_opened_in_a_window_is_in_the_steps_system_files(tmp_path: Path, bare_steps: None) -> None:
-    result = _criterion_opening(_window_context(tmp_path), _SYSCTL)
+    result = criterion_opening(window_context(tmp_path), _SYSCTL)
     assert result[StepKey.STATUS] == "passed"
     with open(_SYSCTL, "rb") as fh:
         value = fh.read()
@@ -148,7 +127,7 @@ def test_proc2_a_sysctl_opened_in_a_window_is_in_the_steps_system_files(tmp_path
 
 @needs_zone
 def test_proc2_control_a_zone_file_opened_in_a_window_is_recorded(tmp_path: Path, bare_steps: None) -> None:
-    result = _criterion_opening(_window_context(tmp_path), str(_UTC))
+    result = criterion_opening(window_context(tmp_path), str(_UTC))
     assert result[StepKey.STATUS] == "passed"
     assert str(_UTC) in result[StepKey.DETAILS][SYSTEM_FILES]  # the same record, reached through the hook
 
@@ -170,7 +149,7 @@ def test_proc2_the_mount_table_and_the_network_state_are_the_kernels_state() -> 
 
 @needs_sysctl
 def test_proc2_a_sysctl_read_by_a_forked_child_is_recorded_by_the_parent(tmp_path: Path, bare_steps: None) -> None:
-    ctx = _window_context(tmp_path)
+    ctx = window_context(tmp_path)
 
     def criterion() -> dict[str, Any]:
         with world.window(ctx, "the criterion"):
@@ -322,10 +301,10 @@ _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 def test_proc2_a_value_of_this_boot_is_recorded_as_read_and_not_compared(tmp_path: Path, bare_steps: None) -> None:
     """filelock's import reads the boot id and the mount table (measured in a real verify): named as read, never a
     difference from a reference made on another boot."""
-    result = _criterion_opening(_window_context(tmp_path), _BOOT_ID, "/proc/mounts")
+    result = criterion_opening(window_context(tmp_path), _BOOT_ID, "/proc/mounts")
     read = result[StepKey.DETAILS][SYSTEM_FILES]
     assert read[_BOOT_ID] == systemfiles.INSTANCE and read["/proc/mounts"] == systemfiles.INSTANCE
     if Path(_SYSCTL).is_file():  # control: a configuration value is compared by its bytes
         (tmp_path / "c").mkdir()
-        configured = _criterion_opening(_window_context(tmp_path / "c"), _SYSCTL)[StepKey.DETAILS][SYSTEM_FILES]
+        configured = criterion_opening(window_context(tmp_path / "c"), _SYSCTL)[StepKey.DETAILS][SYSTEM_FILES]
         assert configured[_SYSCTL] != systemfiles.INSTANCE and len(configured[_SYSCTL]) == 64

@@ -177,8 +177,9 @@ from kernodeck.supervise import Stop, Stopped, _refused, supervise
 from kernodeck.verify import markdown
 from kernodeck.verify.report import Report
 from kernodeck.verify.steps.in_env import stopped_step
-from tests.helpers.closedworld import RESUME_PHASES, bare_context, without_invariants
+from tests.helpers.closedworld import RESUME_PHASES, bare_context, criterion_opening, window_context, without_invariants
 from tests.helpers.hfcache import write_snapshot
+from tests.helpers.processes import running
 from tests.helpers.toytrain import resumed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,14 +223,6 @@ WORKER = textwrap.dedent('''\
 WORKER_LINE = next(n for n, text in enumerate(WORKER.splitlines(), start=1) if "LINE-WORKER-WAITS" in text)
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
 def _stuck_worker(tmp_path: Path, session: str) -> tuple[Any, Path, int, int]:
     """The stand-in runner stalled while its worker (started in a session of its own, or in the runner's group)
     blocks in the project's code: what supervise recorded, the project, the runner's pid and the worker's."""
@@ -253,7 +246,7 @@ def test_hang1_premise_the_resume_worker_is_a_process_of_the_run_in_a_session_of
     assert (project / "registered.txt").read_text() == "True"  # its <pid>.txt was in the supervisor's folder
     assert worker in ended.escaped  # found by the mark, outside the group, and stopped
     time.sleep(0.3)
-    assert not _running(worker)
+    assert not running(worker)
 
 
 @on_linux
@@ -273,7 +266,7 @@ def test_hang1_control_a_worker_in_the_runners_group_gives_its_stacks(tmp_path: 
     assert stopped is not None and set(stopped.pids) == {runner, worker}
     assert f"train.py:{WORKER_LINE} in train" in stopped.stacks
     time.sleep(0.3)
-    assert not _running(worker) and not _running(runner)
+    assert not running(worker) and not running(runner)
 
 
 # The worker started the way the resume checks start theirs (resume.Worker: the environment from the runner's start,
@@ -326,7 +319,7 @@ def test_hang1_a_worker_started_as_the_resume_checks_start_theirs_gives_its_stac
     assert stopped.layer == "application"  # resume-application's row: the project's code runs in it
     assert worker in ended.escaped
     time.sleep(0.3)
-    assert not _running(worker) and not _running(runner)
+    assert not running(worker) and not running(runner)
 
 
 def _registers(script: Path, tmp_path: Path, *args: str) -> bool:
@@ -369,26 +362,6 @@ _SYSCTL = "/proc/sys/kernel/domainname"
 needs_sysctl = pytest.mark.skipif(not Path(_SYSCTL).is_file(), reason="no /proc/sys/kernel/domainname here")
 
 
-def _window_context(tmp_path: Path) -> Context:
-    """bare_context with what a window reads of the declaration (no source declared, an empty sample)."""
-    ctx = bare_context(tmp_path)
-    (Path(ctx.config["project_root"]) / "sample.jsonl").write_text("", encoding="utf-8")
-    ctx.config["application"] = {"sources": {}, "sample": "sample.jsonl"}
-    return ctx
-
-
-def _criterion_opening(ctx: Context, *files: str) -> dict[str, Any]:
-    """The criterion step as the runner runs it, its window (world.window: the real audit hook) opening ``files``."""
-    def criterion() -> dict[str, Any]:
-        with world.window(ctx, "the criterion"):
-            for path in files:
-                with open(path, "rb") as fh:
-                    fh.read()
-        return {"passed": True}
-
-    return steprun.run(ctx, "criterion", criterion)
-
-
 @pytest.fixture
 def bare_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     without_invariants(monkeypatch)
@@ -421,14 +394,14 @@ def test_proc3_the_kernels_state_read_through_a_link_is_in_the_steps_system_file
     path = tmp_path / "host-domain"
     path.symlink_to(_SYSCTL)
     given = str(path) if how == "link" else "/proc/self/root" + _SYSCTL
-    result = _criterion_opening(_window_context(tmp_path), given)
+    result = criterion_opening(window_context(tmp_path), given)
     assert result[StepKey.STATUS] == "passed", result
     assert result[StepKey.DETAILS].get(SYSTEM_FILES, {}).get(_SYSCTL) == _value()
 
 
 @needs_sysctl
 def test_proc3_control_the_sysctl_by_its_name_is_recorded(tmp_path: Path, bare_steps: None) -> None:
-    result = _criterion_opening(_window_context(tmp_path), _SYSCTL)
+    result = criterion_opening(window_context(tmp_path), _SYSCTL)
     assert result[StepKey.STATUS] == "passed", result
     assert result[StepKey.DETAILS].get(SYSTEM_FILES, {}).get(_SYSCTL) == _value()
 
@@ -444,12 +417,12 @@ def _snapshot_read(tmp_path: Path, name: str, *, direct: bool = False) -> dict[s
     step's result."""
     snapshot = write_snapshot(tmp_path / "hub", "org/model", {"config.json": b"{}\n",
                                                                "added_tokens.json": b'{"password": 2000}'}, _COMMIT)
-    ctx = _window_context(tmp_path)
+    ctx = window_context(tmp_path)
     ctx.config["application"]["weights"] = {"kind": "hf", "hf": "org/model", "revision": _COMMIT,
                                             "include": ["config.json"]}
     ctx.state["weights"] = str(snapshot)
     ctx.state["weights_fingerprint"] = {"config.json": hashlib.sha256(b"{}\n").hexdigest()}
-    return _criterion_opening(ctx, os.path.realpath(snapshot / name) if direct else str(snapshot / name))
+    return criterion_opening(ctx, os.path.realpath(snapshot / name) if direct else str(snapshot / name))
 
 
 def test_hub1_premise_an_unpinned_file_of_the_snapshot_is_refused(tmp_path: Path, bare_steps: None) -> None:
@@ -478,11 +451,11 @@ def test_hub1_a_blob_no_declared_name_links_to_keeps_its_judgement(tmp_path: Pat
     result = _snapshot_read(tmp_path, "config.json")  # the cache written, a pinned file read: passed
     assert result[StepKey.STATUS] == "passed", result
     stray.write_bytes(b"another revision's bytes")
-    ctx = _window_context(tmp_path)
+    ctx = window_context(tmp_path)
     ctx.config["application"]["weights"] = {"kind": "hf", "hf": "org/model", "revision": _COMMIT}
     ctx.state["weights"] = str(tmp_path / "hub" / "models--org--model" / "snapshots" / _COMMIT)
     ctx.state["weights_fingerprint"] = {"config.json": hashlib.sha256(b"{}\n").hexdigest()}
-    result = _criterion_opening(ctx, str(stray))
+    result = criterion_opening(ctx, str(stray))
     named = result[StepKey.DETAILS]["undeclared"][0]
     assert named == {"file": str(stray), "declare": "outside the project", "how": "opened", "by": "the criterion"}
     assert "data.NAME" in result[StepKey.ERROR] and "reference -- --new   (once declared" in \
@@ -524,7 +497,7 @@ _ENTRY_ENDS = next(n for n, text in enumerate(Path(__file__).read_text(encoding=
 @needs_sysctl
 def test_exit1_sys_exit_in_the_entry_is_the_applications_failure_with_what_it_read(
         tmp_path: Path, bare_steps: None) -> None:
-    ctx = _window_context(tmp_path)
+    ctx = window_context(tmp_path)
     try:
         result = steprun.run(ctx, "application", _entry_ending(ctx, SystemExit("needs an unset NIS domain")))
     finally:
@@ -540,7 +513,7 @@ def test_exit1_sys_exit_in_the_entry_is_the_applications_failure_with_what_it_re
 def test_exit1_an_exit_whatever_its_code_is_the_applications_failure(
         tmp_path: Path, bare_steps: None, ends: SystemExit) -> None:
     """sys.exit(0) is no pass: the entry's contract is to return."""
-    ctx = _window_context(tmp_path)
+    ctx = window_context(tmp_path)
     try:
         result = steprun.run(ctx, "application", _entry_ending(ctx, ends))
     finally:
@@ -552,7 +525,7 @@ def test_exit1_an_exit_whatever_its_code_is_the_applications_failure(
 
 def test_exit1_the_closed_worlds_verdict_comes_before_the_exit(tmp_path: Path, bare_steps: None) -> None:
     """An undeclared file read, then sys.exit: the first error is the read (the window judged first)."""
-    ctx = _window_context(tmp_path)
+    ctx = window_context(tmp_path)
     secret = Path(ctx.config["project_root"]) / "secret.txt"
     secret.write_text("x", encoding="utf-8")
 
@@ -569,7 +542,7 @@ def test_exit1_the_closed_worlds_verdict_comes_before_the_exit(tmp_path: Path, b
 
 def test_exit1_sys_exit_in_any_window_is_the_applications_exception(tmp_path: Path, bare_steps: None) -> None:
     """A window no ``_recorded`` call wraps (the entry's file loaded, an extension's smoke check): the same rule."""
-    ctx = _window_context(tmp_path)
+    ctx = window_context(tmp_path)
     with pytest.raises(ApplicationExit, match=r"sys\.exit\(4\)") as raised, world.window(ctx, "the entry's file"):
         sys.exit(4)
     assert isinstance(raised.value.__cause__, SystemExit)
@@ -579,7 +552,7 @@ def test_exit1_sys_exit_in_any_window_is_the_applications_exception(tmp_path: Pa
 def test_exit1_negative_a_ctrl_c_in_the_entry_stays_the_runs_interruption(tmp_path: Path, bare_steps: None) -> None:
     """KeyboardInterrupt is the run's control flow (the supervisor's SIGINT, a user's Ctrl-C): it passes the
     application's call and the step loop as it is, never recorded as the application's failure."""
-    ctx = _window_context(tmp_path)
+    ctx = window_context(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         steprun.run(ctx, "application", _entry_ending(ctx, KeyboardInterrupt()))
     assert as_failure(GeneratorExit()).__class__ is GeneratorExit
@@ -599,7 +572,7 @@ def test_exit1_negative_sys_exit_outside_any_window_is_no_application_failure(tm
 @needs_sysctl
 def test_exit1_control_an_exception_in_the_entry_is_the_applications_failure_with_what_it_read(
         tmp_path: Path, bare_steps: None) -> None:
-    ctx = _window_context(tmp_path)
+    ctx = window_context(tmp_path)
     result = steprun.run(ctx, "application", _entry_ending(ctx, RuntimeError("needs an unset NIS domain")))
     assert result[StepKey.STATUS] == "failed" and result[StepKey.LAYER] == "application"
     assert "needs an unset NIS domain" in result[StepKey.ERROR]

@@ -56,12 +56,12 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import steprun, world
+from kernodeck.inenv import steprun
 from kernodeck.inenv._common import Context
 from kernodeck.inenv.protocol import StepKey
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.supervise import supervise
-from tests.helpers.closedworld import bare_context, without_invariants
+from tests.helpers.closedworld import bare_context, criterion_opening, window_context, without_invariants
 
 ROOT = Path(__file__).resolve().parents[2]
 _SYSCTL = "/proc/sys/kernel/domainname"
@@ -172,19 +172,11 @@ def _path_source_read(tmp_path: Path, name: str) -> dict[str, Any]:
     source.mkdir(parents=True)
     (source / "config.json").write_bytes(b"{}\n")
     (source / ".gitattributes").write_bytes(b"*.bin filter=lfs\n")
-    ctx: Context = bare_context(tmp_path)
-    (Path(ctx.config["project_root"]) / "sample.jsonl").write_text("", encoding="utf-8")
-    ctx.config["application"] = {"sources": {}, "sample": "sample.jsonl",
-                                 "weights": {"kind": "path", "path": str(source)}}
+    ctx: Context = window_context(tmp_path)
+    ctx.config["application"]["weights"] = {"kind": "path", "path": str(source)}
     ctx.state["weights"] = str(source)
     ctx.state["weights_fingerprint"] = {"config.json": hashlib.sha256(b"{}\n").hexdigest()}
-
-    def criterion() -> dict[str, Any]:
-        with world.window(ctx, "the criterion"), open(source / name, "rb") as fh:
-            fh.read()
-        return {"passed": True}
-
-    return steprun.run(ctx, "criterion", criterion)
+    return criterion_opening(ctx, str(source / name))
 
 
 @pytest.fixture

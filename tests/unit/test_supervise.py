@@ -18,6 +18,7 @@ import pytest
 from kernodeck.inenv.protocol import STACKS_DIR_ENV
 from kernodeck.project.deadlines import Deadlines
 from kernodeck.supervise import Stop, _ask_stacks, supervise
+from tests.helpers.processes import running
 
 ROOT = Path(__file__).resolve().parents[2]
 INENV = ROOT / "kernodeck" / "inenv"
@@ -98,14 +99,6 @@ def _argv(project: Path, mode: str) -> list[str]:
     return [sys.executable, "-I", str(project / "app.py"), str(INENV), mode]
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
 def _pids(project: Path) -> list[int]:
     return [int(p) for p in (project / "pids.txt").read_text().split()]
 
@@ -131,7 +124,7 @@ def test_a_stall_stops_the_group_with_every_stack(tmp_path: Path) -> None:
     assert f"app.py:{_line('LINE-CHILD-BLOCKED')} in blocked    # lock.acquire()" in stopped.stacks
     assert any(f.endswith(f"app.py:{_line('LINE-CHILD-BLOCKED')} in blocked") for f in stopped.user_frames)
     assert "_package.py" not in stopped.stacks  # Kernodeck's in-env frames trimmed
-    assert not _running(runner) and not _running(child)  # no process of the run left
+    assert not running(runner) and not running(child)  # no process of the run left
     assert not [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("kernodeck-stacks-*")
                 if (p / f"{runner}.txt").exists()]  # the supervisor's folder is gone
 
@@ -146,7 +139,7 @@ def test_a_spawned_child_gives_its_stacks_too(tmp_path: Path) -> None:
     runner, child = _pids(project)
     assert f"== process {child}: a child (started from {runner}) ==" in ended.stopped.stacks
     assert f"app.py:{_line('LINE-CHILD-BLOCKED')} in blocked" in ended.stopped.stacks
-    assert not _running(runner) and not _running(child)
+    assert not running(runner) and not running(child)
 
 
 def test_a_process_that_ends_is_not_stopped(tmp_path: Path) -> None:
@@ -165,7 +158,7 @@ def test_a_run_that_ends_leaving_a_child_is_not_a_hang_and_leaves_nothing(tmp_pa
                       root=project)
     assert time.monotonic() - start < 15 and ended.stopped is None and ended.code == 0
     time.sleep(0.3)
-    assert not any(_running(pid) for pid in _pids(project))
+    assert not any(running(pid) for pid in _pids(project))
 
 
 def test_a_step_past_its_deadline_is_timed_out_although_it_makes_progress(tmp_path: Path) -> None:
@@ -177,7 +170,7 @@ def test_a_step_past_its_deadline_is_timed_out_although_it_makes_progress(tmp_pa
     assert stopped.limit_s == 2.0 and stopped.ran_s >= 2.0 and stopped.silent_s < 1.0
     assert stopped.message().startswith("timed-out: still running after 2 s (deadline 2 s)")
     assert stopped.user_frame in {f"app.py:{_line('LINE-CHATTY')}", f"app.py:{_line('LINE-MAIN-WAITS')}"}
-    assert not any(_running(pid) for pid in _pids(project))
+    assert not any(running(pid) for pid in _pids(project))
 
 
 DRIVER = textwrap.dedent('''\
@@ -228,7 +221,7 @@ def test_a_signal_gives_the_interrupted_record_with_stacks(tmp_path: Path) -> No
     record = json.loads(out)
     assert record["kind"] == "interrupted" and record["signal"] == "SIGTERM"
     assert f"app.py:{_line('LINE-CHILD-BLOCKED')} in blocked" in record["stacks"]
-    assert not any(_running(pid) for pid in _pids(project))
+    assert not any(running(pid) for pid in _pids(project))
 
 
 def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
@@ -241,7 +234,7 @@ def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
     assert time.monotonic() - second < 1.0  # at once: not after the grace
     assert proc.returncode == 128 + signal.SIGTERM
     time.sleep(0.3)
-    assert not any(_running(pid) for pid in _pids(project))
+    assert not any(running(pid) for pid in _pids(project))
 
 
 def test_a_process_that_left_the_group_is_stopped_too(tmp_path: Path) -> None:
@@ -253,7 +246,7 @@ def test_a_process_that_left_the_group_is_stopped_too(tmp_path: Path) -> None:
     daemon = _pids(project)[-1]
     assert ended.stopped is None and ended.code == 0 and ended.escaped == (daemon,)
     time.sleep(0.3)
-    assert not _running(daemon)
+    assert not running(daemon)
 
 
 def test_a_process_of_the_run_is_found_by_the_runs_mark_not_by_its_group(tmp_path: Path) -> None:
