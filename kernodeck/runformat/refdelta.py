@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernodeck.inenv.protocol import SYSTEM_FILES  # the system's files and kernel state the windows read
+
 if TYPE_CHECKING:
     from kernodeck.env.inventory import InventoryDiff
 
@@ -37,7 +39,6 @@ def _variables(ref: dict[str, Any], run: dict[str, Any]) -> dict[str, dict[str, 
             for name in sorted({*a, *b}) if a.get(name, UNSET) != b.get(name, UNSET)}
 
 
-SYSTEM_FILES = "system_files"  # inenv/protocol.SYSTEM_FILES: the system's files and kernel state the windows read
 READ_BY_ONE = "system_files_read_by_one"  # read in one of the two runs only: named, not compared
 
 
