@@ -3,8 +3,9 @@ EXIT2: ``os._exit(3)`` or a SIGINT it raised on itself ended the runner inside t
 line or of what it read, the step blamed on the environment).
 
 Inside a window, in the process that runs the application's call (not a child it forked: a DataLoader worker ends by
-``os._exit``), ``os._exit``, ``os.abort``, ``signal.raise_signal`` and ``os.kill``/``os.killpg`` of its own process
-or group raise :class:`~._common.ProcessEnd` (a SystemExit) instead: the call then fails by the rules for its
+``os._exit``), ``os._exit``, ``os.abort``, and ``signal.raise_signal`` or ``os.kill``/``os.killpg`` of its own process
+or group with a signal that would end it (not one it ignores or handles itself) raise :class:`~._common.ProcessEnd`
+(a SystemExit) instead: the call then fails by the rules for its
 exceptions (EXIT1's ``as_failure``: its window judged, its step recorded failed at its line, layer application). The
 supervisor's own signals come from another process and are untouched: an interruption is still the run's. Outside a
 window (Kernodeck's runner ending with ``os._exit``) the real functions run.
@@ -42,6 +43,21 @@ def _own(pid: int) -> bool:
     return pid in (0, os.getpid(), -os.getpgrp())
 
 
+# Signals whose default action does not end the process (ignore, stop, continue)
+_KEEPS = frozenset(getattr(signal, name) for name in ("SIGCHLD", "SIGURG", "SIGWINCH", "SIGCONT", "SIGSTOP", "SIGTSTP",
+                                                      "SIGTTIN", "SIGTTOU") if hasattr(signal, name))
+
+
+def _ends(sig: int) -> bool:
+    """Whether ``sig`` sent to this process ends it: its default action where that ends a process, or Python's own
+    SIGINT handler (KeyboardInterrupt); never a signal ignored or handled by the application's own handler (a timer's
+    SIGALRM, a SIGUSR1 that dumps its state: they keep running)."""
+    if sig == 0:
+        return False  # only asks whether the process is there
+    handler = signal.getsignal(sig)
+    return handler is signal.default_int_handler or (handler == signal.SIG_DFL and sig not in _KEEPS)
+
+
 def _exit(code: int) -> None:
     if _in_call():
         raise _ended(f"the application called os._exit({code!r})", code)
@@ -55,19 +71,19 @@ def _abort() -> None:
 
 
 def _raise_signal(sig: int) -> None:
-    if _in_call():
+    if _in_call() and _ends(sig):
         raise _ended(f"the application raised {signal.Signals(sig).name} on its own process", 128 + int(sig))
     _REAL["raise_signal"](sig)
 
 
 def _kill(pid: int, sig: int) -> None:
-    if _in_call() and _own(pid) and sig != 0:  # signal 0 only asks whether the process is there
+    if _in_call() and _own(pid) and _ends(sig):
         raise _ended(f"the application sent {signal.Signals(sig).name} to its own process", 128 + int(sig))
     _REAL["kill"](pid, sig)
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    if _in_call() and pgid in (0, os.getpgrp()) and sig != 0:
+    if _in_call() and pgid in (0, os.getpgrp()) and _ends(sig):
         raise _ended(f"the application sent {signal.Signals(sig).name} to its own process group", 128 + int(sig))
     _REAL["killpg"](pgid, sig)
 

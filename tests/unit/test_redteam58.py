@@ -56,7 +56,7 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import steprun
+from kernodeck.inenv import steprun, world
 from kernodeck.inenv._common import Context
 from kernodeck.inenv.protocol import StepKey
 from kernodeck.project.deadlines import Deadlines
@@ -96,7 +96,9 @@ ENDING = textwrap.dedent('''\
 # What checks/app.py's entry did in the measured sessions: read the sysctl, then end the process (LINE 3).
 _READS = 'import os, signal\nopen("/proc/sys/kernel/domainname").read()\n'
 ENDS = {"os._exit": _READS + "os._exit(3)\n",
-        "a SIGINT it raises on itself": _READS + "signal.raise_signal(signal.SIGINT)\n"}
+        # Python's own SIGINT handler set first: a test worker may run with SIGINT ignored (raising it does nothing)
+        "a SIGINT it raises on itself": _READS + "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                                                 "signal.raise_signal(signal.SIGINT)\n"}
 
 
 def _ending(tmp_path: Path, app: str) -> tuple[Any, dict[str, Any] | None]:
@@ -126,8 +128,11 @@ def test_exit2_premise_each_way_ends_a_plain_process_with_no_exception(tmp_path:
     import subprocess
 
     (tmp_path / "app.py").write_text(ENDS[how], encoding="utf-8")
+    import signal
+
+    # SIGINT's own disposition in the child (a test worker may run with it ignored, which the child would inherit)
     proc = subprocess.run([sys.executable, "-I", str(tmp_path / "app.py")], capture_output=True, text=True,
-                          check=False, timeout=60)
+                          check=False, timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.returncode in (3, -2, 130), proc  # os._exit(3); the SIGINT: KeyboardInterrupt, or the signal
 
 
@@ -229,3 +234,33 @@ def test_exit2_a_thread_ending_the_process_in_a_window_fails_the_step(tmp_path: 
         without_invariants_patch.undo()
     assert result[StepKey.STATUS] == "failed", result
     assert "os._exit(5) from a thread (watchdog)" in result[StepKey.ERROR]
+
+
+@on_linux
+def test_exit2_control_a_signal_the_application_handles_itself_keeps_it_running(tmp_path: Path) -> None:
+    """A signal the application handles (a SIGUSR1 that dumps its state, a timer's SIGALRM) or ignores does not end
+    the process: exits.py passes it through, the handler runs, the call goes on."""
+    import signal
+
+    patch = pytest.MonkeyPatch()
+    without_invariants(patch)
+    got: list[int] = []
+    ctx = window_context(tmp_path)
+
+    def criterion() -> dict[str, Any]:
+        old = signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+        try:
+            with world.window(ctx, "the criterion"):
+                signal.raise_signal(signal.SIGUSR1)
+                os.kill(os.getpid(), signal.SIGUSR1)
+                os.kill(os.getpid(), 0)  # only asks whether it is there
+        finally:
+            signal.signal(signal.SIGUSR1, old)
+        return {"passed": True}
+
+    try:
+        result = steprun.run(ctx, "criterion", criterion)
+    finally:
+        patch.undo()
+    assert result[StepKey.STATUS] == "passed", result
+    assert got == [1, 1]
