@@ -15,7 +15,7 @@ from typing import Any
 from . import homes
 
 HERE = str(Path(__file__).resolve().parent)
-PSEUDO = ("/proc", "/sys", "/dev")  # the system's state (a read of /proc's or /sys's: systemfiles.is_state records it)
+PSEUDO = ("/proc", "/sys", "/dev")  # the system's state (read under /proc, /sys: seen notes it, systemfiles records it)
 # ... except an ordinary file under /dev: /dev/shm (and /dev/mqueue) are folders anyone may write files into (tmpfs),
 # read like any other file; /dev's devices (/dev/null, /dev/urandom) stay the system's
 DEVICES = "/dev" + os.sep

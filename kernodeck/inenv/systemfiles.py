@@ -146,8 +146,8 @@ def _as_named(path: str) -> str | None:
         return None
     top, _, rest = path[len(STATE[0]):].partition(os.sep)
     if top in _SELF or top == str(os.getpid()):
-        if top == "thread-self" or rest.split(os.sep, 1)[0] == "task":  # a thread's view: the process's
-            rest = rest.split(os.sep, 2)[-1] if top != "thread-self" else rest
+        if rest.split(os.sep, 1)[0] == "task":  # a thread's view (task/<tid>/...): the process's
+            rest = rest.split(os.sep, 2)[-1]
         if rest.split(os.sep, 1)[0] not in _MACHINE_VIEW:
             return None  # its status, maps, descriptors: the process, not the machine
         path = STATE[0] + "self" + os.sep + rest
@@ -163,10 +163,9 @@ def is_state(path: str) -> bool:
 
 def record_state(ctx: Context, path: str) -> None:
     """Note the kernel's state ``path`` reads by its :func:`state_key`, with the sha256 of its value now (a value of
-    this boot or instance: only that it was read)."""
-    key = state_key(path)
-    files = ctx.state.setdefault(FILES, {})
-    if key is not None and key not in files:
+    this boot or instance: only that it was read); nothing for any other path."""
+    key = state_key(path) if path.startswith(STATE) else None  # a forked child's other reads come here too
+    if key is not None and key not in (files := ctx.state.setdefault(FILES, {})):
         files[key] = INSTANCE if key in _PER_INSTANCE or key.startswith(_NETWORK) else _digest(path)
 
 

@@ -267,10 +267,7 @@ def _run_folders(ctx: Context) -> tuple[str, ...]:
 def _stranger(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...], path: str) -> dict[str, str] | None:
     """A file read that is not trusted, declared or in the run's folder (judged by the file a path there opens:
     paths.real, a link out of it is not the run's): its name as shown and the declaration to add. The kernel's state
-    read there is trusted and recorded (systemfiles.is_state: red-team pass 54, PROC1)."""
-    if systemfiles.is_state(path):
-        systemfiles.record_state(ctx, path)
-        return None
+    never gets here: trusted, the hook notes it before its record of reads (seen._opened, judge below)."""
     if paths.trusted(path) or path in known or paths.real(path).startswith(out_dir):
         return None
     if os.path.realpath(path) in known or paths.trusted(os.path.realpath(path)) or in_sources(ctx, path):
@@ -347,8 +344,7 @@ def judge(ctx: Context, who: str, new_modules: set[str]) -> None:
     """The window's verdict: CheckFailed naming every declared file read that changed since the run's fingerprints
     (:func:`moved`), else every undeclared file and the declaration to add."""
     for path in [*systemfiles.SEEN, *children.READ]:  # the kernel's state read, trusted: recorded (pass 56, PROC2)
-        if systemfiles.is_state(path):
-            systemfiles.record_state(ctx, path)
+        systemfiles.record_state(ctx, path)
     systemfiles.SEEN.clear()
     # a forked child's reads too (their stats and names handed on: seen.from_children ran as the window closed)
     changed = moved(ctx, {*seen.READ, *children.READ, *_imported(new_modules)})

@@ -51,7 +51,7 @@ from kernodeck.runformat.manifest import inconsistency, record_files
 from kernodeck.verify import markdown
 from kernodeck.verify.record import Step
 from kernodeck.verify.report import Report
-from tests.helpers.closedworld import bare_context, stranger, without_invariants
+from tests.helpers.closedworld import bare_context, criterion_opening, stranger, window_context, without_invariants
 
 _SYSCTL = "/proc/sys/kernel/domainname"
 needs_sysctl = pytest.mark.skipif(not Path(_SYSCTL).is_file(), reason="no /proc/sys/kernel/domainname here")
@@ -86,7 +86,7 @@ def test_proc1_premise_a_sysctl_read_by_the_criterion_is_trusted_as_the_systems_
 
 @needs_sysctl
 def test_proc1_the_step_whose_window_read_a_sysctl_names_it(tmp_path: Path, bare_steps: None) -> None:
-    result = _criterion_reading(bare_context(tmp_path), _SYSCTL)
+    result = criterion_opening(window_context(tmp_path), _SYSCTL)  # the real hook (pass 56, PROC2)
     with open(_SYSCTL, "rb") as fh:
         value = fh.read()
     assert result[StepKey.DETAILS][SYSTEM_FILES][_SYSCTL] == hashlib.sha256(value).hexdigest()
