@@ -55,8 +55,9 @@ def _upgrade(p: argparse.ArgumentParser) -> None:
     p.add_argument("--installer", choices=INSTALLERS, default="auto", help="the env's installer")
     p.add_argument("--out", type=Path, metavar="DIR", help="the upgrade's folder (default: runs/upgrade-STAMP-ID)")
     p.add_argument("--pr-body", type=Path, metavar="DIR",
-                   help="(relock workflow) write DIR/pr-body.md, the pull request body of the per-platform upgrade "
-                   "folders in DIR, print it, and stop; --all-platforms names the platforms expected")
+                   help="(relock workflow) write DIR/pr-body.md, the pull request body of the folders in DIR "
+                   "(each PLATFORM/upgrade/ and PLATFORM/bisect/ as written), print it, and stop; --all-platforms "
+                   "names the platforms expected")
     p.add_argument("--all-platforms", default="", metavar="IDS", help="with --pr-body: the platforms expected")
 
 

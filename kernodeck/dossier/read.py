@@ -59,6 +59,22 @@ def changed_since_written(folder: Path) -> list[str]:
     return [UNRECORDED]
 
 
+
+def file_as_written(signed: Path, rel: str) -> str:
+    """What is wrong with one file ``rel`` of a signed folder for a reader of that file alone (the relock pull
+    request's body reads ``upgrade.json`` and ``bisect.json`` from downloaded artifacts): "" when its marker lists it
+    with its bytes now; else why it is not as Kernodeck wrote it."""
+    if not (signed / outdir.MARKER).is_file():
+        return f"its folder has no {outdir.MARKER}: no record of what Kernodeck wrote there"
+    for entry in outdir.foreign(signed):
+        if entry == outdir.MARKER:
+            return f"its folder's {outdir.MARKER} is not one Kernodeck wrote"
+        if entry == rel:
+            return "Kernodeck did not write it (its folder's marker does not list it)"
+        if entry.startswith(rel + " ("):
+            return entry[len(rel) + 2:-1]  # "changed since Kernodeck wrote it", "missing"
+    return ""
+
 def _text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")

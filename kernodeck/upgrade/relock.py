@@ -9,6 +9,7 @@ the copy in ``old/`` undoes it.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 from kernodeck import outdir, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
+from kernodeck.dossier.read import file_as_written
 from kernodeck.errors import Interrupted, KernodeckError, MissingLockfile, UnsafeOut
 from kernodeck.inenv import kinds
 from kernodeck.lock import lockdiff, lockfile
@@ -225,8 +227,6 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
         interrupted = bool(report.meta.get("interrupted"))
     except KernodeckError as exc:  # verify wrote its dossier; the drift table says where it stopped
         report_json = folder / "verify" / "report.json"
-        import json
-
         report_steps = (json.loads(report_json.read_text(encoding="utf-8"))["steps"] if report_json.exists()
                         else [{"name": "verify", "status": "failed", "error": str(exc)}])
     drift = Drift.from_steps(report_steps)
@@ -245,45 +245,66 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
 PR_BODY_LIMIT = 60_000  # characters; GitHub's limit for a pull request body is 65,536
 
 
+def _read_signed(signed: Path, name: str) -> tuple[str, str]:
+    """``name`` in the signed folder ``signed`` as (its text, "") when it is as Kernodeck wrote it; ("", why not)
+    when it is there but not; ("", "") when it is not there."""
+    path = signed / name
+    if not path.is_file():
+        return "", ""
+    why = file_as_written(signed, name)
+    return ("", f"{signed.name}/{name}: {why}") if why else (path.read_text(encoding="utf-8"), "")
+
+
+def _platform_row(plat: str, sub: Path) -> tuple[str, str]:
+    """One platform's row of the pull request's table and its details block, each read only from files its job's
+    ``upgrade`` and ``bisect`` wrote as they wrote them (``sub/upgrade/``, ``sub/bisect/``, each with its marker)."""
+    summary, tampered = _read_signed(sub / "upgrade", "upgrade.json")
+    if tampered:
+        return f"| {plat} | — | **NOT AS WRITTEN**: {cell(tampered)}; its result is not shown |", ""
+    if not summary:
+        return f"| {plat} | — | **no result**: its upgrade job failed before a verified lock (see the run) |", ""
+    data = json.loads(summary)
+    counts: dict[str, int] = {}
+    for change in data.get("changes", []):
+        counts[change["kind"]] = counts.get(change["kind"], 0) + 1
+    changed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
+    if data.get("holds"):
+        verdict = "within tolerance, criterion holds"
+    else:
+        verdict = "**OUT OF TOLERANCE**" + (f" ({cell(data['failure'])})" if data.get("failure") else "")
+        found, tampered = _read_signed(sub / "bisect", "bisect.json")
+        if tampered:
+            verdict += f"; bisect: **NOT AS WRITTEN** ({cell(tampered)})"
+        elif found:
+            bisected = json.loads(found)
+            culprit = " + ".join("/".join(group) for group in bisected.get("culprit", []))
+            verdict += f"; bisect: {culprit or bisected.get('verdict', '?')}"
+    blocks = []
+    for signed, name in ((sub / "upgrade", "upgrade.md"), (sub / "bisect", "bisect.md")):
+        text, tampered = _read_signed(signed, name)
+        blocks.append(f"{tampered}: not shown" if tampered else text)
+    return f"| {plat} | {changed} | {verdict} |", "\n".join(b for b in blocks if b)
+
+
 def pr_body(platforms: list[str], folder: Path, *, as_of: str = "", run_url: str = "") -> str:
     """The relock pull request's body: one line per platform, then each platform's lock diff and drift table.
 
-    ``folder`` holds one sub-folder per platform (the relock workflow's artifacts) with what ``upgrade`` wrote
-    (``upgrade.json``, ``upgrade.md``) and, where it ran, ``bisect.md``. A platform with no ``upgrade.json`` is
-    named as failed: its job did not get as far as a verified lock.
+    ``folder`` holds one sub-folder per platform (the relock workflow's artifacts): ``upgrade/`` with what
+    ``upgrade`` wrote (``upgrade.json``, ``upgrade.md``, its marker) and, where it ran, ``bisect/`` with what
+    ``bisect`` wrote. A platform with no ``upgrade.json`` is named as failed (its job did not get as far as a verified
+    lock); a file that is not as Kernodeck wrote it (:func:`~kernodeck.dossier.read.file_as_written`) is named, never
+    shown.
     """
-    import json
-
     lines = [f"## Relock {'as of ' + as_of if as_of else 'to the latest versions'}", ""]
     if run_url:
         lines += [f"Made by {run_url}.", ""]
     lines += ["| platform | packages changed | against the reference |", "|---|---|---|"]
     details: list[str] = []
     for plat in platforms:
-        sub = folder / plat
-        summary_file = sub / "upgrade.json"
-        if not summary_file.is_file():
-            lines.append(f"| {plat} | — | **no result**: its upgrade job failed before a verified lock (see the run) |")
-            continue
-        data = json.loads(summary_file.read_text(encoding="utf-8"))
-        changes = data.get("changes", [])
-        counts: dict[str, int] = {}
-        for change in changes:
-            counts[change["kind"]] = counts.get(change["kind"], 0) + 1
-        changed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
-        if data.get("holds"):
-            verdict = "within tolerance, criterion holds"
-        else:
-            verdict = "**OUT OF TOLERANCE**" + (f" ({cell(data['failure'])})" if data.get("failure") else "")
-            if (sub / "bisect.json").is_file():
-                found = json.loads((sub / "bisect.json").read_text(encoding="utf-8"))
-                culprit = " + ".join("/".join(group) for group in found.get("culprit", []))
-                verdict += f"; bisect: {culprit or found.get('verdict', '?')}"
-        lines.append(f"| {plat} | {changed} | {verdict} |")
-        block = (sub / "upgrade.md").read_text(encoding="utf-8") if (sub / "upgrade.md").is_file() else ""
-        if (sub / "bisect.md").is_file():
-            block += "\n" + (sub / "bisect.md").read_text(encoding="utf-8")
-        details += ["", f"<details><summary>{plat}</summary>", "", block.strip(), "", "</details>"]
+        row, block = _platform_row(plat, folder / plat)
+        lines.append(row)
+        if block:
+            details += ["", f"<details><summary>{plat}</summary>", "", block.strip(), "", "</details>"]
     closing = ["", "The old locks are in git: review the diff, then merge to take the new pins (CI verifies them)."]
     if len("\n".join([*lines, *details, *closing])) > PR_BODY_LIMIT:  # GitHub refuses a longer body
         details = ["", "Each platform's lock diff and drift table are too long for this page: they are in the run's "
@@ -292,8 +313,8 @@ def pr_body(platforms: list[str], folder: Path, *, as_of: str = "", run_url: str
 
 
 def write_pr_body(folder: Path, platforms: str, *, as_of: str = "") -> str:
-    """``pr-body.md`` in ``folder`` (the downloaded per-platform upgrade folders): the platforms named in
-    ``platforms`` (comma or space separated), else every subfolder found."""
+    """``pr-body.md`` in ``folder`` (the downloaded per-platform folders, each with its ``upgrade/`` and
+    ``bisect/``): the platforms named in ``platforms`` (comma or space separated), else every subfolder found."""
     expected = [p for p in platforms.replace(",", " ").split() if p]
     found = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     body = pr_body(expected or found, folder, as_of=as_of)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kernodeck import outdir
+from kernodeck.errors import UnsafeOut
 from kernodeck.upgrade.relock import PR_BODY_LIMIT, pr_body
 from tests.helpers.workflows import (
     FAKE_NOX,
@@ -56,7 +59,8 @@ def _upgrade_step_env(tmp_path: Path, exit_code: int) -> tuple[dict[str, str], P
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nox").write_text(
-        "#!/bin/sh\nmkdir -p runs/relock/$PLATFORM\necho '## Upgrade of '$PLATFORM > runs/relock/$PLATFORM/upgrade.md\n"
+        "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n"  # writes where it is told
+        "mkdir -p \"$out\"\necho '## Upgrade of '$PLATFORM > \"$out/upgrade.md\"\n"
         f"exit {exit_code}\n", encoding="utf-8")
     (bin_dir / "nox").chmod(0o755)
     out, summary = tmp_path / "output", tmp_path / "summary"
@@ -94,9 +98,65 @@ def test_pr_body_names_each_platform_its_changes_verdict_and_bisect(tmp_path: Pa
     assert "<details><summary>cp311-macosx_arm64-mps</summary>" in body and "## Bisect of cp311-macosx" in body
 
 
+
+@pytest.mark.parametrize("edit", ["changed", "added", "unsigned"])
+def test_pr_body_shows_only_what_upgrade_and_bisect_wrote(tmp_path: Path, edit: str) -> None:
+    """A result file edited after its command wrote it (or never listed by its folder's marker, or in a folder with
+    no marker) is named NOT AS WRITTEN and its content is not shown; the untouched platform beside it is."""
+    platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
+    platform_result(tmp_path, "cp311-macosx_arm64-mps", holds=False, culprit=[["numpy"]])
+    upgraded, bisected = tmp_path / "cp311-linux_x86_64-cpu" / "upgrade", tmp_path / "cp311-macosx_arm64-mps" / "bisect"
+    if edit == "changed":  # the failing platform's verdict turned into a pass, the culprit renamed
+        (upgraded / "upgrade.json").write_text(json.dumps({"holds": False, "changes": []}), encoding="utf-8")
+        (bisected / "bisect.json").write_text(json.dumps({"culprit": [["six"]]}), encoding="utf-8")
+        (bisected / "bisect.md").write_text("## Bisect: all fine\n", encoding="utf-8")
+    elif edit == "added":  # the files moved aside, copies of other content in their place (not listed: unsigned)
+        for signed in (upgraded, bisected):
+            (signed / outdir.MARKER).unlink()
+            outdir.mark(signed, signed.name, {})
+    else:
+        (upgraded / outdir.MARKER).unlink()
+        (bisected / outdir.MARKER).unlink()
+    body = pr_body(["cp311-linux_x86_64-cpu", "cp311-macosx_arm64-mps"], tmp_path)
+    why = {"changed": "changed since Kernodeck wrote it", "added": "Kernodeck did not write it",
+           "unsigned": f"its folder has no {outdir.MARKER}"}[edit]
+    assert "| cp311-linux_x86_64-cpu | — | **NOT AS WRITTEN**: upgrade/upgrade.json: " + why in body
+    assert "within tolerance" not in body and "six" not in body and "all fine" not in body
+    assert f"**OUT OF TOLERANCE**; bisect: **NOT AS WRITTEN** (bisect/bisect.json: {why}" in body
+    # control: the same folders as written show every result
+    clean = tmp_path / "clean"
+    platform_result(clean, "cp311-linux_x86_64-cpu", holds=True)
+    platform_result(clean, "cp311-macosx_arm64-mps", holds=False, culprit=[["numpy"]])
+    body = pr_body(["cp311-linux_x86_64-cpu", "cp311-macosx_arm64-mps"], clean)
+    assert "NOT AS WRITTEN" not in body and "within tolerance" in body and "bisect: numpy" in body
+
+
+def test_the_bisect_job_writes_beside_the_upgrade_it_reads(tmp_path: Path) -> None:
+    """The bisect step's --out is a place Kernodeck accepts once the upgrade step signed its folder (a folder signed
+    whole takes no new entry: inside it, bisect is refused and the job fails), and its --good is the old lock the
+    upgrade kept; what the upload sends is what those two commands write."""
+    job = read_yaml(RELOCK)["jobs"]["upgrade"]
+    runs = {name: job_step(job, name)["run"].replace("$PLATFORM", "P")
+            for name in ("relock, diff, verify against the reference", "bisect what moved the outputs")}
+    upgrade_out = Path(re.findall(r'--out "([^"]+)"', runs["relock, diff, verify against the reference"])[0])
+    bisect_out = Path(re.findall(r'--out "([^"]+)"', runs["bisect what moved the outputs"])[0])
+    good = re.findall(r'--good "([^"]+)"', runs["bisect what moved the outputs"])[0]
+    assert good == f"{upgrade_out}/old/P.txt"
+    (tmp_path / upgrade_out / "old").mkdir(parents=True)
+    outdir.mark(tmp_path / upgrade_out, "upgrade")
+    assert outdir.check(tmp_path / bisect_out, what="bisect", tip="t") == (tmp_path / bisect_out).resolve()
+    with pytest.raises(UnsafeOut, match="inside"):  # negative: the layout before, bisect inside the upgrade's
+        outdir.check(tmp_path / upgrade_out / "bisect", what="bisect", tip="t")
+    upload = next(s for s in job["steps"] if "upload-artifact" in str(s.get("uses")))["with"]["path"]
+    sent = {line.strip().replace("${{ matrix.platform }}", "P") for line in upload.splitlines()}
+    for folder, names in ((upgrade_out, ("upgrade.json", "upgrade.md")), (bisect_out, ("bisect.json", "bisect.md"))):
+        assert {f"{folder}/{n}" for n in (outdir.MARKER, *names)} <= sent
+
 def test_pr_body_over_githubs_limit_keeps_the_table_only(tmp_path: Path) -> None:
     platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
-    (tmp_path / "cp311-linux_x86_64-cpu" / "upgrade.md").write_text("x" * (PR_BODY_LIMIT + 10), encoding="utf-8")
+    upgraded = tmp_path / "cp311-linux_x86_64-cpu" / "upgrade"
+    (upgraded / "upgrade.md").write_text("x" * (PR_BODY_LIMIT + 10), encoding="utf-8")
+    outdir.mark(upgraded, "upgrade")  # as upgrade wrote it
     body = pr_body(["cp311-linux_x86_64-cpu"], tmp_path)
     assert len(body) < PR_BODY_LIMIT and "too long for this page" in body
     assert "| cp311-linux_x86_64-cpu |" in body

@@ -94,8 +94,14 @@ def test_a_signed_folder_is_uploaded_with_its_signature() -> None:
     from ruamel.yaml import YAML
 
     template = ROOT / "kernodeck" / "project" / "templates" / ".github" / "workflows" / "kernodeck.yml.tmpl"
-    workflows = [read_yaml(WORKFLOWS / "verify.yml"), YAML(typ="safe").load(template.read_text(encoding="utf-8"))]
+    workflows = [read_yaml(WORKFLOWS / "verify.yml"), read_yaml(WORKFLOWS / "relock.yml"),
+                 YAML(typ="safe").load(template.read_text(encoding="utf-8"))]
     assert all(unsigned_folder_uploads(w) == [] for w in workflows)
+    # negative: the relock's files listed with their folders' markers, the key taken out
+    relock = read_yaml(WORKFLOWS / "relock.yml")
+    step = next(s for s in relock["jobs"]["upgrade"]["steps"] if "upload-artifact" in str(s.get("uses")))
+    del step["with"]["include-hidden-files"]
+    assert unsigned_folder_uploads(relock) == [step["name"]]
     # negative: the key taken out of the dossier's upload, the step is named
     verify = read_yaml(WORKFLOWS / "verify.yml")
     step = next(s for job in verify["jobs"].values() for s in job["steps"] if s.get("name") == "keep the dossier")

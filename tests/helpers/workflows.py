@@ -116,16 +116,24 @@ def relocked_origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pa
 
 
 def platform_result(folder: Path, platform: str, *, holds: bool, culprit: list[list[str]] | None = None) -> None:
-    sub = folder / platform
-    sub.mkdir(parents=True)
+    """One platform's relock artifact as the workflow uploads it: ``upgrade/`` and, with ``culprit``, ``bisect/``,
+    each with the files ``pr_body`` reads and the marker its command signs it with (:func:`outdir.mark`)."""
+    from kernodeck import outdir
+
+    upgraded = folder / platform / "upgrade"
+    upgraded.mkdir(parents=True)
     data = {"version": 1, "platform": platform, "holds": holds, "failure": "",
             "changes": [{"name": "numpy", "kind": "upgraded", "old": "2.3.5", "new": "2.4.0"},
                         {"name": "six", "kind": "removed", "old": "1.16.0", "new": None}]}
-    (sub / "upgrade.json").write_text(json.dumps(data), encoding="utf-8")
-    (sub / "upgrade.md").write_text(f"## Upgrade of {platform}\n\n| values | allclose |\n", encoding="utf-8")
+    (upgraded / "upgrade.json").write_text(json.dumps(data), encoding="utf-8")
+    (upgraded / "upgrade.md").write_text(f"## Upgrade of {platform}\n\n| values | allclose |\n", encoding="utf-8")
+    outdir.mark(upgraded, "upgrade")
     if culprit is not None:
-        (sub / "bisect.json").write_text(json.dumps({"verdict": "found", "culprit": culprit}), encoding="utf-8")
-        (sub / "bisect.md").write_text(f"## Bisect of {platform}\n", encoding="utf-8")
+        bisected = folder / platform / "bisect"
+        bisected.mkdir()
+        (bisected / "bisect.json").write_text(json.dumps({"verdict": "found", "culprit": culprit}), encoding="utf-8")
+        (bisected / "bisect.md").write_text(f"## Bisect of {platform}\n", encoding="utf-8")
+        outdir.mark(bisected, "bisect")
 
 
 UPLOAD = "actions/upload-artifact@"
@@ -133,8 +141,9 @@ UPLOAD = "actions/upload-artifact@"
 
 def unsigned_folder_uploads(workflow: dict[str, Any]) -> list[str]:
     """The upload steps of ``workflow`` that send a folder Kernodeck signed (a dossier, a drift map: one path, under
-    ``runs/`` or a dossier folder) without its hidden signature: upload-artifact leaves dot files out unless told
-    ``include-hidden-files: true`` (v4.4 on), and compare and drift then read the downloaded folder unrecorded."""
+    ``runs/`` or a dossier folder; or files listed with their folder's marker) without its hidden signature:
+    upload-artifact leaves dot files out unless told ``include-hidden-files: true`` (v4.4 on), and compare and drift
+    then read the downloaded folder unrecorded."""
     found = []
     for job in workflow["jobs"].values():
         for step in job.get("steps", []):
@@ -142,6 +151,7 @@ def unsigned_folder_uploads(workflow: dict[str, Any]) -> list[str]:
                 continue
             path = str(step.get("with", {}).get("path", "")).strip()
             folder = "\n" not in path and ("runs/" in path or path.endswith("dossier"))
-            if folder and step["with"].get("include-hidden-files") is not True:
+            marker = ".kernodeck-folder" in path  # files of a signed folder, with its marker named among them
+            if (folder or marker) and step["with"].get("include-hidden-files") is not True:
                 found.append(str(step.get("name")))
     return found
