@@ -268,3 +268,28 @@ def find(version: str, os_arch: str, search: Search | None = None) -> Interprete
         version,
         search.downloads,
     )
+
+
+# Where ensurepip takes the pip it installs: a distribution's wheel folder (Debian's /usr/share/python-wheels, the
+# build's WHEEL_PKG_DIR) first, then the wheel bundled in the standard library, as ensurepip itself looks (3.10-3.13).
+_BUNDLED_PIP = (
+    "import glob, os, sysconfig\n"
+    "try:\n    import ensurepip\nexcept ImportError:\n    raise SystemExit(0)\n"
+    "folder = sysconfig.get_config_var('WHEEL_PKG_DIR')\n"
+    "found = sorted(glob.glob(os.path.join(folder, 'pip-*.whl'))) if folder else []\n"
+    "found += sorted(glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), '_bundled', 'pip-*.whl')))\n"
+    "print(found[0] if found else '')"
+)
+
+
+def bundled_pip(base: str) -> str | None:
+    """The pip wheel the base interpreter ships for ensurepip (the very pip ``python -m venv`` would install), or
+    None. pip runs from its wheel (``python WHEEL/pip``): an env made without pip is checked and frozen by it with
+    nothing installed or removed (a lock that does not pin pip: see :mod:`kernodeck.env.rebuild`)."""
+    try:
+        proc = subprocess.run([base, "-I", "-c", _BUNDLED_PIP], capture_output=True, text=True,
+                              timeout=_PROBE_TIMEOUT_S, env=clean_env(), check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = proc.stdout.strip() if proc.returncode == 0 else ""
+    return found if found.endswith(".whl") and Path(found).is_file() else None

@@ -202,6 +202,7 @@ class _Build:
         self.env = platform_dir(project, plat) / f"env-{stamp}"
         self.python = env_python(self.env)
         self.has_pip = any(p.name == "pip" for p in lock.pins)
+        self.pip: list[str] = [str(self.python), "-m", "pip"]  # the pip that installs (pip), checks and freezes
         self.commands: list[str] = []
         self.wheels: dict[str, binding.Wheel] = {}
         self.hash_source = binding.HashSource.VERIFIED
@@ -271,13 +272,19 @@ class _Build:
                              files)
 
     def create(self) -> None:
+        """The empty env. A lock that pins pip gets it from its install; one that does not is served by the pip the
+        base interpreter bundles, run from its wheel (the pip ``python -m venv`` would seed, never in the env: every
+        file of the env is a locked distribution's, envfiles), else seeded by ``python -m venv`` and removed after."""
         base = self.found["path"]
-        if self.chosen == "uv" and self.has_pip:
+        wheel = None if self.has_pip else pythons.bundled_pip(base)
+        if wheel:
+            self.pip = [str(self.python), f"{wheel}/pip"]
+        if self.chosen == "uv" and (self.has_pip or wheel):
             # uv venv itself reaches no index: the sources are not needed yet.
             self.step("create", [uv_available() or "uv", "venv", "--quiet", "--python", base, str(self.env)],
                       clean_env(self.pip_env))
         else:
-            self.step("create", [base, "-m", "venv", str(self.env)])
+            self.step("create", [base, "-m", "venv", *(["--without-pip"] if wheel else []), str(self.env)])
         if self.probe is not None and not (answer := self.probe.result())[0]:
             log(f"kernodeck: {self.vindex.describe()} is unreachable ({answer[1]}); installing from this machine's "
                 f"sources and PyPI (set {self.vindex.var} to a mirror of it if they lack its files)")
@@ -302,7 +309,7 @@ class _Build:
             self.step("install", [*argv, *binary, *offline, *self.online, "-r", self.rel_lock], uv_env, long=True)
             self.wheels = binding.from_verified(self.lock)  # uv reports no file hash: the sets it verified
             return
-        argv = [str(self.python), "-m", "pip", "install", "--require-hashes", "--no-deps", "--no-input",
+        argv = [*self.pip, "install", "--require-hashes", "--no-deps", "--no-input",
                 *([] if COMPILE_AT_INSTALL else ["--no-compile"])]
         if not interactive():
             argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
@@ -317,13 +324,13 @@ class _Build:
             report.unlink(missing_ok=True)
         seeds = _seeds_left(self.env, {p.name for p in self.lock.pins})
         if seeds:
-            self.step("remove-seeds", [str(self.python), "-m", "pip", "uninstall", "--yes", *seeds])
+            self.step("remove-seeds", [*self.pip, "uninstall", "--yes", *seeds])
 
     def check_and_freeze(self) -> tuple[str, str]:
-        """pip check and freeze (side by side: both only read the finished env, recorded in order); pip dropped
-        when the lock does not pin it."""
-        check_argv = [str(self.python), "-m", "pip", "check"]
-        freeze_argv = [str(self.python), "-m", "pip", "freeze", "--all"]
+        """pip check and freeze (side by side: both only read the finished env, recorded in order); a seeded pip
+        dropped when the lock does not pin it."""
+        check_argv = [*self.pip, "check"]
+        freeze_argv = [*self.pip, "freeze", "--all"]
         self.record(check_argv)
         self.record(freeze_argv)
         with alive("rebuild: pip check and freeze"):
@@ -335,7 +342,7 @@ class _Build:
         if unlocked:
             # A lock without pip: the pip `python -m venv` seeded served check and freeze, and goes now, so that every
             # file of the env is a locked distribution's (envfiles); the freeze record drops its lines too.
-            self.step("remove-pip", [str(self.python), "-m", "pip", "uninstall", "--yes", *unlocked])
+            self.step("remove-pip", [*self.pip, "uninstall", "--yes", *unlocked])
             freeze = "".join(line for line in freeze.splitlines(keepends=True)
                                 if line.split("==", 1)[0].strip().lower() not in unlocked)
         return freeze, pip_check

@@ -81,6 +81,36 @@ def test_pip_installer_removes_venv_seeds_the_lock_does_not_pin(tiny: Tiny) -> N
     assert rebuild._seeds_left(env_dir, set(pins)) == []
 
 
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_a_lock_without_pip_is_served_by_the_base_pythons_own_pip_never_installed(tmp_path: Path,
+                                                                                  installer: str) -> None:
+    """A lock that does not pin pip: its env is made empty (uv venv, or venv --without-pip) and the pip the base
+    interpreter bundles for ensurepip installs (pip), checks and freezes it from its wheel; nothing is seeded, so
+    nothing is removed. pip check still fails the rebuild on a requirement the lock does not hold."""
+    links = tmp_path / "links"
+    wheels = [write_wheel(links, "tinya", "1.0"), write_wheel(links, "tinyb", "2.0")]
+    project, plat = locked_tiny_project(tmp_path / "project", wheels)
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    built = current_env(project, plat)
+    commands = " | ".join(_marker(built)["commands"])  # type: ignore[arg-type]
+    assert re.search(r"_bundled/pip-[^/ ]+\.whl/pip check", commands) and ".whl/pip freeze --all" in commands
+    assert "uninstall" not in commands and "-m pip" not in commands, commands
+    assert ("uv venv" in commands) is (installer == "uv"), commands
+    assert (installer == "uv") or ("-m venv --without-pip" in commands and ".whl/pip install" in commands)
+    assert inventory.parse_freeze((built / rebuild.INVENTORY).read_text(encoding="utf-8")) == dict(
+        wheel_spec(w) for w in wheels)
+    assert rebuild._seeds_left(built, set(), ("pip", *rebuild.VENV_SEEDS)) == []
+    # negative: a pin requiring what the lock lacks; the bundled pip's check fails the rebuild, naming it
+    broken = tmp_path / "broken"
+    wheels = [write_wheel(broken / "links", "tinyc", "1.0", ("tinymissing>=1",))]
+    project, plat = locked_tiny_project(broken / "project", wheels)
+    proc = kd(project, "rebuild", "--installer", installer,
+              env=offline_env(PIP_FIND_LINKS=str(broken / "links"), UV_CACHE_DIR=str(tmp_path / "uv-cache")))
+    assert proc.returncode != 0 and "tinymissing" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
 def test_seeds_left_sees_a_seed_that_is_not_pinned(tmp_path: Path) -> None:
     site = tmp_path / "lib" / "python3.11" / "site-packages"
     (site / "setuptools-65.5.0.dist-info").mkdir(parents=True)
