@@ -175,3 +175,25 @@ def test_a_wrong_base_python_stops_rebuild_with_one_error_and_a_tip(tmp_path: Pa
     assert len(errors) == 2 and errors[0].startswith(f"ERROR: KERNODECK_BASE_PYTHON={wrong} is not a CPython 3.11")
     assert "exit 127" in errors[0] and errors[1].startswith("TIP: ")
     assert not list((project / ".venv-rebuild").glob("*/env-*"))
+
+
+def test_the_bundled_pip_is_the_wheel_ensurepip_installs_or_none(tmp_path: Path) -> None:
+    """bundled_pip: this CPython's ensurepip wheel; None for a base without ensurepip, one that fails, one that names
+    no wheel, and a path that is not there (the rebuild then falls back to seeding pip with python -m venv)."""
+    import ensurepip
+
+    found = pythons.bundled_pip(REAL)
+    assert found is not None and Path(found).parent == Path(ensurepip.__file__).parent / "_bundled"
+    assert Path(found).name.startswith("pip-") and Path(found).is_file()
+    # negative: a base python without ensurepip (Debian's without python3-venv), failing, or naming nothing there
+    stripped = tmp_path / "stripped"
+    (stripped / "ensurepip").mkdir(parents=True)
+    (stripped / "ensurepip" / "__init__.py").write_text("raise ImportError('removed by the distribution')\n",
+                                                        encoding="utf-8")
+    no_ensurepip = script(tmp_path / "bin" / "python-a", f'PYTHONPATH={stripped} exec {REAL} -c "$3"')  # not -I
+    for base in (no_ensurepip, script(tmp_path / "bin" / "python-b", "exit 1"),
+                 script(tmp_path / "bin" / "python-c", f"echo {tmp_path}/pip-99.0-py3-none-any.whl"),
+                 tmp_path / "absent"):
+        assert pythons.bundled_pip(str(base)) is None, base
+    # control: the same wrapper without the stripped ensurepip finds the wheel
+    assert pythons.bundled_pip(str(script(tmp_path / "bin" / "python-d", f'exec {REAL} -c "$3"'))) == found
