@@ -128,7 +128,7 @@ def train(app, steps, save_at, resume_from):
         if kept is not None:  # the uninterrupted call's result, replayed
             return _replay(app, kept, start, steps)
     if save_at is not None and MODE == "thread":
-        deadline = time.monotonic() + 4  # a stat, no read: until the thread has written
+        deadline = time.monotonic() + 60  # a stat, no read: until the thread has written (4 s lost it under load)
         while not (here / "stash.json").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
 
