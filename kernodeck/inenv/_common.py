@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import math
@@ -33,9 +34,13 @@ def _own_stderr() -> Any:
     ``sys.stderr`` the application replaced (a logger's tee into a file of its checkpoint) never receives Kernodeck's
     lines (red-team pass 31, FF1)."""
     try:
-        return os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+        stream = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
     except OSError:  # no stderr to take (closed): the interpreter's own
         return sys.__stderr__
+    # closed at the interpreter's exit, never left to the collector: a process that loads this module more than once
+    # (a test importing the in-env package afresh) would otherwise warn of an unclosed file as the old copy goes
+    atexit.register(stream.close)
+    return stream
 
 
 _STDERR = _own_stderr()
