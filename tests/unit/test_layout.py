@@ -66,6 +66,8 @@ CROSS_CUTTING = {
                  "state through a link, sys.exit, unread values as differences, a snapshot file named by its blob",
     "redteam58": "red-team pass 58: the application ending its own process (os._exit, a signal on itself), a path "
                  "source's left-out file advised as an hf snapshot's",
+    "redteam59": "red-team pass 59: a failed criterion read as not run (upgrade's holds), another platform's relock "
+                 "result shown as this one's",
 }
 
 
