@@ -13,7 +13,15 @@ margin as a one-element numpy array (as a library that now returns an array wher
 ``verify -- --no-rebuild --allow-code-change``: exit 1, ``FAILED at criterion (layer: application): the criterion's
 margin must be a number or None, not '[0.3160415]'``; its report.json's steps through ``Drift.from_steps``:
 ``holds True``, criterion ``None``, failure ``''``, and ``render_drift``: "Verdict: the criterion still holds: every
-output within tolerance" (upgrade's ``outcome``: exit 0; a bisect trial: within tolerance). Module:
+output within tolerance". Then the relock's own commands on the bisect fixture (tests/e2e/test_bisect_e2e.py's
+loopback index and project; its criterion returns ``margin = np.array([1.0])`` when kdfixture-gamma 2.0 is installed,
+``1.0`` otherwise): ``upgrade --out runs/drift1/P/upgrade`` moving gamma alone: its verify ``criterion: FAILED - the
+criterion's margin must be a number or None, not '[1.]'``, yet upgrade exit 0, "Verdict: the criterion still holds:
+every output within tolerance", "upgrade P: criterion still holds", and ``--pr-body``: "| P | 1 upgraded | within
+tolerance, criterion holds |" (the workflow bisects nothing and proposes the lock as good); with the other three
+moved too, ``bisect`` counts its trials with gamma 2.0 and scale 1.0 (try-04, try-07: criterion FAILED, details {})
+"within tolerance" and names ``kdfixture-scale`` alone, confirmed, where the other changes without it do not hold
+(the search's own rule: "not confirmed", more than one change). Module:
 upgrade/relock.py (``Drift.from_steps``). Fix idea by class: the criterion did not run only when its status says so
 (skipped, not-run); a failed step of any name is a failure of the verdict; holds is the report's own verdict, not a
 second reading of its steps. Controls: an undeclared read in the criterion (a refusal with its details) and a
@@ -26,7 +34,10 @@ bisect beside it bisected that upgrade's locks. ``upgrade.json`` names its platf
 neither. Measured in process with folders signed as upgrade and bisect sign them (``outdir.mark``, as
 tests/helpers/workflows.platform_result): platform Q's ``upgrade/`` and ``bisect/`` copied (``cp -a``) under platform
 P's name, where P's job left nothing: P's row reads "1 removed, 1 upgraded | **OUT OF TOLERANCE**; bisect: numpy",
-Q's verdict and culprit, though ``upgrade.json`` says ``"platform": Q``; ``P/upgrade`` a symlink to Q's folder: the
+Q's verdict and culprit, though ``upgrade.json`` says ``"platform": Q``; the same in a real session (the bisect
+fixture's ``upgrade``/``bisect`` folders for cp311-linux_x86_64-cpu copied under cp311-macosx_arm64-mps, ``upgrade --
+--pr-body``: "| cp311-macosx_arm64-mps | 4 upgraded | **OUT OF TOLERANCE**; bisect: kdfixture-scale |"); ``P/upgrade``
+a symlink to Q's folder: the
 same; ``--all-platforms ../OTHER/Q`` reads a folder outside the artifacts folder and shows it as a row. bisect.json
 records no lock it bisected, so a bisect left from an earlier upgrade is shown beside a new one. Module:
 upgrade/relock.py (``_platform_row``), upgrade/bisect_report.py (``summary``: the good and bad locks' digests). Fix
@@ -47,10 +58,16 @@ requirements found."``, ``inventory.txt`` empty, no wheel hash recorded, tinyc i
 --no-rebuild``: ``inventory: ok - 1 packages, equal to the lock; 31 files, unchanged since the build`` (the binding
 accepts an env whose record binds no wheel). A lock of tinya and tinyb rebuilt with ``PIP_EXCLUDE=tinya`` (uv and
 pip installers alike): exit 0, ``inventory.txt`` ``tinyb==2.0`` only, wheels recorded ``tinyb`` only, tinya
-installed; a second ``rebuild`` reuses it ("same lock digest and interpreter"). Module: env/rebuild.py (check and
-freeze), env/binding.py (``problems``). Fix idea by class: the pip that checks and freezes runs isolated from the
-caller's pip configuration (``--isolated``: no ``PIP_*``, no config file; it needs no source), and the binding covers
-every pin the env holds as observed, not the ones a record lists (an installed pin with no wheel record is unbound).
+installed; a second ``rebuild`` reuses it ("same lock digest and interpreter"). ``--installer pip`` with
+``PIP_PYTHON=<an empty venv>/bin/python``: the lock is installed into that other interpreter's env (tinya there), the
+build promotes an empty env, exit 0, its ``inventory.txt`` ``tinya==1.0``; the next rebuild and verify refuse it
+("changed after it was built": it never held tinya) with TIP ``--fresh``, which does the same again. Module:
+env/rebuild.py (install, check and freeze), env/binding.py (``problems``). Fix idea by class: the pip that checks
+and freezes runs isolated from the caller's pip configuration (``--isolated``: no ``PIP_*``, no config file; it needs
+no source), the pip that installs takes its sources from the caller, never where it installs (``PIP_PYTHON``,
+``PIP_TARGET``, ``PIP_PREFIX``, ``PIP_USER``, ``PIP_ROOT`` refused or dropped), a build is promoted only once its env
+is observed to be the lock's, and the binding covers every pin the env holds as observed, not the ones a record lists
+(an installed pin with no wheel record is unbound).
 """
 
 from __future__ import annotations
@@ -224,3 +241,15 @@ def test_pip1_every_installed_pin_is_in_the_builds_records(tmp_path: Path) -> No
     built = current_env(project, plat)
     recorded = json.loads((built / rebuild.MARKER).read_text(encoding="utf-8"))[binding.WHEELS]
     assert "tinya" in (built / rebuild.INVENTORY).read_text(encoding="utf-8") and "tinya" in recorded, recorded
+
+
+@pytest.mark.xfail(strict=True, reason="PIP1: PIP_PYTHON in the caller's env sends rebuild --installer pip's install "
+                   "into another interpreter's env, and an empty env is promoted as the lock's")
+def test_pip1_rebuild_never_installs_into_another_interpreters_env(tmp_path: Path) -> None:
+    links = tmp_path / "links"
+    project, _ = locked_tiny_project(tmp_path / "project", [write_wheel(links, "tinya", "1.0")])
+    other = tmp_path / "other"
+    venv.create(other, with_pip=False)
+    env = offline_env(PIP_FIND_LINKS=str(links), PIP_PYTHON=str(other / "bin" / "python"))
+    kd(project, "rebuild", "--installer", "pip", env=env)
+    assert not list(other.glob("lib/python*/site-packages/tinya*"))
