@@ -67,7 +67,8 @@ CROSS_CUTTING = {
     "redteam58": "red-team pass 58: the application ending its own process (os._exit, a signal on itself), a path "
                  "source's left-out file advised as an hf snapshot's",
     "redteam59": "red-team pass 59: a failed criterion read as not run (upgrade's holds), another platform's relock "
-                 "result shown as this one's, the caller's pip options steering rebuild's pip",
+                 "result shown as this one's or out of tolerance when not verified, the caller's pip options steering "
+                 "rebuild's pip",
 }
 
 
