@@ -158,7 +158,8 @@ def cmd_audit(project: Project, args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(project: Project, args: argparse.Namespace) -> int:
-    from kernodeck.upgrade.relock import outcome, upgrade, write_pr_body
+    from kernodeck.upgrade.pullrequest import write_pr_body
+    from kernodeck.upgrade.relock import outcome, upgrade
 
     if args.pr_body:
         target = outdir.check_file(args.pr_body / "pr-body.md", what="the pull request body", root=project.root,

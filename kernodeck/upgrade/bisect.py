@@ -45,7 +45,7 @@ from kernodeck.upgrade.bisect_search import (
     search,
     settle,
 )
-from kernodeck.upgrade.relock import Drift
+from kernodeck.upgrade.relock import Drift, DriftVerdict
 from kernodeck.verify.context import declaration
 from kernodeck.verify.runbuild import Changes, ReferenceConfig, holding, runner_config
 
@@ -118,8 +118,8 @@ class BisectResult:
     markdown: str
 
 
-def _outcome_of(drift: Drift) -> Outcome:
-    return Outcome.GOOD if drift.holds else Outcome.FAILED if drift.failure else Outcome.BAD
+# A trial's outcome is its run's verdict, upgrade's word for word (relock.DriftVerdict).
+_OUTCOME = {DriftVerdict.HOLDS: Outcome.GOOD, DriftVerdict.OUT: Outcome.BAD, DriftVerdict.NOT_VERIFIED: Outcome.FAILED}
 
 
 class _Unbuildable(Exception):
@@ -256,9 +256,9 @@ class _Trials:
                 def again() -> Outcome:
                     log("kernodeck: bisect: failed before the comparison: run once more in the same env "
                         "(a flaky failure is no culprit)")
-                    return _outcome_of(Drift.from_steps(self.checks(python, trial / "rerun")))
+                    return _OUTCOME[Drift.from_steps(self.checks(python, trial / "rerun")).verdict]
 
-                outcome, rerun = settle(_outcome_of(Drift.from_steps(steps)), again)
+                outcome, rerun = settle(_OUTCOME[Drift.from_steps(steps).verdict], again)
             keep = reuse is None
         finally:
             if keep:
@@ -376,7 +376,7 @@ def _search(trials: _Trials, d: lockdiff.LockDiff, plat: Platform, folder: Path)
     groups, records = trials.groups, trials.records
     markdown = render(result, groups, records, d, plat.id, numbers)
     write_atomic(folder / "bisect.md", markdown)
-    write_json(folder / "bisect.json", summary(result, groups, records, plat.id, numbers))
+    write_json(folder / "bisect.json", summary(result, groups, records, plat.id, numbers, d))
     return BisectResult(result, tuple(groups), tuple(records), folder, markdown)
 
 

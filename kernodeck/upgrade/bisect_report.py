@@ -37,10 +37,12 @@ def repeats(records: list[TrialRecord]) -> list[dict[str, Any]]:
 
 
 def summary(result: SearchResult, groups: list[Group], records: list[TrialRecord], platform: str,
-            numbers: list[int]) -> dict[str, Any]:
-    """bisect.json's content; ``numbers``: the record number of each of the search's trials, in order."""
+            numbers: list[int], d: lockdiff.LockDiff) -> dict[str, Any]:
+    """bisect.json's content; ``numbers``: the record number of each of the search's trials, in order; ``d``: the
+    diff it bisected, whose locks' body digests name the upgrade it belongs to (the relock pull request's row)."""
     return {
         "version": 1, "platform": platform, "verdict": str(result.verdict),
+        "body_digest": {"good": d.old.body_digest, "bad": d.new.body_digest},
         "culprit": [list(groups[i].names) for i in result.culprit], "alone": result.alone,
         "candidates": [list(groups[i].names) for i in result.candidates], "envs": len(records),
         "rebuilds": sum(r.rebuilt for r in records),

@@ -13,13 +13,13 @@ import json
 import shutil
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from kernodeck import outdir, tips
 from kernodeck._fs import write_atomic, write_json
 from kernodeck._proc import log
-from kernodeck.dossier.read import file_as_written
 from kernodeck.errors import Interrupted, KernodeckError, MissingLockfile, UnsafeOut
 from kernodeck.inenv import kinds
 from kernodeck.lock import lockdiff, lockfile
@@ -58,34 +58,62 @@ class OutputDrift:
                    summary=str(d.get("summary", "")))
 
 
+class DriftVerdict(StrEnum):
+    """What an upgrade (and a bisect trial) says of the new env's run against the reference: one word each for the
+    exit code, ``upgrade.json``, the drift table and the relock pull request's row."""
+
+    HOLDS = "criterion still holds"
+    OUT = "OUT OF TOLERANCE"
+    NOT_VERIFIED = "NOT VERIFIED"
+
+
 @dataclass(frozen=True)
 class Drift:
     """What a run of the application computed against the reference: per output, the criterion, the verdict."""
 
     outputs: tuple[OutputDrift, ...]
-    criterion: tuple[bool, str] | None  # (passed, summary); None when it did not run
-    failure: str  # the first failed step and its error, when the outputs could not be compared (else "")
+    criterion: tuple[bool, str] | None  # (passed, summary); None when it did not run (skipped: none declared)
+    failure: str  # the first failed step other than compare and criterion, and its error (else "")
+
+    @property
+    def compared(self) -> bool:
+        """The outputs were compared: compare's numbers are here (a compare that did not run has none)."""
+        return bool(self.outputs)
+
+    @property
+    def verdict(self) -> DriftVerdict:
+        """NOT VERIFIED when a step other than compare and criterion failed (or nothing was compared); OUT when an
+        output left its tolerance or the criterion failed (with or without details: a malformed answer is a failed
+        criterion, red-team pass 59, DRIFT1); HOLDS otherwise."""
+        if self.failure or not self.compared:
+            return DriftVerdict.NOT_VERIFIED
+        if not all(o.passed for o in self.outputs):
+            return DriftVerdict.OUT
+        return DriftVerdict.OUT if self.criterion is not None and not self.criterion[0] else DriftVerdict.HOLDS
 
     @property
     def holds(self) -> bool:
-        """Every output within its tolerance and the criterion (if declared and run) still holds."""
-        return (not self.failure and bool(self.outputs) and all(o.passed for o in self.outputs)
-                and (self.criterion is None or self.criterion[0]))
+        """Every output within its tolerance and the criterion (if declared) still holds."""
+        return self.verdict is DriftVerdict.HOLDS
 
     @classmethod
     def from_steps(cls, steps: list[dict[str, Any]]) -> Drift:
-        """From a report's steps (``report.json``'s ``steps``, or the bisect's in-env steps)."""
+        """From a report's steps (``report.json``'s ``steps``, or the bisect's in-env steps). Each step's status says
+        what it did; its details add numbers, never decide (a failed step whose record has no details is failed)."""
         by_name = {s["name"]: s for s in steps}
         compare = by_name.get("compare", {})
         outputs = (compare.get("details") or {}).get("outputs") or {}
         drifts = tuple(OutputDrift.from_compare(n, d) for n, d in sorted(outputs.items()))
         crit = by_name.get("criterion")
         criterion = None
-        if crit is not None and crit.get("status") in ("passed", "failed") and crit.get("details"):
-            criterion = (crit["status"] == "passed", str(crit["details"].get("summary", crit.get("error", ""))))
+        if crit is not None and crit.get("status") in ("passed", "failed"):
+            said = (crit.get("details") or {}).get("summary") or crit.get("error", "")
+            criterion = (crit["status"] == "passed", str(said))
         failed = next((s for s in steps if s.get("status") == "failed" and s["name"] not in ("compare", "criterion")),
                       None)
         failure = f"{failed['name']}: {failed.get('error', '')}" if failed else ""
+        if compare.get("status") == "failed" and drifts and all(o.passed for o in drifts):  # failed for another reason
+            failure = failure or f"compare: {compare.get('error', '')}"
         if not drifts and not failure:
             failure = "the outputs were not compared (no compare step ran)"
         return cls(drifts, criterion, failure)
@@ -114,10 +142,12 @@ def render_drift(drift: Drift, *, title: str = "Against the reference") -> str:
         lines.append(f"Not compared: {drift.failure}")
     if drift.criterion is not None:
         lines.append(f"Criterion: {'holds' if drift.criterion[0] else '**does not hold**'} ({drift.criterion[1]})")
-    if drift.holds:
+    step = drift.failure.split(":", 1)[0]
+    if drift.verdict is DriftVerdict.HOLDS:
         verdict = "the criterion still holds: every output within tolerance"
-    elif drift.failure:
-        verdict = f"**not verified: {drift.failure.split(':', 1)[0]} failed before the outputs were compared**"
+    elif drift.verdict is DriftVerdict.NOT_VERIFIED:
+        when = "after the outputs were compared" if drift.compared else "before the outputs were compared"
+        verdict = f"**not verified: {step} failed {when}**"
     else:
         verdict = "**out of tolerance: the outputs (or the criterion) moved beyond it**"
     lines.append(f"Verdict: {verdict}")
@@ -137,7 +167,7 @@ class UpgradeResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "version": 1, "platform": self.platform, "lock": str(self.lock), "old_lock": str(self.old_lock),
-            "holds": self.drift.holds,
+            "holds": self.drift.holds, "verdict": str(self.drift.verdict),
             "changes": [{"name": c.name, "kind": str(c.kind), "old": c.old, "new": c.new} for c in self.diff.changes],
             "body_digest": {"old": self.diff.old.body_digest, "new": self.diff.new.body_digest},
             "outputs": [o.__dict__ for o in self.drift.outputs],
@@ -177,7 +207,6 @@ def verify_options(out: Path, installer: str | None) -> Options:
 def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resolver: str | None = None,
             installer: str | None = None, out: Path | None = None) -> UpgradeResult:
     """Relock ``plat`` (every pin re-resolved), diff it against the old lock, verify it against the reference."""
-    from kernodeck import outdir
     from kernodeck.verify import verify
 
     target = lock_path(project, plat)
@@ -242,99 +271,24 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     return result
 
 
-PR_BODY_LIMIT = 60_000  # characters; GitHub's limit for a pull request body is 65,536
-
-
-def _read_signed(signed: Path, name: str) -> tuple[str, str]:
-    """``name`` in the signed folder ``signed`` as (its text, "") when it is as Kernodeck wrote it; ("", why not)
-    when it is there but not; ("", "") when it is not there."""
-    path = signed / name
-    if not path.is_file():
-        return "", ""
-    why = file_as_written(signed, name)
-    return ("", f"{signed.name}/{name}: {why}") if why else (path.read_text(encoding="utf-8"), "")
-
-
-def _platform_row(plat: str, sub: Path) -> tuple[str, str]:
-    """One platform's row of the pull request's table and its details block, each read only from files its job's
-    ``upgrade`` and ``bisect`` wrote as they wrote them (``sub/upgrade/``, ``sub/bisect/``, each with its marker)."""
-    summary, tampered = _read_signed(sub / "upgrade", "upgrade.json")
-    if tampered:
-        return f"| {plat} | — | **NOT AS WRITTEN**: {cell(tampered)}; its result is not shown |", ""
-    if not summary:
-        return f"| {plat} | — | **no result**: its upgrade job failed before a verified lock (see the run) |", ""
-    data = json.loads(summary)
-    counts: dict[str, int] = {}
-    for change in data.get("changes", []):
-        counts[change["kind"]] = counts.get(change["kind"], 0) + 1
-    changed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
-    if data.get("holds"):
-        verdict = "within tolerance, criterion holds"
-    else:
-        verdict = "**OUT OF TOLERANCE**" + (f" ({cell(data['failure'])})" if data.get("failure") else "")
-        found, tampered = _read_signed(sub / "bisect", "bisect.json")
-        if tampered:
-            verdict += f"; bisect: **NOT AS WRITTEN** ({cell(tampered)})"
-        elif found:
-            bisected = json.loads(found)
-            culprit = " + ".join("/".join(group) for group in bisected.get("culprit", []))
-            verdict += f"; bisect: {culprit or bisected.get('verdict', '?')}"
-    blocks = []
-    for signed, name in ((sub / "upgrade", "upgrade.md"), (sub / "bisect", "bisect.md")):
-        text, tampered = _read_signed(signed, name)
-        blocks.append(f"{tampered}: not shown" if tampered else text)
-    return f"| {plat} | {changed} | {verdict} |", "\n".join(b for b in blocks if b)
-
-
-def pr_body(platforms: list[str], folder: Path, *, as_of: str = "", run_url: str = "") -> str:
-    """The relock pull request's body: one line per platform, then each platform's lock diff and drift table.
-
-    ``folder`` holds one sub-folder per platform (the relock workflow's artifacts): ``upgrade/`` with what
-    ``upgrade`` wrote (``upgrade.json``, ``upgrade.md``, its marker) and, where it ran, ``bisect/`` with what
-    ``bisect`` wrote. A platform with no ``upgrade.json`` is named as failed (its job did not get as far as a verified
-    lock); a file that is not as Kernodeck wrote it (:func:`~kernodeck.dossier.read.file_as_written`) is named, never
-    shown.
-    """
-    lines = [f"## Relock {'as of ' + as_of if as_of else 'to the latest versions'}", ""]
-    if run_url:
-        lines += [f"Made by {run_url}.", ""]
-    lines += ["| platform | packages changed | against the reference |", "|---|---|---|"]
-    details: list[str] = []
-    for plat in platforms:
-        row, block = _platform_row(plat, folder / plat)
-        lines.append(row)
-        if block:
-            details += ["", f"<details><summary>{plat}</summary>", "", block.strip(), "", "</details>"]
-    closing = ["", "The old locks are in git: review the diff, then merge to take the new pins (CI verifies them)."]
-    if len("\n".join([*lines, *details, *closing])) > PR_BODY_LIMIT:  # GitHub refuses a longer body
-        details = ["", "Each platform's lock diff and drift table are too long for this page: they are in the run's "
-                   "job summaries and its relock-PLATFORM artifacts."]
-    return "\n".join([*lines, *details, *closing]) + "\n"
-
-
-def write_pr_body(folder: Path, platforms: str, *, as_of: str = "") -> str:
-    """``pr-body.md`` in ``folder`` (the downloaded per-platform folders, each with its ``upgrade/`` and
-    ``bisect/``): the platforms named in ``platforms`` (comma or space separated), else every subfolder found."""
-    expected = [p for p in platforms.replace(",", " ").split() if p]
-    found = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
-    body = pr_body(expected or found, folder, as_of=as_of)
-    outdir.write_file(folder / "pr-body.md", body, "pr-body")  # checked by the caller (outdir.check_file)
-    return body
-
-
 def outcome(result: UpgradeResult, plat: Platform, root: Path) -> tuple[str, int]:
-    """What ``upgrade`` prints and its exit code: 0 when the criterion still holds; 3 when a check failed before the
-    comparison (the report names it; no bisect of numbers); 1 when out of tolerance, naming the bisect to run."""
+    """What ``upgrade`` prints and its exit code, by its verdict: 0 when the criterion still holds; 3 when not
+    verified (a check failed: the report names it; no bisect of numbers); 1 when out of tolerance, naming the bisect
+    to run."""
     drift = result.drift
-    state = ("criterion still holds" if drift.holds else
-             f"NOT VERIFIED ({drift.failure.split(':', 1)[0]} failed)" if drift.failure else "OUT OF TOLERANCE")
+    state = (f"{drift.verdict} ({drift.failure.split(':', 1)[0]} failed)" if drift.verdict is DriftVerdict.NOT_VERIFIED
+             else str(drift.verdict))
     lines = [render_drift(drift, title=f"Against the reference: {plat.id}"),
              f"upgrade {plat.id}: {state}; new lock {result.lock.relative_to(root)}, old one kept in "
              f"{result.old_lock}; report {result.folder / 'upgrade.md'}"]
-    if drift.holds:
-        return "\n".join(lines), 0
-    if drift.failure:
-        return "\n".join([*lines, f"next: read {result.folder / 'verify' / 'report.md'}"]), 3
-    lines.append("next: " + tips.nox("bisect", "--platform", plat.id, "--good", str(result.old_lock),
-                                     "--bad", str(result.lock.relative_to(root))))
-    return "\n".join(lines), 1
+    match drift.verdict:
+        case DriftVerdict.HOLDS:
+            return "\n".join(lines), 0
+        case DriftVerdict.NOT_VERIFIED:
+            return "\n".join([*lines, f"next: read {result.folder / 'verify' / 'report.md'}"]), 3
+        case DriftVerdict.OUT:
+            lines.append("next: " + tips.nox("bisect", "--platform", plat.id, "--good", str(result.old_lock),
+                                             "--bad", str(result.lock.relative_to(root))))
+            return "\n".join(lines), 1
+        case _:
+            assert_never(drift.verdict)

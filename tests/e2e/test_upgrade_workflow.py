@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from kernodeck import outdir
-from kernodeck.errors import UnsafeOut
-from kernodeck.upgrade.relock import PR_BODY_LIMIT, pr_body
+from kernodeck.errors import ConfigError, UnsafeOut
+from kernodeck.upgrade.pullrequest import PR_BODY_LIMIT, pr_body, write_pr_body
 from tests.helpers.workflows import (
     FAKE_NOX,
     SHA_PIN,
@@ -120,7 +120,7 @@ def test_pr_body_shows_only_what_upgrade_and_bisect_wrote(tmp_path: Path, edit: 
     body = pr_body(["cp311-linux_x86_64-cpu", "cp311-macosx_arm64-mps"], tmp_path)
     why = {"changed": "changed since Kernodeck wrote it", "added": "Kernodeck did not write it",
            "unsigned": f"its folder has no {outdir.MARKER}"}[edit]
-    assert "| cp311-linux_x86_64-cpu | — | **NOT AS WRITTEN**: upgrade/upgrade.json: " + why in body
+    assert "| cp311-linux_x86_64-cpu | — | **NOT AS WRITTEN FOR THIS PLATFORM**: upgrade/upgrade.json: " + why in body
     assert "within tolerance" not in body and "six" not in body and "all fine" not in body
     assert f"**OUT OF TOLERANCE**; bisect: **NOT AS WRITTEN** (bisect/bisect.json: {why}" in body
     # control: the same folders as written show every result
@@ -130,6 +130,41 @@ def test_pr_body_shows_only_what_upgrade_and_bisect_wrote(tmp_path: Path, edit: 
     body = pr_body(["cp311-linux_x86_64-cpu", "cp311-macosx_arm64-mps"], clean)
     assert "NOT AS WRITTEN" not in body and "within tolerance" in body and "bisect: numpy" in body
 
+
+
+@pytest.mark.parametrize("case", ["linked-folder", "stale-bisect"])
+def test_pr_body_shows_a_result_only_under_the_upgrade_it_belongs_to(tmp_path: Path, case: str) -> None:
+    """As written is not enough: an upgrade folder that is a link to another platform's, or a bisect of another
+    upgrade's locks beside this one's (its digests differ), is named and not shown; the honest folders are."""
+    one, other = "cp311-linux_x86_64-cpu", "cp311-macosx_arm64-mps"
+    platform_result(tmp_path, other, holds=False, culprit=[["numpy"]])
+    if case == "linked-folder":
+        (tmp_path / one).mkdir()
+        (tmp_path / one / "upgrade").symlink_to(tmp_path / other / "upgrade")
+        row = pr_body([one], tmp_path).splitlines()[4]
+        assert "NOT AS WRITTEN FOR THIS PLATFORM" in row and "is a link" in row and "OUT OF TOLERANCE" not in row
+    else:
+        platform_result(tmp_path / "stale", one, holds=False, culprit=[["six"]])
+        platform_result(tmp_path, one, holds=False)  # this run's upgrade: no bisect yet
+        shutil.copytree(tmp_path / "stale" / one / "bisect", tmp_path / one / "bisect")
+        found = tmp_path / one / "bisect" / "bisect.json"
+        data = json.loads(found.read_text(encoding="utf-8"))
+        data["body_digest"]["bad"] = "sha256:an-earlier-new-lock"  # the bisect of an earlier relock's new lock
+        found.write_text(json.dumps(data), encoding="utf-8")
+        outdir.mark(found.parent, "bisect")  # as bisect wrote it, then
+        body = pr_body([one], tmp_path)
+        assert "**OUT OF TOLERANCE**; bisect: **NOT THIS UPGRADE'S** (bisect/bisect.json: its bad differ)" in body
+        assert "six" not in body and "another upgrade's bisect, not shown" in body
+    # control: the other platform's own folders under its own name
+    assert "**OUT OF TOLERANCE**; bisect: numpy" in pr_body([other], tmp_path)
+
+
+@pytest.mark.parametrize("given", ["../elsewhere/cp311-linux_x86_64-cpu", "a|b", "/abs", ".."])
+def test_pr_body_refuses_a_platform_that_is_not_a_plain_name(tmp_path: Path, given: str) -> None:
+    with pytest.raises(ConfigError, match="a platform id is a plain name") as refused:
+        write_pr_body(tmp_path, f"cp311-linux_x86_64-cpu {given}")
+    assert refused.value.tip.startswith("nox -s upgrade -- --pr-body") and not (tmp_path / "pr-body.md").exists()
+    assert "| cp311-x |" in write_pr_body(tmp_path, "cp311-x")  # control: a plain name is read
 
 def test_the_bisect_job_writes_beside_the_upgrade_it_reads(tmp_path: Path) -> None:
     """The bisect step's --out is a place Kernodeck accepts once the upgrade step signed its folder (a folder signed

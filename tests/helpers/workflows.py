@@ -123,6 +123,8 @@ def platform_result(folder: Path, platform: str, *, holds: bool, culprit: list[l
     upgraded = folder / platform / "upgrade"
     upgraded.mkdir(parents=True)
     data = {"version": 1, "platform": platform, "holds": holds, "failure": "",
+            "verdict": "criterion still holds" if holds else "OUT OF TOLERANCE",
+            "body_digest": {"old": f"sha256:old-{platform}", "new": f"sha256:new-{platform}"},
             "changes": [{"name": "numpy", "kind": "upgraded", "old": "2.3.5", "new": "2.4.0"},
                         {"name": "six", "kind": "removed", "old": "1.16.0", "new": None}]}
     (upgraded / "upgrade.json").write_text(json.dumps(data), encoding="utf-8")
@@ -131,7 +133,9 @@ def platform_result(folder: Path, platform: str, *, holds: bool, culprit: list[l
     if culprit is not None:
         bisected = folder / platform / "bisect"
         bisected.mkdir()
-        (bisected / "bisect.json").write_text(json.dumps({"verdict": "found", "culprit": culprit}), encoding="utf-8")
+        found = {"verdict": "found", "culprit": culprit, "platform": platform,
+                 "body_digest": {"good": f"sha256:old-{platform}", "bad": f"sha256:new-{platform}"}}
+        (bisected / "bisect.json").write_text(json.dumps(found), encoding="utf-8")
         (bisected / "bisect.md").write_text(f"## Bisect of {platform}\n", encoding="utf-8")
         outdir.mark(bisected, "bisect")
 

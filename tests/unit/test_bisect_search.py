@@ -452,7 +452,7 @@ def test_the_record_says_which_trials_were_repeated_and_what_disagreed(tmp_path:
             "tolerance (the same pins)") in text
     assert f"| within tolerance (repeat of try-{a:02d}) |" in text
     assert "Repeated to confirm the trials that decide (" in text
-    data = bisect_report.summary(flaky, groups, records, "p", list(range(1, len(records) + 1)))
+    data = bisect_report.summary(flaky, groups, records, "p", list(range(1, len(records) + 1)), d)
     assert data["clash"] == [a, b] and data["trials"][b - 1]["repeat_of"] == a
     assert {"trial": a, "moved": [groups[1].names[0]], "repeats": [b],
             "outcomes": ["out of tolerance", "within tolerance"]} in data["repeated"]

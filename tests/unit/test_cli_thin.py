@@ -19,6 +19,7 @@ from kernodeck.lock.lockdiff import LockDiff, LockSide
 from kernodeck.measure import drift_map
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
+from kernodeck.upgrade import pullrequest
 from kernodeck.upgrade import relock as upgrade
 from kernodeck.verify.record import Step, Verdict
 from kernodeck.verify.report import Report
@@ -213,10 +214,10 @@ def test_the_upgrade_outcome_names_the_next_command(tmp_path: Path, outputs: tup
 
 def test_the_pr_body_is_written_for_the_named_platforms(tmp_path: Path) -> None:
     platform_result(tmp_path, "cp311-linux_x86_64-cpu", holds=True)
-    body = upgrade.write_pr_body(tmp_path, "cp311-linux_x86_64-cpu, cp311-linux_x86_64-cu130")
+    body = pullrequest.write_pr_body(tmp_path, "cp311-linux_x86_64-cpu, cp311-linux_x86_64-cu130")
     assert (tmp_path / "pr-body.md").read_text(encoding="utf-8") == body
     assert "| cp311-linux_x86_64-cu130 | — | **no result**" in body  # named, not found: said
-    assert "cp311-linux_x86_64-cu130" not in upgrade.write_pr_body(tmp_path, "")  # none named: the folders found
+    assert "cp311-linux_x86_64-cu130" not in pullrequest.write_pr_body(tmp_path, "")  # none named: the folders found
 
 
 def test_drift_needs_declared_outputs_and_an_interpreter(tmp_path: Path) -> None:

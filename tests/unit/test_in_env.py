@@ -12,7 +12,7 @@ import pytest
 from kernodeck.inenv.protocol import Status
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from kernodeck.upgrade.bisect import _outcome_of
+from kernodeck.upgrade.bisect import _OUTCOME
 from kernodeck.upgrade.bisect_search import Outcome
 from kernodeck.upgrade.relock import Drift
 from kernodeck.verify.markdown import summary_line
@@ -55,4 +55,4 @@ def test_run_checks_keeps_earlier_steps_and_names_the_stalled_one(project: Path,
     # not an output out of tolerance: upgrade/bisect.py)
     drift = Drift.from_steps([s.as_dict() for s in run_.steps])
     assert drift.failure.startswith("application: stalled") and f"checks/fake_runner.py:{HANG_LINE}" in drift.failure
-    assert _outcome_of(drift) is Outcome.FAILED
+    assert _OUTCOME[drift.verdict] is Outcome.FAILED
