@@ -302,3 +302,16 @@ def test_pr2_a_not_verified_upgrade_is_never_called_out_of_tolerance(tmp_path: P
 
 def test_pr2_control_outputs_compared_and_beyond_it_are_out_of_tolerance(tmp_path: Path) -> None:
     assert "**OUT OF TOLERANCE**" in _row(pr_body([P], _upgraded(tmp_path, "")), P)
+
+
+def test_drift1_a_step_failing_after_the_comparison_is_not_verified_and_said_to_fail_after_it() -> None:
+    """The same class's minor form: determinism failing after the outputs were compared within tolerance is NOT
+    VERIFIED, worded as failing after the comparison (it said "before"); with nothing compared, "before"."""
+    steps = _steps({"status": "passed", "details": {"passed": True, "summary": "ok"}})
+    steps[-1] = {"name": "determinism", "status": "failed", "error": "runs differ", "details": {}}
+    drift = Drift.from_steps(steps)
+    assert str(drift.verdict) == "NOT VERIFIED" and "determinism failed after the outputs were compared" in \
+        render_drift(drift)
+    early = Drift.from_steps([{"name": "inventory", "status": "failed", "error": "x"},
+                              {"name": "compare", "status": "not-run"}])
+    assert "inventory failed before the outputs were compared" in render_drift(early)
