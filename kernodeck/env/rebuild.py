@@ -24,6 +24,7 @@ from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER, clean_incomplete, current_env, env_python, platform_dir
 from kernodeck.env.envdirs import marker as _marker
 from kernodeck.env.envdirs import promote as _promote
+from kernodeck.env.installenv import installing_env, offline_env, reading_env
 from kernodeck.env.sealing import require_intact as _require_intact
 from kernodeck.env.sealing import seal as _seal
 from kernodeck.errors import CommandFailed, ConfigError, RebuildFailed
@@ -31,7 +32,6 @@ from kernodeck.lock import lockfile
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
 from kernodeck.sources import (
-    SOURCE_VARS,
     Secrets,
     VariantIndex,
     check_written,
@@ -52,8 +52,6 @@ VENV_SEEDS = ("setuptools", "wheel")
 # far more than the first verify saves by importing the part it needs already compiled. What the interpreter writes
 # later is held by envfiles (bytecode of an owned module, checked against its source before it is kept).
 COMPILE_AT_INSTALL = False
-# Every way an installer could reach a package source besides the wheelhouse (a wheelhouse install has none).
-_SOURCE_VARS = SOURCE_VARS
 
 
 @dataclass
@@ -81,13 +79,6 @@ class RebuildResult:
         data["env"], data["python"] = str(self.env), str(self.python)
         data.pop("inventory")
         return data
-
-
-def offline_env() -> dict[str, str]:
-    """The installers' environment for a wheelhouse install: no config file, no index, no network."""
-    env = {k: v for k, v in clean_env().items() if k not in _SOURCE_VARS}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", UV_NO_CONFIG="1", UV_OFFLINE="1", UV_NO_INDEX="1")
-    return env
 
 
 def _seeds_left(env: Path, pinned: set[str], seeds: tuple[str, ...] = VENV_SEEDS) -> list[str]:
@@ -207,7 +198,7 @@ class _Build:
         self.wheels: dict[str, binding.Wheel] = {}
         self.hash_source = binding.HashSource.VERIFIED
         self.durations: dict[str, float] = {}
-        self.pip_env = offline_env() if wheelhouse else None
+        self.pip_env = offline_env() if wheelhouse else installing_env()
         # uv reads no pip config: it gets the machine's pip sources (read from pip's files and variables, as pip
         # reads them). pip reads its own config. Both get the variant's index, or its mirror (KERNODECK_INDEX_<V>).
         self.pool = ThreadPoolExecutor(max_workers=2)
@@ -257,6 +248,7 @@ class _Build:
             self.install()
             freeze, pip_check = self.check_and_freeze()
             installed = inventory.parse_freeze(freeze)  # a pin whose marker excludes this machine was not installed
+            self.require_the_locks(installed)
             self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
             files = _seal(self.env, self.lock, self.durations, self.plat)
             self.write_records(freeze, pip_check, files)
@@ -282,7 +274,7 @@ class _Build:
         if self.chosen == "uv" and (self.has_pip or wheel):
             # uv venv itself reaches no index: the sources are not needed yet.
             self.step("create", [uv_available() or "uv", "venv", "--quiet", "--python", base, str(self.env)],
-                      clean_env(self.pip_env))
+                      self.pip_env)
         else:
             self.step("create", [base, "-m", "venv", *(["--without-pip"] if wheel else []), str(self.env)])
         if self.probe is not None and not (answer := self.probe.result())[0]:
@@ -324,7 +316,7 @@ class _Build:
             report.unlink(missing_ok=True)
         seeds = _seeds_left(self.env, {p.name for p in self.lock.pins})
         if seeds:
-            self.step("remove-seeds", [*self.pip, "uninstall", "--yes", *seeds])
+            self.step("remove-seeds", [*self.pip, "uninstall", "--yes", *seeds], reading_env())
 
     def check_and_freeze(self) -> tuple[str, str]:
         """pip check and freeze (side by side: both only read the finished env, recorded in order); a seeded pip
@@ -334,18 +326,29 @@ class _Build:
         self.record(check_argv)
         self.record(freeze_argv)
         with alive("rebuild: pip check and freeze"):
-            checking = self.pool.submit(self.step, "pip-check", check_argv, recorded=True)
-            freeze = self.step("freeze", freeze_argv, recorded=True)
+            checking = self.pool.submit(self.step, "pip-check", check_argv, reading_env(), recorded=True)
+            freeze = self.step("freeze", freeze_argv, reading_env(), recorded=True)
             pip_check = checking.result()
         unlocked = [] if self.has_pip else _seeds_left(self.env, {p.name for p in self.lock.pins},
                                                        ("pip", *VENV_SEEDS))
         if unlocked:
             # A lock without pip: the pip `python -m venv` seeded served check and freeze, and goes now, so that every
             # file of the env is a locked distribution's (envfiles); the freeze record drops its lines too.
-            self.step("remove-pip", [*self.pip, "uninstall", "--yes", *unlocked])
+            self.step("remove-pip", [*self.pip, "uninstall", "--yes", *unlocked], reading_env())
             freeze = "".join(line for line in freeze.splitlines(keepends=True)
                                 if line.split("==", 1)[0].strip().lower() not in unlocked)
         return freeze, pip_check
+
+    def require_the_locks(self, installed: dict[str, str]) -> None:
+        """The env as installed holds every pin that applies here at its version and nothing else: an installer
+        option of this machine (a pip config file's ``target``, ``python``...) that sent the install elsewhere, or
+        left a pin out, fails the build; no env is promoted that is not the lock's (red-team pass 59, PIP1)."""
+        delta = inventory.diff(inventory.expected_from_lock(self.lock), installed)
+        if not delta.empty:
+            raise RebuildFailed(
+                f"the installed env is not the lock's ({delta.summary()}): an installer option of this machine sent "
+                "the install elsewhere or left pins out (pip's config files; PIP_* variables)",
+                tip=f"pip config list (and the PIP_* variables): remove such an option, then {tips.REBUILD_FRESH}")
 
     def write_records(self, freeze: str, pip_check: str, files: dict[str, object]) -> None:
         marker_text = json.dumps({

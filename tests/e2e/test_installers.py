@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import envdirs, inventory, rebuild
+from kernodeck.env import envdirs, installenv, inventory, rebuild
 from kernodeck.errors import ConfigError
 from kernodeck.inenv.protocol import Status
 from kernodeck.project.platforms import Platform
@@ -195,7 +195,7 @@ def test_offline_env_drops_every_source(monkeypatch: pytest.MonkeyPatch) -> None
         "UV_FIND_LINKS",
     ):
         monkeypatch.setenv(var, "https://user:secret@mirror.invalid/simple")
-    env = rebuild.offline_env()
+    env = installenv.offline_env()
     assert not any("mirror.invalid" in v for v in env.values())
     assert env["PIP_NO_INDEX"] == "1" and env["PIP_CONFIG_FILE"] == os.devnull
     assert env["UV_OFFLINE"] == "1" and env["UV_NO_CONFIG"] == "1" and env["UV_NO_INDEX"] == "1"

@@ -227,9 +227,8 @@ def test_pip1_premise_pip_variables_steer_the_bundled_pips_check_and_freeze(tmp_
                                          env=offline_env(PIP_EXCLUDE="tinyc")).stdout
 
 
-@pytest.mark.xfail(strict=True, reason="PIP1: PIP_PYTHON in the caller's env sends rebuild's pip check and freeze to "
-                   "another env: a broken requirement passes, the build records no inventory and no wheel")
 def test_pip1_the_callers_pip_options_never_pass_a_broken_env(tmp_path: Path) -> None:
+    """Fixed: check and freeze run with no PIP_* variable and no pip config (env/installenv.reading_env)."""
     project, links, other = _broken_lock(tmp_path)
     proc = _rebuild(project, links, tmp_path, PIP_PYTHON=str(other))
     assert proc.returncode != 0 and "tinymissing" in proc.stdout + proc.stderr, proc.stderr[-600:]
@@ -241,9 +240,8 @@ def test_pip1_control_without_the_variable_the_broken_env_is_refused(tmp_path: P
     assert proc.returncode != 0 and "tinymissing" in proc.stdout + proc.stderr, proc.stderr[-600:]
 
 
-@pytest.mark.xfail(strict=True, reason="PIP1: PIP_EXCLUDE drops a pin from the build's freeze, its inventory record "
-                   "and its wheel binding; the env is reused as bound")
 def test_pip1_every_installed_pin_is_in_the_builds_records(tmp_path: Path) -> None:
+    """Fixed: the build's freeze reads the env with no PIP_EXCLUDE (env/installenv.reading_env)."""
     links = tmp_path / "links"
     wheels = [write_wheel(links, "tinya", "1.0"), write_wheel(links, "tinyb", "2.0")]
     project, plat = locked_tiny_project(tmp_path / "project", wheels)
@@ -255,9 +253,8 @@ def test_pip1_every_installed_pin_is_in_the_builds_records(tmp_path: Path) -> No
     assert "tinya" in (built / rebuild.INVENTORY).read_text(encoding="utf-8") and "tinya" in recorded, recorded
 
 
-@pytest.mark.xfail(strict=True, reason="PIP1: PIP_PYTHON in the caller's env sends rebuild --installer pip's install "
-                   "into another interpreter's env, and an empty env is promoted as the lock's")
 def test_pip1_rebuild_never_installs_into_another_interpreters_env(tmp_path: Path) -> None:
+    """Fixed: pip's install runs without the variables that say where it installs (env/installenv.installing_env)."""
     links = tmp_path / "links"
     project, _ = locked_tiny_project(tmp_path / "project", [write_wheel(links, "tinya", "1.0")])
     other = tmp_path / "other"
@@ -315,3 +312,20 @@ def test_drift1_a_step_failing_after_the_comparison_is_not_verified_and_said_to_
     early = Drift.from_steps([{"name": "inventory", "status": "failed", "error": "x"},
                               {"name": "compare", "status": "not-run"}])
     assert "inventory failed before the outputs were compared" in render_drift(early)
+
+
+def test_pip1_an_install_a_config_file_sends_elsewhere_promotes_no_env(tmp_path: Path) -> None:
+    """What a variable cannot carry any more a pip config file still can (``[install] target``): the install lands
+    outside the env, which the build then observes not to be the lock's, and no env is promoted (rebuild.py,
+    require_the_locks). Control: the same rebuild without that option passes."""
+    links = tmp_path / "links"
+    project, plat = locked_tiny_project(tmp_path / "project", [write_wheel(links, "tinya", "1.0")])
+    config = tmp_path / "pip.conf"
+    config.write_text(f"[install]\ntarget = {tmp_path / 'elsewhere'}\n", encoding="utf-8")
+    env = offline_env(PIP_FIND_LINKS=str(links), PIP_CONFIG_FILE=str(config))
+    proc = kd(project, "rebuild", "--installer", "pip", env=env)
+    assert list((tmp_path / "elsewhere").glob("tinya*")), "premise: pip took the config file's target"
+    assert proc.returncode != 0 and "the installed env is not the lock's (-tinya==1.0)" in proc.stderr, proc.stderr
+    assert "pip config list" in proc.stderr and not (project / ".venv-rebuild" / plat.id / "CURRENT").exists()
+    proc = kd(project, "rebuild", "--installer", "pip", env=offline_env(PIP_FIND_LINKS=str(links)))
+    assert proc.returncode == 0, proc.stderr[-600:]

@@ -1,0 +1,42 @@
+"""The environment each installer command of a rebuild runs under: the caller's sources reach the install, never
+where or what it installs, and nothing of the caller's pip setup reaches the commands that read the finished env.
+
+pip takes any option from a ``PIP_<OPTION>`` variable and from its config files. For ``pip check`` and ``pip freeze``
+(and the removal of a seeded pip), which read the env and need no source, that is every variable and every file:
+they run with none (:func:`reading_env`; red-team pass 59, PIP1: ``PIP_PYTHON`` sent the check of a broken env to
+another interpreter's, where it passed, and ``PIP_EXCLUDE`` dropped a pin from the build's record). A pip install
+keeps the caller's sources (config files, ``PIP_INDEX_URL``, ``PIP_FIND_LINKS``...) but not the variables that say
+where it installs (:func:`installing_env`); what a config file could still say is caught after the install, when the
+env is observed to be the lock's (:mod:`kernodeck.env.rebuild`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from kernodeck._proc import clean_env
+from kernodeck.sources import SOURCE_VARS
+
+# pip's options that send an install elsewhere than the env's own site-packages, or leave a pin out of it.
+_WHERE = ("PIP_PYTHON", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_SRC", "PIP_EXCLUDE", "PIP_PLATFORM",
+          "PIP_IMPLEMENTATION", "PIP_ABI", "PIP_PYTHON_VERSION", "PIP_DRY_RUN", "PIP_REPORT")
+
+
+def offline_env() -> dict[str, str]:
+    """The installers' environment for a wheelhouse install: no config file, no index, no network."""
+    env = {k: v for k, v in installing_env().items() if k not in SOURCE_VARS}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", UV_NO_CONFIG="1", UV_OFFLINE="1", UV_NO_INDEX="1")
+    return env
+
+
+def installing_env() -> dict[str, str]:
+    """A pip install's environment: the caller's, without pip's variables that say where (or what of the lock) it
+    installs."""
+    return {k: v for k, v in clean_env().items() if k not in _WHERE}
+
+
+def reading_env() -> dict[str, str]:
+    """``pip check``'s and ``pip freeze``'s environment: no ``PIP_*`` variable, no pip config file."""
+    env = {k: v for k, v in clean_env().items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    return env
