@@ -69,6 +69,9 @@ CROSS_CUTTING = {
     "redteam59": "red-team pass 59: a failed criterion read as not run (upgrade's holds), another platform's relock "
                  "result shown as this one's or out of tolerance when not verified, the caller's pip options steering "
                  "rebuild's pip",
+    "redteam60": "red-team pass 60: a criterion stopped before it answered read as out of tolerance, the lock's "
+                 "markers evaluated with Kernodeck's interpreter and not the env's, the caller's uv bytecode option at "
+                 "install",
 }
 
 
