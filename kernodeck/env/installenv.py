@@ -17,9 +17,15 @@ import os
 from kernodeck._proc import clean_env
 from kernodeck.sources import SOURCE_VARS
 
-# pip's options that send an install elsewhere than the env's own site-packages, or leave a pin out of it.
+# pip's options that send an install elsewhere than the env's own site-packages, or leave a pin out of it; uv's that
+# change what its install writes there (the bytecode it compiles, how files are placed, whether hashes are checked,
+# which interpreter): Kernodeck decides those on the command line, and uv refuses a variable that contradicts a flag
+# (red-team pass 60, COMPILE1: UV_COMPILE_BYTECODE, which uv's docs put in Dockerfiles).
 _WHERE = ("PIP_PYTHON", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_SRC", "PIP_EXCLUDE", "PIP_PLATFORM",
-          "PIP_IMPLEMENTATION", "PIP_ABI", "PIP_PYTHON_VERSION", "PIP_DRY_RUN", "PIP_REPORT")
+          "PIP_IMPLEMENTATION", "PIP_ABI", "PIP_PYTHON_VERSION", "PIP_DRY_RUN", "PIP_REPORT",
+          "UV_COMPILE_BYTECODE", "UV_LINK_MODE", "UV_NO_VERIFY_HASHES", "UV_REINSTALL", "UV_REINSTALL_PACKAGE",
+          "UV_NO_INSTALLER_METADATA", "UV_PYTHON", "UV_SYSTEM_PYTHON", "UV_BREAK_SYSTEM_PACKAGES", "UV_TORCH_BACKEND",
+          "UV_PYTHON_DOWNLOADS")
 
 
 def offline_env() -> dict[str, str]:
@@ -29,10 +35,10 @@ def offline_env() -> dict[str, str]:
     return env
 
 
-def installing_env() -> dict[str, str]:
-    """A pip install's environment: the caller's, without pip's variables that say where (or what of the lock) it
-    installs."""
-    return {k: v for k, v in clean_env().items() if k not in _WHERE}
+def installing_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """An install's environment (pip's, uv's, and uv's venv): the caller's, without the installers' variables that say
+    where (or what of the lock, or how) it installs; ``extra`` (uv's sources, read from pip's) added."""
+    return {**{k: v for k, v in clean_env().items() if k not in _WHERE}, **(extra or {})}
 
 
 def reading_env() -> dict[str, str]:

@@ -271,13 +271,14 @@ def find(version: str, os_arch: str, search: Search | None = None) -> Interprete
 
 
 # Where ensurepip takes the pip it installs: a distribution's wheel folder (Debian's /usr/share/python-wheels, the
-# build's WHEEL_PKG_DIR) first, then the wheel bundled in the standard library, as ensurepip itself looks (3.10-3.13).
+# build's WHEEL_PKG_DIR) first, then the wheel bundled in the standard library, as ensurepip itself looks (3.10-3.13);
+# of several in one folder, the last by name, as ensurepip takes it.
 _BUNDLED_PIP = (
     "import glob, os, sysconfig\n"
     "try:\n    import ensurepip\nexcept ImportError:\n    raise SystemExit(0)\n"
     "folder = sysconfig.get_config_var('WHEEL_PKG_DIR')\n"
-    "found = sorted(glob.glob(os.path.join(folder, 'pip-*.whl'))) if folder else []\n"
-    "found += sorted(glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), '_bundled', 'pip-*.whl')))\n"
+    "found = sorted(glob.glob(os.path.join(folder, 'pip-*.whl')))[-1:] if folder else []\n"
+    "found += sorted(glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), '_bundled', 'pip-*.whl')))[-1:]\n"
     "print(found[0] if found else '')"
 )
 

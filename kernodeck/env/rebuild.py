@@ -106,7 +106,8 @@ def _base_python(plat: Platform, given: str | None) -> dict[str, str]:
     return pythons.find(plat.python, plat.os_arch).as_dict()
 
 
-def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str, found: dict[str, str], *,
+def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str, found: dict[str, str],
+           markers: dict[str, str], *,
            observe: bool) -> RebuildResult | str:
     """The current env when it is up to date (same lock digest and interpreter, complete); else why it is not."""
     marker = _marker(current)
@@ -123,7 +124,7 @@ def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str
         log(f"kernodeck: {reason}")
         return reason
     if observe:
-        _require_intact(current, lock)
+        _require_intact(current, lock, markers)
     log(f"kernodeck: reusing {os.path.relpath(current, project.root)} (same lock digest and interpreter)")
     recorded = marker.get("commands")
     return RebuildResult(
@@ -169,7 +170,8 @@ def rebuild(
     clean_incomplete(project, plat)
     current = current_env(project, plat)
     if current is not None and not fresh and wheelhouse is None:
-        reused = _reuse(project, current, lock, digest, found, observe=observe_reused)
+        reused = _reuse(project, current, lock, digest, found, wheels.marker_environment(plat, found["version"]),
+                        observe=observe_reused)
         if isinstance(reused, RebuildResult):
             return reused
         reason = reused
@@ -291,13 +293,14 @@ class _Build:
         binary = ([] if not self.only_binary() else ["--no-build"] if self.chosen == "uv"
                   else ["--only-binary", ":all:"])
         if self.chosen == "uv":
-            uv_env = offline_env() if self.wheelhouse else clean_env(
+            uv_env = offline_env() if self.wheelhouse else installing_env(
                 {**uv_environment(self.sources, extra_index=bool(self.online)),
                  **({"UV_NO_INDEX": "1"} if self.no_index else {})})
             # --link-mode copy: the env's files are its own, never the cache's (a hard link would let an edit of one
             # env edit the cache and every env linked to it). No bytecode compiled: see COMPILE_AT_INSTALL.
             argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
-                    "--no-deps", "--link-mode", "copy", *(["--compile-bytecode"] if COMPILE_AT_INSTALL else [])]
+                    "--no-deps", "--link-mode", "copy",
+                    "--compile-bytecode" if COMPILE_AT_INSTALL else "--no-compile-bytecode"]  # not UV_COMPILE_BYTECODE
             self.step("install", [*argv, *binary, *offline, *self.online, "-r", self.rel_lock], uv_env, long=True)
             self.wheels = binding.from_verified(self.lock)  # uv reports no file hash: the sets it verified
             return
@@ -343,7 +346,8 @@ class _Build:
         """The env as installed holds every pin that applies here at its version and nothing else: an installer
         option of this machine (a pip config file's ``target``, ``python``...) that sent the install elsewhere, or
         left a pin out, fails the build; no env is promoted that is not the lock's (red-team pass 59, PIP1)."""
-        delta = inventory.diff(inventory.expected_from_lock(self.lock), installed)
+        markers = wheels.marker_environment(self.plat, self.found["version"])
+        delta = inventory.diff(inventory.expected_from_lock(self.lock, markers), installed)
         if not delta.empty:
             raise RebuildFailed(
                 f"the installed env is not the lock's ({delta.summary()}): an installer option of this machine sent "

@@ -73,12 +73,13 @@ def checked_python(env: Path) -> Path:
     return env_python(env)
 
 
-def require_intact(env: Path, lock: lockfile.Lockfile) -> None:
-    """The env as it is NOW equals the lock, file by file, as at its build; else it is not reused."""
+def require_intact(env: Path, lock: lockfile.Lockfile, markers: dict[str, str]) -> None:
+    """The env as it is NOW equals the lock, file by file, as at its build; else it is not reused. ``markers``: the
+    env's PEP 508 values (its platform's, never the interpreter running Kernodeck's: red-team pass 60, MARKER1)."""
     found = check_files(env, lock)  # before the env's interpreter runs: a dropped .pth is named, not run first
     try:
         seen = inventory.observe(env_python(env), files=False)
-        delta = inventory.diff(inventory.expected_from_lock(lock), seen.packages)
+        delta = inventory.diff(inventory.expected_from_lock(lock, markers), seen.packages)
     except KernodeckError:
         if found.clean:
             raise

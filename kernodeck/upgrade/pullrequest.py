@@ -70,11 +70,12 @@ def _verdict(plat: str, summary: dict[str, Any], sub: Path) -> str:
     digests = summary.get("body_digest") or {}
     mine = {"platform": plat, "good": digests.get("old"), "bad": digests.get("new")}
     theirs = {"platform": bisected.get("platform"), **(bisected.get("body_digest") or {})}
-    differs = [key for key, value in mine.items() if theirs.get(key) != value]
+    differs = [key for key, value in mine.items() if not value or theirs.get(key) != value]  # none recorded: differs
     if differs:
         return words + f"; bisect: **NOT THIS UPGRADE'S** (bisect/bisect.json: its {', '.join(differs)} differ)"
     culprit = " + ".join("/".join(group) for group in bisected.get("culprit", []))
-    return words + f"; bisect: {culprit or bisected.get('verdict', '?')}"
+    said = str(bisected.get("verdict", "?"))
+    return words + f"; bisect: {culprit or (said + ', but names no culprit' if said == 'found' else said)}"
 
 
 def _platform_row(plat: str, sub: Path) -> tuple[str, str]:

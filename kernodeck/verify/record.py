@@ -25,6 +25,16 @@ class Verdict(enum.StrEnum):
     INTERRUPTED = "interrupted"  # SIGTERM/SIGINT stopped the run: the step it stopped is kept with every stack
 
 
+# A failed step whose record the orchestrator wrote because the step never reported its own (details keys): a stop by
+# deadline, stall or signal (kernodeck/supervise.py: ``stopped``), or its process's end (``ended``: the exit code).
+UNREPORTED = ("stopped", "ended")
+
+
+def reported(details: dict[str, Any] | None) -> bool:
+    """Whether a step's record is the step's own result, not the orchestrator's note that it never gave one."""
+    return not any((details or {}).get(key) is not None for key in UNREPORTED)
+
+
 @dataclass
 class Step:
     """One step of a run as report.json records it: its status, and what it found (``details``) or why not."""

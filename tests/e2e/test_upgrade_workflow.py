@@ -132,7 +132,7 @@ def test_pr_body_shows_only_what_upgrade_and_bisect_wrote(tmp_path: Path, edit: 
 
 
 
-@pytest.mark.parametrize("case", ["linked-folder", "stale-bisect"])
+@pytest.mark.parametrize("case", ["linked-folder", "stale-bisect", "no-digests"])
 def test_pr_body_shows_a_result_only_under_the_upgrade_it_belongs_to(tmp_path: Path, case: str) -> None:
     """As written is not enough: an upgrade folder that is a link to another platform's, or a bisect of another
     upgrade's locks beside this one's (its digests differ), is named and not shown; the honest folders are."""
@@ -143,6 +143,15 @@ def test_pr_body_shows_a_result_only_under_the_upgrade_it_belongs_to(tmp_path: P
         (tmp_path / one / "upgrade").symlink_to(tmp_path / other / "upgrade")
         row = pr_body([one], tmp_path).splitlines()[4]
         assert "NOT AS WRITTEN FOR THIS PLATFORM" in row and "is a link" in row and "OUT OF TOLERANCE" not in row
+    elif case == "no-digests":  # neither file records the locks: nothing shows they belong together
+        platform_result(tmp_path, one, holds=False, culprit=[["six"]])
+        for signed, name in (("upgrade", "upgrade.json"), ("bisect", "bisect.json")):
+            found = tmp_path / one / signed / name
+            data = json.loads(found.read_text(encoding="utf-8"))
+            del data["body_digest"]
+            found.write_text(json.dumps(data), encoding="utf-8")
+            outdir.mark(found.parent, signed)
+        assert "bisect: **NOT THIS UPGRADE'S** (bisect/bisect.json: its good, bad differ)" in pr_body([one], tmp_path)
     else:
         platform_result(tmp_path / "stale", one, holds=False, culprit=[["six"]])
         platform_result(tmp_path, one, holds=False)  # this run's upgrade: no bisect yet

@@ -125,6 +125,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
                 layer=Layer.ENVIRONMENT,
                 command=command,
                 interpreter=str(python),
+                details={"ended": code},  # record.UNREPORTED: the step gave no result of its own
             )
         else:
             step = Step(name, Status.NOT_RUN, reason="an earlier step failed")
