@@ -19,6 +19,13 @@ from tests.helpers.project import ROOT
 PLATFORM = "cp311-linux_x86_64-cpu"
 
 
+def holding() -> Any:
+    """A trial's drift that holds: its one output within tolerance, no criterion, no failure (a real relock.Drift)."""
+    from kernodeck.upgrade.relock import Drift, OutputDrift
+
+    return Drift((OutputDrift("values", "allclose", True, 0.0, None, None, "<= 1e-06", "equal"),), None, "")
+
+
 def tiny_lock(tmp: Path, name: str, versions: dict[str, str]) -> lockfile.Lockfile:
     """A lock of ``versions`` (name: version) for PLATFORM, written as ``tmp/name`` with made-up hashes (no wheel
     behind them: the env builds are stood in for), read back."""
@@ -63,8 +70,7 @@ def finished_bisect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(rebuilding, "rebuild", envs)
     monkeypatch.setattr(bisecting._Trials, "checks", checks)
     monkeypatch.setattr(bisecting._Trials, "regroup", lambda self, python: None)
-    monkeypatch.setattr(Drift, "from_steps", classmethod(lambda cls, steps: SimpleNamespace(
-        holds=True, failure="", outputs=())))
+    monkeypatch.setattr(Drift, "from_steps", classmethod(lambda cls, steps: holding()))
     folder = bisecting._folder(project, plat, tmp_path / "runs" / "bisect")
     trials = bisecting._Trials(project, plat, good, bad, d.changes, "sha256:none", folder, {}, None)
     try:

@@ -18,7 +18,7 @@ from kernodeck.project.config import Project, load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.upgrade import bisect as bisecting
 from kernodeck.upgrade.relock import Drift
-from tests.helpers.standinbisect import PLATFORM, tiny_lock
+from tests.helpers.standinbisect import PLATFORM, holding, tiny_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,8 +48,7 @@ def trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[bisecting._
     envs = _Envs()
     monkeypatch.setattr(rebuilding, "rebuild", envs)
     monkeypatch.setattr(bisecting._Trials, "checks", lambda self, python, folder: [])
-    holds = SimpleNamespace(holds=True, failure="", outputs=())
-    monkeypatch.setattr(Drift, "from_steps", classmethod(lambda cls, steps: holds))
+    monkeypatch.setattr(Drift, "from_steps", classmethod(lambda cls, steps: holding()))
     folder = tmp_path / "runs" / "bisect"
     folder.mkdir(parents=True)
     return bisecting._Trials(project, plat, good, bad, changes, "sha256:none", folder, {}, None), envs
