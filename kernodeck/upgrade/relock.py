@@ -107,13 +107,13 @@ class Drift:
         drifts = tuple(OutputDrift.from_compare(n, d) for n, d in sorted(outputs.items()))
         crit = by_name.get("criterion")
         criterion = None
-        if crit is not None and crit.get("status") in ("passed", "failed") and reported(crit.get("details")):
+        if crit is not None and crit.get("status") in ("passed", "failed") and reported(crit):
             said = (crit.get("details") or {}).get("summary") or crit.get("error", "")
             criterion = (crit["status"] == "passed", str(said))
         # a failure of another step, or one of compare or criterion that never gave its result (stopped, crashed:
         # never an answer; red-team pass 60, DRIFT2)
         failed = next((s for s in steps if s.get("status") == "failed" and (
-            s["name"] not in ("compare", "criterion") or not reported(s.get("details")))), None)
+            s["name"] not in ("compare", "criterion") or not reported(s))), None)
         failure = f"{failed['name']}: {failed.get('error', '')}" if failed else ""
         if compare.get("status") == "failed" and drifts and all(o.passed for o in drifts):  # failed for another reason
             failure = failure or f"compare: {compare.get('error', '')}"

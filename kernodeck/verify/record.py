@@ -25,14 +25,11 @@ class Verdict(enum.StrEnum):
     INTERRUPTED = "interrupted"  # SIGTERM/SIGINT stopped the run: the step it stopped is kept with every stack
 
 
-# A failed step whose record the orchestrator wrote because the step never reported its own (details keys): a stop by
-# deadline, stall or signal (kernodeck/supervise.py: ``stopped``), or its process's end (``ended``: the exit code).
-UNREPORTED = ("stopped", "ended")
-
-
-def reported(details: dict[str, Any] | None) -> bool:
-    """Whether a step's record is the step's own result, not the orchestrator's note that it never gave one."""
-    return not any((details or {}).get(key) is not None for key in UNREPORTED)
+def reported(step: dict[str, Any]) -> bool:
+    """Whether a step's record (report.json's) is the step's own result, not the orchestrator's note that it never
+    gave one (:attr:`Step.unreported`: a field of the record, never of its details, which a criterion's answer
+    fills)."""
+    return not step.get("unreported")
 
 
 @dataclass
@@ -49,6 +46,9 @@ class Step:
     command: str = ""
     interpreter: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    # set only on a failed step's record the orchestrator wrote because the step never reported its own: what ended it
+    # (a stop by deadline, stall or signal: kernodeck/supervise.py's kind; "process ended": its process died)
+    unreported: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

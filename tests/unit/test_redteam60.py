@@ -103,15 +103,19 @@ def test_drift2_premise_a_stopped_criterion_is_a_failed_step_that_never_answered
 
 @pytest.mark.parametrize("kind", list(Stop))
 def test_drift2_a_criterion_that_never_answered_is_not_verified(tmp_path: Path, kind: Stop) -> None:
-    """Fixed: a step record the orchestrator wrote for a step that never reported (record.UNREPORTED: stopped, or its
-    process ended) is no answer: the run is NOT VERIFIED (a bisect reruns it), whatever the step."""
+    """Fixed: a step record the orchestrator wrote for a step that never reported (Step.unreported: stopped, or its
+    process ended) is no answer: the run is NOT VERIFIED (a bisect reruns it), whatever the step; a criterion's own
+    answer cannot say so (its keys are details, never the record's fields)."""
     steps, _ = _stopped_criterion(tmp_path, kind)
     drift = Drift.from_steps([s.as_dict() for s in steps])
     assert drift.verdict is DriftVerdict.NOT_VERIFIED, (drift.verdict, drift.criterion)
     ended = Step("criterion", Status.FAILED, error="the check process ended (exit -9) before this step reported: x",
-                 layer="environment", details={"ended": -9})  # in_env's record of a process that died in the step
+                 layer="environment", unreported="process ended")  # in_env's record of a process that died in it
     drift = Drift.from_steps([s.as_dict() for s in [steps[0], ended]])
     assert drift.verdict is DriftVerdict.NOT_VERIFIED and drift.criterion is None, (drift.verdict, drift.criterion)
+    said = Step("criterion", Status.FAILED, error="criterion failed: 3 of 24 miss", layer="comparison",
+                details={"passed": False, "summary": "3 of 24 miss", "stopped": "stalled", "unreported": "x"})
+    assert Drift.from_steps([s.as_dict() for s in [steps[0], said]]).verdict is DriftVerdict.OUT  # its answer
 
 
 def test_drift2_control_a_criterion_that_answered_and_a_stopped_compare(tmp_path: Path) -> None:

@@ -125,7 +125,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
                 layer=Layer.ENVIRONMENT,
                 command=command,
                 interpreter=str(python),
-                details={"ended": code},  # record.UNREPORTED: the step gave no result of its own
+                unreported="process ended",
             )
         else:
             step = Step(name, Status.NOT_RUN, reason="an earlier step failed")
@@ -145,7 +145,8 @@ def stopped_step(run_: Run, name: str, stopped: Stopped, python: Path) -> Step:
                f"{stopped.refused_tip or 'what the application was refused'}, then: {again}" if stopped.refused else
                f"read {stacks} (the project's own frames first), fix the blockage, then: {again}"}
     return Step(name, Status.FAILED, error=error, layer=stopped.layer, duration_s=round(stopped.ran_s, 2),
-                command=run_.meta.runner_command or "", interpreter=str(python), details=details)
+                command=run_.meta.runner_command or "", interpreter=str(python), details=details,
+                unreported=str(stopped.kind))
 
 
 def _again(run: Run) -> str:
