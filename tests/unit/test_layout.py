@@ -72,6 +72,9 @@ CROSS_CUTTING = {
     "redteam60": "red-team pass 60: a criterion stopped before it answered read as out of tolerance, the lock's "
                  "markers evaluated with Kernodeck's interpreter and not the env's, the caller's uv bytecode option at "
                  "install",
+    "redteam61": "red-team pass 61: an answer's own keys read as the orchestrator's 'never reported', a stop the "
+                 "application's SIGTERM handler records as its own failure, the env's markers still partly "
+                 "Kernodeck's, uv's config files at install",
 }
 
 
