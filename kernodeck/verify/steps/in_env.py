@@ -106,8 +106,14 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     code, tail = ended.code, ended.tail
     results = {p.name.split("-", 1)[1].removesuffix(".json"): p for p in (run_.staging / "steps").glob("*.json")}
     crashed_at = None
+    # the step the supervisor stopped is recorded stopped, whatever it wrote once the stop's signal reached it (an
+    # application's SIGTERM handler failing it as its own: red-team pass 61, STOP2)
+    stopped = ended.stopped.step if ended.stopped is not None else None
     for name in names:
-        if name in results:
+        if name == stopped and crashed_at is None and not run_.failed and ended.stopped is not None:
+            crashed_at = name
+            step = stopped_step(run_, name, ended.stopped, python)
+        elif name in results and crashed_at is None:  # nothing after a stop or an end is the run's result
             step = Step.from_dict(json.loads(results[name].read_text(encoding="utf-8")))
             step.command = step.command or command
             if step.status is Status.FAILED:
