@@ -25,7 +25,7 @@ _WHERE = ("PIP_PYTHON", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP
           "PIP_IMPLEMENTATION", "PIP_ABI", "PIP_PYTHON_VERSION", "PIP_DRY_RUN", "PIP_REPORT",
           "UV_COMPILE_BYTECODE", "UV_LINK_MODE", "UV_NO_VERIFY_HASHES", "UV_REINSTALL", "UV_REINSTALL_PACKAGE",
           "UV_NO_INSTALLER_METADATA", "UV_PYTHON", "UV_SYSTEM_PYTHON", "UV_BREAK_SYSTEM_PACKAGES", "UV_TORCH_BACKEND",
-          "UV_PYTHON_DOWNLOADS")
+          "UV_PYTHON_DOWNLOADS", "UV_CONFIG_FILE")
 
 
 def offline_env() -> dict[str, str]:
@@ -37,8 +37,10 @@ def offline_env() -> dict[str, str]:
 
 def installing_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """An install's environment (pip's, uv's, and uv's venv): the caller's, without the installers' variables that say
-    where (or what of the lock, or how) it installs; ``extra`` (uv's sources, read from pip's) added."""
-    return {**{k: v for k, v in clean_env().items() if k not in _WHERE}, **(extra or {})}
+    where (or what of the lock, or how) it installs; ``extra`` (uv's sources, read from pip's) added. uv reads no
+    config file (``UV_NO_CONFIG``, as the lock's resolution does): its sources are pip's, handed over as variables,
+    and a uv.toml's ``python-platform`` installed another platform's wheel (red-team pass 61, UVCONF1)."""
+    return {**{k: v for k, v in clean_env().items() if k not in _WHERE}, "UV_NO_CONFIG": "1", **(extra or {})}
 
 
 def reading_env() -> dict[str, str]:

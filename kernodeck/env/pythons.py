@@ -294,3 +294,36 @@ def bundled_pip(base: str) -> str | None:
         return None
     found = proc.stdout.strip() if proc.returncode == 0 else ""
     return found if found.endswith(".whl") and Path(found).is_file() else None
+
+
+# PEP 508's marker values as packaging.markers.default_environment computes them, computed by the interpreter itself
+# (standard library only: run with -I -S, nothing of an env's site-packages loads).
+_MARKERS = (
+    "import json, os, platform, sys\n"
+    "def fmt(info):\n"
+    "    version = f'{info.major}.{info.minor}.{info.micro}'\n"
+    "    return version if info.releaselevel == 'final' else version + info.releaselevel[0] + str(info.serial)\n"
+    "print(json.dumps({'implementation_name': sys.implementation.name,\n"
+    "    'implementation_version': fmt(sys.implementation.version), 'os_name': os.name,\n"
+    "    'platform_machine': platform.machine(), 'platform_release': platform.release(),\n"
+    "    'platform_system': platform.system(), 'platform_version': platform.version(),\n"
+    "    'python_full_version': platform.python_version(),\n"
+    "    'platform_python_implementation': platform.python_implementation(),\n"
+    "    'python_version': '.'.join(platform.python_version_tuple()[:2]), 'sys_platform': sys.platform}))"
+)
+
+
+def marker_values(interpreter: str) -> dict[str, str]:
+    """The PEP 508 marker values of ``interpreter`` (an env's, or its base's: the same), asked of it: every comparison
+    of an env with its lock evaluates the lock's markers with them, never with those of the interpreter running
+    Kernodeck, which may be another Python (nox on 3.12 building cp311: red-team passes 60 and 61, MARKER1-2)."""
+    try:
+        proc = subprocess.run([interpreter, "-I", "-S", "-c", _MARKERS], capture_output=True, text=True,
+                              timeout=_PROBE_TIMEOUT_S, env=clean_env(), check=False)
+        values = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        values = None
+    if not isinstance(values, dict):
+        raise KernodeckError(f"the interpreter {interpreter} cannot report its marker values (PEP 508)",
+                             tip=tips.REBUILD_FRESH)
+    return {str(k): str(v) for k, v in values.items()}

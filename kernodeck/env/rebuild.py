@@ -106,8 +106,7 @@ def _base_python(plat: Platform, given: str | None) -> dict[str, str]:
     return pythons.find(plat.python, plat.os_arch).as_dict()
 
 
-def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str, found: dict[str, str],
-           markers: dict[str, str], *,
+def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str, found: dict[str, str], *,
            observe: bool) -> RebuildResult | str:
     """The current env when it is up to date (same lock digest and interpreter, complete); else why it is not."""
     marker = _marker(current)
@@ -124,7 +123,7 @@ def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str
         log(f"kernodeck: {reason}")
         return reason
     if observe:
-        _require_intact(current, lock, markers)
+        _require_intact(current, lock, pythons.marker_values(found["path"]))
     log(f"kernodeck: reusing {os.path.relpath(current, project.root)} (same lock digest and interpreter)")
     recorded = marker.get("commands")
     return RebuildResult(
@@ -170,8 +169,7 @@ def rebuild(
     clean_incomplete(project, plat)
     current = current_env(project, plat)
     if current is not None and not fresh and wheelhouse is None:
-        reused = _reuse(project, current, lock, digest, found, wheels.marker_environment(plat, found["version"]),
-                        observe=observe_reused)
+        reused = _reuse(project, current, lock, digest, found, observe=observe_reused)
         if isinstance(reused, RebuildResult):
             return reused
         reason = reused
@@ -346,13 +344,13 @@ class _Build:
         """The env as installed holds every pin that applies here at its version and nothing else: an installer
         option of this machine (a pip config file's ``target``, ``python``...) that sent the install elsewhere, or
         left a pin out, fails the build; no env is promoted that is not the lock's (red-team pass 59, PIP1)."""
-        markers = wheels.marker_environment(self.plat, self.found["version"])
+        markers = pythons.marker_values(self.found["path"])
         delta = inventory.diff(inventory.expected_from_lock(self.lock, markers), installed)
         if not delta.empty:
             raise RebuildFailed(
                 f"the installed env is not the lock's ({delta.summary()}): an installer option of this machine sent "
-                "the install elsewhere or left pins out (pip's config files; PIP_* variables)",
-                tip=f"pip config list (and the PIP_* variables): remove such an option, then {tips.REBUILD_FRESH}")
+                "the install elsewhere or left pins out (pip's config files; PIP_* or UV_* variables)",
+                tip=f"pip config list (and the PIP_*, UV_* variables): remove such an option, then {tips.REBUILD_FRESH}")
 
     def write_records(self, freeze: str, pip_check: str, files: dict[str, object]) -> None:
         marker_text = json.dumps({

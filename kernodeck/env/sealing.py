@@ -75,7 +75,7 @@ def checked_python(env: Path) -> Path:
 
 def require_intact(env: Path, lock: lockfile.Lockfile, markers: dict[str, str]) -> None:
     """The env as it is NOW equals the lock, file by file, as at its build; else it is not reused. ``markers``: the
-    env's PEP 508 values (its platform's, never the interpreter running Kernodeck's: red-team pass 60, MARKER1)."""
+    env's PEP 508 values (its own interpreter's, pythons.marker_values: red-team passes 60 and 61, MARKER1-2)."""
     found = check_files(env, lock)  # before the env's interpreter runs: a dropped .pth is named, not run first
     try:
         seen = inventory.observe(env_python(env), files=False)

@@ -72,12 +72,11 @@ def is_this_machine(plat: Platform) -> bool:
     return plat.python == current_python() and plat.os_arch == current_os_arch()
 
 
-def marker_environment(plat: Platform, full_version: str = "") -> dict[str, str]:
-    """The PEP 508 marker values of the target: this interpreter's, or the declared platform's; ``full_version``: the
-    target interpreter's own (3.11.7), when it is known (an env's base Python, found)."""
+def marker_environment(plat: Platform) -> dict[str, str]:
+    """The PEP 508 marker values of the target: this interpreter's, or the declared platform's."""
     here = {key: str(value) for key, value in default_environment().items()}
     if is_this_machine(plat):
-        return {**here, "python_full_version": full_version} if full_version else here
+        return here
     if plat.os_arch not in _MARKERS:
         raise ConfigError(f"no marker values known for {plat.os_arch}; known: {', '.join(_MARKERS)}")
     sys_platform, system, machine, os_name = _MARKERS[plat.os_arch]
@@ -88,7 +87,7 @@ def marker_environment(plat: Platform, full_version: str = "") -> dict[str, str]
         platform_machine=machine,
         os_name=os_name,
         python_version=plat.python,
-        python_full_version=full_version or f"{plat.python}.0",
+        python_full_version=f"{plat.python}.0",
         implementation_name="cpython",
         platform_python_implementation="CPython",
     )

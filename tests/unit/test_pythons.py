@@ -13,6 +13,7 @@ import pytest
 
 from kernodeck.env import pythons
 from kernodeck.env.pythons import FoundBy, PythonNotFound, Search
+from kernodeck.errors import KernodeckError
 from kernodeck.project import platforms
 from kernodeck.project.config import load_project
 from tests.helpers.project import ROOT, copy_project, kd
@@ -197,3 +198,14 @@ def test_the_bundled_pip_is_the_wheel_ensurepip_installs_or_none(tmp_path: Path)
         assert pythons.bundled_pip(str(base)) is None, base
     # control: the same wrapper without the stripped ensurepip finds the wheel
     assert pythons.bundled_pip(str(script(tmp_path / "bin" / "python-d", f'exec {REAL} -c "$3"'))) == found
+
+
+def test_marker_values_are_the_interpreters_own_as_packaging_computes_them(tmp_path: Path) -> None:
+    """marker_values asks the interpreter (-I -S): this one's equal packaging's default_environment here; one that
+    does not answer is one ERROR with the rebuild TIP, never Kernodeck's own values in its place."""
+    from packaging.markers import default_environment
+
+    assert pythons.marker_values(REAL) == {k: str(v) for k, v in default_environment().items()}
+    with pytest.raises(KernodeckError, match="cannot report its marker values") as refused:
+        pythons.marker_values(str(script(tmp_path / "bin" / "python-x", "echo not-json")))
+    assert refused.value.tip == "nox -s rebuild -- --fresh"

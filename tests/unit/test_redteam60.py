@@ -52,6 +52,7 @@ import hashlib
 import importlib.util
 import marshal
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -150,7 +151,8 @@ def _kernodeck_on_312(monkeypatch: pytest.MonkeyPatch) -> None:
 def _require(installed: dict[str, str]) -> None:
     lock = lockfile.parse_text(_LOCK, Path("lock.txt"))
     plat = resolve_platform(load_project(ROOT))  # the build knows its platform and its base Python (pass 60's fix)
-    build = SimpleNamespace(lock=lock, plat=plat, found={"version": "3.11.7"})
+    build = SimpleNamespace(lock=lock, plat=plat, found={"version": "3.11.7",
+                                                         "path": getattr(sys, "_base_executable", sys.executable)})
     rebuild._Build.require_the_locks(cast(Any, build), installed)
 
 

@@ -78,7 +78,7 @@ import packaging.markers
 import pytest
 
 from kernodeck._fs import sha256_file
-from kernodeck.env import rebuild, wheelhouse
+from kernodeck.env import pythons, rebuild, wheelhouse
 from kernodeck.errors import KernodeckError, RebuildFailed
 from kernodeck.inenv import judge, steprun
 from kernodeck.inenv._common import CheckFailed
@@ -235,10 +235,13 @@ def _kernodeck_on_312(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wheelhouse, "current_python", lambda: "3.12")
 
 
+_BASE = str(getattr(sys, "_base_executable", sys.executable))  # the env's base Python: this 3.11.7
+
+
 def _built(marker: str, installed: dict[str, str]) -> None:
     """rebuild's check of the installed env (base Python found: 3.11.7)."""
     plat = resolve_platform(load_project(ROOT))
-    build = SimpleNamespace(lock=_lock(marker), plat=plat, found={"version": "3.11.7"})
+    build = SimpleNamespace(lock=_lock(marker), plat=plat, found={"version": "3.11.7", "path": _BASE})
     rebuild._Build.require_the_locks(cast(Any, build), installed)
 
 
@@ -248,33 +251,32 @@ def _verified(marker: str, installed: dict[str, str]) -> KernodeckError | None:
     run_ = SimpleNamespace(plat=plat, not_established=[], meta=SimpleNamespace(lock=""))
     failure, _ = inventory_check._against_lock(
         cast(Any, run_), Step("inventory", Status.PASSED), _lock(marker),
-        cast(Any, SimpleNamespace(packages=installed)), None, None, Path("python"), intentional=False, strict=False,
+        cast(Any, SimpleNamespace(packages=installed)), None, None, Path(_BASE), intentional=False, strict=False,
         files_note="")
     return failure
 
 
 def test_marker2_premise_kernodecks_values_are_not_the_envs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither Kernodeck's own values (on 3.12) nor the platform's declared ones (3.11, python_full_version 3.11.0)
+    evaluate the two markers as the env's interpreter does (setup rewritten by the fix: the env is asked)."""
     _kernodeck_on_312(monkeypatch)
     plat = resolve_platform(load_project(ROOT))
     assert plat.python == "3.11"
-    with_version = wheelhouse.marker_environment(plat, "3.11.7")  # rebuild's
-    without = wheelhouse.marker_environment(plat)  # verify's inventory step's
-    assert packaging.markers.Marker(_FULL).evaluate(with_version)
-    assert not packaging.markers.Marker(_FULL).evaluate(without)  # python_full_version "3.11.0"
-    assert with_version["implementation_version"] == "3.12.1"  # Kernodeck's, in both
-    _built(_FULL, _HONEST)  # the build accepts the env the verify then refuses
+    env = pythons.marker_values(_BASE)
+    assert packaging.markers.Marker(_FULL).evaluate(env) and packaging.markers.Marker(_IMPL).evaluate(env)
+    assert not packaging.markers.Marker(_FULL).evaluate(wheelhouse.marker_environment(plat))  # 3.11.0
+    assert not packaging.markers.Marker(_IMPL).evaluate({**env, "implementation_version": "3.12.1"})  # a 3.12's
 
 
-@pytest.mark.xfail(strict=True, reason="MARKER2: verify's inventory evaluates python_full_version without the env's")
 def test_marker2_verify_takes_the_env_rebuild_took(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed: rebuild, reuse and verify evaluate the lock's markers with the env's own values (marker_values)."""
     _kernodeck_on_312(monkeypatch)
     failure = _verified(_FULL, _HONEST)
     assert failure is None, str(failure)
 
 
-@pytest.mark.xfail(strict=True, raises=RebuildFailed,
-                   reason="MARKER2: implementation_version is Kernodeck's interpreter's")
 def test_marker2_rebuild_takes_an_honest_env_whatever_its_markers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixed: implementation_version too is the env's."""
     _kernodeck_on_312(monkeypatch)
     _built(_IMPL, _HONEST)
 
@@ -376,8 +378,8 @@ def _rebuild(tmp_path: Path, config: bool) -> tuple[subprocess.CompletedProcess[
     return proc, (project / ".venv-rebuild" / plat.id / "current").resolve()
 
 
-@pytest.mark.xfail(strict=True, reason="UVCONF1: a uv config file's python-platform installs another platform's wheel")
 def test_uvconf1_the_callers_uv_config_never_changes_the_wheels_installed(tmp_path: Path) -> None:
+    """Fixed: the install reads no uv config file (env/installenv.installing_env: UV_NO_CONFIG, no UV_CONFIG_FILE)."""
     proc, env = _rebuild(tmp_path, config=True)
     assert proc.returncode != 0 or "manylinux" in _installed_tag(env), _installed_tag(env)
 

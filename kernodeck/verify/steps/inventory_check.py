@@ -15,8 +15,8 @@ from kernodeck import tips
 from kernodeck._fs import write_atomic
 from kernodeck.env import binding, envfiles, inventory, snapshot
 from kernodeck.env.envdirs import marker
+from kernodeck.env.pythons import marker_values
 from kernodeck.env.sealing import snapshot_digest
-from kernodeck.env.wheelhouse import marker_environment
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import Status
 from kernodeck.lock import lockfile
@@ -73,7 +73,7 @@ def _against_lock(run_: Run, step: Step, lock: lockfile.Lockfile, seen: inventor
                   intentional: bool, strict: bool, files_note: str) -> tuple[KernodeckError | None, str]:
     """The packages against the lock: the step's title and summary; the failure (packages first); the files' note
     left to say (said here, beside the packages' difference, when there is one)."""
-    delta = inventory.diff(inventory.expected_from_lock(lock, marker_environment(run_.plat)), seen.packages)
+    delta = inventory.diff(inventory.expected_from_lock(lock, marker_values(str(python))), seen.packages)
     step.details.update(
         vs_lock=delta.as_dict(),
         summary=f"{len(seen.packages)} packages, "
