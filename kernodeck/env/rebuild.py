@@ -350,8 +350,7 @@ class _Build:
             raise RebuildFailed(
                 f"the installed env is not the lock's ({delta.summary()}): an installer option of this machine sent "
                 "the install elsewhere or left pins out (pip's config files; PIP_* or UV_* variables)",
-                tip=f"pip config list (and the PIP_*, UV_* variables): remove such an option; then {tips.REBUILD_FRESH}",
-            )
+                tip=f"pip config list (and PIP_*, UV_* variables): remove such an option; then {tips.REBUILD_FRESH}")
 
     def write_records(self, freeze: str, pip_check: str, files: dict[str, object]) -> None:
         marker_text = json.dumps({
