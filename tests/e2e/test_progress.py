@@ -198,8 +198,10 @@ def test_no_bytecode_compiled_at_install_and_no_file_shared(tmp_path: Path, inst
     assert not list(built.glob("lib/python*/site-packages/tinya/__pycache__/*.pyc")), f"{installer} compiled tinya"
     commands = json.loads((built / envdirs.MARKER).read_text(encoding="utf-8"))["commands"]
     install = next(c for c in commands if " install " in c)
-    assert ("--link-mode copy" in install) == (installer == "uv") and "--compile-bytecode" not in install
-    assert ("--no-compile" in install) == (installer == "pip")
+    words = install.split()
+    assert ("--link-mode copy" in install) == (installer == "uv") and "--compile-bytecode" not in words
+    assert ("--no-compile" in words) == (installer == "pip")  # each installer told so (uv's default is no compile,
+    assert ("--no-compile-bytecode" in words) == (installer == "uv")  # but UV_COMPILE_BYTECODE would say otherwise)
     assert all(p.stat().st_nlink == 1 for p in built.rglob("*") if p.is_file() and not p.is_symlink())
 
 
