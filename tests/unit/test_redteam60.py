@@ -165,7 +165,7 @@ def test_marker1_premise_the_env_and_kernodeck_read_the_marker_apart(monkeypatch
 
 
 def test_marker1_an_honest_env_is_the_locks_whatever_python_runs_kernodeck(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fixed: the lock's markers are evaluated with the env's values (wheelhouse.marker_environment(plat, version))."""
+    """Fixed: the lock's markers are evaluated with the env's own values (pythons.marker_values: pass 61's MARKER2)."""
     _kernodeck_on_312(monkeypatch)
     _require(_HONEST)
 
