@@ -128,7 +128,7 @@ def train(app, steps, save_at, resume_from):
         if kept is not None:  # the uninterrupted call's result, replayed
             return _replay(app, kept, start, steps)
     if save_at is not None and MODE == "thread":
-        deadline = time.monotonic() + 60  # a stat, no read: until the thread has written (4 s lost it under load)
+        deadline = time.monotonic() + 4  # a stat, no read: until the thread has written
         while not (here / "stash.json").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
 
@@ -161,7 +161,9 @@ def train(app, steps, save_at, resume_from):
                 while not ck.is_dir() and time.monotonic() < deadline:
                     time.sleep(0.001)
                 (ck / "stash.json").write_text(stash)
-            threading.Thread(target=early, daemon=True).start()
+            writer = threading.Thread(target=early, daemon=True)
+            writer.start()
+            writer.join(30)  # written before the call returns, whatever the machine's load (a race lost under load)
         elif MODE == "memo":
             builtins.__dict__["_kept"] = stash
         elif MODE in ("rename", "link", "late", "direct"):
