@@ -41,13 +41,22 @@ def write_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...]
                 module: str | None = None, payload: str = "") -> Path:
     """A minimal valid pure-Python wheel (METADATA, WHEEL, RECORD) for ``name==version``, byte-reproducible; its
     package ``__init__`` is ``module`` (default: ``VERSION = '<version>'`` followed by ``payload``)."""
+    init = (f"VERSION = {version!r}\n{payload}" if module is None else module).encode()
+    return wheel_of(folder, name, version, {f"{name.replace('-', '_')}/__init__.py": init}, requires=requires)
+
+
+def wheel_of(folder: Path, name: str, version: str, files: dict[str, bytes], *, requires: tuple[str, ...] = (),
+             tag: str = "py3-none-any") -> Path:
+    """A valid wheel of ``files`` (each in its RECORD, a shipped .pyc as any file) for ``name==version`` and one
+    platform ``tag``, byte-reproducible."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
     files = {
-        f"{dist}/__init__.py": (f"VERSION = {version!r}\n{payload}" if module is None else module).encode(),
+        **files,
         f"{info}/METADATA": ("Metadata-Version: 2.1\n" f"Name: {name}\n" f"Version: {version}\n"
                              + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: kernodeck-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: kernodeck-tests\nRoot-Is-Purelib: true\n"
+                          f"Tag: {tag}\n").encode(),
     }
     record = []
     for path, data in files.items():
@@ -56,7 +65,7 @@ def write_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...]
     record.append(f"{info}/RECORD,,")
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{dist}-{version}-py3-none-any.whl"
+    target = folder / f"{dist}-{version}-{tag}.whl"
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path, data in files.items():
             entry = zipfile.ZipInfo(path, date_time=_STAMP)

@@ -47,13 +47,10 @@ the uv variables that change what is installed rather than where from are droppe
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import importlib.util
 import marshal
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -74,7 +71,7 @@ from kernodeck.verify.record import Step, Verdict
 from kernodeck.verify.report import Report
 from kernodeck.verify.steps.in_env import stopped_step
 from tests.helpers.project import kd
-from tests.helpers.tinylock import fresh_venv, locked_tiny_project, offline_env, uv
+from tests.helpers.tinylock import fresh_venv, locked_tiny_project, offline_env, uv, wheel_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -179,31 +176,13 @@ def test_marker1_control_same_interpreter_accepted_a_missing_pin_refused(monkeyp
 # COMPILE1 ---------------------------------------------------------------------------------------------------------
 
 
-def _wheel(links: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
-    """A pure-Python wheel holding ``files`` (each in its RECORD), byte-reproducible as tinylock.write_wheel's."""
-    info = f"{name}-{version}.dist-info"
-    files = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-              f"{len(data)}" for path, data in files.items()]
-    files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
-    links.mkdir(parents=True, exist_ok=True)
-    target = links / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(target, "w") as archive:
-        for path, data in files.items():
-            entry = zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0))
-            entry.external_attr = 0o644 << 16
-            archive.writestr(entry, data)
-    return target
-
-
 def _shipping_pyc(links: Path) -> tuple[Path, bytes]:
     """A wheel that ships its module's .pyc in its RECORD (as numpy 2.3.3's cp311 wheel does), and that .pyc."""
     source = b"VERSION = '1.0'\n"
     header = importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little") * 2 + len(source).to_bytes(4, "little")
     pyc = header + marshal.dumps(compile(source, "tinyp/__init__.py", "exec"))  # source mtime 0: stale to a compiler
-    wheel = _wheel(links, "tinyp", "1.0", {"tinyp/__init__.py": source,
-                                                     "tinyp/__pycache__/__init__.cpython-311.pyc": pyc})
+    wheel = wheel_of(links, "tinyp", "1.0", {"tinyp/__init__.py": source,
+                                             "tinyp/__pycache__/__init__.cpython-311.pyc": pyc})
     return wheel, pyc
 
 

@@ -63,13 +63,10 @@ tags to the env's platform.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -96,7 +93,7 @@ from kernodeck.verify.record import Step
 from kernodeck.verify.steps import in_env, inventory_check
 from tests.helpers.hangrunner import INENV, hang_project
 from tests.helpers.project import copy_project, kd
-from tests.helpers.tinylock import env_wheels, fresh_venv, offline_env, uv, wheel_spec
+from tests.helpers.tinylock import env_wheels, fresh_venv, offline_env, uv, wheel_of, wheel_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 _OUTPUTS = {"values": {"kind": "allclose", "passed": True, "max_abs": 0.0, "summary": "ok"}}
@@ -297,21 +294,7 @@ _MAC = "aarch64-apple-darwin"
 
 def _platform_wheel(links: Path, tag: str) -> Path:
     """tinyc 1.0 for one platform tag (its module says which), byte-reproducible."""
-    info = "tinyc-1.0.dist-info"
-    files = {"tinyc/__init__.py": f"TAG = {tag!r}\n".encode(),
-             f"{info}/METADATA": b"Metadata-Version: 2.1\nName: tinyc\nVersion: 1.0\n",
-             f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()}
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-              f"{len(data)}" for path, data in files.items()]
-    files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
-    links.mkdir(parents=True, exist_ok=True)
-    target = links / f"tinyc-1.0-{tag}.whl"
-    with zipfile.ZipFile(target, "w") as archive:
-        for path, data in files.items():
-            entry = zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0))
-            entry.external_attr = 0o644 << 16
-            archive.writestr(entry, data)
-    return target
+    return wheel_of(links, "tinyc", "1.0", {"tinyc/__init__.py": f"TAG = {tag!r}\n".encode()}, tag=tag)
 
 
 def _two_platform_project(root: Path) -> tuple[Path, Path]:
