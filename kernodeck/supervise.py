@@ -1,12 +1,12 @@
 """The one place an in-env process is started and waited on: deadlines, stall detection, cancellation, stacks.
 
-verify, reference, upgrade and replay (through verify), bisect's trials and each calibrate variation start their
-in-env process through :func:`supervise`. It runs in its own process group; its stderr's ``[kernodeck] STEP: WHAT``
-lines are its progress events (a phase, a step's start or end, each ``app.progress``). A step that outlives its
-deadline, a silence longer than ``stall``, or a SIGTERM/SIGINT to this process stops it the same way: every
-process of the run that registered (``kernodeck/inenv/stackhooks.py``) is asked for its stacks, then the whole
-group gets SIGTERM, then SIGKILL after a short grace; no process of the run is left. The caller writes the record
-from the :class:`Stopped` it gets back. A second signal stops everything at once.
+verify, reference, upgrade and replay (through verify), bisect's trials and each calibrate variation start their in-env
+process through :func:`supervise`. It runs in its own process group; its stderr's ``[kernodeck] STEP: WHAT`` lines are
+its progress events (a phase, a step's start or end, each ``app.progress``). A step that outlives its deadline, a
+silence longer than ``stall``, or a SIGTERM/SIGINT to this process stops it the same way: every process of the run that
+registered (``kernodeck/inenv/stackhooks.py``) is asked for its stacks, then the whole group gets SIGTERM, then SIGKILL
+after a short grace; no process of the run is left. The caller writes the record from the :class:`Stopped` it gets back.
+A second signal stops everything at once.
 """
 
 from __future__ import annotations
@@ -103,12 +103,13 @@ class Supervised:
 
 @dataclass
 class _Progress:
-    """What the process said last: the step running, its phase, when each began."""
+    """What the process said last: the step running, its phase, when each began, whether it said its end (STOP3)."""
 
     step: str = ""
     what: str = "starting"
     step_t0: float = field(default_factory=time.monotonic)
     last_t: float = field(default_factory=time.monotonic)
+    ended: bool = False
 
     def feed(self, line: str) -> None:
         if not line.startswith("[kernodeck] "):
@@ -120,9 +121,11 @@ class _Progress:
             return
         head = what.split(" ", 1)[0]
         if head == "start":
-            self.step, self.step_t0, self.what = step, now, "start"
+            self.step, self.step_t0, self.what, self.ended = step, now, "start", False
         elif head not in STATUSES:
-            self.step, self.what = step, what
+            self.step, self.what, self.ended = step, what, False
+        elif step == self.step:
+            self.what, self.ended = what, True
 
     @property
     def last_what(self) -> str:
@@ -298,13 +301,14 @@ def _watch(proc: subprocess.Popen[str], lines: queue.Queue[str | None], progress
             if on_line:
                 on_line(line)
         ran = time.monotonic() - progress.step_t0
-        snapshot = (progress.step, ran, progress.silent(), progress.last_what)
+        running = "" if progress.ended else progress.step  # after its end, a stop is the next step's (pass 62)
+        snapshot = (running, ran, progress.silent(), progress.last_what)
         if signals.received:
             log(f"kernodeck: {signals.received} received: taking the stacks and stopping the run (a second signal "
                 "stops at once)")
             return _Expired(Stop.INTERRUPTED, 0.0, *snapshot, signal=signals.received)
-        if progress.step and ran > deadlines.step(progress.step):
-            return _Expired(Stop.TIMED_OUT, deadlines.step(progress.step), *snapshot)
+        if running and ran > deadlines.step(running):
+            return _Expired(Stop.TIMED_OUT, deadlines.step(running), *snapshot)
         if progress.silent() > deadlines.stall:
             return _Expired(Stop.STALLED, deadlines.stall, *snapshot)
 
@@ -375,10 +379,9 @@ def _ask_stacks(pgid: int, folder: Path) -> set[int]:
 
 
 def _answered(path: Path) -> bool:
-    try:
+    with suppress(OSError):
         return "(most recent call first)" in path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return True
+    return True
 
 
 def _group_alive(pgid: int, known: set[int]) -> bool:
@@ -391,8 +394,7 @@ def _group_alive(pgid: int, known: set[int]) -> bool:
 
 
 def _running(pid: int) -> bool:
-    try:
+    with suppress(OSError):
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+        return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+    return False
