@@ -75,6 +75,7 @@ CROSS_CUTTING = {
     "redteam61": "red-team pass 61: an answer's own keys read as the orchestrator's 'never reported', a stop the "
                  "application's SIGTERM handler records as its own failure, the env's markers still partly "
                  "Kernodeck's, uv's config files at install",
+    "redteam62": "red-team pass 62: a step that ended before the supervisor's stop recorded as the stopped one",
 }
 
 
