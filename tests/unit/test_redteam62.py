@@ -92,7 +92,7 @@ def _by_name(steps: list[Step]) -> dict[str, Step]:
 
 def test_stop3_premise_the_supervisor_names_the_step_that_had_ended(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    steps, ended = _stopped(tmp_path, monkeypatch, "between")
+    _, ended = _stopped(tmp_path, monkeypatch, "between")
     assert ended.stopped is not None and ended.stopped.kind is Stop.STALLED
     assert ended.stopped.step == "compare"  # the last step started, though its end line was read before the stop
     assert any("compare: passed" in line for line in ended.tail)
