@@ -118,3 +118,30 @@ def test_stop3_control_a_hang_inside_the_next_step_is_recorded_there(tmp_path: P
     assert recorded["criterion"].status is Status.FAILED and recorded["criterion"].unreported == "stalled"
     drift = Drift.from_steps([s.as_dict() for s in steps])
     assert drift.verdict is DriftVerdict.NOT_VERIFIED and drift.compared
+
+
+@pytest.mark.parametrize("kind", [Stop.INTERRUPTED, Stop.STALLED])
+def test_stop3_an_interruption_after_the_last_step_still_marks_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       kind: Stop) -> None:
+    """The same class at the run's end: every step reported, then the process was stopped. Its steps keep their
+    records, and an interruption (a Ctrl-C as it ended) still makes the run the user's interrupted one; a stall there
+    does not (the control)."""
+    import dataclasses
+
+    project = hang_project(tmp_path / "project")
+    (project / "checks" / "rt62_runner.py").write_text(_RUNNER, encoding="utf-8")
+    monkeypatch.setattr(in_env, "RUNNER", project / "checks" / "rt62_runner.py")
+
+    def watched(*args: Any, **kwargs: Any) -> Supervised:  # the stall after compare, as a Ctrl-C then would be
+        ended = supervise(*args, **kwargs)
+        assert ended.stopped is not None and ended.stopped.step == ""
+        signal = "SIGINT" if kind is Stop.INTERRUPTED else ""
+        return dataclasses.replace(ended, stopped=dataclasses.replace(ended.stopped, kind=kind, signal=signal))
+
+    monkeypatch.setattr(in_env, "supervise", watched)
+    loaded = load_project(project)
+    (tmp_path / "staging").mkdir()
+    run_ = Run(loaded, resolve_platform(loaded, None, None), tmp_path / "staging")
+    in_env.run_checks(run_, Path(sys.executable), ("compare",), {"fake_mode": "between"})
+    assert [(s.name, s.status) for s in run_.steps] == [("compare", Status.PASSED)]
+    assert run_.meta.interrupted == ({"signal": "SIGINT", "step": ""} if kind is Stop.INTERRUPTED else None)

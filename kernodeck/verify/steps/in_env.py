@@ -136,6 +136,9 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
         else:
             step = Step(name, Status.NOT_RUN, reason="an earlier step failed")
         run_.add(step)
+    if ended.stopped is not None and ended.stopped.kind is Stop.INTERRUPTED and not run_.meta.interrupted:
+        # interrupted after every step had reported (its last work, its exit): the run is still the user's to stop
+        run_.meta.interrupted = {"signal": ended.stopped.signal, "step": ""}
 
 
 def stopped_step(run_: Run, name: str, stopped: Stopped, python: Path) -> Step:
