@@ -120,12 +120,13 @@ def test_stop3_control_a_hang_inside_the_next_step_is_recorded_there(tmp_path: P
     assert drift.verdict is DriftVerdict.NOT_VERIFIED and drift.compared
 
 
-@pytest.mark.parametrize("kind", [Stop.INTERRUPTED, Stop.STALLED])
+@pytest.mark.parametrize(("kind", "failed_before"), [(Stop.INTERRUPTED, False), (Stop.STALLED, False),
+                                                    (Stop.INTERRUPTED, True)])
 def test_stop3_an_interruption_after_the_last_step_still_marks_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                       kind: Stop) -> None:
+                                                                       kind: Stop, failed_before: bool) -> None:
     """The same class at the run's end: every step reported, then the process was stopped. Its steps keep their
     records, and an interruption (a Ctrl-C as it ended) still makes the run the user's interrupted one; a stall there
-    does not (the control)."""
+    does not (the control), nor does an interruption once a step failed (the failure is the run's finding)."""
     import dataclasses
 
     project = hang_project(tmp_path / "project")
@@ -142,6 +143,9 @@ def test_stop3_an_interruption_after_the_last_step_still_marks_the_run(tmp_path:
     loaded = load_project(project)
     (tmp_path / "staging").mkdir()
     run_ = Run(loaded, resolve_platform(loaded, None, None), tmp_path / "staging")
+    if failed_before:
+        run_.add(Step("backend", Status.FAILED, error="no device", layer="device"))
     in_env.run_checks(run_, Path(sys.executable), ("compare",), {"fake_mode": "between"})
-    assert [(s.name, s.status) for s in run_.steps] == [("compare", Status.PASSED)]
-    assert run_.meta.interrupted == ({"signal": "SIGINT", "step": ""} if kind is Stop.INTERRUPTED else None)
+    assert ("compare", Status.PASSED) in [(s.name, s.status) for s in run_.steps]
+    marked = kind is Stop.INTERRUPTED and not failed_before
+    assert run_.meta.interrupted == ({"signal": "SIGINT", "step": ""} if marked else None)

@@ -136,8 +136,8 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
         else:
             step = Step(name, Status.NOT_RUN, reason="an earlier step failed")
         run_.add(step)
-    if ended.stopped is not None and ended.stopped.kind is Stop.INTERRUPTED and not run_.meta.interrupted:
-        # interrupted after every step had reported (its last work, its exit): the run is still the user's to stop
+    if ended.stopped is not None and ended.stopped.kind is Stop.INTERRUPTED and not run_.meta.interrupted \
+            and not run_.failed:  # interrupted after every step had passed (its last work, its exit): still stopped
         run_.meta.interrupted = {"signal": ended.stopped.signal, "step": ""}
 
 
