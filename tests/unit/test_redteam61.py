@@ -86,12 +86,11 @@ from kernodeck.lock.write import write_pair
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.sources import Source
-from kernodeck.supervise import Stop, Supervised, supervise
+from kernodeck.supervise import Stop, Supervised
 from kernodeck.upgrade.relock import Drift, DriftVerdict
-from kernodeck.verify.pipeline import Run
 from kernodeck.verify.record import Step
-from kernodeck.verify.steps import in_env, inventory_check
-from tests.helpers.hangrunner import INENV, hang_project
+from kernodeck.verify.steps import inventory_check
+from tests.helpers.hangrunner import RUNNER_HEAD, checks_on_runner
 from tests.helpers.project import copy_project, kd
 from tests.helpers.tinylock import env_wheels, fresh_venv, offline_env, uv, wheel_of, wheel_spec
 
@@ -139,17 +138,7 @@ def test_drift3_control_the_same_answer_with_another_key_is_out_of_tolerance() -
 # A fake in-env runner (tests/helpers/hangrunner.py's pattern): compare passed, then the criterion blocks; with
 # ``fake_mode = "handler"`` the application's own SIGTERM handler writes the step's failure (what the real runner
 # records for its sys.exit, measured) before the process ends.
-_RUNNER = f'''\
-import json, runpy, signal, sys, time
-from pathlib import Path
-
-runpy.run_path({str(INENV / "_package.py")!r})
-from kernodeck_inenv.stackhooks import install
-
-install()
-config = Path(sys.argv[sys.argv.index("--config") + 1])
-steps = config.parent / "steps"
-steps.mkdir(exist_ok=True)
+_RUNNER = RUNNER_HEAD + f'''\
 (steps / "01-compare.json").write_text(json.dumps(
     {{"name": "compare", "status": "passed", "details": {{"outputs": {_OUTPUTS!r}}}}}))
 print("[kernodeck] criterion: start (now)", file=sys.stderr, flush=True)
@@ -168,20 +157,7 @@ while True:
 
 def _stalled_criterion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> tuple[list[Step], Supervised]:
     """run_checks on the fake runner (stall 2 s): the steps recorded and what the supervisor said of the process."""
-    project = hang_project(tmp_path / "project")
-    (project / "checks" / "rt61_runner.py").write_text(_RUNNER, encoding="utf-8")
-    monkeypatch.setattr(in_env, "RUNNER", project / "checks" / "rt61_runner.py")
-    seen: list[Supervised] = []
-    def watched(*args: Any, **kwargs: Any) -> Supervised:
-        seen.append(supervise(*args, **kwargs))
-        return seen[-1]
-
-    monkeypatch.setattr(in_env, "supervise", watched)
-    loaded = load_project(project)
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    run_ = Run(loaded, resolve_platform(loaded, None, None), staging)
-    in_env.run_checks(run_, Path(sys.executable), ("compare", "criterion", "determinism"), {"fake_mode": mode})
+    run_, seen = checks_on_runner(tmp_path, monkeypatch, _RUNNER, ("compare", "criterion", "determinism"), mode)
     return run_.steps, seen[0]
 
 

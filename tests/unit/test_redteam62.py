@@ -21,21 +21,15 @@ supervisor saw end before it stopped the process, recording the stop at the next
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kernodeck.inenv.protocol import Status
-from kernodeck.project.config import load_project
-from kernodeck.project.platforms import resolve_platform
-from kernodeck.supervise import Stop, Supervised, supervise
+from kernodeck.supervise import Stop, Supervised
 from kernodeck.upgrade.relock import Drift, DriftVerdict
-from kernodeck.verify.pipeline import Run
 from kernodeck.verify.record import Step
-from kernodeck.verify.steps import in_env
-from tests.helpers.hangrunner import INENV, hang_project
+from tests.helpers.hangrunner import RUNNER_HEAD, checks_on_runner
 
 _OUTPUTS = {"values": {"kind": "allclose", "passed": True, "max_abs": 0.0, "summary": "ok"}}
 
@@ -44,17 +38,7 @@ _OUTPUTS = {"values": {"kind": "allclose", "passed": True, "max_abs": 0.0, "summ
 # A fake in-env runner (hangrunner's pattern): compare starts, writes its pass and says so (as runner.py does), then
 # the process hangs: ``fake_mode = "between"`` before the criterion's start line (between steps), ``"in"`` after it
 # (the control: a hang in the criterion).
-_RUNNER = f'''\
-import json, runpy, sys, time
-from pathlib import Path
-
-runpy.run_path({str(INENV / "_package.py")!r})
-from kernodeck_inenv.stackhooks import install
-
-install()
-config = Path(sys.argv[sys.argv.index("--config") + 1])
-steps = config.parent / "steps"
-steps.mkdir(exist_ok=True)
+_RUNNER = RUNNER_HEAD + f'''\
 print("[kernodeck] compare: start (now)", file=sys.stderr, flush=True)
 (steps / "01-compare.json").write_text(json.dumps(
     {{"name": "compare", "status": "passed", "duration_s": 0.01, "details": {{"outputs": {_OUTPUTS!r}}}}}))
@@ -68,21 +52,7 @@ while True:
 
 def _stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> tuple[list[Step], Supervised]:
     """run_checks on the fake runner (stall 2 s): the steps recorded and what the supervisor said of the process."""
-    project = hang_project(tmp_path / "project")
-    (project / "checks" / "rt62_runner.py").write_text(_RUNNER, encoding="utf-8")
-    monkeypatch.setattr(in_env, "RUNNER", project / "checks" / "rt62_runner.py")
-    seen: list[Supervised] = []
-
-    def watched(*args: Any, **kwargs: Any) -> Supervised:
-        seen.append(supervise(*args, **kwargs))
-        return seen[-1]
-
-    monkeypatch.setattr(in_env, "supervise", watched)
-    loaded = load_project(project)
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    run_ = Run(loaded, resolve_platform(loaded, None, None), staging)
-    in_env.run_checks(run_, Path(sys.executable), ("compare", "criterion", "determinism"), {"fake_mode": mode})
+    run_, seen = checks_on_runner(tmp_path, monkeypatch, _RUNNER, ("compare", "criterion", "determinism"), mode)
     return run_.steps, seen[0]
 
 
@@ -129,23 +99,13 @@ def test_stop3_an_interruption_after_the_last_step_still_marks_the_run(tmp_path:
     does not (the control), nor does an interruption once a step failed (the failure is the run's finding)."""
     import dataclasses
 
-    project = hang_project(tmp_path / "project")
-    (project / "checks" / "rt62_runner.py").write_text(_RUNNER, encoding="utf-8")
-    monkeypatch.setattr(in_env, "RUNNER", project / "checks" / "rt62_runner.py")
-
-    def watched(*args: Any, **kwargs: Any) -> Supervised:  # the stall after compare, as a Ctrl-C then would be
-        ended = supervise(*args, **kwargs)
+    def as_signalled(ended: Supervised) -> Supervised:  # the stall after compare, as a Ctrl-C then would be
         assert ended.stopped is not None and ended.stopped.step == ""
         signal = "SIGINT" if kind is Stop.INTERRUPTED else ""
         return dataclasses.replace(ended, stopped=dataclasses.replace(ended.stopped, kind=kind, signal=signal))
 
-    monkeypatch.setattr(in_env, "supervise", watched)
-    loaded = load_project(project)
-    (tmp_path / "staging").mkdir()
-    run_ = Run(loaded, resolve_platform(loaded, None, None), tmp_path / "staging")
-    if failed_before:
-        run_.add(Step("backend", Status.FAILED, error="no device", layer="device"))
-    in_env.run_checks(run_, Path(sys.executable), ("compare",), {"fake_mode": "between"})
+    earlier = (Step("backend", Status.FAILED, error="no device", layer="device"),) if failed_before else ()
+    run_, _ = checks_on_runner(tmp_path, monkeypatch, _RUNNER, ("compare",), "between", as_signalled, earlier)
     assert ("compare", Status.PASSED) in [(s.name, s.status) for s in run_.steps]
     marked = kind is Stop.INTERRUPTED and not failed_before
     assert run_.meta.interrupted == ({"signal": "SIGINT", "step": ""} if marked else None)
