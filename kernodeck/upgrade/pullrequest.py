@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,34 +53,54 @@ def _read_signed(signed: Path, name: str) -> dict[str, Any] | str | None:
     return data
 
 
-def _verdict(plat: str, summary: dict[str, Any], sub: Path) -> str:
-    """The row's verdict cell: upgrade's own verdict, the bisect's culprit beside it when it bisected this upgrade."""
-    try:
-        verdict = DriftVerdict(str(summary.get("verdict")))
-    except ValueError:
-        raise _NotShown(f"upgrade/upgrade.json records no verdict upgrade gives ({summary.get('verdict')!r})") from None
-    words = _ROW[verdict] + (f" ({cell(summary['failure'])})" if summary.get("failure") else "")
-    if verdict is not DriftVerdict.OUT:
-        return words
+@dataclass(frozen=True)
+class _Bisect:
+    """The ``bisect.json`` beside an upgrade when it is this upgrade's (``found``), else why it is not shown: in the
+    row (``refused``) and in words for its ``bisect.md`` (``why``); all empty when there is none."""
+
+    found: dict[str, Any] | None = None
+    refused: str = ""
+    why: str = ""
+
+
+def _bisect_of(plat: str, summary: dict[str, Any], sub: Path) -> _Bisect:
+    """The ``bisect.json`` beside an upgrade when it is as bisect wrote it AND bisected that upgrade (its platform, the
+    old and new locks' body digests ``upgrade.json`` records)."""
     try:
         bisected = _read_signed(sub / "bisect", "bisect.json")
     except _NotShown as exc:  # the upgrade's own verdict stands; its bisect is named, not shown
-        return words + f"; bisect: **NOT AS WRITTEN** ({cell(str(exc))})"
+        return _Bisect(None, f"**NOT AS WRITTEN** ({cell(str(exc))})", "its bisect.json is not as bisect wrote it")
     if not isinstance(bisected, dict):
-        return words
+        return _Bisect()
     digests = summary.get("body_digest") or {}
     mine = {"platform": plat, "good": digests.get("old"), "bad": digests.get("new")}
     theirs = {"platform": bisected.get("platform"), **(bisected.get("body_digest") or {})}
     differs = [key for key, value in mine.items() if not value or theirs.get(key) != value]  # none recorded: differs
     if differs:
-        return words + f"; bisect: **NOT THIS UPGRADE'S** (bisect/bisect.json: its {', '.join(differs)} differ)"
-    culprit = " + ".join("/".join(group) for group in bisected.get("culprit", []))
-    said = str(bisected.get("verdict", "?"))
+        return _Bisect(None, f"**NOT THIS UPGRADE'S** (bisect/bisect.json: its {', '.join(differs)} differ)",
+                       "another upgrade's bisect")
+    return _Bisect(bisected)
+
+
+def _verdict(summary: dict[str, Any], bisect: _Bisect) -> str:
+    """The row's verdict cell: upgrade's own verdict, and beside an OUT the culprit of its bisect (or why not shown)."""
+    try:
+        verdict = DriftVerdict(str(summary.get("verdict")))
+    except ValueError:
+        raise _NotShown(f"upgrade/upgrade.json records no verdict upgrade gives ({summary.get('verdict')!r})") from None
+    words = _ROW[verdict] + (f" ({cell(summary['failure'])})" if summary.get("failure") else "")
+    if verdict is not DriftVerdict.OUT or (bisect.found is None and not bisect.refused):
+        return words
+    if bisect.found is None:
+        return words + f"; bisect: {bisect.refused}"
+    culprit = " + ".join("/".join(group) for group in bisect.found.get("culprit", []))
+    said = str(bisect.found.get("verdict", "?"))
     return words + f"; bisect: {culprit or (said + ', but names no culprit' if said == 'found' else said)}"
 
 
 def _platform_row(plat: str, sub: Path) -> tuple[str, str]:
-    """One platform's row of the pull request's table and its details block."""
+    """One platform's row of the pull request's table and its details block: ``bisect.md`` shown only beside a
+    ``bisect.json`` of this upgrade, whatever the verdict."""
     try:
         summary = _read_signed(sub / "upgrade", "upgrade.json")
         if summary is None:
@@ -91,7 +112,8 @@ def _platform_row(plat: str, sub: Path) -> tuple[str, str]:
         for change in summary.get("changes", []):
             counts[change["kind"]] = counts.get(change["kind"], 0) + 1
         changed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "none"
-        row = f"| {plat} | {changed} | {_verdict(plat, summary, sub)} |"
+        bisect = _bisect_of(plat, summary, sub)
+        row = f"| {plat} | {changed} | {_verdict(summary, bisect)} |"
     except _NotShown as exc:
         return f"| {plat} | — | **NOT AS WRITTEN FOR THIS PLATFORM**: {cell(str(exc))}; its result is not shown |", ""
     blocks = []
@@ -100,8 +122,8 @@ def _platform_row(plat: str, sub: Path) -> tuple[str, str]:
             text = _read_signed(signed, name)
         except _NotShown as exc:
             text = f"{exc}: not shown"
-        if name == "bisect.md" and "NOT THIS UPGRADE'S" in row:
-            text = "bisect/bisect.md: another upgrade's bisect, not shown"
+        if name == "bisect.md" and text and bisect.found is None:
+            text = f"bisect/bisect.md: {bisect.why or 'beside no bisect.json of this upgrade'}, not shown"
         blocks.append(text if isinstance(text, str) else "")
     return row, "\n".join(b for b in blocks if b)
 

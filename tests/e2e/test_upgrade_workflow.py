@@ -246,3 +246,24 @@ def test_propose_job_opens_one_pr_whose_body_is_the_generated_one(tmp_path: Path
     assert "## Relock as of 2026-11-01" in (tmp_path / "summary").read_text(encoding="utf-8")
     files = run_git(origin, "diff", "--name-only", "main", "kernodeck/relock-42").split()
     assert sorted(files) == sorted([f"lockfiles/{platform}.txt", f"lockfiles/pylock.{platform}.toml"])
+
+
+def test_pr_body_shows_a_bisect_report_only_beside_its_own_upgrade_whatever_the_verdict(tmp_path: Path) -> None:
+    """A stale bisect folder beside an upgrade that holds (so its row reads no bisect) is not shown in the details
+    either; nor is a bisect.md beside a bisect.json changed since bisect wrote it. Control: its own bisect is."""
+    one = "cp311-linux_x86_64-cpu"
+    platform_result(tmp_path / "stale", one, holds=False, culprit=[["six"]])
+    platform_result(tmp_path, one, holds=True)
+    shutil.copytree(tmp_path / "stale" / one / "bisect", tmp_path / one / "bisect")
+    found = tmp_path / one / "bisect" / "bisect.json"
+    data = json.loads(found.read_text(encoding="utf-8"))
+    data["body_digest"]["bad"] = "sha256:an-earlier-new-lock"
+    found.write_text(json.dumps(data), encoding="utf-8")
+    outdir.mark(found.parent, "bisect")
+    body = pr_body([one], tmp_path)
+    assert "## Bisect of" not in body and "bisect/bisect.md: another upgrade's bisect, not shown" in body
+    found.write_text(json.dumps({**data, "culprit": [["numpy"]]}), encoding="utf-8")  # changed after it was signed
+    assert "its bisect.json is not as bisect wrote it, not shown" in pr_body([one], tmp_path)
+    own = tmp_path / "own"
+    platform_result(own, one, holds=False, culprit=[["numpy"]])
+    assert "## Bisect of" in pr_body([one], own)
