@@ -329,8 +329,8 @@ def diff(expected: dict[str, str], observed: dict[str, str], ignore: frozenset[s
 
 
 def expected_from_lock(lock: Lockfile, environment: dict[str, str]) -> dict[str, str]:
-    """The pins that apply to an environment: markers evaluated with its values (env/wheelhouse.marker_environment:
-    its platform's, never those of the interpreter running Kernodeck, which may be another Python)."""
+    """The pins that apply to an environment: markers evaluated with its values (env/pythons.marker_values: what its
+    own interpreter reports, never those of the interpreter running Kernodeck, which may be another Python)."""
     out = {}
     for pin in lock.pins:
         if pin.marker and not Marker(pin.marker).evaluate(environment):

@@ -326,16 +326,17 @@ class _Build:
         freeze_argv = [*self.pip, "freeze", "--all"]
         self.record(check_argv)
         self.record(freeze_argv)
+        env = reading_env()
         with alive("rebuild: pip check and freeze"):
-            checking = self.pool.submit(self.step, "pip-check", check_argv, reading_env(), recorded=True)
-            freeze = self.step("freeze", freeze_argv, reading_env(), recorded=True)
+            checking = self.pool.submit(self.step, "pip-check", check_argv, env, recorded=True)
+            freeze = self.step("freeze", freeze_argv, env, recorded=True)
             pip_check = checking.result()
         unlocked = [] if self.has_pip else _seeds_left(self.env, {p.name for p in self.lock.pins},
                                                        ("pip", *VENV_SEEDS))
         if unlocked:
             # A lock without pip: the pip `python -m venv` seeded served check and freeze, and goes now, so that every
             # file of the env is a locked distribution's (envfiles); the freeze record drops its lines too.
-            self.step("remove-pip", [*self.pip, "uninstall", "--yes", *unlocked], reading_env())
+            self.step("remove-pip", [*self.pip, "uninstall", "--yes", *unlocked], env)
             freeze = "".join(line for line in freeze.splitlines(keepends=True)
                                 if line.split("==", 1)[0].strip().lower() not in unlocked)
         return freeze, pip_check
