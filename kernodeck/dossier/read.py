@@ -59,7 +59,6 @@ def changed_since_written(folder: Path) -> list[str]:
     return [UNRECORDED]
 
 
-
 def file_as_written(signed: Path, rel: str) -> str:
     """What is wrong with one file ``rel`` of a signed folder for a reader of that file alone (the relock pull
     request's body reads ``upgrade.json`` and ``bisect.json`` from downloaded artifacts): "" when its marker lists it
@@ -74,6 +73,7 @@ def file_as_written(signed: Path, rel: str) -> str:
         if entry.startswith(rel + " ("):
             return entry[len(rel) + 2:-1]  # "changed since Kernodeck wrote it", "missing"
     return ""
+
 
 def _text(path: Path) -> str:
     try:
