@@ -60,19 +60,38 @@ def test_a_worker_blocked_in_the_dataset_is_data_loading_with_the_workers_line(r
     assert "runner.py" not in shown and "frame(s) of Kernodeck's in-env runner trimmed" in shown
 
 
-@pytest.mark.parametrize("importing", [True, False], ids=["importing-torch", "loading-data"])
-def test_a_child_importing_torch_is_not_data_loading(root: Path, importing: bool) -> None:
-    """The resume check's worker, started early, may still be importing torch (``torch/utils/data``'s module bodies)
-    when a hook in the application hangs: the layer stays the operator's (CI caught a stop named data-loading). The
-    control: the same child running the data code is a DataLoader worker."""
+_IMPORT = ("<frozen importlib._bootstrap>", 241, "_call_with_frames_removed")
+_MP = "/usr/lib/python3.11/multiprocessing"
+_STARTED = [(f"{_MP}/process.py", 108, "run"), (f"{_MP}/spawn.py", 135, "_main"), ("<string>", 1, "<module>")]
+
+
+@pytest.mark.parametrize(
+    ("inner", "loading"),
+    [([(f"{SITE}/torch/utils/data/_utils/worker.py", 10, "<module>"), _IMPORT,
+       (str(INENV / "resume.py"), 90, "_serve")], False),
+     # the functions the module bodies call while torch is imported (datapipes' decorators and metaclasses): CI
+     # caught a stop named data-loading when the worker was in one
+     ([(f"{SITE}/torch/utils/data/datapipes/_decorator.py", 30, "__call__"),
+       (f"{SITE}/torch/utils/data/datapipes/iter/callable.py", 40, "<module>"), _IMPORT,
+       (f"{SITE}/torch/__init__.py", 2000, "<module>"), _IMPORT, (str(INENV / "resume.py"), 90, "_serve")], False),
+     ([(f"{SITE}/torch/utils/data/datapipes/_typing.py", 270, "__new__"), _IMPORT,
+       (str(INENV / "resume.py"), 90, "_serve")], False),
+     # the control: a DataLoader worker loading data, and one that imports a module while it loads
+     ([(f"{SITE}/torch/utils/data/_utils/worker.py", 300, "_worker_loop"), *_STARTED], True),
+     ([(f"{SITE}/torch/utils/data/datapipes/_typing.py", 270, "__new__"), _IMPORT,
+       (f"{SITE}/torch/utils/data/_utils/worker.py", 300, "_worker_loop"), *_STARTED], True)],
+    ids=["module-body", "decorator-under-import", "metaclass-under-import", "worker-loop", "worker-importing"])
+def test_a_child_importing_torch_is_not_data_loading(root: Path, inner: list[tuple[str, int, str]],
+                                                     loading: bool) -> None:
+    """The resume check's worker, started early, may still be importing torch (``torch/utils/data``'s module bodies
+    and the functions they call) when a hook in the application hangs: the layer stays the operator's. The control:
+    a child in a DataLoader's worker loop is data loading, even while it imports something."""
     app = str(root / "checks" / "app.py")
     main = _dump(10, 1, "started", _runner(root, ("/usr/lib/python3.11/time.py", 1, "sleep"), (app, 3, "slow_hook"),
                                            (f"{SITE}/torch/nn/modules/module.py", 1790, "_call_impl"), (app, 1, "run")))
-    data = (f"{SITE}/torch/utils/data/_utils/worker.py", 10, "<module>" if importing else "_worker_loop")
-    child = _dump(12, 10, "started", [data, ("<frozen importlib._bootstrap>", 1, "_call_with_frames_removed"),
-                                      (str(INENV / "resume.py"), 90, "_serve")])
+    child = _dump(12, 10, "started", inner)
     found = diagnose("application", [parse(main), parse(child)], 10, root)
-    assert found.layer == ("operator:slow_hook" if importing else "data-loading")
+    assert found.layer == ("data-loading" if loading else "operator:slow_hook")
 
 
 @pytest.mark.parametrize(
