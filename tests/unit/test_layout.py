@@ -76,6 +76,7 @@ CROSS_CUTTING = {
                  "application's SIGTERM handler records as its own failure, the env's markers still partly "
                  "Kernodeck's, uv's config files at install",
     "redteam62": "red-team pass 62: a step that ended before the supervisor's stop recorded as the stopped one",
+    "redteam63": "red-team pass 63: a seeded pip kept over the lock's file; no-binary builds a locked wheel's sdist",
 }
 
 
