@@ -52,6 +52,7 @@ class RunMeta:
     runner_env: dict[str, str] | None = None
     deadlines: dict[str, Any] | None = None
     interrupted: dict[str, Any] | None = None  # the signal that stopped it, and at which step
+    runner_end: dict[str, Any] | None = None  # the in-env process failed after every step reported: code, error
 
     def as_dict(self) -> dict[str, Any]:
         """The fields learnt, in this order (report.json)."""

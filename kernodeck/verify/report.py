@@ -68,8 +68,8 @@ class Report:
                     missing = [c for c in missing if c.id != "reference-current"]
                 if missing and not (self.not_established and all(c.variant for c in missing)):
                     return Verdict.FAILED
-                if unexcused_skips(self.steps, self.mode):
-                    return Verdict.FAILED
+                if unexcused_skips(self.steps, self.mode) or self.meta.get("runner_end"):
+                    return Verdict.FAILED  # a skip a pass may not take; the in-env process failing after its steps
                 if self.changed_code:
                     return Verdict.PASSED_WITH_CHANGED_CODE
                 return Verdict.PASSED_UNLOCKED if self.not_established else Verdict.PASSED
@@ -98,6 +98,9 @@ class Report:
                 failure = self.first_failure()
                 if failure is not None or overall(self.steps) is not Status.PASSED:
                     return f"failed at {failure.name if failure else 'an unrun step'}"
+                if end := self.meta.get("runner_end"):
+                    return (f"every step passed, but the check process then failed (exit {end.get('code')}): "
+                            f"{end.get('error') or 'no error printed'}")
                 missing = self.unestablished()
                 return "every step passed, but NOT established: " + "; ".join(
                     [f"{c.text} ({c.why})" for c in missing]

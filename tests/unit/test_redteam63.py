@@ -68,6 +68,8 @@ from kernodeck.lock.write import write_pair
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.sources import Source
+from kernodeck.verify.record import Verdict
+from kernodeck.verify.report import Report
 from tests.helpers.hangrunner import RUNNER_HEAD, checks_on_runner
 from tests.helpers.project import copy_project, kd
 from tests.helpers.tinylock import (
@@ -312,16 +314,18 @@ def test_exit1_premise_the_runner_failed_after_its_last_step(tmp_path: Path, mon
     assert any("RuntimeError: the final library map" in line for line in ended.tail)
 
 
-@pytest.mark.xfail(strict=True, reason="EXIT1: the in-env runner's failure after every step reported (exit 1, a "
-                                       "traceback) is kept nowhere in the run's record; the run passes")
 def test_exit1_a_runner_that_failed_after_its_last_step_is_recorded(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """EXIT1 (fixed): the run's record keeps the process's end and its first error; the verdict is no pass."""
     run_, _ = _exited(tmp_path, monkeypatch, "raises")
-    kept = json.dumps([run_.meta.as_dict(), *(s.as_dict() for s in run_.steps)])
-    assert run_.failed or "the final library map could not be written" in kept, kept[-600:]
+    end = run_.meta.runner_end
+    assert end is not None and end["code"] == 1 and "the final library map could not be written" in end["error"]
+    report = Report("p", run_.steps, run_.meta.as_dict())
+    assert report.verdict is Verdict.FAILED
+    assert report.verdict_line().startswith("every step passed, but the check process then failed (exit 1): ")
 
 
 def test_exit1_control_a_runner_that_ends_cleanly_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_, ended = _exited(tmp_path, monkeypatch, "ends")
-    assert ended.code == 0 and not run_.failed
+    assert ended.code == 0 and not run_.failed and run_.meta.runner_end is None
     assert [(s.name, s.status) for s in run_.steps] == [("compare", Status.PASSED)]

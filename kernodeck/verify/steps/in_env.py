@@ -139,6 +139,10 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     if ended.stopped is not None and ended.stopped.kind is Stop.INTERRUPTED and not run_.meta.interrupted \
             and not run_.failed:  # interrupted after every step had passed (its last work, its exit): still stopped
         run_.meta.interrupted = {"signal": ended.stopped.signal, "step": ""}
+    elif ended.stopped is None and code != 0 and crashed_at is None and not run_.failed:
+        # every step reported and none failed, yet the process failed after them (its last work: the resume
+        # worker's close, the final library map): the run's record says so, and it is no pass (red-team pass 63, EXIT1)
+        run_.meta.runner_end = {"code": code, "error": first_error(chr(10).join(tail))}
 
 
 def stopped_step(run_: Run, name: str, stopped: Stopped, python: Path) -> Step:
