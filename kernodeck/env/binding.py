@@ -113,6 +113,16 @@ def problems(marker: Mapping[str, object], lock: lockfile.Lockfile) -> list[str]
     return found
 
 
+def build_problems(lock: lockfile.Lockfile, wheels: Mapping[str, Wheel], installed: Mapping[str, str],
+                   source: HashSource) -> list[str]:
+    """Why a build just installed is not bound to ``lock`` (empty: it is): a distribution its install did not name
+    was in the env before it, never installed from the lock's file (red-team pass 63, SEED1); and the record the env
+    will carry must hold as every reuse holds it (:func:`problems`)."""
+    found = [f"{name}=={installed[name]} was in the env before the lock's install (never installed from the lock's "
+             "file)" for name in sorted(set(installed) - set(wheels))]
+    return found + problems(record(lock, wheels, source), lock)
+
+
 def require_bound(marker: Mapping[str, object], lock: lockfile.Lockfile, env: str) -> None:
     """Raise when the env ``env`` (its completion record ``marker``) is not bound to ``lock``."""
     found = problems(marker, lock)

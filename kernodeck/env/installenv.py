@@ -1,5 +1,6 @@
-"""The environment each installer command of a rebuild runs under: the caller's sources reach the install, never
-where or what it installs, and nothing of the caller's pip setup reaches the commands that read the finished env.
+"""Which installer a rebuild runs, and the environment each of its commands runs under: the caller's sources reach
+the install, never where or what it installs, and nothing of the caller's pip setup reaches the commands that read
+the finished env.
 
 pip takes any option from a ``PIP_<OPTION>`` variable and from its config files. For ``pip check`` and ``pip freeze``
 (and the removal of a seeded pip), which read the env and need no source, that is every variable and every file:
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import os
 
-from kernodeck._proc import clean_env
+from kernodeck import tips
+from kernodeck._proc import clean_env, uv_available
+from kernodeck.errors import ConfigError
 from kernodeck.sources import SOURCE_VARS
 
 # pip's options that send an install elsewhere than the env's own site-packages, or leave a pin out of it; uv's that
@@ -48,3 +51,14 @@ def reading_env() -> dict[str, str]:
     env = {k: v for k, v in clean_env().items() if not k.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
     return env
+
+
+def choose_installer(requested: str | None) -> str:
+    if requested in (None, "auto"):
+        return "uv" if uv_available() else "pip"
+    if requested not in ("uv", "pip"):
+        raise ConfigError(f"unknown installer {requested!r}; use uv or pip",
+                          tip=tips.nox("rebuild", "--installer", "pip"))
+    if requested == "uv" and not uv_available():
+        raise ConfigError("uv is not installed here", tip=tips.nox("rebuild", "--installer", "pip"))
+    return requested

@@ -24,10 +24,10 @@ from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER, clean_incomplete, current_env, env_python, platform_dir
 from kernodeck.env.envdirs import marker as _marker
 from kernodeck.env.envdirs import promote as _promote
-from kernodeck.env.installenv import installing_env, offline_env, reading_env
+from kernodeck.env.installenv import choose_installer, installing_env, offline_env, reading_env
 from kernodeck.env.sealing import require_intact as _require_intact
 from kernodeck.env.sealing import seal as _seal
-from kernodeck.errors import CommandFailed, ConfigError, RebuildFailed
+from kernodeck.errors import CommandFailed, RebuildFailed
 from kernodeck.lock import lockfile
 from kernodeck.project.config import Project
 from kernodeck.project.platforms import Platform
@@ -86,17 +86,6 @@ def _seeds_left(env: Path, pinned: set[str], seeds: tuple[str, ...] = VENV_SEEDS
     site = [p for p in env.glob("lib/python*/site-packages")] + [env / "Lib" / "site-packages"]
     return [name for name in seeds if name not in pinned
             and any(next(folder.glob(f"{name}-*.dist-info"), None) for folder in site if folder.is_dir())]
-
-
-def choose_installer(requested: str | None) -> str:
-    if requested in (None, "auto"):
-        return "uv" if uv_available() else "pip"
-    if requested not in ("uv", "pip"):
-        raise ConfigError(f"unknown installer {requested!r}; use uv or pip",
-                          tip=tips.nox("rebuild", "--installer", "pip"))
-    if requested == "uv" and not uv_available():
-        raise ConfigError("uv is not installed here", tip=tips.nox("rebuild", "--installer", "pip"))
-    return requested
 
 
 def _base_python(plat: Platform, given: str | None) -> dict[str, str]:
@@ -194,6 +183,7 @@ class _Build:
         self.python = env_python(self.env)
         self.has_pip = any(p.name == "pip" for p in lock.pins)
         self.pip: list[str] = [str(self.python), "-m", "pip"]  # the pip that installs (pip), checks and freezes
+        self.seeded = False  # the env was made with pip (and setuptools) in it: see create()
         self.commands: list[str] = []
         self.wheels: dict[str, binding.Wheel] = {}
         self.hash_source = binding.HashSource.VERIFIED
@@ -246,10 +236,13 @@ class _Build:
         try:
             self.create()
             self.install()
+            if self.has_pip:
+                self.pip = [str(self.python), "-m", "pip"]  # the lock's pip, just installed, checks and freezes
             freeze, pip_check = self.check_and_freeze()
             installed = inventory.parse_freeze(freeze)  # a pin whose marker excludes this machine was not installed
             self.require_the_locks(installed)
             self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
+            self.require_bound(installed)
             files = _seal(self.env, self.lock, self.durations, self.plat)
             self.write_records(freeze, pip_check, files)
         except BaseException:
@@ -260,23 +253,25 @@ class _Build:
         _promote(self.project, self.plat, self.env)
         log(f"kernodeck: promoted {self.env.relative_to(self.project.root)}; interpreter: {self.python}")
         return RebuildResult(self.env, self.python, False, reason, self.chosen, self.digest, self.commands, freeze,
-                             pip_check.strip(), self.durations, self.found, _index_note(self.vindex, self.wheelhouse),
-                             files)
+                             pip_check.strip(), self.durations, self.found, self.index_note, files)
 
     def create(self) -> None:
-        """The empty env. A lock that pins pip gets it from its install; one that does not is served by the pip the
-        base interpreter bundles, run from its wheel (the pip ``python -m venv`` would seed, never in the env: every
-        file of the env is a locked distribution's, envfiles), else seeded by ``python -m venv`` and removed after."""
+        """The empty env, so that every distribution comes from a file the install checked against the lock (a seeded
+        pip at the locked version stayed "already satisfied": red-team pass 63, SEED1). pip installs from the wheel the
+        base bundles for ensurepip, never in the env; a lock's own pip checks and freezes. A base without that wheel:
+        ``python -m venv`` (seeded), every pin installed again from its file, unpinned seeds removed after."""
         base = self.found["path"]
-        wheel = None if self.has_pip else pythons.bundled_pip(base)
+        wheel = pythons.bundled_pip(base)
         if wheel:
             self.pip = [str(self.python), f"{wheel}/pip"]
+            self.display[self.pip[1]] = f"ensurepip/{os.path.basename(wheel)}/pip"  # the tool, not this machine's path
         if self.chosen == "uv" and (self.has_pip or wheel):
             # uv venv itself reaches no index: the sources are not needed yet.
             self.step("create", [uv_available() or "uv", "venv", "--quiet", "--python", base, str(self.env)],
                       self.pip_env)
         else:
             self.step("create", [base, "-m", "venv", *(["--without-pip"] if wheel else []), str(self.env)])
+            self.seeded = not wheel
         if self.probe is not None and not (answer := self.probe.result())[0]:
             log(f"kernodeck: {self.vindex.describe()} is unreachable ({answer[1]}); installing from this machine's "
                 f"sources and PyPI (set {self.vindex.var} to a mirror of it if they lack its files)")
@@ -288,18 +283,24 @@ class _Build:
 
     def install(self) -> None:
         offline = ["--no-index", "--find-links", str(self.wheelhouse)] if self.wheelhouse else []
-        binary = ([] if not self.only_binary() else ["--no-build"] if self.chosen == "uv"
-                  else ["--only-binary", ":all:"])
-        if self.chosen == "uv":
+        uv = self.chosen == "uv"
+        # A pin's wheel unless the platform says wheels only; pip's no-binary (a variable, a config file) is cleared:
+        # which locked file is installed is not this machine's choice (red-team pass 63, NOBIN1). A seeded env: all
+        # again, from the lock's files.
+        binary = ["--no-build"] if uv and self.only_binary() else [] if uv else \
+            ["--no-binary", ":none:", *(["--only-binary", ":all:"] if self.only_binary() else [])]
+        again = ([] if not self.seeded else ["--reinstall"] if uv else ["--force-reinstall"])
+        if uv:
             uv_env = offline_env() if self.wheelhouse else installing_env(
                 {**uv_environment(self.sources, extra_index=bool(self.online)),
                  **({"UV_NO_INDEX": "1"} if self.no_index else {})})
-            # --link-mode copy: the env's files are its own, never the cache's (a hard link would let an edit of one
-            # env edit the cache and every env linked to it). No bytecode compiled: see COMPILE_AT_INSTALL.
+            # --link-mode copy: the env's files are its own, never the cache's (a hard link: an edit of one env edits
+            # the cache and every env linked to it). No bytecode compiled: see COMPILE_AT_INSTALL.
             argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
                     "--no-deps", "--link-mode", "copy",
                     "--compile-bytecode" if COMPILE_AT_INSTALL else "--no-compile-bytecode"]  # not UV_COMPILE_BYTECODE
-            self.step("install", [*argv, *binary, *offline, *self.online, "-r", self.rel_lock], uv_env, long=True)
+            self.step("install", [*argv, *binary, *again, *offline, *self.online, "-r", self.rel_lock], uv_env,
+                      long=True)
             self.wheels = binding.from_verified(self.lock)  # uv reports no file hash: the sets it verified
             return
         argv = [*self.pip, "install", "--require-hashes", "--no-deps", "--no-input",
@@ -309,8 +310,8 @@ class _Build:
         # pip's installation report: the sha256 of each wheel it installed (the env is bound to them)
         report = self.env.parent / f".{self.env.name}-install-report.json"
         try:
-            self.step("install", [*argv, *binary, "--report", str(report), *offline, *self.online, "-r", self.rel_lock],
-                      self.pip_env, long=True)
+            self.step("install", [*argv, *binary, *again, "--report", str(report), *offline, *self.online, "-r",
+                                  self.rel_lock], self.pip_env, long=True)
             self.wheels = binding.from_pip_report(json.loads(report.read_text(encoding="utf-8")), self.lock)
             self.hash_source = binding.HashSource.REPORT
         finally:
@@ -353,11 +354,22 @@ class _Build:
                 "the install elsewhere or left pins out (pip's config files; PIP_* or UV_* variables)",
                 tip=f"pip config list (and PIP_*, UV_* variables): remove such an option; then {tips.REBUILD_FRESH}")
 
+    @property
+    def index_note(self) -> str:
+        return self.vindex.note(self.wheelhouse is not None)
+
+    def require_bound(self, installed: dict[str, str]) -> None:
+        """No env is promoted that a reuse would refuse, nor one holding what its install did not put there."""
+        found = binding.build_problems(self.lock, self.wheels, installed, self.hash_source)
+        if found:
+            raise RebuildFailed(f"the installed env is not bound to the lock: {'; '.join(found[:3])}"
+                                + (f" (+{len(found) - 3} more)" if len(found) > 3 else ""), tip=tips.REBUILD_FRESH)
+
     def write_records(self, freeze: str, pip_check: str, files: dict[str, object]) -> None:
         marker_text = json.dumps({
             "lock": self.rel_lock, "lock_digest": self.digest, "platform": self.plat.id,
             "base_python": self.found["path"], "installer": self.chosen, "commands": self.commands,
-            "index": _index_note(self.vindex, self.wheelhouse), "pip_check": pip_check.strip(),
+            "index": self.index_note, "pip_check": pip_check.strip(),
             "durations_s": self.durations, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **files,
             **binding.record(self.lock, self.wheels, self.hash_source),
         }, indent=2) + "\n"
@@ -367,15 +379,6 @@ class _Build:
             check_written(text, str(path.relative_to(self.project.root)), public=[public_url(declared)],
                           declared=[declared], secrets=self.secrets)
             write_atomic(path, text)
-
-
-def _index_note(index: VariantIndex, wheelhouse: Path | None) -> str:
-    """What the report says of the variant's index: declared, a mirror (named by its variable), or a wheelhouse."""
-    if wheelhouse is not None:
-        return "none (installed from a wheelhouse)"
-    if index.mirror:
-        return f"mirror ({index.var} replaced {public_url(index.declared)})"
-    return f"declared ({public_url(index.declared)})"
 
 
 def _failure_tip(previous: Path | None, plat: Platform) -> str:

@@ -59,6 +59,13 @@ class VariantIndex:
             return f"the {self.variant} variant's index, replaced by the mirror in {self.var}"
         return f"the {self.variant} variant's index {public_url(self.declared)}"
 
+    def note(self, wheelhouse: bool) -> str:
+        """What a rebuild's report says of this index: declared, a mirror (named by its variable), or a wheelhouse."""
+        if wheelhouse:
+            return "none (installed from a wheelhouse)"
+        return f"mirror ({self.var} replaced {public_url(self.declared)})" if self.mirror else \
+            f"declared ({public_url(self.declared)})"
+
     def shown(self) -> str:
         """The index as a recorded command shows it: the declared URL, or the variable holding the mirror."""
         return f"${self.var}" if self.mirror else public_url(self.declared)

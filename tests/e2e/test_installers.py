@@ -66,7 +66,9 @@ def test_uv_and_pip_give_identical_inventories(tiny: Tiny) -> None:
     assert uv_marker["installer"] == "uv" and pip_marker["installer"] == "pip"
     uv_cmds, pip_cmds = " | ".join(uv_marker["commands"]), " | ".join(pip_marker["commands"])  # type: ignore[arg-type]
     assert "uv venv" in uv_cmds and "uv pip install" in uv_cmds and "--require-hashes" in uv_cmds
-    assert "-m venv" in pip_cmds and "-m pip install" in pip_cmds and "uv " not in pip_cmds
+    # pip: an empty env, the lock installed by the pip the base bundles (never in the env), checked by the lock's own
+    assert "-m venv --without-pip" in pip_cmds and ".whl/pip install" in pip_cmds and "uv " not in pip_cmds
+    assert "-m pip check" in pip_cmds and "-m pip freeze --all" in pip_cmds
     assert "-m pip check" in uv_cmds and "-m pip freeze --all" in uv_cmds  # pip in the env, run by its interpreter
     assert str(Path.home()) not in uv_cmds + pip_cmds
 
@@ -96,7 +98,8 @@ def test_a_lock_without_pip_is_served_by_the_base_pythons_own_pip_never_installe
     assert proc.returncode == 0, proc.stdout + proc.stderr
     built = current_env(project, plat)
     commands = " | ".join(_marker(built)["commands"])  # type: ignore[arg-type]
-    assert re.search(r"_bundled/pip-[^/ ]+\.whl/pip check", commands) and ".whl/pip freeze --all" in commands
+    assert re.search(r"ensurepip/pip-[^/ ]+\.whl/pip check", commands) and ".whl/pip freeze --all" in commands
+    assert str(Path.home()) not in commands  # the tool, not this machine's path to it
     assert "uninstall" not in commands and "-m pip" not in commands, commands
     assert ("uv venv" in commands) is (installer == "uv"), commands
     assert (installer == "uv") or ("-m venv --without-pip" in commands and ".whl/pip install" in commands)
@@ -171,16 +174,16 @@ def test_verify_report_records_the_reuse_decision(tiny: Tiny, tmp_path: Path) ->
 
 
 def test_uv_requested_but_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rebuild, "uv_available", lambda: None)
+    monkeypatch.setattr(installenv, "uv_available", lambda: None)
     with pytest.raises(ConfigError, match="uv is not installed") as info:
-        rebuild.choose_installer("uv")
+        installenv.choose_installer("uv")
     assert "--installer pip" in info.value.tip
-    assert rebuild.choose_installer(None) == "pip" and rebuild.choose_installer("auto") == "pip"
+    assert installenv.choose_installer(None) == "pip" and installenv.choose_installer("auto") == "pip"
 
 
 def test_unknown_installer_is_refused() -> None:
     with pytest.raises(ConfigError, match="unknown installer"):
-        rebuild.choose_installer("conda")
+        installenv.choose_installer("conda")
 
 
 def test_offline_env_drops_every_source(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,7 +60,7 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import sha256_file
-from kernodeck.env import extension_scan
+from kernodeck.env import binding, extension_scan
 from kernodeck.inenv.protocol import Status
 from kernodeck.lock import check, lockfile
 from kernodeck.lock import inputs as lock_inputs
@@ -148,18 +148,29 @@ def test_seed1_premise_a_seeded_pip_at_the_locked_version_is_never_installed_fro
     assert not _env_pip_is_the_locks(tmp_path / "venv")
 
 
-@pytest.mark.xfail(strict=True, reason="SEED1: rebuild --installer pip keeps the venv's seeded pip at the locked "
-                                       "version; the lock's file is never installed, no hash is bound for it")
-def test_seed1_every_pin_of_a_pip_rebuild_is_the_locks_file(tmp_path: Path) -> None:
+def test_seed1_every_pin_of_a_pip_rebuild_is_the_locks_file_and_bound(tmp_path: Path) -> None:
+    """SEED1 (fixed): the env starts empty, pip is installed from the lock's file like every pin (the bundled pip
+    installs), and the completion record binds its hash."""
     proc, _, env = _rebuilt(tmp_path, "pip")
-    assert proc.returncode != 0 or _env_pip_is_the_locks(env), "the env's pip is the base's ensurepip seed"
-
-
-@pytest.mark.xfail(strict=True, reason="SEED1: the completion record binds no hash to the seeded pip")
-def test_seed1_the_binding_holds_every_installed_pin(tmp_path: Path) -> None:
-    proc, _, env = _rebuilt(tmp_path, "pip")
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert _env_pip_is_the_locks(env), "the env's pip is the base's ensurepip seed"
     wheels = json.loads((env / "kernodeck-complete.json").read_text(encoding="utf-8"))["wheels"]
-    assert proc.returncode != 0 or "pip" in wheels, sorted(wheels)
+    assert sorted(wheels) == ["pip", "tinya", "tinyb"]
+
+
+def test_seed1_a_distribution_the_install_did_not_name_fails_the_build() -> None:
+    """The class: whatever was in the env before the install (a seed, at the locked version) is named, and the
+    build's own record must hold as a reuse holds it. Control: every pin named, bound."""
+    lock = lockfile.parse_text("# body-digest: sha256:" + "d" * 64 + "\n#\ntinya==1.0 \\\n    --hash=sha256:" + "a" * 64
+                               + "\npip==23.2.1 \\\n    --hash=sha256:" + "b" * 64 + "\n", Path("lock.txt"))
+    wheels = {"tinya": binding.Wheel("tinya", "1.0", ("a" * 64,))}
+    found = binding.build_problems(lock, wheels, {"tinya": "1.0", "pip": "23.2.1"}, binding.HashSource.REPORT)
+    assert found == ["pip==23.2.1 was in the env before the lock's install (never installed from the lock's file)"]
+    wheels["pip"] = binding.Wheel("pip", "23.2.1", ("c" * 64,))  # a file the lock does not pin
+    assert "not among the lock's hashes" in " ".join(
+        binding.build_problems(lock, wheels, {"tinya": "1.0", "pip": "23.2.1"}, binding.HashSource.REPORT))
+    wheels["pip"] = binding.Wheel("pip", "23.2.1", ("b" * 64,))
+    assert binding.build_problems(lock, wheels, {"tinya": "1.0", "pip": "23.2.1"}, binding.HashSource.REPORT) == []
 
 
 def test_seed1_control_uv_installs_the_locks_pip(tmp_path: Path) -> None:
@@ -273,14 +284,18 @@ def test_nobin1_premise_pip_builds_a_locked_sdist_when_told_and_built_here_names
     assert extension_scan.built_here(info, "tinyc", "1.0", check.read_lock(loaded, plat).twin) is None
 
 
-@pytest.mark.xfail(strict=True, reason="NOBIN1: the caller's PIP_NO_BINARY builds a pin from its sdist though the "
-                                       "lock has this platform's wheel; the env is promoted, bound, named nowhere")
-def test_nobin1_a_pin_with_this_platforms_wheel_is_installed_from_it(tmp_path: Path) -> None:
-    proc, env, sdist = _nobin_rebuild(tmp_path, PIP_NO_BINARY="tinyc")
-    if proc.returncode == 0:
-        recorded = json.loads((env / "kernodeck-complete.json").read_text(encoding="utf-8"))["wheels"]["tinyc"]
-        assert recorded["sha256"] != [sha256_file(sdist)], "the sdist's hash bound as the installed wheel's"
-        assert _tinyc(env) == _FROM_WHEEL, "the env's tinyc was built here from its sdist"
+@pytest.mark.parametrize("where", ["variable", "config-file"])
+def test_nobin1_a_pin_with_this_platforms_wheel_is_installed_from_it(tmp_path: Path, where: str) -> None:
+    """NOBIN1 (fixed): pip's no-binary from the caller (a variable, a config file) is cleared on the command line:
+    the lock's wheel is installed."""
+    config = tmp_path / "pip.conf"
+    config.write_text("[install]\nno-binary = tinyc\n", encoding="utf-8")
+    told = {"PIP_NO_BINARY": "tinyc"} if where == "variable" else {"PIP_CONFIG_FILE": str(config)}
+    proc, env, sdist = _nobin_rebuild(tmp_path, **told)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    recorded = json.loads((env / "kernodeck-complete.json").read_text(encoding="utf-8"))["wheels"]["tinyc"]
+    assert recorded["sha256"] != [sha256_file(sdist)], "the sdist's hash bound as the installed wheel's"
+    assert _tinyc(env) == _FROM_WHEEL, "the env's tinyc was built here from its sdist"
 
 
 def test_nobin1_control_without_the_variable_the_locks_wheel_is_installed(tmp_path: Path) -> None:
