@@ -109,3 +109,10 @@ def test_stop3_an_interruption_after_the_last_step_still_marks_the_run(tmp_path:
     assert ("compare", Status.PASSED) in [(s.name, s.status) for s in run_.steps]
     marked = kind is Stop.INTERRUPTED and not failed_before
     assert run_.meta.interrupted == ({"signal": "SIGINT", "step": ""} if marked else None)
+    # a hang after the last step (pass 63's class): no pass, its stall and stacks kept in the run's record
+    hung = kind is Stop.STALLED and not failed_before
+    assert (run_.meta.runner_end is not None) == hung
+    if hung:
+        assert run_.meta.runner_end is not None and run_.meta.runner_end["error"].startswith("stalled: no progress")
+        assert "steps/after-the-last-step.stacks.txt" in run_.meta.runner_end["error"]
+        assert (run_.staging / "steps" / "after-the-last-step.stacks.txt").is_file()

@@ -136,13 +136,21 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
         else:
             step = Step(name, Status.NOT_RUN, reason="an earlier step failed")
         run_.add(step)
-    if ended.stopped is not None and ended.stopped.kind is Stop.INTERRUPTED and not run_.meta.interrupted \
-            and not run_.failed:  # interrupted after every step had passed (its last work, its exit): still stopped
-        run_.meta.interrupted = {"signal": ended.stopped.signal, "step": ""}
-    elif ended.stopped is None and code != 0 and crashed_at is None and not run_.failed:
-        # every step reported and none failed, yet the process failed after them (its last work: the resume
-        # worker's close, the final library map): the run's record says so, and it is no pass (red-team pass 63, EXIT1)
-        run_.meta.runner_end = {"code": code, "error": first_error(chr(10).join(tail))}
+    if crashed_at is not None or run_.failed:
+        return  # the failure is the run's finding
+    if ended.stopped is not None and ended.stopped.kind is Stop.INTERRUPTED:
+        # interrupted after every step had passed (its last work, its exit): still stopped
+        run_.meta.interrupted = run_.meta.interrupted or {"signal": ended.stopped.signal, "step": ""}
+    elif ended.stopped is not None or code != 0:
+        # every step reported and none failed, yet the process failed or hung after them (its last work: the resume
+        # worker's close, the final library map; an application's thread that keeps it alive): the run's record
+        # says so, with the stacks of a hang, and it is no pass (red-team pass 63, EXIT1)
+        error = first_error(chr(10).join(tail))
+        if ended.stopped is not None:
+            stacks = "steps/after-the-last-step.stacks.txt"
+            write_atomic(run_.staging / stacks, ended.stopped.stacks)
+            error = ended.stopped.message(stacks)
+        run_.meta.runner_end = {"code": code, "error": error}
 
 
 def stopped_step(run_: Run, name: str, stopped: Stopped, python: Path) -> Step:
