@@ -45,7 +45,7 @@ from kernodeck.upgrade.bisect_search import (
     search,
     settle,
 )
-from kernodeck.upgrade.relock import Drift, DriftVerdict
+from kernodeck.upgrade.relock import Drift, DriftVerdict, ended_steps
 from kernodeck.verify.context import declaration
 from kernodeck.verify.runbuild import Changes, ReferenceConfig, holding, runner_config
 
@@ -291,7 +291,7 @@ class _Trials:
             raise Interrupted(f"the bisect was interrupted ({run_.meta.interrupted['signal']}) during trial "
                               f"{folder.name}; its steps and stacks are in {folder / 'steps'}",
                               tip=tips.nox("bisect", "--good", "OLD_LOCK", "--bad", "NEW_LOCK"))
-        return [s.as_dict() for s in run_.steps]
+        return ended_steps([s.as_dict() for s in run_.steps], run_.meta.runner_end)
 
     def regroup(self, python: Path) -> None:
         """After the new lock's env: groups from its packages' requirements (the first probe tried them all)."""

@@ -122,6 +122,15 @@ class Drift:
         return cls(drifts, criterion, failure)
 
 
+def ended_steps(steps: list[dict[str, Any]], runner_end: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A run's steps as its drift reads them: a check process that failed or hung after its last step (report.json's
+    ``runner_end``) is one failure more, never an answer (the run is no pass: red-team pass 63, EXIT1)."""
+    if not runner_end:
+        return steps
+    return [*steps, {"name": "end", "status": "failed", "unreported": "process ended",
+                     "error": f"the check process after its last step: {runner_end.get('error', '')}"}]
+
+
 def cell(text: str) -> str:
     """Text for a Markdown table cell: a ``|`` (as in ``|ref|``) would end the cell."""
     return text.replace("|", "\\|").replace("\n", " ")
@@ -255,11 +264,12 @@ def upgrade(project: Project, plat: Platform, *, as_of: str | None = None, resol
     try:
         with outdir.filling(folder):  # its verify's dossier goes inside the folder signed above
             report, _ = verify(project, plat, verify_options(folder / "verify", installer))
-        report_steps = [s.as_dict() for s in report.steps]
+        report_steps = ended_steps([s.as_dict() for s in report.steps], report.meta.get("runner_end"))
         interrupted = bool(report.meta.get("interrupted"))
     except KernodeckError as exc:  # verify wrote its dossier; the drift table says where it stopped
         report_json = folder / "verify" / "report.json"
-        report_steps = (json.loads(report_json.read_text(encoding="utf-8"))["steps"] if report_json.exists()
+        written = json.loads(report_json.read_text(encoding="utf-8")) if report_json.exists() else None
+        report_steps = (ended_steps(written["steps"], written.get("runner_end")) if written is not None
                         else [{"name": "verify", "status": "failed", "error": str(exc)}])
     drift = Drift.from_steps(report_steps)
     drift_md = render_drift(drift, title=f"Against the reference: {plat.id}")

@@ -68,6 +68,7 @@ from kernodeck.lock.write import write_pair
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
 from kernodeck.sources import Source
+from kernodeck.upgrade.relock import Drift, DriftVerdict, ended_steps
 from kernodeck.verify.record import Verdict
 from kernodeck.verify.report import Report
 from tests.helpers.hangrunner import RUNNER_HEAD, checks_on_runner
@@ -338,9 +339,14 @@ def test_exit1_a_runner_that_failed_after_its_last_step_is_recorded(tmp_path: Pa
     report = Report("p", run_.steps, run_.meta.as_dict())
     assert report.verdict is Verdict.FAILED
     assert report.verdict_line().startswith("every step passed, but the check process then failed (exit 1): ")
+    # upgrade and bisect read the same run: its numbers held, yet it is no answer (NOT VERIFIED, never "holds")
+    steps = [s.as_dict() for s in run_.steps]
+    assert Drift.from_steps(ended_steps(steps, end)).verdict is DriftVerdict.NOT_VERIFIED
+    assert "the check process after its last step" in Drift.from_steps(ended_steps(steps, end)).failure
 
 
 def test_exit1_control_a_runner_that_ends_cleanly_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_, ended = _exited(tmp_path, monkeypatch, "ends")
     assert ended.code == 0 and not run_.failed and run_.meta.runner_end is None
     assert [(s.name, s.status) for s in run_.steps] == [("compare", Status.PASSED)]
+    assert ended_steps([s.as_dict() for s in run_.steps], run_.meta.runner_end) == [s.as_dict() for s in run_.steps]
