@@ -59,7 +59,7 @@ PIPES_WAIT_S = 60.0  # after the worker exited and its group ended: the rest of 
 
 class Worker:
     """The check's NEW process, started before there is a checkpoint: it imports torch and applies the determinism
-    settings (seconds) while this process works (the runner starts it when the settings step ends), then waits
+    settings (seconds) while this process works (the runner starts it as the application step begins), then waits
     for its one order on stdin: the checkpoint's path, how far to train, what to drop. Nothing else passes to it:
     every trainer state it uses comes from the checkpoint, and its Trainer is made after the order arrives.
     """
