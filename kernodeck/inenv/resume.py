@@ -71,7 +71,9 @@ class Worker:
         # the environment and interpreter from before the project's code ran: what it set (LD_PRELOAD,
         # sys.executable) stays its own
         environ, python = leftover.kernodecks_start()
-        self.cmd = [python, "-s", "-P", "-u", str(script or Path(__file__).resolve()), "--serve"]
+        # -B: it writes no bytecode (the runner, which imported torch before it started, wrote what it reads), so
+        # ending it at once (close) never leaves a half-written file in the env
+        self.cmd = [python, "-s", "-P", "-u", "-B", str(script or Path(__file__).resolve()), "--serve"]
         self.out = ""
         env = {k: v for k, v in environ.items() if not k.startswith("PYTHON") or k == "PYTHONHASHSEED"}
         # its own process group, ended whole once it has answered: nothing it forked outlives its call (red-team pass
@@ -106,14 +108,10 @@ class Worker:
         return self.proc.returncode, said.get("err", "")
 
     def close(self) -> None:
-        """No order will come (an earlier step failed): end of input, and the worker exits without training."""
-        if self.proc.poll() is None:
-            try:
-                self.proc.communicate("", timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.communicate()
+        """No order will come (an earlier step failed): the worker is ended at once, untrained, its torch import cut
+        short (a failed run no longer waits for it, nor pays for the rest of it: about 1.5 CPU-s)."""
         self._end_group()
+        self.proc.communicate()
 
 
 def _serve() -> int:
