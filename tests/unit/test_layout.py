@@ -77,6 +77,8 @@ CROSS_CUTTING = {
                  "Kernodeck's, uv's config files at install",
     "redteam62": "red-team pass 62: a step that ended before the supervisor's stop recorded as the stopped one",
     "redteam63": "red-team pass 63: a seeded pip kept over the lock's file; no-binary builds a locked wheel's sdist",
+    "redteam64": "red-team pass 64: uv's seeded venv kept over the lock's file; uv reads another lock; a stall after "
+                 "the last step",
 }
 
 
