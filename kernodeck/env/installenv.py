@@ -22,13 +22,15 @@ from kernodeck.sources import SOURCE_VARS
 
 # pip's options that send an install elsewhere than the env's own site-packages, or leave a pin out of it; uv's that
 # change what its install writes there (the bytecode it compiles, how files are placed, whether hashes are checked,
-# which interpreter): Kernodeck decides those on the command line, and uv refuses a variable that contradicts a flag
-# (red-team pass 60, COMPILE1: UV_COMPILE_BYTECODE, which uv's docs put in Dockerfiles).
+# which interpreter, what its venv is seeded with, which folder its relative paths are read from): Kernodeck decides
+# those on the command line, and uv refuses a variable that contradicts a flag (red-team pass 60, COMPILE1:
+# UV_COMPILE_BYTECODE, which uv's docs put in Dockerfiles; pass 64, UVSEED1 and WDIR1).
 _WHERE = ("PIP_PYTHON", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_SRC", "PIP_EXCLUDE", "PIP_PLATFORM",
           "PIP_IMPLEMENTATION", "PIP_ABI", "PIP_PYTHON_VERSION", "PIP_DRY_RUN", "PIP_REPORT",
           "UV_COMPILE_BYTECODE", "UV_LINK_MODE", "UV_NO_VERIFY_HASHES", "UV_REINSTALL", "UV_REINSTALL_PACKAGE",
           "UV_NO_INSTALLER_METADATA", "UV_PYTHON", "UV_SYSTEM_PYTHON", "UV_BREAK_SYSTEM_PACKAGES", "UV_TORCH_BACKEND",
-          "UV_PYTHON_DOWNLOADS", "UV_CONFIG_FILE")
+          "UV_PYTHON_DOWNLOADS", "UV_CONFIG_FILE", "UV_VENV_SEED", "UV_VENV_CLEAR", "UV_WORKING_DIR", "UV_PROJECT",
+          "UV_PROJECT_ENVIRONMENT")
 
 
 def offline_env() -> dict[str, str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
-from kernodeck.env import binding, inventory, pythons, snapshot
+from kernodeck.env import binding, inventory, pythons, seeds, snapshot
 from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER, clean_incomplete, current_env, env_python, platform_dir
 from kernodeck.env.envdirs import marker as _marker
@@ -46,8 +46,6 @@ from kernodeck.sources import (
 )
 
 INVENTORY = "kernodeck-inventory.txt"
-# What `python -m venv` seeds (setuptools up to Python 3.11) that the lock may not pin: removed after a pip install.
-VENV_SEEDS = ("setuptools", "wheel")
 # Bytecode is not compiled at install: measured here (docs/env-integrity.md), compiling all of it costs the rebuild
 # far more than the first verify saves by importing the part it needs already compiled. What the interpreter writes
 # later is held by envfiles (bytecode of an owned module, checked against its source before it is kept).
@@ -79,13 +77,6 @@ class RebuildResult:
         data["env"], data["python"] = str(self.env), str(self.python)
         data.pop("inventory")
         return data
-
-
-def _seeds_left(env: Path, pinned: set[str], seeds: tuple[str, ...] = VENV_SEEDS) -> list[str]:
-    """Venv seed distributions present in ``env`` that the lock does not pin."""
-    site = [p for p in env.glob("lib/python*/site-packages")] + [env / "Lib" / "site-packages"]
-    return [name for name in seeds if name not in pinned
-            and any(next(folder.glob(f"{name}-*.dist-info"), None) for folder in site if folder.is_dir())]
 
 
 def _base_python(plat: Platform, given: str | None) -> dict[str, str]:
@@ -272,6 +263,8 @@ class _Build:
         else:
             self.step("create", [base, "-m", "venv", *(["--without-pip"] if wheel else []), str(self.env)])
             self.seeded = not wheel
+        if not self.seeded:
+            seeds.require_empty(self.env)
         if self.probe is not None and not (answer := self.probe.result())[0]:
             log(f"kernodeck: {self.vindex.describe()} is unreachable ({answer[1]}); installing from this machine's "
                 f"sources and PyPI (set {self.vindex.var} to a mirror of it if they lack its files)")
@@ -299,7 +292,7 @@ class _Build:
             argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
                     "--no-deps", "--link-mode", "copy",
                     "--compile-bytecode" if COMPILE_AT_INSTALL else "--no-compile-bytecode"]  # not UV_COMPILE_BYTECODE
-            self.step("install", [*argv, *binary, *again, *offline, *self.online, "-r", self.rel_lock], uv_env,
+            self.step("install", [*argv, *binary, *again, *offline, *self.online, "-r", self.lock_path], uv_env,
                       long=True)
             self.wheels = binding.from_verified(self.lock)  # uv reports no file hash: the sets it verified
             return
@@ -311,14 +304,14 @@ class _Build:
         report = self.env.parent / f".{self.env.name}-install-report.json"
         try:
             self.step("install", [*argv, *binary, *again, "--report", str(report), *offline, *self.online, "-r",
-                                  self.rel_lock], self.pip_env, long=True)
+                                  self.lock_path], self.pip_env, long=True)
             self.wheels = binding.from_pip_report(json.loads(report.read_text(encoding="utf-8")), self.lock)
             self.hash_source = binding.HashSource.REPORT
         finally:
             report.unlink(missing_ok=True)
-        seeds = _seeds_left(self.env, {p.name for p in self.lock.pins})
-        if seeds:
-            self.step("remove-seeds", [*self.pip, "uninstall", "--yes", *seeds], reading_env())
+        unpinned = seeds.left(self.env, {p.name for p in self.lock.pins})
+        if unpinned:
+            self.step("remove-seeds", [*self.pip, "uninstall", "--yes", *unpinned], reading_env())
 
     def check_and_freeze(self) -> tuple[str, str]:
         """pip check and freeze (side by side: both only read the finished env, recorded in order); a seeded pip
@@ -332,8 +325,8 @@ class _Build:
             checking = self.pool.submit(self.step, "pip-check", check_argv, env, recorded=True)
             freeze = self.step("freeze", freeze_argv, env, recorded=True)
             pip_check = checking.result()
-        unlocked = [] if self.has_pip else _seeds_left(self.env, {p.name for p in self.lock.pins},
-                                                       ("pip", *VENV_SEEDS))
+        unlocked = [] if self.has_pip else seeds.left(self.env, {p.name for p in self.lock.pins},
+                                                      ("pip", *seeds.VENV_SEEDS))
         if unlocked:
             # A lock without pip: the pip `python -m venv` seeded served check and freeze, and goes now, so that every
             # file of the env is a locked distribution's (envfiles); the freeze record drops its lines too.
@@ -353,6 +346,12 @@ class _Build:
                 f"the installed env is not the lock's ({delta.summary()}): an installer option of this machine sent "
                 "the install elsewhere or left pins out (pip's config files; PIP_* or UV_* variables)",
                 tip=f"pip config list (and PIP_*, UV_* variables): remove such an option; then {tips.REBUILD_FRESH}")
+
+    @property
+    def lock_path(self) -> str:
+        """The lock as the installer is given it: absolute, so that it reads the file Kernodeck read (a relative one
+        was read from UV_WORKING_DIR: red-team pass 64, WDIR1); recorded relative to the project (``_rel``)."""
+        return str(self.project.root / self.rel_lock)
 
     @property
     def index_note(self) -> str:

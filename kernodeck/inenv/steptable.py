@@ -186,9 +186,9 @@ class StepName(StrEnum):
         checks=("generic, not the application: N training steps == K steps, checkpoint, restore in a NEW process "
                 "(which applies the same settings), continue to N (bitwise on CPU); that process is started as the "
                 "application step begins, so that its torch import overlaps the application's imports, and it gets "
-                "nothing but its order (the checkpoint's path, N, the device) once the checkpoint exists; RNG states (torch,"
-                " every CUDA device, MPS, numpy, python, the loader's generator) saved and restored as CPU tensors, "
-                "only the model moved to the device"))
+                "nothing but its order (the checkpoint's path, N, the device) once the checkpoint exists; RNG states "
+                "(torch, every CUDA device, MPS, numpy, python, the loader's generator) saved and restored as CPU "
+                "tensors, only the model moved to the device"))
     # the application's own train, resumed in a new process; asked for only when declared (verify/context.py)
     RESUME_APPLICATION = StepRow(
         "resume-application", "resume_app", "run",

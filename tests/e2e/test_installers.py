@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import envdirs, installenv, inventory, rebuild
+from kernodeck.env import envdirs, installenv, inventory, rebuild, seeds
 from kernodeck.errors import ConfigError
 from kernodeck.inenv.protocol import Status
 from kernodeck.project.platforms import Platform
@@ -80,7 +80,7 @@ def test_pip_installer_removes_venv_seeds_the_lock_does_not_pin(tiny: Tiny) -> N
     env_dir = current_env(project, plat)
     observed = inventory.parse_freeze((env_dir / rebuild.INVENTORY).read_text(encoding="utf-8"))
     assert observed == pins and "setuptools" not in observed
-    assert rebuild._seeds_left(env_dir, set(pins)) == []
+    assert seeds.left(env_dir, set(pins)) == []
 
 
 
@@ -105,7 +105,7 @@ def test_a_lock_without_pip_is_served_by_the_base_pythons_own_pip_never_installe
     assert (installer == "uv") or ("-m venv --without-pip" in commands and ".whl/pip install" in commands)
     assert inventory.parse_freeze((built / rebuild.INVENTORY).read_text(encoding="utf-8")) == dict(
         wheel_spec(w) for w in wheels)
-    assert rebuild._seeds_left(built, set(), ("pip", *rebuild.VENV_SEEDS)) == []
+    assert seeds.left(built, set(), ("pip", *seeds.VENV_SEEDS)) == []
     # negative: a pin requiring what the lock lacks; the bundled pip's check fails the rebuild, naming it
     broken = tmp_path / "broken"
     wheels = [write_wheel(broken / "links", "tinyc", "1.0", ("tinymissing>=1",))]
@@ -117,8 +117,8 @@ def test_a_lock_without_pip_is_served_by_the_base_pythons_own_pip_never_installe
 def test_seeds_left_sees_a_seed_that_is_not_pinned(tmp_path: Path) -> None:
     site = tmp_path / "lib" / "python3.11" / "site-packages"
     (site / "setuptools-65.5.0.dist-info").mkdir(parents=True)
-    assert rebuild._seeds_left(tmp_path, {"pip"}) == ["setuptools"]
-    assert rebuild._seeds_left(tmp_path, {"pip", "setuptools"}) == []
+    assert seeds.left(tmp_path, {"pip"}) == ["setuptools"]
+    assert seeds.left(tmp_path, {"pip", "setuptools"}) == []
 
 
 def test_second_rebuild_is_reused_and_fresh_rebuilds(tiny: Tiny) -> None:

@@ -1,0 +1,36 @@
+"""What a new venv holds before the lock's install: its seeds.
+
+``python -m venv`` seeds pip (and setuptools up to Python 3.11); ``uv venv`` seeds nothing unless told
+(``UV_VENV_SEED``, ``--seed``). A rebuild makes its env empty (:mod:`kernodeck.env.rebuild`), so that every
+distribution in it comes from a file the install checked against the lock: a seed at a pinned version would be kept
+as "already satisfied", its hash never checked (red-team passes 63 and 64, SEED1 and UVSEED1). The fallback that
+seeds (a base interpreter without ensurepip's wheel) removes the seeds the lock does not pin after the install.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from kernodeck import tips
+from kernodeck.errors import RebuildFailed
+
+# What `python -m venv` seeds (setuptools up to Python 3.11) that the lock may not pin: removed after a pip install.
+VENV_SEEDS = ("setuptools", "wheel")
+
+
+def left(env: Path, pinned: set[str], names: tuple[str, ...] = VENV_SEEDS) -> list[str]:
+    """The distributions of ``names`` present in ``env`` that the lock does not pin (``*``: any distribution)."""
+    site = [p for p in env.glob("lib/python*/site-packages")] + [env / "Lib" / "site-packages"]
+    found = {str(canonicalize_name(info.name.split("-", 1)[0])) for folder in site if folder.is_dir() for name in names
+             for info in folder.glob(f"{name}-*.dist-info")}
+    return sorted(found - pinned)
+
+
+def require_empty(env: Path) -> None:
+    """A new env holds no distribution before the lock's install (pass 64, UVSEED1: ``UV_VENV_SEED``)."""
+    found = left(env, set(), ("*",))
+    if found:
+        raise RebuildFailed(f"the new env {env.name} was not empty before the lock's install: {', '.join(found)} (a "
+                            "venv seed: UV_VENV_SEED?)", tip=f"unset UV_VENV_SEED; then {tips.REBUILD_FRESH}")
