@@ -52,6 +52,8 @@ from typing import Any
 import pytest
 
 from kernodeck._fs import sha256_file
+from kernodeck.env import seeds
+from kernodeck.errors import RebuildFailed
 from kernodeck.inenv.protocol import Status
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
@@ -264,3 +266,15 @@ def test_exit2_control_a_runner_that_ends_cleanly_passes(tmp_path: Path, monkeyp
     assert ended.code == 0 and ended.stopped is None
     assert not run_.failed and run_.meta.runner_end is None and run_.meta.interrupted is None
     assert [(s.name, s.status) for s in run_.steps] == [("compare", Status.PASSED)]
+
+
+def test_uvseed1_a_new_env_that_is_not_empty_fails_the_build(tmp_path: Path) -> None:
+    """The class behind UVSEED1: whatever seeded the new env (a variable, a flag, a tool of this machine), a
+    distribution in it before the lock's install fails the build. Control: an empty env (uv venv's own files only)."""
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "_virtualenv.pth").write_text("import _virtualenv\n", encoding="utf-8")
+    seeds.require_empty(tmp_path / "env")  # the control: no distribution
+    (site / "setuptools-65.5.0.dist-info").mkdir()
+    with pytest.raises(RebuildFailed, match="was not empty before the lock's install: setuptools"):
+        seeds.require_empty(tmp_path / "env")
