@@ -180,16 +180,22 @@ def offline_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def write_lock(project_root: Path, wheels: list[Path]) -> tuple[Path, Platform]:
-    """Point the platform's inputs at ``wheels`` and write its lock (header as `nox -s lock` writes it)."""
+def write_lock(project_root: Path, wheels: list[Path],
+               several: tuple[tuple[str, str, list[Path]], ...] = ()) -> tuple[Path, Platform]:
+    """Point the platform's inputs at ``wheels`` and write its lock (header as `nox -s lock` writes it); each of
+    ``several`` (name, version, files) is pinned by every file's hash, as a real lock lists a pin's wheels and sdist."""
     project = load_project(project_root)
     plat = resolve_platform(project)
     specs = sorted((*wheel_spec(w), sha256_file(w)) for w in wheels)
+    names = sorted([name for name, _, _ in specs] + [name for name, _, _ in several])
     for rel in project.requirements:
-        (project_root / rel).write_text("".join(f"{name}\n" for name, _, _ in specs), encoding="utf-8")
+        (project_root / rel).write_text("".join(f"{name}\n" for name in names), encoding="utf-8")
     (project_root / plat.variant.torch_layer).write_text("# the tiny lock has no torch layer\n", encoding="utf-8")
     inputs = lock_inputs.compute_inputs(project, plat, "pip-tools")
-    body = "".join(f"{name}=={version} \\\n    --hash=sha256:{digest}\n" for name, version, digest in specs)
+    pinned = {name: f"{name}=={version} \\\n    --hash=sha256:{digest}\n" for name, version, digest in specs}
+    pinned.update({name: f"{name}=={version}" + "".join(f" \\\n    --hash=sha256:{sha256_file(f)}" for f in files)
+                   + "\n" for name, version, files in several})
+    body = "".join(pinned[name] for name in sorted(pinned))
     header = [
         ("kernodeck-lock-version", lockfile.FORMAT_VERSION),
         ("platform", plat.id),
@@ -197,23 +203,24 @@ def write_lock(project_root: Path, wheels: list[Path]) -> tuple[Path, Platform]:
         ("variant", plat.variant.name),
         ("resolver", f"pip-tools {lock_inputs.resolver_version(project, 'pip-tools')}"),
         ("command", "written by tests/helpers/tinylock.py"),
-        ("packages", str(len(specs))),
+        ("packages", str(len(pinned))),
         *[("input", f"{k} {v}") for k, v in inputs.entries],
         ("inputs-digest", inputs.digest()),
     ]
     path = lock_inputs.lock_path(project, plat)
     text = lockfile.render(header, body)
     # the lock and its PEP 751 twin, the files placed from the wheels' own folder (no index)
-    links = sorted({str(w.parent) for w in wheels})
+    links = sorted({str(w.parent) for w in [*wheels, *(f for _, _, files in several for f in files)]})
     write_pair(project, plat, text, [Source("find-links", folder) for folder in links], True)
     assert check.check_lock(project, plat) == [], "the tiny lock must be current against its inputs"
     return path, plat
 
 
-def locked_tiny_project(root: Path, wheels: list[Path]) -> tuple[Path, Platform]:
-    """A copy of the project whose lock for this machine pins exactly ``wheels``."""
+def locked_tiny_project(root: Path, wheels: list[Path],
+                        several: tuple[tuple[str, str, list[Path]], ...] = ()) -> tuple[Path, Platform]:
+    """A copy of the project whose lock for this machine pins exactly ``wheels`` (and ``several``: write_lock)."""
     project = copy_project(root)
-    _, plat = write_lock(project, wheels)
+    _, plat = write_lock(project, wheels, several)
     return project, plat
 
 

@@ -74,25 +74,21 @@ from typing import Any, cast
 import packaging.markers
 import pytest
 
-from kernodeck._fs import sha256_file
 from kernodeck.env import pythons, rebuild, wheelhouse
 from kernodeck.errors import KernodeckError, RebuildFailed
 from kernodeck.inenv import judge, steprun
 from kernodeck.inenv._common import CheckFailed
 from kernodeck.inenv.protocol import Status
-from kernodeck.lock import check, lockfile
-from kernodeck.lock import inputs as lock_inputs
-from kernodeck.lock.write import write_pair
+from kernodeck.lock import lockfile
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from kernodeck.sources import Source
 from kernodeck.supervise import Stop, Supervised
 from kernodeck.upgrade.relock import Drift, DriftVerdict
 from kernodeck.verify.record import Step
 from kernodeck.verify.steps import inventory_check
 from tests.helpers.hangrunner import RUNNER_HEAD, checks_on_runner
-from tests.helpers.project import copy_project, kd
-from tests.helpers.tinylock import env_wheels, fresh_venv, offline_env, uv, wheel_of, wheel_spec
+from tests.helpers.project import kd
+from tests.helpers.tinylock import env_wheels, fresh_venv, locked_tiny_project, offline_env, uv, wheel_of
 
 ROOT = Path(__file__).resolve().parents[2]
 _OUTPUTS = {"values": {"kind": "allclose", "passed": True, "max_abs": 0.0, "summary": "ok"}}
@@ -277,26 +273,8 @@ def _two_platform_project(root: Path) -> tuple[Path, Path]:
     """A project whose lock pins pip, tinya, tinyb and tinyc 1.0 with the hashes of its two wheels (a linux and a
     macOS one, as a real lock lists every platform's); its find-links folder."""
     links = root / "links"
-    wheels = env_wheels(links)
     tagged = [_platform_wheel(links, tag) for tag in ("py3-none-manylinux_2_17_x86_64", "py3-none-macosx_11_0_arm64")]
-    project_root = copy_project(root / "project")
-    project = load_project(project_root)
-    plat = resolve_platform(project)
-    specs = sorted((*wheel_spec(w), sha256_file(w)) for w in wheels)
-    for rel in project.requirements:
-        (project_root / rel).write_text("".join(f"{n}\n" for n, _, _ in specs) + "tinyc\n", encoding="utf-8")
-    (project_root / plat.variant.torch_layer).write_text("# the tiny lock has no torch layer\n", encoding="utf-8")
-    inputs = lock_inputs.compute_inputs(project, plat, "pip-tools")
-    pins = {n: f"{n}=={v} \\\n    --hash=sha256:{d}\n" for n, v, d in specs}
-    pins["tinyc"] = "tinyc==1.0" + "".join(f" \\\n    --hash=sha256:{sha256_file(w)}" for w in tagged) + "\n"
-    header = [("kernodeck-lock-version", lockfile.FORMAT_VERSION), ("platform", plat.id), ("python", plat.python),
-              ("variant", plat.variant.name),
-              ("resolver", f"pip-tools {lock_inputs.resolver_version(project, 'pip-tools')}"),
-              ("command", "written by tests/unit/test_redteam61.py"), ("packages", str(len(pins))),
-              *[("input", f"{k} {v}") for k, v in inputs.entries], ("inputs-digest", inputs.digest())]
-    text = lockfile.render(header, "".join(pins[n] for n in sorted(pins)))
-    write_pair(project, plat, text, [Source("find-links", str(links))], True)
-    assert check.check_lock(project, plat) == []
+    project_root, _ = locked_tiny_project(root / "project", env_wheels(links), (("tinyc", "1.0", tagged),))
     return project_root, links
 
 

@@ -63,16 +63,13 @@ from kernodeck._fs import sha256_file
 from kernodeck.env import binding, extension_scan
 from kernodeck.inenv.protocol import Status
 from kernodeck.lock import check, lockfile
-from kernodeck.lock import inputs as lock_inputs
-from kernodeck.lock.write import write_pair
 from kernodeck.project.config import load_project
 from kernodeck.project.platforms import resolve_platform
-from kernodeck.sources import Source
 from kernodeck.upgrade.relock import Drift, DriftVerdict, ended_steps
 from kernodeck.verify.record import Verdict
 from kernodeck.verify.report import Report
 from tests.helpers.hangrunner import RUNNER_HEAD, checks_on_runner
-from tests.helpers.project import copy_project, kd
+from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     current_env,
     env_wheels,
@@ -231,26 +228,8 @@ def _sdist(folder: Path) -> Path:
 def _nobin_project(root: Path) -> tuple[Path, Path, Path]:
     """A tiny project whose lock pins tinyc 1.0 by its py3-none-any wheel and its sdist, as a real lock does."""
     links = root / "links"
-    wheels = env_wheels(links)
     tinyc = [write_wheel(links, "tinyc", "1.0", module=_FROM_WHEEL), _sdist(links)]
-    project_root = copy_project(root / "project")
-    project = load_project(project_root)
-    plat = resolve_platform(project)
-    specs = sorted((*wheel_spec(w), sha256_file(w)) for w in wheels)
-    for rel in project.requirements:
-        (project_root / rel).write_text("".join(f"{n}\n" for n, _, _ in specs) + "tinyc\n", encoding="utf-8")
-    (project_root / plat.variant.torch_layer).write_text("# the tiny lock has no torch layer\n", encoding="utf-8")
-    inputs = lock_inputs.compute_inputs(project, plat, "pip-tools")
-    pins = {n: f"{n}=={v} \\\n    --hash=sha256:{d}\n" for n, v, d in specs}
-    pins["tinyc"] = "tinyc==1.0" + "".join(f" \\\n    --hash=sha256:{sha256_file(f)}" for f in tinyc) + "\n"
-    header = [("kernodeck-lock-version", lockfile.FORMAT_VERSION), ("platform", plat.id), ("python", plat.python),
-              ("variant", plat.variant.name),
-              ("resolver", f"pip-tools {lock_inputs.resolver_version(project, 'pip-tools')}"),
-              ("command", "written by tests/unit/test_redteam63.py"), ("packages", str(len(pins))),
-              *[("input", f"{k} {v}") for k, v in inputs.entries], ("inputs-digest", inputs.digest())]
-    write_pair(project, plat, lockfile.render(header, "".join(pins[n] for n in sorted(pins))),
-               [Source("find-links", str(links))], True)
-    assert check.check_lock(project, plat) == []
+    project_root, _ = locked_tiny_project(root / "project", env_wheels(links), (("tinyc", "1.0", tinyc),))
     return project_root, links, tinyc[1]
 
 
