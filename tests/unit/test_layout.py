@@ -79,6 +79,8 @@ CROSS_CUTTING = {
     "redteam63": "red-team pass 63: a seeded pip kept over the lock's file; no-binary builds a locked wheel's sdist",
     "redteam64": "red-team pass 64: uv's seeded venv kept over the lock's file; uv reads another lock; a stall after "
                  "the last step",
+    "redteam65": "red-team pass 65: a link on the way to the base standard library replaced in a window: any file "
+                 "read through it trusted unrecorded",
 }
 
 
