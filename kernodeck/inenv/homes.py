@@ -4,7 +4,8 @@ the base's own site-packages (packages no lock describes).
 Two readers, one answer: ``_package.py`` lets only a file under a home keep its bytecode cache (the env's thousands of
 modules are not compiled again by each run; a project file is always compiled from its own bytes), and ``paths.py``
 trusts a file under a home (the env is proven by the env check, the stdlib is the base interpreter's), adding only
-Kernodeck's in-env folder and the pseudo file systems. Computed once per process, when ``_package.py`` loads this
+Kernodeck's in-env folder and the pseudo file systems; a read through a link on the way to a home is resolved first
+(``READ_HOMES``). Computed once per process, when ``_package.py`` loads this
 module through the verified loader, before it patches the bytecode path (so standard library only, no sibling).
 """
 
@@ -37,6 +38,11 @@ def _homes() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 HOMES, NOT_HOMES = _homes()
+# The homes a read is trusted under by its path as written: each one's resolved form, and its written form only where
+# no link is on the way to it. A home reached through a link (a uv or Homebrew Python's version link) is judged by
+# the file a path there opens, resolved: the application could make that link again onto any folder for the length of
+# a read (red-team pass 65, HOMELINK1). The bytecode rule keeps both forms (a path there is the env's, its cache too).
+READ_HOMES = tuple(h for h in HOMES if os.path.realpath(h) + os.sep == h)
 
 
 def home(path: str) -> bool:

@@ -24,7 +24,7 @@ forms = homes.forms  # a path as given and resolved (world.py, resume_app.py)
 # Trusted: the interpreter's homes (the env, the base stdlib: homes.py, the list _package.py's bytecode rule reads too),
 # Kernodeck's in-env folder and the pseudo file systems (their ordinary files under /dev excepted: trusted()); not the
 # base's own site-packages inside them.
-TRUSTED = homes.HOMES + tuple(t.rstrip(os.sep) + os.sep for t in (HERE, *PSEUDO))
+TRUSTED = homes.READ_HOMES + tuple(t.rstrip(os.sep) + os.sep for t in (HERE, *PSEUDO))
 HERE_SEP = HERE.rstrip(os.sep) + os.sep
 TRUSTED_ELSEWHERE = tuple(t for t in TRUSTED if t != HERE_SEP)
 UNTRUSTED = homes.NOT_HOMES

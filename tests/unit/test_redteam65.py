@@ -79,9 +79,8 @@ def test_homelink1_control_the_stashed_file_by_its_own_path_is_refused(tmp_path:
     assert "secret.txt" in str(result["error"]), result
 
 
-@pytest.mark.xfail(strict=True, reason="HOMELINK1: a link on the way to the standard library made again onto another "
-                                       "folder in a window: a file read through it is trusted, recorded nowhere")
 def test_homelink1_a_file_read_through_a_replaced_link_to_the_stdlib_is_judged(tmp_path: Path) -> None:
+    """HOMELINK1 (fixed): a home reached through a link is trusted by the file a path there opens (homes.READ_HOMES)."""
     python, link, stash = _linked_base_venv(tmp_path)
     real = os.readlink(link)
     doing = (f"os.remove({str(link)!r}); os.symlink({str(stash)!r}, {str(link)!r}); "
@@ -89,4 +88,15 @@ def test_homelink1_a_file_read_through_a_replaced_link_to_the_stdlib_is_judged(t
              f"os.remove({str(link)!r}); os.symlink({real!r}, {str(link)!r}); assert value == {SECRET!r}, value")
     result = _criterion_doing(tmp_path, doing, python)
     assert os.readlink(link) == real  # the link is put back: nothing is left to see after the call
-    assert result["status"] == "failed", result  # today: passed, the stash's file read and recorded nowhere
+    assert result["status"] == "failed", result  # was: passed, the stash's file read and recorded nowhere
+    assert "secret.txt" in str(result["error"]), result
+
+
+def test_homelink1_control_the_stdlib_through_its_link_is_still_trusted(tmp_path: Path) -> None:
+    """The honest case under the fix: modules and files of the stdlib read through the link (every import there) are
+    the base's, resolved, and pass."""
+    python, link, _ = _linked_base_venv(tmp_path)
+    doing = (f"import decimal, fractions; value = open({str(link / STDLIB / 'this.py')!r}).read(); "
+             "assert value and decimal.Decimal(1) + 1 == 2 and fractions.Fraction(1, 2) * 2 == 1")
+    result = _criterion_doing(tmp_path, doing, python)
+    assert result["status"] == "passed", result
