@@ -81,6 +81,8 @@ CROSS_CUTTING = {
                  "the last step",
     "redteam65": "red-team pass 65: a link on the way to the base standard library replaced in a window: any file "
                  "read through it trusted unrecorded",
+    "redteam66": "red-team pass 66: the env's bin/python link read through a link above the base made again; a "
+                 "calibrate variation failing after its last step read as passed",
 }
 
 
