@@ -45,6 +45,31 @@ HOMES, NOT_HOMES = _homes()
 READ_HOMES = tuple(h for h in HOMES if os.path.realpath(h) + os.sep == h)
 
 
+def _outward_links() -> tuple[str, ...]:
+    """The env's own links that lead out of it, in each form of its prefix: a venv's ``bin/python*`` name the base
+    interpreter by its home's path (through the base's own link when it has one). The env check allows no other link
+    in the env (envfiles: ``lib64`` leads inside it)."""
+    found: set[str] = set()
+    for prefix in forms(sys.prefix) | forms(sys.exec_prefix):
+        for folder in (prefix, os.path.join(prefix, "bin"), os.path.join(prefix, "Scripts")):
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                path = os.path.join(folder, name)
+                if os.path.islink(path) and not (os.path.realpath(path) + os.sep).startswith(READ_HOMES):
+                    found.add(path)
+    return tuple(sorted(found))
+
+
+# A read through one of them is judged by the file it opens, never trusted as written: the application could make a
+# link on the way again onto another folder for one read (red-team pass 66, ENVLINK1). The file they open when the
+# process starts, the interpreter that runs it, is trusted by that path (``platform.libc_ver`` reads it).
+OUTWARD = _outward_links()
+INTERPRETER = os.path.realpath(sys.executable)
+
+
 def home(path: str) -> bool:
     """An absolute, normalised path under a home (and not in the base's site-packages)."""
     return path.startswith(HOMES) and not path.startswith(NOT_HOMES)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kernodeck._fs import write_atomic, write_json
-from kernodeck._proc import clean_env, log
+from kernodeck._proc import clean_env, first_error, log
 from kernodeck.env import start as inenv_start
 from kernodeck.inenv.protocol import ConfigKey
 from kernodeck.project.deadlines import Deadlines
@@ -195,6 +195,9 @@ def read_variation(variation: Variation, folder: Path, rel: str, code: int, seco
     if "failed" in noise:
         return VariationRun(variation, rel, "failed", seconds,
                             f"{noise['failed']['step']}: {noise['failed']['error'][:400]}")
+    if code != 0:  # its numbers written, then the process failed: no measured variation (red-team pass 66, CALEXIT1)
+        return VariationRun(variation, rel, "failed", seconds,
+                            f"the process failed after its last step (exit {code}): {first_error(tail)[:400]}")
     run = VariationRun(variation, rel, "passed", seconds, observed=noise.get("observed", {}),
                        outputs=noise["outputs"])
     log(f"kernodeck: calibrate: {variation.name}: done in {seconds:.1f}s ("
