@@ -83,6 +83,8 @@ CROSS_CUTTING = {
                  "read through it trusted unrecorded",
     "redteam66": "red-team pass 66: the env's bin/python link read through a link above the base made again; a "
                  "calibrate variation failing after its last step read as passed",
+    "redteam67": "red-team pass 67: UV_OVERRIDE replacing a pin's hash in a uv rebuild (promoted with a file the "
+                 "lock does not pin)",
 }
 
 
