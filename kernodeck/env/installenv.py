@@ -6,31 +6,43 @@ pip takes any option from a ``PIP_<OPTION>`` variable and from its config files.
 (and the removal of a seeded pip), which read the env and need no source, that is every variable and every file:
 they run with none (:func:`reading_env`; red-team pass 59, PIP1: ``PIP_PYTHON`` sent the check of a broken env to
 another interpreter's, where it passed, and ``PIP_EXCLUDE`` dropped a pin from the build's record). A pip install
-keeps the caller's sources (config files, ``PIP_INDEX_URL``, ``PIP_FIND_LINKS``...) but not the variables that say
-where it installs (:func:`installing_env`); what a config file could still say is caught after the install, when the
-env is observed to be the lock's (:mod:`kernodeck.env.rebuild`).
+keeps the caller's sources (config files, ``PIP_INDEX_URL``, ``PIP_FIND_LINKS``...), the network's and the cache's,
+and no other installer variable (:func:`installing_env`: an allow-list); what a config file could still say is
+caught after the install, when the env is observed to be the lock's (:mod:`kernodeck.env.rebuild`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 from kernodeck import tips
 from kernodeck._proc import clean_env, uv_available
 from kernodeck.errors import ConfigError
 from kernodeck.sources import SOURCE_VARS
 
-# pip's options that send an install elsewhere than the env's own site-packages, or leave a pin out of it; uv's that
-# change what its install writes there (the bytecode it compiles, how files are placed, whether hashes are checked,
-# which interpreter, what its venv is seeded with, which folder its relative paths are read from): Kernodeck decides
-# those on the command line, and uv refuses a variable that contradicts a flag (red-team pass 60, COMPILE1:
-# UV_COMPILE_BYTECODE, which uv's docs put in Dockerfiles; pass 64, UVSEED1 and WDIR1).
-_WHERE = ("PIP_PYTHON", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_SRC", "PIP_EXCLUDE", "PIP_PLATFORM",
-          "PIP_IMPLEMENTATION", "PIP_ABI", "PIP_PYTHON_VERSION", "PIP_DRY_RUN", "PIP_REPORT",
-          "UV_COMPILE_BYTECODE", "UV_LINK_MODE", "UV_NO_VERIFY_HASHES", "UV_REINSTALL", "UV_REINSTALL_PACKAGE",
-          "UV_NO_INSTALLER_METADATA", "UV_PYTHON", "UV_SYSTEM_PYTHON", "UV_BREAK_SYSTEM_PACKAGES", "UV_TORCH_BACKEND",
-          "UV_PYTHON_DOWNLOADS", "UV_CONFIG_FILE", "UV_VENV_SEED", "UV_VENV_CLEAR", "UV_WORKING_DIR", "UV_PROJECT",
-          "UV_PROJECT_ENVIRONMENT")
+# The installers' variables an install keeps: where files come from (indexes, find-links, their trust, certificates,
+# credentials), the network and the cache, and pip's config file (its sources: what else it could say is caught
+# after the install, and pip intersects a constraint's hashes with the lock's). Every other PIP_* and UV_* variable is
+# dropped: an allow-list, since each one a deny-list missed said where, what or how the install puts files, which
+# Kernodeck decides on the command line (red-team passes 59-64: PIP_PYTHON, UV_COMPILE_BYTECODE, UV_VENV_SEED,
+# UV_WORKING_DIR; pass 67, UVOVR1: UV_OVERRIDE replaced a pin's line, hashes included, and another file was installed).
+_KEPT = frozenset((
+    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_TRUSTED_HOST", "PIP_CERT",
+    "PIP_CLIENT_CERT", "PIP_PROXY", "PIP_RETRIES", "PIP_TIMEOUT", "PIP_DEFAULT_TIMEOUT", "PIP_CACHE_DIR",
+    "PIP_NO_CACHE_DIR", "PIP_KEYRING_PROVIDER", "PIP_CONFIG_FILE", "PIP_DISABLE_PIP_VERSION_CHECK", "PIP_NO_INPUT",
+    "PIP_PROGRESS_BAR", "PIP_NO_COLOR",
+    "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_DEFAULT_INDEX", "UV_FIND_LINKS", "UV_NO_INDEX",
+    "UV_INDEX_STRATEGY", "UV_CACHE_DIR", "UV_NO_CACHE", "UV_OFFLINE", "UV_NATIVE_TLS", "UV_INSECURE_HOST",
+    "UV_KEYRING_PROVIDER", "UV_HTTP_TIMEOUT", "UV_HTTP_RETRIES", "UV_REQUEST_TIMEOUT", "UV_CONCURRENT_DOWNLOADS",
+    "UV_CONCURRENT_INSTALLS", "UV_NO_PROGRESS", "UV_NO_CONFIG",
+))
+_CREDENTIAL = re.compile(r"UV_INDEX_[A-Z0-9_]+_(USERNAME|PASSWORD)")  # a named index's credentials
+
+
+def kept(name: str) -> bool:
+    """Whether an install keeps the caller's variable ``name`` (any that is not pip's or uv's is kept)."""
+    return not name.startswith(("PIP_", "UV_")) or name in _KEPT or bool(_CREDENTIAL.fullmatch(name))
 
 
 def offline_env() -> dict[str, str]:
@@ -41,11 +53,11 @@ def offline_env() -> dict[str, str]:
 
 
 def installing_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """An install's environment (pip's, uv's, and uv's venv): the caller's, without the installers' variables that say
-    where (or what of the lock, or how) it installs; ``extra`` (uv's sources, read from pip's) added. uv reads no
+    """An install's environment (pip's, uv's, and uv's venv): the caller's, of the installers' variables only those it
+    :func:`kept` (sources, network, cache); ``extra`` (uv's sources, read from pip's) added. uv reads no
     config file (``UV_NO_CONFIG``, as the lock's resolution does): its sources are pip's, handed over as variables,
     and a uv.toml's ``python-platform`` installed another platform's wheel (red-team pass 61, UVCONF1)."""
-    return {**{k: v for k, v in clean_env().items() if k not in _WHERE}, "UV_NO_CONFIG": "1", **(extra or {})}
+    return {**{k: v for k, v in clean_env().items() if kept(k)}, "UV_NO_CONFIG": "1", **(extra or {})}
 
 
 def reading_env() -> dict[str, str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck._fs import sha256_file
+from kernodeck.env import installenv
 from tests.helpers.project import kd
 from tests.helpers.tinylock import current_env, fresh_venv, locked_tiny_project, offline_env, uv, write_wheel
 
@@ -82,11 +83,27 @@ def _rebuild(tmp_path: Path, variable: str | None) -> tuple[subprocess.Completed
     return proc, current_env(project, plat), sha256_file(good)
 
 
-@pytest.mark.xfail(strict=True, reason="UVOVR1: UV_OVERRIDE swaps a pin's file in a uv rebuild; promoted as the lock's")
 def test_uvovr1_a_uv_rebuild_never_promotes_a_file_the_lock_does_not_pin(tmp_path: Path) -> None:
+    """UVOVR1 (fixed): the installers keep only the variables of an allow-list (installenv.kept): UV_OVERRIDE never
+    reaches uv, which installs the lock, whose tinya the sources do not serve: the build fails, nothing promoted."""
     proc, env, _ = _rebuild(tmp_path, "UV_OVERRIDE")
-    assert not (proc.returncode == 0 and env.exists() and _tinya(env) == _OTHER), (
-        "promoted with a tinya 1.0 wheel whose hash is not the lock's, recorded as verified against the lock's hashes")
+    assert proc.returncode != 0 and "tinya" in proc.stderr, proc.stderr[-800:]
+    assert not env.exists(), "promoted with a tinya 1.0 wheel whose hash is not the lock's"
+
+
+@pytest.mark.parametrize(("name", "kept"), [
+    ("UV_OVERRIDE", False), ("UV_CONSTRAINT", False), ("UV_EXCLUDE", False), ("UV_BUILD_CONSTRAINT", False),
+    ("PIP_CONSTRAINT", False), ("PIP_REQUIREMENT", False), ("PIP_USE_FEATURE", False), ("UV_A_FUTURE_SETTING", False),
+    ("PIP_INDEX_URL", True), ("PIP_FIND_LINKS", True), ("PIP_CONFIG_FILE", True), ("UV_DEFAULT_INDEX", True),
+    ("UV_CACHE_DIR", True), ("UV_OFFLINE", True), ("UV_INDEX_PRIVATE_PASSWORD", True), ("HTTPS_PROXY", True),
+    ("SSL_CERT_FILE", True)])
+def test_uvovr1_the_installers_keep_an_allow_list_of_their_variables(name: str, kept: bool,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The class: of pip's and uv's variables an install keeps only its sources, network and cache; any other (one
+    that adds requirements, or one no pass has named yet) is dropped. Those kept reach the install."""
+    monkeypatch.setenv(name, "x")
+    assert installenv.kept(name) is kept
+    assert (name in installenv.installing_env()) is kept
 
 
 def test_uvovr1_control_uv_constraint_with_that_hash_fails_the_build(tmp_path: Path) -> None:
