@@ -68,6 +68,18 @@ def _outward_links() -> tuple[str, ...]:
 # process starts, the interpreter that runs it, is trusted by that path (``platform.libc_ver`` reads it).
 OUTWARD = _outward_links()
 INTERPRETER = os.path.realpath(sys.executable)
+_RUNNING = os.stat(INTERPRETER)  # the file that runs, by its identity: another put at its path is another file
+
+
+def interpreter(path: str) -> bool:
+    """``path`` is the running interpreter's file, still the one this process started from (pass 67's note)."""
+    if path != INTERPRETER:
+        return False
+    try:
+        now = os.stat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (_RUNNING.st_dev, _RUNNING.st_ino)
 
 
 def home(path: str) -> bool:

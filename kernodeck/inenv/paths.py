@@ -44,7 +44,7 @@ def trusted(path: str) -> bool:
     (a pseudo path that links to an ordinary file is judged by that file, and an ordinary file under /dev is one; a
     path in Kernodeck's in-env folder, which no env check covers, by the file it opens: :func:`kernodecks`)."""
     path = resolved(path)
-    if path == homes.INTERPRETER:  # the running interpreter's own file, by the path it runs from
+    if homes.interpreter(path):  # the running interpreter's own file, by the path it runs from
         return True
     if path.startswith(DEVICES):
         return not _ordinary(path)

@@ -16,6 +16,7 @@ empty; uv's record could also be read back (its ``RECORD`` or the cache's hash) 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -116,3 +117,21 @@ def test_uvovr1_control_without_a_variable_the_served_file_is_refused(tmp_path: 
     proc, env, _ = _rebuild(tmp_path, None)
     assert proc.returncode != 0 and "tinya" in proc.stderr, proc.stderr[-800:]
     assert not env.exists()
+
+
+def test_the_running_interpreter_is_trusted_by_its_identity_not_its_path_alone(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass 67's note on ENVLINK1's fix: the interpreter that runs is trusted by its path only while that path is
+    still the file the process started from; another file put there (a writable base's bin) is judged as any read.
+    Control: the same file."""
+    from kernodeck.inenv import homes, paths
+
+    binary = tmp_path / "python3.11"
+    binary.write_bytes(b"\x7fELF the interpreter")
+    monkeypatch.setattr(homes, "INTERPRETER", str(binary))
+    monkeypatch.setattr(homes, "_RUNNING", os.stat(binary))
+    assert homes.interpreter(str(binary)) and paths.trusted(str(binary))
+    swapped = tmp_path / "swapped"
+    swapped.write_text("threshold=0.7\n", encoding="utf-8")
+    os.replace(swapped, binary)
+    assert not homes.interpreter(str(binary)) and not paths.trusted(str(binary))
