@@ -43,6 +43,7 @@ HOMES, NOT_HOMES = _homes()
 # the file a path there opens, resolved: the application could make that link again onto any folder for the length of
 # a read (red-team pass 65, HOMELINK1). The bytecode rule keeps both forms (a path there is the env's, its cache too).
 READ_HOMES = tuple(h for h in HOMES if os.path.realpath(h) + os.sep == h)
+LINKED = tuple(h for h in HOMES if h not in READ_HOMES)  # the written forms of those homes: resolved (paths.trusted)
 
 
 def _outward_links() -> tuple[str, ...]:

@@ -44,6 +44,8 @@ def trusted(path: str) -> bool:
     (a pseudo path that links to an ordinary file is judged by that file, and an ordinary file under /dev is one; a
     path in Kernodeck's in-env folder, which no env check covers, by the file it opens: :func:`kernodecks`)."""
     path = resolved(path)
+    if path.startswith(homes.LINKED):  # a home reached through a link: by the file the path opens now (HOMELINK1)
+        path = os.path.realpath(path)
     if homes.interpreter(path):  # the running interpreter's own file, by the path it runs from
         return True
     if path.startswith(DEVICES):

@@ -115,11 +115,6 @@ class ProjectSources(importlib.abc.MetaPathFinder):
         origin = os.path.normpath(spec.origin)
         if self.trusted(origin):
             return spec
-        real = os.path.realpath(origin)
-        if real != origin and self.trusted(real):  # a home reached through a link: the file it opens now, loaded by
-            # that path, never through the link (red-team pass 65, HOMELINK1: a link made again onto another folder)
-            return importlib.util.spec_from_file_location(
-                fullname, real, submodule_search_locations=spec.submodule_search_locations)
         if isinstance(spec.loader, importlib.machinery.SourceFileLoader):
             digest = self.expected.get(origin) or self.expected.get(os.path.realpath(origin))
             spec.loader = _SourceBytes(fullname, spec.origin, digest, self.shown(origin))

@@ -158,3 +158,15 @@ def test_calexit1_a_variation_failing_after_its_last_step_is_no_pass(tmp_path: P
     runs = _variation_runs(tmp_path, monkeypatch, "fails")
     assert [r.status for r in runs] == ["failed"], runs  # type: ignore[attr-defined]  # was: passed
     assert "failed after its last step (exit 1)" in runs[0].error  # type: ignore[attr-defined]
+
+
+def test_envlink1_control_an_env_reached_through_a_link_keeps_its_modules(tmp_path: Path) -> None:
+    """The fixes' control (a full run caught it): an env whose path goes through a link (a shared env, a venv-root
+    behind a link) is still a home: its modules imported before the window (numpy's extension) and in it are the
+    env's, judged by the file the path opens, never taken for project code and loaded again."""
+    venv, _, _ = _linked_base_venv(tmp_path)
+    through = tmp_path / "through"
+    through.symlink_to(venv)
+    doing = "import numpy, json, decimal; assert numpy.zeros(2).sum() == 0 and json.dumps(1) and decimal.Decimal(1)"
+    result = _criterion_doing(tmp_path, doing, through / "bin" / "python")
+    assert result["status"] == "passed", result
