@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,41 @@ def _with_criterion(config: dict[str, Any], doing: str, *, imports: str = "os, s
         {"entry": "app.py:run", "criterion": "app.py:criterion", "sample": "sample.jsonl", **declared,
          "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
     return config
+
+
+def linked_base_venv(tmp_path: Path, stashed: str, text: str) -> tuple[Path, Path, Path]:
+    """A venv of this interpreter's base reached through a link (``tmp_path/base``), numpy from this interpreter's
+    site-packages; a folder ``stash`` outside the project holding ``stashed`` (relative, e.g. ``bin/python3.11``)
+    with ``text``: (the venv, the link, the stash). Red-team passes 65 and 66 (a link on the way to a home)."""
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    link = tmp_path / "base"
+    link.symlink_to(Path(sys.base_prefix).resolve())
+    venv = tmp_path / "venv"
+    subprocess.run([str(link / "bin" / f"python{version}"), "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    site = venv / "lib" / f"python{version}" / "site-packages"
+    (site / "numpy_from_tests.pth").write_text(sysconfig.get_path("purelib") + "\n", encoding="utf-8")
+    stash = tmp_path / "stash"
+    (stash / stashed).parent.mkdir(parents=True)
+    (stash / stashed).write_text(text, encoding="utf-8")
+    return venv, link, stash
+
+
+def swapped_read(link: Path, stash: Path, path: Path, expected: str) -> str:
+    """A criterion's code that makes ``link`` again onto ``stash``, reads ``path`` (through it), puts the link back
+    and asserts it read ``expected``: a read through a link on the way to a home (red-team passes 65 and 66)."""
+    real = os.readlink(link)
+    return (f"os.remove({str(link)!r}); os.symlink({str(stash)!r}, {str(link)!r}); value = open({str(path)!r}).read(); "
+            f"os.remove({str(link)!r}); os.symlink({real!r}, {str(link)!r}); assert value == {expected!r}, value")
+
+
+def criterion_doing(tmp_path: Path, doing: str, python: Path) -> dict[str, Any]:
+    """A closed project's criterion doing ``doing`` (os, sys imported), run through the real hook by ``python``."""
+    project = tmp_path / "p"
+    project.mkdir()
+    config = _with_criterion(_closed_project(project, code=["src/mypkg/**/*.py"]), doing, imports="os, sys",
+                             code=["src/mypkg/**/*.py"])
+    return _run(project, config, python=python)
 
 
 def _script(tmp_path: Path, config: dict[str, Any], script: str, inenv: Path = INENV,

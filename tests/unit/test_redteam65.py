@@ -26,40 +26,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.closedworld import _closed_project, _run, _with_criterion
+from tests.helpers.closedworld import criterion_doing, linked_base_venv, swapped_read
 
 SECRET = "threshold=0.7\n"
 STDLIB = f"lib/python{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def _linked_base_venv(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A venv of this interpreter's base reached through a link (``tmp_path/base``), numpy from this interpreter's
-    site-packages; a folder ``stash`` outside the project holding ``<stdlib>/secret.txt``: (python, link, stash)."""
-    real = Path(sys.base_prefix).resolve()
-    link = tmp_path / "base"
-    link.symlink_to(real)
-    venv = tmp_path / "venv"
-    exe = link / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    subprocess.run([str(exe), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    site = venv / STDLIB / "site-packages"
-    (site / "numpy_from_tests.pth").write_text(sysconfig.get_path("purelib") + "\n", encoding="utf-8")
-    stash = tmp_path / "stash"
-    (stash / STDLIB).mkdir(parents=True)
-    (stash / STDLIB / "secret.txt").write_text(SECRET, encoding="utf-8")
+    """(the venv's python, the link, a stash holding ``<stdlib>/secret.txt``)."""
+    venv, link, stash = linked_base_venv(tmp_path, f"{STDLIB}/secret.txt", SECRET)
     return venv / "bin" / "python", link, stash
 
 
 def _criterion_doing(tmp_path: Path, doing: str, python: Path) -> dict[str, object]:
-    project = tmp_path / "p"
-    project.mkdir()
-    config = _with_criterion(_closed_project(project, code=["src/mypkg/**/*.py"]), doing, imports="os, sys",
-                             code=["src/mypkg/**/*.py"])
-    return _run(project, config, python=python)
+    return criterion_doing(tmp_path, doing, python)
 
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="links and the audit hook's paths as on Linux")
@@ -83,10 +67,7 @@ def test_homelink1_a_file_read_through_a_replaced_link_to_the_stdlib_is_judged(t
     """HOMELINK1 (fixed): a home reached through a link is trusted by the file a path there opens (homes.READ_HOMES)."""
     python, link, stash = _linked_base_venv(tmp_path)
     real = os.readlink(link)
-    doing = (f"os.remove({str(link)!r}); os.symlink({str(stash)!r}, {str(link)!r}); "
-             f"value = open({str(link / STDLIB / 'secret.txt')!r}).read(); "
-             f"os.remove({str(link)!r}); os.symlink({real!r}, {str(link)!r}); assert value == {SECRET!r}, value")
-    result = _criterion_doing(tmp_path, doing, python)
+    result = _criterion_doing(tmp_path, swapped_read(link, stash, link / STDLIB / "secret.txt", SECRET), python)
     assert os.readlink(link) == real  # the link is put back: nothing is left to see after the call
     assert result["status"] == "failed", result  # was: passed, the stash's file read and recorded nowhere
     assert "secret.txt" in str(result["error"]), result

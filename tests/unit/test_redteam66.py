@@ -29,12 +29,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.closedworld import _closed_project, _run, _with_criterion
+from tests.helpers.closedworld import criterion_doing, linked_base_venv, swapped_read
 
 SECRET = "threshold=0.7\n"
 VERSION = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -43,29 +42,12 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="links and the a
 
 
 def _linked_base_venv(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A venv of this interpreter's base reached through a link (``tmp_path/base``), numpy from this interpreter's
-    site-packages; a folder ``stash`` outside the project holding ``bin/python3.X`` (a text file): (venv, link,
-    stash)."""
-    real = Path(sys.base_prefix).resolve()
-    link = tmp_path / "base"
-    link.symlink_to(real)
-    venv = tmp_path / "venv"
-    subprocess.run([str(link / "bin" / f"python{VERSION}"), "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    site = venv / "lib" / f"python{VERSION}" / "site-packages"
-    (site / "numpy_from_tests.pth").write_text(sysconfig.get_path("purelib") + "\n", encoding="utf-8")
-    stash = tmp_path / "stash"
-    (stash / "bin").mkdir(parents=True)
-    (stash / "bin" / f"python{VERSION}").write_text(SECRET, encoding="utf-8")
-    return venv, link, stash
+    """(the venv, the link, a stash holding ``bin/python3.X``, a text file)."""
+    return linked_base_venv(tmp_path, f"bin/python{VERSION}", SECRET)
 
 
 def _criterion_doing(tmp_path: Path, doing: str, python: Path) -> dict[str, object]:
-    project = tmp_path / "p"
-    project.mkdir()
-    config = _with_criterion(_closed_project(project, code=["src/mypkg/**/*.py"]), doing, imports="os, sys",
-                             code=["src/mypkg/**/*.py"])
-    return _run(project, config, python=python)
+    return criterion_doing(tmp_path, doing, python)
 
 
 def test_envlink1_premise_the_envs_python_goes_through_the_link(tmp_path: Path) -> None:
@@ -85,10 +67,8 @@ def test_envlink1_control_the_stashed_file_by_its_own_path_is_refused(tmp_path: 
 def test_envlink1_a_file_read_through_the_envs_python_link_is_judged(tmp_path: Path) -> None:
     venv, link, stash = _linked_base_venv(tmp_path)
     real = os.readlink(link)
-    doing = (f"os.remove({str(link)!r}); os.symlink({str(stash)!r}, {str(link)!r}); "
-             f"value = open({str(venv / 'bin' / 'python')!r}).read(); "
-             f"os.remove({str(link)!r}); os.symlink({real!r}, {str(link)!r}); assert value == {SECRET!r}, value")
-    result = _criterion_doing(tmp_path, doing, venv / "bin" / "python")
+    result = _criterion_doing(tmp_path, swapped_read(link, stash, venv / "bin" / "python", SECRET),
+                              venv / "bin" / "python")
     assert os.readlink(link) == real  # the link is put back: nothing is left to see after the call
     assert result["status"] == "failed", result  # was: passed, the stash's file read and recorded nowhere
     assert f"python{VERSION}" in str(result["error"]), result
