@@ -85,6 +85,8 @@ CROSS_CUTTING = {
                  "calibrate variation failing after its last step read as passed",
     "redteam67": "red-team pass 67: UV_OVERRIDE replacing a pin's hash in a uv rebuild (promoted with a file the "
                  "lock does not pin)",
+    "redteam68": "red-team pass 68: uv's cache (UV_CACHE_DIR, kept) holding another tinya 1.0 under the lock's hash, "
+                 "its RECORD rewritten: a uv rebuild promoted with it",
 }
 
 
