@@ -24,6 +24,7 @@ _LEAKY = (
     "PYTHONSTARTUP",
     "PYTHONUSERBASE",
     "PYTHONSAFEPATH",
+    "PYTHONPLATLIBDIR",  # another platlib folder: a compiled wheel's files elsewhere (red-team pass 68's note)
     "VIRTUAL_ENV",
     "CONDA_PREFIX",
 )

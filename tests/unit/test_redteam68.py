@@ -77,8 +77,8 @@ def test_uvcache1_control_a_damaged_copy_with_its_record_fails_the_build(tmp_pat
     assert (project / ".venv-rebuild").exists() and _tinya(built) != _OTHER
 
 
-@pytest.mark.xfail(strict=True, reason="UVCACHE1: uv installs its cache's unpacked copy unhashed; the RECORD "
-                   "check is beaten by a rewritten RECORD (red-team pass 68)")
+@pytest.mark.xfail(strict=True, reason="UVCACHE1, a stated limit (docs/env-integrity.md, uv's cache is trusted, not "
+                   "proven): uv installs its cache's unpacked copy unhashed; a rewritten RECORD beats the RECORD check")
 def test_uvcache1_a_uv_rebuild_never_promotes_bytes_the_locks_file_does_not_hold(tmp_path: Path) -> None:
     """UVCACHE1: the same copy with its RECORD rewritten: ``rebuild --fresh`` must not promote an env whose tinya
     is not the lock's file's (it does: exit 0, the env's tinya is the other one)."""
@@ -88,3 +88,30 @@ def test_uvcache1_a_uv_rebuild_never_promotes_bytes_the_locks_file_does_not_hold
     promoted = next((project / ".venv-rebuild").glob("*/current")).resolve()
     assert proc.returncode != 0 or _tinya(promoted) != _OTHER, \
         "promoted with a tinya 1.0 whose bytes are not the lock's file's, recorded as verified against its hash"
+
+
+@pytest.mark.parametrize("way", ["UV_NO_CACHE", "pip"])
+def test_uvcache1_a_build_that_rests_on_no_cache_installs_the_locks_file(tmp_path: Path, way: str) -> None:
+    """The stated limit's way out (docs/env-integrity.md): the same poisoned cache, and a fresh build with
+    ``UV_NO_CACHE=1`` (uv downloads and hashes again) or with pip (it hashes each wheel file it installs) installs the
+    lock's file."""
+    project, env, _ = _built(tmp_path)
+    _poison(tmp_path / "uvc", record=True)
+    told = {**env, "UV_NO_CACHE": "1"} if way == "UV_NO_CACHE" else env
+    proc = kd(project, "rebuild", "--installer", "uv" if way == "UV_NO_CACHE" else "pip", "--fresh", env=told)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    promoted = next((project / ".venv-rebuild").glob("*/current")).resolve()
+    assert _tinya(promoted) != _OTHER
+
+
+@pytest.mark.parametrize("name", ["PYTHONPLATLIBDIR", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"])
+def test_a_child_interpreter_gets_no_variable_that_moves_its_folders(name: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass 68's note: PYTHONPLATLIBDIR (another platlib folder, where a compiled wheel's files would go) reaches no
+    child interpreter Kernodeck starts, as the others of its kind do not; an unrelated variable does (the control)."""
+    from kernodeck._proc import clean_env
+
+    monkeypatch.setenv(name, "/elsewhere")
+    monkeypatch.setenv("KERNODECK_TEST_UNRELATED", "kept")
+    env = clean_env()
+    assert name not in env and env["KERNODECK_TEST_UNRELATED"] == "kept"
