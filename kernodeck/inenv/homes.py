@@ -4,9 +4,10 @@ the base's own site-packages (packages no lock describes).
 Two readers, one answer: ``_package.py`` lets only a file under a home keep its bytecode cache (the env's thousands of
 modules are not compiled again by each run; a project file is always compiled from its own bytes), and ``paths.py``
 trusts a file under a home (the env is proven by the env check, the stdlib is the base interpreter's), adding only
-Kernodeck's in-env folder and the pseudo file systems; a read through a link on the way to a home is resolved first
-(``READ_HOMES``). Computed once per process, when ``_package.py`` loads this
-module through the verified loader, before it patches the bytecode path (so standard library only, no sibling).
+Kernodeck's in-env folder and the pseudo file systems; a path through a link on the way to a home, or through the
+env's own links leading out of it, is resolved first (``THROUGH_LINKS``). Computed once per process, when
+``_package.py`` loads this module through the verified loader, before it patches the bytecode path (so standard
+library only, no sibling).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ HOMES, NOT_HOMES = _homes()
 # the file a path there opens, resolved: the application could make that link again onto any folder for the length of
 # a read (red-team pass 65, HOMELINK1). The bytecode rule keeps both forms (a path there is the env's, its cache too).
 READ_HOMES = tuple(h for h in HOMES if os.path.realpath(h) + os.sep == h)
-LINKED = tuple(h for h in HOMES if h not in READ_HOMES)  # the written forms of those homes: resolved (paths.trusted)
+LINKED = tuple(h for h in HOMES if h not in READ_HOMES)  # the written forms of those homes
 
 
 def _outward_links() -> tuple[str, ...]:
@@ -70,6 +71,9 @@ def _outward_links() -> tuple[str, ...]:
 OUTWARD = _outward_links()
 INTERPRETER = os.path.realpath(sys.executable)
 _RUNNING = os.stat(INTERPRETER)  # the file that runs, by its identity: another put at its path is another file
+# What paths.trusted resolves before it judges: a path under a home reached through a link, or through one of the env's
+# links leading out of it (a prefix test: bin/python matches bin/python3 too, a link of its own)
+THROUGH_LINKS = LINKED + OUTWARD
 
 
 def interpreter(path: str) -> bool:

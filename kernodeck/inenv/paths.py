@@ -44,7 +44,7 @@ def trusted(path: str) -> bool:
     (a pseudo path that links to an ordinary file is judged by that file, and an ordinary file under /dev is one; a
     path in Kernodeck's in-env folder, which no env check covers, by the file it opens: :func:`kernodecks`)."""
     path = resolved(path)
-    if path.startswith(homes.LINKED):  # a home reached through a link: by the file the path opens now (HOMELINK1)
+    if path.startswith(homes.THROUGH_LINKS):  # by the file the path opens now (HOMELINK1, ENVLINK1)
         path = os.path.realpath(path)
     if homes.interpreter(path):  # the running interpreter's own file, by the path it runs from
         return True
@@ -119,14 +119,9 @@ def opened(raw: str) -> str | None:
     """The file an absolute path as written (:func:`given`) opens, resolved; None when it is trusted as written. A path
     with no ``..`` that lies in a trusted prefix as written is trusted at once (the env's and the stdlib's thousands:
     one prefix test); any other is resolved."""
-    norm = os.path.normpath(raw)
-    if not dotdot(raw) and not (norm in _OUTWARD or norm.startswith(_OUTWARD_SEP)) and trusted(norm):
+    if not dotdot(raw) and trusted(os.path.normpath(raw)):
         return None
     return real(raw)
-
-
-_OUTWARD = frozenset(homes.OUTWARD)  # the env's links leading out of it: a path through one is resolved (homes.py)
-_OUTWARD_SEP = tuple(link + os.sep for link in sorted(_OUTWARD))
 
 
 def judged(raw: str) -> str | None:
