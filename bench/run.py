@@ -12,7 +12,8 @@ other processes took meanwhile. Rows:
 - ``nox -s verify`` (env reused) vs one bare process of the rebuilt env doing the sample work (settings, import,
   load the weights, embed, write, reread, compare with the reference);
 - ``nox -s rebuild -- --fresh`` vs ``rm -rf`` + ``uv venv`` + ``uv pip install --require-hashes --no-deps
-  --link-mode copy`` + ``pip check`` + ``pip freeze --all`` (files copied, no bytecode compiled, on both sides;
+  --no-cache --link-mode hardlink`` + ``pip check`` + ``pip freeze --all`` (every file read and hashed again, no
+  bytecode compiled, on both sides;
   Kernodeck also hashes every installed file against its RECORD and writes the env's file snapshot);
 - the CI job as a whole: ``nox -s rebuild -- --fresh`` then the first ``nox -s verify`` vs the bare install above
   then the bare script (below) in the env it made;
@@ -153,14 +154,14 @@ def run_bench(
 
 
 def _bare_install(uv: str, bare_dir: Path, lock_rel: str, online: list[str]) -> list[Command]:
-    """The bare side of a fresh rebuild: the env removed, ``uv venv``, the lock installed (copies), check, freeze."""
+    """The bare side of a fresh rebuild: the env removed, ``uv venv``, the lock installed (no cache), check, freeze."""
     base = getattr(sys, "_base_executable", sys.executable)
     py = env_python(bare_dir)
     return [
         Remove(bare_dir),
         [uv, "venv", "--quiet", "--python", base, bare_dir],
-        [uv, "pip", "install", "--quiet", "--python", py, "--require-hashes", "--no-deps", "--link-mode", "copy",
-         *online, "-r", lock_rel],
+        [uv, "pip", "install", "--quiet", "--python", py, "--require-hashes", "--no-deps", "--no-cache",
+         "--link-mode", "hardlink", *online, "-r", lock_rel],
         [py, "-m", "pip", "check"],
         [py, "-m", "pip", "freeze", "--all"],
     ]

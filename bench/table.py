@@ -85,7 +85,7 @@ def _table(record: dict[str, Any]) -> list[str]:
         _row("`nox -s verify` (env reused) vs one bare process: settings, import, load, embed, write, reread, compare"
             + _alone(rows["verify"]), rows["verify"], _mark(v["verify"])),
         _row("`nox -s rebuild -- --fresh` vs `rm -rf` + `uv venv` + `uv pip install --require-hashes --no-deps "
-            "--link-mode copy` + `pip check` + `pip freeze --all` (no bytecode compiled on either side)",
+            "--no-cache --link-mode hardlink` + `pip check` + `pip freeze --all` (no bytecode compiled on either side)",
             rows["rebuild"], _mark(v["rebuild"])),
         _row("the CI job: `nox -s rebuild -- --fresh` then the first `nox -s verify` vs the bare install then the bare "
             "script", rows["job"], _mark(v["job"])),

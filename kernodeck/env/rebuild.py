@@ -287,10 +287,12 @@ class _Build:
             uv_env = offline_env() if self.wheelhouse else installing_env(
                 {**uv_environment(self.sources, extra_index=bool(self.online)),
                  **({"UV_NO_INDEX": "1"} if self.no_index else {})})
-            # --link-mode copy: the env's files are its own, never the cache's (a hard link: an edit of one env edits
-            # the cache and every env linked to it). No bytecode compiled: see COMPILE_AT_INSTALL.
+            # --no-cache: uv reads and hashes each locked file again into a cache of its own that it removes when it
+            # ends; it never installs the unpacked copy a kept cache holds, which it does not hash again (red-team
+            # pass 68, UVCACHE1). Its files are then the env's alone: hard links out of that removed cache cost no
+            # copy (the build's check refuses a file with a second link). No bytecode compiled: see COMPILE_AT_INSTALL.
             argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
-                    "--no-deps", "--link-mode", "copy",
+                    "--no-deps", "--no-cache", "--link-mode", "hardlink",
                     "--compile-bytecode" if COMPILE_AT_INSTALL else "--no-compile-bytecode"]  # not UV_COMPILE_BYTECODE
             self.step("install", [*argv, *binary, *again, *offline, *self.online, "-r", self.lock_path], uv_env,
                       long=True)

@@ -33,8 +33,10 @@ def seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: 
         few = ", ".join(digests.mismatched[:3]) + (f" (+{len(digests.mismatched) - 3} more)"
                                                    if len(digests.mismatched) > 3 else "")
         raise RebuildFailed(
-            f"installed files differ from their RECORD digest: {few}; the installer's cache may hold a damaged copy",
-            tip=f"uv cache clean <the package named above> (or: pip cache purge), then: {tips.REBUILD_FRESH}",
+            f"installed files differ from their RECORD digest: {few}; the installed wheel does not hold what its own "
+            "RECORD says (uv read every file afresh; pip may have taken a wheel it built earlier from its cache)",
+            tip=f"report the wheel named above with the lock {plat.id} (a wheel pip built here: pip cache remove <the "
+                f"package>); then: {tips.REBUILD_FRESH}",
         )
     problems = found.problems()
     if problems:

@@ -216,7 +216,7 @@ def test_clean_build_passes_every_check_and_holds_no_shared_file(tiny_read: Tiny
     assert found.entries == marker["files_snapshot"]["entries"] > 0
     assert marker["record_digests"]["files"] > 0 and marker["record_digests"]["mismatched"] == []
     install = next(c for c in marker["commands"] if " install " in c)
-    assert "--link-mode copy" in install and "--compile-bytecode" not in install
+    assert "--no-cache --link-mode hardlink" in install and "--compile-bytecode" not in install
     regular = [p for p in built.rglob("*") if p.is_file() and not p.is_symlink()]
     assert regular and all(p.stat().st_nlink == 1 for p in regular)
 
@@ -283,7 +283,8 @@ def _bad_wheel(folder: Path, name: str, how: str) -> Path:
     "owner before it writes the snapshot: the rebuild fails, naming the file; the previous env is kept",
 )
 def test_build_refuses_files_that_are_not_their_record(tmp_path: Path) -> None:
-    words = ["differ from their RECORD digest", "tinyc/__init__.py (content differs from RECORD)", "uv cache clean"]
+    words = ["differ from their RECORD digest", "tinyc/__init__.py (content differs from RECORD)",
+             "does not hold what its own RECORD says", "report the wheel"]
     links = tmp_path / "links"
     wheels = [pip_wheel(links), _bad_wheel(links, "tinyc", "digest")]
     project, plat = locked_tiny_project(tmp_path / "project", wheels)
@@ -607,13 +608,13 @@ def test_record_removed_fails_verify(real: Path, tmp_path: Path) -> None:
     45,
     "a file of the real env hard-linked from another place (as uv's default link mode leaves every file shared with "
     "its cache), then `verify -- --no-rebuild`",
-    "rebuilds install with `--link-mode copy` (no file of a fresh env has a second link); a shared file is refused, "
+    "rebuilds install with uv's `--no-cache` (no file of a fresh env has a second link); a shared file is refused, "
     "named; `rebuild --fresh` repairs it",
 )
 def test_shared_file_fails_verify(real: Path, tmp_path: Path) -> None:
     site = _real_site(real)
     regular = [p for p in site.joinpath("torch").rglob("*.py")][:200]
-    assert regular and all(p.stat().st_nlink == 1 for p in regular)  # copied, not linked from the cache
+    assert regular and all(p.stat().st_nlink == 1 for p in regular)  # one link each: no cache kept beside the env
     os.link(site / "torch" / "version.py", tmp_path / "linked.py")
     _verify_fails_at_inventory(real, tmp_path / "out", "shared with another place (hard links)", "torch/version.py")
     assert kd(real, "rebuild", "--fresh").returncode == 0

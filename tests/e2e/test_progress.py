@@ -184,7 +184,8 @@ def test_on_a_terminal_the_installer_sees_one_and_its_output_is_still_kept(
 @pytest.mark.parametrize("installer", ["uv", "pip"])
 def test_no_bytecode_compiled_at_install_and_no_file_shared(tmp_path: Path, installer: str) -> None:
     """Neither installer compiles bytecode at install (the whole job, rebuild then first verify, costs less: see
-    docs/env-integrity.md), and no file of the env is linked to the installer's cache (uv given --link-mode copy)."""
+    docs/env-integrity.md), and no file of the env is linked to an installer's cache (uv given --no-cache: its files
+    hard-linked out of a cache it makes and removes, so each has one link once the install ends)."""
     from kernodeck.env import envdirs
     from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
 
@@ -199,7 +200,7 @@ def test_no_bytecode_compiled_at_install_and_no_file_shared(tmp_path: Path, inst
     commands = json.loads((built / envdirs.MARKER).read_text(encoding="utf-8"))["commands"]
     install = next(c for c in commands if " install " in c)
     words = install.split()
-    assert ("--link-mode copy" in install) == (installer == "uv") and "--compile-bytecode" not in words
+    assert ("--no-cache --link-mode hardlink" in install) == (installer == "uv") and "--compile-bytecode" not in words
     assert ("--no-compile" in words) == (installer == "pip")  # each installer told so (uv's default is no compile,
     assert ("--no-compile-bytecode" in words) == (installer == "uv")  # but UV_COMPILE_BYTECODE would say otherwise)
     assert all(p.stat().st_nlink == 1 for p in built.rglob("*") if p.is_file() and not p.is_symlink())

@@ -328,15 +328,17 @@ def test_uvconf1_control_the_same_lock_installs_this_platforms_wheel(tmp_path: P
 
 
 def test_uvconf1_control_bytecode_and_link_mode_in_the_config_are_overridden(tmp_path: Path) -> None:
-    """Held: the command line's --no-compile-bytecode and --link-mode copy win over the same config file."""
+    """Held: the command line's --no-compile-bytecode, --no-cache and --link-mode win over the same config file."""
     project, links = _two_platform_project(tmp_path)
     config = tmp_path / "cfg" / "uv.toml"
     config.parent.mkdir()
-    config.write_text('[pip]\ncompile-bytecode = true\nlink-mode = "hardlink"\n', encoding="utf-8")
+    config.write_text('[pip]\ncompile-bytecode = true\nlink-mode = "symlink"\nno-cache = false\n', encoding="utf-8")
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uvc"), UV_CONFIG_FILE=str(config))
     env.pop("UV_NO_CONFIG")
     proc = kd(project, "rebuild", "--installer", "uv", env=env)
     assert proc.returncode == 0, proc.stderr[-800:]
     current = (project / ".venv-rebuild" / resolve_platform(load_project(project)).id / "current").resolve()
     assert not list(current.glob("lib/python*/site-packages/tinyc/__pycache__/*.pyc"))
-    assert os.stat(next(current.glob("lib/python*/site-packages/tinyc/__init__.py"))).st_nlink == 1
+    module = next(current.glob("lib/python*/site-packages/tinyc/__init__.py"))
+    assert not module.is_symlink() and os.stat(module).st_nlink == 1
+    assert not list((tmp_path / "uvc").glob("archive-v*/*/tinyc"))  # the config's cache was not used

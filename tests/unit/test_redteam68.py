@@ -8,22 +8,25 @@ hashes it stored beside it, and never hashes the wheel again. A copy whose modul
 ``RECORD`` is rewritten to match passes the build's RECORD digest check (env-integrity: the only check of the bytes
 after a uv install), and uv's binding is the lock's hash set for every pin: ``rebuild --fresh`` promotes a tinya the
 lock does not pin, recorded as verified against the lock's hashes. The control of the class: the same copy with its
-``RECORD`` left as it was fails the build (the digest check, its tip ``uv cache clean``). Fix idea by class: do not
+``RECORD`` left as it was fails the build (the digest check). Fix idea by class: do not
 take the bytes of an install from a cache no check covers: install from a Kernodeck-owned cache, ``--refresh`` /
 ``--no-cache`` for uv, or bind each installed distribution by its files (the lock's wheel's own ``RECORD``, hashed
-from the wheel the lock pins) rather than by the set the installer says it verified.
+from the wheel the lock pins) rather than by the set the installer says it verified. Fixed: uv installs with
+``--no-cache`` (each locked file read and hashed again into a cache uv makes and removes; its files hard-linked out of
+it, so they are the env's alone once it is gone); the user's cache is neither read nor written by a build.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.project import kd
-from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, write_wheel
+from tests.helpers.tinylock import current_env, fresh_venv, locked_tiny_project, offline_env, uv, write_wheel
 
 _OTHER = b"VALUE = 'not the lock'\n"
 
@@ -35,14 +38,27 @@ def _tinya(env: Path) -> bytes:
 
 
 def _built(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
-    """A tiny lock (tinya 1.0, tinyb 2.0) rebuilt once with uv, its own cache warm: (project, env vars, the env)."""
+    """A tiny lock (tinya 1.0, tinyb 2.0) rebuilt once with uv, then the user's own uv install of the same files
+    into another venv, which leaves uv's unpacked copies in the cache the user keeps: (project, env vars, the env)."""
     good, tinyb = write_wheel(tmp_path / "links", "tinya", "1.0"), write_wheel(tmp_path / "links", "tinyb", "2.0")
     project, plat = locked_tiny_project(tmp_path / "project", [good, tinyb])
     env = offline_env(PIP_FIND_LINKS=str(tmp_path / "links"), UV_CACHE_DIR=str(tmp_path / "uvc"),
                       PIP_CACHE_DIR=str(tmp_path / "pipc"))
     proc = kd(project, "rebuild", "--installer", "uv", env=env)
     assert proc.returncode == 0, proc.stderr[-800:]
+    assert not list((tmp_path / "uvc").glob("archive-v*/*/tinya")), "the build wrote into the user's uv cache"
+    _user_install(tmp_path, env, "warm")
     return project, env, current_env(project, plat)
+
+
+def _user_install(tmp_path: Path, env: dict[str, str], name: str) -> Path:
+    """The user's own ``uv pip install`` of the lock's tinya (hash-checked), as uv runs by default: from its cache."""
+    python = fresh_venv(tmp_path / name)
+    proc = subprocess.run([uv(), "pip", "install", "--python", str(python), "--no-deps", "--find-links",
+                           str(tmp_path / "links"), "--no-index", "tinya==1.0"],
+                          env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    return python.parent.parent
 
 
 def _poison(cache: Path, *, record: bool) -> Path:
@@ -60,48 +76,27 @@ def _poison(cache: Path, *, record: bool) -> Path:
     return module
 
 
-def test_uvcache1_premise_uv_keeps_an_unpacked_copy_of_the_locks_wheel_in_its_cache(tmp_path: Path) -> None:
-    """The first build installs the lock's tinya and leaves its unpacked copy in the cache the install kept."""
-    _, _, built = _built(tmp_path)
-    assert _tinya(built) != _OTHER
-    module = next((tmp_path / "uvc").glob("archive-v*/*/tinya/__init__.py"))
-    assert module.read_bytes() == _tinya(built)
+def test_uvcache1_premise_uv_installs_its_caches_unpacked_copy_unhashed(tmp_path: Path) -> None:
+    """The premise of the class: uv, as it runs by default, installs the lock's tinya from the unpacked copy its
+    cache keeps, never hashing it again: the poisoned copy is what a plain ``uv pip install`` puts in a venv."""
+    _built(tmp_path)
+    _poison(tmp_path / "uvc", record=True)
+    env = offline_env(UV_CACHE_DIR=str(tmp_path / "uvc"))
+    assert _tinya(_user_install(tmp_path, env, "user")) == _OTHER
 
 
-def test_uvcache1_control_a_damaged_copy_with_its_record_fails_the_build(tmp_path: Path) -> None:
-    """The RECORD digest check catches a cache copy whose bytes differ from its own RECORD: nothing promoted."""
-    project, env, built = _built(tmp_path)
-    _poison(tmp_path / "uvc", record=False)
-    proc = kd(project, "rebuild", "--installer", "uv", "--fresh", env=env)
-    assert proc.returncode != 0 and "RECORD" in proc.stderr, proc.stderr[-800:]
-    assert (project / ".venv-rebuild").exists() and _tinya(built) != _OTHER
-
-
-@pytest.mark.xfail(strict=True, reason="UVCACHE1, a stated limit (docs/env-integrity.md, uv's cache is trusted, not "
-                   "proven): uv installs its cache's unpacked copy unhashed; a rewritten RECORD beats the RECORD check")
-def test_uvcache1_a_uv_rebuild_never_promotes_bytes_the_locks_file_does_not_hold(tmp_path: Path) -> None:
-    """UVCACHE1: the same copy with its RECORD rewritten: ``rebuild --fresh`` must not promote an env whose tinya
-    is not the lock's file's (it does: exit 0, the env's tinya is the other one)."""
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_uvcache1_a_rebuild_never_promotes_bytes_the_locks_file_does_not_hold(tmp_path: Path, installer: str) -> None:
+    """UVCACHE1, fixed: the same poisoned cache, kept by the caller (``UV_CACHE_DIR``), and ``rebuild --fresh``
+    installs the lock's file: uv is run with ``--no-cache`` (it reads and hashes each file again into a cache of its
+    own that it removes), pip hashes each wheel file it installs. Before the fix uv promoted the other tinya."""
     project, env, _ = _built(tmp_path)
     _poison(tmp_path / "uvc", record=True)
-    proc = kd(project, "rebuild", "--installer", "uv", "--fresh", env=env)
-    promoted = next((project / ".venv-rebuild").glob("*/current")).resolve()
-    assert proc.returncode != 0 or _tinya(promoted) != _OTHER, \
-        "promoted with a tinya 1.0 whose bytes are not the lock's file's, recorded as verified against its hash"
-
-
-@pytest.mark.parametrize("way", ["UV_NO_CACHE", "pip"])
-def test_uvcache1_a_build_that_rests_on_no_cache_installs_the_locks_file(tmp_path: Path, way: str) -> None:
-    """The stated limit's way out (docs/env-integrity.md): the same poisoned cache, and a fresh build with
-    ``UV_NO_CACHE=1`` (uv downloads and hashes again) or with pip (it hashes each wheel file it installs) installs the
-    lock's file."""
-    project, env, _ = _built(tmp_path)
-    _poison(tmp_path / "uvc", record=True)
-    told = {**env, "UV_NO_CACHE": "1"} if way == "UV_NO_CACHE" else env
-    proc = kd(project, "rebuild", "--installer", "uv" if way == "UV_NO_CACHE" else "pip", "--fresh", env=told)
+    proc = kd(project, "rebuild", "--installer", installer, "--fresh", env=env)
     assert proc.returncode == 0, proc.stderr[-800:]
     promoted = next((project / ".venv-rebuild").glob("*/current")).resolve()
-    assert _tinya(promoted) != _OTHER
+    assert _tinya(promoted) != _OTHER, "promoted a tinya 1.0 whose bytes are not the lock's file's"
+    assert not [p for p in promoted.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_nlink > 1]
 
 
 @pytest.mark.parametrize("name", ["PYTHONPLATLIBDIR", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"])
