@@ -272,7 +272,7 @@ def lock_then_check(root: Path, resolver: str) -> tuple[Path, list[str]]:
 
 
 # An in-tree PEP 517 backend: a wheel of the sdist's ``<name>/__init__.py`` (no build requirement: it builds offline).
-_SDIST_BACKEND = '''
+SDIST_BACKEND = '''
 import base64, hashlib, os, zipfile
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
@@ -294,12 +294,15 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def write_sdist(folder: Path, name: str, version: str, module: str) -> Path:
-    """``name``-``version``.tar.gz, byte-reproducible: an in-tree build backend (it builds offline, needing nothing from
-    an index) making a pure wheel whose ``<name>/__init__.py`` is ``module``."""
+def write_sdist(folder: Path, name: str, version: str, module: str, *, backend: str = "") -> Path:
+    """``name``-``version``.tar.gz, byte-reproducible, whose ``<name>/__init__.py`` is ``module``: built by an in-tree
+    backend (it builds offline, needing nothing from an index) making a pure wheel of that module, or, given
+    ``backend``, by that build requirement's module of the same name (fetched by the installer from its sources)."""
+    build = (f'[build-system]\nrequires = ["{backend}"]\nbuild-backend = "{backend}"\n' if backend else
+             '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
     members = {"PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-               "pyproject.toml": b'[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
-               "backend.py": _SDIST_BACKEND.encode(), f"{name}/__init__.py": module.encode()}
+               "pyproject.toml": build.encode(), **({} if backend else {"backend.py": SDIST_BACKEND.encode()}),
+               f"{name}/__init__.py": module.encode()}
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as archive:
         for path, data in members.items():

@@ -28,7 +28,16 @@ import pytest
 
 from kernodeck._fs import sha256_file
 from tests.helpers.project import kd
-from tests.helpers.tinylock import current_env, env_wheels, locked_tiny_project, offline_env, write_sdist
+from tests.helpers.tinylock import (
+    SDIST_BACKEND,
+    current_env,
+    env_wheels,
+    fresh_venv,
+    locked_tiny_project,
+    offline_env,
+    wheel_of,
+    write_sdist,
+)
 
 _LOCKS = "VALUE = 'the lock'\n"
 _OTHER = b"VALUE = 'not the lock'\n"
@@ -123,3 +132,72 @@ def test_pipcache1_a_pip_rebuild_never_promotes_bytes_the_locks_sdist_does_not_b
     assert marker["wheels"]["tinyc"]["sha256"] == [sha256_file(sdist)]  # bound as the lock's sdist
     assert proc.returncode != 0 or _tinyc(promoted) != _OTHER, \
         "promoted with a tinyc 1.0 the lock's sdist does not build, recorded under the sdist's hash"
+
+
+# BUILDREQ1 --------------------------------------------------------------------------------------------------------
+
+_DECIDED = b"VALUE = 'decided by tinybuild'\n"
+# tinybuild 1.0, the sdist's build requirement, served by the sources and pinned by no lock: its backend builds a wheel
+# whose module is its own choice, and whose WHEEL names whatever generator it likes.
+_TINYBUILD = SDIST_BACKEND.replace('open(f"{name}/__init__.py", "rb").read()', repr(_DECIDED)).replace(
+    "Generator: tiny-backend", "Generator: setuptools (80.9.0)")
+
+
+def _tinyd(env: Path) -> bytes:
+    return next(env.glob("lib/python*/site-packages/tinyd/__init__.py")).read_bytes()
+
+
+def _buildreq(tmp_path: Path, *, serve_backend: bool) -> tuple[Path, dict[str, str], Path]:
+    """A tiny lock (pip, tinya, tinyb wheels; tinyd 1.0 by its sdist only, built by ``tinybuild``, which the lock does
+    not pin); the sources serve the lock's files and, with ``serve_backend``, tinybuild 1.0: (project, env, sdist)."""
+    assert _TINYBUILD != SDIST_BACKEND and repr(_DECIDED) in _TINYBUILD
+    links, backends = tmp_path / "links", tmp_path / "backends"
+    sdist = write_sdist(links, "tinyd", "1.0", _LOCKS, backend="tinybuild")
+    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": _TINYBUILD.encode()})
+    project, _ = locked_tiny_project(tmp_path / "project", env_wheels(links), (("tinyd", "1.0", [sdist]),))
+    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}" if serve_backend else str(links),
+                      PIP_CACHE_DIR=str(tmp_path / "pipc"), UV_CACHE_DIR=str(tmp_path / "uvc"))
+    return project, env, sdist
+
+
+def test_buildreq1_premise_the_locks_hash_checked_install_fetches_a_build_requirement_it_does_not_pin(
+        tmp_path: Path) -> None:
+    """pip's own ``--require-hashes`` install of the lock (no Kernodeck) builds tinyd with tinybuild from the
+    sources: the installed module is the backend's choice, and the lock names no tinybuild."""
+    project, env, _ = _buildreq(tmp_path, serve_backend=True)
+    lock = next(p for p in (project / "lockfiles").glob("*.txt") if "tinyd==1.0" in p.read_text(encoding="utf-8"))
+    assert "tinybuild" not in lock.read_text(encoding="utf-8")
+    python = fresh_venv(tmp_path / "venv", with_pip=True)
+    proc = subprocess.run([str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "-r", str(lock)],
+                          env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert _tinyd(tmp_path / "venv") == _DECIDED
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_buildreq1_control_sources_without_the_build_requirement_fail_the_build(tmp_path: Path,
+                                                                               installer: str) -> None:
+    """The build requirement comes from the sources, not from the lock: without it there, the build fails and
+    nothing is promoted."""
+    project, env, _ = _buildreq(tmp_path, serve_backend=False)
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    assert proc.returncode != 0 and "tinybuild" in proc.stderr, proc.stderr[-800:]
+    assert not list((project / ".venv-rebuild").glob("*/current"))
+
+
+@pytest.mark.xfail(strict=True, reason="BUILDREQ1: an sdist pin's build requirements are fetched from the sources "
+                   "unpinned and unhashed by both installers; the backend they bring decides the installed bytes")
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_buildreq1_a_rebuild_never_promotes_bytes_decided_by_a_file_the_lock_does_not_pin(tmp_path: Path,
+                                                                                         installer: str) -> None:
+    """BUILDREQ1: the sources serve tinybuild 1.0 (no lock pins it): the rebuild must not promote an env whose tinyd
+    was made by it, bound under the lock's sdist hash alone (it does: exit 0, tinyd is tinybuild's choice)."""
+    project, env, sdist = _buildreq(tmp_path, serve_backend=True)
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    if proc.returncode != 0:
+        return  # refused: nothing promoted
+    promoted = _promoted(project)
+    bound = json.loads((promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["wheels"]["tinyd"]
+    assert _tinyd(promoted) != _DECIDED, (
+        f"promoted ({installer}) with a tinyd made by tinybuild 1.0, a build requirement no lock pins; bound under "
+        f"{bound['sha256']} (the lock's sdist: {sha256_file(sdist)})")
