@@ -87,8 +87,8 @@ CROSS_CUTTING = {
                  "lock does not pin)",
     "redteam68": "red-team pass 68: uv's cache (UV_CACHE_DIR, kept) holding another tinya 1.0 under the lock's hash, "
                  "its RECORD rewritten: a uv rebuild promoted with it",
-    "redteam69": "red-team pass 69: pip's wheel cache (PIP_CACHE_DIR, kept) holding another wheel built from a "
-                 "locked sdist, taken by its origin.json: a pip rebuild promoted with it",
+    "redteam69": "red-team pass 69: pip's wheel cache holding another wheel built from a locked sdist; an sdist's "
+                 "unlocked build requirements; LD_PRELOAD in compare's and drift's processes",
 }
 
 

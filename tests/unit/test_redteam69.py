@@ -1,4 +1,6 @@
-"""Red-team pass 69 (notes: /work/notes/redteam69.md): issue 29 by class, the installers' caches for pip: PIPCACHE1.
+"""Red-team pass 69 (notes: /work/notes/redteam69.md): issue 29 by class: what decides an install's bytes besides the
+lock's files (pip's wheel cache: PIPCACHE1; an sdist's build requirements: BUILDREQ1), and the loader variables in the
+processes outside verify that judge outputs (LDCMP1).
 
 PIPCACHE1 (pip's wheel cache decides the installed bytes of a pin built from its sdist; kernodeck/env/rebuild.py
 ``install``, pip branch; binding.py ``from_pip_report``; installenv.py ``_KEPT``: PIP_CACHE_DIR, and pip's default
@@ -13,6 +15,23 @@ says ``--installer pip`` rests on no cache (the way out of UVCACHE1): false for 
 wheel altered with its RECORD left fails the build (RECORD digests), and ``PIP_NO_CACHE_DIR=1`` builds the sdist again.
 Fix idea by class, one with UVCACHE1's: the install's caches are Kernodeck's own, made and removed by the build
 (``PIP_CACHE_DIR`` too), or ``--no-cache-dir`` for pip; either way no built wheel outlives the build that made it.
+
+BUILDREQ1 (kernodeck/env/rebuild.py ``install``, both installers): a pin locked by its sdist alone is built with its
+``[build-system] requires``, which pip's and uv's hash-checked installs fetch from the sources with no pin and no hash
+(neither carries ``--require-hashes`` into the build's own install). The backend they bring decides every byte of the
+wheel installed, and its ``WHEEL`` names any generator (the extensions step's ``built_here`` reads it); the binding is
+the lock's sdist hash alone. Fix idea: lock a platform's build requirements with hashes and build from them (uv's
+``--build-constraints`` with hashes; pip: a build env installed from the lock, ``--no-build-isolation``), or refuse a
+pin built here whose build requirements the lock does not pin.
+
+LDCMP1 (kernodeck/dossier/compare.py ``compare_declared``: ``run`` with the caller's whole environment;
+measure/drift_map.py: ``start.environ()`` with no declared list and no refusal): verify refuses an undeclared
+``LD_PRELOAD`` (every LOADERS variable) for its in-env processes and records the numerics variables; compare's and
+drift's in-env processes, which judge outputs with verify's own code, get it unrefused and record nothing. Measured
+with a preloaded library (gcc) that opens B's ``.npy`` from A: compare "equal" (bitwise), drift "within". The
+orchestrator itself runs with the same variable; the class is the rule verify states, not applied where it applies.
+Fix idea: one start for every in-env process (start.environ with the project's declared ones, undeclared_preload
+refused, the recorded variables written into compare.json and drift.json).
 """
 
 from __future__ import annotations
@@ -20,13 +39,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kernodeck._fs import sha256_file
+from kernodeck.errors import KernodeckError
 from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     SDIST_BACKEND,
@@ -201,3 +224,105 @@ def test_buildreq1_a_rebuild_never_promotes_bytes_decided_by_a_file_the_lock_doe
     assert _tinyd(promoted) != _DECIDED, (
         f"promoted ({installer}) with a tinyd made by tinybuild 1.0, a build requirement no lock pins; bound under "
         f"{bound['sha256']} (the lock's sdist: {sha256_file(sdist)})")
+
+
+# LDCMP1 -----------------------------------------------------------------------------------------------------------
+
+# A library LD_PRELOAD loads: every ``.npy`` opened under a folder named ``b`` is opened from the folder ``a`` beside it
+# (code no lock describes, deciding what the comparison reads; a real one would be an allocator, an OpenMP runtime).
+_SWAP_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <string.h>
+static const char *swapped(const char *path, char *buf) {
+    const char *at = strstr(path, "/b/");
+    size_t n = strlen(path);
+    if (!at || n < 4 || n >= 4096 || strcmp(path + n - 4, ".npy") != 0) return path;
+    strcpy(buf, path); buf[at - path + 1] = 'a';
+    return buf;
+}
+#define WRAP(NAME) int NAME(const char *path, int flags, ...) { \
+    static int (*real)(const char *, int, ...); char buf[4096]; int mode = 0; \
+    if (!real) real = dlsym(RTLD_NEXT, #NAME); \
+    if (flags & O_CREAT) { va_list ap; va_start(ap, flags); mode = va_arg(ap, int); va_end(ap); } \
+    return real(swapped(path, buf), flags, mode); }
+#define WRAPAT(NAME) int NAME(int dirfd, const char *path, int flags, ...) { \
+    static int (*real)(int, const char *, int, ...); char buf[4096]; int mode = 0; \
+    if (!real) real = dlsym(RTLD_NEXT, #NAME); \
+    if (flags & O_CREAT) { va_list ap; va_start(ap, flags); mode = va_arg(ap, int); va_end(ap); } \
+    return real(dirfd, swapped(path, buf), flags, mode); }
+WRAP(open)
+WRAP(open64)
+WRAPAT(openat)
+WRAPAT(openat64)
+"""
+_needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the preloaded library")
+
+
+def _labels_dossier(folder: Path, labels: list[int]) -> Path:
+    """A dossier as far as compare and drift read it: one declared output (exact labels)."""
+    (folder / "outputs").mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({"status": "passed", "platform": "p", "steps": []}),
+                                        encoding="utf-8")
+    (folder / "run-config.json").write_text(json.dumps({"application": {"outputs": {"labels": {
+        "kind": "exact", "dtype": "int64", "justification": "the classes"}}}}), encoding="utf-8")
+    np.save(folder / "outputs" / "labels.npy", np.asarray(labels, dtype=np.int64))
+    (folder / "outputs" / "labels.ids.json").write_text(json.dumps(["r0", "r1", "r2", "r3"]), encoding="utf-8")
+    return folder
+
+
+def _compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preload: bool) -> tuple[bool, str]:
+    """compare's verdict on ``labels`` (False when refused) and drift's mark for the pair ("refused": a non-zero exit),
+    of two dossiers whose labels differ (B reversed), with (``preload``) or without the swapping library in
+    LD_PRELOAD."""
+    from kernodeck.__main__ import main
+    from kernodeck.dossier.delta import compare
+
+    a, b = _labels_dossier(tmp_path / "a", [0, 1, 2, 3]), _labels_dossier(tmp_path / "b", [3, 2, 1, 0])
+    if preload:
+        (tmp_path / "swap.c").write_text(_SWAP_C, encoding="utf-8")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libswap.so"), str(tmp_path / "swap.c"),
+                        "-ldl"], check=True, capture_output=True)
+        monkeypatch.setenv("LD_PRELOAD", str(tmp_path / "libswap.so"))  # the children's, not this process's
+    try:
+        passed = bool(compare(a, b, Path(sys.executable))["outputs"]["per_output"]["labels"]["passed"])
+    except KernodeckError:
+        passed = False  # refused
+    monkeypatch.chdir(tmp_path)
+    if main(["drift", str(a), str(b), "--out", str(tmp_path / "map"), "--python", sys.executable]) != 0:
+        return passed, "refused"
+    (pair,) = json.loads((tmp_path / "map" / "drift.json").read_text(encoding="utf-8"))["outputs"]["labels"]["pairs"]
+    return passed, str(pair["mark"])
+
+
+def test_ldcmp1_premise_verify_refuses_an_undeclared_ld_preload_for_its_in_env_processes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify's rule (docs/report.md): a library LD_PRELOAD names, undeclared, is code no lock describes; the in-env
+    processes' environment holds the variable (start.environ), and undeclared_preload names it; declared, it passes."""
+    from kernodeck.env import start
+
+    monkeypatch.setenv("LD_PRELOAD", "/tmp/libswap.so")
+    assert start.environ()["LD_PRELOAD"] == "/tmp/libswap.so"
+    assert start.undeclared_preload(start.environ(), []) == ["/tmp/libswap.so"]
+    assert start.undeclared_preload(start.environ(), ["libswap.so"]) == []
+
+
+@_needs_gcc
+def test_ldcmp1_control_without_the_library_compare_and_drift_see_the_labels_differ(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    assert _compared(tmp_path, monkeypatch, preload=False) == (False, "BEYOND")
+
+
+@_needs_gcc
+@pytest.mark.xfail(strict=True, reason="LDCMP1: compare's and drift's in-env processes get LD_PRELOAD (compare: the "
+                   "caller's whole environment), neither refused nor recorded; the library decides their verdicts")
+def test_ldcmp1_compare_and_drift_never_judge_with_undeclared_code_loaded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """LDCMP1: with an undeclared LD_PRELOAD, compare and drift must refuse (as verify does) or at least not call the
+    differing labels equal (they do: compare 'equal', bitwise; drift 'within')."""
+    passed, mark = _compared(tmp_path, monkeypatch, preload=True)
+    assert not passed and mark in ("BEYOND", "refused"), \
+        f"compare passed={passed}, drift {mark!r} with LD_PRELOAD's code loaded, recorded nowhere"
