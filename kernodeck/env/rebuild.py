@@ -298,7 +298,9 @@ class _Build:
                       long=True)
             self.wheels = binding.from_verified(self.lock)  # uv reports no file hash: the sets it verified
             return
-        argv = [*self.pip, "install", "--require-hashes", "--no-deps", "--no-input",
+        # --no-cache-dir, as uv's --no-cache: pip takes a wheel it built earlier from a locked sdist out of its cache
+        # by the sdist's hash its origin.json names, never hashing the wheel (red-team pass 69, PIPCACHE1)
+        argv = [*self.pip, "install", "--require-hashes", "--no-deps", "--no-input", "--no-cache-dir",
                 *([] if COMPILE_AT_INSTALL else ["--no-compile"])]
         if not interactive():
             argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar

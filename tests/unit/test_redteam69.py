@@ -15,6 +15,8 @@ says ``--installer pip`` rests on no cache (the way out of UVCACHE1): false for 
 wheel altered with its RECORD left fails the build (RECORD digests), and ``PIP_NO_CACHE_DIR=1`` builds the sdist again.
 Fix idea by class, one with UVCACHE1's: the install's caches are Kernodeck's own, made and removed by the build
 (``PIP_CACHE_DIR`` too), or ``--no-cache-dir`` for pip; either way no built wheel outlives the build that made it.
+Fixed: pip installs with ``--no-cache-dir`` on its command line (as uv with ``--no-cache``), so the sdist is built
+again at every build; the user's pip cache is neither read nor written by it.
 
 BUILDREQ1 (kernodeck/env/rebuild.py ``install``, both installers): a pin locked by its sdist alone is built with its
 ``[build-system] requires``, which pip's and uv's hash-checked installs fetch from the sources with no pin and no hash
@@ -73,8 +75,9 @@ def _tinyc(env: Path) -> bytes:
 
 
 def _built(tmp_path: Path) -> tuple[Path, dict[str, str], Path, Path]:
-    """A tiny lock (pip, tinya, tinyb wheels; tinyc 1.0 by its sdist only) rebuilt once with pip, its own cache warm:
-    (project, env vars, the env, the sdist)."""
+    """A tiny lock (pip, tinya, tinyb wheels; tinyc 1.0 by its sdist only) rebuilt once with pip, which writes nothing
+    into the cache the caller keeps; then the user's own hash-checked pip install of tinyc into another venv, which
+    leaves the wheel it built there: (project, env vars, the env, the sdist)."""
     links = tmp_path / "links"
     sdist = write_sdist(links, "tinyc", "1.0", _LOCKS)
     project, plat = locked_tiny_project(tmp_path / "project", env_wheels(links), (("tinyc", "1.0", [sdist]),))
@@ -82,7 +85,20 @@ def _built(tmp_path: Path) -> tuple[Path, dict[str, str], Path, Path]:
                       UV_CACHE_DIR=str(tmp_path / "uvc"))
     proc = kd(project, "rebuild", "--installer", "pip", env=env)
     assert proc.returncode == 0, proc.stderr[-800:]
+    assert not list((tmp_path / "pipc").glob("wheels/**/tinyc-*.whl")), "the build wrote into the user's pip cache"
+    assert "Created wheel for tinyc" in _user_install(tmp_path, env, sdist, "warm")
     return project, env, current_env(project, plat), sdist
+
+
+def _user_install(tmp_path: Path, env: dict[str, str], sdist: Path, name: str) -> str:
+    """The user's own ``pip install --require-hashes`` of the lock's tinyc into a venv of theirs: pip's output."""
+    python = fresh_venv(tmp_path / name, with_pip=True)
+    wanted = tmp_path / f"{name}.txt"
+    wanted.write_text(f"tinyc==1.0 --hash=sha256:{sha256_file(sdist)}\n", encoding="utf-8")
+    proc = subprocess.run([str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "-r", str(wanted)],
+                          env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-800:] + proc.stderr[-800:]
+    return proc.stdout
 
 
 def _poison(cache: Path, *, record: bool) -> Path:
@@ -110,26 +126,15 @@ def _promoted(project: Path) -> Path:
 
 def test_pipcache1_premise_a_built_wheel_is_cached_and_taken_under_require_hashes_by_its_origin(
         tmp_path: Path) -> None:
-    """The first build builds tinyc from its sdist and leaves the wheel in the cache the install kept, its origin.json
-    naming the lock's sdist hash; pip's own hash-checked install of the lock then takes that wheel ("Using cached")."""
-    project, env, built, sdist = _built(tmp_path)
-    assert _tinyc(built) == _LOCKS.encode()
+    """pip, as it runs by default, keeps the wheel it built from the lock's sdist, its origin.json naming the sdist's
+    hash, and a later hash-checked install takes that wheel ("Using cached"), even altered with its RECORD."""
+    _, env, _, sdist = _built(tmp_path)
     wheel = next((tmp_path / "pipc").glob("wheels/**/tinyc-1.0-py3-none-any.whl"))
     origin = json.loads((wheel.parent / "origin.json").read_text(encoding="utf-8"))
     assert origin["archive_info"]["hashes"]["sha256"] == sha256_file(sdist)
-    lock = project / "lockfiles" / f"{built.parent.name}.txt"  # the platform's lock
-    proc = subprocess.run([str(built / "bin" / "python"), "-m", "pip", "install", "--require-hashes", "--no-deps",
-                           "--force-reinstall", "-r", str(lock)], env=env, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0 and "Using cached tinyc-1.0-py3-none-any.whl" in proc.stdout, proc.stdout[-800:]
-
-
-def test_pipcache1_control_a_cached_wheel_altered_with_its_record_left_fails_the_build(tmp_path: Path) -> None:
-    """The RECORD digest check catches a cached wheel whose module differs from its own RECORD: nothing promoted."""
-    project, env, built, _ = _built(tmp_path)
-    _poison(tmp_path / "pipc", record=False)
-    proc = kd(project, "rebuild", "--installer", "pip", "--fresh", env=env)
-    assert proc.returncode != 0 and "RECORD" in proc.stderr, proc.stderr[-800:]
-    assert _promoted(project) == built and _tinyc(built) == _LOCKS.encode()
+    _poison(tmp_path / "pipc", record=True)
+    assert "Using cached tinyc-1.0-py3-none-any.whl" in _user_install(tmp_path, env, sdist, "user")
+    assert _tinyc(tmp_path / "user") == _OTHER
 
 
 def test_pipcache1_control_pip_with_no_cache_builds_the_locks_sdist_again(tmp_path: Path) -> None:
@@ -142,19 +147,20 @@ def test_pipcache1_control_pip_with_no_cache_builds_the_locks_sdist_again(tmp_pa
     assert _tinyc(_promoted(project)) == _LOCKS.encode()
 
 
-@pytest.mark.xfail(strict=True, reason="PIPCACHE1: pip takes a cached wheel built from a locked sdist by its "
-                   "origin.json under --require-hashes, never hashing it; a rewritten RECORD beats the RECORD check")
-def test_pipcache1_a_pip_rebuild_never_promotes_bytes_the_locks_sdist_does_not_build(tmp_path: Path) -> None:
-    """PIPCACHE1: the cached wheel with its RECORD rewritten: ``rebuild --installer pip --fresh`` must not promote an
-    env whose tinyc is not what the lock's sdist builds (it does: exit 0, bound under the sdist's hash, reused)."""
+@pytest.mark.parametrize("record", [True, False], ids=["record-rewritten", "record-left"])
+def test_pipcache1_a_pip_rebuild_never_promotes_bytes_the_locks_sdist_does_not_build(tmp_path: Path,
+                                                                                     record: bool) -> None:
+    """PIPCACHE1, fixed: the cached wheel altered (its RECORD line rewritten, or left): ``rebuild --installer pip
+    --fresh`` builds the lock's sdist again (pip is given ``--no-cache-dir``) and promotes the lock's module; before
+    the fix it installed the cached wheel, bound under the sdist's hash."""
     project, env, _, sdist = _built(tmp_path)
-    _poison(tmp_path / "pipc", record=True)
+    _poison(tmp_path / "pipc", record=record)
     proc = kd(project, "rebuild", "--installer", "pip", "--fresh", env=env)
+    assert proc.returncode == 0, proc.stderr[-800:]
     promoted = _promoted(project)
     marker = json.loads((promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))
-    assert marker["wheels"]["tinyc"]["sha256"] == [sha256_file(sdist)]  # bound as the lock's sdist
-    assert proc.returncode != 0 or _tinyc(promoted) != _OTHER, \
-        "promoted with a tinyc 1.0 the lock's sdist does not build, recorded under the sdist's hash"
+    assert marker["wheels"]["tinyc"]["sha256"] == [sha256_file(sdist)]
+    assert _tinyc(promoted) == _LOCKS.encode(), "promoted a tinyc 1.0 the lock's sdist does not build"
 
 
 # BUILDREQ1 --------------------------------------------------------------------------------------------------------
