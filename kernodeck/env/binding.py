@@ -12,7 +12,7 @@ no longer among the lock's hashes for its pin means the env is not the lock's.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -123,9 +123,10 @@ def build_problems(lock: lockfile.Lockfile, wheels: Mapping[str, Wheel], install
     return found + problems(record(lock, wheels, source), lock)
 
 
-def require_bound(marker: Mapping[str, object], lock: lockfile.Lockfile, env: str) -> None:
-    """Raise when the env ``env`` (its completion record ``marker``) is not bound to ``lock``."""
-    found = problems(marker, lock)
+def require_bound(marker: Mapping[str, object], lock: lockfile.Lockfile, env: str, more: Sequence[str] = ()) -> None:
+    """Raise when the env ``env`` (its completion record ``marker``) is not bound to ``lock`` (``more``: other reasons
+    found, e.g. sdist_builds.reuse_problems)."""
+    found = problems(marker, lock) + list(more)
     if found:
         more = f" (+{len(found) - 3} more)" if len(found) > 3 else ""
         raise KernodeckError(f"the environment {env} is not the lock's: {'; '.join(found[:3])}{more}",

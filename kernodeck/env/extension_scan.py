@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path
@@ -311,6 +311,13 @@ def built_here(info: Path, name: str, version: str, twin: Pylock | None) -> Buil
                      record)
 
 
+def dist_infos(env: Path) -> Iterator[tuple[Path, str, str, list[str]]]:
+    """Each installed distribution of the env at ``env``: its ``.dist-info`` folder, name, version, requirements."""
+    for site_rel in site_dirs(env):
+        for info in sorted((env / site_rel).glob("*.dist-info")):
+            yield info, *_metadata(info)
+
+
 def discover(env: Path, cuobjdump: str | None = None, twin: Pylock | None = None) -> Discovery:
     """Every distribution of the env at ``env`` holding shared objects that link torch (torch's own excepted), and
     the lock's pins (``twin``: its PEP 751 twin) that were built here from their sdist."""
@@ -318,23 +325,21 @@ def discover(env: Path, cuobjdump: str | None = None, twin: Pylock | None = None
     found: list[Extension] = []
     not_read: list[str] = []
     built: list[BuiltHere] = []
-    for site_rel in site_dirs(env):
-        site = env / site_rel
-        for info in sorted(site.glob("*.dist-info")):
-            name, version, requires = _metadata(info)
-            if (made := built_here(info, name, version, twin)) is not None:
-                built.append(made)
-            if canonicalize_name(name) in TORCH_OWN:
+    for info, name, version, requires in dist_infos(env):
+        site = info.parent
+        if (made := built_here(info, name, version, twin)) is not None:
+            built.append(made)
+        if canonicalize_name(name) in TORCH_OWN:
+            continue
+        objects: list[SharedObject] = []
+        for rel in _record_paths(info):
+            if not _is_shared(rel) or rel.startswith(".."):
                 continue
-            objects: list[SharedObject] = []
-            for rel in _record_paths(info):
-                if not _is_shared(rel) or rel.startswith(".."):
-                    continue
-                got = read_object(site, rel, tool or "")
-                if isinstance(got, str):
-                    not_read.append(f"{name}: {got}")
-                elif got is not None:
-                    objects.append(got)
-            if objects:
-                found.append(Extension(name, version, tuple(objects), built_for(version, requires, objects)))
+            got = read_object(site, rel, tool or "")
+            if isinstance(got, str):
+                not_read.append(f"{name}: {got}")
+            elif got is not None:
+                objects.append(got)
+        if objects:
+            found.append(Extension(name, version, tuple(objects), built_for(version, requires, objects)))
     return Discovery(tuple(found), tuple(not_read), tool or "", tuple(built))

@@ -201,6 +201,13 @@ def _uv_find(uv: str, version: str, *extra: str) -> str | None:
     return proc.stdout.strip() or None
 
 
+def base_for(version: str, os_arch: str, given: str | None) -> dict[str, str]:
+    """A platform's Python (cp311 -> 3.11) found on the machine, not whatever runs kernodeck; or the one given."""
+    if given:
+        return {"path": given, "version": version, "found_by": "given by the caller"}
+    return find(version, os_arch).as_dict()
+
+
 def find(version: str, os_arch: str, search: Search | None = None) -> Interpreter:
     """The CPython ``version`` (e.g. "3.11") to build this platform's env with; :class:`PythonNotFound` if none."""
     search = search or Search.from_environment()

@@ -15,11 +15,12 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
-from kernodeck.env import binding, inventory, pythons, seeds, snapshot
+from kernodeck.env import binding, inventory, pythons, sdist_builds, seeds, snapshot
 from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER, clean_incomplete, current_env, env_python, platform_dir
 from kernodeck.env.envdirs import marker as _marker
@@ -44,6 +45,9 @@ from kernodeck.sources import (
     uv_environment,
     variant_index,
 )
+
+if TYPE_CHECKING:
+    from packaging.pylock import Pylock
 
 INVENTORY = "kernodeck-inventory.txt"
 # Bytecode is not compiled at install: measured here (docs/env-integrity.md), compiling all of it costs the rebuild
@@ -79,13 +83,6 @@ class RebuildResult:
         return data
 
 
-def _base_python(plat: Platform, given: str | None) -> dict[str, str]:
-    """The platform's Python (cp311 -> 3.11) found on the machine, not whatever runs kernodeck."""
-    if given:
-        return {"path": given, "version": plat.python, "found_by": "given by the caller"}
-    return pythons.find(plat.python, plat.os_arch).as_dict()
-
-
 def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str, found: dict[str, str], *,
            observe: bool) -> RebuildResult | str:
     """The current env when it is up to date (same lock digest and interpreter, complete); else why it is not."""
@@ -97,7 +94,7 @@ def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str
         return reason
     if marker.get("lock_digest") != digest or marker.get("base_python") != found["path"]:
         return "lock or interpreter changed since the current env was built"
-    unbound = binding.problems(marker, lock)
+    unbound = binding.problems(marker, lock) + sdist_builds.reuse_problems(marker, project.tool)
     if unbound:  # the same digest, but the record of what was installed does not hold the lock's wheels
         reason = f"the current env {current.name} is not the lock's ({'; '.join(unbound[:2])}): not reused"
         log(f"kernodeck: {reason}")
@@ -129,6 +126,7 @@ def rebuild(
     lock: lockfile.Lockfile | None = None,
     digest: str | None = None,
     secrets: Secrets | None = None,
+    twin: Pylock | None = None,
 ) -> RebuildResult:
     """Make (or reuse) the platform's env from ``lock_file``. Caller holds :func:`platform_lock`.
 
@@ -136,14 +134,14 @@ def rebuild(
     RECORD): one changed or damaged since it was built is refused, never reported up to date. ``verify`` passes
     ``observe_reused=False`` because its inventory step makes that same observation and reports it, and the lock it
     read once (``lock``, its ``digest``) and the secret needles (``secrets``: kernodeck.sources' Secrets) so that
-    nothing is read again; without them they are read here.
+    nothing is read again (``twin``: the lock's PEP 751 twin, as read); without them they are read here.
     """
     lock = lock if lock is not None else lockfile.read(lock_file)  # refuse a broken lock before touching anything
     if wheelhouse is not None:
         wheelhouse = wheelhouse.resolve()
         wheels.require_complete(lock, wheelhouse, plat)  # a missing file is named before a venv is made
     digest = digest or "sha256:" + sha256_file(lock_file)
-    found = _base_python(plat, base_python)
+    found = pythons.base_for(plat.python, plat.os_arch, base_python)
     log(f"kernodeck: Python {found['version']} for {plat.id}: {found['path']} (found by: {found['found_by']})")
     chosen = choose_installer(installer)
     clean_incomplete(project, plat)
@@ -156,7 +154,7 @@ def rebuild(
     else:
         reason = "--fresh given" if fresh and current else "--wheelhouse given" if wheelhouse else "no complete env yet"
     build = _Build(project, plat, os.path.relpath(lock_file, project.root), lock, digest, chosen, wheelhouse, found,
-                   current, secrets)
+                   current, secrets, twin)
     return build.run(reason)
 
 
@@ -165,10 +163,10 @@ class _Build:
 
     def __init__(self, project: Project, plat: Platform, rel_lock: str, lock: lockfile.Lockfile, digest: str,
                  chosen: str, wheelhouse: Path | None, found: dict[str, str], current: Path | None,
-                 secrets: Secrets | None) -> None:
+                 secrets: Secrets | None, twin: Pylock | None) -> None:
         self.project, self.plat, self.rel_lock, self.lock, self.digest = project, plat, rel_lock, lock, digest
-        self.chosen, self.wheelhouse, self.found, self.current, self.secrets = (chosen, wheelhouse, found, current,
-                                                                                 secrets)
+        self.chosen, self.wheelhouse, self.found, self.current, self.secrets, self.twin = (
+            chosen, wheelhouse, found, current, secrets, twin)
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
         self.env = platform_dir(project, plat) / f"env-{stamp}"
         self.python = env_python(self.env)
@@ -234,8 +232,9 @@ class _Build:
             self.require_the_locks(installed)
             self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
             self.require_bound(installed)
+            built = sdist_builds.require_declared(self.env, self.project, self.plat, self.twin)
             files = _seal(self.env, self.lock, self.durations, self.plat)
-            self.write_records(freeze, pip_check, files)
+            self.write_records(freeze, pip_check, {**files, sdist_builds.RECORDED: [asdict(b) for b in built]})
         except BaseException:
             self.pool.shutdown(wait=True, cancel_futures=True)
             shutil.rmtree(self.env, ignore_errors=True)
@@ -287,10 +286,8 @@ class _Build:
             uv_env = offline_env() if self.wheelhouse else installing_env(
                 {**uv_environment(self.sources, extra_index=bool(self.online)),
                  **({"UV_NO_INDEX": "1"} if self.no_index else {})})
-            # --no-cache: uv reads and hashes each locked file again into a cache of its own that it removes when it
-            # ends; it never installs the unpacked copy a kept cache holds, which it does not hash again (red-team
-            # pass 68, UVCACHE1). Its files are then the env's alone: hard links out of that removed cache cost no
-            # copy (the build's check refuses a file with a second link). No bytecode compiled: see COMPILE_AT_INSTALL.
+            # --no-cache: each locked file read and hashed again, never a kept cache's unpacked copy (UVCACHE1); the
+            # files hard-linked out of uv's own cache, removed as it ends (one link each). See COMPILE_AT_INSTALL.
             argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
                     "--no-deps", "--no-cache", "--link-mode", "hardlink",
                     "--compile-bytecode" if COMPILE_AT_INSTALL else "--no-compile-bytecode"]  # not UV_COMPILE_BYTECODE

@@ -66,9 +66,9 @@ def _sdist(folder: Path) -> Path:
     return path
 
 
-def _project(tmp_path: Path, only_binary: bool) -> tuple[Path, Path]:
+def _project(tmp_path: Path, only_binary: bool, declared: bool = True) -> tuple[Path, Path]:
     """A copy of the project locking pip (a wheel) and kdsrc (an sdist only, its backend in its tree); the platform
-    declares ``only-binary`` or not."""
+    declares ``only-binary`` or not; the project declares kdsrc ``built-here`` (``declared``) or not."""
     links = tmp_path / "links"
     pip = pip_wheel(links)
     sdist = _sdist(links)
@@ -79,6 +79,8 @@ def _project(tmp_path: Path, only_binary: bool) -> tuple[Path, Path]:
     for entry in doc["tool"]["kernodeck"]["platforms"]:  # type: ignore[index, union-attr]
         if f"cp{entry['python'].replace('.', '')}-{entry['os-arch']}-{entry['variant']}" == plat.id:
             entry["only-binary"] = only_binary
+    if declared:
+        doc["tool"]["kernodeck"]["built-here"] = ["kdsrc"]  # type: ignore[index]
     (root / "pyproject.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
     project = load_project(root)
     specs = [("kdsrc", "1.0", sha256_file(sdist)), ("pip", pip.name.split("-")[1], sha256_file(pip))]
@@ -110,6 +112,13 @@ def test_a_pin_built_from_its_sdist_is_named_and_only_binary_refuses_it(tmp_path
     assert (made.name, made.version, made.sdist) == ("kdsrc", "1.0", "kdsrc-1.0.tar.gz")
     assert made.sdist_sha256 == hashlib.sha256((links / "kdsrc-1.0.tar.gz").read_bytes()).hexdigest()
     assert made.generator == "kdsrc-backend (1.0)" and made.tags == ("py3-none-any",) and made.record_sha256
+
+    # undeclared: the same build is refused, naming the pin and the declaration (its build requirements are the
+    # sources', unpinned: BUILDREQ1), nothing promoted
+    root, links = _project(tmp_path / "undeclared", only_binary=False, declared=False)
+    proc = kd(root, "rebuild", "--installer", installer, env=env)
+    assert proc.returncode == 2 and "kdsrc 1.0 (from kdsrc-1.0.tar.gz)" in proc.stderr, proc.stderr[-3000:]
+    assert "built-here = ['kdsrc']" in proc.stderr and not list((root / ".venv-rebuild").glob("*/current"))
 
     # the platform declares only-binary: the same lock is refused, nothing is built here
     root, links = _project(tmp_path / "binary", only_binary=True)

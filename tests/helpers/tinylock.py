@@ -117,6 +117,15 @@ def declare_as_of(project: Path, value: str | None) -> None:
     path.write_text(tomlkit.dumps(doc), encoding="utf-8")
 
 
+def declare_built_here(project: Path, *names: str) -> None:
+    """Declare ``built-here = [names]`` (the pins the install may build from their sdist) in the project's
+    pyproject.toml."""
+    path = project / "pyproject.toml"
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    doc["tool"]["kernodeck"]["built-here"] = list(names)  # type: ignore[index]
+    path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+
+
 def offline_sources(monkeypatch: pytest.MonkeyPatch, wheels: Path, cache: Path) -> None:
     """This machine's sources, for the test: no config file, no index, only ``wheels``; caches of its own."""
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)

@@ -56,6 +56,7 @@ from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     SDIST_BACKEND,
     current_env,
+    declare_built_here,
     env_wheels,
     fresh_venv,
     locked_tiny_project,
@@ -81,6 +82,7 @@ def _built(tmp_path: Path) -> tuple[Path, dict[str, str], Path, Path]:
     links = tmp_path / "links"
     sdist = write_sdist(links, "tinyc", "1.0", _LOCKS)
     project, plat = locked_tiny_project(tmp_path / "project", env_wheels(links), (("tinyc", "1.0", [sdist]),))
+    declare_built_here(project, "tinyc")  # built here, declared (BUILDREQ1)
     env = offline_env(PIP_FIND_LINKS=str(links), PIP_CACHE_DIR=str(tmp_path / "pipc"),
                       UV_CACHE_DIR=str(tmp_path / "uvc"))
     proc = kd(project, "rebuild", "--installer", "pip", env=env)
@@ -214,22 +216,33 @@ def test_buildreq1_control_sources_without_the_build_requirement_fail_the_build(
     assert not list((project / ".venv-rebuild").glob("*/current"))
 
 
-@pytest.mark.xfail(strict=True, reason="BUILDREQ1: an sdist pin's build requirements are fetched from the sources "
-                   "unpinned and unhashed by both installers; the backend they bring decides the installed bytes")
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_buildreq1_a_rebuild_never_promotes_bytes_decided_by_a_file_the_lock_does_not_pin(tmp_path: Path,
-                                                                                         installer: str) -> None:
-    """BUILDREQ1: the sources serve tinybuild 1.0 (no lock pins it): the rebuild must not promote an env whose tinyd
-    was made by it, bound under the lock's sdist hash alone (it does: exit 0, tinyd is tinybuild's choice)."""
-    project, env, sdist = _buildreq(tmp_path, serve_backend=True)
+def test_buildreq1_a_rebuild_never_promotes_an_undeclared_pin_built_here(tmp_path: Path, installer: str) -> None:
+    """BUILDREQ1, fixed by class: a pin built here from its sdist holds bytes its build requirements decided (fetched
+    from the sources, unpinned): undeclared, the build fails naming it and the declaration, nothing promoted (before
+    the fix: exit 0, tinyd tinybuild's choice, bound under the sdist's hash alone)."""
+    project, env, _ = _buildreq(tmp_path, serve_backend=True)
     proc = kd(project, "rebuild", "--installer", installer, env=env)
-    if proc.returncode != 0:
-        return  # refused: nothing promoted
-    promoted = _promoted(project)
-    bound = json.loads((promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["wheels"]["tinyd"]
-    assert _tinyd(promoted) != _DECIDED, (
-        f"promoted ({installer}) with a tinyd made by tinybuild 1.0, a build requirement no lock pins; bound under "
-        f"{bound['sha256']} (the lock's sdist: {sha256_file(sdist)})")
+    assert proc.returncode == 2, proc.stderr[-800:]
+    assert "built here from their sdist" in proc.stderr and "tinyd 1.0 (from tinyd-1.0.tar.gz)" in proc.stderr
+    assert "built-here = ['tinyd']" in proc.stderr, proc.stderr[-800:]
+    assert not list((project / ".venv-rebuild").glob("*/current"))
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_buildreq1_control_a_declared_pin_built_here_is_promoted_and_recorded(tmp_path: Path, installer: str) -> None:
+    """Declared (``built-here = ["tinyd"]``), the same build is promoted, the pin recorded as built here (its sdist,
+    the generator its WHEEL names), not proven; taken off the declaration, the env is not reused."""
+    project, env, sdist = _buildreq(tmp_path, serve_backend=True)
+    declare_built_here(project, "tinyd")
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    built = json.loads((_promoted(project) / "kernodeck-complete.json").read_text(encoding="utf-8"))["built_here"]
+    assert [(b["name"], b["sdist"], b["sdist_sha256"]) for b in built] == [("tinyd", "tinyd-1.0.tar.gz",
+                                                                           sha256_file(sdist))]
+    declare_built_here(project)
+    again = kd(project, "rebuild", "--installer", installer, env=env)
+    assert "built-here does not list: tinyd" in again.stderr and again.returncode == 2, again.stderr[-800:]
 
 
 # LDCMP1 -----------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck._proc import run as run_command
-from kernodeck.env import binding
+from kernodeck.env import binding, sdist_builds
 from kernodeck.env.envdirs import current_env, env_python, marker
 from kernodeck.env.rebuild import INVENTORY, rebuild
 from kernodeck.errors import CommandFailed, KernodeckError
@@ -64,7 +64,9 @@ def _current(ctx: RunContext, run: Run) -> Step:
         )
     assert ctx.lock.parsed is not None  # the lock-check step passed
     # the env is the lock's only if it was built from this lock body and its wheels' hashes are the lock's
-    binding.require_bound(marker(env), ctx.lock.parsed, str(env.relative_to(ctx.project.root)))
+    record = marker(env)
+    binding.require_bound(record, ctx.lock.parsed, str(env.relative_to(ctx.project.root)),
+                          more=sdist_builds.reuse_problems(record, ctx.project.tool))
     return Step("rebuild", Status.SKIPPED, reason="--no-rebuild: using the current environment, built from this lock",
                 details={"env": str(env.relative_to(ctx.project.root))})
 
@@ -75,7 +77,7 @@ def _rebuilt(ctx: RunContext, run: Run) -> Step:
     result = rebuild(
         ctx.project, ctx.plat, ctx.lock.path, installer=opts.installer, fresh=opts.fresh, wheelhouse=opts.wheelhouse,
         observe_reused=False,  # the inventory step observes it
-        lock=ctx.lock.parsed, digest=ctx.lock.digest, secrets=ctx.install_secrets,
+        lock=ctx.lock.parsed, digest=ctx.lock.digest, secrets=ctx.install_secrets, twin=ctx.lock.twin,
     )
     run.python, run.result = result.python, result
     return Step("rebuild", Status.PASSED, title="reused" if result.reused else "rebuilt", reason=result.reason,

@@ -1,0 +1,72 @@
+"""Pins built here from their locked sdist: refused unless the project declares them (``built-here``).
+
+The lock pins an sdist's bytes, not what the build makes of them: pip and uv install its ``[build-system] requires``
+into the build's own isolated env from the sources, with no pin and no hash, and the backend they bring decides every
+byte of the wheel installed (red-team pass 69, BUILDREQ1). So a pin the install built here is code no lock
+describes, as an ``LD_PRELOAD`` library is: the build fails naming it unless ``[tool.kernodeck] built-here`` lists it,
+and a declared one is recorded (its sdist, the tags it was built for, the generator its WHEEL names), not proven.
+Which pins were built is read from the env as installed against the lock's PEP 751 twin (``extension_scan.built_here``:
+the twin lists an sdist for it and none of its wheels carries the installed tags).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.utils import canonicalize_name
+
+from kernodeck.env.extension_scan import BuiltHere, built_here, dist_infos
+from kernodeck.errors import RebuildFailed
+from kernodeck.lock.inputs import pylock_path
+from kernodeck.lock.twin import read as read_twin
+from kernodeck.project.config import Project
+from kernodeck.project.platforms import Platform
+
+if TYPE_CHECKING:
+    from packaging.pylock import Pylock
+
+KEY = "built-here"  # [tool.kernodeck] built-here = ["name", ...]
+RECORDED = "built_here"  # the completion record's list of the pins its build made (asdict of BuiltHere)
+
+
+def declared(tool: dict[str, object]) -> frozenset[str]:
+    """The pins the project lets the install build here (canonical names)."""
+    names = tool.get(KEY) or []
+    return frozenset(canonicalize_name(str(n)) for n in names) if isinstance(names, list) else frozenset()
+
+
+def found(env: Path, twin: Pylock | None) -> list[BuiltHere]:
+    """Every distribution of ``env`` that was built here from the sdist its lock's twin lists."""
+    return [made for info, name, version, _ in dist_infos(env) if (made := built_here(info, name, version, twin))]
+
+
+def require_declared(env: Path, project: Project, plat: Platform, twin: Pylock | None) -> list[BuiltHere]:
+    """The pins built here, each declared; an undeclared one fails the build (nothing is promoted). ``twin``: the
+    lock's PEP 751 twin as the run read it (read here when not given)."""
+    made = found(env, twin if twin is not None else read_twin(pylock_path(project, plat)))
+    allowed = declared(project.tool)
+    stray = [b for b in made if canonicalize_name(b.name) not in allowed]
+    if stray:
+        names = ", ".join(f"{b.name} {b.version} (from {b.sdist})" for b in stray)
+        raise RebuildFailed(
+            f"{len(stray)} pin(s) were built here from their sdist, by build requirements the lock does not pin "
+            f"(fetched from the sources, unhashed): {names}",
+            tip=f"lock a wheel of it for this platform; or declare it, recorded and not proven: "
+                f"[tool.kernodeck] {KEY} = {sorted(b.name for b in stray)!r}",
+        )
+    return made
+
+
+def reuse_problems(marker: Mapping[str, object], tool: dict[str, object]) -> list[str]:
+    """Why an env whose completion record is ``marker`` may not be reused under the project's declaration: a pin
+    built here that ``built-here`` no longer lists, or a record that does not say which pins were built."""
+    made = marker.get(RECORDED)
+    if not isinstance(made, list):
+        return ["its build recorded no list of the pins built here from their sdist (built by an older Kernodeck)"]
+    allowed = declared(tool)
+    stray = sorted(str(b.get("name")) for b in made
+                   if isinstance(b, dict) and canonicalize_name(str(b.get("name"))) not in allowed)
+    said = f"it holds pin(s) built here that [tool.kernodeck] {KEY} does not list: {', '.join(stray)}"
+    return [said] if stray else []
