@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kernodeck import tips
 from kernodeck._fs import inenv_fingerprints, write_atomic
 from kernodeck._proc import run
+from kernodeck.env import start
 from kernodeck.errors import CommandFailed, KernodeckError
 
 if TYPE_CHECKING:
@@ -116,8 +117,10 @@ def compare_declared(da: dict[str, dict[str, Any]] | None, db: dict[str, dict[st
         write_atomic(request, json.dumps({"a": str(folder_a), "b": str(folder_b),
                                           "outputs": {n: da[n] for n in common},
                                           "inenv_sha256": inenv_fingerprints()}))
+        env = start.judging_environ()  # no loader variable of the caller's (LDCMP1); the rest recorded
+        result["environment"] = start.recorded(env)
         try:
-            proc = run([python, "-I", SCRIPT, request])
+            proc = run(start.argv(python, str(SCRIPT), str(request)), env=env)
         except CommandFailed as exc:
             raise KernodeckError(f"comparing the outputs in {python} failed: {exc}",
                                  tip=f"{tips.REBUILD}, then: {tips.nox('compare', 'A', 'B')}") from exc

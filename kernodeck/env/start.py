@@ -40,6 +40,14 @@ def environ(extra: Mapping[str, str] | None = None, declared: Iterable[str] = ()
     return env
 
 
+def judging_environ() -> dict[str, str]:
+    """The environment of a process that only judges outputs with numpy (compare's, drift's): as :func:`environ`'s
+    with ``drop_numerics``, and no :data:`LOADERS` variable at all. No application code runs there, so no library of
+    the caller's is loaded into it (red-team pass 69, LDCMP1), and the caller's numerics variables do not choose its
+    code paths; what it got is recorded beside its verdict (:func:`recorded`)."""
+    return {k: v for k, v in environ(drop_numerics=True).items() if k not in LOADERS}
+
+
 def declared_variables(tool: Mapping[str, object]) -> list[str]:
     """``[tool.kernodeck.environment] variables``: the caller's variables the application reads, passed and recorded."""
     environment = tool.get("environment")

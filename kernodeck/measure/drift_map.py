@@ -277,8 +277,8 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
         write_json(staging / "drift-config.json", config)
         argv = start.argv(python, str(IN_ENV), "--config", str(staging / "drift-config.json"))
         log(f"$ {show(argv)}")
-        proc = subprocess.run(argv, env=start.environ(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              check=False)
+        env = start.judging_environ()  # no loader variable of the caller's (LDCMP1); the rest recorded
+        proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not (staging / "pairwise.json").exists():
             raise KernodeckError(
                 f"the pairwise comparison failed (exit {proc.returncode}): {first_error(proc.stderr or proc.stdout)}",
@@ -289,6 +289,7 @@ def drift(folders: list[Path], out: Path, python: Path, declared: dict[str, dict
             data["resume_contracts"] = resume_contracts(dossiers)
             _mark_contracts(data)
         data["made"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        data["environment"] = start.recorded(env)  # what the judging process got of the recorded variables
         write_json(staging / "drift.json", json_safe(data))
         write_atomic(staging / "drift.md", render(data))
         write_atomic(staging / "drift.svg", svg.heatmap(heatmaps(data)))

@@ -33,7 +33,9 @@ drift's in-env processes, which judge outputs with verify's own code, get it unr
 with a preloaded library (gcc) that opens B's ``.npy`` from A: compare "equal" (bitwise), drift "within". The
 orchestrator itself runs with the same variable; the class is the rule verify states, not applied where it applies.
 Fix idea: one start for every in-env process (start.environ with the project's declared ones, undeclared_preload
-refused, the recorded variables written into compare.json and drift.json).
+refused, the recorded variables written into compare.json and drift.json). Fixed: the processes that only judge
+outputs start with start.argv and start.judging_environ (no loader variable, none of the caller's numerics ones) and
+record what they got (compare's result and drift.json, ``environment``).
 """
 
 from __future__ import annotations
@@ -336,12 +338,27 @@ def test_ldcmp1_control_without_the_library_compare_and_drift_see_the_labels_dif
 
 
 @_needs_gcc
-@pytest.mark.xfail(strict=True, reason="LDCMP1: compare's and drift's in-env processes get LD_PRELOAD (compare: the "
-                   "caller's whole environment), neither refused nor recorded; the library decides their verdicts")
 def test_ldcmp1_compare_and_drift_never_judge_with_undeclared_code_loaded(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """LDCMP1: with an undeclared LD_PRELOAD, compare and drift must refuse (as verify does) or at least not call the
-    differing labels equal (they do: compare 'equal', bitwise; drift 'within')."""
+    """LDCMP1, fixed: with LD_PRELOAD naming the swapping library, compare and drift still see the labels differ:
+    their judging processes start with no loader variable (start.judging_environ), and each records what it got
+    (before the fix: compare 'equal', bitwise; drift 'within')."""
     passed, mark = _compared(tmp_path, monkeypatch, preload=True)
     assert not passed and mark in ("BEYOND", "refused"), \
         f"compare passed={passed}, drift {mark!r} with LD_PRELOAD's code loaded, recorded nowhere"
+    drift = json.loads((tmp_path / "map" / "drift.json").read_text(encoding="utf-8"))
+    assert "environment" in drift and "LD_PRELOAD" not in drift["environment"]
+
+
+def test_ldcmp1_the_judging_environment_holds_no_loader_and_no_callers_numerics(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judging processes' environment: every loader variable and the caller's numerics variables dropped, the
+    plumbing kept (the control: PATH)."""
+    from kernodeck.env import start
+
+    for name in start.LOADERS:
+        monkeypatch.setenv(name, "/tmp/lib.so")
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    env = start.judging_environ()
+    assert not set(start.LOADERS) & set(env) and "MKL_CBWR" not in env and env.get("PATH")
+    assert "MKL_CBWR" in start.environ() and "LD_PRELOAD" in start.environ()  # verify's processes: recorded
