@@ -89,6 +89,8 @@ CROSS_CUTTING = {
                  "its RECORD rewritten: a uv rebuild promoted with it",
     "redteam69": "red-team pass 69: pip's wheel cache holding another wheel built from a locked sdist; an sdist's "
                  "unlocked build requirements; LD_PRELOAD in compare's and drift's processes",
+    "redteam70": "red-team pass 70: an undeclared pin built here read as downloaded (its built WHEEL carries a "
+                 "locked wheel's tag)",
 }
 
 

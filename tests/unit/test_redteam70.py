@@ -1,0 +1,132 @@
+"""Red-team pass 70 (notes: /work/notes/redteam70.md): issue 29 by class, on the five newest fixes (UVCACHE1,
+PIPCACHE1, BUILDREQ1, LDCMP1, the twin read once).
+
+BUILTTAG1 (kernodeck/env/extension_scan.py ``built_here``, sdist_builds.py ``require_declared``; both installers):
+BUILDREQ1's fix decides "built here" from the installed distribution's ``WHEEL`` tags against the lock's wheels for
+the pin (the twin lists an sdist and none of its wheels carries the installed tags). But the ``WHEEL`` file is written
+by the very build backend the rule is about, and an honest pure-Python build writes ``Tag: py3-none-any``, which is the
+tag of the wheel a lock lists for most pure-Python pins. So a pin whose lock lists both its ``py3-none-any`` wheel and
+its sdist, on sources that serve the sdist only (the sources are what the lock's hashes do not trust), is built here by
+a build requirement the lock does not pin, and read as "downloaded": undeclared, promoted, its completion record's
+``built_here`` empty, bound under the sdist's hash (pip's report says which file it took: the sdist's hash, not the
+wheel's), reused by the next ``rebuild`` (``reuse_problems`` reads that empty list). A backend that writes, in
+``WHEEL``, the tag of a wheel the lock lists for another platform is read as downloaded the same way, for any pin the
+lock lists a wheel of. Fix idea by class: decide "built" from what the install took, not from what the build wrote:
+give the installers no way to build an undeclared pin (pip ``--only-binary <every undeclared pin>``, uv
+``--no-build-package``/``--only-binary``), so that only a declared pin can be built at all; pip's report (the sha256
+it names is the sdist's) says it too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernodeck._fs import sha256_file
+from kernodeck.env.extension_scan import built_here
+from kernodeck.lock.inputs import pylock_path
+from kernodeck.lock.twin import read as read_twin
+from kernodeck.project.config import load_project
+from kernodeck.project.platforms import Platform
+from tests.helpers.project import kd
+from tests.helpers.tinylock import (
+    SDIST_BACKEND,
+    current_env,
+    env_wheels,
+    fresh_venv,
+    locked_tiny_project,
+    offline_env,
+    wheel_of,
+    write_sdist,
+)
+
+_LOCKS = "VALUE = 'the lock'\n"
+_DECIDED = b"VALUE = 'decided by tinybuild'\n"
+_WIN = "cp311-cp311-win_amd64"  # a wheel the lock lists for another platform
+
+
+def _backend(tag: str) -> str:
+    """tinybuild's module: a backend (pinned by no lock) whose wheel holds its own choice of module, its ``WHEEL``
+    naming a well-known generator and the tag ``tag``."""
+    made = SDIST_BACKEND.replace('open(f"{name}/__init__.py", "rb").read()', repr(_DECIDED)).replace(
+        "Generator: tiny-backend", "Generator: setuptools (80.9.0)").replace("Tag: py3-none-any", f"Tag: {tag}")
+    assert repr(_DECIDED) in made and f"Tag: {tag}" in made
+    return made
+
+
+# BUILTTAG1 --------------------------------------------------------------------------------------------------------
+
+
+def _tinye(env: Path) -> bytes:
+    return next(env.glob("lib/python*/site-packages/tinye/__init__.py")).read_bytes()
+
+
+def _tagged(tmp_path: Path, *, tag: str = "py3-none-any",
+            serve_wheel: bool = False) -> tuple[Path, Platform, dict[str, str], Path, Path]:
+    """A tiny lock (pip, tinya, tinyb wheels; tinye 1.0 by its wheel tagged ``tag`` AND its sdist, the sdist built by
+    tinybuild, which writes ``tag`` into its WHEEL); the sources serve the sdist and tinybuild, and the wheel only with
+    ``serve_wheel``: (project, platform, env, the lock's wheel, the sdist)."""
+    links, backends, held = tmp_path / "links", tmp_path / "backends", tmp_path / "held"
+    sdist = write_sdist(links, "tinye", "1.0", _LOCKS, backend="tinybuild")
+    wheel = wheel_of(links if serve_wheel else held, "tinye", "1.0", {"tinye/__init__.py": _LOCKS.encode()}, tag=tag)
+    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": _backend(tag).encode()})
+    project, plat = locked_tiny_project(tmp_path / "project", env_wheels(links), (("tinye", "1.0", [wheel, sdist]),))
+    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
+                      UV_CACHE_DIR=str(tmp_path / "uvc"))
+    return project, plat, env, wheel, sdist
+
+
+def test_builttag1_premise_a_pure_build_carries_the_tag_of_the_wheel_the_lock_lists_and_reads_as_downloaded(
+        tmp_path: Path) -> None:
+    """The lock (and its twin) lists tinye's py3-none-any wheel and its sdist; pip's own hash-checked install of the
+    lock from sources holding the sdist only builds it with tinybuild (no lock pins it), and ``built_here`` reads the
+    installed tinye as not built here: its tag is the locked wheel's."""
+    project, plat, env, wheel, _ = _tagged(tmp_path)
+    twin = read_twin(pylock_path(load_project(project), plat))
+    pin = next(p for p in twin.packages if p.name == "tinye")
+    assert pin.sdist is not None and [w.name for w in pin.wheels or ()] == [wheel.name]
+    lock = next(p for p in (project / "lockfiles").glob("*.txt") if "tinye==1.0" in p.read_text(encoding="utf-8"))
+    python = fresh_venv(tmp_path / "venv", with_pip=True)
+    proc = subprocess.run([str(python), "-m", "pip", "install", "--require-hashes", "--no-deps", "-r", str(lock)],
+                          env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert _tinye(tmp_path / "venv") == _DECIDED and "Building wheel for tinye" in proc.stdout
+    info = next((tmp_path / "venv").glob("lib/python*/site-packages/tinye-1.0.dist-info"))
+    assert built_here(info, "tinye", "1.0", twin) is None, "read as built here: the premise does not hold"
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_builttag1_control_sources_serving_the_wheel_install_the_locks_file(tmp_path: Path, installer: str) -> None:
+    """The same lock, the sources serving tinye's wheel too: the installers take the wheel, tinybuild is not run,
+    the lock's module promoted, nothing built here."""
+    project, plat, env, _, _ = _tagged(tmp_path, serve_wheel=True)
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    promoted = current_env(project, plat)
+    assert _tinye(promoted) == _LOCKS.encode()
+    assert json.loads((promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["built_here"] == []
+
+
+@pytest.mark.xfail(strict=True, reason="BUILTTAG1: 'built here' is read from the WHEEL tags the build itself wrote; a "
+                                       "pure build carries the tag of the py3-none-any wheel the lock lists, and an "
+                                       "undeclared pin built by an unpinned backend is promoted as downloaded")
+@pytest.mark.parametrize("tag", ["py3-none-any", _WIN], ids=["pure", "another-platforms-tag"])
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_builttag1_a_rebuild_never_promotes_an_undeclared_pin_built_here_whatever_its_wheel_says(
+        tmp_path: Path, installer: str, tag: str) -> None:
+    """Sources serving tinye's sdist only: the install builds it with tinybuild, an undeclared pin built here; the
+    rebuild must fail naming it, as BUILDREQ1's fix does for a pin whose lock lists no wheel (today: exit 0, tinye
+    tinybuild's module, ``built_here`` empty, bound under the sdist's hash, reused by the next rebuild)."""
+    project, _, env, _, sdist = _tagged(tmp_path, tag=tag)
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    promoted = next((p.resolve() for p in (project / ".venv-rebuild").glob("*/current")), None)
+    if promoted is not None:
+        marker = json.loads((promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))
+        assert sha256_file(sdist) in marker["wheels"]["tinye"]["sha256"]  # bound under the sdist's hash
+        assert _tinye(promoted) == _DECIDED and marker["built_here"] == []
+    assert proc.returncode == 2 and "tinye 1.0 (from tinye-1.0.tar.gz)" in proc.stderr, \
+        f"rc {proc.returncode}: an undeclared tinye built here by tinybuild was promoted as downloaded"
+    assert promoted is None
