@@ -90,7 +90,8 @@ CROSS_CUTTING = {
     "redteam69": "red-team pass 69: pip's wheel cache holding another wheel built from a locked sdist; an sdist's "
                  "unlocked build requirements; LD_PRELOAD in compare's and drift's processes",
     "redteam70": "red-team pass 70: an undeclared pin built here read as downloaded (its built WHEEL carries a "
-                 "locked wheel's tag)",
+                 "locked wheel's tag); uv venv's interpreter from the user's uv cache; pip's build requirements "
+                 "through the user's pip cache",
 }
 
 

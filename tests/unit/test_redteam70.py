@@ -15,11 +15,32 @@ lock lists a wheel of. Fix idea by class: decide "built" from what the install t
 give the installers no way to build an undeclared pin (pip ``--only-binary <every undeclared pin>``, uv
 ``--no-build-package``/``--only-binary``), so that only a declared pin can be built at all; pip's report (the sha256
 it names is the sdist's) says it too.
+
+UVVENV1 (kernodeck/env/rebuild.py ``create``: ``uv venv`` runs without ``--no-cache``, with the caller's
+UV_CACHE_DIR, which installenv.py keeps): UVCACHE1's class at the step before the install. ``uv venv`` writes the
+base interpreter's description (its executable's path, prefixes, markers) into the user's uv cache and takes it from
+there next time, checked only against the base's modification time. An entry naming another binary as the
+executable (a copy of the base's here; any interpreter would do): ``rebuild --fresh`` promotes an env whose
+``bin/python`` and pyvenv.cfg ``home`` are that binary, while the completion record's ``base_python`` is the one the
+build found, and the next ``rebuild`` reuses it as "same base interpreter". Fix idea by class: every installer
+command of a build runs with no kept cache (``uv venv --no-cache``, or ``UV_CACHE_DIR`` a folder the build makes and
+removes), and the build holds the env's interpreter to the base it found (``bin/python``'s target, pyvenv.cfg's
+``home``, ``sys._base_executable`` read back).
+
+PIPCACHE2 (rebuild.py ``install``, pip branch): ``--no-cache-dir`` is on pip's command line, but pip's build-env
+subprocess (the install of an sdist's build requirements) gets the caller's PIP_CACHE_DIR and not the flag: a build
+requirement pip built from its sdist is left in the user's cache, and the next build takes it from there (measured: the
+cached backend edited, a ``--fresh`` build of a declared pin installs what it made). Low: a declared pin's build
+requirements are recorded, not proven; but "as uv's --no-cache" and the user's cache untouched do not hold for pip.
+Fix idea: ``PIP_NO_CACHE_DIR=1`` (or a PIP_CACHE_DIR the build makes and removes) in the install's environment,
+which the build-env subprocess inherits.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -35,10 +56,12 @@ from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     SDIST_BACKEND,
     current_env,
+    declare_built_here,
     env_wheels,
     fresh_venv,
     locked_tiny_project,
     offline_env,
+    uv,
     wheel_of,
     write_sdist,
 )
@@ -130,3 +153,116 @@ def test_builttag1_a_rebuild_never_promotes_an_undeclared_pin_built_here_whateve
     assert proc.returncode == 2 and "tinye 1.0 (from tinye-1.0.tar.gz)" in proc.stderr, \
         f"rc {proc.returncode}: an undeclared tinye built here by tinybuild was promoted as downloaded"
     assert promoted is None
+
+
+# a cache's own files (uv's interpreter entries, `uv venv`'s, are UVVENV1's): none is a build's
+_BOOKKEEPING = frozenset({"CACHEDIR.TAG", ".lock", ".gitignore", ".git"})
+
+# PIPCACHE2 --------------------------------------------------------------------------------------------------------
+
+
+def _declared_build(tmp_path: Path, installer: str) -> tuple[int, list[str]]:
+    """A tiny lock (pip, tinya, tinyb wheels; tinyd 1.0 by its sdist only, declared built-here), its build
+    requirement tinybuild served as an sdist (an in-tree backend): a real rebuild with its own user caches; its exit
+    code and the files of a build it left in the user's cache of ``installer``."""
+    links, backends = tmp_path / "links", tmp_path / "backends"
+    sdist = write_sdist(links, "tinyd", "1.0", _LOCKS, backend="tinybuild")
+    write_sdist(backends, "tinybuild", "1.0", SDIST_BACKEND)
+    project, _ = locked_tiny_project(tmp_path / "project", env_wheels(links), (("tinyd", "1.0", [sdist]),))
+    declare_built_here(project, "tinyd")
+    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
+                      UV_CACHE_DIR=str(tmp_path / "uvc"))
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    cache = tmp_path / ("pipc" if installer == "pip" else "uvc")
+    return proc.returncode, sorted(p.name for p in cache.rglob("*") if p.is_file() and p.name not in _BOOKKEEPING
+                                   and not p.relative_to(cache).parts[0].startswith("interpreter-"))
+
+
+def test_pipcache2_control_a_uv_rebuild_leaves_nothing_in_the_users_uv_cache(tmp_path: Path) -> None:
+    """uv's --no-cache holds for the build requirements too: the user's uv cache stays empty."""
+    assert _declared_build(tmp_path, "uv") == (0, [])
+
+
+@pytest.mark.xfail(strict=True, reason="PIPCACHE2: pip's --no-cache-dir does not reach the subprocess that installs "
+                                       "an sdist's build requirements: it writes the user's pip cache, read again "
+                                       "by the next build")
+def test_pipcache2_a_pip_rebuild_neither_reads_nor_writes_the_users_pip_cache(tmp_path: Path) -> None:
+    """pip is given --no-cache-dir 'as uv's --no-cache'; but pip's build-env subprocess (the build requirements'
+    install) gets the caller's PIP_CACHE_DIR and not the flag: the wheel it built of tinybuild is left in the user's
+    cache with its origin.json (today), where the next build's build requirement is taken from."""
+    code, left = _declared_build(tmp_path, "pip")
+    assert code == 0 and left == [], f"the pip rebuild left {left} in the user's pip cache"
+
+
+# UVVENV1 ----------------------------------------------------------------------------------------------------------
+
+
+def _str8(text: str) -> bytes:
+    """A msgpack str8 of ``text`` (32 to 255 bytes): how uv's interpreter cache stores a path."""
+    data = text.encode()
+    assert 32 <= len(data) < 256
+    return b"\xd9" + bytes([len(data)]) + data
+
+
+def _venv_built(tmp_path: Path) -> tuple[Path, Platform, dict[str, str], str]:
+    """A tiny lock (pip, tinya, tinyb wheels) rebuilt once with uv, ``uvc`` its user's uv cache (kept by the install's
+    allow-list): (project, platform, env, the base interpreter the build found and recorded)."""
+    links = tmp_path / "links"
+    project, plat = locked_tiny_project(tmp_path / "project", env_wheels(links))
+    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uvc"))
+    proc = kd(project, "rebuild", "--installer", "uv", env=env)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    base = json.loads((current_env(project, plat) / "kernodeck-complete.json").read_text(encoding="utf-8"))
+    return project, plat, env, str(base["base_python"])
+
+
+def _other_interpreter(tmp_path: Path, cache: Path, base: str) -> Path:
+    """Another interpreter binary (a copy of the base's: any binary would do), named by the user's uv cache as the
+    base's executable: the interpreter entries `uv venv` wrote there edited, their freshness stamps left."""
+    other = tmp_path / "other" / Path(base).name
+    other.parent.mkdir()
+    shutil.copy2(base, other)
+    entries = list(cache.glob("interpreter-v*/**/*.msgpack"))
+    assert entries, "uv venv wrote no interpreter entry into the user's uv cache"
+    for entry in entries:
+        data = entry.read_bytes()
+        assert _str8(base) in data
+        entry.write_bytes(data.replace(_str8(base), _str8(str(other))))
+    return other
+
+
+def test_uvvenv1_premise_the_create_step_writes_the_users_uv_cache_and_reads_the_interpreter_from_it(
+        tmp_path: Path) -> None:
+    """`uv venv` (the create step) runs without --no-cache: the user's uv cache gets the base interpreter's entry
+    (its executable's path), and plain `uv venv` takes the executable that entry names."""
+    _, _, env, base = _venv_built(tmp_path)
+    other = _other_interpreter(tmp_path, tmp_path / "uvc", base)
+    proc = subprocess.run([uv(), "venv", "--quiet", "--python", base, str(tmp_path / "v")], env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert os.path.realpath(tmp_path / "v" / "bin" / "python") == str(other)
+
+
+def test_uvvenv1_control_a_uv_rebuild_links_the_env_to_the_base_it_found(tmp_path: Path) -> None:
+    project, plat, _, base = _venv_built(tmp_path)
+    assert os.path.realpath(current_env(project, plat) / "bin" / "python") == os.path.realpath(base)
+
+
+@pytest.mark.xfail(strict=True, reason="UVVENV1: uv venv reads the interpreter from the user's uv cache (kept); the "
+                                       "env runs another binary than the base_python its record names, reused as "
+                                       "'same base interpreter'")
+def test_uvvenv1_a_uv_rebuild_never_promotes_an_env_running_another_interpreter_than_the_one_it_records(
+        tmp_path: Path) -> None:
+    """The user's uv cache names another binary as the base's executable: ``rebuild --fresh`` (uv) must not promote
+    an env whose interpreter is not the base it found and records (today: exit 0, the env's bin/python and
+    pyvenv.cfg's home that binary, ``base_python`` the found one, reused by the next rebuild)."""
+    project, plat, env, base = _venv_built(tmp_path)
+    other = _other_interpreter(tmp_path, tmp_path / "uvc", base)
+    proc = kd(project, "rebuild", "--installer", "uv", "--fresh", env=env)
+    promoted = current_env(project, plat)
+    runs = os.path.realpath(promoted / "bin" / "python")
+    recorded = json.loads((promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["base_python"]
+    assert recorded == base
+    assert proc.returncode != 0 and runs != str(other), \
+        f"rc {proc.returncode}: promoted an env running {runs}, recorded as built with {recorded}"
