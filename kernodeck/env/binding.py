@@ -19,7 +19,7 @@ from typing import Any, assert_never
 from packaging.utils import canonicalize_name
 
 from kernodeck import tips
-from kernodeck.errors import KernodeckError
+from kernodeck.errors import KernodeckError, RebuildFailed
 from kernodeck.lock import lockfile
 
 BODY = "lock_body_digest"  # the completion record's keys
@@ -131,3 +131,12 @@ def require_bound(marker: Mapping[str, object], lock: lockfile.Lockfile, env: st
         more = f" (+{len(found) - 3} more)" if len(found) > 3 else ""
         raise KernodeckError(f"the environment {env} is not the lock's: {'; '.join(found[:3])}{more}",
                              tip=tips.REBUILD_FRESH)
+
+
+def require_built(lock: lockfile.Lockfile, wheels: Mapping[str, Wheel], installed: Mapping[str, str],
+                  source: HashSource) -> None:
+    """No env is promoted that a reuse would refuse, nor one holding what its install did not put there."""
+    found = build_problems(lock, wheels, installed, source)
+    if found:
+        raise RebuildFailed(f"the installed env is not bound to the lock: {'; '.join(found[:3])}"
+                            + (f" (+{len(found) - 3} more)" if len(found) > 3 else ""), tip=tips.REBUILD_FRESH)

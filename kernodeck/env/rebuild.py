@@ -224,14 +224,17 @@ class _Build:
     def run(self, reason: str) -> RebuildResult:
         try:
             self.create()
-            self.install()
+            try:
+                self.install()
+            except RebuildFailed as exc:
+                raise sdist_builds.explain(exc, [p.name for p in self.lock.pins], self.project.tool) from exc
             if self.has_pip:
                 self.pip = [str(self.python), "-m", "pip"]  # the lock's pip, just installed, checks and freezes
             freeze, pip_check = self.check_and_freeze()
             installed = inventory.parse_freeze(freeze)  # a pin whose marker excludes this machine was not installed
             self.require_the_locks(installed)
             self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
-            self.require_bound(installed)
+            binding.require_built(self.lock, self.wheels, installed, self.hash_source)
             built = sdist_builds.require_declared(self.env, self.project, self.plat, self.twin)
             files = _seal(self.env, self.lock, self.durations, self.plat)
             self.write_records(freeze, pip_check, {**files, sdist_builds.RECORDED: [asdict(b) for b in built]})
@@ -257,11 +260,12 @@ class _Build:
             self.display[self.pip[1]] = f"ensurepip/{os.path.basename(wheel)}/pip"  # the tool, not this machine's path
         if self.chosen == "uv" and (self.has_pip or wheel):
             # uv venv itself reaches no index: the sources are not needed yet.
-            self.step("create", [uv_available() or "uv", "venv", "--quiet", "--python", base, str(self.env)],
-                      self.pip_env)
+            self.step("create", [uv_available() or "uv", "venv", "--quiet", "--no-cache", "--python", base,
+                                 str(self.env)], self.pip_env)
         else:
             self.step("create", [base, "-m", "venv", *(["--without-pip"] if wheel else []), str(self.env)])
             self.seeded = not wheel
+        seeds.require_runs(self.python, base)  # the interpreter found and recorded, none a cache named (UVVENV1)
         if not self.seeded:
             seeds.require_empty(self.env)
         if self.probe is not None and not (answer := self.probe.result())[0]:
@@ -281,6 +285,8 @@ class _Build:
         # again, from the lock's files.
         binary = ["--no-build"] if uv and self.only_binary() else [] if uv else \
             ["--no-binary", ":none:", *(["--only-binary", ":all:"] if self.only_binary() else [])]
+        if not self.only_binary():  # an undeclared pin from its wheel only (BUILTTAG1)
+            binary += sdist_builds.installer_args([p.name for p in self.lock.pins], self.project.tool)
         again = ([] if not self.seeded else ["--reinstall"] if uv else ["--force-reinstall"])
         if uv:
             uv_env = offline_env() if self.wheelhouse else installing_env(
@@ -305,7 +311,8 @@ class _Build:
         report = self.env.parent / f".{self.env.name}-install-report.json"
         try:
             self.step("install", [*argv, *binary, *again, "--report", str(report), *offline, *self.online, "-r",
-                                  self.lock_path], self.pip_env, long=True)
+                                  self.lock_path], {**self.pip_env, "PIP_NO_CACHE_DIR": "1"},  # PIPCACHE2: its
+                      long=True)  # build-requirement install is a subprocess that the flag does not reach
             self.wheels = binding.from_pip_report(json.loads(report.read_text(encoding="utf-8")), self.lock)
             self.hash_source = binding.HashSource.REPORT
         finally:
@@ -357,13 +364,6 @@ class _Build:
     @property
     def index_note(self) -> str:
         return self.vindex.note(self.wheelhouse is not None)
-
-    def require_bound(self, installed: dict[str, str]) -> None:
-        """No env is promoted that a reuse would refuse, nor one holding what its install did not put there."""
-        found = binding.build_problems(self.lock, self.wheels, installed, self.hash_source)
-        if found:
-            raise RebuildFailed(f"the installed env is not bound to the lock: {'; '.join(found[:3])}"
-                                + (f" (+{len(found) - 3} more)" if len(found) > 3 else ""), tip=tips.REBUILD_FRESH)
 
     def write_records(self, freeze: str, pip_check: str, files: dict[str, object]) -> None:
         marker_text = json.dumps({

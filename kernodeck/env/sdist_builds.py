@@ -5,13 +5,17 @@ into the build's own isolated env from the sources, with no pin and no hash, and
 byte of the wheel installed (red-team pass 69, BUILDREQ1). So a pin the install built here is code no lock
 describes, as an ``LD_PRELOAD`` library is: the build fails naming it unless ``[tool.kernodeck] built-here`` lists it,
 and a declared one is recorded (its sdist, the tags it was built for, the generator its WHEEL names), not proven.
-Which pins were built is read from the env as installed against the lock's PEP 751 twin (``extension_scan.built_here``:
-the twin lists an sdist for it and none of its wheels carries the installed tags).
+The installers are told so first: every pin the project does not declare is installed from a wheel only (pip
+and uv ``--only-binary NAME,...``), whatever the build would write into its WHEEL file (a
+pure build carries the tag of the wheel the lock lists: red-team pass 70, BUILTTAG1). After the install, which pins
+were built is read from the env against the lock's PEP 751 twin (``extension_scan.built_here``: the twin lists an
+sdist for it and none of its wheels carries the installed tags), for the record and as a second check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +38,29 @@ RECORDED = "built_here"  # the completion record's list of the pins its build ma
 def declared(tool: dict[str, object]) -> frozenset[str]:
     """The pins the project lets the install build here (canonical names)."""
     names = tool.get(KEY) or []
-    return frozenset(canonicalize_name(str(n)) for n in names) if isinstance(names, list) else frozenset()
+    return frozenset(str(canonicalize_name(str(n))) for n in names) if isinstance(names, list) else frozenset()
+
+
+def installer_args(pins: Iterable[str], tool: dict[str, object]) -> list[str]:
+    """What the installer (pip or uv: the same option) is told so that it builds no undeclared pin (the platform's
+    ``only-binary`` aside)."""
+    allowed = declared(tool)
+    wheels_only = sorted({str(canonicalize_name(p)) for p in pins} - allowed)
+    return ["--only-binary", ",".join(wheels_only)] if wheels_only else []
+
+
+def explain(exc: RebuildFailed, pins: Iterable[str], tool: dict[str, object]) -> RebuildFailed:
+    """An install that failed naming an undeclared pin: said to be one the install would have had to build here."""
+    text = str(exc).lower()
+    named = sorted(n for p in pins if (n := canonicalize_name(p)) not in declared(tool)
+                   and re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", text.replace("_", "-")))
+    if not named:
+        return exc
+    return RebuildFailed(
+        f"{exc} -- a pin with no wheel the install could use here is built from its sdist only when declared "
+        f"(its build requirements come from the sources, unpinned): {', '.join(named)}",
+        tip=f"serve its locked wheel (the index, a mirror, a wheelhouse); or declare it, recorded and not proven: "
+            f"[tool.kernodeck] {KEY} = {named!r}")
 
 
 def found(env: Path, twin: Pylock | None) -> list[BuiltHere]:
@@ -44,8 +70,10 @@ def found(env: Path, twin: Pylock | None) -> list[BuiltHere]:
 
 def require_declared(env: Path, project: Project, plat: Platform, twin: Pylock | None) -> list[BuiltHere]:
     """The pins built here, each declared; an undeclared one fails the build (nothing is promoted). ``twin``: the
-    lock's PEP 751 twin as the run read it (read here when not given)."""
-    made = found(env, twin if twin is not None else read_twin(pylock_path(project, plat)))
+    lock's PEP 751 twin as the run read it (read here when not given; a lock without one, as bisect's trial locks,
+    leaves this second check to the installer's, which refused every undeclared build already)."""
+    path = pylock_path(project, plat)
+    made = found(env, twin if twin is not None else read_twin(path) if path.is_file() else None)
     allowed = declared(project.tool)
     stray = [b for b in made if canonicalize_name(b.name) not in allowed]
     if stray:

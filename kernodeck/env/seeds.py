@@ -9,6 +9,7 @@ seeds (a base interpreter without ensurepip's wheel) removes the seeds the lock 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -26,6 +27,18 @@ def left(env: Path, pinned: set[str], names: tuple[str, ...] = VENV_SEEDS) -> li
     found = {str(canonicalize_name(info.name.split("-", 1)[0])) for folder in site if folder.is_dir() for name in names
              for info in folder.glob(f"{name}-*.dist-info")}
     return sorted(found - pinned)
+
+
+def require_runs(python: Path, base: str) -> None:
+    """A new env's interpreter is the base Python the build found (and records), whatever an installer's cache said
+    of it (red-team pass 70, UVVENV1: ``uv venv`` took the executable its cache's interpreter entry named)."""
+    try:
+        same = os.path.samefile(python, base)
+    except OSError:
+        same = False
+    if not same:
+        raise RebuildFailed(f"the new env's interpreter {os.path.realpath(python)} is not the base Python found, "
+                            f"{base}", tip=f"report it with the platform; then {tips.REBUILD_FRESH}")
 
 
 def require_empty(env: Path) -> None:
