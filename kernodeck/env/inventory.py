@@ -39,6 +39,37 @@ SAFE_FLAGS = ("-I", "-S")
 BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
 
 
+# ``pip freeze --all`` then ``pip check`` in ONE pip process: a fresh env's pip has no bytecode (nothing is compiled at
+# install), so each pip process compiles its ~450 modules again, most of its cost (0.75 CPU-s of a plain ``pip check``
+# here, 1.2 from ensurepip's wheel, where no bytecode can be kept). Each one's output and exit status follow a line of
+# its own; ``-I``: the project's folder (the current one) is not on sys.path, so no ``pip/`` there is imported.
+_SEP = "--- kernodeck: {} exited {} ---"
+_BOTH = ("import sys\nsys.path[:0] = sys.argv[1:]\nfrom pip._internal.cli.main import main\n"
+         "for args in (['freeze', '--all'], ['check']):\n"
+         "    code = main(args)\n"
+         "    sys.stdout.flush()\n"
+         f"    print({_SEP!r}.format(args[0], code), flush=True)\n")
+
+
+def check_and_freeze_argv(pip: list[str]) -> list[str]:
+    """The one process of :data:`_BOTH` for ``pip`` (``[python, "-m", "pip"]``, or ``[python, WHEEL/pip]``: pip run
+    from a wheel, put first on its path)."""
+    python, rest = pip[0], pip[1:]
+    wheel = [rest[0].removesuffix("/pip")] if rest and rest[0] != "-m" else []
+    return [python, "-I", "-c", _BOTH, *wheel]
+
+
+def split_check_and_freeze(out: str) -> tuple[str, str, int, int]:
+    """(freeze's output, check's, freeze's exit status, check's) from that process's output."""
+    found: dict[str, tuple[str, int]] = {}
+    rest = out
+    for name in ("freeze", "check"):
+        head, sep, tail = rest.partition("--- kernodeck: " + name + " exited ")
+        code, _, rest = tail.partition(" ---\n")
+        found[name] = (head, int(code) if sep and code.lstrip("-").isdigit() else -1)
+    return found["freeze"][0], found["check"][0], found["freeze"][1], found["check"][1]
+
+
 def parse_freeze(text: str) -> dict[str, str]:
     """Freeze lines -> {canonical name: version}; ``name @ url`` keeps ``@ url``; an editable keeps ``-e url``.
 

@@ -322,17 +322,18 @@ class _Build:
             self.step("remove-seeds", [*self.pip, "uninstall", "--yes", *unpinned], reading_env())
 
     def check_and_freeze(self) -> tuple[str, str]:
-        """pip check and freeze (side by side: both only read the finished env, recorded in order); a seeded pip
-        dropped when the lock does not pin it."""
-        check_argv = [*self.pip, "check"]
-        freeze_argv = [*self.pip, "freeze", "--all"]
-        self.record(check_argv)
-        self.record(freeze_argv)
+        """pip freeze and pip check, in one pip process (inventory.check_and_freeze_argv), recorded as the two pip
+        commands they are; a seeded pip dropped when the lock does not pin it."""
+        self.record([*self.pip, "check"])
+        self.record([*self.pip, "freeze", "--all"])
         env = reading_env()
         with alive("rebuild: pip check and freeze"):
-            checking = self.pool.submit(self.step, "pip-check", check_argv, env, recorded=True)
-            freeze = self.step("freeze", freeze_argv, env, recorded=True)
-            pip_check = checking.result()
+            both = self.step("pip-check-and-freeze", inventory.check_and_freeze_argv(self.pip), env, recorded=True)
+        freeze, pip_check, froze, checked = inventory.split_check_and_freeze(both)
+        for name, code, said in (("freeze", froze, freeze), ("pip-check", checked, pip_check)):
+            if code != 0:
+                first = next((line for line in said.splitlines() if line.strip()), f"exit {code}")
+                raise RebuildFailed(f"{name} failed: {first}", tip=_failure_tip(self.current, self.plat))
         unlocked = [] if self.has_pip else seeds.left(self.env, {p.name for p in self.lock.pins},
                                                       ("pip", *seeds.VENV_SEEDS))
         if unlocked:

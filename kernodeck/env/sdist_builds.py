@@ -45,8 +45,11 @@ def installer_args(pins: Iterable[str], tool: dict[str, object]) -> list[str]:
     """What the installer (pip or uv: the same option) is told so that it builds no undeclared pin (the platform's
     ``only-binary`` aside)."""
     allowed = declared(tool)
-    wheels_only = sorted({str(canonicalize_name(p)) for p in pins} - allowed)
-    return ["--only-binary", ",".join(wheels_only)] if wheels_only else []
+    names = {str(canonicalize_name(p)) for p in pins}
+    wheels_only = sorted(names - allowed)
+    if not wheels_only:
+        return []
+    return ["--only-binary", ",".join(wheels_only) if names & allowed else ":all:"]  # none declared: all, said short
 
 
 def explain(exc: RebuildFailed, pins: Iterable[str], tool: dict[str, object]) -> RebuildFailed:

@@ -79,6 +79,7 @@ def test_the_installer_builds_no_undeclared_pin() -> None:
     args = sdist_builds.installer_args(["kdsrc", "Tiny_A", "pip"], {"built-here": ["kdsrc"]})
     assert args == ["--only-binary", "pip,tiny-a"]
     assert sdist_builds.installer_args(["kdsrc"], {"built-here": ["kdsrc"]}) == []
+    assert sdist_builds.installer_args(["kdsrc", "pip"], {}) == ["--only-binary", ":all:"]  # none declared
 
 
 def test_an_install_failing_on_an_undeclared_pin_says_what_to_declare() -> None:
