@@ -92,6 +92,8 @@ CROSS_CUTTING = {
     "redteam70": "red-team pass 70: an undeclared pin built here read as downloaded (its built WHEEL carries a "
                  "locked wheel's tag); uv venv's interpreter from the user's uv cache; pip's build requirements "
                  "through the user's pip cache",
+    "redteam71": "red-team pass 71: the env's pyvenv.cfg home (another stdlib) read by no check, set by a declared "
+                 "build or a project-root module in the create step; a declared build rewriting another pin's files",
 }
 
 
