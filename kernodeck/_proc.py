@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from kernodeck.errors import CommandFailed
 from kernodeck.sources import redact_text
@@ -181,7 +184,8 @@ def run_with_progress(
     """
     args = [str(a) for a in argv]
     log(f"$ {show(args)}")
-    full_env = dict(env) if env is not None else None
+    token = f"{os.getpid()}-{time.monotonic_ns()}"  # what it starts carries it: stopped with it (_end_group)
+    full_env = {**(dict(env) if env is not None else os.environ), COMMAND_MARK: token}
     if interactive() and os.name == "posix":
         code, output = _run_on_pty(args, full_env, cwd, on_line)
     else:
@@ -204,18 +208,78 @@ def _run_piped(
     recent: deque[str] = deque(maxlen=20)
     with (
         subprocess.Popen(
-            args, env=env, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1
+            args, env=env, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1,
+            start_new_session=True,
         ) as proc,
         alive(label, lambda: _last_line(recent)),
     ):
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            kept.append(line)
-            recent.append(line)
-            if on_line:
-                on_line(line.rstrip("\n"))
-        code = proc.wait()
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                kept.append(line)
+                recent.append(line)
+                if on_line:
+                    on_line(line.rstrip("\n"))
+
+        # read beside the wait: a process it left holding the pipe would keep the output open after it exits
+        reader = threading.Thread(target=read, name="kernodeck-command-output", daemon=True)
+        reader.start()
+        try:
+            code = proc.wait()
+        finally:
+            _end_group(proc, env)
+        reader.join(_PIPES_WAIT_S)
     return code, "".join(kept)
+
+
+_PIPES_WAIT_S = 60.0  # after the command and what it started are ended: the rest of their output
+
+
+def _end_group(proc: subprocess.Popen[Any], env: Mapping[str, str] | None) -> None:
+    """A long command's process group ended whole once it exits (or this process is interrupted), and every process
+    that carries its mark (:data:`COMMAND_MARK`, inherited by what it started, a session of its own or a double fork
+    included): nothing it started (an installer's build backend, say) outlives it to change what the command made
+    (red-team pass 71, BUILDREACH1). It runs in a group of its own (``start_new_session``), so a terminal's Ctrl-C
+    reaches it only through this."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    token = (env or {}).get(COMMAND_MARK, "")
+    if token:
+        left = stop_carrying(COMMAND_MARK, token)
+        if left:
+            log(f"kernodeck: {len(left)} process(es) the command started outlived it (pid "
+                f"{', '.join(map(str, left))}): stopped")
+
+
+COMMAND_MARK = "KERNODECK_COMMAND"  # in a long command's environment: its own token, found again in what it started
+
+
+def running(pid: int) -> bool:
+    """The process runs (a zombie does not count: its parent is gone and init reaps it)."""
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+        return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+    return False
+
+
+def stop_carrying(name: str, value: str) -> tuple[int, ...]:
+    """Every running process but this one whose environment holds ``name=value`` (read from ``/proc``; none where
+    there is none, as on macOS): killed; their pids."""
+    needle, found = f"{name}={value}".encode(), []
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                carries = needle in (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if carries and running(int(entry.name)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    found.append(int(entry.name))
+    return tuple(sorted(found))
 
 
 def _run_on_pty(
@@ -225,7 +289,8 @@ def _run_on_pty(
 
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+        proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                                start_new_session=True)
     finally:
         os.close(slave)
     chunks: list[bytes] = []
@@ -263,5 +328,8 @@ def _run_on_pty(
     finally:
         show_redacted(final=True)
         os.close(master)
+        if sys.exc_info()[0] is not None:  # interrupted: its group ends now, not when it would have finished
+            _end_group(proc, env)
         code = proc.wait()
+        _end_group(proc, env)
     return code, b"".join(chunks).decode("utf-8", "replace")

@@ -31,7 +31,7 @@ from types import FrameType
 from typing import Any, assert_never
 
 from kernodeck import stackdump
-from kernodeck._proc import alive, heartbeat_interval, log, show
+from kernodeck._proc import alive, heartbeat_interval, log, running, show, stop_carrying
 from kernodeck.inenv.protocol import STACKS_DIR_ENV, STACKS_SIGNAL, STATUSES, VERDICT_SUFFIX
 from kernodeck.project.deadlines import Deadlines
 
@@ -228,20 +228,13 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
 
 
 def _stop_escaped(folder: Path) -> tuple[int, ...]:
-    """Every process of the run (:func:`_of_the_run`) still running once the group is stopped: killed, and named."""
-    found: list[int] = []
-    with suppress(OSError):
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            if _of_the_run(int(entry.name), folder) and _running(int(entry.name)):
-                with suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(entry.name), _KILL)
-                    found.append(int(entry.name))
+    """Every process of the run (:func:`_of_the_run`: its mark) still running once the group is stopped: killed, and
+    named."""
+    found = stop_carrying(STACKS_DIR_ENV, str(folder))
     if found:
         log(f"kernodeck: {len(found)} process(es) of the run had left its process group (pid "
             f"{', '.join(map(str, found))}): stopped")
-    return tuple(sorted(found))
+    return found
 
 
 def _of_the_run(pid: int, folder: Path, pgid: int | None = None) -> bool:
@@ -390,11 +383,6 @@ def _group_alive(pgid: int, known: set[int]) -> bool:
         return False
     if not Path("/proc/self/stat").exists():
         return True
-    return any(_running(pid) for pid in known)
+    return any(running(pid) for pid in known)
 
 
-def _running(pid: int) -> bool:
-    with suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-        return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-    return False

@@ -54,7 +54,7 @@ _BOTH = ("import sys\nsys.path[:0] = sys.argv[1:]\nfrom pip._internal.cli.main i
 def check_and_freeze_argv(pip: list[str]) -> list[str]:
     """The one process of :data:`_BOTH` for ``pip`` (``[python, "-m", "pip"]``, or ``[python, WHEEL/pip]``: pip run
     from a wheel, put first on its path)."""
-    python, rest = pip[0], pip[1:]
+    python, rest = pip[0], [a for a in pip[1:] if a != "-I"]
     wheel = [rest[0].removesuffix("/pip")] if rest and rest[0] != "-m" else []
     return [python, "-I", "-c", _BOTH, *wheel]
 

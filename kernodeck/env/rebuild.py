@@ -171,7 +171,8 @@ class _Build:
         self.env = platform_dir(project, plat) / f"env-{stamp}"
         self.python = env_python(self.env)
         self.has_pip = any(p.name == "pip" for p in lock.pins)
-        self.pip: list[str] = [str(self.python), "-m", "pip"]  # the pip that installs (pip), checks and freezes
+        # the pip that installs (pip), checks, freezes; -I, as every Python a build runs: no module of the project's
+        self.pip: list[str] = [str(self.python), "-I", "-m", "pip"]  # folder (the current one) runs in it (VENVHOME1)
         self.seeded = False  # the env was made with pip (and setuptools) in it: see create()
         self.commands: list[str] = []
         self.wheels: dict[str, binding.Wheel] = {}
@@ -228,14 +229,14 @@ class _Build:
                 self.install()
             except RebuildFailed as exc:
                 raise sdist_builds.explain(exc, [p.name for p in self.lock.pins], self.project.tool) from exc
-            if self.has_pip:
-                self.pip = [str(self.python), "-m", "pip"]  # the lock's pip, just installed, checks and freezes
+            self.pip = [str(self.python), "-I", "-m", "pip"] if self.has_pip else self.pip  # the lock's, if it pins one
             freeze, pip_check = self.check_and_freeze()
             installed = inventory.parse_freeze(freeze)  # a pin whose marker excludes this machine was not installed
             self.require_the_locks(installed)
             self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
             binding.require_built(self.lock, self.wheels, installed, self.hash_source)
             built = sdist_builds.require_declared(self.env, self.project, self.plat, self.twin)
+            seeds.require_unchanged(self.made)  # the install's code remade neither interpreter nor pyvenv.cfg
             files = _seal(self.env, self.lock, self.durations, self.plat)
             self.write_records(freeze, pip_check, {**files, sdist_builds.RECORDED: [asdict(b) for b in built]})
         except BaseException:
@@ -256,16 +257,16 @@ class _Build:
         base = self.found["path"]
         wheel = pythons.bundled_pip(base)
         if wheel:
-            self.pip = [str(self.python), f"{wheel}/pip"]
-            self.display[self.pip[1]] = f"ensurepip/{os.path.basename(wheel)}/pip"  # the tool, not this machine's path
+            self.pip = [str(self.python), "-I", f"{wheel}/pip"]
+            self.display[self.pip[2]] = f"ensurepip/{os.path.basename(wheel)}/pip"  # the tool, not this machine's path
         if self.chosen == "uv" and (self.has_pip or wheel):
             # uv venv itself reaches no index: the sources are not needed yet.
             self.step("create", [uv_available() or "uv", "venv", "--quiet", "--no-cache", "--python", base,
                                  str(self.env)], self.pip_env)
         else:
-            self.step("create", [base, "-m", "venv", *(["--without-pip"] if wheel else []), str(self.env)])
+            self.step("create", [base, "-I", "-m", "venv", *(["--without-pip"] if wheel else []), str(self.env)])
             self.seeded = not wheel
-        seeds.require_runs(self.python, base)  # the interpreter found and recorded, none a cache named (UVVENV1)
+        self.made = seeds.made(self.env, self.python, base)  # its interpreter is the one found; held to the seal
         if not self.seeded:
             seeds.require_empty(self.env)
         if self.probe is not None and not (answer := self.probe.result())[0]:

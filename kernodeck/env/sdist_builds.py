@@ -53,17 +53,19 @@ def installer_args(pins: Iterable[str], tool: dict[str, object]) -> list[str]:
 
 
 def explain(exc: RebuildFailed, pins: Iterable[str], tool: dict[str, object]) -> RebuildFailed:
-    """An install that failed naming an undeclared pin: said to be one the install would have had to build here."""
+    """An install that failed naming an undeclared pin: it may be one the install would have had to build here (its
+    index serves no wheel of it for this platform). Said beside the failure, whose own tip is kept (a missing file or
+    an unreachable index says the same words)."""
     text = str(exc).lower()
     named = sorted(n for p in pins if (n := canonicalize_name(p)) not in declared(tool)
                    and re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", text.replace("_", "-")))
     if not named:
         return exc
     return RebuildFailed(
-        f"{exc} -- a pin with no wheel the install could use here is built from its sdist only when declared "
-        f"(its build requirements come from the sources, unpinned): {', '.join(named)}",
-        tip=f"serve its locked wheel (the index, a mirror, a wheelhouse); or declare it, recorded and not proven: "
-            f"[tool.kernodeck] {KEY} = {named!r}")
+        f"{exc} -- if no wheel of it serves this platform: a pin is built from its sdist only when declared (its "
+        f"build requirements come from the sources, unpinned): {', '.join(named)}",
+        tip=f"{exc.tip} -- or serve its locked wheel (the index, a mirror, a wheelhouse); or declare it, recorded and "
+            f"not proven: [tool.kernodeck] {KEY} = {named!r}")
 
 
 def found(env: Path, twin: Pylock | None) -> list[BuiltHere]:

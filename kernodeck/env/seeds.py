@@ -10,6 +10,7 @@ seeds (a base interpreter without ensurepip's wheel) removes the seeds the lock 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -27,6 +28,43 @@ def left(env: Path, pinned: set[str], names: tuple[str, ...] = VENV_SEEDS) -> li
     found = {str(canonicalize_name(info.name.split("-", 1)[0])) for folder in site if folder.is_dir() for name in names
              for info in folder.glob(f"{name}-*.dist-info")}
     return sorted(found - pinned)
+
+
+@dataclass(frozen=True)
+class Made:
+    """A new env as its creation left it: its interpreter (the base found) and its ``pyvenv.cfg``, whose ``home``
+    decides the standard library it runs."""
+
+    env: Path
+    python: Path
+    base: str
+    config: bytes
+
+
+def made(env: Path, python: Path, base: str) -> Made:
+    """The new env, its interpreter checked to be the base found (:func:`require_runs`), its pyvenv.cfg as made."""
+    require_runs(python, base)
+    try:
+        config = (env / "pyvenv.cfg").read_bytes()
+    except OSError as exc:
+        raise RebuildFailed(f"the new env {env.name} has no readable pyvenv.cfg ({exc})",
+                            tip=tips.REBUILD_FRESH) from exc
+    return Made(env, python, base, config)
+
+
+def require_unchanged(was: Made) -> None:
+    """Before the seal: the env still runs the base found, with the pyvenv.cfg it was made with (a build's code, or
+    a module the install imported, rewrote ``home``: another standard library, recorded as the base's; red-team pass
+    71, VENVHOME1)."""
+    require_runs(was.python, was.base)
+    try:
+        now = (was.env / "pyvenv.cfg").read_bytes()
+    except OSError:
+        now = b""
+    if now != was.config:
+        raise RebuildFailed(f"the new env's pyvenv.cfg changed during the install (its home decides the standard "
+                            f"library the env runs): {now.decode('utf-8', 'replace').strip()!r}",
+                            tip=f"a build the install ran (a built-here pin) may have written it; {tips.REBUILD_FRESH}")
 
 
 def require_runs(python: Path, base: str) -> None:

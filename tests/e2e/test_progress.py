@@ -219,3 +219,31 @@ def test_terminal_passthrough_is_redacted_even_when_a_read_splits_a_url(
     _proc.run_with_progress([sys.executable, "-c", child], label="install")
     shown = "\n".join(line for line in capfd.readouterr().err.splitlines() if not line.startswith("$ "))
     assert "Fetching https://***@mirror.invalid/simple done" in shown and "s3cr" not in shown
+
+
+def test_nothing_a_long_command_started_outlives_it(tmp_path: Path) -> None:
+    """run_with_progress ends the command's group and every process carrying its mark once it exits: a child in a
+    session of its own (as a build backend may leave) is stopped; a process started apart, without the mark, is not
+    (the control). Red-team pass 71, BUILDREACH1."""
+    import subprocess
+    import sys
+    import time
+
+    from kernodeck import _proc
+
+    left = tmp_path / "left.pid"
+    spawn = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+             f"start_new_session=True); open({str(left)!r}, 'w').write(str(p.pid))")
+    apart = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        _proc.run_with_progress([sys.executable, "-c", spawn], label="test", env={"PATH": "/usr/bin:/bin"})
+        pid = int(left.read_text())
+        for _ in range(100):  # SIGKILL is asynchronous: the process ends (a zombie until reaped) within moments
+            if not _proc.running(pid):
+                break
+            time.sleep(0.05)
+        assert not _proc.running(pid), "a process the command started outlived it"
+        assert _proc.running(apart.pid)
+    finally:
+        apart.kill()
+        apart.wait()

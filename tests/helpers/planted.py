@@ -6,6 +6,9 @@ from __future__ import annotations
 import importlib.util
 import marshal
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 PLANT = "open({marker!r}, 'w').write('the planted bytecode ran')\n"  # .format(marker=PATH): the proof that it ran
 
@@ -22,3 +25,28 @@ def plant_pyc(source: Path, evil: str) -> Path:
     header += (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")
     cached.write_bytes(header + marshal.dumps(code))
     return cached
+
+
+def session_command(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[str, str]]:
+    """The command (and the env it adds) a Kernodeck nox session runs, as noxsessions._session gives it to nox."""
+    from kernodeck import noxsessions
+
+    monkeypatch.setattr(noxsessions, "install_tools", lambda session, wanted: [])
+    monkeypatch.setattr(noxsessions, "_tools", lambda session, groups, kind: [])
+    monkeypatch.setattr(noxsessions, "kernodeck_source", lambda pin, *a, **k: None)
+    ran: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+
+    class Session:
+        posargs: tuple[str, ...] = ()
+        invoked_from = "."
+
+        def run(self, *args: str, **kwargs: Any) -> None:
+            ran.append((args, kwargs))
+
+        def log(self, *args: Any) -> None:
+            pass
+
+    spec = next(s for s in noxsessions.SESSIONS if s.name == "matrix")
+    noxsessions._session(spec, None, noxsessions.GROUPS)(Session())
+    args, kwargs = ran[-1]
+    return list(args), dict(kwargs.get("env") or {})

@@ -55,6 +55,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.planted import session_command
 from tests.helpers.toytrain import expect, resumed
 
 # A train with momentum whose checkpoint saves only w (the optimizer state left out: it cannot resume exactly).
@@ -126,31 +127,6 @@ def _planted_checkout(tmp_path: Path) -> tuple[Path, Path]:
     return root, marker
 
 
-def _session_command(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[str, str]]:
-    """The command (and the env it adds) a Kernodeck nox session runs, as noxsessions._session gives it to nox."""
-    from kernodeck import noxsessions
-
-    monkeypatch.setattr(noxsessions, "install_tools", lambda session, wanted: [])
-    monkeypatch.setattr(noxsessions, "_tools", lambda session, groups, kind: [])
-    monkeypatch.setattr(noxsessions, "kernodeck_source", lambda pin, *a, **k: None)
-    ran: list[tuple[tuple[str, ...], dict[str, Any]]] = []
-
-    class Session:
-        posargs: tuple[str, ...] = ()
-        invoked_from = "."
-
-        def run(self, *args: str, **kwargs: Any) -> None:
-            ran.append((args, kwargs))
-
-        def log(self, *args: Any) -> None:
-            pass
-
-    spec = next(s for s in noxsessions.SESSIONS if s.name == "matrix")
-    noxsessions._session(spec, None, noxsessions.GROUPS)(Session())
-    args, kwargs = ran[-1]
-    return list(args), dict(kwargs.get("env") or {})
-
-
 def test_fp2_control_the_planted_bytecode_runs_on_a_plain_import(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -169,7 +145,7 @@ def test_fp2_a_session_command_does_not_run_the_checkouts_bytecode(tmp_path: Pat
     import sys
 
     root, marker = _planted_checkout(tmp_path)
-    args, env = _session_command(monkeypatch)
+    args, env = session_command(monkeypatch)
     assert args[0] == "python" and "kernodeck" in args, args
     command = [sys.executable, *args[1:args.index("kernodeck") + 1], "--help"]
     subprocess.run(command, cwd=root, env={**os.environ, **env}, capture_output=True, check=False, timeout=120)
