@@ -208,8 +208,7 @@ def _run_piped(
     recent: deque[str] = deque(maxlen=20)
     with (
         subprocess.Popen(
-            args, env=env, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1,
-            start_new_session=True,
+            args, env=env, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1
         ) as proc,
         alive(label, lambda: _last_line(recent)),
     ):
@@ -236,14 +235,14 @@ _PIPES_WAIT_S = 60.0  # after the command and what it started are ended: the res
 
 
 def _end_group(proc: subprocess.Popen[Any], env: Mapping[str, str] | None) -> None:
-    """A long command's process group ended whole once it exits (or this process is interrupted), and every process
-    that carries its mark (:data:`COMMAND_MARK`, inherited by what it started, a session of its own or a double fork
-    included): nothing it started (an installer's build backend, say) outlives it to change what the command made
-    (red-team pass 71, BUILDREACH1). It runs in a group of its own (``start_new_session``), so a terminal's Ctrl-C
-    reaches it only through this."""
-    if hasattr(os, "killpg"):
+    """Once a long command exits (or this process is interrupted): it, and every process that carries its mark
+    (:data:`COMMAND_MARK`, inherited by what it started, a session of its own or a double fork included), stopped:
+    nothing it started (an installer's build backend, say) outlives it to change what the command made (red-team pass
+    71, BUILDREACH1). It stays in this process's group, so a signal to the group (a terminal's Ctrl-C, a CI job
+    cancelled) still reaches it."""
+    if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
     token = (env or {}).get(COMMAND_MARK, "")
     if token:
         left = stop_carrying(COMMAND_MARK, token)
@@ -289,8 +288,7 @@ def _run_on_pty(
 
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
-                                start_new_session=True)
+        proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
     finally:
         os.close(slave)
     chunks: list[bytes] = []

@@ -222,8 +222,8 @@ def test_terminal_passthrough_is_redacted_even_when_a_read_splits_a_url(
 
 
 def test_nothing_a_long_command_started_outlives_it(tmp_path: Path) -> None:
-    """run_with_progress ends the command's group and every process carrying its mark once it exits: a child in a
-    session of its own (as a build backend may leave) is stopped; a process started apart, without the mark, is not
+    """run_with_progress stops every process carrying the command's mark once it exits: a child in a session of its
+    own (as a build backend may leave) is stopped; a process started apart, without the mark, is not
     (the control). Red-team pass 71, BUILDREACH1."""
     import subprocess
     import sys

@@ -29,10 +29,10 @@ inside the lock's wheel file, read and hashed by Kernodeck itself. At least: doc
 change any file of the env, not only its own pin's.
 
 Fixed, both: every Python a build runs has ``-I`` (``base -I -m venv``, ``-I -m pip``), the env's interpreter and its
-pyvenv.cfg are held from the env's creation to its seal (seeds.made / require_unchanged); a long command's process
-group and every process carrying its mark (``_proc.COMMAND_MARK``, inherited by a session of its own too) are stopped
-once it exits (``_proc.stop_carrying``), so nothing a build started outlives the install. Stated: a build's code that
-sheds the mark (a clean environment and a session of its own) is beyond it: a declared pin's build runs with your
+pyvenv.cfg are held from the env's creation to its seal (seeds.made / require_unchanged); every process carrying a
+long command's mark (``_proc.COMMAND_MARK``, inherited by a session of its own too) is stopped once it exits
+(``_proc.stop_carrying``), so nothing a build started outlives the install. Stated: a build's code that sheds the
+mark (a clean environment) is beyond it: a declared pin's build runs with your
 rights (docs/rebuild.md).
 """
 
