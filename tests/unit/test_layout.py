@@ -94,6 +94,9 @@ CROSS_CUTTING = {
                  "through the user's pip cache",
     "redteam71": "red-team pass 71: the env's pyvenv.cfg home (another stdlib) read by no check, set by a declared "
                  "build or a project-root module in the create step; a declared build rewriting another pin's files",
+    "redteam72": "red-team pass 72: a marked process whose main thread exited outlives the command's sweep; the "
+                 "build's freeze/check process runs the env's .pth lines before the seal (another pin's files "
+                 "rewritten, pip check's verdict printed)",
 }
 
 
