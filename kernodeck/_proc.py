@@ -255,29 +255,54 @@ COMMAND_MARK = "KERNODECK_COMMAND"  # in a long command's environment: its own t
 
 
 def running(pid: int) -> bool:
-    """The process runs (a zombie does not count: its parent is gone and init reaps it)."""
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-        return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+    """Some thread of the process runs (a zombie does not count: its parent is gone and init reaps it; a process whose
+    main thread exited while another runs does: red-team pass 72, LEADLESS1)."""
+    for stat in [Path(f"/proc/{pid}/stat"), *_tasks(pid, "stat")]:
+        with contextlib.suppress(OSError):
+            if stat.read_text(encoding="utf-8", errors="replace").rpartition(")")[2].split()[0] not in ("Z", "X"):
+                return True
     return False
 
 
-def stop_carrying(name: str, value: str) -> tuple[int, ...]:
-    """Every running process but this one whose environment holds ``name=value`` (read from ``/proc``; none where
-    there is none, as on macOS): killed; their pids."""
-    needle, found = f"{name}={value}".encode(), []
+def _tasks(pid: int, name: str) -> list[Path]:
     with contextlib.suppress(OSError):
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                carries = needle in (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if carries and running(int(entry.name)):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(entry.name), signal.SIGKILL)
-                    found.append(int(entry.name))
+        return [task / name for task in Path(f"/proc/{pid}/task").iterdir()]
+    return []
+
+
+def _carries(pid: int, needle: bytes) -> bool:
+    """The process's environment holds ``needle``: read from it, or from one of its threads when its main thread has
+    exited (the process's own file then reads empty)."""
+    for environ in [Path(f"/proc/{pid}/environ"), *_tasks(pid, "environ")]:
+        with contextlib.suppress(OSError):
+            data = environ.read_bytes()
+            if data:
+                return needle in data.split(b"\0")
+    return False
+
+
+def stop_carrying(name: str, value: str, rounds: int = 20) -> tuple[int, ...]:
+    """Every running process but this one whose environment holds ``name=value`` (read from ``/proc``; none where
+    there is none, as on macOS): stopped (SIGSTOP: a stopped process forks no more), the scan repeated until it finds
+    none new (a process that keeps changing its pid, forking and exiting, is caught within ``rounds``), then killed;
+    their pids."""
+    needle, found = f"{name}={value}".encode(), set[int]()
+    for _ in range(rounds):
+        new = set[int]()
+        with contextlib.suppress(OSError):
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit() or int(entry.name) == os.getpid() or int(entry.name) in found:
+                    continue
+                if _carries(int(entry.name), needle) and running(int(entry.name)):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(int(entry.name), signal.SIGSTOP)
+                        new.add(int(entry.name))
+        if not new:
+            break
+        found |= new
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     return tuple(sorted(found))
 
 

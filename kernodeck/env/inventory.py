@@ -42,7 +42,9 @@ BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
 # ``pip freeze --all`` then ``pip check`` in ONE pip process: a fresh env's pip has no bytecode (nothing is compiled at
 # install), so each pip process compiles its ~450 modules again, most of its cost (0.75 CPU-s of a plain ``pip check``
 # here, 1.2 from ensurepip's wheel, where no bytecode can be kept). Each one's output and exit status follow a line of
-# its own; ``-I``: the project's folder (the current one) is not on sys.path, so no ``pip/`` there is imported.
+# its own. ``-I -S``: neither the project's folder (the current one) nor ``site`` (so no ``.pth`` line of the env, a
+# declared build's say, runs there before the seal, nor prints these lines itself: red-team pass 72, SITEREACH1); the
+# env's site folders are put on sys.path by hand, after pip's wheel when pip runs from one.
 _SEP = "--- kernodeck: {} exited {} ---"
 _BOTH = ("import sys\nsys.path[:0] = sys.argv[1:]\nfrom pip._internal.cli.main import main\n"
          "for args in (['freeze', '--all'], ['check']):\n"
@@ -51,12 +53,12 @@ _BOTH = ("import sys\nsys.path[:0] = sys.argv[1:]\nfrom pip._internal.cli.main i
          f"    print({_SEP!r}.format(args[0], code), flush=True)\n")
 
 
-def check_and_freeze_argv(pip: list[str]) -> list[str]:
+def check_and_freeze_argv(pip: list[str], env: Path) -> list[str]:
     """The one process of :data:`_BOTH` for ``pip`` (``[python, "-m", "pip"]``, or ``[python, WHEEL/pip]``: pip run
-    from a wheel, put first on its path)."""
+    from a wheel, put first on its path) in the env at ``env``: its site folders on the path, no ``site`` run."""
     python, rest = pip[0], [a for a in pip[1:] if a != "-I"]
     wheel = [rest[0].removesuffix("/pip")] if rest and rest[0] != "-m" else []
-    return [python, "-I", "-c", _BOTH, *wheel]
+    return [python, "-I", "-S", "-c", _BOTH, *wheel, *(str(env / d) for d in site_dirs(env))]
 
 
 def split_check_and_freeze(out: str) -> tuple[str, str, int, int]:

@@ -327,9 +327,9 @@ class _Build:
         commands they are; a seeded pip dropped when the lock does not pin it."""
         self.record([*self.pip, "check"])
         self.record([*self.pip, "freeze", "--all"])
-        env = reading_env()
+        env, argv = reading_env(), inventory.check_and_freeze_argv(self.pip, self.env)
         with alive("rebuild: pip check and freeze"):
-            both = self.step("pip-check-and-freeze", inventory.check_and_freeze_argv(self.pip), env, recorded=True)
+            both = self.step("pip-check-and-freeze", argv, env, recorded=True)
         freeze, pip_check, froze, checked = inventory.split_check_and_freeze(both)
         for name, code, said in (("freeze", froze, freeze), ("pip-check", checked, pip_check)):
             if code != 0:
