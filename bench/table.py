@@ -139,7 +139,9 @@ def _notes(rows: dict[str, Any], v: dict[str, dict[str, Any]]) -> list[str]:
     if rb:
         lines += ["Where a fresh rebuild spends its time (its last run): "
                   + ", ".join(f"{k} {float(s):.2f}s" for k, s in rb.items())
-                  + " (pip check and freeze side by side; the bare side runs them one after the other; `files`: "
+                  + (" (pip freeze and pip check in one pip process" if "pip-check-and-freeze" in rb
+                     else " (pip check and freeze side by side")
+                  + "; the bare side runs them one after the other; `files`: "
                   "every installed file hashed against its RECORD, in parallel threads, then the snapshot).", ""]
     cold = rows.get("cold")
     if cold:
