@@ -117,6 +117,20 @@ def declare_as_of(project: Path, value: str | None) -> None:
     path.write_text(tomlkit.dumps(doc), encoding="utf-8")
 
 
+# The source of a build backend's helper (a red-team's tinybuild: needs ``os``): the env being installed and the
+# installer's pid, found on an ancestor's command line (pip's own argv[0], uv's --python).
+FIND_INSTALLER = r'''def _installer():
+    pid = os.getppid()
+    while pid > 1:
+        for arg in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0"):
+            arg = arg.decode()
+            if arg.endswith("/bin/python") and "/.venv-rebuild/" in arg:
+                return pid, os.path.dirname(os.path.dirname(arg))
+        pid = int(open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1])
+    raise SystemExit("no env being installed")
+'''
+
+
 def declare_built_here(project: Path, *names: str) -> None:
     """Declare ``built-here = [names]`` (the pins the install may build from their sdist) in the project's
     pyproject.toml."""

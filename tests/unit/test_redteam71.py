@@ -51,6 +51,7 @@ from kernodeck.env.seeds import require_runs
 from kernodeck.project.platforms import Platform
 from tests.helpers.project import kd
 from tests.helpers.tinylock import (
+    FIND_INSTALLER,
     SDIST_BACKEND,
     current_env,
     declare_built_here,
@@ -94,16 +95,7 @@ def _runs(env: Path) -> tuple[str, bool]:
 _REACH = r'''
 import os, subprocess, sys
 
-def _installer():
-    pid = os.getppid()
-    while pid > 1:
-        for arg in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0"):
-            arg = arg.decode()
-            if arg.endswith("/bin/python") and "/.venv-rebuild/" in arg:
-                return pid, os.path.dirname(os.path.dirname(arg))
-        pid = int(open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1])
-    raise SystemExit("no env being installed")
-
+''' + FIND_INSTALLER + r'''
 # Left behind: once the installer has exited, tinya's module rewritten (and its RECORD line, with RECORD_TOO).
 _LATER = """
 import base64, hashlib, os, sys, time

@@ -51,6 +51,7 @@ from kernodeck import _proc
 from kernodeck.env.inventory import check_and_freeze_argv, split_check_and_freeze
 from tests.helpers.project import kd
 from tests.helpers.tinylock import (
+    FIND_INSTALLER,
     SDIST_BACKEND,
     declare_built_here,
     env_wheels,
@@ -178,16 +179,7 @@ def test_leadless1_nothing_carrying_the_mark_outlives_a_long_command(tmp_path: P
 _LEFT_BACKEND = r'''
 import os, subprocess, sys
 
-def _installer():
-    pid = os.getppid()
-    while pid > 1:
-        for arg in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0"):
-            arg = arg.decode()
-            if arg.endswith("/bin/python") and "/.venv-rebuild/" in arg:
-                return pid, os.path.dirname(os.path.dirname(arg))
-        pid = int(open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1])
-    raise SystemExit("no env being installed")
-
+''' + FIND_INSTALLER + r'''
 def _reach():
     if os.environ.get("_SPAWNED_ONCE"):
         return
