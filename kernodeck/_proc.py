@@ -184,7 +184,7 @@ def run_with_progress(
     """
     args = [str(a) for a in argv]
     log(f"$ {show(args)}")
-    token = f"{os.getpid()}-{time.monotonic_ns()}"  # what it starts carries it: stopped with it (_end_group)
+    token = f"{os.getpid()}-{time.monotonic_ns()}"  # what it starts carries it: stopped with it (_end_command)
     full_env = {**(dict(env) if env is not None else os.environ), COMMAND_MARK: token}
     if interactive() and os.name == "posix":
         code, output = _run_on_pty(args, full_env, cwd, on_line)
@@ -226,7 +226,7 @@ def _run_piped(
         try:
             code = proc.wait()
         finally:
-            _end_group(proc, env)
+            _end_command(proc, env)
         reader.join(_PIPES_WAIT_S)
     return code, "".join(kept)
 
@@ -234,7 +234,7 @@ def _run_piped(
 _PIPES_WAIT_S = 60.0  # after the command and what it started are ended: the rest of their output
 
 
-def _end_group(proc: subprocess.Popen[Any], env: Mapping[str, str] | None) -> None:
+def _end_command(proc: subprocess.Popen[Any], env: Mapping[str, str] | None) -> None:
     """Once a long command exits (or this process is interrupted): it, and every process that carries its mark
     (:data:`COMMAND_MARK`, inherited by what it started, a session of its own or a double fork included), stopped:
     nothing it started (an installer's build backend, say) outlives it to change what the command made (red-team pass
@@ -351,8 +351,8 @@ def _run_on_pty(
     finally:
         show_redacted(final=True)
         os.close(master)
-        if sys.exc_info()[0] is not None:  # interrupted: its group ends now, not when it would have finished
-            _end_group(proc, env)
+        if sys.exc_info()[0] is not None:  # interrupted: it ends now, not when it would have finished
+            _end_command(proc, env)
         code = proc.wait()
-        _end_group(proc, env)
+        _end_command(proc, env)
     return code, b"".join(chunks).decode("utf-8", "replace")
