@@ -97,6 +97,9 @@ CROSS_CUTTING = {
     "redteam72": "red-team pass 72: a marked process whose main thread exited outlives the command's sweep; the "
                  "build's freeze/check process runs the env's .pth lines before the seal (another pin's files "
                  "rewritten, pip check's verdict printed)",
+    "redteam73": "red-team pass 73: the env's site folders put before the stdlib in the build's -I -S freeze/check "
+                 "process (a declared pin's optparse.py rewrites another pin before the seal); a process that sheds "
+                 "the mark but stays in the group outlives the command",
 }
 
 
