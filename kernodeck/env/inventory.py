@@ -44,9 +44,11 @@ BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
 # here, 1.2 from ensurepip's wheel, where no bytecode can be kept). Each one's output and exit status follow a line of
 # its own. ``-I -S``: neither the project's folder (the current one) nor ``site`` (so no ``.pth`` line of the env, a
 # declared build's say, runs there before the seal, nor prints these lines itself: red-team pass 72, SITEREACH1); the
-# env's site folders are put on sys.path by hand, after pip's wheel when pip runs from one.
+# env's site folders are put on sys.path by hand, after the standard library, as ``site`` puts them (before it, a
+# module of the env named like a standard one ran in its place: pass 73, STDSHADOW1), and after pip's wheel when pip
+# runs from one.
 _SEP = "--- kernodeck: {} exited {} ---"
-_BOTH = ("import sys\nsys.path[:0] = sys.argv[1:]\nfrom pip._internal.cli.main import main\n"
+_BOTH = ("import sys\nsys.path += sys.argv[1:]\nfrom pip._internal.cli.main import main\n"
          "for args in (['freeze', '--all'], ['check']):\n"
          "    code = main(args)\n"
          "    sys.stdout.flush()\n"
@@ -55,7 +57,8 @@ _BOTH = ("import sys\nsys.path[:0] = sys.argv[1:]\nfrom pip._internal.cli.main i
 
 def check_and_freeze_argv(pip: list[str], env: Path) -> list[str]:
     """The one process of :data:`_BOTH` for ``pip`` (``[python, "-m", "pip"]``, or ``[python, WHEEL/pip]``: pip run
-    from a wheel, put first on its path) in the env at ``env``: its site folders on the path, no ``site`` run."""
+    from a wheel, put on its path before the env's) in the env at ``env``: its site folders on the path after the
+    standard library, no ``site`` run."""
     python, rest = pip[0], [a for a in pip[1:] if a != "-I"]
     wheel = [rest[0].removesuffix("/pip")] if rest and rest[0] != "-m" else []
     return [python, "-I", "-S", "-c", _BOTH, *wheel, *(str(env / d) for d in site_dirs(env))]
