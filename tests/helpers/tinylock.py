@@ -131,6 +131,25 @@ FIND_INSTALLER = r'''def _installer():
 '''
 
 
+def declared_tinyd(tmp_path: Path, backend: str) -> tuple[Path, Platform, dict[str, str]]:
+    """A tiny lock (pip, tinya, tinyb wheels; tinyd 1.0 by its sdist only, declared built-here) whose build
+    requirement tinybuild (served as a wheel from ``backends``) is the build backend ``backend`` (its source), offline,
+    the user's caches its own: (project, platform, env vars)."""
+    links, backends = tmp_path / "links", tmp_path / "backends"
+    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
+    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
+    project, plat = locked_tiny_project(tmp_path / "project", env_wheels(links), (("tinyd", "1.0", [sdist]),))
+    declare_built_here(project, "tinyd")
+    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
+                      UV_CACHE_DIR=str(tmp_path / "uvc"))
+    return project, plat, env
+
+
+def promoted_env(project: Path) -> Path | None:
+    """The env a rebuild of ``project`` promoted (its ``current``), resolved; None when none was."""
+    return next((p.resolve() for p in (project / ".venv-rebuild").glob("*/current")), None)
+
+
 def declare_built_here(project: Path, *names: str) -> None:
     """Declare ``built-here = [names]`` (the pins the install may build from their sdist) in the project's
     pyproject.toml."""

@@ -54,12 +54,8 @@ from tests.helpers.tinylock import (
     FIND_INSTALLER,
     SDIST_BACKEND,
     current_env,
-    declare_built_here,
-    env_wheels,
-    locked_tiny_project,
-    offline_env,
-    wheel_of,
-    write_sdist,
+    declared_tinyd,
+    promoted_env,
 )
 
 _EVIL = "EVIL = 'the other stdlib'\n"
@@ -133,23 +129,14 @@ def _declared_reach(tmp_path: Path, mode: str, other: Path | None = None) -> tup
     requirement tinybuild (served as a wheel) does ``mode`` beyond tinyd: ``none``; ``home`` (the env's pyvenv.cfg
     ``home`` set to ``other``); ``files`` (tinya's module and its RECORD line rewritten after the install);
     ``file-only`` (the module alone)."""
-    links, backends = tmp_path / "links", tmp_path / "backends"
     prologue = "" if mode == "none" else _REACH.replace("MODE", repr(mode)).replace("OTHER", repr(str(other))) \
         .replace("REACHED", repr(_REACHED))
     hook = "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
     backend = prologue + SDIST_BACKEND.replace(hook, hook + ("    _reach()\n" if prologue else ""))
     assert hook in SDIST_BACKEND
-    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
-    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
-    project, plat = locked_tiny_project(tmp_path / "project", env_wheels(links), (("tinyd", "1.0", [sdist]),))
-    declare_built_here(project, "tinyd")
-    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
-                      UV_CACHE_DIR=str(tmp_path / "uvc"))
-    return project, plat, env
+    return declared_tinyd(tmp_path, backend)
 
 
-def _promoted(project: Path) -> Path | None:
-    return next((p.resolve() for p in (project / ".venv-rebuild").glob("*/current")), None)
 
 
 # VENVHOME1 --------------------------------------------------------------------------------------------------------
@@ -199,7 +186,7 @@ def test_venvhome1_a_rebuild_never_promotes_an_env_running_another_stdlib_than_i
             "        open(cfg, 'w').write(text)\n"
             "    atexit.register(_home)\n", encoding="utf-8")
     proc = kd(project, "rebuild", "--installer", door.rsplit("-", 1)[1], env=env)
-    promoted = _promoted(project)
+    promoted = promoted_env(project)
     if promoted is not None:
         runs = _runs(promoted)
         recorded = json.loads((promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["base_python"]
@@ -224,7 +211,7 @@ def test_buildreach1_premise_the_process_a_declared_build_leaves_outlives_the_in
     project, _, env = _declared_reach(tmp_path, "file-only")
     proc = kd(project, "rebuild", "--installer", "pip", env=env)
     assert "process(es) the command started outlived it" in proc.stderr, proc.stderr[-800:]
-    assert proc.returncode == 0 and _tinya(_promoted(project) or tmp_path) != _REACHED
+    assert proc.returncode == 0 and _tinya(promoted_env(project) or tmp_path) != _REACHED
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -237,5 +224,5 @@ def test_buildreach1_a_declared_build_never_changes_another_pins_bytes_in_a_prom
     project, _, env = _declared_reach(tmp_path, "files")
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     assert proc.returncode == 0, proc.stderr[-800:]
-    promoted = _promoted(project)
+    promoted = promoted_env(project)
     assert promoted is not None and _tinya(promoted) != _REACHED, f"promoted with tinya {_REACHED!r}"

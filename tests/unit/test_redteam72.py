@@ -53,13 +53,10 @@ from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     FIND_INSTALLER,
     SDIST_BACKEND,
-    declare_built_here,
-    env_wheels,
+    declared_tinyd,
     fresh_venv,
-    locked_tiny_project,
     offline_env,
-    wheel_of,
-    write_sdist,
+    promoted_env,
 )
 
 _REACHED = b"VALUE = 'written by tinyd'"
@@ -217,7 +214,6 @@ def _declared(tmp_path: Path, mode: str) -> tuple[Path, dict[str, str]]:
     (served as a wheel), which does ``mode``: ``none``; ``left`` (leaves a process whose main thread exits:
     LEADLESS1); ``pth`` / ``pth-module`` (tinyd's wheel carries a .pth that rewrites tinya and its RECORD line /
     tinya alone: SITEREACH1)."""
-    links, backends = tmp_path / "links", tmp_path / "backends"
     hook = "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
     entry = '             f"{info}/METADATA":'
     assert hook in SDIST_BACKEND and entry in SDIST_BACKEND
@@ -230,17 +226,10 @@ def _declared(tmp_path: Path, mode: str) -> tuple[Path, dict[str, str]]:
         reach = _SITE_REACH.replace("REACHED", repr(_REACHED.decode())).replace("MODULE_ONLY", repr(mode != "pth"))
         backend = (f"_PTH, _SITE_REACH = {_PTH.encode()!r}, {reach.encode()!r}\n" + backend.replace(
             entry, '             f"{name}-hook.pth": _PTH, f"{name}/_reach.py": _SITE_REACH,\n' + entry))
-    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
-    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
-    project, _ = locked_tiny_project(tmp_path / "project", env_wheels(links), (("tinyd", "1.0", [sdist]),))
-    declare_built_here(project, "tinyd")
-    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
-                      UV_CACHE_DIR=str(tmp_path / "uvc"))
+    project, _, env = declared_tinyd(tmp_path, backend)
     return project, env
 
 
-def _promoted(project: Path) -> Path | None:
-    return next((p.resolve() for p in (project / ".venv-rebuild").glob("*/current")), None)
 
 
 def _tinya(env: Path) -> bytes:
@@ -254,7 +243,7 @@ def test_leadless1_a_declared_builds_process_never_changes_another_pins_bytes(tm
     (today: tinyd's bytes, bound to tinya's wheel; BUILDREACH1's fix does not see it)."""
     project, env = _declared(tmp_path, "left")
     proc = kd(project, "rebuild", "--installer", installer, env=env)
-    promoted = _promoted(project)
+    promoted = promoted_env(project)
     _wait_out(tmp_path / "left")
     assert proc.returncode in (0, 2), proc.stderr[-800:]
     assert promoted is None or _tinya(promoted) != _REACHED, \
@@ -298,8 +287,8 @@ def test_sitereach1_control_tinya_rewritten_without_its_record_line_fails_the_bu
     site); were it run, the RECORD digest check at the seal would refuse it. The lock's tinya is promoted."""
     project, env = _declared(tmp_path, "pth-module")
     proc = kd(project, "rebuild", "--installer", "pip", env=env)
-    assert proc.returncode == 0 and _promoted(project) is not None, proc.stderr[-800:]
-    assert _tinya(_promoted(project)) != _REACHED
+    assert proc.returncode == 0 and promoted_env(project) is not None, proc.stderr[-800:]
+    assert _tinya(promoted_env(project)) != _REACHED
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -310,7 +299,7 @@ def test_sitereach1_no_code_of_the_env_changes_another_pins_bytes_before_the_sea
     wheel, built_here naming tinyd only)."""
     project, env = _declared(tmp_path, "pth")
     proc = kd(project, "rebuild", "--installer", installer, env=env)
-    promoted = _promoted(project)
+    promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
     assert promoted is None or _tinya(promoted) != _REACHED, \
         f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {_bound(promoted, 'tinya')}"
@@ -320,5 +309,5 @@ def test_redteam72_control_a_declared_build_in_its_pin_promotes_the_locks_tinya(
     project, env = _declared(tmp_path, "none")
     proc = kd(project, "rebuild", "--installer", "pip", env=env)
     assert proc.returncode == 0, proc.stderr[-800:]
-    promoted = _promoted(project)
+    promoted = promoted_env(project)
     assert promoted is not None and _tinya(promoted) == b"VERSION = '1.0'\n"

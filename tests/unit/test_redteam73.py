@@ -38,13 +38,10 @@ from kernodeck.env.inventory import check_and_freeze_argv, split_check_and_freez
 from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     SDIST_BACKEND,
-    declare_built_here,
-    env_wheels,
+    declared_tinyd,
     fresh_venv,
-    locked_tiny_project,
     offline_env,
-    wheel_of,
-    write_sdist,
+    promoted_env,
 )
 
 _REACHED = b"VALUE = 'written by tinyd'"
@@ -110,24 +107,16 @@ def test_stdshadow1_control_another_name_does_not_run_and_site_on_takes_the_stdl
 def _declared(tmp_path: Path, shadow: bool) -> tuple[Path, dict[str, str]]:
     """A tiny lock (pip, tinya, tinyb wheels; tinyd 1.0 by its sdist only, declared built-here) built by tinybuild
     (served as a wheel); ``shadow``: tinyd's wheel also carries a top-level ``optparse.py`` (STDSHADOW1)."""
-    links, backends = tmp_path / "links", tmp_path / "backends"
     entry = '             f"{info}/METADATA":'
     assert entry in SDIST_BACKEND
     backend = SDIST_BACKEND
     if shadow:
         backend = f"_SHADOW = {_shadow().encode()!r}\n" + backend.replace(
             entry, '             "optparse.py": _SHADOW,\n' + entry)
-    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
-    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
-    project, _ = locked_tiny_project(tmp_path / "project", env_wheels(links), (("tinyd", "1.0", [sdist]),))
-    declare_built_here(project, "tinyd")
-    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
-                      UV_CACHE_DIR=str(tmp_path / "uvc"))
+    project, _, env = declared_tinyd(tmp_path, backend)
     return project, env
 
 
-def _promoted(project: Path) -> Path | None:
-    return next((p.resolve() for p in (project / ".venv-rebuild").glob("*/current")), None)
 
 
 def _tinya(env: Path) -> bytes:
@@ -143,7 +132,7 @@ def test_stdshadow1_control_a_declared_build_in_its_pin_promotes_the_locks_tinya
     project, env = _declared(tmp_path, shadow=False)
     proc = kd(project, "rebuild", "--installer", "pip", env=env)
     assert proc.returncode == 0, proc.stderr[-800:]
-    promoted = _promoted(project)
+    promoted = promoted_env(project)
     assert promoted is not None and _tinya(promoted) == b"VERSION = '1.0'\n"
 
 
@@ -153,7 +142,7 @@ def test_stdshadow1_no_module_of_the_env_shadows_the_stdlib_before_the_seal(tmp_
     wheel pin) and its RECORD line. The env promoted must hold tinya's wheel."""
     project, env = _declared(tmp_path, shadow=True)
     proc = kd(project, "rebuild", "--installer", installer, env=env)
-    promoted = _promoted(project)
+    promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
     assert promoted is None or _tinya(promoted) != _REACHED, \
         f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {_bound(promoted)}"
