@@ -257,23 +257,24 @@ COMMAND_MARK = "KERNODECK_COMMAND"  # in a long command's environment: its own t
 def running(pid: int) -> bool:
     """Some thread of the process runs (a zombie does not count: its parent is gone and init reaps it; a process whose
     main thread exited while another runs does: red-team pass 72, LEADLESS1)."""
-    for stat in [Path(f"/proc/{pid}/stat"), *_tasks(pid, "stat")]:
+    for stat in _and_tasks(pid, "stat"):
         with contextlib.suppress(OSError):
             if stat.read_text(encoding="utf-8", errors="replace").rpartition(")")[2].split()[0] not in ("Z", "X"):
                 return True
     return False
 
 
-def _tasks(pid: int, name: str) -> list[Path]:
+def _and_tasks(pid: int, name: str) -> Iterator[Path]:
+    """The process's ``/proc`` file ``name``, then its threads' (listed only when the first does not answer)."""
+    yield Path(f"/proc/{pid}/{name}")
     with contextlib.suppress(OSError):
-        return [task / name for task in Path(f"/proc/{pid}/task").iterdir()]
-    return []
+        yield from [task / name for task in Path(f"/proc/{pid}/task").iterdir()]
 
 
 def _carries(pid: int, needle: bytes) -> bool:
     """The process's environment holds ``needle``: read from it, or from one of its threads when its main thread has
     exited (the process's own file then reads empty)."""
-    for environ in [Path(f"/proc/{pid}/environ"), *_tasks(pid, "environ")]:
+    for environ in _and_tasks(pid, "environ"):
         with contextlib.suppress(OSError):
             data = environ.read_bytes()
             if data:

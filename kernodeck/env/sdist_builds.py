@@ -56,8 +56,8 @@ def explain(exc: RebuildFailed, pins: Iterable[str], tool: dict[str, object]) ->
     """An install that failed naming an undeclared pin: it may be one the install would have had to build here (its
     index serves no wheel of it for this platform). Said beside the failure, whose own tip is kept (a missing file or
     an unreachable index says the same words)."""
-    text = str(exc).lower()
-    named = sorted(n for p in pins if (n := canonicalize_name(p)) not in declared(tool)
+    text, allowed = str(exc).lower(), declared(tool)
+    named = sorted(n for p in pins if (n := canonicalize_name(p)) not in allowed
                    and re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", text.replace("_", "-")))
     if not named:
         return exc
