@@ -100,6 +100,8 @@ CROSS_CUTTING = {
     "redteam73": "red-team pass 73: the env's site folders put before the stdlib in the build's -I -S freeze/check "
                  "process (a declared pin's optparse.py rewrites another pin before the seal); a process that sheds "
                  "the mark but stays in the group outlives the command",
+    "redteam74": "red-team pass 74: the lock's pip runs from the env in the build's freeze/check process, so a "
+                 "declared pin's bytecode in pip's __pycache__ runs there before the seal",
 }
 
 
