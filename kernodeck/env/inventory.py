@@ -27,7 +27,7 @@ from packaging.utils import canonicalize_name
 from kernodeck import tips
 from kernodeck._proc import clean_env, run
 from kernodeck.env.records import site_dirs
-from kernodeck.errors import CommandFailed, KernodeckError
+from kernodeck.errors import CommandFailed, KernodeckError, RebuildFailed
 from kernodeck.lock.lockfile import Lockfile
 
 OBSERVER = Path(__file__).resolve().parents[1] / "inenv" / "observe.py"
@@ -39,40 +39,22 @@ SAFE_FLAGS = ("-I", "-S")
 BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
 
 
-# ``pip freeze --all`` then ``pip check`` in ONE pip process: a fresh env's pip has no bytecode (nothing is compiled at
-# install), so each pip process compiles its ~450 modules again, most of its cost (0.75 CPU-s of a plain ``pip check``
-# here, 1.2 from ensurepip's wheel, where no bytecode can be kept). Each one's output and exit status follow a line of
-# its own. ``-I -S``: neither the project's folder (the current one) nor ``site`` (so no ``.pth`` line of the env, a
-# declared build's say, runs there before the seal, nor prints these lines itself: red-team pass 72, SITEREACH1); the
-# env's site folders are put on sys.path by hand, after the standard library, as ``site`` puts them (before it, a
-# module of the env named like a standard one ran in its place: pass 73, STDSHADOW1), and after pip's wheel when pip
-# runs from one.
-_SEP = "--- kernodeck: {} exited {} ---"
-_BOTH = ("import sys\nsys.path += sys.argv[1:]\nfrom pip._internal.cli.main import main\n"
-         "for args in (['freeze', '--all'], ['check']):\n"
-         "    code = main(args)\n"
-         "    sys.stdout.flush()\n"
-         f"    print({_SEP!r}.format(args[0], code), flush=True)\n")
+def require_the_locks(lock: Lockfile, markers: dict[str, str], installed: dict[str, str]) -> None:
+    """The env as installed holds every pin that applies here (``markers``) at its version and nothing else: an
+    installer option of this machine (a pip config file's ``target``, ``python``...) that sent the install elsewhere,
+    or left a pin out, fails the build; no env is promoted that is not the lock's (red-team pass 59, PIP1)."""
+    delta = diff(expected_from_lock(lock, markers), installed)
+    if not delta.empty:
+        raise RebuildFailed(
+            f"the installed env is not the lock's ({delta.summary()}): an installer option of this machine sent "
+            "the install elsewhere or left pins out (pip's config files; PIP_* or UV_* variables)",
+            tip=f"pip config list (and PIP_*, UV_* variables): remove such an option; then {tips.REBUILD_FRESH}")
 
 
-def check_and_freeze_argv(pip: list[str], env: Path) -> list[str]:
-    """The one process of :data:`_BOTH` for ``pip`` (``[python, "-m", "pip"]``, or ``[python, WHEEL/pip]``: pip run
-    from a wheel, put on its path before the env's) in the env at ``env``: its site folders on the path after the
-    standard library, no ``site`` run."""
-    python, rest = pip[0], [a for a in pip[1:] if a != "-I"]
-    wheel = [rest[0].removesuffix("/pip")] if rest and rest[0] != "-m" else []
-    return [python, "-I", "-S", "-c", _BOTH, *wheel, *(str(env / d) for d in site_dirs(env))]
-
-
-def split_check_and_freeze(out: str) -> tuple[str, str, int, int]:
-    """(freeze's output, check's, freeze's exit status, check's) from that process's output."""
-    found: dict[str, tuple[str, int]] = {}
-    rest = out
-    for name in ("freeze", "check"):
-        head, sep, tail = rest.partition("--- kernodeck: " + name + " exited ")
-        code, _, rest = tail.partition(" ---\n")
-        found[name] = (head, int(code) if sep and code.lstrip("-").isdigit() else -1)
-    return found["freeze"][0], found["check"][0], found["freeze"][1], found["check"][1]
+def without(freeze: str, names: list[str]) -> str:
+    """A freeze's text without the lines of ``names`` (lower-case names)."""
+    return "".join(line for line in freeze.splitlines(keepends=True)
+                   if line.split("==", 1)[0].strip().lower() not in names)
 
 
 def parse_freeze(text: str) -> dict[str, str]:

@@ -8,6 +8,7 @@ replaces the last good env, and the next run removes what it left.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
-from kernodeck.env import binding, inventory, pythons, sdist_builds, seeds, snapshot
+from kernodeck.env import binding, envpip, inventory, pythons, sdist_builds, seeds, snapshot
 from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER, clean_incomplete, current_env, env_python, platform_dir
 from kernodeck.env.envdirs import marker as _marker
@@ -229,10 +230,9 @@ class _Build:
                 self.install()
             except RebuildFailed as exc:
                 raise sdist_builds.explain(exc, [p.name for p in self.lock.pins], self.project.tool) from exc
-            self.pip = [str(self.python), "-I", "-m", "pip"] if self.has_pip else self.pip  # the lock's, if it pins one
             freeze, pip_check = self.check_and_freeze()
             installed = inventory.parse_freeze(freeze)  # a pin whose marker excludes this machine was not installed
-            self.require_the_locks(installed)
+            inventory.require_the_locks(self.lock, pythons.marker_values(self.found["path"]), installed)
             self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
             binding.require_built(self.lock, self.wheels, installed, self.hash_source)
             built = sdist_builds.require_declared(self.env, self.project, self.plat, self.twin)
@@ -252,8 +252,9 @@ class _Build:
     def create(self) -> None:
         """The empty env, so that every distribution comes from a file the install checked against the lock (a seeded
         pip at the locked version stayed "already satisfied": red-team pass 63, SEED1). pip installs from the wheel the
-        base bundles for ensurepip, never in the env; a lock's own pip checks and freezes. A base without that wheel:
-        ``python -m venv`` (seeded), every pin installed again from its file, unpinned seeds removed after."""
+        base bundles for ensurepip, never in the env (Kernodeck's own pip checks and freezes: envpip). A base
+        without that wheel: ``python -m venv`` (seeded), every pin installed again from its file, unpinned seeds
+        removed after."""
         base = self.found["path"]
         wheel = pythons.bundled_pip(base)
         if wheel:
@@ -318,44 +319,44 @@ class _Build:
             self.hash_source = binding.HashSource.REPORT
         finally:
             report.unlink(missing_ok=True)
-        unpinned = seeds.left(self.env, {p.name for p in self.lock.pins})
-        if unpinned:
-            self.step("remove-seeds", [*self.pip, "uninstall", "--yes", *unpinned], reading_env())
+        if unpinned := seeds.left(self.env, {p.name for p in self.lock.pins}):
+            self.pip_reads("remove-seeds", ("uninstall", "--yes", *unpinned))
+
+    @functools.cached_property
+    def checker(self) -> list[str]:
+        """The pip that reads the build before its seal, never the env's own when another is at hand (envpip)."""
+        if (tool := envpip.tool_pip(self.found.get("version") or self.plat.python)) is None:
+            return self.pip  # ensurepip's wheel; else the env's (a base without that wheel)
+        self.display.setdefault(str(tool), f"kernodeck/pip-{envpip.tool_version(tool)}/pip")
+        return [str(self.python), "-I", str(tool)]
+
+    def pip_reads(self, name: str, *commands: tuple[str, ...]) -> dict[str, str]:
+        """pip's ``commands`` in one process by the pip that reads the env (envpip), each recorded; one failed fails."""
+        for command in commands:
+            self.record([*self.checker, *command])
+        with alive(f"rebuild: {name}"):
+            out = self.step(name, envpip.argv(self.checker, self.env, commands), reading_env(), recorded=True)
+        said = envpip.split(out, tuple(command[0] for command in commands))
+        for what, (text, code) in said.items():
+            if code != 0:
+                first = next((line for line in text.splitlines() if line.strip()), f"exit {code}")
+                raise RebuildFailed(f"{'pip-' if what == 'check' else ''}{what} failed: {first}",
+                                    tip=_failure_tip(self.current, self.plat))
+        return {what: text for what, (text, _) in said.items()}
 
     def check_and_freeze(self) -> tuple[str, str]:
-        """pip freeze and pip check, in one pip process (inventory.check_and_freeze_argv), recorded as the two pip
-        commands they are; a seeded pip dropped when the lock does not pin it."""
-        self.record([*self.pip, "check"])
-        self.record([*self.pip, "freeze", "--all"])
-        env, argv = reading_env(), inventory.check_and_freeze_argv(self.pip, self.env)
-        with alive("rebuild: pip check and freeze"):
-            both = self.step("pip-check-and-freeze", argv, env, recorded=True)
-        freeze, pip_check, froze, checked = inventory.split_check_and_freeze(both)
-        for name, code, said in (("freeze", froze, freeze), ("pip-check", checked, pip_check)):
-            if code != 0:
-                first = next((line for line in said.splitlines() if line.strip()), f"exit {code}")
-                raise RebuildFailed(f"{name} failed: {first}", tip=_failure_tip(self.current, self.plat))
+        """pip freeze and pip check, in one pip process (envpip), recorded as the two pip commands they are; a seeded
+        pip dropped when the lock does not pin it."""
+        said = self.pip_reads("pip-check-and-freeze", *envpip.FREEZE_AND_CHECK)
+        freeze, pip_check = said["freeze"], said["check"]
         unlocked = [] if self.has_pip else seeds.left(self.env, {p.name for p in self.lock.pins},
                                                       ("pip", *seeds.VENV_SEEDS))
         if unlocked:
-            # A lock without pip: the pip `python -m venv` seeded served check and freeze, and goes now, so that every
-            # file of the env is a locked distribution's (envfiles); the freeze record drops its lines too.
-            self.step("remove-pip", [*self.pip, "uninstall", "--yes", *unlocked], env)
-            freeze = "".join(line for line in freeze.splitlines(keepends=True)
-                                if line.split("==", 1)[0].strip().lower() not in unlocked)
+            # A lock without pip: the pip `python -m venv` seeded (a base without ensurepip's wheel) goes now, so that
+            # every file of the env is a locked distribution's (envfiles); the freeze record drops its lines too.
+            self.pip_reads("remove-pip", ("uninstall", "--yes", *unlocked))
+            freeze = inventory.without(freeze, unlocked)
         return freeze, pip_check
-
-    def require_the_locks(self, installed: dict[str, str]) -> None:
-        """The env as installed holds every pin that applies here at its version and nothing else: an installer
-        option of this machine (a pip config file's ``target``, ``python``...) that sent the install elsewhere, or
-        left a pin out, fails the build; no env is promoted that is not the lock's (red-team pass 59, PIP1)."""
-        markers = pythons.marker_values(self.found["path"])
-        delta = inventory.diff(inventory.expected_from_lock(self.lock, markers), installed)
-        if not delta.empty:
-            raise RebuildFailed(
-                f"the installed env is not the lock's ({delta.summary()}): an installer option of this machine sent "
-                "the install elsewhere or left pins out (pip's config files; PIP_* or UV_* variables)",
-                tip=f"pip config list (and PIP_*, UV_* variables): remove such an option; then {tips.REBUILD_FRESH}")
 
     @property
     def lock_path(self) -> str:
@@ -375,9 +376,8 @@ class _Build:
             "durations_s": self.durations, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **files,
             **binding.record(self.lock, self.wheels, self.hash_source),
         }, indent=2) + "\n"
-        declared = self.vindex.declared
-        for path, text in ((self.env / INVENTORY, freeze), (self.env / MARKER, marker_text)):
-            # The scan the lock and the dossier use: no source or credential value, nor the declared index's secret.
+        declared = self.vindex.declared  # the scan the lock and the dossier use: no source or credential value, nor
+        for path, text in ((self.env / INVENTORY, freeze), (self.env / MARKER, marker_text)):  # the index's secret
             check_written(text, str(path.relative_to(self.project.root)), public=[public_url(declared)],
                           declared=[declared], secrets=self.secrets)
             write_atomic(path, text)

@@ -58,7 +58,7 @@ from typing import Any, cast
 import packaging.markers
 import pytest
 
-from kernodeck.env import rebuild, wheelhouse
+from kernodeck.env import inventory, pythons, wheelhouse
 from kernodeck.errors import RebuildFailed
 from kernodeck.inenv.protocol import Status
 from kernodeck.lock import lockfile
@@ -147,10 +147,9 @@ def _kernodeck_on_312(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _require(installed: dict[str, str]) -> None:
     lock = lockfile.parse_text(_LOCK, Path("lock.txt"))
-    plat = resolve_platform(load_project(ROOT))  # the build knows its platform and its base Python (pass 60's fix)
-    build = SimpleNamespace(lock=lock, plat=plat, found={"version": "3.11.7",
-                                                         "path": getattr(sys, "_base_executable", sys.executable)})
-    rebuild._Build.require_the_locks(cast(Any, build), installed)
+    # the build asks its base Python for the marker values (pass 60's fix)
+    inventory.require_the_locks(lock, pythons.marker_values(getattr(sys, "_base_executable", sys.executable)),
+                                installed)
 
 
 def test_marker1_premise_the_env_and_kernodeck_read_the_marker_apart(monkeypatch: pytest.MonkeyPatch) -> None:

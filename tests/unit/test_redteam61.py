@@ -74,7 +74,7 @@ from typing import Any, cast
 import packaging.markers
 import pytest
 
-from kernodeck.env import pythons, rebuild, wheelhouse
+from kernodeck.env import inventory, pythons, wheelhouse
 from kernodeck.errors import KernodeckError, RebuildFailed
 from kernodeck.inenv import judge, steprun
 from kernodeck.inenv._common import CheckFailed
@@ -209,9 +209,7 @@ _BASE = str(getattr(sys, "_base_executable", sys.executable))  # the env's base 
 
 def _built(marker: str, installed: dict[str, str]) -> None:
     """rebuild's check of the installed env (base Python found: 3.11.7)."""
-    plat = resolve_platform(load_project(ROOT))
-    build = SimpleNamespace(lock=_lock(marker), plat=plat, found={"version": "3.11.7", "path": _BASE})
-    rebuild._Build.require_the_locks(cast(Any, build), installed)
+    inventory.require_the_locks(_lock(marker), pythons.marker_values(_BASE), installed)
 
 
 def _verified(marker: str, installed: dict[str, str]) -> KernodeckError | None:

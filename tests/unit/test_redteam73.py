@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck import _proc
-from kernodeck.env.inventory import check_and_freeze_argv, split_check_and_freeze
+from kernodeck.env.envpip import check_and_freeze_argv, split_check_and_freeze
 from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     SDIST_BACKEND,

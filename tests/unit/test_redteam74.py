@@ -20,11 +20,10 @@ itself, and raises ImportError as the absent module would. Premise: ``socks.py``
 process, with the env's pip and with the wheel's. Control: ``socksx.py`` does not. Attack (pip and uv): the env
 promoted must hold tinya's wheel.
 
-Fix idea by class (both): nothing of the env on the import path of a process before the seal: freeze read from
-outside (observe_outside, as verify reads a rebuilt env) and pip check done by Kernodeck (each installed
-distribution's Requires-Dist against the installed set, packaging) or by ensurepip's wheel pip with the env's site
-folders NOT on sys.path (``pip freeze --path SITE``; check's distributions read by an importlib.metadata path, not an
-import path); never the env's own pip. Appending the folders (STDSHADOW1's fix) closes only the stdlib's names.
+Fixed by class (kernodeck/env/envpip.py): the pip that reads a build is never the env's own when another is at hand
+(Kernodeck's pip, or ensurepip's wheel); the env's site folders stay on sys.path for the distributions' metadata, but
+no module is imported from them (a top-level name found only there is absent). Each attack is now a plain test; the
+premises show the doors on the earlier forms (the env's pip; the folders only appended).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env.inventory import check_and_freeze_argv, split_check_and_freeze
+from kernodeck.env.envpip import check_and_freeze_argv, split_check_and_freeze, tool_pip
 from kernodeck.env.pythons import bundled_pip
 from tests.helpers.project import kd
 from tests.helpers.tinylock import SDIST_BACKEND, declared_tinyd, fresh_venv, offline_env, promoted_env
@@ -138,8 +137,6 @@ def test_pipcode1_control_a_declared_build_in_its_pin_promotes_the_locks_tinya(t
     assert promoted is not None and _tinya(promoted) == b"VERSION = '1.0'\n"
 
 
-@pytest.mark.xfail(strict=True, reason="PIPCODE1: the lock's pip runs from the env in the build's freeze/check "
-                   "process; a declared pin's pyc in pip's __pycache__ runs there before the seal")
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_pipcode1_no_bytecode_of_a_declared_pin_runs_in_the_envs_pip_before_the_seal(tmp_path: Path,
                                                                                      installer: str) -> None:
@@ -151,6 +148,10 @@ def test_pipcode1_no_bytecode_of_a_declared_pin_runs_in_the_envs_pip_before_the_
     assert proc.returncode in (0, 2), proc.stderr[-800:]
     assert promoted is None or _tinya(promoted) != _REACHED, \
         f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {_bound(promoted)}"
+    if promoted is not None:  # read by Kernodeck's pip, though the lock pins pip
+        record = json.loads((promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))
+        commands = " | ".join(record["commands"])
+        assert "kernodeck/pip-" in commands and "-m pip" not in commands, commands
 
 
 # OPTIMPORT1 -------------------------------------------------------------------------------------------------------
@@ -189,18 +190,41 @@ def _socks(mark: str = "") -> str:
     return _SOCKS.replace("MARK", repr(mark)).replace("REACHED", repr(_REACHED.decode()))
 
 
+# The pass-73 form of the freeze/check process: the env's site folders appended to sys.path, nothing more.
+_APPENDED = ("import sys\nsys.path += sys.argv[1:]\nfrom pip._internal.cli.main import main\n"
+             "for args in (['freeze', '--all'], ['check']):\n    main(args)\n")
+
+
 @pytest.mark.parametrize("from_wheel", [False, True])
-def test_optimport1_premise_a_top_level_socks_runs_in_the_freeze_and_check_process(tmp_path: Path,
-                                                                                   from_wheel: bool) -> None:
+def test_optimport1_premise_a_top_level_socks_runs_where_the_site_folders_are_only_appended(tmp_path: Path,
+                                                                                            from_wheel: bool) -> None:
     """pip run from the env (a lock pinning pip) or from ensurepip's wheel (one that does not): the same."""
     python = fresh_venv(tmp_path / "v", with_pip=True)
     site = next((tmp_path / "v").glob("lib/python*/site-packages"))
     (site / "socks.py").write_text(_socks(str(tmp_path / "ran")), encoding="utf-8")
-    pip = [str(python), "-I", f"{bundled_pip(sys.executable)}/pip"] if from_wheel else [str(python), "-I", "-m", "pip"]
-    argv = check_and_freeze_argv(pip, tmp_path / "v")
-    out = subprocess.run(argv, capture_output=True, text=True, env=offline_env(), cwd=tmp_path)
-    assert out.returncode == 0 and split_check_and_freeze(out.stdout)[2:] == (0, 0)
+    lead = [f"{bundled_pip(sys.executable)}"] if from_wheel else []
+    out = subprocess.run([str(python), "-I", "-S", "-c", _APPENDED, *lead, str(site)], capture_output=True,
+                         text=True, env=offline_env(), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-800:]
     assert (tmp_path / "ran").read_text(encoding="utf-8").startswith("-c")
+
+
+@pytest.mark.parametrize("reader", ["env", "wheel", "kernodeck"])
+def test_optimport1_no_module_of_the_env_runs_in_the_freeze_and_check_process(tmp_path: Path, reader: str) -> None:
+    """The process as the build runs it, whichever pip reads (the env's own, a base without ensurepip's wheel and a
+    Python Kernodeck's pip refuses; the wheel; Kernodeck's): the env's distributions are read, its socks.py never."""
+    python = fresh_venv(tmp_path / "v", with_pip=True)
+    site = next((tmp_path / "v").glob("lib/python*/site-packages"))
+    (site / "socks.py").write_text(_socks(str(tmp_path / "ran")), encoding="utf-8")
+    tool = tool_pip(f"{sys.version_info[0]}.{sys.version_info[1]}")
+    assert tool is not None
+    lead = {"env": ["-m", "pip"], "wheel": [f"{bundled_pip(sys.executable)}/pip"], "kernodeck": [str(tool)]}[reader]
+    out = subprocess.run(check_and_freeze_argv([str(python), "-I", *lead], tmp_path / "v"), capture_output=True,
+                         text=True, env=offline_env(), cwd=tmp_path)
+    freeze, _, froze, checked = split_check_and_freeze(out.stdout)
+    assert out.returncode == 0 and (froze, checked) == (0, 0), out.stderr[-800:]
+    assert "pip==" in freeze  # the env's distributions are read ...
+    assert not (tmp_path / "ran").exists()  # ... none of its modules imported
 
 
 def test_optimport1_control_another_top_level_name_does_not_run(tmp_path: Path) -> None:
@@ -213,8 +237,6 @@ def test_optimport1_control_another_top_level_name_does_not_run(tmp_path: Path) 
     assert not (tmp_path / "ran").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="OPTIMPORT1: the build's freeze/check process looks up names the stdlib "
-                   "lacks (socks, attr, org, ...) in the env's site folders; a declared pin's socks.py runs there")
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_optimport1_no_top_level_module_of_a_declared_pin_runs_before_the_seal(tmp_path: Path,
                                                                                installer: str) -> None:
