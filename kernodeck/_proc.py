@@ -282,28 +282,58 @@ def _carries(pid: int, needle: bytes) -> bool:
     return False
 
 
+def _hold(pid: int) -> int | None:
+    """A pidfd for ``pid`` (Linux 5.3+): signals sent through it reach that process or none, never one that took its
+    pid after it ended; None where there is none (an older kernel, another system: signals go by pid)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _signal(pid: int, fd: int | None, sig: int) -> bool:
+    """``sig`` sent to ``pid`` (through ``fd`` when there is one): True when it was delivered."""
+    try:
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError, OSError):
+        return False
+
+
 def stop_carrying(name: str, value: str, rounds: int = 20) -> tuple[int, ...]:
     """Every running process but this one whose environment holds ``name=value`` (read from ``/proc``; none where
     there is none, as on macOS): stopped (SIGSTOP: a stopped process forks no more), the scan repeated until it finds
     none new (a process that keeps changing its pid, forking and exiting, is caught within ``rounds``), then killed;
-    their pids."""
-    needle, found = f"{name}={value}".encode(), set[int]()
-    for _ in range(rounds):
-        new = set[int]()
-        with contextlib.suppress(OSError):
-            for entry in Path("/proc").iterdir():
-                if not entry.name.isdigit() or int(entry.name) == os.getpid() or int(entry.name) in found:
-                    continue
-                if _carries(int(entry.name), needle) and running(int(entry.name)):
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(int(entry.name), signal.SIGSTOP)
-                        new.add(int(entry.name))
-        if not new:
-            break
-        found |= new
-    for pid in found:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    their pids. Each is held by a pidfd opened before its environment is read and still alive after: a pid reused
+    between the read and the signal gets none. Whatever happens during the scan (an interrupt), what it stopped is
+    killed: nothing is left stopped."""
+    needle, found = f"{name}={value}".encode(), dict[int, int | None]()
+    try:
+        for _ in range(rounds):
+            new = 0
+            with contextlib.suppress(OSError):
+                for entry in Path("/proc").iterdir():
+                    if not entry.name.isdigit() or int(entry.name) == os.getpid() or int(entry.name) in found:
+                        continue
+                    pid = int(entry.name)
+                    if not (_carries(pid, needle) and running(pid)):
+                        continue
+                    # held, read again, then still the same process (alive or a zombie keeps its pid): its own read
+                    fd = _hold(pid)
+                    if _carries(pid, needle) and _signal(pid, fd, 0) and _signal(pid, fd, signal.SIGSTOP):
+                        found[pid], new = fd, new + 1
+                    elif fd is not None:
+                        os.close(fd)
+            if not new:
+                break
+    finally:
+        for pid, fd in found.items():
+            _signal(pid, fd, signal.SIGKILL)
+            if fd is not None:
+                os.close(fd)
     return tuple(sorted(found))
 
 
