@@ -102,6 +102,9 @@ CROSS_CUTTING = {
                  "the mark but stays in the group outlives the command",
     "redteam74": "red-team pass 74: the lock's pip runs from the env in the build's freeze/check process, so a "
                  "declared pin's bytecode in pip's __pycache__ runs there before the seal",
+    "redteam75": "red-team pass 75: the build's pip freeze starts a VCS tool (hg) in an editable folder a declared "
+                 "pin's wheel wrote, whose hook runs before the seal; a direct_url.json forges the output's "
+                 "separator lines (a failed pip check read as passed)",
 }
 
 
