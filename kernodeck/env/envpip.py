@@ -15,8 +15,11 @@ no bytecode written. The env's site folders are on sys.path, where pip reads the
 module is imported from them: top-level names are looked up on the rest of the path (the standard library, pip's
 wheel), and a name found only in the env is absent (before, a module of the env named like a standard one ran in its
 place: pass 73, STDSHADOW1; then one named as an optional import the standard library lacks, ``socks``: pass 74,
-OPTIMPORT1). Kernodeck's pip folder is loaded as the package ``pip`` itself (its parent folder on no path). The
-process gets no ``PIP_*`` variable and no config file (installenv.reading_env).
+OPTIMPORT1). Kernodeck's pip folder is loaded as the package ``pip`` itself (its parent folder on no path). It
+starts no program (an audit hook refuses it; no PATH either): pip freeze started the VCS tool of an editable record's
+folder, whose settings may run the env's code (Mercurial's hooks: pass 75, VCSFREEZE1). The line after each command's
+output carries a nonce drawn for the process: pip prints a dist-info's data as it is (pass 75, SEPFORGE1: forged
+lines in a ``direct_url.json``). The process gets no ``PIP_*`` variable and no config file (installenv.reading_env).
 """
 
 from __future__ import annotations
@@ -24,13 +27,24 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import re
+import secrets
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
 from kernodeck.env.records import site_dirs
 
-_SEP = "--- kernodeck: {} exited {} ---"
+# The line after each command's output: with a nonce drawn for the run, which nothing written before it (a
+# dist-info's data that pip prints as it is: red-team pass 75, SEPFORGE1) can hold.
+_SEP = "--- kernodeck {}: {} exited {} ---"
+# No program starts there: pip freeze starts the VCS tool of an editable distribution's folder (git, hg) in that
+# folder, whose repository settings may run code of the env (Mercurial's hooks: pass 75, VCSFREEZE1).
+_NO_PROGRAM = ("def _no_program(event, args):\n"
+               "    if event in ('subprocess.Popen', 'os.system', 'os.exec', 'os.posix_spawn', 'os.spawn', 'os.fork',"
+               " 'os.forkpty'):\n"
+               "        raise PermissionError(f'kernodeck: no program starts while the env is read before its seal "
+               "({event})')\n"
+               "sys.addaudithook(_no_program)\n")
 # Kernodeck's pip loaded as the package ``pip`` from its folder (argv[1]), its submodules found under it.
 _LOAD = ("import importlib.util\nfolder = sys.argv.pop(1)\n"
          "spec = importlib.util.spec_from_file_location('pip', folder + '/__init__.py', "
@@ -79,14 +93,20 @@ def tool_version(folder: Path) -> str:
     return found.group(1) if found else "unknown"
 
 
-def argv(pip: list[str], env: Path, commands: tuple[tuple[str, ...], ...]) -> list[str]:
+def nonce() -> str:
+    """A new nonce for the lines of :func:`argv`."""
+    return secrets.token_hex(16)
+
+
+def argv(pip: list[str], env: Path, commands: tuple[tuple[str, ...], ...], drawn: str) -> list[str]:
     """One process of the env at ``env`` running pip's ``commands`` in turn, each one's output followed by a line
-    naming its exit status (:func:`split`). ``pip``: ``[python, "-I", "-m", "pip"]`` (the env's own), ``[python, "-I",
-    WHEEL/pip]`` (a zipped wheel) or ``[python, "-I", FOLDER]`` (Kernodeck's pip's folder)."""
+    naming its exit status and the nonce ``drawn`` (:func:`split`); it starts no program. ``pip``: ``[python, "-I",
+    "-m", "pip"]`` (the env's own), ``[python, "-I", WHEEL/pip]`` (a zipped wheel) or ``[python, "-I", FOLDER]``
+    (Kernodeck's pip's folder)."""
     python, rest = pip[0], [a for a in pip[1:] if a != "-I"]
     outside = rest[0] if rest and rest[0] != "-m" else None
     folder = outside is not None and not outside.endswith(".whl/pip")  # else a zipped wheel, run as WHEEL/pip
-    script = "import io, sys\n" + (_LOAD if folder else "") + (_WHEEL if outside and not folder else "")
+    script = "import io, sys\n" + _NO_PROGRAM + (_LOAD if folder else "") + (_WHEEL if outside and not folder else "")
     script += f"OWN = {set() if outside else {'pip'}!r}\n" + _CLOSE  # the env's own pip: the one module it may give
     script += "from pip._internal.cli.main import main\n"
     # each command's output as it wrote it; a failed one's errors (pip's stderr) before it, so that its first line
@@ -96,30 +116,30 @@ def argv(pip: list[str], env: Path, commands: tuple[tuple[str, ...], ...]) -> li
                "    code = main(args)\n"
                "    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__\n"
                "    sys.stdout.write((err.getvalue() if code else '') + out.getvalue())\n"
-               f"    print({_SEP!r}.format(args[0], code), flush=True)\n")
+               f"    print({_SEP!r}.format({drawn!r}, args[0], code), flush=True)\n")
     lead = [] if outside is None else [outside if folder else outside.removesuffix("/pip")]
     return [python, "-I", "-S", "-B", "-c", script, *lead,
             *(str(env / d) for d in site_dirs(env))]
 
 
-def split(out: str, names: tuple[str, ...]) -> dict[str, tuple[str, int]]:
+def split(out: str, names: tuple[str, ...], drawn: str) -> dict[str, tuple[str, int]]:
     """{command: (its output, its exit status)} from that process's output, the commands named in the order they ran:
     each one's output is the text before its line; -1 for one whose line is missing."""
     found: dict[str, tuple[str, int]] = {}
     rest = out
     for name in names:
-        head, sep, tail = rest.partition(_SEP.format(name, "").removesuffix(" ---"))
+        head, sep, tail = rest.partition(_SEP.format(drawn, name, "").removesuffix(" ---"))
         code, _, rest = tail.partition(" ---\n")
         found[name] = (head, int(code) if sep and code.lstrip("-").isdigit() else -1)
     return found
 
 
-def check_and_freeze_argv(pip: list[str], env: Path) -> list[str]:
+def check_and_freeze_argv(pip: list[str], env: Path, drawn: str) -> list[str]:
     """``pip freeze --all`` then ``pip check`` in one process (:func:`argv`)."""
-    return argv(pip, env, FREEZE_AND_CHECK)
+    return argv(pip, env, FREEZE_AND_CHECK, drawn)
 
 
-def split_check_and_freeze(out: str) -> tuple[str, str, int, int]:
+def split_check_and_freeze(out: str, drawn: str) -> tuple[str, str, int, int]:
     """(freeze's output, check's, freeze's exit status, check's) from that process's output."""
-    (freeze, froze), (check, checked) = split(out, ("freeze", "check")).values()
+    (freeze, froze), (check, checked) = split(out, ("freeze", "check"), drawn).values()
     return freeze, check, froze, checked

@@ -95,8 +95,7 @@ def _reuse(project: Project, current: Path, lock: lockfile.Lockfile, digest: str
         return reason
     if marker.get("lock_digest") != digest or marker.get("base_python") != found["path"]:
         return "lock or interpreter changed since the current env was built"
-    unbound = binding.problems(marker, lock) + sdist_builds.reuse_problems(marker, project.tool)
-    if unbound:  # the same digest, but the record of what was installed does not hold the lock's wheels
+    if unbound := binding.problems(marker, lock) + sdist_builds.reuse_problems(marker, project.tool):
         reason = f"the current env {current.name} is not the lock's ({'; '.join(unbound[:2])}): not reused"
         log(f"kernodeck: {reason}")
         return reason
@@ -325,8 +324,8 @@ class _Build:
     @functools.cached_property
     def checker(self) -> list[str]:
         """The pip that reads the build before its seal, never the env's own when another is at hand (envpip)."""
-        if (tool := envpip.tool_pip(self.found.get("version") or self.plat.python)) is None:
-            return self.pip  # ensurepip's wheel; else the env's (a base without that wheel)
+        if (tool := envpip.tool_pip(self.found.get("version") or self.plat.python)) is None:  # the wheel's
+            return self.pip  # else the env's own (a base without that wheel)
         self.display.setdefault(str(tool), f"kernodeck/pip-{envpip.tool_version(tool)}/pip")
         return [str(self.python), "-I", str(tool)]
 
@@ -334,9 +333,10 @@ class _Build:
         """pip's ``commands`` in one process by the pip that reads the env (envpip), each recorded; one failed fails."""
         for command in commands:
             self.record([*self.checker, *command])
-        with alive(f"rebuild: {name}"):
-            out = self.step(name, envpip.argv(self.checker, self.env, commands), reading_env(), recorded=True)
-        said = envpip.split(out, tuple(command[0] for command in commands))
+        with alive(f"rebuild: {name}"):  # no PATH: no program to find (it starts none: envpip)
+            argv = envpip.argv(self.checker, self.env, commands, drawn := envpip.nonce())
+            out = self.step(name, argv, {**reading_env(), "PATH": ""}, recorded=True)
+        said = envpip.split(out, tuple(command[0] for command in commands), drawn)
         for what, (text, code) in said.items():
             if code != 0:
                 first = next((line for line in text.splitlines() if line.strip()), f"exit {code}")

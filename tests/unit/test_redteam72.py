@@ -93,6 +93,8 @@ while True:  # the control: the main thread stays until the worker ends the proc
     time.sleep(1)
 """
 
+NONCE = "0f" * 16  # the nonce of the separator lines (envpip.nonce draws one per process)
+
 
 def _state(pid: int) -> set[str]:
     """The states of the process's threads (Z: exited, waiting to be reaped); none when it is gone."""
@@ -275,11 +277,11 @@ def test_sitereach1_premise_the_freeze_and_check_process_runs_the_envs_pth_lines
     plain = subprocess.run([str(python), "-I", "-c", "pass"], capture_output=True, text=True, env=offline_env())
     assert plain.returncode == 0 and marker.exists()  # the premise: -I leaves site on, the .pth line runs
     marker.unlink()
-    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v")
+    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v", NONCE)
     out = subprocess.run(argv, capture_output=True, text=True, env=offline_env(), cwd=tmp_path).stdout
     assert not marker.exists()  # fixed: -I -S, the env's site folders on the path by hand (SITEREACH1)
     assert "tinyz 1.0 requires tinyq, which is not installed" in out  # the real pip check fails ...
-    assert split_check_and_freeze(out)[3] == 1  # ... and its verdict is read as failed
+    assert split_check_and_freeze(out, NONCE)[3] == 1  # ... and its verdict is read as failed
 
 
 def test_sitereach1_control_tinya_rewritten_without_its_record_line_fails_the_build(tmp_path: Path) -> None:

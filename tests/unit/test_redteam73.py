@@ -65,6 +65,8 @@ _real = os.path.join(os.path.dirname(os.__file__), "optparse.py")
 exec(compile(open(_real).read(), _real, "exec"), globals())
 '''
 
+NONCE = "0f" * 16  # the nonce of the separator lines (envpip.nonce draws one per process)
+
 
 def _shadow(mark: str = "") -> str:
     return _SHADOW.replace("MARK", repr(mark)).replace("REACHED", repr(_REACHED.decode()))
@@ -86,15 +88,15 @@ def test_stdshadow1_premise_a_site_module_named_optparse_runs_in_the_freeze_and_
                              "import optparse"], capture_output=True, text=True, env=offline_env(), cwd=tmp_path)
     assert before.returncode == 0 and marker.exists()  # the env's file ran
     marker.unlink()
-    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v")
+    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v", NONCE)
     out = subprocess.run(argv, capture_output=True, text=True, env=offline_env(), cwd=tmp_path)
-    assert out.returncode == 0 and split_check_and_freeze(out.stdout)[2:] == (0, 0)
+    assert out.returncode == 0 and split_check_and_freeze(out.stdout, NONCE)[2:] == (0, 0)
     assert not marker.exists()
 
 
 def test_stdshadow1_control_another_name_does_not_run_and_site_on_takes_the_stdlib(tmp_path: Path) -> None:
     python, marker = _venv_with(tmp_path, "optparsex.py")
-    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v")
+    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v", NONCE)
     assert subprocess.run(argv, capture_output=True, text=True, env=offline_env(), cwd=tmp_path).returncode == 0
     assert not marker.exists()
     site = next((tmp_path / "v").glob("lib/python*/site-packages"))

@@ -68,6 +68,8 @@ elif "/.venv-rebuild/" in _site and sys.argv[:1] == ["-c"]:
 exec(compile(open(__file__).read(), __file__, "exec"), globals())
 '''
 
+NONCE = "0f" * 16  # the nonce of the separator lines (envpip.nonce draws one per process)
+
 
 def _payload(mark: str = "") -> str:
     return _PAYLOAD.replace("MARK", repr(mark)).replace("REACHED", repr(_REACHED.decode()))
@@ -91,17 +93,17 @@ def _venv_with(tmp_path: Path, module: str) -> tuple[Path, Path]:
 
 def test_pipcode1_premise_a_pyc_in_the_envs_pip_runs_in_the_freeze_and_check_process(tmp_path: Path) -> None:
     python, marker = _venv_with(tmp_path, "check")
-    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v")
+    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v", NONCE)
     out = subprocess.run(argv, capture_output=True, text=True, env=offline_env(), cwd=tmp_path)
-    assert out.returncode == 0 and split_check_and_freeze(out.stdout)[2:] == (0, 0)
+    assert out.returncode == 0 and split_check_and_freeze(out.stdout, NONCE)[2:] == (0, 0)
     assert marker.read_text(encoding="utf-8").startswith("-c")  # the pyc ran there, and pip went on
 
 
 def test_pipcode1_control_a_pyc_of_a_module_pip_does_not_import_does_not_run(tmp_path: Path) -> None:
     python, marker = _venv_with(tmp_path, "checkx")
-    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v")
+    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v", NONCE)
     out = subprocess.run(argv, capture_output=True, text=True, env=offline_env(), cwd=tmp_path)
-    assert out.returncode == 0 and split_check_and_freeze(out.stdout)[2:] == (0, 0)
+    assert out.returncode == 0 and split_check_and_freeze(out.stdout, NONCE)[2:] == (0, 0)
     assert not marker.exists()
 
 
@@ -219,9 +221,9 @@ def test_optimport1_no_module_of_the_env_runs_in_the_freeze_and_check_process(tm
     tool = tool_pip(f"{sys.version_info[0]}.{sys.version_info[1]}")
     assert tool is not None
     lead = {"env": ["-m", "pip"], "wheel": [f"{bundled_pip(sys.executable)}/pip"], "kernodeck": [str(tool)]}[reader]
-    out = subprocess.run(check_and_freeze_argv([str(python), "-I", *lead], tmp_path / "v"), capture_output=True,
-                         text=True, env=offline_env(), cwd=tmp_path)
-    freeze, _, froze, checked = split_check_and_freeze(out.stdout)
+    argv = check_and_freeze_argv([str(python), "-I", *lead], tmp_path / "v", NONCE)
+    out = subprocess.run(argv, capture_output=True, text=True, env=offline_env(), cwd=tmp_path)
+    freeze, _, froze, checked = split_check_and_freeze(out.stdout, NONCE)
     assert out.returncode == 0 and (froze, checked) == (0, 0), out.stderr[-800:]
     assert "pip==" in freeze  # the env's distributions are read ...
     assert not (tmp_path / "ran").exists()  # ... none of its modules imported
@@ -231,9 +233,9 @@ def test_optimport1_control_another_top_level_name_does_not_run(tmp_path: Path) 
     python = fresh_venv(tmp_path / "v", with_pip=True)
     site = next((tmp_path / "v").glob("lib/python*/site-packages"))
     (site / "socksx.py").write_text(_socks(str(tmp_path / "ran")), encoding="utf-8")
-    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v")
+    argv = check_and_freeze_argv([str(python), "-I", "-m", "pip"], tmp_path / "v", NONCE)
     out = subprocess.run(argv, capture_output=True, text=True, env=offline_env(), cwd=tmp_path)
-    assert out.returncode == 0 and split_check_and_freeze(out.stdout)[2:] == (0, 0)
+    assert out.returncode == 0 and split_check_and_freeze(out.stdout, NONCE)[2:] == (0, 0)
     assert not (tmp_path / "ran").exists()
 
 
