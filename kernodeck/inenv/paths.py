@@ -48,8 +48,10 @@ def trusted(path: str) -> bool:
         path = os.path.realpath(path)
     if homes.interpreter(path):  # the running interpreter's own file, by the path it runs from
         return True
-    if path.startswith(DEVICES):
-        return not _ordinary(path)
+    if path.startswith(DEVICES):  # a device is the system's; an ordinary file there (/dev/shm) is judged by where it
+        if not _ordinary(path):  # is, as any other: an env or project kept in a tmpfs under /dev is the env
+            return True
+        return path.startswith(homes.READ_HOMES) and not path.startswith(UNTRUSTED)
     if path.startswith(PROCESSES) and not _own_process(path):
         return False
     if path.startswith(HERE_SEP):
