@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -78,43 +79,39 @@ def tests(session: nox.Session) -> None:
     # on 2 cores three workers took 13:14 where two took 17:41 (a clean clone, 2026-12-03). Named tests or options run
     # as given.
     workers = str((os.cpu_count() or 1) + 1)
-    args, env = list(session.posargs or ["-n", workers, "--dist", "loadfile"]), {}
-    folder = _suite_folder() if not any(a.startswith("--basetemp") for a in args) else None
-    if folder is not None:
-        base = Path(tempfile.mkdtemp(prefix="kernodeck-tests-", dir=folder))
-        (base / "tmp").mkdir()
-        args.append(f"--basetemp={base / 'run'}")
-        env["TMPDIR"] = str(base / "tmp")  # the installers' own temporary folders (uv's cache) beside the envs
-        session.log(f"the suite's folders: {base} (a file system in memory; KERNODECK_TEST_TMP=disk: the default)")
+    args = list(session.posargs or ["-n", workers, "--dist", "loadfile"])
+    lead, env, mountpoint = _in_memory(args)
     try:
-        session.run("python", "-m", "pytest", *args, env=env)
-    except BaseException:
-        if folder is not None:
-            session.log(f"the failed tests' folders are kept in {base} (in memory: remove it when done)")
-        raise
-    if folder is not None:
-        shutil.rmtree(base, ignore_errors=True)
+        session.run(*lead, "python", "-m", "pytest", *args, env=env, external=bool(lead))
+    finally:
+        if mountpoint is not None:
+            mountpoint.rmdir()  # the tmpfs went with the run's mount namespace: an empty folder is left
 
 
-def _suite_folder() -> Path | None:
-    """Where the suite's folders go: a file system in memory (/dev/shm, a tmpfs) when it and the memory have room for
-    the whole run, else pytest's default (the system's temporary folder). Every real env the suite builds writes
-    ~1.3 GB that a disk's kernel work (journal, writeback, discard) costs a third of its CPU: one such test took 36 s
-    (42 CPU-s) in memory against 54 s (62 CPU-s) on this machine's disk (2 cores, 2026-12-05). The run holds up to
-    ~8 GiB at once. KERNODECK_TEST_TMP: ``disk`` keeps the default; a folder is used as it is."""
-    chosen = os.environ.get("KERNODECK_TEST_TMP", "")
-    if chosen:
-        return None if chosen == "disk" else Path(chosen)
-    shm = Path("/dev/shm")
+def _in_memory(args: list[str]) -> tuple[list[str], dict[str, str], Path | None]:
+    """The suite's folders in a file system in memory of its own: a tmpfs mounted, in a mount namespace of the run's
+    own (``unshare -m``: root), over a new empty folder, pytest's basetemp and TMPDIR (the installers' own temporary
+    folders) in it; it goes when the run ends, whatever its outcome. Every real env the suite builds writes ~1.3 GB
+    that a disk's kernel work (journal, writeback, discard) costs a third of its CPU: one such test took 36 s (42
+    CPU-s) in memory against 54 s (62 CPU-s) on this machine's disk (2 cores, 2026-12-05). The run holds up to ~8 GiB
+    at once: used when 20 GiB of memory are available. Not with a ``--basetemp`` given, nor ``KERNODECK_TEST_TMP=disk``
+    (then pytest's default folder: a failed test's folder is kept there)."""
+    if os.environ.get("KERNODECK_TEST_TMP") == "disk" or any(a.startswith("--basetemp") for a in args):
+        return [], {}, None
     try:
-        mounts = Path("/proc/mounts").read_text(encoding="utf-8").split("\n")
         meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines())
         available = int(meminfo["MemAvailable"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
-        return None
-    in_memory = any(line.split()[1:3] == [str(shm), "tmpfs"] for line in mounts if line.strip())
-    room = in_memory and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= 12 * 2**30
-    return shm if room and available >= 20 * 2**30 else None
+        return [], {}, None
+    unshare = shutil.which("unshare")
+    if available < 20 * 2**30 or unshare is None or subprocess.run(
+            [unshare, "-m", "true"], capture_output=True, check=False).returncode != 0:
+        return [], {}, None
+    mountpoint = Path(tempfile.mkdtemp(prefix="kernodeck-tests-"))
+    mount = 'mount -t tmpfs -o mode=0700 kernodeck-tests "$0" && mkdir "$0/tmp" && exec "$@"'
+    args.append(f"--basetemp={mountpoint / 'run'}")
+    return [unshare, "--mount", "--propagation", "private", "sh", "-c", mount, str(mountpoint)], {
+        "TMPDIR": str(mountpoint / "tmp")}, mountpoint
 
 
 @nox.session(default=False)
