@@ -105,6 +105,9 @@ CROSS_CUTTING = {
     "redteam75": "red-team pass 75: the build's pip freeze starts a VCS tool (hg) in an editable folder a declared "
                  "pin's wheel wrote, whose hook runs before the seal; a direct_url.json forges the output's "
                  "separator lines (a failed pip check read as passed)",
+    "redteam76": "red-team pass 76: the freeze/check process runs the stdlib a build's pyvenv.cfg home names "
+                 "(written back before its check); a path two RECORDs list is checked against one; a second "
+                 "dist-info of a locked name hides a failed pip check",
 }
 
 

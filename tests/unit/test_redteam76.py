@@ -1,0 +1,324 @@
+"""Red-team pass 76 (issue 29; notes: /work/notes/redteam76.md): "no code of the env runs, and nothing of it decides
+the record, between the install and the seal", on envpip (f682cc4, a05e1a0) and the checks after it.
+
+HOMEWINDOW1 (kernodeck/env/rebuild.py ``run``: ``check_and_freeze`` before ``seeds.require_unchanged``): VENVHOME1's
+fix holds pyvenv.cfg from the env's creation to its seal, but reads it back only AFTER the freeze/check process ran.
+That process is the env's interpreter (``bin/python -I -S -B -c ...``): its standard library is the one pyvenv.cfg's
+``home`` names, imported at start-up (``encodings``) before any line of envpip's script (its audit hook, EnvFolders)
+runs. A declared built-here pin's build (its backend runs with the user's rights during the install: stated) sets
+``home`` to another standard library; in the freeze/check process that library's ``encodings`` rewrites tinya (a wheel
+pin) and its RECORD line, writes pyvenv.cfg back byte for byte, and re-executes the process, which then freezes and
+checks as usual. ``require_unchanged`` reads the restored pyvenv.cfg: the env is promoted with tinya holding bytes the
+declared build chose, bound to tinya's wheel sha256.
+
+OWNTWICE1 (kernodeck/env/records.py ``read_records``; sealing.py ``seal``): a path that two RECORDs list is kept once,
+with the digest of the RECORD read last (dist-info folders in sorted order): the other's line is never checked. A
+declared built-here pin's wheel that lists (and writes) ``tinya/__init__.py`` itself, installed after tinya (uv's
+order here), leaves tinya's own RECORD line unchecked and false: the seal passes ("every file a RECORD lists hashed
+against its digest"), the env is promoted, tinya bound to its wheel's sha256 and holding tinyd's bytes. No code runs
+after the install: the wheel's data alone. With pip (tinyd installed first, tinya over it) the seal refuses: control.
+
+SHADOWDIST1 (kernodeck/env/envpip.py's readers; records.read_records; verify's ``shadowed``, recorded only): pip freeze
+and pip check (importlib.metadata, both readers) take ONE dist-info per name, the first in the folder's listing. A
+declared pin's wheel that carries other dist-infos of a locked name (tinyc, spelled TINYC, Tinyc, ...: 31 spellings,
+each an empty RECORD, all RECORD-owned data) without its locked requirement hides the real one: tinyc requires
+tinymissing, which the lock lacks, yet the build records pip_check "No broken requirements found." and is promoted
+(pip and uv). The listing order decides it (ext4 here: a hash of the name; a file system listing newest first, as
+tmpfs, would put pip's tinyc first, the declared wheel being installed before it: the xfail would then pass).
+
+Premises show each door at its smallest; controls the same builds without the reach; the attacks are strict xfails.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from kernodeck.env.records import check_record_digests, read_records
+from tests.helpers.project import kd
+from tests.helpers.tinylock import (
+    FIND_INSTALLER,
+    SDIST_BACKEND,
+    declare_built_here,
+    declared_tinyd,
+    env_wheels,
+    locked_tiny_project,
+    offline_env,
+    promoted_env,
+    wheel_of,
+    write_sdist,
+    write_wheel,
+)
+
+_LOCKS = b"VERSION = '1.0'\n"  # tinya's module as its locked wheel holds it
+_REACHED = b"VALUE = 'written by tinyd'"
+_ENTRY = '             f"{info}/METADATA":'
+_HOOK = "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
+
+
+def _tinya(env: Path) -> bytes:
+    return next(env.glob("lib/python*/site-packages/tinya/__init__.py")).read_bytes()
+
+
+def _bound(env: Path) -> object:
+    record = json.loads((env / "kernodeck-complete.json").read_text(encoding="utf-8"))
+    return record.get("wheels", {}).get("tinya"), [b.get("name") for b in record.get("built_here", [])]
+
+
+def _line(path: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{path},sha256={digest},{len(data)}"
+
+
+# HOMEWINDOW1 ------------------------------------------------------------------------------------------------------
+
+# Prepended to the other standard library's encodings/__init__.py: in the freeze/check process of an env being built
+# (its command line runs pip's main), tinya's module and its RECORD line rewritten, pyvenv.cfg written back as it was
+# made, the process executed again (now with the base's standard library). Given MARK: only a mark that it ran.
+_ENCODINGS = r'''
+def _kd_reach():
+    import os  # frozen; open() is not defined yet: os's calls only
+    def read(path):
+        fd, data = os.open(path, os.O_RDONLY), b""
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+        os.close(fd)
+        return data
+    def write(path, data):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+    argv = read("/proc/self/cmdline").split(b"\0")[:-1]
+    if not any(b"pip._internal.cli.main" in a for a in argv) or b"/.venv-rebuild/" not in argv[0]:
+        return
+    env = os.path.dirname(os.path.dirname(argv[0]))
+    if MARK:
+        write(MARK, read(MARK) + env + b"\n" if os.path.exists(MARK) else env + b"\n")
+    else:
+        lib = os.path.join(env, b"lib")
+        site = os.path.join(lib, os.listdir(lib)[0], b"site-packages")
+        write(os.path.join(site, b"tinya", b"__init__.py"), REACHED)
+        record = os.path.join(site, b"tinya-1.0.dist-info", b"RECORD")
+        write(record, b"\n".join(LINE if l.startswith(b"tinya/__init__.py,") else l
+                                 for l in read(record).splitlines()) + b"\n")
+    os.replace(os.path.join(env, b".kd-made.cfg"), os.path.join(env, b"pyvenv.cfg"))
+    os.execv(argv[0], argv)
+_kd_reach()
+del _kd_reach
+'''
+
+
+def _other_stdlib(tmp_path: Path, mark: Path | None, *, reach: bool = True) -> Path:
+    """Another standard library: the base's linked entry by entry, its ``encodings/__init__.py`` led by
+    ``_ENCODINGS`` (``reach``; else the base's own); the ``bin`` folder a pyvenv.cfg ``home`` names."""
+    base = Path(sysconfig.get_path("stdlib"))
+    lib = tmp_path / "other" / "lib" / base.name
+    (lib / "encodings").mkdir(parents=True)
+    (tmp_path / "other" / "bin").mkdir()
+    for entry in base.iterdir():
+        if entry.name not in ("encodings", "site-packages", "__pycache__"):
+            (lib / entry.name).symlink_to(entry)
+    for entry in (base / "encodings").iterdir():
+        if entry.name not in ("__init__.py", "__pycache__"):
+            (lib / "encodings" / entry.name).symlink_to(entry)
+    (lib / "site-packages").mkdir()
+    lead = "" if not reach else _ENCODINGS.replace("MARK", repr(str(mark).encode() if mark else b"")) \
+        .replace("REACHED", repr(_REACHED)).replace("LINE", repr(_line("tinya/__init__.py", _REACHED).encode()))
+    (lib / "encodings" / "__init__.py").write_text(
+        lead + (base / "encodings" / "__init__.py").read_text(encoding="utf-8"), encoding="utf-8")
+    return tmp_path / "other" / "bin"
+
+
+# The backend's reach (tinybuild, at build time: the stated part): the env's pyvenv.cfg kept as made
+# (.kd-made.cfg, which the reach moves back), its home set to OTHER.
+_HOME = "import os\n" + FIND_INSTALLER + r'''
+def _reach():
+    env = _installer()[1]
+    cfg = os.path.join(env, "pyvenv.cfg")
+    made = open(cfg, "rb").read()
+    if not os.path.exists(os.path.join(env, ".kd-made.cfg")):
+        open(os.path.join(env, ".kd-made.cfg"), "wb").write(made)
+    text = "".join(f"home = {OTHER}\n" if line.startswith("home") else line for line in open(cfg))
+    open(cfg, "w").write(text)
+'''
+
+
+def _declared_home(tmp_path: Path, other: Path | None) -> tuple[Path, dict[str, str]]:
+    """The tiny lock, tinyd declared built-here; with ``other``, tinyd's build sets the env's home to it."""
+    assert _HOOK in SDIST_BACKEND
+    backend = SDIST_BACKEND if other is None else (
+        _HOME.replace("OTHER", repr(str(other))) + SDIST_BACKEND.replace(_HOOK, _HOOK + "    _reach()\n"))
+    project, _, env = declared_tinyd(tmp_path, backend)
+    return project, env
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_homewindow1_premise_the_freeze_and_check_process_runs_the_stdlib_home_names(tmp_path: Path,
+                                                                                    installer: str) -> None:
+    """The other standard library's encodings runs in the build's freeze/check process (and no other process of the
+    env's interpreter runs between the build and it: one mark)."""
+    mark = tmp_path / "ran"
+    project, env = _declared_home(tmp_path, _other_stdlib(tmp_path, mark))
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    assert mark.read_text(encoding="utf-8").count("\n") == 1, proc.stderr[-800:]
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_homewindow1_control_a_home_left_changed_is_refused_before_the_seal(tmp_path: Path, installer: str) -> None:
+    """VENVHOME1's fix: the same build, the other standard library the base's own (nothing writes pyvenv.cfg back):
+    the freeze/check process runs, then the check after it refuses the changed pyvenv.cfg; nothing is promoted."""
+    project, env = _declared_home(tmp_path, _other_stdlib(tmp_path, None, reach=False))
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    assert proc.returncode == 2 and "pyvenv.cfg changed during the install" in proc.stderr, proc.stderr[-800:]
+    assert promoted_env(project) is None
+
+
+@pytest.mark.xfail(strict=True, reason="HOMEWINDOW1: pyvenv.cfg is held only after the freeze/check process, which "
+                                       "runs the standard library its home names (red-team pass 76)")
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_homewindow1_no_stdlib_a_build_names_runs_before_the_seal(tmp_path: Path, installer: str) -> None:
+    project, env = _declared_home(tmp_path, _other_stdlib(tmp_path, None))
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    promoted = promoted_env(project)
+    assert proc.returncode in (0, 2), proc.stderr[-800:]
+    assert promoted is None or _tinya(promoted) != _REACHED, \
+        f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {_bound(promoted)}"
+
+
+# OWNTWICE1 --------------------------------------------------------------------------------------------------------
+
+
+def _two_records(tmp_path: Path, *, tinyd_lists_it: bool) -> Path:
+    """An env whose tinya/__init__.py holds ``_REACHED``: tinya's RECORD lists it with its locked digest; with
+    ``tinyd_lists_it``, tinyd's RECORD lists it too, with the digest of what it holds."""
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    (site / "tinya").mkdir(parents=True)
+    (site / "tinya" / "__init__.py").write_bytes(_REACHED)
+    for name, lines in (("tinya", [_line("tinya/__init__.py", _LOCKS)]),
+                        ("tinyd", [_line("tinyd/__init__.py", b"")]
+                         + ([_line("tinya/__init__.py", _REACHED)] if tinyd_lists_it else []))):
+        (site / f"{name}-1.0.dist-info").mkdir()
+        (site / f"{name}-1.0.dist-info" / "RECORD").write_text(
+            "\n".join([*lines, f"{name}-1.0.dist-info/RECORD,,"]) + "\n", encoding="utf-8")
+    (site / "tinyd").mkdir()
+    (site / "tinyd" / "__init__.py").write_bytes(b"")
+    return tmp_path / "env"
+
+
+def test_owntwice1_premise_a_path_two_records_list_keeps_the_last_records_digest(tmp_path: Path) -> None:
+    env = _two_records(tmp_path, tinyd_lists_it=True)
+    records = read_records(env, {"tinya", "tinyd"})
+    path = "lib/python3.11/site-packages/tinya/__init__.py"
+    assert records.owned[path] == "tinyd"
+    assert check_record_digests(env, records).mismatched == []  # tinya's own line (the locked digest) never checked
+
+
+def test_owntwice1_control_the_one_record_listing_a_changed_file_is_checked(tmp_path: Path) -> None:
+    env = _two_records(tmp_path, tinyd_lists_it=False)
+    found = check_record_digests(env, read_records(env, {"tinya", "tinyd"})).mismatched
+    assert found == ["lib/python3.11/site-packages/tinya/__init__.py (content differs from RECORD)"]
+
+
+@pytest.mark.xfail(strict=True, reason="OWNTWICE1: a path two RECORDs list is checked against the last one only "
+                                       "(red-team pass 76)")
+def test_owntwice1_every_records_line_is_checked(tmp_path: Path) -> None:
+    env = _two_records(tmp_path, tinyd_lists_it=True)
+    found = check_record_digests(env, read_records(env, {"tinya", "tinyd"})).mismatched
+    assert any("tinya/__init__.py" in f for f in found), found
+
+
+def _declared_over(tmp_path: Path, over: bool) -> tuple[Path, dict[str, str]]:
+    """The tiny lock, tinyd declared built-here; with ``over``, tinyd's wheel also holds (and its RECORD lists)
+    ``tinya/__init__.py``, its bytes ``_REACHED``: data only, no code of it runs after its build."""
+    assert _ENTRY in SDIST_BACKEND
+    backend = SDIST_BACKEND if not over else SDIST_BACKEND.replace(
+        _ENTRY, f'             "tinya/__init__.py": {_REACHED!r},\n' + _ENTRY)
+    project, _, env = declared_tinyd(tmp_path, backend)
+    return project, env
+
+
+def test_owntwice1_control_uv_a_declared_build_in_its_pin_promotes_the_locks_tinya(tmp_path: Path) -> None:
+    project, env = _declared_over(tmp_path, over=False)
+    proc = kd(project, "rebuild", "--installer", "uv", env=env)
+    promoted = promoted_env(project)
+    assert proc.returncode == 0 and promoted is not None, proc.stderr[-800:]
+    assert _tinya(promoted) == _LOCKS
+
+
+def test_owntwice1_control_pip_installs_tinya_over_tinyd_and_the_seal_refuses(tmp_path: Path) -> None:
+    """pip installs the wheel it built first, tinya's over it: tinyd's line (read last) is checked and fails."""
+    project, env = _declared_over(tmp_path, over=True)
+    proc = kd(project, "rebuild", "--installer", "pip", env=env)
+    assert proc.returncode == 2 and "differ from their RECORD digest" in proc.stderr, proc.stderr[-800:]
+    assert promoted_env(project) is None
+
+
+@pytest.mark.xfail(strict=True, reason="OWNTWICE1: a declared pin's wheel listing another pin's file passes the seal "
+                                       "when installed after it (uv; red-team pass 76)")
+def test_owntwice1_a_declared_wheel_never_replaces_another_pins_file_in_a_promoted_env(tmp_path: Path) -> None:
+    """uv installs the wheels in parallel: tinyd after tinya in about 4 runs of 5 here (then promoted), else the seal
+    refuses (tinyd's line, read last, fails). Up to 6 builds: all refused by chance is about 1 in 15,000 (an XPASS)."""
+    for attempt in range(6):
+        project, env = _declared_over(tmp_path / str(attempt), over=True)
+        proc = kd(project, "rebuild", "--installer", "uv", env=env)
+        promoted = promoted_env(project)
+        assert proc.returncode in (0, 2), proc.stderr[-800:]
+        assert promoted is None or _tinya(promoted) != _REACHED, \
+            f"promoted with tinya {_REACHED!r} (rc {proc.returncode}, build {attempt + 1}), bound to {_bound(promoted)}"
+
+
+# SHADOWDIST1 ------------------------------------------------------------------------------------------------------
+
+# tinyd's wheel (declared built-here) also holds, in its purelib data, second dist-infos of tinyc (a wheel pin whose
+# locked METADATA requires tinymissing), without that requirement (an empty RECORD each, as the seal asks
+# of a locked name): all RECORD-owned data. pip (importlib.metadata)
+# takes the first folder of a name in the directory's listing order (ext4: a hash of the name, seeded per file
+# system): each of tinyc's 31 other spellings by case (TINYC-1.0.dist-info, ...) is one more chance to come first.
+_SPELLINGS = ["".join(c.upper() if bit & (1 << i) else c for i, c in enumerate("tinyc")) for bit in range(1, 32)]
+_SHADOW = "".join(f'             "tinyd-1.0.data/purelib/{name}-1.0.dist-info/METADATA": '
+                  'b"Metadata-Version: 2.1\\nName: tinyc\\nVersion: 1.0\\n",\n'
+                  f'             "tinyd-1.0.data/purelib/{name}-1.0.dist-info/RECORD": b"",\n' for name in _SPELLINGS)
+
+
+def _broken_lock(tmp_path: Path, shadow: bool) -> tuple[Path, dict[str, str]]:
+    """The tiny lock plus tinyc 1.0 (a wheel requiring tinymissing, which the lock lacks: its pip check fails), tinyd
+    by its sdist, declared built-here; with ``shadow``, tinyd's wheel carries tinyc's second dist-info."""
+    links, backends = tmp_path / "links", tmp_path / "backends"
+    assert _ENTRY in SDIST_BACKEND
+    backend = SDIST_BACKEND.replace(_ENTRY, _SHADOW + _ENTRY) if shadow else SDIST_BACKEND
+    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
+    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
+    wheels = [*env_wheels(links), write_wheel(links, "tinyc", "1.0", ("tinymissing",))]
+    project, _ = locked_tiny_project(tmp_path / "project", wheels, (("tinyd", "1.0", [sdist]),))
+    declare_built_here(project, "tinyd")
+    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
+                      UV_CACHE_DIR=str(tmp_path / "uvc"))
+    return project, env
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_shadowdist1_control_a_broken_lock_fails_pip_check(tmp_path: Path, installer: str) -> None:
+    project, env = _broken_lock(tmp_path, shadow=False)
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    assert proc.returncode == 2 and "pip-check failed: tinyc 1.0 requires tinymissing" in proc.stderr, \
+        proc.stderr[-800:]
+    assert promoted_env(project) is None
+
+
+@pytest.mark.xfail(strict=True, reason="SHADOWDIST1: a second dist-info of a locked name hides the real one from "
+                                       "pip freeze and pip check (red-team pass 76)")
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_shadowdist1_a_second_dist_info_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
+    project, env = _broken_lock(tmp_path, shadow=True)
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    promoted = promoted_env(project)
+    assert proc.returncode in (0, 2), proc.stderr[-800:]
+    recorded = None if promoted is None else json.loads(
+        (promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["pip_check"]
+    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {recorded!r}; tinyc requires " \
+                             "tinymissing"
