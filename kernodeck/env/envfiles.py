@@ -243,13 +243,12 @@ def ownership(env: Path, entries: dict[str, Entry], records: Records, into: Find
     into.shared.sort()
     into.owned = sum(1 for rel in owned if rel in entries)
     for rel, name in owned.items():
-        seen = entries.get(rel)
-        if seen is None:
+        if rel not in entries:
             into.missing.setdefault(name, []).append(f"{rel} (missing)")
-            continue
-        want = records.digests.get(rel)
-        if want and want[1] is not None and seen[0] == "f" and seen[1] != want[1]:
-            into.wrong_size.setdefault(name, []).append(f"{rel} (size {seen[1]}, RECORD says {want[1]})")
+    for rel, (_, size) in records.lines():  # every RECORD's line for a path (Records.again)
+        seen = entries.get(rel)
+        if size is not None and seen is not None and seen[0] == "f" and seen[1] != size:
+            into.wrong_size.setdefault(owned[rel], []).append(f"{rel} (size {seen[1]}, RECORD says {size})")
     into.without_record = list(records.without_record)
 
 

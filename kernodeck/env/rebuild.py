@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from kernodeck import tips
 from kernodeck._fs import sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
-from kernodeck.env import binding, envpip, inventory, pythons, sdist_builds, seeds, snapshot
+from kernodeck.env import binding, envpip, inventory, pythons, records, sdist_builds, seeds, snapshot
 from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER, clean_incomplete, current_env, env_python, platform_dir
 from kernodeck.env.envdirs import marker as _marker
@@ -246,7 +246,8 @@ class _Build:
         _promote(self.project, self.plat, self.env)
         log(f"kernodeck: promoted {self.env.relative_to(self.project.root)}; interpreter: {self.python}")
         return RebuildResult(self.env, self.python, False, reason, self.chosen, self.digest, self.commands, freeze,
-                             pip_check.strip(), self.durations, self.found, self.index_note, files)
+                             pip_check.strip(), self.durations, self.found,
+                             self.vindex.note(self.wheelhouse is not None), files)
 
     def create(self) -> None:
         """The empty env, so that every distribution comes from a file the install checked against the lock (a seeded
@@ -324,13 +325,15 @@ class _Build:
     @functools.cached_property
     def checker(self) -> list[str]:
         """The pip that reads the build before its seal, never the env's own when another is at hand (envpip)."""
-        if (tool := envpip.tool_pip(self.found.get("version") or self.plat.python)) is None:  # the wheel's
-            return self.pip  # else the env's own (a base without that wheel)
+        if (tool := envpip.tool_pip(self.found.get("version") or self.plat.python)) is None:
+            return self.pip  # the wheel's; else the env's own (a base without that wheel)
         self.display.setdefault(str(tool), f"kernodeck/pip-{envpip.tool_version(tool)}/pip")
         return [str(self.python), "-I", str(tool)]
 
     def pip_reads(self, name: str, *commands: tuple[str, ...]) -> dict[str, str]:
         """pip's ``commands`` in one process by the pip that reads the env (envpip), each recorded; one failed fails."""
+        seeds.require_unchanged(self.made)  # its interpreter and home as made: the reader runs them (HOMEWINDOW1)
+        records.require_one_each(self.env)  # pip reads the first dist-info of a name (SHADOWDIST1)
         for command in commands:
             self.record([*self.checker, *command])
         with alive(f"rebuild: {name}"):  # no PATH: no program to find (it starts none: envpip)
@@ -364,15 +367,11 @@ class _Build:
         was read from UV_WORKING_DIR: red-team pass 64, WDIR1); recorded relative to the project (``_rel``)."""
         return str(self.project.root / self.rel_lock)
 
-    @property
-    def index_note(self) -> str:
-        return self.vindex.note(self.wheelhouse is not None)
-
     def write_records(self, freeze: str, pip_check: str, files: dict[str, object]) -> None:
         marker_text = json.dumps({
             "lock": self.rel_lock, "lock_digest": self.digest, "platform": self.plat.id,
             "base_python": self.found["path"], "installer": self.chosen, "commands": self.commands,
-            "index": self.index_note, "pip_check": pip_check.strip(),
+            "index": self.vindex.note(self.wheelhouse is not None), "pip_check": pip_check.strip(),
             "durations_s": self.durations, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **files,
             **binding.record(self.lock, self.wheels, self.hash_source),
         }, indent=2) + "\n"

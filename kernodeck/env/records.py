@@ -19,6 +19,9 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from kernodeck import tips
+from kernodeck.errors import RebuildFailed
+
 
 @dataclass
 class Records:
@@ -28,6 +31,13 @@ class Records:
     digests: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # path -> (algo=b64digest, size)
     without_record: list[str] = field(default_factory=list)  # locked distributions whose RECORD is missing
     outside: dict[str, list[str]] = field(default_factory=dict)  # dist -> RECORD paths that leave the env
+    # a path another distribution's RECORD lists too (nvidia/__init__.py in every nvidia-* wheel): each line is held,
+    # not the last one read (a declared pin's wheel listing another pin's file: red-team pass 76, OWNTWICE1)
+    again: list[tuple[str, tuple[str, int | None]]] = field(default_factory=list)  # (path, (digest, size))
+
+    def lines(self) -> list[tuple[str, tuple[str, int | None]]]:
+        """Every (path, (digest, size)) a RECORD lists with a digest, a path two RECORDs list twice."""
+        return sorted([*self.digests.items(), *self.again])
 
 
 def site_dirs(env: Path) -> list[str]:
@@ -37,6 +47,21 @@ def site_dirs(env: Path) -> list[str]:
     if (env / "Lib" / "site-packages").is_dir():
         found.append("Lib/site-packages")
     return found
+
+
+def require_one_each(env: Path) -> None:
+    """Before anything reads the env: one dist-info folder per distribution. pip reads the first of a name in a
+    folder's listing, so a second one (``TinyC-1.0.dist-info`` beside ``tinyc-1.0.dist-info``, a declared pin's build
+    may write it) hid the real one's requirements from pip check (red-team pass 76, SHADOWDIST1)."""
+    seen: dict[str, list[str]] = {}
+    for site in site_dirs(env):
+        for info in sorted((env / site).glob("*.dist-info")):
+            seen.setdefault(canonicalize_name(info.name[: -len(".dist-info")].split("-")[0]), []).append(info.name)
+    twice = {name: folders for name, folders in seen.items() if len(folders) > 1}
+    if twice:
+        raise RebuildFailed("the env holds more than one dist-info folder for a distribution: " + "; ".join(
+            f"{name}: {', '.join(folders)}" for name, folders in sorted(twice.items())),
+            tip=f"a build the install ran (a built-here pin) may have written them; {tips.REBUILD_FRESH}")
 
 
 def read_records(env: Path, locked: Iterable[str] | None) -> Records:
@@ -72,7 +97,10 @@ def read_records(env: Path, locked: Iterable[str] | None) -> Records:
                     rel = f"{site}/{row[0]}"
                 out.owned[rel] = name
                 if len(row) >= 3 and row[1]:
-                    out.digests[rel] = (row[1], int(row[2]) if row[2].isdigit() else None)
+                    line = (row[1], int(row[2]) if row[2].isdigit() else None)
+                    if rel in out.digests and out.digests[rel] != line:
+                        out.again.append((rel, out.digests[rel]))
+                    out.digests[rel] = line
         for egg in sorted(base.glob("*.egg-info")):  # an old-style install: no RECORD at all
             name = canonicalize_name(egg.name.split("-")[0].removesuffix(".egg"))
             if allowed is None or name in allowed:
@@ -114,7 +142,7 @@ def check_record_digests(env: Path, records: Records, workers: int | None = None
     """Hash every file a RECORD lists with a digest against it, in parallel threads (once, at build time)."""
     start = time.perf_counter()
     workers = workers or min(32, (os.cpu_count() or 1) + 2)
-    items = sorted(records.digests.items())
+    items = records.lines()
     size = sum(want_size or 0 for _, (_, want_size) in items)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda item: _digest_ok(str(env / item[0]), item[1][0]), items, chunksize=64))

@@ -158,14 +158,15 @@ def _declared_home(tmp_path: Path, other: Path | None) -> tuple[Path, dict[str, 
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_homewindow1_premise_the_freeze_and_check_process_runs_the_stdlib_home_names(tmp_path: Path,
-                                                                                    installer: str) -> None:
-    """The other standard library's encodings runs in the build's freeze/check process (and no other process of the
-    env's interpreter runs between the build and it: one mark)."""
+def test_homewindow1_no_reader_starts_on_a_home_the_build_changed(tmp_path: Path, installer: str) -> None:
+    """Measured before the fix: the other standard library's encodings ran in the build's freeze/check process (the
+    first process of the env's interpreter after the build). Now the env's home is held before any reader starts:
+    the rebuild is refused, that encodings never ran."""
     mark = tmp_path / "ran"
     project, env = _declared_home(tmp_path, _other_stdlib(tmp_path, mark))
     proc = kd(project, "rebuild", "--installer", installer, env=env)
-    assert mark.read_text(encoding="utf-8").count("\n") == 1, proc.stderr[-800:]
+    assert proc.returncode == 2 and "pyvenv.cfg changed during the install" in proc.stderr, proc.stderr[-800:]
+    assert not mark.exists() and promoted_env(project) is None
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -178,8 +179,6 @@ def test_homewindow1_control_a_home_left_changed_is_refused_before_the_seal(tmp_
     assert promoted_env(project) is None
 
 
-@pytest.mark.xfail(strict=True, reason="HOMEWINDOW1: pyvenv.cfg is held only after the freeze/check process, which "
-                                       "runs the standard library its home names (red-team pass 76)")
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_homewindow1_no_stdlib_a_build_names_runs_before_the_seal(tmp_path: Path, installer: str) -> None:
     project, env = _declared_home(tmp_path, _other_stdlib(tmp_path, None))
@@ -214,8 +213,8 @@ def test_owntwice1_premise_a_path_two_records_list_keeps_the_last_records_digest
     env = _two_records(tmp_path, tinyd_lists_it=True)
     records = read_records(env, {"tinya", "tinyd"})
     path = "lib/python3.11/site-packages/tinya/__init__.py"
-    assert records.owned[path] == "tinyd"
-    assert check_record_digests(env, records).mismatched == []  # tinya's own line (the locked digest) never checked
+    assert records.owned[path] == "tinyd"  # one owner kept: the last read; tinya's line is kept beside it (the fix)
+    assert records.again == [(path, (_line(path.split("site-packages/")[1], _LOCKS).split(",")[1], len(_LOCKS)))]
 
 
 def test_owntwice1_control_the_one_record_listing_a_changed_file_is_checked(tmp_path: Path) -> None:
@@ -224,8 +223,6 @@ def test_owntwice1_control_the_one_record_listing_a_changed_file_is_checked(tmp_
     assert found == ["lib/python3.11/site-packages/tinya/__init__.py (content differs from RECORD)"]
 
 
-@pytest.mark.xfail(strict=True, reason="OWNTWICE1: a path two RECORDs list is checked against the last one only "
-                                       "(red-team pass 76)")
 def test_owntwice1_every_records_line_is_checked(tmp_path: Path) -> None:
     env = _two_records(tmp_path, tinyd_lists_it=True)
     found = check_record_digests(env, read_records(env, {"tinya", "tinyd"})).mismatched
@@ -258,8 +255,6 @@ def test_owntwice1_control_pip_installs_tinya_over_tinyd_and_the_seal_refuses(tm
     assert promoted_env(project) is None
 
 
-@pytest.mark.xfail(strict=True, reason="OWNTWICE1: a declared pin's wheel listing another pin's file passes the seal "
-                                       "when installed after it (uv; red-team pass 76)")
 def test_owntwice1_a_declared_wheel_never_replaces_another_pins_file_in_a_promoted_env(tmp_path: Path) -> None:
     """uv installs the wheels in parallel: tinyd after tinya in about 4 runs of 5 here (then promoted), else the seal
     refuses (tinyd's line, read last, fails). Up to 6 builds: all refused by chance is about 1 in 15,000 (an XPASS)."""
@@ -310,8 +305,6 @@ def test_shadowdist1_control_a_broken_lock_fails_pip_check(tmp_path: Path, insta
     assert promoted_env(project) is None
 
 
-@pytest.mark.xfail(strict=True, reason="SHADOWDIST1: a second dist-info of a locked name hides the real one from "
-                                       "pip freeze and pip check (red-team pass 76)")
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_shadowdist1_a_second_dist_info_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, shadow=True)

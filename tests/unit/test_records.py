@@ -1,0 +1,26 @@
+"""kernodeck/env/records.py: what the env's RECORDs list, every line of a path held; one dist-info per distribution."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kernodeck.env.records import require_one_each
+from kernodeck.errors import RebuildFailed
+
+
+def _dist_info(site: Path, folder: str) -> None:
+    (site / folder).mkdir(parents=True)
+    (site / folder / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyc\nVersion: 1.0\n", encoding="utf-8")
+
+
+def test_one_dist_info_per_distribution_passes_and_a_second_of_a_name_is_refused(tmp_path: Path) -> None:
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    _dist_info(site, "tinyc-1.0.dist-info")
+    _dist_info(site, "tinyd-1.0.dist-info")
+    require_one_each(tmp_path)  # control: one each
+    _dist_info(site, "TinyC-1.0.dist-info")  # another spelling of the same name: pip would read one of the two
+    with pytest.raises(RebuildFailed, match=re.escape("tinyc: TinyC-1.0.dist-info, tinyc-1.0.dist-info")):
+        require_one_each(tmp_path)
