@@ -108,6 +108,8 @@ CROSS_CUTTING = {
     "redteam76": "red-team pass 76: the freeze/check process runs the stdlib a build's pyvenv.cfg home names "
                  "(written back before its check); a path two RECORDs list is checked against one; a second "
                  "dist-info of a locked name hides a failed pip check",
+    "redteam77": "red-team pass 77: a .DIST-INFO spelling hides a failed pip check past require_one_each; a "
+                 "bin/python._pth a build wrote names the reader's standard library",
 }
 
 
