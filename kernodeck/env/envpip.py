@@ -9,7 +9,9 @@ it was installed, so the process reads their bytecode (0.25 CPU-s here, for the 
 on); else the pip the base interpreter bundles for ensurepip, run from its zipped wheel (1.2 CPU-s: its ~450 modules
 compiled again in every process); the env's own pip only when there is neither (stated in docs/rebuild.md).
 
-How the process runs: the env's interpreter with ``-I -S -B``: neither the project's folder (the current one) nor
+How the process runs: the base interpreter the env was made from, not the env's own (which reads at start-up what the
+build could write in the env's ``bin/``: a ``python._pth`` naming another standard library: pass 77, PTHDOOR1), with
+``-I -S -B``: neither the project's folder (the current one) nor
 ``site`` (so no ``.pth`` line of the env runs, nor prints the lines that separate the outputs: pass 72, SITEREACH1),
 no bytecode written. The env's site folders are on sys.path, where pip reads the distributions' metadata, but no
 module is imported from them: top-level names are looked up on the rest of the path (the standard library, pip's

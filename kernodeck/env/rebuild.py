@@ -332,12 +332,13 @@ class _Build:
 
     def pip_reads(self, name: str, *commands: tuple[str, ...]) -> dict[str, str]:
         """pip's ``commands`` in one process by the pip that reads the env (envpip), each recorded; one failed fails."""
-        seeds.require_unchanged(self.made)  # its interpreter and home as made: the reader runs them (HOMEWINDOW1)
-        records.require_one_each(self.env)  # pip reads the first dist-info of a name (SHADOWDIST1)
+        seeds.require_unchanged(self.made)  # as made (HOMEWINDOW1), though the base runs the reader: nothing the
+        records.require_one_each(self.env)  # build wrote in bin/ is read (PTHDOOR1); pip reads a name's first dist-info
+        reader = [self.found["path"], *self.checker[1:]]
         for command in commands:
-            self.record([*self.checker, *command])
+            self.record([*reader, *command])
         with alive(f"rebuild: {name}"):  # no PATH: no program to find (it starts none: envpip)
-            argv = envpip.argv(self.checker, self.env, commands, drawn := envpip.nonce())
+            argv = envpip.argv(reader, self.env, commands, drawn := envpip.nonce())
             out = self.step(name, argv, {**reading_env(), "PATH": ""}, recorded=True)
         said = envpip.split(out, tuple(command[0] for command in commands), drawn)
         for what, (text, code) in said.items():

@@ -54,12 +54,19 @@ def require_one_each(env: Path) -> None:
     folder's listing, so a second one (``TinyC-1.0.dist-info`` beside ``tinyc-1.0.dist-info``, a declared pin's build
     may write it) hid the real one's requirements from pip check (red-team pass 76, SHADOWDIST1)."""
     seen: dict[str, list[str]] = {}
-    for site in site_dirs(env):
-        for info in sorted((env / site).glob("*.dist-info")):
-            seen.setdefault(canonicalize_name(info.name[: -len(".dist-info")].split("-")[0]), []).append(info.name)
-    twice = {name: folders for name, folders in seen.items() if len(folders) > 1}
+    for site in site_dirs(env):  # as importlib.metadata (pip's reader) finds them: any case, .egg-info too
+        for info in sorted((env / site).iterdir()):
+            suffix = next((s for s in (".dist-info", ".egg-info") if info.name.lower().endswith(s)), "")
+            if suffix:
+                name = canonicalize_name(info.name[: -len(suffix)].split("-")[0])
+                seen.setdefault(name, []).append(info.name)
+    # a wheel's install writes NAME-VERSION.dist-info, lower case: another spelling of the suffix is no install's
+    # (pass 77, CASESUFFIX1: TINYC-1.0.DIST-INFO, which pip reads and a case-sensitive glob did not)
+    twice = {name: folders for name, folders in seen.items()
+             if len(folders) > 1 or not folders[0].endswith(".dist-info")}
     if twice:
-        raise RebuildFailed("the env holds more than one dist-info folder for a distribution: " + "; ".join(
+        raise RebuildFailed("the env holds more than one metadata folder for a distribution, or one no wheel's install "
+                            "writes: " + "; ".join(
             f"{name}: {', '.join(folders)}" for name, folders in sorted(twice.items())),
             tip=f"a build the install ran (a built-here pin) may have written them; {tips.REBUILD_FRESH}")
 

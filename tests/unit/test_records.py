@@ -24,3 +24,13 @@ def test_one_dist_info_per_distribution_passes_and_a_second_of_a_name_is_refused
     _dist_info(site, "TinyC-1.0.dist-info")  # another spelling of the same name: pip would read one of the two
     with pytest.raises(RebuildFailed, match=re.escape("tinyc: TinyC-1.0.dist-info, tinyc-1.0.dist-info")):
         require_one_each(tmp_path)
+
+
+@pytest.mark.parametrize("folder", ["TINYC-1.0.DIST-INFO", "tinyc-1.0.Dist-Info", "tinyc-1.0.egg-info"])
+def test_a_metadata_folder_no_wheel_install_writes_is_refused_alone(tmp_path: Path, folder: str) -> None:
+    """importlib.metadata (pip's reader) finds a dist-info whatever the case of its suffix, and .egg-info: alone, such
+    a folder is still no wheel's install (pass 77, CASESUFFIX1)."""
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    _dist_info(site, folder)
+    with pytest.raises(RebuildFailed, match=re.escape(folder)):
+        require_one_each(tmp_path)
