@@ -39,6 +39,7 @@ import pytest
 from kernodeck.env.envpip import check_and_freeze_argv, split_check_and_freeze, tool_pip
 from kernodeck.env.pythons import bundled_pip
 from tests.helpers.project import kd
+from tests.helpers.reach import bound, tinya_bytes
 from tests.helpers.tinylock import SDIST_BACKEND, declared_tinyd, fresh_venv, offline_env, promoted_env
 
 _REACHED = b"VALUE = 'written by tinyd'"
@@ -122,21 +123,12 @@ def _declared(tmp_path: Path, payload: bool) -> tuple[Path, dict[str, str]]:
     return project, env
 
 
-def _tinya(env: Path) -> bytes:
-    return next(env.glob("lib/python*/site-packages/tinya/__init__.py")).read_bytes()
-
-
-def _bound(env: Path) -> object:
-    record = json.loads((env / "kernodeck-complete.json").read_text(encoding="utf-8"))
-    return record.get("wheels", {}).get("tinya"), record.get("built_here")
-
-
 def test_pipcode1_control_a_declared_build_in_its_pin_promotes_the_locks_tinya(tmp_path: Path) -> None:
     project, env = _declared(tmp_path, payload=False)
     proc = kd(project, "rebuild", "--installer", "pip", env=env)
     assert proc.returncode == 0, proc.stderr[-800:]
     promoted = promoted_env(project)
-    assert promoted is not None and _tinya(promoted) == b"VERSION = '1.0'\n"
+    assert promoted is not None and tinya_bytes(promoted) == b"VERSION = '1.0'\n"
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -148,8 +140,8 @@ def test_pipcode1_no_bytecode_of_a_declared_pin_runs_in_the_envs_pip_before_the_
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
-    assert promoted is None or _tinya(promoted) != _REACHED, \
-        f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {_bound(promoted)}"
+    assert promoted is None or tinya_bytes(promoted) != _REACHED, \
+        f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {bound(promoted)}"
     if promoted is not None:  # read by Kernodeck's pip, though the lock pins pip
         record = json.loads((promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))
         commands = " | ".join(record["commands"])
@@ -251,5 +243,5 @@ def test_optimport1_no_top_level_module_of_a_declared_pin_runs_before_the_seal(t
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
-    assert promoted is None or _tinya(promoted) != _REACHED, \
-        f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {_bound(promoted)}"
+    assert promoted is None or tinya_bytes(promoted) != _REACHED, \
+        f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {bound(promoted)}"

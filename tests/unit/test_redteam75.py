@@ -41,6 +41,7 @@ import pytest
 from kernodeck.env.envpip import check_and_freeze_argv, split_check_and_freeze, tool_pip
 from kernodeck.env.pythons import bundled_pip
 from tests.helpers.project import kd
+from tests.helpers.reach import bound, tinya_bytes
 from tests.helpers.tinylock import SDIST_BACKEND, declared_tinyd, fresh_venv, offline_env, promoted_env
 
 _REACHED = b"VALUE = 'written by tinyd'"
@@ -223,21 +224,12 @@ def _zzhg_source() -> str:
             ".as_uri(), 'dir_info': {'editable': True}}).encode()}\n")
 
 
-def _tinya(env: Path) -> bytes:
-    return next(env.glob("lib/python*/site-packages/tinya/__init__.py")).read_bytes()
-
-
-def _bound(env: Path) -> object:
-    record = json.loads((env / "kernodeck-complete.json").read_text(encoding="utf-8"))
-    return record.get("wheels", {}).get("tinya"), record.get("built_here")
-
-
 def test_vcsfreeze1_control_a_declared_build_in_its_pin_promotes_the_locks_tinya(tmp_path: Path) -> None:
     project, env = _declared(tmp_path, payload=False)
     proc = kd(project, "rebuild", "--installer", "pip", env=env)
     assert proc.returncode == 0, proc.stderr[-800:]
     promoted = promoted_env(project)
-    assert promoted is not None and _tinya(promoted) == b"VERSION = '1.0'\n"
+    assert promoted is not None and tinya_bytes(promoted) == b"VERSION = '1.0'\n"
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -249,8 +241,8 @@ def test_vcsfreeze1_no_hook_of_a_declared_pin_runs_in_the_freeze_before_the_seal
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
-    assert promoted is None or _tinya(promoted) != _REACHED, \
-        f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {_bound(promoted)}"
+    assert promoted is None or tinya_bytes(promoted) != _REACHED, \
+        f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {bound(promoted)}"
 
 
 # SEPFORGE1 --------------------------------------------------------------------------------------------------------

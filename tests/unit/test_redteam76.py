@@ -31,16 +31,14 @@ Premises show each door at its smallest; controls the same builds without the re
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 from kernodeck.env.records import check_record_digests, read_records
 from tests.helpers.project import kd
+from tests.helpers.reach import REACHED, bound, linked_stdlib, record_line, tinya_bytes
 from tests.helpers.tinylock import (
     FIND_INSTALLER,
     SDIST_BACKEND,
@@ -56,23 +54,8 @@ from tests.helpers.tinylock import (
 )
 
 _LOCKS = b"VERSION = '1.0'\n"  # tinya's module as its locked wheel holds it
-_REACHED = b"VALUE = 'written by tinyd'"
 _ENTRY = '             f"{info}/METADATA":'
 _HOOK = "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
-
-
-def _tinya(env: Path) -> bytes:
-    return next(env.glob("lib/python*/site-packages/tinya/__init__.py")).read_bytes()
-
-
-def _bound(env: Path) -> object:
-    record = json.loads((env / "kernodeck-complete.json").read_text(encoding="utf-8"))
-    return record.get("wheels", {}).get("tinya"), [b.get("name") for b in record.get("built_here", [])]
-
-
-def _line(path: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{path},sha256={digest},{len(data)}"
 
 
 # HOMEWINDOW1 ------------------------------------------------------------------------------------------------------
@@ -80,57 +63,16 @@ def _line(path: str, data: bytes) -> str:
 # Prepended to the other standard library's encodings/__init__.py: in the freeze/check process of an env being built
 # (its command line runs pip's main), tinya's module and its RECORD line rewritten, pyvenv.cfg written back as it was
 # made, the process executed again (now with the base's standard library). Given MARK: only a mark that it ran.
-_ENCODINGS = r'''
-def _kd_reach():
-    import os  # frozen; open() is not defined yet: os's calls only
-    def read(path):
-        fd, data = os.open(path, os.O_RDONLY), b""
-        while chunk := os.read(fd, 1 << 16):
-            data += chunk
-        os.close(fd)
-        return data
-    def write(path, data):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(fd, data)
-        os.close(fd)
-    argv = read("/proc/self/cmdline").split(b"\0")[:-1]
-    if not any(b"pip._internal.cli.main" in a for a in argv) or b"/.venv-rebuild/" not in argv[0]:
-        return
-    env = os.path.dirname(os.path.dirname(argv[0]))
-    if MARK:
-        write(MARK, read(MARK) + env + b"\n" if os.path.exists(MARK) else env + b"\n")
-    else:
-        lib = os.path.join(env, b"lib")
-        site = os.path.join(lib, os.listdir(lib)[0], b"site-packages")
-        write(os.path.join(site, b"tinya", b"__init__.py"), REACHED)
-        record = os.path.join(site, b"tinya-1.0.dist-info", b"RECORD")
-        write(record, b"\n".join(LINE if l.startswith(b"tinya/__init__.py,") else l
-                                 for l in read(record).splitlines()) + b"\n")
-    os.replace(os.path.join(env, b".kd-made.cfg"), os.path.join(env, b"pyvenv.cfg"))
-    os.execv(argv[0], argv)
-_kd_reach()
-del _kd_reach
-'''
+_TAIL = """    os.replace(os.path.join(env, b".kd-made.cfg"), os.path.join(env, b"pyvenv.cfg"))
+    os.execv(argv[0], argv)"""  # pyvenv.cfg written back as it was made, the process run again
 
 
 def _other_stdlib(tmp_path: Path, mark: Path | None, *, reach: bool = True) -> Path:
-    """Another standard library: the base's linked entry by entry, its ``encodings/__init__.py`` led by
-    ``_ENCODINGS`` (``reach``; else the base's own); the ``bin`` folder a pyvenv.cfg ``home`` names."""
-    base = Path(sysconfig.get_path("stdlib"))
-    lib = tmp_path / "other" / "lib" / base.name
-    (lib / "encodings").mkdir(parents=True)
+    """Another standard library (reach.linked_stdlib; ``reach``: else the base's own encodings): the ``bin`` folder
+    a pyvenv.cfg ``home`` names."""
+    lib = linked_stdlib(tmp_path / "other", mark, _TAIL if reach else "    return")
     (tmp_path / "other" / "bin").mkdir()
-    for entry in base.iterdir():
-        if entry.name not in ("encodings", "site-packages", "__pycache__"):
-            (lib / entry.name).symlink_to(entry)
-    for entry in (base / "encodings").iterdir():
-        if entry.name not in ("__init__.py", "__pycache__"):
-            (lib / "encodings" / entry.name).symlink_to(entry)
     (lib / "site-packages").mkdir()
-    lead = "" if not reach else _ENCODINGS.replace("MARK", repr(str(mark).encode() if mark else b"")) \
-        .replace("REACHED", repr(_REACHED)).replace("LINE", repr(_line("tinya/__init__.py", _REACHED).encode()))
-    (lib / "encodings" / "__init__.py").write_text(
-        lead + (base / "encodings" / "__init__.py").read_text(encoding="utf-8"), encoding="utf-8")
     return tmp_path / "other" / "bin"
 
 
@@ -185,22 +127,22 @@ def test_homewindow1_no_stdlib_a_build_names_runs_before_the_seal(tmp_path: Path
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
-    assert promoted is None or _tinya(promoted) != _REACHED, \
-        f"promoted with tinya {_REACHED!r} (rc {proc.returncode}), bound to {_bound(promoted)}"
+    assert promoted is None or tinya_bytes(promoted) != REACHED, \
+        f"promoted with tinya {REACHED!r} (rc {proc.returncode}), bound to {bound(promoted)}"
 
 
 # OWNTWICE1 --------------------------------------------------------------------------------------------------------
 
 
 def _two_records(tmp_path: Path, *, tinyd_lists_it: bool) -> Path:
-    """An env whose tinya/__init__.py holds ``_REACHED``: tinya's RECORD lists it with its locked digest; with
+    """An env whose tinya/__init__.py holds ``REACHED``: tinya's RECORD lists it with its locked digest; with
     ``tinyd_lists_it``, tinyd's RECORD lists it too, with the digest of what it holds."""
     site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
     (site / "tinya").mkdir(parents=True)
-    (site / "tinya" / "__init__.py").write_bytes(_REACHED)
-    for name, lines in (("tinya", [_line("tinya/__init__.py", _LOCKS)]),
-                        ("tinyd", [_line("tinyd/__init__.py", b"")]
-                         + ([_line("tinya/__init__.py", _REACHED)] if tinyd_lists_it else []))):
+    (site / "tinya" / "__init__.py").write_bytes(REACHED)
+    for name, lines in (("tinya", [record_line("tinya/__init__.py", _LOCKS)]),
+                        ("tinyd", [record_line("tinyd/__init__.py", b"")]
+                         + ([record_line("tinya/__init__.py", REACHED)] if tinyd_lists_it else []))):
         (site / f"{name}-1.0.dist-info").mkdir()
         (site / f"{name}-1.0.dist-info" / "RECORD").write_text(
             "\n".join([*lines, f"{name}-1.0.dist-info/RECORD,,"]) + "\n", encoding="utf-8")
@@ -214,7 +156,7 @@ def test_owntwice1_premise_a_path_two_records_list_keeps_the_last_records_digest
     records = read_records(env, {"tinya", "tinyd"})
     path = "lib/python3.11/site-packages/tinya/__init__.py"
     assert records.owned[path] == "tinyd"  # one owner kept: the last read; tinya's line is kept beside it (the fix)
-    assert records.again == [(path, (_line(path.split("site-packages/")[1], _LOCKS).split(",")[1], len(_LOCKS)))]
+    assert records.again == [(path, (record_line(path.split("site-packages/")[1], _LOCKS).split(",")[1], len(_LOCKS)))]
 
 
 def test_owntwice1_control_the_one_record_listing_a_changed_file_is_checked(tmp_path: Path) -> None:
@@ -231,10 +173,10 @@ def test_owntwice1_every_records_line_is_checked(tmp_path: Path) -> None:
 
 def _declared_over(tmp_path: Path, over: bool) -> tuple[Path, dict[str, str]]:
     """The tiny lock, tinyd declared built-here; with ``over``, tinyd's wheel also holds (and its RECORD lists)
-    ``tinya/__init__.py``, its bytes ``_REACHED``: data only, no code of it runs after its build."""
+    ``tinya/__init__.py``, its bytes ``REACHED``: data only, no code of it runs after its build."""
     assert _ENTRY in SDIST_BACKEND
     backend = SDIST_BACKEND if not over else SDIST_BACKEND.replace(
-        _ENTRY, f'             "tinya/__init__.py": {_REACHED!r},\n' + _ENTRY)
+        _ENTRY, f'             "tinya/__init__.py": {REACHED!r},\n' + _ENTRY)
     project, _, env = declared_tinyd(tmp_path, backend)
     return project, env
 
@@ -244,7 +186,7 @@ def test_owntwice1_control_uv_a_declared_build_in_its_pin_promotes_the_locks_tin
     proc = kd(project, "rebuild", "--installer", "uv", env=env)
     promoted = promoted_env(project)
     assert proc.returncode == 0 and promoted is not None, proc.stderr[-800:]
-    assert _tinya(promoted) == _LOCKS
+    assert tinya_bytes(promoted) == _LOCKS
 
 
 def test_owntwice1_control_pip_installs_tinya_over_tinyd_and_the_seal_refuses(tmp_path: Path) -> None:
@@ -263,8 +205,8 @@ def test_owntwice1_a_declared_wheel_never_replaces_another_pins_file_in_a_promot
         proc = kd(project, "rebuild", "--installer", "uv", env=env)
         promoted = promoted_env(project)
         assert proc.returncode in (0, 2), proc.stderr[-800:]
-        assert promoted is None or _tinya(promoted) != _REACHED, \
-            f"promoted with tinya {_REACHED!r} (rc {proc.returncode}, build {attempt + 1}), bound to {_bound(promoted)}"
+        assert promoted is None or tinya_bytes(promoted) != REACHED, \
+            f"promoted with tinya {REACHED!r} (rc {proc.returncode}, build {attempt + 1}), bound to {bound(promoted)}"
 
 
 # SHADOWDIST1 ------------------------------------------------------------------------------------------------------

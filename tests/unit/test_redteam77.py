@@ -18,8 +18,6 @@ re-executes: promoted, tinya = tinyd's bytes (pip and uv).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import sysconfig
 from pathlib import Path
@@ -29,6 +27,7 @@ import pytest
 from kernodeck.env.records import require_one_each
 from kernodeck.errors import RebuildFailed
 from tests.helpers.project import kd
+from tests.helpers.reach import REACHED, linked_stdlib, tinya_bytes
 from tests.helpers.tinylock import (
     FIND_INSTALLER,
     SDIST_BACKEND,
@@ -125,67 +124,16 @@ def test_casesuffix1_an_upper_case_suffix_never_hides_a_failed_pip_check(tmp_pat
 
 # PTHDOOR1 ----------------------------------------------------------------------------------------------------------
 
-_REACHED = b"VALUE = 'written by tinyd'"
 _HOOK = "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
 
 # Led into another standard library's encodings/__init__.py: in the reader of an env being built (its command line
 # runs pip's main), tinya's module and its RECORD line rewritten, the env's bin/python._pth removed, the process
 # executed again (now the base's standard library). Given MARK: only a mark that it ran.
-_ENCODINGS = r"""
-def _kd_reach():
-    import os  # frozen; open() is not defined yet: os's calls only
-    def read(path):
-        fd, data = os.open(path, os.O_RDONLY), b""
-        while chunk := os.read(fd, 1 << 16):
-            data += chunk
-        os.close(fd)
-        return data
-    def write(path, data):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.write(fd, data)
-        os.close(fd)
-    argv = read("/proc/self/cmdline").split(b"\0")[:-1]
-    if not any(b"pip._internal.cli.main" in a for a in argv) or b"/.venv-rebuild/" not in argv[0]:
-        return
-    env = os.path.dirname(os.path.dirname(argv[0]))
-    if MARK:
-        write(MARK, read(MARK) + env + b"\n" if os.path.exists(MARK) else env + b"\n")
-    else:
-        lib = os.path.join(env, b"lib")
-        site = os.path.join(lib, os.listdir(lib)[0], b"site-packages")
-        write(os.path.join(site, b"tinya", b"__init__.py"), REACHED)
-        record = os.path.join(site, b"tinya-1.0.dist-info", b"RECORD")
-        write(record, b"\n".join(LINE if l.startswith(b"tinya/__init__.py,") else l
-                                 for l in read(record).splitlines()) + b"\n")
-    os.unlink(argv[0] + b"._pth")
-    os.execv(argv[0], argv)
-_kd_reach()
-del _kd_reach
-"""
-
-
-def _line(path: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{path},sha256={digest},{len(data)}"
-
-
 def _other_stdlib(tmp_path: Path, mark: Path | None) -> list[str]:
-    """Another standard library (the base's, linked entry by entry, its encodings led by the reach): the lines of a
-    ``._pth`` naming it (and the base's lib-dynload)."""
-    base = Path(sysconfig.get_path("stdlib"))
-    lib = tmp_path / "other" / "lib" / base.name
-    (lib / "encodings").mkdir(parents=True)
-    for entry in base.iterdir():
-        if entry.name not in ("encodings", "site-packages", "__pycache__"):
-            (lib / entry.name).symlink_to(entry)
-    for entry in (base / "encodings").iterdir():
-        if entry.name not in ("__init__.py", "__pycache__"):
-            (lib / "encodings" / entry.name).symlink_to(entry)
-    lead = _ENCODINGS.replace("MARK", repr(str(mark).encode() if mark else b"")) \
-        .replace("REACHED", repr(_REACHED)).replace("LINE", repr(_line("tinya/__init__.py", _REACHED).encode()))
-    (lib / "encodings" / "__init__.py").write_text(
-        lead + (base / "encodings" / "__init__.py").read_text(encoding="utf-8"), encoding="utf-8")
-    return [str(lib), str(base / "lib-dynload")]
+    """Another standard library (reach.linked_stdlib; the reach removes the env's bin/python._pth and runs the process
+    again): the lines of a ``._pth`` naming it (and the base's lib-dynload)."""
+    lib = linked_stdlib(tmp_path / "other", mark, '    os.unlink(argv[0] + b"._pth")\n    os.execv(argv[0], argv)')
+    return [str(lib), str(Path(sysconfig.get_path("stdlib")) / "lib-dynload")]
 
 
 # The backend's reach (tinybuild, at build time: the stated part): a ._pth beside the env's interpreter, naming PTH.
@@ -202,10 +150,6 @@ def _declared_pth(tmp_path: Path, pth: list[str] | None) -> tuple[Path, dict[str
         _PTH.replace("PTH", repr(pth)) + SDIST_BACKEND.replace(_HOOK, _HOOK + "    _reach()\n"))
     project, _, env = declared_tinyd(tmp_path, backend)
     return project, env
-
-
-def _tinya(env: Path) -> bytes:
-    return next(env.glob("lib/python*/site-packages/tinya/__init__.py")).read_bytes()
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -226,7 +170,7 @@ def test_pthdoor1_control_the_same_build_without_the_pth_promotes_the_locks_tiny
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
     assert proc.returncode == 0 and promoted is not None, proc.stderr[-800:]
-    assert _tinya(promoted) == b"VERSION = '1.0'\n"
+    assert tinya_bytes(promoted) == b"VERSION = '1.0'\n"
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -235,4 +179,5 @@ def test_pthdoor1_no_stdlib_a_pth_names_runs_before_the_seal(tmp_path: Path, ins
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
-    assert promoted is None or _tinya(promoted) != _REACHED, f"promoted with tinya {_REACHED!r} (rc {proc.returncode})"
+    assert promoted is None or tinya_bytes(promoted) != REACHED, \
+        f"promoted with tinya {REACHED!r} (rc {proc.returncode})"

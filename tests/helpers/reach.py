@@ -1,0 +1,83 @@
+"""What a declared built-here pin's reach leaves in an env being built (red-team passes 73-77): tinya's module
+rewritten (``REACHED``) and read back from a promoted env with its binding; a standard library linked aside whose
+``encodings`` leads with a reach run at an interpreter's start-up (before any module of the process is imported)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import sysconfig
+from pathlib import Path
+
+REACHED = b"VALUE = 'written by tinyd'"  # what the reach writes into tinya's module
+
+
+def tinya_bytes(env: Path) -> bytes:
+    return next(env.glob("lib/python*/site-packages/tinya/__init__.py")).read_bytes()
+
+
+def bound(env: Path) -> object:
+    """tinya's binding in the promoted env's completion record, and the pins recorded as built here."""
+    record = json.loads((env / "kernodeck-complete.json").read_text(encoding="utf-8"))
+    return record.get("wheels", {}).get("tinya"), [b.get("name") for b in record.get("built_here", [])]
+
+
+def record_line(path: str, data: bytes) -> str:
+    """A RECORD line for ``path`` holding ``data``."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{path},sha256={digest},{len(data)}"
+
+
+# In the reader of an env being built (its command line runs pip's main; os's calls only: open() is not defined yet),
+# tinya's module and its RECORD line rewritten, then TAIL (what the reach undoes before the process runs again);
+# given MARK, only a mark that it ran.
+_REACH = r'''
+def _kd_reach():
+    import os  # frozen; open() is not defined yet: os's calls only
+    def read(path):
+        fd, data = os.open(path, os.O_RDONLY), b""
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+        os.close(fd)
+        return data
+    def write(path, data):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+    argv = read("/proc/self/cmdline").split(b"\0")[:-1]
+    if not any(b"pip._internal.cli.main" in a for a in argv) or b"/.venv-rebuild/" not in argv[0]:
+        return
+    env = os.path.dirname(os.path.dirname(argv[0]))
+    if MARK:
+        write(MARK, read(MARK) + env + b"\n" if os.path.exists(MARK) else env + b"\n")
+    else:
+        lib = os.path.join(env, b"lib")
+        site = os.path.join(lib, os.listdir(lib)[0], b"site-packages")
+        write(os.path.join(site, b"tinya", b"__init__.py"), REACHED)
+        record = os.path.join(site, b"tinya-1.0.dist-info", b"RECORD")
+        write(record, b"\n".join(LINE if l.startswith(b"tinya/__init__.py,") else l
+                                 for l in read(record).splitlines()) + b"\n")
+TAIL
+_kd_reach()
+del _kd_reach
+'''
+
+
+def linked_stdlib(root: Path, mark: Path | None, tail: str) -> Path:
+    """Another standard library under ``root``: the base's, linked entry by entry, its ``encodings/__init__.py`` led by
+    the reach (undoing ``tail``); its folder."""
+    base = Path(sysconfig.get_path("stdlib"))
+    lib = root / "lib" / base.name
+    (lib / "encodings").mkdir(parents=True)
+    for entry in base.iterdir():
+        if entry.name not in ("encodings", "site-packages", "__pycache__"):
+            (lib / entry.name).symlink_to(entry)
+    for entry in (base / "encodings").iterdir():
+        if entry.name not in ("__init__.py", "__pycache__"):
+            (lib / "encodings" / entry.name).symlink_to(entry)
+    lead = _REACH.replace("TAIL", tail).replace("MARK", repr(str(mark).encode() if mark else b"")) \
+        .replace("REACHED", repr(REACHED)).replace("LINE", repr(record_line("tinya/__init__.py", REACHED).encode()))
+    (lib / "encodings" / "__init__.py").write_text(
+        lead + (base / "encodings" / "__init__.py").read_text(encoding="utf-8"), encoding="utf-8")
+    return lib
