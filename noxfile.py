@@ -76,10 +76,11 @@ def tests(session: nox.Session) -> None:
     _install(session, "test")
     # The whole suite runs a test file per worker (a file's module fixtures build its env once), one worker more than
     # the cores: a third of a worker's time is spent waiting (installs' copies and fsyncs, subprocesses starting), and
-    # on 2 cores three workers took 13:14 where two took 17:41 (a clean clone, 2026-12-03). Named tests or options run
-    # as given.
+    # on 2 cores three workers took 13:14 where two took 17:41 (a clean clone, 2026-12-03). Files in the order they are
+    # collected, tests/e2e first (xdist would start the files with the most tests first: the few long real-env files
+    # of tests/e2e last, one worker running them alone at the end). Named tests or options run as given.
     workers = str((os.cpu_count() or 1) + 1)
-    args = list(session.posargs or ["-n", workers, "--dist", "loadfile"])
+    args = list(session.posargs or ["-n", workers, "--dist", "loadfile", "--no-loadscope-reorder"])
     lead, env, mountpoint = _in_memory(args)
     try:
         session.run(*lead, "python", "-m", "pytest", *args, env=env, external=bool(lead))
