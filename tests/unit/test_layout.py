@@ -110,6 +110,8 @@ CROSS_CUTTING = {
                  "dist-info of a locked name hides a failed pip check",
     "redteam77": "red-team pass 77: a .DIST-INFO spelling hides a failed pip check past require_one_each; a "
                  "bin/python._pth a build wrote names the reader's standard library",
+    "redteam78": "red-team pass 78: a dist-info folder of an unpinned name whose METADATA names a pin satisfies pip "
+                 "check's missing requirement while freeze folds it into the pin's line",
 }
 
 
