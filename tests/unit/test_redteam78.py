@@ -26,8 +26,8 @@ from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     FIND_INSTALLER,
     SDIST_BACKEND,
-    declared_tinyd,
     declare_built_here,
+    declared_tinyd,
     env_wheels,
     locked_tiny_project,
     offline_env,
