@@ -332,9 +332,9 @@ class _Build:
 
     def pip_reads(self, name: str, *commands: tuple[str, ...]) -> dict[str, str]:
         """pip's ``commands`` in one process by the pip that reads the env (envpip), each recorded; one failed fails."""
-        seeds.require_unchanged(self.made)  # as made (HOMEWINDOW1), though the base runs the reader: nothing the
-        records.require_one_each(self.env)  # build wrote in bin/ is read (PTHDOOR1); pip reads a name's first dist-info
-        reader = [self.found["path"], *self.checker[1:]]
+        seeds.require_unchanged(self.made)  # as made (HOMEWINDOW1); metadata folders: the lock's only (NAMEFOLD1)
+        records.require_one_each(self.env, [p.name for p in self.lock.pins] + ["pip", *seeds.VENV_SEEDS] * self.seeded)
+        reader = [self.found["path"], *self.checker[1:]]  # the base interpreter, never the env's (PTHDOOR1)
         for command in commands:
             self.record([*reader, *command])
         with alive(f"rebuild: {name}"):  # no PATH: no program to find (it starts none: envpip)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import email.parser
 import hashlib
 import io
 import os
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, canonicalize_version
 
 from kernodeck import tips
 from kernodeck.errors import RebuildFailed
@@ -49,26 +50,46 @@ def site_dirs(env: Path) -> list[str]:
     return found
 
 
-def require_one_each(env: Path) -> None:
-    """Before anything reads the env: one dist-info folder per distribution. pip reads the first of a name in a
-    folder's listing, so a second one (``TinyC-1.0.dist-info`` beside ``tinyc-1.0.dist-info``, a declared pin's build
-    may write it) hid the real one's requirements from pip check (red-team pass 76, SHADOWDIST1)."""
-    seen: dict[str, list[str]] = {}
+def require_one_each(env: Path, allowed: Iterable[str]) -> None:
+    """Before anything reads the env: its metadata folders are the ``allowed`` distributions' (the lock's pins, and a
+    seeded venv's seeds), one each, a wheel install's ``NAME-VERSION.dist-info`` whose METADATA names that name and
+    version. pip reads the first folder of a name in a listing, whatever the case of its suffix, and pip check takes
+    a distribution's name from its folder where freeze prints its METADATA's: a second spelling hid a requirement from
+    pip check (red-team pass 76, SHADOWDIST1; pass 77, CASESUFFIX1: ``TINYC-1.0.DIST-INFO``), and a folder
+    ``tinymissing-1.0.dist-info`` saying ``Name: tinyc`` satisfied one (pass 78, NAMEFOLD1)."""
+    permitted, seen, wrong = {canonicalize_name(n) for n in allowed}, dict[str, list[str]](), list[str]()
     for site in site_dirs(env):  # as importlib.metadata (pip's reader) finds them: any case, .egg-info too
         for info in sorted((env / site).iterdir()):
             suffix = next((s for s in (".dist-info", ".egg-info") if info.name.lower().endswith(s)), "")
-            if suffix:
-                name = canonicalize_name(info.name[: -len(suffix)].split("-")[0])
-                seen.setdefault(name, []).append(info.name)
-    # a wheel's install writes NAME-VERSION.dist-info, lower case: another spelling of the suffix is no install's
-    # (pass 77, CASESUFFIX1: TINYC-1.0.DIST-INFO, which pip reads and a case-sensitive glob did not)
-    twice = {name: folders for name, folders in seen.items()
-             if len(folders) > 1 or not folders[0].endswith(".dist-info")}
-    if twice:
-        raise RebuildFailed("the env holds more than one metadata folder for a distribution, or one no wheel's install "
-                            "writes: " + "; ".join(
-            f"{name}: {', '.join(folders)}" for name, folders in sorted(twice.items())),
+            if not suffix:
+                continue
+            name, _, version = info.name[: -len(suffix)].partition("-")
+            seen.setdefault(canonicalize_name(name), []).append(info.name)
+            said = _metadata(info)
+            if canonicalize_name(name) not in permitted:
+                wrong.append(f"{info.name} (not a pin of the lock)")
+            elif suffix != info.name[-len(suffix):] or suffix != ".dist-info":
+                wrong.append(f"{info.name} (no wheel's install writes it)")
+            elif (canonicalize_name(said.get("name", "")), canonicalize_version(said.get("version", ""))) != (
+                    canonicalize_name(name), canonicalize_version(version)):
+                wrong.append(f"{info.name} (its METADATA says {said.get('name')} {said.get('version')})")
+    wrong += [f"{name}: {', '.join(folders)} (one distribution, several folders)"
+              for name, folders in sorted(seen.items()) if len(folders) > 1]
+    if wrong:
+        raise RebuildFailed(
+            "the env holds metadata folders that are not the lock's installs: " + "; ".join(wrong),
             tip=f"a build the install ran (a built-here pin) may have written them; {tips.REBUILD_FRESH}")
+
+
+def _metadata(info: Path) -> dict[str, str]:
+    """The Name and Version headers of a metadata folder's METADATA (or PKG-INFO), lower-case keys; {} unreadable."""
+    for member in ("METADATA", "PKG-INFO"):
+        try:
+            message = email.parser.HeaderParser().parsestr((info / member).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+        return {key.lower(): str(message[key]) for key in ("Name", "Version") if message[key] is not None}
+    return {}
 
 
 def read_records(env: Path, locked: Iterable[str] | None) -> Records:

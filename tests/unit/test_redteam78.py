@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck.env.records import require_one_each
+from kernodeck.errors import RebuildFailed
 from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     FIND_INSTALLER,
@@ -68,14 +69,15 @@ def _pip_check(promoted: Path | None) -> object:
         (promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["pip_check"]
 
 
-def test_namefold1_premise_one_folder_per_name_of_any_name_passes(tmp_path: Path) -> None:
-    """require_one_each counts folders by their own names: an unpinned name whose METADATA names a pin passes."""
+def test_namefold1_an_unpinned_folder_whose_metadata_names_a_pin_is_refused(tmp_path: Path) -> None:
+    """Before the fix require_one_each counted folders by their own names only: this env passed (the premise)."""
     site = tmp_path / "lib" / "python3.11" / "site-packages"
     for folder in ("tinyc-1.0.dist-info", "tinymissing-1.0.dist-info"):
         (site / folder).mkdir(parents=True)
         (site / folder / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyc\nVersion: 1.0\n",
                                                 encoding="utf-8")
-    require_one_each(tmp_path)
+    with pytest.raises(RebuildFailed, match="not a pin of the lock"):
+        require_one_each(tmp_path, ["tinyc"])
 
 
 @pytest.mark.parametrize("name", [None, "tinymissing"])
@@ -90,8 +92,6 @@ def test_namefold1_control_no_folder_or_its_own_name_is_refused(tmp_path: Path, 
     assert promoted_env(project) is None
 
 
-@pytest.mark.xfail(strict=True, reason="NAMEFOLD1: an unpinned metadata folder naming a pin in its METADATA "
-                                       "satisfies pip check and is folded out of freeze (pass 78)")
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_namefold1_a_folded_folder_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, "tinyc")
