@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -332,9 +333,18 @@ def stop_carrying(name: str, value: str, rounds: int = 20) -> tuple[int, ...]:
     finally:
         for pid, fd in found.items():
             _signal(pid, fd, signal.SIGKILL)
-            if fd is not None:
-                os.close(fd)
+        _gone([fd for fd in found.values() if fd is not None])
     return tuple(sorted(found))
+
+
+def _gone(fds: list[int], within: float = 2.0) -> None:
+    """Each pidfd's process ended (a pidfd reads as ready once its process has exited), waited for up to ``within``
+    seconds in all, then closed: what was killed is gone when the sweep returns, not still dying."""
+    deadline = time.monotonic() + within
+    for fd in fds:
+        with contextlib.suppress(OSError, ValueError):
+            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        os.close(fd)
 
 
 def _run_on_pty(
