@@ -323,22 +323,22 @@ class _Build:
             self.pip_reads("remove-seeds", ("uninstall", "--yes", *unpinned))
 
     @functools.cached_property
-    def checker(self) -> list[str]:
-        """The pip that reads the build before its seal, never the env's own when another is at hand (envpip)."""
+    def reader(self) -> list[str]:
+        """The pip that reads the build before its seal, never the env's own when another is at hand (envpip), run by
+        the base interpreter, never the env's (PTHDOOR1)."""
         if (tool := envpip.tool_pip(self.found.get("version") or self.plat.python)) is None:
-            return self.pip  # the wheel's; else the env's own (a base without that wheel)
+            return [self.found["path"], *self.pip[1:]]  # the wheel's; else the env's own (a base without that wheel)
         self.display.setdefault(str(tool), f"kernodeck/pip-{envpip.tool_version(tool)}/pip")
-        return [str(self.python), "-I", str(tool)]
+        return [self.found["path"], "-I", str(tool)]
 
     def pip_reads(self, name: str, *commands: tuple[str, ...]) -> dict[str, str]:
         """pip's ``commands`` in one process by the pip that reads the env (envpip), each recorded; one failed fails."""
         seeds.require_unchanged(self.made)  # as made (HOMEWINDOW1); metadata folders: the lock's only (NAMEFOLD1)
         records.require_one_each(self.env, [p.name for p in self.lock.pins] + ["pip", *seeds.VENV_SEEDS] * self.seeded)
-        reader = [self.found["path"], *self.checker[1:]]  # the base interpreter, never the env's (PTHDOOR1)
         for command in commands:
-            self.record([*reader, *command])
+            self.record([*self.reader, *command])
         with alive(f"rebuild: {name}"):  # no PATH: no program to find (it starts none: envpip)
-            argv = envpip.argv(reader, self.env, commands, drawn := envpip.nonce())
+            argv = envpip.argv(self.reader, self.env, commands, drawn := envpip.nonce())
             out = self.step(name, argv, {**reading_env(), "PATH": ""}, recorded=True)
         said = envpip.split(out, tuple(command[0] for command in commands), drawn)
         for what, (text, code) in said.items():
