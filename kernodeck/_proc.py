@@ -283,16 +283,15 @@ def _carries(pid: int, needle: bytes) -> bool:
     return False
 
 
-def _hold(pid: int) -> int | None:
+def hold(pid: int) -> int | None:
     """A pidfd for ``pid`` (Linux 5.3+): signals sent through it reach that process or none, never one that took its
     pid after it ended; None where there is none (an older kernel, another system: signals go by pid)."""
-    try:
+    with contextlib.suppress(AttributeError, OSError):
         return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
+    return None
 
 
-def _signal(pid: int, fd: int | None, sig: int) -> bool:
+def send(pid: int, fd: int | None, sig: int) -> bool:
     """``sig`` sent to ``pid`` (through ``fd`` when there is one): True when it was delivered."""
     try:
         if fd is not None:
@@ -323,25 +322,27 @@ def stop_carrying(name: str, value: str, rounds: int = 20) -> tuple[int, ...]:
                     if not (_carries(pid, needle) and running(pid)):
                         continue
                     # held, read again, then still the same process (alive or a zombie keeps its pid): its own read
-                    fd = _hold(pid)
-                    if _carries(pid, needle) and _signal(pid, fd, 0) and _signal(pid, fd, signal.SIGSTOP):
+                    fd = hold(pid)
+                    if _carries(pid, needle) and send(pid, fd, 0) and send(pid, fd, signal.SIGSTOP):
                         found[pid], new = fd, new + 1
                     elif fd is not None:
                         os.close(fd)
             if not new:
                 break
     finally:
-        for pid, fd in found.items():
-            _signal(pid, fd, signal.SIGKILL)
-        _gone([fd for fd in found.values() if fd is not None])
+        end_held(found)
     return tuple(sorted(found))
 
 
-def _gone(fds: list[int], within: float = 2.0) -> None:
-    """Each pidfd's process ended (a pidfd reads as ready once its process has exited), waited for up to ``within``
-    seconds in all, then closed: what was killed is gone when the sweep returns, not still dying."""
+def end_held(held: Mapping[int, int | None], within: float = 2.0) -> None:
+    """Each held process (pid: its pidfd, :func:`hold`) killed, then waited for up to ``within`` seconds in all (a
+    pidfd reads as ready once its process has exited) and its pidfd closed: what was killed is gone when this returns,
+    not still dying: a process in its exit (its memory being unmapped: its environment already reads empty, so no
+    sweep can find it) included."""
+    for pid, fd in held.items():
+        send(pid, fd, signal.SIGKILL)
     deadline = time.monotonic() + within
-    for fd in fds:
+    for fd in [fd for fd in held.values() if fd is not None]:
         with contextlib.suppress(OSError, ValueError):
             select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
         os.close(fd)

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +31,7 @@ from types import FrameType
 from typing import Any, assert_never
 
 from kernodeck import stackdump
-from kernodeck._proc import alive, heartbeat_interval, log, running, show, stop_carrying
+from kernodeck._proc import alive, end_held, heartbeat_interval, hold, log, running, send, show, stop_carrying
 from kernodeck.inenv.protocol import STACKS_DIR_ENV, STACKS_SIGNAL, STATUSES, VERDICT_SUFFIX
 from kernodeck.project.deadlines import Deadlines
 
@@ -199,6 +199,7 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
     tail: deque[str] = deque(maxlen=40)
     progress = _Progress()
     procs: list[subprocess.Popen[str]] = []
+    held: dict[int, int | None] = {}  # each process that answered the stacks signal: its pidfd
     signals = _Signals(lambda: procs[0].pid if procs else None)
     lines: queue.Queue[str | None] = queue.Queue()
     note_after = min(2 * heartbeat_interval(), deadlines.stall / 4)  # a silence of two heartbeats is shown
@@ -212,10 +213,14 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
             reader = threading.Thread(target=_read, args=(proc, lines), name="kernodeck-inenv-stderr", daemon=True)
             reader.start()
             expired = _watch(proc, lines, progress, tail, deadlines, signals, on_line)
-            stopped = _stop(proc, expired, folder, root) if expired is not None else None
+            stopped = _stop(proc, expired, folder, root, held) if expired is not None else None
             code = proc.wait()
             _signal_group(proc.pid, _KILL)  # what the run left behind in its group (none when it is tidy)
             escaped = _stop_escaped(folder)  # and what left the group (a daemon in a session of its own)
+            # each that answered, in the group or not, gone (not still dying) once this returns: one whose mark no
+            # longer reads (a process in its exit reads an empty environment) escapes the sweep by mark
+            end_held(held, within=GRACE_S)
+            held.clear()
             reader.join(timeout=GRACE_S)  # a child that kept the pipe open was killed with the group
             if proc.stderr is not None and not reader.is_alive():
                 proc.stderr.close()
@@ -223,6 +228,7 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
         if procs and procs[0].poll() is None:  # an error here: never leave the run behind
             _signal_group(procs[0].pid, _KILL)
             procs[0].wait()
+        end_held(held)  # on an error above: what it still holds
         shutil.rmtree(folder, ignore_errors=True)
     return Supervised(code, list(tail), stopped, escaped)
 
@@ -306,11 +312,13 @@ def _watch(proc: subprocess.Popen[str], lines: queue.Queue[str | None], progress
             return _Expired(Stop.STALLED, deadlines.stall, *snapshot)
 
 
-def _stop(proc: subprocess.Popen[str], why: _Expired, folder: Path, root: Path) -> Stopped:
-    """Ask every registered process of the run for its stacks, then stop the group; what the record needs."""
+def _stop(proc: subprocess.Popen[str], why: _Expired, folder: Path, root: Path, held: dict[int, int | None]) -> Stopped:
+    """Ask every registered process of the run for its stacks (each that answers held in ``held``, for the caller to
+    end), then stop the group; what the record needs."""
     log(f"kernodeck: {why.step or 'checks'}: {why.kind}: asking every process of the run for its stacks, "
         "then stopping them")
     asked = _ask_stacks(proc.pid, folder)
+    held.update(asked)
     _signal_group(proc.pid, signal.SIGTERM)
     with suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=GRACE_S)
@@ -342,22 +350,21 @@ def _refused(folder: Path, step: str) -> dict[str, Any]:
     return min(found, key=lambda item: item[0])[1] if found else {}
 
 
-def _ask_stacks(pgid: int, folder: Path) -> set[int]:
+def _ask_stacks(pgid: int, folder: Path) -> dict[int, int | None]:
     """Send the stacks signal to each process of the run (:func:`_of_the_run`, in the runner's group or not) that
-    registered; wait until their files stop growing."""
+    registered, each held (a pidfd, opened before it is judged: the pid stays its own); wait until their files stop
+    growing. The held processes: pid to pidfd."""
     signum = getattr(signal, STACKS_SIGNAL, None)
-    asked: set[int] = set()
+    asked: dict[int, int | None] = {}
     if signum is None or not hasattr(os, "getpgid"):
         return asked  # no such signal here (Windows): the processes are stopped without their stacks
     for path in folder.glob("*.txt"):
         pid = int(path.stem)
-        if not _of_the_run(pid, folder, pgid):
-            continue  # a pid reused by another process since
-        try:
-            os.kill(pid, signum)
-        except (ProcessLookupError, PermissionError):
-            continue
-        asked.add(pid)
+        fd = hold(pid)
+        if _of_the_run(pid, folder, pgid) and send(pid, fd, signum):
+            asked[pid] = fd
+        elif fd is not None:
+            os.close(fd)  # a pid reused by another process since, or gone
     sizes: dict[int, int] = {}
     stable_since = time.monotonic()
     end = time.monotonic() + ANSWER_S
@@ -377,7 +384,7 @@ def _answered(path: Path) -> bool:
     return True
 
 
-def _group_alive(pgid: int, known: set[int]) -> bool:
+def _group_alive(pgid: int, known: Iterable[int]) -> bool:
     """Some process of the group still runs (a zombie does not count: its parent is gone and init reaps it)."""
     if not _signal_group(pgid, 0):
         return False

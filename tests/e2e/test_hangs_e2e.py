@@ -105,6 +105,15 @@ def _hanging(built: Path, tmp_path: Path, app: str, limits: dict[str, int]) -> P
     return project
 
 
+def _described(pid: int) -> str:
+    """What a failure says of a process left running: its state line and command line."""
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text() + " | "
+                + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+    except OSError as error:
+        return f"gone since ({error})"
+
+
 def _hang_line(app: str) -> int:
     return next(n for n, text in enumerate(app.splitlines(), start=1) if "HANG-LINE" in text)
 
@@ -156,7 +165,8 @@ def test_a_hang_is_a_finding(built_project: Path, tmp_path: Path, app: str, limi
     pids = _run_pids(out)
     assert len(pids) >= 1 + children  # the runner, and each DataLoader worker, answered
     assert stacks.count("a child (forked from") >= children
-    assert not any(running(pid) for pid in pids), "a process of the run was left"
+    left = {pid: _described(pid) for pid in pids if running(pid)}
+    assert not left, f"a process of the run was left: {left}"
     # found at its deadline (the stop after it takes at most 3 s for the stacks, 2 x 3 s of grace), the run bounded
     assert limits["application"] <= step["details"]["ran_s"] < limits["application"] + 15 and took < 600
     assert f"FAILED at application (layer: {layer})" in proc.stdout

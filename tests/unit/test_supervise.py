@@ -44,6 +44,20 @@ FAKE_RUNNER = textwrap.dedent('''\
         lock.acquire()  # LINE-CHILD-BLOCKED
 
 
+    def shed_the_mark_once_it_answered():
+        import ctypes
+
+        mine = os.path.join(os.environ["KERNODECK_STACKS_DIR"], f"{os.getpid()}.txt")
+        while "(most recent call first)" not in open(mine).read():
+            time.sleep(0.05)
+        environ = ctypes.POINTER(ctypes.c_void_p).in_dll(ctypes.CDLL(None), "environ")
+        n = 0
+        while environ[n]:  # the strings /proc/<pid>/environ reads, overwritten in place
+            if ctypes.string_at(environ[n]).startswith(b"KERNODECK_STACKS_DIR="):
+                ctypes.memset(environ[n], ord("X"), 20)
+            n += 1
+
+
     def main():
         open("pids.txt", "a").write(f"{os.getpid()}\\n")
         print("[kernodeck] application: start (now)", file=sys.stderr, flush=True)
@@ -63,6 +77,15 @@ FAKE_RUNNER = textwrap.dedent('''\
                 time.sleep(3600)
             open("pids.txt", "a").write(f"{pid}\\n")
             os._exit(0)
+        if MODE == "sheds":  # a child in a session of its own that, once it answered, no longer carries the mark
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                shed_the_mark_once_it_answered()
+                time.sleep(3600)
+            open("pids.txt", "a").write(f"{pid}\\n")
+            while True:
+                time.sleep(0.1)
         if MODE == "deaf":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
         how = mp.get_context("spawn" if MODE == "spawns" else "fork")
@@ -249,6 +272,19 @@ def test_a_process_that_left_the_group_is_stopped_too(tmp_path: Path) -> None:
     assert not running(daemon)
 
 
+def test_a_process_that_answered_is_ended_although_it_no_longer_carries_the_mark(tmp_path: Path) -> None:
+    """Each process that answered the stacks signal is held from then on (a pidfd) and is gone when the supervisor
+    returns, whether or not its mark can still be read: a process in its exit reads an empty environment, so the sweep
+    by mark missed one still dying (a full CI run: the resume check's worker left running after a hang's verify); a
+    process that rewrote its environment stands in for it here."""
+    project = _project(tmp_path)
+    ended = supervise(_argv(project, "sheds"), env=dict(os.environ), cwd=project, deadlines=Deadlines(stall=2.0),
+                      root=project)
+    runner, child = _pids(project)
+    assert ended.stopped is not None and set(ended.stopped.pids) == {runner, child}  # both answered
+    assert not running(child), "a process of the run that answered was left running"
+
+
 def test_a_process_of_the_run_is_found_by_the_runs_mark_not_by_its_group(tmp_path: Path) -> None:
     """Who is asked for stacks: a registered process carrying the run's mark, in a session of its own (the resume
     check's worker); never one whose pid file is in the folder but that carries another run's mark (a pid reused),
@@ -261,7 +297,9 @@ def test_a_process_of_the_run_is_found_by_the_runs_mark_not_by_its_group(tmp_pat
     try:
         for proc in (ours, stranger):
             (folder / f"{proc.pid}.txt").write_text("", encoding="utf-8")
-        assert _ask_stacks(os.getpgrp(), folder) == {ours.pid}  # the group given is the stranger's, not ours'
+        asked = _ask_stacks(os.getpgrp(), folder)
+        assert set(asked) == {ours.pid}  # the group given is the stranger's, not ours'
+        assert all(fd is not None for fd in asked.values())  # held (a pidfd) from then on
         assert stranger.poll() is None  # never sent the signal (it would have ended it)
     finally:
         for proc in (ours, stranger):
