@@ -80,7 +80,7 @@ def test_ld_preload_fails_unless_declared(tmp_path: Path) -> None:
     project, _ = locked_tiny_project(tmp_path / "project", [pip_wheel(links), write_wheel(links, "tinya", "1.0")])
     env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
     assert kd(project, "rebuild", "--installer", "uv", env=env).returncode == 0
-    preloaded = {**env, "LD_PRELOAD": LIB}
+    preloaded = {**env, "LD_PRELOAD": LIB, "OMP_WAIT_POLICY": "ACTIVE"}
 
     proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "undeclared"), env=preloaded)
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -99,6 +99,8 @@ def test_ld_preload_fails_unless_declared(tmp_path: Path) -> None:
     report = read_report(tmp_path / "declared")
     assert "LD_PRELOAD" not in proc.stderr.split("ERROR:", 1)[-1].splitlines()[0], proc.stderr[-2000:]
     assert report["variables"]["LD_PRELOAD"] == LIB  # type: ignore[index]
+    # Kernodeck's own over the caller's, and recorded as the processes got it: idle OpenMP threads sleep
+    assert report["variables"]["OMP_WAIT_POLICY"] == "PASSIVE"  # type: ignore[index]
     assert (tmp_path / "declared" / "steps").is_dir()  # the checks started (and failed: this env has no torch)
 
 
