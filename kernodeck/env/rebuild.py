@@ -250,23 +250,24 @@ class _Build:
                              self.vindex.note(self.wheelhouse is not None), files)
 
     def create(self) -> None:
-        """The empty env, so that every distribution comes from a file the install checked against the lock (a seeded
-        pip at the locked version stayed "already satisfied": red-team pass 63, SEED1). pip installs from the wheel the
-        base bundles for ensurepip, never in the env (Kernodeck's own pip checks and freezes: envpip). A base
-        without that wheel: ``python -m venv`` (seeded), every pin installed again from its file, unpinned seeds
-        removed after."""
+        """The empty env: every distribution from a file the install checked against the lock (SEED1, pass 63). pip
+        installs from outside it: Kernodeck's own (envpip's; by pip's runner, bytecode compiled), else ensurepip's
+        wheel; neither: ``python -m venv`` (seeded), every pin installed again, unpinned seeds removed after."""
         base = self.found["path"]
-        wheel = pythons.bundled_pip(base)
-        if wheel:
+        if tool := envpip.tool_pip(self.found.get("version") or self.plat.python):
+            self.pip = [str(self.python), "-I", "-B", str(tool / "__pip-runner__.py")]
+            self.display[self.pip[3]] = f"kernodeck/pip-{envpip.tool_version(tool)}/__pip-runner__.py"
+        elif wheel := pythons.bundled_pip(base):
             self.pip = [str(self.python), "-I", f"{wheel}/pip"]
             self.display[self.pip[2]] = f"ensurepip/{os.path.basename(wheel)}/pip"  # the tool, not this machine's path
-        if self.chosen == "uv" and (self.has_pip or wheel):
+        outside = self.pip[2] != "-m"  # a pip outside the env (else the env's own, ``-m pip``)
+        if self.chosen == "uv" and (self.has_pip or outside):
             # uv venv itself reaches no index: the sources are not needed yet.
             self.step("create", [uv_available() or "uv", "venv", "--quiet", "--no-cache", "--python", base,
                                  str(self.env)], self.pip_env)
         else:
-            self.step("create", [base, "-I", "-m", "venv", *(["--without-pip"] if wheel else []), str(self.env)])
-            self.seeded = not wheel
+            self.step("create", [base, "-I", "-m", "venv", *(["--without-pip"] if outside else []), str(self.env)])
+            self.seeded = not outside
         self.made = seeds.made(self.env, self.python, base)  # its interpreter is the one found; held to the seal
         if not self.seeded:
             seeds.require_empty(self.env)
@@ -283,8 +284,7 @@ class _Build:
         offline = ["--no-index", "--find-links", str(self.wheelhouse)] if self.wheelhouse else []
         uv = self.chosen == "uv"
         # A pin's wheel unless the platform says wheels only; pip's no-binary (a variable, a config file) is cleared:
-        # which locked file is installed is not this machine's choice (red-team pass 63, NOBIN1). A seeded env: all
-        # again, from the lock's files.
+        # which locked file is installed is not this machine's choice (NOBIN1). A seeded env: all again, from the lock.
         binary = ["--no-build"] if uv and self.only_binary() else [] if uv else \
             ["--no-binary", ":none:", *(["--only-binary", ":all:"] if self.only_binary() else [])]
         if not self.only_binary():  # an undeclared pin from its wheel only (BUILTTAG1)

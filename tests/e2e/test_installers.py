@@ -66,9 +66,10 @@ def test_uv_and_pip_give_identical_inventories(tiny: Tiny) -> None:
     assert uv_marker["installer"] == "uv" and pip_marker["installer"] == "pip"
     uv_cmds, pip_cmds = " | ".join(uv_marker["commands"]), " | ".join(pip_marker["commands"])  # type: ignore[arg-type]
     assert "uv venv" in uv_cmds and "uv pip install" in uv_cmds and "--require-hashes" in uv_cmds
-    # pip: an empty env, the lock installed by the pip the base bundles (never in the env); read by Kernodeck's pip run
-    # by the env's interpreter, never by the env's own (kernodeck/env/envpip.py), though the lock pins pip
-    assert "-m venv --without-pip" in pip_cmds and ".whl/pip install" in pip_cmds and "uv " not in pip_cmds
+    # pip: an empty env, the lock installed by Kernodeck's pip (never the env's); read by Kernodeck's pip run by the
+    # base interpreter, never by the env's own (kernodeck/env/envpip.py), though the lock pins pip
+    assert "-m venv --without-pip" in pip_cmds and "uv " not in pip_cmds
+    assert re.search(r"kernodeck/pip-[^/ ]+/__pip-runner__\.py install", pip_cmds), pip_cmds  # Kernodeck's pip
     for cmds in (pip_cmds, uv_cmds):
         assert re.search(r"kernodeck/pip-[^/ ]+/pip check", cmds) and "/pip freeze --all" in cmds, cmds
         assert "-m pip" not in cmds, cmds
@@ -87,11 +88,10 @@ def test_pip_installer_removes_venv_seeds_the_lock_does_not_pin(tiny: Tiny) -> N
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_a_lock_without_pip_is_served_by_the_base_pythons_own_pip_never_installed(tmp_path: Path,
-                                                                                  installer: str) -> None:
-    """A lock that does not pin pip: its env is made empty (uv venv, or venv --without-pip) and the pip the base
-    interpreter bundles for ensurepip installs it (pip) from its wheel, Kernodeck's pip checks and freezes it; nothing
-    is seeded, so nothing is removed. pip check still fails the rebuild on a requirement the lock does not hold."""
+def test_a_lock_without_pip_is_served_by_a_pip_outside_the_env_never_installed(tmp_path: Path, installer: str) -> None:
+    """A lock that does not pin pip: its env is made empty (uv venv, or venv --without-pip) and Kernodeck's own pip
+    installs it (pip: run by the env's interpreter through pip's runner), checks and freezes it; nothing is seeded, so
+    nothing is removed. pip check still fails the rebuild on a requirement the lock does not hold."""
     links = tmp_path / "links"
     wheels = [write_wheel(links, "tinya", "1.0"), write_wheel(links, "tinyb", "2.0")]
     project, plat = locked_tiny_project(tmp_path / "project", wheels)
@@ -104,7 +104,8 @@ def test_a_lock_without_pip_is_served_by_the_base_pythons_own_pip_never_installe
     assert str(Path.home()) not in commands  # the tool, not this machine's path to it
     assert "uninstall" not in commands and "-m pip" not in commands, commands
     assert ("uv venv" in commands) is (installer == "uv"), commands
-    assert (installer == "uv") or ("-m venv --without-pip" in commands and ".whl/pip install" in commands)
+    runner = re.search(r"kernodeck/pip-[^/ ]+/__pip-runner__\.py install", commands)
+    assert (installer == "uv") or ("-m venv --without-pip" in commands and runner), commands
     assert inventory.parse_freeze((built / rebuild.INVENTORY).read_text(encoding="utf-8")) == dict(
         wheel_spec(w) for w in wheels)
     assert seeds.left(built, set(), ("pip", *seeds.VENV_SEEDS)) == []
