@@ -112,6 +112,8 @@ CROSS_CUTTING = {
                  "bin/python._pth a build wrote names the reader's standard library",
     "redteam78": "red-team pass 78: a dist-info folder of an unpinned name whose METADATA names a pin satisfies pip "
                  "check's missing requirement while freeze folds it into the pin's line",
+    "redteam79": "red-team pass 79: an egg-link names a folder whose dist-info pip check reads and "
+                 "require_one_each does not",
 }
 
 

@@ -1,0 +1,112 @@
+"""Red-team pass 79 (issue 29; notes: /work/notes/redteam79.md): the metadata folders pip reads, by class.
+
+EGGLINK1 (kernodeck/env/records.py ``require_one_each``; pip 26.3's importlib backend ``find_legacy_editables``):
+pip's environment is not only the site folders' own entries: for each location it also reads every ``*.egg-link``
+file there and looks for distributions in the folder its first line names (relative to the egg-link). Pass 78's fix
+(6d1a658) holds the site folders' top-level metadata entries only. A declared pin's wheel (data, RECORD-owned by
+tinyd) carrying ``tinymissing.egg-link`` -> ``tinyd/meta`` and ``tinyd/meta/tinymissing-1.0.dist-info`` whose
+METADATA says ``Name: tinyc``: pip check finds tinymissing (tinyc's missing requirement) and says "No broken
+requirements found."; freeze prints it as ``tinyc==1.0`` (no ``tinyc.egg-link``: not editable), folded into the real
+tinyc's line, so require_the_locks sees the lock's set. NAMEFOLD1's door, one folder deeper. Control: the same folder
+saying ``Name: tinymissing`` is an editable to freeze, and refused as not the lock's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernodeck.env.records import require_one_each
+from kernodeck.errors import RebuildFailed
+from tests.helpers.project import kd
+from tests.helpers.tinylock import (
+    SDIST_BACKEND,
+    declare_built_here,
+    env_wheels,
+    locked_tiny_project,
+    offline_env,
+    promoted_env,
+    wheel_of,
+    write_sdist,
+    write_wheel,
+)
+
+_ENTRY = '             f"{info}/METADATA":'
+
+
+def _linked(name: str) -> str:
+    """tinyd's wheel carries tinymissing.egg-link -> tinyd/meta, holding tinymissing-1.0.dist-info naming ``name``."""
+    meta = "tinyd-1.0.data/purelib/tinyd/meta/tinymissing-1.0.dist-info"
+    return ('             "tinyd-1.0.data/purelib/tinymissing.egg-link": b"tinyd/meta\\n",\n'
+            f'             "{meta}/METADATA": b"Metadata-Version: 2.1\\nName: {name}\\nVersion: 1.0\\n",\n'
+            f'             "{meta}/RECORD": b"",\n')
+
+
+def _broken_lock(tmp_path: Path, name: str | None) -> tuple[Path, dict[str, str]]:
+    """The tiny lock plus tinyc 1.0 (requires tinymissing, which the lock lacks), tinyd by its sdist, declared
+    built-here; with ``name``, tinyd's wheel carries the egg-link and the folder naming ``name``."""
+    links, backends = tmp_path / "links", tmp_path / "backends"
+    assert _ENTRY in SDIST_BACKEND
+    backend = SDIST_BACKEND.replace(_ENTRY, _linked(name) + _ENTRY) if name else SDIST_BACKEND
+    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
+    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
+    wheels = [*env_wheels(links), write_wheel(links, "tinyc", "1.0", ("tinymissing",))]
+    project, _ = locked_tiny_project(tmp_path / "project", wheels, (("tinyd", "1.0", [sdist]),))
+    declare_built_here(project, "tinyd")
+    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
+                      UV_CACHE_DIR=str(tmp_path / "uvc"))
+    return project, env
+
+
+def _pip_check(promoted: Path | None) -> object:
+    return None if promoted is None else json.loads(
+        (promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["pip_check"]
+
+
+def _egglinked_site(root: Path) -> None:
+    """A site folder holding tinyc's own folder and an egg-link to a folder inside tinyd holding tinymissing's."""
+    site = root / "lib" / "python3.11" / "site-packages"
+    for folder in (site / "tinyc-1.0.dist-info", site / "tinyd" / "meta" / "tinymissing-1.0.dist-info"):
+        folder.mkdir(parents=True)
+        (folder / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyc\nVersion: 1.0\n", encoding="utf-8")
+    (site / "tinymissing.egg-link").write_text("tinyd/meta\n", encoding="utf-8")
+
+
+@pytest.mark.xfail(strict=True, reason="EGGLINK1: require_one_each never reads an egg-link's folder (pip does)")
+def test_egglink1_premise_a_linked_metadata_folder_is_refused(tmp_path: Path) -> None:
+    _egglinked_site(tmp_path)
+    with pytest.raises(RebuildFailed):
+        require_one_each(tmp_path, ["tinyc", "tinyd"])
+
+
+def test_egglink1_premise_control_the_same_folder_at_the_top_is_refused(tmp_path: Path) -> None:
+    _egglinked_site(tmp_path)
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    (site / "tinyd" / "meta" / "tinymissing-1.0.dist-info").rename(site / "tinymissing-1.0.dist-info")
+    with pytest.raises(RebuildFailed, match="not a pin of the lock"):
+        require_one_each(tmp_path, ["tinyc", "tinyd"])
+
+
+@pytest.mark.parametrize("name", [None, "tinymissing"])
+def test_egglink1_control_no_link_or_its_own_name_is_refused(tmp_path: Path, name: str | None) -> None:
+    """No egg-link: pip check fails. The linked folder under its own name: freeze prints an editable, refused."""
+    project, env = _broken_lock(tmp_path, name)
+    proc = kd(project, "rebuild", "--installer", "uv", env=env)
+    said = "tinymissing" if name else "pip-check failed: tinyc 1.0 requires tinymissing"
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr[-800:]
+    assert promoted_env(project) is None
+
+
+@pytest.mark.xfail(strict=True, reason="EGGLINK1: require_one_each reads the site folders' own entries, pip also "
+                   "the folders their *.egg-link files name: a linked tinymissing folder saying Name: tinyc passes "
+                   "pip check and folds into tinyc's freeze line")
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_egglink1_a_linked_folder_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
+    project, env = _broken_lock(tmp_path, "tinyc")
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    promoted = promoted_env(project)
+    assert proc.returncode in (0, 2), proc.stderr[-800:]
+    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {_pip_check(promoted)!r}; " \
+                             "tinyc requires tinymissing"
