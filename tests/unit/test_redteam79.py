@@ -9,17 +9,28 @@ METADATA says ``Name: tinyc``: pip check finds tinymissing (tinyc's missing requ
 requirements found."; freeze prints it as ``tinyc==1.0`` (no ``tinyc.egg-link``: not editable), folded into the real
 tinyc's line, so require_the_locks sees the lock's set. NAMEFOLD1's door, one folder deeper. Control: the same folder
 saying ``Name: tinymissing`` is an editable to freeze, and refused as not the lock's.
+
+STACKNAME1 (kernodeck/supervise.py ``_ask_stacks``, b4cab2e): the stop path reads every ``*.txt`` of the stacks
+folder as ``int(path.stem)``; a process of the run writes the folder (its ``<pid>.txt``), so a ``notapid.txt`` there
+makes supervise raise ValueError on a stall: the error path kills the group but never sweeps by the mark
+(``_stop_escaped``), so the run's worker in a session of its own (as the resume worker) runs on after verify returns,
+and the stopped run's record is a traceback. Control: ``123456.txt`` (digits, no such process): swept.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from kernodeck.env.records import require_one_each
 from kernodeck.errors import RebuildFailed
+from kernodeck.project.deadlines import Deadlines
+from kernodeck.supervise import supervise
+from tests.helpers.processes import running
 from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     SDIST_BACKEND,
@@ -110,3 +121,41 @@ def test_egglink1_a_linked_folder_never_hides_a_failed_pip_check(tmp_path: Path,
     assert proc.returncode in (0, 2), proc.stderr[-800:]
     assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {_pip_check(promoted)!r}; " \
                              "tinyc requires tinymissing"
+
+
+_RUN = """
+import os, subprocess, sys, time
+folder = os.environ["KERNODECK_STACKS_DIR"]
+open(os.path.join(folder, NAMED + ".txt"), "w").write("x")
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+open(OUT, "w").write(str(worker.pid))
+time.sleep(60)
+"""
+
+
+def _worker_left(tmp_path: Path, named: str) -> tuple[str, bool]:
+    """A run that writes ``<named>.txt`` in its stacks folder, starts a worker in a session of its own, then stalls:
+    how supervise ended, and whether the worker (the run's mark in its environment) still runs after."""
+    out = tmp_path / "worker.pid"
+    run = _RUN.replace("NAMED", repr(named)).replace("OUT", repr(str(out)))
+    try:
+        stopped = supervise([sys.executable, "-c", run], env=dict(os.environ), cwd=tmp_path, root=tmp_path,
+                            deadlines=Deadlines(stall=2.0)).stopped
+        ended = f"returned {stopped is not None}"
+    except ValueError as error:
+        ended = f"raised {error}"
+    pid = int(out.read_text(encoding="utf-8"))
+    if alive := running(pid):
+        os.kill(pid, 9)
+    return ended, alive
+
+
+def test_stackname1_control_a_digit_name_of_no_process_the_worker_is_swept(tmp_path: Path) -> None:
+    assert _worker_left(tmp_path, "123456") == ("returned True", False)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the raise leaks the run's pipe
+@pytest.mark.xfail(strict=True, reason="STACKNAME1: _ask_stacks reads each *.txt as int(stem): a notapid.txt the run "
+                   "wrote raises ValueError, and the error path never sweeps the run's escaped worker")
+def test_stackname1_a_file_the_run_names_never_leaves_its_worker_running(tmp_path: Path) -> None:
+    assert _worker_left(tmp_path, "notapid") == ("returned True", False)
