@@ -200,6 +200,7 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
     progress = _Progress()
     procs: list[subprocess.Popen[str]] = []
     held: dict[int, int | None] = {}  # each process that answered the stacks signal: its pidfd
+    escaped: tuple[int, ...] | None = None  # once the run's marked processes were swept
     signals = _Signals(lambda: procs[0].pid if procs else None)
     lines: queue.Queue[str | None] = queue.Queue()
     note_after = min(2 * heartbeat_interval(), deadlines.stall / 4)  # a silence of two heartbeats is shown
@@ -228,9 +229,11 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
         if procs and procs[0].poll() is None:  # an error here: never leave the run behind
             _signal_group(procs[0].pid, _KILL)
             procs[0].wait()
+        if procs and escaped is None:  # nor what left its group (a worker in a session of its own)
+            stop_carrying(STACKS_DIR_ENV, str(folder))  # any error before the sweep above (STACKNAME1, pass 79)
         end_held(held)  # on an error above: what it still holds
         shutil.rmtree(folder, ignore_errors=True)
-    return Supervised(code, list(tail), stopped, escaped)
+    return Supervised(code, list(tail), stopped, escaped or ())
 
 
 def _stop_escaped(folder: Path) -> tuple[int, ...]:
@@ -359,6 +362,8 @@ def _ask_stacks(pgid: int, folder: Path) -> dict[int, int | None]:
     if signum is None or not hasattr(os, "getpgid"):
         return asked  # no such signal here (Windows): the processes are stopped without their stacks
     for path in folder.glob("*.txt"):
+        if not path.stem.isdigit():
+            continue  # the run's to write: a name that is no pid names no process (red-team pass 79, STACKNAME1)
         pid = int(path.stem)
         fd = hold(pid)
         if _of_the_run(pid, folder, pgid) and send(pid, fd, signum):

@@ -56,10 +56,14 @@ def require_one_each(env: Path, allowed: Iterable[str]) -> None:
     version. pip reads the first folder of a name in a listing, whatever the case of its suffix, and pip check takes
     a distribution's name from its folder where freeze prints its METADATA's: a second spelling hid a requirement from
     pip check (red-team pass 76, SHADOWDIST1; pass 77, CASESUFFIX1: ``TINYC-1.0.DIST-INFO``), and a folder
-    ``tinymissing-1.0.dist-info`` saying ``Name: tinyc`` satisfied one (pass 78, NAMEFOLD1)."""
+    ``tinymissing-1.0.dist-info`` saying ``Name: tinyc`` satisfied one (pass 78, NAMEFOLD1). pip finds
+    distributions in two ways, both held: a site folder's own entries, and the folder each ``*.egg-link`` there names
+    (``find_legacy_editables``), which no wheel install writes: refused (pass 79, EGGLINK1)."""
     permitted, seen, wrong = {canonicalize_name(n) for n in allowed}, dict[str, list[str]](), list[str]()
     for site in site_dirs(env):  # as importlib.metadata (pip's reader) finds them: any case, .egg-info too
         for info in sorted((env / site).iterdir()):
+            if info.name.lower().endswith(".egg-link"):
+                wrong.append(f"{info.name} (an egg-link: pip reads the distributions of the folder it names)")
             suffix = next((s for s in (".dist-info", ".egg-info") if info.name.lower().endswith(s)), "")
             if not suffix:
                 continue
