@@ -1,6 +1,7 @@
 """What a declared built-here pin's reach leaves in an env being built (red-team passes 73-77): tinya's module
 rewritten (``REACHED``) and read back from a promoted env with its binding; a standard library linked aside whose
-``encodings`` leads with a reach run at an interpreter's start-up (before any module of the process is imported)."""
+``encodings`` leads with a reach run at an interpreter's start-up (before any module of the process is imported); the
+broken lock of passes 76-79 (tinyc requires what the lock lacks, tinyd built here) and its pip check record."""
 
 from __future__ import annotations
 
@@ -9,6 +10,17 @@ import hashlib
 import json
 import sysconfig
 from pathlib import Path
+
+from tests.helpers.tinylock import (
+    SDIST_BACKEND,
+    declare_built_here,
+    env_wheels,
+    locked_tiny_project,
+    offline_env,
+    wheel_of,
+    write_sdist,
+    write_wheel,
+)
 
 REACHED = b"VALUE = 'written by tinyd'"  # what the reach writes into tinya's module
 
@@ -81,3 +93,29 @@ def linked_stdlib(root: Path, mark: Path | None, tail: str) -> Path:
     (lib / "encodings" / "__init__.py").write_text(
         lead + (base / "encodings" / "__init__.py").read_text(encoding="utf-8"), encoding="utf-8")
     return lib
+
+
+WHEEL_ENTRY = '             f"{info}/METADATA":'  # SDIST_BACKEND's line before which more wheel entries go
+
+
+def broken_lock(tmp_path: Path, extra: str = "") -> tuple[Path, dict[str, str]]:
+    """The tiny lock plus tinyc 1.0 (a wheel requiring tinymissing, which the lock lacks: its pip check fails), tinyd
+    by its sdist, declared built-here; ``extra``: more entries of tinyd's built wheel (lines of its backend's dict)."""
+    links, backends = tmp_path / "links", tmp_path / "backends"
+    assert WHEEL_ENTRY in SDIST_BACKEND
+    backend = SDIST_BACKEND.replace(WHEEL_ENTRY, extra + WHEEL_ENTRY)
+    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
+    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
+    wheels = [*env_wheels(links), write_wheel(links, "tinyc", "1.0", ("tinymissing",))]
+    project, _ = locked_tiny_project(tmp_path / "project", wheels, (("tinyd", "1.0", [sdist]),))
+    declare_built_here(project, "tinyd")
+    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
+                      UV_CACHE_DIR=str(tmp_path / "uvc"))
+    return project, env
+
+
+def pip_check(promoted: Path | None) -> object:
+    """What a promoted env's completion record says of pip check (None: nothing promoted)."""
+    return None if promoted is None else json.loads(
+        (promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["pip_check"]
+

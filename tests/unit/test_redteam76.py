@@ -38,23 +38,15 @@ import pytest
 
 from kernodeck.env.records import check_record_digests, read_records
 from tests.helpers.project import kd
-from tests.helpers.reach import REACHED, bound, linked_stdlib, record_line, tinya_bytes
+from tests.helpers.reach import REACHED, WHEEL_ENTRY, bound, broken_lock, linked_stdlib, record_line, tinya_bytes
 from tests.helpers.tinylock import (
     FIND_INSTALLER,
     SDIST_BACKEND,
-    declare_built_here,
     declared_tinyd,
-    env_wheels,
-    locked_tiny_project,
-    offline_env,
     promoted_env,
-    wheel_of,
-    write_sdist,
-    write_wheel,
 )
 
 _LOCKS = b"VERSION = '1.0'\n"  # tinya's module as its locked wheel holds it
-_ENTRY = '             f"{info}/METADATA":'
 _HOOK = "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
 
 
@@ -174,9 +166,9 @@ def test_owntwice1_every_records_line_is_checked(tmp_path: Path) -> None:
 def _declared_over(tmp_path: Path, over: bool) -> tuple[Path, dict[str, str]]:
     """The tiny lock, tinyd declared built-here; with ``over``, tinyd's wheel also holds (and its RECORD lists)
     ``tinya/__init__.py``, its bytes ``REACHED``: data only, no code of it runs after its build."""
-    assert _ENTRY in SDIST_BACKEND
+    assert WHEEL_ENTRY in SDIST_BACKEND
     backend = SDIST_BACKEND if not over else SDIST_BACKEND.replace(
-        _ENTRY, f'             "tinya/__init__.py": {REACHED!r},\n' + _ENTRY)
+        WHEEL_ENTRY, f'             "tinya/__init__.py": {REACHED!r},\n' + WHEEL_ENTRY)
     project, _, env = declared_tinyd(tmp_path, backend)
     return project, env
 
@@ -223,19 +215,8 @@ _SHADOW = "".join(f'             "tinyd-1.0.data/purelib/{name}-1.0.dist-info/ME
 
 
 def _broken_lock(tmp_path: Path, shadow: bool) -> tuple[Path, dict[str, str]]:
-    """The tiny lock plus tinyc 1.0 (a wheel requiring tinymissing, which the lock lacks: its pip check fails), tinyd
-    by its sdist, declared built-here; with ``shadow``, tinyd's wheel carries tinyc's second dist-info."""
-    links, backends = tmp_path / "links", tmp_path / "backends"
-    assert _ENTRY in SDIST_BACKEND
-    backend = SDIST_BACKEND.replace(_ENTRY, _SHADOW + _ENTRY) if shadow else SDIST_BACKEND
-    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
-    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
-    wheels = [*env_wheels(links), write_wheel(links, "tinyc", "1.0", ("tinymissing",))]
-    project, _ = locked_tiny_project(tmp_path / "project", wheels, (("tinyd", "1.0", [sdist]),))
-    declare_built_here(project, "tinyd")
-    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
-                      UV_CACHE_DIR=str(tmp_path / "uvc"))
-    return project, env
+    """The broken lock (tests/helpers/reach.py); with ``shadow``, tinyd's wheel carries tinyc's second dist-info."""
+    return broken_lock(tmp_path, _SHADOW if shadow else "")
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])

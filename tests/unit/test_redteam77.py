@@ -18,7 +18,6 @@ re-executes: promoted, tinya = tinyd's bytes (pip and uv).
 
 from __future__ import annotations
 
-import json
 import sysconfig
 from pathlib import Path
 
@@ -27,22 +26,14 @@ import pytest
 from kernodeck.env.records import require_one_each
 from kernodeck.errors import RebuildFailed
 from tests.helpers.project import kd
-from tests.helpers.reach import REACHED, linked_stdlib, tinya_bytes
+from tests.helpers.reach import REACHED, broken_lock, linked_stdlib, pip_check, tinya_bytes
 from tests.helpers.tinylock import (
     FIND_INSTALLER,
     SDIST_BACKEND,
-    declare_built_here,
     declared_tinyd,
-    env_wheels,
-    locked_tiny_project,
-    offline_env,
     promoted_env,
-    wheel_of,
-    write_sdist,
-    write_wheel,
 )
 
-_ENTRY = '             f"{info}/METADATA":'
 _FOLDERS = {"other": [f"shadow{i}-1.0.dist-info" for i in range(24)],
             "suffix": [f"{c}-1.0.DIST-INFO" for c in ("tinyc", "Tinyc", "TINYC", "tinyC")],
             "egg": [f"shadow{i}-1.0.egg-info" for i in range(24)]}
@@ -60,24 +51,8 @@ def _shadow(folders: list[str]) -> str:
 
 
 def _broken_lock(tmp_path: Path, kind: str | None) -> tuple[Path, dict[str, str]]:
-    """The tiny lock plus tinyc 1.0 (requires tinymissing, which the lock lacks), tinyd by its sdist, declared
-    built-here; with ``kind``, tinyd's wheel carries folders pip reads as tinyc's dist-info."""
-    links, backends = tmp_path / "links", tmp_path / "backends"
-    assert _ENTRY in SDIST_BACKEND
-    backend = SDIST_BACKEND.replace(_ENTRY, _shadow(_FOLDERS[kind]) + _ENTRY) if kind else SDIST_BACKEND
-    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
-    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
-    wheels = [*env_wheels(links), write_wheel(links, "tinyc", "1.0", ("tinymissing",))]
-    project, _ = locked_tiny_project(tmp_path / "project", wheels, (("tinyd", "1.0", [sdist]),))
-    declare_built_here(project, "tinyd")
-    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
-                      UV_CACHE_DIR=str(tmp_path / "uvc"))
-    return project, env
-
-
-def _pip_check(promoted: Path | None) -> object:
-    return None if promoted is None else json.loads(
-        (promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["pip_check"]
+    """The broken lock (tests/helpers/reach.py); with ``kind``, tinyd's wheel carries folders pip reads as tinyc's."""
+    return broken_lock(tmp_path, _shadow(_FOLDERS[kind]) if kind else "")
 
 
 def _site_with(tmp_path: Path, *folders: str) -> Path:
@@ -114,12 +89,12 @@ def test_casesuffix1_control_pip_check_fails_without_or_with_held_shadows(tmp_pa
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_casesuffix1_an_upper_case_suffix_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
+def test_casesuffix1_an_upper_case_suffix_never_hides_a_failedpip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, "suffix")
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
-    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {_pip_check(promoted)!r}; " \
+    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {pip_check(promoted)!r}; " \
                              "tinyc requires tinymissing"
 
 

@@ -16,7 +16,6 @@ write tinya through it): the seal's lstat scan sees a link no RECORD owns and ti
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -24,21 +23,13 @@ import pytest
 from kernodeck.env.records import require_one_each
 from kernodeck.errors import RebuildFailed
 from tests.helpers.project import kd
+from tests.helpers.reach import broken_lock, pip_check
 from tests.helpers.tinylock import (
     FIND_INSTALLER,
     SDIST_BACKEND,
-    declare_built_here,
     declared_tinyd,
-    env_wheels,
-    locked_tiny_project,
-    offline_env,
     promoted_env,
-    wheel_of,
-    write_sdist,
-    write_wheel,
 )
-
-_ENTRY = '             f"{info}/METADATA":'
 
 
 def _folded(name: str) -> str:
@@ -49,24 +40,9 @@ def _folded(name: str) -> str:
 
 
 def _broken_lock(tmp_path: Path, name: str | None) -> tuple[Path, dict[str, str]]:
-    """The tiny lock plus tinyc 1.0 (requires tinymissing, which the lock lacks), tinyd by its sdist, declared
-    built-here; with ``name``, tinyd's wheel carries the tinymissing folder naming ``name``."""
-    links, backends = tmp_path / "links", tmp_path / "backends"
-    assert _ENTRY in SDIST_BACKEND
-    backend = SDIST_BACKEND.replace(_ENTRY, _folded(name) + _ENTRY) if name else SDIST_BACKEND
-    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
-    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
-    wheels = [*env_wheels(links), write_wheel(links, "tinyc", "1.0", ("tinymissing",))]
-    project, _ = locked_tiny_project(tmp_path / "project", wheels, (("tinyd", "1.0", [sdist]),))
-    declare_built_here(project, "tinyd")
-    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
-                      UV_CACHE_DIR=str(tmp_path / "uvc"))
-    return project, env
-
-
-def _pip_check(promoted: Path | None) -> object:
-    return None if promoted is None else json.loads(
-        (promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["pip_check"]
+    """The broken lock (tests/helpers/reach.py); with ``name``, tinyd's wheel carries the tinymissing folder naming
+    ``name``."""
+    return broken_lock(tmp_path, _folded(name) if name else "")
 
 
 def test_namefold1_an_unpinned_folder_whose_metadata_names_a_pin_is_refused(tmp_path: Path) -> None:
@@ -93,12 +69,12 @@ def test_namefold1_control_no_folder_or_its_own_name_is_refused(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_namefold1_a_folded_folder_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
+def test_namefold1_a_folded_folder_never_hides_a_failedpip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, "tinyc")
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
-    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {_pip_check(promoted)!r}; " \
+    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {pip_check(promoted)!r}; " \
                              "tinyc requires tinymissing"
 
 

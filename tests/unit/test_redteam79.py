@@ -19,7 +19,6 @@ and the stopped run's record is a traceback. Control: ``123456.txt`` (digits, no
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -33,19 +32,10 @@ from kernodeck.project.deadlines import Deadlines
 from kernodeck.supervise import supervise
 from tests.helpers.processes import running
 from tests.helpers.project import kd
+from tests.helpers.reach import broken_lock, pip_check
 from tests.helpers.tinylock import (
-    SDIST_BACKEND,
-    declare_built_here,
-    env_wheels,
-    locked_tiny_project,
-    offline_env,
     promoted_env,
-    wheel_of,
-    write_sdist,
-    write_wheel,
 )
-
-_ENTRY = '             f"{info}/METADATA":'
 
 
 def _linked(name: str) -> str:
@@ -57,24 +47,9 @@ def _linked(name: str) -> str:
 
 
 def _broken_lock(tmp_path: Path, name: str | None) -> tuple[Path, dict[str, str]]:
-    """The tiny lock plus tinyc 1.0 (requires tinymissing, which the lock lacks), tinyd by its sdist, declared
-    built-here; with ``name``, tinyd's wheel carries the egg-link and the folder naming ``name``."""
-    links, backends = tmp_path / "links", tmp_path / "backends"
-    assert _ENTRY in SDIST_BACKEND
-    backend = SDIST_BACKEND.replace(_ENTRY, _linked(name) + _ENTRY) if name else SDIST_BACKEND
-    sdist = write_sdist(links, "tinyd", "1.0", "VALUE = 'the lock'\n", backend="tinybuild")
-    wheel_of(backends, "tinybuild", "1.0", {"tinybuild/__init__.py": backend.encode()})
-    wheels = [*env_wheels(links), write_wheel(links, "tinyc", "1.0", ("tinymissing",))]
-    project, _ = locked_tiny_project(tmp_path / "project", wheels, (("tinyd", "1.0", [sdist]),))
-    declare_built_here(project, "tinyd")
-    env = offline_env(PIP_FIND_LINKS=f"{links} {backends}", PIP_CACHE_DIR=str(tmp_path / "pipc"),
-                      UV_CACHE_DIR=str(tmp_path / "uvc"))
-    return project, env
-
-
-def _pip_check(promoted: Path | None) -> object:
-    return None if promoted is None else json.loads(
-        (promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["pip_check"]
+    """The broken lock (tests/helpers/reach.py); with ``name``, tinyd's wheel carries the egg-link and the folder naming
+    ``name``."""
+    return broken_lock(tmp_path, _linked(name) if name else "")
 
 
 def _egglinked_site(root: Path) -> None:
@@ -111,12 +86,12 @@ def test_egglink1_control_no_link_or_its_own_name_is_refused(tmp_path: Path, nam
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_egglink1_a_linked_folder_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
+def test_egglink1_a_linked_folder_never_hides_a_failedpip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, "tinyc")
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
     assert proc.returncode in (0, 2), proc.stderr[-800:]
-    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {_pip_check(promoted)!r}; " \
+    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {pip_check(promoted)!r}; " \
                              "tinyc requires tinymissing"
 
 
