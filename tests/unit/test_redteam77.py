@@ -89,7 +89,7 @@ def test_casesuffix1_control_pip_check_fails_without_or_with_held_shadows(tmp_pa
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_casesuffix1_an_upper_case_suffix_never_hides_a_failedpip_check(tmp_path: Path, installer: str) -> None:
+def test_casesuffix1_an_upper_case_suffix_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, "suffix")
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)

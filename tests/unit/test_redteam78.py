@@ -69,7 +69,7 @@ def test_namefold1_control_no_folder_or_its_own_name_is_refused(tmp_path: Path, 
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_namefold1_a_folded_folder_never_hides_a_failedpip_check(tmp_path: Path, installer: str) -> None:
+def test_namefold1_a_folded_folder_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, "tinyc")
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)

@@ -86,7 +86,7 @@ def test_egglink1_control_no_link_or_its_own_name_is_refused(tmp_path: Path, nam
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_egglink1_a_linked_folder_never_hides_a_failedpip_check(tmp_path: Path, installer: str) -> None:
+def test_egglink1_a_linked_folder_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, "tinyc")
     proc = kd(project, "rebuild", "--installer", installer, env=env)
     promoted = promoted_env(project)
