@@ -114,6 +114,7 @@ CROSS_CUTTING = {
                  "check's missing requirement while freeze folds it into the pin's line",
     "redteam79": "red-team pass 79: an egg-link names a folder whose dist-info pip check reads and "
                  "require_one_each does not",
+    "redteam80": "red-team pass 80: pip's build subprocess writes bytecode into Kernodeck's own pip folder",
 }
 
 
