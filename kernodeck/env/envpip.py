@@ -4,10 +4,11 @@ env, the fallback) the removal of the seeds the lock does not pin.
 Nothing of the env runs there: a declared built-here pin's wheel writes what its build decides, pip's own folder
 included (red-team pass 74, PIPCODE1: a hash-based pyc it put in the env's pip's ``__pycache__`` ran in place of
 ``check.py``). So the pip is never the env's, even when the lock pins pip: Kernodeck's own (the one pip-tools runs
-with, a dependency of Kernodeck) when its ``Requires-Python`` admits the env's Python; its modules were compiled when
-it was installed, so the process reads their bytecode (0.25 CPU-s here, for the env of the Python Kernodeck runs
-on); else the pip the base interpreter bundles for ensurepip, run from its zipped wheel (1.2 CPU-s: its ~450 modules
-compiled again in every process); the env's own pip only when there is neither (stated in docs/rebuild.md).
+with, a dependency of Kernodeck) when its ``Requires-Python`` admits the env's Python; where its modules were compiled
+when it was installed (pip's own install does; uv's does not unless asked), the process reads their bytecode
+(0.25 CPU-s here, for the env of the Python Kernodeck runs on); else the pip the base interpreter bundles for
+ensurepip, run from its zipped wheel (1.2 CPU-s: its ~450 modules compiled again in every process); the env's own
+pip only when there is neither (stated in docs/rebuild.md).
 
 How the process runs: the base interpreter the env was made from, not the env's own (which reads at start-up what the
 build could write in the env's ``bin/``: a ``python._pth`` naming another standard library: pass 77, PTHDOOR1), with

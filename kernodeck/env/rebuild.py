@@ -51,9 +51,8 @@ if TYPE_CHECKING:
     from packaging.pylock import Pylock
 
 INVENTORY = "kernodeck-inventory.txt"
-# Bytecode is not compiled at install: measured here (docs/env-integrity.md), compiling all of it costs the rebuild
-# far more than the first verify saves by importing the part it needs already compiled. What the interpreter writes
-# later is held by envfiles (bytecode of an owned module, checked against its source before it is kept).
+# No bytecode compiled at install: it costs the rebuild far more than the first verify saves (docs/env-integrity.md).
+# What the interpreter writes later is held by envfiles (an owned module's, checked against its source, then kept).
 COMPILE_AT_INSTALL = False
 
 
@@ -171,8 +170,8 @@ class _Build:
         self.env = platform_dir(project, plat) / f"env-{stamp}"
         self.python = env_python(self.env)
         self.has_pip = any(p.name == "pip" for p in lock.pins)
-        # the pip that installs (pip), checks, freezes; -I, as every Python a build runs: no module of the project's
-        self.pip: list[str] = [str(self.python), "-I", "-m", "pip"]  # folder (the current one) runs in it (VENVHOME1)
+        # the env's own pip (see create()); -I, as every Python a build runs: no project's module runs in it (VENVHOME1)
+        self.pip: list[str] = [str(self.python), "-I", "-m", "pip"]
         self.seeded = False  # the env was made with pip (and setuptools) in it: see create()
         self.commands: list[str] = []
         self.wheels: dict[str, binding.Wheel] = {}
@@ -289,18 +288,17 @@ class _Build:
             ["--no-binary", ":none:", *(["--only-binary", ":all:"] if self.only_binary() else [])]
         if not self.only_binary():  # an undeclared pin from its wheel only (BUILTTAG1)
             binary += sdist_builds.installer_args([p.name for p in self.lock.pins], self.project.tool)
-        again = ([] if not self.seeded else ["--reinstall"] if uv else ["--force-reinstall"])
+        again = [] if not self.seeded else ["--reinstall"] if uv else ["--force-reinstall"]
         if uv:
-            uv_env = offline_env() if self.wheelhouse else installing_env(
-                {**uv_environment(self.sources, extra_index=bool(self.online)),
-                 **({"UV_NO_INDEX": "1"} if self.no_index else {})})
+            uv_env = offline_env() if self.wheelhouse else installing_env({**uv_environment(
+                self.sources, extra_index=bool(self.online)), **({"UV_NO_INDEX": "1"} if self.no_index else {})})
             # --no-cache: each locked file read and hashed again, never a kept cache's unpacked copy (UVCACHE1); the
             # files hard-linked out of uv's own cache, removed as it ends (one link each). See COMPILE_AT_INSTALL.
             argv = [uv_available() or "uv", "pip", "install", "--python", str(self.python), "--require-hashes",
                     "--no-deps", "--no-cache", "--link-mode", "hardlink",
                     "--compile-bytecode" if COMPILE_AT_INSTALL else "--no-compile-bytecode"]  # not UV_COMPILE_BYTECODE
-            self.step("install", [*argv, *binary, *again, *offline, *self.online, "-r", self.lock_path], uv_env,
-                      long=True)
+            argv += [*binary, *again, *offline, *self.online, "-r", self.lock_path]
+            self.step("install", argv, uv_env, long=True)
             self.wheels = binding.from_verified(self.lock)  # uv reports no file hash: the sets it verified
             return
         # --no-cache-dir, as uv's --no-cache: pip takes a wheel it built earlier from a locked sdist out of its cache
@@ -311,10 +309,12 @@ class _Build:
             argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
         # pip's installation report: the sha256 of each wheel it installed (the env is bound to them)
         report = self.env.parent / f".{self.env.name}-install-report.json"
+        # its build-requirement install is a subprocess no flag reaches: no cache (PIPCACHE2), no pyc written into
+        # Kernodeck's pip (PIPBYTE1)
+        env = {**self.pip_env, "PIP_NO_CACHE_DIR": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         try:
             self.step("install", [*argv, *binary, *again, "--report", str(report), *offline, *self.online, "-r",
-                                  self.lock_path], {**self.pip_env, "PIP_NO_CACHE_DIR": "1"},  # PIPCACHE2: its
-                      long=True)  # build-requirement install is a subprocess that the flag does not reach
+                                  self.lock_path], env, long=True)
             self.wheels = binding.from_pip_report(json.loads(report.read_text(encoding="utf-8")), self.lock)
             self.hash_source = binding.HashSource.REPORT
         finally:
