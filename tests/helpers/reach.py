@@ -11,12 +11,14 @@ import json
 import sysconfig
 from pathlib import Path
 
+from tests.helpers.project import kd
 from tests.helpers.tinylock import (
     SDIST_BACKEND,
     declare_built_here,
     env_wheels,
     locked_tiny_project,
     offline_env,
+    promoted_env,
     wheel_of,
     write_sdist,
     write_wheel,
@@ -118,4 +120,20 @@ def pip_check(promoted: Path | None) -> object:
     """What a promoted env's completion record says of pip check (None: nothing promoted)."""
     return None if promoted is None else json.loads(
         (promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["pip_check"]
+
+
+def refused(project: Path, env: dict[str, str], installer: str, said: str) -> None:
+    """A rebuild of ``project`` by ``installer`` fails (exit 2) saying ``said``, and promotes nothing."""
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr[-800:]
+    assert promoted_env(project) is None
+
+
+def never_promoted(project: Path, env: dict[str, str], installer: str) -> None:
+    """A rebuild of a :func:`broken_lock` (tinyc requires tinymissing) promotes no env, whatever its build carries."""
+    proc = kd(project, "rebuild", "--installer", installer, env=env)
+    promoted = promoted_env(project)
+    assert proc.returncode in (0, 2), proc.stderr[-800:]
+    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {pip_check(promoted)!r}; tinyc " \
+                             "requires tinymissing"
 

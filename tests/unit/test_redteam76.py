@@ -31,14 +31,23 @@ Premises show each door at its smallest; controls the same builds without the re
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from kernodeck.env.records import check_record_digests, read_records
 from tests.helpers.project import kd
-from tests.helpers.reach import REACHED, WHEEL_ENTRY, bound, broken_lock, linked_stdlib, record_line, tinya_bytes
+from tests.helpers.reach import (
+    REACHED,
+    WHEEL_ENTRY,
+    bound,
+    broken_lock,
+    linked_stdlib,
+    never_promoted,
+    record_line,
+    refused,
+    tinya_bytes,
+)
 from tests.helpers.tinylock import (
     FIND_INSTALLER,
     SDIST_BACKEND,
@@ -222,19 +231,10 @@ def _broken_lock(tmp_path: Path, shadow: bool) -> tuple[Path, dict[str, str]]:
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_shadowdist1_control_a_broken_lock_fails_pip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, shadow=False)
-    proc = kd(project, "rebuild", "--installer", installer, env=env)
-    assert proc.returncode == 2 and "pip-check failed: tinyc 1.0 requires tinymissing" in proc.stderr, \
-        proc.stderr[-800:]
-    assert promoted_env(project) is None
+    refused(project, env, installer, "pip-check failed: tinyc 1.0 requires tinymissing")
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_shadowdist1_a_second_dist_info_never_hides_a_failed_pip_check(tmp_path: Path, installer: str) -> None:
     project, env = _broken_lock(tmp_path, shadow=True)
-    proc = kd(project, "rebuild", "--installer", installer, env=env)
-    promoted = promoted_env(project)
-    assert proc.returncode in (0, 2), proc.stderr[-800:]
-    recorded = None if promoted is None else json.loads(
-        (promoted / "kernodeck-complete.json").read_text(encoding="utf-8"))["pip_check"]
-    assert promoted is None, f"promoted (rc {proc.returncode}), pip_check recorded {recorded!r}; tinyc requires " \
-                             "tinymissing"
+    never_promoted(project, env, installer)
