@@ -230,7 +230,7 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
             _signal_group(procs[0].pid, _KILL)
             procs[0].wait()
         if procs and escaped is None:  # nor what left its group (a worker in a session of its own)
-            stop_carrying(STACKS_DIR_ENV, str(folder))  # any error before the sweep above (STACKNAME1, pass 79)
+            _stop_escaped(folder)  # any error before the sweep above (STACKNAME1, pass 79)
         end_held(held)  # on an error above: what it still holds
         shutil.rmtree(folder, ignore_errors=True)
     return Supervised(code, list(tail), stopped, escaped or ())

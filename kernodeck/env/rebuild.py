@@ -51,8 +51,7 @@ if TYPE_CHECKING:
     from packaging.pylock import Pylock
 
 INVENTORY = "kernodeck-inventory.txt"
-# No bytecode compiled at install: it costs the rebuild far more than the first verify saves (docs/env-integrity.md).
-# What the interpreter writes later is held by envfiles (an owned module's, checked against its source, then kept).
+# No bytecode compiled at install (costs more than it saves: docs/env-integrity.md); envfiles judges later bytecode
 COMPILE_AT_INSTALL = False
 
 
@@ -170,8 +169,7 @@ class _Build:
         self.env = platform_dir(project, plat) / f"env-{stamp}"
         self.python = env_python(self.env)
         self.has_pip = any(p.name == "pip" for p in lock.pins)
-        # the env's own pip (see create()); -I, as every Python a build runs: no project's module runs in it (VENVHOME1)
-        self.pip: list[str] = [str(self.python), "-I", "-m", "pip"]
+        self.pip: list[str] = [str(self.python), "-I", "-m", "pip"]  # the env's own (create()); -I: VENVHOME1
         self.seeded = False  # the env was made with pip (and setuptools) in it: see create()
         self.commands: list[str] = []
         self.wheels: dict[str, binding.Wheel] = {}
@@ -249,11 +247,10 @@ class _Build:
                              self.vindex.note(self.wheelhouse is not None), files)
 
     def create(self) -> None:
-        """The empty env: every distribution from a file the install checked against the lock (SEED1, pass 63). pip
-        installs from outside it: Kernodeck's own (envpip's; by pip's runner, bytecode compiled), else ensurepip's
-        wheel; neither: ``python -m venv`` (seeded), every pin installed again, unpinned seeds removed after."""
+        """The empty env (SEED1). pip installs from outside it: Kernodeck's own, by pip's runner (its bytecode
+        compiled), else ensurepip's wheel; neither: ``python -m venv`` (seeded), all again, unpinned seeds removed."""
         base = self.found["path"]
-        if tool := envpip.tool_pip(self.found.get("version") or self.plat.python):
+        if tool := self.tool:
             self.pip = [str(self.python), "-I", "-B", str(tool / "__pip-runner__.py")]
             self.display[self.pip[3]] = f"kernodeck/pip-{envpip.tool_version(tool)}/__pip-runner__.py"
         elif wheel := pythons.bundled_pip(base):
@@ -309,8 +306,7 @@ class _Build:
             argv += ["--progress-bar", "off"]  # no terminal: "still running" lines instead of a bar
         # pip's installation report: the sha256 of each wheel it installed (the env is bound to them)
         report = self.env.parent / f".{self.env.name}-install-report.json"
-        # its build-requirement install is a subprocess no flag reaches: no cache (PIPCACHE2), no pyc written into
-        # Kernodeck's pip (PIPBYTE1)
+        # its build requirements' install, a subprocess no flag reaches: no cache (PIPCACHE2), no pyc (PIPBYTE1)
         env = {**self.pip_env, "PIP_NO_CACHE_DIR": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         try:
             self.step("install", [*argv, *binary, *again, "--report", str(report), *offline, *self.online, "-r",
@@ -323,10 +319,14 @@ class _Build:
             self.pip_reads("remove-seeds", ("uninstall", "--yes", *unpinned))
 
     @functools.cached_property
+    def tool(self) -> Path | None:
+        """Kernodeck's own pip folder, when its Requires-Python admits the env's Python (envpip): installs and reads."""
+        return envpip.tool_pip(self.found.get("version") or self.plat.python)
+
+    @functools.cached_property
     def reader(self) -> list[str]:
-        """The pip that reads the build before its seal, never the env's own when another is at hand (envpip), run by
-        the base interpreter, never the env's (PTHDOOR1)."""
-        if (tool := envpip.tool_pip(self.found.get("version") or self.plat.python)) is None:
+        """The pip that reads the build before its seal (envpip): not the env's own, run by the base (PTHDOOR1)."""
+        if (tool := self.tool) is None:
             return [self.found["path"], *self.pip[1:]]  # the wheel's; else the env's own (a base without that wheel)
         self.display.setdefault(str(tool), f"kernodeck/pip-{envpip.tool_version(tool)}/pip")
         return [self.found["path"], "-I", str(tool)]
