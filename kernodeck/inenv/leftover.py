@@ -98,11 +98,16 @@ def _defined_in(filename: str) -> list[Any]:
     return _DEFINED[filename]
 
 
+# The signals this system has, as numbers, taken once as this module loads (before any of the project's code): two
+# windows per judged call each read every handler, and valid_signals() makes a set of 62 enum members each time
+_SIGNALS = tuple(sorted(int(s) for s in signal.valid_signals()))
+
+
 def _handlers() -> dict[int, Any]:
     """The signal handlers set from Python, in the main thread (the only one that may set them)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {int(s): signal.getsignal(s) for s in signal.valid_signals()}
+    return {number: signal.getsignal(number) for number in _SIGNALS}
 
 
 # The environment and the interpreter as Kernodeck set them before any of the project's code ran (at_start, which
