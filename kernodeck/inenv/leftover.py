@@ -25,6 +25,12 @@ from typing import Any
 from . import paths, stackhooks
 
 _SETTERS = (sys.settrace, sys.setprofile, threading.settrace, threading.setprofile)
+# ... and what reads them back, taken too as this module loads (before any of the project's code): an application
+# that replaces ``sys.gettrace`` or ``signal.getsignal``, or rebinds ``gc.callbacks`` (the collector keeps calling
+# the list it was), hides nothing it set from the window's end
+_GETTERS = (sys.gettrace, sys.getprofile, threading.gettrace, threading.getprofile)
+_GETSIGNAL, _SETSIGNAL = signal.getsignal, signal.signal
+_CALLBACKS = gc.callbacks
 
 
 def _own_code(func: Any) -> bool:
@@ -107,7 +113,7 @@ def _handlers() -> dict[int, Any]:
     """The signal handlers set from Python, in the main thread (the only one that may set them)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {number: signal.getsignal(number) for number in _SIGNALS}
+    return {number: _GETSIGNAL(number) for number in _SIGNALS}
 
 
 # The environment and the interpreter as Kernodeck set them before any of the project's code ran (at_start, which
@@ -138,8 +144,8 @@ def taken() -> tuple[Any, ...]:
     (and, at the first window if not earlier, the environment: :data:`BEFORE_APPLICATION`)."""
     if BEFORE_APPLICATION[0] is None:
         at_start()
-    return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile(), list(gc.callbacks),
-            sys.excepthook, sys.unraisablehook, threading.excepthook, _handlers())
+    return (*(get() for get in _GETTERS), list(_CALLBACKS), sys.excepthook, sys.unraisablehook, threading.excepthook,
+            _handlers())
 
 
 def put_back(before: tuple[Any, ...]) -> None:
@@ -149,7 +155,7 @@ def put_back(before: tuple[Any, ...]) -> None:
     for was, is_now, put in zip(before[:4], now[:4], _SETTERS, strict=True):
         if is_now is not was:
             put(was)
-    gc.callbacks[:] = [cb for cb in gc.callbacks if any(cb is old for old in before[4]) or _own_code(cb)]
+    _CALLBACKS[:] = [cb for cb in _CALLBACKS if any(cb is old for old in before[4]) or _own_code(cb)]
     for index, (module, name) in enumerate(((sys, "excepthook"), (sys, "unraisablehook"), (threading, "excepthook")),
                                            start=5):
         if now[index] is not before[index] and not _own_code(now[index]):
@@ -157,5 +163,5 @@ def put_back(before: tuple[Any, ...]) -> None:
     for signum, was in before[8].items():
         handler = now[8].get(signum)
         if handler is not was and was is not None and callable(handler) and not _own_code(handler):
-            signal.signal(signum, was)
+            _SETSIGNAL(signum, was)
             stackhooks.reinstate(signum)

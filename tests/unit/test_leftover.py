@@ -5,6 +5,7 @@ window's end; a library's own hook stays. "A library's own" is proven by the cod
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -83,3 +84,56 @@ def test_the_stacks_signal_still_dumps_stacks_after_the_application_set_its_own(
     assert done.returncode == 0 and "alive" in done.stdout, done.stderr
     (dumped,) = tmp_path.glob("*.txt")
     assert "most recent call first" in dumped.read_text(encoding="utf-8")
+
+
+HIDDEN_BY_A_REPLACED_GETTER = """
+import gc, json, signal, sys, threading
+sys.path.insert(0, sys.argv[1])
+from kernodeck.inenv import leftover
+real = {"trace": sys.gettrace, "profile": sys.getprofile, "thread_trace": threading.gettrace,
+        "thread_profile": threading.getprofile, "signal": signal.getsignal, "callbacks": gc.callbacks}
+before = leftover.taken()
+
+def app_hook(*args):  # the application's, set inside its window
+    return None
+
+def app_callback(*args):
+    pass
+
+how = sys.argv[2]
+if how == "trace":
+    sys.settrace(app_hook); sys.gettrace = lambda: None
+elif how == "profile":
+    sys.setprofile(app_hook); sys.getprofile = lambda: None
+elif how == "thread_trace":
+    threading.settrace(app_hook); threading.gettrace = lambda: None
+elif how == "thread_profile":
+    threading.setprofile(app_hook); threading.getprofile = lambda: None
+elif how == "signal":
+    was = signal.getsignal(signal.SIGUSR2)
+    signal.signal(signal.SIGUSR2, app_hook); signal.getsignal = lambda number: was
+elif how == "callbacks":
+    gc.callbacks.append(app_callback); gc.callbacks = []
+leftover.put_back(before)
+if how == "signal":
+    now = real["signal"](signal.SIGUSR2)
+elif how == "callbacks":
+    now = app_callback if app_callback in real["callbacks"] else None
+else:
+    now = real[how]()
+sys.settrace(None); sys.setprofile(None)
+print(json.dumps({"left": now is app_hook or now is app_callback}))
+"""
+
+
+@pytest.mark.parametrize("how", ["trace", "profile", "thread_trace", "thread_profile", "signal", "callbacks"])
+def test_a_hook_hidden_by_a_replaced_getter_is_put_back(how: str) -> None:
+    """The application sets a hook and replaces the function (or list) that reads it back (``sys.gettrace =
+    lambda: None``, ``gc.callbacks = []``): the window's end reads what the interpreter holds, through the readers
+    taken as the module loaded, and puts it back (else its trace function would run in Kernodeck's own frames between
+    windows)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", HIDDEN_BY_A_REPLACED_GETTER, str(root), how], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"left": False}
