@@ -30,6 +30,9 @@ _SETTERS = (sys.settrace, sys.setprofile, threading.settrace, threading.setprofi
 # the list it was), hides nothing it set from the window's end
 _GETTERS = (sys.gettrace, sys.getprofile, threading.gettrace, threading.getprofile)
 _GETSIGNAL, _SETSIGNAL = signal.getsignal, signal.signal
+# the signals this system has, as numbers (two windows per judged call each read every handler, and valid_signals()
+# makes a set of 62 enum members each time)
+_SIGNALS = tuple(sorted(int(s) for s in signal.valid_signals()))
 _CALLBACKS = gc.callbacks
 
 
@@ -102,11 +105,6 @@ def _defined_in(filename: str) -> list[Any]:
             pending += [c for c in code.co_consts if isinstance(c, type(code))]
         _DEFINED[filename] = found
     return _DEFINED[filename]
-
-
-# The signals this system has, as numbers, taken once as this module loads (before any of the project's code): two
-# windows per judged call each read every handler, and valid_signals() makes a set of 62 enum members each time
-_SIGNALS = tuple(sorted(int(s) for s in signal.valid_signals()))
 
 
 def _handlers() -> dict[int, Any]:
