@@ -11,13 +11,14 @@ writers too (red-team pass 16): ``torch.save`` given a path, ``torch.jit.save``,
 application so wrote was taken for an input when read back, and such a write into the run's record was not refused.
 Red-team pass 17 found more of torch's, public, as unseen: a flatbuffer model's and a PT2 archive's readers and
 writers, the lite interpreter's, a scripted function's ``save``, the profiler's traces.
-When the package is importable in the env, it is imported once before the application's first window
-(seen.install) and each of them (:data:`NATIVES`) is replaced by a Python function that raises the ``open`` audit event
-``open()`` would for each path it is given (mode ``"r"``, ``"w"``, or ``"a+"``: read and changed in place), which the
-hook judges as any open (seen.py: an input, an output, a refused change), then calls the original (a constructor:
-see NATIVES) with the path it reported: each file argument converted once, to an exact str (red-team pass 18 FP3: a
-path-like object named a declared file to the report, an undeclared one to the loader), and the original kept in the
-wrapper's closure only, never under ``__wrapped__``. Red-team pass 18 also found scipy's Matrix Market I/O (C++) and
+Before the application's first window (seen.install) each of them (:data:`NATIVES`) whose module is imported already,
+and each other one as its module is imported (never imported for this: :class:`_OnImport`), is replaced by a Python
+function that raises the ``open`` audit event ``open()`` would for each path it is given (mode ``"r"``, ``"w"``, or
+``"a+"``: read and changed in place), which the hook judges as any open (seen.py: an input, an output, a refused
+change), then calls the original (a constructor: see NATIVES) with the path it reported: each file argument converted
+once, to an exact str (red-team pass 18 FP3: a path-like object named a declared file to the report, an undeclared one
+to the loader), and the original kept in the wrapper's closure only, never under ``__wrapped__``.
+Red-team pass 18 also found scipy's Matrix Market I/O (C++) and
 the lite model's backport unseen, and torch._C's own functions under the rows are wrapped too. A file-like object is
 no path: it reports nothing. What else a C extension reads or writes by itself
 stays the closed world's stated limit (docs/application.md).
@@ -27,8 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
-import importlib.util
+import importlib.abc
+import importlib.machinery
 import inspect
 import os
 import sys
@@ -133,7 +134,8 @@ NATIVES: tuple[Native, ...] = (
     Native("torch._C", "PyTorchFileWriter.__init__", ("file_name",), "w"),
     Native("torch._C", "_save_jit_module", ("", "arg1"), "w"),
 )
-WRAPPED: dict[str, Any] = {}  # "module:reader" -> its wrapper
+WRAPPED: dict[str, Any] = {}  # "module:reader" -> its wrapper (the latest, where its module was imported again)
+OURS: list[Any] = []  # every wrapper made: a reader that is one already is not wrapped again
 
 
 PATH = (str, bytes, bytearray, os.PathLike)  # what the native side takes as one path (pybind11: a bytearray too)
@@ -195,42 +197,85 @@ def _reporting(original: Any, native: Native, constructor: bool = False) -> Any:
     return access
 
 
-def _module(name: str) -> Any:
-    """The module when its package is importable here (imported now: a reader bound by a later import is the
-    wrapped one), else None."""
-    try:
-        if importlib.util.find_spec(name.partition(".")[0]) is None:
+def _wrap(native: Native, module: Any) -> None:
+    """``native``'s reader in ``module`` replaced by its reporting wrapper (none when the module lacks it, or it is
+    already ours: a module imported again keeps one wrapper), and the modules of its package that bound the
+    original by name (safetensors.torch: ``from safetensors import safe_open``) given the wrapper too."""
+    *classes, name = native.name.split(".")
+    owner = functools.reduce(lambda found, part: getattr(found, part, None), classes, module)
+    original = getattr(owner, name, None)
+    if original is None or any(original is ours for ours in OURS):
+        return
+    constructor = name == "__init__"
+    wrapper = WRAPPED[f"{native.module}:{native.name}"] = _reporting(original, native, constructor)
+    OURS.append(wrapper)
+    # a static or class method (its original bound to the class) stays one; a method called on an object, or a
+    # constructor, gets the object first
+    static = inspect.getattr_static(owner, name, None)
+    bound = classes and not constructor and (isinstance(static, staticmethod | classmethod)
+                                             or isinstance(getattr(original, "__self__", None), type))
+    with contextlib.suppress(TypeError, AttributeError):  # an immutable type: its reader stays unseen
+        setattr(owner, name, staticmethod(wrapper) if bound else wrapper)
+    if not classes:
+        top = native.module.partition(".")[0]
+        for other, found in list(sys.modules.items()):
+            if (other == top or other.startswith(top + ".")) and \
+                    getattr(found, "__dict__", {}).get(name) is original:  # no __getattr__
+                setattr(found, name, wrapper)
+
+
+class _ThenWrapped(importlib.abc.Loader):
+    """A native reader's module's own loader, and once it has run the module, its readers wrapped (:func:`_wrap`):
+    before the import returns, so a name bound from it (``from safetensors import safe_open``) is the wrapper."""
+
+    def __init__(self, loader: Any, natives: list[Native]) -> None:
+        self._loader, self._natives = loader, natives
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        for native in self._natives:
+            _wrap(native, module)
+
+    def __getattr__(self, name: str) -> Any:  # the loader's other services (get_source, resource readers)
+        return getattr(self._loader, name)
+
+
+class _OnImport(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: a module of :data:`NATIVES` not imported yet when the closed world installs is
+    found by the finders after this one, as ever, and loaded by its own loader, then wrapped (:class:`_ThenWrapped`),
+    each time it is imported (one the application drops from ``sys.modules`` and imports again too). Importing them
+    all up front cost a verify 0.2 s (torch.export.pt2_archive, scipy.io) for readers the application rarely uses."""
+
+    def __init__(self, natives: tuple[Native, ...]) -> None:
+        self.natives: dict[str, list[Native]] = {}  # a module's name -> its rows
+        for native in natives:
+            self.natives.setdefault(native.module, []).append(native)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        natives = self.natives.get(fullname)
+        if not natives:
             return None
-        return importlib.import_module(name)
-    except Exception:  # one that fails to import is the application's problem, met at its own import
+        mine = next(at for at, finder in enumerate(sys.meta_path) if finder is self) if self in sys.meta_path else -1
+        for finder in sys.meta_path[mine + 1:]:
+            found = getattr(finder, "find_spec", None)
+            spec = found(fullname, path, target) if found is not None else None
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _ThenWrapped(spec.loader, natives)
+                return spec
         return None
 
 
 def install() -> None:
-    """Wrap each reader and writer once per process (before any of the application's code runs: seen.install)."""
+    """Wrap each reader and writer (before any of the application's code runs: seen.install): those of a module
+    imported already now, the others as their module is imported (:class:`_OnImport`). Once per process."""
+    if any(isinstance(finder, _OnImport) for finder in sys.meta_path):
+        return
     for native in NATIVES:
-        key = f"{native.module}:{native.name}"
-        if key in WRAPPED:
-            continue
-        WRAPPED[key] = None
-        module = _module(native.module)
-        *classes, name = native.name.split(".")
-        owner = functools.reduce(lambda found, part: getattr(found, part, None), classes, module)
-        original = getattr(owner, name, None)
-        if original is None:
-            continue
-        constructor = name == "__init__"
-        wrapper = WRAPPED[key] = _reporting(original, native, constructor)
-        # a static or class method (its original bound to the class) stays one; a method called on an object, or a
-        # constructor, gets the object first
-        static = inspect.getattr_static(owner, name, None)
-        bound = classes and not constructor and (isinstance(static, staticmethod | classmethod)
-                                                 or isinstance(getattr(original, "__self__", None), type))
-        with contextlib.suppress(TypeError, AttributeError):  # an immutable type: its reader stays unseen
-            setattr(owner, name, staticmethod(wrapper) if bound else wrapper)
-        if not classes:  # the package's modules that bound it already (safetensors.torch: from safetensors import)
-            top = native.module.partition(".")[0]
-            for other, found in list(sys.modules.items()):
-                if (other == top or other.startswith(top + ".")) and \
-                        getattr(found, "__dict__", {}).get(name) is original:  # no __getattr__
-                    setattr(found, name, wrapper)
+        module = sys.modules.get(native.module)
+        if module is not None:
+            _wrap(native, module)
+    sys.meta_path.insert(0, _OnImport(NATIVES))
