@@ -11,13 +11,14 @@ writers too (red-team pass 16): ``torch.save`` given a path, ``torch.jit.save``,
 application so wrote was taken for an input when read back, and such a write into the run's record was not refused.
 Red-team pass 17 found more of torch's, public, as unseen: a flatbuffer model's and a PT2 archive's readers and
 writers, the lite interpreter's, a scripted function's ``save``, the profiler's traces.
-Before the application's first window (seen.install) each of them (:data:`NATIVES`) whose module is imported already,
-and each other one as its module is imported (never imported for this: :class:`_OnImport`), is replaced by a Python
-function that raises the ``open`` audit event ``open()`` would for each path it is given (mode ``"r"``, ``"w"``, or
-``"a+"``: read and changed in place), which the hook judges as any open (seen.py: an input, an output, a refused
-change), then calls the original (a constructor: see NATIVES) with the path it reported: each file argument converted
-once, to an exact str (red-team pass 18 FP3: a path-like object named a declared file to the report, an undeclared one
-to the loader), and the original kept in the wrapper's closure only, never under ``__wrapped__``.
+Before the application's first window (seen.install) each of them (:data:`NATIVES`) is replaced, its module imported
+then (outside the window) unless its import costs more than it is worth up front (:data:`LATER`: wrapped as it is
+imported, by a finder first on ``sys.meta_path``, :class:`_OnImport`, each time it is imported), by a Python function
+that raises the ``open`` audit event ``open()`` would for each path it is given (mode ``"r"``, ``"w"``, or ``"a+"``:
+read and changed in place), which the hook judges as any open (seen.py: an input, an output, a refused change), then
+calls the original (a constructor: see NATIVES) with the path it reported: each file argument converted once, to an
+exact str (red-team pass 18 FP3: a path-like object named a declared file to the report, an undeclared one to the
+loader), and the original kept in the wrapper's closure only, never under ``__wrapped__``.
 Red-team pass 18 also found scipy's Matrix Market I/O (C++) and
 the lite model's backport unseen, and torch._C's own functions under the rows are wrapped too. A file-like object is
 no path: it reports nothing. What else a C extension reads or writes by itself
@@ -28,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import inspect
 import os
 import sys
@@ -219,14 +222,24 @@ def _wrap(native: Native, module: Any) -> None:
     if not classes:
         top = native.module.partition(".")[0]
         for other, found in list(sys.modules.items()):
-            if (other == top or other.startswith(top + ".")) and \
-                    getattr(found, "__dict__", {}).get(name) is original:  # no __getattr__
+            if (other == top or other.startswith(top + ".")) and _namespace(found).get(name) is original:
                 setattr(found, name, wrapper)
+
+
+def _namespace(module: Any) -> dict[str, Any]:
+    """A module's own names, read without its ``__getattr__`` nor ``__getattribute__`` (a lazy module, importlib's
+    ``LazyLoader``, would be loaded by the look: red-team pass 81, NAT6)."""
+    try:
+        found = object.__getattribute__(module, "__dict__")
+    except (AttributeError, TypeError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 class _ThenWrapped(importlib.abc.Loader):
     """A native reader's module's own loader, and once it has run the module, its readers wrapped (:func:`_wrap`):
-    before the import returns, so a name bound from it (``from safetensors import safe_open``) is the wrapper."""
+    before the import returns, so a name bound from it is the wrapper. The module keeps its own loader
+    (``__loader__``, ``__spec__.loader``): this one stands in only for the import."""
 
     def __init__(self, loader: Any, natives: list[Native]) -> None:
         self._loader, self._natives = loader, natives
@@ -235,11 +248,16 @@ class _ThenWrapped(importlib.abc.Loader):
         return self._loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
+        with contextlib.suppress(AttributeError, TypeError):
+            module.__loader__ = self._loader
+            module.__spec__.loader = self._loader
         self._loader.exec_module(module)
         for native in self._natives:
             _wrap(native, module)
 
     def __getattr__(self, name: str) -> Any:  # the loader's other services (get_source, resource readers)
+        if name.startswith("_"):  # its own state before it is set (a copy, a pickle): never looked up on the loader
+            raise AttributeError(name)
         return getattr(self._loader, name)
 
 
@@ -263,19 +281,46 @@ class _OnImport(importlib.abc.MetaPathFinder):
             found = getattr(finder, "find_spec", None)
             spec = found(fullname, path, target) if found is not None else None
             if spec is not None:
-                if spec.loader is not None:
+                if callable(getattr(spec.loader, "exec_module", None)):  # a legacy load_module loader: not wrapped
                     spec.loader = _ThenWrapped(spec.loader, natives)
                 return spec
         return None
 
 
+# The modules whose import costs a run more than their readers are worth up front (torch.export.pt2_archive: 0.18 s
+# here, read by few applications), and whose readers open their files through a row imported with torch (the PT2
+# archive's reader and writer through torch._C's PyTorchFileReader and PyTorchFileWriter): wrapped only as they are
+# imported (:class:`_OnImport`), the torch._C rows standing behind them if an import escapes that (red-team pass 81:
+# a module run by the importlib recipe, a finder of the application's first). The others (torch's, safetensors,
+# tokenizers, scipy's Matrix Market core: no row behind them) are imported as the wrap is installed, outside the
+# application's window, as before.
+LATER = frozenset({"torch.export.pt2_archive"})
+
+
+def _module(name: str) -> Any:
+    """The module when its package is importable here (imported now), else None."""
+    try:
+        if importlib.util.find_spec(name.partition(".")[0]) is None:
+            return None
+        return importlib.import_module(name)
+    except Exception:  # one that fails to import is the application's problem, met at its own import
+        return None
+
+
 def install() -> None:
     """Wrap each reader and writer (before any of the application's code runs: seen.install): those of a module
-    imported already now, the others as their module is imported (:class:`_OnImport`). Once per process."""
-    if any(isinstance(finder, _OnImport) for finder in sys.meta_path):
+    imported already, or importable and not :data:`LATER`, now; the others as their module is imported, each time it
+    is (:class:`_OnImport`). Once per process."""
+    mine = [finder for finder in sys.meta_path if isinstance(finder, _OnImport)]
+    if mine:  # installed: first again at each window (a finder the application put first would go round it)
+        if sys.meta_path[0] is not mine[0]:
+            sys.meta_path.remove(mine[0])
+            sys.meta_path.insert(0, mine[0])
         return
     for native in NATIVES:
         module = sys.modules.get(native.module)
+        if module is None and native.module not in LATER:
+            module = _module(native.module)
         if module is not None:
             _wrap(native, module)
     sys.meta_path.insert(0, _OnImport(NATIVES))

@@ -115,6 +115,7 @@ CROSS_CUTTING = {
     "redteam79": "red-team pass 79: an egg-link names a folder whose dist-info pip check reads and "
                  "require_one_each does not",
     "redteam80": "red-team pass 80: pip's build subprocess writes bytecode into Kernodeck's own pip folder",
+    "redteam81": "red-team pass 81: native readers got unwrapped when their modules were wrapped as imported",
 }
 
 
