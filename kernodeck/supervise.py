@@ -19,7 +19,6 @@ import queue
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections import deque
@@ -31,7 +30,8 @@ from types import FrameType
 from typing import Any, assert_never
 
 from kernodeck import stackdump
-from kernodeck._proc import alive, end_held, heartbeat_interval, hold, log, running, send, show, stop_carrying
+from kernodeck._proc import alive, end_held, heartbeat_interval, hold, log, running, send, stop_carrying
+from kernodeck.early import Early, launch, stacks_folder
 from kernodeck.inenv.protocol import STACKS_DIR_ENV, STACKS_SIGNAL, STATUSES, VERDICT_SUFFIX
 from kernodeck.project.deadlines import Deadlines
 
@@ -192,10 +192,11 @@ def _signal_group(pgid: int, signum: int) -> bool:
 
 
 def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlines: Deadlines, root: Path,
-              label: str = "checks", on_line: Callable[[str], None] | None = None) -> Supervised:
-    """Run ``argv`` (an in-env process), logged first; stop it on a deadline, a stall or a signal."""
-    folder = Path(tempfile.mkdtemp(prefix="kernodeck-stacks-"))
-    full_env = {**env, STACKS_DIR_ENV: str(folder)}
+              label: str = "checks", on_line: Callable[[str], None] | None = None,
+              early: Early | None = None) -> Supervised:
+    """Run ``argv`` (an in-env process), logged first; stop it on a deadline, a stall or a signal. ``early``: the
+    runner started already with ``argv``, waiting for its word (early.py), given it here."""
+    folder = early.folder if early is not None else stacks_folder()
     tail: deque[str] = deque(maxlen=40)
     progress = _Progress()
     procs: list[subprocess.Popen[str]] = []
@@ -204,12 +205,9 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
     signals = _Signals(lambda: procs[0].pid if procs else None)
     lines: queue.Queue[str | None] = queue.Queue()
     note_after = min(2 * heartbeat_interval(), deadlines.stall / 4)  # a silence of two heartbeats is shown
-    log(f"$ {show(argv)}")
     try:
         with signals.installed(), alive(label, lambda: progress.status(note_after)):
-            proc = subprocess.Popen(list(argv), env=dict(full_env), cwd=cwd, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
-                                    start_new_session=True)  # its own group: stopped whole, workers included
+            proc = early.go() if early is not None else launch(argv, env, cwd, folder)
             procs.append(proc)
             reader = threading.Thread(target=_read, args=(proc, lines), name="kernodeck-inenv-stderr", daemon=True)
             reader.start()

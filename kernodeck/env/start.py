@@ -22,9 +22,10 @@ from kernodeck.inenv.protocol import STACKS_DIR_ENV, USER_HOME_ENV
 FLAGS = ("-s", "-P", "-u")  # -u: nothing of the process's output waits in a buffer that its end would have to flush
 
 
-def argv(python: str | os.PathLike[str], *args: str) -> list[str]:
-    """The command line of an in-env process: the env's interpreter, the isolation flags, then ``args``."""
-    return [str(python), *FLAGS, *args]
+def argv(python: str | os.PathLike[str], *args: str, site: bool = True) -> list[str]:
+    """The command line of an in-env process: the env's interpreter, the isolation flags, then ``args``; without
+    ``site``, ``-S`` too (the verify runner runs ``site`` itself once told to: kernodeck/early.py)."""
+    return [str(python), *(() if site else ("-S",)), *FLAGS, *args]
 
 
 def environ(extra: Mapping[str, str] | None = None, declared: Iterable[str] = (),

@@ -1,6 +1,11 @@
 """Run the requested steps in order, in ONE process inside the rebuilt env, writing each result as it finishes.
 
-    <venv>/bin/python -s -P <kernodeck>/inenv/runner.py --config DOSSIER/run-config.json
+    <venv>/bin/python -S -s -P -u <kernodeck>/inenv/runner.py --config DOSSIER/run-config.json
+
+``-S``: ``site`` runs once this file has started, not before: the env's ``.pth`` lines and site-packages only after
+the orchestrator's word where it gives one (``--wait``: the runner is started while the inventory step proves the env,
+loads meanwhile what needs nothing of it, Kernodeck's in-env files and the standard library, then reads ``go`` on its
+stdin; anything else, or its end, and it stops having run nothing of the env).
 
 This file ships inside the kernodeck distribution and runs by path; nothing of Kernodeck is installed into the env.
 It loads its sibling files as a package from their folder and the application's entry by its file path: nothing
@@ -15,8 +20,10 @@ steps are written as not-run and nothing more is computed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import runpy
 import sys
 import time
@@ -24,6 +31,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PACKAGE = "kernodeck_inenv"  # the siblings, loaded from HERE; never the orchestrator's ``kernodeck`` package
+if sys.flags.no_site:  # -S: the venv's prefix as site sets it first (site.venv), before anything reads it (homes.py)
+    _PREFIX = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+    if any(os.path.isfile(os.path.join(d, "pyvenv.cfg")) for d in (os.path.dirname(sys.executable), _PREFIX)):
+        sys.prefix = sys.exec_prefix = _PREFIX
 
 runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv, from verified bytes (the one loader)
 # The application's files and Kernodeck's are compiled from their verified bytes (verified.py, _package.py): no
@@ -48,10 +59,49 @@ def _progress(result: dict[str, object]) -> str:
     return note + ")"
 
 
+# What the runner loads while it waits for its word: the step table's modules (and what they import), the one sibling
+# a step imports only when it runs, and the standard library modules torch and numpy import beyond those; named here,
+# never found by listing the folder (a file put there is not run). None of them reads anything of the env: one that
+# imports numpy fails here and loads as its step needs it, once ``site`` has run.
+LATER = ("setters",)
+STDLIB = ("asyncio", "concurrent.futures", "ctypes", "difflib", "email.parser", "gzip", "multiprocessing", "pickle",
+          "pprint", "queue", "tarfile", "unittest", "urllib.request", "uuid")
+
+
+def _word() -> bool:
+    """``--wait``: what needs nothing of the env loaded (``sys.path`` holds no site-packages yet: ``-S``), then the
+    orchestrator's word, ``go``, once the inventory step has proven the env (anything else, or the end of stdin: the
+    run stopped before its checks)."""
+    siblings = sorted({f"{PACKAGE}.{name}" for name in (*(row.module for row in BY_NAME.values()), *LATER)})
+    for name in (*siblings, *STDLIB):
+        with contextlib.suppress(Exception):  # loaded again, and any error met, where it is needed
+            importlib.import_module(name)
+    return sys.stdin.readline().strip() == "go"
+
+
+def _site() -> None:
+    """``site`` now, as the interpreter would have run it at its start (``-S`` held it back): the env's site-packages
+    and ``.pth`` lines. The processes the application starts through ``multiprocessing`` (``spawn``, ``forkserver``)
+    get the interpreter's flags but ``-S``: they start as a plain start of this env would, ``site`` on."""
+    if not sys.flags.no_site:
+        return
+    import site
+    import subprocess
+
+    site.main()
+    flags = subprocess._args_from_interpreter_flags  # type: ignore[attr-defined]
+    subprocess._args_from_interpreter_flags = lambda: [a for a in flags() if a != "-S"]  # type: ignore[attr-defined]
+    leftover.at_start()  # the import path with site-packages: the folders a trusted file is named under
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--wait", action="store_true", help="load, then wait for 'go' on stdin before the env runs")
     args = parser.parse_args(argv)
+    if args.wait and not _word():
+        return 0
+    _site()
     config = json.loads(args.config.read_text(encoding="utf-8"))
     # Kernodeck's in-env files run only as the bytes the orchestrator fingerprinted (_package.py): those loaded so far
     # are checked now, before any step; each later one before it runs.

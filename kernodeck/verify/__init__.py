@@ -9,6 +9,7 @@ folder swapped in only when complete. Outside steps run here; inside steps run i
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from kernodeck.verify.report import Report
 from kernodeck.verify.runbuild import holding
 from kernodeck.verify.steps import STEPS
 from kernodeck.verify.steps.build import interpreter_platform
-from kernodeck.verify.steps.in_env import IN_ENV_STEPS, REFERENCE_STEPS
+from kernodeck.verify.steps.in_env import IN_ENV_STEPS, REFERENCE_STEPS, early_start
 from kernodeck.verify.writer import LockFiles, prepare_out, write_dossier
 
 __all__ = ["verify"]
@@ -61,7 +62,11 @@ def verify(project: Project, plat: Platform, opts: Options, *, mode: str = "veri
             ctx = context.load(project, plat, opts, mode=mode, staging=stage.path, names=names)
             lock_files = LockFiles(ctx, plat.id, start=False)  # rendered and reviewed while the checks run
             run_.during_checks.append(lock_files.start)
-            drive(ctx, run_, STEPS)
+            run_.during_inventory.append(functools.partial(early_start, ctx, run_))
+            try:
+                drive(ctx, run_, STEPS)
+            finally:
+                run_.drop_early()  # a runner started early that no step gave its word (an earlier step failed)
             report = Report(plat.id, run_.steps,
                             {**run_.meta.as_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
                             not_established=run_.not_established, changed_code=run_.changed_code)

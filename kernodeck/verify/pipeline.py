@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernodeck._proc import log
+from kernodeck.early import Early
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv.protocol import Layer, Status
 from kernodeck.project.config import Project
@@ -77,6 +78,9 @@ class Run:
         self.result: RebuildResult | None = None  # the rebuild's record, when this run rebuilt (or reused) it
         # work for the orchestrator's idle time: started by the in-env phase as its process starts (writer.LockFiles)
         self.during_checks: list[Callable[[], None]] = []
+        # the runner, started as the inventory step begins (during_inventory), given its word by the checks (early.py)
+        self.during_inventory: list[Callable[[], None]] = []
+        self.early: Early | None = None
         self.t0 = time.perf_counter()  # when the current step started
 
     @property
@@ -86,6 +90,12 @@ class Run:
     def elapsed(self) -> float:
         """Seconds since the current step started."""
         return time.perf_counter() - self.t0
+
+    def drop_early(self) -> None:
+        """The runner started early and never given its word (an earlier step failed, the run stopped): ended."""
+        early, self.early = self.early, None
+        if early is not None:
+            early.drop()
 
     def fail(self, error: KernodeckError) -> None:
         """Record the error a step failed with; the first one is what the run raises."""

@@ -250,7 +250,7 @@ def test_a_lazy_import_is_no_cycle(tree: Path, line: str) -> None:
 # are the package's top-level modules and subpackages ("kernodeck": its __init__).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernodeck", "errors", "tips", "exitcodes", "_fs", "noxsessions", "inenv"),
-    ("project", "sources", "_proc", "outdir", "platform_lock", "supervise", "stackdump"),
+    ("project", "sources", "_proc", "outdir", "platform_lock", "supervise", "early", "stackdump"),
     ("lock",),
     ("env",),
     ("runformat",),

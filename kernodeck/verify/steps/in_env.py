@@ -7,12 +7,13 @@ orchestrator. Only files cross the wall: the run configuration in, one step file
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 from typing import Any, NoReturn
 
-from kernodeck import tips
+from kernodeck import early, tips
 from kernodeck._fs import sha256_file, write_atomic, write_json
 from kernodeck._proc import first_error, log, show
 from kernodeck.env import extension_scan, start
@@ -83,6 +84,25 @@ def probe_wait(limits: deadlines.Deadlines) -> float:
     return min(PROBE_WAIT_S, limits.step(StepName.SYSTEM) / 2, limits.stall / 2)
 
 
+def runner_argv(run_: Run, python: Path) -> list[str]:
+    """The runner's command: ``site`` held back until its word (``-S``, ``--wait``: early.py), its configuration
+    beside the run's steps."""
+    return start.argv(python, str(RUNNER), early.WAIT, "--config", str(run_.staging / "run-config.json"), site=False)
+
+
+def early_start(ctx: RunContext, run_: Run) -> None:
+    """The runner started as the inventory step begins (``Run.during_inventory``), to load what needs nothing of the
+    env meanwhile (early.py); not where no check runs, nor where the variables would load a library no
+    declaration allows (the checks refuse the run then, starting nothing). A failure to start is met again, and
+    reported, when the checks start it."""
+    env = start.environ(RUNNER_ENV, start.declared_variables(ctx.project.tool))
+    declared = ctx.project.tool.get("environment", {}).get("ld-preload", [])
+    if run_.python is None or not ctx.names or start.undeclared_preload(env, list(declared)):
+        return
+    with contextlib.suppress(OSError):
+        run_.early = early.start(runner_argv(run_, run_.python), env, run_.staging)
+
+
 def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str, Any]) -> None:
     """Run the in-env steps in one process; read back one result file per step."""
     limits = deadlines.load(run_.project.tool)
@@ -90,10 +110,10 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     config[ConfigKey.PROBE_WAIT_S] = probe_wait(limits)
     cfg_path = run_.staging / "run-config.json"
     write_json(cfg_path, config)
-    runner = RUNNER
-    argv = start.argv(python, str(runner), "--config", str(cfg_path))
+    argv = runner_argv(run_, python)
     env_extra = dict(RUNNER_ENV)
-    shown_argv = [_shown(run_.project.root, a) for a in argv[:-1]]
+    # the command a user runs by hand (procedure.md): without the word it would wait for
+    shown_argv = [_shown(run_.project.root, a) for a in argv[:-1] if a != early.WAIT]
     command = run_.meta.runner_command = show([*shown_argv, "DOSSIER/run-config.json"])
     run_.meta.runner_env = RUNNER_ENV
     phase = InEnvPhases()
@@ -104,9 +124,14 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
             log(forwarded)
 
     run_.meta.deadlines = limits.as_dict()  # run policy, recorded; not part of the reference's identity
-    ended = supervise(argv, env=start.environ(env_extra, config.get(ConfigKey.VARIABLES) or []), cwd=run_.staging,
-                      deadlines=limits, root=run_.project.root,
-                      on_line=forward)
+    env = start.environ(env_extra, config.get(ConfigKey.VARIABLES) or [])
+    waiting, run_.early = run_.early, None
+    if waiting is not None and not waiting.matches(argv, env, run_.staging):
+        waiting.drop()  # started otherwise than the checks start it now: never given its word
+        waiting = None
+    waiting = waiting or early.start(argv, env, run_.staging)
+    ended = supervise(argv, env=env, cwd=run_.staging, deadlines=limits, root=run_.project.root, on_line=forward,
+                      early=waiting)
     code, tail = ended.code, ended.tail
     results = {p.name.split("-", 1)[1].removesuffix(".json"): p for p in (run_.staging / "steps").glob("*.json")}
     crashed_at = None

@@ -173,6 +173,8 @@ def inventory_entry(ctx: RunContext, run: Run) -> Step:
     """The pipeline's ``inventory``: the observed inventory written into the dossier (a failed step's too: it is the
     evidence of what differs), then the step, which :class:`StepFailed` carries when the env is not the lock's."""
     assert run.python is not None  # the rebuild step gave it
+    for begin in run.during_inventory:  # what waits only for the env to be proven (the runner's start: early.py)
+        begin()
     seen, step, failure = inventory_step(run, run.lock, run.python, intentional=bool(ctx.opts.python),
                                          strict=ctx.opts.strict)
     write_atomic(ctx.staging / "inventory.txt", seen.text)

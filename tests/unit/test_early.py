@@ -1,0 +1,88 @@
+"""The verify runner started before its word (kernodeck/early.py, kernodeck/inenv/runner.py ``--wait``): with ``-S`` it
+runs nothing of the env's site-packages (no ``.pth`` line) until it reads ``go``; closed without it, it ends having run
+nothing; given it, ``site`` runs as a plain start would have run it, and the processes the application starts through
+``multiprocessing`` get the interpreter's flags without ``-S``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kernodeck import early
+from kernodeck.env import start
+from kernodeck.inenv.protocol import STACKS_DIR_ENV
+from kernodeck.verify.steps.in_env import RUNNER
+
+
+def _venv(tmp_path: Path, marker: Path) -> Path:
+    """A venv of the base interpreter (its layout and pyvenv.cfg, as ``python -m venv`` writes them), whose
+    site-packages holds a ``.pth`` that writes ``marker`` when ``site`` runs it, and, once the runner reads its
+    configuration, the interpreter flags a ``multiprocessing`` child would get (json.loads wrapped)."""
+    base = Path(sys._base_executable)  # type: ignore[attr-defined]
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").symlink_to(base)
+    (env / "pyvenv.cfg").write_text(f"home = {base.parent}\ninclude-system-site-packages = false\n")
+    site = env / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "zz-early.pth").write_text(
+        f"import json, subprocess; M = {str(marker)!r}; open(M, 'a').write('site ran\\n'); "
+        "json.loads = lambda *a, _m=M, _l=json.loads, _s=subprocess, **k: (open(_m, 'a').write(' '.join("
+        "_s._args_from_interpreter_flags()) + '|\\n'), _l(*a, **k))[1]\n")
+    return env / "bin" / "python"
+
+
+def _config(tmp_path: Path) -> Path:
+    (tmp_path / "run").mkdir()
+    config = tmp_path / "run" / "run-config.json"
+    config.write_text(json.dumps({"project_root": str(tmp_path), "application": {"sample": "s.jsonl"}, "steps": []}))
+    return config
+
+
+def _runner(tmp_path: Path, word: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    marker = tmp_path / "marker"
+    python = _venv(tmp_path, marker)
+    argv = start.argv(python, str(RUNNER), early.WAIT, "--config", str(_config(tmp_path)), site=False)
+    done = subprocess.run(argv, input=word, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={"PATH": os.environ.get("PATH", "")}, check=False)
+    return done, marker.read_text() if marker.exists() else ""
+
+
+def test_without_its_word_the_runner_runs_nothing_of_the_env(tmp_path: Path) -> None:
+    """Its stdin closed without ``go`` (the inventory failed): it ends, and no ``.pth`` line of the env ran."""
+    done, marker = _runner(tmp_path, "")
+    assert done.returncode == 0 and marker == "", (done.stderr[-2000:], marker)
+    assert not (tmp_path / "run" / "steps").exists()
+
+
+def test_told_to_go_site_runs_and_children_start_with_it(tmp_path: Path) -> None:
+    """The control: given ``go``, ``site`` runs the env's ``.pth`` lines as a plain start of the env does (as often:
+    CPython's venv start runs them twice), and the flags a ``multiprocessing`` child gets hold no ``-S`` (it starts
+    with the env's site-packages)."""
+    done, marker = _runner(tmp_path, "go\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    plain = tmp_path / "plain"
+    subprocess.run([str(_venv(plain, plain / "marker")), "-s", "-P", "-c", "pass"], check=True, timeout=60,
+                   env={"PATH": os.environ.get("PATH", "")})
+    ran = [line for line in marker.splitlines() if line == "site ran"]
+    assert ran and len(ran) == (plain / "marker").read_text().count("site ran"), marker
+    (flags,) = {line.removesuffix("|") for line in marker.splitlines() if line.endswith("|")}
+    assert "-S" not in flags.split() and "-s" in flags.split(), marker
+
+
+def test_an_early_runner_dropped_ends_and_leaves_nothing(tmp_path: Path) -> None:
+    """early.start, then drop (an earlier step failed): the process has ended, without its word, and its stacks
+    folder (the run's mark) is gone."""
+    marker = tmp_path / "marker"
+    python = _venv(tmp_path, marker)
+    argv = start.argv(python, str(RUNNER), early.WAIT, "--config", str(_config(tmp_path)), site=False)
+    waiting = early.start(argv, {"PATH": os.environ.get("PATH", "")}, tmp_path)
+    assert waiting.proc.poll() is None and waiting.folder.is_dir()
+    assert waiting.matches(argv, {"PATH": os.environ.get("PATH", "")}, tmp_path)
+    assert not waiting.matches([*argv, "--other"], {"PATH": os.environ.get("PATH", "")}, tmp_path)
+    waiting.drop()
+    assert waiting.proc.returncode == 0 and not waiting.folder.exists() and not marker.exists()
+    assert STACKS_DIR_ENV not in os.environ
