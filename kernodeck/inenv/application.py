@@ -28,7 +28,7 @@ from typing import Any
 from . import _common, cached, children, declared_files, links, seen, verified, world
 from ._common import CheckFailed, Context, current_step, load_file, load_sample, progress, user_traceback
 from .arrays import _np, _save_npy, _write_text
-from .locate import env_held, locate
+from .locate import locate
 
 
 def _app_cfg(ctx: Context) -> dict[str, Any]:
@@ -213,12 +213,12 @@ def settings_held(ctx: Context, who: str) -> Iterator[None]:
 
 def weights(ctx: Context) -> Path | None:
     """The declared weights (any source kind: locate.py), fingerprinted file by file against the reference."""
-    cfg, root = _app_cfg(ctx).get("weights"), Path(ctx.config["project_root"])
+    cfg = _app_cfg(ctx).get("weights")
     if not cfg:
         return None
     if "weights" in ctx.state:
         return Path(ctx.state["weights"])
-    folder, found = locate(cfg, root, "weights", "weights", links.held(ctx), env_held(ctx.config))
+    folder, found = locate(cfg, Path(ctx.config["project_root"]), "weights", "weights", links.held(ctx))
     version = "unknown"
     if cfg.get("kind", "package") == "package":
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
@@ -234,7 +234,7 @@ def data(ctx: Context) -> dict[str, Path]:
         prints: dict[str, dict[str, str]] = {}
         for name, cfg in sorted((_app_cfg(ctx).get("data") or {}).items()):
             found[name], prints[name] = locate(cfg, Path(ctx.config["project_root"]), f"data {name}", "data-loading",
-                                               links.held(ctx), env_held(ctx.config))
+                                               links.held(ctx))
         ctx.state.update(data=found, data_fingerprint=prints)
     return dict(ctx.state["data"])
 

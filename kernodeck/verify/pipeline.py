@@ -76,7 +76,6 @@ class Run:
         self.run_config: dict[str, Any] = {}  # what the in-env runner is given
         self.python: Path | None = None  # the env's interpreter, once rebuilt, reused or given
         self.result: RebuildResult | None = None  # the rebuild's record, when this run rebuilt (or reused) it
-        self.env_files_held = False  # the inventory proved every file of the env the build's (RECORD-checked then)
         # work for the orchestrator's idle time: started by the in-env phase as its process starts (writer.LockFiles)
         self.during_checks: list[Callable[[], None]] = []
         # the runner, started as the inventory step begins (during_inventory), given its word by the checks (early.py)

@@ -671,8 +671,7 @@ def _step_on(env: Path, lock: lockfile.Lockfile, tmp_path: Path, *, intentional:
     step = run_.steps[-1]
     if "vs_lock" in step.details:  # observed, passed or not: what was seen is the dossier's evidence
         assert (staging / "inventory.txt").is_file(), "the observed inventory was not written"
-    return ({"status": str(step.status), "env_files_held": run_.env_files_held, **step.details}, run_.not_established,
-            str(run_.error or ""))
+    return {"status": str(step.status), **step.details}, run_.not_established, str(run_.error or "")
 
 
 def _fake_env_runnable(tmp_path: Path) -> tuple[Path, lockfile.Lockfile]:
@@ -701,13 +700,11 @@ def test_inventory_step_records_the_file_claim(tmp_path: Path) -> None:
     assert files["snapshot"] == "compared" and set(files["counts"].values()) == {0}  # type: ignore[index,union-attr]
     assert files["foreign"] == [] and files["without_record"] == [] and files["shared"] == []  # type: ignore[index]
     assert "files, unchanged since the build" in str(details["summary"])
-    assert details["env_files_held"] is True  # the runner may take a package source's digests from its RECORD
     # a dropped sitecustomize that breaks the interpreter's report: the files are named, not the broken report
     site = _site(env)
     (site / "sitecustomize.py").write_text("print('garbage')\n")
     details, _, failure = _step_on(env, lock, tmp_path)
     assert details["status"] == "failed" and "sitecustomize.py" in failure and "no locked distribution owns" in failure
-    assert details["env_files_held"] is False
 
 
 def test_inventory_step_for_an_existing_interpreter(tmp_path: Path) -> None:
@@ -724,11 +721,10 @@ def test_inventory_step_for_an_existing_interpreter(tmp_path: Path) -> None:
     (_site(env) / "extra_mod.py").write_text("X = 1\n")
     details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
     assert details["status"] == "passed" and len(missing) == 1 and "extra_mod.py" in missing[0]
-    assert details["env_files_held"] is False  # a file not the build's: every digest read from the bytes
     assert "read only declared inputs: the closed world trusts every read inside the environment" in missing[0]
     details, _, failure = _step_on(env, lock, tmp_path, intentional=True, strict=True)
     assert details["status"] == "failed" and "extra_mod.py" in failure
     (env / snapshot.SNAPSHOT).unlink()  # an interpreter Kernodeck did not build: nothing to hold its files to
     details, missing, failure = _step_on(env, lock, tmp_path, intentional=True)
-    assert details["status"] == "passed" and "files" not in details and details["env_files_held"] is False
+    assert details["status"] == "passed" and "files" not in details
     assert len(missing) == 1 and "no build snapshot" in missing[0] and "read only declared inputs" in missing[0]

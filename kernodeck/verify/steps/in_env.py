@@ -253,7 +253,7 @@ def checks(ctx: RunContext, run: Run) -> None:
     undeclared = start.undeclared_preload(env, list(declared))
     if undeclared:
         _refuse_preload(run, ctx.names, undeclared)
-    config = {**run.run_config, ConfigKey.ENV_FILES_HELD: run.env_files_held}
+    config = run.run_config
     if StepName.EXTENSIONS in ctx.names:
         config = {**config, "extensions": extensions_config(ctx, run.python)}
     for begin in run.during_checks:  # the orchestrator's own work for the time it only waits (writer.LockFiles)

@@ -165,9 +165,6 @@ def inventory_step(
         run_.not_established.append(f"that {files_note}")
     if intentional and files is not None and lock is not None and failure is None:
         failure = _bound(run_, step, lock, python, strict=strict)
-    # each file the build's (checked against its RECORD then) and unchanged since: the runner may take a package
-    # source's digests from its RECORD (kernodeck/inenv/locate.py)
-    run_.env_files_held = files is not None and files.clean and failure is None
     step.duration_s = time.perf_counter() - start
     return seen, step, failure
 
