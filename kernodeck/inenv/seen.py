@@ -34,6 +34,12 @@ INSTALLED = [False]
 FORKS_ENDED = [False]  # a resume call's processes ended (resume_calls.end_descendants): no fork from then on
 TIP_LIMITS = "docs/application.md: the resume contract"
 PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the step that ran the application
+# the events _hook judges; any other (builtins.id, exec, import: ~60 000 as sentence-transformers loads) returns at once
+JUDGED = frozenset({"open", "os.rename", "os.link", "os.symlink", "os.truncate", "os.utime", "os.chmod", "os.chown",
+                    "os.setxattr", "os.removexattr", "socket.__new__", "os.chdir", "os.listdir", "os.scandir",
+                    "os.mkdir", "os.fork", "os.remove", "os.rmdir", "socket.sethostname", "resource.prlimit",
+                    "sys.addaudithook", "sqlite3.connect", "ctypes.dlopen", "compile", *channels.PROCESS_EVENTS,
+                    *channels.ADDRESSED, *channels.LOOKUPS})
 
 _state = owned.state
 
@@ -70,12 +76,6 @@ def _touched(path: str) -> None:
 def _guard(raw: str | None, how: str, follows: bool = True) -> None:
     """A change through ``raw`` refused where it lands on what the run relies on as checked (guard.py)."""
     refusal = guard.changed(raw, how, follows)
-    if refusal is not None:
-        _refuse(*refusal)
-
-
-def _guard_tree(raw: str) -> None:
-    refusal = guard.moved_tree(raw)
     if refusal is not None:
         _refuse(*refusal)
 
@@ -242,7 +242,8 @@ def _moved(src_arg: Any, dst_arg: Any, how: str = "moved") -> None:
     _guard(dst, f"{how} onto", follows=False)
     if how == "moved":  # the folder that holds what was checked, moved away (and back, changed): any of them
         _guard(src, "moved away", follows=False)
-        _guard_tree(src)
+        if (refusal := guard.moved_tree(src)) is not None:
+            _refuse(*refusal)
     elif how == "hard-linked":  # a new name for checked bytes: written through it, they change
         _guard(src, "given another name")
     source = paths.real(src)
@@ -334,10 +335,9 @@ def own_thread() -> None:
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    # between windows, in an in-env process, any thread but Kernodeck's own is the application's (left running, or
-    # started by one left running): what it reads is recorded for the next window's verdict (LATE); in a process that
-    # imports this package as a library (a test's), only the windows are watched
-    if ON is None:  # the interpreter's teardown cleared this module's names (a process that imported it as a library)
+    # ON is None: teardown cleared this module's names (a library's process, where only the windows are watched).
+    # Between windows, in an in-env process, any thread but Kernodeck's own is the application's: its reads are LATE
+    if ON is None or event not in JUDGED:
         return
     if (not ON[0] and (not IN_ENV or getattr(MINE, "own", False))) or getattr(MINE, "quiet", False):
         return
