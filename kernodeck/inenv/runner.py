@@ -88,6 +88,7 @@ def _site() -> None:
     import site
     import subprocess
 
+    site.PREFIXES[:] = [sys.base_prefix, sys.base_exec_prefix]  # as site takes them at a plain start, before site.venv
     site.main()
     flags = subprocess._args_from_interpreter_flags  # type: ignore[attr-defined]
     subprocess._args_from_interpreter_flags = lambda: [a for a in flags() if a != "-S"]  # type: ignore[attr-defined]

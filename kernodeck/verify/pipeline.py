@@ -78,7 +78,7 @@ class Run:
         self.result: RebuildResult | None = None  # the rebuild's record, when this run rebuilt (or reused) it
         # work for the orchestrator's idle time: started by the in-env phase as its process starts (writer.LockFiles)
         self.during_checks: list[Callable[[], None]] = []
-        # the runner, started as the inventory step begins (during_inventory), given its word by the checks (early.py)
+        # the runner, started once the inventory has shown the env's files the build's, told to go by the checks
         self.during_inventory: list[Callable[[], None]] = []
         self.early: Early | None = None
         self.t0 = time.perf_counter()  # when the current step started

@@ -116,6 +116,7 @@ CROSS_CUTTING = {
                  "require_one_each does not",
     "redteam80": "red-team pass 80: pip's build subprocess writes bytecode into Kernodeck's own pip folder",
     "redteam81": "red-team pass 81: native readers got unwrapped when their modules were wrapped as imported",
+    "redteam82": "red-team pass 82: the verify runner started before the env's files were proven",
 }
 
 

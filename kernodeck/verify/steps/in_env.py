@@ -91,10 +91,11 @@ def runner_argv(run_: Run, python: Path) -> list[str]:
 
 
 def early_start(ctx: RunContext, run_: Run) -> None:
-    """The runner started as the inventory step begins (``Run.during_inventory``), to load what needs nothing of the
-    env meanwhile (early.py); not where no check runs, nor where the variables would load a library no
-    declaration allows (the checks refuse the run then, starting nothing). A failure to start is met again, and
-    reported, when the checks start it."""
+    """The runner started once the inventory step has shown every file of the env the build's (``during_inventory``),
+    to load what needs nothing of the env while the packages are compared with the lock and the extensions found
+    (early.py); not where no check runs, nor where the variables would load a library no declaration allows (the
+    checks refuse the run then, starting nothing). A failure to start is met again, and reported, when the checks
+    start it."""
     env = start.environ(RUNNER_ENV, start.declared_variables(ctx.project.tool))
     declared = ctx.project.tool.get("environment", {}).get("ld-preload", [])
     if run_.python is None or not ctx.names or start.undeclared_preload(env, list(declared)):

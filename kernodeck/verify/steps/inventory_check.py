@@ -9,6 +9,7 @@ since is checked against its source). Damaged files fail in every mode.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kernodeck import tips
@@ -73,7 +74,11 @@ def _against_lock(run_: Run, step: Step, lock: lockfile.Lockfile, seen: inventor
                   intentional: bool, strict: bool, files_note: str) -> tuple[KernodeckError | None, str]:
     """The packages against the lock: the step's title and summary; the failure (packages first); the files' note
     left to say (said here, beside the packages' difference, when there is one)."""
-    delta = inventory.diff(inventory.expected_from_lock(lock, marker_values(str(python))), seen.packages)
+    # the marker values asked of the interpreter the env was made from where the rebuild step found it on this
+    # machine (the same values, and nothing of the env, its pyvenv.cfg's home, is read before its files are known:
+    # red-team pass 82, EARLY1); of the env's own interpreter otherwise (--python, --no-rebuild)
+    base = (run_.result.base_python.get("path") if run_.result is not None else None) or str(python)
+    delta = inventory.diff(inventory.expected_from_lock(lock, marker_values(base)), seen.packages)
     step.details.update(
         vs_lock=delta.as_dict(),
         summary=f"{len(seen.packages)} packages, "
@@ -123,9 +128,12 @@ def _bound(run_: Run, step: Step, lock: lockfile.Lockfile, python: Path, *, stri
     return None
 
 
-def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, start: float
-             ) -> tuple[inventory.Observation, envfiles.Findings | None]:
-    """The env's files (a rebuilt env's, from outside it, first), then its packages by its own interpreter."""
+def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, start: float,
+             proven: Callable[[], None] = lambda: None) -> tuple[inventory.Observation, envfiles.Findings | None]:
+    """The env's files (a rebuilt env's, from outside it, first), then its packages by its own interpreter.
+    ``proven``: called once every file of the env is shown the build's, before the packages are compared with the
+    lock (the runner starts then: early.py; not before, red-team pass 82: a ``pyvenv.cfg`` naming another ``home``,
+    a library planted where ``LD_LIBRARY_PATH`` looks, ran in a runner started before the files were known)."""
     built = python.parent.parent  # a rebuilt env: <env>/bin/python
     # an interpreter Kernodeck did not build (--python) has no snapshot to hold its files to
     env = None if intentional and not (built / snapshot.SNAPSHOT).is_file() else built
@@ -134,6 +142,8 @@ def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, st
         if env is not None:
             locked = {p.name for p in lock.pins} if lock is not None else None
             files = envfiles.check(env, locked or (), snapshot_digest(env) or "", inventory.bytecode_validator(python))
+            if files.clean:
+                proven()
         return inventory.observe(python, files=env is None), files
     except KernodeckError as exc:
         cause = exc
@@ -144,13 +154,19 @@ def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, st
                                      details={"files": files.as_dict()} if files is not None else {})) from None
 
 
+def _proven(run_: Run) -> None:
+    """What waited for the env's files to be shown the build's (the runner's start: early.py)."""
+    for begin in run_.during_inventory:
+        begin()
+
+
 def inventory_step(
     run_: Run, lock: lockfile.Lockfile | None, python: Path, intentional: bool, strict: bool = False
 ) -> tuple[inventory.Observation, Step, KernodeckError | None]:
     """Observe the env and hold it to the lock: what was seen, the ``inventory`` step's record and, when the env is
     not the lock's, the failure (the entry raises it in :class:`StepFailed`, which pipeline.drive fails)."""
     start = time.perf_counter()
-    seen, files = _observe(lock, python, intentional, start)
+    seen, files = _observe(lock, python, intentional, start, lambda: _proven(run_))
     step = Step("inventory", Status.PASSED, details=seen.as_dict(), interpreter=str(python))
     tip = (tips.REBUILD_FRESH if not intentional
            else f"repair or recreate the environment of {python} (nothing is installed into it)")
@@ -173,8 +189,6 @@ def inventory_entry(ctx: RunContext, run: Run) -> Step:
     """The pipeline's ``inventory``: the observed inventory written into the dossier (a failed step's too: it is the
     evidence of what differs), then the step, which :class:`StepFailed` carries when the env is not the lock's."""
     assert run.python is not None  # the rebuild step gave it
-    for begin in run.during_inventory:  # what waits only for the env to be proven (the runner's start: early.py)
-        begin()
     seen, step, failure = inventory_step(run, run.lock, run.python, intentional=bool(ctx.opts.python),
                                          strict=ctx.opts.strict)
     write_atomic(ctx.staging / "inventory.txt", seen.text)
