@@ -391,10 +391,10 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 
 
 def install() -> None:
+    natives.install()  # the env's native readers report files too (each window: its finder first again)
     if not INSTALLED[0]:
         own_thread()
         os.register_at_fork(before=owned.at_fork)  # in the parent, as it forks: no change after it can slip in
         sys.addaudithook(_hook)
-        natives.install()  # the env's native readers (safetensors, tokenizers, torch loaders) report files too
         channels.hold_spawns()  # and multiprocessing's spawn/forkserver starts raise an event
         INSTALLED[0] = True
