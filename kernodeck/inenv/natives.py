@@ -311,11 +311,7 @@ def install() -> None:
     """Wrap each reader and writer (before any of the application's code runs: seen.install): those of a module
     imported already, or importable and not :data:`LATER`, now; the others as their module is imported, each time it
     is (:class:`_OnImport`). Once per process."""
-    mine = [finder for finder in sys.meta_path if isinstance(finder, _OnImport)]
-    if mine:  # installed: first again at each window (a finder the application put first would go round it)
-        if sys.meta_path[0] is not mine[0]:
-            sys.meta_path.remove(mine[0])
-            sys.meta_path.insert(0, mine[0])
+    if any(isinstance(finder, _OnImport) for finder in sys.meta_path):
         return
     for native in NATIVES:
         module = sys.modules.get(native.module)

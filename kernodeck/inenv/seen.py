@@ -37,9 +37,9 @@ PENDING: list[CheckFailed] = []  # verdicts raised and not yet settled by the st
 # the events _hook judges; any other (builtins.id, exec, import: ~60 000 as sentence-transformers loads) returns at once
 JUDGED = frozenset({"open", "os.rename", "os.link", "os.symlink", "os.truncate", "os.utime", "os.chmod", "os.chown",
                     "os.setxattr", "os.removexattr", "socket.__new__", "os.chdir", "os.listdir", "os.scandir",
-                    "os.mkdir", "os.fork", "os.remove", "os.rmdir", "socket.sethostname", "resource.prlimit",
-                    "sys.addaudithook", "sqlite3.connect", "ctypes.dlopen", "compile", *channels.PROCESS_EVENTS,
-                    *channels.ADDRESSED, *channels.LOOKUPS})
+                    "os.mkdir", "os.fork", "os.forkpty", "os.remove", "os.rmdir", "socket.sethostname",
+                    "resource.prlimit", "sys.addaudithook", "sqlite3.connect", "ctypes.dlopen", "compile",
+                    *channels.PROCESS_EVENTS, *channels.ADDRESSED, *channels.LOOKUPS})
 
 _state = owned.state
 
@@ -371,7 +371,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         _guard(made, "a folder made")
         if made is not None:
             _will_write(paths.real(made))
-    elif event == "os.fork":
+    elif event in ("os.fork", "os.forkpty"):  # pty.fork too
         if FORKS_ENDED[0]:  # a thread a resume call left running, after the call's processes were ended
             _refuse("forked after its call ended: what it would run outlives the call", {"tip": TIP_LIMITS})
         children.FORKS[0] = True
@@ -391,10 +391,10 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 
 
 def install() -> None:
-    natives.install()  # the env's native readers report files too (each window: its finder first again)
     if not INSTALLED[0]:
         own_thread()
         os.register_at_fork(before=owned.at_fork)  # in the parent, as it forks: no change after it can slip in
         sys.addaudithook(_hook)
+        natives.install()  # the env's native readers (safetensors, tokenizers, torch loaders) report files too
         channels.hold_spawns()  # and multiprocessing's spawn/forkserver starts raise an event
         INSTALLED[0] = True

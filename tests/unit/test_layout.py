@@ -117,6 +117,7 @@ CROSS_CUTTING = {
     "redteam80": "red-team pass 80: pip's build subprocess writes bytecode into Kernodeck's own pip folder",
     "redteam81": "red-team pass 81: native readers got unwrapped when their modules were wrapped as imported",
     "redteam82": "red-team pass 82: the verify runner started before the env's files were proven",
+    "redteam83": "red-team pass 83: the audit hook's fast path, the runner's start, the natives' finder",
 }
 
 

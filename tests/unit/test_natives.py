@@ -161,29 +161,6 @@ def test_a_reader_whose_module_is_imported_after_the_install_is_wrapped_as_it_is
     assert result["error"].startswith("the entry read files that are not declared sources: data/w.st (opened)"), result
 
 
-# a finder of the application's put first on sys.meta_path between two windows (handing every module to PathFinder)
-FIRST = LATER.replace("    sys.path.insert(0, sys.argv[4] + '/later')\n", (
-    "    import importlib.machinery\n"
-    "    class First:\n"
-    "        def find_spec(self, name, path=None, target=None):\n"
-    "            return importlib.machinery.PathFinder.find_spec(name, path, target)\n"
-    "    sys.meta_path.insert(0, First())\n"
-    "    application._function(ctx, config['application']['entry'], 'entry')\n"
-    "    sys.path.insert(0, sys.argv[4] + '/later')\n"), 1)
-
-
-def test_a_finder_put_first_by_the_application_is_passed_again_at_the_next_window(tmp_path: Path) -> None:
-    """The finder that wraps a LATER module as it is imported is put first on sys.meta_path again at each window: one
-    the application put before it meanwhile does not take the import round the wrap. The control: without the next
-    window (the imports right after the finder is put first), the read is unseen."""
-    result = _later(tmp_path, READS["PT2ArchiveReader"], FIRST)
-    assert result["status"] == "failed" and "data/w.st (opened)" in result["error"], result
-    control = FIRST.replace("    application._function(ctx, config['application']['entry'], 'entry')\n"
-                            "    sys.path.insert", "    sys.path.insert", 1)
-    assert control != FIRST
-    assert _later(tmp_path / "control", READS["PT2ArchiveReader"], control) == {"status": "passed"}
-
-
 def test_without_its_rows_a_reader_imported_later_is_unseen(tmp_path: Path) -> None:
     """The control: the stand-ins read nothing through Python, as the Rust readers. Imported as late, safetensors'
     rows dropped from NATIVES before the install, its read passes unseen."""

@@ -99,6 +99,9 @@ ROUND = {
     "control: a plain import": f"import safetensors\nsafetensors.safe_open(str({ST}), 'numpy')",
     "NAT1 the importlib recipe": BYPASS + f"fresh('safetensors').safe_open(str({ST}), 'numpy')",
     "NAT2 a finder first": FIRST + f"import tokenizers\ntokenizers.Tokenizer.from_file(str({TOK}))",
+    # the one module wrapped only as it is imported (natives.LATER): round its wrap, torch._C's row stands behind it
+    "NAT2 a finder first, the PT2 archive's reader": (
+        FIRST + f"from torch.export.pt2_archive import PT2ArchiveReader\nPT2ArchiveReader(str({ST}))"),
     # NAT3: a profile function (no audit event) reading the package's globals while it executes
     "NAT3 code run during the import": (
         "import sys\ngot = {}\n"
