@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kernodeck.inenv import channels, children, declared_files, seen
+from kernodeck.inenv import channels, children, declared_files, paths, seen
 
 
 def _branch_events(source: str) -> set[str]:
@@ -97,6 +97,9 @@ def _branches(monkeypatch: pytest.MonkeyPatch, judged: Any) -> dict[str, list[st
             raise _Reached(name)
         return reached
 
+    # read before the hook's helpers are replaced: parsing raises "compile", which the hook judges where a test
+    # earlier in this process installed it
+    names = sorted({*EVENTS, *_branch_events(inspect.getsource(seen._hook))})
     with monkeypatch.context() as m:
         for name in ("_opened", "_os_open", "_moved", "_linked", "_touched_by", "_refuse", "_listed", "_guard",
                      "_will_write", "_sqlite", "_dlopen", "_at"):
@@ -104,12 +107,11 @@ def _branches(monkeypatch: pytest.MonkeyPatch, judged: Any) -> dict[str, list[st
         m.setattr(declared_files, "compiled", recorder("compiled"))
         for name in ("started", "network", "addressed", "lookup"):
             m.setattr(channels, name, recorder(f"channels.{name}"))
-        m.setattr(seen.paths, "given", recorder("paths.given"))
+        m.setattr(paths, "given", recorder("paths.given"))
         m.setattr(seen, "JUDGED", judged)
         m.setattr(seen, "ON", [True])
         m.setattr(seen, "FORKS_ENDED", [False])
         m.setattr(children, "FORKS", [False])
-        names = sorted({*EVENTS, *_branch_events(inspect.getsource(seen._hook))})
         found: dict[str, list[str]] = {}
         for event in names:
             for args in SHAPES:
