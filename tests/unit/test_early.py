@@ -5,49 +5,30 @@ nothing; given it, ``site`` runs as a plain start would have run it, and the pro
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from kernodeck import early
-from kernodeck.env import start
 from kernodeck.inenv.protocol import STACKS_DIR_ENV
-from kernodeck.verify.steps.in_env import RUNNER
+from tests.helpers import basevenv
 
 
 def _venv(tmp_path: Path, marker: Path) -> Path:
-    """A venv of the base interpreter (its layout and pyvenv.cfg, as ``python -m venv`` writes them), whose
-    site-packages holds a ``.pth`` that writes ``marker`` when ``site`` runs it, and, once the runner reads its
-    configuration, the interpreter flags a ``multiprocessing`` child would get (json.loads wrapped)."""
-    base = Path(sys._base_executable)  # type: ignore[attr-defined]
-    env = tmp_path / "env"
-    (env / "bin").mkdir(parents=True)
-    (env / "bin" / "python").symlink_to(base)
-    (env / "pyvenv.cfg").write_text(f"home = {base.parent}\ninclude-system-site-packages = false\n")
-    site = env / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    site.mkdir(parents=True)
-    (site / "zz-early.pth").write_text(
+    """A venv of the base interpreter whose site-packages holds a ``.pth`` that writes ``marker`` when ``site`` runs
+    it, and, once the runner reads its configuration, the interpreter flags a ``multiprocessing`` child would get
+    (json.loads wrapped)."""
+    python = basevenv.venv(tmp_path)
+    (basevenv.site_packages(python) / "zz-early.pth").write_text(
         f"import json, subprocess; M = {str(marker)!r}; open(M, 'a').write('site ran\\n'); "
         "json.loads = lambda *a, _m=M, _l=json.loads, _s=subprocess, **k: (open(_m, 'a').write(' '.join("
         "_s._args_from_interpreter_flags()) + '|\\n'), _l(*a, **k))[1]\n")
-    return env / "bin" / "python"
-
-
-def _config(tmp_path: Path) -> Path:
-    (tmp_path / "run").mkdir()
-    config = tmp_path / "run" / "run-config.json"
-    config.write_text(json.dumps({"project_root": str(tmp_path), "application": {"sample": "s.jsonl"}, "steps": []}))
-    return config
+    return python
 
 
 def _runner(tmp_path: Path, word: str) -> tuple[subprocess.CompletedProcess[str], str]:
     marker = tmp_path / "marker"
-    python = _venv(tmp_path, marker)
-    argv = start.argv(python, str(RUNNER), early.WAIT, "--config", str(_config(tmp_path)), site=False)
-    done = subprocess.run(argv, input=word, capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env={"PATH": os.environ.get("PATH", "")}, check=False)
+    done = basevenv.run(basevenv.runner_argv(_venv(tmp_path, marker), tmp_path), tmp_path, word)
     return done, marker.read_text() if marker.exists() else ""
 
 
@@ -77,8 +58,7 @@ def test_an_early_runner_dropped_ends_and_leaves_nothing(tmp_path: Path) -> None
     """early.start, then drop (an earlier step failed): the process has ended, without its word, and its stacks
     folder (the run's mark) is gone."""
     marker = tmp_path / "marker"
-    python = _venv(tmp_path, marker)
-    argv = start.argv(python, str(RUNNER), early.WAIT, "--config", str(_config(tmp_path)), site=False)
+    argv = basevenv.runner_argv(_venv(tmp_path, marker), tmp_path)
     waiting = early.start(argv, {"PATH": os.environ.get("PATH", "")}, tmp_path)
     assert waiting.proc.poll() is None and waiting.folder.is_dir()
     assert waiting.matches(argv, {"PATH": os.environ.get("PATH", "")}, tmp_path)

@@ -27,46 +27,14 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import early
-from kernodeck.env import start
-from kernodeck.verify.steps.in_env import RUNNER
-
-VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
-BASE = Path(sys._base_executable)  # type: ignore[attr-defined]
-
-
-def _venv(root: Path, *, home: Path | None = None, system_site: bool = False) -> Path:
-    """A venv of the base interpreter laid out as ``python -m venv`` writes it; its interpreter."""
-    env = root / "env"
-    (env / "bin").mkdir(parents=True)
-    (env / "bin" / "python").symlink_to(BASE)
-    (env / "pyvenv.cfg").write_text(f"home = {home or BASE.parent}\n"
-                                    f"include-system-site-packages = {'true' if system_site else 'false'}\n")
-    (env / "lib" / VERSION / "site-packages").mkdir(parents=True)
-    return env / "bin" / "python"
-
-
-def _config(root: Path) -> Path:
-    (root / "run").mkdir()
-    config = root / "run" / "run-config.json"
-    config.write_text(json.dumps({"project_root": str(root), "application": {"sample": "s.jsonl"}, "steps": []}))
-    return config
-
-
-def _runner(root: Path, python: Path, word: str, env: dict[str, str] | None = None,
-            wait: bool = True) -> subprocess.CompletedProcess[str]:
-    """The runner as verify starts it (``-S``, ``--wait`` unless ``wait`` is False), given ``word`` on stdin."""
-    args = (early.WAIT,) if wait else ()
-    argv = start.argv(python, str(RUNNER), *args, "--config", str(_config(root)), site=False)
-    return subprocess.run(argv, input=word, capture_output=True, text=True, timeout=120, cwd=root,
-                          env={"PATH": os.environ.get("PATH", ""), **(env or {})}, check=False)
+from tests.helpers import basevenv
 
 
 def _path_after_site(tmp_path: Path, *, plain: bool) -> list[str]:
     """sys.path as the runner's configuration is read (site has run), in a venv with include-system-site-packages =
     true; ``plain``: the runner started without -S (as 67ebe1c^ did), else as verify starts it now."""
-    python = _venv(tmp_path, system_site=True)
-    site = python.parent.parent / "lib" / VERSION / "site-packages"
+    python = basevenv.venv(tmp_path, system_site=True)
+    site = basevenv.site_packages(python)
     out = tmp_path / "path.json"
     (site / "probe.py").write_text(
         "import json, sys\n_l = json.loads\n"
@@ -74,15 +42,7 @@ def _path_after_site(tmp_path: Path, *, plain: bool) -> list[str]:
         f"    open({str(out)!r}, 'w').write(json.dumps(sys.path)); json.loads = _l; return _l(*a, **k)\n"
         "json.loads = _p\n")
     (site / "zz-probe.pth").write_text("import probe\n")
-    config = _config(tmp_path)
-    if plain:
-        argv = start.argv(python, str(RUNNER), "--config", str(config))
-        word = ""
-    else:
-        argv = start.argv(python, str(RUNNER), early.WAIT, "--config", str(config), site=False)
-        word = "go\n"
-    done = subprocess.run(argv, input=word, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={"PATH": os.environ.get("PATH", "")}, check=False)
+    done = basevenv.run(basevenv.runner_argv(python, tmp_path, wait=not plain), tmp_path, "" if plain else "go\n")
     assert done.returncode == 0, done.stderr[-2000:]
     return [p.replace(str(tmp_path), "<tmp>") for p in json.loads(out.read_text())]
 
@@ -92,7 +52,7 @@ def test_early3_system_site_packages_are_on_the_path_as_in_a_plain_start(tmp_pat
     include-system-site-packages = true, the base's site-packages too (the control: the plain start has it)."""
     plain = _path_after_site(tmp_path / "plain", plain=True)
     early_path = _path_after_site(tmp_path / "early", plain=False)
-    base_site = os.path.join(sys.base_prefix, "lib", VERSION, "site-packages")
+    base_site = os.path.join(sys.base_prefix, "lib", basevenv.VERSION, "site-packages")
     assert base_site in plain, plain  # the control: a plain start of this venv has the base's site-packages
     assert early_path == plain, (early_path, plain)
 
@@ -107,8 +67,7 @@ def test_early4_an_orchestrator_terminated_during_the_inventory_leaves_no_folder
     import signal
     import time
 
-    python = _venv(tmp_path)
-    argv = start.argv(python, str(RUNNER), early.WAIT, "--config", str(_config(tmp_path)), site=False)
+    argv = basevenv.runner_argv(basevenv.venv(tmp_path), tmp_path)
     script = (
         "import sys, time\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"

@@ -28,9 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck import early
-from kernodeck.env import start
-from kernodeck.verify.steps.in_env import RUNNER
+from tests.helpers import basevenv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,22 +88,11 @@ def test_win1_an_application_hook_taken_off_by_position_takes_its_own_finder_off
 def _modules_when_site_runs(root: Path, *, wait: bool) -> set[str]:
     """The modules imported when the env's first ``.pth`` line runs: the runner as verify starts it (``-S``,
     ``--wait``, then ``go``), or a plain start of the env's interpreter with the runner (``site`` at its start)."""
-    base = Path(sys._base_executable)  # type: ignore[attr-defined]
-    env = root / "env"
-    (env / "bin").mkdir(parents=True)
-    (env / "bin" / "python").symlink_to(base)
-    (env / "pyvenv.cfg").write_text(f"home = {base.parent}\ninclude-system-site-packages = false\n")
-    site = env / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    site.mkdir(parents=True)
+    python = basevenv.venv(root)
     out = root / "modules.json"
-    (site / "aa.pth").write_text(f"import sys, json; open({str(out)!r}, 'w').write(json.dumps(sorted(sys.modules)))\n")
-    (root / "run").mkdir()
-    config = root / "run" / "run-config.json"
-    config.write_text(json.dumps({"project_root": str(root), "application": {"sample": "s.jsonl"}, "steps": []}))
-    argv = start.argv(env / "bin" / "python", str(RUNNER), *((early.WAIT,) if wait else ()), "--config", str(config),
-                      site=not wait)
-    done = subprocess.run(argv, input="go\n" if wait else "", capture_output=True, text=True, timeout=120, cwd=root,
-                          env={"PATH": os.environ.get("PATH", "")}, check=False)
+    (basevenv.site_packages(python) / "aa.pth").write_text(
+        f"import sys, json; open({str(out)!r}, 'w').write(json.dumps(sorted(sys.modules)))\n")
+    done = basevenv.run(basevenv.runner_argv(python, root, wait=wait), root, "go\n" if wait else "")
     assert done.returncode == 0, done.stderr[-2000:]
     return {m for m in json.loads(out.read_text()) if not m.startswith("kernodeck_inenv")}
 
