@@ -3,9 +3,9 @@
     <venv>/bin/python -S -s -P -u <kernodeck>/inenv/runner.py --config DOSSIER/run-config.json
 
 ``-S``: ``site`` runs once this file has started, not before: the env's ``.pth`` lines and site-packages only after
-the orchestrator's word where it gives one (``--wait``: the runner is started while the inventory step proves the env,
-loads meanwhile what needs nothing of it, Kernodeck's in-env files and the standard library, then reads ``go`` on its
-stdin; anything else, or its end, and it stops having run nothing of the env).
+the orchestrator's word where it gives one (``--wait``: the runner is started once the inventory step has shown the
+env's files the build's, loads meanwhile what needs nothing of the env, Kernodeck's in-env files and the standard
+library, then reads ``go`` on its stdin; anything else, or its end, and it stops having run nothing of the env).
 
 This file ships inside the kernodeck distribution and runs by path; nothing of Kernodeck is installed into the env.
 It loads its sibling files as a package from their folder and the application's entry by its file path: nothing
@@ -90,8 +90,11 @@ def _site() -> None:
 
     site.PREFIXES[:] = [sys.base_prefix, sys.base_exec_prefix]  # as site takes them at a plain start, before site.venv
     site.main()
+    import multiprocessing.util  # binds subprocess's function by name as it loads: both replaced
+
     flags = subprocess._args_from_interpreter_flags  # type: ignore[attr-defined]
-    subprocess._args_from_interpreter_flags = lambda: [a for a in flags() if a != "-S"]  # type: ignore[attr-defined]
+    subprocess._args_from_interpreter_flags = multiprocessing.util._args_from_interpreter_flags = (  # type: ignore
+        lambda: [a for a in flags() if a != "-S"])
     leftover.at_start()  # the import path with site-packages: the folders a trusted file is named under
 
 

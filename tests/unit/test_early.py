@@ -22,7 +22,8 @@ def _venv(tmp_path: Path, marker: Path) -> Path:
     (basevenv.site_packages(python) / "zz-early.pth").write_text(
         f"import json, subprocess; M = {str(marker)!r}; open(M, 'a').write('site ran\\n'); "
         "json.loads = lambda *a, _m=M, _l=json.loads, _s=subprocess, **k: (open(_m, 'a').write(' '.join("
-        "_s._args_from_interpreter_flags()) + '|\\n'), _l(*a, **k))[1]\n")
+        "_s._args_from_interpreter_flags()) + '|\\n' + ' '.join(__import__('multiprocessing.spawn', fromlist=['s'])"
+        ".get_command_line()[1:-3]) + '|\\n'), _l(*a, **k))[1]\n")
     return python
 
 
@@ -42,7 +43,7 @@ def test_without_its_word_the_runner_runs_nothing_of_the_env(tmp_path: Path) -> 
 def test_told_to_go_site_runs_and_children_start_with_it(tmp_path: Path) -> None:
     """The control: given ``go``, ``site`` runs the env's ``.pth`` lines as a plain start of the env does (as often:
     CPython's venv start runs them twice), and the flags a ``multiprocessing`` child gets hold no ``-S`` (it starts
-    with the env's site-packages)."""
+    with the env's site-packages): subprocess's, and those multiprocessing's own module bound by name."""
     done, marker = _runner(tmp_path, "go\n")
     assert done.returncode == 0, done.stderr[-2000:]
     plain = tmp_path / "plain"
@@ -50,8 +51,9 @@ def test_told_to_go_site_runs_and_children_start_with_it(tmp_path: Path) -> None
                    env={"PATH": os.environ.get("PATH", "")})
     ran = [line for line in marker.splitlines() if line == "site ran"]
     assert ran and len(ran) == (plain / "marker").read_text().count("site ran"), marker
-    (flags,) = {line.removesuffix("|") for line in marker.splitlines() if line.endswith("|")}
-    assert "-S" not in flags.split() and "-s" in flags.split(), marker
+    flags = [line.removesuffix("|").split() for line in marker.splitlines() if line.endswith("|")]
+    assert len(flags) >= 2 and all(f == flags[0] for f in flags), marker  # subprocess's and a spawned child's
+    assert "-S" not in flags[0] and "-s" in flags[0], marker
 
 
 def test_an_early_runner_dropped_ends_and_leaves_nothing(tmp_path: Path) -> None:
