@@ -76,6 +76,8 @@ class Run:
         self.run_config: dict[str, Any] = {}  # what the in-env runner is given
         self.python: Path | None = None  # the env's interpreter, once rebuilt, reused or given
         self.result: RebuildResult | None = None  # the rebuild's record, when this run rebuilt (or reused) it
+        # the interpreter the env was made from, found on this machine by the rebuild step (not read from the env)
+        self.base_python: str | None = None
         # work for the orchestrator's idle time: started by the in-env phase as its process starts (writer.LockFiles)
         self.during_checks: list[Callable[[], None]] = []
         # the runner, started once the inventory has shown the env's files the build's, told to go by the checks

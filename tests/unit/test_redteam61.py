@@ -215,7 +215,7 @@ def _built(marker: str, installed: dict[str, str]) -> None:
 def _verified(marker: str, installed: dict[str, str]) -> KernodeckError | None:
     """verify's inventory step on the same env: its failure (None: equal to the lock)."""
     plat = resolve_platform(load_project(ROOT))
-    run_ = SimpleNamespace(plat=plat, not_established=[], meta=SimpleNamespace(lock=""), result=None)
+    run_ = SimpleNamespace(plat=plat, not_established=[], meta=SimpleNamespace(lock=""), base_python=None)
     failure, _ = inventory_check._against_lock(
         cast(Any, run_), Step("inventory", Status.PASSED), _lock(marker),
         cast(Any, SimpleNamespace(packages=installed)), None, None, Path(_BASE), intentional=False, strict=False,

@@ -5,6 +5,7 @@ Also what ``--python`` is checked for before a run starts: an existing, runnable
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck._proc import run as run_command
-from kernodeck.env import binding, sdist_builds
+from kernodeck.env import binding, pythons, sdist_builds
 from kernodeck.env.envdirs import current_env, env_python, marker
 from kernodeck.env.rebuild import INVENTORY, rebuild
 from kernodeck.errors import CommandFailed, KernodeckError
@@ -67,6 +68,11 @@ def _current(ctx: RunContext, run: Run) -> Step:
     record = marker(env)
     binding.require_bound(record, ctx.lock.parsed, str(env.relative_to(ctx.project.root)),
                           more=sdist_builds.reuse_problems(record, ctx.project.tool))
+    # the platform's Python, found as the rebuild step finds it: where it is the one the env was made from, the
+    # lock's markers are asked of it, not of the env's interpreter before its files are known (red-team pass 82)
+    with contextlib.suppress(KernodeckError):
+        found = pythons.base_for(ctx.plat.python, ctx.plat.os_arch, None)["path"]
+        run.base_python = found if record.get("base_python") == found else None
     return Step("rebuild", Status.SKIPPED, reason="--no-rebuild: using the current environment, built from this lock",
                 details={"env": str(env.relative_to(ctx.project.root))})
 
@@ -80,6 +86,7 @@ def _rebuilt(ctx: RunContext, run: Run) -> Step:
         lock=ctx.lock.parsed, digest=ctx.lock.digest, secrets=ctx.install_secrets, twin=ctx.lock.twin,
     )
     run.python, run.result = result.python, result
+    run.base_python = result.base_python.get("path") or None
     return Step("rebuild", Status.PASSED, title="reused" if result.reused else "rebuilt", reason=result.reason,
                 duration_s=run.elapsed(), details=result.as_dict())
 

@@ -76,9 +76,9 @@ def _against_lock(run_: Run, step: Step, lock: lockfile.Lockfile, seen: inventor
     left to say (said here, beside the packages' difference, when there is one)."""
     # the marker values asked of the interpreter the env was made from where the rebuild step found it on this
     # machine (the same values, and nothing of the env, its pyvenv.cfg's home, is read before its files are known:
-    # red-team pass 82, EARLY1); of the env's own interpreter otherwise (--python, --no-rebuild)
-    base = (run_.result.base_python.get("path") if run_.result is not None else None) or str(python)
-    delta = inventory.diff(inventory.expected_from_lock(lock, marker_values(base)), seen.packages)
+    # red-team pass 82, EARLY1); of the interpreter given otherwise (--python)
+    delta = inventory.diff(inventory.expected_from_lock(lock, marker_values(run_.base_python or str(python))),
+                           seen.packages)
     step.details.update(
         vs_lock=delta.as_dict(),
         summary=f"{len(seen.packages)} packages, "
