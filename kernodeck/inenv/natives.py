@@ -137,7 +137,6 @@ NATIVES: tuple[Native, ...] = (
     Native("torch._C", "PyTorchFileWriter.__init__", ("file_name",), "w"),
     Native("torch._C", "_save_jit_module", ("", "arg1"), "w"),
 )
-WRAPPED: dict[str, Any] = {}  # "module:reader" -> its wrapper (the latest, where its module was imported again)
 OURS: list[Any] = []  # every wrapper made: a reader that is one already is not wrapped again
 
 
@@ -210,7 +209,7 @@ def _wrap(native: Native, module: Any) -> None:
     if original is None or any(original is ours for ours in OURS):
         return
     constructor = name == "__init__"
-    wrapper = WRAPPED[f"{native.module}:{native.name}"] = _reporting(original, native, constructor)
+    wrapper = _reporting(original, native, constructor)
     OURS.append(wrapper)
     # a static or class method (its original bound to the class) stays one; a method called on an object, or a
     # constructor, gets the object first
@@ -264,8 +263,8 @@ class _ThenWrapped(importlib.abc.Loader):
 class _OnImport(importlib.abc.MetaPathFinder):
     """First on ``sys.meta_path``: a module of :data:`NATIVES` not imported yet when the closed world installs is
     found by the finders after this one, as ever, and loaded by its own loader, then wrapped (:class:`_ThenWrapped`),
-    each time it is imported (one the application drops from ``sys.modules`` and imports again too). Importing them
-    all up front cost a verify 0.2 s (torch.export.pt2_archive, scipy.io) for readers the application rarely uses."""
+    each time it is imported (one the application drops from ``sys.modules`` and imports again too; :data:`LATER`'s,
+    never imported up front)."""
 
     def __init__(self, natives: tuple[Native, ...]) -> None:
         self.natives: dict[str, list[Native]] = {}  # a module's name -> its rows
@@ -276,7 +275,7 @@ class _OnImport(importlib.abc.MetaPathFinder):
         natives = self.natives.get(fullname)
         if not natives:
             return None
-        mine = next(at for at, finder in enumerate(sys.meta_path) if finder is self) if self in sys.meta_path else -1
+        mine = next((at for at, finder in enumerate(sys.meta_path) if finder is self), -1)
         for finder in sys.meta_path[mine + 1:]:
             found = getattr(finder, "find_spec", None)
             spec = found(fullname, path, target) if found is not None else None

@@ -90,15 +90,23 @@ def runner_argv(run_: Run, python: Path) -> list[str]:
     return start.argv(python, str(RUNNER), early.WAIT, "--config", str(run_.staging / "run-config.json"), site=False)
 
 
+def _runner_environ(ctx: RunContext) -> tuple[list[str], dict[str, str], list[str]]:
+    """The runner's environment: the declared variables passed, the environment, and the LD_PRELOAD libraries in it
+    that no declaration allows (the run is refused then: no in-env process starts)."""
+    passed = start.declared_variables(ctx.project.tool)
+    env = start.environ(RUNNER_ENV, passed)
+    declared = ctx.project.tool.get("environment", {}).get("ld-preload", [])
+    return passed, env, start.undeclared_preload(env, list(declared))
+
+
 def early_start(ctx: RunContext, run_: Run) -> None:
     """The runner started once the inventory step has shown every file of the env the build's (``during_inventory``),
     to load what needs nothing of the env while the packages are compared with the lock and the extensions found
     (early.py); not where no check runs, nor where the variables would load a library no declaration allows (the
     checks refuse the run then, starting nothing). A failure to start is met again, and reported, when the checks
     start it."""
-    env = start.environ(RUNNER_ENV, start.declared_variables(ctx.project.tool))
-    declared = ctx.project.tool.get("environment", {}).get("ld-preload", [])
-    if run_.python is None or not ctx.names or start.undeclared_preload(env, list(declared)):
+    _, env, undeclared = _runner_environ(ctx)
+    if run_.python is None or not ctx.names or undeclared:
         return
     with contextlib.suppress(OSError):
         run_.early = early.start(runner_argv(run_, run_.python), env, run_.staging)
@@ -247,11 +255,8 @@ def checks(ctx: RunContext, run: Run) -> None:
     """The pipeline's in-env phase: every check the run asks for, in one process."""
     assert run.python is not None  # the rebuild step gave it
     # what the in-env processes get of the variables that change numerics or load code: recorded (redacted)
-    passed = start.declared_variables(ctx.project.tool)
-    env = start.environ(RUNNER_ENV, passed)
+    passed, env, undeclared = _runner_environ(ctx)
     run.meta.variables = start.recorded(env, lambda value: redact_text(value, secrets=ctx.secrets), passed)
-    declared = ctx.project.tool.get("environment", {}).get("ld-preload", [])
-    undeclared = start.undeclared_preload(env, list(declared))
     if undeclared:
         _refuse_preload(run, ctx.names, undeclared)
     config = run.run_config
