@@ -13,7 +13,7 @@ import hashlib
 import io
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +96,46 @@ def _metadata(info: Path) -> dict[str, str]:
     return {}
 
 
+def _rows(text: str, base: Path, site: str, root: str) -> Iterator[tuple[str | None, list[str]]]:
+    """A RECORD's rows with a path, each with its path under the env (None: a path that leaves the env)."""
+    for row in csv.reader(io.StringIO(text, newline="")):
+        if not row or not row[0]:
+            continue
+        if ".." in row[0] or row[0].startswith("/") or "\\" in row[0] or "./" in row[0]:
+            full = os.path.normpath(os.path.join(base, row[0]))
+            yield (full[len(root) + 1:].replace(os.sep, "/") if full.startswith(root + os.sep) else None), row
+        else:
+            yield f"{site}/{row[0]}", row
+
+
+def sha256_of(env: Path, site: str, name: str, under: str) -> dict[str, str]:
+    """The sha256 (hex) each line of distribution ``name``'s RECORD gives a file under ``under`` (paths under the env,
+    '/'-separated). The build checked every such line against its file (:func:`check_record_digests`); an env whose
+    files are all unchanged since its snapshot still holds them (kernodeck/inenv/locate.py takes them from there)."""
+    wanted = canonicalize_name(name)
+    base = env / site
+    out: dict[str, str] = {}
+    twice: set[str] = set()  # a path two lines give different digests: none is taken (the bytes are hashed)
+    for info in sorted(base.glob("*.dist-info")):
+        if canonicalize_name(info.name[: -len(".dist-info")].split("-")[0]) != wanted:
+            continue
+        try:
+            text = (info / "RECORD").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        for rel, row in _rows(text, base, site, os.path.abspath(env)):
+            algo, _, digest = row[1].partition("=") if len(row) >= 2 else ("", "", "")
+            if rel is None or not rel.startswith(under) or algo != "sha256":
+                continue
+            try:
+                raw = base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4))
+            except ValueError:
+                continue
+            if len(raw) == 32 and out.setdefault(rel, raw.hex()) != raw.hex():
+                twice.add(rel)
+    return {rel: digest for rel, digest in out.items() if rel not in twice}
+
+
 def read_records(env: Path, locked: Iterable[str] | None) -> Records:
     """Parse the RECORD of every distribution in the env's site-packages; ``locked``: the names that may own files.
 
@@ -116,17 +156,10 @@ def read_records(env: Path, locked: Iterable[str] | None) -> Records:
             except OSError:
                 out.without_record.append(name)
                 continue
-            for row in csv.reader(io.StringIO(text, newline="")):
-                if not row or not row[0]:
+            for rel, row in _rows(text, base, site, root):
+                if rel is None:
+                    out.outside.setdefault(name, []).append(row[0])
                     continue
-                if ".." in row[0] or row[0].startswith("/") or "\\" in row[0] or "./" in row[0]:
-                    full = os.path.normpath(os.path.join(base, row[0]))
-                    if not full.startswith(root + os.sep):
-                        out.outside.setdefault(name, []).append(row[0])
-                        continue
-                    rel = full[len(root) + 1:].replace(os.sep, "/")
-                else:
-                    rel = f"{site}/{row[0]}"
                 out.owned[rel] = name
                 if len(row) >= 3 and row[1]:
                     line = (row[1], int(row[2]) if row[2].isdigit() else None)

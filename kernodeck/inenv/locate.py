@@ -19,6 +19,8 @@ import importlib.util
 import json
 import os
 import re
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +56,11 @@ def url_name(cfg: dict[str, Any]) -> str:
 
 
 def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool = False,
-                held: dict[str, Any] | None = None) -> dict[str, str]:
+                held: dict[str, Any] | None = None, built: dict[str, Any] | None = None) -> dict[str, str]:
     """Every file of a folder (or the one file), relative path -> sha256; ``include``: only files matching a glob;
     ``remember``: reuse the digest of a file unchanged since it was last hashed (its stat); ``held``: the run's links
-    (links.py), into which the links on the files' way are taken before their bytes are hashed."""
+    (links.py), into which the links on the files' way are taken before their bytes are hashed; ``built``: the digests
+    the build proved for the env's files, by their stat (:func:`_from_build`)."""
     chosen: dict[str, Path] = {where.name: where} if where.is_file() else {}
     for path in _walk(where) if not chosen else ():
         if not path.is_file() or path.name in _SKIPPED or "__pycache__" in path.parts:
@@ -69,10 +72,36 @@ def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool
     if held is not None:
         links.met(held, [str(path) for path in chosen.values()])  # the links on their way, before they are hashed
     before = {rel: stat_key(str(path)) for rel, path in chosen.items()}
-    found = _hashed(where, chosen) if remember else {rel: sha256_file(path) for rel, path in chosen.items()}
+    if remember:
+        found = _hashed(where, chosen)
+    else:
+        proven = _from_build(chosen, built) if built else {}
+        found = {rel: proven.get(rel) or sha256_file(path) for rel, path in chosen.items()}
     for rel in chosen:  # what the run holds them to after each step (world.moved): hashed again only
         hold(before[rel], found[rel])  # when their stat moves
     return found
+
+
+def _from_build(chosen: dict[str, Path], built: dict[str, Any]) -> dict[str, str]:
+    """The digest the build gives each chosen file that is, by its stat now, the one the inventory step proved
+    unchanged since the build (the orchestrator's ``build_digests``: envfiles.proven_digests, a path under this env ->
+    [size, mtime_ns, ctime_ns, inode, sha256]): its real path is that path under this env's prefix, a regular file of
+    that size, mtime, ctime and inode. A write since (after the inventory too: red-team pass 82, REC1) moved its ctime,
+    and no call can set a ctime back: such a file, and every other, is hashed."""
+    root = os.path.realpath(sys.prefix) + os.sep
+    out: dict[str, str] = {}
+    for rel, path in chosen.items():
+        real = os.path.realpath(path)
+        entry = built.get(real[len(root):].replace(os.sep, "/")) if real.startswith(root) else None
+        if not isinstance(entry, list) or len(entry) != 5:
+            continue
+        try:
+            st = os.lstat(real)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] == entry[:4]:
+            out[rel] = str(entry[4])
+    return out
 
 
 def _walk(where: Path) -> list[Path]:
@@ -209,8 +238,11 @@ def locate(cfg: dict[str, Any], root: Path, what: str, layer: str,
     where = resolve(cfg, root, layer)
     progress(f"fingerprinting {what} ({cfg.get('kind', 'package')} source)")
     include = cfg.get("include") if cfg.get("kind") == "hf" else None
-    # a package's files are the env's, proven by the inventory's own stat snapshot: hashed here without a record
-    found = fingerprint(where, include, remember=cfg.get("kind", "package") != "package", held=held)
+    # a package's files are the env's: no record of their stat is kept here; the inventory's proof gives the digest
+    # of each one still unchanged since the build (build_digests), every other is hashed
+    package = cfg.get("kind", "package") == "package"
+    found = fingerprint(where, include, remember=not package, held=held,
+                        built=cfg.get("build_digests") if package else None)
     if not found:
         raise CheckFailed(f"{what}: {where} holds no file", layer)
     expected = cfg.get("files")

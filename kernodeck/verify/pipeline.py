@@ -27,6 +27,7 @@ from kernodeck.verify.record import Step
 from kernodeck.verify.summaries import step_result
 
 if TYPE_CHECKING:
+    from kernodeck.env.envfiles import Findings
     from kernodeck.env.rebuild import RebuildResult
     from kernodeck.lock.lockfile import Lockfile
     from kernodeck.verify.context import RunContext
@@ -83,6 +84,8 @@ class Run:
         # the runner, started once the inventory has shown the env's files the build's, told to go by the checks
         self.during_inventory: list[Callable[[], None]] = []
         self.early: Early | None = None
+        # every file of the env as the inventory saw it, once it showed each one the build's (None otherwise)
+        self.proven_files: Findings | None = None
         self.t0 = time.perf_counter()  # when the current step started
 
     @property

