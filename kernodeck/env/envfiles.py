@@ -51,6 +51,9 @@ VENV_FILES = frozenset({
     "Scripts/python.exe", "Scripts/pythonw.exe", "Scripts/activate", "Scripts/activate.bat", "Scripts/Activate.ps1",
     "Scripts/deactivate.bat",
 })
+# Kernodeck's in-env files compiled by the base interpreter at the build (kernodeck/inenv/compiled.py), written into
+# the env before its snapshot: held to the build like any file of it; the runner reads it only where it is proven.
+COMPILED = "kernodeck-inenv-code.marshal"
 # Folders the venv tools or pip make even when empty (pip's headers folder of a venv: include/site/python3.X).
 VENV_DIRS = frozenset({"bin", "include", "lib", "Scripts", "Lib", "Include", "include/site"})
 _VENV_DIR = re.compile(r"include/(site/)?python\d+\.\d+")
@@ -76,12 +79,12 @@ def _bytecode_tag(env: Path) -> str:
 def allowed(rel: str, entry: Entry, owned: dict[str, str], tag: str) -> bool:
     """Whether a path no RECORD lists is something the venv tool or the interpreter writes.
 
-    Exactly: :data:`VENV_FILES`; ``bin/python``, ``bin/python3``, ``bin/python3.X`` as links; ``lib64`` as a link to
-    ``lib``; bytecode ``__pycache__/<stem>.<tag>.pyc`` (or ``.opt-1.pyc``/``.opt-2.pyc``) of an OWNED ``<stem>.py``
-    in the folder above, for this interpreter's tag only.
+    Exactly: :data:`VENV_FILES` and :data:`COMPILED`; ``bin/python``, ``bin/python3``, ``bin/python3.X`` as links;
+    ``lib64`` as a link to ``lib``; bytecode ``__pycache__/<stem>.<tag>.pyc`` (or ``.opt-1.pyc``/``.opt-2.pyc``) of an
+    OWNED ``<stem>.py`` in the folder above, for this interpreter's tag only.
     """
     kind = entry[0]
-    if rel in VENV_FILES:
+    if rel in VENV_FILES or rel == COMPILED:
         return kind == "f"
     if _PYTHON_LINK.fullmatch(rel):
         return kind in ("l", "f")

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernodeck import tips
-from kernodeck._fs import sha256_file, write_atomic
+from kernodeck._fs import INENV, sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
 from kernodeck.env import binding, envpip, inventory, pythons, records, sdist_builds, seeds, snapshot
 from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER, clean_incomplete, current_env, env_python, platform_dir
 from kernodeck.env.envdirs import marker as _marker
 from kernodeck.env.envdirs import promote as _promote
+from kernodeck.env.envfiles import COMPILED
 from kernodeck.env.installenv import choose_installer, installing_env, offline_env, reading_env
 from kernodeck.env.sealing import require_intact as _require_intact
 from kernodeck.env.sealing import seal as _seal
@@ -226,7 +227,9 @@ class _Build:
                 self.install()
             except RebuildFailed as exc:
                 raise sdist_builds.explain(exc, [p.name for p in self.lock.pins], self.project.tool) from exc
+            compiling = self.compile_inenv()
             freeze, pip_check = self.check_and_freeze()
+            compiling.result()
             installed = inventory.parse_freeze(freeze)  # a pin whose marker excludes this machine was not installed
             inventory.require_the_locks(self.lock, pythons.marker_values(self.found["path"]), installed)
             self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
@@ -347,6 +350,13 @@ class _Build:
                 raise RebuildFailed(f"{'pip-' if what == 'check' else ''}{what} failed: {first}",
                                     tip=_failure_tip(self.current, self.plat))
         return {what: text for what, (text, _) in said.items()}
+
+    def compile_inenv(self) -> Future[str]:
+        """Kernodeck's in-env files compiled into the env by the base interpreter (inenv/compiled.py, ``-I -S``: nothing
+        of the env runs), beside pip's reads; held by the snapshot taken after it (envfiles.COMPILED)."""
+        argv = [self.found["path"], "-I", "-S", str(INENV / "compiled.py"), str(INENV), str(self.env / COMPILED)]
+        self.record(argv)
+        return self.pool.submit(self.step, "compile-inenv", argv, {**reading_env(), "PATH": ""}, recorded=True)
 
     def check_and_freeze(self) -> tuple[str, str]:
         """pip freeze and pip check, in one pip process (envpip), recorded as the two pip commands they are; a seeded

@@ -13,7 +13,8 @@ which loads this folder's ``__init__.py`` as ``kernodeck_inenv``: the siblings a
 Standard library only.
 
 Code runs only from verified bytes: the package's loader (:class:`VerifiedSources`, first on ``sys.meta_path``) reads
-each sibling ONCE, records the sha256 of those bytes, and compiles and executes exactly them. No ``__pycache__`` is
+each sibling ONCE, records the sha256 of those bytes, and compiles and executes exactly them (or, where the runner was
+told of the build's compiled siblings, ``compiled.py``, the code the build compiled from bytes of that very digest). No ``__pycache__`` is
 read or written (a timestamp-valid ``.pyc`` planted beside a sibling, in a checkout or in an installed Kernodeck's
 site-packages, would otherwise run instead of the source). A script given the orchestrator's fingerprints of this
 folder (``run-config.json``'s ``inenv_sha256``) calls :meth:`VerifiedSources.expect`: the files already loaded are
@@ -52,6 +53,9 @@ class VerifiedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.folder = folder
         self.digests: dict[str, str] = {}  # file name -> sha256 of the bytes compiled (or run by path)
         self.expected: dict[str, str] | None = None
+        # the build's compiled siblings (compiled.py), keyed by name, digest and path: given only where the env's
+        # files were proven the build's (the runner's --compiled); a file of another digest is compiled here
+        self.code: dict[tuple[str, str, str], Any] = {}
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
@@ -78,8 +82,10 @@ class VerifiedSources(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         assert module.__spec__ is not None and module.__spec__.origin is not None
         path = Path(module.__spec__.origin)
         source = path.read_bytes()  # the one read: these bytes are hashed and compiled
-        self._record(path.name, hashlib.sha256(source).hexdigest())
-        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)
+        digest = hashlib.sha256(source).hexdigest()
+        self._record(path.name, digest)
+        code = self.code.get((path.name, digest, str(path)))  # what the build compiled from these very bytes
+        exec(compile(source, str(path), "exec", dont_inherit=True) if code is None else code, module.__dict__)
 
     def ran(self, path: Path) -> None:
         """A script of this folder the interpreter ran by path (compiled from its source): its digest, for the check."""
@@ -153,10 +159,11 @@ def _cache_only_the_envs_bytecode(homes: types.ModuleType) -> None:
     importlib.machinery.SourceFileLoader.get_code = get_code  # type: ignore[method-assign]
 
 
-def load() -> None:
+def load(compiled: str = "") -> None:
     """This folder as the package ``kernodeck_inenv`` in ``sys.modules`` (once per process), then the bytecode rule
     (its list of homes is a sibling, loaded through the verified loader first: only the standard library ran before
-    it, whose bytecode the rule keeps anyway), then the stacks hook (``stackhooks.install``)."""
+    it, whose bytecode the rule keeps anyway), then the stacks hook (``stackhooks.install``). ``compiled``: the
+    build's compiled siblings in the env (compiled.py), which the loader then takes for the bytes it verified."""
     if PACKAGE in sys.modules:
         return
     here = Path(__file__).resolve().parent
@@ -165,6 +172,8 @@ def load() -> None:
     sources.ran(here / "_package.py")
     try:
         importlib.import_module(PACKAGE)
+        if compiled:
+            sources.code = importlib.import_module(PACKAGE + ".compiled").read(Path(compiled))
         homes = importlib.import_module(PACKAGE + ".homes")
     except BaseException:
         sys.meta_path.remove(sources)
@@ -176,4 +185,6 @@ def load() -> None:
     importlib.import_module(PACKAGE + ".stackhooks").install()
 
 
-load()  # what running this file by path is for
+# what running this file by path is for; the runner gives COMPILED (runpy's init_globals) where it was told of the
+# build's compiled siblings
+load(str(globals().get("COMPILED") or ""))

@@ -36,7 +36,11 @@ if sys.flags.no_site:  # -S: the venv's prefix as site sets it first (site.venv)
     if any(os.path.isfile(os.path.join(d, "pyvenv.cfg")) for d in (os.path.dirname(sys.executable), _PREFIX)):
         sys.prefix = sys.exec_prefix = _PREFIX
 
-runpy.run_path(str(HERE / "_package.py"))  # HERE as the package kernodeck_inenv, from verified bytes (the one loader)
+# --compiled FILE: the build's compiled siblings in the env (compiled.py), given only where the inventory step proved
+# every file of the env the build's (verify/steps/in_env.py); read before the first sibling loads
+COMPILED = sys.argv[sys.argv.index("--compiled") + 1] if "--compiled" in sys.argv[1:-1] else ""
+# HERE as the package kernodeck_inenv, from verified bytes (the one loader)
+runpy.run_path(str(HERE / "_package.py"), init_globals={"COMPILED": COMPILED})
 # The application's files and Kernodeck's are compiled from their verified bytes (verified.py, _package.py): no
 # bytecode of theirs is read or written. The env's modules keep the interpreter's bytecode cache, written into the
 # env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
@@ -102,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--wait", action="store_true", help="load, then wait for 'go' on stdin before the env runs")
+    parser.add_argument("--compiled", default="", help="the build's compiled in-env files (read at the start)")
     args = parser.parse_args(argv)
     if args.wait and not _word():
         return 0

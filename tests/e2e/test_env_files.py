@@ -12,6 +12,7 @@ import importlib.util
 import json
 import marshal
 import os
+import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from kernodeck._fs import INENV
 from kernodeck.env import binding, envdirs, envfiles, inventory, sealing, snapshot
+from kernodeck.inenv import compiled
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
 from tests.helpers.project import kd
@@ -132,8 +135,9 @@ TAMPER: dict[str, tuple[Callable[[Path, Path], None], list[str]]] = {
 }
 
 
-def _fake_env(root: Path) -> tuple[Path, lockfile.Lockfile]:
-    """A venv-shaped folder with two installed distributions and their RECORDs, sealed as a rebuild seals an env."""
+def _fake_env(root: Path, before_seal: Callable[[Path], None] = lambda env: None) -> tuple[Path, lockfile.Lockfile]:
+    """A venv-shaped folder with two installed distributions and their RECORDs, sealed as a rebuild seals an env
+    (``before_seal``: what the build writes into it last)."""
     import sys
     from types import SimpleNamespace
 
@@ -156,6 +160,7 @@ def _fake_env(root: Path) -> tuple[Path, lockfile.Lockfile]:
         (site / f"{name}-{version}.dist-info" / "RECORD").write_text(record + f"{name}-{version}.dist-info/RECORD,,\n")
     lock = Lockfile(path=root / "lock.txt", header={"body-digest": ["sha256:" + "b" * 64]},  # a sealed lock's
                     pins=[Pin("tinya", "1.0", "", ("1" * 64,), 1), Pin("tinyb", "2.0", "", ("2" * 64,), 2)])
+    before_seal(env)
     sealed = sealing.seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
     # bound to its lock as a build records it (a uv build: the pin's hashes its install verified)
     sealed.update(binding.record(lock, binding.from_verified(lock), binding.HashSource.VERIFIED))
@@ -176,6 +181,25 @@ def test_each_check_fails_on_its_tampering(tmp_path: Path, case: str) -> None:
     assert not found.clean
     for word in words:
         assert word in line, line
+
+
+def test_the_compiled_in_env_files_are_held_to_the_build_like_any_file(tmp_path: Path) -> None:
+    """envfiles.COMPILED (inenv/compiled.py) is allowed at the env's root by its exact path, and held by the snapshot:
+    planted in an env built without it, it is an addition; written before the seal and rewritten since (its bytes
+    the same), it changed since the build; anywhere else it is no file the venv tool writes."""
+    env, lock = _fake_env(tmp_path / "without")
+    compiled.write(INENV, env / envfiles.COMPILED)  # planted after the build
+    found = sealing.check_files(env, lock)
+    assert not found.clean and f"added since the build: {envfiles.COMPILED}" in found.problems(), found.problems()
+    env, lock = _fake_env(tmp_path / "with", before_seal=lambda env: compiled.write(INENV, env / envfiles.COMPILED))
+    assert sealing.check_files(env, lock).clean  # the control: written at the build, allowed and unchanged
+    (env / envfiles.COMPILED).write_bytes((env / envfiles.COMPILED).read_bytes())
+    line = "; ".join(sealing.check_files(env, lock).problems())
+    assert f"changed since the build: {envfiles.COMPILED} (" in line and "ctime_ns" in line, line
+    entry: snapshot.Entry = ["f", 1, 0, 0, 1, 0o100644, 1, ""]
+    assert envfiles.allowed(envfiles.COMPILED, entry, {}, sys.implementation.cache_tag)
+    assert not envfiles.allowed(f"bin/{envfiles.COMPILED}", entry, {}, sys.implementation.cache_tag)
+    assert not envfiles.allowed(envfiles.COMPILED, ["l", *entry[1:]], {}, sys.implementation.cache_tag)
 
 
 @pytest.mark.slow
@@ -219,6 +243,10 @@ def test_clean_build_passes_every_check_and_holds_no_shared_file(tiny_read: Tiny
     assert "--no-cache --link-mode hardlink" in install and "--compile-bytecode" not in install
     regular = [p for p in built.rglob("*") if p.is_file() and not p.is_symlink()]
     assert regular and all(p.stat().st_nlink == 1 for p in regular)
+    # Kernodeck's in-env files, compiled by the base interpreter at the build, held by the snapshot like the rest
+    assert any("compiled.py" in c for c in marker["commands"])
+    assert set(compiled.read(built / envfiles.COMPILED)) == {
+        compiled.key(p, p.read_bytes()) for p in sorted((project / "kernodeck" / "inenv").resolve().glob("*.py"))}
 
 
 @rel(

@@ -15,9 +15,11 @@ import pytest
 from kernodeck.inenv.protocol import STACKS_DIR_ENV
 
 INENV = Path(__file__).resolve().parents[2] / "kernodeck" / "inenv"
-# The one script run by path that is not a process of a run: the inventory's observer, standard library only, run by
-# any interpreter it is given (``--python``) outside the supervisor, reaching no sibling.
-NOT_OF_A_RUN = {"observe.py": "kernodeck/env/inventory.py's observer: any interpreter, never supervised"}
+# The scripts run by path that are not processes of a run, standard library only, reaching no sibling: the
+# inventory's observer, run by any interpreter it is given (``--python``) outside the supervisor, and the build's
+# compile of the in-env files, run by the base interpreter while the env is rebuilt.
+NOT_OF_A_RUN = {"observe.py": "kernodeck/env/inventory.py's observer: any interpreter, never supervised",
+                "compiled.py": "kernodeck/env/rebuild.py's compile of the in-env files: at the build, never supervised"}
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="processes started with a stacks folder (Linux)")
 
 

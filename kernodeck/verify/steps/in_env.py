@@ -84,10 +84,28 @@ def probe_wait(limits: deadlines.Deadlines) -> float:
     return min(PROBE_WAIT_S, limits.step(StepName.SYSTEM) / 2, limits.stall / 2)
 
 
+COMPILED = "--compiled"  # the runner's option naming the build's compiled in-env files (inenv/compiled.py)
+
+
 def runner_argv(run_: Run, python: Path) -> list[str]:
-    """The runner's command: ``site`` held back until its word (``-S``, ``--wait``: early.py), its configuration
-    beside the run's steps."""
-    return start.argv(python, str(RUNNER), early.WAIT, "--config", str(run_.staging / "run-config.json"), site=False)
+    """The runner's command: ``site`` held back until its word (``-S``, ``--wait``: early.py), the build's compiled
+    in-env files where the inventory proved them the build's with every file of the env (envfiles.COMPILED), its
+    configuration beside the run's steps."""
+    proof = run_.proven_files
+    entry = proof.stats.get(envfiles.COMPILED) if proof is not None else None
+    compiled = [COMPILED, str(python.parent.parent / envfiles.COMPILED)] if entry and entry[0] == "f" else []
+    return start.argv(python, str(RUNNER), early.WAIT, *compiled, "--config", str(run_.staging / "run-config.json"),
+                      site=False)
+
+
+def by_hand(argv: list[str]) -> list[str]:
+    """The runner's command as a person runs it again (procedure.md): without the word it would wait for, nor the
+    compiled files only a proven env may give it."""
+    shown = [a for a in argv if a != early.WAIT]
+    if COMPILED in shown:
+        at = shown.index(COMPILED)
+        del shown[at:at + 2]
+    return shown
 
 
 def _runner_environ(ctx: RunContext) -> tuple[list[str], dict[str, str], list[str]]:
@@ -122,7 +140,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     argv = runner_argv(run_, python)
     env_extra = dict(RUNNER_ENV)
     # the command a user runs by hand (procedure.md): without the word it would wait for
-    shown_argv = [_shown(run_.project.root, a) for a in argv[:-1] if a != early.WAIT]
+    shown_argv = [_shown(run_.project.root, a) for a in by_hand(argv)[:-1]]
     command = run_.meta.runner_command = show([*shown_argv, "DOSSIER/run-config.json"])
     run_.meta.runner_env = RUNNER_ENV
     phase = InEnvPhases()

@@ -129,7 +129,8 @@ def _bound(run_: Run, step: Step, lock: lockfile.Lockfile, python: Path, *, stri
 
 
 def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, start: float,
-             proven: Callable[[], None] = lambda: None) -> tuple[inventory.Observation, envfiles.Findings | None]:
+             proven: Callable[[envfiles.Findings], None] = lambda _: None,
+             ) -> tuple[inventory.Observation, envfiles.Findings | None]:
     """The env's files (a rebuilt env's, from outside it, first), then its packages by its own interpreter.
     ``proven``: called once every file of the env is shown the build's, before the packages are compared with the
     lock (the runner starts then: early.py; not before, red-team pass 82: a ``pyvenv.cfg`` naming another ``home``,
@@ -143,7 +144,7 @@ def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, st
             locked = {p.name for p in lock.pins} if lock is not None else None
             files = envfiles.check(env, locked or (), snapshot_digest(env) or "", inventory.bytecode_validator(python))
             if files.clean:
-                proven()
+                proven(files)
         return inventory.observe(python, files=env is None), files
     except KernodeckError as exc:
         cause = exc
@@ -154,8 +155,9 @@ def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, st
                                      details={"files": files.as_dict()} if files is not None else {})) from None
 
 
-def _proven(run_: Run) -> None:
-    """What waited for the env's files to be shown the build's (the runner's start: early.py)."""
+def _proven(run_: Run, files: envfiles.Findings) -> None:
+    """What waited for the env's files to be shown the build's (the runner's start: early.py), given them."""
+    run_.proven_files = files
     for begin in run_.during_inventory:
         begin()
 
@@ -166,7 +168,7 @@ def inventory_step(
     """Observe the env and hold it to the lock: what was seen, the ``inventory`` step's record and, when the env is
     not the lock's, the failure (the entry raises it in :class:`StepFailed`, which pipeline.drive fails)."""
     start = time.perf_counter()
-    seen, files = _observe(lock, python, intentional, start, lambda: _proven(run_))
+    seen, files = _observe(lock, python, intentional, start, lambda proof: _proven(run_, proof))
     run_.proven_files = files if files is not None and files.clean else None
     step = Step("inventory", Status.PASSED, details=seen.as_dict(), interpreter=str(python))
     tip = (tips.REBUILD_FRESH if not intentional
