@@ -14,12 +14,13 @@ Standard library only.
 
 Code runs only from verified bytes: the package's loader (:class:`VerifiedSources`, first on ``sys.meta_path``) reads
 each sibling ONCE, records the sha256 of those bytes, and compiles and executes exactly them (or, where the runner was
-told of the build's compiled siblings, ``compiled.py``, the code the build compiled from bytes of that very digest). No ``__pycache__`` is
-read or written (a timestamp-valid ``.pyc`` planted beside a sibling, in a checkout or in an installed Kernodeck's
-site-packages, would otherwise run instead of the source). A script given the orchestrator's fingerprints of this
-folder (``run-config.json``'s ``inenv_sha256``) calls :meth:`VerifiedSources.expect`: the files already loaded are
-checked then, every later one before it runs. The scripts run by path (runner.py, this file) are compiled from their
-source by the interpreter itself (running a file by path never reads bytecode); their digests are recorded too.
+told of the build's compiled siblings, ``compiled.py``, the code the build compiled from bytes of that very digest). No
+``__pycache__`` is read or written (a timestamp-valid ``.pyc`` planted beside a sibling, in a checkout or in an
+installed Kernodeck's site-packages, would otherwise run instead of the source). A script given the orchestrator's
+fingerprints of this folder (``run-config.json``'s ``inenv_sha256``) calls :meth:`VerifiedSources.expect`: the files
+already loaded are checked then, every later one before it runs. The scripts run by path (runner.py, this file) are
+compiled from their source by the interpreter itself (running a file by path never reads bytecode); their digests are
+recorded too.
 
 ``sys.dont_write_bytecode`` is left as it is: this loader writes no bytecode anyway, and the env's own modules (torch,
 transformers: thousands of files) keep the cache the interpreter writes into the env's ``__pycache__`` (checked
