@@ -41,6 +41,9 @@ def _verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-code-change", action="store_true",
                    help="run the checks although a declared code file differs from the reference's; "
                    "the verdict is then passed-with-changed-code (exit 1), never passed")
+    p.add_argument("--settings-cost", action="store_true",
+                   help="the determinism step also runs the entry once without the determinism settings, to record "
+                   "what they cost here (a reference always records it)")
 
 
 def _reference(p: argparse.ArgumentParser) -> None:
@@ -73,7 +76,8 @@ def _options(args: argparse.Namespace) -> Options:
 
     return Options(out=args.out, rebuild=not args.no_rebuild, python=args.python, expect_backend=args.expect_backend,
                    installer=args.installer, fresh=args.fresh, wheelhouse=args.wheelhouse, strict=args.strict,
-                   allow_code_change=bool(getattr(args, "allow_code_change", False)))
+                   allow_code_change=bool(getattr(args, "allow_code_change", False)),
+                   settings_cost=bool(getattr(args, "settings_cost", False)))
 
 
 def cmd_rebuild(project: Project, args: argparse.Namespace) -> int:

@@ -1,5 +1,7 @@
 """The determinism step: the entry rerun in this process (a fixed subset for large samples), bitwise identical on CPU
-and within the declared tolerance elsewhere; then once without the settings, to record what they cost. The first
+and within the declared tolerance elsewhere; then, making a reference or asked (``verify -- --settings-cost``), once
+without the settings, to record what they cost (calibrate's ``nondeterministic`` variation measures the same in a
+process of its own). The first
 rerun loads the project's code afresh, and no rerun may read what the application wrote before it: a memo of the
 first run's outputs would otherwise pass for a repeat. One fresh load is enough for the claim: that rerun's outputs,
 computed from nothing the earlier calls left, are compared with the others'; the other runs keep the first run's
@@ -17,6 +19,7 @@ from typing import Any
 from . import owned, paths, seen, tolerance, verified
 from ._common import CheckFailed, Context
 from .application import _app_cfg, _call_entry, _ids, _rows_for, sample
+from .protocol import ConfigKey
 
 # Determinism reruns the entry twice more (and once without the settings); above this many records it reruns a
 # fixed subset (the first records, in sample order), stated in the step's details.
@@ -79,8 +82,9 @@ def _rerun(ctx: Context, subset: list[dict[str, Any]]) -> Written:
 
 def _reruns(ctx: Context, subset: list[dict[str, Any]]) -> dict[str, Any]:
     """The entry twice more with the settings, the first time from the project's code loaded afresh (_afresh: a memo
-    of the first run's outputs cannot pass for a repeat), then once without them (both timed in the first run's
-    modules, as the entry's own runs are), then the settings restored and read back."""
+    of the first run's outputs cannot pass for a repeat), then, where the settings' cost is asked
+    (``ConfigKey.SETTINGS_COST``), once without them (both timed in the first run's modules, as the entry's own runs
+    are), then the settings restored and read back."""
     from . import settings
 
     start = time.perf_counter()
@@ -90,6 +94,10 @@ def _reruns(ctx: Context, subset: list[dict[str, Any]]) -> dict[str, Any]:
     start = time.perf_counter()
     third = _rerun(ctx, subset)
     t_det = time.perf_counter() - start
+    got = {"second": second, "third": third, "free": None, "t_det": t_det, "t_free": None, "t_fresh": t_fresh,
+           "differ": {}}
+    if not ctx.config.get(ConfigKey.SETTINGS_COST):
+        return got
     ctx.state["deterministic"] = False
     try:
         start = time.perf_counter()
@@ -101,13 +109,12 @@ def _reruns(ctx: Context, subset: list[dict[str, Any]]) -> dict[str, Any]:
     import torch
 
     differ = settings.differences(restored, settings.read_back(torch))  # what the later steps (resume) rely on
-    return {"second": second, "third": third, "free": free, "t_det": t_det, "t_free": t_free, "t_fresh": t_fresh,
-            "differ": differ}
+    return {**got, "free": free, "t_free": t_free, "differ": differ}
 
 
-def _per_output(ctx: Context, runs: list[Written], free: Written) -> tuple[dict[str, Any], bool]:
-    """Each output's repeats against the first rerun: bitwise identical, and how far apart (with and without the
-    settings); and whether every output was identical."""
+def _per_output(ctx: Context, runs: list[Written], free: Written | None) -> tuple[dict[str, Any], bool]:
+    """Each output's repeats against the first rerun: bitwise identical, and how far apart (with and, where it ran,
+    without the settings); and whether every output was identical."""
     second = runs[0]
     per_output: dict[str, Any] = {}
     identical = True
@@ -118,8 +125,9 @@ def _per_output(ctx: Context, runs: list[Written], free: Written) -> tuple[dict[
         per_output[name] = {
             "bitwise_identical": same,
             "max_abs_between_runs": max(tolerance.max_abs(r[name][0], base) for r in runs[1:]),
-            "max_abs_without_settings": tolerance.max_abs(free[name][0], base),
         }
+        if free is not None:
+            per_output[name]["max_abs_without_settings"] = tolerance.max_abs(free[name][0], base)
     return per_output, identical
 
 
@@ -147,10 +155,20 @@ def _judge_repeats(ctx: Context, runs: list[Written], subset: list[dict[str, Any
                     )
 
 
+def _cost(t_det: float, t_free: float | None) -> dict[str, Any]:
+    """What the settings cost (the repeat's seconds against the run without them), or where it is measured."""
+    if t_free is None:
+        return {"settings_cost": "not measured in this run: a reference records it; verify -- --settings-cost, or "
+                                 "nox -s calibrate (its nondeterministic variation)"}
+    ratio = round(t_det / t_free, 3) if t_free > 0 else None
+    return {"seconds_without_settings": round(t_free, 4), "cost_ratio": ratio}
+
+
 def run(ctx: Context) -> dict[str, Any]:
     """Rerun the entry twice in this process (a fixed subset for large samples): on CPU, bitwise identical outputs.
 
-    Then once without the determinism settings, to record what they cost.
+    Then, where asked (a reference; ``verify -- --settings-cost``), once without the determinism settings, to record
+    what they cost.
     """
     items = sample(ctx)
     limit = int(ctx.config.get("determinism_records", DETERMINISM_RECORDS))
@@ -159,7 +177,8 @@ def run(ctx: Context) -> dict[str, Any]:
     got = _reruns(ctx, subset)
     second, third, free, t_det, t_free = got["second"], got["third"], got["free"], got["t_det"], got["t_free"]
     runs = [second, third] + ([{n: (a, []) for n, a in ctx.state["first_run"].items()}] if whole else [])
-    bad = non_finite_runs({"rerun 1": second, "rerun 2": third, "the run without the settings": free})
+    bad = non_finite_runs({"rerun 1": second, "rerun 2": third,
+                           **({"the run without the settings": free} if free is not None else {})})
     if bad:
         raise CheckFailed(
             f"determinism: non-finite values (NaN/Inf) in {'; '.join(bad)}", "operator", {"non_finite": bad}
@@ -175,8 +194,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "outputs": per_output,
         "seconds_afresh": round(got["t_fresh"], 4),  # the first rerun, the project's code loaded again
         "seconds_deterministic": round(t_det, 4),
-        "seconds_without_settings": round(t_free, 4),
-        "cost_ratio": round(t_det / t_free, 3) if t_free > 0 else None,
+        **_cost(t_det, t_free),
     }
     _judge_repeats(ctx, runs, subset, details)
     if got["differ"]:

@@ -76,6 +76,9 @@ class ConfigKey(StrEnum):
     RESUME = "resume"
     RESUME_APPLICATION = "resume_application"  # [tool.kernodeck.application.resume], when declared
     DETERMINISM_RECORDS = "determinism_records"
+    # the determinism step also runs the entry once without the settings, to record what they cost: a reference's
+    # run, and verify --settings-cost (calibrate's nondeterministic variation measures the same on demand)
+    SETTINGS_COST = "settings_cost"
     SAMPLE_REPEAT = "sample_repeat"
     MARGIN_FILE = "margin_file"  # calibrate's first variation: where the margins of use go
     VARIATION = "variation"  # calibrate: the legitimate settings this process varies

@@ -167,7 +167,7 @@ class StepName(StrEnum):
         checks=("the application's own criterion on the REREAD outputs (here: each labelled paraphrase's nearest "
                 "neighbour is its pair); skipped when none is declared"))
     DETERMINISM = StepRow(
-        "determinism", "determinism", "run", "the entry rerun in one process; cost of the settings",
+        "determinism", "determinism", "run", "the entry rerun in one process; cost of the settings where asked",
         summary=findings.determinism, claims=(
             ClaimRow("deterministic", "repeated runs give the same outputs (bitwise on CPU)", "repeats",
                      evidence.deterministic),),
@@ -176,7 +176,8 @@ class StepName(StrEnum):
                 "`[tool.kernodeck.determinism] max-records`; stated in the step), the first from the project's code "
                 "loaded afresh, each refused a read of what the application wrote before it (no memo of the first "
                 "call's outputs passes for a repeat): bitwise identical on CPU, the declared tolerance elsewhere; "
-                "the cost of the settings"))
+                "the cost of the settings (the entry once more without them) with a reference and with "
+                "`verify -- --settings-cost`"))
     RESUME = StepRow(
         "resume", "resume", "run", "training resume in a new process matches the uninterrupted run",
         reference=False, summary=findings.resume, claims=(

@@ -37,6 +37,7 @@ class Options:
     steps: tuple[str, ...] | None = None  # only these in-env steps (the benchmark); default: all of the mode's
     strict: bool = False  # with --python: any difference from the lock (or no lock) fails instead of being recorded
     allow_code_change: bool = False  # run the checks on code that differs from the reference's; never a pass
+    settings_cost: bool = False  # the determinism step also runs the entry without the settings (a reference does)
     session: str | None = None  # the nox session that runs it, as its TIPs name it (default: the mode's)
 
 

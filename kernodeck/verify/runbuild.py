@@ -43,6 +43,7 @@ class Change(StrEnum):
     MAKE_REFERENCE = "make-reference"  # reference: the declared application run, no reference to compare with
     DECLARED_TOLERANCES = "declared-tolerances"  # calibrate: the outputs judged under the tolerance declared now
     ALLOW_CODE_CHANGE = "allow-code-change"  # verify --allow-code-change: checks on code the reference did not run
+    SETTINGS_COST = "settings-cost"  # verify --settings-cost: the entry run once more, without the settings
     VARIATION = "variation"  # calibrate: each process varies one legitimate setting (the first: margins too)
     EXTRA_CONFIG = "extra-config"  # the benchmark's own keys (Options.extra_config)
 
@@ -51,13 +52,15 @@ class Change(StrEnum):
         match self:
             case Change.MAKE_REFERENCE:
                 return frozenset({ConfigKey.MODE, ConfigKey.REFERENCE, ConfigKey.CRITERION, ConfigKey.APPLICATION,
-                                  ConfigKey.ALLOW_CODE_CHANGE})
+                                  ConfigKey.ALLOW_CODE_CHANGE, ConfigKey.SETTINGS_COST})
             case Change.DECLARED_TOLERANCES:
                 return frozenset({ConfigKey.APPLICATION})
             case Change.VARIATION:
                 return frozenset({ConfigKey.VARIATION, ConfigKey.MARGIN_FILE})
             case Change.ALLOW_CODE_CHANGE:
                 return frozenset({ConfigKey.ALLOW_CODE_CHANGE})
+            case Change.SETTINGS_COST:
+                return frozenset({ConfigKey.SETTINGS_COST})
             case Change.EXTRA_CONFIG:
                 return frozenset(extra)
             case _:
@@ -99,6 +102,8 @@ def runner_config(project: Project, declaration: Declaration, reference: Referen
         config[ConfigKey.APPLICATION]["outputs"] = {n: o.declared() for n, o in app.outputs.items()}
     if not making:
         config[ConfigKey.ALLOW_CODE_CHANGE] = Change.ALLOW_CODE_CHANGE in changes.changes
+    # what the settings cost is recorded with a reference, and by a verify that asks (its own run of the entry)
+    config[ConfigKey.SETTINGS_COST] = making or Change.SETTINGS_COST in changes.changes
     prefetch(app, config[ConfigKey.APPLICATION])
     resume, det = declaration.resume, declaration.determinism
     config[ConfigKey.RESUME] = {

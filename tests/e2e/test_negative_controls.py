@@ -159,8 +159,8 @@ def test_settings_knob_missing_from_torch_is_recorded_not_failed(built_project: 
 # --- negative controls, end to end on edited copies ------------------------------------------------------------------
 
 
-def _verify(project: Path, out: Path) -> dict[str, Any]:
-    proc = kd(project, "verify", "--out", str(out))
+def _verify(project: Path, out: Path, *options: str) -> dict[str, Any]:
+    proc = kd(project, "verify", "--out", str(out), *options)
     assert proc.returncode == 1, proc.stderr[-3000:]
     return read_report(out)
 
@@ -311,7 +311,7 @@ def test_settings_not_restored_fail_the_determinism_step(tiny_referenced: Path, 
             torch.backends.cudnn.benchmark = True
     """
     inject(project, "settings", "_calls = []\n" + wrap_after("apply", body))
-    report = _verify(project, tmp_path / "run")
+    report = _verify(project, tmp_path / "run", "--settings-cost")  # the cost run: a verify's only where asked
     step = failed_step(report, "determinism")
     assert report["first_failure"] == "determinism" and step["layer"] == "environment", step
     assert "did not hold after the cost run: cudnn.benchmark: applied False, read back True" in step["error"], \

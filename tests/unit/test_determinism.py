@@ -40,7 +40,11 @@ try:
     world.settle()
     after = {n: id(m) for n, m in sys.modules.items() if n.startswith(("kernodeck_app_", "mypkg"))}
     print(json.dumps({"status": "passed", "bitwise_identical": details["bitwise_identical"],
-                      "modules_kept": before == after}))
+                      "modules_kept": before == after,
+                      "cost": sorted(k for k in ("cost_ratio", "seconds_without_settings", "settings_cost")
+                                     if k in details),
+                      "without_settings": sorted(n for n, o in details["outputs"].items()
+                                                 if "max_abs_without_settings" in o)}))
 except CheckFailed as exc:
     print(json.dumps({"status": "failed", "error": str(exc)}))
 """
@@ -117,7 +121,8 @@ def run(app):
 """
 
 
-def _determinism(tmp_path: Path, entry: str, params: dict[str, Any] | None = None, limit: int = 64) -> dict[str, Any]:
+def _determinism(tmp_path: Path, entry: str, params: dict[str, Any] | None = None, limit: int = 64, *,
+                 settings_cost: bool = False) -> dict[str, Any]:
     config = _closed_project(tmp_path, code=["src/mypkg/*.py"], files=["data/*.csv"])
     root = Path(config["project_root"])
     (root / "sample.jsonl").write_text("".join(f'{{"id": "r{i}"}}\n' for i in range(4)))
@@ -131,6 +136,7 @@ def _determinism(tmp_path: Path, entry: str, params: dict[str, Any] | None = Non
          "outputs": {"x": {"kind": "exact", "dtype": "int64", "justification": "labels"}}}, root).fingerprints(root)
     config["application"]["params"] = params or {}
     config["determinism_records"] = limit  # below 4: the reruns take the first records, the first run is not compared
+    config["settings_cost"] = settings_cost  # a reference's run, or verify --settings-cost
     fake = tmp_path / "faketorch"
     (fake / "torch").mkdir(parents=True)
     (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
@@ -179,7 +185,17 @@ def test_controls_an_entry_that_recomputes_fails_and_a_seeded_one_passes(tmp_pat
     # a file written and read back within one call is the call's own; after the step, the first run's modules are
     # the ones loaded (the steps after it see what the application step loaded)
     assert _determinism(tmp_path / "b", SEEDED) == {"status": "passed", "bitwise_identical": True,
-                                                    "modules_kept": True}
+                                                    "modules_kept": True, "cost": ["settings_cost"],
+                                                    "without_settings": []}
+
+
+def test_the_run_without_the_settings_is_made_only_where_its_cost_is_asked(tmp_path: Path) -> None:
+    """A reference's run and ``verify -- --settings-cost`` (``settings_cost`` in the run's configuration) time the
+    entry once more without the settings and record the cost and each output's difference without them; any other
+    verify says where the cost is measured instead, and runs the entry twice more only."""
+    asked = _determinism(tmp_path / "asked", SEEDED, settings_cost=True)
+    assert asked["cost"] == ["cost_ratio", "seconds_without_settings"] and asked["without_settings"] == ["x"], asked
+    assert asked["status"] == "passed" and asked["modules_kept"] is True
 
 
 # red-team pass 16 (moved from its reproduction file: they use this file's runner)

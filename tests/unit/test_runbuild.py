@@ -125,7 +125,8 @@ def test_a_caller_that_drops_a_setting_is_caught(project: Project, tmp_path: Pat
            "expect_backend": "cpu", "libraries": start.declared_libraries(project.tool),
            "variables": start.declared_variables(project.tool)}
     runbuild.add_in_env_inputs(old, project.root, app)
-    assert undeclared(old, verify, bisect.CHANGES) == {"resume", "determinism_records", "allow_code_change"}
+    assert undeclared(old, verify, bisect.CHANGES) == {"resume", "determinism_records", "allow_code_change",
+                                                       "settings_cost"}
     assert undeclared({**verify, "expect_backend": "cuda"}, verify, tolerance_search.CHANGES) == {"expect_backend"}
     # a declared change covers its own keys only
     assert undeclared({**verify, "variation": {}}, verify, tolerance_search.CHANGES) == set()

@@ -90,6 +90,8 @@ def changes(opts: Options, mode: str) -> runbuild.Changes:
     declared = [runbuild.Change.MAKE_REFERENCE] if mode == "reference" else []
     if opts.allow_code_change:
         declared.append(runbuild.Change.ALLOW_CODE_CHANGE)
+    if opts.settings_cost and mode != "reference":  # a reference records it anyway
+        declared.append(runbuild.Change.SETTINGS_COST)
     if opts.extra_config:
         declared.append(runbuild.Change.EXTRA_CONFIG)
     return runbuild.Changes(tuple(declared), dict(opts.extra_config))
