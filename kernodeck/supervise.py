@@ -193,9 +193,10 @@ def _signal_group(pgid: int, signum: int) -> bool:
 
 def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlines: Deadlines, root: Path,
               label: str = "checks", on_line: Callable[[str], None] | None = None,
-              early: Early | None = None) -> Supervised:
+              early: Early | None = None, started: Callable[[], object] = lambda: None) -> Supervised:
     """Run ``argv`` (an in-env process), logged first; stop it on a deadline, a stall or a signal. ``early``: the
-    runner started already with ``argv``, waiting for its word (early.py), given it here."""
+    runner started already with ``argv``, waiting for its word (early.py), given it here. ``started``: called once
+    the process runs (its word given), before it is watched."""
     folder = early.folder if early is not None else stacks_folder()
     tail: deque[str] = deque(maxlen=40)
     progress = _Progress()
@@ -209,6 +210,7 @@ def supervise(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, deadlin
         with signals.installed(), alive(label, lambda: progress.status(note_after)):
             proc = early.go() if early is not None else launch(argv, env, cwd, folder)
             procs.append(proc)
+            started()
             reader = threading.Thread(target=_read, args=(proc, lines), name="kernodeck-inenv-stderr", daemon=True)
             reader.start()
             expired = _watch(proc, lines, progress, tail, deadlines, signals, on_line)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from kernodeck import early
 from kernodeck.inenv.protocol import STACKS_DIR_ENV
+from kernodeck.project.deadlines import Deadlines
+from kernodeck.supervise import supervise
 from tests.helpers import basevenv
 
 
@@ -68,3 +70,16 @@ def test_an_early_runner_dropped_ends_and_leaves_nothing(tmp_path: Path) -> None
     waiting.drop()
     assert waiting.proc.returncode == 0 and not waiting.folder.exists() and not marker.exists()
     assert STACKS_DIR_ENV not in os.environ
+
+
+def test_the_orchestrators_own_work_begins_once_the_runner_has_its_word(tmp_path: Path) -> None:
+    """supervise's ``started`` (verify's writer.LockFiles: a second Python thread that would take the GIL from what the
+    word waits for) is called once, after the word was given: the waiting runner's stdin is closed by then. The
+    control: before supervise, the runner still waits (its stdin open)."""
+    argv = basevenv.runner_argv(_venv(tmp_path, tmp_path / "marker"), tmp_path)
+    waiting = early.start(argv, {"PATH": os.environ.get("PATH", "")}, tmp_path)
+    assert waiting.proc.stdin is not None and not waiting.proc.stdin.closed
+    seen: list[bool] = []
+    ended = supervise(argv, env={"PATH": os.environ.get("PATH", "")}, cwd=tmp_path, deadlines=Deadlines(),
+                      root=tmp_path, early=waiting, started=lambda: seen.append(waiting.proc.stdin.closed))
+    assert ended.code == 0 and seen == [True], (ended.tail, seen)

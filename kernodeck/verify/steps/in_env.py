@@ -157,8 +157,10 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
         waiting.drop()  # started otherwise than the checks start it now: never given its word
         waiting = None
     waiting = waiting or early.start(argv, env, run_.staging)
+    # the orchestrator's own work for the time it only waits (writer.LockFiles), begun once the runner has its word:
+    # a second Python thread before it only takes the GIL from what the word waits for
     ended = supervise(argv, env=env, cwd=run_.staging, deadlines=limits, root=run_.project.root, on_line=forward,
-                      early=waiting)
+                      early=waiting, started=lambda: [begin() for begin in run_.during_checks])
     code, tail = ended.code, ended.tail
     results = {p.name.split("-", 1)[1].removesuffix(".json"): p for p in (run_.staging / "steps").glob("*.json")}
     crashed_at = None
@@ -303,8 +305,6 @@ def checks(ctx: RunContext, run: Run) -> None:
     config = _with_build_digests(run.run_config, run)
     if StepName.EXTENSIONS in ctx.names:
         config = {**config, "extensions": extensions_config(ctx, run.python)}
-    for begin in run.during_checks:  # the orchestrator's own work for the time it only waits (writer.LockFiles)
-        begin()
     run_checks(run, run.python, ctx.names, config)  # its system step writes torch's collect_env report beside it
     for step in run.steps:  # the system record (system.json, kept with a reference) holds them, compared with its
         if step.name == StepName.SYSTEM and step.details:
