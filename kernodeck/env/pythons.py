@@ -20,6 +20,7 @@ skipped and named, never fatal. Where to look, in order:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
@@ -320,14 +321,38 @@ _MARKERS = (
 )
 
 
+_ASKED: dict[str, subprocess.Popen[str]] = {}  # interpreter -> its marker probe, started ahead (ask_markers)
+
+
+def ask_markers(interpreter: str) -> None:
+    """Start asking ``interpreter`` its marker values now, for :func:`marker_values` to read later: verify's rebuild
+    step, once it found the interpreter the env was made from (outside the env: nothing of the env runs before the
+    inventory has proven its files), so that the probe's start overlaps the inventory's file check."""
+    if interpreter not in _ASKED:
+        with contextlib.suppress(OSError):
+            _ASKED[interpreter] = subprocess.Popen([interpreter, "-I", "-S", "-c", _MARKERS], stdout=subprocess.PIPE,
+                                                   stderr=subprocess.DEVNULL, text=True, env=clean_env())
+
+
 def marker_values(interpreter: str) -> dict[str, str]:
     """The PEP 508 marker values of ``interpreter`` (an env's, or its base's: the same), asked of it: every comparison
     of an env with its lock evaluates the lock's markers with them, never with those of the interpreter running
-    Kernodeck, which may be another Python (nox on 3.12 building cp311: red-team passes 60 and 61, MARKER1-2)."""
+    Kernodeck, which may be another Python (nox on 3.12 building cp311: red-team passes 60 and 61, MARKER1-2). The
+    probe :func:`ask_markers` started, if any, answers (once)."""
+    asked = _ASKED.pop(interpreter, None)
     try:
-        proc = subprocess.run([interpreter, "-I", "-S", "-c", _MARKERS], capture_output=True, text=True,
-                              timeout=_PROBE_TIMEOUT_S, env=clean_env(), check=False)
-        values = json.loads(proc.stdout) if proc.returncode == 0 else None
+        if asked is not None:
+            try:
+                out, _ = asked.communicate(timeout=_PROBE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                asked.kill()
+                asked.wait()
+                raise
+            values = json.loads(out) if asked.returncode == 0 else None
+        else:
+            proc = subprocess.run([interpreter, "-I", "-S", "-c", _MARKERS], capture_output=True, text=True,
+                                  timeout=_PROBE_TIMEOUT_S, env=clean_env(), check=False)
+            values = json.loads(proc.stdout) if proc.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError):
         values = None
     if not isinstance(values, dict):

@@ -209,3 +209,18 @@ def test_marker_values_are_the_interpreters_own_as_packaging_computes_them(tmp_p
     with pytest.raises(KernodeckError, match="cannot report its marker values") as refused:
         pythons.marker_values(str(script(tmp_path / "bin" / "python-x", "echo not-json")))
     assert refused.value.tip == "nox -s rebuild -- --fresh"
+
+
+def test_marker_values_asked_ahead_are_the_same_answer_read_once(tmp_path: Path) -> None:
+    """ask_markers starts the probe (verify's rebuild step, for the base interpreter); marker_values reads its answer
+    once, then asks afresh; one that does not answer is refused as before."""
+    from packaging.markers import default_environment
+
+    pythons.ask_markers(REAL)
+    assert REAL in pythons._ASKED
+    assert pythons.marker_values(REAL) == {k: str(v) for k, v in default_environment().items()}
+    assert REAL not in pythons._ASKED and pythons.marker_values(REAL) == pythons.marker_values(REAL)
+    bad = str(script(tmp_path / "bin" / "python-x", "echo not-json"))
+    pythons.ask_markers(bad)
+    with pytest.raises(KernodeckError, match="cannot report its marker values"):
+        pythons.marker_values(bad)

@@ -73,6 +73,8 @@ def _current(ctx: RunContext, run: Run) -> Step:
     with contextlib.suppress(KernodeckError):
         found = pythons.base_for(ctx.plat.python, ctx.plat.os_arch, None)["path"]
         run.base_python = found if record.get("base_python") == found else None
+    if run.base_python:
+        pythons.ask_markers(run.base_python)  # answered as the inventory compares the packages with the lock
     return Step("rebuild", Status.SKIPPED, reason="--no-rebuild: using the current environment, built from this lock",
                 details={"env": str(env.relative_to(ctx.project.root))})
 
@@ -87,6 +89,8 @@ def _rebuilt(ctx: RunContext, run: Run) -> Step:
     )
     run.python, run.result = result.python, result
     run.base_python = result.base_python.get("path") or None
+    if run.base_python:
+        pythons.ask_markers(run.base_python)  # answered as the inventory compares the packages with the lock
     return Step("rebuild", Status.PASSED, title="reused" if result.reused else "rebuilt", reason=result.reason,
                 duration_s=run.elapsed(), details=result.as_dict())
 
