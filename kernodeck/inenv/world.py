@@ -79,7 +79,9 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     exits.install()  # os._exit and a signal sent to itself: the call's failure, as sys.exit is (EXIT2)
     _taken(ctx)
     verified.install(finder(ctx))
-    before = set(sys.modules)
+    # the names (and modules) at its start: a copy costs a fifth of a set of the names (dict's own methods: none of an
+    # object the application may have put in sys.modules' place runs here)
+    before = dict.copy(sys.modules)
     for record in (seen.READ, seen.LISTED):  # what a lingering thread read since the last window is judged now
         for path in [p for p, by in record.items() if by != seen.LATE]:
             del record[path]
@@ -113,10 +115,11 @@ def window(ctx: Context, who: str) -> Iterator[None]:
                     raise
 
 
-def _judge_window(ctx: Context, who: str, before: set[str]) -> None:
-    # the names added in the window (one set difference: most windows, a criterion's call, add none), less a module
-    # object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``): not new
-    added = set(sys.modules) - before
+def _judge_window(ctx: Context, who: str, before: dict[str, Any]) -> None:
+    # the names added in the window (most windows, a criterion's call, add none: the names compared as sets first),
+    # less a module object already loaded under another name (multiprocessing's ``__mp_main__`` is ``__main__``)
+    same = dict.keys(sys.modules) == before.keys()
+    added: set[str] = set() if same else set(dict.keys(sys.modules)) - before.keys()
     if added:
         modules = dict(sys.modules)
         known = {id(module) for name, module in modules.items() if name in before}
