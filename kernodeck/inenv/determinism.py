@@ -54,12 +54,33 @@ def _project_modules(ctx: Context) -> dict[str, Any]:
     return {name: module for name, module in list(sys.modules.items()) if own(module)}
 
 
+# What the last _afresh put back, with the project root and sys.modules as it left them: the criterion's first sight
+# loads the project afresh three times in a row, and the determinism step once more later.
+_PUT_BACK: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+
+
+def _kept(ctx: Context) -> dict[str, Any]:
+    """The project's modules now (:func:`_project_modules`): the ones the last :func:`_afresh` put back when
+    ``sys.modules`` still holds exactly what it left (the same names, each the same module object), else a scan of
+    every module (6 ms with sentence-transformers loaded). A module an application's call changed in place since (its
+    ``__file__`` moved into the project) stays then, as the env's code it was loaded as; a memo in a library's module
+    is not reset either way (docs/application.md)."""
+    if _PUT_BACK:
+        root, modules, kept = _PUT_BACK[0]
+        now = sys.modules
+        if (root == str(ctx.config["project_root"]) and dict.keys(now) == modules.keys()
+                and all(dict.get(now, name) is module for name, module in modules.items())):
+            return dict(kept)
+    return _project_modules(ctx)
+
+
 @contextlib.contextmanager
 def _afresh(ctx: Context) -> Iterator[None]:
     """A rerun from the project's code loaded afresh: its modules leave sys.modules, so the entry's file and what it
     imports from the project load again from their verified bytes as new modules (a memo in a module global, an
     ``lru_cache``, starts empty); afterwards the first run's modules are put back (the other runs, the later steps)."""
-    kept = _project_modules(ctx)
+    kept = _kept(ctx)
+    _PUT_BACK.clear()
     for name in kept:
         del sys.modules[name]
     try:
@@ -68,6 +89,7 @@ def _afresh(ctx: Context) -> Iterator[None]:
         for name in _project_modules(ctx):
             del sys.modules[name]
         sys.modules.update(kept)
+        _PUT_BACK[:] = [(str(ctx.config["project_root"]), dict.copy(sys.modules), kept)]
 
 
 def _rerun(ctx: Context, subset: list[dict[str, Any]]) -> Written:

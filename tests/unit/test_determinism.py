@@ -270,3 +270,36 @@ def test_fp3_in_the_real_env_torch_save_memo(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(sys, "executable", str(ENV))
     result = _determinism(tmp_path, REAL_MEMO)
     assert result["status"] == "failed" and "where it must compute afresh" in result["error"], result
+
+
+def test_the_project_is_loaded_afresh_each_time_and_the_last_put_back_is_reused_only_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """determinism._afresh twice in a row (the criterion's first sight does it three times): each time the project's
+    module leaves sys.modules for the rerun and the first run's is put back after; the second takes the modules the
+    first put back without scanning sys.modules again, as nothing moved since. The control: a module added since (an
+    import between the two) means a scan."""
+    import types
+
+    from kernodeck.inenv import determinism
+    from kernodeck.inenv._common import Context
+
+    scans: list[int] = []
+    real = determinism._project_modules
+    monkeypatch.setattr(determinism, "_project_modules", lambda ctx: scans.append(1) or real(ctx))
+    monkeypatch.setattr(determinism, "_PUT_BACK", [])
+    ctx = Context(config={"project_root": str(tmp_path)}, out=tmp_path)
+    first = types.ModuleType("kernodeck_test_project")
+    first.__file__ = str(tmp_path / "kernodeck_test_project.py")
+    monkeypatch.setitem(sys.modules, "kernodeck_test_project", first)
+    for _ in range(2):
+        with determinism._afresh(ctx):
+            assert "kernodeck_test_project" not in sys.modules
+            again = types.ModuleType("kernodeck_test_project")
+            again.__file__ = first.__file__
+            sys.modules["kernodeck_test_project"] = again  # what the rerun loads from the project's bytes
+        assert sys.modules["kernodeck_test_project"] is first
+    assert len(scans) == 3, scans  # the first: before and after; the second: after only
+    monkeypatch.setitem(sys.modules, "kernodeck_test_other", types.ModuleType("kernodeck_test_other"))
+    with determinism._afresh(ctx):
+        assert "kernodeck_test_project" not in sys.modules
+    assert sys.modules["kernodeck_test_project"] is first and len(scans) == 5, scans
