@@ -137,28 +137,14 @@ def install_args(source: str, backend: str) -> list[str]:
     return ["--no-deps", "--force-reinstall", source]
 
 
-_READ: dict[tuple[object, ...], dict[str, Any]] = {}  # the file's stat -> its table: read once while it is unchanged
-
-
 def load_pyproject(path: str = "pyproject.toml") -> dict[str, Any]:
     """The project's pyproject.toml; a TOML syntax error ends nox with one ERROR line naming the file, line and column
-    (and a TIP), never a traceback from the noxfile. Parsed once while the file's stat stays the same (the noxfile
-    and each session ask for it: not mutated by any caller)."""
+    (and a TIP), never a traceback from the noxfile."""
     import tomllib
 
-    key: tuple[object, ...] = ()
-    with suppress(OSError):
-        st = os.stat(path)
-        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-    if key and key in _READ:
-        return _READ[key]
     try:
         with open(path, "rb") as handle:
-            table = tomllib.load(handle)
-        if key:
-            _READ.clear()
-            _READ[key] = table
-        return table
+            return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         where = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         at = f"line {where.group(1)}, column {where.group(2)}" if where else "end of file"

@@ -196,19 +196,6 @@ def test_toml_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
     assert stopped.value.code == 2
 
 
-def test_the_noxfiles_read_of_pyproject_is_parsed_once_while_unchanged(tmp_path: Path) -> None:
-    """noxsessions.load_pyproject: the same table while the file's stat stays, read again once it is written (the
-    control: a written file, even with the same bytes, is parsed again; a broken one is still refused)."""
-    path = copy_project(tmp_path / "p") / "pyproject.toml"
-    first = noxsessions.load_pyproject(str(path))
-    assert noxsessions.load_pyproject(str(path)) is first
-    path.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
-    again = noxsessions.load_pyproject(str(path))
-    assert again is not first and again == first
-    with pytest.raises(SystemExit):
-        noxsessions.load_pyproject(str(_broken(path.parent)))
-
-
 @pytest.mark.reliability(
     63,
     "`runs = 5`, `variant = [\"cpu\"]` in a platform, `[tool.kernodeck.determinism] max-records = \"all\"`, "
