@@ -57,6 +57,16 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def in_project(arg: str, root: Path) -> str:
+    """An argument as commands are recorded and shown: a path inside the project relative to it (a procedure replays
+    on another machine), any other as given."""
+    try:
+        inside = os.path.isabs(arg) and Path(os.path.abspath(arg)).is_relative_to(root)
+        return os.path.relpath(arg, root) if inside else arg
+    except ValueError:  # another drive (Windows)
+        return arg
+
+
 INENV = Path(__file__).resolve().parent / "inenv"  # what runs inside a rebuilt env, by path (kernodeck/inenv/)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernodeck.env.records import Records, read_records, sha256_of, site_dirs
+from kernodeck.env.records import Records, read_records, site_dirs
 from kernodeck.env.snapshot import (
     BYTECODE,
     Entry,
@@ -304,23 +304,6 @@ def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validat
         _later_bytecode(env, entries, records, found, validate)
     found.seconds = time.perf_counter() - start
     return found
-
-
-def proven_digests(env: Path, found: Findings, package: str, folder: str) -> dict[str, list[object]]:
-    """Each regular file distribution ``package``'s RECORD lists under ``folder`` (a path under the env ending in
-    '/'): its stat as this check saw it (size, mtime_ns, ctime_ns, inode) and the sha256 the RECORD gives it. The build
-    hashed every file against its RECORD line before the snapshot; a file whose stat is still the one the snapshot
-    holds has not been written since (any write moves its ctime), so its RECORD's digest is its content's. The in-env
-    side takes it in place of hashing the file only while the file's stat is still this one (inenv/locate.py). Empty
-    unless ``found`` showed every file of the env the build's."""
-    if not found.clean or not found.site:
-        return {}
-    out: dict[str, list[object]] = {}
-    for rel, digest in sha256_of(env, found.site, package, folder).items():
-        entry = found.stats.get(rel)
-        if entry is not None and entry[0] == "f":
-            out[rel] = [entry[1], entry[2], entry[3], entry[4], digest]
-    return out
 
 
 def _read_kept(env: Path) -> dict[str, Entry]:

@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernodeck import tips
-from kernodeck._fs import INENV, sha256_file, write_atomic
+from kernodeck._fs import in_project, sha256_file, write_atomic
 from kernodeck._proc import alive, clean_env, interactive, log, run, run_with_progress, show, uv_available
 from kernodeck.env import binding, envpip, inventory, pythons, records, sdist_builds, seeds, snapshot
 from kernodeck.env import wheelhouse as wheels
 from kernodeck.env.envdirs import MARKER, clean_incomplete, current_env, env_python, platform_dir
 from kernodeck.env.envdirs import marker as _marker
 from kernodeck.env.envdirs import promote as _promote
-from kernodeck.env.envfiles import COMPILED
 from kernodeck.env.installenv import choose_installer, installing_env, offline_env, reading_env
+from kernodeck.env.sealing import compile_argv
 from kernodeck.env.sealing import require_intact as _require_intact
 from kernodeck.env.sealing import seal as _seal
 from kernodeck.errors import CommandFailed, RebuildFailed
@@ -197,7 +197,7 @@ class _Build:
 
     def record(self, argv: list[str]) -> None:
         self.commands.append(self.vindex.expandable(
-            show([self.display.get(a) or _rel(a, self.project.root) for a in argv])))
+            show([self.display.get(a) or in_project(a, self.project.root) for a in argv])))
 
     def step(self, name: str, argv: list[str], env_vars: dict[str, str] | None = None, *, recorded: bool = False,
              long: bool = False) -> str:
@@ -227,16 +227,16 @@ class _Build:
                 self.install()
             except RebuildFailed as exc:
                 raise sdist_builds.explain(exc, [p.name for p in self.lock.pins], self.project.tool) from exc
-            compiling = self.compile_inenv()
+            self.record(argv := compile_argv(self.found["path"], self.env))  # beside pip's reads (sealing.py)
+            compiling = self.pool.submit(self.step, "compile-inenv", argv, {**reading_env(), "PATH": ""}, recorded=True)
             freeze, pip_check = self.check_and_freeze()
-            compiling.result()
             installed = inventory.parse_freeze(freeze)  # a pin whose marker excludes this machine was not installed
             inventory.require_the_locks(self.lock, pythons.marker_values(self.found["path"]), installed)
             self.wheels = {name: wheel for name, wheel in self.wheels.items() if name in installed}
             binding.require_built(self.lock, self.wheels, installed, self.hash_source)
             built = sdist_builds.require_declared(self.env, self.project, self.plat, self.twin)
             seeds.require_unchanged(self.made)  # the install's code remade neither interpreter nor pyvenv.cfg
-            files = _seal(self.env, self.lock, self.durations, self.plat)
+            files = _seal(self.env, self.lock, self.durations, self.plat, compiled=compiling.result().strip())
             self.write_records(freeze, pip_check, {**files, sdist_builds.RECORDED: [asdict(b) for b in built]})
         except BaseException:
             self.pool.shutdown(wait=True, cancel_futures=True)
@@ -351,13 +351,6 @@ class _Build:
                                     tip=_failure_tip(self.current, self.plat))
         return {what: text for what, (text, _) in said.items()}
 
-    def compile_inenv(self) -> Future[str]:
-        """Kernodeck's in-env files compiled into the env by the base interpreter (inenv/compiled.py, ``-I -S``: nothing
-        of the env runs), beside pip's reads; held by the snapshot taken after it (envfiles.COMPILED)."""
-        argv = [self.found["path"], "-I", "-S", str(INENV / "compiled.py"), str(INENV), str(self.env / COMPILED)]
-        self.record(argv)
-        return self.pool.submit(self.step, "compile-inenv", argv, {**reading_env(), "PATH": ""}, recorded=True)
-
     def check_and_freeze(self) -> tuple[str, str]:
         """pip freeze and pip check, in one pip process (envpip), recorded as the two pip commands they are; a seeded
         pip dropped when the lock does not pin it."""
@@ -400,11 +393,3 @@ def _failure_tip(previous: Path | None, plat: Platform) -> str:
             f"{VariantIndex(plat.variant.name, plat.variant.index).var}, must serve the lock's files), "
             f"then: {tips.REBUILD_FRESH}")
 
-
-def _rel(arg: str, root: Path) -> str:
-    """Commands as recorded: paths inside the project relative to it, so the procedure replays on another machine."""
-    try:
-        inside = os.path.isabs(arg) and Path(os.path.abspath(arg)).is_relative_to(root)
-        return os.path.relpath(arg, root) if inside else arg
-    except ValueError:
-        return arg

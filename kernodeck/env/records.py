@@ -108,34 +108,6 @@ def _rows(text: str, base: Path, site: str, root: str) -> Iterator[tuple[str | N
             yield f"{site}/{row[0]}", row
 
 
-def sha256_of(env: Path, site: str, name: str, under: str) -> dict[str, str]:
-    """The sha256 (hex) each line of distribution ``name``'s RECORD gives a file under ``under`` (paths under the env,
-    '/'-separated). The build checked every such line against its file (:func:`check_record_digests`); an env whose
-    files are all unchanged since its snapshot still holds them (kernodeck/inenv/locate.py takes them from there)."""
-    wanted = canonicalize_name(name)
-    base = env / site
-    out: dict[str, str] = {}
-    twice: set[str] = set()  # a path two lines give different digests: none is taken (the bytes are hashed)
-    for info in sorted(base.glob("*.dist-info")):
-        if canonicalize_name(info.name[: -len(".dist-info")].split("-")[0]) != wanted:
-            continue
-        try:
-            text = (info / "RECORD").read_text(encoding="utf-8")
-        except OSError:
-            continue
-        for rel, row in _rows(text, base, site, os.path.abspath(env)):
-            algo, _, digest = row[1].partition("=") if len(row) >= 2 else ("", "", "")
-            if rel is None or not rel.startswith(under) or algo != "sha256":
-                continue
-            try:
-                raw = base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4))
-            except ValueError:
-                continue
-            if len(raw) == 32 and out.setdefault(rel, raw.hex()) != raw.hex():
-                twice.add(rel)
-    return {rel: digest for rel, digest in out.items() if rel not in twice}
-
-
 def read_records(env: Path, locked: Iterable[str] | None) -> Records:
     """Parse the RECORD of every distribution in the env's site-packages; ``locked``: the names that may own files.
 

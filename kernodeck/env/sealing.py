@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from kernodeck import tips
+from kernodeck._fs import INENV, sha256_file
 from kernodeck.env import envfiles, inventory, snapshot
 from kernodeck.env import records as env_records
 from kernodeck.env.envdirs import env_python, marker
@@ -16,12 +17,15 @@ from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
 
 
-def seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: Platform) -> dict[str, object]:
+def seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: Platform, *,
+         compiled: str = "") -> dict[str, object]:
     """Hold the finished env to its lock file by file, then snapshot it; what the completion record says of it.
 
     Every file a RECORD lists is hashed against its digest (in parallel threads), every file must be owned by a locked
-    distribution's RECORD or be one the venv tool writes, and none may be shared (a hard link). Only then is each
-    entry's stat written to the snapshot that every verify compares against.
+    distribution's RECORD or be one the venv tool writes, and none may be shared (a hard link); Kernodeck's compiled
+    in-env files (envfiles.COMPILED) are held to ``compiled``, the digest the compile step named (red-team pass 84,
+    BLOB1: replaced before the snapshot, the file was held by its stat alone). Only then is each entry's stat written
+    to the snapshot that every verify compares against.
     """
     start = time.perf_counter()
     entries = snapshot.scan(env)
@@ -39,6 +43,8 @@ def seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: 
                 f"package>); then: {tips.REBUILD_FRESH}",
         )
     problems = found.problems()
+    if compiled and _sha256_of(env / envfiles.COMPILED) != compiled:
+        problems.append(f"{envfiles.COMPILED} is not what the compile step wrote (its digest differs)")
     if problems:
         raise RebuildFailed(f"the new environment is not the lock's, file by file: {'; '.join(problems)}",
                             tip=f"report it with the lock {plat.id}; then: {tips.REBUILD_FRESH}")
@@ -47,7 +53,30 @@ def seal(env: Path, lock: lockfile.Lockfile, durations: dict[str, float], plat: 
     durations["files"] = round(time.perf_counter() - start, 3)
     return {"files_snapshot": {"file": snapshot.SNAPSHOT, "sha256": digest, "entries": len(entries),
                                "owned_by_record": found.owned},
-            "record_digests": digests.as_dict()}
+            "record_digests": digests.as_dict(), **({COMPILED_KEY: compiled} if compiled else {})}
+
+
+def compile_argv(base_python: str, env: Path) -> list[str]:
+    """The rebuild's compile of Kernodeck's in-env files into the env (inenv/compiled.py) by the base interpreter
+    (``-I -S``: nothing of the env runs), before the seal; it prints the digest of what it wrote, which :func:`seal`
+    holds envfiles.COMPILED to and the completion record keeps."""
+    return [base_python, "-I", "-S", str(INENV / "compiled.py"), str(INENV), str(env / envfiles.COMPILED)]
+
+
+COMPILED_KEY = "compiled_sha256"  # the completion record's digest of envfiles.COMPILED, as the compile step named it
+
+
+def _sha256_of(path: Path) -> str:
+    try:
+        return sha256_file(path)
+    except OSError:
+        return ""
+
+
+def compiled_digest(env: Path) -> str:
+    """The digest of Kernodeck's compiled in-env files the env's completion record keeps ("" when it holds none)."""
+    digest = marker(env).get(COMPILED_KEY)
+    return digest if isinstance(digest, str) else ""
 
 
 def snapshot_digest(env: Path) -> str | None:

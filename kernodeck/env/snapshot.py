@@ -2,8 +2,9 @@
 every verify.
 
 Each entry under the env's prefix (links not followed) is kept as kind, size, mtime_ns, ctime_ns, inode, mode, link
-count and a link's target. Any write, ``chmod``, ``rename`` or ``touch`` sets the ctime to the clock's now, and no
-user-space call can set it back: docs/env-integrity.md says why this is sound and what it does not cover.
+count and a link's target. Any write, ``chmod``, ``rename`` or ``touch`` sets the ctime to the clock's now (a write
+through a shared mapping only as a clean page first becomes writable), and no user-space call can set it back:
+docs/env-integrity.md says why this is sound and what it does not cover.
 """
 
 from __future__ import annotations

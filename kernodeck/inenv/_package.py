@@ -160,11 +160,12 @@ def _cache_only_the_envs_bytecode(homes: types.ModuleType) -> None:
     importlib.machinery.SourceFileLoader.get_code = get_code  # type: ignore[method-assign]
 
 
-def load(compiled: str = "") -> None:
+def load(compiled: str = "", sha256: str = "") -> None:
     """This folder as the package ``kernodeck_inenv`` in ``sys.modules`` (once per process), then the bytecode rule
     (its list of homes is a sibling, loaded through the verified loader first: only the standard library ran before
     it, whose bytecode the rule keeps anyway), then the stacks hook (``stackhooks.install``). ``compiled``: the
-    build's compiled siblings in the env (compiled.py), which the loader then takes for the bytes it verified."""
+    build's compiled siblings in the env (compiled.py), read only as the bytes of digest ``sha256``, which the loader
+    then takes for the bytes it verified."""
     if PACKAGE in sys.modules:
         return
     here = Path(__file__).resolve().parent
@@ -173,8 +174,8 @@ def load(compiled: str = "") -> None:
     sources.ran(here / "_package.py")
     try:
         importlib.import_module(PACKAGE)
-        if compiled:
-            sources.code = importlib.import_module(PACKAGE + ".compiled").read(Path(compiled))
+        if compiled and sha256:
+            sources.code = importlib.import_module(PACKAGE + ".compiled").read(Path(compiled), sha256)
         homes = importlib.import_module(PACKAGE + ".homes")
     except BaseException:
         sys.meta_path.remove(sources)
@@ -186,6 +187,6 @@ def load(compiled: str = "") -> None:
     importlib.import_module(PACKAGE + ".stackhooks").install()
 
 
-# what running this file by path is for; the runner gives COMPILED (runpy's init_globals) where it was told of the
-# build's compiled siblings
-load(str(globals().get("COMPILED") or ""))
+# what running this file by path is for; the runner gives COMPILED and COMPILED_SHA256 (runpy's init_globals) where it
+# was told of the build's compiled siblings
+load(str(globals().get("COMPILED") or ""), str(globals().get("COMPILED_SHA256") or ""))

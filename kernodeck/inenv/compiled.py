@@ -6,11 +6,12 @@ made from (``python -I -S compiled.py FOLDER OUT``, beside pip's reads: nothing 
 which compiles every ``*.py`` of ``FOLDER`` and writes the code objects, keyed by each file's name, the sha256 of the
 bytes compiled and the path they were compiled under, into ``OUT`` (``kernodeck-inenv-code.marshal`` at the env's
 root) before the env's snapshot is taken. A verify's inventory step then holds it to the build like every other file
-of the env (docs/env-integrity.md), and only where it proved every file the build's is the runner told of it
-(``--compiled``): its loader takes the code of a file whose name, digest and path are a key here, and compiles every
-other (a file changed since the build has another digest). A file changed since the build, a foreign one planted at
-its place, or one written by another interpreter (its magic number) is never run: the inventory refuses the first two,
-the loader skips the third. Standard library only.
+of the env (docs/env-integrity.md); the digest this script prints is held to the file as the env is sealed and kept in
+its completion record. Only where the inventory proved every file the build's is the runner told of it, with that
+digest (``--compiled``, ``--compiled-sha256``): it reads the file's bytes once, checks them against the digest, and
+its loader takes the code of a file whose name, digest and path are a key there, compiling every other (a file
+changed since the build has another digest). A file changed since the build (even with its stat kept), a foreign one
+planted at its place, or one written by another interpreter (its magic number) is never run. Standard library only.
 """
 
 from __future__ import annotations
@@ -42,12 +43,17 @@ def table(folder: Path) -> dict[tuple[str, str, str], Any]:
     return out
 
 
-def read(path: Path) -> dict[tuple[str, str, str], Any]:
-    """The code the build compiled, keyed as :func:`key`; empty where the file is missing, unreadable, or written by
-    another interpreter or for another optimisation level than this process runs at (its own files are compiled
-    then)."""
+def read(path: Path, sha256: str) -> dict[tuple[str, str, str], Any]:
+    """The code the build compiled, keyed as :func:`key`, from the file's bytes only when they are the ones the build
+    wrote (``sha256``: the digest the compile step named, kept in the env's completion record; a write that kept the
+    file's stat is found here: red-team pass 84, BLOB1); empty where the file is missing, unreadable, not those bytes,
+    or written by another interpreter or for another optimisation level than this process runs at (its own files are
+    compiled then)."""
     try:
-        magic, level, code = marshal.loads(path.read_bytes())
+        raw = path.read_bytes()
+        if hashlib.sha256(raw).hexdigest() != sha256:
+            return {}
+        magic, level, code = marshal.loads(raw)
     except (OSError, ValueError, EOFError, TypeError):
         return {}
     if magic != importlib.util.MAGIC_NUMBER or level != sys.flags.optimize or not isinstance(code, dict):
@@ -55,8 +61,9 @@ def read(path: Path) -> dict[tuple[str, str, str], Any]:
     return code
 
 
-def write(folder: Path, out: Path) -> None:
-    """:func:`table` of ``folder`` into ``out``, atomically (a temporary file beside it, removed on failure)."""
+def write(folder: Path, out: Path) -> str:
+    """:func:`table` of ``folder`` into ``out``, atomically (a temporary file beside it, removed on failure); the
+    sha256 of the bytes written, which the rebuild holds the file to and keeps."""
     data = marshal.dumps((importlib.util.MAGIC_NUMBER, OPTIMIZE, table(folder)))
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
@@ -65,7 +72,8 @@ def write(folder: Path, out: Path) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+    return hashlib.sha256(data).hexdigest()
 
 
 if __name__ == "__main__":
-    write(Path(sys.argv[1]).resolve(), Path(sys.argv[2]))
+    print(write(Path(sys.argv[1]).resolve(), Path(sys.argv[2])))  # the digest, for the seal and the record

@@ -21,6 +21,7 @@ import os
 import re
 import stat
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +57,11 @@ def url_name(cfg: dict[str, Any]) -> str:
 
 
 def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool = False,
-                held: dict[str, Any] | None = None, built: dict[str, Any] | None = None) -> dict[str, str]:
+                held: dict[str, Any] | None = None, ahead: bool = False) -> dict[str, str]:
     """Every file of a folder (or the one file), relative path -> sha256; ``include``: only files matching a glob;
     ``remember``: reuse the digest of a file unchanged since it was last hashed (its stat); ``held``: the run's links
-    (links.py), into which the links on the files' way are taken before their bytes are hashed; ``built``: the digests
-    the build proved for the env's files, by their stat (:func:`_from_build`)."""
+    (links.py), into which the links on the files' way are taken before their bytes are hashed; ``ahead``: take the
+    digest this process hashed ahead of a file whose stat has not moved since (:func:`hash_ahead`)."""
     chosen: dict[str, Path] = {where.name: where} if where.is_file() else {}
     for path in _walk(where) if not chosen else ():
         if not path.is_file() or path.name in _SKIPPED or "__pycache__" in path.parts:
@@ -75,32 +76,63 @@ def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool
     if remember:
         found = _hashed(where, chosen)
     else:
-        proven = _from_build(chosen, built) if built else {}
-        found = {rel: proven.get(rel) or sha256_file(path) for rel, path in chosen.items()}
+        hashed = _ahead(chosen) if ahead else {}
+        found = {rel: hashed.get(rel) or sha256_file(path) for rel, path in chosen.items()}
     for rel in chosen:  # what the run holds them to after each step (world.moved): hashed again only
         hold(before[rel], found[rel])  # when their stat moves
     return found
 
 
-def _from_build(chosen: dict[str, Path], built: dict[str, Any]) -> dict[str, str]:
-    """The digest the build gives each chosen file that is, by its stat now, the one the inventory step proved
-    unchanged since the build (the orchestrator's ``build_digests``: envfiles.proven_digests, a path under this env ->
-    [size, mtime_ns, ctime_ns, inode, sha256]): its real path is that path under this env's prefix, a regular file of
-    that size, mtime, ctime and inode. A write since (after the inventory too: red-team pass 82, REC1) moved its ctime,
-    and no call can set a ctime back: such a file, and every other, is hashed."""
-    root = os.path.realpath(sys.prefix) + os.sep
+# The files of the package sources hashed ahead (hash_ahead): real path -> (its stat key as hashed, its sha256).
+_AHEAD: dict[str, tuple[tuple[int, ...], str]] = {}
+_AHEAD_THREAD: list[threading.Thread] = []
+
+
+def _lstat_key(path: str) -> tuple[int, ...] | None:
+    """A regular file's identity and state, links not followed (size, mtime, ctime, inode, device); None otherwise."""
+    st = os.lstat(path)
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev) if stat.S_ISREG(st.st_mode) else None
+
+
+def hash_ahead(app: dict[str, Any]) -> None:
+    """Start hashing the files of the package sources the orchestrator names (``ahead``: paths under this env's prefix,
+    the inventory having shown them the build's) in a thread of Kernodeck's, as the runner starts: hashlib lets the GIL
+    go, so the 87 MB of this repository's weights are hashed beside torch's import instead of in the application
+    step. A file's digest is kept only if its stat was the same before and after it was read; the application step
+    takes it only if the stat is still that one then (:func:`_ahead`); any other file is hashed there."""
+    sources = [app.get("weights"), *(app.get("data") or {}).values()]
+    files = sorted({os.path.realpath(os.path.join(sys.prefix, str(rel)))
+                    for cfg in sources if isinstance(cfg, dict) for rel in cfg.get("ahead") or ()})
+    if not files or _AHEAD_THREAD:
+        return
+
+    def work(digest_of: Any = sha256_file) -> None:  # bound now: the thread reads nothing rebound after its start
+        seen.own_thread()
+        for path in files:
+            with contextlib.suppress(OSError):
+                before = _lstat_key(path)
+                digest = digest_of(Path(path))
+                if before is not None and _lstat_key(path) == before:
+                    _AHEAD[path] = (before, digest)
+
+    thread = threading.Thread(target=work, name="kernodeck-hash-ahead", daemon=True)
+    _AHEAD_THREAD.append(thread)
+    thread.start()
+
+
+def _ahead(chosen: dict[str, Path]) -> dict[str, str]:
+    """The digest :func:`hash_ahead` took of each chosen file whose real path it hashed and whose stat (size, mtime,
+    ctime, inode, device; links not followed) is still the one it had then: any write since moved its ctime (after
+    the inventory too: red-team pass 82, REC1). The thread is waited for first."""
+    for thread in _AHEAD_THREAD:
+        thread.join()
     out: dict[str, str] = {}
     for rel, path in chosen.items():
         real = os.path.realpath(path)
-        entry = built.get(real[len(root):].replace(os.sep, "/")) if real.startswith(root) else None
-        if not isinstance(entry, list) or len(entry) != 5:
-            continue
-        try:
-            st = os.lstat(real)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] == entry[:4]:
-            out[rel] = str(entry[4])
+        kept = _AHEAD.get(real)
+        with contextlib.suppress(OSError):
+            if kept is not None and _lstat_key(real) == kept[0]:
+                out[rel] = kept[1]
     return out
 
 
@@ -238,11 +270,10 @@ def locate(cfg: dict[str, Any], root: Path, what: str, layer: str,
     where = resolve(cfg, root, layer)
     progress(f"fingerprinting {what} ({cfg.get('kind', 'package')} source)")
     include = cfg.get("include") if cfg.get("kind") == "hf" else None
-    # a package's files are the env's: no record of their stat is kept here; the inventory's proof gives the digest
-    # of each one still unchanged since the build (build_digests), every other is hashed
+    # a package's files are the env's: no record of their stat is kept; the ones hashed ahead as the runner started
+    # (hash_ahead) keep their digest while their stat has not moved, every other is hashed now
     package = cfg.get("kind", "package") == "package"
-    found = fingerprint(where, include, remember=not package, held=held,
-                        built=cfg.get("build_digests") if package else None)
+    found = fingerprint(where, include, remember=not package, held=held, ahead=package and bool(cfg.get("ahead")))
     if not found:
         raise CheckFailed(f"{what}: {where} holds no file", layer)
     expected = cfg.get("files")

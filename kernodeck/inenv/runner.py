@@ -36,15 +36,18 @@ if sys.flags.no_site:  # -S: the venv's prefix as site sets it first (site.venv)
     if any(os.path.isfile(os.path.join(d, "pyvenv.cfg")) for d in (os.path.dirname(sys.executable), _PREFIX)):
         sys.prefix = sys.exec_prefix = _PREFIX
 
-# --compiled FILE: the build's compiled siblings in the env (compiled.py), given only where the inventory step proved
-# every file of the env the build's (verify/steps/in_env.py); read before the first sibling loads
-COMPILED = sys.argv[sys.argv.index("--compiled") + 1] if "--compiled" in sys.argv[1:-1] else ""
+# --compiled FILE --compiled-sha256 DIGEST: the build's compiled siblings in the env (compiled.py) and the digest its
+# completion record keeps, given only where the inventory step proved every file of the env the build's
+# (verify/steps/in_env.py); read, and held to the digest, before the first sibling loads
+GIVEN = {name: sys.argv[sys.argv.index(name) + 1] if name in sys.argv[1:-1] else ""
+         for name in ("--compiled", "--compiled-sha256")}
 # HERE as the package kernodeck_inenv, from verified bytes (the one loader)
-runpy.run_path(str(HERE / "_package.py"), init_globals={"COMPILED": COMPILED})
+runpy.run_path(str(HERE / "_package.py"),
+               init_globals={"COMPILED": GIVEN["--compiled"], "COMPILED_SHA256": GIVEN["--compiled-sha256"]})
 # The application's files and Kernodeck's are compiled from their verified bytes (verified.py, _package.py): no
 # bytecode of theirs is read or written. The env's modules keep the interpreter's bytecode cache, written into the
 # env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
-from kernodeck_inenv import leftover, steprun  # noqa: E402
+from kernodeck_inenv import leftover, locate, steprun  # noqa: E402
 from kernodeck_inenv._common import Context, end, say, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Status, StepKey, step_file  # noqa: E402
 from kernodeck_inenv.steptable import BY_NAME, StepName  # noqa: E402
@@ -107,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--wait", action="store_true", help="load, then wait for 'go' on stdin before the env runs")
     parser.add_argument("--compiled", default="", help="the build's compiled in-env files (read at the start)")
+    parser.add_argument("--compiled-sha256", default="", help="their digest, as the env's completion record keeps it")
     args = parser.parse_args(argv)
     if args.wait and not _word():
         return 0
@@ -124,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     config[ConfigKey.APPLICATION]["sample"] = str(root / config[ConfigKey.APPLICATION]["sample"])
     if config.get(ConfigKey.REFERENCE):
         config[ConfigKey.REFERENCE]["dir"] = str(root / config[ConfigKey.REFERENCE]["dir"])
+    locate.hash_ahead(config[ConfigKey.APPLICATION])  # the package sources' files, hashed beside torch's import
     out = args.config.resolve().parent  # results go beside the config: the run's dossier folder
     steps_dir = out / STEPS_DIR
     steps_dir.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ import pytest
 
 from kernodeck._fs import INENV
 from kernodeck.env import binding, envdirs, envfiles, inventory, sealing, snapshot
+from kernodeck.errors import RebuildFailed
 from kernodeck.inenv import compiled
 from kernodeck.lock import lockfile
 from kernodeck.project.platforms import Platform
@@ -135,9 +136,10 @@ TAMPER: dict[str, tuple[Callable[[Path, Path], None], list[str]]] = {
 }
 
 
-def _fake_env(root: Path, before_seal: Callable[[Path], None] = lambda env: None) -> tuple[Path, lockfile.Lockfile]:
+def _fake_env(root: Path, before_seal: Callable[[Path], str | None] = lambda env: None,
+              ) -> tuple[Path, lockfile.Lockfile]:
     """A venv-shaped folder with two installed distributions and their RECORDs, sealed as a rebuild seals an env
-    (``before_seal``: what the build writes into it last)."""
+    (``before_seal``: what the build writes into it last, and the digest of the compiled in-env files it wrote)."""
     import sys
     from types import SimpleNamespace
 
@@ -160,8 +162,8 @@ def _fake_env(root: Path, before_seal: Callable[[Path], None] = lambda env: None
         (site / f"{name}-{version}.dist-info" / "RECORD").write_text(record + f"{name}-{version}.dist-info/RECORD,,\n")
     lock = Lockfile(path=root / "lock.txt", header={"body-digest": ["sha256:" + "b" * 64]},  # a sealed lock's
                     pins=[Pin("tinya", "1.0", "", ("1" * 64,), 1), Pin("tinyb", "2.0", "", ("2" * 64,), 2)])
-    before_seal(env)
-    sealed = sealing.seal(env, lock, {}, SimpleNamespace(id="tiny"))  # type: ignore[arg-type]
+    compiled_digest = before_seal(env) or ""
+    sealed = sealing.seal(env, lock, {}, SimpleNamespace(id="tiny"), compiled=compiled_digest)  # type: ignore[arg-type]
     # bound to its lock as a build records it (a uv build: the pin's hashes its install verified)
     sealed.update(binding.record(lock, binding.from_verified(lock), binding.HashSource.VERIFIED))
     (env / envdirs.MARKER).write_text(json.dumps(sealed))
@@ -200,6 +202,23 @@ def test_the_compiled_in_env_files_are_held_to_the_build_like_any_file(tmp_path:
     assert envfiles.allowed(envfiles.COMPILED, entry, {}, sys.implementation.cache_tag)
     assert not envfiles.allowed(f"bin/{envfiles.COMPILED}", entry, {}, sys.implementation.cache_tag)
     assert not envfiles.allowed(envfiles.COMPILED, ["l", *entry[1:]], {}, sys.implementation.cache_tag)
+
+
+def test_the_compiled_in_env_files_are_sealed_only_as_the_compile_step_wrote_them(tmp_path: Path) -> None:
+    """Red-team pass 84, BLOB1: the file replaced after the compile step wrote it and before the seal (another table
+    under the true keys) was held by its stat alone. The seal now holds it to the digest the compile step named, and
+    the completion record keeps that digest (the runner holds the bytes it reads to it); the control seals."""
+    def replaced(env: Path) -> str:
+        digest = compiled.write(INENV, env / envfiles.COMPILED)
+        compiled.write(tmp_path, env / envfiles.COMPILED)  # another table in its place, before the seal
+        return digest
+
+    with pytest.raises(RebuildFailed, match=rf"{envfiles.COMPILED} is not what the compile step wrote"):
+        _fake_env(tmp_path / "replaced", replaced)
+    env, lock = _fake_env(tmp_path / "kept", lambda env: compiled.write(INENV, env / envfiles.COMPILED))
+    kept = json.loads((env / envdirs.MARKER).read_text())[sealing.COMPILED_KEY]
+    assert kept == hashlib.sha256((env / envfiles.COMPILED).read_bytes()).hexdigest() == sealing.compiled_digest(env)
+    assert sealing.check_files(env, lock).clean
 
 
 @pytest.mark.slow
@@ -245,7 +264,7 @@ def test_clean_build_passes_every_check_and_holds_no_shared_file(tiny_read: Tiny
     assert regular and all(p.stat().st_nlink == 1 for p in regular)
     # Kernodeck's in-env files, compiled by the base interpreter at the build, held by the snapshot like the rest
     assert any("compiled.py" in c for c in marker["commands"])
-    assert set(compiled.read(built / envfiles.COMPILED)) == {
+    assert set(compiled.read(built / envfiles.COMPILED, marker[sealing.COMPILED_KEY])) == {
         compiled.key(p, p.read_bytes()) for p in sorted((project / "kernodeck" / "inenv").resolve().glob("*.py"))}
 
 
@@ -331,7 +350,6 @@ def test_seal_refuses_an_env_that_is_not_the_locks(tmp_path: Path, case: str) ->
     without RECORD, a shared file, each refuses the build."""
     from types import SimpleNamespace
 
-    from kernodeck.errors import RebuildFailed
 
     env, lock = _fake_env(tmp_path)
     (env / snapshot.SNAPSHOT).unlink()

@@ -11,7 +11,8 @@ EARLY2: the same with the caller's ``LD_LIBRARY_PATH`` naming a folder of the en
 ``libuuid.so.1``: the runner (the only process it writes the marker in) never starts, the files being refused.
 
 REC1: a package source's weights file edited after the inventory proved the env's files, before the application step
-locates it: db30ad7 took its digest from the wheel's RECORD (a false PASS); reverted, the bytes are hashed at locate.
+locates it: db30ad7 took its digest from the wheel's RECORD (a false PASS); reverted, the bytes are hashed by the run
+(ahead, as the runner starts, since red-team pass 84: 54fd887's RECORD digests again, BLD1), the edit found.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from kernodeck.env import envfiles, sealing
+from kernodeck.env import sealing
 from kernodeck.inenv import locate
 from kernodeck.inenv._common import CheckFailed, sha256_file
 from kernodeck.lock import lockfile
@@ -121,10 +122,10 @@ def test_early2_a_planted_library_on_ld_library_path_never_loads_when_the_invent
 
 def test_rec1_weights_edited_after_the_inventory_are_not_the_references(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The inventory's proof (the env's files the build's), then the weights file edited, then the application
-    step's locate against the reference's digest, given the digests the orchestrator hands it from the build
-    (``build_digests``): it must find the edit. Control: unedited, the same locate passes without hashing a file (the
-    build's digests were taken), and a digest the build never gave is taken for no file whose stat moved."""
+    """The inventory's proof (the env's files the build's), the package's files hashed ahead as the runner starts
+    (``ahead``: the paths the orchestrator names), then the weights file edited, then the application step's locate
+    against the reference's digest: it must find the edit. Control: unedited, the same locate takes the digests hashed
+    ahead (no file hashed again); a rewrite with the same bytes is hashed again (its ctime moved)."""
     links = tmp_path / "links"
     wheel = wheel_of(links, "tinyweights", "1.0", {"tinyweights/__init__.py": b"",
                                                    "tinyweights/model/w.bin": b"the wheel's weights"})
@@ -134,23 +135,26 @@ def test_rec1_weights_edited_after_the_inventory_are_not_the_references(tmp_path
     site = next((venv / "lib").glob("python3.*/site-packages"))
     weights = site / "tinyweights" / "model" / "w.bin"
     reference = {"w.bin": hashlib.sha256(weights.read_bytes()).hexdigest()}
-    built = envfiles.proven_digests(venv, proof, "tinyweights", f"{proof.site}/tinyweights/")
-    assert built[f"{proof.site}/tinyweights/model/w.bin"][4] == reference["w.bin"]  # the RECORD's, as hex
+    ahead = sorted(rel for rel in proof.stats if rel.startswith(f"{proof.site}/tinyweights/model/"))
+    assert ahead == [f"{proof.site}/tinyweights/model/w.bin"]
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setattr(sys, "prefix", str(venv))  # the runner's: the env's interpreter
+    monkeypatch.setattr(locate, "_AHEAD", {})
+    monkeypatch.setattr(locate, "_AHEAD_THREAD", [])
     cfg = {"kind": "package", "package": "tinyweights", "module": "tinyweights", "subdir": "model",
-           "files": reference, "build_digests": built}
+           "files": reference, "ahead": ahead}
+    locate.hash_ahead({"weights": cfg})
 
     def never(path: Path) -> str:
-        raise AssertionError(f"{path} hashed: the build's digest was not taken")
+        raise AssertionError(f"{path} hashed again: the digest hashed ahead was not taken")
 
-    with monkeypatch.context() as patch:  # the control: unedited, every digest is the build's
+    with monkeypatch.context() as patch:  # the control: unedited, every digest is the one hashed ahead
         patch.setattr(locate, "sha256_file", never)
         assert locate.locate(cfg, tmp_path, "weights", "weights")[1] == reference
-    weights.write_bytes(b"edited weights!!!!!")  # after the proof, before the application step
+    weights.write_bytes(b"edited weights!!!!!")  # after it was hashed, before the application step
     with pytest.raises(CheckFailed, match=r"w\.bin"):
         locate.locate(cfg, tmp_path, "weights", "weights")
-    weights.write_bytes(b"the wheel's weights")  # its bytes back: its ctime is not the build's, so it is hashed
+    weights.write_bytes(b"the wheel's weights")  # its bytes back: its ctime is not the one hashed, so hashed again
     hashed: list[str] = []
     monkeypatch.setattr(locate, "sha256_file", lambda path: hashed.append(path.name) or sha256_file(path))
     assert locate.locate(cfg, tmp_path, "weights", "weights")[1] == reference and hashed == ["w.bin"]

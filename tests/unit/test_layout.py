@@ -118,6 +118,7 @@ CROSS_CUTTING = {
     "redteam81": "red-team pass 81: native readers got unwrapped when their modules were wrapped as imported",
     "redteam82": "red-team pass 82: the verify runner started before the env's files were proven",
     "redteam83": "red-team pass 83: the audit hook's fast path, the runner's start, the natives' finder",
+    "redteam84": "red-team pass 84: digests from the build (weights, compiled in-env code) where a write kept the stat",
 }
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import posixpath
 from pathlib import Path
 from typing import Any, NoReturn
 
 from kernodeck import early, tips
-from kernodeck._fs import sha256_file, write_atomic, write_json
+from kernodeck._fs import in_project, sha256_file, write_atomic, write_json
 from kernodeck._proc import first_error, log, show
-from kernodeck.env import envfiles, extension_scan, start
+from kernodeck.env import envfiles, extension_scan, sealing, start
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import steptable
 from kernodeck.inenv.protocol import HASH_SEED, STATUSES, ConfigKey, Layer, Status
@@ -85,15 +86,18 @@ def probe_wait(limits: deadlines.Deadlines) -> float:
 
 
 COMPILED = "--compiled"  # the runner's option naming the build's compiled in-env files (inenv/compiled.py)
+COMPILED_SHA256 = "--compiled-sha256"  # and the one giving their digest, as the env's completion record keeps it
 
 
 def runner_argv(run_: Run, python: Path) -> list[str]:
     """The runner's command: ``site`` held back until its word (``-S``, ``--wait``: early.py), the build's compiled
-    in-env files where the inventory proved them the build's with every file of the env (envfiles.COMPILED), its
-    configuration beside the run's steps."""
-    proof = run_.proven_files
+    in-env files and their recorded digest where the inventory proved them the build's with every file of the env
+    (envfiles.COMPILED; the runner holds the bytes it reads to the digest), its configuration beside the run's
+    steps."""
+    proof, env = run_.proven_files, python.parent.parent
     entry = proof.stats.get(envfiles.COMPILED) if proof is not None else None
-    compiled = [COMPILED, str(python.parent.parent / envfiles.COMPILED)] if entry and entry[0] == "f" else []
+    digest = sealing.compiled_digest(env) if entry and entry[0] == "f" else ""
+    compiled = [COMPILED, str(env / envfiles.COMPILED), COMPILED_SHA256, digest] if digest else []
     return start.argv(python, str(RUNNER), early.WAIT, *compiled, "--config", str(run_.staging / "run-config.json"),
                       site=False)
 
@@ -102,9 +106,10 @@ def by_hand(argv: list[str]) -> list[str]:
     """The runner's command as a person runs it again (procedure.md): without the word it would wait for, nor the
     compiled files only a proven env may give it."""
     shown = [a for a in argv if a != early.WAIT]
-    if COMPILED in shown:
-        at = shown.index(COMPILED)
-        del shown[at:at + 2]
+    for option in (COMPILED, COMPILED_SHA256):
+        if option in shown:
+            at = shown.index(option)
+            del shown[at:at + 2]
     return shown
 
 
@@ -140,7 +145,7 @@ def run_checks(run_: Run, python: Path, names: tuple[str, ...], config: dict[str
     argv = runner_argv(run_, python)
     env_extra = dict(RUNNER_ENV)
     # the command a user runs by hand (procedure.md): without the word it would wait for
-    shown_argv = [_shown(run_.project.root, a) for a in by_hand(argv)[:-1]]
+    shown_argv = [in_project(a, run_.project.root) for a in by_hand(argv)[:-1]]
     command = run_.meta.runner_command = show([*shown_argv, "DOSSIER/run-config.json"])
     run_.meta.runner_env = RUNNER_ENV
     phase = InEnvPhases()
@@ -233,14 +238,6 @@ def _again(run: Run) -> str:
     return tips.nox(run.meta.session or run.meta.mode or "verify")
 
 
-def _shown(root: Path, arg: str) -> str:
-    """An argument as the report shows it: relative to the project when inside it (this repository's own runner)."""
-    if not os.path.isabs(arg):
-        return arg
-    rel = os.path.relpath(arg, root)
-    return arg if rel.startswith("..") else rel
-
-
 def _loader_variables(run: Run) -> str:
     """The variables through which ld.so loads libraries into every process, as this run has them."""
     present = [name for name in start.LOADERS if name in (run.meta.variables or {})]
@@ -271,22 +268,22 @@ def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
     return {**found.as_config(), "declared": smoke}
 
 
-def _with_build_digests(config: dict[str, Any], run: Run) -> dict[str, Any]:
-    """The run's configuration with each ``package`` source (weights, data) given the digests its RECORD holds for its
-    files and their stat as the inventory saw them (``build_digests``: envfiles.proven_digests), where the inventory
-    showed every file of the env the build's: the in-env side takes a digest from there for a file whose stat is still
-    that one, and hashes every other (inenv/locate.py)."""
-    files, python = run.proven_files, run.python
+def _with_ahead(config: dict[str, Any], run: Run) -> dict[str, Any]:
+    """The run's configuration with each ``package`` source (weights, data) given its files as the inventory saw them
+    under the env (``ahead``: paths under the env's prefix), where the inventory showed every file of the env the
+    build's: the runner hashes them in a thread of its own while torch imports, and the application step takes each
+    digest for a file whose stat has not moved since (inenv/locate.py)."""
+    files = run.proven_files
     app = config.get(ConfigKey.APPLICATION)
-    if files is None or python is None or not isinstance(app, dict):
+    if files is None or not files.site or not isinstance(app, dict):
         return config
 
     def given(cfg: Any) -> Any:
         if not isinstance(cfg, dict) or cfg.get("kind", "package") != "package":
             return cfg
-        folder = f"{files.site}/{str(cfg['module']).replace('.', '/')}/"
-        return {**cfg, "build_digests": envfiles.proven_digests(python.parent.parent, files, str(cfg["package"]),
-                                                                 folder)}
+        folder = posixpath.normpath(f"{files.site}/{str(cfg['module']).replace('.', '/')}/{cfg.get('subdir', '.')}")
+        return {**cfg, "ahead": sorted(rel for rel, entry in files.stats.items()
+                                       if rel.startswith(folder + "/") and entry[0] == "f")}
 
     config = dict(config)
     config[ConfigKey.APPLICATION] = {**app, "weights": given(app.get("weights")),
@@ -302,7 +299,7 @@ def checks(ctx: RunContext, run: Run) -> None:
     run.meta.variables = start.recorded(env, lambda value: redact_text(value, secrets=ctx.secrets), passed)
     if undeclared:
         _refuse_preload(run, ctx.names, undeclared)
-    config = _with_build_digests(run.run_config, run)
+    config = _with_ahead(run.run_config, run)
     if StepName.EXTENSIONS in ctx.names:
         config = {**config, "extensions": extensions_config(ctx, run.python)}
     run_checks(run, run.python, ctx.names, config)  # its system step writes torch's collect_env report beside it
