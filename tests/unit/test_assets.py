@@ -346,13 +346,13 @@ def test_an_unchanged_snapshot_is_proven_by_its_stat_and_only_a_changed_file_reh
     monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "kd-cache"))
     snapshot = write_snapshot(tmp_path / "hub", REPO, FILES, COMMIT)
     hashed: list[str] = []
-    real = _common.sha256_file
+    real = _common.sha256_keyed
 
-    def counting(path: Path) -> str:
+    def counting(path: Path) -> tuple[object, str]:
         hashed.append(path.name)
         return real(path)
 
-    monkeypatch.setattr(locate, "sha256_file", counting)
+    monkeypatch.setattr(locate, "sha256_keyed", counting)
     first = locate.fingerprint(snapshot, remember=True)
     assert sorted(hashed) == sorted(Path(rel).name for rel in FILES)
     hashed.clear()

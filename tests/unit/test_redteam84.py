@@ -18,6 +18,7 @@ PATH@SHA256``), checking the bytes it reads before any code object of it runs.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import mmap
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from kernodeck.inenv import locate
-from kernodeck.inenv._common import CheckFailed
+from kernodeck.inenv._common import CheckFailed, sha256_keyed
 
 SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 
@@ -82,5 +83,71 @@ def test_bld1_control_unedited_weights_take_the_digest_hashed_ahead(runner: Path
     def never(path: Path) -> str:
         raise AssertionError(f"{path} hashed again")
 
-    monkeypatch.setattr(locate, "sha256_file", never)
+    monkeypatch.setattr(locate, "sha256_keyed", never)
     assert locate.locate(cfg, runner, "weights", "weights")[1] == cfg["files"]
+
+
+# Pass 84b, on 0fdfb30 (the fixes above). BLD2: hash_ahead took the file's stat by its name, then opened the name to
+# hash it: a folder on the way exchanged between the two (and back before the second stat) kept the true file's digest
+# under the forged file's stat, and the application step took it for the forged file (a race in a real run). BLD3, older
+# (pass 22's stat records of hf/path/url sources): every stat by name first, then each file hashed by name: the same
+# exchange while the hashing ran left the true digest recorded against the forged file's stat in KERNODECK_CACHE, for
+# every later run, with no race. Fixed: each digest is kept with the stat of the very file read (fstat of the opened
+# file, before and after: _common.sha256_keyed), and taken only while the name names that file.
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two folders in one step (renameat2 with RENAME_EXCHANGE), as an ordinary user can."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2") or libc.renameat2(-100, str(a).encode(), -100, str(b).encode(), 2) != 0:
+        pytest.skip("renameat2 (RENAME_EXCHANGE) is not available here")
+
+
+def _swapped_while_read(monkeypatch: pytest.MonkeyPatch, folder: Path, other: Path) -> None:
+    """Each file hashed with ``folder`` and ``other`` exchanged around the read: the name reaches the other file."""
+    real = sha256_keyed
+
+    def racing(path: Path) -> tuple[object, str]:
+        _exchange(folder, other)
+        try:
+            return real(path)
+        finally:
+            _exchange(folder, other)
+
+    monkeypatch.setattr(locate, "sha256_keyed", racing)
+
+
+def test_bld2_a_folder_swapped_while_hashed_ahead_gives_no_digest_to_the_file_read(
+        runner: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    weights, cfg = _package(runner, b"FORGED" * 1000)  # what stays at the path: what the application reads
+    other = runner / "elsewhere" / "model"
+    other.mkdir(parents=True)
+    (other / "w.bin").write_bytes(b"TRUE__" * 1000)  # the reference's bytes, hashed instead
+    cfg["files"] = {"w.bin": hashlib.sha256(b"TRUE__" * 1000).hexdigest()}
+    with monkeypatch.context() as patch:
+        _swapped_while_read(patch, weights.parent, other)
+        locate.hash_ahead({"weights": cfg})
+        locate._ahead({})  # the thread done while the exchange is in place
+    with pytest.raises(CheckFailed, match=r"w\.bin \(changed\)"):
+        locate.locate(cfg, runner, "weights", "weights")
+
+
+def test_bld3_a_folder_swapped_while_hashed_leaves_no_stale_record(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path source's stat record (KERNODECK_CACHE/stat/): hashed with the folder exchanged around the read, then a
+    later run with no race: the forged file at the path is hashed, never given the true file's digest. The control:
+    the same two runs with no exchange, the second takes the record."""
+    monkeypatch.setenv("KERNODECK_CACHE", str(tmp_path / "cache"))
+    where = tmp_path / "src"
+    (where / "model").mkdir(parents=True)
+    (where / "model" / "w.bin").write_bytes(b"FORGED" * 1000)
+    other = tmp_path / "elsewhere" / "model"
+    other.mkdir(parents=True)
+    (other / "w.bin").write_bytes(b"TRUE__" * 1000)
+    forged = hashlib.sha256(b"FORGED" * 1000).hexdigest()
+    with monkeypatch.context() as patch:
+        _swapped_while_read(patch, where / "model", other)
+        assert locate.fingerprint(where, remember=True)["model/w.bin"] != forged  # the race won once
+    assert locate.fingerprint(where, remember=True) == {"model/w.bin": forged}  # a later run: the bytes at the path
+    hashed: list[str] = []
+    monkeypatch.setattr(locate, "sha256_keyed", lambda path: hashed.append(path.name) or sha256_keyed(path))
+    assert locate.fingerprint(where, remember=True) == {"model/w.bin": forged} and hashed == []  # the control
