@@ -128,7 +128,6 @@ def main(argv: list[str] | None = None) -> int:
     config[ConfigKey.APPLICATION]["sample"] = str(root / config[ConfigKey.APPLICATION]["sample"])
     if config.get(ConfigKey.REFERENCE):
         config[ConfigKey.REFERENCE]["dir"] = str(root / config[ConfigKey.REFERENCE]["dir"])
-    locate.hash_ahead(config[ConfigKey.APPLICATION])  # the package sources' files, hashed beside torch's import
     out = args.config.resolve().parent  # results go beside the config: the run's dossier folder
     steps_dir = out / STEPS_DIR
     steps_dir.mkdir(parents=True, exist_ok=True)
@@ -142,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             result.update({StepKey.STATUS: Status.NOT_RUN, StepKey.REASON: f"an earlier step failed: {failed}"})
             write_json_atomic(steps_dir / step_file(number, name), result)
             continue
+        if name != StepName.SETTINGS:  # torch imported: the package sources' files hashed beside the steps until the
+            locate.hash_ahead(config[ConfigKey.APPLICATION])  # application's (the system step mostly waits on probes)
         if worker_due and name in (StepName.APPLICATION, StepName.RESUME):
             # The resume check's new process needs only torch: started as the application's step begins (not before:
             # a run stopped earlier would pay its torch import for nothing), it imports torch and applies the settings
