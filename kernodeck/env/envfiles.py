@@ -52,7 +52,8 @@ VENV_FILES = frozenset({
     "Scripts/deactivate.bat",
 })
 # Kernodeck's in-env files compiled by the base interpreter at the build (kernodeck/inenv/compiled.py), written into
-# the env before its snapshot: held to the build like any file of it; the runner reads it only where it is proven.
+# the env before its snapshot: held to the build like any file of it, and by its digest (sealing.COMPILED_KEY); the
+# runner reads it only where it is proven.
 COMPILED = "kernodeck-inenv-code.marshal"
 # Folders the venv tools or pip make even when empty (pip's headers folder of a venv: include/site/python3.X).
 VENV_DIRS = frozenset({"bin", "include", "lib", "Scripts", "Lib", "Include", "include/site"})

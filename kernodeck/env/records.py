@@ -13,7 +13,7 @@ import hashlib
 import io
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,18 +96,6 @@ def _metadata(info: Path) -> dict[str, str]:
     return {}
 
 
-def _rows(text: str, base: Path, site: str, root: str) -> Iterator[tuple[str | None, list[str]]]:
-    """A RECORD's rows with a path, each with its path under the env (None: a path that leaves the env)."""
-    for row in csv.reader(io.StringIO(text, newline="")):
-        if not row or not row[0]:
-            continue
-        if ".." in row[0] or row[0].startswith("/") or "\\" in row[0] or "./" in row[0]:
-            full = os.path.normpath(os.path.join(base, row[0]))
-            yield (full[len(root) + 1:].replace(os.sep, "/") if full.startswith(root + os.sep) else None), row
-        else:
-            yield f"{site}/{row[0]}", row
-
-
 def read_records(env: Path, locked: Iterable[str] | None) -> Records:
     """Parse the RECORD of every distribution in the env's site-packages; ``locked``: the names that may own files.
 
@@ -128,10 +116,17 @@ def read_records(env: Path, locked: Iterable[str] | None) -> Records:
             except OSError:
                 out.without_record.append(name)
                 continue
-            for rel, row in _rows(text, base, site, root):
-                if rel is None:
-                    out.outside.setdefault(name, []).append(row[0])
+            for row in csv.reader(io.StringIO(text, newline="")):
+                if not row or not row[0]:
                     continue
+                if ".." in row[0] or row[0].startswith("/") or "\\" in row[0] or "./" in row[0]:
+                    full = os.path.normpath(os.path.join(base, row[0]))
+                    if not full.startswith(root + os.sep):
+                        out.outside.setdefault(name, []).append(row[0])
+                        continue
+                    rel = full[len(root) + 1:].replace(os.sep, "/")
+                else:
+                    rel = f"{site}/{row[0]}"
                 out.owned[rel] = name
                 if len(row) >= 3 and row[1]:
                     line = (row[1], int(row[2]) if row[2].isdigit() else None)
