@@ -181,11 +181,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 def sha256_file(path: Path) -> str:
     """sha256 of a file (this side of the wall cannot import kernodeck: the twin of kernodeck._fs.sha256_file)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_keyed(path)[1]
 
 
 def sha256_keyed(path: Path) -> tuple[Any, str]:

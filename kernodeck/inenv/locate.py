@@ -91,10 +91,12 @@ def hash_ahead(app: dict[str, Any]) -> None:
     (beside torch's import they slowed it as much as they saved). A file's digest is kept only if its stat was the
     same before and after it was read; the application step takes it only if the file its path names then is that
     file, its stat unmoved (:func:`_ahead`); any other file is hashed there."""
+    if _AHEAD_THREAD:  # started once (the runner asks at each step after the settings)
+        return
     sources = [app.get("weights"), *(app.get("data") or {}).values()]
     files = sorted({os.path.realpath(os.path.join(sys.prefix, str(rel)))
                     for cfg in sources if isinstance(cfg, dict) for rel in cfg.get("ahead") or ()})
-    if not files or _AHEAD_THREAD:
+    if not files:
         return
 
     def work(hashed: Any = sha256_keyed) -> None:  # bound now: the thread reads nothing rebound after its start
@@ -264,7 +266,7 @@ def locate(cfg: dict[str, Any], root: Path, what: str, layer: str,
     where = resolve(cfg, root, layer)
     progress(f"fingerprinting {what} ({cfg.get('kind', 'package')} source)")
     include = cfg.get("include") if cfg.get("kind") == "hf" else None
-    # a package's files are the env's: no record of their stat is kept; the ones hashed ahead as the runner started
+    # a package's files are the env's: no record of their stat is kept; the ones hashed ahead once torch was imported
     # (hash_ahead) keep their digest while their stat has not moved, every other is hashed now
     package = cfg.get("kind", "package") == "package"
     found = fingerprint(where, include, remember=not package, held=held, ahead=package and bool(cfg.get("ahead")))

@@ -271,7 +271,7 @@ def extensions_config(ctx: RunContext, python: Path) -> dict[str, Any]:
 def _with_ahead(config: dict[str, Any], run: Run) -> dict[str, Any]:
     """The run's configuration with each ``package`` source (weights, data) given its files as the inventory saw them
     under the env (``ahead``: paths under the env's prefix), where the inventory showed every file of the env the
-    build's: the runner hashes them in a thread of its own while torch imports, and the application step takes each
+    build's: the runner hashes them in a thread of its own once torch is imported, and the application step takes each
     digest for a file whose stat has not moved since (inenv/locate.py)."""
     files = run.proven_files
     app = config.get(ConfigKey.APPLICATION)
