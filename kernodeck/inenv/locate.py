@@ -85,14 +85,13 @@ _AHEAD_THREAD: list[threading.Thread] = []
 
 def hash_ahead(app: dict[str, Any]) -> None:
     """Start hashing the files of the package sources the orchestrator names (``ahead``: paths under this env's prefix,
-    the inventory having shown them the build's) in a thread of Kernodeck's, once torch is imported: the settings
-    step begins it (runner.py) beside the settings' import of torch._inductor, a second of one core; hashlib lets the
-    GIL go, so the 87 MB of this repository's weights are hashed there instead of in the application step (beside
-    torch's import they slowed it as much as they saved; beside the application's import, with the resume check's
-    process importing torch, too). A file's digest is kept only if its stat was the
+    the inventory having shown them the build's) in a thread of Kernodeck's, once torch is imported (the runner calls
+    it as the step after the settings begins: the system step mostly waits on its probes): hashlib lets the GIL go,
+    so the 87 MB of this repository's weights are hashed beside those steps instead of in the application step
+    (beside torch's import they slowed it as much as they saved). A file's digest is kept only if its stat was the
     same before and after it was read; the application step takes it only if the file its path names then is that
     file, its stat unmoved (:func:`_ahead`); any other file is hashed there."""
-    if _AHEAD_THREAD:  # started once (the runner also asks at each step after the settings: a run without them)
+    if _AHEAD_THREAD:  # started once (the runner asks at each step after the settings)
         return
     sources = [app.get("weights"), *(app.get("data") or {}).values()]
     files = sorted({os.path.realpath(os.path.join(sys.prefix, str(rel)))

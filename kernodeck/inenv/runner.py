@@ -47,10 +47,9 @@ runpy.run_path(str(HERE / "_package.py"),
 # The application's files and Kernodeck's are compiled from their verified bytes (verified.py, _package.py): no
 # bytecode of theirs is read or written. The env's modules keep the interpreter's bytecode cache, written into the
 # env and checked against its source by the next verify (docs/env-integrity.md): sys.dont_write_bytecode stays unset.
-from kernodeck_inenv import leftover, locate, steprun, torch_report  # noqa: E402
+from kernodeck_inenv import leftover, locate, steprun  # noqa: E402
 from kernodeck_inenv._common import Context, end, say, write_json_atomic  # noqa: E402
 from kernodeck_inenv.protocol import STEPS_DIR, ConfigKey, Status, StepKey, step_file  # noqa: E402
-from kernodeck_inenv.settings import BESIDE_SETTINGS  # noqa: E402
 from kernodeck_inenv.steptable import BY_NAME, StepName  # noqa: E402
 
 # The stacks hook is installed by _package.py, at import: a child that multiprocessing spawns imports this file as its
@@ -133,11 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     steps_dir = out / STEPS_DIR
     steps_dir.mkdir(parents=True, exist_ok=True)
     ctx = Context(config=config, out=out)
-    # what needs torch imported and nothing of the project, begun by the settings step beside its import of
-    # torch._inductor (a second of one core): the package sources' files hashed (locate.py), torch's report of the
-    # env (torch_report.py)
-    ctx.state[BESIDE_SETTINGS] = (lambda: locate.hash_ahead(config[ConfigKey.APPLICATION]),
-                                  lambda: torch_report.begin(ctx))
     failed = None
     worker_due = StepName.RESUME in config[ConfigKey.STEPS]
     for number, name in enumerate(config[ConfigKey.STEPS], start=1):
@@ -147,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             result.update({StepKey.STATUS: Status.NOT_RUN, StepKey.REASON: f"an earlier step failed: {failed}"})
             write_json_atomic(steps_dir / step_file(number, name), result)
             continue
-        if name != StepName.SETTINGS:  # torch imported: hashed from here where no settings step began it
-            locate.hash_ahead(config[ConfigKey.APPLICATION])
+        if name != StepName.SETTINGS:  # torch imported: the package sources' files hashed beside the steps until the
+            locate.hash_ahead(config[ConfigKey.APPLICATION])  # application's (the system step mostly waits on probes)
         if worker_due and name in (StepName.APPLICATION, StepName.RESUME):
             # The resume check's new process needs only torch: started as the application's step begins (not before:
             # a run stopped earlier would pay its torch import for nothing), it imports torch and applies the settings

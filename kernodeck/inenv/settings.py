@@ -13,10 +13,6 @@ from . import leftover
 from ._common import CheckFailed, Context, progress
 from .protocol import HASH_SEED
 
-# ctx.state: what the runner begins once the settings step has imported torch, before the settings are applied (each
-# a callable taking nothing; runner.py)
-BESIDE_SETTINGS = "beside_settings"
-
 SEED = 1234
 TF32_OFF = "ieee"  # the fp32_precision value that means full float32 (TF32 off)
 # torch >= 2.9: fp32_precision knobs beside the legacy TF32 flags (names below torch.backends), one per backend and
@@ -235,15 +231,10 @@ def read_back(torch: Any) -> dict[str, Any]:
     return rec
 
 
-def cublas_workspace() -> None:
-    """CUBLAS_WORKSPACE_CONFIG must be set before CUDA initialises: the orchestrator sets it in the process env; a
-    process started otherwise gets the same default here."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-
-
 def apply(deterministic: bool = True) -> dict[str, Any]:
     """Seed every generator and pin every knob; return what was applied, by the read-back record's names."""
-    cublas_workspace()
+    # CUBLAS_WORKSPACE_CONFIG must be set before CUDA initialises: the orchestrator sets it in the process env.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import numpy as np
     import torch
 
@@ -367,12 +358,6 @@ def run(ctx: Context) -> dict[str, Any]:
         progress("importing torch")  # seconds on a cold start: the longest silence of a first verify
     import torch
 
-    # Work that needs torch imported and nothing of the project (the runner's, BESIDE_SETTINGS) begins now, beside
-    # the settings' own import of torch._inductor (a second of one core). The workspace variable is set first:
-    # nothing below writes os.environ while it runs (torch's report puts back what its probe changed there).
-    cublas_workspace()
-    for begin in ctx.state.pop(BESIDE_SETTINGS, ()):
-        begin()
     applied = apply(deterministic=True)
     record = read_back(torch)
     differ = differences(applied, record)

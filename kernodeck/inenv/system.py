@@ -305,7 +305,6 @@ def run(ctx: Context) -> dict[str, Any]:
     chain = collect()
     chain.update(container())
     ctx.state["system"] = chain
-    # torch's own report beside the record, taken before any project code runs (begun by the settings step)
-    torch_report.write(ctx.out, float(ctx.config.get(ConfigKey.PROBE_WAIT_S) or torch_report.WAIT_S),
-                       ctx.state.pop("collect_env", None))
+    # torch's own report beside the record, taken before any project code runs
+    torch_report.write(ctx.out, float(ctx.config.get(ConfigKey.PROBE_WAIT_S) or torch_report.WAIT_S))
     return chain

@@ -1,20 +1,16 @@
 """PyTorch's own report of the environment (``python -m torch.utils.collect_env``, the record its maintainers ask
 for in a bug report), kept beside the checks' results as ``collect_env.txt``, reviewed like every dossier file.
 
-Taken in the check process and written at the ``system`` step: torch is imported and no project code has run yet,
-so the report is of the env as built, not as the application left it. On a build of torch with no GPU runtime
-(``torch.version.cuda`` and ``hip`` both None) it is begun by the settings step once torch is imported (:func:`begin`),
-so that its probes run beside the settings' import of ``torch._inductor`` (a second of one core: 0.1 s of the system
-step's 0.15 s here); elsewhere at the system step, after the settings, since its probe initialises CUDA.
-
-A second process only for it imported torch again (about 3 s of CPU of a 23 s reused-env verify, measured here: 2.75 s
-user for ``python -m torch.utils.collect_env`` alone, 0.5 s wall and 0.01 s of this process's CPU for
-``get_pretty_env_info()`` after torch's import). It is an observation, not a check: its failure is the file's content
-("not collected: ..."), never the step's. Its probes (``pip list``, ``nvidia-smi``, compilers) run without a timeout of
-torch's, so it runs in a thread of Kernodeck's own that the step waits for at most the run configuration's
-``probe_wait_s`` (half the system step's deadline and of the stall limit, 120 s at most): a probe that hangs (a stuck
-driver) is named in the file and left behind, while the checks go on. What the probe changes in ``os.environ`` (torch
-sets ``PIP_DISABLE_PIP_VERSION_CHECK``) is put back before the application runs (red-team pass 23, NOTE2). The file is
+Taken in the check process at the ``system`` step: torch is imported there already and no project code has run yet,
+so the report is of the env as built, not as the application left it. A second process only for it imported torch
+again (about 3 s of CPU of a 23 s reused-env verify, measured here: 2.75 s user for ``python -m
+torch.utils.collect_env`` alone, 0.5 s wall and 0.01 s of this process's CPU for ``get_pretty_env_info()`` after
+torch's import). It is an observation, not a check: its failure is the file's content ("not collected: ..."), never
+the step's. Its probes (``pip list``, ``nvidia-smi``, compilers) run without a timeout of torch's, so it runs in a
+thread of Kernodeck's own that the step waits for at most the run configuration's ``probe_wait_s`` (half the system
+step's deadline and of the stall limit, 120 s at most): a probe that hangs (a stuck driver) is named in the file and
+left behind, while the checks go on. What the probe changes in ``os.environ`` (torch sets
+``PIP_DISABLE_PIP_VERSION_CHECK``) is put back before the application runs (red-team pass 23, NOTE2). The file is
 Kernodeck's record of the run, which the application may not write (world.py; pass 23, NOTE1).
 
 Its ``pip list`` probe (``python -mpip list --format=freeze`` in a new process: 0.2-0.35 s here, four fifths of the
@@ -31,12 +27,11 @@ import re
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import seen
-from ._common import Context, progress, write_text_atomic
+from ._common import progress, write_text_atomic
 from .protocol import COLLECT_ENV
 
 HEAD = ("# python -m torch.utils.collect_env (its get_pretty_env_info() in the check process, before project code;\n"
@@ -80,47 +75,17 @@ def _collect(found: list[str]) -> None:
         found.append(f"not collected: {type(exc).__name__}: {exc}")
 
 
-@dataclass
-class Started:
-    """The report's thread, begun by the settings step (:func:`start`); what it found; ``os.environ`` as it began."""
-
-    thread: threading.Thread
-    found: list[str]
-    environ: dict[str, str]
-
-
-STARTED = "collect_env"  # ctx.state: the report begun beside the settings (begin), written at the system step
-
-
-def begin(ctx: Context) -> None:
-    """Begin the report beside the settings (runner.py gives this to the settings step) where its probe cannot
-    initialise a GPU runtime: a build of torch with neither ``torch.version.cuda`` nor ``hip``. Elsewhere it begins
-    at the system step, after the settings, as before: its probe initialises CUDA (``torch.cuda.init``)."""
-    torch = sys.modules["torch"]
-    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
-        ctx.state[STARTED] = start()
-
-
-def start() -> Started:
-    """Begin torch's report in a thread of Kernodeck's (torch imported); :func:`write` waits for it. ``os.environ``
-    is taken now: what differs from it when the report ends is the probe's, put back by :func:`write` (nothing else
-    writes it meanwhile: the settings step sets its one variable before it begins this)."""
+def write(out: Path, wait_s: float = WAIT_S) -> None:
+    """``collect_env.txt`` in ``out``: torch's report, or why it is missing."""
     progress("torch.utils.collect_env")
     found: list[str] = []
     environ = dict(os.environ)
     thread = threading.Thread(target=_collect, args=(found,), name="kernodeck-collect-env", daemon=True)
     thread.start()
-    return Started(thread, found, environ)
-
-
-def write(out: Path, wait_s: float = WAIT_S, started: Started | None = None) -> None:
-    """``collect_env.txt`` in ``out``: torch's report, or why it is missing (begun here unless ``started``)."""
-    report = started or start()
-    report.thread.join(wait_s)
-    for name in set(os.environ) - set(report.environ):
+    thread.join(wait_s)
+    for name in set(os.environ) - set(environ):
         del os.environ[name]
-    os.environ.update(report.environ)
-    text = report.found[0] if report.found else (
-        f"not collected: still running after {wait_s:g}s (one of its probes hung: pip list, nvidia-smi, a compiler's "
-        "version); left behind")
+    os.environ.update(environ)
+    text = found[0] if found else (f"not collected: still running after {wait_s:g}s (one of its probes hung: "
+                                   "pip list, nvidia-smi, a compiler's version); left behind")
     write_text_atomic(out / COLLECT_ENV, HEAD + text.rstrip("\n") + "\n")

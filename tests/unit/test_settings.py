@@ -524,39 +524,3 @@ def test_omp_num_threads_is_read_as_the_process_started_and_a_mismatch_with_the_
     assert moved is not None, now
     assert moved.details["changed_settings"] == {"OMP_NUM_THREADS": {"recorded": "1", "now": "2"}}
     assert "OMP_NUM_THREADS: recorded '1', now '2'" in str(moved)
-
-
-BESIDE = """
-    import json, os, sys
-    sys.path[:0] = [sys.argv[1], sys.argv[2]]
-    from pathlib import Path
-    import torch
-    from kernodeck.inenv._common import Context
-    from kernodeck.inenv import settings
-    seen = []
-    ctx = Context(config={}, out=Path("."))
-    ctx.state[settings.BESIDE_SETTINGS] = (
-        lambda: seen.append({"workspace": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-                             "deterministic": torch.are_deterministic_algorithms_enabled()}),)
-    record = settings.run(ctx)
-    left = settings.BESIDE_SETTINGS in ctx.state
-    print(json.dumps({"seen": seen, "left": left, "verified": "seed" in record["verified"]}))
-"""
-
-
-def test_what_the_runner_begins_beside_the_settings_runs_with_torch_imported_before_they_are_applied(
-        tmp_path: Path) -> None:
-    """The runner's BESIDE_SETTINGS (the weights hashed, torch's report begun) runs once torch is imported, before the
-    settings are applied (beside their import of torch._inductor), and after the one variable the settings write is
-    set: torch's report puts back what changed in os.environ while it ran, which must be only its probe's. Started
-    without CUBLAS_WORKSPACE_CONFIG, the settings' default is already there when the work begins."""
-    fake = tmp_path / "fake"
-    (fake / "torch").mkdir(parents=True)
-    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH, encoding="utf-8")
-    env = start.environ(RUNNER_ENV)
-    env.pop("CUBLAS_WORKSPACE_CONFIG")
-    proc = subprocess.run([sys.executable, *start.FLAGS, "-c", textwrap.dedent(BESIDE), str(fake), str(ROOT)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"seen": [{"workspace": ":4096:8", "deterministic": False}], "left": False, "verified": True}, out

@@ -4,17 +4,14 @@ never an exception."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import pytest
 
 from kernodeck.inenv import torch_report
-from kernodeck.inenv._common import Context
 from kernodeck.inenv.protocol import COLLECT_ENV
 from tests.helpers.torchreport import stand_in
 
@@ -81,57 +78,3 @@ def test_the_in_process_answer_is_what_pip_list_prints() -> None:
     real = subprocess.run([sys.executable, "-s", "-P", "-mpip", "list", "--format=freeze"], capture_output=True,
                           text=True, check=True, env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     assert torch_report.pip_list() == real.stdout.strip()
-
-
-def test_begun_beside_the_settings_on_a_build_without_a_gpu_runtime_and_written_at_the_system_step(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A CPU build (torch.version.cuda and hip None): the settings step begins the report (runner.py gives it
-    torch_report.begin); the system step writes what it found. The variable its probe set is put back; one set before
-    it began stays."""
-    def report() -> str:
-        os.environ["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"  # as torch's get_pip_packages does
-        return "PyTorch version: 9.9.9\n"
-
-    stand_in(monkeypatch, report)
-    monkeypatch.setattr(sys.modules["torch"], "version", types.SimpleNamespace(cuda=None, hip=None), raising=False)
-    monkeypatch.delenv("PIP_DISABLE_PIP_VERSION_CHECK", raising=False)
-    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    ctx = Context(config={}, out=tmp_path)
-    torch_report.begin(ctx)
-    started = ctx.state.pop(torch_report.STARTED)
-    started.thread.join(10)
-    assert started.found == ["PyTorch version: 9.9.9\n"]  # done before the system step asks
-    torch_report.write(tmp_path, started=started)
-    assert (tmp_path / COLLECT_ENV).read_text(encoding="utf-8") == torch_report.HEAD + "PyTorch version: 9.9.9\n"
-    assert "PIP_DISABLE_PIP_VERSION_CHECK" not in os.environ and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-
-
-@pytest.mark.parametrize("runtime", [{"cuda": "13.0", "hip": None}, {"cuda": None, "hip": "7.1"}])
-def test_a_build_with_a_gpu_runtime_begins_its_report_at_the_system_step(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime: dict[str, str | None]) -> None:
-    """Control: a CUDA or ROCm build's probe initialises the GPU (torch.cuda.init), so it is not begun beside the
-    settings but after them, by the system step's write, as before."""
-    calls: list[str] = []
-    stand_in(monkeypatch, lambda: calls.append("report") or "PyTorch version: 9.9.9\n")
-    monkeypatch.setattr(sys.modules["torch"], "version", types.SimpleNamespace(**runtime), raising=False)
-    ctx = Context(config={}, out=tmp_path)
-    torch_report.begin(ctx)
-    assert torch_report.STARTED not in ctx.state and calls == []
-    torch_report.write(tmp_path, started=ctx.state.pop(torch_report.STARTED, None))
-    assert calls == ["report"]
-    assert (tmp_path / COLLECT_ENV).read_text(encoding="utf-8").endswith("PyTorch version: 9.9.9\n")
-
-
-def test_a_variable_set_after_the_report_began_would_be_put_back_with_the_probes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Why the settings step sets its variable before it begins anything beside it: write() puts back everything that
-    changed in os.environ since the report began (the probe's changes), whoever changed it."""
-    stand_in(monkeypatch, lambda: "PyTorch version: 9.9.9\n")
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    started = torch_report.start()
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # too late: after the report began
-    try:
-        torch_report.write(tmp_path, started=started)
-        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
-    finally:
-        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
