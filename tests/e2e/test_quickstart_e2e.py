@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.builtenv import example_copy
+from tests.helpers.outfolders import tools_bytecode
 from tests.helpers.project import ROOT
 from tests.helpers.reports import read_report, statuses
 
@@ -59,9 +60,22 @@ class User:
 
 
 def _bytecode(project: Path) -> list[Path]:
-    """``__pycache__/`` folders in the user's own files (not in the venvs and run folders Kernodeck makes)."""
+    """Bytecode in the user's own files (not in the venvs and run folders Kernodeck makes, nor the noxfile's, which
+    nox writes as it loads it where PYTHONDONTWRITEBYTECODE is unset: outfolders.tools_bytecode)."""
     made = {".nox", ".venv-rebuild", "runs", ".git"}
-    return [p for p in project.rglob("__pycache__") if not made & set(p.relative_to(project).parts)]
+    return [p for p in project.rglob("__pycache__/*") if not made & set(p.relative_to(project).parts)
+            and not tools_bytecode(p.relative_to(project))]
+
+
+def test_control_the_bytecode_of_the_users_files_is_found_and_the_noxfiles_is_not(tmp_path: Path) -> None:
+    """The check's control: what nox writes for the noxfile is the tool's; a user's module's bytecode, at the root or
+    in a folder, is found."""
+    for rel in ("__pycache__/noxfile.cpython-311.pyc", "__pycache__/app.cpython-311.pyc",
+                "checks/__pycache__/app.cpython-311.pyc", ".nox/verify/__pycache__/x.cpython-311.pyc"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    assert sorted(str(p.relative_to(tmp_path)) for p in _bytecode(tmp_path)) == [
+        "__pycache__/app.cpython-311.pyc", "checks/__pycache__/app.cpython-311.pyc"]
 
 
 def _ok(proc: subprocess.CompletedProcess[str], what: str) -> None:

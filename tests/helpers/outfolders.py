@@ -29,8 +29,20 @@ def finished_dossier(folder: Path) -> Path:
     return folder
 
 
+def tools_bytecode(rel: Path) -> bool:
+    """The interpreter's bytecode of the tool's own runtime in a project (``rel``: a path in it): the noxfile's, which
+    nox writes as it loads it, and, in a copy of this repository, Kernodeck's own modules, which ``python -m kernodeck``
+    writes as it imports them (docs/env-integrity.md, "What it does not cover"). Written only where
+    PYTHONDONTWRITEBYTECODE is unset, as on most machines; never a file of the application's."""
+    parts = rel.parts
+    return (rel.suffix == ".pyc" and "__pycache__" in parts
+            and (parts[0] == "kernodeck" or (parts[:1] == ("__pycache__",) and rel.name.startswith("noxfile."))))
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file under ``folder`` and its bytes, but the tool's own bytecode (:func:`tools_bytecode`)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not tools_bytecode(p.relative_to(folder))}
 
 
 def refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
