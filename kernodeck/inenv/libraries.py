@@ -77,11 +77,19 @@ def mapped() -> list[str] | None:
         text = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
+    return code_files(text)
+
+
+def code_files(maps: str) -> list[str]:
+    """The shared library files a ``/proc/PID/maps`` text shows loaded: a name with ``.so`` in it, mapped executable
+    (a library's text segment; the loader maps every library so). A file mapped only as data is no code that runs: a
+    POSIX semaphore (``/dev/shm/sem.NAME``, mapped ``rw-s``), whose random name can hold ``.so`` (``sem.soWDZp``,
+    which failed a run as a foreign library)."""
     found = set()
-    for line in text.splitlines():
+    for line in maps.splitlines():
         parts = line.split(None, 5)
         path = parts[5].strip() if len(parts) == 6 else ""
-        if path.startswith(os.sep) and ".so" in os.path.basename(path):
+        if path.startswith(os.sep) and ".so" in os.path.basename(path) and "x" in parts[1]:
             found.add(path.removesuffix(" (deleted)"))
     return sorted(found)
 

@@ -131,3 +131,40 @@ def test_the_environment_table_takes_a_list_of_libraries_and_refuses_anything_el
         return
     with pytest.raises(ConfigError, match="libraries"):
         validate(tool, Path("pyproject.toml"))
+
+
+MAPS = """\
+7f00000000-7f00001000 r--p 00000000 08:01 11 /usr/lib/x86_64-linux-gnu/libfoo.so.1
+7f00001000-7f00002000 r-xp 00001000 08:01 11 /usr/lib/x86_64-linux-gnu/libfoo.so.1
+7f00003000-7f00004000 r-xp 00000000 08:01 12 /tmp/x/libgone.so (deleted)
+7f00005000-7f00006000 rw-s 00000000 00:19 13 /dev/shm/sem.soWDZp
+7f00007000-7f00008000 r--p 00000000 08:01 14 /tmp/x/weights.so.bin
+7f00009000-7f0000a000 r-xp 00000000 00:00 0 [vdso]
+"""
+
+
+def test_a_file_mapped_only_as_data_is_no_library_whatever_its_name() -> None:
+    """A POSIX semaphore's random name held ``.so`` (``/dev/shm/sem.soWDZp``, mapped rw-s, tqdm's lock): it failed a
+    run as a foreign library. A library is mapped executable (its text); a file mapped only as data runs no code."""
+    from kernodeck.inenv import libraries
+
+    assert libraries.code_files(MAPS) == ["/tmp/x/libgone.so", "/usr/lib/x86_64-linux-gnu/libfoo.so.1"]
+
+
+def test_a_semaphore_mapped_by_a_real_process_is_not_taken_for_a_library(tmp_path: Path) -> None:
+    """A file named as the failing run's semaphore, mapped shared in a real process: in its maps by that name (the
+    old rule, ``.so`` in the name, took it), not among its libraries; a real library the process loaded is."""
+    from kernodeck.inenv import libraries
+
+    sem = tmp_path / "sem.soWDZp"
+    sem.write_bytes(b"\0" * 4096)
+    script = ("import ctypes, ctypes.util, mmap, sys\n"
+              "f = open(sys.argv[1], 'r+b'); m = mmap.mmap(f.fileno(), 4096)\n"
+              "ctypes.CDLL(ctypes.util.find_library('m'))\n"
+              "sys.stdout.write(open('/proc/self/maps').read())\n")
+    maps = subprocess.run([sys.executable, "-c", script, str(sem)], capture_output=True, text=True, check=True,
+                          timeout=60).stdout
+    assert str(sem) in maps and ".so" in sem.name  # the premise: mapped, and the old rule's name
+    found = libraries.code_files(maps)
+    assert str(sem) not in found
+    assert any(os.path.basename(p).startswith("libm.so") for p in found), found
