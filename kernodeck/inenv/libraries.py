@@ -81,17 +81,20 @@ def mapped() -> list[str] | None:
 
 
 def code_files(maps: str) -> list[str]:
-    """The shared library files a ``/proc/PID/maps`` text shows loaded: a name with ``.so`` in it, mapped executable
-    (a library's text segment; the loader maps every library so). A file mapped only as data is no code that runs: a
-    POSIX semaphore (``/dev/shm/sem.NAME``, mapped ``rw-s``), whose random name can hold ``.so`` (``sem.soWDZp``,
-    which failed a run as a foreign library)."""
-    found = set()
+    """The shared library files a ``/proc/PID/maps`` text shows loaded: a name with ``.so`` in it, mapped private at
+    least once (the loader maps every library so). A file mapped only shared is data another process shares: a
+    POSIX semaphore (``/dev/shm/sem.NAME``, ``rw-s``), whose random name can hold ``.so`` (``sem.soWDZp``, which failed
+    a run as a foreign library). Requiring an executable mapping instead let a library that remaps its text to
+    anonymous memory pass while its data segments still named it (red-team pass 86): a private mapping of any kind
+    counts. What this rule misses and the name alone caught is code copied out of a file the process maps only
+    shared, while it keeps that mapping: closing it, or reading the file, was missed by both (pass 86, idea 3)."""
+    private: set[str] = set()
     for line in maps.splitlines():
         parts = line.split(None, 5)
         path = parts[5].strip() if len(parts) == 6 else ""
-        if path.startswith(os.sep) and ".so" in os.path.basename(path) and "x" in parts[1]:
-            found.add(path.removesuffix(" (deleted)"))
-    return sorted(found)
+        if path.startswith(os.sep) and ".so" in os.path.basename(path) and not parts[1].endswith("s"):
+            private.add(path.removesuffix(" (deleted)"))
+    return sorted(private)
 
 
 def _declared(path: str, declared: list[str]) -> bool:

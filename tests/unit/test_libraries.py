@@ -138,17 +138,21 @@ MAPS = """\
 7f00001000-7f00002000 r-xp 00001000 08:01 11 /usr/lib/x86_64-linux-gnu/libfoo.so.1
 7f00003000-7f00004000 r-xp 00000000 08:01 12 /tmp/x/libgone.so (deleted)
 7f00005000-7f00006000 rw-s 00000000 00:19 13 /dev/shm/sem.soWDZp
-7f00007000-7f00008000 r--p 00000000 08:01 14 /tmp/x/weights.so.bin
+7f00007000-7f00008000 r--p 00000000 08:01 14 /tmp/x/libhidden.so
+7f00008000-7f00009000 r--s 00000000 08:01 15 /tmp/x/shared.so.bin
 7f00009000-7f0000a000 r-xp 00000000 00:00 0 [vdso]
 """
 
 
-def test_a_file_mapped_only_as_data_is_no_library_whatever_its_name() -> None:
+def test_a_file_mapped_only_shared_is_no_library_whatever_its_name() -> None:
     """A POSIX semaphore's random name held ``.so`` (``/dev/shm/sem.soWDZp``, mapped rw-s, tqdm's lock): it failed a
-    run as a foreign library. A library is mapped executable (its text); a file mapped only as data runs no code."""
+    run as a foreign library. The loader maps a library private; a file mapped only shared is no library. A library
+    whose text was remapped to anonymous memory still counts by its private data mapping (libhidden.so: red-team
+    pass 86 hid one from a rule that asked for an executable mapping)."""
     from kernodeck.inenv import libraries
 
-    assert libraries.code_files(MAPS) == ["/tmp/x/libgone.so", "/usr/lib/x86_64-linux-gnu/libfoo.so.1"]
+    assert libraries.code_files(MAPS) == [
+        "/tmp/x/libgone.so", "/tmp/x/libhidden.so", "/usr/lib/x86_64-linux-gnu/libfoo.so.1"]
 
 
 def test_a_semaphore_mapped_by_a_real_process_is_not_taken_for_a_library(tmp_path: Path) -> None:
