@@ -172,3 +172,45 @@ def test_a_semaphore_mapped_by_a_real_process_is_not_taken_for_a_library(tmp_pat
     found = libraries.code_files(maps)
     assert str(sem) not in found
     assert any(os.path.basename(p).startswith("libm.so") for p in found), found
+
+
+TEXT_TO_ANONYMOUS = """
+import ctypes, json, os, shutil, sys
+sys.path.insert(0, sys.argv[1])
+from kernodeck.inenv import libraries
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+copy = os.path.join(sys.argv[2], "libm.so.6")
+shutil.copy(os.path.realpath("/lib/x86_64-linux-gnu/libm.so.6"), copy)
+lib = ctypes.CDLL(copy)
+lib.cos.restype, lib.cos.argtypes = ctypes.c_double, [ctypes.c_double]
+
+def segments():
+    for line in open("/proc/self/maps").read().splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].strip() == copy:
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            yield start, end, parts[1]
+
+for start, end, perms in [s for s in segments() if "x" in s[2]]:  # the text, copied into anonymous memory in place
+    saved = ctypes.string_at(start, end - start)
+    assert libc.mmap(start, end - start, 3, 0x02 | 0x10 | 0x20, -1, 0) == start
+    ctypes.memmove(start, saved, len(saved))
+    assert libc.mprotect(start, end - start, 5) == 0
+print(json.dumps({"runs": lib.cos(0.0), "left": sorted({p for _, _, p in segments()}),
+                  "named": copy in libraries.code_files(open("/proc/self/maps").read())}))
+"""
+
+
+@pytest.mark.skipif(not Path("/lib/x86_64-linux-gnu/libm.so.6").exists(), reason="x86_64 Debian's libm path")
+def test_pass86_a_library_whose_text_was_moved_to_anonymous_memory_is_still_named(tmp_path: Path) -> None:
+    """Red-team pass 86, idea 2: a foreign library's text copied over itself into anonymous memory runs on, with no
+    executable mapping carrying its path; its data mappings still do, and they are private: it is named."""
+    proc = subprocess.run([sys.executable, "-c", TEXT_TO_ANONYMOUS, str(ROOT), str(tmp_path)], capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["runs"] == 1.0 and not any("x" in p for p in out["left"]) and out["left"], out
+    assert out["named"] is True, out
