@@ -45,10 +45,13 @@ def _cmd_version(name: str, args: list[str]) -> Any:
     }
 
 
-def build_chain() -> dict[str, Any]:
+BUILD_TOOLS = ("gcc", "g++", "nvcc", "hipcc", "ninja")
+
+
+def build_chain(tools: dict[str, Any]) -> dict[str, Any]:
     """What compiles a torch extension on this machine (torch.utils.cpp_extension's tools and the variables it reads):
-    recorded beside the chain an extension found in the env was built for."""
-    tools = {name: _cmd_version(name, ["--version"]) for name in ("gcc", "g++", "nvcc", "hipcc", "ninja")}
+    recorded beside the chain an extension found in the env was built for. ``tools``: the versions of
+    :data:`BUILD_TOOLS` (:func:`collect` probes each once, gcc's for its ``compilers`` too)."""
     variables = {name: os.environ.get(name, "(unset)")
                  for name in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "TORCH_CUDA_ARCH_LIST", "CXX", "CC")}
     return {**tools, **variables}
@@ -252,6 +255,7 @@ def collect() -> dict[str, Any]:
     driver = _driver(torch)
     mps_ok = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     uname = platform.uname()
+    tools = {name: _cmd_version(name, ["--version"]) for name in BUILD_TOOLS}  # each probed once
     return {
         "os": _os_name(uname.system),
         "kernel": uname.release,
@@ -276,12 +280,8 @@ def collect() -> dict[str, Any]:
         "devices": _devices(torch),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"),
         "HIP_VISIBLE_DEVICES": os.environ.get("HIP_VISIBLE_DEVICES", "(unset)"),
-        "compilers": {
-            "gcc": _cmd_version("gcc", ["--version"]),
-            "nvcc": _cmd_version("nvcc", ["--version"]),
-            "hipcc": _cmd_version("hipcc", ["--version"]),
-        },
-        "build_chain": build_chain(),
+        "compilers": {name: tools[name] for name in ("gcc", "nvcc", "hipcc")},
+        "build_chain": build_chain(tools),
         "time_zone": systemfiles.chain(),
     }
 
@@ -302,9 +302,15 @@ def container(environ: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    chain = collect()
-    chain.update(container())
-    ctx.state["system"] = chain
-    # torch's own report beside the record, taken before any project code runs
-    torch_report.write(ctx.out, float(ctx.config.get(ConfigKey.PROBE_WAIT_S) or torch_report.WAIT_S))
+    # torch's own report beside the record, taken before any project code runs; its probes (processes) run while
+    # this thread probes the chain's (the compilers', the CPU's): the step lasts as long as the longer of the two
+    report, written = torch_report.begin(), False
+    try:
+        chain = collect()
+        chain.update(container())
+        ctx.state["system"] = chain
+        written = True
+    finally:
+        report.finish(ctx.out if written else None,
+                      float(ctx.config.get(ConfigKey.PROBE_WAIT_S) or torch_report.WAIT_S))
     return chain

@@ -75,17 +75,39 @@ def _collect(found: list[str]) -> None:
         found.append(f"not collected: {type(exc).__name__}: {exc}")
 
 
+class Report:
+    """torch's report being taken: begun (:func:`begin`), then finished (:meth:`finish`: waited for and written).
+    The system step reads its own facts in between (its compilers' and build chain's probes are processes too):
+    nothing of the project runs meanwhile, and only the probe's ``PIP_DISABLE_PIP_VERSION_CHECK``, never a variable
+    those facts read, is written into ``os.environ``; it is put back before the step ends, whatever the step met."""
+
+    def __init__(self) -> None:
+        progress("torch.utils.collect_env")
+        self.found: list[str] = []
+        self.environ = dict(os.environ)
+        self.thread = threading.Thread(target=_collect, args=(self.found,), name="kernodeck-collect-env", daemon=True)
+        self.thread.start()
+
+    def finish(self, out: Path | None, wait_s: float = WAIT_S) -> None:
+        """Waited for (``wait_s`` at most), ``os.environ`` put back, and ``collect_env.txt`` written into ``out``
+        (None: the step failed before it; nothing written)."""
+        self.thread.join(wait_s)
+        for name in set(os.environ) - set(self.environ):
+            del os.environ[name]
+        os.environ.update(self.environ)
+        if out is None:
+            return
+        text = self.found[0] if self.found else (
+            f"not collected: still running after {wait_s:g}s (one of its probes hung: pip list, nvidia-smi, a "
+            "compiler's version); left behind")
+        write_text_atomic(out / COLLECT_ENV, HEAD + text.rstrip("\n") + "\n")
+
+
+def begin() -> Report:
+    """torch's report, begun in a thread of Kernodeck's own."""
+    return Report()
+
+
 def write(out: Path, wait_s: float = WAIT_S) -> None:
     """``collect_env.txt`` in ``out``: torch's report, or why it is missing."""
-    progress("torch.utils.collect_env")
-    found: list[str] = []
-    environ = dict(os.environ)
-    thread = threading.Thread(target=_collect, args=(found,), name="kernodeck-collect-env", daemon=True)
-    thread.start()
-    thread.join(wait_s)
-    for name in set(os.environ) - set(environ):
-        del os.environ[name]
-    os.environ.update(environ)
-    text = found[0] if found else (f"not collected: still running after {wait_s:g}s (one of its probes hung: "
-                                   "pip list, nvidia-smi, a compiler's version); left behind")
-    write_text_atomic(out / COLLECT_ENV, HEAD + text.rstrip("\n") + "\n")
+    begin().finish(out, wait_s)

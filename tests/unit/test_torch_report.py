@@ -4,8 +4,10 @@ never an exception."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -78,3 +80,39 @@ def test_the_in_process_answer_is_what_pip_list_prints() -> None:
     real = subprocess.run([sys.executable, "-s", "-P", "-mpip", "list", "--format=freeze"], capture_output=True,
                           text=True, check=True, env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     assert torch_report.pip_list() == real.stdout.strip()
+
+
+def test_the_system_step_reads_its_facts_while_the_report_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the report is begun before the chain's own probes and waited for after them: the chain's facts are read while
+    # torch's probes run (a chain that waits for the report's start would wait its 5 s out, were they in turn)
+    from kernodeck.inenv import system
+    from kernodeck.inenv._common import Context
+
+    begun = threading.Event()
+    stand_in(monkeypatch, lambda: begun.set() or "PyTorch version: 9.9.9\n")
+    monkeypatch.setattr(system, "collect", lambda: {"os": "beside" if begun.wait(5) else "after"})
+    monkeypatch.setattr(system, "container", dict)
+    assert system.run(Context({}, tmp_path)) == {"os": "beside"}
+    assert (tmp_path / COLLECT_ENV).read_text(encoding="utf-8") == torch_report.HEAD + "PyTorch version: 9.9.9\n"
+
+
+def test_a_failed_chain_puts_back_what_the_report_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch's report sets PIP_DISABLE_PIP_VERSION_CHECK as it runs (red-team pass 23, NOTE2): a chain probe that
+    # raises meanwhile fails the step, and the variable is still put back once the report ended; no file is written
+    from kernodeck.inenv import system
+    from kernodeck.inenv._common import Context
+
+    def report() -> str:
+        os.environ["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+        return "PyTorch version: 9.9.9\n"
+
+    def broken() -> dict[str, str]:
+        raise OSError("no /proc")
+
+    monkeypatch.delenv("PIP_DISABLE_PIP_VERSION_CHECK", raising=False)
+    stand_in(monkeypatch, report)
+    monkeypatch.setattr(system, "collect", broken)
+    with pytest.raises(OSError, match="no /proc"):
+        system.run(Context({}, tmp_path))
+    assert "PIP_DISABLE_PIP_VERSION_CHECK" not in os.environ
+    assert not (tmp_path / COLLECT_ENV).exists()
