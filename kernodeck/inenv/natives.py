@@ -199,10 +199,16 @@ def _reporting(original: Any, native: Native, constructor: bool = False) -> Any:
     return access
 
 
-def _wrap(native: Native, module: Any) -> None:
+# A module-level reader wrapped, for the modules of its package that bound the original by name: (its package, its
+# name, the original, the wrapper)
+Rebind = tuple[str, str, Any, Any]
+
+
+def _wrap(native: Native, module: Any, later: list[Rebind] | None = None) -> None:
     """``native``'s reader in ``module`` replaced by its reporting wrapper (none when the module lacks it, or it is
     already ours: a module imported again keeps one wrapper), and the modules of its package that bound the
-    original by name (safetensors.torch: ``from safetensors import safe_open``) given the wrapper too."""
+    original by name (safetensors.torch: ``from safetensors import safe_open``) given the wrapper too: now, or, given
+    ``later``, by :func:`_rebind` once every reader is wrapped (one pass over ``sys.modules`` for all of them)."""
     *classes, name = native.name.split(".")
     owner = functools.reduce(lambda found, part: getattr(found, part, None), classes, module)
     original = getattr(owner, name, None)
@@ -219,9 +225,26 @@ def _wrap(native: Native, module: Any) -> None:
     with contextlib.suppress(TypeError, AttributeError):  # an immutable type: its reader stays unseen
         setattr(owner, name, staticmethod(wrapper) if bound else wrapper)
     if not classes:
-        top = native.module.partition(".")[0]
-        for other, found in list(sys.modules.items()):
-            if (other == top or other.startswith(top + ".")) and _namespace(found).get(name) is original:
+        rebind = (native.module.partition(".")[0], name, original, wrapper)
+        if later is None:
+            _rebind([rebind])
+        else:
+            later.append(rebind)
+
+
+def _rebind(wrapped: list[Rebind]) -> None:
+    """Each module of a wrapped reader's package (the package itself, its submodules) whose name for the reader is the
+    original: given the wrapper. One pass over ``sys.modules``."""
+    by_top: dict[str, list[Rebind]] = {}
+    for one in wrapped:
+        by_top.setdefault(one[0], []).append(one)
+    for other, found in list(sys.modules.items()):
+        rows = by_top.get(other.partition(".")[0])
+        if not rows:
+            continue
+        names = _namespace(found)
+        for _, name, original, wrapper in rows:
+            if names.get(name) is original:
                 setattr(found, name, wrapper)
 
 
@@ -312,10 +335,12 @@ def install() -> None:
     is (:class:`_OnImport`). Once per process."""
     if any(isinstance(finder, _OnImport) for finder in sys.meta_path):
         return
+    wrapped: list[Rebind] = []
     for native in NATIVES:
         module = sys.modules.get(native.module)
         if module is None and native.module not in LATER:
             module = _module(native.module)
         if module is not None:
-            _wrap(native, module)
+            _wrap(native, module, wrapped)
+    _rebind(wrapped)
     sys.meta_path.insert(0, _OnImport(NATIVES))
