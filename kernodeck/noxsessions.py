@@ -32,7 +32,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 if TYPE_CHECKING:
     import nox
@@ -103,6 +102,7 @@ def installed_source(dist: metadata.Distribution | None = None) -> str | None:
     url = str(info.get("url", ""))
     parts = urlsplit(url)
     if parts.scheme == "file":
+        from urllib.request import url2pathname  # here: its import (http.client, ssl) costs every session 10 ms
         return url2pathname(parts.path)
     vcs = info.get("vcs_info")
     if isinstance(vcs, dict) and vcs.get("vcs"):
