@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import leftover, paths
+from . import leftover, paths, verified
 from ._common import Context, sha256_file
 
 EMPTY = hashlib.sha256(b"").hexdigest()
@@ -49,6 +50,18 @@ def declared(ctx: Context) -> dict[str, str]:
         ctx.state["declared_sources"] = found
     result: dict[str, str] = ctx.state["declared_sources"]
     return result
+
+
+def finder(ctx: Context, active: Callable[[], bool]) -> verified.ProjectSources:
+    """The import finder for the application's own modules, expecting the declared fingerprints, importing while
+    ``active()`` (a window is open): made once a run, for the declared sources (each window installs it again, in its
+    place on ``sys.meta_path``)."""
+    if "project_finder" not in ctx.state:
+        sources = {path: digest for path, digest in declared(ctx).items() if digest}
+        ctx.state["project_finder"] = verified.ProjectSources(paths.trusted, sources,
+                                                              shown_in(Path(ctx.config["project_root"])), active)
+    found: verified.ProjectSources = ctx.state["project_finder"]
+    return found
 
 
 def shown_in(root: Path) -> Any:

@@ -48,6 +48,7 @@ from .advice import RUN_RECORD, SOURCE, advice, declaration, tip
 from .declared_files import (
     cache_copy,
     declared,
+    finder,
     in_cache_here,
     in_sources,
     read_since,
@@ -62,13 +63,6 @@ from .declared_files import (
 from .protocol import COLLECT_ENV, RUN_CONFIG, STEPS_DIR, Layer
 
 
-def finder(ctx: Context) -> verified.ProjectSources:
-    """The import finder for the application's own modules, expecting the declared fingerprints."""
-    sources = {path: digest for path, digest in declared(ctx).items() if digest}
-    shown = shown_in(Path(ctx.config["project_root"]))
-    return verified.ProjectSources(paths.trusted, sources, shown, lambda: seen.ON[0])
-
-
 @contextmanager
 def window(ctx: Context, who: str) -> Iterator[None]:
     """The application's code runs inside: what it reads is recorded; on a normal exit, anything undeclared fails."""
@@ -78,7 +72,7 @@ def window(ctx: Context, who: str) -> Iterator[None]:
     seen.install()
     exits.install()  # os._exit and a signal sent to itself: the call's failure, as sys.exit is (EXIT2)
     _taken(ctx)
-    verified.install(finder(ctx))
+    verified.install(finder(ctx, lambda: seen.ON[0]))
     # the names (and modules) at its start: a copy costs a fifth of a set of the names (dict's own methods: none of an
     # object the application may have put in sys.modules' place runs here)
     before = dict.copy(sys.modules)
@@ -167,6 +161,8 @@ def moved(ctx: Context, files: Iterable[str]) -> list[str]:
     """The declared files among ``files`` whose bytes are not those the run's fingerprints name (fingerprinted when
     the run started, compared with the reference): edited since, by the user or another process. A file is hashed
     again only when its stat (inode, size, mtime, ctime) moved since it was last hashed, as locate's sources are."""
+    if not (files := list(files)):  # most windows (a criterion's call) read nothing
+        return []
     declared_ones, sources, found = declared(ctx), source_files(ctx), []
     for path in files:
         # a read is recorded by the file it opens: the declared form resolved is known too (looked up, never merged:
@@ -239,11 +235,13 @@ def _imported(new_modules: set[str]) -> dict[str, str]:
 def strangers(ctx: Context, new_modules: set[str]) -> list[dict[str, str]]:
     """Each file read in the window (or imported in it) that is not trusted, declared, written this run or in the
     run's folder: ``{"file", "how", "by", "declare"}``."""
+    modules = _imported(new_modules)
+    candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
+    if not candidates and not seen.LISTED:  # most windows (a criterion's call) read and list nothing
+        return []
     known = declared(ctx)
     out_dir = _run_folders(ctx)
-    modules = _imported(new_modules)
     found: dict[str, dict[str, str]] = {}
-    candidates = {**{p: seen.BY[0] for p in modules}, **seen.READ}
     for path, by in candidates.items():
         # a file read before the application wrote it was an input (its reads after its own write are not recorded)
         if owned.written(path) and path not in seen.READ:
@@ -313,11 +311,13 @@ def _listings(ctx: Context, known: dict[str, str], out_dir: str | tuple[str, ...
     """Each folder of the project the window listed whose names are not all accounted for (a declared file, a folder
     holding one, written by the application): its names were an input no fingerprint covers. Folders outside the
     project are not judged by their listing (what is opened there is)."""
+    if not (listings := seen.LISTED if listed is None else listed):
+        return {}
     root = Path(ctx.config["project_root"])
     roots = tuple(form.rstrip(os.sep) + os.sep for form in paths.forms(str(root)))
     shown = shown_in(root)
     found: dict[str, dict[str, str]] = {}
-    for folder, by in (seen.LISTED if listed is None else listed).items():
+    for folder, by in listings.items():
         if not (folder + os.sep).startswith(roots) or (folder + os.sep).startswith(out_dir) or in_sources(ctx, folder):
             continue
         try:

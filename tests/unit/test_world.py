@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
-from kernodeck.inenv import world
+from kernodeck.inenv import declared_files, seen, verified, world
+from kernodeck.inenv._common import Context
 
 
 @pytest.fixture()
@@ -43,3 +46,40 @@ def test_a_module_swapped_for_another_name_is_judged(judged: list[set[str]], mon
     assert len(sys.modules) == len(before)
     world._judge_window(None, "the criterion", before)  # type: ignore[arg-type]
     assert judged == [{"kernodeck_test_swapped"}]
+
+
+def _ctx(tmp_path: Path) -> Context:
+    (tmp_path / "app.py").write_text("x = 1\n", encoding="utf-8")
+    (tmp_path / "listed").mkdir()
+    (tmp_path / "listed" / "undeclared.csv").write_text("1\n", encoding="utf-8")
+    return Context({"project_root": str(tmp_path), "application": {"sources": {"app.py": "ab" * 32},
+                                                                     "sample": "sample.jsonl"}}, tmp_path / "out")
+
+
+def test_the_project_finder_is_made_once_a_run_and_put_back_in_its_place_at_each_window(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    first = declared_files.finder(ctx, lambda: True)
+    assert declared_files.finder(ctx, lambda: False) is first  # the run's declared sources: one finder
+    assert first.expected == {str(tmp_path / "app.py"): "ab" * 32}
+    saved = list(sys.meta_path)
+    try:
+        verified.install(first)
+        sys.meta_path.remove(first)  # the application took it off: the next window puts it back before PathFinder
+        verified.install(declared_files.finder(ctx, lambda: True))
+        at = sys.meta_path.index(first)
+        assert sys.meta_path[at + 1:].count(importlib.machinery.PathFinder) == 1
+    finally:
+        sys.meta_path[:] = saved
+
+
+def test_a_window_that_read_and_listed_nothing_is_judged_without_looking_further(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seen, "READ", {})
+    monkeypatch.setattr(seen, "LISTED", {})
+    assert world.strangers(Context({}, tmp_path), set()) == []  # no declaration, no folder asked for
+    assert world.moved(Context({}, tmp_path), set()) == []
+    # the control: a listing of a project folder holding an undeclared name is still judged, and named
+    ctx = _ctx(tmp_path)
+    monkeypatch.setattr(seen, "LISTED", {str(tmp_path / "listed"): "the criterion"})
+    found = world.strangers(ctx, set())
+    assert [(f["file"], f["how"]) for f in found] == [("listed/", "listed: undeclared.csv")]
