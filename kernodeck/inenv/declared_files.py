@@ -54,14 +54,14 @@ def declared(ctx: Context) -> dict[str, str]:
 
 def finder(ctx: Context, active: Callable[[], bool]) -> verified.ProjectSources:
     """The import finder for the application's own modules, expecting the declared fingerprints, importing while
-    ``active()`` (a window is open): made once a run, for the declared sources (each window installs it again, in its
-    place on ``sys.meta_path``)."""
+    ``active()`` (a window is open): a new one for each window, as before, what it is made of worked out once a run
+    (the declared sources' digests, the project's folders resolved), and the digests copied into each: nothing the
+    application changes in one window's finder reaches the next."""
     if "project_finder" not in ctx.state:
-        sources = {path: digest for path, digest in declared(ctx).items() if digest}
-        ctx.state["project_finder"] = verified.ProjectSources(paths.trusted, sources,
-                                                              shown_in(Path(ctx.config["project_root"])), active)
-    found: verified.ProjectSources = ctx.state["project_finder"]
-    return found
+        ctx.state["project_finder"] = ({path: digest for path, digest in declared(ctx).items() if digest},
+                                       shown_in(Path(ctx.config["project_root"])))
+    sources, shown = ctx.state["project_finder"]
+    return verified.ProjectSources(paths.trusted, dict(sources), shown, active)
 
 
 def shown_in(root: Path) -> Any:

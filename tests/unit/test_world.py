@@ -56,18 +56,20 @@ def _ctx(tmp_path: Path) -> Context:
                                                                      "sample": "sample.jsonl"}}, tmp_path / "out")
 
 
-def test_the_project_finder_is_made_once_a_run_and_put_back_in_its_place_at_each_window(tmp_path: Path) -> None:
+def test_each_window_gets_its_own_project_finder_put_back_in_its_place(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
     first = declared_files.finder(ctx, lambda: True)
-    assert declared_files.finder(ctx, lambda: False) is first  # the run's declared sources: one finder
     assert first.expected == {str(tmp_path / "app.py"): "ab" * 32}
+    first.expected.clear()  # what the application does to one window's finder stays there
+    second = declared_files.finder(ctx, lambda: True)
+    assert second is not first and second.expected == {str(tmp_path / "app.py"): "ab" * 32}
     saved = list(sys.meta_path)
     try:
         verified.install(first)
-        sys.meta_path.remove(first)  # the application took it off: the next window puts it back before PathFinder
-        verified.install(declared_files.finder(ctx, lambda: True))
-        at = sys.meta_path.index(first)
-        assert sys.meta_path[at + 1:].count(importlib.machinery.PathFinder) == 1
+        sys.meta_path.remove(first)  # the application took it off: the next window puts one back before PathFinder
+        verified.install(second)
+        assert first not in sys.meta_path
+        assert sys.meta_path[sys.meta_path.index(second) + 1:].count(importlib.machinery.PathFinder) == 1
     finally:
         sys.meta_path[:] = saved
 
