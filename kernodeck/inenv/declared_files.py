@@ -55,18 +55,22 @@ def declared(ctx: Context) -> dict[str, str]:
 def finder(ctx: Context, active: Callable[[], bool]) -> verified.ProjectSources:
     """The import finder for the application's own modules, expecting the declared fingerprints, importing while
     ``active()`` (a window is open): a new one for each window, as before, what it is made of worked out once a run
-    (the declared sources' digests, the project's folders resolved), and the digests copied into each: nothing the
-    application changes in one window's finder reaches the next."""
+    (the declared sources' digests, the project's folders resolved: a dict copied into each finder, a tuple), so that
+    nothing the application changes in one window's finder (its digests, its namer's folders: red-team pass 87,
+    SHOWN1) reaches the next."""
     if "project_finder" not in ctx.state:
         ctx.state["project_finder"] = ({path: digest for path, digest in declared(ctx).items() if digest},
-                                       shown_in(Path(ctx.config["project_root"])))
-    sources, shown = ctx.state["project_finder"]
-    return verified.ProjectSources(paths.trusted, dict(sources), shown, active)
+                                       tuple(sorted(paths.forms(str(ctx.config["project_root"])))))
+    sources, roots = ctx.state["project_finder"]
+    return verified.ProjectSources(paths.trusted, dict(sources), _shown(roots), active)
 
 
 def shown_in(root: Path) -> Any:
     """A path as a message names it: relative to the project root (as given or resolved) when inside it."""
-    roots = sorted(paths.forms(str(root)))
+    return _shown(tuple(sorted(paths.forms(str(root)))))
+
+
+def _shown(roots: tuple[str, ...]) -> Any:
 
     def shown(path: str) -> str:
         for base in roots:

@@ -61,8 +61,11 @@ def test_each_window_gets_its_own_project_finder_put_back_in_its_place(tmp_path:
     first = declared_files.finder(ctx, lambda: True)
     assert first.expected == {str(tmp_path / "app.py"): "ab" * 32}
     first.expected.clear()  # what the application does to one window's finder stays there
+    # and what names a file in its messages (red-team pass 87, SHOWN1: the one namer every window's finder shared)
+    first.shown.__closure__[0].cell_contents = ("/",)  # type: ignore[attr-defined]
     second = declared_files.finder(ctx, lambda: True)
     assert second is not first and second.expected == {str(tmp_path / "app.py"): "ab" * 32}
+    assert first.shown(str(tmp_path / "app.py")) != "app.py" == second.shown(str(tmp_path / "app.py"))
     saved = list(sys.meta_path)
     try:
         verified.install(first)
