@@ -35,7 +35,8 @@ def _cmd_version(name: str, args: list[str]) -> Any:
     if not exe:
         return unavailable(f"{name} not on PATH")
     try:
-        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20, check=False)
+        # a tool that prints bytes this locale cannot decode is still recorded (red-team pass 87, DECODE1)
+        out = subprocess.run([exe, *args], capture_output=True, text=True, errors="replace", timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return unavailable(f"{name} failed: {exc}")
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,15 @@ def test_the_system_step_adds_the_container_image_to_its_chain(monkeypatch: pyte
     ctx = Context({}, tmp_path)
     chain = system.run(ctx)
     assert chain["container_image"]["digest"] == DIGEST and ctx.state["system"] is chain
+
+
+def test_a_tool_whose_version_is_not_text_is_recorded_not_raised(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # red-team pass 87, DECODE1: a gcc printing bytes the locale cannot decode raised UnicodeDecodeError out of the
+    # system step (a traceback, no TIP); its version is now recorded with the bytes replaced
+    tool = tmp_path / "gcc"
+    tool.write_bytes(b"#!/bin/sh\nprintf '\\377\\376gcc (odd) 1.0\\n'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    found = system._cmd_version("gcc", ["--version"])
+    assert found == {"path": str(tool), "version": "\ufffd\ufffdgcc (odd) 1.0"}
