@@ -71,6 +71,7 @@ def shown_in(root: Path) -> Any:
 
 
 def _shown(roots: tuple[str, ...]) -> Any:
+    """:func:`shown_in`'s namer for the project's folders ``roots`` (as given and resolved, sorted)."""
 
     def shown(path: str) -> str:
         for base in roots:
