@@ -106,8 +106,3 @@ class Report:
 def begin() -> Report:
     """torch's report, begun in a thread of Kernodeck's own."""
     return Report()
-
-
-def write(out: Path, wait_s: float = WAIT_S) -> None:
-    """``collect_env.txt`` in ``out``: torch's report, or why it is missing."""
-    begin().finish(out, wait_s)

@@ -324,7 +324,7 @@ def _stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_note2_control_the_report_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PIP_DISABLE_PIP_VERSION_CHECK", raising=False)
     _stand_in(monkeypatch)
-    torch_report.write(tmp_path)
+    torch_report.begin().finish(tmp_path)
     assert (tmp_path / COLLECT_ENV).read_text() == torch_report.HEAD + "PyTorch version: 9.9.9\n"
 
 
@@ -332,7 +332,7 @@ def test_note2_the_probe_leaves_the_environment_as_it_was(tmp_path: Path, monkey
     monkeypatch.delenv("PIP_DISABLE_PIP_VERSION_CHECK", raising=False)
     _stand_in(monkeypatch)
     before = dict(os.environ)
-    torch_report.write(tmp_path)
+    torch_report.begin().finish(tmp_path)
     assert dict(os.environ) == before
 
 

@@ -20,7 +20,7 @@ from tests.helpers.torchreport import stand_in
 
 def test_the_report_is_written_as_torch_gives_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     stand_in(monkeypatch, lambda: "PyTorch version: 9.9.9\nIs CUDA available: False\n")
-    torch_report.write(tmp_path)
+    torch_report.begin().finish(tmp_path)
     text = (tmp_path / COLLECT_ENV).read_text(encoding="utf-8")
     assert text == torch_report.HEAD + "PyTorch version: 9.9.9\nIs CUDA available: False\n"
 
@@ -30,14 +30,14 @@ def test_a_failing_report_is_recorded_not_raised(tmp_path: Path, monkeypatch: py
         raise RuntimeError("nvidia-smi said no")
 
     stand_in(monkeypatch, broken)
-    torch_report.write(tmp_path)
+    torch_report.begin().finish(tmp_path)
     text = (tmp_path / COLLECT_ENV).read_text(encoding="utf-8")
     assert text == torch_report.HEAD + "not collected: RuntimeError: nvidia-smi said no\n"
 
 
 def test_without_torch_the_file_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # an import of it raises ImportError
-    torch_report.write(tmp_path)
+    torch_report.begin().finish(tmp_path)
     text = (tmp_path / COLLECT_ENV).read_text(encoding="utf-8")
     assert text.startswith(torch_report.HEAD + "not collected: ModuleNotFoundError: ") and "torch" in text
 
@@ -45,7 +45,7 @@ def test_without_torch_the_file_says_why(tmp_path: Path, monkeypatch: pytest.Mon
 def test_a_hung_probe_is_named_and_left_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     stand_in(monkeypatch, lambda: time.sleep(30) or "late")
     began = time.monotonic()
-    torch_report.write(tmp_path, wait_s=0.2)
+    torch_report.begin().finish(tmp_path, wait_s=0.2)
     assert time.monotonic() - began < 20  # the step goes on; the probe's thread is a daemon, left behind
     text = (tmp_path / COLLECT_ENV).read_text(encoding="utf-8")
     assert "not collected: still running after 0.2s" in text and "late" not in text
@@ -68,7 +68,7 @@ def test_the_pip_probe_is_answered_in_process_and_every_other_probe_runs(tmp_pat
         return f"pip:\n{pip}\ngcc: {gcc}\n"
 
     module = stand_in(monkeypatch, report, run)
-    torch_report.write(tmp_path)
+    torch_report.begin().finish(tmp_path)
     text = (tmp_path / COLLECT_ENV).read_text(encoding="utf-8")
     assert ran == ["gcc --version"]  # the pip probe started no process; gcc's did, as torch runs it
     assert f"pip:\n{torch_report.pip_list()}\ngcc: gcc (Debian" in text and "pytest==" in text
