@@ -266,7 +266,8 @@ def _ancestors(rel: str) -> list[str]:
 Validator = Callable[[list[tuple[str, str]]], list[tuple[str, str]]]
 
 
-def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validate: Validator | None) -> Findings:
+def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validate: Validator | None,
+          snapshot: tuple[dict[str, object] | None, str] | None = None) -> Findings:
     """Every file of a rebuilt env: owned, not shared, unchanged since its build's snapshot.
 
     Bytecode the interpreter wrote since the build (``__pycache__/<stem>.<tag>.pyc`` of an owned ``<stem>.py`` that
@@ -278,6 +279,7 @@ def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validat
 
     When nothing but such kept bytecode differs from the snapshot, the ownership the build proved still holds (the same
     paths, the same RECORD files, the same locked names): it is not worked out again, which keeps a verify cheap.
+    ``snapshot``: :func:`read_snapshot`'s answer where the caller read it already (the start files' proof).
     """
     start = time.perf_counter()
     found = Findings()
@@ -285,7 +287,7 @@ def check(env: Path, locked: Iterable[str], snapshot_digest: str | None, validat
     entries = found.stats = scan(env)
     found.entries = len(entries)
     found.site = next(iter(site_dirs(env)), "")
-    snap, why = read_snapshot(env, snapshot_digest)
+    snap, why = snapshot if snapshot is not None else read_snapshot(env, snapshot_digest)
     if snap is None:
         found.snapshot = why
     else:

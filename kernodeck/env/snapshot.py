@@ -33,8 +33,9 @@ Entry = list[object]
 FIELDS = ("kind", "size", "mtime_ns", "ctime_ns", "inode", "mode", "links", "target")
 
 
-def scan(env: Path) -> dict[str, Entry]:
-    """Every entry under ``env`` (links not followed), by its path relative to ``env`` ('/'-separated)."""
+def scan(env: Path, within: frozenset[str] | None = None) -> dict[str, Entry]:
+    """Every entry under ``env`` (links not followed), by its path relative to ``env`` ('/'-separated); with
+    ``within``, only the entries of those folders ("" is ``env`` itself), none deeper (env/startfiles.py)."""
     out: dict[str, Entry] = {}
     stack = [("", str(env))]
     while stack:
@@ -49,7 +50,8 @@ def scan(env: Path) -> dict[str, Entry]:
                 target = ""
                 if stat.S_ISDIR(mode):
                     kind = "d"
-                    stack.append((name + "/", item.path))
+                    if within is None or name in within:
+                        stack.append((name + "/", item.path))
                 elif stat.S_ISREG(mode):
                     kind = "f"
                 elif stat.S_ISLNK(mode):

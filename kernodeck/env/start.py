@@ -155,3 +155,10 @@ def undeclared_preload(env: Mapping[str, str], declared: list[str]) -> list[str]
     for variable, separator in LOADERS.items():
         names += [entry for entry in re.split(separator, env.get(variable, "")) if entry and entry not in names]
     return [name for name in names if name not in declared and os.path.basename(name) not in declared]
+
+
+def loader_variables(env: Mapping[str, str]) -> list[str]:
+    """The variables of ``env`` that make an interpreter's start load or read files from paths they name (ld.so's
+    ``LD_*``, the :data:`LOADERS`): one may name a folder of the env, so where any is set the verify runner starts only
+    once every file of the env is proven, not on its start files' proof (env/startfiles.py)."""
+    return sorted(name for name in env if name.startswith("LD_") or name in LOADERS)

@@ -7,11 +7,12 @@ which compiles every ``*.py`` of ``FOLDER`` and writes the code objects, keyed b
 bytes compiled and the path they were compiled under, into ``OUT`` (``kernodeck-inenv-code.marshal`` at the env's
 root) before the env's snapshot is taken. A verify's inventory step then holds it to the build like every other file
 of the env (docs/env-integrity.md); the digest this script prints is held to the file as the env is sealed and kept in
-its completion record. Only where the inventory proved every file the build's is the runner told of it, with that
-digest (``--compiled``, ``--compiled-sha256``): it reads the file's bytes once, checks them against the digest, and
-its loader takes the code of a file whose name, digest and path are a key there, compiling every other (a file
-changed since the build has another digest). A file changed since the build (even with its stat kept), a foreign one
-planted at its place, or one written by another interpreter (its magic number) is never run. Standard library only.
+its completion record. Only where the inventory proved it the build's (with the files a start reads, or every file of
+the env) is the runner told of it, with that digest (``--compiled``, ``--compiled-sha256``): it reads the file's bytes
+once, checks them against the digest, and its loader takes the code of a file whose name, digest and path are a key
+there, compiling every other (a file changed since the build has another digest). A file changed since the build
+(even with its stat kept), a foreign one planted at its place, or one written by another interpreter (its magic
+number) is never run. Standard library only.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
 
 ``-S``: ``site`` runs once this file has started, not before: the env's ``.pth`` lines and site-packages only after
 the orchestrator's word where it gives one (``--wait``: the runner is started once the inventory step has shown the
-env's files the build's, loads meanwhile what needs nothing of the env, Kernodeck's in-env files and the standard
-library, then reads ``go`` on its stdin; anything else, or its end, and it stops having run nothing of the env).
+files its start reads the build's, loads meanwhile what needs nothing of the env, Kernodeck's in-env files and the
+standard library, then reads ``go`` on its stdin; anything else, or its end, and it stops having run nothing of the
+env).
 
 This file ships inside the kernodeck distribution and runs by path; nothing of Kernodeck is installed into the env.
 It loads its sibling files as a package from their folder and the application's entry by its file path: nothing
@@ -37,8 +38,8 @@ if sys.flags.no_site:  # -S: the venv's prefix as site sets it first (site.venv)
         sys.prefix = sys.exec_prefix = _PREFIX
 
 # --compiled FILE --compiled-sha256 DIGEST: the build's compiled siblings in the env (compiled.py) and the digest its
-# completion record keeps, given only where the inventory step proved every file of the env the build's
-# (verify/steps/in_env.py); read, and held to the digest, before the first sibling loads
+# completion record keeps, given only where the inventory step proved it the build's (env/startfiles.py,
+# verify/steps/in_env.py); read, and held to the digest, before the first sibling loads
 GIVEN = {name: sys.argv[sys.argv.index(name) + 1] if name in sys.argv[1:-1] else ""
          for name in ("--compiled", "--compiled-sha256")}
 # HERE as the package kernodeck_inenv, from verified bytes (the one loader)

@@ -29,6 +29,7 @@ from kernodeck.verify.summaries import step_result
 if TYPE_CHECKING:
     from kernodeck.env.envfiles import Findings
     from kernodeck.env.rebuild import RebuildResult
+    from kernodeck.env.snapshot import Entry as FileEntry
     from kernodeck.lock.lockfile import Lockfile
     from kernodeck.verify.context import RunContext
 
@@ -81,9 +82,12 @@ class Run:
         self.base_python: str | None = None
         # work for the orchestrator's idle time: started by the in-env phase as its process starts (writer.LockFiles)
         self.during_checks: list[Callable[[], None]] = []
-        # the runner, started once the inventory has shown the env's files the build's, told to go by the checks
+        # the runner, started once the inventory has shown the files its start reads the build's (or, where a loader
+        # variable is set, every file of the env), told to go by the checks
         self.during_inventory: list[Callable[[], None]] = []
         self.early: Early | None = None
+        # the entries of the env's folders its interpreter's start reads, once shown the build's (env/startfiles.py)
+        self.proven_start: dict[str, FileEntry] | None = None
         # every file of the env as the inventory saw it, once it showed each one the build's (None otherwise)
         self.proven_files: Findings | None = None
         self.t0 = time.perf_counter()  # when the current step started

@@ -109,13 +109,14 @@ def test_the_runner_reads_the_table_it_is_given_before_its_first_sibling(tmp_pat
 @pytest.mark.parametrize("proven", [True, False])
 def test_the_runner_is_told_of_the_table_only_where_the_inventory_proved_it(tmp_path: Path, proven: bool) -> None:
     """runner_argv gives ``--compiled`` with the digest the env's completion record keeps only when the inventory's
-    proof holds the file as a regular file of the env; the command a person runs again (procedure.md) never holds
-    them, nor the word it waits for. An env whose record keeps no digest (built before) gets neither."""
+    proof (of every file, or of the files a start reads) holds the file as a regular file of the env; the command a
+    person runs again (procedure.md) never holds them, nor the word it waits for. An env whose record keeps no digest
+    (built before) gets neither."""
     python = tmp_path / "env" / "bin" / "python"
     python.parent.mkdir(parents=True)
     (tmp_path / "env" / MARKER).write_text(json.dumps({COMPILED_KEY: "a" * 64}))
     stats = {envfiles.COMPILED: ["f", 1, 1, 1, 1, 0o100644, 1, ""]} if proven else {}
-    run = SimpleNamespace(proven_files=envfiles.Findings(stats=stats), staging=tmp_path)
+    run = SimpleNamespace(proven_start=None, proven_files=envfiles.Findings(stats=stats), staging=tmp_path)
     argv = in_env.runner_argv(run, python)  # type: ignore[arg-type]
     assert (in_env.COMPILED in argv) is proven and (in_env.COMPILED_SHA256 in argv) is proven
     if proven:
@@ -126,10 +127,13 @@ def test_the_runner_is_told_of_the_table_only_where_the_inventory_proved_it(tmp_
     assert in_env.COMPILED_SHA256 not in shown and "a" * 64 not in shown
     assert shown[-2:] == ["--config", str(tmp_path / "run-config.json")] and "--wait" not in shown
     link = {envfiles.COMPILED: ["l", 1, 1, 1, 1, 0o120777, 1, "elsewhere"]}
-    run = SimpleNamespace(proven_files=envfiles.Findings(stats=link), staging=tmp_path)
+    run = SimpleNamespace(proven_start=None, proven_files=envfiles.Findings(stats=link), staging=tmp_path)
     assert in_env.COMPILED not in in_env.runner_argv(run, python)  # type: ignore[arg-type]
-    run = SimpleNamespace(proven_files=None, staging=tmp_path)
+    run = SimpleNamespace(proven_start=None, proven_files=None, staging=tmp_path)
     assert in_env.COMPILED not in in_env.runner_argv(run, python)  # type: ignore[arg-type]
+    # the proof of the files a start reads (env/startfiles.py), before every file's: the same command
+    run = SimpleNamespace(proven_start=stats, proven_files=None, staging=tmp_path)
+    assert (in_env.COMPILED in in_env.runner_argv(run, python)) is proven  # type: ignore[arg-type]
     (tmp_path / "env" / MARKER).write_text("{}")  # built before the digest was kept
-    run = SimpleNamespace(proven_files=envfiles.Findings(stats=stats), staging=tmp_path)
+    run = SimpleNamespace(proven_start=None, proven_files=envfiles.Findings(stats=stats), staging=tmp_path)
     assert in_env.COMPILED not in in_env.runner_argv(run, python)  # type: ignore[arg-type]

@@ -91,11 +91,11 @@ COMPILED_SHA256 = "--compiled-sha256"  # and the one giving their digest, as the
 
 def runner_argv(run_: Run, python: Path) -> list[str]:
     """The runner's command: ``site`` held back until its word (``-S``, ``--wait``: early.py), the build's compiled
-    in-env files and their recorded digest where the inventory proved them the build's with every file of the env
-    (envfiles.COMPILED; the runner holds the bytes it reads to the digest), its configuration beside the run's
-    steps."""
+    in-env files and their recorded digest where the inventory proved them the build's, with the files a start reads
+    or every file of the env (envfiles.COMPILED; the runner holds the bytes it reads to the digest), its
+    configuration beside the run's steps."""
     proof, env = run_.proven_files, python.parent.parent
-    entry = proof.stats.get(envfiles.COMPILED) if proof is not None else None
+    entry = (proof.stats if proof is not None else run_.proven_start or {}).get(envfiles.COMPILED)
     digest = sealing.compiled_digest(env) if entry and entry[0] == "f" else ""
     compiled = [COMPILED, str(env / envfiles.COMPILED), COMPILED_SHA256, digest] if digest else []
     return start.argv(python, str(RUNNER), early.WAIT, *compiled, "--config", str(run_.staging / "run-config.json"),
@@ -123,13 +123,16 @@ def _runner_environ(ctx: RunContext) -> tuple[list[str], dict[str, str], list[st
 
 
 def early_start(ctx: RunContext, run_: Run) -> None:
-    """The runner started once the inventory step has shown every file of the env the build's (``during_inventory``),
-    to load what needs nothing of the env while the packages are compared with the lock and the extensions found
-    (early.py); not where no check runs, nor where the variables would load a library no declaration allows (the
-    checks refuse the run then, starting nothing). A failure to start is met again, and reported, when the checks
-    start it."""
+    """The runner started once the inventory step has shown the files its start reads the build's
+    (``during_inventory``: env/startfiles.py), to load what needs nothing of the env while the rest of the env's files
+    are checked, the packages compared with the lock and the extensions found (early.py); where a loader variable is
+    set (it may name a folder of the env: start.loader_variables), only once every file is. Not where no check runs,
+    nor where the variables would load a library no declaration allows (the checks refuse the run then, starting
+    nothing). A failure to start is met again, and reported, when the checks start it."""
     _, env, undeclared = _runner_environ(ctx)
-    if run_.python is None or not ctx.names or undeclared:
+    if run_.python is None or not ctx.names or undeclared or run_.early is not None:
+        return
+    if run_.proven_files is None and start.loader_variables(env):
         return
     with contextlib.suppress(OSError):
         run_.early = early.start(runner_argv(run_, run_.python), env, run_.staging)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck._fs import write_atomic
-from kernodeck.env import binding, envfiles, inventory, snapshot
+from kernodeck.env import binding, envfiles, inventory, snapshot, startfiles
 from kernodeck.env.envdirs import marker
 from kernodeck.env.pythons import marker_values
 from kernodeck.env.sealing import snapshot_digest
@@ -130,11 +130,14 @@ def _bound(run_: Run, step: Step, lock: lockfile.Lockfile, python: Path, *, stri
 
 def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, start: float,
              proven: Callable[[envfiles.Findings], None] = lambda _: None,
+             starting: Callable[[dict[str, snapshot.Entry]], None] = lambda _: None,
              ) -> tuple[inventory.Observation, envfiles.Findings | None]:
     """The env's files (a rebuilt env's, from outside it, first), then its packages by its own interpreter.
-    ``proven``: called once every file of the env is shown the build's, before the packages are compared with the
-    lock (the runner starts then: early.py; not before, red-team pass 82: a ``pyvenv.cfg`` naming another ``home``,
-    a library planted where ``LD_LIBRARY_PATH`` looks, ran in a runner started before the files were known)."""
+    ``starting``: called, for a rebuilt or reused env, once the files its interpreter's start reads are shown the
+    build's (env/startfiles.py), before the rest are; ``proven``: once every file of the env is, before the packages
+    are compared with the lock. The runner starts at the first of them it may (early.py; never before both folders a
+    start reads are proven, red-team pass 82: a ``pyvenv.cfg`` naming another ``home``, a library planted where
+    ``LD_LIBRARY_PATH`` looks, ran in a runner started before the files were known)."""
     built = python.parent.parent  # a rebuilt env: <env>/bin/python
     # an interpreter Kernodeck did not build (--python) has no snapshot to hold its files to
     env = None if intentional and not (built / snapshot.SNAPSHOT).is_file() else built
@@ -142,7 +145,13 @@ def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, st
     try:
         if env is not None:
             locked = {p.name for p in lock.pins} if lock is not None else None
-            files = envfiles.check(env, locked or (), snapshot_digest(env) or "", inventory.bytecode_validator(python))
+            digest = snapshot_digest(env) or ""
+            snap = snapshot.read_snapshot(env, digest)  # read once: the start files' proof and every file's
+            ahead = None if intentional or snap[0] is None else startfiles.proven(
+                env, python, snap[0]["entries"])  # type: ignore[arg-type]
+            if ahead is not None:
+                starting(ahead)
+            files = envfiles.check(env, locked or (), digest, inventory.bytecode_validator(python), snapshot=snap)
             if files.clean:
                 proven(files)
         return inventory.observe(python, files=env is None), files
@@ -155,9 +164,10 @@ def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, st
                                      details={"files": files.as_dict()} if files is not None else {})) from None
 
 
-def _proven(run_: Run, files: envfiles.Findings) -> None:
-    """What waited for the env's files to be shown the build's (the runner's start: early.py), given them."""
-    run_.proven_files = files
+def _proven(run_: Run, files: envfiles.Findings | None, start_files: dict[str, snapshot.Entry] | None = None) -> None:
+    """What waits for the env's files to be shown the build's (the runner's start: early.py), given the proof: of
+    every file, or of those its interpreter's start reads (``start_files``, env/startfiles.py)."""
+    run_.proven_files, run_.proven_start = files, start_files or run_.proven_start
     for begin in run_.during_inventory:
         begin()
 
@@ -168,8 +178,10 @@ def inventory_step(
     """Observe the env and hold it to the lock: what was seen, the ``inventory`` step's record and, when the env is
     not the lock's, the failure (the entry raises it in :class:`StepFailed`, which pipeline.drive fails)."""
     start = time.perf_counter()
-    seen, files = _observe(lock, python, intentional, start, lambda proof: _proven(run_, proof))
+    seen, files = _observe(lock, python, intentional, start, lambda proof: _proven(run_, proof),
+                           lambda entries: _proven(run_, None, entries))
     run_.proven_files = files if files is not None and files.clean else None
+    run_.proven_start = run_.proven_start if run_.proven_files is not None else None
     step = Step("inventory", Status.PASSED, details=seen.as_dict(), interpreter=str(python))
     tip = (tips.REBUILD_FRESH if not intentional
            else f"repair or recreate the environment of {python} (nothing is installed into it)")

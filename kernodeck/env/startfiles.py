@@ -1,0 +1,43 @@
+"""What an interpreter of a rebuilt env reads of the env as it starts, proven against the build's snapshot before
+every file of the env is: the verify runner (``-S``, kernodeck/early.py) may then start while the rest are checked.
+
+Such a start reads, of the env, the entries of two folders and nothing deeper: the top one (``pyvenv.cfg`` and the
+``home`` it names, Kernodeck's compiled in-env files, given with their digest; ``sys.prefix``'s ``pyvenv.cfg``
+test) and the interpreter's (its links; a ``<name>._pth`` or ``pyvenv.cfg`` beside it, which a start looks for and
+which must not be there). Every entry both folders list is held to the snapshot's (nothing added, none changed:
+kind, size, times, inode, mode, links, a link's target); one removed is not read, and every file's proof names it
+(envfiles.check, which this proof never replaces). The interpreter must be a link out of the env: a
+copied one (``venv --copies``) is code of the env, and finds its libraries beside itself where its ``RUNPATH`` says
+``$ORIGIN``. tests/e2e/test_startfiles_e2e.py traces such a start (strace) and holds every path of the env it touched
+to this set.
+
+What the variables make a start read is not proven here: ``LD_LIBRARY_PATH`` or ``GCONV_PATH`` may name a folder of
+the env (red-team pass 82, EARLY2). A caller starts early on this proof only where none of those is set
+(kernodeck/env/start.py, :func:`~kernodeck.env.start.loader_variables`); else once every file is proven.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from kernodeck.env.snapshot import Entry, same, scan
+
+FOLDERS = frozenset({"", "bin"})  # the env's top folder and its interpreter's
+
+
+def proven(env: Path, python: Path, built: Mapping[str, Entry]) -> dict[str, Entry] | None:
+    """The entries of :data:`FOLDERS` as they are now, where each is the build's (``built``: the snapshot's entries)
+    and ``python`` is ``env/bin/<name>``, a link whose real path lies outside the env; None otherwise (the caller
+    then waits for every file's proof)."""
+    if python.parent != env / "bin":
+        return None
+    real, real_env = os.path.realpath(python), os.path.realpath(env)
+    if os.path.commonpath([real, real_env]) == real_env:  # a copied interpreter, or a link into the env
+        return None
+    try:
+        now = scan(env, within=FOLDERS)
+    except OSError:
+        return None
+    return now if all(same(built.get(rel), entry) for rel, entry in now.items()) else None

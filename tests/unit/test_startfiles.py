@@ -1,0 +1,150 @@
+"""What an env's interpreter reads of the env as it starts, proven before every file is (kernodeck/env/startfiles.py).
+
+The proof holds each entry of the env's top folder and of its ``bin`` to the build's snapshot, and the interpreter to
+a link out of the env; each way a start could read something of the env that is not the build's makes it None (the
+runner then starts only once every file is proven). The class is checked on a traced start: every file of the env
+that a waiting runner opens, lists or executes is one the proof covers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernodeck.env import envfiles, start, startfiles
+from kernodeck.env.sealing import compile_argv
+from kernodeck.env.snapshot import scan
+from kernodeck.verify.steps.in_env import COMPILED, COMPILED_SHA256
+from tests.helpers import basevenv
+
+
+def _built(tmp_path: Path) -> tuple[Path, Path, dict[str, list[object]]]:
+    """A venv with Kernodeck's compiled in-env files at its top, as a rebuild leaves it; the env, its interpreter, its
+    snapshot's entries."""
+    python = basevenv.venv(tmp_path)
+    env = python.parent.parent
+    _compiled(env)
+    return env, python, scan(env)
+
+
+def _compiled(env: Path) -> str:
+    """Kernodeck's in-env files compiled into ``env`` as the rebuild does it; the digest the compile prints."""
+    return subprocess.run(compile_argv(str(basevenv.BASE), env), check=True, capture_output=True, text=True,
+                          timeout=120).stdout.split()[-1]
+
+
+def test_the_builds_start_files_are_proven(tmp_path: Path) -> None:
+    """The control: nothing changed since the snapshot; the proof holds the top folder's and bin's entries, no
+    deeper one."""
+    env, python, built = _built(tmp_path)
+    proof = startfiles.proven(env, python, built)
+    assert proof is not None and {"pyvenv.cfg", "bin", "bin/python", envfiles.COMPILED} <= set(proof), proof
+    assert not [rel for rel in proof if rel.count("/") > (1 if rel.startswith("bin/") else 0)], sorted(proof)
+
+
+@pytest.mark.parametrize("change", ["pth-beside-the-interpreter", "pyvenv-cfg-rewritten", "added-at-the-top",
+                                    "compiled-files-rewritten", "interpreter-relinked", "bin-made-a-link"])
+def test_a_start_file_not_the_builds_is_not_proven(tmp_path: Path, change: str) -> None:
+    """Each change to what a start reads: a ``python._pth`` (it replaces sys.path), ``pyvenv.cfg`` written again
+    (its bytes unchanged: the ctime moved), a file added at the top, the compiled in-env files rewritten, the
+    interpreter's link pointed elsewhere, ``bin`` swapped for a link to a copy of itself."""
+    env, python, built = _built(tmp_path)
+    assert startfiles.proven(env, python, built) is not None  # the control
+    if change == "pth-beside-the-interpreter":
+        (env / "bin" / "python._pth").write_text(str(tmp_path) + "\n")
+    elif change == "pyvenv-cfg-rewritten":
+        (env / "pyvenv.cfg").write_bytes((env / "pyvenv.cfg").read_bytes())
+    elif change == "added-at-the-top":
+        (env / "sitecustomize.py").write_text("")
+    elif change == "compiled-files-rewritten":
+        marshal_file = env / envfiles.COMPILED
+        marshal_file.write_bytes(marshal_file.read_bytes())
+    elif change == "interpreter-relinked":
+        (env / "bin" / "python").unlink()
+        (env / "bin" / "python").symlink_to(Path(sys.executable).resolve())
+    else:
+        shutil.copytree(env / "bin", tmp_path / "bin-copy", symlinks=True)
+        (env / "bin").rename(tmp_path / "bin-moved")
+        (env / "bin").symlink_to(tmp_path / "bin-copy")
+    assert startfiles.proven(env, python, built) is None
+
+
+def test_a_change_deeper_than_a_start_reads_is_left_to_every_files_proof(tmp_path: Path) -> None:
+    """A ``.pth`` dropped into site-packages: not read by a start with ``-S`` (site runs only after the word), so the
+    start files stay proven; envfiles.check, which runs next and is never skipped, names it."""
+    env, python, built = _built(tmp_path)
+    (basevenv.site_packages(python) / "zz.pth").write_text("import os\n")
+    assert startfiles.proven(env, python, built) is not None
+
+
+def test_a_copied_interpreter_is_never_proven_early(tmp_path: Path) -> None:
+    """``venv --copies``: the interpreter is a file of the env (its ``$ORIGIN`` the env's ``bin``), so a start runs
+    code of the env: only every file's proof may let it run."""
+    env, python, _ = _built(tmp_path)
+    python.unlink()
+    shutil.copy2(basevenv.BASE, python)
+    assert startfiles.proven(env, python, scan(env)) is None
+    assert startfiles.proven(env, env / "lib" / "python", scan(env)) is None  # not the env's bin
+
+
+def test_scan_within_lists_only_those_folders(tmp_path: Path) -> None:
+    env, _, _ = _built(tmp_path)
+    whole, within = scan(env), scan(env, within=startfiles.FOLDERS)
+    assert set(within) < set(whole) and all(whole[rel] == entry for rel, entry in within.items())
+    assert {rel for rel in whole if "/" not in rel or re.fullmatch(r"bin/[^/]+", rel)} == set(within)
+
+
+def test_loader_variables_are_named() -> None:
+    """Where one of these is set, the runner waits for every file's proof (it may name a folder of the env)."""
+    env = {"PATH": "/usr/bin", "OMP_NUM_THREADS": "2", "LD_LIBRARY_PATH": "/x", "GCONV_PATH": "/g", "LD_AUDIT": "a"}
+    assert start.loader_variables(env) == ["GCONV_PATH", "LD_AUDIT", "LD_LIBRARY_PATH"]
+    assert start.loader_variables({"PATH": "/usr/bin", "LANG": "C.UTF-8"}) == []
+
+
+# --- the class: what a waiting runner's start touches of the env -----------------------------------------------------
+CONTENT = {"open", "openat", "openat2", "creat", "execve", "execveat", "name_to_handle_at", "open_by_handle_at"}
+_CALL = re.compile(r'^\d+\s+(\w+)\((?:AT_FDCWD|\d+)?,?\s*"([^"]*)"')
+
+
+def _touched(tmp_path: Path, word: str) -> list[tuple[str, str]]:
+    """The runner started as verify starts it on the start files' proof (``-S``, ``--wait``, the compiled in-env
+    files with their digest), traced, given ``word``: each call naming a path of the env, (call, path under env)."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not on PATH")
+    python = basevenv.venv(tmp_path)
+    env = python.parent.parent
+    digest = _compiled(env)
+    argv = basevenv.runner_argv(python, tmp_path)
+    at = argv.index("--config")
+    argv[at:at] = [COMPILED, str(env / envfiles.COMPILED), COMPILED_SHA256, digest]
+    trace = tmp_path / "trace.txt"
+    done = basevenv.run(["strace", "-f", "-qq", "-s", "4096", "-e", "trace=%file,%desc", "-o", str(trace), *argv],
+                        tmp_path, word)
+    assert done.returncode == 0, done.stderr[-2000:]
+    root, touched = str(env), []
+    for line in trace.read_text(errors="replace").splitlines():
+        match = _CALL.match(line)
+        if match and match.group(2):
+            path = os.path.normpath(os.path.join(tmp_path, match.group(2)))
+            if path == root or path.startswith(root + os.sep):
+                touched.append((match.group(1), os.path.relpath(path, root).replace(os.sep, "/")))
+    return touched
+
+
+def test_a_waiting_runner_opens_nothing_of_the_env_the_proof_does_not_cover(tmp_path: Path) -> None:
+    """Every file of the env the runner opens (reads, lists) or executes before its word is an entry of the proof's
+    folders (or the env's top folder itself); deeper paths it may only stat or read a link of (realpath's steps:
+    no file's bytes, nothing run). The control: told to go, it opens site-packages (``site``), which the proof does
+    not cover: the trace sees such reads."""
+    before = _touched(tmp_path / "wait", "")
+    opened = sorted({rel for call, rel in before if call in CONTENT})
+    assert "pyvenv.cfg" in opened and envfiles.COMPILED in opened, opened  # the trace works
+    assert [rel for rel in opened if rel != "." and os.path.dirname(rel) not in startfiles.FOLDERS] == [], opened
+    after = _touched(tmp_path / "go", "go\n")
+    assert [rel for call, rel in after if call in CONTENT and rel.startswith("lib/")], sorted(set(after))
