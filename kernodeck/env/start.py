@@ -157,8 +157,32 @@ def undeclared_preload(env: Mapping[str, str], declared: list[str]) -> list[str]
     return [name for name in names if name not in declared and os.path.basename(name) not in declared]
 
 
-def loader_variables(env: Mapping[str, str]) -> list[str]:
-    """The variables of ``env`` that make an interpreter's start load or read files from paths they name (ld.so's
-    ``LD_*``, the :data:`LOADERS`): one may name a folder of the env, so where any is set the verify runner starts only
-    once every file of the env is proven, not on its start files' proof (env/startfiles.py)."""
-    return sorted(name for name in env if name.startswith("LD_") or name in LOADERS)
+
+# What the verify runner's environment may hold and still start on its start files' proof (env/startfiles.py): the
+# variables nothing a start loads (CPython with -S, the standard library the runner imports before its word, glibc,
+# OpenSSL through hashlib) reads a file by. Kernodeck's plumbing, the run's own settings, the recorded variables only
+# torch, numpy and their libraries read (none loaded before the word), glibc's allocator settings, and a locale's or a
+# time zone's name (read from the system's folders). Any other (LD_LIBRARY_PATH, GCONV_PATH, a TZ or LC_ALL naming a
+# path, TZDIR, OPENSSL_CONF, PYTHONPYCACHEPREFIX, any declared one) may name a folder of the env: the runner then
+# waits for every file's proof (red-team pass 82, EARLY2; pass 88, EARLYSTART1-2).
+_AT_START = ("LD_", "GCONV_PATH", "TZ", "LANG", "LC_")  # recorded prefixes a start reads by: only names, below
+_LOCALE_NAME = re.compile(r"[A-Za-z0-9_.@+:-]*")  # LANG, LANGUAGE, LC_*: names, no folder
+_ZONE_NAME = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*")  # TZ: a zone under the system's zoneinfo
+
+
+def read_at_start(env: Mapping[str, str], own: Iterable[str] = ()) -> list[str]:
+    """The variables of ``env`` that may make the verify runner's start read a file by a path they name (any not
+    known to be read by nothing a start loads; ``own``: the run's settings, Kernodeck's): where one is set, the runner
+    starts only once every file of the env is proven, not on its start files' proof (env/startfiles.py)."""
+    own = set(own)
+
+    def quiet(name: str, value: str) -> bool:
+        if name in ("LANG", "LANGUAGE") or name.startswith("LC_"):
+            return _LOCALE_NAME.fullmatch(value) is not None
+        if name == "TZ":
+            return _ZONE_NAME.fullmatch(value) is not None and ".." not in value
+        if name in PLUMBING or name in own:
+            return True
+        return name.startswith(RECORDED_PREFIXES) and not name.startswith(_AT_START) and name not in LOADERS
+
+    return sorted(name for name, value in env.items() if not quiet(name, value))

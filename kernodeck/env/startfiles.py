@@ -11,9 +11,11 @@ copied one (``venv --copies``) is code of the env, and finds its libraries besid
 ``$ORIGIN``. tests/e2e/test_startfiles_e2e.py traces such a start (strace) and holds every path of the env it touched
 to this set.
 
-What the variables make a start read is not proven here: ``LD_LIBRARY_PATH`` or ``GCONV_PATH`` may name a folder of
-the env (red-team pass 82, EARLY2). A caller starts early on this proof only where none of those is set
-(kernodeck/env/start.py, :func:`~kernodeck.env.start.loader_variables`); else once every file is proven.
+What the variables make a start read is not proven here: ``LD_LIBRARY_PATH``, ``OPENSSL_CONF`` or
+``PYTHONPYCACHEPREFIX`` may name a folder of the env (red-team passes 82, EARLY2, and 88, EARLYSTART1: a provider
+planted deeper ran, and removed itself before every file's proof reached it). A caller starts early on this proof only
+where the environment holds no variable but those a start reads no file by (kernodeck/env/start.py,
+:func:`~kernodeck.env.start.read_at_start`: an allow-list); else once every file is proven.
 """
 
 from __future__ import annotations

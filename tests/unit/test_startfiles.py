@@ -20,6 +20,7 @@ import pytest
 from kernodeck.env import envfiles, start, startfiles
 from kernodeck.env.sealing import compile_argv
 from kernodeck.env.snapshot import scan
+from kernodeck.inenv.protocol import STACKS_DIR_ENV
 from kernodeck.verify.steps.in_env import COMPILED, COMPILED_SHA256
 from tests.helpers import basevenv
 
@@ -100,21 +101,45 @@ def test_scan_within_lists_only_those_folders(tmp_path: Path) -> None:
     assert {rel for rel in whole if "/" not in rel or re.fullmatch(r"bin/[^/]+", rel)} == set(within)
 
 
-def test_loader_variables_are_named() -> None:
-    """Where one of these is set, the runner waits for every file's proof (it may name a folder of the env)."""
-    env = {"PATH": "/usr/bin", "OMP_NUM_THREADS": "2", "LD_LIBRARY_PATH": "/x", "GCONV_PATH": "/g", "LD_AUDIT": "a"}
-    assert start.loader_variables(env) == ["GCONV_PATH", "LD_AUDIT", "LD_LIBRARY_PATH"]
-    assert start.loader_variables({"PATH": "/usr/bin", "LANG": "C.UTF-8"}) == []
+@pytest.mark.parametrize(("name", "value", "quiet"), [
+    ("PATH", "/usr/bin", True), ("HOME", "/root", True), ("TMPDIR", "/tmp", True), ("OMP_NUM_THREADS", "2", True),
+    ("CUDA_VISIBLE_DEVICES", "0", True), ("TORCHINDUCTOR_CACHE_DIR", "/x", True), ("MALLOC_ARENA_MAX", "2", True),
+    ("LANG", "C.UTF-8", True), ("LANGUAGE", "en_US:en", True), ("LC_ALL", "en_US.UTF-8", True), ("TZ", "UTC", True),
+    ("TZ", "Europe/Amsterdam", True), ("PYTHONHASHSEED", "0", True),
+    # ld.so's, glibc's and OpenSSL's paths, Python's bytecode folder, a locale or zone given as a path, a declared one
+    ("LD_LIBRARY_PATH", "/x", False), ("LD_AUDIT", "a.so", False), ("GCONV_PATH", "/g", False),
+    ("OPENSSL_CONF", "/x/ssl.cnf", False), ("OPENSSL_MODULES", "/x", False), ("PYTHONPYCACHEPREFIX", "/x", False),
+    ("TZ", ":/x/Zone", False), ("TZ", "../../x/Zone", False), ("TZDIR", "/x", False), ("LC_ALL", "/x/locale", False),
+    ("LANGUAGE", "../x", False), ("MY_PROJECT_SETTING", "1", False),
+])
+def test_what_a_start_may_read_a_file_by(name: str, value: str, quiet: bool) -> None:
+    """An allow-list: where a variable not on it is set, the runner waits for every file's proof (it may name a folder
+    of the env). PYTHONHASHSEED is the run's own setting (``own``)."""
+    assert start.read_at_start({name: value}, own=("PYTHONHASHSEED",)) == ([] if quiet else [name])
 
 
 # --- the class: what a waiting runner's start touches of the env -----------------------------------------------------
 CONTENT = {"open", "openat", "openat2", "creat", "execve", "execveat", "name_to_handle_at", "open_by_handle_at"}
-_CALL = re.compile(r'^\d+\s+(\w+)\((?:AT_FDCWD|\d+)?,?\s*"([^"]*)"')
+# strace -y: a descriptor (AT_FDCWD too) is shown with its path (``3</path>``): a relative path is resolved by it
+_CALL = re.compile(r'^\d+\s+(\w+)\((?:(?:AT_FDCWD|\d+)<([^>]*)>)?,?\s*"([^"]*)"')
 
 
-def _touched(tmp_path: Path, word: str) -> list[tuple[str, str]]:
+def _quiet_variables(deep: Path) -> dict[str, str]:
+    """Every variable a start may hold and still start on the start files' proof (start.read_at_start), each naming a
+    folder deep in the env where it names anything: PLUMBING's, one of each recorded prefix a start does not read."""
+    env = {name: str(deep) for name in start.PLUMBING - {STACKS_DIR_ENV}}  # that one, launch sets to the run's folder
+    env["PATH"] = f"{deep}{os.pathsep}{os.environ.get('PATH', '')}"
+    env.update({prefix if not prefix.endswith("_") else f"{prefix}PROBE": str(deep)
+                for prefix in start.RECORDED_PREFIXES if not start.read_at_start({prefix: str(deep)})})
+    env.update(LANG="C.UTF-8", TZ="UTC")
+    assert start.read_at_start(env) == [], start.read_at_start(env)
+    return env
+
+
+def _touched(tmp_path: Path, word: str, variables: bool = False) -> list[tuple[str, str]]:
     """The runner started as verify starts it on the start files' proof (``-S``, ``--wait``, the compiled in-env
-    files with their digest), traced, given ``word``: each call naming a path of the env, (call, path under env)."""
+    files with their digest), traced, given ``word``; with ``variables``, every one a start may hold (each naming a
+    folder deep in the env): each call naming a path of the env, (call, path under env)."""
     if shutil.which("strace") is None:
         pytest.skip("strace is not on PATH")
     python = basevenv.venv(tmp_path)
@@ -124,27 +149,46 @@ def _touched(tmp_path: Path, word: str) -> list[tuple[str, str]]:
     at = argv.index("--config")
     argv[at:at] = [COMPILED, str(env / envfiles.COMPILED), COMPILED_SHA256, digest]
     trace = tmp_path / "trace.txt"
-    done = basevenv.run(["strace", "-f", "-qq", "-s", "4096", "-e", "trace=%file,%desc", "-o", str(trace), *argv],
-                        tmp_path, word)
+    extra = _quiet_variables(basevenv.site_packages(python)) if variables else {}
+    done = basevenv.run(["strace", "-f", "-qq", "-y", "-s", "4096", "-e", "trace=%file,%desc", "-o", str(trace),
+                         *argv], tmp_path, word, env=extra)
     assert done.returncode == 0, done.stderr[-2000:]
     root, touched = str(env), []
     for line in trace.read_text(errors="replace").splitlines():
         match = _CALL.match(line)
-        if match and match.group(2):
-            path = os.path.normpath(os.path.join(tmp_path, match.group(2)))
+        if match and match.group(3):
+            path = os.path.normpath(os.path.join(match.group(2) or str(tmp_path), match.group(3)))
             if path == root or path.startswith(root + os.sep):
                 touched.append((match.group(1), os.path.relpath(path, root).replace(os.sep, "/")))
     return touched
 
 
-def test_a_waiting_runner_opens_nothing_of_the_env_the_proof_does_not_cover(tmp_path: Path) -> None:
+@pytest.mark.parametrize("variables", [False, True], ids=["bare", "every-quiet-variable-naming-the-env"])
+def test_a_waiting_runner_opens_nothing_of_the_env_the_proof_does_not_cover(tmp_path: Path, variables: bool) -> None:
     """Every file of the env the runner opens (reads, lists) or executes before its word is an entry of the proof's
     folders (or the env's top folder itself); deeper paths it may only stat or read a link of (realpath's steps:
-    no file's bytes, nothing run). The control: told to go, it opens site-packages (``site``), which the proof does
-    not cover: the trace sees such reads."""
-    before = _touched(tmp_path / "wait", "")
+    no file's bytes, nothing run). With every variable the allow-list lets a start hold set to a folder deep in the
+    env, the same. The control: told to go, it opens site-packages (``site``), which the proof does not cover: the
+    trace sees such reads."""
+    before = _touched(tmp_path / "wait", "", variables)
     opened = sorted({rel for call, rel in before if call in CONTENT})
     assert "pyvenv.cfg" in opened and envfiles.COMPILED in opened, opened  # the trace works
     assert [rel for rel in opened if rel != "." and os.path.dirname(rel) not in startfiles.FOLDERS] == [], opened
-    after = _touched(tmp_path / "go", "go\n")
+    after = _touched(tmp_path / "go", "go\n", variables)
     assert [rel for call, rel in after if call in CONTENT and rel.startswith("lib/")], sorted(set(after))
+
+
+def test_the_trace_sees_a_variable_that_makes_a_start_read_the_env(tmp_path: Path) -> None:
+    """The control for the variables: ``TZ`` naming a file deep in the env (not on the allow-list) is opened by the
+    waiting runner's start (its ``time`` import): what the allow-list keeps out, the trace would see."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not on PATH")
+    python = basevenv.venv(tmp_path)
+    zone = basevenv.site_packages(python) / "Zone"
+    zone.write_bytes(Path("/usr/share/zoneinfo/UTC").read_bytes() if Path("/usr/share/zoneinfo/UTC").is_file() else b"")
+    assert start.read_at_start({"TZ": f":{zone}"}) == ["TZ"]
+    trace = tmp_path / "trace.txt"
+    done = basevenv.run(["strace", "-f", "-qq", "-y", "-e", "trace=%file", "-o", str(trace),
+                         *basevenv.runner_argv(python, tmp_path)], tmp_path, "", env={"TZ": f":{zone}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert str(zone) in trace.read_text(errors="replace")

@@ -125,14 +125,14 @@ def _runner_environ(ctx: RunContext) -> tuple[list[str], dict[str, str], list[st
 def early_start(ctx: RunContext, run_: Run) -> None:
     """The runner started once the inventory step has shown the files its start reads the build's
     (``during_inventory``: env/startfiles.py), to load what needs nothing of the env while the rest of the env's files
-    are checked, the packages compared with the lock and the extensions found (early.py); where a loader variable is
-    set (it may name a folder of the env: start.loader_variables), only once every file is. Not where no check runs,
-    nor where the variables would load a library no declaration allows (the checks refuse the run then, starting
-    nothing). A failure to start is met again, and reported, when the checks start it."""
+    are checked, the packages compared with the lock and the extensions found (early.py); where a variable a start
+    may read a file by is set (it may name a folder of the env: start.read_at_start), only once every file is. Not
+    where no check runs, nor where the variables would load a library no declaration allows (the checks refuse the
+    run then, starting nothing). A failure to start is met again, and reported, when the checks start it."""
     _, env, undeclared = _runner_environ(ctx)
     if run_.python is None or not ctx.names or undeclared or run_.early is not None:
         return
-    if run_.proven_files is None and start.loader_variables(env):
+    if run_.proven_files is None and start.read_at_start(env, RUNNER_ENV):
         return
     with contextlib.suppress(OSError):
         run_.early = early.start(runner_argv(run_, run_.python), env, run_.staging)
