@@ -97,12 +97,15 @@ def _with_pth(tmp_path: Path) -> tuple[Path, dict[str, str], str]:
 
 
 def test_control_verify_refuses_the_env_with_a_foreign_pth_before_starting_it(tmp_path: Path) -> None:
-    """The runner starts only once the inventory has shown the env's files the build's (kernodeck/early.py): the
-    inventory fails on the foreign ``.pth``, no runner is started, the ``.pth`` line never ran."""
+    """The runner is given its word only once the inventory has shown every file of the env the build's
+    (kernodeck/early.py; it may start before, on the proof of the files its start reads, with ``-S --wait``: no
+    ``site``): the inventory fails on the foreign ``.pth``, no runner but a waiting one is started, the ``.pth`` line
+    never ran."""
     project, env, _ = _with_pth(tmp_path)
     proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "run"), env=env)
     assert proc.returncode != 0 and "zz-rt36.pth" in proc.stderr, proc.stderr[-2000:]
-    assert not [line for line in proc.stderr.splitlines() if line.startswith("$ ") and "runner.py" in line]
+    started = [line for line in proc.stderr.splitlines() if line.startswith("$ ") and "runner.py" in line]
+    assert all(" -S " in line and " --wait " in line for line in started), started
     assert not (tmp_path / "ran").exists()
 
 
