@@ -31,9 +31,14 @@ GO = "go\n"  # the runner's word (kernodeck/inenv/runner.py, --wait)
 WAIT = "--wait"
 
 
+def stacks_root() -> Path:
+    """Where a run's stacks folder is made: the temporary folder (``TMPDIR``)."""
+    return Path(tempfile.gettempdir())
+
+
 def stacks_folder() -> Path:
     """A run's own folder for its processes' stacks; its path is the mark every process of the run carries."""
-    return Path(tempfile.mkdtemp(prefix="kernodeck-stacks-"))
+    return Path(tempfile.mkdtemp(prefix="kernodeck-stacks-", dir=stacks_root()))
 
 
 def launch(argv: Sequence[str], env: Mapping[str, str], cwd: Path, folder: Path, *,

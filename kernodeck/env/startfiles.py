@@ -29,14 +29,19 @@ from kernodeck.env.snapshot import Entry, same, scan
 FOLDERS = frozenset({"", "bin"})  # the env's top folder and its interpreter's
 
 
+def outside(env: Path, path: Path) -> bool:
+    """Whether ``path``, every link followed, lies outside the env: the interpreter a start runs, and the folder the
+    run's processes write their stacks in before the word (a temporary folder inside the env would be met by every
+    file's proof as added since the build: red-team pass 89, START-TMPDIR1)."""
+    real, real_env = os.path.realpath(path), os.path.realpath(env)
+    return os.path.commonpath([real, real_env]) != real_env
+
+
 def proven(env: Path, python: Path, built: Mapping[str, Entry]) -> dict[str, Entry] | None:
     """The entries of :data:`FOLDERS` as they are now, where each is the build's (``built``: the snapshot's entries)
     and ``python`` is ``env/bin/<name>``, a link whose real path lies outside the env; None otherwise (the caller
     then waits for every file's proof)."""
-    if python.parent != env / "bin":
-        return None
-    real, real_env = os.path.realpath(python), os.path.realpath(env)
-    if os.path.commonpath([real, real_env]) == real_env:  # a copied interpreter, or a link into the env
+    if python.parent != env / "bin" or not outside(env, python):  # a copied interpreter, or a link into the env
         return None
     try:
         now = scan(env, within=FOLDERS)

@@ -94,6 +94,14 @@ def test_a_copied_interpreter_is_never_proven_early(tmp_path: Path) -> None:
     assert startfiles.proven(env, env / "lib" / "python", scan(env)) is None  # not the env's bin
 
 
+def test_outside_follows_every_link(tmp_path: Path) -> None:
+    """The stacks folder and the interpreter: inside the env is named so through a link, outside is outside."""
+    env, python, _ = _built(tmp_path)
+    (tmp_path / "into-env").symlink_to(env / "lib")
+    assert startfiles.outside(env, python) and startfiles.outside(env, tmp_path)
+    assert not startfiles.outside(env, env / "lib") and not startfiles.outside(env, tmp_path / "into-env")
+
+
 def test_scan_within_lists_only_those_folders(tmp_path: Path) -> None:
     env, _, _ = _built(tmp_path)
     whole, within = scan(env), scan(env, within=startfiles.FOLDERS)
