@@ -1,11 +1,12 @@
-"""The verify runner started before its word: once the inventory step has shown the files its start reads the
-build's (env/startfiles.py; where a loader variable is set, every file of the env), and while it checks the rest,
-compares the packages with the lock and finds the extensions, the runner (``python -S``: no ``site``, so nothing of
-the env's site-packages and no ``.pth`` line) loads what needs nothing of the env, then waits on its stdin. ``go``
-once the inventory has passed (supervise.py then watches it as any in-env process); anything else (a file or a
-package is not the lock's, the run was stopped) closes its stdin, and it ends having run nothing of the env. Never
-before those files are proven: an interpreter reads its ``pyvenv.cfg``'s ``home`` and the libraries
-``LD_LIBRARY_PATH`` names as it starts, ``-S`` or not (red-team pass 82, EARLY1-2).
+"""The verify runner started before its word: once the inventory step has shown the files its start reads the build's
+(env/startfiles.py; every file of the env where a variable may make its start read a file, or where its stacks folder
+would lie inside the env: verify/steps/in_env.py), and while it checks the rest, compares the packages with the lock
+and finds the extensions, the runner (``python -S``: no ``site``, so nothing of the env's site-packages and no
+``.pth`` line) loads what needs nothing of the env, then waits on its stdin. ``go`` once the inventory has passed
+(supervise.py then watches it as any in-env process); anything else (a file or a package is not the lock's, the run
+was stopped) closes its stdin, and it ends having run nothing of the env. Never before those files are proven: an
+interpreter reads its ``pyvenv.cfg``'s ``home`` and the libraries ``LD_LIBRARY_PATH`` names as it starts, ``-S`` or
+not (red-team pass 82, EARLY1-2).
 
 Starting the interpreter took the runner ~0.2 s before its first step (Kernodeck's in-env files compiled from their
 verified bytes, the standard library torch imports), on the critical path after the orchestrator's work; now part

@@ -157,7 +157,6 @@ def undeclared_preload(env: Mapping[str, str], declared: list[str]) -> list[str]
     return [name for name in names if name not in declared and os.path.basename(name) not in declared]
 
 
-
 # What the verify runner's environment may hold and still start on its start files' proof (env/startfiles.py): the
 # variables nothing a start loads (CPython with -S, the standard library the runner imports before its word, glibc,
 # OpenSSL through hashlib) reads a file by. Kernodeck's plumbing, the run's own settings, the recorded variables only

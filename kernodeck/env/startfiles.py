@@ -8,8 +8,8 @@ which must not be there). Every entry both folders list is held to the snapshot'
 kind, size, times, inode, mode, links, a link's target); one removed is not read, and every file's proof names it
 (envfiles.check, which this proof never replaces). The interpreter must be a link out of the env: a
 copied one (``venv --copies``) is code of the env, and finds its libraries beside itself where its ``RUNPATH`` says
-``$ORIGIN``. tests/e2e/test_startfiles_e2e.py traces such a start (strace) and holds every path of the env it touched
-to this set.
+``$ORIGIN``. tests/unit/test_startfiles.py traces such a start (strace) and holds every path of the env it opened,
+listed or ran to this set; tests/e2e/test_startfiles_e2e.py runs it through ``verify``.
 
 What the variables make a start read is not proven here: ``LD_LIBRARY_PATH``, ``OPENSSL_CONF`` or
 ``PYTHONPYCACHEPREFIX`` may name a folder of the env (red-team passes 82, EARLY2, and 88, EARLYSTART1: a provider

@@ -82,8 +82,8 @@ class Run:
         self.base_python: str | None = None
         # work for the orchestrator's idle time: started by the in-env phase as its process starts (writer.LockFiles)
         self.during_checks: list[Callable[[], None]] = []
-        # the runner, started once the inventory has shown the files its start reads the build's (or, where a loader
-        # variable is set, every file of the env), told to go by the checks
+        # the runner, started once the inventory has shown the files its start reads the build's (or every file of the
+        # env: verify/steps/in_env.py early_start), told to go by the checks
         self.during_inventory: list[Callable[[], None]] = []
         self.early: Early | None = None
         # the entries of the env's folders its interpreter's start reads, once shown the build's (env/startfiles.py)
