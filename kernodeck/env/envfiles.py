@@ -36,6 +36,7 @@ from kernodeck.env.snapshot import (
     read_snapshot,
     same,
     scan,
+    well_formed,
 )
 
 # What the venv tools write that no RECORD lists (python -m venv, uv venv), by exact path under the prefix.
@@ -314,7 +315,7 @@ def _read_kept(env: Path) -> dict[str, Entry]:
         kept = json.loads((env / BYTECODE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return kept if isinstance(kept, dict) else {}
+    return kept if well_formed(kept) else {}  # else every later bytecode file is checked again
 
 
 def _later_bytecode(

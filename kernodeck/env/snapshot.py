@@ -105,10 +105,17 @@ def read_snapshot(env: Path, digest: str | None) -> tuple[dict[str, object] | No
         return None, f"{SNAPSHOT} is not the one written at the build (its digest differs from the completion record)"
     try:
         data = json.loads(raw)
-        if data.get("version") != SNAPSHOT_VERSION or not isinstance(data.get("entries"), dict):
+        if data.get("version") != SNAPSHOT_VERSION or not well_formed(data.get("entries")):
             raise ValueError
     except (ValueError, AttributeError):
         return None, f"{SNAPSHOT} is unreadable"
     return data, ""
+
+
+def well_formed(entries: object) -> bool:
+    """Entries as :func:`scan` writes them: a mapping of paths to lists of :data:`FIELDS`' length (one another writer
+    left, or a rewrite of the records, raised out of the comparisons: red-team pass 89, SNAP-MALFORMED1)."""
+    return isinstance(entries, dict) and all(type(entry) is list and len(entry) == len(FIELDS)
+                                             for entry in entries.values())
 
 
