@@ -29,19 +29,36 @@ from kernodeck.env.snapshot import Entry, same, scan
 FOLDERS = frozenset({"", "bin"})  # the env's top folder and its interpreter's
 
 
-def outside(env: Path, path: Path) -> bool:
+def outside(env: Path, path: Path, built: Mapping[str, Entry] | None = None) -> bool:
     """Whether ``path``, every link followed, lies outside the env: the interpreter a start runs, and the folder the
     run's processes write their stacks in before the word (a temporary folder inside the env would be met by every
-    file's proof as added since the build: red-team pass 89, START-TMPDIR1)."""
+    file's proof as added since the build: red-team pass 89, START-TMPDIR1). With ``built`` (the snapshot's entries),
+    neither it nor a folder above it may be an entry of the env by its device and inode either: a bind mount or a hard
+    link reaches the env where no path says so (red-team pass 90, FINAL1)."""
     real, real_env = os.path.realpath(path), os.path.realpath(env)
-    return os.path.commonpath([real, real_env]) != real_env
+    if os.path.commonpath([real, real_env]) == real_env:
+        return False
+    if built is None:
+        return True
+    top = os.stat(real_env)
+    inodes = {entry[4] for entry in built.values()} | {top.st_ino}
+    for place in (real, *map(str, Path(real).parents)):
+        try:
+            found = os.stat(place)
+        except OSError:
+            continue
+        if found.st_dev == top.st_dev and found.st_ino in inodes:
+            return False
+    return True
 
 
-def proven(env: Path, python: Path, built: Mapping[str, Entry]) -> dict[str, Entry] | None:
-    """The entries of :data:`FOLDERS` as they are now, where each is the build's (``built``: the snapshot's entries)
-    and ``python`` is ``env/bin/<name>``, a link whose real path lies outside the env; None otherwise (the caller
-    then waits for every file's proof)."""
-    if python.parent != env / "bin" or not outside(env, python):  # a copied interpreter, or a link into the env
+def proven(env: Path, python: Path, built: Mapping[str, Entry],
+           writes: tuple[Path, ...] = ()) -> dict[str, Entry] | None:
+    """The entries of :data:`FOLDERS` as they are now, where each is the build's (``built``: the snapshot's entries),
+    ``python`` is ``env/bin/<name>``, a link whose real path lies outside the env, and each folder of ``writes`` (where
+    the start writes before its word: the run's stacks folder) lies outside it too; None otherwise (the caller then
+    waits for every file's proof)."""
+    if python.parent != env / "bin" or not all(outside(env, place, built) for place in (python, *writes)):
         return None
     try:
         now = scan(env, within=FOLDERS)

@@ -102,6 +102,26 @@ def test_outside_follows_every_link(tmp_path: Path) -> None:
     assert not startfiles.outside(env, env / "lib") and not startfiles.outside(env, tmp_path / "into-env")
 
 
+def test_outside_sees_the_env_by_inode_where_no_path_says_so(tmp_path: Path) -> None:
+    """With the snapshot's entries: a hard link outside the env to a file of it (and a folder below a place that is
+    an env folder by device and inode, as a bind mount makes one) is inside; the control, without them, goes by the
+    path only."""
+    env, python, _ = _built(tmp_path)
+    linked = tmp_path / "elsewhere" / "python"
+    linked.parent.mkdir()
+    os.link(env / "pyvenv.cfg", linked)
+    built = scan(env)
+    assert startfiles.outside(env, linked) and not startfiles.outside(env, linked, built)
+    assert startfiles.outside(env, tmp_path / "elsewhere", built) and startfiles.outside(env, python, built)
+
+
+def test_a_stacks_folder_inside_the_env_is_never_proven_early(tmp_path: Path) -> None:
+    """``writes``: where the start writes before its word (the run's stacks folder) must lie outside the env."""
+    env, python, built = _built(tmp_path)
+    assert startfiles.proven(env, python, built, (tmp_path,)) is not None  # the control
+    assert startfiles.proven(env, python, built, (basevenv.site_packages(python),)) is None
+
+
 def test_scan_within_lists_only_those_folders(tmp_path: Path) -> None:
     env, _, _ = _built(tmp_path)
     whole, within = scan(env), scan(env, within=startfiles.FOLDERS)

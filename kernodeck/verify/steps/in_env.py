@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from kernodeck import early, tips
 from kernodeck._fs import in_project, sha256_file, write_atomic, write_json
 from kernodeck._proc import first_error, log, show
-from kernodeck.env import envfiles, extension_scan, sealing, start, startfiles
+from kernodeck.env import envfiles, extension_scan, sealing, start
 from kernodeck.errors import KernodeckError
 from kernodeck.inenv import steptable
 from kernodeck.inenv.protocol import HASH_SEED, STATUSES, ConfigKey, Layer, Status
@@ -126,15 +126,14 @@ def early_start(ctx: RunContext, run_: Run) -> None:
     """The runner started once the inventory step has shown the files its start reads the build's
     (``during_inventory``: env/startfiles.py), to load what needs nothing of the env while the rest of the env's files
     are checked, the packages compared with the lock and the extensions found (early.py); where a variable a start
-    may read a file by is set (it may name a folder of the env: start.read_at_start), or where the run's stacks
-    folder would be made inside the env (it would be met as added since the build), only once every file is. Not
+    may read a file by is set (it may name a folder of the env: start.read_at_start), only once every file is (the
+    start files' proof itself holds the run's stacks folder outside the env: env/startfiles.py). Not
     where no check runs, nor where the variables would load a library no declaration allows (the checks refuse the
     run then, starting nothing). A failure to start is met again, and reported, when the checks start it."""
     _, env, undeclared = _runner_environ(ctx)
     if run_.python is None or not ctx.names or undeclared or run_.early is not None:
         return
-    if run_.proven_files is None and (start.read_at_start(env, RUNNER_ENV)
-                                      or not startfiles.outside(run_.python.parent.parent, early.stacks_root())):
+    if run_.proven_files is None and start.read_at_start(env, RUNNER_ENV):
         return
     with contextlib.suppress(OSError):
         run_.early = early.start(runner_argv(run_, run_.python), env, run_.staging)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kernodeck import tips
 from kernodeck._fs import write_atomic
+from kernodeck.early import stacks_root
 from kernodeck.env import binding, envfiles, inventory, snapshot, startfiles
 from kernodeck.env.envdirs import marker
 from kernodeck.env.pythons import marker_values
@@ -147,8 +148,8 @@ def _observe(lock: lockfile.Lockfile | None, python: Path, intentional: bool, st
             locked = {p.name for p in lock.pins} if lock is not None else None
             digest = snapshot_digest(env) or ""
             snap = snapshot.read_snapshot(env, digest)  # read once: the start files' proof and every file's
-            ahead = None if intentional or snap[0] is None else startfiles.proven(
-                env, python, snap[0]["entries"])  # type: ignore[arg-type]
+            ahead = None if intentional or snap[0] is None else startfiles.proven(  # the stacks folder: early.py
+                env, python, snap[0]["entries"], (stacks_root(),))  # type: ignore[arg-type]
             if ahead is not None:
                 starting(ahead)
             files = envfiles.check(env, locked or (), digest, inventory.bytecode_validator(python), snapshot=snap)
