@@ -40,7 +40,10 @@ def outside(env: Path, path: Path, built: Mapping[str, Entry] | None = None) -> 
         return False
     if built is None:
         return True
-    top = os.stat(real_env)
+    try:
+        top = os.stat(real_env)
+    except OSError:
+        return False
     inodes = {entry[4] for entry in built.values()} | {top.st_ino}
     for place in (real, *map(str, Path(real).parents)):
         try:

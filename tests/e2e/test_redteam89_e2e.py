@@ -20,17 +20,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.helpers.project import kd
-from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
+from tests.helpers.tinylock import built_tiny, current_env, pip_wheel, write_wheel
 
 
 def test_start_tmpdir1_a_temporary_folder_inside_the_env_is_not_met_as_added_since_the_build(tmp_path: Path) -> None:
     """``TMPDIR`` names a folder of the env's site-packages: the inventory passes (the runner waits for every file's
     proof, its stacks folder made only then), and nothing of the run is left there."""
     links = tmp_path / "links"
-    project, plat = locked_tiny_project(tmp_path / "project", [pip_wheel(links), write_wheel(links, "tinya", "1.0")])
-    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
-    built = kd(project, "rebuild", "--installer", "uv", env=env)
-    assert built.returncode == 0, built.stderr[-3000:]
+    project, plat, env = built_tiny(tmp_path, links, [pip_wheel(links), write_wheel(links, "tinya", "1.0")],
+                                    tmp_path / "uv-cache")
     deep = next((current_env(project, plat) / "lib").glob("python3.*/site-packages")) / "tinya"
     proc = kd(project, "verify", "--no-rebuild", "--out", str(tmp_path / "run"), env={**env, "TMPDIR": str(deep)})
     inventory = [line for line in proc.stderr.splitlines() if line.startswith("kernodeck: inventory")]

@@ -21,17 +21,15 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.project import kd
-from tests.helpers.tinylock import current_env, locked_tiny_project, offline_env, pip_wheel, write_wheel
+from tests.helpers.tinylock import built_tiny, current_env, pip_wheel, write_wheel
 
 
 def test_final1_a_temporary_folder_bind_mounted_from_the_env_is_not_met_as_added(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("a bind mount needs root")
     links = tmp_path / "links"
-    project, plat = locked_tiny_project(tmp_path / "project", [pip_wheel(links), write_wheel(links, "tinya", "1.0")])
-    env = offline_env(PIP_FIND_LINKS=str(links), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
-    built = kd(project, "rebuild", "--installer", "uv", env=env)
-    assert built.returncode == 0, built.stderr[-3000:]
+    project, plat, env = built_tiny(tmp_path, links, [pip_wheel(links), write_wheel(links, "tinya", "1.0")],
+                                    tmp_path / "uv-cache")
     deep = next((current_env(project, plat) / "lib").glob("python3.*/site-packages")) / "tinya"
     mount = tmp_path / "tmpdir"
     mount.mkdir()
