@@ -29,14 +29,16 @@ from kernodeck.env.snapshot import Entry, same, scan
 FOLDERS = frozenset({"", "bin"})  # the env's top folder and its interpreter's
 
 
-def outside(env: Path, path: Path, built: Mapping[str, Entry] | None = None) -> bool:
-    """Whether ``path``, every link followed, lies outside the env: the interpreter a start runs, and the folder the
-    run's processes write their stacks in before the word (a temporary folder inside the env would be met by every
-    file's proof as added since the build: red-team pass 89, START-TMPDIR1). With ``built`` (the snapshot's entries),
-    neither it nor a folder above it may be an entry of the env by its device and inode either: a bind mount or a hard
-    link reaches the env where no path says so (red-team pass 90, FINAL1)."""
-    real, real_env = os.path.realpath(path), os.path.realpath(env)
-    if os.path.commonpath([real, real_env]) == real_env:
+def outside(env: Path, *places: Path, built: Mapping[str, Entry] | None = None) -> bool:
+    """Whether each of ``places``, every link followed, lies outside the env: the interpreter a start runs, and the
+    folder the run's processes write their stacks in before the word (a temporary folder inside the env would be met
+    by every file's proof as added since the build: red-team pass 89, START-TMPDIR1). With ``built`` (the snapshot's
+    entries), neither it nor a folder above it may be an entry of the env by its device and inode either: a bind mount
+    or a hard link reaches the env where no path says so (red-team pass 90, FINAL1). The env's inodes are gathered
+    once for all of them."""
+    real_env = os.path.realpath(env)
+    reals = [os.path.realpath(place) for place in places]
+    if any(os.path.commonpath([real, real_env]) == real_env for real in reals):
         return False
     if built is None:
         return True
@@ -45,7 +47,7 @@ def outside(env: Path, path: Path, built: Mapping[str, Entry] | None = None) -> 
     except OSError:
         return False
     inodes = {entry[4] for entry in built.values()} | {top.st_ino}
-    for place in (real, *map(str, Path(real).parents)):
+    for place in (step for real in reals for step in (real, *map(str, Path(real).parents))):
         try:
             found = os.stat(place)
         except OSError:
@@ -61,7 +63,7 @@ def proven(env: Path, python: Path, built: Mapping[str, Entry],
     ``python`` is ``env/bin/<name>``, a link whose real path lies outside the env, and each folder of ``writes`` (where
     the start writes before its word: the run's stacks folder) lies outside it too; None otherwise (the caller then
     waits for every file's proof)."""
-    if python.parent != env / "bin" or not all(outside(env, place, built) for place in (python, *writes)):
+    if python.parent != env / "bin" or not outside(env, python, *writes, built=built):
         return None
     try:
         now = scan(env, within=FOLDERS)

@@ -111,8 +111,9 @@ def test_outside_sees_the_env_by_inode_where_no_path_says_so(tmp_path: Path) -> 
     linked.parent.mkdir()
     os.link(env / "pyvenv.cfg", linked)
     built = scan(env)
-    assert startfiles.outside(env, linked) and not startfiles.outside(env, linked, built)
-    assert startfiles.outside(env, tmp_path / "elsewhere", built) and startfiles.outside(env, python, built)
+    assert startfiles.outside(env, linked) and not startfiles.outside(env, linked, built=built)
+    assert startfiles.outside(env, tmp_path / "elsewhere", built=built)
+    assert startfiles.outside(env, python, built=built)
 
 
 def test_a_stacks_folder_inside_the_env_is_never_proven_early(tmp_path: Path) -> None:
